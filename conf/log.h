@@ -1,0 +1,62 @@
+/* log.h - structured log lines: one event per line, key=value pairs.
+ *
+ * Every line reads
+ *   ts=2026-11-29T14:25:37.123Z level=info node=NAME event=NAME key=value ...
+ * Event names are stable: operators grep and audit them (kvctl audit reads
+ * event=kv_capacity). Modules never print; they take a `struct kvlog *` from
+ * their owner and log through the KVLOG() macro, which checks the level
+ * before any argument is formatted.
+ *
+ * Values that may contain spaces or '=' must be quoted with kvlog_quote()
+ * or the "%s" of a value known to be a bare word.
+ *
+ * Thread safety: kvlog_emit() builds the whole line in a local buffer and
+ * writes it with one write(2), so lines from the compute threads and the
+ * loop never interleave.
+ */
+#pragma once
+
+#include <stdarg.h>
+#include <stdio.h>
+
+enum kvlog_level {
+	KVLOG_ERROR = 0,
+	KVLOG_WARN = 1,
+	KVLOG_INFO = 2,
+	KVLOG_DEBUG = 3,
+};
+
+struct kvlog {
+	int level;        /* lines above this level are dropped before formatting */
+	int fd;           /* destination; 2 (stderr) by default */
+	char node[64];    /* node name added to every line; empty = omitted */
+};
+
+#define KVLOG_NULL { .level = KVLOG_INFO, .fd = 2, .node = "" }
+
+void kvlog_init(struct kvlog *lg, int level, int fd, const char *node);
+
+/* Parse "error|warn|info|debug"; returns the level or -1. */
+int kvlog_level_parse(const char *s);
+const char *kvlog_level_name(int level);
+
+/* Emit one line: `event` then the printf-formatted key=value tail. */
+void kvlog__emit(struct kvlog *lg, int level, const char *event,
+		 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#define KVLOG(lg, lvl, event, ...)                                    \
+	do {                                                          \
+		struct kvlog *kvlog__lg = (lg);                       \
+		if (kvlog__lg && kvlog__lg->level >= (lvl))           \
+			kvlog__emit(kvlog__lg, (lvl), (event), __VA_ARGS__); \
+	} while (0)
+
+#define KVLOG_ERR(lg, event, ...) KVLOG(lg, KVLOG_ERROR, event, __VA_ARGS__)
+#define KVLOG_WARN(lg, event, ...) KVLOG(lg, KVLOG_WARN, event, __VA_ARGS__)
+#define KVLOG_INFO(lg, event, ...) KVLOG(lg, KVLOG_INFO, event, __VA_ARGS__)
+#define KVLOG_DEBUG(lg, event, ...) KVLOG(lg, KVLOG_DEBUG, event, __VA_ARGS__)
+
+/* Write `s` as a log value into buf: bare if it has no space, quote, '='
+ * or control character, else double-quoted with \" and \\ escaped and
+ * control bytes as \xNN. Returns buf. */
+const char *kvlog_quote(char *buf, size_t size, const char *s);

@@ -1,0 +1,60 @@
+/* util.h - the few macros every kvd module shares.
+ *
+ * No state lives here. Everything is header-only so the bottom layer stays
+ * dependency-free.
+ */
+#pragma once
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define KVD_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Recover the owner of an embedded member (libuv handles live inside their
+ * owners). */
+#define kvd_container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+#define KVD_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KVD_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#define kvd_likely(x) __builtin_expect(!!(x), 1)
+#define kvd_unlikely(x) __builtin_expect(!!(x), 0)
+
+/* Cleanup-attributed locals: build an object into one, hand it over with
+ * kvd_steal() on the single success path. */
+#define _cleanup_(f) __attribute__((cleanup(f)))
+
+static inline void kvd_freep(void *p)
+{
+	free(*(void **)p);
+}
+#define _cleanup_free_ _cleanup_(kvd_freep)
+
+static inline void *kvd_steal_ptr(void *pp)
+{
+	void **p = (void **)pp;
+	void *v = *p;
+
+	*p = NULL;
+	return v;
+}
+#define kvd_steal(pp) kvd_steal_ptr((void *)(pp))
+
+/* Overflow-checked size arithmetic: return -EOVERFLOW rather than wrap. */
+static inline int kvd_mul_size(size_t a, size_t b, size_t *out)
+{
+	return __builtin_mul_overflow(a, b, out) ? -EOVERFLOW : 0;
+}
+
+static inline int kvd_add_size(size_t a, size_t b, size_t *out)
+{
+	return __builtin_add_overflow(a, b, out) ? -EOVERFLOW : 0;
+}
+
+/* Monotonic clock in nanoseconds. */
+uint64_t kvd_now_ns(void);
+/* Wall clock in nanoseconds since the epoch. */
+uint64_t kvd_wall_ns(void);

@@ -1,0 +1,42 @@
+/* kvmem.h - where KV page memory comes from.
+ *
+ * The page pool never calls malloc or cudaMalloc itself: it asks a kvmem
+ * backend. The host backend hands out ordinary (64-byte aligned) memory; the
+ * CUDA backend hands out device memory, which the CPU cannot dereference,
+ * so every host access to page bytes (integrity tags, TCP transfer staging)
+ * goes through read/write. An RDMA transport registers the same regions.
+ *
+ * Backends are plain ops tables; which file implements `cuda` is chosen by
+ * the build (kvmem_cuda.c with CUDA, kvmem_nocuda.c without).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct kvmem_ops {
+	const char *name;        /* "host", "cuda" */
+	bool host_visible;       /* page bytes may be dereferenced by the CPU */
+	/* Allocate `bytes` (64-byte aligned at least). Not zeroed: pages are
+	 * never zeroed between owners, which is why tags exist. */
+	int (*alloc)(void *ctx, size_t bytes, void **out);
+	void (*free)(void *ctx, void *ptr, size_t bytes);
+	/* Copy between backend memory and host memory. 0 or negative errno. */
+	int (*read)(void *ctx, void *host_dst, const void *src, size_t n);
+	int (*write)(void *ctx, void *dst, const void *host_src, size_t n);
+};
+
+struct kvmem {
+	const struct kvmem_ops *ops;
+	void *ctx;
+};
+
+#define KVMEM_NULL { .ops = NULL, .ctx = NULL }
+
+/* Host memory: always available. */
+void kvmem_host_init(struct kvmem *m);
+
+/* Device memory on CUDA device `device`. -ENOTSUP in a build without CUDA,
+ * -ENODEV when no device is present. */
+int kvmem_cuda_init(struct kvmem *m, int device);
+void kvmem_deinit(struct kvmem *m);

@@ -1,0 +1,184 @@
+/* kvpool.h - the KV page pool: ownership, integrity tags, deferred release.
+ *
+ * The pool owns a set of fixed-size pages. Each page holds the K and V of
+ * `page_tokens` consecutive positions of one request, for every layer, and
+ * starts with a 64-byte integrity tag *in the page's own memory*, so bytes
+ * written by a remote writer (TCP batch, RDMA WRITE) carry their tag with
+ * them. Page memory is never zeroed between owners.
+ *
+ * Page layout (bytes, elt = size of kv dtype, D = n_head_kv * head_dim):
+ *   [0, 64)                          struct kvtag
+ *   then for layer l in [0, n_layer):
+ *     K(l): page_tokens x D elts      at KVTAG_BYTES + (2l)   * page_tokens*D*elt
+ *     V(l): page_tokens x D elts      at KVTAG_BYTES + (2l+1) * page_tokens*D*elt
+ *   token t of a block sits at t * D * elt inside it.
+ *
+ * Page states (host-side metadata, kept by the pool):
+ *   FREE -reserve-> RESERVED -fill_begin-> FILLING -mark_ready-> READY
+ *   any owned state -release-> FREE, or FENCED while fences > 0
+ *   FENCED -last unfence-> FREE
+ *   any owned state -quarantine-> QUARANTINED (never handed out again)
+ *   a page marked retiring by shrink goes to RETIRED instead of FREE.
+ * A page table entry is (page, generation); the generation is bumped at
+ * every reservation, so a stale entry from an earlier owner never matches.
+ * Every call that takes a table checks that each entry is owned by `owner`
+ * in that generation, and changes nothing when any entry fails
+ * (all-or-nothing).
+ *
+ * Fences (invariant 2): a fence says "something may still write into this
+ * page" - an in-flight transfer, a peer that has not acknowledged an abort.
+ * A released page with fences stays FENCED and out of the free list until
+ * its last fence is dropped.
+ *
+ * Errors: negative errno for system failures; positive KVPOOL_E_* for
+ * conditions the caller must handle.
+ *
+ * Thread safety: every function takes the pool's mutex, so the loop thread
+ * and compute threads may call it. Page *bytes* are not locked: only the
+ * holder of a page (its request) touches them.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/gguf.h"
+#include "gpu/kvmem.h"
+
+enum {
+	KVPOOL_E_FULL = 1,   /* not enough free pages; nothing reserved */
+	KVPOOL_E_STALE,      /* entry not owned by owner in that generation */
+	KVPOOL_E_STATE,      /* page in the wrong state for this transition */
+	KVPOOL_E_RANGE,      /* page index out of range or argument invalid */
+	KVPOOL_E_TAG,        /* integrity tag in page memory does not match */
+	KVPOOL_E_COVERAGE,   /* tokens do not match the pages of the table */
+};
+
+enum kvpage_state {
+	KVPAGE_FREE = 0,
+	KVPAGE_RESERVED,
+	KVPAGE_FILLING,
+	KVPAGE_READY,
+	KVPAGE_FENCED,
+	KVPAGE_QUARANTINED,
+	KVPAGE_RETIRED,
+	KVPAGE_N_STATES,
+};
+
+#define KVTAG_BYTES 64
+#define KVTAG_MAGIC 0x3147415456444b56ull /* "VKDVTAG1" little-endian */
+
+/* The tag as it sits in page memory (little-endian, 64 bytes). */
+struct kvtag {
+	uint64_t magic;       /* KVTAG_MAGIC */
+	uint64_t owner;       /* request id */
+	uint64_t generation;  /* the page's generation for this owner */
+	uint32_t page;        /* physical page index in the destination pool */
+	uint32_t index;       /* index of the page in the request's table */
+	uint32_t tokens;      /* positions held, 1..page_tokens */
+	uint32_t reserved0;
+	uint64_t reserved1[2];
+	uint64_t check;       /* XXH3-64 of the 56 bytes above */
+};
+
+_Static_assert(sizeof(struct kvtag) == KVTAG_BYTES, "kvtag is 64 bytes");
+
+/* Build a tag (used by local writers and by senders of remote batches). */
+void kvtag_make(struct kvtag *t, uint64_t owner, uint64_t generation,
+		uint32_t page, uint32_t index, uint32_t tokens);
+/* 0 if `t` is a well-formed tag for exactly these values, else KVPOOL_E_TAG. */
+int kvtag_check(const struct kvtag *t, uint64_t owner, uint64_t generation,
+		uint32_t page, uint32_t index, uint32_t tokens);
+
+struct kvpool_geom {
+	uint32_t page_tokens;  /* positions per page, >= 1 */
+	uint32_t n_layer;
+	uint32_t kv_dim;       /* n_head_kv * head_dim */
+	enum kv_dtype dtype;
+};
+
+/* One page table entry. */
+struct kvpool_ref {
+	uint32_t page;
+	uint64_t gen;
+};
+
+struct kvpool_stats {
+	uint32_t pages;        /* live pages: all but RETIRED */
+	uint32_t by_state[KVPAGE_N_STATES];
+	uint32_t retiring;     /* in use, will retire when released */
+	uint32_t fences;       /* total fences held */
+	uint64_t page_bytes;
+	uint32_t page_tokens;
+	uint64_t tokens;       /* pages * page_tokens */
+};
+
+struct kvpool;
+
+/* Bytes of one page for a geometry (tag included). */
+uint64_t kvpool_page_bytes(const struct kvpool_geom *g);
+
+int kvpool_new(struct kvpool **out, const struct kvmem *mem,
+	       const struct kvpool_geom *g, uint32_t n_pages);
+void kvpool_free(struct kvpool *p);
+
+const struct kvpool_geom *kvpool_geom(const struct kvpool *p);
+uint32_t kvpool_pages_for(const struct kvpool *p, uint64_t tokens);
+void kvpool_get_stats(struct kvpool *p, struct kvpool_stats *st);
+
+/* Reserve n pages for owner, all or nothing; fills table[0..n). Bumps each
+ * page's generation. KVPOOL_E_FULL when fewer than n pages are free. */
+int kvpool_reserve(struct kvpool *p, uint64_t owner, uint32_t n,
+		   struct kvpool_ref *table);
+/* RESERVED -> FILLING: a writer starts. */
+int kvpool_fill_begin(struct kvpool *p, uint64_t owner,
+		      const struct kvpool_ref *table, uint32_t n);
+/* Write the integrity tags of table[0..n) for `tokens` positions (page i
+ * holds min(page_tokens, tokens - i*page_tokens)); used by local writers
+ * and after decode appends a token. Pages must be FILLING or READY. */
+int kvpool_tag_write(struct kvpool *p, uint64_t owner,
+		     const struct kvpool_ref *table, uint32_t n,
+		     uint32_t tokens);
+/* FILLING -> READY after checking coverage (n == pages_for(tokens)) and
+ * every tag in page memory (invariant 6). On failure nothing changes. */
+int kvpool_mark_ready(struct kvpool *p, uint64_t owner,
+		      const struct kvpool_ref *table, uint32_t n,
+		      uint32_t tokens);
+/* Check a page table before a reader uses it (invariant 1): every entry
+ * owned by owner in its generation, READY or FILLING, n ==
+ * pages_for(tokens), and every tag in page memory matches (owner,
+ * generation, page, index, tokens). On KVPOOL_E_TAG, *bad (if non-NULL)
+ * is the failing table index. */
+int kvpool_verify(struct kvpool *p, uint64_t owner,
+		  const struct kvpool_ref *table, uint32_t n, uint32_t tokens,
+		  uint32_t *bad);
+
+int kvpool_fence(struct kvpool *p, uint64_t owner,
+		 const struct kvpool_ref *table, uint32_t n);
+/* Drop one fence per page; a FENCED page whose count reaches 0 is freed. */
+int kvpool_unfence(struct kvpool *p, uint64_t owner,
+		   const struct kvpool_ref *table, uint32_t n);
+/* The owner is done with the pages (success or any failure). Pages without
+ * fences go FREE (or RETIRED); fenced pages go FENCED until unfenced. */
+int kvpool_release(struct kvpool *p, uint64_t owner,
+		   const struct kvpool_ref *table, uint32_t n);
+/* Take the pages out of circulation for good (their contents or writers
+ * cannot be trusted). */
+int kvpool_quarantine(struct kvpool *p, uint64_t owner,
+		      const struct kvpool_ref *table, uint32_t n);
+
+/* Add n pages. */
+int kvpool_grow(struct kvpool *p, uint32_t n);
+/* Retire n pages: free pages retire at once, pages in use are marked
+ * retiring and retire when released. Returns through *retired_now how many
+ * retired immediately. KVPOOL_E_RANGE when n exceeds the live pages. */
+int kvpool_shrink(struct kvpool *p, uint32_t n, uint32_t *retired_now);
+
+/* Backend address of page `page`'s first byte (the tag); the KV blocks
+ * follow at KVTAG_BYTES. Host-visible only if the kvmem backend says so. */
+void *kvpool_page_addr(struct kvpool *p, uint32_t page);
+/* Byte offset of K (kv=0) or V (kv=1) of `layer` inside a page. */
+uint64_t kvpool_block_offset(const struct kvpool *p, uint32_t layer, int kv);
+
+const char *kvpage_state_name(enum kvpage_state s);
