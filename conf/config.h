@@ -1,0 +1,98 @@
+/* config.h - kvd's configuration: one table, one struct.
+ *
+ * Every key is declared once, in the table in config.c (section, key, type,
+ * default, range, help). The INI parser, `kvd --config-reference` and
+ * conf/kvd.example.ini all come from that table, so they cannot drift.
+ *
+ * kvd_config_load() reads an INI file with inih. Unknown sections or keys,
+ * bad types, out-of-range values and contradictory settings are errors
+ * naming FILE:LINE and the key; the caller exits 78 (EX_CONFIG).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define KVD_EX_CONFIG 78
+#define KVD_MAX_PEERS 16
+
+enum kvd_role { KVD_ROLE_PREFILL, KVD_ROLE_DECODE, KVD_ROLE_STANDALONE };
+enum kvd_cap_policy { KVD_CAP_REFUSE, KVD_CAP_CLAMP };
+enum kvd_transport { KVD_TRANSPORT_TCP, KVD_TRANSPORT_VERBS };
+
+struct kvd_config {
+	/* [node] */
+	char node_name[64];
+	enum kvd_role role;
+	/* [model] */
+	char model_path[1024];
+	uint32_t context_length;      /* 0 = the model's */
+	/* [kv] */
+	uint32_t page_tokens;
+	uint64_t pool_tokens;         /* exactly one of pool_tokens, memory_bytes */
+	uint64_t memory_bytes;
+	double capacity_margin;       /* >= 1.0 */
+	enum kvd_cap_policy capacity_policy;
+	int kv_dtype;                 /* enum kv_dtype */
+	char kv_backend[16];          /* host | cuda */
+	/* [engine] */
+	uint32_t threads;
+	uint32_t max_batch;           /* running requests per decode step */
+	/* [listen] */
+	char listen_client[256];      /* host:port and/or unix:PATH, comma list */
+	char listen_peer[256];
+	/* [peers] */
+	char peers_prefill[KVD_MAX_PEERS][256];
+	uint32_t n_peers_prefill;
+	/* [transfer] */
+	enum kvd_transport transport;
+	uint64_t max_batch_bytes;
+	uint32_t release_timeout_ms;
+	double link_gbps;
+	bool checksum;
+	uint32_t connect_timeout_ms;
+	uint32_t prefill_timeout_ms;
+	uint32_t transfer_timeout_ms;
+	uint32_t heartbeat_ms;
+	/* [admin] */
+	char admin_socket[256];
+	uint32_t admin_mode;          /* octal file mode of the socket */
+	char admin_group[64];         /* empty = root only */
+	/* [log] */
+	int log_level;                /* enum kvlog_level */
+	/* where the file came from */
+	char path[1024];
+};
+
+/* A parse or validation problem. */
+struct kvd_config_error {
+	char file[1024];
+	int line;             /* 0 when the problem is not on one line */
+	char key[96];         /* "section.key" or "" */
+	char msg[512];
+};
+
+/* Fill `c` with every key's default. */
+void kvd_config_defaults(struct kvd_config *c);
+/* Load and validate `path`. 0, or -1 with `err` filled (EX_CONFIG case), or
+ * a negative errno when the file cannot be read (err filled too). */
+int kvd_config_load(struct kvd_config *c, const char *path,
+		    struct kvd_config_error *err);
+/* Same, from a string (tests); `name` is used in error messages. */
+int kvd_config_load_string(struct kvd_config *c, const char *name,
+			   const char *text, struct kvd_config_error *err);
+/* Cross-key checks; also run by kvd_config_load. */
+int kvd_config_validate(struct kvd_config *c, struct kvd_config_error *err);
+
+/* Print "FILE:LINE: key: message". */
+void kvd_config_error_print(FILE *out, const struct kvd_config_error *err);
+/* Print the documented reference (every key, type, default, range, help). */
+void kvd_config_reference(FILE *out);
+/* Print an example INI (every key at its default, commented). */
+void kvd_config_example(FILE *out);
+/* Print the resolved configuration as INI. */
+void kvd_config_print(FILE *out, const struct kvd_config *c);
+
+const char *kvd_role_name(enum kvd_role r);
+const char *kvd_cap_policy_name(enum kvd_cap_policy p);
