@@ -1,0 +1,115 @@
+/* daemon.h - one kvd node: its loop, configuration, model, pool and state.
+ *
+ * main() builds exactly one struct kvd_daemon and runs it; there is no
+ * global state. Everything here is owned by the loop thread: other threads
+ * (compute workers) reach the daemon only through a queue and a uv_async_t.
+ *
+ * Lifecycle: kvd_daemon_init() loads the config'd model, builds the pool,
+ * runs the boot capacity check (logging event=kv_capacity) and, if the
+ * verdict allows, opens listeners; kvd_daemon_run() runs the loop until
+ * SIGTERM/SIGINT or kvd_daemon_stop(); kvd_daemon_deinit() closes every
+ * handle and frees the pool (safe twice).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "conf/config.h"
+#include "conf/log.h"
+#include "gpu/gguf.h"
+#include "gpu/kvmem.h"
+#include "gpu/kvpool.h"
+
+enum {
+	KVD_E_CAPACITY = 1,  /* pool cannot hold the context (policy refuse) */
+	KVD_E_MODEL,         /* model file cannot be used */
+	KVD_E_DRAINING,      /* node is draining: admits nothing new */
+	KVD_E_BUSY,          /* an operation of that kind is already running */
+	KVD_E_NOTFOUND,      /* no such request */
+};
+
+enum kvd_state {
+	KVD_STATE_STARTING = 0,
+	KVD_STATE_READY,
+	KVD_STATE_DRAINING,
+	KVD_STATE_DRAINED,
+	KVD_STATE_STOPPING,
+};
+
+/* Typed reasons a request is refused at admission (counted per reason). */
+enum kvd_reject {
+	KVD_REJECT_PROMPT_TOO_LONG = 0,
+	KVD_REJECT_INVALID,
+	KVD_REJECT_OVERLOADED,
+	KVD_REJECT_DRAINING,
+	KVD_REJECT_NO_PEER,
+	KVD_REJECT__N,
+};
+
+struct kvd_counters {
+	uint64_t admitted;
+	uint64_t rejected[KVD_REJECT__N];
+	uint64_t completed;
+	uint64_t failed;
+	uint64_t integrity_failures;
+};
+
+/* The result of one capacity check (invariant 4). */
+struct kvd_capacity {
+	uint64_t pool_tokens;         /* pages * page_tokens */
+	uint32_t pages;
+	uint32_t page_tokens;
+	uint64_t page_bytes;
+	uint64_t kv_bytes_per_token;
+	uint32_t context_length;      /* configured (or the model's) */
+	double margin;
+	uint64_t required_tokens;     /* ceil(context_length * margin) */
+	bool ok;                      /* pool_tokens >= required_tokens */
+	uint32_t advertised_context;  /* context admitted; clamped if so */
+};
+
+struct kvd_daemon {
+	uv_loop_t loop;
+	struct kvlog log;
+	struct kvd_config cfg;
+
+	/* model */
+	struct gguf_file *model;
+	struct llama_hparams hp;
+	char model_sha256[65];
+
+	/* KV pool */
+	struct kvmem mem;
+	struct kvpool *pool;
+	struct kvd_capacity cap;
+
+	enum kvd_state state;
+	uint64_t start_ns;
+	struct kvd_counters counters;
+	uint32_t in_flight;           /* admitted requests not yet terminal */
+
+	uv_signal_t sigterm;
+	uv_signal_t sigint;
+	bool signals_open;
+
+	struct admin_server *admin;   /* ctl/admin.h; NULL without a socket */
+	int exit_code;
+};
+
+const char *kvd_state_name(enum kvd_state s);
+const char *kvd_reject_name(enum kvd_reject r);
+
+/* Build the node from a loaded, validated config. Returns 0; KVD_E_CAPACITY
+ * (exit 78) or KVD_E_MODEL when the node must not start; negative errno on
+ * system failure. On any error the daemon is left deinit-able. */
+int kvd_daemon_init(struct kvd_daemon *d, const struct kvd_config *cfg);
+int kvd_daemon_run(struct kvd_daemon *d);
+void kvd_daemon_stop(struct kvd_daemon *d);
+void kvd_daemon_deinit(struct kvd_daemon *d);
+
+/* Compute the capacity figures for the current pool and config, log one
+ * event=kv_capacity line (reason: "boot", "resize", "peer", "admin"). */
+void kvd_daemon_capacity(struct kvd_daemon *d, const char *reason,
+			 struct kvd_capacity *out);
