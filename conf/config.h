@@ -35,7 +35,8 @@ struct kvd_config {
 	double capacity_margin;       /* >= 1.0 */
 	enum kvd_cap_policy capacity_policy;
 	int kv_dtype;                 /* enum kv_dtype */
-	char kv_backend[16];          /* host | cuda */
+	int kv_backend_id;            /* index: host, cuda */
+	char kv_backend[16];          /* "host" | "cuda" (derived) */
 	/* [engine] */
 	uint32_t threads;
 	uint32_t max_batch;           /* running requests per decode step */

@@ -1,0 +1,881 @@
+/* config.c - the configuration table and everything generated from it.
+ *
+ * Design: each key is one row of `conf_keys[]`: where it lives (section,
+ * key), how to parse it (type, range, choices), its default as the string a
+ * user would write, a help sentence, and the offset of its field in struct
+ * kvd_config. Loading is then generic: defaults are applied by parsing each
+ * row's default string through the same parser as the file, so a default
+ * can never be a value the parser would reject. The reference text and the
+ * example INI are printed from the same rows.
+ *
+ * inih does not hand line numbers to its handler in Debian's build, so we
+ * feed it through ini_parse_stream() with our own line reader that counts
+ * lines; the handler then knows the line of every key. The reader also
+ * catches lines longer than the parser's buffer, which inih would otherwise
+ * split silently.
+ *
+ * Only the first error is reported (with FILE:LINE and the key): the caller
+ * exits 78 at once and the operator fixes one thing at a time. Cross-key
+ * rules ("exactly one of", role-specific keys, the transfer bound against
+ * the release timeout) run after the file is read and name the line of the
+ * key that makes the set contradictory.
+ */
+#include "conf/config.h"
+#include "conf/log.h"
+#include "conf/util.h"
+#include "kvd_build.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum conf_type {
+	CT_STR,     /* char[] field; max = buffer size */
+	CT_NAME,    /* char[] of [A-Za-z0-9_.-] */
+	CT_U32,
+	CT_U64,
+	CT_SIZE,    /* u64 with optional K/M/G/T (binary) suffix */
+	CT_DOUBLE,
+	CT_BOOL,    /* on/off, true/false, yes/no, 1/0 */
+	CT_ENUM,    /* int field; value is the index in choices */
+	CT_LIST,    /* peers: comma-separated list of addresses */
+	CT_MODE,    /* octal file mode */
+	CT_ADDR,    /* comma list of host:port or unix:PATH (may be empty) */
+};
+
+struct conf_key {
+	const char *section;
+	const char *key;
+	enum conf_type type;
+	const char *def;
+	double min, max;            /* numeric range, inclusive */
+	const char *const *choices; /* CT_ENUM, NULL-terminated */
+	size_t offset;
+	size_t size;                /* field size for strings */
+	const char *help;
+};
+
+static const char *const roles[] = { "prefill", "decode", "standalone", NULL };
+static const char *const policies[] = { "refuse", "clamp", NULL };
+static const char *const dtypes[] = { "f32", "f16", NULL };
+static const char *const transports[] = { "tcp", "verbs", NULL };
+static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
+static const char *const backends[] = { "host", "cuda", NULL };
+
+#define F(field) offsetof(struct kvd_config, field), \
+	sizeof(((struct kvd_config *)0)->field)
+
+static const struct conf_key conf_keys[] = {
+	{ "node", "name", CT_NAME, "kvd0", 0, 0, NULL, F(node_name),
+	  "Node name: in every log line, the capacity line and the admin socket name." },
+	{ "node", "role", CT_ENUM, "standalone", 0, 0, roles, F(role),
+	  "prefill computes prompt KV and ships it; decode reserves pages, asks a prefill peer, generates; standalone does both." },
+
+	{ "model", "path", CT_STR, "", 0, 0, NULL, F(model_path),
+	  "GGUF model file (llama architecture). Required." },
+	{ "model", "context_length", CT_U32, "0", 0, 16777216, NULL, F(context_length),
+	  "Context length served, in tokens; 0 = the model's own context_length." },
+
+	{ "kv", "page_tokens", CT_U32, "16", 1, 4096, NULL, F(page_tokens),
+	  "Positions per KV page." },
+	{ "kv", "pool_tokens", CT_U64, "0", 0, 1e12, NULL, F(pool_tokens),
+	  "KV pool size in tokens (rounded up to whole pages). Exactly one of pool_tokens and memory_bytes." },
+	{ "kv", "memory_bytes", CT_SIZE, "0", 0, 1e15, NULL, F(memory_bytes),
+	  "KV pool size in bytes (suffix K, M, G, T: binary). Exactly one of pool_tokens and memory_bytes." },
+	{ "kv", "capacity_margin", CT_DOUBLE, "1.0", 1.0, 64.0, NULL, F(capacity_margin),
+	  "The pool must hold context_length x margin tokens." },
+	{ "kv", "capacity_policy", CT_ENUM, "refuse", 0, 0, policies, F(capacity_policy),
+	  "When the pool cannot hold the context: refuse to start (exit 78), or clamp the advertised context." },
+	{ "kv", "dtype", CT_ENUM, "f16", 0, 0, dtypes, F(kv_dtype),
+	  "Element type of K and V in the pool." },
+	{ "kv", "backend", CT_ENUM, "host", 0, 0, backends, F(kv_backend_id),
+	  "Where pages live: host memory, or CUDA device memory (needs a CUDA build)." },
+
+	{ "engine", "threads", CT_U32, "0", 0, 256, NULL, F(threads),
+	  "Compute worker threads; 0 = one per online CPU." },
+	{ "engine", "max_batch", CT_U32, "32", 1, 4096, NULL, F(max_batch),
+	  "Running requests per decode step (continuous batching)." },
+
+	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
+	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },
+	{ "listen", "peer", CT_ADDR, "", 0, 0, NULL, F(listen_peer),
+	  "Peer listener host:port (prefill)." },
+
+	{ "peers", "prefill", CT_LIST, "", 0, 0, NULL, F(peers_prefill),
+	  "Prefill peers host:port, comma-separated (decode; required there)." },
+
+	{ "transfer", "transport", CT_ENUM, "tcp", 0, 0, transports, F(transport),
+	  "How KV pages move: tcp, or verbs (RDMA; needs an ibverbs build)." },
+	{ "transfer", "max_batch_bytes", CT_SIZE, "4M", 4096, 1073741824.0, NULL, F(max_batch_bytes),
+	  "Largest KV transfer batch. Must move within release_timeout_ms at link_gbps." },
+	{ "transfer", "release_timeout_ms", CT_U32, "5000", 10, 3600000, NULL, F(release_timeout_ms),
+	  "How long a side waits for its peer before it gives up on a transfer and fences the pages." },
+	{ "transfer", "link_gbps", CT_DOUBLE, "10", 0.001, 100000, NULL, F(link_gbps),
+	  "Slowest link rate a batch may cross, in Gbit/s (used to bound batches)." },
+	{ "transfer", "checksum", CT_BOOL, "on", 0, 0, NULL, F(checksum),
+	  "XXH3 checksum on every batch, verified before the KV is used." },
+	{ "transfer", "connect_timeout_ms", CT_U32, "2000", 10, 600000, NULL, F(connect_timeout_ms),
+	  "Peer connect and handshake timeout." },
+	{ "transfer", "prefill_timeout_ms", CT_U32, "60000", 10, 3600000, NULL, F(prefill_timeout_ms),
+	  "Longest a decode node waits for a prefill to complete." },
+	{ "transfer", "transfer_timeout_ms", CT_U32, "30000", 10, 3600000, NULL, F(transfer_timeout_ms),
+	  "Longest gap between two batches of one transfer." },
+	{ "transfer", "heartbeat_ms", CT_U32, "1000", 10, 600000, NULL, F(heartbeat_ms),
+	  "Peer heartbeat interval; three missed beats mark the peer down." },
+
+	{ "admin", "socket", CT_STR, "", 0, 0, NULL, F(admin_socket),
+	  "Admin Unix socket; empty = $RUNTIME_DIRECTORY (or /run/kvd) / NODE.sock; 'none' disables it." },
+	{ "admin", "mode", CT_MODE, "0660", 0, 0777, NULL, F(admin_mode),
+	  "File mode of the admin socket (octal)." },
+	{ "admin", "group", CT_NAME, "kvd", 0, 0, NULL, F(admin_group),
+	  "Group whose members may use the admin socket (root always may)." },
+
+	{ "log", "level", CT_ENUM, "info", 0, 0, levels, F(log_level),
+	  "error, warn, info or debug." },
+};
+
+#undef F
+
+#define N_KEYS KVD_ARRAY_SIZE(conf_keys)
+
+struct conf_ctx {
+	struct kvd_config *c;
+	struct kvd_config_error *err;
+	const char *name;
+	int line;                  /* line the reader last returned */
+	int key_line[N_KEYS];      /* where each key was set; 0 = default */
+	int failed;
+	/* string source */
+	const char *text;
+	size_t text_pos;
+	FILE *file;
+};
+
+/* ---- errors ------------------------------------------------------------- */
+
+static int conf_fail(struct conf_ctx *x, int line, const char *key,
+		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int conf_fail(struct conf_ctx *x, int line, const char *key,
+		     const char *fmt, ...)
+{
+	va_list ap;
+
+	if (x->failed++)
+		return -1;
+	snprintf(x->err->file, sizeof(x->err->file), "%s", x->name);
+	x->err->line = line;
+	snprintf(x->err->key, sizeof(x->err->key), "%s", key ? key : "");
+	va_start(ap, fmt);
+	vsnprintf(x->err->msg, sizeof(x->err->msg), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+void kvd_config_error_print(FILE *out, const struct kvd_config_error *err)
+{
+	if (err->line > 0)
+		fprintf(out, "%s:%d: ", err->file, err->line);
+	else
+		fprintf(out, "%s: ", err->file);
+	if (err->key[0])
+		fprintf(out, "%s: ", err->key);
+	fprintf(out, "%s\n", err->msg);
+}
+
+/* ---- value parsers ------------------------------------------------------ */
+
+static void *field(struct kvd_config *c, const struct conf_key *k)
+{
+	return (char *)c + k->offset;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return errno ? -errno : -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	static const struct { const char *suf; unsigned shift; } sufs[] = {
+		{ "", 0 }, { "K", 10 }, { "KiB", 10 }, { "M", 20 },
+		{ "MiB", 20 }, { "G", 30 }, { "GiB", 30 }, { "T", 40 },
+		{ "TiB", 40 },
+	};
+	char *end;
+	unsigned long long v;
+
+	if (!isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -errno;
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(sufs); i++) {
+		if (strcmp(end, sufs[i].suf) != 0)
+			continue;
+		if (sufs[i].shift && v > (UINT64_MAX >> sufs[i].shift))
+			return -ERANGE;
+		*out = (uint64_t)v << sufs[i].shift;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "on", "true", "yes", "1" };
+	static const char *const no[] = { "off", "false", "no", "0" };
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*out = true;
+			return 0;
+		}
+		if (strcasecmp(s, no[i]) == 0) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static bool is_name(const char *s)
+{
+	if (!*s)
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' &&
+		    *s != '.')
+			return false;
+	return true;
+}
+
+/* host:port with port 1..65535; host may be [v6]. */
+static bool is_hostport(const char *s)
+{
+	const char *colon = strrchr(s, ':');
+	uint64_t port;
+
+	if (!colon || colon == s)
+		return false;
+	if (parse_u64(colon + 1, &port) < 0 || port == 0 || port > 65535)
+		return false;
+	for (const char *p = s; p < colon; p++)
+		if (isspace((unsigned char)*p) || *p == ',')
+			return false;
+	return true;
+}
+
+static bool is_addr(const char *s)
+{
+	if (strncmp(s, "unix:", 5) == 0)
+		return s[5] == '/' && strlen(s + 5) < 108;
+	return is_hostport(s);
+}
+
+/* Split a comma list into trimmed items; calls fn for each. */
+static int for_each_item(const char *v, char items[][256], uint32_t max,
+			 uint32_t *n)
+{
+	char buf[4096];
+	char *save = NULL;
+
+	*n = 0;
+	if (snprintf(buf, sizeof(buf), "%s", v) >= (int)sizeof(buf))
+		return -E2BIG;
+	for (char *tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		while (isspace((unsigned char)*tok))
+			tok++;
+		for (char *e = tok + strlen(tok);
+		     e > tok && isspace((unsigned char)e[-1]); e--)
+			e[-1] = '\0';
+		if (!*tok)
+			return -EINVAL;
+		if (*n == max)
+			return -E2BIG;
+		if (strlen(tok) >= 256)
+			return -ENAMETOOLONG;
+		snprintf(items[(*n)++], 256, "%s", tok);
+	}
+	return 0;
+}
+
+static int set_value(struct conf_ctx *x, const struct conf_key *k,
+		     const char *v, int line)
+{
+	char full[96];
+	void *f = field(x->c, k);
+	uint64_t u;
+	double d;
+	char *end;
+	int r;
+
+	snprintf(full, sizeof(full), "%s.%s", k->section, k->key);
+	switch (k->type) {
+	case CT_NAME:
+		if (!is_name(v))
+			return conf_fail(x, line, full,
+					 "'%s' is not a name (letters, digits, '_', '-', '.')", v);
+		/* fall through */
+	case CT_STR:
+		if (strlen(v) >= k->size)
+			return conf_fail(x, line, full,
+					 "value too long (at most %zu bytes)",
+					 k->size - 1);
+		memcpy(f, v, strlen(v) + 1);
+		return 0;
+	case CT_U32:
+	case CT_U64:
+	case CT_SIZE:
+		r = k->type == CT_SIZE ? parse_size(v, &u) : parse_u64(v, &u);
+		if (r == -EINVAL)
+			return conf_fail(x, line, full,
+					 "'%s' is not a%s non-negative integer", v,
+					 k->type == CT_SIZE ? " size (integer with optional K, M, G, T suffix):" : "");
+		if (r < 0 || (double)u < k->min || (double)u > k->max)
+			return conf_fail(x, line, full,
+					 "%s is out of range [%.0f, %.0f]", v,
+					 k->min, k->max);
+		if (k->type == CT_U32)
+			*(uint32_t *)f = (uint32_t)u;
+		else
+			*(uint64_t *)f = u;
+		return 0;
+	case CT_DOUBLE:
+		errno = 0;
+		d = strtod(v, &end);
+		if (!*v || *end || errno || !isfinite(d))
+			return conf_fail(x, line, full, "'%s' is not a number", v);
+		if (d < k->min || d > k->max)
+			return conf_fail(x, line, full,
+					 "%s is out of range [%g, %g]", v, k->min,
+					 k->max);
+		*(double *)f = d;
+		return 0;
+	case CT_BOOL:
+		if (parse_bool(v, (bool *)f) < 0)
+			return conf_fail(x, line, full,
+					 "'%s' is not a boolean (on/off, true/false, yes/no, 1/0)", v);
+		return 0;
+	case CT_ENUM:
+		for (int i = 0; k->choices[i]; i++) {
+			if (strcmp(v, k->choices[i]) == 0) {
+				*(int *)f = i;
+				return 0;
+			}
+		}
+		{
+			char list[256] = "";
+			size_t o = 0;
+
+			for (int i = 0; k->choices[i]; i++)
+				o += (size_t)snprintf(list + o, sizeof(list) - o,
+						      "%s%s", i ? ", " : "",
+						      k->choices[i]);
+			return conf_fail(x, line, full,
+					 "'%s' is not one of: %s", v, list);
+		}
+	case CT_MODE:
+		errno = 0;
+		u = strtoull(v, &end, 8);
+		if (!*v || *end || errno || u > (uint64_t)k->max)
+			return conf_fail(x, line, full,
+					 "'%s' is not an octal file mode (e.g. 0660)", v);
+		*(uint32_t *)f = (uint32_t)u;
+		return 0;
+	case CT_ADDR: {
+		char items[8][256];
+		uint32_t n;
+
+		if (*v && (for_each_item(v, items, 8, &n) < 0))
+			return conf_fail(x, line, full,
+					 "'%s' is not a comma list of addresses", v);
+		for (uint32_t i = 0; *v && i < n; i++)
+			if (!is_addr(items[i]))
+				return conf_fail(x, line, full,
+						 "'%s' is not host:port or unix:/PATH",
+						 items[i]);
+		if (strlen(v) >= k->size)
+			return conf_fail(x, line, full, "value too long");
+		memcpy(f, v, strlen(v) + 1);
+		return 0;
+	}
+	case CT_LIST: {
+		uint32_t n = 0;
+
+		if (*v) {
+			r = for_each_item(v, x->c->peers_prefill, KVD_MAX_PEERS, &n);
+			if (r == -E2BIG)
+				return conf_fail(x, line, full,
+						 "more than %d peers", KVD_MAX_PEERS);
+			if (r < 0)
+				return conf_fail(x, line, full,
+						 "'%s' is not a comma list of host:port", v);
+			for (uint32_t i = 0; i < n; i++)
+				if (!is_hostport(x->c->peers_prefill[i]))
+					return conf_fail(x, line, full,
+							 "'%s' is not host:port",
+							 x->c->peers_prefill[i]);
+		}
+		x->c->n_peers_prefill = n;
+		return 0;
+	}
+	}
+	return conf_fail(x, line, full, "internal: unknown key type");
+}
+
+/* ---- inih glue ---------------------------------------------------------- */
+
+static bool section_known(const char *s)
+{
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (strcmp(conf_keys[i].section, s) == 0)
+			return true;
+	return false;
+}
+
+static int conf_handler(void *user, const char *section, const char *name,
+			const char *value)
+{
+	struct conf_ctx *x = user;
+	char full[256];
+
+	snprintf(full, sizeof(full), "%s.%s", section, name);
+	if (!*section)
+		return conf_fail(x, x->line, name,
+				 "key outside any [section]"), 0;
+	if (!section_known(section))
+		return conf_fail(x, x->line, full,
+				 "unknown section [%s]", section), 0;
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+
+		if (strcmp(k->section, section) || strcmp(k->key, name))
+			continue;
+		if (x->key_line[i])
+			return conf_fail(x, x->line, full,
+					 "set twice (first at line %d)",
+					 x->key_line[i]), 0;
+		x->key_line[i] = x->line;
+		return set_value(x, k, value, x->line) == 0;
+	}
+	return conf_fail(x, x->line, full, "unknown key in [%s]", section), 0;
+}
+
+/* fgets-style reader that counts lines and rejects over-long ones. */
+static char *conf_reader(char *str, int num, void *stream)
+{
+	struct conf_ctx *x = stream;
+	size_t n = 0;
+	int ch;
+
+	if (x->file) {
+		if (!fgets(str, num, x->file))
+			return NULL;
+		n = strlen(str);
+	} else {
+		if (!x->text[x->text_pos])
+			return NULL;
+		while (n + 1 < (size_t)num && (ch = x->text[x->text_pos])) {
+			x->text_pos++;
+			str[n++] = (char)ch;
+			if (ch == '\n')
+				break;
+		}
+		str[n] = '\0';
+	}
+	x->line++;
+	if (n && str[n - 1] != '\n' && n + 1 == (size_t)num) {
+		conf_fail(x, x->line, NULL,
+			  "line longer than %d bytes", num - 3);
+		/* swallow the rest of the line so counting stays right */
+		if (x->file)
+			while ((ch = fgetc(x->file)) != EOF && ch != '\n')
+				;
+		else
+			while (x->text[x->text_pos] &&
+			       x->text[x->text_pos++] != '\n')
+				;
+		str[0] = '\0';
+	}
+	return str;
+}
+
+/* ---- defaults, validation ----------------------------------------------- */
+
+void kvd_config_defaults(struct kvd_config *c)
+{
+	struct kvd_config_error err;
+	struct conf_ctx x = { .c = c, .err = &err, .name = "(defaults)" };
+
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < N_KEYS; i++)
+		set_value(&x, &conf_keys[i], conf_keys[i].def, 0);
+	/* A default the parser rejects is a bug in the table; tests check
+	 * that x.failed stays 0 through kvd_config_load_string(""). */
+	snprintf(c->kv_backend, sizeof(c->kv_backend), "%s",
+		 backends[c->kv_backend_id]);
+}
+
+static int key_index(const char *section, const char *key)
+{
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (!strcmp(conf_keys[i].section, section) &&
+		    !strcmp(conf_keys[i].key, key))
+			return (int)i;
+	return -1;
+}
+
+static int line_of(const struct conf_ctx *x, const char *section,
+		   const char *key)
+{
+	int i = key_index(section, key);
+
+	return i < 0 ? 0 : x->key_line[i];
+}
+
+/* Seconds a batch takes on the slowest link. */
+static double batch_ms(uint64_t bytes, double gbps)
+{
+	return (double)bytes * 8.0 / (gbps * 1e9) * 1e3;
+}
+
+static int conf_validate(struct conf_ctx *x)
+{
+	struct kvd_config *c = x->c;
+	int l;
+
+	if (!c->model_path[0])
+		return conf_fail(x, 0, "model.path",
+				 "required: the GGUF model this node serves");
+	if (access(c->model_path, R_OK) < 0)
+		return conf_fail(x, line_of(x, "model", "path"), "model.path",
+				 "cannot read '%s': %s", c->model_path,
+				 strerror(errno));
+	if (!!c->pool_tokens == !!c->memory_bytes) {
+		l = KVD_MAX(line_of(x, "kv", "pool_tokens"),
+			    line_of(x, "kv", "memory_bytes"));
+		return conf_fail(x, l, c->pool_tokens ? "kv.memory_bytes" : "kv.pool_tokens",
+				 "set exactly one of kv.pool_tokens and kv.memory_bytes (%s)",
+				 c->pool_tokens ? "both are set" : "neither is set");
+	}
+	if (c->role == KVD_ROLE_DECODE && c->n_peers_prefill == 0)
+		return conf_fail(x, line_of(x, "node", "role"), "peers.prefill",
+				 "a decode node needs at least one prefill peer");
+	if (c->role != KVD_ROLE_DECODE && c->n_peers_prefill)
+		return conf_fail(x, line_of(x, "peers", "prefill"), "peers.prefill",
+				 "only decode nodes have prefill peers (role is %s)",
+				 kvd_role_name(c->role));
+	if (c->role == KVD_ROLE_DECODE && c->listen_peer[0])
+		return conf_fail(x, line_of(x, "listen", "peer"), "listen.peer",
+				 "decode nodes do not accept peers; listen.peer is for prefill nodes");
+	if (c->role == KVD_ROLE_PREFILL && c->listen_client[0])
+		return conf_fail(x, line_of(x, "listen", "client"), "listen.client",
+				 "prefill nodes serve no clients; listen.client is for decode and standalone nodes");
+	if (c->listen_peer[0] && strncmp(c->listen_peer, "unix:", 5) == 0)
+		return conf_fail(x, line_of(x, "listen", "peer"), "listen.peer",
+				 "peers connect over TCP: use host:port");
+	if (c->transport == KVD_TRANSPORT_VERBS && !KVD_HAVE_VERBS)
+		return conf_fail(x, line_of(x, "transfer", "transport"),
+				 "transfer.transport",
+				 "verbs: this kvd was built without libibverbs");
+	if (!strcmp(c->kv_backend, "cuda") && !KVD_HAVE_CUDA)
+		return conf_fail(x, line_of(x, "kv", "backend"), "kv.backend",
+				 "cuda: this kvd was built without CUDA");
+	if (batch_ms(c->max_batch_bytes, c->link_gbps) >= c->release_timeout_ms) {
+		l = KVD_MAX(line_of(x, "transfer", "max_batch_bytes"),
+			    KVD_MAX(line_of(x, "transfer", "link_gbps"),
+				    line_of(x, "transfer", "release_timeout_ms")));
+		return conf_fail(x, l, "transfer.max_batch_bytes",
+				 "a %llu-byte batch takes %.1f ms at %g Gbit/s, not within release_timeout_ms=%u",
+				 (unsigned long long)c->max_batch_bytes,
+				 batch_ms(c->max_batch_bytes, c->link_gbps),
+				 c->link_gbps, c->release_timeout_ms);
+	}
+	if (c->prefill_timeout_ms < c->transfer_timeout_ms)
+		return conf_fail(x, line_of(x, "transfer", "prefill_timeout_ms"),
+				 "transfer.prefill_timeout_ms",
+				 "%u is shorter than transfer.transfer_timeout_ms=%u",
+				 c->prefill_timeout_ms, c->transfer_timeout_ms);
+	if (c->heartbeat_ms * 3 > c->release_timeout_ms)
+		return conf_fail(x, line_of(x, "transfer", "heartbeat_ms"),
+				 "transfer.heartbeat_ms",
+				 "three heartbeats (%u ms) must fit in release_timeout_ms=%u",
+				 c->heartbeat_ms * 3, c->release_timeout_ms);
+	return 0;
+}
+
+/* Resolve defaults that depend on other keys or the environment. */
+static int conf_resolve(struct conf_ctx *x)
+{
+	struct kvd_config *c = x->c;
+	const char *rt;
+	int n;
+
+	snprintf(c->kv_backend, sizeof(c->kv_backend), "%s",
+		 backends[c->kv_backend_id]);
+	if (!c->admin_socket[0]) {
+		rt = getenv("RUNTIME_DIRECTORY");
+		if (!rt || !*rt || strchr(rt, ':'))
+			rt = "/run/kvd";
+		n = snprintf(c->admin_socket, sizeof(c->admin_socket),
+			     "%s/%s.sock", rt, c->node_name);
+		if (n >= (int)sizeof(c->admin_socket))
+			return conf_fail(x, 0, "admin.socket",
+					 "derived path too long");
+	}
+	if (strcmp(c->admin_socket, "none") != 0 &&
+	    (c->admin_socket[0] != '/' || strlen(c->admin_socket) >= 108))
+		return conf_fail(x, line_of(x, "admin", "socket"), "admin.socket",
+				 "'%s' must be an absolute path under 108 bytes, or 'none'",
+				 c->admin_socket);
+	return 0;
+}
+
+static int conf_parse(struct kvd_config *c, struct conf_ctx *x)
+{
+	int r;
+
+	kvd_config_defaults(c);
+	r = ini_parse_stream(conf_reader, x, conf_handler, x);
+	if (r > 0 && !x->failed)
+		conf_fail(x, r, NULL, "syntax error (expected [section] or key = value)");
+	if (x->failed)
+		return -1;
+	if (conf_resolve(x) < 0 || conf_validate(x) < 0)
+		return -1;
+	return 0;
+}
+
+int kvd_config_load(struct kvd_config *c, const char *path,
+		    struct kvd_config_error *err)
+{
+	struct conf_ctx x = { .c = c, .err = err, .name = path };
+	struct stat st;
+	int r;
+
+	memset(err, 0, sizeof(*err));
+	x.file = fopen(path, "re");
+	if (!x.file) {
+		r = -errno;
+		snprintf(err->file, sizeof(err->file), "%s", path);
+		snprintf(err->msg, sizeof(err->msg), "cannot open: %s",
+			 strerror(-r));
+		return r;
+	}
+	if (fstat(fileno(x.file), &st) == 0 && !S_ISREG(st.st_mode)) {
+		fclose(x.file);
+		snprintf(err->file, sizeof(err->file), "%s", path);
+		snprintf(err->msg, sizeof(err->msg), "not a regular file");
+		return -EINVAL;
+	}
+	r = conf_parse(c, &x);
+	fclose(x.file);
+	if (r == 0)
+		snprintf(c->path, sizeof(c->path), "%s", path);
+	return r;
+}
+
+int kvd_config_load_string(struct kvd_config *c, const char *name,
+			   const char *text, struct kvd_config_error *err)
+{
+	struct conf_ctx x = { .c = c, .err = err, .name = name, .text = text };
+	int r;
+
+	memset(err, 0, sizeof(*err));
+	r = conf_parse(c, &x);
+	if (r == 0)
+		snprintf(c->path, sizeof(c->path), "%s", name);
+	return r;
+}
+
+int kvd_config_validate(struct kvd_config *c, struct kvd_config_error *err)
+{
+	struct conf_ctx x = { .c = c, .err = err, .name = c->path };
+
+	memset(err, 0, sizeof(*err));
+	return conf_validate(&x);
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+static const char *type_doc(const struct conf_key *k, char *buf, size_t size)
+{
+	size_t o = 0;
+
+	switch (k->type) {
+	case CT_STR: return "string";
+	case CT_NAME: return "name";
+	case CT_U32:
+	case CT_U64:
+		snprintf(buf, size, "integer, %.0f..%.0f", k->min, k->max);
+		return buf;
+	case CT_SIZE:
+		snprintf(buf, size, "size (K/M/G/T suffix), %.0f..%.0f", k->min, k->max);
+		return buf;
+	case CT_DOUBLE:
+		snprintf(buf, size, "number, %g..%g", k->min, k->max);
+		return buf;
+	case CT_BOOL: return "boolean (on/off)";
+	case CT_ENUM:
+		for (int i = 0; k->choices[i]; i++)
+			o += (size_t)snprintf(buf + o, size - o, "%s%s",
+					      i ? " | " : "", k->choices[i]);
+		return buf;
+	case CT_LIST: return "comma list of host:port";
+	case CT_MODE: return "octal file mode";
+	case CT_ADDR: return "comma list of host:port | unix:/PATH";
+	}
+	return "?";
+}
+
+void kvd_config_reference(FILE *out)
+{
+	const char *sec = "";
+	char buf[256];
+
+	fprintf(out, "kvd configuration reference (INI; every key below, no others).\n"
+		     "Errors name FILE:LINE and the key; kvd then exits 78.\n");
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+
+		if (strcmp(sec, k->section)) {
+			sec = k->section;
+			fprintf(out, "\n[%s]\n", sec);
+		}
+		fprintf(out, "  %s.%s\n    type: %s\n    default: %s\n    %s\n",
+			k->section, k->key, type_doc(k, buf, sizeof(buf)),
+			k->def[0] ? k->def : "(empty)", k->help);
+	}
+	fprintf(out, "\nRules across keys:\n"
+		"  - exactly one of kv.pool_tokens and kv.memory_bytes;\n"
+		"  - decode nodes need peers.prefill and have no listen.peer;\n"
+		"    prefill nodes have no peers.prefill and no listen.client;\n"
+		"  - transfer.max_batch_bytes must move within transfer.release_timeout_ms\n"
+		"    at transfer.link_gbps;\n"
+		"  - three transfer.heartbeat_ms fit in transfer.release_timeout_ms;\n"
+		"  - transfer.prefill_timeout_ms >= transfer.transfer_timeout_ms;\n"
+		"  - transfer.transport=verbs and kv.backend=cuda need a build with them;\n"
+		"  - model.path must be readable.\n");
+}
+
+static void print_wrapped_comment(FILE *out, const char *text)
+{
+	const char *p = text;
+
+	while (*p) {
+		size_t n = strlen(p);
+
+		if (n > 74) {
+			n = 74;
+			while (n > 20 && p[n] != ' ')
+				n--;
+		}
+		fprintf(out, "; %.*s\n", (int)n, p);
+		p += n;
+		while (*p == ' ')
+			p++;
+	}
+}
+
+void kvd_config_example(FILE *out)
+{
+	const char *sec = "";
+
+	fprintf(out, "; kvd example configuration - generated by `kvd --config-example`\n"
+		     "; from the key table in conf/config.c. Every key is shown at its\n"
+		     "; default; uncomment and change what you need.\n");
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+
+		if (strcmp(sec, k->section)) {
+			sec = k->section;
+			fprintf(out, "\n[%s]\n", sec);
+		}
+		print_wrapped_comment(out, k->help);
+		fprintf(out, ";%s = %s\n", k->key, k->def);
+	}
+}
+
+static void print_value(FILE *out, const struct kvd_config *c,
+			const struct conf_key *k)
+{
+	const void *f = (const char *)c + k->offset;
+
+	switch (k->type) {
+	case CT_STR:
+	case CT_NAME:
+	case CT_ADDR:
+		fprintf(out, "%s", (const char *)f);
+		break;
+	case CT_U32:
+		fprintf(out, "%u", *(const uint32_t *)f);
+		break;
+	case CT_U64:
+	case CT_SIZE:
+		fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)f);
+		break;
+	case CT_DOUBLE:
+		fprintf(out, "%g", *(const double *)f);
+		break;
+	case CT_BOOL:
+		fprintf(out, "%s", *(const bool *)f ? "on" : "off");
+		break;
+	case CT_ENUM:
+		fprintf(out, "%s", k->choices[*(const int *)f]);
+		break;
+	case CT_MODE:
+		fprintf(out, "0%03o", *(const uint32_t *)f);
+		break;
+	case CT_LIST:
+		for (uint32_t i = 0; i < c->n_peers_prefill; i++)
+			fprintf(out, "%s%s", i ? "," : "", c->peers_prefill[i]);
+		break;
+	}
+}
+
+void kvd_config_print(FILE *out, const struct kvd_config *c)
+{
+	const char *sec = "";
+
+	fprintf(out, "; resolved configuration of %s\n", c->path);
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const struct conf_key *k = &conf_keys[i];
+
+		if (strcmp(sec, k->section)) {
+			sec = k->section;
+			fprintf(out, "%s[%s]\n", i ? "\n" : "", sec);
+		}
+		fprintf(out, "%s = ", k->key);
+		print_value(out, c, k);
+		fputc('\n', out);
+	}
+}
+
+const char *kvd_role_name(enum kvd_role r)
+{
+	return r <= KVD_ROLE_STANDALONE ? roles[r] : "?";
+}
+
+const char *kvd_cap_policy_name(enum kvd_cap_policy p)
+{
+	return p <= KVD_CAP_CLAMP ? policies[p] : "?";
+}
