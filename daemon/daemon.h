@@ -96,7 +96,23 @@ struct kvd_daemon {
 
 	struct admin_server *admin;   /* ctl/admin.h; NULL without a socket */
 	int exit_code;
+
+	/* Upper layers (ctl/, later net/ listeners) register a hook that
+	 * closes their handles when the node stops; the daemon layer cannot
+	 * call up into them. Run in reverse order of registration. */
+	struct kvd_stop_hook {
+		void (*fn)(struct kvd_daemon *d, void *arg);
+		void *arg;
+	} stop_hooks[8];
+	unsigned n_stop_hooks;
+
+	uv_timer_t drain_timer;       /* SIGTERM: wait for in-flight work */
+	bool stop_after_drain;        /* SIGTERM drain: stop when drained */
+	uv_timer_t watchdog_timer;    /* sd_notify WATCHDOG=1 */
+	bool timers_open;
 };
+
+#define KVD_DAEMON_NULL { .exit_code = 0 }
 
 const char *kvd_state_name(enum kvd_state s);
 const char *kvd_reject_name(enum kvd_reject r);
@@ -105,11 +121,34 @@ const char *kvd_reject_name(enum kvd_reject r);
  * (exit 78) or KVD_E_MODEL when the node must not start; negative errno on
  * system failure. On any error the daemon is left deinit-able. */
 int kvd_daemon_init(struct kvd_daemon *d, const struct kvd_config *cfg);
+/* Every listener is up: become READY (sd_notify READY=1). */
+void kvd_daemon_ready(struct kvd_daemon *d);
+/* Register a stop hook (see stop_hooks). -ENOSPC when full. */
+int kvd_daemon_on_stop(struct kvd_daemon *d,
+		       void (*fn)(struct kvd_daemon *d, void *arg), void *arg);
 int kvd_daemon_run(struct kvd_daemon *d);
+/* Stop now: run the stop hooks, close every daemon handle; uv_run then
+ * returns once the close callbacks have run. Safe twice. */
 void kvd_daemon_stop(struct kvd_daemon *d);
+/* SIGTERM path: stop admitting (DRAINING), stop when in_flight reaches 0
+ * or after the drain timeout. */
+void kvd_daemon_drain_and_stop(struct kvd_daemon *d);
+/* Tell systemd (no-op without libsystemd or NOTIFY_SOCKET). */
+void kvd_daemon_notify_status(struct kvd_daemon *d, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Called by request owners when in_flight drops; completes a drain. */
+void kvd_daemon_in_flight_changed(struct kvd_daemon *d);
 void kvd_daemon_deinit(struct kvd_daemon *d);
 
 /* Compute the capacity figures for the current pool and config, log one
  * event=kv_capacity line (reason: "boot", "resize", "peer", "admin"). */
 void kvd_daemon_capacity(struct kvd_daemon *d, const char *reason,
 			 struct kvd_capacity *out);
+
+/* Pure capacity arithmetic (no logging): for a pool of `pages` pages. */
+void kvd_capacity_compute(const struct kvd_config *cfg,
+			  const struct llama_hparams *hp, uint32_t pages,
+			  struct kvd_capacity *out);
+/* Pages the configured kv.pool_tokens / kv.memory_bytes give. */
+int kvd_capacity_pages(const struct kvd_config *cfg,
+		       const struct llama_hparams *hp, uint32_t *pages);
