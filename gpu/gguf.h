@@ -50,6 +50,18 @@ enum ggml_type {
 	GGML_TYPE_Q5_0 = 6,
 	GGML_TYPE_Q5_1 = 7,
 	GGML_TYPE_Q8_0 = 8,
+	GGML_TYPE_Q8_1 = 9,
+	GGML_TYPE_Q2_K = 10,
+	GGML_TYPE_Q3_K = 11,
+	GGML_TYPE_Q4_K = 12,
+	GGML_TYPE_Q5_K = 13,
+	GGML_TYPE_Q6_K = 14,
+	GGML_TYPE_Q8_K = 15,
+	GGML_TYPE_I8 = 24,
+	GGML_TYPE_I16 = 25,
+	GGML_TYPE_I32 = 26,
+	GGML_TYPE_I64 = 27,
+	GGML_TYPE_F64 = 28,
 	GGML_TYPE_BF16 = 30,
 };
 
@@ -72,6 +84,10 @@ struct gguf_kv {
 	uint64_t arr_len;          /* when type == ARRAY */
 	const uint8_t *value;      /* first byte of the value (or array data) */
 	uint64_t offset;           /* file offset of the value */
+	uint64_t key_offset;       /* file offset of the key (error messages) */
+	/* String arrays only: (arr_len) views into the mapping, built at open
+	 * so gguf_arr_str() is O(1). NULL for every other type. */
+	const struct gguf_str *arr_str;
 };
 
 #define GGUF_MAX_DIMS 4
@@ -84,6 +100,7 @@ struct gguf_tensor {
 	uint64_t offset;            /* relative to the data section */
 	uint64_t nbytes;
 	const void *data;           /* into the mapping */
+	uint64_t info_offset;       /* file offset of the tensor info */
 };
 
 struct gguf_file {
@@ -116,9 +133,22 @@ int gguf_get_bool(const struct gguf_file *f, const char *key, bool *out);
 int gguf_get_str(const struct gguf_file *f, const char *key,
 		 struct gguf_str *out);
 /* Array element access for string arrays (tokens, merges): walks the
- * array once at open to build an index, so this is O(1). */
+ * array once at open to build an index, so this is O(1). GGUF_E_TYPE when
+ * kv is not an array of strings, -ERANGE when i >= arr_len. */
 int gguf_arr_str(const struct gguf_file *f, const struct gguf_kv *kv,
 		 uint64_t i, struct gguf_str *out);
+/* Numeric array element access (scores, token types): element i of an
+ * array of any integer type (as i64) or float type (as f64).
+ * GGUF_E_TYPE for other arrays, -ERANGE when i >= arr_len. */
+int gguf_arr_i64(const struct gguf_kv *kv, uint64_t i, int64_t *out);
+int gguf_arr_f64(const struct gguf_kv *kv, uint64_t i, double *out);
+/* Size in bytes of one value of a fixed-size type; 0 for STRING/ARRAY. */
+size_t gguf_vtype_size(enum gguf_vtype t);
+const char *gguf_vtype_name(enum gguf_vtype t);
+/* Compare a mapping string with a C string. */
+bool gguf_str_eq(struct gguf_str s, const char *c);
+/* Human name of a GGUF_E_* code or negative errno. */
+const char *gguf_strerror(int code);
 
 const struct gguf_tensor *gguf_tensor_find(const struct gguf_file *f,
 					   const char *name);
@@ -151,7 +181,12 @@ struct llama_hparams {
 	float norm_eps;         /* {arch}.attention.layer_norm_rms_epsilon */
 };
 
-/* Read and check the hyperparameters of a llama-architecture file. */
+/* Read and check the hyperparameters of a llama-architecture file.
+ * Besides the keys, it checks every tensor the llama graph uses exists
+ * with the shape the metadata implies (output.weight may be absent: tied
+ * embeddings), that the tokenizer's token count equals n_vocab, and
+ * that {arch}.vocab_size, when present, agrees. Errors name the key or
+ * tensor and its offset. */
 int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 		       struct gguf_error *err);
 
