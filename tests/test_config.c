@@ -1,0 +1,288 @@
+/* test_config.c - the config table, parser and cross-key rules. */
+#include "conf/config.h"
+#include "conf/log.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char model_path[64];
+
+static void setup(void)
+{
+	int fd;
+
+	snprintf(model_path, sizeof(model_path), "/tmp/kvd-test-model-XXXXXX");
+	fd = mkstemp(model_path);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+}
+
+static void teardown(void)
+{
+	unlink(model_path);
+}
+
+/* A valid base config with `extra` appended (later sections may repeat
+ * names: inih allows a section to reopen). */
+static int load(struct kvd_config *c, struct kvd_config_error *e,
+		const char *extra)
+{
+	char text[4096];
+
+	snprintf(text, sizeof(text),
+		 "[node]\nname = n1\n"
+		 "[model]\npath = %s\n"
+		 "%s", model_path, extra);
+	return kvd_config_load_string(c, "test.ini", text, e);
+}
+
+START_TEST(test_defaults_parse)
+{
+	struct kvd_config c;
+	struct kvd_config_error e;
+
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 4096\n"), 0);
+	ck_assert_str_eq(c.node_name, "n1");
+	ck_assert_int_eq(c.role, KVD_ROLE_STANDALONE);
+	ck_assert_uint_eq(c.page_tokens, 16);
+	ck_assert_uint_eq(c.pool_tokens, 4096);
+	ck_assert_uint_eq(c.max_batch_bytes, 4u << 20);
+	ck_assert(c.checksum);
+	ck_assert_uint_eq(c.admin_mode, 0660);
+	ck_assert_int_eq(c.log_level, KVLOG_INFO);
+	ck_assert_int_eq(c.capacity_policy, KVD_CAP_REFUSE);
+	ck_assert_str_eq(c.kv_backend, "host");
+	ck_assert(c.admin_socket[0] == '/');
+}
+END_TEST
+
+START_TEST(test_values)
+{
+	struct kvd_config c;
+	struct kvd_config_error e;
+
+	ck_assert_int_eq(load(&c, &e,
+			      "[node]\nrole = decode\n"
+			      "[kv]\nmemory_bytes = 2G\ncapacity_margin = 1.5\n"
+			      "capacity_policy = clamp\ndtype = f32\n"
+			      "[peers]\nprefill = 127.0.0.1:7100, [::1]:7101\n"
+			      "[transfer]\nchecksum = off\n"
+			      "[admin]\nsocket = /tmp/x.sock\nmode = 0600\n"
+			      "[log]\nlevel = debug\n"), 0);
+	ck_assert_int_eq(c.role, KVD_ROLE_DECODE);
+	ck_assert_uint_eq(c.memory_bytes, 2ull << 30);
+	ck_assert(c.capacity_margin == 1.5);
+	ck_assert_int_eq(c.capacity_policy, KVD_CAP_CLAMP);
+	ck_assert_int_eq(c.kv_dtype, 0);
+	ck_assert_uint_eq(c.n_peers_prefill, 2);
+	ck_assert_str_eq(c.peers_prefill[1], "[::1]:7101");
+	ck_assert(!c.checksum);
+	ck_assert_str_eq(c.admin_socket, "/tmp/x.sock");
+	ck_assert_uint_eq(c.admin_mode, 0600);
+	ck_assert_int_eq(c.log_level, KVLOG_DEBUG);
+}
+END_TEST
+
+/* Each bad config: the text, the line and key the error must name. The
+ * base config takes 4 lines, so the first extra line is line 5. */
+static const struct bad {
+	const char *what;
+	const char *text;
+	int line;
+	const char *key;
+	const char *needle;
+} bads[] = {
+	{ "unknown section", "[kv]\npool_tokens = 64\n[nosuch]\nx = 1\n", 8, "nosuch.x", "unknown section" },
+	{ "unknown key", "[kv]\npool_tokens = 64\npool_tokenz = 1\n", 7, "kv.pool_tokenz", "unknown key" },
+	{ "bad integer", "[kv]\npool_tokens = lots\n", 6, "kv.pool_tokens", "not a" },
+	{ "negative integer", "[kv]\npool_tokens = -5\n", 6, "kv.pool_tokens", "not a" },
+	{ "out of range", "[kv]\npool_tokens = 64\npage_tokens = 0\n", 7, "kv.page_tokens", "out of range" },
+	{ "bad size suffix", "[kv]\nmemory_bytes = 4X\n", 6, "kv.memory_bytes", "size" },
+	{ "bad enum", "[kv]\npool_tokens = 64\n[node]\nrole = both\n", 8, "node.role", "not one of" },
+	{ "bad bool", "[kv]\npool_tokens = 64\n[transfer]\nchecksum = maybe\n", 8, "transfer.checksum", "boolean" },
+	{ "bad number", "[kv]\npool_tokens = 64\ncapacity_margin = 1.2x\n", 7, "kv.capacity_margin", "not a number" },
+	{ "margin below 1", "[kv]\npool_tokens = 64\ncapacity_margin = 0.9\n", 7, "kv.capacity_margin", "out of range" },
+	{ "duplicate key", "[kv]\npool_tokens = 64\npool_tokens = 65\n", 7, "kv.pool_tokens", "set twice" },
+	{ "both pool sizes", "[kv]\npool_tokens = 64\nmemory_bytes = 1M\n", 7, "kv.memory_bytes", "exactly one" },
+	{ "no pool size", "[kv]\npage_tokens = 8\n", 0, "kv.pool_tokens", "neither" },
+	{ "decode without peers", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n", 8, "peers.prefill", "prefill peer" },
+	{ "prefill with peers", "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n[peers]\nprefill = h:1\n", 10, "peers.prefill", "only decode" },
+	{ "bad peer address", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\nprefill = hostonly\n", 10, "peers.prefill", "host:port" },
+	{ "bad listen address", "[kv]\npool_tokens = 64\n[listen]\nclient = unix:relative\n", 8, "listen.client", "host:port or unix" },
+	{ "batch exceeds release timeout", "[kv]\npool_tokens = 64\n[transfer]\nmax_batch_bytes = 1G\nlink_gbps = 1\nrelease_timeout_ms = 1000\n", 10, "transfer.max_batch_bytes", "release_timeout_ms" },
+	{ "bad octal mode", "[kv]\npool_tokens = 64\n[admin]\nmode = 0999\n", 8, "admin.mode", "octal" },
+	{ "key outside section", "", 1, "", "" }, /* handled below */
+	{ "bad node name", "", 1, "node.name", "not a name" }, /* handled below */
+	{ "relative admin socket", "[kv]\npool_tokens = 64\n[admin]\nsocket = x.sock\n", 8, "admin.socket", "absolute" },
+	{ "heartbeat vs release", "[kv]\npool_tokens = 64\n[transfer]\nheartbeat_ms = 3000\nrelease_timeout_ms = 5000\n", 8, "transfer.heartbeat_ms", "heartbeats" },
+	{ "syntax error", "[kv]\npool_tokens = 64\nthis is not ini\n", 7, "", "syntax" },
+};
+
+START_TEST(test_bad)
+{
+	const struct bad *b = &bads[_i];
+	struct kvd_config c;
+	struct kvd_config_error e;
+
+	if (strcmp(b->what, "key outside section") == 0) {
+		ck_assert_int_eq(kvd_config_load_string(&c, "t.ini", "x = 1\n", &e), -1);
+		ck_assert_int_eq(e.line, 1);
+		ck_assert_str_eq(e.key, "x");
+		return;
+	}
+	if (strcmp(b->what, "bad node name") == 0) {
+		ck_assert_int_eq(kvd_config_load_string(&c, "t.ini",
+			"[node]\nname = a b\n", &e), -1);
+		ck_assert_int_eq(e.line, 2);
+		ck_assert_str_eq(e.key, "node.name");
+		ck_assert(strstr(e.msg, "not a name") != NULL);
+		return;
+	}
+	ck_assert_msg(load(&c, &e, b->text) == -1, "%s: accepted", b->what);
+	ck_assert_msg(e.line == b->line, "%s: line %d, want %d (%s)", b->what,
+		      e.line, b->line, e.msg);
+	ck_assert_msg(strcmp(e.key, b->key) == 0, "%s: key '%s', want '%s'",
+		      b->what, e.key, b->key);
+	ck_assert_msg(strstr(e.msg, b->needle) != NULL, "%s: msg '%s'",
+		      b->what, e.msg);
+	ck_assert_str_eq(e.file, "test.ini");
+}
+END_TEST
+
+START_TEST(test_missing_model)
+{
+	struct kvd_config c;
+	struct kvd_config_error e;
+
+	ck_assert_int_eq(kvd_config_load_string(&c, "t.ini",
+		"[model]\npath = /nonexistent/m.gguf\n[kv]\npool_tokens = 1\n", &e), -1);
+	ck_assert_str_eq(e.key, "model.path");
+	ck_assert_int_eq(e.line, 2);
+	ck_assert_int_eq(kvd_config_load_string(&c, "t.ini",
+		"[kv]\npool_tokens = 1\n", &e), -1);
+	ck_assert_str_eq(e.key, "model.path");
+}
+END_TEST
+
+START_TEST(test_long_line)
+{
+	struct kvd_config c;
+	struct kvd_config_error e;
+	char text[2048];
+
+	snprintf(text, sizeof(text), "[model]\npath = /%0600d\n", 7);
+	ck_assert_int_eq(kvd_config_load_string(&c, "t.ini", text, &e), -1);
+	ck_assert_int_eq(e.line, 2);
+	ck_assert(strstr(e.msg, "longer") != NULL);
+}
+END_TEST
+
+START_TEST(test_file_errors)
+{
+	struct kvd_config c;
+	struct kvd_config_error e;
+	char path[64] = "/tmp/kvd-test-ini-XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f;
+
+	ck_assert_int_lt(kvd_config_load(&c, "/nonexistent/kvd.ini", &e), 0);
+	ck_assert(strstr(e.msg, "cannot open") != NULL);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	fprintf(f, "[model]\npath = %s\n[kv]\npool_tokens = 64\n\n[kv]\nbogus = 1\n",
+		model_path);
+	fclose(f);
+	ck_assert_int_eq(kvd_config_load(&c, path, &e), -1);
+	ck_assert_str_eq(e.file, path);
+	ck_assert_int_eq(e.line, 7);
+	ck_assert_str_eq(e.key, "kv.bogus");
+	unlink(path);
+}
+END_TEST
+
+/* The committed example is what the table prints: they cannot drift. */
+START_TEST(test_example_matches_table)
+{
+	const char *src = getenv("KVD_SRC");
+	char path[1024], *want = NULL, *got = NULL;
+	size_t want_n = 0, got_n = 0;
+	FILE *f, *mem;
+	long n;
+
+	if (!src)
+		return;
+	snprintf(path, sizeof(path), "%s/conf/kvd.example.ini", src);
+	f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "missing %s", path);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	want = malloc((size_t)n + 1);
+	want_n = fread(want, 1, (size_t)n, f);
+	want[want_n] = '\0';
+	fclose(f);
+	mem = open_memstream(&got, &got_n);
+	kvd_config_example(mem);
+	fclose(mem);
+	ck_assert_msg(strcmp(want, got) == 0,
+		      "conf/kvd.example.ini is stale: regenerate with kvd --config-example");
+	free(want);
+	free(got);
+}
+END_TEST
+
+/* Every key in the reference; the example parses back to the defaults. */
+START_TEST(test_reference_and_example_parse)
+{
+	struct kvd_config c, d;
+	struct kvd_config_error e;
+	char *ex = NULL, *ref = NULL, text[16384];
+	size_t n = 0, rn = 0;
+	FILE *mem = open_memstream(&ex, &n);
+
+	kvd_config_example(mem);
+	fclose(mem);
+	mem = open_memstream(&ref, &rn);
+	kvd_config_reference(mem);
+	fclose(mem);
+	ck_assert(strstr(ref, "transfer.max_batch_bytes") != NULL);
+	ck_assert(strstr(ref, "kv.capacity_policy") != NULL);
+	/* the example is all comments: with the two required keys it loads
+	 * to exactly the defaults. */
+	snprintf(text, sizeof(text), "%s\n[model]\npath = %s\n[kv]\npool_tokens = 64\n",
+		 ex, model_path);
+	ck_assert_int_eq(kvd_config_load_string(&c, "ex.ini", text, &e), 0);
+	ck_assert_int_eq(load(&d, &e, "[kv]\npool_tokens = 64\n"), 0);
+	ck_assert_uint_eq(c.page_tokens, d.page_tokens);
+	ck_assert_uint_eq(c.max_batch_bytes, d.max_batch_bytes);
+	free(ex);
+	free(ref);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc = tcase_create("config");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_defaults_parse);
+	tcase_add_test(tc, test_values);
+	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bads) / sizeof(bads[0])));
+	tcase_add_test(tc, test_missing_model);
+	tcase_add_test(tc, test_long_line);
+	tcase_add_test(tc, test_file_errors);
+	tcase_add_test(tc, test_example_matches_table);
+	tcase_add_test(tc, test_reference_and_example_parse);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
