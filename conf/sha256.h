@@ -1,0 +1,38 @@
+/* sha256.h - SHA-256 (FIPS 180-4), streaming and whole-file.
+ *
+ * Used for the model fingerprint (`model_sha256=` in event=kv_capacity),
+ * which peers compare at handshake and `kvctl audit` compares across nodes.
+ *
+ * A struct sha256 is plain data: embed it, sha256_init() it, feed bytes
+ * with sha256_update() in any split, then sha256_final() writes the digest
+ * (the context must be re-initialised before reuse). No allocation, no
+ * global state; any thread may use its own context.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHA256_DIGEST_SIZE 32
+#define SHA256_HEX_SIZE 65 /* 64 hex digits + NUL */
+
+struct sha256 {
+	uint32_t h[8];      /* chaining state */
+	uint64_t nbytes;    /* total bytes fed so far */
+	uint8_t buf[64];    /* (64) partial block */
+	size_t fill;        /* bytes used in buf */
+};
+
+void sha256_init(struct sha256 *c);
+void sha256_update(struct sha256 *c, const void *data, size_t len);
+void sha256_final(struct sha256 *c, uint8_t digest[SHA256_DIGEST_SIZE]);
+
+/* One-shot helpers. */
+void sha256_buf(const void *data, size_t len,
+		uint8_t digest[SHA256_DIGEST_SIZE]);
+/* Lower-case hex of a digest into hex[65] (NUL-terminated). */
+void sha256_hex(const uint8_t digest[SHA256_DIGEST_SIZE],
+		char hex[SHA256_HEX_SIZE]);
+/* Hash a whole file, reading it in 1 MiB chunks (works on pipes and
+ * files larger than memory). 0, or a negative errno from open/read. */
+int sha256_file(const char *path, char hex[SHA256_HEX_SIZE]);
