@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct kvmem_ops {
 	const char *name;        /* "host", "cuda" */
@@ -24,6 +25,13 @@ struct kvmem_ops {
 	/* Copy between backend memory and host memory. 0 or negative errno. */
 	int (*read)(void *ctx, void *host_dst, const void *src, size_t n);
 	int (*write)(void *ctx, void *dst, const void *host_src, size_t n);
+	/* Optional (NULL: the pool reads each tag with `read`). Compare the
+	 * first 64 bytes of each of pages[0..n) (backend addresses) with
+	 * expected[0..n) (host memory, 64 bytes each) in one batch.
+	 * 0 when all match; 1 with *bad = the first mismatching index;
+	 * negative errno on failure. */
+	int (*tags_compare)(void *ctx, void *const *pages,
+			    const void *expected, uint32_t n, uint32_t *bad);
 };
 
 struct kvmem {
@@ -39,4 +47,5 @@ void kvmem_host_init(struct kvmem *m);
 /* Device memory on CUDA device `device`. -ENOTSUP in a build without CUDA,
  * -ENODEV when no device is present. */
 int kvmem_cuda_init(struct kvmem *m, int device);
+/* Safe twice; frees nothing the pool allocated (free pools first). */
 void kvmem_deinit(struct kvmem *m);

@@ -23,7 +23,22 @@
  * every reservation, so a stale entry from an earlier owner never matches.
  * Every call that takes a table checks that each entry is owned by `owner`
  * in that generation, and changes nothing when any entry fails
- * (all-or-nothing).
+ * (all-or-nothing). Generations come from one pool-wide counter, so they
+ * never repeat, neither for one page nor across pages.
+ *
+ * Table checks, in order, entry by entry (the first failing entry decides):
+ *   n == 0 or table NULL                      KVPOOL_E_RANGE
+ *   page out of range, or listed twice        KVPOOL_E_RANGE
+ *   owner or generation differ from the page  KVPOOL_E_STALE
+ *   page state not accepted by the call       KVPOOL_E_STATE
+ * then, for calls that take `tokens`: tokens == 0 or n != pages_for(tokens)
+ * gives KVPOOL_E_COVERAGE; then tags (KVPOOL_E_TAG).
+ * States each call accepts: fill_begin RESERVED; tag_write FILLING|READY;
+ * mark_ready FILLING; verify FILLING|READY; fence and release
+ * RESERVED|FILLING|READY; quarantine those and FENCED; unfence those,
+ * FENCED and QUARANTINED, with a fence held on every page.
+ * A quarantined page keeps its fences (unfence still drops them) and is
+ * never retired or reused.
  *
  * Fences (invariant 2): a fence says "something may still write into this
  * page" - an in-flight transfer, a peer that has not acknowledged an abort.
@@ -105,6 +120,7 @@ struct kvpool_ref {
 };
 
 struct kvpool_stats {
+	uint32_t slots;        /* page indices ever created (RETIRED included) */
 	uint32_t pages;        /* live pages: all but RETIRED */
 	uint32_t by_state[KVPAGE_N_STATES];
 	uint32_t retiring;     /* in use, will retire when released */
@@ -116,9 +132,14 @@ struct kvpool_stats {
 
 struct kvpool;
 
-/* Bytes of one page for a geometry (tag included). */
+/* Bytes of one page for a geometry: the tag plus the K/V blocks, rounded
+ * up to a multiple of 64 so every page starts on a cache line. This is
+ * the page stride in memory. 0 for an invalid geometry or overflow. */
 uint64_t kvpool_page_bytes(const struct kvpool_geom *g);
 
+/* The pool keeps a copy of *mem (the backend must outlive the pool) and
+ * allocates n_pages (may be 0) in one chunk. KVPOOL_E_RANGE for a bad
+ * geometry, -ENOMEM or the backend's error otherwise. */
 int kvpool_new(struct kvpool **out, const struct kvmem *mem,
 	       const struct kvpool_geom *g, uint32_t n_pages);
 void kvpool_free(struct kvpool *p);
@@ -168,15 +189,39 @@ int kvpool_release(struct kvpool *p, uint64_t owner,
 int kvpool_quarantine(struct kvpool *p, uint64_t owner,
 		      const struct kvpool_ref *table, uint32_t n);
 
-/* Add n pages. */
+/* Add n live FREE pages: first revive RETIRED slots (lowest index first,
+ * reallocating a chunk whose memory was returned), then allocate a new
+ * chunk. A revived slot keeps its index and its next reservation gets a
+ * fresh generation. Retiring pages stay retiring. All or nothing: -ENOMEM
+ * (or the backend's error) changes nothing; KVPOOL_E_RANGE if the pool
+ * would exceed UINT32_MAX - 1 slots. */
 int kvpool_grow(struct kvpool *p, uint32_t n);
-/* Retire n pages: free pages retire at once, pages in use are marked
- * retiring and retire when released. Returns through *retired_now how many
- * retired immediately. KVPOOL_E_RANGE when n exceeds the live pages. */
+/* Retire n pages: FREE pages retire at once (highest index first, so whole
+ * chunks empty and go back to the backend), then in-use pages (RESERVED,
+ * FILLING, READY, FENCED; highest index first) are marked retiring and
+ * retire when released or unfenced. Quarantined and already retiring pages
+ * do not count. *retired_now (if non-NULL) is how many retired at once.
+ * KVPOOL_E_RANGE, changing nothing, when n exceeds the live pages that are
+ * neither quarantined nor retiring. */
 int kvpool_shrink(struct kvpool *p, uint32_t n, uint32_t *retired_now);
 
+/* One page's metadata, for status output and tests. */
+struct kvpool_page_info {
+	enum kvpage_state state;
+	uint64_t owner;        /* last owner (kept after release) */
+	uint64_t gen;          /* last generation (0: never reserved) */
+	uint32_t fences;
+	bool retiring;
+	bool has_memory;       /* false once its chunk went back to kvmem */
+};
+/* KVPOOL_E_RANGE when page >= slots. */
+int kvpool_page_info(struct kvpool *p, uint32_t page,
+		     struct kvpool_page_info *out);
+
 /* Backend address of page `page`'s first byte (the tag); the KV blocks
- * follow at KVTAG_BYTES. Host-visible only if the kvmem backend says so. */
+ * follow at KVTAG_BYTES. Host-visible only if the kvmem backend says so.
+ * NULL for an index out of range or a slot whose memory was returned.
+ * The address of a page stays valid while the caller holds the page. */
 void *kvpool_page_addr(struct kvpool *p, uint32_t page);
 /* Byte offset of K (kv=0) or V (kv=1) of `layer` inside a page. */
 uint64_t kvpool_block_offset(const struct kvpool *p, uint32_t layer, int kv);

@@ -1,0 +1,891 @@
+/* kvpool.c - the KV page pool: ownership, integrity tags, deferred release.
+ *
+ * What the pool knows and where it keeps it. Page *metadata* (state, owner,
+ * generation, fence count, retiring flag) lives here, in host memory, behind
+ * one mutex. Page *bytes* live in chunks obtained from a kvmem backend
+ * (host RAM or CUDA device memory); the pool touches them only to read and
+ * write the 64-byte integrity tag at the start of each page, and always
+ * through the backend's read/write (or its batched tags_compare), so the
+ * same code guards device memory.
+ *
+ * Why both metadata and tags. Metadata says who may use a page *now*; the
+ * tag says who *wrote* the bytes that are in it. Pages are never zeroed, so
+ * a page reserved by request B still holds request A's KV until B's writer
+ * overwrites it - and a writer can fail silently (a short transfer, a
+ * lost batch, a remote writer replaying an old batch). Checking metadata
+ * alone would let B read A's bytes; checking tags alone would accept a
+ * replayed tag of a page that was since re-reserved. verify checks both:
+ * the table entry against the metadata, then the bytes in the page against
+ * the tag that B's own writer must have written (owner, generation, physical
+ * page, index in the table, tokens). Generations come from one pool-wide
+ * counter, so a tag can never match a different reservation, of this page
+ * or of another.
+ *
+ * Free list. A stack of page indices with each FREE page's position in it
+ * (free_pos), so reserve pops in O(1) and shrink can pull a given page out
+ * in O(1) (swap with the top). Only FREE pages are ever on the stack; a
+ * FENCED, QUARANTINED, RETIRED or retiring page is never FREE, which is how
+ * "the pool never hands out such a page" holds by construction.
+ *
+ * All or nothing. Every call that takes a table validates every entry
+ * first (range, duplicates, owner/generation, state, then coverage and
+ * tags), and only then mutates. Duplicate entries are found in O(n) with a
+ * per-page mark stamped with a per-call epoch.
+ *
+ * Chunks, grow and shrink. kvpool_new allocates one chunk; grow first
+ * revives RETIRED slots (so page indices stay dense and a revived slot's
+ * generations keep increasing), reallocating a chunk whose memory had been
+ * returned, and only then adds a chunk. shrink retires FREE pages
+ * highest-index first, so the newest chunks empty first; a chunk whose
+ * pages are all RETIRED goes back to the backend at once. Pages in use are
+ * marked retiring and retire when their last holder lets go.
+ *
+ * Counters (by_state, retiring, fences) are kept incrementally so stats are
+ * O(1) and exact.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "conf/util.h"
+#include "gpu/kvpool.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "kvtag is stored in host order, which must be little-endian");
+_Static_assert(offsetof(struct kvtag, check) == 56, "check covers 56 bytes");
+
+#define KVPOOL_MAX_SLOTS (UINT32_MAX - 1)
+
+struct kvpage {
+	uint64_t owner;     /* current or last owner */
+	uint64_t gen;       /* current or last generation; 0 = never reserved */
+	uint32_t fences;
+	uint32_t chunk;     /* index into kvpool.chunks */
+	uint32_t free_pos;  /* position in free_stack while FREE */
+	uint32_t mark;      /* duplicate detection: == epoch when seen */
+	uint8_t state;      /* enum kvpage_state */
+	bool retiring;
+};
+
+struct kvchunk {
+	void *base;         /* backend memory, NULL once returned */
+	uint32_t first;     /* first page index */
+	uint32_t n;         /* pages in the chunk */
+	uint32_t live;      /* pages not RETIRED */
+};
+
+struct kvpool {
+	pthread_mutex_t lock;
+	struct kvmem mem;
+	struct kvpool_geom geom;
+	uint64_t stride;            /* bytes per page, multiple of 64 */
+
+	uint32_t slots;             /* pages[0..slots) exist */
+	uint32_t cap;               /* allocated length of pages, free_stack */
+	struct kvpage *pages;       /* (cap) */
+	uint32_t *free_stack;       /* (cap); [0, n_free) are FREE pages */
+	uint32_t n_free;
+
+	struct kvchunk *chunks;     /* (cap_chunks) */
+	uint32_t n_chunks;
+	uint32_t cap_chunks;
+
+	uint64_t next_gen;          /* last generation handed out */
+	uint32_t epoch;             /* duplicate-detection stamp */
+
+	uint32_t by_state[KVPAGE_N_STATES];
+	uint32_t retiring;
+	uint32_t fences;
+
+	/* Batched tag checks (backends with tags_compare only). */
+	struct kvtag *scratch_tags; /* (scratch_cap) expected tags */
+	void **scratch_ptrs;        /* (scratch_cap) page addresses */
+	uint32_t scratch_cap;
+};
+
+/* ---- tags ---------------------------------------------------------------- */
+
+void kvtag_make(struct kvtag *t, uint64_t owner, uint64_t generation,
+		uint32_t page, uint32_t index, uint32_t tokens)
+{
+	memset(t, 0, sizeof(*t));
+	t->magic = KVTAG_MAGIC;
+	t->owner = owner;
+	t->generation = generation;
+	t->page = page;
+	t->index = index;
+	t->tokens = tokens;
+	t->check = XXH3_64bits(t, offsetof(struct kvtag, check));
+}
+
+int kvtag_check(const struct kvtag *t, uint64_t owner, uint64_t generation,
+		uint32_t page, uint32_t index, uint32_t tokens)
+{
+	struct kvtag want;
+
+	kvtag_make(&want, owner, generation, page, index, tokens);
+	return memcmp(t, &want, sizeof(want)) ? KVPOOL_E_TAG : 0;
+}
+
+/* ---- geometry -------------------------------------------------------------- */
+
+static size_t kvpool__dtype_size(enum kv_dtype dt)
+{
+	switch (dt) {
+	case KV_DTYPE_F32:
+		return 4;
+	case KV_DTYPE_F16:
+		return 2;
+	}
+	return 0;
+}
+
+/* Bytes of one K (or V) block: page_tokens x kv_dim elements. 0 on
+ * overflow or a bad geometry. */
+static uint64_t kvpool__block_bytes(const struct kvpool_geom *g)
+{
+	uint64_t elt = kvpool__dtype_size(g->dtype);
+	uint64_t b;
+
+	if (!elt || !g->page_tokens || !g->n_layer || !g->kv_dim)
+		return 0;
+	b = (uint64_t)g->page_tokens * g->kv_dim; /* < 2^64: both 32-bit */
+	if (b > UINT64_MAX / elt)
+		return 0;
+	return b * elt;
+}
+
+uint64_t kvpool_page_bytes(const struct kvpool_geom *g)
+{
+	uint64_t block = kvpool__block_bytes(g);
+	uint64_t kv;
+
+	if (!block || block > (UINT64_MAX / 4) / g->n_layer)
+		return 0;
+	kv = 2 * (uint64_t)g->n_layer * block;
+	if (kv > UINT64_MAX - KVTAG_BYTES - 63)
+		return 0;
+	return (KVTAG_BYTES + kv + 63) & ~(uint64_t)63;
+}
+
+const struct kvpool_geom *kvpool_geom(const struct kvpool *p)
+{
+	return &p->geom;
+}
+
+uint32_t kvpool_pages_for(const struct kvpool *p, uint64_t tokens)
+{
+	uint64_t n = tokens / p->geom.page_tokens +
+		     (tokens % p->geom.page_tokens != 0);
+
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+uint64_t kvpool_block_offset(const struct kvpool *p, uint32_t layer, int kv)
+{
+	return KVTAG_BYTES +
+	       (2 * (uint64_t)layer + (kv ? 1 : 0)) *
+		       kvpool__block_bytes(&p->geom);
+}
+
+const char *kvpage_state_name(enum kvpage_state s)
+{
+	static const char *const names[KVPAGE_N_STATES] = {
+		[KVPAGE_FREE] = "free",
+		[KVPAGE_RESERVED] = "reserved",
+		[KVPAGE_FILLING] = "filling",
+		[KVPAGE_READY] = "ready",
+		[KVPAGE_FENCED] = "fenced",
+		[KVPAGE_QUARANTINED] = "quarantined",
+		[KVPAGE_RETIRED] = "retired",
+	};
+
+	if ((unsigned)s >= KVPAGE_N_STATES)
+		return "invalid";
+	return names[s];
+}
+
+/* ---- internal helpers (lock held) ----------------------------------------- */
+
+static void *kvpool__addr(const struct kvpool *p, uint32_t page)
+{
+	const struct kvchunk *c = &p->chunks[p->pages[page].chunk];
+
+	if (!c->base)
+		return NULL;
+	return (char *)c->base + (uint64_t)(page - c->first) * p->stride;
+}
+
+static void kvpool__set_state(struct kvpool *p, struct kvpage *pg,
+			      enum kvpage_state s)
+{
+	p->by_state[pg->state]--;
+	p->by_state[s]++;
+	pg->state = (uint8_t)s;
+}
+
+static void kvpool__free_push(struct kvpool *p, uint32_t page)
+{
+	p->pages[page].free_pos = p->n_free;
+	p->free_stack[p->n_free++] = page;
+}
+
+/* Take a FREE page off the stack, wherever it sits. */
+static void kvpool__free_remove(struct kvpool *p, uint32_t page)
+{
+	uint32_t pos = p->pages[page].free_pos;
+	uint32_t last = p->free_stack[--p->n_free];
+
+	p->free_stack[pos] = last;
+	p->pages[last].free_pos = pos;
+}
+
+static void kvpool__retire(struct kvpool *p, uint32_t page)
+{
+	struct kvpage *pg = &p->pages[page];
+	struct kvchunk *c = &p->chunks[pg->chunk];
+
+	kvpool__set_state(p, pg, KVPAGE_RETIRED);
+	if (--c->live == 0 && c->base) {
+		p->mem.ops->free(p->mem.ctx, c->base,
+				 (size_t)((uint64_t)c->n * p->stride));
+		c->base = NULL;
+	}
+}
+
+/* The last holder let go of a page with no fence left: back to the free
+ * list, or out of the pool if shrink asked for it. */
+static void kvpool__put(struct kvpool *p, uint32_t page)
+{
+	struct kvpage *pg = &p->pages[page];
+
+	if (pg->retiring) {
+		pg->retiring = false;
+		p->retiring--;
+		kvpool__retire(p, page);
+		return;
+	}
+	kvpool__set_state(p, pg, KVPAGE_FREE);
+	kvpool__free_push(p, page);
+}
+
+static uint32_t kvpool__epoch_next(struct kvpool *p)
+{
+	if (++p->epoch == 0) {
+		for (uint32_t i = 0; i < p->slots; i++)
+			p->pages[i].mark = 0;
+		p->epoch = 1;
+	}
+	return p->epoch;
+}
+
+#define ST(s) (1u << (s))
+#define ST_OWNED (ST(KVPAGE_RESERVED) | ST(KVPAGE_FILLING) | ST(KVPAGE_READY))
+
+/* Validate a table against the metadata; mutates nothing but marks. */
+static int kvpool__check_table(struct kvpool *p, uint64_t owner,
+			       const struct kvpool_ref *table, uint32_t n,
+			       unsigned states, bool need_fence)
+{
+	uint32_t epoch;
+
+	if (!table || n == 0)
+		return KVPOOL_E_RANGE;
+	epoch = kvpool__epoch_next(p);
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvpage *pg;
+
+		if (table[i].page >= p->slots)
+			return KVPOOL_E_RANGE;
+		pg = &p->pages[table[i].page];
+		if (pg->mark == epoch)
+			return KVPOOL_E_RANGE;
+		pg->mark = epoch;
+		if (pg->gen == 0 || pg->owner != owner ||
+		    pg->gen != table[i].gen)
+			return KVPOOL_E_STALE;
+		if (!(states & ST(pg->state)))
+			return KVPOOL_E_STATE;
+		if (need_fence && pg->fences == 0)
+			return KVPOOL_E_STATE;
+	}
+	return 0;
+}
+
+static int kvpool__check_coverage(const struct kvpool *p, uint32_t n,
+				  uint32_t tokens)
+{
+	if (tokens == 0 || kvpool_pages_for(p, tokens) != n)
+		return KVPOOL_E_COVERAGE;
+	return 0;
+}
+
+static uint32_t kvpool__page_tokens(const struct kvpool *p, uint32_t i,
+				    uint32_t tokens)
+{
+	uint64_t before = (uint64_t)i * p->geom.page_tokens;
+
+	return (uint32_t)KVD_MIN((uint64_t)p->geom.page_tokens,
+				 tokens - before);
+}
+
+static int kvpool__scratch_reserve(struct kvpool *p, uint32_t n)
+{
+	struct kvtag *t;
+	void **v;
+
+	if (n <= p->scratch_cap)
+		return 0;
+	t = realloc(p->scratch_tags, (size_t)n * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	p->scratch_tags = t;
+	v = realloc(p->scratch_ptrs, (size_t)n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	p->scratch_ptrs = v;
+	p->scratch_cap = n;
+	return 0;
+}
+
+/* Compare the tags in page memory with what owner's writer must have
+ * written. 0, KVPOOL_E_TAG (with *bad), or negative errno. */
+static int kvpool__check_tags(struct kvpool *p, uint64_t owner,
+			      const struct kvpool_ref *table, uint32_t n,
+			      uint32_t tokens, uint32_t *bad)
+{
+	const struct kvmem_ops *ops = p->mem.ops;
+	int r;
+
+	if (ops->tags_compare) {
+		r = kvpool__scratch_reserve(p, n);
+		if (r)
+			return r;
+		for (uint32_t i = 0; i < n; i++) {
+			kvtag_make(&p->scratch_tags[i], owner, table[i].gen,
+				   table[i].page, i,
+				   kvpool__page_tokens(p, i, tokens));
+			p->scratch_ptrs[i] = kvpool__addr(p, table[i].page);
+		}
+		r = ops->tags_compare(p->mem.ctx, p->scratch_ptrs,
+				      p->scratch_tags, n, bad);
+		return r > 0 ? KVPOOL_E_TAG : r;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const void *addr = kvpool__addr(p, table[i].page);
+		struct kvtag copy;
+		const struct kvtag *t = addr;
+
+		if (!ops->host_visible) {
+			r = ops->read(p->mem.ctx, &copy, addr, sizeof(copy));
+			if (r)
+				return r;
+			t = &copy;
+		}
+		if (kvtag_check(t, owner, table[i].gen, table[i].page, i,
+				kvpool__page_tokens(p, i, tokens))) {
+			if (bad)
+				*bad = i;
+			return KVPOOL_E_TAG;
+		}
+	}
+	return 0;
+}
+
+/* ---- lifecycle --------------------------------------------------------------- */
+
+/* Make room for `slots` pages and `chunks` chunks; contents are kept, so a
+ * failure leaves the pool as it was. */
+static int kvpool__reserve_arrays(struct kvpool *p, uint32_t slots,
+				  uint32_t chunks)
+{
+	if (slots > p->cap) {
+		uint32_t cap = KVD_MAX(slots, p->cap * 2);
+		struct kvpage *pg;
+		uint32_t *fs;
+
+		if (cap < slots || cap > KVPOOL_MAX_SLOTS)
+			cap = slots;
+		pg = realloc(p->pages, (size_t)cap * sizeof(*pg));
+		if (!pg)
+			return -ENOMEM;
+		p->pages = pg;
+		fs = realloc(p->free_stack, (size_t)cap * sizeof(*fs));
+		if (!fs)
+			return -ENOMEM;
+		p->free_stack = fs;
+		p->cap = cap;
+	}
+	if (chunks > p->cap_chunks) {
+		uint32_t cap = KVD_MAX(chunks, p->cap_chunks * 2);
+		struct kvchunk *c = realloc(p->chunks, (size_t)cap * sizeof(*c));
+
+		if (!c)
+			return -ENOMEM;
+		p->chunks = c;
+		p->cap_chunks = cap;
+	}
+	return 0;
+}
+
+static int kvpool__chunk_alloc(struct kvpool *p, uint32_t n, void **out)
+{
+	uint64_t bytes = (uint64_t)n * p->stride;
+
+	if (bytes / p->stride != n || bytes > SIZE_MAX)
+		return -ENOMEM;
+	return p->mem.ops->alloc(p->mem.ctx, (size_t)bytes, out);
+}
+
+/* Append a chunk of n FREE pages on memory `base` (arrays already sized). */
+static void kvpool__chunk_add(struct kvpool *p, void *base, uint32_t n)
+{
+	struct kvchunk *c = &p->chunks[p->n_chunks];
+
+	c->base = base;
+	c->first = p->slots;
+	c->n = n;
+	c->live = n;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t page = p->slots + i;
+		struct kvpage *pg = &p->pages[page];
+
+		memset(pg, 0, sizeof(*pg));
+		pg->chunk = p->n_chunks;
+		pg->state = KVPAGE_FREE;
+		kvpool__free_push(p, page);
+	}
+	p->by_state[KVPAGE_FREE] += n;
+	p->slots += n;
+	p->n_chunks++;
+}
+
+int kvpool_new(struct kvpool **out, const struct kvmem *mem,
+	       const struct kvpool_geom *g, uint32_t n_pages)
+{
+	struct kvpool *p;
+	void *base = NULL;
+	int r;
+
+	if (!mem || !mem->ops || !g || !kvpool_page_bytes(g) ||
+	    n_pages > KVPOOL_MAX_SLOTS)
+		return KVPOOL_E_RANGE;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->mem = *mem;
+	p->geom = *g;
+	p->stride = kvpool_page_bytes(g);
+	p->epoch = 1;
+	r = pthread_mutex_init(&p->lock, NULL);
+	if (r) {
+		free(p);
+		return -r;
+	}
+	if (n_pages) {
+		r = kvpool__reserve_arrays(p, n_pages, 1);
+		if (!r)
+			r = kvpool__chunk_alloc(p, n_pages, &base);
+		if (r) {
+			kvpool_free(p);
+			return r;
+		}
+		kvpool__chunk_add(p, base, n_pages);
+	}
+	*out = p;
+	return 0;
+}
+
+void kvpool_free(struct kvpool *p)
+{
+	if (!p)
+		return;
+	for (uint32_t i = 0; i < p->n_chunks; i++) {
+		struct kvchunk *c = &p->chunks[i];
+
+		if (c->base)
+			p->mem.ops->free(p->mem.ctx, c->base,
+					 (size_t)((uint64_t)c->n * p->stride));
+	}
+	free(p->chunks);
+	free(p->pages);
+	free(p->free_stack);
+	free(p->scratch_tags);
+	free(p->scratch_ptrs);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+void kvpool_get_stats(struct kvpool *p, struct kvpool_stats *st)
+{
+	pthread_mutex_lock(&p->lock);
+	memset(st, 0, sizeof(*st));
+	st->slots = p->slots;
+	st->pages = p->slots - p->by_state[KVPAGE_RETIRED];
+	memcpy(st->by_state, p->by_state, sizeof(st->by_state));
+	st->retiring = p->retiring;
+	st->fences = p->fences;
+	st->page_bytes = p->stride;
+	st->page_tokens = p->geom.page_tokens;
+	st->tokens = (uint64_t)st->pages * p->geom.page_tokens;
+	pthread_mutex_unlock(&p->lock);
+}
+
+int kvpool_page_info(struct kvpool *p, uint32_t page,
+		     struct kvpool_page_info *out)
+{
+	int r = KVPOOL_E_RANGE;
+
+	pthread_mutex_lock(&p->lock);
+	if (page < p->slots) {
+		const struct kvpage *pg = &p->pages[page];
+
+		out->state = (enum kvpage_state)pg->state;
+		out->owner = pg->owner;
+		out->gen = pg->gen;
+		out->fences = pg->fences;
+		out->retiring = pg->retiring;
+		out->has_memory = kvpool__addr(p, page) != NULL;
+		r = 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+void *kvpool_page_addr(struct kvpool *p, uint32_t page)
+{
+	void *addr = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	if (page < p->slots)
+		addr = kvpool__addr(p, page);
+	pthread_mutex_unlock(&p->lock);
+	return addr;
+}
+
+/* ---- page table operations ------------------------------------------------ */
+
+int kvpool_reserve(struct kvpool *p, uint64_t owner, uint32_t n,
+		   struct kvpool_ref *table)
+{
+	int r = 0;
+
+	if (!table || n == 0)
+		return KVPOOL_E_RANGE;
+	pthread_mutex_lock(&p->lock);
+	if (n > p->n_free) {
+		r = KVPOOL_E_FULL;
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t page = p->free_stack[--p->n_free];
+		struct kvpage *pg = &p->pages[page];
+
+		pg->owner = owner;
+		pg->gen = ++p->next_gen;
+		pg->state = KVPAGE_RESERVED;
+		table[i].page = page;
+		table[i].gen = pg->gen;
+	}
+	p->by_state[KVPAGE_FREE] -= n;
+	p->by_state[KVPAGE_RESERVED] += n;
+out:
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_fill_begin(struct kvpool *p, uint64_t owner,
+		      const struct kvpool_ref *table, uint32_t n)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, table, n, ST(KVPAGE_RESERVED), false);
+	if (!r)
+		for (uint32_t i = 0; i < n; i++)
+			kvpool__set_state(p, &p->pages[table[i].page],
+					  KVPAGE_FILLING);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_tag_write(struct kvpool *p, uint64_t owner,
+		     const struct kvpool_ref *table, uint32_t n,
+		     uint32_t tokens)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, table, n,
+				ST(KVPAGE_FILLING) | ST(KVPAGE_READY), false);
+	if (!r)
+		r = kvpool__check_coverage(p, n, tokens);
+	for (uint32_t i = 0; !r && i < n; i++) {
+		struct kvtag t;
+
+		kvtag_make(&t, owner, table[i].gen, table[i].page, i,
+			   kvpool__page_tokens(p, i, tokens));
+		r = p->mem.ops->write(p->mem.ctx,
+				      kvpool__addr(p, table[i].page), &t,
+				      sizeof(t));
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_mark_ready(struct kvpool *p, uint64_t owner,
+		      const struct kvpool_ref *table, uint32_t n,
+		      uint32_t tokens)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, table, n, ST(KVPAGE_FILLING), false);
+	if (!r)
+		r = kvpool__check_coverage(p, n, tokens);
+	if (!r)
+		r = kvpool__check_tags(p, owner, table, n, tokens, NULL);
+	if (!r)
+		for (uint32_t i = 0; i < n; i++)
+			kvpool__set_state(p, &p->pages[table[i].page],
+					  KVPAGE_READY);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_verify(struct kvpool *p, uint64_t owner,
+		  const struct kvpool_ref *table, uint32_t n, uint32_t tokens,
+		  uint32_t *bad)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, table, n,
+				ST(KVPAGE_FILLING) | ST(KVPAGE_READY), false);
+	if (!r)
+		r = kvpool__check_coverage(p, n, tokens);
+	if (!r)
+		r = kvpool__check_tags(p, owner, table, n, tokens, bad);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_fence(struct kvpool *p, uint64_t owner,
+		 const struct kvpool_ref *table, uint32_t n)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, table, n, ST_OWNED, false);
+	if (!r && p->fences > UINT32_MAX - n)
+		r = -EOVERFLOW;
+	for (uint32_t i = 0; !r && i < n; i++)
+		if (p->pages[table[i].page].fences == UINT32_MAX)
+			r = -EOVERFLOW;
+	if (!r) {
+		for (uint32_t i = 0; i < n; i++)
+			p->pages[table[i].page].fences++;
+		p->fences += n;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_unfence(struct kvpool *p, uint64_t owner,
+		   const struct kvpool_ref *table, uint32_t n)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, table, n,
+				ST_OWNED | ST(KVPAGE_FENCED) |
+					ST(KVPAGE_QUARANTINED),
+				true);
+	if (!r) {
+		for (uint32_t i = 0; i < n; i++) {
+			struct kvpage *pg = &p->pages[table[i].page];
+
+			if (--pg->fences == 0 && pg->state == KVPAGE_FENCED)
+				kvpool__put(p, table[i].page);
+		}
+		p->fences -= n;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_release(struct kvpool *p, uint64_t owner,
+		   const struct kvpool_ref *table, uint32_t n)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, table, n, ST_OWNED, false);
+	if (!r) {
+		for (uint32_t i = 0; i < n; i++) {
+			struct kvpage *pg = &p->pages[table[i].page];
+
+			if (pg->fences)
+				kvpool__set_state(p, pg, KVPAGE_FENCED);
+			else
+				kvpool__put(p, table[i].page);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_quarantine(struct kvpool *p, uint64_t owner,
+		      const struct kvpool_ref *table, uint32_t n)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, table, n,
+				ST_OWNED | ST(KVPAGE_FENCED), false);
+	if (!r) {
+		for (uint32_t i = 0; i < n; i++) {
+			struct kvpage *pg = &p->pages[table[i].page];
+
+			/* Quarantine wins over a pending retirement: the
+			 * page never leaves the pool's view again. */
+			if (pg->retiring) {
+				pg->retiring = false;
+				p->retiring--;
+			}
+			kvpool__set_state(p, pg, KVPAGE_QUARANTINED);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+/* ---- grow and shrink ----------------------------------------------------- */
+
+static void kvpool__revive(struct kvpool *p, uint32_t page)
+{
+	struct kvpage *pg = &p->pages[page];
+
+	p->chunks[pg->chunk].live++;
+	kvpool__set_state(p, pg, KVPAGE_FREE);
+	kvpool__free_push(p, page);
+}
+
+int kvpool_grow(struct kvpool *p, uint32_t n)
+{
+	uint32_t revivable = 0, need, fresh = 0;
+	void **mem = NULL;   /* (n_chunks + 1) new chunk memory, by chunk */
+	int r = 0;
+
+	if (n == 0)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+
+	/* Plan: retired slots whose chunk still has memory cost nothing;
+	 * chunks that went back need their memory again; then a new chunk. */
+	for (uint32_t c = 0; c < p->n_chunks; c++)
+		if (p->chunks[c].base)
+			revivable += p->chunks[c].n - p->chunks[c].live;
+	need = n - KVD_MIN(n, revivable);
+	mem = calloc((size_t)p->n_chunks + 1, sizeof(*mem));
+	if (!mem) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t c = 0; c < p->n_chunks && need; c++) {
+		if (p->chunks[c].base)
+			continue;
+		r = kvpool__chunk_alloc(p, p->chunks[c].n, &mem[c]);
+		if (r)
+			goto undo;
+		need -= KVD_MIN(need, p->chunks[c].n);
+	}
+	fresh = need;
+	if (fresh) {
+		if (fresh > KVPOOL_MAX_SLOTS - p->slots) {
+			r = KVPOOL_E_RANGE;
+			goto undo;
+		}
+		r = kvpool__reserve_arrays(p, p->slots + fresh,
+					   p->n_chunks + 1);
+		if (!r)
+			r = kvpool__chunk_alloc(p, fresh, &mem[p->n_chunks]);
+		if (r)
+			goto undo;
+	}
+
+	/* Mutate: revive lowest-index retired slots, those that cost
+	 * nothing first (so every reallocated chunk gets live pages), then
+	 * the reallocated chunks, then add the new chunk. */
+	need = n - fresh;
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t c = 0; c < p->n_chunks && need; c++) {
+			struct kvchunk *ch = &p->chunks[c];
+
+			if (pass == 0 ? !ch->base : !mem[c])
+				continue;
+			if (pass == 1)
+				ch->base = mem[c];
+			for (uint32_t i = ch->first;
+			     i < ch->first + ch->n && need; i++)
+				if (p->pages[i].state == KVPAGE_RETIRED) {
+					kvpool__revive(p, i);
+					need--;
+				}
+		}
+	}
+	if (fresh)
+		kvpool__chunk_add(p, mem[p->n_chunks], fresh);
+	goto out;
+undo:
+	for (uint32_t c = 0; c <= p->n_chunks; c++)
+		if (mem[c])
+			p->mem.ops->free(p->mem.ctx, mem[c],
+					 (size_t)((uint64_t)(c < p->n_chunks ?
+							     p->chunks[c].n :
+							     fresh) *
+						  p->stride));
+out:
+	free(mem);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_shrink(struct kvpool *p, uint32_t n, uint32_t *retired_now)
+{
+	uint32_t shrinkable, now = 0;
+	int r = 0;
+
+	pthread_mutex_lock(&p->lock);
+	shrinkable = p->slots - p->by_state[KVPAGE_RETIRED] -
+		     p->by_state[KVPAGE_QUARANTINED] - p->retiring;
+	if (n > shrinkable) {
+		r = KVPOOL_E_RANGE;
+		goto out;
+	}
+	for (uint32_t i = p->slots; i-- > 0 && now < n;) {
+		if (p->pages[i].state != KVPAGE_FREE)
+			continue;
+		kvpool__free_remove(p, i);
+		kvpool__retire(p, i);
+		now++;
+	}
+	n -= now;
+	for (uint32_t i = p->slots; i-- > 0 && n;) {
+		struct kvpage *pg = &p->pages[i];
+
+		if (pg->retiring ||
+		    !((ST_OWNED | ST(KVPAGE_FENCED)) & ST(pg->state)))
+			continue;
+		pg->retiring = true;
+		p->retiring++;
+		n--;
+	}
+out:
+	pthread_mutex_unlock(&p->lock);
+	if (retired_now)
+		*retired_now = now;
+	return r;
+}
