@@ -1,0 +1,386 @@
+/* backend_cpu.c - the llama forward pass on the CPU.
+ *
+ * One forward() runs a batch of tokens from any number of sequences
+ * (prompt chunks and decode steps mixed) through the model, reading the
+ * weights in place and K/V through each sequence's pages. It reads like
+ * the model diagram:
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *     xb = rmsnorm(x) * attn_norm
+ *     q, k, v = xb Wq, xb Wk, xb Wv         one threadpool run, rows split
+ *     rope(q, k); store k, v in the pages at each token's position
+ *     att = softmax(q k^T / sqrt(d)) v      per (token, head), split
+ *     x += att Wo
+ *     xb = rmsnorm(x) * ffn_norm
+ *     hb, hb2 = xb Wgate, xb Wup
+ *     x += (silu(hb) * hb2) Wdown
+ *   logits = (rmsnorm(x) * output_norm) Wout   for the rows asked for
+ *
+ * Threads: only matmuls and attention are spread over the pool, and only
+ * by output rows / (token, head) units, so every value is computed by one
+ * thread in one fixed order: results do not depend on the thread count or
+ * on what else is in the batch. The small elementwise steps run on the
+ * calling thread (workers spin briefly meanwhile).
+ *
+ * Activations for quantized weights are quantized once per row per
+ * sublayer input (shared by Q, K, V and by gate, up).
+ */
+#include "gpu/backend.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/model.h"
+#include "gpu/ops_cpu.h"
+#include "gpu/threadpool.h"
+#include "conf/util.h"
+
+struct cpu_ctx {
+	const struct model *m;
+	const struct ops_kernels *k;
+	struct threadpool *tp;
+	uint32_t max_tokens;
+	uint32_t max_ctx;
+	uint32_t page_tokens;
+	enum kv_dtype dtype;
+	uint64_t *k_off;          /* (n_layer) */
+	uint64_t *v_off;          /* (n_layer) */
+
+	/* run state; rows are batch tokens */
+	float *x;                 /* (max_tokens, n_embd) residual stream */
+	float *xb;                /* (max_tokens, n_embd) sublayer input/output */
+	float *q;                 /* (max_tokens, n_head * head_dim) */
+	float *kb;                /* (max_tokens, kv_dim) */
+	float *vb;                /* (max_tokens, kv_dim) */
+	float *att;               /* (max_tokens, n_head * head_dim) */
+	float *hb;                /* (max_tokens, n_ff) gate, then swiglu */
+	float *hb2;               /* (max_tokens, n_ff) up */
+	uint8_t *aq;              /* (max_tokens, aq_stride) q8 activations */
+	size_t aq_stride;         /* bytes per row: q8 blocks of max(n_embd, n_ff, q dim) */
+	float *scores;            /* (threads, max_ctx) attention scratch */
+	float *cs;                /* (rope_dim) cos/sin table */
+	struct ops_kv_view *views; /* (max_tokens) per sequence, current layer */
+};
+
+/* ---- matmul job: up to three matrices sharing one input, rows split ---- */
+
+struct mm_part {
+	const struct ops_mat *w;
+	const void *act;          /* (n, act_stride) prepared for w->type */
+	size_t act_stride;
+	float *y;                 /* (n, y_stride) */
+	size_t y_stride;
+};
+
+struct mm_job {
+	const struct ops_kernels *k;
+	uint32_t n;               /* tokens */
+	uint32_t n_parts;
+	uint32_t rows;            /* sum of the parts' rows */
+	struct mm_part p[3];
+};
+
+static void mm_run(void *arg, uint32_t part, uint32_t n_parts)
+{
+	struct mm_job *j = arg;
+	uint32_t b, e, base = 0;
+
+	threadpool_split(j->rows, part, n_parts, &b, &e);
+	for (uint32_t i = 0; i < j->n_parts; i++) {
+		const struct mm_part *p = &j->p[i];
+		uint32_t lo = b > base ? b : base;
+		uint32_t hi = e < base + p->w->rows ? e : base + p->w->rows;
+
+		if (lo < hi)
+			ops_matmul_rows(j->k, p->w, p->act, p->act_stride, j->n,
+					p->y, p->y_stride, lo - base, hi - base);
+		base += p->w->rows;
+	}
+}
+
+/* The input rows x (n, cols) as weight w reads them: the f32 rows
+ * themselves, or their q8 quantization (made once, into ctx->aq, when
+ * *quantized is false). */
+static void mm_bind(struct cpu_ctx *c, struct mm_part *p,
+		    const struct ops_mat *w, const float *x, uint32_t n,
+		    uint32_t cols, bool *quantized, float *y, size_t y_stride)
+{
+	p->w = w;
+	p->y = y;
+	p->y_stride = y_stride;
+	if (ops_act_class(w->type) == 0) {
+		p->act = x;
+		p->act_stride = (size_t)cols * sizeof(float);
+		return;
+	}
+	if (!*quantized) {
+		for (uint32_t i = 0; i < n; i++)
+			ops_act_prepare(w->type, x + (size_t)i * cols, cols,
+					c->aq + c->aq_stride * i);
+		*quantized = true;
+	}
+	p->act = c->aq;
+	p->act_stride = c->aq_stride;
+}
+
+static void mm_go(struct cpu_ctx *c, struct mm_job *j)
+{
+	j->k = c->k;
+	j->rows = 0;
+	for (uint32_t i = 0; i < j->n_parts; i++)
+		j->rows += j->p[i].w->rows;
+	threadpool_run(c->tp, mm_run, j);
+}
+
+/* ---- attention job: (token, head) units split across threads -------- */
+
+struct att_job {
+	struct cpu_ctx *c;
+	const struct backend_batch *b;
+};
+
+static void att_run(void *arg, uint32_t part, uint32_t n_parts)
+{
+	struct att_job *j = arg;
+	struct cpu_ctx *c = j->c;
+	const struct llama_hparams *hp = &c->m->hp;
+	uint32_t qd = hp->n_head * hp->head_dim, group = hp->n_head / hp->n_head_kv;
+	float scale = 1.0f / sqrtf((float)hp->head_dim);
+	float *scores = c->scores + (size_t)part * c->max_ctx; /* (max_ctx) */
+	uint32_t b, e;
+
+	threadpool_split(j->b->n_tokens * hp->n_head, part, n_parts, &b, &e);
+	for (uint32_t u = b; u < e; u++) {
+		uint32_t i = u / hp->n_head, h = u % hp->n_head;
+
+		ops_attention_head(c->k, &c->views[j->b->seq[i]],
+				   c->q + (size_t)i * qd + (size_t)h * hp->head_dim,
+				   h / group, hp->head_dim, j->b->pos[i] + 1, scale,
+				   scores, c->att + (size_t)i * qd + (size_t)h * hp->head_dim);
+	}
+}
+
+/* ---- the forward pass ------------------------------------------------ */
+
+static int cpu_check_batch(struct cpu_ctx *c, const struct backend_batch *b)
+{
+	if (b->n_tokens == 0 || b->n_tokens > c->max_tokens || b->n_seqs == 0 ||
+	    b->n_seqs > c->max_tokens || b->n_out > b->n_tokens)
+		return -EINVAL;
+	for (uint32_t s = 0; s < b->n_seqs; s++) {
+		const struct backend_seq *q = &b->seqs[s];
+
+		if (q->n_kv > c->max_ctx ||
+		    (q->n_kv + c->page_tokens - 1) / c->page_tokens > q->n_pages)
+			return -EINVAL;
+	}
+	for (uint32_t i = 0; i < b->n_tokens; i++) {
+		if (b->seq[i] >= b->n_seqs ||
+		    b->pos[i] >= b->seqs[b->seq[i]].n_kv ||
+		    b->tokens[i] < 0 ||
+		    (uint32_t)b->tokens[i] >= c->m->hp.n_vocab)
+			return -EINVAL;
+	}
+	for (uint32_t j = 0; j < b->n_out; j++)
+		if (b->out[j] >= b->n_tokens)
+			return -EINVAL;
+	return 0;
+}
+
+static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
+		      uint32_t l)
+{
+	const struct llama_hparams *hp = &c->m->hp;
+	const struct model_layer *L = &c->m->layers[l];
+	uint32_t n = b->n_tokens, e = hp->n_embd;
+	uint32_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+	struct mm_job mm;
+	struct att_job aj = { .c = c, .b = b };
+	bool quant;
+
+	/* attention block */
+	for (uint32_t i = 0; i < n; i++)
+		ops_rmsnorm(c->xb + (size_t)i * e, c->x + (size_t)i * e,
+			    L->attn_norm, e, hp->norm_eps);
+	quant = false;
+	mm = (struct mm_job){ .n = n, .n_parts = 3 };
+	mm_bind(c, &mm.p[0], &L->wq, c->xb, n, e, &quant, c->q, qd);
+	mm_bind(c, &mm.p[1], &L->wk, c->xb, n, e, &quant, c->kb, kvd);
+	mm_bind(c, &mm.p[2], &L->wv, c->xb, n, e, &quant, c->vb, kvd);
+	mm_go(c, &mm);
+
+	for (uint32_t s = 0; s < b->n_seqs; s++)
+		c->views[s] = (struct ops_kv_view){
+			.pages = b->seqs[s].pages, .page_tokens = c->page_tokens,
+			.kv_dim = kvd, .dtype = c->dtype,
+			.k_off = c->k_off[l], .v_off = c->v_off[l] };
+	for (uint32_t i = 0; i < n; i++) {
+		float *qi = c->q + (size_t)i * qd, *ki = c->kb + (size_t)i * kvd;
+
+		ops_rope_table(c->cs, b->pos[i], hp->rope_dim,
+			       hp->rope_freq_base, hp->rope_freq_scale);
+		ops_rope_apply(qi, hp->n_head, hp->head_dim, hp->rope_dim, c->cs);
+		ops_rope_apply(ki, hp->n_head_kv, hp->head_dim, hp->rope_dim, c->cs);
+		ops_kv_store(c->k, &c->views[b->seq[i]], b->pos[i], ki,
+			     c->vb + (size_t)i * kvd);
+	}
+	threadpool_run(c->tp, att_run, &aj);
+
+	quant = false;
+	mm = (struct mm_job){ .n = n, .n_parts = 1 };
+	mm_bind(c, &mm.p[0], &L->wo, c->att, n, qd, &quant, c->xb, e);
+	mm_go(c, &mm);
+	for (size_t j = 0; j < (size_t)n * e; j++)
+		c->x[j] += c->xb[j];
+
+	/* feed-forward block */
+	for (uint32_t i = 0; i < n; i++)
+		ops_rmsnorm(c->xb + (size_t)i * e, c->x + (size_t)i * e,
+			    L->ffn_norm, e, hp->norm_eps);
+	quant = false;
+	mm = (struct mm_job){ .n = n, .n_parts = 2 };
+	mm_bind(c, &mm.p[0], &L->w_gate, c->xb, n, e, &quant, c->hb, hp->n_ff);
+	mm_bind(c, &mm.p[1], &L->w_up, c->xb, n, e, &quant, c->hb2, hp->n_ff);
+	mm_go(c, &mm);
+	for (uint32_t i = 0; i < n; i++)
+		ops_swiglu(c->hb + (size_t)i * hp->n_ff, c->hb2 + (size_t)i * hp->n_ff,
+			   hp->n_ff);
+	quant = false;
+	mm = (struct mm_job){ .n = n, .n_parts = 1 };
+	mm_bind(c, &mm.p[0], &L->w_down, c->hb, n, hp->n_ff, &quant, c->xb, e);
+	mm_go(c, &mm);
+	for (size_t j = 0; j < (size_t)n * e; j++)
+		c->x[j] += c->xb[j];
+}
+
+static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
+{
+	struct cpu_ctx *c = ctx;
+	const struct llama_hparams *hp = &c->m->hp;
+	uint32_t e = hp->n_embd;
+	struct mm_job mm;
+	bool quant = false;
+	int rc;
+
+	rc = cpu_check_batch(c, b);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < b->n_tokens; i++)
+		ops_mat_row_f32(&c->m->tok_embd, (uint32_t)b->tokens[i],
+				c->x + (size_t)i * e);
+	for (uint32_t l = 0; l < hp->n_layer; l++)
+		cpu_layer(c, b, l);
+	if (b->n_out == 0)
+		return 0;
+	/* xb: (n_out, n_embd) final-normed rows that want logits */
+	for (uint32_t j = 0; j < b->n_out; j++)
+		ops_rmsnorm(c->xb + (size_t)j * e, c->x + (size_t)b->out[j] * e,
+			    c->m->output_norm, e, hp->norm_eps);
+	mm = (struct mm_job){ .n = b->n_out, .n_parts = 1 };
+	mm_bind(c, &mm.p[0], &c->m->output, c->xb, b->n_out, e, &quant,
+		logits, hp->n_vocab);
+	mm_go(c, &mm);
+	return 0;
+}
+
+static void cpu_free(void *ctx)
+{
+	struct cpu_ctx *c = ctx;
+
+	if (!c)
+		return;
+	threadpool_free(c->tp);
+	free(c->k_off);
+	free(c->v_off);
+	free(c->x);
+	free(c->xb);
+	free(c->q);
+	free(c->kb);
+	free(c->vb);
+	free(c->att);
+	free(c->hb);
+	free(c->hb2);
+	free(c->aq);
+	free(c->scores);
+	free(c->cs);
+	free(c->views);
+	free(c);
+}
+
+static const struct backend_ops cpu_ops = {
+	.name = "cpu",
+	.forward = cpu_forward,
+	.free = cpu_free,
+};
+
+static void *alloc_f32(size_t rows, size_t cols)
+{
+	size_t n = rows * cols;
+
+	return calloc(n ? n : 1, sizeof(float));
+}
+
+int backend_cpu_new(struct backend *out, const struct model *m,
+		    const struct backend_kv_layout *kv,
+		    const struct backend_cpu_params *p)
+{
+	const struct llama_hparams *hp = &m->hp;
+	uint32_t T = p->max_tokens, qd = hp->n_head * hp->head_dim;
+	uint32_t kvd = hp->n_head_kv * hp->head_dim, widest;
+	struct cpu_ctx *c;
+	int rc;
+
+	if (p->threads < 1 || T < 1 || p->max_ctx < 1 || kv->page_tokens < 1)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->m = m;
+	c->k = ops_kernels_pick(p->simd);
+	c->max_tokens = T;
+	c->max_ctx = p->max_ctx;
+	c->page_tokens = kv->page_tokens;
+	c->dtype = kv->dtype;
+	widest = KVD_MAX(KVD_MAX(hp->n_embd, hp->n_ff), qd);
+	c->aq_stride = (size_t)(widest / OPS_QK + 1) * sizeof(struct ops_block_q8_act);
+	c->k_off = calloc(hp->n_layer, sizeof(*c->k_off));
+	c->v_off = calloc(hp->n_layer, sizeof(*c->v_off));
+	c->x = alloc_f32(T, hp->n_embd);
+	c->xb = alloc_f32(T, hp->n_embd);
+	c->q = alloc_f32(T, qd);
+	c->kb = alloc_f32(T, kvd);
+	c->vb = alloc_f32(T, kvd);
+	c->att = alloc_f32(T, qd);
+	c->hb = alloc_f32(T, hp->n_ff);
+	c->hb2 = alloc_f32(T, hp->n_ff);
+	c->aq = calloc(T, c->aq_stride);
+	c->scores = alloc_f32(p->threads, p->max_ctx);
+	c->cs = alloc_f32(hp->rope_dim, 1);
+	c->views = calloc(T, sizeof(*c->views));
+	if (!c->k_off || !c->v_off || !c->x || !c->xb || !c->q || !c->kb ||
+	    !c->vb || !c->att || !c->hb || !c->hb2 || !c->aq || !c->scores ||
+	    !c->cs || !c->views) {
+		cpu_free(c);
+		return -ENOMEM;
+	}
+	memcpy(c->k_off, kv->k_off, hp->n_layer * sizeof(*c->k_off));
+	memcpy(c->v_off, kv->v_off, hp->n_layer * sizeof(*c->v_off));
+	rc = threadpool_new(&c->tp, p->threads);
+	if (rc) {
+		cpu_free(c);
+		return rc;
+	}
+	out->ops = &cpu_ops;
+	out->ctx = c;
+	return 0;
+}
+
+const char *backend_cpu_kernels(const struct backend *b)
+{
+	const struct cpu_ctx *c = b->ctx;
+
+	return b->ops == &cpu_ops ? c->k->name : "";
+}

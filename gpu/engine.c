@@ -1,0 +1,575 @@
+/* engine.c - scheduling requests over the backend, pages through the pool.
+ *
+ * A request is a token array (prompt, then outputs) and two counters:
+ * n_tokens, the tokens known, and n_kv, the positions whose K/V are in its
+ * pages. A request with n_tokens - n_kv > 1 is reading its prompt; one
+ * with exactly one token ahead of its KV is decoding (that token is the
+ * last one sampled). Each step:
+ *
+ *   1. choose: the first max_batch running requests in submit order;
+ *      decoding ones take one token each, prompt readers a chunk of up to
+ *      prefill_chunk tokens (the step's token budget, max_batch +
+ *      prefill_chunk, is filled decoders first, so long prompts never
+ *      stall running generations);
+ *   2. check: for each chosen request, verify its table for the positions
+ *      already written (kvpool_verify: ownership, generation, coverage and
+ *      the tags in page memory - invariant 1), write the tags for the
+ *      positions this step adds, and verify again; a failure ends only
+ *      that request, with ENGINE_E_INTEGRITY;
+ *   3. compute: one backend forward over the whole batch, logits for the
+ *      requests whose chunk reaches their last known token;
+ *   4. sample the token at position n_tokens with (seed, position), emit
+ *      it, and finish the request on EOS, max_tokens, a full context or
+ *      prefill_only.
+ *
+ * Nothing in 1-4 lets one request's numbers depend on another's: the
+ * backend is row-independent and the sampler is keyed by position. So a
+ * batch of eight gives each request the tokens it gets alone.
+ *
+ * Pages the engine reserved are released when the caller frees the
+ * request, never earlier, so the caller decides when nothing can still
+ * write into them (invariant 2): a transfer reading a prefill-only
+ * request's pages, for instance, finishes before engine_req_free.
+ */
+#include "gpu/engine.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/util.h"
+#include "gpu/backend.h"
+#include "gpu/model.h"
+
+struct engine_req {
+	struct engine_req *prev, *next;  /* submit order */
+	uint64_t owner;
+	int32_t *tokens;                 /* (n_prompt + max_tokens) prompt, then outputs */
+	uint32_t n_prompt;
+	uint32_t n_tokens;               /* tokens known */
+	uint32_t n_kv;                   /* positions with K/V in the pages */
+	uint32_t max_tokens;
+	uint32_t n_output;
+	struct sampler_params sp;
+	bool prefill_only;
+	bool ignore_eos;
+	bool own_pages;                  /* reserved by the engine: release on free */
+	bool integrity_bad;              /* quarantine own pages on free */
+	struct kvpool_ref *table;        /* (n_table) */
+	uint32_t n_table;
+	uint8_t **pages;                 /* (n_table) host address of each page */
+	enum engine_finish finish;
+	int error;
+};
+
+struct engine {
+	const struct model *m;
+	struct kvpool *pool;
+	struct engine_params p;
+	struct kvlog *log;
+	struct backend be;
+	uint32_t n_ctx;
+	uint32_t max_step_tokens;        /* max_batch + prefill_chunk */
+	uint64_t *k_off;                 /* (n_layer) K block offset in a page */
+	uint64_t *v_off;                 /* (n_layer) */
+
+	struct engine_req *head, *tail;
+	uint32_t n_reqs;                 /* submitted, not freed */
+	uint32_t n_running;              /* finish == NONE */
+
+	/* step scratch */
+	struct engine_req **b_req;       /* (max_batch) requests of the step */
+	uint32_t *b_chunk;               /* (max_batch) tokens each adds */
+	struct backend_seq *b_seqs;      /* (max_batch) */
+	int32_t *b_tok;                  /* (max_step_tokens) */
+	uint32_t *b_pos;                 /* (max_step_tokens) */
+	uint32_t *b_seq;                 /* (max_step_tokens) */
+	uint32_t *b_out;                 /* (max_batch) batch index of logits rows */
+	uint32_t *b_out_seq;             /* (max_batch) seq of each logits row */
+	float *logits;                   /* (max_batch, n_vocab) */
+	struct engine_event *ev;         /* (2 * max_batch) */
+	size_t n_ev;
+	struct sampler smp;
+};
+
+/* ---- names ---------------------------------------------------------------- */
+
+const char *engine_finish_name(enum engine_finish f)
+{
+	switch (f) {
+	case ENGINE_FINISH_NONE: return "none";
+	case ENGINE_FINISH_STOP: return "stop";
+	case ENGINE_FINISH_LENGTH: return "length";
+	case ENGINE_FINISH_PREFILLED: return "prefilled";
+	case ENGINE_FINISH_CANCELLED: return "cancelled";
+	case ENGINE_FINISH_ERROR: return "error";
+	}
+	return "?";
+}
+
+const char *engine_strerror(int code)
+{
+	switch (code) {
+	case 0: return "ok";
+	case ENGINE_E_TOO_LONG: return "prompt plus max_tokens exceeds the context length";
+	case ENGINE_E_INVALID: return "invalid request";
+	case ENGINE_E_INTEGRITY: return "KV page integrity check failed";
+	case ENGINE_E_GEOMETRY: return "KV pool geometry does not fit the model";
+	case ENGINE_E_BUSY: return "too many requests";
+	case KVPOOL_E_FULL: return "KV pool full";
+	}
+	if (code < 0)
+		return strerror(-code);
+	return "unknown error";
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+int engine_new(struct engine **out, const struct model *m,
+	       struct kvpool *pool, const struct engine_params *p,
+	       struct kvlog *log)
+{
+	const struct llama_hparams *hp = &m->hp;
+	const struct kvpool_geom *g = kvpool_geom(pool);
+	struct engine *e;
+	struct backend_kv_layout lay;
+	struct backend_cpu_params cp;
+	uint32_t B;
+	int rc;
+
+	if (p->threads < 1 || p->max_batch < 1 || p->prefill_chunk < 1)
+		return ENGINE_E_INVALID;
+	if (g->n_layer != hp->n_layer || g->kv_dim != hp->n_head_kv * hp->head_dim ||
+	    (g->dtype != KV_DTYPE_F32 && g->dtype != KV_DTYPE_F16))
+		return ENGINE_E_GEOMETRY;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->m = m;
+	e->pool = pool;
+	e->p = *p;
+	e->log = log;
+	e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
+	B = p->max_batch;
+	e->max_step_tokens = B + p->prefill_chunk;
+	e->k_off = calloc(hp->n_layer, sizeof(*e->k_off));
+	e->v_off = calloc(hp->n_layer, sizeof(*e->v_off));
+	e->b_req = calloc(B, sizeof(*e->b_req));
+	e->b_chunk = calloc(B, sizeof(*e->b_chunk));
+	e->b_seqs = calloc(B, sizeof(*e->b_seqs));
+	e->b_tok = calloc(e->max_step_tokens, sizeof(*e->b_tok));
+	e->b_pos = calloc(e->max_step_tokens, sizeof(*e->b_pos));
+	e->b_seq = calloc(e->max_step_tokens, sizeof(*e->b_seq));
+	e->b_out = calloc(B, sizeof(*e->b_out));
+	e->b_out_seq = calloc(B, sizeof(*e->b_out_seq));
+	e->logits = calloc((size_t)B * hp->n_vocab, sizeof(*e->logits));
+	e->ev = calloc(2 * (size_t)B, sizeof(*e->ev));
+	if (!e->k_off || !e->v_off || !e->b_req || !e->b_chunk || !e->b_seqs ||
+	    !e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->b_out_seq ||
+	    !e->logits || !e->ev) {
+		engine_free(e);
+		return -ENOMEM;
+	}
+	rc = sampler_init(&e->smp, hp->n_vocab);
+	if (rc) {
+		engine_free(e);
+		return rc;
+	}
+	for (uint32_t l = 0; l < hp->n_layer; l++) {
+		e->k_off[l] = kvpool_block_offset(pool, l, 0);
+		e->v_off[l] = kvpool_block_offset(pool, l, 1);
+	}
+	lay = (struct backend_kv_layout){ .page_tokens = g->page_tokens,
+					  .dtype = g->dtype, .k_off = e->k_off,
+					  .v_off = e->v_off };
+	cp = (struct backend_cpu_params){ .threads = p->threads,
+					  .max_tokens = e->max_step_tokens,
+					  .max_ctx = e->n_ctx, .simd = p->simd };
+	rc = backend_cpu_new(&e->be, m, &lay, &cp);
+	if (rc) {
+		engine_free(e);
+		return rc;
+	}
+	KVLOG_INFO(log, "engine_ready",
+		   "backend=cpu kernels=%s threads=%u max_batch=%u prefill_chunk=%u n_ctx=%u page_tokens=%u kv_dtype=%s",
+		   backend_cpu_kernels(&e->be), p->threads, B, p->prefill_chunk,
+		   e->n_ctx, g->page_tokens, kv_dtype_name(g->dtype));
+	*out = e;
+	return 0;
+}
+
+void engine_free(struct engine *e)
+{
+	if (!e)
+		return;
+	while (e->head)
+		engine_req_free(e, e->head);
+	backend_deinit(&e->be);
+	sampler_deinit(&e->smp);
+	free(e->k_off);
+	free(e->v_off);
+	free(e->b_req);
+	free(e->b_chunk);
+	free(e->b_seqs);
+	free(e->b_tok);
+	free(e->b_pos);
+	free(e->b_seq);
+	free(e->b_out);
+	free(e->b_out_seq);
+	free(e->logits);
+	free(e->ev);
+	free(e);
+}
+
+const char *engine_kernels(const struct engine *e)
+{
+	return backend_cpu_kernels(&e->be);
+}
+
+/* ---- requests -------------------------------------------------------------- */
+
+static void req_destroy(struct engine_req *r)
+{
+	free(r->tokens);
+	free(r->table);
+	free(r->pages);
+	free(r);
+}
+
+static int req_check(const struct engine *e, const struct engine_req_params *rp)
+{
+	uint32_t n_vocab = e->m->hp.n_vocab;
+
+	if (!rp->prompt || rp->n_prompt == 0 || rp->max_tokens == 0)
+		return ENGINE_E_INVALID;
+	for (uint32_t i = 0; i < rp->n_prompt; i++)
+		if (rp->prompt[i] < 0 || (uint32_t)rp->prompt[i] >= n_vocab)
+			return ENGINE_E_INVALID;
+	if ((uint64_t)rp->n_prompt + rp->max_tokens > e->n_ctx)
+		return ENGINE_E_TOO_LONG;
+	if (rp->table && (rp->n_cached >= rp->n_prompt || rp->n_table == 0))
+		return ENGINE_E_INVALID;
+	if (!rp->table && rp->n_cached)
+		return ENGINE_E_INVALID;
+	if (e->p.max_requests && e->n_reqs >= e->p.max_requests)
+		return ENGINE_E_BUSY;
+	return 0;
+}
+
+int engine_submit(struct engine *e, const struct engine_req_params *rp,
+		  struct engine_req **out)
+{
+	struct engine_req *r;
+	uint32_t kv_max, need;
+	int rc;
+
+	rc = req_check(e, rp);
+	if (rc)
+		return rc;
+	/* positions that will ever hold K/V: the last output's never does */
+	kv_max = rp->prefill_only ? rp->n_prompt : rp->n_prompt + rp->max_tokens - 1;
+	need = kvpool_pages_for(e->pool, kv_max);
+	if (rp->table && rp->n_table < need)
+		return ENGINE_E_INVALID;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->owner = rp->owner;
+	r->n_prompt = rp->n_prompt;
+	r->n_tokens = rp->n_prompt;
+	r->n_kv = rp->n_cached;
+	r->max_tokens = rp->max_tokens;
+	r->sp = rp->sampling;
+	r->prefill_only = rp->prefill_only;
+	r->ignore_eos = rp->ignore_eos;
+	r->n_table = rp->table ? rp->n_table : need;
+	r->tokens = calloc((size_t)rp->n_prompt + rp->max_tokens, sizeof(*r->tokens));
+	r->table = calloc(r->n_table, sizeof(*r->table));
+	r->pages = calloc(r->n_table, sizeof(*r->pages));
+	if (!r->tokens || !r->table || !r->pages) {
+		req_destroy(r);
+		return -ENOMEM;
+	}
+	memcpy(r->tokens, rp->prompt, (size_t)rp->n_prompt * sizeof(*r->tokens));
+	if (rp->table) {
+		memcpy(r->table, rp->table, r->n_table * sizeof(*r->table));
+	} else {
+		rc = kvpool_reserve(e->pool, r->owner, r->n_table, r->table);
+		if (rc) {
+			req_destroy(r);
+			return rc;
+		}
+		r->own_pages = true;
+		rc = kvpool_fill_begin(e->pool, r->owner, r->table, r->n_table);
+		if (rc) {
+			kvpool_release(e->pool, r->owner, r->table, r->n_table);
+			req_destroy(r);
+			return rc;
+		}
+	}
+	for (uint32_t i = 0; i < r->n_table; i++) {
+		r->pages[i] = kvpool_page_addr(e->pool, r->table[i].page);
+		if (!r->pages[i]) {
+			if (r->own_pages)
+				kvpool_release(e->pool, r->owner, r->table, r->n_table);
+			req_destroy(r);
+			return ENGINE_E_INVALID;
+		}
+	}
+	r->prev = e->tail;
+	if (e->tail)
+		e->tail->next = r;
+	else
+		e->head = r;
+	e->tail = r;
+	e->n_reqs++;
+	e->n_running++;
+	*out = r;
+	return 0;
+}
+
+static void req_finish(struct engine *e, struct engine_req *r,
+		       enum engine_finish f, int error)
+{
+	if (r->finish != ENGINE_FINISH_NONE)
+		return;
+	r->finish = f;
+	r->error = error;
+	e->n_running--;
+}
+
+void engine_req_cancel(struct engine *e, struct engine_req *r)
+{
+	req_finish(e, r, ENGINE_FINISH_CANCELLED, 0);
+}
+
+void engine_req_free(struct engine *e, struct engine_req *r)
+{
+	int rc = 0;
+
+	req_finish(e, r, ENGINE_FINISH_CANCELLED, 0);
+	if (r->own_pages) {
+		if (r->integrity_bad)
+			rc = kvpool_quarantine(e->pool, r->owner, r->table, r->n_table);
+		else
+			rc = kvpool_release(e->pool, r->owner, r->table, r->n_table);
+	}
+	if (rc)
+		KVLOG_ERR(e->log, "engine_release_failed",
+			  "owner=%llu pages=%u rc=%d",
+			  (unsigned long long)r->owner, r->n_table, rc);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		e->head = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	else
+		e->tail = r->prev;
+	e->n_reqs--;
+	req_destroy(r);
+}
+
+bool engine_idle(const struct engine *e)
+{
+	return e->n_running == 0;
+}
+
+uint32_t engine_running(const struct engine *e)
+{
+	return e->n_running;
+}
+
+const int32_t *engine_req_tokens(const struct engine_req *r, uint32_t *n)
+{
+	if (n)
+		*n = r->n_tokens;
+	return r->tokens;
+}
+
+uint32_t engine_req_n_prompt(const struct engine_req *r)
+{
+	return r->n_prompt;
+}
+
+uint32_t engine_req_n_output(const struct engine_req *r)
+{
+	return r->n_output;
+}
+
+enum engine_finish engine_req_finish(const struct engine_req *r, int *error)
+{
+	if (error)
+		*error = r->error;
+	return r->finish;
+}
+
+uint64_t engine_req_owner(const struct engine_req *r)
+{
+	return r->owner;
+}
+
+const struct kvpool_ref *engine_req_table(const struct engine_req *r,
+					  uint32_t *n_table, uint32_t *n_kv)
+{
+	if (n_table)
+		*n_table = r->n_table;
+	if (n_kv)
+		*n_kv = r->n_kv;
+	return r->table;
+}
+
+/* ---- a step ------------------------------------------------------------------ */
+
+static void ev_push(struct engine *e, enum engine_event_kind kind,
+		    struct engine_req *r, int32_t token, uint32_t pos)
+{
+	e->ev[e->n_ev++] = (struct engine_event){
+		.kind = kind, .req = r, .owner = r->owner, .token = token,
+		.pos = pos, .finish = r->finish, .error = r->error };
+}
+
+static void req_fail(struct engine *e, struct engine_req *r, int error)
+{
+	req_finish(e, r, ENGINE_FINISH_ERROR, error);
+	ev_push(e, ENGINE_EV_DONE, r, -1, r->n_tokens);
+}
+
+/* Step 2: the pages this step reads and writes belong to r, in this
+ * generation, with tags that say so. */
+static int req_check_pages(struct engine *e, struct engine_req *r,
+			   uint32_t n_after)
+{
+	uint32_t bad = UINT32_MAX;
+	const char *what = "verify";
+	int rc = 0;
+
+	if (r->n_kv > 0)
+		rc = kvpool_verify(e->pool, r->owner, r->table,
+				   kvpool_pages_for(e->pool, r->n_kv), r->n_kv, &bad);
+	if (!rc) {
+		what = "tag_write";
+		rc = kvpool_tag_write(e->pool, r->owner, r->table,
+				      kvpool_pages_for(e->pool, n_after), n_after);
+	}
+	if (!rc) {
+		what = "verify_after";
+		rc = kvpool_verify(e->pool, r->owner, r->table,
+				   kvpool_pages_for(e->pool, n_after), n_after, &bad);
+	}
+	if (rc) {
+		KVLOG_WARN(e->log, "engine_integrity",
+			   "owner=%llu check=%s rc=%d bad_index=%d n_kv=%u tokens=%u",
+			   (unsigned long long)r->owner, what, rc,
+			   bad == UINT32_MAX ? -1 : (int)bad, r->n_kv, n_after);
+		r->integrity_bad = true;
+	}
+	return rc;
+}
+
+/* Step 1: choose the requests and their chunks; returns how many. */
+static uint32_t step_choose(struct engine *e)
+{
+	uint32_t n = 0, budget = e->max_step_tokens;
+
+	/* decoders first, then prompt readers, both in submit order */
+	for (int pass = 0; pass < 2; pass++)
+		for (struct engine_req *r = e->head; r && n < e->p.max_batch; r = r->next) {
+			uint32_t ahead = r->n_tokens - r->n_kv, chunk;
+
+			if (r->finish != ENGINE_FINISH_NONE || budget == 0 ||
+			    (pass == 0) != (ahead == 1))
+				continue;
+			chunk = KVD_MIN(KVD_MIN(ahead, e->p.prefill_chunk), budget);
+			e->b_req[n] = r;
+			e->b_chunk[n] = chunk;
+			budget -= chunk;
+			n++;
+		}
+	return n;
+}
+
+/* Step 4: the sampled token for r (logits row j). */
+static void req_take_token(struct engine *e, struct engine_req *r,
+			   const float *logits)
+{
+	uint32_t pos = r->n_tokens;
+	int32_t tok = (int32_t)sampler_sample(&e->smp, &r->sp, pos, logits);
+
+	if (tok == e->m->eos_id && !r->ignore_eos) {
+		req_finish(e, r, ENGINE_FINISH_STOP, 0);
+		ev_push(e, ENGINE_EV_DONE, r, -1, pos);
+		return;
+	}
+	r->tokens[r->n_tokens++] = tok;
+	r->n_output++;
+	ev_push(e, ENGINE_EV_TOKEN, r, tok, pos);
+	if (r->prefill_only)
+		req_finish(e, r, ENGINE_FINISH_PREFILLED, 0);
+	else if (r->n_output >= r->max_tokens || r->n_tokens >= e->n_ctx)
+		req_finish(e, r, ENGINE_FINISH_LENGTH, 0);
+	if (r->finish != ENGINE_FINISH_NONE)
+		ev_push(e, ENGINE_EV_DONE, r, -1, pos);
+}
+
+int engine_step(struct engine *e, const struct engine_event **ev,
+		size_t *n_ev)
+{
+	uint32_t n_req, n_seq = 0, n_tok = 0, n_out = 0;
+	struct backend_batch batch;
+	int rc;
+
+	e->n_ev = 0;
+	*ev = e->ev;
+	*n_ev = 0;
+	n_req = step_choose(e);
+	for (uint32_t i = 0; i < n_req; i++) {
+		struct engine_req *r = e->b_req[i];
+		uint32_t n_after = r->n_kv + e->b_chunk[i];
+
+		rc = req_check_pages(e, r, n_after);
+		if (rc) {
+			req_fail(e, r, ENGINE_E_INTEGRITY);
+			continue;
+		}
+		e->b_req[n_seq] = r;
+		e->b_seqs[n_seq] = (struct backend_seq){
+			.pages = r->pages, .n_pages = r->n_table, .n_kv = n_after };
+		for (uint32_t p = r->n_kv; p < n_after; p++) {
+			e->b_tok[n_tok] = r->tokens[p];
+			e->b_pos[n_tok] = p;
+			e->b_seq[n_tok] = n_seq;
+			n_tok++;
+		}
+		if (n_after == r->n_tokens) {
+			e->b_out[n_out] = n_tok - 1;
+			e->b_out_seq[n_out] = n_seq;
+			n_out++;
+		}
+		n_seq++;
+	}
+	if (n_seq == 0) {
+		*n_ev = e->n_ev;
+		return 0;
+	}
+	batch = (struct backend_batch){
+		.n_tokens = n_tok, .tokens = e->b_tok, .pos = e->b_pos,
+		.seq = e->b_seq, .seqs = e->b_seqs, .n_seqs = n_seq,
+		.out = e->b_out, .n_out = n_out };
+	rc = backend_forward(&e->be, &batch, e->logits);
+	if (rc) {
+		KVLOG_ERR(e->log, "engine_forward_failed", "rc=%d tokens=%u seqs=%u",
+			  rc, n_tok, n_seq);
+		for (uint32_t s = 0; s < n_seq; s++)
+			req_fail(e, e->b_req[s], rc);
+		*n_ev = e->n_ev;
+		return rc;
+	}
+	for (uint32_t s = 0; s < n_seq; s++)
+		e->b_req[s]->n_kv = e->b_seqs[s].n_kv;
+	for (uint32_t j = 0; j < n_out; j++)
+		req_take_token(e, e->b_req[e->b_out_seq[j]],
+			       e->logits + (size_t)j * e->m->hp.n_vocab);
+	*n_ev = e->n_ev;
+	return 0;
+}

@@ -1,0 +1,162 @@
+/* engine.h - requests in, tokens out: continuous batching over a KV pool.
+ *
+ * An engine runs one model on one backend (CPU now) with K and V in the
+ * pages of a struct kvpool. Requests are submitted, then the caller drives
+ * the engine with engine_step(): each step gathers every running request
+ * (up to max_batch) into one batch - one token for each request that is
+ * decoding, a chunk of up to prefill_chunk prompt tokens for each request
+ * still reading its prompt - runs the forward pass once, samples, and
+ * reports what happened as events. Requests join and leave between steps.
+ *
+ * KV pages. A request's K/V live only in its own pages, addressed through
+ * its page table (kvpool_ref: page + generation). Before a step reads a
+ * request's pages, the engine verifies the table against the pool and the
+ * integrity tags in page memory (kvpool_verify, invariant 1); a failure
+ * ends that request with ENGINE_E_INTEGRITY and no token, and the step
+ * goes on for the others. Tags are rewritten (kvpool_tag_write) as the
+ * request's positions grow.
+ *   - By default the engine reserves pages_for(prompt + max_tokens - 1)
+ *     pages at submit (all or nothing: KVPOOL_E_FULL is returned and
+ *     nothing is held) and releases them in engine_req_free (quarantines
+ *     them after an integrity failure).
+ *   - With params.table the caller lends its own reserved pages (decode
+ *     after a transfer); they must be FILLING or READY and hold K/V of the
+ *     first n_cached tokens with matching tags. The engine never releases
+ *     lent pages.
+ *
+ * Purity (invariant 9): a request's tokens depend only on (model, prompt,
+ * sampling params, seed): kernels split work by output rows only, the
+ * sampler's draw for position p is keyed by (seed, p), and no request's
+ * numbers depend on the batch or the page layout.
+ *
+ * Errors: negative errno for system failures; positive ENGINE_E_* for
+ * conditions the caller reports to the client; KVPOOL_E_* pass through
+ * from the pool at submit.
+ *
+ * Threading contract: an engine and its requests belong to one driver
+ * thread - never the libuv loop thread, since engine_step() computes for
+ * as long as a forward pass takes. The daemon runs a compute thread that
+ * takes work from a queue, calls engine_submit()/engine_step()/
+ * engine_req_free(), and hands events back to the loop with a uv_async_t.
+ * The engine uses its own worker threads (engine.threads) inside a step.
+ * The kvpool may be shared with other threads (its calls lock).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf/log.h"
+#include "gpu/kvpool.h"
+#include "gpu/sampler.h"
+
+struct model;
+struct engine;
+struct engine_req;
+
+enum {
+	ENGINE_E_TOO_LONG = 200, /* prompt + max_tokens exceeds the context */
+	ENGINE_E_INVALID,        /* empty prompt, token id out of range, bad args */
+	ENGINE_E_INTEGRITY,      /* a page table or tag failed verification */
+	ENGINE_E_GEOMETRY,       /* pool geometry does not fit the model */
+	ENGINE_E_BUSY,           /* max_requests already submitted */
+};
+
+struct engine_params {
+	uint32_t threads;        /* compute threads, >= 1 */
+	uint32_t max_batch;      /* running requests per step (>= 1) */
+	uint32_t max_requests;   /* submitted, not yet freed (0 = unlimited) */
+	uint32_t prefill_chunk;  /* prompt tokens per request per step (>= 1) */
+	uint32_t n_ctx;          /* context length; 0 = the model's */
+	bool simd;               /* AVX2 kernels when the CPU has them */
+};
+
+#define ENGINE_PARAMS_DEFAULT { .threads = 1, .max_batch = 16, \
+	.max_requests = 0, .prefill_chunk = 64, .n_ctx = 0, .simd = true }
+
+enum engine_finish {
+	ENGINE_FINISH_NONE = 0,  /* still running */
+	ENGINE_FINISH_STOP,      /* end-of-sequence token (not emitted) */
+	ENGINE_FINISH_LENGTH,    /* max_tokens reached or the context is full */
+	ENGINE_FINISH_PREFILLED, /* prefill_only: KV built, first token emitted */
+	ENGINE_FINISH_CANCELLED, /* engine_req_cancel */
+	ENGINE_FINISH_ERROR,     /* see error */
+};
+
+struct engine_req_params {
+	uint64_t owner;                 /* request id: the pool owner */
+	const int32_t *prompt;          /* (n_prompt) token ids, copied */
+	uint32_t n_prompt;              /* >= 1 */
+	uint32_t max_tokens;            /* tokens to generate, >= 1 */
+	struct sampler_params sampling;
+	bool prefill_only;              /* stop after the first sampled token */
+	bool ignore_eos;                /* do not stop at the EOS token */
+	/* Lent pages (NULL: the engine reserves its own). */
+	const struct kvpool_ref *table; /* (n_table) */
+	uint32_t n_table;
+	uint32_t n_cached;              /* prompt tokens whose K/V the pages hold */
+};
+
+enum engine_event_kind {
+	ENGINE_EV_TOKEN = 1,     /* token: a new output token */
+	ENGINE_EV_DONE,          /* finish (and error) set; request is idle */
+};
+
+struct engine_event {
+	enum engine_event_kind kind;
+	struct engine_req *req;
+	uint64_t owner;
+	int32_t token;                  /* ENGINE_EV_TOKEN */
+	uint32_t pos;                   /* position of that token */
+	enum engine_finish finish;      /* ENGINE_EV_DONE */
+	int error;                      /* ENGINE_EV_DONE with FINISH_ERROR */
+};
+
+/* The pool's geometry must match the model (n_layer, kv_dim) and its
+ * memory must be host-visible. model and pool must outlive the engine;
+ * log may be NULL. ENGINE_E_GEOMETRY on a mismatch. */
+int engine_new(struct engine **out, const struct model *m,
+	       struct kvpool *pool, const struct engine_params *p,
+	       struct kvlog *log);
+/* Frees every request still held (as engine_req_free). */
+void engine_free(struct engine *e);
+
+/* Admit a request: checks (ENGINE_E_INVALID, ENGINE_E_TOO_LONG, ENGINE_E_BUSY),
+ * then reserves pages (KVPOOL_E_FULL) unless lent. Nothing is held on
+ * error. The request runs from the next step on. */
+int engine_submit(struct engine *e, const struct engine_req_params *rp,
+		  struct engine_req **out);
+
+/* Run one step. *ev (valid until the next engine call) receives the
+ * events of this step, *n_ev their count (0 when nothing was runnable).
+ * Returns 0, or a negative errno when the backend failed (the requests of
+ * that step are then ended with FINISH_ERROR and the error). */
+int engine_step(struct engine *e, const struct engine_event **ev,
+		size_t *n_ev);
+
+/* true when no submitted request is still running. */
+bool engine_idle(const struct engine *e);
+/* Running (submitted, not finished) requests. */
+uint32_t engine_running(const struct engine *e);
+
+/* End a running request now (FINISH_CANCELLED, reported by no event). */
+void engine_req_cancel(struct engine *e, struct engine_req *r);
+/* Forget a request (cancelling it if it still runs) and release or
+ * quarantine its own pages. `r` is invalid afterwards. */
+void engine_req_free(struct engine *e, struct engine_req *r);
+
+/* Accessors. Tokens: prompt then outputs (n_prompt + n_output). */
+const int32_t *engine_req_tokens(const struct engine_req *r, uint32_t *n);
+uint32_t engine_req_n_prompt(const struct engine_req *r);
+uint32_t engine_req_n_output(const struct engine_req *r);
+enum engine_finish engine_req_finish(const struct engine_req *r, int *error);
+uint64_t engine_req_owner(const struct engine_req *r);
+/* The request's page table and the positions its pages hold K/V for. */
+const struct kvpool_ref *engine_req_table(const struct engine_req *r,
+					  uint32_t *n_table, uint32_t *n_kv);
+
+const char *engine_finish_name(enum engine_finish f);
+const char *engine_strerror(int code);
+/* The kernel table the backend uses ("avx2", "scalar"). */
+const char *engine_kernels(const struct engine *e);

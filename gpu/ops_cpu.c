@@ -1,0 +1,657 @@
+/* ops_cpu.c - CPU kernels.
+ *
+ * Two tables of kernels live here: a scalar one written for clarity and a
+ * reference, and an AVX2+FMA+F16C one compiled with per-function target
+ * attributes, so the file builds for baseline x86-64 and the SIMD code is
+ * entered only after __builtin_cpu_supports() said yes. No global state:
+ * the tables are const and the choice is the caller's (ops_kernels_pick).
+ *
+ * Determinism. Every dot product keeps a fixed accumulation order that
+ * depends only on n (lanes, unroll, tail), never on where the data lies or
+ * who calls; reductions in softmax and RMSNorm run in index order in
+ * double. Callers parallelise by output rows, so a value is computed the
+ * same way whatever the thread count or batch composition.
+ *
+ * Quantized weights. Q8_0 and Q4_0 rows are dotted against activations
+ * quantized once per row to q8 blocks (scale in float): per block the
+ * products are summed exactly in integers, then scaled by d_w * d_x and
+ * accumulated in float. The AVX2 path uses the sign trick so that
+ * maddubs (unsigned x signed) can multiply two signed vectors: |w| times
+ * x * sign(w).
+ *
+ * Elementwise ops (RMSNorm, RoPE, softmax, SwiGLU) follow the order of
+ * operations of the usual GGUF reference implementation (float products
+ * summed in double for the norm; rotation tables built by repeated
+ * multiplication of theta) so greedy decoding matches it token for token.
+ */
+#include "gpu/ops_cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define OPS_HAVE_X86 1
+#else
+#define OPS_HAVE_X86 0
+#endif
+
+/* ---- half precision, scalar ---------------------------------------------- */
+
+float ops_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t man = h & 0x3ff;
+	uint32_t bits;
+	float f;
+
+	if (exp == 0) {
+		if (man == 0) {
+			bits = sign;
+		} else {
+			/* subnormal: normalise the mantissa */
+			int e = -1;
+
+			do {
+				e++;
+				man <<= 1;
+			} while (!(man & 0x400));
+			bits = sign | ((uint32_t)(127 - 15 - e) << 23) |
+			       ((man & 0x3ff) << 13);
+		}
+	} else if (exp == 31) {
+		bits = sign | 0x7f800000u | (man << 13);
+	} else {
+		bits = sign | ((exp + 112) << 23) | (man << 13);
+	}
+	memcpy(&f, &bits, sizeof(f));
+	return f;
+}
+
+uint16_t ops_f32_to_f16(float f)
+{
+	uint32_t x, ax, sign, r, rem;
+
+	memcpy(&x, &f, sizeof(x));
+	sign = (x >> 16) & 0x8000;
+	ax = x & 0x7fffffffu;
+	if (ax >= 0x7f800000u) /* inf or NaN (NaN stays quiet NaN) */
+		return (uint16_t)(sign | 0x7c00 |
+				  (ax > 0x7f800000u ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
+	if (ax >= 0x477ff000u) /* rounds past 65504 */
+		return (uint16_t)(sign | 0x7c00);
+	if (ax < 0x38800000u) { /* below 2^-14: half subnormal or zero */
+		uint32_t e = ax >> 23, m, shift, half;
+
+		if (ax < 0x33000000u) /* below 2^-25: rounds to zero */
+			return (uint16_t)sign;
+		m = (ax & 0x7fffff) | 0x800000;
+		shift = 126 - e;
+		r = m >> shift;
+		rem = m & ((1u << shift) - 1);
+		half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (r & 1)))
+			r++;
+		return (uint16_t)(sign | r);
+	}
+	r = (ax >> 13) - (112u << 10);
+	rem = ax & 0x1fff;
+	if (rem > 0x1000 || (rem == 0x1000 && (r & 1)))
+		r++; /* a carry into the exponent is the right answer */
+	return (uint16_t)(sign | r);
+}
+
+/* ---- scalar table -------------------------------------------------------- */
+
+static float dot_f32_scalar(const float *w, const float *x, uint32_t n)
+{
+	float s = 0.0f;
+
+	for (uint32_t j = 0; j < n; j++)
+		s += w[j] * x[j];
+	return s;
+}
+
+static float dot_f16_scalar(const uint16_t *w, const float *x, uint32_t n)
+{
+	float s = 0.0f;
+
+	for (uint32_t j = 0; j < n; j++)
+		s += ops_f16_to_f32(w[j]) * x[j];
+	return s;
+}
+
+static float dot_q8_0_scalar(const struct ops_block_q8_0 *w,
+			     const struct ops_block_q8_act *x, uint32_t n)
+{
+	float s = 0.0f;
+
+	for (uint32_t b = 0; b < n / OPS_QK; b++) {
+		int32_t acc = 0;
+
+		for (int j = 0; j < OPS_QK; j++)
+			acc += (int32_t)w[b].qs[j] * x[b].qs[j];
+		s += (float)acc * (ops_f16_to_f32(w[b].d) * x[b].d);
+	}
+	return s;
+}
+
+static float dot_q4_0_scalar(const struct ops_block_q4_0 *w,
+			     const struct ops_block_q8_act *x, uint32_t n)
+{
+	float s = 0.0f;
+
+	for (uint32_t b = 0; b < n / OPS_QK; b++) {
+		int32_t acc = 0;
+
+		for (int j = 0; j < OPS_QK / 2; j++) {
+			acc += ((int32_t)(w[b].qs[j] & 0xf) - 8) * x[b].qs[j];
+			acc += ((int32_t)(w[b].qs[j] >> 4) - 8) *
+			       x[b].qs[j + OPS_QK / 2];
+		}
+		s += (float)acc * (ops_f16_to_f32(w[b].d) * x[b].d);
+	}
+	return s;
+}
+
+static void axpy_f32_scalar(float *y, float a, const float *x, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j++)
+		y[j] += a * x[j];
+}
+
+static void axpy_f16_scalar(float *y, float a, const uint16_t *x, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j++)
+		y[j] += a * ops_f16_to_f32(x[j]);
+}
+
+static void f32_to_f16_scalar(uint16_t *dst, const float *src, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j++)
+		dst[j] = ops_f32_to_f16(src[j]);
+}
+
+static const struct ops_kernels kernels_scalar = {
+	.name = "scalar",
+	.dot_f32 = dot_f32_scalar,
+	.dot_f16 = dot_f16_scalar,
+	.dot_q8_0 = dot_q8_0_scalar,
+	.dot_q4_0 = dot_q4_0_scalar,
+	.axpy_f32 = axpy_f32_scalar,
+	.axpy_f16 = axpy_f16_scalar,
+	.f32_to_f16 = f32_to_f16_scalar,
+};
+
+const struct ops_kernels *ops_kernels_scalar(void)
+{
+	return &kernels_scalar;
+}
+
+/* ---- AVX2 + FMA + F16C table --------------------------------------------- */
+
+#if OPS_HAVE_X86
+#define OPS_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+OPS_AVX2 static inline float hsum256(__m256 v)
+{
+	__m128 lo = _mm256_castps256_ps128(v);
+	__m128 hi = _mm256_extractf128_ps(v, 1);
+	__m128 s, sh;
+
+	lo = _mm_add_ps(lo, hi);
+	sh = _mm_movehdup_ps(lo);
+	s = _mm_add_ps(lo, sh);
+	sh = _mm_movehl_ps(sh, s);
+	s = _mm_add_ss(s, sh);
+	return _mm_cvtss_f32(s);
+}
+
+/* Four 8-lane accumulators over 32-element steps, then 8-element steps
+ * into the first, then a scalar tail: the order depends on n only. */
+OPS_AVX2 static float dot_f32_avx2(const float *w, const float *x, uint32_t n)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+	__m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+	uint32_t j = 0;
+	float s;
+
+	for (; j + 32 <= n; j += 32) {
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), a0);
+		a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
+		a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 16), _mm256_loadu_ps(x + j + 16), a2);
+		a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 24), _mm256_loadu_ps(x + j + 24), a3);
+	}
+	for (; j + 8 <= n; j += 8)
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), a0);
+	a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+	s = hsum256(a0);
+	for (; j < n; j++)
+		s += w[j] * x[j];
+	return s;
+}
+
+OPS_AVX2 static inline __m256 load_f16x8(const uint16_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+OPS_AVX2 static float dot_f16_avx2(const uint16_t *w, const float *x, uint32_t n)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+	__m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+	uint32_t j = 0;
+	float s;
+
+	for (; j + 32 <= n; j += 32) {
+		a0 = _mm256_fmadd_ps(load_f16x8(w + j), _mm256_loadu_ps(x + j), a0);
+		a1 = _mm256_fmadd_ps(load_f16x8(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
+		a2 = _mm256_fmadd_ps(load_f16x8(w + j + 16), _mm256_loadu_ps(x + j + 16), a2);
+		a3 = _mm256_fmadd_ps(load_f16x8(w + j + 24), _mm256_loadu_ps(x + j + 24), a3);
+	}
+	for (; j + 8 <= n; j += 8)
+		a0 = _mm256_fmadd_ps(load_f16x8(w + j), _mm256_loadu_ps(x + j), a0);
+	a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+	s = hsum256(a0);
+	for (; j < n; j++)
+		s += _cvtsh_ss(w[j]) * x[j];
+	return s;
+}
+
+/* 32 signed bytes w and x -> 8 int32 partial sums of w*x. */
+OPS_AVX2 static inline __m256i dot_i8x32(__m256i w, __m256i x)
+{
+	__m256i aw = _mm256_sign_epi8(w, w);
+	__m256i sx = _mm256_sign_epi8(x, w);
+	__m256i p16 = _mm256_maddubs_epi16(aw, sx);
+
+	return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+/* Two blocks per iteration into two accumulators (hides FMA latency);
+ * an odd last block goes into the first. */
+OPS_AVX2 static float dot_q8_0_avx2(const struct ops_block_q8_0 *w,
+				    const struct ops_block_q8_act *x, uint32_t n)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+	uint32_t nb = n / OPS_QK, b = 0;
+
+	for (; b + 2 <= nb; b += 2) {
+		__m256i p0 = dot_i8x32(_mm256_loadu_si256((const __m256i *)w[b].qs),
+				       _mm256_loadu_si256((const __m256i *)x[b].qs));
+		__m256i p1 = dot_i8x32(_mm256_loadu_si256((const __m256i *)w[b + 1].qs),
+				       _mm256_loadu_si256((const __m256i *)x[b + 1].qs));
+		__m256 d0 = _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d);
+		__m256 d1 = _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * x[b + 1].d);
+
+		a0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), a0);
+		a1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(p1), a1);
+	}
+	if (b < nb) {
+		__m256i p0 = dot_i8x32(_mm256_loadu_si256((const __m256i *)w[b].qs),
+				       _mm256_loadu_si256((const __m256i *)x[b].qs));
+		__m256 d0 = _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d);
+
+		a0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), a0);
+	}
+	return hsum256(_mm256_add_ps(a0, a1));
+}
+
+OPS_AVX2 static inline __m256i unpack_q4(const uint8_t *qs)
+{
+	__m128i raw = _mm_loadu_si128((const __m128i *)qs);
+	__m128i m = _mm_set1_epi8(0x0f);
+	__m128i lo = _mm_and_si128(raw, m);
+	__m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+	__m256i v = _mm256_set_m128i(hi, lo);
+
+	return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+OPS_AVX2 static float dot_q4_0_avx2(const struct ops_block_q4_0 *w,
+				    const struct ops_block_q8_act *x, uint32_t n)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+	uint32_t nb = n / OPS_QK, b = 0;
+
+	for (; b + 2 <= nb; b += 2) {
+		__m256i p0 = dot_i8x32(unpack_q4(w[b].qs),
+				       _mm256_loadu_si256((const __m256i *)x[b].qs));
+		__m256i p1 = dot_i8x32(unpack_q4(w[b + 1].qs),
+				       _mm256_loadu_si256((const __m256i *)x[b + 1].qs));
+		__m256 d0 = _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d);
+		__m256 d1 = _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * x[b + 1].d);
+
+		a0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), a0);
+		a1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(p1), a1);
+	}
+	if (b < nb) {
+		__m256i p0 = dot_i8x32(unpack_q4(w[b].qs),
+				       _mm256_loadu_si256((const __m256i *)x[b].qs));
+		__m256 d0 = _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d);
+
+		a0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), a0);
+	}
+	return hsum256(_mm256_add_ps(a0, a1));
+}
+
+OPS_AVX2 static void axpy_f32_avx2(float *y, float a, const float *x, uint32_t n)
+{
+	__m256 va = _mm256_set1_ps(a);
+	uint32_t j = 0;
+
+	for (; j + 8 <= n; j += 8)
+		_mm256_storeu_ps(y + j, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + j),
+							_mm256_loadu_ps(y + j)));
+	for (; j < n; j++)
+		y[j] += a * x[j];
+}
+
+OPS_AVX2 static void axpy_f16_avx2(float *y, float a, const uint16_t *x, uint32_t n)
+{
+	__m256 va = _mm256_set1_ps(a);
+	uint32_t j = 0;
+
+	for (; j + 8 <= n; j += 8)
+		_mm256_storeu_ps(y + j, _mm256_fmadd_ps(va, load_f16x8(x + j),
+							_mm256_loadu_ps(y + j)));
+	for (; j < n; j++)
+		y[j] += a * _cvtsh_ss(x[j]);
+}
+
+OPS_AVX2 static void f32_to_f16_avx2(uint16_t *dst, const float *src, uint32_t n)
+{
+	uint32_t j = 0;
+
+	for (; j + 8 <= n; j += 8)
+		_mm_storeu_si128((__m128i *)(dst + j),
+				 _mm256_cvtps_ph(_mm256_loadu_ps(src + j),
+						 _MM_FROUND_TO_NEAREST_INT));
+	for (; j < n; j++)
+		dst[j] = ops_f32_to_f16(src[j]);
+}
+
+static const struct ops_kernels kernels_avx2 = {
+	.name = "avx2",
+	.dot_f32 = dot_f32_avx2,
+	.dot_f16 = dot_f16_avx2,
+	.dot_q8_0 = dot_q8_0_avx2,
+	.dot_q4_0 = dot_q4_0_avx2,
+	.axpy_f32 = axpy_f32_avx2,
+	.axpy_f16 = axpy_f16_avx2,
+	.f32_to_f16 = f32_to_f16_avx2,
+};
+
+const struct ops_kernels *ops_kernels_avx2(void)
+{
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    __builtin_cpu_supports("f16c"))
+		return &kernels_avx2;
+	return NULL;
+}
+#else
+const struct ops_kernels *ops_kernels_avx2(void)
+{
+	return NULL;
+}
+#endif
+
+const struct ops_kernels *ops_kernels_pick(bool simd)
+{
+	const struct ops_kernels *k = simd ? ops_kernels_avx2() : NULL;
+
+	return k ? k : &kernels_scalar;
+}
+
+/* ---- weights and activations --------------------------------------------- */
+
+bool ops_type_supported(enum ggml_type t)
+{
+	return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 ||
+	       t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0;
+}
+
+int ops_act_class(enum ggml_type t)
+{
+	return (t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0) ? 1 : 0;
+}
+
+size_t ops_act_row_bytes(enum ggml_type t, uint32_t cols)
+{
+	if (ops_act_class(t) == 1)
+		return (size_t)(cols / OPS_QK) * sizeof(struct ops_block_q8_act);
+	return (size_t)cols * sizeof(float);
+}
+
+static void quantize_row_q8_act(const float *x, uint32_t cols,
+				struct ops_block_q8_act *out)
+{
+	for (uint32_t b = 0; b < cols / OPS_QK; b++) {
+		const float *xb = x + (size_t)b * OPS_QK;
+		float amax = 0.0f, d, id;
+
+		for (int j = 0; j < OPS_QK; j++)
+			amax = fmaxf(amax, fabsf(xb[j]));
+		d = amax / 127.0f;
+		id = d != 0.0f ? 1.0f / d : 0.0f;
+		out[b].d = d;
+		for (int j = 0; j < OPS_QK; j++)
+			out[b].qs[j] = (int8_t)roundf(xb[j] * id);
+	}
+}
+
+void ops_act_prepare(enum ggml_type t, const float *x, uint32_t cols,
+		     void *out)
+{
+	if (ops_act_class(t) == 1)
+		quantize_row_q8_act(x, cols, out);
+	else
+		memcpy(out, x, (size_t)cols * sizeof(float));
+}
+
+void ops_matmul_rows(const struct ops_kernels *k, const struct ops_mat *w,
+		     const void *act, size_t act_stride, uint32_t n,
+		     float *y, size_t y_stride, uint32_t r0, uint32_t r1)
+{
+	const uint8_t *a = act;
+
+	for (uint32_t r = r0; r < r1; r++) {
+		const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+
+		for (uint32_t i = 0; i < n; i++) {
+			const void *ai = a + (size_t)i * act_stride;
+			float v;
+
+			switch (w->type) {
+			case GGML_TYPE_F32:
+				v = k->dot_f32(wr, ai, w->cols);
+				break;
+			case GGML_TYPE_F16:
+				v = k->dot_f16(wr, ai, w->cols);
+				break;
+			case GGML_TYPE_Q8_0:
+				v = k->dot_q8_0(wr, ai, w->cols);
+				break;
+			case GGML_TYPE_Q4_0:
+				v = k->dot_q4_0(wr, ai, w->cols);
+				break;
+			default:
+				v = NAN; /* model load refuses other types */
+				break;
+			}
+			y[(size_t)i * y_stride + r] = v;
+		}
+	}
+}
+
+void ops_mat_row_f32(const struct ops_mat *w, uint32_t r, float *out)
+{
+	const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+
+	switch (w->type) {
+	case GGML_TYPE_F32:
+		memcpy(out, wr, (size_t)w->cols * sizeof(float));
+		break;
+	case GGML_TYPE_F16:
+		for (uint32_t j = 0; j < w->cols; j++) {
+			uint16_t h;
+
+			memcpy(&h, wr + 2 * (size_t)j, 2);
+			out[j] = ops_f16_to_f32(h);
+		}
+		break;
+	case GGML_TYPE_Q8_0: {
+		const struct ops_block_q8_0 *b = (const void *)wr;
+
+		for (uint32_t j = 0; j < w->cols; j++)
+			out[j] = b[j / OPS_QK].qs[j % OPS_QK] *
+				 ops_f16_to_f32(b[j / OPS_QK].d);
+		break;
+	}
+	case GGML_TYPE_Q4_0: {
+		const struct ops_block_q4_0 *b = (const void *)wr;
+
+		for (uint32_t j = 0; j < w->cols; j++) {
+			const struct ops_block_q4_0 *bb = &b[j / OPS_QK];
+			uint32_t e = j % OPS_QK;
+			int q = e < OPS_QK / 2 ? (bb->qs[e] & 0xf)
+					       : (bb->qs[e - OPS_QK / 2] >> 4);
+
+			out[j] = (float)(q - 8) * ops_f16_to_f32(bb->d);
+		}
+		break;
+	}
+	default:
+		for (uint32_t j = 0; j < w->cols; j++)
+			out[j] = NAN;
+		break;
+	}
+}
+
+/* ---- elementwise --------------------------------------------------------- */
+
+void ops_rmsnorm(float *out, const float *x, const float *g, uint32_t n,
+		 float eps)
+{
+	double sum = 0.0;
+	float mean, scale;
+
+	for (uint32_t j = 0; j < n; j++)
+		sum += (double)(x[j] * x[j]);
+	mean = (float)(sum / n);
+	scale = 1.0f / sqrtf(mean + eps);
+	for (uint32_t j = 0; j < n; j++)
+		out[j] = (x[j] * scale) * g[j];
+}
+
+void ops_softmax(float *x, uint32_t n)
+{
+	float max = -INFINITY;
+	double sum = 0.0;
+	float inv;
+
+	for (uint32_t j = 0; j < n; j++)
+		max = fmaxf(max, x[j]);
+	for (uint32_t j = 0; j < n; j++) {
+		x[j] = expf(x[j] - max);
+		sum += x[j];
+	}
+	inv = (float)(1.0 / sum);
+	for (uint32_t j = 0; j < n; j++)
+		x[j] *= inv;
+}
+
+void ops_swiglu(float *a, const float *b, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j++)
+		a[j] = a[j] / (1.0f + expf(-a[j])) * b[j];
+}
+
+void ops_rope_table(float *cs, uint32_t pos, uint32_t rope_dim,
+		    float freq_base, float freq_scale)
+{
+	float theta_scale = powf(freq_base, -2.0f / (float)rope_dim);
+	float theta = (float)pos;
+
+	for (uint32_t i = 0; i < rope_dim / 2; i++) {
+		float t = theta * freq_scale;
+
+		cs[2 * i] = cosf(t);
+		cs[2 * i + 1] = sinf(t);
+		theta *= theta_scale;
+	}
+}
+
+void ops_rope_apply(float *x, uint32_t n_heads, uint32_t head_dim,
+		    uint32_t rope_dim, const float *cs)
+{
+	for (uint32_t h = 0; h < n_heads; h++) {
+		float *xh = x + (size_t)h * head_dim;
+
+		for (uint32_t i = 0; i < rope_dim / 2; i++) {
+			float c = cs[2 * i], s = cs[2 * i + 1];
+			float x0 = xh[2 * i], x1 = xh[2 * i + 1];
+
+			xh[2 * i] = x0 * c - x1 * s;
+			xh[2 * i + 1] = x0 * s + x1 * c;
+		}
+	}
+}
+
+/* ---- KV through pages ---------------------------------------------------- */
+
+static inline size_t kv_elt(enum kv_dtype dt)
+{
+	return dt == KV_DTYPE_F16 ? 2 : 4;
+}
+
+static inline uint8_t *kv_slot(const struct ops_kv_view *kv, uint32_t pos,
+			       uint64_t block_off)
+{
+	uint8_t *page = kv->pages[pos / kv->page_tokens];
+	uint32_t slot = pos % kv->page_tokens;
+
+	return page + block_off + (size_t)slot * kv->kv_dim * kv_elt(kv->dtype);
+}
+
+void ops_kv_store(const struct ops_kernels *k, const struct ops_kv_view *kv,
+		  uint32_t pos, const float *kf, const float *vf)
+{
+	uint8_t *kd = kv_slot(kv, pos, kv->k_off);
+	uint8_t *vd = kv_slot(kv, pos, kv->v_off);
+
+	if (kv->dtype == KV_DTYPE_F16) {
+		k->f32_to_f16((uint16_t *)(void *)kd, kf, kv->kv_dim);
+		k->f32_to_f16((uint16_t *)(void *)vd, vf, kv->kv_dim);
+	} else {
+		memcpy(kd, kf, (size_t)kv->kv_dim * sizeof(float));
+		memcpy(vd, vf, (size_t)kv->kv_dim * sizeof(float));
+	}
+}
+
+void ops_attention_head(const struct ops_kernels *k,
+			const struct ops_kv_view *kv, const float *q,
+			uint32_t kv_head, uint32_t head_dim, uint32_t n_pos,
+			float scale, float *scores, float *out)
+{
+	size_t head_off = (size_t)kv_head * head_dim * kv_elt(kv->dtype);
+	bool f16 = kv->dtype == KV_DTYPE_F16;
+
+	for (uint32_t t = 0; t < n_pos; t++) {
+		const void *kp = kv_slot(kv, t, kv->k_off) + head_off;
+
+		scores[t] = (f16 ? k->dot_f16(kp, q, head_dim)
+				 : k->dot_f32(kp, q, head_dim)) * scale;
+	}
+	ops_softmax(scores, n_pos);
+	memset(out, 0, (size_t)head_dim * sizeof(float));
+	for (uint32_t t = 0; t < n_pos; t++) {
+		const void *vp = kv_slot(kv, t, kv->v_off) + head_off;
+
+		if (f16)
+			k->axpy_f16(out, scores[t], vp, head_dim);
+		else
+			k->axpy_f32(out, scores[t], vp, head_dim);
+	}
+}

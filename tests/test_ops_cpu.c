@@ -1,0 +1,563 @@
+/* test_ops_cpu.c - every CPU kernel against a plain double-precision
+ * reference on random inputs, for the scalar table and (when the CPU has
+ * it) the AVX2 table; plus the invariances the engine relies on (a row's
+ * result does not depend on how rows or tokens are grouped, attention does
+ * not depend on the page layout).
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/ops_cpu.h"
+#include "gpu/threadpool.h"
+
+/* xorshift for reproducible inputs */
+static uint64_t rng_state = 0x1234567887654321ull;
+
+static uint64_t rng_next(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static float rnd(void) /* [-1, 1) */
+{
+	return (float)((double)(rng_next() >> 11) / 4503599627370496.0 - 1.0);
+}
+
+static void fill(float *x, size_t n, float scale)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = rnd() * scale;
+}
+
+static const struct ops_kernels *tables[2];
+static int n_tables;
+
+static void setup_tables(void)
+{
+	n_tables = 0;
+	tables[n_tables++] = ops_kernels_scalar();
+	if (ops_kernels_avx2())
+		tables[n_tables++] = ops_kernels_avx2();
+}
+
+/* ---- half precision ---------------------------------------------------- */
+
+START_TEST(test_f16_roundtrip)
+{
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = ops_f16_to_f32((uint16_t)h);
+
+		if (isnan(f))
+			continue;
+		ck_assert_uint_eq(ops_f32_to_f16(f), h);
+	}
+	/* rounding: halfway cases go to even, overflow to inf */
+	ck_assert_uint_eq(ops_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);
+	ck_assert_uint_eq(ops_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);
+	ck_assert_uint_eq(ops_f32_to_f16(65520.0f), 0x7c00);
+	ck_assert_uint_eq(ops_f32_to_f16(65519.0f), 0x7bff);
+	ck_assert_uint_eq(ops_f32_to_f16(-0.0f), 0x8000);
+	ck_assert_uint_eq(ops_f32_to_f16(5.9604645e-08f), 0x0001);
+}
+END_TEST
+
+START_TEST(test_f16_tables_agree)
+{
+	setup_tables();
+	enum { N = 4099 };
+	float *x = malloc(N * sizeof(float));
+	uint16_t *a = malloc(N * 2), *b = malloc(N * 2);
+
+	for (int i = 0; i < N; i++) {
+		/* wide exponent range, subnormals included */
+		x[i] = rnd() * ldexpf(1.0f, (int)(rng_next() % 40) - 26);
+	}
+	for (int t = 0; t < n_tables; t++) {
+		tables[0]->f32_to_f16(a, x, N);
+		tables[t]->f32_to_f16(b, x, N);
+		ck_assert_int_eq(memcmp(a, b, N * 2), 0);
+	}
+	free(x);
+	free(a);
+	free(b);
+}
+END_TEST
+
+/* ---- matmul per type ------------------------------------------------- */
+
+/* Build a weight of `type` from f32 values; also return the dequantized
+ * values the kernel should see. */
+static void *make_weight(enum ggml_type type, const float *src, uint32_t rows,
+			 uint32_t cols, float *deq, size_t *row_bytes)
+{
+	size_t rb;
+	uint8_t *data;
+
+	switch (type) {
+	case GGML_TYPE_F32: rb = (size_t)cols * 4; break;
+	case GGML_TYPE_F16: rb = (size_t)cols * 2; break;
+	case GGML_TYPE_Q8_0: rb = (size_t)cols / 32 * 34; break;
+	case GGML_TYPE_Q4_0: rb = (size_t)cols / 32 * 18; break;
+	default: return NULL;
+	}
+	data = malloc(rb * rows);
+	for (uint32_t r = 0; r < rows; r++) {
+		const float *s = src + (size_t)r * cols;
+		uint8_t *d = data + rb * r;
+
+		if (type == GGML_TYPE_F32) {
+			memcpy(d, s, rb);
+		} else if (type == GGML_TYPE_F16) {
+			for (uint32_t j = 0; j < cols; j++) {
+				uint16_t h = ops_f32_to_f16(s[j]);
+
+				memcpy(d + 2 * j, &h, 2);
+			}
+		} else {
+			for (uint32_t b = 0; b < cols / 32; b++) {
+				const float *sb = s + 32 * b;
+				float amax = 0;
+
+				for (int j = 0; j < 32; j++)
+					amax = fmaxf(amax, fabsf(sb[j]));
+				if (type == GGML_TYPE_Q8_0) {
+					struct ops_block_q8_0 blk;
+					float dd = amax / 127, id = dd ? 1 / dd : 0;
+
+					blk.d = ops_f32_to_f16(dd);
+					for (int j = 0; j < 32; j++)
+						blk.qs[j] = (int8_t)roundf(sb[j] * id);
+					memcpy(d + 34 * b, &blk, 34);
+				} else {
+					struct ops_block_q4_0 blk;
+					float dd = amax / 7, id = dd ? 1 / dd : 0;
+
+					blk.d = ops_f32_to_f16(dd);
+					for (int j = 0; j < 16; j++) {
+						int lo = (int)roundf(sb[j] * id) + 8;
+						int hi = (int)roundf(sb[j + 16] * id) + 8;
+
+						lo = lo < 0 ? 0 : lo > 15 ? 15 : lo;
+						hi = hi < 0 ? 0 : hi > 15 ? 15 : hi;
+						blk.qs[j] = (uint8_t)(lo | hi << 4);
+					}
+					memcpy(d + 18 * b, &blk, 18);
+				}
+			}
+		}
+	}
+	{
+		struct ops_mat m = { .type = type, .rows = rows, .cols = cols,
+				     .row_bytes = rb, .data = data };
+
+		for (uint32_t r = 0; r < rows; r++)
+			ops_mat_row_f32(&m, r, deq + (size_t)r * cols);
+	}
+	*row_bytes = rb;
+	return data;
+}
+
+static void check_matmul(enum ggml_type type, uint32_t rows, uint32_t cols,
+			 uint32_t n)
+{
+	float *src = malloc(sizeof(float) * rows * cols);
+	float *deq = malloc(sizeof(float) * rows * cols);
+	float *x = malloc(sizeof(float) * n * cols);
+	float *xd = malloc(sizeof(float) * n * cols); /* activations as the kernel sees them */
+	size_t ab = ops_act_row_bytes(type, cols), rb = 0;
+	uint8_t *act = malloc(ab * n);
+	float *y = malloc(sizeof(float) * n * rows);
+	float *y2 = malloc(sizeof(float) * n * rows);
+	void *w;
+	struct ops_mat m;
+
+	fill(src, (size_t)rows * cols, 0.5f);
+	fill(x, (size_t)n * cols, 2.0f);
+	w = make_weight(type, src, rows, cols, deq, &rb);
+	m = (struct ops_mat){ .type = type, .rows = rows, .cols = cols,
+			      .row_bytes = rb, .data = w };
+	for (uint32_t i = 0; i < n; i++) {
+		ops_act_prepare(type, x + (size_t)i * cols, cols, act + ab * i);
+		if (ops_act_class(type) == 1) {
+			const struct ops_block_q8_act *qb = (const void *)(act + ab * i);
+
+			for (uint32_t j = 0; j < cols; j++)
+				xd[(size_t)i * cols + j] = qb[j / 32].qs[j % 32] * qb[j / 32].d;
+		} else {
+			memcpy(xd + (size_t)i * cols, x + (size_t)i * cols, cols * 4);
+		}
+	}
+	for (int t = 0; t < n_tables; t++) {
+		const struct ops_kernels *k = tables[t];
+
+		ops_matmul_rows(k, &m, act, ab, n, y, rows, 0, rows);
+		for (uint32_t i = 0; i < n; i++)
+			for (uint32_t r = 0; r < rows; r++) {
+				double ref = 0, mag = 0;
+
+				for (uint32_t j = 0; j < cols; j++) {
+					double p = (double)deq[(size_t)r * cols + j] *
+						   xd[(size_t)i * cols + j];
+					ref += p;
+					mag += fabs(p);
+				}
+				ck_assert_msg(fabs(y[(size_t)i * rows + r] - ref) <=
+						      1e-5 * mag + 1e-6,
+					      "%s type %s r %u i %u: %g vs %g",
+					      k->name, ggml_type_name(type), r, i,
+					      y[(size_t)i * rows + r], ref);
+			}
+		/* grouping invariance: rows in uneven pieces, tokens one by
+		 * one, must give the same bits */
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t r0 = 0;
+
+			while (r0 < rows) {
+				uint32_t r1 = r0 + 1 + (uint32_t)(rng_next() % 7);
+
+				if (r1 > rows)
+					r1 = rows;
+				ops_matmul_rows(k, &m, act + ab * i, ab, 1,
+						y2 + (size_t)i * rows, rows, r0, r1);
+				r0 = r1;
+			}
+		}
+		ck_assert_int_eq(memcmp(y, y2, sizeof(float) * n * rows), 0);
+	}
+	free(src);
+	free(deq);
+	free(x);
+	free(xd);
+	free(act);
+	free(y);
+	free(y2);
+	free(w);
+}
+
+START_TEST(test_matmul_f32)
+{
+	setup_tables();
+	check_matmul(GGML_TYPE_F32, 37, 96, 3);
+	check_matmul(GGML_TYPE_F32, 5, 67, 2);   /* tails */
+	check_matmul(GGML_TYPE_F32, 64, 8, 4);
+}
+END_TEST
+
+START_TEST(test_matmul_f16)
+{
+	setup_tables();
+	check_matmul(GGML_TYPE_F16, 37, 96, 3);
+	check_matmul(GGML_TYPE_F16, 5, 67, 2);
+	check_matmul(GGML_TYPE_F16, 16, 8, 1);
+}
+END_TEST
+
+START_TEST(test_matmul_q8_0)
+{
+	setup_tables();
+	check_matmul(GGML_TYPE_Q8_0, 37, 96, 3);
+	check_matmul(GGML_TYPE_Q8_0, 9, 32, 2);   /* odd block count */
+	check_matmul(GGML_TYPE_Q8_0, 11, 256, 5);
+}
+END_TEST
+
+START_TEST(test_matmul_q4_0)
+{
+	setup_tables();
+	check_matmul(GGML_TYPE_Q4_0, 37, 96, 3);
+	check_matmul(GGML_TYPE_Q4_0, 9, 32, 2);
+	check_matmul(GGML_TYPE_Q4_0, 11, 256, 5);
+}
+END_TEST
+
+START_TEST(test_q8_act_quantization)
+{
+	float x[64];
+	struct ops_block_q8_act q[2];
+
+	fill(x, 64, 3.0f);
+	memset(x + 32, 0, 32 * sizeof(float)); /* an all-zero block */
+	ops_act_prepare(GGML_TYPE_Q8_0, x, 64, q);
+	for (int j = 0; j < 32; j++)
+		ck_assert(fabsf(q[0].qs[j] * q[0].d - x[j]) <= q[0].d * 0.5f + 1e-6f);
+	ck_assert(q[1].d == 0.0f);
+	for (int j = 0; j < 32; j++)
+		ck_assert_int_eq(q[1].qs[j], 0);
+}
+END_TEST
+
+/* ---- elementwise ------------------------------------------------------- */
+
+START_TEST(test_rmsnorm)
+{
+	enum { N = 77 };
+	float x[N], g[N], y[N];
+	double ss = 0;
+
+	fill(x, N, 4.0f);
+	fill(g, N, 1.0f);
+	for (int j = 0; j < N; j++)
+		ss += (double)x[j] * x[j];
+	ops_rmsnorm(y, x, g, N, 1e-5f);
+	for (int j = 0; j < N; j++) {
+		double ref = x[j] / sqrt(ss / N + 1e-5) * g[j];
+
+		ck_assert(fabs(y[j] - ref) <= 1e-5 * fabs(ref) + 1e-7);
+	}
+	/* in place */
+	ops_rmsnorm(x, x, g, N, 1e-5f);
+	ck_assert_int_eq(memcmp(x, y, sizeof(y)), 0);
+}
+END_TEST
+
+START_TEST(test_softmax)
+{
+	enum { N = 300 };
+	float x[N], y[N];
+	double max = -1e30, sum = 0, tot = 0;
+
+	fill(x, N, 30.0f);
+	memcpy(y, x, sizeof(x));
+	ops_softmax(y, N);
+	for (int j = 0; j < N; j++)
+		max = fmax(max, x[j]);
+	for (int j = 0; j < N; j++)
+		sum += exp(x[j] - max);
+	for (int j = 0; j < N; j++) {
+		double ref = exp(x[j] - max) / sum;
+
+		ck_assert(fabs(y[j] - ref) <= 1e-5 * ref + 1e-9);
+		tot += y[j];
+	}
+	ck_assert(fabs(tot - 1.0) < 1e-5);
+	/* a single element and extreme values */
+	x[0] = 1e30f;
+	ops_softmax(x, 1);
+	ck_assert(x[0] == 1.0f);
+}
+END_TEST
+
+START_TEST(test_swiglu)
+{
+	float a[40], b[40], c[40];
+
+	fill(a, 40, 6.0f);
+	fill(b, 40, 2.0f);
+	memcpy(c, a, sizeof(a));
+	ops_swiglu(c, b, 40);
+	for (int j = 0; j < 40; j++) {
+		double ref = a[j] / (1.0 + exp(-(double)a[j])) * b[j];
+
+		ck_assert(fabs(c[j] - ref) <= 1e-5 * fabs(ref) + 1e-6);
+	}
+}
+END_TEST
+
+START_TEST(test_rope)
+{
+	enum { H = 3, D = 16 };
+	const uint32_t rope_dims[] = { 16, 8 };
+	const uint32_t positions[] = { 0, 1, 7, 100, 511 };
+
+	for (size_t a = 0; a < 2; a++)
+		for (size_t b = 0; b < 5; b++) {
+			uint32_t rd = rope_dims[a], pos = positions[b];
+			float x[H * D], y[H * D], cs[D];
+
+			fill(x, H * D, 1.0f);
+			memcpy(y, x, sizeof(x));
+			ops_rope_table(cs, pos, rd, 10000.0f, 0.5f);
+			ops_rope_apply(y, H, D, rd, cs);
+			for (int h = 0; h < H; h++)
+				for (uint32_t i = 0; i < D / 2; i++) {
+					float *xh = x + h * D, *yh = y + h * D;
+					double th = pos * 0.5 * pow(10000.0, -2.0 * i / rd);
+					double r0 = xh[2 * i], r1 = xh[2 * i + 1];
+
+					if (2 * i < rd) {
+						r0 = xh[2 * i] * cos(th) - xh[2 * i + 1] * sin(th);
+						r1 = xh[2 * i] * sin(th) + xh[2 * i + 1] * cos(th);
+					}
+					ck_assert_msg(fabs(yh[2 * i] - r0) < 2e-4 &&
+						      fabs(yh[2 * i + 1] - r1) < 2e-4,
+						      "rope pos %u rd %u i %u", pos, rd, i);
+				}
+		}
+}
+END_TEST
+
+/* ---- attention over pages --------------------------------------------- */
+
+/* Lay out n_pos positions of one layer (K and V, kv_heads x head_dim) in
+ * pages of `pt` tokens, pages allocated in a shuffled order, with garbage
+ * in between; run every query head; compare with a contiguous reference. */
+static void run_attention(const struct ops_kernels *k, enum kv_dtype dt,
+			  uint32_t pt, uint32_t n_pos, const float *kk,
+			  const float *vv, const float *q, float *out)
+{
+	enum { KVH = 2, HD = 8, NH = 4, LAYERS = 2, LAYER = 1 };
+	uint32_t kv_dim = KVH * HD, n_pages = (n_pos + pt - 1) / pt;
+	size_t elt = dt == KV_DTYPE_F16 ? 2 : 4;
+	size_t block = (size_t)pt * kv_dim * elt;
+	size_t page_bytes = 64 + 2 * LAYERS * block;
+	uint8_t *arena = malloc(page_bytes * (n_pages + 3));
+	uint8_t **pages = malloc(sizeof(*pages) * n_pages);
+	uint32_t *perm = malloc(sizeof(*perm) * (n_pages + 3));
+	float scores[64];
+	struct ops_kv_view v;
+
+	for (size_t i = 0; i < page_bytes * (n_pages + 3); i++)
+		arena[i] = (uint8_t)rng_next(); /* stale bytes */
+	for (uint32_t i = 0; i < n_pages + 3; i++)
+		perm[i] = i;
+	for (uint32_t i = n_pages + 2; i > 0; i--) {
+		uint32_t j = (uint32_t)(rng_next() % (i + 1)), t = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	for (uint32_t i = 0; i < n_pages; i++)
+		pages[i] = arena + page_bytes * perm[i];
+	v = (struct ops_kv_view){ .pages = pages, .page_tokens = pt,
+				  .kv_dim = kv_dim, .dtype = dt,
+				  .k_off = 64 + (2 * LAYER) * block,
+				  .v_off = 64 + (2 * LAYER + 1) * block };
+	for (uint32_t t = 0; t < n_pos; t++)
+		ops_kv_store(k, &v, t, kk + t * kv_dim, vv + t * kv_dim);
+	for (uint32_t h = 0; h < NH; h++)
+		ops_attention_head(k, &v, q + h * HD, h / (NH / KVH), HD, n_pos,
+				   1.0f / sqrtf(HD), scores, out + h * HD);
+	free(arena);
+	free(pages);
+	free(perm);
+}
+
+START_TEST(test_attention_pages)
+{
+	enum { KVH = 2, HD = 8, NH = 4, NPOS = 45 };
+	const uint32_t pts[] = { 1, 3, 16, 64 };
+	float kk[NPOS * KVH * HD], vv[NPOS * KVH * HD], q[NH * HD];
+	float out[NH * HD], first[NH * HD];
+
+	setup_tables();
+	fill(kk, NPOS * KVH * HD, 1.5f);
+	fill(vv, NPOS * KVH * HD, 1.0f);
+	fill(q, NH * HD, 1.5f);
+	for (int t = 0; t < n_tables; t++)
+		for (int d = 0; d < 2; d++) {
+			enum kv_dtype dt = d ? KV_DTYPE_F16 : KV_DTYPE_F32;
+			float kr[NPOS * KVH * HD], vr[NPOS * KVH * HD];
+
+			/* the reference sees what the pages hold */
+			for (int i = 0; i < NPOS * KVH * HD; i++) {
+				kr[i] = dt == KV_DTYPE_F16 ? ops_f16_to_f32(ops_f32_to_f16(kk[i])) : kk[i];
+				vr[i] = dt == KV_DTYPE_F16 ? ops_f16_to_f32(ops_f32_to_f16(vv[i])) : vv[i];
+			}
+			for (size_t p = 0; p < 4; p++) {
+				run_attention(tables[t], dt, pts[p], NPOS, kk, vv, q, out);
+				if (p == 0)
+					memcpy(first, out, sizeof(out));
+				else /* page layout never changes a bit */
+					ck_assert_int_eq(memcmp(first, out, sizeof(out)), 0);
+				for (int h = 0; h < NH; h++) {
+					int kh = h / (NH / KVH);
+					double s[NPOS], max = -1e30, sum = 0;
+
+					for (int tt = 0; tt < NPOS; tt++) {
+						s[tt] = 0;
+						for (int j = 0; j < HD; j++)
+							s[tt] += (double)q[h * HD + j] *
+								 kr[(tt * KVH + kh) * HD + j];
+						s[tt] /= sqrt(HD);
+						max = fmax(max, s[tt]);
+					}
+					for (int tt = 0; tt < NPOS; tt++)
+						sum += s[tt] = exp(s[tt] - max);
+					for (int j = 0; j < HD; j++) {
+						double ref = 0;
+
+						for (int tt = 0; tt < NPOS; tt++)
+							ref += s[tt] / sum * vr[(tt * KVH + kh) * HD + j];
+						ck_assert_msg(fabs(out[h * HD + j] - ref) < 1e-5,
+							      "%s dt %d pt %u h %d j %d: %g vs %g",
+							      tables[t]->name, d, pts[p], h, j,
+							      out[h * HD + j], ref);
+					}
+				}
+			}
+		}
+}
+END_TEST
+
+/* ---- threadpool -------------------------------------------------------- */
+
+struct tp_check {
+	uint32_t n;
+	uint32_t *hits; /* (n) */
+};
+
+static void tp_part(void *arg, uint32_t part, uint32_t n_parts)
+{
+	struct tp_check *c = arg;
+	uint32_t b, e;
+
+	threadpool_split(c->n, part, n_parts, &b, &e);
+	for (uint32_t i = b; i < e; i++)
+		c->hits[i]++;
+}
+
+START_TEST(test_threadpool)
+{
+	for (uint32_t th = 1; th <= 4; th++) {
+		struct threadpool *tp;
+		uint32_t hits[1000] = { 0 };
+		struct tp_check c = { .n = 1000, .hits = hits };
+
+		ck_assert_int_eq(threadpool_new(&tp, th), 0);
+		ck_assert_uint_eq(threadpool_size(tp), th);
+		for (int r = 0; r < 500; r++)
+			threadpool_run(tp, tp_part, &c);
+		for (int i = 0; i < 1000; i++)
+			ck_assert_uint_eq(hits[i], 500);
+		threadpool_free(tp);
+	}
+}
+END_TEST
+
+static Suite *ops_suite(void)
+{
+	Suite *s = suite_create("ops_cpu");
+	TCase *tc = tcase_create("kernels");
+
+	tcase_add_test(tc, test_f16_roundtrip);
+	tcase_add_test(tc, test_f16_tables_agree);
+	tcase_add_test(tc, test_matmul_f32);
+	tcase_add_test(tc, test_matmul_f16);
+	tcase_add_test(tc, test_matmul_q8_0);
+	tcase_add_test(tc, test_matmul_q4_0);
+	tcase_add_test(tc, test_q8_act_quantization);
+	tcase_add_test(tc, test_rmsnorm);
+	tcase_add_test(tc, test_softmax);
+	tcase_add_test(tc, test_swiglu);
+	tcase_add_test(tc, test_rope);
+	tcase_add_test(tc, test_attention_pages);
+	tcase_add_test(tc, test_threadpool);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(ops_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
