@@ -533,6 +533,19 @@ void kvpool_get_stats(struct kvpool *p, struct kvpool_stats *st)
 	pthread_mutex_unlock(&p->lock);
 }
 
+static void kvpool__info(const struct kvpool *p, uint32_t page,
+			 struct kvpool_page_info *out)
+{
+	const struct kvpage *pg = &p->pages[page];
+
+	out->state = (enum kvpage_state)pg->state;
+	out->owner = pg->owner;
+	out->gen = pg->gen;
+	out->fences = pg->fences;
+	out->retiring = pg->retiring;
+	out->has_memory = kvpool__addr(p, page) != NULL;
+}
+
 int kvpool_page_info(struct kvpool *p, uint32_t page,
 		     struct kvpool_page_info *out)
 {
@@ -540,18 +553,24 @@ int kvpool_page_info(struct kvpool *p, uint32_t page,
 
 	pthread_mutex_lock(&p->lock);
 	if (page < p->slots) {
-		const struct kvpage *pg = &p->pages[page];
-
-		out->state = (enum kvpage_state)pg->state;
-		out->owner = pg->owner;
-		out->gen = pg->gen;
-		out->fences = pg->fences;
-		out->retiring = pg->retiring;
-		out->has_memory = kvpool__addr(p, page) != NULL;
+		kvpool__info(p, page, out);
 		r = 0;
 	}
 	pthread_mutex_unlock(&p->lock);
 	return r;
+}
+
+uint32_t kvpool_snapshot(struct kvpool *p, struct kvpool_page_info *out,
+			 uint32_t cap)
+{
+	uint32_t slots;
+
+	pthread_mutex_lock(&p->lock);
+	slots = p->slots;
+	for (uint32_t i = 0; i < KVD_MIN(slots, cap); i++)
+		kvpool__info(p, i, &out[i]);
+	pthread_mutex_unlock(&p->lock);
+	return slots;
 }
 
 void *kvpool_page_addr(struct kvpool *p, uint32_t page)

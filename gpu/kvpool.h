@@ -217,6 +217,10 @@ struct kvpool_page_info {
 /* KVPOOL_E_RANGE when page >= slots. */
 int kvpool_page_info(struct kvpool *p, uint32_t page,
 		     struct kvpool_page_info *out);
+/* Metadata of pages [0, min(slots, cap)) under one lock (status dumps,
+ * invariant checks). Returns the pool's slot count. */
+uint32_t kvpool_snapshot(struct kvpool *p, struct kvpool_page_info *out,
+			 uint32_t cap);
 
 /* Backend address of page `page`'s first byte (the tag); the KV blocks
  * follow at KVTAG_BYTES. Host-visible only if the kvmem backend says so.
