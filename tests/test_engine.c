@@ -1,0 +1,704 @@
+/* test_engine.c - the engine's promises: a request's tokens do not depend
+ * on thread count, batch company or page size (invariant 9); a corrupted
+ * or stale page table stops the request before attention reads it
+ * (invariant 1); over-long and unplaceable requests are refused with
+ * nothing held (invariant 3); a prefill-only request's pages, moved to
+ * another pool and lent to a second engine, continue into exactly the
+ * tokens of the single-node run; every weight type runs; the sampler is a
+ * pure function of (params, position, logits); a model with an unsupported
+ * tensor type is refused naming the tensor and the type.
+ *
+ * Models are generated with gguf_make_llama into a temporary directory;
+ * stories260K ($KVD_SHARED/models) is used in addition when present.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu/engine.h"
+#include "gpu/gguf_write.h"
+#include "gpu/kvmem.h"
+#include "gpu/kvpool.h"
+#include "gpu/model.h"
+
+static char tmpdir[256];
+
+static void model_path(char *buf, size_t size, enum ggml_type t, bool tied)
+{
+	snprintf(buf, size, "%s/m_%s%s.gguf", tmpdir, ggml_type_name(t),
+		 tied ? "_tied" : "");
+}
+
+static struct model *gen_model(enum ggml_type t, bool tied)
+{
+	struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
+	char path[512];
+	struct model *m;
+	struct gguf_error err;
+
+	p.n_layer = 2;
+	p.n_embd = 64;
+	p.n_head = 4;
+	p.n_head_kv = 2;
+	p.n_ff = 96;
+	p.n_vocab = 320;
+	p.n_ctx = 256;
+	p.wtype = t;
+	p.tied = tied;
+	p.seed = 7;
+	model_path(path, sizeof(path), t, tied);
+	if (access(path, R_OK) != 0)
+		ck_assert_int_eq(gguf_make_llama(path, &p), 0);
+	ck_assert_msg(model_open(&m, path, &err) == 0, "%s", err.msg);
+	return m;
+}
+
+static struct model *stories(void)
+{
+	const char *shared = getenv("KVD_SHARED");
+	char path[1024];
+	struct model *m;
+	struct gguf_error err;
+
+	snprintf(path, sizeof(path), "%s/models/stories260K.gguf",
+		 shared ? shared : "../shared");
+	if (access(path, R_OK) != 0)
+		return NULL;
+	ck_assert_msg(model_open(&m, path, &err) == 0, "%s", err.msg);
+	return m;
+}
+
+/* ---- a small harness: a pool, an engine, run requests to the end ------ */
+
+struct rig {
+	struct kvmem mem;
+	struct kvpool *pool;
+	struct engine *e;
+};
+
+static void rig_init(struct rig *g, struct model *m, uint32_t threads,
+		     uint32_t page_tokens, enum kv_dtype dt, uint32_t n_pages)
+{
+	struct kvpool_geom geom = { .page_tokens = page_tokens,
+				    .n_layer = m->hp.n_layer,
+				    .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+				    .dtype = dt };
+	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+
+	kvmem_host_init(&g->mem);
+	ck_assert_int_eq(kvpool_new(&g->pool, &g->mem, &geom, n_pages), 0);
+	ep.threads = threads;
+	ep.max_batch = 8;
+	ep.prefill_chunk = 5;
+	ep.n_ctx = 256;
+	ck_assert_int_eq(engine_new(&g->e, m, g->pool, &ep, NULL), 0);
+}
+
+static void rig_deinit(struct rig *g)
+{
+	struct kvpool_stats st;
+
+	engine_free(g->e);
+	kvpool_get_stats(g->pool, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_FREE] + st.by_state[KVPAGE_QUARANTINED],
+			  st.pages);
+	kvpool_free(g->pool);
+	kvmem_deinit(&g->mem);
+}
+
+struct job {
+	int32_t prompt[32];
+	uint32_t n_prompt;
+	uint32_t max_tokens;
+	struct sampler_params sp;
+	uint32_t start_step;     /* submitted before this step */
+	/* results */
+	struct engine_req *req;
+	int32_t out[64];
+	uint32_t n_out;
+	enum engine_finish finish;
+	int error;
+};
+
+static void job_make(struct job *j, uint32_t seed, uint32_t n_vocab,
+		     bool sampled)
+{
+	memset(j, 0, sizeof(*j));
+	j->n_prompt = 3 + seed % 11;
+	j->prompt[0] = 1;
+	for (uint32_t i = 1; i < j->n_prompt; i++)
+		j->prompt[i] = (int32_t)(3 + (seed * 131 + i * 71) % (n_vocab - 3));
+	j->max_tokens = 12 + seed % 9;
+	j->sp = (struct sampler_params)SAMPLER_PARAMS_GREEDY;
+	if (sampled) {
+		j->sp.temperature = 0.9f;
+		j->sp.top_k = 40;
+		j->sp.top_p = 0.95f;
+		j->sp.seed = 1000 + seed;
+	}
+}
+
+/* Run jobs to completion; job i is submitted before step start_step. */
+static void rig_run(struct rig *g, struct job *jobs, uint32_t n)
+{
+	uint32_t submitted = 0, step = 0;
+
+	for (;;) {
+		const struct engine_event *ev;
+		size_t n_ev;
+
+		for (uint32_t i = 0; i < n; i++)
+			if (!jobs[i].req && jobs[i].start_step <= step) {
+				struct engine_req_params rp = {
+					.owner = 100 + i, .prompt = jobs[i].prompt,
+					.n_prompt = jobs[i].n_prompt,
+					.max_tokens = jobs[i].max_tokens,
+					.sampling = jobs[i].sp, .ignore_eos = true };
+
+				ck_assert_int_eq(engine_submit(g->e, &rp, &jobs[i].req), 0);
+				submitted++;
+			}
+		if (submitted == n && engine_idle(g->e))
+			break;
+		ck_assert_int_eq(engine_step(g->e, &ev, &n_ev), 0);
+		for (size_t k = 0; k < n_ev; k++) {
+			struct job *j = &jobs[ev[k].owner - 100];
+
+			ck_assert_ptr_eq(ev[k].req, j->req);
+			if (ev[k].kind == ENGINE_EV_TOKEN) {
+				ck_assert_uint_eq(ev[k].pos, j->n_prompt + j->n_out);
+				j->out[j->n_out++] = ev[k].token;
+			} else {
+				j->finish = ev[k].finish;
+				j->error = ev[k].error;
+			}
+		}
+		step++;
+		ck_assert_uint_lt(step, 10000);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t nt;
+		const int32_t *t = engine_req_tokens(jobs[i].req, &nt);
+
+		/* the request's own record matches the events */
+		ck_assert_uint_eq(nt, jobs[i].n_prompt + jobs[i].n_out);
+		ck_assert_int_eq(memcmp(t + jobs[i].n_prompt, jobs[i].out,
+					jobs[i].n_out * sizeof(int32_t)), 0);
+		engine_req_free(g->e, jobs[i].req);
+		jobs[i].req = NULL;
+	}
+}
+
+static void run_one(struct model *m, const struct job *tmpl, uint32_t threads,
+		    uint32_t pt, enum kv_dtype dt, struct job *out)
+{
+	struct rig g;
+
+	*out = *tmpl;
+	out->req = NULL;
+	out->n_out = 0;
+	out->start_step = 0;
+	rig_init(&g, m, threads, pt, dt, 64 / pt * 8 + 16);
+	rig_run(&g, out, 1);
+	rig_deinit(&g);
+	ck_assert_int_eq(out->finish, ENGINE_FINISH_LENGTH);
+	ck_assert_uint_eq(out->n_out, out->max_tokens);
+}
+
+static void assert_same(const struct job *a, const struct job *b, const char *what)
+{
+	ck_assert_msg(a->n_out == b->n_out, "%s: %u vs %u tokens", what,
+		      a->n_out, b->n_out);
+	for (uint32_t i = 0; i < a->n_out; i++)
+		ck_assert_msg(a->out[i] == b->out[i], "%s: token %u: %d vs %d",
+			      what, i, a->out[i], b->out[i]);
+}
+
+/* The target alone with (1 thread, 16-token pages) is the reference; it
+ * must come out the same with 2 threads, with pages of 1 and 64 tokens,
+ * and inside a batch of 8 whose members join at different steps. */
+static void check_invariance(struct model *m, bool sampled, enum kv_dtype dt)
+{
+	struct job target, ref, v;
+	struct job batch[8];
+	struct rig g;
+
+	job_make(&target, 5, m->hp.n_vocab, sampled);
+	target.max_tokens = 20;
+	run_one(m, &target, 1, 16, dt, &ref);
+	run_one(m, &target, 2, 16, dt, &v);
+	assert_same(&ref, &v, "threads 2");
+	run_one(m, &target, 1, 1, dt, &v);
+	assert_same(&ref, &v, "page_tokens 1");
+	run_one(m, &target, 2, 64, dt, &v);
+	assert_same(&ref, &v, "page_tokens 64");
+
+	for (uint32_t threads = 1; threads <= 2; threads++) {
+		for (uint32_t i = 0; i < 8; i++) {
+			job_make(&batch[i], 20 + i, m->hp.n_vocab, i % 2 == 1);
+			batch[i].start_step = (i * 3) % 7;
+		}
+		batch[3] = target;          /* the target joins at step 2 */
+		batch[3].start_step = 2;
+		rig_init(&g, m, threads, threads == 1 ? 4 : 16, dt, 200);
+		rig_run(&g, batch, 8);
+		rig_deinit(&g);
+		assert_same(&ref, &batch[3], "batched with 7 others");
+		/* and every member equals its own solo run */
+		for (uint32_t i = 0; i < 8; i++) {
+			struct job solo;
+
+			batch[i].start_step = 0;
+			run_one(m, &batch[i], 1, 16, dt, &solo);
+			assert_same(&solo, &batch[i], "member solo vs batched");
+		}
+	}
+}
+
+START_TEST(test_invariance_generated)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+
+	check_invariance(m, false, KV_DTYPE_F32);
+	check_invariance(m, true, KV_DTYPE_F16);
+	model_free(m);
+}
+END_TEST
+
+START_TEST(test_invariance_stories)
+{
+	struct model *m = stories();
+
+	if (!m)
+		return; /* the golden test reports the skip */
+	check_invariance(m, false, KV_DTYPE_F32);
+	check_invariance(m, true, KV_DTYPE_F32);
+	check_invariance(m, false, KV_DTYPE_F16);
+	model_free(m);
+}
+END_TEST
+
+START_TEST(test_weight_types)
+{
+	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0 };
+
+	for (size_t t = 0; t < 3; t++)
+		for (int tied = 0; tied < 2; tied++) {
+			struct model *m = gen_model(types[t], tied);
+			struct job j, a, b;
+
+			ck_assert(m->tied == (bool)tied);
+			ck_assert(m->layers[0].wq.type == types[t]);
+			job_make(&j, 3, m->hp.n_vocab, false);
+			run_one(m, &j, 1, 16, KV_DTYPE_F32, &a);
+			run_one(m, &j, 2, 16, KV_DTYPE_F16, &b);
+			for (uint32_t i = 0; i < a.n_out; i++)
+				ck_assert(a.out[i] >= 0 &&
+					  a.out[i] < (int32_t)m->hp.n_vocab);
+			model_free(m);
+		}
+}
+END_TEST
+
+/* ---- integrity ---------------------------------------------------------- */
+
+START_TEST(test_integrity_corrupt_tag)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	struct rig g;
+	struct job j[2], solo;
+	struct engine_req_params rp[2];
+	const struct engine_event *ev;
+	size_t n_ev;
+	bool victim_done = false;
+	uint32_t n_table, n_kv, steps = 0;
+	const struct kvpool_ref *table;
+	struct kvpool_stats st;
+
+	rig_init(&g, m, 2, 4, KV_DTYPE_F32, 64);
+	for (int i = 0; i < 2; i++) {
+		job_make(&j[i], 9 + i, m->hp.n_vocab, false);
+		rp[i] = (struct engine_req_params){
+			.owner = 100 + i, .prompt = j[i].prompt,
+			.n_prompt = j[i].n_prompt, .max_tokens = j[i].max_tokens,
+			.sampling = j[i].sp, .ignore_eos = true };
+		ck_assert_int_eq(engine_submit(g.e, &rp[i], &j[i].req), 0);
+	}
+	/* run until the victim decodes, then let another owner's bytes land on
+	 * its first page: the tag no longer names it */
+	while (engine_req_n_output(j[0].req) < 3) {
+		ck_assert_int_eq(engine_step(g.e, &ev, &n_ev), 0);
+		for (size_t k = 0; k < n_ev; k++)
+			if (ev[k].owner == 101 && ev[k].kind == ENGINE_EV_TOKEN)
+				j[1].out[j[1].n_out++] = ev[k].token;
+	}
+	table = engine_req_table(j[0].req, &n_table, &n_kv);
+	ck_assert_uint_gt(n_kv, 0);
+	{
+		struct kvtag *t = kvpool_page_addr(g.pool, table[0].page);
+
+		t->owner = 999;
+	}
+	while (!engine_idle(g.e)) {
+		ck_assert_int_eq(engine_step(g.e, &ev, &n_ev), 0);
+		for (size_t k = 0; k < n_ev; k++) {
+			if (ev[k].owner == 100) {
+				/* no token after the corruption: only the error */
+				ck_assert_int_eq(ev[k].kind, ENGINE_EV_DONE);
+				ck_assert_int_eq(ev[k].finish, ENGINE_FINISH_ERROR);
+				ck_assert_int_eq(ev[k].error, ENGINE_E_INTEGRITY);
+				victim_done = true;
+			} else if (ev[k].kind == ENGINE_EV_TOKEN) {
+				j[1].out[j[1].n_out++] = ev[k].token;
+			}
+		}
+		ck_assert_uint_lt(++steps, 1000);
+	}
+	ck_assert(victim_done);
+	ck_assert_uint_eq(engine_req_n_output(j[0].req), 3);
+	/* the neighbour is untouched: same tokens as alone */
+	run_one(m, &j[1], 1, 16, KV_DTYPE_F32, &solo);
+	assert_same(&solo, &j[1], "neighbour of a failed request");
+	engine_req_free(g.e, j[0].req);
+	engine_req_free(g.e, j[1].req);
+	kvpool_get_stats(g.pool, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_QUARANTINED], n_table);
+	rig_deinit(&g);
+	model_free(m);
+}
+END_TEST
+
+START_TEST(test_integrity_stale_table)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	struct rig g;
+	struct kvpool_ref table[4], stale[4];
+	int32_t prompt[6] = { 1, 5, 6, 7, 8, 9 };
+	struct engine_req_params rp = {
+		.owner = 7, .prompt = prompt, .n_prompt = 6, .max_tokens = 4,
+		.sampling = SAMPLER_PARAMS_GREEDY, .table = stale, .n_table = 4,
+		.n_cached = 4 };
+	struct engine_req *r;
+	const struct engine_event *ev;
+	size_t n_ev;
+
+	rig_init(&g, m, 1, 4, KV_DTYPE_F32, 8);
+	/* owner 7 held these pages once; they were released and reserved
+	 * again: the old table's generations are stale */
+	ck_assert_int_eq(kvpool_reserve(g.pool, 7, 4, table), 0);
+	memcpy(stale, table, sizeof(table));
+	ck_assert_int_eq(kvpool_release(g.pool, 7, table, 4), 0);
+	ck_assert_int_eq(kvpool_reserve(g.pool, 8, 4, table), 0);
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r), 0);
+	ck_assert_int_eq(engine_step(g.e, &ev, &n_ev), 0);
+	ck_assert_uint_eq(n_ev, 1);
+	ck_assert_int_eq(ev[0].kind, ENGINE_EV_DONE);
+	ck_assert_int_eq(ev[0].error, ENGINE_E_INTEGRITY);
+	engine_req_free(g.e, r);
+	ck_assert_int_eq(kvpool_release(g.pool, 8, table, 4), 0);
+	rig_deinit(&g);
+	model_free(m);
+}
+END_TEST
+
+/* ---- admission ------------------------------------------------------------ */
+
+START_TEST(test_admission)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	struct rig g;
+	int32_t prompt[200];
+	struct engine_req_params rp = { .owner = 1, .prompt = prompt,
+					.n_prompt = 200, .max_tokens = 57,
+					.sampling = SAMPLER_PARAMS_GREEDY };
+	struct engine_req *r = NULL, *r2;
+	struct kvpool_stats st;
+
+	for (int i = 0; i < 200; i++)
+		prompt[i] = 1 + i % 100;
+	rig_init(&g, m, 1, 16, KV_DTYPE_F32, 10);
+	/* 200 + 57 > n_ctx 256: refused, nothing held */
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r), ENGINE_E_TOO_LONG);
+	/* fits the context, not the pool of 10 x 16 tokens */
+	rp.max_tokens = 56;
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r), KVPOOL_E_FULL);
+	kvpool_get_stats(g.pool, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_FREE], 10);
+	/* bad token, empty prompt, zero max_tokens */
+	rp.n_prompt = 5;
+	rp.max_tokens = 5;
+	prompt[2] = (int32_t)m->hp.n_vocab;
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r), ENGINE_E_INVALID);
+	prompt[2] = -1;
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r), ENGINE_E_INVALID);
+	prompt[2] = 3;
+	rp.n_prompt = 0;
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r), ENGINE_E_INVALID);
+	rp.n_prompt = 5;
+	rp.max_tokens = 0;
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r), ENGINE_E_INVALID);
+	ck_assert_ptr_null(r);
+	/* a good one holds exactly pages_for(5 + 5 - 1) pages; cancel frees */
+	rp.max_tokens = 5;
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r), 0);
+	rp.owner = 2;
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r2), 0);
+	kvpool_get_stats(g.pool, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_FILLING], 2);
+	engine_req_cancel(g.e, r);
+	ck_assert_uint_eq(engine_running(g.e), 1);
+	engine_req_free(g.e, r);
+	engine_req_free(g.e, r2);
+	ck_assert(engine_idle(g.e));
+	rig_deinit(&g);
+	model_free(m);
+}
+END_TEST
+
+/* ---- prefill on one pool, decode on another --------------------------------- */
+
+START_TEST(test_prefill_handoff)
+{
+	struct model *m = gen_model(GGML_TYPE_Q8_0, false);
+	struct rig a, b;
+	struct job j, ref;
+	struct engine_req *r;
+	const struct engine_event *ev;
+	size_t n_ev;
+	int32_t first = -1, cont[40];
+	uint32_t n_table_a, n_kv, n_pre, n_need;
+	const struct kvpool_ref *ta;
+	struct kvpool_ref tb[64];
+
+	job_make(&j, 11, m->hp.n_vocab, true);
+	run_one(m, &j, 1, 4, KV_DTYPE_F16, &ref);
+
+	rig_init(&a, m, 2, 4, KV_DTYPE_F16, 32);
+	rig_init(&b, m, 1, 4, KV_DTYPE_F16, 32);
+	{
+		struct engine_req_params rp = {
+			.owner = 55, .prompt = j.prompt, .n_prompt = j.n_prompt,
+			.max_tokens = j.max_tokens, .sampling = j.sp,
+			.prefill_only = true, .ignore_eos = true };
+
+		ck_assert_int_eq(engine_submit(a.e, &rp, &r), 0);
+	}
+	while (!engine_idle(a.e)) {
+		ck_assert_int_eq(engine_step(a.e, &ev, &n_ev), 0);
+		for (size_t k = 0; k < n_ev; k++)
+			if (ev[k].kind == ENGINE_EV_TOKEN)
+				first = ev[k].token;
+			else
+				ck_assert_int_eq(ev[k].finish, ENGINE_FINISH_PREFILLED);
+	}
+	ck_assert_int_eq(first, ref.out[0]);
+	ta = engine_req_table(r, &n_table_a, &n_kv);
+	ck_assert_uint_eq(n_kv, j.n_prompt);
+	n_pre = kvpool_pages_for(a.pool, n_kv);
+	/* the decode side reserves room for everything, receives the prompt's
+	 * pages (bytes after the tag), writes and checks tags, marks ready */
+	n_need = kvpool_pages_for(b.pool, j.n_prompt + j.max_tokens - 1);
+	ck_assert_int_eq(kvpool_reserve(b.pool, 55, n_need, tb), 0);
+	ck_assert_int_eq(kvpool_fill_begin(b.pool, 55, tb, n_need), 0);
+	{
+		struct kvpool_geom gg = *kvpool_geom(a.pool);
+		uint64_t pb = kvpool_page_bytes(&gg);
+
+		for (uint32_t i = 0; i < n_pre; i++)
+			memcpy((uint8_t *)kvpool_page_addr(b.pool, tb[i].page) + KVTAG_BYTES,
+			       (uint8_t *)kvpool_page_addr(a.pool, ta[i].page) + KVTAG_BYTES,
+			       pb - KVTAG_BYTES);
+	}
+	ck_assert_int_eq(kvpool_tag_write(b.pool, 55, tb, n_pre, n_kv), 0);
+	ck_assert_int_eq(kvpool_mark_ready(b.pool, 55, tb, n_pre, n_kv), 0);
+	engine_req_free(a.e, r);
+	{
+		int32_t toks[64];
+		struct engine_req_params rp = {
+			.owner = 55, .prompt = toks, .n_prompt = j.n_prompt + 1,
+			.max_tokens = j.max_tokens - 1, .sampling = j.sp,
+			.ignore_eos = true, .table = tb, .n_table = n_need,
+			.n_cached = n_kv };
+		uint32_t n = 0;
+
+		memcpy(toks, j.prompt, j.n_prompt * sizeof(int32_t));
+		toks[j.n_prompt] = first;
+		ck_assert_int_eq(engine_submit(b.e, &rp, &r), 0);
+		while (!engine_idle(b.e)) {
+			ck_assert_int_eq(engine_step(b.e, &ev, &n_ev), 0);
+			for (size_t k = 0; k < n_ev; k++)
+				if (ev[k].kind == ENGINE_EV_TOKEN)
+					cont[n++] = ev[k].token;
+		}
+		ck_assert_uint_eq(n + 1, ref.n_out);
+		for (uint32_t i = 0; i < n; i++)
+			ck_assert_int_eq(cont[i], ref.out[i + 1]);
+		engine_req_free(b.e, r);
+	}
+	/* lent pages stay the caller's */
+	ck_assert_int_eq(kvpool_release(b.pool, 55, tb, n_need), 0);
+	rig_deinit(&a);
+	rig_deinit(&b);
+	model_free(m);
+}
+END_TEST
+
+/* ---- sampler ---------------------------------------------------------------- */
+
+START_TEST(test_sampler)
+{
+	struct sampler s;
+	float logits[4] = { 0.0f, logf(3.0f), -30.0f, -30.0f };
+	struct sampler_params p = { .temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
+				    .seed = 5 };
+	uint32_t ones = 0, N = 20000;
+
+	ck_assert_int_eq(sampler_init(&s, 4), 0);
+	for (uint32_t pos = 0; pos < N; pos++) {
+		uint32_t t = sampler_sample(&s, &p, pos, logits);
+		double u = sampler_uniform(p.seed, pos);
+
+		ck_assert(u >= 0.0 && u < 1.0);
+		ck_assert_uint_lt(t, 2);
+		ones += t == 1;
+		/* pure: the same inputs give the same token */
+		ck_assert_uint_eq(sampler_sample(&s, &p, pos, logits), t);
+	}
+	ck_assert_msg(fabs(ones / (double)N - 0.75) < 0.02, "p(1) = %g", ones / (double)N);
+	/* top-p 0.5 keeps only the 0.75 token; top-k 1 is the arg max */
+	p.top_p = 0.5f;
+	for (uint32_t pos = 0; pos < 500; pos++)
+		ck_assert_uint_eq(sampler_sample(&s, &p, pos, logits), 1);
+	p.top_p = 1.0f;
+	p.top_k = 1;
+	for (uint32_t pos = 0; pos < 500; pos++)
+		ck_assert_uint_eq(sampler_sample(&s, &p, pos, logits), 1);
+	/* greedy: lowest id on ties */
+	p.temperature = 0.0f;
+	logits[2] = logf(3.0f);
+	ck_assert_uint_eq(sampler_sample(&s, &p, 0, logits), 1);
+	/* different seeds draw differently */
+	ck_assert(sampler_uniform(1, 10) != sampler_uniform(2, 10));
+	sampler_deinit(&s);
+
+	/* top-k selection over a large vocabulary picks the k best */
+	{
+		enum { V = 5000 };
+		float *lg = malloc(V * sizeof(float));
+		struct sampler s2;
+		struct sampler_params q = { .temperature = 100.0f, .top_k = 3,
+					    .top_p = 1.0f, .seed = 1 };
+		bool seen[3] = { false, false, false };
+
+		for (int i = 0; i < V; i++)
+			lg[i] = (float)((i * 7919) % V) / V;
+		lg[4000] = 2.0f;
+		lg[17] = 2.5f;
+		lg[2222] = 3.0f;
+		ck_assert_int_eq(sampler_init(&s2, V), 0);
+		for (uint32_t pos = 0; pos < 300; pos++) {
+			uint32_t t = sampler_sample(&s2, &q, pos, lg);
+
+			ck_assert(t == 4000 || t == 17 || t == 2222);
+			seen[t == 4000 ? 0 : t == 17 ? 1 : 2] = true;
+		}
+		ck_assert(seen[0] && seen[1] && seen[2]);
+		sampler_deinit(&s2);
+		free(lg);
+	}
+}
+END_TEST
+
+/* ---- model checks ------------------------------------------------------------- */
+
+static uint8_t *file_bytes(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *b;
+
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	b = malloc(*n);
+	ck_assert_uint_eq(fread(b, 1, *n, f), *n);
+	fclose(f);
+	return b;
+}
+
+START_TEST(test_model_unsupported_type)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	char path[512];
+	size_t n;
+	uint8_t *b, *p;
+	const char *name = "blk.1.ffn_up.weight";
+	struct gguf_file *f;
+	struct gguf_error err;
+	struct model *m2;
+	uint32_t bf16 = GGML_TYPE_BF16;
+
+	ck_assert_uint_gt(m->decode_bytes, 0);
+	model_free(m);
+	model_path(path, sizeof(path), GGML_TYPE_F32, false);
+	b = file_bytes(path, &n);
+	/* tensor info: name, n_dims (u32), ne (n_dims x u64), type (u32) */
+	p = memmem(b, n, name, strlen(name));
+	ck_assert_ptr_nonnull(p);
+	p += strlen(name);
+	{
+		uint32_t nd;
+
+		memcpy(&nd, p, 4);
+		ck_assert_uint_eq(nd, 2);
+		memcpy(p + 4 + 8 * nd, &bf16, 4);
+	}
+	ck_assert_int_eq(gguf_open_mem(&f, b, n, &err), 0);
+	ck_assert_int_eq(model_from_gguf(&m2, f, &err), MODEL_E_TYPE);
+	ck_assert_msg(strstr(err.msg, name) && strstr(err.msg, "bf16"), "%s", err.msg);
+	gguf_close(f);
+	free(b);
+}
+END_TEST
+
+static void rm_tmpdir(void)
+{
+	char cmd[400];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	if (system(cmd) != 0)
+		return;
+}
+
+int main(void)
+{
+	Suite *s = suite_create("engine");
+	TCase *tc = tcase_create("engine");
+	SRunner *sr;
+	int failed;
+
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvd-test-engine-XXXXXX");
+	if (!mkdtemp(tmpdir))
+		return 1;
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_sampler);
+	tcase_add_test(tc, test_admission);
+	tcase_add_test(tc, test_weight_types);
+	tcase_add_test(tc, test_invariance_generated);
+	tcase_add_test(tc, test_invariance_stories);
+	tcase_add_test(tc, test_integrity_corrupt_tag);
+	tcase_add_test(tc, test_integrity_stale_table);
+	tcase_add_test(tc, test_prefill_handoff);
+	tcase_add_test(tc, test_model_unsupported_type);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	rm_tmpdir();
+	return failed ? 1 : 0;
+}
