@@ -1,10 +1,814 @@
-/* kvctl.c - the admin command. */
+/* kvctl.c - the admin command.
+ *
+ *   kvctl [--socket PATH | --node NAME] [--json] [--timeout SEC] COMMAND ...
+ *     status                           node, state, pool, capacity, counters
+ *     drain [--no-wait] [--wait-ms N]  stop admitting; wait until drained
+ *     resume                           admit again
+ *     pool resize --tokens N | --bytes N [--force] [--wait-ms N]
+ *     capacity                         the boot capacity check, now
+ *     abort ID                         abort one request (normal failure path)
+ *     audit [FILE...]                  capacity audit of kvd logs (stdin: -)
+ *     model make|inspect ...           GGUF models (ctl/cmd_model.c)
+ *     fault load --count N --tokens N --hold-ms N [--fence-ms N]
+ *                                      synthetic requests (test builds)
+ *
+ * Exit codes: 0 ok; 1 a check failed (capacity insufficient, an audit
+ * finding) or the daemon answered with an error; 2 usage; 69 the daemon
+ * is unavailable (no socket, connection refused or dropped).
+ *
+ * Design: one table of subcommands; each builds one request map, sends it
+ * as a frame (net/frame.h) over a blocking Unix socket, reads one reply
+ * frame and prints it as a table, or as JSON with --json. All protocol
+ * knowledge beyond the frame is the command names and argument keys in
+ * ctl/README.md.
+ */
+#include "conf/util.h"
+#include "ctl/admin.h"
+#include "ctl/audit.h"
+#include "ctl/cmd_model.h"
+#include "net/frame.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define EXIT_CHECK 1
+#define EXIT_USAGE 2
+#define EXIT_UNAVAILABLE 69
+#define KVCTL_RUNDIR "/run/kvd"
+
+struct kvctl {
+	const char *socket;    /* resolved socket path */
+	char sockbuf[256];
+	bool json;
+	int timeout_ms;        /* reply timeout; -1 = wait forever */
+	int fd;
+	struct frame_decoder dec;  /* replies; *result points into it */
+};
+
+struct kvctl_cmd {
+	const char *name;
+	int (*fn)(struct kvctl *k, int argc, char **argv);
+	bool daemon;           /* talks to the socket */
+	const char *help;
+};
+
+/* ---- talking to the daemon ------------------------------------------------- */
+
+static int kvctl_find_socket(struct kvctl *k)
+{
+	const char *env = getenv("KVCTL_SOCKET");
+	DIR *dir;
+	struct dirent *e;
+	int n = 0;
+
+	if (k->socket)
+		return 0;
+	if (env && *env) {
+		k->socket = env;
+		return 0;
+	}
+	dir = opendir(KVCTL_RUNDIR);
+	if (!dir) {
+		fprintf(stderr, "kvctl: no %s: is kvd running? (--socket PATH)\n",
+			KVCTL_RUNDIR);
+		return EXIT_UNAVAILABLE;
+	}
+	while ((e = readdir(dir))) {
+		size_t len = strlen(e->d_name);
+
+		if (len > 5 && !strcmp(e->d_name + len - 5, ".sock")) {
+			n++;
+			snprintf(k->sockbuf, sizeof(k->sockbuf), "%s/%s",
+				 KVCTL_RUNDIR, e->d_name);
+		}
+	}
+	closedir(dir);
+	if (n == 1) {
+		k->socket = k->sockbuf;
+		return 0;
+	}
+	fprintf(stderr, n ? "kvctl: several nodes under %s: use --node NAME or --socket PATH\n"
+			  : "kvctl: no kvd socket under %s (--socket PATH)\n",
+		KVCTL_RUNDIR);
+	return n ? EXIT_USAGE : EXIT_UNAVAILABLE;
+}
+
+static int kvctl_connect(struct kvctl *k)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int r = kvctl_find_socket(k);
+
+	if (r)
+		return r;
+	if (strlen(k->socket) >= sizeof(sa.sun_path)) {
+		fprintf(stderr, "kvctl: socket path too long: %s\n", k->socket);
+		return EXIT_USAGE;
+	}
+	memcpy(sa.sun_path, k->socket, strlen(k->socket) + 1);
+	k->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (k->fd < 0 || connect(k->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		fprintf(stderr, "kvctl: %s: %s\n", k->socket, strerror(errno));
+		return EXIT_UNAVAILABLE;
+	}
+	return 0;
+}
+
+static int kvctl_write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Read one reply frame into k->dec; *out valid until the next call. */
+static int kvctl_read_reply(struct kvctl *k, const msgpack_object **out)
+{
+	char buf[4096];
+
+	for (;;) {
+		struct pollfd pfd = { .fd = k->fd, .events = POLLIN };
+		ssize_t n;
+		size_t used, off = 0;
+		int r = frame_decoder_next(&k->dec, out);
+
+		if (r == 0)
+			return 0;
+		if (r != FRAME_E_AGAIN) {
+			fprintf(stderr, "kvctl: bad reply from daemon: %s\n",
+				frame_strerror(r));
+			return EXIT_UNAVAILABLE;
+		}
+		r = poll(&pfd, 1, k->timeout_ms);
+		if (r == 0) {
+			fprintf(stderr, "kvctl: no reply within %d ms\n",
+				k->timeout_ms);
+			return EXIT_UNAVAILABLE;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		n = r < 0 ? -1 : recv(k->fd, buf, sizeof(buf), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			fprintf(stderr, "kvctl: daemon closed the connection\n");
+			return EXIT_UNAVAILABLE;
+		}
+		while (off < (size_t)n) {
+			if (frame_decoder_feed(&k->dec, buf + off, (size_t)n - off,
+					       &used) < 0)
+				return EXIT_UNAVAILABLE;
+			off += used;
+			if (off < (size_t)n) {
+				/* buffer full without a frame: cannot happen
+				 * with a sane daemon */
+				fprintf(stderr, "kvctl: reply too large\n");
+				return EXIT_UNAVAILABLE;
+			}
+		}
+	}
+}
+
+/* Send the request packed in w (one map) and wait for the reply's
+ * result. Prints error replies; returns 0 with *result set, or an exit
+ * code. */
+static int kvctl_call(struct kvctl *k, struct frame_writer *w,
+		      const msgpack_object **result)
+{
+	const msgpack_object *reply, *ok;
+	char *data;
+	size_t len;
+	bool okv = false;
+	int r;
+
+	r = frame_writer_finish(w, ADMIN_FRAME_MAX, &data, &len);
+	frame_writer_deinit(w);
+	if (r) {
+		fprintf(stderr, "kvctl: request too large\n");
+		return EXIT_USAGE;
+	}
+	r = kvctl_connect(k);
+	if (!r && kvctl_write_all(k->fd, data, len) < 0) {
+		fprintf(stderr, "kvctl: %s: %s\n", k->socket, strerror(errno));
+		r = EXIT_UNAVAILABLE;
+	}
+	free(data);
+	if (!r)
+		r = kvctl_read_reply(k, &reply);
+	if (r)
+		return r;
+	ok = frame_map_get(reply, "ok");
+	if (!ok || frame_obj_bool(ok, &okv)) {
+		fprintf(stderr, "kvctl: reply without 'ok'\n");
+		return EXIT_UNAVAILABLE;
+	}
+	if (!okv) {
+		char e[64] = "?", m[256] = "", key[64] = "";
+		const msgpack_object *o;
+
+		if ((o = frame_map_get(reply, "error")))
+			frame_obj_str(o, e, sizeof(e));
+		if ((o = frame_map_get(reply, "message")))
+			frame_obj_str(o, m, sizeof(m));
+		if ((o = frame_map_get(reply, "key")))
+			frame_obj_str(o, key, sizeof(key));
+		fprintf(stderr, "kvctl: %s%s%s: %s\n", e, key[0] ? " " : "", key, m);
+		*result = reply;
+		return EXIT_CHECK;
+	}
+	*result = frame_map_get(reply, "result");
+	if (!*result || (*result)->type != MSGPACK_OBJECT_MAP) {
+		fprintf(stderr, "kvctl: reply without a result map\n");
+		return EXIT_UNAVAILABLE;
+	}
+	return 0;
+}
+
+/* Start a request map of n_args arguments for cmd. */
+static msgpack_packer *kvctl_request(struct frame_writer *w, const char *cmd,
+				     uint32_t n_args)
+{
+	msgpack_packer *pk;
+
+	frame_writer_init(w);
+	pk = frame_writer_packer(w);
+	msgpack_pack_map(pk, 1 + n_args);
+	frame_pack_kv_str(pk, "cmd", cmd);
+	return pk;
+}
+
+/* ---- output ----------------------------------------------------------------- */
+
+static void json_str(FILE *out, const char *p, size_t n)
+{
+	fputc('"', out);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)p[i];
+
+		if (c == '"' || c == '\\')
+			fprintf(out, "\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(out, "\\u%04x", c);
+		else
+			fputc(c, out);
+	}
+	fputc('"', out);
+}
+
+static void json_print(FILE *out, const msgpack_object *o)
+{
+	switch (o->type) {
+	case MSGPACK_OBJECT_NIL:
+		fputs("null", out);
+		break;
+	case MSGPACK_OBJECT_BOOLEAN:
+		fputs(o->via.boolean ? "true" : "false", out);
+		break;
+	case MSGPACK_OBJECT_POSITIVE_INTEGER:
+		fprintf(out, "%" PRIu64, o->via.u64);
+		break;
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+		fprintf(out, "%" PRId64, o->via.i64);
+		break;
+	case MSGPACK_OBJECT_FLOAT32:
+	case MSGPACK_OBJECT_FLOAT64:
+		fprintf(out, "%.17g", o->via.f64);
+		break;
+	case MSGPACK_OBJECT_STR:
+		json_str(out, o->via.str.ptr, o->via.str.size);
+		break;
+	case MSGPACK_OBJECT_ARRAY:
+		fputc('[', out);
+		for (uint32_t i = 0; i < o->via.array.size; i++) {
+			if (i)
+				fputc(',', out);
+			json_print(out, &o->via.array.ptr[i]);
+		}
+		fputc(']', out);
+		break;
+	case MSGPACK_OBJECT_MAP:
+		fputc('{', out);
+		for (uint32_t i = 0; i < o->via.map.size; i++) {
+			const msgpack_object *key = &o->via.map.ptr[i].key;
+
+			if (i)
+				fputc(',', out);
+			if (key->type == MSGPACK_OBJECT_STR)
+				json_str(out, key->via.str.ptr, key->via.str.size);
+			else
+				fputs("\"?\"", out);
+			fputc(':', out);
+			json_print(out, &o->via.map.ptr[i].val);
+		}
+		fputc('}', out);
+		break;
+	default:
+		fputs("null", out);
+		break;
+	}
+}
+
+/* Look up "a.b.c" in nested maps. */
+static const msgpack_object *field(const msgpack_object *m, const char *path)
+{
+	char key[64];
+	const char *dot;
+
+	while ((dot = strchr(path, '.'))) {
+		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
+		m = frame_map_get(m, key);
+		path = dot + 1;
+	}
+	return frame_map_get(m, path);
+}
+
+static uint64_t fu(const msgpack_object *m, const char *path)
+{
+	const msgpack_object *o = field(m, path);
+	uint64_t v = 0;
+
+	if (o)
+		frame_obj_u64(o, &v);
+	return v;
+}
+
+static double fd(const msgpack_object *m, const char *path)
+{
+	const msgpack_object *o = field(m, path);
+	double v = 0;
+
+	if (o)
+		frame_obj_double(o, &v);
+	return v;
+}
+
+static const char *fs(const msgpack_object *m, const char *path, char *buf,
+		      size_t size)
+{
+	const msgpack_object *o = field(m, path);
+
+	if (!o || frame_obj_str(o, buf, size))
+		snprintf(buf, size, "?");
+	return buf;
+}
+
+static bool fb(const msgpack_object *m, const char *path)
+{
+	const msgpack_object *o = field(m, path);
+	bool v = false;
+
+	if (o)
+		frame_obj_bool(o, &v);
+	return v;
+}
+
+static void print_json_line(const msgpack_object *o)
+{
+	json_print(stdout, o);
+	fputc('\n', stdout);
+}
+
+static void print_capacity(const msgpack_object *c, const char *indent)
+{
+	char v[32], pol[16], sha[80], dt[16];
+
+	printf("%sverdict     %s (policy %s)\n", indent,
+	       fs(c, "verdict", v, sizeof(v)), fs(c, "policy", pol, sizeof(pol)));
+	printf("%spool        %" PRIu64 " tokens (%" PRIu64 " pages x %" PRIu64
+	       " tokens, %" PRIu64 " bytes/page)\n", indent,
+	       fu(c, "pool_tokens"), fu(c, "pages"), fu(c, "page_tokens"),
+	       fu(c, "page_bytes"));
+	printf("%srequired    %" PRIu64 " tokens = context %" PRIu64
+	       " x margin %g\n", indent, fu(c, "required_tokens"),
+	       fu(c, "context_length"), fd(c, "margin"));
+	printf("%sadvertised  %" PRIu64 " tokens of context\n", indent,
+	       fu(c, "advertised_context"));
+	printf("%smodel       sha256 %s, kv %s (%" PRIu64 " bytes/token)\n",
+	       indent, fs(c, "model_sha256", sha, sizeof(sha)),
+	       fs(c, "kv_dtype", dt, sizeof(dt)), fu(c, "kv_bytes_per_token"));
+}
+
+/* ---- subcommands ------------------------------------------------------------- */
+
+static int sub_status(struct kvctl *k, int argc, char **argv)
+{
+	struct frame_writer w;
+	const msgpack_object *res;
+	char a[64], b[16], c[16];
+	const msgpack_object *rej;
+	int r;
+
+	if (argc != 1)
+		return EXIT_USAGE;
+	kvctl_request(&w, "status", 0);
+	r = kvctl_call(k, &w, &res);
+	if (r)
+		return r;
+	if (k->json) {
+		print_json_line(res);
+		return 0;
+	}
+	printf("node        %s (%s), %s, up %.1f s, kvd %s\n",
+	       fs(res, "node", a, sizeof(a)), fs(res, "role", b, sizeof(b)),
+	       fs(res, "state", c, sizeof(c)), fu(res, "uptime_ms") / 1000.0,
+	       fs(res, "version", a + 32, 32));
+	printf("pool        %" PRIu64 " pages x %" PRIu64 " tokens = %" PRIu64
+	       " tokens%s\n", fu(res, "pool.pages"), fu(res, "pool.page_tokens"),
+	       fu(res, "pool.tokens"), fb(res, "resizing") ? " (resizing)" : "");
+	printf("  pages     free %" PRIu64 "  reserved %" PRIu64 "  filling %" PRIu64
+	       "  ready %" PRIu64 "  fenced %" PRIu64 "  quarantined %" PRIu64
+	       "  retiring %" PRIu64 "  retired %" PRIu64 "\n",
+	       fu(res, "pool.free"), fu(res, "pool.reserved"),
+	       fu(res, "pool.filling"), fu(res, "pool.ready"),
+	       fu(res, "pool.fenced"), fu(res, "pool.quarantined"),
+	       fu(res, "pool.retiring"), fu(res, "pool.retired"));
+	printf("capacity\n");
+	print_capacity(field(res, "capacity"), "  ");
+	printf("requests    in flight %" PRIu64 ", peers %" PRIu64
+	       ", admin clients %" PRIu64 "\n", fu(res, "in_flight"),
+	       fu(res, "peers"), fu(res, "admin_clients"));
+	printf("counters    admitted %" PRIu64 "  completed %" PRIu64
+	       "  failed %" PRIu64 "  integrity failures %" PRIu64 "\n",
+	       fu(res, "counters.admitted"), fu(res, "counters.completed"),
+	       fu(res, "counters.failed"),
+	       fu(res, "counters.integrity_failures"));
+	printf("rejected   ");
+	rej = field(res, "counters.rejected");
+	for (uint32_t i = 0; rej && rej->type == MSGPACK_OBJECT_MAP &&
+			     i < rej->via.map.size; i++) {
+		uint64_t v = 0;
+
+		frame_obj_str(&rej->via.map.ptr[i].key, a, sizeof(a));
+		frame_obj_u64(&rej->via.map.ptr[i].val, &v);
+		printf(" %s %" PRIu64, a, v);
+	}
+	printf("\n");
+	return 0;
+}
+
+static int print_state(struct kvctl *k, const msgpack_object *res)
+{
+	char s[32];
+
+	if (k->json)
+		print_json_line(res);
+	else
+		printf("state %s, %" PRIu64 " in flight\n",
+		       fs(res, "state", s, sizeof(s)), fu(res, "in_flight"));
+	return 0;
+}
+
+static int sub_drain(struct kvctl *k, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "no-wait", no_argument, NULL, 'n' },
+		{ "wait-ms", required_argument, NULL, 'w' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct frame_writer w;
+	msgpack_packer *pk;
+	const msgpack_object *res;
+	bool wait = true;
+	uint64_t wait_ms = 0;
+	int c, r;
+
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		if (c == 'n')
+			wait = false;
+		else if (c == 'w')
+			wait_ms = strtoull(optarg, NULL, 10);
+		else
+			return EXIT_USAGE;
+	}
+	if (optind != argc)
+		return EXIT_USAGE;
+	pk = kvctl_request(&w, "drain", 1 + (wait_ms > 0));
+	frame_pack_kv_bool(pk, "wait", wait);
+	if (wait_ms)
+		frame_pack_kv_u64(pk, "timeout_ms", wait_ms);
+	r = kvctl_call(k, &w, &res);
+	return r ? r : print_state(k, res);
+}
+
+static int sub_resume(struct kvctl *k, int argc, char **argv)
+{
+	struct frame_writer w;
+	const msgpack_object *res;
+	int r;
+
+	if (argc != 1)
+		return EXIT_USAGE;
+	kvctl_request(&w, "resume", 0);
+	r = kvctl_call(k, &w, &res);
+	return r ? r : print_state(k, res);
+}
+
+/* Strict unsigned parse: digits only. */
+static int parse_u64(const char *s, uint64_t *v)
+{
+	char *end;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -1;
+	errno = 0;
+	*v = strtoull(s, &end, 10);
+	return errno || *end ? -1 : 0;
+}
+
+static int sub_pool(struct kvctl *k, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "tokens", required_argument, NULL, 't' },
+		{ "bytes", required_argument, NULL, 'b' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "wait-ms", required_argument, NULL, 'w' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct frame_writer w;
+	msgpack_packer *pk;
+	const msgpack_object *res;
+	uint64_t tokens = 0, bytes = 0, wait_ms = 0;
+	bool force = false, have_wait = false;
+	int c, r;
+
+	if (argc < 2 || strcmp(argv[1], "resize"))
+		return EXIT_USAGE;
+	argc--, argv++;
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		if (c == 't' && !parse_u64(optarg, &tokens) && tokens)
+			continue;
+		if (c == 'b' && !parse_u64(optarg, &bytes) && bytes)
+			continue;
+		if (c == 'f') {
+			force = true;
+			continue;
+		}
+		if (c == 'w' && !parse_u64(optarg, &wait_ms)) {
+			have_wait = true;
+			continue;
+		}
+		return EXIT_USAGE;
+	}
+	if (optind != argc || !tokens == !bytes)
+		return EXIT_USAGE;
+	pk = kvctl_request(&w, "pool.resize", 1 + force + have_wait);
+	if (tokens)
+		frame_pack_kv_u64(pk, "tokens", tokens);
+	else
+		frame_pack_kv_u64(pk, "bytes", bytes);
+	if (force)
+		frame_pack_kv_bool(pk, "force", true);
+	if (have_wait)
+		frame_pack_kv_u64(pk, "timeout_ms", wait_ms);
+	r = kvctl_call(k, &w, &res);
+	if (r)
+		return r;
+	if (k->json) {
+		print_json_line(res);
+	} else {
+		printf("pool        %" PRIu64 " -> %" PRIu64 " pages (%" PRIu64
+		       " retired at once, waited %" PRIu64 " ms)\n",
+		       fu(res, "pages_before"), fu(res, "pages_after"),
+		       fu(res, "retired_now"), fu(res, "waited_ms"));
+		print_capacity(field(res, "capacity"), "");
+	}
+	return fb(res, "capacity.ok") ? 0 : EXIT_CHECK;
+}
+
+static int sub_capacity(struct kvctl *k, int argc, char **argv)
+{
+	struct frame_writer w;
+	const msgpack_object *res;
+	int r;
+
+	if (argc != 1)
+		return EXIT_USAGE;
+	kvctl_request(&w, "capacity", 0);
+	r = kvctl_call(k, &w, &res);
+	if (r)
+		return r;
+	if (k->json)
+		print_json_line(res);
+	else
+		print_capacity(res, "");
+	return fb(res, "ok") ? 0 : EXIT_CHECK;
+}
+
+static int sub_abort(struct kvctl *k, int argc, char **argv)
+{
+	struct frame_writer w;
+	msgpack_packer *pk;
+	const msgpack_object *res;
+	uint64_t id;
+	int r;
+
+	if (argc != 2 || parse_u64(argv[1], &id) || id == 0)
+		return EXIT_USAGE;
+	pk = kvctl_request(&w, "abort", 1);
+	frame_pack_kv_u64(pk, "request", id);
+	r = kvctl_call(k, &w, &res);
+	if (r)
+		return r;
+	if (k->json)
+		print_json_line(res);
+	else
+		printf("request %" PRIu64 ": aborting\n", id);
+	return 0;
+}
+
+static int sub_fault(struct kvctl *k, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "count", required_argument, NULL, 'c' },
+		{ "tokens", required_argument, NULL, 't' },
+		{ "hold-ms", required_argument, NULL, 'h' },
+		{ "fence-ms", required_argument, NULL, 'f' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const char *const keys[] = { "count", "tokens", "hold_ms", "fence_ms" };
+	uint64_t v[4] = { 0 };
+	bool have[4] = { false };
+	struct frame_writer w;
+	msgpack_packer *pk;
+	const msgpack_object *res;
+	int c, r;
+
+	if (argc < 2 || strcmp(argv[1], "load"))
+		return EXIT_USAGE;
+	argc--, argv++;
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		int i = c == 'c' ? 0 : c == 't' ? 1 : c == 'h' ? 2 : c == 'f' ? 3 : -1;
+
+		if (i < 0 || parse_u64(optarg, &v[i]))
+			return EXIT_USAGE;
+		have[i] = true;
+	}
+	if (optind != argc || !have[0] || !have[1] || !have[2])
+		return EXIT_USAGE;
+	pk = kvctl_request(&w, "fault.load", 3 + have[3]);
+	for (int i = 0; i < 4; i++)
+		if (have[i])
+			frame_pack_kv_u64(pk, keys[i], v[i]);
+	r = kvctl_call(k, &w, &res);
+	if (r)
+		return r;
+	if (k->json)
+		print_json_line(res);
+	else
+		printf("admitted %" PRIu64 " (ids %" PRIu64 "..%" PRIu64
+		       "), rejected: draining %" PRIu64 ", pool full %" PRIu64 "\n",
+		       fu(res, "admitted"), fu(res, "first_id"),
+		       fu(res, "last_id"), fu(res, "rejected_draining"),
+		       fu(res, "rejected_full"));
+	return 0;
+}
+
+static int sub_audit(struct kvctl *k, int argc, char **argv)
+{
+	struct audit *a = NULL;
+	int r = audit_new(&a);
+
+	if (r < 0) {
+		fprintf(stderr, "kvctl audit: %s\n", strerror(-r));
+		return EXIT_CHECK;
+	}
+	if (argc == 1) {
+		r = audit_feed_file(a, stdin);
+	} else {
+		for (int i = 1; i < argc && r == 0; i++) {
+			FILE *f = strcmp(argv[i], "-") ? fopen(argv[i], "r") : stdin;
+
+			if (!f) {
+				fprintf(stderr, "kvctl audit: %s: %s\n", argv[i],
+					strerror(errno));
+				audit_free(a);
+				return EXIT_USAGE;
+			}
+			r = audit_feed_file(a, f);
+			if (f != stdin)
+				fclose(f);
+		}
+	}
+	if (r < 0) {
+		fprintf(stderr, "kvctl audit: read: %s\n", strerror(-r));
+		audit_free(a);
+		return EXIT_CHECK;
+	}
+	r = k->json ? audit_report_json(a, stdout) : audit_report(a, stdout);
+	audit_free(a);
+	return r ? EXIT_CHECK : 0;
+}
+
+static int sub_model(struct kvctl *k, int argc, char **argv)
+{
+	(void)k;
+	return kvctl_cmd_model(argc, argv);
+}
+
+static const struct kvctl_cmd kvctl_cmds[] = {
+	{ "status", sub_status, true, "status" },
+	{ "drain", sub_drain, true, "drain [--no-wait] [--wait-ms N]" },
+	{ "resume", sub_resume, true, "resume" },
+	{ "pool", sub_pool, true,
+	  "pool resize --tokens N | --bytes N [--force] [--wait-ms N]" },
+	{ "capacity", sub_capacity, true, "capacity" },
+	{ "abort", sub_abort, true, "abort ID" },
+	{ "audit", sub_audit, false, "audit [FILE...]" },
+	{ "model", sub_model, false, "model make|inspect ... (kvctl model --help)" },
+	{ "fault", sub_fault, true,
+	  "fault load --count N --tokens N --hold-ms N [--fence-ms N]" },
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: kvctl [--socket PATH | --node NAME] [--json]"
+		     " [--timeout SEC] COMMAND\n");
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(kvctl_cmds); i++)
+		fprintf(out, "  %s\n", kvctl_cmds[i].help);
+	fprintf(out, "exit: 0 ok, 1 check failed or daemon error, 2 usage,"
+		     " 69 daemon unavailable\n");
+}
 
 int main(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "usage: kvctl COMMAND\n");
-	return 2;
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "node", required_argument, NULL, 'n' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct kvctl k = { .timeout_ms = -1, .fd = -1 };
+	uint64_t secs;
+	int c, r = EXIT_USAGE;
+
+	while ((c = getopt_long(argc, argv, "+s:n:jt:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			k.socket = optarg;
+			break;
+		case 'n':
+			snprintf(k.sockbuf, sizeof(k.sockbuf), "%s/%s.sock",
+				 KVCTL_RUNDIR, optarg);
+			k.socket = k.sockbuf;
+			break;
+		case 'j':
+			k.json = true;
+			break;
+		case 't':
+			if (parse_u64(optarg, &secs) || secs > 86400) {
+				usage(stderr);
+				return EXIT_USAGE;
+			}
+			k.timeout_ms = (int)secs * 1000;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	frame_decoder_init(&k.dec, ADMIN_REPLY_MAX);
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(kvctl_cmds); i++) {
+		if (strcmp(argv[optind], kvctl_cmds[i].name))
+			continue;
+		r = kvctl_cmds[i].fn(&k, argc - optind, argv + optind);
+		if (r == EXIT_USAGE && strcmp(argv[optind], "model"))
+			fprintf(stderr, "usage: kvctl %s\n", kvctl_cmds[i].help);
+		goto out;
+	}
+	fprintf(stderr, "kvctl: unknown command '%s'\n", argv[optind]);
+	usage(stderr);
+out:
+	if (k.fd >= 0)
+		close(k.fd);
+	frame_decoder_deinit(&k.dec);
+	return r;
 }

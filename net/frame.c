@@ -364,6 +364,16 @@ static void frame_writer_reset(struct frame_writer *w)
 	frame_writer_write(w, zero, sizeof(zero));
 }
 
+void frame_writer_append(struct frame_writer *w, const void *data, size_t len)
+{
+	frame_writer_write(w, data, len);
+}
+
+void frame_writer_clear(struct frame_writer *w)
+{
+	frame_writer_reset(w);
+}
+
 void frame_writer_init(struct frame_writer *w)
 {
 	*w = (struct frame_writer){ 0 };

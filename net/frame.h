@@ -129,6 +129,12 @@ static inline msgpack_packer *frame_writer_packer(struct frame_writer *w)
 int frame_writer_finish(struct frame_writer *w, size_t max, char **data,
 			size_t *len);
 
+/* Append bytes that already are packed msgpack (e.g. the payload of
+ * another writer: w2->buf + FRAME_HEADER_BYTES, w2->len - 4). */
+void frame_writer_append(struct frame_writer *w, const void *data, size_t len);
+/* Drop what was packed; keep the buffer. */
+void frame_writer_clear(struct frame_writer *w);
+
 /* Pack helpers: a key (string) and a value. */
 void frame_pack_str(msgpack_packer *pk, const char *s);
 void frame_pack_kv_str(msgpack_packer *pk, const char *k, const char *v);

@@ -1,0 +1,1115 @@
+/* admin.c - the admin socket server.
+ *
+ * Design. The admin plane must never be the way to hurt a node, so every
+ * connection is handled as hostile until proven otherwise:
+ *
+ *  - Credentials first. SO_PEERCRED at accept gives the peer's uid/gid;
+ *    root, or a member of admin.group (primary group, or supplementary
+ *    groups from the peer's passwd entry via getgrouplist), may talk. A
+ *    refused peer gets one `denied` frame and is closed once it is written.
+ *  - One table. Every command is a row (name, handler, argument schema,
+ *    privilege, fault-point only); the dispatcher checks the privilege and
+ *    the schema (strict: unknown keys are errors) before the handler runs,
+ *    so handlers receive typed, validated arguments and stay short.
+ *  - Bounded per client. A client owns a fixed read chunk, a frame decoder
+ *    bounded by ADMIN_FRAME_MAX, at most one call in progress and a write
+ *    queue that pauses reading above ADMIN_WRITE_HIGH bytes. A client that
+ *    pipelines requests is served in order; while a call waits (drain, a
+ *    shrinking resize) reading stops, so nothing piles up.
+ *  - Typed errors, never a crash. A bad frame (not msgpack, not a map)
+ *    gets a `malformed` reply and the connection goes on; an oversized
+ *    length gets `too_big` and a close (the stream cannot be resynced);
+ *    unknown commands and bad arguments get their own codes. Other
+ *    clients never notice.
+ *
+ * Replies are maps: {ok, cmd, id?, result} or {ok, cmd, id?, error, code,
+ * message, key?}. Handlers pack exactly one map into call->res; the
+ * envelope is built around it when the call completes, now or later.
+ *
+ * Memory: the server and each client are freed in their handles' close
+ * callbacks (libuv: "memory freed only in the close callback").
+ */
+#include "ctl/admin.h"
+#include "conf/util.h"
+#include "daemon/daemon.h"
+#include "daemon/ops.h"
+#include "kvd_build.h"
+#include "net/frame.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <stdarg.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define ADMIN_READ_CHUNK 4096
+#define ADMIN_WRITE_HIGH (256u * 1024)
+#define ADMIN_POLL_MS 10
+#define ADMIN_RESIZE_TIMEOUT_MS 10000
+
+enum admin_priv {
+	ADMIN_PRIV_NONE = 0,
+	ADMIN_PRIV_MEMBER,    /* in admin.group */
+	ADMIN_PRIV_ROOT,
+};
+
+/* Handler return: the reply is packed (0), will come later (PENDING), or
+ * an ADMIN_E_* error with call->msg set. */
+#define ADMIN_PENDING (-1000)
+
+/* Every argument any command takes; each command's schema picks some. */
+struct admin_args {
+	bool wait;
+	uint64_t timeout_ms;
+	uint64_t tokens;
+	uint64_t bytes;
+	bool force;
+	uint64_t request;
+	uint64_t count;
+	uint64_t hold_ms;
+	uint64_t fence_ms;
+};
+
+struct admin_client;
+
+struct admin_call {
+	struct admin_client *c;
+	const struct admin_cmd *cmd;
+	bool has_id;
+	uint64_t id;
+	struct admin_args a;
+	uint64_t present;             /* bit i: cmd->args[i] was given */
+	uint64_t deadline_ns;         /* drain wait; 0 = none */
+	struct frame_writer res;      /* the result map, packed by handlers */
+	char msg[200];                /* error message */
+	char key[64];                 /* argument an error is about */
+};
+
+struct admin_cmd {
+	const char *name;
+	int (*fn)(struct admin_call *call);
+	const struct frame_field *args;
+	size_t n_args;
+	enum admin_priv priv;
+	bool fault_only;              /* only with KVD_FAULT_POINTS */
+};
+
+struct admin_client {
+	struct admin_server *s;
+	uv_pipe_t pipe;
+	uv_timer_t timer;             /* polls a waiting drain */
+	unsigned handles;             /* open handles; freed at 0 */
+	struct frame_decoder dec;
+	char rbuf[ADMIN_READ_CHUNK];  /* (ADMIN_READ_CHUNK) last read; [roff,
+				       * rlen) not yet fed to dec */
+	size_t roff, rlen;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	enum admin_priv priv;
+	bool reading, closing, pending, close_after_write;
+	struct admin_call call;
+	struct admin_client *prev, *next;
+};
+
+struct admin_server {
+	struct kvd_daemon *d;
+	uv_pipe_t listener;
+	struct kvd_ops ops;
+	unsigned handles;             /* listener + ops; freed at 0 */
+	bool have_group;
+	gid_t group;
+	char path[108];
+	struct admin_client *clients;
+	uint32_t n_clients;
+	bool closing;
+};
+
+struct admin_wreq {
+	uv_write_t req;
+	struct admin_client *c;
+	char *data;                   /* the frame, header included */
+};
+
+static const char *const admin_error_names[ADMIN_E__N] = {
+	[ADMIN_E_MALFORMED] = "malformed",
+	[ADMIN_E_TOO_BIG] = "too_big",
+	[ADMIN_E_UNKNOWN_COMMAND] = "unknown_command",
+	[ADMIN_E_BAD_ARGS] = "bad_args",
+	[ADMIN_E_DENIED] = "denied",
+	[ADMIN_E_BUSY] = "busy",
+	[ADMIN_E_NOT_FOUND] = "not_found",
+	[ADMIN_E_WRONG_STATE] = "wrong_state",
+	[ADMIN_E_CAPACITY] = "capacity",
+	[ADMIN_E_TIMEOUT] = "timeout",
+	[ADMIN_E_UNSUPPORTED] = "unsupported",
+	[ADMIN_E_INTERNAL] = "internal",
+	[ADMIN_E_TOO_MANY_CLIENTS] = "too_many_clients",
+	[ADMIN_E_DRAINING] = "draining",
+	[ADMIN_E_OUT_OF_RANGE] = "out_of_range",
+	[ADMIN_E_POOL_FULL] = "pool_full",
+};
+
+const char *admin_strerror(int code)
+{
+	if (code <= 0 || code >= ADMIN_E__N)
+		return "?";
+	return admin_error_names[code];
+}
+
+/* An ops/daemon code as a wire code. */
+static int admin_code_of(int r)
+{
+	switch (r) {
+	case KVD_E_CAPACITY: return ADMIN_E_CAPACITY;
+	case KVD_E_DRAINING: return ADMIN_E_DRAINING;
+	case KVD_E_BUSY: return ADMIN_E_BUSY;
+	case KVD_E_NOTFOUND: return ADMIN_E_NOT_FOUND;
+	case KVD_OPS_E_STATE: return ADMIN_E_WRONG_STATE;
+	case KVD_OPS_E_RANGE: return ADMIN_E_OUT_OF_RANGE;
+	case KVD_OPS_E_TIMEOUT: return ADMIN_E_TIMEOUT;
+	case KVD_OPS_E_FULL: return ADMIN_E_POOL_FULL;
+	case KVD_OPS_E_UNSUPPORTED: return ADMIN_E_UNSUPPORTED;
+	default: return ADMIN_E_INTERNAL;
+	}
+}
+
+static void client_pump(struct admin_client *c);
+static void client_close(struct admin_client *c);
+static int client_read_start(struct admin_client *c);
+
+/* ---- writing ------------------------------------------------------------- */
+
+static size_t client_write_queued(struct admin_client *c)
+{
+	return uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
+}
+
+static void client_write_cb(uv_write_t *req, int status)
+{
+	struct admin_wreq *w = kvd_container_of(req, struct admin_wreq, req);
+	struct admin_client *c = w->c;
+
+	free(w->data);
+	free(w);
+	if (c->closing)
+		return;
+	if (status < 0 || (c->close_after_write && client_write_queued(c) == 0)) {
+		client_close(c);
+		return;
+	}
+	client_pump(c);
+}
+
+/* Queue a frame; takes ownership of data. */
+static void client_send(struct admin_client *c, char *data, size_t len)
+{
+	struct admin_wreq *w;
+	uv_buf_t buf = uv_buf_init(data, (unsigned)len);
+
+	if (c->closing) {
+		free(data);
+		return;
+	}
+	w = malloc(sizeof(*w));
+	if (!w) {
+		free(data);
+		client_close(c);
+		return;
+	}
+	w->c = c;
+	w->data = data;
+	if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1,
+		     client_write_cb) < 0) {
+		free(data);
+		free(w);
+		client_close(c);
+	}
+}
+
+/* The envelope around a result (code 0) or an error. */
+static void client_reply(struct admin_client *c, int code)
+{
+	struct admin_call *call = &c->call;
+	struct frame_writer w;
+	msgpack_packer *pk;
+	char *data;
+	size_t len;
+	uint32_t n = 3 + call->has_id + (code ? 2 + (call->key[0] != 0) : 0);
+	int r;
+
+	frame_writer_init(&w);
+	pk = frame_writer_packer(&w);
+	msgpack_pack_map(pk, n);
+	frame_pack_kv_bool(pk, "ok", code == 0);
+	frame_pack_kv_str(pk, "cmd", call->cmd ? call->cmd->name : "");
+	if (call->has_id)
+		frame_pack_kv_u64(pk, "id", call->id);
+	if (code == 0) {
+		frame_pack_str(pk, "result");
+		frame_writer_append(&w, call->res.buf + FRAME_HEADER_BYTES,
+				    call->res.len - FRAME_HEADER_BYTES);
+	} else {
+		frame_pack_kv_str(pk, "error", admin_strerror(code));
+		frame_pack_kv_u64(pk, "code", (uint64_t)code);
+		frame_pack_kv_str(pk, "message", call->msg);
+		if (call->key[0])
+			frame_pack_kv_str(pk, "key", call->key);
+	}
+	r = frame_writer_finish(&w, ADMIN_REPLY_MAX, &data, &len);
+	frame_writer_deinit(&w);
+	frame_writer_clear(&call->res);
+	if (r) {
+		KVLOG_ERR(&c->s->d->log, "admin_reply_failed", "code=%d", r);
+		client_close(c);
+		return;
+	}
+	client_send(c, data, len);
+}
+
+static int call_fail(struct admin_call *call, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int call_fail(struct admin_call *call, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(call->msg, sizeof(call->msg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* Finish a call that waited. */
+static void call_complete(struct admin_call *call, int code)
+{
+	struct admin_client *c = call->c;
+
+	c->pending = false;
+	uv_timer_stop(&c->timer);
+	client_reply(c, code);
+	client_pump(c);
+}
+
+/* ---- result packing -------------------------------------------------------- */
+
+static void pack_capacity(msgpack_packer *pk, struct kvd_daemon *d,
+			  const struct kvd_capacity *cap)
+{
+	msgpack_pack_map(pk, 14);
+	frame_pack_kv_u64(pk, "pool_tokens", cap->pool_tokens);
+	frame_pack_kv_u64(pk, "pages", cap->pages);
+	frame_pack_kv_u64(pk, "page_tokens", cap->page_tokens);
+	frame_pack_kv_u64(pk, "page_bytes", cap->page_bytes);
+	frame_pack_kv_u64(pk, "kv_bytes_per_token", cap->kv_bytes_per_token);
+	frame_pack_kv_u64(pk, "context_length", cap->context_length);
+	frame_pack_kv_double(pk, "margin", cap->margin);
+	frame_pack_kv_u64(pk, "required_tokens", cap->required_tokens);
+	frame_pack_kv_bool(pk, "ok", cap->ok);
+	frame_pack_kv_str(pk, "verdict", cap->ok ? "ok" : "insufficient");
+	frame_pack_kv_str(pk, "policy",
+			  kvd_cap_policy_name(d->cfg.capacity_policy));
+	frame_pack_kv_u64(pk, "advertised_context", cap->advertised_context);
+	frame_pack_kv_str(pk, "model_sha256", d->model_sha256);
+	frame_pack_kv_str(pk, "kv_dtype",
+			  kv_dtype_name((enum kv_dtype)d->cfg.kv_dtype));
+}
+
+static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
+{
+	static const char *const keys[KVPAGE_N_STATES] = {
+		[KVPAGE_FREE] = "free", [KVPAGE_RESERVED] = "reserved",
+		[KVPAGE_FILLING] = "filling", [KVPAGE_READY] = "ready",
+		[KVPAGE_FENCED] = "fenced", [KVPAGE_QUARANTINED] = "quarantined",
+		[KVPAGE_RETIRED] = "retired",
+	};
+
+	msgpack_pack_map(pk, 6 + KVPAGE_N_STATES);
+	frame_pack_kv_u64(pk, "pages", p->pages);
+	for (int i = 0; i < KVPAGE_N_STATES; i++)
+		frame_pack_kv_u64(pk, keys[i], p->by_state[i]);
+	frame_pack_kv_u64(pk, "retiring", p->retiring);
+	frame_pack_kv_u64(pk, "fences", p->fences);
+	frame_pack_kv_u64(pk, "page_tokens", p->page_tokens);
+	frame_pack_kv_u64(pk, "page_bytes", p->page_bytes);
+	frame_pack_kv_u64(pk, "tokens", p->tokens);
+}
+
+static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
+{
+	msgpack_pack_map(pk, 5);
+	frame_pack_kv_u64(pk, "admitted", k->admitted);
+	frame_pack_str(pk, "rejected");
+	msgpack_pack_map(pk, KVD_REJECT__N);
+	for (int i = 0; i < KVD_REJECT__N; i++)
+		frame_pack_kv_u64(pk, kvd_reject_name((enum kvd_reject)i),
+				  k->rejected[i]);
+	frame_pack_kv_u64(pk, "completed", k->completed);
+	frame_pack_kv_u64(pk, "failed", k->failed);
+	frame_pack_kv_u64(pk, "integrity_failures", k->integrity_failures);
+}
+
+/* ---- handlers ---------------------------------------------------------------- */
+
+static struct kvd_ops *call_ops(struct admin_call *call)
+{
+	return &call->c->s->ops;
+}
+
+static int cmd_status(struct admin_call *call)
+{
+	struct admin_server *s = call->c->s;
+	struct kvd_daemon *d = s->d;
+	msgpack_packer *pk = frame_writer_packer(&call->res);
+	struct kvd_status st;
+
+	kvd_ops_status(&s->ops, &st);
+	msgpack_pack_map(pk, 14);
+	frame_pack_kv_str(pk, "node", d->cfg.node_name);
+	frame_pack_kv_str(pk, "role", kvd_role_name(st.role));
+	frame_pack_kv_str(pk, "state", kvd_state_name(st.state));
+	frame_pack_kv_str(pk, "version", KVD_VERSION);
+	frame_pack_kv_u64(pk, "uptime_ms", st.uptime_ms);
+	frame_pack_str(pk, "pool");
+	pack_pool(pk, &st.pool);
+	frame_pack_str(pk, "capacity");
+	pack_capacity(pk, d, &st.cap);
+	frame_pack_kv_u64(pk, "in_flight", st.in_flight);
+	frame_pack_kv_u64(pk, "requests", st.requests);
+	frame_pack_kv_u64(pk, "peers", st.peers);
+	frame_pack_str(pk, "counters");
+	pack_counters(pk, &st.counters);
+	frame_pack_kv_bool(pk, "resizing", st.resizing);
+	frame_pack_kv_u64(pk, "synthetic", st.synthetic);
+	frame_pack_kv_u64(pk, "admin_clients", s->n_clients);
+	return 0;
+}
+
+static void pack_state(struct admin_call *call)
+{
+	struct kvd_daemon *d = call->c->s->d;
+	msgpack_packer *pk = frame_writer_packer(&call->res);
+
+	msgpack_pack_map(pk, 2);
+	frame_pack_kv_str(pk, "state", kvd_state_name(d->state));
+	frame_pack_kv_u64(pk, "in_flight", d->in_flight);
+}
+
+static void drain_poll_cb(uv_timer_t *t)
+{
+	struct admin_client *c = t->data;
+	struct admin_call *call = &c->call;
+	struct kvd_daemon *d = c->s->d;
+
+	if (d->state == KVD_STATE_DRAINED) {
+		pack_state(call);
+		call_complete(call, 0);
+	} else if (d->state != KVD_STATE_DRAINING) {
+		call_complete(call, call_fail(call, ADMIN_E_WRONG_STATE,
+			"node left draining while waiting (now %s)",
+			kvd_state_name(d->state)));
+	} else if (call->deadline_ns && kvd_now_ns() >= call->deadline_ns) {
+		call_complete(call, call_fail(call, ADMIN_E_TIMEOUT,
+			"still draining: %u in flight; the drain goes on",
+			d->in_flight));
+	}
+}
+
+static int cmd_drain(struct admin_call *call)
+{
+	struct admin_client *c = call->c;
+	struct kvd_daemon *d = c->s->d;
+	int r = kvd_ops_drain(call_ops(call));
+
+	if (r)
+		return call_fail(call, admin_code_of(r), "cannot drain while %s",
+				 kvd_state_name(d->state));
+	/* wait defaults to true (its schema bit is 0) */
+	if (!(call->present & 1))
+		call->a.wait = true;
+	if (!call->a.wait || d->state == KVD_STATE_DRAINED) {
+		pack_state(call);
+		return 0;
+	}
+	call->deadline_ns = call->a.timeout_ms ?
+		kvd_now_ns() + call->a.timeout_ms * 1000000u : 0;
+	uv_timer_start(&c->timer, drain_poll_cb, ADMIN_POLL_MS, ADMIN_POLL_MS);
+	return ADMIN_PENDING;
+}
+
+static int cmd_resume(struct admin_call *call)
+{
+	struct kvd_daemon *d = call->c->s->d;
+	int r = kvd_ops_resume(call_ops(call));
+
+	if (r)
+		return call_fail(call, admin_code_of(r), "cannot resume while %s%s",
+				 kvd_state_name(d->state),
+				 d->stop_after_drain ? " (stopping)" : "");
+	pack_state(call);
+	return 0;
+}
+
+static void resize_done_cb(void *arg, const struct kvd_resize_result *res)
+{
+	struct admin_client *c = arg;
+	struct admin_call *call = &c->call;
+	msgpack_packer *pk = frame_writer_packer(&call->res);
+
+	if (res->code) {
+		call_complete(call, call_fail(call, ADMIN_E_TIMEOUT,
+			"%u pages still in use after %llu ms; they retire when"
+			" released (pool now %u pages)", res->retiring_left,
+			(unsigned long long)res->waited_ms, res->pages_after));
+		return;
+	}
+	msgpack_pack_map(pk, 6);
+	frame_pack_kv_u64(pk, "pages_before", res->pages_before);
+	frame_pack_kv_u64(pk, "pages_after", res->pages_after);
+	frame_pack_kv_u64(pk, "retired_now", res->retired_now);
+	frame_pack_kv_u64(pk, "waited_ms", res->waited_ms);
+	frame_pack_kv_u64(pk, "retiring_left", res->retiring_left);
+	frame_pack_str(pk, "capacity");
+	pack_capacity(pk, c->s->d, &res->cap);
+	call_complete(call, 0);
+}
+
+static int cmd_pool_resize(struct admin_call *call)
+{
+	struct kvd_ops *o = call_ops(call);
+	bool by_tokens = call->present & 1, by_bytes = call->present & 2;
+	uint64_t pages;
+	uint32_t timeout;
+	int r;
+
+	if (by_tokens == by_bytes) {
+		snprintf(call->key, sizeof(call->key), "tokens");
+		return call_fail(call, ADMIN_E_BAD_ARGS,
+				 "give exactly one of tokens, bytes");
+	}
+	pages = by_tokens ? kvd_ops_pages_for_tokens(o, call->a.tokens)
+			  : kvd_ops_pages_for_bytes(o, call->a.bytes);
+	timeout = call->present & 8 ? (uint32_t)call->a.timeout_ms
+				    : ADMIN_RESIZE_TIMEOUT_MS;
+	r = kvd_ops_resize(o, pages, call->a.force, timeout, resize_done_cb,
+			   call->c);
+	if (r == KVD_E_CAPACITY) {
+		struct kvd_capacity want;
+		struct kvd_daemon *d = call->c->s->d;
+
+		kvd_capacity_compute(&d->cfg, &d->hp, (uint32_t)pages, &want);
+		return call_fail(call, ADMIN_E_CAPACITY,
+				 "%llu pages hold %llu tokens; context %u x margin"
+				 " %g needs %llu (force to override)",
+				 (unsigned long long)pages,
+				 (unsigned long long)want.pool_tokens,
+				 want.context_length, want.margin,
+				 (unsigned long long)want.required_tokens);
+	}
+	if (r)
+		return call_fail(call, admin_code_of(r),
+				 "resize to %llu pages: %s",
+				 (unsigned long long)pages, kvd_ops_strerror(r));
+	return ADMIN_PENDING;
+}
+
+static int cmd_capacity(struct admin_call *call)
+{
+	struct kvd_capacity cap;
+
+	kvd_ops_capacity(call_ops(call), &cap);
+	pack_capacity(frame_writer_packer(&call->res), call->c->s->d, &cap);
+	return 0;
+}
+
+static int cmd_abort(struct admin_call *call)
+{
+	int r = kvd_ops_abort(call_ops(call), call->a.request);
+	msgpack_packer *pk = frame_writer_packer(&call->res);
+
+	if (r)
+		return call_fail(call, admin_code_of(r), "request %llu: %s",
+				 (unsigned long long)call->a.request,
+				 r == KVD_E_BUSY ? "already aborting"
+						 : kvd_ops_strerror(r));
+	msgpack_pack_map(pk, 1);
+	frame_pack_kv_u64(pk, "request", call->a.request);
+	return 0;
+}
+
+static int cmd_fault_load(struct admin_call *call)
+{
+	struct kvd_synth_spec sp = {
+		.count = (uint32_t)call->a.count,
+		.tokens = (uint32_t)call->a.tokens,
+		.hold_ms = (uint32_t)call->a.hold_ms,
+		.fence_ms = (uint32_t)call->a.fence_ms,
+	};
+	struct kvd_synth_result res;
+	msgpack_packer *pk = frame_writer_packer(&call->res);
+	int r = kvd_ops_synth_start(call_ops(call), &sp, &res);
+
+	if (r)
+		return call_fail(call, admin_code_of(r), "synthetic load: %s",
+				 kvd_ops_strerror(r));
+	msgpack_pack_map(pk, 5);
+	frame_pack_kv_u64(pk, "admitted", res.admitted);
+	frame_pack_kv_u64(pk, "rejected_draining", res.rejected_draining);
+	frame_pack_kv_u64(pk, "rejected_full", res.rejected_full);
+	frame_pack_kv_u64(pk, "first_id", res.first_id);
+	frame_pack_kv_u64(pk, "last_id", res.last_id);
+	return 0;
+}
+
+/* ---- the table ---------------------------------------------------------------- */
+
+#define ARG(name, type, req, field, lo, hi) \
+	{ name, type, req, offsetof(struct admin_args, field), 0, lo, hi }
+
+static const struct frame_field drain_args[] = {
+	ARG("wait", FRAME_T_BOOL, false, wait, 0, 0),
+	ARG("timeout_ms", FRAME_T_U64, false, timeout_ms, 0, 86400000),
+};
+/* bit order matters to cmd_pool_resize: tokens, bytes, force, timeout */
+static const struct frame_field resize_args[] = {
+	ARG("tokens", FRAME_T_U64, false, tokens, 1, UINT64_MAX),
+	ARG("bytes", FRAME_T_U64, false, bytes, 1, UINT64_MAX),
+	ARG("force", FRAME_T_BOOL, false, force, 0, 0),
+	ARG("timeout_ms", FRAME_T_U64, false, timeout_ms, 0, 3600000),
+};
+static const struct frame_field abort_args[] = {
+	ARG("request", FRAME_T_U64, true, request, 1, UINT64_MAX),
+};
+static const struct frame_field load_args[] = {
+	ARG("count", FRAME_T_U64, true, count, 1, 100000),
+	ARG("tokens", FRAME_T_U64, true, tokens, 1, 1u << 24),
+	ARG("hold_ms", FRAME_T_U64, true, hold_ms, 0, 600000),
+	ARG("fence_ms", FRAME_T_U64, false, fence_ms, 0, 600000),
+};
+
+static const struct admin_cmd admin_cmds[] = {
+	{ "status", cmd_status, NULL, 0, ADMIN_PRIV_MEMBER, false },
+	{ "drain", cmd_drain, drain_args, KVD_ARRAY_SIZE(drain_args),
+	  ADMIN_PRIV_MEMBER, false },
+	{ "resume", cmd_resume, NULL, 0, ADMIN_PRIV_MEMBER, false },
+	{ "pool.resize", cmd_pool_resize, resize_args,
+	  KVD_ARRAY_SIZE(resize_args), ADMIN_PRIV_MEMBER, false },
+	{ "capacity", cmd_capacity, NULL, 0, ADMIN_PRIV_MEMBER, false },
+	{ "abort", cmd_abort, abort_args, KVD_ARRAY_SIZE(abort_args),
+	  ADMIN_PRIV_MEMBER, false },
+	{ "fault.load", cmd_fault_load, load_args, KVD_ARRAY_SIZE(load_args),
+	  ADMIN_PRIV_ROOT, true },
+};
+
+static const struct admin_cmd *admin_cmd_find(const msgpack_object *name)
+{
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(admin_cmds); i++) {
+		if (admin_cmds[i].fault_only && !KVD_FAULT_POINTS)
+			continue;
+		if (frame_obj_streq(name, admin_cmds[i].name))
+			return &admin_cmds[i];
+	}
+	return NULL;
+}
+
+/* ---- dispatch ------------------------------------------------------------------ */
+
+/* Copy a wire string for a message, printable bytes only. */
+static void admin_printable(char *dst, size_t size, const msgpack_object *o)
+{
+	size_t n = 0;
+
+	if (o && o->type == MSGPACK_OBJECT_STR)
+		for (; n < o->via.str.size && n + 1 < size; n++) {
+			unsigned char ch = (unsigned char)o->via.str.ptr[n];
+
+			dst[n] = ch >= 0x20 && ch < 0x7f && ch != '"' ? (char)ch : '?';
+		}
+	dst[n] = '\0';
+}
+
+static int client_dispatch_args(struct admin_call *call,
+				const msgpack_object *m)
+{
+	static const char *const envelope[] = { "cmd", "id", NULL };
+	const struct admin_cmd *cmd = call->cmd;
+	struct frame_error ferr;
+	int r;
+
+	r = frame_map_parse(m, cmd->args, cmd->n_args, FRAME_SCHEMA_STRICT,
+			    envelope, &call->a, &call->present, &ferr);
+	if (r) {
+		snprintf(call->key, sizeof(call->key), "%s", ferr.key);
+		return call_fail(call, ADMIN_E_BAD_ARGS, "%s: %s (%s)",
+				 ferr.key[0] ? ferr.key : "arguments",
+				 ferr.msg, frame_strerror(r));
+	}
+	return cmd->fn(call);
+}
+
+static void client_dispatch(struct admin_client *c, const msgpack_object *m)
+{
+	struct admin_call *call = &c->call;
+	struct kvd_daemon *d = c->s->d;
+	const msgpack_object *name = frame_map_get(m, "cmd");
+	const msgpack_object *id = frame_map_get(m, "id");
+	char shown[64];
+	int r;
+
+	frame_writer_clear(&call->res);
+	call->cmd = NULL;
+	call->has_id = false;
+	call->msg[0] = call->key[0] = '\0';
+	call->deadline_ns = 0;
+	memset(&call->a, 0, sizeof(call->a));
+	call->present = 0;
+	if (id && frame_obj_u64(id, &call->id) == 0)
+		call->has_id = true;
+
+	if (id && !call->has_id) {
+		snprintf(call->key, sizeof(call->key), "id");
+		r = call_fail(call, ADMIN_E_BAD_ARGS, "id must be an unsigned integer");
+	} else if (!name || name->type != MSGPACK_OBJECT_STR) {
+		snprintf(call->key, sizeof(call->key), "cmd");
+		r = call_fail(call, ADMIN_E_BAD_ARGS, "cmd (a string) is required");
+	} else if (!(call->cmd = admin_cmd_find(name))) {
+		admin_printable(shown, sizeof(shown), name);
+		r = call_fail(call, ADMIN_E_UNKNOWN_COMMAND,
+			      "unknown command '%s'", shown);
+	} else if (c->priv < call->cmd->priv) {
+		r = call_fail(call, ADMIN_E_DENIED, "%s needs root",
+			      call->cmd->name);
+		KVLOG_WARN(&d->log, "admin_denied", "uid=%u pid=%d cmd=%s"
+			   " reason=privilege", (unsigned)c->uid, (int)c->pid,
+			   call->cmd->name);
+	} else {
+		r = client_dispatch_args(call, m);
+	}
+	if (call->cmd)
+		KVLOG(&d->log,
+		      r > 0 ? KVLOG_WARN
+			    : (!strcmp(call->cmd->name, "status") ||
+			       !strcmp(call->cmd->name, "capacity"))
+				      ? KVLOG_DEBUG : KVLOG_INFO,
+		      "admin_command", "cmd=%s uid=%u pid=%d result=%s",
+		      call->cmd->name, (unsigned)c->uid, (int)c->pid,
+		      r == ADMIN_PENDING ? "pending"
+					 : r ? admin_strerror(r) : "ok");
+	else
+		KVLOG_WARN(&d->log, "admin_bad_request", "uid=%u pid=%d error=%s",
+			   (unsigned)c->uid, (int)c->pid, admin_strerror(r));
+	if (r == ADMIN_PENDING) {
+		c->pending = true;
+		return;
+	}
+	client_reply(c, r);
+}
+
+/* A frame-level error: reply without a command. */
+static void client_frame_error(struct admin_client *c, int code, const char *what)
+{
+	struct admin_call *call = &c->call;
+
+	call->cmd = NULL;
+	call->has_id = false;
+	call->key[0] = '\0';
+	snprintf(call->msg, sizeof(call->msg), "%s", what);
+	KVLOG_WARN(&c->s->d->log, "admin_bad_frame", "uid=%u pid=%d error=%s",
+		   (unsigned)c->uid, (int)c->pid, admin_strerror(code));
+	client_reply(c, code);
+}
+
+/* Process buffered frames until a call waits, the write queue is high or
+ * input runs out; then read again if there is room. */
+static void client_pump(struct admin_client *c)
+{
+	const msgpack_object *m;
+	bool want_read;
+	size_t used;
+	int r;
+
+	while (!c->closing && !c->pending && !c->close_after_write &&
+	       client_write_queued(c) <= ADMIN_WRITE_HIGH) {
+		r = frame_decoder_next(&c->dec, &m);
+		if (r == FRAME_E_AGAIN) {
+			if (c->roff == c->rlen)
+				break;
+			r = frame_decoder_feed(&c->dec, c->rbuf + c->roff,
+					       c->rlen - c->roff, &used);
+			if (r < 0) {
+				client_close(c);
+				return;
+			}
+			c->roff += used;
+			continue;
+		}
+		if (r == 0) {
+			client_dispatch(c, m);
+		} else if (r == FRAME_E_TOOBIG) {
+			client_frame_error(c, ADMIN_E_TOO_BIG,
+					   "frame longer than the limit; closing");
+			c->close_after_write = true;
+		} else if (r < 0) {
+			client_close(c);
+			return;
+		} else {
+			client_frame_error(c, ADMIN_E_MALFORMED,
+					   r == FRAME_E_NOTMAP
+					   ? "frame payload is not a msgpack map"
+					   : "frame payload is not valid msgpack");
+		}
+	}
+	if (c->closing)
+		return;
+	want_read = !c->pending && !c->close_after_write &&
+		    c->roff == c->rlen &&
+		    client_write_queued(c) <= ADMIN_WRITE_HIGH;
+	if (want_read && !c->reading) {
+		c->reading = client_read_start(c) == 0;
+	} else if (!want_read && c->reading) {
+		uv_read_stop((uv_stream_t *)&c->pipe);
+		c->reading = false;
+	}
+}
+
+/* ---- connections ----------------------------------------------------------------- */
+
+static void client_handle_closed_cb(uv_handle_t *h)
+{
+	struct admin_client *c = h->data;
+
+	if (--c->handles)
+		return;
+	frame_decoder_deinit(&c->dec);
+	frame_writer_deinit(&c->call.res);
+	free(c);
+}
+
+static void client_close(struct admin_client *c)
+{
+	struct admin_server *s = c->s;
+
+	if (c->closing)
+		return;
+	c->closing = true;
+	if (c->pending)
+		kvd_ops_resize_detach(&s->ops, c);
+	c->pending = false;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->clients = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->n_clients--;
+	uv_close((uv_handle_t *)&c->pipe, client_handle_closed_cb);
+	uv_close((uv_handle_t *)&c->timer, client_handle_closed_cb);
+}
+
+static void client_alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	struct admin_client *c = h->data;
+
+	(void)hint;
+	*buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
+}
+
+static void client_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct admin_client *c = st->data;
+
+	(void)buf;
+	if (nread == 0)
+		return;
+	if (nread < 0) {
+		if (nread == UV_EOF && frame_decoder_finish(&c->dec))
+			KVLOG_WARN(&c->s->d->log, "admin_bad_frame",
+				   "uid=%u pid=%d error=truncated pending=%zu",
+				   (unsigned)c->uid, (int)c->pid,
+				   frame_decoder_pending(&c->dec));
+		client_close(c);
+		return;
+	}
+	c->roff = 0;
+	c->rlen = (size_t)nread;
+	client_pump(c);
+}
+
+static int client_read_start(struct admin_client *c)
+{
+	return uv_read_start((uv_stream_t *)&c->pipe, client_alloc_cb,
+			     client_read_cb);
+}
+
+/* Is uid a member of gid through its passwd entry's group list? */
+static bool admin_uid_in_group(uid_t uid, gid_t gid)
+{
+	struct passwd pw, *pwp = NULL;
+	char buf[4096];
+	gid_t groups[256];
+	int n = KVD_ARRAY_SIZE(groups);
+
+	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pwp) != 0 || !pwp)
+		return false;
+	if (pw.pw_gid == gid)
+		return true;
+	if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
+		n = KVD_ARRAY_SIZE(groups);   /* more than fit: check those */
+	for (int i = 0; i < n; i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
+}
+
+static enum admin_priv admin_peer_priv(struct admin_server *s,
+				       struct admin_client *c)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	uv_os_fd_t fd;
+
+	if (uv_fileno((uv_handle_t *)&c->pipe, &fd) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return ADMIN_PRIV_NONE;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	c->pid = cred.pid;
+	if (cred.uid == 0)
+		return ADMIN_PRIV_ROOT;
+	if (s->have_group &&
+	    (cred.gid == s->group || admin_uid_in_group(cred.uid, s->group)))
+		return ADMIN_PRIV_MEMBER;
+	return ADMIN_PRIV_NONE;
+}
+
+/* Refuse a connection with one error frame, then close. */
+static void client_refuse(struct admin_client *c, int code, const char *msg)
+{
+	c->call.cmd = NULL;
+	c->call.has_id = false;
+	c->call.key[0] = '\0';
+	snprintf(c->call.msg, sizeof(c->call.msg), "%s", msg);
+	c->close_after_write = true;
+	client_reply(c, code);
+}
+
+static void server_connection_cb(uv_stream_t *ls, int status)
+{
+	struct admin_server *s = ls->data;
+	struct kvd_daemon *d = s->d;
+	struct admin_client *c;
+
+	if (status < 0) {
+		KVLOG_WARN(&d->log, "admin_accept_failed", "error=%s",
+			   uv_strerror(status));
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return;
+	c->s = s;
+	frame_decoder_init(&c->dec, ADMIN_FRAME_MAX);
+	frame_writer_init(&c->call.res);
+	c->call.c = c;
+	uv_pipe_init(&d->loop, &c->pipe, 0);
+	uv_timer_init(&d->loop, &c->timer);
+	c->pipe.data = c;
+	c->timer.data = c;
+	c->handles = 2;
+	c->next = s->clients;
+	if (s->clients)
+		s->clients->prev = c;
+	s->clients = c;
+	s->n_clients++;
+	if (uv_accept(ls, (uv_stream_t *)&c->pipe) < 0) {
+		client_close(c);
+		return;
+	}
+	c->priv = admin_peer_priv(s, c);
+	if (c->priv == ADMIN_PRIV_NONE) {
+		KVLOG_WARN(&d->log, "admin_denied",
+			   "uid=%u gid=%u pid=%d reason=credentials group=%s",
+			   (unsigned)c->uid, (unsigned)c->gid, (int)c->pid,
+			   s->have_group ? d->cfg.admin_group : "-");
+		client_refuse(c, ADMIN_E_DENIED,
+			      "not root and not in the admin group");
+		return;
+	}
+	if (s->n_clients > ADMIN_CLIENTS_MAX) {
+		KVLOG_WARN(&d->log, "admin_refused", "uid=%u pid=%d"
+			   " reason=too_many_clients", (unsigned)c->uid,
+			   (int)c->pid);
+		client_refuse(c, ADMIN_E_TOO_MANY_CLIENTS,
+			      "too many admin clients");
+		return;
+	}
+	KVLOG_DEBUG(&d->log, "admin_connect", "uid=%u pid=%d", (unsigned)c->uid,
+		    (int)c->pid);
+	c->reading = client_read_start(c) == 0;
+	if (!c->reading)
+		client_close(c);
+}
+
+/* ---- the server --------------------------------------------------------------------- */
+
+static void server_handle_closed(struct admin_server *s)
+{
+	if (--s->handles == 0)
+		free(s);
+}
+
+static void server_listener_closed_cb(uv_handle_t *h)
+{
+	server_handle_closed(h->data);
+}
+
+static void server_ops_closed(struct kvd_ops *o)
+{
+	server_handle_closed(kvd_container_of(o, struct admin_server, ops));
+}
+
+/* A socket file left by a dead daemon is removed; one a live daemon
+ * answers on is not ours to take. */
+static int admin_claim_path(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, r;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	if (r == 0)
+		return -EADDRINUSE;
+	return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+static void admin_lookup_group(struct admin_server *s)
+{
+	struct group gr, *grp = NULL;
+	char buf[4096];
+	struct kvd_daemon *d = s->d;
+
+	if (!d->cfg.admin_group[0])
+		return;
+	if (getgrnam_r(d->cfg.admin_group, &gr, buf, sizeof(buf), &grp) == 0 &&
+	    grp) {
+		s->have_group = true;
+		s->group = grp->gr_gid;
+		return;
+	}
+	KVLOG_WARN(&d->log, "admin_group_missing",
+		   "group=%s msg=\"no such group: only root may use the admin socket\"",
+		   d->cfg.admin_group);
+}
+
+static int admin_listen(struct admin_server *s)
+{
+	struct kvd_daemon *d = s->d;
+	int r;
+
+	r = admin_claim_path(s->path);
+	if (r < 0)
+		return r;
+	r = uv_pipe_bind(&s->listener, s->path);
+	if (r < 0)
+		return r;
+	if (chmod(s->path, d->cfg.admin_mode) < 0) {
+		r = -errno;
+		unlink(s->path);
+		return r;
+	}
+	if (s->have_group && chown(s->path, (uid_t)-1, s->group) < 0)
+		KVLOG_WARN(&d->log, "admin_chown_failed", "path=%s group=%s error=%s",
+			   s->path, d->cfg.admin_group, strerror(errno));
+	r = uv_listen((uv_stream_t *)&s->listener, 16, server_connection_cb);
+	if (r < 0)
+		unlink(s->path);
+	return r;
+}
+
+int admin_server_start(struct admin_server **out, struct kvd_daemon *d)
+{
+	const char *path = d->cfg.admin_socket;
+	struct admin_server *s;
+	int r;
+
+	*out = NULL;
+	if (!path[0] || !strcmp(path, "none"))
+		return 0;
+	if (strlen(path) >= sizeof(s->path))
+		return -ENAMETOOLONG;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->d = d;
+	memcpy(s->path, path, strlen(path) + 1);
+	admin_lookup_group(s);
+	r = kvd_ops_init(&s->ops, d);
+	if (r < 0) {
+		free(s);
+		return r;
+	}
+	uv_pipe_init(&d->loop, &s->listener, 0);
+	s->listener.data = s;
+	s->handles = 2;
+	r = admin_listen(s);
+	if (r < 0) {
+		KVLOG_ERR(&d->log, "admin_listen_failed", "path=%s error=%s",
+			  s->path, uv_strerror(r));
+		s->path[0] = '\0';
+		admin_server_close(s);
+		return r;
+	}
+	KVLOG_INFO(&d->log, "admin_listening", "path=%s mode=%04o group=%s",
+		   s->path, (unsigned)d->cfg.admin_mode,
+		   s->have_group ? d->cfg.admin_group : "-");
+	*out = s;
+	return 0;
+}
+
+void admin_server_close(struct admin_server *s)
+{
+	if (!s || s->closing)
+		return;
+	s->closing = true;
+	while (s->clients)
+		client_close(s->clients);
+	if (s->path[0])
+		unlink(s->path);
+	uv_close((uv_handle_t *)&s->listener, server_listener_closed_cb);
+	kvd_ops_close(&s->ops, server_ops_closed);
+}
+
+static void admin_stop_hook(struct kvd_daemon *d, void *arg)
+{
+	(void)arg;
+	admin_server_close(d->admin);
+	d->admin = NULL;
+}
+
+int admin_server_attach(struct kvd_daemon *d)
+{
+	int r = admin_server_start(&d->admin, d);
+
+	if (r < 0 || !d->admin)
+		return r;
+	r = kvd_daemon_on_stop(d, admin_stop_hook, NULL);
+	if (r < 0) {
+		admin_server_close(d->admin);
+		d->admin = NULL;
+	}
+	return r;
+}

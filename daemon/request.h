@@ -1,0 +1,74 @@
+/* request.h - the registry of admitted requests, and the admission gate.
+ *
+ * Every request the node admits (client generation, prefill for a peer,
+ * decode of a transfer, synthetic load from a fault point) is embedded by
+ * its owner and registered here between admission and its terminal state.
+ * The registry is how `kvctl abort ID` finds a request, how status counts
+ * them, and how drain knows when the node is idle: registration bumps
+ * d->in_flight, the end drops it and calls kvd_daemon_in_flight_changed()
+ * (DRAINING -> DRAINED when it reaches 0).
+ *
+ * The owner keeps the memory; the registry only links it. Abort goes
+ * through the owner's ops->abort, i.e. the request's normal failure path
+ * (deferred release applies: fenced pages stay out of the free list until
+ * the fence is dropped), and the owner calls kvd_request_end() when the
+ * request is terminal.
+ *
+ * Thread: loop thread only.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct kvd_daemon;
+struct kvd_request;
+
+struct kvd_request_ops {
+	const char *kind;   /* "synthetic", "generate", "prefill", "decode" */
+	/* Fail the request through its normal failure path. 0 when the abort
+	 * was started (the owner ends the request, now or later); a positive
+	 * KVD_E_* when it cannot be aborted. Called at most once. */
+	int (*abort)(struct kvd_request *r, const char *reason);
+};
+
+struct kvd_request {
+	uint64_t id;                 /* registry-assigned, never reused */
+	const struct kvd_request_ops *ops;
+	uint32_t tokens;             /* positions reserved */
+	uint32_t pages;              /* pages reserved */
+	uint64_t admitted_ns;        /* kvd_now_ns() at admission */
+	bool aborting;               /* ops->abort called */
+	struct kvd_request *prev, *next;
+};
+
+struct kvd_reqtab {
+	struct kvd_daemon *d;
+	struct kvd_request *head;    /* newest first */
+	uint32_t n;
+	uint64_t next_id;
+};
+
+void kvd_reqtab_init(struct kvd_reqtab *t, struct kvd_daemon *d);
+
+/* The admission gate every request passes before any page is allocated:
+ * 0 when the node admits new work, KVD_E_DRAINING when it is draining,
+ * drained, starting or stopping (the rejection is counted under
+ * KVD_REJECT_DRAINING). Changes nothing on success. */
+int kvd_request_gate(struct kvd_reqtab *t);
+
+/* Register an admitted request: assigns r->id, counts it admitted, bumps
+ * in_flight. Cannot fail (the gate has been passed). */
+void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,
+			  const struct kvd_request_ops *ops);
+
+/* The request is terminal: unlink it, count it completed or failed, drop
+ * in_flight (may complete a drain, and a SIGTERM drain may then stop the
+ * daemon: callers must not rely on anything the stop hooks close). */
+void kvd_request_end(struct kvd_reqtab *t, struct kvd_request *r, bool ok);
+
+struct kvd_request *kvd_reqtab_find(struct kvd_reqtab *t, uint64_t id);
+
+/* Abort request `id` through its owner: 0, KVD_E_NOTFOUND, KVD_E_BUSY
+ * (already aborting) or the owner's code. */
+int kvd_reqtab_abort(struct kvd_reqtab *t, uint64_t id, const char *reason);
