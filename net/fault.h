@@ -1,0 +1,67 @@
+/* fault.h - test fault points (compiled in only when KVD_FAULT_POINTS).
+ *
+ * A node reads KVD_FAULT from its environment once at start, e.g.
+ *   KVD_FAULT=corrupt_batch:1,slow_batch
+ * Each point may carry a count (fire that many times, then stop); without
+ * a count it fires every time. The state lives in a struct the node owns
+ * (no globals) and is only touched from the loop thread.
+ *
+ * Points:
+ *   corrupt_batch        prefill flips one payload byte after checksumming
+ *   short_transfer       prefill sends one page fewer than it was asked
+ *   cut_peer_mid_batch   prefill writes half a batch, then closes the data
+ *                        connection
+ *   slow_batch           prefill waits 300 ms before each batch
+ *   skip_decode_admission decode skips its own capacity admission check
+ *   skip_checksum_verify decode does not verify batch checksums (proves
+ *                        the INTEGRITY test can fail)
+ *   skip_coverage_check  decode marks KV ready without the tag/coverage
+ *                        check (proves the short-transfer test can fail)
+ *
+ * In a build without fault points kvd_fault_fire() is constant false and
+ * the compiler removes every fault branch.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvd_build.h"
+
+enum kvd_fault_point {
+	KVD_FAULT_CORRUPT_BATCH = 0,
+	KVD_FAULT_SHORT_TRANSFER,
+	KVD_FAULT_CUT_PEER_MID_BATCH,
+	KVD_FAULT_SLOW_BATCH,
+	KVD_FAULT_SKIP_DECODE_ADMISSION,
+	KVD_FAULT_SKIP_CHECKSUM_VERIFY,
+	KVD_FAULT_SKIP_COVERAGE_CHECK,
+	KVD_FAULT__N,
+};
+
+#define KVD_FAULT_FOREVER UINT32_MAX
+
+struct kvd_fault {
+	uint32_t left[KVD_FAULT__N];   /* remaining firings; 0 = off */
+};
+
+/* Parse a spec ("name[:count],..."); unknown names: -EINVAL with *bad
+ * pointing at the name. NULL or "" leaves every point off. */
+int kvd_fault_parse(struct kvd_fault *f, const char *spec, const char **bad);
+const char *kvd_fault_name(enum kvd_fault_point p);
+
+/* True when point p fires now (consumes one count). */
+static inline bool kvd_fault_fire(struct kvd_fault *f, enum kvd_fault_point p)
+{
+#if KVD_FAULT_POINTS
+	if (!f || !f->left[p])
+		return false;
+	if (f->left[p] != KVD_FAULT_FOREVER)
+		f->left[p]--;
+	return true;
+#else
+	(void)f;
+	(void)p;
+	return false;
+#endif
+}

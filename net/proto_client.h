@@ -1,0 +1,144 @@
+/* proto_client.h - the client API frames (net/PROTOCOL.md section 1).
+ *
+ * Pure encode/decode between msgpack maps (net/frame.h) and C structs; no
+ * sockets. The server parses requests and packs events; kvctl generate
+ * packs requests and parses events.
+ *
+ * Ownership: a parsed request owns its prompt text and token ids (heap);
+ * proto_client_request_deinit() frees them (safe twice). A parsed event
+ * copies everything it keeps into the struct.
+ *
+ * Errors: 0, or a positive FRAME_E_* with `err` filled (the server answers
+ * INVALID_REQUEST with err->msg); -ENOMEM.
+ *
+ * Thread safety: none needed (no shared state).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "net/frame.h"
+
+#define PROTO_CLIENT_FRAME_MAX (1u << 20)
+#define PROTO_CLIENT_PROMPT_MAX (256u << 10)   /* prompt text bytes */
+#define PROTO_CLIENT_TOKENS_MAX 131072u        /* prompt token ids */
+#define PROTO_CLIENT_MAX_TOKENS 1048576u       /* max_tokens upper bound */
+#define PROTO_CLIENT_PIECE_MAX 256u            /* text piece bytes */
+#define PROTO_CLIENT_MSG_MAX 256u              /* error message bytes */
+
+/* Typed errors a client can receive. */
+enum proto_err {
+	PROTO_ERR_NONE = 0,
+	PROTO_ERR_PROMPT_TOO_LONG,
+	PROTO_ERR_INVALID_REQUEST,
+	PROTO_ERR_OVERLOADED,
+	PROTO_ERR_DRAINING,
+	PROTO_ERR_NO_PREFILL_PEER,
+	PROTO_ERR_INTEGRITY,
+	PROTO_ERR_TIMEOUT,
+	PROTO_ERR_INTERNAL,
+	PROTO_ERR__N,
+};
+
+/* "PROMPT_TOO_LONG", ...; "NONE" for 0, "?" outside the enum. */
+const char *proto_err_name(int code);
+/* The code of a name, or -1. */
+int proto_err_parse(const char *name);
+
+struct proto_client_request {
+	uint64_t id;
+	char *prompt;          /* (strlen+1) bytes, or NULL when tokens given */
+	uint32_t *tokens;      /* (n_tokens) ids, or NULL when prompt given */
+	uint32_t n_tokens;
+	uint32_t max_tokens;   /* 1..PROTO_CLIENT_MAX_TOKENS */
+	float temperature;     /* >= 0; 0 greedy */
+	uint32_t top_k;        /* 0 off */
+	float top_p;           /* (0, 1] */
+	uint64_t seed;
+};
+
+#define PROTO_CLIENT_REQUEST_NULL \
+	{ .max_tokens = 64, .temperature = 0.0f, .top_p = 1.0f }
+
+int proto_client_request_parse(const msgpack_object *map,
+			       struct proto_client_request *r,
+			       struct frame_error *err);
+void proto_client_request_deinit(struct proto_client_request *r);
+/* Pack r as one request map into w's packer (exactly one of prompt or
+ * tokens must be set). */
+void proto_client_request_pack(msgpack_packer *pk,
+			       const struct proto_client_request *r);
+
+/* ---- events (server -> client) --------------------------------------- */
+
+enum proto_client_event_type {
+	PROTO_EV_TOKEN = 1,
+	PROTO_EV_FINAL,
+	PROTO_EV_ERROR,
+};
+
+struct proto_client_final {
+	char finish_reason[16];   /* "stop" | "length" */
+	uint32_t prompt_tokens;
+	uint32_t output_tokens;
+	uint64_t ttft_us;
+	uint64_t total_us;
+};
+
+struct proto_client_event {
+	enum proto_client_event_type type;
+	uint64_t id;
+	/* token */
+	uint32_t index;
+	uint32_t token;
+	char text[PROTO_CLIENT_PIECE_MAX + 1];  /* NUL-terminated piece */
+	uint32_t text_len;
+	/* final */
+	struct proto_client_final fin;
+	/* error */
+	int code;                                /* enum proto_err */
+	char message[PROTO_CLIENT_MSG_MAX + 1];
+};
+
+int proto_client_event_parse(const msgpack_object *map,
+			     struct proto_client_event *ev,
+			     struct frame_error *err);
+
+/* piece: len bytes (len <= PROTO_CLIENT_PIECE_MAX), need not be NUL-ended. */
+void proto_client_pack_token(msgpack_packer *pk, uint64_t id, uint32_t index,
+			     uint32_t token, const char *piece, uint32_t len);
+void proto_client_pack_final(msgpack_packer *pk, uint64_t id,
+			     const struct proto_client_final *f);
+void proto_client_pack_error(msgpack_packer *pk, uint64_t id, int code,
+			     const char *message);
+
+/* Convenience: one whole frame (header included) for each event, into a
+ * malloc'd buffer. 0 or -ENOMEM / FRAME_E_TOOBIG. */
+int proto_client_frame_error(uint64_t id, int code, const char *message,
+			     char **data, size_t *len);
+
+/* ---- internal helpers shared with proto_peer.c ------------------------ */
+
+/* Read map[key] as u64 within [min, max]. Absent: FRAME_E_MISSING when
+ * required, else 0 with *v untouched. */
+int proto__get_u64(const msgpack_object *map, const char *key, bool required,
+		   uint64_t min, uint64_t max, uint64_t *v,
+		   struct frame_error *err);
+int proto__get_double(const msgpack_object *map, const char *key,
+		      bool required, double min, double max, double *v,
+		      struct frame_error *err);
+int proto__get_bool(const msgpack_object *map, const char *key,
+		    bool required, bool *v, struct frame_error *err);
+/* String into buf[size] (NUL-terminated, no embedded NUL). */
+int proto__get_str(const msgpack_object *map, const char *key, bool required,
+		   char *buf, size_t size, struct frame_error *err);
+/* Array of u32 below `limit` (exclusive; 0 = any u32), 1..max_n entries,
+ * into a malloc'd (n) array. */
+int proto__get_u32_array(const msgpack_object *map, const char *key,
+			 bool required, uint32_t max_n, uint64_t limit,
+			 uint32_t **out, uint32_t *n, struct frame_error *err);
+int proto__fail(struct frame_error *err, int code, const char *key,
+		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* map["type"] equals `type`. */
+bool proto__type_is(const msgpack_object *map, const char *type);

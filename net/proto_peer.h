@@ -1,0 +1,106 @@
+/* proto_peer.h - prefill <-> decode control messages (net/PROTOCOL.md s. 2).
+ *
+ * Pure encode/decode of the control frames; sockets live in daemon/. One
+ * struct carries any message; `type` says which fields are meaningful.
+ * proto_peer_parse() dispatches on the map's "type" through a table that
+ * names each message's reader.
+ *
+ * Ownership: a parsed prefill_request owns its token and page arrays;
+ * proto_peer_msg_deinit() frees them (safe twice).
+ *
+ * Errors: 0; positive FRAME_E_* with err filled (a peer that sends a bad
+ * frame is a protocol error: close the connection); -ENOMEM.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "net/frame.h"
+#include "net/proto_client.h"
+
+#define PROTO_PEER_VERSION 1
+#define PROTO_PEER_FRAME_MAX (4u << 20)
+#define PROTO_PEER_PAGES_MAX (1u << 20)
+
+enum proto_peer_type {
+	PEER_MSG_HELLO = 1,
+	PEER_MSG_DATA,
+	PEER_MSG_HEARTBEAT,
+	PEER_MSG_PREFILL_REQUEST,
+	PEER_MSG_PREFILL_REJECT,
+	PEER_MSG_PREFILL_DONE,
+	PEER_MSG_ABORT,
+	PEER_MSG_ABORT_ACK,
+	PEER_MSG_RELEASE_ACK,
+	PEER_MSG__N,
+};
+
+const char *proto_peer_type_name(enum proto_peer_type t);
+
+struct proto_peer_hello {
+	uint32_t version;
+	char role[16];
+	char node[64];
+	char model_sha256[65];
+	char kv_dtype[8];
+	uint32_t page_tokens;
+	uint32_t n_layer;
+	uint32_t kv_dim;
+	uint64_t page_bytes;
+	uint64_t pool_tokens;
+	uint64_t context;
+	uint64_t max_batch_bytes;
+	bool checksum;
+	uint64_t session;       /* prefill -> decode; 0 from decode */
+};
+
+struct proto_peer_page {
+	uint32_t page;
+	uint64_t gen;
+};
+
+struct proto_peer_msg {
+	enum proto_peer_type type;
+	uint64_t id;                     /* request id (most messages) */
+	struct proto_peer_hello hello;   /* HELLO */
+	uint64_t session;                /* DATA */
+	uint32_t load;                   /* HEARTBEAT */
+	uint64_t free_tokens;            /* HEARTBEAT */
+	/* PREFILL_REQUEST */
+	uint32_t *tokens;                /* (n_tokens) prompt ids */
+	uint32_t n_tokens;
+	struct proto_peer_page *pages;   /* (n_pages) destination pages */
+	uint32_t n_pages;
+	uint32_t max_tokens;
+	float temperature;
+	uint32_t top_k;
+	float top_p;
+	uint64_t seed;
+	/* PREFILL_REJECT, ABORT */
+	int code;                        /* enum proto_err */
+	char message[PROTO_CLIENT_MSG_MAX + 1];
+	/* PREFILL_DONE */
+	uint32_t first_token;
+	uint32_t done_tokens;            /* prompt positions written */
+	uint32_t batches;
+	uint32_t done_pages;
+};
+
+void proto_peer_msg_deinit(struct proto_peer_msg *m);
+
+int proto_peer_parse(const msgpack_object *map, struct proto_peer_msg *m,
+		     struct frame_error *err);
+
+/* Pack m (by m->type) as one map. */
+void proto_peer_pack(msgpack_packer *pk, const struct proto_peer_msg *m);
+
+/* Pack m into a whole frame (malloc'd *data, header included). */
+int proto_peer_frame(const struct proto_peer_msg *m, char **data, size_t *len);
+
+/* Compare two hellos for pairing: 0 when compatible, else 1 with `field`
+ * (the first differing key) and a sentence in msg. */
+int proto_peer_hello_match(const struct proto_peer_hello *a,
+			   const struct proto_peer_hello *b,
+			   char *field, size_t field_size,
+			   char *msg, size_t msg_size);

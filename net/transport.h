@@ -1,0 +1,129 @@
+/* transport.h - the seam KV pages move through (tcp now, verbs later).
+ *
+ * A transport moves bounded batches of (source page, destination page)
+ * from the prefill pool into the decode pool. The control protocol
+ * (net/proto_peer.h) never changes with the transport: prefill names the
+ * batches it sent in prefill_done, decode checks tags and coverage in its
+ * pool at mark_ready, whatever carried the bytes.
+ *
+ * Sender (prefill): ops->send() takes up to xfer_batch_pages_max() pages
+ * of one request. The transport copies the source pages out of the local
+ * pool *during* send() (so the source pages are not read after it
+ * returns), rewrites each page's integrity tag for its destination (owner
+ * = decode's request id, destination page, generation, index, tokens),
+ * checksums the batch and queues it. The callback fires exactly once, on
+ * the loop thread, when the batch has left (0) or could not (negative
+ * errno, e.g. -ECANCELED when the transport closed). If send() returns an
+ * error the callback never fires.
+ *
+ * Receiver (decode): every verified batch is handed to recv.batch(); the
+ * owner checks the entries against the request's reservation and writes
+ * the pages (verbs: the NIC already did, the owner only checks). A batch
+ * that fails its checksum goes to recv.bad_batch() (its header is not
+ * trusted). recv.closed() fires once when the data path is gone.
+ *
+ * Lifetime: ops->close() starts closing; pending send callbacks fire
+ * (with -ECANCELED if they had not left), then close's callback; only then
+ * may the owner call ops->free(). Every callback runs on the loop thread.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "conf/log.h"
+#include "gpu/kvmem.h"
+#include "gpu/kvpool.h"
+#include "net/fault.h"
+#include "net/xfer.h"
+
+enum {
+	TRANSPORT_E_NODEV = 1,  /* no device for this transport (verbs) */
+	TRANSPORT_E_BOUND,      /* more pages than one batch may carry */
+	TRANSPORT_E_CLOSED,     /* the transport is closing */
+};
+
+struct transport;
+
+typedef void (*transport_sent_cb)(void *arg, int status);
+
+/* One page to move. */
+struct transport_page {
+	uint32_t src_page;          /* page in the sender's pool */
+	struct xfer_entry dst;      /* where it goes, and its tag values */
+};
+
+struct transport_recv {
+	void (*batch)(void *arg, const struct xfer_hdr *h, const uint8_t *batch);
+	void (*bad_batch)(void *arg, int code, const struct xfer_hdr *h);
+	/* status: 0 clean EOF, XFER_E_* broken stream, negative errno */
+	void (*closed)(void *arg, int status);
+};
+
+struct transport_cfg {
+	struct kvpool *pool;        /* local pool: sources or destinations */
+	const struct kvmem *mem;    /* the pool's backend (page byte access) */
+	uint64_t page_bytes;
+	uint64_t max_batch_bytes;   /* negotiated bound */
+	bool checksum;              /* sender: checksum batches; receiver:
+				     * require checksums */
+	struct kvd_fault *fault;    /* may be NULL */
+	struct kvlog *log;
+	struct transport_recv recv; /* receiver callbacks (may be zero) */
+	void *recv_arg;
+};
+
+struct transport_ops {
+	const char *name;
+	int (*send)(struct transport *t, uint64_t request_id, uint32_t seq,
+		    const struct transport_page *pages, uint32_t n,
+		    transport_sent_cb cb, void *arg);
+	/* Batches queued whose callback has not fired. */
+	uint32_t (*pending)(const struct transport *t);
+	void (*close)(struct transport *t, void (*closed)(struct transport *t));
+	void (*free)(struct transport *t);
+};
+
+struct transport {
+	const struct transport_ops *ops;
+	struct transport_cfg cfg;
+	void *data;                 /* owner's pointer */
+};
+
+static inline int transport_send(struct transport *t, uint64_t request_id,
+				 uint32_t seq, const struct transport_page *pages,
+				 uint32_t n, transport_sent_cb cb, void *arg)
+{
+	return t->ops->send(t, request_id, seq, pages, n, cb, arg);
+}
+
+static inline void transport_close(struct transport *t,
+				   void (*closed)(struct transport *t))
+{
+	t->ops->close(t, closed);
+}
+
+/* ---- tcp (net/transport_tcp.c) ------------------------------------------ */
+
+/* A transport on its own TCP data connection. The handle is initialised
+ * here; the owner connects or accepts on transport_tcp_stream() and
+ * exchanges the data hello, then calls transport_tcp_start(). */
+int transport_tcp_new(struct transport **out, uv_loop_t *loop,
+		      const struct transport_cfg *cfg);
+uv_stream_t *transport_tcp_stream(struct transport *t);
+/* The transport whose handle is `st` (the handle's data field is the
+ * transport's; owners keep their own pointer in transport.data). */
+struct transport *transport_tcp_from_stream(uv_stream_t *st);
+/* receiver: read batches; sender: watch for EOF (any byte is an error). */
+int transport_tcp_start(struct transport *t, bool receiver);
+
+/* ---- verbs (net/transport_verbs.c, or a stub without ibverbs) ------------ */
+
+/* Open an RDMA transport: -ENOTSUP in a build without ibverbs;
+ * TRANSPORT_E_NODEV (with a reason in why) when no RDMA device exists. It
+ * never pretends to transfer. */
+int transport_verbs_new(struct transport **out, uv_loop_t *loop,
+			const struct transport_cfg *cfg, char *why,
+			size_t why_size);

@@ -1,0 +1,368 @@
+/* transport_tcp.c - KV batches over a dedicated TCP data connection.
+ *
+ * Design. The control connection carries small msgpack frames that must
+ * never wait behind megabytes of KV (an abort, a heartbeat), so KV moves
+ * on a second connection that carries nothing but batches, one way:
+ * prefill writes, decode reads. Decode's only bytes on it are the data
+ * hello, which the owner exchanges before calling transport_tcp_start().
+ *
+ * Sending copies the source pages into a batch buffer right away (through
+ * the kvmem backend, so device memory works the same), rewrites each
+ * page's tag for its destination, checksums, and queues one uv_write. The
+ * buffer lives until the write callback; the source pages are not read
+ * again after send() returns, so prefill's deferred release only has to
+ * wait for decode's acknowledgement, not for the socket.
+ *
+ * Receiving feeds the bytes into an xfer_reader, which bounds what it
+ * buffers by the negotiated batch size and verifies each batch's checksum
+ * before the owner sees it. A stream whose header is nonsense cannot be
+ * resynchronised: the transport reports it closed.
+ *
+ * Fault points (tests only): corrupt_batch flips one payload byte after the
+ * checksum is computed; cut_peer_mid_batch writes half a batch and shuts
+ * the connection down.
+ */
+#include "net/transport.h"
+#include "conf/util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tcp_transport {
+	struct transport base;
+	uv_tcp_t tcp;
+	struct xfer_reader reader;
+	bool receiver;
+	bool started;
+	bool closing;
+	bool closed_reported;
+	bool dead;                 /* cut by a fault: refuse further sends */
+	uint32_t pending;          /* sends whose callback has not fired */
+	void (*closed_cb)(struct transport *t);
+	uv_shutdown_t shutdown_req;
+	char rbuf[65536];          /* (65536) bytes: socket read buffer */
+};
+
+struct tcp_send {
+	uv_write_t req;
+	struct tcp_transport *tt;
+	struct xfer_batch batch;   /* owns the wire image */
+	transport_sent_cb cb;
+	void *arg;
+	bool cut;
+};
+
+static struct tcp_transport *to_tcp(struct transport *t)
+{
+	return kvd_container_of(t, struct tcp_transport, base);
+}
+
+static void tcp_report_closed(struct tcp_transport *tt, int status)
+{
+	if (tt->closed_reported)
+		return;
+	tt->closed_reported = true;
+	if (tt->base.cfg.recv.closed)
+		tt->base.cfg.recv.closed(tt->base.cfg.recv_arg, status);
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+static void tcp_shutdown_cb(uv_shutdown_t *req, int status)
+{
+	(void)req;
+	(void)status;
+}
+
+static void tcp_write_cb(uv_write_t *req, int status)
+{
+	struct tcp_send *s = kvd_container_of(req, struct tcp_send, req);
+	struct tcp_transport *tt = s->tt;
+	transport_sent_cb cb = s->cb;
+	void *arg = s->arg;
+
+	if (s->cut && status == 0) {
+		/* Half a batch went out: end the stream there. */
+		if (!tt->closing &&
+		    uv_shutdown(&tt->shutdown_req, (uv_stream_t *)&tt->tcp,
+				tcp_shutdown_cb) != 0)
+			tt->dead = true;
+		status = -ECONNRESET;
+	}
+	xfer_batch_deinit(&s->batch);
+	free(s);
+	tt->pending--;
+	cb(arg, status);
+}
+
+/* Copy pages[0..n) into b, each with its destination tag. */
+static int tcp_fill_batch(struct tcp_transport *tt, struct xfer_batch *b,
+			  const struct transport_page *pages, uint32_t n,
+			  uint64_t request_id)
+{
+	const struct transport_cfg *c = &tt->base.cfg;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct xfer_entry *e = &pages[i].dst;
+		void *src = kvpool_page_addr(c->pool, pages[i].src_page);
+		struct kvtag tag;
+		uint8_t *slot;
+		int r;
+
+		if (!src)
+			return -EINVAL;
+		r = xfer_batch_add(b, e, &slot);
+		if (r)
+			return -E2BIG;
+		r = c->mem->ops->read(c->mem->ctx, slot, src, c->page_bytes);
+		if (r)
+			return r;
+		kvtag_make(&tag, request_id, e->dst_gen, e->dst_page, e->index,
+			   e->tokens);
+		memcpy(slot, &tag, sizeof(tag));
+	}
+	return 0;
+}
+
+static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
+		    const struct transport_page *pages, uint32_t n,
+		    transport_sent_cb cb, void *arg)
+{
+	struct tcp_transport *tt = to_tcp(t);
+	const struct transport_cfg *c = &t->cfg;
+	struct tcp_send *s;
+	uv_buf_t buf;
+	size_t len;
+	int r;
+
+	if (tt->closing || tt->dead || !tt->started)
+		return TRANSPORT_E_CLOSED;
+	if (n == 0 || n > xfer_batch_pages_max(c->max_batch_bytes, c->page_bytes))
+		return TRANSPORT_E_BOUND;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	r = xfer_batch_init(&s->batch, c->page_bytes,
+			    xfer_batch_bytes(n, c->page_bytes));
+	if (r) {
+		free(s);
+		return r > 0 ? -ENOMEM : r;
+	}
+	xfer_batch_reset(&s->batch, request_id, seq);
+	r = tcp_fill_batch(tt, &s->batch, pages, n, request_id);
+	if (r) {
+		xfer_batch_deinit(&s->batch);
+		free(s);
+		return r;
+	}
+	len = xfer_batch_seal(&s->batch, c->checksum);
+	if (kvd_fault_fire(c->fault, KVD_FAULT_CORRUPT_BATCH)) {
+		s->batch.buf[len - 1] ^= 0x01;
+		KVLOG_WARN(c->log, "fault", "point=corrupt_batch request=%llu seq=%u",
+			   (unsigned long long)request_id, seq);
+	}
+	if (kvd_fault_fire(c->fault, KVD_FAULT_CUT_PEER_MID_BATCH)) {
+		s->cut = true;
+		len /= 2;
+		KVLOG_WARN(c->log, "fault",
+			   "point=cut_peer_mid_batch request=%llu seq=%u bytes=%zu",
+			   (unsigned long long)request_id, seq, len);
+	}
+	s->tt = tt;
+	s->cb = cb;
+	s->arg = arg;
+	buf = uv_buf_init((char *)s->batch.buf, (unsigned)len);
+	r = uv_write(&s->req, (uv_stream_t *)&tt->tcp, &buf, 1, tcp_write_cb);
+	if (r) {
+		xfer_batch_deinit(&s->batch);
+		free(s);
+		return r;
+	}
+	if (s->cut)
+		tt->dead = true;
+	tt->pending++;
+	return 0;
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+static void tcp_alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	struct tcp_transport *tt = h->data;
+
+	(void)hint;
+	*buf = uv_buf_init(tt->rbuf, sizeof(tt->rbuf));
+}
+
+/* Hand out every complete batch; returns a broken-stream code or 0. */
+static int tcp_drain_batches(struct tcp_transport *tt)
+{
+	const struct transport_cfg *c = &tt->base.cfg;
+	const uint8_t *batch;
+	struct xfer_hdr h;
+	int r;
+
+	while (!tt->closing) {
+		r = xfer_reader_next(&tt->reader, &h, &batch);
+		if (r == XFER_E_AGAIN)
+			return 0;
+		if (r == 0) {
+			if (c->recv.batch)
+				c->recv.batch(c->recv_arg, &h, batch);
+		} else if (r == XFER_E_CHECKSUM || r == XFER_E_NOCHECKSUM) {
+			if (c->recv.bad_batch)
+				c->recv.bad_batch(c->recv_arg, r, &h);
+		} else {
+			return r;
+		}
+	}
+	return 0;
+}
+
+static int tcp_feed(struct tcp_transport *tt, const char *p, size_t n)
+{
+	size_t used;
+	int r;
+
+	while (n > 0 && !tt->closing) {
+		r = xfer_reader_feed(&tt->reader, p, n, &used);
+		if (r)
+			return r;
+		p += used;
+		n -= used;
+		r = tcp_drain_batches(tt);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+static void tcp_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct tcp_transport *tt = st->data;
+	int r;
+
+	if (nread == 0)
+		return;
+	if (nread < 0) {
+		uv_read_stop(st);
+		r = 0;
+		if (nread != UV_EOF)
+			r = (int)nread;
+		else if (tt->receiver && xfer_reader_pending(&tt->reader))
+			r = -ECONNRESET;   /* the stream ended inside a batch */
+		tcp_report_closed(tt, r);
+		return;
+	}
+	if (!tt->receiver) {
+		/* Decode sends nothing after the data hello. */
+		uv_read_stop(st);
+		tcp_report_closed(tt, -EPROTO);
+		return;
+	}
+	r = tcp_feed(tt, buf->base, (size_t)nread);
+	if (r) {
+		uv_read_stop(st);
+		tcp_report_closed(tt, r);
+	}
+}
+
+int transport_tcp_start(struct transport *t, bool receiver)
+{
+	struct tcp_transport *tt = to_tcp(t);
+	int r;
+
+	tt->receiver = receiver;
+	r = uv_read_start((uv_stream_t *)&tt->tcp, tcp_alloc_cb, tcp_read_cb);
+	if (r == 0)
+		tt->started = true;
+	return r;
+}
+
+/* ---- lifetime ----------------------------------------------------------- */
+
+static void tcp_close_cb(uv_handle_t *h)
+{
+	struct tcp_transport *tt = h->data;
+
+	if (tt->closed_cb)
+		tt->closed_cb(&tt->base);
+}
+
+static void tcp_close(struct transport *t, void (*closed)(struct transport *t))
+{
+	struct tcp_transport *tt = to_tcp(t);
+
+	if (tt->closing)
+		return;
+	tt->closing = true;
+	tt->closed_reported = true;   /* the owner asked: no closed() call */
+	tt->closed_cb = closed;
+	uv_close((uv_handle_t *)&tt->tcp, tcp_close_cb);
+}
+
+static uint32_t tcp_pending(const struct transport *t)
+{
+	const struct tcp_transport *tt =
+		kvd_container_of(t, struct tcp_transport, base);
+
+	return tt->pending;
+}
+
+static void tcp_free(struct transport *t)
+{
+	struct tcp_transport *tt;
+
+	if (!t)
+		return;
+	tt = to_tcp(t);
+	xfer_reader_deinit(&tt->reader);
+	free(tt);
+}
+
+static const struct transport_ops tcp_ops = {
+	.name = "tcp",
+	.send = tcp_send,
+	.pending = tcp_pending,
+	.close = tcp_close,
+	.free = tcp_free,
+};
+
+int transport_tcp_new(struct transport **out, uv_loop_t *loop,
+		      const struct transport_cfg *cfg)
+{
+	struct tcp_transport *tt;
+	int r;
+
+	if (!xfer_batch_pages_max(cfg->max_batch_bytes, cfg->page_bytes))
+		return TRANSPORT_E_BOUND;
+	tt = calloc(1, sizeof(*tt));
+	if (!tt)
+		return -ENOMEM;
+	r = uv_tcp_init(loop, &tt->tcp);
+	if (r) {
+		free(tt);
+		return r;
+	}
+	tt->tcp.data = tt;
+	tt->base.ops = &tcp_ops;
+	tt->base.cfg = *cfg;
+	xfer_reader_init(&tt->reader, cfg->page_bytes, cfg->max_batch_bytes,
+			 cfg->checksum);
+	uv_tcp_nodelay(&tt->tcp, 1);
+	*out = &tt->base;
+	return 0;
+}
+
+uv_stream_t *transport_tcp_stream(struct transport *t)
+{
+	return (uv_stream_t *)&to_tcp(t)->tcp;
+}
+
+struct transport *transport_tcp_from_stream(uv_stream_t *st)
+{
+	struct tcp_transport *tt = st->data;
+
+	return &tt->base;
+}

@@ -1,0 +1,539 @@
+/* test_proto.c - client API and peer control frames: round trips, every
+ * typed rejection, and decoders fed random, truncated and corrupted bytes
+ * (they must return an error or a value, never crash or leak).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "conf/util.h"
+#include "net/frame.h"
+#include "net/proto_client.h"
+#include "net/proto_peer.h"
+
+/* Decode a whole frame buffer to its map (msg must be destroyed). */
+static const msgpack_object *decode(const char *buf, size_t len,
+				    msgpack_unpacked *msg)
+{
+	const msgpack_object *o = NULL;
+
+	msgpack_unpacked_init(msg);
+	ck_assert_int_eq(frame_decode((const uint8_t *)buf, len, PROTO_PEER_FRAME_MAX,
+				      msg, &o), 0);
+	return o;
+}
+
+static char *pack_request(const struct proto_client_request *r, size_t *len)
+{
+	struct frame_writer w;
+	char *data;
+
+	frame_writer_init(&w);
+	proto_client_request_pack(frame_writer_packer(&w), r);
+	ck_assert_int_eq(frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &data, len), 0);
+	frame_writer_deinit(&w);
+	return data;
+}
+
+START_TEST(test_request_roundtrip)
+{
+	struct proto_client_request r = PROTO_CLIENT_REQUEST_NULL, q;
+	uint32_t toks[] = { 1, 5, 99 };
+	struct frame_error err;
+	msgpack_unpacked msg;
+	size_t len;
+	char *buf;
+
+	r.id = 42;
+	r.prompt = (char *)"Once upon a time";
+	r.max_tokens = 17;
+	r.temperature = 0.5f;
+	r.top_k = 40;
+	r.top_p = 0.9f;
+	r.seed = 12345678901ull;
+	buf = pack_request(&r, &len);
+	ck_assert_int_eq(proto_client_request_parse(decode(buf, len, &msg), &q, &err), 0);
+	ck_assert_uint_eq(q.id, 42);
+	ck_assert_str_eq(q.prompt, "Once upon a time");
+	ck_assert_ptr_null(q.tokens);
+	ck_assert_uint_eq(q.max_tokens, 17);
+	ck_assert_float_eq_tol(q.temperature, 0.5f, 1e-6);
+	ck_assert_uint_eq(q.top_k, 40);
+	ck_assert_float_eq_tol(q.top_p, 0.9f, 1e-6);
+	ck_assert_uint_eq(q.seed, 12345678901ull);
+	proto_client_request_deinit(&q);
+	proto_client_request_deinit(&q);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+
+	r.prompt = NULL;
+	r.tokens = toks;
+	r.n_tokens = 3;
+	buf = pack_request(&r, &len);
+	ck_assert_int_eq(proto_client_request_parse(decode(buf, len, &msg), &q, &err), 0);
+	ck_assert_ptr_null(q.prompt);
+	ck_assert_uint_eq(q.n_tokens, 3);
+	ck_assert_uint_eq(q.tokens[2], 99);
+	proto_client_request_deinit(&q);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+}
+END_TEST
+
+/* Build a request map from a tiny spec: keys to drop or replace. */
+static int parse_custom(void (*fill)(msgpack_packer *pk), struct frame_error *err)
+{
+	struct proto_client_request q;
+	struct frame_writer w;
+	msgpack_unpacked msg;
+	size_t len;
+	char *buf;
+	int r;
+
+	frame_writer_init(&w);
+	fill(frame_writer_packer(&w));
+	ck_assert_int_eq(frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &buf, &len), 0);
+	frame_writer_deinit(&w);
+	r = proto_client_request_parse(decode(buf, len, &msg), &q, err);
+	if (r == 0)
+		proto_client_request_deinit(&q);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+	return r;
+}
+
+static void fill_both(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 4);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_str(pk, "prompt", "x");
+	frame_pack_str(pk, "tokens");
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_uint32(pk, 1);
+}
+
+static void fill_neither(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 2);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+}
+
+static void fill_no_id(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 2);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_str(pk, "prompt", "x");
+}
+
+static void fill_zero_max(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 4);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_str(pk, "prompt", "x");
+	frame_pack_kv_u64(pk, "max_tokens", 0);
+}
+
+static void fill_neg_temp(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 4);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_str(pk, "prompt", "x");
+	frame_pack_kv_double(pk, "temperature", -1.0);
+}
+
+static void fill_top_p_zero(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 4);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_str(pk, "prompt", "x");
+	frame_pack_kv_double(pk, "top_p", 0.0);
+}
+
+static void fill_prompt_int(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 3);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_u64(pk, "prompt", 7);
+}
+
+static void fill_prompt_nul(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 3);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_str(pk, "prompt");
+	msgpack_pack_str(pk, 3);
+	msgpack_pack_str_body(pk, "a\0b", 3);
+}
+
+static void fill_bad_token(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 3);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_str(pk, "tokens");
+	msgpack_pack_array(pk, 2);
+	msgpack_pack_uint32(pk, 1);
+	msgpack_pack_str(pk, 1);
+	msgpack_pack_str_body(pk, "z", 1);
+}
+
+static void fill_empty_tokens(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 3);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_str(pk, "tokens");
+	msgpack_pack_array(pk, 0);
+}
+
+static void fill_wrong_type(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 3);
+	frame_pack_kv_str(pk, "type", "hello");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_str(pk, "prompt", "x");
+}
+
+START_TEST(test_request_rejects)
+{
+	struct frame_error err;
+
+	ck_assert_int_eq(parse_custom(fill_both, &err), FRAME_E_MISSING);
+	ck_assert_int_eq(parse_custom(fill_neither, &err), FRAME_E_MISSING);
+	ck_assert_int_eq(parse_custom(fill_no_id, &err), FRAME_E_MISSING);
+	ck_assert_str_eq(err.key, "id");
+	ck_assert_int_eq(parse_custom(fill_zero_max, &err), FRAME_E_RANGE);
+	ck_assert_str_eq(err.key, "max_tokens");
+	ck_assert_int_eq(parse_custom(fill_neg_temp, &err), FRAME_E_RANGE);
+	ck_assert_int_eq(parse_custom(fill_top_p_zero, &err), FRAME_E_RANGE);
+	ck_assert_int_eq(parse_custom(fill_prompt_int, &err), FRAME_E_TYPE);
+	ck_assert_int_eq(parse_custom(fill_prompt_nul, &err), FRAME_E_RANGE);
+	ck_assert_int_eq(parse_custom(fill_bad_token, &err), FRAME_E_RANGE);
+	ck_assert_int_eq(parse_custom(fill_empty_tokens, &err), FRAME_E_RANGE);
+	ck_assert_int_eq(parse_custom(fill_wrong_type, &err), FRAME_E_TYPE);
+	ck_assert(strlen(err.msg) > 0);
+}
+END_TEST
+
+START_TEST(test_events_roundtrip)
+{
+	struct proto_client_final f = { .finish_reason = "length",
+					.prompt_tokens = 9, .output_tokens = 3,
+					.ttft_us = 1234, .total_us = 5678 };
+	struct proto_client_event ev;
+	struct frame_error err;
+	struct frame_writer w;
+	msgpack_unpacked msg;
+	size_t len;
+	char *buf;
+
+	frame_writer_init(&w);
+	proto_client_pack_token(frame_writer_packer(&w), 7, 2, 300, "h\xc3\xa9", 3);
+	ck_assert_int_eq(frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &buf, &len), 0);
+	ck_assert_int_eq(proto_client_event_parse(decode(buf, len, &msg), &ev, &err), 0);
+	ck_assert_int_eq(ev.type, PROTO_EV_TOKEN);
+	ck_assert_uint_eq(ev.id, 7);
+	ck_assert_uint_eq(ev.index, 2);
+	ck_assert_uint_eq(ev.token, 300);
+	ck_assert_uint_eq(ev.text_len, 3);
+	ck_assert_str_eq(ev.text, "h\xc3\xa9");
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+
+	proto_client_pack_final(frame_writer_packer(&w), 7, &f);
+	ck_assert_int_eq(frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &buf, &len), 0);
+	ck_assert_int_eq(proto_client_event_parse(decode(buf, len, &msg), &ev, &err), 0);
+	ck_assert_int_eq(ev.type, PROTO_EV_FINAL);
+	ck_assert_str_eq(ev.fin.finish_reason, "length");
+	ck_assert_uint_eq(ev.fin.output_tokens, 3);
+	ck_assert_uint_eq(ev.fin.ttft_us, 1234);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+	frame_writer_deinit(&w);
+
+	for (int code = 1; code < PROTO_ERR__N; code++) {
+		ck_assert_int_eq(proto_client_frame_error(9, code, "why", &buf, &len), 0);
+		ck_assert_int_eq(proto_client_event_parse(decode(buf, len, &msg), &ev, &err), 0);
+		ck_assert_int_eq(ev.type, PROTO_EV_ERROR);
+		ck_assert_int_eq(ev.code, code);
+		ck_assert_str_eq(ev.message, "why");
+		ck_assert_int_eq(proto_err_parse(proto_err_name(code)), code);
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+	}
+	ck_assert_str_eq(proto_err_name(PROTO_ERR_PROMPT_TOO_LONG), "PROMPT_TOO_LONG");
+	ck_assert_str_eq(proto_err_name(99), "?");
+	ck_assert_int_eq(proto_err_parse("NOPE"), -1);
+}
+END_TEST
+
+static void hello_fill(struct proto_peer_hello *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = PROTO_PEER_VERSION;
+	strcpy(h->role, "prefill");
+	strcpy(h->node, "p1");
+	memset(h->model_sha256, 'a', 64);
+	strcpy(h->kv_dtype, "f32");
+	h->page_tokens = 16;
+	h->n_layer = 5;
+	h->kv_dim = 64;
+	h->page_bytes = 41024;
+	h->pool_tokens = 4096;
+	h->context = 512;
+	h->max_batch_bytes = 4 << 20;
+	h->checksum = true;
+	h->session = 77;
+}
+
+static void peer_roundtrip(const struct proto_peer_msg *m, struct proto_peer_msg *out)
+{
+	struct frame_error err;
+	msgpack_unpacked msg;
+	size_t len;
+	char *buf;
+
+	ck_assert_int_eq(proto_peer_frame(m, &buf, &len), 0);
+	ck_assert_int_eq(proto_peer_parse(decode(buf, len, &msg), out, &err), 0);
+	ck_assert_int_eq(out->type, m->type);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+}
+
+START_TEST(test_peer_roundtrip)
+{
+	struct proto_peer_msg m = { 0 }, o;
+	struct proto_peer_page pages[] = { { 3, 11 }, { 9, 12 } };
+	uint32_t toks[] = { 1, 2, 3, 4, 5 };
+	char field[32], why[128];
+
+	m.type = PEER_MSG_HELLO;
+	hello_fill(&m.hello);
+	peer_roundtrip(&m, &o);
+	ck_assert_int_eq(memcmp(&o.hello, &m.hello, sizeof(m.hello)), 0);
+	ck_assert_int_eq(proto_peer_hello_match(&m.hello, &o.hello, field,
+						sizeof(field), why, sizeof(why)), 0);
+	o.hello.page_bytes++;
+	ck_assert_int_eq(proto_peer_hello_match(&m.hello, &o.hello, field,
+						sizeof(field), why, sizeof(why)), 1);
+	ck_assert_str_eq(field, "page_bytes");
+	o.hello = m.hello;
+	o.hello.model_sha256[3] = 'b';
+	ck_assert_int_eq(proto_peer_hello_match(&m.hello, &o.hello, field,
+						sizeof(field), why, sizeof(why)), 1);
+	ck_assert_str_eq(field, "model_sha256");
+
+	memset(&m, 0, sizeof(m));
+	m.type = PEER_MSG_PREFILL_REQUEST;
+	m.id = 5;
+	m.tokens = toks;
+	m.n_tokens = 5;
+	m.pages = pages;
+	m.n_pages = 2;
+	m.max_tokens = 8;
+	m.temperature = 0.7f;
+	m.top_k = 3;
+	m.top_p = 0.5f;
+	m.seed = 99;
+	peer_roundtrip(&m, &o);
+	ck_assert_uint_eq(o.id, 5);
+	ck_assert_uint_eq(o.n_tokens, 5);
+	ck_assert_uint_eq(o.tokens[4], 5);
+	ck_assert_uint_eq(o.n_pages, 2);
+	ck_assert_uint_eq(o.pages[1].page, 9);
+	ck_assert_uint_eq(o.pages[1].gen, 12);
+	ck_assert_uint_eq(o.seed, 99);
+	proto_peer_msg_deinit(&o);
+	proto_peer_msg_deinit(&o);
+
+	memset(&m, 0, sizeof(m));
+	m.type = PEER_MSG_PREFILL_DONE;
+	m.id = 5;
+	m.first_token = 42;
+	m.done_tokens = 17;
+	m.batches = 2;
+	m.done_pages = 2;
+	peer_roundtrip(&m, &o);
+	ck_assert_uint_eq(o.first_token, 42);
+	ck_assert_uint_eq(o.done_tokens, 17);
+	ck_assert_uint_eq(o.batches, 2);
+
+	memset(&m, 0, sizeof(m));
+	m.type = PEER_MSG_PREFILL_REJECT;
+	m.id = 6;
+	m.code = PROTO_ERR_PROMPT_TOO_LONG;
+	strcpy(m.message, "prompt 600 + max 10 > pool 512");
+	peer_roundtrip(&m, &o);
+	ck_assert_int_eq(o.code, PROTO_ERR_PROMPT_TOO_LONG);
+	ck_assert_str_eq(o.message, m.message);
+
+	for (int t = PEER_MSG_ABORT; t <= PEER_MSG_RELEASE_ACK; t++) {
+		memset(&m, 0, sizeof(m));
+		m.type = (enum proto_peer_type)t;
+		m.id = 1000 + t;
+		m.code = PROTO_ERR_INTERNAL;
+		peer_roundtrip(&m, &o);
+		ck_assert_uint_eq(o.id, 1000 + t);
+	}
+	memset(&m, 0, sizeof(m));
+	m.type = PEER_MSG_HEARTBEAT;
+	m.load = 3;
+	m.free_tokens = 100;
+	peer_roundtrip(&m, &o);
+	ck_assert_uint_eq(o.load, 3);
+	m.type = PEER_MSG_DATA;
+	m.session = 7;
+	peer_roundtrip(&m, &o);
+	ck_assert_uint_eq(o.session, 7);
+}
+END_TEST
+
+START_TEST(test_peer_rejects)
+{
+	struct proto_peer_msg m, o;
+	struct proto_peer_page pages[] = { { 3, 0 } };  /* generation 0: invalid */
+	uint32_t toks[] = { 1 };
+	struct frame_error err;
+	msgpack_unpacked msg;
+	size_t len;
+	char *buf;
+
+	memset(&m, 0, sizeof(m));
+	m.type = PEER_MSG_PREFILL_REQUEST;
+	m.tokens = toks;
+	m.n_tokens = 1;
+	m.pages = pages;
+	m.n_pages = 1;
+	m.max_tokens = 1;
+	m.top_p = 1;
+	ck_assert_int_eq(proto_peer_frame(&m, &buf, &len), 0);
+	ck_assert_int_eq(proto_peer_parse(decode(buf, len, &msg), &o, &err), FRAME_E_RANGE);
+	ck_assert_str_eq(err.key, "pages");
+	ck_assert_ptr_null(o.tokens);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+
+	/* unknown type */
+	{
+		struct frame_writer w;
+
+		frame_writer_init(&w);
+		msgpack_pack_map(frame_writer_packer(&w), 1);
+		frame_pack_kv_str(frame_writer_packer(&w), "type", "bogus");
+		ck_assert_int_eq(frame_writer_finish(&w, 1024, &buf, &len), 0);
+		frame_writer_deinit(&w);
+		ck_assert_int_eq(proto_peer_parse(decode(buf, len, &msg), &o, &err),
+				 FRAME_E_TYPE);
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+	}
+}
+END_TEST
+
+/* Feed every truncation and many random corruptions of valid frames to
+ * both decoders. */
+START_TEST(test_fuzz)
+{
+	struct proto_peer_msg pm = { 0 }, po;
+	struct proto_peer_page pages[] = { { 3, 11 }, { 9, 12 } };
+	uint32_t toks[] = { 1, 2, 3 };
+	struct proto_client_request r = PROTO_CLIENT_REQUEST_NULL, q;
+	struct proto_client_event ev;
+	struct frame_error err;
+	char *frames[3];
+	size_t lens[3];
+	unsigned seed = (unsigned)time(NULL);
+	int decoded = 0;
+
+	fprintf(stderr, "test_fuzz seed=%u\n", seed);
+	srand(seed);
+	pm.type = PEER_MSG_PREFILL_REQUEST;
+	pm.tokens = toks;
+	pm.n_tokens = 3;
+	pm.pages = pages;
+	pm.n_pages = 2;
+	pm.max_tokens = 4;
+	pm.top_p = 1;
+	ck_assert_int_eq(proto_peer_frame(&pm, &frames[0], &lens[0]), 0);
+	pm.type = PEER_MSG_HELLO;
+	hello_fill(&pm.hello);
+	ck_assert_int_eq(proto_peer_frame(&pm, &frames[1], &lens[1]), 0);
+	r.id = 1;
+	r.prompt = (char *)"hello world";
+	frames[2] = pack_request(&r, &lens[2]);
+
+	for (int it = 0; it < 30000; it++) {
+		int k = rand() % 3;
+		size_t n = lens[k];
+		uint8_t *b = malloc(n);
+		const msgpack_object *o = NULL;
+		msgpack_unpacked msg;
+		int mode = rand() % 3;
+
+		memcpy(b, frames[k], n);
+		if (mode == 0) {
+			n = (size_t)rand() % n;        /* truncated */
+		} else if (mode == 1) {
+			int flips = 1 + rand() % 4;     /* corrupted */
+
+			for (int f = 0; f < flips; f++)
+				b[4 + (size_t)rand() % (n - 4)] = (uint8_t)rand();
+		} else {
+			for (size_t i = 4; i < n; i++)  /* random body */
+				b[i] = (uint8_t)rand();
+		}
+		msgpack_unpacked_init(&msg);
+		if (frame_decode(b, n, PROTO_PEER_FRAME_MAX, &msg, &o) == 0) {
+			if (proto_peer_parse(o, &po, &err) == 0) {
+				decoded++;
+				proto_peer_msg_deinit(&po);
+			}
+			if (proto_client_request_parse(o, &q, &err) == 0) {
+				decoded++;
+				proto_client_request_deinit(&q);
+			}
+			(void)proto_client_event_parse(o, &ev, &err);
+		}
+		msgpack_unpacked_destroy(&msg);
+		free(b);
+	}
+	fprintf(stderr, "test_fuzz: %d inputs decoded to a message\n", decoded);
+	for (int k = 0; k < 3; k++)
+		free(frames[k]);
+}
+END_TEST
+
+static Suite *proto_suite(void)
+{
+	Suite *s = suite_create("proto");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_request_roundtrip);
+	tcase_add_test(tc, test_request_rejects);
+	tcase_add_test(tc, test_events_roundtrip);
+	tcase_add_test(tc, test_peer_roundtrip);
+	tcase_add_test(tc, test_peer_rejects);
+	tcase_add_test(tc, test_fuzz);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(proto_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

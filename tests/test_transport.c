@@ -1,0 +1,341 @@
+/* test_transport.c - the tcp transport on loopback between two real pools:
+ * pages arrive byte-exact with destination tags and pass mark_ready; a
+ * corrupted batch is reported (never handed over) and the pool then
+ * refuses the coverage; a connection cut mid-batch is reported as a reset;
+ * the bound is enforced; verbs says "no RDMA device" instead of pretending.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/util.h"
+#include "gpu/kvmem.h"
+#include "gpu/kvpool.h"
+#include "net/transport.h"
+
+#define NPAGES 5
+#define TOKENS 18          /* 4 full pages of 4 and one of 2 */
+#define SRC_OWNER 1
+#define DST_OWNER 777
+
+struct fixture {
+	uv_loop_t loop;
+	uv_tcp_t server;
+	uv_connect_t conn;
+	struct kvmem mem;
+	struct kvpool_geom geom;
+	uint64_t page_bytes;
+	struct kvpool *src, *dst;
+	struct kvpool_ref src_tab[NPAGES], dst_tab[NPAGES];
+	struct transport *tx, *rx;
+	struct kvd_fault fault;
+	int batches_ok, batches_bad, batches_written, sent_ok, sent_err;
+	int rx_closed, rx_status, closes;
+	uint32_t n_per_batch;
+};
+
+static void fx_pools(struct fixture *f)
+{
+	f->geom = (struct kvpool_geom){ .page_tokens = 4, .n_layer = 2,
+					.kv_dim = 8, .dtype = KV_DTYPE_F32 };
+	kvmem_host_init(&f->mem);
+	f->page_bytes = kvpool_page_bytes(&f->geom);
+	ck_assert_int_eq(kvpool_new(&f->src, &f->mem, &f->geom, 8), 0);
+	ck_assert_int_eq(kvpool_new(&f->dst, &f->mem, &f->geom, 8), 0);
+	/* burn a reservation so source and destination indices differ */
+	{
+		struct kvpool_ref x[2];
+
+		ck_assert_int_eq(kvpool_reserve(f->dst, 5, 2, x), 0);
+	}
+	ck_assert_int_eq(kvpool_reserve(f->src, SRC_OWNER, NPAGES, f->src_tab), 0);
+	ck_assert_int_eq(kvpool_fill_begin(f->src, SRC_OWNER, f->src_tab, NPAGES), 0);
+	for (int i = 0; i < NPAGES; i++) {
+		uint8_t *p = kvpool_page_addr(f->src, f->src_tab[i].page);
+
+		for (uint64_t j = KVTAG_BYTES; j < f->page_bytes; j++)
+			p[j] = (uint8_t)(i * 31 + j);
+	}
+	ck_assert_int_eq(kvpool_tag_write(f->src, SRC_OWNER, f->src_tab, NPAGES, TOKENS), 0);
+	ck_assert_int_eq(kvpool_reserve(f->dst, DST_OWNER, NPAGES, f->dst_tab), 0);
+	ck_assert_int_eq(kvpool_fill_begin(f->dst, DST_OWNER, f->dst_tab, NPAGES), 0);
+}
+
+/* The receiver's owner: check each entry against the reservation, then
+ * write the page (what daemon/ does). */
+static void rx_batch(void *arg, const struct xfer_hdr *h, const uint8_t *batch)
+{
+	struct fixture *f = arg;
+
+	f->batches_ok++;
+	ck_assert_uint_eq(h->request_id, DST_OWNER);
+	for (uint32_t i = 0; i < h->n_entries; i++) {
+		struct xfer_entry e;
+		struct kvpool_page_info info;
+
+		xfer_batch_entry(batch, i, &e);
+		ck_assert_uint_lt(e.index, NPAGES);
+		ck_assert_uint_eq(e.dst_page, f->dst_tab[e.index].page);
+		ck_assert_int_eq(kvpool_page_info(f->dst, e.dst_page, &info), 0);
+		ck_assert_uint_eq(info.owner, DST_OWNER);
+		ck_assert_uint_eq(info.gen, e.dst_gen);
+		memcpy(kvpool_page_addr(f->dst, e.dst_page),
+		       xfer_batch_page(batch, h, i), f->page_bytes);
+		f->batches_written++;
+	}
+}
+
+static void rx_bad(void *arg, int code, const struct xfer_hdr *h)
+{
+	struct fixture *f = arg;
+
+	ck_assert_int_eq(code, XFER_E_CHECKSUM);
+	f->batches_bad++;
+}
+
+static void rx_closed(void *arg, int status)
+{
+	struct fixture *f = arg;
+
+	f->rx_closed++;
+	f->rx_status = status;
+}
+
+static void sent_cb(void *arg, int status)
+{
+	struct fixture *f = arg;
+
+	if (status == 0)
+		f->sent_ok++;
+	else
+		f->sent_err++;
+}
+
+static void send_all(struct fixture *f)
+{
+	struct transport_page pages[NPAGES];
+	uint32_t seq = 0;
+
+	for (int i = 0; i < NPAGES; i++) {
+		uint32_t toks = KVD_MIN(4, TOKENS - 4 * i);
+
+		pages[i].src_page = f->src_tab[i].page;
+		pages[i].dst = (struct xfer_entry){ .dst_page = f->dst_tab[i].page,
+						    .index = (uint32_t)i,
+						    .dst_gen = f->dst_tab[i].gen,
+						    .tokens = toks };
+	}
+	for (uint32_t i = 0; i < NPAGES; i += f->n_per_batch) {
+		uint32_t n = KVD_MIN(f->n_per_batch, NPAGES - i);
+		int r = transport_send(f->tx, DST_OWNER, seq++, pages + i, n,
+				       sent_cb, f);
+
+		if (r == TRANSPORT_E_CLOSED)
+			break;
+		ck_assert_int_eq(r, 0);
+	}
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+	struct fixture *f = req->data;
+
+	ck_assert_int_eq(status, 0);
+	ck_assert_int_eq(transport_tcp_start(f->tx, false), 0);
+	send_all(f);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+	struct fixture *f = server->data;
+
+	ck_assert_int_eq(status, 0);
+	ck_assert_int_eq(uv_accept(server, transport_tcp_stream(f->rx)), 0);
+	ck_assert_int_eq(transport_tcp_start(f->rx, true), 0);
+}
+
+static void on_closed(struct transport *t)
+{
+	struct fixture *f = t->data;
+
+	f->closes++;
+}
+
+static void on_server_closed(uv_handle_t *h)
+{
+	(void)h;
+}
+
+static void fx_run(struct fixture *f, uint32_t n_per_batch)
+{
+	struct sockaddr_in addr;
+	struct sockaddr_storage bound;
+	int namelen = sizeof(bound);
+	struct transport_cfg c = {
+		.mem = &f->mem, .page_bytes = f->page_bytes,
+		.max_batch_bytes = xfer_batch_bytes(3, f->page_bytes),
+		.checksum = true, .fault = &f->fault,
+	};
+
+	f->n_per_batch = n_per_batch;
+	ck_assert_int_eq(uv_loop_init(&f->loop), 0);
+	ck_assert_int_eq(uv_tcp_init(&f->loop, &f->server), 0);
+	f->server.data = f;
+	uv_ip4_addr("127.0.0.1", 0, &addr);
+	ck_assert_int_eq(uv_tcp_bind(&f->server, (struct sockaddr *)&addr, 0), 0);
+	ck_assert_int_eq(uv_listen((uv_stream_t *)&f->server, 4, on_connection), 0);
+	uv_tcp_getsockname(&f->server, (struct sockaddr *)&bound, &namelen);
+
+	c.pool = f->dst;
+	c.recv = (struct transport_recv){ rx_batch, rx_bad, rx_closed };
+	c.recv_arg = f;
+	ck_assert_int_eq(transport_tcp_new(&f->rx, &f->loop, &c), 0);
+	f->rx->data = f;
+	c.pool = f->src;
+	c.recv = (struct transport_recv){ 0 };
+	ck_assert_int_eq(transport_tcp_new(&f->tx, &f->loop, &c), 0);
+	f->tx->data = f;
+	f->conn.data = f;
+	ck_assert_int_eq(uv_tcp_connect(&f->conn, (uv_tcp_t *)transport_tcp_stream(f->tx),
+					(struct sockaddr *)&bound, on_connect), 0);
+	/* run until the receiver has seen every batch or the stream ended */
+	while (f->batches_ok + f->batches_bad < (int)((NPAGES + n_per_batch - 1) / n_per_batch) &&
+	       !f->rx_closed)
+		uv_run(&f->loop, UV_RUN_ONCE);
+	while (f->sent_ok + f->sent_err < 1)
+		uv_run(&f->loop, UV_RUN_ONCE);
+	transport_close(f->tx, on_closed);
+	transport_close(f->rx, on_closed);
+	uv_close((uv_handle_t *)&f->server, on_server_closed);
+	uv_run(&f->loop, UV_RUN_DEFAULT);
+	ck_assert_int_eq(f->closes, 2);
+	f->tx->ops->free(f->tx);
+	f->rx->ops->free(f->rx);
+	ck_assert_int_eq(uv_loop_close(&f->loop), 0);
+}
+
+static void fx_free(struct fixture *f)
+{
+	kvpool_free(f->src);
+	kvpool_free(f->dst);
+	kvmem_deinit(&f->mem);
+}
+
+START_TEST(test_loopback)
+{
+	struct fixture f = { 0 };
+	uint32_t bad = 99;
+
+	fx_pools(&f);
+	fx_run(&f, 3);
+	ck_assert_int_eq(f.batches_ok, 2);
+	ck_assert_int_eq(f.batches_bad, 0);
+	ck_assert_int_eq(f.batches_written, NPAGES);
+	ck_assert_int_eq(f.sent_ok, 2);
+	/* tags were rewritten for the destination: coverage and tags pass */
+	ck_assert_int_eq(kvpool_mark_ready(f.dst, DST_OWNER, f.dst_tab, NPAGES, TOKENS), 0);
+	ck_assert_int_eq(kvpool_verify(f.dst, DST_OWNER, f.dst_tab, NPAGES, TOKENS, &bad), 0);
+	for (int i = 0; i < NPAGES; i++)
+		ck_assert_int_eq(memcmp((uint8_t *)kvpool_page_addr(f.src, f.src_tab[i].page) + KVTAG_BYTES,
+					(uint8_t *)kvpool_page_addr(f.dst, f.dst_tab[i].page) + KVTAG_BYTES,
+					f.page_bytes - KVTAG_BYTES), 0);
+	fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_corrupt_batch)
+{
+	struct fixture f = { 0 };
+	const char *bad_name = NULL;
+
+	ck_assert_int_eq(kvd_fault_parse(&f.fault, "corrupt_batch:1", &bad_name), 0);
+	fx_pools(&f);
+	fx_run(&f, 3);
+	if (!KVD_FAULT_POINTS)
+		return;
+	ck_assert_int_eq(f.batches_bad, 1);
+	ck_assert_int_eq(f.batches_ok, 1);
+	/* only the second batch was written: coverage must fail */
+	ck_assert_int_eq(kvpool_mark_ready(f.dst, DST_OWNER, f.dst_tab, NPAGES, TOKENS),
+			 KVPOOL_E_TAG);
+	fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_cut_mid_batch)
+{
+	struct fixture f = { 0 };
+	const char *bad_name = NULL;
+
+	ck_assert_int_eq(kvd_fault_parse(&f.fault, "cut_peer_mid_batch:1", &bad_name), 0);
+	fx_pools(&f);
+	fx_run(&f, 3);
+	if (!KVD_FAULT_POINTS)
+		return;
+	ck_assert_int_eq(f.rx_closed, 1);
+	ck_assert_int_eq(f.rx_status, -ECONNRESET);
+	ck_assert_int_eq(f.batches_ok, 0);
+	ck_assert_int_eq(f.batches_written, 0);
+	ck_assert_int_ge(f.sent_err, 1);
+	fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_bound_and_faults)
+{
+	struct kvd_fault flt;
+	const char *bad = NULL;
+	struct transport *t = NULL;
+	struct transport_cfg c = { .page_bytes = 4096, .max_batch_bytes = 4096 };
+	uv_loop_t loop;
+	char why[160];
+	int r;
+
+	/* not even one page fits the bound */
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	ck_assert_int_eq(transport_tcp_new(&t, &loop, &c), TRANSPORT_E_BOUND);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+
+	ck_assert_int_eq(kvd_fault_parse(&flt, "slow_batch,corrupt_batch:2", &bad), 0);
+	ck_assert_int_eq(kvd_fault_parse(&flt, "nope", &bad), -EINVAL);
+	ck_assert_str_eq(bad, "nope");
+	ck_assert_int_eq(kvd_fault_parse(&flt, "corrupt_batch:x", &bad), -EINVAL);
+	ck_assert_int_eq(kvd_fault_parse(&flt, "corrupt_batch:2", &bad), 0);
+	ck_assert_int_eq(kvd_fault_fire(&flt, KVD_FAULT_CORRUPT_BATCH), KVD_FAULT_POINTS);
+	ck_assert_int_eq(kvd_fault_fire(&flt, KVD_FAULT_CORRUPT_BATCH), KVD_FAULT_POINTS);
+	ck_assert_int_eq(kvd_fault_fire(&flt, KVD_FAULT_CORRUPT_BATCH), 0);
+	ck_assert_int_eq(kvd_fault_fire(&flt, KVD_FAULT_SHORT_TRANSFER), 0);
+
+	r = transport_verbs_new(&t, NULL, &c, why, sizeof(why));
+	ck_assert_ptr_null(t);
+	ck_assert(r == TRANSPORT_E_NODEV || r == -ENOTSUP);
+	ck_assert(strlen(why) > 0);
+	fprintf(stderr, "verbs: %d %s\n", r, why);
+}
+END_TEST
+
+static Suite *transport_suite(void)
+{
+	Suite *s = suite_create("transport");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_loopback);
+	tcase_add_test(tc, test_corrupt_batch);
+	tcase_add_test(tc, test_cut_mid_batch);
+	tcase_add_test(tc, test_bound_and_faults);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(transport_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
