@@ -792,53 +792,60 @@ static void kvpool__revive(struct kvpool *p, uint32_t page)
 	kvpool__free_push(p, page);
 }
 
-int kvpool_grow(struct kvpool *p, uint32_t n)
+/* Give back the memory a failed grow had allocated. */
+static void kvpool__grow_undo(struct kvpool *p, void **mem, uint32_t fresh)
 {
-	uint32_t revivable = 0, need, fresh = 0;
-	void **mem = NULL;   /* (n_chunks + 1) new chunk memory, by chunk */
+	for (uint32_t c = 0; c <= p->n_chunks; c++) {
+		uint64_t pages = c < p->n_chunks ? p->chunks[c].n : fresh;
+
+		if (mem[c])
+			p->mem.ops->free(p->mem.ctx, mem[c],
+					 (size_t)(pages * p->stride));
+	}
+}
+
+/* Everything a grow of n pages must allocate before it may change
+ * anything. Retired slots whose chunk still has memory cost nothing;
+ * chunks that went back get their memory again (mem[c]); what is still
+ * missing becomes a new chunk of *fresh pages (mem[n_chunks]), with the
+ * arrays sized for it. mem has n_chunks + 1 entries, all NULL on entry
+ * and on failure. */
+static int kvpool__grow_alloc(struct kvpool *p, uint32_t n, void **mem,
+			      uint32_t *fresh)
+{
+	uint32_t revivable = 0, need;
 	int r = 0;
 
-	if (n == 0)
-		return 0;
-	pthread_mutex_lock(&p->lock);
-
-	/* Plan: retired slots whose chunk still has memory cost nothing;
-	 * chunks that went back need their memory again; then a new chunk. */
 	for (uint32_t c = 0; c < p->n_chunks; c++)
 		if (p->chunks[c].base)
 			revivable += p->chunks[c].n - p->chunks[c].live;
 	need = n - KVD_MIN(n, revivable);
-	mem = calloc((size_t)p->n_chunks + 1, sizeof(*mem));
-	if (!mem) {
-		r = -ENOMEM;
-		goto out;
-	}
-	for (uint32_t c = 0; c < p->n_chunks && need; c++) {
+	for (uint32_t c = 0; c < p->n_chunks && need && !r; c++) {
 		if (p->chunks[c].base)
 			continue;
 		r = kvpool__chunk_alloc(p, p->chunks[c].n, &mem[c]);
-		if (r)
-			goto undo;
 		need -= KVD_MIN(need, p->chunks[c].n);
 	}
-	fresh = need;
-	if (fresh) {
-		if (fresh > KVPOOL_MAX_SLOTS - p->slots) {
-			r = KVPOOL_E_RANGE;
-			goto undo;
-		}
-		r = kvpool__reserve_arrays(p, p->slots + fresh,
-					   p->n_chunks + 1);
-		if (!r)
-			r = kvpool__chunk_alloc(p, fresh, &mem[p->n_chunks]);
-		if (r)
-			goto undo;
-	}
+	*fresh = r ? 0 : need;
+	if (!r && need > KVPOOL_MAX_SLOTS - p->slots)
+		r = KVPOOL_E_RANGE;
+	if (!r && need)
+		r = kvpool__reserve_arrays(p, p->slots + need, p->n_chunks + 1);
+	if (!r && need)
+		r = kvpool__chunk_alloc(p, need, &mem[p->n_chunks]);
+	if (r)
+		kvpool__grow_undo(p, mem, *fresh);
+	return r;
+}
 
-	/* Mutate: revive lowest-index retired slots, those that cost
-	 * nothing first (so every reallocated chunk gets live pages), then
-	 * the reallocated chunks, then add the new chunk. */
-	need = n - fresh;
+/* Revive n - fresh retired slots, lowest index first: those that cost
+ * nothing before those of reallocated chunks (so every reallocated chunk
+ * gets live pages), then add the new chunk. Cannot fail. */
+static void kvpool__grow_apply(struct kvpool *p, uint32_t n, void **mem,
+			       uint32_t fresh)
+{
+	uint32_t need = n - fresh;
+
 	for (int pass = 0; pass < 2; pass++) {
 		for (uint32_t c = 0; c < p->n_chunks && need; c++) {
 			struct kvchunk *ch = &p->chunks[c];
@@ -857,16 +864,21 @@ int kvpool_grow(struct kvpool *p, uint32_t n)
 	}
 	if (fresh)
 		kvpool__chunk_add(p, mem[p->n_chunks], fresh);
-	goto out;
-undo:
-	for (uint32_t c = 0; c <= p->n_chunks; c++)
-		if (mem[c])
-			p->mem.ops->free(p->mem.ctx, mem[c],
-					 (size_t)((uint64_t)(c < p->n_chunks ?
-							     p->chunks[c].n :
-							     fresh) *
-						  p->stride));
-out:
+}
+
+int kvpool_grow(struct kvpool *p, uint32_t n)
+{
+	void **mem;       /* (n_chunks + 1) memory for returned/new chunks */
+	uint32_t fresh = 0;
+	int r;
+
+	if (n == 0)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	mem = calloc((size_t)p->n_chunks + 1, sizeof(*mem));
+	r = mem ? kvpool__grow_alloc(p, n, mem, &fresh) : -ENOMEM;
+	if (!r)
+		kvpool__grow_apply(p, n, mem, fresh);
 	free(mem);
 	pthread_mutex_unlock(&p->lock);
 	return r;

@@ -29,15 +29,32 @@ static const struct kvpool_geom geom = {
 
 struct fake_ctx {
 	unsigned reads, writes, compares;
+	unsigned allocs, frees;
+	int fail_after;          /* > 0: that many more allocs succeed */
+	size_t live_bytes;
 };
 
 static int fake_alloc(void *ctx, size_t bytes, void **out)
 {
-	return posix_memalign(out, 64, bytes) ? -ENOMEM : 0;
+	struct fake_ctx *c = ctx;
+
+	if (c->fail_after > 0 && --c->fail_after == 0) {
+		c->fail_after = 1; /* keep failing */
+		return -ENOMEM;
+	}
+	if (posix_memalign(out, 64, bytes))
+		return -ENOMEM;
+	c->allocs++;
+	c->live_bytes += bytes;
+	return 0;
 }
 
 static void fake_free(void *ctx, void *ptr, size_t bytes)
 {
+	struct fake_ctx *c = ctx;
+
+	c->frees++;
+	c->live_bytes -= bytes;
 	free(ptr);
 }
 
@@ -626,6 +643,55 @@ START_TEST(t_grow_shrink)
 }
 END_TEST
 
+/* A grow whose allocation fails changes nothing; memory stays balanced. */
+START_TEST(t_grow_enomem)
+{
+	struct fake_ctx c = { 0 };
+	struct kvmem m = { .ops = &fake_read_ops, .ctx = &c };
+	struct kvpool *p = NULL;
+	struct kvpool_ref a[2];
+	struct snap s;
+
+	ck_assert_int_eq(kvpool_new(&p, &m, &geom, 4), 0);
+	ck_assert_int_eq(kvpool_grow(p, 4), 0);          /* chunk 1 */
+	ck_assert_uint_eq(c.allocs, 2);
+	ck_assert_uint_eq(c.live_bytes, 8 * 320);
+	/* chunk 0 fully retired goes back to the backend */
+	ck_assert_int_eq(kvpool_reserve(p, 1, 2, a), 0); /* pages 7, 6 */
+	ck_assert_int_eq(kvpool_shrink(p, 6, NULL), 0);
+	ck_assert_uint_eq(c.frees, 1);
+	ck_assert_uint_eq(c.live_bytes, 4 * 320);
+	ck_assert_ptr_null(kvpool_page_addr(p, 0));
+	/* growing 7: slots 4, 5 cost nothing, then chunk 0 again (4) and a
+	 * new chunk (1): the second allocation fails, the first is given
+	 * back, nothing changes */
+	snap_take(p, &s);
+	c.fail_after = 2;
+	ck_assert_int_eq(kvpool_grow(p, 7), -ENOMEM);
+	snap_same(p, &s);
+	ck_assert_uint_eq(c.allocs, 3);
+	ck_assert_uint_eq(c.frees, 2);
+	ck_assert_uint_eq(c.live_bytes, 4 * 320);
+	/* the first allocation failing: nothing allocated at all */
+	c.fail_after = 1;
+	ck_assert_int_eq(kvpool_grow(p, 7), -ENOMEM);
+	snap_same(p, &s);
+	ck_assert_uint_eq(c.allocs, 3);
+	c.fail_after = 0;
+	ck_assert_int_eq(kvpool_grow(p, 7), 0);
+	ck_assert_uint_eq(c.allocs, 5);
+	ck_assert_uint_eq(stats(p).pages, 9);
+	ck_assert_uint_eq(stats(p).slots, 9);
+	ck_assert_uint_eq(stats(p).by_state[KVPAGE_FREE], 7);
+	ck_assert_uint_eq(c.live_bytes, 9 * 320);
+	ck_assert_int_eq(kvpool_release(p, 1, a, 2), 0);
+	ck_assert_uint_eq(stats(p).by_state[KVPAGE_FREE], 9);
+	kvpool_free(p);
+	ck_assert_uint_eq(c.live_bytes, 0);
+	ck_assert_uint_eq(c.allocs, c.frees);
+}
+END_TEST
+
 START_TEST(t_quarantine_cancels_retiring)
 {
 	struct kvpool *p = pool_new(2);
@@ -860,6 +926,7 @@ static Suite *kvpool_suite(void)
 	tcase_add_test(tc, t_fence_defers_release);
 	tcase_add_test(tc, t_quarantine_never_reused);
 	tcase_add_test(tc, t_grow_shrink);
+	tcase_add_test(tc, t_grow_enomem);
 	tcase_add_test(tc, t_quarantine_cancels_retiring);
 	tcase_add_test(tc, t_stale_bytes_host);
 	tcase_add_test(tc, t_stale_bytes_not_host_visible);
