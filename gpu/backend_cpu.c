@@ -38,6 +38,9 @@
 #include "gpu/threadpool.h"
 #include "conf/util.h"
 
+/* Multiply-adds below which a matmul runs on the calling thread alone. */
+#define MM_INLINE_WORK (1u << 16)
+
 struct cpu_ctx {
 	const struct model *m;
 	const struct ops_kernels *k;
@@ -128,11 +131,20 @@ static void mm_bind(struct cpu_ctx *c, struct mm_part *p,
 
 static void mm_go(struct cpu_ctx *c, struct mm_job *j)
 {
+	uint64_t work = 0;
+
 	j->k = c->k;
 	j->rows = 0;
-	for (uint32_t i = 0; i < j->n_parts; i++)
+	for (uint32_t i = 0; i < j->n_parts; i++) {
 		j->rows += j->p[i].w->rows;
-	threadpool_run(c->tp, mm_run, j);
+		work += (uint64_t)j->p[i].w->rows * j->p[i].w->cols * j->n;
+	}
+	/* Tiny matmuls cost less than waking the workers. Running every part
+	 * on this thread gives the same bits: rows are independent. */
+	if (work < MM_INLINE_WORK)
+		mm_run(j, 0, 1);
+	else
+		threadpool_run(c->tp, mm_run, j);
 }
 
 /* ---- attention job: (token, head) units split across threads -------- */
@@ -227,7 +239,10 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 		ops_kv_store(c->k, &c->views[b->seq[i]], b->pos[i], ki,
 			     c->vb + (size_t)i * kvd);
 	}
-	threadpool_run(c->tp, att_run, &aj);
+	if ((uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim < MM_INLINE_WORK)
+		att_run(&aj, 0, 1);
+	else
+		threadpool_run(c->tp, att_run, &aj);
 
 	quant = false;
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };

@@ -1,0 +1,388 @@
+/* generate.c - `kvd generate`, the engine without a daemon around it.
+ *
+ * The command wires the same pieces the daemon wires - model, tokenizer,
+ * KV pool on host memory, engine - and drives engine_step() on the main
+ * thread (there is no event loop here, so computing on this thread is
+ * right). The pool holds exactly pages_for(prompt + max_tokens) pages: a
+ * prompt that does not fit the model's context is refused with the typed
+ * error, never truncated or replaced.
+ *
+ * Output: text chunks from the incremental detokenizer go to stdout and
+ * are flushed per token; --json collects them and prints one object at
+ * the end. JSON strings escape quotes, backslashes and control bytes; the
+ * detokenizer guarantees valid UTF-8, which passes through as is.
+ */
+#include "daemon/generate.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf/util.h"
+#include "gpu/engine.h"
+#include "gpu/kvmem.h"
+#include "gpu/kvpool.h"
+#include "gpu/model.h"
+#include "gpu/tokenizer.h"
+
+struct gen_opts {
+	const char *model;
+	const char *prompt;
+	uint32_t max_tokens;
+	struct sampler_params sp;
+	uint32_t threads;
+	uint32_t page_tokens;
+	enum kv_dtype kv_dtype;
+	bool json;
+};
+
+/* A growing byte buffer for --json's text. */
+struct gen_buf {
+	char *p;
+	size_t len, cap;
+};
+
+static int buf_add(struct gen_buf *b, const char *s, size_t n)
+{
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = (b->len + n + 1) * 2;
+		char *p = realloc(b->p, cap);
+
+		if (!p)
+			return -ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: kvd generate --model FILE --prompt TEXT [--max-tokens N]\n"
+		"                    [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+		"                    [--threads N] [--page-tokens N] [--kv-dtype f32|f16]\n"
+		"                    [--json]\n"
+		"Offline generation with the kvd engine; greedy unless --temperature > 0.\n");
+}
+
+static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-' || v < min || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_float(const char *s, float min, float max, float *out)
+{
+	char *end;
+	float v;
+
+	errno = 0;
+	v = strtof(s, &end);
+	if (errno || end == s || *end || !(v >= min && v <= max))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_opts(int argc, char **argv, struct gen_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "prompt", required_argument, NULL, 'p' },
+		{ "max-tokens", required_argument, NULL, 'n' },
+		{ "temperature", required_argument, NULL, 't' },
+		{ "top-k", required_argument, NULL, 'k' },
+		{ "top-p", required_argument, NULL, 'P' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "threads", required_argument, NULL, 'T' },
+		{ "page-tokens", required_argument, NULL, 'g' },
+		{ "kv-dtype", required_argument, NULL, 'd' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned long long seed;
+	char *end;
+	int c;
+
+	*o = (struct gen_opts){ .max_tokens = 128, .sp = SAMPLER_PARAMS_GREEDY,
+				.threads = ncpu > 0 ? (uint32_t)KVD_MIN(ncpu, 8) : 1,
+				.page_tokens = 16, .kv_dtype = KV_DTYPE_F32 };
+	optind = 0; /* glibc: full rescan, argv[0] is the command name */
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		int bad = 0;
+
+		switch (c) {
+		case 'm': o->model = optarg; break;
+		case 'p': o->prompt = optarg; break;
+		case 'n': bad = parse_u32(optarg, 1, 1u << 24, &o->max_tokens); break;
+		case 't': bad = parse_float(optarg, 0.0f, 100.0f, &o->sp.temperature); break;
+		case 'k': bad = parse_u32(optarg, 0, UINT32_MAX, &o->sp.top_k); break;
+		case 'P': bad = parse_float(optarg, 0.0f, 1.0f, &o->sp.top_p);
+			  bad = bad || o->sp.top_p <= 0.0f; break;
+		case 's':
+			errno = 0;
+			seed = strtoull(optarg, &end, 0);
+			bad = errno || end == optarg || *end;
+			o->sp.seed = seed;
+			break;
+		case 'T': bad = parse_u32(optarg, 1, 256, &o->threads); break;
+		case 'g': bad = parse_u32(optarg, 1, 1u << 16, &o->page_tokens); break;
+		case 'd':
+			if (!strcmp(optarg, "f32"))
+				o->kv_dtype = KV_DTYPE_F32;
+			else if (!strcmp(optarg, "f16"))
+				o->kv_dtype = KV_DTYPE_F16;
+			else
+				bad = 1;
+			break;
+		case 'j': o->json = true; break;
+		case 'h': usage(stdout); return 1;
+		default: usage(stderr); return -1;
+		}
+		if (bad) {
+			fprintf(stderr, "kvd generate: bad option value '%s'\n",
+				optarg);
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvd generate: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (!o->model || !o->prompt) {
+		usage(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+static void json_ids(FILE *out, const int32_t *ids, size_t n)
+{
+	fputc('[', out);
+	for (size_t i = 0; i < n; i++)
+		fprintf(out, "%s%d", i ? "," : "", ids[i]);
+	fputc(']', out);
+}
+
+static void json_str(FILE *out, const char *s, size_t n)
+{
+	fputc('"', out);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		if (ch == '"' || ch == '\\')
+			fprintf(out, "\\%c", ch);
+		else if (ch == '\n')
+			fputs("\\n", out);
+		else if (ch == '\t')
+			fputs("\\t", out);
+		else if (ch == '\r')
+			fputs("\\r", out);
+		else if (ch < 0x20 || ch == 0x7f)
+			fprintf(out, "\\u%04x", ch);
+		else
+			fputc(ch, out);
+	}
+	fputc('"', out);
+}
+
+/* Everything the run holds; generate_cleanup() frees what is set. */
+struct gen_run {
+	struct model *model;
+	struct tokenizer *tok;
+	struct detok dt;
+	bool dt_init;
+	struct kvmem mem;
+	struct kvpool *pool;
+	struct engine *eng;
+	struct engine_req *req;
+	int32_t *prompt;
+	size_t n_prompt;
+	struct gen_buf text;
+};
+
+static void gen_cleanup(struct gen_run *g)
+{
+	if (g->req)
+		engine_req_free(g->eng, g->req);
+	engine_free(g->eng);
+	kvpool_free(g->pool);
+	if (g->mem.ops)
+		kvmem_deinit(&g->mem);
+	if (g->dt_init)
+		detok_deinit(&g->dt);
+	tokenizer_free(g->tok);
+	model_free(g->model);
+	free(g->prompt);
+	free(g->text.p);
+}
+
+static int emit(struct gen_run *g, const struct gen_opts *o, const char *s,
+		size_t n)
+{
+	if (!n)
+		return 0;
+	if (o->json)
+		return buf_add(&g->text, s, n);
+	if (fwrite(s, 1, n, stdout) != n)
+		return -EIO;
+	fflush(stdout);
+	return 0;
+}
+
+static int gen_run(struct gen_run *g, const struct gen_opts *o)
+{
+	struct gguf_error err;
+	struct kvpool_geom geom;
+	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+	struct engine_req_params rp;
+	enum engine_finish fin = ENGINE_FINISH_NONE;
+	const char *chunk;
+	size_t len;
+	int rc;
+
+	rc = model_open(&g->model, o->model, &err);
+	if (rc) {
+		fprintf(stderr, "kvd generate: %s: %s\n", o->model,
+			rc < 0 ? strerror(-rc) : err.msg);
+		return 66;
+	}
+	rc = tokenizer_new(&g->tok, g->model->file, &err);
+	if (rc) {
+		fprintf(stderr, "kvd generate: %s: tokenizer: %s\n", o->model,
+			rc < 0 ? strerror(-rc) : err.msg);
+		return 66;
+	}
+	rc = tokenizer_encode(g->tok, o->prompt, strlen(o->prompt),
+			      tokenizer_add_bos(g->tok), &g->prompt, &g->n_prompt);
+	if (rc || g->n_prompt == 0) {
+		fprintf(stderr, "kvd generate: cannot tokenize the prompt: %s\n",
+			rc ? strerror(-rc) : "empty prompt");
+		return 1;
+	}
+	if (g->n_prompt + (uint64_t)o->max_tokens > g->model->hp.n_ctx_train) {
+		fprintf(stderr, "kvd generate: prompt too long: %zu prompt tokens + %u max tokens exceed the context length %u\n",
+			g->n_prompt, o->max_tokens, g->model->hp.n_ctx_train);
+		return 1;
+	}
+	rc = detok_init(&g->dt, g->tok);
+	if (rc) {
+		fprintf(stderr, "kvd generate: %s\n", strerror(-rc));
+		return 1;
+	}
+	g->dt_init = true;
+	geom = (struct kvpool_geom){
+		.page_tokens = o->page_tokens, .n_layer = g->model->hp.n_layer,
+		.kv_dim = g->model->hp.n_head_kv * g->model->hp.head_dim,
+		.dtype = o->kv_dtype };
+	kvmem_host_init(&g->mem);
+	rc = kvpool_new(&g->pool, &g->mem, &geom,
+			(uint32_t)((g->n_prompt + o->max_tokens + o->page_tokens - 1) /
+				   o->page_tokens));
+	if (rc) {
+		fprintf(stderr, "kvd generate: KV pool: error %d\n", rc);
+		return 1;
+	}
+	ep.threads = o->threads;
+	ep.max_batch = 1;
+	ep.prefill_chunk = 256;
+	rc = engine_new(&g->eng, g->model, g->pool, &ep, NULL);
+	if (rc) {
+		fprintf(stderr, "kvd generate: engine: %s\n", engine_strerror(rc));
+		return 1;
+	}
+	rp = (struct engine_req_params){
+		.owner = 1, .prompt = g->prompt, .n_prompt = (uint32_t)g->n_prompt,
+		.max_tokens = o->max_tokens, .sampling = o->sp };
+	rc = engine_submit(g->eng, &rp, &g->req);
+	if (rc) {
+		fprintf(stderr, "kvd generate: %s\n", engine_strerror(rc));
+		return 1;
+	}
+	/* the prompt's BOS sets the detokenizer's leading-space rule */
+	for (size_t i = 0; i < g->n_prompt; i++) {
+		rc = detok_push(&g->dt, g->prompt[i], &chunk, &len);
+		if (rc)
+			break;
+	}
+	while (!engine_idle(g->eng)) {
+		const struct engine_event *ev;
+		size_t n_ev;
+
+		rc = engine_step(g->eng, &ev, &n_ev);
+		if (rc) {
+			fprintf(stderr, "kvd generate: %s\n", engine_strerror(rc));
+			return 1;
+		}
+		for (size_t i = 0; i < n_ev; i++) {
+			if (ev[i].kind == ENGINE_EV_DONE) {
+				fin = ev[i].finish;
+				if (fin == ENGINE_FINISH_ERROR) {
+					fprintf(stderr, "kvd generate: %s\n",
+						engine_strerror(ev[i].error));
+					return 1;
+				}
+				continue;
+			}
+			rc = detok_push(&g->dt, ev[i].token, &chunk, &len);
+			if (!rc)
+				rc = emit(g, o, chunk, len);
+			if (rc) {
+				fprintf(stderr, "kvd generate: output: %s\n", strerror(-rc));
+				return 1;
+			}
+		}
+	}
+	rc = detok_flush(&g->dt, &chunk, &len);
+	if (!rc)
+		rc = emit(g, o, chunk, len);
+	if (rc)
+		return 1;
+	if (o->json) {
+		uint32_t n;
+		const int32_t *ids = engine_req_tokens(g->req, &n);
+
+		fputs("{\"prompt_ids\":", stdout);
+		json_ids(stdout, ids, g->n_prompt);
+		fputs(",\"output_ids\":", stdout);
+		json_ids(stdout, ids + g->n_prompt, n - g->n_prompt);
+		fputs(",\"text\":", stdout);
+		json_str(stdout, g->text.p ? g->text.p : "", g->text.len);
+		fprintf(stdout, ",\"finish_reason\":\"%s\"}\n",
+			fin == ENGINE_FINISH_STOP ? "stop" : "length");
+	} else {
+		fputc('\n', stdout);
+	}
+	return fflush(stdout) ? 1 : 0;
+}
+
+int kvd_cmd_generate(int argc, char **argv)
+{
+	struct gen_opts o;
+	struct gen_run g = { 0 };
+	int rc;
+
+	rc = parse_opts(argc, argv, &o);
+	if (rc)
+		return rc > 0 ? 0 : 64;
+	rc = gen_run(&g, &o);
+	gen_cleanup(&g);
+	return rc;
+}

@@ -1,0 +1,21 @@
+/* generate.h - `kvd generate`: offline, in-process generation.
+ *
+ *   kvd generate --model FILE --prompt TEXT [--max-tokens N]
+ *                [--temperature T] [--top-k K] [--top-p P] [--seed S]
+ *                [--threads N] [--page-tokens N] [--kv-dtype f32|f16]
+ *                [--json]
+ *
+ * Loads the model and its tokenizer, builds a host KV pool just big
+ * enough for the request, and runs the same engine the daemon runs (same
+ * pages, same integrity checks), with no network. Text streams to stdout
+ * as tokens arrive (never splitting a UTF-8 character); with --json one
+ * object {"prompt_ids":[..],"output_ids":[..],"text":"..",
+ * "finish_reason":"stop|length"} is printed at the end instead.
+ *
+ * argv[0] is the command name ("generate"). Returns the process exit
+ * code: 0 ok, 1 generation failed, 64 usage error, 66 model unusable.
+ * Diagnostics go to stderr (this is a command, not a module).
+ */
+#pragma once
+
+int kvd_cmd_generate(int argc, char **argv);

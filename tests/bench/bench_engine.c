@@ -1,0 +1,258 @@
+/* bench_engine.c - prefill and decode speed of the CPU engine, and decode
+ * against the memory-bandwidth bound.
+ *
+ *   bench_engine [--quick] [--only f32|f16|q8_0] [--model FILE]
+ *
+ * Models: stories260K ($KVD_SHARED/models, when present) and a generated
+ * ~100M-parameter llama (12 layers, dim 768, 12 heads, 4 KV heads, ff
+ * 2048, vocab 16000) in F32, F16 and Q8_0, written to a temporary
+ * directory and deleted afterwards (never committed). For each model and
+ * thread count (1, 2):
+ *   prefill tok/s  a 128-token prompt in one chunk
+ *   decode tok/s   32 greedy tokens after it, one request
+ *   bound tok/s    copy bandwidth / weight bytes one decoded token reads,
+ *                  the copy bandwidth measured in this run with the same
+ *                  thread count (memcpy of 256 MiB, best of 5)
+ *   ratio          decode / bound (target >= 0.70 at 2 threads, 100M)
+ * Prints figures; never fails on speed.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf/util.h"
+#include "gpu/engine.h"
+#include "gpu/gguf_write.h"
+#include "gpu/kvmem.h"
+#include "gpu/kvpool.h"
+#include "gpu/model.h"
+
+/* ---- copy bandwidth ------------------------------------------------------ */
+
+struct copy_part {
+	uint8_t *dst;
+	const uint8_t *src;
+	size_t n;
+};
+
+static void *copy_main(void *p)
+{
+	struct copy_part *c = p;
+
+	memcpy(c->dst, c->src, c->n);
+	return NULL;
+}
+
+/* Bytes copied per second with `threads` threads each copying its share. */
+static double copy_bandwidth(uint32_t threads)
+{
+	size_t n = (size_t)256 << 20;
+	uint8_t *src = malloc(n), *dst = malloc(n);
+	double best = 0;
+
+	if (!src || !dst) {
+		free(src);
+		free(dst);
+		return 0;
+	}
+	memset(src, 1, n);
+	memset(dst, 2, n);
+	for (int rep = 0; rep < 5; rep++) {
+		pthread_t th[16];
+		struct copy_part parts[16];
+		uint64_t t0 = kvd_now_ns();
+		double s;
+
+		for (uint32_t i = 0; i < threads; i++) {
+			size_t b = n / threads * i, e = i + 1 == threads ? n : n / threads * (i + 1);
+
+			parts[i] = (struct copy_part){ dst + b, src + b, e - b };
+			if (i > 0)
+				pthread_create(&th[i], NULL, copy_main, &parts[i]);
+		}
+		copy_main(&parts[0]);
+		for (uint32_t i = 1; i < threads; i++)
+			pthread_join(th[i], NULL);
+		s = (double)(kvd_now_ns() - t0) / 1e9;
+		if (n / s > best)
+			best = n / s;
+	}
+	free(src);
+	free(dst);
+	return best;
+}
+
+/* ---- one model, one thread count ------------------------------------------ */
+
+struct result {
+	double prefill_tps;
+	double decode_tps;
+};
+
+static int run_model(const struct model *m, uint32_t threads, uint32_t n_prompt,
+		     uint32_t n_decode, struct result *res)
+{
+	struct kvmem mem;
+	struct kvpool *pool;
+	struct kvpool_geom g = { .page_tokens = 16, .n_layer = m->hp.n_layer,
+				 .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+				 .dtype = KV_DTYPE_F16 };
+	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+	struct engine *e;
+	struct engine_req *r;
+	int32_t *prompt = calloc(n_prompt, sizeof(*prompt));
+	struct engine_req_params rp = {
+		.owner = 1, .prompt = prompt, .n_prompt = n_prompt,
+		.max_tokens = n_decode + 1, .sampling = SAMPLER_PARAMS_GREEDY,
+		.ignore_eos = true };
+	const struct engine_event *ev;
+	size_t n_ev;
+	uint64_t t0, t1;
+	uint32_t decoded = 0;
+	int rc;
+
+	for (uint32_t i = 0; i < n_prompt; i++)
+		prompt[i] = (int32_t)(1 + (i * 37) % (m->hp.n_vocab - 1));
+	kvmem_host_init(&mem);
+	rc = kvpool_new(&pool, &mem, &g, (n_prompt + n_decode) / 16 + 4);
+	if (rc)
+		goto out_prompt;
+	ep.threads = threads;
+	ep.max_batch = 1;
+	ep.prefill_chunk = n_prompt;
+	ep.n_ctx = n_prompt + n_decode + 8;
+	rc = engine_new(&e, m, pool, &ep, NULL);
+	if (rc)
+		goto out_pool;
+	rc = engine_submit(e, &rp, &r);
+	if (rc)
+		goto out_engine;
+	t0 = kvd_now_ns();
+	rc = engine_step(e, &ev, &n_ev); /* the whole prompt, first token */
+	t1 = kvd_now_ns();
+	if (rc)
+		goto out_req;
+	res->prefill_tps = n_prompt / ((double)(t1 - t0) / 1e9);
+	t0 = kvd_now_ns();
+	while (!engine_idle(e)) {
+		rc = engine_step(e, &ev, &n_ev);
+		if (rc)
+			goto out_req;
+		decoded++;
+	}
+	t1 = kvd_now_ns();
+	res->decode_tps = decoded / ((double)(t1 - t0) / 1e9);
+out_req:
+	engine_req_free(e, r);
+out_engine:
+	engine_free(e);
+out_pool:
+	kvpool_free(pool);
+out_prompt:
+	kvmem_deinit(&mem);
+	free(prompt);
+	return rc;
+}
+
+static void bench_model(const char *label, const struct model *m,
+			const double *bw, uint32_t n_prompt, uint32_t n_decode)
+{
+	for (uint32_t th = 1; th <= 2; th++) {
+		struct result r = { 0 };
+		double bound = bw[th] / (double)m->decode_bytes;
+		int rc = run_model(m, th, n_prompt, n_decode, &r);
+
+		if (rc) {
+			printf("%-22s threads=%u error %d\n", label, th, rc);
+			continue;
+		}
+		printf("%-22s %8.1fM %9.1f %7u %12.1f %11.2f %10.2f %7.2f\n",
+		       label, m->n_params / 1e6, m->decode_bytes / 1048576.0, th,
+		       r.prefill_tps, r.decode_tps, bound, r.decode_tps / bound);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *shared = getenv("KVD_SHARED");
+	char path[1024], dir[256];
+	bool quick = false;
+	const char *only = NULL;     /* --only f32|f16|q8_0: one generated type */
+	const char *file = NULL;     /* --model FILE: bench that file alone */
+	double bw[3];
+	struct model *m;
+	struct gguf_error err;
+	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0 };
+
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--quick"))
+			quick = true;
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
+		else if (!strcmp(argv[i], "--model") && i + 1 < argc)
+			file = argv[++i];
+	bw[1] = copy_bandwidth(1);
+	bw[2] = copy_bandwidth(2);
+	printf("copy bandwidth: 1 thread %.2f GB/s, 2 threads %.2f GB/s\n",
+	       bw[1] / 1e9, bw[2] / 1e9);
+	printf("%-22s %9s %9s %7s %12s %11s %10s %7s\n", "model", "params",
+	       "MiB/tok", "threads", "prefill t/s", "decode t/s", "bound t/s",
+	       "ratio");
+
+	if (file) {
+		if (model_open(&m, file, &err)) {
+			printf("open %s: %s\n", file, err.msg);
+			return 1;
+		}
+		bench_model(file, m, bw, 128, 64);
+		model_free(m);
+		return 0;
+	}
+	snprintf(path, sizeof(path), "%s/models/stories260K.gguf",
+		 shared ? shared : "../shared");
+	if (model_open(&m, path, &err) == 0) {
+		bench_model("stories260K f32", m, bw, 128, 64);
+		model_free(m);
+	}
+
+	snprintf(dir, sizeof(dir), "/tmp/kvd-bench-XXXXXX");
+	if (!mkdtemp(dir))
+		return 1;
+	for (size_t t = 0; t < KVD_ARRAY_SIZE(types); t++) {
+		struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
+		char label[64];
+		int rc;
+
+		if (only && strcmp(only, ggml_type_name(types[t])))
+			continue;
+		p.n_layer = quick ? 2 : 12;
+		p.n_embd = 768;
+		p.n_head = 12;
+		p.n_head_kv = 4;
+		p.n_ff = 2048;
+		p.n_vocab = 16000;
+		p.n_ctx = 2048;
+		p.wtype = types[t];
+		snprintf(path, sizeof(path), "%s/llama100m_%s.gguf", dir,
+			 ggml_type_name(types[t]));
+		rc = gguf_make_llama(path, &p);
+		if (rc) {
+			printf("generate %s: error %d\n", path, rc);
+			continue;
+		}
+		rc = model_open(&m, path, &err);
+		if (rc) {
+			printf("open %s: %s\n", path, err.msg);
+			unlink(path);
+			continue;
+		}
+		snprintf(label, sizeof(label), "gen-100M %s", ggml_type_name(types[t]));
+		bench_model(label, m, bw, 128, 32);
+		model_free(m);
+		unlink(path);
+	}
+	rmdir(dir);
+	return 0;
+}
