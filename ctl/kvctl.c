@@ -196,7 +196,7 @@ static int kvctl_call(struct kvctl *k, struct frame_writer *w,
 	char *data;
 	size_t len;
 	bool okv = false;
-	int r;
+	int r, werr;
 
 	r = frame_writer_finish(w, ADMIN_FRAME_MAX, &data, &len);
 	frame_writer_deinit(w);
@@ -205,13 +205,18 @@ static int kvctl_call(struct kvctl *k, struct frame_writer *w,
 		return EXIT_USAGE;
 	}
 	r = kvctl_connect(k);
-	if (!r && kvctl_write_all(k->fd, data, len) < 0) {
-		fprintf(stderr, "kvctl: %s: %s\n", k->socket, strerror(errno));
-		r = EXIT_UNAVAILABLE;
+	if (r) {
+		free(data);
+		return r;
 	}
+	/* A write error (the daemon refused us and hung up) still leaves
+	 * its error frame to read: try, and report the write error only if
+	 * there is none. */
+	werr = kvctl_write_all(k->fd, data, len) < 0 ? errno : 0;
 	free(data);
-	if (!r)
-		r = kvctl_read_reply(k, &reply);
+	r = kvctl_read_reply(k, &reply);
+	if (r && werr)
+		fprintf(stderr, "kvctl: %s: %s\n", k->socket, strerror(werr));
 	if (r)
 		return r;
 	ok = frame_map_get(reply, "ok");

@@ -1,0 +1,314 @@
+/* test_audit.c - the log capacity audit: the incident's figures, recovery,
+ * clamping, fingerprint and dtype disagreement, garbage lines, quoting.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/log.h"
+#include "ctl/audit.h"
+
+#define SHA_A "a897fb5d458ff6087ad099204cdcadb237c464989116b9bda7a517e3b308a2da"
+#define SHA_B "0000000000000000000000000000000000000000000000000000000000000001"
+
+/* One kv_capacity line as kvd logs it. */
+static void cap_line(char *buf, size_t size, const char *node, const char *role,
+		     unsigned long long pool, unsigned ctx, const char *margin,
+		     const char *sha, const char *dtype, const char *verdict,
+		     const char *policy, unsigned advertised, const char *reason)
+{
+	snprintf(buf, size,
+		 "ts=2026-11-29T14:25:37.123Z level=info node=%s event=kv_capacity"
+		 " role=%s pool_tokens=%llu pages=%llu page_tokens=16"
+		 " page_bytes=2097216 kv_bytes_per_token=131072 context_length=%u"
+		 " margin=%s required_tokens=%u model=\"/srv/models/big model.gguf\""
+		 " model_sha256=%s kv_dtype=%s verdict=%s policy=%s"
+		 " advertised_context=%u reason=%s",
+		 node, role, pool, pool / 16, ctx, margin, ctx, sha, dtype,
+		 verdict, policy, advertised, reason);
+}
+
+static int feed(struct audit *a, const char *line)
+{
+	return audit_feed_line(a, line, strlen(line));
+}
+
+/* Run the report into a memory buffer; returns the exit verdict. */
+static int report(struct audit *a, char **text, int json)
+{
+	size_t len;
+	FILE *f = open_memstream(text, &len);
+	int r;
+
+	ck_assert_ptr_nonnull(f);
+	r = json ? audit_report_json(a, f) : audit_report(a, f);
+	fclose(f);
+	return r;
+}
+
+START_TEST(test_incident_insufficient)
+{
+	struct audit *a;
+	struct audit_summary s;
+	char line[1024], *out;
+
+	ck_assert_int_eq(audit_new(&a), 0);
+	/* the incident: 1,048,576-token context, 681,280-token pool, and a
+	 * line that (wrongly) claims ok: the figures decide */
+	cap_line(line, sizeof(line), "prefill-0", "prefill", 681280, 1048576,
+		 "1", SHA_A, "f16", "ok", "refuse", 1048576, "boot");
+	ck_assert_int_eq(feed(a, line), 0);
+	cap_line(line, sizeof(line), "decode-0", "decode", 2040000, 1048576,
+		 "1", SHA_A, "f16", "ok", "refuse", 1048576, "boot");
+	ck_assert_int_eq(feed(a, line), 0);
+	audit_get_summary(a, &s);
+	ck_assert_uint_eq(s.nodes, 2);
+	ck_assert_uint_eq(s.insufficient, 1);
+	ck_assert(!s.model_mismatch);
+	ck_assert_int_eq(report(a, &out, 0), 1);
+	ck_assert_ptr_nonnull(strstr(out, "FAIL prefill-0: pool of 681280 tokens"));
+	ck_assert_ptr_nonnull(strstr(out, "disagrees"));
+	ck_assert_ptr_null(strstr(out, "FAIL decode-0"));
+	free(out);
+	ck_assert_int_eq(report(a, &out, 1), 1);
+	ck_assert_ptr_nonnull(strstr(out, "\"ok\":false"));
+	free(out);
+	audit_free(a);
+}
+END_TEST
+
+START_TEST(test_incident_fixed)
+{
+	struct audit *a;
+	char line[1024], *out;
+
+	ck_assert_int_eq(audit_new(&a), 0);
+	cap_line(line, sizeof(line), "prefill-0", "prefill", 681280, 1048576,
+		 "1", SHA_A, "f16", "insufficient", "refuse", 0, "boot");
+	feed(a, line);
+	/* the pool grown to ~2,040,000 tokens: the latest line decides */
+	cap_line(line, sizeof(line), "prefill-0", "prefill", 2040000, 1048576,
+		 "1", SHA_A, "f16", "ok", "refuse", 1048576, "resize");
+	feed(a, line);
+	cap_line(line, sizeof(line), "decode-0", "decode", 2040000, 1048576,
+		 "1", SHA_A, "f16", "ok", "refuse", 1048576, "boot");
+	feed(a, line);
+	ck_assert_int_eq(report(a, &out, 0), 0);
+	/* what changed since the previous line */
+	ck_assert_ptr_nonnull(strstr(out, "pool_tokens 681280->2040000"));
+	ck_assert_ptr_nonnull(strstr(out, "verdict insufficient->ok"));
+	ck_assert_ptr_nonnull(strstr(out, "(resize)"));
+	ck_assert_ptr_nonnull(strstr(out, "first line"));
+	ck_assert_ptr_nonnull(strstr(out, "audit: ok"));
+	free(out);
+	audit_free(a);
+}
+END_TEST
+
+START_TEST(test_margin_and_clamp)
+{
+	struct audit *a;
+	struct audit_summary s;
+	char line[1024], *out;
+
+	ck_assert_int_eq(audit_new(&a), 0);
+	/* 2,040,000 >= 1,048,576 but not >= 1,048,576 x 2 */
+	cap_line(line, sizeof(line), "p1", "prefill", 2040000, 1048576, "2",
+		 SHA_A, "f16", "ok", "refuse", 1048576, "boot");
+	feed(a, line);
+	audit_get_summary(a, &s);
+	ck_assert_uint_eq(s.insufficient, 1);
+	audit_free(a);
+
+	/* clamped to what fits: served context 600,000 <= 681,280 */
+	ck_assert_int_eq(audit_new(&a), 0);
+	cap_line(line, sizeof(line), "p1", "prefill", 681280, 1048576, "1",
+		 SHA_A, "f16", "insufficient", "clamp", 600000, "boot");
+	feed(a, line);
+	ck_assert_int_eq(report(a, &out, 0), 0);
+	ck_assert_ptr_nonnull(strstr(out, "ok-clamped"));
+	free(out);
+	audit_free(a);
+}
+END_TEST
+
+START_TEST(test_fingerprint_mismatch)
+{
+	struct audit *a;
+	struct audit_summary s;
+	char line[1024], *out;
+
+	ck_assert_int_eq(audit_new(&a), 0);
+	cap_line(line, sizeof(line), "prefill-0", "prefill", 2040000, 1048576,
+		 "1", SHA_A, "f16", "ok", "refuse", 1048576, "boot");
+	feed(a, line);
+	cap_line(line, sizeof(line), "decode-0", "decode", 2040000, 1048576,
+		 "1", SHA_B, "f16", "ok", "refuse", 1048576, "boot");
+	feed(a, line);
+	/* a standalone node with another model is its own business */
+	cap_line(line, sizeof(line), "dev", "standalone", 4096, 1024, "1",
+		 SHA_B, "f32", "ok", "refuse", 1024, "boot");
+	feed(a, line);
+	audit_get_summary(a, &s);
+	ck_assert(s.model_mismatch);
+	ck_assert(!s.dtype_mismatch);
+	ck_assert_uint_eq(s.insufficient, 0);
+	ck_assert_int_eq(report(a, &out, 0), 1);
+	ck_assert_ptr_nonnull(strstr(out, "FAIL model fingerprint differs"));
+	free(out);
+	audit_free(a);
+
+	ck_assert_int_eq(audit_new(&a), 0);
+	cap_line(line, sizeof(line), "prefill-0", "prefill", 2040000, 1048576,
+		 "1", SHA_A, "f16", "ok", "refuse", 1048576, "boot");
+	feed(a, line);
+	cap_line(line, sizeof(line), "decode-0", "decode", 2040000, 1048576,
+		 "1", SHA_A, "f32", "ok", "refuse", 1048576, "boot");
+	feed(a, line);
+	audit_get_summary(a, &s);
+	ck_assert(s.dtype_mismatch);
+	ck_assert_int_eq(report(a, &out, 1), 1);
+	ck_assert_ptr_nonnull(strstr(out, "\"dtype_mismatch\":true"));
+	free(out);
+	audit_free(a);
+}
+END_TEST
+
+START_TEST(test_garbage_lines)
+{
+	struct audit *a;
+	struct audit_summary s;
+	char line[1024], *out;
+	static const char *const junk[] = {
+		"hello world",
+		"ts=1 level=info node=x event=kv_capacity pool_tokens=\"unterminated",
+		"\x01\x02\x03 binary \xff\xfe",
+		"key=value but=no event",
+		"ts=1 event=kv_capacity node=n1 pool_tokens=12 stray-word",
+		"=novalue",
+		"ts=1 event=x a=b\"c",
+	};
+
+	ck_assert_int_eq(audit_new(&a), 0);
+	for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++)
+		ck_assert_int_eq(feed(a, junk[i]), 0);
+	feed(a, "");
+	/* a kv_capacity line missing figures is counted apart */
+	feed(a, "ts=1 level=info node=n1 event=kv_capacity role=prefill pool_tokens=abc");
+	/* other events are fine and ignored */
+	feed(a, "ts=1 level=info node=n1 event=ready role=prefill");
+	/* journal prefix before the pairs is skipped */
+	cap_line(line, sizeof(line), "n1", "prefill", 4096, 1024, "1.25", SHA_A,
+		 "f16", "ok", "refuse", 1024, "boot");
+	{
+		char prefixed[1200];
+
+		snprintf(prefixed, sizeof(prefixed),
+			 "Nov 29 14:25:37 host kvd[123]: %s\n", line);
+		feed(a, prefixed);
+	}
+	audit_get_summary(a, &s);
+	ck_assert_uint_eq(s.lines, 11);
+	ck_assert_uint_eq(s.unparseable, 7);
+	ck_assert_uint_eq(s.incomplete, 1);
+	ck_assert_uint_eq(s.kvd_lines, 3);
+	ck_assert_uint_eq(s.capacity_lines, 1);
+	ck_assert_uint_eq(s.nodes, 1);
+	ck_assert_int_eq(report(a, &out, 0), 0);
+	ck_assert_ptr_nonnull(strstr(out, "7 unparseable"));
+	free(out);
+	audit_free(a);
+
+	/* only garbage: nothing to judge, not a failure */
+	ck_assert_int_eq(audit_new(&a), 0);
+	feed(a, "garbage");
+	ck_assert_int_eq(report(a, &out, 0), 0);
+	ck_assert_ptr_nonnull(strstr(out, "no event=kv_capacity line"));
+	free(out);
+	audit_free(a);
+}
+END_TEST
+
+START_TEST(test_split_quoting)
+{
+	/* values as kvlog_quote() writes them come back intact */
+	static const char *const values[] = {
+		"plain", "with space", "quote\"inside", "back\\slash",
+		"a=b", "tab\there", "",
+	};
+	char line[512], q[128], buf[512];
+	const char *keys[8], *vals[8];
+
+	for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+		int n;
+
+		snprintf(line, sizeof(line), "event=x v=%s end=1",
+			 kvlog_quote(q, sizeof(q), values[i]));
+		n = audit_split(line, strlen(line), buf, keys, vals, 8);
+		ck_assert_int_eq(n, 3);
+		ck_assert_str_eq(keys[1], "v");
+		ck_assert_str_eq(vals[1], values[i]);
+		ck_assert_str_eq(vals[2], "1");
+	}
+	ck_assert_int_eq(audit_split("a=\"x\\q\"", 7, buf, keys, vals, 8), -1);
+	ck_assert_int_eq(audit_split("a=1 b=2 c=3", 11, buf, keys, vals, 2), -1);
+}
+END_TEST
+
+START_TEST(test_file_feed)
+{
+	struct audit *a;
+	struct audit_summary s;
+	char line[1024];
+	FILE *f = tmpfile();
+
+	ck_assert_ptr_nonnull(f);
+	for (int i = 0; i < 1000; i++) {
+		cap_line(line, sizeof(line), i % 2 ? "decode-0" : "prefill-0",
+			 i % 2 ? "decode" : "prefill", 681280 + (unsigned)i * 2000,
+			 1048576, "1", SHA_A, "f16", "ok", "refuse", 1048576,
+			 "resize");
+		fprintf(f, "%s\nnot a log line %d\n", line, i);
+	}
+	rewind(f);
+	ck_assert_int_eq(audit_new(&a), 0);
+	ck_assert_int_eq(audit_feed_file(a, f), 0);
+	fclose(f);
+	audit_get_summary(a, &s);
+	ck_assert_uint_eq(s.lines, 2000);
+	ck_assert_uint_eq(s.unparseable, 1000);
+	ck_assert_uint_eq(s.capacity_lines, 1000);
+	ck_assert_uint_eq(s.nodes, 2);
+	/* latest lines: 681280 + 998*2000 = 2677280 and 2679280: both ok */
+	ck_assert_uint_eq(s.insufficient, 0);
+	audit_free(a);
+}
+END_TEST
+
+static Suite *audit_suite(void)
+{
+	Suite *s = suite_create("audit");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_incident_insufficient);
+	tcase_add_test(tc, test_incident_fixed);
+	tcase_add_test(tc, test_margin_and_clamp);
+	tcase_add_test(tc, test_fingerprint_mismatch);
+	tcase_add_test(tc, test_garbage_lines);
+	tcase_add_test(tc, test_split_quoting);
+	tcase_add_test(tc, test_file_feed);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(audit_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
