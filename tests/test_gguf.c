@@ -17,6 +17,7 @@
 #include "gpu/gguf.h"
 #include "conf/util.h"
 #include "gpu/gguf_write.h"
+#include "ctl/cmd_model.h"
 
 static char shared_dir[1024];
 
@@ -949,6 +950,82 @@ START_TEST(test_lying_files)
 }
 END_TEST
 
+/* ---- kvctl model ----------------------------------------------------------- */
+
+/* Run kvctl_cmd_model with stdout captured into out[size]. */
+static int run_cli(char *out, size_t size, int argc, const char **argv)
+{
+	char path[] = "/tmp/kvd-cli-XXXXXX";
+	int fd = mkstemp(path), saved, rc;
+	ssize_t n;
+
+	ck_assert_int_ge(fd, 0);
+	fflush(stdout);
+	saved = dup(1);
+	dup2(fd, 1);
+	rc = kvctl_cmd_model(argc, (char **)argv);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	n = pread(fd, out, size - 1, 0);
+	out[n > 0 ? n : 0] = 0;
+	close(fd);
+	unlink(path);
+	return rc;
+}
+
+START_TEST(test_cli)
+{
+	char dir[] = "/tmp/kvd-cli-XXXXXX", path[64], out[8192];
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/m.gguf", dir);
+	const char *mk[] = { "model", "make", path, "--layers", "2", "--dim", "64",
+			     "--heads", "4", "--kv-heads", "2", "--ff", "96",
+			     "--vocab", "600", "--ctx", "1024", "--dtype", "q8_0",
+			     "--seed", "7" };
+	ck_assert_int_eq(run_cli(out, sizeof(out), KVD_ARRAY_SIZE(mk), mk), 0);
+	const char *in[] = { "model", "inspect", path, "--memory", "1MiB",
+			     "--kv-dtype", "f16", "--json" };
+	ck_assert_int_eq(run_cli(out, sizeof(out), KVD_ARRAY_SIZE(in), in), 0);
+	/* 2 * 2 layers * 2 kv heads * 16 dims * 2 bytes = 256 bytes/token */
+	ck_assert_ptr_nonnull(strstr(out, "\"kv_bytes_per_token\":256"));
+	ck_assert_ptr_nonnull(strstr(out, "\"kv_tokens\":4096"));
+	ck_assert_ptr_nonnull(strstr(out, "\"n_vocab\":600"));
+	ck_assert_ptr_nonnull(strstr(out, "\"n_ctx_train\":1024"));
+	ck_assert_ptr_nonnull(strstr(out, "\"tensor_types\":{\"f32\":5,\"q8_0\":16}"));
+	ck_assert_ptr_nonnull(strstr(out, "\"sha256\":\""));
+	const char *txt[] = { "model", "inspect", path };
+	ck_assert_int_eq(run_cli(out, sizeof(out), 3, txt), 0);
+	ck_assert_ptr_nonnull(strstr(out, "kv per token  512 bytes (f32)"));
+
+	/* usage errors: 2 */
+	const char *u1[] = { "model" };
+	const char *u2[] = { "model", "make" };
+	const char *u3[] = { "model", "make", path, "--dim", "65" };
+	const char *u4[] = { "model", "make", path, "--dtype", "q4_k" };
+	const char *u5[] = { "model", "inspect", path, "--memory", "lots" };
+	const char *u6[] = { "model", "inspect", path, "--bogus" };
+	ck_assert_int_eq(run_cli(out, sizeof(out), 1, u1), 2);
+	ck_assert_int_eq(run_cli(out, sizeof(out), 2, u2), 2);
+	ck_assert_int_eq(run_cli(out, sizeof(out), 5, u3), 2);
+	ck_assert_int_eq(run_cli(out, sizeof(out), 5, u4), 2);
+	ck_assert_int_eq(run_cli(out, sizeof(out), 5, u5), 2);
+	ck_assert_int_eq(run_cli(out, sizeof(out), 4, u6), 2);
+
+	/* a bad file: 1 */
+	FILE *fp = fopen(path, "r+b");
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_int_eq(ftruncate(fileno(fp), 700), 0);
+	fclose(fp);
+	ck_assert_int_eq(run_cli(out, sizeof(out), 3, txt), 1);
+	const char *missing[] = { "model", "inspect", "/nonexistent.gguf" };
+	ck_assert_int_eq(run_cli(out, sizeof(out), 3, missing), 1);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
 static void gguf_gen_tests(TCase *tc)
 {
 	tcase_add_test(tc, test_writer_roundtrip);
@@ -959,6 +1036,7 @@ static void gguf_gen_tests(TCase *tc)
 	tcase_add_test(tc, test_gen_truncations);
 	tcase_add_test(tc, test_gen_corruptions);
 	tcase_add_test(tc, test_lying_files);
+	tcase_add_test(tc, test_cli);
 }
 
 static Suite *gguf_suite(void)
