@@ -68,6 +68,15 @@ struct cpu_ctx {
 	struct ops_kv_view *views; /* (max_tokens) per sequence, current layer */
 };
 
+/* Chunks for `units` independent units: a few per thread, so a thread
+ * the OS has parked does not hold the others up (never fewer than 1). */
+static uint32_t tp_chunks(const struct cpu_ctx *c, uint32_t units)
+{
+	uint32_t n = threadpool_size(c->tp) * 4;
+
+	return units < n ? (units ? units : 1) : n;
+}
+
 /* ---- matmul job: up to three matrices sharing one input, rows split ---- */
 
 struct mm_part {
@@ -86,12 +95,12 @@ struct mm_job {
 	struct mm_part p[3];
 };
 
-static void mm_run(void *arg, uint32_t part, uint32_t n_parts)
+static void mm_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t thread)
 {
 	struct mm_job *j = arg;
 	uint32_t b, e, base = 0;
 
-	threadpool_split(j->rows, part, n_parts, &b, &e);
+	threadpool_split(j->rows, chunk, n_chunks, &b, &e);
 	for (uint32_t i = 0; i < j->n_parts; i++) {
 		const struct mm_part *p = &j->p[i];
 		uint32_t lo = b > base ? b : base;
@@ -142,9 +151,9 @@ static void mm_go(struct cpu_ctx *c, struct mm_job *j)
 	/* Tiny matmuls cost less than waking the workers. Running every part
 	 * on this thread gives the same bits: rows are independent. */
 	if (work < MM_INLINE_WORK)
-		mm_run(j, 0, 1);
+		mm_run(j, 0, 1, 0);
 	else
-		threadpool_run(c->tp, mm_run, j);
+		threadpool_run(c->tp, mm_run, j, tp_chunks(c, j->rows));
 }
 
 /* ---- attention job: (token, head) units split across threads -------- */
@@ -154,17 +163,17 @@ struct att_job {
 	const struct backend_batch *b;
 };
 
-static void att_run(void *arg, uint32_t part, uint32_t n_parts)
+static void att_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t thread)
 {
 	struct att_job *j = arg;
 	struct cpu_ctx *c = j->c;
 	const struct llama_hparams *hp = &c->m->hp;
 	uint32_t qd = hp->n_head * hp->head_dim, group = hp->n_head / hp->n_head_kv;
 	float scale = 1.0f / sqrtf((float)hp->head_dim);
-	float *scores = c->scores + (size_t)part * c->max_ctx; /* (max_ctx) */
+	float *scores = c->scores + (size_t)thread * c->max_ctx; /* (max_ctx) */
 	uint32_t b, e;
 
-	threadpool_split(j->b->n_tokens * hp->n_head, part, n_parts, &b, &e);
+	threadpool_split(j->b->n_tokens * hp->n_head, chunk, n_chunks, &b, &e);
 	for (uint32_t u = b; u < e; u++) {
 		uint32_t i = u / hp->n_head, h = u % hp->n_head;
 
@@ -240,9 +249,9 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 			     c->vb + (size_t)i * kvd);
 	}
 	if ((uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim < MM_INLINE_WORK)
-		att_run(&aj, 0, 1);
+		att_run(&aj, 0, 1, 0);
 	else
-		threadpool_run(c->tp, att_run, &aj);
+		threadpool_run(c->tp, att_run, &aj, tp_chunks(c, n * hp->n_head));
 
 	quant = false;
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };

@@ -1,13 +1,21 @@
-/* threadpool.c - compute workers.
+/* threadpool.c - compute workers with dynamic chunk hand-out.
  *
- * A run is published by bumping `gen` (release) after storing fn and arg;
- * workers notice the new generation, run their part and decrement
- * `pending`; the caller runs part 0 and then waits for pending to reach
- * zero. Workers spin for a short while after each run (decode issues tens
- * of runs per token, and a futex wake costs more than the work of a small
- * model's step), then take the mutex and sleep on `wake`. The caller takes
- * the mutex before broadcasting, and a worker re-checks `gen` under it
- * before sleeping, so no wake-up is lost.
+ * One 64-bit atomic, `ticket`, holds (generation << 32 | next chunk). The
+ * caller publishes a run by storing fn, arg and n_chunks, zeroing `done`,
+ * then setting ticket to (gen + 1, 0) with release order. Every
+ * participant claims chunks by compare-and-swap on ticket, which succeeds
+ * only while the generation it read is current and chunks remain; fn, arg
+ * and n_chunks read between the load and a successful CAS belong to that
+ * generation, because the caller cannot start the next run while a chunk
+ * of this one is unclaimed. After a chunk, `done` is incremented; the
+ * caller returns when done == n_chunks.
+ *
+ * Waiting: workers spin for a short while after each run (decode issues
+ * tens of runs per token, and a futex wake costs more than a small step),
+ * then sleep on `wake`; the caller broadcasts under the mutex and a worker
+ * re-checks the generation under it before sleeping, so no wake-up is
+ * lost. The caller itself takes chunks, so a run completes even when no
+ * worker gets scheduled.
  */
 #include "gpu/threadpool.h"
 
@@ -22,33 +30,67 @@
 
 struct tp_worker {
 	struct threadpool *tp;
-	uint32_t part;
+	uint32_t index;
 	pthread_t thread;
 };
 
 struct threadpool {
-	uint32_t n;                  /* parts per run (threads incl. caller) */
+	uint32_t n;                  /* threads incl. the caller */
 	struct tp_worker *workers;   /* (n - 1) */
 	uint32_t started;            /* workers actually created */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	_Atomic uint64_t gen;        /* bumped once per run */
-	_Atomic uint32_t pending;    /* worker parts not yet done */
+	_Atomic uint64_t ticket;     /* gen << 32 | next chunk */
+	_Atomic uint32_t done;       /* chunks finished in this run */
 	_Atomic bool stop;
-	threadpool_fn fn;            /* valid while a run is in flight */
-	void *arg;
+	/* the current run; stable while any of its chunks is unclaimed */
+	_Atomic(threadpool_fn) fn;
+	_Atomic(void *) arg;
+	_Atomic uint32_t n_chunks;
 };
 
-static bool tp_wait_gen(struct threadpool *tp, uint64_t seen)
+/* Claim and run chunks of generation `gen` until none are left. */
+static void tp_work(struct threadpool *tp, uint32_t gen, uint32_t self)
+{
+	for (;;) {
+		uint64_t t = atomic_load_explicit(&tp->ticket, memory_order_acquire);
+		threadpool_fn fn;
+		void *arg;
+		uint32_t n, c;
+
+		if ((uint32_t)(t >> 32) != gen)
+			return;
+		fn = atomic_load_explicit(&tp->fn, memory_order_relaxed);
+		arg = atomic_load_explicit(&tp->arg, memory_order_relaxed);
+		n = atomic_load_explicit(&tp->n_chunks, memory_order_relaxed);
+		c = (uint32_t)t;
+		if (c >= n)
+			return;
+		if (!atomic_compare_exchange_weak_explicit(&tp->ticket, &t, t + 1,
+							   memory_order_acq_rel,
+							   memory_order_acquire))
+			continue;
+		fn(arg, c, n, self);
+		atomic_fetch_add_explicit(&tp->done, 1, memory_order_acq_rel);
+	}
+}
+
+static uint32_t tp_gen(struct threadpool *tp)
+{
+	return (uint32_t)(atomic_load_explicit(&tp->ticket, memory_order_acquire) >> 32);
+}
+
+/* Wait for a generation other than `seen`; false when stopping. */
+static bool tp_wait_gen(struct threadpool *tp, uint32_t seen)
 {
 	for (int i = 0; i < TP_SPIN; i++) {
-		if (atomic_load_explicit(&tp->gen, memory_order_acquire) != seen)
+		if (tp_gen(tp) != seen)
 			return true;
 		if (atomic_load_explicit(&tp->stop, memory_order_acquire))
 			return false;
 	}
 	pthread_mutex_lock(&tp->lock);
-	while (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen &&
+	while (tp_gen(tp) == seen &&
 	       !atomic_load_explicit(&tp->stop, memory_order_acquire))
 		pthread_cond_wait(&tp->wake, &tp->lock);
 	pthread_mutex_unlock(&tp->lock);
@@ -59,12 +101,11 @@ static void *tp_main(void *p)
 {
 	struct tp_worker *w = p;
 	struct threadpool *tp = w->tp;
-	uint64_t seen = 0;
+	uint32_t seen = 0;
 
 	while (tp_wait_gen(tp, seen)) {
-		seen = atomic_load_explicit(&tp->gen, memory_order_acquire);
-		tp->fn(tp->arg, w->part, tp->n);
-		atomic_fetch_sub_explicit(&tp->pending, 1, memory_order_acq_rel);
+		seen = tp_gen(tp);
+		tp_work(tp, seen, w->index);
 	}
 	return NULL;
 }
@@ -91,7 +132,7 @@ int threadpool_new(struct threadpool **out, uint32_t n_threads)
 		struct tp_worker *w = &tp->workers[i - 1];
 
 		w->tp = tp;
-		w->part = i;
+		w->index = i;
 		r = pthread_create(&w->thread, NULL, tp_main, w);
 		if (r) {
 			threadpool_free(tp);
@@ -124,23 +165,29 @@ uint32_t threadpool_size(const struct threadpool *tp)
 	return tp->n;
 }
 
-void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg)
+void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg,
+		    uint32_t n_chunks)
 {
-	uint32_t spins = 0;
+	uint32_t gen, spins = 0;
 
+	if (n_chunks == 0)
+		return;
 	if (tp->n == 1) {
-		fn(arg, 0, 1);
+		for (uint32_t c = 0; c < n_chunks; c++)
+			fn(arg, c, n_chunks, 0);
 		return;
 	}
-	tp->fn = fn;
-	tp->arg = arg;
-	atomic_store_explicit(&tp->pending, tp->n - 1, memory_order_release);
-	atomic_fetch_add_explicit(&tp->gen, 1, memory_order_acq_rel);
+	gen = tp_gen(tp) + 1;
+	atomic_store_explicit(&tp->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&tp->arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&tp->n_chunks, n_chunks, memory_order_relaxed);
+	atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
+	atomic_store_explicit(&tp->ticket, (uint64_t)gen << 32, memory_order_release);
 	pthread_mutex_lock(&tp->lock);
 	pthread_cond_broadcast(&tp->wake);
 	pthread_mutex_unlock(&tp->lock);
-	fn(arg, 0, tp->n);
-	while (atomic_load_explicit(&tp->pending, memory_order_acquire) != 0)
+	tp_work(tp, gen, 0);
+	while (atomic_load_explicit(&tp->done, memory_order_acquire) != n_chunks)
 		if (++spins > TP_SPIN)
 			sched_yield();
 }

@@ -1,11 +1,14 @@
 /* threadpool.h - a fixed set of compute threads that run one function at a
- * time, split by the caller into as many parts as there are threads.
+ * time over a number of chunks.
  *
- * threadpool_run(tp, fn, arg) calls fn(arg, i, n) once for every i in
- * [0, n) where n = threadpool_size(tp), part 0 on the calling thread, and
- * returns when every part is done. Which part a thread runs is fixed, and
- * callers split work by output rows only, so results never depend on the
- * thread count (engine determinism).
+ * threadpool_run(tp, fn, arg, n_chunks) calls fn(arg, c, n_chunks, t) once
+ * for every chunk c in [0, n_chunks), on some thread t in [0, size) (0 is
+ * the caller), and returns when every chunk is done. Chunks are handed out
+ * dynamically, so a worker that the OS has descheduled does not stall the
+ * run: the others take its share. Which thread runs a chunk varies; what a
+ * chunk computes must not depend on it (callers split work by output rows
+ * and use `t` only to pick per-thread scratch), so results never depend on
+ * the thread count or scheduling (engine determinism).
  *
  * Between runs workers spin briefly, then sleep on a condition variable.
  *
@@ -19,19 +22,22 @@
 
 struct threadpool;
 
-typedef void (*threadpool_fn)(void *arg, uint32_t part, uint32_t n_parts);
+typedef void (*threadpool_fn)(void *arg, uint32_t chunk, uint32_t n_chunks,
+			      uint32_t thread);
 
 /* n_threads >= 1 (1 = no extra threads: run() calls fn inline). */
 int threadpool_new(struct threadpool **out, uint32_t n_threads);
 void threadpool_free(struct threadpool *tp);
 uint32_t threadpool_size(const struct threadpool *tp);
-void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg);
+/* n_chunks >= 1 */
+void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg,
+		    uint32_t n_chunks);
 
-/* The range [*b, *e) of part `part` of n items split in n_parts: contiguous,
- * sizes differ by at most one, fixed for (n, n_parts). */
-static inline void threadpool_split(uint32_t n, uint32_t part, uint32_t n_parts,
+/* The range [*b, *e) of chunk `c` of n items split in n_chunks: contiguous,
+ * sizes differ by at most one, fixed for (n, n_chunks). */
+static inline void threadpool_split(uint32_t n, uint32_t c, uint32_t n_chunks,
 				    uint32_t *b, uint32_t *e)
 {
-	*b = (uint32_t)((uint64_t)n * part / n_parts);
-	*e = (uint32_t)((uint64_t)n * (part + 1) / n_parts);
+	*b = (uint32_t)((uint64_t)n * c / n_chunks);
+	*e = (uint32_t)((uint64_t)n * (c + 1) / n_chunks);
 }

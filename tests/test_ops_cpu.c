@@ -498,17 +498,19 @@ END_TEST
 
 struct tp_check {
 	uint32_t n;
+	uint32_t threads;
 	uint32_t *hits; /* (n) */
 };
 
-static void tp_part(void *arg, uint32_t part, uint32_t n_parts)
+static void tp_part(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t thread)
 {
 	struct tp_check *c = arg;
 	uint32_t b, e;
 
-	threadpool_split(c->n, part, n_parts, &b, &e);
+	ck_assert_uint_lt(thread, c->threads);
+	threadpool_split(c->n, chunk, n_chunks, &b, &e);
 	for (uint32_t i = b; i < e; i++)
-		c->hits[i]++;
+		__atomic_fetch_add(&c->hits[i], 1, __ATOMIC_RELAXED);
 }
 
 START_TEST(test_threadpool)
@@ -516,12 +518,12 @@ START_TEST(test_threadpool)
 	for (uint32_t th = 1; th <= 4; th++) {
 		struct threadpool *tp;
 		uint32_t hits[1000] = { 0 };
-		struct tp_check c = { .n = 1000, .hits = hits };
+		struct tp_check c = { .n = 1000, .threads = th, .hits = hits };
 
 		ck_assert_int_eq(threadpool_new(&tp, th), 0);
 		ck_assert_uint_eq(threadpool_size(tp), th);
 		for (int r = 0; r < 500; r++)
-			threadpool_run(tp, tp_part, &c);
+			threadpool_run(tp, tp_part, &c, 1 + r % 13);
 		for (int i = 0; i < 1000; i++)
 			ck_assert_uint_eq(hits[i], 500);
 		threadpool_free(tp);
