@@ -1034,7 +1034,8 @@ static int admin_listen(struct admin_server *s)
 	if (s->have_group && chown(s->path, (uid_t)-1, s->group) < 0)
 		KVLOG_WARN(&d->log, "admin_chown_failed", "path=%s group=%s error=%s",
 			   s->path, d->cfg.admin_group, strerror(errno));
-	r = uv_listen((uv_stream_t *)&s->listener, 16, server_connection_cb);
+	r = uv_listen((uv_stream_t *)&s->listener, ADMIN_CLIENTS_MAX,
+		      server_connection_cb);
 	if (r < 0)
 		unlink(s->path);
 	return r;

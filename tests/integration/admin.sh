@@ -59,6 +59,13 @@ rc() {
 	set -e
 }
 
+# Load comes from the fault.load admin command, compiled only with fault
+# points (-Dfault_points=true, the default).
+if ! grep -q "define KVD_FAULT_POINTS 1" "$BUILD/kvd_build.h"; then
+	echo "skip: built without fault points (synthetic load unavailable)"
+	exit 77
+fi
+
 "$KVCTL" model make "$T/m.gguf" --layers 2 --dim 64 --heads 4 --kv-heads 2 \
 	--ff 128 --vocab 300 --ctx 1024 >/dev/null
 

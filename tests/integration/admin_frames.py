@@ -93,8 +93,8 @@ def frame(payload):
 class Conn:
     def __init__(self, path):
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.connect(path)         # blocking: waits out a full backlog
         self.s.settimeout(5)
-        self.s.connect(path)
         self.buf = b""
 
     def send(self, data):
