@@ -44,6 +44,7 @@
 struct engine_req {
 	struct engine_req *prev, *next;  /* submit order */
 	uint64_t owner;
+	void *user;
 	int32_t *tokens;                 /* (n_prompt + max_tokens) prompt, then outputs */
 	uint32_t n_prompt;
 	uint32_t n_tokens;               /* tokens known */
@@ -275,6 +276,7 @@ int engine_submit(struct engine *e, const struct engine_req_params *rp,
 	if (!r)
 		return -ENOMEM;
 	r->owner = rp->owner;
+	r->user = rp->user;
 	r->n_prompt = rp->n_prompt;
 	r->n_tokens = rp->n_prompt;
 	r->n_kv = rp->n_cached;
@@ -425,7 +427,8 @@ static void ev_push(struct engine *e, enum engine_event_kind kind,
 		    struct engine_req *r, int32_t token, uint32_t pos)
 {
 	e->ev[e->n_ev++] = (struct engine_event){
-		.kind = kind, .req = r, .owner = r->owner, .token = token,
+		.kind = kind, .req = r, .owner = r->owner, .user = r->user,
+		.token = token,
 		.pos = pos, .finish = r->finish, .error = r->error };
 }
 

@@ -86,6 +86,7 @@ enum engine_finish {
 
 struct engine_req_params {
 	uint64_t owner;                 /* request id: the pool owner */
+	void *user;                     /* caller's pointer, echoed in events */
 	const int32_t *prompt;          /* (n_prompt) token ids, copied */
 	uint32_t n_prompt;              /* >= 1 */
 	uint32_t max_tokens;            /* tokens to generate, >= 1 */
@@ -107,6 +108,7 @@ struct engine_event {
 	enum engine_event_kind kind;
 	struct engine_req *req;
 	uint64_t owner;
+	void *user;                     /* engine_req_params.user */
 	int32_t token;                  /* ENGINE_EV_TOKEN */
 	uint32_t pos;                   /* position of that token */
 	enum engine_finish finish;      /* ENGINE_EV_DONE */

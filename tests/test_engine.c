@@ -153,7 +153,8 @@ static void rig_run(struct rig *g, struct job *jobs, uint32_t n)
 		for (uint32_t i = 0; i < n; i++)
 			if (!jobs[i].req && jobs[i].start_step <= step) {
 				struct engine_req_params rp = {
-					.owner = 100 + i, .prompt = jobs[i].prompt,
+					.owner = 100 + i, .user = &jobs[i],
+					.prompt = jobs[i].prompt,
 					.n_prompt = jobs[i].n_prompt,
 					.max_tokens = jobs[i].max_tokens,
 					.sampling = jobs[i].sp, .ignore_eos = true };
@@ -168,6 +169,7 @@ static void rig_run(struct rig *g, struct job *jobs, uint32_t n)
 			struct job *j = &jobs[ev[k].owner - 100];
 
 			ck_assert_ptr_eq(ev[k].req, j->req);
+			ck_assert_ptr_eq(ev[k].user, j);
 			if (ev[k].kind == ENGINE_EV_TOKEN) {
 				ck_assert_uint_eq(ev[k].pos, j->n_prompt + j->n_out);
 				j->out[j->n_out++] = ev[k].token;
