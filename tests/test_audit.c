@@ -286,6 +286,47 @@ START_TEST(test_file_feed)
 }
 END_TEST
 
+/* Random bytes and mutated capacity lines: counted, never a crash. */
+START_TEST(test_fuzz_lines)
+{
+	struct audit *a;
+	struct audit_summary s;
+	char good[1024], line[1024];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	int n = 20000;
+
+	cap_line(good, sizeof(good), "p", "prefill", 4096, 1024, "1", SHA_A,
+		 "f16", "ok", "refuse", 1024, "boot");
+	ck_assert_int_eq(audit_new(&a), 0);
+	for (int i = 0; i < n; i++) {
+		size_t len = strlen(good);
+
+		memcpy(line, good, len);
+		for (int k = 0; k < 4; k++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			line[x % len] = (char)(x >> 24);
+		}
+		if (i % 3 == 0)
+			len = x % len;
+		ck_assert_int_eq(audit_feed_line(a, line, len), 0);
+	}
+	audit_get_summary(a, &s);
+	ck_assert_uint_eq(s.lines, (uint64_t)n);
+	ck_assert_uint_le(s.kvd_lines + s.unparseable, (uint64_t)n);
+	ck_assert_uint_gt(s.unparseable, 0);
+	ck_assert_uint_gt(s.capacity_lines, 0);
+	{
+		char *out;
+
+		report(a, &out, 0);
+		free(out);
+		report(a, &out, 1);
+		free(out);
+	}
+	audit_free(a);
+}
+END_TEST
+
 static Suite *audit_suite(void)
 {
 	Suite *s = suite_create("audit");
@@ -298,6 +339,7 @@ static Suite *audit_suite(void)
 	tcase_add_test(tc, test_garbage_lines);
 	tcase_add_test(tc, test_split_quoting);
 	tcase_add_test(tc, test_file_feed);
+	tcase_add_test(tc, test_fuzz_lines);
 	suite_add_tcase(s, tc);
 	return s;
 }

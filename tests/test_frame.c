@@ -425,9 +425,11 @@ START_TEST(test_fuzz)
 	size_t flen;
 	char *good = make_frame("pool.resize", 77, &flen);
 	uint8_t buf[512];
-	int iters = 30000, ok = 0;
+	const char *it_env = getenv("KVD_FRAME_FUZZ_ITERS");
+	int iters = it_env ? atoi(it_env) : 30000, ok = 0;
 
-	fprintf(stderr, "test_fuzz seed=%llu (KVD_FRAME_SEED to replay)\n",
+	fprintf(stderr, "test_fuzz seed=%llu (KVD_FRAME_SEED to replay,"
+		" KVD_FRAME_FUZZ_ITERS for a longer run)\n",
 		(unsigned long long)seed);
 	for (int it = 0; it < iters; it++) {
 		struct frame_decoder d;
