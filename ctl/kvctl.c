@@ -26,6 +26,7 @@
 #include "ctl/admin.h"
 #include "ctl/audit.h"
 #include "ctl/cmd_model.h"
+#include "ctl/cmd_generate.h"
 #include "net/frame.h"
 
 #include <dirent.h>
@@ -61,6 +62,8 @@ struct kvctl_cmd {
 	bool daemon;           /* talks to the socket */
 	const char *help;
 };
+
+static void print_json_line(const msgpack_object *o);
 
 /* ---- talking to the daemon ------------------------------------------------- */
 
@@ -235,6 +238,8 @@ static int kvctl_call(struct kvctl *k, struct frame_writer *w,
 		if ((o = frame_map_get(reply, "key")))
 			frame_obj_str(o, key, sizeof(key));
 		fprintf(stderr, "kvctl: %s%s%s: %s\n", e, key[0] ? " " : "", key, m);
+		if (k->json)
+			print_json_line(reply);    /* machines get the error too */
 		*result = reply;
 		return EXIT_CHECK;
 	}
@@ -730,6 +735,12 @@ static int sub_model(struct kvctl *k, int argc, char **argv)
 	return kvctl_cmd_model(argc, argv);
 }
 
+static int sub_generate(struct kvctl *k, int argc, char **argv)
+{
+	(void)k;
+	return kvctl_cmd_generate(argc, argv);
+}
+
 static const struct kvctl_cmd kvctl_cmds[] = {
 	{ "status", sub_status, true, "status" },
 	{ "drain", sub_drain, true, "drain [--no-wait] [--wait-ms N]" },
@@ -740,6 +751,8 @@ static const struct kvctl_cmd kvctl_cmds[] = {
 	{ "abort", sub_abort, true, "abort ID" },
 	{ "audit", sub_audit, false, "audit [FILE...]" },
 	{ "model", sub_model, false, "model make|inspect ... (kvctl model --help)" },
+	{ "generate", sub_generate, false,
+	  "generate --server ADDR --prompt TEXT [--max-tokens N --temperature T --seed S] [--json]" },
 	{ "fault", sub_fault, true,
 	  "fault load --count N --tokens N --hold-ms N [--fence-ms N]" },
 };
