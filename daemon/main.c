@@ -13,6 +13,7 @@
  */
 #include "conf/config.h"
 #include "daemon/daemon.h"
+#include "daemon/serve.h"
 #include "kvd_build.h"
 
 #include <getopt.h>
@@ -83,6 +84,8 @@ static int run_node(const struct kvd_config *cfg)
 	int r, code;
 
 	r = kvd_daemon_init(&d, cfg);
+	if (r == 0)
+		r = serve_start(&d);
 	if (r == 0) {
 		kvd_daemon_ready(&d);
 		r = kvd_daemon_run(&d);

@@ -19,8 +19,6 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_CUT_PEER_MID_BATCH] = "cut_peer_mid_batch",
 	[KVD_FAULT_SLOW_BATCH] = "slow_batch",
 	[KVD_FAULT_SKIP_DECODE_ADMISSION] = "skip_decode_admission",
-	[KVD_FAULT_SKIP_CHECKSUM_VERIFY] = "skip_checksum_verify",
-	[KVD_FAULT_SKIP_COVERAGE_CHECK] = "skip_coverage_check",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

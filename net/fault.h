@@ -13,10 +13,7 @@
  *                        connection
  *   slow_batch           prefill waits 300 ms before each batch
  *   skip_decode_admission decode skips its own capacity admission check
- *   skip_checksum_verify decode does not verify batch checksums (proves
- *                        the INTEGRITY test can fail)
- *   skip_coverage_check  decode marks KV ready without the tag/coverage
- *                        check (proves the short-transfer test can fail)
+ *                        (prefill's own admission must then reject)
  *
  * In a build without fault points kvd_fault_fire() is constant false and
  * the compiler removes every fault branch.
@@ -34,8 +31,6 @@ enum kvd_fault_point {
 	KVD_FAULT_CUT_PEER_MID_BATCH,
 	KVD_FAULT_SLOW_BATCH,
 	KVD_FAULT_SKIP_DECODE_ADMISSION,
-	KVD_FAULT_SKIP_CHECKSUM_VERIFY,
-	KVD_FAULT_SKIP_COVERAGE_CHECK,
 	KVD_FAULT__N,
 };
 

@@ -1,0 +1,352 @@
+/* cmd_generate.c - `kvctl generate`: the command-line client of the
+ * client API (net/PROTOCOL.md section 1).
+ *
+ *   kvctl generate --server ADDR (--prompt TEXT | --tokens ID,ID,...)
+ *                  [--max-tokens N] [--temperature T] [--top-k K]
+ *                  [--top-p P] [--seed S] [--id N] [--json]
+ *
+ * ADDR is host:port or unix:PATH. Text streams to stdout as token events
+ * arrive; with --json one object is printed at the end:
+ *   {"id":N,"output_ids":[..],"text":"..","finish_reason":"..",
+ *    "prompt_tokens":N,"output_tokens":N,"ttft_us":N,"total_us":N}
+ * or, for a typed error, {"id":N,"error":"CODE","message":"..",
+ * "output_ids":[..]} (tokens received before the error, if any).
+ *
+ * Exit: 0 final event received, 1 typed error from the server, 2 usage,
+ * 69 server unavailable or connection lost. A command, so it prints; the
+ * blocking socket code lives here because kvctl has no event loop.
+ */
+#include "ctl/cmd_generate.h"
+#include "conf/util.h"
+#include "net/frame.h"
+#include "net/proto_client.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define EX_USAGE_ 2
+#define EX_UNAVAILABLE_ 69
+
+struct gen_out {
+	uint32_t *ids;         /* (n_ids, cap_ids) output token ids */
+	size_t n_ids, cap_ids;
+	char *text;            /* (n_text, cap_text) bytes, NUL-terminated */
+	size_t n_text, cap_text;
+};
+
+static int gen_connect(const char *addr)
+{
+	int fd;
+
+	if (!strncmp(addr, "unix:", 5)) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+		if (strlen(addr + 5) >= sizeof(sa.sun_path))
+			return -ENAMETOOLONG;
+		strcpy(sa.sun_path, addr + 5);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			int e = errno;
+
+			close(fd);
+			return -e;
+		}
+		return fd;
+	}
+	{
+		char host[256];
+		const char *colon = strrchr(addr, ':');
+		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai, *p;
+		int rc, e = ECONNREFUSED;
+
+		if (!colon || (size_t)(colon - addr) >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, addr, (size_t)(colon - addr));
+		host[colon - addr] = 0;
+		if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+			memmove(host, host + 1, strlen(host));
+			host[strlen(host) - 1] = 0;
+		}
+		rc = getaddrinfo(host, colon + 1, &hints, &ai);
+		if (rc)
+			return -EHOSTUNREACH;
+		fd = -1;
+		for (p = ai; p; p = p->ai_next) {
+			fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, 0);
+			if (fd < 0)
+				continue;
+			if (connect(fd, p->ai_addr, p->ai_addrlen) == 0)
+				break;
+			e = errno;
+			close(fd);
+			fd = -1;
+		}
+		freeaddrinfo(ai);
+		return fd >= 0 ? fd : -e;
+	}
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -errno;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int out_token(struct gen_out *o, uint32_t id, const char *t, size_t n)
+{
+	if (o->n_ids == o->cap_ids) {
+		size_t cap = o->cap_ids ? o->cap_ids * 2 : 64;
+		uint32_t *p = realloc(o->ids, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		o->ids = p;
+		o->cap_ids = cap;
+	}
+	o->ids[o->n_ids++] = id;
+	if (o->n_text + n + 1 > o->cap_text) {
+		size_t cap = KVD_MAX(o->cap_text * 2, o->n_text + n + 256);
+		char *p = realloc(o->text, cap);
+
+		if (!p)
+			return -ENOMEM;
+		o->text = p;
+		o->cap_text = cap;
+	}
+	memcpy(o->text + o->n_text, t, n);
+	o->n_text += n;
+	o->text[o->n_text] = 0;
+	return 0;
+}
+
+static void json_str(FILE *f, const char *s, size_t n)
+{
+	fputc('"', f);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void json_ids(FILE *f, const struct gen_out *o)
+{
+	fputs("\"output_ids\":[", f);
+	for (size_t i = 0; i < o->n_ids; i++)
+		fprintf(f, "%s%u", i ? "," : "", o->ids[i]);
+	fputc(']', f);
+}
+
+static int parse_tokens(const char *s, struct proto_client_request *q)
+{
+	size_t n = 1;
+	char *end;
+
+	for (const char *p = s; *p; p++)
+		n += *p == ',';
+	q->tokens = calloc(n, sizeof(*q->tokens));
+	if (!q->tokens)
+		return -ENOMEM;
+	q->n_tokens = 0;
+	while (*s) {
+		unsigned long v = strtoul(s, &end, 10);
+
+		if (end == s || v > UINT32_MAX)
+			return -EINVAL;
+		q->tokens[q->n_tokens++] = (uint32_t)v;
+		s = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return -EINVAL;
+	}
+	return q->n_tokens ? 0 : -EINVAL;
+}
+
+static void gen_usage(FILE *f)
+{
+	fprintf(f, "usage: kvctl generate --server ADDR (--prompt TEXT | --tokens ID,ID,...)\n"
+		   "       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+		   "       [--seed S] [--id N] [--json]\n"
+		   "ADDR: host:port or unix:PATH. Exit: 0 ok, 1 server error, 2 usage, 69 unavailable\n");
+}
+
+/* Read events until the request's final or error. */
+static int gen_loop(int fd, uint64_t id, bool json, struct gen_out *o,
+		    struct proto_client_event *last)
+{
+	struct frame_decoder dec;
+	char buf[65536];
+	int rc = EX_UNAVAILABLE_;
+
+	frame_decoder_init(&dec, PROTO_CLIENT_FRAME_MAX);
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		size_t off = 0;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			fprintf(stderr, "kvctl generate: the server closed the connection\n");
+			goto out;
+		}
+		while (off < (size_t)n) {
+			size_t used;
+			const msgpack_object *map;
+			struct frame_error err;
+			int r;
+
+			if (frame_decoder_feed(&dec, buf + off, (size_t)n - off, &used))
+				goto out;
+			off += used;
+			while ((r = frame_decoder_next(&dec, &map)) != FRAME_E_AGAIN) {
+				if (r || proto_client_event_parse(map, last, &err)) {
+					fprintf(stderr, "kvctl generate: bad frame from the server\n");
+					goto out;
+				}
+				if (last->id != id)
+					continue;
+				if (last->type == PROTO_EV_TOKEN) {
+					if (out_token(o, last->token, last->text, last->text_len))
+						goto out;
+					if (!json) {
+						fwrite(last->text, 1, last->text_len, stdout);
+						fflush(stdout);
+					}
+					continue;
+				}
+				rc = last->type == PROTO_EV_FINAL ? 0 : 1;
+				goto out;
+			}
+		}
+	}
+out:
+	frame_decoder_deinit(&dec);
+	return rc;
+}
+
+int kvctl_cmd_generate(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "server", required_argument, NULL, 'S' },
+		{ "prompt", required_argument, NULL, 'p' },
+		{ "tokens", required_argument, NULL, 'T' },
+		{ "max-tokens", required_argument, NULL, 'n' },
+		{ "temperature", required_argument, NULL, 't' },
+		{ "top-k", required_argument, NULL, 'k' },
+		{ "top-p", required_argument, NULL, 'P' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "id", required_argument, NULL, 'i' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct proto_client_request q = PROTO_CLIENT_REQUEST_NULL;
+	struct proto_client_event last;
+	struct gen_out o = { 0 };
+	struct frame_writer w;
+	const char *server = NULL;
+	bool json = false;
+	char *data = NULL;
+	size_t len;
+	int c, fd, rc;
+
+	q.id = 1;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'S': server = optarg; break;
+		case 'p': q.prompt = optarg; break;
+		case 'T':
+			if (parse_tokens(optarg, &q)) {
+				fprintf(stderr, "kvctl generate: --tokens: a comma list of ids\n");
+				free(q.tokens);
+				return EX_USAGE_;
+			}
+			break;
+		case 'n': q.max_tokens = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 't': q.temperature = strtof(optarg, NULL); break;
+		case 'k': q.top_k = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'P': q.top_p = strtof(optarg, NULL); break;
+		case 's': q.seed = strtoull(optarg, NULL, 10); break;
+		case 'i': q.id = strtoull(optarg, NULL, 10); break;
+		case 'j': json = true; break;
+		case 'h': gen_usage(stdout); free(q.tokens); return 0;
+		default: gen_usage(stderr); free(q.tokens); return EX_USAGE_;
+		}
+	}
+	if (!server || !!q.prompt == !!q.tokens || optind != argc) {
+		gen_usage(stderr);
+		free(q.tokens);
+		return EX_USAGE_;
+	}
+	frame_writer_init(&w);
+	proto_client_request_pack(frame_writer_packer(&w), &q);
+	rc = frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &data, &len);
+	frame_writer_deinit(&w);
+	free(q.tokens);
+	if (rc) {
+		fprintf(stderr, "kvctl generate: the request is too large\n");
+		return EX_USAGE_;
+	}
+	fd = gen_connect(server);
+	if (fd < 0) {
+		fprintf(stderr, "kvctl generate: %s: %s\n", server, strerror(-fd));
+		free(data);
+		return EX_UNAVAILABLE_;
+	}
+	rc = write_all(fd, data, len) ? EX_UNAVAILABLE_ : gen_loop(fd, q.id, json, &o, &last);
+	free(data);
+	close(fd);
+	if (json && rc != EX_UNAVAILABLE_) {
+		printf("{\"id\":%llu,", (unsigned long long)q.id);
+		json_ids(stdout, &o);
+		printf(",\"text\":");
+		json_str(stdout, o.text ? o.text : "", o.n_text);
+		if (rc == 0)
+			printf(",\"finish_reason\":\"%s\",\"prompt_tokens\":%u,\"output_tokens\":%u,\"ttft_us\":%llu,\"total_us\":%llu}\n",
+			       last.fin.finish_reason, last.fin.prompt_tokens,
+			       last.fin.output_tokens,
+			       (unsigned long long)last.fin.ttft_us,
+			       (unsigned long long)last.fin.total_us);
+		else {
+			printf(",\"error\":\"%s\",\"message\":", proto_err_name(last.code));
+			json_str(stdout, last.message, strlen(last.message));
+			printf("}\n");
+		}
+	} else if (rc == 0) {
+		printf("\n");
+	} else if (rc == 1) {
+		fprintf(stderr, "kvctl generate: %s: %s\n", proto_err_name(last.code),
+			last.message);
+	}
+	free(o.ids);
+	free(o.text);
+	return rc;
+}

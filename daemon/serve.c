@@ -1,0 +1,745 @@
+/* serve.c - the serving layer's skeleton: setup, the compute thread,
+ * request lifetime, teardown.
+ *
+ * Design. The loop thread owns every socket, every request struct and
+ * every decision; one compute thread owns the engine. They meet in two
+ * queues under one mutex: jobs (submit, free) go to the thread, messages
+ * (submitted, token, done, freed) come back through a uv_async_t. The
+ * loop never calls an engine function and the thread never touches a
+ * socket or a request struct, so neither needs more locking than the
+ * queue's. The pool is shared (its calls lock), but page *bytes* are only
+ * touched by the request that holds them: the engine while a request
+ * computes, the loop while KV is being sent or received.
+ *
+ * Pages lent to the engine (decode's transferred KV) are released by the
+ * compute thread right after engine_req_free, in the same job, so no
+ * window exists in which the pool could hand them out while the engine
+ * still reads them (invariant 2).
+ *
+ * A request is terminal exactly once (serve__req_end): it leaves the
+ * registry (drain and status see it go), and its memory is freed in its
+ * timer's close callback, after which no callback can name it.
+ */
+#include "daemon/serve.h"
+#include "daemon/serve_int.h"
+#include "conf/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
+
+uint64_t serve__now_ms(void)
+{
+	return kvd_now_ns() / 1000000u;
+}
+
+/* ---- writing frames -------------------------------------------------------- */
+
+struct serve_write {
+	uv_write_t req;
+	char *data;
+};
+
+static void serve_write_cb(uv_write_t *req, int status)
+{
+	struct serve_write *w = kvd_container_of(req, struct serve_write, req);
+
+	(void)status;
+	free(w->data);
+	free(w);
+}
+
+/* Queue data (malloc'd, consumed in every case). */
+int serve__write(uv_stream_t *st, char *data, size_t len)
+{
+	struct serve_write *w;
+	uv_buf_t buf;
+	int r;
+
+	if (uv_is_closing((uv_handle_t *)st) || !uv_is_writable(st)) {
+		free(data);
+		return -EPIPE;
+	}
+	w = malloc(sizeof(*w));
+	if (!w) {
+		free(data);
+		return -ENOMEM;
+	}
+	w->data = data;
+	buf = uv_buf_init(data, (unsigned)len);
+	r = uv_write(&w->req, st, &buf, 1, serve_write_cb);
+	if (r) {
+		free(data);
+		free(w);
+	}
+	return r;
+}
+
+int serve__send_peer(uv_stream_t *st, const struct proto_peer_msg *m)
+{
+	char *data;
+	size_t len;
+	int r;
+
+	r = proto_peer_frame(m, &data, &len);
+	if (r)
+		return r > 0 ? -EMSGSIZE : r;
+	return serve__write(st, data, len);
+}
+
+/* ---- requests -------------------------------------------------------------- */
+
+struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
+{
+	struct serve_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->s = s;
+	r->kind = kind;
+	r->t_arrive_ns = kvd_now_ns();
+	if (uv_timer_init(&s->d->loop, &r->timer)) {
+		free(r);
+		return NULL;
+	}
+	r->timer.data = r;
+	r->timer_open = true;
+	r->next = s->reqs;
+	if (s->reqs)
+		s->reqs->prev = r;
+	s->reqs = r;
+	s->n_reqs++;
+	return r;
+}
+
+struct serve_req *serve__req_find(struct serve *s, uint64_t id)
+{
+	for (struct serve_req *r = s->reqs; r; r = r->next)
+		if (r->registered && r->reg.id == id && !r->ended)
+			return r;
+	return NULL;
+}
+
+static int serve_req_abort(struct kvd_request *reg, const char *reason);
+
+static const struct kvd_request_ops serve_req_ops[] = {
+	[SREQ_LOCAL] = { "generate", serve_req_abort },
+	[SREQ_DECODE] = { "decode", serve_req_abort },
+	[SREQ_PREFILL] = { "prefill", serve_req_abort },
+};
+
+void serve__req_register(struct serve_req *r)
+{
+	kvd_request_register(&r->s->reqtab, &r->reg, &serve_req_ops[r->kind]);
+	r->registered = true;
+}
+
+static void serve_req_free_cb(uv_handle_t *h)
+{
+	struct serve_req *r = h->data;
+	struct serve *s = r->s;
+
+	if (r->dt_init)
+		detok_deinit(&r->dt);
+	free(r->prompt);
+	free(r->table);
+	free(r->got);
+	free(r->dst);
+	free(r->src);
+	free(r);
+	s->closes_pending--;
+}
+
+void serve__req_end(struct serve_req *r, bool ok)
+{
+	struct serve *s = r->s;
+
+	if (r->ended)
+		return;
+	r->ended = true;
+	r->state = SRS_DEAD;
+	serve__client_detach(r);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		s->reqs = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	s->n_reqs--;
+	s->closes_pending++;
+	uv_close((uv_handle_t *)&r->timer, serve_req_free_cb);
+	/* last: ending may complete a SIGTERM drain and stop the node */
+	if (r->registered)
+		kvd_request_end(&s->reqtab, &r->reg, ok);
+}
+
+void serve__timer_start(struct serve_req *r, uint64_t ms, uv_timer_cb cb)
+{
+	if (!r->ended)
+		uv_timer_start(&r->timer, cb, ms, 0);
+}
+
+void serve__timer_stop(struct serve_req *r)
+{
+	if (!r->ended)
+		uv_timer_stop(&r->timer);
+}
+
+/* kvctl abort ID: the normal failure path of each kind. */
+static int serve_req_abort(struct kvd_request *reg, const char *reason)
+{
+	struct serve_req *r = kvd_container_of(reg, struct serve_req, reg);
+
+	if (r->kind == SREQ_PREFILL) {
+		serve__prefill_abort(r, reason);
+		return 0;
+	}
+	serve__client_error(r, PROTO_ERR_INTERNAL, "aborted by the operator: %s",
+			    reason);
+	serve__req_orphan(r);
+	return 0;
+}
+
+uint64_t serve__own_limit(struct serve *s)
+{
+	uint64_t lim = s->d->cap.advertised_context;
+
+	return KVD_MIN(lim, s->d->cap.pool_tokens);
+}
+
+/* ---- the compute thread ---------------------------------------------------- */
+
+static void comp_push_msg(struct serve_compute *c, struct serve_msg *m)
+{
+	m->next = NULL;
+	if (c->msgs_tail)
+		c->msgs_tail->next = m;
+	else
+		c->msgs = m;
+	c->msgs_tail = m;
+}
+
+static struct serve_msg *comp_msg(enum serve_msg_kind kind, uint64_t owner,
+				  struct engine_req *req)
+{
+	struct serve_msg *m = calloc(1, sizeof(*m));
+
+	if (m) {
+		m->kind = kind;
+		m->owner = owner;
+		m->req = req;
+	}
+	return m;
+}
+
+/* Thread: run one job; returns its reply (or NULL). */
+static struct serve_msg *comp_run_job(struct serve_compute *c,
+				      struct serve_job *j)
+{
+	struct serve_msg *m;
+	struct engine_req *req = NULL;
+	int rc;
+
+	if (j->kind == SJOB_SUBMIT) {
+		j->rp.prompt = j->prompt;
+		j->rp.table = j->table;
+		rc = engine_submit(c->eng, &j->rp, &req);
+		m = comp_msg(SMSG_SUBMITTED, j->owner, req);
+		if (m)
+			m->error = rc;
+		else if (req)
+			engine_req_free(c->eng, req);
+		return m;
+	}
+	if (j->req)
+		engine_req_free(c->eng, j->req);
+	if (j->release && j->n_release)
+		(void)kvpool_release(c->pool, j->owner, j->release, j->n_release);
+	return comp_msg(SMSG_FREED, j->owner, NULL);
+}
+
+/* Thread: one engine step's events become messages. */
+static void comp_step(struct serve_compute *c, struct serve_msg **head,
+		      struct serve_msg **tail)
+{
+	const struct engine_event *ev;
+	size_t n_ev = 0;
+
+	(void)engine_step(c->eng, &ev, &n_ev);
+	for (size_t i = 0; i < n_ev; i++) {
+		struct serve_msg *m = comp_msg(ev[i].kind == ENGINE_EV_TOKEN ?
+					       SMSG_TOKEN : SMSG_DONE,
+					       ev[i].owner, ev[i].req);
+
+		if (!m)
+			continue;
+		m->token = ev[i].token;
+		m->pos = ev[i].pos;
+		m->finish = ev[i].finish;
+		m->error = ev[i].error;
+		/* a finished prompt's pages, for prefill to send (also
+		 * when the first sampled token was the end of sequence) */
+		if (m->kind == SMSG_DONE && (m->finish == ENGINE_FINISH_PREFILLED ||
+					     m->finish == ENGINE_FINISH_STOP)) {
+			uint32_t n_table, n_kv;
+			const struct kvpool_ref *t =
+				engine_req_table(ev[i].req, &n_table, &n_kv);
+
+			m->table = malloc(sizeof(*t) * n_table);
+			if (m->table) {
+				memcpy(m->table, t, sizeof(*t) * n_table);
+				m->n_table = n_table;
+				m->n_kv = n_kv;
+			}
+		}
+		if (*tail)
+			(*tail)->next = m;
+		else
+			*head = m;
+		*tail = m;
+	}
+}
+
+static void *comp_main(void *arg)
+{
+	struct serve_compute *c = arg;
+
+	for (;;) {
+		struct serve_job *jobs;
+		struct serve_msg *head = NULL, *tail = NULL;
+		bool stop;
+
+		pthread_mutex_lock(&c->mu);
+		while (!c->jobs && !c->stop && engine_idle(c->eng))
+			pthread_cond_wait(&c->cv, &c->mu);
+		jobs = c->jobs;
+		c->jobs = c->jobs_tail = NULL;
+		stop = c->stop;
+		pthread_mutex_unlock(&c->mu);
+
+		while (jobs) {
+			struct serve_job *j = jobs;
+			struct serve_msg *m;
+
+			jobs = j->next;
+			m = comp_run_job(c, j);
+			free(j->prompt);
+			free(j->table);
+			free(j->release);
+			free(j);
+			if (!m)
+				continue;
+			if (tail)
+				tail->next = m;
+			else
+				head = m;
+			tail = m;
+		}
+		if (!stop && !engine_idle(c->eng))
+			comp_step(c, &head, &tail);
+		if (head) {
+			pthread_mutex_lock(&c->mu);
+			while (head) {
+				struct serve_msg *m = head;
+
+				head = m->next;
+				comp_push_msg(c, m);
+			}
+			pthread_mutex_unlock(&c->mu);
+			uv_async_send(&c->async);
+		}
+		if (stop)
+			return NULL;
+	}
+}
+
+static void comp_queue(struct serve_compute *c, struct serve_job *j)
+{
+	pthread_mutex_lock(&c->mu);
+	j->next = NULL;
+	if (c->jobs_tail)
+		c->jobs_tail->next = j;
+	else
+		c->jobs = j;
+	c->jobs_tail = j;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+int serve__compute_submit(struct serve *s, struct serve_req *r,
+			  const int32_t *prompt, uint32_t n_prompt,
+			  uint32_t max_tokens, bool prefill_only,
+			  const struct kvpool_ref *table, uint32_t n_table,
+			  uint32_t n_cached)
+{
+	struct serve_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	j->kind = SJOB_SUBMIT;
+	j->owner = r->reg.id;
+	j->prompt = malloc(sizeof(int32_t) * n_prompt);
+	if (table)
+		j->table = malloc(sizeof(*table) * n_table);
+	if (!j->prompt || (table && !j->table)) {
+		free(j->prompt);
+		free(j->table);
+		free(j);
+		return -ENOMEM;
+	}
+	memcpy(j->prompt, prompt, sizeof(int32_t) * n_prompt);
+	if (table)
+		memcpy(j->table, table, sizeof(*table) * n_table);
+	j->rp = (struct engine_req_params){
+		.owner = r->reg.id, .n_prompt = n_prompt,
+		.max_tokens = max_tokens, .sampling = r->sp,
+		.prefill_only = prefill_only, .n_table = table ? n_table : 0,
+		.n_cached = n_cached };
+	r->submit_pending = true;
+	r->in_engine = true;
+	comp_queue(&s->comp, j);
+	return 0;
+}
+
+int serve__compute_free(struct serve *s, struct serve_req *r,
+			const struct kvpool_ref *release, uint32_t n_release)
+{
+	struct serve_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	j->kind = SJOB_FREE;
+	j->owner = r->reg.id;
+	j->req = r->ereq;
+	if (release && n_release) {
+		j->release = malloc(sizeof(*release) * n_release);
+		if (!j->release) {
+			free(j);
+			return -ENOMEM;
+		}
+		memcpy(j->release, release, sizeof(*release) * n_release);
+		j->n_release = n_release;
+	}
+	r->ereq = NULL;
+	r->in_engine = false;
+	r->state = SRS_FREEING;
+	comp_queue(&s->comp, j);
+	return 0;
+}
+
+/* Loop: the thread's messages. */
+static void comp_async_cb(uv_async_t *a)
+{
+	struct serve *s = a->data;
+	struct serve_compute *c = &s->comp;
+	struct serve_msg *msgs;
+
+	pthread_mutex_lock(&c->mu);
+	msgs = c->msgs;
+	c->msgs = c->msgs_tail = NULL;
+	pthread_mutex_unlock(&c->mu);
+	while (msgs) {
+		struct serve_msg *m = msgs;
+		struct serve_req *r = serve__req_find(s, m->owner);
+
+		msgs = m->next;
+		if (r) {
+			if (m->kind == SMSG_SUBMITTED) {
+				r->submit_pending = false;
+				r->ereq = m->req;
+				if (m->error)
+					r->in_engine = false;
+			}
+			if (r->kind == SREQ_PREFILL)
+				serve__prefill_engine_msg(r, m);
+			else
+				serve__client_engine_msg(r, m);
+		}
+		free(m->table);
+		free(m);
+	}
+}
+
+static int comp_start(struct serve *s)
+{
+	struct serve_compute *c = &s->comp;
+	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+	int r;
+
+	ep.threads = s->d->cfg.threads ? s->d->cfg.threads : 1;
+	ep.max_batch = s->d->cfg.max_batch ? s->d->cfg.max_batch : 16;
+	ep.n_ctx = s->d->cap.advertised_context;
+	c->s = s;
+	c->pool = s->d->pool;
+	r = engine_new(&c->eng, s->model, s->d->pool, &ep, s->log);
+	if (r)
+		return r < 0 ? r : KVD_E_MODEL;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	r = uv_async_init(&s->d->loop, &c->async, comp_async_cb);
+	if (r) {
+		engine_free(c->eng);
+		c->eng = NULL;
+		return r;
+	}
+	c->async.data = s;
+	c->async_open = true;
+	r = -pthread_create(&c->thread, NULL, comp_main, c);
+	if (r)
+		return r;
+	c->started = true;
+	return 0;
+}
+
+static void comp_stop(struct serve *s)
+{
+	struct serve_compute *c = &s->comp;
+
+	if (c->started) {
+		pthread_mutex_lock(&c->mu);
+		c->stop = true;
+		pthread_cond_signal(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		pthread_join(c->thread, NULL);
+		c->started = false;
+	}
+	/* drop what is queued either way */
+	while (c->jobs) {
+		struct serve_job *j = c->jobs;
+
+		c->jobs = j->next;
+		free(j->prompt);
+		free(j->table);
+		free(j->release);
+		free(j);
+	}
+	while (c->msgs) {
+		struct serve_msg *m = c->msgs;
+
+		c->msgs = m->next;
+		free(m->table);
+		free(m);
+	}
+	c->jobs_tail = NULL;
+	c->msgs_tail = NULL;
+	if (c->eng) {
+		engine_free(c->eng);
+		c->eng = NULL;
+	}
+}
+
+/* ---- lifetime -------------------------------------------------------------- */
+
+static void serve_handle_closed(uv_handle_t *h)
+{
+	struct serve *s = h->data;
+
+	s->closes_pending--;
+}
+
+void serve__close_handle(struct serve *s, uv_handle_t *h)
+{
+	h->data = s;
+	s->closes_pending++;
+	uv_close(h, serve_handle_closed);
+}
+
+static void serve_hb_cb(uv_timer_t *t)
+{
+	struct serve *s = t->data;
+
+	serve__decode_heartbeat(s);
+	serve__prefill_heartbeat(s);
+}
+
+/* The whole serving layer goes away: memory is freed once every handle's
+ * close callback ran (a final check in a zero-delay idle is not needed:
+ * the loop runs until then because the handles are still referenced). */
+struct serve_final {
+	uv_idle_t idle;
+	struct serve *s;
+};
+
+static void serve_free(struct serve *s)
+{
+	if (s->model)
+		model_free(s->model);
+	if (s->tok)
+		tokenizer_free(s->tok);
+	if (s->comp.async_open || s->comp.started) {
+		pthread_mutex_destroy(&s->comp.mu);
+		pthread_cond_destroy(&s->comp.cv);
+	}
+	free(s);
+}
+
+static void serve_final_closed(uv_handle_t *h)
+{
+	struct serve_final *f = kvd_container_of(h, struct serve_final, idle);
+
+	serve_free(f->s);
+	free(f);
+}
+
+static void serve_final_idle(uv_idle_t *i)
+{
+	struct serve_final *f = kvd_container_of(i, struct serve_final, idle);
+
+	if (f->s->closes_pending)
+		return;
+	uv_idle_stop(i);
+	uv_close((uv_handle_t *)i, serve_final_closed);
+}
+
+static void serve_stop_hook(struct kvd_daemon *d, void *arg)
+{
+	struct serve *s = arg;
+	struct serve_final *f;
+
+	if (s->stopping)
+		return;
+	s->stopping = true;
+	serve__client_close_all(s);
+	serve__decode_stop(s);
+	serve__prefill_stop(s);
+	if (s->hb_open) {
+		serve__close_handle(s, (uv_handle_t *)&s->hb_timer);
+		s->hb_open = false;
+	}
+	comp_stop(s);
+	/* every request still alive ends now (its pages go back with the
+	 * pool, which the daemon frees after the loop stopped) */
+	while (s->reqs) {
+		struct serve_req *r = s->reqs;
+
+		r->client = NULL;
+		serve__req_end(r, false);
+	}
+	if (s->comp.async_open) {
+		serve__close_handle(s, (uv_handle_t *)&s->comp.async);
+		s->comp.async_open = false;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f || uv_idle_init(&d->loop, &f->idle)) {
+		free(f);
+		return;   /* leak s rather than free it under live handles */
+	}
+	f->s = s;
+	uv_idle_start(&f->idle, serve_final_idle);
+}
+
+static int serve_bind_model(struct serve *s)
+{
+	struct gguf_error err = { 0 };
+	int r;
+
+	r = model_from_gguf(&s->model, s->d->model, &err);
+	if (r) {
+		KVLOG_ERR(s->log, "serve_model", "code=%d msg=\"%s\"", r,
+			  r < 0 ? strerror(-r) : err.msg);
+		return KVD_E_MODEL;
+	}
+	r = tokenizer_new(&s->tok, s->d->model, &err);
+	if (r) {
+		KVLOG_ERR(s->log, "serve_tokenizer", "code=%d msg=\"%s\"", r,
+			  r < 0 ? strerror(-r) : err.msg);
+		return KVD_E_MODEL;
+	}
+	return 0;
+}
+
+static void serve_my_hello(struct serve *s)
+{
+	struct proto_peer_hello *h = &s->my_hello;
+	const struct kvpool_geom *g = kvpool_geom(s->d->pool);
+
+	memset(h, 0, sizeof(*h));
+	h->version = PROTO_PEER_VERSION;
+	snprintf(h->role, sizeof(h->role), "%s", kvd_role_name(s->d->cfg.role));
+	snprintf(h->node, sizeof(h->node), "%s", s->d->cfg.node_name);
+	snprintf(h->model_sha256, sizeof(h->model_sha256), "%s", s->d->model_sha256);
+	snprintf(h->kv_dtype, sizeof(h->kv_dtype), "%s", kv_dtype_name(g->dtype));
+	h->page_tokens = g->page_tokens;
+	h->n_layer = g->n_layer;
+	h->kv_dim = g->kv_dim;
+	h->page_bytes = s->page_bytes;
+	h->pool_tokens = s->d->cap.pool_tokens;
+	h->context = s->d->cap.advertised_context;
+	h->max_batch_bytes = s->d->cfg.max_batch_bytes;
+	h->checksum = s->d->cfg.checksum;
+}
+
+int serve_start(struct kvd_daemon *d)
+{
+	struct serve *s;
+	const char *spec = getenv("KVD_FAULT"), *bad = NULL;
+	int r;
+
+	if (!d->pool || !d->model)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->d = d;
+	s->log = &d->log;
+	s->next_session = ((uint64_t)getpid() << 32) ^ kvd_wall_ns();
+	kvd_reqtab_init(&s->reqtab, d);
+	if (kvd_fault_parse(&s->fault, spec, &bad)) {
+		KVLOG_ERR(s->log, "fault_spec", "spec=%s at=%s", spec, bad);
+		free(s);
+		return -EINVAL;
+	}
+	if (spec && *spec)
+		KVLOG_WARN(s->log, "fault_points", "spec=%s compiled=%d", spec,
+			   KVD_FAULT_POINTS);
+	{
+		struct kvpool_geom g = *kvpool_geom(d->pool);
+
+		s->page_bytes = kvpool_page_bytes(&g);
+	}
+	serve_my_hello(s);
+	r = serve_bind_model(s);
+	if (!r)
+		r = comp_start(s);
+	if (!r)
+		r = kvd_daemon_on_stop(d, serve_stop_hook, s);
+	if (r) {
+		comp_stop(s);
+		if (s->comp.async_open) {
+			/* the async handle must close before s goes away */
+			s->comp.async_open = false;
+			uv_close((uv_handle_t *)&s->comp.async, NULL);
+			uv_run(&d->loop, UV_RUN_NOWAIT);
+		}
+		serve_free(s);
+		return r;
+	}
+	/* from here the stop hook cleans up whatever opened */
+	if (uv_timer_init(&d->loop, &s->hb_timer) == 0) {
+		s->hb_open = true;
+		s->hb_timer.data = s;
+		uv_timer_start(&s->hb_timer, serve_hb_cb, d->cfg.heartbeat_ms,
+			       d->cfg.heartbeat_ms);
+	}
+	if (d->cfg.role == KVD_ROLE_PREFILL)
+		r = serve__prefill_start(s);
+	else
+		r = serve__client_listen(s);
+	if (!r && d->cfg.role == KVD_ROLE_DECODE)
+		r = serve__decode_start(s);
+	if (r)
+		KVLOG_ERR(s->log, "serve_start", "code=%d msg=\"%s\"", r,
+			  r < 0 ? strerror(-r) : "see previous lines");
+	else
+		KVLOG_INFO(s->log, "serve_ready",
+			   "role=%s client=%s peer=%s peers=%u page_bytes=%llu advertised_context=%u faults=%s",
+			   kvd_role_name(d->cfg.role),
+			   d->cfg.listen_client[0] ? d->cfg.listen_client : "-",
+			   d->cfg.listen_peer[0] ? d->cfg.listen_peer : "-",
+			   d->cfg.n_peers_prefill,
+			   (unsigned long long)s->page_bytes,
+			   d->cap.advertised_context, spec && *spec ? spec : "none");
+	return r;
+}

@@ -1,0 +1,611 @@
+/* serve_client.c - the client API on decode and standalone nodes.
+ *
+ * Design. A client connection is a frame decoder and a list of requests
+ * that still point at it. Each request frame goes through the same gate,
+ * in this order, and the first refusal is the answer (invariant 3: before
+ * any page is touched):
+ *   1. the frame parses (INVALID_REQUEST with the parser's sentence);
+ *   2. the node admits new work at all (DRAINING);
+ *   3. the prompt tokenizes and every id is in the vocabulary;
+ *   4. prompt + max_tokens fits the smallest context and pool on the
+ *      request's path (PROMPT_TOO_LONG, logged with the figures);
+ *   5. only then pages are reserved (OVERLOADED when the pool is full).
+ * Standalone requests go to the local engine with engine-owned pages;
+ * decode requests go to serve_decode.c after step 4's local part.
+ *
+ * A client that goes away orphans its requests (invariant 8): nothing is
+ * cut mid-transfer; the request runs its transfer to completion or abort,
+ * then its pages are released and it ends as failed. A request answers
+ * its client exactly once (final or error); token events only come before.
+ */
+#include "daemon/serve_int.h"
+#include "conf/util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- sending events ---------------------------------------------------------- */
+
+static void client_send(struct serve_req *r, struct frame_writer *w)
+{
+	char *data;
+	size_t len;
+
+	if (frame_writer_finish(w, PROTO_CLIENT_FRAME_MAX, &data, &len) == 0) {
+		if (r->client && !r->client->closing)
+			(void)serve__write(&r->client->h.stream, data, len);
+		else
+			free(data);
+	}
+	frame_writer_deinit(w);
+}
+
+int serve__client_stream_begin(struct serve_req *r)
+{
+	const char *chunk;
+	size_t len;
+	int rc;
+
+	if (r->dt_init)
+		return 0;
+	rc = detok_init(&r->dt, r->s->tok);
+	if (rc)
+		return rc;
+	r->dt_init = true;
+	/* the prompt's BOS sets the leading-space rule, as kvd generate does */
+	for (uint32_t i = 0; i < r->n_prompt; i++)
+		if (detok_push(&r->dt, r->prompt[i], &chunk, &len))
+			break;
+	return 0;
+}
+
+void serve__client_token(struct serve_req *r, int32_t token)
+{
+	struct frame_writer w;
+	const char *chunk = "";
+	size_t len = 0;
+
+	if (!r->t_first_ns)
+		r->t_first_ns = kvd_now_ns();
+	r->n_out++;
+	if (!r->client || r->answered)
+		return;
+	if (r->dt_init && detok_push(&r->dt, token, &chunk, &len))
+		len = 0;
+	frame_writer_init(&w);
+	proto_client_pack_token(frame_writer_packer(&w), r->client_id,
+				r->n_out - 1, (uint32_t)token, chunk,
+				(uint32_t)KVD_MIN(len, PROTO_CLIENT_PIECE_MAX));
+	client_send(r, &w);
+}
+
+void serve__client_final(struct serve_req *r, const char *reason)
+{
+	struct proto_client_final f = { 0 };
+	struct frame_writer w;
+	uint64_t now = kvd_now_ns();
+
+	if (r->answered)
+		return;
+	r->answered = true;
+	snprintf(f.finish_reason, sizeof(f.finish_reason), "%s", reason);
+	f.prompt_tokens = r->n_prompt;
+	f.output_tokens = r->n_out;
+	f.ttft_us = r->t_first_ns ? (r->t_first_ns - r->t_arrive_ns) / 1000 : 0;
+	f.total_us = (now - r->t_arrive_ns) / 1000;
+	KVLOG_INFO(r->s->log, "request_done",
+		   "id=%llu client_id=%llu kind=%s finish=%s prompt_tokens=%u output_tokens=%u ttft_us=%llu total_us=%llu",
+		   (unsigned long long)r->reg.id,
+		   (unsigned long long)r->client_id, r->reg.ops ? r->reg.ops->kind : "?",
+		   reason, r->n_prompt, r->n_out,
+		   (unsigned long long)f.ttft_us, (unsigned long long)f.total_us);
+	if (!r->client)
+		return;
+	frame_writer_init(&w);
+	proto_client_pack_final(frame_writer_packer(&w), r->client_id, &f);
+	client_send(r, &w);
+}
+
+static void client_error_to(struct client_conn *c, uint64_t id, int code,
+			    const char *msg)
+{
+	char *data;
+	size_t len;
+
+	if (c->closing)
+		return;
+	if (proto_client_frame_error(id, code, msg, &data, &len) == 0)
+		(void)serve__write(&c->h.stream, data, len);
+}
+
+void serve__client_error(struct serve_req *r, int code, const char *fmt, ...)
+{
+	char msg[PROTO_CLIENT_MSG_MAX + 1];
+	va_list ap;
+
+	if (r->answered)
+		return;
+	r->answered = true;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	KVLOG_WARN(r->s->log, "request_failed",
+		   "id=%llu client_id=%llu code=%s output_tokens=%u msg=\"%s\"",
+		   (unsigned long long)r->reg.id,
+		   (unsigned long long)r->client_id, proto_err_name(code),
+		   r->n_out, msg);
+	if (r->client)
+		client_error_to(r->client, r->client_id, code, msg);
+}
+
+void serve__client_detach(struct serve_req *r)
+{
+	if (r->client) {
+		r->client->n_reqs--;
+		r->client = NULL;
+	}
+}
+
+/* ---- engine messages (local and decode requests) ---------------------------- */
+
+static int engine_code_to_proto(int e)
+{
+	switch (e) {
+	case ENGINE_E_TOO_LONG: return PROTO_ERR_PROMPT_TOO_LONG;
+	case ENGINE_E_INVALID: return PROTO_ERR_INVALID_REQUEST;
+	case ENGINE_E_INTEGRITY: return PROTO_ERR_INTEGRITY;
+	case ENGINE_E_BUSY:
+	case KVPOOL_E_FULL: return PROTO_ERR_OVERLOADED;
+	default: return PROTO_ERR_INTERNAL;
+	}
+}
+
+/* Free the engine's request; decode also hands back its lent pages. */
+static void client_engine_free(struct serve_req *r)
+{
+	if (r->kind == SREQ_DECODE && r->pages_held) {
+		r->pages_held = false;
+		(void)serve__compute_free(r->s, r, r->table, r->n_table);
+	} else {
+		(void)serve__compute_free(r->s, r, NULL, 0);
+	}
+}
+
+void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m)
+{
+	switch (m->kind) {
+	case SMSG_SUBMITTED:
+		if (m->error) {
+			r->fail_code = engine_code_to_proto(m->error);
+			serve__client_error(r, r->fail_code, "engine refused the request: %s",
+					    engine_strerror(m->error));
+			client_engine_free(r);
+		} else if (!r->client) {
+			client_engine_free(r);   /* orphaned while queued */
+		}
+		break;
+	case SMSG_TOKEN:
+		if (r->state == SRS_COMPUTE)
+			serve__client_token(r, m->token);
+		break;
+	case SMSG_DONE:
+		if (r->state != SRS_COMPUTE)
+			break;
+		if (m->finish == ENGINE_FINISH_STOP)
+			serve__client_final(r, "stop");
+		else if (m->finish == ENGINE_FINISH_LENGTH)
+			serve__client_final(r, "length");
+		else {
+			r->fail_code = m->error == ENGINE_E_INTEGRITY ?
+				PROTO_ERR_INTEGRITY : PROTO_ERR_INTERNAL;
+			if (m->error == ENGINE_E_INTEGRITY)
+				r->s->d->counters.integrity_failures++;
+			serve__client_error(r, r->fail_code, "generation failed: %s (%s)",
+					    engine_finish_name(m->finish),
+					    engine_strerror(m->error));
+		}
+		client_engine_free(r);
+		break;
+	case SMSG_FREED:
+		serve__req_end(r, r->answered && !r->fail_code && r->client);
+		break;
+	}
+}
+
+void serve__req_orphan(struct serve_req *r)
+{
+	if (r->kind == SREQ_DECODE && r->state != SRS_COMPUTE) {
+		serve__decode_client_gone(r);
+		return;
+	}
+	serve__client_detach(r);
+	if (r->state == SRS_COMPUTE && r->in_engine && !r->submit_pending)
+		client_engine_free(r);
+	/* submit pending: SUBMITTED sees no client and frees */
+}
+
+/* ---- admission ---------------------------------------------------------------- */
+
+static void client_reject(struct client_conn *c, uint64_t id, int code,
+			  enum kvd_reject why, const char *msg)
+{
+	struct serve *s = c->s;
+
+	if (why < KVD_REJECT__N && why != KVD_REJECT_DRAINING)
+		s->d->counters.rejected[why]++;
+	KVLOG_WARN(s->log, "request_rejected", "client_id=%llu code=%s msg=\"%s\"",
+		   (unsigned long long)id, proto_err_name(code), msg);
+	client_error_to(c, id, code, msg);
+}
+
+static int client_tokens(struct serve *s, struct proto_client_request *q,
+			 int32_t **out, uint32_t *n, char *msg, size_t msg_size)
+{
+	uint32_t n_vocab = tokenizer_n_vocab(s->tok);
+	int32_t *ids;
+	size_t n_ids = 0;
+
+	if (q->tokens) {
+		ids = malloc(sizeof(*ids) * q->n_tokens);
+		if (!ids)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < q->n_tokens; i++) {
+			if (q->tokens[i] >= n_vocab) {
+				snprintf(msg, msg_size, "token id %u at %u is outside the vocabulary (%u)",
+					 q->tokens[i], i, n_vocab);
+				free(ids);
+				return 1;
+			}
+			ids[i] = (int32_t)q->tokens[i];
+		}
+		*out = ids;
+		*n = q->n_tokens;
+		return 0;
+	}
+	if (tokenizer_encode(s->tok, q->prompt, strlen(q->prompt),
+			     tokenizer_add_bos(s->tok), &ids, &n_ids)) {
+		snprintf(msg, msg_size, "the prompt cannot be tokenized");
+		return 1;
+	}
+	if (n_ids == 0 || n_ids > PROTO_CLIENT_TOKENS_MAX) {
+		free(ids);
+		snprintf(msg, msg_size, "the prompt tokenizes to %zu tokens", n_ids);
+		return 1;
+	}
+	*out = ids;
+	*n = (uint32_t)n_ids;
+	return 0;
+}
+
+static void client_request(struct client_conn *c, const msgpack_object *map)
+{
+	struct serve *s = c->s;
+	struct proto_client_request q;
+	struct frame_error err = { 0 };
+	struct serve_req *r;
+	char msg[PROTO_CLIENT_MSG_MAX];
+	int32_t *ids = NULL;
+	uint32_t n_ids = 0;
+	uint64_t id = 0;
+	const msgpack_object *ido = frame_map_get(map, "id");
+	int rc;
+
+	if (ido)
+		(void)frame_obj_u64(ido, &id);
+	rc = proto_client_request_parse(map, &q, &err);
+	if (rc) {
+		client_reject(c, id, PROTO_ERR_INVALID_REQUEST, KVD_REJECT_INVALID,
+			      rc < 0 ? "out of memory" : err.msg);
+		return;
+	}
+	if (kvd_request_gate(&s->reqtab) || s->stopping) {
+		client_reject(c, q.id, PROTO_ERR_DRAINING, KVD_REJECT_DRAINING,
+			      "the node is draining and admits no new requests");
+		proto_client_request_deinit(&q);
+		return;
+	}
+	rc = client_tokens(s, &q, &ids, &n_ids, msg, sizeof(msg));
+	if (rc) {
+		client_reject(c, q.id, PROTO_ERR_INVALID_REQUEST, KVD_REJECT_INVALID,
+			      rc < 0 ? "out of memory" : msg);
+		proto_client_request_deinit(&q);
+		return;
+	}
+	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
+							  : SREQ_LOCAL);
+	if (!r) {
+		free(ids);
+		client_reject(c, q.id, PROTO_ERR_INTERNAL, KVD_REJECT__N,
+			      "out of memory");
+		proto_client_request_deinit(&q);
+		return;
+	}
+	r->client = c;
+	c->n_reqs++;
+	r->client_id = q.id;
+	r->prompt = ids;
+	r->n_prompt = n_ids;
+	r->max_tokens = q.max_tokens;
+	r->sp = (struct sampler_params){ .temperature = q.temperature,
+					 .top_k = q.top_k, .top_p = q.top_p,
+					 .seed = q.seed };
+	proto_client_request_deinit(&q);
+	if (r->kind == SREQ_DECODE) {
+		serve__decode_admit(r);
+		return;
+	}
+	/* standalone: the node's own context and pool are the whole path */
+	{
+		uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
+		uint64_t lim = serve__own_limit(s);
+
+		if (need > lim) {
+			KVLOG_WARN(s->log, "admission_reject",
+				   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
+				   (unsigned long long)r->client_id, r->n_prompt,
+				   r->max_tokens, (unsigned long long)need,
+				   (unsigned long long)lim,
+				   s->d->cap.advertised_context,
+				   (unsigned long long)s->d->cap.pool_tokens);
+			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
+			r->answered = false;
+			serve__client_error(r, PROTO_ERR_PROMPT_TOO_LONG,
+					    "prompt (%u tokens) + max_tokens (%u) = %llu exceeds what this node can hold (%llu tokens)",
+					    r->n_prompt, r->max_tokens,
+					    (unsigned long long)need,
+					    (unsigned long long)lim);
+			serve__req_end(r, false);
+			return;
+		}
+	}
+	serve__req_register(r);
+	r->state = SRS_COMPUTE;
+	if (serve__client_stream_begin(r) ||
+	    serve__compute_submit(s, r, r->prompt, r->n_prompt, r->max_tokens,
+				  false, NULL, 0, 0)) {
+		serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__req_end(r, false);
+	}
+}
+
+/* ---- connections ---------------------------------------------------------------- */
+
+static void client_conn_closed(uv_handle_t *h)
+{
+	struct client_conn *c = h->data;
+	struct serve *s = c->s;
+
+	frame_decoder_deinit(&c->dec);
+	free(c);
+	s->closes_pending--;
+}
+
+static void client_conn_close(struct client_conn *c)
+{
+	struct serve *s = c->s;
+	struct serve_req *r, *next;
+
+	if (c->closing)
+		return;
+	c->closing = true;
+	for (r = s->reqs; r; r = next) {
+		next = r->next;
+		if (r->client == c) {
+			if (!r->answered)
+				KVLOG_INFO(s->log, "client_gone",
+					   "id=%llu client_id=%llu state=%d",
+					   (unsigned long long)r->reg.id,
+					   (unsigned long long)r->client_id,
+					   r->state);
+			serve__req_orphan(r);
+			serve__client_detach(r);
+		}
+	}
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->clients = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->closes_pending++;
+	uv_close(&c->h.handle, client_conn_closed);
+}
+
+static void client_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	struct client_conn *c = h->data;
+
+	(void)hint;
+	*buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
+}
+
+static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct client_conn *c = st->data;
+	const char *p = buf->base;
+	size_t n = nread > 0 ? (size_t)nread : 0;
+
+	if (nread < 0) {
+		client_conn_close(c);
+		return;
+	}
+	while (n > 0 && !c->closing) {
+		size_t used;
+		int rc = frame_decoder_feed(&c->dec, p, n, &used);
+
+		if (rc) {
+			client_conn_close(c);
+			return;
+		}
+		p += used;
+		n -= used;
+		for (;;) {
+			const msgpack_object *map;
+
+			rc = frame_decoder_next(&c->dec, &map);
+			if (rc == FRAME_E_AGAIN)
+				break;
+			if (rc == 0) {
+				client_request(c, map);
+			} else if (rc == FRAME_E_MALFORMED || rc == FRAME_E_NOTMAP) {
+				client_error_to(c, 0, PROTO_ERR_INVALID_REQUEST,
+						"the frame is not one msgpack map");
+			} else {
+				client_error_to(c, 0, PROTO_ERR_INVALID_REQUEST,
+						"frame too big; closing");
+				client_conn_close(c);
+				return;
+			}
+			if (c->closing)
+				return;
+		}
+	}
+}
+
+static void client_accept(uv_stream_t *server, int status)
+{
+	struct client_listener *l = server->data;
+	struct serve *s = l->s;
+	struct client_conn *c;
+	int rc;
+
+	if (status < 0 || s->stopping)
+		return;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return;
+	c->s = s;
+	rc = l->is_pipe ? uv_pipe_init(&s->d->loop, &c->h.pipe, 0)
+			: uv_tcp_init(&s->d->loop, &c->h.tcp);
+	if (rc) {
+		free(c);
+		return;
+	}
+	c->h.handle.data = c;
+	frame_decoder_init(&c->dec, PROTO_CLIENT_FRAME_MAX);
+	c->next = s->clients;
+	if (s->clients)
+		s->clients->prev = c;
+	s->clients = c;
+	if (uv_accept(server, &c->h.stream) ||
+	    uv_read_start(&c->h.stream, client_alloc, client_read)) {
+		client_conn_close(c);
+		return;
+	}
+	if (!l->is_pipe)
+		uv_tcp_nodelay(&c->h.tcp, 1);
+}
+
+/* "host:port" -> sockaddr (IPv4, or [IPv6]:port). */
+int serve__parse_hostport(const char *spec, struct sockaddr_storage *ss)
+{
+	char host[256];
+	const char *colon = strrchr(spec, ':');
+	long port;
+	char *end;
+
+	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, spec, (size_t)(colon - spec));
+	host[colon - spec] = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (*end || port < 0 || port > 65535)
+		return -EINVAL;
+	if (host[0] == '[') {
+		size_t n = strlen(host);
+
+		if (n < 3 || host[n - 1] != ']')
+			return -EINVAL;
+		host[n - 1] = 0;
+		return uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)ss);
+	}
+	if (!strcmp(host, "localhost"))
+		snprintf(host, sizeof(host), "127.0.0.1");
+	return uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss);
+}
+
+static int client_listen_one(struct serve *s, const char *spec)
+{
+	struct client_listener *l;
+	struct sockaddr_storage ss;
+	int rc;
+
+	if (s->n_listeners >= KVD_ARRAY_SIZE(s->listeners))
+		return -ENOSPC;
+	l = &s->listeners[s->n_listeners];
+	memset(l, 0, sizeof(*l));
+	l->s = s;
+	if (!strncmp(spec, "unix:", 5)) {
+		l->is_pipe = true;
+		snprintf(l->path, sizeof(l->path), "%s", spec + 5);
+		rc = uv_pipe_init(&s->d->loop, &l->h.pipe, 0);
+		if (rc)
+			return rc;
+		s->n_listeners++;
+		l->h.handle.data = l;
+		(void)unlink(l->path);
+		rc = uv_pipe_bind(&l->h.pipe, l->path);
+	} else {
+		rc = serve__parse_hostport(spec, &ss);
+		if (rc) {
+			KVLOG_ERR(s->log, "listen_client", "addr=%s msg=\"bad address\"", spec);
+			return rc;
+		}
+		rc = uv_tcp_init(&s->d->loop, &l->h.tcp);
+		if (rc)
+			return rc;
+		s->n_listeners++;
+		l->h.handle.data = l;
+		rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&ss, 0);
+	}
+	if (!rc)
+		rc = uv_listen(&l->h.stream, 128, client_accept);
+	if (rc)
+		KVLOG_ERR(s->log, "listen_client", "addr=%s msg=\"%s\"", spec,
+			  uv_strerror(rc));
+	else
+		KVLOG_INFO(s->log, "listen_client", "addr=%s", spec);
+	return rc;
+}
+
+int serve__client_listen(struct serve *s)
+{
+	char list[sizeof(s->d->cfg.listen_client)], *save = NULL, *tok;
+	int rc = 0;
+
+	snprintf(list, sizeof(list), "%s", s->d->cfg.listen_client);
+	for (tok = strtok_r(list, ",", &save); tok && !rc;
+	     tok = strtok_r(NULL, ",", &save)) {
+		while (*tok == ' ')
+			tok++;
+		if (*tok)
+			rc = client_listen_one(s, tok);
+	}
+	return rc;
+}
+
+static void listener_closed(uv_handle_t *h)
+{
+	struct client_listener *l = h->data;
+
+	l->s->closes_pending--;
+}
+
+void serve__client_close_all(struct serve *s)
+{
+	for (unsigned i = 0; i < s->n_listeners; i++) {
+		struct client_listener *l = &s->listeners[i];
+
+		if (l->is_pipe && l->path[0])
+			(void)unlink(l->path);
+		s->closes_pending++;
+		uv_close(&l->h.handle, listener_closed);
+	}
+	s->n_listeners = 0;
+	while (s->clients)
+		client_conn_close(s->clients);
+}

@@ -1,0 +1,920 @@
+/* serve_decode.c - decode: prefill peers, KV reception, coverage.
+ *
+ * Design. Decode is the side that reads KV it did not compute, so it is
+ * the side that must distrust it. A request's KV goes through these gates
+ * before attention reads a byte of it:
+ *   1. admission (invariant 3): prompt + max_tokens fits the smallest
+ *      context and pool on the path - this node's and the chosen peer's,
+ *      as the peer declared them in its hello - or PROMPT_TOO_LONG before
+ *      any page is reserved;
+ *   2. every batch passes its XXH3 checksum (net/xfer.c), then every entry
+ *      must name a page of *this* request's prefix, in the generation we
+ *      reserved it in, not yet written, with the token count that page
+ *      must hold - else INTEGRITY and nothing of the batch is written;
+ *   3. coverage (invariant 6): prefill_done must report exactly the prompt
+ *      tokens and prefix pages we asked for, every batch it announced must
+ *      have arrived and every prefix page must have been written once;
+ *      then kvpool_mark_ready checks each page's tag in page memory
+ *      (owner, generation, page, index, tokens). A short transfer fails
+ *      here and is never decoded;
+ *   4. the engine verifies the table and tags again before every step
+ *      (invariant 1).
+ *
+ * Deferred release (invariants 2, 7): the prefix pages carry a fence from
+ * the prefill_request until the transfer is complete. On any failure
+ * decode sends abort and releases the pages, which stay FENCED (out of the
+ * free list) until prefill's abort_ack says no byte for them is still in
+ * flight, or the connections to that peer are torn down (also after
+ * release_timeout_ms without an ack). A request whose client left keeps
+ * running its transfer and releases afterwards (invariant 8).
+ *
+ * Peers: decode connects to every peers.prefill address, exchanges hellos
+ * (a mismatch of model, KV dtype or layout refuses the pairing), opens
+ * the data connection, then heartbeats. It picks the up peer with the
+ * fewest requests in flight (its own count plus the peer's reported load).
+ */
+#include "daemon/serve_int.h"
+#include "conf/util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PEER_RETRY_MS 500
+
+static void peer_connect(struct peer *p);
+static void peer_lost(struct peer *p, const char *why);
+static void decode_try_complete(struct serve_req *r);
+
+/* ---- failing and ending a decode request ----------------------------------- */
+
+static void decode_pages_free_now(struct serve_req *r)
+{
+	struct serve *s = r->s;
+
+	if (!r->pages_held)
+		return;
+	if (r->fenced)
+		(void)kvpool_unfence(s->d->pool, r->reg.id, r->table, r->n_prefix);
+	r->fenced = false;
+	(void)kvpool_release(s->d->pool, r->reg.id, r->table, r->n_table);
+	r->pages_held = false;
+}
+
+static void decode_detach_peer(struct serve_req *r)
+{
+	if (r->peer) {
+		r->peer->outstanding--;
+		r->peer = NULL;
+	}
+}
+
+static void decode_abort_timeout(uv_timer_t *t)
+{
+	struct serve_req *r = t->data;
+	struct peer *p = r->peer;
+
+	KVLOG_WARN(r->s->log, "abort_ack_timeout",
+		   "id=%llu peer=%s msg=\"no abort_ack within release_timeout_ms; tearing the peer connection down\"",
+		   (unsigned long long)r->reg.id, p ? p->addr : "-");
+	if (p)
+		peer_lost(p, "abort_ack timeout");
+}
+
+/* Fail a request that is still transferring. `with_abort`: the peer may
+ * still be sending, so hold the pages fenced until it acknowledges. */
+static void decode_fail(struct serve_req *r, int code, bool with_abort,
+			const char *msg)
+{
+	struct serve *s = r->s;
+	struct peer *p = r->peer;
+
+	if (r->state != SRS_TRANSFER)
+		return;
+	r->fail_code = code;
+	snprintf(r->fail_msg, sizeof(r->fail_msg), "%s", msg);
+	if (code == PROTO_ERR_INTEGRITY)
+		s->d->counters.integrity_failures++;
+	serve__client_error(r, code, "%s", msg);
+	serve__timer_stop(r);
+	if (with_abort && p && p->up) {
+		struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = r->reg.id,
+					    .code = code };
+
+		snprintf(m.message, sizeof(m.message), "%s", msg);
+		(void)serve__send_peer((uv_stream_t *)&p->ctl, &m);
+		/* release now; fenced pages stay out of the free list */
+		(void)kvpool_release(s->d->pool, r->reg.id, r->table, r->n_table);
+		r->state = SRS_ABORTING;
+		KVLOG_INFO(s->log, "transfer_abort",
+			   "id=%llu peer=%s code=%s pages=%u fenced=%u",
+			   (unsigned long long)r->reg.id, p->addr,
+			   proto_err_name(code), r->n_table, r->n_prefix);
+		serve__timer_start(r, s->d->cfg.release_timeout_ms,
+				   decode_abort_timeout);
+		return;
+	}
+	decode_pages_free_now(r);
+	decode_detach_peer(r);
+	serve__req_end(r, false);
+}
+
+/* The peer will not write for r again: drop the fences, end. */
+static void decode_abort_done(struct serve_req *r)
+{
+	struct serve *s = r->s;
+
+	serve__timer_stop(r);
+	if (r->fenced)
+		(void)kvpool_unfence(s->d->pool, r->reg.id, r->table, r->n_prefix);
+	r->fenced = false;
+	r->pages_held = false;
+	decode_detach_peer(r);
+	serve__req_end(r, false);
+}
+
+void serve__decode_freed(struct serve_req *r)
+{
+	decode_detach_peer(r);
+}
+
+void serve__decode_client_gone(struct serve_req *r)
+{
+	/* orphan: the transfer goes on and ends cleanly (invariant 8) */
+	serve__client_detach(r);
+	if (r->state == SRS_NEW) {
+		decode_pages_free_now(r);
+		serve__req_end(r, false);
+	}
+}
+
+/* ---- admission -------------------------------------------------------------- */
+
+static struct peer *decode_pick_peer(struct serve *s)
+{
+	struct peer *best = NULL;
+
+	for (unsigned i = 0; i < s->n_peers; i++) {
+		struct peer *p = &s->peers[i];
+
+		if (!p->up)
+			continue;
+		if (!best || p->load + p->outstanding < best->load + best->outstanding)
+			best = p;
+	}
+	return best;
+}
+
+static void decode_prefill_timeout(uv_timer_t *t)
+{
+	struct serve_req *r = t->data;
+
+	decode_fail(r, PROTO_ERR_TIMEOUT, true,
+		    r->done_seen ? "the KV transfer did not complete within transfer.transfer_timeout_ms"
+				 : "prefill did not complete within transfer.prefill_timeout_ms");
+}
+
+static int decode_send_request(struct serve_req *r)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_REQUEST };
+	struct proto_peer_page *pages;
+	uint32_t *toks;
+	int rc;
+
+	pages = calloc(r->n_prefix, sizeof(*pages));
+	toks = calloc(r->n_prompt, sizeof(*toks));
+	if (!pages || !toks) {
+		free(pages);
+		free(toks);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < r->n_prefix; i++) {
+		pages[i].page = r->table[i].page;
+		pages[i].gen = r->table[i].gen;
+	}
+	for (uint32_t i = 0; i < r->n_prompt; i++)
+		toks[i] = (uint32_t)r->prompt[i];
+	m.id = r->reg.id;
+	m.tokens = toks;
+	m.n_tokens = r->n_prompt;
+	m.pages = pages;
+	m.n_pages = r->n_prefix;
+	m.max_tokens = r->max_tokens;
+	m.temperature = r->sp.temperature;
+	m.top_k = r->sp.top_k;
+	m.top_p = r->sp.top_p;
+	m.seed = r->sp.seed;
+	rc = serve__send_peer((uv_stream_t *)&r->peer->ctl, &m);
+	free(pages);
+	free(toks);
+	return rc;
+}
+
+void serve__decode_admit(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	struct kvpool *pool = s->d->pool;
+	struct peer *p = decode_pick_peer(s);
+	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
+	uint64_t lim = serve__own_limit(s);
+	int rc;
+
+	if (!p) {
+		s->d->counters.rejected[KVD_REJECT_NO_PEER]++;
+		serve__client_error(r, PROTO_ERR_NO_PREFILL_PEER,
+				    "no healthy prefill peer is connected");
+		serve__req_end(r, false);
+		return;
+	}
+	lim = KVD_MIN(lim, p->hello.context);
+	lim = KVD_MIN(lim, p->hello.pool_tokens);
+	if (need > lim) {
+		if (kvd_fault_fire(&s->fault, KVD_FAULT_SKIP_DECODE_ADMISSION)) {
+			KVLOG_WARN(s->log, "fault",
+				   "point=skip_decode_admission client_id=%llu need=%llu limit=%llu",
+				   (unsigned long long)r->client_id,
+				   (unsigned long long)need, (unsigned long long)lim);
+		} else {
+			KVLOG_WARN(s->log, "admission_reject",
+				   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu peer=%s peer_context=%llu peer_pool_tokens=%llu",
+				   (unsigned long long)r->client_id, r->n_prompt,
+				   r->max_tokens, (unsigned long long)need,
+				   (unsigned long long)lim,
+				   s->d->cap.advertised_context,
+				   (unsigned long long)s->d->cap.pool_tokens, p->addr,
+				   (unsigned long long)p->hello.context,
+				   (unsigned long long)p->hello.pool_tokens);
+			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
+			serve__client_error(r, PROTO_ERR_PROMPT_TOO_LONG,
+					    "prompt (%u tokens) + max_tokens (%u) = %llu exceeds the smallest context or KV pool on the path (%llu tokens)",
+					    r->n_prompt, r->max_tokens,
+					    (unsigned long long)need,
+					    (unsigned long long)lim);
+			serve__req_end(r, false);
+			return;
+		}
+	}
+	/* admitted: now, and only now, pages */
+	serve__req_register(r);
+	r->n_table = kvpool_pages_for(pool, need - 1);
+	r->n_prefix = kvpool_pages_for(pool, r->n_prompt);
+	r->table = calloc(r->n_table, sizeof(*r->table));
+	r->got = calloc(r->n_prefix, 1);
+	if (!r->table || !r->got) {
+		serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__req_end(r, false);
+		return;
+	}
+	rc = kvpool_reserve(pool, r->reg.id, r->n_table, r->table);
+	if (rc) {
+		s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
+		serve__client_error(r, rc == KVPOOL_E_FULL ? PROTO_ERR_OVERLOADED
+							 : PROTO_ERR_INTERNAL,
+				    "the KV pool cannot reserve %u pages now",
+				    r->n_table);
+		serve__req_end(r, false);
+		return;
+	}
+	r->pages_held = true;
+	(void)kvpool_fill_begin(pool, r->reg.id, r->table, r->n_table);
+	/* an in-flight transfer may write the prefix: fence it (invariant 2) */
+	if (kvpool_fence(pool, r->reg.id, r->table, r->n_prefix) == 0)
+		r->fenced = true;
+	r->peer = p;
+	p->outstanding++;
+	r->state = SRS_TRANSFER;
+	rc = decode_send_request(r);
+	if (rc) {
+		decode_pages_free_now(r);
+		decode_detach_peer(r);
+		serve__client_error(r, PROTO_ERR_INTERNAL,
+				    "cannot send the prefill request: %s", strerror(-rc));
+		serve__req_end(r, false);
+		return;
+	}
+	serve__timer_start(r, s->d->cfg.prefill_timeout_ms, decode_prefill_timeout);
+	KVLOG_DEBUG(s->log, "prefill_sent",
+		    "id=%llu client_id=%llu peer=%s prompt_tokens=%u pages=%u prefix_pages=%u",
+		    (unsigned long long)r->reg.id, (unsigned long long)r->client_id,
+		    p->addr, r->n_prompt, r->n_table, r->n_prefix);
+}
+
+/* ---- receiving KV ----------------------------------------------------------- */
+
+static struct serve_req *decode_req_of(struct peer *p, uint64_t id)
+{
+	struct serve_req *r = serve__req_find(p->s, id);
+
+	if (!r || r->kind != SREQ_DECODE || r->peer != p)
+		return NULL;
+	return r;
+}
+
+/* Check every entry before writing any page. */
+static int decode_check_batch(struct serve_req *r, const struct xfer_hdr *h,
+			      const uint8_t *batch, char *why, size_t why_size)
+{
+	uint32_t pt = kvpool_geom(r->s->d->pool)->page_tokens;
+
+	for (uint32_t i = 0; i < h->n_entries; i++) {
+		struct xfer_entry e;
+		uint32_t want;
+
+		xfer_batch_entry(batch, i, &e);
+		if (e.index >= r->n_prefix) {
+			snprintf(why, why_size, "batch %u names page index %u beyond the %u prefix pages",
+				 h->seq, e.index, r->n_prefix);
+			return 1;
+		}
+		if (e.dst_page != r->table[e.index].page ||
+		    e.dst_gen != r->table[e.index].gen) {
+			snprintf(why, why_size, "batch %u names page %u gen %llu, not the request's page %u gen %llu",
+				 h->seq, e.dst_page, (unsigned long long)e.dst_gen,
+				 r->table[e.index].page,
+				 (unsigned long long)r->table[e.index].gen);
+			return 1;
+		}
+		if (r->got[e.index]) {
+			snprintf(why, why_size, "batch %u writes page index %u twice",
+				 h->seq, e.index);
+			return 1;
+		}
+		want = KVD_MIN(pt, r->n_prompt - e.index * pt);
+		if (e.tokens != want) {
+			snprintf(why, why_size, "batch %u page index %u holds %u tokens, expected %u",
+				 h->seq, e.index, e.tokens, want);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
+			  const uint8_t *batch)
+{
+	struct peer *p = arg;
+	struct serve *s = p->s;
+	struct serve_req *r = decode_req_of(p, h->request_id);
+	const struct kvmem *mem = &s->d->mem;
+	char why[200];
+
+	if (!r || r->state != SRS_TRANSFER) {
+		KVLOG_DEBUG(s->log, "batch_discarded", "id=%llu seq=%u peer=%s",
+			    (unsigned long long)h->request_id, h->seq, p->addr);
+		return;
+	}
+	if (decode_check_batch(r, h, batch, why, sizeof(why))) {
+		decode_fail(r, PROTO_ERR_INTEGRITY, true, why);
+		return;
+	}
+	for (uint32_t i = 0; i < h->n_entries; i++) {
+		struct xfer_entry e;
+		void *dst;
+
+		xfer_batch_entry(batch, i, &e);
+		dst = kvpool_page_addr(s->d->pool, e.dst_page);
+		if (!dst || mem->ops->write(mem->ctx, dst, xfer_batch_page(batch, h, i),
+					    s->page_bytes)) {
+			decode_fail(r, PROTO_ERR_INTERNAL, true,
+				    "cannot write a received page");
+			return;
+		}
+		r->got[e.index] = 1;
+		r->n_got++;
+	}
+	r->batches_got++;
+	decode_try_complete(r);
+}
+
+static void peer_rx_bad(void *arg, int code, const struct xfer_hdr *h)
+{
+	struct peer *p = arg;
+	struct serve_req *r = decode_req_of(p, h->request_id);
+
+	KVLOG_WARN(p->s->log, "batch_checksum",
+		   "peer=%s id=%llu seq=%u error=%s", p->addr,
+		   (unsigned long long)h->request_id, h->seq, xfer_strerror(code));
+	if (r)
+		decode_fail(r, PROTO_ERR_INTEGRITY, true,
+			    "a KV batch failed its checksum; no token was produced from it");
+	else
+		p->s->d->counters.integrity_failures++;
+}
+
+static void peer_rx_closed(void *arg, int status)
+{
+	struct peer *p = arg;
+
+	peer_lost(p, status == -ECONNRESET ? "data connection cut mid-batch"
+					   : "data connection closed");
+}
+
+/* All batches in and prefill_done seen: check coverage, mark ready. */
+static void decode_try_complete(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	struct peer *p = r->peer;
+	struct kvpool *pool = s->d->pool;
+	struct proto_peer_msg ack = { .type = PEER_MSG_RELEASE_ACK, .id = r->reg.id };
+	char why[200];
+	int rc;
+
+	if (r->state != SRS_TRANSFER || !r->done_seen ||
+	    r->batches_got < r->done_batches)
+		return;
+	if (r->done_tokens != r->n_prompt || r->done_pages != r->n_prefix ||
+	    r->n_got != r->n_prefix) {
+		snprintf(why, sizeof(why),
+			 "short transfer: %u of %u pages and %u of %u prompt tokens arrived",
+			 r->n_got, r->n_prefix, r->done_tokens, r->n_prompt);
+		decode_fail(r, PROTO_ERR_INTEGRITY, true, why);
+		return;
+	}
+	/* nothing can write the prefix any more: drop the transfer fence */
+	(void)kvpool_unfence(pool, r->reg.id, r->table, r->n_prefix);
+	r->fenced = false;
+	rc = kvpool_mark_ready(pool, r->reg.id, r->table, r->n_prefix, r->n_prompt);
+	serve__timer_stop(r);
+	if (rc) {
+		snprintf(why, sizeof(why), "the received KV failed the %s check (pool error %d)",
+			 rc == KVPOOL_E_COVERAGE ? "coverage" : "tag", rc);
+		/* the peer is done with these pages (prefill_done): no abort
+		 * needed, but tell it to release its own */
+		(void)serve__send_peer((uv_stream_t *)&p->ctl, &ack);
+		s->d->counters.integrity_failures++;
+		r->fail_code = PROTO_ERR_INTEGRITY;
+		serve__client_error(r, PROTO_ERR_INTEGRITY, "%s", why);
+		(void)kvpool_quarantine(pool, r->reg.id, r->table, r->n_table);
+		r->pages_held = false;
+		decode_detach_peer(r);
+		serve__req_end(r, false);
+		return;
+	}
+	(void)serve__send_peer((uv_stream_t *)&p->ctl, &ack);
+	decode_detach_peer(r);
+	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",
+		    (unsigned long long)r->reg.id, r->batches_got, r->n_got,
+		    r->n_prompt);
+	if (!r->client) {
+		/* orphaned: the transfer completed cleanly; now release */
+		decode_pages_free_now(r);
+		serve__req_end(r, false);
+		return;
+	}
+	if (serve__client_stream_begin(r)) {
+		serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
+		decode_pages_free_now(r);
+		serve__req_end(r, false);
+		return;
+	}
+	if ((int32_t)r->first_token == s->model->eos_id) {
+		serve__client_final(r, "stop");
+		decode_pages_free_now(r);
+		serve__req_end(r, true);
+		return;
+	}
+	r->state = SRS_COMPUTE;
+	serve__client_token(r, (int32_t)r->first_token);
+	if (r->max_tokens == 1) {
+		serve__client_final(r, "length");
+		decode_pages_free_now(r);
+		serve__req_end(r, true);
+		return;
+	}
+	{
+		int32_t *toks = malloc(sizeof(int32_t) * (r->n_prompt + 1));
+
+		if (!toks) {
+			serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
+			decode_pages_free_now(r);
+			serve__req_end(r, false);
+			return;
+		}
+		memcpy(toks, r->prompt, sizeof(int32_t) * r->n_prompt);
+		toks[r->n_prompt] = (int32_t)r->first_token;
+		rc = serve__compute_submit(s, r, toks, r->n_prompt + 1,
+					   r->max_tokens - 1, false, r->table,
+					   r->n_table, r->n_prompt);
+		free(toks);
+		if (rc) {
+			serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
+			decode_pages_free_now(r);
+			serve__req_end(r, false);
+		}
+	}
+}
+
+/* ---- control messages from prefill ------------------------------------------ */
+
+static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
+{
+	struct serve *s = p->s;
+	struct serve_req *r;
+
+	switch (m->type) {
+	case PEER_MSG_HEARTBEAT:
+		p->load = m->load;
+		return;
+	case PEER_MSG_PREFILL_REJECT:
+		r = decode_req_of(p, m->id);
+		if (!r || r->state != SRS_TRANSFER)
+			return;
+		KVLOG_WARN(s->log, "prefill_rejected",
+			   "id=%llu client_id=%llu peer=%s code=%s msg=\"%s\"",
+			   (unsigned long long)r->reg.id,
+			   (unsigned long long)r->client_id, p->addr,
+			   proto_err_name(m->code), m->message);
+		if (m->code == PROTO_ERR_PROMPT_TOO_LONG)
+			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
+		/* prefill computed and sent nothing: release at once */
+		decode_fail(r, m->code, false, m->message);
+		return;
+	case PEER_MSG_PREFILL_DONE:
+		r = decode_req_of(p, m->id);
+		if (!r || r->state != SRS_TRANSFER)
+			return;
+		r->done_seen = true;
+		r->first_token = m->first_token;
+		r->done_tokens = m->done_tokens;
+		r->done_batches = m->batches;
+		r->done_pages = m->done_pages;
+		if (m->first_token >= tokenizer_n_vocab(s->tok)) {
+			decode_fail(r, PROTO_ERR_INTEGRITY, true,
+				    "prefill sent a first token outside the vocabulary");
+			return;
+		}
+		serve__timer_start(r, s->d->cfg.transfer_timeout_ms,
+				   decode_prefill_timeout);
+		decode_try_complete(r);
+		return;
+	case PEER_MSG_ABORT:
+		r = decode_req_of(p, m->id);
+		if (r && r->state == SRS_TRANSFER) {
+			/* prefill gives up: its batches for r have left, and
+			 * decode writes nothing for a request it no longer
+			 * holds; acknowledge and release */
+			decode_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, false,
+				    m->message[0] ? m->message : "prefill aborted the request");
+		}
+		{
+			struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK,
+						      .id = m->id };
+
+			(void)serve__send_peer((uv_stream_t *)&p->ctl, &ack);
+		}
+		return;
+	case PEER_MSG_ABORT_ACK:
+		r = decode_req_of(p, m->id);
+		if (r && r->state == SRS_ABORTING)
+			decode_abort_done(r);
+		return;
+	default:
+		KVLOG_WARN(s->log, "peer_protocol", "peer=%s msg=\"unexpected %s\"",
+			   p->addr, proto_peer_type_name(m->type));
+		return;
+	}
+}
+
+/* ---- peer connections ------------------------------------------------------- */
+
+static void peer_log_capacity(struct peer *p)
+{
+	struct serve *s = p->s;
+	uint64_t own = serve__own_limit(s);
+	uint64_t path = KVD_MIN(own, KVD_MIN(p->hello.context, p->hello.pool_tokens));
+
+	kvd_daemon_capacity(s->d, "peer", NULL);
+	KVLOG_INFO(s->log, "peer_capacity",
+		   "peer=%s peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu path_limit=%llu verdict=%s",
+		   p->addr, p->hello.node, p->hello.role,
+		   (unsigned long long)p->hello.pool_tokens,
+		   (unsigned long long)p->hello.context,
+		   s->d->cap.advertised_context,
+		   (unsigned long long)s->d->cap.pool_tokens,
+		   (unsigned long long)path,
+		   p->hello.pool_tokens >= p->hello.context ? "ok" : "peer_pool_smaller_than_context");
+}
+
+static void peer_data_connected(uv_connect_t *req, int status)
+{
+	struct peer *p = req->data;
+	struct proto_peer_msg m = { .type = PEER_MSG_DATA };
+	int rc;
+
+	if (status < 0 || p->closing || !p->data) {
+		if (!p->closing)
+			peer_lost(p, "data connection failed");
+		return;
+	}
+	m.session = p->hello.session;
+	rc = serve__send_peer(transport_tcp_stream(p->data), &m);
+	if (!rc)
+		rc = transport_tcp_start(p->data, true);
+	if (rc) {
+		peer_lost(p, "data connection setup failed");
+		return;
+	}
+	p->up = true;
+	p->last_heard_ns = kvd_now_ns();
+	KVLOG_INFO(p->s->log, "peer_up",
+		   "peer=%s node=%s max_batch_bytes=%llu checksum=%s transport=tcp",
+		   p->addr, p->hello.node,
+		   (unsigned long long)p->max_batch_bytes,
+		   p->hello.checksum || p->s->d->cfg.checksum ? "on" : "off");
+	peer_log_capacity(p);
+}
+
+static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
+{
+	struct serve *s = p->s;
+	struct transport_cfg tc = { 0 };
+	struct sockaddr_storage ss;
+	char field[32], why[200];
+	int rc;
+
+	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
+				   why, sizeof(why)) ||
+	    strcmp(m->hello.role, "prefill") || !m->hello.session) {
+		if (!field[0] || strcmp(m->hello.role, "prefill"))
+			snprintf(field, sizeof(field), "role");
+		KVLOG_ERR(s->log, "peer_refused", "peer=%s field=%s msg=\"%s\"",
+			  p->addr, field,
+			  strcmp(m->hello.role, "prefill") ? "the peer is not a prefill node" : why);
+		peer_lost(p, "handshake refused");
+		return;
+	}
+	p->hello = m->hello;
+	p->hello_seen = true;
+	p->max_batch_bytes = KVD_MIN(s->d->cfg.max_batch_bytes, m->hello.max_batch_bytes);
+	tc.pool = s->d->pool;
+	tc.mem = &s->d->mem;
+	tc.page_bytes = s->page_bytes;
+	tc.max_batch_bytes = p->max_batch_bytes;
+	tc.checksum = s->d->cfg.checksum || m->hello.checksum;
+	tc.fault = &s->fault;
+	tc.log = s->log;
+	tc.recv = (struct transport_recv){ peer_rx_batch, peer_rx_bad, peer_rx_closed };
+	tc.recv_arg = p;
+	rc = transport_tcp_new(&p->data, &s->d->loop, &tc);
+	if (rc) {
+		KVLOG_ERR(s->log, "peer_refused",
+			  "peer=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
+			  p->addr, (unsigned long long)s->page_bytes,
+			  (unsigned long long)p->max_batch_bytes);
+		p->data = NULL;
+		peer_lost(p, "transport");
+		return;
+	}
+	p->data->data = p;
+	serve__parse_hostport(p->addr, &ss);
+	p->data_req.data = p;
+	rc = uv_tcp_connect(&p->data_req, (uv_tcp_t *)transport_tcp_stream(p->data),
+			    (struct sockaddr *)&ss, peer_data_connected);
+	if (rc)
+		peer_lost(p, "data connect");
+}
+
+static void peer_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	struct peer *p = h->data;
+
+	(void)hint;
+	*buf = uv_buf_init(p->rbuf, sizeof(p->rbuf));
+}
+
+static void peer_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct peer *p = st->data;
+	const char *q = buf->base;
+	size_t n = nread > 0 ? (size_t)nread : 0;
+
+	if (nread < 0) {
+		peer_lost(p, "control connection closed");
+		return;
+	}
+	p->last_heard_ns = kvd_now_ns();
+	while (n > 0 && !p->closing) {
+		size_t used;
+		int rc = frame_decoder_feed(&p->dec, q, n, &used);
+
+		if (rc) {
+			peer_lost(p, "control stream error");
+			return;
+		}
+		q += used;
+		n -= used;
+		for (;;) {
+			const msgpack_object *map;
+			struct proto_peer_msg m;
+			struct frame_error err = { 0 };
+
+			rc = frame_decoder_next(&p->dec, &map);
+			if (rc == FRAME_E_AGAIN)
+				break;
+			if (rc == 0)
+				rc = proto_peer_parse(map, &m, &err);
+			if (rc) {
+				KVLOG_ERR(p->s->log, "peer_protocol", "peer=%s code=%s msg=\"%s\"",
+					  p->addr, frame_strerror(rc), err.msg);
+				peer_lost(p, "protocol error");
+				return;
+			}
+			if (!p->hello_seen) {
+				if (m.type == PEER_MSG_HELLO)
+					peer_on_hello(p, &m);
+				else
+					peer_lost(p, "no hello");
+			} else {
+				peer_on_msg(p, &m);
+			}
+			proto_peer_msg_deinit(&m);
+			if (p->closing)
+				return;
+		}
+	}
+}
+
+static void peer_connected(uv_connect_t *req, int status)
+{
+	struct peer *p = req->data;
+	struct proto_peer_msg m = { .type = PEER_MSG_HELLO };
+
+	if (p->closing)
+		return;
+	if (status < 0) {
+		KVLOG_DEBUG(p->s->log, "peer_connect", "peer=%s msg=\"%s\"", p->addr,
+			    uv_strerror(status));
+		peer_lost(p, NULL);
+		return;
+	}
+	m.hello = p->s->my_hello;
+	if (uv_read_start((uv_stream_t *)&p->ctl, peer_alloc, peer_read) ||
+	    serve__send_peer((uv_stream_t *)&p->ctl, &m))
+		peer_lost(p, "control setup");
+}
+
+static void peer_retry_cb(uv_timer_t *t)
+{
+	struct peer *p = t->data;
+
+	if (!p->s->stopping && !p->closing && !p->ctl_open)
+		peer_connect(p);
+}
+
+static void peer_handle_closed(uv_handle_t *h)
+{
+	struct peer *p = h->data;
+
+	p->s->closes_pending--;
+	if (--p->pending_closes)
+		return;
+	p->closing = false;
+	frame_decoder_deinit(&p->dec);
+	if (!p->s->stopping && p->retry_open)
+		uv_timer_start(&p->retry, peer_retry_cb, PEER_RETRY_MS, 0);
+}
+
+static void peer_data_closed(struct transport *t)
+{
+	struct peer *p = t->data;
+
+	t->ops->free(t);
+	p->s->closes_pending--;
+	if (--p->pending_closes)
+		return;
+	p->closing = false;
+	frame_decoder_deinit(&p->dec);
+	if (!p->s->stopping && p->retry_open)
+		uv_timer_start(&p->retry, peer_retry_cb, PEER_RETRY_MS, 0);
+}
+
+/* Tear both connections down; every transfer on this peer fails, and
+ * since nothing can write for them any more, their pages are unfenced. */
+static void peer_lost(struct peer *p, const char *why)
+{
+	struct serve *s = p->s;
+	struct serve_req *r, *next;
+
+	if (p->closing || !p->ctl_open)
+		return;
+	if (why)
+		KVLOG_WARN(s->log, "peer_down", "peer=%s msg=\"%s\" was_up=%d",
+			   p->addr, why, p->up);
+	p->closing = true;
+	p->up = false;
+	p->hello_seen = false;
+	p->ctl_open = false;
+	p->pending_closes = 1;
+	s->closes_pending++;
+	p->ctl.data = p;
+	uv_close((uv_handle_t *)&p->ctl, peer_handle_closed);
+	if (p->data) {
+		p->pending_closes++;
+		s->closes_pending++;
+		transport_close(p->data, peer_data_closed);
+		p->data = NULL;
+	}
+	for (r = s->reqs; r; r = next) {
+		next = r->next;
+		if (r->kind != SREQ_DECODE || r->peer != p)
+			continue;
+		if (r->state == SRS_ABORTING)
+			decode_abort_done(r);
+		else if (r->state == SRS_TRANSFER)
+			decode_fail(r, PROTO_ERR_INTERNAL, false,
+				    "the prefill peer was lost during the transfer");
+	}
+}
+
+static void peer_connect(struct peer *p)
+{
+	struct serve *s = p->s;
+	struct sockaddr_storage ss;
+	int rc;
+
+	if (serve__parse_hostport(p->addr, &ss)) {
+		KVLOG_ERR(s->log, "peer_address", "peer=%s msg=\"bad address\"", p->addr);
+		return;
+	}
+	if (uv_tcp_init(&s->d->loop, &p->ctl))
+		return;
+	p->ctl.data = p;
+	p->ctl_open = true;
+	uv_tcp_nodelay(&p->ctl, 1);
+	frame_decoder_init(&p->dec, PROTO_PEER_FRAME_MAX);
+	p->conn_req.data = p;
+	p->last_heard_ns = kvd_now_ns();
+	rc = uv_tcp_connect(&p->conn_req, &p->ctl, (struct sockaddr *)&ss,
+			    peer_connected);
+	if (rc)
+		peer_lost(p, NULL);
+}
+
+int serve__decode_start(struct serve *s)
+{
+	for (unsigned i = 0; i < s->d->cfg.n_peers_prefill && i < KVD_MAX_PEERS; i++) {
+		struct peer *p = &s->peers[i];
+
+		p->s = s;
+		p->idx = i;
+		snprintf(p->addr, sizeof(p->addr), "%s", s->d->cfg.peers_prefill[i]);
+		if (uv_timer_init(&s->d->loop, &p->retry))
+			return -ENOMEM;
+		p->retry.data = p;
+		p->retry_open = true;
+		s->n_peers++;
+		peer_connect(p);
+	}
+	return 0;
+}
+
+void serve__decode_heartbeat(struct serve *s)
+{
+	uint64_t now = kvd_now_ns();
+	uint64_t dead_ns = 3ull * s->d->cfg.heartbeat_ms * 1000000ull;
+
+	for (unsigned i = 0; i < s->n_peers; i++) {
+		struct peer *p = &s->peers[i];
+		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
+		struct kvpool_stats st;
+
+		if (!p->ctl_open || p->closing)
+			continue;
+		if (!p->up && now - p->last_heard_ns >
+			      (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull) {
+			peer_lost(p, "connect timeout");
+			continue;
+		}
+		if (p->up && now - p->last_heard_ns > dead_ns) {
+			peer_lost(p, p->up ? "three heartbeats missed" : "connect timeout");
+			continue;
+		}
+		if (!p->up)
+			continue;
+		kvpool_get_stats(s->d->pool, &st);
+		m.load = p->outstanding;
+		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;
+		(void)serve__send_peer((uv_stream_t *)&p->ctl, &m);
+	}
+}
+
+static void peer_retry_closed(uv_handle_t *h)
+{
+	struct peer *p = h->data;
+
+	p->s->closes_pending--;
+}
+
+void serve__decode_stop(struct serve *s)
+{
+	for (unsigned i = 0; i < s->n_peers; i++) {
+		struct peer *p = &s->peers[i];
+
+		peer_lost(p, NULL);
+		if (p->retry_open) {
+			p->retry_open = false;
+			s->closes_pending++;
+			uv_close((uv_handle_t *)&p->retry, peer_retry_closed);
+		}
+	}
+}

@@ -1,0 +1,328 @@
+/* serve_int.h - shared internals of the serving flows (daemon/serve*.c).
+ *
+ * Not a contract for other modules: daemon/serve.h is. This header lets
+ * the four files of the serving layer share their structs:
+ *   serve.c          setup, teardown, the compute thread bridge, helpers
+ *   serve_client.c   client listeners, connections, local (standalone)
+ *                    requests and the client side of decode requests
+ *   serve_decode.c   decode: prefill peers, transfer reception, coverage
+ *   serve_prefill.c  prefill: peer listener, prefill requests, sending
+ *
+ * Everything here is loop-thread state, except struct serve_compute's
+ * queues, which are shared with the compute thread under its mutex.
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/daemon.h"
+#include "daemon/request.h"
+#include "gpu/engine.h"
+#include "gpu/model.h"
+#include "gpu/tokenizer.h"
+#include "net/fault.h"
+#include "net/frame.h"
+#include "net/proto_client.h"
+#include "net/proto_peer.h"
+#include "net/transport.h"
+
+struct serve;
+struct serve_req;
+struct client_conn;
+struct peer;
+
+/* ---- compute thread bridge ---------------------------------------------- */
+
+enum serve_job_kind { SJOB_SUBMIT = 1, SJOB_FREE };
+
+struct serve_job {
+	enum serve_job_kind kind;
+	struct serve_job *next;
+	uint64_t owner;
+	struct engine_req_params rp;     /* SUBMIT; prompt/table owned below */
+	int32_t *prompt;                 /* (rp.n_prompt) */
+	struct kvpool_ref *table;        /* (rp.n_table) lent pages, or NULL */
+	struct engine_req *req;          /* FREE */
+	struct kvpool_ref *release;      /* FREE: lent pages to release after */
+	uint32_t n_release;
+};
+
+enum serve_msg_kind { SMSG_SUBMITTED = 1, SMSG_TOKEN, SMSG_DONE, SMSG_FREED };
+
+struct serve_msg {
+	enum serve_msg_kind kind;
+	struct serve_msg *next;
+	uint64_t owner;
+	struct engine_req *req;
+	int error;                       /* SUBMITTED: submit's code; DONE */
+	int32_t token;                   /* TOKEN */
+	uint32_t pos;
+	enum engine_finish finish;       /* DONE */
+	struct kvpool_ref *table;        /* DONE of a prefill_only request:
+					  * (n_table) copy of its pages */
+	uint32_t n_table;
+	uint32_t n_kv;
+};
+
+struct serve_compute {
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct serve_job *jobs, *jobs_tail;   /* loop -> thread */
+	struct serve_msg *msgs, *msgs_tail;   /* thread -> loop */
+	bool stop;
+	uv_async_t async;
+	bool async_open;
+	struct engine *eng;                   /* thread-owned after start */
+	struct kvpool *pool;
+	struct serve *s;
+};
+
+/* ---- requests ----------------------------------------------------------- */
+
+enum serve_req_kind { SREQ_LOCAL = 1, SREQ_DECODE, SREQ_PREFILL };
+
+enum serve_req_state {
+	SRS_NEW = 0,
+	SRS_TRANSFER,       /* decode: prefill_request sent, KV arriving */
+	SRS_COMPUTE,        /* in the engine */
+	SRS_SENDING,        /* prefill: batches going out */
+	SRS_WAIT_ACK,       /* prefill: done sent, waiting for release_ack */
+	SRS_ABORTING,       /* waiting for the peer's abort_ack */
+	SRS_FREEING,        /* engine free job sent */
+	SRS_DEAD,           /* terminal, memory going away */
+};
+
+struct serve_req {
+	struct kvd_request reg;          /* registry link; reg.id is the owner */
+	struct serve *s;
+	enum serve_req_kind kind;
+	enum serve_req_state state;
+	struct serve_req *prev, *next;   /* s->reqs */
+	bool registered;
+	bool ended;
+
+	/* what the client asked */
+	struct client_conn *client;      /* NULL once the client left */
+	uint64_t client_id;
+	int32_t *prompt;                 /* (n_prompt) */
+	uint32_t n_prompt;
+	uint32_t max_tokens;
+	struct sampler_params sp;
+	uint64_t t_arrive_ns, t_first_ns;
+	uint32_t n_out;
+	struct detok dt;
+	bool dt_init;
+	bool answered;                   /* final or error sent (or client gone) */
+
+	/* engine */
+	struct engine_req *ereq;
+	bool in_engine;                  /* submitted and not freed */
+	bool submit_pending;
+
+	/* decode: the transfer */
+	struct peer *peer;
+	struct kvpool_ref *table;        /* (n_table) reserved pages */
+	uint32_t n_table;
+	uint32_t n_prefix;               /* pages the transfer fills */
+	bool fenced;
+	bool pages_held;
+	uint8_t *got;                    /* (n_prefix) pages written */
+	uint32_t n_got;
+	uint32_t batches_got;
+	bool done_seen;
+	uint32_t first_token;
+	uint32_t done_tokens, done_batches, done_pages;
+
+	/* prefill: the peer's request */
+	struct pconn *pc;                /* control conn it came on */
+	uint64_t remote_id;              /* decode's request id */
+	struct proto_peer_page *dst;     /* (n_dst) destination pages */
+	uint32_t n_dst;
+	struct kvpool_ref *src;          /* (n_src) our computed pages */
+	uint32_t n_src;
+	uint32_t n_kv;
+	uint32_t sends_pending;
+	uint32_t next_page;              /* next page index to send */
+	uint32_t batches_sent;
+	bool send_failed;
+	bool abort_requested;            /* decode asked us to abort */
+	bool released_by_peer;           /* release_ack seen */
+	bool short_fault;                /* fault point short_transfer */
+	bool slow_waited;                /* fault point slow_batch */
+
+	uv_timer_t timer;                /* phase timeout / slow_batch */
+	bool timer_open;
+	int fail_code;                   /* enum proto_err, 0 while healthy */
+	char fail_msg[PROTO_CLIENT_MSG_MAX + 1];
+};
+
+/* ---- connections -------------------------------------------------------- */
+
+struct client_conn {
+	struct serve *s;
+	union {
+		uv_tcp_t tcp;
+		uv_pipe_t pipe;
+		uv_handle_t handle;
+		uv_stream_t stream;
+	} h;
+	struct frame_decoder dec;
+	struct client_conn *prev, *next;
+	bool closing;
+	uint32_t n_reqs;                 /* requests that still point here */
+	char rbuf[65536];                /* (65536) bytes: socket reads */
+};
+
+struct client_listener {
+	struct serve *s;
+	union {
+		uv_tcp_t tcp;
+		uv_pipe_t pipe;
+		uv_handle_t handle;
+		uv_stream_t stream;
+	} h;
+	bool is_pipe;
+	char path[256];                  /* unix: socket path to unlink */
+};
+
+/* A prefill peer as decode sees it. */
+struct peer {
+	struct serve *s;
+	unsigned idx;
+	char addr[256];
+	uv_tcp_t ctl;
+	bool ctl_open;
+	uv_connect_t conn_req;
+	uv_connect_t data_req;
+	struct frame_decoder dec;
+	struct transport *data;          /* receiver */
+	bool up;                         /* handshake and data conn complete */
+	bool hello_seen;
+	struct proto_peer_hello hello;   /* the peer's */
+	uint64_t max_batch_bytes;        /* negotiated */
+	uint32_t load;                   /* last heartbeat */
+	uint32_t outstanding;            /* our requests on this peer */
+	uint64_t last_heard_ns;
+	uv_timer_t retry;                /* reconnect / heartbeat timer */
+	bool retry_open;
+	bool closing;
+	uint32_t pending_closes;
+	char rbuf[65536];                /* (65536) bytes: control reads */
+};
+
+/* A decode node as prefill sees it (one per control connection). */
+struct pconn {
+	struct serve *s;
+	uv_tcp_t tcp;
+	struct frame_decoder dec;
+	struct pconn *prev, *next;
+	bool is_data;                    /* a data conn before hand-over */
+	bool hello_done;
+	bool closing;
+	struct proto_peer_hello hello;   /* the decode node's */
+	uint64_t session;
+	uint64_t max_batch_bytes;        /* negotiated */
+	bool checksum;
+	struct transport *data;          /* sender, after the data hello */
+	uint32_t n_reqs;
+	uint32_t pending_closes;
+	uint64_t last_heard_ns;
+	char rbuf[65536];                /* (65536) bytes: control reads */
+};
+
+/* ---- the serving layer ---------------------------------------------------- */
+
+struct serve {
+	struct kvd_daemon *d;
+	struct kvlog *log;
+	struct kvd_fault fault;
+	struct kvd_reqtab reqtab;
+	struct model *model;
+	struct tokenizer *tok;
+	struct serve_compute comp;
+	uint64_t page_bytes;
+	struct proto_peer_hello my_hello;
+	bool stopping;
+
+	struct serve_req *reqs;          /* every live request */
+	uint32_t n_reqs;
+
+	struct client_listener listeners[4];
+	unsigned n_listeners;
+	struct client_conn *clients;
+
+	struct peer peers[KVD_MAX_PEERS];
+	unsigned n_peers;
+
+	uv_tcp_t peer_listener;
+	bool peer_listener_open;
+	struct pconn *pconns;
+	uint64_t next_session;
+
+	uv_timer_t hb_timer;             /* heartbeats and liveness */
+	bool hb_open;
+	uint32_t closes_pending;         /* handles still closing at stop */
+};
+
+/* serve.c */
+uint64_t serve__now_ms(void);
+int serve__write(uv_stream_t *st, char *data, size_t len);
+int serve__send_peer(uv_stream_t *st, const struct proto_peer_msg *m);
+struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind);
+struct serve_req *serve__req_find(struct serve *s, uint64_t id);
+/* Register in the registry (after admission). */
+void serve__req_register(struct serve_req *r);
+/* Terminal: unregister, close the timer, free the memory later. */
+void serve__req_end(struct serve_req *r, bool ok);
+void serve__timer_start(struct serve_req *r, uint64_t ms, uv_timer_cb cb);
+void serve__timer_stop(struct serve_req *r);
+int serve__compute_submit(struct serve *s, struct serve_req *r,
+			  const int32_t *prompt, uint32_t n_prompt,
+			  uint32_t max_tokens, bool prefill_only,
+			  const struct kvpool_ref *table, uint32_t n_table,
+			  uint32_t n_cached);
+int serve__compute_free(struct serve *s, struct serve_req *r,
+			const struct kvpool_ref *release, uint32_t n_release);
+/* The largest prompt + max_tokens this node itself can serve. */
+uint64_t serve__own_limit(struct serve *s);
+void serve__close_handle(struct serve *s, uv_handle_t *h);
+
+/* serve_client.c */
+int serve__parse_hostport(const char *spec, struct sockaddr_storage *ss);
+int serve__client_listen(struct serve *s);
+void serve__client_close_all(struct serve *s);
+void serve__client_token(struct serve_req *r, int32_t token);
+void serve__client_final(struct serve_req *r, const char *reason);
+void serve__client_error(struct serve_req *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void serve__client_detach(struct serve_req *r);
+/* The client is gone (or the operator aborted): stop streaming, let a
+ * transfer finish or abort cleanly, then release (invariant 8). */
+void serve__req_orphan(struct serve_req *r);
+/* Start streaming: the detokenizer learns the prompt. */
+int serve__client_stream_begin(struct serve_req *r);
+/* engine messages for LOCAL and DECODE requests */
+void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m);
+
+/* serve_decode.c */
+int serve__decode_start(struct serve *s);
+void serve__decode_stop(struct serve *s);
+void serve__decode_admit(struct serve_req *r);
+void serve__decode_client_gone(struct serve_req *r);
+void serve__decode_heartbeat(struct serve *s);
+/* Pages of a decode request are back (after the engine freed them). */
+void serve__decode_freed(struct serve_req *r);
+
+/* serve_prefill.c */
+int serve__prefill_start(struct serve *s);
+void serve__prefill_stop(struct serve *s);
+void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m);
+void serve__prefill_heartbeat(struct serve *s);
+/* Fail a prefill request (kvctl abort): abort to decode, pages back once
+ * nothing of it is queued. */
+void serve__prefill_abort(struct serve_req *r, const char *reason);

@@ -1,0 +1,825 @@
+/* serve_prefill.c - prefill: the peer listener, prefill requests, sending.
+ *
+ * Design. Prefill trusts nothing decode decided. Each prefill_request goes
+ * through prefill's *own* admission (invariant 3): the node admits new
+ * work, the destination page list is exactly pages_for(prompt) long, every
+ * token id is in the vocabulary, and prompt + max_tokens fits this node's
+ * advertised context and pool. A refusal is a prefill_reject carrying the
+ * typed error; nothing is computed, and no prompt is ever substituted
+ * (the incident's placeholder cannot happen: the engine only ever sees the
+ * tokens the request carried).
+ *
+ * An admitted request computes its prompt's KV in this node's pool
+ * (engine-owned pages, prefill_only), then its pages go out in batches of
+ * at most the negotiated max_batch_bytes through the transport, each page
+ * re-tagged for its destination page and generation. prefill_done follows
+ * once every batch has left and carries the first sampled token. The
+ * pages stay held until decode's release_ack (or abort, answered with
+ * abort_ack once no batch for the request is still queued), or until the
+ * connection to that decode node is gone.
+ *
+ * Connections: every accepted connection starts with one frame. "hello"
+ * makes it a control connection (hellos must match: model fingerprint, KV
+ * dtype, layout); "data" with the session from our hello makes it that
+ * control connection's data connection, whose socket is handed to a tcp
+ * transport (dup + uv_tcp_open, so libuv handles never change owner).
+ */
+#include "daemon/serve_int.h"
+#include "conf/util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PREFILL_SEND_WINDOW 2     /* batches queued per request at once */
+#define SLOW_BATCH_MS 300         /* fault point slow_batch */
+
+static void pconn_lost(struct pconn *pc, const char *why);
+static void prefill_send_more(struct serve_req *r);
+
+/* A send in flight names its request by id, never by pointer: the
+ * request may have ended when the transport reports the batch. */
+struct prefill_ticket {
+	struct serve *s;
+	uint64_t id;
+};
+
+static int pconn_send(struct pconn *pc, const struct proto_peer_msg *m)
+{
+	if (!pc || pc->closing)
+		return -EPIPE;
+	return serve__send_peer((uv_stream_t *)&pc->tcp, m);
+}
+
+static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
+			   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
+			   const char *fmt, ...)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_REJECT,
+				    .id = remote_id, .code = code };
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(m.message, sizeof(m.message), fmt, ap);
+	va_end(ap);
+	KVLOG_WARN(pc->s->log, "prefill_reject",
+		   "peer_node=%s remote_id=%llu code=%s msg=\"%s\"", pc->hello.node,
+		   (unsigned long long)remote_id, proto_err_name(code), m.message);
+	(void)pconn_send(pc, &m);
+}
+
+/* ---- ending ------------------------------------------------------------------ */
+
+static void prefill_detach(struct serve_req *r)
+{
+	if (r->pc) {
+		r->pc->n_reqs--;
+		r->pc = NULL;
+	}
+}
+
+/* Hand the pages back to the engine (which releases them), then end. */
+static void prefill_free(struct serve_req *r)
+{
+	if (r->state == SRS_FREEING || r->ended)
+		return;
+	serve__timer_stop(r);
+	if (r->in_engine && !r->submit_pending) {
+		(void)serve__compute_free(r->s, r, NULL, 0);
+		return;
+	}
+	if (!r->in_engine) {
+		prefill_detach(r);
+		serve__req_end(r, false);
+	}
+	/* submit pending: SUBMITTED frees it (abort_requested is set) */
+}
+
+/* Decode asked us to stop (or the operator did): ack once nothing of the
+ * request is still queued for sending. */
+static void prefill_abort_maybe_finish(struct serve_req *r)
+{
+	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = r->remote_id };
+
+	if (!r->abort_requested || r->sends_pending || r->submit_pending ||
+	    r->state == SRS_FREEING || r->ended)
+		return;
+	if (r->pc)
+		(void)pconn_send(r->pc, &ack);
+	KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=\"%s\"",
+		   (unsigned long long)r->reg.id,
+		   (unsigned long long)r->remote_id,
+		   r->fail_msg[0] ? r->fail_msg : "decode aborted");
+	r->fail_code = r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL;
+	prefill_free(r);
+}
+
+/* Prefill itself fails the request: tell decode (it answers abort_ack,
+ * which needs nothing from us: decode never writes into our pages). */
+static void prefill_fail(struct serve_req *r, int code, const char *msg)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = r->remote_id,
+				    .code = code };
+
+	if (r->abort_requested)
+		return;
+	r->abort_requested = true;
+	r->fail_code = code;
+	snprintf(r->fail_msg, sizeof(r->fail_msg), "%s", msg);
+	snprintf(m.message, sizeof(m.message), "%s", msg);
+	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=\"%s\"",
+		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+		   proto_err_name(code), msg);
+	if (r->pc)
+		(void)pconn_send(r->pc, &m);
+	if (!r->sends_pending && !r->submit_pending)
+		prefill_free(r);
+}
+
+static struct serve_req *prefill_find(struct pconn *pc, uint64_t remote_id)
+{
+	for (struct serve_req *r = pc->s->reqs; r; r = r->next)
+		if (r->kind == SREQ_PREFILL && r->pc == pc &&
+		    r->remote_id == remote_id && !r->ended)
+			return r;
+	return NULL;
+}
+
+/* ---- admission ----------------------------------------------------------------- */
+
+static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
+{
+	struct serve *s = pc->s;
+	struct kvpool *pool = s->d->pool;
+	uint64_t need = (uint64_t)m->n_tokens + m->max_tokens;
+	uint64_t lim = serve__own_limit(s);
+	uint32_t n_vocab = tokenizer_n_vocab(s->tok);
+	struct serve_req *r;
+
+	if (kvd_request_gate(&s->reqtab) || s->stopping) {
+		prefill_reject(pc, m->id, PROTO_ERR_DRAINING,
+			       "the prefill node is draining");
+		return;
+	}
+	if (need > lim) {
+		KVLOG_WARN(s->log, "admission_reject",
+			   "remote_id=%llu peer_node=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
+			   (unsigned long long)m->id, pc->hello.node, m->n_tokens,
+			   m->max_tokens, (unsigned long long)need,
+			   (unsigned long long)lim, s->d->cap.advertised_context,
+			   (unsigned long long)s->d->cap.pool_tokens);
+		s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
+		prefill_reject(pc, m->id, PROTO_ERR_PROMPT_TOO_LONG,
+			       "prompt (%u tokens) + max_tokens (%u) = %llu exceeds what prefill node %s can hold (%llu tokens: context %u, pool %llu)",
+			       m->n_tokens, m->max_tokens, (unsigned long long)need,
+			       s->d->cfg.node_name, (unsigned long long)lim,
+			       s->d->cap.advertised_context,
+			       (unsigned long long)s->d->cap.pool_tokens);
+		return;
+	}
+	if (m->n_pages != kvpool_pages_for(pool, m->n_tokens)) {
+		s->d->counters.rejected[KVD_REJECT_INVALID]++;
+		prefill_reject(pc, m->id, PROTO_ERR_INVALID_REQUEST,
+			       "%u destination pages for %u prompt tokens; %u expected",
+			       m->n_pages, m->n_tokens,
+			       kvpool_pages_for(pool, m->n_tokens));
+		return;
+	}
+	for (uint32_t i = 0; i < m->n_tokens; i++) {
+		if (m->tokens[i] >= n_vocab) {
+			s->d->counters.rejected[KVD_REJECT_INVALID]++;
+			prefill_reject(pc, m->id, PROTO_ERR_INVALID_REQUEST,
+				       "token id %u outside the vocabulary", m->tokens[i]);
+			return;
+		}
+	}
+	if (!pc->data || prefill_find(pc, m->id)) {
+		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL,
+			       pc->data ? "duplicate request id" : "no data connection");
+		return;
+	}
+	r = serve__req_new(s, SREQ_PREFILL);
+	if (!r) {
+		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL, "out of memory");
+		return;
+	}
+	r->pc = pc;
+	pc->n_reqs++;
+	r->remote_id = m->id;
+	r->n_prompt = m->n_tokens;
+	r->max_tokens = m->max_tokens;
+	r->sp = (struct sampler_params){ .temperature = m->temperature,
+					 .top_k = m->top_k, .top_p = m->top_p,
+					 .seed = m->seed };
+	r->prompt = malloc(sizeof(int32_t) * m->n_tokens);
+	r->dst = m->pages;        /* take the array */
+	r->n_dst = m->n_pages;
+	m->pages = NULL;
+	m->n_pages = 0;
+	if (!r->prompt) {
+		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL, "out of memory");
+		prefill_detach(r);
+		serve__req_end(r, false);
+		return;
+	}
+	for (uint32_t i = 0; i < m->n_tokens; i++)
+		r->prompt[i] = (int32_t)m->tokens[i];
+	serve__req_register(r);
+	r->state = SRS_COMPUTE;
+	if (serve__compute_submit(s, r, r->prompt, r->n_prompt, r->max_tokens,
+				  true, NULL, 0, 0)) {
+		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL, "out of memory");
+		r->in_engine = false;
+		r->submit_pending = false;
+		prefill_detach(r);
+		serve__req_end(r, false);
+	}
+}
+
+/* ---- sending --------------------------------------------------------------------- */
+
+static void prefill_done_send(struct serve_req *r)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_DONE, .id = r->remote_id };
+
+	m.first_token = r->first_token;
+	m.done_tokens = r->n_kv;
+	m.batches = r->batches_sent;
+	m.done_pages = r->n_dst;
+	r->state = SRS_WAIT_ACK;
+	(void)pconn_send(r->pc, &m);
+	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
+		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+		    r->batches_sent, r->n_dst, r->n_kv, r->first_token);
+	/* the pages stay held until release_ack, abort, or the connection
+	 * to the decode node is gone (heartbeats bound that wait) */
+}
+
+static void prefill_sent_cb(void *arg, int status)
+{
+	struct prefill_ticket *t = arg;
+	struct serve_req *r = serve__req_find(t->s, t->id);
+
+	free(t);
+	if (!r)
+		return;
+	r->sends_pending--;
+	if (status == 0)
+		r->batches_sent++;
+	else if (!r->send_failed) {
+		r->send_failed = true;
+		prefill_fail(r, PROTO_ERR_INTERNAL, "the KV batch could not be sent");
+	}
+	if (r->abort_requested) {
+		if (!r->sends_pending)
+			prefill_abort_maybe_finish(r);
+		return;
+	}
+	prefill_send_more(r);
+}
+
+static void prefill_slow_cb(uv_timer_t *t)
+{
+	struct serve_req *r = t->data;
+
+	r->slow_waited = true;   /* the delay for this batch is over */
+	prefill_send_more(r);
+}
+
+static void prefill_send_more(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	struct pconn *pc = r->pc;
+	uint32_t limit = r->n_dst, per;
+	struct transport_page *pages;
+	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
+	if (r->state != SRS_SENDING || r->abort_requested || !pc || !pc->data)
+		return;
+	if (r->short_fault)     /* fault point: one page fewer, same report */
+		limit--;
+	per = xfer_batch_pages_max(pc->max_batch_bytes, s->page_bytes);
+	while (r->next_page < limit && r->sends_pending < PREFILL_SEND_WINDOW) {
+		uint32_t n = KVD_MIN(per, limit - r->next_page);
+		struct prefill_ticket *t;
+		int rc;
+
+		if (!r->slow_waited &&
+		    kvd_fault_fire(&s->fault, KVD_FAULT_SLOW_BATCH)) {
+			serve__timer_start(r, SLOW_BATCH_MS, prefill_slow_cb);
+			return;
+		}
+		r->slow_waited = false;
+		pages = calloc(n, sizeof(*pages));
+		t = malloc(sizeof(*t));
+		if (!pages || !t) {
+			free(pages);
+			free(t);
+			prefill_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+			return;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t idx = r->next_page + i;
+
+			pages[i].src_page = r->src[idx].page;
+			pages[i].dst = (struct xfer_entry){
+				.dst_page = r->dst[idx].page, .index = idx,
+				.dst_gen = r->dst[idx].gen,
+				.tokens = KVD_MIN(pt, r->n_kv - idx * pt) };
+		}
+		t->s = s;
+		t->id = r->reg.id;
+		rc = transport_send(pc->data, r->remote_id, r->batches_sent + r->sends_pending,
+				    pages, n, prefill_sent_cb, t);
+		free(pages);
+		if (rc) {
+			free(t);
+			prefill_fail(r, PROTO_ERR_INTERNAL, "the transport refused the batch");
+			return;
+		}
+		r->sends_pending++;
+		r->next_page += n;
+	}
+	if (r->next_page >= limit && !r->sends_pending)
+		prefill_done_send(r);
+}
+
+/* The engine computed the prompt: check our own pages, then send. */
+static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
+{
+	struct serve *s = r->s;
+	uint32_t bad = 0;
+	int rc;
+
+	if (!m->table || m->n_kv != r->n_prompt ||
+	    m->n_table != kvpool_pages_for(s->d->pool, m->n_kv) ||
+	    m->n_table != r->n_dst) {
+		prefill_fail(r, PROTO_ERR_INTERNAL,
+			     "prefill computed a different number of positions or pages than requested");
+		return;
+	}
+	rc = kvpool_verify(s->d->pool, r->reg.id, m->table, m->n_table, m->n_kv, &bad);
+	if (rc) {
+		s->d->counters.integrity_failures++;
+		prefill_fail(r, PROTO_ERR_INTEGRITY,
+			     "prefill's own pages failed verification");
+		return;
+	}
+	free(r->src);
+	r->src = malloc(sizeof(*r->src) * m->n_table);
+	if (!r->src) {
+		prefill_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		return;
+	}
+	memcpy(r->src, m->table, sizeof(*r->src) * m->n_table);
+	r->n_src = m->n_table;
+	r->n_kv = m->n_kv;
+	r->state = SRS_SENDING;
+	if (kvd_fault_fire(&s->fault, KVD_FAULT_SHORT_TRANSFER) && r->n_dst > 0) {
+		KVLOG_WARN(s->log, "fault", "point=short_transfer id=%llu pages=%u sent=%u",
+			   (unsigned long long)r->reg.id, r->n_dst, r->n_dst - 1);
+		r->short_fault = true;
+	}
+	prefill_send_more(r);
+}
+
+void serve__prefill_abort(struct serve_req *r, const char *reason)
+{
+	prefill_fail(r, PROTO_ERR_INTERNAL, reason);
+}
+
+void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m)
+{
+	if (r->state == SRS_FREEING && m->kind != SMSG_FREED)
+		return;
+	switch (m->kind) {
+	case SMSG_SUBMITTED:
+		if (m->error) {
+			int code = m->error == KVPOOL_E_FULL || m->error == ENGINE_E_BUSY ?
+				PROTO_ERR_OVERLOADED :
+				m->error == ENGINE_E_TOO_LONG ? PROTO_ERR_PROMPT_TOO_LONG :
+				m->error == ENGINE_E_INVALID ? PROTO_ERR_INVALID_REQUEST :
+				PROTO_ERR_INTERNAL;
+
+			if (r->pc)
+				prefill_reject(r->pc, r->remote_id, code,
+					       "prefill engine refused: %s",
+					       engine_strerror(m->error));
+			prefill_detach(r);
+			serve__req_end(r, false);
+		} else if (r->abort_requested || !r->pc) {
+			prefill_abort_maybe_finish(r);
+			if (!r->pc)
+				prefill_free(r);
+		}
+		break;
+	case SMSG_TOKEN:
+		r->first_token = (uint32_t)m->token;
+		break;
+	case SMSG_DONE:
+		if (r->abort_requested || !r->pc) {
+			prefill_abort_maybe_finish(r);
+			if (!r->pc)
+				prefill_free(r);
+			break;
+		}
+		if (m->finish == ENGINE_FINISH_STOP)
+			r->first_token = (uint32_t)r->s->model->eos_id;
+		if (m->finish == ENGINE_FINISH_PREFILLED ||
+		    m->finish == ENGINE_FINISH_STOP)
+			prefill_computed(r, m);
+		else
+			prefill_fail(r, m->error == ENGINE_E_INTEGRITY ?
+				     PROTO_ERR_INTEGRITY : PROTO_ERR_INTERNAL,
+				     engine_strerror(m->error));
+		break;
+	case SMSG_FREED:
+		prefill_detach(r);
+		serve__req_end(r, r->released_by_peer && !r->fail_code);
+		break;
+	}
+}
+
+/* ---- control messages ------------------------------------------------------------ */
+
+static void pconn_on_hello(struct pconn *pc, const struct proto_peer_msg *m)
+{
+	struct serve *s = pc->s;
+	struct proto_peer_msg reply = { .type = PEER_MSG_HELLO };
+	char field[32] = "", why[200] = "";
+
+	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
+				   why, sizeof(why)) ||
+	    !strcmp(m->hello.role, "prefill")) {
+		KVLOG_ERR(s->log, "peer_refused", "peer_node=%s field=%s msg=\"%s\"",
+			  m->hello.node, field[0] ? field : "role",
+			  field[0] ? why : "a prefill node cannot be a decode peer");
+		/* say who we are so the other side can log why */
+		reply.hello = s->my_hello;
+		(void)pconn_send(pc, &reply);
+		pconn_lost(pc, NULL);
+		return;
+	}
+	pc->hello = m->hello;
+	pc->hello_done = true;
+	pc->max_batch_bytes = KVD_MIN(s->d->cfg.max_batch_bytes, m->hello.max_batch_bytes);
+	pc->checksum = s->d->cfg.checksum || m->hello.checksum;
+	pc->session = ++s->next_session ? s->next_session : ++s->next_session;
+	reply.hello = s->my_hello;
+	reply.hello.session = pc->session;
+	(void)pconn_send(pc, &reply);
+	kvd_daemon_capacity(s->d, "peer", NULL);
+	KVLOG_INFO(s->log, "peer_capacity",
+		   "peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu",
+		   m->hello.node, m->hello.role,
+		   (unsigned long long)m->hello.pool_tokens,
+		   (unsigned long long)m->hello.context,
+		   s->d->cap.advertised_context,
+		   (unsigned long long)s->d->cap.pool_tokens);
+}
+
+static void pconn_data_closed(void *arg, int status)
+{
+	struct pconn *pc = arg;
+
+	pconn_lost(pc, status ? "data connection error" : "data connection closed");
+}
+
+static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
+{
+	struct serve *s = tmp->s;
+	struct pconn *pc;
+	struct transport_cfg tc = { 0 };
+	uv_os_fd_t fd;
+	int nfd, rc;
+
+	for (pc = s->pconns; pc; pc = pc->next)
+		if (pc->hello_done && !pc->closing && pc->session == m->session)
+			break;
+	if (!pc || pc->data) {
+		KVLOG_WARN(s->log, "peer_protocol", "msg=\"data connection with an unknown session\"");
+		pconn_lost(tmp, NULL);
+		return;
+	}
+	tc.pool = s->d->pool;
+	tc.mem = &s->d->mem;
+	tc.page_bytes = s->page_bytes;
+	tc.max_batch_bytes = pc->max_batch_bytes;
+	tc.checksum = pc->checksum;
+	tc.fault = &s->fault;
+	tc.log = s->log;
+	tc.recv.closed = pconn_data_closed;
+	tc.recv_arg = pc;
+	rc = transport_tcp_new(&pc->data, &s->d->loop, &tc);
+	if (rc) {
+		KVLOG_ERR(s->log, "peer_refused",
+			  "peer_node=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
+			  pc->hello.node, (unsigned long long)s->page_bytes,
+			  (unsigned long long)pc->max_batch_bytes);
+		pc->data = NULL;
+		pconn_lost(tmp, NULL);
+		pconn_lost(pc, "transport");
+		return;
+	}
+	pc->data->data = pc;
+	rc = uv_fileno((uv_handle_t *)&tmp->tcp, &fd);
+	nfd = rc ? -1 : dup(fd);
+	if (nfd < 0 || uv_tcp_open((uv_tcp_t *)transport_tcp_stream(pc->data), nfd) ||
+	    transport_tcp_start(pc->data, false)) {
+		if (nfd >= 0)
+			close(nfd);
+		pconn_lost(tmp, NULL);
+		pconn_lost(pc, "data connection setup");
+		return;
+	}
+	uv_tcp_nodelay((uv_tcp_t *)transport_tcp_stream(pc->data), 1);
+	tmp->is_data = true;
+	pconn_lost(tmp, NULL);
+	KVLOG_INFO(s->log, "peer_up", "peer_node=%s max_batch_bytes=%llu checksum=%s transport=tcp",
+		   pc->hello.node, (unsigned long long)pc->max_batch_bytes,
+		   pc->checksum ? "on" : "off");
+}
+
+static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
+{
+	struct serve_req *r;
+
+	switch (m->type) {
+	case PEER_MSG_HEARTBEAT:
+		return;
+	case PEER_MSG_PREFILL_REQUEST:
+		prefill_admit(pc, m);
+		return;
+	case PEER_MSG_ABORT:
+		r = prefill_find(pc, m->id);
+		if (!r) {
+			struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = m->id };
+
+			(void)pconn_send(pc, &ack);
+			return;
+		}
+		r->abort_requested = true;
+		snprintf(r->fail_msg, sizeof(r->fail_msg), "decode aborted: %s (%.200s)",
+			 proto_err_name(m->code), m->message);
+		r->fail_code = m->code ? m->code : PROTO_ERR_INTERNAL;
+		if (r->state == SRS_COMPUTE && r->in_engine && !r->submit_pending) {
+			/* cancel the compute; ack when the engine let go */
+			struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK,
+						      .id = r->remote_id };
+
+			(void)pconn_send(pc, &ack);
+			prefill_free(r);
+			return;
+		}
+		prefill_abort_maybe_finish(r);
+		return;
+	case PEER_MSG_ABORT_ACK:
+		return;   /* our aborts need no ack: decode never writes to us */
+	case PEER_MSG_RELEASE_ACK:
+		r = prefill_find(pc, m->id);
+		if (!r)
+			return;
+		r->released_by_peer = true;
+		if (r->state == SRS_WAIT_ACK)
+			prefill_free(r);
+		return;
+	default:
+		KVLOG_WARN(pc->s->log, "peer_protocol", "peer_node=%s msg=\"unexpected %s\"",
+			   pc->hello.node, proto_peer_type_name(m->type));
+		return;
+	}
+}
+
+/* ---- connections ------------------------------------------------------------------- */
+
+static void pconn_maybe_free(struct pconn *pc)
+{
+	if (pc->pending_closes)
+		return;
+	frame_decoder_deinit(&pc->dec);
+	free(pc);
+}
+
+static void pconn_tcp_closed(uv_handle_t *h)
+{
+	struct pconn *pc = h->data;
+
+	pc->s->closes_pending--;
+	pc->pending_closes--;
+	pconn_maybe_free(pc);
+}
+
+static void pconn_transport_closed(struct transport *t)
+{
+	struct pconn *pc = t->data;
+
+	t->ops->free(t);
+	pc->s->closes_pending--;
+	pc->pending_closes--;
+	pconn_maybe_free(pc);
+}
+
+/* The decode node behind pc is gone: nothing it could still do matters to
+ * our pages (it never writes to them), so every request of it ends once
+ * its queued batches have been reported. */
+static void pconn_lost(struct pconn *pc, const char *why)
+{
+	struct serve *s = pc->s;
+	struct serve_req *r, *next;
+
+	if (pc->closing)
+		return;
+	pc->closing = true;
+	if (why)
+		KVLOG_WARN(s->log, "peer_down", "peer_node=%s msg=\"%s\"",
+			   pc->hello.node[0] ? pc->hello.node : "?", why);
+	if (pc->prev)
+		pc->prev->next = pc->next;
+	else
+		s->pconns = pc->next;
+	if (pc->next)
+		pc->next->prev = pc->prev;
+	for (r = s->reqs; r; r = next) {
+		next = r->next;
+		if (r->kind != SREQ_PREFILL || r->pc != pc)
+			continue;
+		prefill_detach(r);
+		r->abort_requested = true;
+		if (!r->fail_code)
+			r->fail_code = PROTO_ERR_INTERNAL;
+		if (!r->sends_pending && !r->submit_pending)
+			prefill_free(r);
+	}
+	pc->pending_closes = 1;
+	s->closes_pending++;
+	uv_close((uv_handle_t *)&pc->tcp, pconn_tcp_closed);
+	if (pc->data) {
+		pc->pending_closes++;
+		s->closes_pending++;
+		transport_close(pc->data, pconn_transport_closed);
+		pc->data = NULL;
+	}
+}
+
+static void pconn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	struct pconn *pc = h->data;
+
+	(void)hint;
+	*buf = uv_buf_init(pc->rbuf, sizeof(pc->rbuf));
+}
+
+static void pconn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct pconn *pc = st->data;
+	const char *q = buf->base;
+	size_t n = nread > 0 ? (size_t)nread : 0;
+
+	if (nread < 0) {
+		pconn_lost(pc, pc->hello_done ? "control connection closed" : NULL);
+		return;
+	}
+	pc->last_heard_ns = kvd_now_ns();
+	while (n > 0 && !pc->closing) {
+		size_t used;
+		int rc = frame_decoder_feed(&pc->dec, q, n, &used);
+
+		if (rc) {
+			pconn_lost(pc, "control stream error");
+			return;
+		}
+		q += used;
+		n -= used;
+		for (;;) {
+			const msgpack_object *map;
+			struct proto_peer_msg m;
+			struct frame_error err = { 0 };
+
+			rc = frame_decoder_next(&pc->dec, &map);
+			if (rc == FRAME_E_AGAIN)
+				break;
+			if (rc == 0)
+				rc = proto_peer_parse(map, &m, &err);
+			if (rc) {
+				KVLOG_ERR(pc->s->log, "peer_protocol", "code=%s msg=\"%s\"",
+					  frame_strerror(rc), err.msg);
+				pconn_lost(pc, "protocol error");
+				return;
+			}
+			if (!pc->hello_done) {
+				if (m.type == PEER_MSG_HELLO)
+					pconn_on_hello(pc, &m);
+				else if (m.type == PEER_MSG_DATA)
+					pconn_on_data(pc, &m);
+				else
+					pconn_lost(pc, "no hello");
+			} else {
+				pconn_on_msg(pc, &m);
+			}
+			proto_peer_msg_deinit(&m);
+			if (pc->closing)
+				return;
+		}
+	}
+}
+
+static void pconn_accept(uv_stream_t *server, int status)
+{
+	struct serve *s = server->data;
+	struct pconn *pc;
+
+	if (status < 0 || s->stopping)
+		return;
+	pc = calloc(1, sizeof(*pc));
+	if (!pc)
+		return;
+	pc->s = s;
+	if (uv_tcp_init(&s->d->loop, &pc->tcp)) {
+		free(pc);
+		return;
+	}
+	pc->tcp.data = pc;
+	frame_decoder_init(&pc->dec, PROTO_PEER_FRAME_MAX);
+	pc->last_heard_ns = kvd_now_ns();
+	pc->next = s->pconns;
+	if (s->pconns)
+		s->pconns->prev = pc;
+	s->pconns = pc;
+	if (uv_accept(server, (uv_stream_t *)&pc->tcp) ||
+	    uv_read_start((uv_stream_t *)&pc->tcp, pconn_alloc, pconn_read)) {
+		pconn_lost(pc, NULL);
+		return;
+	}
+	uv_tcp_nodelay(&pc->tcp, 1);
+}
+
+int serve__prefill_start(struct serve *s)
+{
+	struct sockaddr_storage ss;
+	int rc;
+
+	if (!s->d->cfg.listen_peer[0]) {
+		KVLOG_ERR(s->log, "listen_peer", "msg=\"a prefill node needs listen.peer\"");
+		return -EINVAL;
+	}
+	rc = serve__parse_hostport(s->d->cfg.listen_peer, &ss);
+	if (rc) {
+		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=\"bad address\"",
+			  s->d->cfg.listen_peer);
+		return rc;
+	}
+	rc = uv_tcp_init(&s->d->loop, &s->peer_listener);
+	if (rc)
+		return rc;
+	s->peer_listener.data = s;
+	s->peer_listener_open = true;
+	rc = uv_tcp_bind(&s->peer_listener, (struct sockaddr *)&ss, 0);
+	if (!rc)
+		rc = uv_listen((uv_stream_t *)&s->peer_listener, 64, pconn_accept);
+	if (rc)
+		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=\"%s\"",
+			  s->d->cfg.listen_peer, uv_strerror(rc));
+	else
+		KVLOG_INFO(s->log, "listen_peer", "addr=%s", s->d->cfg.listen_peer);
+	return rc;
+}
+
+void serve__prefill_heartbeat(struct serve *s)
+{
+	uint64_t now = kvd_now_ns();
+	uint64_t dead_ns = 3ull * s->d->cfg.heartbeat_ms * 1000000ull;
+	struct pconn *pc, *next;
+
+	for (pc = s->pconns; pc; pc = next) {
+		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
+		struct kvpool_stats st;
+
+		next = pc->next;
+		if (pc->closing)
+			continue;
+		if (now - pc->last_heard_ns > dead_ns) {
+			pconn_lost(pc, pc->hello_done ? "three heartbeats missed" : NULL);
+			continue;
+		}
+		if (!pc->hello_done)
+			continue;
+		kvpool_get_stats(s->d->pool, &st);
+		m.load = pc->n_reqs;
+		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;
+		(void)pconn_send(pc, &m);
+	}
+}
+
+void serve__prefill_stop(struct serve *s)
+{
+	if (s->peer_listener_open) {
+		s->peer_listener_open = false;
+		serve__close_handle(s, (uv_handle_t *)&s->peer_listener);
+	}
+	while (s->pconns)
+		pconn_lost(s->pconns, NULL);
+}
