@@ -684,11 +684,15 @@ static int sub_fault(struct kvctl *k, int argc, char **argv)
 		return r;
 	if (k->json)
 		print_json_line(res);
-	else
+	else if (fu(res, "admitted"))
 		printf("admitted %" PRIu64 " (ids %" PRIu64 "..%" PRIu64
 		       "), rejected: draining %" PRIu64 ", pool full %" PRIu64 "\n",
 		       fu(res, "admitted"), fu(res, "first_id"),
 		       fu(res, "last_id"), fu(res, "rejected_draining"),
+		       fu(res, "rejected_full"));
+	else
+		printf("admitted 0, rejected: draining %" PRIu64 ", pool full %"
+		       PRIu64 "\n", fu(res, "rejected_draining"),
 		       fu(res, "rejected_full"));
 	return 0;
 }
