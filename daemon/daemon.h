@@ -21,6 +21,7 @@
 #include "gpu/gguf.h"
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
+#include "daemon/request.h"
 
 enum {
 	KVD_E_CAPACITY = 1,  /* pool cannot hold the context (policy refuse) */
@@ -95,6 +96,10 @@ struct kvd_daemon {
 	bool signals_open;
 
 	struct admin_server *admin;   /* ctl/admin.h; NULL without a socket */
+	/* Every admitted request, whoever owns it: reach it through
+	 * kvd_daemon_requests() (daemon/request.h), which initialises it on
+	 * first use, so admin abort/status and drain see all of them. */
+	struct kvd_reqtab requests;
 	int exit_code;
 
 	/* Upper layers (ctl/, later net/ listeners) register a hook that

@@ -76,7 +76,7 @@ int kvd_ops_init(struct kvd_ops *o, struct kvd_daemon *d)
 
 	memset(o, 0, sizeof(*o));
 	o->d = d;
-	kvd_reqtab_init(&o->requests, d);
+	o->requests = kvd_daemon_requests(d);
 	r = uv_timer_init(&d->loop, &o->resize_timer);
 	if (r < 0)
 		return r;
@@ -97,7 +97,7 @@ void kvd_ops_status(struct kvd_ops *o, struct kvd_status *st)
 		kvpool_get_stats(d->pool, &st->pool);
 	st->cap = d->cap;
 	st->in_flight = d->in_flight;
-	st->requests = o->requests.n;
+	st->requests = o->requests->n;
 	st->counters = d->counters;
 	st->resizing = o->resizing;
 	st->synthetic = o->n_synth;
@@ -260,7 +260,7 @@ void kvd_ops_capacity(struct kvd_ops *o, struct kvd_capacity *cap)
 
 int kvd_ops_abort(struct kvd_ops *o, uint64_t id)
 {
-	int r = kvd_reqtab_abort(&o->requests, id, "admin");
+	int r = kvd_reqtab_abort(o->requests, id, "admin");
 
 	KVLOG(&o->d->log, r ? KVLOG_WARN : KVLOG_INFO, "request_abort",
 	      "id=%llu source=admin result=%s", (unsigned long long)id,
@@ -343,7 +343,7 @@ static void synth_tick(uv_timer_t *t)
 		ended = synth_release(s);
 	synth_arm(s);
 	if (ended)
-		kvd_request_end(&o->requests, &s->req, true);
+		kvd_request_end(o->requests, &s->req, true);
 }
 
 static int synth_abort(struct kvd_request *r, const char *reason)
@@ -356,7 +356,7 @@ static int synth_abort(struct kvd_request *r, const char *reason)
 	ended = synth_release(s);
 	synth_arm(s);
 	if (ended)
-		kvd_request_end(&o->requests, r, false);
+		kvd_request_end(o->requests, r, false);
 	return 0;
 }
 
@@ -375,7 +375,7 @@ static int synth_admit_one(struct kvd_ops *o, const struct kvd_synth_spec *sp,
 	uint64_t now;
 	int r;
 
-	if (kvd_request_gate(&o->requests)) {
+	if (kvd_request_gate(o->requests)) {
 		res->rejected_draining++;
 		return 0;
 	}
@@ -390,7 +390,7 @@ static int synth_admit_one(struct kvd_ops *o, const struct kvd_synth_spec *sp,
 	s->o = o;
 	s->n_pages = n;
 	/* the id the registry will assign: the pool needs the owner first */
-	s->req.id = o->requests.next_id;
+	s->req.id = o->requests->next_id;
 	r = kvpool_reserve(d->pool, s->req.id, n, s->table);
 	if (r == 0)
 		r = kvpool_fill_begin(d->pool, s->req.id, s->table, n);
@@ -411,7 +411,7 @@ static int synth_admit_one(struct kvd_ops *o, const struct kvd_synth_spec *sp,
 		res->rejected_full++;
 		return 0;
 	}
-	kvd_request_register(&o->requests, &s->req, &synth_request_ops);
+	kvd_request_register(o->requests, &s->req, &synth_request_ops);
 	s->req.tokens = sp->tokens;
 	s->req.pages = n;
 	uv_timer_init(&d->loop, &s->timer);
@@ -488,7 +488,7 @@ void kvd_ops_close(struct kvd_ops *o, void (*done)(struct kvd_ops *o))
 		synth_unlink(s);
 		uv_close((uv_handle_t *)&s->timer, synth_closed_cb);
 		if (ended)
-			kvd_request_end(&o->requests, &s->req, false);
+			kvd_request_end(o->requests, &s->req, false);
 	}
 	/* A pending resize never reports; the pool keeps what it did. */
 	o->resizing = false;

@@ -1,11 +1,11 @@
 /* ops.h - what an operator can do to a running node.
  *
  * The admin commands (ctl/admin.c) call these; nothing here knows about
- * sockets or frames. A struct kvd_ops is embedded by its owner (today the
- * admin server; when the serving engine lands it moves into struct
- * kvd_daemon so admission can reach the registry) and holds:
+ * sockets or frames. A struct kvd_ops is embedded by its owner (the admin
+ * server) and holds:
  *
- *  - the request registry (daemon/request.h);
+ *  - a pointer to the node's request registry (d->requests, see
+ *    daemon/request.h), shared with every other request owner;
  *  - the drain state machine on d->state: READY -> DRAINING -> DRAINED
  *    (when in_flight reaches 0, see kvd_daemon_in_flight_changed) and back
  *    to READY on resume;
@@ -70,7 +70,7 @@ struct kvd_synth;
 
 struct kvd_ops {
 	struct kvd_daemon *d;
-	struct kvd_reqtab requests;
+	struct kvd_reqtab *requests;  /* kvd_daemon_requests(d) */
 
 	/* the resize in progress */
 	uv_timer_t resize_timer;

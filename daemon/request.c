@@ -16,6 +16,13 @@ void kvd_reqtab_init(struct kvd_reqtab *t, struct kvd_daemon *d)
 	*t = (struct kvd_reqtab){ .d = d, .next_id = 1 };
 }
 
+struct kvd_reqtab *kvd_daemon_requests(struct kvd_daemon *d)
+{
+	if (!d->requests.d)
+		kvd_reqtab_init(&d->requests, d);
+	return &d->requests;
+}
+
 int kvd_request_gate(struct kvd_reqtab *t)
 {
 	if (t->d->state == KVD_STATE_READY)

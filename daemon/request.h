@@ -51,6 +51,11 @@ struct kvd_reqtab {
 
 void kvd_reqtab_init(struct kvd_reqtab *t, struct kvd_daemon *d);
 
+/* The node's one registry (d->requests), initialised on first use. Every
+ * request owner registers here, so `kvctl abort ID` finds any request and
+ * ids are unique across the node. */
+struct kvd_reqtab *kvd_daemon_requests(struct kvd_daemon *d);
+
 /* The admission gate every request passes before any page is allocated:
  * 0 when the node admits new work, KVD_E_DRAINING when it is draining,
  * drained, starting or stopping (the rejection is counted under
