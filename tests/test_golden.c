@@ -3,7 +3,8 @@
  * ($KVD_SHARED/models/golden.json). Skips (77) when the files are absent.
  *
  * Every case of golden.json runs through the engine (F32 KV, as the
- * reference used), with 1 and 2 threads and three page sizes.
+ * reference used), with 1 and 2 threads, three page sizes, and with the
+ * scalar kernels as well as the SIMD ones.
  */
 #include <check.h>
 #include <stdio.h>
@@ -72,14 +73,14 @@ static int json_int(const char *from, const char *key)
 
 static void greedy(struct model *m, const int32_t *prompt, uint32_t n_prompt,
 		   uint32_t max_tokens, uint32_t threads, uint32_t page_tokens,
-		   enum kv_dtype dt, int32_t *out, uint32_t *n_out)
+		   bool simd, int32_t *out, uint32_t *n_out)
 {
 	struct kvmem mem;
 	struct kvpool *pool;
 	struct kvpool_geom g = { .page_tokens = page_tokens,
 				 .n_layer = m->hp.n_layer,
 				 .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
-				 .dtype = dt };
+				 .dtype = KV_DTYPE_F32 };
 	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
 	struct engine_req_params rp = {
 		.owner = 42, .prompt = prompt, .n_prompt = n_prompt,
@@ -92,6 +93,7 @@ static void greedy(struct model *m, const int32_t *prompt, uint32_t n_prompt,
 	kvmem_host_init(&mem);
 	ck_assert_int_eq(kvpool_new(&pool, &mem, &g, (n_prompt + max_tokens) / page_tokens + 2), 0);
 	ep.threads = threads;
+	ep.simd = simd;
 	ep.prefill_chunk = 3; /* several prompt chunks */
 	ck_assert_int_eq(engine_new(&e, m, pool, &ep, NULL), 0);
 	ck_assert_int_eq(engine_submit(e, &rp, &r), 0);
@@ -135,24 +137,26 @@ START_TEST(test_golden_stories)
 		int np = json_ids(c, "\"prompt_ids\"", prompt, 256);
 		int nw = json_ids(c, "\"output_ids\"", want, 1024);
 		int max_tokens = json_int(c, "\"max_tokens\"");
-		const uint32_t threads[] = { 1, 2, 1 };
-		const uint32_t pts[] = { 16, 1, 64 };
+		/* the AVX2 kernels (when the CPU has them) and the scalar ones */
+		const uint32_t threads[] = { 1, 2, 1, 2 };
+		const uint32_t pts[] = { 16, 1, 64, 16 };
+		const bool simd[] = { true, true, true, false };
 
 		ck_assert(np > 0 && np <= 256 && nw > 0 && nw <= 1024 && max_tokens > 0);
 		if (!strstr(c, "stories260K")) {
 			c++;
 			continue;
 		}
-		for (int v = 0; v < 3; v++) {
+		for (int v = 0; v < 4; v++) {
 			uint32_t n_got;
 
 			greedy(m, prompt, (uint32_t)np, (uint32_t)max_tokens,
-			       threads[v], pts[v], KV_DTYPE_F32, got, &n_got);
+			       threads[v], pts[v], simd[v], got, &n_got);
 			ck_assert_uint_eq(n_got, (uint32_t)nw);
 			for (int i = 0; i < nw; i++)
 				ck_assert_msg(got[i] == want[i],
-					      "token %d: got %d want %d (threads %u page_tokens %u)",
-					      i, got[i], want[i], threads[v], pts[v]);
+					      "token %d: got %d want %d (threads %u page_tokens %u simd %d)",
+					      i, got[i], want[i], threads[v], pts[v], simd[v]);
 		}
 		cases++;
 		c++;
