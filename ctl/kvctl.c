@@ -9,6 +9,7 @@
  *     abort ID                         abort one request (normal failure path)
  *     audit [FILE...]                  capacity audit of kvd logs (stdin: -)
  *     model make|inspect ...           GGUF models (ctl/cmd_model.c)
+ *     generate --server ADDR ...       client API client (ctl/cmd_generate.c)
  *     fault load --count N --tokens N --hold-ms N [--fence-ms N]
  *                                      synthetic requests (test builds)
  *
@@ -822,7 +823,8 @@ int main(int argc, char **argv)
 		if (strcmp(argv[optind], kvctl_cmds[i].name))
 			continue;
 		r = kvctl_cmds[i].fn(&k, argc - optind, argv + optind);
-		if (r == EXIT_USAGE && strcmp(argv[optind], "model"))
+		/* model and generate print their own usage */
+		if (r == EXIT_USAGE && kvctl_cmds[i].daemon)
 			fprintf(stderr, "usage: kvctl %s\n", kvctl_cmds[i].help);
 		goto out;
 	}
