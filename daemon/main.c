@@ -12,6 +12,8 @@
  * capacity_policy=refuse), 1 any other failure.
  */
 #include "conf/config.h"
+#include "ctl/admin.h"
+#include "daemon/generate.h"
 #include "daemon/daemon.h"
 #include "daemon/serve.h"
 #include "kvd_build.h"
@@ -85,6 +87,8 @@ static int run_node(const struct kvd_config *cfg)
 
 	r = kvd_daemon_init(&d, cfg);
 	if (r == 0)
+		r = admin_server_attach(&d);
+	if (r == 0)
 		r = serve_start(&d);
 	if (r == 0) {
 		kvd_daemon_ready(&d);
@@ -118,6 +122,8 @@ int main(int argc, char **argv)
 	const char *path = NULL;
 	int check = 0, c, r;
 
+	if (argc > 1 && strcmp(argv[1], "generate") == 0)
+		return kvd_cmd_generate(argc - 1, argv + 1);
 	while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
