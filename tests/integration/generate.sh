@@ -7,6 +7,7 @@
 M=$(shared_model)
 G=${KVD_SHARED}/models/golden.json
 command -v python3 >/dev/null || { echo "skip: python3 absent"; exit 77; }
+"$KVD" generate --help >/dev/null 2>&1 || { echo "skip: this kvd has no generate command"; exit 77; }
 
 # compare JSON_OUTPUT: prompt_ids and output_ids equal golden.json's case
 golden_eq() {
