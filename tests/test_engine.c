@@ -456,6 +456,45 @@ START_TEST(test_admission)
 	engine_req_free(g.e, r2);
 	ck_assert(engine_idle(g.e));
 	rig_deinit(&g);
+
+	/* a pool whose geometry is not the model's is refused */
+	{
+		struct kvmem mem;
+		struct kvpool *pool;
+		struct engine *e;
+		struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+		struct kvpool_geom geom = { .page_tokens = 16, .n_layer = m->hp.n_layer + 1,
+					    .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+					    .dtype = KV_DTYPE_F32 };
+
+		kvmem_host_init(&mem);
+		ck_assert_int_eq(kvpool_new(&pool, &mem, &geom, 4), 0);
+		ck_assert_int_eq(engine_new(&e, m, pool, &ep, NULL), ENGINE_E_GEOMETRY);
+		kvpool_free(pool);
+		geom.n_layer = m->hp.n_layer;
+		geom.kv_dim *= 2;
+		ck_assert_int_eq(kvpool_new(&pool, &mem, &geom, 4), 0);
+		ck_assert_int_eq(engine_new(&e, m, pool, &ep, NULL), ENGINE_E_GEOMETRY);
+		kvpool_free(pool);
+		/* max_requests bounds what is held at once */
+		geom.kv_dim /= 2;
+		ck_assert_int_eq(kvpool_new(&pool, &mem, &geom, 8), 0);
+		ep.max_requests = 1;
+		ck_assert_int_eq(engine_new(&e, m, pool, &ep, NULL), 0);
+		rp.owner = 3;
+		ck_assert_int_eq(engine_submit(e, &rp, &r), 0);
+		rp.owner = 4;
+		ck_assert_int_eq(engine_submit(e, &rp, &r2), ENGINE_E_BUSY);
+		engine_free(e); /* frees r and releases its pages */
+		{
+			struct kvpool_stats st2;
+
+			kvpool_get_stats(pool, &st2);
+			ck_assert_uint_eq(st2.by_state[KVPAGE_FREE], 8);
+		}
+		kvpool_free(pool);
+		kvmem_deinit(&mem);
+	}
 	model_free(m);
 }
 END_TEST
