@@ -1,0 +1,192 @@
+/* fuzz_proto_peer.c - prefill <-> decode control messages
+ * (net/proto_peer.h): proto_peer_parse through its type table, and
+ * proto_peer_hello_match on what it accepts.
+ *
+ * A peer is another kvd, but a buggy or mismatched one must not crash us
+ * or make us write where we should not. The input is a frame payload (the
+ * target adds the header). Properties:
+ *   - rejected: a FRAME_E_* (or -ENOMEM) with a message, and nothing
+ *     left allocated;
+ *   - accepted: a known type; a prefill_request has 1..TOKENS_MAX tokens,
+ *     at most PROTO_PEER_PAGES_MAX pages, max_tokens in range, top_p in
+ *     (0, 1] as a float; strings terminated; a hello matches itself;
+ *   - pack -> parse -> pack is a fixed point (the table's reader and
+ *     writer agree), and the frame fits PROTO_PEER_FRAME_MAX.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "net/proto_peer.h"
+#include "tests/fuzz/fuzz.h"
+
+const char fuzz_target_name[] = "proto_peer";
+
+static void pack_into(struct fuzz_bytes *b, const struct proto_peer_msg *m)
+{
+	msgpack_packer pk;
+
+	b->n = 0;
+	msgpack_packer_init(&pk, b, fuzz_bytes_write);
+	proto_peer_pack(&pk, m);
+}
+
+static int parse_payload(const uint8_t *data, size_t size,
+			 struct proto_peer_msg *m, struct frame_error *err,
+			 bool *framed)
+{
+	msgpack_unpacked msg;
+	const msgpack_object *map;
+	uint8_t *fr = malloc(size + 4);   /* (4 + size) header, payload */
+	int r;
+
+	if (!fr)
+		abort();
+	fr[0] = (uint8_t)(size >> 24);
+	fr[1] = (uint8_t)(size >> 16);
+	fr[2] = (uint8_t)(size >> 8);
+	fr[3] = (uint8_t)size;
+	memcpy(fr + 4, data, size);
+	msgpack_unpacked_init(&msg);
+	r = frame_decode(fr, size + 4, PROTO_PEER_FRAME_MAX, &msg, &map);
+	*framed = r == 0;
+	if (r == 0)
+		r = proto_peer_parse(map, m, err);
+	msgpack_unpacked_destroy(&msg);
+	free(fr);
+	return r;
+}
+
+static void check_msg(const struct proto_peer_msg *m)
+{
+	FUZZ_CHECK(m->type >= PEER_MSG_HELLO && m->type < PEER_MSG__N,
+		   "type %d", m->type);
+	FUZZ_CHECK(memchr(m->message, 0, sizeof(m->message)), "message");
+	if (m->type == PEER_MSG_HELLO) {
+		const struct proto_peer_hello *h = &m->hello;
+		char field[32], msg[256];
+
+		FUZZ_CHECK(memchr(h->role, 0, sizeof(h->role)) &&
+			   memchr(h->node, 0, sizeof(h->node)) &&
+			   memchr(h->model_sha256, 0, sizeof(h->model_sha256)) &&
+			   memchr(h->kv_dtype, 0, sizeof(h->kv_dtype)),
+			   "hello string not terminated");
+		FUZZ_CHECK(h->page_tokens && h->n_layer && h->kv_dim &&
+			   h->page_bytes && h->max_batch_bytes,
+			   "zero geometry accepted");
+		FUZZ_CHECK(proto_peer_hello_match(h, h, field, sizeof(field),
+						  msg, sizeof(msg)) == 0,
+			   "a hello does not match itself: %s", msg);
+	}
+	if (m->type == PEER_MSG_PREFILL_REQUEST) {
+		FUZZ_CHECK(m->tokens && m->n_tokens >= 1 &&
+			   m->n_tokens <= PROTO_CLIENT_TOKENS_MAX,
+			   "%u tokens", m->n_tokens);
+		FUZZ_CHECK(m->n_pages <= PROTO_PEER_PAGES_MAX &&
+			   (!m->n_pages || m->pages), "%u pages", m->n_pages);
+		FUZZ_CHECK(m->max_tokens >= 1 &&
+			   m->max_tokens <= PROTO_CLIENT_MAX_TOKENS,
+			   "max_tokens %u", m->max_tokens);
+		FUZZ_CHECK(m->temperature >= 0.0f && m->temperature <= 100.0f,
+			   "temperature %g", (double)m->temperature);
+		/* KNOWN BUG top_p-underflow (net/proto_peer.c,
+		 * read_prefill_request): checked as a double, narrowed to
+		 * float; 1e-300 arrives as 0.0f, which the sampler reads as
+		 * "nucleus off". */
+		FUZZ_KNOWN("top_p-underflow", m->top_p > 0.0f && m->top_p <= 1.0f,
+			   "top_p %g (float) accepted", (double)m->top_p);
+	} else {
+		FUZZ_CHECK(!m->tokens && !m->pages, "arrays on a %s",
+			   proto_peer_type_name(m->type));
+	}
+	if (m->type == PEER_MSG_PREFILL_REJECT || m->type == PEER_MSG_ABORT)
+		FUZZ_CHECK(m->code > 0 && m->code < PROTO_ERR__N, "code %d",
+			   m->code);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct proto_peer_msg m, m2;
+	struct frame_error err;
+	struct fuzz_bytes a = { 0 }, b = { 0 };
+	bool framed;
+	int r;
+
+	if (size > PROTO_PEER_FRAME_MAX)
+		return 0;
+	r = parse_payload(data, size, &m, &err, &framed);
+	if (!framed)
+		return 0;
+	if (r) {
+		FUZZ_CHECK((r >= FRAME_E_MALFORMED && r <= FRAME_E_DUPLICATE) ||
+			   r == -ENOMEM, "parse: %d", r);
+		FUZZ_CHECK(r < 0 || (memchr(err.msg, 0, sizeof(err.msg)) &&
+				     err.msg[0]), "refused without a message");
+		FUZZ_CHECK(!m.tokens && !m.pages, "failed parse kept arrays");
+		return 0;
+	}
+	check_msg(&m);
+	if (m.type == PEER_MSG_PREFILL_REQUEST && m.top_p == 0.0f) {
+		proto_peer_msg_deinit(&m);   /* KNOWN BUG: no fixed point */
+		return 0;
+	}
+	pack_into(&a, &m);
+	FUZZ_CHECK(a.n <= PROTO_PEER_FRAME_MAX, "packed to %zu bytes", a.n);
+	r = parse_payload(a.p, a.n, &m2, &err, &framed);
+	FUZZ_CHECK(r == 0, "packed message refused: %s: %s", err.key, err.msg);
+	pack_into(&b, &m2);
+	FUZZ_CHECK(fuzz_bytes_eq(&a, &b), "pack -> parse -> pack differs (%s)",
+		   proto_peer_type_name(m.type));
+	proto_peer_msg_deinit(&m);
+	proto_peer_msg_deinit(&m);   /* safe twice */
+	proto_peer_msg_deinit(&m2);
+	free(a.p);
+	free(b.p);
+	return 0;
+}
+
+/* ---- seeds: one of each message, packed by proto_peer_pack ------------- */
+
+void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
+{
+	static uint32_t toks[] = { 1, 2, 3, 300 };
+	static struct proto_peer_page pages[] = { { 5, 1 }, { 9, 77 } };
+	struct fuzz_bytes b = { 0 };
+
+	for (int t = PEER_MSG_HELLO; t < PEER_MSG__N; t++) {
+		struct proto_peer_msg m;
+
+		memset(&m, 0, sizeof(m));
+		m.type = (enum proto_peer_type)t;
+		m.id = 42;
+		m.hello = (struct proto_peer_hello){
+			.version = PROTO_PEER_VERSION, .role = "prefill",
+			.node = "p0", .kv_dtype = "f16", .page_tokens = 16,
+			.n_layer = 2, .kv_dim = 128, .page_bytes = 16384,
+			.pool_tokens = 65536, .context = 2048,
+			.max_batch_bytes = 1 << 20, .checksum = true,
+			.session = 7,
+		};
+		memset(m.hello.model_sha256, 'a', 64);
+		m.session = 7;
+		m.load = 3;
+		m.free_tokens = 1000;
+		m.tokens = toks;
+		m.n_tokens = 4;
+		m.pages = pages;
+		m.n_pages = 2;
+		m.max_tokens = 16;
+		m.temperature = 0.5f;
+		m.top_k = 10;
+		m.top_p = 0.95f;
+		m.seed = 99;
+		m.code = PROTO_ERR_PROMPT_TOO_LONG;
+		snprintf(m.message, sizeof(m.message), "too long");
+		m.first_token = 17;
+		m.done_tokens = 4;
+		m.batches = 1;
+		m.done_pages = 2;
+		pack_into(&b, &m);
+		emit(ctx, b.p, b.n);
+	}
+	free(b.p);
+}
