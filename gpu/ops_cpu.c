@@ -122,6 +122,20 @@ static float dot_f16_scalar(const uint16_t *w, const float *x, uint32_t n)
 	return s;
 }
 
+static void dot3_f32_scalar(const float *w, const float *x, size_t xs,
+			     uint32_t n, float *out)
+{
+	for (int t = 0; t < 3; t++)
+		out[t] = dot_f32_scalar(w, x + (size_t)t * xs, n);
+}
+
+static void dot3_f16_scalar(const uint16_t *w, const float *x, size_t xs,
+			     uint32_t n, float *out)
+{
+	for (int t = 0; t < 3; t++)
+		out[t] = dot_f16_scalar(w, x + (size_t)t * xs, n);
+}
+
 static float dot_q8_0_scalar(const struct ops_block_q8_0 *w,
 			     const struct ops_block_q8_act *x, uint32_t n)
 {
@@ -177,6 +191,8 @@ static const struct ops_kernels kernels_scalar = {
 	.name = "scalar",
 	.dot_f32 = dot_f32_scalar,
 	.dot_f16 = dot_f16_scalar,
+	.dot3_f32 = dot3_f32_scalar,
+	.dot3_f16 = dot3_f16_scalar,
 	.dot_q8_0 = dot_q8_0_scalar,
 	.dot_q4_0 = dot_q4_0_scalar,
 	.axpy_f32 = axpy_f32_scalar,
@@ -236,7 +252,7 @@ OPS_AVX2 static float dot_f32_avx2(const float *w, const float *x, uint32_t n)
 	a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
 	s = hsum256(a0);
 	for (; j < n; j++)
-		s += w[j] * x[j];
+		s = fmaf(w[j], x[j], s);
 	return s;
 }
 
@@ -264,9 +280,72 @@ OPS_AVX2 static float dot_f16_avx2(const uint16_t *w, const float *x, uint32_t n
 	a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
 	s = hsum256(a0);
 	for (; j < n; j++)
-		s += _cvtsh_ss(w[j]) * x[j];
+		s = fmaf(_cvtsh_ss(w[j]), x[j], s);
 	return s;
 }
+
+/* Three activation rows against one weight row, for prefill: each weight
+ * vector is loaded (and for F16 converted) once and used three times.
+ * Per (w, x) pair the arithmetic is exactly that of the single-row kernel
+ * above - four accumulators over 32-element steps, 8-element steps into
+ * the first, the same combine, the same fused scalar tail - so a token's
+ * result is bit-identical whether its row was computed alone or in a
+ * triple (the batch-invariance the engine promises). */
+#define OPS_DOT3(NAME, WT, LOADW, WSCALAR)                                      \
+OPS_AVX2 static void NAME(const WT *w, const float *x, size_t xs, uint32_t n,  \
+			  float *out)                                           \
+{                                                                               \
+	const float *x0 = x, *x1 = x + xs, *x2 = x + 2 * xs;                    \
+	__m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;     \
+	__m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                      \
+	__m256 a20 = a00, a21 = a00, a22 = a00, a23 = a00;                      \
+	uint32_t j = 0;                                                         \
+	float s0, s1, s2;                                                       \
+	__m256 wv;                                                              \
+                                                                                \
+	for (; j + 32 <= n; j += 32) {                                          \
+		_mm_prefetch((const char *)(w + j) + OPS_PF_DIST, _MM_HINT_T0); \
+		wv = LOADW(w + j);                                              \
+		a00 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + j), a00);        \
+		a10 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + j), a10);        \
+		a20 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + j), a20);        \
+		wv = LOADW(w + j + 8);                                          \
+		a01 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + j + 8), a01);    \
+		a11 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + j + 8), a11);    \
+		a21 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + j + 8), a21);    \
+		wv = LOADW(w + j + 16);                                         \
+		a02 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + j + 16), a02);   \
+		a12 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + j + 16), a12);   \
+		a22 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + j + 16), a22);   \
+		wv = LOADW(w + j + 24);                                         \
+		a03 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + j + 24), a03);   \
+		a13 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + j + 24), a13);   \
+		a23 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + j + 24), a23);   \
+	}                                                                       \
+	for (; j + 8 <= n; j += 8) {                                            \
+		wv = LOADW(w + j);                                              \
+		a00 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + j), a00);        \
+		a10 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + j), a10);        \
+		a20 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + j), a20);        \
+	}                                                                       \
+	s0 = hsum256(_mm256_add_ps(_mm256_add_ps(a00, a01), _mm256_add_ps(a02, a03))); \
+	s1 = hsum256(_mm256_add_ps(_mm256_add_ps(a10, a11), _mm256_add_ps(a12, a13))); \
+	s2 = hsum256(_mm256_add_ps(_mm256_add_ps(a20, a21), _mm256_add_ps(a22, a23))); \
+	for (; j < n; j++) {                                                    \
+		float wj = WSCALAR(w[j]);                                       \
+                                                                                \
+		s0 = fmaf(wj, x0[j], s0);                                       \
+		s1 = fmaf(wj, x1[j], s1);                                       \
+		s2 = fmaf(wj, x2[j], s2);                                       \
+	}                                                                       \
+	out[0] = s0;                                                            \
+	out[1] = s1;                                                            \
+	out[2] = s2;                                                            \
+}
+
+#define OPS_ID(v) (v)
+OPS_DOT3(dot3_f32_avx2, float, _mm256_loadu_ps, OPS_ID)
+OPS_DOT3(dot3_f16_avx2, uint16_t, load_f16x8, _cvtsh_ss)
 
 /* 32 signed bytes w and x -> 8 int32 partial sums of w*x. */
 OPS_AVX2 static inline __m256i dot_i8x32(__m256i w, __m256i x)
@@ -387,6 +466,8 @@ static const struct ops_kernels kernels_avx2 = {
 	.name = "avx2",
 	.dot_f32 = dot_f32_avx2,
 	.dot_f16 = dot_f16_avx2,
+	.dot3_f32 = dot3_f32_avx2,
+	.dot3_f16 = dot3_f16_avx2,
 	.dot_q8_0 = dot_q8_0_avx2,
 	.dot_q4_0 = dot_q4_0_avx2,
 	.axpy_f32 = axpy_f32_avx2,
@@ -466,11 +547,27 @@ void ops_matmul_rows(const struct ops_kernels *k, const struct ops_mat *w,
 		     float *y, size_t y_stride, uint32_t r0, uint32_t r1)
 {
 	const uint8_t *a = act;
+	size_t xs = act_stride / sizeof(float); /* f32 rows: stride in floats */
 
 	for (uint32_t r = r0; r < r1; r++) {
 		const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+		uint32_t i = 0;
 
-		for (uint32_t i = 0; i < n; i++) {
+		/* prefill: tokens three at a time, same bits as one at a time */
+		if (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16) {
+			for (; i + 3 <= n; i += 3) {
+				const float *xi = (const float *)(const void *)(a + (size_t)i * act_stride);
+				float o[3];
+
+				if (w->type == GGML_TYPE_F32)
+					k->dot3_f32(wr, xi, xs, w->cols, o);
+				else
+					k->dot3_f16(wr, xi, xs, w->cols, o);
+				for (int t = 0; t < 3; t++)
+					y[(size_t)(i + t) * y_stride + r] = o[t];
+			}
+		}
+		for (; i < n; i++) {
 			const void *ai = a + (size_t)i * act_stride;
 			float v;
 

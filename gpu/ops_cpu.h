@@ -58,6 +58,12 @@ struct ops_kernels {
 	float (*dot_f32)(const float *w, const float *x, uint32_t n);
 	/* w in IEEE half */
 	float (*dot_f16)(const uint16_t *w, const float *x, uint32_t n);
+	/* out[t] = dot(w, x + t * x_stride) for t < 3, each bit-identical to
+	 * the single-row dot above (prefill reuses each weight load) */
+	void (*dot3_f32)(const float *w, const float *x, size_t x_stride,
+			 uint32_t n, float *out);
+	void (*dot3_f16)(const uint16_t *w, const float *x, size_t x_stride,
+			 uint32_t n, float *out);
 	/* n a multiple of OPS_QK; x prepared as q8 act blocks */
 	float (*dot_q8_0)(const struct ops_block_q8_0 *w,
 			  const struct ops_block_q8_act *x, uint32_t n);

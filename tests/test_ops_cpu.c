@@ -245,6 +245,7 @@ START_TEST(test_matmul_f32)
 	check_matmul(GGML_TYPE_F32, 37, 96, 3);
 	check_matmul(GGML_TYPE_F32, 5, 67, 2);   /* tails */
 	check_matmul(GGML_TYPE_F32, 64, 8, 4);
+	check_matmul(GGML_TYPE_F32, 7, 75, 7);   /* triples with every tail */
 }
 END_TEST
 
@@ -254,6 +255,7 @@ START_TEST(test_matmul_f16)
 	check_matmul(GGML_TYPE_F16, 37, 96, 3);
 	check_matmul(GGML_TYPE_F16, 5, 67, 2);
 	check_matmul(GGML_TYPE_F16, 16, 8, 1);
+	check_matmul(GGML_TYPE_F16, 7, 75, 7);
 }
 END_TEST
 
