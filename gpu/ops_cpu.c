@@ -137,6 +137,27 @@ static void dot3_f16_scalar(const uint16_t *w, const float *x, size_t xs,
 }
 
 static float dot_q8_0_scalar(const struct ops_block_q8_0 *w,
+			     const struct ops_block_q8_act *x, uint32_t n);
+static float dot_q4_0_scalar(const struct ops_block_q4_0 *w,
+			     const struct ops_block_q8_act *x, uint32_t n);
+
+static void dot3_q8_0_scalar(const struct ops_block_q8_0 *w,
+			     const struct ops_block_q8_act *x, size_t xs,
+			     uint32_t n, float *out)
+{
+	for (int t = 0; t < 3; t++)
+		out[t] = dot_q8_0_scalar(w, x + (size_t)t * xs, n);
+}
+
+static void dot3_q4_0_scalar(const struct ops_block_q4_0 *w,
+			     const struct ops_block_q8_act *x, size_t xs,
+			     uint32_t n, float *out)
+{
+	for (int t = 0; t < 3; t++)
+		out[t] = dot_q4_0_scalar(w, x + (size_t)t * xs, n);
+}
+
+static float dot_q8_0_scalar(const struct ops_block_q8_0 *w,
 			     const struct ops_block_q8_act *x, uint32_t n)
 {
 	float s = 0.0f;
@@ -193,6 +214,8 @@ static const struct ops_kernels kernels_scalar = {
 	.dot_f16 = dot_f16_scalar,
 	.dot3_f32 = dot3_f32_scalar,
 	.dot3_f16 = dot3_f16_scalar,
+	.dot3_q8_0 = dot3_q8_0_scalar,
+	.dot3_q4_0 = dot3_q4_0_scalar,
 	.dot_q8_0 = dot_q8_0_scalar,
 	.dot_q4_0 = dot_q4_0_scalar,
 	.axpy_f32 = axpy_f32_scalar,
@@ -426,6 +449,47 @@ OPS_AVX2 static float dot_q4_0_avx2(const struct ops_block_q4_0 *w,
 	return hsum256(_mm256_add_ps(a0, a1));
 }
 
+/* Three activation rows against one quantized weight row (prefill): each
+ * weight block is loaded, unpacked and made absolute once. Per (w, x) pair
+ * the order is the single-row kernel's: block b into accumulator b % 2
+ * (an odd last block into the first), then a0 + a1. */
+#define OPS_QDOT3(NAME, WBLK, LOADQ)                                            \
+OPS_AVX2 static void NAME(const WBLK *w, const struct ops_block_q8_act *x,     \
+			  size_t xs, uint32_t n, float *out)                    \
+{                                                                               \
+	const struct ops_block_q8_act *xr[3] = { x, x + xs, x + 2 * xs };       \
+	__m256 acc[3][2];                                                       \
+	uint32_t nb = n / OPS_QK;                                               \
+                                                                                \
+	for (int t = 0; t < 3; t++)                                             \
+		acc[t][0] = acc[t][1] = _mm256_setzero_ps();                    \
+	for (uint32_t b = 0; b < nb; b++) {                                     \
+		__m256i q = LOADQ(w, b);                                        \
+		__m256i aw = _mm256_sign_epi8(q, q);                            \
+		float dw = _cvtsh_ss(w[b].d);                                   \
+		int k = (b % 2 == 1) ? 1 : 0;                                   \
+                                                                                \
+		if (b % 2 == 0)                                                 \
+			_mm_prefetch((const char *)(w + b) + OPS_PF_DIST, _MM_HINT_T0); \
+		for (int t = 0; t < 3; t++) {                                   \
+			__m256i sx = _mm256_sign_epi8(                          \
+				_mm256_loadu_si256((const __m256i *)xr[t][b].qs), q); \
+			__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), \
+						      _mm256_set1_epi16(1));    \
+			__m256 d = _mm256_set1_ps(dw * xr[t][b].d);             \
+                                                                                \
+			acc[t][k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[t][k]); \
+		}                                                                       \
+	}                                                                       \
+	for (int t = 0; t < 3; t++)                                             \
+		out[t] = hsum256(_mm256_add_ps(acc[t][0], acc[t][1]));          \
+}
+
+#define OPS_LOAD_Q8(w, b) _mm256_loadu_si256((const __m256i *)(w)[b].qs)
+#define OPS_LOAD_Q4(w, b) unpack_q4((w)[b].qs)
+OPS_QDOT3(dot3_q8_0_avx2, struct ops_block_q8_0, OPS_LOAD_Q8)
+OPS_QDOT3(dot3_q4_0_avx2, struct ops_block_q4_0, OPS_LOAD_Q4)
+
 OPS_AVX2 static void axpy_f32_avx2(float *y, float a, const float *x, uint32_t n)
 {
 	__m256 va = _mm256_set1_ps(a);
@@ -468,6 +532,8 @@ static const struct ops_kernels kernels_avx2 = {
 	.dot_f16 = dot_f16_avx2,
 	.dot3_f32 = dot3_f32_avx2,
 	.dot3_f16 = dot3_f16_avx2,
+	.dot3_q8_0 = dot3_q8_0_avx2,
+	.dot3_q4_0 = dot3_q4_0_avx2,
 	.dot_q8_0 = dot_q8_0_avx2,
 	.dot_q4_0 = dot_q4_0_avx2,
 	.axpy_f32 = axpy_f32_avx2,
@@ -548,24 +614,36 @@ void ops_matmul_rows(const struct ops_kernels *k, const struct ops_mat *w,
 {
 	const uint8_t *a = act;
 	size_t xs = act_stride / sizeof(float); /* f32 rows: stride in floats */
+	size_t qs = act_stride / sizeof(struct ops_block_q8_act); /* q8 rows: in blocks */
 
 	for (uint32_t r = r0; r < r1; r++) {
 		const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
 		uint32_t i = 0;
 
 		/* prefill: tokens three at a time, same bits as one at a time */
-		if (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16) {
-			for (; i + 3 <= n; i += 3) {
-				const float *xi = (const float *)(const void *)(a + (size_t)i * act_stride);
-				float o[3];
+		for (; i + 3 <= n; i += 3) {
+			const void *ai = a + (size_t)i * act_stride;
+			float o[3];
 
-				if (w->type == GGML_TYPE_F32)
-					k->dot3_f32(wr, xi, xs, w->cols, o);
-				else
-					k->dot3_f16(wr, xi, xs, w->cols, o);
-				for (int t = 0; t < 3; t++)
-					y[(size_t)(i + t) * y_stride + r] = o[t];
+			switch (w->type) {
+			case GGML_TYPE_F32:
+				k->dot3_f32(wr, ai, xs, w->cols, o);
+				break;
+			case GGML_TYPE_F16:
+				k->dot3_f16(wr, ai, xs, w->cols, o);
+				break;
+			case GGML_TYPE_Q8_0:
+				k->dot3_q8_0(wr, ai, qs, w->cols, o);
+				break;
+			case GGML_TYPE_Q4_0:
+				k->dot3_q4_0(wr, ai, qs, w->cols, o);
+				break;
+			default:
+				o[0] = o[1] = o[2] = NAN;
+				break;
 			}
+			for (int t = 0; t < 3; t++)
+				y[(size_t)(i + t) * y_stride + r] = o[t];
 		}
 		for (; i < n; i++) {
 			const void *ai = a + (size_t)i * act_stride;

@@ -64,6 +64,13 @@ struct ops_kernels {
 			 uint32_t n, float *out);
 	void (*dot3_f16)(const uint16_t *w, const float *x, size_t x_stride,
 			 uint32_t n, float *out);
+	/* x_stride in act blocks */
+	void (*dot3_q8_0)(const struct ops_block_q8_0 *w,
+			  const struct ops_block_q8_act *x, size_t x_stride,
+			  uint32_t n, float *out);
+	void (*dot3_q4_0)(const struct ops_block_q4_0 *w,
+			  const struct ops_block_q8_act *x, size_t x_stride,
+			  uint32_t n, float *out);
 	/* n a multiple of OPS_QK; x prepared as q8 act blocks */
 	float (*dot_q8_0)(const struct ops_block_q8_0 *w,
 			  const struct ops_block_q8_act *x, uint32_t n);
@@ -113,7 +120,8 @@ void ops_act_prepare(enum ggml_type t, const float *x, uint32_t cols,
 int ops_act_class(enum ggml_type t);
 
 /* y[i][r] = dot(w row r, act row i) for r in [r0, r1), i in [0, n).
- *   act: (n, act_stride bytes), prepared for w->type
+ *   act: (n, act_stride bytes), prepared for w->type; act_stride a
+ *        multiple of the prepared element (4 bytes, or a q8 act block)
  *   y:   (n, y_stride floats) */
 void ops_matmul_rows(const struct ops_kernels *k, const struct ops_mat *w,
 		     const void *act, size_t act_stride, uint32_t n,
