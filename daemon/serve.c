@@ -468,7 +468,12 @@ static int comp_start(struct serve *s)
 	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
 	int r;
 
-	ep.threads = s->d->cfg.threads ? s->d->cfg.threads : 1;
+	ep.threads = s->d->cfg.threads;
+	if (!ep.threads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		ep.threads = n > 0 ? (uint32_t)n : 1;
+	}
 	ep.max_batch = s->d->cfg.max_batch ? s->d->cfg.max_batch : 16;
 	ep.n_ctx = s->d->cap.advertised_context;
 	c->s = s;
@@ -671,6 +676,28 @@ static void serve_my_hello(struct serve *s)
 	h->checksum = s->d->cfg.checksum;
 }
 
+/* transfer.transport = verbs must find a device, or the node refuses to
+ * start: it never silently falls back to TCP. */
+static int serve_check_transport(struct serve *s)
+{
+	struct transport_cfg tc = { .pool = s->d->pool, .mem = &s->d->mem,
+				    .page_bytes = s->page_bytes,
+				    .max_batch_bytes = s->d->cfg.max_batch_bytes,
+				    .log = s->log };
+	struct transport *t = NULL;
+	char why[200] = "";
+	int r;
+
+	if (s->d->cfg.transport != KVD_TRANSPORT_VERBS)
+		return 0;
+	r = transport_verbs_new(&t, &s->d->loop, &tc, why, sizeof(why));
+	if (t)
+		t->ops->free(t);
+	KVLOG_ERR(s->log, "transport_unavailable", "transport=verbs code=%d msg=\"%s\"",
+		  r, why);
+	return r == TRANSPORT_E_NODEV ? -ENODEV : (r < 0 ? r : -ENOTSUP);
+}
+
 int serve_start(struct kvd_daemon *d)
 {
 	struct serve *s;
@@ -700,7 +727,9 @@ int serve_start(struct kvd_daemon *d)
 		s->page_bytes = kvpool_page_bytes(&g);
 	}
 	serve_my_hello(s);
-	r = serve_bind_model(s);
+	r = serve_check_transport(s);
+	if (!r)
+		r = serve_bind_model(s);
 	if (!r)
 		r = comp_start(s);
 	if (!r)

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Disaggregated serving end to end on loopback: a prefill and a decode
+# node produce, token for token, what `kvd generate` produces offline
+# (stories260K from shared/ when present, and generated models); the
+# standalone node too; a peer with another model is refused with a log
+# line and the client gets NO_PREFILL_PEER; a batch bound that cannot move
+# within release_timeout_ms at link_gbps is refused by --check-config; a
+# verbs transport without an RDMA device refuses to start.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+
+compare() { # compare PORT MODEL PROMPT MAX TEMP SEED LABEL
+	local port=$1 model=$2 prompt=$3 max=$4 temp=$5 seed=$6 label=$7 a b
+	a=$(gen "$port" --prompt "$prompt" --max-tokens "$max" --temperature "$temp" --seed "$seed" || true)
+	b=$(offline --model "$model" --prompt "$prompt" --max-tokens "$max" --temperature "$temp" --seed "$seed" || true)
+	if same_ids "$a" "$b" && same_text "$a" "$b"; then
+		ok "$label: ids and text equal offline ($(echo "$a" | json_get output_ids | tr ',' '\n' | wc -l) tokens)"
+	else
+		not_ok "$label: served=$a offline=$b"
+	fi
+}
+
+run_model() { # run_model TAG MODEL
+	local tag=$1 m=$2
+	pair "p_$tag" "d_$tag" "$m" -- ""
+	start_node "p_$tag"
+	start_node "d_$tag"
+	check "$tag: decode paired with prefill" wait_up "d_$tag"
+	compare "$C_PORT" "$m" "Once upon a time" 40 0 0 "$tag greedy"
+	compare "$C_PORT" "$m" "The little dog ran to the park and" 32 0.8 1234 "$tag temperature 0.8 seed 1234"
+	compare "$C_PORT" "$m" "A" 1 0 0 "$tag max_tokens 1 (first token from prefill only)"
+	compare "$C_PORT" "$m" "$(printf 'word %.0s' $(seq 1 40))" 24 0.5 7 "$tag multi-page prompt"
+	check "$tag: zero pages held on both nodes" settle "p_$tag" "d_$tag"
+	check "$tag: prefill logged its peer's capacity" grep -q "event=peer_capacity peer_node=d_$tag" "$T/p_$tag.log"
+	check "$tag: kv_capacity reason=peer logged" grep -q "event=kv_capacity .*reason=peer" "$T/d_$tag.log"
+	stop_node "d_$tag"
+	stop_node "p_$tag"
+	check "$tag: decode stopped cleanly" grep -q "event=stopped exit_code=0" "$T/d_$tag.log"
+	check "$tag: prefill stopped cleanly" grep -q "event=stopped exit_code=0" "$T/p_$tag.log"
+}
+
+S=${KVD_SHARED:-}/models/stories260K.gguf
+if [ -f "$S" ]; then
+	run_model stories "$S"
+else
+	echo "# stories260K absent: generated models only"
+fi
+gen_model "$T/gen_f32.gguf" --dtype f32
+run_model genf32 "$T/gen_f32.gguf"
+gen_model "$T/gen_q8.gguf" --dtype q8_0 --seed 5
+run_model genq8 "$T/gen_q8.gguf"
+
+# --- standalone node: the same answers on one node -----------------------
+next_port; SP=$PORT
+write_node solo standalone "$T/gen_f32.gguf" "listen.client=127.0.0.1:$SP,unix:$T/solo.client"
+start_node solo
+check "standalone listening" wait_log "$T/solo.log" "event=serve_ready"
+compare "$SP" "$T/gen_f32.gguf" "Once upon a time" 40 0 0 "standalone greedy"
+out=$(timeout 30 "$KVCTL" generate --server "unix:$T/solo.client" --json --prompt "hello" --max-tokens 5 || true)
+check "standalone over unix:PATH" test "$(echo "$out" | json_get finish_reason)" = length
+# typed errors on the client API
+out=$(timeout 30 "$KVCTL" generate --server "127.0.0.1:$SP" --json --prompt "x" --max-tokens 600 || true)
+check "standalone: prompt + max_tokens beyond context is PROMPT_TOO_LONG" test "$(echo "$out" | json_get error)" = PROMPT_TOO_LONG
+out=$(timeout 30 "$KVCTL" generate --server "127.0.0.1:$SP" --json --tokens 1,99999 --max-tokens 4 || true)
+check "token id outside the vocabulary is INVALID_REQUEST" test "$(echo "$out" | json_get error)" = INVALID_REQUEST
+check "standalone: zero pages held" settle solo
+stop_node solo
+
+# --- a decode node whose model differs: pairing refused -------------------
+gen_model "$T/other.gguf" --seed 99
+pair p_mis d_mis "$T/gen_f32.gguf"
+sed -i "s|^path = .*|path = $T/other.gguf|" "$T/d_mis.ini"
+start_node p_mis
+start_node d_mis
+check "mismatched model: decode logs peer_refused naming model_sha256" \
+	wait_log "$T/d_mis.log" "event=peer_refused .*field=model_sha256" 10
+out=$(gen "$C_PORT" --prompt "hi" --max-tokens 3 || true)
+check "no usable peer: NO_PREFILL_PEER reaches the client" test "$(echo "$out" | json_get error)" = NO_PREFILL_PEER
+stop_node d_mis
+stop_node p_mis
+
+# --- transfer bound vs release timeout (invariant 5, at config time) ------
+write_node bound decode "$T/gen_f32.gguf" "listen.client=127.0.0.1:1" "peers.prefill=127.0.0.1:2" \
+	"transfer.max_batch_bytes=1G" "transfer.link_gbps=1" "transfer.release_timeout_ms=1000"
+set +e
+msg=$("$KVD" --check-config --config "$T/bound.ini" 2>&1 >/dev/null)
+rc=$?
+set -e
+check "a batch that cannot move within release_timeout_ms is refused (exit 78)" test "$rc" = 78
+check "the refusal names transfer.max_batch_bytes" grep -q "transfer.max_batch_bytes" <<<"$msg"
+
+# --- verbs without a device: refuse to start, never pretend ---------------
+next_port
+write_node vb decode "$T/gen_f32.gguf" "listen.client=127.0.0.1:$PORT" \
+	"peers.prefill=127.0.0.1:1" "transfer.transport=verbs"
+set +e
+timeout 20 "$KVD" --config "$T/vb.ini" >"$T/vb.log" 2>&1
+rc=$?
+set -e
+check "transport=verbs without RDMA: kvd exits non-zero" test "$rc" != 0
+check "transport=verbs without RDMA: logs why" grep -q "event=transport_unavailable transport=verbs" "$T/vb.log"
+
+finish

@@ -1,0 +1,145 @@
+# shellcheck shell=bash
+# tests/integration/serve_lib.sh - helpers for the serving tests: write
+# node configs, start prefill/decode pairs on loopback, ask them through
+# kvctl generate, read page accounting through kvctl status. Sourced after
+# lib.sh (which traps EXIT and kills every pid in PIDS).
+
+PORT=$((20000 + (RANDOM % 2000) * 10 + $$ % 10))
+# next_port: PORT is the next free-looking port (not in a subshell).
+next_port() { PORT=$((PORT + 1)); }
+
+# gen_model OUT [extra kvctl model make args]: a small deterministic model.
+gen_model() {
+	local out=$1; shift
+	"$KVCTL" model make "$out" --layers 2 --dim 64 --heads 4 --kv-heads 2 \
+		--ff 128 --vocab 320 --ctx 512 --seed 11 "$@" >/dev/null
+}
+
+# write_node NAME ROLE MODEL [KEY=VALUE ...] - keys as section.key.
+write_node() {
+	local name=$1 role=$2 model=$3; shift 3
+	local -A kv=(
+		[kv.pool_tokens]=4096 [kv.dtype]=f32 [kv.page_tokens]=16
+		[engine.threads]=1 [log.level]=debug [transfer.heartbeat_ms]=200
+		[transfer.release_timeout_ms]=2000
+	)
+	local a sec
+	for a in "$@"; do [ -n "$a" ] && kv[${a%%=*}]=${a#*=}; done
+	{
+		printf '[node]\nname = %s\nrole = %s\n' "$name" "$role"
+		printf '[model]\npath = %s\n' "$model"
+		printf '[admin]\nsocket = %s/%s.sock\n' "$T" "$name"
+		for sec in kv engine listen peers transfer log; do
+			printf '[%s]\n' "$sec"
+			for a in "${!kv[@]}"; do
+				if [ "${a%%.*}" = "$sec" ]; then
+					printf '%s = %s\n' "${a#*.}" "${kv[$a]}"
+				fi
+			done
+		done
+	} > "$T/$name.ini"
+}
+
+# start_node NAME [ENV=VALUE ...]: run kvd in the background; pid in
+# PID_<NAME>.
+start_node() {
+	local name=$1; shift
+	env "$@" "$KVD" --config "$T/$name.ini" >> "$T/$name.log" 2>&1 &
+	PIDS+=($!)
+	printf -v "PID_$name" '%s' "$!"
+}
+
+stop_node() { # stop_node NAME: SIGTERM, wait for exit
+	local p="PID_$1"
+	kill -TERM "${!p}" 2>/dev/null || true
+	wait "${!p}" 2>/dev/null || true
+}
+
+# pair NAME_P NAME_D MODEL [prefill keys] -- [decode keys]: write and
+# start a prefill and a decode node, wait until decode sees its peer.
+# Sets P_PORT, C_PORT (decode's client port).
+pair() {
+	local p=$1 d=$2 model=$3; shift 3
+	local pk=() dk=() side=p a
+	for a in "$@"; do
+		if [ "$a" = "--" ]; then side=d; continue; fi
+		if [ $side = p ]; then pk+=("$a"); else dk+=("$a"); fi
+	done
+	next_port; P_PORT=$PORT
+	next_port; C_PORT=$PORT
+	write_node "$p" prefill "$model" "listen.peer=127.0.0.1:$P_PORT" "${pk[@]}"
+	write_node "$d" decode "$model" "listen.client=127.0.0.1:$C_PORT" \
+		"peers.prefill=127.0.0.1:$P_PORT" "${dk[@]}"
+}
+
+# wait_up DECODE_NAME: the decode node logged its peer's capacity.
+wait_up() { wait_log "$T/$1.log" "event=peer_capacity" "${2:-15}"; }
+
+# gen PORT ARGS...: kvctl generate --json against 127.0.0.1:PORT.
+gen() {
+	local port=$1; shift
+	timeout 60 "$KVCTL" generate --server "127.0.0.1:$port" --json "$@"
+}
+
+# offline ARGS...: kvd generate --json (the solo reference).
+offline() { timeout 60 "$KVD" generate --json "$@"; }
+
+# json_get KEY: read one key of a JSON object on stdin (lists as a,b,c).
+json_get() {
+	python3 -c 'import json,sys
+k=sys.argv[1]
+try:
+    o=json.loads(sys.stdin.read() or "{}")
+except Exception:
+    o={}
+v=o.get(k,"")
+print(",".join(map(str,v)) if isinstance(v,list) else v)' "$1"
+}
+
+# held NAME: pages not free on that node (reserved, filling, ready,
+# fenced, quarantined), from kvctl status.
+held() {
+	"$KVCTL" --socket "$T/$1.sock" --json status 2>/dev/null | python3 -c 'import json,sys
+p=json.load(sys.stdin)["pool"]
+print(p["reserved"]+p["filling"]+p["ready"]+p["fenced"]+p["quarantined"])'
+}
+
+# status_get NAME PATH: a field of kvctl status (PATH like counters.failed).
+status_get() {
+	"$KVCTL" --socket "$T/$1.sock" --json status 2>/dev/null | python3 -c 'import json,sys
+o=json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    o=o[k]
+print(o)' "$2"
+}
+
+# settle NAME...: wait (up to 10 s) until every named node holds no page
+# and has nothing in flight; true when they all do.
+settle() {
+	local n=200 name ok
+	while [ $n -gt 0 ]; do
+		ok=1
+		for name in "$@"; do
+			[ "$(held "$name")" = 0 ] || ok=0
+			[ "$(status_get "$name" in_flight)" = 0 ] || ok=0
+		done
+		[ $ok = 1 ] && return 0
+		sleep 0.05; n=$((n - 1))
+	done
+	return 1
+}
+
+# same_ids A B: two JSON outputs carry the same non-empty output_ids.
+same_ids() {
+	local a b
+	a=$(echo "$1" | json_get output_ids)
+	b=$(echo "$2" | json_get output_ids)
+	[ -n "$a" ] && [ "$a" = "$b" ]
+}
+
+# same_text A B: two JSON outputs carry the same "text" (byte for byte).
+same_text() {
+	python3 -c 'import json,sys
+a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2])
+sys.exit(0 if a.get("text")==b.get("text") else 1)' "$1" "$2" 2>/dev/null
+}
