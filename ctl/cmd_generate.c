@@ -242,6 +242,13 @@ static int gen_loop(int fd, uint64_t id, bool json, struct gen_out *o,
 					continue;
 				}
 				rc = last->type == PROTO_EV_FINAL ? 0 : 1;
+				if (rc == 0 && last->fin.text_len) {
+					if (out_token(o, 0, last->fin.text, last->fin.text_len))
+						goto out;
+					o->n_ids--;   /* text only, not a token */
+					if (!json)
+						fwrite(last->fin.text, 1, last->fin.text_len, stdout);
+				}
 				goto out;
 			}
 		}

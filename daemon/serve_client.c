@@ -97,6 +97,15 @@ void serve__client_final(struct serve_req *r, const char *reason)
 	f.output_tokens = r->n_out;
 	f.ttft_us = r->t_first_ns ? (r->t_first_ns - r->t_arrive_ns) / 1000 : 0;
 	f.total_us = (now - r->t_arrive_ns) / 1000;
+	if (r->dt_init) {
+		const char *chunk;
+		size_t len = 0;
+
+		if (detok_flush(&r->dt, &chunk, &len) == 0 && len) {
+			f.text_len = (uint32_t)KVD_MIN(len, sizeof(f.text));
+			memcpy(f.text, chunk, f.text_len);
+		}
+	}
 	KVLOG_INFO(r->s->log, "request_done",
 		   "id=%llu client_id=%llu kind=%s finish=%s prompt_tokens=%u output_tokens=%u ttft_us=%llu total_us=%llu",
 		   (unsigned long long)r->reg.id,
@@ -211,7 +220,7 @@ void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m)
 		client_engine_free(r);
 		break;
 	case SMSG_FREED:
-		serve__req_end(r, r->answered && !r->fail_code && r->client);
+		serve__req_end(r, r->answered && !r->fail_code);
 		break;
 	}
 }

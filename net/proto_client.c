@@ -332,7 +332,7 @@ void proto_client_pack_token(msgpack_packer *pk, uint64_t id, uint32_t index,
 void proto_client_pack_final(msgpack_packer *pk, uint64_t id,
 			     const struct proto_client_final *f)
 {
-	msgpack_pack_map(pk, 7);
+	msgpack_pack_map(pk, 8);
 	frame_pack_kv_str(pk, "type", "final");
 	frame_pack_kv_u64(pk, "id", id);
 	frame_pack_kv_str(pk, "finish_reason", f->finish_reason);
@@ -340,6 +340,9 @@ void proto_client_pack_final(msgpack_packer *pk, uint64_t id,
 	frame_pack_kv_u64(pk, "output_tokens", f->output_tokens);
 	frame_pack_kv_u64(pk, "ttft_us", f->ttft_us);
 	frame_pack_kv_u64(pk, "total_us", f->total_us);
+	frame_pack_str(pk, "text");
+	msgpack_pack_str(pk, KVD_MIN(f->text_len, sizeof(f->text)));
+	msgpack_pack_str_body(pk, f->text, KVD_MIN(f->text_len, sizeof(f->text)));
 }
 
 void proto_client_pack_error(msgpack_packer *pk, uint64_t id, int code,
@@ -422,6 +425,19 @@ static int event_final(const msgpack_object *map, struct proto_client_event *ev,
 	if (!r)
 		r = proto__get_u64(map, "total_us", false, 0, UINT64_MAX,
 				   &f->total_us, err);
+	if (!r) {
+		const msgpack_object *t = frame_map_get(map, "text");
+
+		if (t && (t->type != MSGPACK_OBJECT_STR ||
+			  t->via.str.size > sizeof(f->text)))
+			return proto__fail(err, FRAME_E_RANGE, "text",
+					   "'text' of a final event holds at most %zu bytes",
+					   sizeof(f->text));
+		if (t) {
+			memcpy(f->text, t->via.str.ptr, t->via.str.size);
+			f->text_len = t->via.str.size;
+		}
+	}
 	return r;
 }
 

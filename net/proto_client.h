@@ -84,6 +84,10 @@ struct proto_client_final {
 	uint32_t output_tokens;
 	uint64_t ttft_us;
 	uint64_t total_us;
+	/* bytes the detokenizer held back for an incomplete UTF-8 character
+	 * at the end of the stream, flushed (as U+FFFD); usually empty */
+	char text[16];
+	uint32_t text_len;
 };
 
 struct proto_client_event {

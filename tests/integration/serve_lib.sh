@@ -51,6 +51,7 @@ start_node() {
 
 stop_node() { # stop_node NAME: SIGTERM, wait for exit
 	local p="PID_$1"
+	[ -n "${!p:-}" ] || return 0
 	kill -TERM "${!p}" 2>/dev/null || true
 	wait "${!p}" 2>/dev/null || true
 }

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Faults during the KV transfer (fault points, test builds only): one
+# corrupted byte in a batch, a short transfer, the data connection cut
+# mid-batch, a client that disconnects mid-transfer, prefill SIGKILLed
+# mid-transfer. After each: every request reached a terminal state, page
+# accounting is zero on both nodes, and later requests are correct
+# (equal to their offline runs). Corruption and short transfers must end
+# in INTEGRITY with no token emitted.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+
+if ! grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h"; then
+	echo "skip: built without fault points"
+	exit 77
+fi
+gen_model "$T/m.gguf"
+M=$T/m.gguf
+PROMPT=$(seq -s, 10 109)          # 100 tokens: 7 pages of 16
+# 16 KiB batches hold one 8 KiB page: every request takes 7 batches
+pair pf df "$M" "transfer.max_batch_bytes=16K" -- "transfer.max_batch_bytes=16K"
+REF=$(offline --model "$M" --prompt "The end of the story" --max-tokens 12 --temperature 0.9 --seed 3)
+
+ups=0
+restart_prefill() { # restart_prefill [KVD_FAULT spec]
+	stop_node pf 2>/dev/null || true
+	if [ -n "${1:-}" ]; then start_node pf "KVD_FAULT=$1"; else start_node pf; fi
+	ups=$((ups + 1))
+	local n=300
+	while [ $n -gt 0 ] && [ "$(grep -c 'event=peer_up' "$T/df.log")" -lt $ups ]; do
+		sleep 0.05; n=$((n - 1))
+	done
+	[ $n -gt 0 ]
+}
+
+after() { # after LABEL: terminal, zero pages, correct output
+	local label=$1 out
+	check "$label: zero pages held and nothing in flight on decode" settle df
+	check "$label: zero pages held and nothing in flight on prefill" settle pf
+	out=$(gen "$C_PORT" --prompt "The end of the story" --max-tokens 12 --temperature 0.9 --seed 3 || true)
+	check "$label: a later request equals its offline run" same_ids "$out" "$REF"
+}
+
+start_node df
+check "corrupt_batch: prefill up" restart_prefill corrupt_batch:1
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "corrupt_batch: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
+check "corrupt_batch: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
+check "corrupt_batch: decode logged the checksum failure" grep -q "event=batch_checksum .*error=checksum_mismatch" "$T/df.log"
+check "corrupt_batch: decode aborted with fenced pages" grep -q "event=transfer_abort .*code=INTEGRITY" "$T/df.log"
+check "corrupt_batch: prefill acknowledged the abort" wait_log "$T/pf.log" "event=prefill_aborted" 5
+check "corrupt_batch: counted as an integrity failure" test "$(status_get df counters.integrity_failures)" -ge 1
+after corrupt_batch
+
+check "short_transfer: prefill up" restart_prefill short_transfer:1
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "short_transfer: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
+check "short_transfer: the message says short transfer" grep -q "short transfer" <<<"$(echo "$out" | json_get message)"
+check "short_transfer: no token emitted, never decoded" test -z "$(echo "$out" | json_get output_ids)"
+after short_transfer
+
+check "cut_peer_mid_batch: prefill up" restart_prefill cut_peer_mid_batch:1
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "cut_peer_mid_batch: a typed error reaches the client" test "$(echo "$out" | json_get error)" = INTERNAL
+check "cut_peer_mid_batch: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
+check "cut_peer_mid_batch: decode saw the cut" grep -q "event=peer_down .*data connection cut mid-batch" "$T/df.log"
+ups=$((ups + 1))
+check "cut_peer_mid_batch: decode reconnected" wait_log "$T/df.log" "event=peer_up" 10
+n=0; while [ $n -lt 100 ] && [ "$(grep -c 'event=peer_up' "$T/df.log")" -lt $ups ]; do sleep 0.05; n=$((n + 1)); done
+after cut_peer_mid_batch
+
+# --- client disconnect mid-transfer (invariant 8) -------------------------
+check "client gone: prefill up (300 ms per batch)" restart_prefill slow_batch
+"$KVCTL" generate --server "127.0.0.1:$C_PORT" --json --tokens "$PROMPT" --max-tokens 8 >"$T/gone.out" 2>&1 &
+cpid=$!
+PIDS+=($cpid)
+sleep 0.8
+kill -KILL $cpid 2>/dev/null || true
+wait $cpid 2>/dev/null || true
+check "client gone: decode logged it" wait_log "$T/df.log" "event=client_gone" 5
+id=$(grep -o 'event=client_gone id=[0-9]*' "$T/df.log" | tail -1 | sed 's/.*id=//' || true)
+check "client gone: the transfer still completed (not cut in half)" wait_log "$T/df.log" "event=transfer_done id=$id " 10
+check "client gone: prefill released after decode's release_ack" settle pf
+after client_gone
+
+# --- prefill SIGKILLed mid-transfer ----------------------------------------
+"$KVCTL" generate --server "127.0.0.1:$C_PORT" --json --tokens "$PROMPT" --max-tokens 8 >"$T/kill.out" 2>&1 &
+cpid=$!
+PIDS+=($cpid)
+sleep 0.8
+kill -KILL "$PID_pf"
+wait "$PID_pf" 2>/dev/null || true
+wait $cpid 2>/dev/null || true
+out=$(cat "$T/kill.out")
+check "prefill killed: a typed error reaches the client" test "$(echo "$out" | json_get error)" = INTERNAL
+check "prefill killed: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
+check "prefill killed: decode holds no page and nothing in flight" settle df
+check "prefill killed: prefill restarts and pairs again" restart_prefill
+after prefill_killed
+
+check "decode counted every failure" test "$(status_get df counters.failed)" -ge 5
+stop_node df
+stop_node pf
+check "decode stopped cleanly" grep -q "event=stopped exit_code=0" "$T/df.log"
+finish
