@@ -48,6 +48,28 @@ extern const char fuzz_target_name[];
 		}                                                           \
 	} while (0)
 
+/* KVD_FUZZ_STRICT=1: known bugs are fatal (see FUZZ_KNOWN). */
+static inline bool fuzz_strict(void)
+{
+	const char *s = getenv("KVD_FUZZ_STRICT");
+
+	return s && *s && *s != '0';
+}
+
+/* Say once per process that known bug `id` was hit (not fatal). */
+#define FUZZ_KNOWN_HIT(id, ...)                                             \
+	do {                                                                \
+		static bool fuzz_known_seen_;                               \
+		if (!fuzz_known_seen_) {                                    \
+			fuzz_known_seen_ = true;                            \
+			fprintf(stderr, "fuzz_%s: KNOWN BUG %s hit (%s:%d, " \
+				"not fatal; KVD_FUZZ_STRICT=1 to fail): ",  \
+				fuzz_target_name, id, __FILE__, __LINE__);  \
+			fprintf(stderr, __VA_ARGS__);                       \
+			fputc('\n', stderr);                                \
+		}                                                           \
+	} while (0)
+
 /* A known bug in someone else's decoder, reported and awaiting its fix
  * (tests/fuzz/README.md lists each with its reproducer). It is reported
  * once per process and does not fail the run, so fuzzing goes on finding
@@ -55,20 +77,10 @@ extern const char fuzz_target_name[];
  * FUZZ_KNOWN (make it a FUZZ_CHECK) in the commit that fixes the bug. */
 #define FUZZ_KNOWN(id, cond, ...)                                           \
 	do {                                                                \
-		static bool fuzz_known_seen_;                               \
 		if (!(cond)) {                                              \
-			const char *st_ = getenv("KVD_FUZZ_STRICT");        \
-			if (st_ && *st_ && *st_ != '0')                     \
+			if (fuzz_strict())                                  \
 				FUZZ_CHECK(cond, __VA_ARGS__);              \
-			if (!fuzz_known_seen_) {                            \
-				fuzz_known_seen_ = true;                    \
-				fprintf(stderr, "fuzz_%s: KNOWN BUG %s hit " \
-					"(%s:%d, not fatal; KVD_FUZZ_STRICT=1 " \
-					"to fail): ", fuzz_target_name, id, \
-					__FILE__, __LINE__);                \
-				fprintf(stderr, __VA_ARGS__);               \
-				fputc('\n', stderr);                        \
-			}                                                   \
+			FUZZ_KNOWN_HIT(id, __VA_ARGS__);                    \
 		}                                                           \
 	} while (0)
 

@@ -195,6 +195,23 @@ static void check_schema_result(int r, const struct frame_error *err,
 	}
 }
 
+/* KNOWN BUG empty-key-ub (net/frame.c, frame_error_set, the memcpy of
+ * the key): msgpack-c leaves ptr NULL for an empty string key, and a
+ * strict schema refusing the unknown key "" calls memcpy(err->key, NULL,
+ * 0): undefined behaviour, which kills a UBSan build of kvd on the admin
+ * frame {"cmd":"status","":1}. Until it is fixed, strict parses skip such
+ * maps (KVD_FUZZ_STRICT=1 runs them). */
+static bool has_empty_key(const msgpack_object *map)
+{
+	for (uint32_t i = 0; i < map->via.map.size; i++) {
+		const msgpack_object *k = &map->via.map.ptr[i].key;
+
+		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 0)
+			return true;
+	}
+	return false;
+}
+
 static void check_schemas(const msgpack_object *map)
 {
 	static const char *const envelope[] = { "cmd", "id", NULL };
@@ -204,11 +221,19 @@ static void check_schemas(const msgpack_object *map)
 	size_t n = sizeof(all_fields) / sizeof(all_fields[0]);
 	int rs, rl;
 
+	bool skip_strict = has_empty_key(map) && !fuzz_strict();
+
+	if (skip_strict)
+		FUZZ_KNOWN_HIT("empty-key-ub", "a map with an empty key: strict "
+			       "schema parses skipped");
 	memset(&strict, 0, sizeof(strict));
 	memset(&lax, 0, sizeof(lax));
-	rs = frame_map_parse(map, all_fields, n, FRAME_SCHEMA_STRICT, envelope + 1,
-			     &strict, &ps, &err);
-	check_schema_result(rs, &err, all_fields, n, &strict, ps);
+	rs = FRAME_E_UNKNOWN;
+	if (!skip_strict) {
+		rs = frame_map_parse(map, all_fields, n, FRAME_SCHEMA_STRICT,
+				     envelope + 1, &strict, &ps, &err);
+		check_schema_result(rs, &err, all_fields, n, &strict, ps);
+	}
 	rl = frame_map_parse(map, all_fields, n, 0, NULL, &lax, &pl, &err);
 	check_schema_result(rl, &err, all_fields, n, &lax, pl);
 	if (rs == 0) {
@@ -220,7 +245,8 @@ static void check_schemas(const msgpack_object *map)
 			   "strict and lax disagree");
 	}
 
-	for (size_t t = 0; t < sizeof(admin_tables) / sizeof(admin_tables[0]); t++) {
+	for (size_t t = 0; !skip_strict &&
+	     t < sizeof(admin_tables) / sizeof(admin_tables[0]); t++) {
 		struct admin_args a;
 		uint64_t present = 0;
 		int r;
@@ -472,6 +498,10 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	static const uint8_t big[] = { 0x00, 0x00, 0x10, 0x01, 0x80 };
 
 	emit(ctx, big, sizeof(big));
+	/* regression: KNOWN BUG empty-key-ub, {"": 1} */
+	static const uint8_t empty_key[] = { 0, 0, 0, 3, 0x81, 0xa0, 0x01 };
+
+	emit(ctx, empty_key, sizeof(empty_key));
 	frame_writer_deinit(&w);
 	free(two.p);
 }
