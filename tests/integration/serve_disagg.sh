@@ -100,4 +100,4 @@ set -e
 check "transport=verbs without RDMA: kvd exits non-zero" test "$rc" != 0
 check "transport=verbs without RDMA: logs why" grep -q "event=transport_unavailable transport=verbs" "$T/vb.log"
 
-finish
+serve_finish

@@ -101,4 +101,4 @@ check "decode counted every failure" test "$(status_get df counters.failed)" -ge
 stop_node df
 stop_node pf
 check "decode stopped cleanly" grep -q "event=stopped exit_code=0" "$T/df.log"
-finish
+serve_finish

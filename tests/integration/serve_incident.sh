@@ -46,7 +46,7 @@ solo_check "after decode's rejection"
 stop_node di
 if ! grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h"; then
 	echo "# fault points not compiled in: skipping the prefill-side half"
-	finish
+	serve_finish
 	exit $?
 fi
 : > "$T/di.log"
@@ -65,4 +65,4 @@ solo_check "after prefill's rejection"
 check "prefill: zero pages held at the end" settle pi di
 stop_node di
 stop_node pi
-finish
+serve_finish

@@ -144,3 +144,19 @@ same_text() {
 a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2])
 sys.exit(0 if a.get("text")==b.get("text") else 1)' "$1" "$2" 2>/dev/null
 }
+
+# serve_finish: no node log holds a sanitizer report (ASan/UBSan/LSan
+# builds), then lib.sh's finish.
+serve_finish() {
+	local f bad=0
+	for f in "$T"/*.log; do
+		[ -e "$f" ] || continue
+		if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$f"; then
+			not_ok "sanitizer report in $(basename "$f")"
+			grep -E -A12 "ERROR: (Address|Leak)Sanitizer|runtime error:" "$f" | head -40
+			bad=1
+		fi
+	done
+	[ $bad = 1 ] || ok "no sanitizer report in any node log"
+	finish
+}

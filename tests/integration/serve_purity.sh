@@ -76,4 +76,4 @@ check "zero pages held on both nodes afterwards" settle pp dp
 check "decode completed every request" test "$(status_get dp counters.completed)" -ge "$N"
 stop_node dp
 stop_node pp
-finish
+serve_finish
