@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# quickstart.sh - from a fresh clone to a streamed generation, in one go:
+# install the Debian packages kvd needs, build it, generate a small model
+# with `kvctl model make` (or use the GGUF named as $1), start a prefill
+# and a decode node on loopback, send one prompt with `kvctl generate`,
+# print the streamed text, stop both nodes.
+#
+#   bash quickstart.sh [MODEL.gguf] [PROMPT]
+#
+# Environment: KVD_QS_BUILD (build dir, default build-quickstart),
+# KVD_QS_PORT (first of three loopback ports, default 7600).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+. "$here/tests/deps.sh"
+kvd_install_deps
+
+build=${KVD_QS_BUILD:-$here/build-quickstart}
+if [ ! -f "$build/build.ninja" ]; then
+	meson setup "$build" --buildtype=release >/dev/null
+fi
+ninja -C "$build" kvd kvctl >/dev/null
+KVD=$build/kvd
+KVCTL=$build/kvctl
+
+run=$(mktemp -d /tmp/kvd-quickstart.XXXXXX)
+pids=()
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$run"
+}
+trap cleanup EXIT
+
+model=${1:-}
+if [ -z "$model" ]; then
+	model=$run/quickstart.gguf
+	echo "== generating a small model (random weights: expect gibberish text;"
+	echo "   pass a real GGUF as \$1 for prose): kvctl model make $model"
+	"$KVCTL" model make "$model" --layers 4 --dim 128 --heads 4 --kv-heads 2 \
+		--ff 384 --vocab 512 --ctx 1024 --seed 1 >/dev/null
+fi
+prompt=${2:-Once upon a time}
+port=${KVD_QS_PORT:-7600}
+
+node() { # node NAME ROLE LISTEN_LINES...
+	local name=$1 role=$2; shift 2
+	{
+		printf '[node]\nname = %s\nrole = %s\n' "$name" "$role"
+		printf '[model]\npath = %s\n' "$model"
+		printf '[kv]\npool_tokens = 8192\n'
+		printf '[admin]\nsocket = %s/%s.sock\n' "$run" "$name"
+		printf '%b' "$@"
+	} >"$run/$name.ini"
+	"$KVD" --config "$run/$name.ini" >"$run/$name.log" 2>&1 &
+	pids+=($!)
+}
+
+echo "== starting prefill (127.0.0.1:$((port + 1))) and decode (127.0.0.1:$port)"
+node prefill prefill "[listen]\npeer = 127.0.0.1:$((port + 1))\n"
+node decode decode "[listen]\nclient = 127.0.0.1:$port\n[peers]\nprefill = 127.0.0.1:$((port + 1))\n"
+for _ in $(seq 1 100); do
+	grep -q "event=peer_up" "$run/decode.log" 2>/dev/null && break
+	sleep 0.1
+done
+if ! grep -q "event=peer_up" "$run/decode.log"; then
+	echo "quickstart: the nodes did not pair; their logs:" >&2
+	cat "$run/prefill.log" "$run/decode.log" >&2
+	exit 1
+fi
+grep -m1 -h "event=kv_capacity" "$run/prefill.log"
+grep -m1 -h "event=kv_capacity" "$run/decode.log"
+
+echo "== kvctl generate --server 127.0.0.1:$port --prompt \"$prompt\""
+printf '%s' "$prompt"
+"$KVCTL" generate --server "127.0.0.1:$port" --prompt "$prompt" --max-tokens 64 \
+	--temperature 0.8 --seed 42
+echo "== done; stopping the nodes"
