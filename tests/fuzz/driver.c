@@ -16,7 +16,9 @@
  *      at 1/2/4/8 bytes in either byte order (0, -1, 0x7FFFFFFF,
  *      0xFFFFFFFF, 2^63, huge lengths, the input's own length +-1), small
  *      arithmetic on an integer, byte insert/delete, chunk duplication,
- *      splice and cross-over with another seed, truncation, appending.
+ *      splice and cross-over with another seed, truncation, appending,
+ *      and decimal numbers in text replaced by extreme ones (2^64, 1e300,
+ *      nan, -1) for the text formats.
  *
  * Everything is a function of the seed (env KVD_SEED, printed; random when
  * unset) and the iteration number, so "seed=S iteration=I" replays a
@@ -378,7 +380,7 @@ static void mutate_once(struct mutant *m, const struct blobs *pool,
 	size_t k, n;
 	uint8_t tmp[16];
 
-	switch (rng_below(s, 13)) {
+	switch (rng_below(s, 14)) {
 	case 0: /* flip a bit */
 		if (m->n)
 			m->p[rng_below(s, m->n)] ^= (uint8_t)(1u << rng_below(s, 8));
@@ -389,9 +391,12 @@ static void mutate_once(struct mutant *m, const struct blobs *pool,
 		break;
 	case 2: /* interesting byte */
 		if (m->n) {
+			/* ... and msgpack's empty str/map/array, nil and
+			 * 32-bit containers; text delimiters */
 			static const uint8_t b[] = { 0, 1, 0x7f, 0x80, 0xff,
 						     0x20, '=', '[', '\n', 0xc0,
-						     0xdc, 0xdd, 0xde, 0xdf };
+						     0xdc, 0xdd, 0xde, 0xdf,
+						     0xa0, 0x90, '"', '\\' };
 			m->p[rng_below(s, m->n)] = b[rng_below(s, sizeof(b))];
 		}
 		break;
@@ -468,6 +473,29 @@ static void mutate_once(struct mutant *m, const struct blobs *pool,
 	case 11: /* truncate */
 		m->n = rng_below(s, m->n + 1);
 		break;
+	case 12: { /* a decimal number in text becomes an extreme one */
+		static const char *const nums[] = {
+			"0", "-1", "1", "4294967295", "4294967296",
+			"18446744073709551615", "18446744073709551616",
+			"9223372036854775808", "1e300", "-1e300", "1e-300",
+			"nan", "inf", "0x10", "00000000000000000000001",
+			"99999999999999999999999999999", "0.0000001",
+		};
+		size_t i = m->n ? rng_below(s, m->n) : 0, j;
+
+		while (i < m->n && (m->p[i] < '0' || m->p[i] > '9'))
+			i++;
+		if (i == m->n)
+			break;
+		for (j = i; j < m->n && ((m->p[j] >= '0' && m->p[j] <= '9') ||
+					 m->p[j] == '.'); j++)
+			;
+		const char *v = nums[rng_below(s, sizeof(nums) / sizeof(nums[0]))];
+
+		mutant_delete(m, i, j - i);
+		mutant_insert(m, i, (const uint8_t *)v, strlen(v));
+		break;
+	}
 	default: /* append a copy of another seed (two frames in a stream) */
 		if (pool->n) {
 			const struct blob *o = &pool->v[rng_below(s, pool->n)];
