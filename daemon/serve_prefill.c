@@ -100,17 +100,66 @@ static void prefill_free(struct serve_req *r)
 	/* submit pending: SUBMITTED frees it (abort_requested is set) */
 }
 
+/* abort_ack, possibly late (fault point slow_abort_ack): a delayed ack
+ * finds its connection again by session, which may be gone by then. */
+struct late_ack {
+	uv_timer_t timer;
+	struct serve *s;
+	uint64_t session;
+	uint64_t remote_id;
+};
+
+static void late_ack_closed(uv_handle_t *h)
+{
+	struct late_ack *a = kvd_container_of((uv_timer_t *)h, struct late_ack, timer);
+
+	a->s->closes_pending--;
+	free(a);
+}
+
+static void late_ack_cb(uv_timer_t *t)
+{
+	struct late_ack *a = kvd_container_of(t, struct late_ack, timer);
+	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = a->remote_id };
+
+	for (struct pconn *pc = a->s->pconns; pc; pc = pc->next)
+		if (pc->session == a->session && !pc->closing)
+			(void)pconn_send(pc, &ack);
+	uv_close((uv_handle_t *)t, late_ack_closed);
+}
+
+static void prefill_send_abort_ack(struct serve *s, struct pconn *pc,
+				   uint64_t remote_id)
+{
+	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = remote_id };
+	struct late_ack *a;
+
+	if (!pc)
+		return;
+	if (kvd_fault_fire(&s->fault, KVD_FAULT_SLOW_ABORT_ACK) && !s->stopping &&
+	    (a = calloc(1, sizeof(*a))) != NULL) {
+		KVLOG_WARN(s->log, "fault", "point=slow_abort_ack remote_id=%llu delay_ms=1000",
+			   (unsigned long long)remote_id);
+		a->s = s;
+		a->session = pc->session;
+		a->remote_id = remote_id;
+		/* counted from now: the serving layer outlives the timer */
+		s->closes_pending++;
+		uv_timer_init(&s->d->loop, &a->timer);
+		uv_timer_start(&a->timer, late_ack_cb, 1000, 0);
+		return;
+	}
+	(void)pconn_send(pc, &ack);
+}
+
 /* Decode asked us to stop (or the operator did): ack once nothing of the
  * request is still queued for sending. */
 static void prefill_abort_maybe_finish(struct serve_req *r)
 {
-	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = r->remote_id };
-
 	if (!r->abort_requested || r->sends_pending || r->submit_pending ||
 	    r->state == SRS_FREEING || r->ended)
 		return;
-	if (r->pc)
-		(void)pconn_send(r->pc, &ack);
+	prefill_send_abort_ack(r->s, r->pc, r->remote_id);
 	KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=\"%s\"",
 		   (unsigned long long)r->reg.id,
 		   (unsigned long long)r->remote_id,
@@ -330,6 +379,12 @@ static void prefill_send_more(struct serve_req *r)
 				.dst_page = r->dst[idx].page, .index = idx,
 				.dst_gen = r->dst[idx].gen,
 				.tokens = KVD_MIN(pt, r->n_kv - idx * pt) };
+		}
+		if (r->next_page == 0 &&
+		    kvd_fault_fire(&s->fault, KVD_FAULT_STALE_GENERATION)) {
+			KVLOG_WARN(s->log, "fault", "point=stale_generation id=%llu page=%u",
+				   (unsigned long long)r->reg.id, pages[0].dst.dst_page);
+			pages[0].dst.dst_gen++;
 		}
 		t->s = s;
 		t->id = r->reg.id;
@@ -557,9 +612,7 @@ static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
 	case PEER_MSG_ABORT:
 		r = prefill_find(pc, m->id);
 		if (!r) {
-			struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = m->id };
-
-			(void)pconn_send(pc, &ack);
+			prefill_send_abort_ack(pc->s, pc, m->id);
 			return;
 		}
 		r->abort_requested = true;
@@ -567,11 +620,8 @@ static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
 			 proto_err_name(m->code), m->message);
 		r->fail_code = m->code ? m->code : PROTO_ERR_INTERNAL;
 		if (r->state == SRS_COMPUTE && r->in_engine && !r->submit_pending) {
-			/* cancel the compute; ack when the engine let go */
-			struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK,
-						      .id = r->remote_id };
-
-			(void)pconn_send(pc, &ack);
+			/* nothing was queued for it: cancel the compute, ack */
+			prefill_send_abort_ack(pc->s, pc, r->remote_id);
 			prefill_free(r);
 			return;
 		}

@@ -18,6 +18,8 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_SHORT_TRANSFER] = "short_transfer",
 	[KVD_FAULT_CUT_PEER_MID_BATCH] = "cut_peer_mid_batch",
 	[KVD_FAULT_SLOW_BATCH] = "slow_batch",
+	[KVD_FAULT_STALE_GENERATION] = "stale_generation",
+	[KVD_FAULT_SLOW_ABORT_ACK] = "slow_abort_ack",
 	[KVD_FAULT_SKIP_DECODE_ADMISSION] = "skip_decode_admission",
 };
 

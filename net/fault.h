@@ -12,6 +12,10 @@
  *   cut_peer_mid_batch   prefill writes half a batch, then closes the data
  *                        connection
  *   slow_batch           prefill waits 300 ms before each batch
+ *   stale_generation     prefill names the first page of a request with a
+ *                        generation decode did not reserve it in
+ *   slow_abort_ack       prefill waits 1 s before each abort_ack (decode's
+ *                        pages must stay fenced meanwhile)
  *   skip_decode_admission decode skips its own capacity admission check
  *                        (prefill's own admission must then reject)
  *
@@ -30,6 +34,8 @@ enum kvd_fault_point {
 	KVD_FAULT_SHORT_TRANSFER,
 	KVD_FAULT_CUT_PEER_MID_BATCH,
 	KVD_FAULT_SLOW_BATCH,
+	KVD_FAULT_STALE_GENERATION,
+	KVD_FAULT_SLOW_ABORT_ACK,
 	KVD_FAULT_SKIP_DECODE_ADMISSION,
 	KVD_FAULT__N,
 };

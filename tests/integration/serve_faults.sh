@@ -17,7 +17,9 @@ gen_model "$T/m.gguf"
 M=$T/m.gguf
 PROMPT=$(seq -s, 10 109)          # 100 tokens: 7 pages of 16
 # 16 KiB batches hold one 8 KiB page: every request takes 7 batches
-pair pf df "$M" "transfer.max_batch_bytes=16K" -- "transfer.max_batch_bytes=16K"
+SHORT=$(seq -s, 10 73)            # 64 tokens: 4 pages
+pair pf df "$M" "transfer.max_batch_bytes=16K" -- "transfer.max_batch_bytes=16K" \
+	"transfer.prefill_timeout_ms=1500" "transfer.transfer_timeout_ms=1500"
 REF=$(offline --model "$M" --prompt "The end of the story" --max-tokens 12 --temperature 0.9 --seed 3)
 
 ups=0
@@ -68,12 +70,36 @@ check "cut_peer_mid_batch: decode reconnected" wait_log "$T/df.log" "event=peer_
 n=0; while [ $n -lt 100 ] && [ "$(grep -c 'event=peer_up' "$T/df.log")" -lt $ups ]; do sleep 0.05; n=$((n + 1)); done
 after cut_peer_mid_batch
 
+check "stale_generation: prefill up" restart_prefill stale_generation:1
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "stale_generation: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
+check "stale_generation: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
+check "stale_generation: decode refused the page by its generation" grep -q "event=request_failed .*code=INTEGRITY .*not the request's page" "$T/df.log"
+after stale_generation
+
+# --- abort handshake: pages stay fenced until prefill's abort_ack ----------
+check "slow_abort_ack: prefill up" restart_prefill corrupt_batch:1,slow_abort_ack:1
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "slow_abort_ack: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
+f=$(status_get df pool.fenced)
+check "slow_abort_ack: decode keeps the prefix pages fenced while the ack is pending ($f)" test "$f" -gt 0
+check "slow_abort_ack: prefill delayed its ack" grep -q "point=slow_abort_ack" "$T/pf.log"
+after slow_abort_ack
+
+# --- phase timeout: prefill slower than transfer.prefill_timeout_ms ---------
+check "timeout: prefill up (300 ms per batch)" restart_prefill slow_batch
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "timeout: TIMEOUT reaches the client" test "$(echo "$out" | json_get error)" = TIMEOUT
+check "timeout: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
+check "timeout: decode aborted the transfer" grep -q "event=transfer_abort .*code=TIMEOUT" "$T/df.log"
+
 # --- client disconnect mid-transfer (invariant 8) -------------------------
-check "client gone: prefill up (300 ms per batch)" restart_prefill slow_batch
-"$KVCTL" generate --server "127.0.0.1:$C_PORT" --json --tokens "$PROMPT" --max-tokens 8 >"$T/gone.out" 2>&1 &
+check "timeout: zero pages held on decode" settle df
+check "timeout: zero pages held on prefill" settle pf
+"$KVCTL" generate --server "127.0.0.1:$C_PORT" --json --tokens "$SHORT" --max-tokens 8 >"$T/gone.out" 2>&1 &
 cpid=$!
 PIDS+=($cpid)
-sleep 0.8
+sleep 0.5
 kill -KILL $cpid 2>/dev/null || true
 wait $cpid 2>/dev/null || true
 check "client gone: decode logged it" wait_log "$T/df.log" "event=client_gone" 5
