@@ -66,6 +66,43 @@ check "token id outside the vocabulary is INVALID_REQUEST" test "$(echo "$out" |
 check "standalone: zero pages held" settle solo
 stop_node solo
 
+# --- two prefill peers: load spread, a dead one is avoided; drain ---------
+next_port; PA=$PORT
+next_port; PB=$PORT
+next_port; DC=$PORT
+write_node pa prefill "$T/gen_f32.gguf" "listen.peer=127.0.0.1:$PA"
+write_node pb prefill "$T/gen_f32.gguf" "listen.peer=127.0.0.1:$PB"
+write_node dm decode "$T/gen_f32.gguf" "listen.client=127.0.0.1:$DC" \
+	"peers.prefill=127.0.0.1:$PA,127.0.0.1:$PB"
+start_node pa
+start_node pb
+start_node dm
+n=0; while [ $n -lt 200 ] && [ "$(grep -c 'event=peer_up' "$T/dm.log")" -lt 2 ]; do sleep 0.05; n=$((n + 1)); done
+check "decode paired with both prefill peers" test "$(grep -c 'event=peer_up' "$T/dm.log")" = 2
+for i in $(seq 1 12); do
+	gen "$DC" --prompt "spread $i over the peers" --max-tokens 8 >"$T/spread.$i" &
+done
+wait_jobs=0
+for i in $(seq 1 12); do
+	while [ ! -s "$T/spread.$i" ] && [ $wait_jobs -lt 400 ]; do sleep 0.05; wait_jobs=$((wait_jobs + 1)); done
+done
+sleep 0.2
+ca=$(status_get pa counters.admitted); cb=$(status_get pb counters.admitted)
+check "12 concurrent requests spread over both peers by load ($ca + $cb)" test "$ca" -gt 0 -a "$cb" -gt 0 -a $((ca + cb)) = 12
+stop_node pa
+check "decode notices the lost peer" wait_log "$T/dm.log" "event=peer_down" 5
+out=$(gen "$DC" --prompt "still served" --max-tokens 4 || true)
+check "with one peer down, requests go to the healthy one" test "$(echo "$out" | json_get finish_reason)" = length
+"$KVCTL" --socket "$T/dm.sock" drain --no-wait >/dev/null 2>&1 || true
+out=$(gen "$DC" --prompt "while draining" --max-tokens 4 || true)
+check "draining decode answers DRAINING" test "$(echo "$out" | json_get error)" = DRAINING
+"$KVCTL" --socket "$T/dm.sock" resume >/dev/null 2>&1 || true
+out=$(gen "$DC" --prompt "after resume" --max-tokens 4 || true)
+check "after resume it serves again" test "$(echo "$out" | json_get finish_reason)" = length
+check "multi-peer: zero pages held" settle dm pb
+stop_node dm
+stop_node pb
+
 # --- a decode node whose model differs: pairing refused -------------------
 gen_model "$T/other.gguf" --seed 99
 pair p_mis d_mis "$T/gen_f32.gguf"
