@@ -444,8 +444,10 @@ static void decode_try_complete(struct serve_req *r)
 		s->d->counters.integrity_failures++;
 		r->fail_code = PROTO_ERR_INTEGRITY;
 		serve__client_error(r, PROTO_ERR_INTEGRITY, "%s", why);
-		(void)kvpool_quarantine(pool, r->reg.id, r->table, r->n_table);
-		r->pages_held = false;
+		/* every batch is in and nothing writes any more: the pages
+		 * themselves are sound (their next owner rewrites the tags),
+		 * only their contents are not this request's */
+		decode_pages_free_now(r);
 		decode_detach_peer(r);
 		serve__req_end(r, false);
 		return;

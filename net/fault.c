@@ -20,6 +20,7 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_SLOW_BATCH] = "slow_batch",
 	[KVD_FAULT_STALE_GENERATION] = "stale_generation",
 	[KVD_FAULT_SLOW_ABORT_ACK] = "slow_abort_ack",
+	[KVD_FAULT_BAD_TAG] = "bad_tag",
 	[KVD_FAULT_SKIP_DECODE_ADMISSION] = "skip_decode_admission",
 };
 

@@ -14,6 +14,9 @@
  *   slow_batch           prefill waits 300 ms before each batch
  *   stale_generation     prefill names the first page of a request with a
  *                        generation decode did not reserve it in
+ *   bad_tag              the sender writes one page's integrity tag for
+ *                        another owner (checksum and entries still fine:
+ *                        only decode's tag check at mark_ready sees it)
  *   slow_abort_ack       prefill waits 1 s before each abort_ack (decode's
  *                        pages must stay fenced meanwhile)
  *   skip_decode_admission decode skips its own capacity admission check
@@ -36,6 +39,7 @@ enum kvd_fault_point {
 	KVD_FAULT_SLOW_BATCH,
 	KVD_FAULT_STALE_GENERATION,
 	KVD_FAULT_SLOW_ABORT_ACK,
+	KVD_FAULT_BAD_TAG,
 	KVD_FAULT_SKIP_DECODE_ADMISSION,
 	KVD_FAULT__N,
 };

@@ -20,7 +20,7 @@
  *
  * Fault points (tests only): corrupt_batch flips one payload byte after the
  * checksum is computed; cut_peer_mid_batch writes half a batch and shuts
- * the connection down.
+ * the connection down; bad_tag writes one page's tag for another owner.
  */
 #include "net/transport.h"
 #include "conf/util.h"
@@ -120,6 +120,12 @@ static int tcp_fill_batch(struct tcp_transport *tt, struct xfer_batch *b,
 			return r;
 		kvtag_make(&tag, request_id, e->dst_gen, e->dst_page, e->index,
 			   e->tokens);
+		if (i == 0 && kvd_fault_fire(c->fault, KVD_FAULT_BAD_TAG)) {
+			KVLOG_WARN(c->log, "fault", "point=bad_tag request=%llu page=%u",
+				   (unsigned long long)request_id, e->dst_page);
+			kvtag_make(&tag, request_id + 1, e->dst_gen, e->dst_page,
+				   e->index, e->tokens);
+		}
 		memcpy(slot, &tag, sizeof(tag));
 	}
 	return 0;

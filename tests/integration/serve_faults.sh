@@ -77,6 +77,13 @@ check "stale_generation: no token emitted" test -z "$(echo "$out" | json_get out
 check "stale_generation: decode refused the page by its generation" grep -q "event=request_failed .*code=INTEGRITY .*not the request's page" "$T/df.log"
 after stale_generation
 
+check "bad_tag: prefill up" restart_prefill bad_tag:1
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "bad_tag: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
+check "bad_tag: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
+check "bad_tag: caught by the tag check at mark_ready" grep -q "event=request_failed .*code=INTEGRITY .*failed the tag check" "$T/df.log"
+after bad_tag
+
 # --- abort handshake: pages stay fenced until prefill's abort_ack ----------
 check "slow_abort_ack: prefill up" restart_prefill corrupt_batch:1,slow_abort_ack:1
 out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
