@@ -55,6 +55,19 @@ struct kvd_fault {
 int kvd_fault_parse(struct kvd_fault *f, const char *spec, const char **bad);
 const char *kvd_fault_name(enum kvd_fault_point p);
 
+/* True when point p is armed (consumes nothing). */
+static inline bool kvd_fault_armed(const struct kvd_fault *f,
+				   enum kvd_fault_point p)
+{
+#if KVD_FAULT_POINTS
+	return f && f->left[p];
+#else
+	(void)f;
+	(void)p;
+	return false;
+#endif
+}
+
 /* True when point p fires now (consumes one count). */
 static inline bool kvd_fault_fire(struct kvd_fault *f, enum kvd_fault_point p)
 {

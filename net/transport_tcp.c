@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 struct tcp_transport {
 	struct transport base;
@@ -47,7 +48,10 @@ struct tcp_transport {
 struct tcp_send {
 	uv_write_t req;
 	struct tcp_transport *tt;
-	struct xfer_batch batch;   /* owns the wire image */
+	struct xfer_batch batch;   /* copy path: owns the wire image */
+	uint8_t *head;             /* zero-copy path: (64 + 24 n + 64 n) bytes:
+				    * header, entries, then each page's tag */
+	uv_buf_t *bufs;            /* zero-copy path: (1 + 2 n) pieces */
 	transport_sent_cb cb;
 	void *arg;
 	bool cut;
@@ -91,6 +95,8 @@ static void tcp_write_cb(uv_write_t *req, int status)
 		status = -ECONNRESET;
 	}
 	xfer_batch_deinit(&s->batch);
+	free(s->head);
+	free(s->bufs);
 	free(s);
 	tt->pending--;
 	cb(arg, status);
@@ -131,6 +137,61 @@ static int tcp_fill_batch(struct tcp_transport *tt, struct xfer_batch *b,
 	return 0;
 }
 
+/* Zero-copy: the batch goes out as (header + entries), then per page its
+ * destination tag and the page's K/V straight from the pool. Safe because
+ * a sender holds its source pages until every send callback has fired
+ * (daemon/serve_prefill.c frees only with no send pending). Host-visible
+ * pools only; fault points use the copy path. */
+static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
+			uint64_t request_id, uint32_t seq,
+			const struct transport_page *pages, uint32_t n)
+{
+	const struct transport_cfg *c = &tt->base.cfg;
+	size_t meta = XFER_HDR_BYTES + (size_t)n * XFER_ENTRY_BYTES;
+	struct iovec *iov;
+	uint32_t k = 0;
+
+	s->head = malloc(meta + (size_t)n * KVTAG_BYTES);
+	s->bufs = calloc(1 + 2 * (size_t)n, sizeof(*s->bufs));
+	iov = calloc(1 + 2 * (size_t)n, sizeof(*iov));
+	if (!s->head || !s->bufs || !iov) {
+		free(iov);
+		return -ENOMEM;
+	}
+	xfer_hdr_write(s->head, request_id, seq, n, c->page_bytes, c->checksum);
+	iov[k++] = (struct iovec){ s->head, meta };
+	for (uint32_t i = 0; i < n; i++) {
+		const struct xfer_entry *e = &pages[i].dst;
+		uint8_t *src = kvpool_page_addr(c->pool, pages[i].src_page);
+		uint8_t *tag = s->head + meta + (size_t)i * KVTAG_BYTES;
+		struct kvtag tg;
+
+		if (!src) {
+			free(iov);
+			return -EINVAL;
+		}
+		xfer_entry_write(s->head + XFER_HDR_BYTES + (size_t)i * XFER_ENTRY_BYTES, e);
+		kvtag_make(&tg, request_id, e->dst_gen, e->dst_page, e->index, e->tokens);
+		memcpy(tag, &tg, KVTAG_BYTES);
+		iov[k++] = (struct iovec){ tag, KVTAG_BYTES };
+		iov[k++] = (struct iovec){ src + KVTAG_BYTES, c->page_bytes - KVTAG_BYTES };
+	}
+	if (c->checksum)
+		xfer_hdr_checksum_iov(s->head, iov, (int)k);
+	for (uint32_t i = 0; i < k; i++)
+		s->bufs[i] = uv_buf_init(iov[i].iov_base, (unsigned)iov[i].iov_len);
+	free(iov);
+	return uv_write(&s->req, (uv_stream_t *)&tt->tcp, s->bufs, k, tcp_write_cb);
+}
+
+static bool tcp_zero_copy(const struct transport_cfg *c)
+{
+	return c->mem->ops->host_visible &&
+	       !kvd_fault_armed(c->fault, KVD_FAULT_CORRUPT_BATCH) &&
+	       !kvd_fault_armed(c->fault, KVD_FAULT_CUT_PEER_MID_BATCH) &&
+	       !kvd_fault_armed(c->fault, KVD_FAULT_BAD_TAG);
+}
+
 static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 		    const struct transport_page *pages, uint32_t n,
 		    transport_sent_cb cb, void *arg)
@@ -149,6 +210,20 @@ static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	s->tt = tt;
+	s->cb = cb;
+	s->arg = arg;
+	if (tcp_zero_copy(c)) {
+		r = tcp_send_iov(tt, s, request_id, seq, pages, n);
+		if (r) {
+			free(s->head);
+			free(s->bufs);
+			free(s);
+			return r;
+		}
+		tt->pending++;
+		return 0;
+	}
 	r = xfer_batch_init(&s->batch, c->page_bytes,
 			    xfer_batch_bytes(n, c->page_bytes));
 	if (r) {
@@ -175,9 +250,6 @@ static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 			   "point=cut_peer_mid_batch request=%llu seq=%u bytes=%zu",
 			   (unsigned long long)request_id, seq, len);
 	}
-	s->tt = tt;
-	s->cb = cb;
-	s->arg = arg;
 	buf = uv_buf_init((char *)s->batch.buf, (unsigned)len);
 	r = uv_write(&s->req, (uv_stream_t *)&tt->tcp, &buf, 1, tcp_write_cb);
 	if (r) {
@@ -193,11 +265,21 @@ static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 
 /* ---- receiving ---------------------------------------------------------- */
 
+/* A receiver reads straight into the batch being assembled (one copy
+ * less than going through rbuf); rbuf serves the sender's EOF watch and
+ * any reader error, which tcp_read_cb then reports. */
 static void tcp_alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
 	struct tcp_transport *tt = h->data;
+	uint8_t *p;
+	size_t n;
 
 	(void)hint;
+	if (tt->receiver && !tt->closing &&
+	    xfer_reader_space(&tt->reader, &p, &n) == 0 && n > 0) {
+		*buf = uv_buf_init((char *)p, (unsigned)KVD_MIN(n, (size_t)UINT32_MAX));
+		return;
+	}
 	*buf = uv_buf_init(tt->rbuf, sizeof(tt->rbuf));
 }
 
@@ -267,7 +349,13 @@ static void tcp_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		tcp_report_closed(tt, -EPROTO);
 		return;
 	}
-	r = tcp_feed(tt, buf->base, (size_t)nread);
+	if (buf->base != tt->rbuf) {
+		r = xfer_reader_commit(&tt->reader, (size_t)nread);
+		if (r == 0)
+			r = tcp_drain_batches(tt);
+	} else {
+		r = tcp_feed(tt, buf->base, (size_t)nread);
+	}
 	if (r) {
 		uv_read_stop(st);
 		tcp_report_closed(tt, r);

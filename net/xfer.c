@@ -22,6 +22,7 @@
 #include "conf/util.h"
 
 #include <endian.h>
+#include <sys/uio.h>
 #include <errno.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
@@ -172,6 +173,40 @@ size_t xfer_batch_seal(struct xfer_batch *b, bool checksum)
 	return len;
 }
 
+void xfer_hdr_write(uint8_t *h, uint64_t request_id, uint32_t seq,
+		    uint32_t n, uint64_t page_bytes, bool checksum)
+{
+	memset(h, 0, XFER_HDR_BYTES);
+	put32(h + XO_MAGIC, XFER_MAGIC);
+	put16(h + XO_VERSION, XFER_VERSION);
+	put16(h + XO_FLAGS, checksum ? XFER_FLAG_CHECKSUM : 0);
+	put64(h + XO_REQ, request_id);
+	put32(h + XO_SEQ, seq);
+	put32(h + XO_N, n);
+	put64(h + XO_PAGE_BYTES, page_bytes);
+	put64(h + XO_PAYLOAD, (uint64_t)n * page_bytes);
+}
+
+void xfer_entry_write(uint8_t *p, const struct xfer_entry *e)
+{
+	put32(p, e->dst_page);
+	put32(p + 4, e->index);
+	put64(p + 8, e->dst_gen);
+	put32(p + 16, e->tokens);
+	put32(p + 20, 0);
+}
+
+void xfer_hdr_checksum_iov(uint8_t *hdr, const struct iovec *iov, int n_iov)
+{
+	XXH3_state_t st;
+
+	put64(hdr + XO_CHECKSUM, 0);
+	XXH3_64bits_reset(&st);
+	for (int i = 0; i < n_iov; i++)
+		XXH3_64bits_update(&st, iov[i].iov_base, iov[i].iov_len);
+	put64(hdr + XO_CHECKSUM, XXH3_64bits_digest(&st));
+}
+
 /* ---- reading ------------------------------------------------------------ */
 
 int xfer_hdr_parse(const uint8_t *p, uint64_t page_bytes,
@@ -306,6 +341,42 @@ int xfer_reader_feed(struct xfer_reader *r, const void *data, size_t n,
 			}
 			r->need = xfer_batch_bytes(h.n_entries, r->page_bytes);
 		}
+	}
+	return 0;
+}
+
+int xfer_reader_space(struct xfer_reader *r, uint8_t **p, size_t *n)
+{
+	int ret;
+
+	if (r->broken)
+		return r->broken;
+	reader_drop(r);
+	ret = reader_reserve(r, r->need);
+	if (ret)
+		return ret;
+	*p = r->buf + r->len;
+	*n = r->need - r->len;
+	return 0;
+}
+
+int xfer_reader_commit(struct xfer_reader *r, size_t k)
+{
+	struct xfer_hdr h;
+	int ret;
+
+	if (r->broken)
+		return r->broken;
+	if (k > r->need - r->len)
+		return -EINVAL;
+	r->len += k;
+	if (r->len == XFER_HDR_BYTES && r->need == XFER_HDR_BYTES) {
+		ret = xfer_hdr_parse(r->buf, r->page_bytes, r->max_batch_bytes, &h);
+		if (ret) {
+			r->broken = ret;
+			return ret;
+		}
+		r->need = xfer_batch_bytes(h.n_entries, r->page_bytes);
 	}
 	return 0;
 }

@@ -93,6 +93,16 @@ int xfer_batch_add(struct xfer_batch *b, const struct xfer_entry *e,
  * length in bytes (the wire image is b->buf[0, len)). */
 size_t xfer_batch_seal(struct xfer_batch *b, bool checksum);
 
+/* Scatter-gather building (zero-copy senders): write the header of a
+ * batch of n entries (checksum field zero) and each entry; then hash the
+ * whole wire image, given in order as iov (header first), and store the
+ * checksum. The receiver sees exactly what xfer_batch_seal would build. */
+void xfer_hdr_write(uint8_t *hdr, uint64_t request_id, uint32_t seq,
+		    uint32_t n, uint64_t page_bytes, bool checksum);
+void xfer_entry_write(uint8_t *p, const struct xfer_entry *e);
+struct iovec;
+void xfer_hdr_checksum_iov(uint8_t *hdr, const struct iovec *iov, int n_iov);
+
 /* ---- reading ------------------------------------------------------------ */
 
 /* Parse and check a header (64 bytes) against the negotiated geometry. */
@@ -126,6 +136,11 @@ void xfer_reader_deinit(struct xfer_reader *r);
  * how many. 0, a sticky header error, or -ENOMEM. */
 int xfer_reader_feed(struct xfer_reader *r, const void *data, size_t n,
 		     size_t *used);
+/* Zero-copy alternative to feed(): *p is where the next bytes of the
+ * stream go, at most *n of them (the rest of the current batch); after
+ * writing k bytes there, commit(k). Same errors as feed(). */
+int xfer_reader_space(struct xfer_reader *r, uint8_t **p, size_t *n);
+int xfer_reader_commit(struct xfer_reader *r, size_t k);
 /* 0: *batch (valid until the next feed/next) is a verified batch and *h
  * its header. XFER_E_AGAIN. XFER_E_CHECKSUM / XFER_E_NOCHECKSUM: the batch
  * was consumed, *h filled (untrusted). Other XFER_E_*: stream broken. */
