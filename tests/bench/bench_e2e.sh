@@ -5,7 +5,7 @@
 #     arrival to first token event);
 #   - the cost of integrity: two pairs from the same binary, one with
 #     transfer.checksum=on, one off, requests interleaved round by round
-#     (on, off, on, off, ...), so machine drift hits both alike;
+#     in ABBA order (on off, off on, ...), so machine drift hits both alike;
 #   - KV transfer GB/s against a raw TCP loopback copy (bench_xfer).
 # Prints figures; never fails on speed. KVD_BENCH_ROUNDS (default 3),
 # KVD_BENCH_MODEL (a GGUF to use instead of a generated one).
@@ -38,7 +38,7 @@ node() { # node NAME ROLE CHECKSUM PEERPORT [CLIENTPORT]
 		printf '[node]\nname = %s\nrole = %s\n[model]\npath = %s\n' "$name" "$role" "$M"
 		printf '[kv]\npool_tokens = 65536\ndtype = f16\n[engine]\nthreads = 1\nmax_batch = 32\n'
 		printf '[transfer]\nchecksum = %s\n' "$ck"
-		printf '[admin]\nsocket = %s/%s.sock\n[log]\nlevel = warn\n' "$T" "$name"
+		printf '[admin]\nsocket = %s/%s.sock\n[log]\nlevel = info\n' "$T" "$name"
 		if [ "$role" = prefill ]; then
 			printf '[listen]\npeer = 127.0.0.1:%s\n' "$pp"
 		else
@@ -53,7 +53,16 @@ node p_on prefill on $((PORT + 1))
 node d_on decode on $((PORT + 1)) $((PORT + 2))
 node p_off prefill off $((PORT + 3))
 node d_off decode off $((PORT + 3)) $((PORT + 4))
-sleep 1.5
+for _ in $(seq 1 200); do
+	grep -q "event=peer_up" "$T/d_on.log" 2>/dev/null &&
+		grep -q "event=peer_up" "$T/d_off.log" 2>/dev/null && break
+	sleep 0.05
+done
+if ! grep -q "event=peer_up" "$T/d_on.log" || ! grep -q "event=peer_up" "$T/d_off.log"; then
+	echo "bench_e2e: the pairs did not come up:" >&2
+	tail -5 "$T"/*.log >&2
+	exit 1
+fi
 declare -A CPORT=([on]=$((PORT + 2)) [off]=$((PORT + 4)))
 
 one() { # one PORT I: one request, JSON line out
@@ -80,6 +89,7 @@ for line in open(sys.argv[3]):
     except Exception:
         continue
     if "error" in o:
+        print("bench_e2e: request failed:", o.get("error"), o.get("message"), file=sys.stderr)
         continue
     toks += o["output_tokens"]
     ttft.append(o["ttft_us"])
@@ -91,7 +101,10 @@ for conc in 1 8 32; do
 	n=$((conc * 4))
 	[ $n -lt 16 ] && n=16
 	for r in $(seq 1 "$ROUNDS"); do
-		for mode in on off; do run "$mode" "$conc" "$n"; done
+		# ABBA order: neither mode always runs first (warm caches,
+		# a neighbour's burst) across rounds
+		if [ $((r % 2)) = 1 ]; then order="on off"; else order="off on"; fi
+		for mode in $order; do run "$mode" "$conc" "$n"; done
 	done
 done
 
