@@ -310,6 +310,7 @@ static void audit_eval(const struct audit_rec *r, struct audit_eval *e)
 {
 	uint64_t adv = 0;
 	const char *verdict = rec_get(r, "verdict");
+	double need;
 
 	memset(e, 0, sizeof(*e));
 	parse_u64(rec_get(r, "pool_tokens"), &e->pool);
@@ -327,7 +328,12 @@ static void audit_eval(const struct audit_rec *r, struct audit_eval *e)
 	} else {
 		e->served = e->context;
 	}
-	e->required = (uint64_t)ceil((double)e->served * e->margin);
+	/* In double first: context x margin may exceed 2^64, and converting
+	 * an out-of-range double to an integer is undefined. Anything that
+	 * large cannot fit any pool. */
+	need = ceil((double)e->served * e->margin);
+	e->required = !(need < 18446744073709551615.0) ? UINT64_MAX
+						       : (uint64_t)need;
 	e->ok = e->pool >= e->required;
 	if (verdict) {
 		bool log_ok = !strcmp(verdict, "ok");

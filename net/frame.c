@@ -555,7 +555,9 @@ static void frame_error_set(struct frame_error *err, int code,
 	err->code = code;
 	if (key && key->type == MSGPACK_OBJECT_STR) {
 		n = KVD_MIN((size_t)key->via.str.size, sizeof(err->key) - 1);
-		memcpy(err->key, key->via.str.ptr, n);
+		/* msgpack-c leaves ptr NULL for an empty string */
+		if (n)
+			memcpy(err->key, key->via.str.ptr, n);
 		/* a key from the wire may hold anything: keep it printable */
 		for (size_t i = 0; i < n; i++)
 			if ((unsigned char)err->key[i] < 0x20 ||

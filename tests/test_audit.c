@@ -47,6 +47,24 @@ static int report(struct audit *a, char **text, int json)
 	return r;
 }
 
+START_TEST(test_huge_context)
+{
+	struct audit *a;
+	struct audit_summary s;
+	char *out;
+
+	/* context x margin beyond 2^64: insufficient, never undefined */
+	ck_assert_int_eq(audit_new(&a), 0);
+	ck_assert_int_eq(feed(a, "event=kv_capacity node=a role=prefill pool_tokens=1"
+			      " context_length=18446744073709551615 margin=1e300\n"), 0);
+	audit_get_summary(a, &s);
+	ck_assert_uint_eq(s.insufficient, 1);
+	ck_assert_int_eq(report(a, &out, 0), 1);
+	free(out);
+	audit_free(a);
+}
+END_TEST
+
 START_TEST(test_incident_insufficient)
 {
 	struct audit *a;
@@ -333,6 +351,7 @@ static Suite *audit_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_incident_insufficient);
+	tcase_add_test(tc, test_huge_context);
 	tcase_add_test(tc, test_incident_fixed);
 	tcase_add_test(tc, test_margin_and_clamp);
 	tcase_add_test(tc, test_fingerprint_mismatch);

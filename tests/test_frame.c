@@ -335,6 +335,16 @@ START_TEST(test_schema_errors)
 					 ignore, &a, NULL, &err), FRAME_E_UNKNOWN);
 	ck_assert_str_eq(err.key, "bogus");
 
+	/* an empty key (msgpack-c gives it a NULL pointer) is unknown too */
+	msgpack_pack_map(pk, 3);
+	frame_pack_kv_str(pk, "cmd", "x");
+	frame_pack_kv_u64(pk, "n", 5);
+	frame_pack_kv_u64(pk, "", 1);
+	m = decode_into(&msg, &w);
+	ck_assert_int_eq(frame_map_parse(m, args_schema, 5, FRAME_SCHEMA_STRICT,
+					 NULL, &a, NULL, &err), FRAME_E_UNKNOWN);
+	ck_assert_str_eq(err.key, "");
+
 	/* duplicate key; non-string key when strict */
 	msgpack_pack_map(pk, 3);
 	frame_pack_kv_str(pk, "cmd", "x");
