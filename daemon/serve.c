@@ -132,7 +132,7 @@ static const struct kvd_request_ops serve_req_ops[] = {
 
 void serve__req_register(struct serve_req *r)
 {
-	kvd_request_register(&r->s->reqtab, &r->reg, &serve_req_ops[r->kind]);
+	kvd_request_register(r->s->reqtab, &r->reg, &serve_req_ops[r->kind]);
 	r->registered = true;
 }
 
@@ -172,7 +172,7 @@ void serve__req_end(struct serve_req *r, bool ok)
 	uv_close((uv_handle_t *)&r->timer, serve_req_free_cb);
 	/* last: ending may complete a SIGTERM drain and stop the node */
 	if (r->registered)
-		kvd_request_end(&s->reqtab, &r->reg, ok);
+		kvd_request_end(s->reqtab, &r->reg, ok);
 }
 
 void serve__timer_start(struct serve_req *r, uint64_t ms, uv_timer_cb cb)
@@ -712,7 +712,7 @@ int serve_start(struct kvd_daemon *d)
 	s->d = d;
 	s->log = &d->log;
 	s->next_session = ((uint64_t)getpid() << 32) ^ kvd_wall_ns();
-	kvd_reqtab_init(&s->reqtab, d);
+	s->reqtab = kvd_daemon_requests(d);
 	if (kvd_fault_parse(&s->fault, spec, &bad)) {
 		KVLOG_ERR(s->log, "fault_spec", "spec=%s at=%s", spec, bad);
 		free(s);

@@ -311,7 +311,7 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 			      rc < 0 ? "out of memory" : err.msg);
 		return;
 	}
-	if (kvd_request_gate(&s->reqtab) || s->stopping) {
+	if (kvd_request_gate(s->reqtab) || s->stopping) {
 		client_reject(c, q.id, PROTO_ERR_DRAINING, KVD_REJECT_DRAINING,
 			      "the node is draining and admits no new requests");
 		proto_client_request_deinit(&q);

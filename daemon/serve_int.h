@@ -241,7 +241,7 @@ struct serve {
 	struct kvd_daemon *d;
 	struct kvlog *log;
 	struct kvd_fault fault;
-	struct kvd_reqtab reqtab;
+	struct kvd_reqtab *reqtab;         /* the daemon's registry */
 	struct model *model;
 	struct tokenizer *tok;
 	struct serve_compute comp;

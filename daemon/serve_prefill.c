@@ -210,7 +210,7 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 	uint32_t n_vocab = tokenizer_n_vocab(s->tok);
 	struct serve_req *r;
 
-	if (kvd_request_gate(&s->reqtab) || s->stopping) {
+	if (kvd_request_gate(s->reqtab) || s->stopping) {
 		prefill_reject(pc, m->id, PROTO_ERR_DRAINING,
 			       "the prefill node is draining");
 		return;

@@ -103,6 +103,21 @@ check "timeout: decode aborted the transfer" grep -q "event=transfer_abort .*cod
 # --- client disconnect mid-transfer (invariant 8) -------------------------
 check "timeout: zero pages held on decode" settle df
 check "timeout: zero pages held on prefill" settle pf
+# --- kvctl abort ID mid-transfer: the normal failure path -------------------
+"$KVCTL" generate --server "127.0.0.1:$C_PORT" --json --tokens "$SHORT" --max-tokens 8 >"$T/abort.out" 2>&1 &
+cpid=$!
+PIDS+=($cpid)
+sleep 0.4
+id=$(grep -o 'event=prefill_sent id=[0-9]*' "$T/df.log" | tail -1 | sed 's/.*id=//' || true)
+check "kvctl abort: the admin plane finds the serving request ($id)" \
+	quiet "$KVCTL" --socket "$T/df.sock" abort "$id"
+wait $cpid 2>/dev/null || true
+out=$(cat "$T/abort.out")
+check "kvctl abort: the client gets a typed error, no token" \
+	test "$(echo "$out" | json_get error)" = INTERNAL -a -z "$(echo "$out" | json_get output_ids)"
+check "kvctl abort: zero pages held afterwards on decode" settle df
+check "kvctl abort: zero pages held afterwards on prefill" settle pf
+
 "$KVCTL" generate --server "127.0.0.1:$C_PORT" --json --tokens "$SHORT" --max-tokens 8 >"$T/gone.out" 2>&1 &
 cpid=$!
 PIDS+=($cpid)
