@@ -12,6 +12,13 @@
  *     prints the same text (what `kvd --check-config` shows is what the
  *     daemon would run).
  *
+ *   - every address the config accepts (listen.client items split the
+ *     way the daemon splits them, listen.peer, peers.prefill) is one the
+ *     daemon's parser, serve__parse_hostport(), can use: otherwise
+ *     `kvd --check-config` passes and the node fails at run time.
+ *     (Built against daemon/ only in the meson build; tests/fuzz/run
+ *     compiles the decoders alone and defines KVD_FUZZ_NO_DAEMON.)
+ *
  * model.path must name a readable file: seeds use /dev/null. The text is
  * the input up to its first NUL (inih reads C strings).
  */
@@ -19,6 +26,9 @@
 #include <string.h>
 
 #include "conf/config.h"
+#ifndef KVD_FUZZ_NO_DAEMON
+#include "daemon/serve_int.h"
+#endif
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "config";
@@ -58,6 +68,50 @@ static void check_struct(const struct kvd_config *c)
 			   c->peers_prefill[i][0], "peer %u empty", i);
 	FUZZ_CHECK(c->model_path[0], "accepted without model.path");
 }
+
+#ifndef KVD_FUZZ_NO_DAEMON
+/* KNOWN BUG addr-parse-mismatch (conf/config.c is_hostport and
+ * for_each_item vs daemon/serve_client.c serve__parse_hostport and
+ * serve__client_listen): the config accepts any host without spaces
+ * ("prefill-1.internal:7001", "::1:7001") and trims spaces around list
+ * items, while the daemon parses IPv4 literals, "localhost" and
+ * "[v6]:port" only and trims only leading spaces; so a config such as
+ * `[peers] prefill = prefill-1.internal:7001` or
+ * `[listen] client = 127.0.0.1:7000 ,unix:/run/kvd.sock` passes
+ * --check-config and fails when the node starts (or never connects). */
+static void check_addr(const char *what, const char *spec)
+{
+	struct sockaddr_storage ss;
+
+	FUZZ_KNOWN("addr-parse-mismatch", serve__parse_hostport(spec, &ss) == 0,
+		   "config accepts %s '%s', the daemon cannot parse it", what,
+		   spec);
+}
+
+static void check_addrs(const struct kvd_config *c)
+{
+	char list[sizeof(c->listen_client)], *save = NULL, *tok;
+
+	/* exactly as serve__client_listen() splits the list */
+	snprintf(list, sizeof(list), "%s", c->listen_client);
+	for (tok = strtok_r(list, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		while (*tok == ' ')
+			tok++;
+		if (*tok && strncmp(tok, "unix:", 5))
+			check_addr("listen.client item", tok);
+	}
+	if (c->listen_peer[0])
+		check_addr("listen.peer", c->listen_peer);
+	for (uint32_t i = 0; i < c->n_peers_prefill; i++)
+		check_addr("peers.prefill item", c->peers_prefill[i]);
+}
+#else
+static void check_addrs(const struct kvd_config *c)
+{
+	(void)c;
+}
+#endif
 
 static char *print(const struct kvd_config *c, size_t *len)
 {
@@ -101,6 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	check_struct(&c);
+	check_addrs(&c);
 	FUZZ_CHECK(kvd_config_validate(&c, &err) == 0,
 		   "loaded, then validate() says: %s", err.msg);
 
@@ -109,6 +164,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *p1 = print(&c, &l1);
 
 	r = kvd_config_load_string(&c2, "fuzz.ini", p1, &err);
+	/* KNOWN BUG print-long-line (conf/config.c: kvd_config_print vs the
+	 * line reader's 200-byte buffer): a value of 190+ bytes (listen.client
+	 * holds 255) is accepted on a line of its own, but printed as
+	 * "key = value" the line outgrows the reader, so the resolved
+	 * configuration is refused ("line longer than 197 bytes"; the reader
+	 * in fact takes 198 bytes before the newline). */
+	if (r && strstr(err.msg, "line longer than") && !fuzz_strict()) {
+		FUZZ_KNOWN_HIT("print-long-line", "printed configuration "
+			       "refused: line %d: %s", err.line, err.msg);
+		free(p1);
+		free(text);
+		return 0;
+	}
 	FUZZ_CHECK(r == 0, "printed configuration refused: line %d: %s: %s\n%s",
 		   err.line, err.key, err.msg, p1);
 	char *p2 = print(&c2, &l2);
@@ -137,6 +205,11 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 		"client = 127.0.0.1:7000,unix:/tmp/kvd.sock\n[peers]\n"
 		"prefill = 10.0.0.1:7001, 10.0.0.2:7001\n[admin]\n"
 		"socket = none\nmode = 0660\n[log]\nlevel = debug\n",
+		/* regression: KNOWN BUG addr-parse-mismatch */
+		"[node]\nrole = decode\n[model]\npath = /dev/null\n[kv]\n"
+		"pool_tokens = 4096\n[listen]\n"
+		"client = 127.0.0.1:7000 ,unix:/tmp/k.sock\n[peers]\n"
+		"prefill = prefill-1.internal:7001\n",
 	};
 
 	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {

@@ -195,22 +195,14 @@ static void check_schema_result(int r, const struct frame_error *err,
 	}
 }
 
-/* KNOWN BUG empty-key-ub (net/frame.c, frame_error_set, the memcpy of
- * the key): msgpack-c leaves ptr NULL for an empty string key, and a
- * strict schema refusing the unknown key "" calls memcpy(err->key, NULL,
- * 0): undefined behaviour, which kills a UBSan build of kvd on the admin
- * frame {"cmd":"status","":1}. Until it is fixed, strict parses skip such
- * maps (KVD_FUZZ_STRICT=1 runs them). */
-static bool has_empty_key(const msgpack_object *map)
-{
-	for (uint32_t i = 0; i < map->via.map.size; i++) {
-		const msgpack_object *k = &map->via.map.ptr[i].key;
-
-		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 0)
-			return true;
-	}
-	return false;
-}
+/* KNOWN BUG empty-str-null (net/frame.c frame_obj_str, the memchr and
+ * memcpy at lines 539/541): msgpack-c leaves via.str.ptr NULL for an empty
+ * string that is the first variable-length item of a payload ({1: ""}),
+ * and frame_obj_str passes it to memchr/memcpy with length 0: undefined
+ * behaviour (glibc declares them nonnull; UBSan aborts). The same bug in
+ * frame_error_set (an empty key, {"": 1}) was found here and fixed in
+ * ad31dee. Until it is fixed, such strings skip frame_obj_str
+ * (KVD_FUZZ_STRICT=1 runs them). */
 
 static void check_schemas(const msgpack_object *map)
 {
@@ -221,19 +213,11 @@ static void check_schemas(const msgpack_object *map)
 	size_t n = sizeof(all_fields) / sizeof(all_fields[0]);
 	int rs, rl;
 
-	bool skip_strict = has_empty_key(map) && !fuzz_strict();
-
-	if (skip_strict)
-		FUZZ_KNOWN_HIT("empty-key-ub", "a map with an empty key: strict "
-			       "schema parses skipped");
 	memset(&strict, 0, sizeof(strict));
 	memset(&lax, 0, sizeof(lax));
-	rs = FRAME_E_UNKNOWN;
-	if (!skip_strict) {
-		rs = frame_map_parse(map, all_fields, n, FRAME_SCHEMA_STRICT,
-				     envelope + 1, &strict, &ps, &err);
-		check_schema_result(rs, &err, all_fields, n, &strict, ps);
-	}
+	rs = frame_map_parse(map, all_fields, n, FRAME_SCHEMA_STRICT,
+			     envelope + 1, &strict, &ps, &err);
+	check_schema_result(rs, &err, all_fields, n, &strict, ps);
 	rl = frame_map_parse(map, all_fields, n, 0, NULL, &lax, &pl, &err);
 	check_schema_result(rl, &err, all_fields, n, &lax, pl);
 	if (rs == 0) {
@@ -245,8 +229,7 @@ static void check_schemas(const msgpack_object *map)
 			   "strict and lax disagree");
 	}
 
-	for (size_t t = 0; !skip_strict &&
-	     t < sizeof(admin_tables) / sizeof(admin_tables[0]); t++) {
+	for (size_t t = 0; t < sizeof(admin_tables) / sizeof(admin_tables[0]); t++) {
 		struct admin_args a;
 		uint64_t present = 0;
 		int r;
@@ -277,6 +260,12 @@ static void check_schemas(const msgpack_object *map)
 		FUZZ_CHECK(r == 0 || r == FRAME_E_TYPE || r == FRAME_E_RANGE, "dbl %d", r);
 		r = frame_obj_bool(v, &b);
 		FUZZ_CHECK(r == 0 || r == FRAME_E_TYPE, "bool %d", r);
+		if (v->type == MSGPACK_OBJECT_STR && !v->via.str.ptr &&
+		    !fuzz_strict()) {
+			FUZZ_KNOWN_HIT("empty-str-null", "an empty string with "
+				       "a NULL pointer: frame_obj_str skipped");
+			continue;
+		}
 		r = frame_obj_str(v, buf, sizeof(buf));
 		FUZZ_CHECK(r == 0 || r == FRAME_E_TYPE || r == FRAME_E_RANGE, "str %d", r);
 		if (r == 0)
@@ -312,6 +301,14 @@ static void check_one_shot(const uint8_t *data, size_t size)
 	FUZZ_CHECK(r == 0 || r == FRAME_E_TRUNCATED || r == FRAME_E_TOOBIG ||
 		   r == FRAME_E_MALFORMED || r == FRAME_E_NOTMAP || r == -ENOMEM,
 		   "frame_decode: %d (%s)", r, frame_strerror(r));
+	/* KNOWN BUG depth-enomem (net/frame.c, frame_msgpack_check vs
+	 * frame_unpack): the check lets FRAME_DEPTH_MAX non-empty containers
+	 * through, but msgpack-c also takes a stack slot (and fails with
+	 * NOMEM) for an empty container below them, so a 37-byte frame
+	 * nesting 32 containers around {} decodes to -ENOMEM, a system
+	 * failure, instead of FRAME_E_MALFORMED. */
+	FUZZ_KNOWN("depth-enomem", r != -ENOMEM, "frame_decode of %zu bytes "
+		   "says -ENOMEM", size);
 	if (size > FRAME_HEADER_BYTES && r != FRAME_E_TOOBIG &&
 	    r != FRAME_E_TRUNCATED) {
 		int c = frame_msgpack_check(data + 4, size - 4);
@@ -350,8 +347,10 @@ static void stream(const uint8_t *data, size_t size, uint32_t cs,
 			FUZZ_CHECK(r == 0 || r == FRAME_E_AGAIN || r == FRAME_E_TOOBIG ||
 				   r == FRAME_E_MALFORMED || r == FRAME_E_NOTMAP ||
 				   r == -ENOMEM, "next: %d", r);
-			if (r == FRAME_E_AGAIN || r == FRAME_E_TOOBIG || r < 0)
+			if (r == FRAME_E_AGAIN || r == FRAME_E_TOOBIG)
 				break;
+			/* -ENOMEM: KNOWN BUG depth-enomem (see check_one_shot);
+			 * the frame was consumed, the stream goes on */
 			int8_t code = (int8_t)r;
 
 			fuzz_bytes_add(t, &code, 1);
@@ -370,7 +369,7 @@ static void stream(const uint8_t *data, size_t size, uint32_t cs,
 			broken = true;
 			break;
 		}
-		if (r < 0 || off == size)
+		if (off == size)
 			break;
 		size_t n = size - off;
 
@@ -498,10 +497,20 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	static const uint8_t big[] = { 0x00, 0x00, 0x10, 0x01, 0x80 };
 
 	emit(ctx, big, sizeof(big));
-	/* regression: KNOWN BUG empty-key-ub, {"": 1} */
+	/* regression: KNOWN BUG depth-enomem, {"m": [[...[{}]...]]} */
+	msgpack_pack_map(pk, 1);
+	frame_pack_str(pk, "m");
+	for (int i = 0; i < FRAME_DEPTH_MAX - 1; i++)
+		msgpack_pack_array(pk, 1);
+	msgpack_pack_map(pk, 0);
+	emit_writer(&w, emit, ctx, NULL);
+	/* regressions: empty strings with a NULL pointer, {"": 1} (fixed in
+	 * ad31dee) and {1: ""} (KNOWN BUG empty-str-null) */
 	static const uint8_t empty_key[] = { 0, 0, 0, 3, 0x81, 0xa0, 0x01 };
+	static const uint8_t empty_val[] = { 0, 0, 0, 3, 0x81, 0x01, 0xa0 };
 
 	emit(ctx, empty_key, sizeof(empty_key));
+	emit(ctx, empty_val, sizeof(empty_val));
 	frame_writer_deinit(&w);
 	free(two.p);
 }
