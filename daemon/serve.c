@@ -695,7 +695,7 @@ static int serve_check_transport(struct serve *s)
 		t->ops->free(t);
 	KVLOG_ERR(s->log, "transport_unavailable", "transport=verbs code=%d msg=\"%s\"",
 		  r, why);
-	return r == TRANSPORT_E_NODEV ? -ENODEV : (r < 0 ? r : -ENOTSUP);
+	return r < 0 ? r : -ENOTSUP;
 }
 
 int serve_start(struct kvd_daemon *d)

@@ -40,8 +40,7 @@
 #include "net/xfer.h"
 
 enum {
-	TRANSPORT_E_NODEV = 1,  /* no device for this transport (verbs) */
-	TRANSPORT_E_BOUND,      /* more pages than one batch may carry */
+	TRANSPORT_E_BOUND = 1,  /* more pages than one batch may carry */
 	TRANSPORT_E_CLOSED,     /* the transport is closing */
 };
 
@@ -121,9 +120,10 @@ int transport_tcp_start(struct transport *t, bool receiver);
 
 /* ---- verbs (net/transport_verbs.c, or a stub without ibverbs) ------------ */
 
-/* Open an RDMA transport: -ENOTSUP in a build without ibverbs;
- * TRANSPORT_E_NODEV (with a reason in why) when no RDMA device exists. It
- * never pretends to transfer. */
+/* Open an RDMA transport: -ENOTSUP in a build without ibverbs (or, for
+ * now, with a device: the data path is a later issue); -ENODEV "no RDMA
+ * device" (reason in why) when none exists. It never pretends to
+ * transfer. */
 int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 			const struct transport_cfg *cfg, char *why,
 			size_t why_size);

@@ -6,7 +6,7 @@
  * issue. Until then the transport must say clearly why it cannot run and
  * must never pretend to transfer: with no device (ibv_get_device_list
  * returns NULL with errno ENOSYS where the kernel has no RDMA support, or
- * an empty list) it answers TRANSPORT_E_NODEV "no RDMA device"; with a
+ * an empty list) it answers -ENODEV "no RDMA device"; with a
  * device it answers -ENOTSUP, so a node configured for verbs refuses to
  * start rather than silently falling back.
  */
@@ -33,12 +33,12 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 		err = errno;
 		snprintf(why, why_size, "no RDMA device (ibv_get_device_list: %s)",
 			 err ? strerror(err) : "no list");
-		return TRANSPORT_E_NODEV;
+		return -ENODEV;
 	}
 	ibv_free_device_list(list);
 	if (n == 0) {
 		snprintf(why, why_size, "no RDMA device");
-		return TRANSPORT_E_NODEV;
+		return -ENODEV;
 	}
 	snprintf(why, why_size,
 		 "%d RDMA device(s) found, but the verbs data path is not implemented yet",
