@@ -188,5 +188,24 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 		pack_into(&b, &m);
 		emit(ctx, b.p, b.n);
 	}
+	/* regression: KNOWN BUG top_p-underflow (see check_msg) */
+	msgpack_packer pk;
+
+	b.n = 0;
+	msgpack_packer_init(&pk, &b, fuzz_bytes_write);
+	msgpack_pack_map(&pk, 9);
+	frame_pack_kv_str(&pk, "type", "prefill_request");
+	frame_pack_kv_u64(&pk, "id", 1);
+	frame_pack_str(&pk, "tokens");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_uint32(&pk, 1);
+	frame_pack_str(&pk, "pages");
+	msgpack_pack_array(&pk, 0);
+	frame_pack_kv_u64(&pk, "max_tokens", 1);
+	frame_pack_kv_double(&pk, "temperature", 0);
+	frame_pack_kv_u64(&pk, "top_k", 0);
+	frame_pack_kv_double(&pk, "top_p", 1e-300);
+	frame_pack_kv_u64(&pk, "seed", 0);
+	emit(ctx, b.p, b.n);
 	free(b.p);
 }
