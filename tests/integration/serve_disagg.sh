@@ -77,7 +77,7 @@ write_node dm decode "$T/gen_f32.gguf" "listen.client=127.0.0.1:$DC" \
 start_node pa
 start_node pb
 start_node dm
-n=0; while [ $n -lt 200 ] && [ "$(grep -c 'event=peer_up' "$T/dm.log")" -lt 2 ]; do sleep 0.05; n=$((n + 1)); done
+n=0; while [ $n -lt 600 ] && [ "$(grep -c 'event=peer_up' "$T/dm.log" 2>/dev/null)" -lt 2 ]; do sleep 0.05; n=$((n + 1)); done
 check "decode paired with both prefill peers" test "$(grep -c 'event=peer_up' "$T/dm.log")" = 2
 for i in $(seq 1 12); do
 	gen "$DC" --prompt "spread $i over the peers" --max-tokens 8 >"$T/spread.$i" &

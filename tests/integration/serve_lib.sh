@@ -6,7 +6,14 @@
 
 PORT=$((20000 + (RANDOM % 2000) * 10 + $$ % 10))
 # next_port: PORT is the next free-looking port (not in a subshell).
-next_port() { PORT=$((PORT + 1)); }
+# next_port: the next port nobody on this machine listens on (other test
+# runs may share the machine).
+next_port() {
+	PORT=$((PORT + 1))
+	while (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; do
+		PORT=$((PORT + 1))
+	done
+}
 
 # gen_model OUT [extra kvctl model make args]: a small deterministic model.
 gen_model() {
