@@ -275,7 +275,9 @@ int proto_client_request_parse(const msgpack_object *map,
 	ret = proto__get_double(map, "top_p", false, 0.0, 1.0, &d, err);
 	if (ret)
 		return ret;
-	if (d <= 0.0)
+	/* Judge the value the sampler will see: a tiny positive double
+	 * narrows to 0.0f, which would mean "nucleus off". */
+	if ((float)d <= 0.0f)
 		return proto__fail(err, FRAME_E_RANGE, "top_p",
 				   "'top_p' must be in (0, 1]");
 	x.top_p = (float)d;

@@ -305,7 +305,7 @@ static int read_prefill_request(const msgpack_object *map,
 	if (!r)
 		r = proto__get_double(map, "top_p", true, 0, 1, &d, err);
 	m->top_p = (float)d;
-	if (!r && d <= 0)
+	if (!r && m->top_p <= 0.0f)   /* after narrowing: see proto_client.c */
 		r = proto__fail(err, FRAME_E_RANGE, "top_p",
 				"'top_p' must be in (0, 1]");
 	if (!r)

@@ -156,6 +156,16 @@ static void fill_top_p_zero(msgpack_packer *pk)
 	frame_pack_kv_double(pk, "top_p", 0.0);
 }
 
+/* positive as a double, 0.0f once narrowed: must be refused too */
+static void fill_top_p_tiny(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 4);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_str(pk, "prompt", "x");
+	frame_pack_kv_double(pk, "top_p", 1e-300);
+}
+
 static void fill_prompt_int(msgpack_packer *pk)
 {
 	msgpack_pack_map(pk, 3);
@@ -215,6 +225,7 @@ START_TEST(test_request_rejects)
 	ck_assert_str_eq(err.key, "max_tokens");
 	ck_assert_int_eq(parse_custom(fill_neg_temp, &err), FRAME_E_RANGE);
 	ck_assert_int_eq(parse_custom(fill_top_p_zero, &err), FRAME_E_RANGE);
+	ck_assert_int_eq(parse_custom(fill_top_p_tiny, &err), FRAME_E_RANGE);
 	ck_assert_int_eq(parse_custom(fill_prompt_int, &err), FRAME_E_TYPE);
 	ck_assert_int_eq(parse_custom(fill_prompt_nul, &err), FRAME_E_RANGE);
 	ck_assert_int_eq(parse_custom(fill_bad_token, &err), FRAME_E_RANGE);
