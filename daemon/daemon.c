@@ -117,6 +117,22 @@ void kvd_capacity_compute(const struct kvd_config *cfg,
 	}
 }
 
+/* The smallest pool on the path decides what a request may use: a peer
+ * whose pool or context is smaller than ours lowers the path's context. */
+static void capacity_join_peers(struct kvd_capacity *cap,
+				const struct kvd_peer_figures *pf)
+{
+	uint64_t path = cap->advertised_context;
+
+	cap->peers = pf->up;
+	cap->peer_min_pool_tokens = pf->up ? pf->min_pool_tokens : 0;
+	if (pf->up) {
+		path = KVD_MIN(path, pf->min_pool_tokens);
+		path = KVD_MIN(path, (uint64_t)pf->min_context);
+	}
+	cap->path_context = (uint32_t)path;
+}
+
 void kvd_daemon_capacity(struct kvd_daemon *d, const char *reason,
 			 struct kvd_capacity *out)
 {
@@ -133,11 +149,13 @@ void kvd_daemon_capacity(struct kvd_daemon *d, const char *reason,
 		pages = 0;
 	}
 	kvd_capacity_compute(&d->cfg, &d->hp, pages, &cap);
+	capacity_join_peers(&cap, &d->peers);
 	KVLOG(&d->log, cap.ok ? KVLOG_INFO : KVLOG_ERROR, "kv_capacity",
 	      "role=%s pool_tokens=%llu pages=%u page_tokens=%u page_bytes=%llu"
 	      " kv_bytes_per_token=%llu context_length=%u margin=%g"
 	      " required_tokens=%llu model=%s model_sha256=%s kv_dtype=%s"
-	      " verdict=%s policy=%s advertised_context=%u reason=%s",
+	      " verdict=%s policy=%s advertised_context=%u peers=%u"
+	      " peer_min_pool_tokens=%llu path_context=%u reason=%s",
 	      kvd_role_name(d->cfg.role), (unsigned long long)cap.pool_tokens,
 	      cap.pages, cap.page_tokens, (unsigned long long)cap.page_bytes,
 	      (unsigned long long)cap.kv_bytes_per_token, cap.context_length,
@@ -146,7 +164,9 @@ void kvd_daemon_capacity(struct kvd_daemon *d, const char *reason,
 	      d->model_sha256, kv_dtype_name((enum kv_dtype)d->cfg.kv_dtype),
 	      cap.ok ? "ok" : "insufficient",
 	      kvd_cap_policy_name(d->cfg.capacity_policy),
-	      cap.advertised_context, reason);
+	      cap.advertised_context, cap.peers,
+	      (unsigned long long)cap.peer_min_pool_tokens, cap.path_context,
+	      reason);
 	d->cap = cap;
 	if (out)
 		*out = cap;

@@ -57,6 +57,14 @@ struct kvd_counters {
 	uint64_t integrity_failures;
 };
 
+/* What the serving layer knows of its peers (handshake figures), kept
+ * here so every kv_capacity line carries them. */
+struct kvd_peer_figures {
+	uint32_t up;                  /* peers with a completed handshake */
+	uint64_t min_pool_tokens;     /* smallest peer pool; 0 when none */
+	uint32_t min_context;         /* smallest peer advertised context */
+};
+
 /* The result of one capacity check (invariant 4). */
 struct kvd_capacity {
 	uint64_t pool_tokens;         /* pages * page_tokens */
@@ -69,6 +77,10 @@ struct kvd_capacity {
 	uint64_t required_tokens;     /* ceil(context_length * margin) */
 	bool ok;                      /* pool_tokens >= required_tokens */
 	uint32_t advertised_context;  /* context admitted; clamped if so */
+	/* the path through the peers: admission never exceeds this */
+	uint32_t peers;
+	uint64_t peer_min_pool_tokens;
+	uint32_t path_context;        /* min(advertised, peers' context, pool) */
 };
 
 struct kvd_daemon {
@@ -90,6 +102,7 @@ struct kvd_daemon {
 	uint64_t start_ns;
 	struct kvd_counters counters;
 	uint32_t in_flight;           /* admitted requests not yet terminal */
+	struct kvd_peer_figures peers; /* set by the serving layer */
 
 	uv_signal_t sigterm;
 	uv_signal_t sigint;

@@ -97,6 +97,7 @@ void kvd_ops_status(struct kvd_ops *o, struct kvd_status *st)
 		kvpool_get_stats(d->pool, &st->pool);
 	st->cap = d->cap;
 	st->in_flight = d->in_flight;
+	st->peers = d->peers.up;
 	st->requests = o->requests->n;
 	st->counters = d->counters;
 	st->resizing = o->resizing;

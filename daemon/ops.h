@@ -48,7 +48,7 @@ struct kvd_status {
 	struct kvd_capacity cap;      /* the last capacity check */
 	uint32_t in_flight;
 	uint32_t requests;            /* registered requests */
-	uint32_t peers;               /* connected peers (none yet) */
+	uint32_t peers;               /* peers with a completed handshake */
 	struct kvd_counters counters;
 	bool resizing;
 	uint32_t synthetic;           /* synthetic requests alive */

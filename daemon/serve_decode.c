@@ -44,6 +44,7 @@
 
 static void peer_connect(struct peer *p);
 static void peer_lost(struct peer *p, const char *why);
+static void peer_figures_update(struct serve *s);
 static void decode_try_complete(struct serve_req *r);
 
 /* ---- failing and ending a decode request ----------------------------------- */
@@ -579,12 +580,32 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 
 /* ---- peer connections ------------------------------------------------------- */
 
+/* The daemon's view of the prefill peers that completed a handshake. */
+static void peer_figures_update(struct serve *s)
+{
+	struct kvd_peer_figures pf = { 0 };
+
+	for (unsigned i = 0; i < s->n_peers; i++) {
+		const struct peer *q = &s->peers[i];
+
+		if (!q->hello_seen || q->closing)
+			continue;
+		pf.min_pool_tokens = pf.up ? KVD_MIN(pf.min_pool_tokens, q->hello.pool_tokens)
+					   : q->hello.pool_tokens;
+		pf.min_context = pf.up ? KVD_MIN(pf.min_context, (uint32_t)q->hello.context)
+				       : (uint32_t)q->hello.context;
+		pf.up++;
+	}
+	s->d->peers = pf;
+}
+
 static void peer_log_capacity(struct peer *p)
 {
 	struct serve *s = p->s;
 	uint64_t own = serve__own_limit(s);
 	uint64_t path = KVD_MIN(own, KVD_MIN(p->hello.context, p->hello.pool_tokens));
 
+	peer_figures_update(s);
 	kvd_daemon_capacity(s->d, "peer", NULL);
 	KVLOG_INFO(s->log, "peer_capacity",
 		   "peer=%s peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu path_limit=%llu verdict=%s",
@@ -805,6 +826,7 @@ static void peer_lost(struct peer *p, const char *why)
 	p->closing = true;
 	p->up = false;
 	p->hello_seen = false;
+	peer_figures_update(s);
 	p->ctl_open = false;
 	p->pending_closes = 1;
 	s->closes_pending++;

@@ -38,6 +38,23 @@
 #define SLOW_BATCH_MS 300         /* fault point slow_batch */
 
 static void pconn_lost(struct pconn *pc, const char *why);
+
+/* The daemon's view of the decode peers that completed a handshake. */
+static void pconn_figures_update(struct serve *s)
+{
+	struct kvd_peer_figures pf = { 0 };
+
+	for (const struct pconn *q = s->pconns; q; q = q->next) {
+		if (!q->hello_done || q->closing || q->is_data)
+			continue;
+		pf.min_pool_tokens = pf.up ? KVD_MIN(pf.min_pool_tokens, q->hello.pool_tokens)
+					   : q->hello.pool_tokens;
+		pf.min_context = pf.up ? KVD_MIN(pf.min_context, (uint32_t)q->hello.context)
+				       : (uint32_t)q->hello.context;
+		pf.up++;
+	}
+	s->d->peers = pf;
+}
 static void prefill_send_more(struct serve_req *r);
 
 /* A send in flight names its request by id, never by pointer: the
@@ -527,6 +544,7 @@ static void pconn_on_hello(struct pconn *pc, const struct proto_peer_msg *m)
 	reply.hello = s->my_hello;
 	reply.hello.session = pc->session;
 	(void)pconn_send(pc, &reply);
+	pconn_figures_update(s);
 	kvd_daemon_capacity(s->d, "peer", NULL);
 	KVLOG_INFO(s->log, "peer_capacity",
 		   "peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu",
@@ -693,6 +711,7 @@ static void pconn_lost(struct pconn *pc, const char *why)
 		s->pconns = pc->next;
 	if (pc->next)
 		pc->next->prev = pc->prev;
+	pconn_figures_update(s);
 	for (r = s->reqs; r; r = next) {
 		next = r->next;
 		if (r->kind != SREQ_PREFILL || r->pc != pc)

@@ -21,6 +21,9 @@ check "prefill starts clamped, says so" wait_log "$T/pi.log" "event=kv_capacity 
 start_node di
 check "decode paired" wait_up di
 check "decode logged the peer's pool and context" grep -q "event=peer_capacity .*peer_pool_tokens=128 peer_context=128" "$T/di.log"
+check "decode's kv_capacity line joins the peer: path_context=128" grep -q "event=kv_capacity .*verdict=ok .*peers=1 peer_min_pool_tokens=128 path_context=128 reason=peer" "$T/di.log"
+check "prefill's kv_capacity line names its decode peer" grep -q "event=kv_capacity .*peers=1 .*reason=peer" "$T/pi.log"
+check "kvctl status counts the peer" test "$(status_get di peers)" = 1
 
 solo_check() { # solo_check LABEL: three requests equal their offline runs
 	local label=$1 p a b okc=0
