@@ -116,6 +116,7 @@ const char *engine_strerror(int code)
 	case ENGINE_E_INVALID: return "invalid request";
 	case ENGINE_E_INTEGRITY: return "KV page integrity check failed";
 	case ENGINE_E_GEOMETRY: return "KV pool geometry does not fit the model";
+	case ENGINE_E_MEMORY: return "KV pool memory is not addressable by this compute backend";
 	case ENGINE_E_BUSY: return "too many requests";
 	case KVPOOL_E_FULL: return "KV pool full";
 	}
@@ -143,6 +144,10 @@ int engine_new(struct engine **out, const struct model *m,
 	if (g->n_layer != hp->n_layer || g->kv_dim != hp->n_head_kv * hp->head_dim ||
 	    (g->dtype != KV_DTYPE_F32 && g->dtype != KV_DTYPE_F16))
 		return ENGINE_E_GEOMETRY;
+	/* The CPU backend reads and writes page bytes directly: device
+	 * memory needs the CUDA backend. */
+	if (!kvpool_host_visible(pool))
+		return ENGINE_E_MEMORY;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;

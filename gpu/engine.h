@@ -61,6 +61,7 @@ enum {
 	ENGINE_E_INTEGRITY,      /* a page table or tag failed verification */
 	ENGINE_E_GEOMETRY,       /* pool geometry does not fit the model */
 	ENGINE_E_BUSY,           /* max_requests already submitted */
+	ENGINE_E_MEMORY,         /* pool memory the backend cannot address */
 };
 
 struct engine_params {

@@ -462,6 +462,11 @@ static void kvpool__chunk_add(struct kvpool *p, void *base, uint32_t n)
 	p->n_chunks++;
 }
 
+bool kvpool_host_visible(const struct kvpool *p)
+{
+	return p->mem.ops->host_visible;
+}
+
 int kvpool_new(struct kvpool **out, const struct kvmem *mem,
 	       const struct kvpool_geom *g, uint32_t n_pages)
 {

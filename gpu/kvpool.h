@@ -145,6 +145,8 @@ int kvpool_new(struct kvpool **out, const struct kvmem *mem,
 void kvpool_free(struct kvpool *p);
 
 const struct kvpool_geom *kvpool_geom(const struct kvpool *p);
+/* Whether the CPU may dereference page bytes (kvmem backend says so). */
+bool kvpool_host_visible(const struct kvpool *p);
 uint32_t kvpool_pages_for(const struct kvpool *p, uint64_t tokens);
 void kvpool_get_stats(struct kvpool *p, struct kvpool_stats *st);
 

@@ -670,6 +670,34 @@ static uint8_t *file_bytes(const char *path, size_t *n)
 	return b;
 }
 
+/* Pool memory the CPU cannot dereference (device memory) is refused by
+ * the CPU backend, never read. */
+START_TEST(test_device_memory_refused)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	struct kvpool_geom geom = { .page_tokens = 16, .n_layer = m->hp.n_layer,
+				    .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+				    .dtype = KV_DTYPE_F32 };
+	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+	struct kvmem_ops dev_ops;
+	struct kvmem mem;
+	struct kvpool *pool;
+	struct engine *e = NULL;
+
+	kvmem_host_init(&mem);
+	dev_ops = *mem.ops;
+	dev_ops.host_visible = false;
+	mem.ops = &dev_ops;
+	ck_assert_int_eq(kvpool_new(&pool, &mem, &geom, 8), 0);
+	ck_assert(!kvpool_host_visible(pool));
+	ck_assert_int_eq(engine_new(&e, m, pool, &ep, NULL), ENGINE_E_MEMORY);
+	ck_assert_ptr_null(e);
+	kvpool_free(pool);
+	kvmem_deinit(&mem);
+	model_free(m);
+}
+END_TEST
+
 START_TEST(test_model_unsupported_type)
 {
 	struct model *m = gen_model(GGML_TYPE_F32, false);
@@ -734,6 +762,7 @@ int main(void)
 	tcase_add_test(tc, test_integrity_stale_table);
 	tcase_add_test(tc, test_prefill_handoff);
 	tcase_add_test(tc, test_model_unsupported_type);
+	tcase_add_test(tc, test_device_memory_refused);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_NOFORK);
