@@ -75,13 +75,9 @@ static void check_request(const struct proto_client_request *r)
 		   "max_tokens %u", r->max_tokens);
 	FUZZ_CHECK(r->temperature >= 0.0f && r->temperature <= 100.0f,
 		   "temperature %g", (double)r->temperature);
-	FUZZ_CHECK(r->top_p >= 0.0f && r->top_p <= 1.0f, "top_p %g",
-		   (double)r->top_p);
-	/* KNOWN BUG top_p-underflow (net/proto_client.c, request parse):
-	 * the range is checked on the double, then narrowed to float, so
-	 * top_p = 1e-300 passes as 0.0f, which gpu/sampler.c reads as
-	 * "nucleus off": the opposite of what the client asked. */
-	FUZZ_KNOWN("top_p-underflow", r->top_p > 0.0f,
+	/* top_p is judged after narrowing to float: 1e-300 once passed as
+	 * 0.0f, "nucleus off" (found here, fixed in a744ff0) */
+	FUZZ_CHECK(r->top_p > 0.0f && r->top_p <= 1.0f,
 		   "top_p %g (float) accepted: the contract says (0, 1]",
 		   (double)r->top_p);
 }
@@ -125,10 +121,6 @@ static void fuzz_request(const msgpack_object *map)
 		return;
 	}
 	check_request(&r);
-	if (r.top_p == 0.0f) {  /* KNOWN BUG top_p-underflow: no fixed point */
-		proto_client_request_deinit(&r);
-		return;
-	}
 	pack_into(&a, pack_request, &r);
 	fixed_point(&a, reparse_request, &r2, pack_request);
 	proto_client_request_deinit(&r);
@@ -251,7 +243,7 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	r.n_tokens = 4;
 	pack_into(&b, pack_request, &r);
 	emit_payload(emit, ctx, &b);
-	/* regression: KNOWN BUG top_p-underflow (see check_request) */
+	/* regression: top_p = 1e-300 (fixed in a744ff0) */
 	{
 		msgpack_packer pk;
 		uint8_t hdr[4] = { 0 };

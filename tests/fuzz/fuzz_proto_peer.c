@@ -88,11 +88,8 @@ static void check_msg(const struct proto_peer_msg *m)
 			   "max_tokens %u", m->max_tokens);
 		FUZZ_CHECK(m->temperature >= 0.0f && m->temperature <= 100.0f,
 			   "temperature %g", (double)m->temperature);
-		/* KNOWN BUG top_p-underflow (net/proto_peer.c,
-		 * read_prefill_request): checked as a double, narrowed to
-		 * float; 1e-300 arrives as 0.0f, which the sampler reads as
-		 * "nucleus off". */
-		FUZZ_KNOWN("top_p-underflow", m->top_p > 0.0f && m->top_p <= 1.0f,
+		/* 1e-300 once passed as 0.0f (fixed in a744ff0) */
+		FUZZ_CHECK(m->top_p > 0.0f && m->top_p <= 1.0f,
 			   "top_p %g (float) accepted", (double)m->top_p);
 	} else {
 		FUZZ_CHECK(!m->tokens && !m->pages, "arrays on a %s",
@@ -125,10 +122,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	check_msg(&m);
-	if (m.type == PEER_MSG_PREFILL_REQUEST && m.top_p == 0.0f) {
-		proto_peer_msg_deinit(&m);   /* KNOWN BUG: no fixed point */
-		return 0;
-	}
 	pack_into(&a, &m);
 	FUZZ_CHECK(a.n <= PROTO_PEER_FRAME_MAX, "packed to %zu bytes", a.n);
 	r = parse_payload(a.p, a.n, &m2, &err, &framed);
@@ -188,7 +181,7 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 		pack_into(&b, &m);
 		emit(ctx, b.p, b.n);
 	}
-	/* regression: KNOWN BUG top_p-underflow (see check_msg) */
+	/* regression: top_p = 1e-300 (fixed in a744ff0) */
 	msgpack_packer pk;
 
 	b.n = 0;
