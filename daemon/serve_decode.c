@@ -311,39 +311,75 @@ static struct serve_req *decode_req_of(struct peer *p, uint64_t id)
 	return r;
 }
 
-/* Check every entry before writing any page. */
+/* got[] marks: a page written by an earlier batch, or named by an
+ * earlier entry of the batch being checked. */
+#define GOT_WRITTEN 1
+#define GOT_IN_BATCH 2
+
+/* One entry of a batch: a page of this request's prefix, in the
+ * generation we reserved it in, named once, holding the right count. */
+static int decode_check_entry(struct serve_req *r, const struct xfer_hdr *h,
+			      const uint8_t *batch, uint32_t i, uint32_t pt,
+			      char *why, size_t why_size)
+{
+	struct xfer_entry e;
+	uint32_t want;
+
+	xfer_batch_entry(batch, i, &e);
+	if (e.index >= r->n_prefix) {
+		snprintf(why, why_size, "batch %u names page index %u beyond the %u prefix pages",
+			 h->seq, e.index, r->n_prefix);
+		return 1;
+	}
+	if (e.dst_page != r->table[e.index].page ||
+	    e.dst_gen != r->table[e.index].gen) {
+		snprintf(why, why_size, "batch %u names page %u gen %llu, not the request's page %u gen %llu",
+			 h->seq, e.dst_page, (unsigned long long)e.dst_gen,
+			 r->table[e.index].page,
+			 (unsigned long long)r->table[e.index].gen);
+		return 1;
+	}
+	if (r->got[e.index]) {
+		snprintf(why, why_size, "batch %u writes page index %u twice%s",
+			 h->seq, e.index,
+			 r->got[e.index] == GOT_IN_BATCH ? " (in one batch)" : "");
+		return 1;
+	}
+	want = KVD_MIN(pt, r->n_prompt - e.index * pt);
+	if (e.tokens != want) {
+		snprintf(why, why_size, "batch %u page index %u holds %u tokens, expected %u",
+			 h->seq, e.index, e.tokens, want);
+		return 1;
+	}
+	r->got[e.index] = GOT_IN_BATCH;
+	return 0;
+}
+
+/* Drop the GOT_IN_BATCH marks of entries [0, n) of a refused batch. */
+static void decode_unmark_batch(struct serve_req *r, const uint8_t *batch,
+				uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct xfer_entry e;
+
+		xfer_batch_entry(batch, i, &e);
+		if (e.index < r->n_prefix && r->got[e.index] == GOT_IN_BATCH)
+			r->got[e.index] = 0;
+	}
+}
+
+/* Check every entry before writing any page. A page index may appear
+ * once per request: not in an earlier batch, and not twice in this one
+ * (else n_got would count one page twice and fool coverage). On success
+ * every entry's got[] is GOT_IN_BATCH; on refusal none is. */
 static int decode_check_batch(struct serve_req *r, const struct xfer_hdr *h,
 			      const uint8_t *batch, char *why, size_t why_size)
 {
 	uint32_t pt = kvpool_geom(r->s->d->pool)->page_tokens;
 
 	for (uint32_t i = 0; i < h->n_entries; i++) {
-		struct xfer_entry e;
-		uint32_t want;
-
-		xfer_batch_entry(batch, i, &e);
-		if (e.index >= r->n_prefix) {
-			snprintf(why, why_size, "batch %u names page index %u beyond the %u prefix pages",
-				 h->seq, e.index, r->n_prefix);
-			return 1;
-		}
-		if (e.dst_page != r->table[e.index].page ||
-		    e.dst_gen != r->table[e.index].gen) {
-			snprintf(why, why_size, "batch %u names page %u gen %llu, not the request's page %u gen %llu",
-				 h->seq, e.dst_page, (unsigned long long)e.dst_gen,
-				 r->table[e.index].page,
-				 (unsigned long long)r->table[e.index].gen);
-			return 1;
-		}
-		if (r->got[e.index]) {
-			snprintf(why, why_size, "batch %u writes page index %u twice",
-				 h->seq, e.index);
-			return 1;
-		}
-		want = KVD_MIN(pt, r->n_prompt - e.index * pt);
-		if (e.tokens != want) {
-			snprintf(why, why_size, "batch %u page index %u holds %u tokens, expected %u",
-				 h->seq, e.index, e.tokens, want);
+		if (decode_check_entry(r, h, batch, i, pt, why, why_size)) {
+			decode_unmark_batch(r, batch, i);
 			return 1;
 		}
 	}
@@ -380,8 +416,10 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 				    "cannot write a received page");
 			return;
 		}
-		r->got[e.index] = 1;
-		r->n_got++;
+		/* every index is distinct here (decode_check_batch) */
+		if (r->got[e.index] != GOT_WRITTEN)
+			r->n_got++;
+		r->got[e.index] = GOT_WRITTEN;
 	}
 	r->batches_got++;
 	decode_try_complete(r);

@@ -403,6 +403,11 @@ static void prefill_send_more(struct serve_req *r)
 				   (unsigned long long)r->reg.id, pages[0].dst.dst_page);
 			pages[0].dst.dst_gen++;
 		}
+		if (n >= 2 && kvd_fault_fire(&s->fault, KVD_FAULT_DUP_ENTRY)) {
+			KVLOG_WARN(s->log, "fault", "point=dup_entry id=%llu index=%u",
+				   (unsigned long long)r->reg.id, pages[0].dst.index);
+			pages[1] = pages[0];
+		}
 		t->s = s;
 		t->id = r->reg.id;
 		rc = transport_send(pc->data, r->remote_id, r->batches_sent + r->sends_pending,

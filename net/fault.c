@@ -22,6 +22,7 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_SLOW_ABORT_ACK] = "slow_abort_ack",
 	[KVD_FAULT_BAD_TAG] = "bad_tag",
 	[KVD_FAULT_SKIP_DECODE_ADMISSION] = "skip_decode_admission",
+	[KVD_FAULT_DUP_ENTRY] = "dup_entry",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

@@ -21,6 +21,8 @@
  *                        pages must stay fenced meanwhile)
  *   skip_decode_admission decode skips its own capacity admission check
  *                        (prefill's own admission must then reject)
+ *   dup_entry            prefill names the first page of a multi-page
+ *                        batch twice (the second entry repeats the first)
  *
  * In a build without fault points kvd_fault_fire() is constant false and
  * the compiler removes every fault branch.
@@ -41,6 +43,7 @@ enum kvd_fault_point {
 	KVD_FAULT_SLOW_ABORT_ACK,
 	KVD_FAULT_BAD_TAG,
 	KVD_FAULT_SKIP_DECODE_ADMISSION,
+	KVD_FAULT_DUP_ENTRY,
 	KVD_FAULT__N,
 };
 

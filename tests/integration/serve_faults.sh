@@ -146,6 +146,21 @@ check "prefill killed: prefill restarts and pairs again" restart_prefill
 after prefill_killed
 
 check "decode counted every failure" test "$(status_get df counters.failed)" -ge 5
+
+# --- one batch naming the same page twice (coverage, invariant 6) ---------
+# needs batches of several pages: both nodes restart with 64 KiB batches
+stop_node pf
+stop_node df
+sed -i "s/^max_batch_bytes = 16K$/max_batch_bytes = 64K/" "$T/df.ini" "$T/pf.ini"
+start_node df
+check "dup_entry: prefill up" restart_prefill dup_entry:1
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "dup_entry: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
+check "dup_entry: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
+check "dup_entry: prefill duplicated an entry" grep -q "point=dup_entry" "$T/pf.log"
+check "dup_entry: decode refused the batch at entry check" grep -q "event=request_failed .*code=INTEGRITY .*twice (in one batch)" "$T/df.log"
+after dup_entry
+
 stop_node df
 stop_node pf
 check "decode stopped cleanly" grep -q "event=stopped exit_code=0" "$T/df.log"
