@@ -25,6 +25,7 @@
 #include "conf/util.h"
 #include "kvd_build.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
@@ -34,6 +35,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Longest line inih's reader takes (its buffer is INI_MAX_LINE = 200,
+ * less CR, LF and NUL). */
+#define CONF_LINE_MAX 197
 
 enum conf_type {
 	CT_STR,     /* char[] field; max = buffer size */
@@ -105,7 +110,7 @@ static const struct conf_key conf_keys[] = {
 	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
 	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },
 	{ "listen", "peer", CT_ADDR, "", 0, 0, NULL, F(listen_peer),
-	  "Peer listener host:port (prefill)." },
+	  "Peer listener, one host:port (prefill)." },
 
 	{ "peers", "prefill", CT_LIST, "", 0, 0, NULL, F(peers_prefill),
 	  "Prefill peers host:port, comma-separated (decode; required there)." },
@@ -267,20 +272,31 @@ static bool is_name(const char *s)
 	return true;
 }
 
-/* host:port with port 1..65535; host may be [v6]. */
+/* host:port with port 1..65535, where host is a numeric IPv4 address,
+ * [IPv6], or localhost. kvd resolves no names: what passes here is what
+ * the listeners and peer connections can use as written. */
 static bool is_hostport(const char *s)
 {
 	const char *colon = strrchr(s, ':');
+	unsigned char addr[16];
+	char host[64];
 	uint64_t port;
+	size_t n;
 
-	if (!colon || colon == s)
+	if (!colon || colon == s || (size_t)(colon - s) >= sizeof(host))
 		return false;
 	if (parse_u64(colon + 1, &port) < 0 || port == 0 || port > 65535)
 		return false;
-	for (const char *p = s; p < colon; p++)
-		if (isspace((unsigned char)*p) || *p == ',')
-			return false;
-	return true;
+	n = (size_t)(colon - s);
+	memcpy(host, s, n);
+	host[n] = '\0';
+	if (!strcmp(host, "localhost"))
+		return true;
+	if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
+		host[n - 1] = '\0';
+		return inet_pton(AF_INET6, host + 1, addr) == 1;
+	}
+	return inet_pton(AF_INET, host, addr) == 1;
 }
 
 static bool is_addr(const char *s)
@@ -329,6 +345,12 @@ static int set_value(struct conf_ctx *x, const struct conf_key *k,
 	int r;
 
 	snprintf(full, sizeof(full), "%s.%s", k->section, k->key);
+	/* Whatever is accepted must print back as one line the parser reads
+	 * (kvd --check-config output is a valid config). */
+	if (strlen(k->key) + 3 + strlen(v) > CONF_LINE_MAX)
+		return conf_fail(x, line, full,
+				 "value too long: 'key = value' must fit in %d bytes",
+				 CONF_LINE_MAX);
 	switch (k->type) {
 	case CT_NAME:
 		if (!is_name(v))
@@ -411,11 +433,26 @@ static int set_value(struct conf_ctx *x, const struct conf_key *k,
 		for (uint32_t i = 0; *v && i < n; i++)
 			if (!is_addr(items[i]))
 				return conf_fail(x, line, full,
-						 "'%s' is not host:port or unix:/PATH",
+						 "'%s' is not IPv4:port, [IPv6]:port, localhost:port or unix:/PATH",
 						 items[i]);
-		if (strlen(v) >= k->size)
-			return conf_fail(x, line, full, "value too long");
-		memcpy(f, v, strlen(v) + 1);
+		/* store the items trimmed, so the listeners see them as
+		 * checked here */
+		{
+			size_t o = 0;
+			char *dst = f;
+
+			dst[0] = '\0';
+			for (uint32_t i = 0; *v && i < n; i++) {
+				size_t len = strlen(items[i]);
+
+				if (o + len + 2 > k->size)
+					return conf_fail(x, line, full, "value too long");
+				if (i)
+					dst[o++] = ',';
+				memcpy(dst + o, items[i], len + 1);
+				o += len;
+			}
+		}
 		return 0;
 	}
 	case CT_LIST: {
@@ -432,7 +469,7 @@ static int set_value(struct conf_ctx *x, const struct conf_key *k,
 			for (uint32_t i = 0; i < n; i++)
 				if (!is_hostport(x->c->peers_prefill[i]))
 					return conf_fail(x, line, full,
-							 "'%s' is not host:port",
+							 "'%s' is not IPv4:port, [IPv6]:port or localhost:port",
 							 x->c->peers_prefill[i]);
 		}
 		x->c->n_peers_prefill = n;
@@ -590,9 +627,9 @@ static int conf_validate(struct conf_ctx *x)
 	if (c->role == KVD_ROLE_PREFILL && c->listen_client[0])
 		return conf_fail(x, line_of(x, "listen", "client"), "listen.client",
 				 "prefill nodes serve no clients; listen.client is for decode and standalone nodes");
-	if (c->listen_peer[0] && strncmp(c->listen_peer, "unix:", 5) == 0)
+	if (c->listen_peer[0] && !is_hostport(c->listen_peer))
 		return conf_fail(x, line_of(x, "listen", "peer"), "listen.peer",
-				 "peers connect over TCP: use host:port");
+				 "peers connect over TCP: one IPv4:port, [IPv6]:port or localhost:port");
 	if (c->transport == KVD_TRANSPORT_VERBS && !KVD_HAVE_VERBS)
 		return conf_fail(x, line_of(x, "transfer", "transport"),
 				 "transfer.transport",

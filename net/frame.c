@@ -178,11 +178,12 @@ int frame_msgpack_check(const uint8_t *p, size_t n)
 		if (body > n - pos)
 			return FRAME_E_MALFORMED;
 		pos += (size_t)body;
+		/* msgpack-c nests at most FRAME_DEPTH_MAX containers, and an
+		 * empty one innermost still takes a stack slot: deeper is
+		 * malformed here, not ENOMEM there */
+		if (s.kind != 0 && top == FRAME_DEPTH_MAX)
+			return FRAME_E_MALFORMED;
 		if (items) {
-			/* msgpack-c nests at most FRAME_DEPTH_MAX non-empty
-			 * containers; deeper is malformed here, not ENOMEM */
-			if (top == FRAME_DEPTH_MAX)
-				return FRAME_E_MALFORMED;
 			left[++top] = items;
 			pending += items;
 		}
@@ -535,8 +536,14 @@ int frame_obj_str(const msgpack_object *o, char *buf, size_t size)
 {
 	if (o->type != MSGPACK_OBJECT_STR)
 		return FRAME_E_TYPE;
-	if (size == 0 || o->via.str.size >= size ||
-	    memchr(o->via.str.ptr, '\0', o->via.str.size))
+	if (size == 0 || o->via.str.size >= size)
+		return FRAME_E_RANGE;
+	/* msgpack-c leaves ptr NULL for an empty string */
+	if (o->via.str.size == 0) {
+		buf[0] = '\0';
+		return 0;
+	}
+	if (memchr(o->via.str.ptr, '\0', o->via.str.size))
 		return FRAME_E_RANGE;
 	memcpy(buf, o->via.str.ptr, o->via.str.size);
 	buf[o->via.str.size] = '\0';

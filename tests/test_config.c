@@ -109,7 +109,7 @@ static const struct bad {
 	{ "both pool sizes", "[kv]\npool_tokens = 64\nmemory_bytes = 1M\n", 7, "kv.memory_bytes", "exactly one" },
 	{ "no pool size", "[kv]\npage_tokens = 8\n", 0, "kv.pool_tokens", "neither" },
 	{ "decode without peers", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n", 8, "peers.prefill", "prefill peer" },
-	{ "prefill with peers", "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n[peers]\nprefill = h:1\n", 10, "peers.prefill", "only decode" },
+	{ "prefill with peers", "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n[peers]\nprefill = 127.0.0.1:1\n", 10, "peers.prefill", "only decode" },
 	{ "bad peer address", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\nprefill = hostonly\n", 10, "peers.prefill", "host:port" },
 	{ "bad listen address", "[kv]\npool_tokens = 64\n[listen]\nclient = unix:relative\n", 8, "listen.client", "host:port or unix" },
 	{ "batch exceeds release timeout", "[kv]\npool_tokens = 64\n[transfer]\nmax_batch_bytes = 1G\nlink_gbps = 1\nrelease_timeout_ms = 1000\n", 10, "transfer.max_batch_bytes", "release_timeout_ms" },
@@ -118,6 +118,8 @@ static const struct bad {
 	{ "bad node name", "", 1, "node.name", "not a name" }, /* handled below */
 	{ "relative admin socket", "[kv]\npool_tokens = 64\n[admin]\nsocket = x.sock\n", 8, "admin.socket", "absolute" },
 	{ "heartbeat vs release", "[kv]\npool_tokens = 64\n[transfer]\nheartbeat_ms = 3000\nrelease_timeout_ms = 5000\n", 8, "transfer.heartbeat_ms", "heartbeats" },
+	{ "host name in peers", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\nprefill = prefill-1.internal:7001\n", 10, "peers.prefill", "IPv4:port" },
+	{ "value too long to print back", "", 8, "listen.client", "too long" }, /* handled below */
 	{ "syntax error", "[kv]\npool_tokens = 64\nthis is not ini\n", 7, "", "syntax" },
 };
 
@@ -131,6 +133,21 @@ START_TEST(test_bad)
 		ck_assert_int_eq(kvd_config_load_string(&c, "t.ini", "x = 1\n", &e), -1);
 		ck_assert_int_eq(e.line, 1);
 		ck_assert_str_eq(e.key, "x");
+		return;
+	}
+	if (strcmp(b->what, "value too long to print back") == 0) {
+		/* fits the reader as "client=...", not printed as
+		 * "client = ...": refused, so --check-config output reloads */
+		char text[512], path[256];
+
+		memset(path, 'p', 184);
+		path[184] = '\0';
+		snprintf(text, sizeof(text),
+			 "[kv]\npool_tokens = 64\n[listen]\nclient=unix:/%s\n", path);
+		ck_assert_int_eq(load(&c, &e, text), -1);
+		ck_assert_int_eq(e.line, b->line);
+		ck_assert_str_eq(e.key, b->key);
+		ck_assert(strstr(e.msg, b->needle) != NULL);
 		return;
 	}
 	if (strcmp(b->what, "bad node name") == 0) {
@@ -149,6 +166,21 @@ START_TEST(test_bad)
 	ck_assert_msg(strstr(e.msg, b->needle) != NULL, "%s: msg '%s'",
 		      b->what, e.msg);
 	ck_assert_str_eq(e.file, "test.ini");
+}
+END_TEST
+
+/* Address lists are stored trimmed: what the listeners get is what was
+ * checked. */
+START_TEST(test_addr_normalized)
+{
+	struct kvd_config c;
+	struct kvd_config_error e;
+
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[listen]\n"
+			      "client = 127.0.0.1:7000 , unix:/tmp/x.sock\n"), 0);
+	ck_assert_str_eq(c.listen_client, "127.0.0.1:7000,unix:/tmp/x.sock");
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[listen]\n"
+			      "client = localhost:7000,[::1]:7001\n"), 0);
 }
 END_TEST
 
@@ -274,6 +306,7 @@ int main(void)
 	tcase_add_test(tc, test_defaults_parse);
 	tcase_add_test(tc, test_values);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bads) / sizeof(bads[0])));
+	tcase_add_test(tc, test_addr_normalized);
 	tcase_add_test(tc, test_missing_model);
 	tcase_add_test(tc, test_long_line);
 	tcase_add_test(tc, test_file_errors);

@@ -237,6 +237,10 @@ START_TEST(test_bad_payloads)
 	deep[3 * FRAME_DEPTH_MAX] = 0x81;
 	deep[3 * (FRAME_DEPTH_MAX + 1)] = 0xc0;
 	check_bad_then_good(deep, 3 * (FRAME_DEPTH_MAX + 1) + 1, FRAME_E_MALFORMED);
+	/* FRAME_DEPTH_MAX levels around an empty map: msgpack-c would need
+	 * one more stack slot (it said ENOMEM): malformed, never ENOMEM */
+	deep[3 * FRAME_DEPTH_MAX] = 0x80;
+	check_bad_then_good(deep, 3 * FRAME_DEPTH_MAX + 1, FRAME_E_MALFORMED);
 	ck_assert_int_eq(frame_msgpack_check(array, sizeof(array)), 0);
 	ck_assert_int_eq(frame_msgpack_check(huge_array, sizeof(huge_array)),
 			 FRAME_E_MALFORMED);
