@@ -46,11 +46,8 @@
 
 /* ---- errors ------------------------------------------------------------ */
 
-static int gguf__fail(struct gguf_error *err, int code, uint64_t off,
-		      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int gguf__fail(struct gguf_error *err, int code, uint64_t off,
-		      const char *fmt, ...)
+int gguf_error_set(struct gguf_error *err, int code, uint64_t off,
+		   const char *fmt, ...)
 {
 	va_list ap;
 
@@ -63,6 +60,7 @@ static int gguf__fail(struct gguf_error *err, int code, uint64_t off,
 	}
 	return code;
 }
+
 
 const char *gguf_strerror(int code)
 {
@@ -214,7 +212,7 @@ struct rd {
 static int rd_need(struct rd *r, uint64_t n, const char *what)
 {
 	if (n > r->size - r->pos)
-		return gguf__fail(r->err, GGUF_E_TRUNCATED, r->pos,
+		return gguf_error_set(r->err, GGUF_E_TRUNCATED, r->pos,
 				  "%s at offset %llu needs %llu bytes, %llu left",
 				  what, (unsigned long long)r->pos,
 				  (unsigned long long)n,
@@ -252,7 +250,7 @@ static int rd_str(struct rd *r, struct gguf_str *s, const char *what)
 	if (rc)
 		return rc;
 	if (len > r->size - r->pos)
-		return gguf__fail(r->err, GGUF_E_TRUNCATED, at,
+		return gguf_error_set(r->err, GGUF_E_TRUNCATED, at,
 				  "%s at offset %llu: string length %llu runs past the end (%llu bytes left)",
 				  what, (unsigned long long)at,
 				  (unsigned long long)len,
@@ -277,11 +275,11 @@ static int gguf__read_array(struct rd *r, struct gguf_kv *kv,
 	if ((rc = rd_u32(r, &at, "array type")))
 		return rc;
 	if (!gguf_vtype_valid(at))
-		return gguf__fail(r->err, GGUF_E_MALFORMED, type_off,
+		return gguf_error_set(r->err, GGUF_E_MALFORMED, type_off,
 				  "key '%s': array element type %u unknown (offset %llu)",
 				  key, at, (unsigned long long)type_off);
 	if (at == GGUF_VT_ARRAY)
-		return gguf__fail(r->err, GGUF_E_MALFORMED, type_off,
+		return gguf_error_set(r->err, GGUF_E_MALFORMED, type_off,
 				  "key '%s': nested arrays are not supported (offset %llu)",
 				  key, (unsigned long long)type_off);
 	uint64_t len_off = r->pos;
@@ -294,7 +292,7 @@ static int gguf__read_array(struct rd *r, struct gguf_kv *kv,
 	if (esz) {
 		if (__builtin_mul_overflow(n, (uint64_t)esz, &bytes) ||
 		    bytes > r->size - r->pos)
-			return gguf__fail(r->err, GGUF_E_TRUNCATED, len_off,
+			return gguf_error_set(r->err, GGUF_E_TRUNCATED, len_off,
 					  "key '%s': array of %llu %s runs past the end (offset %llu)",
 					  key, (unsigned long long)n,
 					  gguf_vtype_names[at],
@@ -304,14 +302,14 @@ static int gguf__read_array(struct rd *r, struct gguf_kv *kv,
 	}
 	/* Strings: each takes at least its 8-byte length. */
 	if (n > (r->size - r->pos) / 8)
-		return gguf__fail(r->err, GGUF_E_TRUNCATED, len_off,
+		return gguf_error_set(r->err, GGUF_E_TRUNCATED, len_off,
 				  "key '%s': array of %llu strings cannot fit in the %llu bytes left (offset %llu)",
 				  key, (unsigned long long)n,
 				  (unsigned long long)(r->size - r->pos),
 				  (unsigned long long)len_off);
 	struct gguf_str *idx = calloc(n ? n : 1, sizeof(*idx));
 	if (!idx)
-		return gguf__fail(r->err, -ENOMEM, len_off, "out of memory");
+		return gguf_error_set(r->err, -ENOMEM, len_off, "out of memory");
 	kv->arr_str = idx;
 	for (uint64_t i = 0; i < n; i++)
 		if ((rc = rd_str(r, &idx[i], "array string")))
@@ -334,7 +332,7 @@ static int gguf__read_kv(struct rd *r, struct gguf_kv *kv)
 	if ((rc = rd_u32(r, &t, "metadata type")))
 		return rc;
 	if (!gguf_vtype_valid(t))
-		return gguf__fail(r->err, GGUF_E_MALFORMED, t_off,
+		return gguf_error_set(r->err, GGUF_E_MALFORMED, t_off,
 				  "key '%s': value type %u unknown (offset %llu)",
 				  key, t, (unsigned long long)t_off);
 	kv->type = t;
@@ -349,7 +347,7 @@ static int gguf__read_kv(struct rd *r, struct gguf_kv *kv)
 	if ((rc = rd_need(r, gguf_vtype_sizes[t], "metadata value")))
 		return rc;
 	if (t == GGUF_VT_BOOL && r->map[r->pos] > 1)
-		return gguf__fail(r->err, GGUF_E_MALFORMED, r->pos,
+		return gguf_error_set(r->err, GGUF_E_MALFORMED, r->pos,
 				  "key '%s': bool value %u (offset %llu)", key,
 				  r->map[r->pos], (unsigned long long)r->pos);
 	r->pos += gguf_vtype_sizes[t];
@@ -546,7 +544,7 @@ static int gguf__read_tensor_info(struct rd *r, struct gguf_tensor *t)
 	if ((rc = rd_u32(r, &nd, "tensor n_dims")))
 		return rc;
 	if (nd < 1 || nd > GGUF_MAX_DIMS)
-		return gguf__fail(r->err, GGUF_E_TENSOR, at,
+		return gguf_error_set(r->err, GGUF_E_TENSOR, at,
 				  "tensor '%s': n_dims %u not in 1..%d (offset %llu)",
 				  name, nd, GGUF_MAX_DIMS,
 				  (unsigned long long)at);
@@ -558,7 +556,7 @@ static int gguf__read_tensor_info(struct rd *r, struct gguf_tensor *t)
 		if ((rc = rd_u64(r, &t->ne[d], "tensor dimension")))
 			return rc;
 		if (t->ne[d] == 0 || t->ne[d] > INT64_MAX)
-			return gguf__fail(r->err, GGUF_E_TENSOR, at,
+			return gguf_error_set(r->err, GGUF_E_TENSOR, at,
 					  "tensor '%s': ne[%u] = %llu invalid (offset %llu)",
 					  name, d, (unsigned long long)t->ne[d],
 					  (unsigned long long)at);
@@ -571,23 +569,23 @@ static int gguf__read_tensor_info(struct rd *r, struct gguf_tensor *t)
 		return rc;
 	const struct ggml_type_info *ti = ggml_type_info(type);
 	if (!ti)
-		return gguf__fail(r->err, GGUF_E_UNSUPPORTED, at,
+		return gguf_error_set(r->err, GGUF_E_UNSUPPORTED, at,
 				  "tensor '%s': ggml type %u unknown (offset %llu)",
 				  name, type, (unsigned long long)at);
 	uint64_t n = 1;
 	for (uint32_t d = 0; d < nd; d++)
 		if (__builtin_mul_overflow(n, t->ne[d], &n) || n > INT64_MAX)
-			return gguf__fail(r->err, GGUF_E_TENSOR, t->info_offset,
+			return gguf_error_set(r->err, GGUF_E_TENSOR, t->info_offset,
 					  "tensor '%s': element count overflows (offset %llu)",
 					  name, (unsigned long long)t->info_offset);
 	if (t->ne[0] % ti->block)
-		return gguf__fail(r->err, GGUF_E_TENSOR, t->info_offset,
+		return gguf_error_set(r->err, GGUF_E_TENSOR, t->info_offset,
 				  "tensor '%s': ne[0] = %llu is not a multiple of the %s block of %u (offset %llu)",
 				  name, (unsigned long long)t->ne[0], ti->name,
 				  ti->block, (unsigned long long)t->info_offset);
 	t->nbytes = ggml_type_nbytes(type, n);
 	if (!t->nbytes)
-		return gguf__fail(r->err, GGUF_E_TENSOR, t->info_offset,
+		return gguf_error_set(r->err, GGUF_E_TENSOR, t->info_offset,
 				  "tensor '%s': byte size overflows (offset %llu)",
 				  name, (unsigned long long)t->info_offset);
 	return 0;
@@ -639,13 +637,13 @@ static int gguf__check_tensors(struct gguf_file *f, struct gguf_error *err)
 		struct gguf_tensor *t = &f->tensors[i];
 		gguf__show(name, sizeof(name), t->name);
 		if (t->offset % f->alignment)
-			return gguf__fail(err, GGUF_E_TENSOR, t->info_offset,
+			return gguf_error_set(err, GGUF_E_TENSOR, t->info_offset,
 					  "tensor '%s': data offset %llu is not a multiple of the alignment %llu (offset %llu)",
 					  name, (unsigned long long)t->offset,
 					  (unsigned long long)f->alignment,
 					  (unsigned long long)t->info_offset);
 		if (t->offset > avail || t->nbytes > avail - t->offset)
-			return gguf__fail(err, GGUF_E_TRUNCATED, t->info_offset,
+			return gguf_error_set(err, GGUF_E_TRUNCATED, t->info_offset,
 					  "tensor '%s': data [%llu, +%llu) runs past the end of the file (data section holds %llu bytes; offset %llu)",
 					  name, (unsigned long long)t->offset,
 					  (unsigned long long)t->nbytes,
@@ -655,13 +653,13 @@ static int gguf__check_tensors(struct gguf_file *f, struct gguf_error *err)
 	}
 	v = calloc(f->n_tensors, sizeof(*v));
 	if (!v)
-		return gguf__fail(err, -ENOMEM, 0, "out of memory");
+		return gguf_error_set(err, -ENOMEM, 0, "out of memory");
 	for (uint64_t i = 0; i < f->n_tensors; i++)
 		v[i] = &f->tensors[i];
 	qsort(v, f->n_tensors, sizeof(*v), gguf__cmp_name);
 	for (uint64_t i = 1; i < f->n_tensors; i++)
 		if (!gguf__cmp_name(&v[i - 1], &v[i]))
-			return gguf__fail(err, GGUF_E_TENSOR, v[i]->info_offset,
+			return gguf_error_set(err, GGUF_E_TENSOR, v[i]->info_offset,
 					  "tensor '%s' appears twice (offset %llu)",
 					  gguf__show(name, sizeof(name), v[i]->name),
 					  (unsigned long long)v[i]->info_offset);
@@ -669,7 +667,7 @@ static int gguf__check_tensors(struct gguf_file *f, struct gguf_error *err)
 	for (uint64_t i = 1; i < f->n_tensors; i++) {
 		const struct gguf_tensor *a = v[i - 1], *b = v[i];
 		if (a->offset + a->nbytes > b->offset)
-			return gguf__fail(err, GGUF_E_TENSOR, b->info_offset,
+			return gguf_error_set(err, GGUF_E_TENSOR, b->info_offset,
 					  "tensors '%s' and '%s' overlap at data offset %llu (offset %llu)",
 					  gguf__show(name, sizeof(name), a->name),
 					  gguf__show(name2, sizeof(name2), b->name),
@@ -688,13 +686,13 @@ static int gguf__check_keys(struct gguf_file *f, struct gguf_error *err)
 		return 0;
 	v = calloc(f->n_kv, sizeof(*v));
 	if (!v)
-		return gguf__fail(err, -ENOMEM, 0, "out of memory");
+		return gguf_error_set(err, -ENOMEM, 0, "out of memory");
 	for (uint64_t i = 0; i < f->n_kv; i++)
 		v[i] = &f->kv[i];
 	qsort(v, f->n_kv, sizeof(*v), gguf__cmp_key);
 	for (uint64_t i = 1; i < f->n_kv; i++)
 		if (!gguf__cmp_key(&v[i - 1], &v[i]))
-			return gguf__fail(err, GGUF_E_MALFORMED, v[i]->key_offset,
+			return gguf_error_set(err, GGUF_E_MALFORMED, v[i]->key_offset,
 					  "key '%s' appears twice (offset %llu)",
 					  gguf__show(key, sizeof(key), v[i]->key),
 					  (unsigned long long)v[i]->key_offset);
@@ -710,12 +708,12 @@ static int gguf__alignment(struct gguf_file *f, struct gguf_error *err)
 	if (!kv)
 		return 0;
 	if (gguf_get_u64(f, "general.alignment", &a))
-		return gguf__fail(err, GGUF_E_TYPE, kv->offset,
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 				  "key 'general.alignment' has type %s, want an unsigned integer (offset %llu)",
 				  gguf_vtype_name(kv->type),
 				  (unsigned long long)kv->offset);
 	if (a == 0 || (a & (a - 1)) || a > (1u << 30))
-		return gguf__fail(err, GGUF_E_MALFORMED, kv->offset,
+		return gguf_error_set(err, GGUF_E_MALFORMED, kv->offset,
 				  "general.alignment = %llu is not a power of two in 1..2^30 (offset %llu)",
 				  (unsigned long long)a,
 				  (unsigned long long)kv->offset);
@@ -749,14 +747,14 @@ static int gguf__parse(struct gguf_file *f, struct gguf_error *err)
 	int rc;
 
 	if (f->size < 4 || memcmp(f->map, GGUF_MAGIC, 4))
-		return gguf__fail(err, f->size < 4 ? GGUF_E_TRUNCATED : GGUF_E_MAGIC, 0,
+		return gguf_error_set(err, f->size < 4 ? GGUF_E_TRUNCATED : GGUF_E_MAGIC, 0,
 				  "no GGUF magic at offset 0 (file has %zu bytes)",
 				  f->size);
 	r.pos = 4;
 	if ((rc = rd_u32(&r, &f->version, "version")))
 		return rc;
 	if (f->version != 2 && f->version != 3)
-		return gguf__fail(err, GGUF_E_VERSION, 4,
+		return gguf_error_set(err, GGUF_E_VERSION, 4,
 				  "GGUF version %u at offset 4; kvd reads versions 2 and 3",
 				  f->version);
 	at = r.pos;
@@ -766,19 +764,19 @@ static int gguf__parse(struct gguf_file *f, struct gguf_error *err)
 	/* A key/value takes >= 8 (key len) + 4 (type) + 1 bytes; a tensor info
 	 * >= 8 + 4 + 8 + 4 + 8. Bound the counts before allocating. */
 	if (n_kv > (f->size - r.pos) / 13)
-		return gguf__fail(err, GGUF_E_MALFORMED, at + 8,
+		return gguf_error_set(err, GGUF_E_MALFORMED, at + 8,
 				  "metadata count %llu cannot fit in a %zu-byte file (offset %llu)",
 				  (unsigned long long)n_kv, f->size,
 				  (unsigned long long)(at + 8));
 	if (n_tensors > (f->size - r.pos) / 32)
-		return gguf__fail(err, GGUF_E_MALFORMED, at,
+		return gguf_error_set(err, GGUF_E_MALFORMED, at,
 				  "tensor count %llu cannot fit in a %zu-byte file (offset %llu)",
 				  (unsigned long long)n_tensors, f->size,
 				  (unsigned long long)at);
 	f->kv = calloc(n_kv ? n_kv : 1, sizeof(*f->kv));
 	f->tensors = calloc(n_tensors ? n_tensors : 1, sizeof(*f->tensors));
 	if (!f->kv || !f->tensors)
-		return gguf__fail(err, -ENOMEM, 0, "out of memory");
+		return gguf_error_set(err, -ENOMEM, 0, "out of memory");
 	for (uint64_t i = 0; i < n_kv; i++) {
 		f->n_kv = i + 1; /* so close frees a partial array index */
 		if ((rc = gguf__read_kv(&r, &f->kv[i])))
@@ -794,7 +792,7 @@ static int gguf__parse(struct gguf_file *f, struct gguf_error *err)
 	/* The data section starts at the next multiple of the alignment. */
 	uint64_t pad = (f->alignment - r.pos % f->alignment) % f->alignment;
 	if (n_tensors && pad > f->size - r.pos)
-		return gguf__fail(err, GGUF_E_TRUNCATED, r.pos,
+		return gguf_error_set(err, GGUF_E_TRUNCATED, r.pos,
 				  "file ends inside the padding before the data section (offset %llu)",
 				  (unsigned long long)r.pos);
 	f->data_offset = n_tensors ? r.pos + pad : KVD_MIN(r.pos + pad, f->size);
@@ -811,7 +809,7 @@ int gguf_open_mem(struct gguf_file **out, const void *buf, size_t size,
 		*err = (struct gguf_error){ 0 };
 	f = calloc(1, sizeof(*f));
 	if (!f)
-		return gguf__fail(err, -ENOMEM, 0, "out of memory");
+		return gguf_error_set(err, -ENOMEM, 0, "out of memory");
 	f->map = buf;
 	f->size = size;
 	f->owns_map = false;
@@ -832,20 +830,20 @@ int gguf_open(struct gguf_file **out, const char *path, struct gguf_error *err)
 		*err = (struct gguf_error){ 0 };
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return gguf__fail(err, -errno, 0, "open %s: %s", path,
+		return gguf_error_set(err, -errno, 0, "open %s: %s", path,
 				  strerror(errno));
 	if (fstat(fd, &st) < 0) {
 		rc = -errno;
 		close(fd);
-		return gguf__fail(err, rc, 0, "stat %s: %s", path, strerror(-rc));
+		return gguf_error_set(err, rc, 0, "stat %s: %s", path, strerror(-rc));
 	}
 	if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		return gguf__fail(err, -EINVAL, 0, "%s is not a regular file", path);
+		return gguf_error_set(err, -EINVAL, 0, "%s is not a regular file", path);
 	}
 	if (st.st_size < 4) {
 		close(fd);
-		return gguf__fail(err, GGUF_E_TRUNCATED, 0,
+		return gguf_error_set(err, GGUF_E_TRUNCATED, 0,
 				  "%s has %lld bytes, too short for a GGUF header",
 				  path, (long long)st.st_size);
 	}
@@ -853,11 +851,11 @@ int gguf_open(struct gguf_file **out, const char *path, struct gguf_error *err)
 	rc = -errno;
 	close(fd);
 	if (map == MAP_FAILED)
-		return gguf__fail(err, rc, 0, "mmap %s: %s", path, strerror(-rc));
+		return gguf_error_set(err, rc, 0, "mmap %s: %s", path, strerror(-rc));
 	f = calloc(1, sizeof(*f));
 	if (!f) {
 		munmap(map, (size_t)st.st_size);
-		return gguf__fail(err, -ENOMEM, 0, "out of memory");
+		return gguf_error_set(err, -ENOMEM, 0, "out of memory");
 	}
 	f->map = map;
 	f->size = (size_t)st.st_size;
@@ -921,12 +919,12 @@ static int hp_u32(const struct gguf_file *f, const char *arch,
 	snprintf(key, sizeof(key), "%s.%s", arch, suffix);
 	rc = gguf_get_u32(f, key, out);
 	if (rc == -ENOENT)
-		return required ? gguf__fail(err, GGUF_E_MISSING, 0,
+		return required ? gguf_error_set(err, GGUF_E_MISSING, 0,
 					     "required key '%s' is missing", key)
 				: 0;
 	if (rc) {
 		kv = gguf_find(f, key);
-		return gguf__fail(err, GGUF_E_TYPE, kv->offset,
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 				  "key '%s' has type %s, want an unsigned 32-bit integer (offset %llu)",
 				  key, gguf_vtype_name(kv->type),
 				  (unsigned long long)kv->offset);
@@ -945,12 +943,12 @@ static int hp_f32(const struct gguf_file *f, const char *arch,
 	snprintf(key, sizeof(key), "%s.%s", arch, suffix);
 	rc = gguf_get_f32(f, key, out);
 	if (rc == -ENOENT)
-		return required ? gguf__fail(err, GGUF_E_MISSING, 0,
+		return required ? gguf_error_set(err, GGUF_E_MISSING, 0,
 					     "required key '%s' is missing", key)
 				: 0;
 	if (rc) {
 		kv = gguf_find(f, key);
-		return gguf__fail(err, GGUF_E_TYPE, kv->offset,
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 				  "key '%s' has type %s, want a number (offset %llu)",
 				  key, gguf_vtype_name(kv->type),
 				  (unsigned long long)kv->offset);
@@ -967,10 +965,10 @@ static int hp_tensor(const struct gguf_file *f, const char *name,
 	const struct gguf_tensor *t = gguf_tensor_find(f, name);
 
 	if (!t)
-		return optional ? 0 : gguf__fail(err, GGUF_E_TENSOR, 0,
+		return optional ? 0 : gguf_error_set(err, GGUF_E_TENSOR, 0,
 						 "tensor '%s' is missing", name);
 	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-		return gguf__fail(err, GGUF_E_TENSOR, t->info_offset,
+		return gguf_error_set(err, GGUF_E_TENSOR, t->info_offset,
 				  "tensor '%s' has shape [%llu, %llu, %llu, %llu], the metadata implies [%llu, %llu] (offset %llu)",
 				  name, (unsigned long long)t->ne[0],
 				  (unsigned long long)t->ne[1],
@@ -1031,18 +1029,18 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 	*hp = (struct llama_hparams){ 0 };
 	rc = gguf_get_str(f, "general.architecture", &arch);
 	if (rc == -ENOENT)
-		return gguf__fail(err, GGUF_E_MISSING, 0,
+		return gguf_error_set(err, GGUF_E_MISSING, 0,
 				  "required key 'general.architecture' is missing");
 	if (rc) {
 		kv = gguf_find(f, "general.architecture");
-		return gguf__fail(err, GGUF_E_TYPE, kv->offset,
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 				  "key 'general.architecture' is not a string (offset %llu)",
 				  (unsigned long long)kv->offset);
 	}
 	gguf__show(hp->arch, sizeof(hp->arch), arch);
 	if (!gguf_str_eq(arch, "llama")) {
 		kv = gguf_find(f, "general.architecture");
-		return gguf__fail(err, GGUF_E_ARCH, kv->offset,
+		return gguf_error_set(err, GGUF_E_ARCH, kv->offset,
 				  "architecture '%s' is not supported; kvd runs 'llama' (offset %llu)",
 				  hp->arch, (unsigned long long)kv->offset);
 	}
@@ -1073,16 +1071,16 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 	uint64_t eo = hp_off(f, "llama.embedding_length");
 	if (hp->n_layer == 0 || hp->n_embd == 0 || hp->n_head == 0 ||
 	    hp->n_head_kv == 0 || hp->n_ff == 0 || hp->n_ctx_train == 0)
-		return gguf__fail(err, GGUF_E_MALFORMED, eo,
+		return gguf_error_set(err, GGUF_E_MALFORMED, eo,
 				  "zero dimension: layers %u embd %u heads %u kv heads %u ff %u ctx %u",
 				  hp->n_layer, hp->n_embd, hp->n_head,
 				  hp->n_head_kv, hp->n_ff, hp->n_ctx_train);
 	if (hp->n_embd % hp->n_head)
-		return gguf__fail(err, GGUF_E_MALFORMED, eo,
+		return gguf_error_set(err, GGUF_E_MALFORMED, eo,
 				  "embedding_length %u is not a multiple of head_count %u (offset %llu)",
 				  hp->n_embd, hp->n_head, (unsigned long long)eo);
 	if (hp->n_head % hp->n_head_kv)
-		return gguf__fail(err, GGUF_E_MALFORMED, hp_off(f, "llama.attention.head_count_kv"),
+		return gguf_error_set(err, GGUF_E_MALFORMED, hp_off(f, "llama.attention.head_count_kv"),
 				  "head_count %u is not a multiple of head_count_kv %u",
 				  hp->n_head, hp->n_head_kv);
 	hp->head_dim = hp->n_embd / hp->n_head;
@@ -1090,29 +1088,29 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 	if ((rc = hp_u32(f, a, "attention.key_length", false, &kl, err)))
 		return rc;
 	if (kl != hp->head_dim)
-		return gguf__fail(err, GGUF_E_UNSUPPORTED, hp_off(f, "llama.attention.key_length"),
+		return gguf_error_set(err, GGUF_E_UNSUPPORTED, hp_off(f, "llama.attention.key_length"),
 				  "attention.key_length %u differs from n_embd / n_head = %u",
 				  kl, hp->head_dim);
 	hp->rope_dim = hp->head_dim;
 	if ((rc = hp_u32(f, a, "rope.dimension_count", false, &hp->rope_dim, err)))
 		return rc;
 	if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2 || !hp->rope_dim)
-		return gguf__fail(err, GGUF_E_MALFORMED, hp_off(f, "llama.rope.dimension_count"),
+		return gguf_error_set(err, GGUF_E_MALFORMED, hp_off(f, "llama.rope.dimension_count"),
 				  "rope.dimension_count %u must be even and in 2..head_dim (%u)",
 				  hp->rope_dim, hp->head_dim);
 	if (!(hp->norm_eps > 0 && hp->norm_eps < 1) ||
 	    !(hp->rope_freq_base > 0) || !(hp->rope_freq_scale > 0))
-		return gguf__fail(err, GGUF_E_MALFORMED, 0,
+		return gguf_error_set(err, GGUF_E_MALFORMED, 0,
 				  "implausible float: norm eps %g, rope base %g, rope scale %g",
 				  hp->norm_eps, hp->rope_freq_base,
 				  hp->rope_freq_scale);
 
 	te = gguf_tensor_find(f, "token_embd.weight");
 	if (!te)
-		return gguf__fail(err, GGUF_E_TENSOR, 0,
+		return gguf_error_set(err, GGUF_E_TENSOR, 0,
 				  "tensor 'token_embd.weight' is missing");
 	if (te->ne[0] != hp->n_embd || te->n_dims != 2 || te->ne[1] > UINT32_MAX)
-		return gguf__fail(err, GGUF_E_TENSOR, te->info_offset,
+		return gguf_error_set(err, GGUF_E_TENSOR, te->info_offset,
 				  "tensor 'token_embd.weight' has shape [%llu, %llu] (%u dims), want [n_embd=%u, n_vocab] (offset %llu)",
 				  (unsigned long long)te->ne[0],
 				  (unsigned long long)te->ne[1], te->n_dims,
@@ -1125,7 +1123,7 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 		if ((rc = hp_u32(f, a, "vocab_size", false, &vs, err)))
 			return rc;
 		if (vs != hp->n_vocab)
-			return gguf__fail(err, GGUF_E_MALFORMED, kv->offset,
+			return gguf_error_set(err, GGUF_E_MALFORMED, kv->offset,
 					  "llama.vocab_size = %u but token_embd.weight has %u rows (offset %llu)",
 					  vs, hp->n_vocab,
 					  (unsigned long long)kv->offset);
@@ -1133,11 +1131,11 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 	kv = gguf_find(f, "tokenizer.ggml.tokens");
 	if (kv) {
 		if (kv->type != GGUF_VT_ARRAY || kv->arr_type != GGUF_VT_STRING)
-			return gguf__fail(err, GGUF_E_TYPE, kv->offset,
+			return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 					  "key 'tokenizer.ggml.tokens' is not an array of strings (offset %llu)",
 					  (unsigned long long)kv->offset);
 		if (kv->arr_len != hp->n_vocab)
-			return gguf__fail(err, GGUF_E_MALFORMED, kv->offset,
+			return gguf_error_set(err, GGUF_E_MALFORMED, kv->offset,
 					  "tokenizer.ggml.tokens has %llu tokens but token_embd.weight has %u rows (offset %llu)",
 					  (unsigned long long)kv->arr_len,
 					  hp->n_vocab,

@@ -149,6 +149,10 @@ const char *gguf_vtype_name(enum gguf_vtype t);
 bool gguf_str_eq(struct gguf_str s, const char *c);
 /* Human name of a GGUF_E_* code or negative errno. */
 const char *gguf_strerror(int code);
+/* Fill `err` (if non-NULL) and return `code`: the one way modules that
+ * read GGUF files (reader, tokenizer, model binding) report a problem. */
+int gguf_error_set(struct gguf_error *err, int code, uint64_t offset,
+		   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 const struct gguf_tensor *gguf_tensor_find(const struct gguf_file *f,
 					   const char *name);

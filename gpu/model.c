@@ -18,23 +18,6 @@
 
 #include "conf/util.h"
 
-static int model_fail(struct gguf_error *err, int code, uint64_t off,
-		      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int model_fail(struct gguf_error *err, int code, uint64_t off,
-		      const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err) {
-		err->code = code;
-		err->offset = off;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 static const struct gguf_tensor *find_shaped(const struct gguf_file *f,
 					     const char *name, uint64_t ne0,
@@ -45,11 +28,11 @@ static const struct gguf_tensor *find_shaped(const struct gguf_file *f,
 
 	*rc = 0;
 	if (!t) {
-		*rc = model_fail(err, MODEL_E_TENSOR, 0, "tensor '%s' is missing", name);
+		*rc = gguf_error_set(err, MODEL_E_TENSOR, 0, "tensor '%s' is missing", name);
 		return NULL;
 	}
 	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
-		*rc = model_fail(err, MODEL_E_TENSOR, t->info_offset,
+		*rc = gguf_error_set(err, MODEL_E_TENSOR, t->info_offset,
 				 "tensor '%s' has shape [%llu, %llu], want [%llu, %llu]",
 				 name, (unsigned long long)t->ne[0],
 				 (unsigned long long)t->ne[1],
@@ -69,11 +52,11 @@ static int bind_vec(struct model *m, const char *name, uint32_t n,
 	if (!t)
 		return rc;
 	if (t->type != GGML_TYPE_F32)
-		return model_fail(err, MODEL_E_TYPE, t->info_offset,
+		return gguf_error_set(err, MODEL_E_TYPE, t->info_offset,
 				  "tensor '%s' has type %s; norm weights must be f32",
 				  name, ggml_type_name(t->type));
 	if ((uintptr_t)t->data % 4 || t->nbytes < (uint64_t)n * 4)
-		return model_fail(err, MODEL_E_ALIGN, t->info_offset,
+		return gguf_error_set(err, MODEL_E_ALIGN, t->info_offset,
 				  "tensor '%s' data is misaligned or short", name);
 	*out = t->data;
 	m->decode_bytes += (uint64_t)n * 4;
@@ -93,21 +76,21 @@ static int bind_mat(struct model *m, const char *name, uint32_t rows,
 	if (!t)
 		return rc;
 	if (!ops_type_supported(t->type))
-		return model_fail(err, MODEL_E_TYPE, t->info_offset,
+		return gguf_error_set(err, MODEL_E_TYPE, t->info_offset,
 				  "tensor '%s' has type %s, which kvd cannot compute with (supported: f32, f16, q8_0, q4_0)",
 				  name, ggml_type_name(t->type));
 	rb = ggml_type_nbytes(t->type, cols);
 	if (rb == 0)
-		return model_fail(err, MODEL_E_TENSOR, t->info_offset,
+		return gguf_error_set(err, MODEL_E_TENSOR, t->info_offset,
 				  "tensor '%s': row of %u elements is not a whole number of %s blocks",
 				  name, cols, ggml_type_name(t->type));
 	if (t->nbytes < rb * rows)
-		return model_fail(err, MODEL_E_TENSOR, t->info_offset,
+		return gguf_error_set(err, MODEL_E_TENSOR, t->info_offset,
 				  "tensor '%s': %llu bytes, need %llu",
 				  name, (unsigned long long)t->nbytes,
 				  (unsigned long long)(rb * rows));
 	if ((uintptr_t)t->data % (t->type == GGML_TYPE_F32 ? 4 : 2))
-		return model_fail(err, MODEL_E_ALIGN, t->info_offset,
+		return gguf_error_set(err, MODEL_E_ALIGN, t->info_offset,
 				  "tensor '%s' data is misaligned for %s",
 				  name, ggml_type_name(t->type));
 	*out = (struct ops_mat){ .type = t->type, .rows = rows, .cols = cols,
@@ -149,7 +132,7 @@ static int model_bind(struct model *m, struct gguf_error *err)
 	}
 	m->layers = calloc(hp->n_layer, sizeof(*m->layers));
 	if (!m->layers)
-		return model_fail(err, -ENOMEM, 0, "out of memory");
+		return gguf_error_set(err, -ENOMEM, 0, "out of memory");
 	for (uint32_t l = 0; l < hp->n_layer; l++) {
 		struct model_layer *L = &m->layers[l];
 		const struct {

@@ -81,23 +81,6 @@ struct tokenizer {
 
 /* ---- small helpers ------------------------------------------------------- */
 
-static int tok_fail(struct gguf_error *err, int code, uint64_t off,
-		    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int tok_fail(struct gguf_error *err, int code, uint64_t off,
-		    const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err) {
-		err->code = code;
-		err->offset = off;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 static int arena_put(struct tokenizer *t, const void *p, size_t n,
 		     struct tstr *out)
@@ -260,11 +243,11 @@ static int tok_u32_key(const struct gguf_file *f, const char *key,
 	if (rc == -ENOENT)
 		return 0;
 	if (rc)
-		return tok_fail(err, GGUF_E_TYPE, kv->offset,
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 				"key '%s' is not an unsigned integer (offset %llu)",
 				key, (unsigned long long)kv->offset);
 	if (v >= n_vocab)
-		return tok_fail(err, GGUF_E_MALFORMED, kv->offset,
+		return gguf_error_set(err, GGUF_E_MALFORMED, kv->offset,
 				"key '%s' = %u is not below the vocabulary size %u (offset %llu)",
 				key, v, n_vocab, (unsigned long long)kv->offset);
 	*out = (int32_t)v;
@@ -280,7 +263,7 @@ static int tok_bool_key(const struct gguf_file *f, const char *key, bool *out,
 	if (rc == -ENOENT)
 		return 0;
 	if (rc)
-		return tok_fail(err, GGUF_E_TYPE, kv->offset,
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 				"key '%s' is not a bool (offset %llu)", key,
 				(unsigned long long)kv->offset);
 	return 0;
@@ -301,14 +284,14 @@ static const struct gguf_kv *tok_arr(const struct gguf_file *f, const char *key,
 	bool is_int = kv->type == GGUF_VT_ARRAY && gguf_vtype_size(kv->arr_type) &&
 		      !is_float && kv->arr_type != GGUF_VT_BOOL;
 	if (want_float ? !is_float : !is_int) {
-		*rc = tok_fail(err, GGUF_E_TYPE, kv->offset,
+		*rc = gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 			       "key '%s' is not an array of %s (offset %llu)", key,
 			       want_float ? "floats" : "integers",
 			       (unsigned long long)kv->offset);
 		return NULL;
 	}
 	if (kv->arr_len != n_vocab) {
-		*rc = tok_fail(err, GGUF_E_MALFORMED, kv->offset,
+		*rc = gguf_error_set(err, GGUF_E_MALFORMED, kv->offset,
 			       "key '%s' has %llu entries for %u tokens (offset %llu)",
 			       key, (unsigned long long)kv->arr_len, n_vocab,
 			       (unsigned long long)kv->offset);
@@ -421,14 +404,14 @@ static int tok_load_merges(struct tokenizer *t, const struct gguf_file *f,
 	int rc;
 
 	if (!kv)
-		return tok_fail(err, GGUF_E_MISSING, 0,
+		return gguf_error_set(err, GGUF_E_MISSING, 0,
 				"key 'tokenizer.ggml.merges' is missing (required by a gpt2 tokenizer)");
 	if (kv->type != GGUF_VT_ARRAY || kv->arr_type != GGUF_VT_STRING)
-		return tok_fail(err, GGUF_E_TYPE, kv->offset,
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 				"key 'tokenizer.ggml.merges' is not an array of strings (offset %llu)",
 				(unsigned long long)kv->offset);
 	if (kv->arr_len > INT32_MAX)
-		return tok_fail(err, GGUF_E_MALFORMED, kv->offset, "too many merges");
+		return gguf_error_set(err, GGUF_E_MALFORMED, kv->offset, "too many merges");
 	t->n_merges = (uint32_t)kv->arr_len;
 	t->merge = calloc(t->n_merges ? t->n_merges : 1, sizeof(*t->merge));
 	if (!t->merge || strmap_init(&t->mmap, t->n_merges))
@@ -437,7 +420,7 @@ static int tok_load_merges(struct tokenizer *t, const struct gguf_file *f,
 		gguf_arr_str(f, kv, i, &s);
 		const char *sp = s.len ? memchr(s.ptr, ' ', s.len) : NULL;
 		if (!sp || sp == s.ptr || sp == s.ptr + s.len - 1)
-			return tok_fail(err, GGUF_E_MALFORMED, kv->offset,
+			return gguf_error_set(err, GGUF_E_MALFORMED, kv->offset,
 					"merge %u is not 'left right' (key 'tokenizer.ggml.merges', offset %llu)",
 					i, (unsigned long long)kv->offset);
 		if ((rc = arena_put(t, s.ptr, s.len, &t->merge[i])))
@@ -476,10 +459,10 @@ static int tok_load(struct tokenizer *t, const struct gguf_file *f,
 	rc = gguf_get_str(f, "tokenizer.ggml.model", &model);
 	kv = gguf_find(f, "tokenizer.ggml.model");
 	if (rc == -ENOENT)
-		return tok_fail(err, GGUF_E_MISSING, 0,
+		return gguf_error_set(err, GGUF_E_MISSING, 0,
 				"key 'tokenizer.ggml.model' is missing: the file has no tokenizer");
 	if (rc)
-		return tok_fail(err, GGUF_E_TYPE, kv->offset,
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 				"key 'tokenizer.ggml.model' is not a string (offset %llu)",
 				(unsigned long long)kv->offset);
 	if (gguf_str_eq(model, "llama")) {
@@ -489,20 +472,20 @@ static int tok_load(struct tokenizer *t, const struct gguf_file *f,
 	} else {
 		char m[48];
 		snprintf(m, sizeof(m), "%.*s", (int)KVD_MIN(model.len, 40), model.ptr);
-		return tok_fail(err, GGUF_E_UNSUPPORTED, kv->offset,
+		return gguf_error_set(err, GGUF_E_UNSUPPORTED, kv->offset,
 				"tokenizer model '%s' is not supported (llama, gpt2) (offset %llu)",
 				m, (unsigned long long)kv->offset);
 	}
 	kv = gguf_find(f, "tokenizer.ggml.tokens");
 	if (!kv)
-		return tok_fail(err, GGUF_E_MISSING, 0,
+		return gguf_error_set(err, GGUF_E_MISSING, 0,
 				"key 'tokenizer.ggml.tokens' is missing");
 	if (kv->type != GGUF_VT_ARRAY || kv->arr_type != GGUF_VT_STRING)
-		return tok_fail(err, GGUF_E_TYPE, kv->offset,
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
 				"key 'tokenizer.ggml.tokens' is not an array of strings (offset %llu)",
 				(unsigned long long)kv->offset);
 	if (kv->arr_len == 0 || kv->arr_len > (1u << 24))
-		return tok_fail(err, GGUF_E_MALFORMED, kv->offset,
+		return gguf_error_set(err, GGUF_E_MALFORMED, kv->offset,
 				"tokenizer.ggml.tokens has %llu tokens (offset %llu)",
 				(unsigned long long)kv->arr_len,
 				(unsigned long long)kv->offset);
@@ -616,10 +599,10 @@ int tokenizer_new(struct tokenizer **out, const struct gguf_file *f,
 		*err = (struct gguf_error){ 0 };
 	t = calloc(1, sizeof(*t));
 	if (!t)
-		return tok_fail(err, -ENOMEM, 0, "out of memory");
+		return gguf_error_set(err, -ENOMEM, 0, "out of memory");
 	rc = tok_load(t, f, err);
 	if (rc < 0 && err && !err->code)
-		tok_fail(err, rc, 0, "tokenizer: %s", strerror(-rc));
+		gguf_error_set(err, rc, 0, "tokenizer: %s", strerror(-rc));
 	if (rc)
 		return rc;
 	*out = kvd_steal(&t);
