@@ -91,6 +91,10 @@ struct engine {
 	struct engine_event *ev;         /* (2 * max_batch) */
 	size_t n_ev;
 	struct sampler smp;
+
+	/* where step time goes: integrity checks vs the whole step */
+	uint64_t integrity_ns;
+	uint64_t step_ns;
 };
 
 /* ---- names ---------------------------------------------------------------- */
@@ -525,6 +529,7 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 {
 	uint32_t n_req, n_seq = 0, n_tok = 0, n_out = 0;
 	struct backend_batch batch;
+	uint64_t t_step = kvd_now_ns(), t_check;
 	int rc;
 
 	e->n_ev = 0;
@@ -535,7 +540,9 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 		struct engine_req *r = e->b_req[i];
 		uint32_t n_after = r->n_kv + e->b_chunk[i];
 
+		t_check = kvd_now_ns();
 		rc = req_check_pages(e, r, n_after);
+		e->integrity_ns += kvd_now_ns() - t_check;
 		if (rc) {
 			req_fail(e, r, ENGINE_E_INTEGRITY);
 			continue;
@@ -579,5 +586,13 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 		req_take_token(e, e->b_req[e->b_out_seq[j]],
 			       e->logits + (size_t)j * e->m->hp.n_vocab);
 	*n_ev = e->n_ev;
+	e->step_ns += kvd_now_ns() - t_step;
 	return 0;
+}
+
+void engine_timing(const struct engine *e, uint64_t *integrity_ns,
+		   uint64_t *step_ns)
+{
+	*integrity_ns = e->integrity_ns;
+	*step_ns = e->step_ns;
 }

@@ -163,3 +163,8 @@ const char *engine_finish_name(enum engine_finish f);
 const char *engine_strerror(int code);
 /* The kernel table the backend uses ("avx2", "scalar"). */
 const char *engine_kernels(const struct engine *e);
+/* Time spent so far in the integrity checks of completed steps (verify,
+ * tag write, verify again) and in those steps in all: the cost of tags,
+ * measured in the same run (tests/bench/bench_engine). */
+void engine_timing(const struct engine *e, uint64_t *integrity_ns,
+		   uint64_t *step_ns);
