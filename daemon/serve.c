@@ -255,7 +255,9 @@ static struct serve_msg *comp_run_job(struct serve_compute *c,
 	}
 	if (j->req)
 		engine_req_free(c->eng, j->req);
-	if (j->release && j->n_release)
+	if (j->release && j->n_release && j->quarantine)
+		(void)kvpool_quarantine(c->pool, j->owner, j->release, j->n_release);
+	else if (j->release && j->n_release)
 		(void)kvpool_release(c->pool, j->owner, j->release, j->n_release);
 	return comp_msg(SMSG_FREED, j->owner, NULL);
 }
@@ -404,7 +406,8 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 }
 
 int serve__compute_free(struct serve *s, struct serve_req *r,
-			const struct kvpool_ref *release, uint32_t n_release)
+			const struct kvpool_ref *release, uint32_t n_release,
+			bool quarantine)
 {
 	struct serve_job *j = calloc(1, sizeof(*j));
 
@@ -421,6 +424,7 @@ int serve__compute_free(struct serve *s, struct serve_req *r,
 		}
 		memcpy(j->release, release, sizeof(*release) * n_release);
 		j->n_release = n_release;
+		j->quarantine = quarantine;
 	}
 	r->ereq = NULL;
 	r->in_engine = false;

@@ -173,14 +173,23 @@ static int engine_code_to_proto(int e)
 	}
 }
 
-/* Free the engine's request; decode also hands back its lent pages. */
-static void client_engine_free(struct serve_req *r)
+/* Free the engine's request; decode also hands back its lent pages,
+ * quarantined when the engine reported ENGINE_E_INTEGRITY: a page whose
+ * tag is wrong had a writer we cannot trust (invariants 1, 2). The
+ * engine quarantines its own pages by the same rule. */
+static void client_engine_free(struct serve_req *r, int engine_error)
 {
+	bool quarantine = engine_error == ENGINE_E_INTEGRITY;
+
 	if (r->kind == SREQ_DECODE && r->pages_held) {
 		r->pages_held = false;
-		(void)serve__compute_free(r->s, r, r->table, r->n_table);
+		if (quarantine)
+			KVLOG_WARN(r->s->log, "pages_quarantined",
+				   "id=%llu pages=%u reason=engine_integrity",
+				   (unsigned long long)r->reg.id, r->n_table);
+		(void)serve__compute_free(r->s, r, r->table, r->n_table, quarantine);
 	} else {
-		(void)serve__compute_free(r->s, r, NULL, 0);
+		(void)serve__compute_free(r->s, r, NULL, 0, false);
 	}
 }
 
@@ -192,9 +201,9 @@ void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m)
 			r->fail_code = engine_code_to_proto(m->error);
 			serve__client_error(r, r->fail_code, "engine refused the request: %s",
 					    engine_strerror(m->error));
-			client_engine_free(r);
+			client_engine_free(r, m->error);
 		} else if (!r->client) {
-			client_engine_free(r);   /* orphaned while queued */
+			client_engine_free(r, 0);   /* orphaned while queued */
 		}
 		break;
 	case SMSG_TOKEN:
@@ -217,7 +226,7 @@ void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m)
 					    engine_finish_name(m->finish),
 					    engine_strerror(m->error));
 		}
-		client_engine_free(r);
+		client_engine_free(r, m->error);
 		break;
 	case SMSG_FREED:
 		serve__req_end(r, r->answered && !r->fail_code);
@@ -233,7 +242,7 @@ void serve__req_orphan(struct serve_req *r)
 	}
 	serve__client_detach(r);
 	if (r->state == SRS_COMPUTE && r->in_engine && !r->submit_pending)
-		client_engine_free(r);
+		client_engine_free(r, 0);
 	/* submit pending: SUBMITTED sees no client and frees */
 }
 

@@ -26,7 +26,9 @@
  * free list) until prefill's abort_ack says no byte for them is still in
  * flight, or the connections to that peer are torn down (also after
  * release_timeout_ms without an ack). A request whose client left keeps
- * running its transfer and releases afterwards (invariant 8).
+ * running its transfer and releases afterwards (invariant 8). Pages whose
+ * tag check fails (at mark_ready, or in the engine later) had a writer we
+ * cannot trust: they are quarantined, never released.
  *
  * Peers: decode connects to every peers.prefill address, exchanges hellos
  * (a mismatch of model, KV dtype or layout refuses the pairing), opens
@@ -60,6 +62,47 @@ static void decode_pages_free_now(struct serve_req *r)
 	r->fenced = false;
 	(void)kvpool_release(s->d->pool, r->reg.id, r->table, r->n_table);
 	r->pages_held = false;
+}
+
+/* The prefix was written by a writer we cannot trust: quarantine it,
+ * release the rest of the table (never written by anyone). */
+static void decode_pages_quarantine(struct serve_req *r, const char *reason)
+{
+	struct serve *s = r->s;
+
+	if (!r->pages_held)
+		return;
+	if (r->fenced)
+		(void)kvpool_unfence(s->d->pool, r->reg.id, r->table, r->n_prefix);
+	r->fenced = false;
+	(void)kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_prefix);
+	if (r->n_table > r->n_prefix)
+		(void)kvpool_release(s->d->pool, r->reg.id, r->table + r->n_prefix,
+				     r->n_table - r->n_prefix);
+	r->pages_held = false;
+	KVLOG_WARN(s->log, "pages_quarantined", "id=%llu pages=%u reason=%s",
+		   (unsigned long long)r->reg.id, r->n_prefix, reason);
+}
+
+/* Fault point retag_ready: after mark_ready, give the first prefix page
+ * another owner's tag, so only the engine's own check can catch it. */
+static void decode_fault_retag(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	const struct kvmem *mem = &s->d->mem;
+	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
+	struct kvtag tag;
+	void *dst;
+
+	if (!r->n_prefix || !kvd_fault_fire(&s->fault, KVD_FAULT_RETAG_READY))
+		return;
+	dst = kvpool_page_addr(s->d->pool, r->table[0].page);
+	kvtag_make(&tag, r->reg.id + 1, r->table[0].gen, r->table[0].page, 0,
+		   KVD_MIN(pt, r->n_prompt));
+	KVLOG_WARN(s->log, "fault", "point=retag_ready id=%llu page=%u",
+		   (unsigned long long)r->reg.id, r->table[0].page);
+	if (dst)
+		(void)mem->ops->write(mem->ctx, dst, &tag, sizeof(tag));
 }
 
 static void decode_detach_peer(struct serve_req *r)
@@ -483,14 +526,16 @@ static void decode_try_complete(struct serve_req *r)
 		s->d->counters.integrity_failures++;
 		r->fail_code = PROTO_ERR_INTEGRITY;
 		serve__client_error(r, PROTO_ERR_INTEGRITY, "%s", why);
-		/* every batch is in and nothing writes any more: the pages
-		 * themselves are sound (their next owner rewrites the tags),
-		 * only their contents are not this request's */
-		decode_pages_free_now(r);
+		/* every batch is in and passed its checksum and entry checks,
+		 * yet a tag is wrong: whoever wrote the prefix cannot be
+		 * trusted, so its pages never go back to the free list
+		 * (invariants 1, 2); the rest of the table was never written */
+		decode_pages_quarantine(r, "tag_check");
 		decode_detach_peer(r);
 		serve__req_end(r, false);
 		return;
 	}
+	decode_fault_retag(r);
 	(void)serve__send_peer((uv_stream_t *)&p->ctl, &ack);
 	decode_detach_peer(r);
 	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",

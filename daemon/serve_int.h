@@ -48,6 +48,8 @@ struct serve_job {
 	struct engine_req *req;          /* FREE */
 	struct kvpool_ref *release;      /* FREE: lent pages to release after */
 	uint32_t n_release;
+	bool quarantine;                 /* FREE: quarantine them instead (the
+					  * engine found a page it cannot trust) */
 };
 
 enum serve_msg_kind { SMSG_SUBMITTED = 1, SMSG_TOKEN, SMSG_DONE, SMSG_FREED };
@@ -286,8 +288,11 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 			  uint32_t max_tokens, bool prefill_only,
 			  const struct kvpool_ref *table, uint32_t n_table,
 			  uint32_t n_cached);
+/* Free r's engine request, then release the lent pages `release` (or,
+ * `quarantine`, take them out of circulation for good). */
 int serve__compute_free(struct serve *s, struct serve_req *r,
-			const struct kvpool_ref *release, uint32_t n_release);
+			const struct kvpool_ref *release, uint32_t n_release,
+			bool quarantine);
 /* The largest prompt + max_tokens this node itself can serve. */
 uint64_t serve__own_limit(struct serve *s);
 void serve__close_handle(struct serve *s, uv_handle_t *h);

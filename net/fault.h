@@ -23,6 +23,9 @@
  *                        (prefill's own admission must then reject)
  *   dup_entry            prefill names the first page of a multi-page
  *                        batch twice (the second entry repeats the first)
+ *   retag_ready          decode overwrites the first prefix page's tag with
+ *                        another owner's after mark_ready, so the engine's
+ *                        own tag check fails with ENGINE_E_INTEGRITY
  *
  * In a build without fault points kvd_fault_fire() is constant false and
  * the compiler removes every fault branch.
@@ -44,6 +47,7 @@ enum kvd_fault_point {
 	KVD_FAULT_BAD_TAG,
 	KVD_FAULT_SKIP_DECODE_ADMISSION,
 	KVD_FAULT_DUP_ENTRY,
+	KVD_FAULT_RETAG_READY,
 	KVD_FAULT__N,
 };
 

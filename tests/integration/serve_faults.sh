@@ -34,10 +34,14 @@ restart_prefill() { # restart_prefill [KVD_FAULT spec]
 	[ $n -gt 0 ]
 }
 
+QUAR=0                            # pages decode is expected to have quarantined
 after() { # after LABEL: terminal, zero pages, correct output
 	local label=$1 out
 	check "$label: zero pages held and nothing in flight on decode" settle df
 	check "$label: zero pages held and nothing in flight on prefill" settle pf
+	check "$label: decode quarantined exactly the expected pages ($QUAR)" \
+		test "$(status_get df pool.quarantined)" = "$QUAR"
+	check "$label: prefill quarantined nothing" test "$(status_get pf pool.quarantined)" = 0
 	out=$(gen "$C_PORT" --prompt "The end of the story" --max-tokens 12 --temperature 0.9 --seed 3 || true)
 	check "$label: a later request equals its offline run" same_ids "$out" "$REF"
 }
@@ -82,6 +86,8 @@ out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
 check "bad_tag: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
 check "bad_tag: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
 check "bad_tag: caught by the tag check at mark_ready" grep -q "event=request_failed .*code=INTEGRITY .*failed the tag check" "$T/df.log"
+check "bad_tag: decode quarantined the 7 prefix pages" grep -q "event=pages_quarantined .*pages=7 reason=tag_check" "$T/df.log"
+QUAR=7
 after bad_tag
 
 # --- abort handshake: pages stay fenced until prefill's abort_ack ----------
@@ -147,12 +153,23 @@ after prefill_killed
 
 check "decode counted every failure" test "$(status_get df counters.failed)" -ge 5
 
-# --- one batch naming the same page twice (coverage, invariant 6) ---------
-# needs batches of several pages: both nodes restart with 64 KiB batches
+# --- the engine's own tag check fails (invariants 1, 2) --------------------
+# decode restarts (counters from zero) with 64 KiB batches for dup_entry
 stop_node pf
 stop_node df
 sed -i "s/^max_batch_bytes = 16K$/max_batch_bytes = 64K/" "$T/df.ini" "$T/pf.ini"
-start_node df
+start_node df KVD_FAULT=retag_ready:1
+QUAR=0
+check "retag_ready: prefill up" restart_prefill
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "retag_ready: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
+check "retag_ready: decode broke a tag after mark_ready" grep -q "point=retag_ready" "$T/df.log"
+check "retag_ready: the lent pages were quarantined, not released" \
+	grep -q "event=pages_quarantined .*reason=engine_integrity" "$T/df.log"
+QUAR=$(grep -o "event=pages_quarantined .*reason=engine_integrity" "$T/df.log" | tail -1 | sed 's/.*pages=\([0-9]*\).*/\1/')
+after retag_ready
+
+# --- one batch naming the same page twice (coverage, invariant 6) ---------
 check "dup_entry: prefill up" restart_prefill dup_entry:1
 out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
 check "dup_entry: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
