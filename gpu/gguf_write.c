@@ -458,6 +458,36 @@ void gguf_quantize_q8_0(const float *x, uint64_t n, void *dst)
 	}
 }
 
+void gguf_quantize_q4_0(const float *x, uint64_t n, void *dst)
+{
+	/* (n / 32) blocks of { f16 d; u8 qs[16] }: element j is the low
+	 * nibble of qs[j], element j+16 the high one; value = (nib - 8) * d.
+	 * d carries the sign of the largest magnitude so that element maps
+	 * to nibble 0 (-8 x d) and the rest fall within [-8, 7]. */
+	uint8_t *out = dst;
+
+	for (uint64_t b = 0; b < n / 32; b++, x += 32, out += 18) {
+		float big = 0;
+
+		for (int i = 0; i < 32; i++)
+			if (fabsf(x[i]) > fabsf(big))
+				big = x[i];
+		float d = big / -8.0f;
+		float id = d ? 1.0f / d : 0.0f;
+		uint16_t dh = gguf_f32_to_f16(d);
+
+		memcpy(out, &dh, 2);
+		for (int j = 0; j < 16; j++) {
+			int lo = (int)lroundf(x[j] * id) + 8;
+			int hi = (int)lroundf(x[j + 16] * id) + 8;
+
+			lo = lo < 0 ? 0 : lo > 15 ? 15 : lo;
+			hi = hi < 0 ? 0 : hi > 15 ? 15 : hi;
+			out[2 + j] = (uint8_t)(lo | hi << 4);
+		}
+	}
+}
+
 /* ---- vocabulary ---------------------------------------------------------- */
 
 struct vocab {
@@ -787,6 +817,10 @@ static int gen_fill(void *vctx, uint64_t index, void *dst, uint64_t nbytes)
 				gguf_quantize_q8_0(row, n, out);
 				out += n / 32 * 34;
 				break;
+			case GGML_TYPE_Q4_0:
+				gguf_quantize_q4_0(row, n, out);
+				out += n / 32 * 18;
+				break;
 			default:
 				return -EINVAL;
 			}
@@ -860,11 +894,13 @@ int gguf_llama_params_check(const struct gguf_llama_params *p, char *why,
 	if (p->n_vocab < 259)
 		BAD("vocab %u is below 259 (3 specials + 256 bytes)", p->n_vocab);
 	if (p->wtype != GGML_TYPE_F32 && p->wtype != GGML_TYPE_F16 &&
-	    p->wtype != GGML_TYPE_Q8_0)
-		BAD("weight type %s not supported (f32, f16, q8_0)",
+	    p->wtype != GGML_TYPE_Q8_0 && p->wtype != GGML_TYPE_Q4_0)
+		BAD("weight type %s not supported (f32, f16, q8_0, q4_0)",
 		    ggml_type_name(p->wtype));
-	if (p->wtype == GGML_TYPE_Q8_0 && (p->n_embd % 32 || p->n_ff % 32))
-		BAD("q8_0 needs dim and ff to be multiples of 32");
+	if ((p->wtype == GGML_TYPE_Q8_0 || p->wtype == GGML_TYPE_Q4_0) &&
+	    (p->n_embd % 32 || p->n_ff % 32))
+		BAD("%s needs dim and ff to be multiples of 32",
+		    ggml_type_name(p->wtype));
 	if (!(p->norm_eps > 0) || !(p->rope_freq_base > 0))
 		BAD("norm eps and rope base must be positive");
 	return 0;
@@ -929,8 +965,10 @@ static int llama_add_vocab(struct gguf_writer *w,
 
 static uint32_t llama_file_type(enum ggml_type t)
 {
-	/* llama.cpp's LLAMA_FTYPE_*: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7 */
-	return t == GGML_TYPE_F16 ? 1 : t == GGML_TYPE_Q8_0 ? 7 : 0;
+	/* llama.cpp's LLAMA_FTYPE_*: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2,
+	 * MOSTLY_Q8_0 7 */
+	return t == GGML_TYPE_F16 ? 1 : t == GGML_TYPE_Q8_0 ? 7 :
+	       t == GGML_TYPE_Q4_0 ? 2 : 0;
 }
 
 int gguf_make_llama_writer(struct gguf_writer **out,

@@ -82,6 +82,8 @@ float gguf_f16_to_f32(uint16_t h);
 /* Quantize n (multiple of 32) floats to Q8_0 blocks: per block an f16
  * scale d = max|x| / 127 then 32 int8 q = round(x / d). */
 void gguf_quantize_q8_0(const float *x, uint64_t n, void *dst);
+/* Same for Q4_0: (n / 32) blocks of 18 bytes. */
+void gguf_quantize_q4_0(const float *x, uint64_t n, void *dst);
 
 /* ---- llama model generator --------------------------------------------- */
 enum gguf_vocab_kind {

@@ -285,9 +285,10 @@ END_TEST
 
 START_TEST(test_weight_types)
 {
-	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0 };
+	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+					 GGML_TYPE_Q4_0 };
 
-	for (size_t t = 0; t < 3; t++)
+	for (size_t t = 0; t < 4; t++)
 		for (int tied = 0; tied < 2; tied++) {
 			struct model *m = gen_model(types[t], tied);
 			struct job j, a, b;

@@ -613,14 +613,29 @@ START_TEST(test_f16_q8)
 			ck_assert_float_eq_tol(y, x[32 * b + i], dd * 0.51f + 1e-3f);
 		}
 	}
+	/* Q4_0: 16 levels, error at most half a step (plus f16 rounding) */
+	uint8_t q4[36];
+	gguf_quantize_q4_0(x, 64, q4);
+	for (int b = 0; b < 2; b++) {
+		uint16_t dh;
+		memcpy(&dh, q4 + 18 * b, 2);
+		float dd = gguf_f16_to_f32(dh);
+		for (int i = 0; i < 32; i++) {
+			uint8_t byte = q4[18 * b + 2 + (i % 16)];
+			int nib = i < 16 ? (byte & 0xf) : (byte >> 4);
+			float y = dd * (float)(nib - 8);
+			ck_assert_float_eq_tol(y, x[32 * b + i], fabsf(dd) * 0.51f + 1e-3f);
+		}
+	}
 }
 END_TEST
 
 START_TEST(test_make_llama)
 {
-	static const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0 };
+	static const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+						GGML_TYPE_Q4_0 };
 
-	for (int ti = 0; ti < 3; ti++)
+	for (int ti = 0; ti < 4; ti++)
 		for (int tied = 0; tied < 2; tied++)
 			for (int gpt2 = 0; gpt2 < 2; gpt2++) {
 				struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
@@ -671,7 +686,7 @@ START_TEST(test_make_llama)
 				ck_assert_int_eq(gguf_find(f, "tokenizer.ggml.scores") != NULL, !gpt2);
 				uint32_t ft;
 				gguf_get_u32(f, "general.file_type", &ft);
-				ck_assert_uint_eq(ft, ti == 0 ? 0 : ti == 1 ? 1 : 7);
+				ck_assert_uint_eq(ft, ti == 0 ? 0 : ti == 1 ? 1 : ti == 2 ? 7 : 2);
 				gguf_close(f);
 				free(buf);
 			}

@@ -44,7 +44,7 @@ check "streamed text is readable" grep -q "Lily" "$T/text.txt"
 	--top-k 40 --top-p 0.9 --seed 7 --threads 2 --page-tokens 3 --kv-dtype f32 --json >"$T/s2.json"
 check "sampled output independent of threads and pages" cmp -s "$T/s1.json" "$T/s2.json"
 
-for dt in f32 f16 q8_0; do
+for dt in f32 f16 q8_0 q4_0; do
 	"$KVCTL" model make "$T/m_$dt.gguf" --layers 2 --dim 64 --heads 4 --kv-heads 2 \
 		--ff 128 --vocab 512 --dtype "$dt" --seed 3 >/dev/null
 	set +e
