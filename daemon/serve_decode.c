@@ -603,6 +603,12 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 		return;
 	case PEER_MSG_PREFILL_REJECT:
 		r = decode_req_of(p, m->id);
+		if (r && r->state == SRS_ABORTING) {
+			/* our abort crossed prefill's refusal: it computed and
+			 * sent nothing for r, which is all its ack would say */
+			decode_abort_done(r);
+			return;
+		}
 		if (!r || r->state != SRS_TRANSFER)
 			return;
 		KVLOG_WARN(s->log, "prefill_rejected",
@@ -635,7 +641,11 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 		return;
 	case PEER_MSG_ABORT:
 		r = decode_req_of(p, m->id);
-		if (r && r->state == SRS_TRANSFER) {
+		if (r && r->state == SRS_ABORTING) {
+			/* our abort crossed prefill's own: it gave r up, which
+			 * is all its ack would say */
+			decode_abort_done(r);
+		} else if (r && r->state == SRS_TRANSFER) {
 			/* prefill gives up: its batches for r have left, and
 			 * decode writes nothing for a request it no longer
 			 * holds; acknowledge and release */

@@ -153,6 +153,7 @@ struct serve_req {
 	uint32_t batches_sent;
 	bool send_failed;
 	bool abort_requested;            /* decode asked us to abort */
+	bool abort_acked;                /* our abort_ack for it was sent */
 	bool released_by_peer;           /* release_ack seen */
 	bool short_fault;                /* fault point short_transfer */
 	bool slow_waited;                /* fault point slow_batch */

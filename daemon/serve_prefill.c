@@ -36,6 +36,7 @@
 
 #define PREFILL_SEND_WINDOW 2     /* batches queued per request at once */
 #define SLOW_BATCH_MS 300         /* fault point slow_batch */
+#define STUCK_SUBMIT_MS 2500      /* fault point stuck_submit */
 
 static void pconn_lost(struct pconn *pc, const char *why);
 
@@ -169,14 +170,29 @@ static void prefill_send_abort_ack(struct serve *s, struct pconn *pc,
 	(void)pconn_send(pc, &ack);
 }
 
+/* Decode's abort of r is answered once, as soon as nothing of r is
+ * queued for sending (abort_requested stops any further batch). */
+static void prefill_ack_abort(struct serve_req *r)
+{
+	if (r->abort_acked || r->sends_pending)
+		return;
+	r->abort_acked = true;
+	KVLOG_DEBUG(r->s->log, "abort_ack", "id=%llu remote_id=%llu state=%d",
+		    (unsigned long long)r->reg.id,
+		    (unsigned long long)r->remote_id, (int)r->state);
+	prefill_send_abort_ack(r->s, r->pc, r->remote_id);
+}
+
 /* Decode asked us to stop (or the operator did): ack once nothing of the
- * request is still queued for sending. */
+ * request is still queued for sending, free once nothing is in the
+ * engine's queue either. */
 static void prefill_abort_maybe_finish(struct serve_req *r)
 {
-	if (!r->abort_requested || r->sends_pending || r->submit_pending ||
-	    r->state == SRS_FREEING || r->ended)
+	if (!r->abort_requested || r->sends_pending || r->ended)
 		return;
-	prefill_send_abort_ack(r->s, r->pc, r->remote_id);
+	prefill_ack_abort(r);
+	if (r->submit_pending || r->state == SRS_FREEING)
+		return;
 	KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=\"%s\"",
 		   (unsigned long long)r->reg.id,
 		   (unsigned long long)r->remote_id,
@@ -217,6 +233,19 @@ static struct serve_req *prefill_find(struct pconn *pc, uint64_t remote_id)
 }
 
 /* ---- admission ----------------------------------------------------------------- */
+
+/* Fault point stuck_submit: the submit "was queued" for STUCK_SUBMIT_MS,
+ * then the engine refuses it as busy. */
+static void prefill_stuck_submit_cb(uv_timer_t *t)
+{
+	struct serve_req *r = t->data;
+	struct serve_msg m = { .kind = SMSG_SUBMITTED, .owner = r->reg.id,
+			       .error = ENGINE_E_BUSY };
+
+	r->submit_pending = false;
+	r->in_engine = false;
+	serve__prefill_engine_msg(r, &m);
+}
 
 static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 {
@@ -297,6 +326,14 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 		r->prompt[i] = (int32_t)m->tokens[i];
 	serve__req_register(r);
 	r->state = SRS_COMPUTE;
+	if (kvd_fault_fire(&s->fault, KVD_FAULT_STUCK_SUBMIT)) {
+		KVLOG_WARN(s->log, "fault", "point=stuck_submit id=%llu delay_ms=%u",
+			   (unsigned long long)r->reg.id, STUCK_SUBMIT_MS);
+		r->in_engine = true;
+		r->submit_pending = true;
+		serve__timer_start(r, STUCK_SUBMIT_MS, prefill_stuck_submit_cb);
+		return;
+	}
 	if (serve__compute_submit(s, r, r->prompt, r->n_prompt, r->max_tokens,
 				  true, NULL, 0, 0)) {
 		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL, "out of memory");
@@ -638,13 +675,20 @@ static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
 			prefill_send_abort_ack(pc->s, pc, m->id);
 			return;
 		}
+		if (!r->fail_code) {
+			snprintf(r->fail_msg, sizeof(r->fail_msg), "decode aborted: %s (%.200s)",
+				 proto_err_name(m->code), m->message);
+			r->fail_code = m->code ? m->code : PROTO_ERR_INTERNAL;
+		}
 		r->abort_requested = true;
-		snprintf(r->fail_msg, sizeof(r->fail_msg), "decode aborted: %s (%.200s)",
-			 proto_err_name(m->code), m->message);
-		r->fail_code = m->code ? m->code : PROTO_ERR_INTERNAL;
+		/* Answer now whenever nothing of r is queued for sending - also
+		 * when we failed r ourselves (FREEING: our abort crossed
+		 * decode's) or its submit is still queued (it may yet fail
+		 * with a prefill_reject): decode holds its pages fenced until
+		 * this ack, so no state of ours may swallow it. */
+		prefill_ack_abort(r);
 		if (r->state == SRS_COMPUTE && r->in_engine && !r->submit_pending) {
-			/* nothing was queued for it: cancel the compute, ack */
-			prefill_send_abort_ack(pc->s, pc, r->remote_id);
+			/* nothing was queued for it: cancel the compute */
 			prefill_free(r);
 			return;
 		}

@@ -24,6 +24,7 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_SKIP_DECODE_ADMISSION] = "skip_decode_admission",
 	[KVD_FAULT_DUP_ENTRY] = "dup_entry",
 	[KVD_FAULT_RETAG_READY] = "retag_ready",
+	[KVD_FAULT_STUCK_SUBMIT] = "stuck_submit",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

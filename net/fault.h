@@ -23,6 +23,8 @@
  *                        (prefill's own admission must then reject)
  *   dup_entry            prefill names the first page of a multi-page
  *                        batch twice (the second entry repeats the first)
+ *   stuck_submit         prefill holds a request's engine submit for 2.5 s,
+ *                        then the engine refuses it as busy
  *   retag_ready          decode overwrites the first prefix page's tag with
  *                        another owner's after mark_ready, so the engine's
  *                        own tag check fails with ENGINE_E_INTEGRITY
@@ -48,6 +50,7 @@ enum kvd_fault_point {
 	KVD_FAULT_SKIP_DECODE_ADMISSION,
 	KVD_FAULT_DUP_ENTRY,
 	KVD_FAULT_RETAG_READY,
+	KVD_FAULT_STUCK_SUBMIT,
 	KVD_FAULT__N,
 };
 

@@ -106,9 +106,10 @@ check "timeout: TIMEOUT reaches the client" test "$(echo "$out" | json_get error
 check "timeout: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
 check "timeout: decode aborted the transfer" grep -q "event=transfer_abort .*code=TIMEOUT" "$T/df.log"
 
-# --- client disconnect mid-transfer (invariant 8) -------------------------
 check "timeout: zero pages held on decode" settle df
 check "timeout: zero pages held on prefill" settle pf
+
+# --- client disconnect mid-transfer (invariant 8) -------------------------
 # --- kvctl abort ID mid-transfer: the normal failure path -------------------
 "$KVCTL" generate --server "127.0.0.1:$C_PORT" --json --tokens "$SHORT" --max-tokens 8 >"$T/abort.out" 2>&1 &
 cpid=$!
@@ -150,6 +151,22 @@ check "prefill killed: no token emitted" test -z "$(echo "$out" | json_get outpu
 check "prefill killed: decode holds no page and nothing in flight" settle df
 check "prefill killed: prefill restarts and pairs again" restart_prefill
 after prefill_killed
+
+# --- abort handshake: decode's abort crosses a submit that then fails ------
+# prefill's submit is stuck past decode's prefill timeout, then refused:
+# prefill must still answer the abort (no abort_ack_timeout, peer kept)
+check "stuck_submit: prefill up" restart_prefill stuck_submit:1
+downs=$(grep -c "event=peer_down" "$T/df.log" || true)
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "stuck_submit: TIMEOUT reaches the client" test "$(echo "$out" | json_get error)" = TIMEOUT
+check "stuck_submit: prefill's submit was stuck" grep -q "point=stuck_submit" "$T/pf.log"
+check "stuck_submit: the refused submit reached decode (3 s)" wait_log "$T/pf.log" "event=prefill_reject .*OVERLOADED" 5
+sleep 1.5                         # past decode's release_timeout_ms (2 s)
+check "stuck_submit: decode got its abort_ack (no timeout)" \
+	test "$(grep -c "event=abort_ack_timeout" "$T/df.log" || true)" = 0
+check "stuck_submit: the peer connection survived" \
+	test "$(grep -c "event=peer_down" "$T/df.log" || true)" = "$downs"
+after stuck_submit
 
 check "decode counted every failure" test "$(status_get df counters.failed)" -ge 5
 
