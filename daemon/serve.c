@@ -91,6 +91,17 @@ int serve__send_peer(uv_stream_t *st, const struct proto_peer_msg *m)
 
 /* ---- requests -------------------------------------------------------------- */
 
+static void serve_job_free(struct serve_job *j)
+{
+	if (!j)
+		return;
+	free(j->prompt);
+	free(j->table);
+	free(j->release);
+	free(j->reply);
+	free(j);
+}
+
 struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 {
 	struct serve_req *r = calloc(1, sizeof(*r));
@@ -100,7 +111,12 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	r->s = s;
 	r->kind = kind;
 	r->t_arrive_ns = kvd_now_ns();
-	if (uv_timer_init(&s->d->loop, &r->timer)) {
+	r->free_job = calloc(1, sizeof(*r->free_job));
+	if (r->free_job)
+		r->free_job->reply = calloc(1, sizeof(*r->free_job->reply));
+	if (!r->free_job || !r->free_job->reply ||
+	    uv_timer_init(&s->d->loop, &r->timer)) {
+		serve_job_free(r->free_job);
 		free(r);
 		return NULL;
 	}
@@ -143,6 +159,7 @@ static void serve_req_free_cb(uv_handle_t *h)
 
 	if (r->dt_init)
 		detok_deinit(&r->dt);
+	serve_job_free(r->free_job);
 	free(r->prompt);
 	free(r->table);
 	free(r->got);
@@ -259,7 +276,11 @@ static struct serve_msg *comp_run_job(struct serve_compute *c,
 		(void)kvpool_quarantine(c->pool, j->owner, j->release, j->n_release);
 	else if (j->release && j->n_release)
 		(void)kvpool_release(c->pool, j->owner, j->release, j->n_release);
-	return comp_msg(SMSG_FREED, j->owner, NULL);
+	m = j->reply;             /* preallocated: FREED always comes back */
+	j->reply = NULL;
+	m->kind = SMSG_FREED;
+	m->owner = j->owner;
+	return m;
 }
 
 /* Thread: one engine step's events become messages. */
@@ -327,10 +348,7 @@ static void *comp_main(void *arg)
 
 			jobs = j->next;
 			m = comp_run_job(c, j);
-			free(j->prompt);
-			free(j->table);
-			free(j->release);
-			free(j);
+			serve_job_free(j);
 			if (!m)
 				continue;
 			if (tail)
@@ -405,32 +423,27 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 	return 0;
 }
 
-int serve__compute_free(struct serve *s, struct serve_req *r,
-			const struct kvpool_ref *release, uint32_t n_release,
-			bool quarantine)
+void serve__compute_free(struct serve *s, struct serve_req *r,
+			 bool release_table, bool quarantine)
 {
-	struct serve_job *j = calloc(1, sizeof(*j));
+	struct serve_job *j = r->free_job;
 
+	r->state = SRS_FREEING;
 	if (!j)
-		return -ENOMEM;
+		return;   /* queued already: its FREED ends r */
+	r->free_job = NULL;
 	j->kind = SJOB_FREE;
 	j->owner = r->reg.id;
 	j->req = r->ereq;
-	if (release && n_release) {
-		j->release = malloc(sizeof(*release) * n_release);
-		if (!j->release) {
-			free(j);
-			return -ENOMEM;
-		}
-		memcpy(j->release, release, sizeof(*release) * n_release);
-		j->n_release = n_release;
+	if (release_table && r->table && r->n_table) {
+		j->release = r->table;
+		j->n_release = r->n_table;
 		j->quarantine = quarantine;
+		r->table = NULL;
 	}
 	r->ereq = NULL;
 	r->in_engine = false;
-	r->state = SRS_FREEING;
 	comp_queue(&s->comp, j);
-	return 0;
 }
 
 /* Loop: the thread's messages. */
@@ -519,10 +532,7 @@ static void comp_stop(struct serve *s)
 		struct serve_job *j = c->jobs;
 
 		c->jobs = j->next;
-		free(j->prompt);
-		free(j->table);
-		free(j->release);
-		free(j);
+		serve_job_free(j);
 	}
 	while (c->msgs) {
 		struct serve_msg *m = c->msgs;

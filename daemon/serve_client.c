@@ -187,9 +187,9 @@ static void client_engine_free(struct serve_req *r, int engine_error)
 			KVLOG_WARN(r->s->log, "pages_quarantined",
 				   "id=%llu pages=%u reason=engine_integrity",
 				   (unsigned long long)r->reg.id, r->n_table);
-		(void)serve__compute_free(r->s, r, r->table, r->n_table, quarantine);
+		serve__compute_free(r->s, r, true, quarantine);
 	} else {
-		(void)serve__compute_free(r->s, r, NULL, 0, false);
+		serve__compute_free(r->s, r, false, false);
 	}
 }
 

@@ -46,10 +46,13 @@ struct serve_job {
 	int32_t *prompt;                 /* (rp.n_prompt) */
 	struct kvpool_ref *table;        /* (rp.n_table) lent pages, or NULL */
 	struct engine_req *req;          /* FREE */
-	struct kvpool_ref *release;      /* FREE: lent pages to release after */
+	struct kvpool_ref *release;      /* FREE: (n_release) lent pages to
+					  * release after, owned by the job */
 	uint32_t n_release;
 	bool quarantine;                 /* FREE: quarantine them instead (the
 					  * engine found a page it cannot trust) */
+	struct serve_msg *reply;         /* FREE: its SMSG_FREED, allocated with
+					  * the job so freeing cannot fail */
 };
 
 enum serve_msg_kind { SMSG_SUBMITTED = 1, SMSG_TOKEN, SMSG_DONE, SMSG_FREED };
@@ -122,6 +125,9 @@ struct serve_req {
 	bool answered;                   /* final or error sent (or client gone) */
 
 	/* engine */
+	struct serve_job *free_job;      /* SJOB_FREE allocated at creation
+					  * (with its reply), so ending never
+					  * needs memory; NULL once queued */
 	struct engine_req *ereq;
 	bool in_engine;                  /* submitted and not freed */
 	bool submit_pending;
@@ -289,11 +295,12 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 			  uint32_t max_tokens, bool prefill_only,
 			  const struct kvpool_ref *table, uint32_t n_table,
 			  uint32_t n_cached);
-/* Free r's engine request, then release the lent pages `release` (or,
- * `quarantine`, take them out of circulation for good). */
-int serve__compute_free(struct serve *s, struct serve_req *r,
-			const struct kvpool_ref *release, uint32_t n_release,
-			bool quarantine);
+/* Free r's engine request through r's preallocated free job (cannot
+ * fail; once per request), then, `release_table`, release the pages of
+ * r->table (the job takes the array: r->table becomes NULL), or with
+ * `quarantine` take them out of circulation for good. SMSG_FREED follows. */
+void serve__compute_free(struct serve *s, struct serve_req *r,
+			 bool release_table, bool quarantine);
 /* The largest prompt + max_tokens this node itself can serve. */
 uint64_t serve__own_limit(struct serve *s);
 void serve__close_handle(struct serve *s, uv_handle_t *h);

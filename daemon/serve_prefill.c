@@ -108,7 +108,7 @@ static void prefill_free(struct serve_req *r)
 		return;
 	serve__timer_stop(r);
 	if (r->in_engine && !r->submit_pending) {
-		(void)serve__compute_free(r->s, r, NULL, 0, false);
+		serve__compute_free(r->s, r, false, false);
 		return;
 	}
 	if (!r->in_engine) {
