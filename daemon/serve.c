@@ -213,6 +213,16 @@ static int serve_req_abort(struct kvd_request *reg, const char *reason)
 		serve__prefill_abort(r, reason);
 		return 0;
 	}
+	if (r->kind == SREQ_DECODE && r->state == SRS_TRANSFER) {
+		/* stop the transfer: abort handshake, pages fenced until
+		 * prefill's ack (invariant 7) */
+		serve__decode_abort(r, reason);
+		return 0;
+	}
+	/* computing (or already failing): stop streaming, free, and end
+	 * as failed, not ok */
+	if (!r->fail_code)
+		r->fail_code = PROTO_ERR_INTERNAL;
 	serve__client_error(r, PROTO_ERR_INTERNAL, "aborted by the operator: %s",
 			    reason);
 	serve__req_orphan(r);

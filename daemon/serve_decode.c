@@ -177,6 +177,14 @@ static void decode_abort_done(struct serve_req *r)
 	serve__req_end(r, false);
 }
 
+void serve__decode_abort(struct serve_req *r, const char *reason)
+{
+	char msg[PROTO_CLIENT_MSG_MAX + 1];
+
+	snprintf(msg, sizeof(msg), "aborted by the operator: %s", reason);
+	decode_fail(r, PROTO_ERR_INTERNAL, true, msg);
+}
+
 void serve__decode_freed(struct serve_req *r)
 {
 	decode_detach_peer(r);

@@ -328,6 +328,8 @@ void serve__decode_stop(struct serve *s);
 void serve__decode_admit(struct serve_req *r);
 void serve__decode_client_gone(struct serve_req *r);
 void serve__decode_heartbeat(struct serve *s);
+/* kvctl abort of a request in transfer: fail it, abort handshake. */
+void serve__decode_abort(struct serve_req *r, const char *reason);
 /* Pages of a decode request are back (after the engine freed them). */
 void serve__decode_freed(struct serve_req *r);
 

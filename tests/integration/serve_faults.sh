@@ -111,6 +111,7 @@ check "timeout: zero pages held on prefill" settle pf
 
 # --- client disconnect mid-transfer (invariant 8) -------------------------
 # --- kvctl abort ID mid-transfer: the normal failure path -------------------
+failed0=$(status_get df counters.failed)
 "$KVCTL" generate --server "127.0.0.1:$C_PORT" --json --tokens "$SHORT" --max-tokens 8 >"$T/abort.out" 2>&1 &
 cpid=$!
 PIDS+=($cpid)
@@ -122,6 +123,9 @@ wait $cpid 2>/dev/null || true
 out=$(cat "$T/abort.out")
 check "kvctl abort: the client gets a typed error, no token" \
 	test "$(echo "$out" | json_get error)" = INTERNAL -a -z "$(echo "$out" | json_get output_ids)"
+check "kvctl abort: decode aborted the transfer (abort handshake)" \
+	grep -q "event=transfer_abort id=$id .*code=INTERNAL" "$T/df.log"
+check "kvctl abort: counted as failed" test "$(status_get df counters.failed)" = $((failed0 + 1))
 check "kvctl abort: zero pages held afterwards on decode" settle df
 check "kvctl abort: zero pages held afterwards on prefill" settle pf
 
