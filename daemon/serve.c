@@ -25,6 +25,7 @@
 #include "conf/util.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -730,6 +731,10 @@ int serve_start(struct kvd_daemon *d)
 
 	if (!d->pool || !d->model)
 		return -EINVAL;
+	/* A peer that closes a connection we are writing to must fail that
+	 * write (EPIPE, handled as a lost peer), not kill the node: libuv
+	 * writes with write(2), which raises SIGPIPE. */
+	signal(SIGPIPE, SIG_IGN);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;

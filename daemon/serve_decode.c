@@ -46,6 +46,8 @@
 
 static void peer_connect(struct peer *p);
 static void peer_lost(struct peer *p, const char *why);
+static unsigned peer_lost_code(struct peer *p, const char *why, int code,
+			       const char *msg);
 static void peer_figures_update(struct serve *s);
 static void decode_try_complete(struct serve_req *r);
 
@@ -476,18 +478,21 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 	decode_try_complete(r);
 }
 
+/* A batch failed its checksum (or came without one): its header is as
+ * untrustworthy as its pages, so the id it names may be an innocent
+ * request's and the real victim's pages may be anywhere in the stream.
+ * The data stream as a whole is broken: every transfer on this peer fails
+ * with INTEGRITY and both connections are torn down, which also ends any
+ * write into their pages (invariants 2, 7). */
 static void peer_rx_bad(void *arg, int code, const struct xfer_hdr *h)
 {
 	struct peer *p = arg;
-	struct serve_req *r = decode_req_of(p, h->request_id);
 
 	KVLOG_WARN(p->s->log, "batch_checksum",
-		   "peer=%s id=%llu seq=%u error=%s", p->addr,
+		   "peer=%s claimed_id=%llu seq=%u error=%s", p->addr,
 		   (unsigned long long)h->request_id, h->seq, xfer_strerror(code));
-	if (r)
-		decode_fail(r, PROTO_ERR_INTEGRITY, true,
-			    "a KV batch failed its checksum; no token was produced from it");
-	else
+	if (!peer_lost_code(p, "a KV batch failed its checksum", PROTO_ERR_INTEGRITY,
+			    "a KV batch on the prefill peer's data connection failed its checksum; no token was produced from it"))
 		p->s->d->counters.integrity_failures++;
 }
 
@@ -912,15 +917,18 @@ static void peer_data_closed(struct transport *t)
 		uv_timer_start(&p->retry, peer_retry_cb, PEER_RETRY_MS, 0);
 }
 
-/* Tear both connections down; every transfer on this peer fails, and
- * since nothing can write for them any more, their pages are unfenced. */
-static void peer_lost(struct peer *p, const char *why)
+/* Tear both connections down; every transfer on this peer fails with
+ * `code` and `msg`, and since nothing can write for them any more, their
+ * pages are unfenced. Returns how many transfers failed. */
+static unsigned peer_lost_code(struct peer *p, const char *why, int code,
+			       const char *msg)
 {
 	struct serve *s = p->s;
 	struct serve_req *r, *next;
+	unsigned n = 0;
 
 	if (p->closing || !p->ctl_open)
-		return;
+		return 0;
 	if (why)
 		KVLOG_WARN(s->log, "peer_down", "peer=%s msg=\"%s\" was_up=%d",
 			   p->addr, why, p->up);
@@ -943,12 +951,20 @@ static void peer_lost(struct peer *p, const char *why)
 		next = r->next;
 		if (r->kind != SREQ_DECODE || r->peer != p)
 			continue;
-		if (r->state == SRS_ABORTING)
+		if (r->state == SRS_ABORTING) {
 			decode_abort_done(r);
-		else if (r->state == SRS_TRANSFER)
-			decode_fail(r, PROTO_ERR_INTERNAL, false,
-				    "the prefill peer was lost during the transfer");
+		} else if (r->state == SRS_TRANSFER) {
+			decode_fail(r, code, false, msg);
+			n++;
+		}
 	}
+	return n;
+}
+
+static void peer_lost(struct peer *p, const char *why)
+{
+	(void)peer_lost_code(p, why, PROTO_ERR_INTERNAL,
+			     "the prefill peer was lost during the transfer");
 }
 
 static void peer_connect(struct peer *p)

@@ -52,9 +52,14 @@ out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
 check "corrupt_batch: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
 check "corrupt_batch: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
 check "corrupt_batch: decode logged the checksum failure" grep -q "event=batch_checksum .*error=checksum_mismatch" "$T/df.log"
-check "corrupt_batch: decode aborted with fenced pages" grep -q "event=transfer_abort .*code=INTEGRITY" "$T/df.log"
-check "corrupt_batch: prefill acknowledged the abort" wait_log "$T/pf.log" "event=prefill_aborted" 5
+# the header of a corrupt batch is not trusted: the data stream is broken
+check "corrupt_batch: decode tore the peer down" grep -q "event=peer_down .*failed its checksum" "$T/df.log"
+check "corrupt_batch: prefill saw the connection go" wait_log "$T/pf.log" "event=peer_down" 5
+check "corrupt_batch: prefill survived writing into the torn-down connection" kill -0 "$PID_pf"
 check "corrupt_batch: counted as an integrity failure" test "$(status_get df counters.integrity_failures)" -ge 1
+ups=$((ups + 1))
+n=0; while [ $n -lt 200 ] && [ "$(grep -c 'event=peer_up' "$T/df.log")" -lt $ups ]; do sleep 0.05; n=$((n + 1)); done
+check "corrupt_batch: decode reconnected" test $n -lt 200
 after corrupt_batch
 
 check "short_transfer: prefill up" restart_prefill short_transfer:1
@@ -91,7 +96,7 @@ QUAR=7
 after bad_tag
 
 # --- abort handshake: pages stay fenced until prefill's abort_ack ----------
-check "slow_abort_ack: prefill up" restart_prefill corrupt_batch:1,slow_abort_ack:1
+check "slow_abort_ack: prefill up" restart_prefill stale_generation:1,slow_abort_ack:1
 out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
 check "slow_abort_ack: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
 f=$(status_get df pool.fenced)
