@@ -977,8 +977,12 @@ static void peer_connect(struct peer *p)
 		KVLOG_ERR(s->log, "peer_address", "peer=%s msg=\"bad address\"", p->addr);
 		return;
 	}
-	if (uv_tcp_init(&s->d->loop, &p->ctl))
+	if (uv_tcp_init(&s->d->loop, &p->ctl)) {
+		/* nothing to close: try again later, or never reconnect */
+		if (!s->stopping && p->retry_open)
+			uv_timer_start(&p->retry, peer_retry_cb, PEER_RETRY_MS, 0);
 		return;
+	}
 	p->ctl.data = p;
 	p->ctl_open = true;
 	uv_tcp_nodelay(&p->ctl, 1);

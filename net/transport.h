@@ -7,14 +7,17 @@
  * pool at mark_ready, whatever carried the bytes.
  *
  * Sender (prefill): ops->send() takes up to xfer_batch_pages_max() pages
- * of one request. The transport copies the source pages out of the local
- * pool *during* send() (so the source pages are not read after it
- * returns), rewrites each page's integrity tag for its destination (owner
- * = decode's request id, destination page, generation, index, tokens),
- * checksums the batch and queues it. The callback fires exactly once, on
- * the loop thread, when the batch has left (0) or could not (negative
- * errno, e.g. -ECANCELED when the transport closed). If send() returns an
- * error the callback never fires.
+ * of one request. The transport tags each page for its destination
+ * (owner = decode's request id, destination page, generation, index,
+ * tokens), checksums the batch and queues it. It may read the source
+ * pages until the callback fires (tcp sends them zero-copy from the pool;
+ * verbs lets the NIC read them): the sender must keep them allocated and
+ * unchanged - out of the free list - until then (prefill holds its pages
+ * while sends_pending > 0). The callback fires exactly once, on the loop
+ * thread, when the batch has left (0: handed to the kernel or the NIC,
+ * not necessarily received) or could not (negative errno, e.g.
+ * -ECANCELED when the transport closed). If send() returns an error the
+ * callback never fires.
  *
  * Receiver (decode): every verified batch is handed to recv.batch(); the
  * owner checks the entries against the request's reservation and writes

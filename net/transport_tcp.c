@@ -6,12 +6,14 @@
  * prefill writes, decode reads. Decode's only bytes on it are the data
  * hello, which the owner exchanges before calling transport_tcp_start().
  *
- * Sending copies the source pages into a batch buffer right away (through
- * the kvmem backend, so device memory works the same), rewrites each
- * page's tag for its destination, checksums, and queues one uv_write. The
- * buffer lives until the write callback; the source pages are not read
- * again after send() returns, so prefill's deferred release only has to
- * wait for decode's acknowledgement, not for the socket.
+ * Sending, from a host-visible pool, writes the pages zero-copy: one
+ * small buffer (header, entries, destination tags) and each page's K/V
+ * straight from the pool as iovecs, so the source pages are read until
+ * the write callback fires - the sender must hold them until then
+ * (transport.h; prefill keeps its pages while sends_pending > 0). Other
+ * pools (and the fault points) take the copy path: the pages are copied
+ * into a batch buffer during send() through the kvmem backend, tags
+ * rewritten, checksummed, and the buffer lives until the write callback.
  *
  * Receiving feeds the bytes into an xfer_reader, which bounds what it
  * buffers by the negotiated batch size and verifies each batch's checksum
