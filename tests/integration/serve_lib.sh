@@ -81,7 +81,7 @@ pair() {
 }
 
 # wait_up DECODE_NAME: the decode node logged its peer's capacity.
-wait_up() { wait_log "$T/$1.log" "event=peer_capacity" "${2:-15}"; }
+wait_up() { wait_log "$T/$1.log" "event=peer_capacity" "${2:-40}"; }
 
 # gen PORT ARGS...: kvctl generate --json against 127.0.0.1:PORT.
 gen() {
