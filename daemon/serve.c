@@ -230,6 +230,44 @@ static int serve_req_abort(struct kvd_request *reg, const char *reason)
 	return 0;
 }
 
+const char *serve__peer_feed(struct serve *s, const char *who,
+			     struct frame_decoder *dec, const char *q, size_t n,
+			     const bool *closing,
+			     void (*on_msg)(void *arg, struct proto_peer_msg *m),
+			     void *arg)
+{
+	while (n > 0 && !*closing) {
+		size_t used;
+		int rc = frame_decoder_feed(dec, q, n, &used);
+
+		if (rc)
+			return "control stream error";
+		q += used;
+		n -= used;
+		for (;;) {
+			const msgpack_object *map;
+			struct proto_peer_msg m;
+			struct frame_error err = { 0 };
+
+			rc = frame_decoder_next(dec, &map);
+			if (rc == FRAME_E_AGAIN)
+				break;
+			if (rc == 0)
+				rc = proto_peer_parse(map, &m, &err);
+			if (rc) {
+				KVLOG_ERR(s->log, "peer_protocol", "peer=%s code=%s msg=\"%s\"",
+					  who, frame_strerror(rc), err.msg);
+				return "protocol error";
+			}
+			on_msg(arg, &m);
+			proto_peer_msg_deinit(&m);
+			if (*closing)
+				return NULL;
+		}
+	}
+	return NULL;
+}
+
 uint64_t serve__own_limit(struct serve *s)
 {
 	uint64_t lim = s->d->cap.advertised_context;

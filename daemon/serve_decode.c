@@ -811,56 +811,34 @@ static void peer_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 	*buf = uv_buf_init(p->rbuf, sizeof(p->rbuf));
 }
 
+/* One control message from a prefill peer: the hello first, then the rest. */
+static void peer_dispatch(void *arg, struct proto_peer_msg *m)
+{
+	struct peer *p = arg;
+
+	if (p->hello_seen)
+		peer_on_msg(p, m);
+	else if (m->type == PEER_MSG_HELLO)
+		peer_on_hello(p, m);
+	else
+		peer_lost(p, "no hello");
+}
+
 static void peer_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
 	struct peer *p = st->data;
-	const char *q = buf->base;
-	size_t n = nread > 0 ? (size_t)nread : 0;
+	const char *why;
 
 	if (nread < 0) {
 		peer_lost(p, "control connection closed");
 		return;
 	}
 	p->last_heard_ns = kvd_now_ns();
-	while (n > 0 && !p->closing) {
-		size_t used;
-		int rc = frame_decoder_feed(&p->dec, q, n, &used);
-
-		if (rc) {
-			peer_lost(p, "control stream error");
-			return;
-		}
-		q += used;
-		n -= used;
-		for (;;) {
-			const msgpack_object *map;
-			struct proto_peer_msg m;
-			struct frame_error err = { 0 };
-
-			rc = frame_decoder_next(&p->dec, &map);
-			if (rc == FRAME_E_AGAIN)
-				break;
-			if (rc == 0)
-				rc = proto_peer_parse(map, &m, &err);
-			if (rc) {
-				KVLOG_ERR(p->s->log, "peer_protocol", "peer=%s code=%s msg=\"%s\"",
-					  p->addr, frame_strerror(rc), err.msg);
-				peer_lost(p, "protocol error");
-				return;
-			}
-			if (!p->hello_seen) {
-				if (m.type == PEER_MSG_HELLO)
-					peer_on_hello(p, &m);
-				else
-					peer_lost(p, "no hello");
-			} else {
-				peer_on_msg(p, &m);
-			}
-			proto_peer_msg_deinit(&m);
-			if (p->closing)
-				return;
-		}
-	}
+	why = serve__peer_feed(p->s, p->addr, &p->dec, buf->base,
+			       nread > 0 ? (size_t)nread : 0, &p->closing,
+			       peer_dispatch, p);
+	if (why)
+		peer_lost(p, why);
 }
 
 static void peer_connected(uv_connect_t *req, int status)

@@ -282,6 +282,15 @@ struct serve {
 uint64_t serve__now_ms(void);
 int serve__write(uv_stream_t *st, char *data, size_t len);
 int serve__send_peer(uv_stream_t *st, const struct proto_peer_msg *m);
+/* Feed bytes read on a peer control connection to `dec` and hand every
+ * parsed message to on_msg(arg, m) (the message is deinit'd after), until
+ * the bytes run out or *closing turns true. NULL, or the reason the
+ * stream must be torn down (logged here with `who`). */
+const char *serve__peer_feed(struct serve *s, const char *who,
+			     struct frame_decoder *dec, const char *q, size_t n,
+			     const bool *closing,
+			     void (*on_msg)(void *arg, struct proto_peer_msg *m),
+			     void *arg);
 struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind);
 struct serve_req *serve__req_find(struct serve *s, uint64_t id);
 /* Register in the registry (after admission). */

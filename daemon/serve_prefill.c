@@ -791,58 +791,37 @@ static void pconn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 	*buf = uv_buf_init(pc->rbuf, sizeof(pc->rbuf));
 }
 
+/* One control message from a decode peer: hello (or a data connection's
+ * introduction) first, then the rest. */
+static void pconn_dispatch(void *arg, struct proto_peer_msg *m)
+{
+	struct pconn *pc = arg;
+
+	if (pc->hello_done)
+		pconn_on_msg(pc, m);
+	else if (m->type == PEER_MSG_HELLO)
+		pconn_on_hello(pc, m);
+	else if (m->type == PEER_MSG_DATA)
+		pconn_on_data(pc, m);
+	else
+		pconn_lost(pc, "no hello");
+}
+
 static void pconn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
 	struct pconn *pc = st->data;
-	const char *q = buf->base;
-	size_t n = nread > 0 ? (size_t)nread : 0;
+	const char *why;
 
 	if (nread < 0) {
 		pconn_lost(pc, pc->hello_done ? "control connection closed" : NULL);
 		return;
 	}
 	pc->last_heard_ns = kvd_now_ns();
-	while (n > 0 && !pc->closing) {
-		size_t used;
-		int rc = frame_decoder_feed(&pc->dec, q, n, &used);
-
-		if (rc) {
-			pconn_lost(pc, "control stream error");
-			return;
-		}
-		q += used;
-		n -= used;
-		for (;;) {
-			const msgpack_object *map;
-			struct proto_peer_msg m;
-			struct frame_error err = { 0 };
-
-			rc = frame_decoder_next(&pc->dec, &map);
-			if (rc == FRAME_E_AGAIN)
-				break;
-			if (rc == 0)
-				rc = proto_peer_parse(map, &m, &err);
-			if (rc) {
-				KVLOG_ERR(pc->s->log, "peer_protocol", "code=%s msg=\"%s\"",
-					  frame_strerror(rc), err.msg);
-				pconn_lost(pc, "protocol error");
-				return;
-			}
-			if (!pc->hello_done) {
-				if (m.type == PEER_MSG_HELLO)
-					pconn_on_hello(pc, &m);
-				else if (m.type == PEER_MSG_DATA)
-					pconn_on_data(pc, &m);
-				else
-					pconn_lost(pc, "no hello");
-			} else {
-				pconn_on_msg(pc, &m);
-			}
-			proto_peer_msg_deinit(&m);
-			if (pc->closing)
-				return;
-		}
-	}
+	why = serve__peer_feed(pc->s, pc->hello.node[0] ? pc->hello.node : "?",
+			       &pc->dec, buf->base, nread > 0 ? (size_t)nread : 0,
+			       &pc->closing, pconn_dispatch, pc);
+	if (why)
+		pconn_lost(pc, why);
 }
 
 static void pconn_accept(uv_stream_t *server, int status)
