@@ -154,17 +154,20 @@ END_TEST
 
 int main(void)
 {
-	Suite *s = suite_create("kvmem_cuda");
-	TCase *tc = tcase_create("device");
+	Suite *s;
+	TCase *tc;
 	SRunner *sr;
 	int r, failed;
 
+	/* probe first: nothing of Check's is allocated when we skip */
 	r = kvmem_cuda_init(&dev_mem, 0);
 	if (r) {
 		printf("skip: no CUDA device (%s)\n",
 		       r == -ENOTSUP ? "build without CUDA" : strerror(-r));
 		return 77;
 	}
+	s = suite_create("kvmem_cuda");
+	tc = tcase_create("device");
 	tcase_add_test(tc, t_backend_roundtrip);
 	tcase_add_test(tc, t_verify_tables);
 	tcase_add_test(tc, t_stale_bytes_on_device);
