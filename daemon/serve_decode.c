@@ -778,6 +778,7 @@ static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
 	tc.pool = s->d->pool;
 	tc.mem = &s->d->mem;
 	tc.page_bytes = s->page_bytes;
+	tc.checksum_ns = &s->d->counters.checksum_ns;
 	tc.max_batch_bytes = p->max_batch_bytes;
 	tc.checksum = s->d->cfg.checksum || m->hello.checksum;
 	tc.fault = &s->fault;

@@ -623,6 +623,7 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	tc.pool = s->d->pool;
 	tc.mem = &s->d->mem;
 	tc.page_bytes = s->page_bytes;
+	tc.checksum_ns = &s->d->counters.checksum_ns;
 	tc.max_batch_bytes = pc->max_batch_bytes;
 	tc.checksum = pc->checksum;
 	tc.fault = &s->fault;

@@ -36,6 +36,8 @@ solo_check() { # solo_check LABEL: three requests equal their offline runs
 }
 
 solo_check "before"
+check "checksum time is measured on decode" test "$(status_get di counters.checksum_ns)" -gt 0
+check "checksum time is measured on prefill" test "$(status_get pi counters.checksum_ns)" -gt 0
 out=$(gen "$C_PORT" --tokens "$LONG" --max-tokens 16 || true)
 check "decode admission: PROMPT_TOO_LONG reaches the client" test "$(echo "$out" | json_get error)" = PROMPT_TOO_LONG
 check "decode admission: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
