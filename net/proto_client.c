@@ -443,22 +443,28 @@ static int event_final(const msgpack_object *map, struct proto_client_event *ev,
 	return r;
 }
 
+int proto__get_error(const msgpack_object *map, int *code, char *message,
+		     size_t size, struct frame_error *err)
+{
+	char name[32];
+	int r;
+
+	r = proto__get_str(map, "code", true, name, sizeof(name), err);
+	if (r)
+		return r;
+	*code = proto_err_parse(name);
+	if (*code <= 0)
+		return proto__fail(err, FRAME_E_RANGE, "code",
+				   "unknown error code '%s'", name);
+	message[0] = 0;
+	return proto__get_str(map, "message", false, message, size, err);
+}
+
 static int event_error(const msgpack_object *map, struct proto_client_event *ev,
 		       struct frame_error *err)
 {
-	char code[32];
-	int r;
-
-	r = proto__get_str(map, "code", true, code, sizeof(code), err);
-	if (r)
-		return r;
-	ev->code = proto_err_parse(code);
-	if (ev->code <= 0)
-		return proto__fail(err, FRAME_E_RANGE, "code",
-				   "unknown error code '%s'", code);
-	ev->message[0] = 0;
-	return proto__get_str(map, "message", false, ev->message,
-			      sizeof(ev->message), err);
+	return proto__get_error(map, &ev->code, ev->message,
+				sizeof(ev->message), err);
 }
 
 int proto_client_event_parse(const msgpack_object *map,

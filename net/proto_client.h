@@ -137,6 +137,10 @@ int proto__get_bool(const msgpack_object *map, const char *key,
 /* String into buf[size] (NUL-terminated, no embedded NUL). */
 int proto__get_str(const msgpack_object *map, const char *key, bool required,
 		   char *buf, size_t size, struct frame_error *err);
+/* The typed error of an error event or a peer reject/abort: "code" (one of
+ * the PROTO_ERR_* names, required) and "message" (optional). */
+int proto__get_error(const msgpack_object *map, int *code, char *message,
+		     size_t size, struct frame_error *err);
 /* Array of u32 below `limit` (exclusive; 0 = any u32), 1..max_n entries,
  * into a malloc'd (n) array. */
 int proto__get_u32_array(const msgpack_object *map, const char *key,

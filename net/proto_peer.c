@@ -179,19 +179,8 @@ static void write_heartbeat(msgpack_packer *pk, const struct proto_peer_msg *m)
 static int read_code(const msgpack_object *map, struct proto_peer_msg *m,
 		     struct frame_error *err)
 {
-	char code[32];
-	int r;
-
-	r = proto__get_str(map, "code", true, code, sizeof(code), err);
-	if (r)
-		return r;
-	m->code = proto_err_parse(code);
-	if (m->code <= 0)
-		return proto__fail(err, FRAME_E_RANGE, "code",
-				   "unknown error code '%s'", code);
-	m->message[0] = 0;
-	return proto__get_str(map, "message", false, m->message,
-			      sizeof(m->message), err);
+	return proto__get_error(map, &m->code, m->message, sizeof(m->message),
+				err);
 }
 
 static void write_code(msgpack_packer *pk, const struct proto_peer_msg *m)
