@@ -907,29 +907,37 @@ static uint64_t hp_off(const struct gguf_file *f, const char *key)
 	return kv ? kv->offset : 0;
 }
 
+/* What a getter's result means for hyperparameter `key`: absent is fine
+ * unless required (MISSING); a type that does not convert is TYPE. */
+static int hp_result(const struct gguf_file *f, const char *key, int rc,
+		     bool required, const char *want, struct gguf_error *err)
+{
+	const struct gguf_kv *kv;
+
+	if (rc == -ENOENT)
+		return required ? gguf_error_set(err, GGUF_E_MISSING, 0,
+						 "required key '%s' is missing", key)
+				: 0;
+	if (rc) {
+		kv = gguf_find(f, key);
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
+				      "key '%s' has type %s, want %s (offset %llu)",
+				      key, gguf_vtype_name(kv->type), want,
+				      (unsigned long long)kv->offset);
+	}
+	return 0;
+}
+
 /* Read `{arch}.suffix` as u32; required keys fail with MISSING. */
 static int hp_u32(const struct gguf_file *f, const char *arch,
 		  const char *suffix, bool required, uint32_t *out,
 		  struct gguf_error *err)
 {
 	char key[128];
-	const struct gguf_kv *kv;
-	int rc;
 
 	snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-	rc = gguf_get_u32(f, key, out);
-	if (rc == -ENOENT)
-		return required ? gguf_error_set(err, GGUF_E_MISSING, 0,
-					     "required key '%s' is missing", key)
-				: 0;
-	if (rc) {
-		kv = gguf_find(f, key);
-		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
-				  "key '%s' has type %s, want an unsigned 32-bit integer (offset %llu)",
-				  key, gguf_vtype_name(kv->type),
-				  (unsigned long long)kv->offset);
-	}
-	return 0;
+	return hp_result(f, key, gguf_get_u32(f, key, out), required,
+			 "an unsigned 32-bit integer", err);
 }
 
 static int hp_f32(const struct gguf_file *f, const char *arch,
@@ -937,23 +945,10 @@ static int hp_f32(const struct gguf_file *f, const char *arch,
 		  struct gguf_error *err)
 {
 	char key[128];
-	const struct gguf_kv *kv;
-	int rc;
 
 	snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-	rc = gguf_get_f32(f, key, out);
-	if (rc == -ENOENT)
-		return required ? gguf_error_set(err, GGUF_E_MISSING, 0,
-					     "required key '%s' is missing", key)
-				: 0;
-	if (rc) {
-		kv = gguf_find(f, key);
-		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
-				  "key '%s' has type %s, want a number (offset %llu)",
-				  key, gguf_vtype_name(kv->type),
-				  (unsigned long long)kv->offset);
-	}
-	return 0;
+	return hp_result(f, key, gguf_get_f32(f, key, out), required,
+			 "a number", err);
 }
 
 /* A tensor must exist (unless optional) with exactly this shape; missing
