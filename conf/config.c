@@ -21,6 +21,7 @@
  * key that makes the set contradictory.
  */
 #include "conf/config.h"
+#include "conf/keyfile.h"
 #include "conf/log.h"
 #include "conf/util.h"
 #include "kvd_build.h"
@@ -81,6 +82,8 @@ static const struct conf_key conf_keys[] = {
 	  "Node name: in every log line, the capacity line and the admin socket name." },
 	{ "node", "role", CT_ENUM, "standalone", 0, 0, roles, F(role),
 	  "prefill computes prompt KV and ships it; decode reserves pages, asks a prefill peer, generates; standalone does both." },
+	{ "node", "drain_timeout_ms", CT_U32, "60000", 100, 86400000, NULL, F(drain_timeout_ms),
+	  "kvctl drain and SIGTERM wait this long for requests in flight, then abort the rest (each gets DRAINING or its abort path)." },
 
 	{ "model", "path", CT_STR, "", 0, 0, NULL, F(model_path),
 	  "GGUF model file (llama architecture). Required." },
@@ -110,10 +113,28 @@ static const struct conf_key conf_keys[] = {
 	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
 	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },
 	{ "listen", "peer", CT_ADDR, "", 0, 0, NULL, F(listen_peer),
-	  "Peer listener, one host:port (prefill)." },
+	  "Peer listener, one host:port (prefill). Without peers.key_file it must be a loopback address." },
+	{ "listen", "max_clients", CT_U32, "256", 1, 65536, NULL, F(max_clients),
+	  "Client connections at once; one more is answered with an OVERLOADED error frame and closed." },
+	{ "listen", "client_idle_timeout_ms", CT_U32, "300000", 100, 86400000, NULL, F(client_idle_timeout_ms),
+	  "A client connection with no request in flight and no byte received for this long is closed." },
+	{ "listen", "client_read_timeout_ms", CT_U32, "10000", 100, 3600000, NULL, F(client_read_timeout_ms),
+	  "A frame that has begun to arrive must be complete within this (slow senders are closed)." },
+	{ "listen", "write_queue_soft", CT_SIZE, "1M", 4096, 1073741824.0, NULL, F(write_queue_soft),
+	  "Bytes queued to one connection (client, peer control, admin) past which kvd stops reading from it." },
+	{ "listen", "write_queue_hard", CT_SIZE, "16M", 4096, 1073741824.0, NULL, F(write_queue_hard),
+	  "Bytes queued to one connection past which kvd closes it." },
+	{ "listen", "write_stall_timeout_ms", CT_U32, "10000", 100, 3600000, NULL, F(write_stall_timeout_ms),
+	  "A connection whose write queue stays past write_queue_soft this long is closed." },
 
 	{ "peers", "prefill", CT_LIST, "", 0, 0, NULL, F(peers_prefill),
-	  "Prefill peers host:port, comma-separated (decode; required there)." },
+	  "Prefill peers host:port, comma-separated (decode; required there). Without peers.key_file they must be loopback addresses." },
+	{ "peers", "key_file", CT_STR, "", 0, 0, NULL, F(key_file),
+	  "Cluster secret shared by every node (at least 32 random bytes; `kvctl keygen FILE`), readable by its owner only. Peers prove they hold it before anything else; without it a node peers only over loopback." },
+	{ "peers", "max_requests", CT_U32, "256", 1, 1048576, NULL, F(peer_max_requests),
+	  "Requests one decode peer may have in flight on this prefill node; one more is refused with OVERLOADED." },
+	{ "peers", "max_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(peer_max_pages),
+	  "Pages one decode peer's requests may hold in this prefill node's pool; 0 = half the pool, at least one full-context request." },
 
 	{ "transfer", "transport", CT_ENUM, "tcp", 0, 0, transports, F(transport),
 	  "How KV pages move: tcp, or verbs (RDMA; needs an ibverbs build)." },
@@ -133,6 +154,8 @@ static const struct conf_key conf_keys[] = {
 	  "Longest gap between two batches of one transfer." },
 	{ "transfer", "heartbeat_ms", CT_U32, "1000", 10, 600000, NULL, F(heartbeat_ms),
 	  "Peer heartbeat interval; three missed beats mark the peer down." },
+	{ "transfer", "encrypt", CT_BOOL, "off", 0, 0, NULL, F(encrypt),
+	  "Encrypt control messages and KV batches between peers (AEAD; needs peers.key_file). Off: they are authenticated, not secret." },
 
 	{ "admin", "socket", CT_STR, "", 0, 0, NULL, F(admin_socket),
 	  "Admin Unix socket; empty = $RUNTIME_DIRECTORY (or /run/kvd) / NODE.sock; 'none' disables it." },
@@ -297,6 +320,34 @@ static bool is_hostport(const char *s)
 		return inet_pton(AF_INET6, host + 1, addr) == 1;
 	}
 	return inet_pton(AF_INET, host, addr) == 1;
+}
+
+bool kvd_hostport_is_loopback(const char *s)
+{
+	const char *colon = strrchr(s, ':');
+	unsigned char a[16];
+	char host[64];
+	size_t n;
+
+	if (!colon || colon == s || (size_t)(colon - s) >= sizeof(host))
+		return false;
+	n = (size_t)(colon - s);
+	memcpy(host, s, n);
+	host[n] = '\0';
+	if (!strcmp(host, "localhost"))
+		return true;
+	if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
+		static const unsigned char v6_loop[16] = { [15] = 1 };
+
+		host[n - 1] = '\0';
+		if (inet_pton(AF_INET6, host + 1, a) != 1)
+			return false;
+		/* ::1, or an IPv4-mapped 127.x.y.z */
+		if (!memcmp(a, v6_loop, 16))
+			return true;
+		return !memcmp(a, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) && a[12] == 127;
+	}
+	return inet_pton(AF_INET, host, a) == 1 && a[0] == 127;
 }
 
 static bool is_addr(const char *s)
@@ -595,6 +646,40 @@ static double batch_ms(uint64_t bytes, double gbps)
 	return (double)bytes * 8.0 / (gbps * 1e9) * 1e3;
 }
 
+/* Peering safety (invariant 11): a node without the cluster secret may
+ * peer only over loopback, where every peer is a process of this host;
+ * with one, the file must be private and long enough. */
+static int conf_validate_peering(struct conf_ctx *x)
+{
+	struct kvd_config *c = x->c;
+	uint8_t buf[KVD_KEYFILE_MAX];
+	char why[600];
+	size_t len;
+
+	if (c->key_file[0]) {
+		int rc = kvd_keyfile_read(c->key_file, buf, &len, why, sizeof(why));
+
+		memset(buf, 0, sizeof(buf));
+		if (rc)
+			return conf_fail(x, line_of(x, "peers", "key_file"),
+					 "peers.key_file", "%s", why);
+		return 0;
+	}
+	if (c->encrypt)
+		return conf_fail(x, line_of(x, "transfer", "encrypt"), "transfer.encrypt",
+				 "encryption needs the cluster secret: set peers.key_file");
+	if (c->listen_peer[0] && !kvd_hostport_is_loopback(c->listen_peer))
+		return conf_fail(x, line_of(x, "listen", "peer"), "listen.peer",
+				 "'%s' is not a loopback address: set peers.key_file (kvctl keygen FILE) so peers must prove they hold the cluster secret",
+				 c->listen_peer);
+	for (uint32_t i = 0; i < c->n_peers_prefill; i++)
+		if (!kvd_hostport_is_loopback(c->peers_prefill[i]))
+			return conf_fail(x, line_of(x, "peers", "prefill"), "peers.prefill",
+					 "'%s' is not a loopback address: set peers.key_file (kvctl keygen FILE) so peers must prove they hold the cluster secret",
+					 c->peers_prefill[i]);
+	return 0;
+}
+
 static int conf_validate(struct conf_ctx *x)
 {
 	struct kvd_config *c = x->c;
@@ -630,6 +715,15 @@ static int conf_validate(struct conf_ctx *x)
 	if (c->listen_peer[0] && !is_hostport(c->listen_peer))
 		return conf_fail(x, line_of(x, "listen", "peer"), "listen.peer",
 				 "peers connect over TCP: one IPv4:port, [IPv6]:port or localhost:port");
+	l = conf_validate_peering(x);
+	if (l)
+		return l;
+	if (c->write_queue_soft > c->write_queue_hard)
+		return conf_fail(x, line_of(x, "listen", "write_queue_soft"),
+				 "listen.write_queue_soft",
+				 "%llu is above listen.write_queue_hard=%llu",
+				 (unsigned long long)c->write_queue_soft,
+				 (unsigned long long)c->write_queue_hard);
 	if (c->transport == KVD_TRANSPORT_VERBS && !KVD_HAVE_VERBS)
 		return conf_fail(x, line_of(x, "transfer", "transport"),
 				 "transfer.transport",
@@ -810,6 +904,10 @@ void kvd_config_reference(FILE *out)
 		"    at transfer.link_gbps;\n"
 		"  - three transfer.heartbeat_ms fit in transfer.release_timeout_ms;\n"
 		"  - transfer.prefill_timeout_ms >= transfer.transfer_timeout_ms;\n"
+		"  - without peers.key_file, listen.peer and peers.prefill are loopback\n"
+		"    addresses and transfer.encrypt is off; with it, the file is mode\n"
+		"    0600 (or stricter) and holds at least 32 bytes;\n"
+		"  - listen.write_queue_soft <= listen.write_queue_hard;\n"
 		"  - transfer.transport=verbs and kv.backend=cuda need a build with them;\n"
 		"  - model.path must be readable.\n");
 }

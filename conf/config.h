@@ -25,6 +25,7 @@ struct kvd_config {
 	/* [node] */
 	char node_name[64];
 	enum kvd_role role;
+	uint32_t drain_timeout_ms;    /* drain aborts what is left after this */
 	/* [model] */
 	char model_path[1024];
 	uint32_t context_length;      /* 0 = the model's */
@@ -43,9 +44,18 @@ struct kvd_config {
 	/* [listen] */
 	char listen_client[256];      /* host:port and/or unix:PATH, comma list */
 	char listen_peer[256];
+	uint32_t max_clients;         /* client connections at once */
+	uint32_t client_idle_timeout_ms;
+	uint32_t client_read_timeout_ms;
+	uint64_t write_queue_soft;    /* bytes queued: stop reading past this */
+	uint64_t write_queue_hard;    /* bytes queued: close past this */
+	uint32_t write_stall_timeout_ms;
 	/* [peers] */
 	char peers_prefill[KVD_MAX_PEERS][256];
 	uint32_t n_peers_prefill;
+	char key_file[1024];          /* cluster secret; "" = loopback only */
+	uint32_t peer_max_requests;   /* in flight per peer (prefill) */
+	uint32_t peer_max_pages;      /* pages per peer; 0 = automatic */
 	/* [transfer] */
 	enum kvd_transport transport;
 	uint64_t max_batch_bytes;
@@ -56,6 +66,7 @@ struct kvd_config {
 	uint32_t prefill_timeout_ms;
 	uint32_t transfer_timeout_ms;
 	uint32_t heartbeat_ms;
+	bool encrypt;                 /* AEAD on control frames and KV batches */
 	/* [admin] */
 	char admin_socket[256];
 	uint32_t admin_mode;          /* octal file mode of the socket */
@@ -96,4 +107,6 @@ void kvd_config_example(FILE *out);
 void kvd_config_print(FILE *out, const struct kvd_config *c);
 
 const char *kvd_role_name(enum kvd_role r);
+/* True when host:port names a loopback address (127/8, ::1, localhost). */
+bool kvd_hostport_is_loopback(const char *hostport);
 const char *kvd_cap_policy_name(enum kvd_cap_policy p);
