@@ -29,8 +29,12 @@
 #include "ctl/cmd_model.h"
 #include "ctl/cmd_generate.h"
 #include "net/frame.h"
+#include "net/peer_auth.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -734,6 +738,51 @@ static int sub_audit(struct kvctl *k, int argc, char **argv)
 	return r ? EXIT_CHECK : 0;
 }
 
+/* kvctl keygen FILE [--force]: a new cluster secret - 32 random bytes
+ * as 64 hex digits and a newline - created mode 0600 (never over an
+ * existing file unless --force). Every node of a cluster gets a copy. */
+static int sub_keygen(struct kvctl *k, int argc, char **argv)
+{
+	uint8_t key[PEER_AUTH_BYTES];
+	char hex[2 * PEER_AUTH_BYTES + 2];
+	bool force = argc == 3 && !strcmp(argv[2], "--force");
+	const char *path = argc >= 2 ? argv[1] : NULL;
+	int fd, flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
+	size_t n;
+
+	(void)k;
+	if (!path || path[0] == '-' || (argc == 3 && !force) || argc > 3) {
+		fprintf(stderr, "usage: kvctl keygen FILE [--force]\n");
+		return EXIT_USAGE;
+	}
+	if (peer_auth_global_init()) {
+		fprintf(stderr, "kvctl keygen: libsodium failed to initialise\n");
+		return EXIT_CHECK;
+	}
+	flags |= force ? O_TRUNC : O_EXCL;
+	fd = open(path, flags, 0600);
+	if (fd < 0) {
+		fprintf(stderr, "kvctl keygen: %s: %s%s\n", path, strerror(errno),
+			errno == EEXIST ? " (use --force to replace it)" : "");
+		return EXIT_CHECK;
+	}
+	peer_auth_random(key);
+	sodium_bin2hex(hex, sizeof(hex) - 1, key, sizeof(key));
+	sodium_memzero(key, sizeof(key));
+	n = strlen(hex);
+	hex[n++] = '\n';
+	/* an existing file kept its mode under --force: make it private */
+	if (fchmod(fd, 0600) < 0 || write(fd, hex, n) != (ssize_t)n || fsync(fd) < 0) {
+		fprintf(stderr, "kvctl keygen: %s: %s\n", path, strerror(errno));
+		sodium_memzero(hex, sizeof(hex));
+		close(fd);
+		return EXIT_CHECK;
+	}
+	sodium_memzero(hex, sizeof(hex));
+	close(fd);
+	return 0;
+}
+
 static int sub_model(struct kvctl *k, int argc, char **argv)
 {
 	(void)k;
@@ -755,6 +804,7 @@ static const struct kvctl_cmd kvctl_cmds[] = {
 	{ "capacity", sub_capacity, true, "capacity" },
 	{ "abort", sub_abort, true, "abort ID" },
 	{ "audit", sub_audit, false, "audit [FILE...]" },
+	{ "keygen", sub_keygen, false, "keygen FILE [--force]   (a new cluster secret for peers.key_file)" },
 	{ "model", sub_model, false, "model make|inspect ... (kvctl model --help)" },
 	{ "generate", sub_generate, false,
 	  "generate --server ADDR --prompt TEXT [--max-tokens N --temperature T --seed S] [--json]" },

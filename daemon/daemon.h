@@ -55,6 +55,7 @@ struct kvd_counters {
 	uint64_t completed;
 	uint64_t failed;
 	uint64_t integrity_failures;
+	uint64_t peer_auth_failures;  /* proofs, tokens, sealed frames refused */
 	uint64_t checksum_ns;         /* time spent checksumming KV batches */
 };
 

@@ -23,8 +23,10 @@
 #include "daemon/serve.h"
 #include "daemon/serve_int.h"
 #include "conf/util.h"
+#include "conf/keyfile.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,15 +80,25 @@ int serve__write(uv_stream_t *st, char *data, size_t len)
 	return r;
 }
 
-int serve__send_peer(uv_stream_t *st, const struct proto_peer_msg *m)
+int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
+		     const struct proto_peer_msg *m)
 {
 	char *data;
 	size_t len;
 	int r;
 
+	if (uv_is_closing((uv_handle_t *)st))
+		return -EPIPE;   /* never spend a counter on a dead link */
 	r = proto_peer_frame(m, &data, &len);
 	if (r)
 		return r > 0 ? -EMSGSIZE : r;
+	if (tx) {
+		r = peer_frame_seal(tx, &data, &len);
+		if (r) {
+			free(data);
+			return r;
+		}
+	}
 	return serve__write(st, data, len);
 }
 
@@ -632,6 +644,7 @@ struct serve_final {
 
 static void serve_free(struct serve *s)
 {
+	peer_key_wipe(&s->key);
 	if (s->model)
 		model_free(s->model);
 	if (s->tok)
@@ -739,6 +752,41 @@ static void serve_my_hello(struct serve *s)
 	h->checksum = s->d->cfg.checksum;
 }
 
+/* The cluster key (invariant 11). Without one the config layer has
+ * already made sure every peer address is loopback; say so at boot. */
+static int serve_load_key(struct serve *s)
+{
+	const struct kvd_config *c = &s->d->cfg;
+	uint8_t buf[KVD_KEYFILE_MAX];
+	char why[600], qf[1100], qw[700];
+	size_t len;
+	int r;
+
+	if (peer_auth_global_init()) {
+		KVLOG_ERR(s->log, "peer_auth", "msg=\"libsodium failed to initialise\"");
+		return -EIO;
+	}
+	if (!c->key_file[0]) {
+		if (c->role != KVD_ROLE_STANDALONE)
+			KVLOG_WARN(s->log, "peer_auth",
+				   "mode=loopback_only msg=\"no peers.key_file: peers are not authenticated; only loopback peering is allowed\"");
+		return 0;
+	}
+	r = kvd_keyfile_read(c->key_file, buf, &len, why, sizeof(why));
+	if (!r)
+		r = peer_key_init(&s->key, buf, len);
+	sodium_memzero(buf, sizeof(buf));
+	if (r) {
+		KVLOG_ERR(s->log, "peer_auth", "key_file=%s msg=%s",
+			  kvlog_quote(qf, sizeof(qf), c->key_file),
+			  kvlog_quote(qw, sizeof(qw), why));
+		return -EINVAL;
+	}
+	KVLOG_INFO(s->log, "peer_auth", "mode=keyed encrypt=%s",
+		   c->encrypt ? "on" : "off");
+	return 0;
+}
+
 /* transfer.transport = verbs must find a device, or the node refuses to
  * start: it never silently falls back to TCP. */
 static int serve_check_transport(struct serve *s)
@@ -778,7 +826,6 @@ int serve_start(struct kvd_daemon *d)
 		return -ENOMEM;
 	s->d = d;
 	s->log = &d->log;
-	s->next_session = ((uint64_t)getpid() << 32) ^ kvd_wall_ns();
 	s->reqtab = kvd_daemon_requests(d);
 	if (kvd_fault_parse(&s->fault, spec, &bad)) {
 		KVLOG_ERR(s->log, "fault_spec", "spec=%s at=%s", spec, bad);
@@ -794,7 +841,9 @@ int serve_start(struct kvd_daemon *d)
 		s->page_bytes = kvpool_page_bytes(&g);
 	}
 	serve_my_hello(s);
-	r = serve_check_transport(s);
+	r = serve_load_key(s);
+	if (!r)
+		r = serve_check_transport(s);
 	if (!r)
 		r = serve_bind_model(s);
 	if (!r)

@@ -51,6 +51,14 @@ static unsigned peer_lost_code(struct peer *p, const char *why, int code,
 static void peer_figures_update(struct serve *s);
 static void decode_try_complete(struct serve_req *r);
 
+/* Every control frame to a prefill peer: sealed once the link proved. */
+static int peer_send(struct peer *p, const struct proto_peer_msg *m)
+{
+	if (!p->ctl_open || p->closing)
+		return -EPIPE;
+	return serve__send_peer((uv_stream_t *)&p->ctl, p->sealed ? &p->ss.tx : NULL, m);
+}
+
 /* ---- failing and ending a decode request ----------------------------------- */
 
 static void decode_pages_free_now(struct serve_req *r)
@@ -148,7 +156,7 @@ static void decode_fail(struct serve_req *r, int code, bool with_abort,
 					    .code = code };
 
 		snprintf(m.message, sizeof(m.message), "%s", msg);
-		(void)serve__send_peer((uv_stream_t *)&p->ctl, &m);
+		(void)peer_send(p, &m);
 		/* release now; fenced pages stay out of the free list */
 		(void)kvpool_release(s->d->pool, r->reg.id, r->table, r->n_table);
 		r->state = SRS_ABORTING;
@@ -258,7 +266,7 @@ static int decode_send_request(struct serve_req *r)
 	m.top_k = r->sp.top_k;
 	m.top_p = r->sp.top_p;
 	m.seed = r->sp.seed;
-	rc = serve__send_peer((uv_stream_t *)&r->peer->ctl, &m);
+	rc = peer_send(r->peer, &m);
 	free(pages);
 	free(toks);
 	return rc;
@@ -487,12 +495,20 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 static void peer_rx_bad(void *arg, int code, const struct xfer_hdr *h)
 {
 	struct peer *p = arg;
+	bool auth = code == XFER_E_AUTH;
+	char qa[300];
 
 	KVLOG_WARN(p->s->log, "batch_checksum",
-		   "peer=%s claimed_id=%llu seq=%u error=%s", p->addr,
+		   "peer=%s claimed_id=%llu seq=%u error=%s",
+		   kvlog_quote(qa, sizeof(qa), p->addr),
 		   (unsigned long long)h->request_id, h->seq, xfer_strerror(code));
-	if (!peer_lost_code(p, "a KV batch failed its checksum", PROTO_ERR_INTEGRITY,
-			    "a KV batch on the prefill peer's data connection failed its checksum; no token was produced from it"))
+	if (auth)
+		p->s->d->counters.peer_auth_failures++;
+	if (!peer_lost_code(p, auth ? "a KV batch failed authentication" :
+				      "a KV batch failed its checksum",
+			    PROTO_ERR_INTEGRITY,
+			    auth ? "a KV batch on the prefill peer's data connection failed authentication; no token was produced from it" :
+				   "a KV batch on the prefill peer's data connection failed its checksum; no token was produced from it"))
 		p->s->d->counters.integrity_failures++;
 }
 
@@ -535,7 +551,7 @@ static void decode_try_complete(struct serve_req *r)
 			 rc == KVPOOL_E_COVERAGE ? "coverage" : "tag", rc);
 		/* the peer is done with these pages (prefill_done): no abort
 		 * needed, but tell it to release its own */
-		(void)serve__send_peer((uv_stream_t *)&p->ctl, &ack);
+		(void)peer_send(p, &ack);
 		s->d->counters.integrity_failures++;
 		r->fail_code = PROTO_ERR_INTEGRITY;
 		serve__client_error(r, PROTO_ERR_INTEGRITY, "%s", why);
@@ -549,7 +565,7 @@ static void decode_try_complete(struct serve_req *r)
 		return;
 	}
 	decode_fault_retag(r);
-	(void)serve__send_peer((uv_stream_t *)&p->ctl, &ack);
+	(void)peer_send(p, &ack);
 	decode_detach_peer(r);
 	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",
 		    (unsigned long long)r->reg.id, r->batches_got, r->n_got,
@@ -669,7 +685,7 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 			struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK,
 						      .id = m->id };
 
-			(void)serve__send_peer((uv_stream_t *)&p->ctl, &ack);
+			(void)peer_send(p, &ack);
 		}
 		return;
 	case PEER_MSG_ABORT_ACK:
@@ -735,8 +751,10 @@ static void peer_data_connected(uv_connect_t *req, int status)
 			peer_lost(p, "data connection failed");
 		return;
 	}
-	m.session = p->hello.session;
-	rc = serve__send_peer(transport_tcp_stream(p->data), &m);
+	/* the token: derived from the link's keys, or (keyless) the random
+	 * one prefill sent in its hello */
+	memcpy(m.token, p->sealed ? p->ss.token : p->hello.session, PEER_AUTH_BYTES);
+	rc = serve__send_peer(transport_tcp_stream(p->data), NULL, &m);
 	if (!rc)
 		rc = transport_tcp_start(p->data, true);
 	if (rc) {
@@ -763,7 +781,7 @@ static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
 
 	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
 				   why, sizeof(why)) ||
-	    strcmp(m->hello.role, "prefill") || !m->hello.session) {
+	    strcmp(m->hello.role, "prefill") || (!p->sealed && !m->hello.has_session)) {
 		if (!field[0] || strcmp(m->hello.role, "prefill"))
 			snprintf(field, sizeof(field), "role");
 		KVLOG_ERR(s->log, "peer_refused", "peer=%s field=%s msg=\"%s\"",
@@ -781,6 +799,7 @@ static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
 	tc.checksum_ns = &s->d->counters.checksum_ns;
 	tc.max_batch_bytes = p->max_batch_bytes;
 	tc.checksum = s->d->cfg.checksum || m->hello.checksum;
+	tc.seal = p->sealed ? &p->ss.data : NULL;
 	tc.fault = &s->fault;
 	tc.log = s->log;
 	tc.recv = (struct transport_recv){ peer_rx_batch, peer_rx_bad, peer_rx_closed };
@@ -812,17 +831,84 @@ static void peer_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 	*buf = uv_buf_init(p->rbuf, sizeof(p->rbuf));
 }
 
-/* One control message from a prefill peer: the hello first, then the rest. */
+/* A prefill peer refused us (bare: a reason word, maybe ":field"). */
+static void peer_on_refused(struct peer *p, const struct proto_peer_msg *m)
+{
+	char reason[sizeof(m->reason)], qa[300], qr[80], qf[80];
+	char *field;
+
+	snprintf(reason, sizeof(reason), "%s", m->reason);
+	field = strchr(reason, ':');
+	if (field)
+		*field++ = '\0';
+	KVLOG_ERR(p->s->log, "peer_refused", "peer=%s by=peer reason=%s field=%s",
+		  kvlog_quote(qa, sizeof(qa), p->addr),
+		  kvlog_quote(qr, sizeof(qr), reason),
+		  kvlog_quote(qf, sizeof(qf), field ? field : ""));
+	peer_lost(p, "refused by the peer");
+}
+
+/* auth_challenge: prefill's nonce; prove we hold the key. */
+static void peer_on_challenge(struct peer *p, const struct proto_peer_msg *m)
+{
+	struct proto_peer_msg pr = { .type = PEER_MSG_AUTH_PROOF };
+
+	memcpy(p->nonce_p, m->nonce, PEER_AUTH_BYTES);
+	peer_auth_proof(&p->s->key, PEER_SIDE_DECODE, p->nonce_d, p->nonce_p, pr.proof);
+	p->auth_phase = PEER_AUTH_PROOF;
+	if (peer_send(p, &pr))
+		peer_lost(p, "control setup");
+}
+
+/* Prefill's proof: only now is it a peer. Derive the link's keys, seal
+ * everything from here on, and say hello. */
+static void peer_on_proof(struct peer *p, const struct proto_peer_msg *m)
+{
+	struct serve *s = p->s;
+	struct proto_peer_msg h = { .type = PEER_MSG_HELLO };
+	char qa[300];
+
+	if (peer_auth_check(&s->key, PEER_SIDE_PREFILL, p->nonce_d, p->nonce_p,
+			    m->proof)) {
+		s->d->counters.peer_auth_failures++;
+		KVLOG_ERR(s->log, "peer_refused",
+			  "peer=%s reason=auth_failed msg=\"the prefill peer did not prove it holds the cluster key\"",
+			  kvlog_quote(qa, sizeof(qa), p->addr));
+		peer_lost(p, "authentication failed");
+		return;
+	}
+	peer_session_derive(&p->ss, &s->key, PEER_SIDE_DECODE, p->nonce_d,
+			    p->nonce_p, s->d->cfg.encrypt);
+	frame_decoder_set_opener(&p->dec, peer_frame_open, &p->ss.rx);
+	p->sealed = true;
+	p->auth_phase = PEER_AUTH_HELLO;
+	h.hello = s->my_hello;
+	if (peer_send(p, &h))
+		peer_lost(p, "control setup");
+}
+
+/* One control message from a prefill peer: the proofs (keyed links),
+ * the hello, then the rest. Each phase accepts one message type. */
 static void peer_dispatch(void *arg, struct proto_peer_msg *m)
 {
 	struct peer *p = arg;
 
-	if (p->hello_seen)
+	if (p->hello_seen) {
 		peer_on_msg(p, m);
-	else if (m->type == PEER_MSG_HELLO)
+		return;
+	}
+	if (m->type == PEER_MSG_REFUSED) {
+		peer_on_refused(p, m);
+		return;
+	}
+	if (p->auth_phase == PEER_AUTH_CHALLENGE && m->type == PEER_MSG_AUTH_CHALLENGE)
+		peer_on_challenge(p, m);
+	else if (p->auth_phase == PEER_AUTH_PROOF && m->type == PEER_MSG_AUTH_PROOF)
+		peer_on_proof(p, m);
+	else if (p->auth_phase == PEER_AUTH_HELLO && m->type == PEER_MSG_HELLO)
 		peer_on_hello(p, m);
 	else
-		peer_lost(p, "no hello");
+		peer_lost(p, "unexpected message during the handshake");
 }
 
 static void peer_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -855,9 +941,19 @@ static void peer_connected(uv_connect_t *req, int status)
 		peer_lost(p, NULL);
 		return;
 	}
-	m.hello = p->s->my_hello;
+	if (p->s->key.set) {
+		/* keyed: prove first; nothing about us before the peer has */
+		m.type = PEER_MSG_AUTH_HELLO;
+		m.version = PROTO_PEER_VERSION;
+		peer_auth_random(p->nonce_d);
+		memcpy(m.nonce, p->nonce_d, PEER_AUTH_BYTES);
+		p->auth_phase = PEER_AUTH_CHALLENGE;
+	} else {
+		m.hello = p->s->my_hello;
+		p->auth_phase = PEER_AUTH_HELLO;
+	}
 	if (uv_read_start((uv_stream_t *)&p->ctl, peer_alloc, peer_read) ||
-	    serve__send_peer((uv_stream_t *)&p->ctl, &m))
+	    peer_send(p, &m))
 		peer_lost(p, "control setup");
 }
 
@@ -914,6 +1010,9 @@ static unsigned peer_lost_code(struct peer *p, const char *why, int code,
 	p->closing = true;
 	p->up = false;
 	p->hello_seen = false;
+	/* the keys stay until the transport (which holds ss.data) has
+	 * closed; the next connect derives new ones */
+	p->sealed = false;
 	peer_figures_update(s);
 	p->ctl_open = false;
 	p->pending_closes = 1;
@@ -965,7 +1064,7 @@ static void peer_connect(struct peer *p)
 	p->ctl.data = p;
 	p->ctl_open = true;
 	uv_tcp_nodelay(&p->ctl, 1);
-	frame_decoder_init(&p->dec, PROTO_PEER_FRAME_MAX);
+	frame_decoder_init(&p->dec, SERVE_PEER_FRAME_MAX);
 	p->conn_req.data = p;
 	p->last_heard_ns = kvd_now_ns();
 	rc = uv_tcp_connect(&p->conn_req, &p->ctl, (struct sockaddr *)&ss,
@@ -1018,7 +1117,7 @@ void serve__decode_heartbeat(struct serve *s)
 		kvpool_get_stats(s->d->pool, &st);
 		m.load = p->outstanding;
 		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;
-		(void)serve__send_peer((uv_stream_t *)&p->ctl, &m);
+		(void)peer_send(p, &m);
 	}
 }
 

@@ -25,6 +25,7 @@
 #include "gpu/tokenizer.h"
 #include "net/fault.h"
 #include "net/frame.h"
+#include "net/peer_auth.h"
 #include "net/proto_client.h"
 #include "net/proto_peer.h"
 #include "net/transport.h"
@@ -217,6 +218,14 @@ struct peer {
 	uint32_t load;                   /* last heartbeat */
 	uint32_t outstanding;            /* our requests on this peer */
 	uint64_t last_heard_ns;
+	/* authentication (net/peer_auth.h): keyed links prove the cluster
+	 * key before anything else; every later control frame and batch is
+	 * sealed with the session's keys */
+	enum { PEER_AUTH_CHALLENGE = 1, PEER_AUTH_PROOF, PEER_AUTH_HELLO }
+		auth_phase;              /* what we wait for before hello_seen */
+	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
+	struct peer_session ss;          /* valid while `sealed` */
+	bool sealed;
 	uv_timer_t retry;                /* reconnect / heartbeat timer */
 	bool retry_open;
 	bool closing;
@@ -234,7 +243,18 @@ struct pconn {
 	bool hello_done;
 	bool closing;
 	struct proto_peer_hello hello;   /* the decode node's */
-	uint64_t session;
+	/* authentication: the first frame decides what this connection is
+	 * (auth_hello: a keyed control connection; hello: a keyless one;
+	 * data: a data connection presenting its token) */
+	enum { PCONN_FIRST = 0, PCONN_AUTH_PROOF, PCONN_HELLO } phase;
+	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
+	struct peer_session ss;          /* keys, once authenticated */
+	bool sealed;                     /* control frames are sealed */
+	uint8_t token[PEER_AUTH_BYTES];  /* binds the data connection */
+	bool has_token;
+	uint64_t t_accept_ns;            /* handshake deadline counts from here */
+	uint64_t conn_id;                /* local, never on the wire */
+	char addr[64];                   /* the remote address, for logs */
 	uint64_t max_batch_bytes;        /* negotiated */
 	bool checksum;
 	struct transport *data;          /* sender, after the data hello */
@@ -271,7 +291,8 @@ struct serve {
 	uv_tcp_t peer_listener;
 	bool peer_listener_open;
 	struct pconn *pconns;
-	uint64_t next_session;
+	struct peer_key key;             /* the cluster key; key.set = keyed */
+	uint64_t next_conn_id;
 
 	uv_timer_t hb_timer;             /* heartbeats and liveness */
 	bool hb_open;
@@ -281,7 +302,12 @@ struct serve {
 /* serve.c */
 uint64_t serve__now_ms(void);
 int serve__write(uv_stream_t *st, char *data, size_t len);
-int serve__send_peer(uv_stream_t *st, const struct proto_peer_msg *m);
+/* Frame m and queue it on st; sealed with `tx` (a link's control key,
+ * advancing its counter) unless NULL (keyless link, or before auth). */
+int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
+		     const struct proto_peer_msg *m);
+/* The largest frame a peer control decoder accepts (a sealed frame). */
+#define SERVE_PEER_FRAME_MAX (PROTO_PEER_FRAME_MAX + PEER_AUTH_TAG_BYTES)
 /* Feed bytes read on a peer control connection to `dec` and hand every
  * parsed message to on_msg(arg, m) (the message is deinit'd after), until
  * the bytes run out or *closing turns true. NULL, or the reason the

@@ -28,6 +28,8 @@
 #include "conf/util.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +71,8 @@ static int pconn_send(struct pconn *pc, const struct proto_peer_msg *m)
 {
 	if (!pc || pc->closing)
 		return -EPIPE;
-	return serve__send_peer((uv_stream_t *)&pc->tcp, m);
+	return serve__send_peer((uv_stream_t *)&pc->tcp,
+				pc->sealed ? &pc->ss.tx : NULL, m);
 }
 
 static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
@@ -123,7 +126,7 @@ static void prefill_free(struct serve_req *r)
 struct late_ack {
 	uv_timer_t timer;
 	struct serve *s;
-	uint64_t session;
+	uint64_t conn_id;
 	uint64_t remote_id;
 };
 
@@ -141,7 +144,7 @@ static void late_ack_cb(uv_timer_t *t)
 	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = a->remote_id };
 
 	for (struct pconn *pc = a->s->pconns; pc; pc = pc->next)
-		if (pc->session == a->session && !pc->closing)
+		if (pc->conn_id == a->conn_id && !pc->closing)
 			(void)pconn_send(pc, &ack);
 	uv_close((uv_handle_t *)t, late_ack_closed);
 }
@@ -159,7 +162,7 @@ static void prefill_send_abort_ack(struct serve *s, struct pconn *pc,
 		KVLOG_WARN(s->log, "fault", "point=slow_abort_ack remote_id=%llu delay_ms=1000",
 			   (unsigned long long)remote_id);
 		a->s = s;
-		a->session = pc->session;
+		a->conn_id = pc->conn_id;
 		a->remote_id = remote_id;
 		/* counted from now: the serving layer outlives the timer */
 		s->closes_pending++;
@@ -560,41 +563,121 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m)
 
 /* ---- control messages ------------------------------------------------------------ */
 
+/* ---- handshake: authentication, hello, data connection ----------------------- */
+
+/* A bare refusal: one word (and, for a mismatch between proven peers or
+ * on a keyless loopback link, the field), one escaped log line, close.
+ * Nothing about this node is revealed to a peer that has not proved. */
+static void pconn_refuse(struct pconn *pc, const char *reason, const char *field,
+			 const char *why)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_REFUSED };
+	char qa[100], qn[140], qw[420];
+
+	if (field && field[0])
+		snprintf(m.reason, sizeof(m.reason), "%s:%s", reason, field);
+	else
+		snprintf(m.reason, sizeof(m.reason), "%s", reason);
+	KVLOG_ERR(pc->s->log, "peer_refused", "peer=%s peer_node=%s reason=%s msg=%s",
+		  kvlog_quote(qa, sizeof(qa), pc->addr),
+		  kvlog_quote(qn, sizeof(qn), pc->hello_done || pc->sealed ?
+			      pc->hello.node : "?"),
+		  m.reason, kvlog_quote(qw, sizeof(qw), why));
+	(void)pconn_send(pc, &m);
+	pconn_lost(pc, NULL);
+}
+
+/* auth_hello: the first frame of a keyed control connection. Answer with
+ * our nonce only: nothing else before decode has proved. */
+static void pconn_on_auth_hello(struct pconn *pc, const struct proto_peer_msg *m)
+{
+	struct proto_peer_msg ch = { .type = PEER_MSG_AUTH_CHALLENGE };
+
+	if (!pc->s->key.set) {
+		pconn_refuse(pc, "no_key", NULL,
+			     "this node has no peers.key_file: it peers only without authentication, over loopback");
+		return;
+	}
+	if (m->version != PROTO_PEER_VERSION) {
+		pconn_refuse(pc, "version", NULL, "protocol version differs");
+		return;
+	}
+	memcpy(pc->nonce_d, m->nonce, PEER_AUTH_BYTES);
+	peer_auth_random(pc->nonce_p);
+	memcpy(ch.nonce, pc->nonce_p, PEER_AUTH_BYTES);
+	pc->phase = PCONN_AUTH_PROOF;
+	(void)pconn_send(pc, &ch);
+}
+
+/* Decode's proof: check it, prove ourselves, derive the link's keys;
+ * every frame after our proof is sealed, both ways. */
+static void pconn_on_auth_proof(struct pconn *pc, const struct proto_peer_msg *m)
+{
+	struct serve *s = pc->s;
+	struct proto_peer_msg pr = { .type = PEER_MSG_AUTH_PROOF };
+
+	if (peer_auth_check(&s->key, PEER_SIDE_DECODE, pc->nonce_d, pc->nonce_p,
+			    m->proof)) {
+		s->d->counters.peer_auth_failures++;
+		pconn_refuse(pc, "auth_failed", NULL,
+			     "the peer did not prove it holds the cluster key");
+		return;
+	}
+	peer_auth_proof(&s->key, PEER_SIDE_PREFILL, pc->nonce_d, pc->nonce_p, pr.proof);
+	if (pconn_send(pc, &pr)) {
+		pconn_lost(pc, NULL);
+		return;
+	}
+	peer_session_derive(&pc->ss, &s->key, PEER_SIDE_PREFILL, pc->nonce_d,
+			    pc->nonce_p, s->d->cfg.encrypt);
+	frame_decoder_set_opener(&pc->dec, peer_frame_open, &pc->ss.rx);
+	pc->sealed = true;
+	memcpy(pc->token, pc->ss.token, PEER_AUTH_BYTES);
+	pc->phase = PCONN_HELLO;
+}
+
 static void pconn_on_hello(struct pconn *pc, const struct proto_peer_msg *m)
 {
 	struct serve *s = pc->s;
 	struct proto_peer_msg reply = { .type = PEER_MSG_HELLO };
-	char field[32] = "", why[200] = "";
+	char field[32] = "", why[200] = "", qn[140], qr[40];
 
 	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
 				   why, sizeof(why)) ||
 	    !strcmp(m->hello.role, "prefill")) {
-		KVLOG_ERR(s->log, "peer_refused", "peer_node=%s field=%s msg=\"%s\"",
-			  m->hello.node, field[0] ? field : "role",
-			  field[0] ? why : "a prefill node cannot be a decode peer");
-		/* say who we are so the other side can log why */
-		reply.hello = s->my_hello;
-		(void)pconn_send(pc, &reply);
-		pconn_lost(pc, NULL);
+		if (!field[0]) {
+			snprintf(field, sizeof(field), "role");
+			snprintf(why, sizeof(why), "a prefill node cannot be a decode peer");
+		}
+		pc->hello = m->hello;   /* for the log line (escaped there) */
+		pconn_refuse(pc, "mismatch", field, why);
 		return;
 	}
 	pc->hello = m->hello;
 	pc->hello_done = true;
 	pc->max_batch_bytes = KVD_MIN(s->d->cfg.max_batch_bytes, m->hello.max_batch_bytes);
 	pc->checksum = s->d->cfg.checksum || m->hello.checksum;
-	pc->session = ++s->next_session ? s->next_session : ++s->next_session;
 	reply.hello = s->my_hello;
-	reply.hello.session = pc->session;
+	if (!pc->sealed) {
+		/* keyless (loopback) link: a random token binds the data
+		 * connection; a keyed link derived one from its keys */
+		peer_auth_random(pc->token);
+		memcpy(reply.hello.session, pc->token, PEER_AUTH_BYTES);
+		reply.hello.has_session = true;
+	}
+	pc->has_token = true;
 	(void)pconn_send(pc, &reply);
 	pconn_figures_update(s);
 	kvd_daemon_capacity(s->d, "peer", NULL);
 	KVLOG_INFO(s->log, "peer_capacity",
-		   "peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu",
-		   m->hello.node, m->hello.role,
+		   "peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu authenticated=%s",
+		   kvlog_quote(qn, sizeof(qn), m->hello.node),
+		   kvlog_quote(qr, sizeof(qr), m->hello.role),
 		   (unsigned long long)m->hello.pool_tokens,
 		   (unsigned long long)m->hello.context,
 		   s->d->cap.advertised_context,
-		   (unsigned long long)s->d->cap.pool_tokens);
+		   (unsigned long long)s->d->cap.pool_tokens,
+		   pc->sealed ? "yes" : "no");
 }
 
 static void pconn_data_closed(void *arg, int status)
@@ -604,6 +687,18 @@ static void pconn_data_closed(void *arg, int status)
 	pconn_lost(pc, status ? "data connection error" : "data connection closed");
 }
 
+/* The control connection a data token belongs to: compared in constant
+ * time, and usable once (has_token drops when the data connection binds),
+ * so a racing process can neither guess nor reuse one. */
+static struct pconn *pconn_by_token(struct serve *s, const uint8_t *token)
+{
+	for (struct pconn *pc = s->pconns; pc; pc = pc->next)
+		if (pc->hello_done && pc->has_token && !pc->closing && !pc->data &&
+		    !sodium_memcmp(pc->token, token, PEER_AUTH_BYTES))
+			return pc;
+	return NULL;
+}
+
 static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 {
 	struct serve *s = tmp->s;
@@ -611,21 +706,23 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	struct transport_cfg tc = { 0 };
 	uv_os_fd_t fd;
 	int nfd, rc;
+	char qa[100], qn[140];
 
-	for (pc = s->pconns; pc; pc = pc->next)
-		if (pc->hello_done && !pc->closing && pc->session == m->session)
-			break;
-	if (!pc || pc->data) {
-		KVLOG_WARN(s->log, "peer_protocol", "msg=\"data connection with an unknown session\"");
-		pconn_lost(tmp, NULL);
+	pc = pconn_by_token(s, m->token);
+	if (!pc) {
+		s->d->counters.peer_auth_failures++;
+		pconn_refuse(tmp, "bad_token", NULL,
+			     "a data connection presented an unknown or used token");
 		return;
 	}
+	pc->has_token = false;
 	tc.pool = s->d->pool;
 	tc.mem = &s->d->mem;
 	tc.page_bytes = s->page_bytes;
 	tc.checksum_ns = &s->d->counters.checksum_ns;
 	tc.max_batch_bytes = pc->max_batch_bytes;
 	tc.checksum = pc->checksum;
+	tc.seal = pc->sealed ? &pc->ss.data : NULL;
 	tc.fault = &s->fault;
 	tc.log = s->log;
 	tc.recv.closed = pconn_data_closed;
@@ -634,7 +731,8 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	if (rc) {
 		KVLOG_ERR(s->log, "peer_refused",
 			  "peer_node=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
-			  pc->hello.node, (unsigned long long)s->page_bytes,
+			  kvlog_quote(qn, sizeof(qn), pc->hello.node),
+			  (unsigned long long)s->page_bytes,
 			  (unsigned long long)pc->max_batch_bytes);
 		pc->data = NULL;
 		pconn_lost(tmp, NULL);
@@ -655,9 +753,12 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	uv_tcp_nodelay((uv_tcp_t *)transport_tcp_stream(pc->data), 1);
 	tmp->is_data = true;
 	pconn_lost(tmp, NULL);
-	KVLOG_INFO(s->log, "peer_up", "peer_node=%s max_batch_bytes=%llu checksum=%s transport=tcp",
-		   pc->hello.node, (unsigned long long)pc->max_batch_bytes,
-		   pc->checksum ? "on" : "off");
+	KVLOG_INFO(s->log, "peer_up", "peer=%s peer_node=%s max_batch_bytes=%llu checksum=%s authenticated=%s encrypt=%s transport=tcp",
+		   kvlog_quote(qa, sizeof(qa), pc->addr),
+		   kvlog_quote(qn, sizeof(qn), pc->hello.node),
+		   (unsigned long long)pc->max_batch_bytes,
+		   pc->checksum ? "on" : "off", pc->sealed ? "yes" : "no",
+		   pc->sealed && pc->ss.data.encrypt ? "on" : "off");
 }
 
 static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
@@ -792,20 +893,46 @@ static void pconn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 	*buf = uv_buf_init(pc->rbuf, sizeof(pc->rbuf));
 }
 
-/* One control message from a decode peer: hello (or a data connection's
- * introduction) first, then the rest. */
+/* One control message from a decode peer. Before the hello, each phase
+ * accepts exactly one message type (net/PROTOCOL.md s. 2.1); anything
+ * else is refused. A keyed node accepts no plaintext hello, a keyless
+ * one no auth_hello. */
 static void pconn_dispatch(void *arg, struct proto_peer_msg *m)
 {
 	struct pconn *pc = arg;
+	bool keyed = pc->s->key.set;
 
-	if (pc->hello_done)
+	if (pc->hello_done) {
 		pconn_on_msg(pc, m);
-	else if (m->type == PEER_MSG_HELLO)
-		pconn_on_hello(pc, m);
-	else if (m->type == PEER_MSG_DATA)
-		pconn_on_data(pc, m);
-	else
-		pconn_lost(pc, "no hello");
+		return;
+	}
+	switch (pc->phase) {
+	case PCONN_FIRST:
+		if (m->type == PEER_MSG_AUTH_HELLO)
+			pconn_on_auth_hello(pc, m);
+		else if (m->type == PEER_MSG_DATA)
+			pconn_on_data(pc, m);
+		else if (m->type == PEER_MSG_HELLO && !keyed)
+			pconn_on_hello(pc, m);
+		else if (m->type == PEER_MSG_HELLO)
+			pconn_refuse(pc, "auth_required", NULL,
+				     "this node requires peers to prove the cluster key first");
+		else
+			pconn_refuse(pc, "protocol", NULL, "unexpected first message");
+		return;
+	case PCONN_AUTH_PROOF:
+		if (m->type == PEER_MSG_AUTH_PROOF)
+			pconn_on_auth_proof(pc, m);
+		else
+			pconn_refuse(pc, "protocol", NULL, "expected auth_proof");
+		return;
+	case PCONN_HELLO:
+		if (m->type == PEER_MSG_HELLO)
+			pconn_on_hello(pc, m);
+		else
+			pconn_refuse(pc, "protocol", NULL, "expected hello");
+		return;
+	}
 }
 
 static void pconn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -825,6 +952,26 @@ static void pconn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		pconn_lost(pc, why);
 }
 
+/* "ip:port" of the remote end, for log lines. */
+static void pconn_addr(struct pconn *pc)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	char ip[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	if (uv_tcp_getpeername(&pc->tcp, (struct sockaddr *)&ss, &len))
+		return;
+	if (ss.ss_family == AF_INET) {
+		uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	} else if (ss.ss_family == AF_INET6) {
+		uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	snprintf(pc->addr, sizeof(pc->addr), "%s:%d", ip, port);
+}
+
 static void pconn_accept(uv_stream_t *server, int status)
 {
 	struct serve *s = server->data;
@@ -841,8 +988,10 @@ static void pconn_accept(uv_stream_t *server, int status)
 		return;
 	}
 	pc->tcp.data = pc;
-	frame_decoder_init(&pc->dec, PROTO_PEER_FRAME_MAX);
-	pc->last_heard_ns = kvd_now_ns();
+	frame_decoder_init(&pc->dec, SERVE_PEER_FRAME_MAX);
+	pc->last_heard_ns = pc->t_accept_ns = kvd_now_ns();
+	pc->conn_id = ++s->next_conn_id;
+	snprintf(pc->addr, sizeof(pc->addr), "?");
 	pc->next = s->pconns;
 	if (s->pconns)
 		s->pconns->prev = pc;
@@ -853,6 +1002,7 @@ static void pconn_accept(uv_stream_t *server, int status)
 		return;
 	}
 	uv_tcp_nodelay(&pc->tcp, 1);
+	pconn_addr(pc);
 }
 
 int serve__prefill_start(struct serve *s)
@@ -899,6 +1049,13 @@ void serve__prefill_heartbeat(struct serve *s)
 		next = pc->next;
 		if (pc->closing)
 			continue;
+		if (!pc->hello_done && now - pc->t_accept_ns >
+			  (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull) {
+			/* a connection that has not finished its handshake in
+			 * time holds nothing more of ours */
+			pconn_lost(pc, NULL);
+			continue;
+		}
 		if (now - pc->last_heard_ns > dead_ns) {
 			pconn_lost(pc, pc->hello_done ? "three heartbeats missed" : NULL);
 			continue;

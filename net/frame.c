@@ -48,6 +48,7 @@ static const char *const frame_error_names[] = {
 	[FRAME_E_RANGE] = "out_of_range",
 	[FRAME_E_UNKNOWN] = "unknown_key",
 	[FRAME_E_DUPLICATE] = "duplicate_key",
+	[FRAME_E_AUTH] = "auth_failed",
 };
 
 const char *frame_strerror(int code)
@@ -297,7 +298,7 @@ int frame_decoder_next(struct frame_decoder *d, const msgpack_object **out)
 	frame_decoder_drop(d);
 	*out = NULL;
 	if (d->broken)
-		return FRAME_E_TOOBIG;
+		return d->broken_code ? d->broken_code : FRAME_E_TOOBIG;
 	if (d->len < FRAME_HEADER_BYTES)
 		return FRAME_E_AGAIN;
 	plen = be32_load(d->buf);
@@ -308,10 +309,30 @@ int frame_decoder_next(struct frame_decoder *d, const msgpack_object **out)
 	if (d->len - FRAME_HEADER_BYTES < plen)
 		return FRAME_E_AGAIN;
 	d->consumed = FRAME_HEADER_BYTES + (size_t)plen;
+	if (d->open) {
+		size_t pn = 0;
+
+		if (d->open(d->open_arg, d->buf + FRAME_HEADER_BYTES, plen, &pn) ||
+		    pn > plen) {
+			d->broken = true;
+			d->broken_code = FRAME_E_AUTH;
+			return FRAME_E_AUTH;
+		}
+		plen = (uint32_t)pn;
+	}
 	r = frame_unpack(d->buf + FRAME_HEADER_BYTES, plen, &d->msg, out);
 	if (r)
 		*out = NULL;
 	return r;
+}
+
+void frame_decoder_set_opener(struct frame_decoder *d,
+			      int (*open)(void *arg, uint8_t *payload, size_t n,
+					  size_t *plain_n),
+			      void *arg)
+{
+	d->open = open;
+	d->open_arg = arg;
 }
 
 int frame_decoder_finish(const struct frame_decoder *d)

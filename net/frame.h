@@ -47,6 +47,8 @@ enum {
 	FRAME_E_RANGE,      /* schema: a value is out of range or too long */
 	FRAME_E_UNKNOWN,    /* schema: a key the schema does not know (strict) */
 	FRAME_E_DUPLICATE,  /* schema: a key appears twice */
+	FRAME_E_AUTH,       /* the decoder's opener refused the frame (forged,
+			     * replayed, reordered): the stream is unusable */
 };
 
 /* Name of a FRAME_E_* code ("too_big", ...), "?" for others. */
@@ -62,8 +64,14 @@ struct frame_decoder {
 	size_t consumed;     /* bytes of the frame last handed out; dropped at
 			      * the next feed/next call (the object points
 			      * into buf until then) */
-	bool broken;         /* TOOBIG seen: every later next() says so */
+	bool broken;         /* TOOBIG or AUTH seen: every later next()
+			      * says so */
+	int broken_code;
 	msgpack_unpacked msg;/* zone of the frame last handed out */
+	/* Optional: authenticate (and decrypt) each payload in place before
+	 * it is parsed; see frame_decoder_set_opener. */
+	int (*open)(void *arg, uint8_t *payload, size_t n, size_t *plain_n);
+	void *open_arg;
 };
 
 /* max: largest payload in bytes, 1..FRAME_MAX_LIMIT. Allocates nothing. */
@@ -82,6 +90,16 @@ int frame_decoder_feed(struct frame_decoder *d, const void *data, size_t n,
  * FRAME_E_NOTMAP: a bad frame was consumed, call again. FRAME_E_TOOBIG:
  * the stream is unusable. -ENOMEM. */
 int frame_decoder_next(struct frame_decoder *d, const msgpack_object **out);
+
+/* From the next frame on, hand every payload to open(arg, p, n, &m)
+ * first: it authenticates p[0, n) in place and says how many bytes of
+ * plaintext lead it (the msgpack map); non-zero makes the stream broken
+ * with FRAME_E_AUTH. Frames already handed out are not affected, so an
+ * owner may set it from the handler of the last plaintext frame. */
+void frame_decoder_set_opener(struct frame_decoder *d,
+			      int (*open)(void *arg, uint8_t *payload, size_t n,
+					  size_t *plain_n),
+			      void *arg);
 
 /* At end of stream: FRAME_E_TRUNCATED when a partial frame is buffered,
  * else 0. */

@@ -15,6 +15,7 @@
 #include "conf/util.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +39,44 @@ void proto_peer_msg_deinit(struct proto_peer_msg *m)
 	free(m->pages);
 	m->pages = NULL;
 	m->n_pages = 0;
+}
+
+/* ---- 32-byte values as hex strings ------------------------------------------ */
+
+/* A nonce, proof or token: exactly 64 hex digits. */
+static int get_hex(const msgpack_object *map, const char *key, bool required,
+		   uint8_t out[PROTO_PEER_NONCE_BYTES], bool *present,
+		   struct frame_error *err)
+{
+	char hex[2 * PROTO_PEER_NONCE_BYTES + 1] = "";
+	size_t n = 0;
+	int r;
+
+	if (present)
+		*present = false;
+	if (!frame_map_get(map, key) && !required)
+		return 0;
+	r = proto__get_str(map, key, required, hex, sizeof(hex), err);
+	if (r)
+		return r;
+	if (strlen(hex) != 2 * PROTO_PEER_NONCE_BYTES ||
+	    sodium_hex2bin(out, PROTO_PEER_NONCE_BYTES, hex, strlen(hex), NULL,
+			   &n, NULL) != 0 || n != PROTO_PEER_NONCE_BYTES)
+		return proto__fail(err, FRAME_E_RANGE, key,
+				   "'%s' must be %u hex digits", key,
+				   2 * PROTO_PEER_NONCE_BYTES);
+	if (present)
+		*present = true;
+	return 0;
+}
+
+static void pack_hex(msgpack_packer *pk, const char *key,
+		     const uint8_t v[PROTO_PEER_NONCE_BYTES])
+{
+	char hex[2 * PROTO_PEER_NONCE_BYTES + 1];
+
+	sodium_bin2hex(hex, sizeof(hex), v, PROTO_PEER_NONCE_BYTES);
+	frame_pack_kv_str(pk, key, hex);
 }
 
 /* ---- hello -------------------------------------------------------------- */
@@ -85,8 +124,7 @@ static int read_hello(const msgpack_object *map, struct proto_peer_msg *m,
 	if (!r)
 		r = proto__get_bool(map, "checksum", true, &h->checksum, err);
 	if (!r)
-		r = proto__get_u64(map, "session", false, 0, UINT64_MAX,
-				   &h->session, err);
+		r = get_hex(map, "session", false, h->session, &h->has_session, err);
 	return r;
 }
 
@@ -107,7 +145,8 @@ static void write_hello(msgpack_packer *pk, const struct proto_peer_msg *m)
 	frame_pack_kv_u64(pk, "context", h->context);
 	frame_pack_kv_u64(pk, "max_batch_bytes", h->max_batch_bytes);
 	frame_pack_kv_bool(pk, "checksum", h->checksum);
-	frame_pack_kv_u64(pk, "session", h->session);
+	if (h->has_session)
+		pack_hex(pk, "session", h->session);
 }
 
 int proto_peer_hello_match(const struct proto_peer_hello *a,
@@ -147,13 +186,68 @@ int proto_peer_hello_match(const struct proto_peer_hello *a,
 static int read_data(const msgpack_object *map, struct proto_peer_msg *m,
 		     struct frame_error *err)
 {
-	return proto__get_u64(map, "session", true, 1, UINT64_MAX, &m->session,
-			      err);
+	return get_hex(map, "token", true, m->token, NULL, err);
 }
 
 static void write_data(msgpack_packer *pk, const struct proto_peer_msg *m)
 {
-	frame_pack_kv_u64(pk, "session", m->session);
+	pack_hex(pk, "token", m->token);
+}
+
+/* ---- authentication (before anything else; net/peer_auth.h) ---------------- */
+
+static int read_auth_hello(const msgpack_object *map, struct proto_peer_msg *m,
+			   struct frame_error *err)
+{
+	uint64_t u = 0;
+	int r;
+
+	r = proto__get_u64(map, "version", true, 0, UINT32_MAX, &u, err);
+	m->version = (uint32_t)u;
+	if (!r)
+		r = get_hex(map, "nonce", true, m->nonce, NULL, err);
+	return r;
+}
+
+static void write_auth_hello(msgpack_packer *pk, const struct proto_peer_msg *m)
+{
+	frame_pack_kv_u64(pk, "version", m->version);
+	pack_hex(pk, "nonce", m->nonce);
+}
+
+static int read_auth_challenge(const msgpack_object *map,
+			       struct proto_peer_msg *m, struct frame_error *err)
+{
+	return get_hex(map, "nonce", true, m->nonce, NULL, err);
+}
+
+static void write_auth_challenge(msgpack_packer *pk,
+				 const struct proto_peer_msg *m)
+{
+	pack_hex(pk, "nonce", m->nonce);
+}
+
+static int read_auth_proof(const msgpack_object *map, struct proto_peer_msg *m,
+			   struct frame_error *err)
+{
+	return get_hex(map, "proof", true, m->proof, NULL, err);
+}
+
+static void write_auth_proof(msgpack_packer *pk, const struct proto_peer_msg *m)
+{
+	pack_hex(pk, "proof", m->proof);
+}
+
+static int read_refused(const msgpack_object *map, struct proto_peer_msg *m,
+			struct frame_error *err)
+{
+	return proto__get_str(map, "reason", true, m->reason, sizeof(m->reason),
+			      err);
+}
+
+static void write_refused(msgpack_packer *pk, const struct proto_peer_msg *m)
+{
+	frame_pack_kv_str(pk, "reason", m->reason);
 }
 
 static int read_heartbeat(const msgpack_object *map, struct proto_peer_msg *m,
@@ -328,7 +422,7 @@ static void write_prefill_request(msgpack_packer *pk,
 
 /* n_keys counts "type" and, when has_id, "id". */
 static const struct peer_msg_desc peer_msgs[PEER_MSG__N] = {
-	[PEER_MSG_HELLO] = { "hello", false, read_hello, write_hello, 15 },
+	[PEER_MSG_HELLO] = { "hello", false, read_hello, write_hello, 14 },
 	[PEER_MSG_DATA] = { "data", false, read_data, write_data, 2 },
 	[PEER_MSG_HEARTBEAT] = { "heartbeat", false, read_heartbeat,
 				 write_heartbeat, 3 },
@@ -343,6 +437,14 @@ static const struct peer_msg_desc peer_msgs[PEER_MSG__N] = {
 	[PEER_MSG_ABORT_ACK] = { "abort_ack", true, read_none, write_none, 2 },
 	[PEER_MSG_RELEASE_ACK] = { "release_ack", true, read_none, write_none,
 				   2 },
+	[PEER_MSG_AUTH_HELLO] = { "auth_hello", false, read_auth_hello,
+				  write_auth_hello, 3 },
+	[PEER_MSG_AUTH_CHALLENGE] = { "auth_challenge", false,
+				      read_auth_challenge,
+				      write_auth_challenge, 2 },
+	[PEER_MSG_AUTH_PROOF] = { "auth_proof", false, read_auth_proof,
+				  write_auth_proof, 2 },
+	[PEER_MSG_REFUSED] = { "refused", false, read_refused, write_refused, 2 },
 };
 
 const char *proto_peer_type_name(enum proto_peer_type t)
@@ -384,7 +486,8 @@ void proto_peer_pack(msgpack_packer *pk, const struct proto_peer_msg *m)
 {
 	const struct peer_msg_desc *d = &peer_msgs[m->type];
 
-	msgpack_pack_map(pk, d->n_keys);
+	msgpack_pack_map(pk, d->n_keys +
+			 (m->type == PEER_MSG_HELLO && m->hello.has_session));
 	frame_pack_kv_str(pk, "type", d->name);
 	if (d->has_id)
 		frame_pack_kv_u64(pk, "id", m->id);

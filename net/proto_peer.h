@@ -19,7 +19,8 @@
 #include "net/frame.h"
 #include "net/proto_client.h"
 
-#define PROTO_PEER_VERSION 1
+#define PROTO_PEER_VERSION 2
+#define PROTO_PEER_NONCE_BYTES 32   /* auth nonces, proofs, data tokens */
 #define PROTO_PEER_FRAME_MAX (4u << 20)
 #define PROTO_PEER_PAGES_MAX (1u << 20)
 
@@ -33,6 +34,10 @@ enum proto_peer_type {
 	PEER_MSG_ABORT,
 	PEER_MSG_ABORT_ACK,
 	PEER_MSG_RELEASE_ACK,
+	PEER_MSG_AUTH_HELLO,      /* d -> p: version, nonce (first frame, keyed) */
+	PEER_MSG_AUTH_CHALLENGE,  /* p -> d: nonce */
+	PEER_MSG_AUTH_PROOF,      /* both: proof over both nonces */
+	PEER_MSG_REFUSED,         /* either: a bare refusal, then close */
 	PEER_MSG__N,
 };
 
@@ -52,7 +57,10 @@ struct proto_peer_hello {
 	uint64_t context;
 	uint64_t max_batch_bytes;
 	bool checksum;
-	uint64_t session;       /* prefill -> decode; 0 from decode */
+	/* prefill -> decode on keyless (loopback) links only: the random
+	 * token that binds the data connection; keyed links derive it */
+	uint8_t session[PROTO_PEER_NONCE_BYTES];
+	bool has_session;
 };
 
 struct proto_peer_page {
@@ -64,7 +72,11 @@ struct proto_peer_msg {
 	enum proto_peer_type type;
 	uint64_t id;                     /* request id (most messages) */
 	struct proto_peer_hello hello;   /* HELLO */
-	uint64_t session;                /* DATA */
+	uint8_t token[PROTO_PEER_NONCE_BYTES];  /* DATA: binds the data conn */
+	uint8_t nonce[PROTO_PEER_NONCE_BYTES];  /* AUTH_HELLO, AUTH_CHALLENGE */
+	uint8_t proof[PROTO_PEER_NONCE_BYTES];  /* AUTH_PROOF */
+	uint32_t version;                /* AUTH_HELLO */
+	char reason[32];                 /* REFUSED: a fixed word */
 	uint32_t load;                   /* HEARTBEAT */
 	uint64_t free_tokens;            /* HEARTBEAT */
 	/* PREFILL_REQUEST */

@@ -23,7 +23,9 @@
  * owner checks the entries against the request's reservation and writes
  * the pages (verbs: the NIC already did, the owner only checks). A batch
  * that fails its checksum goes to recv.bad_batch() (its header is not
- * trusted). recv.closed() fires once when the data path is gone.
+ * trusted); so does a batch that fails to authenticate on a sealed link,
+ * after which the stream is broken and recv.closed() follows.
+ * recv.closed() fires once when the data path is gone.
  *
  * Lifetime: ops->close() starts closing; pending send callbacks fire
  * (with -ECANCELED if they had not left), then close's callback; only then
@@ -40,6 +42,7 @@
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
 #include "net/fault.h"
+#include "net/peer_auth.h"
 #include "net/xfer.h"
 
 enum {
@@ -75,6 +78,11 @@ struct transport_cfg {
 	struct kvlog *log;
 	struct transport_recv recv; /* receiver callbacks (may be zero) */
 	void *recv_arg;
+	/* authenticated links: the data key (net/peer_auth.h) that seals
+	 * every batch (sender) and must open every batch (receiver); NULL
+	 * on keyless loopback links. The owner keeps it alive as long as
+	 * the transport. */
+	struct peer_aead *seal;
 	/* where to add the time spent checksumming and verifying batches,
 	 * in ns (may be NULL; loop thread): the cost of invariant 5, measured */
 	uint64_t *checksum_ns;

@@ -191,9 +191,11 @@ static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
 	return uv_write(&s->req, (uv_stream_t *)&tt->tcp, s->bufs, k, tcp_write_cb);
 }
 
+/* Sealed links take the copy path: the AEAD wants the batch in one
+ * buffer, and sealing in place must not touch the pool. */
 static bool tcp_zero_copy(const struct transport_cfg *c)
 {
-	return c->mem->ops->host_visible &&
+	return c->mem->ops->host_visible && !c->seal &&
 	       !kvd_fault_armed(c->fault, KVD_FAULT_CORRUPT_BATCH) &&
 	       !kvd_fault_armed(c->fault, KVD_FAULT_CUT_PEER_MID_BATCH) &&
 	       !kvd_fault_armed(c->fault, KVD_FAULT_BAD_TAG);
@@ -247,8 +249,18 @@ static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 	{
 		uint64_t t0 = kvd_now_ns();
 
-		len = xfer_batch_seal(&s->batch, c->checksum);
-		if (c->checksum && c->checksum_ns)
+		if (c->seal) {
+			uint16_t fl = XFER_FLAG_SEALED |
+				      (c->seal->encrypt ? XFER_FLAG_ENCRYPTED : 0);
+
+			len = xfer_batch_seal_flags(&s->batch, c->checksum, fl);
+			peer_aead_seal(c->seal, s->batch.buf, len, XFER_HDR_BYTES,
+				       s->batch.buf + len);
+			len += XFER_TRAILER_BYTES;
+		} else {
+			len = xfer_batch_seal(&s->batch, c->checksum);
+		}
+		if ((c->checksum || c->seal) && c->checksum_ns)
 			*c->checksum_ns += kvd_now_ns() - t0;
 	}
 	if (kvd_fault_fire(c->fault, KVD_FAULT_CORRUPT_BATCH)) {
@@ -309,13 +321,19 @@ static int tcp_drain_batches(struct tcp_transport *tt)
 
 		/* header checks and, with checksums on, XXH3 over the batch */
 		r = xfer_reader_next(&tt->reader, &h, &batch);
-		if (c->checksum && c->checksum_ns)
+		if ((c->checksum || c->seal) && c->checksum_ns)
 			*c->checksum_ns += kvd_now_ns() - t0;
 		if (r == XFER_E_AGAIN)
 			return 0;
 		if (r == 0) {
 			if (c->recv.batch)
 				c->recv.batch(c->recv_arg, &h, batch);
+		} else if (r == XFER_E_AUTH) {
+			/* forged, replayed or corrupted on a sealed link: report
+			 * it like a bad checksum, then the stream is over */
+			if (c->recv.bad_batch)
+				c->recv.bad_batch(c->recv_arg, r, &h);
+			return r;
 		} else if (r == XFER_E_CHECKSUM || r == XFER_E_NOCHECKSUM) {
 			if (c->recv.bad_batch)
 				c->recv.bad_batch(c->recv_arg, r, &h);
@@ -441,6 +459,13 @@ static const struct transport_ops tcp_ops = {
 	.free = tcp_free,
 };
 
+static int tcp_open(void *arg, uint8_t *batch, size_t n, const uint8_t *tag)
+{
+	struct tcp_transport *tt = arg;
+
+	return peer_aead_open(tt->base.cfg.seal, batch, n, XFER_HDR_BYTES, tag);
+}
+
 int transport_tcp_new(struct transport **out, uv_loop_t *loop,
 		      const struct transport_cfg *cfg)
 {
@@ -462,6 +487,8 @@ int transport_tcp_new(struct transport **out, uv_loop_t *loop,
 	tt->base.cfg = *cfg;
 	xfer_reader_init(&tt->reader, cfg->page_bytes, cfg->max_batch_bytes,
 			 cfg->checksum);
+	if (cfg->seal)
+		xfer_reader_set_opener(&tt->reader, tcp_open, tt);
 	uv_tcp_nodelay(&tt->tcp, 1);
 	*out = &tt->base;
 	return 0;

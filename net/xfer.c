@@ -50,6 +50,7 @@ static const char *const xfer_error_names[] = {
 	[XFER_E_CHECKSUM] = "checksum_mismatch",
 	[XFER_E_NOCHECKSUM] = "checksum_missing",
 	[XFER_E_FULL] = "full",
+	[XFER_E_AUTH] = "auth_failed",
 };
 
 const char *xfer_strerror(int code)
@@ -104,7 +105,8 @@ int xfer_batch_init(struct xfer_batch *b, uint64_t page_bytes,
 	if (!b->n_max)
 		return XFER_E_BOUND;
 	b->page_bytes = page_bytes;
-	b->buf = aligned_alloc(64, (xfer_batch_bytes(b->n_max, page_bytes) + 63) & ~63ull);
+	b->buf = aligned_alloc(64, (xfer_batch_bytes(b->n_max, page_bytes) +
+				    XFER_TRAILER_BYTES + 63) & ~63ull);
 	if (!b->buf)
 		return -ENOMEM;
 	return 0;
@@ -153,6 +155,12 @@ int xfer_batch_add(struct xfer_batch *b, const struct xfer_entry *e,
 
 size_t xfer_batch_seal(struct xfer_batch *b, bool checksum)
 {
+	return xfer_batch_seal_flags(b, checksum, 0);
+}
+
+size_t xfer_batch_seal_flags(struct xfer_batch *b, bool checksum,
+			     uint16_t flags)
+{
 	uint8_t *h = b->buf;
 	size_t len = xfer_batch_bytes(b->n, b->page_bytes);
 	uint8_t *dst = b->buf + XFER_HDR_BYTES + (size_t)b->n * XFER_ENTRY_BYTES;
@@ -162,7 +170,8 @@ size_t xfer_batch_seal(struct xfer_batch *b, bool checksum)
 	memset(h, 0, XFER_HDR_BYTES);
 	put32(h + XO_MAGIC, XFER_MAGIC);
 	put16(h + XO_VERSION, XFER_VERSION);
-	put16(h + XO_FLAGS, checksum ? XFER_FLAG_CHECKSUM : 0);
+	put16(h + XO_FLAGS, (uint16_t)((checksum ? XFER_FLAG_CHECKSUM : 0) |
+				       (flags & (XFER_FLAG_SEALED | XFER_FLAG_ENCRYPTED))));
 	put64(h + XO_REQ, b->request_id);
 	put32(h + XO_SEQ, b->seq);
 	put32(h + XO_N, b->n);
@@ -223,7 +232,9 @@ int xfer_hdr_parse(const uint8_t *p, uint64_t page_bytes,
 	h->page_bytes = get64(p + XO_PAGE_BYTES);
 	h->payload_bytes = get64(p + XO_PAYLOAD);
 	h->checksum = get64(p + XO_CHECKSUM);
-	if (h->version != XFER_VERSION || (h->flags & ~XFER_FLAG_CHECKSUM))
+	if (h->version != XFER_VERSION ||
+	    (h->flags & ~(XFER_FLAG_CHECKSUM | XFER_FLAG_SEALED | XFER_FLAG_ENCRYPTED)) ||
+	    ((h->flags & XFER_FLAG_ENCRYPTED) && !(h->flags & XFER_FLAG_SEALED)))
 		return XFER_E_VERSION;
 	if (h->page_bytes != page_bytes)
 		return XFER_E_GEOMETRY;
@@ -278,6 +289,30 @@ void xfer_reader_init(struct xfer_reader *r, uint64_t page_bytes,
 	r->page_bytes = page_bytes;
 	r->max_batch_bytes = max_batch_bytes;
 	r->require_checksum = require_checksum;
+}
+
+void xfer_reader_set_opener(struct xfer_reader *r,
+			    int (*open)(void *arg, uint8_t *batch, size_t n,
+					const uint8_t *tag),
+			    void *arg)
+{
+	r->open = open;
+	r->open_arg = arg;
+}
+
+/* Bytes of the batch whose header is h, on this stream; or a sticky
+ * error when the header's sealing is not what the stream requires. */
+static int reader_need(struct xfer_reader *r, const struct xfer_hdr *h)
+{
+	bool sealed = h->flags & XFER_FLAG_SEALED;
+
+	if (sealed != !!r->open) {
+		r->broken = sealed ? XFER_E_VERSION : XFER_E_AUTH;
+		return r->broken;
+	}
+	r->need = xfer_batch_bytes(h->n_entries, r->page_bytes) +
+		  (sealed ? XFER_TRAILER_BYTES : 0);
+	return 0;
 }
 
 void xfer_reader_deinit(struct xfer_reader *r)
@@ -339,7 +374,9 @@ int xfer_reader_feed(struct xfer_reader *r, const void *data, size_t n,
 				r->broken = ret;
 				return ret;
 			}
-			r->need = xfer_batch_bytes(h.n_entries, r->page_bytes);
+			ret = reader_need(r, &h);
+			if (ret)
+				return ret;
 		}
 	}
 	return 0;
@@ -376,7 +413,9 @@ int xfer_reader_commit(struct xfer_reader *r, size_t k)
 			r->broken = ret;
 			return ret;
 		}
-		r->need = xfer_batch_bytes(h.n_entries, r->page_bytes);
+		ret = reader_need(r, &h);
+		if (ret)
+			return ret;
 	}
 	return 0;
 }
@@ -392,6 +431,22 @@ int xfer_reader_next(struct xfer_reader *r, struct xfer_hdr *h,
 	if (r->len < r->need || r->need == XFER_HDR_BYTES)
 		return XFER_E_AGAIN;
 	r->consumed = true;
+	if (r->open) {
+		size_t n = r->len - XFER_TRAILER_BYTES;
+
+		/* a forged or replayed batch: nothing of it is trusted, and the
+		 * counter cannot resynchronise - the stream is broken */
+		if (r->open(r->open_arg, r->buf, n, r->buf + n)) {
+			r->broken = XFER_E_AUTH;
+			xfer_hdr_parse(r->buf, r->page_bytes, r->max_batch_bytes, h);
+			return XFER_E_AUTH;
+		}
+		ret = xfer_batch_verify(r->buf, n, r->page_bytes,
+					r->max_batch_bytes, r->require_checksum, h);
+		if (ret == 0)
+			*batch = r->buf;
+		return ret;
+	}
 	ret = xfer_batch_verify(r->buf, r->len, r->page_bytes,
 				r->max_batch_bytes, r->require_checksum, h);
 	if (ret == 0)

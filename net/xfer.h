@@ -8,6 +8,10 @@
  *   [64 + 24 n, + n * page_bytes)   payload: the pages, tag first
  * The checksum is XXH3-64 of the whole batch with the checksum field read
  * as zero. A batch is never larger than the negotiated max_batch_bytes.
+ * On authenticated links a batch is *sealed*: flag SEALED, and a 16-byte
+ * AEAD tag (net/peer_auth.h) follows the payload, over the header as
+ * additional data and entries + payload (encrypted with flag ENCRYPTED);
+ * the checksum is of the plaintext. The tag is not counted in the bound.
  *
  * Building: struct xfer_batch owns one buffer sized for the largest batch
  * the bound allows; add() hands out each page's payload slot, seal() writes
@@ -32,6 +36,9 @@
 #define XFER_HDR_BYTES 64u
 #define XFER_ENTRY_BYTES 24u
 #define XFER_FLAG_CHECKSUM 1u
+#define XFER_FLAG_SEALED 2u        /* an AEAD tag follows the payload */
+#define XFER_FLAG_ENCRYPTED 4u     /* entries and payload are encrypted */
+#define XFER_TRAILER_BYTES 16u     /* the tag of a sealed batch */
 
 enum {
 	XFER_E_AGAIN = 1,   /* no complete batch yet */
@@ -42,6 +49,9 @@ enum {
 	XFER_E_CHECKSUM,    /* checksum mismatch (batch consumed) */
 	XFER_E_NOCHECKSUM,  /* checksum required, batch has none (consumed) */
 	XFER_E_FULL,        /* builder: the batch holds the bound already */
+	XFER_E_AUTH,        /* a sealed batch failed to authenticate, or an
+			     * unsealed one came where seals are required
+			     * (stream broken: the counter cannot resync) */
 };
 
 const char *xfer_strerror(int code);
@@ -92,6 +102,11 @@ int xfer_batch_add(struct xfer_batch *b, const struct xfer_entry *e,
 /* Write the header (and checksum when `checksum`); returns the batch's
  * length in bytes (the wire image is b->buf[0, len)). */
 size_t xfer_batch_seal(struct xfer_batch *b, bool checksum);
+/* Same, with extra header flags (XFER_FLAG_SEALED | ENCRYPTED): the
+ * caller then seals the image and appends the XFER_TRAILER_BYTES tag;
+ * the buffer always has room for it. */
+size_t xfer_batch_seal_flags(struct xfer_batch *b, bool checksum,
+			     uint16_t flags);
 
 /* Scatter-gather building (zero-copy senders): write the header of a
  * batch of n entries (checksum field zero) and each entry; then hash the
@@ -127,11 +142,21 @@ struct xfer_reader {
 	uint64_t page_bytes;
 	uint64_t max_batch_bytes;
 	bool require_checksum;
+	/* sealed streams: every batch is SEALED and opened (authenticated,
+	 * decrypted in place) by open(arg, batch, len_without_tag, tag)
+	 * before its checksum and entries are looked at */
+	int (*open)(void *arg, uint8_t *batch, size_t n, const uint8_t *tag);
+	void *open_arg;
 };
 
 void xfer_reader_init(struct xfer_reader *r, uint64_t page_bytes,
 		      uint64_t max_batch_bytes, bool require_checksum);
 void xfer_reader_deinit(struct xfer_reader *r);
+/* Require sealed batches from now on (before the first byte). */
+void xfer_reader_set_opener(struct xfer_reader *r,
+			    int (*open)(void *arg, uint8_t *batch, size_t n,
+					const uint8_t *tag),
+			    void *arg);
 /* Take up to n bytes (at most the rest of the current batch); *used says
  * how many. 0, a sticky header error, or -ENOMEM. */
 int xfer_reader_feed(struct xfer_reader *r, const void *data, size_t n,

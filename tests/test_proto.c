@@ -303,7 +303,8 @@ static void hello_fill(struct proto_peer_hello *h)
 	h->context = 512;
 	h->max_batch_bytes = 4 << 20;
 	h->checksum = true;
-	h->session = 77;
+	memset(h->session, 0x77, sizeof(h->session));
+	h->has_session = true;
 }
 
 static void peer_roundtrip(const struct proto_peer_msg *m, struct proto_peer_msg *out)
@@ -402,9 +403,30 @@ START_TEST(test_peer_roundtrip)
 	peer_roundtrip(&m, &o);
 	ck_assert_uint_eq(o.load, 3);
 	m.type = PEER_MSG_DATA;
-	m.session = 7;
+	for (unsigned i = 0; i < sizeof(m.token); i++)
+		m.token[i] = (uint8_t)(i * 7 + 1);
 	peer_roundtrip(&m, &o);
-	ck_assert_uint_eq(o.session, 7);
+	ck_assert_mem_eq(o.token, m.token, sizeof(m.token));
+	/* the authentication messages: nonces and proofs survive exactly */
+	m.type = PEER_MSG_AUTH_HELLO;
+	m.version = PROTO_PEER_VERSION;
+	memset(m.nonce, 0xa5, sizeof(m.nonce));
+	m.nonce[31] = 0x01;
+	peer_roundtrip(&m, &o);
+	ck_assert_uint_eq(o.version, PROTO_PEER_VERSION);
+	ck_assert_mem_eq(o.nonce, m.nonce, sizeof(m.nonce));
+	m.type = PEER_MSG_AUTH_CHALLENGE;
+	m.nonce[0] = 0x00;
+	peer_roundtrip(&m, &o);
+	ck_assert_mem_eq(o.nonce, m.nonce, sizeof(m.nonce));
+	m.type = PEER_MSG_AUTH_PROOF;
+	memset(m.proof, 0xff, sizeof(m.proof));
+	peer_roundtrip(&m, &o);
+	ck_assert_mem_eq(o.proof, m.proof, sizeof(m.proof));
+	m.type = PEER_MSG_REFUSED;
+	snprintf(m.reason, sizeof(m.reason), "mismatch:model_sha256");
+	peer_roundtrip(&m, &o);
+	ck_assert_str_eq(o.reason, "mismatch:model_sha256");
 }
 END_TEST
 

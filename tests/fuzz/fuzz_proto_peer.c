@@ -157,10 +157,14 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 			.n_layer = 2, .kv_dim = 128, .page_bytes = 16384,
 			.pool_tokens = 65536, .context = 2048,
 			.max_batch_bytes = 1 << 20, .checksum = true,
-			.session = 7,
+			.session = { 7 }, .has_session = true,
 		};
 		memset(m.hello.model_sha256, 'a', 64);
-		m.session = 7;
+		memset(m.token, 7, sizeof(m.token));
+		memset(m.nonce, 9, sizeof(m.nonce));
+		memset(m.proof, 11, sizeof(m.proof));
+		m.version = PROTO_PEER_VERSION;
+		snprintf(m.reason, sizeof(m.reason), "auth_failed");
 		m.load = 3;
 		m.free_tokens = 1000;
 		m.tokens = toks;

@@ -51,9 +51,11 @@ check "corrupt_batch: prefill up" restart_prefill corrupt_batch:1
 out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
 check "corrupt_batch: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
 check "corrupt_batch: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
-check "corrupt_batch: decode logged the checksum failure" grep -q "event=batch_checksum .*error=checksum_mismatch" "$T/df.log"
+# keyed link: the AEAD tag catches the flipped byte first (auth_failed);
+# keyless: XXH3 does (checksum_mismatch)
+check "corrupt_batch: decode logged the checksum failure" grep -Eq "event=batch_checksum .*error=(checksum_mismatch|auth_failed)" "$T/df.log"
 # the header of a corrupt batch is not trusted: the data stream is broken
-check "corrupt_batch: decode tore the peer down" grep -q "event=peer_down .*failed its checksum" "$T/df.log"
+check "corrupt_batch: decode tore the peer down" grep -Eq "event=peer_down .*failed (its checksum|authentication)" "$T/df.log"
 check "corrupt_batch: prefill saw the connection go" wait_log "$T/pf.log" "event=peer_down" 5
 check "corrupt_batch: prefill survived writing into the torn-down connection" kill -0 "$PID_pf"
 check "corrupt_batch: counted as an integrity failure" test "$(status_get df counters.integrity_failures)" -ge 1

@@ -22,7 +22,15 @@ gen_model() {
 		--ff 128 --vocab 320 --ctx 512 --seed 11 "$@" >/dev/null
 }
 
+# cluster_key: the test's shared cluster secret (kvctl keygen), made once.
+cluster_key() {
+	[ -f "$T/cluster.key" ] || "$KVCTL" keygen "$T/cluster.key"
+	echo "$T/cluster.key"
+}
+
 # write_node NAME ROLE MODEL [KEY=VALUE ...] - keys as section.key.
+# Nodes are authenticated peers (peers.key_file) unless KVD_TEST_KEYLESS=1
+# or the caller passes peers.key_file= (empty: keyless, loopback only).
 write_node() {
 	local name=$1 role=$2 model=$3; shift 3
 	local -A kv=(
@@ -30,6 +38,7 @@ write_node() {
 		[engine.threads]=1 [log.level]=debug [transfer.heartbeat_ms]=200
 		[transfer.release_timeout_ms]=2000
 	)
+	[ "${KVD_TEST_KEYLESS:-0}" = 1 ] || kv[peers.key_file]=$(cluster_key)
 	local a sec
 	for a in "$@"; do [ -n "$a" ] && kv[${a%%=*}]=${a#*=}; done
 	{
