@@ -122,7 +122,7 @@ static void decode_abort_timeout(uv_timer_t *t)
 
 	KVLOG_WARN(r->s->log, "abort_ack_timeout",
 		   "id=%llu peer=%s msg=\"no abort_ack within release_timeout_ms; tearing the peer connection down\"",
-		   (unsigned long long)r->reg.id, p ? p->addr : "-");
+		   (unsigned long long)r->reg.id, KVLOG_Q(p ? p->addr : "-"));
 	if (p)
 		peer_lost(p, "abort_ack timeout");
 }
@@ -154,7 +154,7 @@ static void decode_fail(struct serve_req *r, int code, bool with_abort,
 		r->state = SRS_ABORTING;
 		KVLOG_INFO(s->log, "transfer_abort",
 			   "id=%llu peer=%s code=%s pages=%u fenced=%u",
-			   (unsigned long long)r->reg.id, p->addr,
+			   (unsigned long long)r->reg.id, KVLOG_Q(p->addr),
 			   proto_err_name(code), r->n_table, r->n_prefix);
 		serve__timer_start(r, s->d->cfg.release_timeout_ms,
 				   decode_abort_timeout);
@@ -295,7 +295,8 @@ void serve__decode_admit(struct serve_req *r)
 				   r->max_tokens, (unsigned long long)need,
 				   (unsigned long long)lim,
 				   s->d->cap.advertised_context,
-				   (unsigned long long)s->d->cap.pool_tokens, p->addr,
+				   (unsigned long long)s->d->cap.pool_tokens,
+				   KVLOG_Q(p->addr),
 				   (unsigned long long)p->hello.context,
 				   (unsigned long long)p->hello.pool_tokens);
 			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
@@ -350,7 +351,7 @@ void serve__decode_admit(struct serve_req *r)
 	KVLOG_DEBUG(s->log, "prefill_sent",
 		    "id=%llu client_id=%llu peer=%s prompt_tokens=%u pages=%u prefix_pages=%u",
 		    (unsigned long long)r->reg.id, (unsigned long long)r->client_id,
-		    p->addr, r->n_prompt, r->n_table, r->n_prefix);
+		    KVLOG_Q(p->addr), r->n_prompt, r->n_table, r->n_prefix);
 }
 
 /* ---- receiving KV ----------------------------------------------------------- */
@@ -450,7 +451,8 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 
 	if (!r || r->state != SRS_TRANSFER) {
 		KVLOG_DEBUG(s->log, "batch_discarded", "id=%llu seq=%u peer=%s",
-			    (unsigned long long)h->request_id, h->seq, p->addr);
+			    (unsigned long long)h->request_id, h->seq,
+			    KVLOG_Q(p->addr));
 		return;
 	}
 	if (decode_check_batch(r, h, batch, why, sizeof(why))) {
@@ -489,7 +491,7 @@ static void peer_rx_bad(void *arg, int code, const struct xfer_hdr *h)
 	struct peer *p = arg;
 
 	KVLOG_WARN(p->s->log, "batch_checksum",
-		   "peer=%s claimed_id=%llu seq=%u error=%s", p->addr,
+		   "peer=%s claimed_id=%llu seq=%u error=%s", KVLOG_Q(p->addr),
 		   (unsigned long long)h->request_id, h->seq, xfer_strerror(code));
 	if (!peer_lost_code(p, "a KV batch failed its checksum", PROTO_ERR_INTEGRITY,
 			    "a KV batch on the prefill peer's data connection failed its checksum; no token was produced from it"))
@@ -625,10 +627,10 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 		if (!r || r->state != SRS_TRANSFER)
 			return;
 		KVLOG_WARN(s->log, "prefill_rejected",
-			   "id=%llu client_id=%llu peer=%s code=%s msg=\"%s\"",
+			   "id=%llu client_id=%llu peer=%s code=%s msg=%s",
 			   (unsigned long long)r->reg.id,
-			   (unsigned long long)r->client_id, p->addr,
-			   proto_err_name(m->code), m->message);
+			   (unsigned long long)r->client_id, KVLOG_Q(p->addr),
+			   proto_err_name(m->code), KVLOG_Q(m->message));
 		if (m->code == PROTO_ERR_PROMPT_TOO_LONG)
 			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
 		/* prefill computed and sent nothing: release at once */
@@ -679,7 +681,7 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 		return;
 	default:
 		KVLOG_WARN(s->log, "peer_protocol", "peer=%s msg=\"unexpected %s\"",
-			   p->addr, proto_peer_type_name(m->type));
+			   KVLOG_Q(p->addr), proto_peer_type_name(m->type));
 		return;
 	}
 }
@@ -715,7 +717,8 @@ static void peer_log_capacity(struct peer *p)
 	kvd_daemon_capacity(s->d, "peer", NULL);
 	KVLOG_INFO(s->log, "peer_capacity",
 		   "peer=%s peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu path_limit=%llu verdict=%s",
-		   p->addr, p->hello.node, p->hello.role,
+		   KVLOG_Q(p->addr), KVLOG_Q(p->hello.node),
+		   KVLOG_Q(p->hello.role),
 		   (unsigned long long)p->hello.pool_tokens,
 		   (unsigned long long)p->hello.context,
 		   s->d->cap.advertised_context,
@@ -747,7 +750,7 @@ static void peer_data_connected(uv_connect_t *req, int status)
 	p->last_heard_ns = kvd_now_ns();
 	KVLOG_INFO(p->s->log, "peer_up",
 		   "peer=%s node=%s max_batch_bytes=%llu checksum=%s transport=tcp",
-		   p->addr, p->hello.node,
+		   KVLOG_Q(p->addr), KVLOG_Q(p->hello.node),
 		   (unsigned long long)p->max_batch_bytes,
 		   p->hello.checksum || p->s->d->cfg.checksum ? "on" : "off");
 	peer_log_capacity(p);
@@ -766,9 +769,10 @@ static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
 	    strcmp(m->hello.role, "prefill") || !m->hello.session) {
 		if (!field[0] || strcmp(m->hello.role, "prefill"))
 			snprintf(field, sizeof(field), "role");
-		KVLOG_ERR(s->log, "peer_refused", "peer=%s field=%s msg=\"%s\"",
-			  p->addr, field,
-			  strcmp(m->hello.role, "prefill") ? "the peer is not a prefill node" : why);
+		KVLOG_ERR(s->log, "peer_refused", "peer=%s field=%s msg=%s",
+			  KVLOG_Q(p->addr), field,
+			  KVLOG_Q(strcmp(m->hello.role, "prefill")
+				  ? "the peer is not a prefill node" : why));
 		peer_lost(p, "handshake refused");
 		return;
 	}
@@ -789,7 +793,7 @@ static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
 	if (rc) {
 		KVLOG_ERR(s->log, "peer_refused",
 			  "peer=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
-			  p->addr, (unsigned long long)s->page_bytes,
+			  KVLOG_Q(p->addr), (unsigned long long)s->page_bytes,
 			  (unsigned long long)p->max_batch_bytes);
 		p->data = NULL;
 		peer_lost(p, "transport");
@@ -850,8 +854,8 @@ static void peer_connected(uv_connect_t *req, int status)
 	if (p->closing)
 		return;
 	if (status < 0) {
-		KVLOG_DEBUG(p->s->log, "peer_connect", "peer=%s msg=\"%s\"", p->addr,
-			    uv_strerror(status));
+		KVLOG_DEBUG(p->s->log, "peer_connect", "peer=%s msg=%s",
+			    KVLOG_Q(p->addr), KVLOG_Q(uv_strerror(status)));
 		peer_lost(p, NULL);
 		return;
 	}
@@ -909,8 +913,8 @@ static unsigned peer_lost_code(struct peer *p, const char *why, int code,
 	if (p->closing || !p->ctl_open)
 		return 0;
 	if (why)
-		KVLOG_WARN(s->log, "peer_down", "peer=%s msg=\"%s\" was_up=%d",
-			   p->addr, why, p->up);
+		KVLOG_WARN(s->log, "peer_down", "peer=%s msg=%s was_up=%d",
+			   KVLOG_Q(p->addr), KVLOG_Q(why), p->up);
 	p->closing = true;
 	p->up = false;
 	p->hello_seen = false;
@@ -953,7 +957,8 @@ static void peer_connect(struct peer *p)
 	int rc;
 
 	if (serve__parse_hostport(p->addr, &ss)) {
-		KVLOG_ERR(s->log, "peer_address", "peer=%s msg=\"bad address\"", p->addr);
+		KVLOG_ERR(s->log, "peer_address", "peer=%s msg=\"bad address\"",
+			  KVLOG_Q(p->addr));
 		return;
 	}
 	if (uv_tcp_init(&s->d->loop, &p->ctl)) {

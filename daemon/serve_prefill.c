@@ -86,8 +86,9 @@ static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
 	vsnprintf(m.message, sizeof(m.message), fmt, ap);
 	va_end(ap);
 	KVLOG_WARN(pc->s->log, "prefill_reject",
-		   "peer_node=%s remote_id=%llu code=%s msg=\"%s\"", pc->hello.node,
-		   (unsigned long long)remote_id, proto_err_name(code), m.message);
+		   "peer_node=%s remote_id=%llu code=%s msg=%s",
+		   KVLOG_Q(pc->hello.node), (unsigned long long)remote_id,
+		   proto_err_name(code), KVLOG_Q(m.message));
 	(void)pconn_send(pc, &m);
 }
 
@@ -193,10 +194,10 @@ static void prefill_abort_maybe_finish(struct serve_req *r)
 	prefill_ack_abort(r);
 	if (r->submit_pending || r->state == SRS_FREEING)
 		return;
-	KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=\"%s\"",
+	KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=%s",
 		   (unsigned long long)r->reg.id,
 		   (unsigned long long)r->remote_id,
-		   r->fail_msg[0] ? r->fail_msg : "decode aborted");
+		   KVLOG_Q(r->fail_msg[0] ? r->fail_msg : "decode aborted"));
 	r->fail_code = r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL;
 	prefill_free(r);
 }
@@ -214,9 +215,9 @@ static void prefill_fail(struct serve_req *r, int code, const char *msg)
 	r->fail_code = code;
 	snprintf(r->fail_msg, sizeof(r->fail_msg), "%s", msg);
 	snprintf(m.message, sizeof(m.message), "%s", msg);
-	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=\"%s\"",
+	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=%s",
 		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
-		   proto_err_name(code), msg);
+		   proto_err_name(code), KVLOG_Q(msg));
 	if (r->pc)
 		(void)pconn_send(r->pc, &m);
 	if (!r->sends_pending && !r->submit_pending)
@@ -264,7 +265,8 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 	if (need > lim) {
 		KVLOG_WARN(s->log, "admission_reject",
 			   "remote_id=%llu peer_node=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
-			   (unsigned long long)m->id, pc->hello.node, m->n_tokens,
+			   (unsigned long long)m->id, KVLOG_Q(pc->hello.node),
+			   m->n_tokens,
 			   m->max_tokens, (unsigned long long)need,
 			   (unsigned long long)lim, s->d->cap.advertised_context,
 			   (unsigned long long)s->d->cap.pool_tokens);
@@ -569,9 +571,10 @@ static void pconn_on_hello(struct pconn *pc, const struct proto_peer_msg *m)
 	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
 				   why, sizeof(why)) ||
 	    !strcmp(m->hello.role, "prefill")) {
-		KVLOG_ERR(s->log, "peer_refused", "peer_node=%s field=%s msg=\"%s\"",
-			  m->hello.node, field[0] ? field : "role",
-			  field[0] ? why : "a prefill node cannot be a decode peer");
+		KVLOG_ERR(s->log, "peer_refused", "peer_node=%s field=%s msg=%s",
+			  KVLOG_Q(m->hello.node), field[0] ? field : "role",
+			  KVLOG_Q(field[0] ? why
+				  : "a prefill node cannot be a decode peer"));
 		/* say who we are so the other side can log why */
 		reply.hello = s->my_hello;
 		(void)pconn_send(pc, &reply);
@@ -590,7 +593,7 @@ static void pconn_on_hello(struct pconn *pc, const struct proto_peer_msg *m)
 	kvd_daemon_capacity(s->d, "peer", NULL);
 	KVLOG_INFO(s->log, "peer_capacity",
 		   "peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu",
-		   m->hello.node, m->hello.role,
+		   KVLOG_Q(m->hello.node), KVLOG_Q(m->hello.role),
 		   (unsigned long long)m->hello.pool_tokens,
 		   (unsigned long long)m->hello.context,
 		   s->d->cap.advertised_context,
@@ -634,7 +637,7 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	if (rc) {
 		KVLOG_ERR(s->log, "peer_refused",
 			  "peer_node=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
-			  pc->hello.node, (unsigned long long)s->page_bytes,
+			  KVLOG_Q(pc->hello.node), (unsigned long long)s->page_bytes,
 			  (unsigned long long)pc->max_batch_bytes);
 		pc->data = NULL;
 		pconn_lost(tmp, NULL);
@@ -656,7 +659,7 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	tmp->is_data = true;
 	pconn_lost(tmp, NULL);
 	KVLOG_INFO(s->log, "peer_up", "peer_node=%s max_batch_bytes=%llu checksum=%s transport=tcp",
-		   pc->hello.node, (unsigned long long)pc->max_batch_bytes,
+		   KVLOG_Q(pc->hello.node), (unsigned long long)pc->max_batch_bytes,
 		   pc->checksum ? "on" : "off");
 }
 
@@ -707,7 +710,7 @@ static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
 		return;
 	default:
 		KVLOG_WARN(pc->s->log, "peer_protocol", "peer_node=%s msg=\"unexpected %s\"",
-			   pc->hello.node, proto_peer_type_name(m->type));
+			   KVLOG_Q(pc->hello.node), proto_peer_type_name(m->type));
 		return;
 	}
 }
@@ -753,8 +756,9 @@ static void pconn_lost(struct pconn *pc, const char *why)
 		return;
 	pc->closing = true;
 	if (why)
-		KVLOG_WARN(s->log, "peer_down", "peer_node=%s msg=\"%s\"",
-			   pc->hello.node[0] ? pc->hello.node : "?", why);
+		KVLOG_WARN(s->log, "peer_down", "peer_node=%s msg=%s",
+			   KVLOG_Q(pc->hello.node[0] ? pc->hello.node : "?"),
+			   KVLOG_Q(why));
 	if (pc->prev)
 		pc->prev->next = pc->next;
 	else
@@ -867,7 +871,7 @@ int serve__prefill_start(struct serve *s)
 	rc = serve__parse_hostport(s->d->cfg.listen_peer, &ss);
 	if (rc) {
 		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=\"bad address\"",
-			  s->d->cfg.listen_peer);
+			  KVLOG_Q(s->d->cfg.listen_peer));
 		return rc;
 	}
 	rc = uv_tcp_init(&s->d->loop, &s->peer_listener);
@@ -879,10 +883,11 @@ int serve__prefill_start(struct serve *s)
 	if (!rc)
 		rc = uv_listen((uv_stream_t *)&s->peer_listener, 64, pconn_accept);
 	if (rc)
-		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=\"%s\"",
-			  s->d->cfg.listen_peer, uv_strerror(rc));
+		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=%s",
+			  KVLOG_Q(s->d->cfg.listen_peer), KVLOG_Q(uv_strerror(rc)));
 	else
-		KVLOG_INFO(s->log, "listen_peer", "addr=%s", s->d->cfg.listen_peer);
+		KVLOG_INFO(s->log, "listen_peer", "addr=%s",
+			   KVLOG_Q(s->d->cfg.listen_peer));
 	return rc;
 }
 
