@@ -405,6 +405,15 @@ static int decode_check_entry(struct serve_req *r, const struct xfer_hdr *h,
 			 h->seq, e.index, e.tokens, want);
 		return 1;
 	}
+	/* One NaN or Inf poisons every attention score that reads it: a
+	 * page with non-finite K/V in the positions it holds fails the batch
+	 * like a bad entry (before anything of it is written). */
+	if (!kvpool_page_kv_finite(kvpool_geom(r->s->d->pool),
+				   xfer_batch_page(batch, h, i), want)) {
+		snprintf(why, why_size, "batch %u page index %u holds non-finite K/V",
+			 h->seq, e.index);
+		return 1;
+	}
 	r->got[e.index] = GOT_IN_BATCH;
 	return 0;
 }
@@ -469,6 +478,15 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 					    s->page_bytes)) {
 			decode_fail(r, PROTO_ERR_INTERNAL, true,
 				    "cannot write a received page");
+			return;
+		}
+		/* Invariant 10: zero-fill the positions the page does not
+		 * hold (decode_check_entry matched e.tokens to our own
+		 * count); never rely on the sender having cleared them. */
+		if (kvpool_zero_tail(s->d->pool, r->reg.id, &r->table[e.index],
+				     e.tokens)) {
+			decode_fail(r, PROTO_ERR_INTERNAL, true,
+				    "cannot clear the tail of a received page");
 			return;
 		}
 		/* every index is distinct here (decode_check_batch) */

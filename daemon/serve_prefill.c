@@ -464,10 +464,32 @@ static void prefill_send_more(struct serve_req *r)
 		prefill_done_send(r);
 }
 
+/* Fault point: a NaN in position 0 of the first page's layer-0 K block,
+ * after compute and verify, before checksumming: only decode's finite
+ * check can catch it. */
+static void prefill_fault_nan(struct serve_req *r, const struct kvpool_ref *ref)
+{
+	struct serve *s = r->s;
+	const struct kvmem *mem = &s->d->mem;
+	char *page = kvpool_page_addr(s->d->pool, ref->page);
+	uint32_t nan32 = 0x7fc00000u;
+	uint16_t nan16 = 0x7e00u;
+	bool f16 = kvpool_geom(s->d->pool)->dtype == KV_DTYPE_F16;
+
+	KVLOG_WARN(s->log, "fault", "point=nan_kv id=%llu page=%u",
+		   (unsigned long long)r->reg.id, ref->page);
+	if (page)
+		(void)mem->ops->write(mem->ctx,
+				      page + kvpool_block_offset(s->d->pool, 0, 0),
+				      f16 ? (const void *)&nan16 : (const void *)&nan32,
+				      f16 ? 2 : 4);
+}
+
 /* The engine computed the prompt: check our own pages, then send. */
 static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
 {
 	struct serve *s = r->s;
+	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
 	uint32_t bad = 0;
 	int rc;
 
@@ -485,6 +507,18 @@ static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
 			     "prefill's own pages failed verification");
 		return;
 	}
+	/* Invariant 10: positions past n_kv of the last page still hold an
+	 * earlier owner's K/V. Zero them before any byte of the request is
+	 * sent (batches carry whole pages). */
+	rc = kvpool_zero_tail(s->d->pool, r->reg.id, &m->table[m->n_table - 1],
+			      m->n_kv - (m->n_table - 1) * pt);
+	if (rc) {
+		prefill_fail(r, PROTO_ERR_INTERNAL,
+			     "cannot clear the unfilled tail of the last page");
+		return;
+	}
+	if (kvd_fault_fire(&s->fault, KVD_FAULT_NAN_KV))
+		prefill_fault_nan(r, &m->table[0]);
 	free(r->src);
 	r->src = malloc(sizeof(*r->src) * m->n_table);
 	if (!r->src) {
