@@ -5,10 +5,20 @@
  * different threads never interleave (pipes and journald keep writes of up
  * to PIPE_BUF atomic; longer lines are truncated to the buffer and end in
  * "...").
+ *
+ * One call is one line, whatever its arguments hold. Values from outside
+ * (peers, clients, files, the config, admin frames) are passed through
+ * KVLOG_Q()/kvlog_quote(), which double-quotes them with \" \\ and \xNN
+ * escapes, so a hostile value can neither end the line nor add a key. As
+ * a second wall, the emitter writes any control byte left in the
+ * formatted text as \xNN: a call site that forgot to quote can garble its
+ * own line but cannot start another (a forged event=kv_capacity line is
+ * what `kvctl audit` would trust).
  */
 #include "conf/log.h"
 #include "conf/util.h"
 
+#include <stdbool.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,7 +31,11 @@ void kvlog_init(struct kvlog *lg, int level, int fd, const char *node)
 {
 	lg->level = level;
 	lg->fd = fd;
-	snprintf(lg->node, sizeof(lg->node), "%s", node ? node : "");
+	/* The name comes from the config: quoted like any outside value. */
+	if (node && node[0])
+		kvlog_quote(lg->node, sizeof(lg->node), node);
+	else
+		lg->node[0] = '\0';
 }
 
 int kvlog_level_parse(const char *s)
@@ -53,10 +67,36 @@ static size_t put_ts(char *buf, size_t size)
 	return n;
 }
 
+/* Copy the formatted tail into the line, control bytes (a newline above
+ * all) written as \xNN: whatever a call site passed unquoted, one call is
+ * one line. Returns the bytes written; stops, whole escapes only, when
+ * `room` is spent. */
+static size_t put_tail(char *dst, size_t room, const char *src, size_t len)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)src[i];
+
+		if (c >= 0x20 && c != 0x7f) {
+			if (o + 1 > room)
+				break;
+			dst[o++] = (char)c;
+		} else {
+			if (o + 4 > room)
+				break;
+			snprintf(dst + o, 5, "\\x%02x", c);
+			o += 4;
+		}
+	}
+	return o;
+}
+
 void kvlog__emit(struct kvlog *lg, int level, const char *event,
 		 const char *fmt, ...)
 {
 	char line[KVLOG_LINE_MAX];
+	char tail[KVLOG_LINE_MAX];
 	size_t n = put_ts(line, sizeof(line));
 	va_list ap;
 	int r;
@@ -66,17 +106,23 @@ void kvlog__emit(struct kvlog *lg, int level, const char *event,
 	if (lg->node[0])
 		n += (size_t)snprintf(line + n, sizeof(line) - n, " node=%s",
 				      lg->node);
-	n += (size_t)snprintf(line + n, sizeof(line) - n, " event=%s", event);
+	n += put_tail(line + n, sizeof(line) - 1 - n, " event=", 7);
+	n += put_tail(line + n, sizeof(line) - 1 - n, event, strlen(event));
 	if (fmt && fmt[0]) {
-		line[n++] = ' ';
 		va_start(ap, fmt);
-		r = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+		r = vsnprintf(tail, sizeof(tail), fmt, ap);
 		va_end(ap);
 		if (r < 0)
 			r = 0;
-		n += (size_t)r;
+		if (n + 2 < sizeof(line)) {
+			line[n++] = ' ';
+			n += put_tail(line + n, sizeof(line) - 1 - n, tail,
+				      KVD_MIN((size_t)r, sizeof(tail) - 1));
+		}
 	}
-	if (n >= sizeof(line) - 1) {
+	/* Cut lines end in "...": the tail did not fit (or was cut by
+	 * vsnprintf itself). */
+	if (n >= sizeof(line) - 8) {
 		n = sizeof(line) - 5;
 		memcpy(line + n, "...", 3);
 		n += 3;
@@ -87,15 +133,57 @@ void kvlog__emit(struct kvlog *lg, int level, const char *event,
 		return;
 }
 
+/* Length of the valid UTF-8 sequence at p (1 for ASCII), 0 when p does
+ * not start one: overlongs, surrogates and code points past U+10FFFF are
+ * invalid. p is NUL-terminated, and NUL is never a continuation byte. */
+static size_t utf8_len(const unsigned char *p)
+{
+	unsigned char c = p[0], lo = 0x80, hi = 0xbf;
+	size_t len;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (p[1] < lo || p[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (p[i] < 0x80 || p[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+static bool quote_bare_char(const unsigned char *p)
+{
+	return *p != ' ' && *p != '"' && *p != '=' && *p != '\\' &&
+	       *p >= 0x20 && *p != 0x7f && utf8_len(p) > 0;
+}
+
 const char *kvlog_quote(char *buf, size_t size, const char *s)
 {
+	const unsigned char *p;
 	size_t o = 0;
-	int bare = s[0] != '\0';
+	bool bare;
 
-	for (const char *p = s; *p && bare; p++)
-		if (*p == ' ' || *p == '"' || *p == '=' || *p == '\\' ||
-		    (unsigned char)*p < 0x20 || *p == 0x7f)
-			bare = 0;
+	if (!s)
+		s = "";
+	bare = s[0] != '\0';
+	for (p = (const unsigned char *)s; *p && bare; p += utf8_len(p))
+		bare = quote_bare_char(p);
 	if (bare) {
 		snprintf(buf, size, "%s", s);
 		return buf;
@@ -106,16 +194,21 @@ const char *kvlog_quote(char *buf, size_t size, const char *s)
 		return buf;
 	}
 	buf[o++] = '"';
-	for (const char *p = s; *p && o + 5 < size; p++) {
-		unsigned char c = (unsigned char)*p;
+	/* Room for the longest step (a \xNN escape or a 4-byte sequence)
+	 * plus the closing quote and NUL: a cut value is cut between
+	 * characters and is still one well-formed quoted value. */
+	for (p = (const unsigned char *)s; *p && o + 6 <= size;) {
+		size_t len = utf8_len(p);
 
-		if (c == '"' || c == '\\') {
+		if (*p == '"' || *p == '\\') {
 			buf[o++] = '\\';
-			buf[o++] = (char)c;
-		} else if (c < 0x20 || c == 0x7f) {
-			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
+			buf[o++] = (char)*p++;
+		} else if (*p < 0x20 || *p == 0x7f || len == 0) {
+			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", *p++);
 		} else {
-			buf[o++] = (char)c;
+			memcpy(buf + o, p, len);
+			o += len;
+			p += len;
 		}
 	}
 	buf[o++] = '"';

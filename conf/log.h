@@ -7,8 +7,13 @@
  * their owner and log through the KVLOG() macro, which checks the level
  * before any argument is formatted.
  *
- * Values that may contain spaces or '=' must be quoted with kvlog_quote()
- * or the "%s" of a value known to be a bare word.
+ * Every value that came from outside (a peer, a client, a file, the
+ * config, an admin frame, an error message carried in a frame) is written
+ * with KVLOG_Q() / kvlog_quote(), never as a raw "%s" nor inside a literal
+ * \"%s\": an embedded quote or newline would break out. A raw "%s" is
+ * only for bare words kvd itself chose (enum names, table entries).
+ * kvlog__emit() also writes any control byte in the formatted text as
+ * \xNN, so one call is always exactly one line.
  *
  * Thread safety: kvlog_emit() builds the whole line in a local buffer and
  * writes it with one write(2), so lines from the compute threads and the
@@ -29,7 +34,8 @@ enum kvlog_level {
 struct kvlog {
 	int level;        /* lines above this level are dropped before formatting */
 	int fd;           /* destination; 2 (stderr) by default */
-	char node[64];    /* node name added to every line; empty = omitted */
+	char node[256];   /* node name added to every line, quoted as needed;
+			     empty = omitted */
 };
 
 #define KVLOG_NULL { .level = KVLOG_INFO, .fd = 2, .node = "" }
@@ -56,7 +62,20 @@ void kvlog__emit(struct kvlog *lg, int level, const char *event,
 #define KVLOG_INFO(lg, event, ...) KVLOG(lg, KVLOG_INFO, event, __VA_ARGS__)
 #define KVLOG_DEBUG(lg, event, ...) KVLOG(lg, KVLOG_DEBUG, event, __VA_ARGS__)
 
-/* Write `s` as a log value into buf: bare if it has no space, quote, '='
- * or control character, else double-quoted with \" and \\ escaped and
- * control bytes as \xNN. Returns buf. */
+/* Write `s` as a log value into buf: bare if it is non-empty valid UTF-8
+ * with no space, quote, '=', backslash or control character, else
+ * double-quoted with \" and \\ escaped and control bytes and bytes of
+ * invalid UTF-8 as \xNN (valid UTF-8 stays readable). NULL logs as "".
+ * A value too long for buf is cut between characters, still quoted.
+ * Returns buf. */
 const char *kvlog_quote(char *buf, size_t size, const char *s);
+
+/* Room for one quoted value in KVLOG_Q(); longer values are cut. */
+#define KVLOG_QUOTE_MAX 512
+
+/* kvlog_quote() into a compound literal, for use as a KVLOG() argument:
+ *   KVLOG_WARN(lg, "peer_refused", "peer_node=%s msg=%s",
+ *              KVLOG_Q(hello.node), KVLOG_Q(m.message));
+ * The buffer lives until the end of the block KVLOG() opens, and is only
+ * filled when the level lets the line through. */
+#define KVLOG_Q(s) kvlog_quote((char[KVLOG_QUOTE_MAX]){ 0 }, KVLOG_QUOTE_MAX, (s))

@@ -908,7 +908,7 @@ static void server_connection_cb(uv_stream_t *ls, int status)
 
 	if (status < 0) {
 		KVLOG_WARN(&d->log, "admin_accept_failed", "error=%s",
-			   uv_strerror(status));
+			   KVLOG_Q(uv_strerror(status)));
 		return;
 	}
 	c = calloc(1, sizeof(*c));
@@ -937,7 +937,7 @@ static void server_connection_cb(uv_stream_t *ls, int status)
 		KVLOG_WARN(&d->log, "admin_denied",
 			   "uid=%u gid=%u pid=%d reason=credentials group=%s",
 			   (unsigned)c->uid, (unsigned)c->gid, (int)c->pid,
-			   s->have_group ? d->cfg.admin_group : "-");
+			   KVLOG_Q(s->have_group ? d->cfg.admin_group : "-"));
 		client_refuse(c, ADMIN_E_DENIED,
 			      "not root and not in the admin group");
 		return;
@@ -1014,7 +1014,7 @@ static void admin_lookup_group(struct admin_server *s)
 	}
 	KVLOG_WARN(&d->log, "admin_group_missing",
 		   "group=%s msg=\"no such group: only root may use the admin socket\"",
-		   d->cfg.admin_group);
+		   KVLOG_Q(d->cfg.admin_group));
 }
 
 static int admin_listen(struct admin_server *s)
@@ -1035,7 +1035,8 @@ static int admin_listen(struct admin_server *s)
 	}
 	if (s->have_group && chown(s->path, (uid_t)-1, s->group) < 0)
 		KVLOG_WARN(&d->log, "admin_chown_failed", "path=%s group=%s error=%s",
-			   s->path, d->cfg.admin_group, strerror(errno));
+			   KVLOG_Q(s->path), KVLOG_Q(d->cfg.admin_group),
+			   KVLOG_Q(strerror(errno)));
 	r = uv_listen((uv_stream_t *)&s->listener, ADMIN_CLIENTS_MAX,
 		      server_connection_cb);
 	if (r < 0)
@@ -1071,14 +1072,14 @@ int admin_server_start(struct admin_server **out, struct kvd_daemon *d)
 	r = admin_listen(s);
 	if (r < 0) {
 		KVLOG_ERR(&d->log, "admin_listen_failed", "path=%s error=%s",
-			  s->path, uv_strerror(r));
+			  KVLOG_Q(s->path), KVLOG_Q(uv_strerror(r)));
 		s->path[0] = '\0';
 		admin_server_close(s);
 		return r;
 	}
 	KVLOG_INFO(&d->log, "admin_listening", "path=%s mode=%04o group=%s",
-		   s->path, (unsigned)d->cfg.admin_mode,
-		   s->have_group ? d->cfg.admin_group : "-");
+		   KVLOG_Q(s->path), (unsigned)d->cfg.admin_mode,
+		   KVLOG_Q(s->have_group ? d->cfg.admin_group : "-"));
 	*out = s;
 	return 0;
 }

@@ -12,7 +12,11 @@
  * value either bare or double-quoted with \" \\ and \xNN escapes. A line
  * is kept as its pairs, copied into one allocation (struct audit_rec).
  * Anything else is counted as unparseable and skipped: a log file is
- * evidence, and one torn line must not hide the rest.
+ * evidence, and one torn line must not hide the rest. A line that
+ * carries a key twice is unparseable too: kvd writes each key once, so a
+ * second `event=` or `pool_tokens=` can only be an outside string that
+ * escaped its quotes (an older kvd, or another program writing to the
+ * same journal), and neither copy can be trusted.
  */
 #include "ctl/audit.h"
 #include "conf/util.h"
@@ -123,6 +127,9 @@ int audit_split(const char *line, size_t len, char *buf, const char **keys,
 		memcpy(buf + o, line + k0, i - k0);
 		o += i - k0;
 		buf[o++] = '\0';
+		for (int j = 0; j < n; j++)
+			if (!strcmp(keys[j], keys[n]))
+				return -1;        /* a key twice: forged */
 		i++;                              /* '=' */
 		vals[n] = buf + o;
 		if (i < len && line[i] == '"') {

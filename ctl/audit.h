@@ -51,7 +51,7 @@ int audit_report_json(struct audit *a, FILE *out);
 /* Split one log line into key=value pairs (values unquoted as
  * kvlog_quote() writes them). Leading words without '=' (a syslog or
  * journal prefix) are skipped. Returns the number of pairs (<= max), or
- * -1 when the line is not a key=value line. keys/vals point into `buf`
+ * -1 when the line is not a key=value line or names a key twice. keys/vals point into `buf`
  * (size >= len + 1), which receives the unquoted text. */
 int audit_split(const char *line, size_t len, char *buf, const char **keys,
 		const char **vals, int max);

@@ -223,21 +223,22 @@ static int daemon_open_model(struct kvd_daemon *d)
 		r = gguf_llama_hparams(d->model, &d->hp, &gerr);
 	if (r) {
 		KVLOG_ERR(&d->log, "model_error",
-			  "path=%s code=%d offset=%llu msg=\"%s\"",
-			  d->cfg.model_path, r, (unsigned long long)gerr.offset,
-			  gerr.msg);
+			  "path=%s code=%d offset=%llu msg=%s",
+			  KVLOG_Q(d->cfg.model_path), r,
+			  (unsigned long long)gerr.offset, KVLOG_Q(gerr.msg));
 		return r < 0 ? r : KVD_E_MODEL;
 	}
 	r = sha256_file(d->cfg.model_path, d->model_sha256);
 	if (r < 0) {
 		KVLOG_ERR(&d->log, "model_error", "path=%s msg=\"sha256: %s\"",
-			  d->cfg.model_path, strerror(-r));
+			  KVLOG_Q(d->cfg.model_path), strerror(-r));
 		return r;
 	}
 	KVLOG_INFO(&d->log, "model_loaded",
 		   "path=%s arch=%s layers=%u embd=%u heads=%u kv_heads=%u ff=%u"
 		   " vocab=%u ctx_train=%u sha256=%s",
-		   d->cfg.model_path, d->hp.arch, d->hp.n_layer, d->hp.n_embd,
+		   KVLOG_Q(d->cfg.model_path), KVLOG_Q(d->hp.arch),
+		   d->hp.n_layer, d->hp.n_embd,
 		   d->hp.n_head, d->hp.n_head_kv, d->hp.n_ff, d->hp.n_vocab,
 		   d->hp.n_ctx_train, d->model_sha256);
 	return 0;
@@ -252,7 +253,7 @@ static int daemon_open_pool(struct kvd_daemon *d)
 		r = kvmem_cuda_init(&d->mem, 0);
 		if (r < 0) {
 			KVLOG_ERR(&d->log, "kv_pool_error",
-				  "backend=cuda msg=\"%s\"", strerror(-r));
+				  "backend=cuda msg=%s", KVLOG_Q(strerror(-r)));
 			return r;
 		}
 	} else {
@@ -261,12 +262,13 @@ static int daemon_open_pool(struct kvd_daemon *d)
 	r = kvpool_new(&d->pool, &d->mem, &g, d->cap.pages);
 	if (r) {
 		KVLOG_ERR(&d->log, "kv_pool_error",
-			  "backend=%s pages=%u page_bytes=%llu code=%d", d->cfg.kv_backend,
+			  "backend=%s pages=%u page_bytes=%llu code=%d",
+			  KVLOG_Q(d->cfg.kv_backend),
 			  d->cap.pages, (unsigned long long)d->cap.page_bytes, r);
 		return r < 0 ? r : -ENOMEM;
 	}
 	KVLOG_INFO(&d->log, "kv_pool_ready", "backend=%s pages=%u bytes=%llu",
-		   d->cfg.kv_backend, d->cap.pages,
+		   KVLOG_Q(d->cfg.kv_backend), d->cap.pages,
 		   (unsigned long long)d->cap.pages * d->cap.page_bytes);
 	return 0;
 }
@@ -318,7 +320,7 @@ int kvd_daemon_init(struct kvd_daemon *d, const struct kvd_config *cfg)
 	d->start_ns = kvd_now_ns();
 	kvlog_init(&d->log, cfg->log_level, 2, cfg->node_name);
 	KVLOG_INFO(&d->log, "starting", "version=%s role=%s config=%s",
-		   KVD_VERSION, kvd_role_name(cfg->role), cfg->path);
+		   KVD_VERSION, kvd_role_name(cfg->role), KVLOG_Q(cfg->path));
 
 	r = daemon_open_model(d);
 	if (r)

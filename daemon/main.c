@@ -99,8 +99,8 @@ static int run_node(const struct kvd_config *cfg)
 	else
 		code = r ? 1 : d.exit_code;
 	if (r && r != KVD_E_CAPACITY && r != KVD_E_MODEL)
-		KVLOG_ERR(&d.log, "fatal", "code=%d msg=\"%s\"", r,
-			  r < 0 ? strerror(-r) : "see previous lines");
+		KVLOG_ERR(&d.log, "fatal", "code=%d msg=%s", r,
+			  KVLOG_Q(r < 0 ? strerror(-r) : "see previous lines"));
 	kvd_daemon_deinit(&d);
 	return code;
 }

@@ -267,8 +267,9 @@ const char *serve__peer_feed(struct serve *s, const char *who,
 			if (rc == 0)
 				rc = proto_peer_parse(map, &m, &err);
 			if (rc) {
-				KVLOG_ERR(s->log, "peer_protocol", "peer=%s code=%s msg=\"%s\"",
-					  who, frame_strerror(rc), err.msg);
+				KVLOG_ERR(s->log, "peer_protocol", "peer=%s code=%s msg=%s",
+					  KVLOG_Q(who), frame_strerror(rc),
+					  KVLOG_Q(err.msg));
 				return "protocol error";
 			}
 			on_msg(arg, &m);
@@ -718,14 +719,14 @@ static int serve_bind_model(struct serve *s)
 
 	r = model_from_gguf(&s->model, s->d->model, &err);
 	if (r) {
-		KVLOG_ERR(s->log, "serve_model", "code=%d msg=\"%s\"", r,
-			  r < 0 ? strerror(-r) : err.msg);
+		KVLOG_ERR(s->log, "serve_model", "code=%d msg=%s", r,
+			  KVLOG_Q(r < 0 ? strerror(-r) : err.msg));
 		return KVD_E_MODEL;
 	}
 	r = tokenizer_new(&s->tok, s->d->model, &err);
 	if (r) {
-		KVLOG_ERR(s->log, "serve_tokenizer", "code=%d msg=\"%s\"", r,
-			  r < 0 ? strerror(-r) : err.msg);
+		KVLOG_ERR(s->log, "serve_tokenizer", "code=%d msg=%s", r,
+			  KVLOG_Q(r < 0 ? strerror(-r) : err.msg));
 		return KVD_E_MODEL;
 	}
 	return 0;
@@ -758,7 +759,7 @@ static int serve_load_key(struct serve *s)
 {
 	const struct kvd_config *c = &s->d->cfg;
 	uint8_t buf[KVD_KEYFILE_MAX];
-	char why[600], qf[1100], qw[700];
+	char why[600];
 	size_t len;
 	int r;
 
@@ -778,8 +779,8 @@ static int serve_load_key(struct serve *s)
 	sodium_memzero(buf, sizeof(buf));
 	if (r) {
 		KVLOG_ERR(s->log, "peer_auth", "key_file=%s msg=%s",
-			  kvlog_quote(qf, sizeof(qf), c->key_file),
-			  kvlog_quote(qw, sizeof(qw), why));
+			  KVLOG_Q(c->key_file),
+			  KVLOG_Q(why));
 		return -EINVAL;
 	}
 	KVLOG_INFO(s->log, "peer_auth", "mode=keyed encrypt=%s",
@@ -804,8 +805,8 @@ static int serve_check_transport(struct serve *s)
 	r = transport_verbs_new(&t, &s->d->loop, &tc, why, sizeof(why));
 	if (t)
 		t->ops->free(t);
-	KVLOG_ERR(s->log, "transport_unavailable", "transport=verbs code=%d msg=\"%s\"",
-		  r, why);
+	KVLOG_ERR(s->log, "transport_unavailable", "transport=verbs code=%d msg=%s",
+		  r, KVLOG_Q(why));
 	return r < 0 ? r : -ENOTSUP;
 }
 
@@ -828,12 +829,13 @@ int serve_start(struct kvd_daemon *d)
 	s->log = &d->log;
 	s->reqtab = kvd_daemon_requests(d);
 	if (kvd_fault_parse(&s->fault, spec, &bad)) {
-		KVLOG_ERR(s->log, "fault_spec", "spec=%s at=%s", spec, bad);
+		KVLOG_ERR(s->log, "fault_spec", "spec=%s at=%s", KVLOG_Q(spec),
+			  KVLOG_Q(bad));
 		free(s);
 		return -EINVAL;
 	}
 	if (spec && *spec)
-		KVLOG_WARN(s->log, "fault_points", "spec=%s compiled=%d", spec,
+		KVLOG_WARN(s->log, "fault_points", "spec=%s compiled=%d", KVLOG_Q(spec),
 			   KVD_FAULT_POINTS);
 	{
 		struct kvpool_geom g = *kvpool_geom(d->pool);
@@ -875,16 +877,17 @@ int serve_start(struct kvd_daemon *d)
 	if (!r && d->cfg.role == KVD_ROLE_DECODE)
 		r = serve__decode_start(s);
 	if (r)
-		KVLOG_ERR(s->log, "serve_start", "code=%d msg=\"%s\"", r,
-			  r < 0 ? strerror(-r) : "see previous lines");
+		KVLOG_ERR(s->log, "serve_start", "code=%d msg=%s", r,
+			  KVLOG_Q(r < 0 ? strerror(-r) : "see previous lines"));
 	else
 		KVLOG_INFO(s->log, "serve_ready",
 			   "role=%s client=%s peer=%s peers=%u page_bytes=%llu advertised_context=%u faults=%s",
 			   kvd_role_name(d->cfg.role),
-			   d->cfg.listen_client[0] ? d->cfg.listen_client : "-",
-			   d->cfg.listen_peer[0] ? d->cfg.listen_peer : "-",
+			   KVLOG_Q(d->cfg.listen_client[0] ? d->cfg.listen_client : "-"),
+			   KVLOG_Q(d->cfg.listen_peer[0] ? d->cfg.listen_peer : "-"),
 			   d->cfg.n_peers_prefill,
 			   (unsigned long long)s->page_bytes,
-			   d->cap.advertised_context, spec && *spec ? spec : "none");
+			   d->cap.advertised_context,
+			   KVLOG_Q(spec && *spec ? spec : "none"));
 	return r;
 }

@@ -143,10 +143,10 @@ void serve__client_error(struct serve_req *r, int code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	KVLOG_WARN(r->s->log, "request_failed",
-		   "id=%llu client_id=%llu code=%s output_tokens=%u msg=\"%s\"",
+		   "id=%llu client_id=%llu code=%s output_tokens=%u msg=%s",
 		   (unsigned long long)r->reg.id,
 		   (unsigned long long)r->client_id, proto_err_name(code),
-		   r->n_out, msg);
+		   r->n_out, KVLOG_Q(msg));
 	if (r->client)
 		client_error_to(r->client, r->client_id, code, msg);
 }
@@ -255,8 +255,8 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 
 	if (why < KVD_REJECT__N && why != KVD_REJECT_DRAINING)
 		s->d->counters.rejected[why]++;
-	KVLOG_WARN(s->log, "request_rejected", "client_id=%llu code=%s msg=\"%s\"",
-		   (unsigned long long)id, proto_err_name(code), msg);
+	KVLOG_WARN(s->log, "request_rejected", "client_id=%llu code=%s msg=%s",
+		   (unsigned long long)id, proto_err_name(code), KVLOG_Q(msg));
 	client_error_to(c, id, code, msg);
 }
 
@@ -570,7 +570,8 @@ static int client_listen_one(struct serve *s, const char *spec)
 	} else {
 		rc = serve__parse_hostport(spec, &ss);
 		if (rc) {
-			KVLOG_ERR(s->log, "listen_client", "addr=%s msg=\"bad address\"", spec);
+			KVLOG_ERR(s->log, "listen_client", "addr=%s msg=\"bad address\"",
+				  KVLOG_Q(spec));
 			return rc;
 		}
 		rc = uv_tcp_init(&s->d->loop, &l->h.tcp);
@@ -583,10 +584,10 @@ static int client_listen_one(struct serve *s, const char *spec)
 	if (!rc)
 		rc = uv_listen(&l->h.stream, 128, client_accept);
 	if (rc)
-		KVLOG_ERR(s->log, "listen_client", "addr=%s msg=\"%s\"", spec,
-			  uv_strerror(rc));
+		KVLOG_ERR(s->log, "listen_client", "addr=%s msg=%s", KVLOG_Q(spec),
+			  KVLOG_Q(uv_strerror(rc)));
 	else
-		KVLOG_INFO(s->log, "listen_client", "addr=%s", spec);
+		KVLOG_INFO(s->log, "listen_client", "addr=%s", KVLOG_Q(spec));
 	return rc;
 }
 

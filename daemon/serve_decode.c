@@ -130,7 +130,7 @@ static void decode_abort_timeout(uv_timer_t *t)
 
 	KVLOG_WARN(r->s->log, "abort_ack_timeout",
 		   "id=%llu peer=%s msg=\"no abort_ack within release_timeout_ms; tearing the peer connection down\"",
-		   (unsigned long long)r->reg.id, p ? p->addr : "-");
+		   (unsigned long long)r->reg.id, KVLOG_Q(p ? p->addr : "-"));
 	if (p)
 		peer_lost(p, "abort_ack timeout");
 }
@@ -162,7 +162,7 @@ static void decode_fail(struct serve_req *r, int code, bool with_abort,
 		r->state = SRS_ABORTING;
 		KVLOG_INFO(s->log, "transfer_abort",
 			   "id=%llu peer=%s code=%s pages=%u fenced=%u",
-			   (unsigned long long)r->reg.id, p->addr,
+			   (unsigned long long)r->reg.id, KVLOG_Q(p->addr),
 			   proto_err_name(code), r->n_table, r->n_prefix);
 		serve__timer_start(r, s->d->cfg.release_timeout_ms,
 				   decode_abort_timeout);
@@ -303,7 +303,8 @@ void serve__decode_admit(struct serve_req *r)
 				   r->max_tokens, (unsigned long long)need,
 				   (unsigned long long)lim,
 				   s->d->cap.advertised_context,
-				   (unsigned long long)s->d->cap.pool_tokens, p->addr,
+				   (unsigned long long)s->d->cap.pool_tokens,
+				   KVLOG_Q(p->addr),
 				   (unsigned long long)p->hello.context,
 				   (unsigned long long)p->hello.pool_tokens);
 			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
@@ -358,7 +359,7 @@ void serve__decode_admit(struct serve_req *r)
 	KVLOG_DEBUG(s->log, "prefill_sent",
 		    "id=%llu client_id=%llu peer=%s prompt_tokens=%u pages=%u prefix_pages=%u",
 		    (unsigned long long)r->reg.id, (unsigned long long)r->client_id,
-		    p->addr, r->n_prompt, r->n_table, r->n_prefix);
+		    KVLOG_Q(p->addr), r->n_prompt, r->n_table, r->n_prefix);
 }
 
 /* ---- receiving KV ----------------------------------------------------------- */
@@ -412,6 +413,15 @@ static int decode_check_entry(struct serve_req *r, const struct xfer_hdr *h,
 			 h->seq, e.index, e.tokens, want);
 		return 1;
 	}
+	/* One NaN or Inf poisons every attention score that reads it: a
+	 * page with non-finite K/V in the positions it holds fails the batch
+	 * like a bad entry (before anything of it is written). */
+	if (!kvpool_page_kv_finite(kvpool_geom(r->s->d->pool),
+				   xfer_batch_page(batch, h, i), want)) {
+		snprintf(why, why_size, "batch %u page index %u holds non-finite K/V",
+			 h->seq, e.index);
+		return 1;
+	}
 	r->got[e.index] = GOT_IN_BATCH;
 	return 0;
 }
@@ -458,7 +468,8 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 
 	if (!r || r->state != SRS_TRANSFER) {
 		KVLOG_DEBUG(s->log, "batch_discarded", "id=%llu seq=%u peer=%s",
-			    (unsigned long long)h->request_id, h->seq, p->addr);
+			    (unsigned long long)h->request_id, h->seq,
+			    KVLOG_Q(p->addr));
 		return;
 	}
 	if (decode_check_batch(r, h, batch, why, sizeof(why))) {
@@ -475,6 +486,15 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 					    s->page_bytes)) {
 			decode_fail(r, PROTO_ERR_INTERNAL, true,
 				    "cannot write a received page");
+			return;
+		}
+		/* Invariant 10: zero-fill the positions the page does not
+		 * hold (decode_check_entry matched e.tokens to our own
+		 * count); never rely on the sender having cleared them. */
+		if (kvpool_zero_tail(s->d->pool, r->reg.id, &r->table[e.index],
+				     e.tokens)) {
+			decode_fail(r, PROTO_ERR_INTERNAL, true,
+				    "cannot clear the tail of a received page");
 			return;
 		}
 		/* every index is distinct here (decode_check_batch) */
@@ -496,11 +516,10 @@ static void peer_rx_bad(void *arg, int code, const struct xfer_hdr *h)
 {
 	struct peer *p = arg;
 	bool auth = code == XFER_E_AUTH;
-	char qa[300];
 
 	KVLOG_WARN(p->s->log, "batch_checksum",
 		   "peer=%s claimed_id=%llu seq=%u error=%s",
-		   kvlog_quote(qa, sizeof(qa), p->addr),
+		   KVLOG_Q(p->addr),
 		   (unsigned long long)h->request_id, h->seq, xfer_strerror(code));
 	if (auth)
 		p->s->d->counters.peer_auth_failures++;
@@ -641,10 +660,10 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 		if (!r || r->state != SRS_TRANSFER)
 			return;
 		KVLOG_WARN(s->log, "prefill_rejected",
-			   "id=%llu client_id=%llu peer=%s code=%s msg=\"%s\"",
+			   "id=%llu client_id=%llu peer=%s code=%s msg=%s",
 			   (unsigned long long)r->reg.id,
-			   (unsigned long long)r->client_id, p->addr,
-			   proto_err_name(m->code), m->message);
+			   (unsigned long long)r->client_id, KVLOG_Q(p->addr),
+			   proto_err_name(m->code), KVLOG_Q(m->message));
 		if (m->code == PROTO_ERR_PROMPT_TOO_LONG)
 			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
 		/* prefill computed and sent nothing: release at once */
@@ -695,7 +714,7 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 		return;
 	default:
 		KVLOG_WARN(s->log, "peer_protocol", "peer=%s msg=\"unexpected %s\"",
-			   p->addr, proto_peer_type_name(m->type));
+			   KVLOG_Q(p->addr), proto_peer_type_name(m->type));
 		return;
 	}
 }
@@ -731,7 +750,8 @@ static void peer_log_capacity(struct peer *p)
 	kvd_daemon_capacity(s->d, "peer", NULL);
 	KVLOG_INFO(s->log, "peer_capacity",
 		   "peer=%s peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu path_limit=%llu verdict=%s",
-		   p->addr, p->hello.node, p->hello.role,
+		   KVLOG_Q(p->addr), KVLOG_Q(p->hello.node),
+		   KVLOG_Q(p->hello.role),
 		   (unsigned long long)p->hello.pool_tokens,
 		   (unsigned long long)p->hello.context,
 		   s->d->cap.advertised_context,
@@ -765,7 +785,7 @@ static void peer_data_connected(uv_connect_t *req, int status)
 	p->last_heard_ns = kvd_now_ns();
 	KVLOG_INFO(p->s->log, "peer_up",
 		   "peer=%s node=%s max_batch_bytes=%llu checksum=%s transport=tcp",
-		   p->addr, p->hello.node,
+		   KVLOG_Q(p->addr), KVLOG_Q(p->hello.node),
 		   (unsigned long long)p->max_batch_bytes,
 		   p->hello.checksum || p->s->d->cfg.checksum ? "on" : "off");
 	peer_log_capacity(p);
@@ -784,9 +804,10 @@ static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
 	    strcmp(m->hello.role, "prefill") || (!p->sealed && !m->hello.has_session)) {
 		if (!field[0] || strcmp(m->hello.role, "prefill"))
 			snprintf(field, sizeof(field), "role");
-		KVLOG_ERR(s->log, "peer_refused", "peer=%s field=%s msg=\"%s\"",
-			  p->addr, field,
-			  strcmp(m->hello.role, "prefill") ? "the peer is not a prefill node" : why);
+		KVLOG_ERR(s->log, "peer_refused", "peer=%s field=%s msg=%s",
+			  KVLOG_Q(p->addr), field,
+			  KVLOG_Q(strcmp(m->hello.role, "prefill")
+				  ? "the peer is not a prefill node" : why));
 		peer_lost(p, "handshake refused");
 		return;
 	}
@@ -808,7 +829,7 @@ static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
 	if (rc) {
 		KVLOG_ERR(s->log, "peer_refused",
 			  "peer=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
-			  p->addr, (unsigned long long)s->page_bytes,
+			  KVLOG_Q(p->addr), (unsigned long long)s->page_bytes,
 			  (unsigned long long)p->max_batch_bytes);
 		p->data = NULL;
 		peer_lost(p, "transport");
@@ -834,7 +855,7 @@ static void peer_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 /* A prefill peer refused us (bare: a reason word, maybe ":field"). */
 static void peer_on_refused(struct peer *p, const struct proto_peer_msg *m)
 {
-	char reason[sizeof(m->reason)], qa[300], qr[80], qf[80];
+	char reason[sizeof(m->reason)];
 	char *field;
 
 	snprintf(reason, sizeof(reason), "%s", m->reason);
@@ -842,9 +863,9 @@ static void peer_on_refused(struct peer *p, const struct proto_peer_msg *m)
 	if (field)
 		*field++ = '\0';
 	KVLOG_ERR(p->s->log, "peer_refused", "peer=%s by=peer reason=%s field=%s",
-		  kvlog_quote(qa, sizeof(qa), p->addr),
-		  kvlog_quote(qr, sizeof(qr), reason),
-		  kvlog_quote(qf, sizeof(qf), field ? field : ""));
+		  KVLOG_Q(p->addr),
+		  KVLOG_Q(reason),
+		  KVLOG_Q(field ? field : ""));
 	peer_lost(p, "refused by the peer");
 }
 
@@ -866,14 +887,13 @@ static void peer_on_proof(struct peer *p, const struct proto_peer_msg *m)
 {
 	struct serve *s = p->s;
 	struct proto_peer_msg h = { .type = PEER_MSG_HELLO };
-	char qa[300];
 
 	if (peer_auth_check(&s->key, PEER_SIDE_PREFILL, p->nonce_d, p->nonce_p,
 			    m->proof)) {
 		s->d->counters.peer_auth_failures++;
 		KVLOG_ERR(s->log, "peer_refused",
 			  "peer=%s reason=auth_failed msg=\"the prefill peer did not prove it holds the cluster key\"",
-			  kvlog_quote(qa, sizeof(qa), p->addr));
+			  KVLOG_Q(p->addr));
 		peer_lost(p, "authentication failed");
 		return;
 	}
@@ -936,8 +956,8 @@ static void peer_connected(uv_connect_t *req, int status)
 	if (p->closing)
 		return;
 	if (status < 0) {
-		KVLOG_DEBUG(p->s->log, "peer_connect", "peer=%s msg=\"%s\"", p->addr,
-			    uv_strerror(status));
+		KVLOG_DEBUG(p->s->log, "peer_connect", "peer=%s msg=%s",
+			    KVLOG_Q(p->addr), KVLOG_Q(uv_strerror(status)));
 		peer_lost(p, NULL);
 		return;
 	}
@@ -1005,8 +1025,8 @@ static unsigned peer_lost_code(struct peer *p, const char *why, int code,
 	if (p->closing || !p->ctl_open)
 		return 0;
 	if (why)
-		KVLOG_WARN(s->log, "peer_down", "peer=%s msg=\"%s\" was_up=%d",
-			   p->addr, why, p->up);
+		KVLOG_WARN(s->log, "peer_down", "peer=%s msg=%s was_up=%d",
+			   KVLOG_Q(p->addr), KVLOG_Q(why), p->up);
 	p->closing = true;
 	p->up = false;
 	p->hello_seen = false;
@@ -1052,7 +1072,8 @@ static void peer_connect(struct peer *p)
 	int rc;
 
 	if (serve__parse_hostport(p->addr, &ss)) {
-		KVLOG_ERR(s->log, "peer_address", "peer=%s msg=\"bad address\"", p->addr);
+		KVLOG_ERR(s->log, "peer_address", "peer=%s msg=\"bad address\"",
+			  KVLOG_Q(p->addr));
 		return;
 	}
 	if (uv_tcp_init(&s->d->loop, &p->ctl)) {

@@ -89,8 +89,9 @@ static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
 	vsnprintf(m.message, sizeof(m.message), fmt, ap);
 	va_end(ap);
 	KVLOG_WARN(pc->s->log, "prefill_reject",
-		   "peer_node=%s remote_id=%llu code=%s msg=\"%s\"", pc->hello.node,
-		   (unsigned long long)remote_id, proto_err_name(code), m.message);
+		   "peer_node=%s remote_id=%llu code=%s msg=%s",
+		   KVLOG_Q(pc->hello.node), (unsigned long long)remote_id,
+		   proto_err_name(code), KVLOG_Q(m.message));
 	(void)pconn_send(pc, &m);
 }
 
@@ -196,10 +197,10 @@ static void prefill_abort_maybe_finish(struct serve_req *r)
 	prefill_ack_abort(r);
 	if (r->submit_pending || r->state == SRS_FREEING)
 		return;
-	KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=\"%s\"",
+	KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=%s",
 		   (unsigned long long)r->reg.id,
 		   (unsigned long long)r->remote_id,
-		   r->fail_msg[0] ? r->fail_msg : "decode aborted");
+		   KVLOG_Q(r->fail_msg[0] ? r->fail_msg : "decode aborted"));
 	r->fail_code = r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL;
 	prefill_free(r);
 }
@@ -217,9 +218,9 @@ static void prefill_fail(struct serve_req *r, int code, const char *msg)
 	r->fail_code = code;
 	snprintf(r->fail_msg, sizeof(r->fail_msg), "%s", msg);
 	snprintf(m.message, sizeof(m.message), "%s", msg);
-	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=\"%s\"",
+	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=%s",
 		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
-		   proto_err_name(code), msg);
+		   proto_err_name(code), KVLOG_Q(msg));
 	if (r->pc)
 		(void)pconn_send(r->pc, &m);
 	if (!r->sends_pending && !r->submit_pending)
@@ -267,7 +268,8 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 	if (need > lim) {
 		KVLOG_WARN(s->log, "admission_reject",
 			   "remote_id=%llu peer_node=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
-			   (unsigned long long)m->id, pc->hello.node, m->n_tokens,
+			   (unsigned long long)m->id, KVLOG_Q(pc->hello.node),
+			   m->n_tokens,
 			   m->max_tokens, (unsigned long long)need,
 			   (unsigned long long)lim, s->d->cap.advertised_context,
 			   (unsigned long long)s->d->cap.pool_tokens);
@@ -465,10 +467,32 @@ static void prefill_send_more(struct serve_req *r)
 		prefill_done_send(r);
 }
 
+/* Fault point: a NaN in position 0 of the first page's layer-0 K block,
+ * after compute and verify, before checksumming: only decode's finite
+ * check can catch it. */
+static void prefill_fault_nan(struct serve_req *r, const struct kvpool_ref *ref)
+{
+	struct serve *s = r->s;
+	const struct kvmem *mem = &s->d->mem;
+	char *page = kvpool_page_addr(s->d->pool, ref->page);
+	uint32_t nan32 = 0x7fc00000u;
+	uint16_t nan16 = 0x7e00u;
+	bool f16 = kvpool_geom(s->d->pool)->dtype == KV_DTYPE_F16;
+
+	KVLOG_WARN(s->log, "fault", "point=nan_kv id=%llu page=%u",
+		   (unsigned long long)r->reg.id, ref->page);
+	if (page)
+		(void)mem->ops->write(mem->ctx,
+				      page + kvpool_block_offset(s->d->pool, 0, 0),
+				      f16 ? (const void *)&nan16 : (const void *)&nan32,
+				      f16 ? 2 : 4);
+}
+
 /* The engine computed the prompt: check our own pages, then send. */
 static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
 {
 	struct serve *s = r->s;
+	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
 	uint32_t bad = 0;
 	int rc;
 
@@ -486,6 +510,18 @@ static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
 			     "prefill's own pages failed verification");
 		return;
 	}
+	/* Invariant 10: positions past n_kv of the last page still hold an
+	 * earlier owner's K/V. Zero them before any byte of the request is
+	 * sent (batches carry whole pages). */
+	rc = kvpool_zero_tail(s->d->pool, r->reg.id, &m->table[m->n_table - 1],
+			      m->n_kv - (m->n_table - 1) * pt);
+	if (rc) {
+		prefill_fail(r, PROTO_ERR_INTERNAL,
+			     "cannot clear the unfilled tail of the last page");
+		return;
+	}
+	if (kvd_fault_fire(&s->fault, KVD_FAULT_NAN_KV))
+		prefill_fault_nan(r, &m->table[0]);
 	free(r->src);
 	r->src = malloc(sizeof(*r->src) * m->n_table);
 	if (!r->src) {
@@ -572,17 +608,16 @@ static void pconn_refuse(struct pconn *pc, const char *reason, const char *field
 			 const char *why)
 {
 	struct proto_peer_msg m = { .type = PEER_MSG_REFUSED };
-	char qa[100], qn[140], qw[420];
 
 	if (field && field[0])
 		snprintf(m.reason, sizeof(m.reason), "%s:%s", reason, field);
 	else
 		snprintf(m.reason, sizeof(m.reason), "%s", reason);
 	KVLOG_ERR(pc->s->log, "peer_refused", "peer=%s peer_node=%s reason=%s msg=%s",
-		  kvlog_quote(qa, sizeof(qa), pc->addr),
-		  kvlog_quote(qn, sizeof(qn), pc->hello_done || pc->sealed ?
+		  KVLOG_Q(pc->addr),
+		  KVLOG_Q(pc->hello_done || pc->sealed ?
 			      pc->hello.node : "?"),
-		  m.reason, kvlog_quote(qw, sizeof(qw), why));
+		  m.reason, KVLOG_Q(why));
 	(void)pconn_send(pc, &m);
 	pconn_lost(pc, NULL);
 }
@@ -640,7 +675,7 @@ static void pconn_on_hello(struct pconn *pc, const struct proto_peer_msg *m)
 {
 	struct serve *s = pc->s;
 	struct proto_peer_msg reply = { .type = PEER_MSG_HELLO };
-	char field[32] = "", why[200] = "", qn[140], qr[40];
+	char field[32] = "", why[200] = "";
 
 	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
 				   why, sizeof(why)) ||
@@ -671,8 +706,8 @@ static void pconn_on_hello(struct pconn *pc, const struct proto_peer_msg *m)
 	kvd_daemon_capacity(s->d, "peer", NULL);
 	KVLOG_INFO(s->log, "peer_capacity",
 		   "peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu authenticated=%s",
-		   kvlog_quote(qn, sizeof(qn), m->hello.node),
-		   kvlog_quote(qr, sizeof(qr), m->hello.role),
+		   KVLOG_Q(m->hello.node),
+		   KVLOG_Q(m->hello.role),
 		   (unsigned long long)m->hello.pool_tokens,
 		   (unsigned long long)m->hello.context,
 		   s->d->cap.advertised_context,
@@ -706,7 +741,6 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	struct transport_cfg tc = { 0 };
 	uv_os_fd_t fd;
 	int nfd, rc;
-	char qa[100], qn[140];
 
 	pc = pconn_by_token(s, m->token);
 	if (!pc) {
@@ -731,7 +765,7 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	if (rc) {
 		KVLOG_ERR(s->log, "peer_refused",
 			  "peer_node=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
-			  kvlog_quote(qn, sizeof(qn), pc->hello.node),
+			  KVLOG_Q(pc->hello.node),
 			  (unsigned long long)s->page_bytes,
 			  (unsigned long long)pc->max_batch_bytes);
 		pc->data = NULL;
@@ -754,8 +788,8 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	tmp->is_data = true;
 	pconn_lost(tmp, NULL);
 	KVLOG_INFO(s->log, "peer_up", "peer=%s peer_node=%s max_batch_bytes=%llu checksum=%s authenticated=%s encrypt=%s transport=tcp",
-		   kvlog_quote(qa, sizeof(qa), pc->addr),
-		   kvlog_quote(qn, sizeof(qn), pc->hello.node),
+		   KVLOG_Q(pc->addr),
+		   KVLOG_Q(pc->hello.node),
 		   (unsigned long long)pc->max_batch_bytes,
 		   pc->checksum ? "on" : "off", pc->sealed ? "yes" : "no",
 		   pc->sealed && pc->ss.data.encrypt ? "on" : "off");
@@ -808,7 +842,7 @@ static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
 		return;
 	default:
 		KVLOG_WARN(pc->s->log, "peer_protocol", "peer_node=%s msg=\"unexpected %s\"",
-			   pc->hello.node, proto_peer_type_name(m->type));
+			   KVLOG_Q(pc->hello.node), proto_peer_type_name(m->type));
 		return;
 	}
 }
@@ -854,8 +888,9 @@ static void pconn_lost(struct pconn *pc, const char *why)
 		return;
 	pc->closing = true;
 	if (why)
-		KVLOG_WARN(s->log, "peer_down", "peer_node=%s msg=\"%s\"",
-			   pc->hello.node[0] ? pc->hello.node : "?", why);
+		KVLOG_WARN(s->log, "peer_down", "peer_node=%s msg=%s",
+			   KVLOG_Q(pc->hello.node[0] ? pc->hello.node : "?"),
+			   KVLOG_Q(why));
 	if (pc->prev)
 		pc->prev->next = pc->next;
 	else
@@ -1017,7 +1052,7 @@ int serve__prefill_start(struct serve *s)
 	rc = serve__parse_hostport(s->d->cfg.listen_peer, &ss);
 	if (rc) {
 		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=\"bad address\"",
-			  s->d->cfg.listen_peer);
+			  KVLOG_Q(s->d->cfg.listen_peer));
 		return rc;
 	}
 	rc = uv_tcp_init(&s->d->loop, &s->peer_listener);
@@ -1029,10 +1064,11 @@ int serve__prefill_start(struct serve *s)
 	if (!rc)
 		rc = uv_listen((uv_stream_t *)&s->peer_listener, 64, pconn_accept);
 	if (rc)
-		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=\"%s\"",
-			  s->d->cfg.listen_peer, uv_strerror(rc));
+		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=%s",
+			  KVLOG_Q(s->d->cfg.listen_peer), KVLOG_Q(uv_strerror(rc)));
 	else
-		KVLOG_INFO(s->log, "listen_peer", "addr=%s", s->d->cfg.listen_peer);
+		KVLOG_INFO(s->log, "listen_peer", "addr=%s",
+			   KVLOG_Q(s->d->cfg.listen_peer));
 	return rc;
 }
 

@@ -32,6 +32,12 @@ struct kvmem_ops {
 	 * negative errno on failure. */
 	int (*tags_compare)(void *ctx, void *const *pages,
 			    const void *expected, uint32_t n, uint32_t *bad);
+	/* Optional (NULL: the pool writes zeros with `write`). Zero `width`
+	 * bytes in each of `rows` rows, `pitch` bytes apart, from dst (a
+	 * backend address; pitch >= width). Used to clear the unfilled tail
+	 * of a page in every K/V block at once. 0 or negative errno. */
+	int (*zero2d)(void *ctx, void *dst, size_t pitch, size_t width,
+		      size_t rows);
 };
 
 struct kvmem {

@@ -73,6 +73,21 @@ static int kvmem_cuda_tags_compare(void *ctx, void *const *pages,
 				  bad);
 }
 
+/* One strided memset for all 2 x n_layer block tails of a page; it runs
+ * on the default stream and is waited for, like the copies above, so the
+ * tail is zero before any later read or transfer of the page. */
+static int kvmem_cuda_zero2d(void *ctx, void *dst, size_t pitch, size_t width,
+			     size_t rows)
+{
+	cudaError_t e = cudaSetDevice(kvmem_cuda_device(ctx));
+
+	if (e == cudaSuccess)
+		e = cudaMemset2D(dst, pitch, 0, width, rows);
+	if (e == cudaSuccess)
+		e = cudaDeviceSynchronize();
+	return e == cudaSuccess ? 0 : kvmem_cuda_errno(e);
+}
+
 static const struct kvmem_ops kvmem_cuda_ops = {
 	.name = "cuda",
 	.host_visible = false,
@@ -81,6 +96,7 @@ static const struct kvmem_ops kvmem_cuda_ops = {
 	.read = kvmem_cuda_read,
 	.write = kvmem_cuda_write,
 	.tags_compare = kvmem_cuda_tags_compare,
+	.zero2d = kvmem_cuda_zero2d,
 };
 
 int kvmem_cuda_init(struct kvmem *m, int device)

@@ -55,6 +55,14 @@ static int kvmem_host_write(void *ctx, void *dst, const void *host_src,
 	return 0;
 }
 
+static int kvmem_host_zero2d(void *ctx, void *dst, size_t pitch,
+			     size_t width, size_t rows)
+{
+	for (size_t i = 0; i < rows; i++)
+		memset((char *)dst + i * pitch, 0, width);
+	return 0;
+}
+
 static const struct kvmem_ops kvmem_host_ops = {
 	.name = "host",
 	.host_visible = true,
@@ -63,6 +71,7 @@ static const struct kvmem_ops kvmem_host_ops = {
 	.read = kvmem_host_read,
 	.write = kvmem_host_write,
 	.tags_compare = NULL,
+	.zero2d = kvmem_host_zero2d,
 };
 
 void kvmem_host_init(struct kvmem *m)

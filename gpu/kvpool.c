@@ -589,6 +589,100 @@ void *kvpool_page_addr(struct kvpool *p, uint32_t page)
 	return addr;
 }
 
+/* ---- unfilled tails and received KV ---------------------------------------- */
+
+/* Fallback for backends without zero2d: write zeros row by row. */
+static int kvpool__zero_rows(const struct kvmem *mem, char *dst, size_t pitch,
+			     size_t width, size_t rows)
+{
+	void *zero = calloc(1, width);
+	int r = 0;
+
+	if (!zero)
+		return -ENOMEM;
+	for (size_t i = 0; i < rows && !r; i++)
+		r = mem->ops->write(mem->ctx, dst + i * pitch, zero, width);
+	free(zero);
+	return r;
+}
+
+int kvpool_zero_tail(struct kvpool *p, uint64_t owner,
+		     const struct kvpool_ref *ref, uint32_t tokens)
+{
+	uint64_t row = kvpool__dtype_size(p->geom.dtype) * p->geom.kv_dim;
+	uint64_t block = kvpool__block_bytes(&p->geom);
+	char *addr = NULL;
+	int r;
+
+	if (tokens > p->geom.page_tokens)
+		return KVPOOL_E_RANGE;
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, ref, 1, ST_OWNED, false);
+	if (!r)
+		addr = kvpool__addr(p, ref->page);
+	pthread_mutex_unlock(&p->lock);
+	if (r)
+		return r;
+	if (!addr)
+		return KVPOOL_E_RANGE;
+	if (tokens == p->geom.page_tokens)
+		return 0;
+	/* The 2 x n_layer blocks follow the tag back to back: the tails are
+	 * one strided region (row = block, width = the unfilled part). The
+	 * holder owns the page bytes, so this runs outside the lock. */
+	addr += KVTAG_BYTES + tokens * row;
+	if (p->mem.ops->zero2d)
+		return p->mem.ops->zero2d(p->mem.ctx, addr, block,
+					  block - tokens * row,
+					  2 * (size_t)p->geom.n_layer);
+	return kvpool__zero_rows(&p->mem, addr, block, block - tokens * row,
+				 2 * (size_t)p->geom.n_layer);
+}
+
+/* Non-finite means all exponent bits set (Inf or NaN). OR-reduced over a
+ * whole row so the loop has no branch and vectorises. */
+static bool kvpool__f32_finite(const uint8_t *b, size_t n)
+{
+	uint32_t bad = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+
+		memcpy(&u, b + 4 * i, 4);
+		bad |= (u & 0x7f800000u) == 0x7f800000u;
+	}
+	return !bad;
+}
+
+static bool kvpool__f16_finite(const uint8_t *b, size_t n)
+{
+	uint32_t bad = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint16_t h;
+
+		memcpy(&h, b + 2 * i, 2);
+		bad |= (h & 0x7c00u) == 0x7c00u;
+	}
+	return !bad;
+}
+
+bool kvpool_page_kv_finite(const struct kvpool_geom *g, const void *page,
+			   uint32_t tokens)
+{
+	uint64_t block = kvpool__block_bytes(g);
+	size_t n = (size_t)KVD_MIN(tokens, g->page_tokens) * g->kv_dim;
+	const uint8_t *b = (const uint8_t *)page + KVTAG_BYTES;
+
+	for (uint32_t i = 0; i < 2 * g->n_layer; i++, b += block) {
+		bool ok = g->dtype == KV_DTYPE_F32 ? kvpool__f32_finite(b, n)
+						   : kvpool__f16_finite(b, n);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
 /* ---- page table operations ------------------------------------------------ */
 
 int kvpool_reserve(struct kvpool *p, uint64_t owner, uint32_t n,

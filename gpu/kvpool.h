@@ -13,6 +13,18 @@
  *     V(l): page_tokens x D elts      at KVTAG_BYTES + (2l+1) * page_tokens*D*elt
  *   token t of a block sits at t * D * elt inside it.
  *
+ * Unfilled tails (invariant 10). A request's last page usually holds fewer
+ * than page_tokens positions; the rest of each K/V block still holds
+ * whatever an earlier owner wrote there. Nothing stale may leave a
+ * request, so the rule is: zero the unfilled tail before the page leaves
+ * its owner, and a receiver zero-fills what it did not receive.
+ * Prefill calls kvpool_zero_tail() on each request's last page after
+ * compute and before the first byte is sent; decode calls it on every
+ * page it writes from a batch, from its own token count (it never relies
+ * on the sender having done so). Zeroing once per request (one strided
+ * memset) is cheaper than copying pages piecewise, and keeps the wire
+ * format a whole page.
+ *
  * Page states (host-side metadata, kept by the pool):
  *   FREE -reserve-> RESERVED -fill_begin-> FILLING -mark_ready-> READY
  *   any owned state -release-> FREE, or FENCED while fences > 0
@@ -231,5 +243,21 @@ uint32_t kvpool_snapshot(struct kvpool *p, struct kvpool_page_info *out,
 void *kvpool_page_addr(struct kvpool *p, uint32_t page);
 /* Byte offset of K (kv=0) or V (kv=1) of `layer` inside a page. */
 uint64_t kvpool_block_offset(const struct kvpool *p, uint32_t layer, int kv);
+
+/* Zero positions [tokens, page_tokens) of ref's page in every layer's K
+ * and V block; the tag and positions < tokens are untouched (see
+ * "Unfilled tails" above). ref must be owned by owner in its generation
+ * (RESERVED, FILLING or READY). tokens == page_tokens does nothing.
+ * KVPOOL_E_RANGE for tokens > page_tokens; KVPOOL_E_STALE /
+ * KVPOOL_E_STATE as for tables; negative errno from the backend. */
+int kvpool_zero_tail(struct kvpool *p, uint64_t owner,
+		     const struct kvpool_ref *ref, uint32_t tokens);
+
+/* Whether positions [0, tokens) of every K/V block of `page` (a page in
+ * host memory, laid out as above: a received batch) are all finite, in
+ * the geometry's dtype. Non-finite KV from a peer is refused: one NaN
+ * poisons every attention score that reads it. */
+bool kvpool_page_kv_finite(const struct kvpool_geom *g, const void *page,
+			   uint32_t tokens);
 
 const char *kvpage_state_name(enum kvpage_state s);

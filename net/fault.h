@@ -25,6 +25,9 @@
  *                        batch twice (the second entry repeats the first)
  *   stuck_submit         prefill holds a request's engine submit for 2.5 s,
  *                        then the engine refuses it as busy
+ *   nan_kv               prefill writes a NaN into position 0 of the first
+ *                        page's layer-0 K block before sending (checksum
+ *                        still fine: decode's finite check must refuse it)
  *   retag_ready          decode overwrites the first prefix page's tag with
  *                        another owner's after mark_ready, so the engine's
  *                        own tag check fails with ENGINE_E_INTEGRITY
@@ -51,6 +54,7 @@ enum kvd_fault_point {
 	KVD_FAULT_DUP_ENTRY,
 	KVD_FAULT_RETAG_READY,
 	KVD_FAULT_STUCK_SUBMIT,
+	KVD_FAULT_NAN_KV,
 	KVD_FAULT__N,
 };
 

@@ -274,6 +274,93 @@ START_TEST(test_split_quoting)
 }
 END_TEST
 
+/* A forged key inside a quoted value is not a key; a line that carries a
+ * key twice (a raw value that broke out of its quotes) is unparseable, so
+ * it can neither fail a healthy node nor pass an undersized one. */
+START_TEST(test_forged_keys)
+{
+	struct audit *a;
+	struct audit_summary s;
+	char line[2048], q[512], *out = NULL;
+	static const char *const forged[] = {
+		"x event=kv_capacity node=prefill-0 role=prefill pool_tokens=99999999"
+		" context_length=1048576 margin=1 verdict=ok",
+		"\" event=kv_capacity node=prefill-0 pool_tokens=99999999 ",
+		"a\\\" event=kv_capacity pool_tokens=1 context_length=1048576 margin=1 \"",
+	};
+	const char *keys[48], *vals[48];
+	char buf[2048];
+
+	/* the undersized node's own line */
+	ck_assert_int_eq(audit_new(&a), 0);
+	cap_line(line, sizeof(line), "prefill-0", "prefill", 681280, 1048576,
+		 "1", SHA_A, "f16", "insufficient", "refuse", 0, "boot");
+	feed(a, line);
+	for (size_t i = 0; i < sizeof(forged) / sizeof(forged[0]); i++) {
+		int n;
+
+		/* quoted: one peer_refused line, the value intact */
+		snprintf(line, sizeof(line),
+			 "ts=2026-11-29T14:25:38.000Z level=error node=prefill-0"
+			 " event=peer_refused peer_node=%s field=model msg=%s",
+			 kvlog_quote(q, sizeof(q), forged[i]),
+			 kvlog_quote(q + 256, 256, forged[i]));
+		n = audit_split(line, strlen(line), buf, keys, vals, 48);
+		ck_assert_int_eq(n, 7);
+		ck_assert_str_eq(vals[3], "peer_refused");
+		ck_assert_str_eq(vals[4], forged[i]);
+		feed(a, line);
+		/* raw, as an unescaped call site would write it: a duplicate
+		 * key makes the line unparseable, whichever comes last */
+		snprintf(line, sizeof(line),
+			 "ts=2026-11-29T14:25:38.000Z level=error node=prefill-0"
+			 " event=peer_refused peer_node=%s field=model", forged[i]);
+		feed(a, line);
+	}
+	audit_get_summary(a, &s);
+	ck_assert_uint_eq(s.capacity_lines, 1);
+	ck_assert_uint_eq(s.nodes, 1);
+	ck_assert_uint_eq(s.insufficient, 1);
+	ck_assert_int_eq(report(a, &out, 0), 1);
+	ck_assert_ptr_nonnull(strstr(out, "FAIL prefill-0"));
+	free(out);
+	audit_free(a);
+
+	/* a healthy node is not failed by a forged undersized line */
+	ck_assert_int_eq(audit_new(&a), 0);
+	cap_line(line, sizeof(line), "prefill-0", "prefill", 1200000, 1048576,
+		 "1", SHA_A, "f16", "ok", "refuse", 1048576, "boot");
+	feed(a, line);
+	feed(a, "ts=2026-11-29T14:25:38.000Z level=error node=prefill-0"
+		" event=peer_refused peer_node=x event=kv_capacity node=prefill-0"
+		" role=prefill pool_tokens=1 context_length=1048576 margin=1");
+	audit_get_summary(a, &s);
+	ck_assert_uint_eq(s.capacity_lines, 1);
+	ck_assert_uint_eq(s.insufficient, 0);
+	ck_assert_int_eq(report(a, &out, 0), 0);
+	free(out);
+	audit_free(a);
+}
+END_TEST
+
+START_TEST(test_split_duplicate_key)
+{
+	char buf[128];
+	const char *keys[8], *vals[8];
+
+	const char *l1 = "a=1 b=2 a=3", *l2 = "a=1 b=\"a=3\"";
+	const char *l3 = "a=\"x\\\" b=2\" c=3";
+
+	ck_assert_int_eq(audit_split(l1, strlen(l1), buf, keys, vals, 8), -1);
+	ck_assert_int_eq(audit_split(l2, strlen(l2), buf, keys, vals, 8), 2);
+	ck_assert_str_eq(vals[1], "a=3");
+	/* escaped quotes and spaces stay inside the value */
+	ck_assert_int_eq(audit_split(l3, strlen(l3), buf, keys, vals, 8), 2);
+	ck_assert_str_eq(vals[0], "x\" b=2");
+	ck_assert_str_eq(keys[1], "c");
+}
+END_TEST
+
 START_TEST(test_file_feed)
 {
 	struct audit *a;
@@ -357,6 +444,8 @@ static Suite *audit_suite(void)
 	tcase_add_test(tc, test_fingerprint_mismatch);
 	tcase_add_test(tc, test_garbage_lines);
 	tcase_add_test(tc, test_split_quoting);
+	tcase_add_test(tc, test_forged_keys);
+	tcase_add_test(tc, test_split_duplicate_key);
 	tcase_add_test(tc, test_file_feed);
 	tcase_add_test(tc, test_fuzz_lines);
 	suite_add_tcase(s, tc);

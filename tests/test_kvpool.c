@@ -842,6 +842,139 @@ START_TEST(t_stale_bytes_batched)
 }
 END_TEST
 
+/* ---- unfilled tails (invariant 10) ------------------------------------------ */
+
+/* Fill a page with a marker, zero its tail for `tokens`, check that
+ * exactly positions >= tokens of every block are zero and the tag and the
+ * head kept their bytes. On backend `m` (host, or a fake without zero2d
+ * that is not host-visible: the fallback writes zeros). */
+static void zero_tail_on(const struct kvmem *m, const struct kvpool_geom *g,
+			 uint32_t tokens)
+{
+	struct kvpool *p = NULL;
+	struct kvpool_ref ref;
+	uint64_t pb = kvpool_page_bytes(g);
+	size_t elt = g->dtype == KV_DTYPE_F32 ? 4 : 2;
+	size_t row = elt * g->kv_dim, block = row * g->page_tokens;
+	uint8_t *page, *back;
+
+	ck_assert_int_eq(kvpool_new(&p, m, g, 3), 0);
+	ck_assert_int_eq(kvpool_reserve(p, 42, 1, &ref), 0);
+	page = malloc(pb);
+	back = malloc(pb);
+	ck_assert_ptr_nonnull(page);
+	ck_assert_ptr_nonnull(back);
+	memset(page, 0xa5, pb);
+	ck_assert_int_eq(m->ops->write(m->ctx, kvpool_page_addr(p, ref.page),
+				       page, pb), 0);
+	ck_assert_int_eq(kvpool_zero_tail(p, 42, &ref, tokens), 0);
+	ck_assert_int_eq(m->ops->read(m->ctx, back, kvpool_page_addr(p, ref.page),
+				      pb), 0);
+	for (size_t i = 0; i < pb; i++) {
+		size_t in = i - KVTAG_BYTES, pos = (in % block) / row;
+		int tail = i >= KVTAG_BYTES && in < 2 * g->n_layer * block &&
+			   pos >= tokens;
+
+		ck_assert_msg(back[i] == (tail ? 0 : 0xa5),
+			      "byte %zu (tokens %u, page_tokens %u, %s): %02x",
+			      i, tokens, g->page_tokens,
+			      g->dtype == KV_DTYPE_F32 ? "f32" : "f16", back[i]);
+	}
+	free(page);
+	free(back);
+	kvpool_free(p);
+}
+
+START_TEST(t_zero_tail)
+{
+	static const uint32_t pts[] = { 1, 4, 16, 5 };
+	struct fake_ctx c = { 0 };
+	struct kvmem fake = { .ops = &fake_read_ops, .ctx = &c };
+	struct kvmem host;
+
+	kvmem_host_init(&host);
+	for (size_t i = 0; i < sizeof(pts) / sizeof(pts[0]); i++)
+		for (int dt = 0; dt < 2; dt++)
+			for (uint32_t t = 0; t <= pts[i]; t++) {
+				struct kvpool_geom g = {
+					.page_tokens = pts[i], .n_layer = 3,
+					.kv_dim = 8 + 4 * (uint32_t)i,
+					.dtype = dt ? KV_DTYPE_F16 : KV_DTYPE_F32,
+				};
+
+				zero_tail_on(&host, &g, t);
+				zero_tail_on(&fake, &g, t);
+			}
+	ck_assert_uint_gt(c.writes, 0);
+}
+END_TEST
+
+START_TEST(t_zero_tail_checks)
+{
+	struct kvpool *p = pool_new(4);
+	struct kvpool_ref ref, other = { 0 };
+
+	ck_assert_int_eq(kvpool_reserve(p, 1, 1, &ref), 0);
+	ck_assert_int_eq(kvpool_zero_tail(p, 1, &ref, geom.page_tokens + 1),
+			 KVPOOL_E_RANGE);
+	ck_assert_int_eq(kvpool_zero_tail(p, 2, &ref, 1), KVPOOL_E_STALE);
+	other = ref;
+	other.gen++;
+	ck_assert_int_eq(kvpool_zero_tail(p, 1, &other, 1), KVPOOL_E_STALE);
+	other = ref;
+	other.page = 99;
+	ck_assert_int_eq(kvpool_zero_tail(p, 1, &other, 1), KVPOOL_E_RANGE);
+	ck_assert_int_eq(kvpool_release(p, 1, &ref, 1), 0);
+	ck_assert_int_eq(kvpool_zero_tail(p, 1, &ref, 1), KVPOOL_E_STATE);
+	kvpool_free(p);
+}
+END_TEST
+
+START_TEST(t_kv_finite)
+{
+	for (int dt = 0; dt < 2; dt++) {
+		struct kvpool_geom g = { .page_tokens = 4, .n_layer = 2,
+					 .kv_dim = 8,
+					 .dtype = dt ? KV_DTYPE_F16 : KV_DTYPE_F32 };
+		size_t elt = dt ? 2 : 4, row = elt * g.kv_dim;
+		size_t block = row * g.page_tokens;
+		uint64_t pb = kvpool_page_bytes(&g);
+		uint8_t *page = calloc(1, pb);
+		static const uint32_t f32_bad[] = { 0x7fc00000, 0x7f800000,
+						    0xff800000, 0x7f800001 };
+		static const uint16_t f16_bad[] = { 0x7e00, 0x7c00, 0xfc00,
+						    0x7c01 };
+
+		ck_assert_ptr_nonnull(page);
+		/* garbage in the tag is not KV */
+		memset(page, 0xff, KVTAG_BYTES);
+		ck_assert(kvpool_page_kv_finite(&g, page, 4));
+		for (int k = 0; k < 4; k++) {
+			/* position 2 of the last block (V of layer 1) */
+			uint8_t *at = page + KVTAG_BYTES + 3 * block + 2 * row +
+				      elt * (size_t)k;
+
+			if (dt)
+				memcpy(at, &f16_bad[k], 2);
+			else
+				memcpy(at, &f32_bad[k], 4);
+			ck_assert(!kvpool_page_kv_finite(&g, page, 4));
+			ck_assert(!kvpool_page_kv_finite(&g, page, 3));
+			/* past the tokens held: the tail, zeroed anyway */
+			ck_assert(kvpool_page_kv_finite(&g, page, 2));
+			memset(at, 0, elt);
+		}
+		/* the largest finite values pass */
+		if (dt)
+			memcpy(page + KVTAG_BYTES, &(uint16_t){ 0x7bff }, 2);
+		else
+			memcpy(page + KVTAG_BYTES, &(uint32_t){ 0x7f7fffff }, 4);
+		ck_assert(kvpool_page_kv_finite(&g, page, 4));
+		free(page);
+	}
+}
+END_TEST
+
 START_TEST(t_cuda_init)
 {
 	struct kvmem m = KVMEM_NULL;
@@ -931,6 +1064,9 @@ static Suite *kvpool_suite(void)
 	tcase_add_test(tc, t_stale_bytes_host);
 	tcase_add_test(tc, t_stale_bytes_not_host_visible);
 	tcase_add_test(tc, t_stale_bytes_batched);
+	tcase_add_test(tc, t_zero_tail);
+	tcase_add_test(tc, t_zero_tail_checks);
+	tcase_add_test(tc, t_kv_finite);
 	tcase_add_test(tc, t_cuda_init);
 	tcase_add_test(tc, t_threads);
 	suite_add_tcase(s, tc);

@@ -88,6 +88,13 @@ check "stale_generation: no token emitted" test -z "$(echo "$out" | json_get out
 check "stale_generation: decode refused the page by its generation" grep -q "event=request_failed .*code=INTEGRITY .*not the request's page" "$T/df.log"
 after stale_generation
 
+check "nan_kv: prefill up" restart_prefill nan_kv:1
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "nan_kv: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY
+check "nan_kv: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
+check "nan_kv: decode refused the batch for its non-finite K/V" grep -q "event=request_failed .*code=INTEGRITY .*non-finite K/V" "$T/df.log"
+after nan_kv
+
 check "bad_tag: prefill up" restart_prefill bad_tag:1
 out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
 check "bad_tag: INTEGRITY reaches the client" test "$(echo "$out" | json_get error)" = INTEGRITY

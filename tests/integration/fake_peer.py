@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""fake_peer.py - a hand-rolled decode peer for the integration tests.
+
+It speaks the peer protocol of net/PROTOCOL.md (section 2: hello on a
+control connection, then {type:"data", session} on a data connection;
+section 3: binary KV batches) with the standard library only, so a test
+can send a prefill node what a real decode node never would and read
+exactly what prefill puts on the wire. The hello's figures (model
+fingerprint, KV layout) are read from the prefill node's own log, so the
+fake needs no copy of the model.
+
+  fake_peer.py hello ADDR LOG NODE [SHA]
+                                     send one hello whose `node` is NODE and,
+                                     if given, whose model_sha256 is SHA
+                                     (a mismatch: refused); escapes like \\n
+                                     are decoded; print what came back
+  fake_peer.py caplines LOG          print node and pool_tokens of every
+                                     event=kv_capacity line (quote-aware)
+  fake_peer.py tail ADDR LOG         run a 1-token prefill_request into a
+                                     fake page and check that every byte of
+                                     positions >= 1 of every K/V block of
+                                     the received page is zero (exit 0),
+                                     else print where it is not (exit 1)
+
+Everything the protocol needs lives in the FakeDecode class, so a later
+handshake (authentication before hello) is one method to add.
+"""
+import re
+import socket
+import struct
+import sys
+
+# ---- msgpack, the subset kvd's frames use -----------------------------------
+
+
+def pack(o):
+    if o is None:
+        return b"\xc0"
+    if o is True:
+        return b"\xc3"
+    if o is False:
+        return b"\xc2"
+    if isinstance(o, int):
+        if 0 <= o < 128:
+            return bytes([o])
+        if o >= 0:
+            return b"\xcf" + struct.pack(">Q", o)
+        return b"\xd3" + struct.pack(">q", o)
+    if isinstance(o, float):
+        return b"\xcb" + struct.pack(">d", o)
+    if isinstance(o, (str, bytes)):
+        b = o.encode("utf-8", "surrogateescape") if isinstance(o, str) else o
+        if len(b) < 32:
+            return bytes([0xa0 | len(b)]) + b
+        if len(b) < 256:
+            return b"\xd9" + bytes([len(b)]) + b
+        return b"\xda" + struct.pack(">H", len(b)) + b
+    if isinstance(o, (list, tuple)):
+        head = bytes([0x90 | len(o)]) if len(o) < 16 else b"\xdc" + struct.pack(">H", len(o))
+        return head + b"".join(pack(x) for x in o)
+    if isinstance(o, dict):
+        head = bytes([0x80 | len(o)]) if len(o) < 16 else b"\xde" + struct.pack(">H", len(o))
+        return head + b"".join(pack(k) + pack(v) for k, v in o.items())
+    raise TypeError(o)
+
+
+def unpack(b, i=0):
+    t = b[i]
+    if t <= 0x7f:
+        return t, i + 1
+    if t >= 0xe0:
+        return t - 0x100, i + 1
+    if 0x80 <= t <= 0x8f or t in (0xde, 0xdf):
+        if t <= 0x8f:
+            n, i = t & 0x0f, i + 1
+        elif t == 0xde:
+            n, i = struct.unpack(">H", b[i + 1:i + 3])[0], i + 3
+        else:
+            n, i = struct.unpack(">I", b[i + 1:i + 5])[0], i + 5
+        d = {}
+        for _ in range(n):
+            k, i = unpack(b, i)
+            v, i = unpack(b, i)
+            d[k] = v
+        return d, i
+    if 0x90 <= t <= 0x9f or t in (0xdc, 0xdd):
+        if t <= 0x9f:
+            n, i = t & 0x0f, i + 1
+        elif t == 0xdc:
+            n, i = struct.unpack(">H", b[i + 1:i + 3])[0], i + 3
+        else:
+            n, i = struct.unpack(">I", b[i + 1:i + 5])[0], i + 5
+        out = []
+        for _ in range(n):
+            v, i = unpack(b, i)
+            out.append(v)
+        return out, i
+    if 0xa0 <= t <= 0xbf:
+        n = t & 0x1f
+        return b[i + 1:i + 1 + n].decode("utf-8", "replace"), i + 1 + n
+    if t in (0xd9, 0xda, 0xdb, 0xc4, 0xc5, 0xc6):
+        w = {0xd9: 1, 0xda: 2, 0xdb: 4, 0xc4: 1, 0xc5: 2, 0xc6: 4}[t]
+        n = int.from_bytes(b[i + 1:i + 1 + w], "big")
+        raw = b[i + 1 + w:i + 1 + w + n]
+        return (raw.decode("utf-8", "replace") if t >= 0xd9 else raw), i + 1 + w + n
+    if t == 0xc0:
+        return None, i + 1
+    if t in (0xc2, 0xc3):
+        return t == 0xc3, i + 1
+    if t in (0xcc, 0xcd, 0xce, 0xcf):
+        w = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}[t]
+        return int.from_bytes(b[i + 1:i + 1 + w], "big"), i + 1 + w
+    if t in (0xd0, 0xd1, 0xd2, 0xd3):
+        w = {0xd0: 1, 0xd1: 2, 0xd2: 4, 0xd3: 8}[t]
+        return int.from_bytes(b[i + 1:i + 1 + w], "big", signed=True), i + 1 + w
+    if t == 0xca:
+        return struct.unpack(">f", b[i + 1:i + 5])[0], i + 5
+    if t == 0xcb:
+        return struct.unpack(">d", b[i + 1:i + 9])[0], i + 9
+    raise ValueError("msgpack type 0x%02x" % t)
+
+
+# ---- what the prefill node says about itself in its log ----------------------
+
+
+def log_pairs(line):
+    """key=value pairs of one log line (quoted values unescaped)."""
+    out = {}
+    for m in re.finditer(r'([A-Za-z0-9_.-]+)=("(?:[^"\\]|\\.)*"|\S*)', line):
+        v = m.group(2)
+        if v.startswith('"'):
+            v = re.sub(r'\\x([0-9a-fA-F]{2})|\\(.)',
+                       lambda x: chr(int(x.group(1), 16)) if x.group(1) else x.group(2),
+                       v[1:-1])
+        out[m.group(1)] = v
+    return out
+
+
+def layout_from_log(path):
+    """The hello figures a decode peer must match, from the node's log."""
+    cap = loaded = None
+    with open(path, errors="replace") as f:
+        for line in f:
+            if " event=kv_capacity " in line:
+                cap = log_pairs(line)
+            elif " event=model_loaded " in line:
+                loaded = log_pairs(line)
+    if not cap or not loaded:
+        raise SystemExit("fake_peer: no kv_capacity/model_loaded line in " + path)
+    head_dim = int(loaded["embd"]) // int(loaded["heads"])
+    return {
+        "model_sha256": cap["model_sha256"],
+        "kv_dtype": cap["kv_dtype"],
+        "page_tokens": int(cap["page_tokens"]),
+        "page_bytes": int(cap["page_bytes"]),
+        "n_layer": int(loaded["layers"]),
+        "kv_dim": int(loaded["kv_heads"]) * head_dim,
+    }
+
+
+# ---- the peer ---------------------------------------------------------------
+
+
+def split_addr(addr):
+    host, port = addr.rsplit(":", 1)
+    return host, int(port)
+
+
+def recv_exact(sock, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError("connection closed after %d of %d bytes" % (len(buf), n))
+        buf += chunk
+    return bytes(buf)
+
+
+def send_frame(sock, msg):
+    body = pack(msg)
+    sock.sendall(struct.pack(">I", len(body)) + body)
+
+
+def recv_frame(sock):
+    n = struct.unpack(">I", recv_exact(sock, 4))[0]
+    return unpack(recv_exact(sock, n))[0]
+
+
+class FakeDecode:
+    """A decode peer: control connection, data connection, KV batches."""
+
+    def __init__(self, addr, layout, timeout=20.0):
+        self.addr = split_addr(addr)
+        self.layout = layout
+        self.timeout = timeout
+        self.ctl = None
+        self.data = None
+        self.session = None
+
+    def hello_msg(self, **over):
+        h = {"type": "hello", "version": 1, "role": "decode", "node": "fake-decode",
+             "pool_tokens": 1 << 20, "context": 1 << 20,
+             "max_batch_bytes": 64 << 20, "checksum": False}
+        h.update(self.layout)
+        h.update(over)
+        return h
+
+    def connect(self):
+        self.ctl = socket.create_connection(self.addr, timeout=self.timeout)
+
+    def hello(self, **over):
+        """Send our hello; return prefill's (None if it closed instead)."""
+        if self.ctl is None:
+            self.connect()
+        send_frame(self.ctl, self.hello_msg(**over))
+        try:
+            reply = recv_frame(self.ctl)
+        except (EOFError, OSError):
+            return None
+        if reply.get("type") == "hello":
+            self.session = reply.get("session")
+        return reply
+
+    def open_data(self):
+        """The data connection, keyed by whatever session prefill sent."""
+        self.data = socket.create_connection(self.addr, timeout=self.timeout)
+        send_frame(self.data, {"type": "data", "session": self.session})
+
+    def prefill_request(self, rid, tokens, pages, max_tokens=1):
+        send_frame(self.ctl, {"type": "prefill_request", "id": rid,
+                              "tokens": list(tokens),
+                              "pages": [list(p) for p in pages],
+                              "max_tokens": max_tokens, "temperature": 0.0,
+                              "top_k": 0, "top_p": 1.0, "seed": 0})
+
+    def next_msg(self, skip=("heartbeat",)):
+        while True:
+            m = recv_frame(self.ctl)
+            if m.get("type") not in skip:
+                return m
+
+    def read_batch(self):
+        """One KV batch: (header dict, [entry dict], [page bytes])."""
+        raw = recv_exact(self.data, 64)
+        magic, ver, flags, rid, seq, n, page_bytes, payload, csum = \
+            struct.unpack("<IHHQIIQQQ", raw[:48])
+        if magic != 0x3158564b:
+            raise ValueError("bad batch magic 0x%08x" % magic)
+        entries = []
+        for _ in range(n):
+            page, index, gen, tokens, _z = struct.unpack("<IIQII", recv_exact(self.data, 24))
+            entries.append({"dst_page": page, "index": index, "dst_gen": gen,
+                            "tokens": tokens})
+        pages = [recv_exact(self.data, page_bytes) for _ in range(n)]
+        hdr = {"request_id": rid, "seq": seq, "n_entries": n, "flags": flags,
+               "page_bytes": page_bytes, "payload_bytes": payload}
+        return hdr, entries, pages
+
+    def close(self):
+        for s in (self.data, self.ctl):
+            if s is not None:
+                s.close()
+
+
+# ---- checks -----------------------------------------------------------------
+
+
+def stale_bytes(layout, page, tokens):
+    """[(layer, 'K'|'V', first nonzero offset)] in positions >= tokens."""
+    elt = 4 if layout["kv_dtype"] == "f32" else 2
+    pt, d = layout["page_tokens"], layout["kv_dim"]
+    block = pt * d * elt
+    bad = []
+    for layer in range(layout["n_layer"]):
+        for kv in (0, 1):
+            off = 64 + (2 * layer + kv) * block
+            tail = page[off + tokens * d * elt:off + block]
+            if tail.count(0) != len(tail):
+                first = next(i for i, c in enumerate(tail) if c)
+                bad.append((layer, "KV"[kv], tokens * d * elt + first))
+    return bad
+
+
+def cmd_hello(addr, log, node, sha=None):
+    fake = FakeDecode(addr, layout_from_log(log), timeout=5.0)
+    node = node.encode().decode("unicode_escape")
+    over = {"model_sha256": sha.encode().decode("unicode_escape")} if sha else {}
+    try:
+        reply = fake.hello(node=node, **over)
+    except OSError as e:
+        reply = "error: %s" % e
+    print("fake_peer: hello answered with %r" % (reply,))
+    fake.close()
+    return 0
+
+
+def cmd_tail(addr, log):
+    layout = layout_from_log(log)
+    fake = FakeDecode(addr, layout)
+    reply = fake.hello()
+    if not reply or reply.get("type") != "hello" or not reply.get("session"):
+        print("fake_peer: no handshake: %r" % (reply,))
+        return 2
+    fake.open_data()
+    # one prompt token into a fake destination page: prefill computes
+    # position 0 and ships the page; positions >= 1 must be zero
+    fake.prefill_request(7, [1], [(3, 5)])
+    hdr, entries, pages = fake.read_batch()
+    done = fake.next_msg()
+    fake.close()
+    if done.get("type") != "prefill_done":
+        print("fake_peer: expected prefill_done, got %r" % (done,))
+        return 2
+    if len(pages) != 1 or entries[0]["tokens"] != 1:
+        print("fake_peer: expected one page of 1 token, got %r" % (entries,))
+        return 2
+    bad = stale_bytes(layout, pages[0], 1)
+    for layer, kv, off in bad:
+        print("fake_peer: stale bytes in layer %d %s at byte %d of the block" % (layer, kv, off))
+    print("fake_peer: %d of %d blocks carry stale bytes" % (len(bad), 2 * layout["n_layer"]))
+    return 1 if bad else 0
+
+
+def cmd_caplines(log):
+    """Print node and pool_tokens of every event=kv_capacity line."""
+    with open(log, errors="replace") as f:
+        for line in f:
+            p = log_pairs(line)
+            if p.get("event") == "kv_capacity":
+                print(p.get("node", "-"), p.get("pool_tokens", "-"))
+    return 0
+
+
+def main(argv):
+    if len(argv) == 3 and argv[1] == "caplines":
+        return cmd_caplines(argv[2])
+    if len(argv) in (5, 6) and argv[1] == "hello":
+        return cmd_hello(argv[2], argv[3], argv[4], argv[5] if len(argv) > 5 else None)
+    if len(argv) == 4 and argv[1] == "tail":
+        return cmd_tail(argv[2], argv[3])
+    sys.stderr.write(__doc__)
+    return 64
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
