@@ -2,8 +2,9 @@
 """fake_peer.py - a hand-rolled decode peer for the integration tests.
 
 It speaks the peer protocol of net/PROTOCOL.md (section 2: hello on a
-control connection, then {type:"data", session} on a data connection;
-section 3: binary KV batches) with the standard library only, so a test
+control connection, then {type:"data", token} on a data connection;
+section 3: binary KV batches) with the standard library only (and, for
+keyed links, libsodium through ctypes: the AEAD), so a test
 can send a prefill node what a real decode node never would and read
 exactly what prefill puts on the wire. The hello's figures (model
 fingerprint, KV layout) are read from the prefill node's own log, so the
@@ -16,7 +17,8 @@ fake needs no copy of the model.
                                      are decoded; print what came back
   fake_peer.py caplines LOG          print node and pool_tokens of every
                                      event=kv_capacity line (quote-aware)
-  fake_peer.py tail ADDR LOG         run a 1-token prefill_request into a
+  fake_peer.py [--key FILE] tail ADDR LOG
+                                     run a 1-token prefill_request into a
                                      fake page and check that every byte of
                                      positions >= 1 of every K/V block of
                                      the received page is zero (exit 0),
@@ -25,10 +27,16 @@ fake needs no copy of the model.
 Everything the protocol needs lives in the FakeDecode class, so a later
 handshake (authentication before hello) is one method to add.
 """
+import ctypes
+import ctypes.util
+import hashlib
+import os
 import re
 import socket
 import struct
 import sys
+
+PROTO_VERSION = 2
 
 # ---- msgpack, the subset kvd's frames use -----------------------------------
 
@@ -186,19 +194,114 @@ def recv_frame(sock):
     return unpack(recv_exact(sock, n))[0]
 
 
+# ---- keyed links (net/peer_auth.c, mirrored) ----------------------------------
+
+_sodium = None
+
+
+def sodium():
+    global _sodium
+    if _sodium is None:
+        _sodium = ctypes.CDLL(ctypes.util.find_library("sodium") or "libsodium.so.23")
+        if _sodium.sodium_init() < 0:
+            raise OSError("sodium_init failed")
+    return _sodium
+
+
+def mac(key, label, nd, np_):
+    h = hashlib.blake2b(digest_size=32, key=key)
+    h.update(label.encode() + b"\0" + nd + np_)
+    return h.digest()
+
+
+def cluster_key(material):
+    return hashlib.blake2b(b"kvd/2 cluster key\0" + material, digest_size=32).digest()
+
+
+class Aead:
+    """One direction: ChaCha20-Poly1305 (IETF), 64-bit counter nonce."""
+
+    def __init__(self, key, encrypt):
+        self.key, self.encrypt, self.seq = key, encrypt, 0
+
+    def _nonce(self):
+        n = b"\0" * 4 + struct.pack("<Q", self.seq)
+        self.seq += 1
+        return n
+
+    def seal(self, buf, ad_n):
+        ad = buf[:ad_n] if self.encrypt else buf
+        msg = buf[ad_n:] if self.encrypt else b""
+        c = ctypes.create_string_buffer(len(msg) or 1)
+        tag = ctypes.create_string_buffer(16)
+        sodium().crypto_aead_chacha20poly1305_ietf_encrypt_detached(
+            c, tag, None, msg, ctypes.c_ulonglong(len(msg)), ad,
+            ctypes.c_ulonglong(len(ad)), None, self._nonce(), self.key)
+        return (buf[:ad_n] + c.raw[:len(msg)] if self.encrypt else buf) + tag.raw
+
+    def open(self, buf, ad_n):
+        body, tag = buf[:-16], buf[-16:]
+        ad = body[:ad_n] if self.encrypt else body
+        msg = body[ad_n:] if self.encrypt else b""
+        m = ctypes.create_string_buffer(len(msg) or 1)
+        if sodium().crypto_aead_chacha20poly1305_ietf_decrypt_detached(
+                m, None, msg, ctypes.c_ulonglong(len(msg)), tag, ad,
+                ctypes.c_ulonglong(len(ad)), self._nonce(), self.key) != 0:
+            raise ValueError("a sealed frame or batch failed to open")
+        return body[:ad_n] + m.raw[:len(msg)] if self.encrypt else body
+
+
 class FakeDecode:
     """A decode peer: control connection, data connection, KV batches."""
 
-    def __init__(self, addr, layout, timeout=20.0):
+    def __init__(self, addr, layout, timeout=20.0, key=None, encrypt=False):
         self.addr = split_addr(addr)
         self.layout = layout
         self.timeout = timeout
         self.ctl = None
         self.data = None
         self.session = None
+        self.key = cluster_key(key) if key else None
+        self.encrypt = encrypt
+        self.tx = self.rx = self.data_aead = None
+
+    def send(self, msg):
+        if self.tx is None:
+            send_frame(self.ctl, msg)
+            return
+        body = self.tx.seal(pack(msg), 0)
+        self.ctl.sendall(struct.pack(">I", len(body)) + body)
+
+    def recv(self):
+        if self.rx is None:
+            return recv_frame(self.ctl)
+        n = struct.unpack(">I", recv_exact(self.ctl, 4))[0]
+        return unpack(self.rx.open(recv_exact(self.ctl, n), 0))[0]
+
+    def authenticate(self):
+        """Keyed links: prove the cluster key, check prefill's proof,
+        derive the link's keys (net/PROTOCOL.md s. 2.1)."""
+        nd = os.urandom(32)
+        send_frame(self.ctl, {"type": "auth_hello", "version": PROTO_VERSION,
+                              "nonce": nd.hex()})
+        ch = recv_frame(self.ctl)
+        if ch.get("type") != "auth_challenge":
+            return ch
+        np_ = bytes.fromhex(ch["nonce"])
+        send_frame(self.ctl, {"type": "auth_proof",
+                              "proof": mac(self.key, "kvd/2 proof decode", nd, np_).hex()})
+        pr = recv_frame(self.ctl)
+        if pr.get("type") != "auth_proof" or \
+                bytes.fromhex(pr["proof"]) != mac(self.key, "kvd/2 proof prefill", nd, np_):
+            return pr
+        self.tx = Aead(mac(self.key, "kvd/2 ctl decode->prefill", nd, np_), self.encrypt)
+        self.rx = Aead(mac(self.key, "kvd/2 ctl prefill->decode", nd, np_), self.encrypt)
+        self.data_aead = Aead(mac(self.key, "kvd/2 data prefill->decode", nd, np_), self.encrypt)
+        self.session = mac(self.key, "kvd/2 data token", nd, np_).hex()
+        return None
 
     def hello_msg(self, **over):
-        h = {"type": "hello", "version": 1, "role": "decode", "node": "fake-decode",
+        h = {"type": "hello", "version": PROTO_VERSION, "role": "decode", "node": "fake-decode",
              "pool_tokens": 1 << 20, "context": 1 << 20,
              "max_batch_bytes": 64 << 20, "checksum": False}
         h.update(self.layout)
@@ -212,22 +315,26 @@ class FakeDecode:
         """Send our hello; return prefill's (None if it closed instead)."""
         if self.ctl is None:
             self.connect()
-        send_frame(self.ctl, self.hello_msg(**over))
         try:
-            reply = recv_frame(self.ctl)
-        except (EOFError, OSError):
+            if self.key is not None:
+                refused = self.authenticate()
+                if refused is not None:
+                    return refused
+            self.send(self.hello_msg(**over))
+            reply = self.recv()
+        except (EOFError, OSError, ValueError):
             return None
-        if reply.get("type") == "hello":
+        if reply.get("type") == "hello" and self.key is None:
             self.session = reply.get("session")
         return reply
 
     def open_data(self):
-        """The data connection, keyed by whatever session prefill sent."""
+        """The data connection, bound by the token (prefill's, keyless)."""
         self.data = socket.create_connection(self.addr, timeout=self.timeout)
-        send_frame(self.data, {"type": "data", "session": self.session})
+        send_frame(self.data, {"type": "data", "token": self.session})
 
     def prefill_request(self, rid, tokens, pages, max_tokens=1):
-        send_frame(self.ctl, {"type": "prefill_request", "id": rid,
+        self.send({"type": "prefill_request", "id": rid,
                               "tokens": list(tokens),
                               "pages": [list(p) for p in pages],
                               "max_tokens": max_tokens, "temperature": 0.0,
@@ -235,7 +342,7 @@ class FakeDecode:
 
     def next_msg(self, skip=("heartbeat",)):
         while True:
-            m = recv_frame(self.ctl)
+            m = self.recv()
             if m.get("type") not in skip:
                 return m
 
@@ -246,12 +353,16 @@ class FakeDecode:
             struct.unpack("<IHHQIIQQQ", raw[:48])
         if magic != 0x3158564b:
             raise ValueError("bad batch magic 0x%08x" % magic)
+        rest = recv_exact(self.data, n * (24 + page_bytes) + (16 if flags & 2 else 0))
+        if flags & 2:
+            rest = self.data_aead.open(raw + rest, 64)[64:]
         entries = []
-        for _ in range(n):
-            page, index, gen, tokens, _z = struct.unpack("<IIQII", recv_exact(self.data, 24))
+        for i in range(n):
+            page, index, gen, tokens, _z = struct.unpack("<IIQII", rest[24 * i:24 * i + 24])
             entries.append({"dst_page": page, "index": index, "dst_gen": gen,
                             "tokens": tokens})
-        pages = [recv_exact(self.data, page_bytes) for _ in range(n)]
+        base = 24 * n
+        pages = [rest[base + i * page_bytes:base + (i + 1) * page_bytes] for i in range(n)]
         hdr = {"request_id": rid, "seq": seq, "n_entries": n, "flags": flags,
                "page_bytes": page_bytes, "payload_bytes": payload}
         return hdr, entries, pages
@@ -294,11 +405,11 @@ def cmd_hello(addr, log, node, sha=None):
     return 0
 
 
-def cmd_tail(addr, log):
+def cmd_tail(addr, log, key=None, encrypt=False):
     layout = layout_from_log(log)
-    fake = FakeDecode(addr, layout)
+    fake = FakeDecode(addr, layout, key=key, encrypt=encrypt)
     reply = fake.hello()
-    if not reply or reply.get("type") != "hello" or not reply.get("session"):
+    if not reply or reply.get("type") != "hello" or not fake.session:
         print("fake_peer: no handshake: %r" % (reply,))
         return 2
     fake.open_data()
@@ -332,12 +443,20 @@ def cmd_caplines(log):
 
 
 def main(argv):
+    key, encrypt = None, False
+    while len(argv) > 2 and argv[1] in ("--key", "--encrypt"):
+        if argv[1] == "--encrypt":
+            encrypt, argv = True, argv[:1] + argv[2:]
+            continue
+        with open(argv[2], "rb") as f:
+            key = f.read()
+        argv = argv[:1] + argv[3:]
+    if len(argv) == 4 and argv[1] == "tail":
+        return cmd_tail(argv[2], argv[3], key, encrypt)
     if len(argv) == 3 and argv[1] == "caplines":
         return cmd_caplines(argv[2])
     if len(argv) in (5, 6) and argv[1] == "hello":
         return cmd_hello(argv[2], argv[3], argv[4], argv[5] if len(argv) > 5 else None)
-    if len(argv) == 4 and argv[1] == "tail":
-        return cmd_tail(argv[2], argv[3])
     sys.stderr.write(__doc__)
     return 64
 
