@@ -13,7 +13,8 @@
  *    so handlers receive typed, validated arguments and stay short.
  *  - Bounded per client. A client owns a fixed read chunk, a frame decoder
  *    bounded by ADMIN_FRAME_MAX, at most one call in progress and a write
- *    queue that pauses reading above ADMIN_WRITE_HIGH bytes. A client that
+ *    queue (net/wbound.h) that pauses reading above ADMIN_WRITE_HIGH
+ *    bytes and closes the client past ADMIN_WRITE_HARD. A client that
  *    pipelines requests is served in order; while a call waits (drain, a
  *    shrinking resize) reading stops, so nothing piles up.
  *  - Typed errors, never a crash. A bad frame (not msgpack, not a map)
@@ -35,6 +36,7 @@
 #include "daemon/ops.h"
 #include "kvd_build.h"
 #include "net/frame.h"
+#include "net/wbound.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -48,7 +50,14 @@
 #include <unistd.h>
 
 #define ADMIN_READ_CHUNK 4096
+/* Write bounds (net/wbound.h): commands stop being read past HIGH, so at
+ * most one reply (ADMIN_REPLY_MAX) lands past it; a client whose queue
+ * is past HARD, or past HIGH for ADMIN_WRITE_STALL_MS, is closed. Fixed,
+ * not listen.*: the admin plane is the operator's and must not depend on
+ * the limits tuned for tenants. */
 #define ADMIN_WRITE_HIGH (256u * 1024)
+#define ADMIN_WRITE_HARD (ADMIN_WRITE_HIGH + 2 * ADMIN_REPLY_MAX)
+#define ADMIN_WRITE_STALL_MS 30000
 #define ADMIN_POLL_MS 10
 #define ADMIN_RESIZE_TIMEOUT_MS 10000
 
@@ -102,7 +111,8 @@ struct admin_cmd {
 struct admin_client {
 	struct admin_server *s;
 	uv_pipe_t pipe;
-	uv_timer_t timer;             /* polls a waiting drain */
+	uv_timer_t timer;             /* polls a waiting drain; write stall */
+	struct wbound wb;             /* every reply */
 	unsigned handles;             /* open handles; freed at 0 */
 	struct frame_decoder dec;
 	char rbuf[ADMIN_READ_CHUNK];  /* (ADMIN_READ_CHUNK) last read; [roff,
@@ -112,7 +122,7 @@ struct admin_client {
 	gid_t gid;
 	pid_t pid;
 	enum admin_priv priv;
-	bool reading, closing, pending, close_after_write;
+	bool closing, pending, close_after_write;
 	struct admin_call call;
 	struct admin_client *prev, *next;
 };
@@ -128,12 +138,6 @@ struct admin_server {
 	struct admin_client *clients;
 	uint32_t n_clients;
 	bool closing;
-};
-
-struct admin_wreq {
-	uv_write_t req;
-	struct admin_client *c;
-	char *data;                   /* the frame, header included */
 };
 
 static const char *const admin_error_names[ADMIN_E__N] = {
@@ -187,16 +191,21 @@ static int client_read_start(struct admin_client *c);
 
 static size_t client_write_queued(struct admin_client *c)
 {
-	return uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
+	return wbound_queued(&c->wb);
 }
 
-static void client_write_cb(uv_write_t *req, int status)
+static void client_closed_for(struct admin_client *c, const char *reason)
 {
-	struct admin_wreq *w = kvd_container_of(req, struct admin_wreq, req);
-	struct admin_client *c = w->c;
+	KVLOG_WARN(&c->s->d->log, "admin_closed",
+		   "uid=%u pid=%d reason=%s queued=%zu", (unsigned)c->uid,
+		   (int)c->pid, reason, client_write_queued(c));
+	client_close(c);
+}
 
-	free(w->data);
-	free(w);
+static void client_written(struct wbound *wb, int status)
+{
+	struct admin_client *c = kvd_container_of(wb, struct admin_client, wb);
+
 	if (c->closing)
 		return;
 	if (status < 0 || (c->close_after_write && client_write_queued(c) == 0)) {
@@ -209,27 +218,25 @@ static void client_write_cb(uv_write_t *req, int status)
 /* Queue a frame; takes ownership of data. */
 static void client_send(struct admin_client *c, char *data, size_t len)
 {
-	struct admin_wreq *w;
-	uv_buf_t buf = uv_buf_init(data, (unsigned)len);
+	int r;
 
 	if (c->closing) {
 		free(data);
 		return;
 	}
-	w = malloc(sizeof(*w));
-	if (!w) {
+	/* a stall is judged when the next reply is queued: a client that
+	 * sends nothing more holds at most one reply past HIGH and one of
+	 * ADMIN_CLIENTS_MAX slots */
+	if (wbound_poll(&c->wb, kvd_now_ns()) == WBOUND_E_STALL) {
 		free(data);
-		client_close(c);
+		client_closed_for(c, "write_stall");
 		return;
 	}
-	w->c = c;
-	w->data = data;
-	if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1,
-		     client_write_cb) < 0) {
-		free(data);
-		free(w);
+	r = wbound_write(&c->wb, data, len);
+	if (r == WBOUND_E_HARD)
+		client_closed_for(c, "write_queue_hard");
+	else if (r)
 		client_close(c);
-	}
 }
 
 /* The envelope around a result (code 0) or an error. */
@@ -771,11 +778,11 @@ static void client_pump(struct admin_client *c)
 	want_read = !c->pending && !c->close_after_write &&
 		    c->roff == c->rlen &&
 		    client_write_queued(c) <= ADMIN_WRITE_HIGH;
-	if (want_read && !c->reading) {
-		c->reading = client_read_start(c) == 0;
-	} else if (!want_read && c->reading) {
-		uv_read_stop((uv_stream_t *)&c->pipe);
-		c->reading = false;
+	if (want_read) {
+		if (client_read_start(c) < 0)
+			client_close(c);
+	} else {
+		wbound_read_stop(&c->wb);
 	}
 }
 
@@ -844,8 +851,7 @@ static void client_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 
 static int client_read_start(struct admin_client *c)
 {
-	return uv_read_start((uv_stream_t *)&c->pipe, client_alloc_cb,
-			     client_read_cb);
+	return wbound_read_start(&c->wb);
 }
 
 /* Is uid a member of gid through its passwd entry's group list? */
@@ -923,6 +929,16 @@ static void server_connection_cb(uv_stream_t *ls, int status)
 	c->pipe.data = c;
 	c->timer.data = c;
 	c->handles = 2;
+	{
+		static const struct wbound_limits lim = {
+			.soft = ADMIN_WRITE_HIGH, .hard = ADMIN_WRITE_HARD,
+			.stall_ms = ADMIN_WRITE_STALL_MS,
+		};
+
+		wbound_init(&c->wb, (uv_stream_t *)&c->pipe, &lim,
+			    client_alloc_cb, client_read_cb);
+		wbound_on_write(&c->wb, client_written);
+	}
 	c->next = s->clients;
 	if (s->clients)
 		s->clients->prev = c;
@@ -952,8 +968,7 @@ static void server_connection_cb(uv_stream_t *ls, int status)
 	}
 	KVLOG_DEBUG(&d->log, "admin_connect", "uid=%u pid=%d", (unsigned)c->uid,
 		    (int)c->pid);
-	c->reading = client_read_start(c) == 0;
-	if (!c->reading)
+	if (client_read_start(c) < 0)
 		client_close(c);
 }
 

@@ -230,7 +230,10 @@ static int gen_loop(int fd, uint64_t id, bool json, struct gen_out *o,
 					fprintf(stderr, "kvctl generate: bad frame from the server\n");
 					goto out;
 				}
-				if (last->id != id)
+				/* a frame_error names no request: it is the
+				 * connection's (limit, bad frame) and ours too */
+				if (last->type != PROTO_EV_FRAME_ERROR &&
+				    last->id != id)
 					continue;
 				if (last->type == PROTO_EV_TOKEN) {
 					if (out_token(o, last->token, last->text, last->text_len))

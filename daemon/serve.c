@@ -635,6 +635,13 @@ static void serve_hb_cb(uv_timer_t *t)
 	serve__prefill_heartbeat(s);
 }
 
+/* Client bounds are swept on their own period: the heartbeat's is a
+ * peer-plane setting and may be long. */
+static void serve_sweep_cb(uv_timer_t *t)
+{
+	serve__client_sweep(t->data);
+}
+
 /* The whole serving layer goes away: memory is freed once every handle's
  * close callback ran (a final check in a zero-delay idle is not needed:
  * the loop runs until then because the handles are still referenced). */
@@ -689,6 +696,10 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 	if (s->hb_open) {
 		serve__close_handle(s, (uv_handle_t *)&s->hb_timer);
 		s->hb_open = false;
+	}
+	if (s->sweep_open) {
+		serve__close_handle(s, (uv_handle_t *)&s->sweep_timer);
+		s->sweep_open = false;
 	}
 	comp_stop(s);
 	/* every request still alive ends now (its pages go back with the
@@ -869,6 +880,13 @@ int serve_start(struct kvd_daemon *d)
 		s->hb_timer.data = s;
 		uv_timer_start(&s->hb_timer, serve_hb_cb, d->cfg.heartbeat_ms,
 			       d->cfg.heartbeat_ms);
+	}
+	if (d->cfg.role != KVD_ROLE_PREFILL &&
+	    uv_timer_init(&d->loop, &s->sweep_timer) == 0) {
+		s->sweep_open = true;
+		s->sweep_timer.data = s;
+		uv_timer_start(&s->sweep_timer, serve_sweep_cb, SERVE_SWEEP_MS,
+			       SERVE_SWEEP_MS);
 	}
 	if (d->cfg.role == KVD_ROLE_PREFILL)
 		r = serve__prefill_start(s);

@@ -26,9 +26,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---- sending events ---------------------------------------------------------- */
+
+/* Every frame to a client goes through its wbound (invariant 11). A
+ * write past the hard bound or a failed write does not close here: the
+ * callers are in the middle of a request's state change, so the
+ * connection is doomed (nothing more is written or read) and the sweep
+ * closes it, orphaning its requests as a disconnect does. */
+static void client_doom(struct client_conn *c, const char *reason)
+{
+	if (c->doom || c->closing)
+		return;
+	c->doom = reason;
+	wbound_read_stop(&c->wb);
+}
+
+static void client_write(struct client_conn *c, char *data, size_t len)
+{
+	int rc;
+
+	if (c->closing || c->doom) {
+		free(data);
+		return;
+	}
+	rc = wbound_write(&c->wb, data, len);
+	if (rc == WBOUND_E_HARD)
+		client_doom(c, "write_queue_hard");
+	else if (rc)
+		client_doom(c, "write_failed");
+}
 
 static void client_send(struct serve_req *r, struct frame_writer *w)
 {
@@ -36,8 +66,8 @@ static void client_send(struct serve_req *r, struct frame_writer *w)
 	size_t len;
 
 	if (frame_writer_finish(w, PROTO_CLIENT_FRAME_MAX, &data, &len) == 0) {
-		if (r->client && !r->client->closing)
-			(void)serve__write(&r->client->h.stream, data, len);
+		if (r->client)
+			client_write(r->client, data, len);
 		else
 			free(data);
 	}
@@ -125,11 +155,23 @@ static void client_error_to(struct client_conn *c, uint64_t id, int code,
 	char *data;
 	size_t len;
 
-	if (c->closing)
-		return;
 	if (proto_client_frame_error(id, code, msg, &data, &len) == 0)
-		(void)serve__write(&c->h.stream, data, len);
+		client_write(c, data, len);
 }
+
+/* An error that belongs to no request (a frame that is not a map, the
+ * connection limit): its own event type, never an error for id 0. */
+static void client_frame_error_to(struct client_conn *c, int code,
+				  const char *msg)
+{
+	char *data;
+	size_t len;
+
+	if (proto_client_frame_conn_error(code, msg, &data, &len) == 0)
+		client_write(c, data, len);
+}
+
+static void client_conn_end(struct client_conn *c);
 
 void serve__client_error(struct serve_req *r, int code, const char *fmt, ...)
 {
@@ -153,9 +195,14 @@ void serve__client_error(struct serve_req *r, int code, const char *fmt, ...)
 
 void serve__client_detach(struct serve_req *r)
 {
-	if (r->client) {
-		r->client->n_reqs--;
+	struct client_conn *c = r->client;
+
+	if (c) {
+		c->n_reqs--;
 		r->client = NULL;
+		/* a half-closed client had its last answer: flush, then close */
+		if (c->eof && c->n_reqs == 0)
+			client_conn_end(c);
 	}
 }
 
@@ -312,12 +359,22 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 	const msgpack_object *ido = frame_map_get(map, "id");
 	int rc;
 
-	if (ido)
-		(void)frame_obj_u64(ido, &id);
 	rc = proto_client_request_parse(map, &q, &err);
 	if (rc) {
-		client_reject(c, id, PROTO_ERR_INVALID_REQUEST, KVD_REJECT_INVALID,
-			      rc < 0 ? "out of memory" : err.msg);
+		const char *why = rc < 0 ? "out of memory" : err.msg;
+
+		/* answer the request when it named itself; a frame without a
+		 * usable id is the connection's error, not id 0's */
+		if (ido && frame_obj_u64(ido, &id) == 0) {
+			client_reject(c, id, PROTO_ERR_INVALID_REQUEST,
+				      KVD_REJECT_INVALID, why);
+		} else {
+			s->d->counters.rejected[KVD_REJECT_INVALID]++;
+			KVLOG_WARN(s->log, "client_frame_error",
+				   "conn=%llu code=INVALID_REQUEST msg=\"%s\"",
+				   (unsigned long long)c->conn_id, why);
+			client_frame_error_to(c, PROTO_ERR_INVALID_REQUEST, why);
+		}
 		return;
 	}
 	if (kvd_request_gate(s->reqtab) || s->stopping) {
@@ -392,6 +449,20 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 
 /* ---- connections ---------------------------------------------------------------- */
 
+/* The bounds of one connection (invariant 11), all judged by one sweep
+ * timer in the serving layer instead of a timer per connection:
+ *   - writes go through c->wb: past write_queue_soft reading stops, past
+ *     write_queue_hard (or past soft for write_stall_timeout_ms) the
+ *     connection closes;
+ *   - a frame that began (and the first frame of a connection) must be
+ *     whole within client_read_timeout_ms (slowloris);
+ *   - a connection with no request in flight that sends nothing for
+ *     client_idle_timeout_ms is closed;
+ *   - past max_clients a connection gets one frame_error OVERLOADED and
+ *     is closed once that is written.
+ * A client that half-closes keeps its connection until every request on
+ * it has been answered; then kvd flushes and closes it. */
+
 static void client_conn_closed(uv_handle_t *h)
 {
 	struct client_conn *c = h->data;
@@ -410,6 +481,7 @@ static void client_conn_close(struct client_conn *c)
 	if (c->closing)
 		return;
 	c->closing = true;
+	c->eof = false;   /* no shutdown from the detaches below */
 	for (r = s->reqs; r; r = next) {
 		next = r->next;
 		if (r->client == c) {
@@ -429,8 +501,78 @@ static void client_conn_close(struct client_conn *c)
 		s->clients = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
+	if (c->counted)
+		s->n_clients--;
 	s->closes_pending++;
 	uv_close(&c->h.handle, client_conn_closed);
+}
+
+/* Closed for a bound: one line an operator can grep and count. */
+static void client_conn_close_for(struct client_conn *c, const char *reason)
+{
+	KVLOG_WARN(c->s->log, "client_closed",
+		   "conn=%llu reason=%s requests=%u queued=%zu peak_queued=%llu",
+		   (unsigned long long)c->conn_id, reason, c->n_reqs,
+		   wbound_queued(&c->wb), (unsigned long long)c->wb.peak);
+	client_conn_close(c);
+}
+
+static void client_shutdown_cb(uv_shutdown_t *req, int status)
+{
+	struct client_conn *c = req->data;
+
+	(void)status;   /* flushed or failed: the connection is done either way */
+	c->shutting = false;
+	client_conn_close(c);
+}
+
+/* Stop reading, flush what is queued, then close (requests still on the
+ * connection are orphaned then). Safe from any state change: the close
+ * happens in a later callback. */
+static void client_conn_end(struct client_conn *c)
+{
+	if (c->closing || c->shutting || c->doom)
+		return;
+	wbound_read_stop(&c->wb);
+	c->shut.data = c;
+	if (uv_shutdown(&c->shut, &c->h.stream, client_shutdown_cb) == 0)
+		c->shutting = true;
+	else
+		client_doom(c, "write_failed");
+}
+
+void serve__client_sweep(struct serve *s)
+{
+	const struct kvd_config *cfg = &s->d->cfg;
+	uint64_t now = kvd_now_ns();
+	uint64_t read_ns = (uint64_t)cfg->client_read_timeout_ms * 1000000u;
+	uint64_t idle_ns = (uint64_t)cfg->client_idle_timeout_ms * 1000000u;
+	struct client_conn *c, *next;
+
+	for (c = s->clients; c; c = next) {
+		int rc;
+
+		next = c->next;
+		if (c->closing)
+			continue;
+		if (c->doom) {
+			client_conn_close_for(c, c->doom);
+			continue;
+		}
+		rc = wbound_poll(&c->wb, now);
+		if (rc) {
+			client_conn_close_for(c, rc == WBOUND_E_HARD ?
+					      "write_queue_hard" : "write_stall");
+			continue;
+		}
+		if (c->shutting || c->eof || c->wb.paused)
+			continue;   /* waiting on the client's reading, not its writing */
+		if (c->t_frame_ns && now - c->t_frame_ns >= read_ns)
+			client_conn_close_for(c, "read_timeout");
+		else if (!c->t_frame_ns && c->n_reqs == 0 &&
+			 now - c->t_rx_ns >= idle_ns)
+			client_conn_close_for(c, "idle_timeout");
+	}
 }
 
 static void client_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -441,17 +583,34 @@ static void client_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 	*buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
 }
 
+/* The client sent EOF: answer what is in flight, then close. */
+static void client_eof(struct client_conn *c)
+{
+	c->eof = true;
+	if (c->n_reqs == 0)
+		client_conn_end(c);   /* answers already queued still go out */
+	else
+		wbound_read_stop(&c->wb);
+}
+
 static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
 	struct client_conn *c = st->data;
 	const char *p = buf->base;
 	size_t n = nread > 0 ? (size_t)nread : 0;
+	bool whole = false;   /* a frame completed in this read */
 
+	if (nread == UV_EOF) {
+		client_eof(c);
+		return;
+	}
 	if (nread < 0) {
 		client_conn_close(c);
 		return;
 	}
-	while (n > 0 && !c->closing) {
+	if (n)
+		c->t_rx_ns = kvd_now_ns();
+	while (n > 0 && !c->closing && !c->doom) {
 		size_t used;
 		int rc = frame_decoder_feed(&c->dec, p, n, &used);
 
@@ -467,20 +626,60 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 			rc = frame_decoder_next(&c->dec, &map);
 			if (rc == FRAME_E_AGAIN)
 				break;
+			whole = true;
 			if (rc == 0) {
 				client_request(c, map);
 			} else if (rc == FRAME_E_MALFORMED || rc == FRAME_E_NOTMAP) {
-				client_error_to(c, 0, PROTO_ERR_INVALID_REQUEST,
-						"the frame is not one msgpack map");
+				client_frame_error_to(c, PROTO_ERR_INVALID_REQUEST,
+						      "the frame is not one msgpack map");
 			} else {
-				client_error_to(c, 0, PROTO_ERR_INVALID_REQUEST,
-						"frame too big; closing");
-				client_conn_close(c);
+				client_frame_error_to(c, PROTO_ERR_INVALID_REQUEST,
+						      "frame too big; closing");
+				client_conn_end(c);
 				return;
 			}
-			if (c->closing)
+			if (c->closing || c->doom)
 				return;
 		}
+	}
+	/* the read timeout runs from the first byte of an incomplete frame */
+	if (frame_decoder_pending(&c->dec) == 0)
+		c->t_frame_ns = whole ? 0 : c->t_frame_ns;
+	else if (whole || !c->t_frame_ns)
+		c->t_frame_ns = c->t_rx_ns;
+}
+
+/* Past max_clients: one frame_error OVERLOADED, written now without
+ * queueing (a few dozen bytes into a new socket's empty buffer), and the
+ * fd closed at once, so a burst of refusals never holds descriptors. */
+static void client_refuse(struct client_conn *c)
+{
+	char *data;
+	size_t len;
+
+	if (proto_client_frame_conn_error(PROTO_ERR_OVERLOADED,
+					  "the node holds its maximum of client connections (listen.max_clients); retry later",
+					  &data, &len) == 0) {
+		uv_buf_t b = uv_buf_init(data, (unsigned)len);
+
+		(void)uv_try_write(&c->h.stream, &b, 1);   /* best effort */
+		free(data);
+	}
+	client_conn_close(c);
+}
+
+/* Take the pending connection off the listener and close it, without a
+ * handle (out of memory, stopping): libuv stops polling a listener whose
+ * callback did not accept. */
+static void client_accept_drop(uv_stream_t *server)
+{
+	uv_os_fd_t lfd;
+	int fd;
+
+	if (uv_fileno((uv_handle_t *)server, &lfd) == 0) {
+		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0)
+			close(fd);
 	}
 }
 
@@ -488,34 +687,103 @@ static void client_accept(uv_stream_t *server, int status)
 {
 	struct client_listener *l = server->data;
 	struct serve *s = l->s;
+	const struct kvd_config *cfg = &s->d->cfg;
+	struct wbound_limits lim = { .soft = cfg->write_queue_soft,
+				     .hard = cfg->write_queue_hard,
+				     .stall_ms = cfg->write_stall_timeout_ms };
 	struct client_conn *c;
 	int rc;
 
-	if (status < 0 || s->stopping)
+	if (status < 0) {
+		/* EMFILE/ENFILE: libuv already closed the pending connections
+		 * with its reserved fd (uv__emfile_trick); nothing to accept */
+		KVLOG_WARN(s->log, "client_accept_failed", "error=%s",
+			   uv_err_name(status));
 		return;
-	c = calloc(1, sizeof(*c));
-	if (!c)
+	}
+	c = s->stopping ? NULL : calloc(1, sizeof(*c));
+	if (!c) {
+		client_accept_drop(server);
 		return;
+	}
 	c->s = s;
 	rc = l->is_pipe ? uv_pipe_init(&s->d->loop, &c->h.pipe, 0)
 			: uv_tcp_init(&s->d->loop, &c->h.tcp);
 	if (rc) {
 		free(c);
+		client_accept_drop(server);
 		return;
 	}
 	c->h.handle.data = c;
+	c->conn_id = ++s->next_conn_id;
+	c->t_rx_ns = c->t_frame_ns = kvd_now_ns();
 	frame_decoder_init(&c->dec, PROTO_CLIENT_FRAME_MAX);
+	wbound_init(&c->wb, &c->h.stream, &lim, client_alloc, client_read);
 	c->next = s->clients;
 	if (s->clients)
 		s->clients->prev = c;
 	s->clients = c;
-	if (uv_accept(server, &c->h.stream) ||
-	    uv_read_start(&c->h.stream, client_alloc, client_read)) {
+	if (uv_accept(server, &c->h.stream)) {
 		client_conn_close(c);
 		return;
 	}
 	if (!l->is_pipe)
 		uv_tcp_nodelay(&c->h.tcp, 1);
+	if (s->n_clients >= s->max_clients) {
+		KVLOG_WARN(s->log, "client_refused",
+			   "conn=%llu reason=max_clients max_clients=%u",
+			   (unsigned long long)c->conn_id, s->max_clients);
+		client_refuse(c);
+		return;
+	}
+	c->counted = true;
+	s->n_clients++;
+	if (wbound_read_start(&c->wb))
+		client_conn_close(c);
+}
+
+/* File descriptors: kvd raises its soft RLIMIT_NOFILE to the hard limit
+ * and clamps max_clients so that the clients leave room for everything
+ * else: the admin socket and its clients (ADMIN_CLIENTS_MAX in
+ * ctl/admin.h, 64, + the listener), peer connections (control and data
+ * per prefill peer), and a base for the model, the log, the loop's own
+ * fds and libuv's spare fd for EMFILE. */
+#define SERVE_FD_RESERVE_BASE 32u
+/* Connections the kernel completes before kvd accepts them: a burst past
+ * max_clients is refused at once instead of waiting out SYN retries. */
+#define SERVE_CLIENT_BACKLOG 511
+#define SERVE_FD_RESERVE_ADMIN 66u
+
+static void client_fd_budget(struct serve *s)
+{
+	const struct kvd_config *cfg = &s->d->cfg;
+	uint64_t reserve = SERVE_FD_RESERVE_BASE + SERVE_FD_RESERVE_ADMIN +
+			   2ull * cfg->n_peers_prefill;
+	uint64_t cur, avail;
+	struct rlimit rl;
+
+	s->max_clients = cfg->max_clients;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+		(void)getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	cur = rl.rlim_cur == RLIM_INFINITY ? UINT32_MAX : rl.rlim_cur;
+	avail = cur > reserve ? cur - reserve : 0;
+	if (avail >= s->max_clients) {
+		KVLOG_INFO(s->log, "client_limits",
+			   "max_clients=%u nofile=%llu reserve=%llu",
+			   s->max_clients, (unsigned long long)cur,
+			   (unsigned long long)reserve);
+		return;
+	}
+	s->max_clients = (uint32_t)KVD_MAX(avail, 1);
+	KVLOG_WARN(s->log, "client_limits",
+		   "max_clients=%u configured=%u nofile=%llu reserve=%llu msg=\"listen.max_clients clamped to the file descriptor limit\"",
+		   s->max_clients, cfg->max_clients, (unsigned long long)cur,
+		   (unsigned long long)reserve);
 }
 
 /* "host:port" -> sockaddr (IPv4, or [IPv6]:port). */
@@ -582,7 +850,7 @@ static int client_listen_one(struct serve *s, const char *spec)
 		rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&ss, 0);
 	}
 	if (!rc)
-		rc = uv_listen(&l->h.stream, 128, client_accept);
+		rc = uv_listen(&l->h.stream, SERVE_CLIENT_BACKLOG, client_accept);
 	if (rc)
 		KVLOG_ERR(s->log, "listen_client", "addr=%s msg=%s", KVLOG_Q(spec),
 			  KVLOG_Q(uv_strerror(rc)));
@@ -596,6 +864,7 @@ int serve__client_listen(struct serve *s)
 	char list[sizeof(s->d->cfg.listen_client)], *save = NULL, *tok;
 	int rc = 0;
 
+	client_fd_budget(s);
 	snprintf(list, sizeof(list), "%s", s->d->cfg.listen_client);
 	for (tok = strtok_r(list, ",", &save); tok && !rc;
 	     tok = strtok_r(NULL, ",", &save)) {

@@ -29,6 +29,7 @@
 #include "net/proto_client.h"
 #include "net/proto_peer.h"
 #include "net/transport.h"
+#include "net/wbound.h"
 
 struct serve;
 struct serve_req;
@@ -185,6 +186,17 @@ struct client_conn {
 	struct client_conn *prev, *next;
 	bool closing;
 	uint32_t n_reqs;                 /* requests that still point here */
+	/* bounds (invariant 11), judged by serve__client_sweep */
+	struct wbound wb;                /* every frame to the client */
+	uint64_t conn_id;                /* for log lines */
+	uint64_t t_rx_ns;                /* last byte received (or accept) */
+	uint64_t t_frame_ns;             /* a frame began and is not complete
+					  * (accept: the first frame); 0 none */
+	const char *doom;                /* close at the next sweep: reason */
+	bool counted;                    /* holds one of max_clients */
+	bool eof;                        /* client half-closed: answer, close */
+	bool shutting;                   /* uv_shutdown queued: close after */
+	uv_shutdown_t shut;
 	char rbuf[65536];                /* (65536) bytes: socket reads */
 };
 
@@ -296,6 +308,11 @@ struct serve {
 
 	uv_timer_t hb_timer;             /* heartbeats and liveness */
 	bool hb_open;
+	uv_timer_t sweep_timer;          /* client timeouts, write bounds */
+	bool sweep_open;
+	uint32_t n_clients;              /* connections held (max_clients) */
+	uint32_t max_clients;            /* cfg, clamped to the fd limit */
+	uint64_t next_conn_id;
 	uint32_t closes_pending;         /* handles still closing at stop */
 };
 
@@ -349,6 +366,10 @@ void serve__client_final(struct serve_req *r, const char *reason);
 void serve__client_error(struct serve_req *r, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void serve__client_detach(struct serve_req *r);
+/* Periodic (SERVE_SWEEP_MS): close client connections past a timeout or
+ * a write bound. Loop thread, from the sweep timer only. */
+#define SERVE_SWEEP_MS 250
+void serve__client_sweep(struct serve *s);
 /* The client is gone (or the operator aborted): stop streaming, let a
  * transfer finish or abort cleanly, then release (invariant 8). */
 void serve__req_orphan(struct serve_req *r);

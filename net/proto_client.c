@@ -360,6 +360,31 @@ void proto_client_pack_error(msgpack_packer *pk, uint64_t id, int code,
 	frame_pack_kv_str(pk, "message", msg);
 }
 
+void proto_client_pack_conn_error(msgpack_packer *pk, int code,
+				  const char *message)
+{
+	char msg[PROTO_CLIENT_MSG_MAX + 1];
+
+	snprintf(msg, sizeof(msg), "%s", message ? message : "");
+	msgpack_pack_map(pk, 3);
+	frame_pack_kv_str(pk, "type", "frame_error");
+	frame_pack_kv_str(pk, "code", proto_err_name(code));
+	frame_pack_kv_str(pk, "message", msg);
+}
+
+int proto_client_frame_conn_error(int code, const char *message,
+				  char **data, size_t *len)
+{
+	struct frame_writer w;
+	int r;
+
+	frame_writer_init(&w);
+	proto_client_pack_conn_error(frame_writer_packer(&w), code, message);
+	r = frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, data, len);
+	frame_writer_deinit(&w);
+	return r;
+}
+
 int proto_client_frame_error(uint64_t id, int code, const char *message,
 			     char **data, size_t *len)
 {
@@ -476,6 +501,10 @@ int proto_client_event_parse(const msgpack_object *map,
 	memset(ev, 0, sizeof(*ev));
 	if (!map || map->type != MSGPACK_OBJECT_MAP)
 		return proto__fail(err, FRAME_E_NOTMAP, "", "frame is not a map");
+	if (proto__type_is(map, "frame_error")) {
+		ev->type = PROTO_EV_FRAME_ERROR;
+		return event_error(map, ev, err);
+	}
 	r = proto__get_u64(map, "id", true, 0, UINT64_MAX, &ev->id, err);
 	if (r)
 		return r;

@@ -76,6 +76,8 @@ enum proto_client_event_type {
 	PROTO_EV_TOKEN = 1,
 	PROTO_EV_FINAL,
 	PROTO_EV_ERROR,
+	PROTO_EV_FRAME_ERROR,   /* {type:"frame_error"}: no id, belongs to no
+				 * request (bad frame, connection refused) */
 };
 
 struct proto_client_final {
@@ -92,7 +94,7 @@ struct proto_client_final {
 
 struct proto_client_event {
 	enum proto_client_event_type type;
-	uint64_t id;
+	uint64_t id;                             /* 0 for FRAME_ERROR */
 	/* token */
 	uint32_t index;
 	uint32_t token;
@@ -100,7 +102,7 @@ struct proto_client_event {
 	uint32_t text_len;
 	/* final */
 	struct proto_client_final fin;
-	/* error */
+	/* error, frame_error */
 	int code;                                /* enum proto_err */
 	char message[PROTO_CLIENT_MSG_MAX + 1];
 };
@@ -116,11 +118,17 @@ void proto_client_pack_final(msgpack_packer *pk, uint64_t id,
 			     const struct proto_client_final *f);
 void proto_client_pack_error(msgpack_packer *pk, uint64_t id, int code,
 			     const char *message);
+/* {type:"frame_error", code, message}: an error of the connection or of a
+ * frame that names no request; never confused with request id 0's. */
+void proto_client_pack_conn_error(msgpack_packer *pk, int code,
+				  const char *message);
 
 /* Convenience: one whole frame (header included) for each event, into a
  * malloc'd buffer. 0 or -ENOMEM / FRAME_E_TOOBIG. */
 int proto_client_frame_error(uint64_t id, int code, const char *message,
 			     char **data, size_t *len);
+int proto_client_frame_conn_error(int code, const char *message,
+				  char **data, size_t *len);
 
 /* ---- internal helpers shared with proto_peer.c ------------------------ */
 

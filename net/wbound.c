@@ -84,6 +84,14 @@ static void wbound_write_cb(uv_write_t *req, int status)
 	if (status == UV_ECANCELED || uv_is_closing((uv_handle_t *)wb->st))
 		return;
 	(void)wbound_judge(wb);   /* shrinking: never past hard */
+	if (wb->written)
+		wb->written(wb, status);
+}
+
+void wbound_on_write(struct wbound *wb,
+		     void (*written)(struct wbound *wb, int status))
+{
+	wb->written = written;
 }
 
 int wbound_write(struct wbound *wb, char *data, size_t len)

@@ -55,6 +55,9 @@ struct wbound {
 	bool paused;         /* over soft: reading held back */
 	uint64_t over_since_ns; /* when the queue went past soft; 0 = under */
 	uint64_t peak;       /* largest queue seen (bytes), for status/tests */
+	/* optional: after each write completed (status 0 or a libuv error),
+	 * never once the stream is closing; set with wbound_on_write */
+	void (*written)(struct wbound *wb, int status);
 };
 
 void wbound_init(struct wbound *wb, uv_stream_t *st,
@@ -65,6 +68,11 @@ void wbound_init(struct wbound *wb, uv_stream_t *st,
  * or on error). 0, WBOUND_E_HARD (the data was queued; close now),
  * -EPIPE, -ENOMEM or a libuv error. */
 int wbound_write(struct wbound *wb, char *data, size_t len);
+
+/* Be told when each write completes (an owner that must close after its
+ * last reply, or resume work it held back while the queue was high). */
+void wbound_on_write(struct wbound *wb,
+		     void (*written)(struct wbound *wb, int status));
 
 int wbound_read_start(struct wbound *wb);
 void wbound_read_stop(struct wbound *wb);

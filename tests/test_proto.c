@@ -281,6 +281,27 @@ START_TEST(test_events_roundtrip)
 		msgpack_unpacked_destroy(&msg);
 		free(buf);
 	}
+	/* a frame_error carries no id: it cannot be read as request 0's */
+	ck_assert_int_eq(proto_client_frame_conn_error(PROTO_ERR_OVERLOADED, "full",
+						       &buf, &len), 0);
+	{
+		const msgpack_object *m = decode(buf, len, &msg);
+
+		ck_assert_ptr_null(frame_map_get(m, "id"));
+		ck_assert_int_eq(proto_client_event_parse(m, &ev, &err), 0);
+		ck_assert_int_eq(ev.type, PROTO_EV_FRAME_ERROR);
+		ck_assert_int_eq(ev.code, PROTO_ERR_OVERLOADED);
+		ck_assert_str_eq(ev.message, "full");
+	}
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+	ck_assert_int_eq(proto_client_frame_error(0, PROTO_ERR_INTERNAL, "id 0",
+						  &buf, &len), 0);
+	ck_assert_int_eq(proto_client_event_parse(decode(buf, len, &msg), &ev, &err), 0);
+	ck_assert_int_eq(ev.type, PROTO_EV_ERROR);
+	ck_assert_uint_eq(ev.id, 0);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
 	ck_assert_str_eq(proto_err_name(PROTO_ERR_PROMPT_TOO_LONG), "PROMPT_TOO_LONG");
 	ck_assert_str_eq(proto_err_name(99), "?");
 	ck_assert_int_eq(proto_err_parse("NOPE"), -1);

@@ -134,6 +134,44 @@ START_TEST(stall_reported_then_drain_resumes)
 }
 END_TEST
 
+static int written_n, written_status;
+
+static void count_written(struct wbound *wb, int status)
+{
+	(void)wb;
+	written_n++;
+	written_status = status;
+}
+
+START_TEST(on_write_runs_per_completed_write)
+{
+	struct wbound_limits lim = { .soft = 2 * CHUNK, .hard = 64 * CHUNK,
+				     .stall_ms = 50 };
+	struct fx f;
+	char sink[CHUNK];
+
+	fx_init(&f, &lim);
+	written_n = 0;
+	written_status = -1;
+	wbound_on_write(&f.wb, count_written);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(fx_write(&f), 0);
+	for (int spins = 0; spins < 10000 && written_n < 3; spins++) {
+		ssize_t n = recv(f.far, sink, sizeof(sink), MSG_DONTWAIT);
+
+		(void)n;
+		uv_run(&f.loop, UV_RUN_NOWAIT);
+	}
+	ck_assert_int_eq(written_n, 3);
+	ck_assert_int_eq(written_status, 0);
+	/* a write cancelled by the close is not reported */
+	ck_assert_int_eq(fx_write(&f), 0);
+	ck_assert_int_eq(fx_write(&f), 0);
+	fx_deinit(&f);
+	ck_assert_int_eq(written_n, 3);
+}
+END_TEST
+
 START_TEST(write_after_close_is_epipe)
 {
 	struct wbound_limits lim = { .soft = CHUNK, .hard = 4 * CHUNK, .stall_ms = 10 };
@@ -158,6 +196,7 @@ int main(void)
 	tcase_add_test(tc, soft_pauses_hard_closes);
 	tcase_add_test(tc, stall_reported_then_drain_resumes);
 	tcase_add_test(tc, write_after_close_is_epipe);
+	tcase_add_test(tc, on_write_runs_per_completed_write);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -146,6 +146,9 @@ static void pack_event(msgpack_packer *pk, const void *x)
 	case PROTO_EV_ERROR:
 		proto_client_pack_error(pk, e->id, e->code, e->message);
 		break;
+	case PROTO_EV_FRAME_ERROR:
+		proto_client_pack_conn_error(pk, e->code, e->message);
+		break;
 	}
 }
 
@@ -166,7 +169,7 @@ static void fuzz_event(const msgpack_object *map)
 		check_err(ret, &err, "event");
 		return;
 	}
-	FUZZ_CHECK(e.type >= PROTO_EV_TOKEN && e.type <= PROTO_EV_ERROR,
+	FUZZ_CHECK(e.type >= PROTO_EV_TOKEN && e.type <= PROTO_EV_FRAME_ERROR,
 		   "event type %d", e.type);
 	FUZZ_CHECK(e.text_len <= PROTO_CLIENT_PIECE_MAX &&
 		   e.text[e.text_len] == '\0', "text_len %u", e.text_len);
