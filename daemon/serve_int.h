@@ -304,7 +304,7 @@ struct serve {
 	bool peer_listener_open;
 	struct pconn *pconns;
 	struct peer_key key;             /* the cluster key; key.set = keyed */
-	uint64_t next_conn_id;
+	uint64_t next_conn_id;           /* client and peer connections, for logs */
 
 	uv_timer_t hb_timer;             /* heartbeats and liveness */
 	bool hb_open;
@@ -312,7 +312,6 @@ struct serve {
 	bool sweep_open;
 	uint32_t n_clients;              /* connections held (max_clients) */
 	uint32_t max_clients;            /* cfg, clamped to the fd limit */
-	uint64_t next_conn_id;
 	uint32_t closes_pending;         /* handles still closing at stop */
 };
 
