@@ -22,7 +22,8 @@ gen_model() {
 		--ff 128 --vocab 320 --ctx 512 --seed 11 "$@" >/dev/null
 }
 
-# write_node NAME ROLE MODEL [KEY=VALUE ...] - keys as section.key.
+# write_node NAME ROLE MODEL [KEY=VALUE ...] - keys as section.key
+# (node.* keys join the [node] section).
 write_node() {
 	local name=$1 role=$2 model=$3; shift 3
 	local -A kv=(
@@ -34,6 +35,11 @@ write_node() {
 	for a in "$@"; do [ -n "$a" ] && kv[${a%%=*}]=${a#*=}; done
 	{
 		printf '[node]\nname = %s\nrole = %s\n' "$name" "$role"
+		for a in "${!kv[@]}"; do
+			if [ "${a%%.*}" = node ]; then
+				printf '%s = %s\n' "${a#*.}" "${kv[$a]}"
+			fi
+		done
 		printf '[model]\npath = %s\n' "$model"
 		printf '[admin]\nsocket = %s/%s.sock\n' "$T" "$name"
 		for sec in kv engine listen peers transfer log; do
