@@ -28,6 +28,7 @@
 #include "net/proto_client.h"
 #include "net/proto_peer.h"
 #include "net/transport.h"
+#include "net/wbound.h"
 
 struct serve;
 struct serve_req;
@@ -242,6 +243,11 @@ struct pconn {
 	uint32_t pending_closes;
 	uint64_t last_heard_ns;
 	char rbuf[65536];                /* (65536) bytes: control reads */
+	/* invariant 11: what this peer may make us hold */
+	struct wbound wb;                /* control writes (listen.write_*) */
+	bool wb_dead;                    /* past the hard bound: no more
+					  * writes, torn down at the next tick */
+	uint32_t n_pages;                /* pages its requests hold (n_dst) */
 };
 
 /* ---- the serving layer ---------------------------------------------------- */
@@ -272,6 +278,8 @@ struct serve {
 	bool peer_listener_open;
 	struct pconn *pconns;
 	uint64_t next_session;
+	uint32_t peer_max_pages;         /* per decode peer: peers.max_pages or
+					  * the automatic value (prefill start) */
 
 	uv_timer_t hb_timer;             /* heartbeats and liveness */
 	bool hb_open;
