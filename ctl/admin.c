@@ -349,7 +349,7 @@ static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
 
 static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 {
-	msgpack_pack_map(pk, 7);
+	msgpack_pack_map(pk, 9);
 	frame_pack_kv_u64(pk, "admitted", k->admitted);
 	frame_pack_str(pk, "rejected");
 	msgpack_pack_map(pk, KVD_REJECT__N);
@@ -361,6 +361,8 @@ static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 	frame_pack_kv_u64(pk, "integrity_failures", k->integrity_failures);
 	frame_pack_kv_u64(pk, "peer_auth_failures", k->peer_auth_failures);
 	frame_pack_kv_u64(pk, "checksum_ns", k->checksum_ns);
+	frame_pack_kv_u64(pk, "release_timeouts", k->release_timeouts);
+	frame_pack_kv_u64(pk, "drain_aborts", k->drain_aborts);
 }
 
 /* ---- handlers ---------------------------------------------------------------- */

@@ -11,7 +11,8 @@
  *      and calls kvd_daemon_ready(), which tells systemd READY=1.
  *
  * Shutdown is the reverse: SIGTERM drains (admits nothing new, waits for
- * in-flight work up to the drain timeout), then every upper-layer stop hook
+ * in-flight work up to node.drain_timeout_ms, then aborts what is left),
+ * then every upper-layer stop hook
  * closes its handles, the daemon closes its own, and uv_run returns when the
  * last close callback has run. The pool is freed in deinit, after the loop
  * has stopped, so no callback can touch it afterwards.
@@ -32,8 +33,6 @@
 #include <systemd/sd-daemon.h>
 #endif
 
-/* How long SIGTERM waits for in-flight requests before stopping anyway. */
-#define KVD_DRAIN_TIMEOUT_MS 20000
 
 static const char *const state_names[] = {
 	"starting", "ready", "draining", "drained", "stopping",
@@ -408,12 +407,56 @@ void kvd_daemon_stop(struct kvd_daemon *d)
 	}
 }
 
-static void drain_timeout_cb(uv_timer_t *t)
+/* ---- the drain bound ------------------------------------------------------
+ *
+ * A drain (kvctl drain or SIGTERM) waits node.drain_timeout_ms for the
+ * requests in flight to end on their own. Then every one still in flight
+ * is aborted through its owner's normal failure path - decode: the abort
+ * handshake, its pages fenced until prefill's ack or the connection's
+ * end; prefill: abort to decode, pages back once no batch is queued - so
+ * deferred release (invariant 2) holds, and the drain completes when
+ * they are terminal. Those paths are bounded themselves (abort_ack and
+ * release timeouts, heartbeats), so a peer that never answers cannot
+ * hold a drain (invariant 11). A SIGTERM drain stops the node after a
+ * last grace of two release timeouts even if something still hangs.
+ */
+static void drain_stop_cb(uv_timer_t *t)
 {
 	struct kvd_daemon *d = t->data;
 
-	KVLOG_WARN(&d->log, "drain_timeout", "in_flight=%u", d->in_flight);
+	KVLOG_WARN(&d->log, "drain_timeout", "in_flight=%u action=stop", d->in_flight);
 	kvd_daemon_stop(d);
+}
+
+static void drain_deadline_cb(uv_timer_t *t)
+{
+	struct kvd_daemon *d = t->data;
+	uint32_t n;
+
+	if (d->state != KVD_STATE_DRAINING || d->in_flight == 0)
+		return;
+	KVLOG_WARN(&d->log, "drain_timeout",
+		   "in_flight=%u action=abort drain_timeout_ms=%u", d->in_flight,
+		   d->cfg.drain_timeout_ms);
+	n = kvd_reqtab_abort_all(kvd_daemon_requests(d), "drain timeout");
+	d->counters.drain_aborts += n;
+	/* aborts may have ended everything, and a SIGTERM drain with it */
+	if (d->state == KVD_STATE_DRAINING && d->stop_after_drain && d->timers_open)
+		uv_timer_start(&d->drain_timer, drain_stop_cb,
+			       2ull * d->cfg.release_timeout_ms, 0);
+}
+
+void kvd_daemon_drain_arm(struct kvd_daemon *d)
+{
+	if (d->timers_open && d->in_flight > 0)
+		uv_timer_start(&d->drain_timer, drain_deadline_cb,
+			       d->cfg.drain_timeout_ms, 0);
+}
+
+void kvd_daemon_drain_disarm(struct kvd_daemon *d)
+{
+	if (d->timers_open)
+		uv_timer_stop(&d->drain_timer);
 }
 
 void kvd_daemon_drain_and_stop(struct kvd_daemon *d)
@@ -429,8 +472,7 @@ void kvd_daemon_drain_and_stop(struct kvd_daemon *d)
 	}
 	/* stop_after_drain: in_flight_changed stops us when it hits zero. */
 	d->stop_after_drain = true;
-	uv_timer_start(&d->drain_timer, drain_timeout_cb,
-		       KVD_DRAIN_TIMEOUT_MS, 0);
+	kvd_daemon_drain_arm(d);
 }
 
 void kvd_daemon_in_flight_changed(struct kvd_daemon *d)
@@ -438,6 +480,7 @@ void kvd_daemon_in_flight_changed(struct kvd_daemon *d)
 	if (d->in_flight != 0)
 		return;
 	if (d->state == KVD_STATE_DRAINING) {
+		kvd_daemon_drain_disarm(d);
 		d->state = KVD_STATE_DRAINED;
 		KVLOG_INFO(&d->log, "drained", "in_flight=0");
 		kvd_daemon_notify_status(d, "drained");

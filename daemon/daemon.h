@@ -57,6 +57,8 @@ struct kvd_counters {
 	uint64_t integrity_failures;
 	uint64_t peer_auth_failures;  /* proofs, tokens, sealed frames refused */
 	uint64_t checksum_ns;         /* time spent checksumming KV batches */
+	uint64_t release_timeouts;    /* prefill: pages released without ack */
+	uint64_t drain_aborts;        /* requests aborted at the drain deadline */
 };
 
 /* What the serving layer knows of its peers (handshake figures), kept
@@ -126,7 +128,7 @@ struct kvd_daemon {
 	} stop_hooks[8];
 	unsigned n_stop_hooks;
 
-	uv_timer_t drain_timer;       /* SIGTERM: wait for in-flight work */
+	uv_timer_t drain_timer;       /* drain deadline (kvctl drain, SIGTERM) */
 	bool stop_after_drain;        /* SIGTERM drain: stop when drained */
 	uv_timer_t watchdog_timer;    /* sd_notify WATCHDOG=1 */
 	bool timers_open;
@@ -150,9 +152,14 @@ int kvd_daemon_run(struct kvd_daemon *d);
 /* Stop now: run the stop hooks, close every daemon handle; uv_run then
  * returns once the close callbacks have run. Safe twice. */
 void kvd_daemon_stop(struct kvd_daemon *d);
-/* SIGTERM path: stop admitting (DRAINING), stop when in_flight reaches 0
- * or after the drain timeout. */
+/* SIGTERM path: stop admitting (DRAINING), stop when in_flight reaches 0;
+ * in-flight work is aborted after node.drain_timeout_ms, and the node
+ * stops anyway two release timeouts later. */
 void kvd_daemon_drain_and_stop(struct kvd_daemon *d);
+/* A drain began (DRAINING): after node.drain_timeout_ms abort what is
+ * still in flight (see daemon.c). Disarm: the drain ended or resumed. */
+void kvd_daemon_drain_arm(struct kvd_daemon *d);
+void kvd_daemon_drain_disarm(struct kvd_daemon *d);
 /* Tell systemd (no-op without libsystemd or NOTIFY_SOCKET). */
 void kvd_daemon_notify_status(struct kvd_daemon *d, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -7,6 +7,9 @@
  * kvd_daemon_in_flight_changed(). Admission (kvd_request_gate) admits only
  * in READY, so a draining node admits nothing new and loses nothing that
  * is in flight. Resume is refused once SIGTERM asked the node to stop.
+ * A drain is bounded: after node.drain_timeout_ms the daemon aborts what
+ * is still in flight through each request's normal failure path
+ * (kvd_daemon_drain_arm), and the drain completes once they are terminal.
  *
  * Resize works on "live" pages: the pool's pages minus those already
  * marked retiring. Growing is immediate. Shrinking asks the pool to retire
@@ -118,6 +121,7 @@ int kvd_ops_drain(struct kvd_ops *o)
 	KVLOG_INFO(&d->log, "draining", "source=admin in_flight=%u",
 		   d->in_flight);
 	kvd_daemon_notify_status(d, "draining: %u in flight", d->in_flight);
+	kvd_daemon_drain_arm(d);
 	kvd_daemon_in_flight_changed(d);
 	return 0;
 }
@@ -131,6 +135,7 @@ int kvd_ops_resume(struct kvd_ops *o)
 	if (d->stop_after_drain ||
 	    (d->state != KVD_STATE_DRAINING && d->state != KVD_STATE_DRAINED))
 		return KVD_OPS_E_STATE;
+	kvd_daemon_drain_disarm(d);
 	d->state = KVD_STATE_READY;
 	KVLOG_INFO(&d->log, "resumed", "source=admin in_flight=%u",
 		   d->in_flight);

@@ -85,3 +85,23 @@ int kvd_reqtab_abort(struct kvd_reqtab *t, uint64_t id, const char *reason)
 	r->aborting = true;
 	return r->ops->abort(r, reason);
 }
+
+uint32_t kvd_reqtab_abort_all(struct kvd_reqtab *t, const char *reason)
+{
+	uint32_t n = 0;
+
+	/* An abort may end requests (this one, or through a SIGTERM drain
+	 * the whole node): rescan from the head after each, taking the
+	 * first not yet aborting. Each pass marks one, so this ends. */
+	for (;;) {
+		struct kvd_request *r = t->head;
+
+		while (r && r->aborting)
+			r = r->next;
+		if (!r)
+			return n;
+		r->aborting = true;
+		if (r->ops->abort(r, reason) == 0)
+			n++;
+	}
+}

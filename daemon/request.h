@@ -77,3 +77,7 @@ struct kvd_request *kvd_reqtab_find(struct kvd_reqtab *t, uint64_t id);
 /* Abort request `id` through its owner: 0, KVD_E_NOTFOUND, KVD_E_BUSY
  * (already aborting) or the owner's code. */
 int kvd_reqtab_abort(struct kvd_reqtab *t, uint64_t id, const char *reason);
+
+/* Abort every request not already aborting, through its owner (the
+ * drain deadline). Returns how many aborts were started. */
+uint32_t kvd_reqtab_abort_all(struct kvd_reqtab *t, const char *reason);

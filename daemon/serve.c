@@ -80,6 +80,24 @@ int serve__write(uv_stream_t *st, char *data, size_t len)
 	return r;
 }
 
+int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
+		      char **data, size_t *len)
+{
+	int r = proto_peer_frame(m, data, len);
+
+	if (r)
+		return r > 0 ? -EMSGSIZE : r;
+	if (tx) {
+		r = peer_frame_seal(tx, data, len);
+		if (r) {
+			free(*data);
+			*data = NULL;
+			return r;
+		}
+	}
+	return 0;
+}
+
 int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
 		     const struct proto_peer_msg *m)
 {
@@ -89,16 +107,9 @@ int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
 
 	if (uv_is_closing((uv_handle_t *)st))
 		return -EPIPE;   /* never spend a counter on a dead link */
-	r = proto_peer_frame(m, &data, &len);
+	r = serve__peer_frame(tx, m, &data, &len);
 	if (r)
-		return r > 0 ? -EMSGSIZE : r;
-	if (tx) {
-		r = peer_frame_seal(tx, &data, &len);
-		if (r) {
-			free(data);
-			return r;
-		}
-	}
+		return r;
 	return serve__write(st, data, len);
 }
 

@@ -274,6 +274,11 @@ struct pconn {
 	uint32_t pending_closes;
 	uint64_t last_heard_ns;
 	char rbuf[65536];                /* (65536) bytes: control reads */
+	/* invariant 11: what this peer may make us hold */
+	struct wbound wb;                /* control writes (listen.write_*) */
+	bool wb_dead;                    /* past the hard bound: no more
+					  * writes, torn down at the next tick */
+	uint32_t n_pages;                /* pages its requests hold (n_dst) */
 };
 
 /* ---- the serving layer ---------------------------------------------------- */
@@ -305,6 +310,8 @@ struct serve {
 	struct pconn *pconns;
 	struct peer_key key;             /* the cluster key; key.set = keyed */
 	uint64_t next_conn_id;           /* client and peer connections, for logs */
+	uint32_t peer_max_pages;         /* per decode peer: peers.max_pages or
+					  * the automatic value (prefill start) */
 
 	uv_timer_t hb_timer;             /* heartbeats and liveness */
 	bool hb_open;
@@ -318,6 +325,10 @@ struct serve {
 /* serve.c */
 uint64_t serve__now_ms(void);
 int serve__write(uv_stream_t *st, char *data, size_t len);
+/* Frame m (malloc'd *data, header included), sealed with `tx` unless
+ * NULL. 0, -EMSGSIZE, -ENOMEM. */
+int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
+		      char **data, size_t *len);
 /* Frame m and queue it on st; sealed with `tx` (a link's control key,
  * advancing its counter) unless NULL (keyless link, or before auth). */
 int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,

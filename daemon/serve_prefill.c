@@ -67,12 +67,58 @@ struct prefill_ticket {
 	uint64_t id;
 };
 
+/* Every control frame to a decode peer goes through its bounded write
+ * queue (net/wbound.h): past listen.write_queue_soft we stop reading the
+ * peer (a peer that does not read our answers - abort_acks, rejects -
+ * cannot make us produce more); past write_queue_hard nothing more is
+ * queued and the connection is torn down at the next heartbeat tick, not
+ * here: callers of pconn_send are in the middle of a request's state
+ * change and must not see its connection vanish under them. */
 static int pconn_send(struct pconn *pc, const struct proto_peer_msg *m)
 {
-	if (!pc || pc->closing)
+	char *data;
+	size_t len;
+	int rc;
+
+	if (!pc || pc->closing || pc->wb_dead)
 		return -EPIPE;
-	return serve__send_peer((uv_stream_t *)&pc->tcp,
-				pc->sealed ? &pc->ss.tx : NULL, m);
+	rc = serve__peer_frame(pc->sealed ? &pc->ss.tx : NULL, m, &data, &len);
+	if (rc)
+		return rc;
+	rc = wbound_write(&pc->wb, data, len);
+	if (rc == WBOUND_E_HARD) {
+		pc->wb_dead = true;
+		wbound_read_stop(&pc->wb);
+		return -EPIPE;
+	}
+	return rc;
+}
+
+/* Heartbeat tick: a control queue past its hard bound, or past the soft
+ * bound for write_stall_timeout_ms, ends the connection (and with it
+ * every request of that peer). True when pc was torn down. */
+static bool pconn_write_check(struct pconn *pc, uint64_t now)
+{
+	int rc = pc->wb_dead ? WBOUND_E_HARD : wbound_poll(&pc->wb, now);
+
+	if (!rc) {
+		/* not reading it (past soft): its silence is ours, and the
+		 * stall bound, not liveness, decides how long it may last */
+		if (pc->wb.paused)
+			pc->last_heard_ns = now;
+		return false;
+	}
+	KVLOG_WARN(pc->s->log, "write_bound",
+		   "peer_node=%s conn=peer_control reason=%s queued=%zu peak=%llu soft=%llu hard=%llu stall_ms=%u",
+		   KVLOG_Q(pc->hello.node[0] ? pc->hello.node : "?"),
+		   rc == WBOUND_E_HARD ? "hard" : "stall", wbound_queued(&pc->wb),
+		   (unsigned long long)pc->wb.peak,
+		   (unsigned long long)pc->wb.lim.soft,
+		   (unsigned long long)pc->wb.lim.hard, pc->wb.lim.stall_ms);
+	pconn_lost(pc, rc == WBOUND_E_HARD ?
+		   "control write queue past its hard bound" :
+		   "control write queue stalled past its soft bound");
+	return true;
 }
 
 static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
@@ -101,6 +147,7 @@ static void prefill_detach(struct serve_req *r)
 {
 	if (r->pc) {
 		r->pc->n_reqs--;
+		r->pc->n_pages -= r->n_dst;
 		r->pc = NULL;
 	}
 }
@@ -251,6 +298,35 @@ static void prefill_stuck_submit_cb(uv_timer_t *t)
 	serve__prefill_engine_msg(r, &m);
 }
 
+/* Per-peer caps (invariant 11): one decode node may hold at most
+ * peers.max_requests requests and s->peer_max_pages pages of this node,
+ * so a peer that never acknowledges cannot take the whole pool from the
+ * others. Checked before anything is reserved or computed. True when m
+ * was rejected. */
+static bool prefill_peer_cap(struct pconn *pc, const struct proto_peer_msg *m)
+{
+	struct serve *s = pc->s;
+	const char *cap = NULL;
+
+	if (pc->n_reqs >= s->d->cfg.peer_max_requests)
+		cap = "max_requests";
+	else if ((uint64_t)pc->n_pages + m->n_pages > s->peer_max_pages)
+		cap = "max_pages";
+	if (!cap)
+		return false;
+	s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
+	KVLOG_WARN(s->log, "peer_cap",
+		   "peer_node=%s remote_id=%llu cap=%s requests=%u max_requests=%u pages=%u want_pages=%u max_pages=%u",
+		   pc->hello.node, (unsigned long long)m->id, cap, pc->n_reqs,
+		   s->d->cfg.peer_max_requests, pc->n_pages, m->n_pages,
+		   s->peer_max_pages);
+	prefill_reject(pc, m->id, PROTO_ERR_OVERLOADED,
+		       "decode node %s holds %u requests and %u pages of prefill node %s (caps: %u requests, %u pages)",
+		       pc->hello.node, pc->n_reqs, pc->n_pages, s->d->cfg.node_name,
+		       s->d->cfg.peer_max_requests, s->peer_max_pages);
+	return true;
+}
+
 static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 {
 	struct serve *s = pc->s;
@@ -303,6 +379,8 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 			       pc->data ? "duplicate request id" : "no data connection");
 		return;
 	}
+	if (prefill_peer_cap(pc, m))
+		return;
 	r = serve__req_new(s, SREQ_PREFILL);
 	if (!r) {
 		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL, "out of memory");
@@ -319,6 +397,7 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 	r->prompt = malloc(sizeof(int32_t) * m->n_tokens);
 	r->dst = m->pages;        /* take the array */
 	r->n_dst = m->n_pages;
+	pc->n_pages += r->n_dst;
 	m->pages = NULL;
 	m->n_pages = 0;
 	if (!r->prompt) {
@@ -351,6 +430,30 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 
 /* ---- sending --------------------------------------------------------------------- */
 
+/* No release_ack within release_timeout_ms of prefill_done: release our
+ * pages anyway. This is safe on prefill, and only here: decode never
+ * writes into prefill's pages (KV flows one way, from our pages into
+ * decode's), and every batch of this request has already been reported
+ * sent (prefill_done leaves only then), so nothing local or remote can
+ * still touch them (invariant 2). Without this bound a peer that never
+ * acknowledges would hold our pages as long as its connection lives. A
+ * late release_ack finds no request and is ignored. */
+static void prefill_release_timeout(uv_timer_t *t)
+{
+	struct serve_req *r = t->data;
+
+	if (r->state != SRS_WAIT_ACK || r->ended)
+		return;
+	r->s->d->counters.release_timeouts++;
+	KVLOG_WARN(r->s->log, "release_timeout",
+		   "id=%llu remote_id=%llu peer_node=%s pages=%u release_timeout_ms=%u msg=\"no release_ack; pages released\"",
+		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+		   r->pc ? r->pc->hello.node : "?", r->n_dst,
+		   r->s->d->cfg.release_timeout_ms);
+	r->fail_code = PROTO_ERR_TIMEOUT;
+	prefill_free(r);
+}
+
 static void prefill_done_send(struct serve_req *r)
 {
 	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_DONE, .id = r->remote_id };
@@ -360,12 +463,14 @@ static void prefill_done_send(struct serve_req *r)
 	m.batches = r->batches_sent;
 	m.done_pages = r->n_dst;
 	r->state = SRS_WAIT_ACK;
+	serve__timer_start(r, r->s->d->cfg.release_timeout_ms,
+			   prefill_release_timeout);
 	(void)pconn_send(r->pc, &m);
 	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
 		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
 		    r->batches_sent, r->n_dst, r->n_kv, r->first_token);
-	/* the pages stay held until release_ack, abort, or the connection
-	 * to the decode node is gone (heartbeats bound that wait) */
+	/* the pages stay held until release_ack, abort, the connection to
+	 * the decode node is gone, or release_timeout_ms */
 }
 
 static void prefill_sent_cb(void *arg, int status)
@@ -1031,8 +1136,13 @@ static void pconn_accept(uv_stream_t *server, int status)
 	if (s->pconns)
 		s->pconns->prev = pc;
 	s->pconns = pc;
+	wbound_init(&pc->wb, (uv_stream_t *)&pc->tcp, &(struct wbound_limits){
+			    .soft = s->d->cfg.write_queue_soft,
+			    .hard = s->d->cfg.write_queue_hard,
+			    .stall_ms = s->d->cfg.write_stall_timeout_ms },
+		    pconn_alloc, pconn_read);
 	if (uv_accept(server, (uv_stream_t *)&pc->tcp) ||
-	    uv_read_start((uv_stream_t *)&pc->tcp, pconn_alloc, pconn_read)) {
+	    wbound_read_start(&pc->wb)) {
 		pconn_lost(pc, NULL);
 		return;
 	}
@@ -1040,10 +1150,32 @@ static void pconn_accept(uv_stream_t *server, int status)
 	pconn_addr(pc);
 }
 
+/* peers.max_pages = 0: half the pool, but at least one request of the
+ * full advertised context (else one peer could never be served at all),
+ * and never more than the pool. Computed once, at start. */
+static void prefill_peer_limits(struct serve *s)
+{
+	const struct kvd_config *c = &s->d->cfg;
+	uint32_t pool = s->d->cap.pages;
+	uint32_t full = kvpool_pages_for(s->d->pool, s->d->cap.advertised_context);
+
+	s->peer_max_pages = c->peer_max_pages ? c->peer_max_pages :
+		KVD_MIN(pool, KVD_MAX(pool / 2, full));
+	KVLOG_INFO(s->log, "peer_limits",
+		   "max_requests=%u max_pages=%u max_pages_source=%s pool_pages=%u full_context_pages=%u write_queue_soft=%llu write_queue_hard=%llu write_stall_timeout_ms=%u release_timeout_ms=%u",
+		   c->peer_max_requests, s->peer_max_pages,
+		   c->peer_max_pages ? "config" : "auto", pool, full,
+		   (unsigned long long)c->write_queue_soft,
+		   (unsigned long long)c->write_queue_hard,
+		   c->write_stall_timeout_ms, c->release_timeout_ms);
+}
+
 int serve__prefill_start(struct serve *s)
 {
 	struct sockaddr_storage ss;
 	int rc;
+
+	prefill_peer_limits(s);
 
 	if (!s->d->cfg.listen_peer[0]) {
 		KVLOG_ERR(s->log, "listen_peer", "msg=\"a prefill node needs listen.peer\"");
@@ -1083,7 +1215,7 @@ void serve__prefill_heartbeat(struct serve *s)
 		struct kvpool_stats st;
 
 		next = pc->next;
-		if (pc->closing)
+		if (pc->closing || pconn_write_check(pc, now))
 			continue;
 		if (!pc->hello_done && now - pc->t_accept_ns >
 			  (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull) {

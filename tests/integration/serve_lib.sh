@@ -28,7 +28,8 @@ cluster_key() {
 	echo "$T/cluster.key"
 }
 
-# write_node NAME ROLE MODEL [KEY=VALUE ...] - keys as section.key.
+# write_node NAME ROLE MODEL [KEY=VALUE ...] - keys as section.key
+# (node.* keys join the [node] section).
 # Nodes are authenticated peers (peers.key_file) unless KVD_TEST_KEYLESS=1
 # or the caller passes peers.key_file= (empty: keyless, loopback only).
 write_node() {
@@ -43,6 +44,11 @@ write_node() {
 	for a in "$@"; do [ -n "$a" ] && kv[${a%%=*}]=${a#*=}; done
 	{
 		printf '[node]\nname = %s\nrole = %s\n' "$name" "$role"
+		for a in "${!kv[@]}"; do
+			if [ "${a%%.*}" = node ]; then
+				printf '%s = %s\n' "${a#*.}" "${kv[$a]}"
+			fi
+		done
 		printf '[model]\npath = %s\n' "$model"
 		printf '[admin]\nsocket = %s/%s.sock\n' "$T" "$name"
 		for sec in kv engine listen peers transfer log; do

@@ -1,0 +1,552 @@
+/* kvd_attack.c - a hostile "decode" peer for the peer-limit tests
+ * (tests/integration/peer_limits.sh). Not installed.
+ *
+ * It speaks the peer control protocol (net/PROTOCOL.md s. 2) with the
+ * project's own encoder and decoder, but breaks the rules a real decode
+ * node keeps:
+ *
+ *   kvd_attack abort-flood HOST:PORT SECONDS
+ *       handshake, then abort frames as fast as the socket takes them for
+ *       SECONDS, never reading a byte; then report whether prefill closed
+ *       the connection.
+ *   kvd_attack hold HOST:PORT TOKENS COUNT SECONDS [--keep-sending]
+ *       handshake, COUNT prefill_requests of TOKENS prompt tokens (one
+ *       every 2 ms), never a release_ack; read and ignore everything
+ *       prefill sends (control and data); heartbeats keep the connection
+ *       alive for SECONDS. --keep-sending: a new request every 20 ms for
+ *       the whole time. Reports done/rejected counts per error code.
+ *
+ * Output: one line of key=value pairs on stdout; exit 0 unless the
+ * handshake itself failed (exit 2) or the usage was wrong (exit 64).
+ *
+ * Options before the command: --log FILE (required) is the prefill
+ * node's log, where the attacker reads the figures its hello must match
+ * (model fingerprint, KV layout: an attacker on the same host or in the
+ * cluster knows them; prefill itself reveals nothing before a proof);
+ * --key FILE authenticates with the cluster key (an insider: a decode
+ * node gone rogue) - without it the link is keyless, which prefill
+ * accepts over loopback only when it has no key itself.
+ *
+ * Connection setup lives in attack_peer_connect() alone (connect, prove
+ * the key, hello, read prefill's hello, open the data connection with the
+ * token).
+ */
+#include "conf/keyfile.h"
+#include "net/peer_auth.h"
+#include "net/frame.h"
+#include "net/proto_peer.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct attack_conn {
+	int ctl;                       /* control connection */
+	int data;                      /* data connection */
+	struct proto_peer_hello theirs;/* prefill's hello */
+	struct frame_decoder dec;      /* control reads */
+	struct peer_session ss;        /* keyed links */
+	bool sealed;
+};
+
+/* --log and --key */
+static const char *g_log;
+static struct peer_key g_key;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int tcp_connect(const char *hostport)
+{
+	char host[256];
+	const char *colon = strrchr(hostport, ':');
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct addrinfo *ai = NULL;
+	int fd = -1, one = 1, small = 4096;
+
+	if (!colon || (size_t)(colon - hostport) >= sizeof(host))
+		return -1;
+	memcpy(host, hostport, (size_t)(colon - hostport));
+	host[colon - hostport] = '\0';
+	if (getaddrinfo(host, colon + 1, &hints, &ai) || !ai)
+		return -1;
+	fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	/* a small receive window: what we do not read piles up on the
+	 * sender's side, not in our kernel */
+	if (fd >= 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd >= 0)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+/* One frame of m, sealed on a keyed link (malloc'd). 0 or -1. */
+static int frame_for(struct attack_conn *c, const struct proto_peer_msg *m,
+		     char **data, size_t *len)
+{
+	if (proto_peer_frame(m, data, len))
+		return -1;
+	if (c && c->sealed && peer_frame_seal(&c->ss.tx, data, len)) {
+		free(*data);
+		return -1;
+	}
+	return 0;
+}
+
+/* Write all of a frame (blocking). 0 or -1. */
+static int send_on(struct attack_conn *c, int fd, const struct proto_peer_msg *m)
+{
+	char *data;
+	size_t len, off = 0;
+
+	if (frame_for(c, m, &data, &len))
+		return -1;
+	while (off < len) {
+		ssize_t n = send(fd, data + off, len - off, MSG_NOSIGNAL);
+
+		if (n <= 0) {
+			free(data);
+			return -1;
+		}
+		off += (size_t)n;
+	}
+	free(data);
+	return 0;
+}
+
+/* Read until one message parses (blocking, up to timeout_ms). 0 or -1. */
+static int recv_msg(int fd, struct frame_decoder *dec, struct proto_peer_msg *m,
+		    int timeout_ms)
+{
+	uint64_t end = now_ms() + (uint64_t)timeout_ms;
+
+	for (;;) {
+		const msgpack_object *map;
+		struct frame_error err = { 0 };
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		char buf[4096];
+		size_t used;
+		ssize_t n;
+		int rc = frame_decoder_next(dec, &map);
+
+		if (rc == 0)
+			return proto_peer_parse(map, m, &err) ? -1 : 0;
+		if (rc != FRAME_E_AGAIN)
+			return -1;
+		if (now_ms() >= end || poll(&p, 1, (int)(end - now_ms())) <= 0)
+			return -1;
+		n = recv(fd, buf, sizeof(buf), 0);
+		if (n <= 0 || frame_decoder_feed(dec, buf, (size_t)n, &used) ||
+		    used != (size_t)n)
+			return -1;
+	}
+}
+
+/* The value of " key=" on the last line of `log` holding " event=NAME ",
+ * into out[size]. 0 or -1. Values read here are bare words. */
+static int log_value(const char *event, const char *key, char *out, size_t size)
+{
+	char line[4096], ev[96], k[64], last[4096] = "";
+	FILE *f = fopen(g_log, "r");
+	const char *v;
+	size_t n;
+
+	if (!f)
+		return -1;
+	snprintf(ev, sizeof(ev), " event=%s ", event);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, ev))
+			snprintf(last, sizeof(last), "%s", line);
+	fclose(f);
+	snprintf(k, sizeof(k), " %s=", key);
+	v = strstr(last, k);
+	if (!v)
+		return -1;
+	v += strlen(k);
+	n = strcspn(v, " \n");
+	if (n >= size)
+		return -1;
+	memcpy(out, v, n);
+	out[n] = '\0';
+	return 0;
+}
+
+static uint64_t log_u64(const char *event, const char *key)
+{
+	char v[64];
+
+	return log_value(event, key, v, sizeof(v)) ? 0 : strtoull(v, NULL, 10);
+}
+
+/* Our hello: the decode role with prefill's own figures, from its log. */
+static int attack_hello(struct proto_peer_hello *h)
+{
+	uint64_t heads = log_u64("model_loaded", "heads");
+
+	memset(h, 0, sizeof(*h));
+	h->version = PROTO_PEER_VERSION;
+	snprintf(h->role, sizeof(h->role), "decode");
+	snprintf(h->node, sizeof(h->node), "attacker");
+	if (!g_log || !heads ||
+	    log_value("kv_capacity", "model_sha256", h->model_sha256, sizeof(h->model_sha256)) ||
+	    log_value("kv_capacity", "kv_dtype", h->kv_dtype, sizeof(h->kv_dtype)))
+		return -1;
+	h->page_tokens = (uint32_t)log_u64("kv_capacity", "page_tokens");
+	h->page_bytes = log_u64("kv_capacity", "page_bytes");
+	h->n_layer = (uint32_t)log_u64("model_loaded", "layers");
+	h->kv_dim = (uint32_t)(log_u64("model_loaded", "kv_heads") *
+			       (log_u64("model_loaded", "embd") / heads));
+	h->pool_tokens = h->context = 1u << 20;
+	h->max_batch_bytes = 64u << 20;
+	return 0;
+}
+
+/* Keyed links: prove the key, check prefill's proof, derive the keys. */
+static int attack_auth(struct attack_conn *c)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_AUTH_HELLO }, r;
+	uint8_t nd[PEER_AUTH_BYTES], np[PEER_AUTH_BYTES];
+
+	m.version = PROTO_PEER_VERSION;
+	peer_auth_random(nd);
+	memcpy(m.nonce, nd, sizeof(nd));
+	if (send_on(NULL, c->ctl, &m) || recv_msg(c->ctl, &c->dec, &r, 5000) ||
+	    r.type != PEER_MSG_AUTH_CHALLENGE)
+		return -1;
+	memcpy(np, r.nonce, sizeof(np));
+	m = (struct proto_peer_msg){ .type = PEER_MSG_AUTH_PROOF };
+	peer_auth_proof(&g_key, PEER_SIDE_DECODE, nd, np, m.proof);
+	if (send_on(NULL, c->ctl, &m) || recv_msg(c->ctl, &c->dec, &r, 5000) ||
+	    r.type != PEER_MSG_AUTH_PROOF ||
+	    peer_auth_check(&g_key, PEER_SIDE_PREFILL, nd, np, r.proof))
+		return -1;
+	peer_session_derive(&c->ss, &g_key, PEER_SIDE_DECODE, nd, np, false);
+	frame_decoder_set_opener(&c->dec, peer_frame_open, &c->ss.rx);
+	c->sealed = true;
+	return 0;
+}
+
+/* connect + (proof) + hello + prefill's hello + data connection. */
+static int attack_peer_connect(struct attack_conn *c, const char *hostport)
+{
+	struct proto_peer_msg hello = { .type = PEER_MSG_HELLO };
+	struct proto_peer_msg data = { .type = PEER_MSG_DATA };
+	struct proto_peer_msg m;
+
+	memset(c, 0, sizeof(*c));
+	c->ctl = c->data = -1;
+	frame_decoder_init(&c->dec, PROTO_PEER_FRAME_MAX + PEER_AUTH_TAG_BYTES);
+	if (attack_hello(&hello.hello))
+		return -1;
+	c->ctl = tcp_connect(hostport);
+	if (c->ctl < 0 || (g_key.set && attack_auth(c)) ||
+	    send_on(c, c->ctl, &hello) || recv_msg(c->ctl, &c->dec, &m, 5000))
+		return -1;
+	if (m.type != PEER_MSG_HELLO || (!c->sealed && !m.hello.has_session)) {
+		proto_peer_msg_deinit(&m);
+		return -1;
+	}
+	c->theirs = m.hello;
+	proto_peer_msg_deinit(&m);
+	memcpy(data.token, c->sealed ? c->ss.token : c->theirs.session, PEER_AUTH_BYTES);
+	c->data = tcp_connect(hostport);
+	if (c->data < 0 || send_on(NULL, c->data, &data))
+		return -1;
+	/* prefill binds the data connection when it reads it, on its own
+	 * socket: give it that moment before the first request */
+	usleep(200 * 1000);
+	return 0;
+}
+
+static void attack_close(struct attack_conn *c)
+{
+	if (c->ctl >= 0)
+		close(c->ctl);
+	if (c->data >= 0)
+		close(c->data);
+	frame_decoder_deinit(&c->dec);
+}
+
+/* ---- abort-flood ------------------------------------------------------------ */
+
+/* Wait up to ms for the peer to close fd (reading whatever it still
+ * sends). 1 when it did. */
+static int wait_closed(int fd, int ms)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+	char buf[65536];
+
+	while (now_ms() < end) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			return 1;
+	}
+	return 0;
+}
+
+/* Aborts go out in 64 KiB bursts of frames (one send() each), so the
+ * flood is limited by how fast prefill reads, not by system calls. */
+static int cmd_abort_flood(const char *hostport, int seconds)
+{
+	struct attack_conn c;
+	uint64_t t0, end, sent = 0, bytes = 0, closed_ms = 0;
+	int closed = 0;
+	char burst[65536];
+	size_t fill = 0;
+	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .code = PROTO_ERR_INTERNAL };
+
+	if (attack_peer_connect(&c, hostport)) {
+		printf("handshake=failed\n");
+		attack_close(&c);
+		return 2;
+	}
+	snprintf(m.message, sizeof(m.message), "flood");
+	t0 = now_ms();
+	end = t0 + (uint64_t)seconds * 1000u;
+	while (now_ms() < end && !closed) {
+		struct pollfd p = { .fd = c.ctl, .events = POLLOUT };
+		size_t off = 0;
+		char *frame;
+		size_t len;
+
+		fill = 0;
+		for (;;) {    /* one burst of whole frames */
+			m.id = 1000000 + sent;
+			if (frame_for(&c, &m, &frame, &len))
+				return 2;
+			if (fill + len > sizeof(burst)) {
+				free(frame);
+				break;
+			}
+			memcpy(burst + fill, frame, len);
+			free(frame);
+			fill += len;
+			sent++;
+		}
+		while (off < fill && now_ms() < end) {
+			ssize_t n;
+
+			if (poll(&p, 1, 50) <= 0)
+				continue;
+			n = send(c.ctl, burst + off, fill - off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (n > 0) {
+				off += (size_t)n;
+				bytes += (size_t)n;
+			} else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+				closed = 1;
+				closed_ms = now_ms() - t0;
+				break;
+			}
+		}
+	}
+	/* closed=during: prefill closed while we were still sending;
+	 * closed=after: only once we went quiet (liveness) */
+	printf("handshake=ok aborts=%llu bytes=%llu closed=%s closed_ms=%llu\n",
+	       (unsigned long long)sent, (unsigned long long)bytes,
+	       closed ? "during" : wait_closed(c.ctl, 10000) ? "after" : "no",
+	       (unsigned long long)closed_ms);
+	attack_close(&c);
+	return 0;
+}
+
+/* ---- hold ------------------------------------------------------------------- */
+
+struct hold_counts {
+	unsigned done, rejected[PROTO_ERR__N], aborts, other;
+};
+
+static void hold_on_msg(struct hold_counts *k, const struct proto_peer_msg *m)
+{
+	if (m->type == PEER_MSG_PREFILL_DONE)
+		k->done++;
+	else if (m->type == PEER_MSG_PREFILL_REJECT)
+		k->rejected[(unsigned)m->code < PROTO_ERR__N ? m->code : 0]++;
+	else if (m->type == PEER_MSG_ABORT)
+		k->aborts++;
+	else if (m->type != PEER_MSG_HEARTBEAT && m->type != PEER_MSG_ABORT_ACK)
+		k->other++;
+}
+
+/* Read what is there on both connections; -1 when the control one closed. */
+static int hold_pump(struct attack_conn *c, struct hold_counts *k, int wait_ms)
+{
+	struct pollfd p[2] = { { .fd = c->ctl, .events = POLLIN },
+			       { .fd = c->data, .events = POLLIN } };
+	char buf[65536];
+
+	if (poll(p, 2, wait_ms) <= 0)
+		return 0;
+	if (p[1].revents) {
+		ssize_t n = recv(c->data, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n == 0)
+			p[1].fd = -1;   /* data gone: control will follow */
+	}
+	if (p[0].revents) {
+		ssize_t n = recv(c->ctl, buf, sizeof(buf), MSG_DONTWAIT);
+		size_t used;
+
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			return -1;
+		if (n < 0)
+			return 0;
+		if (frame_decoder_feed(&c->dec, buf, (size_t)n, &used))
+			return -1;
+		for (;;) {
+			const msgpack_object *map;
+			struct frame_error err = { 0 };
+			struct proto_peer_msg m;
+
+			if (frame_decoder_next(&c->dec, &map))
+				break;
+			if (proto_peer_parse(map, &m, &err) == 0) {
+				hold_on_msg(k, &m);
+				proto_peer_msg_deinit(&m);
+			}
+		}
+	}
+	return 0;
+}
+
+static int hold_request(struct attack_conn *c, uint64_t id, uint32_t tokens)
+{
+	uint32_t pt = c->theirs.page_tokens ? c->theirs.page_tokens : 16;
+	uint32_t n_pages = (tokens + pt - 1) / pt;
+	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_REQUEST, .id = id,
+				    .n_tokens = tokens, .n_pages = n_pages,
+				    .max_tokens = 1, .temperature = 0,
+				    .top_k = 1, .top_p = 1, .seed = id };
+	int rc;
+
+	m.tokens = calloc(tokens, sizeof(*m.tokens));
+	m.pages = calloc(n_pages, sizeof(*m.pages));
+	if (!m.tokens || !m.pages) {
+		free(m.tokens);
+		free(m.pages);
+		return -1;
+	}
+	for (uint32_t i = 0; i < tokens; i++)
+		m.tokens[i] = 10 + (uint32_t)((id * 7 + i) % 200);
+	for (uint32_t i = 0; i < n_pages; i++)
+		m.pages[i] = (struct proto_peer_page){ .page = i, .gen = 1 };
+	rc = send_on(c, c->ctl, &m);
+	free(m.tokens);
+	free(m.pages);
+	return rc;
+}
+
+static int cmd_hold(const char *hostport, uint32_t tokens, unsigned count,
+		    int seconds, int keep_sending)
+{
+	struct attack_conn c;
+	struct hold_counts k = { 0 };
+	uint64_t end, next_hb = 0, next_req = 0, id = 1;
+	int closed = 0, said = 0;
+	struct proto_peer_msg hb = { .type = PEER_MSG_HEARTBEAT };
+
+	if (attack_peer_connect(&c, hostport)) {
+		printf("handshake=failed\n");
+		attack_close(&c);
+		return 2;
+	}
+	end = now_ms() + (uint64_t)seconds * 1000u;
+	while (now_ms() < end && !closed) {
+		uint64_t t = now_ms();
+
+		if (t >= next_hb) {
+			if (send_on(&c, c.ctl, &hb))
+				closed = 1;
+			next_hb = t + 100;
+		}
+		if (!closed && t >= next_req &&
+		    (id <= count || keep_sending)) {
+			if (hold_request(&c, id++, tokens))
+				closed = 1;
+			next_req = t + (id <= count ? 2 : 20);
+		}
+		if (!closed && hold_pump(&c, &k, 2) < 0)
+			closed = 1;
+		if (id > count && !keep_sending) {
+			/* the requests are out: report progress once */
+			if (!said && k.done + k.rejected[PROTO_ERR_OVERLOADED] +
+				     k.rejected[PROTO_ERR_INTERNAL] >= count) {
+				printf("sent=%u done=%u overloaded=%u\n", count,
+				       k.done, k.rejected[PROTO_ERR_OVERLOADED]);
+				fflush(stdout);
+				said = 1;
+			}
+		}
+	}
+	printf("handshake=ok sent=%llu done=%u overloaded=%u draining=%u other_rejects=%u aborts=%u closed=%d\n",
+	       (unsigned long long)(id - 1), k.done,
+	       k.rejected[PROTO_ERR_OVERLOADED], k.rejected[PROTO_ERR_DRAINING],
+	       k.rejected[PROTO_ERR_PROMPT_TOO_LONG] + k.rejected[PROTO_ERR_INVALID_REQUEST] +
+	       k.rejected[PROTO_ERR_INTERNAL], k.aborts, closed);
+	attack_close(&c);
+	return 0;
+}
+
+static int usage(void)
+{
+	fprintf(stderr,
+		"usage: kvd_attack --log PREFILL_LOG [--key FILE] abort-flood HOST:PORT SECONDS\n"
+		"       kvd_attack --log PREFILL_LOG [--key FILE] hold HOST:PORT TOKENS COUNT SECONDS [--keep-sending]\n");
+	return 64;
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (peer_auth_global_init())
+		return 2;
+	while (argc > 2 && (!strcmp(argv[1], "--log") || !strcmp(argv[1], "--key"))) {
+		if (!strcmp(argv[1], "--log")) {
+			g_log = argv[2];
+		} else {
+			uint8_t buf[KVD_KEYFILE_MAX];
+			char why[600];
+			size_t len;
+
+			if (kvd_keyfile_read(argv[2], buf, &len, why, sizeof(why)) ||
+			    peer_key_init(&g_key, buf, len)) {
+				fprintf(stderr, "kvd_attack: %s\n", why);
+				return 2;
+			}
+		}
+		argc -= 2;
+		argv += 2;
+	}
+	if (argc == 4 && !strcmp(argv[1], "abort-flood"))
+		return cmd_abort_flood(argv[2], atoi(argv[3]));
+	if ((argc == 6 || argc == 7) && !strcmp(argv[1], "hold"))
+		return cmd_hold(argv[2], (uint32_t)strtoul(argv[3], NULL, 10),
+				(unsigned)strtoul(argv[4], NULL, 10), atoi(argv[5]),
+				argc == 7 && !strcmp(argv[6], "--keep-sending"));
+	return usage();
+}
