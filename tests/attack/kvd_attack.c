@@ -318,6 +318,8 @@ static int cmd_abort_flood(const char *hostport, int seconds)
 	char burst[65536];
 	size_t fill = 0;
 	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .code = PROTO_ERR_INTERNAL };
+	char *held = NULL;
+	size_t held_len = 0;
 
 	if (attack_peer_connect(&c, hostport)) {
 		printf("handshake=failed\n");
@@ -330,21 +332,22 @@ static int cmd_abort_flood(const char *hostport, int seconds)
 	while (now_ms() < end && !closed) {
 		struct pollfd p = { .fd = c.ctl, .events = POLLOUT };
 		size_t off = 0;
-		char *frame;
-		size_t len;
 
 		fill = 0;
 		for (;;) {    /* one burst of whole frames */
-			m.id = 1000000 + sent;
-			if (frame_for(&c, &m, &frame, &len))
-				return 2;
-			if (fill + len > sizeof(burst)) {
-				free(frame);
-				break;
+			/* a sealed frame spends a counter: the one that does
+			 * not fit is kept for the next burst, never dropped */
+			if (!held) {
+				m.id = 1000000 + sent;
+				if (frame_for(&c, &m, &held, &held_len))
+					return 2;
 			}
-			memcpy(burst + fill, frame, len);
-			free(frame);
-			fill += len;
+			if (fill + held_len > sizeof(burst))
+				break;
+			memcpy(burst + fill, held, held_len);
+			free(held);
+			held = NULL;
+			fill += held_len;
 			sent++;
 		}
 		while (off < fill && now_ms() < end) {
@@ -370,6 +373,7 @@ static int cmd_abort_flood(const char *hostport, int seconds)
 	       (unsigned long long)sent, (unsigned long long)bytes,
 	       closed ? "during" : wait_closed(c.ctl, 10000) ? "after" : "no",
 	       (unsigned long long)closed_ms);
+	free(held);
 	attack_close(&c);
 	return 0;
 }
