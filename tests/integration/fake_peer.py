@@ -15,6 +15,24 @@ fake needs no copy of the model.
                                      if given, whose model_sha256 is SHA
                                      (a mismatch: refused); escapes like \\n
                                      are decoded; print what came back
+  fake_peer.py stranger ADDR LOG     a peer without the key tries every way in
+                                     (plain hello, wrong proof, a request
+                                     before any proof, a forged data token);
+                                     prints one JSON line per attempt: what
+                                     came back (exit 0 when each got a bare
+                                     refusal and nothing else)
+  fake_peer.py [--key FILE] hijack ADDR SECONDS [LOG]
+                                     open data connections with guessed
+                                     tokens as fast as prefill answers (with
+                                     LOG: after pairing itself, also its own
+                                     token's neighbours); prints how many
+                                     and how many KV bytes came back
+  fake_peer.py rogue LISTEN SECONDS MODE
+                                     a prefill impostor without the key at a
+                                     decode node's configured address (MODE
+                                     proof: answers with a guessed proof;
+                                     plain: answers auth_hello with a hello);
+                                     prints every message type decode sent
   fake_peer.py caplines LOG          print node and pool_tokens of every
                                      event=kv_capacity line (quote-aware)
   fake_peer.py [--key FILE] tail ADDR LOG
@@ -432,6 +450,159 @@ def cmd_tail(addr, log, key=None, encrypt=False):
     return 1 if bad else 0
 
 
+def reply_of(sock):
+    """What prefill sent back before closing: [messages], then 'closed'."""
+    got = []
+    try:
+        while len(got) < 4:
+            got.append(recv_frame(sock))
+    except (EOFError, OSError, ValueError, IndexError):
+        got.append("closed")
+    return got
+
+
+def attempt(addr, frames, timeout=5.0):
+    s = socket.create_connection(split_addr(addr), timeout=timeout)
+    try:
+        for f in frames:
+            send_frame(s, f)
+        return reply_of(s)
+    finally:
+        s.close()
+
+
+def bare(reply, allowed):
+    """Every message is a refused {type, reason} (or an allowed bare one)."""
+    for m in reply:
+        if m == "closed":
+            continue
+        if not isinstance(m, dict):
+            return False
+        if m.get("type") == "refused" and set(m) == {"type", "reason"}:
+            continue
+        if m.get("type") in allowed and set(m) <= {"type"} | allowed[m["type"]]:
+            continue
+        return False
+    return reply[-1] == "closed"
+
+
+def cmd_stranger(addr, log):
+    import json
+    layout = layout_from_log(log)
+    hello = FakeDecode(addr, layout).hello_msg(node="stranger")
+    nd = os.urandom(32).hex()
+    cases = [
+        ("plain_hello", [hello], {}),
+        ("wrong_proof", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd},
+                         {"type": "auth_proof", "proof": os.urandom(32).hex()}],
+         {"auth_challenge": {"nonce"}}),
+        ("hello_after_challenge", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd},
+                                   hello], {"auth_challenge": {"nonce"}}),
+        ("request_first", [{"type": "prefill_request", "id": 1, "tokens": [1],
+                            "pages": [[0, 1]], "max_tokens": 1, "temperature": 0.0,
+                            "top_k": 0, "top_p": 1.0, "seed": 0}], {}),
+        ("forged_token", [{"type": "data", "token": os.urandom(32).hex()}], {}),
+        ("old_session", [{"type": "data", "session": 1}], {}),
+    ]
+    bad = 0
+    for name, frames, allowed in cases:
+        reply = attempt(addr, frames)
+        ok = bare(reply, allowed)
+        bad += not ok
+        print(json.dumps({"case": name, "bare": ok, "reply": reply}))
+    return 1 if bad else 0
+
+
+def cmd_hijack(addr, seconds, log=None, key=None):
+    """Data connections with guessed tokens; none may get a byte of KV.
+    With LOG (and --key), the attacker first pairs as a decode itself and
+    then sprays the neighbours of its own token (what a counter would
+    have handed the next peer) besides random guesses."""
+    import time
+    guesses = []
+    if log:
+        fake = FakeDecode(addr, layout_from_log(log), key=key)
+        reply = fake.hello()
+        if reply and reply.get("type") == "hello" and fake.session:
+            mine = int(fake.session, 16)
+            guesses = [(mine + d) % (1 << 256) for d in range(-64, 65) if d]
+        fake.close()
+    end = time.time() + seconds
+    tries = kv = refused = 0
+    while time.time() < end:
+        try:
+            s = socket.create_connection(split_addr(addr), timeout=2.0)
+        except OSError:
+            time.sleep(0.01)
+            continue
+        tries += 1
+        try:
+            tok = ("%064x" % guesses[tries % len(guesses)]) if guesses and tries % 2 \
+                else os.urandom(32).hex()
+            send_frame(s, {"type": "data", "token": tok})
+            s.settimeout(0.5)
+            while True:
+                n = struct.unpack(">I", recv_exact(s, 4))[0]
+                body = recv_exact(s, n)
+                m = unpack(body)[0] if n < 4096 else None
+                if isinstance(m, dict) and m.get("type") == "refused":
+                    refused += 1
+                else:
+                    kv += 4 + n
+        except (EOFError, OSError, ValueError, IndexError):
+            pass
+        finally:
+            s.close()
+    print("tries=%d neighbours=%d refused=%d kv_bytes=%d" % (tries, len(guesses), refused, kv))
+    return 0
+
+
+def cmd_rogue(listen, seconds, mode):
+    """Listen where decode expects its prefill; we hold no key."""
+    import time
+    host, port = split_addr(listen)
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, port))
+    srv.listen(16)
+    srv.settimeout(0.2)
+    seen = []
+    end = time.time() + seconds
+    while time.time() < end:
+        try:
+            c, _ = srv.accept()
+        except OSError:
+            continue
+        c.settimeout(2.0)
+        try:
+            while True:
+                m = recv_frame(c)
+                seen.append(m.get("type") if isinstance(m, dict) else "?")
+                if m.get("type") == "auth_hello":
+                    if mode == "plain":
+                        # a complete, well-formed hello: only its place
+                        # in the handshake is wrong
+                        send_frame(c, {"type": "hello", "version": PROTO_VERSION,
+                                       "role": "prefill", "node": "rogue",
+                                       "model_sha256": "0" * 64, "kv_dtype": "f32",
+                                       "page_tokens": 16, "n_layer": 2, "kv_dim": 32,
+                                       "page_bytes": 8256, "pool_tokens": 1 << 20,
+                                       "context": 1 << 20, "max_batch_bytes": 4 << 20,
+                                       "checksum": True,
+                                       "session": os.urandom(32).hex()})
+                    else:
+                        send_frame(c, {"type": "auth_challenge", "nonce": os.urandom(32).hex()})
+                elif m.get("type") == "auth_proof":
+                    send_frame(c, {"type": "auth_proof", "proof": os.urandom(32).hex()})
+        except (EOFError, OSError, ValueError, IndexError):
+            pass
+        finally:
+            c.close()
+    srv.close()
+    print("seen=" + ",".join(sorted(set(seen))) + " count=%d" % len(seen))
+    return 0
+
+
 def cmd_caplines(log):
     """Print node and pool_tokens of every event=kv_capacity line."""
     with open(log, errors="replace") as f:
@@ -453,6 +624,12 @@ def main(argv):
         argv = argv[:1] + argv[3:]
     if len(argv) == 4 and argv[1] == "tail":
         return cmd_tail(argv[2], argv[3], key, encrypt)
+    if len(argv) == 4 and argv[1] == "stranger":
+        return cmd_stranger(argv[2], argv[3])
+    if len(argv) in (4, 5) and argv[1] == "hijack":
+        return cmd_hijack(argv[2], float(argv[3]), argv[4] if len(argv) > 4 else None, key)
+    if len(argv) == 5 and argv[1] == "rogue":
+        return cmd_rogue(argv[2], float(argv[3]), argv[4])
     if len(argv) == 3 and argv[1] == "caplines":
         return cmd_caplines(argv[2])
     if len(argv) in (5, 6) and argv[1] == "hello":

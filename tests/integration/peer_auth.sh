@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Only proven peers (invariant 11), attacked as a stranger on the network
+# would (fake_peer.py plays each attacker):
+#   - a stranger without the key tries every way in - a plain hello, a
+#     guessed proof, a hello after the challenge, a request before any
+#     proof, a forged data token, the old guessable session - and gets a
+#     bare refusal each time: no model fingerprint, no node name, nothing
+#     held, one escaped log line per refusal;
+#   - a peer holding another cluster's key fails the proof;
+#   - data-connection hijack race: while the real decode restarts three
+#     times, a process that paired itself (it holds the key) opens data
+#     connections with guessed tokens - its own token's neighbours (what a
+#     counter would hand the next peer) and random ones - as fast as it
+#     can: it never receives a byte of KV and the real decode pairs and
+#     serves every time;
+#   - a rogue prefill at decode's configured address, without the key,
+#     proves nothing: decode refuses it, never sends it a hello or a
+#     prompt, and its client gets the typed NO_PREFILL_PEER error; a rogue
+#     that answers the proof with a plain hello (a downgrade) likewise;
+#   - a keyed node and a keyless one never pair;
+#   - the key file and loopback rules at config time (exit 78).
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+FAKE=(python3 "$(dirname "$0")/fake_peer.py")
+
+gen_model "$T/m.gguf"
+M=$T/m.gguf
+PROMPT="Once upon a time"
+REF=$(offline --model "$M" --prompt "$PROMPT" --max-tokens 8)
+
+pair pa da "$M"
+start_node pa
+start_node da
+check "keyed pair up" wait_up da
+check "the pair logs that it is authenticated" \
+	grep -q "event=peer_up .*authenticated=yes" "$T/pa.log"
+SHA=$(grep -o 'model_sha256=[0-9a-f]*' "$T/pa.log" | head -1 | cut -d= -f2)
+
+# ---- a stranger --------------------------------------------------------------
+n0=$(grep -c "event=peer_refused" "$T/pa.log" || true)
+rc=0
+"${FAKE[@]}" stranger "127.0.0.1:$P_PORT" "$T/pa.log" > "$T/stranger.out" 2>&1 || rc=$?
+sed 's/^/# /' "$T/stranger.out"
+check "stranger: every attempt got a bare refusal, and nothing else" test $rc = 0
+check "stranger: 6 attempts ran" test "$(grep -c '"case"' "$T/stranger.out")" = 6
+check "stranger: no byte of the model fingerprint left prefill" \
+	test -n "$SHA" -a "$(grep -c "$SHA" "$T/stranger.out")" = 0
+check "stranger: prefill's node name never left prefill" \
+	test "$(grep -c '"pa"' "$T/stranger.out")" = 0
+check "stranger: plain hello refused: auth_required" grep -q '"case": "plain_hello".*"reason": "auth_required"' "$T/stranger.out"
+check "stranger: guessed proof refused: auth_failed" grep -q '"case": "wrong_proof".*"reason": "auth_failed"' "$T/stranger.out"
+check "stranger: hello instead of a proof refused" grep -q '"case": "hello_after_challenge".*"reason": "protocol"' "$T/stranger.out"
+check "stranger: request before any proof refused" grep -q '"case": "request_first".*"reason": "protocol"' "$T/stranger.out"
+check "stranger: forged data token refused" grep -q '"case": "forged_token".*"reason": "bad_token"' "$T/stranger.out"
+n1=$(grep -c "event=peer_refused" "$T/pa.log" || true)
+check "stranger: one peer_refused line per refusal (5 more, got $((n1 - n0)))" test $((n1 - n0)) = 5
+check "stranger: failed proofs and tokens counted" \
+	test "$(status_get pa counters.peer_auth_failures)" -ge 2
+check "stranger: nothing held, nothing in flight on prefill" settle pa
+out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
+check "stranger: the real pair still serves exact output" same_ids "$out" "$REF"
+
+# ---- another cluster's key ---------------------------------------------------
+"$KVCTL" keygen "$T/other.key"
+rc=0
+"${FAKE[@]}" --key "$T/other.key" tail "127.0.0.1:$P_PORT" "$T/pa.log" > "$T/other.out" 2>&1 || rc=$?
+sed 's/^/# /' "$T/other.out" | tail -2
+check "other key: no handshake" test $rc = 2
+check "other key: prefill refused the proof" grep -q "event=peer_refused .*reason=auth_failed" "$T/pa.log"
+
+# ---- data-connection hijack race ---------------------------------------------
+# the attacker holds the key (an insider): it pairs itself, learns its
+# own token, and sprays that token's neighbours and random guesses
+"${FAKE[@]}" --key "$(cluster_key)" hijack "127.0.0.1:$P_PORT" 12 "$T/pa.log" > "$T/hijack.out" 2>&1 &
+HPID=$!
+PIDS+=("$HPID")
+served=0
+for round in 1 2 3; do
+	ups=$(grep -c "event=peer_up" "$T/pa.log" || true)
+	kill -KILL "$PID_da" 2>/dev/null || true
+	wait "$PID_da" 2>/dev/null || true
+	start_node da
+	n=400
+	while [ $n -gt 0 ] && [ "$(grep -c "event=peer_up" "$T/pa.log" || true)" -le "$ups" ]; do
+		sleep 0.05; n=$((n - 1))
+	done
+	check "hijack race, restart $round: the real decode paired again" test $n -gt 0
+	wait_log "$T/da.log" "event=peer_capacity" 20 || true
+	for _ in 1 2 3; do
+		out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
+		same_ids "$out" "$REF" && served=$((served + 1))
+	done
+done
+wait "$HPID" || true
+echo "# hijack: $(cat "$T/hijack.out")"
+check "hijack race: every request of the real decode served exactly (9/9: $served)" test $served = 9
+check "hijack race: the attacker tried, neighbours of its own token included" \
+	grep -Eq "tries=[1-9][0-9]* neighbours=128 " "$T/hijack.out"
+check "hijack race: the attacker received no byte of KV" grep -q "kv_bytes=0$" "$T/hijack.out"
+check "hijack race: prefill holds nothing afterwards" settle pa
+
+# ---- a rogue prefill at decode's configured address --------------------------
+for mode in proof plain; do
+	next_port; R_PORT=$PORT
+	next_port; RC_PORT=$PORT
+	"${FAKE[@]}" rogue "127.0.0.1:$R_PORT" 6 "$mode" > "$T/rogue_$mode.out" 2>&1 &
+	RPID=$!
+	PIDS+=("$RPID")
+	sleep 0.3
+	write_node "dr_$mode" decode "$M" "listen.client=127.0.0.1:$RC_PORT" \
+		"peers.prefill=127.0.0.1:$R_PORT"
+	start_node "dr_$mode"
+	if [ $mode = proof ]; then
+		check "rogue ($mode): decode refused the impostor's proof" \
+			wait_log "$T/dr_$mode.log" "event=peer_refused .*reason=auth_failed" 10
+	else
+		check "rogue ($mode): decode refused a hello in place of a proof" \
+			wait_log "$T/dr_$mode.log" "event=peer_down .*unexpected message during the handshake" 10
+	fi
+	out=$(gen "$RC_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
+	check "rogue ($mode): the client gets NO_PREFILL_PEER" \
+		test "$(echo "$out" | json_get error)" = NO_PREFILL_PEER
+	check "rogue ($mode): no token reached the client" test -z "$(echo "$out" | json_get output_ids)"
+	wait "$RPID" || true
+	echo "# rogue ($mode): $(cat "$T/rogue_$mode.out")"
+	check "rogue ($mode): decode sent the impostor no hello and no prompt" \
+		grep -Eq "^seen=auth_hello(,auth_proof)? count=[1-9]" "$T/rogue_$mode.out"
+	p="PID_dr_$mode"
+	stop_node "dr_$mode"
+done
+
+# ---- keyed and keyless never pair ----------------------------------------------
+next_port; K_PORT=$PORT
+next_port; KC_PORT=$PORT
+write_node kl decode "$M" "listen.client=127.0.0.1:$KC_PORT" \
+	"peers.prefill=127.0.0.1:$P_PORT" "peers.key_file="
+start_node kl
+check "keyless decode vs keyed prefill: refused (auth_required)" \
+	wait_log "$T/kl.log" "event=peer_refused .*reason=auth_required" 10
+stop_node kl
+write_node kp prefill "$M" "listen.peer=127.0.0.1:$K_PORT" "peers.key_file="
+write_node kd decode "$M" "listen.client=127.0.0.1:$KC_PORT" "peers.prefill=127.0.0.1:$K_PORT"
+start_node kp
+start_node kd
+check "keyed decode vs keyless prefill: refused (no_key)" \
+	wait_log "$T/kd.log" "event=peer_refused .*reason=no_key" 10
+check "keyless prefill warns at boot that it peers unauthenticated" \
+	grep -q "event=peer_auth .*mode=loopback_only" "$T/kp.log"
+stop_node kd
+stop_node kp
+
+# ---- config-time rules (exit 78) ---------------------------------------------
+cfg_rc() { # cfg_rc NAME: kvd --check-config on T/NAME.ini; prints rc and keeps stderr
+	local rc=0
+	"$KVD" --check-config --config "$T/$1.ini" > "$T/$1.check" 2>&1 || rc=$?
+	echo $rc
+}
+cp "$(cluster_key)" "$T/open.key"; chmod 0644 "$T/open.key"
+write_node c1 prefill "$M" "listen.peer=127.0.0.1:1" "peers.key_file=$T/open.key"
+check "a key file readable by others: exit 78" test "$(cfg_rc c1)" = 78
+check "... naming peers.key_file and the mode" grep -q "peers.key_file.*0644" "$T/c1.check"
+head -c 16 /dev/urandom > "$T/short.key"; chmod 0600 "$T/short.key"
+write_node c2 prefill "$M" "listen.peer=127.0.0.1:1" "peers.key_file=$T/short.key"
+check "a key file of 16 bytes: exit 78" test "$(cfg_rc c2)" = 78
+write_node c3 prefill "$M" "listen.peer=10.77.0.1:7000" "peers.key_file="
+check "no key and a non-loopback listen.peer: exit 78" test "$(cfg_rc c3)" = 78
+check "... saying to set peers.key_file" grep -q "listen.peer.*peers.key_file" "$T/c3.check"
+write_node c4 decode "$M" "listen.client=127.0.0.1:1" "peers.prefill=10.77.0.1:7000" "peers.key_file="
+check "no key and a non-loopback peers.prefill: exit 78" test "$(cfg_rc c4)" = 78
+write_node c5 decode "$M" "listen.client=127.0.0.1:1" "peers.prefill=127.0.0.1:7000" \
+	"peers.key_file=" "transfer.encrypt=on"
+check "encryption without a key: exit 78" test "$(cfg_rc c5)" = 78
+write_node c6 prefill "$M" "listen.peer=10.77.0.1:7000"
+check "a key and a non-loopback address: accepted" test "$(cfg_rc c6)" = 0
+
+stop_node da
+stop_node pa
+serve_finish
