@@ -50,13 +50,51 @@ static unsigned peer_lost_code(struct peer *p, const char *why, int code,
 			       const char *msg);
 static void peer_figures_update(struct serve *s);
 static void decode_try_complete(struct serve_req *r);
+static void peer_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+static void peer_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
-/* Every control frame to a prefill peer: sealed once the link proved. */
+/* Every control frame to a prefill peer: sealed once the link proved,
+ * through the link's bounded write queue. Past the hard bound nothing
+ * more is queued or read; the heartbeat tick tears the link down (the
+ * callers are mid-change of a request and must not see it vanish). */
 static int peer_send(struct peer *p, const struct proto_peer_msg *m)
 {
-	if (!p->ctl_open || p->closing)
+	char *data;
+	size_t len;
+	int rc;
+
+	if (!p->ctl_open || p->closing || p->wb_dead)
 		return -EPIPE;
-	return serve__send_peer((uv_stream_t *)&p->ctl, p->sealed ? &p->ss.tx : NULL, m);
+	rc = serve__peer_frame(p->sealed ? &p->ss.tx : NULL, m, &data, &len);
+	if (rc)
+		return rc;
+	rc = wbound_write(&p->wb, data, len);
+	if (rc == WBOUND_E_HARD) {
+		p->wb_dead = true;
+		wbound_read_stop(&p->wb);
+		return -EPIPE;
+	}
+	return rc;
+}
+
+/* Heartbeat tick: true when the link was torn down for its write queue. */
+static bool peer_write_check(struct peer *p, uint64_t now)
+{
+	int rc = p->wb_dead ? WBOUND_E_HARD : wbound_poll(&p->wb, now);
+
+	if (!rc) {
+		if (p->wb.paused)   /* our silence, not the peer's */
+			p->last_heard_ns = now;
+		return false;
+	}
+	KVLOG_WARN(p->s->log, "write_bound",
+		   "peer=%s conn=peer_control reason=%s queued=%zu peak=%llu",
+		   KVLOG_Q(p->addr), rc == WBOUND_E_HARD ? "hard" : "stall",
+		   wbound_queued(&p->wb), (unsigned long long)p->wb.peak);
+	peer_lost(p, rc == WBOUND_E_HARD ?
+		  "control write queue past its hard bound" :
+		  "control write queue stalled past its soft bound");
+	return true;
 }
 
 /* ---- failing and ending a decode request ----------------------------------- */
@@ -972,8 +1010,7 @@ static void peer_connected(uv_connect_t *req, int status)
 		m.hello = p->s->my_hello;
 		p->auth_phase = PEER_AUTH_HELLO;
 	}
-	if (uv_read_start((uv_stream_t *)&p->ctl, peer_alloc, peer_read) ||
-	    peer_send(p, &m))
+	if (wbound_read_start(&p->wb) || peer_send(p, &m))
 		peer_lost(p, "control setup");
 }
 
@@ -1084,6 +1121,12 @@ static void peer_connect(struct peer *p)
 	}
 	p->ctl.data = p;
 	p->ctl_open = true;
+	p->wb_dead = false;
+	wbound_init(&p->wb, (uv_stream_t *)&p->ctl, &(struct wbound_limits){
+			    .soft = s->d->cfg.write_queue_soft,
+			    .hard = s->d->cfg.write_queue_hard,
+			    .stall_ms = s->d->cfg.write_stall_timeout_ms },
+		    peer_alloc, peer_read);
 	uv_tcp_nodelay(&p->ctl, 1);
 	frame_decoder_init(&p->dec, SERVE_PEER_FRAME_MAX);
 	p->conn_req.data = p;
@@ -1122,7 +1165,7 @@ void serve__decode_heartbeat(struct serve *s)
 		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
 		struct kvpool_stats st;
 
-		if (!p->ctl_open || p->closing)
+		if (!p->ctl_open || p->closing || peer_write_check(p, now))
 			continue;
 		if (!p->up && now - p->last_heard_ns >
 			      (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull) {

@@ -238,6 +238,11 @@ struct peer {
 	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
 	struct peer_session ss;          /* valid while `sealed` */
 	bool sealed;
+	/* control writes are bounded (net/wbound.h): a prefill peer that
+	 * stops reading cannot grow this node; past hard the link is torn
+	 * down at the next heartbeat tick */
+	struct wbound wb;
+	bool wb_dead;
 	uv_timer_t retry;                /* reconnect / heartbeat timer */
 	bool retry_open;
 	bool closing;
@@ -259,6 +264,10 @@ struct pconn {
 	 * (auth_hello: a keyed control connection; hello: a keyless one;
 	 * data: a data connection presenting its token) */
 	enum { PCONN_FIRST = 0, PCONN_AUTH_PROOF, PCONN_HELLO } phase;
+	/* the data connection's backlog: batches wait while it holds more
+	 * than data_soft bytes; stuck past it this long, the peer is lost */
+	uint64_t data_over_since_ns;
+	bool data_waiters;               /* a request waits for it to drain */
 	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
 	struct peer_session ss;          /* keys, once authenticated */
 	bool sealed;                     /* control frames are sealed */

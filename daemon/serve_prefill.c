@@ -59,6 +59,7 @@ static void pconn_figures_update(struct serve *s)
 	s->d->peers = pf;
 }
 static void prefill_send_more(struct serve_req *r);
+static void pconn_data_resume(struct pconn *pc);
 
 /* A send in flight names its request by id, never by pointer: the
  * request may have ended when the transport reports the batch. */
@@ -494,6 +495,8 @@ static void prefill_sent_cb(void *arg, int status)
 		return;
 	}
 	prefill_send_more(r);
+	if (r->pc)
+		pconn_data_resume(r->pc);
 }
 
 static void prefill_slow_cb(uv_timer_t *t)
@@ -502,6 +505,24 @@ static void prefill_slow_cb(uv_timer_t *t)
 
 	r->slow_waited = true;   /* the delay for this batch is over */
 	prefill_send_more(r);
+}
+
+/* Bytes a data connection may hold queued before new batches wait: the
+ * configured soft bound, but never less than two batches, so a fast
+ * reader always has the next batch in the pipe. */
+static size_t pconn_data_soft(const struct pconn *pc)
+{
+	return KVD_MAX((size_t)pc->s->d->cfg.write_queue_soft,
+		       2 * (size_t)pc->max_batch_bytes);
+}
+
+/* A decode peer that does not read its data connection must not make
+ * us hold batch after batch (sealed batches are copies): past the soft
+ * bound no request of it sends more until the queue drains. */
+static bool pconn_data_full(const struct pconn *pc)
+{
+	return pc->data && pc->data->ops->queued &&
+	       pc->data->ops->queued(pc->data) > pconn_data_soft(pc);
 }
 
 static void prefill_send_more(struct serve_req *r)
@@ -513,10 +534,18 @@ static void prefill_send_more(struct serve_req *r)
 	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
 	if (r->state != SRS_SENDING || r->abort_requested || !pc || !pc->data)
 		return;
+	if (pconn_data_full(pc)) {
+		pc->data_waiters = true;   /* resumed once it drains */
+		return;
+	}
 	if (r->short_fault)     /* fault point: one page fewer, same report */
 		limit--;
 	per = xfer_batch_pages_max(pc->max_batch_bytes, s->page_bytes);
 	while (r->next_page < limit && r->sends_pending < PREFILL_SEND_WINDOW) {
+		if (pconn_data_full(pc)) {
+			pc->data_waiters = true;
+			break;
+		}
 		uint32_t n = KVD_MIN(per, limit - r->next_page);
 		struct prefill_ticket *t;
 		int rc;
@@ -1204,6 +1233,49 @@ int serve__prefill_start(struct serve *s)
 	return rc;
 }
 
+/* The data connection drained: requests that waited for it send again. */
+static void pconn_data_resume(struct pconn *pc)
+{
+	struct serve_req *r, *next;
+
+	if (!pc->data_waiters || pconn_data_full(pc))
+		return;
+	pc->data_waiters = false;
+	for (r = pc->s->reqs; r; r = next) {
+		next = r->next;
+		if (r->kind == SREQ_PREFILL && r->pc == pc &&
+		    r->state == SRS_SENDING && !r->sends_pending)
+			prefill_send_more(r);
+	}
+}
+
+/* Heartbeat tick for a data connection: true when pc was torn down
+ * because decode stopped reading it (past the soft bound for the stall
+ * timeout); else restart requests that waited for it to drain. */
+static bool pconn_data_check(struct pconn *pc, uint64_t now)
+{
+	struct serve *s = pc->s;
+
+	if (!pc->data || !pc->hello_done)
+		return false;
+	if (pconn_data_full(pc)) {
+		if (!pc->data_over_since_ns)
+			pc->data_over_since_ns = now;
+		if (now - pc->data_over_since_ns <
+		    (uint64_t)s->d->cfg.write_stall_timeout_ms * 1000000ull)
+			return false;
+		KVLOG_WARN(s->log, "write_bound",
+			   "peer_node=%s conn=peer_data reason=stall queued=%zu soft=%zu stall_ms=%u",
+			   KVLOG_Q(pc->hello.node), pc->data->ops->queued(pc->data),
+			   pconn_data_soft(pc), s->d->cfg.write_stall_timeout_ms);
+		pconn_lost(pc, "data connection stalled past its soft bound");
+		return true;
+	}
+	pc->data_over_since_ns = 0;
+	pconn_data_resume(pc);
+	return false;
+}
+
 void serve__prefill_heartbeat(struct serve *s)
 {
 	uint64_t now = kvd_now_ns();
@@ -1215,7 +1287,8 @@ void serve__prefill_heartbeat(struct serve *s)
 		struct kvpool_stats st;
 
 		next = pc->next;
-		if (pc->closing || pconn_write_check(pc, now))
+		if (pc->closing || pconn_write_check(pc, now) ||
+		    pconn_data_check(pc, now))
 			continue;
 		if (!pc->hello_done && now - pc->t_accept_ns >
 			  (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull) {

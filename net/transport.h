@@ -95,6 +95,9 @@ struct transport_ops {
 		    transport_sent_cb cb, void *arg);
 	/* Batches queued whose callback has not fired. */
 	uint32_t (*pending)(const struct transport *t);
+	/* Bytes queued and not yet handed to the kernel or the NIC: what a
+	 * receiver that stops reading makes the sender hold. */
+	size_t (*queued)(const struct transport *t);
 	void (*close)(struct transport *t, void (*closed)(struct transport *t));
 	void (*free)(struct transport *t);
 };

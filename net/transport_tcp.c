@@ -440,6 +440,14 @@ static uint32_t tcp_pending(const struct transport *t)
 	return tt->pending;
 }
 
+static size_t tcp_queued(const struct transport *t)
+{
+	const struct tcp_transport *tt =
+		kvd_container_of(t, struct tcp_transport, base);
+
+	return uv_stream_get_write_queue_size((const uv_stream_t *)&tt->tcp);
+}
+
 static void tcp_free(struct transport *t)
 {
 	struct tcp_transport *tt;
@@ -455,6 +463,7 @@ static const struct transport_ops tcp_ops = {
 	.name = "tcp",
 	.send = tcp_send,
 	.pending = tcp_pending,
+	.queued = tcp_queued,
 	.close = tcp_close,
 	.free = tcp_free,
 };

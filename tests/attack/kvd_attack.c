@@ -14,7 +14,9 @@
  *       every 2 ms), never a release_ack; read and ignore everything
  *       prefill sends (control and data); heartbeats keep the connection
  *       alive for SECONDS. --keep-sending: a new request every 20 ms for
- *       the whole time. Reports done/rejected counts per error code.
+ *       the whole time; --no-read-data: never read the data connection
+ *       (KV piles up on prefill's side). Reports done/rejected counts per
+ *       error code.
  *
  * Output: one line of key=value pairs on stdout; exit 0 unless the
  * handshake itself failed (exit 2) or the usage was wrong (exit 64).
@@ -58,8 +60,9 @@ struct attack_conn {
 	bool sealed;
 };
 
-/* --log and --key */
+/* --log and --key; hold's --no-read-data */
 static const char *g_log;
+static int g_no_read_data;
 static struct peer_key g_key;
 
 static uint64_t now_ms(void)
@@ -400,7 +403,7 @@ static void hold_on_msg(struct hold_counts *k, const struct proto_peer_msg *m)
 static int hold_pump(struct attack_conn *c, struct hold_counts *k, int wait_ms)
 {
 	struct pollfd p[2] = { { .fd = c->ctl, .events = POLLIN },
-			       { .fd = c->data, .events = POLLIN } };
+			       { .fd = g_no_read_data ? -1 : c->data, .events = POLLIN } };
 	char buf[65536];
 
 	if (poll(p, 2, wait_ms) <= 0)
@@ -519,7 +522,7 @@ static int usage(void)
 {
 	fprintf(stderr,
 		"usage: kvd_attack --log PREFILL_LOG [--key FILE] abort-flood HOST:PORT SECONDS\n"
-		"       kvd_attack --log PREFILL_LOG [--key FILE] hold HOST:PORT TOKENS COUNT SECONDS [--keep-sending]\n");
+		"       kvd_attack --log PREFILL_LOG [--key FILE] hold HOST:PORT TOKENS COUNT SECONDS [--keep-sending | --no-read-data]\n");
 	return 64;
 }
 
@@ -548,9 +551,11 @@ int main(int argc, char **argv)
 	}
 	if (argc == 4 && !strcmp(argv[1], "abort-flood"))
 		return cmd_abort_flood(argv[2], atoi(argv[3]));
-	if ((argc == 6 || argc == 7) && !strcmp(argv[1], "hold"))
+	if ((argc == 6 || argc == 7) && !strcmp(argv[1], "hold")) {
+		g_no_read_data = argc == 7 && !strcmp(argv[6], "--no-read-data");
 		return cmd_hold(argv[2], (uint32_t)strtoul(argv[3], NULL, 10),
 				(unsigned)strtoul(argv[4], NULL, 10), atoi(argv[5]),
 				argc == 7 && !strcmp(argv[6], "--keep-sending"));
+	}
 	return usage();
 }

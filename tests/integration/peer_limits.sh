@@ -12,7 +12,10 @@
 #     release_ack: the real decode still gets served, the pages come back
 #     within release_timeout_ms while the attacker is still connected;
 #   - drain: kvctl drain returns within node.drain_timeout_ms while the
-#     attacker keeps sending and holding.
+#     attacker keeps sending and holding;
+#   - data stall: a peer that never reads its data connection makes
+#     prefill send no more than a bounded backlog, then lose the peer and
+#     take its pages back.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -160,4 +163,36 @@ check "after all: zero pages held on both nodes" settle pf df
 
 stop_node df
 stop_node pf
+
+# ---- a peer that never reads its data connection ------------------------------
+# 60 requests of 16 pages (about 8 MB of KV, sealed: copies) with small
+# batches: past the soft bound prefill sends nothing more to it, and once
+# the backlog has sat there for write_stall_timeout_ms the peer is gone -
+# its pages come back, prefill's memory stays bounded.
+next_port; S_PORT=$PORT
+write_node ps prefill "$M" "listen.peer=127.0.0.1:$S_PORT" "kv.pool_tokens=16384" \
+	"peers.max_pages=1000" "peers.max_requests=64" "transfer.max_batch_bytes=16K" \
+	"listen.write_queue_soft=64K" "listen.write_stall_timeout_ms=500" \
+	"transfer.release_timeout_ms=30000" "transfer.heartbeat_ms=200"
+start_node ps
+check "data stall: prefill up" wait_log "$T/ps.log" "event=listen_peer" 20
+rss0=$(rss_kb "$PID_ps")
+"$ATTACK_BIN" --log "$T/ps.log" --key "$(cluster_key)" hold "127.0.0.1:$S_PORT" 256 60 6 \
+	--no-read-data > "$T/stall.out" 2>&1 &
+APID=$!
+PIDS+=("$APID")
+peak=$rss0
+end=$(( $(ms) + 6500 ))
+while [ "$(ms)" -lt "$end" ]; do
+	r=$(rss_kb "$PID_ps"); [ "$r" -gt "$peak" ] && peak=$r
+	sleep 0.1
+done
+wait "$APID" || true
+echo "# data stall: $(tail -1 "$T/stall.out"); prefill RSS $rss0 kB -> peak $peak kB"
+check "data stall: the attacker's requests were admitted" grep -q "handshake=ok" "$T/stall.out"
+check "data stall: prefill tore the peer down for its unread data connection" \
+	grep -q "event=write_bound .*conn=peer_data reason=stall" "$T/ps.log"
+check "data stall: prefill RSS grew by less than 64 MB" test $(( (peak - rss0) / 1024 )) -lt 64
+check "data stall: every page came back" settle ps
+stop_node ps
 serve_finish
