@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # quickstart.sh - from a fresh clone to a streamed generation, in one go:
 # install the Debian packages kvd needs, build it, generate a small model
-# with `kvctl model make` (or use the GGUF named as $1), start a prefill
-# and a decode node on loopback, send one prompt with `kvctl generate`,
-# print the streamed text, stop both nodes.
+# with `kvctl model make` (or use the GGUF named as $1), make a cluster key
+# (`kvctl keygen`), start a prefill and a decode node on loopback that
+# prove they hold it before anything else, send one prompt with
+# `kvctl generate`, print the streamed text, stop both nodes.
 #
 #   bash quickstart.sh [MODEL.gguf] [PROMPT]
 #
@@ -44,23 +45,26 @@ if [ -z "$model" ]; then
 fi
 prompt=${2:-Once upon a time}
 port=${KVD_QS_PORT:-7600}
+echo "== kvctl keygen $run/cluster.key (the secret both nodes prove they hold)"
+"$KVCTL" keygen "$run/cluster.key"
 
-node() { # node NAME ROLE LISTEN_LINES...
-	local name=$1 role=$2; shift 2
+node() { # node NAME ROLE PEERS_LINES LISTEN_LINES...
+	local name=$1 role=$2 peers=$3; shift 3
 	{
 		printf '[node]\nname = %s\nrole = %s\n' "$name" "$role"
 		printf '[model]\npath = %s\n' "$model"
 		printf '[kv]\npool_tokens = 8192\n'
 		printf '[admin]\nsocket = %s/%s.sock\n' "$run" "$name"
 		printf '%b' "$@"
+		printf '[peers]\nkey_file = %s/cluster.key\n%b' "$run" "$peers"
 	} >"$run/$name.ini"
 	"$KVD" --config "$run/$name.ini" >"$run/$name.log" 2>&1 &
 	pids+=($!)
 }
 
 echo "== starting prefill (127.0.0.1:$((port + 1))) and decode (127.0.0.1:$port)"
-node prefill prefill "[listen]\npeer = 127.0.0.1:$((port + 1))\n"
-node decode decode "[listen]\nclient = 127.0.0.1:$port\n[peers]\nprefill = 127.0.0.1:$((port + 1))\n"
+node prefill prefill "" "[listen]\npeer = 127.0.0.1:$((port + 1))\n"
+node decode decode "prefill = 127.0.0.1:$((port + 1))\n" "[listen]\nclient = 127.0.0.1:$port\n"
 for _ in $(seq 1 100); do
 	grep -q "event=peer_up" "$run/decode.log" 2>/dev/null && break
 	sleep 0.1
