@@ -303,7 +303,7 @@ static bool is_hostport(const char *s)
 	const char *colon = strrchr(s, ':');
 	unsigned char addr[16];
 	char host[64];
-	uint64_t port;
+	uint64_t port = 0;
 	size_t n;
 
 	if (!colon || colon == s || (size_t)(colon - s) >= sizeof(host))
@@ -390,7 +390,7 @@ static int set_value(struct conf_ctx *x, const struct conf_key *k,
 {
 	char full[96];
 	void *f = field(x->c, k);
-	uint64_t u;
+	uint64_t u = 0;
 	double d;
 	char *end;
 	int r;
