@@ -113,6 +113,56 @@ int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
 	return serve__write(st, data, len);
 }
 
+/* ---- refusing a connection at accept ------------------------------------------- */
+
+struct serve_drop {
+	union {
+		uv_tcp_t tcp;
+		uv_pipe_t pipe;
+		uv_handle_t handle;
+		uv_stream_t stream;
+	} h;
+	struct serve *s;
+};
+
+static void serve_drop_closed(uv_handle_t *h)
+{
+	struct serve_drop *d = h->data;
+
+	d->s->closes_pending--;
+	free(d);
+}
+
+/* libuv has already accept(2)ed the connection it reports, and stops
+ * polling a listener whose callback leaves it unaccepted; so a refused
+ * connection is accepted into a small handle and closed at once. */
+void serve__accept_drop(struct serve *s, uv_stream_t *server)
+{
+	struct serve_drop *d = malloc(sizeof(*d));
+	int rc = -ENOMEM;
+
+	if (d) {
+		d->s = s;
+		rc = server->type == UV_NAMED_PIPE ? uv_pipe_init(&s->d->loop, &d->h.pipe, 0)
+						   : uv_tcp_init(&s->d->loop, &d->h.tcp);
+		if (rc)
+			free(d);
+	}
+	if (rc) {
+		/* no memory even for that: close the descriptor libuv holds
+		 * for us (accepted_fd, in uv.h's unix stream fields) */
+		if (server->accepted_fd >= 0) {
+			close(server->accepted_fd);
+			server->accepted_fd = -1;
+		}
+		return;
+	}
+	d->h.handle.data = d;
+	(void)uv_accept(server, &d->h.stream);
+	s->closes_pending++;
+	uv_close(&d->h.handle, serve_drop_closed);
+}
+
 /* ---- requests -------------------------------------------------------------- */
 
 static void serve_job_free(struct serve_job *j)

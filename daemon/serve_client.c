@@ -668,21 +668,6 @@ static void client_refuse(struct client_conn *c)
 	client_conn_close(c);
 }
 
-/* Take the pending connection off the listener and close it, without a
- * handle (out of memory, stopping): libuv stops polling a listener whose
- * callback did not accept. */
-static void client_accept_drop(uv_stream_t *server)
-{
-	uv_os_fd_t lfd;
-	int fd;
-
-	if (uv_fileno((uv_handle_t *)server, &lfd) == 0) {
-		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (fd >= 0)
-			close(fd);
-	}
-}
-
 static void client_accept(uv_stream_t *server, int status)
 {
 	struct client_listener *l = server->data;
@@ -703,7 +688,7 @@ static void client_accept(uv_stream_t *server, int status)
 	}
 	c = s->stopping ? NULL : calloc(1, sizeof(*c));
 	if (!c) {
-		client_accept_drop(server);
+		serve__accept_drop(s, server);
 		return;
 	}
 	c->s = s;
@@ -711,7 +696,7 @@ static void client_accept(uv_stream_t *server, int status)
 			: uv_tcp_init(&s->d->loop, &c->h.tcp);
 	if (rc) {
 		free(c);
-		client_accept_drop(server);
+		serve__accept_drop(s, server);
 		return;
 	}
 	c->h.handle.data = c;

@@ -319,6 +319,7 @@ struct serve {
 	struct pconn *pconns;
 	struct peer_key key;             /* the cluster key; key.set = keyed */
 	uint64_t next_conn_id;           /* client and peer connections, for logs */
+	uint64_t peer_refused_conns;     /* dropped at accept since the last log */
 	uint32_t peer_max_pages;         /* per decode peer: peers.max_pages or
 					  * the automatic value (prefill start) */
 
@@ -342,6 +343,9 @@ int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
  * advancing its counter) unless NULL (keyless link, or before auth). */
 int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
 		     const struct proto_peer_msg *m);
+/* Accept the connection a listener reports and close it at once
+ * (refused, or no memory for its owner): never leave it unaccepted. */
+void serve__accept_drop(struct serve *s, uv_stream_t *server);
 /* The largest frame a peer control decoder accepts (a sealed frame). */
 #define SERVE_PEER_FRAME_MAX (PROTO_PEER_FRAME_MAX + PEER_AUTH_TAG_BYTES)
 /* Feed bytes read on a peer control connection to `dec` and hand every

@@ -29,6 +29,8 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1141,19 +1143,45 @@ static void pconn_addr(struct pconn *pc)
 	snprintf(pc->addr, sizeof(pc->addr), "%s:%d", ip, port);
 }
 
+/* Connections that have not finished their handshake (they hold an fd
+ * and a buffer for up to connect_timeout_ms each), and peer connections
+ * in all: past either bound one more is accepted and closed at once, so
+ * a flood of strangers cannot use up the descriptors the admin socket
+ * and the real peers need. */
+#define PCONN_PENDING_MAX 64u
+#define PCONN_TOTAL_MAX 512u
+
+static bool pconn_room(struct serve *s)
+{
+	unsigned pending = 0, total = 0;
+
+	for (const struct pconn *q = s->pconns; q; q = q->next) {
+		total++;
+		pending += !q->hello_done && !q->closing;
+	}
+	return pending < PCONN_PENDING_MAX && total < PCONN_TOTAL_MAX;
+}
+
 static void pconn_accept(uv_stream_t *server, int status)
 {
 	struct serve *s = server->data;
 	struct pconn *pc;
 
-	if (status < 0 || s->stopping)
+	if (status < 0) {
+		KVLOG_WARN(s->log, "peer_accept_failed", "error=%s", uv_err_name(status));
 		return;
-	pc = calloc(1, sizeof(*pc));
-	if (!pc)
+	}
+	pc = s->stopping || !pconn_room(s) ? NULL : calloc(1, sizeof(*pc));
+	if (!pc) {
+		s->peer_refused_conns++;
+		serve__accept_drop(s, server);
 		return;
+	}
 	pc->s = s;
 	if (uv_tcp_init(&s->d->loop, &pc->tcp)) {
 		free(pc);
+		s->peer_refused_conns++;
+		serve__accept_drop(s, server);
 		return;
 	}
 	pc->tcp.data = pc;
@@ -1205,6 +1233,16 @@ int serve__prefill_start(struct serve *s)
 	int rc;
 
 	prefill_peer_limits(s);
+	{
+		/* room for PCONN_TOTAL_MAX peer connections besides the admin
+		 * socket, its clients and the node's own descriptors */
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			(void)setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
 
 	if (!s->d->cfg.listen_peer[0]) {
 		KVLOG_ERR(s->log, "listen_peer", "msg=\"a prefill node needs listen.peer\"");
@@ -1223,7 +1261,7 @@ int serve__prefill_start(struct serve *s)
 	s->peer_listener_open = true;
 	rc = uv_tcp_bind(&s->peer_listener, (struct sockaddr *)&ss, 0);
 	if (!rc)
-		rc = uv_listen((uv_stream_t *)&s->peer_listener, 64, pconn_accept);
+		rc = uv_listen((uv_stream_t *)&s->peer_listener, 511, pconn_accept);
 	if (rc)
 		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=%s",
 			  KVLOG_Q(s->d->cfg.listen_peer), KVLOG_Q(uv_strerror(rc)));
@@ -1282,6 +1320,14 @@ void serve__prefill_heartbeat(struct serve *s)
 	uint64_t dead_ns = 3ull * s->d->cfg.heartbeat_ms * 1000000ull;
 	struct pconn *pc, *next;
 
+	if (s->peer_refused_conns) {
+		/* one line per tick, not one per connection */
+		KVLOG_WARN(s->log, "peer_conn_refused",
+			   "count=%llu reason=too_many_connections pending_max=%u total_max=%u",
+			   (unsigned long long)s->peer_refused_conns,
+			   PCONN_PENDING_MAX, PCONN_TOTAL_MAX);
+		s->peer_refused_conns = 0;
+	}
 	for (pc = s->pconns; pc; pc = next) {
 		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
 		struct kvpool_stats st;
@@ -1290,6 +1336,7 @@ void serve__prefill_heartbeat(struct serve *s)
 		if (pc->closing || pconn_write_check(pc, now) ||
 		    pconn_data_check(pc, now))
 			continue;
+
 		if (!pc->hello_done && now - pc->t_accept_ns >
 			  (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull) {
 			/* a connection that has not finished its handshake in

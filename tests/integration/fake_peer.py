@@ -27,6 +27,8 @@ fake needs no copy of the model.
                                      LOG: after pairing itself, also its own
                                      token's neighbours); prints how many
                                      and how many KV bytes came back
+  fake_peer.py crowd ADDR N SECONDS  open N silent connections; report how many
+                                     were closed at once and after SECONDS
   fake_peer.py rogue LISTEN SECONDS MODE
                                      a prefill impostor without the key at a
                                      decode node's configured address (MODE
@@ -557,6 +559,38 @@ def cmd_hijack(addr, seconds, log=None, key=None):
     return 0
 
 
+def cmd_crowd(addr, n, seconds):
+    """Open n connections that never say a word; report how many prefill
+    closed at once (refused at accept) and how many within `seconds`."""
+    import time
+    socks, failed = [], 0
+    for _ in range(n):
+        try:
+            socks.append(socket.create_connection(split_addr(addr), timeout=2.0))
+        except OSError:
+            failed += 1
+    time.sleep(0.5)
+    def closed_now():
+        k = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                k += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                k += 1
+        return k
+    early = closed_now()
+    print("crowd=%d connect_failed=%d closed_at_once=%d" % (n, failed, early), flush=True)
+    time.sleep(seconds)
+    late = closed_now()
+    print("closed_after=%d" % late, flush=True)
+    for s in socks:
+        s.close()
+    return 0
+
+
 def cmd_rogue(listen, seconds, mode):
     """Listen where decode expects its prefill; we hold no key."""
     import time
@@ -628,6 +662,8 @@ def main(argv):
         return cmd_stranger(argv[2], argv[3])
     if len(argv) in (4, 5) and argv[1] == "hijack":
         return cmd_hijack(argv[2], float(argv[3]), argv[4] if len(argv) > 4 else None, key)
+    if len(argv) == 5 and argv[1] == "crowd":
+        return cmd_crowd(argv[2], int(argv[3]), float(argv[4]))
     if len(argv) == 5 and argv[1] == "rogue":
         return cmd_rogue(argv[2], float(argv[3]), argv[4])
     if len(argv) == 3 and argv[1] == "caplines":

@@ -6,6 +6,8 @@
 #     proof, a forged data token, the old guessable session - and gets a
 #     bare refusal each time: no model fingerprint, no node name, nothing
 #     held, one escaped log line per refusal;
+#   - a crowd of silent connections: at most 64 wait for a handshake, for
+#     at most connect_timeout_ms; the admin socket and the pair carry on;
 #   - a peer holding another cluster's key fails the proof;
 #   - data-connection hijack race: while the real decode restarts three
 #     times, a process that paired itself (it holds the key) opens data
@@ -59,6 +61,25 @@ check "stranger: failed proofs and tokens counted" \
 check "stranger: nothing held, nothing in flight on prefill" settle pa
 out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
 check "stranger: the real pair still serves exact output" same_ids "$out" "$REF"
+
+# ---- a crowd of silent strangers ----------------------------------------------
+# 300 connections that never say a word: at most 64 wait for a handshake
+# (the rest are closed at accept), the waiting ones are closed after
+# connect_timeout_ms (2 s), the admin socket answers throughout and the
+# real pair keeps serving.
+"${FAKE[@]}" crowd "127.0.0.1:$P_PORT" 300 3 > "$T/crowd.out" 2>&1 &
+CPID=$!
+PIDS+=("$CPID")
+sleep 1
+check "crowd: prefill's admin socket answers" quiet timeout 5 "$KVCTL" --socket "$T/pa.sock" status
+out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
+check "crowd: the real pair serves exact output meanwhile" same_ids "$out" "$REF"
+wait "$CPID" || true
+echo "# crowd: $(tr '\n' ' ' < "$T/crowd.out")"
+check "crowd: all but the 64 allowed handshakes were closed at once" \
+	grep -Eq "closed_at_once=(23[6-9]|2[4-9][0-9]|300)" "$T/crowd.out"
+check "crowd: the rest were closed by the handshake deadline" grep -q "closed_after=300" "$T/crowd.out"
+check "crowd: prefill logged the refused connections" grep -q "event=peer_conn_refused " "$T/pa.log"
 
 # ---- another cluster's key ---------------------------------------------------
 "$KVCTL" keygen "$T/other.key"
