@@ -3,15 +3,21 @@
 #   - tokens/s and TTFT p50/p99 at concurrency 1, 8 and 32 through a
 #     prefill+decode pair (TTFT as the decode node measures it: request
 #     arrival to first token event);
-#   - the cost of integrity: two pairs from the same binary, one with
-#     transfer.checksum=on, one off, requests interleaved round by round
-#     in ABBA order (on off, off on, ...), so machine drift hits both alike;
-#     and, since that difference drowns in noise on a small machine, the
-#     checksum time the nodes measure themselves (counters.checksum_ns) as
-#     a share of the runs' wall time and of p99 TTFT;
-#   - KV transfer GB/s against a raw TCP loopback copy (bench_xfer).
-# Prints figures; never fails on speed. KVD_BENCH_ROUNDS (default 3),
-# KVD_BENCH_MODEL (a GGUF to use instead of a generated one).
+#   - the cost of integrity and of the peer AEAD: four pairs from the same
+#     binary - keyless with transfer.checksum=on and off, keyed
+#     (peers.key_file: every KV batch sealed, MAC only) and keyed with
+#     transfer.encrypt=on, both with checksums on - requests interleaved
+#     round by round, forward then reverse order (on off mac enc, enc mac
+#     off on, ...: ABBA for four), so machine drift hits all alike; and,
+#     since those differences drown in noise on a small machine, the time
+#     the nodes measure themselves (counters.checksum_ns: XXH3, and on
+#     keyed links seal and open too) as a share of the runs' wall time and
+#     of p99 TTFT;
+#   - KV transfer GB/s per mode against a raw TCP loopback copy, and the
+#     primitives' own speed (bench_xfer).
+# Prints figures; never fails on speed. KVD_BENCH_ROUNDS (default 2, keep
+# it even), KVD_BENCH_MODEL (a GGUF to use instead of a generated one),
+# KVD_BENCH_XFER_MIB (bench_xfer MiB per run, default 512).
 set -euo pipefail
 : "${KVD_BUILD:?}"
 KVD=$KVD_BUILD/kvd
@@ -25,7 +31,7 @@ cleanup() {
 	rm -rf "$T"
 }
 trap cleanup EXIT
-ROUNDS=${KVD_BENCH_ROUNDS:-3}
+ROUNDS=${KVD_BENCH_ROUNDS:-2}
 PORT=$((30000 + RANDOM % 20000))
 
 M=${KVD_BENCH_MODEL:-}
@@ -35,38 +41,52 @@ if [ -z "$M" ]; then
 		--vocab 512 --ctx 1024 --seed 3 >/dev/null
 fi
 
-node() { # node NAME ROLE CHECKSUM PEERPORT [CLIENTPORT]
-	local name=$1 role=$2 ck=$3 pp=$4 cp=${5:-}
+"$KVCTL" keygen "$T/cluster.key" >/dev/null
+# The pairs, in the order of a forward round.
+MODES=(on off mac enc)
+
+node() { # node NAME ROLE MODE PEERPORT [CLIENTPORT]
+	local name=$1 role=$2 mode=$3 pp=$4 cp=${5:-} ck=on
+	[ "$mode" = off ] && ck=off
 	{
 		printf '[node]\nname = %s\nrole = %s\n[model]\npath = %s\n' "$name" "$role" "$M"
 		printf '[kv]\npool_tokens = 65536\ndtype = f16\n[engine]\nthreads = 1\nmax_batch = 32\n'
 		printf '[transfer]\nchecksum = %s\n' "$ck"
+		[ "$mode" = enc ] && printf 'encrypt = on\n'
 		printf '[admin]\nsocket = %s/%s.sock\n[log]\nlevel = info\n' "$T" "$name"
 		if [ "$role" = prefill ]; then
 			printf '[listen]\npeer = 127.0.0.1:%s\n' "$pp"
 		else
-			printf '[listen]\nclient = 127.0.0.1:%s\n[peers]\nprefill = 127.0.0.1:%s\n' "$cp" "$pp"
+			printf '[listen]\nclient = 127.0.0.1:%s\n' "$cp"
 		fi
+		printf '[peers]\n'
+		[ "$role" = decode ] && printf 'prefill = 127.0.0.1:%s\n' "$pp"
+		case $mode in mac | enc) printf 'key_file = %s/cluster.key\n' "$T" ;; esac
 	} >"$T/$name.ini"
 	"$KVD" --config "$T/$name.ini" >"$T/$name.log" 2>&1 &
 	PIDS+=($!)
 }
 
-node p_on prefill on $((PORT + 1))
-node d_on decode on $((PORT + 1)) $((PORT + 2))
-node p_off prefill off $((PORT + 3))
-node d_off decode off $((PORT + 3)) $((PORT + 4))
-for _ in $(seq 1 200); do
-	grep -q "event=peer_up" "$T/d_on.log" 2>/dev/null &&
-		grep -q "event=peer_up" "$T/d_off.log" 2>/dev/null && break
-	sleep 0.05
+declare -A CPORT
+k=0
+for mode in "${MODES[@]}"; do
+	node "p_$mode" prefill "$mode" $((PORT + k + 1))
+	node "d_$mode" decode "$mode" $((PORT + k + 1)) $((PORT + k + 2))
+	CPORT[$mode]=$((PORT + k + 2))
+	k=$((k + 2))
 done
-if ! grep -q "event=peer_up" "$T/d_on.log" || ! grep -q "event=peer_up" "$T/d_off.log"; then
+up() {
+	local m
+	for m in "${MODES[@]}"; do
+		grep -q "event=peer_up" "$T/d_$m.log" 2>/dev/null || return 1
+	done
+}
+for _ in $(seq 1 200); do up && break; sleep 0.05; done
+if ! up; then
 	echo "bench_e2e: the pairs did not come up:" >&2
 	tail -5 "$T"/*.log >&2
 	exit 1
 fi
-declare -A CPORT=([on]=$((PORT + 2)) [off]=$((PORT + 4)))
 
 one() { # one PORT I: one request, JSON line out
 	local i=$2
@@ -118,9 +138,9 @@ for conc in 1 8 32; do
 	n=$((conc * 4))
 	[ $n -lt 16 ] && n=16
 	for r in $(seq 1 "$ROUNDS"); do
-		# ABBA order: neither mode always runs first (warm caches,
-		# a neighbour's burst) across rounds
-		if [ $((r % 2)) = 1 ]; then order="on off"; else order="off on"; fi
+		# forward, then reverse: over two rounds every mode sits
+		# at the same mean position (warm caches, a neighbour's burst)
+		if [ $((r % 2)) = 1 ]; then order="on off mac enc"; else order="enc mac off on"; fi
 		for mode in $order; do run "$mode" "$conc" "$n"; done
 	done
 done
@@ -128,6 +148,8 @@ done
 python3 - "$T" <<'EOF'
 import sys
 t = sys.argv[1]
+modes = ("on", "off", "mac", "enc")
+label = {"on": "checksum=on", "off": "checksum=off", "mac": "sealed", "enc": "encrypted"}
 def load(mode, conc):
     wall = toks = 0
     ttft = []
@@ -138,25 +160,41 @@ def load(mode, conc):
     ttft.sort()
     pct = lambda p: ttft[min(len(ttft) - 1, int(p * len(ttft)))] / 1000 if ttft else float("nan")
     return toks / wall if wall else 0, pct(0.5), pct(0.99), len(ttft)
-print("end-to-end (loopback, prefill+decode pair, 32 output tokens per request)")
-print(f"{'conc':>4} {'integrity':>9} {'tok/s':>9} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'requests':>8}")
-for conc in (1, 8, 32):
-    r = {m: load(m, conc) for m in ("on", "off")}
-    for m in ("on", "off"):
-        tps, p50, p99, n = r[m]
-        print(f"{conc:>4} {m:>9} {tps:>9.1f} {p50:>12.2f} {p99:>12.2f} {n:>8}")
-    on, off = r["on"], r["off"]
-    print(f"     checksum cost: throughput {100 * (off[0] - on[0]) / off[0]:+.2f}%  p99 ttft {100 * (on[2] - off[2]) / off[2]:+.2f}%")
-    # measured directly: the time both nodes spent checksumming and
-    # verifying batches (counters.checksum_ns) over the wall time of the
-    # checksum=on runs. Counting both nodes against one wall clock is an
-    # upper bound on the throughput and TTFT the checksum can cost.
+def measured(mode, conc):
+    # (wall s of the runs, ns both nodes spent in checksum_ns over them)
     wall = ns = 0.0
-    for line in open(f"{t}/ck.on.{conc}"):
+    for line in open(f"{t}/ck.{mode}.{conc}"):
         a, b, c = line.split()
         wall += float(b) - float(a); ns += int(c)
-    print(f"     checksum time measured in the nodes: {ns / 1e6:.2f} ms in {wall:.2f} s of runs = {100 * ns / 1e9 / wall:.3f}% (upper bound on its cost)")
-    per_req_ms = ns / 1e6 / on[3] if on[3] else float("nan")
-    print(f"     per request {per_req_ms * 1e3:.1f} us = {100 * per_req_ms / on[2]:.3f}% of p99 ttft (upper bound)")
+    return wall, ns
+def rel(x, base):
+    return 100 * (x - base) / base if base else float("nan")
+print("end-to-end (loopback, prefill+decode pair, 32 output tokens per request)")
+print("  vs xxh3: against the keyless checksum=on pair; sealed and encrypted pairs")
+print("  checksum too. in-node: counters.checksum_ns of both nodes (XXH3, and on")
+print("  keyed links seal + open) over the runs: an upper bound on what it costs.")
+print(f"{'conc':>4} {'mode':>12} {'tok/s':>9} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'reqs':>5}"
+      f" {'tok/s vs xxh3':>14} {'p99 vs xxh3':>12} {'in-node ms':>11} {'% wall':>7}"
+      f" {'us/req':>8} {'% p99':>7}")
+for conc in (1, 8, 32):
+    r = {m: load(m, conc) for m in modes}
+    for m in modes:
+        tps, p50, p99, n = r[m]
+        wall, ns = measured(m, conc)
+        per_req_us = ns / 1e3 / n if n else float("nan")
+        share_p99 = 100 * per_req_us / 1e3 / p99 if n and p99 else float("nan")
+        print(f"{conc:>4} {label[m]:>12} {tps:>9.1f} {p50:>12.2f} {p99:>12.2f} {n:>5}"
+              f" {rel(tps, r['on'][0]):>+13.2f}% {rel(p99, r['on'][2]):>+11.2f}%"
+              f" {ns / 1e6:>11.2f} {100 * ns / 1e9 / wall if wall else 0:>6.3f}%"
+              f" {per_req_us:>8.1f} {share_p99:>6.3f}%")
+    # what a keyed link adds per request over XXH3 alone, as the nodes
+    # measured it (both nodes: sender seal + receiver open)
+    _, on_ns = measured("on", conc)
+    base = on_ns / r["on"][3] if r["on"][3] else 0
+    for m in ("mac", "enc"):
+        _, ns = measured(m, conc)
+        per = ns / r[m][3] if r[m][3] else 0
+        print(f"     {label[m]}: {(per - base) / 1e3:+.1f} us per request in the nodes over xxh3"
+              f" = {100 * (per - base) / 1e6 / r[m][2]:.3f}% of its p99 ttft")
 EOF
 "$KVD_BUILD/tests/bench/bench_xfer" "${KVD_BENCH_XFER_MIB:-512}" "$ROUNDS"
