@@ -151,7 +151,8 @@ int peer_aead_open(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 	size_t ad = a->encrypt ? ad_n : n;
 
 	peer_nonce(a->seq, nonce);
-	/* libsodium verifies the tag before it writes any plaintext */
+	/* libsodium verifies the tag before it writes any plaintext; on a
+	 * mismatch it zeroes the output, here the ciphertext itself */
 	if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(
 		    buf + ad, NULL, buf + ad, n - ad, tag, buf, ad, nonce,
 		    a->key) != 0)

@@ -99,7 +99,10 @@ void peer_session_wipe(struct peer_session *ss);
 void peer_aead_seal(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		    uint8_t tag[PEER_AUTH_TAG_BYTES]);
 /* Open what peer_aead_seal made with the same counter: 0 (buf decrypted
- * in place, a->seq advanced) or PEER_AUTH_E_OPEN (nothing changed). */
+ * in place, a->seq advanced) or PEER_AUTH_E_OPEN: a->seq, the `ad` bytes
+ * and the tag unchanged; with a->encrypt the encrypted part [ad_n, n) is
+ * wiped to zeros (libsodium clears its output, so no unauthenticated
+ * plaintext ever shows), else nothing changed. */
 int peer_aead_open(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		   const uint8_t tag[PEER_AUTH_TAG_BYTES]);
 

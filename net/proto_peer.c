@@ -43,18 +43,21 @@ void proto_peer_msg_deinit(struct proto_peer_msg *m)
 
 /* ---- 32-byte values as hex strings ------------------------------------------ */
 
-/* A nonce, proof or token: exactly 64 hex digits. */
+/* A nonce, proof or token: exactly 64 hex digits. An optional one that
+ * is absent or nil is not there (*present false), as proto__get_* read
+ * every optional key. */
 static int get_hex(const msgpack_object *map, const char *key, bool required,
 		   uint8_t out[PROTO_PEER_NONCE_BYTES], bool *present,
 		   struct frame_error *err)
 {
 	char hex[2 * PROTO_PEER_NONCE_BYTES + 1] = "";
+	const msgpack_object *o = frame_map_get(map, key);
 	size_t n = 0;
 	int r;
 
 	if (present)
 		*present = false;
-	if (!frame_map_get(map, key) && !required)
+	if ((!o || o->type == MSGPACK_OBJECT_NIL) && !required)
 		return 0;
 	r = proto__get_str(map, key, required, hex, sizeof(hex), err);
 	if (r)

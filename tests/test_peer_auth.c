@@ -308,6 +308,45 @@ static void check_batches(bool enc)
 	xfer_batch_deinit(&b);
 }
 
+/* A refused open leaves the counter, the additional data and the tag as
+ * they were, and the encrypted part either untouched (authenticated only)
+ * or wiped (encrypted). fuzz_peer_auth found that an encrypted refusal
+ * zeroes the ciphertext in place although peer_auth.h said "nothing
+ * changed". */
+static void check_refusal(bool enc)
+{
+	struct peer_session d, p;
+	uint8_t buf[64 + 40], orig[sizeof(buf)], tag[PEER_AUTH_TAG_BYTES];
+	uint8_t zero[sizeof(buf)] = { 0 };
+
+	link_pair(&d, &p, enc);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i + 1);
+	peer_aead_seal(&p.data, buf, sizeof(buf), 64, tag);
+	buf[70] ^= 0x20;   /* forged */
+	memcpy(orig, buf, sizeof(buf));
+	ck_assert_int_eq(peer_aead_open(&d.data, buf, sizeof(buf), 64, tag),
+			 PEER_AUTH_E_OPEN);
+	ck_assert_uint_eq(d.data.seq, 0);
+	ck_assert_mem_eq(buf, orig, 64);
+	if (enc)
+		ck_assert_mem_eq(buf + 64, zero, sizeof(buf) - 64);
+	else
+		ck_assert_mem_eq(buf + 64, orig + 64, sizeof(buf) - 64);
+	/* the genuine image still opens at the same counter */
+	orig[70] ^= 0x20;
+	memcpy(buf, orig, sizeof(buf));
+	ck_assert_int_eq(peer_aead_open(&d.data, buf, sizeof(buf), 64, tag), 0);
+	ck_assert_uint_eq(d.data.seq, 1);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		ck_assert_uint_eq(buf[i], (uint8_t)(i + 1));
+}
+
+START_TEST(test_refusal_mac) { check_refusal(false); }
+END_TEST
+START_TEST(test_refusal_aead) { check_refusal(true); }
+END_TEST
+
 START_TEST(test_batches_mac) { check_batches(false); }
 END_TEST
 START_TEST(test_batches_aead) { check_batches(true); }
@@ -327,6 +366,8 @@ int main(void)
 	tcase_add_test(tc, test_frames_aead);
 	tcase_add_test(tc, test_batches_mac);
 	tcase_add_test(tc, test_batches_aead);
+	tcase_add_test(tc, test_refusal_mac);
+	tcase_add_test(tc, test_refusal_aead);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

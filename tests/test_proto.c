@@ -493,6 +493,70 @@ START_TEST(test_peer_rejects)
 }
 END_TEST
 
+/* hello.session is optional: absent or nil reads as no session; a value
+ * must be exactly 64 hex digits. fuzz_proto_peer found "session": nil
+ * refused ("must be 64 hex digits") while every other optional key takes
+ * nil as absent. */
+static int hello_with_session(const struct proto_peer_hello *h, int how,
+			      struct proto_peer_msg *o, struct frame_error *err)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_HELLO, .hello = *h };
+	struct frame_writer w;
+	msgpack_packer *pk;
+	msgpack_unpacked msg;
+	size_t len;
+	char *buf;
+	int r;
+
+	m.hello.has_session = false;
+	frame_writer_init(&w);
+	pk = frame_writer_packer(&w);
+	/* the 14 keys of a session-less hello, then "session" */
+	msgpack_pack_map(pk, 15);
+	{
+		struct frame_writer w2;
+
+		frame_writer_init(&w2);
+		proto_peer_pack(frame_writer_packer(&w2), &m);
+		/* drop w2's own one-byte fixmap header */
+		frame_writer_append(&w, w2.buf + FRAME_HEADER_BYTES + 1,
+				    w2.len - FRAME_HEADER_BYTES - 1);
+		frame_writer_deinit(&w2);
+	}
+	frame_pack_str(pk, "session");
+	if (how == 0)
+		msgpack_pack_nil(pk);
+	else if (how == 1)
+		frame_pack_str(pk, "77777777777777777777777777777777"
+				   "77777777777777777777777777777777");
+	else
+		frame_pack_str(pk, "7777");
+	ck_assert_int_eq(frame_writer_finish(&w, 1 << 16, &buf, &len), 0);
+	frame_writer_deinit(&w);
+	r = proto_peer_parse(decode(buf, len, &msg), o, err);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+	return r;
+}
+
+START_TEST(test_peer_session_optional)
+{
+	struct proto_peer_hello h;
+	struct proto_peer_msg o;
+	struct frame_error err;
+
+	hello_fill(&h);
+	ck_assert_int_eq(hello_with_session(&h, 0, &o, &err), 0);
+	ck_assert(!o.hello.has_session);
+	ck_assert_int_eq(hello_with_session(&h, 1, &o, &err), 0);
+	ck_assert(o.hello.has_session);
+	ck_assert_uint_eq(o.hello.session[0], 0x77);
+	ck_assert_uint_eq(o.hello.session[31], 0x77);
+	ck_assert_int_eq(hello_with_session(&h, 2, &o, &err), FRAME_E_RANGE);
+	ck_assert_str_eq(err.key, "session");
+}
+END_TEST
+
 /* Feed every truncation and many random corruptions of valid frames to
  * both decoders. */
 START_TEST(test_fuzz)
@@ -576,6 +640,7 @@ static Suite *proto_suite(void)
 	tcase_add_test(tc, test_events_roundtrip);
 	tcase_add_test(tc, test_peer_roundtrip);
 	tcase_add_test(tc, test_peer_rejects);
+	tcase_add_test(tc, test_peer_session_optional);
 	tcase_add_test(tc, test_fuzz);
 	suite_add_tcase(s, tc);
 	return s;

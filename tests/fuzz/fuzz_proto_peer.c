@@ -11,7 +11,14 @@
  *     at most PROTO_PEER_PAGES_MAX pages, max_tokens in range, top_p in
  *     (0, 1] as a float; strings terminated; a hello matches itself;
  *   - pack -> parse -> pack is a fixed point (the table's reader and
- *     writer agree), and the frame fits PROTO_PEER_FRAME_MAX.
+ *     writer agree), and the frame fits PROTO_PEER_FRAME_MAX;
+ *   - 32-byte values (data.token, auth_hello/auth_challenge.nonce,
+ *     auth_proof.proof, hello.session) are accepted exactly when the map
+ *     holds a string of exactly 64 hex digits (either case), and the
+ *     value is what those digits say; a refusal naming such a key never
+ *     comes with 64 hex digits there; hello.session is optional (absent
+ *     or nil: has_session false); refused.reason is the map's string,
+ *     shorter than its buffer; auth_hello.version is the map's.
  */
 #include <errno.h>
 #include <string.h>
@@ -28,6 +35,111 @@ static void pack_into(struct fuzz_bytes *b, const struct proto_peer_msg *m)
 	b->n = 0;
 	msgpack_packer_init(&pk, b, fuzz_bytes_write);
 	proto_peer_pack(&pk, m);
+}
+
+/* The 32-byte field a message type carries as hex, or NULL. */
+static const char *hex_key(enum proto_peer_type t)
+{
+	switch (t) {
+	case PEER_MSG_DATA: return "token";
+	case PEER_MSG_AUTH_HELLO:
+	case PEER_MSG_AUTH_CHALLENGE: return "nonce";
+	case PEER_MSG_AUTH_PROOF: return "proof";
+	case PEER_MSG_HELLO: return "session";
+	default: return NULL;
+	}
+}
+
+static const uint8_t *hex_val(const struct proto_peer_msg *m)
+{
+	switch (m->type) {
+	case PEER_MSG_DATA: return m->token;
+	case PEER_MSG_AUTH_HELLO:
+	case PEER_MSG_AUTH_CHALLENGE: return m->nonce;
+	case PEER_MSG_AUTH_PROOF: return m->proof;
+	case PEER_MSG_HELLO: return m->hello.session;
+	default: return NULL;
+	}
+}
+
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* o is a string of exactly 64 hex digits: decode it into v. */
+static bool hex64(const msgpack_object *o, uint8_t v[PROTO_PEER_NONCE_BYTES])
+{
+	if (!o || o->type != MSGPACK_OBJECT_STR ||
+	    o->via.str.size != 2 * PROTO_PEER_NONCE_BYTES)
+		return false;
+	for (int i = 0; i < PROTO_PEER_NONCE_BYTES; i++) {
+		int hi = hex_digit(o->via.str.ptr[2 * i]);
+		int lo = hex_digit(o->via.str.ptr[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return false;
+		v[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return true;
+}
+
+/* The parse of `map` against the map itself (the fields the auth
+ * messages added). */
+static void check_raw(const msgpack_object *map, const struct proto_peer_msg *m,
+		      int r, const struct frame_error *err)
+{
+	const char *key = hex_key(m->type);
+	const msgpack_object *o = key ? frame_map_get(map, key) : NULL;
+	uint8_t v[PROTO_PEER_NONCE_BYTES];
+
+	if (r) {
+		/* a refusal at a hex key: what is there is not 64 digits */
+		if (key && r > 0 && !strcmp(err->key, key)) {
+			FUZZ_CHECK(!hex64(o, v), "'%s' refused with 64 hex "
+				   "digits: %s", key, err->msg);
+			/* optional and nil: absent, like every optional key */
+			FUZZ_CHECK(m->type != PEER_MSG_HELLO || !o ||
+				   o->type != MSGPACK_OBJECT_NIL,
+				   "hello with \"session\": nil refused: %s",
+				   err->msg);
+		}
+		return;
+	}
+	if (m->type == PEER_MSG_HELLO) {
+		bool absent = !o || o->type == MSGPACK_OBJECT_NIL;
+
+		FUZZ_CHECK(m->hello.has_session == !absent,
+			   "has_session %d with session %s", m->hello.has_session,
+			   absent ? "absent" : "present");
+		if (absent)
+			return;
+	}
+	if (key) {
+		FUZZ_CHECK(hex64(o, v), "'%s' accepted without 64 hex digits", key);
+		FUZZ_CHECK(!memcmp(v, hex_val(m), sizeof(v)),
+			   "'%s' decoded to another value", key);
+	}
+	if (m->type == PEER_MSG_REFUSED) {
+		o = frame_map_get(map, "reason");
+		FUZZ_CHECK(o && o->type == MSGPACK_OBJECT_STR &&
+			   o->via.str.size < sizeof(m->reason) &&
+			   strlen(m->reason) == o->via.str.size &&
+			   !memcmp(m->reason, o->via.str.ptr, o->via.str.size),
+			   "reason is not the map's string");
+	}
+	if (m->type == PEER_MSG_AUTH_HELLO) {
+		uint64_t u;
+
+		FUZZ_CHECK(frame_obj_u64(frame_map_get(map, "version"), &u) == 0 &&
+			   u == m->version, "auth_hello version");
+	}
 }
 
 static int parse_payload(const uint8_t *data, size_t size,
@@ -49,8 +161,10 @@ static int parse_payload(const uint8_t *data, size_t size,
 	msgpack_unpacked_init(&msg);
 	r = frame_decode(fr, size + 4, PROTO_PEER_FRAME_MAX, &msg, &map);
 	*framed = r == 0;
-	if (r == 0)
+	if (r == 0) {
 		r = proto_peer_parse(map, m, err);
+		check_raw(map, m, r, err);
+	}
 	msgpack_unpacked_destroy(&msg);
 	free(fr);
 	return r;
@@ -95,6 +209,11 @@ static void check_msg(const struct proto_peer_msg *m)
 		FUZZ_CHECK(!m->tokens && !m->pages, "arrays on a %s",
 			   proto_peer_type_name(m->type));
 	}
+	if (m->type == PEER_MSG_REFUSED)
+		FUZZ_CHECK(memchr(m->reason, 0, sizeof(m->reason)),
+			   "reason not terminated");
+	if (m->type == PEER_MSG_AUTH_HELLO)
+		FUZZ_CHECK(m->version <= UINT32_MAX, "version");
 	if (m->type == PEER_MSG_PREFILL_REJECT || m->type == PEER_MSG_ABORT)
 		FUZZ_CHECK(m->code > 0 && m->code < PROTO_ERR__N, "code %d",
 			   m->code);
@@ -204,5 +323,60 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	frame_pack_kv_double(&pk, "top_p", 1e-300);
 	frame_pack_kv_u64(&pk, "seed", 0);
 	emit(ctx, b.p, b.n);
+
+	/* a hello without a session (keyed links derive the token) */
+	{
+		struct proto_peer_msg m = { .type = PEER_MSG_HELLO };
+
+		m.hello = (struct proto_peer_hello){
+			.version = PROTO_PEER_VERSION, .role = "decode",
+			.node = "d0", .kv_dtype = "f16", .page_tokens = 16,
+			.n_layer = 2, .kv_dim = 128, .page_bytes = 16384,
+			.pool_tokens = 65536, .context = 2048,
+			.max_batch_bytes = 1 << 20, .checksum = false,
+		};
+		memset(m.hello.model_sha256, 'c', 64);
+		pack_into(&b, &m);
+		emit(ctx, b.p, b.n);
+		/* the same with "session": nil (absent, as for every optional
+		 * field) */
+		FUZZ_CHECK(b.p[0] == 0x8e, "hello is not a 14-key fixmap");
+		b.p[0] = 0x8f;              /* 15 keys: append one */
+		frame_pack_str(&pk, "session");
+		msgpack_pack_nil(&pk);
+		emit(ctx, b.p, b.n);
+	}
+	/* 32-byte values in upper case, and one digit short or long */
+	static const char *const hexes[] = {
+		"00112233445566778899AABBCCDDEEFF00112233445566778899aabbccddeeff",
+		"00112233445566778899aabbccddeeff00112233445566778899aabbccddeef",
+		"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff0",
+		"00112233445566778899aabbccddeeff00112233445566778899aabbccddeefg",
+	};
+	for (size_t i = 0; i < sizeof(hexes) / sizeof(hexes[0]); i++) {
+		b.n = 0;
+		msgpack_pack_map(&pk, 3);
+		frame_pack_kv_str(&pk, "type", "auth_hello");
+		frame_pack_kv_u64(&pk, "version", PROTO_PEER_VERSION);
+		frame_pack_kv_str(&pk, "nonce", hexes[i]);
+		emit(ctx, b.p, b.n);
+		b.n = 0;
+		msgpack_pack_map(&pk, 2);
+		frame_pack_kv_str(&pk, "type", "data");
+		frame_pack_kv_str(&pk, "token", hexes[i]);
+		emit(ctx, b.p, b.n);
+	}
+	/* refused: the longest reason that fits, and one byte more */
+	for (int n = 31; n <= 32; n++) {
+		char reason[40];
+
+		memset(reason, 'r', sizeof(reason));
+		reason[n] = 0;
+		b.n = 0;
+		msgpack_pack_map(&pk, 2);
+		frame_pack_kv_str(&pk, "type", "refused");
+		frame_pack_kv_str(&pk, "reason", reason);
+		emit(ctx, b.p, b.n);
+	}
 	free(b.p);
 }

@@ -81,7 +81,11 @@ static void check_rebuild(const uint8_t *b, size_t len, const struct xfer_hdr *h
 		FUZZ_CHECK(r == 0, "builder full at %u of %u", i, h->n_entries);
 		memcpy(slot, xfer_batch_page(b, h, i), g->page_bytes);
 	}
-	size_t l2 = xfer_batch_seal(&x, h->flags & XFER_FLAG_CHECKSUM);
+	/* a sealed batch's plaintext (what an opener leaves) verifies too:
+	 * rebuild it with the same sealing flags */
+	size_t l2 = xfer_batch_seal_flags(&x, h->flags & XFER_FLAG_CHECKSUM,
+					  h->flags & (XFER_FLAG_SEALED |
+						      XFER_FLAG_ENCRYPTED));
 
 	FUZZ_CHECK(l2 == len, "rebuilt %zu bytes, was %zu", l2, len);
 	r = xfer_batch_verify(x.buf, l2, g->page_bytes, g->max_batch_bytes,
