@@ -51,6 +51,7 @@ static unsigned peer_lost_code(struct peer *p, const char *why, int code,
 static void peer_figures_update(struct serve *s);
 static void decode_try_complete(struct serve_req *r);
 static void peer_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+static void peer_data_bound(struct peer *p);
 static void peer_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
 /* Every control frame to a prefill peer: sealed once the link proved,
@@ -687,6 +688,9 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 	case PEER_MSG_HEARTBEAT:
 		p->load = m->load;
 		return;
+	case PEER_MSG_DATA_BOUND:
+		peer_data_bound(p);
+		return;
 	case PEER_MSG_PREFILL_REJECT:
 		r = decode_req_of(p, m->id);
 		if (r && r->state == SRS_ABORTING) {
@@ -819,6 +823,13 @@ static void peer_data_connected(uv_connect_t *req, int status)
 		peer_lost(p, "data connection setup failed");
 		return;
 	}
+	/* up once prefill says it bound the data connection (data_bound) */
+}
+
+static void peer_data_bound(struct peer *p)
+{
+	if (p->up || !p->data)
+		return;
 	p->up = true;
 	p->last_heard_ns = kvd_now_ns();
 	KVLOG_INFO(p->s->log, "peer_up",
@@ -1130,7 +1141,7 @@ static void peer_connect(struct peer *p)
 	uv_tcp_nodelay(&p->ctl, 1);
 	frame_decoder_init(&p->dec, SERVE_PEER_FRAME_MAX);
 	p->conn_req.data = p;
-	p->last_heard_ns = kvd_now_ns();
+	p->last_heard_ns = p->t_connect_ns = kvd_now_ns();
 	rc = uv_tcp_connect(&p->conn_req, &p->ctl, (struct sockaddr *)&ss,
 			    peer_connected);
 	if (rc)
@@ -1167,7 +1178,7 @@ void serve__decode_heartbeat(struct serve *s)
 
 		if (!p->ctl_open || p->closing || peer_write_check(p, now))
 			continue;
-		if (!p->up && now - p->last_heard_ns >
+		if (!p->up && now - p->t_connect_ns >
 			      (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull) {
 			peer_lost(p, "connect timeout");
 			continue;

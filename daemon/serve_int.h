@@ -223,13 +223,14 @@ struct peer {
 	uv_connect_t data_req;
 	struct frame_decoder dec;
 	struct transport *data;          /* receiver */
-	bool up;                         /* handshake and data conn complete */
+	bool up;                         /* handshake done, data conn bound (data_bound) */
 	bool hello_seen;
 	struct proto_peer_hello hello;   /* the peer's */
 	uint64_t max_batch_bytes;        /* negotiated */
 	uint32_t load;                   /* last heartbeat */
 	uint32_t outstanding;            /* our requests on this peer */
 	uint64_t last_heard_ns;
+	uint64_t t_connect_ns;           /* the handshake deadline counts from here */
 	/* authentication (net/peer_auth.h): keyed links prove the cluster
 	 * key before anything else; every later control frame and batch is
 	 * sealed with the session's keys */

@@ -923,6 +923,9 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 	uv_tcp_nodelay((uv_tcp_t *)transport_tcp_stream(pc->data), 1);
 	tmp->is_data = true;
 	pconn_lost(tmp, NULL);
+	/* decode sends no request before this: a request that overtook the
+	 * data connection would find nothing to send its KV on */
+	(void)pconn_send(pc, &(struct proto_peer_msg){ .type = PEER_MSG_DATA_BOUND });
 	KVLOG_INFO(s->log, "peer_up", "peer=%s peer_node=%s max_batch_bytes=%llu checksum=%s authenticated=%s encrypt=%s transport=tcp",
 		   KVLOG_Q(pc->addr),
 		   KVLOG_Q(pc->hello.node),

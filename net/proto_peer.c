@@ -448,6 +448,7 @@ static const struct peer_msg_desc peer_msgs[PEER_MSG__N] = {
 	[PEER_MSG_AUTH_PROOF] = { "auth_proof", false, read_auth_proof,
 				  write_auth_proof, 2 },
 	[PEER_MSG_REFUSED] = { "refused", false, read_refused, write_refused, 2 },
+	[PEER_MSG_DATA_BOUND] = { "data_bound", false, read_none, write_none, 1 },
 };
 
 const char *proto_peer_type_name(enum proto_peer_type t)

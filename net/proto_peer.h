@@ -38,6 +38,7 @@ enum proto_peer_type {
 	PEER_MSG_AUTH_CHALLENGE,  /* p -> d: nonce */
 	PEER_MSG_AUTH_PROOF,      /* both: proof over both nonces */
 	PEER_MSG_REFUSED,         /* either: a bare refusal, then close */
+	PEER_MSG_DATA_BOUND,      /* p -> d: the data connection is bound */
 	PEER_MSG__N,
 };
 

@@ -274,10 +274,13 @@ static int attack_peer_connect(struct attack_conn *c, const char *hostport)
 	c->data = tcp_connect(hostport);
 	if (c->data < 0 || send_on(NULL, c->data, &data))
 		return -1;
-	/* prefill binds the data connection when it reads it, on its own
-	 * socket: give it that moment before the first request */
-	usleep(200 * 1000);
-	return 0;
+	/* no request before prefill says the data connection is bound */
+	do {
+		if (recv_msg(c->ctl, &c->dec, &m, 5000))
+			return -1;
+		proto_peer_msg_deinit(&m);
+	} while (m.type == PEER_MSG_HEARTBEAT);
+	return m.type == PEER_MSG_DATA_BOUND ? 0 : -1;
 }
 
 static void attack_close(struct attack_conn *c)

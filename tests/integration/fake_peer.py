@@ -349,9 +349,13 @@ class FakeDecode:
         return reply
 
     def open_data(self):
-        """The data connection, bound by the token (prefill's, keyless)."""
+        """The data connection, bound by the token (prefill's, keyless);
+        prefill confirms with data_bound before any request may follow."""
         self.data = socket.create_connection(self.addr, timeout=self.timeout)
         send_frame(self.data, {"type": "data", "token": self.session})
+        m = self.next_msg()
+        if m.get("type") != "data_bound":
+            raise ValueError("expected data_bound, got %r" % (m,))
 
     def prefill_request(self, rid, tokens, pages, max_tokens=1):
         self.send({"type": "prefill_request", "id": rid,
