@@ -45,6 +45,18 @@ static void client_doom(struct client_conn *c, const char *reason)
 	wbound_read_stop(&c->wb);
 }
 
+/* A write that failed later, in its callback (the client is gone: its
+ * socket answered with a reset) dooms the connection too - so a killed
+ * client is noticed at its first failed answer, not only at EOF, which
+ * looks the same as a half-close. */
+static void client_written(struct wbound *wb, int status)
+{
+	struct client_conn *c = kvd_container_of(wb, struct client_conn, wb);
+
+	if (status < 0)
+		client_doom(c, "write_failed");
+}
+
 static void client_write(struct client_conn *c, char *data, size_t len)
 {
 	int rc;
@@ -704,6 +716,7 @@ static void client_accept(uv_stream_t *server, int status)
 	c->t_rx_ns = c->t_frame_ns = kvd_now_ns();
 	frame_decoder_init(&c->dec, PROTO_CLIENT_FRAME_MAX);
 	wbound_init(&c->wb, &c->h.stream, &lim, client_alloc, client_read);
+	wbound_on_write(&c->wb, client_written);
 	c->next = s->clients;
 	if (s->clients)
 		s->clients->prev = c;

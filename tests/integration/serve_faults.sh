@@ -147,11 +147,17 @@ check "kvctl abort: zero pages held afterwards on prefill" settle pf
 cpid=$!
 PIDS+=($cpid)
 sleep 0.5
+id=$(grep -o 'event=prefill_sent id=[0-9]*' "$T/df.log" | tail -1 | sed 's/.*id=//' || true)
 kill -KILL $cpid 2>/dev/null || true
 wait $cpid 2>/dev/null || true
-check "client gone: decode logged it" wait_log "$T/df.log" "event=client_gone" 5
-id=$(grep -o 'event=client_gone id=[0-9]*' "$T/df.log" | tail -1 | sed 's/.*id=//' || true)
+# A killed client's FIN looks like a half-close (whose answers kvd still
+# writes, net/PROTOCOL.md s. 1): decode learns the client is gone when a
+# write fails (client_gone), or writes the few answers of this small
+# model into the dead socket first (request_done) - either way after the
+# transfer, which is never cut in half, and the request ends.
 check "client gone: the transfer still completed (not cut in half)" wait_log "$T/df.log" "event=transfer_done id=$id " 10
+check "client gone: the request ended" \
+	wait_log "$T/df.log" "event=\\(client_gone\\|request_done\\) id=$id " 10
 check "client gone: prefill released after decode's release_ack" settle pf
 after client_gone
 
