@@ -125,8 +125,9 @@ expect "capacity verdict" ok "$(kvctl --json capacity | json verdict)"
 
 if [ "$FAULT" = 1 ]; then
 # ---- drain under load ---------------------------------------------------------------
-# 10 requests x 3 pages, released at 2.5 s, fenced for the first 1.2 s.
-kvctl --json fault load --count 10 --tokens 48 --hold-ms 2500 --fence-ms 1200 >"$T/load"
+# 10 requests x 3 pages, released at 6 s (room for slow kvctl calls on a
+# loaded machine), fenced for the first 1.2 s.
+kvctl --json fault load --count 10 --tokens 48 --hold-ms 6000 --fence-ms 1200 >"$T/load"
 expect "load admitted" 10 "$(json admitted <"$T/load")"
 expect "pages in use" 30 "$(st pool.ready)"
 expect "drain --no-wait" draining "$(kvctl --json drain --no-wait | json state)"
@@ -162,7 +163,7 @@ expect "retiring after shrink" 0 "$(st pool.retiring)"
 expect "fences after shrink" 0 "$(st pool.fences)"
 
 # ---- grow under load -------------------------------------------------------------------
-kvctl fault load --count 4 --tokens 64 --hold-ms 1500 >/dev/null
+kvctl fault load --count 4 --tokens 64 --hold-ms 5000 >/dev/null
 expect "in use before grow" 16 "$(st pool.ready)"
 expect "grow under load" 0 "$(rc kvctl --json pool resize --tokens 2048)"
 expect "grow: pages after" 128 "$(json pages_after <"$T/out")"

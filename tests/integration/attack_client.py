@@ -26,57 +26,7 @@ import struct
 import sys
 import time
 
-
-def pack(o):
-    if isinstance(o, bool):
-        return b"\xc3" if o else b"\xc2"
-    if isinstance(o, int):
-        return bytes([o]) if 0 <= o < 128 else b"\xcf" + struct.pack(">Q", o)
-    if isinstance(o, float):
-        return b"\xcb" + struct.pack(">d", o)
-    if isinstance(o, str):
-        b = o.encode()
-        return (bytes([0xa0 | len(b)]) if len(b) < 32
-                else b"\xda" + struct.pack(">H", len(b))) + b
-    if isinstance(o, dict):
-        return bytes([0x80 | len(o)]) + b"".join(pack(k) + pack(v)
-                                                 for k, v in o.items())
-    raise TypeError(o)
-
-
-def unpack(b, i=0):
-    t = b[i]
-    if t <= 0x7f:
-        return t, i + 1
-    if 0x80 <= t <= 0x8f or t == 0xde:
-        if t == 0xde:
-            n, i = struct.unpack(">H", b[i + 1:i + 3])[0], i + 3
-        else:
-            n, i = t & 0x0f, i + 1
-        d = {}
-        for _ in range(n):
-            k, i = unpack(b, i)
-            v, i = unpack(b, i)
-            d[k] = v
-        return d, i
-    if 0xa0 <= t <= 0xbf or t in (0xd9, 0xda):
-        w = 0 if t <= 0xbf else {0xd9: 1, 0xda: 2}[t]
-        n = t & 0x1f if w == 0 else int.from_bytes(b[i + 1:i + 1 + w], "big")
-        s = b[i + 1 + w:i + 1 + w + n]
-        return s.decode("utf-8", "replace"), i + 1 + w + n
-    if t in (0xcc, 0xcd, 0xce, 0xcf):
-        w = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}[t]
-        return int.from_bytes(b[i + 1:i + 1 + w], "big"), i + 1 + w
-    if t in (0xc2, 0xc3):
-        return t == 0xc3, i + 1
-    if t == 0xcb:
-        return struct.unpack(">d", b[i + 1:i + 9])[0], i + 9
-    raise ValueError("type 0x%02x" % t)
-
-
-def frame(obj):
-    p = pack(obj) if not isinstance(obj, bytes) else obj
-    return struct.pack(">I", len(p)) + p
+from mpk import frame, pack, unpack
 
 
 def request(rid, max_tokens, long=False):
