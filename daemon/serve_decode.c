@@ -199,6 +199,7 @@ static void decode_fail(struct serve_req *r, int code, bool with_abort,
 		/* release now; fenced pages stay out of the free list */
 		(void)kvpool_release(s->d->pool, r->reg.id, r->table, r->n_table);
 		r->state = SRS_ABORTING;
+		r->t_abort_ns = kvd_now_ns();
 		KVLOG_INFO(s->log, "transfer_abort",
 			   "id=%llu peer=%s code=%s pages=%u fenced=%u",
 			   (unsigned long long)r->reg.id, KVLOG_Q(p->addr),
@@ -217,6 +218,12 @@ static void decode_abort_done(struct serve_req *r)
 {
 	struct serve *s = r->s;
 
+	/* how long the pages stayed fenced: the abort handshake's wait,
+	 * measured (tests check it against a delayed ack) */
+	if (r->t_abort_ns)
+		KVLOG_INFO(s->log, "abort_done", "id=%llu fenced_ms=%llu",
+			   (unsigned long long)r->reg.id,
+			   (unsigned long long)((kvd_now_ns() - r->t_abort_ns) / 1000000u));
 	serve__timer_stop(r);
 	if (r->fenced)
 		(void)kvpool_unfence(s->d->pool, r->reg.id, r->table, r->n_prefix);

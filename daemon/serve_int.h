@@ -141,6 +141,7 @@ struct serve_req {
 	uint32_t n_prefix;               /* pages the transfer fills */
 	bool fenced;
 	bool pages_held;
+	uint64_t t_abort_ns;             /* abort sent; pages fenced since */
 	uint8_t *got;                    /* (n_prefix) pages written */
 	uint32_t n_got;
 	uint32_t batches_got;

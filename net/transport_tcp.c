@@ -32,6 +32,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#define TCP_SPARE_BATCHES 2
+
 struct tcp_transport {
 	struct transport base;
 	uv_tcp_t tcp;
@@ -42,6 +44,11 @@ struct tcp_transport {
 	bool closed_reported;
 	bool dead;                 /* cut by a fault: refuse further sends */
 	uint32_t pending;          /* sends whose callback has not fired */
+	/* copy path: batch buffers sized for the negotiated bound, kept for
+	 * reuse - a fresh multi-MB allocation per batch page-faults on every
+	 * fill and cost more than sealing it */
+	struct { uint8_t *buf; size_t cap; } spare[TCP_SPARE_BATCHES];
+	unsigned n_spare;
 	void (*closed_cb)(struct transport *t);
 	uv_shutdown_t shutdown_req;
 	char rbuf[65536];          /* (65536) bytes: socket read buffer */
@@ -51,6 +58,7 @@ struct tcp_send {
 	uv_write_t req;
 	struct tcp_transport *tt;
 	struct xfer_batch batch;   /* copy path: owns the wire image */
+	size_t buf_cap;            /* copy path: bytes of batch.buf */
 	uint8_t *head;             /* zero-copy path: (64 + 24 n + 64 n) bytes:
 				    * header, entries, then each page's tag */
 	uv_buf_t *bufs;            /* zero-copy path: (1 + 2 n) pieces */
@@ -96,7 +104,29 @@ static void tcp_write_cb(uv_write_t *req, int status)
 			tt->dead = true;
 		status = -ECONNRESET;
 	}
-	xfer_batch_deinit(&s->batch);
+	{
+		uint8_t *buf = xfer_batch_take_buf(&s->batch);
+
+		unsigned k = tt->n_spare;
+
+		/* keep the largest buffers: a short last batch must not
+		 * crowd out the full-size ones */
+		if (k == TCP_SPARE_BATCHES)
+			for (unsigned i = k = 0; i < TCP_SPARE_BATCHES; i++)
+				if (tt->spare[i].cap < tt->spare[k].cap)
+					k = i;
+		if (!buf || tt->closing ||
+		    (k < tt->n_spare && tt->spare[k].cap >= s->buf_cap)) {
+			free(buf);
+		} else {
+			if (k < tt->n_spare)
+				free(tt->spare[k].buf);
+			else
+				tt->n_spare++;
+			tt->spare[k].buf = buf;
+			tt->spare[k].cap = s->buf_cap;
+		}
+	}
 	free(s->head);
 	free(s->bufs);
 	free(s);
@@ -201,6 +231,26 @@ static bool tcp_zero_copy(const struct transport_cfg *c)
 	       !kvd_fault_armed(c->fault, KVD_FAULT_BAD_TAG);
 }
 
+/* A kept batch buffer large enough for n pages, or NULL (then the batch
+ * allocates its own, exactly sized). *cap: the buffer's size. */
+static uint8_t *tcp_spare_take(struct tcp_transport *tt, uint32_t n, size_t *cap)
+{
+	const struct transport_cfg *c = &tt->base.cfg;
+	size_t want = xfer_batch_bytes(n, c->page_bytes) + XFER_TRAILER_BYTES;
+
+	*cap = (want + 63) & ~(size_t)63;   /* what xfer_batch allocates */
+	for (unsigned i = 0; i < tt->n_spare; i++) {
+		if (tt->spare[i].cap >= want) {
+			uint8_t *buf = tt->spare[i].buf;
+
+			*cap = tt->spare[i].cap;
+			tt->spare[i] = tt->spare[--tt->n_spare];
+			return buf;
+		}
+	}
+	return NULL;
+}
+
 static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 		    const struct transport_page *pages, uint32_t n,
 		    transport_sent_cb cb, void *arg)
@@ -233,8 +283,9 @@ static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 		tt->pending++;
 		return 0;
 	}
-	r = xfer_batch_init(&s->batch, c->page_bytes,
-			    xfer_batch_bytes(n, c->page_bytes));
+	r = xfer_batch_init_reuse(&s->batch, c->page_bytes,
+				  xfer_batch_bytes(n, c->page_bytes),
+				  tcp_spare_take(tt, n, &s->buf_cap));
 	if (r) {
 		free(s);
 		return r > 0 ? -ENOMEM : r;
@@ -456,6 +507,8 @@ static void tcp_free(struct transport *t)
 		return;
 	tt = to_tcp(t);
 	xfer_reader_deinit(&tt->reader);
+	while (tt->n_spare)
+		free(tt->spare[--tt->n_spare].buf);
 	free(tt);
 }
 

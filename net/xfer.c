@@ -100,16 +100,33 @@ static uint64_t batch_checksum(const uint8_t *buf, size_t len)
 int xfer_batch_init(struct xfer_batch *b, uint64_t page_bytes,
 		    uint64_t max_batch_bytes)
 {
+	return xfer_batch_init_reuse(b, page_bytes, max_batch_bytes, NULL);
+}
+
+int xfer_batch_init_reuse(struct xfer_batch *b, uint64_t page_bytes,
+			  uint64_t max_batch_bytes, uint8_t *buf)
+{
 	memset(b, 0, sizeof(*b));
 	b->n_max = xfer_batch_pages_max(max_batch_bytes, page_bytes);
-	if (!b->n_max)
+	if (!b->n_max) {
+		free(buf);
 		return XFER_E_BOUND;
+	}
 	b->page_bytes = page_bytes;
-	b->buf = aligned_alloc(64, (xfer_batch_bytes(b->n_max, page_bytes) +
-				    XFER_TRAILER_BYTES + 63) & ~63ull);
+	b->buf = buf ? buf : aligned_alloc(64, (xfer_batch_bytes(b->n_max, page_bytes) +
+						XFER_TRAILER_BYTES + 63) & ~63ull);
 	if (!b->buf)
 		return -ENOMEM;
 	return 0;
+}
+
+uint8_t *xfer_batch_take_buf(struct xfer_batch *b)
+{
+	uint8_t *buf = b->buf;
+
+	b->buf = NULL;
+	xfer_batch_deinit(b);
+	return buf;
 }
 
 void xfer_batch_deinit(struct xfer_batch *b)

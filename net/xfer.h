@@ -94,6 +94,14 @@ struct xfer_batch {
 int xfer_batch_init(struct xfer_batch *b, uint64_t page_bytes,
 		    uint64_t max_batch_bytes);
 void xfer_batch_deinit(struct xfer_batch *b);
+/* Same as init, reusing `buf` when not NULL: a buffer handed out by
+ * xfer_batch_take_buf() of a batch initialised with the same page_bytes
+ * and max_batch_bytes (senders keep a few to avoid a large allocation
+ * per batch). */
+int xfer_batch_init_reuse(struct xfer_batch *b, uint64_t page_bytes,
+			  uint64_t max_batch_bytes, uint8_t *buf);
+/* Hand the buffer over (the caller frees it, or reuses it) and deinit. */
+uint8_t *xfer_batch_take_buf(struct xfer_batch *b);
 void xfer_batch_reset(struct xfer_batch *b, uint64_t request_id, uint32_t seq);
 /* Append an entry; *slot receives the page's payload slot (page_bytes) to
  * fill. XFER_E_FULL when the batch holds n_max pages. */
