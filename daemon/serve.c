@@ -236,7 +236,7 @@ static void serve_req_free_cb(uv_handle_t *h)
 	serve_job_free(r->free_job);
 	free(r->prompt);
 	free(r->table);
-	free(r->got);
+	free(r->rx.got);
 	free(r->dst);
 	free(r->src);
 	free(r);

@@ -10,10 +10,12 @@
  *   2. every batch passes its XXH3 checksum (net/xfer.c), then every entry
  *      must name a page of *this* request's prefix, in the generation we
  *      reserved it in, not yet written, with the token count that page
- *      must hold - else INTEGRITY and nothing of the batch is written;
+ *      must hold, with finite K/V - else INTEGRITY and nothing of the
+ *      batch is written (xfer_check_batch, net/xfer_check.h);
  *   3. coverage (invariant 6): prefill_done must report exactly the prompt
- *      tokens and prefix pages we asked for, every batch it announced must
- *      have arrived and every prefix page must have been written once;
+ *      tokens and prefix pages we asked for, exactly the batches it
+ *      announced must have arrived and every prefix page must have been
+ *      written once (xfer_check_coverage);
  *      then kvpool_mark_ready checks each page's tag in page memory
  *      (owner, generation, page, index, tokens). A short transfer fails
  *      here and is never decoded;
@@ -368,8 +370,8 @@ void serve__decode_admit(struct serve_req *r)
 	r->n_table = kvpool_pages_for(pool, need - 1);
 	r->n_prefix = kvpool_pages_for(pool, r->n_prompt);
 	r->table = calloc(r->n_table, sizeof(*r->table));
-	r->got = calloc(r->n_prefix, 1);
-	if (!r->table || !r->got) {
+	r->rx.got = calloc(r->n_prefix, 1);
+	if (!r->table || !r->rx.got) {
 		serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
 		serve__req_end(r, false);
 		return;
@@ -419,88 +421,17 @@ static struct serve_req *decode_req_of(struct peer *p, uint64_t id)
 	return r;
 }
 
-/* got[] marks: a page written by an earlier batch, or named by an
- * earlier entry of the batch being checked. */
-#define GOT_WRITTEN 1
-#define GOT_IN_BATCH 2
-
-/* One entry of a batch: a page of this request's prefix, in the
- * generation we reserved it in, named once, holding the right count. */
-static int decode_check_entry(struct serve_req *r, const struct xfer_hdr *h,
-			      const uint8_t *batch, uint32_t i, uint32_t pt,
-			      char *why, size_t why_size)
+/* The request's reservation as net/xfer_check.h sees it: every entry of
+ * a batch is checked against it, and the K/V it carries for finiteness
+ * in the pool's page layout. */
+static void decode_rx_req(const struct serve_req *r, struct xfer_check_req *q)
 {
-	struct xfer_entry e;
-	uint32_t want;
+	const struct kvpool_geom *g = kvpool_geom(r->s->d->pool);
 
-	xfer_batch_entry(batch, i, &e);
-	if (e.index >= r->n_prefix) {
-		snprintf(why, why_size, "batch %u names page index %u beyond the %u prefix pages",
-			 h->seq, e.index, r->n_prefix);
-		return 1;
-	}
-	if (e.dst_page != r->table[e.index].page ||
-	    e.dst_gen != r->table[e.index].gen) {
-		snprintf(why, why_size, "batch %u names page %u gen %llu, not the request's page %u gen %llu",
-			 h->seq, e.dst_page, (unsigned long long)e.dst_gen,
-			 r->table[e.index].page,
-			 (unsigned long long)r->table[e.index].gen);
-		return 1;
-	}
-	if (r->got[e.index]) {
-		snprintf(why, why_size, "batch %u writes page index %u twice%s",
-			 h->seq, e.index,
-			 r->got[e.index] == GOT_IN_BATCH ? " (in one batch)" : "");
-		return 1;
-	}
-	want = KVD_MIN(pt, r->n_prompt - e.index * pt);
-	if (e.tokens != want) {
-		snprintf(why, why_size, "batch %u page index %u holds %u tokens, expected %u",
-			 h->seq, e.index, e.tokens, want);
-		return 1;
-	}
-	/* One NaN or Inf poisons every attention score that reads it: a
-	 * page with non-finite K/V in the positions it holds fails the batch
-	 * like a bad entry (before anything of it is written). */
-	if (!kvpool_page_kv_finite(kvpool_geom(r->s->d->pool),
-				   xfer_batch_page(batch, h, i), want)) {
-		snprintf(why, why_size, "batch %u page index %u holds non-finite K/V",
-			 h->seq, e.index);
-		return 1;
-	}
-	r->got[e.index] = GOT_IN_BATCH;
-	return 0;
-}
-
-/* Drop the GOT_IN_BATCH marks of entries [0, n) of a refused batch. */
-static void decode_unmark_batch(struct serve_req *r, const uint8_t *batch,
-				uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		struct xfer_entry e;
-
-		xfer_batch_entry(batch, i, &e);
-		if (e.index < r->n_prefix && r->got[e.index] == GOT_IN_BATCH)
-			r->got[e.index] = 0;
-	}
-}
-
-/* Check every entry before writing any page. A page index may appear
- * once per request: not in an earlier batch, and not twice in this one
- * (else n_got would count one page twice and fool coverage). On success
- * every entry's got[] is GOT_IN_BATCH; on refusal none is. */
-static int decode_check_batch(struct serve_req *r, const struct xfer_hdr *h,
-			      const uint8_t *batch, char *why, size_t why_size)
-{
-	uint32_t pt = kvpool_geom(r->s->d->pool)->page_tokens;
-
-	for (uint32_t i = 0; i < h->n_entries; i++) {
-		if (decode_check_entry(r, h, batch, i, pt, why, why_size)) {
-			decode_unmark_batch(r, batch, i);
-			return 1;
-		}
-	}
-	return 0;
+	*q = (struct xfer_check_req){
+		.table = r->table, .n_prefix = r->n_prefix,
+		.n_prompt = r->n_prompt, .page_tokens = g->page_tokens, .kv = g,
+	};
 }
 
 static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
@@ -510,7 +441,8 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 	struct serve *s = p->s;
 	struct serve_req *r = decode_req_of(p, h->request_id);
 	const struct kvmem *mem = &s->d->mem;
-	char why[200];
+	struct xfer_check_req q;
+	struct xfer_check_refusal ref;
 
 	if (!r || r->state != SRS_TRANSFER) {
 		KVLOG_DEBUG(s->log, "batch_discarded", "id=%llu seq=%u peer=%s",
@@ -518,8 +450,11 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 			    KVLOG_Q(p->addr));
 		return;
 	}
-	if (decode_check_batch(r, h, batch, why, sizeof(why))) {
-		decode_fail(r, PROTO_ERR_INTEGRITY, true, why);
+	/* every entry checked before any page is written; on accept the
+	 * pages count as arrived (a write failure below fails r anyway) */
+	decode_rx_req(r, &q);
+	if (xfer_check_batch(&q, &r->rx, h, batch, &ref)) {
+		decode_fail(r, PROTO_ERR_INTEGRITY, true, ref.why);
 		return;
 	}
 	for (uint32_t i = 0; i < h->n_entries; i++) {
@@ -535,7 +470,7 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 			return;
 		}
 		/* Invariant 10: zero-fill the positions the page does not
-		 * hold (decode_check_entry matched e.tokens to our own
+		 * hold (xfer_check_batch matched e.tokens to our own
 		 * count); never rely on the sender having cleared them. */
 		if (kvpool_zero_tail(s->d->pool, r->reg.id, &r->table[e.index],
 				     e.tokens)) {
@@ -543,12 +478,7 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 				    "cannot clear the tail of a received page");
 			return;
 		}
-		/* every index is distinct here (decode_check_batch) */
-		if (r->got[e.index] != GOT_WRITTEN)
-			r->n_got++;
-		r->got[e.index] = GOT_WRITTEN;
 	}
-	r->batches_got++;
 	decode_try_complete(r);
 }
 
@@ -592,17 +522,20 @@ static void decode_try_complete(struct serve_req *r)
 	struct peer *p = r->peer;
 	struct kvpool *pool = s->d->pool;
 	struct proto_peer_msg ack = { .type = PEER_MSG_RELEASE_ACK, .id = r->reg.id };
+	struct xfer_check_done done = { .tokens = r->done_tokens,
+					.pages = r->done_pages,
+					.batches = r->done_batches };
+	struct xfer_check_req q;
 	char why[200];
 	int rc;
 
-	if (r->state != SRS_TRANSFER || !r->done_seen ||
-	    r->batches_got < r->done_batches)
+	if (r->state != SRS_TRANSFER || !r->done_seen)
 		return;
-	if (r->done_tokens != r->n_prompt || r->done_pages != r->n_prefix ||
-	    r->n_got != r->n_prefix) {
-		snprintf(why, sizeof(why),
-			 "short transfer: %u of %u pages and %u of %u prompt tokens arrived",
-			 r->n_got, r->n_prefix, r->done_tokens, r->n_prompt);
+	decode_rx_req(r, &q);
+	rc = xfer_check_coverage(&q, &r->rx, &done, why, sizeof(why));
+	if (rc == XFER_CHECK_PENDING)
+		return;
+	if (rc) {
 		decode_fail(r, PROTO_ERR_INTEGRITY, true, why);
 		return;
 	}
@@ -633,7 +566,7 @@ static void decode_try_complete(struct serve_req *r)
 	(void)peer_send(p, &ack);
 	decode_detach_peer(r);
 	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",
-		    (unsigned long long)r->reg.id, r->batches_got, r->n_got,
+		    (unsigned long long)r->reg.id, r->rx.batches, r->rx.n_got,
 		    r->n_prompt);
 	if (!r->client) {
 		/* orphaned: the transfer completed cleanly; now release */

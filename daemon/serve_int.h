@@ -30,6 +30,7 @@
 #include "net/proto_peer.h"
 #include "net/transport.h"
 #include "net/wbound.h"
+#include "net/xfer_check.h"
 
 struct serve;
 struct serve_req;
@@ -142,9 +143,8 @@ struct serve_req {
 	bool fenced;
 	bool pages_held;
 	uint64_t t_abort_ns;             /* abort sent; pages fenced since */
-	uint8_t *got;                    /* (n_prefix) pages written */
-	uint32_t n_got;
-	uint32_t batches_got;
+	struct xfer_check_marks rx;      /* pages and batches accepted;
+					  * rx.got (n_prefix) */
 	bool done_seen;
 	uint32_t first_token;
 	uint32_t done_tokens, done_batches, done_pages;
