@@ -44,15 +44,16 @@ rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0;
 ms() { date +%s%3N; }
 
 # ---- abort flood -------------------------------------------------------------
-# 6 s: loopback socket buffers absorb a few MB of acks before any queue
+# 12 s: loopback socket buffers absorb a few MB of acks before any queue
 # forms in prefill, then the stall bound must run out while the attacker
-# still sends.
+# still sends (an ASan build on a loaded machine needed more than 6 s to
+# fill them).
 rss0=$(rss_kb "$PID_pf")
-"${ATTACK[@]}" abort-flood "127.0.0.1:$P_PORT" 6 > "$T/flood.out" 2>&1 &
+"${ATTACK[@]}" abort-flood "127.0.0.1:$P_PORT" 12 > "$T/flood.out" 2>&1 &
 APID=$!
 PIDS+=("$APID")
 good=0; bad=0; peak=$rss0
-end=$(( $(ms) + 7000 ))
+end=$(( $(ms) + 13000 ))
 while [ "$(ms)" -lt "$end" ]; do
 	r=$(rss_kb "$PID_pf"); [ "$r" -gt "$peak" ] && peak=$r
 	out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --seed 5 || true)
