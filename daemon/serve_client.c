@@ -312,7 +312,7 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 {
 	struct serve *s = c->s;
 
-	if (why < KVD_REJECT__N && why != KVD_REJECT_DRAINING)
+	if (why < KVD_REJECT__N)
 		s->d->counters.rejected[why]++;
 	KVLOG_WARN(s->log, "request_rejected", "client_id=%llu code=%s msg=%s",
 		   (unsigned long long)id, proto_err_name(code), KVLOG_Q(msg));

@@ -340,6 +340,7 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 	struct serve_req *r;
 
 	if (kvd_request_gate(s->reqtab) || s->stopping) {
+		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
 		prefill_reject(pc, m->id, PROTO_ERR_DRAINING,
 			       "the prefill node is draining");
 		return;
