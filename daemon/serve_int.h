@@ -53,8 +53,13 @@ struct serve_job {
 	uint32_t n_release;
 	bool quarantine;                 /* FREE: quarantine them instead (the
 					  * engine found a page it cannot trust) */
-	struct serve_msg *reply;         /* FREE: its SMSG_FREED, allocated with
-					  * the job so freeing cannot fail */
+	struct serve_msg *reply;         /* its answer (SUBMIT: SMSG_SUBMITTED,
+					  * FREE: SMSG_FREED), allocated with the
+					  * job so the answer cannot be lost */
+	struct serve_msg *done;          /* SUBMIT: the request's SMSG_DONE,
+					  * allocated with the job, so ending
+					  * never needs memory on the thread */
+	bool nomem;                      /* SUBMIT: fault point compute_nomem */
 };
 
 enum serve_msg_kind { SMSG_SUBMITTED = 1, SMSG_TOKEN, SMSG_DONE, SMSG_FREED };
@@ -72,6 +77,8 @@ struct serve_msg {
 					  * (n_table) copy of its pages */
 	uint32_t n_table;
 	uint32_t n_kv;
+	bool nomem;                      /* a pending DONE: fault point
+					  * compute_nomem (thread-owned) */
 };
 
 struct serve_compute {
@@ -85,6 +92,9 @@ struct serve_compute {
 	uv_async_t async;
 	bool async_open;
 	struct engine *eng;                   /* thread-owned after start */
+	struct serve_msg *dones;              /* thread-owned: the DONE of each
+					       * request in the engine that has
+					       * not ended (linked by next) */
 	struct kvpool *pool;
 	struct serve *s;
 };
