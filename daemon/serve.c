@@ -41,11 +41,6 @@
 #include <unistd.h>
 #include <string.h>
 
-uint64_t serve__now_ms(void)
-{
-	return kvd_now_ns() / 1000000u;
-}
-
 /* ---- writing frames -------------------------------------------------------- */
 
 struct serve_write {
@@ -204,7 +199,6 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 		return NULL;
 	}
 	r->timer.data = r;
-	r->timer_open = true;
 	r->next = s->reqs;
 	if (s->reqs)
 		s->reqs->prev = r;

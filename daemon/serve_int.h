@@ -163,8 +163,7 @@ struct serve_req {
 	uint64_t remote_id;              /* decode's request id */
 	struct proto_peer_page *dst;     /* (n_dst) destination pages */
 	uint32_t n_dst;
-	struct kvpool_ref *src;          /* (n_src) our computed pages */
-	uint32_t n_src;
+	struct kvpool_ref *src;          /* (n_dst) our computed pages */
 	uint32_t n_kv;
 	uint32_t sends_pending;
 	uint32_t next_page;              /* next page index to send */
@@ -177,7 +176,6 @@ struct serve_req {
 	bool slow_waited;                /* fault point slow_batch */
 
 	uv_timer_t timer;                /* phase timeout / slow_batch */
-	bool timer_open;
 	int fail_code;                   /* enum proto_err, 0 while healthy */
 	char fail_msg[PROTO_CLIENT_MSG_MAX + 1];
 };
@@ -225,7 +223,6 @@ struct client_listener {
 /* A prefill peer as decode sees it. */
 struct peer {
 	struct serve *s;
-	unsigned idx;
 	char addr[256];
 	uv_tcp_t ctl;
 	bool ctl_open;
@@ -344,7 +341,6 @@ struct serve {
 };
 
 /* serve.c */
-uint64_t serve__now_ms(void);
 int serve__write(uv_stream_t *st, char *data, size_t len);
 /* Frame m (malloc'd *data, header included), sealed with `tx` unless
  * NULL. 0, -EMSGSIZE, -ENOMEM. */
@@ -420,8 +416,6 @@ void serve__decode_client_gone(struct serve_req *r);
 void serve__decode_heartbeat(struct serve *s);
 /* kvctl abort of a request in transfer: fail it, abort handshake. */
 void serve__decode_abort(struct serve_req *r, const char *reason);
-/* Pages of a decode request are back (after the engine freed them). */
-void serve__decode_freed(struct serve_req *r);
 
 /* serve_prefill.c */
 int serve__prefill_start(struct serve *s);

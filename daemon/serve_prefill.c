@@ -666,7 +666,6 @@ static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
 		return;
 	}
 	memcpy(r->src, m->table, sizeof(*r->src) * m->n_table);
-	r->n_src = m->n_table;
 	r->n_kv = m->n_kv;
 	r->state = SRS_SENDING;
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_SHORT_TRANSFER) && r->n_dst > 0) {
