@@ -1,7 +1,22 @@
-/* util.c - clocks. */
+/* util.c - clocks, and claiming a unix socket path.
+ *
+ * A unix socket's file outlives a node that was killed, and bind(2)
+ * fails on it; removing it unconditionally would let a second node
+ * silently take over a live node's socket (its clients then reach the
+ * wrong process). So a path is taken only when connect(2) finds nobody
+ * there. Two nodes started at the same instant can both see a dead file;
+ * one of them then loses at bind (EADDRINUSE), which is still a refusal.
+ */
 #include "conf/util.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t kvd_now_ns(void)
 {
@@ -17,4 +32,27 @@ uint64_t kvd_wall_ns(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int kvd_unix_claim(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, r;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	if (r == 0)
+		return -EADDRINUSE;
+	return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
 }

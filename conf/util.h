@@ -58,3 +58,9 @@ static inline int kvd_add_size(size_t a, size_t b, size_t *out)
 uint64_t kvd_now_ns(void);
 /* Wall clock in nanoseconds since the epoch. */
 uint64_t kvd_wall_ns(void);
+
+/* Make `path` free for a unix socket this process is about to bind: 0
+ * when nothing is there or a socket file nobody listens on (a dead
+ * node's) was removed; -EADDRINUSE when a live process accepts on it;
+ * -EEXIST when the path is not a socket; another negative errno. */
+int kvd_unix_claim(const char *path);

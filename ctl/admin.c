@@ -46,7 +46,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #define ADMIN_READ_CHUNK 4096
@@ -992,29 +991,6 @@ static void server_ops_closed(struct kvd_ops *o)
 	server_handle_closed(kvd_container_of(o, struct admin_server, ops));
 }
 
-/* A socket file left by a dead daemon is removed; one a live daemon
- * answers on is not ours to take. */
-static int admin_claim_path(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct stat st;
-	int fd, r;
-
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISSOCK(st.st_mode))
-		return -EEXIST;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	close(fd);
-	if (r == 0)
-		return -EADDRINUSE;
-	return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
-}
-
 static void admin_lookup_group(struct admin_server *s)
 {
 	struct group gr, *grp = NULL;
@@ -1039,7 +1015,7 @@ static int admin_listen(struct admin_server *s)
 	struct kvd_daemon *d = s->d;
 	int r;
 
-	r = admin_claim_path(s->path);
+	r = kvd_unix_claim(s->path);  /* a live daemon's socket is not ours */
 	if (r < 0)
 		return r;
 	r = uv_pipe_bind(&s->listener, s->path);

@@ -35,7 +35,6 @@ static void usage(FILE *out)
 
 static int check_config(const struct kvd_config *cfg)
 {
-	struct kvd_daemon d = KVD_DAEMON_NULL;
 	struct gguf_file *f = NULL;
 	struct gguf_error gerr = { 0 };
 	struct llama_hparams hp;
@@ -68,7 +67,6 @@ static int check_config(const struct kvd_config *cfg)
 	       cap.ok ? "ok" : "insufficient",
 	       kvd_cap_policy_name(cfg->capacity_policy),
 	       cap.advertised_context);
-	(void)d;
 	if (!cap.ok && (cfg->capacity_policy == KVD_CAP_REFUSE ||
 			cap.advertised_context == 0)) {
 		fprintf(stderr, "%s: kv: pool holds %llu tokens, context %u x margin %g needs %llu\n",

@@ -382,6 +382,7 @@ static int synth_admit_one(struct kvd_ops *o, const struct kvd_synth_spec *sp,
 	int r;
 
 	if (kvd_request_gate(o->requests)) {
+		d->counters.rejected[KVD_REJECT_DRAINING]++;
 		res->rejected_draining++;
 		return 0;
 	}

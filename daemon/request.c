@@ -23,12 +23,9 @@ struct kvd_reqtab *kvd_daemon_requests(struct kvd_daemon *d)
 	return &d->requests;
 }
 
-int kvd_request_gate(struct kvd_reqtab *t)
+int kvd_request_gate(const struct kvd_reqtab *t)
 {
-	if (t->d->state == KVD_STATE_READY)
-		return 0;
-	t->d->counters.rejected[KVD_REJECT_DRAINING]++;
-	return KVD_E_DRAINING;
+	return t->d->state == KVD_STATE_READY ? 0 : KVD_E_DRAINING;
 }
 
 void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,

@@ -58,9 +58,11 @@ struct kvd_reqtab *kvd_daemon_requests(struct kvd_daemon *d);
 
 /* The admission gate every request passes before any page is allocated:
  * 0 when the node admits new work, KVD_E_DRAINING when it is draining,
- * drained, starting or stopping (the rejection is counted under
- * KVD_REJECT_DRAINING). Changes nothing on success. */
-int kvd_request_gate(struct kvd_reqtab *t);
+ * drained, starting or stopping. A question only: it changes nothing.
+ * The caller that turns the request away counts it under
+ * KVD_REJECT_DRAINING where it sends the refusal; an admitted request is
+ * counted by kvd_request_register. */
+int kvd_request_gate(const struct kvd_reqtab *t);
 
 /* Register an admitted request: assigns r->id, counts it admitted, bumps
  * in_flight. Cannot fail (the gate has been passed). */

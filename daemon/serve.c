@@ -11,6 +11,14 @@
  * touched by the request that holds them: the engine while a request
  * computes, the loop while KV is being sent or received.
  *
+ * A request's end never needs memory on the thread: its SUBMITTED and
+ * DONE messages are allocated with its submit job, its FREED with the
+ * request (loop side, where a failure is answered at once). The thread
+ * keeps each DONE until the engine reports the end or the request is
+ * freed; a token the thread cannot allocate a message for ends the
+ * request there, failed, through that DONE - a dropped DONE would leave
+ * the request waiting forever, a dropped token would corrupt its text.
+ *
  * Pages lent to the engine (decode's transferred KV) are released by the
  * compute thread right after engine_req_free, in the same job, so no
  * window exists in which the pool could hand them out while the engine
@@ -32,11 +40,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
-
-uint64_t serve__now_ms(void)
-{
-	return kvd_now_ns() / 1000000u;
-}
 
 /* ---- writing frames -------------------------------------------------------- */
 
@@ -173,6 +176,7 @@ static void serve_job_free(struct serve_job *j)
 	free(j->table);
 	free(j->release);
 	free(j->reply);
+	free(j->done);
 	free(j);
 }
 
@@ -195,7 +199,6 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 		return NULL;
 	}
 	r->timer.data = r;
-	r->timer_open = true;
 	r->next = s->reqs;
 	if (s->reqs)
 		s->reqs->prev = r;
@@ -361,91 +364,156 @@ static void comp_push_msg(struct serve_compute *c, struct serve_msg *m)
 	c->msgs_tail = m;
 }
 
-static struct serve_msg *comp_msg(enum serve_msg_kind kind, uint64_t owner,
-				  struct engine_req *req)
+/* Thread: take the pending DONE `user` (an engine event's user pointer),
+ * or the one of `owner` when user is NULL; NULL when it is not pending
+ * any more (already sent: the request ended early). */
+static struct serve_msg *comp_done_take(struct serve_compute *c, void *user,
+					uint64_t owner)
 {
-	struct serve_msg *m = calloc(1, sizeof(*m));
+	for (struct serve_msg **p = &c->dones; *p; p = &(*p)->next) {
+		struct serve_msg *m = *p;
 
-	if (m) {
-		m->kind = kind;
-		m->owner = owner;
-		m->req = req;
+		if (user ? (void *)m == user : m->owner == owner) {
+			*p = m->next;
+			m->next = NULL;
+			return m;
+		}
 	}
-	return m;
+	return NULL;
 }
 
-/* Thread: run one job; returns its reply (or NULL). */
+static void comp_append(struct serve_msg **head, struct serve_msg **tail,
+			struct serve_msg *m)
+{
+	m->next = NULL;
+	if (*tail)
+		(*tail)->next = m;
+	else
+		*head = m;
+	*tail = m;
+}
+
+/* Thread: run one job; returns its reply (preallocated with the job). */
 static struct serve_msg *comp_run_job(struct serve_compute *c,
 				      struct serve_job *j)
 {
-	struct serve_msg *m;
+	struct serve_msg *m = j->reply;
 	struct engine_req *req = NULL;
-	int rc;
 
+	j->reply = NULL;
+	m->owner = j->owner;
 	if (j->kind == SJOB_SUBMIT) {
 		j->rp.prompt = j->prompt;
 		j->rp.table = j->table;
-		rc = engine_submit(c->eng, &j->rp, &req);
-		m = comp_msg(SMSG_SUBMITTED, j->owner, req);
-		if (m)
-			m->error = rc;
-		else if (req)
-			engine_req_free(c->eng, req);
+		j->rp.user = j->done;
+		m->kind = SMSG_SUBMITTED;
+		m->error = engine_submit(c->eng, &j->rp, &req);
+		m->req = req;
+		if (!m->error) {
+			/* in the engine: its DONE waits here until the engine
+			 * reports the end, or the request is freed first */
+			j->done->owner = j->owner;
+			j->done->nomem = j->nomem;
+			j->done->next = c->dones;
+			c->dones = j->done;
+			j->done = NULL;
+		}
 		return m;
 	}
+	/* a freed request reports nothing more: its DONE, if the engine
+	 * never reported the end, goes with it */
+	free(comp_done_take(c, NULL, j->owner));
 	if (j->req)
 		engine_req_free(c->eng, j->req);
 	if (j->release && j->n_release && j->quarantine)
 		(void)kvpool_quarantine(c->pool, j->owner, j->release, j->n_release);
 	else if (j->release && j->n_release)
 		(void)kvpool_release(c->pool, j->owner, j->release, j->n_release);
-	m = j->reply;             /* preallocated: FREED always comes back */
-	j->reply = NULL;
 	m->kind = SMSG_FREED;
-	m->owner = j->owner;
 	return m;
 }
 
-/* Thread: one engine step's events become messages. */
+/* Thread: a DONE event. A finished prompt's pages go with it, for prefill
+ * to send (also when the first sampled token was the end of sequence);
+ * without memory for that copy prefill fails the request (its check of
+ * the table), which still ends it. */
+static void comp_done(struct serve_msg *m, const struct engine_event *ev)
+{
+	m->kind = SMSG_DONE;
+	m->req = ev->req;
+	m->pos = ev->pos;
+	m->finish = ev->finish;
+	m->error = ev->error;
+	if ((m->finish == ENGINE_FINISH_PREFILLED || m->finish == ENGINE_FINISH_STOP) &&
+	    !m->nomem) {
+		uint32_t n_table, n_kv;
+		const struct kvpool_ref *t = engine_req_table(ev->req, &n_table, &n_kv);
+
+		m->table = malloc(sizeof(*t) * n_table);
+		if (m->table) {
+			memcpy(m->table, t, sizeof(*t) * n_table);
+			m->n_table = n_table;
+			m->n_kv = n_kv;
+		}
+	}
+}
+
+/* Thread: one engine step's events become messages. A token that cannot
+ * be reported (no memory) must not vanish from the client's stream: the
+ * request ends there, failed with -ENOMEM, through its preallocated DONE,
+ * and the engine stops computing it. */
 static void comp_step(struct serve_compute *c, struct serve_msg **head,
 		      struct serve_msg **tail)
 {
 	const struct engine_event *ev;
+	struct serve_msg *ended = NULL;
 	size_t n_ev = 0;
 
 	(void)engine_step(c->eng, &ev, &n_ev);
 	for (size_t i = 0; i < n_ev; i++) {
-		struct serve_msg *m = comp_msg(ev[i].kind == ENGINE_EV_TOKEN ?
-					       SMSG_TOKEN : SMSG_DONE,
-					       ev[i].owner, ev[i].req);
+		struct serve_msg *done, *m = NULL;
 
-		if (!m)
+		if (ev[i].kind == ENGINE_EV_DONE) {
+			done = comp_done_take(c, ev[i].user, 0);
+			if (done) {   /* else it ended early, below */
+				comp_done(done, &ev[i]);
+				comp_append(head, tail, done);
+			}
 			continue;
+		}
+		done = comp_done_take(c, ev[i].user, 0);
+		if (!done)
+			continue;         /* ended early: nothing more of it */
+		if (!done->nomem)
+			m = calloc(1, sizeof(*m));
+		if (!m) {
+			struct engine_event fail = ev[i];
+
+			fail.finish = ENGINE_FINISH_ERROR;
+			fail.error = -ENOMEM;
+			comp_done(done, &fail);
+			comp_append(head, tail, done);
+			if (!ended)
+				ended = done;
+			continue;
+		}
+		/* still running: its DONE goes back to wait */
+		done->next = c->dones;
+		c->dones = done;
+		m->kind = SMSG_TOKEN;
+		m->owner = ev[i].owner;
+		m->req = ev[i].req;
 		m->token = ev[i].token;
 		m->pos = ev[i].pos;
-		m->finish = ev[i].finish;
-		m->error = ev[i].error;
-		/* a finished prompt's pages, for prefill to send (also
-		 * when the first sampled token was the end of sequence) */
-		if (m->kind == SMSG_DONE && (m->finish == ENGINE_FINISH_PREFILLED ||
-					     m->finish == ENGINE_FINISH_STOP)) {
-			uint32_t n_table, n_kv;
-			const struct kvpool_ref *t =
-				engine_req_table(ev[i].req, &n_table, &n_kv);
-
-			m->table = malloc(sizeof(*t) * n_table);
-			if (m->table) {
-				memcpy(m->table, t, sizeof(*t) * n_table);
-				m->n_table = n_table;
-				m->n_kv = n_kv;
-			}
-		}
-		if (*tail)
-			(*tail)->next = m;
-		else
-			*head = m;
-		*tail = m;
+		comp_append(head, tail, m);
 	}
+	/* after the events (they live until the next engine call): the
+	 * requests ended early compute no more (a no-op for those the
+	 * engine finished itself) */
+	for (struct serve_msg *m = ended; m; m = m->next)
+		if (m->kind == SMSG_DONE && m->finish == ENGINE_FINISH_ERROR &&
+		    m->error == -ENOMEM)
+			engine_req_cancel(c->eng, m->req);
 }
 
 static void *comp_main(void *arg)
@@ -472,13 +540,7 @@ static void *comp_main(void *arg)
 			jobs = j->next;
 			m = comp_run_job(c, j);
 			serve_job_free(j);
-			if (!m)
-				continue;
-			if (tail)
-				tail->next = m;
-			else
-				head = m;
-			tail = m;
+			comp_append(&head, &tail, m);
 		}
 		if (!stop && !engine_idle(c->eng))
 			comp_step(c, &head, &tail);
@@ -522,14 +584,15 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 	if (!j)
 		return -ENOMEM;
 	j->kind = SJOB_SUBMIT;
+	j->nomem = kvd_fault_fire(&s->fault, KVD_FAULT_COMPUTE_NOMEM);
 	j->owner = r->reg.id;
 	j->prompt = malloc(sizeof(int32_t) * n_prompt);
 	if (table)
 		j->table = malloc(sizeof(*table) * n_table);
-	if (!j->prompt || (table && !j->table)) {
-		free(j->prompt);
-		free(j->table);
-		free(j);
+	j->reply = calloc(1, sizeof(*j->reply));
+	j->done = calloc(1, sizeof(*j->done));
+	if (!j->prompt || (table && !j->table) || !j->reply || !j->done) {
+		serve_job_free(j);
 		return -ENOMEM;
 	}
 	memcpy(j->prompt, prompt, sizeof(int32_t) * n_prompt);
@@ -662,6 +725,12 @@ static void comp_stop(struct serve *s)
 
 		c->msgs = m->next;
 		free(m->table);
+		free(m);
+	}
+	while (c->dones) {
+		struct serve_msg *m = c->dones;
+
+		c->dones = m->next;
 		free(m);
 	}
 	c->jobs_tail = NULL;

@@ -312,7 +312,7 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 {
 	struct serve *s = c->s;
 
-	if (why < KVD_REJECT__N && why != KVD_REJECT_DRAINING)
+	if (why < KVD_REJECT__N)
 		s->d->counters.rejected[why]++;
 	KVLOG_WARN(s->log, "request_rejected", "client_id=%llu code=%s msg=%s",
 		   (unsigned long long)id, proto_err_name(code), KVLOG_Q(msg));
@@ -831,8 +831,19 @@ static int client_listen_one(struct serve *s, const char *spec)
 			return rc;
 		s->n_listeners++;
 		l->h.handle.data = l;
-		(void)unlink(l->path);
-		rc = uv_pipe_bind(&l->h.pipe, l->path);
+		rc = kvd_unix_claim(l->path);
+		if (!rc)
+			rc = uv_pipe_bind(&l->h.pipe, l->path);
+		if (rc) {
+			/* not ours: close_all must not remove it */
+			KVLOG_ERR(s->log, "listen_client", "addr=%s msg=%s", KVLOG_Q(spec),
+				  KVLOG_Q(rc == -EADDRINUSE ?
+					      "socket in use by a live process (another kvd?)" :
+					  rc == -EEXIST ? "path exists and is not a socket" :
+					  uv_strerror(rc)));
+			l->path[0] = 0;
+			return rc;
+		}
 	} else {
 		rc = serve__parse_hostport(spec, &ss);
 		if (rc) {

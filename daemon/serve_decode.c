@@ -243,11 +243,6 @@ void serve__decode_abort(struct serve_req *r, const char *reason)
 	decode_fail(r, PROTO_ERR_INTERNAL, true, msg);
 }
 
-void serve__decode_freed(struct serve_req *r)
-{
-	decode_detach_peer(r);
-}
-
 void serve__decode_client_gone(struct serve_req *r)
 {
 	/* orphan: the transfer goes on and ends cleanly (invariant 8) */
@@ -1094,7 +1089,6 @@ int serve__decode_start(struct serve *s)
 		struct peer *p = &s->peers[i];
 
 		p->s = s;
-		p->idx = i;
 		snprintf(p->addr, sizeof(p->addr), "%s", s->d->cfg.peers_prefill[i]);
 		if (uv_timer_init(&s->d->loop, &p->retry))
 			return -ENOMEM;

@@ -54,8 +54,13 @@ struct serve_job {
 	uint32_t n_release;
 	bool quarantine;                 /* FREE: quarantine them instead (the
 					  * engine found a page it cannot trust) */
-	struct serve_msg *reply;         /* FREE: its SMSG_FREED, allocated with
-					  * the job so freeing cannot fail */
+	struct serve_msg *reply;         /* its answer (SUBMIT: SMSG_SUBMITTED,
+					  * FREE: SMSG_FREED), allocated with the
+					  * job so the answer cannot be lost */
+	struct serve_msg *done;          /* SUBMIT: the request's SMSG_DONE,
+					  * allocated with the job, so ending
+					  * never needs memory on the thread */
+	bool nomem;                      /* SUBMIT: fault point compute_nomem */
 };
 
 enum serve_msg_kind { SMSG_SUBMITTED = 1, SMSG_TOKEN, SMSG_DONE, SMSG_FREED };
@@ -73,6 +78,8 @@ struct serve_msg {
 					  * (n_table) copy of its pages */
 	uint32_t n_table;
 	uint32_t n_kv;
+	bool nomem;                      /* a pending DONE: fault point
+					  * compute_nomem (thread-owned) */
 };
 
 struct serve_compute {
@@ -86,6 +93,9 @@ struct serve_compute {
 	uv_async_t async;
 	bool async_open;
 	struct engine *eng;                   /* thread-owned after start */
+	struct serve_msg *dones;              /* thread-owned: the DONE of each
+					       * request in the engine that has
+					       * not ended (linked by next) */
 	struct kvpool *pool;
 	struct serve *s;
 };
@@ -154,8 +164,7 @@ struct serve_req {
 	uint64_t remote_id;              /* decode's request id */
 	struct proto_peer_page *dst;     /* (n_dst) destination pages */
 	uint32_t n_dst;
-	struct kvpool_ref *src;          /* (n_src) our computed pages */
-	uint32_t n_src;
+	struct kvpool_ref *src;          /* (n_dst) our computed pages */
 	uint32_t n_kv;
 	uint32_t sends_pending;
 	uint32_t next_page;              /* next page index to send */
@@ -168,7 +177,6 @@ struct serve_req {
 	bool slow_waited;                /* fault point slow_batch */
 
 	uv_timer_t timer;                /* phase timeout / slow_batch */
-	bool timer_open;
 	int fail_code;                   /* enum proto_err, 0 while healthy */
 	char fail_msg[PROTO_CLIENT_MSG_MAX + 1];
 };
@@ -216,7 +224,6 @@ struct client_listener {
 /* A prefill peer as decode sees it. */
 struct peer {
 	struct serve *s;
-	unsigned idx;
 	char addr[256];
 	uv_tcp_t ctl;
 	bool ctl_open;
@@ -335,7 +342,6 @@ struct serve {
 };
 
 /* serve.c */
-uint64_t serve__now_ms(void);
 int serve__write(uv_stream_t *st, char *data, size_t len);
 /* Frame m (malloc'd *data, header included), sealed with `tx` unless
  * NULL. 0, -EMSGSIZE, -ENOMEM. */
@@ -411,8 +417,6 @@ void serve__decode_client_gone(struct serve_req *r);
 void serve__decode_heartbeat(struct serve *s);
 /* kvctl abort of a request in transfer: fail it, abort handshake. */
 void serve__decode_abort(struct serve_req *r, const char *reason);
-/* Pages of a decode request are back (after the engine freed them). */
-void serve__decode_freed(struct serve_req *r);
 
 /* serve_prefill.c */
 int serve__prefill_start(struct serve *s);

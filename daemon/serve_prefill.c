@@ -340,6 +340,7 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 	struct serve_req *r;
 
 	if (kvd_request_gate(s->reqtab) || s->stopping) {
+		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
 		prefill_reject(pc, m->id, PROTO_ERR_DRAINING,
 			       "the prefill node is draining");
 		return;
@@ -665,7 +666,6 @@ static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
 		return;
 	}
 	memcpy(r->src, m->table, sizeof(*r->src) * m->n_table);
-	r->n_src = m->n_table;
 	r->n_kv = m->n_kv;
 	r->state = SRS_SENDING;
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_SHORT_TRANSFER) && r->n_dst > 0) {

@@ -26,6 +26,7 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_RETAG_READY] = "retag_ready",
 	[KVD_FAULT_STUCK_SUBMIT] = "stuck_submit",
 	[KVD_FAULT_NAN_KV] = "nan_kv",
+	[KVD_FAULT_COMPUTE_NOMEM] = "compute_nomem",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

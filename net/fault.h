@@ -31,6 +31,10 @@
  *   retag_ready          decode overwrites the first prefix page's tag with
  *                        another owner's after mark_ready, so the engine's
  *                        own tag check fails with ENGINE_E_INTEGRITY
+ *   compute_nomem        the compute thread finds no memory for the
+ *                        messages of the next request submitted (its
+ *                        tokens cannot be reported): the request must
+ *                        still end, with an error, and free its pages
  *
  * In a build without fault points kvd_fault_fire() is constant false and
  * the compiler removes every fault branch.
@@ -55,6 +59,7 @@ enum kvd_fault_point {
 	KVD_FAULT_RETAG_READY,
 	KVD_FAULT_STUCK_SUBMIT,
 	KVD_FAULT_NAN_KV,
+	KVD_FAULT_COMPUTE_NOMEM,
 	KVD_FAULT__N,
 };
 

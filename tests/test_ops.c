@@ -10,6 +10,7 @@
 
 #include "conf/util.h"
 #include "daemon/ops.h"
+#include "daemon/request.h"
 #include "gpu/gguf_write.h"
 #include "kvd_build.h"
 
@@ -283,6 +284,28 @@ START_TEST(test_full_and_status)
 }
 END_TEST
 
+/* The gate only answers: the caller that turns a request away counts the
+ * rejection, once, where it sends it. Asking twice, or asking and then
+ * admitting, changes no counter. */
+START_TEST(test_gate_counts_nothing)
+{
+	struct kvd_reqtab *t = kvd_daemon_requests(&d);
+	struct kvd_counters before = d.counters;
+
+	ck_assert_int_eq(kvd_request_gate(t), 0);
+	ck_assert_int_eq(kvd_request_gate(t), 0);
+	ck_assert_mem_eq(&d.counters, &before, sizeof(before));
+	ck_assert_int_eq(kvd_ops_drain(&o), 0);
+	ck_assert_int_eq(d.state, KVD_STATE_DRAINED);
+	ck_assert_int_eq(kvd_request_gate(t), KVD_E_DRAINING);
+	ck_assert_int_eq(kvd_request_gate(t), KVD_E_DRAINING);
+	ck_assert_mem_eq(&d.counters, &before, sizeof(before));
+	ck_assert_uint_eq(d.in_flight, 0);
+	ck_assert_int_eq(kvd_ops_resume(&o), 0);
+	ck_assert_int_eq(kvd_request_gate(t), 0);
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
 	Suite *s = suite_create("ops");
@@ -293,6 +316,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_resize_under_load);
 	tcase_add_test(tc, test_abort);
 	tcase_add_test(tc, test_full_and_status);
+	tcase_add_test(tc, test_gate_counts_nothing);
 	suite_add_tcase(s, tc);
 	return s;
 }

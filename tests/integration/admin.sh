@@ -60,7 +60,7 @@ rc() {
 }
 
 # Load comes from the fault.load admin command, compiled only with fault
-# points (-Dfault_points=true, the default); without them the idle
+# points (-Dfault_points=true, as tests/run builds); without them the idle
 # versions of drain and resize run instead.
 FAULT=0
 grep -q "define KVD_FAULT_POINTS 1" "$BUILD/kvd_build.h" && FAULT=1

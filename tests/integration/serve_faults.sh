@@ -202,7 +202,19 @@ check "stuck_submit: the peer connection survived" \
 	test "$(grep -c "event=peer_down" "$T/df.log" || true)" = "$downs"
 after stuck_submit
 
-check "decode counted every failure" test "$(status_get df counters.failed)" -ge 5
+# --- the compute thread has no memory for a request's messages -------------
+# prefill's engine computes the prompt, but its token cannot be reported:
+# the request ends at once, failed, pages back (a dropped DONE used to
+# leave it to decode's prefill timeout)
+check "compute_nomem: prefill up" restart_prefill compute_nomem:1
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 || true)
+check "compute_nomem: INTERNAL reaches the client" test "$(echo "$out" | json_get error)" = INTERNAL
+check "compute_nomem: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
+check "compute_nomem: prefill failed the request on the compute error" \
+	grep -q "event=prefill_failed .*code=INTERNAL" "$T/pf.log"
+after compute_nomem
+
+check "decode counted every failure" test "$(status_get df counters.failed)" -ge 6
 
 # --- the engine's own tag check fails (invariants 1, 2) --------------------
 # decode restarts (counters from zero) with 64 KiB batches for dup_entry
@@ -232,4 +244,19 @@ after dup_entry
 stop_node df
 stop_node pf
 check "decode stopped cleanly" grep -q "event=stopped exit_code=0" "$T/df.log"
+
+# --- compute_nomem on a standalone node: nothing else would end it --------
+# no peer timeout covers a local request in the engine: a dropped DONE
+# left it (and its client) waiting forever
+next_port
+write_node solo standalone "$M" "listen.client=127.0.0.1:$PORT"
+start_node solo KVD_FAULT=compute_nomem:1
+check "compute_nomem standalone: node ready" wait_log "$T/solo.log" "event=serve_ready" 30
+out=$(timeout 15 "$KVCTL" generate --server "127.0.0.1:$PORT" --json --prompt "The end of the story" --max-tokens 12 --temperature 0.9 --seed 3 || true)
+check "compute_nomem standalone: INTERNAL reaches the client" test "$(echo "$out" | json_get error)" = INTERNAL
+check "compute_nomem standalone: the request ended, pages back" settle solo
+check "compute_nomem standalone: counted as failed" test "$(status_get solo counters.failed)" = 1
+out=$(timeout 60 "$KVCTL" generate --server "127.0.0.1:$PORT" --json --prompt "The end of the story" --max-tokens 12 --temperature 0.9 --seed 3 || true)
+check "compute_nomem standalone: a later request equals its offline run" same_ids "$out" "$REF"
+stop_node solo
 serve_finish
