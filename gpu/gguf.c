@@ -479,8 +479,8 @@ int gguf_arr_str(const struct gguf_file *f, const struct gguf_kv *kv,
 
 int gguf_arr_i64(const struct gguf_kv *kv, uint64_t i, int64_t *out)
 {
-	bool neg;
-	uint64_t mag;
+	bool neg = false;
+	uint64_t mag = 0;
 	size_t esz;
 
 	if (!kv || kv->type != GGUF_VT_ARRAY)
