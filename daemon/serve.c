@@ -101,6 +101,50 @@ int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
 	return 0;
 }
 
+int serve__link_send(struct wbound *wb, bool *dead, struct peer_aead *tx,
+		     const struct proto_peer_msg *m)
+{
+	char *data;
+	size_t len;
+	int rc;
+
+	if (*dead)
+		return -EPIPE;
+	rc = serve__peer_frame(tx, m, &data, &len);
+	if (rc)
+		return rc;
+	rc = wbound_write(wb, data, len);
+	if (rc == WBOUND_E_HARD) {
+		*dead = true;
+		wbound_read_stop(wb);
+		return -EPIPE;
+	}
+	return rc;
+}
+
+const char *serve__link_write_poll(struct serve *s, struct wbound *wb, bool dead,
+				   uint64_t now, uint64_t *last_heard_ns,
+				   const char *who)
+{
+	int rc = dead ? WBOUND_E_HARD : wbound_poll(wb, now);
+
+	if (!rc) {
+		/* not reading it (past soft): its silence is ours, and the
+		 * stall bound, not liveness, decides how long it may last */
+		if (wb->paused)
+			*last_heard_ns = now;
+		return NULL;
+	}
+	KVLOG_WARN(s->log, "write_bound",
+		   "peer=%s conn=peer_control reason=%s queued=%zu peak=%llu soft=%llu hard=%llu stall_ms=%u",
+		   KVLOG_Q(who), rc == WBOUND_E_HARD ? "hard" : "stall",
+		   wbound_queued(wb), (unsigned long long)wb->peak,
+		   (unsigned long long)wb->lim.soft,
+		   (unsigned long long)wb->lim.hard, wb->lim.stall_ms);
+	return rc == WBOUND_E_HARD ? "control write queue past its hard bound" :
+				     "control write queue stalled past its soft bound";
+}
+
 int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
 		     const struct proto_peer_msg *m)
 {

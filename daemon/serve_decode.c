@@ -57,47 +57,23 @@ static void peer_data_bound(struct peer *p);
 static void peer_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
 /* Every control frame to a prefill peer: sealed once the link proved,
- * through the link's bounded write queue. Past the hard bound nothing
- * more is queued or read; the heartbeat tick tears the link down (the
- * callers are mid-change of a request and must not see it vanish). */
+ * through the link's bounded write queue (serve__link_send). */
 static int peer_send(struct peer *p, const struct proto_peer_msg *m)
 {
-	char *data;
-	size_t len;
-	int rc;
-
-	if (!p->ctl_open || p->closing || p->wb_dead)
+	if (!p->ctl_open || p->closing)
 		return -EPIPE;
-	rc = serve__peer_frame(p->sealed ? &p->ss.tx : NULL, m, &data, &len);
-	if (rc)
-		return rc;
-	rc = wbound_write(&p->wb, data, len);
-	if (rc == WBOUND_E_HARD) {
-		p->wb_dead = true;
-		wbound_read_stop(&p->wb);
-		return -EPIPE;
-	}
-	return rc;
+	return serve__link_send(&p->wb, &p->wb_dead, p->sealed ? &p->ss.tx : NULL, m);
 }
 
 /* Heartbeat tick: true when the link was torn down for its write queue. */
 static bool peer_write_check(struct peer *p, uint64_t now)
 {
-	int rc = p->wb_dead ? WBOUND_E_HARD : wbound_poll(&p->wb, now);
+	const char *why = serve__link_write_poll(p->s, &p->wb, p->wb_dead, now,
+						 &p->last_heard_ns, p->addr);
 
-	if (!rc) {
-		if (p->wb.paused)   /* our silence, not the peer's */
-			p->last_heard_ns = now;
-		return false;
-	}
-	KVLOG_WARN(p->s->log, "write_bound",
-		   "peer=%s conn=peer_control reason=%s queued=%zu peak=%llu",
-		   KVLOG_Q(p->addr), rc == WBOUND_E_HARD ? "hard" : "stall",
-		   wbound_queued(&p->wb), (unsigned long long)p->wb.peak);
-	peer_lost(p, rc == WBOUND_E_HARD ?
-		  "control write queue past its hard bound" :
-		  "control write queue stalled past its soft bound");
-	return true;
+	if (why)
+		peer_lost(p, why);
+	return why != NULL;
 }
 
 /* ---- failing and ending a decode request ----------------------------------- */

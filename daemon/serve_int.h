@@ -347,6 +347,19 @@ int serve__write(uv_stream_t *st, char *data, size_t len);
  * NULL. 0, -EMSGSIZE, -ENOMEM. */
 int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
 		      char **data, size_t *len);
+/* A peer link's control frame (both roles): framed, sealed with tx
+ * (NULL: plain), through the link's bounded write queue. Past the hard
+ * bound *dead turns true and reading stops; the caller's heartbeat tick
+ * tears the link down (callers are mid-change of a request and must not
+ * see it vanish). 0 or a negative errno. */
+int serve__link_send(struct wbound *wb, bool *dead, struct peer_aead *tx,
+		     const struct proto_peer_msg *m);
+/* Heartbeat tick of a link's write queue: NULL, or why the caller must
+ * tear the link down (logged here, `who` escaped). A paused link's
+ * silence is ours: *last_heard_ns is refreshed. */
+const char *serve__link_write_poll(struct serve *s, struct wbound *wb, bool dead,
+				   uint64_t now, uint64_t *last_heard_ns,
+				   const char *who);
 /* Frame m and queue it on st; sealed with `tx` (a link's control key,
  * advancing its counter) unless NULL (keyless link, or before auth). */
 int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,

@@ -79,22 +79,10 @@ struct prefill_ticket {
  * change and must not see its connection vanish under them. */
 static int pconn_send(struct pconn *pc, const struct proto_peer_msg *m)
 {
-	char *data;
-	size_t len;
-	int rc;
-
-	if (!pc || pc->closing || pc->wb_dead)
+	if (!pc || pc->closing)
 		return -EPIPE;
-	rc = serve__peer_frame(pc->sealed ? &pc->ss.tx : NULL, m, &data, &len);
-	if (rc)
-		return rc;
-	rc = wbound_write(&pc->wb, data, len);
-	if (rc == WBOUND_E_HARD) {
-		pc->wb_dead = true;
-		wbound_read_stop(&pc->wb);
-		return -EPIPE;
-	}
-	return rc;
+	return serve__link_send(&pc->wb, &pc->wb_dead,
+				pc->sealed ? &pc->ss.tx : NULL, m);
 }
 
 /* Heartbeat tick: a control queue past its hard bound, or past the soft
@@ -102,26 +90,13 @@ static int pconn_send(struct pconn *pc, const struct proto_peer_msg *m)
  * every request of that peer). True when pc was torn down. */
 static bool pconn_write_check(struct pconn *pc, uint64_t now)
 {
-	int rc = pc->wb_dead ? WBOUND_E_HARD : wbound_poll(&pc->wb, now);
+	const char *why = serve__link_write_poll(pc->s, &pc->wb, pc->wb_dead, now,
+						 &pc->last_heard_ns,
+						 pc->hello.node[0] ? pc->hello.node : "?");
 
-	if (!rc) {
-		/* not reading it (past soft): its silence is ours, and the
-		 * stall bound, not liveness, decides how long it may last */
-		if (pc->wb.paused)
-			pc->last_heard_ns = now;
-		return false;
-	}
-	KVLOG_WARN(pc->s->log, "write_bound",
-		   "peer_node=%s conn=peer_control reason=%s queued=%zu peak=%llu soft=%llu hard=%llu stall_ms=%u",
-		   KVLOG_Q(pc->hello.node[0] ? pc->hello.node : "?"),
-		   rc == WBOUND_E_HARD ? "hard" : "stall", wbound_queued(&pc->wb),
-		   (unsigned long long)pc->wb.peak,
-		   (unsigned long long)pc->wb.lim.soft,
-		   (unsigned long long)pc->wb.lim.hard, pc->wb.lim.stall_ms);
-	pconn_lost(pc, rc == WBOUND_E_HARD ?
-		   "control write queue past its hard bound" :
-		   "control write queue stalled past its soft bound");
-	return true;
+	if (why)
+		pconn_lost(pc, why);
+	return why != NULL;
 }
 
 static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,

@@ -332,6 +332,23 @@ static int reader_need(struct xfer_reader *r, const struct xfer_hdr *h)
 	return 0;
 }
 
+/* Once the header is complete it decides how much more we accept; a bad
+ * header breaks the stream for good. 0 or the sticky error. */
+static int reader_header(struct xfer_reader *r)
+{
+	struct xfer_hdr h;
+	int ret;
+
+	if (r->len != XFER_HDR_BYTES || r->need != XFER_HDR_BYTES)
+		return 0;
+	ret = xfer_hdr_parse(r->buf, r->page_bytes, r->max_batch_bytes, &h);
+	if (ret) {
+		r->broken = ret;
+		return ret;
+	}
+	return reader_need(r, &h);
+}
+
 void xfer_reader_deinit(struct xfer_reader *r)
 {
 	free(r->buf);
@@ -365,7 +382,6 @@ static int reader_reserve(struct xfer_reader *r, size_t n)
 int xfer_reader_feed(struct xfer_reader *r, const void *data, size_t n,
 		     size_t *used)
 {
-	struct xfer_hdr h;
 	size_t take;
 	int ret;
 
@@ -383,18 +399,9 @@ int xfer_reader_feed(struct xfer_reader *r, const void *data, size_t n,
 		*used += take;
 		data = (const uint8_t *)data + take;
 		n -= take;
-		if (r->len == XFER_HDR_BYTES && r->need == XFER_HDR_BYTES) {
-			/* The header decides how much more we accept. */
-			ret = xfer_hdr_parse(r->buf, r->page_bytes,
-					     r->max_batch_bytes, &h);
-			if (ret) {
-				r->broken = ret;
-				return ret;
-			}
-			ret = reader_need(r, &h);
-			if (ret)
-				return ret;
-		}
+		ret = reader_header(r);
+		if (ret)
+			return ret;
 	}
 	return 0;
 }
@@ -416,25 +423,12 @@ int xfer_reader_space(struct xfer_reader *r, uint8_t **p, size_t *n)
 
 int xfer_reader_commit(struct xfer_reader *r, size_t k)
 {
-	struct xfer_hdr h;
-	int ret;
-
 	if (r->broken)
 		return r->broken;
 	if (k > r->need - r->len)
 		return -EINVAL;
 	r->len += k;
-	if (r->len == XFER_HDR_BYTES && r->need == XFER_HDR_BYTES) {
-		ret = xfer_hdr_parse(r->buf, r->page_bytes, r->max_batch_bytes, &h);
-		if (ret) {
-			r->broken = ret;
-			return ret;
-		}
-		ret = reader_need(r, &h);
-		if (ret)
-			return ret;
-	}
-	return 0;
+	return reader_header(r);
 }
 
 int xfer_reader_next(struct xfer_reader *r, struct xfer_hdr *h,
