@@ -101,6 +101,16 @@ int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
 	return 0;
 }
 
+void serve__figures_add(struct kvd_peer_figures *pf,
+			const struct proto_peer_hello *h)
+{
+	pf->min_pool_tokens = pf->up ? KVD_MIN(pf->min_pool_tokens, h->pool_tokens)
+				     : h->pool_tokens;
+	pf->min_context = pf->up ? KVD_MIN(pf->min_context, (uint32_t)h->context)
+				 : (uint32_t)h->context;
+	pf->up++;
+}
+
 int serve__link_send(struct wbound *wb, bool *dead, struct peer_aead *tx,
 		     const struct proto_peer_msg *m)
 {

@@ -684,11 +684,7 @@ static void peer_figures_update(struct serve *s)
 
 		if (!q->hello_seen || q->closing)
 			continue;
-		pf.min_pool_tokens = pf.up ? KVD_MIN(pf.min_pool_tokens, q->hello.pool_tokens)
-					   : q->hello.pool_tokens;
-		pf.min_context = pf.up ? KVD_MIN(pf.min_context, (uint32_t)q->hello.context)
-				       : (uint32_t)q->hello.context;
-		pf.up++;
+		serve__figures_add(&pf, &q->hello);
 	}
 	s->d->peers = pf;
 }

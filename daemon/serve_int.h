@@ -347,6 +347,9 @@ int serve__write(uv_stream_t *st, char *data, size_t len);
  * NULL. 0, -EMSGSIZE, -ENOMEM. */
 int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
 		      char **data, size_t *len);
+/* Count one paired peer's handshake figures into pf (both roles). */
+void serve__figures_add(struct kvd_peer_figures *pf,
+			const struct proto_peer_hello *h);
 /* A peer link's control frame (both roles): framed, sealed with tx
  * (NULL: plain), through the link's bounded write queue. Past the hard
  * bound *dead turns true and reading stops; the caller's heartbeat tick

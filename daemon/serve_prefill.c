@@ -52,11 +52,7 @@ static void pconn_figures_update(struct serve *s)
 	for (const struct pconn *q = s->pconns; q; q = q->next) {
 		if (!q->hello_done || q->closing || q->is_data)
 			continue;
-		pf.min_pool_tokens = pf.up ? KVD_MIN(pf.min_pool_tokens, q->hello.pool_tokens)
-					   : q->hello.pool_tokens;
-		pf.min_context = pf.up ? KVD_MIN(pf.min_context, (uint32_t)q->hello.context)
-				       : (uint32_t)q->hello.context;
-		pf.up++;
+		serve__figures_add(&pf, &q->hello);
 	}
 	s->d->peers = pf;
 }
