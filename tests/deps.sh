@@ -4,7 +4,7 @@
 KVD_DEBS=(meson ninja-build pkg-config gcc libc6-dev
 	libuv1-dev libmsgpack-dev libinih-dev libxxhash-dev check
 	libsystemd-dev libibverbs-dev libsodium-dev systemd python3 iproute2 procps
-	clang libclang-rt-dev)
+	clang libclang-rt-dev spin)
 
 kvd_install_deps() {
 	local missing=() p sudo=

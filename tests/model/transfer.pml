@@ -1,0 +1,688 @@
+/*
+ * transfer.pml - Promela model of kvd's per-request KV transfer protocol
+ * (net/PROTOCOL.md sections 2 and 3; MISSION.md invariants 2, 6, 7, 8).
+ *
+ * One decode node, one prefill node, one peer link (control connection
+ * each way, data connection prefill -> decode), NREQ requests sharing a
+ * decode pool of NPAGES pages, so the second request reuses the first
+ * one's pages. The data path is modelled as RDMA WRITE: a batch lands in
+ * decode's page memory by itself (process Nic), whatever decode thinks of
+ * the request, at any time until it has landed or the connection is torn
+ * down (which flushes it). Decode only hears of a landed batch afterwards
+ * (channel note: the receive completion / per-batch report).
+ *
+ * See tests/model/README.md for the abstraction, the mapping to the C
+ * code, the properties and the broken variants. Run: tests/model/run.
+ *
+ * Macros:
+ *   NREQ (2), NPAGES (2), MAXLOSS (1)     sizes
+ *   COMPLETION_AFTER_PLACEMENT            prefill's send completion implies
+ *                                         the write has landed (RDMA RC);
+ *                                         default: it does not (weaker,
+ *                                         covers TCP and weakly ordered NICs)
+ *   BROKEN_UNFENCE_ON_TIMEOUT             (a) decode's timeout releases the
+ *                                         pages unfenced
+ *   BROKEN_RELEASE_BEFORE_ACK             (b) abort_ack timeout releases the
+ *                                         pages without tearing down
+ *   BROKEN_COUNT_ENTRIES                  (c) coverage counts entries, not
+ *                                         distinct pages
+ *   BROKEN_NO_BATCH_COUNT                 (d) abort/abort_ack end the fence
+ *                                         without waiting for the counted
+ *                                         batches (the TCP rule under RDMA)
+ *   BROKEN_IGNORE_DONE_WHILE_ABORTING     (e) prefill_done's batch count is
+ *                                         dropped once decode is aborting
+ *   BROKEN_KEEP_FENCE                     (f) the end of an abort forgets to
+ *                                         unfence: pages leak (property 3)
+ *   NO_ORPHAN, NO_FAULTS                  leave out client disconnects /
+ *                                         prefill's fault points (dup_entry,
+ *                                         short_transfer), for larger sizes
+ */
+
+#ifndef NREQ
+#define NREQ 2
+#endif
+#ifndef NPAGES
+#define NPAGES 2
+#endif
+#ifndef MAXLOSS
+#define MAXLOSS 1
+#endif
+#define NPFX 2          /* prefix pages per request (n_prefix == n_table) */
+#define WINDOW 2        /* PREFILL_SEND_WINDOW: batches posted, not completed */
+
+#if NREQ == 2
+#define FOR_REQ(M) M(0) M(1)
+#elif NREQ == 3
+#define FOR_REQ(M) M(0) M(1) M(2)
+#else
+#error "NREQ must be 2 or 3"
+#endif
+
+#if NPAGES == 2
+#define FOR_PAGE(M) M(0) M(1)
+#elif NPAGES == 3
+#define FOR_PAGE(M) M(0) M(1) M(2)
+#elif NPAGES == 4
+#define FOR_PAGE(M) M(0) M(1) M(2) M(3)
+#else
+#error "NPAGES must be 2, 3 or 4"
+#endif
+#define FREE_P(P) + (ps[P] == PG_FREE)
+#define NFREE (0 FOR_PAGE(FREE_P))
+
+/* control messages: {type, request id, batches} */
+mtype = { PREQ, RELACK, ABORT, ABORT_ACK, REJECT, DONE };
+
+chan c2p = [3 * NREQ] of { mtype, byte, byte };  /* decode -> prefill control */
+chan p2c = [3 * NREQ] of { mtype, byte, byte };  /* prefill -> decode control */
+/* data connection: posted RDMA WRITEs, {request, index, page, gen} */
+chan data = [NPFX * NREQ] of { byte, byte, byte, byte };
+/* decode's receive completions: a write that has landed */
+chan note = [NPFX * NREQ] of { byte, byte, byte, byte };
+
+/* ---- decode pool (gpu/kvpool.h) ---- */
+#define PG_FREE    0
+#define PG_FILLING 1    /* RESERVED -fill_begin-> FILLING, merged */
+#define PG_READY   2
+#define PG_FENCED  3    /* released, fences > 0 */
+
+byte ps[NPAGES];        /* state */
+byte po[NPAGES];        /* owner (request id), kept after release */
+byte pgen[NPAGES];      /* generation; from one pool-wide counter */
+byte pf[NPAGES];        /* fence count */
+byte wr[NPAGES];        /* ghost: landed writes in the current generation */
+byte infl[NPAGES];      /* ghost: writes to this page posted, not landed or flushed */
+byte gcount;            /* kvpool's generation counter */
+
+/* ---- decode requests (daemon/serve_decode.c struct serve_req) ---- */
+#define D_NEW      0
+#define D_TRANSFER 1    /* SRS_TRANSFER */
+#define D_ABORTING 2    /* SRS_ABORTING: pages released, fence held */
+#define D_END      3    /* serve__req_end() */
+
+byte dst[NREQ];
+byte pg[NREQ * NPFX];   /* r->table[i].page */
+byte gn[NREQ * NPFX];   /* r->table[i].gen */
+byte got[NREQ];         /* r->got[] as a bit mask */
+byte ngot[NREQ];        /* r->n_got */
+byte bgot[NREQ];        /* batches of r that landed (counted also while aborting) */
+bool dseen[NREQ];       /* r->done_seen */
+byte dn[NREQ];          /* r->done_batches */
+bool ackd[NREQ];        /* abort handshake ended (abort_ack, prefill abort/reject) */
+byte tgt[NREQ];         /* batches that must land before the fence drops */
+bool fenced[NREQ];      /* r->fenced */
+bool orph[NREQ];        /* client gone: orphaned (invariant 8) */
+byte nxt;               /* next request to admit */
+byte losses;            /* peer losses injected so far */
+
+/* ---- prefill requests (daemon/serve_prefill.c) ---- */
+#define P_IDLE    0     /* never seen */
+#define P_COMPUTE 1     /* SRS_COMPUTE: own pages held, engine computing */
+#define P_SENDING 2     /* SRS_SENDING */
+#define P_WAITACK 3     /* SRS_WAIT_ACK: prefill_done sent, pages kept */
+#define P_END     4     /* prefill_free() / serve__req_end() */
+
+#define M_OK    0
+#define M_DUP   1       /* fault point dup_entry: second entry repeats the first */
+#define M_SHORT 2       /* fault point short_transfer: one page fewer */
+
+byte pst[NREQ];
+byte pmode[NREQ];
+byte posted[NREQ];      /* batches handed to the transport (batches_sent + sends_pending) */
+byte pend[NREQ];        /* r->sends_pending: posted, completion not yet seen */
+byte sent[NREQ];        /* r->batches_sent: completions seen */
+#ifdef COMPLETION_AFTER_PLACEMENT
+byte landed[NREQ];      /* batches of r that landed (for CAN_COMPLETE) */
+#define LANDED(r) landed[r]++
+#define LANDED_RESET(r) landed[r] = 0
+#else
+#define LANDED(r) skip
+#define LANDED_RESET(r) skip
+#endif
+bool abreq[NREQ];       /* r->abort_requested */
+bool acked[NREQ];       /* r->abort_acked */
+
+bool finished;          /* Check saw every request terminal and the pool clean */
+
+#define ACTIVE(r) (pst[r] == P_COMPUTE || pst[r] == P_SENDING || pst[r] == P_WAITACK)
+#define DONE_R(R) && dst[R] == D_END && !ACTIVE(R)
+#define ALLDONE   (nxt == NREQ FOR_REQ(DONE_R))
+
+/* A request ends (serve__req_end()). Its record is zeroed so that ended
+ * requests do not split states by their history (not a protocol step). */
+inline dec_end(r) {
+	dst[r] = D_END;
+	got[r] = 0; ngot[r] = 0; bgot[r] = 0; dseen[r] = false; dn[r] = 0;
+	ackd[r] = false; tgt[r] = 0; orph[r] = false;
+	pg[r * NPFX] = 0; pg[r * NPFX + 1] = 0; gn[r * NPFX] = 0; gn[r * NPFX + 1] = 0
+}
+
+inline pf_end(r) {
+	pst[r] = P_END;
+	pmode[r] = M_OK; posted[r] = 0; pend[r] = 0; sent[r] = 0;
+	abreq[r] = false; acked[r] = false;
+	LANDED_RESET(r)
+}
+
+/* ======================================================================
+ * Pool operations (gpu/kvpool.c). Use the caller's k, p.
+ * ====================================================================== */
+
+/* A page goes back to the free list. Property 1 (invariant 2): no write
+ * for its owner may still land. */
+inline to_free(pp) {
+	assert(infl[pp] == 0);
+	ps[pp] = PG_FREE;
+	po[pp] = 0; pgen[pp] = 0; wr[pp] = 0   /* (state-space hygiene: gens start at 1) */
+}
+
+/* serve__decode_admit(): kvpool_reserve() (fresh generation per page),
+ * kvpool_fill_begin(), kvpool_fence() over the prefix. Lowest free first. */
+inline pool_reserve(r) {
+	k = 0;
+	for (p : 0 .. NPAGES - 1) {
+		if
+		:: k < NPFX && ps[p] == PG_FREE ->
+			gcount++;
+			ps[p] = PG_FILLING; po[p] = r; pgen[p] = gcount;
+			pf[p] = 1; wr[p] = 0;
+			pg[r * NPFX + k] = p; gn[r * NPFX + k] = gcount;
+			k++
+		:: else
+		fi
+	}
+	assert(k == NPFX);
+	fenced[r] = true
+}
+
+/* kvpool_release(): pages without fences go FREE, fenced ones FENCED. */
+inline pool_release(r) {
+	for (k : 0 .. NPFX - 1) {
+		p = pg[r * NPFX + k];
+		assert(pgen[p] == gn[r * NPFX + k] && po[p] == r &&
+		       (ps[p] == PG_FILLING || ps[p] == PG_READY));
+		if
+		:: pf[p] > 0 -> ps[p] = PG_FENCED
+		:: else -> to_free(p)
+		fi
+	}
+}
+
+/* kvpool_unfence(): drop one fence per page; a FENCED page at 0 is freed. */
+inline pool_unfence(r) {
+	if
+	:: fenced[r] ->
+		for (k : 0 .. NPFX - 1) {
+			p = pg[r * NPFX + k];
+			assert(pgen[p] == gn[r * NPFX + k] && pf[p] > 0);
+			pf[p]--;
+			if
+			:: pf[p] == 0 && ps[p] == PG_FENCED -> to_free(p)
+			:: else
+			fi
+		}
+		fenced[r] = false
+	:: else
+	fi
+}
+
+/* kvpool_mark_ready(): FILLING -> READY. (Its tag check is not modelled:
+ * see README, "defence in depth".) */
+inline pool_mark_ready(r) {
+	for (k : 0 .. NPFX - 1) {
+		p = pg[r * NPFX + k];
+		assert(ps[p] == PG_FILLING && pgen[p] == gn[r * NPFX + k]);
+		ps[p] = PG_READY
+	}
+}
+
+/* ======================================================================
+ * Decode (daemon/serve_decode.c)
+ * ====================================================================== */
+
+/* decode_pages_free_now(): unfence, release, now. */
+inline dec_free_now(r) {
+	pool_unfence(r);
+	pool_release(r)
+}
+
+/* decode_fail(with_abort = true): send abort, release the pages but keep
+ * the transfer fence (FENCED) until the handshake ends. */
+inline dec_fail_abort(r) {
+	c2p!ABORT, r, 0;
+	pool_release(r);
+	dst[r] = D_ABORTING;
+	ackd[r] = false;
+	if
+	:: dseen[r] -> tgt[r] = dn[r]
+	:: else -> tgt[r] = 0
+	fi
+}
+
+/* decode_abort_done(): the peer will not write for r again: unfence, end. */
+inline dec_abort_done(r) {
+#ifndef BROKEN_KEEP_FENCE
+	pool_unfence(r);
+#endif
+	dec_end(r)
+}
+
+/* The RDMA rule: the handshake ended (ackd) and every batch prefill said
+ * it posted (tgt, from abort/abort_ack/prefill_done) has landed. */
+#ifdef BROKEN_NO_BATCH_COUNT
+#define DRAINED(r) (ackd[r])
+#else
+#define DRAINED(r) (ackd[r] && bgot[r] >= tgt[r])
+#endif
+
+inline dec_abort_check(r) {
+	if
+	:: dst[r] == D_ABORTING && DRAINED(r) -> dec_abort_done(r)
+	:: else
+	fi
+}
+
+/* A count from prefill (abort / abort_ack / prefill_done) raises the
+ * number of batches to wait for. */
+inline raise_tgt(r, nb) {
+	if
+	:: nb > tgt[r] -> tgt[r] = nb
+	:: else
+	fi
+}
+
+/* Property 2 (invariants 1, 6): decode reads the KV only when every
+ * prefix page is READY, its own in this generation, and was written
+ * exactly once by this request's transfer in this generation. */
+inline dec_read(r) {
+	for (k : 0 .. NPFX - 1) {
+		p = pg[r * NPFX + k];
+		assert(ps[p] == PG_READY && po[p] == r &&
+		       pgen[p] == gn[r * NPFX + k] && wr[p] == 1)
+	}
+}
+
+/* decode_try_complete(): all announced batches in and prefill_done seen:
+ * coverage, unfence, mark_ready, release_ack, read (or, orphaned, just
+ * release), release. */
+inline dec_try_complete(r) {
+	if
+	:: dst[r] == D_TRANSFER && dseen[r] && bgot[r] >= dn[r] ->
+		if
+		:: ngot[r] == NPFX ->
+			pool_unfence(r);
+			pool_mark_ready(r);
+			c2p!RELACK, r, 0;
+			if
+			:: !orph[r] -> dec_read(r)   /* serve__compute_submit(): attention reads */
+			:: else                      /* orphaned: complete cleanly, no reader */
+			fi;
+			pool_release(r);             /* request ends: decode_pages_free_now() */
+			dec_end(r)
+		:: else ->                           /* short transfer: INTEGRITY */
+			dec_fail_abort(r)
+		fi
+	:: else
+	fi
+}
+
+/* Teardown of both connections to the peer (peer_lost_code() on decode,
+ * pconn_lost() on prefill): the queue pair is flushed, so no posted write
+ * lands any more; every control message in flight is lost. Aborting
+ * requests end (decode_abort_done()), transferring ones fail without an
+ * abort (decode_fail(with_abort = false): free now); prefill ends its
+ * requests (their sends complete with an error). Then decode reconnects
+ * (peer_connect(), new connections). */
+inline teardown() {
+	do
+	:: data?tr, ti, tp, tg -> infl[tp]--
+	:: empty(data) -> break
+	od;
+	do
+	:: note?tr, ti, tp, tg
+	:: empty(note) -> break
+	od;
+	do
+	:: c2p?m, tr, tg
+	:: empty(c2p) -> break
+	od;
+	do
+	:: p2c?m, tr, tg
+	:: empty(p2c) -> break
+	od;
+	for (tr : 0 .. NREQ - 1) {
+		if
+		:: dst[tr] == D_ABORTING -> dec_abort_done(tr)
+		:: dst[tr] == D_TRANSFER -> dec_free_now(tr); dec_end(tr)
+		:: else
+		fi;
+		if
+		:: ACTIVE(tr) -> pf_end(tr); pend[tr] = 0
+		:: else
+		fi
+	}
+}
+
+/* Per-request decode transitions, one option each in Decode's loop. */
+#define DEC_REQ(R) \
+	/* decode_prefill_timeout(): prefill_timeout_ms / transfer_timeout_ms \
+	 * (also operator abort, drain: serve__decode_abort()) */ \
+	:: atomic { dst[R] == D_TRANSFER -> DEC_TIMEOUT(R) } \
+	/* serve__decode_client_gone(): the request is orphaned, the transfer \
+	 * goes on (invariant 8) */ \
+	DEC_ORPHAN(R) \
+	DEC_ABORT_TIMEOUT(R)
+
+#ifdef NO_ORPHAN
+#define DEC_ORPHAN(R)
+#else
+#define DEC_ORPHAN(R) :: atomic { dst[R] == D_TRANSFER && !orph[R] -> orph[R] = true }
+#endif
+
+#ifdef BROKEN_UNFENCE_ON_TIMEOUT
+/* (a) the timeout sends abort but frees the pages at once */
+#define DEC_TIMEOUT(R) c2p!ABORT, R, 0; dec_free_now(R); dst[R] = D_ABORTING; \
+	ackd[R] = false; tgt[R] = 0
+#else
+#define DEC_TIMEOUT(R) dec_fail_abort(R)
+#endif
+
+/* decode_abort_timeout(): no end of the abort handshake within
+ * release_timeout_ms: tear the peer connections down (the teardown
+ * option of Decode's loop, so that it is expanded once). */
+#define ABORTING_R(R) || dst[R] == D_ABORTING
+#ifdef BROKEN_RELEASE_BEFORE_ACK
+/* (b) give up waiting for the ack: release without a teardown */
+#define DEC_ABORT_TIMEOUT(R) :: atomic { dst[R] == D_ABORTING -> dec_abort_done(R) }
+#define ABORT_TIMEOUT false
+#else
+#define DEC_ABORT_TIMEOUT(R)
+#define ABORT_TIMEOUT (false FOR_REQ(ABORTING_R))
+#endif
+
+proctype Decode()
+{
+	byte r, i, p, k, n, g;
+	byte tr, ti, tp, tg;
+	mtype m;
+
+end_loop:
+	do
+	/* serve__decode_admit(): admit, reserve, fence, prefill_request.
+	 * Waits for free pages (C rejects OVERLOADED; waiting forces reuse
+	 * and turns a leaked page into a deadlock Spin reports). */
+	:: atomic { nxt < NREQ && NFREE >= NPFX ->
+		r = nxt; nxt++;
+		pool_reserve(r);
+		dst[r] = D_TRANSFER;
+		c2p!PREQ, r, 0 }
+
+	FOR_REQ(DEC_REQ)
+
+	/* teardown: peer loss (three missed heartbeats, checksum failure,
+	 * write bound, TCP reset; at most MAXLOSS), or decode_abort_timeout() */
+	:: atomic { (losses < MAXLOSS && nxt > 0) || ABORT_TIMEOUT ->
+		if
+		:: losses < MAXLOSS && nxt > 0 -> losses++
+		:: ABORT_TIMEOUT
+		fi;
+		teardown() }
+
+	/* peer_rx_batch(): a landed batch is reported */
+	:: atomic { note?r, i, p, g ->
+		if
+		:: dst[r] == D_TRANSFER ->
+			bgot[r]++;
+			/* decode_check_entry(): page of this request, this
+			 * generation, not written before */
+			if
+			:: i < NPFX && pg[r * NPFX + i] == p && gn[r * NPFX + i] == g &&
+#ifdef BROKEN_COUNT_ENTRIES
+			   true ->
+				got[r] = got[r] | (1 << i);
+				ngot[r]++;
+#else
+			   (got[r] & (1 << i)) == 0 ->
+				got[r] = got[r] | (1 << i);
+				ngot[r]++;
+#endif
+				dec_try_complete(r)
+			:: else ->   /* INTEGRITY: decode_fail(with_abort) */
+				dec_fail_abort(r)
+			fi
+		:: dst[r] == D_ABORTING ->
+			/* the write landed: one fewer to wait for */
+			bgot[r]++;
+			dec_abort_check(r)
+		:: else      /* batch_discarded */
+		fi }
+
+	/* peer_on_msg(): control messages from prefill */
+	:: atomic { p2c?m, r, n ->
+		if
+		:: m == DONE ->
+			if
+			:: dst[r] == D_TRANSFER ->
+				dseen[r] = true; dn[r] = n;
+				dec_try_complete(r)
+			:: dst[r] == D_ABORTING ->
+#ifndef BROKEN_IGNORE_DONE_WHILE_ABORTING
+				/* its count still bounds what may land */
+				raise_tgt(r, n);
+				dec_abort_check(r)
+#else
+				skip
+#endif
+			:: else
+			fi
+		:: m == REJECT ->
+			if
+			:: dst[r] == D_TRANSFER ->
+				/* nothing computed or sent: release at once */
+				dec_free_now(r); dec_end(r)
+			:: dst[r] == D_ABORTING ->
+				/* our abort crossed the refusal: like an ack, 0 batches */
+				ackd[r] = true; dec_abort_check(r)
+			:: else
+			fi
+		:: m == ABORT ->
+			if
+			:: dst[r] == D_TRANSFER ->
+				/* prefill gives up: fail without our own abort, keep
+				 * the fence until its n posted batches have landed */
+				pool_release(r);
+				dst[r] = D_ABORTING;
+				if
+				:: dseen[r] -> tgt[r] = dn[r]
+				:: else -> tgt[r] = 0
+				fi;
+				raise_tgt(r, n);
+				ackd[r] = true;
+				dec_abort_check(r)
+			:: dst[r] == D_ABORTING ->
+				/* crossed our abort: ends the handshake like an ack */
+				raise_tgt(r, n);
+				ackd[r] = true;
+				dec_abort_check(r)
+			:: else
+			fi;
+			c2p!ABORT_ACK, r, 0
+		:: m == ABORT_ACK ->
+			if
+			:: dst[r] == D_ABORTING ->
+				raise_tgt(r, n);
+				ackd[r] = true;
+				dec_abort_check(r)
+			:: else  /* late or unsolicited ack */
+			fi
+		fi }
+	od
+}
+
+/* ======================================================================
+ * The data path as RDMA WRITE: a posted write places its page in decode's
+ * memory with no CPU involved and no check, then decode gets a receive
+ * completion (note). In-order within the data connection; arbitrarily
+ * late relative to both control connections.
+ * ====================================================================== */
+proctype Nic()
+{
+	byte r, i, p, g;
+
+end_nic:
+	do
+	:: atomic { data?r, i, p, g ->
+		/* Property 1: the page is still the writer's (its generation)
+		 * and nobody reads it (FILLING, or released but FENCED) */
+		assert(pgen[p] == g && (ps[p] == PG_FILLING || ps[p] == PG_FENCED));
+		wr[p]++;
+		infl[p]--;
+		LANDED(r);
+		note!r, i, p, g }
+	od
+}
+
+/* ======================================================================
+ * Prefill (daemon/serve_prefill.c)
+ * ====================================================================== */
+
+/* prefill_abort_maybe_finish() + prefill_ack_abort(): once nothing of r
+ * is queued, answer with the number of batches posted (final: nothing
+ * more is posted after abort_requested), then free. */
+inline pf_maybe_finish(r) {
+	if
+	:: abreq[r] && pend[r] == 0 ->
+		if
+		:: !acked[r] -> acked[r] = true; p2c!ABORT_ACK, r, posted[r]
+		:: else
+		fi;
+		pf_end(r)
+	:: else
+	fi
+}
+
+/* prefill_fail(): abort to decode with the number of batches posted. */
+inline pf_fail(r) {
+	abreq[r] = true;
+	p2c!ABORT, r, posted[r];
+	if
+	:: pend[r] == 0 -> pf_end(r)    /* prefill_free() */
+	:: else
+	fi
+}
+
+#define LIMIT(r) (pmode[r] == M_SHORT -> NPFX - 1 : NPFX)
+
+/* Per-request prefill transitions. */
+#define PF_REQ(R) \
+	/* serve__prefill_engine_msg(SMSG_DONE): computed (prefill_computed(), \
+	 * maybe a fault point), or failed (prefill_fail()) */ \
+	:: atomic { pst[R] == P_COMPUTE && !abreq[R] -> \
+		if \
+		:: pst[R] = P_SENDING; pmode[R] = M_OK \
+		PF_FAULT_MODES(R) \
+		:: pf_fail(R) \
+		fi } \
+	/* serve__prefill_abort(): operator, drain, a send that failed */ \
+	:: atomic { pst[R] == P_SENDING && !abreq[R] -> pf_fail(R) } \
+	/* prefill_send_more(): post a batch (one page) within the window */ \
+	:: atomic { pst[R] == P_SENDING && !abreq[R] && posted[R] < LIMIT(R) && \
+		    pend[R] < WINDOW -> \
+		i = posted[R]; \
+		if \
+		:: pmode[R] == M_DUP && i == 1 -> i = 0 \
+		:: else \
+		fi; \
+		p = pg[R * NPFX + i]; \
+		data!R, i, p, gn[R * NPFX + i]; \
+		infl[p]++; posted[R]++; pend[R]++ } \
+	/* prefill_sent_cb(): a send completion */ \
+	:: atomic { pend[R] > 0 && CAN_COMPLETE(R) -> \
+		pend[R]--; sent[R]++; \
+		if \
+		:: abreq[R] -> pf_maybe_finish(R) \
+		:: !abreq[R] && posted[R] == LIMIT(R) && pend[R] == 0 -> \
+			/* prefill_done_send(): every batch reported sent */ \
+			p2c!DONE, R, sent[R]; pst[R] = P_WAITACK \
+		:: else \
+		fi } \
+	/* prefill_release_timeout(): release own pages without the ack */ \
+	:: atomic { pst[R] == P_WAITACK -> pf_end(R) }
+
+#ifdef NO_FAULTS
+#define PF_FAULT_MODES(R)
+#else
+#define PF_FAULT_MODES(R) \
+		:: pst[R] = P_SENDING; pmode[R] = M_DUP \
+		:: pst[R] = P_SENDING; pmode[R] = M_SHORT
+#endif
+
+#ifdef COMPLETION_AFTER_PLACEMENT
+#define CAN_COMPLETE(R) (landed[R] > sent[R])
+#else
+#define CAN_COMPLETE(R) true
+#endif
+
+proctype Prefill()
+{
+	byte r, i, p, n;
+	mtype m;
+
+end_loop:
+	do
+	/* pconn_on_msg() */
+	:: atomic { c2p?m, r, n ->
+		if
+		:: m == PREQ ->
+			if
+			:: pf_end(r); p2c!REJECT, r, 0   /* prefill_admit(): refused */
+			:: pst[r] = P_COMPUTE                  /* admitted, compute submitted */
+			fi
+		:: m == ABORT ->
+			if
+			:: ACTIVE(r) ->
+				abreq[r] = true;
+				/* answer once nothing is queued; cancel a compute */
+				pf_maybe_finish(r)
+			:: else ->
+				/* prefill_find() fails: ended (or refused) */
+				p2c!ABORT_ACK, r, 0
+			fi
+		:: m == RELACK ->
+			if
+			:: pst[r] == P_WAITACK -> pf_end(r)
+			:: else     /* late: ignored */
+			fi
+		:: m == ABORT_ACK -> skip   /* our aborts need no ack */
+		fi }
+
+	FOR_REQ(PF_REQ)
+	od
+}
+
+/* Property 3: every request terminal, both sides, and then the pool is
+ * clean (all pages FREE, no fences, nothing in flight). Blocks forever,
+ * outside an end state, if that never happens: Spin reports it. */
+active proctype Check()
+{
+	byte k;
+
+	ALLDONE;
+	atomic {
+		for (k : 0 .. NPAGES - 1) {
+			assert(ps[k] == PG_FREE && pf[k] == 0 && infl[k] == 0)
+		}
+		finished = true
+	}
+}
+
+init {
+	atomic {
+		run Decode();
+		run Prefill();
+		run Nic()
+	}
+}
+
+/* Property 3 as liveness: on every path every request ends. */
+ltl terminates { <> finished }
