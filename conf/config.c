@@ -298,56 +298,59 @@ static bool is_name(const char *s)
 /* host:port with port 1..65535, where host is a numeric IPv4 address,
  * [IPv6], or localhost. kvd resolves no names: what passes here is what
  * the listeners and peer connections can use as written. */
-static bool is_hostport(const char *s)
+/* Split host:port into its address (af 0 for "localhost") and port.
+ * 0, or -1 when it is not one. */
+static int hostport_split(const char *s, int *af, unsigned char addr[16],
+			  uint64_t *port)
 {
 	const char *colon = strrchr(s, ':');
-	unsigned char addr[16];
 	char host[64];
-	uint64_t port = 0;
 	size_t n;
 
 	if (!colon || colon == s || (size_t)(colon - s) >= sizeof(host))
-		return false;
-	if (parse_u64(colon + 1, &port) < 0 || port == 0 || port > 65535)
-		return false;
+		return -1;
+	if (parse_u64(colon + 1, port) < 0 || *port == 0 || *port > 65535)
+		return -1;
 	n = (size_t)(colon - s);
 	memcpy(host, s, n);
 	host[n] = '\0';
+	*af = 0;
 	if (!strcmp(host, "localhost"))
-		return true;
+		return 0;
 	if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
 		host[n - 1] = '\0';
-		return inet_pton(AF_INET6, host + 1, addr) == 1;
+		*af = AF_INET6;
+		return inet_pton(AF_INET6, host + 1, addr) == 1 ? 0 : -1;
 	}
-	return inet_pton(AF_INET, host, addr) == 1;
+	*af = AF_INET;
+	return inet_pton(AF_INET, host, addr) == 1 ? 0 : -1;
+}
+
+static bool is_hostport(const char *s)
+{
+	unsigned char addr[16];
+	uint64_t port = 0;
+	int af;
+
+	return hostport_split(s, &af, addr, &port) == 0;
 }
 
 bool kvd_hostport_is_loopback(const char *s)
 {
-	const char *colon = strrchr(s, ':');
+	static const unsigned char v6_loop[16] = { [15] = 1 };
+	static const unsigned char v4_mapped[12] = { [10] = 0xff, [11] = 0xff };
 	unsigned char a[16];
-	char host[64];
-	size_t n;
+	uint64_t port = 0;
+	int af;
 
-	if (!colon || colon == s || (size_t)(colon - s) >= sizeof(host))
+	if (hostport_split(s, &af, a, &port))
 		return false;
-	n = (size_t)(colon - s);
-	memcpy(host, s, n);
-	host[n] = '\0';
-	if (!strcmp(host, "localhost"))
-		return true;
-	if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
-		static const unsigned char v6_loop[16] = { [15] = 1 };
-
-		host[n - 1] = '\0';
-		if (inet_pton(AF_INET6, host + 1, a) != 1)
-			return false;
-		/* ::1, or an IPv4-mapped 127.x.y.z */
-		if (!memcmp(a, v6_loop, 16))
-			return true;
-		return !memcmp(a, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) && a[12] == 127;
-	}
-	return inet_pton(AF_INET, host, a) == 1 && a[0] == 127;
+	if (af == 0)
+		return true;   /* localhost */
+	if (af == AF_INET)
+		return a[0] == 127;
+	/* ::1, or an IPv4-mapped 127.x.y.z */
+	return !memcmp(a, v6_loop, 16) || (!memcmp(a, v4_mapped, 12) && a[12] == 127);
 }
 
 static bool is_addr(const char *s)

@@ -1,5 +1,6 @@
 /* test_config.c - the config table, parser and cross-key rules. */
 #include "conf/config.h"
+#include "conf/util.h"
 #include "conf/log.h"
 
 #include <check.h>
@@ -235,6 +236,23 @@ START_TEST(test_file_errors)
 }
 END_TEST
 
+/* Peering without a key is allowed over loopback only: exactly these. */
+START_TEST(test_loopback_addresses)
+{
+	static const char *const yes[] = { "127.0.0.1:7000", "127.9.9.9:1", "localhost:80",
+					   "[::1]:7", "[::ffff:127.0.0.2]:7" };
+	static const char *const no[] = { "10.77.0.1:7000", "128.0.0.1:1", "0.0.0.0:1",
+					  "[::2]:7", "[::]:7", "[::ffff:10.0.0.1]:7",
+					  "localhost", "127.0.0.1", ":7", "[::1:7",
+					  "127.0.0.1:0", "127.0.0.1:70000", "example.com:1" };
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(yes); i++)
+		ck_assert_msg(kvd_hostport_is_loopback(yes[i]), "%s is loopback", yes[i]);
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(no); i++)
+		ck_assert_msg(!kvd_hostport_is_loopback(no[i]), "%s is not loopback", no[i]);
+}
+END_TEST
+
 /* The committed example is what the table prints: they cannot drift. */
 START_TEST(test_example_matches_table)
 {
@@ -311,6 +329,7 @@ int main(void)
 	tcase_add_test(tc, test_long_line);
 	tcase_add_test(tc, test_file_errors);
 	tcase_add_test(tc, test_example_matches_table);
+	tcase_add_test(tc, test_loopback_addresses);
 	tcase_add_test(tc, test_reference_and_example_parse);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
