@@ -769,6 +769,7 @@ static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
 	}
 	p->hello = m->hello;
 	p->hello_seen = true;
+	frame_decoder_set_max(&p->dec, SERVE_PEER_FRAME_MAX);
 	p->max_batch_bytes = KVD_MIN(s->d->cfg.max_batch_bytes, m->hello.max_batch_bytes);
 	tc.pool = s->d->pool;
 	tc.mem = &s->d->mem;
@@ -857,6 +858,7 @@ static void peer_on_proof(struct peer *p, const struct proto_peer_msg *m)
 			    p->nonce_p, s->d->cfg.encrypt);
 	frame_decoder_set_opener(&p->dec, peer_frame_open, &p->ss.rx);
 	p->sealed = true;
+	frame_decoder_set_max(&p->dec, SERVE_PEER_FRAME_MAX);
 	p->auth_phase = PEER_AUTH_HELLO;
 	h.hello = s->my_hello;
 	if (peer_send(p, &h))
@@ -1046,7 +1048,7 @@ static void peer_connect(struct peer *p)
 			    .stall_ms = s->d->cfg.write_stall_timeout_ms },
 		    peer_alloc, peer_read);
 	uv_tcp_nodelay(&p->ctl, 1);
-	frame_decoder_init(&p->dec, SERVE_PEER_FRAME_MAX);
+	frame_decoder_init(&p->dec, SERVE_PEER_HANDSHAKE_FRAME_MAX);
 	p->conn_req.data = p;
 	p->last_heard_ns = p->t_connect_ns = kvd_now_ns();
 	rc = uv_tcp_connect(&p->conn_req, &p->ctl, (struct sockaddr *)&ss,

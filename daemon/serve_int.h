@@ -370,6 +370,10 @@ int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
 /* Accept the connection a listener reports and close it at once
  * (refused, or no memory for its owner): never leave it unaccepted. */
 void serve__accept_drop(struct serve *s, uv_stream_t *server);
+/* Before a peer has proved the key (keyless: before its hello), a node
+ * reads only frames of handshake size: a stranger cannot make it buffer
+ * megabytes (64 pending handshakes x 4 MiB). */
+#define SERVE_PEER_HANDSHAKE_FRAME_MAX 4096u
 /* The largest frame a peer control decoder accepts (a sealed frame). */
 #define SERVE_PEER_FRAME_MAX (PROTO_PEER_FRAME_MAX + PEER_AUTH_TAG_BYTES)
 /* Feed bytes read on a peer control connection to `dec` and hand every

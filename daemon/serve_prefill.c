@@ -774,6 +774,7 @@ static void pconn_on_auth_proof(struct pconn *pc, const struct proto_peer_msg *m
 			    pc->nonce_p, s->d->cfg.encrypt);
 	frame_decoder_set_opener(&pc->dec, peer_frame_open, &pc->ss.rx);
 	pc->sealed = true;
+	frame_decoder_set_max(&pc->dec, SERVE_PEER_FRAME_MAX);
 	memcpy(pc->token, pc->ss.token, PEER_AUTH_BYTES);
 	pc->phase = PCONN_HELLO;
 }
@@ -797,6 +798,7 @@ static void pconn_on_hello(struct pconn *pc, const struct proto_peer_msg *m)
 	}
 	pc->hello = m->hello;
 	pc->hello_done = true;
+	frame_decoder_set_max(&pc->dec, SERVE_PEER_FRAME_MAX);
 	pc->max_batch_bytes = KVD_MIN(s->d->cfg.max_batch_bytes, m->hello.max_batch_bytes);
 	pc->checksum = s->d->cfg.checksum || m->hello.checksum;
 	reply.hello = s->my_hello;
@@ -1159,7 +1161,7 @@ static void pconn_accept(uv_stream_t *server, int status)
 		return;
 	}
 	pc->tcp.data = pc;
-	frame_decoder_init(&pc->dec, SERVE_PEER_FRAME_MAX);
+	frame_decoder_init(&pc->dec, SERVE_PEER_HANDSHAKE_FRAME_MAX);
 	pc->last_heard_ns = pc->t_accept_ns = kvd_now_ns();
 	pc->conn_id = ++s->next_conn_id;
 	snprintf(pc->addr, sizeof(pc->addr), "?");

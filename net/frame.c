@@ -241,6 +241,11 @@ void frame_decoder_init(struct frame_decoder *d, size_t max)
 	msgpack_unpacked_init(&d->msg);
 }
 
+void frame_decoder_set_max(struct frame_decoder *d, size_t max)
+{
+	d->max = KVD_MIN(KVD_MAX(max, (size_t)1), (size_t)FRAME_MAX_LIMIT);
+}
+
 void frame_decoder_deinit(struct frame_decoder *d)
 {
 	free(d->buf);

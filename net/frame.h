@@ -78,6 +78,9 @@ struct frame_decoder {
 void frame_decoder_init(struct frame_decoder *d, size_t max);
 /* Free buffers. Safe twice. */
 void frame_decoder_deinit(struct frame_decoder *d);
+/* Change the largest payload accepted from the next frame on (1 ..
+ * FRAME_MAX_LIMIT): e.g. small until a peer has authenticated. */
+void frame_decoder_set_max(struct frame_decoder *d, size_t max);
 
 /* Copy up to n bytes of `data` into the decoder; *used says how many were
  * taken (fewer than n when the buffer is full: call next() and feed the

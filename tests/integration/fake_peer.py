@@ -27,6 +27,9 @@ fake needs no copy of the model.
                                      LOG: after pairing itself, also its own
                                      token's neighbours); prints how many
                                      and how many KV bytes came back
+  fake_peer.py bigframes ADDR N MIB SECONDS
+                                     N connections each start a 4 MiB frame
+                                     and send MIB MiB of it before any proof
   fake_peer.py crowd ADDR N SECONDS  open N silent connections; report how many
                                      were closed at once and after SECONDS
   fake_peer.py rogue LISTEN SECONDS MODE
@@ -487,6 +490,50 @@ def cmd_crowd(addr, n, seconds):
     return 0
 
 
+def cmd_bigframes(addr, n, mib, seconds):
+    """n connections, each announcing a 4 MiB frame and sending `mib` MiB of
+    it, never finishing, before any proof: memory a stranger could make a
+    node hold. Reports how many the node closed."""
+    import time
+    socks = []
+    chunk = b"\0" * 65536
+    for _ in range(n):
+        try:
+            s = socket.create_connection(split_addr(addr), timeout=2.0)
+            s.sendall(struct.pack(">I", 4 << 20))
+            s.setblocking(False)
+            socks.append([s, 0])
+        except OSError:
+            pass
+    end = time.time() + seconds
+    want = mib << 20
+    while time.time() < end:
+        busy = False
+        for e in socks:
+            if e[1] >= want:
+                continue
+            try:
+                e[1] += e[0].send(chunk)
+                busy = True
+            except BlockingIOError:
+                pass
+            except OSError:
+                e[1] = want   # closed by the node
+        if not busy:
+            time.sleep(0.05)
+    closed = 0
+    for e in socks:
+        try:
+            closed += e[0].recv(1) == b""
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+        e[0].close()
+    print("conns=%d sent_mib=%.1f closed=%d" % (len(socks), sum(e[1] for e in socks) / 1048576.0, closed), flush=True)
+    return 0
+
+
 def cmd_rogue(listen, seconds, mode):
     """Listen where decode expects its prefill; we hold no key."""
     import time
@@ -558,6 +605,8 @@ def main(argv):
         return cmd_stranger(argv[2], argv[3])
     if len(argv) in (4, 5) and argv[1] == "hijack":
         return cmd_hijack(argv[2], float(argv[3]), argv[4] if len(argv) > 4 else None, key)
+    if len(argv) == 6 and argv[1] == "bigframes":
+        return cmd_bigframes(argv[2], int(argv[3]), int(argv[4]), float(argv[5]))
     if len(argv) == 5 and argv[1] == "crowd":
         return cmd_crowd(argv[2], int(argv[3]), float(argv[4]))
     if len(argv) == 5 and argv[1] == "rogue":

@@ -8,6 +8,8 @@
 #     held, one escaped log line per refusal;
 #   - a crowd of silent connections: at most 64 wait for a handshake, for
 #     at most connect_timeout_ms; the admin socket and the pair carry on;
+#   - strangers announcing 4 MiB frames before any proof: a node reads only
+#     handshake-sized frames until the peer has proved, memory stays bounded;
 #   - a peer holding another cluster's key fails the proof;
 #   - data-connection hijack race: while the real decode restarts three
 #     times, a process that paired itself (it holds the key) opens data
@@ -80,6 +82,27 @@ check "crowd: all but the 64 allowed handshakes were closed at once" \
 	grep -Eq "closed_at_once=(23[6-9]|2[4-9][0-9]|300)" "$T/crowd.out"
 check "crowd: the rest were closed by the handshake deadline" grep -q "closed_after=300" "$T/crowd.out"
 check "crowd: prefill logged the refused connections" grep -q "event=peer_conn_refused " "$T/pa.log"
+
+# ---- big frames before any proof -----------------------------------------------
+# 60 strangers each announce a 4 MiB frame and send 3 MiB of it: before a
+# peer has proved the key, a node reads only handshake-sized frames, so
+# prefill's memory stays bounded and the connections are closed.
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+rss0=$(rss_kb "$PID_pa")
+"${FAKE[@]}" bigframes "127.0.0.1:$P_PORT" 60 3 4 > "$T/big.out" 2>&1 &
+BPID=$!
+PIDS+=("$BPID")
+peak=$rss0
+while kill -0 "$BPID" 2>/dev/null; do
+	r=$(rss_kb "$PID_pa"); [ "$r" -gt "$peak" ] && peak=$r
+	sleep 0.1
+done
+echo "# big frames: $(cat "$T/big.out"); prefill RSS $rss0 kB -> peak $peak kB"
+check "big frames: 60 strangers connected" grep -q "conns=60 " "$T/big.out"
+check "big frames: prefill RSS grew by less than 64 MB" test $(( (peak - rss0) / 1024 )) -lt 64
+check "big frames: prefill closed every one" grep -q "closed=60$" "$T/big.out"
+out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
+check "big frames: the real pair still serves exact output" same_ids "$out" "$REF"
 
 # ---- another cluster's key ---------------------------------------------------
 "$KVCTL" keygen "$T/other.key"
