@@ -23,6 +23,9 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "conf/util.h"
 
 enum kvlog_level {
 	KVLOG_ERROR = 0,
@@ -61,6 +64,19 @@ void kvlog__emit(struct kvlog *lg, int level, const char *event,
 #define KVLOG_WARN(lg, event, ...) KVLOG(lg, KVLOG_WARN, event, __VA_ARGS__)
 #define KVLOG_INFO(lg, event, ...) KVLOG(lg, KVLOG_INFO, event, __VA_ARGS__)
 #define KVLOG_DEBUG(lg, event, ...) KVLOG(lg, KVLOG_DEBUG, event, __VA_ARGS__)
+
+/* An internal invariant, checked in every build: when it does not hold,
+ * one error line `event=invariant_breach` names it and the process aborts
+ * (a node that lost track of whose KV a page holds must not go on). */
+#define KVD_ASSERT(lg, cond, ...)                                       \
+	do {                                                            \
+		if (kvd_unlikely(!(cond))) {                            \
+			KVLOG_ERR(lg, "invariant_breach", "assert=%s at=%s:%d", \
+				  #cond, __FILE__, __LINE__);           \
+			KVLOG_ERR(lg, "invariant_breach", __VA_ARGS__); \
+			abort();                                        \
+		}                                                       \
+	} while (0)
 
 /* Write `s` as a log value into buf: bare if it is non-empty valid UTF-8
  * with no space, quote, '=', backslash or control character, else

@@ -207,7 +207,9 @@ static const struct machine_step preq_table[PRS__N][PEV__N] = {
 	},
 	[PRS_ADMIT_ABORTED] = {
 		[PEV_SUBMITTED] = GO(PRS_FREEING, PA_FREE_ENGINE),
-		[PEV_SUBMIT_ERR] = GO(PRS_DONE, PA_DETACH_LINK),
+		/* the refusal still goes out (decode ignores it: it holds
+		 * nothing of the request any more) */
+		[PEV_SUBMIT_ERR] = GO(PRS_DONE, PA_SEND_REJECT | PA_DETACH_LINK),
 		[PEV_PEER_ABORT] = GO(PRS_ADMIT_ABORTED, PA_SEND_ABORT_ACK),
 		[PEV_OP_ABORT] = IGN,
 		[PEV_LINK_LOST] = GO(PRS_ADMIT_ABORTED, PA_DETACH_LINK),

@@ -307,7 +307,6 @@ void serve__req_end(struct serve_req *r, bool ok)
 	if (r->ended)
 		return;
 	r->ended = true;
-	r->state = SRS_DEAD;
 	serve__client_detach(r);
 	if (r->prev)
 		r->prev->next = r->next;
@@ -335,29 +334,44 @@ void serve__timer_stop(struct serve_req *r)
 		uv_timer_stop(&r->timer);
 }
 
-/* kvctl abort ID: the normal failure path of each kind. */
+/* kvctl abort ID: the normal failure path of each kind (OP_ABORT). */
 static int serve_req_abort(struct kvd_request *reg, const char *reason)
 {
 	struct serve_req *r = kvd_container_of(reg, struct serve_req, reg);
 
-	if (r->kind == SREQ_PREFILL) {
+	if (r->kind == SREQ_PREFILL)
 		serve__prefill_abort(r, reason);
-		return 0;
-	}
-	if (r->kind == SREQ_DECODE && r->state == SRS_TRANSFER) {
-		/* stop the transfer: abort handshake, pages fenced until
-		 * prefill's ack (invariant 7) */
+	else
 		serve__decode_abort(r, reason);
-		return 0;
-	}
-	/* computing (or already failing): stop streaming, free, and end
-	 * as failed, not ok */
-	if (!r->fail_code)
-		r->fail_code = PROTO_ERR_INTERNAL;
-	serve__client_error(r, PROTO_ERR_INTERNAL, "aborted by the operator: %s",
-			    reason);
-	serve__req_orphan(r);
 	return 0;
+}
+
+const struct machine_step *serve__req_step(struct serve_req *r,
+					   const struct machine *m,
+					   unsigned event)
+{
+	const struct machine_step *st = machine_step(m, r->state, event);
+	char acts[256];
+
+	if (st->kind == MSTEP_IGNORE) {
+		KVLOG_DEBUG(r->s->log, "req_event_ignored", "id=%llu machine=%s state=%s event=%s",
+			    (unsigned long long)r->reg.id, m->name,
+			    machine_state_name(m, r->state), machine_event_name(m, event));
+		return NULL;
+	}
+	KVD_ASSERT(r->s->log, st->kind == MSTEP_GO && machine_edge(m, r->state, st->next),
+		   "id=%llu machine=%s state=%s event=%s msg=\"no such transition\"",
+		   (unsigned long long)r->reg.id, m->name,
+		   machine_state_name(m, r->state), machine_event_name(m, event));
+	KVLOG_DEBUG(r->s->log, "req_state", "id=%llu machine=%s from=%s event=%s to=%s actions=%s",
+		    (unsigned long long)r->reg.id, m->name,
+		    machine_state_name(m, r->state), machine_event_name(m, event),
+		    machine_state_name(m, st->next),
+		    machine_actions_str(m, st->actions, acts, sizeof(acts)));
+	if (st->next != r->state)
+		serve__timer_stop(r);   /* every phase timer belongs to its state */
+	r->state = st->next;
+	return st;
 }
 
 const char *serve__peer_feed(struct serve *s, const char *who,
@@ -657,8 +671,6 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 		.max_tokens = max_tokens, .sampling = r->sp,
 		.prefill_only = prefill_only, .n_table = table ? n_table : 0,
 		.n_cached = n_cached };
-	r->submit_pending = true;
-	r->in_engine = true;
 	comp_queue(&s->comp, j);
 	return 0;
 }
@@ -668,7 +680,6 @@ void serve__compute_free(struct serve *s, struct serve_req *r,
 {
 	struct serve_job *j = r->free_job;
 
-	r->state = SRS_FREEING;
 	if (!j)
 		return;   /* queued already: its FREED ends r */
 	r->free_job = NULL;
@@ -682,7 +693,6 @@ void serve__compute_free(struct serve *s, struct serve_req *r,
 		r->table = NULL;
 	}
 	r->ereq = NULL;
-	r->in_engine = false;
 	comp_queue(&s->comp, j);
 }
 
@@ -702,18 +712,10 @@ static void comp_async_cb(uv_async_t *a)
 		struct serve_req *r = serve__req_find(s, m->owner);
 
 		msgs = m->next;
-		if (r) {
-			if (m->kind == SMSG_SUBMITTED) {
-				r->submit_pending = false;
-				r->ereq = m->req;
-				if (m->error)
-					r->in_engine = false;
-			}
-			if (r->kind == SREQ_PREFILL)
-				serve__prefill_engine_msg(r, m);
-			else
-				serve__client_engine_msg(r, m);
-		}
+		if (r && r->kind == SREQ_PREFILL)
+			serve__prefill_engine_msg(r, m);
+		else if (r)
+			serve__dreq_engine_msg(r, m);
 		free(m->table);
 		free(m);
 	}

@@ -218,93 +218,6 @@ void serve__client_detach(struct serve_req *r)
 	}
 }
 
-/* ---- engine messages (local and decode requests) ---------------------------- */
-
-static int engine_code_to_proto(int e)
-{
-	switch (e) {
-	case ENGINE_E_TOO_LONG: return PROTO_ERR_PROMPT_TOO_LONG;
-	case ENGINE_E_INVALID: return PROTO_ERR_INVALID_REQUEST;
-	case ENGINE_E_INTEGRITY: return PROTO_ERR_INTEGRITY;
-	case ENGINE_E_BUSY:
-	case KVPOOL_E_FULL: return PROTO_ERR_OVERLOADED;
-	default: return PROTO_ERR_INTERNAL;
-	}
-}
-
-/* Free the engine's request; decode also hands back its lent pages,
- * quarantined when the engine reported ENGINE_E_INTEGRITY: a page whose
- * tag is wrong had a writer we cannot trust (invariants 1, 2). The
- * engine quarantines its own pages by the same rule. */
-static void client_engine_free(struct serve_req *r, int engine_error)
-{
-	bool quarantine = engine_error == ENGINE_E_INTEGRITY;
-
-	if (r->kind == SREQ_DECODE && r->pages_held) {
-		r->pages_held = false;
-		if (quarantine)
-			KVLOG_WARN(r->s->log, "pages_quarantined",
-				   "id=%llu pages=%u reason=engine_integrity",
-				   (unsigned long long)r->reg.id, r->n_table);
-		serve__compute_free(r->s, r, true, quarantine);
-	} else {
-		serve__compute_free(r->s, r, false, false);
-	}
-}
-
-void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m)
-{
-	switch (m->kind) {
-	case SMSG_SUBMITTED:
-		if (m->error) {
-			r->fail_code = engine_code_to_proto(m->error);
-			serve__client_error(r, r->fail_code, "engine refused the request: %s",
-					    engine_strerror(m->error));
-			client_engine_free(r, m->error);
-		} else if (!r->client) {
-			client_engine_free(r, 0);   /* orphaned while queued */
-		}
-		break;
-	case SMSG_TOKEN:
-		if (r->state == SRS_COMPUTE)
-			serve__client_token(r, m->token);
-		break;
-	case SMSG_DONE:
-		if (r->state != SRS_COMPUTE)
-			break;
-		if (m->finish == ENGINE_FINISH_STOP)
-			serve__client_final(r, "stop");
-		else if (m->finish == ENGINE_FINISH_LENGTH)
-			serve__client_final(r, "length");
-		else {
-			r->fail_code = m->error == ENGINE_E_INTEGRITY ?
-				PROTO_ERR_INTEGRITY : PROTO_ERR_INTERNAL;
-			if (m->error == ENGINE_E_INTEGRITY)
-				r->s->d->counters.integrity_failures++;
-			serve__client_error(r, r->fail_code, "generation failed: %s (%s)",
-					    engine_finish_name(m->finish),
-					    engine_strerror(m->error));
-		}
-		client_engine_free(r, m->error);
-		break;
-	case SMSG_FREED:
-		serve__req_end(r, r->answered && !r->fail_code);
-		break;
-	}
-}
-
-void serve__req_orphan(struct serve_req *r)
-{
-	if (r->kind == SREQ_DECODE && r->state != SRS_COMPUTE) {
-		serve__decode_client_gone(r);
-		return;
-	}
-	serve__client_detach(r);
-	if (r->state == SRS_COMPUTE && r->in_engine && !r->submit_pending)
-		client_engine_free(r, 0);
-	/* submit pending: SUBMITTED sees no client and frees */
-}
-
 /* ---- admission ---------------------------------------------------------------- */
 
 static void client_reject(struct client_conn *c, uint64_t id, int code,
@@ -356,6 +269,41 @@ static int client_tokens(struct serve *s, struct proto_client_request *q,
 	*out = ids;
 	*n = (uint32_t)n_ids;
 	return 0;
+}
+
+/* Standalone: the node's own context and pool are the whole path; the
+ * request enters the dreq machine at SUBMIT. */
+static void client_admit_local(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
+	uint64_t lim = serve__own_limit(s);
+
+	if (need > lim) {
+		KVLOG_WARN(s->log, "admission_reject",
+			   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
+			   (unsigned long long)r->client_id, r->n_prompt,
+			   r->max_tokens, (unsigned long long)need,
+			   (unsigned long long)lim,
+			   s->d->cap.advertised_context,
+			   (unsigned long long)s->d->cap.pool_tokens);
+		s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
+		r->fail_code = PROTO_ERR_PROMPT_TOO_LONG;
+		snprintf(r->fail_msg, sizeof(r->fail_msg),
+			 "prompt (%u tokens) + max_tokens (%u) = %llu exceeds what this node can hold (%llu tokens)",
+			 r->n_prompt, r->max_tokens, (unsigned long long)need,
+			 (unsigned long long)lim);
+		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	serve__req_register(r);
+	if (serve__client_stream_begin(r)) {
+		r->fail_code = PROTO_ERR_INTERNAL;
+		snprintf(r->fail_msg, sizeof(r->fail_msg), "out of memory");
+		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	serve__dreq_event(r, DEV_ADMIT_LOCAL);
 }
 
 static void client_request(struct client_conn *c, const msgpack_object *map)
@@ -421,42 +369,10 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 					 .top_k = q.top_k, .top_p = q.top_p,
 					 .seed = q.seed };
 	proto_client_request_deinit(&q);
-	if (r->kind == SREQ_DECODE) {
+	if (r->kind == SREQ_DECODE)
 		serve__decode_admit(r);
-		return;
-	}
-	/* standalone: the node's own context and pool are the whole path */
-	{
-		uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
-		uint64_t lim = serve__own_limit(s);
-
-		if (need > lim) {
-			KVLOG_WARN(s->log, "admission_reject",
-				   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
-				   (unsigned long long)r->client_id, r->n_prompt,
-				   r->max_tokens, (unsigned long long)need,
-				   (unsigned long long)lim,
-				   s->d->cap.advertised_context,
-				   (unsigned long long)s->d->cap.pool_tokens);
-			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
-			r->answered = false;
-			serve__client_error(r, PROTO_ERR_PROMPT_TOO_LONG,
-					    "prompt (%u tokens) + max_tokens (%u) = %llu exceeds what this node can hold (%llu tokens)",
-					    r->n_prompt, r->max_tokens,
-					    (unsigned long long)need,
-					    (unsigned long long)lim);
-			serve__req_end(r, false);
-			return;
-		}
-	}
-	serve__req_register(r);
-	r->state = SRS_COMPUTE;
-	if (serve__client_stream_begin(r) ||
-	    serve__compute_submit(s, r, r->prompt, r->n_prompt, r->max_tokens,
-				  false, NULL, 0, 0)) {
-		serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
-		serve__req_end(r, false);
-	}
+	else
+		client_admit_local(r);
 }
 
 /* ---- connections ---------------------------------------------------------------- */
@@ -499,11 +415,11 @@ static void client_conn_close(struct client_conn *c)
 		if (r->client == c) {
 			if (!r->answered)
 				KVLOG_INFO(s->log, "client_gone",
-					   "id=%llu client_id=%llu state=%d",
+					   "id=%llu client_id=%llu state=%s",
 					   (unsigned long long)r->reg.id,
 					   (unsigned long long)r->client_id,
-					   r->state);
-			serve__req_orphan(r);
+					   machine_state_name(&dreq_machine, r->state));
+			serve__dreq_event(r, DEV_CLIENT_GONE);
 			serve__client_detach(r);
 		}
 	}

@@ -41,6 +41,8 @@
 #include "conf/util.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,7 +62,7 @@ static void peer_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
  * through the link's bounded write queue (serve__link_send). */
 static int peer_send(struct peer *p, const struct proto_peer_msg *m)
 {
-	if (!p->ctl_open || p->closing)
+	if (!p || !p->ctl_open || p->closing)
 		return -EPIPE;
 	return serve__link_send(&p->wb, &p->wb_dead, p->sealed ? &p->ss.tx : NULL, m);
 }
@@ -76,63 +78,123 @@ static bool peer_write_check(struct peer *p, uint64_t now)
 	return why != NULL;
 }
 
-/* ---- failing and ending a decode request ----------------------------------- */
+/* ---- the decode request machine (daemon/machine.h: dreq) -------------------- */
 
-static void decode_pages_free_now(struct serve_req *r)
+/* The first failure of a request is the one its client hears about. */
+static void dreq_fail(struct serve_req *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void dreq_fail(struct serve_req *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (r->fail_code)
+		return;
+	r->fail_code = code;
+	va_start(ap, fmt);
+	vsnprintf(r->fail_msg, sizeof(r->fail_msg), fmt, ap);
+	va_end(ap);
+	if (code == PROTO_ERR_INTEGRITY)
+		r->s->d->counters.integrity_failures++;
+}
+
+/* A pool call on pages this request holds failed: the pool and the
+ * request disagree about who owns what, so nothing of the table may go
+ * back to the free list (invariant 2). */
+static void dreq_breach(struct serve_req *r, const char *what, int rc)
 {
 	struct serve *s = r->s;
 
+	KVLOG_ERR(s->log, "invariant_breach", "id=%llu op=%s code=%d pages=%u",
+		  (unsigned long long)r->reg.id, what, rc, r->n_table);
+	if (r->pages_held)
+		(void)kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_table);
+	r->pages_held = false;
+	r->fenced = false;
+	dreq_fail(r, PROTO_ERR_INTERNAL, "the KV pool refused an operation on this request's pages");
+}
+
+static void dreq_release(struct serve_req *r)
+{
+	int rc;
+
 	if (!r->pages_held)
 		return;
-	if (r->fenced)
-		(void)kvpool_unfence(s->d->pool, r->reg.id, r->table, r->n_prefix);
-	r->fenced = false;
-	(void)kvpool_release(s->d->pool, r->reg.id, r->table, r->n_table);
+	rc = kvpool_release(r->s->d->pool, r->reg.id, r->table, r->n_table);
+	if (rc) {
+		dreq_breach(r, "release", rc);
+		return;
+	}
 	r->pages_held = false;
+}
+
+static void dreq_unfence(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	int rc;
+
+	if (!r->fenced)
+		return;
+	rc = kvpool_unfence(s->d->pool, r->reg.id, r->table, r->n_prefix);
+	r->fenced = false;
+	if (rc) {
+		dreq_breach(r, "unfence", rc);
+		return;
+	}
+	/* how long the pages stayed fenced after an abort: the handshake's
+	 * wait, measured (tests check it against a delayed ack) */
+	if (r->t_abort_ns)
+		KVLOG_INFO(s->log, "abort_done", "id=%llu fenced_ms=%llu",
+			   (unsigned long long)r->reg.id,
+			   (unsigned long long)((kvd_now_ns() - r->t_abort_ns) / 1000000u));
 }
 
 /* The prefix was written by a writer we cannot trust: quarantine it,
  * release the rest of the table (never written by anyone). */
-static void decode_pages_quarantine(struct serve_req *r, const char *reason)
+static void dreq_quarantine(struct serve_req *r, const char *reason)
 {
 	struct serve *s = r->s;
+	int rc;
 
 	if (!r->pages_held)
 		return;
-	if (r->fenced)
-		(void)kvpool_unfence(s->d->pool, r->reg.id, r->table, r->n_prefix);
-	r->fenced = false;
-	(void)kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_prefix);
-	if (r->n_table > r->n_prefix)
-		(void)kvpool_release(s->d->pool, r->reg.id, r->table + r->n_prefix,
-				     r->n_table - r->n_prefix);
+	rc = kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_prefix);
+	if (!rc && r->n_table > r->n_prefix)
+		rc = kvpool_release(s->d->pool, r->reg.id, r->table + r->n_prefix,
+				    r->n_table - r->n_prefix);
+	if (rc) {
+		dreq_breach(r, "quarantine", rc);
+		return;
+	}
 	r->pages_held = false;
 	KVLOG_WARN(s->log, "pages_quarantined", "id=%llu pages=%u reason=%s",
 		   (unsigned long long)r->reg.id, r->n_prefix, reason);
 }
 
-/* Fault point retag_ready: after mark_ready, give the first prefix page
- * another owner's tag, so only the engine's own check can catch it. */
-static void decode_fault_retag(struct serve_req *r)
+static void dreq_send_abort(struct serve_req *r)
 {
 	struct serve *s = r->s;
-	const struct kvmem *mem = &s->d->mem;
-	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
-	struct kvtag tag;
-	void *dst;
+	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = r->reg.id,
+				    .code = r->fail_code };
 
-	if (!r->n_prefix || !kvd_fault_fire(&s->fault, KVD_FAULT_RETAG_READY))
-		return;
-	dst = kvpool_page_addr(s->d->pool, r->table[0].page);
-	kvtag_make(&tag, r->reg.id + 1, r->table[0].gen, r->table[0].page, 0,
-		   KVD_MIN(pt, r->n_prompt));
-	KVLOG_WARN(s->log, "fault", "point=retag_ready id=%llu page=%u",
-		   (unsigned long long)r->reg.id, r->table[0].page);
-	if (dst)
-		(void)mem->ops->write(mem->ctx, dst, &tag, sizeof(tag));
+	snprintf(m.message, sizeof(m.message), "%s", r->fail_msg);
+	/* a lost send ends in the abort timer's teardown */
+	(void)peer_send(r->peer, &m);
+	r->t_abort_ns = kvd_now_ns();
+	KVLOG_INFO(s->log, "transfer_abort", "id=%llu peer=%s code=%s pages=%u fenced=%u",
+		   (unsigned long long)r->reg.id,
+		   KVLOG_Q(r->peer ? r->peer->addr : "-"),
+		   proto_err_name(r->fail_code), r->n_table, r->fenced ? r->n_prefix : 0);
 }
 
-static void decode_detach_peer(struct serve_req *r)
+static void dreq_send(struct serve_req *r, enum proto_peer_type type)
+{
+	struct proto_peer_msg m = { .type = type, .id = r->reg.id };
+
+	(void)peer_send(r->peer, &m);
+}
+
+static void dreq_detach_peer(struct serve_req *r)
 {
 	if (r->peer) {
 		r->peer->outstanding--;
@@ -140,9 +202,21 @@ static void decode_detach_peer(struct serve_req *r)
 	}
 }
 
-static void decode_abort_timeout(uv_timer_t *t)
+static void dreq_timer_cb(uv_timer_t *t)
 {
 	struct serve_req *r = t->data;
+
+	if (r->state == DRS_TRANSFER)
+		dreq_fail(r, PROTO_ERR_TIMEOUT, "%s",
+			  r->done_seen ? "the KV transfer did not complete within transfer.transfer_timeout_ms"
+				       : "prefill did not complete within transfer.prefill_timeout_ms");
+	serve__dreq_event(r, DEV_TIMEOUT);
+}
+
+/* No abort_ack within release_timeout_ms: tearing the link down is what
+ * ends every write the peer could still make (LINK_LOST follows). */
+static void dreq_teardown(struct serve_req *r)
+{
 	struct peer *p = r->peer;
 
 	KVLOG_WARN(r->s->log, "abort_ack_timeout",
@@ -152,80 +226,196 @@ static void decode_abort_timeout(uv_timer_t *t)
 		peer_lost(p, "abort_ack timeout");
 }
 
-/* Fail a request that is still transferring. `with_abort`: the peer may
- * still be sending, so hold the pages fenced until it acknowledges. */
-static void decode_fail(struct serve_req *r, int code, bool with_abort,
-			const char *msg)
+/* Submit to the engine: a standalone request its prompt, a decode request
+ * its prompt and first token over the received KV. */
+static void dreq_submit(struct serve_req *r)
 {
 	struct serve *s = r->s;
-	struct peer *p = r->peer;
+	bool lent = r->kind == SREQ_DECODE;
+	int32_t *toks = malloc(sizeof(int32_t) * (r->n_prompt + 1));
+	int rc = -ENOMEM;
 
-	if (r->state != SRS_TRANSFER)
-		return;
-	r->fail_code = code;
-	snprintf(r->fail_msg, sizeof(r->fail_msg), "%s", msg);
-	if (code == PROTO_ERR_INTEGRITY)
-		s->d->counters.integrity_failures++;
-	serve__client_error(r, code, "%s", msg);
-	serve__timer_stop(r);
-	if (with_abort && p && p->up) {
-		struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = r->reg.id,
-					    .code = code };
-
-		snprintf(m.message, sizeof(m.message), "%s", msg);
-		(void)peer_send(p, &m);
-		/* release now; fenced pages stay out of the free list */
-		(void)kvpool_release(s->d->pool, r->reg.id, r->table, r->n_table);
-		r->state = SRS_ABORTING;
-		r->t_abort_ns = kvd_now_ns();
-		KVLOG_INFO(s->log, "transfer_abort",
-			   "id=%llu peer=%s code=%s pages=%u fenced=%u",
-			   (unsigned long long)r->reg.id, KVLOG_Q(p->addr),
-			   proto_err_name(code), r->n_table, r->n_prefix);
-		serve__timer_start(r, s->d->cfg.release_timeout_ms,
-				   decode_abort_timeout);
-		return;
+	if (toks) {
+		memcpy(toks, r->prompt, sizeof(int32_t) * r->n_prompt);
+		toks[r->n_prompt] = (int32_t)r->first_token;
+		rc = serve__compute_submit(s, r, toks, r->n_prompt + lent,
+					   r->max_tokens - lent, false,
+					   lent ? r->table : NULL,
+					   lent ? r->n_table : 0,
+					   lent ? r->n_prompt : 0);
+		free(toks);
 	}
-	decode_pages_free_now(r);
-	decode_detach_peer(r);
-	serve__req_end(r, false);
+	if (rc) {
+		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__dreq_event(r, DEV_SUBMIT_FAIL);
+	}
 }
 
-/* The peer will not write for r again: drop the fences, end. */
-static void decode_abort_done(struct serve_req *r)
+/* Free the engine's request; decode also hands back its lent pages,
+ * quarantined when the engine reported ENGINE_E_INTEGRITY: a page whose
+ * tag is wrong had a writer we cannot trust (invariants 1, 2). The
+ * engine quarantines its own pages by the same rule. */
+static void dreq_free_engine(struct serve_req *r)
+{
+	bool lent = r->pages_held;
+
+	if (lent && r->engine_integrity)
+		KVLOG_WARN(r->s->log, "pages_quarantined",
+			   "id=%llu pages=%u reason=engine_integrity",
+			   (unsigned long long)r->reg.id, r->n_table);
+	r->pages_held = false;
+	serve__compute_free(r->s, r, lent, lent && r->engine_integrity);
+}
+
+static void dreq_act(struct serve_req *r, uint32_t a)
 {
 	struct serve *s = r->s;
 
-	/* how long the pages stayed fenced: the abort handshake's wait,
-	 * measured (tests check it against a delayed ack) */
-	if (r->t_abort_ns)
-		KVLOG_INFO(s->log, "abort_done", "id=%llu fenced_ms=%llu",
-			   (unsigned long long)r->reg.id,
-			   (unsigned long long)((kvd_now_ns() - r->t_abort_ns) / 1000000u));
-	serve__timer_stop(r);
-	if (r->fenced)
-		(void)kvpool_unfence(s->d->pool, r->reg.id, r->table, r->n_prefix);
-	r->fenced = false;
-	r->pages_held = false;
-	decode_detach_peer(r);
-	serve__req_end(r, false);
+	switch (a) {
+	case DA_ANSWER_ERR:
+		serve__client_error(r, r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL,
+				    "%s", r->fail_msg[0] ? r->fail_msg : "the request failed");
+		return;
+	case DA_STREAM_FIRST:
+		if ((int32_t)r->first_token != s->model->eos_id)
+			serve__client_token(r, (int32_t)r->first_token);
+		return;
+	case DA_STREAM:
+		serve__client_token(r, r->last_token);
+		return;
+	case DA_ANSWER_FINAL:
+		r->final_ok = true;
+		serve__client_final(r, r->finish_reason);
+		return;
+	case DA_DETACH_CLIENT:
+		serve__client_detach(r);
+		return;
+	case DA_SEND_ABORT:
+		dreq_send_abort(r);
+		return;
+	case DA_SEND_ABORT_ACK:
+		dreq_send(r, PEER_MSG_ABORT_ACK);
+		return;
+	case DA_SEND_RELEASE_ACK:
+		dreq_send(r, PEER_MSG_RELEASE_ACK);
+		return;
+	case DA_RELEASE:
+		dreq_release(r);
+		return;
+	case DA_UNFENCE:
+		dreq_unfence(r);
+		return;
+	case DA_QUARANTINE:
+		dreq_quarantine(r, r->fence_failed ? "fence_failed" : "tag_check");
+		return;
+	case DA_DETACH_PEER:
+		dreq_detach_peer(r);
+		return;
+	case DA_TIMER_PREFILL:
+		serve__timer_start(r, s->d->cfg.prefill_timeout_ms, dreq_timer_cb);
+		return;
+	case DA_TIMER_TRANSFER:
+		serve__timer_start(r, s->d->cfg.transfer_timeout_ms, dreq_timer_cb);
+		return;
+	case DA_TIMER_ABORT:
+		serve__timer_start(r, s->d->cfg.release_timeout_ms, dreq_timer_cb);
+		return;
+	case DA_FREE_ENGINE:
+		dreq_free_engine(r);
+		return;
+	case DA_SUBMIT:
+		dreq_submit(r);
+		return;
+	case DA_TEARDOWN:
+		dreq_teardown(r);
+		return;
+	}
+}
+
+/* The only way into DONE: everything the request held is given back. */
+static void dreq_finish(struct serve_req *r)
+{
+	KVD_ASSERT(r->s->log, !r->pages_held && !r->fenced && !r->peer && !r->ereq,
+		   "id=%llu msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
+		   (unsigned long long)r->reg.id);
+	if (!r->answered)
+		serve__client_error(r, PROTO_ERR_INTERNAL, "the request ended unanswered");
+	serve__req_end(r, r->final_ok && !r->fail_code);
+}
+
+void serve__dreq_event(struct serve_req *r, enum dreq_event ev)
+{
+	const struct machine_step *st;
+
+	if (r->ended)
+		return;
+	st = serve__req_step(r, &dreq_machine, ev);
+	if (!st)
+		return;
+	for (uint32_t a = 1; a && a < (1u << DA__BITS) && !r->ended; a <<= 1)
+		if (st->actions & a)
+			dreq_act(r, a);
+	if (r->state == DRS_DONE && !r->ended)
+		dreq_finish(r);
 }
 
 void serve__decode_abort(struct serve_req *r, const char *reason)
 {
-	char msg[PROTO_CLIENT_MSG_MAX + 1];
-
-	snprintf(msg, sizeof(msg), "aborted by the operator: %s", reason);
-	decode_fail(r, PROTO_ERR_INTERNAL, true, msg);
+	dreq_fail(r, PROTO_ERR_INTERNAL, "aborted by the operator: %s", reason);
+	serve__dreq_event(r, DEV_OP_ABORT);
 }
 
-void serve__decode_client_gone(struct serve_req *r)
+/* ---- engine messages (standalone and decode requests) --------------------- */
+
+static int engine_code_to_proto(int e)
 {
-	/* orphan: the transfer goes on and ends cleanly (invariant 8) */
-	serve__client_detach(r);
-	if (r->state == SRS_NEW) {
-		decode_pages_free_now(r);
-		serve__req_end(r, false);
+	switch (e) {
+	case ENGINE_E_TOO_LONG: return PROTO_ERR_PROMPT_TOO_LONG;
+	case ENGINE_E_INVALID: return PROTO_ERR_INVALID_REQUEST;
+	case ENGINE_E_INTEGRITY: return PROTO_ERR_INTEGRITY;
+	case ENGINE_E_BUSY:
+	case KVPOOL_E_FULL: return PROTO_ERR_OVERLOADED;
+	default: return PROTO_ERR_INTERNAL;
+	}
+}
+
+void serve__dreq_engine_msg(struct serve_req *r, const struct serve_msg *m)
+{
+	switch (m->kind) {
+	case SMSG_SUBMITTED:
+		if (m->error) {
+			r->engine_integrity = m->error == ENGINE_E_INTEGRITY;
+			dreq_fail(r, engine_code_to_proto(m->error),
+				  "engine refused the request: %s",
+				  engine_strerror(m->error));
+			serve__dreq_event(r, DEV_SUBMIT_ERR);
+			return;
+		}
+		r->ereq = m->req;
+		serve__dreq_event(r, r->client ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
+		return;
+	case SMSG_TOKEN:
+		r->last_token = m->token;
+		serve__dreq_event(r, DEV_TOKEN);
+		return;
+	case SMSG_DONE:
+		if (m->finish == ENGINE_FINISH_STOP || m->finish == ENGINE_FINISH_LENGTH) {
+			snprintf(r->finish_reason, sizeof(r->finish_reason), "%s",
+				 m->finish == ENGINE_FINISH_STOP ? "stop" : "length");
+			serve__dreq_event(r, DEV_FINISH);
+			return;
+		}
+		if (r->state == DRS_COMPUTE) {
+			r->engine_integrity = m->error == ENGINE_E_INTEGRITY;
+			dreq_fail(r, r->engine_integrity ? PROTO_ERR_INTEGRITY : PROTO_ERR_INTERNAL,
+				  "generation failed: %s (%s)", engine_finish_name(m->finish),
+				  engine_strerror(m->error));
+		}
+		serve__dreq_event(r, DEV_ENGINE_FAIL);
+		return;
+	case SMSG_FREED:
+		serve__dreq_event(r, DEV_FREED);
+		return;
 	}
 }
 
@@ -244,15 +434,6 @@ static struct peer *decode_pick_peer(struct serve *s)
 			best = p;
 	}
 	return best;
-}
-
-static void decode_prefill_timeout(uv_timer_t *t)
-{
-	struct serve_req *r = t->data;
-
-	decode_fail(r, PROTO_ERR_TIMEOUT, true,
-		    r->done_seen ? "the KV transfer did not complete within transfer.transfer_timeout_ms"
-				 : "prefill did not complete within transfer.prefill_timeout_ms");
 }
 
 static int decode_send_request(struct serve_req *r)
@@ -291,90 +472,117 @@ static int decode_send_request(struct serve_req *r)
 	return rc;
 }
 
-void serve__decode_admit(struct serve_req *r)
+/* Invariant 3 on the path: prompt + max_tokens must fit this node's and
+ * the chosen peer's context and pool. True when r was refused. */
+static bool decode_too_long(struct serve_req *r, const struct peer *p)
+{
+	struct serve *s = r->s;
+	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
+	uint64_t lim = serve__own_limit(s);
+
+	lim = KVD_MIN(lim, p->hello.context);
+	lim = KVD_MIN(lim, p->hello.pool_tokens);
+	if (need <= lim)
+		return false;
+	if (kvd_fault_fire(&s->fault, KVD_FAULT_SKIP_DECODE_ADMISSION)) {
+		KVLOG_WARN(s->log, "fault",
+			   "point=skip_decode_admission client_id=%llu need=%llu limit=%llu",
+			   (unsigned long long)r->client_id,
+			   (unsigned long long)need, (unsigned long long)lim);
+		return false;
+	}
+	KVLOG_WARN(s->log, "admission_reject",
+		   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu peer=%s peer_context=%llu peer_pool_tokens=%llu",
+		   (unsigned long long)r->client_id, r->n_prompt,
+		   r->max_tokens, (unsigned long long)need,
+		   (unsigned long long)lim,
+		   s->d->cap.advertised_context,
+		   (unsigned long long)s->d->cap.pool_tokens,
+		   KVLOG_Q(p->addr),
+		   (unsigned long long)p->hello.context,
+		   (unsigned long long)p->hello.pool_tokens);
+	s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
+	dreq_fail(r, PROTO_ERR_PROMPT_TOO_LONG,
+		  "prompt (%u tokens) + max_tokens (%u) = %llu exceeds the smallest context or KV pool on the path (%llu tokens)",
+		  r->n_prompt, r->max_tokens, (unsigned long long)need,
+		  (unsigned long long)lim);
+	return true;
+}
+
+/* Reserve the table and fence the prefix; false (r failed) when not. */
+static enum dreq_event decode_reserve(struct serve_req *r)
 {
 	struct serve *s = r->s;
 	struct kvpool *pool = s->d->pool;
-	struct peer *p = decode_pick_peer(s);
 	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
-	uint64_t lim = serve__own_limit(s);
 	int rc;
 
-	if (!p) {
-		s->d->counters.rejected[KVD_REJECT_NO_PEER]++;
-		serve__client_error(r, PROTO_ERR_NO_PREFILL_PEER,
-				    "no healthy prefill peer is connected");
-		serve__req_end(r, false);
-		return;
-	}
-	lim = KVD_MIN(lim, p->hello.context);
-	lim = KVD_MIN(lim, p->hello.pool_tokens);
-	if (need > lim) {
-		if (kvd_fault_fire(&s->fault, KVD_FAULT_SKIP_DECODE_ADMISSION)) {
-			KVLOG_WARN(s->log, "fault",
-				   "point=skip_decode_admission client_id=%llu need=%llu limit=%llu",
-				   (unsigned long long)r->client_id,
-				   (unsigned long long)need, (unsigned long long)lim);
-		} else {
-			KVLOG_WARN(s->log, "admission_reject",
-				   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu peer=%s peer_context=%llu peer_pool_tokens=%llu",
-				   (unsigned long long)r->client_id, r->n_prompt,
-				   r->max_tokens, (unsigned long long)need,
-				   (unsigned long long)lim,
-				   s->d->cap.advertised_context,
-				   (unsigned long long)s->d->cap.pool_tokens,
-				   KVLOG_Q(p->addr),
-				   (unsigned long long)p->hello.context,
-				   (unsigned long long)p->hello.pool_tokens);
-			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
-			serve__client_error(r, PROTO_ERR_PROMPT_TOO_LONG,
-					    "prompt (%u tokens) + max_tokens (%u) = %llu exceeds the smallest context or KV pool on the path (%llu tokens)",
-					    r->n_prompt, r->max_tokens,
-					    (unsigned long long)need,
-					    (unsigned long long)lim);
-			serve__req_end(r, false);
-			return;
-		}
-	}
-	/* admitted: now, and only now, pages */
-	serve__req_register(r);
 	r->n_table = kvpool_pages_for(pool, need - 1);
 	r->n_prefix = kvpool_pages_for(pool, r->n_prompt);
 	r->table = calloc(r->n_table, sizeof(*r->table));
 	r->rx.got = calloc(r->n_prefix, 1);
 	if (!r->table || !r->rx.got) {
-		serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
-		serve__req_end(r, false);
-		return;
+		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		return DEV_REFUSE;
 	}
 	rc = kvpool_reserve(pool, r->reg.id, r->n_table, r->table);
 	if (rc) {
 		s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
-		serve__client_error(r, rc == KVPOOL_E_FULL ? PROTO_ERR_OVERLOADED
-							 : PROTO_ERR_INTERNAL,
-				    "the KV pool cannot reserve %u pages now",
-				    r->n_table);
-		serve__req_end(r, false);
-		return;
+		dreq_fail(r, rc == KVPOOL_E_FULL ? PROTO_ERR_OVERLOADED : PROTO_ERR_INTERNAL,
+			  "the KV pool cannot reserve %u pages now", r->n_table);
+		return DEV_REFUSE;
 	}
 	r->pages_held = true;
-	(void)kvpool_fill_begin(pool, r->reg.id, r->table, r->n_table);
-	/* an in-flight transfer may write the prefix: fence it (invariant 2) */
-	if (kvpool_fence(pool, r->reg.id, r->table, r->n_prefix) == 0)
-		r->fenced = true;
-	r->peer = p;
-	p->outstanding++;
-	r->state = SRS_TRANSFER;
-	rc = decode_send_request(r);
+	/* an in-flight transfer may write the prefix: fence it (invariant 2);
+	 * a pool that refuses is a breach, and the pages go to quarantine */
+	rc = kvpool_fill_begin(pool, r->reg.id, r->table, r->n_table);
+	if (!rc)
+		rc = kvpool_fence(pool, r->reg.id, r->table, r->n_prefix);
 	if (rc) {
-		decode_pages_free_now(r);
-		decode_detach_peer(r);
-		serve__client_error(r, PROTO_ERR_INTERNAL,
-				    "cannot send the prefill request: %s", strerror(-rc));
-		serve__req_end(r, false);
+		KVLOG_ERR(s->log, "invariant_breach", "id=%llu op=fence code=%d pages=%u",
+			  (unsigned long long)r->reg.id, rc, r->n_table);
+		dreq_fail(r, PROTO_ERR_INTERNAL, "the KV pool refused to fence the request's pages");
+		r->fence_failed = true;
+		return DEV_BREACH;
+	}
+	r->fenced = true;
+	return DEV_ADMIT;
+}
+
+void serve__decode_admit(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	struct peer *p = decode_pick_peer(s);
+	enum dreq_event ev;
+	int rc;
+
+	if (!p) {
+		s->d->counters.rejected[KVD_REJECT_NO_PEER]++;
+		dreq_fail(r, PROTO_ERR_NO_PREFILL_PEER, "no healthy prefill peer is connected");
+		serve__dreq_event(r, DEV_REFUSE);
 		return;
 	}
-	serve__timer_start(r, s->d->cfg.prefill_timeout_ms, decode_prefill_timeout);
+	if (decode_too_long(r, p)) {
+		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	/* admitted: now, and only now, pages */
+	serve__req_register(r);
+	ev = decode_reserve(r);
+	if (ev == DEV_ADMIT) {
+		r->peer = p;
+		p->outstanding++;
+	}
+	serve__dreq_event(r, ev);
+	if (ev != DEV_ADMIT)
+		return;
+	rc = decode_send_request(r);
+	if (rc) {
+		dreq_fail(r, PROTO_ERR_INTERNAL, "cannot send the prefill request: %s",
+			  strerror(-rc));
+		serve__dreq_event(r, DEV_SEND_FAIL);
+		return;
+	}
 	KVLOG_DEBUG(s->log, "prefill_sent",
 		    "id=%llu client_id=%llu peer=%s prompt_tokens=%u pages=%u prefix_pages=%u",
 		    (unsigned long long)r->reg.id, (unsigned long long)r->client_id,
@@ -405,17 +613,48 @@ static void decode_rx_req(const struct serve_req *r, struct xfer_check_req *q)
 	};
 }
 
+/* Write an accepted batch's pages; a failure fails r (BAD). */
+static bool decode_rx_write(struct serve_req *r, const struct xfer_hdr *h,
+			    const uint8_t *batch)
+{
+	struct serve *s = r->s;
+	const struct kvmem *mem = &s->d->mem;
+
+	for (uint32_t i = 0; i < h->n_entries; i++) {
+		struct xfer_entry e;
+		void *dst;
+
+		xfer_batch_entry(batch, i, &e);
+		dst = kvpool_page_addr(s->d->pool, e.dst_page);
+		if (!dst || mem->ops->write(mem->ctx, dst, xfer_batch_page(batch, h, i),
+					    s->page_bytes)) {
+			dreq_fail(r, PROTO_ERR_INTERNAL, "cannot write a received page");
+			return false;
+		}
+		/* Invariant 10: zero-fill the positions the page does not
+		 * hold (xfer_check_batch matched e.tokens to our own
+		 * count); never rely on the sender having cleared them. */
+		if (kvpool_zero_tail(s->d->pool, r->reg.id, &r->table[e.index],
+				     e.tokens)) {
+			dreq_fail(r, PROTO_ERR_INTERNAL,
+				  "cannot clear the tail of a received page");
+			return false;
+		}
+	}
+	return true;
+}
+
 static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 			  const uint8_t *batch)
 {
 	struct peer *p = arg;
 	struct serve *s = p->s;
 	struct serve_req *r = decode_req_of(p, h->request_id);
-	const struct kvmem *mem = &s->d->mem;
 	struct xfer_check_req q;
 	struct xfer_check_refusal ref;
 
-	if (!r || r->state != SRS_TRANSFER) {
+	if (!r || r->state != DRS_TRANSFER) {
+		/* dreq: ABORTING ignores batches (they are not written) */
 		KVLOG_DEBUG(s->log, "batch_discarded", "id=%llu seq=%u peer=%s",
 			    (unsigned long long)h->request_id, h->seq,
 			    KVLOG_Q(p->addr));
@@ -425,31 +664,15 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 	 * pages count as arrived (a write failure below fails r anyway) */
 	decode_rx_req(r, &q);
 	if (xfer_check_batch(&q, &r->rx, h, batch, &ref)) {
-		decode_fail(r, PROTO_ERR_INTEGRITY, true, ref.why);
+		dreq_fail(r, PROTO_ERR_INTEGRITY, "%s", ref.why);
+		serve__dreq_event(r, DEV_BAD);
 		return;
 	}
-	for (uint32_t i = 0; i < h->n_entries; i++) {
-		struct xfer_entry e;
-		void *dst;
-
-		xfer_batch_entry(batch, i, &e);
-		dst = kvpool_page_addr(s->d->pool, e.dst_page);
-		if (!dst || mem->ops->write(mem->ctx, dst, xfer_batch_page(batch, h, i),
-					    s->page_bytes)) {
-			decode_fail(r, PROTO_ERR_INTERNAL, true,
-				    "cannot write a received page");
-			return;
-		}
-		/* Invariant 10: zero-fill the positions the page does not
-		 * hold (xfer_check_batch matched e.tokens to our own
-		 * count); never rely on the sender having cleared them. */
-		if (kvpool_zero_tail(s->d->pool, r->reg.id, &r->table[e.index],
-				     e.tokens)) {
-			decode_fail(r, PROTO_ERR_INTERNAL, true,
-				    "cannot clear the tail of a received page");
-			return;
-		}
+	if (!decode_rx_write(r, h, batch)) {
+		serve__dreq_event(r, DEV_BAD);
+		return;
 	}
+	serve__dreq_event(r, DEV_BATCH);
 	decode_try_complete(r);
 }
 
@@ -486,13 +709,66 @@ static void peer_rx_closed(void *arg, int status)
 					   : "data connection closed");
 }
 
+/* Fault point retag_ready: after mark_ready, give the first prefix page
+ * another owner's tag, so only the engine's own check can catch it. */
+static void decode_fault_retag(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	const struct kvmem *mem = &s->d->mem;
+	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
+	struct kvtag tag;
+	void *dst;
+
+	if (!r->n_prefix || !kvd_fault_fire(&s->fault, KVD_FAULT_RETAG_READY))
+		return;
+	dst = kvpool_page_addr(s->d->pool, r->table[0].page);
+	kvtag_make(&tag, r->reg.id + 1, r->table[0].gen, r->table[0].page, 0,
+		   KVD_MIN(pt, r->n_prompt));
+	KVLOG_WARN(s->log, "fault", "point=retag_ready id=%llu page=%u",
+		   (unsigned long long)r->reg.id, r->table[0].page);
+	if (dst)
+		(void)mem->ops->write(mem->ctx, dst, &tag, sizeof(tag));
+}
+
+/* Which of the COVERED events the completed transfer is: the tags are
+ * checked in page memory (kvpool_mark_ready), then the first token and
+ * the client decide how it goes on. */
+static enum dreq_event decode_covered_event(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	int rc = kvpool_mark_ready(s->d->pool, r->reg.id, r->table, r->n_prefix,
+				   r->n_prompt);
+
+	if (rc) {
+		/* every batch is in and passed its checksum and entry checks,
+		 * yet a tag is wrong: whoever wrote the prefix cannot be
+		 * trusted, so its pages never go back to the free list
+		 * (invariants 1, 2); the rest of the table was never written */
+		dreq_fail(r, PROTO_ERR_INTEGRITY, "the received KV failed the %s check (pool error %d)",
+			  rc == KVPOOL_E_COVERAGE ? "coverage" : "tag", rc);
+		return DEV_TAG_BAD;
+	}
+	decode_fault_retag(r);
+	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",
+		    (unsigned long long)r->reg.id, r->rx.batches, r->rx.n_got,
+		    r->n_prompt);
+	if (!r->client)
+		return DEV_COVERED_ORPHAN;   /* complete; now release */
+	if (serve__client_stream_begin(r)) {
+		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		return DEV_COVERED_FAIL;
+	}
+	if ((int32_t)r->first_token == s->model->eos_id || r->max_tokens == 1) {
+		snprintf(r->finish_reason, sizeof(r->finish_reason), "%s",
+			 (int32_t)r->first_token == s->model->eos_id ? "stop" : "length");
+		return DEV_COVERED_FINAL;
+	}
+	return DEV_COVERED;
+}
+
 /* All batches in and prefill_done seen: check coverage, mark ready. */
 static void decode_try_complete(struct serve_req *r)
 {
-	struct serve *s = r->s;
-	struct peer *p = r->peer;
-	struct kvpool *pool = s->d->pool;
-	struct proto_peer_msg ack = { .type = PEER_MSG_RELEASE_ACK, .id = r->reg.id };
 	struct xfer_check_done done = { .tokens = r->done_tokens,
 					.pages = r->done_pages,
 					.batches = r->done_batches };
@@ -500,99 +776,87 @@ static void decode_try_complete(struct serve_req *r)
 	char why[200];
 	int rc;
 
-	if (r->state != SRS_TRANSFER || !r->done_seen)
+	if (r->ended || r->state != DRS_TRANSFER || !r->done_seen)
 		return;
 	decode_rx_req(r, &q);
 	rc = xfer_check_coverage(&q, &r->rx, &done, why, sizeof(why));
 	if (rc == XFER_CHECK_PENDING)
 		return;
 	if (rc) {
-		decode_fail(r, PROTO_ERR_INTEGRITY, true, why);
+		dreq_fail(r, PROTO_ERR_INTEGRITY, "%s", why);
+		serve__dreq_event(r, DEV_BAD);
 		return;
 	}
-	/* nothing can write the prefix any more: drop the transfer fence */
-	(void)kvpool_unfence(pool, r->reg.id, r->table, r->n_prefix);
-	r->fenced = false;
-	rc = kvpool_mark_ready(pool, r->reg.id, r->table, r->n_prefix, r->n_prompt);
-	serve__timer_stop(r);
-	if (rc) {
-		snprintf(why, sizeof(why), "the received KV failed the %s check (pool error %d)",
-			 rc == KVPOOL_E_COVERAGE ? "coverage" : "tag", rc);
-		/* the peer is done with these pages (prefill_done): no abort
-		 * needed, but tell it to release its own */
-		(void)peer_send(p, &ack);
-		s->d->counters.integrity_failures++;
-		r->fail_code = PROTO_ERR_INTEGRITY;
-		serve__client_error(r, PROTO_ERR_INTEGRITY, "%s", why);
-		/* every batch is in and passed its checksum and entry checks,
-		 * yet a tag is wrong: whoever wrote the prefix cannot be
-		 * trusted, so its pages never go back to the free list
-		 * (invariants 1, 2); the rest of the table was never written */
-		decode_pages_quarantine(r, "tag_check");
-		decode_detach_peer(r);
-		serve__req_end(r, false);
-		return;
-	}
-	decode_fault_retag(r);
-	(void)peer_send(p, &ack);
-	decode_detach_peer(r);
-	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",
-		    (unsigned long long)r->reg.id, r->rx.batches, r->rx.n_got,
-		    r->n_prompt);
-	if (!r->client) {
-		/* orphaned: the transfer completed cleanly; now release */
-		decode_pages_free_now(r);
-		serve__req_end(r, false);
-		return;
-	}
-	if (serve__client_stream_begin(r)) {
-		serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
-		decode_pages_free_now(r);
-		serve__req_end(r, false);
-		return;
-	}
-	if ((int32_t)r->first_token == s->model->eos_id) {
-		serve__client_final(r, "stop");
-		decode_pages_free_now(r);
-		serve__req_end(r, true);
-		return;
-	}
-	r->state = SRS_COMPUTE;
-	serve__client_token(r, (int32_t)r->first_token);
-	if (r->max_tokens == 1) {
-		serve__client_final(r, "length");
-		decode_pages_free_now(r);
-		serve__req_end(r, true);
-		return;
-	}
-	{
-		int32_t *toks = malloc(sizeof(int32_t) * (r->n_prompt + 1));
-
-		if (!toks) {
-			serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
-			decode_pages_free_now(r);
-			serve__req_end(r, false);
-			return;
-		}
-		memcpy(toks, r->prompt, sizeof(int32_t) * r->n_prompt);
-		toks[r->n_prompt] = (int32_t)r->first_token;
-		rc = serve__compute_submit(s, r, toks, r->n_prompt + 1,
-					   r->max_tokens - 1, false, r->table,
-					   r->n_table, r->n_prompt);
-		free(toks);
-		if (rc) {
-			serve__client_error(r, PROTO_ERR_INTERNAL, "out of memory");
-			decode_pages_free_now(r);
-			serve__req_end(r, false);
-		}
-	}
+	serve__dreq_event(r, decode_covered_event(r));
 }
 
 /* ---- control messages from prefill ------------------------------------------ */
 
-static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
+static void peer_on_reject(struct peer *p, const struct proto_peer_msg *m)
 {
 	struct serve *s = p->s;
+	struct serve_req *r = decode_req_of(p, m->id);
+
+	if (!r)
+		return;
+	if (r->state == DRS_TRANSFER) {
+		KVLOG_WARN(s->log, "prefill_rejected",
+			   "id=%llu client_id=%llu peer=%s code=%s msg=%s",
+			   (unsigned long long)r->reg.id,
+			   (unsigned long long)r->client_id, KVLOG_Q(p->addr),
+			   proto_err_name(m->code), KVLOG_Q(m->message));
+		if (m->code == PROTO_ERR_PROMPT_TOO_LONG)
+			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
+		dreq_fail(r, m->code, "%s", m->message);
+	}
+	/* prefill computed and sent nothing: release at once */
+	serve__dreq_event(r, DEV_REJECT);
+}
+
+static void peer_on_done(struct peer *p, const struct proto_peer_msg *m)
+{
+	struct serve_req *r = decode_req_of(p, m->id);
+
+	if (!r || r->state != DRS_TRANSFER) {
+		if (r)
+			serve__dreq_event(r, DEV_PREFILL_DONE);   /* late: ignored */
+		return;
+	}
+	r->done_seen = true;
+	r->first_token = m->first_token;
+	r->done_tokens = m->done_tokens;
+	r->done_batches = m->batches;
+	r->done_pages = m->done_pages;
+	if (m->first_token >= tokenizer_n_vocab(p->s->tok)) {
+		dreq_fail(r, PROTO_ERR_INTEGRITY,
+			  "prefill sent a first token outside the vocabulary");
+		serve__dreq_event(r, DEV_BAD);
+		return;
+	}
+	serve__dreq_event(r, DEV_PREFILL_DONE);
+	decode_try_complete(r);
+}
+
+static void peer_on_abort(struct peer *p, const struct proto_peer_msg *m)
+{
+	struct serve_req *r = decode_req_of(p, m->id);
+
+	if (!r) {
+		/* nothing of it here any more: the ack is all prefill needs */
+		struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = m->id };
+
+		(void)peer_send(p, &ack);
+		return;
+	}
+	/* prefill gives up: its batches for r have left, and decode writes
+	 * nothing for a request it no longer holds */
+	dreq_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "%s",
+		  m->message[0] ? m->message : "prefill aborted the request");
+	serve__dreq_event(r, DEV_PEER_ABORT);
+}
+
+static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
+{
 	struct serve_req *r;
 
 	switch (m->type) {
@@ -603,70 +867,21 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 		peer_data_bound(p);
 		return;
 	case PEER_MSG_PREFILL_REJECT:
-		r = decode_req_of(p, m->id);
-		if (r && r->state == SRS_ABORTING) {
-			/* our abort crossed prefill's refusal: it computed and
-			 * sent nothing for r, which is all its ack would say */
-			decode_abort_done(r);
-			return;
-		}
-		if (!r || r->state != SRS_TRANSFER)
-			return;
-		KVLOG_WARN(s->log, "prefill_rejected",
-			   "id=%llu client_id=%llu peer=%s code=%s msg=%s",
-			   (unsigned long long)r->reg.id,
-			   (unsigned long long)r->client_id, KVLOG_Q(p->addr),
-			   proto_err_name(m->code), KVLOG_Q(m->message));
-		if (m->code == PROTO_ERR_PROMPT_TOO_LONG)
-			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
-		/* prefill computed and sent nothing: release at once */
-		decode_fail(r, m->code, false, m->message);
+		peer_on_reject(p, m);
 		return;
 	case PEER_MSG_PREFILL_DONE:
-		r = decode_req_of(p, m->id);
-		if (!r || r->state != SRS_TRANSFER)
-			return;
-		r->done_seen = true;
-		r->first_token = m->first_token;
-		r->done_tokens = m->done_tokens;
-		r->done_batches = m->batches;
-		r->done_pages = m->done_pages;
-		if (m->first_token >= tokenizer_n_vocab(s->tok)) {
-			decode_fail(r, PROTO_ERR_INTEGRITY, true,
-				    "prefill sent a first token outside the vocabulary");
-			return;
-		}
-		serve__timer_start(r, s->d->cfg.transfer_timeout_ms,
-				   decode_prefill_timeout);
-		decode_try_complete(r);
+		peer_on_done(p, m);
 		return;
 	case PEER_MSG_ABORT:
-		r = decode_req_of(p, m->id);
-		if (r && r->state == SRS_ABORTING) {
-			/* our abort crossed prefill's own: it gave r up, which
-			 * is all its ack would say */
-			decode_abort_done(r);
-		} else if (r && r->state == SRS_TRANSFER) {
-			/* prefill gives up: its batches for r have left, and
-			 * decode writes nothing for a request it no longer
-			 * holds; acknowledge and release */
-			decode_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, false,
-				    m->message[0] ? m->message : "prefill aborted the request");
-		}
-		{
-			struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK,
-						      .id = m->id };
-
-			(void)peer_send(p, &ack);
-		}
+		peer_on_abort(p, m);
 		return;
 	case PEER_MSG_ABORT_ACK:
 		r = decode_req_of(p, m->id);
-		if (r && r->state == SRS_ABORTING)
-			decode_abort_done(r);
+		if (r)
+			serve__dreq_event(r, DEV_ABORT_ACK);
 		return;
 	default:
-		KVLOG_WARN(s->log, "peer_protocol", "peer=%s msg=\"unexpected %s\"",
+		KVLOG_WARN(p->s->log, "peer_protocol", "peer=%s msg=\"unexpected %s\"",
 			   KVLOG_Q(p->addr), proto_peer_type_name(m->type));
 		return;
 	}
@@ -1006,12 +1221,11 @@ static unsigned peer_lost_code(struct peer *p, const char *why, int code,
 		next = r->next;
 		if (r->kind != SREQ_DECODE || r->peer != p)
 			continue;
-		if (r->state == SRS_ABORTING) {
-			decode_abort_done(r);
-		} else if (r->state == SRS_TRANSFER) {
-			decode_fail(r, code, false, msg);
+		if (r->state == DRS_TRANSFER) {
+			dreq_fail(r, code, "%s", msg);
 			n++;
 		}
+		serve__dreq_event(r, DEV_LINK_LOST);
 	}
 	return n;
 }

@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "daemon/daemon.h"
+#include "daemon/machine.h"
 #include "daemon/request.h"
 #include "gpu/engine.h"
 #include "gpu/model.h"
@@ -104,22 +105,13 @@ struct serve_compute {
 
 enum serve_req_kind { SREQ_LOCAL = 1, SREQ_DECODE, SREQ_PREFILL };
 
-enum serve_req_state {
-	SRS_NEW = 0,
-	SRS_TRANSFER,       /* decode: prefill_request sent, KV arriving */
-	SRS_COMPUTE,        /* in the engine */
-	SRS_SENDING,        /* prefill: batches going out */
-	SRS_WAIT_ACK,       /* prefill: done sent, waiting for release_ack */
-	SRS_ABORTING,       /* waiting for the peer's abort_ack */
-	SRS_FREEING,        /* engine free job sent */
-	SRS_DEAD,           /* terminal, memory going away */
-};
-
 struct serve_req {
 	struct kvd_request reg;          /* registry link; reg.id is the owner */
 	struct serve *s;
 	enum serve_req_kind kind;
-	enum serve_req_state state;
+	uint8_t state;                   /* enum dreq_state or preq_state
+					  * (daemon/machine.h); changed only
+					  * by serve__req_step */
 	struct serve_req *prev, *next;   /* s->reqs */
 	bool registered;
 	bool ended;
@@ -136,14 +128,17 @@ struct serve_req {
 	struct detok dt;
 	bool dt_init;
 	bool answered;                   /* final or error sent (or client gone) */
+	bool final_ok;                   /* the final event was the answer */
+	char finish_reason[8];           /* "stop" | "length", for the final */
+	int32_t last_token;              /* the engine's token being streamed */
 
 	/* engine */
 	struct serve_job *free_job;      /* SJOB_FREE allocated at creation
 					  * (with its reply), so ending never
 					  * needs memory; NULL once queued */
-	struct engine_req *ereq;
-	bool in_engine;                  /* submitted and not freed */
-	bool submit_pending;
+	struct engine_req *ereq;         /* SUBMITTED .. FREE_ENGINE */
+	bool engine_integrity;           /* the engine found a bad tag: its
+					  * pages are quarantined at the free */
 
 	/* decode: the transfer */
 	struct peer *peer;
@@ -151,6 +146,7 @@ struct serve_req {
 	uint32_t n_table;
 	uint32_t n_prefix;               /* pages the transfer fills */
 	bool fenced;
+	bool fence_failed;               /* the breach that quarantines */
 	bool pages_held;
 	uint64_t t_abort_ns;             /* abort sent; pages fenced since */
 	struct xfer_check_marks rx;      /* pages and batches accepted;
@@ -166,13 +162,12 @@ struct serve_req {
 	uint32_t n_dst;
 	struct kvpool_ref *src;          /* (n_dst) our computed pages */
 	uint32_t n_kv;
-	uint32_t sends_pending;
+	uint32_t sends_pending;          /* batches queued, not reported */
 	uint32_t next_page;              /* next page index to send */
 	uint32_t batches_sent;
-	bool send_failed;
-	bool abort_requested;            /* decode asked us to abort */
-	bool abort_acked;                /* our abort_ack for it was sent */
-	bool released_by_peer;           /* release_ack seen */
+	bool ack_owed;                   /* decode aborted: abort_ack once
+					  * no batch is queued (PA_ACK_OWED) */
+	bool released_by_peer;           /* release_ack seen: ends ok */
 	bool short_fault;                /* fault point short_transfer */
 	bool slow_waited;                /* fault point slow_batch */
 
@@ -387,6 +382,14 @@ const char *serve__peer_feed(struct serve *s, const char *who,
 			     void *arg);
 struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind);
 struct serve_req *serve__req_find(struct serve *s, uint64_t id);
+/* Look the step for `event` up in `m` (r's machine) and take it: GO
+ * changes r->state (the phase timer stops when the state changes; the
+ * change is logged at debug level) and returns the step, whose actions
+ * the caller runs; IGNORE returns NULL; BUG is an invariant breach
+ * (logged, abort). The one place a request's state changes. */
+const struct machine_step *serve__req_step(struct serve_req *r,
+					   const struct machine *m,
+					   unsigned event);
 /* Register in the registry (after admission). */
 void serve__req_register(struct serve_req *r);
 /* Terminal: unregister, close the timer, free the memory later. */
@@ -421,27 +424,29 @@ void serve__client_detach(struct serve_req *r);
  * a write bound. Loop thread, from the sweep timer only. */
 #define SERVE_SWEEP_MS 250
 void serve__client_sweep(struct serve *s);
-/* The client is gone (or the operator aborted): stop streaming, let a
- * transfer finish or abort cleanly, then release (invariant 8). */
-void serve__req_orphan(struct serve_req *r);
 /* Start streaming: the detokenizer learns the prompt. */
 int serve__client_stream_begin(struct serve_req *r);
-/* engine messages for LOCAL and DECODE requests */
-void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m);
 
 /* serve_decode.c */
 int serve__decode_start(struct serve *s);
 void serve__decode_stop(struct serve *s);
 void serve__decode_admit(struct serve_req *r);
-void serve__decode_client_gone(struct serve_req *r);
+/* The dreq machine (standalone and decode client requests): take event
+ * `ev` and run its actions; entering DONE ends r. */
+void serve__dreq_event(struct serve_req *r, enum dreq_event ev);
+/* engine messages for LOCAL and DECODE requests */
+void serve__dreq_engine_msg(struct serve_req *r, const struct serve_msg *m);
 void serve__decode_heartbeat(struct serve *s);
-/* kvctl abort of a request in transfer: fail it, abort handshake. */
+/* kvctl abort of a client request (any state): OP_ABORT. */
 void serve__decode_abort(struct serve_req *r, const char *reason);
 
 /* serve_prefill.c */
 int serve__prefill_start(struct serve *s);
 void serve__prefill_stop(struct serve *s);
 void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m);
+/* The preq machine: take event `ev` and run its actions; entering DONE
+ * ends r. */
+void serve__preq_event(struct serve_req *r, enum preq_event ev);
 void serve__prefill_heartbeat(struct serve *s);
 /* Fail a prefill request (kvctl abort): abort to decode, pages back once
  * nothing of it is queued. */

@@ -58,13 +58,7 @@ static void pconn_figures_update(struct serve *s)
 }
 static void prefill_send_more(struct serve_req *r);
 static void pconn_data_resume(struct pconn *pc);
-
-/* A send in flight names its request by id, never by pointer: the
- * request may have ended when the transport reports the batch. */
-struct prefill_ticket {
-	struct serve *s;
-	uint64_t id;
-};
+static bool pconn_data_full(const struct pconn *pc);
 
 /* Every control frame to a decode peer goes through its bounded write
  * queue (net/wbound.h): past listen.write_queue_soft we stop reading the
@@ -115,7 +109,23 @@ static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
 	(void)pconn_send(pc, &m);
 }
 
-/* ---- ending ------------------------------------------------------------------ */
+/* ---- the prefill request machine (daemon/machine.h: preq) -------------------- */
+
+static void preq_fail(struct serve_req *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* The first failure is the one decode hears about. */
+static void preq_fail(struct serve_req *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (r->fail_code)
+		return;
+	r->fail_code = code;
+	va_start(ap, fmt);
+	vsnprintf(r->fail_msg, sizeof(r->fail_msg), fmt, ap);
+	va_end(ap);
+}
 
 static void prefill_detach(struct serve_req *r)
 {
@@ -124,23 +134,6 @@ static void prefill_detach(struct serve_req *r)
 		r->pc->n_pages -= r->n_dst;
 		r->pc = NULL;
 	}
-}
-
-/* Hand the pages back to the engine (which releases them), then end. */
-static void prefill_free(struct serve_req *r)
-{
-	if (r->state == SRS_FREEING || r->ended)
-		return;
-	serve__timer_stop(r);
-	if (r->in_engine && !r->submit_pending) {
-		serve__compute_free(r->s, r, false, false);
-		return;
-	}
-	if (!r->in_engine) {
-		prefill_detach(r);
-		serve__req_end(r, false);
-	}
-	/* submit pending: SUBMITTED frees it (abort_requested is set) */
 }
 
 /* abort_ack, possibly late (fault point slow_abort_ack): a delayed ack
@@ -195,57 +188,149 @@ static void prefill_send_abort_ack(struct serve *s, struct pconn *pc,
 	(void)pconn_send(pc, &ack);
 }
 
-/* Decode's abort of r is answered once, as soon as nothing of r is
- * queued for sending (abort_requested stops any further batch). */
-static void prefill_ack_abort(struct serve_req *r)
+/* Prefill itself fails the request: tell decode (it answers abort_ack,
+ * which needs nothing from us: decode never writes into our pages). */
+static void preq_send_abort(struct serve_req *r)
 {
-	if (r->abort_acked || r->sends_pending)
-		return;
-	r->abort_acked = true;
-	KVLOG_DEBUG(r->s->log, "abort_ack", "id=%llu remote_id=%llu state=%d",
-		    (unsigned long long)r->reg.id,
-		    (unsigned long long)r->remote_id, (int)r->state);
+	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = r->remote_id,
+				    .code = r->fail_code };
+
+	snprintf(m.message, sizeof(m.message), "%s", r->fail_msg);
+	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=%s",
+		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+		   proto_err_name(r->fail_code), KVLOG_Q(r->fail_msg));
+	if (r->pc)
+		(void)pconn_send(r->pc, &m);
+}
+
+static void preq_abort_ack(struct serve_req *r)
+{
+	KVLOG_DEBUG(r->s->log, "abort_ack", "id=%llu remote_id=%llu state=%s",
+		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+		    machine_state_name(&preq_machine, r->state));
+	r->ack_owed = false;
 	prefill_send_abort_ack(r->s, r->pc, r->remote_id);
 }
 
-/* Decode asked us to stop (or the operator did): ack once nothing of the
- * request is still queued for sending, free once nothing is in the
- * engine's queue either. */
-static void prefill_abort_maybe_finish(struct serve_req *r)
+/* No release_ack within release_timeout_ms of prefill_done: release our
+ * pages anyway. This is safe on prefill, and only here: decode never
+ * writes into prefill's pages (KV flows one way, from our pages into
+ * decode's), and every batch of this request has already been reported
+ * sent (prefill_done leaves only then), so nothing local or remote can
+ * still touch them (invariant 2). Without this bound a peer that never
+ * acknowledges would hold our pages as long as its connection lives. A
+ * late release_ack finds no request and is ignored. */
+static void preq_timer_cb(uv_timer_t *t)
 {
-	if (!r->abort_requested || r->sends_pending || r->ended)
-		return;
-	prefill_ack_abort(r);
-	if (r->submit_pending || r->state == SRS_FREEING)
-		return;
-	KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=%s",
-		   (unsigned long long)r->reg.id,
-		   (unsigned long long)r->remote_id,
-		   KVLOG_Q(r->fail_msg[0] ? r->fail_msg : "decode aborted"));
-	r->fail_code = r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL;
-	prefill_free(r);
+	serve__preq_event(t->data, PEV_TIMEOUT);
 }
 
-/* Prefill itself fails the request: tell decode (it answers abort_ack,
- * which needs nothing from us: decode never writes into our pages). */
-static void prefill_fail(struct serve_req *r, int code, const char *msg)
+static void preq_count_timeout(struct serve_req *r)
 {
-	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = r->remote_id,
-				    .code = code };
-
-	if (r->abort_requested)
-		return;
-	r->abort_requested = true;
-	r->fail_code = code;
-	snprintf(r->fail_msg, sizeof(r->fail_msg), "%s", msg);
-	snprintf(m.message, sizeof(m.message), "%s", msg);
-	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=%s",
+	r->s->d->counters.release_timeouts++;
+	KVLOG_WARN(r->s->log, "release_timeout",
+		   "id=%llu remote_id=%llu peer_node=%s pages=%u release_timeout_ms=%u msg=\"no release_ack; pages released\"",
 		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
-		   proto_err_name(code), KVLOG_Q(msg));
-	if (r->pc)
-		(void)pconn_send(r->pc, &m);
-	if (!r->sends_pending && !r->submit_pending)
-		prefill_free(r);
+		   r->pc ? r->pc->hello.node : "?", r->n_dst,
+		   r->s->d->cfg.release_timeout_ms);
+	preq_fail(r, PROTO_ERR_TIMEOUT, "no release_ack within release_timeout_ms");
+}
+
+static void prefill_done_send(struct serve_req *r)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_DONE, .id = r->remote_id };
+
+	m.first_token = r->first_token;
+	m.done_tokens = r->n_kv;
+	m.batches = r->batches_sent;
+	m.done_pages = r->n_dst;
+	(void)pconn_send(r->pc, &m);
+	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
+		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+		    r->batches_sent, r->n_dst, r->n_kv, r->first_token);
+	/* the pages stay held until release_ack, abort, the connection to
+	 * the decode node is gone, or release_timeout_ms */
+}
+
+static void preq_act(struct serve_req *r, uint32_t a)
+{
+	struct serve *s = r->s;
+
+	switch (a) {
+	case PA_SEND_REJECT:
+		if (r->pc)
+			prefill_reject(r->pc, r->remote_id,
+				       r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL,
+				       "%s", r->fail_msg);
+		return;
+	case PA_SEND_ABORT:
+		preq_send_abort(r);
+		return;
+	case PA_OWE_ACK:
+		r->ack_owed = true;
+		return;
+	case PA_SEND_ABORT_ACK:
+		preq_abort_ack(r);
+		return;
+	case PA_ACK_OWED:
+		if (r->ack_owed)
+			preq_abort_ack(r);
+		return;
+	case PA_DETACH_LINK:
+		prefill_detach(r);
+		return;
+	case PA_SEND_MORE:
+		prefill_send_more(r);
+		return;
+	case PA_SEND_DONE:
+		prefill_done_send(r);
+		return;
+	case PA_TIMER_RELEASE:
+		serve__timer_start(r, s->d->cfg.release_timeout_ms, preq_timer_cb);
+		return;
+	case PA_RELEASED:
+		r->released_by_peer = true;
+		return;
+	case PA_COUNT_TIMEOUT:
+		preq_count_timeout(r);
+		return;
+	case PA_FREE_ENGINE:
+		serve__compute_free(s, r, false, false);
+		return;
+	}
+}
+
+/* The only way into DONE. */
+static void preq_finish(struct serve_req *r)
+{
+	KVD_ASSERT(r->s->log, !r->pc && !r->ereq && !r->sends_pending,
+		   "id=%llu msg=\"a prefill request ends attached, in the engine or with batches queued\"",
+		   (unsigned long long)r->reg.id);
+	if (r->fail_code && !r->released_by_peer)
+		KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=%s",
+			   (unsigned long long)r->reg.id,
+			   (unsigned long long)r->remote_id, KVLOG_Q(r->fail_msg));
+	serve__req_end(r, r->released_by_peer && !r->fail_code);
+}
+
+void serve__preq_event(struct serve_req *r, enum preq_event ev)
+{
+	const struct machine_step *st;
+
+	if (r->ended)
+		return;
+	st = serve__req_step(r, &preq_machine, ev);
+	if (st)
+		for (uint32_t a = 1; a && a < (1u << PA__BITS) && !r->ended; a <<= 1)
+			if (st->actions & a)
+				preq_act(r, a);
+	if (r->ended)
+		return;
+	/* ABORT_DRAINING is left as soon as no batch is queued */
+	if (r->state == PRS_ABORT_DRAINING && !r->sends_pending)
+		serve__preq_event(r, PEV_DRAINED);
+	else if (r->state == PRS_DONE)
+		preq_finish(r);
 }
 
 static struct serve_req *prefill_find(struct pconn *pc, uint64_t remote_id)
@@ -257,19 +342,59 @@ static struct serve_req *prefill_find(struct pconn *pc, uint64_t remote_id)
 	return NULL;
 }
 
+void serve__prefill_abort(struct serve_req *r, const char *reason)
+{
+	preq_fail(r, PROTO_ERR_INTERNAL, "%s", reason);
+	serve__preq_event(r, PEV_OP_ABORT);
+}
+
 /* ---- admission ----------------------------------------------------------------- */
 
 /* Fault point stuck_submit: the submit "was queued" for STUCK_SUBMIT_MS,
- * then the engine refuses it as busy. */
-static void prefill_stuck_submit_cb(uv_timer_t *t)
-{
-	struct serve_req *r = t->data;
-	struct serve_msg m = { .kind = SMSG_SUBMITTED, .owner = r->reg.id,
-			       .error = ENGINE_E_BUSY };
+ * then the engine refuses it as busy. Found again by id: the request may
+ * have ended by then. */
+struct stuck_submit {
+	uv_timer_t timer;
+	struct serve *s;
+	uint64_t id;
+};
 
-	r->submit_pending = false;
-	r->in_engine = false;
-	serve__prefill_engine_msg(r, &m);
+static void stuck_submit_closed(uv_handle_t *h)
+{
+	struct stuck_submit *k = kvd_container_of((uv_timer_t *)h, struct stuck_submit, timer);
+
+	k->s->closes_pending--;
+	free(k);
+}
+
+static void stuck_submit_cb(uv_timer_t *t)
+{
+	struct stuck_submit *k = kvd_container_of(t, struct stuck_submit, timer);
+	struct serve_req *r = serve__req_find(k->s, k->id);
+	struct serve_msg m = { .kind = SMSG_SUBMITTED, .error = ENGINE_E_BUSY };
+
+	if (r) {
+		m.owner = r->reg.id;
+		serve__prefill_engine_msg(r, &m);
+	}
+	uv_close((uv_handle_t *)t, stuck_submit_closed);
+}
+
+static int prefill_stuck_submit(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	struct stuck_submit *k = calloc(1, sizeof(*k));
+
+	if (!k)
+		return -ENOMEM;
+	KVLOG_WARN(s->log, "fault", "point=stuck_submit id=%llu delay_ms=%u",
+		   (unsigned long long)r->reg.id, STUCK_SUBMIT_MS);
+	k->s = s;
+	k->id = r->reg.id;
+	s->closes_pending++;
+	uv_timer_init(&s->d->loop, &k->timer);
+	uv_timer_start(&k->timer, stuck_submit_cb, STUCK_SUBMIT_MS, 0);
+	return 0;
 }
 
 /* Per-peer caps (invariant 11): one decode node may hold at most
@@ -301,20 +426,21 @@ static bool prefill_peer_cap(struct pconn *pc, const struct proto_peer_msg *m)
 	return true;
 }
 
-static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
+/* Prefill's own admission (invariant 3). True when m was refused (a
+ * prefill_reject went out; nothing was created). */
+static bool prefill_refuse(struct pconn *pc, const struct proto_peer_msg *m)
 {
 	struct serve *s = pc->s;
 	struct kvpool *pool = s->d->pool;
 	uint64_t need = (uint64_t)m->n_tokens + m->max_tokens;
 	uint64_t lim = serve__own_limit(s);
 	uint32_t n_vocab = tokenizer_n_vocab(s->tok);
-	struct serve_req *r;
 
 	if (kvd_request_gate(s->reqtab) || s->stopping) {
 		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
 		prefill_reject(pc, m->id, PROTO_ERR_DRAINING,
 			       "the prefill node is draining");
-		return;
+		return true;
 	}
 	if (need > lim) {
 		KVLOG_WARN(s->log, "admission_reject",
@@ -331,7 +457,7 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 			       s->d->cfg.node_name, (unsigned long long)lim,
 			       s->d->cap.advertised_context,
 			       (unsigned long long)s->d->cap.pool_tokens);
-		return;
+		return true;
 	}
 	if (m->n_pages != kvpool_pages_for(pool, m->n_tokens)) {
 		s->d->counters.rejected[KVD_REJECT_INVALID]++;
@@ -339,22 +465,31 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 			       "%u destination pages for %u prompt tokens; %u expected",
 			       m->n_pages, m->n_tokens,
 			       kvpool_pages_for(pool, m->n_tokens));
-		return;
+		return true;
 	}
 	for (uint32_t i = 0; i < m->n_tokens; i++) {
 		if (m->tokens[i] >= n_vocab) {
 			s->d->counters.rejected[KVD_REJECT_INVALID]++;
 			prefill_reject(pc, m->id, PROTO_ERR_INVALID_REQUEST,
 				       "token id %u outside the vocabulary", m->tokens[i]);
-			return;
+			return true;
 		}
 	}
 	if (!pc->data || prefill_find(pc, m->id)) {
 		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL,
 			       pc->data ? "duplicate request id" : "no data connection");
-		return;
+		return true;
 	}
-	if (prefill_peer_cap(pc, m))
+	return prefill_peer_cap(pc, m);
+}
+
+static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
+{
+	struct serve *s = pc->s;
+	struct serve_req *r;
+	int rc;
+
+	if (prefill_refuse(pc, m))
 		return;
 	r = serve__req_new(s, SREQ_PREFILL);
 	if (!r) {
@@ -376,101 +511,58 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 	m->pages = NULL;
 	m->n_pages = 0;
 	if (!r->prompt) {
-		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL, "out of memory");
-		prefill_detach(r);
-		serve__req_end(r, false);
+		preq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__preq_event(r, PEV_REFUSE);
 		return;
 	}
 	for (uint32_t i = 0; i < m->n_tokens; i++)
 		r->prompt[i] = (int32_t)m->tokens[i];
 	serve__req_register(r);
-	r->state = SRS_COMPUTE;
-	if (kvd_fault_fire(&s->fault, KVD_FAULT_STUCK_SUBMIT)) {
-		KVLOG_WARN(s->log, "fault", "point=stuck_submit id=%llu delay_ms=%u",
-			   (unsigned long long)r->reg.id, STUCK_SUBMIT_MS);
-		r->in_engine = true;
-		r->submit_pending = true;
-		serve__timer_start(r, STUCK_SUBMIT_MS, prefill_stuck_submit_cb);
+	if (kvd_fault_fire(&s->fault, KVD_FAULT_STUCK_SUBMIT))
+		rc = prefill_stuck_submit(r);
+	else
+		rc = serve__compute_submit(s, r, r->prompt, r->n_prompt, r->max_tokens,
+					   true, NULL, 0, 0);
+	if (rc) {
+		preq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__preq_event(r, PEV_REFUSE);
 		return;
 	}
-	if (serve__compute_submit(s, r, r->prompt, r->n_prompt, r->max_tokens,
-				  true, NULL, 0, 0)) {
-		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL, "out of memory");
-		r->in_engine = false;
-		r->submit_pending = false;
-		prefill_detach(r);
-		serve__req_end(r, false);
-	}
+	serve__preq_event(r, PEV_ADMIT);
 }
 
 /* ---- sending --------------------------------------------------------------------- */
 
-/* No release_ack within release_timeout_ms of prefill_done: release our
- * pages anyway. This is safe on prefill, and only here: decode never
- * writes into prefill's pages (KV flows one way, from our pages into
- * decode's), and every batch of this request has already been reported
- * sent (prefill_done leaves only then), so nothing local or remote can
- * still touch them (invariant 2). Without this bound a peer that never
- * acknowledges would hold our pages as long as its connection lives. A
- * late release_ack finds no request and is ignored. */
-static void prefill_release_timeout(uv_timer_t *t)
-{
-	struct serve_req *r = t->data;
-
-	if (r->state != SRS_WAIT_ACK || r->ended)
-		return;
-	r->s->d->counters.release_timeouts++;
-	KVLOG_WARN(r->s->log, "release_timeout",
-		   "id=%llu remote_id=%llu peer_node=%s pages=%u release_timeout_ms=%u msg=\"no release_ack; pages released\"",
-		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
-		   r->pc ? r->pc->hello.node : "?", r->n_dst,
-		   r->s->d->cfg.release_timeout_ms);
-	r->fail_code = PROTO_ERR_TIMEOUT;
-	prefill_free(r);
-}
-
-static void prefill_done_send(struct serve_req *r)
-{
-	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_DONE, .id = r->remote_id };
-
-	m.first_token = r->first_token;
-	m.done_tokens = r->n_kv;
-	m.batches = r->batches_sent;
-	m.done_pages = r->n_dst;
-	r->state = SRS_WAIT_ACK;
-	serve__timer_start(r, r->s->d->cfg.release_timeout_ms,
-			   prefill_release_timeout);
-	(void)pconn_send(r->pc, &m);
-	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
-		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
-		    r->batches_sent, r->n_dst, r->n_kv, r->first_token);
-	/* the pages stay held until release_ack, abort, the connection to
-	 * the decode node is gone, or release_timeout_ms */
-}
+/* A send in flight names its request by id, never by pointer: the
+ * request may have ended when the transport reports the batch. */
+struct prefill_ticket {
+	struct serve *s;
+	uint64_t id;
+};
 
 static void prefill_sent_cb(void *arg, int status)
 {
 	struct prefill_ticket *t = arg;
 	struct serve_req *r = serve__req_find(t->s, t->id);
+	struct pconn *pc;
 
 	free(t);
 	if (!r)
 		return;
+	KVD_ASSERT(r->s->log, r->sends_pending > 0,
+		   "id=%llu msg=\"a batch reported sent that was never queued\"",
+		   (unsigned long long)r->reg.id);
 	r->sends_pending--;
-	if (status == 0)
+	pc = r->pc;
+	if (status == 0) {
 		r->batches_sent++;
-	else if (!r->send_failed) {
-		r->send_failed = true;
-		prefill_fail(r, PROTO_ERR_INTERNAL, "the KV batch could not be sent");
+		serve__preq_event(r, PEV_BATCH_SENT);
+	} else {
+		preq_fail(r, PROTO_ERR_INTERNAL, "the KV batch could not be sent");
+		serve__preq_event(r, PEV_SEND_FAIL);
 	}
-	if (r->abort_requested) {
-		if (!r->sends_pending)
-			prefill_abort_maybe_finish(r);
-		return;
-	}
-	prefill_send_more(r);
-	if (r->pc)
-		pconn_data_resume(r->pc);
+	if (pc)
+		pconn_data_resume(pc);
 }
 
 static void prefill_slow_cb(uv_timer_t *t)
@@ -499,80 +591,98 @@ static bool pconn_data_full(const struct pconn *pc)
 	       pc->data->ops->queued(pc->data) > pconn_data_soft(pc);
 }
 
+/* Fault points on a batch's entries before it is queued. */
+static void prefill_fault_entries(struct serve_req *r, struct transport_page *pages,
+				  uint32_t n)
+{
+	struct serve *s = r->s;
+
+	if (r->next_page == 0 &&
+	    kvd_fault_fire(&s->fault, KVD_FAULT_STALE_GENERATION)) {
+		KVLOG_WARN(s->log, "fault", "point=stale_generation id=%llu page=%u",
+			   (unsigned long long)r->reg.id, pages[0].dst.dst_page);
+		pages[0].dst.dst_gen++;
+	}
+	if (n >= 2 && kvd_fault_fire(&s->fault, KVD_FAULT_DUP_ENTRY)) {
+		KVLOG_WARN(s->log, "fault", "point=dup_entry id=%llu index=%u",
+			   (unsigned long long)r->reg.id, pages[0].dst.index);
+		pages[1] = pages[0];
+	}
+}
+
+/* Queue one batch of n pages from r->next_page: 0, or the request failed
+ * (SEND_FAIL has been taken). */
+static int prefill_send_batch(struct serve_req *r, uint32_t n)
+{
+	struct serve *s = r->s;
+	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
+	struct transport_page *pages = calloc(n, sizeof(*pages));
+	struct prefill_ticket *t = malloc(sizeof(*t));
+	int rc;
+
+	if (!pages || !t) {
+		free(pages);
+		free(t);
+		preq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__preq_event(r, PEV_SEND_FAIL);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t idx = r->next_page + i;
+
+		pages[i].src_page = r->src[idx].page;
+		pages[i].dst = (struct xfer_entry){
+			.dst_page = r->dst[idx].page, .index = idx,
+			.dst_gen = r->dst[idx].gen,
+			.tokens = KVD_MIN(pt, r->n_kv - idx * pt) };
+	}
+	prefill_fault_entries(r, pages, n);
+	t->s = s;
+	t->id = r->reg.id;
+	rc = transport_send(r->pc->data, r->remote_id, r->batches_sent + r->sends_pending,
+			    pages, n, prefill_sent_cb, t);
+	free(pages);
+	if (rc) {
+		free(t);
+		preq_fail(r, PROTO_ERR_INTERNAL, "the transport refused the batch");
+		serve__preq_event(r, PEV_SEND_FAIL);
+		return rc;
+	}
+	r->sends_pending++;
+	r->next_page += n;
+	return 0;
+}
+
+/* PA_SEND_MORE (also resumed by the slow_batch timer and a drained data
+ * connection): at most PREFILL_SEND_WINDOW batches of r queued at once;
+ * ALL_SENT once every batch has been reported. */
 static void prefill_send_more(struct serve_req *r)
 {
 	struct serve *s = r->s;
 	struct pconn *pc = r->pc;
 	uint32_t limit = r->n_dst, per;
-	struct transport_page *pages;
-	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
-	if (r->state != SRS_SENDING || r->abort_requested || !pc || !pc->data)
+
+	if (r->ended || r->state != PRS_SENDING || !pc || !pc->data)
 		return;
-	if (pconn_data_full(pc)) {
-		pc->data_waiters = true;   /* resumed once it drains */
-		return;
-	}
 	if (r->short_fault)     /* fault point: one page fewer, same report */
 		limit--;
 	per = xfer_batch_pages_max(pc->max_batch_bytes, s->page_bytes);
 	while (r->next_page < limit && r->sends_pending < PREFILL_SEND_WINDOW) {
 		if (pconn_data_full(pc)) {
-			pc->data_waiters = true;
-			break;
+			pc->data_waiters = true;   /* resumed once it drains */
+			return;
 		}
-		uint32_t n = KVD_MIN(per, limit - r->next_page);
-		struct prefill_ticket *t;
-		int rc;
-
 		if (!r->slow_waited &&
 		    kvd_fault_fire(&s->fault, KVD_FAULT_SLOW_BATCH)) {
 			serve__timer_start(r, SLOW_BATCH_MS, prefill_slow_cb);
 			return;
 		}
 		r->slow_waited = false;
-		pages = calloc(n, sizeof(*pages));
-		t = malloc(sizeof(*t));
-		if (!pages || !t) {
-			free(pages);
-			free(t);
-			prefill_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		if (prefill_send_batch(r, KVD_MIN(per, limit - r->next_page)))
 			return;
-		}
-		for (uint32_t i = 0; i < n; i++) {
-			uint32_t idx = r->next_page + i;
-
-			pages[i].src_page = r->src[idx].page;
-			pages[i].dst = (struct xfer_entry){
-				.dst_page = r->dst[idx].page, .index = idx,
-				.dst_gen = r->dst[idx].gen,
-				.tokens = KVD_MIN(pt, r->n_kv - idx * pt) };
-		}
-		if (r->next_page == 0 &&
-		    kvd_fault_fire(&s->fault, KVD_FAULT_STALE_GENERATION)) {
-			KVLOG_WARN(s->log, "fault", "point=stale_generation id=%llu page=%u",
-				   (unsigned long long)r->reg.id, pages[0].dst.dst_page);
-			pages[0].dst.dst_gen++;
-		}
-		if (n >= 2 && kvd_fault_fire(&s->fault, KVD_FAULT_DUP_ENTRY)) {
-			KVLOG_WARN(s->log, "fault", "point=dup_entry id=%llu index=%u",
-				   (unsigned long long)r->reg.id, pages[0].dst.index);
-			pages[1] = pages[0];
-		}
-		t->s = s;
-		t->id = r->reg.id;
-		rc = transport_send(pc->data, r->remote_id, r->batches_sent + r->sends_pending,
-				    pages, n, prefill_sent_cb, t);
-		free(pages);
-		if (rc) {
-			free(t);
-			prefill_fail(r, PROTO_ERR_INTERNAL, "the transport refused the batch");
-			return;
-		}
-		r->sends_pending++;
-		r->next_page += n;
 	}
 	if (r->next_page >= limit && !r->sends_pending)
-		prefill_done_send(r);
+		serve__preq_event(r, PEV_ALL_SENT);
 }
 
 /* Fault point: a NaN in position 0 of the first page's layer-0 K block,
@@ -596,8 +706,9 @@ static void prefill_fault_nan(struct serve_req *r, const struct kvpool_ref *ref)
 				      f16 ? 2 : 4);
 }
 
-/* The engine computed the prompt: check our own pages, then send. */
-static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
+/* The engine computed the prompt: check our own pages (COMPUTED), or
+ * fail (COMPUTE_FAIL). */
+static enum preq_event prefill_computed(struct serve_req *r, const struct serve_msg *m)
 {
 	struct serve *s = r->s;
 	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
@@ -607,16 +718,15 @@ static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
 	if (!m->table || m->n_kv != r->n_prompt ||
 	    m->n_table != kvpool_pages_for(s->d->pool, m->n_kv) ||
 	    m->n_table != r->n_dst) {
-		prefill_fail(r, PROTO_ERR_INTERNAL,
-			     "prefill computed a different number of positions or pages than requested");
-		return;
+		preq_fail(r, PROTO_ERR_INTERNAL,
+			  "prefill computed a different number of positions or pages than requested");
+		return PEV_COMPUTE_FAIL;
 	}
 	rc = kvpool_verify(s->d->pool, r->reg.id, m->table, m->n_table, m->n_kv, &bad);
 	if (rc) {
 		s->d->counters.integrity_failures++;
-		prefill_fail(r, PROTO_ERR_INTEGRITY,
-			     "prefill's own pages failed verification");
-		return;
+		preq_fail(r, PROTO_ERR_INTEGRITY, "prefill's own pages failed verification");
+		return PEV_COMPUTE_FAIL;
 	}
 	/* Invariant 10: positions past n_kv of the last page still hold an
 	 * earlier owner's K/V. Zero them before any byte of the request is
@@ -624,83 +734,76 @@ static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
 	rc = kvpool_zero_tail(s->d->pool, r->reg.id, &m->table[m->n_table - 1],
 			      m->n_kv - (m->n_table - 1) * pt);
 	if (rc) {
-		prefill_fail(r, PROTO_ERR_INTERNAL,
-			     "cannot clear the unfilled tail of the last page");
-		return;
+		preq_fail(r, PROTO_ERR_INTERNAL,
+			  "cannot clear the unfilled tail of the last page");
+		return PEV_COMPUTE_FAIL;
 	}
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_NAN_KV))
 		prefill_fault_nan(r, &m->table[0]);
 	free(r->src);
 	r->src = malloc(sizeof(*r->src) * m->n_table);
 	if (!r->src) {
-		prefill_fail(r, PROTO_ERR_INTERNAL, "out of memory");
-		return;
+		preq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		return PEV_COMPUTE_FAIL;
 	}
 	memcpy(r->src, m->table, sizeof(*r->src) * m->n_table);
 	r->n_kv = m->n_kv;
-	r->state = SRS_SENDING;
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_SHORT_TRANSFER) && r->n_dst > 0) {
 		KVLOG_WARN(s->log, "fault", "point=short_transfer id=%llu pages=%u sent=%u",
 			   (unsigned long long)r->reg.id, r->n_dst, r->n_dst - 1);
 		r->short_fault = true;
 	}
-	prefill_send_more(r);
+	return PEV_COMPUTED;
 }
 
-void serve__prefill_abort(struct serve_req *r, const char *reason)
+static int prefill_submit_code(int e)
 {
-	prefill_fail(r, PROTO_ERR_INTERNAL, reason);
+	return e == KVPOOL_E_FULL || e == ENGINE_E_BUSY ? PROTO_ERR_OVERLOADED :
+	       e == ENGINE_E_TOO_LONG ? PROTO_ERR_PROMPT_TOO_LONG :
+	       e == ENGINE_E_INVALID ? PROTO_ERR_INVALID_REQUEST :
+	       PROTO_ERR_INTERNAL;
 }
 
 void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m)
 {
-	if (r->state == SRS_FREEING && m->kind != SMSG_FREED)
-		return;
 	switch (m->kind) {
 	case SMSG_SUBMITTED:
 		if (m->error) {
-			int code = m->error == KVPOOL_E_FULL || m->error == ENGINE_E_BUSY ?
-				PROTO_ERR_OVERLOADED :
-				m->error == ENGINE_E_TOO_LONG ? PROTO_ERR_PROMPT_TOO_LONG :
-				m->error == ENGINE_E_INVALID ? PROTO_ERR_INVALID_REQUEST :
-				PROTO_ERR_INTERNAL;
-
-			if (r->pc)
-				prefill_reject(r->pc, r->remote_id, code,
-					       "prefill engine refused: %s",
-					       engine_strerror(m->error));
-			prefill_detach(r);
-			serve__req_end(r, false);
-		} else if (r->abort_requested || !r->pc) {
-			prefill_abort_maybe_finish(r);
-			if (!r->pc)
-				prefill_free(r);
+			/* the refusal is what the reject says, also after an
+			 * abort (decode ignores it then) */
+			r->fail_code = 0;
+			preq_fail(r, prefill_submit_code(m->error), "prefill engine refused: %s",
+				  engine_strerror(m->error));
+			serve__preq_event(r, PEV_SUBMIT_ERR);
+			return;
 		}
-		break;
+		r->ereq = m->req;
+		serve__preq_event(r, PEV_SUBMITTED);
+		return;
 	case SMSG_TOKEN:
-		r->first_token = (uint32_t)m->token;
-		break;
+		if (r->state == PRS_COMPUTE)
+			r->first_token = (uint32_t)m->token;
+		serve__preq_event(r, PEV_TOKEN);
+		return;
 	case SMSG_DONE:
-		if (r->abort_requested || !r->pc) {
-			prefill_abort_maybe_finish(r);
-			if (!r->pc)
-				prefill_free(r);
-			break;
+		if (r->state != PRS_COMPUTE) {
+			serve__preq_event(r, PEV_COMPUTE_FAIL);   /* late: ignored */
+			return;
 		}
 		if (m->finish == ENGINE_FINISH_STOP)
 			r->first_token = (uint32_t)r->s->model->eos_id;
-		if (m->finish == ENGINE_FINISH_PREFILLED ||
-		    m->finish == ENGINE_FINISH_STOP)
-			prefill_computed(r, m);
-		else
-			prefill_fail(r, m->error == ENGINE_E_INTEGRITY ?
-				     PROTO_ERR_INTEGRITY : PROTO_ERR_INTERNAL,
-				     engine_strerror(m->error));
-		break;
+		if (m->finish == ENGINE_FINISH_PREFILLED || m->finish == ENGINE_FINISH_STOP) {
+			serve__preq_event(r, prefill_computed(r, m));
+			return;
+		}
+		preq_fail(r, m->error == ENGINE_E_INTEGRITY ? PROTO_ERR_INTEGRITY
+							    : PROTO_ERR_INTERNAL,
+			  "%s", engine_strerror(m->error));
+		serve__preq_event(r, PEV_COMPUTE_FAIL);
+		return;
 	case SMSG_FREED:
-		prefill_detach(r);
-		serve__req_end(r, r->released_by_peer && !r->fail_code);
-		break;
+		serve__preq_event(r, PEV_FREED);
+		return;
 	}
 }
 
@@ -907,6 +1010,22 @@ static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
 		   pc->sealed && pc->ss.data.encrypt ? "on" : "off");
 }
 
+static void pconn_on_abort(struct pconn *pc, const struct proto_peer_msg *m)
+{
+	struct serve_req *r = prefill_find(pc, m->id);
+
+	if (!r) {
+		/* nothing of it here (any more): the ack is all decode needs */
+		prefill_send_abort_ack(pc->s, pc, m->id);
+		return;
+	}
+	preq_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "decode aborted: %s (%.200s)",
+		  proto_err_name(m->code), m->message);
+	/* decode holds its pages fenced until our ack: every state answers
+	 * it, at once or as soon as no batch of r is queued */
+	serve__preq_event(r, PEV_PEER_ABORT);
+}
+
 static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
 {
 	struct serve_req *r;
@@ -918,39 +1037,14 @@ static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
 		prefill_admit(pc, m);
 		return;
 	case PEER_MSG_ABORT:
-		r = prefill_find(pc, m->id);
-		if (!r) {
-			prefill_send_abort_ack(pc->s, pc, m->id);
-			return;
-		}
-		if (!r->fail_code) {
-			snprintf(r->fail_msg, sizeof(r->fail_msg), "decode aborted: %s (%.200s)",
-				 proto_err_name(m->code), m->message);
-			r->fail_code = m->code ? m->code : PROTO_ERR_INTERNAL;
-		}
-		r->abort_requested = true;
-		/* Answer now whenever nothing of r is queued for sending - also
-		 * when we failed r ourselves (FREEING: our abort crossed
-		 * decode's) or its submit is still queued (it may yet fail
-		 * with a prefill_reject): decode holds its pages fenced until
-		 * this ack, so no state of ours may swallow it. */
-		prefill_ack_abort(r);
-		if (r->state == SRS_COMPUTE && r->in_engine && !r->submit_pending) {
-			/* nothing was queued for it: cancel the compute */
-			prefill_free(r);
-			return;
-		}
-		prefill_abort_maybe_finish(r);
+		pconn_on_abort(pc, m);
 		return;
 	case PEER_MSG_ABORT_ACK:
 		return;   /* our aborts need no ack: decode never writes to us */
 	case PEER_MSG_RELEASE_ACK:
 		r = prefill_find(pc, m->id);
-		if (!r)
-			return;
-		r->released_by_peer = true;
-		if (r->state == SRS_WAIT_ACK)
-			prefill_free(r);
+		if (r)
+			serve__preq_event(r, PEV_RELEASE_ACK);
 		return;
 	default:
 		KVLOG_WARN(pc->s->log, "peer_protocol", "peer_node=%s msg=\"unexpected %s\"",
@@ -1014,12 +1108,8 @@ static void pconn_lost(struct pconn *pc, const char *why)
 		next = r->next;
 		if (r->kind != SREQ_PREFILL || r->pc != pc)
 			continue;
-		prefill_detach(r);
-		r->abort_requested = true;
-		if (!r->fail_code)
-			r->fail_code = PROTO_ERR_INTERNAL;
-		if (!r->sends_pending && !r->submit_pending)
-			prefill_free(r);
+		preq_fail(r, PROTO_ERR_INTERNAL, "the decode peer was lost");
+		serve__preq_event(r, PEV_LINK_LOST);
 	}
 	pc->pending_closes = 1;
 	s->closes_pending++;
@@ -1258,7 +1348,7 @@ static void pconn_data_resume(struct pconn *pc)
 	for (r = pc->s->reqs; r; r = next) {
 		next = r->next;
 		if (r->kind == SREQ_PREFILL && r->pc == pc &&
-		    r->state == SRS_SENDING && !r->sends_pending)
+		    r->state == PRS_SENDING && !r->sends_pending)
 			prefill_send_more(r);
 	}
 }
