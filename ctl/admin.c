@@ -387,12 +387,7 @@ static void client_close(struct admin_client *c)
 	if (c->pending)
 		kvd_ops_resize_detach(&s->ops, c);
 	c->pending = false;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->clients = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	kvd_list_del(&c->link);
 	s->n_clients--;
 	uv_close((uv_handle_t *)&c->pipe, client_handle_closed_cb);
 	uv_close((uv_handle_t *)&c->timer, client_handle_closed_cb);
@@ -517,10 +512,7 @@ static void server_connection_cb(uv_stream_t *ls, int status)
 			    client_alloc_cb, client_read_cb);
 		wbound_on_write(&c->wb, client_written);
 	}
-	c->next = s->clients;
-	if (s->clients)
-		s->clients->prev = c;
-	s->clients = c;
+	kvd_list_add(&s->clients, &c->link);
 	s->n_clients++;
 	if (uv_accept(ls, (uv_stream_t *)&c->pipe) < 0) {
 		client_close(c);
@@ -629,6 +621,7 @@ int admin_server_start(struct admin_server **out, struct kvd_daemon *d)
 	if (!s)
 		return -ENOMEM;
 	s->d = d;
+	kvd_list_init(&s->clients);
 	memcpy(s->path, path, strlen(path) + 1);
 	admin_lookup_group(s);
 	r = kvd_ops_init(&s->ops, d);
@@ -659,8 +652,9 @@ void admin_server_close(struct admin_server *s)
 	if (!s || s->closing)
 		return;
 	s->closing = true;
-	while (s->clients)
-		client_close(s->clients);
+	while (!kvd_list_empty(&s->clients))
+		client_close(kvd_list_entry(s->clients.next,
+					    struct admin_client, link));
 	if (s->path[0])
 		unlink(s->path);
 	uv_close((uv_handle_t *)&s->listener, server_listener_closed_cb);

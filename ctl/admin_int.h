@@ -17,6 +17,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "conf/list.h"
 #include "ctl/admin.h"
 #include "ctl/admin_args.h"
 #include "daemon/ops.h"
@@ -74,7 +75,7 @@ struct admin_client {
 	enum admin_priv priv;
 	bool closing, pending, close_after_write;
 	struct admin_call call;
-	struct admin_client *prev, *next;
+	struct kvd_list link;         /* in s->clients */
 };
 
 struct admin_server {
@@ -85,7 +86,7 @@ struct admin_server {
 	bool have_group;
 	gid_t group;
 	char path[108];
-	struct admin_client *clients;
+	struct kvd_list clients;      /* struct admin_client.link, newest first */
 	uint32_t n_clients;
 	bool closing;
 };
