@@ -1,4 +1,4 @@
-/* admin.c - the admin socket server.
+/* admin.c - the admin socket server: connections, framing, bounds.
  *
  * Design. The admin plane must never be the way to hurt a node, so every
  * connection is handled as hostile until proven otherwise:
@@ -8,8 +8,9 @@
  *    groups from the peer's passwd entry via getgrouplist), may talk. A
  *    refused peer gets one `denied` frame and is closed once it is written.
  *  - One table. Every command is a row (name, handler, argument schema,
- *    privilege, fault-point only); the dispatcher checks the privilege and
- *    the schema (strict: unknown keys are errors) before the handler runs,
+ *    privilege, fault-point only) in admin_cmds.c, the schemas in
+ *    admin_args.c; the dispatcher here checks the privilege and the
+ *    schema (strict: unknown keys are errors) before the handler runs,
  *    so handlers receive typed, validated arguments and stay short.
  *  - Bounded per client. A client owns a fixed read chunk, a frame decoder
  *    bounded by ADMIN_FRAME_MAX, at most one call in progress and a write
@@ -32,6 +33,7 @@
  */
 #include "ctl/admin.h"
 #include "conf/util.h"
+#include "ctl/admin_int.h"
 #include "daemon/daemon.h"
 #include "daemon/ops.h"
 #include "kvd_build.h"
@@ -48,7 +50,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ADMIN_READ_CHUNK 4096
 /* Write bounds (net/wbound.h): commands stop being read past HIGH, so at
  * most one reply (ADMIN_REPLY_MAX) lands past it; a client whose queue
  * is past HARD, or past HIGH for ADMIN_WRITE_STALL_MS, is closed. Fixed,
@@ -57,87 +58,6 @@
 #define ADMIN_WRITE_HIGH (256u * 1024)
 #define ADMIN_WRITE_HARD (ADMIN_WRITE_HIGH + 2 * ADMIN_REPLY_MAX)
 #define ADMIN_WRITE_STALL_MS 30000
-#define ADMIN_POLL_MS 10
-#define ADMIN_RESIZE_TIMEOUT_MS 10000
-
-enum admin_priv {
-	ADMIN_PRIV_NONE = 0,
-	ADMIN_PRIV_MEMBER,    /* in admin.group */
-	ADMIN_PRIV_ROOT,
-};
-
-/* Handler return: the reply is packed (0), will come later (PENDING), or
- * an ADMIN_E_* error with call->msg set. */
-#define ADMIN_PENDING (-1000)
-
-/* Every argument any command takes; each command's schema picks some. */
-struct admin_args {
-	bool wait;
-	uint64_t timeout_ms;
-	uint64_t tokens;
-	uint64_t bytes;
-	bool force;
-	uint64_t request;
-	uint64_t count;
-	uint64_t hold_ms;
-	uint64_t fence_ms;
-};
-
-struct admin_client;
-
-struct admin_call {
-	struct admin_client *c;
-	const struct admin_cmd *cmd;
-	bool has_id;
-	uint64_t id;
-	struct admin_args a;
-	uint64_t present;             /* bit i: cmd->args[i] was given */
-	uint64_t deadline_ns;         /* drain wait; 0 = none */
-	struct frame_writer res;      /* the result map, packed by handlers */
-	char msg[200];                /* error message */
-	char key[64];                 /* argument an error is about */
-};
-
-struct admin_cmd {
-	const char *name;
-	int (*fn)(struct admin_call *call);
-	const struct frame_field *args;
-	size_t n_args;
-	enum admin_priv priv;
-	bool fault_only;              /* only with KVD_FAULT_POINTS */
-};
-
-struct admin_client {
-	struct admin_server *s;
-	uv_pipe_t pipe;
-	uv_timer_t timer;             /* polls a waiting drain; write stall */
-	struct wbound wb;             /* every reply */
-	unsigned handles;             /* open handles; freed at 0 */
-	struct frame_decoder dec;
-	char rbuf[ADMIN_READ_CHUNK];  /* (ADMIN_READ_CHUNK) last read; [roff,
-				       * rlen) not yet fed to dec */
-	size_t roff, rlen;
-	uid_t uid;
-	gid_t gid;
-	pid_t pid;
-	enum admin_priv priv;
-	bool closing, pending, close_after_write;
-	struct admin_call call;
-	struct admin_client *prev, *next;
-};
-
-struct admin_server {
-	struct kvd_daemon *d;
-	uv_pipe_t listener;
-	struct kvd_ops ops;
-	unsigned handles;             /* listener + ops; freed at 0 */
-	bool have_group;
-	gid_t group;
-	char path[108];
-	struct admin_client *clients;
-	uint32_t n_clients;
-	bool closing;
-};
 
 static const char *const admin_error_names[ADMIN_E__N] = {
 	[ADMIN_E_MALFORMED] = "malformed",
@@ -163,23 +83,6 @@ const char *admin_strerror(int code)
 	if (code <= 0 || code >= ADMIN_E__N)
 		return "?";
 	return admin_error_names[code];
-}
-
-/* An ops/daemon code as a wire code. */
-static int admin_code_of(int r)
-{
-	switch (r) {
-	case KVD_E_CAPACITY: return ADMIN_E_CAPACITY;
-	case KVD_E_DRAINING: return ADMIN_E_DRAINING;
-	case KVD_E_BUSY: return ADMIN_E_BUSY;
-	case KVD_E_NOTFOUND: return ADMIN_E_NOT_FOUND;
-	case KVD_OPS_E_STATE: return ADMIN_E_WRONG_STATE;
-	case KVD_OPS_E_RANGE: return ADMIN_E_OUT_OF_RANGE;
-	case KVD_OPS_E_TIMEOUT: return ADMIN_E_TIMEOUT;
-	case KVD_OPS_E_FULL: return ADMIN_E_POOL_FULL;
-	case KVD_OPS_E_UNSUPPORTED: return ADMIN_E_UNSUPPORTED;
-	default: return ADMIN_E_INTERNAL;
-	}
 }
 
 static void client_pump(struct admin_client *c);
@@ -278,10 +181,7 @@ static void client_reply(struct admin_client *c, int code)
 	client_send(c, data, len);
 }
 
-static int call_fail(struct admin_call *call, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int call_fail(struct admin_call *call, int code, const char *fmt, ...)
+int admin__call_fail(struct admin_call *call, int code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -291,8 +191,7 @@ static int call_fail(struct admin_call *call, int code, const char *fmt, ...)
 	return code;
 }
 
-/* Finish a call that waited. */
-static void call_complete(struct admin_call *call, int code)
+void admin__call_complete(struct admin_call *call, int code)
 {
 	struct admin_client *c = call->c;
 
@@ -300,331 +199,6 @@ static void call_complete(struct admin_call *call, int code)
 	uv_timer_stop(&c->timer);
 	client_reply(c, code);
 	client_pump(c);
-}
-
-/* ---- result packing -------------------------------------------------------- */
-
-static void pack_capacity(msgpack_packer *pk, struct kvd_daemon *d,
-			  const struct kvd_capacity *cap)
-{
-	msgpack_pack_map(pk, 14);
-	frame_pack_kv_u64(pk, "pool_tokens", cap->pool_tokens);
-	frame_pack_kv_u64(pk, "pages", cap->pages);
-	frame_pack_kv_u64(pk, "page_tokens", cap->page_tokens);
-	frame_pack_kv_u64(pk, "page_bytes", cap->page_bytes);
-	frame_pack_kv_u64(pk, "kv_bytes_per_token", cap->kv_bytes_per_token);
-	frame_pack_kv_u64(pk, "context_length", cap->context_length);
-	frame_pack_kv_double(pk, "margin", cap->margin);
-	frame_pack_kv_u64(pk, "required_tokens", cap->required_tokens);
-	frame_pack_kv_bool(pk, "ok", cap->ok);
-	frame_pack_kv_str(pk, "verdict", cap->ok ? "ok" : "insufficient");
-	frame_pack_kv_str(pk, "policy",
-			  kvd_cap_policy_name(d->cfg.capacity_policy));
-	frame_pack_kv_u64(pk, "advertised_context", cap->advertised_context);
-	frame_pack_kv_str(pk, "model_sha256", d->model_sha256);
-	frame_pack_kv_str(pk, "kv_dtype",
-			  kv_dtype_name((enum kv_dtype)d->cfg.kv_dtype));
-}
-
-static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
-{
-	static const char *const keys[KVPAGE_N_STATES] = {
-		[KVPAGE_FREE] = "free", [KVPAGE_RESERVED] = "reserved",
-		[KVPAGE_FILLING] = "filling", [KVPAGE_READY] = "ready",
-		[KVPAGE_FENCED] = "fenced", [KVPAGE_QUARANTINED] = "quarantined",
-		[KVPAGE_RETIRED] = "retired",
-	};
-
-	msgpack_pack_map(pk, 6 + KVPAGE_N_STATES);
-	frame_pack_kv_u64(pk, "pages", p->pages);
-	for (int i = 0; i < KVPAGE_N_STATES; i++)
-		frame_pack_kv_u64(pk, keys[i], p->by_state[i]);
-	frame_pack_kv_u64(pk, "retiring", p->retiring);
-	frame_pack_kv_u64(pk, "fences", p->fences);
-	frame_pack_kv_u64(pk, "page_tokens", p->page_tokens);
-	frame_pack_kv_u64(pk, "page_bytes", p->page_bytes);
-	frame_pack_kv_u64(pk, "tokens", p->tokens);
-}
-
-static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
-{
-	msgpack_pack_map(pk, 9);
-	frame_pack_kv_u64(pk, "admitted", k->admitted);
-	frame_pack_str(pk, "rejected");
-	msgpack_pack_map(pk, KVD_REJECT__N);
-	for (int i = 0; i < KVD_REJECT__N; i++)
-		frame_pack_kv_u64(pk, kvd_reject_name((enum kvd_reject)i),
-				  k->rejected[i]);
-	frame_pack_kv_u64(pk, "completed", k->completed);
-	frame_pack_kv_u64(pk, "failed", k->failed);
-	frame_pack_kv_u64(pk, "integrity_failures", k->integrity_failures);
-	frame_pack_kv_u64(pk, "peer_auth_failures", k->peer_auth_failures);
-	frame_pack_kv_u64(pk, "checksum_ns", k->checksum_ns);
-	frame_pack_kv_u64(pk, "release_timeouts", k->release_timeouts);
-	frame_pack_kv_u64(pk, "drain_aborts", k->drain_aborts);
-}
-
-/* ---- handlers ---------------------------------------------------------------- */
-
-static struct kvd_ops *call_ops(struct admin_call *call)
-{
-	return &call->c->s->ops;
-}
-
-static int cmd_status(struct admin_call *call)
-{
-	struct admin_server *s = call->c->s;
-	struct kvd_daemon *d = s->d;
-	msgpack_packer *pk = frame_writer_packer(&call->res);
-	struct kvd_status st;
-
-	kvd_ops_status(&s->ops, &st);
-	msgpack_pack_map(pk, 14);
-	frame_pack_kv_str(pk, "node", d->cfg.node_name);
-	frame_pack_kv_str(pk, "role", kvd_role_name(st.role));
-	frame_pack_kv_str(pk, "state", kvd_state_name(st.state));
-	frame_pack_kv_str(pk, "version", KVD_VERSION);
-	frame_pack_kv_u64(pk, "uptime_ms", st.uptime_ms);
-	frame_pack_str(pk, "pool");
-	pack_pool(pk, &st.pool);
-	frame_pack_str(pk, "capacity");
-	pack_capacity(pk, d, &st.cap);
-	frame_pack_kv_u64(pk, "in_flight", st.in_flight);
-	frame_pack_kv_u64(pk, "requests", st.requests);
-	frame_pack_kv_u64(pk, "peers", st.peers);
-	frame_pack_str(pk, "counters");
-	pack_counters(pk, &st.counters);
-	frame_pack_kv_bool(pk, "resizing", st.resizing);
-	frame_pack_kv_u64(pk, "synthetic", st.synthetic);
-	frame_pack_kv_u64(pk, "admin_clients", s->n_clients);
-	return 0;
-}
-
-static void pack_state(struct admin_call *call)
-{
-	struct kvd_daemon *d = call->c->s->d;
-	msgpack_packer *pk = frame_writer_packer(&call->res);
-
-	msgpack_pack_map(pk, 2);
-	frame_pack_kv_str(pk, "state", kvd_state_name(d->state));
-	frame_pack_kv_u64(pk, "in_flight", d->in_flight);
-}
-
-static void drain_poll_cb(uv_timer_t *t)
-{
-	struct admin_client *c = t->data;
-	struct admin_call *call = &c->call;
-	struct kvd_daemon *d = c->s->d;
-
-	if (d->state == KVD_STATE_DRAINED) {
-		pack_state(call);
-		call_complete(call, 0);
-	} else if (d->state != KVD_STATE_DRAINING) {
-		call_complete(call, call_fail(call, ADMIN_E_WRONG_STATE,
-			"node left draining while waiting (now %s)",
-			kvd_state_name(d->state)));
-	} else if (call->deadline_ns && kvd_now_ns() >= call->deadline_ns) {
-		call_complete(call, call_fail(call, ADMIN_E_TIMEOUT,
-			"still draining: %u in flight; the drain goes on",
-			d->in_flight));
-	}
-}
-
-static int cmd_drain(struct admin_call *call)
-{
-	struct admin_client *c = call->c;
-	struct kvd_daemon *d = c->s->d;
-	int r = kvd_ops_drain(call_ops(call));
-
-	if (r)
-		return call_fail(call, admin_code_of(r), "cannot drain while %s",
-				 kvd_state_name(d->state));
-	/* wait defaults to true (its schema bit is 0) */
-	if (!(call->present & 1))
-		call->a.wait = true;
-	if (!call->a.wait || d->state == KVD_STATE_DRAINED) {
-		pack_state(call);
-		return 0;
-	}
-	call->deadline_ns = call->a.timeout_ms ?
-		kvd_now_ns() + call->a.timeout_ms * 1000000u : 0;
-	uv_timer_start(&c->timer, drain_poll_cb, ADMIN_POLL_MS, ADMIN_POLL_MS);
-	return ADMIN_PENDING;
-}
-
-static int cmd_resume(struct admin_call *call)
-{
-	struct kvd_daemon *d = call->c->s->d;
-	int r = kvd_ops_resume(call_ops(call));
-
-	if (r)
-		return call_fail(call, admin_code_of(r), "cannot resume while %s%s",
-				 kvd_state_name(d->state),
-				 d->stop_after_drain ? " (stopping)" : "");
-	pack_state(call);
-	return 0;
-}
-
-static void resize_done_cb(void *arg, const struct kvd_resize_result *res)
-{
-	struct admin_client *c = arg;
-	struct admin_call *call = &c->call;
-	msgpack_packer *pk = frame_writer_packer(&call->res);
-
-	if (res->code) {
-		call_complete(call, call_fail(call, ADMIN_E_TIMEOUT,
-			"%u pages still in use after %llu ms; they retire when"
-			" released (pool now %u pages)", res->retiring_left,
-			(unsigned long long)res->waited_ms, res->pages_after));
-		return;
-	}
-	msgpack_pack_map(pk, 6);
-	frame_pack_kv_u64(pk, "pages_before", res->pages_before);
-	frame_pack_kv_u64(pk, "pages_after", res->pages_after);
-	frame_pack_kv_u64(pk, "retired_now", res->retired_now);
-	frame_pack_kv_u64(pk, "waited_ms", res->waited_ms);
-	frame_pack_kv_u64(pk, "retiring_left", res->retiring_left);
-	frame_pack_str(pk, "capacity");
-	pack_capacity(pk, c->s->d, &res->cap);
-	call_complete(call, 0);
-}
-
-static int cmd_pool_resize(struct admin_call *call)
-{
-	struct kvd_ops *o = call_ops(call);
-	bool by_tokens = call->present & 1, by_bytes = call->present & 2;
-	uint64_t pages;
-	uint32_t timeout;
-	int r;
-
-	if (by_tokens == by_bytes) {
-		snprintf(call->key, sizeof(call->key), "tokens");
-		return call_fail(call, ADMIN_E_BAD_ARGS,
-				 "give exactly one of tokens, bytes");
-	}
-	pages = by_tokens ? kvd_ops_pages_for_tokens(o, call->a.tokens)
-			  : kvd_ops_pages_for_bytes(o, call->a.bytes);
-	timeout = call->present & 8 ? (uint32_t)call->a.timeout_ms
-				    : ADMIN_RESIZE_TIMEOUT_MS;
-	r = kvd_ops_resize(o, pages, call->a.force, timeout, resize_done_cb,
-			   call->c);
-	if (r == KVD_E_CAPACITY) {
-		struct kvd_capacity want;
-		struct kvd_daemon *d = call->c->s->d;
-
-		kvd_capacity_compute(&d->cfg, &d->hp, (uint32_t)pages, &want);
-		return call_fail(call, ADMIN_E_CAPACITY,
-				 "%llu pages hold %llu tokens; context %u x margin"
-				 " %g needs %llu (force to override)",
-				 (unsigned long long)pages,
-				 (unsigned long long)want.pool_tokens,
-				 want.context_length, want.margin,
-				 (unsigned long long)want.required_tokens);
-	}
-	if (r)
-		return call_fail(call, admin_code_of(r),
-				 "resize to %llu pages: %s",
-				 (unsigned long long)pages, kvd_ops_strerror(r));
-	return ADMIN_PENDING;
-}
-
-static int cmd_capacity(struct admin_call *call)
-{
-	struct kvd_capacity cap;
-
-	kvd_ops_capacity(call_ops(call), &cap);
-	pack_capacity(frame_writer_packer(&call->res), call->c->s->d, &cap);
-	return 0;
-}
-
-static int cmd_abort(struct admin_call *call)
-{
-	int r = kvd_ops_abort(call_ops(call), call->a.request);
-	msgpack_packer *pk = frame_writer_packer(&call->res);
-
-	if (r)
-		return call_fail(call, admin_code_of(r), "request %llu: %s",
-				 (unsigned long long)call->a.request,
-				 r == KVD_E_BUSY ? "already aborting"
-						 : kvd_ops_strerror(r));
-	msgpack_pack_map(pk, 1);
-	frame_pack_kv_u64(pk, "request", call->a.request);
-	return 0;
-}
-
-static int cmd_fault_load(struct admin_call *call)
-{
-	struct kvd_synth_spec sp = {
-		.count = (uint32_t)call->a.count,
-		.tokens = (uint32_t)call->a.tokens,
-		.hold_ms = (uint32_t)call->a.hold_ms,
-		.fence_ms = (uint32_t)call->a.fence_ms,
-	};
-	struct kvd_synth_result res;
-	msgpack_packer *pk = frame_writer_packer(&call->res);
-	int r = kvd_ops_synth_start(call_ops(call), &sp, &res);
-
-	if (r)
-		return call_fail(call, admin_code_of(r), "synthetic load: %s",
-				 kvd_ops_strerror(r));
-	msgpack_pack_map(pk, 5);
-	frame_pack_kv_u64(pk, "admitted", res.admitted);
-	frame_pack_kv_u64(pk, "rejected_draining", res.rejected_draining);
-	frame_pack_kv_u64(pk, "rejected_full", res.rejected_full);
-	frame_pack_kv_u64(pk, "first_id", res.first_id);
-	frame_pack_kv_u64(pk, "last_id", res.last_id);
-	return 0;
-}
-
-/* ---- the table ---------------------------------------------------------------- */
-
-#define ARG(name, type, req, field, lo, hi) \
-	{ name, type, req, offsetof(struct admin_args, field), 0, lo, hi }
-
-static const struct frame_field drain_args[] = {
-	ARG("wait", FRAME_T_BOOL, false, wait, 0, 0),
-	ARG("timeout_ms", FRAME_T_U64, false, timeout_ms, 0, 86400000),
-};
-/* bit order matters to cmd_pool_resize: tokens, bytes, force, timeout */
-static const struct frame_field resize_args[] = {
-	ARG("tokens", FRAME_T_U64, false, tokens, 1, UINT64_MAX),
-	ARG("bytes", FRAME_T_U64, false, bytes, 1, UINT64_MAX),
-	ARG("force", FRAME_T_BOOL, false, force, 0, 0),
-	ARG("timeout_ms", FRAME_T_U64, false, timeout_ms, 0, 3600000),
-};
-static const struct frame_field abort_args[] = {
-	ARG("request", FRAME_T_U64, true, request, 1, UINT64_MAX),
-};
-static const struct frame_field load_args[] = {
-	ARG("count", FRAME_T_U64, true, count, 1, 100000),
-	ARG("tokens", FRAME_T_U64, true, tokens, 1, 1u << 24),
-	ARG("hold_ms", FRAME_T_U64, true, hold_ms, 0, 600000),
-	ARG("fence_ms", FRAME_T_U64, false, fence_ms, 0, 600000),
-};
-
-static const struct admin_cmd admin_cmds[] = {
-	{ "status", cmd_status, NULL, 0, ADMIN_PRIV_MEMBER, false },
-	{ "drain", cmd_drain, drain_args, KVD_ARRAY_SIZE(drain_args),
-	  ADMIN_PRIV_MEMBER, false },
-	{ "resume", cmd_resume, NULL, 0, ADMIN_PRIV_MEMBER, false },
-	{ "pool.resize", cmd_pool_resize, resize_args,
-	  KVD_ARRAY_SIZE(resize_args), ADMIN_PRIV_MEMBER, false },
-	{ "capacity", cmd_capacity, NULL, 0, ADMIN_PRIV_MEMBER, false },
-	{ "abort", cmd_abort, abort_args, KVD_ARRAY_SIZE(abort_args),
-	  ADMIN_PRIV_MEMBER, false },
-	{ "fault.load", cmd_fault_load, load_args, KVD_ARRAY_SIZE(load_args),
-	  ADMIN_PRIV_ROOT, true },
-};
-
-static const struct admin_cmd *admin_cmd_find(const msgpack_object *name)
-{
-	for (size_t i = 0; i < KVD_ARRAY_SIZE(admin_cmds); i++) {
-		if (admin_cmds[i].fault_only && !KVD_FAULT_POINTS)
-			continue;
-		if (frame_obj_streq(name, admin_cmds[i].name))
-			return &admin_cmds[i];
-	}
-	return NULL;
 }
 
 /* ---- dispatch ------------------------------------------------------------------ */
@@ -651,13 +225,14 @@ static int client_dispatch_args(struct admin_call *call,
 	struct frame_error ferr;
 	int r;
 
-	r = frame_map_parse(m, cmd->args, cmd->n_args, FRAME_SCHEMA_STRICT,
+	r = frame_map_parse(m, cmd->args ? cmd->args->fields : NULL,
+			    cmd->args ? cmd->args->n : 0, FRAME_SCHEMA_STRICT,
 			    envelope, &call->a, &call->present, &ferr);
 	if (r) {
 		snprintf(call->key, sizeof(call->key), "%s", ferr.key);
-		return call_fail(call, ADMIN_E_BAD_ARGS, "%s: %s (%s)",
-				 ferr.key[0] ? ferr.key : "arguments",
-				 ferr.msg, frame_strerror(r));
+		return admin__call_fail(call, ADMIN_E_BAD_ARGS, "%s: %s (%s)",
+					ferr.key[0] ? ferr.key : "arguments",
+					ferr.msg, frame_strerror(r));
 	}
 	return cmd->fn(call);
 }
@@ -683,17 +258,19 @@ static void client_dispatch(struct admin_client *c, const msgpack_object *m)
 
 	if (id && !call->has_id) {
 		snprintf(call->key, sizeof(call->key), "id");
-		r = call_fail(call, ADMIN_E_BAD_ARGS, "id must be an unsigned integer");
+		r = admin__call_fail(call, ADMIN_E_BAD_ARGS,
+				     "id must be an unsigned integer");
 	} else if (!name || name->type != MSGPACK_OBJECT_STR) {
 		snprintf(call->key, sizeof(call->key), "cmd");
-		r = call_fail(call, ADMIN_E_BAD_ARGS, "cmd (a string) is required");
-	} else if (!(call->cmd = admin_cmd_find(name))) {
+		r = admin__call_fail(call, ADMIN_E_BAD_ARGS,
+				     "cmd (a string) is required");
+	} else if (!(call->cmd = admin__cmd_find(name))) {
 		admin_printable(shown, sizeof(shown), name);
-		r = call_fail(call, ADMIN_E_UNKNOWN_COMMAND,
-			      "unknown command '%s'", shown);
+		r = admin__call_fail(call, ADMIN_E_UNKNOWN_COMMAND,
+				     "unknown command '%s'", shown);
 	} else if (c->priv < call->cmd->priv) {
-		r = call_fail(call, ADMIN_E_DENIED, "%s needs root",
-			      call->cmd->name);
+		r = admin__call_fail(call, ADMIN_E_DENIED, "%s needs root",
+				     call->cmd->name);
 		KVLOG_WARN(&d->log, "admin_denied", "uid=%u pid=%d cmd=%s"
 			   " reason=privilege", (unsigned)c->uid, (int)c->pid,
 			   call->cmd->name);
@@ -810,12 +387,7 @@ static void client_close(struct admin_client *c)
 	if (c->pending)
 		kvd_ops_resize_detach(&s->ops, c);
 	c->pending = false;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->clients = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	kvd_list_del(&c->link);
 	s->n_clients--;
 	uv_close((uv_handle_t *)&c->pipe, client_handle_closed_cb);
 	uv_close((uv_handle_t *)&c->timer, client_handle_closed_cb);
@@ -940,10 +512,7 @@ static void server_connection_cb(uv_stream_t *ls, int status)
 			    client_alloc_cb, client_read_cb);
 		wbound_on_write(&c->wb, client_written);
 	}
-	c->next = s->clients;
-	if (s->clients)
-		s->clients->prev = c;
-	s->clients = c;
+	kvd_list_add(&s->clients, &c->link);
 	s->n_clients++;
 	if (uv_accept(ls, (uv_stream_t *)&c->pipe) < 0) {
 		client_close(c);
@@ -1052,6 +621,7 @@ int admin_server_start(struct admin_server **out, struct kvd_daemon *d)
 	if (!s)
 		return -ENOMEM;
 	s->d = d;
+	kvd_list_init(&s->clients);
 	memcpy(s->path, path, strlen(path) + 1);
 	admin_lookup_group(s);
 	r = kvd_ops_init(&s->ops, d);
@@ -1082,8 +652,9 @@ void admin_server_close(struct admin_server *s)
 	if (!s || s->closing)
 		return;
 	s->closing = true;
-	while (s->clients)
-		client_close(s->clients);
+	while (!kvd_list_empty(&s->clients))
+		client_close(kvd_list_entry(s->clients.next,
+					    struct admin_client, link));
 	if (s->path[0])
 		unlink(s->path);
 	uv_close((uv_handle_t *)&s->listener, server_listener_closed_cb);

@@ -24,7 +24,7 @@
 #include "conf/sha256.h"
 #include "conf/util.h"
 #include "gpu/gguf.h"
-#include "gpu/gguf_write.h"
+#include "gpu/gguf_gen.h"
 
 #define EXIT_OK 0
 #define EXIT_BAD_FILE 1

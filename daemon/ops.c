@@ -47,7 +47,7 @@ struct kvd_synth {
 	uint32_t n_pages;
 	uint64_t unfence_at_ns;       /* 0: no fence held */
 	uint64_t release_at_ns;       /* 0: released (request terminal) */
-	struct kvd_synth *prev, *next;
+	struct kvd_list link;         /* in o->synth */
 };
 
 static const char *const ops_error_names[] = {
@@ -80,6 +80,7 @@ int kvd_ops_init(struct kvd_ops *o, struct kvd_daemon *d)
 	memset(o, 0, sizeof(*o));
 	o->d = d;
 	o->requests = kvd_daemon_requests(d);
+	kvd_list_init(&o->synth);
 	r = uv_timer_init(&d->loop, &o->resize_timer);
 	if (r < 0)
 		return r;
@@ -286,16 +287,8 @@ static void synth_closed_cb(uv_handle_t *h)
 
 static void synth_unlink(struct kvd_synth *s)
 {
-	struct kvd_ops *o = s->o;
-
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		o->synth = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->prev = s->next = NULL;
-	o->n_synth--;
+	kvd_list_del(&s->link);
+	s->o->n_synth--;
 }
 
 /* Release the pages (fenced ones stay out of the free list until their
@@ -427,10 +420,7 @@ static int synth_admit_one(struct kvd_ops *o, const struct kvd_synth_spec *sp,
 	s->release_at_ns = now + (uint64_t)sp->hold_ms * 1000000u + 1;
 	s->unfence_at_ns = sp->fence_ms ?
 			   now + (uint64_t)sp->fence_ms * 1000000u + 1 : 0;
-	s->next = o->synth;
-	if (o->synth)
-		o->synth->prev = s;
-	o->synth = s;
+	kvd_list_add(&o->synth, &s->link);
 	o->n_synth++;
 	if (!res->admitted)
 		res->first_id = s->req.id;
@@ -481,8 +471,9 @@ void kvd_ops_close(struct kvd_ops *o, void (*done)(struct kvd_ops *o))
 	o->open = false;
 	/* End every synthetic request: unfence (nothing really writes into
 	 * these pages), release, close the timer. */
-	while (o->synth) {
-		struct kvd_synth *s = o->synth;
+	while (!kvd_list_empty(&o->synth)) {
+		struct kvd_synth *s = kvd_list_entry(o->synth.next,
+						     struct kvd_synth, link);
 		bool ended;
 
 		if (s->unfence_at_ns) {

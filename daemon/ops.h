@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "conf/list.h"
 #include "daemon/daemon.h"
 #include "daemon/request.h"
 
@@ -81,7 +82,8 @@ struct kvd_ops {
 	kvd_resize_cb resize_cb;
 	void *resize_arg;
 
-	struct kvd_synth *synth;      /* synthetic requests alive */
+	struct kvd_list synth;        /* synthetic requests alive (struct
+				       * kvd_synth.link), newest first */
 	uint32_t n_synth;
 	bool open;
 	void (*close_done)(struct kvd_ops *o);

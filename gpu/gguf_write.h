@@ -1,4 +1,4 @@
-/* gguf_write.h - a small GGUF v3 writer, and a generator of llama models.
+/* gguf_write.h - a small GGUF v3 writer.
  *
  * struct gguf_writer collects metadata key/values (every GGUF type,
  * including string arrays) and tensor infos in memory, then
@@ -8,9 +8,7 @@
  * or produced by a fill callback at write time, so a 100M-parameter model
  * never needs to sit in memory as a whole.
  *
- * gguf_make_llama() writes a complete, valid llama GGUF with deterministic
- * random weights and a byte-level vocabulary: the quick start, tests and
- * benchmarks use it instead of shipping model files.
+ * The generator of random llama models on top of it is gpu/gguf_gen.h.
  *
  * Errors: negative errno only (-EINVAL for bad arguments, -EEXIST for a
  * duplicate key or tensor name, -ENOMEM, or the errno of a failed write).
@@ -35,6 +33,12 @@ typedef int (*gguf_fill_fn)(void *ctx, uint64_t index, void *dst,
  * recorded as the key general.alignment (u32), written first. */
 int gguf_writer_new(struct gguf_writer **out, uint32_t alignment);
 void gguf_writer_free(struct gguf_writer *w);
+
+/* For _cleanup_(gguf_writer_freep). */
+static inline void gguf_writer_freep(struct gguf_writer **w)
+{
+	gguf_writer_free(*w);
+}
 
 /* ---- metadata (keys are copied; order is kept) ------------------------ */
 int gguf_writer_add_u8(struct gguf_writer *w, const char *key, uint8_t v);
@@ -84,46 +88,3 @@ float gguf_f16_to_f32(uint16_t h);
 void gguf_quantize_q8_0(const float *x, uint64_t n, void *dst);
 /* Same for Q4_0: (n / 32) blocks of 18 bytes. */
 void gguf_quantize_q4_0(const float *x, uint64_t n, void *dst);
-
-/* ---- llama model generator --------------------------------------------- */
-enum gguf_vocab_kind {
-	GGUF_VOCAB_LLAMA = 0,  /* SentencePiece: <unk> <s> </s>, bytes, pieces */
-	GGUF_VOCAB_GPT2 = 1,   /* byte-level BPE: 256 byte chars, merges */
-};
-
-struct gguf_llama_params {
-	const char *name;         /* general.name */
-	uint32_t n_layer;
-	uint32_t n_embd;
-	uint32_t n_head;
-	uint32_t n_head_kv;
-	uint32_t n_ff;
-	uint32_t n_vocab;         /* >= 259 for llama, >= 259 for gpt2 */
-	uint32_t n_ctx;           /* llama.context_length */
-	float rope_freq_base;
-	float norm_eps;
-	enum ggml_type wtype;     /* F32, F16 or Q8_0 for the 2-D weights */
-	uint64_t seed;
-	bool tied;                /* no output.weight: the head reuses token_embd */
-	enum gguf_vocab_kind vocab;
-};
-
-#define GGUF_LLAMA_PARAMS_DEFAULT {                                   \
-	.name = "kvd-random", .n_layer = 2, .n_embd = 64, .n_head = 4,  \
-	.n_head_kv = 2, .n_ff = 128, .n_vocab = 512, .n_ctx = 2048,    \
-	.rope_freq_base = 10000.0f, .norm_eps = 1e-5f,                 \
-	.wtype = GGML_TYPE_F32, .seed = 1, .tied = false,              \
-	.vocab = GGUF_VOCAB_LLAMA }
-
-/* Parameter count of the model gguf_make_llama() would write. */
-uint64_t gguf_llama_n_params(const struct gguf_llama_params *p);
-/* Check the params (dims divisible, Q8_0 rows multiple of 32, ...);
- * -EINVAL with a reason in why[size] when they do not make a model. */
-int gguf_llama_params_check(const struct gguf_llama_params *p, char *why,
-			    size_t size);
-/* Build the writer for a llama model (metadata, vocabulary and tensors
- * with deterministic random weights); the caller writes and frees it.
- * Lets tests add or change keys before writing. */
-int gguf_make_llama_writer(struct gguf_writer **out,
-			   const struct gguf_llama_params *p);
-int gguf_make_llama(const char *path, const struct gguf_llama_params *p);

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "gpu/engine.h"
-#include "gpu/gguf_write.h"
+#include "gpu/gguf_gen.h"
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
 #include "gpu/model.h"

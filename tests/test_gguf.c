@@ -16,6 +16,7 @@
 
 #include "gpu/gguf.h"
 #include "conf/util.h"
+#include "gpu/gguf_gen.h"
 #include "gpu/gguf_write.h"
 #include "ctl/cmd_model.h"
 

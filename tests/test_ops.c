@@ -11,7 +11,7 @@
 #include "conf/util.h"
 #include "daemon/ops.h"
 #include "daemon/request.h"
-#include "gpu/gguf_write.h"
+#include "gpu/gguf_gen.h"
 #include "kvd_build.h"
 
 static char tmpdir[64];

@@ -15,6 +15,7 @@
 
 #include "conf/util.h"
 #include "gpu/gguf.h"
+#include "gpu/gguf_gen.h"
 #include "gpu/gguf_write.h"
 #include "gpu/tokenizer.h"
 

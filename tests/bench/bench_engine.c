@@ -27,7 +27,7 @@
 
 #include "conf/util.h"
 #include "gpu/engine.h"
-#include "gpu/gguf_write.h"
+#include "gpu/gguf_gen.h"
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
 #include "gpu/model.h"

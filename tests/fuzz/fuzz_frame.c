@@ -18,9 +18,9 @@
  *     short enough, ranged integers in range, required keys present, only
  *     known bits in *present; strict success implies lax success with the
  *     same values;
- *   - the admin command schemas (ctl/admin.c's drain/pool.resize/abort/
- *     fault.load tables, reproduced: admin.h exposes no pure function, the
- *     daemon runs exactly frame_map_parse(strict, ignore cmd/id) on them);
+ *   - the admin command schemas (ctl/admin_args.h: the daemon's own
+ *     drain/pool.resize/abort/fault.load tables, on which it runs exactly
+ *     frame_map_parse(strict, ignore cmd/id));
  *   - frame_obj_* on every value: 0 or TYPE/RANGE.
  */
 #include <errno.h>
@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "ctl/admin_args.h"
 #include "net/frame.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -107,46 +108,6 @@ static const struct frame_field all_fields[] = {
 	F("x", FRAME_T_ANY, false, any, 0, 0, 0),
 };
 #undef F
-
-/* ctl/admin.c's argument struct and tables, field for field. */
-struct admin_args {
-	bool wait, force;
-	uint64_t timeout_ms, tokens, bytes, request, count, hold_ms, fence_ms;
-};
-
-#define ARG(name, type, req, field, lo, hi) \
-	{ name, type, req, offsetof(struct admin_args, field), 0, lo, hi }
-
-static const struct frame_field drain_args[] = {
-	ARG("wait", FRAME_T_BOOL, false, wait, 0, 0),
-	ARG("timeout_ms", FRAME_T_U64, false, timeout_ms, 0, 86400000),
-};
-static const struct frame_field resize_args[] = {
-	ARG("tokens", FRAME_T_U64, false, tokens, 1, UINT64_MAX),
-	ARG("bytes", FRAME_T_U64, false, bytes, 1, UINT64_MAX),
-	ARG("force", FRAME_T_BOOL, false, force, 0, 0),
-	ARG("timeout_ms", FRAME_T_U64, false, timeout_ms, 0, 3600000),
-};
-static const struct frame_field abort_args[] = {
-	ARG("request", FRAME_T_U64, true, request, 1, UINT64_MAX),
-};
-static const struct frame_field load_args[] = {
-	ARG("count", FRAME_T_U64, true, count, 1, 100000),
-	ARG("tokens", FRAME_T_U64, true, tokens, 1, 1u << 24),
-	ARG("hold_ms", FRAME_T_U64, true, hold_ms, 0, 600000),
-	ARG("fence_ms", FRAME_T_U64, false, fence_ms, 0, 600000),
-};
-#undef ARG
-
-static const struct {
-	const struct frame_field *f;
-	size_t n;
-} admin_tables[] = {
-	{ drain_args, sizeof(drain_args) / sizeof(drain_args[0]) },
-	{ resize_args, sizeof(resize_args) / sizeof(resize_args[0]) },
-	{ abort_args, sizeof(abort_args) / sizeof(abort_args[0]) },
-	{ load_args, sizeof(load_args) / sizeof(load_args[0]) },
-};
 
 static void check_schema_result(int r, const struct frame_error *err,
 				const struct frame_field *fields, size_t n,
@@ -229,17 +190,16 @@ static void check_schemas(const msgpack_object *map)
 			   "strict and lax disagree");
 	}
 
-	for (size_t t = 0; t < sizeof(admin_tables) / sizeof(admin_tables[0]); t++) {
+	for (size_t t = 0; t < ADMIN_ARGS__N; t++) {
+		const struct admin_args_schema *sc = &admin_args_schemas[t];
 		struct admin_args a;
 		uint64_t present = 0;
 		int r;
 
 		memset(&a, 0, sizeof(a));
-		r = frame_map_parse(map, admin_tables[t].f, admin_tables[t].n,
-				    FRAME_SCHEMA_STRICT, envelope, &a, &present,
-				    &err);
-		check_schema_result(r, &err, admin_tables[t].f,
-				    admin_tables[t].n, &a, present);
+		r = frame_map_parse(map, sc->fields, sc->n, FRAME_SCHEMA_STRICT,
+				    envelope, &a, &present, &err);
+		check_schema_result(r, &err, sc->fields, sc->n, &a, present);
 	}
 
 	/* every value through every typed read */

@@ -16,12 +16,13 @@
  *
  * Seeds: a small GGUF with every metadata type and a few tensors, and two
  * tiny llama models (SentencePiece and byte-level BPE vocabularies), all
- * produced by gpu/gguf_write.h at run time.
+ * produced by gpu/gguf_write.h and gpu/gguf_gen.h at run time.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "gpu/gguf.h"
+#include "gpu/gguf_gen.h"
 #include "gpu/gguf_write.h"
 #include "gpu/tokenizer.h"
 #include "tests/fuzz/fuzz.h"

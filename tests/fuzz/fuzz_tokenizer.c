@@ -1,5 +1,5 @@
 /* fuzz_tokenizer.c - text <-> ids (gpu/tokenizer.h) on the two vocabulary
- * kinds, built once from tiny models that gpu/gguf_write.h generates in
+ * kinds, built once from tiny models that gpu/gguf_gen.h generates in
  * memory (SentencePiece "llama" and byte-level BPE "gpt2").
  *
  * Prompts are tenant input; ids come from the model (or a peer). Input:
@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "gpu/gguf.h"
+#include "gpu/gguf_gen.h"
 #include "gpu/gguf_write.h"
 #include "gpu/tokenizer.h"
 #include "tests/fuzz/fuzz.h"

@@ -1,0 +1,575 @@
+/* gguf_gen.c - a generator of random llama GGUF models.
+ *
+ * gguf_make_llama_writer() lays out the llama.cpp tensor names and every
+ * key a llama GGUF carries, and a vocabulary built so that every merged
+ * piece is the concatenation of two earlier pieces (so a score-driven
+ * SentencePiece merge, or a rank-driven BPE merge, can reach it). Weights
+ * are uniform in [-a, a] with a = sqrt(3 / fan_in), i.e. standard
+ * deviation 1/sqrt(fan_in), so activations keep unit scale through the
+ * layers; the norm weights are F32 near 1.0. Each tensor has its own
+ * splitmix64 stream seeded from (seed, tensor name), so the bytes of a
+ * tensor do not depend on which other tensors exist or their order.
+ *
+ * Everything goes through gguf_write.h's public writer: the weights are
+ * fill callbacks, so a large model is produced one tensor at a time.
+ */
+#include "gpu/gguf_gen.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/util.h"
+
+/* ---- vocabulary ---------------------------------------------------------- */
+
+struct vocab {
+	char **tok;        /* (n) NUL-terminated pieces */
+	float *score;      /* (n) */
+	int32_t *type;     /* (n) llama.cpp token types */
+	uint32_t n, cap;
+	char **merges;     /* (n_merges) "left right" (gpt2) */
+	uint32_t n_merges;
+	uint32_t *set;     /* (set_mask + 1) token index + 1, 0 = empty */
+	uint32_t set_mask;
+};
+
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_BYTE = 6 };
+
+static void vocab_free(struct vocab *v)
+{
+	for (uint32_t i = 0; i < v->n; i++)
+		free(v->tok[i]);
+	for (uint32_t i = 0; i < v->n_merges; i++)
+		free(v->merges[i]);
+	free(v->tok);
+	free(v->score);
+	free(v->type);
+	free(v->merges);
+	free(v->set);
+}
+
+static uint64_t fnv1a(const char *s);
+
+/* Open-addressing lookup: the slot holding s, or the empty slot where it
+ * would go. */
+static uint32_t *vocab_slot(const struct vocab *v, const char *s)
+{
+	for (uint64_t h = fnv1a(s);; h++) {
+		uint32_t *e = &v->set[h & v->set_mask];
+		if (!*e || !strcmp(v->tok[*e - 1], s))
+			return e;
+	}
+}
+
+static bool vocab_has(const struct vocab *v, const char *s)
+{
+	return *vocab_slot(v, s) != 0;
+}
+
+static int vocab_add(struct vocab *v, const char *s, float score, int32_t type)
+{
+	if (v->n == v->cap)
+		return -ENOSPC;
+	v->tok[v->n] = strdup(s);
+	if (!v->tok[v->n])
+		return -ENOMEM;
+	uint32_t *e = vocab_slot(v, s);
+	if (!*e)
+		*e = v->n + 1; /* first occurrence wins, like a real vocab */
+	v->score[v->n] = score;
+	v->type[v->n] = type;
+	v->n++;
+	return 0;
+}
+
+static int vocab_add_merge(struct vocab *v, const char *l, const char *r)
+{
+	char *m;
+
+	if (asprintf(&m, "%s %s", l, r) < 0)
+		return -ENOMEM;
+	v->merges[v->n_merges++] = m;
+	return 0;
+}
+
+static const char *const vocab_words[] = {
+	"the", "and", "was", "to", "a", "he", "she", "it", "of", "in", "they",
+	"said", "day", "one", "her", "his", "with", "you", "that", "for", "on",
+	"big", "little", "time", "once", "upon", "there", "happy", "play",
+	"friend", "friends", "very", "saw", "mom", "dog", "cat", "tree", "sun",
+	"what", "when", "where", "who", "how", "why", "is", "are", "be", "have",
+	"had", "not", "but", "all", "can", "will", "do", "so", "out", "up",
+	"go", "went", "make", "made", "like", "see", "look", "good", "new",
+	"first", "last", "long", "great", "old", "right", "high", "small",
+	"large", "next", "early", "young", "important", "few", "public", "bad",
+	"same", "able", "model", "token", "cache", "page", "node", "request",
+	"memory", "tenant", "prefill", "decode", "transfer", "kernel", "data",
+	"hello", "world", "this", "from", "by", "at", "or", "an", "we", "my",
+	"me", "if", "no", "yes", "about", "into", "than", "then", "them",
+	"these", "some", "would", "could", "other", "which", "their", "time",
+	"ing", "ed", "er", "ly", "tion",
+};
+
+/* Printable ASCII pieces every vocabulary starts with. */
+static const char vocab_chars[] =
+	"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	".,!?'\"-:;()";
+
+#define SP_SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* SentencePiece vocabulary: specials, 256 byte tokens, then pieces whose
+ * scores fall with their index; every multi-char piece is an earlier piece
+ * plus one char, so score-driven merging can build it. */
+static int vocab_build_llama(struct vocab *v)
+{
+	char buf[64];
+	float score = 0;
+	int rc;
+
+	if ((rc = vocab_add(v, "<unk>", 0, TT_UNKNOWN)) ||
+	    (rc = vocab_add(v, "<s>", 0, TT_CONTROL)) ||
+	    (rc = vocab_add(v, "</s>", 0, TT_CONTROL)))
+		return rc;
+	for (int b = 0; b < 256; b++) {
+		snprintf(buf, sizeof(buf), "<0x%02X>", b);
+		if ((rc = vocab_add(v, buf, 0, TT_BYTE)))
+			return rc;
+	}
+	if ((rc = vocab_add(v, SP_SPACE, --score, TT_NORMAL)))
+		return rc;
+	for (const char *c = vocab_chars; *c; c++) {
+		buf[0] = *c;
+		buf[1] = 0;
+		if ((rc = vocab_add(v, buf, --score, TT_NORMAL)))
+			return rc;
+	}
+	/* "▁w", "▁wo", "▁wor", ... for each word. */
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(vocab_words); i++) {
+		const char *wd = vocab_words[i];
+		for (size_t k = 1; k <= strlen(wd); k++) {
+			snprintf(buf, sizeof(buf), SP_SPACE "%.*s", (int)k, wd);
+			if (vocab_has(v, buf))
+				continue;
+			if ((rc = vocab_add(v, buf, --score, TT_NORMAL)))
+				return rc;
+		}
+	}
+	/* Lower-case letter n-grams, shortest first: each is an (n-1)-gram
+	 * plus a letter. */
+	for (int len = 2; len <= 4; len++) {
+		uint64_t count = 1;
+		for (int i = 0; i < len; i++)
+			count *= 26;
+		for (uint64_t g = 0; g < count; g++) {
+			uint64_t x = g;
+			for (int i = len - 1; i >= 0; i--, x /= 26)
+				buf[i] = (char)('a' + x % 26);
+			buf[len] = 0;
+			if (vocab_has(v, buf))
+				continue;
+			if ((rc = vocab_add(v, buf, --score, TT_NORMAL)))
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* GPT-2's byte-to-char map: printable bytes map to themselves, the rest
+ * to U+0100 + n in byte order. Writes the UTF-8 of byte b's char. */
+static void gpt2_byte_char(int b, char out[3])
+{
+	int n = 0, cp;
+
+	if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) {
+		cp = b;
+	} else {
+		for (int i = 0; i < b; i++)
+			if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) ||
+			      (i >= 174 && i <= 255)))
+				n++;
+		cp = 256 + n;
+	}
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		out[1] = 0;
+	} else {
+		out[0] = (char)(0xc0 | (cp >> 6));
+		out[1] = (char)(0x80 | (cp & 0x3f));
+		out[2] = 0;
+	}
+}
+
+/* Byte-level BPE vocabulary: the 256 byte chars, then merged pieces (one
+ * merge each, rank = order), then <|endoftext|> last as BOS/EOS. */
+static int vocab_build_gpt2(struct vocab *v, uint32_t n_vocab)
+{
+	char buf[64], prev[64], ch[3], sp[3];
+	int rc;
+
+	for (int b = 0; b < 256; b++) {
+		gpt2_byte_char(b, ch);
+		if ((rc = vocab_add(v, ch, 0, TT_NORMAL)))
+			return rc;
+	}
+	gpt2_byte_char(' ', sp); /* "Ġ" */
+	v->cap = n_vocab - 1; /* keep the last slot for <|endoftext|> */
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(vocab_words) && v->n < v->cap; i++) {
+		const char *wd = vocab_words[i];
+		/* " word" -> "Ġw", "Ġwo", ...; and the bare word "w", "wo"... */
+		for (int pass = 0; pass < 2 && v->n < v->cap; pass++) {
+			snprintf(prev, sizeof(prev), "%s", pass ? "" : sp);
+			for (size_t k = 0; k < strlen(wd) && v->n < v->cap; k++) {
+				snprintf(buf, sizeof(buf), "%.48s%c", prev, wd[k]);
+				if (strlen(prev) && !vocab_has(v, buf)) {
+					char c1[2] = { wd[k], 0 };
+					if ((rc = vocab_add_merge(v, prev, c1)) ||
+					    (rc = vocab_add(v, buf, 0, TT_NORMAL)))
+						return rc;
+				}
+				snprintf(prev, sizeof(prev), "%s", buf);
+			}
+		}
+	}
+	/* Letter bigrams fill what is left. */
+	for (int a = 0; a < 26 && v->n < v->cap; a++)
+		for (int b = 0; b < 26 && v->n < v->cap; b++) {
+			char l[2] = { (char)('a' + a), 0 }, r[2] = { (char)('a' + b), 0 };
+			snprintf(buf, sizeof(buf), "%s%s", l, r);
+			if (vocab_has(v, buf))
+				continue;
+			if ((rc = vocab_add_merge(v, l, r)) ||
+			    (rc = vocab_add(v, buf, 0, TT_NORMAL)))
+				return rc;
+		}
+	v->cap = n_vocab;
+	while (v->n < n_vocab - 1) {
+		/* Unreachable filler so the vocabulary has exactly n_vocab. */
+		snprintf(buf, sizeof(buf), "<|unused%u|>", v->n);
+		if ((rc = vocab_add(v, buf, 0, TT_CONTROL)))
+			return rc;
+	}
+	return vocab_add(v, "<|endoftext|>", 0, TT_CONTROL);
+}
+
+static int vocab_build(struct vocab *v, const struct gguf_llama_params *p)
+{
+	int rc;
+
+	*v = (struct vocab){ 0 };
+	v->cap = p->n_vocab;
+	v->tok = calloc(p->n_vocab, sizeof(*v->tok));
+	v->score = calloc(p->n_vocab, sizeof(*v->score));
+	v->type = calloc(p->n_vocab, sizeof(*v->type));
+	v->merges = calloc(p->n_vocab, sizeof(*v->merges));
+	v->set_mask = 1023;
+	while (v->set_mask < 2 * p->n_vocab)
+		v->set_mask = v->set_mask * 2 + 1;
+	v->set = calloc((size_t)v->set_mask + 1, sizeof(*v->set));
+	if (!v->tok || !v->score || !v->type || !v->merges || !v->set)
+		return -ENOMEM;
+	if (p->vocab == GGUF_VOCAB_GPT2)
+		return vocab_build_gpt2(v, p->n_vocab);
+	rc = vocab_build_llama(v);
+	if (rc == -ENOSPC)
+		rc = 0; /* full: the vocabulary is exactly n_vocab */
+	if (!rc && v->n < p->n_vocab)
+		rc = -EINVAL; /* more than the generator can make */
+	return rc;
+}
+
+/* ---- weights --------------------------------------------------------------- */
+
+enum gen_kind { GEN_WEIGHT = 0, GEN_NORM = 1 };
+
+struct gen_tensor {
+	uint64_t stream;      /* splitmix64 seed of this tensor */
+	uint64_t ne0, ne1;
+	enum ggml_type type;
+	enum gen_kind kind;
+};
+
+struct gen_ctx {
+	uint64_t n;
+	struct gen_tensor t[]; /* (n) by writer tensor index */
+};
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float gen_unit(uint64_t *s)
+{
+	return (float)((int64_t)(splitmix64(s) >> 40) - (1 << 23)) * (1.0f / (1 << 23));
+}
+
+static uint64_t fnv1a(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	return h;
+}
+
+static int gen_fill(void *vctx, uint64_t index, void *dst, uint64_t nbytes)
+{
+	struct gen_ctx *ctx = vctx;
+	const struct gen_tensor *t = &ctx->t[index];
+	uint64_t s = t->stream;
+	float a = sqrtf(3.0f / (float)t->ne0);
+	float row[1024]; /* one chunk of a row, converted in place */
+
+	(void)nbytes;
+	uint8_t *out = dst;
+	for (uint64_t r = 0; r < t->ne1; r++) {
+		for (uint64_t c0 = 0; c0 < t->ne0; c0 += KVD_ARRAY_SIZE(row)) {
+			uint64_t n = KVD_MIN(KVD_ARRAY_SIZE(row), t->ne0 - c0);
+			for (uint64_t i = 0; i < n; i++)
+				row[i] = t->kind == GEN_NORM ? 1.0f + 0.05f * gen_unit(&s)
+							     : a * gen_unit(&s);
+			switch (t->type) {
+			case GGML_TYPE_F32:
+				memcpy(out, row, n * 4);
+				out += n * 4;
+				break;
+			case GGML_TYPE_F16:
+				for (uint64_t i = 0; i < n; i++, out += 2) {
+					uint16_t h = gguf_f32_to_f16(row[i]);
+					memcpy(out, &h, 2);
+				}
+				break;
+			case GGML_TYPE_Q8_0:
+				/* chunks are multiples of 32 because ne0 is */
+				gguf_quantize_q8_0(row, n, out);
+				out += n / 32 * 34;
+				break;
+			case GGML_TYPE_Q4_0:
+				gguf_quantize_q4_0(row, n, out);
+				out += n / 32 * 18;
+				break;
+			default:
+				return -EINVAL;
+			}
+		}
+	}
+	return 0;
+}
+
+/* ---- llama layout ---------------------------------------------------------- */
+
+struct llama_tensor_spec {
+	const char *name;     /* printf pattern with the layer */
+	int r0, r1;           /* dims: 0 embd, 1 q, 2 kv, 3 ff, 4 vocab, 5 one */
+	enum gen_kind kind;
+};
+
+static const struct llama_tensor_spec llama_layer_tensors[] = {
+	{ "blk.%u.attn_norm.weight", 0, 5, GEN_NORM },
+	{ "blk.%u.attn_q.weight", 0, 1, GEN_WEIGHT },
+	{ "blk.%u.attn_k.weight", 0, 2, GEN_WEIGHT },
+	{ "blk.%u.attn_v.weight", 0, 2, GEN_WEIGHT },
+	{ "blk.%u.attn_output.weight", 1, 0, GEN_WEIGHT },
+	{ "blk.%u.ffn_norm.weight", 0, 5, GEN_NORM },
+	{ "blk.%u.ffn_gate.weight", 0, 3, GEN_WEIGHT },
+	{ "blk.%u.ffn_down.weight", 3, 0, GEN_WEIGHT },
+	{ "blk.%u.ffn_up.weight", 0, 3, GEN_WEIGHT },
+};
+
+static void llama_dims(const struct gguf_llama_params *p, uint64_t d[6])
+{
+	uint64_t hd = p->n_head ? p->n_embd / p->n_head : 0;
+
+	d[0] = p->n_embd;
+	d[1] = hd * p->n_head;
+	d[2] = hd * p->n_head_kv;
+	d[3] = p->n_ff;
+	d[4] = p->n_vocab;
+	d[5] = 1;
+}
+
+uint64_t gguf_llama_n_params(const struct gguf_llama_params *p)
+{
+	uint64_t d[6], n;
+
+	llama_dims(p, d);
+	n = d[0] * d[4] * (p->tied ? 1 : 2) + d[0];
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(llama_layer_tensors); i++)
+		n += (uint64_t)p->n_layer * d[llama_layer_tensors[i].r0] *
+		     d[llama_layer_tensors[i].r1];
+	return n;
+}
+
+int gguf_llama_params_check(const struct gguf_llama_params *p, char *why,
+			    size_t size)
+{
+#define BAD(...) do { snprintf(why, size, __VA_ARGS__); return -EINVAL; } while (0)
+	if (!p->n_layer || !p->n_embd || !p->n_head || !p->n_head_kv ||
+	    !p->n_ff || !p->n_ctx)
+		BAD("every dimension must be positive");
+	if (p->n_layer > 4096 || p->n_embd > 65536 || p->n_ff > 1 << 20 ||
+	    p->n_vocab > 1 << 20)
+		BAD("dimensions too large");
+	if (p->n_embd % p->n_head)
+		BAD("dim %u is not a multiple of heads %u", p->n_embd, p->n_head);
+	if (p->n_head % p->n_head_kv)
+		BAD("heads %u is not a multiple of kv-heads %u", p->n_head,
+		    p->n_head_kv);
+	if ((p->n_embd / p->n_head) % 2)
+		BAD("head dim %u must be even (RoPE rotates pairs)",
+		    p->n_embd / p->n_head);
+	if (p->n_vocab < 259)
+		BAD("vocab %u is below 259 (3 specials + 256 bytes)", p->n_vocab);
+	if (p->wtype != GGML_TYPE_F32 && p->wtype != GGML_TYPE_F16 &&
+	    p->wtype != GGML_TYPE_Q8_0 && p->wtype != GGML_TYPE_Q4_0)
+		BAD("weight type %s not supported (f32, f16, q8_0, q4_0)",
+		    ggml_type_name(p->wtype));
+	if ((p->wtype == GGML_TYPE_Q8_0 || p->wtype == GGML_TYPE_Q4_0) &&
+	    (p->n_embd % 32 || p->n_ff % 32))
+		BAD("%s needs dim and ff to be multiples of 32",
+		    ggml_type_name(p->wtype));
+	if (!(p->norm_eps > 0) || !(p->rope_freq_base > 0))
+		BAD("norm eps and rope base must be positive");
+	return 0;
+#undef BAD
+}
+
+static int llama_add_tensor(struct gguf_writer *w, struct gen_ctx *ctx,
+			    const char *name, uint64_t ne0, uint64_t ne1,
+			    enum ggml_type type, enum gen_kind kind,
+			    uint64_t seed)
+{
+	uint64_t ne[2] = { ne0, ne1 };
+	struct gen_tensor *t = &ctx->t[ctx->n];
+	int rc;
+
+	*t = (struct gen_tensor){ .stream = seed ^ fnv1a(name), .ne0 = ne0,
+				  .ne1 = ne1, .type = type, .kind = kind };
+	rc = gguf_writer_add_tensor(w, name, type, ne1 == 1 ? 1 : 2, ne, NULL,
+				    gen_fill, ctx);
+	if (!rc)
+		ctx->n++;
+	return rc;
+}
+
+static int llama_add_vocab(struct gguf_writer *w,
+			   const struct gguf_llama_params *p)
+{
+	struct vocab v;
+	int rc;
+
+	rc = vocab_build(&v, p);
+	if (!rc)
+		rc = gguf_writer_add_str(w, "tokenizer.ggml.model",
+					 p->vocab == GGUF_VOCAB_GPT2 ? "gpt2" : "llama");
+	if (!rc)
+		rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens",
+					     (const char *const *)v.tok, v.n);
+	if (!rc && p->vocab == GGUF_VOCAB_LLAMA)
+		rc = gguf_writer_add_arr(w, "tokenizer.ggml.scores",
+					 GGUF_VT_FLOAT32, v.score, v.n);
+	if (!rc)
+		rc = gguf_writer_add_arr(w, "tokenizer.ggml.token_type",
+					 GGUF_VT_INT32, v.type, v.n);
+	if (!rc && p->vocab == GGUF_VOCAB_GPT2)
+		rc = gguf_writer_add_arr_str(w, "tokenizer.ggml.merges",
+					     (const char *const *)v.merges,
+					     v.n_merges);
+	if (p->vocab == GGUF_VOCAB_GPT2) {
+		if (!rc) rc = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", v.n - 1);
+		if (!rc) rc = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", v.n - 1);
+		if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false);
+	} else {
+		if (!rc) rc = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+		if (!rc) rc = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+		if (!rc) rc = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+		if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
+		if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
+	}
+	vocab_free(&v);
+	return rc;
+}
+
+static uint32_t llama_file_type(enum ggml_type t)
+{
+	/* llama.cpp's LLAMA_FTYPE_*: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2,
+	 * MOSTLY_Q8_0 7 */
+	return t == GGML_TYPE_F16 ? 1 : t == GGML_TYPE_Q8_0 ? 7 :
+	       t == GGML_TYPE_Q4_0 ? 2 : 0;
+}
+
+int gguf_make_llama_writer(struct gguf_writer **out,
+			   const struct gguf_llama_params *p)
+{
+	_cleanup_(gguf_writer_freep) struct gguf_writer *w = NULL;
+	struct gen_ctx *ctx;
+	uint64_t d[6];
+	char why[128], name[96];
+	int rc;
+
+	if (gguf_llama_params_check(p, why, sizeof(why)))
+		return -EINVAL;
+	llama_dims(p, d);
+	if ((rc = gguf_writer_new(&w, 32)))
+		return rc;
+	rc = gguf_writer_add_str(w, "general.architecture", "llama");
+	if (!rc) rc = gguf_writer_add_str(w, "general.name", p->name ? p->name : "kvd-random");
+	if (!rc) rc = gguf_writer_add_u32(w, "general.file_type", llama_file_type(p->wtype));
+	if (!rc) rc = gguf_writer_add_u32(w, "general.quantization_version", 2);
+	if (!rc) rc = gguf_writer_add_u32(w, "llama.context_length", p->n_ctx);
+	if (!rc) rc = gguf_writer_add_u32(w, "llama.embedding_length", p->n_embd);
+	if (!rc) rc = gguf_writer_add_u32(w, "llama.block_count", p->n_layer);
+	if (!rc) rc = gguf_writer_add_u32(w, "llama.feed_forward_length", p->n_ff);
+	if (!rc) rc = gguf_writer_add_u32(w, "llama.rope.dimension_count", p->n_embd / p->n_head);
+	if (!rc) rc = gguf_writer_add_f32(w, "llama.rope.freq_base", p->rope_freq_base);
+	if (!rc) rc = gguf_writer_add_u32(w, "llama.attention.head_count", p->n_head);
+	if (!rc) rc = gguf_writer_add_u32(w, "llama.attention.head_count_kv", p->n_head_kv);
+	if (!rc) rc = gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", p->norm_eps);
+	if (!rc) rc = gguf_writer_add_u32(w, "llama.vocab_size", p->n_vocab);
+	if (!rc) rc = llama_add_vocab(w, p);
+	if (rc)
+		return rc;
+
+	uint64_t n_tensors = 3 + (uint64_t)p->n_layer * KVD_ARRAY_SIZE(llama_layer_tensors);
+	ctx = calloc(1, sizeof(*ctx) + n_tensors * sizeof(ctx->t[0]));
+	if (!ctx)
+		return -ENOMEM;
+	if ((rc = gguf_writer_attach(w, ctx)))
+		return rc;
+	rc = llama_add_tensor(w, ctx, "token_embd.weight", d[0], d[4], p->wtype,
+			      GEN_WEIGHT, p->seed);
+	for (uint32_t l = 0; l < p->n_layer && !rc; l++)
+		for (size_t i = 0; i < KVD_ARRAY_SIZE(llama_layer_tensors) && !rc; i++) {
+			const struct llama_tensor_spec *s = &llama_layer_tensors[i];
+			snprintf(name, sizeof(name), s->name, l);
+			rc = llama_add_tensor(w, ctx, name, d[s->r0], d[s->r1],
+					      s->kind == GEN_NORM ? GGML_TYPE_F32 : p->wtype,
+					      s->kind, p->seed);
+		}
+	if (!rc)
+		rc = llama_add_tensor(w, ctx, "output_norm.weight", d[0], 1,
+				      GGML_TYPE_F32, GEN_NORM, p->seed);
+	if (!rc && !p->tied)
+		rc = llama_add_tensor(w, ctx, "output.weight", d[0], d[4],
+				      p->wtype, GEN_WEIGHT, p->seed);
+	if (rc)
+		return rc;
+	*out = kvd_steal(&w);
+	return 0;
+}
+
+int gguf_make_llama(const char *path, const struct gguf_llama_params *p)
+{
+	_cleanup_(gguf_writer_freep) struct gguf_writer *w = NULL;
+	int rc = gguf_make_llama_writer(&w, p);
+
+	return rc ? rc : gguf_writer_write(w, path);
+}
