@@ -14,6 +14,26 @@
  * See tests/model/README.md for the abstraction, the mapping to the C
  * code, the properties and the broken variants. Run: tests/model/run.
  *
+ * The request machines of daemon/machine.c (dreq_machine, preq_machine,
+ * drawn in daemon/README.md) are mirrored state for state where the model
+ * has the state, with the C names; each transition below says which table
+ * row(s) it is, as "dreq STATE --event / actions--> NEXT" (decode) or
+ * "preq ..." (prefill). Merged or left out, on purpose:
+ *   decode: SUBMIT, COMPUTE, FREEING are not modelled (after coverage the
+ *     request reads its KV and ends: covered..freed collapsed into one
+ *     step); everything else about them is engine-local.
+ *   prefill: ADMITTED and ADMIT_ABORTED are merged into COMPUTE (admit +
+ *     submitted in one step; an abort before SUBMITTED waits like one
+ *     during compute); ABORT_DRAINING is SENDING with abreq set; FREEING
+ *     is merged into DONE (the engine frees prefill's own pages, which
+ *     nothing remote writes).
+ *   The RDMA rule (batch counts on abort / abort_ack / prefill_done, and
+ *     decode's fence held until they landed) goes beyond the C tables,
+ *     which follow the TCP rule: C's "dreq TRANSFER --peer_abort-->
+ *     DONE" unfences at once and "dreq ABORTING: prefill_done" is IGNORE;
+ *     the model's DRS_ABORTING waits for the count in both cases
+ *     (variants d and e are the C rows under RDMA semantics).
+ *
  * Macros:
  *   NREQ (2), NPAGES (2), MAXLOSS (1)     sizes
  *   COMPLETION_AFTER_PLACEMENT            prefill's send completion implies
@@ -94,11 +114,11 @@ byte wr[NPAGES];        /* ghost: landed writes in the current generation */
 byte infl[NPAGES];      /* ghost: writes to this page posted, not landed or flushed */
 byte gcount;            /* kvpool's generation counter */
 
-/* ---- decode requests (daemon/serve_decode.c struct serve_req) ---- */
-#define D_NEW      0
-#define D_TRANSFER 1    /* SRS_TRANSFER */
-#define D_ABORTING 2    /* SRS_ABORTING: pages released, fence held */
-#define D_END      3    /* serve__req_end() */
+/* ---- decode requests (daemon/machine.h enum dreq_state) ---- */
+#define DRS_NEW      0
+#define DRS_TRANSFER 1    /* pages reserved and fenced, prefill_request sent */
+#define DRS_ABORTING 2    /* pages released, fence held until the handshake ends */
+#define DRS_DONE     3    /* terminal (SUBMIT..FREEING collapsed into it) */
 
 byte dst[NREQ];
 byte pg[NREQ * NPFX];   /* r->table[i].page */
@@ -115,12 +135,12 @@ bool orph[NREQ];        /* client gone: orphaned (invariant 8) */
 byte nxt;               /* next request to admit */
 byte losses;            /* peer losses injected so far */
 
-/* ---- prefill requests (daemon/serve_prefill.c) ---- */
-#define P_IDLE    0     /* never seen */
-#define P_COMPUTE 1     /* SRS_COMPUTE: own pages held, engine computing */
-#define P_SENDING 2     /* SRS_SENDING */
-#define P_WAITACK 3     /* SRS_WAIT_ACK: prefill_done sent, pages kept */
-#define P_END     4     /* prefill_free() / serve__req_end() */
+/* ---- prefill requests (daemon/machine.h enum preq_state) ---- */
+#define PRS_NEW          0  /* never seen */
+#define PRS_COMPUTE      1  /* (and ADMITTED, ADMIT_ABORTED) own pages held */
+#define PRS_SENDING      2  /* (and ABORT_DRAINING: abreq set) */
+#define PRS_WAIT_RELEASE 3  /* prefill_done sent, pages kept */
+#define PRS_DONE         4  /* (and FREEING) terminal */
 
 #define M_OK    0
 #define M_DUP   1       /* fault point dup_entry: second entry repeats the first */
@@ -144,21 +164,21 @@ bool acked[NREQ];       /* r->abort_acked */
 
 bool finished;          /* Check saw every request terminal and the pool clean */
 
-#define ACTIVE(r) (pst[r] == P_COMPUTE || pst[r] == P_SENDING || pst[r] == P_WAITACK)
-#define DONE_R(R) && dst[R] == D_END && !ACTIVE(R)
+#define ACTIVE(r) (pst[r] == PRS_COMPUTE || pst[r] == PRS_SENDING || pst[r] == PRS_WAIT_RELEASE)
+#define DONE_R(R) && dst[R] == DRS_DONE && !ACTIVE(R)
 #define ALLDONE   (nxt == NREQ FOR_REQ(DONE_R))
 
 /* A request ends (serve__req_end()). Its record is zeroed so that ended
  * requests do not split states by their history (not a protocol step). */
 inline dec_end(r) {
-	dst[r] = D_END;
+	dst[r] = DRS_DONE;
 	got[r] = 0; ngot[r] = 0; bgot[r] = 0; dseen[r] = false; dn[r] = 0;
 	ackd[r] = false; tgt[r] = 0; orph[r] = false;
 	pg[r * NPFX] = 0; pg[r * NPFX + 1] = 0; gn[r * NPFX] = 0; gn[r * NPFX + 1] = 0
 }
 
 inline pf_end(r) {
-	pst[r] = P_END;
+	pst[r] = PRS_DONE;
 	pmode[r] = M_OK; posted[r] = 0; pend[r] = 0; sent[r] = 0;
 	abreq[r] = false; acked[r] = false;
 	LANDED_RESET(r)
@@ -247,11 +267,13 @@ inline dec_free_now(r) {
 }
 
 /* decode_fail(with_abort = true): send abort, release the pages but keep
- * the transfer fence (FENCED) until the handshake ends. */
+ * the transfer fence (FENCED) until the handshake ends.
+ * dreq TRANSFER --bad|timeout|op_abort / answer_err|send_abort|release|
+ * timer_abort--> ABORTING (machine.c D_ABORT) */
 inline dec_fail_abort(r) {
 	c2p!ABORT, r, 0;
 	pool_release(r);
-	dst[r] = D_ABORTING;
+	dst[r] = DRS_ABORTING;
 	ackd[r] = false;
 	if
 	:: dseen[r] -> tgt[r] = dn[r]
@@ -259,7 +281,9 @@ inline dec_fail_abort(r) {
 	fi
 }
 
-/* decode_abort_done(): the peer will not write for r again: unfence, end. */
+/* decode_abort_done(): the peer will not write for r again: unfence, end.
+ * dreq ABORTING --abort_ack|peer_abort|reject|link_lost / unfence|
+ * detach_peer--> DONE */
 inline dec_abort_done(r) {
 #ifndef BROKEN_KEEP_FENCE
 	pool_unfence(r);
@@ -277,7 +301,7 @@ inline dec_abort_done(r) {
 
 inline dec_abort_check(r) {
 	if
-	:: dst[r] == D_ABORTING && DRAINED(r) -> dec_abort_done(r)
+	:: dst[r] == DRS_ABORTING && DRAINED(r) -> dec_abort_done(r)
 	:: else
 	fi
 }
@@ -307,9 +331,13 @@ inline dec_read(r) {
  * release), release. */
 inline dec_try_complete(r) {
 	if
-	:: dst[r] == D_TRANSFER && dseen[r] && bgot[r] >= dn[r] ->
+	:: dst[r] == DRS_TRANSFER && dseen[r] && bgot[r] >= dn[r] ->
 		if
 		:: ngot[r] == NPFX ->
+			/* dreq TRANSFER --covered / stream_first|send_release_ack|
+			 * unfence|detach_peer|submit--> SUBMIT (then compute,
+			 * freeing, done: collapsed), or --covered_orphan /
+			 * send_release_ack|release|unfence|detach_peer--> DONE */
 			pool_unfence(r);
 			pool_mark_ready(r);
 			c2p!RELACK, r, 0;
@@ -320,6 +348,7 @@ inline dec_try_complete(r) {
 			pool_release(r);             /* request ends: decode_pages_free_now() */
 			dec_end(r)
 		:: else ->                           /* short transfer: INTEGRITY */
+			/* dreq TRANSFER --bad / D_ABORT--> ABORTING */
 			dec_fail_abort(r)
 		fi
 	:: else
@@ -352,11 +381,19 @@ inline teardown() {
 	od;
 	for (tr : 0 .. NREQ - 1) {
 		if
-		:: dst[tr] == D_ABORTING -> dec_abort_done(tr)
-		:: dst[tr] == D_TRANSFER -> dec_free_now(tr); dec_end(tr)
+		/* dreq ABORTING --link_lost / unfence|detach_peer--> DONE */
+		:: dst[tr] == DRS_ABORTING -> dec_abort_done(tr)
+		/* dreq TRANSFER --link_lost / answer_err|release|unfence|
+		 * detach_peer--> DONE */
+		:: dst[tr] == DRS_TRANSFER -> dec_free_now(tr); dec_end(tr)
 		:: else
 		fi;
 		if
+		/* preq COMPUTE --link_lost / detach_link|free_engine--> FREEING;
+		 * preq SENDING --link_lost / detach_link--> ABORT_DRAINING
+		 * --send_fail..--> --drained--> FREEING (sends flushed);
+		 * preq WAIT_RELEASE --link_lost / detach_link|free_engine-->
+		 * FREEING; then --freed--> DONE */
 		:: ACTIVE(tr) -> pf_end(tr); pend[tr] = 0
 		:: else
 		fi
@@ -366,22 +403,24 @@ inline teardown() {
 /* Per-request decode transitions, one option each in Decode's loop. */
 #define DEC_REQ(R) \
 	/* decode_prefill_timeout(): prefill_timeout_ms / transfer_timeout_ms \
-	 * (also operator abort, drain: serve__decode_abort()) */ \
-	:: atomic { dst[R] == D_TRANSFER -> DEC_TIMEOUT(R) } \
+	 * (also operator abort, drain: serve__decode_abort()) \
+	 * dreq TRANSFER --timeout|op_abort / D_ABORT--> ABORTING */ \
+	:: atomic { dst[R] == DRS_TRANSFER -> DEC_TIMEOUT(R) } \
 	/* serve__decode_client_gone(): the request is orphaned, the transfer \
-	 * goes on (invariant 8) */ \
+	 * goes on (invariant 8) \
+	 * dreq TRANSFER --client_gone / detach_client--> TRANSFER */ \
 	DEC_ORPHAN(R) \
 	DEC_ABORT_TIMEOUT(R)
 
 #ifdef NO_ORPHAN
 #define DEC_ORPHAN(R)
 #else
-#define DEC_ORPHAN(R) :: atomic { dst[R] == D_TRANSFER && !orph[R] -> orph[R] = true }
+#define DEC_ORPHAN(R) :: atomic { dst[R] == DRS_TRANSFER && !orph[R] -> orph[R] = true }
 #endif
 
 #ifdef BROKEN_UNFENCE_ON_TIMEOUT
 /* (a) the timeout sends abort but frees the pages at once */
-#define DEC_TIMEOUT(R) c2p!ABORT, R, 0; dec_free_now(R); dst[R] = D_ABORTING; \
+#define DEC_TIMEOUT(R) c2p!ABORT, R, 0; dec_free_now(R); dst[R] = DRS_ABORTING; \
 	ackd[R] = false; tgt[R] = 0
 #else
 #define DEC_TIMEOUT(R) dec_fail_abort(R)
@@ -389,11 +428,13 @@ inline teardown() {
 
 /* decode_abort_timeout(): no end of the abort handshake within
  * release_timeout_ms: tear the peer connections down (the teardown
- * option of Decode's loop, so that it is expanded once). */
-#define ABORTING_R(R) || dst[R] == D_ABORTING
+ * option of Decode's loop, so that it is expanded once).
+ * dreq ABORTING --timeout / teardown--> ABORTING, then teardown() delivers
+ * dreq ABORTING --link_lost / unfence|detach_peer--> DONE */
+#define ABORTING_R(R) || dst[R] == DRS_ABORTING
 #ifdef BROKEN_RELEASE_BEFORE_ACK
 /* (b) give up waiting for the ack: release without a teardown */
-#define DEC_ABORT_TIMEOUT(R) :: atomic { dst[R] == D_ABORTING -> dec_abort_done(R) }
+#define DEC_ABORT_TIMEOUT(R) :: atomic { dst[R] == DRS_ABORTING -> dec_abort_done(R) }
 #define ABORT_TIMEOUT false
 #else
 #define DEC_ABORT_TIMEOUT(R)
@@ -411,10 +452,11 @@ end_loop:
 	/* serve__decode_admit(): admit, reserve, fence, prefill_request.
 	 * Waits for free pages (C rejects OVERLOADED; waiting forces reuse
 	 * and turns a leaked page into a deadlock Spin reports). */
+	/* dreq NEW --admit / timer_prefill--> TRANSFER */
 	:: atomic { nxt < NREQ && NFREE >= NPFX ->
 		r = nxt; nxt++;
 		pool_reserve(r);
-		dst[r] = D_TRANSFER;
+		dst[r] = DRS_TRANSFER;
 		c2p!PREQ, r, 0 }
 
 	FOR_REQ(DEC_REQ)
@@ -431,7 +473,9 @@ end_loop:
 	/* peer_rx_batch(): a landed batch is reported */
 	:: atomic { note?r, i, p, g ->
 		if
-		:: dst[r] == D_TRANSFER ->
+		:: dst[r] == DRS_TRANSFER ->
+			/* dreq TRANSFER --batch--> TRANSFER (checks pass),
+			 * or --bad / D_ABORT--> ABORTING */
 			bgot[r]++;
 			/* decode_check_entry(): page of this request, this
 			 * generation, not written before */
@@ -450,11 +494,12 @@ end_loop:
 			:: else ->   /* INTEGRITY: decode_fail(with_abort) */
 				dec_fail_abort(r)
 			fi
-		:: dst[r] == D_ABORTING ->
-			/* the write landed: one fewer to wait for */
+		:: dst[r] == DRS_ABORTING ->
+			/* dreq ABORTING: batch is IGNORE in C; the write
+			 * landed: one fewer to wait for (RDMA rule) */
 			bgot[r]++;
 			dec_abort_check(r)
-		:: else      /* batch_discarded */
+		:: else      /* batch_discarded: request gone (unrouted) */
 		fi }
 
 	/* peer_on_msg(): control messages from prefill */
@@ -462,10 +507,14 @@ end_loop:
 		if
 		:: m == DONE ->
 			if
-			:: dst[r] == D_TRANSFER ->
+			:: dst[r] == DRS_TRANSFER ->
+				/* dreq TRANSFER --prefill_done / timer_transfer-->
+				 * TRANSFER */
 				dseen[r] = true; dn[r] = n;
 				dec_try_complete(r)
-			:: dst[r] == D_ABORTING ->
+			:: dst[r] == DRS_ABORTING ->
+				/* dreq ABORTING: prefill_done is IGNORE in C
+				 * (TCP); variant (e) is that row under RDMA */
 #ifndef BROKEN_IGNORE_DONE_WHILE_ABORTING
 				/* its count still bounds what may land */
 				raise_tgt(r, n);
@@ -477,21 +526,29 @@ end_loop:
 			fi
 		:: m == REJECT ->
 			if
-			:: dst[r] == D_TRANSFER ->
-				/* nothing computed or sent: release at once */
+			:: dst[r] == DRS_TRANSFER ->
+				/* dreq TRANSFER --reject / answer_err|release|
+				 * unfence|detach_peer--> DONE: nothing computed or
+				 * sent, release at once */
 				dec_free_now(r); dec_end(r)
-			:: dst[r] == D_ABORTING ->
-				/* our abort crossed the refusal: like an ack, 0 batches */
+			:: dst[r] == DRS_ABORTING ->
+				/* dreq ABORTING --reject / unfence|detach_peer-->
+				 * DONE: our abort crossed the refusal, like an ack,
+				 * 0 batches */
 				ackd[r] = true; dec_abort_check(r)
 			:: else
 			fi
 		:: m == ABORT ->
 			if
-			:: dst[r] == D_TRANSFER ->
-				/* prefill gives up: fail without our own abort, keep
-				 * the fence until its n posted batches have landed */
+			:: dst[r] == DRS_TRANSFER ->
+				/* dreq TRANSFER --peer_abort / answer_err|
+				 * send_abort_ack|release|unfence|detach_peer--> DONE
+				 * in C (TCP rule: unfence now); here: fail without
+				 * our own abort, keep the fence until its n posted
+				 * batches have landed (RDMA rule; variant d is the
+				 * C row) */
 				pool_release(r);
-				dst[r] = D_ABORTING;
+				dst[r] = DRS_ABORTING;
 				if
 				:: dseen[r] -> tgt[r] = dn[r]
 				:: else -> tgt[r] = 0
@@ -499,21 +556,25 @@ end_loop:
 				raise_tgt(r, n);
 				ackd[r] = true;
 				dec_abort_check(r)
-			:: dst[r] == D_ABORTING ->
-				/* crossed our abort: ends the handshake like an ack */
+			:: dst[r] == DRS_ABORTING ->
+				/* dreq ABORTING --peer_abort / send_abort_ack|
+				 * unfence|detach_peer--> DONE: crossed our abort,
+				 * ends the handshake like an ack */
 				raise_tgt(r, n);
 				ackd[r] = true;
 				dec_abort_check(r)
 			:: else
 			fi;
-			c2p!ABORT_ACK, r, 0
+			c2p!ABORT_ACK, r, 0   /* the send_abort_ack action */
 		:: m == ABORT_ACK ->
 			if
-			:: dst[r] == D_ABORTING ->
+			:: dst[r] == DRS_ABORTING ->
+				/* dreq ABORTING --abort_ack / unfence|
+				 * detach_peer--> DONE (once the count landed) */
 				raise_tgt(r, n);
 				ackd[r] = true;
 				dec_abort_check(r)
-			:: else  /* late or unsolicited ack */
+			:: else  /* late ack: dreq TRANSFER IGNORE, or unrouted */
 			fi
 		fi }
 	od
@@ -548,7 +609,12 @@ end_nic:
 
 /* prefill_abort_maybe_finish() + prefill_ack_abort(): once nothing of r
  * is queued, answer with the number of batches posted (final: nothing
- * more is posted after abort_requested), then free. */
+ * more is posted after abort_requested), then free.
+ * preq ABORT_DRAINING --drained / ack_owed|free_engine--> FREEING
+ * --freed / detach_link--> DONE; from COMPUTE (pend 0):
+ * preq COMPUTE --peer_abort / send_abort_ack|free_engine--> FREEING;
+ * from WAIT_RELEASE: preq WAIT_RELEASE --peer_abort / send_abort_ack|
+ * free_engine--> FREEING */
 inline pf_maybe_finish(r) {
 	if
 	:: abreq[r] && pend[r] == 0 ->
@@ -561,7 +627,10 @@ inline pf_maybe_finish(r) {
 	fi
 }
 
-/* prefill_fail(): abort to decode with the number of batches posted. */
+/* prefill_fail(): abort to decode with the number of batches posted.
+ * preq COMPUTE --compute_fail|op_abort / send_abort|free_engine--> FREEING;
+ * preq SENDING --op_abort|send_fail / send_abort--> ABORT_DRAINING (pend
+ * > 0), then --drained / ack_owed|free_engine--> FREEING */
 inline pf_fail(r) {
 	abreq[r] = true;
 	p2c!ABORT, r, posted[r];
@@ -577,16 +646,21 @@ inline pf_fail(r) {
 #define PF_REQ(R) \
 	/* serve__prefill_engine_msg(SMSG_DONE): computed (prefill_computed(), \
 	 * maybe a fault point), or failed (prefill_fail()) */ \
-	:: atomic { pst[R] == P_COMPUTE && !abreq[R] -> \
+	/* preq COMPUTE --computed / send_more--> SENDING, or \
+	 * --compute_fail / send_abort|free_engine--> FREEING */ \
+	:: atomic { pst[R] == PRS_COMPUTE && !abreq[R] -> \
 		if \
-		:: pst[R] = P_SENDING; pmode[R] = M_OK \
+		:: pst[R] = PRS_SENDING; pmode[R] = M_OK \
 		PF_FAULT_MODES(R) \
 		:: pf_fail(R) \
 		fi } \
-	/* serve__prefill_abort(): operator, drain, a send that failed */ \
-	:: atomic { pst[R] == P_SENDING && !abreq[R] -> pf_fail(R) } \
-	/* prefill_send_more(): post a batch (one page) within the window */ \
-	:: atomic { pst[R] == P_SENDING && !abreq[R] && posted[R] < LIMIT(R) && \
+	/* serve__prefill_abort(): operator, drain, a send that failed \
+	 * preq SENDING --op_abort|send_fail / send_abort--> ABORT_DRAINING */ \
+	:: atomic { pst[R] == PRS_SENDING && !abreq[R] -> pf_fail(R) } \
+	/* prefill_send_more(): post a batch (one page) within the window \
+	 * (the send_more action of preq COMPUTE --computed--> and \
+	 * SENDING --batch_sent-->) */ \
+	:: atomic { pst[R] == PRS_SENDING && !abreq[R] && posted[R] < LIMIT(R) && \
 		    pend[R] < WINDOW -> \
 		i = posted[R]; \
 		if \
@@ -596,25 +670,30 @@ inline pf_fail(r) {
 		p = pg[R * NPFX + i]; \
 		data!R, i, p, gn[R * NPFX + i]; \
 		infl[p]++; posted[R]++; pend[R]++ } \
-	/* prefill_sent_cb(): a send completion */ \
+	/* prefill_sent_cb(): a send completion \
+	 * preq SENDING --batch_sent / send_more--> SENDING; \
+	 * ABORT_DRAINING --batch_sent--> ABORT_DRAINING (then drained); \
+	 * SENDING --all_sent / send_done|timer_release--> WAIT_RELEASE */ \
 	:: atomic { pend[R] > 0 && CAN_COMPLETE(R) -> \
 		pend[R]--; sent[R]++; \
 		if \
 		:: abreq[R] -> pf_maybe_finish(R) \
 		:: !abreq[R] && posted[R] == LIMIT(R) && pend[R] == 0 -> \
 			/* prefill_done_send(): every batch reported sent */ \
-			p2c!DONE, R, sent[R]; pst[R] = P_WAITACK \
+			p2c!DONE, R, sent[R]; pst[R] = PRS_WAIT_RELEASE \
 		:: else \
 		fi } \
-	/* prefill_release_timeout(): release own pages without the ack */ \
-	:: atomic { pst[R] == P_WAITACK -> pf_end(R) }
+	/* prefill_release_timeout(): release own pages without the ack \
+	 * preq WAIT_RELEASE --timeout / count_timeout|free_engine--> FREEING \
+	 * --freed--> DONE */ \
+	:: atomic { pst[R] == PRS_WAIT_RELEASE -> pf_end(R) }
 
 #ifdef NO_FAULTS
 #define PF_FAULT_MODES(R)
 #else
 #define PF_FAULT_MODES(R) \
-		:: pst[R] = P_SENDING; pmode[R] = M_DUP \
-		:: pst[R] = P_SENDING; pmode[R] = M_SHORT
+		:: pst[R] = PRS_SENDING; pmode[R] = M_DUP \
+		:: pst[R] = PRS_SENDING; pmode[R] = M_SHORT
 #endif
 
 #ifdef COMPLETION_AFTER_PLACEMENT
@@ -635,23 +714,32 @@ end_loop:
 		if
 		:: m == PREQ ->
 			if
-			:: pf_end(r); p2c!REJECT, r, 0   /* prefill_admit(): refused */
-			:: pst[r] = P_COMPUTE                  /* admitted, compute submitted */
+			/* preq NEW --refuse / send_reject|detach_link--> DONE
+			 * (or ADMITTED --submit_err--> DONE, the same) */
+			:: pf_end(r); p2c!REJECT, r, 0
+			/* preq NEW --admit--> ADMITTED --submitted--> COMPUTE */
+			:: pst[r] = PRS_COMPUTE
 			fi
 		:: m == ABORT ->
 			if
 			:: ACTIVE(r) ->
+				/* preq COMPUTE|WAIT_RELEASE --peer_abort--> (see
+				 * pf_maybe_finish); preq SENDING --peer_abort /
+				 * owe_ack--> ABORT_DRAINING */
 				abreq[r] = true;
 				/* answer once nothing is queued; cancel a compute */
 				pf_maybe_finish(r)
 			:: else ->
-				/* prefill_find() fails: ended (or refused) */
+				/* prefill_find() fails: ended (or refused);
+				 * preq DONE: peer_abort IGNORE, acked outside */
 				p2c!ABORT_ACK, r, 0
 			fi
 		:: m == RELACK ->
 			if
-			:: pst[r] == P_WAITACK -> pf_end(r)
-			:: else     /* late: ignored */
+			/* preq WAIT_RELEASE --release_ack / released|
+			 * free_engine--> FREEING --freed--> DONE */
+			:: pst[r] == PRS_WAIT_RELEASE -> pf_end(r)
+			:: else     /* late: IGNORE (FREEING, DONE) */
 			fi
 		:: m == ABORT_ACK -> skip   /* our aborts need no ack */
 		fi }
