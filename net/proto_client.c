@@ -14,6 +14,7 @@
  * most PROTO_CLIENT_PIECE_MAX bytes (the server cuts longer pieces).
  */
 #include "net/proto_client.h"
+#include "net/names.h"
 #include "conf/util.h"
 
 #include <errno.h>
@@ -22,23 +23,25 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A code's wire name is its enum name (PROTOCOL.md), so it is spelled
+ * once: the name is made from the enumerator. */
+#define ERR_NAME(x) [PROTO_ERR_##x] = #x
+
 static const char *const proto_err_names[] = {
-	[PROTO_ERR_NONE] = "NONE",
-	[PROTO_ERR_PROMPT_TOO_LONG] = "PROMPT_TOO_LONG",
-	[PROTO_ERR_INVALID_REQUEST] = "INVALID_REQUEST",
-	[PROTO_ERR_OVERLOADED] = "OVERLOADED",
-	[PROTO_ERR_DRAINING] = "DRAINING",
-	[PROTO_ERR_NO_PREFILL_PEER] = "NO_PREFILL_PEER",
-	[PROTO_ERR_INTEGRITY] = "INTEGRITY",
-	[PROTO_ERR_TIMEOUT] = "TIMEOUT",
-	[PROTO_ERR_INTERNAL] = "INTERNAL",
+	ERR_NAME(NONE),
+	ERR_NAME(PROMPT_TOO_LONG),
+	ERR_NAME(INVALID_REQUEST),
+	ERR_NAME(OVERLOADED),
+	ERR_NAME(DRAINING),
+	ERR_NAME(NO_PREFILL_PEER),
+	ERR_NAME(INTEGRITY),
+	ERR_NAME(TIMEOUT),
+	ERR_NAME(INTERNAL),
 };
 
 const char *proto_err_name(int code)
 {
-	if (code < 0 || code >= PROTO_ERR__N)
-		return "?";
-	return proto_err_names[code];
+	return NET_NAME(proto_err_names, code);
 }
 
 int proto_err_parse(const char *name)
