@@ -30,6 +30,7 @@
  * first drops it ("consumed").
  */
 #include "net/frame.h"
+#include "net/names.h"
 #include "conf/util.h"
 
 #include <errno.h>
@@ -53,10 +54,7 @@ static const char *const frame_error_names[] = {
 
 const char *frame_strerror(int code)
 {
-	if (code <= 0 || code >= (int)KVD_ARRAY_SIZE(frame_error_names) ||
-	    !frame_error_names[code])
-		return "?";
-	return frame_error_names[code];
+	return NET_NAME(frame_error_names, code);
 }
 
 static uint32_t be32_load(const uint8_t *p)

@@ -1,10 +1,12 @@
 /* proto_client.c - client API frames.
  *
  * Design. A request arrives from an untrusted client, so every field is
- * read through a typed, range-checked helper, and the first problem
- * becomes a FRAME_E_* code plus a sentence the server sends back as
- * INVALID_REQUEST. Nothing here trusts a count: arrays are bounded before
- * anything is allocated, strings are bounded before they are copied.
+ * read through its message's field table (net/proto_schema.h), typed and
+ * range-checked, and the first problem becomes a FRAME_E_* code plus a
+ * sentence the server sends back as INVALID_REQUEST. Nothing here trusts
+ * a count: arrays are bounded before anything is allocated, strings are
+ * bounded before they are copied. Events are read the same way; the
+ * writers take their values as arguments and stay hand-written.
  *
  * Exactly one of `prompt` and `tokens` must be present; we never pick one
  * for the client (invariant 3: nothing is ever substituted for what the
@@ -14,31 +16,32 @@
  * most PROTO_CLIENT_PIECE_MAX bytes (the server cuts longer pieces).
  */
 #include "net/proto_client.h"
+#include "net/names.h"
 #include "conf/util.h"
 
 #include <errno.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+/* A code's wire name is its enum name (PROTOCOL.md), so it is spelled
+ * once: the name is made from the enumerator. */
+#define ERR_NAME(x) [PROTO_ERR_##x] = #x
+
 static const char *const proto_err_names[] = {
-	[PROTO_ERR_NONE] = "NONE",
-	[PROTO_ERR_PROMPT_TOO_LONG] = "PROMPT_TOO_LONG",
-	[PROTO_ERR_INVALID_REQUEST] = "INVALID_REQUEST",
-	[PROTO_ERR_OVERLOADED] = "OVERLOADED",
-	[PROTO_ERR_DRAINING] = "DRAINING",
-	[PROTO_ERR_NO_PREFILL_PEER] = "NO_PREFILL_PEER",
-	[PROTO_ERR_INTEGRITY] = "INTEGRITY",
-	[PROTO_ERR_TIMEOUT] = "TIMEOUT",
-	[PROTO_ERR_INTERNAL] = "INTERNAL",
+	ERR_NAME(NONE),
+	ERR_NAME(PROMPT_TOO_LONG),
+	ERR_NAME(INVALID_REQUEST),
+	ERR_NAME(OVERLOADED),
+	ERR_NAME(DRAINING),
+	ERR_NAME(NO_PREFILL_PEER),
+	ERR_NAME(INTEGRITY),
+	ERR_NAME(TIMEOUT),
+	ERR_NAME(INTERNAL),
 };
 
 const char *proto_err_name(int code)
 {
-	if (code < 0 || code >= PROTO_ERR__N)
-		return "?";
-	return proto_err_names[code];
+	return NET_NAME(proto_err_names, code);
 }
 
 int proto_err_parse(const char *name)
@@ -49,145 +52,31 @@ int proto_err_parse(const char *name)
 	return -1;
 }
 
-/* ---- typed field helpers ----------------------------------------------- */
-
-int proto__fail(struct frame_error *err, int code, const char *key,
-		const char *fmt, ...)
+int proto__read_err_code(const msgpack_object *o, const struct proto_field *f,
+			 void *out, struct frame_error *err)
 {
-	va_list ap;
-
-	if (err) {
-		err->code = code;
-		snprintf(err->key, sizeof(err->key), "%s", key ? key : "");
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
-
-static int proto_missing(struct frame_error *err, const char *key)
-{
-	return proto__fail(err, FRAME_E_MISSING, key, "missing key '%s'", key);
-}
-
-bool proto__type_is(const msgpack_object *map, const char *type)
-{
-	return frame_obj_streq(frame_map_get(map, "type"), type);
-}
-
-int proto__get_u64(const msgpack_object *map, const char *key, bool required,
-		   uint64_t min, uint64_t max, uint64_t *v,
-		   struct frame_error *err)
-{
-	const msgpack_object *o = frame_map_get(map, key);
-	uint64_t x;
+	char name[32];
+	int code;
 	int r;
 
-	if (!o || o->type == MSGPACK_OBJECT_NIL)
-		return required ? proto_missing(err, key) : 0;
-	r = frame_obj_u64(o, &x);
+	r = proto_schema_str(o, f->key, name, sizeof(name), err);
 	if (r)
-		return proto__fail(err, r, key, "'%s' must be an unsigned integer",
-				   key);
-	if (x < min || x > max)
-		return proto__fail(err, FRAME_E_RANGE, key,
-				   "'%s'=%llu is outside [%llu, %llu]", key,
-				   (unsigned long long)x,
-				   (unsigned long long)min,
-				   (unsigned long long)max);
-	*v = x;
+		return r;
+	code = proto_err_parse(name);
+	if (code <= 0)
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "unknown error code '%s'", name);
+	memcpy((char *)out + f->offset, &code, sizeof(code));
 	return 0;
 }
 
-int proto__get_double(const msgpack_object *map, const char *key,
-		      bool required, double min, double max, double *v,
-		      struct frame_error *err)
+void proto__write_err_code(msgpack_packer *pk, const struct proto_field *f,
+			   const void *in)
 {
-	const msgpack_object *o = frame_map_get(map, key);
-	double x;
-	int r;
+	int code;
 
-	if (!o || o->type == MSGPACK_OBJECT_NIL)
-		return required ? proto_missing(err, key) : 0;
-	r = frame_obj_double(o, &x);
-	if (r)
-		return proto__fail(err, r, key, "'%s' must be a number", key);
-	if (!isfinite(x) || x < min || x > max)
-		return proto__fail(err, FRAME_E_RANGE, key,
-				   "'%s'=%g is outside [%g, %g]", key, x, min,
-				   max);
-	*v = x;
-	return 0;
-}
-
-int proto__get_bool(const msgpack_object *map, const char *key,
-		    bool required, bool *v, struct frame_error *err)
-{
-	const msgpack_object *o = frame_map_get(map, key);
-
-	if (!o || o->type == MSGPACK_OBJECT_NIL)
-		return required ? proto_missing(err, key) : 0;
-	if (frame_obj_bool(o, v))
-		return proto__fail(err, FRAME_E_TYPE, key,
-				   "'%s' must be a boolean", key);
-	return 0;
-}
-
-int proto__get_str(const msgpack_object *map, const char *key, bool required,
-		   char *buf, size_t size, struct frame_error *err)
-{
-	const msgpack_object *o = frame_map_get(map, key);
-	int r;
-
-	if (!o || o->type == MSGPACK_OBJECT_NIL)
-		return required ? proto_missing(err, key) : 0;
-	r = frame_obj_str(o, buf, size);
-	if (r == FRAME_E_TYPE)
-		return proto__fail(err, r, key, "'%s' must be a string", key);
-	if (r)
-		return proto__fail(err, r, key,
-				   "'%s' is longer than %zu bytes or holds a NUL",
-				   key, size - 1);
-	return 0;
-}
-
-int proto__get_u32_array(const msgpack_object *map, const char *key,
-			 bool required, uint32_t max_n, uint64_t limit,
-			 uint32_t **out, uint32_t *n, struct frame_error *err)
-{
-	const msgpack_object *o = frame_map_get(map, key);
-	uint32_t *a;
-
-	if (!o || o->type == MSGPACK_OBJECT_NIL)
-		return required ? proto_missing(err, key) : 0;
-	if (o->type != MSGPACK_OBJECT_ARRAY)
-		return proto__fail(err, FRAME_E_TYPE, key,
-				   "'%s' must be an array", key);
-	if (o->via.array.size == 0 || o->via.array.size > max_n)
-		return proto__fail(err, FRAME_E_RANGE, key,
-				   "'%s' must hold 1..%u entries, not %u", key,
-				   max_n, o->via.array.size);
-	a = malloc(sizeof(*a) * o->via.array.size);
-	if (!a)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < o->via.array.size; i++) {
-		uint64_t x;
-
-		if (frame_obj_u64(&o->via.array.ptr[i], &x) ||
-		    x > UINT32_MAX || (limit && x >= limit)) {
-			free(a);
-			return proto__fail(err, FRAME_E_RANGE, key,
-					   "'%s'[%u] is not an integer in [0, %llu)",
-					   key, i,
-					   (unsigned long long)(limit ? limit
-							: (uint64_t)UINT32_MAX + 1));
-		}
-		a[i] = (uint32_t)x;
-	}
-	*out = a;
-	*n = o->via.array.size;
-	return 0;
+	memcpy(&code, (const char *)in + f->offset, sizeof(code));
+	frame_pack_kv_str(pk, f->key, proto_err_name(code));
 }
 
 /* ---- request ------------------------------------------------------------ */
@@ -201,40 +90,61 @@ void proto_client_request_deinit(struct proto_client_request *r)
 	r->n_tokens = 0;
 }
 
-static int request_prompt(const msgpack_object *map,
-			  struct proto_client_request *r,
-			  struct frame_error *err)
+/* The prompt as text: a heap copy, bounded, without NUL. */
+static int read_prompt(const msgpack_object *o, const struct proto_field *f,
+		       void *out, struct frame_error *err)
 {
-	const msgpack_object *p = frame_map_get(map, "prompt");
-	const msgpack_object *t = frame_map_get(map, "tokens");
+	struct proto_client_request *r = out;
 
-	if (p && p->type == MSGPACK_OBJECT_NIL)
-		p = NULL;
-	if (t && t->type == MSGPACK_OBJECT_NIL)
-		t = NULL;
-	if (!!p == !!t)
-		return proto__fail(err, FRAME_E_MISSING, "prompt",
-				   "exactly one of 'prompt' and 'tokens' is required");
-	if (t)
-		return proto__get_u32_array(map, "tokens", true,
-					    PROTO_CLIENT_TOKENS_MAX, 0,
-					    &r->tokens, &r->n_tokens, err);
-	if (p->type != MSGPACK_OBJECT_STR)
-		return proto__fail(err, FRAME_E_TYPE, "prompt",
-				   "'prompt' must be a string");
-	if (p->via.str.size > PROTO_CLIENT_PROMPT_MAX)
-		return proto__fail(err, FRAME_E_RANGE, "prompt",
-				   "'prompt' is longer than %u bytes",
-				   PROTO_CLIENT_PROMPT_MAX);
-	if (memchr(p->via.str.ptr, 0, p->via.str.size))
-		return proto__fail(err, FRAME_E_RANGE, "prompt",
-				   "'prompt' holds a NUL byte");
-	r->prompt = malloc(p->via.str.size + 1);
+	if (o->type != MSGPACK_OBJECT_STR)
+		return proto_schema_fail(err, FRAME_E_TYPE, f->key,
+					 "'%s' must be a string", f->key);
+	if (o->via.str.size > f->max)
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "'%s' is longer than %llu bytes",
+					 f->key, (unsigned long long)f->max);
+	if (memchr(o->via.str.ptr, 0, o->via.str.size))
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "'%s' holds a NUL byte", f->key);
+	r->prompt = malloc(o->via.str.size + 1);
 	if (!r->prompt)
 		return -ENOMEM;
-	memcpy(r->prompt, p->via.str.ptr, p->via.str.size);
-	r->prompt[p->via.str.size] = 0;
+	memcpy(r->prompt, o->via.str.ptr, o->via.str.size);
+	r->prompt[o->via.str.size] = 0;
 	return 0;
+}
+
+#define REQ_U32(k, m, lo, hi) \
+	PROTO_FIELD_U32(struct proto_client_request, k, false, m, lo, hi)
+#define REQ_FLOAT(k, m, lo, hi, open) \
+	PROTO_FIELD_FLOAT(struct proto_client_request, k, false, m, lo, hi, open)
+
+/* Absent optional fields keep PROTO_CLIENT_REQUEST_NULL's values. */
+static const struct proto_field request_fields[] = {
+	PROTO_FIELD_U64(struct proto_client_request, "id", true, id,
+			0, UINT64_MAX),
+	REQ_U32("max_tokens", max_tokens, 1, PROTO_CLIENT_MAX_TOKENS),
+	REQ_FLOAT("temperature", temperature, 0.0, 100.0, false),
+	REQ_U32("top_k", top_k, 0, UINT32_MAX),
+	REQ_FLOAT("top_p", top_p, 0.0, 1.0, true),
+	PROTO_FIELD_U64(struct proto_client_request, "seed", false, seed,
+			0, UINT64_MAX),
+};
+
+/* Exactly one of these is there (checked first, so that a request with
+ * both or neither says so whatever their values). */
+static const struct proto_field request_text_fields[] = {
+	{ .key = "prompt", .type = PROTO_F_CUSTOM, .read = read_prompt,
+	  .max = PROTO_CLIENT_PROMPT_MAX },
+	PROTO_FIELD_U32_ARRAY(struct proto_client_request, "tokens", false,
+			      tokens, n_tokens, PROTO_CLIENT_TOKENS_MAX),
+};
+
+static bool has_value(const msgpack_object *map, const char *key)
+{
+	const msgpack_object *o = frame_map_get(map, key);
+
+	return o && o->type != MSGPACK_OBJECT_NIL;
 }
 
 int proto_client_request_parse(const msgpack_object *map,
@@ -242,49 +152,23 @@ int proto_client_request_parse(const msgpack_object *map,
 			       struct frame_error *err)
 {
 	struct proto_client_request x = PROTO_CLIENT_REQUEST_NULL;
-	uint64_t u;
-	double d;
 	int ret;
 
 	*r = x;
 	if (!map || map->type != MSGPACK_OBJECT_MAP)
-		return proto__fail(err, FRAME_E_NOTMAP, "", "frame is not a map");
-	if (!proto__type_is(map, "request"))
-		return proto__fail(err, FRAME_E_TYPE, "type",
-				   "'type' must be \"request\"");
-	ret = proto__get_u64(map, "id", true, 0, UINT64_MAX, &x.id, err);
+		return proto_schema_fail(err, FRAME_E_NOTMAP, "",
+					 "frame is not a map");
+	if (!proto_schema_type_is(map, "request"))
+		return proto_schema_fail(err, FRAME_E_TYPE, "type",
+					 "'type' must be \"request\"");
+	ret = proto_schema_read(map, PROTO_FIELDS(request_fields), &x, err);
 	if (ret)
 		return ret;
-	u = x.max_tokens;
-	ret = proto__get_u64(map, "max_tokens", false, 1,
-			     PROTO_CLIENT_MAX_TOKENS, &u, err);
-	if (ret)
-		return ret;
-	x.max_tokens = (uint32_t)u;
-	d = x.temperature;
-	ret = proto__get_double(map, "temperature", false, 0.0, 100.0, &d, err);
-	if (ret)
-		return ret;
-	x.temperature = (float)d;
-	u = 0;
-	ret = proto__get_u64(map, "top_k", false, 0, UINT32_MAX, &u, err);
-	if (ret)
-		return ret;
-	x.top_k = (uint32_t)u;
-	d = x.top_p;
-	ret = proto__get_double(map, "top_p", false, 0.0, 1.0, &d, err);
-	if (ret)
-		return ret;
-	/* Judge the value the sampler will see: a tiny positive double
-	 * narrows to 0.0f, which would mean "nucleus off". */
-	if ((float)d <= 0.0f)
-		return proto__fail(err, FRAME_E_RANGE, "top_p",
-				   "'top_p' must be in (0, 1]");
-	x.top_p = (float)d;
-	ret = proto__get_u64(map, "seed", false, 0, UINT64_MAX, &x.seed, err);
-	if (ret)
-		return ret;
-	ret = request_prompt(map, &x, err);
+	if (has_value(map, "prompt") == has_value(map, "tokens"))
+		return proto_schema_fail(err, FRAME_E_MISSING, "prompt",
+					 "exactly one of 'prompt' and 'tokens' is required");
+	ret = proto_schema_read(map, PROTO_FIELDS(request_text_fields), &x,
+				err);
 	if (ret) {
 		proto_client_request_deinit(&x);
 		return ret;
@@ -398,127 +282,119 @@ int proto_client_frame_error(uint64_t id, int code, const char *message,
 	return r;
 }
 
-static int event_token(const msgpack_object *map, struct proto_client_event *ev,
-		       struct frame_error *err)
+/* A token's piece: a string (or bin) of at most f->max bytes, NUL
+ * bytes allowed (text_len says how many); nil is not absence here. */
+static int read_piece(const msgpack_object *o, const struct proto_field *f,
+		      void *out, struct frame_error *err)
 {
-	const msgpack_object *t;
-	uint64_t u = 0;
-	int r;
+	struct proto_client_event *ev = out;
 
-	r = proto__get_u64(map, "index", true, 0, UINT32_MAX, &u, err);
-	if (r)
-		return r;
-	ev->index = (uint32_t)u;
-	r = proto__get_u64(map, "token", true, 0, UINT32_MAX, &u, err);
-	if (r)
-		return r;
-	ev->token = (uint32_t)u;
-	t = frame_map_get(map, "text");
-	if (!t)
-		return proto_missing(err, "text");
-	if (t->type != MSGPACK_OBJECT_STR && t->type != MSGPACK_OBJECT_BIN)
-		return proto__fail(err, FRAME_E_TYPE, "text",
-				   "'text' must be a string");
-	if (t->via.str.size > PROTO_CLIENT_PIECE_MAX)
-		return proto__fail(err, FRAME_E_RANGE, "text",
-				   "'text' is longer than %u bytes",
-				   PROTO_CLIENT_PIECE_MAX);
-	memcpy(ev->text, t->via.str.ptr, t->via.str.size);
-	ev->text[t->via.str.size] = 0;
-	ev->text_len = t->via.str.size;
+	if (o->type != MSGPACK_OBJECT_STR && o->type != MSGPACK_OBJECT_BIN)
+		return proto_schema_fail(err, FRAME_E_TYPE, f->key,
+					 "'%s' must be a string", f->key);
+	if (o->via.str.size > f->max)
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "'%s' is longer than %llu bytes", f->key,
+					 (unsigned long long)f->max);
+	memcpy(ev->text, o->via.str.ptr, o->via.str.size);
+	ev->text[o->via.str.size] = 0;
+	ev->text_len = o->via.str.size;
 	return 0;
 }
 
-static int event_final(const msgpack_object *map, struct proto_client_event *ev,
-		       struct frame_error *err)
+/* The flushed tail of a final event: a string of at most sizeof(text)
+ * bytes; anything else there, nil included, is out of range. */
+static int read_tail(const msgpack_object *o, const struct proto_field *f,
+		     void *out, struct frame_error *err)
 {
-	struct proto_client_final *f = &ev->fin;
-	uint64_t u = 0;
-	int r;
+	struct proto_client_final *fin = &((struct proto_client_event *)out)->fin;
 
-	r = proto__get_str(map, "finish_reason", true, f->finish_reason,
-			   sizeof(f->finish_reason), err);
-	if (!r)
-		r = proto__get_u64(map, "prompt_tokens", true, 0, UINT32_MAX,
-				   &u, err);
-	f->prompt_tokens = (uint32_t)u;
-	if (!r)
-		r = proto__get_u64(map, "output_tokens", true, 0, UINT32_MAX,
-				   &u, err);
-	f->output_tokens = (uint32_t)u;
-	if (!r)
-		r = proto__get_u64(map, "ttft_us", false, 0, UINT64_MAX,
-				   &f->ttft_us, err);
-	if (!r)
-		r = proto__get_u64(map, "total_us", false, 0, UINT64_MAX,
-				   &f->total_us, err);
-	if (!r) {
-		const msgpack_object *t = frame_map_get(map, "text");
-
-		if (t && (t->type != MSGPACK_OBJECT_STR ||
-			  t->via.str.size > sizeof(f->text)))
-			return proto__fail(err, FRAME_E_RANGE, "text",
-					   "'text' of a final event holds at most %zu bytes",
-					   sizeof(f->text));
-		if (t) {
-			memcpy(f->text, t->via.str.ptr, t->via.str.size);
-			f->text_len = t->via.str.size;
-		}
-	}
-	return r;
+	if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > sizeof(fin->text))
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "'%s' of a final event holds at most %zu bytes",
+					 f->key, sizeof(fin->text));
+	memcpy(fin->text, o->via.str.ptr, o->via.str.size);
+	fin->text_len = o->via.str.size;
+	return 0;
 }
 
-int proto__get_error(const msgpack_object *map, int *code, char *message,
-		     size_t size, struct frame_error *err)
-{
-	char name[32];
-	int r;
+#define EV_U32(k, m) \
+	PROTO_FIELD_U32(struct proto_client_event, k, true, m, 0, UINT32_MAX)
+#define EV_U64(k, m) \
+	PROTO_FIELD_U64(struct proto_client_event, k, false, m, 0, UINT64_MAX)
 
-	r = proto__get_str(map, "code", true, name, sizeof(name), err);
-	if (r)
-		return r;
-	*code = proto_err_parse(name);
-	if (*code <= 0)
-		return proto__fail(err, FRAME_E_RANGE, "code",
-				   "unknown error code '%s'", name);
-	message[0] = 0;
-	return proto__get_str(map, "message", false, message, size, err);
-}
+static const struct proto_field event_id_fields[] = {
+	PROTO_FIELD_U64(struct proto_client_event, "id", true, id,
+			0, UINT64_MAX),
+};
 
-static int event_error(const msgpack_object *map, struct proto_client_event *ev,
-		       struct frame_error *err)
-{
-	return proto__get_error(map, &ev->code, ev->message,
-				sizeof(ev->message), err);
-}
+static const struct proto_field token_fields[] = {
+	EV_U32("index", index),
+	EV_U32("token", token),
+	{ .key = "text", .type = PROTO_F_CUSTOM, .required = true,
+	  .keep_nil = true, .read = read_piece,
+	  .max = PROTO_CLIENT_PIECE_MAX },
+};
 
+static const struct proto_field final_fields[] = {
+	PROTO_FIELD_STR(struct proto_client_event, "finish_reason", true,
+			fin.finish_reason),
+	EV_U32("prompt_tokens", fin.prompt_tokens),
+	EV_U32("output_tokens", fin.output_tokens),
+	EV_U64("ttft_us", fin.ttft_us),
+	EV_U64("total_us", fin.total_us),
+	{ .key = "text", .type = PROTO_F_CUSTOM, .keep_nil = true,
+	  .read = read_tail },
+};
+
+static const struct proto_field error_fields[] = {
+	PROTO_FIELD_CUSTOM(struct proto_client_event, "code", true, code,
+			   proto__read_err_code, proto__write_err_code),
+	PROTO_FIELD_STR(struct proto_client_event, "message", false, message),
+};
+
+
+static const struct {
+	const char *name;
+	enum proto_client_event_type type;
+	bool has_id;
+	const struct proto_field *fields;
+	size_t n_fields;
+} events[] = {
+	{ "frame_error", PROTO_EV_FRAME_ERROR, false,
+	  PROTO_FIELDS(error_fields) },
+	{ "token", PROTO_EV_TOKEN, true, PROTO_FIELDS(token_fields) },
+	{ "final", PROTO_EV_FINAL, true, PROTO_FIELDS(final_fields) },
+	{ "error", PROTO_EV_ERROR, true, PROTO_FIELDS(error_fields) },
+};
+
+/* Every event but a frame_error names its request, and the id is read
+ * before the type is judged: an event of an unknown type without an id
+ * is refused for the missing id, as it always was. */
 int proto_client_event_parse(const msgpack_object *map,
 			     struct proto_client_event *ev,
 			     struct frame_error *err)
 {
+	size_t i;
 	int r;
 
 	memset(ev, 0, sizeof(*ev));
 	if (!map || map->type != MSGPACK_OBJECT_MAP)
-		return proto__fail(err, FRAME_E_NOTMAP, "", "frame is not a map");
-	if (proto__type_is(map, "frame_error")) {
-		ev->type = PROTO_EV_FRAME_ERROR;
-		return event_error(map, ev, err);
+		return proto_schema_fail(err, FRAME_E_NOTMAP, "",
+					 "frame is not a map");
+	for (i = 0; i < KVD_ARRAY_SIZE(events); i++)
+		if (proto_schema_type_is(map, events[i].name))
+			break;
+	if (i == KVD_ARRAY_SIZE(events) || events[i].has_id) {
+		r = proto_schema_read(map, PROTO_FIELDS(event_id_fields), ev,
+				      err);
+		if (r)
+			return r;
 	}
-	r = proto__get_u64(map, "id", true, 0, UINT64_MAX, &ev->id, err);
-	if (r)
-		return r;
-	if (proto__type_is(map, "token")) {
-		ev->type = PROTO_EV_TOKEN;
-		return event_token(map, ev, err);
-	}
-	if (proto__type_is(map, "final")) {
-		ev->type = PROTO_EV_FINAL;
-		return event_final(map, ev, err);
-	}
-	if (proto__type_is(map, "error")) {
-		ev->type = PROTO_EV_ERROR;
-		return event_error(map, ev, err);
-	}
-	return proto__fail(err, FRAME_E_TYPE, "type", "unknown event type");
+	if (i == KVD_ARRAY_SIZE(events))
+		return proto_schema_fail(err, FRAME_E_TYPE, "type",
+					 "unknown event type");
+	ev->type = events[i].type;
+	return proto_schema_read(map, events[i].fields, events[i].n_fields,
+				 ev, err);
 }

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "net/frame.h"
+#include "net/proto_schema.h"
 
 #define PROTO_CLIENT_FRAME_MAX (1u << 20)
 #define PROTO_CLIENT_PROMPT_MAX (256u << 10)   /* prompt text bytes */
@@ -132,29 +133,9 @@ int proto_client_frame_conn_error(int code, const char *message,
 
 /* ---- internal helpers shared with proto_peer.c ------------------------ */
 
-/* Read map[key] as u64 within [min, max]. Absent: FRAME_E_MISSING when
- * required, else 0 with *v untouched. */
-int proto__get_u64(const msgpack_object *map, const char *key, bool required,
-		   uint64_t min, uint64_t max, uint64_t *v,
-		   struct frame_error *err);
-int proto__get_double(const msgpack_object *map, const char *key,
-		      bool required, double min, double max, double *v,
-		      struct frame_error *err);
-int proto__get_bool(const msgpack_object *map, const char *key,
-		    bool required, bool *v, struct frame_error *err);
-/* String into buf[size] (NUL-terminated, no embedded NUL). */
-int proto__get_str(const msgpack_object *map, const char *key, bool required,
-		   char *buf, size_t size, struct frame_error *err);
-/* The typed error of an error event or a peer reject/abort: "code" (one of
- * the PROTO_ERR_* names, required) and "message" (optional). */
-int proto__get_error(const msgpack_object *map, int *code, char *message,
-		     size_t size, struct frame_error *err);
-/* Array of u32 below `limit` (exclusive; 0 = any u32), 1..max_n entries,
- * into a malloc'd (n) array. */
-int proto__get_u32_array(const msgpack_object *map, const char *key,
-			 bool required, uint32_t max_n, uint64_t limit,
-			 uint32_t **out, uint32_t *n, struct frame_error *err);
-int proto__fail(struct frame_error *err, int code, const char *key,
-		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* map["type"] equals `type`. */
-bool proto__type_is(const msgpack_object *map, const char *type);
+/* A custom field (net/proto_schema.h): the int at f->offset as the name
+ * of a PROTO_ERR_* (reading: not NONE; unknown names are FRAME_E_RANGE). */
+int proto__read_err_code(const msgpack_object *o, const struct proto_field *f,
+			 void *out, struct frame_error *err);
+void proto__write_err_code(msgpack_packer *pk, const struct proto_field *f,
+			   const void *in);

@@ -3,8 +3,9 @@
  * Design. A peer is another kvd, but a buggy or mismatched one must not be
  * able to crash us or make us write where we should not, so a peer frame
  * is read exactly like a client frame: typed, bounded, table-dispatched.
- * Each message type has one reader and one writer, side by side in the
- * table, so the two cannot drift apart.
+ * Each message type is one field table (net/proto_schema.h) that both
+ * reads and writes it, so the reader and the writer cannot drift apart:
+ * the keys, their order on the wire and the map's size all come from it.
  *
  * The destination page list of a prefill_request is an array of
  * [page, generation] pairs; prefill echoes them in every batch so that
@@ -19,16 +20,13 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef int (*peer_read_fn)(const msgpack_object *map, struct proto_peer_msg *m,
-			    struct frame_error *err);
-typedef void (*peer_write_fn)(msgpack_packer *pk, const struct proto_peer_msg *m);
-
+/* A message: its "type", whether an "id" follows, and the table that
+ * reads and writes the rest (in this order on the wire). */
 struct peer_msg_desc {
 	const char *name;
 	bool has_id;
-	peer_read_fn read;
-	peer_write_fn write;
-	uint32_t n_keys;        /* map entries the writer packs, id included */
+	const struct proto_field *fields;  /* (n_fields) */
+	size_t n_fields;
 };
 
 void proto_peer_msg_deinit(struct proto_peer_msg *m)
@@ -43,114 +41,85 @@ void proto_peer_msg_deinit(struct proto_peer_msg *m)
 
 /* ---- 32-byte values as hex strings ------------------------------------------ */
 
-/* A nonce, proof or token: exactly 64 hex digits. An optional one that
- * is absent or nil is not there (*present false), as proto__get_* read
- * every optional key. */
-static int get_hex(const msgpack_object *map, const char *key, bool required,
-		   uint8_t out[PROTO_PEER_NONCE_BYTES], bool *present,
-		   struct frame_error *err)
+/* A nonce, proof or token: exactly 64 hex digits, into the
+ * PROTO_PEER_NONCE_BYTES at f->offset. */
+static int read_hex(const msgpack_object *o, const struct proto_field *f,
+		    void *out, struct frame_error *err)
 {
 	char hex[2 * PROTO_PEER_NONCE_BYTES + 1] = "";
-	const msgpack_object *o = frame_map_get(map, key);
 	size_t n = 0;
 	int r;
 
-	if (present)
-		*present = false;
-	if ((!o || o->type == MSGPACK_OBJECT_NIL) && !required)
-		return 0;
-	r = proto__get_str(map, key, required, hex, sizeof(hex), err);
+	r = proto_schema_str(o, f->key, hex, sizeof(hex), err);
 	if (r)
 		return r;
 	if (strlen(hex) != 2 * PROTO_PEER_NONCE_BYTES ||
-	    sodium_hex2bin(out, PROTO_PEER_NONCE_BYTES, hex, strlen(hex), NULL,
-			   &n, NULL) != 0 || n != PROTO_PEER_NONCE_BYTES)
-		return proto__fail(err, FRAME_E_RANGE, key,
-				   "'%s' must be %u hex digits", key,
-				   2 * PROTO_PEER_NONCE_BYTES);
-	if (present)
-		*present = true;
+	    sodium_hex2bin((uint8_t *)out + f->offset, PROTO_PEER_NONCE_BYTES,
+			   hex, strlen(hex), NULL, &n, NULL) != 0 ||
+	    n != PROTO_PEER_NONCE_BYTES)
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "'%s' must be %u hex digits", f->key,
+					 2 * PROTO_PEER_NONCE_BYTES);
 	return 0;
 }
 
-static void pack_hex(msgpack_packer *pk, const char *key,
-		     const uint8_t v[PROTO_PEER_NONCE_BYTES])
+/* hello.session: optional, so its presence is part of the value. */
+static int read_session(const msgpack_object *o, const struct proto_field *f,
+			void *out, struct frame_error *err)
+{
+	int r = read_hex(o, f, out, err);
+
+	if (!r)
+		((struct proto_peer_msg *)out)->hello.has_session = true;
+	return r;
+}
+
+static void write_hex(msgpack_packer *pk, const struct proto_field *f,
+		      const void *in)
 {
 	char hex[2 * PROTO_PEER_NONCE_BYTES + 1];
 
-	sodium_bin2hex(hex, sizeof(hex), v, PROTO_PEER_NONCE_BYTES);
-	frame_pack_kv_str(pk, key, hex);
+	sodium_bin2hex(hex, sizeof(hex), (const uint8_t *)in + f->offset,
+		       PROTO_PEER_NONCE_BYTES);
+	frame_pack_kv_str(pk, f->key, hex);
+}
+
+/* Keyed links derive the session token: their hellos carry none. */
+static bool has_session(const void *in)
+{
+	return ((const struct proto_peer_msg *)in)->hello.has_session;
 }
 
 /* ---- hello -------------------------------------------------------------- */
 
-static int read_hello(const msgpack_object *map, struct proto_peer_msg *m,
-		      struct frame_error *err)
-{
-	struct proto_peer_hello *h = &m->hello;
-	uint64_t u = 0;
-	int r;
+#define MSG_U32(k, m, lo) \
+	PROTO_FIELD_U32(struct proto_peer_msg, k, true, m, lo, UINT32_MAX)
+#define MSG_U64(k, req, m, lo) \
+	PROTO_FIELD_U64(struct proto_peer_msg, k, req, m, lo, UINT64_MAX)
+#define MSG_STR(k, req, m) PROTO_FIELD_STR(struct proto_peer_msg, k, req, m)
+#define MSG_HEX(k, m) \
+	PROTO_FIELD_CUSTOM(struct proto_peer_msg, k, true, m, read_hex, \
+			   write_hex)
 
-	r = proto__get_u64(map, "version", true, 0, UINT32_MAX, &u, err);
-	h->version = (uint32_t)u;
-	if (!r)
-		r = proto__get_str(map, "role", true, h->role, sizeof(h->role), err);
-	if (!r)
-		r = proto__get_str(map, "node", false, h->node, sizeof(h->node), err);
-	if (!r)
-		r = proto__get_str(map, "model_sha256", true, h->model_sha256,
-				   sizeof(h->model_sha256), err);
-	if (!r)
-		r = proto__get_str(map, "kv_dtype", true, h->kv_dtype,
-				   sizeof(h->kv_dtype), err);
-	if (!r)
-		r = proto__get_u64(map, "page_tokens", true, 1, UINT32_MAX, &u, err);
-	h->page_tokens = (uint32_t)u;
-	if (!r)
-		r = proto__get_u64(map, "n_layer", true, 1, UINT32_MAX, &u, err);
-	h->n_layer = (uint32_t)u;
-	if (!r)
-		r = proto__get_u64(map, "kv_dim", true, 1, UINT32_MAX, &u, err);
-	h->kv_dim = (uint32_t)u;
-	if (!r)
-		r = proto__get_u64(map, "page_bytes", true, 1, UINT64_MAX,
-				   &h->page_bytes, err);
-	if (!r)
-		r = proto__get_u64(map, "pool_tokens", true, 0, UINT64_MAX,
-				   &h->pool_tokens, err);
-	if (!r)
-		r = proto__get_u64(map, "context", true, 0, UINT64_MAX,
-				   &h->context, err);
-	if (!r)
-		r = proto__get_u64(map, "max_batch_bytes", true, 1, UINT64_MAX,
-				   &h->max_batch_bytes, err);
-	if (!r)
-		r = proto__get_bool(map, "checksum", true, &h->checksum, err);
-	if (!r)
-		r = get_hex(map, "session", false, h->session, &h->has_session, err);
-	return r;
-}
-
-static void write_hello(msgpack_packer *pk, const struct proto_peer_msg *m)
-{
-	const struct proto_peer_hello *h = &m->hello;
-
-	frame_pack_kv_u64(pk, "version", h->version);
-	frame_pack_kv_str(pk, "role", h->role);
-	frame_pack_kv_str(pk, "node", h->node);
-	frame_pack_kv_str(pk, "model_sha256", h->model_sha256);
-	frame_pack_kv_str(pk, "kv_dtype", h->kv_dtype);
-	frame_pack_kv_u64(pk, "page_tokens", h->page_tokens);
-	frame_pack_kv_u64(pk, "n_layer", h->n_layer);
-	frame_pack_kv_u64(pk, "kv_dim", h->kv_dim);
-	frame_pack_kv_u64(pk, "page_bytes", h->page_bytes);
-	frame_pack_kv_u64(pk, "pool_tokens", h->pool_tokens);
-	frame_pack_kv_u64(pk, "context", h->context);
-	frame_pack_kv_u64(pk, "max_batch_bytes", h->max_batch_bytes);
-	frame_pack_kv_bool(pk, "checksum", h->checksum);
-	if (h->has_session)
-		pack_hex(pk, "session", h->session);
-}
+static const struct proto_field hello_fields[] = {
+	MSG_U32("version", hello.version, 0),
+	MSG_STR("role", true, hello.role),
+	MSG_STR("node", false, hello.node),
+	MSG_STR("model_sha256", true, hello.model_sha256),
+	MSG_STR("kv_dtype", true, hello.kv_dtype),
+	MSG_U32("page_tokens", hello.page_tokens, 1),
+	MSG_U32("n_layer", hello.n_layer, 1),
+	MSG_U32("kv_dim", hello.kv_dim, 1),
+	MSG_U64("page_bytes", true, hello.page_bytes, 1),
+	MSG_U64("pool_tokens", true, hello.pool_tokens, 0),
+	MSG_U64("context", true, hello.context, 0),
+	MSG_U64("max_batch_bytes", true, hello.max_batch_bytes, 1),
+	PROTO_FIELD_BOOL(struct proto_peer_msg, "checksum", true,
+			 hello.checksum),
+	{ .key = "session", .type = PROTO_F_CUSTOM,
+	  .offset = offsetof(struct proto_peer_msg, hello.session),
+	  .read = read_session, .write = write_hex, .present = has_session },
+};
 
 int proto_peer_hello_match(const struct proto_peer_hello *a,
 			   const struct proto_peer_hello *b,
@@ -186,162 +155,63 @@ int proto_peer_hello_match(const struct proto_peer_hello *a,
 
 /* ---- small messages ----------------------------------------------------- */
 
-static int read_data(const msgpack_object *map, struct proto_peer_msg *m,
-		     struct frame_error *err)
-{
-	return get_hex(map, "token", true, m->token, NULL, err);
-}
-
-static void write_data(msgpack_packer *pk, const struct proto_peer_msg *m)
-{
-	pack_hex(pk, "token", m->token);
-}
+static const struct proto_field data_fields[] = {
+	MSG_HEX("token", token),
+};
 
 /* ---- authentication (before anything else; net/peer_auth.h) ---------------- */
 
-static int read_auth_hello(const msgpack_object *map, struct proto_peer_msg *m,
-			   struct frame_error *err)
-{
-	uint64_t u = 0;
-	int r;
+static const struct proto_field auth_hello_fields[] = {
+	MSG_U32("version", version, 0),
+	MSG_HEX("nonce", nonce),
+};
 
-	r = proto__get_u64(map, "version", true, 0, UINT32_MAX, &u, err);
-	m->version = (uint32_t)u;
-	if (!r)
-		r = get_hex(map, "nonce", true, m->nonce, NULL, err);
-	return r;
-}
+static const struct proto_field auth_challenge_fields[] = {
+	MSG_HEX("nonce", nonce),
+};
 
-static void write_auth_hello(msgpack_packer *pk, const struct proto_peer_msg *m)
-{
-	frame_pack_kv_u64(pk, "version", m->version);
-	pack_hex(pk, "nonce", m->nonce);
-}
+static const struct proto_field auth_proof_fields[] = {
+	MSG_HEX("proof", proof),
+};
 
-static int read_auth_challenge(const msgpack_object *map,
-			       struct proto_peer_msg *m, struct frame_error *err)
-{
-	return get_hex(map, "nonce", true, m->nonce, NULL, err);
-}
+static const struct proto_field refused_fields[] = {
+	MSG_STR("reason", true, reason),
+};
 
-static void write_auth_challenge(msgpack_packer *pk,
-				 const struct proto_peer_msg *m)
-{
-	pack_hex(pk, "nonce", m->nonce);
-}
+static const struct proto_field heartbeat_fields[] = {
+	MSG_U32("load", load, 0),
+	MSG_U64("free_tokens", false, free_tokens, 0),
+};
 
-static int read_auth_proof(const msgpack_object *map, struct proto_peer_msg *m,
-			   struct frame_error *err)
-{
-	return get_hex(map, "proof", true, m->proof, NULL, err);
-}
+/* prefill_reject, abort */
+static const struct proto_field code_fields[] = {
+	PROTO_FIELD_CUSTOM(struct proto_peer_msg, "code", true, code,
+			   proto__read_err_code, proto__write_err_code),
+	MSG_STR("message", false, message),
+};
 
-static void write_auth_proof(msgpack_packer *pk, const struct proto_peer_msg *m)
-{
-	pack_hex(pk, "proof", m->proof);
-}
-
-static int read_refused(const msgpack_object *map, struct proto_peer_msg *m,
-			struct frame_error *err)
-{
-	return proto__get_str(map, "reason", true, m->reason, sizeof(m->reason),
-			      err);
-}
-
-static void write_refused(msgpack_packer *pk, const struct proto_peer_msg *m)
-{
-	frame_pack_kv_str(pk, "reason", m->reason);
-}
-
-static int read_heartbeat(const msgpack_object *map, struct proto_peer_msg *m,
-			  struct frame_error *err)
-{
-	uint64_t u = 0;
-	int r;
-
-	r = proto__get_u64(map, "load", true, 0, UINT32_MAX, &u, err);
-	m->load = (uint32_t)u;
-	if (!r)
-		r = proto__get_u64(map, "free_tokens", false, 0, UINT64_MAX,
-				   &m->free_tokens, err);
-	return r;
-}
-
-static void write_heartbeat(msgpack_packer *pk, const struct proto_peer_msg *m)
-{
-	frame_pack_kv_u64(pk, "load", m->load);
-	frame_pack_kv_u64(pk, "free_tokens", m->free_tokens);
-}
-
-static int read_code(const msgpack_object *map, struct proto_peer_msg *m,
-		     struct frame_error *err)
-{
-	return proto__get_error(map, &m->code, m->message, sizeof(m->message),
-				err);
-}
-
-static void write_code(msgpack_packer *pk, const struct proto_peer_msg *m)
-{
-	char msg[PROTO_CLIENT_MSG_MAX + 1];
-
-	snprintf(msg, sizeof(msg), "%s", m->message);
-	frame_pack_kv_str(pk, "code", proto_err_name(m->code));
-	frame_pack_kv_str(pk, "message", msg);
-}
-
-static int read_none(const msgpack_object *map, struct proto_peer_msg *m,
-		     struct frame_error *err)
-{
-	return 0;
-}
-
-static void write_none(msgpack_packer *pk, const struct proto_peer_msg *m)
-{
-}
-
-static int read_done(const msgpack_object *map, struct proto_peer_msg *m,
-		     struct frame_error *err)
-{
-	uint64_t u = 0;
-	int r;
-
-	r = proto__get_u64(map, "first_token", true, 0, UINT32_MAX, &u, err);
-	m->first_token = (uint32_t)u;
-	if (!r)
-		r = proto__get_u64(map, "tokens", true, 1, UINT32_MAX, &u, err);
-	m->done_tokens = (uint32_t)u;
-	if (!r)
-		r = proto__get_u64(map, "batches", true, 0, UINT32_MAX, &u, err);
-	m->batches = (uint32_t)u;
-	if (!r)
-		r = proto__get_u64(map, "pages", true, 0, UINT32_MAX, &u, err);
-	m->done_pages = (uint32_t)u;
-	return r;
-}
-
-static void write_done(msgpack_packer *pk, const struct proto_peer_msg *m)
-{
-	frame_pack_kv_u64(pk, "first_token", m->first_token);
-	frame_pack_kv_u64(pk, "tokens", m->done_tokens);
-	frame_pack_kv_u64(pk, "batches", m->batches);
-	frame_pack_kv_u64(pk, "pages", m->done_pages);
-}
+static const struct proto_field done_fields[] = {
+	MSG_U32("first_token", first_token, 0),
+	MSG_U32("tokens", done_tokens, 1),
+	MSG_U32("batches", batches, 0),
+	MSG_U32("pages", done_pages, 0),
+};
 
 /* ---- prefill_request ---------------------------------------------------- */
 
-static int read_pages(const msgpack_object *map, struct proto_peer_msg *m,
-		      struct frame_error *err)
+/* [[page, generation > 0], ...]: 1..f->max pairs into a calloc'd array
+ * (freed by proto_peer_msg_deinit, also after a refusal); nil is not
+ * absence here. */
+static int read_pages(const msgpack_object *o, const struct proto_field *f,
+		      void *out, struct frame_error *err)
 {
-	const msgpack_object *o = frame_map_get(map, "pages");
+	struct proto_peer_msg *m = out;
 
-	if (!o)
-		return proto__fail(err, FRAME_E_MISSING, "pages",
-				   "missing key 'pages'");
 	if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0 ||
-	    o->via.array.size > PROTO_PEER_PAGES_MAX)
-		return proto__fail(err, FRAME_E_RANGE, "pages",
-				   "'pages' must be an array of 1..%u pairs",
-				   PROTO_PEER_PAGES_MAX);
+	    o->via.array.size > f->max)
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "'%s' must be an array of 1..%llu pairs",
+					 f->key, (unsigned long long)f->max);
 	m->pages = calloc(o->via.array.size, sizeof(*m->pages));
 	if (!m->pages)
 		return -ENOMEM;
@@ -354,101 +224,77 @@ static int read_pages(const msgpack_object *map, struct proto_peer_msg *m,
 		    frame_obj_u64(&e->via.array.ptr[0], &page) ||
 		    frame_obj_u64(&e->via.array.ptr[1], &gen) ||
 		    page > UINT32_MAX || gen == 0)
-			return proto__fail(err, FRAME_E_RANGE, "pages",
-					   "'pages'[%u] must be [page, generation>0]",
-					   i);
+			return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+						 "'%s'[%u] must be [page, generation>0]",
+						 f->key, i);
 		m->pages[i].page = (uint32_t)page;
 		m->pages[i].gen = gen;
 	}
 	return 0;
 }
 
-static int read_prefill_request(const msgpack_object *map,
-				struct proto_peer_msg *m,
-				struct frame_error *err)
+static void write_pages(msgpack_packer *pk, const struct proto_field *f,
+			const void *in)
 {
-	uint64_t u = 64;
-	double d;
-	int r;
+	const struct proto_peer_msg *m = in;
 
-	r = proto__get_u32_array(map, "tokens", true, PROTO_CLIENT_TOKENS_MAX, 0,
-				 &m->tokens, &m->n_tokens, err);
-	if (!r)
-		r = read_pages(map, m, err);
-	if (!r)
-		r = proto__get_u64(map, "max_tokens", true, 1,
-				   PROTO_CLIENT_MAX_TOKENS, &u, err);
-	m->max_tokens = (uint32_t)u;
-	d = 0;
-	if (!r)
-		r = proto__get_double(map, "temperature", true, 0, 100, &d, err);
-	m->temperature = (float)d;
-	u = 0;
-	if (!r)
-		r = proto__get_u64(map, "top_k", true, 0, UINT32_MAX, &u, err);
-	m->top_k = (uint32_t)u;
-	d = 1;
-	if (!r)
-		r = proto__get_double(map, "top_p", true, 0, 1, &d, err);
-	m->top_p = (float)d;
-	if (!r && m->top_p <= 0.0f)   /* after narrowing: see proto_client.c */
-		r = proto__fail(err, FRAME_E_RANGE, "top_p",
-				"'top_p' must be in (0, 1]");
-	if (!r)
-		r = proto__get_u64(map, "seed", true, 0, UINT64_MAX, &m->seed,
-				   err);
-	return r;
-}
-
-static void write_prefill_request(msgpack_packer *pk,
-				  const struct proto_peer_msg *m)
-{
-	frame_pack_str(pk, "tokens");
-	msgpack_pack_array(pk, m->n_tokens);
-	for (uint32_t i = 0; i < m->n_tokens; i++)
-		msgpack_pack_uint32(pk, m->tokens[i]);
-	frame_pack_str(pk, "pages");
+	frame_pack_str(pk, f->key);
 	msgpack_pack_array(pk, m->n_pages);
 	for (uint32_t i = 0; i < m->n_pages; i++) {
 		msgpack_pack_array(pk, 2);
 		msgpack_pack_uint32(pk, m->pages[i].page);
 		msgpack_pack_uint64(pk, m->pages[i].gen);
 	}
-	frame_pack_kv_u64(pk, "max_tokens", m->max_tokens);
-	frame_pack_kv_double(pk, "temperature", m->temperature);
-	frame_pack_kv_u64(pk, "top_k", m->top_k);
-	frame_pack_kv_double(pk, "top_p", m->top_p);
-	frame_pack_kv_u64(pk, "seed", m->seed);
 }
+
+/* Unlike a client request, every sampling field is spelled out. */
+static const struct proto_field prefill_request_fields[] = {
+	PROTO_FIELD_U32_ARRAY(struct proto_peer_msg, "tokens", true, tokens,
+			      n_tokens, PROTO_CLIENT_TOKENS_MAX),
+	{ .key = "pages", .type = PROTO_F_CUSTOM, .required = true,
+	  .keep_nil = true, .read = read_pages, .write = write_pages,
+	  .max = PROTO_PEER_PAGES_MAX },
+	PROTO_FIELD_U32(struct proto_peer_msg, "max_tokens", true, max_tokens,
+			1, PROTO_CLIENT_MAX_TOKENS),
+	PROTO_FIELD_FLOAT(struct proto_peer_msg, "temperature", true,
+			  temperature, 0.0, 100.0, false),
+	MSG_U32("top_k", top_k, 0),
+	PROTO_FIELD_FLOAT(struct proto_peer_msg, "top_p", true, top_p,
+			  0.0, 1.0, true),
+	MSG_U64("seed", true, seed, 0),
+};
 
 /* ---- the table ---------------------------------------------------------- */
 
-/* n_keys counts "type" and, when has_id, "id". */
+#define NO_FIELDS NULL, 0
+
 static const struct peer_msg_desc peer_msgs[PEER_MSG__N] = {
-	[PEER_MSG_HELLO] = { "hello", false, read_hello, write_hello, 14 },
-	[PEER_MSG_DATA] = { "data", false, read_data, write_data, 2 },
-	[PEER_MSG_HEARTBEAT] = { "heartbeat", false, read_heartbeat,
-				 write_heartbeat, 3 },
+	[PEER_MSG_HELLO] = { "hello", false, PROTO_FIELDS(hello_fields) },
+	[PEER_MSG_DATA] = { "data", false, PROTO_FIELDS(data_fields) },
+	[PEER_MSG_HEARTBEAT] = { "heartbeat", false,
+				 PROTO_FIELDS(heartbeat_fields) },
 	[PEER_MSG_PREFILL_REQUEST] = { "prefill_request", true,
-				       read_prefill_request,
-				       write_prefill_request, 9 },
-	[PEER_MSG_PREFILL_REJECT] = { "prefill_reject", true, read_code,
-				      write_code, 4 },
-	[PEER_MSG_PREFILL_DONE] = { "prefill_done", true, read_done,
-				    write_done, 6 },
-	[PEER_MSG_ABORT] = { "abort", true, read_code, write_code, 4 },
-	[PEER_MSG_ABORT_ACK] = { "abort_ack", true, read_none, write_none, 2 },
-	[PEER_MSG_RELEASE_ACK] = { "release_ack", true, read_none, write_none,
-				   2 },
-	[PEER_MSG_AUTH_HELLO] = { "auth_hello", false, read_auth_hello,
-				  write_auth_hello, 3 },
+				       PROTO_FIELDS(prefill_request_fields) },
+	[PEER_MSG_PREFILL_REJECT] = { "prefill_reject", true,
+				      PROTO_FIELDS(code_fields) },
+	[PEER_MSG_PREFILL_DONE] = { "prefill_done", true,
+				    PROTO_FIELDS(done_fields) },
+	[PEER_MSG_ABORT] = { "abort", true, PROTO_FIELDS(code_fields) },
+	[PEER_MSG_ABORT_ACK] = { "abort_ack", true, NO_FIELDS },
+	[PEER_MSG_RELEASE_ACK] = { "release_ack", true, NO_FIELDS },
+	[PEER_MSG_AUTH_HELLO] = { "auth_hello", false,
+				  PROTO_FIELDS(auth_hello_fields) },
 	[PEER_MSG_AUTH_CHALLENGE] = { "auth_challenge", false,
-				      read_auth_challenge,
-				      write_auth_challenge, 2 },
-	[PEER_MSG_AUTH_PROOF] = { "auth_proof", false, read_auth_proof,
-				  write_auth_proof, 2 },
-	[PEER_MSG_REFUSED] = { "refused", false, read_refused, write_refused, 2 },
-	[PEER_MSG_DATA_BOUND] = { "data_bound", false, read_none, write_none, 1 },
+				      PROTO_FIELDS(auth_challenge_fields) },
+	[PEER_MSG_AUTH_PROOF] = { "auth_proof", false,
+				  PROTO_FIELDS(auth_proof_fields) },
+	[PEER_MSG_REFUSED] = { "refused", false,
+			       PROTO_FIELDS(refused_fields) },
+	[PEER_MSG_DATA_BOUND] = { "data_bound", false, NO_FIELDS },
+};
+
+static const struct proto_field id_fields[] = {
+	MSG_U64("id", true, id, 0),
 };
 
 const char *proto_peer_type_name(enum proto_peer_type t)
@@ -465,37 +311,38 @@ int proto_peer_parse(const msgpack_object *map, struct proto_peer_msg *m,
 
 	memset(m, 0, sizeof(*m));
 	if (!map || map->type != MSGPACK_OBJECT_MAP)
-		return proto__fail(err, FRAME_E_NOTMAP, "", "frame is not a map");
+		return proto_schema_fail(err, FRAME_E_NOTMAP, "",
+					 "frame is not a map");
 	for (int t = 1; t < PEER_MSG__N; t++) {
 		const struct peer_msg_desc *d = &peer_msgs[t];
 
-		if (!proto__type_is(map, d->name))
+		if (!proto_schema_type_is(map, d->name))
 			continue;
 		m->type = (enum proto_peer_type)t;
 		if (d->has_id) {
-			r = proto__get_u64(map, "id", true, 0, UINT64_MAX,
-					   &m->id, err);
+			r = proto_schema_read(map, PROTO_FIELDS(id_fields), m, err);
 			if (r)
 				return r;
 		}
-		r = d->read(map, m, err);
+		r = proto_schema_read(map, d->fields, d->n_fields, m, err);
 		if (r)
 			proto_peer_msg_deinit(m);
 		return r;
 	}
-	return proto__fail(err, FRAME_E_TYPE, "type", "unknown peer message type");
+	return proto_schema_fail(err, FRAME_E_TYPE, "type",
+				 "unknown peer message type");
 }
 
 void proto_peer_pack(msgpack_packer *pk, const struct proto_peer_msg *m)
 {
 	const struct peer_msg_desc *d = &peer_msgs[m->type];
 
-	msgpack_pack_map(pk, d->n_keys +
-			 (m->type == PEER_MSG_HELLO && m->hello.has_session));
+	msgpack_pack_map(pk, 1 + d->has_id +
+			 proto_schema_count(d->fields, d->n_fields, m));
 	frame_pack_kv_str(pk, "type", d->name);
 	if (d->has_id)
 		frame_pack_kv_u64(pk, "id", m->id);
-	d->write(pk, m);
+	proto_schema_write(pk, d->fields, d->n_fields, m);
 }
 
 int proto_peer_frame(const struct proto_peer_msg *m, char **data, size_t *len)

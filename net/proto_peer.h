@@ -3,7 +3,8 @@
  * Pure encode/decode of the control frames; sockets live in daemon/. One
  * struct carries any message; `type` says which fields are meaningful.
  * proto_peer_parse() dispatches on the map's "type" through a table that
- * names each message's reader.
+ * names each message's field table (net/proto_schema.h), which
+ * proto_peer_pack() writes from too.
  *
  * Ownership: a parsed prefill_request owns its token and page arrays;
  * proto_peer_msg_deinit() frees them (safe twice).

@@ -19,6 +19,7 @@
  * so the caller's "feed, next, feed the rest" loop always progresses.
  */
 #include "net/xfer.h"
+#include "net/names.h"
 #include "conf/util.h"
 
 #include <endian.h>
@@ -55,9 +56,7 @@ static const char *const xfer_error_names[] = {
 
 const char *xfer_strerror(int code)
 {
-	if (code <= 0 || code >= (int)KVD_ARRAY_SIZE(xfer_error_names))
-		return "?";
-	return xfer_error_names[code];
+	return NET_NAME(xfer_error_names, code);
 }
 
 static void put16(uint8_t *p, uint16_t v) { v = htole16(v); memcpy(p, &v, 2); }

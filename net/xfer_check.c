@@ -32,6 +32,7 @@
  * client (operators and tests grep them): keep them stable.
  */
 #include "net/xfer_check.h"
+#include "net/names.h"
 #include "conf/util.h"
 
 #include <stdio.h>
@@ -58,9 +59,7 @@ static const char *const xfer_check_names[XFER_CHECK_N_CODES] = {
 
 const char *xfer_check_name(int code)
 {
-	if (code < 0 || code >= XFER_CHECK_N_CODES)
-		return "?";
-	return xfer_check_names[code];
+	return NET_NAME(xfer_check_names, code);
 }
 
 bool xfer_check_req_valid(const struct xfer_check_req *q)
