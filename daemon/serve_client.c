@@ -252,10 +252,10 @@ static void client_engine_free(struct serve_req *r, int engine_error)
 	}
 }
 
-void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m)
+void serve__client_engine_msg(struct serve_req *r, const struct compute_msg *m)
 {
 	switch (m->kind) {
-	case SMSG_SUBMITTED:
+	case COMPUTE_MSG_SUBMITTED:
 		if (m->error) {
 			r->fail_code = engine_code_to_proto(m->error);
 			serve__client_error(r, r->fail_code, "engine refused the request: %s",
@@ -265,11 +265,11 @@ void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m)
 			client_engine_free(r, 0);   /* orphaned while queued */
 		}
 		break;
-	case SMSG_TOKEN:
+	case COMPUTE_MSG_TOKEN:
 		if (r->state == SRS_COMPUTE)
 			serve__client_token(r, m->token);
 		break;
-	case SMSG_DONE:
+	case COMPUTE_MSG_DONE:
 		if (r->state != SRS_COMPUTE)
 			break;
 		if (m->finish == ENGINE_FINISH_STOP)
@@ -287,7 +287,7 @@ void serve__client_engine_msg(struct serve_req *r, const struct serve_msg *m)
 		}
 		client_engine_free(r, m->error);
 		break;
-	case SMSG_FREED:
+	case COMPUTE_MSG_FREED:
 		serve__req_end(r, r->answered && !r->fail_code);
 		break;
 	}

@@ -264,7 +264,7 @@ static struct serve_req *prefill_find(struct pconn *pc, uint64_t remote_id)
 static void prefill_stuck_submit_cb(uv_timer_t *t)
 {
 	struct serve_req *r = t->data;
-	struct serve_msg m = { .kind = SMSG_SUBMITTED, .owner = r->reg.id,
+	struct compute_msg m = { .kind = COMPUTE_MSG_SUBMITTED, .owner = r->reg.id,
 			       .error = ENGINE_E_BUSY };
 
 	r->submit_pending = false;
@@ -597,7 +597,7 @@ static void prefill_fault_nan(struct serve_req *r, const struct kvpool_ref *ref)
 }
 
 /* The engine computed the prompt: check our own pages, then send. */
-static void prefill_computed(struct serve_req *r, const struct serve_msg *m)
+static void prefill_computed(struct serve_req *r, const struct compute_msg *m)
 {
 	struct serve *s = r->s;
 	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
@@ -652,12 +652,12 @@ void serve__prefill_abort(struct serve_req *r, const char *reason)
 	prefill_fail(r, PROTO_ERR_INTERNAL, reason);
 }
 
-void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m)
+void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
 {
-	if (r->state == SRS_FREEING && m->kind != SMSG_FREED)
+	if (r->state == SRS_FREEING && m->kind != COMPUTE_MSG_FREED)
 		return;
 	switch (m->kind) {
-	case SMSG_SUBMITTED:
+	case COMPUTE_MSG_SUBMITTED:
 		if (m->error) {
 			int code = m->error == KVPOOL_E_FULL || m->error == ENGINE_E_BUSY ?
 				PROTO_ERR_OVERLOADED :
@@ -677,10 +677,10 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m)
 				prefill_free(r);
 		}
 		break;
-	case SMSG_TOKEN:
+	case COMPUTE_MSG_TOKEN:
 		r->first_token = (uint32_t)m->token;
 		break;
-	case SMSG_DONE:
+	case COMPUTE_MSG_DONE:
 		if (r->abort_requested || !r->pc) {
 			prefill_abort_maybe_finish(r);
 			if (!r->pc)
@@ -697,7 +697,7 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m)
 				     PROTO_ERR_INTEGRITY : PROTO_ERR_INTERNAL,
 				     engine_strerror(m->error));
 		break;
-	case SMSG_FREED:
+	case COMPUTE_MSG_FREED:
 		prefill_detach(r);
 		serve__req_end(r, r->released_by_peer && !r->fail_code);
 		break;
