@@ -1,28 +1,24 @@
-/* serve.c - the serving layer's skeleton: setup, the compute thread,
- * request lifetime, teardown.
+/* serve.c - the serving layer's skeleton: setup, the bridge to the
+ * compute thread, request lifetime, teardown.
  *
  * Design. The loop thread owns every socket, every request struct and
- * every decision; one compute thread owns the engine. They meet in two
- * queues under one mutex: jobs (submit, free) go to the thread, messages
- * (submitted, token, done, freed) come back through a uv_async_t. The
- * loop never calls an engine function and the thread never touches a
- * socket or a request struct, so neither needs more locking than the
- * queue's. The pool is shared (its calls lock), but page *bytes* are only
- * touched by the request that holds them: the engine while a request
- * computes, the loop while KV is being sent or received.
+ * every decision; one compute thread (daemon/compute.c) owns the engine
+ * and knows requests only by their id. The loop never calls an engine
+ * function and the thread never touches a socket or a request struct.
+ * The pool is shared (its calls lock), but page *bytes* are only touched
+ * by the request that holds them: the engine while a request computes,
+ * the loop while KV is being sent or received.
  *
- * A request's end never needs memory on the thread: its SUBMITTED and
- * DONE messages are allocated with its submit job, its FREED with the
- * request (loop side, where a failure is answered at once). The thread
- * keeps each DONE until the engine reports the end or the request is
- * freed; a token the thread cannot allocate a message for ends the
- * request there, failed, through that DONE - a dropped DONE would leave
- * the request waiting forever, a dropped token would corrupt its text.
+ * A request's end never needs memory on the thread: compute.c allocates
+ * its SUBMITTED and DONE messages with its submit job, and the request
+ * takes its free job (with the FREED message) at creation, loop side,
+ * where a failure is answered at once. A message for an id that is no
+ * longer registered is dropped here (serve_compute_deliver).
  *
  * Pages lent to the engine (decode's transferred KV) are released by the
- * compute thread right after engine_req_free, in the same job, so no
- * window exists in which the pool could hand them out while the engine
- * still reads them (invariant 2).
+ * compute thread right after engine_req_free, in the same free job, so
+ * no window exists in which the pool could hand them out while the
+ * engine still reads them (invariant 2).
  *
  * A request is terminal exactly once (serve__req_end): it leaves the
  * registry (drain and status see it go), and its memory is freed in its
@@ -222,18 +218,6 @@ void serve__accept_drop(struct serve *s, uv_stream_t *server)
 
 /* ---- requests -------------------------------------------------------------- */
 
-static void serve_job_free(struct serve_job *j)
-{
-	if (!j)
-		return;
-	free(j->prompt);
-	free(j->table);
-	free(j->release);
-	free(j->reply);
-	free(j->done);
-	free(j);
-}
-
 struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 {
 	struct serve_req *r = calloc(1, sizeof(*r));
@@ -243,12 +227,9 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	r->s = s;
 	r->kind = kind;
 	r->t_arrive_ns = kvd_now_ns();
-	r->free_job = calloc(1, sizeof(*r->free_job));
-	if (r->free_job)
-		r->free_job->reply = calloc(1, sizeof(*r->free_job->reply));
-	if (!r->free_job || !r->free_job->reply ||
-	    uv_timer_init(&s->d->loop, &r->timer)) {
-		serve_job_free(r->free_job);
+	r->free_job = compute_free_job_new();
+	if (!r->free_job || uv_timer_init(&s->d->loop, &r->timer)) {
+		compute_job_free(r->free_job);
 		free(r);
 		return NULL;
 	}
@@ -290,7 +271,7 @@ static void serve_req_free_cb(uv_handle_t *h)
 
 	if (r->dt_init)
 		detok_deinit(&r->dt);
-	serve_job_free(r->free_job);
+	compute_job_free(r->free_job);
 	free(r->prompt);
 	free(r->table);
 	free(r->rx.got);
@@ -420,226 +401,7 @@ uint64_t serve__own_limit(struct serve *s)
 	return KVD_MIN(lim, s->d->cap.pool_tokens);
 }
 
-/* ---- the compute thread ---------------------------------------------------- */
-
-static void comp_push_msg(struct serve_compute *c, struct serve_msg *m)
-{
-	m->next = NULL;
-	if (c->msgs_tail)
-		c->msgs_tail->next = m;
-	else
-		c->msgs = m;
-	c->msgs_tail = m;
-}
-
-/* Thread: take the pending DONE `user` (an engine event's user pointer),
- * or the one of `owner` when user is NULL; NULL when it is not pending
- * any more (already sent: the request ended early). */
-static struct serve_msg *comp_done_take(struct serve_compute *c, void *user,
-					uint64_t owner)
-{
-	for (struct serve_msg **p = &c->dones; *p; p = &(*p)->next) {
-		struct serve_msg *m = *p;
-
-		if (user ? (void *)m == user : m->owner == owner) {
-			*p = m->next;
-			m->next = NULL;
-			return m;
-		}
-	}
-	return NULL;
-}
-
-static void comp_append(struct serve_msg **head, struct serve_msg **tail,
-			struct serve_msg *m)
-{
-	m->next = NULL;
-	if (*tail)
-		(*tail)->next = m;
-	else
-		*head = m;
-	*tail = m;
-}
-
-/* Thread: run one job; returns its reply (preallocated with the job). */
-static struct serve_msg *comp_run_job(struct serve_compute *c,
-				      struct serve_job *j)
-{
-	struct serve_msg *m = j->reply;
-	struct engine_req *req = NULL;
-
-	j->reply = NULL;
-	m->owner = j->owner;
-	if (j->kind == SJOB_SUBMIT) {
-		j->rp.prompt = j->prompt;
-		j->rp.table = j->table;
-		j->rp.user = j->done;
-		m->kind = SMSG_SUBMITTED;
-		m->error = engine_submit(c->eng, &j->rp, &req);
-		m->req = req;
-		if (!m->error) {
-			/* in the engine: its DONE waits here until the engine
-			 * reports the end, or the request is freed first */
-			j->done->owner = j->owner;
-			j->done->nomem = j->nomem;
-			j->done->next = c->dones;
-			c->dones = j->done;
-			j->done = NULL;
-		}
-		return m;
-	}
-	/* a freed request reports nothing more: its DONE, if the engine
-	 * never reported the end, goes with it */
-	free(comp_done_take(c, NULL, j->owner));
-	if (j->req)
-		engine_req_free(c->eng, j->req);
-	if (j->release && j->n_release && j->quarantine)
-		(void)kvpool_quarantine(c->pool, j->owner, j->release, j->n_release);
-	else if (j->release && j->n_release)
-		(void)kvpool_release(c->pool, j->owner, j->release, j->n_release);
-	m->kind = SMSG_FREED;
-	return m;
-}
-
-/* Thread: a DONE event. A finished prompt's pages go with it, for prefill
- * to send (also when the first sampled token was the end of sequence);
- * without memory for that copy prefill fails the request (its check of
- * the table), which still ends it. */
-static void comp_done(struct serve_msg *m, const struct engine_event *ev)
-{
-	m->kind = SMSG_DONE;
-	m->req = ev->req;
-	m->pos = ev->pos;
-	m->finish = ev->finish;
-	m->error = ev->error;
-	if ((m->finish == ENGINE_FINISH_PREFILLED || m->finish == ENGINE_FINISH_STOP) &&
-	    !m->nomem) {
-		uint32_t n_table, n_kv;
-		const struct kvpool_ref *t = engine_req_table(ev->req, &n_table, &n_kv);
-
-		m->table = malloc(sizeof(*t) * n_table);
-		if (m->table) {
-			memcpy(m->table, t, sizeof(*t) * n_table);
-			m->n_table = n_table;
-			m->n_kv = n_kv;
-		}
-	}
-}
-
-/* Thread: one engine step's events become messages. A token that cannot
- * be reported (no memory) must not vanish from the client's stream: the
- * request ends there, failed with -ENOMEM, through its preallocated DONE,
- * and the engine stops computing it. */
-static void comp_step(struct serve_compute *c, struct serve_msg **head,
-		      struct serve_msg **tail)
-{
-	const struct engine_event *ev;
-	struct serve_msg *ended = NULL;
-	size_t n_ev = 0;
-
-	(void)engine_step(c->eng, &ev, &n_ev);
-	for (size_t i = 0; i < n_ev; i++) {
-		struct serve_msg *done, *m = NULL;
-
-		if (ev[i].kind == ENGINE_EV_DONE) {
-			done = comp_done_take(c, ev[i].user, 0);
-			if (done) {   /* else it ended early, below */
-				comp_done(done, &ev[i]);
-				comp_append(head, tail, done);
-			}
-			continue;
-		}
-		done = comp_done_take(c, ev[i].user, 0);
-		if (!done)
-			continue;         /* ended early: nothing more of it */
-		if (!done->nomem)
-			m = calloc(1, sizeof(*m));
-		if (!m) {
-			struct engine_event fail = ev[i];
-
-			fail.finish = ENGINE_FINISH_ERROR;
-			fail.error = -ENOMEM;
-			comp_done(done, &fail);
-			comp_append(head, tail, done);
-			if (!ended)
-				ended = done;
-			continue;
-		}
-		/* still running: its DONE goes back to wait */
-		done->next = c->dones;
-		c->dones = done;
-		m->kind = SMSG_TOKEN;
-		m->owner = ev[i].owner;
-		m->req = ev[i].req;
-		m->token = ev[i].token;
-		m->pos = ev[i].pos;
-		comp_append(head, tail, m);
-	}
-	/* after the events (they live until the next engine call): the
-	 * requests ended early compute no more (a no-op for those the
-	 * engine finished itself) */
-	for (struct serve_msg *m = ended; m; m = m->next)
-		if (m->kind == SMSG_DONE && m->finish == ENGINE_FINISH_ERROR &&
-		    m->error == -ENOMEM)
-			engine_req_cancel(c->eng, m->req);
-}
-
-static void *comp_main(void *arg)
-{
-	struct serve_compute *c = arg;
-
-	for (;;) {
-		struct serve_job *jobs;
-		struct serve_msg *head = NULL, *tail = NULL;
-		bool stop;
-
-		pthread_mutex_lock(&c->mu);
-		while (!c->jobs && !c->stop && engine_idle(c->eng))
-			pthread_cond_wait(&c->cv, &c->mu);
-		jobs = c->jobs;
-		c->jobs = c->jobs_tail = NULL;
-		stop = c->stop;
-		pthread_mutex_unlock(&c->mu);
-
-		while (jobs) {
-			struct serve_job *j = jobs;
-			struct serve_msg *m;
-
-			jobs = j->next;
-			m = comp_run_job(c, j);
-			serve_job_free(j);
-			comp_append(&head, &tail, m);
-		}
-		if (!stop && !engine_idle(c->eng))
-			comp_step(c, &head, &tail);
-		if (head) {
-			pthread_mutex_lock(&c->mu);
-			while (head) {
-				struct serve_msg *m = head;
-
-				head = m->next;
-				comp_push_msg(c, m);
-			}
-			pthread_mutex_unlock(&c->mu);
-			uv_async_send(&c->async);
-		}
-		if (stop)
-			return NULL;
-	}
-}
-
-static void comp_queue(struct serve_compute *c, struct serve_job *j)
-{
-	pthread_mutex_lock(&c->mu);
-	j->next = NULL;
-	if (c->jobs_tail)
-		c->jobs_tail->next = j;
-	else
-		c->jobs = j;
-	c->jobs_tail = j;
-	pthread_cond_signal(&c->cv);
-	pthread_mutex_unlock(&c->mu);
-}
+/* ---- the compute thread (daemon/compute.c) ------------------------------------- */
 
 int serve__compute_submit(struct serve *s, struct serve_req *r,
 			  const int32_t *prompt, uint32_t n_prompt,
@@ -647,83 +409,52 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 			  const struct kvpool_ref *table, uint32_t n_table,
 			  uint32_t n_cached)
 {
-	struct serve_job *j = calloc(1, sizeof(*j));
-
-	if (!j)
-		return -ENOMEM;
-	j->kind = SJOB_SUBMIT;
-	j->nomem = kvd_fault_fire(&s->fault, KVD_FAULT_COMPUTE_NOMEM);
-	j->owner = r->reg.id;
-	j->prompt = malloc(sizeof(int32_t) * n_prompt);
-	if (table)
-		j->table = malloc(sizeof(*table) * n_table);
-	j->reply = calloc(1, sizeof(*j->reply));
-	j->done = calloc(1, sizeof(*j->done));
-	if (!j->prompt || (table && !j->table) || !j->reply || !j->done) {
-		serve_job_free(j);
-		return -ENOMEM;
-	}
-	memcpy(j->prompt, prompt, sizeof(int32_t) * n_prompt);
-	if (table)
-		memcpy(j->table, table, sizeof(*table) * n_table);
-	j->rp = (struct engine_req_params){
-		.owner = r->reg.id, .n_prompt = n_prompt,
+	struct engine_req_params rp = {
 		.max_tokens = max_tokens, .sampling = r->sp,
-		.prefill_only = prefill_only, .n_table = table ? n_table : 0,
-		.n_cached = n_cached };
-	comp_queue(&s->comp, j);
-	return 0;
+		.prefill_only = prefill_only, .n_cached = n_cached };
+	bool nomem = kvd_fault_fire(&s->fault, KVD_FAULT_COMPUTE_NOMEM);
+	int rc;
+
+	rc = compute_submit(&s->comp, r->reg.id, &rp, prompt, n_prompt, table,
+			    n_table, nomem);
+	return rc;
 }
 
 void serve__compute_free(struct serve *s, struct serve_req *r,
 			 bool release_table, bool quarantine)
 {
-	struct serve_job *j = r->free_job;
+	struct compute_job *j = r->free_job;
+	struct kvpool_ref *release = NULL;
+	uint32_t n_release = 0;
 
 	if (!j)
 		return;   /* queued already: its FREED ends r */
 	r->free_job = NULL;
-	j->kind = SJOB_FREE;
-	j->owner = r->reg.id;
-	j->req = r->ereq;
 	if (release_table && r->table && r->n_table) {
-		j->release = r->table;
-		j->n_release = r->n_table;
-		j->quarantine = quarantine;
+		release = r->table;
+		n_release = r->n_table;
 		r->table = NULL;
 	}
+	compute_free(&s->comp, j, r->reg.id, r->ereq, release, n_release,
+		     quarantine);
 	r->ereq = NULL;
-	comp_queue(&s->comp, j);
 }
 
-/* Loop: the thread's messages. */
-static void comp_async_cb(uv_async_t *a)
+/* Loop: one message of the compute thread, for the request it names (a
+ * request that ended already hears nothing more). */
+static void serve_compute_deliver(void *arg, struct compute_msg *m)
 {
-	struct serve *s = a->data;
-	struct serve_compute *c = &s->comp;
-	struct serve_msg *msgs;
+	struct serve *s = arg;
+	struct serve_req *r = serve__req_find(s, m->owner);
 
-	pthread_mutex_lock(&c->mu);
-	msgs = c->msgs;
-	c->msgs = c->msgs_tail = NULL;
-	pthread_mutex_unlock(&c->mu);
-	while (msgs) {
-		struct serve_msg *m = msgs;
-		struct serve_req *r = serve__req_find(s, m->owner);
-
-		msgs = m->next;
-		if (r && r->kind == SREQ_PREFILL)
-			serve__prefill_engine_msg(r, m);
-		else if (r)
-			serve__dreq_engine_msg(r, m);
-		free(m->table);
-		free(m);
-	}
+	if (r && r->kind == SREQ_PREFILL)
+		serve__prefill_engine_msg(r, m);
+	else if (r)
+		serve__dreq_engine_msg(r, m);
 }
 
-static int comp_start(struct serve *s)
+static int serve_compute_start(struct serve *s)
 {
-	struct serve_compute *c = &s->comp;
 	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
 	int r;
 
@@ -735,66 +466,9 @@ static int comp_start(struct serve *s)
 	}
 	ep.max_batch = s->d->cfg.max_batch ? s->d->cfg.max_batch : 16;
 	ep.n_ctx = s->d->cap.advertised_context;
-	c->s = s;
-	c->pool = s->d->pool;
-	r = engine_new(&c->eng, s->model, s->d->pool, &ep, s->log);
-	if (r)
-		return r < 0 ? r : KVD_E_MODEL;
-	pthread_mutex_init(&c->mu, NULL);
-	pthread_cond_init(&c->cv, NULL);
-	r = uv_async_init(&s->d->loop, &c->async, comp_async_cb);
-	if (r) {
-		engine_free(c->eng);
-		c->eng = NULL;
-		return r;
-	}
-	c->async.data = s;
-	c->async_open = true;
-	r = -pthread_create(&c->thread, NULL, comp_main, c);
-	if (r)
-		return r;
-	c->started = true;
-	return 0;
-}
-
-static void comp_stop(struct serve *s)
-{
-	struct serve_compute *c = &s->comp;
-
-	if (c->started) {
-		pthread_mutex_lock(&c->mu);
-		c->stop = true;
-		pthread_cond_signal(&c->cv);
-		pthread_mutex_unlock(&c->mu);
-		pthread_join(c->thread, NULL);
-		c->started = false;
-	}
-	/* drop what is queued either way */
-	while (c->jobs) {
-		struct serve_job *j = c->jobs;
-
-		c->jobs = j->next;
-		serve_job_free(j);
-	}
-	while (c->msgs) {
-		struct serve_msg *m = c->msgs;
-
-		c->msgs = m->next;
-		free(m->table);
-		free(m);
-	}
-	while (c->dones) {
-		struct serve_msg *m = c->dones;
-
-		c->dones = m->next;
-		free(m);
-	}
-	c->jobs_tail = NULL;
-	c->msgs_tail = NULL;
-	if (c->eng) {
-		engine_free(c->eng);
-		c->eng = NULL;
-	}
+	r = compute_start(&s->comp, &s->d->loop, s->model, s->d->pool, &ep,
+			  s->log, serve_compute_deliver, s);
+	return r > 0 ? KVD_E_MODEL : r;
 }
 
 /* ---- lifetime -------------------------------------------------------------- */
@@ -843,10 +517,6 @@ static void serve_free(struct serve *s)
 		model_free(s->model);
 	if (s->tok)
 		tokenizer_free(s->tok);
-	if (s->comp.async_open || s->comp.started) {
-		pthread_mutex_destroy(&s->comp.mu);
-		pthread_cond_destroy(&s->comp.cv);
-	}
 	free(s);
 }
 
@@ -887,7 +557,7 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 		serve__close_handle(s, (uv_handle_t *)&s->sweep_timer);
 		s->sweep_open = false;
 	}
-	comp_stop(s);
+	compute_stop(&s->comp);
 	/* every request still alive ends now (its pages go back with the
 	 * pool, which the daemon frees after the loop stopped) */
 	while (s->reqs) {
@@ -896,10 +566,8 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 		r->client = NULL;
 		serve__req_end(r, false);
 	}
-	if (s->comp.async_open) {
-		serve__close_handle(s, (uv_handle_t *)&s->comp.async);
-		s->comp.async_open = false;
-	}
+	if (compute_close(&s->comp, serve_handle_closed, s))
+		s->closes_pending++;
 	f = calloc(1, sizeof(*f));
 	if (!f || uv_idle_init(&d->loop, &f->idle)) {
 		free(f);
@@ -1046,17 +714,14 @@ int serve_start(struct kvd_daemon *d)
 	if (!r)
 		r = serve_bind_model(s);
 	if (!r)
-		r = comp_start(s);
+		r = serve_compute_start(s);
 	if (!r)
 		r = kvd_daemon_on_stop(d, serve_stop_hook, s);
 	if (r) {
-		comp_stop(s);
-		if (s->comp.async_open) {
-			/* the async handle must close before s goes away */
-			s->comp.async_open = false;
-			uv_close((uv_handle_t *)&s->comp.async, NULL);
+		compute_stop(&s->comp);
+		/* the async handle must close before s goes away */
+		if (compute_close(&s->comp, NULL, NULL))
 			uv_run(&d->loop, UV_RUN_NOWAIT);
-		}
 		serve_free(s);
 		return r;
 	}

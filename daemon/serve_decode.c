@@ -379,10 +379,10 @@ static int engine_code_to_proto(int e)
 	}
 }
 
-void serve__dreq_engine_msg(struct serve_req *r, const struct serve_msg *m)
+void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 {
 	switch (m->kind) {
-	case SMSG_SUBMITTED:
+	case COMPUTE_MSG_SUBMITTED:
 		if (m->error) {
 			r->engine_integrity = m->error == ENGINE_E_INTEGRITY;
 			dreq_fail(r, engine_code_to_proto(m->error),
@@ -394,11 +394,11 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct serve_msg *m)
 		r->ereq = m->req;
 		serve__dreq_event(r, r->client ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
 		return;
-	case SMSG_TOKEN:
+	case COMPUTE_MSG_TOKEN:
 		r->last_token = m->token;
 		serve__dreq_event(r, DEV_TOKEN);
 		return;
-	case SMSG_DONE:
+	case COMPUTE_MSG_DONE:
 		if (m->finish == ENGINE_FINISH_STOP || m->finish == ENGINE_FINISH_LENGTH) {
 			snprintf(r->finish_reason, sizeof(r->finish_reason), "%s",
 				 m->finish == ENGINE_FINISH_STOP ? "stop" : "length");
@@ -413,7 +413,7 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct serve_msg *m)
 		}
 		serve__dreq_event(r, DEV_ENGINE_FAIL);
 		return;
-	case SMSG_FREED:
+	case COMPUTE_MSG_FREED:
 		serve__dreq_event(r, DEV_FREED);
 		return;
 	}

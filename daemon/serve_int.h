@@ -2,22 +2,24 @@
  *
  * Not a contract for other modules: daemon/serve.h is. This header lets
  * the four files of the serving layer share their structs:
- *   serve.c          setup, teardown, the compute thread bridge, helpers
+ *   serve.c          setup, teardown, the bridge to the compute thread
+ *                    (daemon/compute.h, which knows requests only by
+ *                    id), request lifetime, helpers
  *   serve_client.c   client listeners, connections, local (standalone)
  *                    requests and the client side of decode requests
  *   serve_decode.c   decode: prefill peers, transfer reception, coverage
  *   serve_prefill.c  prefill: peer listener, prefill requests, sending
  *
- * Everything here is loop-thread state, except struct serve_compute's
- * queues, which are shared with the compute thread under its mutex.
+ * Everything here is loop-thread state, except the struct compute that
+ * struct serve embeds, whose queues compute.c shares with its thread.
  */
 #pragma once
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
+#include "daemon/compute.h"
 #include "daemon/daemon.h"
 #include "daemon/machine.h"
 #include "daemon/request.h"
@@ -37,69 +39,6 @@ struct serve;
 struct serve_req;
 struct client_conn;
 struct peer;
-
-/* ---- compute thread bridge ---------------------------------------------- */
-
-enum serve_job_kind { SJOB_SUBMIT = 1, SJOB_FREE };
-
-struct serve_job {
-	enum serve_job_kind kind;
-	struct serve_job *next;
-	uint64_t owner;
-	struct engine_req_params rp;     /* SUBMIT; prompt/table owned below */
-	int32_t *prompt;                 /* (rp.n_prompt) */
-	struct kvpool_ref *table;        /* (rp.n_table) lent pages, or NULL */
-	struct engine_req *req;          /* FREE */
-	struct kvpool_ref *release;      /* FREE: (n_release) lent pages to
-					  * release after, owned by the job */
-	uint32_t n_release;
-	bool quarantine;                 /* FREE: quarantine them instead (the
-					  * engine found a page it cannot trust) */
-	struct serve_msg *reply;         /* its answer (SUBMIT: SMSG_SUBMITTED,
-					  * FREE: SMSG_FREED), allocated with the
-					  * job so the answer cannot be lost */
-	struct serve_msg *done;          /* SUBMIT: the request's SMSG_DONE,
-					  * allocated with the job, so ending
-					  * never needs memory on the thread */
-	bool nomem;                      /* SUBMIT: fault point compute_nomem */
-};
-
-enum serve_msg_kind { SMSG_SUBMITTED = 1, SMSG_TOKEN, SMSG_DONE, SMSG_FREED };
-
-struct serve_msg {
-	enum serve_msg_kind kind;
-	struct serve_msg *next;
-	uint64_t owner;
-	struct engine_req *req;
-	int error;                       /* SUBMITTED: submit's code; DONE */
-	int32_t token;                   /* TOKEN */
-	uint32_t pos;
-	enum engine_finish finish;       /* DONE */
-	struct kvpool_ref *table;        /* DONE of a prefill_only request:
-					  * (n_table) copy of its pages */
-	uint32_t n_table;
-	uint32_t n_kv;
-	bool nomem;                      /* a pending DONE: fault point
-					  * compute_nomem (thread-owned) */
-};
-
-struct serve_compute {
-	pthread_t thread;
-	bool started;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct serve_job *jobs, *jobs_tail;   /* loop -> thread */
-	struct serve_msg *msgs, *msgs_tail;   /* thread -> loop */
-	bool stop;
-	uv_async_t async;
-	bool async_open;
-	struct engine *eng;                   /* thread-owned after start */
-	struct serve_msg *dones;              /* thread-owned: the DONE of each
-					       * request in the engine that has
-					       * not ended (linked by next) */
-	struct kvpool *pool;
-	struct serve *s;
-};
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -133,7 +72,7 @@ struct serve_req {
 	int32_t last_token;              /* the engine's token being streamed */
 
 	/* engine */
-	struct serve_job *free_job;      /* SJOB_FREE allocated at creation
+	struct compute_job *free_job;      /* COMPUTE_JOB_FREE allocated at creation
 					  * (with its reply), so ending never
 					  * needs memory; NULL once queued */
 	struct engine_req *ereq;         /* SUBMITTED .. FREE_ENGINE */
@@ -303,7 +242,7 @@ struct serve {
 	struct kvd_reqtab *reqtab;         /* the daemon's registry */
 	struct model *model;
 	struct tokenizer *tok;
-	struct serve_compute comp;
+	struct compute comp;             /* the engine's thread */
 	uint64_t page_bytes;
 	struct proto_peer_hello my_hello;
 	bool stopping;
@@ -404,7 +343,7 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 /* Free r's engine request through r's preallocated free job (cannot
  * fail; once per request), then, `release_table`, release the pages of
  * r->table (the job takes the array: r->table becomes NULL), or with
- * `quarantine` take them out of circulation for good. SMSG_FREED follows. */
+ * `quarantine` take them out of circulation for good. COMPUTE_MSG_FREED follows. */
 void serve__compute_free(struct serve *s, struct serve_req *r,
 			 bool release_table, bool quarantine);
 /* The largest prompt + max_tokens this node itself can serve. */
@@ -435,7 +374,7 @@ void serve__decode_admit(struct serve_req *r);
  * `ev` and run its actions; entering DONE ends r. */
 void serve__dreq_event(struct serve_req *r, enum dreq_event ev);
 /* engine messages for LOCAL and DECODE requests */
-void serve__dreq_engine_msg(struct serve_req *r, const struct serve_msg *m);
+void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m);
 void serve__decode_heartbeat(struct serve *s);
 /* kvctl abort of a client request (any state): OP_ABORT. */
 void serve__decode_abort(struct serve_req *r, const char *reason);
@@ -443,7 +382,7 @@ void serve__decode_abort(struct serve_req *r, const char *reason);
 /* serve_prefill.c */
 int serve__prefill_start(struct serve *s);
 void serve__prefill_stop(struct serve *s);
-void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m);
+void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m);
 /* The preq machine: take event `ev` and run its actions; entering DONE
  * ends r. */
 void serve__preq_event(struct serve_req *r, enum preq_event ev);

@@ -371,7 +371,7 @@ static void stuck_submit_cb(uv_timer_t *t)
 {
 	struct stuck_submit *k = kvd_container_of(t, struct stuck_submit, timer);
 	struct serve_req *r = serve__req_find(k->s, k->id);
-	struct serve_msg m = { .kind = SMSG_SUBMITTED, .error = ENGINE_E_BUSY };
+	struct compute_msg m = { .kind = COMPUTE_MSG_SUBMITTED, .error = ENGINE_E_BUSY };
 
 	if (r) {
 		m.owner = r->reg.id;
@@ -708,7 +708,7 @@ static void prefill_fault_nan(struct serve_req *r, const struct kvpool_ref *ref)
 
 /* The engine computed the prompt: check our own pages (COMPUTED), or
  * fail (COMPUTE_FAIL). */
-static enum preq_event prefill_computed(struct serve_req *r, const struct serve_msg *m)
+static enum preq_event prefill_computed(struct serve_req *r, const struct compute_msg *m)
 {
 	struct serve *s = r->s;
 	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
@@ -764,10 +764,10 @@ static int prefill_submit_code(int e)
 	       PROTO_ERR_INTERNAL;
 }
 
-void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m)
+void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
 {
 	switch (m->kind) {
-	case SMSG_SUBMITTED:
+	case COMPUTE_MSG_SUBMITTED:
 		if (m->error) {
 			/* the refusal is what the reject says, also after an
 			 * abort (decode ignores it then) */
@@ -780,12 +780,12 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m)
 		r->ereq = m->req;
 		serve__preq_event(r, PEV_SUBMITTED);
 		return;
-	case SMSG_TOKEN:
+	case COMPUTE_MSG_TOKEN:
 		if (r->state == PRS_COMPUTE)
 			r->first_token = (uint32_t)m->token;
 		serve__preq_event(r, PEV_TOKEN);
 		return;
-	case SMSG_DONE:
+	case COMPUTE_MSG_DONE:
 		if (r->state != PRS_COMPUTE) {
 			serve__preq_event(r, PEV_COMPUTE_FAIL);   /* late: ignored */
 			return;
@@ -801,7 +801,7 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct serve_msg *m)
 			  "%s", engine_strerror(m->error));
 		serve__preq_event(r, PEV_COMPUTE_FAIL);
 		return;
-	case SMSG_FREED:
+	case COMPUTE_MSG_FREED:
 		serve__preq_event(r, PEV_FREED);
 		return;
 	}
