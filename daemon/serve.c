@@ -1,5 +1,7 @@
-/* serve.c - the serving layer's skeleton: setup, the bridge to the
- * compute thread, request lifetime, teardown.
+/* serve.c - the serving layer's top: setup, the bridge to the compute
+ * thread, the periodic timers, teardown. It wires the files below it
+ * (net/PROTOCOL.md's roles over client.c, decode.c, prefill.c, link.c,
+ * req.c, io.c, compute.c) and none of them calls back into it.
  *
  * Design. The loop thread owns every socket, every request struct and
  * every decision; one compute thread (daemon/compute.c) owns the engine
@@ -20,9 +22,7 @@
  * no window exists in which the pool could hand them out while the
  * engine still reads them (invariant 2).
  *
- * A request is terminal exactly once (serve__req_end): it leaves the
- * registry (drain and status see it go), and its memory is freed in its
- * timer's close callback, after which no callback can name it.
+ * A request is terminal exactly once (serve__req_end, daemon/req.c).
  */
 #include "daemon/serve.h"
 #include "daemon/serve_int.h"
@@ -37,408 +37,7 @@
 #include <unistd.h>
 #include <string.h>
 
-/* ---- writing frames -------------------------------------------------------- */
-
-struct serve_write {
-	uv_write_t req;
-	char *data;
-};
-
-static void serve_write_cb(uv_write_t *req, int status)
-{
-	struct serve_write *w = kvd_container_of(req, struct serve_write, req);
-
-	(void)status;
-	free(w->data);
-	free(w);
-}
-
-/* Queue data (malloc'd, consumed in every case). */
-int serve__write(uv_stream_t *st, char *data, size_t len)
-{
-	struct serve_write *w;
-	uv_buf_t buf;
-	int r;
-
-	if (uv_is_closing((uv_handle_t *)st) || !uv_is_writable(st)) {
-		free(data);
-		return -EPIPE;
-	}
-	w = malloc(sizeof(*w));
-	if (!w) {
-		free(data);
-		return -ENOMEM;
-	}
-	w->data = data;
-	buf = uv_buf_init(data, (unsigned)len);
-	r = uv_write(&w->req, st, &buf, 1, serve_write_cb);
-	if (r) {
-		free(data);
-		free(w);
-	}
-	return r;
-}
-
-int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
-		      char **data, size_t *len)
-{
-	int r = proto_peer_frame(m, data, len);
-
-	if (r)
-		return r > 0 ? -EMSGSIZE : r;
-	if (tx) {
-		r = peer_frame_seal(tx, data, len);
-		if (r) {
-			free(*data);
-			*data = NULL;
-			return r;
-		}
-	}
-	return 0;
-}
-
-void serve__figures_add(struct kvd_peer_figures *pf,
-			const struct proto_peer_hello *h)
-{
-	pf->min_pool_tokens = pf->up ? KVD_MIN(pf->min_pool_tokens, h->pool_tokens)
-				     : h->pool_tokens;
-	pf->min_context = pf->up ? KVD_MIN(pf->min_context, (uint32_t)h->context)
-				 : (uint32_t)h->context;
-	pf->up++;
-}
-
-int serve__link_send(struct wbound *wb, bool *dead, struct peer_aead *tx,
-		     const struct proto_peer_msg *m)
-{
-	char *data;
-	size_t len;
-	int rc;
-
-	if (*dead)
-		return -EPIPE;
-	rc = serve__peer_frame(tx, m, &data, &len);
-	if (rc)
-		return rc;
-	rc = wbound_write(wb, data, len);
-	if (rc == WBOUND_E_HARD) {
-		*dead = true;
-		wbound_read_stop(wb);
-		return -EPIPE;
-	}
-	return rc;
-}
-
-const char *serve__link_write_poll(struct serve *s, struct wbound *wb, bool dead,
-				   uint64_t now, uint64_t *last_heard_ns,
-				   const char *who)
-{
-	int rc = dead ? WBOUND_E_HARD : wbound_poll(wb, now);
-
-	if (!rc) {
-		/* not reading it (past soft): its silence is ours, and the
-		 * stall bound, not liveness, decides how long it may last */
-		if (wb->paused)
-			*last_heard_ns = now;
-		return NULL;
-	}
-	KVLOG_WARN(s->log, "write_bound",
-		   "peer=%s conn=peer_control reason=%s queued=%zu peak=%llu soft=%llu hard=%llu stall_ms=%u",
-		   KVLOG_Q(who), rc == WBOUND_E_HARD ? "hard" : "stall",
-		   wbound_queued(wb), (unsigned long long)wb->peak,
-		   (unsigned long long)wb->lim.soft,
-		   (unsigned long long)wb->lim.hard, wb->lim.stall_ms);
-	return rc == WBOUND_E_HARD ? "control write queue past its hard bound" :
-				     "control write queue stalled past its soft bound";
-}
-
-int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
-		     const struct proto_peer_msg *m)
-{
-	char *data;
-	size_t len;
-	int r;
-
-	if (uv_is_closing((uv_handle_t *)st))
-		return -EPIPE;   /* never spend a counter on a dead link */
-	r = serve__peer_frame(tx, m, &data, &len);
-	if (r)
-		return r;
-	return serve__write(st, data, len);
-}
-
-/* ---- refusing a connection at accept ------------------------------------------- */
-
-struct serve_drop {
-	union {
-		uv_tcp_t tcp;
-		uv_pipe_t pipe;
-		uv_handle_t handle;
-		uv_stream_t stream;
-	} h;
-	struct serve *s;
-};
-
-static void serve_drop_closed(uv_handle_t *h)
-{
-	struct serve_drop *d = h->data;
-
-	d->s->closes_pending--;
-	free(d);
-}
-
-/* libuv has already accept(2)ed the connection it reports, and stops
- * polling a listener whose callback leaves it unaccepted; so a refused
- * connection is accepted into a small handle and closed at once. */
-void serve__accept_drop(struct serve *s, uv_stream_t *server)
-{
-	struct serve_drop *d = malloc(sizeof(*d));
-	int rc = -ENOMEM;
-
-	if (d) {
-		d->s = s;
-		rc = server->type == UV_NAMED_PIPE ? uv_pipe_init(&s->d->loop, &d->h.pipe, 0)
-						   : uv_tcp_init(&s->d->loop, &d->h.tcp);
-		if (rc)
-			free(d);
-	}
-	if (rc) {
-		/* no memory even for that: close the descriptor libuv holds
-		 * for us (accepted_fd, in uv.h's unix stream fields) */
-		if (server->accepted_fd >= 0) {
-			close(server->accepted_fd);
-			server->accepted_fd = -1;
-		}
-		return;
-	}
-	d->h.handle.data = d;
-	(void)uv_accept(server, &d->h.stream);
-	s->closes_pending++;
-	uv_close(&d->h.handle, serve_drop_closed);
-}
-
-/* ---- requests -------------------------------------------------------------- */
-
-struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
-{
-	struct serve_req *r = calloc(1, sizeof(*r));
-
-	if (!r)
-		return NULL;
-	r->s = s;
-	r->kind = kind;
-	r->t_arrive_ns = kvd_now_ns();
-	r->free_job = compute_free_job_new();
-	if (!r->free_job || uv_timer_init(&s->d->loop, &r->timer)) {
-		compute_job_free(r->free_job);
-		free(r);
-		return NULL;
-	}
-	r->timer.data = r;
-	r->next = s->reqs;
-	if (s->reqs)
-		s->reqs->prev = r;
-	s->reqs = r;
-	s->n_reqs++;
-	return r;
-}
-
-struct serve_req *serve__req_find(struct serve *s, uint64_t id)
-{
-	for (struct serve_req *r = s->reqs; r; r = r->next)
-		if (r->registered && r->reg.id == id && !r->ended)
-			return r;
-	return NULL;
-}
-
-static int serve_req_abort(struct kvd_request *reg, const char *reason);
-
-static const struct kvd_request_ops serve_req_ops[] = {
-	[SREQ_LOCAL] = { "generate", serve_req_abort },
-	[SREQ_DECODE] = { "decode", serve_req_abort },
-	[SREQ_PREFILL] = { "prefill", serve_req_abort },
-};
-
-void serve__req_register(struct serve_req *r)
-{
-	kvd_request_register(r->s->reqtab, &r->reg, &serve_req_ops[r->kind]);
-	r->registered = true;
-}
-
-static void serve_req_free_cb(uv_handle_t *h)
-{
-	struct serve_req *r = h->data;
-	struct serve *s = r->s;
-
-	if (r->dt_init)
-		detok_deinit(&r->dt);
-	compute_job_free(r->free_job);
-	free(r->prompt);
-	free(r->table);
-	free(r->rx.got);
-	free(r->dst);
-	free(r->src);
-	free(r);
-	s->closes_pending--;
-}
-
-void serve__req_end(struct serve_req *r, bool ok)
-{
-	struct serve *s = r->s;
-
-	if (r->ended)
-		return;
-	r->ended = true;
-	serve__client_detach(r);
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		s->reqs = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	s->n_reqs--;
-	s->closes_pending++;
-	uv_close((uv_handle_t *)&r->timer, serve_req_free_cb);
-	/* last: ending may complete a SIGTERM drain and stop the node */
-	if (r->registered)
-		kvd_request_end(s->reqtab, &r->reg, ok);
-}
-
-void serve__timer_start(struct serve_req *r, uint64_t ms, uv_timer_cb cb)
-{
-	if (!r->ended)
-		uv_timer_start(&r->timer, cb, ms, 0);
-}
-
-void serve__timer_stop(struct serve_req *r)
-{
-	if (!r->ended)
-		uv_timer_stop(&r->timer);
-}
-
-/* kvctl abort ID: the normal failure path of each kind (OP_ABORT). */
-static int serve_req_abort(struct kvd_request *reg, const char *reason)
-{
-	struct serve_req *r = kvd_container_of(reg, struct serve_req, reg);
-
-	if (r->kind == SREQ_PREFILL)
-		serve__prefill_abort(r, reason);
-	else
-		serve__decode_abort(r, reason);
-	return 0;
-}
-
-const struct machine_step *serve__req_step(struct serve_req *r,
-					   const struct machine *m,
-					   unsigned event)
-{
-	const struct machine_step *st = machine_step(m, r->state, event);
-	char acts[256];
-
-	if (st->kind == MSTEP_IGNORE) {
-		KVLOG_DEBUG(r->s->log, "req_event_ignored", "id=%llu machine=%s state=%s event=%s",
-			    (unsigned long long)r->reg.id, m->name,
-			    machine_state_name(m, r->state), machine_event_name(m, event));
-		return NULL;
-	}
-	KVD_ASSERT(r->s->log, st->kind == MSTEP_GO && machine_edge(m, r->state, st->next),
-		   "id=%llu machine=%s state=%s event=%s msg=\"no such transition\"",
-		   (unsigned long long)r->reg.id, m->name,
-		   machine_state_name(m, r->state), machine_event_name(m, event));
-	KVLOG_DEBUG(r->s->log, "req_state", "id=%llu machine=%s from=%s event=%s to=%s actions=%s",
-		    (unsigned long long)r->reg.id, m->name,
-		    machine_state_name(m, r->state), machine_event_name(m, event),
-		    machine_state_name(m, st->next),
-		    machine_actions_str(m, st->actions, acts, sizeof(acts)));
-	if (st->next != r->state)
-		serve__timer_stop(r);   /* every phase timer belongs to its state */
-	r->state = st->next;
-	return st;
-}
-
-const char *serve__peer_feed(struct serve *s, const char *who,
-			     struct frame_decoder *dec, const char *q, size_t n,
-			     const bool *closing,
-			     void (*on_msg)(void *arg, struct proto_peer_msg *m),
-			     void *arg)
-{
-	while (n > 0 && !*closing) {
-		size_t used;
-		int rc = frame_decoder_feed(dec, q, n, &used);
-
-		if (rc)
-			return "control stream error";
-		q += used;
-		n -= used;
-		for (;;) {
-			const msgpack_object *map;
-			struct proto_peer_msg m;
-			struct frame_error err = { 0 };
-
-			rc = frame_decoder_next(dec, &map);
-			if (rc == FRAME_E_AGAIN)
-				break;
-			if (rc == 0)
-				rc = proto_peer_parse(map, &m, &err);
-			if (rc) {
-				KVLOG_ERR(s->log, "peer_protocol", "peer=%s code=%s msg=%s",
-					  KVLOG_Q(who), frame_strerror(rc),
-					  KVLOG_Q(err.msg));
-				return "protocol error";
-			}
-			on_msg(arg, &m);
-			proto_peer_msg_deinit(&m);
-			if (*closing)
-				return NULL;
-		}
-	}
-	return NULL;
-}
-
-uint64_t serve__own_limit(struct serve *s)
-{
-	uint64_t lim = s->d->cap.advertised_context;
-
-	return KVD_MIN(lim, s->d->cap.pool_tokens);
-}
-
 /* ---- the compute thread (daemon/compute.c) ------------------------------------- */
-
-int serve__compute_submit(struct serve *s, struct serve_req *r,
-			  const int32_t *prompt, uint32_t n_prompt,
-			  uint32_t max_tokens, bool prefill_only,
-			  const struct kvpool_ref *table, uint32_t n_table,
-			  uint32_t n_cached)
-{
-	struct engine_req_params rp = {
-		.max_tokens = max_tokens, .sampling = r->sp,
-		.prefill_only = prefill_only, .n_cached = n_cached };
-	bool nomem = kvd_fault_fire(&s->fault, KVD_FAULT_COMPUTE_NOMEM);
-	int rc;
-
-	rc = compute_submit(&s->comp, r->reg.id, &rp, prompt, n_prompt, table,
-			    n_table, nomem);
-	return rc;
-}
-
-void serve__compute_free(struct serve *s, struct serve_req *r,
-			 bool release_table, bool quarantine)
-{
-	struct compute_job *j = r->free_job;
-	struct kvpool_ref *release = NULL;
-	uint32_t n_release = 0;
-
-	if (!j)
-		return;   /* queued already: its FREED ends r */
-	r->free_job = NULL;
-	if (release_table && r->table && r->n_table) {
-		release = r->table;
-		n_release = r->n_table;
-		r->table = NULL;
-	}
-	compute_free(&s->comp, j, r->reg.id, r->ereq, release, n_release,
-		     quarantine);
-	r->ereq = NULL;
-}
 
 /* Loop: one message of the compute thread, for the request it names (a
  * request that ended already hears nothing more). */
@@ -447,10 +46,8 @@ static void serve_compute_deliver(void *arg, struct compute_msg *m)
 	struct serve *s = arg;
 	struct serve_req *r = serve__req_find(s, m->owner);
 
-	if (r && r->kind == SREQ_PREFILL)
-		serve__prefill_engine_msg(r, m);
-	else if (r)
-		serve__dreq_engine_msg(r, m);
+	if (r)
+		r->rops->engine_msg(r, m);
 }
 
 static int serve_compute_start(struct serve *s)
@@ -472,20 +69,6 @@ static int serve_compute_start(struct serve *s)
 }
 
 /* ---- lifetime -------------------------------------------------------------- */
-
-static void serve_handle_closed(uv_handle_t *h)
-{
-	struct serve *s = h->data;
-
-	s->closes_pending--;
-}
-
-void serve__close_handle(struct serve *s, uv_handle_t *h)
-{
-	h->data = s;
-	s->closes_pending++;
-	uv_close(h, serve_handle_closed);
-}
 
 static void serve_hb_cb(uv_timer_t *t)
 {
@@ -566,7 +149,7 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 		r->client = NULL;
 		serve__req_end(r, false);
 	}
-	if (compute_close(&s->comp, serve_handle_closed, s))
+	if (compute_close(&s->comp, serve__handle_closed, s))
 		s->closes_pending++;
 	f = calloc(1, sizeof(*f));
 	if (!f || uv_idle_init(&d->loop, &f->idle)) {
@@ -739,6 +322,8 @@ int serve_start(struct kvd_daemon *d)
 		uv_timer_start(&s->sweep_timer, serve_sweep_cb, SERVE_SWEEP_MS,
 			       SERVE_SWEEP_MS);
 	}
+	s->admit = d->cfg.role == KVD_ROLE_DECODE ? serve__decode_admit
+						   : serve__local_admit;
 	if (d->cfg.role == KVD_ROLE_PREFILL)
 		r = serve__prefill_start(s);
 	else

@@ -1,14 +1,19 @@
-/* serve_int.h - shared internals of the serving flows (daemon/serve*.c).
+/* serve_int.h - shared internals of the serving layer.
  *
  * Not a contract for other modules: daemon/serve.h is. This header lets
- * the four files of the serving layer share their structs:
- *   serve.c          setup, teardown, the bridge to the compute thread
- *                    (daemon/compute.h, which knows requests only by
- *                    id), request lifetime, helpers
- *   serve_client.c   client listeners, connections, local (standalone)
- *                    requests and the client side of decode requests
- *   serve_decode.c   decode: prefill peers, transfer reception, coverage
- *   serve_prefill.c  prefill: peer listener, prefill requests, sending
+ * the files of the serving layer share their structs. They form layers,
+ * and a file calls only the files below it (tests/layers checks this on
+ * the objects); what a lower file needs from a role comes through
+ * function pointers the role sets (struct serve_req_ops, serve->admit):
+ *   serve.c     top: setup, teardown, timers, the compute bridge
+ *   decode.c    decode and standalone requests (the dreq machine), the
+ *               connecting end of peer links
+ *   prefill.c   prefill requests (the preq machine), the accepting end
+ *   client.c    client listeners, connections, answer-once streaming
+ *   link.c      what both ends of a peer link share
+ *   req.c       request life: registry, phase timer, state setter, end
+ *   io.c        writes, accept-and-drop, handle closes, host:port
+ *   compute.c   the engine's thread (knows requests only by id)
  *
  * Everything here is loop-thread state, except the struct compute that
  * struct serve embeds, whose queues compute.c shares with its thread.
@@ -44,8 +49,18 @@ struct peer;
 
 enum serve_req_kind { SREQ_LOCAL = 1, SREQ_DECODE, SREQ_PREFILL };
 
+/* What differs by kind, set by the role that admits the request, so the
+ * files below the roles (req.c, client.c, serve.c's compute bridge) reach
+ * it without calling up into them. */
+struct serve_req_ops {
+	struct kvd_request_ops reg;      /* registry name, kvctl abort */
+	void (*engine_msg)(struct serve_req *r, const struct compute_msg *m);
+	void (*client_gone)(struct serve_req *r);   /* NULL: no client */
+};
+
 struct serve_req {
 	struct kvd_request reg;          /* registry link; reg.id is the owner */
+	const struct serve_req_ops *rops;
 	struct serve *s;
 	enum serve_req_kind kind;
 	uint8_t state;                   /* enum dreq_state or preq_state
@@ -263,6 +278,9 @@ struct serve {
 	struct peer_key key;             /* the cluster key; key.set = keyed */
 	uint64_t next_conn_id;           /* client and peer connections, for logs */
 	uint64_t peer_refused_conns;     /* dropped at accept since the last log */
+	/* a parsed client request goes to the role's admission: decode's
+	 * (serve__decode_admit) or a standalone node's (serve__local_admit) */
+	void (*admit)(struct serve_req *r);
 	uint32_t peer_max_pages;         /* per decode peer: peers.max_pages or
 					  * the automatic value (prefill start) */
 
@@ -275,8 +293,17 @@ struct serve {
 	uint32_t closes_pending;         /* handles still closing at stop */
 };
 
-/* serve.c */
+/* io.c */
 int serve__write(uv_stream_t *st, char *data, size_t len);
+/* Accept the connection a listener reports and close it at once
+ * (refused, or no memory for its owner): never leave it unaccepted. */
+void serve__accept_drop(struct serve *s, uv_stream_t *server);
+void serve__close_handle(struct serve *s, uv_handle_t *h);
+/* The close callback serve__close_handle uses (h->data: the serve). */
+void serve__handle_closed(uv_handle_t *h);
+int serve__parse_hostport(const char *spec, struct sockaddr_storage *ss);
+
+/* link.c */
 /* Frame m (malloc'd *data, header included), sealed with `tx` unless
  * NULL. 0, -EMSGSIZE, -ENOMEM. */
 int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
@@ -301,9 +328,6 @@ const char *serve__link_write_poll(struct serve *s, struct wbound *wb, bool dead
  * advancing its counter) unless NULL (keyless link, or before auth). */
 int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
 		     const struct proto_peer_msg *m);
-/* Accept the connection a listener reports and close it at once
- * (refused, or no memory for its owner): never leave it unaccepted. */
-void serve__accept_drop(struct serve *s, uv_stream_t *server);
 /* Before a peer has proved the key (keyless: before its hello), a node
  * reads only frames of handshake size: a stranger cannot make it buffer
  * megabytes (64 pending handshakes x 4 MiB). */
@@ -319,6 +343,8 @@ const char *serve__peer_feed(struct serve *s, const char *who,
 			     const bool *closing,
 			     void (*on_msg)(void *arg, struct proto_peer_msg *m),
 			     void *arg);
+
+/* req.c */
 struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind);
 struct serve_req *serve__req_find(struct serve *s, uint64_t id);
 /* Look the step for `event` up in `m` (r's machine) and take it: GO
@@ -348,10 +374,8 @@ void serve__compute_free(struct serve *s, struct serve_req *r,
 			 bool release_table, bool quarantine);
 /* The largest prompt + max_tokens this node itself can serve. */
 uint64_t serve__own_limit(struct serve *s);
-void serve__close_handle(struct serve *s, uv_handle_t *h);
 
-/* serve_client.c */
-int serve__parse_hostport(const char *spec, struct sockaddr_storage *ss);
+/* client.c */
 int serve__client_listen(struct serve *s);
 void serve__client_close_all(struct serve *s);
 void serve__client_token(struct serve_req *r, int32_t token);
@@ -366,10 +390,11 @@ void serve__client_sweep(struct serve *s);
 /* Start streaming: the detokenizer learns the prompt. */
 int serve__client_stream_begin(struct serve_req *r);
 
-/* serve_decode.c */
+/* decode.c */
 int serve__decode_start(struct serve *s);
 void serve__decode_stop(struct serve *s);
 void serve__decode_admit(struct serve_req *r);
+void serve__local_admit(struct serve_req *r);
 /* The dreq machine (standalone and decode client requests): take event
  * `ev` and run its actions; entering DONE ends r. */
 void serve__dreq_event(struct serve_req *r, enum dreq_event ev);
@@ -379,7 +404,7 @@ void serve__decode_heartbeat(struct serve *s);
 /* kvctl abort of a client request (any state): OP_ABORT. */
 void serve__decode_abort(struct serve_req *r, const char *reason);
 
-/* serve_prefill.c */
+/* prefill.c */
 int serve__prefill_start(struct serve *s);
 void serve__prefill_stop(struct serve *s);
 void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m);

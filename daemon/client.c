@@ -271,41 +271,6 @@ static int client_tokens(struct serve *s, struct proto_client_request *q,
 	return 0;
 }
 
-/* Standalone: the node's own context and pool are the whole path; the
- * request enters the dreq machine at SUBMIT. */
-static void client_admit_local(struct serve_req *r)
-{
-	struct serve *s = r->s;
-	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
-	uint64_t lim = serve__own_limit(s);
-
-	if (need > lim) {
-		KVLOG_WARN(s->log, "admission_reject",
-			   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
-			   (unsigned long long)r->client_id, r->n_prompt,
-			   r->max_tokens, (unsigned long long)need,
-			   (unsigned long long)lim,
-			   s->d->cap.advertised_context,
-			   (unsigned long long)s->d->cap.pool_tokens);
-		s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
-		r->fail_code = PROTO_ERR_PROMPT_TOO_LONG;
-		snprintf(r->fail_msg, sizeof(r->fail_msg),
-			 "prompt (%u tokens) + max_tokens (%u) = %llu exceeds what this node can hold (%llu tokens)",
-			 r->n_prompt, r->max_tokens, (unsigned long long)need,
-			 (unsigned long long)lim);
-		serve__dreq_event(r, DEV_REFUSE);
-		return;
-	}
-	serve__req_register(r);
-	if (serve__client_stream_begin(r)) {
-		r->fail_code = PROTO_ERR_INTERNAL;
-		snprintf(r->fail_msg, sizeof(r->fail_msg), "out of memory");
-		serve__dreq_event(r, DEV_REFUSE);
-		return;
-	}
-	serve__dreq_event(r, DEV_ADMIT_LOCAL);
-}
-
 static void client_request(struct client_conn *c, const msgpack_object *map)
 {
 	struct serve *s = c->s;
@@ -369,10 +334,7 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 					 .top_k = q.top_k, .top_p = q.top_p,
 					 .seed = q.seed };
 	proto_client_request_deinit(&q);
-	if (r->kind == SREQ_DECODE)
-		serve__decode_admit(r);
-	else
-		client_admit_local(r);
+	s->admit(r);   /* the role's admission (decode.c) */
 }
 
 /* ---- connections ---------------------------------------------------------------- */
@@ -419,7 +381,7 @@ static void client_conn_close(struct client_conn *c)
 					   (unsigned long long)r->reg.id,
 					   (unsigned long long)r->client_id,
 					   machine_state_name(&dreq_machine, r->state));
-			serve__dreq_event(r, DEV_CLIENT_GONE);
+			r->rops->client_gone(r);
 			serve__client_detach(r);
 		}
 	}
@@ -698,34 +660,6 @@ static void client_fd_budget(struct serve *s)
 		   "max_clients=%u configured=%u nofile=%llu reserve=%llu msg=\"listen.max_clients clamped to the file descriptor limit\"",
 		   s->max_clients, cfg->max_clients, (unsigned long long)cur,
 		   (unsigned long long)reserve);
-}
-
-/* "host:port" -> sockaddr (IPv4, or [IPv6]:port). */
-int serve__parse_hostport(const char *spec, struct sockaddr_storage *ss)
-{
-	char host[256];
-	const char *colon = strrchr(spec, ':');
-	long port;
-	char *end;
-
-	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, spec, (size_t)(colon - spec));
-	host[colon - spec] = 0;
-	port = strtol(colon + 1, &end, 10);
-	if (*end || port < 0 || port > 65535)
-		return -EINVAL;
-	if (host[0] == '[') {
-		size_t n = strlen(host);
-
-		if (n < 3 || host[n - 1] != ']')
-			return -EINVAL;
-		host[n - 1] = 0;
-		return uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)ss);
-	}
-	if (!strcmp(host, "localhost"))
-		snprintf(host, sizeof(host), "127.0.0.1");
-	return uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss);
 }
 
 static int client_listen_one(struct serve *s, const char *spec)

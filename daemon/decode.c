@@ -340,6 +340,7 @@ static void dreq_finish(struct serve_req *r)
 		   (unsigned long long)r->reg.id);
 	if (!r->answered)
 		serve__client_error(r, PROTO_ERR_INTERNAL, "the request ended unanswered");
+	serve__client_detach(r);
 	serve__req_end(r, r->final_ok && !r->fail_code);
 }
 
@@ -364,6 +365,30 @@ void serve__decode_abort(struct serve_req *r, const char *reason)
 	dreq_fail(r, PROTO_ERR_INTERNAL, "aborted by the operator: %s", reason);
 	serve__dreq_event(r, DEV_OP_ABORT);
 }
+
+/* kvctl abort ID, the drain deadline: OP_ABORT, in any state. */
+static int dreq_abort(struct kvd_request *reg, const char *reason)
+{
+	serve__decode_abort(kvd_container_of(reg, struct serve_req, reg), reason);
+	return 0;
+}
+
+static void dreq_client_gone(struct serve_req *r)
+{
+	serve__dreq_event(r, DEV_CLIENT_GONE);
+}
+
+static const struct serve_req_ops dreq_local_ops = {
+	.reg = { "generate", dreq_abort },
+	.engine_msg = serve__dreq_engine_msg,
+	.client_gone = dreq_client_gone,
+};
+
+static const struct serve_req_ops dreq_decode_ops = {
+	.reg = { "decode", dreq_abort },
+	.engine_msg = serve__dreq_engine_msg,
+	.client_gone = dreq_client_gone,
+};
 
 /* ---- engine messages (standalone and decode requests) --------------------- */
 
@@ -420,6 +445,43 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 }
 
 /* ---- admission -------------------------------------------------------------- */
+
+/* Standalone: the node's own context and pool are the whole path; the
+ * request enters the dreq machine at SUBMIT. */
+void serve__local_admit(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
+	uint64_t lim = serve__own_limit(s);
+
+	r->rops = &dreq_local_ops;
+	if (need > lim) {
+		KVLOG_WARN(s->log, "admission_reject",
+			   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
+			   (unsigned long long)r->client_id, r->n_prompt,
+			   r->max_tokens, (unsigned long long)need,
+			   (unsigned long long)lim,
+			   s->d->cap.advertised_context,
+			   (unsigned long long)s->d->cap.pool_tokens);
+		s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
+		r->fail_code = PROTO_ERR_PROMPT_TOO_LONG;
+		snprintf(r->fail_msg, sizeof(r->fail_msg),
+			 "prompt (%u tokens) + max_tokens (%u) = %llu exceeds what this node can hold (%llu tokens)",
+			 r->n_prompt, r->max_tokens, (unsigned long long)need,
+			 (unsigned long long)lim);
+		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	serve__req_register(r);
+	if (serve__client_stream_begin(r)) {
+		r->fail_code = PROTO_ERR_INTERNAL;
+		snprintf(r->fail_msg, sizeof(r->fail_msg), "out of memory");
+		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	serve__dreq_event(r, DEV_ADMIT_LOCAL);
+}
+
 
 static struct peer *decode_pick_peer(struct serve *s)
 {
@@ -556,6 +618,7 @@ void serve__decode_admit(struct serve_req *r)
 	enum dreq_event ev;
 	int rc;
 
+	r->rops = &dreq_decode_ops;
 	if (!p) {
 		s->d->counters.rejected[KVD_REJECT_NO_PEER]++;
 		dreq_fail(r, PROTO_ERR_NO_PREFILL_PEER, "no healthy prefill peer is connected");

@@ -483,6 +483,18 @@ static bool prefill_refuse(struct pconn *pc, const struct proto_peer_msg *m)
 	return prefill_peer_cap(pc, m);
 }
 
+/* kvctl abort ID, the drain deadline: OP_ABORT. */
+static int preq_abort(struct kvd_request *reg, const char *reason)
+{
+	serve__prefill_abort(kvd_container_of(reg, struct serve_req, reg), reason);
+	return 0;
+}
+
+static const struct serve_req_ops preq_ops = {
+	.reg = { "prefill", preq_abort },
+	.engine_msg = serve__prefill_engine_msg,
+};
+
 static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 {
 	struct serve *s = pc->s;
@@ -496,6 +508,7 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL, "out of memory");
 		return;
 	}
+	r->rops = &preq_ops;
 	r->pc = pc;
 	pc->n_reqs++;
 	r->remote_id = m->id;

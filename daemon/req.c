@@ -1,0 +1,183 @@
+/* req.c - the common life of a serving request: creation, the node's
+ * registry, the phase timer, the one state setter of the machines
+ * (daemon/machine.h), the end, and the request's side of the compute
+ * bridge.
+ *
+ * Below every role: nothing here calls client.c, decode.c or prefill.c.
+ * What is kind-specific (the name the registry shows, the abort path,
+ * engine messages, a client leaving) comes through r->rops, which the
+ * role sets when it admits the request.
+ *
+ * A request is terminal exactly once (serve__req_end): it leaves the
+ * registry (drain and status see it go), and its memory is freed in its
+ * timer's close callback, after which no callback can name it.
+ */
+#include "daemon/serve_int.h"
+#include "conf/util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
+{
+	struct serve_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->s = s;
+	r->kind = kind;
+	r->t_arrive_ns = kvd_now_ns();
+	r->free_job = compute_free_job_new();
+	if (!r->free_job || uv_timer_init(&s->d->loop, &r->timer)) {
+		compute_job_free(r->free_job);
+		free(r);
+		return NULL;
+	}
+	r->timer.data = r;
+	r->next = s->reqs;
+	if (s->reqs)
+		s->reqs->prev = r;
+	s->reqs = r;
+	s->n_reqs++;
+	return r;
+}
+
+struct serve_req *serve__req_find(struct serve *s, uint64_t id)
+{
+	for (struct serve_req *r = s->reqs; r; r = r->next)
+		if (r->registered && r->reg.id == id && !r->ended)
+			return r;
+	return NULL;
+}
+
+void serve__req_register(struct serve_req *r)
+{
+	kvd_request_register(r->s->reqtab, &r->reg, &r->rops->reg);
+	r->registered = true;
+}
+
+static void serve_req_free_cb(uv_handle_t *h)
+{
+	struct serve_req *r = h->data;
+	struct serve *s = r->s;
+
+	if (r->dt_init)
+		detok_deinit(&r->dt);
+	compute_job_free(r->free_job);
+	free(r->prompt);
+	free(r->table);
+	free(r->rx.got);
+	free(r->dst);
+	free(r->src);
+	free(r);
+	s->closes_pending--;
+}
+
+void serve__req_end(struct serve_req *r, bool ok)
+{
+	struct serve *s = r->s;
+
+	if (r->ended)
+		return;
+	r->ended = true;
+	KVD_ASSERT(s->log, !r->client,
+		   "id=%llu msg=\"a request ends still attached to its client\"",
+		   (unsigned long long)r->reg.id);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		s->reqs = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	s->n_reqs--;
+	s->closes_pending++;
+	uv_close((uv_handle_t *)&r->timer, serve_req_free_cb);
+	/* last: ending may complete a SIGTERM drain and stop the node */
+	if (r->registered)
+		kvd_request_end(s->reqtab, &r->reg, ok);
+}
+
+void serve__timer_start(struct serve_req *r, uint64_t ms, uv_timer_cb cb)
+{
+	if (!r->ended)
+		uv_timer_start(&r->timer, cb, ms, 0);
+}
+
+void serve__timer_stop(struct serve_req *r)
+{
+	if (!r->ended)
+		uv_timer_stop(&r->timer);
+}
+
+const struct machine_step *serve__req_step(struct serve_req *r,
+					   const struct machine *m,
+					   unsigned event)
+{
+	const struct machine_step *st = machine_step(m, r->state, event);
+	char acts[256];
+
+	if (st->kind == MSTEP_IGNORE) {
+		KVLOG_DEBUG(r->s->log, "req_event_ignored", "id=%llu machine=%s state=%s event=%s",
+			    (unsigned long long)r->reg.id, m->name,
+			    machine_state_name(m, r->state), machine_event_name(m, event));
+		return NULL;
+	}
+	KVD_ASSERT(r->s->log, st->kind == MSTEP_GO && machine_edge(m, r->state, st->next),
+		   "id=%llu machine=%s state=%s event=%s msg=\"no such transition\"",
+		   (unsigned long long)r->reg.id, m->name,
+		   machine_state_name(m, r->state), machine_event_name(m, event));
+	KVLOG_DEBUG(r->s->log, "req_state", "id=%llu machine=%s from=%s event=%s to=%s actions=%s",
+		    (unsigned long long)r->reg.id, m->name,
+		    machine_state_name(m, r->state), machine_event_name(m, event),
+		    machine_state_name(m, st->next),
+		    machine_actions_str(m, st->actions, acts, sizeof(acts)));
+	if (st->next != r->state)
+		serve__timer_stop(r);   /* every phase timer belongs to its state */
+	r->state = st->next;
+	return st;
+}
+
+uint64_t serve__own_limit(struct serve *s)
+{
+	uint64_t lim = s->d->cap.advertised_context;
+
+	return KVD_MIN(lim, s->d->cap.pool_tokens);
+}
+
+int serve__compute_submit(struct serve *s, struct serve_req *r,
+			  const int32_t *prompt, uint32_t n_prompt,
+			  uint32_t max_tokens, bool prefill_only,
+			  const struct kvpool_ref *table, uint32_t n_table,
+			  uint32_t n_cached)
+{
+	struct engine_req_params rp = {
+		.max_tokens = max_tokens, .sampling = r->sp,
+		.prefill_only = prefill_only, .n_cached = n_cached };
+	bool nomem = kvd_fault_fire(&s->fault, KVD_FAULT_COMPUTE_NOMEM);
+	int rc;
+
+	rc = compute_submit(&s->comp, r->reg.id, &rp, prompt, n_prompt, table,
+			    n_table, nomem);
+	return rc;
+}
+
+void serve__compute_free(struct serve *s, struct serve_req *r,
+			 bool release_table, bool quarantine)
+{
+	struct compute_job *j = r->free_job;
+	struct kvpool_ref *release = NULL;
+	uint32_t n_release = 0;
+
+	if (!j)
+		return;   /* queued already: its FREED ends r */
+	r->free_job = NULL;
+	if (release_table && r->table && r->n_table) {
+		release = r->table;
+		n_release = r->n_table;
+		r->table = NULL;
+	}
+	compute_free(&s->comp, j, r->reg.id, r->ereq, release, n_release,
+		     quarantine);
+	r->ereq = NULL;
+}
