@@ -500,6 +500,7 @@ void kvd_daemon_deinit(struct kvd_daemon *d)
 		uv_loop_close(&d->loop);
 		d->loop.data = NULL;
 	}
+	kvd_reqtab_deinit(&d->requests);
 	if (d->pool) {
 		kvpool_free(d->pool);
 		d->pool = NULL;

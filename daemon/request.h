@@ -21,6 +21,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "conf/idmap.h"
+#include "conf/list.h"
+
 struct kvd_daemon;
 struct kvd_request;
 
@@ -39,17 +42,22 @@ struct kvd_request {
 	uint32_t pages;              /* pages reserved */
 	uint64_t admitted_ns;        /* kvd_now_ns() at admission */
 	bool aborting;               /* ops->abort called */
-	struct kvd_request *prev, *next;
+	struct kvd_list link;        /* t->all */
+	struct kvd_idmap_node node;  /* t->byid, under id */
 };
 
 struct kvd_reqtab {
 	struct kvd_daemon *d;
-	struct kvd_request *head;    /* newest first */
+	struct kvd_list all;         /* every registered request, newest first */
+	struct kvd_idmap byid;       /* the same, by id */
 	uint32_t n;
 	uint64_t next_id;
 };
 
+/* t must not move after it (it points into itself). */
 void kvd_reqtab_init(struct kvd_reqtab *t, struct kvd_daemon *d);
+/* Free the lookup table's memory; the requests are their owners'. */
+void kvd_reqtab_deinit(struct kvd_reqtab *t);
 
 /* The node's one registry (d->requests), initialised on first use. Every
  * request owner registers here, so `kvctl abort ID` finds any request and
@@ -65,7 +73,8 @@ struct kvd_reqtab *kvd_daemon_requests(struct kvd_daemon *d);
 int kvd_request_gate(const struct kvd_reqtab *t);
 
 /* Register an admitted request: assigns r->id, counts it admitted, bumps
- * in_flight. Cannot fail (the gate has been passed). */
+ * in_flight. Cannot fail (the gate has been passed): the registry links
+ * r's own nodes and allocates nothing that registration depends on. */
 void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,
 			  const struct kvd_request_ops *ops);
 
@@ -74,6 +83,7 @@ void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,
  * daemon: callers must not rely on anything the stop hooks close). */
 void kvd_request_end(struct kvd_reqtab *t, struct kvd_request *r, bool ok);
 
+/* The registered request `id`, or NULL. O(1); never allocates. */
 struct kvd_request *kvd_reqtab_find(struct kvd_reqtab *t, uint64_t id);
 
 /* Abort request `id` through its owner: 0, KVD_E_NOTFOUND, KVD_E_BUSY

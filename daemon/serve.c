@@ -29,6 +29,7 @@
 #include "conf/util.h"
 #include "conf/keyfile.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <sodium.h>
 #include <signal.h>
@@ -242,14 +243,6 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	return r;
 }
 
-struct serve_req *serve__req_find(struct serve *s, uint64_t id)
-{
-	for (struct serve_req *r = s->reqs; r; r = r->next)
-		if (r->registered && r->reg.id == id && !r->ended)
-			return r;
-	return NULL;
-}
-
 static int serve_req_abort(struct kvd_request *reg, const char *reason);
 
 static const struct kvd_request_ops serve_req_ops[] = {
@@ -257,6 +250,28 @@ static const struct kvd_request_ops serve_req_ops[] = {
 	[SREQ_DECODE] = { "decode", serve_req_abort },
 	[SREQ_PREFILL] = { "prefill", serve_req_abort },
 };
+
+/* The registry is the node's (daemon/ops.c's synthetic requests are in
+ * it too): only an entry whose ops are one of ours is a serve_req. */
+static bool serve_req_ops_ours(const struct kvd_request_ops *ops)
+{
+	for (size_t k = SREQ_LOCAL; k < KVD_ARRAY_SIZE(serve_req_ops); k++)
+		if (ops == &serve_req_ops[k])
+			return true;
+	return false;
+}
+
+struct serve_req *serve__req_find(struct serve *s, uint64_t id)
+{
+	struct kvd_request *reg = kvd_reqtab_find(s->reqtab, id);
+	struct serve_req *r;
+
+	if (!reg || !serve_req_ops_ours(reg->ops))
+		return NULL;
+	r = kvd_container_of(reg, struct serve_req, reg);
+	assert(r->s == s && r->registered);
+	return r->ended ? NULL : r;
+}
 
 void serve__req_register(struct serve_req *r)
 {
