@@ -489,6 +489,15 @@ void kvd_daemon_in_flight_changed(struct kvd_daemon *d)
 		kvd_daemon_stop(d);
 }
 
+struct kvd_reqtab *kvd_daemon_requests(struct kvd_daemon *d)
+{
+	if (!d->requests.d) {
+		kvd_reqtab_init(&d->requests, d);
+		d->requests.on_end = kvd_daemon_in_flight_changed;
+	}
+	return &d->requests;
+}
+
 void kvd_daemon_deinit(struct kvd_daemon *d)
 {
 	if (d->signals_open || d->timers_open) {
@@ -500,6 +509,7 @@ void kvd_daemon_deinit(struct kvd_daemon *d)
 		uv_loop_close(&d->loop);
 		d->loop.data = NULL;
 	}
+	kvd_reqtab_deinit(&d->requests);
 	if (d->pool) {
 		kvpool_free(d->pool);
 		d->pool = NULL;

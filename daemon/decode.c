@@ -379,13 +379,13 @@ static void dreq_client_gone(struct serve_req *r)
 }
 
 static const struct serve_req_ops dreq_local_ops = {
-	.reg = { "generate", dreq_abort },
+	.reg = { "generate", KVD_REQ_SERVE, dreq_abort },
 	.engine_msg = serve__dreq_engine_msg,
 	.client_gone = dreq_client_gone,
 };
 
 static const struct serve_req_ops dreq_decode_ops = {
-	.reg = { "decode", dreq_abort },
+	.reg = { "decode", KVD_REQ_SERVE, dreq_abort },
 	.engine_msg = serve__dreq_engine_msg,
 	.client_gone = dreq_client_gone,
 };

@@ -491,7 +491,7 @@ static int preq_abort(struct kvd_request *reg, const char *reason)
 }
 
 static const struct serve_req_ops preq_ops = {
-	.reg = { "prefill", preq_abort },
+	.reg = { "prefill", KVD_REQ_SERVE, preq_abort },
 	.engine_msg = serve__prefill_engine_msg,
 };
 

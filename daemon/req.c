@@ -43,12 +43,20 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	return r;
 }
 
+/* O(1): the node's registry by id. Synthetic requests (daemon/ops.c)
+ * share it; only an entry of the serve family is a serve_req. */
 struct serve_req *serve__req_find(struct serve *s, uint64_t id)
 {
-	for (struct serve_req *r = s->reqs; r; r = r->next)
-		if (r->registered && r->reg.id == id && !r->ended)
-			return r;
-	return NULL;
+	struct kvd_request *reg = kvd_reqtab_find(s->reqtab, id);
+	struct serve_req *r;
+
+	if (!reg || reg->ops->family != KVD_REQ_SERVE)
+		return NULL;
+	r = kvd_container_of(reg, struct serve_req, reg);
+	KVD_ASSERT(s->log, r->s == s && r->registered,
+		   "id=%llu msg=\"a registered serve request of another serving layer\"",
+		   (unsigned long long)id);
+	return r->ended ? NULL : r;
 }
 
 void serve__req_register(struct serve_req *r)

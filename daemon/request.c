@@ -1,11 +1,14 @@
 /* request.c - the registry of admitted requests.
  *
- * A doubly linked list of requests embedded in their owners, newest first.
- * Lookups by id walk the list: the admin plane looks up one request per
- * operator command, and a node holds at most a few thousand requests, so a
- * hash would buy nothing but code. The registry is the single place where
- * admission and termination are counted, so `status` and drain agree with
- * the owners by construction.
+ * Each request embeds two links: one on a list, newest first, for the
+ * walks (abort_all, counts), and one in a hash map by id (conf/idmap.h)
+ * for lookups, which the serving layer makes for every token and every
+ * batch it routes. Both are intrusive and never allocate per request,
+ * so registration cannot fail; the map's bucket array grows as the node
+ * holds more requests, and a growth without memory only lengthens its
+ * chains. The registry is the single place where admission and
+ * termination are counted, so `status` and drain agree with the owners
+ * by construction.
  */
 #include "daemon/request.h"
 #include "daemon/daemon.h"
@@ -14,13 +17,16 @@
 void kvd_reqtab_init(struct kvd_reqtab *t, struct kvd_daemon *d)
 {
 	*t = (struct kvd_reqtab){ .d = d, .next_id = 1 };
+	kvd_list_init(&t->all);
+	kvd_idmap_init(&t->byid);
 }
 
-struct kvd_reqtab *kvd_daemon_requests(struct kvd_daemon *d)
+void kvd_reqtab_deinit(struct kvd_reqtab *t)
 {
-	if (!d->requests.d)
-		kvd_reqtab_init(&d->requests, d);
-	return &d->requests;
+	if (!t->d)
+		return;
+	kvd_idmap_deinit(&t->byid);
+	t->d = NULL;   /* kvd_daemon_requests would initialise it again */
 }
 
 int kvd_request_gate(const struct kvd_reqtab *t)
@@ -35,11 +41,8 @@ void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,
 	r->ops = ops;
 	r->admitted_ns = kvd_now_ns();
 	r->aborting = false;
-	r->prev = NULL;
-	r->next = t->head;
-	if (t->head)
-		t->head->prev = r;
-	t->head = r;
+	kvd_list_add(&t->all, &r->link);
+	kvd_idmap_insert(&t->byid, &r->node, r->id);
 	t->n++;
 	t->d->counters.admitted++;
 	t->d->in_flight++;
@@ -47,28 +50,23 @@ void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,
 
 void kvd_request_end(struct kvd_reqtab *t, struct kvd_request *r, bool ok)
 {
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		t->head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	r->prev = r->next = NULL;
+	kvd_list_del(&r->link);
+	kvd_idmap_remove(&t->byid, &r->node);
 	t->n--;
 	if (ok)
 		t->d->counters.completed++;
 	else
 		t->d->counters.failed++;
 	t->d->in_flight--;
-	kvd_daemon_in_flight_changed(t->d);
+	if (t->on_end)
+		t->on_end(t->d);   /* last: may complete a drain, stop the node */
 }
 
 struct kvd_request *kvd_reqtab_find(struct kvd_reqtab *t, uint64_t id)
 {
-	for (struct kvd_request *r = t->head; r; r = r->next)
-		if (r->id == id)
-			return r;
-	return NULL;
+	struct kvd_idmap_node *n = kvd_idmap_find(&t->byid, id);
+
+	return n ? kvd_container_of(n, struct kvd_request, node) : NULL;
 }
 
 int kvd_reqtab_abort(struct kvd_reqtab *t, uint64_t id, const char *reason)
@@ -91,10 +89,15 @@ uint32_t kvd_reqtab_abort_all(struct kvd_reqtab *t, const char *reason)
 	 * the whole node): rescan from the head after each, taking the
 	 * first not yet aborting. Each pass marks one, so this ends. */
 	for (;;) {
-		struct kvd_request *r = t->head;
+		struct kvd_list *pos;
+		struct kvd_request *r = NULL;
 
-		while (r && r->aborting)
-			r = r->next;
+		kvd_list_for_each(pos, &t->all) {
+			r = kvd_list_entry(pos, struct kvd_request, link);
+			if (!r->aborting)
+				break;
+			r = NULL;
+		}
 		if (!r)
 			return n;
 		r->aborting = true;

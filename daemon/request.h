@@ -5,7 +5,8 @@
  * its owner and registered here between admission and its terminal state.
  * The registry is how `kvctl abort ID` finds a request, how status counts
  * them, and how drain knows when the node is idle: registration bumps
- * d->in_flight, the end drops it and calls kvd_daemon_in_flight_changed()
+ * d->in_flight, the end drops it and calls t->on_end (the daemon's
+ * kvd_daemon_in_flight_changed())
  * (DRAINING -> DRAINED when it reaches 0).
  *
  * The owner keeps the memory; the registry only links it. Abort goes
@@ -21,11 +22,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "conf/idmap.h"
+#include "conf/list.h"
+
 struct kvd_daemon;
 struct kvd_request;
 
+/* Who embeds a registered request: an owner finds its own requests by id
+ * (kvd_reqtab_find) and converts only those of its family. */
+enum kvd_request_family { KVD_REQ_SYNTHETIC = 0, KVD_REQ_SERVE };
+
 struct kvd_request_ops {
 	const char *kind;   /* "synthetic", "generate", "prefill", "decode" */
+	enum kvd_request_family family;
 	/* Fail the request through its normal failure path. 0 when the abort
 	 * was started (the owner ends the request, now or later); a positive
 	 * KVD_E_* when it cannot be aborted. Called at most once. */
@@ -39,17 +48,25 @@ struct kvd_request {
 	uint32_t pages;              /* pages reserved */
 	uint64_t admitted_ns;        /* kvd_now_ns() at admission */
 	bool aborting;               /* ops->abort called */
-	struct kvd_request *prev, *next;
+	struct kvd_list link;        /* t->all */
+	struct kvd_idmap_node node;  /* t->byid, under id */
 };
 
 struct kvd_reqtab {
 	struct kvd_daemon *d;
-	struct kvd_request *head;    /* newest first */
+	struct kvd_list all;         /* every registered request, newest first */
+	struct kvd_idmap byid;       /* the same, by id */
 	uint32_t n;
 	uint64_t next_id;
+	/* called after every end (the daemon's in-flight count changed:
+	 * a drain may complete); set by kvd_daemon_requests */
+	void (*on_end)(struct kvd_daemon *d);
 };
 
+/* t must not move after it (it points into itself). */
 void kvd_reqtab_init(struct kvd_reqtab *t, struct kvd_daemon *d);
+/* Free the lookup table's memory; the requests are their owners'. */
+void kvd_reqtab_deinit(struct kvd_reqtab *t);
 
 /* The node's one registry (d->requests), initialised on first use. Every
  * request owner registers here, so `kvctl abort ID` finds any request and
@@ -65,7 +82,8 @@ struct kvd_reqtab *kvd_daemon_requests(struct kvd_daemon *d);
 int kvd_request_gate(const struct kvd_reqtab *t);
 
 /* Register an admitted request: assigns r->id, counts it admitted, bumps
- * in_flight. Cannot fail (the gate has been passed). */
+ * in_flight. Cannot fail (the gate has been passed): the registry links
+ * r's own nodes and allocates nothing that registration depends on. */
 void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,
 			  const struct kvd_request_ops *ops);
 
@@ -74,6 +92,7 @@ void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,
  * daemon: callers must not rely on anything the stop hooks close). */
 void kvd_request_end(struct kvd_reqtab *t, struct kvd_request *r, bool ok);
 
+/* The registered request `id`, or NULL. O(1); never allocates. */
 struct kvd_request *kvd_reqtab_find(struct kvd_reqtab *t, uint64_t id);
 
 /* Abort request `id` through its owner: 0, KVD_E_NOTFOUND, KVD_E_BUSY

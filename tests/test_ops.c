@@ -306,6 +306,74 @@ START_TEST(test_gate_counts_nothing)
 }
 END_TEST
 
+/* The registry by id, at the size where a lookup table matters: 3,000
+ * requests registered, found by id (O(1) through conf/idmap), ended out of
+ * order, never found again; abort_all reaches every one still in, through
+ * owners that end themselves inside abort (the walk restarts each time). */
+struct reg_req {
+	struct kvd_request req;
+	unsigned aborts;
+};
+
+static int reg_abort(struct kvd_request *r, const char *reason)
+{
+	(void)reason;
+	kvd_container_of(r, struct reg_req, req)->aborts++;
+	kvd_request_end(kvd_daemon_requests(&d), r, false);
+	return 0;
+}
+
+static const struct kvd_request_ops reg_ops = { "test", KVD_REQ_SYNTHETIC, reg_abort };
+
+START_TEST(test_registry_by_id)
+{
+	enum { N = 3000 };
+	struct kvd_reqtab *t = kvd_daemon_requests(&d);
+	struct reg_req *q = calloc(N, sizeof(*q));
+	uint32_t n_in = N;
+
+	ck_assert_ptr_nonnull(q);
+	for (int i = 0; i < N; i++)
+		kvd_request_register(t, &q[i].req, &reg_ops);
+	ck_assert_uint_eq(t->n, N);
+	ck_assert_uint_eq(d.in_flight, N);
+	for (int i = 0; i < N; i++) {
+		ck_assert_ptr_eq(kvd_reqtab_find(t, q[i].req.id), &q[i].req);
+		if (i)
+			ck_assert_uint_gt(q[i].req.id, q[i - 1].req.id);
+	}
+	/* end every third, from the middle out */
+	for (int i = N / 2; i < N; i += 3, n_in--)
+		kvd_request_end(t, &q[i].req, true);
+	for (int i = N / 2 - 3; i >= 0; i -= 3, n_in--)
+		kvd_request_end(t, &q[i].req, true);
+	ck_assert_uint_eq(t->n, n_in);
+	for (int i = 0; i < N; i++) {
+		bool ended = (i - N / 2) % 3 == 0;
+
+		ck_assert_ptr_eq(kvd_reqtab_find(t, q[i].req.id),
+				 ended ? NULL : &q[i].req);
+	}
+	ck_assert_ptr_null(kvd_reqtab_find(t, 0));
+	ck_assert_ptr_null(kvd_reqtab_find(t, t->next_id));
+	ck_assert_int_eq(kvd_reqtab_abort(t, q[N / 2].req.id, "x"), KVD_E_NOTFOUND);
+	ck_assert_int_eq(kvd_reqtab_abort(t, q[1].req.id, "x"), 0);
+	ck_assert_ptr_null(kvd_reqtab_find(t, q[1].req.id));
+	n_in--;
+	ck_assert_uint_eq(kvd_reqtab_abort_all(t, "drain"), n_in);
+	ck_assert_uint_eq(t->n, 0);
+	ck_assert_uint_eq(d.in_flight, 0);
+	for (int i = 0; i < N; i++) {
+		bool ended = (i - N / 2) % 3 == 0;
+
+		ck_assert_uint_eq(q[i].aborts, ended ? 0 : 1);
+		ck_assert_ptr_null(kvd_reqtab_find(t, q[i].req.id));
+	}
+	ck_assert_uint_eq(t->byid.grow_failed, 0);
+	free(q);
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
 	Suite *s = suite_create("ops");
@@ -317,6 +385,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_abort);
 	tcase_add_test(tc, test_full_and_status);
 	tcase_add_test(tc, test_gate_counts_nothing);
+	tcase_add_test(tc, test_registry_by_id);
 	suite_add_tcase(s, tc);
 	return s;
 }

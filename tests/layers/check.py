@@ -4,6 +4,7 @@ calls it (issue 9): the call graph between daemon/'s source files, read
 from their object files with nm, must have no cycle.
 
     check.py OBJ...      (each OBJ named after its source: x.c.o)
+    check.py             (the objects of daemon/ in $KVD_BUILD)
 
 A call through a function pointer is not an edge: that is how a lower
 file reaches what a role sets (struct serve_req_ops, serve->admit). An
@@ -11,6 +12,7 @@ edge is a global symbol one object defines and another uses. Prints the
 layers it found (each file after every file it calls) or every cycle,
 and exits 1 on a cycle.
 """
+import glob
 import os
 import subprocess
 import sys
@@ -27,8 +29,12 @@ def symbols(obj):
 
 
 def main(objs):
+    if not objs and os.environ.get("KVD_BUILD"):
+        b = os.environ["KVD_BUILD"]
+        objs = sorted(glob.glob(os.path.join(b, "daemon", "libkvd_daemon.a.p", "*.o")) +
+                      glob.glob(os.path.join(b, "kvd.p", "daemon_*.o")))
     if not objs:
-        print("usage: check.py OBJ...", file=sys.stderr)
+        print("usage: check.py OBJ... (or KVD_BUILD set)", file=sys.stderr)
         return 2
     name = {o: os.path.basename(o).replace(".c.o", ".c").split("_", 1)[-1]
             if os.path.basename(o).startswith("daemon_") else
