@@ -212,6 +212,7 @@ void serve__client_detach(struct serve_req *r)
 	if (c) {
 		c->n_reqs--;
 		r->client = NULL;
+		kvd_list_del(&r->client_node);
 		/* a half-closed client had its last answer: flush, then close */
 		if (c->eof && c->n_reqs == 0)
 			client_conn_end(c);
@@ -326,6 +327,7 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 	}
 	r->client = c;
 	c->n_reqs++;
+	kvd_list_add_tail(&c->reqs, &r->client_node);
 	r->client_id = q.id;
 	r->prompt = ids;
 	r->n_prompt = n_ids;
@@ -366,31 +368,26 @@ static void client_conn_closed(uv_handle_t *h)
 static void client_conn_close(struct client_conn *c)
 {
 	struct serve *s = c->s;
-	struct serve_req *r, *next;
+	struct kvd_list *pos, *nxt;
 
 	if (c->closing)
 		return;
 	c->closing = true;
 	c->eof = false;   /* no shutdown from the detaches below */
-	for (r = s->reqs; r; r = next) {
-		next = r->next;
-		if (r->client == c) {
-			if (!r->answered)
-				KVLOG_INFO(s->log, "client_gone",
-					   "id=%llu client_id=%llu state=%s",
-					   (unsigned long long)r->reg.id,
-					   (unsigned long long)r->client_id,
-					   machine_state_name(&dreq_machine, r->state));
-			r->rops->client_gone(r);
-			serve__client_detach(r);
-		}
+	/* a request leaving may end (and detach) itself, never another one */
+	kvd_list_for_each_safe(pos, nxt, &c->reqs) {
+		struct serve_req *r = kvd_list_entry(pos, struct serve_req, client_node);
+
+		if (!r->answered)
+			KVLOG_INFO(s->log, "client_gone",
+				   "id=%llu client_id=%llu state=%s",
+				   (unsigned long long)r->reg.id,
+				   (unsigned long long)r->client_id,
+				   machine_state_name(&dreq_machine, r->state));
+		r->rops->client_gone(r);
+		serve__client_detach(r);
 	}
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->clients = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	kvd_list_del(&c->node);
 	if (c->counted)
 		s->n_clients--;
 	s->closes_pending++;
@@ -437,12 +434,12 @@ void serve__client_sweep(struct serve *s)
 	uint64_t now = kvd_now_ns();
 	uint64_t read_ns = (uint64_t)cfg->client_read_timeout_ms * 1000000u;
 	uint64_t idle_ns = (uint64_t)cfg->client_idle_timeout_ms * 1000000u;
-	struct client_conn *c, *next;
+	struct kvd_list *pos, *nxt;
 
-	for (c = s->clients; c; c = next) {
+	kvd_list_for_each_safe(pos, nxt, &s->clients) {
+		struct client_conn *c = kvd_list_entry(pos, struct client_conn, node);
 		int rc;
 
-		next = c->next;
 		if (c->closing)
 			continue;
 		if (c->doom) {
@@ -595,10 +592,8 @@ static void client_accept(uv_stream_t *server, int status)
 	frame_decoder_init(&c->dec, PROTO_CLIENT_FRAME_MAX);
 	wbound_init(&c->wb, &c->h.stream, &lim, client_alloc, client_read);
 	wbound_on_write(&c->wb, client_written);
-	c->next = s->clients;
-	if (s->clients)
-		s->clients->prev = c;
-	s->clients = c;
+	kvd_list_init(&c->reqs);
+	kvd_list_add(&s->clients, &c->node);
 	if (uv_accept(server, &c->h.stream)) {
 		client_conn_close(c);
 		return;
@@ -753,6 +748,6 @@ void serve__client_close_all(struct serve *s)
 		uv_close(&l->h.handle, listener_closed);
 	}
 	s->n_listeners = 0;
-	while (s->clients)
-		client_conn_close(s->clients);
+	while (!kvd_list_empty(&s->clients))
+		client_conn_close(kvd_list_entry(s->clients.next, struct client_conn, node));
 }

@@ -121,11 +121,20 @@ static struct compute_msg *compute_run_job(struct compute *c,
 	free(compute_done_take(c, NULL, j->owner));
 	if (j->req)
 		engine_req_free(c->eng, j->req);
-	if (j->release && j->n_release && j->quarantine)
-		(void)kvpool_quarantine(c->pool, j->owner, j->release, j->n_release);
-	else if (j->release && j->n_release)
-		(void)kvpool_release(c->pool, j->owner, j->release, j->n_release);
 	m->kind = COMPUTE_MSG_FREED;
+	m->error = 0;
+	if (j->release && j->n_release) {
+		int rc = j->quarantine ?
+			kvpool_quarantine(c->pool, j->owner, j->release, j->n_release) :
+			kvpool_release(c->pool, j->owner, j->release, j->n_release);
+
+		/* the pool refused: it and the owner disagree about these
+		 * pages, so none may go back to the free list (a second
+		 * refusal leaves them where they are: still not free) */
+		if (rc && !j->quarantine)
+			(void)kvpool_quarantine(c->pool, j->owner, j->release, j->n_release);
+		m->error = rc;   /* the loop logs the breach */
+	}
 	return m;
 }
 

@@ -64,7 +64,11 @@ struct compute_msg {
 	struct compute_msg *next;
 	uint64_t owner;
 	struct engine_req *req;
-	int error;                       /* SUBMITTED: submit's code; DONE */
+	int error;                       /* SUBMITTED: submit's code; DONE;
+					  * FREED: the pool's code when it
+					  * refused to take the pages back
+					  * (an invariant breach: they were
+					  * quarantined instead) */
 	int32_t token;                   /* TOKEN */
 	uint32_t pos;
 	enum engine_finish finish;       /* DONE */

@@ -26,6 +26,7 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	if (!r)
 		return NULL;
 	r->s = s;
+	kvd_list_init(&r->client_node);
 	r->kind = kind;
 	r->t_arrive_ns = kvd_now_ns();
 	r->free_job = compute_free_job_new();

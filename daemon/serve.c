@@ -46,6 +46,10 @@ static void serve_compute_deliver(void *arg, struct compute_msg *m)
 	struct serve *s = arg;
 	struct serve_req *r = serve__req_find(s, m->owner);
 
+	if (m->kind == COMPUTE_MSG_FREED && m->error)
+		KVLOG_ERR(s->log, "invariant_breach",
+			  "id=%llu op=release code=%d msg=\"the pool refused the pages of a freed request; quarantined\"",
+			  (unsigned long long)m->owner, m->error);
 	if (r)
 		r->rops->engine_msg(r, m);
 }
@@ -275,6 +279,7 @@ int serve_start(struct kvd_daemon *d)
 		return -ENOMEM;
 	s->d = d;
 	s->log = &d->log;
+	kvd_list_init(&s->clients);
 	s->reqtab = kvd_daemon_requests(d);
 	if (kvd_fault_parse(&s->fault, spec, &bad)) {
 		KVLOG_ERR(s->log, "fault_spec", "spec=%s at=%s", KVLOG_Q(spec),

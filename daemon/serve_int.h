@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "conf/list.h"
 #include "daemon/compute.h"
 #include "daemon/daemon.h"
 #include "daemon/machine.h"
@@ -72,6 +73,7 @@ struct serve_req {
 
 	/* what the client asked */
 	struct client_conn *client;      /* NULL once the client left */
+	struct kvd_list client_node;     /* on client->reqs while attached */
 	uint64_t client_id;
 	int32_t *prompt;                 /* (n_prompt) */
 	uint32_t n_prompt;
@@ -141,7 +143,8 @@ struct client_conn {
 		uv_stream_t stream;
 	} h;
 	struct frame_decoder dec;
-	struct client_conn *prev, *next;
+	struct kvd_list node;            /* on serve->clients */
+	struct kvd_list reqs;            /* its requests (serve_req.client_node) */
 	bool closing;
 	uint32_t n_reqs;                 /* requests that still point here */
 	/* bounds (invariant 11), judged by serve__client_sweep */
@@ -267,7 +270,7 @@ struct serve {
 
 	struct client_listener listeners[4];
 	unsigned n_listeners;
-	struct client_conn *clients;
+	struct kvd_list clients;         /* client connections (client_conn.node) */
 
 	struct peer peers[KVD_MAX_PEERS];
 	unsigned n_peers;
