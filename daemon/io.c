@@ -54,12 +54,7 @@ int serve__write(uv_stream_t *st, char *data, size_t len)
 }
 
 struct serve_drop {
-	union {
-		uv_tcp_t tcp;
-		uv_pipe_t pipe;
-		uv_handle_t handle;
-		uv_stream_t stream;
-	} h;
+	union serve_stream h;
 	struct serve *s;
 };
 

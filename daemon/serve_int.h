@@ -134,14 +134,18 @@ struct serve_req {
 
 /* ---- connections -------------------------------------------------------- */
 
+/* A stream handle that is a TCP socket or a unix pipe (client listeners
+ * and connections, a refused connection): one storage, seen as either. */
+union serve_stream {
+	uv_tcp_t tcp;
+	uv_pipe_t pipe;
+	uv_handle_t handle;
+	uv_stream_t stream;
+};
+
 struct client_conn {
 	struct serve *s;
-	union {
-		uv_tcp_t tcp;
-		uv_pipe_t pipe;
-		uv_handle_t handle;
-		uv_stream_t stream;
-	} h;
+	union serve_stream h;
 	struct frame_decoder dec;
 	struct kvd_list node;            /* on serve->clients */
 	struct kvd_list reqs;            /* its requests (serve_req.client_node) */
@@ -163,12 +167,7 @@ struct client_conn {
 
 struct client_listener {
 	struct serve *s;
-	union {
-		uv_tcp_t tcp;
-		uv_pipe_t pipe;
-		uv_handle_t handle;
-		uv_stream_t stream;
-	} h;
+	union serve_stream h;
 	bool is_pipe;
 	char path[256];                  /* unix: socket path to unlink */
 };
