@@ -172,7 +172,7 @@ static int tcp_fill_batch(struct tcp_transport *tt, struct xfer_batch *b,
 /* Zero-copy: the batch goes out as (header + entries), then per page its
  * destination tag and the page's K/V straight from the pool. Safe because
  * a sender holds its source pages until every send callback has fired
- * (daemon/serve_prefill.c frees only with no send pending). Host-visible
+ * (daemon/prefill.c frees only with no send pending). Host-visible
  * pools only; fault points use the copy path. */
 static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
 			uint64_t request_id, uint32_t seq,

@@ -257,7 +257,7 @@ inline pool_mark_ready(r) {
 }
 
 /* ======================================================================
- * Decode (daemon/serve_decode.c)
+ * Decode (daemon/decode.c)
  * ====================================================================== */
 
 /* decode_pages_free_now(): unfence, release, now. */
@@ -604,7 +604,7 @@ end_nic:
 }
 
 /* ======================================================================
- * Prefill (daemon/serve_prefill.c)
+ * Prefill (daemon/prefill.c)
  * ====================================================================== */
 
 /* prefill_abort_maybe_finish() + prefill_ack_abort(): once nothing of r
