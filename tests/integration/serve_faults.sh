@@ -125,7 +125,7 @@ check "slow_abort_ack: prefill delayed its ack" plog "point=slow_abort_ack"
 # the pages stayed fenced until the ack that came a second late: decode's
 # own measure, whatever the machine's load did to this script's timing
 check "slow_abort_ack: decode ended the abort handshake" wait_log "$T/df.log" "event=abort_done " 10 "$MD"
-fms=$(log_since "$T/df.log" "$MD" | grep -o 'event=abort_done id=[0-9]* fenced_ms=[0-9]*' | tail -1 | sed 's/.*fenced_ms=//')
+fms=$(log_since "$T/df.log" "$MD" | grep -o 'event=abort_done id=[0-9]* fenced_ms=[0-9]*' | tail -1 | sed 's/.*fenced_ms=//' || true)
 check "slow_abort_ack: decode kept the prefix pages fenced until the delayed ack (${fms:-?} ms >= 900)" \
 	test "${fms:-0}" -ge 900
 after slow_abort_ack
@@ -251,7 +251,7 @@ check "retag_ready: INTEGRITY reaches the client" err_is INTEGRITY
 check "retag_ready: decode broke a tag after mark_ready" dlog "point=retag_ready"
 check "retag_ready: the lent pages were quarantined, not released" \
 	dlog "event=pages_quarantined .*reason=engine_integrity"
-QUAR=$(log_since "$T/df.log" "$MD" | grep -o "event=pages_quarantined .*reason=engine_integrity" | tail -1 | sed 's/.*pages=\([0-9]*\).*/\1/')
+QUAR=$(log_since "$T/df.log" "$MD" | grep -o "event=pages_quarantined .*reason=engine_integrity" | tail -1 | sed 's/.*pages=\([0-9]*\).*/\1/' || true)
 after retag_ready
 
 # --- one batch naming the same page twice (coverage, invariant 6) ---------

@@ -201,7 +201,7 @@ ran_no_token() { no_token "$1" && sent_since "$2" "$3"; }
 # last_sent_id NAME MARK: the id of the latest prefill_request decode NAME
 # sent after MARK (empty if none).
 last_sent_id() {
-	log_since "$T/$1.log" "$2" | grep -o 'event=prefill_sent id=[0-9]*' | tail -1 | sed 's/.*id=//'
+	log_since "$T/$1.log" "$2" | grep -o 'event=prefill_sent id=[0-9]*' | tail -1 | sed 's/.*id=//' || true
 }
 
 # same_ids A B: two JSON outputs carry the same non-empty output_ids.
