@@ -45,7 +45,7 @@ check "check-config accepts a good config" quiet "$KVD" --check-config --config 
 # --- undersized pool, policy refuse: exit 78, verdict=insufficient, no socket ---
 { base; printf '[kv]\npool_tokens = 1000\n'; } >"$T/small.ini"
 set +e
-"$KVD" --config "$T/small.ini" 2>"$T/small.log"
+timeout 20 "$KVD" --config "$T/small.ini" 2>"$T/small.log"   # a node that starts would never exit
 rc=$?
 set -e
 check "undersized pool exits 78" [ $rc -eq 78 ]
@@ -75,7 +75,7 @@ check "stop logged" grep -q 'event=stopped' "$T/clamp.log"
 # that knows its pool is short and says "ok" ---
 { base; printf '[kv]\npool_tokens = 2304\ncapacity_margin = 1.25\n'; } >"$T/margin.ini"
 set +e
-"$KVD" --config "$T/margin.ini" 2>"$T/margin.log"
+timeout 20 "$KVD" --config "$T/margin.ini" 2>"$T/margin.log"
 rc=$?
 set -e
 check "pool between context and context x margin: exits 78" [ $rc -eq 78 ]
