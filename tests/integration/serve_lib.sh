@@ -15,6 +15,16 @@ next_port() {
 	done
 }
 
+# listening PORT: something listens on 127.0.0.1:PORT (without
+# connecting to it, where ss is installed).
+listening() {
+	if command -v ss >/dev/null 2>&1; then
+		ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
+	else
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+	fi
+}
+
 # gen_model OUT [extra kvctl model make args]: a small deterministic model.
 gen_model() {
 	local out=$1; shift
