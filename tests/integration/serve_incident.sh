@@ -86,7 +86,7 @@ start_node di KVD_FAULT=skip_decode_admission
 check "decode (admission off) paired again" wait_up di
 out=$(gen "$C_PORT" --tokens "$LONG" --max-tokens 16 || true)
 check "prefill admission: PROMPT_TOO_LONG reaches the client" test "$(echo "$out" | json_get error)" = PROMPT_TOO_LONG
-check "prefill admission: never tokens" test -z "$(echo "$out" | json_get output_ids)"
+check "prefill admission: never tokens" no_token "$out"
 check "decode really skipped its check" grep -q "event=fault point=skip_decode_admission" "$T/di.log"
 check "prefill logged why" grep -q "event=admission_reject .*reason=prompt_too_long prompt_tokens=200 max_tokens=16 need=216 limit=128" "$T/pi.log"
 check "decode logged prefill's typed rejection" grep -q "event=prefill_rejected .*code=PROMPT_TOO_LONG" "$T/di.log"
