@@ -75,8 +75,15 @@ write_node pa prefill "$T/gen_f32.gguf" "listen.peer=127.0.0.1:$PA"
 write_node pb prefill "$T/gen_f32.gguf" "listen.peer=127.0.0.1:$PB"
 write_node dm decode "$T/gen_f32.gguf" "listen.client=127.0.0.1:$DC" \
 	"peers.prefill=127.0.0.1:$PA,127.0.0.1:$PB"
-start_node pa
-start_node pb
+# Decode picks the peer with the fewer requests in transfer: the 12
+# requests spread only if they overlap, which a loaded machine does not
+# promise (each may end before the next arrives, and all go to the first
+# peer). In fault-point builds slow_batch makes every transfer last
+# 300 ms, so they do.
+SLOW=()
+grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h" && SLOW=(KVD_FAULT=slow_batch)
+start_node pa "${SLOW[@]}"
+start_node pb "${SLOW[@]}"
 start_node dm
 two_up() { [ "$(log_count "$T/dm.log" "event=peer_up ")" -ge 2 ]; }
 check "decode paired with both prefill peers" wait_for 30 two_up
