@@ -27,6 +27,8 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_STUCK_SUBMIT] = "stuck_submit",
 	[KVD_FAULT_NAN_KV] = "nan_kv",
 	[KVD_FAULT_COMPUTE_NOMEM] = "compute_nomem",
+	[KVD_FAULT_BAD_ENTRY_INDEX] = "bad_entry_index",
+	[KVD_FAULT_BAD_ENTRY_TOKENS] = "bad_entry_tokens",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

@@ -35,6 +35,15 @@
  *                        messages of the next request submitted (its
  *                        tokens cannot be reported): the request must
  *                        still end, with an error, and free its pages
+ *   bad_entry_index      the sender names page index 0xffff (beyond any
+ *                        request's prefix) in a batch's first entry
+ *   bad_entry_tokens     the sender claims one token more than the first
+ *                        entry of a batch holds
+ *
+ * The transport's points (corrupt_batch, cut_peer_mid_batch, bad_tag,
+ * bad_entry_index, bad_entry_tokens) fire on both send paths: the copy
+ * path (sealed links, device pools) and the zero-copy path (keyless links
+ * from a host pool); each fault line names the path it took.
  *
  * In a build without fault points kvd_fault_fire() is constant false and
  * the compiler removes every fault branch.
@@ -60,6 +69,8 @@ enum kvd_fault_point {
 	KVD_FAULT_STUCK_SUBMIT,
 	KVD_FAULT_NAN_KV,
 	KVD_FAULT_COMPUTE_NOMEM,
+	KVD_FAULT_BAD_ENTRY_INDEX,
+	KVD_FAULT_BAD_ENTRY_TOKENS,
 	KVD_FAULT__N,
 };
 

@@ -11,7 +11,7 @@
  * straight from the pool as iovecs, so the source pages are read until
  * the write callback fires - the sender must hold them until then
  * (transport.h; prefill keeps its pages while sends_pending > 0). Other
- * pools (and the fault points) take the copy path: the pages are copied
+ * pools and sealed links take the copy path: the pages are copied
  * into a batch buffer during send() through the kvmem backend, tags
  * rewritten, checksummed, and the buffer lives until the write callback.
  *
@@ -22,7 +22,11 @@
  *
  * Fault points (tests only): corrupt_batch flips one payload byte after the
  * checksum is computed; cut_peer_mid_batch writes half a batch and shuts
- * the connection down; bad_tag writes one page's tag for another owner.
+ * the connection down; bad_tag writes one page's tag for another owner;
+ * bad_entry_index and bad_entry_tokens misstate the first entry of a
+ * batch. Each fires on whichever send path the batch takes, so the tests
+ * reach the zero-copy path (keyless links) as well as the copy path, and
+ * each fault line says which (path=copy|zero_copy).
  */
 #include "net/transport.h"
 #include "conf/util.h"
@@ -134,6 +138,43 @@ static void tcp_write_cb(uv_write_t *req, int status)
 	cb(arg, status);
 }
 
+/* Fault points on a batch's first entry: *e is the sender's own copy,
+ * so the tag written from it agrees with the lie (decode's entry check,
+ * not its tag check, must catch it). */
+static void tcp_fault_entry(const struct transport_cfg *c, struct xfer_entry *e,
+			    uint64_t request_id, const char *path)
+{
+	if (kvd_fault_fire(c->fault, KVD_FAULT_BAD_ENTRY_INDEX)) {
+		KVLOG_WARN(c->log, "fault",
+			   "point=bad_entry_index request=%llu index=%u claimed=65535 path=%s",
+			   (unsigned long long)request_id, e->index, path);
+		e->index = 0xffff;
+	}
+	if (kvd_fault_fire(c->fault, KVD_FAULT_BAD_ENTRY_TOKENS)) {
+		KVLOG_WARN(c->log, "fault",
+			   "point=bad_entry_tokens request=%llu index=%u tokens=%u claimed=%u path=%s",
+			   (unsigned long long)request_id, e->index, e->tokens,
+			   e->tokens + 1, path);
+		e->tokens++;
+	}
+}
+
+/* The tag of the page an entry names; bad_tag (first entry only) names
+ * another owner. */
+static void tcp_tag(const struct transport_cfg *c, struct kvtag *tag,
+		    const struct xfer_entry *e, uint64_t request_id, uint32_t i,
+		    const char *path)
+{
+	uint64_t owner = request_id;
+
+	if (i == 0 && kvd_fault_fire(c->fault, KVD_FAULT_BAD_TAG)) {
+		KVLOG_WARN(c->log, "fault", "point=bad_tag request=%llu page=%u path=%s",
+			   (unsigned long long)request_id, e->dst_page, path);
+		owner = request_id + 1;
+	}
+	kvtag_make(tag, owner, e->dst_gen, e->dst_page, e->index, e->tokens);
+}
+
 /* Copy pages[0..n) into b, each with its destination tag. */
 static int tcp_fill_batch(struct tcp_transport *tt, struct xfer_batch *b,
 			  const struct transport_page *pages, uint32_t n,
@@ -142,7 +183,7 @@ static int tcp_fill_batch(struct tcp_transport *tt, struct xfer_batch *b,
 	const struct transport_cfg *c = &tt->base.cfg;
 
 	for (uint32_t i = 0; i < n; i++) {
-		const struct xfer_entry *e = &pages[i].dst;
+		struct xfer_entry e = pages[i].dst;
 		void *src = kvpool_page_addr(c->pool, pages[i].src_page);
 		struct kvtag tag;
 		uint8_t *slot;
@@ -150,30 +191,51 @@ static int tcp_fill_batch(struct tcp_transport *tt, struct xfer_batch *b,
 
 		if (!src)
 			return -EINVAL;
-		r = xfer_batch_add(b, e, &slot);
+		if (i == 0)
+			tcp_fault_entry(c, &e, request_id, "copy");
+		r = xfer_batch_add(b, &e, &slot);
 		if (r)
 			return -E2BIG;
 		r = c->mem->ops->read(c->mem->ctx, slot, src, c->page_bytes);
 		if (r)
 			return r;
-		kvtag_make(&tag, request_id, e->dst_gen, e->dst_page, e->index,
-			   e->tokens);
-		if (i == 0 && kvd_fault_fire(c->fault, KVD_FAULT_BAD_TAG)) {
-			KVLOG_WARN(c->log, "fault", "point=bad_tag request=%llu page=%u",
-				   (unsigned long long)request_id, e->dst_page);
-			kvtag_make(&tag, request_id + 1, e->dst_gen, e->dst_page,
-				   e->index, e->tokens);
-		}
+		tcp_tag(c, &tag, &e, request_id, i, "copy");
 		memcpy(slot, &tag, sizeof(tag));
 	}
 	return 0;
+}
+
+/* cut_peer_mid_batch on the zero-copy path: keep the first half of the
+ * batch's bytes (iov[0..k) trimmed in place); returns the pieces left. */
+static uint32_t tcp_iov_cut(const struct transport_cfg *c, struct iovec *iov,
+			    uint32_t k, uint64_t request_id, uint32_t seq)
+{
+	size_t total = 0, keep;
+	uint32_t i;
+
+	for (i = 0; i < k; i++)
+		total += iov[i].iov_len;
+	keep = total / 2;
+	KVLOG_WARN(c->log, "fault",
+		   "point=cut_peer_mid_batch request=%llu seq=%u bytes=%zu path=zero_copy",
+		   (unsigned long long)request_id, seq, keep);
+	for (i = 0; i < k && keep > 0; i++) {
+		if (iov[i].iov_len >= keep) {
+			iov[i].iov_len = keep;
+			return i + 1;
+		}
+		keep -= iov[i].iov_len;
+	}
+	return i ? i : 1;
 }
 
 /* Zero-copy: the batch goes out as (header + entries), then per page its
  * destination tag and the page's K/V straight from the pool. Safe because
  * a sender holds its source pages until every send callback has fired
  * (daemon/prefill.c frees only with no send pending). Host-visible
- * pools only; fault points use the copy path. */
+ * pools only. The fault points never touch the pool: corrupt_batch flips
+ * a byte of the first tag (in s->head), cut_peer_mid_batch trims the
+ * iovecs to half the batch. */
 static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
 			uint64_t request_id, uint32_t seq,
 			const struct transport_page *pages, uint32_t n)
@@ -193,7 +255,7 @@ static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
 	xfer_hdr_write(s->head, request_id, seq, n, c->page_bytes, c->checksum);
 	iov[k++] = (struct iovec){ s->head, meta };
 	for (uint32_t i = 0; i < n; i++) {
-		const struct xfer_entry *e = &pages[i].dst;
+		struct xfer_entry e = pages[i].dst;
 		uint8_t *src = kvpool_page_addr(c->pool, pages[i].src_page);
 		uint8_t *tag = s->head + meta + (size_t)i * KVTAG_BYTES;
 		struct kvtag tg;
@@ -202,8 +264,10 @@ static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
 			free(iov);
 			return -EINVAL;
 		}
-		xfer_entry_write(s->head + XFER_HDR_BYTES + (size_t)i * XFER_ENTRY_BYTES, e);
-		kvtag_make(&tg, request_id, e->dst_gen, e->dst_page, e->index, e->tokens);
+		if (i == 0)
+			tcp_fault_entry(c, &e, request_id, "zero_copy");
+		xfer_entry_write(s->head + XFER_HDR_BYTES + (size_t)i * XFER_ENTRY_BYTES, &e);
+		tcp_tag(c, &tg, &e, request_id, i, "zero_copy");
 		memcpy(tag, &tg, KVTAG_BYTES);
 		iov[k++] = (struct iovec){ tag, KVTAG_BYTES };
 		iov[k++] = (struct iovec){ src + KVTAG_BYTES, c->page_bytes - KVTAG_BYTES };
@@ -215,6 +279,15 @@ static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
 		if (c->checksum_ns)
 			*c->checksum_ns += kvd_now_ns() - t0;
 	}
+	if (kvd_fault_fire(c->fault, KVD_FAULT_CORRUPT_BATCH)) {
+		s->head[meta] ^= 0x01;
+		KVLOG_WARN(c->log, "fault", "point=corrupt_batch request=%llu seq=%u path=zero_copy",
+			   (unsigned long long)request_id, seq);
+	}
+	if (kvd_fault_fire(c->fault, KVD_FAULT_CUT_PEER_MID_BATCH)) {
+		k = tcp_iov_cut(c, iov, k, request_id, seq);
+		s->cut = true;
+	}
 	for (uint32_t i = 0; i < k; i++)
 		s->bufs[i] = uv_buf_init(iov[i].iov_base, (unsigned)iov[i].iov_len);
 	free(iov);
@@ -225,10 +298,7 @@ static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
  * buffer, and sealing in place must not touch the pool. */
 static bool tcp_zero_copy(const struct transport_cfg *c)
 {
-	return c->mem->ops->host_visible && !c->seal &&
-	       !kvd_fault_armed(c->fault, KVD_FAULT_CORRUPT_BATCH) &&
-	       !kvd_fault_armed(c->fault, KVD_FAULT_CUT_PEER_MID_BATCH) &&
-	       !kvd_fault_armed(c->fault, KVD_FAULT_BAD_TAG);
+	return c->mem->ops->host_visible && !c->seal;
 }
 
 /* A kept batch buffer large enough for n pages, or NULL (then the batch
@@ -280,6 +350,8 @@ static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 			free(s);
 			return r;
 		}
+		if (s->cut)
+			tt->dead = true;
 		tt->pending++;
 		return 0;
 	}
@@ -316,14 +388,14 @@ static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 	}
 	if (kvd_fault_fire(c->fault, KVD_FAULT_CORRUPT_BATCH)) {
 		s->batch.buf[len - 1] ^= 0x01;
-		KVLOG_WARN(c->log, "fault", "point=corrupt_batch request=%llu seq=%u",
+		KVLOG_WARN(c->log, "fault", "point=corrupt_batch request=%llu seq=%u path=copy",
 			   (unsigned long long)request_id, seq);
 	}
 	if (kvd_fault_fire(c->fault, KVD_FAULT_CUT_PEER_MID_BATCH)) {
 		s->cut = true;
 		len /= 2;
 		KVLOG_WARN(c->log, "fault",
-			   "point=cut_peer_mid_batch request=%llu seq=%u bytes=%zu",
+			   "point=cut_peer_mid_batch request=%llu seq=%u bytes=%zu path=copy",
 			   (unsigned long long)request_id, seq, len);
 	}
 	buf = uv_buf_init((char *)s->batch.buf, (unsigned)len);

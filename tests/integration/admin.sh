@@ -36,6 +36,10 @@ ok() {
 }
 # json FIELD.PATH < json: print one field of a JSON object
 json() {
+	if command -v jq >/dev/null 2>&1; then
+		jq -r --arg p "$1" 'getpath($p | split("."))'
+		return
+	fi
 	python3 -c 'import json,sys
 v=json.load(sys.stdin)
 for k in sys.argv[1].split("."): v=v[k]
@@ -50,6 +54,17 @@ kvctl() {
 }
 st() {
 	kvctl --json status | json "$1"
+}
+# wait_until SECONDS WHAT CONDITION: poll the shell CONDITION every 50 ms
+# until it holds; a failure (naming WHAT) when SECONDS pass first.
+wait_until() {
+	_n=$(($1 * 20))
+	while [ $_n -gt 0 ]; do
+		if eval "$3"; then return 0; fi
+		sleep 0.05
+		_n=$((_n - 1))
+	done
+	fail "waited $1 s for: $2"
 }
 # rc CMD...: run, print the exit code
 rc() {
@@ -145,11 +160,12 @@ expect "resume" ready "$(kvctl --json resume | json state)"
 expect "admits again" 1 "$(kvctl --json fault load --count 1 --tokens 16 --hold-ms 1 | json admitted)"
 
 # ---- shrink under load ----------------------------------------------------------------
-# 8 requests x 4 pages; released at 300 ms but fenced until 700 ms (the
-# release is deferred until the unfence). Shrink 64 -> 20 pages: 32 free
-# pages retire at once, 12 in use retire when their fences drop.
-sleep 0.1
-kvctl fault load --count 8 --tokens 64 --hold-ms 300 --fence-ms 700 >/dev/null
+# 8 requests x 4 pages; released at 1 s but fenced until 2.5 s (the
+# release is deferred until the unfence; room for a slow kvctl call on a
+# loaded machine). Shrink 64 -> 20 pages: 32 free pages retire at once,
+# 12 in use retire when their fences drop.
+wait_until 10 "the earlier load ended" '[ "$(st in_flight)" = 0 ]'
+kvctl fault load --count 8 --tokens 64 --hold-ms 1000 --fence-ms 2500 >/dev/null
 expect "shrink under load" 0 "$(rc kvctl --json pool resize --tokens 320)"
 expect "shrink: pages after" 20 "$(json pages_after <"$T/out")"
 expect "shrink: retired at once" 32 "$(json retired_now <"$T/out")"
@@ -185,14 +201,14 @@ expect "forced: verdict" insufficient "$(json capacity.verdict <"$T/out")"
 expect "capacity insufficient -> 1" 1 "$(rc kvctl capacity)"
 expect "grow back by bytes" 0 "$(rc kvctl pool resize --bytes 8000000)"
 expect "pages for 8000000 bytes" $((8000000 / $(st pool.page_bytes))) "$(st pool.pages)"
-# 32 pages in use for 1.5 s; shrinking to 16 must wait for 16 of them
-kvctl fault load --count 2 --tokens 256 --hold-ms 1500 >/dev/null
+# 32 pages in use for 4 s; shrinking to 16 must wait for 16 of them
+kvctl fault load --count 2 --tokens 256 --hold-ms 4000 >/dev/null
 expect "shrink timeout -> 1" 1 "$(rc kvctl pool resize --tokens 256 --wait-ms 100)"
 grep -q "timeout" "$T/err" || fail "timeout message: $(cat "$T/err")"
 expect "retiring after timeout" 16 "$(st pool.retiring)"
 expect "capacity counts only staying pages" 256 "$(st capacity.pool_tokens)"
 expect "next resize accepted after a timeout" 0 "$(rc kvctl pool resize --tokens 1024)"
-sleep 1.5
+wait_until 15 "the load ended" '[ "$(st in_flight)" = 0 ]'
 expect "retiring drained later" 0 "$(st pool.retiring)"
 expect "in flight" 0 "$(st in_flight)"
 expect "free == pages" "$(st pool.pages)" "$(st pool.free)"

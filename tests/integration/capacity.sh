@@ -45,7 +45,7 @@ check "check-config accepts a good config" quiet "$KVD" --check-config --config 
 # --- undersized pool, policy refuse: exit 78, verdict=insufficient, no socket ---
 { base; printf '[kv]\npool_tokens = 1000\n'; } >"$T/small.ini"
 set +e
-"$KVD" --config "$T/small.ini" 2>"$T/small.log"
+timeout 20 "$KVD" --config "$T/small.ini" 2>"$T/small.log"   # a node that starts would never exit
 rc=$?
 set -e
 check "undersized pool exits 78" [ $rc -eq 78 ]
@@ -69,6 +69,36 @@ rc=$?
 set -e
 check "SIGTERM stops the node with exit 0" [ $rc -eq 0 ]
 check "stop logged" grep -q 'event=stopped' "$T/clamp.log"
+
+# --- the margin counts: a pool between the context (2048) and context x
+# margin (2560) is insufficient - the incident's own failure mode, a node
+# that knows its pool is short and says "ok" ---
+{ base; printf '[kv]\npool_tokens = 2304\ncapacity_margin = 1.25\n'; } >"$T/margin.ini"
+set +e
+timeout 20 "$KVD" --config "$T/margin.ini" 2>"$T/margin.log"
+rc=$?
+set -e
+check "pool between context and context x margin: exits 78" [ $rc -eq 78 ]
+check "pool between context and context x margin: verdict=insufficient" \
+	grep -q 'event=kv_capacity .*pool_tokens=2304 .*context_length=2048 margin=1.25 required_tokens=2560 .*verdict=insufficient policy=refuse' "$T/margin.log"
+check "pool between context and context x margin: never ready" bash -c '! grep -q "event=ready" "$0"' "$T/margin.log"
+check "check-config refuses it too" bash -c "! \"\$0\" --check-config --config \"\$1\" >/dev/null 2>&1" "$KVD" "$T/margin.ini"
+# the same pool with margin 1: ok (the margin, not the pool, decided)
+{ base; printf '[kv]\npool_tokens = 2304\ncapacity_margin = 1.0\n'; } >"$T/margin1.ini"
+check "the same pool with margin 1.0 passes check-config" quiet "$KVD" --check-config --config "$T/margin1.ini"
+# clamp: starts, advertises what fits with the margin, and the verdict
+# it reports to kvctl is still not ok
+{ base; printf '[kv]\npool_tokens = 2304\ncapacity_margin = 1.25\ncapacity_policy = clamp\n'; } >"$T/marginc.ini"
+"$KVD" --config "$T/marginc.ini" 2>"$T/marginc.log" &
+pid=$!
+PIDS+=("$pid")
+check "margin, clamp: becomes ready" wait_log "$T/marginc.log" 'event=ready' 10
+# 2304 / 1.25 = 1843.2 -> 1843
+check "margin, clamp: advertised_context=1843, verdict=insufficient" \
+	grep -q 'event=kv_capacity .*pool_tokens=2304 .*required_tokens=2560 .*verdict=insufficient policy=clamp advertised_context=1843' "$T/marginc.log"
+v=$("$KVCTL" --socket "$T/admin.sock" --json capacity 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["verdict"])' || true)
+check "margin, clamp: kvctl capacity verdict is not ok ($v)" test "$v" = insufficient
+kill -TERM "$pid"; wait "$pid" || true
 
 # --- enough pool: ok verdict ---
 { base; printf '[kv]\nmemory_bytes = 64M\n'; } >"$T/big.ini"

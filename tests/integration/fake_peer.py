@@ -38,6 +38,13 @@ fake needs no copy of the model.
                                      proof: answers with a guessed proof;
                                      plain: answers auth_hello with a hello);
                                      prints every message type decode sent
+  fake_peer.py [--key FILE] badreq ADDR LOG
+                                     prefill_requests prefill must refuse
+                                     before reserving anything (too few /
+                                     too many destination pages, a token id
+                                     outside the vocabulary), then a good
+                                     one; prints one JSON line per case:
+                                     what prefill answered
   fake_peer.py caplines LOG          print node and pool_tokens of every
                                      event=kv_capacity line (quote-aware)
   fake_peer.py [--key FILE] tail ADDR LOG
@@ -351,6 +358,44 @@ def cmd_tail(addr, log, key=None, encrypt=False):
     return 1 if bad else 0
 
 
+def cmd_badreq(addr, log, key=None, encrypt=False):
+    """Requests that break prefill's admission checks, then a good one."""
+    import json
+    layout = layout_from_log(log)
+    fake = FakeDecode(addr, layout, key=key, encrypt=encrypt)
+    reply = fake.hello()
+    if not reply or reply.get("type") != "hello" or not fake.session:
+        print("fake_peer: no handshake: %r" % (reply,))
+        return 2
+    fake.open_data()
+    pt = layout["page_tokens"]
+    toks = list(range(1, pt + 5))            # two pages' worth
+    two = [(3, 1), (4, 1)]
+    cases = [
+        ("pages_short", toks, two[:1]),
+        ("pages_long", toks, two + [(5, 1)]),
+        ("vocab", toks[:-1] + [99999], two),
+        ("good", toks, two),
+    ]
+    for i, (name, tokens, pages) in enumerate(cases):
+        rid = 100 + i
+        fake.prefill_request(rid, tokens, pages)
+        got = {}
+        if name == "good":
+            n = 0
+            while n < len(pages):
+                hdr, entries, _ = fake.read_batch()
+                n += hdr["n_entries"]
+            got["pages_received"] = n
+        m = fake.next_msg()
+        got.update({k: v for k, v in m.items() if isinstance(v, (str, int, float))})
+        if m.get("type") == "prefill_done":
+            fake.send({"type": "release_ack", "id": rid})
+        print(json.dumps({"case": name, "reply": got}), flush=True)
+    fake.close()
+    return 0
+
+
 def reply_of(sock):
     """What prefill sent back before closing: [messages], then 'closed'."""
     got = []
@@ -601,6 +646,8 @@ def main(argv):
         argv = argv[:1] + argv[3:]
     if len(argv) == 4 and argv[1] == "tail":
         return cmd_tail(argv[2], argv[3], key, encrypt)
+    if len(argv) == 4 and argv[1] == "badreq":
+        return cmd_badreq(argv[2], argv[3], key, encrypt)
     if len(argv) == 4 and argv[1] == "stranger":
         return cmd_stranger(argv[2], argv[3])
     if len(argv) in (4, 5) and argv[1] == "hijack":

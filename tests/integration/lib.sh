@@ -30,21 +30,57 @@ finish() {
 	[ "$FAILS" -eq 0 ]
 }
 
-# The test model: stories260K from shared/, or skip.
+# skip MESSAGE: skip the whole test, loudly (meson counts exit 77 as
+# SKIP; the message goes to stderr so a $(...) caller cannot swallow it).
+skip() {
+	echo "SKIP: $*" >&2
+	echo "SKIP: $*"
+	exit 77
+}
+
+# The test model: stories260K from shared/, or skip. Call it as
+# M=$(shared_model) || exit: the skip's exit status is the subshell's.
 shared_model() {
 	local m=${KVD_SHARED:-}/models/stories260K.gguf
-	if [ ! -f "$m" ]; then echo "skip: $m absent"; exit 77; fi
+	[ -f "$m" ] || skip "$m absent"
 	echo "$m"
 }
 
-# wait_log FILE PATTERN [SECONDS]
-wait_log() {
-	local f=$1 pat=$2 n=$(( ${3:-10} * 20 ))
+# Time budgets. Every wait below is on a condition and returns as soon as
+# it holds, so its budget only bounds a failure; KVD_TEST_TIME_SCALE
+# (an integer, default 1) stretches them all on a slow or loaded machine.
+TSCALE=${KVD_TEST_TIME_SCALE:-1}
+
+# wait_for SECONDS COMMAND...: poll COMMAND every 50 ms until it succeeds
+# (true) or SECONDS x TSCALE pass (false).
+wait_for() {
+	local n=$(( $1 * 20 * TSCALE )); shift
 	while [ $n -gt 0 ]; do
-		grep -q -- "$pat" "$f" 2>/dev/null && return 0
+		"$@" && return 0
 		sleep 0.05; n=$((n - 1))
 	done
-	return 1
+	"$@"
+}
+
+# log_mark FILE: FILE's size in bytes now (0 when absent). Pass it to
+# wait_log / log_since / log_count so that only lines written after the
+# mark - after the action under test - can match.
+log_mark() { stat -c %s "$1" 2>/dev/null || echo 0; }
+
+# log_since FILE [MARK]: FILE from byte MARK on (nothing when absent).
+log_since() { tail -c +$(( ${2:-0} + 1 )) "$1" 2>/dev/null || true; }
+
+# log_has FILE PATTERN [MARK]: a line after MARK matches (grep -E).
+log_has() { log_since "$1" "${3:-0}" | grep -Eq -- "$2"; }
+
+# log_count FILE PATTERN [MARK]: how many lines after MARK match.
+log_count() { log_since "$1" "${3:-0}" | grep -Ec -- "$2" || true; }
+
+# wait_log FILE PATTERN [SECONDS] [MARK]: until a line written after MARK
+# (default: the whole file) matches PATTERN (grep -E). A missing file
+# never matches.
+wait_log() {
+	wait_for "${3:-10}" log_has "$1" "$2" "${4:-0}"
 }
 
 # quiet COMMAND...: run with its output discarded (for use under check)

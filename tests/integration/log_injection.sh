@@ -44,11 +44,14 @@ for node in "$FAIL_LA" "$PASS_LC" 'a\x01b\x1b[2J\x7f"\\'; do
 	$FAKE hello "127.0.0.1:$A_PORT" "$T/la.log" "$node" >/dev/null 2>&1 || true
 done
 check "prefill still serving its peer port" quiet $FAKE hello "127.0.0.1:$A_PORT" "$T/la.log" ok
-sleep 0.5
+# every line a hello makes la write (up, down, its kv_capacity) is out
+# once la has let the fake go: it writes them before it answers status
+no_peers() { [ "$(status_get la peers)" = 0 ]; }
+check "la let every fake peer go" wait_for 10 no_peers
 for node in "$PASS_LC" "$FAIL_LA"; do
 	$FAKE hello "127.0.0.1:$A_PORT" "$T/la.log" "$node" "$BREAK" >/dev/null 2>&1 || true
 done
-sleep 0.5
+check "la let the refused fake peers go" wait_for 10 no_peers
 
 check "every line of the log is one of the node's own" python3 -c '
 import sys

@@ -72,7 +72,8 @@ check "stranger: the real pair still serves exact output" same_ids "$out" "$REF"
 "${FAKE[@]}" crowd "127.0.0.1:$P_PORT" 300 3 > "$T/crowd.out" 2>&1 &
 CPID=$!
 PIDS+=("$CPID")
-sleep 1
+crowd_in() { grep -q "^crowd=" "$T/crowd.out" 2>/dev/null; }
+check "crowd: all 300 connections opened" wait_for 30 crowd_in
 check "crowd: prefill's admin socket answers" quiet timeout 5 "$KVCTL" --socket "$T/pa.sock" status
 out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
 check "crowd: the real pair serves exact output meanwhile" same_ids "$out" "$REF"
@@ -120,16 +121,14 @@ HPID=$!
 PIDS+=("$HPID")
 served=0
 for round in 1 2 3; do
-	ups=$(grep -c "event=peer_up" "$T/pa.log" || true)
 	kill -KILL "$PID_da" 2>/dev/null || true
 	wait "$PID_da" 2>/dev/null || true
+	mp=$(log_mark "$T/pa.log")
+	md=$(log_mark "$T/da.log")
 	start_node da
-	n=400
-	while [ $n -gt 0 ] && [ "$(grep -c "event=peer_up" "$T/pa.log" || true)" -le "$ups" ]; do
-		sleep 0.05; n=$((n - 1))
-	done
-	check "hijack race, restart $round: the real decode paired again" test $n -gt 0
-	wait_log "$T/da.log" "event=peer_capacity" 20 || true
+	check "hijack race, restart $round: the real decode paired again" \
+		wait_log "$T/pa.log" "event=peer_up " 20 "$mp"
+	wait_log "$T/da.log" "event=peer_capacity" 20 "$md" || true
 	for _ in 1 2 3; do
 		out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
 		same_ids "$out" "$REF" && served=$((served + 1))
@@ -150,7 +149,7 @@ for mode in proof plain; do
 	"${FAKE[@]}" rogue "127.0.0.1:$R_PORT" 6 "$mode" > "$T/rogue_$mode.out" 2>&1 &
 	RPID=$!
 	PIDS+=("$RPID")
-	sleep 0.3
+	check "rogue ($mode): listening" wait_for 10 listening "$R_PORT"
 	write_node "dr_$mode" decode "$M" "listen.client=127.0.0.1:$RC_PORT" \
 		"peers.prefill=127.0.0.1:$R_PORT"
 	start_node "dr_$mode"
@@ -164,7 +163,7 @@ for mode in proof plain; do
 	out=$(gen "$RC_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
 	check "rogue ($mode): the client gets NO_PREFILL_PEER" \
 		test "$(echo "$out" | json_get error)" = NO_PREFILL_PEER
-	check "rogue ($mode): no token reached the client" test -z "$(echo "$out" | json_get output_ids)"
+	check "rogue ($mode): no token reached the client" no_token "$out"
 	wait "$RPID" || true
 	echo "# rogue ($mode): $(cat "$T/rogue_$mode.out")"
 	check "rogue ($mode): decode sent the impostor no hello and no prompt" \

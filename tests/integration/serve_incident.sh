@@ -38,10 +38,37 @@ solo_check() { # solo_check LABEL: three requests equal their offline runs
 solo_check "before"
 check "checksum time is measured on decode" test "$(status_get di counters.checksum_ns)" -gt 0
 check "checksum time is measured on prefill" test "$(status_get pi counters.checksum_ns)" -gt 0
+# Decode must refuse before it reserves a page. Its pool is first filled
+# but for 6 pages (synthetic load, fault-point builds): the request needs
+# 14, so a decode that reserved before its admission check, or skipped
+# the check, would answer OVERLOADED and move the pool's figures.
+FAULT=0
+grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h" && FAULT=1
+if [ $FAULT = 1 ]; then
+	load=$("$KVCTL" --socket "$T/di.sock" --json fault load --count 1 --tokens 4000 --hold-ms 60000 2>/dev/null || true)
+	check "decode's pool held by a synthetic load but for 6 pages" test "$(status_get di pool.free)" = 6
+else
+	echo "# fault points not compiled in: decode's pool stays empty (no synthetic load)"
+fi
+free0=$(status_get di pool.free); held0=$(held di)
+ptl0=$(status_get di counters.rejected.prompt_too_long)
+ov0=$(status_get di counters.rejected.overloaded)
+MD=$(log_mark "$T/di.log")
 out=$(gen "$C_PORT" --tokens "$LONG" --max-tokens 16 || true)
 check "decode admission: PROMPT_TOO_LONG reaches the client" test "$(echo "$out" | json_get error)" = PROMPT_TOO_LONG
-check "decode admission: no token emitted" test -z "$(echo "$out" | json_get output_ids)"
-check "decode logged why (need vs the prefill pool)" grep -q "event=admission_reject .*reason=prompt_too_long prompt_tokens=200 max_tokens=16 need=216 limit=128" "$T/di.log"
+check "decode admission: no token emitted" no_token "$out"
+check "decode logged why (need vs the prefill pool)" log_has "$T/di.log" "event=admission_reject .*reason=prompt_too_long prompt_tokens=200 max_tokens=16 need=216 limit=128" "$MD"
+check "decode admission: counted as prompt_too_long, not overloaded" \
+	test "$(status_get di counters.rejected.prompt_too_long)" = $((ptl0 + 1)) -a \
+	"$(status_get di counters.rejected.overloaded)" = "$ov0"
+check "decode admission: no page reserved (free $free0, held $held0 unchanged)" \
+	test "$(status_get di pool.free)" = "$free0" -a "$(held di)" = "$held0"
+check "decode admission: no prefill_request sent" test "$(log_count "$T/di.log" "event=prefill_sent " "$MD")" = 0
+check "decode admission: prefill rejected nothing (never asked)" \
+	test "$(status_get pi counters.rejected.prompt_too_long)" = 0
+if [ $FAULT = 1 ]; then
+	"$KVCTL" --socket "$T/di.sock" abort "$(echo "$load" | json_get first_id)" >/dev/null 2>&1 || true
+fi
 check "decode: zero pages held, nothing in flight" settle di
 check "prefill: zero pages held, nothing in flight" settle pi
 check "prefill computed nothing for it" test "$(status_get pi counters.admitted)" = 3
@@ -49,7 +76,7 @@ solo_check "after decode's rejection"
 
 # --- decode's own check switched off: prefill must refuse by itself ------
 stop_node di
-if ! grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h"; then
+if [ $FAULT = 0 ]; then
 	echo "# fault points not compiled in: skipping the prefill-side half"
 	serve_finish
 	exit $?
@@ -59,7 +86,7 @@ start_node di KVD_FAULT=skip_decode_admission
 check "decode (admission off) paired again" wait_up di
 out=$(gen "$C_PORT" --tokens "$LONG" --max-tokens 16 || true)
 check "prefill admission: PROMPT_TOO_LONG reaches the client" test "$(echo "$out" | json_get error)" = PROMPT_TOO_LONG
-check "prefill admission: never tokens" test -z "$(echo "$out" | json_get output_ids)"
+check "prefill admission: never tokens" no_token "$out"
 check "decode really skipped its check" grep -q "event=fault point=skip_decode_admission" "$T/di.log"
 check "prefill logged why" grep -q "event=admission_reject .*reason=prompt_too_long prompt_tokens=200 max_tokens=16 need=216 limit=128" "$T/pi.log"
 check "decode logged prefill's typed rejection" grep -q "event=prefill_rejected .*code=PROMPT_TOO_LONG" "$T/di.log"

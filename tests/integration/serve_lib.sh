@@ -15,6 +15,16 @@ next_port() {
 	done
 }
 
+# listening PORT: something listens on 127.0.0.1:PORT (without
+# connecting to it, where ss is installed).
+listening() {
+	if command -v ss >/dev/null 2>&1; then
+		ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
+	else
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+	fi
+}
+
 # gen_model OUT [extra kvctl model make args]: a small deterministic model.
 gen_model() {
 	local out=$1; shift
@@ -107,50 +117,101 @@ gen() {
 # offline ARGS...: kvd generate --json (the solo reference).
 offline() { timeout 60 "$KVD" generate --json "$@"; }
 
-# json_get KEY: read one key of a JSON object on stdin (lists as a,b,c).
-json_get() {
+# JSON is read with jq when it is installed (a tenth of python's start-up
+# cost, which is what settle() and friends pay on every poll of a loaded
+# machine), else with python3.
+if command -v jq >/dev/null 2>&1; then HAVE_JQ=1; else HAVE_JQ=0; fi
+
+# json_path PATH: one field (PATH like pool.free) of the JSON object on
+# stdin; lists as a,b,c; absent or unparsable: empty.
+json_path() {
+	if [ $HAVE_JQ = 1 ]; then
+		jq -r --arg p "$1" 'getpath($p | split(".")) |
+			if type == "array" then map(tostring) | join(",")
+			elif . == null then "" else tostring end' 2>/dev/null || true
+		return 0
+	fi
 	python3 -c 'import json,sys
-k=sys.argv[1]
 try:
     o=json.loads(sys.stdin.read() or "{}")
+    for k in sys.argv[1].split("."):
+        o=o.get(k,"") if isinstance(o,dict) else ""
 except Exception:
-    o={}
-v=o.get(k,"")
-print(",".join(map(str,v)) if isinstance(v,list) else v)' "$1"
+    o=""
+if isinstance(o,bool):
+    o=str(o).lower()
+print(",".join(map(str,o)) if isinstance(o,list) else o)' "$1"
 }
+
+# json_get KEY: read one key of a JSON object on stdin (lists as a,b,c).
+json_get() { json_path "$1"; }
 
 # held NAME: pages not free on that node (reserved, filling, ready,
 # fenced), from kvctl status. Quarantined pages are out of circulation for
 # good, not held by anyone: tests that expect none assert pool.quarantined.
 held() {
-	"$KVCTL" --socket "$T/$1.sock" --json status 2>/dev/null | python3 -c 'import json,sys
-p=json.load(sys.stdin)["pool"]
-print(p["reserved"]+p["filling"]+p["ready"]+p["fenced"])'
+	local st
+	st=$("$KVCTL" --socket "$T/$1.sock" --json status 2>/dev/null) || return 0
+	if [ $HAVE_JQ = 1 ]; then
+		jq -r '.pool | .reserved + .filling + .ready + .fenced' <<<"$st" 2>/dev/null || true
+		return 0
+	fi
+	python3 -c 'import json,sys
+p=json.loads(sys.argv[1])["pool"]
+print(p["reserved"]+p["filling"]+p["ready"]+p["fenced"])' "$st" 2>/dev/null || true
 }
 
-# status_get NAME PATH: a field of kvctl status (PATH like counters.failed).
+# status_get NAME PATH: a field of kvctl status (PATH like counters.failed);
+# empty when the node does not answer.
 status_get() {
-	"$KVCTL" --socket "$T/$1.sock" --json status 2>/dev/null | python3 -c 'import json,sys
-o=json.load(sys.stdin)
-for k in sys.argv[1].split("."):
-    o=o[k]
-print(o)' "$2"
+	"$KVCTL" --socket "$T/$1.sock" --json status 2>/dev/null | json_path "$2"
 }
 
-# settle NAME...: wait (up to 10 s) until every named node holds no page
-# and has nothing in flight; true when they all do.
-settle() {
-	local n=200 name ok
-	while [ $n -gt 0 ]; do
-		ok=1
-		for name in "$@"; do
-			[ "$(held "$name")" = 0 ] || ok=0
-			[ "$(status_get "$name" in_flight)" = 0 ] || ok=0
-		done
-		[ $ok = 1 ] && return 0
-		sleep 0.05; n=$((n - 1))
+# idle NAME...: every named node holds no page and has nothing in flight
+# (a node that does not answer is not idle).
+idle() {
+	local name
+	for name in "$@"; do
+		[ "$(held "$name")" = 0 ] && [ "$(status_get "$name" in_flight)" = 0 ] || return 1
 	done
-	return 1
+}
+
+# settle NAME...: wait (up to 10 s x TSCALE) until idle NAME...
+settle() { wait_for 10 idle "$@"; }
+
+# no_token OUT: OUT is a client answer that carries a typed error and no
+# token. An empty or unparsable answer (the client timed out, never
+# connected, the request never ran) is not "no token": it fails.
+no_token() {
+	if [ $HAVE_JQ = 1 ]; then
+		jq -en --arg o "$1" '$o | fromjson | type == "object" and
+			((.error // "") | length > 0) and
+			((.output_ids // []) | length == 0)' >/dev/null 2>&1
+		return
+	fi
+	python3 -c 'import json,sys
+try:
+    o=json.loads(sys.argv[1])
+except Exception:
+    sys.exit("no_token: not a client answer: %r" % sys.argv[1][:200])
+if not isinstance(o,dict) or not o.get("error"):
+    sys.exit("no_token: no typed error in %r" % sys.argv[1][:200])
+if o.get("output_ids"):
+    sys.exit("no_token: tokens emitted: %r" % o.get("output_ids"))' "$1"
+}
+
+# sent_since NAME MARK: the decode node NAME sent a prefill_request after
+# MARK (log_mark of its log): the request under test really ran.
+sent_since() { log_has "$T/$1.log" "event=prefill_sent " "$2"; }
+
+# ran_no_token OUT NAME MARK: no_token OUT, and the request reached the
+# transfer on decode NAME after MARK.
+ran_no_token() { no_token "$1" && sent_since "$2" "$3"; }
+
+# last_sent_id NAME MARK: the id of the latest prefill_request decode NAME
+# sent after MARK (empty if none).
+last_sent_id() {
+	log_since "$T/$1.log" "$2" | grep -o 'event=prefill_sent id=[0-9]*' | tail -1 | sed 's/.*id=//' || true
 }
 
 # same_ids A B: two JSON outputs carry the same non-empty output_ids.
@@ -163,6 +224,11 @@ same_ids() {
 
 # same_text A B: two JSON outputs carry the same "text" (byte for byte).
 same_text() {
+	if [ $HAVE_JQ = 1 ]; then
+		jq -en --arg a "$1" --arg b "$2" '($a | fromjson | .text) == ($b | fromjson | .text)' \
+			>/dev/null 2>&1
+		return
+	fi
 	python3 -c 'import json,sys
 a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2])
 sys.exit(0 if a.get("text")==b.get("text") else 1)' "$1" "$2" 2>/dev/null
