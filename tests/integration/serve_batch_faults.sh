@@ -46,6 +46,11 @@ case_run() {
 	check "$label: decode quarantined exactly the expected pages ($QUAR)" \
 		test "$(status_get "$d" pool.quarantined)" = "$QUAR"
 	check "$label: prefill quarantined nothing" test "$(status_get "$p" pool.quarantined)" = 0
+	# a fault that tore the link down: decode pairs again before the next
+	# request (the first peer_up since the mark is the new link's)
+	if log_has "$T/$d.log" "event=peer_down " "$md"; then
+		check "$label: decode paired again" wait_log "$T/$d.log" "event=peer_up " 15 "$md"
+	fi
 	out=$(gen "$C_PORT" --prompt "The end of the story" --max-tokens 12 --temperature 0.9 --seed 3 || true)
 	check "$label: a later request equals its offline run" same_ids "$out" "$REF"
 }
