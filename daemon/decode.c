@@ -1,4 +1,4 @@
-/* serve_decode.c - decode: prefill peers, KV reception, coverage.
+/* decode.c - decode: decode requests (the dreq machine), KV reception, coverage.
  *
  * Design. Decode is the side that reads KV it did not compute, so it is
  * the side that must distrust it. A request's KV goes through these gates
@@ -32,9 +32,10 @@
  * tag check fails (at mark_ready, or in the engine later) had a writer we
  * cannot trust: they are quarantined, never released.
  *
- * Peers: decode connects to every peers.prefill address, exchanges hellos
- * (a mismatch of model, KV dtype or layout refuses the pairing), opens
- * the data connection, then heartbeats. It picks the up peer with the
+ * Peers: decode dials every peers.prefill address through daemon/link.c
+ * (hellos must match - model, KV dtype, layout - then the data
+ * connection, then heartbeats) and registers struct link_ops (control
+ * messages, a lost link, received batches). It picks the up peer with the
  * fewest requests in flight (its own count plus the peer's reported load).
  */
 #include "daemon/serve_int.h"

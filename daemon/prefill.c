@@ -1,4 +1,4 @@
-/* serve_prefill.c - prefill: the peer listener, prefill requests, sending.
+/* prefill.c - prefill: prefill requests (the preq machine), admission, sending.
  *
  * Design. Prefill trusts nothing decode decided. Each prefill_request goes
  * through prefill's *own* admission (invariant 3): the node admits new
@@ -18,11 +18,10 @@
  * abort_ack once no batch for the request is still queued), or until the
  * connection to that decode node is gone.
  *
- * Connections: every accepted connection starts with one frame. "hello"
- * makes it a control connection (hellos must match: model fingerprint, KV
- * dtype, layout); "data" with the session from our hello makes it that
- * control connection's data connection, whose socket is handed to a tcp
- * transport (dup + uv_tcp_open, so libuv handles never change owner).
+ * Links: the peer listener and every decode node's link (handshake,
+ * data connection bound by token, heartbeats, bounds) are daemon/link.c's;
+ * prefill registers struct link_ops (control messages, a lost link, a
+ * drained data connection) and finds a peer's requests on its own link.
  */
 #include "daemon/serve_int.h"
 #include "conf/util.h"

@@ -4,13 +4,18 @@
  * the files of the serving layer share their structs. They form layers,
  * and a file calls only the files below it (tests/layers checks this on
  * the objects); what a lower file needs from a role comes through
- * function pointers the role sets (struct serve_req_ops, serve->admit):
+ * function pointers the role sets (struct serve_req_ops, serve->admit,
+ * struct link_ops):
  *   serve.c     top: setup, teardown, timers, the compute bridge
- *   decode.c    decode and standalone requests (the dreq machine), the
- *               connecting end of peer links
- *   prefill.c   prefill requests (the preq machine), the accepting end
+ *   decode.c    decode and standalone requests (the dreq machine),
+ *               admission, receiving KV; dials its peers through link.c
+ *   prefill.c   prefill requests (the preq machine), admission, sending
+ *               KV; accepts its peers through link.c
  *   client.c    client listeners, connections, answer-once streaming
- *   link.c      what both ends of a peer link share
+ *   link.c      one peer link for both ends (struct link): connect or
+ *               accept, authenticate, hello, data connection (the one
+ *               place a transport is created), heartbeat, liveness,
+ *               bounds, close; the requests on each link
  *   req.c       request life: registry, phase timer, state setter, end
  *   io.c        writes, accept-and-drop, handle closes, host:port
  *   compute.c   the engine's thread (knows requests only by id)
