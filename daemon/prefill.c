@@ -846,7 +846,7 @@ int serve__prefill_start(struct serve *s)
 {
 	prefill_peer_limits(s);
 	{
-		/* room for PCONN_TOTAL_MAX peer connections besides the admin
+		/* room for the 512 accepted peer links (link.c) besides the admin
 		 * socket, its clients and the node's own descriptors */
 		struct rlimit rl;
 
