@@ -552,24 +552,6 @@ static void dial_on_proof(struct link *l, const struct proto_peer_msg *m)
 		serve__link_lost(l, "control setup");
 }
 
-/* Before the hello: the proofs (keyed links), then the hello. Each phase
- * accepts one message type; a refusal may come at any point. */
-static void dial_handshake(struct link *l, struct proto_peer_msg *m)
-{
-	if (m->type == PEER_MSG_REFUSED) {
-		dial_on_refused(l, m);
-		return;
-	}
-	if (l->phase == LINK_CHALLENGE && m->type == PEER_MSG_AUTH_CHALLENGE)
-		dial_on_challenge(l, m);
-	else if (l->phase == LINK_PROOF && m->type == PEER_MSG_AUTH_PROOF)
-		dial_on_proof(l, m);
-	else if (l->phase == LINK_HELLO && m->type == PEER_MSG_HELLO)
-		dial_on_hello(l, m);
-	else
-		serve__link_lost(l, "unexpected message during the handshake");
-}
-
 /* ---- accept: the handshake ---------------------------------------------------- */
 
 /* A bare refusal: one word (and, for a mismatch between proven peers or
@@ -745,43 +727,76 @@ static void accept_on_data(struct link *tmp, const struct proto_peer_msg *m)
 		   l->sealed && l->ss.data.encrypt ? "on" : "off");
 }
 
-/* Before the hello, each phase accepts exactly one message type
- * (net/PROTOCOL.md s. 2.1); anything else is refused. A keyed node
- * accepts no plaintext hello, a keyless one no auth_hello. */
-static void accept_handshake(struct link *l, struct proto_peer_msg *m)
+/* hello as the first frame: a keyless (loopback) link. A keyed node
+ * accepts no plaintext hello (a keyless one refuses auth_hello). */
+static void accept_on_first_hello(struct link *l, const struct proto_peer_msg *m)
 {
-	bool keyed = l->s->key.set;
+	if (l->s->key.set)
+		accept_refuse(l, "auth_required", NULL,
+			      "this node requires peers to prove the cluster key first");
+	else
+		accept_on_hello(l, m);
+}
 
-	switch (l->phase) {
-	case LINK_FIRST:
-		if (m->type == PEER_MSG_AUTH_HELLO)
-			accept_on_auth_hello(l, m);
-		else if (m->type == PEER_MSG_DATA)
-			accept_on_data(l, m);
-		else if (m->type == PEER_MSG_HELLO && !keyed)
-			accept_on_hello(l, m);
-		else if (m->type == PEER_MSG_HELLO)
-			accept_refuse(l, "auth_required", NULL,
-				      "this node requires peers to prove the cluster key first");
-		else
-			accept_refuse(l, "protocol", NULL, "unexpected first message");
+/* ---- the handshake as data ---------------------------------------------------- */
+
+#define PH(p) (1u << (p))
+
+/* Before the hello (net/PROTOCOL.md s. 2.1), a link in one of `phases`
+ * takes a message of `type` to `on`; each phase accepts only its rows. */
+struct link_step {
+	enum link_side side;
+	unsigned phases;                 /* PH(enum link_phase) bits */
+	enum proto_peer_type type;
+	void (*on)(struct link *l, const struct proto_peer_msg *m);
+};
+
+static const struct link_step link_steps[] = {
+	/* dial: the proofs (keyed links), then the hello; a refusal may
+	 * come at any point */
+	{ LINK_DIAL, PH(LINK_CHALLENGE), PEER_MSG_AUTH_CHALLENGE, dial_on_challenge },
+	{ LINK_DIAL, PH(LINK_PROOF), PEER_MSG_AUTH_PROOF, dial_on_proof },
+	{ LINK_DIAL, PH(LINK_HELLO), PEER_MSG_HELLO, dial_on_hello },
+	{ LINK_DIAL, PH(LINK_FIRST) | PH(LINK_CHALLENGE) | PH(LINK_PROOF) |
+		     PH(LINK_HELLO), PEER_MSG_REFUSED, dial_on_refused },
+	/* accept: the first frame decides what the connection is */
+	{ LINK_ACCEPT, PH(LINK_FIRST), PEER_MSG_AUTH_HELLO, accept_on_auth_hello },
+	{ LINK_ACCEPT, PH(LINK_FIRST), PEER_MSG_DATA, accept_on_data },
+	{ LINK_ACCEPT, PH(LINK_FIRST), PEER_MSG_HELLO, accept_on_first_hello },
+	{ LINK_ACCEPT, PH(LINK_PROOF), PEER_MSG_AUTH_PROOF, accept_on_auth_proof },
+	{ LINK_ACCEPT, PH(LINK_HELLO), PEER_MSG_HELLO, accept_on_hello },
+};
+
+/* A message no row takes: dial gives up, accept refuses with one word. */
+static void link_unexpected(struct link *l)
+{
+	static const char *const expected[] = {
+		[LINK_FIRST] = "unexpected first message",
+		[LINK_PROOF] = "expected auth_proof",
+		[LINK_HELLO] = "expected hello",
+	};
+
+	if (l->side == LINK_DIAL) {
+		serve__link_lost(l, "unexpected message during the handshake");
 		return;
-	case LINK_PROOF:
-		if (m->type == PEER_MSG_AUTH_PROOF)
-			accept_on_auth_proof(l, m);
-		else
-			accept_refuse(l, "protocol", NULL, "expected auth_proof");
-		return;
-	case LINK_HELLO:
-		if (m->type == PEER_MSG_HELLO)
-			accept_on_hello(l, m);
-		else
-			accept_refuse(l, "protocol", NULL, "expected hello");
-		return;
-	case LINK_CHALLENGE:
-		break;
 	}
-	accept_refuse(l, "protocol", NULL, "unexpected message");
+	accept_refuse(l, "protocol", NULL,
+		      l->phase < KVD_ARRAY_SIZE(expected) && expected[l->phase] ?
+		      expected[l->phase] : "unexpected message");
+}
+
+static void link_handshake(struct link *l, const struct proto_peer_msg *m)
+{
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(link_steps); i++) {
+		const struct link_step *st = &link_steps[i];
+
+		if (st->side == l->side && (st->phases & PH(l->phase)) &&
+		    st->type == m->type) {
+			st->on(l, m);
+			return;
+		}
+	}
+	link_unexpected(l);
 }
 
 /* ---- reading ----------------------------------------------------------------- */
@@ -791,10 +806,7 @@ static void accept_handshake(struct link *l, struct proto_peer_msg *m)
 static void link_dispatch(struct link *l, struct proto_peer_msg *m)
 {
 	if (!l->hello_done) {
-		if (l->side == LINK_DIAL)
-			dial_handshake(l, m);
-		else
-			accept_handshake(l, m);
+		link_handshake(l, m);
 		return;
 	}
 	if (m->type == PEER_MSG_HEARTBEAT) {
