@@ -1,4 +1,4 @@
-/* serve_decode.c - decode: prefill peers, KV reception, coverage.
+/* decode.c - decode: decode requests (the dreq machine), KV reception, coverage.
  *
  * Design. Decode is the side that reads KV it did not compute, so it is
  * the side that must distrust it. A request's KV goes through these gates
@@ -32,9 +32,10 @@
  * tag check fails (at mark_ready, or in the engine later) had a writer we
  * cannot trust: they are quarantined, never released.
  *
- * Peers: decode connects to every peers.prefill address, exchanges hellos
- * (a mismatch of model, KV dtype or layout refuses the pairing), opens
- * the data connection, then heartbeats. It picks the up peer with the
+ * Peers: decode dials every peers.prefill address through daemon/link.c
+ * (hellos must match - model, KV dtype, layout - then the data
+ * connection, then heartbeats) and registers struct link_ops (control
+ * messages, a lost link, received batches). It picks the up peer with the
  * fewest requests in flight (its own count plus the peer's reported load).
  */
 #include "daemon/serve_int.h"
@@ -46,37 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PEER_RETRY_MS 500
-
-static void peer_connect(struct peer *p);
-static void peer_lost(struct peer *p, const char *why);
-static unsigned peer_lost_code(struct peer *p, const char *why, int code,
-			       const char *msg);
-static void peer_figures_update(struct serve *s);
 static void decode_try_complete(struct serve_req *r);
-static void peer_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
-static void peer_data_bound(struct peer *p);
-static void peer_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
-
-/* Every control frame to a prefill peer: sealed once the link proved,
- * through the link's bounded write queue (serve__link_send). */
-static int peer_send(struct peer *p, const struct proto_peer_msg *m)
-{
-	if (!p || !p->ctl_open || p->closing)
-		return -EPIPE;
-	return serve__link_send(&p->wb, &p->wb_dead, p->sealed ? &p->ss.tx : NULL, m);
-}
-
-/* Heartbeat tick: true when the link was torn down for its write queue. */
-static bool peer_write_check(struct peer *p, uint64_t now)
-{
-	const char *why = serve__link_write_poll(p->s, &p->wb, p->wb_dead, now,
-						 &p->last_heard_ns, p->addr);
-
-	if (why)
-		peer_lost(p, why);
-	return why != NULL;
-}
 
 /* ---- the decode request machine (daemon/machine.h: dreq) -------------------- */
 
@@ -179,11 +150,11 @@ static void dreq_send_abort(struct serve_req *r)
 
 	snprintf(m.message, sizeof(m.message), "%s", r->fail_msg);
 	/* a lost send ends in the abort timer's teardown */
-	(void)peer_send(r->peer, &m);
+	(void)serve__link_send(r->link, &m);
 	r->t_abort_ns = kvd_now_ns();
 	KVLOG_INFO(s->log, "transfer_abort", "id=%llu peer=%s code=%s pages=%u fenced=%u",
 		   (unsigned long long)r->reg.id,
-		   KVLOG_Q(r->peer ? r->peer->addr : "-"),
+		   KVLOG_Q(r->link ? r->link->addr : "-"),
 		   proto_err_name(r->fail_code), r->n_table, r->fenced ? r->n_prefix : 0);
 }
 
@@ -191,15 +162,7 @@ static void dreq_send(struct serve_req *r, enum proto_peer_type type)
 {
 	struct proto_peer_msg m = { .type = type, .id = r->reg.id };
 
-	(void)peer_send(r->peer, &m);
-}
-
-static void dreq_detach_peer(struct serve_req *r)
-{
-	if (r->peer) {
-		r->peer->outstanding--;
-		r->peer = NULL;
-	}
+	(void)serve__link_send(r->link, &m);
 }
 
 static void dreq_timer_cb(uv_timer_t *t)
@@ -217,13 +180,13 @@ static void dreq_timer_cb(uv_timer_t *t)
  * ends every write the peer could still make (LINK_LOST follows). */
 static void dreq_teardown(struct serve_req *r)
 {
-	struct peer *p = r->peer;
+	struct link *l = r->link;
 
 	KVLOG_WARN(r->s->log, "abort_ack_timeout",
 		   "id=%llu peer=%s msg=\"no abort_ack within release_timeout_ms; tearing the peer connection down\"",
-		   (unsigned long long)r->reg.id, KVLOG_Q(p ? p->addr : "-"));
-	if (p)
-		peer_lost(p, "abort_ack timeout");
+		   (unsigned long long)r->reg.id, KVLOG_Q(l ? l->addr : "-"));
+	if (l)
+		serve__link_lost(l, "abort_ack timeout");
 }
 
 /* Submit to the engine: a standalone request its prompt, a decode request
@@ -309,7 +272,7 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 		dreq_quarantine(r, r->fence_failed ? "fence_failed" : "tag_check");
 		return;
 	case DA_DETACH_PEER:
-		dreq_detach_peer(r);
+		serve__link_detach(r);
 		return;
 	case DA_TIMER_PREFILL:
 		serve__timer_start(r, s->d->cfg.prefill_timeout_ms, dreq_timer_cb);
@@ -335,7 +298,7 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 /* The only way into DONE: everything the request held is given back. */
 static void dreq_finish(struct serve_req *r)
 {
-	KVD_ASSERT(r->s->log, !r->pages_held && !r->fenced && !r->peer && !r->ereq,
+	KVD_ASSERT(r->s->log, !r->pages_held && !r->fenced && !r->link && !r->ereq,
 		   "id=%llu msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
 		   (unsigned long long)r->reg.id);
 	if (!r->answered)
@@ -483,17 +446,20 @@ void serve__local_admit(struct serve_req *r)
 }
 
 
-static struct peer *decode_pick_peer(struct serve *s)
+/* The up prefill peer with the fewest requests in flight: ours on it
+ * plus the load it reported. */
+static struct link *decode_pick_peer(struct serve *s)
 {
-	struct peer *best = NULL;
+	struct link *best = NULL;
+	struct kvd_list *e;
 
-	for (unsigned i = 0; i < s->n_peers; i++) {
-		struct peer *p = &s->peers[i];
+	kvd_list_for_each(e, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
 
-		if (!p->up)
+		if (l->side != LINK_DIAL || !l->up)
 			continue;
-		if (!best || p->load + p->outstanding < best->load + best->outstanding)
-			best = p;
+		if (!best || l->load + l->n_reqs < best->load + best->n_reqs)
+			best = l;
 	}
 	return best;
 }
@@ -528,7 +494,7 @@ static int decode_send_request(struct serve_req *r)
 	m.top_k = r->sp.top_k;
 	m.top_p = r->sp.top_p;
 	m.seed = r->sp.seed;
-	rc = peer_send(r->peer, &m);
+	rc = serve__link_send(r->link, &m);
 	free(pages);
 	free(toks);
 	return rc;
@@ -536,7 +502,7 @@ static int decode_send_request(struct serve_req *r)
 
 /* Invariant 3 on the path: prompt + max_tokens must fit this node's and
  * the chosen peer's context and pool. True when r was refused. */
-static bool decode_too_long(struct serve_req *r, const struct peer *p)
+static bool decode_too_long(struct serve_req *r, const struct link *p)
 {
 	struct serve *s = r->s;
 	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
@@ -614,7 +580,7 @@ static enum dreq_event decode_reserve(struct serve_req *r)
 void serve__decode_admit(struct serve_req *r)
 {
 	struct serve *s = r->s;
-	struct peer *p = decode_pick_peer(s);
+	struct link *p = decode_pick_peer(s);
 	enum dreq_event ev;
 	int rc;
 
@@ -633,8 +599,7 @@ void serve__decode_admit(struct serve_req *r)
 	serve__req_register(r);
 	ev = decode_reserve(r);
 	if (ev == DEV_ADMIT) {
-		r->peer = p;
-		p->outstanding++;
+		serve__link_attach(p, r, 0);
 	}
 	serve__dreq_event(r, ev);
 	if (ev != DEV_ADMIT)
@@ -654,11 +619,11 @@ void serve__decode_admit(struct serve_req *r)
 
 /* ---- receiving KV ----------------------------------------------------------- */
 
-static struct serve_req *decode_req_of(struct peer *p, uint64_t id)
+static struct serve_req *decode_req_of(struct link *p, uint64_t id)
 {
 	struct serve_req *r = serve__req_find(p->s, id);
 
-	if (!r || r->kind != SREQ_DECODE || r->peer != p)
+	if (!r || r->kind != SREQ_DECODE || r->link != p)
 		return NULL;
 	return r;
 }
@@ -707,10 +672,11 @@ static bool decode_rx_write(struct serve_req *r, const struct xfer_hdr *h,
 	return true;
 }
 
-static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
-			  const uint8_t *batch)
+/* A batch the transport passed (checksum, seal): check its entries
+ * against its request, then write it. */
+static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
+			    const uint8_t *batch)
 {
-	struct peer *p = arg;
 	struct serve *s = p->s;
 	struct serve_req *r = decode_req_of(p, h->request_id);
 	struct xfer_check_req q;
@@ -737,39 +703,6 @@ static void peer_rx_batch(void *arg, const struct xfer_hdr *h,
 	}
 	serve__dreq_event(r, DEV_BATCH);
 	decode_try_complete(r);
-}
-
-/* A batch failed its checksum (or came without one): its header is as
- * untrustworthy as its pages, so the id it names may be an innocent
- * request's and the real victim's pages may be anywhere in the stream.
- * The data stream as a whole is broken: every transfer on this peer fails
- * with INTEGRITY and both connections are torn down, which also ends any
- * write into their pages (invariants 2, 7). */
-static void peer_rx_bad(void *arg, int code, const struct xfer_hdr *h)
-{
-	struct peer *p = arg;
-	bool auth = code == XFER_E_AUTH;
-
-	KVLOG_WARN(p->s->log, "batch_checksum",
-		   "peer=%s claimed_id=%llu seq=%u error=%s",
-		   KVLOG_Q(p->addr),
-		   (unsigned long long)h->request_id, h->seq, xfer_strerror(code));
-	if (auth)
-		p->s->d->counters.peer_auth_failures++;
-	if (!peer_lost_code(p, auth ? "a KV batch failed authentication" :
-				      "a KV batch failed its checksum",
-			    PROTO_ERR_INTEGRITY,
-			    auth ? "a KV batch on the prefill peer's data connection failed authentication; no token was produced from it" :
-				   "a KV batch on the prefill peer's data connection failed its checksum; no token was produced from it"))
-		p->s->d->counters.integrity_failures++;
-}
-
-static void peer_rx_closed(void *arg, int status)
-{
-	struct peer *p = arg;
-
-	peer_lost(p, status == -ECONNRESET ? "data connection cut mid-batch"
-					   : "data connection closed");
 }
 
 /* Fault point retag_ready: after mark_ready, give the first prefix page
@@ -855,7 +788,7 @@ static void decode_try_complete(struct serve_req *r)
 
 /* ---- control messages from prefill ------------------------------------------ */
 
-static void peer_on_reject(struct peer *p, const struct proto_peer_msg *m)
+static void peer_on_reject(struct link *p, const struct proto_peer_msg *m)
 {
 	struct serve *s = p->s;
 	struct serve_req *r = decode_req_of(p, m->id);
@@ -876,7 +809,7 @@ static void peer_on_reject(struct peer *p, const struct proto_peer_msg *m)
 	serve__dreq_event(r, DEV_REJECT);
 }
 
-static void peer_on_done(struct peer *p, const struct proto_peer_msg *m)
+static void peer_on_done(struct link *p, const struct proto_peer_msg *m)
 {
 	struct serve_req *r = decode_req_of(p, m->id);
 
@@ -900,7 +833,7 @@ static void peer_on_done(struct peer *p, const struct proto_peer_msg *m)
 	decode_try_complete(r);
 }
 
-static void peer_on_abort(struct peer *p, const struct proto_peer_msg *m)
+static void peer_on_abort(struct link *p, const struct proto_peer_msg *m)
 {
 	struct serve_req *r = decode_req_of(p, m->id);
 
@@ -908,7 +841,7 @@ static void peer_on_abort(struct peer *p, const struct proto_peer_msg *m)
 		/* nothing of it here any more: the ack is all prefill needs */
 		struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = m->id };
 
-		(void)peer_send(p, &ack);
+		(void)serve__link_send(p, &ack);
 		return;
 	}
 	/* prefill gives up: its batches for r have left, and decode writes
@@ -918,17 +851,13 @@ static void peer_on_abort(struct peer *p, const struct proto_peer_msg *m)
 	serve__dreq_event(r, DEV_PEER_ABORT);
 }
 
-static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
+/* link_ops.on_msg: a control message from a prefill peer after the
+ * handshake (heartbeats and data_bound are the link's). */
+static void decode_on_msg(struct link *p, struct proto_peer_msg *m)
 {
 	struct serve_req *r;
 
 	switch (m->type) {
-	case PEER_MSG_HEARTBEAT:
-		p->load = m->load;
-		return;
-	case PEER_MSG_DATA_BOUND:
-		peer_data_bound(p);
-		return;
 	case PEER_MSG_PREFILL_REJECT:
 		peer_on_reject(p, m);
 		return;
@@ -950,454 +879,36 @@ static void peer_on_msg(struct peer *p, const struct proto_peer_msg *m)
 	}
 }
 
-/* ---- peer connections ------------------------------------------------------- */
+/* ---- the link's callbacks -------------------------------------------------- */
 
-/* The daemon's view of the prefill peers that completed a handshake. */
-static void peer_figures_update(struct serve *s)
+/* link_ops.req_lost: both connections to r's peer are torn down; a
+ * transfer fails with code and msg, and since nothing can write for it
+ * any more, its pages are unfenced (LINK_LOST). */
+static bool decode_req_lost(struct serve_req *r, int code, const char *msg)
 {
-	struct kvd_peer_figures pf = { 0 };
+	bool failed = r->state == DRS_TRANSFER;
 
-	for (unsigned i = 0; i < s->n_peers; i++) {
-		const struct peer *q = &s->peers[i];
-
-		if (!q->hello_seen || q->closing)
-			continue;
-		serve__figures_add(&pf, &q->hello);
-	}
-	s->d->peers = pf;
+	if (failed)
+		dreq_fail(r, code, "%s",
+			  msg ? msg : "the prefill peer was lost during the transfer");
+	serve__dreq_event(r, DEV_LINK_LOST);
+	return failed;
 }
 
-static void peer_log_capacity(struct peer *p)
-{
-	struct serve *s = p->s;
-	uint64_t own = serve__own_limit(s);
-	uint64_t path = KVD_MIN(own, KVD_MIN(p->hello.context, p->hello.pool_tokens));
+static const struct link_ops decode_link_ops = {
+	.on_msg = decode_on_msg,
+	.req_lost = decode_req_lost,
+	.rx_batch = decode_rx_batch,
+};
 
-	peer_figures_update(s);
-	kvd_daemon_capacity(s->d, "peer", NULL);
-	KVLOG_INFO(s->log, "peer_capacity",
-		   "peer=%s peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu path_limit=%llu verdict=%s",
-		   KVLOG_Q(p->addr), KVLOG_Q(p->hello.node),
-		   KVLOG_Q(p->hello.role),
-		   (unsigned long long)p->hello.pool_tokens,
-		   (unsigned long long)p->hello.context,
-		   s->d->cap.advertised_context,
-		   (unsigned long long)s->d->cap.pool_tokens,
-		   (unsigned long long)path,
-		   p->hello.pool_tokens >= p->hello.context ? "ok" : "peer_pool_smaller_than_context");
-}
-
-static void peer_data_connected(uv_connect_t *req, int status)
-{
-	struct peer *p = req->data;
-	struct proto_peer_msg m = { .type = PEER_MSG_DATA };
-	int rc;
-
-	if (status < 0 || p->closing || !p->data) {
-		if (!p->closing)
-			peer_lost(p, "data connection failed");
-		return;
-	}
-	/* the token: derived from the link's keys, or (keyless) the random
-	 * one prefill sent in its hello */
-	memcpy(m.token, p->sealed ? p->ss.token : p->hello.session, PEER_AUTH_BYTES);
-	rc = serve__send_peer(transport_tcp_stream(p->data), NULL, &m);
-	if (!rc)
-		rc = transport_tcp_start(p->data, true);
-	if (rc) {
-		peer_lost(p, "data connection setup failed");
-		return;
-	}
-	/* up once prefill says it bound the data connection (data_bound) */
-}
-
-static void peer_data_bound(struct peer *p)
-{
-	if (p->up || !p->data)
-		return;
-	p->up = true;
-	p->last_heard_ns = kvd_now_ns();
-	KVLOG_INFO(p->s->log, "peer_up",
-		   "peer=%s node=%s max_batch_bytes=%llu checksum=%s transport=tcp",
-		   KVLOG_Q(p->addr), KVLOG_Q(p->hello.node),
-		   (unsigned long long)p->max_batch_bytes,
-		   p->hello.checksum || p->s->d->cfg.checksum ? "on" : "off");
-	peer_log_capacity(p);
-}
-
-static void peer_on_hello(struct peer *p, const struct proto_peer_msg *m)
-{
-	struct serve *s = p->s;
-	struct transport_cfg tc = { 0 };
-	struct sockaddr_storage ss;
-	char field[32], why[200];
-	int rc;
-
-	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
-				   why, sizeof(why)) ||
-	    strcmp(m->hello.role, "prefill") || (!p->sealed && !m->hello.has_session)) {
-		if (!field[0] || strcmp(m->hello.role, "prefill"))
-			snprintf(field, sizeof(field), "role");
-		KVLOG_ERR(s->log, "peer_refused", "peer=%s field=%s msg=%s",
-			  KVLOG_Q(p->addr), field,
-			  KVLOG_Q(strcmp(m->hello.role, "prefill")
-				  ? "the peer is not a prefill node" : why));
-		peer_lost(p, "handshake refused");
-		return;
-	}
-	p->hello = m->hello;
-	p->hello_seen = true;
-	frame_decoder_set_max(&p->dec, SERVE_PEER_FRAME_MAX);
-	p->max_batch_bytes = KVD_MIN(s->d->cfg.max_batch_bytes, m->hello.max_batch_bytes);
-	tc.pool = s->d->pool;
-	tc.mem = &s->d->mem;
-	tc.page_bytes = s->page_bytes;
-	tc.checksum_ns = &s->d->counters.checksum_ns;
-	tc.max_batch_bytes = p->max_batch_bytes;
-	tc.checksum = s->d->cfg.checksum || m->hello.checksum;
-	tc.seal = p->sealed ? &p->ss.data : NULL;
-	tc.fault = &s->fault;
-	tc.log = s->log;
-	tc.recv = (struct transport_recv){ peer_rx_batch, peer_rx_bad, peer_rx_closed };
-	tc.recv_arg = p;
-	rc = transport_tcp_new(&p->data, &s->d->loop, &tc);
-	if (rc) {
-		KVLOG_ERR(s->log, "peer_refused",
-			  "peer=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
-			  KVLOG_Q(p->addr), (unsigned long long)s->page_bytes,
-			  (unsigned long long)p->max_batch_bytes);
-		p->data = NULL;
-		peer_lost(p, "transport");
-		return;
-	}
-	p->data->data = p;
-	serve__parse_hostport(p->addr, &ss);
-	p->data_req.data = p;
-	rc = uv_tcp_connect(&p->data_req, (uv_tcp_t *)transport_tcp_stream(p->data),
-			    (struct sockaddr *)&ss, peer_data_connected);
-	if (rc)
-		peer_lost(p, "data connect");
-}
-
-static void peer_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
-{
-	struct peer *p = h->data;
-
-	(void)hint;
-	*buf = uv_buf_init(p->rbuf, sizeof(p->rbuf));
-}
-
-/* A prefill peer refused us (bare: a reason word, maybe ":field"). */
-static void peer_on_refused(struct peer *p, const struct proto_peer_msg *m)
-{
-	char reason[sizeof(m->reason)];
-	char *field;
-
-	snprintf(reason, sizeof(reason), "%s", m->reason);
-	field = strchr(reason, ':');
-	if (field)
-		*field++ = '\0';
-	KVLOG_ERR(p->s->log, "peer_refused", "peer=%s by=peer reason=%s field=%s",
-		  KVLOG_Q(p->addr),
-		  KVLOG_Q(reason),
-		  KVLOG_Q(field ? field : ""));
-	peer_lost(p, "refused by the peer");
-}
-
-/* auth_challenge: prefill's nonce; prove we hold the key. */
-static void peer_on_challenge(struct peer *p, const struct proto_peer_msg *m)
-{
-	struct proto_peer_msg pr = { .type = PEER_MSG_AUTH_PROOF };
-
-	memcpy(p->nonce_p, m->nonce, PEER_AUTH_BYTES);
-	peer_auth_proof(&p->s->key, PEER_SIDE_DECODE, p->nonce_d, p->nonce_p, pr.proof);
-	p->auth_phase = PEER_AUTH_PROOF;
-	if (peer_send(p, &pr))
-		peer_lost(p, "control setup");
-}
-
-/* Prefill's proof: only now is it a peer. Derive the link's keys, seal
- * everything from here on, and say hello. */
-static void peer_on_proof(struct peer *p, const struct proto_peer_msg *m)
-{
-	struct serve *s = p->s;
-	struct proto_peer_msg h = { .type = PEER_MSG_HELLO };
-
-	if (peer_auth_check(&s->key, PEER_SIDE_PREFILL, p->nonce_d, p->nonce_p,
-			    m->proof)) {
-		s->d->counters.peer_auth_failures++;
-		KVLOG_ERR(s->log, "peer_refused",
-			  "peer=%s reason=auth_failed msg=\"the prefill peer did not prove it holds the cluster key\"",
-			  KVLOG_Q(p->addr));
-		peer_lost(p, "authentication failed");
-		return;
-	}
-	peer_session_derive(&p->ss, &s->key, PEER_SIDE_DECODE, p->nonce_d,
-			    p->nonce_p, s->d->cfg.encrypt);
-	frame_decoder_set_opener(&p->dec, peer_frame_open, &p->ss.rx);
-	p->sealed = true;
-	frame_decoder_set_max(&p->dec, SERVE_PEER_FRAME_MAX);
-	p->auth_phase = PEER_AUTH_HELLO;
-	h.hello = s->my_hello;
-	if (peer_send(p, &h))
-		peer_lost(p, "control setup");
-}
-
-/* One control message from a prefill peer: the proofs (keyed links),
- * the hello, then the rest. Each phase accepts one message type. */
-static void peer_dispatch(void *arg, struct proto_peer_msg *m)
-{
-	struct peer *p = arg;
-
-	if (p->hello_seen) {
-		peer_on_msg(p, m);
-		return;
-	}
-	if (m->type == PEER_MSG_REFUSED) {
-		peer_on_refused(p, m);
-		return;
-	}
-	if (p->auth_phase == PEER_AUTH_CHALLENGE && m->type == PEER_MSG_AUTH_CHALLENGE)
-		peer_on_challenge(p, m);
-	else if (p->auth_phase == PEER_AUTH_PROOF && m->type == PEER_MSG_AUTH_PROOF)
-		peer_on_proof(p, m);
-	else if (p->auth_phase == PEER_AUTH_HELLO && m->type == PEER_MSG_HELLO)
-		peer_on_hello(p, m);
-	else
-		peer_lost(p, "unexpected message during the handshake");
-}
-
-static void peer_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
-{
-	struct peer *p = st->data;
-	const char *why;
-
-	if (nread < 0) {
-		peer_lost(p, "control connection closed");
-		return;
-	}
-	p->last_heard_ns = kvd_now_ns();
-	why = serve__peer_feed(p->s, p->addr, &p->dec, buf->base,
-			       nread > 0 ? (size_t)nread : 0, &p->closing,
-			       peer_dispatch, p);
-	if (why)
-		peer_lost(p, why);
-}
-
-static void peer_connected(uv_connect_t *req, int status)
-{
-	struct peer *p = req->data;
-	struct proto_peer_msg m = { .type = PEER_MSG_HELLO };
-
-	if (p->closing)
-		return;
-	if (status < 0) {
-		KVLOG_DEBUG(p->s->log, "peer_connect", "peer=%s msg=%s",
-			    KVLOG_Q(p->addr), KVLOG_Q(uv_strerror(status)));
-		peer_lost(p, NULL);
-		return;
-	}
-	if (p->s->key.set) {
-		/* keyed: prove first; nothing about us before the peer has */
-		m.type = PEER_MSG_AUTH_HELLO;
-		m.version = PROTO_PEER_VERSION;
-		peer_auth_random(p->nonce_d);
-		memcpy(m.nonce, p->nonce_d, PEER_AUTH_BYTES);
-		p->auth_phase = PEER_AUTH_CHALLENGE;
-	} else {
-		m.hello = p->s->my_hello;
-		p->auth_phase = PEER_AUTH_HELLO;
-	}
-	if (wbound_read_start(&p->wb) || peer_send(p, &m))
-		peer_lost(p, "control setup");
-}
-
-static void peer_retry_cb(uv_timer_t *t)
-{
-	struct peer *p = t->data;
-
-	if (!p->s->stopping && !p->closing && !p->ctl_open)
-		peer_connect(p);
-}
-
-static void peer_handle_closed(uv_handle_t *h)
-{
-	struct peer *p = h->data;
-
-	p->s->closes_pending--;
-	if (--p->pending_closes)
-		return;
-	p->closing = false;
-	frame_decoder_deinit(&p->dec);
-	if (!p->s->stopping && p->retry_open)
-		uv_timer_start(&p->retry, peer_retry_cb, PEER_RETRY_MS, 0);
-}
-
-static void peer_data_closed(struct transport *t)
-{
-	struct peer *p = t->data;
-
-	t->ops->free(t);
-	p->s->closes_pending--;
-	if (--p->pending_closes)
-		return;
-	p->closing = false;
-	frame_decoder_deinit(&p->dec);
-	if (!p->s->stopping && p->retry_open)
-		uv_timer_start(&p->retry, peer_retry_cb, PEER_RETRY_MS, 0);
-}
-
-/* Tear both connections down; every transfer on this peer fails with
- * `code` and `msg`, and since nothing can write for them any more, their
- * pages are unfenced. Returns how many transfers failed. */
-static unsigned peer_lost_code(struct peer *p, const char *why, int code,
-			       const char *msg)
-{
-	struct serve *s = p->s;
-	struct serve_req *r, *next;
-	unsigned n = 0;
-
-	if (p->closing || !p->ctl_open)
-		return 0;
-	if (why)
-		KVLOG_WARN(s->log, "peer_down", "peer=%s msg=%s was_up=%d",
-			   KVLOG_Q(p->addr), KVLOG_Q(why), p->up);
-	p->closing = true;
-	p->up = false;
-	p->hello_seen = false;
-	/* the keys stay until the transport (which holds ss.data) has
-	 * closed; the next connect derives new ones */
-	p->sealed = false;
-	peer_figures_update(s);
-	p->ctl_open = false;
-	p->pending_closes = 1;
-	s->closes_pending++;
-	p->ctl.data = p;
-	uv_close((uv_handle_t *)&p->ctl, peer_handle_closed);
-	if (p->data) {
-		p->pending_closes++;
-		s->closes_pending++;
-		transport_close(p->data, peer_data_closed);
-		p->data = NULL;
-	}
-	for (r = s->reqs; r; r = next) {
-		next = r->next;
-		if (r->kind != SREQ_DECODE || r->peer != p)
-			continue;
-		if (r->state == DRS_TRANSFER) {
-			dreq_fail(r, code, "%s", msg);
-			n++;
-		}
-		serve__dreq_event(r, DEV_LINK_LOST);
-	}
-	return n;
-}
-
-static void peer_lost(struct peer *p, const char *why)
-{
-	(void)peer_lost_code(p, why, PROTO_ERR_INTERNAL,
-			     "the prefill peer was lost during the transfer");
-}
-
-static void peer_connect(struct peer *p)
-{
-	struct serve *s = p->s;
-	struct sockaddr_storage ss;
-	int rc;
-
-	if (serve__parse_hostport(p->addr, &ss)) {
-		KVLOG_ERR(s->log, "peer_address", "peer=%s msg=\"bad address\"",
-			  KVLOG_Q(p->addr));
-		return;
-	}
-	if (uv_tcp_init(&s->d->loop, &p->ctl)) {
-		/* nothing to close: try again later, or never reconnect */
-		if (!s->stopping && p->retry_open)
-			uv_timer_start(&p->retry, peer_retry_cb, PEER_RETRY_MS, 0);
-		return;
-	}
-	p->ctl.data = p;
-	p->ctl_open = true;
-	p->wb_dead = false;
-	wbound_init(&p->wb, (uv_stream_t *)&p->ctl, &(struct wbound_limits){
-			    .soft = s->d->cfg.write_queue_soft,
-			    .hard = s->d->cfg.write_queue_hard,
-			    .stall_ms = s->d->cfg.write_stall_timeout_ms },
-		    peer_alloc, peer_read);
-	uv_tcp_nodelay(&p->ctl, 1);
-	frame_decoder_init(&p->dec, SERVE_PEER_HANDSHAKE_FRAME_MAX);
-	p->conn_req.data = p;
-	p->last_heard_ns = p->t_connect_ns = kvd_now_ns();
-	rc = uv_tcp_connect(&p->conn_req, &p->ctl, (struct sockaddr *)&ss,
-			    peer_connected);
-	if (rc)
-		peer_lost(p, NULL);
-}
-
+/* Decode dials every peers.prefill address (link.c keeps them up). */
 int serve__decode_start(struct serve *s)
 {
 	for (unsigned i = 0; i < s->d->cfg.n_peers_prefill && i < KVD_MAX_PEERS; i++) {
-		struct peer *p = &s->peers[i];
+		int rc = serve__link_dial(s, s->d->cfg.peers_prefill[i], &decode_link_ops);
 
-		p->s = s;
-		snprintf(p->addr, sizeof(p->addr), "%s", s->d->cfg.peers_prefill[i]);
-		if (uv_timer_init(&s->d->loop, &p->retry))
-			return -ENOMEM;
-		p->retry.data = p;
-		p->retry_open = true;
-		s->n_peers++;
-		peer_connect(p);
+		if (rc)
+			return rc;
 	}
 	return 0;
-}
-
-void serve__decode_heartbeat(struct serve *s)
-{
-	uint64_t now = kvd_now_ns();
-	uint64_t dead_ns = 3ull * s->d->cfg.heartbeat_ms * 1000000ull;
-
-	for (unsigned i = 0; i < s->n_peers; i++) {
-		struct peer *p = &s->peers[i];
-		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
-		struct kvpool_stats st;
-
-		if (!p->ctl_open || p->closing || peer_write_check(p, now))
-			continue;
-		if (!p->up && now - p->t_connect_ns >
-			      (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull) {
-			peer_lost(p, "connect timeout");
-			continue;
-		}
-		if (p->up && now - p->last_heard_ns > dead_ns) {
-			peer_lost(p, p->up ? "three heartbeats missed" : "connect timeout");
-			continue;
-		}
-		if (!p->up)
-			continue;
-		kvpool_get_stats(s->d->pool, &st);
-		m.load = p->outstanding;
-		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;
-		(void)peer_send(p, &m);
-	}
-}
-
-static void peer_retry_closed(uv_handle_t *h)
-{
-	struct peer *p = h->data;
-
-	p->s->closes_pending--;
-}
-
-void serve__decode_stop(struct serve *s)
-{
-	for (unsigned i = 0; i < s->n_peers; i++) {
-		struct peer *p = &s->peers[i];
-
-		peer_lost(p, NULL);
-		if (p->retry_open) {
-			p->retry_open = false;
-			s->closes_pending++;
-			uv_close((uv_handle_t *)&p->retry, peer_retry_closed);
-		}
-	}
 }

@@ -1,19 +1,79 @@
-/* link.c - what both ends of a peer link share: framing and sealing a
- * control frame, the bounded control write queue and its heartbeat
- * check, feeding read bytes through the frame decoder, and the paired
- * peers' figures for the capacity line.
+/* link.c - one peer link, for both ends.
  *
- * Calls only io.c among the serving files; decode.c (the connecting end)
- * and prefill.c (the accepting end) build on it.
+ * Design. A link is a control connection (frames, sealed once both ends
+ * proved the cluster key), the data connection bound to it (a transport:
+ * tcp today, verbs next; this is the one place one is created), liveness
+ * (heartbeats, three missed and it is lost), the bounds of invariant 11
+ * (a bounded control write queue, a data backlog that stops sending and
+ * then ends the link, at most 64 handshakes pending and 512 links), and
+ * the requests that run on it. Decode dials (struct link_ops from
+ * decode.c), prefill accepts (from prefill.c); what differs by side is
+ * the handshake:
+ *   dial:   connect; keyed: auth_hello -> challenge -> our proof -> its
+ *           proof, then seal; hello -> its hello (must be a prefill node
+ *           of the same model and layout) -> data connection presents the
+ *           token -> data_bound: up.
+ *   accept: the first frame decides: auth_hello (challenge, check the
+ *           proof, prove, seal, then hello), hello (keyless, loopback), or
+ *           data with a token, which binds this connection as an earlier
+ *           control link's data connection (then this link closes);
+ *           anything else is refused with one word.
+ * Before the proof (keyless: the hello) a link reads only frames of
+ * handshake size.
+ *
+ * Teardown (link_lost_code) closes both connections first, then every
+ * request on the link takes LINK_LOST through its role: once the data
+ * connection is closed nothing can write for them any more, which is what
+ * lets decode unfence (invariant 2). A dialled link reconnects once its
+ * handles have closed; an accepted one is freed then.
+ *
+ * Calls only io.c and req.c among the serving files; the roles above it
+ * are reached through struct link_ops.
  */
 #include "daemon/serve_int.h"
 #include "conf/util.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
+#define LINK_RETRY_MS 500
+
+/* Connections that have not finished their handshake (they hold an fd
+ * and a buffer for up to connect_timeout_ms each), and accepted links in
+ * all: past either bound one more is accepted and closed at once, so a
+ * flood of strangers cannot use up the descriptors the admin socket and
+ * the real peers need. */
+#define LINK_PENDING_MAX 64u
+#define LINK_TOTAL_MAX 512u
+
+static void link_connect(struct link *l);
+static unsigned link_lost_code(struct link *l, const char *why, int code,
+			       const char *msg);
+
+void serve__link_lost(struct link *l, const char *why)
+{
+	(void)link_lost_code(l, why, PROTO_ERR_INTERNAL, NULL);
+}
+
+/* The peer's name in log lines: the address we dial, or the node name
+ * an accepted peer gave in its hello. */
+static const char *link_who(const struct link *l)
+{
+	if (l->side == LINK_DIAL)
+		return l->addr;
+	return l->hello.node[0] ? l->hello.node : "?";
+}
+
+/* ---- sending ----------------------------------------------------------------- */
+
+/* Frame m (malloc'd *data, header included), sealed with `tx` unless
+ * NULL. 0, -EMSGSIZE, -ENOMEM. */
+static int link_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
 		      char **data, size_t *len)
 {
 	int r = proto_peer_frame(m, data, len);
@@ -31,84 +91,745 @@ int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
 	return 0;
 }
 
-void serve__figures_add(struct kvd_peer_figures *pf,
-			const struct proto_peer_hello *h)
-{
-	pf->min_pool_tokens = pf->up ? KVD_MIN(pf->min_pool_tokens, h->pool_tokens)
-				     : h->pool_tokens;
-	pf->min_context = pf->up ? KVD_MIN(pf->min_context, (uint32_t)h->context)
-				 : (uint32_t)h->context;
-	pf->up++;
-}
-
-int serve__link_send(struct wbound *wb, bool *dead, struct peer_aead *tx,
-		     const struct proto_peer_msg *m)
+/* Past listen.write_queue_soft we stop reading the peer (a peer that
+ * does not read our answers cannot make us produce more); past
+ * write_queue_hard nothing more is queued and reading stops: the tick
+ * tears the link down. */
+int serve__link_send(struct link *l, const struct proto_peer_msg *m)
 {
 	char *data;
 	size_t len;
 	int rc;
 
-	if (*dead)
+	if (!l || !l->ctl_open || l->closing || l->wb_dead)
 		return -EPIPE;
-	rc = serve__peer_frame(tx, m, &data, &len);
+	rc = link_frame(l->sealed ? &l->ss.tx : NULL, m, &data, &len);
 	if (rc)
 		return rc;
-	rc = wbound_write(wb, data, len);
+	rc = wbound_write(&l->wb, data, len);
 	if (rc == WBOUND_E_HARD) {
-		*dead = true;
-		wbound_read_stop(wb);
+		l->wb_dead = true;
+		wbound_read_stop(&l->wb);
 		return -EPIPE;
 	}
 	return rc;
 }
 
-const char *serve__link_write_poll(struct serve *s, struct wbound *wb, bool dead,
-				   uint64_t now, uint64_t *last_heard_ns,
-				   const char *who)
+/* The data connection's first frame (plain: it proves itself by token). */
+static int link_send_data_hello(struct link *l, const struct proto_peer_msg *m)
 {
-	int rc = dead ? WBOUND_E_HARD : wbound_poll(wb, now);
-
-	if (!rc) {
-		/* not reading it (past soft): its silence is ours, and the
-		 * stall bound, not liveness, decides how long it may last */
-		if (wb->paused)
-			*last_heard_ns = now;
-		return NULL;
-	}
-	KVLOG_WARN(s->log, "write_bound",
-		   "peer=%s conn=peer_control reason=%s queued=%zu peak=%llu soft=%llu hard=%llu stall_ms=%u",
-		   KVLOG_Q(who), rc == WBOUND_E_HARD ? "hard" : "stall",
-		   wbound_queued(wb), (unsigned long long)wb->peak,
-		   (unsigned long long)wb->lim.soft,
-		   (unsigned long long)wb->lim.hard, wb->lim.stall_ms);
-	return rc == WBOUND_E_HARD ? "control write queue past its hard bound" :
-				     "control write queue stalled past its soft bound";
-}
-
-int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
-		     const struct proto_peer_msg *m)
-{
+	uv_stream_t *st = transport_tcp_stream(l->data);
 	char *data;
 	size_t len;
 	int r;
 
 	if (uv_is_closing((uv_handle_t *)st))
-		return -EPIPE;   /* never spend a counter on a dead link */
-	r = serve__peer_frame(tx, m, &data, &len);
+		return -EPIPE;
+	r = link_frame(NULL, m, &data, &len);
 	if (r)
 		return r;
 	return serve__write(st, data, len);
 }
 
-const char *serve__peer_feed(struct serve *s, const char *who,
-			     struct frame_decoder *dec, const char *q, size_t n,
-			     const bool *closing,
-			     void (*on_msg)(void *arg, struct proto_peer_msg *m),
-			     void *arg)
+/* Heartbeat tick of the control write queue: true when l was torn down
+ * (past the hard bound, or past the soft one for write_stall_timeout_ms). */
+static bool link_write_check(struct link *l, uint64_t now)
 {
-	while (n > 0 && !*closing) {
+	struct serve *s = l->s;
+	int rc = l->wb_dead ? WBOUND_E_HARD : wbound_poll(&l->wb, now);
+
+	if (!rc) {
+		/* not reading it (past soft): its silence is ours, and the
+		 * stall bound, not liveness, decides how long it may last */
+		if (l->wb.paused)
+			l->last_heard_ns = now;
+		return false;
+	}
+	KVLOG_WARN(s->log, "write_bound",
+		   "peer=%s conn=peer_control reason=%s queued=%zu peak=%llu soft=%llu hard=%llu stall_ms=%u",
+		   KVLOG_Q(link_who(l)), rc == WBOUND_E_HARD ? "hard" : "stall",
+		   wbound_queued(&l->wb), (unsigned long long)l->wb.peak,
+		   (unsigned long long)l->wb.lim.soft,
+		   (unsigned long long)l->wb.lim.hard, l->wb.lim.stall_ms);
+	serve__link_lost(l, rc == WBOUND_E_HARD ? "control write queue past its hard bound" :
+				"control write queue stalled past its soft bound");
+	return true;
+}
+
+/* ---- requests on a link ------------------------------------------------------ */
+
+void serve__link_attach(struct link *l, struct serve_req *r, uint32_t pages)
+{
+	r->link = l;
+	r->link_pages = pages;
+	kvd_list_add(&l->reqs, &r->link_node);
+	l->n_reqs++;
+	l->n_pages += pages;
+}
+
+void serve__link_detach(struct serve_req *r)
+{
+	struct link *l = r->link;
+
+	if (!l)
+		return;
+	kvd_list_del(&r->link_node);
+	l->n_reqs--;
+	l->n_pages -= r->link_pages;
+	r->link = NULL;
+	r->link_pages = 0;
+}
+
+/* Every request on l, each once, through the role: lost (with code and
+ * msg) or resumed. A request may leave the link (or end) in its step, and
+ * take others with it: each is moved aside before its step, and what is
+ * still attached afterwards goes back. Returns how many said true. */
+static unsigned link_reqs_walk(struct link *l, bool lost, int code,
+			       const char *msg)
+{
+	struct kvd_list seen = KVD_LIST_INIT(seen);
+	unsigned n = 0;
+
+	while (!kvd_list_empty(&l->reqs)) {
+		struct kvd_list *e = l->reqs.next;
+		struct serve_req *r = kvd_list_entry(e, struct serve_req, link_node);
+
+		kvd_list_del(e);
+		kvd_list_add_tail(&seen, e);
+		if (lost)
+			n += l->ops->req_lost(r, code, msg);
+		else if (l->ops->req_resume)
+			l->ops->req_resume(r);
+	}
+	while (!kvd_list_empty(&seen)) {
+		struct kvd_list *e = seen.next;
+
+		kvd_list_del(e);
+		kvd_list_add_tail(&l->reqs, e);
+	}
+	return n;
+}
+
+/* ---- figures ----------------------------------------------------------------- */
+
+/* The daemon's view of the peers that completed a handshake (both
+ * roles): how many, their smallest pool and context. */
+static void link_figures_update(struct serve *s)
+{
+	struct kvd_peer_figures pf = { 0 };
+	struct kvd_list *e;
+
+	kvd_list_for_each(e, &s->links) {
+		const struct link *q = kvd_list_entry(e, struct link, node);
+		const struct proto_peer_hello *h = &q->hello;
+
+		if (!q->hello_done || q->closing || q->is_data)
+			continue;
+		pf.min_pool_tokens = pf.up ? KVD_MIN(pf.min_pool_tokens, h->pool_tokens)
+					   : h->pool_tokens;
+		pf.min_context = pf.up ? KVD_MIN(pf.min_context, (uint32_t)h->context)
+				       : (uint32_t)h->context;
+		pf.up++;
+	}
+	s->d->peers = pf;
+}
+
+/* ---- the data connection ----------------------------------------------------- */
+
+static void link_rx_batch(void *arg, const struct xfer_hdr *h, const uint8_t *batch)
+{
+	struct link *l = arg;
+
+	l->ops->rx_batch(l, h, batch);
+}
+
+/* A batch failed its checksum (or came without one): its header is as
+ * untrustworthy as its pages, so the id it names may be an innocent
+ * request's and the real victim's pages may be anywhere in the stream.
+ * The data stream as a whole is broken: every transfer on this link fails
+ * with INTEGRITY and both connections are torn down, which also ends any
+ * write into their pages (invariants 2, 7). */
+static void link_rx_bad(void *arg, int code, const struct xfer_hdr *h)
+{
+	struct link *l = arg;
+	bool auth = code == XFER_E_AUTH;
+
+	KVLOG_WARN(l->s->log, "batch_checksum",
+		   "peer=%s claimed_id=%llu seq=%u error=%s",
+		   KVLOG_Q(l->addr),
+		   (unsigned long long)h->request_id, h->seq, xfer_strerror(code));
+	if (auth)
+		l->s->d->counters.peer_auth_failures++;
+	if (!link_lost_code(l, auth ? "a KV batch failed authentication" :
+				      "a KV batch failed its checksum",
+			    PROTO_ERR_INTEGRITY,
+			    auth ? "a KV batch on the prefill peer's data connection failed authentication; no token was produced from it" :
+				   "a KV batch on the prefill peer's data connection failed its checksum; no token was produced from it"))
+		l->s->d->counters.integrity_failures++;
+}
+
+static void link_data_closed(void *arg, int status)
+{
+	struct link *l = arg;
+
+	if (l->side == LINK_DIAL)
+		serve__link_lost(l, status == -ECONNRESET ? "data connection cut mid-batch"
+							  : "data connection closed");
+	else
+		serve__link_lost(l, status ? "data connection error" : "data connection closed");
+}
+
+/* The link's transport, on the negotiated terms: dial receives (batches
+ * go to the role), accept sends. 0, or l was lost. */
+static int link_transport_new(struct link *l)
+{
+	struct serve *s = l->s;
+	struct transport_cfg tc = { 0 };
+	int rc;
+
+	tc.pool = s->d->pool;
+	tc.mem = &s->d->mem;
+	tc.page_bytes = s->page_bytes;
+	tc.checksum_ns = &s->d->counters.checksum_ns;
+	tc.max_batch_bytes = l->max_batch_bytes;
+	tc.checksum = l->checksum;
+	tc.seal = l->sealed ? &l->ss.data : NULL;
+	tc.fault = &s->fault;
+	tc.log = s->log;
+	tc.recv.closed = link_data_closed;
+	if (l->side == LINK_DIAL) {
+		tc.recv.batch = link_rx_batch;
+		tc.recv.bad_batch = link_rx_bad;
+	}
+	tc.recv_arg = l;
+	rc = transport_tcp_new(&l->data, &s->d->loop, &tc);
+	if (rc) {
+		if (l->side == LINK_DIAL)
+			KVLOG_ERR(s->log, "peer_refused",
+				  "peer=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
+				  KVLOG_Q(l->addr), (unsigned long long)s->page_bytes,
+				  (unsigned long long)l->max_batch_bytes);
+		else
+			KVLOG_ERR(s->log, "peer_refused",
+				  "peer_node=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
+				  KVLOG_Q(l->hello.node),
+				  (unsigned long long)s->page_bytes,
+				  (unsigned long long)l->max_batch_bytes);
+		l->data = NULL;
+		return rc;
+	}
+	l->data->data = l;
+	return 0;
+}
+
+/* Bytes a data connection may hold queued before new batches wait: the
+ * configured soft bound, but never less than two batches, so a fast
+ * reader always has the next batch in the pipe. */
+static size_t link_data_soft(const struct link *l)
+{
+	return KVD_MAX((size_t)l->s->d->cfg.write_queue_soft,
+		       2 * (size_t)l->max_batch_bytes);
+}
+
+static bool link_data_over(const struct link *l)
+{
+	return l->data && l->data->ops->queued &&
+	       l->data->ops->queued(l->data) > link_data_soft(l);
+}
+
+/* A decode peer that does not read its data connection must not make
+ * us hold batch after batch (sealed batches are copies): past the soft
+ * bound no request of it sends more until the queue drains. */
+bool serve__link_data_full(struct link *l)
+{
+	if (!link_data_over(l))
+		return false;
+	l->data_waiters = true;   /* resumed once it drains */
+	return true;
+}
+
+void serve__link_data_resume(struct link *l)
+{
+	if (!l->data_waiters || link_data_over(l))
+		return;
+	l->data_waiters = false;
+	(void)link_reqs_walk(l, false, 0, NULL);
+}
+
+/* Heartbeat tick for an accepted link's data connection: true when l
+ * was torn down because decode stopped reading it (past the soft bound
+ * for the stall timeout); else resume requests that waited for it. */
+static bool link_data_check(struct link *l, uint64_t now)
+{
+	struct serve *s = l->s;
+
+	if (l->side != LINK_ACCEPT || !l->data || !l->hello_done)
+		return false;
+	if (link_data_over(l)) {
+		if (!l->data_over_since_ns)
+			l->data_over_since_ns = now;
+		if (now - l->data_over_since_ns <
+		    (uint64_t)s->d->cfg.write_stall_timeout_ms * 1000000ull)
+			return false;
+		KVLOG_WARN(s->log, "write_bound",
+			   "peer_node=%s conn=peer_data reason=stall queued=%zu soft=%zu stall_ms=%u",
+			   KVLOG_Q(l->hello.node), l->data->ops->queued(l->data),
+			   link_data_soft(l), s->d->cfg.write_stall_timeout_ms);
+		serve__link_lost(l, "data connection stalled past its soft bound");
+		return true;
+	}
+	l->data_over_since_ns = 0;
+	serve__link_data_resume(l);
+	return false;
+}
+
+/* Both hellos matched: the negotiated terms. */
+static void link_hello_done(struct link *l, const struct proto_peer_hello *h)
+{
+	struct serve *s = l->s;
+
+	l->hello = *h;
+	l->hello_done = true;
+	frame_decoder_set_max(&l->dec, SERVE_PEER_FRAME_MAX);
+	l->max_batch_bytes = KVD_MIN(s->d->cfg.max_batch_bytes, h->max_batch_bytes);
+	l->checksum = s->d->cfg.checksum || h->checksum;
+}
+
+/* Both ends proved: derive the link's keys; every later control frame
+ * and batch is sealed. */
+static void link_seal(struct link *l, enum peer_auth_side side)
+{
+	struct serve *s = l->s;
+
+	peer_session_derive(&l->ss, &s->key, side, l->nonce_d, l->nonce_p,
+			    s->d->cfg.encrypt);
+	frame_decoder_set_opener(&l->dec, peer_frame_open, &l->ss.rx);
+	l->sealed = true;
+	frame_decoder_set_max(&l->dec, SERVE_PEER_FRAME_MAX);
+}
+
+/* ---- dial: the handshake ----------------------------------------------------- */
+
+static void dial_log_capacity(struct link *l)
+{
+	struct serve *s = l->s;
+	uint64_t own = serve__own_limit(s);
+	uint64_t path = KVD_MIN(own, KVD_MIN(l->hello.context, l->hello.pool_tokens));
+
+	link_figures_update(s);
+	kvd_daemon_capacity(s->d, "peer", NULL);
+	KVLOG_INFO(s->log, "peer_capacity",
+		   "peer=%s peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu path_limit=%llu verdict=%s",
+		   KVLOG_Q(l->addr), KVLOG_Q(l->hello.node),
+		   KVLOG_Q(l->hello.role),
+		   (unsigned long long)l->hello.pool_tokens,
+		   (unsigned long long)l->hello.context,
+		   s->d->cap.advertised_context,
+		   (unsigned long long)s->d->cap.pool_tokens,
+		   (unsigned long long)path,
+		   l->hello.pool_tokens >= l->hello.context ? "ok" : "peer_pool_smaller_than_context");
+}
+
+static void dial_data_connected(uv_connect_t *req, int status)
+{
+	struct link *l = req->data;
+	struct proto_peer_msg m = { .type = PEER_MSG_DATA };
+	int rc;
+
+	if (status < 0 || l->closing || !l->data) {
+		if (!l->closing)
+			serve__link_lost(l, "data connection failed");
+		return;
+	}
+	/* the token: derived from the link's keys, or (keyless) the random
+	 * one prefill sent in its hello */
+	memcpy(m.token, l->sealed ? l->ss.token : l->hello.session, PEER_AUTH_BYTES);
+	rc = link_send_data_hello(l, &m);
+	if (!rc)
+		rc = transport_tcp_start(l->data, true);
+	if (rc) {
+		serve__link_lost(l, "data connection setup failed");
+		return;
+	}
+	/* up once prefill says it bound the data connection (data_bound) */
+}
+
+static void dial_data_bound(struct link *l)
+{
+	if (l->up || !l->data)
+		return;
+	l->up = true;
+	l->last_heard_ns = kvd_now_ns();
+	KVLOG_INFO(l->s->log, "peer_up",
+		   "peer=%s node=%s max_batch_bytes=%llu checksum=%s transport=tcp",
+		   KVLOG_Q(l->addr), KVLOG_Q(l->hello.node),
+		   (unsigned long long)l->max_batch_bytes,
+		   l->checksum ? "on" : "off");
+	dial_log_capacity(l);
+}
+
+static void dial_on_hello(struct link *l, const struct proto_peer_msg *m)
+{
+	struct serve *s = l->s;
+	struct sockaddr_storage ss;
+	char field[32] = "", why[200] = "";
+	int rc;
+
+	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
+				   why, sizeof(why)) ||
+	    strcmp(m->hello.role, "prefill") || (!l->sealed && !m->hello.has_session)) {
+		if (!field[0] || strcmp(m->hello.role, "prefill"))
+			snprintf(field, sizeof(field), "role");
+		KVLOG_ERR(s->log, "peer_refused", "peer=%s field=%s msg=%s",
+			  KVLOG_Q(l->addr), field,
+			  KVLOG_Q(strcmp(m->hello.role, "prefill")
+				  ? "the peer is not a prefill node" : why));
+		serve__link_lost(l, "handshake refused");
+		return;
+	}
+	link_hello_done(l, &m->hello);
+	if (link_transport_new(l)) {
+		serve__link_lost(l, "transport");
+		return;
+	}
+	serve__parse_hostport(l->addr, &ss);
+	l->data_req.data = l;
+	rc = uv_tcp_connect(&l->data_req, (uv_tcp_t *)transport_tcp_stream(l->data),
+			    (struct sockaddr *)&ss, dial_data_connected);
+	if (rc)
+		serve__link_lost(l, "data connect");
+}
+
+/* A prefill peer refused us (bare: a reason word, maybe ":field"). */
+static void dial_on_refused(struct link *l, const struct proto_peer_msg *m)
+{
+	char reason[sizeof(m->reason)];
+	char *field;
+
+	snprintf(reason, sizeof(reason), "%s", m->reason);
+	field = strchr(reason, ':');
+	if (field)
+		*field++ = '\0';
+	KVLOG_ERR(l->s->log, "peer_refused", "peer=%s by=peer reason=%s field=%s",
+		  KVLOG_Q(l->addr),
+		  KVLOG_Q(reason),
+		  KVLOG_Q(field ? field : ""));
+	serve__link_lost(l, "refused by the peer");
+}
+
+/* auth_challenge: prefill's nonce; prove we hold the key. */
+static void dial_on_challenge(struct link *l, const struct proto_peer_msg *m)
+{
+	struct proto_peer_msg pr = { .type = PEER_MSG_AUTH_PROOF };
+
+	memcpy(l->nonce_p, m->nonce, PEER_AUTH_BYTES);
+	peer_auth_proof(&l->s->key, PEER_SIDE_DECODE, l->nonce_d, l->nonce_p, pr.proof);
+	l->phase = LINK_PROOF;
+	if (serve__link_send(l, &pr))
+		serve__link_lost(l, "control setup");
+}
+
+/* Prefill's proof: only now is it a peer. Derive the link's keys, seal
+ * everything from here on, and say hello. */
+static void dial_on_proof(struct link *l, const struct proto_peer_msg *m)
+{
+	struct serve *s = l->s;
+	struct proto_peer_msg h = { .type = PEER_MSG_HELLO };
+
+	if (peer_auth_check(&s->key, PEER_SIDE_PREFILL, l->nonce_d, l->nonce_p,
+			    m->proof)) {
+		s->d->counters.peer_auth_failures++;
+		KVLOG_ERR(s->log, "peer_refused",
+			  "peer=%s reason=auth_failed msg=\"the prefill peer did not prove it holds the cluster key\"",
+			  KVLOG_Q(l->addr));
+		serve__link_lost(l, "authentication failed");
+		return;
+	}
+	link_seal(l, PEER_SIDE_DECODE);
+	l->phase = LINK_HELLO;
+	h.hello = s->my_hello;
+	if (serve__link_send(l, &h))
+		serve__link_lost(l, "control setup");
+}
+
+/* ---- accept: the handshake ---------------------------------------------------- */
+
+/* A bare refusal: one word (and, for a mismatch between proven peers or
+ * on a keyless loopback link, the field), one escaped log line, close.
+ * Nothing about this node is revealed to a peer that has not proved. */
+static void accept_refuse(struct link *l, const char *reason, const char *field,
+			  const char *why)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_REFUSED };
+
+	if (field && field[0])
+		snprintf(m.reason, sizeof(m.reason), "%s:%s", reason, field);
+	else
+		snprintf(m.reason, sizeof(m.reason), "%s", reason);
+	KVLOG_ERR(l->s->log, "peer_refused", "peer=%s peer_node=%s reason=%s msg=%s",
+		  KVLOG_Q(l->addr),
+		  KVLOG_Q(l->hello_done || l->sealed ? l->hello.node : "?"),
+		  m.reason, KVLOG_Q(why));
+	(void)serve__link_send(l, &m);
+	serve__link_lost(l, NULL);
+}
+
+/* auth_hello: the first frame of a keyed control connection. Answer with
+ * our nonce only: nothing else before decode has proved. */
+static void accept_on_auth_hello(struct link *l, const struct proto_peer_msg *m)
+{
+	struct proto_peer_msg ch = { .type = PEER_MSG_AUTH_CHALLENGE };
+
+	if (!l->s->key.set) {
+		accept_refuse(l, "no_key", NULL,
+			      "this node has no peers.key_file: it peers only without authentication, over loopback");
+		return;
+	}
+	if (m->version != PROTO_PEER_VERSION) {
+		accept_refuse(l, "version", NULL, "protocol version differs");
+		return;
+	}
+	memcpy(l->nonce_d, m->nonce, PEER_AUTH_BYTES);
+	peer_auth_random(l->nonce_p);
+	memcpy(ch.nonce, l->nonce_p, PEER_AUTH_BYTES);
+	l->phase = LINK_PROOF;
+	(void)serve__link_send(l, &ch);
+}
+
+/* Decode's proof: check it, prove ourselves, derive the link's keys;
+ * every frame after our proof is sealed, both ways. */
+static void accept_on_auth_proof(struct link *l, const struct proto_peer_msg *m)
+{
+	struct serve *s = l->s;
+	struct proto_peer_msg pr = { .type = PEER_MSG_AUTH_PROOF };
+
+	if (peer_auth_check(&s->key, PEER_SIDE_DECODE, l->nonce_d, l->nonce_p,
+			    m->proof)) {
+		s->d->counters.peer_auth_failures++;
+		accept_refuse(l, "auth_failed", NULL,
+			      "the peer did not prove it holds the cluster key");
+		return;
+	}
+	peer_auth_proof(&s->key, PEER_SIDE_PREFILL, l->nonce_d, l->nonce_p, pr.proof);
+	if (serve__link_send(l, &pr)) {
+		serve__link_lost(l, NULL);
+		return;
+	}
+	link_seal(l, PEER_SIDE_PREFILL);
+	memcpy(l->token, l->ss.token, PEER_AUTH_BYTES);
+	l->phase = LINK_HELLO;
+}
+
+static void accept_on_hello(struct link *l, const struct proto_peer_msg *m)
+{
+	struct serve *s = l->s;
+	struct proto_peer_msg reply = { .type = PEER_MSG_HELLO };
+	char field[32] = "", why[200] = "";
+
+	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
+				   why, sizeof(why)) ||
+	    !strcmp(m->hello.role, "prefill")) {
+		if (!field[0]) {
+			snprintf(field, sizeof(field), "role");
+			snprintf(why, sizeof(why), "a prefill node cannot be a decode peer");
+		}
+		l->hello = m->hello;   /* for the log line (escaped there) */
+		accept_refuse(l, "mismatch", field, why);
+		return;
+	}
+	link_hello_done(l, &m->hello);
+	l->up = true;
+	reply.hello = s->my_hello;
+	if (!l->sealed) {
+		/* keyless (loopback) link: a random token binds the data
+		 * connection; a keyed link derived one from its keys */
+		peer_auth_random(l->token);
+		memcpy(reply.hello.session, l->token, PEER_AUTH_BYTES);
+		reply.hello.has_session = true;
+	}
+	l->has_token = true;
+	(void)serve__link_send(l, &reply);
+	link_figures_update(s);
+	kvd_daemon_capacity(s->d, "peer", NULL);
+	KVLOG_INFO(s->log, "peer_capacity",
+		   "peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu authenticated=%s",
+		   KVLOG_Q(m->hello.node),
+		   KVLOG_Q(m->hello.role),
+		   (unsigned long long)m->hello.pool_tokens,
+		   (unsigned long long)m->hello.context,
+		   s->d->cap.advertised_context,
+		   (unsigned long long)s->d->cap.pool_tokens,
+		   l->sealed ? "yes" : "no");
+}
+
+/* The control link a data token belongs to: compared in constant time,
+ * and usable once (has_token drops when the data connection binds), so a
+ * racing process can neither guess nor reuse one. */
+static struct link *accept_by_token(struct serve *s, const uint8_t *token)
+{
+	struct kvd_list *e;
+
+	kvd_list_for_each(e, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
+
+		if (l->side == LINK_ACCEPT && l->hello_done && l->has_token &&
+		    !l->closing && !l->data &&
+		    !sodium_memcmp(l->token, token, PEER_AUTH_BYTES))
+			return l;
+	}
+	return NULL;
+}
+
+/* "data" with a token: tmp's socket becomes the data connection of the
+ * control link the token names (dup + uv_tcp_open, so libuv handles never
+ * change owner), and tmp closes. */
+static void accept_on_data(struct link *tmp, const struct proto_peer_msg *m)
+{
+	struct serve *s = tmp->s;
+	struct link *l;
+	uv_os_fd_t fd;
+	int nfd, rc;
+
+	l = accept_by_token(s, m->token);
+	if (!l) {
+		s->d->counters.peer_auth_failures++;
+		accept_refuse(tmp, "bad_token", NULL,
+			      "a data connection presented an unknown or used token");
+		return;
+	}
+	l->has_token = false;
+	if (link_transport_new(l)) {
+		serve__link_lost(tmp, NULL);
+		serve__link_lost(l, "transport");
+		return;
+	}
+	rc = uv_fileno((uv_handle_t *)&tmp->ctl, &fd);
+	nfd = rc ? -1 : dup(fd);
+	if (nfd < 0 || uv_tcp_open((uv_tcp_t *)transport_tcp_stream(l->data), nfd) ||
+	    transport_tcp_start(l->data, false)) {
+		if (nfd >= 0)
+			close(nfd);
+		serve__link_lost(tmp, NULL);
+		serve__link_lost(l, "data connection setup");
+		return;
+	}
+	uv_tcp_nodelay((uv_tcp_t *)transport_tcp_stream(l->data), 1);
+	tmp->is_data = true;
+	serve__link_lost(tmp, NULL);
+	/* decode sends no request before this: a request that overtook the
+	 * data connection would find nothing to send its KV on */
+	(void)serve__link_send(l, &(struct proto_peer_msg){ .type = PEER_MSG_DATA_BOUND });
+	KVLOG_INFO(s->log, "peer_up", "peer=%s peer_node=%s max_batch_bytes=%llu checksum=%s authenticated=%s encrypt=%s transport=tcp",
+		   KVLOG_Q(l->addr),
+		   KVLOG_Q(l->hello.node),
+		   (unsigned long long)l->max_batch_bytes,
+		   l->checksum ? "on" : "off", l->sealed ? "yes" : "no",
+		   l->sealed && l->ss.data.encrypt ? "on" : "off");
+}
+
+/* hello as the first frame: a keyless (loopback) link. A keyed node
+ * accepts no plaintext hello (a keyless one refuses auth_hello). */
+static void accept_on_first_hello(struct link *l, const struct proto_peer_msg *m)
+{
+	if (l->s->key.set)
+		accept_refuse(l, "auth_required", NULL,
+			      "this node requires peers to prove the cluster key first");
+	else
+		accept_on_hello(l, m);
+}
+
+/* ---- the handshake as data ---------------------------------------------------- */
+
+#define PH(p) (1u << (p))
+
+/* Before the hello (net/PROTOCOL.md s. 2.1), a link in one of `phases`
+ * takes a message of `type` to `on`; each phase accepts only its rows. */
+struct link_step {
+	enum link_side side;
+	unsigned phases;                 /* PH(enum link_phase) bits */
+	enum proto_peer_type type;
+	void (*on)(struct link *l, const struct proto_peer_msg *m);
+};
+
+static const struct link_step link_steps[] = {
+	/* dial: the proofs (keyed links), then the hello; a refusal may
+	 * come at any point */
+	{ LINK_DIAL, PH(LINK_CHALLENGE), PEER_MSG_AUTH_CHALLENGE, dial_on_challenge },
+	{ LINK_DIAL, PH(LINK_PROOF), PEER_MSG_AUTH_PROOF, dial_on_proof },
+	{ LINK_DIAL, PH(LINK_HELLO), PEER_MSG_HELLO, dial_on_hello },
+	{ LINK_DIAL, PH(LINK_FIRST) | PH(LINK_CHALLENGE) | PH(LINK_PROOF) |
+		     PH(LINK_HELLO), PEER_MSG_REFUSED, dial_on_refused },
+	/* accept: the first frame decides what the connection is */
+	{ LINK_ACCEPT, PH(LINK_FIRST), PEER_MSG_AUTH_HELLO, accept_on_auth_hello },
+	{ LINK_ACCEPT, PH(LINK_FIRST), PEER_MSG_DATA, accept_on_data },
+	{ LINK_ACCEPT, PH(LINK_FIRST), PEER_MSG_HELLO, accept_on_first_hello },
+	{ LINK_ACCEPT, PH(LINK_PROOF), PEER_MSG_AUTH_PROOF, accept_on_auth_proof },
+	{ LINK_ACCEPT, PH(LINK_HELLO), PEER_MSG_HELLO, accept_on_hello },
+};
+
+/* A message no row takes: dial gives up, accept refuses with one word. */
+static void link_unexpected(struct link *l)
+{
+	static const char *const expected[] = {
+		[LINK_FIRST] = "unexpected first message",
+		[LINK_PROOF] = "expected auth_proof",
+		[LINK_HELLO] = "expected hello",
+	};
+
+	if (l->side == LINK_DIAL) {
+		serve__link_lost(l, "unexpected message during the handshake");
+		return;
+	}
+	accept_refuse(l, "protocol", NULL,
+		      l->phase < KVD_ARRAY_SIZE(expected) && expected[l->phase] ?
+		      expected[l->phase] : "unexpected message");
+}
+
+static void link_handshake(struct link *l, const struct proto_peer_msg *m)
+{
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(link_steps); i++) {
+		const struct link_step *st = &link_steps[i];
+
+		if (st->side == l->side && (st->phases & PH(l->phase)) &&
+		    st->type == m->type) {
+			st->on(l, m);
+			return;
+		}
+	}
+	link_unexpected(l);
+}
+
+/* ---- reading ----------------------------------------------------------------- */
+
+/* One control message: the handshake by side, then the link's own
+ * (heartbeat, data_bound), then the role's. */
+static void link_dispatch(struct link *l, struct proto_peer_msg *m)
+{
+	if (!l->hello_done) {
+		link_handshake(l, m);
+		return;
+	}
+	if (m->type == PEER_MSG_HEARTBEAT) {
+		l->load = m->load;
+		return;
+	}
+	if (m->type == PEER_MSG_DATA_BOUND && l->side == LINK_DIAL) {
+		dial_data_bound(l);
+		return;
+	}
+	l->ops->on_msg(l, m);
+}
+
+/* Feed read bytes through the frame decoder and dispatch every parsed
+ * message, until the bytes run out or l starts closing. NULL, or why l
+ * must be torn down. */
+static const char *link_feed(struct link *l, const char *q, size_t n)
+{
+	struct serve *s = l->s;
+
+	while (n > 0 && !l->closing) {
 		size_t used;
-		int rc = frame_decoder_feed(dec, q, n, &used);
+		int rc = frame_decoder_feed(&l->dec, q, n, &used);
 
 		if (rc)
 			return "control stream error";
@@ -119,22 +840,434 @@ const char *serve__peer_feed(struct serve *s, const char *who,
 			struct proto_peer_msg m;
 			struct frame_error err = { 0 };
 
-			rc = frame_decoder_next(dec, &map);
+			rc = frame_decoder_next(&l->dec, &map);
 			if (rc == FRAME_E_AGAIN)
 				break;
 			if (rc == 0)
 				rc = proto_peer_parse(map, &m, &err);
 			if (rc) {
 				KVLOG_ERR(s->log, "peer_protocol", "peer=%s code=%s msg=%s",
-					  KVLOG_Q(who), frame_strerror(rc),
+					  KVLOG_Q(link_who(l)), frame_strerror(rc),
 					  KVLOG_Q(err.msg));
 				return "protocol error";
 			}
-			on_msg(arg, &m);
+			link_dispatch(l, &m);
 			proto_peer_msg_deinit(&m);
-			if (*closing)
+			if (l->closing)
 				return NULL;
 		}
 	}
 	return NULL;
+}
+
+static void link_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	struct link *l = h->data;
+
+	(void)hint;
+	*buf = uv_buf_init(l->rbuf, sizeof(l->rbuf));
+}
+
+static void link_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct link *l = st->data;
+	const char *why;
+
+	if (nread < 0) {
+		/* an accepted connection that never said hello goes quietly */
+		serve__link_lost(l, l->side == LINK_DIAL || l->hello_done ?
+				    "control connection closed" : NULL);
+		return;
+	}
+	l->last_heard_ns = kvd_now_ns();
+	why = link_feed(l, buf->base, nread > 0 ? (size_t)nread : 0);
+	if (why)
+		serve__link_lost(l, why);
+}
+
+/* The control connection's handle is open: bounded writes, reads, the
+ * handshake's frame limit, the deadline. */
+static void link_ctl_init(struct link *l)
+{
+	struct serve *s = l->s;
+
+	l->ctl.data = l;
+	l->ctl_open = true;
+	l->wb_dead = false;
+	wbound_init(&l->wb, (uv_stream_t *)&l->ctl, &(struct wbound_limits){
+			    .soft = s->d->cfg.write_queue_soft,
+			    .hard = s->d->cfg.write_queue_hard,
+			    .stall_ms = s->d->cfg.write_stall_timeout_ms },
+		    link_alloc, link_read);
+	frame_decoder_init(&l->dec, SERVE_PEER_HANDSHAKE_FRAME_MAX);
+	l->last_heard_ns = l->t_start_ns = kvd_now_ns();
+}
+
+/* ---- teardown ---------------------------------------------------------------- */
+
+static void link_retry_cb(uv_timer_t *t)
+{
+	struct link *l = t->data;
+
+	if (!l->s->stopping && !l->closing && !l->ctl_open)
+		link_connect(l);
+}
+
+/* One of l's handles has closed; after the last, a dialled link may
+ * reconnect, a retired one is freed. */
+static void link_closed_one(struct link *l)
+{
+	struct serve *s = l->s;
+
+	s->closes_pending--;
+	if (--l->pending_closes)
+		return;
+	frame_decoder_deinit(&l->dec);
+	if (l->retired) {
+		free(l);
+		return;
+	}
+	l->closing = false;
+	if (!s->stopping && l->retry_open)
+		uv_timer_start(&l->retry, link_retry_cb, LINK_RETRY_MS, 0);
+}
+
+static void link_handle_closed(uv_handle_t *h)
+{
+	link_closed_one(h->data);
+}
+
+static void link_transport_closed(struct transport *t)
+{
+	struct link *l = t->data;
+
+	t->ops->free(t);
+	link_closed_one(l);
+}
+
+static void link_log_down(struct link *l, const char *why)
+{
+	if (l->side == LINK_DIAL)
+		KVLOG_WARN(l->s->log, "peer_down", "peer=%s msg=%s was_up=%d",
+			   KVLOG_Q(l->addr), KVLOG_Q(why), l->up);
+	else
+		KVLOG_WARN(l->s->log, "peer_down", "peer_node=%s msg=%s",
+			   KVLOG_Q(link_who(l)), KVLOG_Q(why));
+}
+
+/* Tear both connections down, then every request on l takes LINK_LOST
+ * (a transfer fails with `code` and `msg`, NULL: the role's words); since
+ * nothing can write for them any more, decode unfences. An accepted link
+ * leaves s->links at once. Returns how many transfers failed. */
+static unsigned link_lost_code(struct link *l, const char *why, int code,
+			       const char *msg)
+{
+	struct serve *s = l->s;
+
+	if (l->closing || !l->ctl_open)
+		return 0;
+	if (why)
+		link_log_down(l, why);
+	l->closing = true;
+	l->up = false;
+	l->hello_done = false;
+	/* the keys stay until the transport (which holds ss.data) has
+	 * closed; the next connect derives new ones */
+	l->sealed = false;
+	if (l->side == LINK_ACCEPT)
+		kvd_list_del(&l->node);
+	link_figures_update(s);
+	l->ctl_open = false;
+	l->pending_closes = 1;
+	s->closes_pending++;
+	uv_close((uv_handle_t *)&l->ctl, link_handle_closed);
+	if (l->data) {
+		l->pending_closes++;
+		s->closes_pending++;
+		transport_close(l->data, link_transport_closed);
+		l->data = NULL;
+	}
+	return link_reqs_walk(l, true, code, msg);
+}
+
+/* ---- dial: connecting -------------------------------------------------------- */
+
+static void dial_connected(uv_connect_t *req, int status)
+{
+	struct link *l = req->data;
+	struct proto_peer_msg m = { .type = PEER_MSG_HELLO };
+
+	if (l->closing)
+		return;
+	if (status < 0) {
+		KVLOG_DEBUG(l->s->log, "peer_connect", "peer=%s msg=%s",
+			    KVLOG_Q(l->addr), KVLOG_Q(uv_strerror(status)));
+		serve__link_lost(l, NULL);
+		return;
+	}
+	if (l->s->key.set) {
+		/* keyed: prove first; nothing about us before the peer has */
+		m.type = PEER_MSG_AUTH_HELLO;
+		m.version = PROTO_PEER_VERSION;
+		peer_auth_random(l->nonce_d);
+		memcpy(m.nonce, l->nonce_d, PEER_AUTH_BYTES);
+		l->phase = LINK_CHALLENGE;
+	} else {
+		m.hello = l->s->my_hello;
+		l->phase = LINK_HELLO;
+	}
+	if (wbound_read_start(&l->wb) || serve__link_send(l, &m))
+		serve__link_lost(l, "control setup");
+}
+
+static void link_connect(struct link *l)
+{
+	struct serve *s = l->s;
+	struct sockaddr_storage ss;
+	int rc;
+
+	if (serve__parse_hostport(l->addr, &ss)) {
+		KVLOG_ERR(s->log, "peer_address", "peer=%s msg=\"bad address\"",
+			  KVLOG_Q(l->addr));
+		return;
+	}
+	if (uv_tcp_init(&s->d->loop, &l->ctl)) {
+		/* nothing to close: try again later, or never reconnect */
+		if (!s->stopping && l->retry_open)
+			uv_timer_start(&l->retry, link_retry_cb, LINK_RETRY_MS, 0);
+		return;
+	}
+	link_ctl_init(l);
+	uv_tcp_nodelay(&l->ctl, 1);
+	l->conn_req.data = l;
+	rc = uv_tcp_connect(&l->conn_req, &l->ctl, (struct sockaddr *)&ss,
+			    dial_connected);
+	if (rc)
+		serve__link_lost(l, NULL);
+}
+
+static struct link *link_new(struct serve *s, enum link_side side,
+			     const struct link_ops *ops)
+{
+	struct link *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return NULL;
+	l->s = s;
+	l->ops = ops;
+	l->side = side;
+	l->retired = side == LINK_ACCEPT;
+	kvd_list_init(&l->node);
+	kvd_list_init(&l->reqs);
+	return l;
+}
+
+int serve__link_dial(struct serve *s, const char *addr, const struct link_ops *ops)
+{
+	struct link *l = link_new(s, LINK_DIAL, ops);
+
+	if (!l)
+		return -ENOMEM;
+	snprintf(l->addr, sizeof(l->addr), "%s", addr);
+	if (uv_timer_init(&s->d->loop, &l->retry)) {
+		free(l);
+		return -ENOMEM;
+	}
+	l->retry.data = l;
+	l->retry_open = true;
+	/* in the configured order: the first of equally loaded peers wins */
+	kvd_list_add_tail(&s->links, &l->node);
+	link_connect(l);
+	return 0;
+}
+
+/* ---- accept: the listener ---------------------------------------------------- */
+
+/* "ip:port" of the remote end, for log lines. */
+static void accept_addr(struct link *l)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	char ip[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	if (uv_tcp_getpeername(&l->ctl, (struct sockaddr *)&ss, &len))
+		return;
+	if (ss.ss_family == AF_INET) {
+		uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	} else if (ss.ss_family == AF_INET6) {
+		uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	snprintf(l->addr, sizeof(l->addr), "%s:%d", ip, port);
+}
+
+static bool accept_room(struct serve *s)
+{
+	unsigned pending = 0, total = 0;
+	struct kvd_list *e;
+
+	kvd_list_for_each(e, &s->links) {
+		const struct link *q = kvd_list_entry(e, struct link, node);
+
+		if (q->side != LINK_ACCEPT)
+			continue;
+		total++;
+		pending += !q->hello_done && !q->closing;
+	}
+	return pending < LINK_PENDING_MAX && total < LINK_TOTAL_MAX;
+}
+
+static void link_accept(uv_stream_t *server, int status)
+{
+	struct serve *s = server->data;
+	struct link *l;
+
+	if (status < 0) {
+		KVLOG_WARN(s->log, "peer_accept_failed", "error=%s", uv_err_name(status));
+		return;
+	}
+	l = s->stopping || !accept_room(s) ? NULL : link_new(s, LINK_ACCEPT, s->accept_ops);
+	if (!l) {
+		s->peer_refused_conns++;
+		serve__accept_drop(s, server);
+		return;
+	}
+	if (uv_tcp_init(&s->d->loop, &l->ctl)) {
+		free(l);
+		s->peer_refused_conns++;
+		serve__accept_drop(s, server);
+		return;
+	}
+	l->conn_id = ++s->next_conn_id;
+	snprintf(l->addr, sizeof(l->addr), "?");
+	kvd_list_add(&s->links, &l->node);
+	link_ctl_init(l);
+	if (uv_accept(server, (uv_stream_t *)&l->ctl) ||
+	    wbound_read_start(&l->wb)) {
+		serve__link_lost(l, NULL);
+		return;
+	}
+	uv_tcp_nodelay(&l->ctl, 1);
+	accept_addr(l);
+}
+
+int serve__link_listen(struct serve *s, const struct link_ops *ops)
+{
+	struct sockaddr_storage ss;
+	int rc;
+
+	s->accept_ops = ops;
+	if (!s->d->cfg.listen_peer[0]) {
+		KVLOG_ERR(s->log, "listen_peer", "msg=\"a prefill node needs listen.peer\"");
+		return -EINVAL;
+	}
+	rc = serve__parse_hostport(s->d->cfg.listen_peer, &ss);
+	if (rc) {
+		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=\"bad address\"",
+			  KVLOG_Q(s->d->cfg.listen_peer));
+		return rc;
+	}
+	rc = uv_tcp_init(&s->d->loop, &s->peer_listener);
+	if (rc)
+		return rc;
+	s->peer_listener.data = s;
+	s->peer_listener_open = true;
+	rc = uv_tcp_bind(&s->peer_listener, (struct sockaddr *)&ss, 0);
+	if (!rc)
+		rc = uv_listen((uv_stream_t *)&s->peer_listener, 511, link_accept);
+	if (rc)
+		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=%s",
+			  KVLOG_Q(s->d->cfg.listen_peer), KVLOG_Q(uv_strerror(rc)));
+	else
+		KVLOG_INFO(s->log, "listen_peer", "addr=%s",
+			   KVLOG_Q(s->d->cfg.listen_peer));
+	return rc;
+}
+
+struct link *serve__link_by_conn(struct serve *s, uint64_t conn_id)
+{
+	struct kvd_list *e;
+
+	kvd_list_for_each(e, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
+
+		if (l->side == LINK_ACCEPT && l->conn_id == conn_id && !l->closing)
+			return l;
+	}
+	return NULL;
+}
+
+/* ---- liveness ---------------------------------------------------------------- */
+
+void serve__link_tick(struct serve *s)
+{
+	uint64_t now = kvd_now_ns();
+	uint64_t dead_ns = 3ull * s->d->cfg.heartbeat_ms * 1000000ull;
+	uint64_t connect_ns = (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull;
+	struct kvd_list *e, *nxt;
+
+	if (s->peer_refused_conns) {
+		/* one line per tick, not one per connection */
+		KVLOG_WARN(s->log, "peer_conn_refused",
+			   "count=%llu reason=too_many_connections pending_max=%u total_max=%u",
+			   (unsigned long long)s->peer_refused_conns,
+			   LINK_PENDING_MAX, LINK_TOTAL_MAX);
+		s->peer_refused_conns = 0;
+	}
+	/* a lost link leaves the list only itself (accepted ones) */
+	kvd_list_for_each_safe(e, nxt, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
+		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
+		struct kvpool_stats st;
+
+		if (!l->ctl_open || l->closing || link_write_check(l, now) ||
+		    link_data_check(l, now))
+			continue;
+		if (!l->up && now - l->t_start_ns > connect_ns) {
+			/* a connection that has not finished its handshake in
+			 * time holds nothing more of ours (accepted: silently) */
+			serve__link_lost(l, l->side == LINK_DIAL ? "connect timeout" : NULL);
+			continue;
+		}
+		/* a dialled link's handshake has only its deadline; an
+		 * accepted one must also keep talking */
+		if ((l->up || l->side == LINK_ACCEPT) && now - l->last_heard_ns > dead_ns) {
+			serve__link_lost(l, l->up ? "three heartbeats missed" : NULL);
+			continue;
+		}
+		if (!l->up)
+			continue;
+		kvpool_get_stats(s->d->pool, &st);
+		m.load = l->n_reqs;
+		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;
+		(void)serve__link_send(l, &m);
+	}
+}
+
+void serve__link_stop(struct serve *s)
+{
+	struct kvd_list *e, *nxt;
+
+	if (s->peer_listener_open) {
+		s->peer_listener_open = false;
+		serve__close_handle(s, (uv_handle_t *)&s->peer_listener);
+	}
+	kvd_list_for_each_safe(e, nxt, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
+
+		serve__link_lost(l, NULL);
+		if (l->side != LINK_DIAL)
+			continue;
+		/* never reconnects: freed once its handles have closed */
+		kvd_list_del(&l->node);
+		l->retired = true;
+		if (l->retry_open) {
+			l->retry_open = false;
+			l->pending_closes++;
+			s->closes_pending++;
+			uv_close((uv_handle_t *)&l->retry, link_handle_closed);
+		}
+	}
 }

@@ -1,4 +1,4 @@
-/* serve_prefill.c - prefill: the peer listener, prefill requests, sending.
+/* prefill.c - prefill: prefill requests (the preq machine), admission, sending.
  *
  * Design. Prefill trusts nothing decode decided. Each prefill_request goes
  * through prefill's *own* admission (invariant 3): the node admits new
@@ -18,11 +18,10 @@
  * abort_ack once no batch for the request is still queued), or until the
  * connection to that decode node is gone.
  *
- * Connections: every accepted connection starts with one frame. "hello"
- * makes it a control connection (hellos must match: model fingerprint, KV
- * dtype, layout); "data" with the session from our hello makes it that
- * control connection's data connection, whose socket is handed to a tcp
- * transport (dup + uv_tcp_open, so libuv handles never change owner).
+ * Links: the peer listener and every decode node's link (handshake,
+ * data connection bound by token, heartbeats, bounds) are daemon/link.c's;
+ * prefill registers struct link_ops (control messages, a lost link, a
+ * drained data connection) and finds a peer's requests on its own link.
  */
 #include "daemon/serve_int.h"
 #include "conf/util.h"
@@ -42,57 +41,12 @@
 #define SLOW_BATCH_MS 300         /* fault point slow_batch */
 #define STUCK_SUBMIT_MS 2500      /* fault point stuck_submit */
 
-static void pconn_lost(struct pconn *pc, const char *why);
-
-/* The daemon's view of the decode peers that completed a handshake. */
-static void pconn_figures_update(struct serve *s)
-{
-	struct kvd_peer_figures pf = { 0 };
-
-	for (const struct pconn *q = s->pconns; q; q = q->next) {
-		if (!q->hello_done || q->closing || q->is_data)
-			continue;
-		serve__figures_add(&pf, &q->hello);
-	}
-	s->d->peers = pf;
-}
 static void prefill_send_more(struct serve_req *r);
-static void pconn_data_resume(struct pconn *pc);
-static bool pconn_data_full(const struct pconn *pc);
 
-/* Every control frame to a decode peer goes through its bounded write
- * queue (net/wbound.h): past listen.write_queue_soft we stop reading the
- * peer (a peer that does not read our answers - abort_acks, rejects -
- * cannot make us produce more); past write_queue_hard nothing more is
- * queued and the connection is torn down at the next heartbeat tick, not
- * here: callers of pconn_send are in the middle of a request's state
- * change and must not see its connection vanish under them. */
-static int pconn_send(struct pconn *pc, const struct proto_peer_msg *m)
-{
-	if (!pc || pc->closing)
-		return -EPIPE;
-	return serve__link_send(&pc->wb, &pc->wb_dead,
-				pc->sealed ? &pc->ss.tx : NULL, m);
-}
-
-/* Heartbeat tick: a control queue past its hard bound, or past the soft
- * bound for write_stall_timeout_ms, ends the connection (and with it
- * every request of that peer). True when pc was torn down. */
-static bool pconn_write_check(struct pconn *pc, uint64_t now)
-{
-	const char *why = serve__link_write_poll(pc->s, &pc->wb, pc->wb_dead, now,
-						 &pc->last_heard_ns,
-						 pc->hello.node[0] ? pc->hello.node : "?");
-
-	if (why)
-		pconn_lost(pc, why);
-	return why != NULL;
-}
-
-static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
+static void prefill_reject(struct link *l, uint64_t remote_id, int code,
 			   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
+static void prefill_reject(struct link *l, uint64_t remote_id, int code,
 			   const char *fmt, ...)
 {
 	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_REJECT,
@@ -102,11 +56,11 @@ static void prefill_reject(struct pconn *pc, uint64_t remote_id, int code,
 	va_start(ap, fmt);
 	vsnprintf(m.message, sizeof(m.message), fmt, ap);
 	va_end(ap);
-	KVLOG_WARN(pc->s->log, "prefill_reject",
+	KVLOG_WARN(l->s->log, "prefill_reject",
 		   "peer_node=%s remote_id=%llu code=%s msg=%s",
-		   KVLOG_Q(pc->hello.node), (unsigned long long)remote_id,
+		   KVLOG_Q(l->hello.node), (unsigned long long)remote_id,
 		   proto_err_name(code), KVLOG_Q(m.message));
-	(void)pconn_send(pc, &m);
+	(void)serve__link_send(l, &m);
 }
 
 /* ---- the prefill request machine (daemon/machine.h: preq) -------------------- */
@@ -125,15 +79,6 @@ static void preq_fail(struct serve_req *r, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(r->fail_msg, sizeof(r->fail_msg), fmt, ap);
 	va_end(ap);
-}
-
-static void prefill_detach(struct serve_req *r)
-{
-	if (r->pc) {
-		r->pc->n_reqs--;
-		r->pc->n_pages -= r->n_dst;
-		r->pc = NULL;
-	}
 }
 
 /* abort_ack, possibly late (fault point slow_abort_ack): a delayed ack
@@ -158,26 +103,27 @@ static void late_ack_cb(uv_timer_t *t)
 	struct late_ack *a = kvd_container_of(t, struct late_ack, timer);
 	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = a->remote_id };
 
-	for (struct pconn *pc = a->s->pconns; pc; pc = pc->next)
-		if (pc->conn_id == a->conn_id && !pc->closing)
-			(void)pconn_send(pc, &ack);
+	struct link *l = serve__link_by_conn(a->s, a->conn_id);
+
+	if (l)
+		(void)serve__link_send(l, &ack);
 	uv_close((uv_handle_t *)t, late_ack_closed);
 }
 
-static void prefill_send_abort_ack(struct serve *s, struct pconn *pc,
+static void prefill_send_abort_ack(struct serve *s, struct link *l,
 				   uint64_t remote_id)
 {
 	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = remote_id };
 	struct late_ack *a;
 
-	if (!pc)
+	if (!l)
 		return;
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_SLOW_ABORT_ACK) && !s->stopping &&
 	    (a = calloc(1, sizeof(*a))) != NULL) {
 		KVLOG_WARN(s->log, "fault", "point=slow_abort_ack remote_id=%llu delay_ms=1000",
 			   (unsigned long long)remote_id);
 		a->s = s;
-		a->conn_id = pc->conn_id;
+		a->conn_id = l->conn_id;
 		a->remote_id = remote_id;
 		/* counted from now: the serving layer outlives the timer */
 		s->closes_pending++;
@@ -185,7 +131,7 @@ static void prefill_send_abort_ack(struct serve *s, struct pconn *pc,
 		uv_timer_start(&a->timer, late_ack_cb, 1000, 0);
 		return;
 	}
-	(void)pconn_send(pc, &ack);
+	(void)serve__link_send(l, &ack);
 }
 
 /* Prefill itself fails the request: tell decode (it answers abort_ack,
@@ -199,8 +145,8 @@ static void preq_send_abort(struct serve_req *r)
 	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=%s",
 		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
 		   proto_err_name(r->fail_code), KVLOG_Q(r->fail_msg));
-	if (r->pc)
-		(void)pconn_send(r->pc, &m);
+	if (r->link)
+		(void)serve__link_send(r->link, &m);
 }
 
 static void preq_abort_ack(struct serve_req *r)
@@ -209,7 +155,7 @@ static void preq_abort_ack(struct serve_req *r)
 		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
 		    machine_state_name(&preq_machine, r->state));
 	r->ack_owed = false;
-	prefill_send_abort_ack(r->s, r->pc, r->remote_id);
+	prefill_send_abort_ack(r->s, r->link, r->remote_id);
 }
 
 /* No release_ack within release_timeout_ms of prefill_done: release our
@@ -231,7 +177,7 @@ static void preq_count_timeout(struct serve_req *r)
 	KVLOG_WARN(r->s->log, "release_timeout",
 		   "id=%llu remote_id=%llu peer_node=%s pages=%u release_timeout_ms=%u msg=\"no release_ack; pages released\"",
 		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
-		   r->pc ? r->pc->hello.node : "?", r->n_dst,
+		   r->link ? r->link->hello.node : "?", r->n_dst,
 		   r->s->d->cfg.release_timeout_ms);
 	preq_fail(r, PROTO_ERR_TIMEOUT, "no release_ack within release_timeout_ms");
 }
@@ -244,7 +190,7 @@ static void prefill_done_send(struct serve_req *r)
 	m.done_tokens = r->n_kv;
 	m.batches = r->batches_sent;
 	m.done_pages = r->n_dst;
-	(void)pconn_send(r->pc, &m);
+	(void)serve__link_send(r->link, &m);
 	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
 		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
 		    r->batches_sent, r->n_dst, r->n_kv, r->first_token);
@@ -258,8 +204,8 @@ static void preq_act(struct serve_req *r, uint32_t a)
 
 	switch (a) {
 	case PA_SEND_REJECT:
-		if (r->pc)
-			prefill_reject(r->pc, r->remote_id,
+		if (r->link)
+			prefill_reject(r->link, r->remote_id,
 				       r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL,
 				       "%s", r->fail_msg);
 		return;
@@ -277,7 +223,7 @@ static void preq_act(struct serve_req *r, uint32_t a)
 			preq_abort_ack(r);
 		return;
 	case PA_DETACH_LINK:
-		prefill_detach(r);
+		serve__link_detach(r);
 		return;
 	case PA_SEND_MORE:
 		prefill_send_more(r);
@@ -303,7 +249,7 @@ static void preq_act(struct serve_req *r, uint32_t a)
 /* The only way into DONE. */
 static void preq_finish(struct serve_req *r)
 {
-	KVD_ASSERT(r->s->log, !r->pc && !r->ereq && !r->sends_pending,
+	KVD_ASSERT(r->s->log, !r->link && !r->ereq && !r->sends_pending,
 		   "id=%llu msg=\"a prefill request ends attached, in the engine or with batches queued\"",
 		   (unsigned long long)r->reg.id);
 	if (r->fail_code && !r->released_by_peer)
@@ -333,12 +279,17 @@ void serve__preq_event(struct serve_req *r, enum preq_event ev)
 		preq_finish(r);
 }
 
-static struct serve_req *prefill_find(struct pconn *pc, uint64_t remote_id)
+/* The request decode knows as remote_id on link l (only l's requests). */
+static struct serve_req *prefill_find(struct link *l, uint64_t remote_id)
 {
-	for (struct serve_req *r = pc->s->reqs; r; r = r->next)
-		if (r->kind == SREQ_PREFILL && r->pc == pc &&
-		    r->remote_id == remote_id && !r->ended)
+	struct kvd_list *e;
+
+	kvd_list_for_each(e, &l->reqs) {
+		struct serve_req *r = kvd_list_entry(e, struct serve_req, link_node);
+
+		if (r->remote_id == remote_id && !r->ended)
 			return r;
+	}
 	return NULL;
 }
 
@@ -402,35 +353,35 @@ static int prefill_stuck_submit(struct serve_req *r)
  * so a peer that never acknowledges cannot take the whole pool from the
  * others. Checked before anything is reserved or computed. True when m
  * was rejected. */
-static bool prefill_peer_cap(struct pconn *pc, const struct proto_peer_msg *m)
+static bool prefill_peer_cap(struct link *l, const struct proto_peer_msg *m)
 {
-	struct serve *s = pc->s;
+	struct serve *s = l->s;
 	const char *cap = NULL;
 
-	if (pc->n_reqs >= s->d->cfg.peer_max_requests)
+	if (l->n_reqs >= s->d->cfg.peer_max_requests)
 		cap = "max_requests";
-	else if ((uint64_t)pc->n_pages + m->n_pages > s->peer_max_pages)
+	else if ((uint64_t)l->n_pages + m->n_pages > s->peer_max_pages)
 		cap = "max_pages";
 	if (!cap)
 		return false;
 	s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
 	KVLOG_WARN(s->log, "peer_cap",
 		   "peer_node=%s remote_id=%llu cap=%s requests=%u max_requests=%u pages=%u want_pages=%u max_pages=%u",
-		   pc->hello.node, (unsigned long long)m->id, cap, pc->n_reqs,
-		   s->d->cfg.peer_max_requests, pc->n_pages, m->n_pages,
+		   l->hello.node, (unsigned long long)m->id, cap, l->n_reqs,
+		   s->d->cfg.peer_max_requests, l->n_pages, m->n_pages,
 		   s->peer_max_pages);
-	prefill_reject(pc, m->id, PROTO_ERR_OVERLOADED,
+	prefill_reject(l, m->id, PROTO_ERR_OVERLOADED,
 		       "decode node %s holds %u requests and %u pages of prefill node %s (caps: %u requests, %u pages)",
-		       pc->hello.node, pc->n_reqs, pc->n_pages, s->d->cfg.node_name,
+		       l->hello.node, l->n_reqs, l->n_pages, s->d->cfg.node_name,
 		       s->d->cfg.peer_max_requests, s->peer_max_pages);
 	return true;
 }
 
 /* Prefill's own admission (invariant 3). True when m was refused (a
  * prefill_reject went out; nothing was created). */
-static bool prefill_refuse(struct pconn *pc, const struct proto_peer_msg *m)
+static bool prefill_refuse(struct link *l, const struct proto_peer_msg *m)
 {
-	struct serve *s = pc->s;
+	struct serve *s = l->s;
 	struct kvpool *pool = s->d->pool;
 	uint64_t need = (uint64_t)m->n_tokens + m->max_tokens;
 	uint64_t lim = serve__own_limit(s);
@@ -438,20 +389,20 @@ static bool prefill_refuse(struct pconn *pc, const struct proto_peer_msg *m)
 
 	if (kvd_request_gate(s->reqtab) || s->stopping) {
 		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
-		prefill_reject(pc, m->id, PROTO_ERR_DRAINING,
+		prefill_reject(l, m->id, PROTO_ERR_DRAINING,
 			       "the prefill node is draining");
 		return true;
 	}
 	if (need > lim) {
 		KVLOG_WARN(s->log, "admission_reject",
 			   "remote_id=%llu peer_node=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
-			   (unsigned long long)m->id, KVLOG_Q(pc->hello.node),
+			   (unsigned long long)m->id, KVLOG_Q(l->hello.node),
 			   m->n_tokens,
 			   m->max_tokens, (unsigned long long)need,
 			   (unsigned long long)lim, s->d->cap.advertised_context,
 			   (unsigned long long)s->d->cap.pool_tokens);
 		s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
-		prefill_reject(pc, m->id, PROTO_ERR_PROMPT_TOO_LONG,
+		prefill_reject(l, m->id, PROTO_ERR_PROMPT_TOO_LONG,
 			       "prompt (%u tokens) + max_tokens (%u) = %llu exceeds what prefill node %s can hold (%llu tokens: context %u, pool %llu)",
 			       m->n_tokens, m->max_tokens, (unsigned long long)need,
 			       s->d->cfg.node_name, (unsigned long long)lim,
@@ -461,7 +412,7 @@ static bool prefill_refuse(struct pconn *pc, const struct proto_peer_msg *m)
 	}
 	if (m->n_pages != kvpool_pages_for(pool, m->n_tokens)) {
 		s->d->counters.rejected[KVD_REJECT_INVALID]++;
-		prefill_reject(pc, m->id, PROTO_ERR_INVALID_REQUEST,
+		prefill_reject(l, m->id, PROTO_ERR_INVALID_REQUEST,
 			       "%u destination pages for %u prompt tokens; %u expected",
 			       m->n_pages, m->n_tokens,
 			       kvpool_pages_for(pool, m->n_tokens));
@@ -470,17 +421,17 @@ static bool prefill_refuse(struct pconn *pc, const struct proto_peer_msg *m)
 	for (uint32_t i = 0; i < m->n_tokens; i++) {
 		if (m->tokens[i] >= n_vocab) {
 			s->d->counters.rejected[KVD_REJECT_INVALID]++;
-			prefill_reject(pc, m->id, PROTO_ERR_INVALID_REQUEST,
+			prefill_reject(l, m->id, PROTO_ERR_INVALID_REQUEST,
 				       "token id %u outside the vocabulary", m->tokens[i]);
 			return true;
 		}
 	}
-	if (!pc->data || prefill_find(pc, m->id)) {
-		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL,
-			       pc->data ? "duplicate request id" : "no data connection");
+	if (!l->data || prefill_find(l, m->id)) {
+		prefill_reject(l, m->id, PROTO_ERR_INTERNAL,
+			       l->data ? "duplicate request id" : "no data connection");
 		return true;
 	}
-	return prefill_peer_cap(pc, m);
+	return prefill_peer_cap(l, m);
 }
 
 /* kvctl abort ID, the drain deadline: OP_ABORT. */
@@ -495,22 +446,20 @@ static const struct serve_req_ops preq_ops = {
 	.engine_msg = serve__prefill_engine_msg,
 };
 
-static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
+static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 {
-	struct serve *s = pc->s;
+	struct serve *s = l->s;
 	struct serve_req *r;
 	int rc;
 
-	if (prefill_refuse(pc, m))
+	if (prefill_refuse(l, m))
 		return;
 	r = serve__req_new(s, SREQ_PREFILL);
 	if (!r) {
-		prefill_reject(pc, m->id, PROTO_ERR_INTERNAL, "out of memory");
+		prefill_reject(l, m->id, PROTO_ERR_INTERNAL, "out of memory");
 		return;
 	}
 	r->rops = &preq_ops;
-	r->pc = pc;
-	pc->n_reqs++;
 	r->remote_id = m->id;
 	r->n_prompt = m->n_tokens;
 	r->max_tokens = m->max_tokens;
@@ -520,7 +469,7 @@ static void prefill_admit(struct pconn *pc, struct proto_peer_msg *m)
 	r->prompt = malloc(sizeof(int32_t) * m->n_tokens);
 	r->dst = m->pages;        /* take the array */
 	r->n_dst = m->n_pages;
-	pc->n_pages += r->n_dst;
+	serve__link_attach(l, r, r->n_dst);
 	m->pages = NULL;
 	m->n_pages = 0;
 	if (!r->prompt) {
@@ -557,7 +506,7 @@ static void prefill_sent_cb(void *arg, int status)
 {
 	struct prefill_ticket *t = arg;
 	struct serve_req *r = serve__req_find(t->s, t->id);
-	struct pconn *pc;
+	struct link *l;
 
 	free(t);
 	if (!r)
@@ -566,7 +515,7 @@ static void prefill_sent_cb(void *arg, int status)
 		   "id=%llu msg=\"a batch reported sent that was never queued\"",
 		   (unsigned long long)r->reg.id);
 	r->sends_pending--;
-	pc = r->pc;
+	l = r->link;
 	if (status == 0) {
 		r->batches_sent++;
 		serve__preq_event(r, PEV_BATCH_SENT);
@@ -574,8 +523,8 @@ static void prefill_sent_cb(void *arg, int status)
 		preq_fail(r, PROTO_ERR_INTERNAL, "the KV batch could not be sent");
 		serve__preq_event(r, PEV_SEND_FAIL);
 	}
-	if (pc)
-		pconn_data_resume(pc);
+	if (l)
+		serve__link_data_resume(l);
 }
 
 static void prefill_slow_cb(uv_timer_t *t)
@@ -584,24 +533,6 @@ static void prefill_slow_cb(uv_timer_t *t)
 
 	r->slow_waited = true;   /* the delay for this batch is over */
 	prefill_send_more(r);
-}
-
-/* Bytes a data connection may hold queued before new batches wait: the
- * configured soft bound, but never less than two batches, so a fast
- * reader always has the next batch in the pipe. */
-static size_t pconn_data_soft(const struct pconn *pc)
-{
-	return KVD_MAX((size_t)pc->s->d->cfg.write_queue_soft,
-		       2 * (size_t)pc->max_batch_bytes);
-}
-
-/* A decode peer that does not read its data connection must not make
- * us hold batch after batch (sealed batches are copies): past the soft
- * bound no request of it sends more until the queue drains. */
-static bool pconn_data_full(const struct pconn *pc)
-{
-	return pc->data && pc->data->ops->queued &&
-	       pc->data->ops->queued(pc->data) > pconn_data_soft(pc);
 }
 
 /* Fault points on a batch's entries before it is queued. */
@@ -652,7 +583,7 @@ static int prefill_send_batch(struct serve_req *r, uint32_t n)
 	prefill_fault_entries(r, pages, n);
 	t->s = s;
 	t->id = r->reg.id;
-	rc = transport_send(r->pc->data, r->remote_id, r->batches_sent + r->sends_pending,
+	rc = transport_send(r->link->data, r->remote_id, r->batches_sent + r->sends_pending,
 			    pages, n, prefill_sent_cb, t);
 	free(pages);
 	if (rc) {
@@ -672,19 +603,17 @@ static int prefill_send_batch(struct serve_req *r, uint32_t n)
 static void prefill_send_more(struct serve_req *r)
 {
 	struct serve *s = r->s;
-	struct pconn *pc = r->pc;
+	struct link *l = r->link;
 	uint32_t limit = r->n_dst, per;
 
-	if (r->ended || r->state != PRS_SENDING || !pc || !pc->data)
+	if (r->ended || r->state != PRS_SENDING || !l || !l->data)
 		return;
 	if (r->short_fault)     /* fault point: one page fewer, same report */
 		limit--;
-	per = xfer_batch_pages_max(pc->max_batch_bytes, s->page_bytes);
+	per = xfer_batch_pages_max(l->max_batch_bytes, s->page_bytes);
 	while (r->next_page < limit && r->sends_pending < PREFILL_SEND_WINDOW) {
-		if (pconn_data_full(pc)) {
-			pc->data_waiters = true;   /* resumed once it drains */
-			return;
-		}
+		if (serve__link_data_full(l))
+			return;   /* resumed once it drains */
 		if (!r->slow_waited &&
 		    kvd_fault_fire(&s->fault, KVD_FAULT_SLOW_BATCH)) {
 			serve__timer_start(r, SLOW_BATCH_MS, prefill_slow_cb);
@@ -822,214 +751,13 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
 
 /* ---- control messages ------------------------------------------------------------ */
 
-/* ---- handshake: authentication, hello, data connection ----------------------- */
-
-/* A bare refusal: one word (and, for a mismatch between proven peers or
- * on a keyless loopback link, the field), one escaped log line, close.
- * Nothing about this node is revealed to a peer that has not proved. */
-static void pconn_refuse(struct pconn *pc, const char *reason, const char *field,
-			 const char *why)
+static void prefill_on_abort(struct link *l, const struct proto_peer_msg *m)
 {
-	struct proto_peer_msg m = { .type = PEER_MSG_REFUSED };
-
-	if (field && field[0])
-		snprintf(m.reason, sizeof(m.reason), "%s:%s", reason, field);
-	else
-		snprintf(m.reason, sizeof(m.reason), "%s", reason);
-	KVLOG_ERR(pc->s->log, "peer_refused", "peer=%s peer_node=%s reason=%s msg=%s",
-		  KVLOG_Q(pc->addr),
-		  KVLOG_Q(pc->hello_done || pc->sealed ?
-			      pc->hello.node : "?"),
-		  m.reason, KVLOG_Q(why));
-	(void)pconn_send(pc, &m);
-	pconn_lost(pc, NULL);
-}
-
-/* auth_hello: the first frame of a keyed control connection. Answer with
- * our nonce only: nothing else before decode has proved. */
-static void pconn_on_auth_hello(struct pconn *pc, const struct proto_peer_msg *m)
-{
-	struct proto_peer_msg ch = { .type = PEER_MSG_AUTH_CHALLENGE };
-
-	if (!pc->s->key.set) {
-		pconn_refuse(pc, "no_key", NULL,
-			     "this node has no peers.key_file: it peers only without authentication, over loopback");
-		return;
-	}
-	if (m->version != PROTO_PEER_VERSION) {
-		pconn_refuse(pc, "version", NULL, "protocol version differs");
-		return;
-	}
-	memcpy(pc->nonce_d, m->nonce, PEER_AUTH_BYTES);
-	peer_auth_random(pc->nonce_p);
-	memcpy(ch.nonce, pc->nonce_p, PEER_AUTH_BYTES);
-	pc->phase = PCONN_AUTH_PROOF;
-	(void)pconn_send(pc, &ch);
-}
-
-/* Decode's proof: check it, prove ourselves, derive the link's keys;
- * every frame after our proof is sealed, both ways. */
-static void pconn_on_auth_proof(struct pconn *pc, const struct proto_peer_msg *m)
-{
-	struct serve *s = pc->s;
-	struct proto_peer_msg pr = { .type = PEER_MSG_AUTH_PROOF };
-
-	if (peer_auth_check(&s->key, PEER_SIDE_DECODE, pc->nonce_d, pc->nonce_p,
-			    m->proof)) {
-		s->d->counters.peer_auth_failures++;
-		pconn_refuse(pc, "auth_failed", NULL,
-			     "the peer did not prove it holds the cluster key");
-		return;
-	}
-	peer_auth_proof(&s->key, PEER_SIDE_PREFILL, pc->nonce_d, pc->nonce_p, pr.proof);
-	if (pconn_send(pc, &pr)) {
-		pconn_lost(pc, NULL);
-		return;
-	}
-	peer_session_derive(&pc->ss, &s->key, PEER_SIDE_PREFILL, pc->nonce_d,
-			    pc->nonce_p, s->d->cfg.encrypt);
-	frame_decoder_set_opener(&pc->dec, peer_frame_open, &pc->ss.rx);
-	pc->sealed = true;
-	frame_decoder_set_max(&pc->dec, SERVE_PEER_FRAME_MAX);
-	memcpy(pc->token, pc->ss.token, PEER_AUTH_BYTES);
-	pc->phase = PCONN_HELLO;
-}
-
-static void pconn_on_hello(struct pconn *pc, const struct proto_peer_msg *m)
-{
-	struct serve *s = pc->s;
-	struct proto_peer_msg reply = { .type = PEER_MSG_HELLO };
-	char field[32] = "", why[200] = "";
-
-	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
-				   why, sizeof(why)) ||
-	    !strcmp(m->hello.role, "prefill")) {
-		if (!field[0]) {
-			snprintf(field, sizeof(field), "role");
-			snprintf(why, sizeof(why), "a prefill node cannot be a decode peer");
-		}
-		pc->hello = m->hello;   /* for the log line (escaped there) */
-		pconn_refuse(pc, "mismatch", field, why);
-		return;
-	}
-	pc->hello = m->hello;
-	pc->hello_done = true;
-	frame_decoder_set_max(&pc->dec, SERVE_PEER_FRAME_MAX);
-	pc->max_batch_bytes = KVD_MIN(s->d->cfg.max_batch_bytes, m->hello.max_batch_bytes);
-	pc->checksum = s->d->cfg.checksum || m->hello.checksum;
-	reply.hello = s->my_hello;
-	if (!pc->sealed) {
-		/* keyless (loopback) link: a random token binds the data
-		 * connection; a keyed link derived one from its keys */
-		peer_auth_random(pc->token);
-		memcpy(reply.hello.session, pc->token, PEER_AUTH_BYTES);
-		reply.hello.has_session = true;
-	}
-	pc->has_token = true;
-	(void)pconn_send(pc, &reply);
-	pconn_figures_update(s);
-	kvd_daemon_capacity(s->d, "peer", NULL);
-	KVLOG_INFO(s->log, "peer_capacity",
-		   "peer_node=%s peer_role=%s peer_pool_tokens=%llu peer_context=%llu own_context=%u own_pool_tokens=%llu authenticated=%s",
-		   KVLOG_Q(m->hello.node),
-		   KVLOG_Q(m->hello.role),
-		   (unsigned long long)m->hello.pool_tokens,
-		   (unsigned long long)m->hello.context,
-		   s->d->cap.advertised_context,
-		   (unsigned long long)s->d->cap.pool_tokens,
-		   pc->sealed ? "yes" : "no");
-}
-
-static void pconn_data_closed(void *arg, int status)
-{
-	struct pconn *pc = arg;
-
-	pconn_lost(pc, status ? "data connection error" : "data connection closed");
-}
-
-/* The control connection a data token belongs to: compared in constant
- * time, and usable once (has_token drops when the data connection binds),
- * so a racing process can neither guess nor reuse one. */
-static struct pconn *pconn_by_token(struct serve *s, const uint8_t *token)
-{
-	for (struct pconn *pc = s->pconns; pc; pc = pc->next)
-		if (pc->hello_done && pc->has_token && !pc->closing && !pc->data &&
-		    !sodium_memcmp(pc->token, token, PEER_AUTH_BYTES))
-			return pc;
-	return NULL;
-}
-
-static void pconn_on_data(struct pconn *tmp, const struct proto_peer_msg *m)
-{
-	struct serve *s = tmp->s;
-	struct pconn *pc;
-	struct transport_cfg tc = { 0 };
-	uv_os_fd_t fd;
-	int nfd, rc;
-
-	pc = pconn_by_token(s, m->token);
-	if (!pc) {
-		s->d->counters.peer_auth_failures++;
-		pconn_refuse(tmp, "bad_token", NULL,
-			     "a data connection presented an unknown or used token");
-		return;
-	}
-	pc->has_token = false;
-	tc.pool = s->d->pool;
-	tc.mem = &s->d->mem;
-	tc.page_bytes = s->page_bytes;
-	tc.checksum_ns = &s->d->counters.checksum_ns;
-	tc.max_batch_bytes = pc->max_batch_bytes;
-	tc.checksum = pc->checksum;
-	tc.seal = pc->sealed ? &pc->ss.data : NULL;
-	tc.fault = &s->fault;
-	tc.log = s->log;
-	tc.recv.closed = pconn_data_closed;
-	tc.recv_arg = pc;
-	rc = transport_tcp_new(&pc->data, &s->d->loop, &tc);
-	if (rc) {
-		KVLOG_ERR(s->log, "peer_refused",
-			  "peer_node=%s field=max_batch_bytes msg=\"a %llu-byte page does not fit in a %llu-byte batch\"",
-			  KVLOG_Q(pc->hello.node),
-			  (unsigned long long)s->page_bytes,
-			  (unsigned long long)pc->max_batch_bytes);
-		pc->data = NULL;
-		pconn_lost(tmp, NULL);
-		pconn_lost(pc, "transport");
-		return;
-	}
-	pc->data->data = pc;
-	rc = uv_fileno((uv_handle_t *)&tmp->tcp, &fd);
-	nfd = rc ? -1 : dup(fd);
-	if (nfd < 0 || uv_tcp_open((uv_tcp_t *)transport_tcp_stream(pc->data), nfd) ||
-	    transport_tcp_start(pc->data, false)) {
-		if (nfd >= 0)
-			close(nfd);
-		pconn_lost(tmp, NULL);
-		pconn_lost(pc, "data connection setup");
-		return;
-	}
-	uv_tcp_nodelay((uv_tcp_t *)transport_tcp_stream(pc->data), 1);
-	tmp->is_data = true;
-	pconn_lost(tmp, NULL);
-	/* decode sends no request before this: a request that overtook the
-	 * data connection would find nothing to send its KV on */
-	(void)pconn_send(pc, &(struct proto_peer_msg){ .type = PEER_MSG_DATA_BOUND });
-	KVLOG_INFO(s->log, "peer_up", "peer=%s peer_node=%s max_batch_bytes=%llu checksum=%s authenticated=%s encrypt=%s transport=tcp",
-		   KVLOG_Q(pc->addr),
-		   KVLOG_Q(pc->hello.node),
-		   (unsigned long long)pc->max_batch_bytes,
-		   pc->checksum ? "on" : "off", pc->sealed ? "yes" : "no",
-		   pc->sealed && pc->ss.data.encrypt ? "on" : "off");
-}
-
-static void pconn_on_abort(struct pconn *pc, const struct proto_peer_msg *m)
-{
-	struct serve_req *r = prefill_find(pc, m->id);
+	struct serve_req *r = prefill_find(l, m->id);
 
 	if (!r) {
 		/* nothing of it here (any more): the ack is all decode needs */
-		prefill_send_abort_ack(pc->s, pc, m->id);
+		prefill_send_abort_ack(l->s, l, m->id);
 		return;
 	}
 	preq_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "decode aborted: %s (%.200s)",
@@ -1039,252 +767,60 @@ static void pconn_on_abort(struct pconn *pc, const struct proto_peer_msg *m)
 	serve__preq_event(r, PEV_PEER_ABORT);
 }
 
-static void pconn_on_msg(struct pconn *pc, struct proto_peer_msg *m)
+/* link_ops.on_msg: a control message from a decode node after the
+ * handshake (heartbeats are the link's). */
+static void prefill_on_msg(struct link *l, struct proto_peer_msg *m)
 {
 	struct serve_req *r;
 
 	switch (m->type) {
-	case PEER_MSG_HEARTBEAT:
-		return;
 	case PEER_MSG_PREFILL_REQUEST:
-		prefill_admit(pc, m);
+		prefill_admit(l, m);
 		return;
 	case PEER_MSG_ABORT:
-		pconn_on_abort(pc, m);
+		prefill_on_abort(l, m);
 		return;
 	case PEER_MSG_ABORT_ACK:
 		return;   /* our aborts need no ack: decode never writes to us */
 	case PEER_MSG_RELEASE_ACK:
-		r = prefill_find(pc, m->id);
+		r = prefill_find(l, m->id);
 		if (r)
 			serve__preq_event(r, PEV_RELEASE_ACK);
 		return;
 	default:
-		KVLOG_WARN(pc->s->log, "peer_protocol", "peer_node=%s msg=\"unexpected %s\"",
-			   KVLOG_Q(pc->hello.node), proto_peer_type_name(m->type));
+		KVLOG_WARN(l->s->log, "peer_protocol", "peer_node=%s msg=\"unexpected %s\"",
+			   KVLOG_Q(l->hello.node), proto_peer_type_name(m->type));
 		return;
 	}
 }
 
-/* ---- connections ------------------------------------------------------------------- */
+/* ---- the link's callbacks ---------------------------------------------------- */
 
-static void pconn_maybe_free(struct pconn *pc)
+/* link_ops.req_lost: the decode node behind r's link is gone. Nothing it
+ * could still do matters to our pages (it never writes to them), so r
+ * ends once its queued batches have been reported. */
+static bool prefill_req_lost(struct serve_req *r, int code, const char *msg)
 {
-	if (pc->pending_closes)
-		return;
-	frame_decoder_deinit(&pc->dec);
-	free(pc);
+	(void)code;
+	(void)msg;
+	preq_fail(r, PROTO_ERR_INTERNAL, "the decode peer was lost");
+	serve__preq_event(r, PEV_LINK_LOST);
+	return false;
 }
 
-static void pconn_tcp_closed(uv_handle_t *h)
+/* link_ops.req_resume: the data connection drained; r sends again if it
+ * waited for that. */
+static void prefill_req_resume(struct serve_req *r)
 {
-	struct pconn *pc = h->data;
-
-	pc->s->closes_pending--;
-	pc->pending_closes--;
-	pconn_maybe_free(pc);
+	if (r->state == PRS_SENDING && !r->sends_pending)
+		prefill_send_more(r);
 }
 
-static void pconn_transport_closed(struct transport *t)
-{
-	struct pconn *pc = t->data;
-
-	t->ops->free(t);
-	pc->s->closes_pending--;
-	pc->pending_closes--;
-	pconn_maybe_free(pc);
-}
-
-/* The decode node behind pc is gone: nothing it could still do matters to
- * our pages (it never writes to them), so every request of it ends once
- * its queued batches have been reported. */
-static void pconn_lost(struct pconn *pc, const char *why)
-{
-	struct serve *s = pc->s;
-	struct serve_req *r, *next;
-
-	if (pc->closing)
-		return;
-	pc->closing = true;
-	if (why)
-		KVLOG_WARN(s->log, "peer_down", "peer_node=%s msg=%s",
-			   KVLOG_Q(pc->hello.node[0] ? pc->hello.node : "?"),
-			   KVLOG_Q(why));
-	if (pc->prev)
-		pc->prev->next = pc->next;
-	else
-		s->pconns = pc->next;
-	if (pc->next)
-		pc->next->prev = pc->prev;
-	pconn_figures_update(s);
-	for (r = s->reqs; r; r = next) {
-		next = r->next;
-		if (r->kind != SREQ_PREFILL || r->pc != pc)
-			continue;
-		preq_fail(r, PROTO_ERR_INTERNAL, "the decode peer was lost");
-		serve__preq_event(r, PEV_LINK_LOST);
-	}
-	pc->pending_closes = 1;
-	s->closes_pending++;
-	uv_close((uv_handle_t *)&pc->tcp, pconn_tcp_closed);
-	if (pc->data) {
-		pc->pending_closes++;
-		s->closes_pending++;
-		transport_close(pc->data, pconn_transport_closed);
-		pc->data = NULL;
-	}
-}
-
-static void pconn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
-{
-	struct pconn *pc = h->data;
-
-	(void)hint;
-	*buf = uv_buf_init(pc->rbuf, sizeof(pc->rbuf));
-}
-
-/* One control message from a decode peer. Before the hello, each phase
- * accepts exactly one message type (net/PROTOCOL.md s. 2.1); anything
- * else is refused. A keyed node accepts no plaintext hello, a keyless
- * one no auth_hello. */
-static void pconn_dispatch(void *arg, struct proto_peer_msg *m)
-{
-	struct pconn *pc = arg;
-	bool keyed = pc->s->key.set;
-
-	if (pc->hello_done) {
-		pconn_on_msg(pc, m);
-		return;
-	}
-	switch (pc->phase) {
-	case PCONN_FIRST:
-		if (m->type == PEER_MSG_AUTH_HELLO)
-			pconn_on_auth_hello(pc, m);
-		else if (m->type == PEER_MSG_DATA)
-			pconn_on_data(pc, m);
-		else if (m->type == PEER_MSG_HELLO && !keyed)
-			pconn_on_hello(pc, m);
-		else if (m->type == PEER_MSG_HELLO)
-			pconn_refuse(pc, "auth_required", NULL,
-				     "this node requires peers to prove the cluster key first");
-		else
-			pconn_refuse(pc, "protocol", NULL, "unexpected first message");
-		return;
-	case PCONN_AUTH_PROOF:
-		if (m->type == PEER_MSG_AUTH_PROOF)
-			pconn_on_auth_proof(pc, m);
-		else
-			pconn_refuse(pc, "protocol", NULL, "expected auth_proof");
-		return;
-	case PCONN_HELLO:
-		if (m->type == PEER_MSG_HELLO)
-			pconn_on_hello(pc, m);
-		else
-			pconn_refuse(pc, "protocol", NULL, "expected hello");
-		return;
-	}
-}
-
-static void pconn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
-{
-	struct pconn *pc = st->data;
-	const char *why;
-
-	if (nread < 0) {
-		pconn_lost(pc, pc->hello_done ? "control connection closed" : NULL);
-		return;
-	}
-	pc->last_heard_ns = kvd_now_ns();
-	why = serve__peer_feed(pc->s, pc->hello.node[0] ? pc->hello.node : "?",
-			       &pc->dec, buf->base, nread > 0 ? (size_t)nread : 0,
-			       &pc->closing, pconn_dispatch, pc);
-	if (why)
-		pconn_lost(pc, why);
-}
-
-/* "ip:port" of the remote end, for log lines. */
-static void pconn_addr(struct pconn *pc)
-{
-	struct sockaddr_storage ss;
-	int len = sizeof(ss);
-	char ip[INET6_ADDRSTRLEN] = "?";
-	int port = 0;
-
-	if (uv_tcp_getpeername(&pc->tcp, (struct sockaddr *)&ss, &len))
-		return;
-	if (ss.ss_family == AF_INET) {
-		uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-	} else if (ss.ss_family == AF_INET6) {
-		uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	}
-	snprintf(pc->addr, sizeof(pc->addr), "%s:%d", ip, port);
-}
-
-/* Connections that have not finished their handshake (they hold an fd
- * and a buffer for up to connect_timeout_ms each), and peer connections
- * in all: past either bound one more is accepted and closed at once, so
- * a flood of strangers cannot use up the descriptors the admin socket
- * and the real peers need. */
-#define PCONN_PENDING_MAX 64u
-#define PCONN_TOTAL_MAX 512u
-
-static bool pconn_room(struct serve *s)
-{
-	unsigned pending = 0, total = 0;
-
-	for (const struct pconn *q = s->pconns; q; q = q->next) {
-		total++;
-		pending += !q->hello_done && !q->closing;
-	}
-	return pending < PCONN_PENDING_MAX && total < PCONN_TOTAL_MAX;
-}
-
-static void pconn_accept(uv_stream_t *server, int status)
-{
-	struct serve *s = server->data;
-	struct pconn *pc;
-
-	if (status < 0) {
-		KVLOG_WARN(s->log, "peer_accept_failed", "error=%s", uv_err_name(status));
-		return;
-	}
-	pc = s->stopping || !pconn_room(s) ? NULL : calloc(1, sizeof(*pc));
-	if (!pc) {
-		s->peer_refused_conns++;
-		serve__accept_drop(s, server);
-		return;
-	}
-	pc->s = s;
-	if (uv_tcp_init(&s->d->loop, &pc->tcp)) {
-		free(pc);
-		s->peer_refused_conns++;
-		serve__accept_drop(s, server);
-		return;
-	}
-	pc->tcp.data = pc;
-	frame_decoder_init(&pc->dec, SERVE_PEER_HANDSHAKE_FRAME_MAX);
-	pc->last_heard_ns = pc->t_accept_ns = kvd_now_ns();
-	pc->conn_id = ++s->next_conn_id;
-	snprintf(pc->addr, sizeof(pc->addr), "?");
-	pc->next = s->pconns;
-	if (s->pconns)
-		s->pconns->prev = pc;
-	s->pconns = pc;
-	wbound_init(&pc->wb, (uv_stream_t *)&pc->tcp, &(struct wbound_limits){
-			    .soft = s->d->cfg.write_queue_soft,
-			    .hard = s->d->cfg.write_queue_hard,
-			    .stall_ms = s->d->cfg.write_stall_timeout_ms },
-		    pconn_alloc, pconn_read);
-	if (uv_accept(server, (uv_stream_t *)&pc->tcp) ||
-	    wbound_read_start(&pc->wb)) {
-		pconn_lost(pc, NULL);
-		return;
-	}
-	uv_tcp_nodelay(&pc->tcp, 1);
-	pconn_addr(pc);
-}
+static const struct link_ops prefill_link_ops = {
+	.on_msg = prefill_on_msg,
+	.req_lost = prefill_req_lost,
+	.req_resume = prefill_req_resume,
+};
 
 /* peers.max_pages = 0: half the pool, but at least one request of the
  * full advertised context (else one peer could never be served at all),
@@ -1308,12 +844,9 @@ static void prefill_peer_limits(struct serve *s)
 
 int serve__prefill_start(struct serve *s)
 {
-	struct sockaddr_storage ss;
-	int rc;
-
 	prefill_peer_limits(s);
 	{
-		/* room for PCONN_TOTAL_MAX peer connections besides the admin
+		/* room for the 512 accepted peer links (link.c) besides the admin
 		 * socket, its clients and the node's own descriptors */
 		struct rlimit rl;
 
@@ -1323,125 +856,5 @@ int serve__prefill_start(struct serve *s)
 		}
 	}
 
-	if (!s->d->cfg.listen_peer[0]) {
-		KVLOG_ERR(s->log, "listen_peer", "msg=\"a prefill node needs listen.peer\"");
-		return -EINVAL;
-	}
-	rc = serve__parse_hostport(s->d->cfg.listen_peer, &ss);
-	if (rc) {
-		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=\"bad address\"",
-			  KVLOG_Q(s->d->cfg.listen_peer));
-		return rc;
-	}
-	rc = uv_tcp_init(&s->d->loop, &s->peer_listener);
-	if (rc)
-		return rc;
-	s->peer_listener.data = s;
-	s->peer_listener_open = true;
-	rc = uv_tcp_bind(&s->peer_listener, (struct sockaddr *)&ss, 0);
-	if (!rc)
-		rc = uv_listen((uv_stream_t *)&s->peer_listener, 511, pconn_accept);
-	if (rc)
-		KVLOG_ERR(s->log, "listen_peer", "addr=%s msg=%s",
-			  KVLOG_Q(s->d->cfg.listen_peer), KVLOG_Q(uv_strerror(rc)));
-	else
-		KVLOG_INFO(s->log, "listen_peer", "addr=%s",
-			   KVLOG_Q(s->d->cfg.listen_peer));
-	return rc;
-}
-
-/* The data connection drained: requests that waited for it send again. */
-static void pconn_data_resume(struct pconn *pc)
-{
-	struct serve_req *r, *next;
-
-	if (!pc->data_waiters || pconn_data_full(pc))
-		return;
-	pc->data_waiters = false;
-	for (r = pc->s->reqs; r; r = next) {
-		next = r->next;
-		if (r->kind == SREQ_PREFILL && r->pc == pc &&
-		    r->state == PRS_SENDING && !r->sends_pending)
-			prefill_send_more(r);
-	}
-}
-
-/* Heartbeat tick for a data connection: true when pc was torn down
- * because decode stopped reading it (past the soft bound for the stall
- * timeout); else restart requests that waited for it to drain. */
-static bool pconn_data_check(struct pconn *pc, uint64_t now)
-{
-	struct serve *s = pc->s;
-
-	if (!pc->data || !pc->hello_done)
-		return false;
-	if (pconn_data_full(pc)) {
-		if (!pc->data_over_since_ns)
-			pc->data_over_since_ns = now;
-		if (now - pc->data_over_since_ns <
-		    (uint64_t)s->d->cfg.write_stall_timeout_ms * 1000000ull)
-			return false;
-		KVLOG_WARN(s->log, "write_bound",
-			   "peer_node=%s conn=peer_data reason=stall queued=%zu soft=%zu stall_ms=%u",
-			   KVLOG_Q(pc->hello.node), pc->data->ops->queued(pc->data),
-			   pconn_data_soft(pc), s->d->cfg.write_stall_timeout_ms);
-		pconn_lost(pc, "data connection stalled past its soft bound");
-		return true;
-	}
-	pc->data_over_since_ns = 0;
-	pconn_data_resume(pc);
-	return false;
-}
-
-void serve__prefill_heartbeat(struct serve *s)
-{
-	uint64_t now = kvd_now_ns();
-	uint64_t dead_ns = 3ull * s->d->cfg.heartbeat_ms * 1000000ull;
-	struct pconn *pc, *next;
-
-	if (s->peer_refused_conns) {
-		/* one line per tick, not one per connection */
-		KVLOG_WARN(s->log, "peer_conn_refused",
-			   "count=%llu reason=too_many_connections pending_max=%u total_max=%u",
-			   (unsigned long long)s->peer_refused_conns,
-			   PCONN_PENDING_MAX, PCONN_TOTAL_MAX);
-		s->peer_refused_conns = 0;
-	}
-	for (pc = s->pconns; pc; pc = next) {
-		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
-		struct kvpool_stats st;
-
-		next = pc->next;
-		if (pc->closing || pconn_write_check(pc, now) ||
-		    pconn_data_check(pc, now))
-			continue;
-
-		if (!pc->hello_done && now - pc->t_accept_ns >
-			  (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull) {
-			/* a connection that has not finished its handshake in
-			 * time holds nothing more of ours */
-			pconn_lost(pc, NULL);
-			continue;
-		}
-		if (now - pc->last_heard_ns > dead_ns) {
-			pconn_lost(pc, pc->hello_done ? "three heartbeats missed" : NULL);
-			continue;
-		}
-		if (!pc->hello_done)
-			continue;
-		kvpool_get_stats(s->d->pool, &st);
-		m.load = pc->n_reqs;
-		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;
-		(void)pconn_send(pc, &m);
-	}
-}
-
-void serve__prefill_stop(struct serve *s)
-{
-	if (s->peer_listener_open) {
-		s->peer_listener_open = false;
-		serve__close_handle(s, (uv_handle_t *)&s->peer_listener);
-	}
-	while (s->pconns)
-		pconn_lost(s->pconns, NULL);
+	return serve__link_listen(s, &prefill_link_ops);
 }

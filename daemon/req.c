@@ -36,6 +36,7 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 		return NULL;
 	}
 	r->timer.data = r;
+	kvd_list_init(&r->link_node);
 	r->next = s->reqs;
 	if (s->reqs)
 		s->reqs->prev = r;
@@ -93,6 +94,9 @@ void serve__req_end(struct serve_req *r, bool ok)
 	KVD_ASSERT(s->log, !r->client,
 		   "id=%llu msg=\"a request ends still attached to its client\"",
 		   (unsigned long long)r->reg.id);
+	/* off its link's list before the memory goes (its machine detached
+	 * it already, except at stop) */
+	kvd_list_del(&r->link_node);
 	if (r->prev)
 		r->prev->next = r->next;
 	else

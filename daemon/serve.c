@@ -78,8 +78,7 @@ static void serve_hb_cb(uv_timer_t *t)
 {
 	struct serve *s = t->data;
 
-	serve__decode_heartbeat(s);
-	serve__prefill_heartbeat(s);
+	serve__link_tick(s);
 }
 
 /* Client bounds are swept on their own period: the heartbeat's is a
@@ -134,8 +133,7 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 		return;
 	s->stopping = true;
 	serve__client_close_all(s);
-	serve__decode_stop(s);
-	serve__prefill_stop(s);
+	serve__link_stop(s);
 	if (s->hb_open) {
 		serve__close_handle(s, (uv_handle_t *)&s->hb_timer);
 		s->hb_open = false;
@@ -280,6 +278,7 @@ int serve_start(struct kvd_daemon *d)
 	s->d = d;
 	s->log = &d->log;
 	kvd_list_init(&s->clients);
+	kvd_list_init(&s->links);
 	s->reqtab = kvd_daemon_requests(d);
 	if (kvd_fault_parse(&s->fault, spec, &bad)) {
 		KVLOG_ERR(s->log, "fault_spec", "spec=%s at=%s", KVLOG_Q(spec),

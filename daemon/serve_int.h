@@ -4,13 +4,18 @@
  * the files of the serving layer share their structs. They form layers,
  * and a file calls only the files below it (tests/layers checks this on
  * the objects); what a lower file needs from a role comes through
- * function pointers the role sets (struct serve_req_ops, serve->admit):
+ * function pointers the role sets (struct serve_req_ops, serve->admit,
+ * struct link_ops):
  *   serve.c     top: setup, teardown, timers, the compute bridge
- *   decode.c    decode and standalone requests (the dreq machine), the
- *               connecting end of peer links
- *   prefill.c   prefill requests (the preq machine), the accepting end
+ *   decode.c    decode and standalone requests (the dreq machine),
+ *               admission, receiving KV; dials its peers through link.c
+ *   prefill.c   prefill requests (the preq machine), admission, sending
+ *               KV; accepts its peers through link.c
  *   client.c    client listeners, connections, answer-once streaming
- *   link.c      what both ends of a peer link share
+ *   link.c      one peer link for both ends (struct link): connect or
+ *               accept, authenticate, hello, data connection (the one
+ *               place a transport is created), heartbeat, liveness,
+ *               bounds, close; the requests on each link
  *   req.c       request life: registry, phase timer, state setter, end
  *   io.c        writes, accept-and-drop, handle closes, host:port
  *   compute.c   the engine's thread (knows requests only by id)
@@ -44,7 +49,7 @@
 struct serve;
 struct serve_req;
 struct client_conn;
-struct peer;
+struct link;
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -96,8 +101,13 @@ struct serve_req {
 	bool engine_integrity;           /* the engine found a bad tag: its
 					  * pages are quarantined at the free */
 
+	/* the peer link it runs on (decode: the prefill peer it asked;
+	 * prefill: the decode node that asked), NULL once detached */
+	struct link *link;
+	struct kvd_list link_node;       /* link->reqs */
+	uint32_t link_pages;             /* counted in link->n_pages */
+
 	/* decode: the transfer */
-	struct peer *peer;
 	struct kvpool_ref *table;        /* (n_table) reserved pages */
 	uint32_t n_table;
 	uint32_t n_prefix;               /* pages the transfer fills */
@@ -112,7 +122,6 @@ struct serve_req {
 	uint32_t done_tokens, done_batches, done_pages;
 
 	/* prefill: the peer's request */
-	struct pconn *pc;                /* control conn it came on */
 	uint64_t remote_id;              /* decode's request id */
 	struct proto_peer_page *dst;     /* (n_dst) destination pages */
 	uint32_t n_dst;
@@ -172,82 +181,113 @@ struct client_listener {
 	char path[256];                  /* unix: socket path to unlink */
 };
 
-/* A prefill peer as decode sees it. */
-struct peer {
-	struct serve *s;
-	char addr[256];
-	uv_tcp_t ctl;
-	bool ctl_open;
-	uv_connect_t conn_req;
-	uv_connect_t data_req;
-	struct frame_decoder dec;
-	struct transport *data;          /* receiver */
-	bool up;                         /* handshake done, data conn bound (data_bound) */
-	bool hello_seen;
-	struct proto_peer_hello hello;   /* the peer's */
-	uint64_t max_batch_bytes;        /* negotiated */
-	uint32_t load;                   /* last heartbeat */
-	uint32_t outstanding;            /* our requests on this peer */
-	uint64_t last_heard_ns;
-	uint64_t t_connect_ns;           /* the handshake deadline counts from here */
-	/* authentication (net/peer_auth.h): keyed links prove the cluster
-	 * key before anything else; every later control frame and batch is
-	 * sealed with the session's keys */
-	enum { PEER_AUTH_CHALLENGE = 1, PEER_AUTH_PROOF, PEER_AUTH_HELLO }
-		auth_phase;              /* what we wait for before hello_seen */
-	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
-	struct peer_session ss;          /* valid while `sealed` */
-	bool sealed;
-	/* control writes are bounded (net/wbound.h): a prefill peer that
-	 * stops reading cannot grow this node; past hard the link is torn
-	 * down at the next heartbeat tick */
-	struct wbound wb;
-	bool wb_dead;
-	uv_timer_t retry;                /* reconnect / heartbeat timer */
-	bool retry_open;
-	bool closing;
-	uint32_t pending_closes;
-	char rbuf[65536];                /* (65536) bytes: control reads */
+/* ---- peer links (link.c) ------------------------------------------------- */
+
+/* Which end of a peer link this node holds. Both ends are one object;
+ * only the handshake steps differ by side. */
+enum link_side {
+	LINK_DIAL = 1,   /* decode: connects to a peers.prefill address, proves
+			  * first, opens the data connection, receives KV;
+			  * reconnects for the node's life */
+	LINK_ACCEPT,     /* prefill: one per accepted control connection;
+			  * answers the proofs, binds the data connection by
+			  * token, sends KV; freed once closed */
 };
 
-/* A decode node as prefill sees it (one per control connection). */
-struct pconn {
+/* What a handshake phase waits for. */
+enum link_phase {
+	LINK_FIRST = 0,  /* accept: the first frame decides what the
+			  * connection is (auth_hello, hello, data) */
+	LINK_CHALLENGE,  /* dial: auth_challenge */
+	LINK_PROOF,      /* the other end's auth_proof */
+	LINK_HELLO,      /* the other end's hello */
+};
+
+/* What a role registers for its links: link.c reaches a role only
+ * through these (it must not call decode.c or prefill.c). */
+struct link_ops {
+	/* A control message after the handshake; heartbeat and data_bound
+	 * are the link's own. m may be taken from (its arrays). */
+	void (*on_msg)(struct link *l, struct proto_peer_msg *m);
+	/* The link is torn down: r, one of its requests, takes LINK_LOST
+	 * (it must detach). code and msg (NULL: the role's own words) are
+	 * its failure if it was mid-transfer; true when it failed one. */
+	bool (*req_lost)(struct serve_req *r, int code, const char *msg);
+	/* accept: the data connection drained below its soft bound; r may
+	 * send again (NULL: nothing waits) */
+	void (*req_resume)(struct serve_req *r);
+	/* dial: a batch that passed the transport's checks */
+	void (*rx_batch)(struct link *l, const struct xfer_hdr *h,
+			 const uint8_t *batch);
+};
+
+/* One peer link: a control connection (framed, sealed once proved,
+ * bounded write queue), its data connection (a transport), liveness, and
+ * the requests that run on it. */
+struct link {
 	struct serve *s;
-	uv_tcp_t tcp;
+	const struct link_ops *ops;
+	enum link_side side;
+	struct kvd_list node;            /* s->links */
+	char addr[256];                  /* dial: the configured address;
+					  * accept: the remote "ip:port" */
+	uint64_t conn_id;                /* accept: local, never on the wire */
+	uv_tcp_t ctl;                    /* the control connection */
+	bool ctl_open;
+	bool closing;                    /* its handles are closing */
+	bool retired;                    /* freed when they have closed
+					  * (accept: always; dial: at stop) */
+	uint32_t pending_closes;
 	struct frame_decoder dec;
-	struct pconn *prev, *next;
-	bool is_data;                    /* a data conn before hand-over */
-	bool hello_done;
-	bool closing;
-	struct proto_peer_hello hello;   /* the decode node's */
-	/* authentication: the first frame decides what this connection is
-	 * (auth_hello: a keyed control connection; hello: a keyless one;
-	 * data: a data connection presenting its token) */
-	enum { PCONN_FIRST = 0, PCONN_AUTH_PROOF, PCONN_HELLO } phase;
-	/* the data connection's backlog: batches wait while it holds more
-	 * than data_soft bytes; stuck past it this long, the peer is lost */
+	/* control writes are bounded (net/wbound.h): a peer that stops
+	 * reading cannot grow this node; past hard the link is torn down
+	 * at the next heartbeat tick (senders are mid-change of a request
+	 * and must not see it vanish) */
+	struct wbound wb;
+	bool wb_dead;
+
+	/* handshake. Keyed links prove the cluster key before anything
+	 * else (net/peer_auth.h); every later control frame and batch is
+	 * sealed with the session's keys */
+	enum link_phase phase;
+	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
+	struct peer_session ss;          /* valid while `sealed`; the keys
+					  * outlive it until the transport
+					  * (which holds ss.data) closed */
+	bool sealed;
+	uint8_t token[PEER_AUTH_BYTES];  /* accept: binds the data connection */
+	bool has_token;                  /* accept: not used yet */
+	bool hello_done;                 /* hellos exchanged and matched */
+	bool up;                         /* dial: data connection bound
+					  * (data_bound); accept: hello_done */
+	bool is_data;                    /* accept: a data connection before
+					  * its hand-over to the control link */
+	struct proto_peer_hello hello;   /* the peer's */
+	uint64_t max_batch_bytes;        /* negotiated */
+	bool checksum;                   /* negotiated */
+	uint64_t t_start_ns;             /* connect/accept: the handshake
+					  * deadline counts from here */
+	uint64_t last_heard_ns;
+	uint32_t load;                   /* the peer's, from its heartbeat */
+
+	/* the data connection: dial receives, accept sends */
+	struct transport *data;
+	uv_connect_t conn_req, data_req; /* dial */
+	/* accept: the data backlog. Batches wait while it holds more than
+	 * the soft bound; stuck past it this long, the link is lost */
 	uint64_t data_over_since_ns;
 	bool data_waiters;               /* a request waits for it to drain */
-	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
-	struct peer_session ss;          /* keys, once authenticated */
-	bool sealed;                     /* control frames are sealed */
-	uint8_t token[PEER_AUTH_BYTES];  /* binds the data connection */
-	bool has_token;
-	uint64_t t_accept_ns;            /* handshake deadline counts from here */
-	uint64_t conn_id;                /* local, never on the wire */
-	char addr[64];                   /* the remote address, for logs */
-	uint64_t max_batch_bytes;        /* negotiated */
-	bool checksum;
-	struct transport *data;          /* sender, after the data hello */
-	uint32_t n_reqs;
-	uint32_t pending_closes;
-	uint64_t last_heard_ns;
+
+	/* the requests on this link (serve_req.link_node) */
+	struct kvd_list reqs;
+	uint32_t n_reqs;                 /* dial: ours in flight; accept: the
+					  * peer's (peers.max_requests) */
+	uint32_t n_pages;                /* accept: pages its requests hold
+					  * (peers.max_pages) */
+
+	uv_timer_t retry;                /* dial: reconnect */
+	bool retry_open;
 	char rbuf[65536];                /* (65536) bytes: control reads */
-	/* invariant 11: what this peer may make us hold */
-	struct wbound wb;                /* control writes (listen.write_*) */
-	bool wb_dead;                    /* past the hard bound: no more
-					  * writes, torn down at the next tick */
-	uint32_t n_pages;                /* pages its requests hold (n_dst) */
 };
 
 /* ---- the serving layer ---------------------------------------------------- */
@@ -271,12 +311,12 @@ struct serve {
 	unsigned n_listeners;
 	struct kvd_list clients;         /* client connections (client_conn.node) */
 
-	struct peer peers[KVD_MAX_PEERS];
-	unsigned n_peers;
-
+	struct kvd_list links;           /* every peer link (struct link):
+					  * dialled ones for life, accepted
+					  * ones until they are lost */
+	const struct link_ops *accept_ops;  /* for accepted links */
 	uv_tcp_t peer_listener;
 	bool peer_listener_open;
-	struct pconn *pconns;
 	struct peer_key key;             /* the cluster key; key.set = keyed */
 	uint64_t next_conn_id;           /* client and peer connections, for logs */
 	uint64_t peer_refused_conns;     /* dropped at accept since the last log */
@@ -305,46 +345,41 @@ void serve__close_handle(struct serve *s, uv_handle_t *h);
 void serve__handle_closed(uv_handle_t *h);
 int serve__parse_hostport(const char *spec, struct sockaddr_storage *ss);
 
-/* link.c */
-/* Frame m (malloc'd *data, header included), sealed with `tx` unless
- * NULL. 0, -EMSGSIZE, -ENOMEM. */
-int serve__peer_frame(struct peer_aead *tx, const struct proto_peer_msg *m,
-		      char **data, size_t *len);
-/* Count one paired peer's handshake figures into pf (both roles). */
-void serve__figures_add(struct kvd_peer_figures *pf,
-			const struct proto_peer_hello *h);
-/* A peer link's control frame (both roles): framed, sealed with tx
- * (NULL: plain), through the link's bounded write queue. Past the hard
- * bound *dead turns true and reading stops; the caller's heartbeat tick
- * tears the link down (callers are mid-change of a request and must not
- * see it vanish). 0 or a negative errno. */
-int serve__link_send(struct wbound *wb, bool *dead, struct peer_aead *tx,
-		     const struct proto_peer_msg *m);
-/* Heartbeat tick of a link's write queue: NULL, or why the caller must
- * tear the link down (logged here, `who` escaped). A paused link's
- * silence is ours: *last_heard_ns is refreshed. */
-const char *serve__link_write_poll(struct serve *s, struct wbound *wb, bool dead,
-				   uint64_t now, uint64_t *last_heard_ns,
-				   const char *who);
-/* Frame m and queue it on st; sealed with `tx` (a link's control key,
- * advancing its counter) unless NULL (keyless link, or before auth). */
-int serve__send_peer(uv_stream_t *st, struct peer_aead *tx,
-		     const struct proto_peer_msg *m);
+/* link.c: one peer link for both ends. Loop thread only. */
+/* Dial peers.prefill address `addr` and keep it connected for the
+ * node's life (reconnecting after a loss). 0, -ENOMEM. */
+int serve__link_dial(struct serve *s, const char *addr,
+		     const struct link_ops *ops);
+/* Listen on listen.peer; accepted links get `ops`. 0 or an error
+ * (logged). */
+int serve__link_listen(struct serve *s, const struct link_ops *ops);
+/* Stop: close the listener, tear every link down, stop reconnecting. */
+void serve__link_stop(struct serve *s);
+/* Heartbeat tick: write and data bounds, handshake deadline, three
+ * missed heartbeats, then our heartbeat on every link that is up. */
+void serve__link_tick(struct serve *s);
+/* A control frame on l (sealed once proved) through its bounded write
+ * queue; never tears l down (the tick does). 0 or a negative errno. */
+int serve__link_send(struct link *l, const struct proto_peer_msg *m);
+/* Tear l down (why NULL: silently): both connections close and every
+ * request on it takes req_lost (code INTERNAL, the role's words). */
+void serve__link_lost(struct link *l, const char *why);
+/* Put r on l (counted: one request, `pages` pages) / take it off. */
+void serve__link_attach(struct link *l, struct serve_req *r, uint32_t pages);
+void serve__link_detach(struct serve_req *r);
+/* accept: l's data connection holds more than its soft bound. When
+ * true, l resumes its requests (req_resume) once it drained. */
+bool serve__link_data_full(struct link *l);
+/* accept: a batch was reported: resume waiting requests if it drained. */
+void serve__link_data_resume(struct link *l);
+/* The accepted link with local id conn_id, NULL when it is gone. */
+struct link *serve__link_by_conn(struct serve *s, uint64_t conn_id);
 /* Before a peer has proved the key (keyless: before its hello), a node
  * reads only frames of handshake size: a stranger cannot make it buffer
  * megabytes (64 pending handshakes x 4 MiB). */
 #define SERVE_PEER_HANDSHAKE_FRAME_MAX 4096u
 /* The largest frame a peer control decoder accepts (a sealed frame). */
 #define SERVE_PEER_FRAME_MAX (PROTO_PEER_FRAME_MAX + PEER_AUTH_TAG_BYTES)
-/* Feed bytes read on a peer control connection to `dec` and hand every
- * parsed message to on_msg(arg, m) (the message is deinit'd after), until
- * the bytes run out or *closing turns true. NULL, or the reason the
- * stream must be torn down (logged here with `who`). */
-const char *serve__peer_feed(struct serve *s, const char *who,
-			     struct frame_decoder *dec, const char *q, size_t n,
-			     const bool *closing,
-			     void (*on_msg)(void *arg, struct proto_peer_msg *m),
-			     void *arg);
 
 /* req.c */
 struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind);
@@ -394,7 +429,6 @@ int serve__client_stream_begin(struct serve_req *r);
 
 /* decode.c */
 int serve__decode_start(struct serve *s);
-void serve__decode_stop(struct serve *s);
 void serve__decode_admit(struct serve_req *r);
 void serve__local_admit(struct serve_req *r);
 /* The dreq machine (standalone and decode client requests): take event
@@ -402,18 +436,15 @@ void serve__local_admit(struct serve_req *r);
 void serve__dreq_event(struct serve_req *r, enum dreq_event ev);
 /* engine messages for LOCAL and DECODE requests */
 void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m);
-void serve__decode_heartbeat(struct serve *s);
 /* kvctl abort of a client request (any state): OP_ABORT. */
 void serve__decode_abort(struct serve_req *r, const char *reason);
 
 /* prefill.c */
 int serve__prefill_start(struct serve *s);
-void serve__prefill_stop(struct serve *s);
 void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m);
 /* The preq machine: take event `ev` and run its actions; entering DONE
  * ends r. */
 void serve__preq_event(struct serve_req *r, enum preq_event ev);
-void serve__prefill_heartbeat(struct serve *s);
 /* Fail a prefill request (kvctl abort): abort to decode, pages back once
  * nothing of it is queued. */
 void serve__prefill_abort(struct serve_req *r, const char *reason);

@@ -355,9 +355,9 @@ inline dec_try_complete(r) {
 	fi
 }
 
-/* Teardown of both connections to the peer (peer_lost_code() on decode,
- * pconn_lost() on prefill): the queue pair is flushed, so no posted write
- * lands any more; every control message in flight is lost. Aborting
+/* Teardown of both connections to the peer (link_lost_code() in
+ * daemon/link.c, both ends): the queue pair is flushed, so no posted
+ * write lands any more; every control message in flight is lost. Aborting
  * requests end (decode_abort_done()), transferring ones fail without an
  * abort (decode_fail(with_abort = false): free now); prefill ends its
  * requests (their sends complete with an error). Then decode reconnects
@@ -470,7 +470,7 @@ end_loop:
 		fi;
 		teardown() }
 
-	/* peer_rx_batch(): a landed batch is reported */
+	/* decode_rx_batch(): a landed batch is reported */
 	:: atomic { note?r, i, p, g ->
 		if
 		:: dst[r] == DRS_TRANSFER ->
@@ -502,7 +502,7 @@ end_loop:
 		:: else      /* batch_discarded: request gone (unrouted) */
 		fi }
 
-	/* peer_on_msg(): control messages from prefill */
+	/* decode_on_msg(): control messages from prefill */
 	:: atomic { p2c?m, r, n ->
 		if
 		:: m == DONE ->
@@ -709,7 +709,7 @@ proctype Prefill()
 
 end_loop:
 	do
-	/* pconn_on_msg() */
+	/* prefill_on_msg() */
 	:: atomic { c2p?m, r, n ->
 		if
 		:: m == PREQ ->
