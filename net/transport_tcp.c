@@ -321,71 +321,50 @@ static uint8_t *tcp_spare_take(struct tcp_transport *tt, uint32_t n, size_t *cap
 	return NULL;
 }
 
-static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
-		    const struct transport_page *pages, uint32_t n,
-		    transport_sent_cb cb, void *arg)
+static void tcp_send_free(struct tcp_send *s)
 {
-	struct tcp_transport *tt = to_tcp(t);
-	const struct transport_cfg *c = &t->cfg;
-	struct tcp_send *s;
+	xfer_batch_deinit(&s->batch);
+	free(s->head);
+	free(s->bufs);
+	free(s);
+}
+
+/* Copy path: the batch is built (and sealed) in a buffer of its own, a
+ * spare one when the transport kept one. 0, or an error with s's parts
+ * left for tcp_send_free. */
+static int tcp_send_copy(struct tcp_transport *tt, struct tcp_send *s,
+			 uint64_t request_id, uint32_t seq,
+			 const struct transport_page *pages, uint32_t n)
+{
+	const struct transport_cfg *c = &tt->base.cfg;
+	uint64_t t0;
 	uv_buf_t buf;
 	size_t len;
 	int r;
 
-	if (tt->closing || tt->dead || !tt->started)
-		return TRANSPORT_E_CLOSED;
-	if (n == 0 || n > xfer_batch_pages_max(c->max_batch_bytes, c->page_bytes))
-		return TRANSPORT_E_BOUND;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->tt = tt;
-	s->cb = cb;
-	s->arg = arg;
-	if (tcp_zero_copy(c)) {
-		r = tcp_send_iov(tt, s, request_id, seq, pages, n);
-		if (r) {
-			free(s->head);
-			free(s->bufs);
-			free(s);
-			return r;
-		}
-		if (s->cut)
-			tt->dead = true;
-		tt->pending++;
-		return 0;
-	}
 	r = xfer_batch_init_reuse(&s->batch, c->page_bytes,
 				  xfer_batch_bytes(n, c->page_bytes),
 				  tcp_spare_take(tt, n, &s->buf_cap));
-	if (r) {
-		free(s);
+	if (r)
 		return r > 0 ? -ENOMEM : r;
-	}
 	xfer_batch_reset(&s->batch, request_id, seq);
 	r = tcp_fill_batch(tt, &s->batch, pages, n, request_id);
-	if (r) {
-		xfer_batch_deinit(&s->batch);
-		free(s);
+	if (r)
 		return r;
-	}
-	{
-		uint64_t t0 = kvd_now_ns();
+	t0 = kvd_now_ns();
+	if (c->seal) {
+		uint16_t fl = XFER_FLAG_SEALED |
+			      (c->seal->encrypt ? XFER_FLAG_ENCRYPTED : 0);
 
-		if (c->seal) {
-			uint16_t fl = XFER_FLAG_SEALED |
-				      (c->seal->encrypt ? XFER_FLAG_ENCRYPTED : 0);
-
-			len = xfer_batch_seal_flags(&s->batch, c->checksum, fl);
-			peer_aead_seal(c->seal, s->batch.buf, len, XFER_HDR_BYTES,
-				       s->batch.buf + len);
-			len += XFER_TRAILER_BYTES;
-		} else {
-			len = xfer_batch_seal(&s->batch, c->checksum);
-		}
-		if ((c->checksum || c->seal) && c->checksum_ns)
-			*c->checksum_ns += kvd_now_ns() - t0;
+		len = xfer_batch_seal_flags(&s->batch, c->checksum, fl);
+		peer_aead_seal(c->seal, s->batch.buf, len, XFER_HDR_BYTES,
+			       s->batch.buf + len);
+		len += XFER_TRAILER_BYTES;
+	} else {
+		len = xfer_batch_seal(&s->batch, c->checksum);
 	}
+	if ((c->checksum || c->seal) && c->checksum_ns)
+		*c->checksum_ns += kvd_now_ns() - t0;
 	if (kvd_fault_fire(c->fault, KVD_FAULT_CORRUPT_BATCH)) {
 		s->batch.buf[len - 1] ^= 0x01;
 		KVLOG_WARN(c->log, "fault", "point=corrupt_batch request=%llu seq=%u path=copy",
@@ -399,14 +378,36 @@ static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
 			   (unsigned long long)request_id, seq, len);
 	}
 	buf = uv_buf_init((char *)s->batch.buf, (unsigned)len);
-	r = uv_write(&s->req, (uv_stream_t *)&tt->tcp, &buf, 1, tcp_write_cb);
+	return uv_write(&s->req, (uv_stream_t *)&tt->tcp, &buf, 1, tcp_write_cb);
+}
+
+static int tcp_send(struct transport *t, uint64_t request_id, uint32_t seq,
+		    const struct transport_page *pages, uint32_t n,
+		    transport_sent_cb cb, void *arg)
+{
+	struct tcp_transport *tt = to_tcp(t);
+	const struct transport_cfg *c = &t->cfg;
+	struct tcp_send *s;
+	int r;
+
+	if (tt->closing || tt->dead || !tt->started)
+		return TRANSPORT_E_CLOSED;
+	if (n == 0 || n > xfer_batch_pages_max(c->max_batch_bytes, c->page_bytes))
+		return TRANSPORT_E_BOUND;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->tt = tt;
+	s->cb = cb;
+	s->arg = arg;
+	r = tcp_zero_copy(c) ? tcp_send_iov(tt, s, request_id, seq, pages, n)
+			     : tcp_send_copy(tt, s, request_id, seq, pages, n);
 	if (r) {
-		xfer_batch_deinit(&s->batch);
-		free(s);
+		tcp_send_free(s);
 		return r;
 	}
 	if (s->cut)
-		tt->dead = true;
+		tt->dead = true;   /* half a batch went out: nothing more */
 	tt->pending++;
 	return 0;
 }
