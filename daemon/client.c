@@ -1,4 +1,4 @@
-/* serve_client.c - the client API on decode and standalone nodes.
+/* client.c - the client API on decode and standalone nodes.
  *
  * Design. A client connection is a frame decoder and a list of requests
  * that still point at it. Each request frame goes through the same gate,
@@ -10,8 +10,9 @@
  *   4. prompt + max_tokens fits the smallest context and pool on the
  *      request's path (PROMPT_TOO_LONG, logged with the figures);
  *   5. only then pages are reserved (OVERLOADED when the pool is full).
- * Standalone requests go to the local engine with engine-owned pages;
- * decode requests go to serve_decode.c after step 4's local part.
+ * Steps 4 and 5 are the role's (serve->admit: decode.c's
+ * serve__decode_admit or serve__local_admit); standalone requests go to
+ * the local engine with engine-owned pages.
  *
  * A client that goes away orphans its requests (invariant 8): nothing is
  * cut mid-transfer; the request runs its transfer to completion or abort,

@@ -37,10 +37,7 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	}
 	r->timer.data = r;
 	kvd_list_init(&r->link_node);
-	r->next = s->reqs;
-	if (s->reqs)
-		s->reqs->prev = r;
-	s->reqs = r;
+	kvd_list_add(&s->reqs, &r->node);
 	s->n_reqs++;
 	return r;
 }
@@ -97,12 +94,7 @@ void serve__req_end(struct serve_req *r, bool ok)
 	/* off its link's list before the memory goes (its machine detached
 	 * it already, except at stop) */
 	kvd_list_del(&r->link_node);
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		s->reqs = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
+	kvd_list_del(&r->node);
 	s->n_reqs--;
 	s->closes_pending++;
 	uv_close((uv_handle_t *)&r->timer, serve_req_free_cb);

@@ -145,8 +145,8 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 	compute_stop(&s->comp);
 	/* every request still alive ends now (its pages go back with the
 	 * pool, which the daemon frees after the loop stopped) */
-	while (s->reqs) {
-		struct serve_req *r = s->reqs;
+	while (!kvd_list_empty(&s->reqs)) {
+		struct serve_req *r = kvd_list_entry(s->reqs.next, struct serve_req, node);
 
 		r->client = NULL;
 		serve__req_end(r, false);
@@ -278,6 +278,7 @@ int serve_start(struct kvd_daemon *d)
 	s->d = d;
 	s->log = &d->log;
 	kvd_list_init(&s->clients);
+	kvd_list_init(&s->reqs);
 	kvd_list_init(&s->links);
 	s->reqtab = kvd_daemon_requests(d);
 	if (kvd_fault_parse(&s->fault, spec, &bad)) {

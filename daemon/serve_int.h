@@ -72,7 +72,7 @@ struct serve_req {
 	uint8_t state;                   /* enum dreq_state or preq_state
 					  * (daemon/machine.h); changed only
 					  * by serve__req_step */
-	struct serve_req *prev, *next;   /* s->reqs */
+	struct kvd_list node;            /* on s->reqs (every live request) */
 	bool registered;
 	bool ended;
 
@@ -304,7 +304,9 @@ struct serve {
 	struct proto_peer_hello my_hello;
 	bool stopping;
 
-	struct serve_req *reqs;          /* every live request */
+	struct kvd_list reqs;            /* every live request (serve_req.node),
+					  * for teardown; lookups go by id
+					  * through the registry */
 	uint32_t n_reqs;
 
 	struct client_listener listeners[4];
