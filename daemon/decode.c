@@ -78,8 +78,13 @@ static void dreq_breach(struct serve_req *r, const char *what, int rc)
 
 	KVLOG_ERR(s->log, "invariant_breach", "id=%llu op=%s code=%d pages=%u",
 		  (unsigned long long)r->reg.id, what, rc, r->n_table);
-	if (r->pages_held)
-		(void)kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_table);
+	/* a quarantine the pool refuses too leaves the pages where they
+	 * are, which is still out of the free list: the request lets go of
+	 * them either way, and never releases them */
+	if (r->pages_held &&
+	    kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_table))
+		KVLOG_ERR(s->log, "invariant_breach", "id=%llu op=quarantine pages=%u msg=\"left where they are\"",
+			  (unsigned long long)r->reg.id, r->n_table);
 	r->pages_held = false;
 	r->fenced = false;
 	dreq_fail(r, PROTO_ERR_INTERNAL, "the KV pool refused an operation on this request's pages");
@@ -150,7 +155,7 @@ static void dreq_send_abort(struct serve_req *r)
 
 	snprintf(m.message, sizeof(m.message), "%s", r->fail_msg);
 	/* a lost send ends in the abort timer's teardown */
-	(void)serve__link_send(r->link, &m);
+	serve__link_post(r->link, &m);
 	r->t_abort_ns = kvd_now_ns();
 	KVLOG_INFO(s->log, "transfer_abort", "id=%llu peer=%s code=%s pages=%u fenced=%u",
 		   (unsigned long long)r->reg.id,
@@ -162,7 +167,7 @@ static void dreq_send(struct serve_req *r, enum proto_peer_type type)
 {
 	struct proto_peer_msg m = { .type = type, .id = r->reg.id };
 
-	(void)serve__link_send(r->link, &m);
+	serve__link_post(r->link, &m);
 }
 
 static void dreq_timer_cb(uv_timer_t *t)
@@ -841,7 +846,7 @@ static void peer_on_abort(struct link *p, const struct proto_peer_msg *m)
 		/* nothing of it here any more: the ack is all prefill needs */
 		struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = m->id };
 
-		(void)serve__link_send(p, &ack);
+		serve__link_post(p, &ack);
 		return;
 	}
 	/* prefill gives up: its batches for r have left, and decode writes

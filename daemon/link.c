@@ -115,6 +115,18 @@ int serve__link_send(struct link *l, const struct proto_peer_msg *m)
 	return rc;
 }
 
+void serve__link_post(struct link *l, const struct proto_peer_msg *m)
+{
+	int rc = serve__link_send(l, m);
+
+	if (!rc || !l || l->closing || l->wb_dead || l->doom || !l->ctl_open)
+		return;
+	l->doom = "a control frame could not be queued";
+	wbound_read_stop(&l->wb);
+	KVLOG_WARN(l->s->log, "peer_send_failed", "peer=%s type=%s code=%d",
+		   KVLOG_Q(link_who(l)), proto_peer_type_name(m->type), rc);
+}
+
 /* The data connection's first frame (plain: it proves itself by token). */
 static int link_send_data_hello(struct link *l, const struct proto_peer_msg *m)
 {
@@ -138,6 +150,10 @@ static bool link_write_check(struct link *l, uint64_t now)
 	struct serve *s = l->s;
 	int rc = l->wb_dead ? WBOUND_E_HARD : wbound_poll(&l->wb, now);
 
+	if (l->doom) {
+		serve__link_lost(l, l->doom);
+		return true;
+	}
 	if (!rc) {
 		/* not reading it (past soft): its silence is ours, and the
 		 * stall bound, not liveness, decides how long it may last */
@@ -570,7 +586,7 @@ static void accept_refuse(struct link *l, const char *reason, const char *field,
 		  KVLOG_Q(l->addr),
 		  KVLOG_Q(l->hello_done || l->sealed ? l->hello.node : "?"),
 		  m.reason, KVLOG_Q(why));
-	(void)serve__link_send(l, &m);
+	serve__link_post(l, &m);
 	serve__link_lost(l, NULL);
 }
 
@@ -593,7 +609,7 @@ static void accept_on_auth_hello(struct link *l, const struct proto_peer_msg *m)
 	peer_auth_random(l->nonce_p);
 	memcpy(ch.nonce, l->nonce_p, PEER_AUTH_BYTES);
 	l->phase = LINK_PROOF;
-	(void)serve__link_send(l, &ch);
+	serve__link_post(l, &ch);
 }
 
 /* Decode's proof: check it, prove ourselves, derive the link's keys;
@@ -648,7 +664,7 @@ static void accept_on_hello(struct link *l, const struct proto_peer_msg *m)
 		reply.hello.has_session = true;
 	}
 	l->has_token = true;
-	(void)serve__link_send(l, &reply);
+	serve__link_post(l, &reply);
 	link_figures_update(s);
 	kvd_daemon_capacity(s->d, "peer", NULL);
 	KVLOG_INFO(s->log, "peer_capacity",
@@ -718,7 +734,7 @@ static void accept_on_data(struct link *tmp, const struct proto_peer_msg *m)
 	serve__link_lost(tmp, NULL);
 	/* decode sends no request before this: a request that overtook the
 	 * data connection would find nothing to send its KV on */
-	(void)serve__link_send(l, &(struct proto_peer_msg){ .type = PEER_MSG_DATA_BOUND });
+	serve__link_post(l, &(struct proto_peer_msg){ .type = PEER_MSG_DATA_BOUND });
 	KVLOG_INFO(s->log, "peer_up", "peer=%s peer_node=%s max_batch_bytes=%llu checksum=%s authenticated=%s encrypt=%s transport=tcp",
 		   KVLOG_Q(l->addr),
 		   KVLOG_Q(l->hello.node),
@@ -894,6 +910,7 @@ static void link_ctl_init(struct link *l)
 	l->ctl.data = l;
 	l->ctl_open = true;
 	l->wb_dead = false;
+	l->doom = NULL;
 	wbound_init(&l->wb, (uv_stream_t *)&l->ctl, &(struct wbound_limits){
 			    .soft = s->d->cfg.write_queue_soft,
 			    .hard = s->d->cfg.write_queue_hard,
@@ -1242,7 +1259,7 @@ void serve__link_tick(struct serve *s)
 		kvpool_get_stats(s->d->pool, &st);
 		m.load = l->n_reqs;
 		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;
-		(void)serve__link_send(l, &m);
+		serve__link_post(l, &m);
 	}
 }
 

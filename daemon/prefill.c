@@ -60,7 +60,7 @@ static void prefill_reject(struct link *l, uint64_t remote_id, int code,
 		   "peer_node=%s remote_id=%llu code=%s msg=%s",
 		   KVLOG_Q(l->hello.node), (unsigned long long)remote_id,
 		   proto_err_name(code), KVLOG_Q(m.message));
-	(void)serve__link_send(l, &m);
+	serve__link_post(l, &m);
 }
 
 /* ---- the prefill request machine (daemon/machine.h: preq) -------------------- */
@@ -106,7 +106,7 @@ static void late_ack_cb(uv_timer_t *t)
 	struct link *l = serve__link_by_conn(a->s, a->conn_id);
 
 	if (l)
-		(void)serve__link_send(l, &ack);
+		serve__link_post(l, &ack);
 	uv_close((uv_handle_t *)t, late_ack_closed);
 }
 
@@ -131,7 +131,7 @@ static void prefill_send_abort_ack(struct serve *s, struct link *l,
 		uv_timer_start(&a->timer, late_ack_cb, 1000, 0);
 		return;
 	}
-	(void)serve__link_send(l, &ack);
+	serve__link_post(l, &ack);
 }
 
 /* Prefill itself fails the request: tell decode (it answers abort_ack,
@@ -146,7 +146,7 @@ static void preq_send_abort(struct serve_req *r)
 		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
 		   proto_err_name(r->fail_code), KVLOG_Q(r->fail_msg));
 	if (r->link)
-		(void)serve__link_send(r->link, &m);
+		serve__link_post(r->link, &m);
 }
 
 static void preq_abort_ack(struct serve_req *r)
@@ -190,7 +190,7 @@ static void prefill_done_send(struct serve_req *r)
 	m.done_tokens = r->n_kv;
 	m.batches = r->batches_sent;
 	m.done_pages = r->n_dst;
-	(void)serve__link_send(r->link, &m);
+	serve__link_post(r->link, &m);
 	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
 		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
 		    r->batches_sent, r->n_dst, r->n_kv, r->first_token);

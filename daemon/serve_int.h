@@ -245,6 +245,10 @@ struct link {
 	 * and must not see it vanish) */
 	struct wbound wb;
 	bool wb_dead;
+	/* a frame the protocol needed could not be queued (no memory, a
+	 * write error): the link can no longer keep its side of the
+	 * protocol, so the tick tears it down for this reason */
+	const char *doom;
 
 	/* handshake. Keyed links prove the cluster key before anything
 	 * else (net/peer_auth.h); every later control frame and batch is
@@ -363,6 +367,11 @@ void serve__link_tick(struct serve *s);
 /* A control frame on l (sealed once proved) through its bounded write
  * queue; never tears l down (the tick does). 0 or a negative errno. */
 int serve__link_send(struct link *l, const struct proto_peer_msg *m);
+/* The same for a frame the protocol needs (an abort, an ack, a reply):
+ * one that cannot be queued dooms l (torn down at the next tick, which
+ * ends or fails every request on it), so no failure goes unhandled. A
+ * link already going (closing, past its hard bound) or none: nothing. */
+void serve__link_post(struct link *l, const struct proto_peer_msg *m);
 /* Tear l down (why NULL: silently): both connections close and every
  * request on it takes req_lost (code INTERNAL, the role's words). */
 void serve__link_lost(struct link *l, const char *why);
