@@ -117,7 +117,16 @@ int serve__link_send(struct link *l, const struct proto_peer_msg *m)
 
 void serve__link_post(struct link *l, const struct proto_peer_msg *m)
 {
-	int rc = serve__link_send(l, m);
+	int rc;
+
+	if (l && m->type == PEER_MSG_ABORT &&
+	    kvd_fault_fire(&l->s->fault, KVD_FAULT_ABORT_SEND_FAIL)) {
+		KVLOG_WARN(l->s->log, "fault", "point=abort_send_fail id=%llu",
+			   (unsigned long long)m->id);
+		rc = -ENOMEM;
+	} else {
+		rc = serve__link_send(l, m);
+	}
 
 	if (!rc || !l || l->closing || l->wb_dead || l->doom || !l->ctl_open)
 		return;

@@ -29,6 +29,7 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_COMPUTE_NOMEM] = "compute_nomem",
 	[KVD_FAULT_BAD_ENTRY_INDEX] = "bad_entry_index",
 	[KVD_FAULT_BAD_ENTRY_TOKENS] = "bad_entry_tokens",
+	[KVD_FAULT_ABORT_SEND_FAIL] = "abort_send_fail",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

@@ -39,6 +39,10 @@
  *                        request's prefix) in a batch's first entry
  *   bad_entry_tokens     the sender claims one token more than the first
  *                        entry of a batch holds
+ *   abort_send_fail      an abort frame cannot be queued on its link (as
+ *                        without memory): the link must be torn down, so
+ *                        that its requests still end (daemon/link.c
+ *                        serve__link_post)
  *
  * The transport's points (corrupt_batch, cut_peer_mid_batch, bad_tag,
  * bad_entry_index, bad_entry_tokens) fire on both send paths: the copy
@@ -71,6 +75,7 @@ enum kvd_fault_point {
 	KVD_FAULT_COMPUTE_NOMEM,
 	KVD_FAULT_BAD_ENTRY_INDEX,
 	KVD_FAULT_BAD_ENTRY_TOKENS,
+	KVD_FAULT_ABORT_SEND_FAIL,
 	KVD_FAULT__N,
 };
 

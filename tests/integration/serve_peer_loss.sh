@@ -11,7 +11,10 @@
 #    release_timeout_ms: decode tears the link down (abort_ack_timeout),
 #    ends the abort, holds no page, pairs again;
 #  - OVERLOADED on decode: its pool is full (synthetic load): the request
-#    is refused before prefill hears of it.
+#    is refused before prefill hears of it;
+#  - an abort that cannot be queued (abort_send_fail): decode cannot keep
+#    its side of the handshake, so the link is torn down and the abort
+#    ends with it; pages fenced until then, none held after.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -102,6 +105,29 @@ check "abort+loss: decode holds no page" settle dl
 check "abort+loss: decode quarantined nothing" test "$(status_get dl pool.quarantined)" = 0
 check "abort+loss: prefill restarts and pairs again" restart_prefill
 later abort+loss
+
+# --- an abort frame that cannot be queued ------------------------------------
+# stale_generation: decode refuses the first batch; abort_send_fail: its
+# abort cannot be queued, so the link is doomed and torn down at the tick
+stop_node dl
+start_node dl KVD_FAULT=abort_send_fail:1
+check "abort unsent: prefill up" restart_prefill stale_generation:1
+bg_ask "$T/unsent.out"
+wait $CPID 2>/dev/null || true
+OUT=$(cat "$T/unsent.out")
+check "abort unsent: INTEGRITY reaches the client" test "$(echo "$OUT" | json_get error)" = INTEGRITY
+check "abort unsent: no token emitted (the request ran)" ran_no_token "$OUT" dl "$MD"
+check "abort unsent: the abort could not be queued" \
+	wait_log "$T/dl.log" "event=peer_send_failed .*type=abort" 10 "$MD"
+check "abort unsent: so decode tore the link down" \
+	wait_log "$T/dl.log" "event=peer_down .*a control frame could not be queued" 10 "$MD"
+id=$(log_since "$T/dl.log" "$MD" | grep -o "event=transfer_abort id=[0-9]*" | tail -1 | sed 's/.*id=//' || true)
+check "abort unsent: the abort ended with the link" wait_log "$T/dl.log" "event=abort_done id=${id:-x} " 10 "$MD"
+check "abort unsent: decode holds no page" settle dl
+check "abort unsent: decode quarantined nothing" test "$(status_get dl pool.quarantined)" = 0
+check "abort unsent: prefill holds no page" settle pl
+check "abort unsent: decode paired again" wait_log "$T/dl.log" "event=peer_up " 15 "$MD"
+later "abort unsent"
 
 # --- OVERLOADED on decode: its pool is full ---------------------------------
 # 8 synthetic requests of 500 tokens hold all 256 of decode's pages
