@@ -346,20 +346,62 @@ static int tok_load_merges(struct tokenizer *t, const struct gguf_file *f,
 	return 0;
 }
 
-static enum pre_kind tok_pre_kind(const struct gguf_file *f)
+/* tokenizer.ggml.pre picks the pre-tokenizer. A file without the key
+ * (written before llama.cpp had it) gets GPT-2's; a value kvd does not
+ * know is refused by name: a wrong split tokenizes silently wrong. */
+static int tok_pre(struct tokenizer *t, const struct gguf_file *f,
+		   struct gguf_error *err)
 {
+	const struct gguf_kv *kv = gguf_find(f, "tokenizer.ggml.pre");
 	struct gguf_str s;
-	static const char *const llama3[] = { "llama-bpe", "llama3", "llama-v3",
-					      "smaug-bpe", "dbrx", "tekken" };
+	int rc = gguf_get_str(f, "tokenizer.ggml.pre", &s);
 
-	if (gguf_get_str(f, "tokenizer.ggml.pre", &s))
-		return PRE_GPT2;
-	if (gguf_str_eq(s, "smollm"))
-		return PRE_SMOLLM;
-	for (size_t i = 0; i < KVD_ARRAY_SIZE(llama3); i++)
-		if (gguf_str_eq(s, llama3[i]))
-			return PRE_LLAMA3;
-	return PRE_GPT2;
+	if (rc == -ENOENT) {
+		t->pre = tokenizer__bpe_pre_find("gpt-2", 5);
+		return 0;
+	}
+	if (rc)
+		return gguf_error_set(err, GGUF_E_TYPE, kv->offset,
+				"key 'tokenizer.ggml.pre' is not a string (offset %llu)",
+				(unsigned long long)kv->offset);
+	t->pre = tokenizer__bpe_pre_find(s.ptr, s.len);
+	if (t->pre < 0)
+		return gguf_error_set(err, GGUF_E_UNSUPPORTED, kv->offset,
+				"pre-tokenizer '%.*s' is not supported (key 'tokenizer.ggml.pre', offset %llu)",
+				(int)KVD_MIN(s.len, 64), s.ptr,
+				(unsigned long long)kv->offset);
+	return 0;
+}
+
+/* Tokens matched in text before encoding: user-defined always, control
+ * and unknown on request; longest first so "<|a|>x" beats "<|a|>". */
+static int special_cmp(const void *a, const void *b, void *ctx)
+{
+	const struct tokenizer *t = ctx;
+	uint32_t la = t->text[*(const int32_t *)a].len;
+	uint32_t lb = t->text[*(const int32_t *)b].len;
+
+	if (la != lb)
+		return la > lb ? -1 : 1;
+	return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+static int tok_specials(struct tokenizer *t)
+{
+	uint32_t n = 0;
+
+	t->special = malloc(t->n_vocab * sizeof(*t->special));
+	if (!t->special)
+		return -ENOMEM;
+	for (uint32_t id = 0; id < t->n_vocab; id++) {
+		uint8_t ty = t->type[id];
+		if (t->text[id].len && (ty == TOKEN_TYPE_USER_DEFINED ||
+		    ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_UNKNOWN))
+			t->special[n++] = (int32_t)id;
+	}
+	t->n_special = n;
+	qsort_r(t->special, n, sizeof(*t->special), special_cmp, t);
+	return 0;
 }
 
 static int tok_load(struct tokenizer *t, const struct gguf_file *f,
@@ -476,11 +518,12 @@ static int tok_load(struct tokenizer *t, const struct gguf_file *f,
 			t->byte_tok[b] = t->unk;
 	}
 	if (t->kind == TOKENIZER_BPE) {
-		t->pre = tok_pre_kind(f);
-		if ((rc = tok_load_merges(t, f, err)))
+		if ((rc = tok_pre(t, f, err)) || (rc = tok_load_merges(t, f, err)))
 			return rc;
 	}
-	return tok_build_pieces(t);
+	if ((rc = tok_build_pieces(t)))
+		return rc;
+	return tok_specials(t);
 }
 
 void tokenizer_free(struct tokenizer *t)
@@ -495,6 +538,7 @@ void tokenizer_free(struct tokenizer *t)
 	free(t->vmap.slot);
 	free(t->merge);
 	free(t->mmap.slot);
+	free(t->special);
 	free(t);
 }
 
@@ -573,20 +617,107 @@ int tokenizer__ids_push(struct ids *o, int32_t id)
 	return 0;
 }
 
-int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len,
-		     bool add_bos, int32_t **ids, size_t *n_ids)
+/* A piece of the text: raw bytes still to encode, or a matched token. */
+struct frag {
+	size_t off, len;
+	int32_t id;            /* -1 for raw text */
+};
+
+struct frags {
+	struct frag *v;        /* (cap) */
+	size_t n, cap;
+};
+
+static int frags_push(struct frags *f, struct frag x)
+{
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? 2 * f->cap : 16;
+		struct frag *v = realloc(f->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		f->v = v;
+		f->cap = cap;
+	}
+	f->v[f->n++] = x;
+	return 0;
+}
+
+/* Cut the raw fragments at every occurrence of each special token, in
+ * the order of t->special (longest first). */
+static int tok_partition(const struct tokenizer *t, const char *text,
+			 size_t len, bool parse_special, struct frags *out)
+{
+	struct frags cur = { 0 }, nxt = { 0 };
+	int rc = frags_push(&cur, (struct frag){ 0, len, -1 });
+
+	for (uint32_t k = 0; k < t->n_special && !rc; k++) {
+		int32_t id = t->special[k];
+		const char *tx = t->arena + t->text[id].off;
+		size_t tl = t->text[id].len;
+		if (!parse_special && t->type[id] != TOKEN_TYPE_USER_DEFINED)
+			continue;
+		nxt.n = 0;
+		for (size_t f = 0; f < cur.n && !rc; f++) {
+			struct frag x = cur.v[f];
+			const char *p = text + x.off, *e = p + x.len, *hit;
+			if (x.id >= 0) {
+				rc = frags_push(&nxt, x);
+				continue;
+			}
+			while (!rc && (hit = memmem(p, (size_t)(e - p), tx, tl))) {
+				if (hit > p)
+					rc = frags_push(&nxt, (struct frag){
+						(size_t)(p - text), (size_t)(hit - p), -1 });
+				if (!rc)
+					rc = frags_push(&nxt, (struct frag){
+						(size_t)(hit - text), tl, id });
+				p = hit + tl;
+			}
+			if (!rc && p < e)
+				rc = frags_push(&nxt, (struct frag){
+					(size_t)(p - text), (size_t)(e - p), -1 });
+		}
+		struct frags tmp = cur;
+		cur = nxt;
+		nxt = tmp;
+	}
+	free(nxt.v);
+	if (rc) {
+		free(cur.v);
+		return rc;
+	}
+	*out = cur;
+	return 0;
+}
+
+int tokenizer_encode_ex(const struct tokenizer *t, const char *text, size_t len,
+			unsigned flags, int32_t **ids, size_t *n_ids)
 {
 	struct ids out = { 0 };
+	struct frags fr = { 0 };
+	bool prev_special = true; /* SentencePiece: a dummy space follows */
 	int rc = 0;
 
 	if (len > TOK_MAX_TEXT)
 		return -E2BIG;
-	if (add_bos && t->bos >= 0)
+	if ((flags & TOKENIZER_ADD_BOS) && t->bos >= 0)
 		rc = tokenizer__ids_push(&out, t->bos);
 	if (!rc)
+		rc = tok_partition(t, text, len, flags & TOKENIZER_PARSE_SPECIAL, &fr);
+	for (size_t f = 0; f < fr.n && !rc; f++) {
+		const struct frag *x = &fr.v[f];
+		if (x->id >= 0) {
+			rc = tokenizer__ids_push(&out, x->id);
+			prev_special = true;
+			continue;
+		}
 		rc = t->kind == TOKENIZER_SPM
-			? tokenizer__spm_encode(t, text, len, &out)
-			: tokenizer__bpe_encode(t, text, len, &out);
+			? tokenizer__spm_encode(t, text + x->off, x->len,
+						prev_special, &out)
+			: tokenizer__bpe_encode(t, text + x->off, x->len, &out);
+		prev_special = false;
+	}
+	free(fr.v);
 	if (rc) {
 		free(out.v);
 		return rc;
@@ -596,4 +727,11 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len,
 		return -ENOMEM;
 	*n_ids = out.n;
 	return 0;
+}
+
+int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len,
+		     bool add_bos, int32_t **ids, size_t *n_ids)
+{
+	return tokenizer_encode_ex(t, text, len, add_bos ? TOKENIZER_ADD_BOS : 0,
+				   ids, n_ids);
 }

@@ -9,8 +9,11 @@
  *            GPT-2 or Llama-3 regex (tokenizer.ggml.pre) (SmolLM, Llama 3).
  *
  * Special tokens written as text in a prompt ("<s>", "<|eot_id|>") are
- * NOT parsed as specials: they are ordinary text, so a tenant cannot forge
- * control tokens through the prompt.
+ * NOT parsed as specials unless the caller asks (TOKENIZER_PARSE_SPECIAL,
+ * for chat templates the operator writes): by default they are ordinary
+ * text, so a tenant cannot forge control tokens through the prompt.
+ * User-defined tokens (MPT's runs of spaces, added words) are always
+ * matched in the text first, longest first, as llama.cpp does.
  *
  * A struct tokenizer copies everything it needs out of the gguf_file; it
  * may outlive it. It is immutable after tokenizer_new(): any thread may
@@ -71,6 +74,14 @@ int tokenizer_token_text(const struct tokenizer *t, int32_t id,
  * *ids is malloc'd (the caller frees it), *n_ids its length. */
 int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len,
 		     bool add_bos, int32_t **ids, size_t *n_ids);
+
+enum tokenizer_flags {
+	TOKENIZER_ADD_BOS = 1 << 0,
+	TOKENIZER_PARSE_SPECIAL = 1 << 1, /* control/unknown tokens in text */
+};
+/* tokenizer_encode with TOKENIZER_* flags. */
+int tokenizer_encode_ex(const struct tokenizer *t, const char *text, size_t len,
+			unsigned flags, int32_t **ids, size_t *n_ids);
 
 /* The bytes a token stands for when decoded: "▁the" -> " the", "<0x0A>"
  * -> "\n", "Ġthe" -> " the", control tokens -> "". The bytes may be part

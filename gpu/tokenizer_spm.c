@@ -45,7 +45,7 @@ static const struct merger_ops spm_ops = { .prio = spm_prio,
 					   .fallback = spm_fallback };
 
 int tokenizer__spm_encode(const struct tokenizer *t, const char *text,
-			  size_t len, struct ids *out)
+			  size_t len, bool prefix, struct ids *out)
 {
 	struct merger m = { .t = t, .ops = &spm_ops };
 	_cleanup_free_ char *norm = NULL; /* (3 * len + 3) escaped text */
@@ -57,7 +57,7 @@ int tokenizer__spm_encode(const struct tokenizer *t, const char *text,
 	norm = malloc(3 * len + 3);
 	if (!norm)
 		return -ENOMEM;
-	if (t->add_space_prefix) {
+	if (prefix && t->add_space_prefix) {
 		memcpy(norm, SP_SPACE, 3);
 		n = 3;
 	}

@@ -691,6 +691,16 @@ START_TEST(test_bad_vocab)
 	gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
 	ck_assert_int_eq(tok_from(w, &err), GGUF_E_MISSING);
 
+	/* an unknown pre-tokenizer is refused by name, never guessed */
+	const char *merges[] = { "a b" };
+	gguf_writer_new(&w, 0);
+	gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+	gguf_writer_add_str(w, "tokenizer.ggml.pre", "no-such-pre");
+	gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+	gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+	ck_assert_int_eq(tok_from(w, &err), GGUF_E_UNSUPPORTED);
+	ck_assert_ptr_nonnull(strstr(err.msg, "no-such-pre"));
+
 	/* a minimal SPM vocabulary without scores or types still works */
 	gguf_writer_new(&w, 0);
 	gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");

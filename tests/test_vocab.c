@@ -25,7 +25,8 @@
 
 /* Files kvd must get fully right. */
 static const char *const expect_all[] = {
-	"llama-spm", "phi-3", "gpt-2",
+	"llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2", "deepseek-llm",
+	"deepseek-coder", "starcoder", "refact", "falcon", "mpt",
 };
 
 static char *slurp(const char *path, size_t *len)
