@@ -37,6 +37,9 @@ static void model_usage(FILE *fp)
 	      "                  [--dtype f32|f16|q8_0|q4_0] [--seed S] [--tied]\n"
 	      "                  [--tokenizer llama|gpt2]\n"
 	      "       kvctl model inspect FILE [--memory BYTES] [--kv-dtype f32|f16] [--json]\n"
+	      "       kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
+	      "                            (TEXT | --file PATH)\n"
+	      "       kvctl model detokenize MODEL.gguf IDS...\n"
 	      "BYTES takes a K, M, G or T suffix (powers of 1024; KiB, GB... also read as such).\n",
 	      fp);
 }
@@ -399,6 +402,9 @@ int kvctl_cmd_model(int argc, char **argv)
 		return model_make(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "inspect"))
 		return model_inspect(argc, argv);
+	if (argc >= 2 && (!strcmp(argv[1], "tokenize") ||
+			  !strcmp(argv[1], "detokenize")))
+		return kvctl_cmd_model_tok(argc, argv);
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))) {
 		model_usage(stdout);
 		return EXIT_OK;

@@ -14,3 +14,5 @@
 #pragma once
 
 int kvctl_cmd_model(int argc, char **argv);
+/* `kvctl model tokenize|detokenize` (cmd_tokenize.c); argv[1] names which. */
+int kvctl_cmd_model_tok(int argc, char **argv);

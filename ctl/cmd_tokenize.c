@@ -1,0 +1,257 @@
+/* cmd_tokenize.c - `kvctl model tokenize` and `kvctl model detokenize`.
+ *
+ * Both open the GGUF and build only its tokenizer, so vocabulary-only
+ * files (no tensors) work. tokenize reads the text from the command line
+ * or, with --file, byte for byte from a file (no newline stripped);
+ * --special lets control tokens written in the text ("<|im_start|>")
+ * become those tokens, which chat templates need and tenant prompts must
+ * not get. Output: ids separated by spaces, or with --json
+ * {"ids":[...],"pieces":[...]} where each piece is the token's decoded
+ * bytes (JSON-escaped; a piece that is part of a UTF-8 character comes
+ * out as \u00XX per byte).
+ */
+#include "ctl/cmd_model.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/util.h"
+#include "gpu/gguf.h"
+#include "gpu/tokenizer.h"
+
+#define EXIT_OK 0
+#define EXIT_BAD_FILE 1
+#define EXIT_USAGE 2
+
+static const char usage[] =
+	"usage: kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
+	"                            (TEXT | --file PATH)\n"
+	"       kvctl model detokenize MODEL.gguf IDS...\n";
+
+struct tok_open {
+	struct gguf_file *f;
+	struct tokenizer *t;
+};
+
+static int tok_open(struct tok_open *o, const char *cmd, const char *path)
+{
+	struct gguf_error err;
+	int rc;
+
+	*o = (struct tok_open){ 0 };
+	rc = gguf_open(&o->f, path, &err);
+	if (!rc)
+		rc = tokenizer_new(&o->t, o->f, &err);
+	if (rc) {
+		fprintf(stderr, "kvctl model %s: %s: %s\n", cmd, path, err.msg);
+		gguf_close(o->f);
+		return -1;
+	}
+	return 0;
+}
+
+static void tok_close(struct tok_open *o)
+{
+	tokenizer_free(o->t);
+	gguf_close(o->f);
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "rb");
+	char *buf = NULL;
+	size_t cap = 0, n = 0, r;
+
+	if (!fp)
+		return NULL;
+	do {
+		if (n == cap) {
+			cap = cap ? 2 * cap : 65536;
+			char *b = realloc(buf, cap);
+			if (!b) {
+				free(buf);
+				fclose(fp);
+				return NULL;
+			}
+			buf = b;
+		}
+		r = fread(buf + n, 1, cap - n, fp);
+		n += r;
+	} while (r);
+	if (ferror(fp)) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(fp);
+	*len = n;
+	return buf ? buf : malloc(1);
+}
+
+static void json_bytes(const char *s, size_t n)
+{
+	putchar('"');
+	for (size_t i = 0; i < n;) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\') {
+			printf("\\%c", c);
+			i++;
+		} else if (c < 0x20) {
+			printf("\\u%04x", c);
+			i++;
+		} else if (c < 0x80 || !tokenizer_utf8_valid(s + i,
+			   KVD_MIN(n - i, (size_t)(c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2)))) {
+			if (c < 0x80)
+				putchar(c);
+			else
+				printf("\\u%04x", c);
+			i++;
+		} else {
+			size_t l = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+			fwrite(s + i, 1, l, stdout);
+			i += l;
+		}
+	}
+	putchar('"');
+}
+
+static int model_tokenize(int argc, char **argv)
+{
+	const char *path = NULL, *text = NULL, *file = NULL;
+	bool no_bos = false, special = false, json = false;
+	struct tok_open o;
+	int32_t *ids = NULL;
+	size_t n_ids = 0, len = 0;
+	char *buf = NULL;
+	unsigned flags;
+	int rc;
+
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--no-bos"))
+			no_bos = true;
+		else if (!strcmp(a, "--special"))
+			special = true;
+		else if (!strcmp(a, "--json"))
+			json = true;
+		else if (!strcmp(a, "--file") && i + 1 < argc)
+			file = argv[++i];
+		else if (!strcmp(a, "--") && i + 1 < argc && !text && path)
+			text = argv[++i];
+		else if (a[0] == '-' && a[1] && strcmp(a, "-"))
+			goto usage;
+		else if (!path)
+			path = a;
+		else if (!text)
+			text = a;
+		else
+			goto usage;
+	}
+	if (!path || !!text == !!file)
+		goto usage;
+	if (tok_open(&o, "tokenize", path))
+		return EXIT_BAD_FILE;
+	if (file) {
+		buf = read_file(file, &len);
+		if (!buf) {
+			fprintf(stderr, "kvctl model tokenize: %s: %s\n", file,
+				strerror(errno));
+			tok_close(&o);
+			return EXIT_BAD_FILE;
+		}
+		text = buf;
+	} else {
+		len = strlen(text);
+	}
+	flags = (no_bos || !tokenizer_add_bos(o.t) ? 0 : TOKENIZER_ADD_BOS) |
+		(special ? TOKENIZER_PARSE_SPECIAL : 0);
+	rc = tokenizer_encode_ex(o.t, text, len, flags, &ids, &n_ids);
+	if (rc) {
+		fprintf(stderr, "kvctl model tokenize: %s\n", strerror(-rc));
+		free(buf);
+		tok_close(&o);
+		return EXIT_BAD_FILE;
+	}
+	if (json) {
+		fputs("{\"ids\":[", stdout);
+		for (size_t i = 0; i < n_ids; i++)
+			printf("%s%" PRId32, i ? "," : "", ids[i]);
+		fputs("],\"pieces\":[", stdout);
+		for (size_t i = 0; i < n_ids; i++) {
+			const char *p;
+			size_t pl;
+			tokenizer_piece(o.t, ids[i], &p, &pl);
+			if (i)
+				putchar(',');
+			json_bytes(p, pl);
+		}
+		fputs("]}\n", stdout);
+	} else {
+		for (size_t i = 0; i < n_ids; i++)
+			printf("%s%" PRId32, i ? " " : "", ids[i]);
+		putchar('\n');
+	}
+	free(ids);
+	free(buf);
+	tok_close(&o);
+	return EXIT_OK;
+usage:
+	fputs(usage, stderr);
+	return EXIT_USAGE;
+}
+
+static int model_detokenize(int argc, char **argv)
+{
+	struct tok_open o;
+	int32_t *ids;
+	size_t n = 0, len;
+	char *text;
+	int rc;
+
+	if (argc < 3 || argv[2][0] == '-') {
+		fputs(usage, stderr);
+		return EXIT_USAGE;
+	}
+	ids = calloc((size_t)argc, sizeof(*ids));
+	if (!ids)
+		return EXIT_BAD_FILE;
+	for (int i = 3; i < argc; i++) {
+		char *end;
+		errno = 0;
+		long v = strtol(argv[i], &end, 10);
+		if (errno || *end || end == argv[i] || v < 0 || v > INT32_MAX) {
+			fprintf(stderr, "kvctl model detokenize: bad id '%s'\n", argv[i]);
+			free(ids);
+			return EXIT_USAGE;
+		}
+		ids[n++] = (int32_t)v;
+	}
+	if (tok_open(&o, "detokenize", argv[2])) {
+		free(ids);
+		return EXIT_BAD_FILE;
+	}
+	rc = tokenizer_decode(o.t, ids, n, &text, &len);
+	if (rc) {
+		fprintf(stderr, "kvctl model detokenize: %s\n",
+			rc == -ERANGE ? "an id is outside the vocabulary" : strerror(-rc));
+		free(ids);
+		tok_close(&o);
+		return EXIT_BAD_FILE;
+	}
+	fwrite(text, 1, len, stdout);
+	putchar('\n');
+	free(text);
+	free(ids);
+	tok_close(&o);
+	return EXIT_OK;
+}
+
+int kvctl_cmd_model_tok(int argc, char **argv)
+{
+	if (!strcmp(argv[1], "tokenize"))
+		return model_tokenize(argc, argv);
+	return model_detokenize(argc, argv);
+}
