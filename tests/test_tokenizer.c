@@ -616,6 +616,61 @@ START_TEST(test_bpe_ranks_and_pre)
 }
 END_TEST
 
+/* Rule-derived cases on a tiny vocabulary whose merges only join
+ * characters inside one pre-tokenizer word, so the pieces show the split:
+ * "Ġ Ġ" joins spaces, "Ġ b" a space to a letter, "1 2"/"12 3" digits,
+ * "Ù £" the two bytes of U+0663 ARABIC-INDIC DIGIT THREE (D9 A3),
+ * "ĠĠ Ċ" two spaces to a newline. */
+START_TEST(test_bpe_rules)
+{
+	const char *toks[] = { "a", "b", "1", "2", "3", "\xc4\xa0", "\xc4\x8a",
+			       "\xc3\x99", "\xc2\xa3", "\xc4\xa0\xc4\xa0",
+			       "\xc4\xa0" "b", "12", "123", "\xc3\x99\xc2\xa3",
+			       "\xc3\x99\xc2\xa3\xc3\x99\xc2\xa3",
+			       "\xc4\xa0\xc4\xa0\xc4\x8a" };
+	const char *merges[] = { "\xc4\xa0 \xc4\xa0", "\xc4\xa0 b", "1 2", "12 3",
+				 "\xc3\x99 \xc2\xa3",
+				 "\xc3\x99\xc2\xa3 \xc3\x99\xc2\xa3",
+				 "\xc4\xa0\xc4\xa0 \xc4\x8a" };
+	struct {
+		const char *pre, *text, *want;
+	} cases[] = {
+		/* \p{N}{1,3}: a long digit run in threes */
+		{ "llama-bpe", "1231231", "123|123|1" },
+		/* \p{N}: every digit alone */
+		{ "qwen2", "123", "1|2|3" },
+		/* \s+(?!\S): the run leaves its last space to the word */
+		{ "llama-bpe", "a   b", "a|  | b" },
+		{ "gpt-2", "a   b", "a|  | b" },
+		/* U+0663 is a number (Nd), not a letter: split from "a",
+		 * and one per word under qwen2 */
+		{ "gpt-2", "a\xd9\xa3\xd9\xa3", "a|\xd9\xa3\xd9\xa3" },
+		{ "qwen2", "a\xd9\xa3\xd9\xa3", "a|\xd9\xa3|\xd9\xa3" },
+		/* starcoder: digits alone first, then GPT-2's rule */
+		{ "starcoder", " 123", " |1|2|3" },
+		/* falcon: [0-9]{3} groups after GPT-2's digit runs */
+		{ "falcon", "1231", "123|1" },
+		/* Llama 3: \s*[\r\n]+ keeps spaces before a newline with it;
+		 * GPT-2 leaves them apart (its \s+(?!\S) ends at the run) */
+		{ "llama-bpe", "a  \n", "a|  \n" },
+		{ "gpt-2", "a  \nb", "a|  |\n|b" },
+	};
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(cases); i++) {
+		struct tk k;
+		char *s;
+
+		tk_open_bpe(&k, cases[i].pre, toks, KVD_ARRAY_SIZE(toks), merges,
+			    KVD_ARRAY_SIZE(merges));
+		s = bpe_pieces(k.t, cases[i].text);
+		ck_assert_msg(!strcmp(s, cases[i].want), "%s '%s': got '%s' want '%s'",
+			      cases[i].pre, cases[i].text, s, cases[i].want);
+		free(s);
+		tk_close(&k);
+	}
+}
+END_TEST
+
 /* ---- refused vocabularies ------------------------------------------------------- */
 
 static int tok_from(struct gguf_writer *w, struct gguf_error *err)
@@ -728,6 +783,7 @@ int main(void)
 	tcase_add_test(tc, test_generated_spm);
 	tcase_add_test(tc, test_gpt2);
 	tcase_add_test(tc, test_bpe_ranks_and_pre);
+	tcase_add_test(tc, test_bpe_rules);
 	tcase_add_test(tc, test_bad_vocab);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
