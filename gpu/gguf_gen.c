@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "conf/util.h"
+#include "gpu/ops_kq.h"
 
 /* ---- vocabulary ---------------------------------------------------------- */
 
@@ -357,7 +358,12 @@ static int gen_fill(void *vctx, uint64_t index, void *dst, uint64_t nbytes)
 				out += n / 32 * 18;
 				break;
 			default:
-				return -EINVAL;
+				/* chunks are multiples of 256 because ne0 is */
+				if (!ops_kq_is(t->type))
+					return -EINVAL;
+				ops_kq_quantize_row(t->type, row, (uint32_t)n, out);
+				out += n / OPS_QK_K * ops_kq_block_bytes(t->type);
+				break;
 			}
 		}
 	}
@@ -429,8 +435,12 @@ int gguf_llama_params_check(const struct gguf_llama_params *p, char *why,
 	if (p->n_vocab < 259)
 		BAD("vocab %u is below 259 (3 specials + 256 bytes)", p->n_vocab);
 	if (p->wtype != GGML_TYPE_F32 && p->wtype != GGML_TYPE_F16 &&
-	    p->wtype != GGML_TYPE_Q8_0 && p->wtype != GGML_TYPE_Q4_0)
-		BAD("weight type %s not supported (f32, f16, q8_0, q4_0)",
+	    p->wtype != GGML_TYPE_Q8_0 && p->wtype != GGML_TYPE_Q4_0 &&
+	    !ops_kq_is(p->wtype))
+		BAD("weight type %s not supported (f32, f16, q8_0, q4_0, q2_k..q6_k)",
+		    ggml_type_name(p->wtype));
+	if (ops_kq_is(p->wtype) && (p->n_embd % OPS_QK_K || p->n_ff % OPS_QK_K))
+		BAD("%s needs dim and ff to be multiples of 256",
 		    ggml_type_name(p->wtype));
 	if ((p->wtype == GGML_TYPE_Q8_0 || p->wtype == GGML_TYPE_Q4_0) &&
 	    (p->n_embd % 32 || p->n_ff % 32))
@@ -501,9 +511,19 @@ static int llama_add_vocab(struct gguf_writer *w,
 static uint32_t llama_file_type(enum ggml_type t)
 {
 	/* llama.cpp's LLAMA_FTYPE_*: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2,
-	 * MOSTLY_Q8_0 7 */
-	return t == GGML_TYPE_F16 ? 1 : t == GGML_TYPE_Q8_0 ? 7 :
-	       t == GGML_TYPE_Q4_0 ? 2 : 0;
+	 * MOSTLY_Q8_0 7; one K-quant type throughout is the _S mix (Q2_K 10,
+	 * Q3_K_S 11, Q4_K_S 14, Q5_K_S 16, Q6_K 18) */
+	switch (t) {
+	case GGML_TYPE_F16: return 1;
+	case GGML_TYPE_Q8_0: return 7;
+	case GGML_TYPE_Q4_0: return 2;
+	case GGML_TYPE_Q2_K: return 10;
+	case GGML_TYPE_Q3_K: return 11;
+	case GGML_TYPE_Q4_K: return 14;
+	case GGML_TYPE_Q5_K: return 16;
+	case GGML_TYPE_Q6_K: return 18;
+	default: return 0;
+	}
 }
 
 int gguf_make_llama_writer(struct gguf_writer **out,

@@ -23,6 +23,7 @@
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
 #include "gpu/model.h"
+#include "conf/util.h"
 
 static char tmpdir[256];
 
@@ -44,6 +45,8 @@ static struct model *gen_model(enum ggml_type t, bool tied)
 	p.n_head = 4;
 	p.n_head_kv = 2;
 	p.n_ff = 96;
+	if (ops_kq_is(t)) /* K-quant rows are whole 256-weight blocks */
+		p.n_embd = p.n_ff = 256;
 	p.n_vocab = 320;
 	p.n_ctx = 256;
 	p.wtype = t;
@@ -286,9 +289,10 @@ END_TEST
 START_TEST(test_weight_types)
 {
 	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
-					 GGML_TYPE_Q4_0 };
+					 GGML_TYPE_Q4_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+					 GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
 
-	for (size_t t = 0; t < 4; t++)
+	for (size_t t = 0; t < KVD_ARRAY_SIZE(types); t++)
 		for (int tied = 0; tied < 2; tied++) {
 			struct model *m = gen_model(types[t], tied);
 			struct job j, a, b;
