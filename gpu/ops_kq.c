@@ -18,9 +18,9 @@
  * ops_kq_combine per block and the blocks are accumulated in index
  * order. The scalar and AVX2 tables therefore agree bit for bit.
  *
- * AVX2 uses maddubs (unsigned x signed bytes): Q4_K quants are already
- * unsigned (0..15); Q6_K stores q + 32 (0..63), so the kernel dots the
- * stored value and subtracts 32 * sc[g] * bsums[g].
+ * AVX2 uses maddubs (unsigned x signed bytes): Q2_K, Q4_K and Q5_K quants
+ * are already unsigned; Q3_K and Q6_K store q + 4 and q + 32, so their
+ * kernels dot the stored value and subtract 4 (32) * sc[g] * bsums[g].
  */
 #include "gpu/ops_kq.h"
 
@@ -488,6 +488,8 @@ const ops_kq_dot_fn ops_kq_dot_scalar[OPS_KQ_N] = {
 
 #if KQ_HAVE_X86
 #define KQ_AVX2 __attribute__((target("avx2,fma")))
+/* weight prefetch distance in bytes, as ops_cpu.c's kernels */
+#define KQ_PF_DIST 2048
 
 KQ_AVX2 static inline int32_t hsum_i32(__m256i v)
 {
@@ -499,48 +501,183 @@ KQ_AVX2 static inline int32_t hsum_i32(__m256i v)
 	return _mm_cvtsi128_si32(s);
 }
 
-/* Q4_K: per 64-weight chunk c, one 32-byte load of qs gives sub-block 2c
- * (low nibbles) and 2c + 1 (high nibbles); maddubs pairs stay below
- * 2 * 15 * 128, and madd by the broadcast scale widens to int32. */
+/* Q4_K/Q5_K scales and mins of one block as bytes: out[0..7] = sc,
+ * out[8..15] = mn (the k4_get rule, four sub-blocks per 32-bit word). */
+static inline void k4_bytes(const uint8_t *s, uint8_t *out)
+{
+	uint32_t a[3], w[4];
+
+	memcpy(a, s, 12);
+	w[0] = a[0] & 0x3f3f3f3fu;
+	w[1] = (a[2] & 0x0f0f0f0fu) | ((a[0] >> 6) & 0x03030303u) << 4;
+	w[2] = a[1] & 0x3f3f3f3fu;
+	w[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | ((a[1] >> 6) & 0x03030303u) << 4;
+	memcpy(out, w, 16);
+}
+
+/* msum of a block whose 8 mins (bytes) each cover two groups of 16. */
+KQ_AVX2 static inline int32_t k4_msum(const uint8_t *mn8, const int16_t *bsums)
+{
+	__m128i m = _mm_loadl_epi64((const __m128i *)mn8);
+	__m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+
+	return hsum_i32(_mm256_madd_epi16(
+		_mm256_loadu_si256((const __m256i *)bsums), m16));
+}
+
+/* Q4_K and Q5_K: per 64-weight chunk c, one 32-byte load of qs gives
+ * sub-block 2c (low nibbles) and 2c + 1 (high nibbles); Q5_K ORs in 16
+ * from bits 2c and 2c + 1 of qh. maddubs pairs stay below 2 * 31 * 128,
+ * and madd by the broadcast scale widens to int32. */
+KQ_AVX2 static inline float dot_q45_avx2(const uint8_t *dd, const uint8_t *scales,
+					 const uint8_t *qh, const uint8_t *qs,
+					 const struct ops_block_q8_k *x)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	const __m256i one = _mm256_set1_epi8(1);
+	__m256i isum = _mm256_setzero_si256();
+	__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : one;
+	uint16_t d, dmin;
+	uint8_t sm[16];
+
+	k4_bytes(scales, sm);
+	for (int c = 0; c < 4; c++) {
+		__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+		__m256i lo = _mm256_and_si256(q, m4);
+		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+		__m256i x0 = _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c));
+		__m256i x1 = _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c + 32));
+
+		if (qh) {
+			__m256i h = _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * c));
+
+			lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+			hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+				_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
+		}
+		__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0),
+					       _mm256_set1_epi16(sm[2 * c]));
+		__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1),
+					       _mm256_set1_epi16(sm[2 * c + 1]));
+
+		isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+	}
+	memcpy(&d, dd, 2);
+	memcpy(&dmin, dd + 2, 2);
+	return ops_kq_combine(x->d, ops_f16_to_f32(d), ops_f16_to_f32(dmin),
+			      hsum_i32(isum), k4_msum(sm + 8, x->bsums));
+}
+
 KQ_AVX2 static float dot_q4_k_avx2(const void *w, const struct ops_block_q8_k *x,
 				   uint32_t n)
 {
 	const struct ops_block_q4_k *b = w;
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	float acc = 0.0f;
 
 	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
-		__m256i isum = _mm256_setzero_si256();
-		int16_t mn16[16];
-		int sc[8];
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
+		acc += dot_q45_avx2((const uint8_t *)&b[i], b[i].scales, NULL,
+				    b[i].qs, &x[i]);
+	}
+	return acc;
+}
 
-		for (int j = 0; j < 8; j++) {
-			int s, m;
+KQ_AVX2 static float dot_q5_k_avx2(const void *w, const struct ops_block_q8_k *x,
+				   uint32_t n)
+{
+	const struct ops_block_q5_k *b = w;
+	float acc = 0.0f;
 
-			k4_get(b[i].scales, j, &s, &m);
-			sc[j] = s;
-			mn16[2 * j] = mn16[2 * j + 1] = (int16_t)m;
+	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
+		acc += dot_q45_avx2((const uint8_t *)&b[i], b[i].scales, b[i].qh,
+				    b[i].qs, &x[i]);
+	}
+	return acc;
+}
+
+/* Q2_K and Q3_K: per half n, one 32-byte load of qs holds four spans of
+ * 32 weights (bits 2j..2j+1); span j covers groups 8n + 2j (low lane) and
+ * 8n + 2j + 1 (high lane). Q3_K adds 4 * (bit 4n + j of hmask) and, as
+ * its quants are stored + 4, subtracts 4 * sum_g sc[g] * bsums[g]. */
+KQ_AVX2 static inline __m256i k23_half(__m256i q, __m256i hm, int n,
+				       const int16_t *sc, const int8_t *xq)
+{
+	const __m256i m3 = _mm256_set1_epi8(3);
+	__m256i isum = _mm256_setzero_si256();
+
+	for (int j = 0; j < 4; j++) {
+		int g = 8 * n + 2 * j;
+		__m256i u = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+		__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 128 * n + 32 * j));
+		__m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]),
+					     _mm_set1_epi16(sc[g]));
+
+		if (!_mm256_testz_si256(hm, hm)) {
+			__m256i h = _mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * n + j));
+
+			u = _mm256_or_si256(u, _mm256_slli_epi16(
+				_mm256_and_si256(h, _mm256_set1_epi8(1)), 2));
 		}
-		for (int c = 0; c < 4; c++) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
-			__m256i lo = _mm256_and_si256(q, m4);
-			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c));
-			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c + 32));
-			__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0),
-						       _mm256_set1_epi16((int16_t)sc[2 * c]));
-			__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1),
-						       _mm256_set1_epi16((int16_t)sc[2 * c + 1]));
+		isum = _mm256_add_epi32(isum, _mm256_madd_epi16(
+				_mm256_maddubs_epi16(u, xv), s));
+	}
+	return isum;
+}
 
-			isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-		}
-		__m256i ms = _mm256_madd_epi16(
-			_mm256_loadu_si256((const __m256i *)x[i].bsums),
-			_mm256_loadu_si256((const __m256i *)mn16));
+KQ_AVX2 static float dot_q2_k_avx2(const void *w, const struct ops_block_q8_k *x,
+				   uint32_t n)
+{
+	const struct ops_block_q2_k *b = w;
+	float acc = 0.0f;
 
+	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
+		__m128i sv = _mm_loadu_si128((const __m128i *)b[i].scales);
+		__m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4),
+								_mm_set1_epi8(0x0f)));
+		int16_t sc[16];
+		__m256i isum;
+
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
+		for (int g = 0; g < 16; g++)
+			sc[g] = b[i].scales[g] & 0xf;
+		isum = _mm256_add_epi32(
+			k23_half(_mm256_loadu_si256((const __m256i *)b[i].qs),
+				 _mm256_setzero_si256(), 0, sc, x[i].qs),
+			k23_half(_mm256_loadu_si256((const __m256i *)(b[i].qs + 32)),
+				 _mm256_setzero_si256(), 1, sc, x[i].qs));
 		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d),
 				      ops_f16_to_f32(b[i].dmin), hsum_i32(isum),
-				      hsum_i32(ms));
+				      hsum_i32(_mm256_madd_epi16(
+					      _mm256_loadu_si256((const __m256i *)x[i].bsums), mn)));
+	}
+	return acc;
+}
+
+KQ_AVX2 static float dot_q3_k_avx2(const void *w, const struct ops_block_q8_k *x,
+				   uint32_t n)
+{
+	const struct ops_block_q3_k *b = w;
+	float acc = 0.0f;
+
+	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
+		__m256i hm = _mm256_loadu_si256((const __m256i *)b[i].hmask);
+		int16_t sc[16];
+		int32_t corr = 0;
+		__m256i isum;
+
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
+		for (int g = 0; g < 16; g++) {
+			sc[g] = (int16_t)(k3_get(b[i].scales, g) - 32);
+			corr += sc[g] * x[i].bsums[g];
+		}
+		isum = _mm256_add_epi32(
+			k23_half(_mm256_loadu_si256((const __m256i *)b[i].qs), hm, 0,
+				 sc, x[i].qs),
+			k23_half(_mm256_loadu_si256((const __m256i *)(b[i].qs + 32)), hm, 1,
+				 sc, x[i].qs));
+		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d), 0.0f,
+				      hsum_i32(isum) - 4 * corr, 0);
 	}
 	return acc;
 }
@@ -561,6 +698,7 @@ KQ_AVX2 static float dot_q6_k_avx2(const void *w, const struct ops_block_q8_k *x
 		__m256i isum = _mm256_setzero_si256();
 		int32_t corr = 0;
 
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
 		for (int g = 0; g < 16; g++)
 			corr += b[i].scales[g] * x[i].bsums[g];
 		for (int h = 0; h < 2; h++) {
@@ -596,7 +734,7 @@ KQ_AVX2 static float dot_q6_k_avx2(const void *w, const struct ops_block_q8_k *x
 }
 
 const ops_kq_dot_fn ops_kq_dot_avx2[OPS_KQ_N] = {
-	dot_q2_k_ref, dot_q3_k_ref, dot_q4_k_avx2, dot_q5_k_ref, dot_q6_k_avx2,
+	dot_q2_k_avx2, dot_q3_k_avx2, dot_q4_k_avx2, dot_q5_k_avx2, dot_q6_k_avx2,
 };
 #else
 const ops_kq_dot_fn ops_kq_dot_avx2[OPS_KQ_N] = {
