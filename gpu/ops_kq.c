@@ -598,31 +598,45 @@ KQ_AVX2 static float dot_q5_k_avx2(const void *w, const struct ops_block_q8_k *x
 
 /* Q2_K and Q3_K: per half n, one 32-byte load of qs holds four spans of
  * 32 weights (bits 2j..2j+1); span j covers groups 8n + 2j (low lane) and
- * 8n + 2j + 1 (high lane). Q3_K adds 4 * (bit 4n + j of hmask) and, as
- * its quants are stored + 4, subtracts 4 * sum_g sc[g] * bsums[g]. */
-KQ_AVX2 static inline __m256i k23_half(__m256i q, __m256i hm, int n,
-				       const int16_t *sc, const int8_t *xq)
+ * 8n + 2j + 1 (high lane). Q3_K (has_h) adds 4 * (bit 4n + j of hmask)
+ * and, as its quants are stored + 4, its caller subtracts
+ * 4 * sum_g sc[g] * bsums[g]. Returns the block's isum. */
+KQ_AVX2 static inline int32_t k23_isum(const uint8_t *qs, const uint8_t *hmask,
+				       bool has_h, const int16_t *sc,
+				       const int8_t *xq)
 {
 	const __m256i m3 = _mm256_set1_epi8(3);
+	const __m256i one = _mm256_set1_epi8(1);
+	__m256i hm = has_h ? _mm256_loadu_si256((const __m256i *)hmask) : one;
 	__m256i isum = _mm256_setzero_si256();
 
-	for (int j = 0; j < 4; j++) {
-		int g = 8 * n + 2 * j;
-		__m256i u = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
-		__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 128 * n + 32 * j));
-		__m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]),
-					     _mm_set1_epi16(sc[g]));
+	/* unrolled, so every shift count is an immediate */
+#pragma GCC unroll 2
+	for (int n = 0; n < 2; n++) {
+		__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * n));
 
-		if (!_mm256_testz_si256(hm, hm)) {
-			__m256i h = _mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * n + j));
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++) {
+			int g = 8 * n + 2 * j;
+			__m256i u = _mm256_and_si256(
+				_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+			__m256i xv = _mm256_loadu_si256(
+				(const __m256i *)(xq + 128 * n + 32 * j));
+			__m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]),
+						     _mm_set1_epi16(sc[g]));
 
-			u = _mm256_or_si256(u, _mm256_slli_epi16(
-				_mm256_and_si256(h, _mm256_set1_epi8(1)), 2));
+			if (has_h) {
+				__m256i h = _mm256_srl_epi16(
+					hm, _mm_cvtsi32_si128(4 * n + j));
+
+				u = _mm256_or_si256(u, _mm256_slli_epi16(
+					_mm256_and_si256(h, one), 2));
+			}
+			isum = _mm256_add_epi32(isum, _mm256_madd_epi16(
+					_mm256_maddubs_epi16(u, xv), s));
 		}
-		isum = _mm256_add_epi32(isum, _mm256_madd_epi16(
-				_mm256_maddubs_epi16(u, xv), s));
 	}
-	return isum;
+	return hsum_i32(isum);
 }
 
 KQ_AVX2 static float dot_q2_k_avx2(const void *w, const struct ops_block_q8_k *x,
@@ -636,22 +650,32 @@ KQ_AVX2 static float dot_q2_k_avx2(const void *w, const struct ops_block_q8_k *x
 		__m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4),
 								_mm_set1_epi8(0x0f)));
 		int16_t sc[16];
-		__m256i isum;
+		int32_t msum;
 
 		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
-		for (int g = 0; g < 16; g++)
-			sc[g] = b[i].scales[g] & 0xf;
-		isum = _mm256_add_epi32(
-			k23_half(_mm256_loadu_si256((const __m256i *)b[i].qs),
-				 _mm256_setzero_si256(), 0, sc, x[i].qs),
-			k23_half(_mm256_loadu_si256((const __m256i *)(b[i].qs + 32)),
-				 _mm256_setzero_si256(), 1, sc, x[i].qs));
+		_mm256_storeu_si256((__m256i *)sc, _mm256_cvtepu8_epi16(
+			_mm_and_si128(sv, _mm_set1_epi8(0x0f))));
+		msum = hsum_i32(_mm256_madd_epi16(
+			_mm256_loadu_si256((const __m256i *)x[i].bsums), mn));
 		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d),
-				      ops_f16_to_f32(b[i].dmin), hsum_i32(isum),
-				      hsum_i32(_mm256_madd_epi16(
-					      _mm256_loadu_si256((const __m256i *)x[i].bsums), mn)));
+				      ops_f16_to_f32(b[i].dmin),
+				      k23_isum(b[i].qs, NULL, false, sc, x[i].qs), msum);
 	}
 	return acc;
+}
+
+/* Q3_K's 16 scales (stored + 32) as bytes, four per 32-bit word (the
+ * k3_get rule). */
+static inline void k3_bytes(const uint8_t *s, uint8_t *out)
+{
+	uint32_t a[3], w[4];
+
+	memcpy(a, s, 12);
+	w[0] = (a[0] & 0x0f0f0f0fu) | (a[2] & 0x03030303u) << 4;
+	w[1] = (a[1] & 0x0f0f0f0fu) | ((a[2] >> 2) & 0x03030303u) << 4;
+	w[2] = ((a[0] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 4) & 0x03030303u) << 4;
+	w[3] = ((a[1] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 6) & 0x03030303u) << 4;
+	memcpy(out, w, 16);
 }
 
 KQ_AVX2 static float dot_q3_k_avx2(const void *w, const struct ops_block_q8_k *x,
@@ -661,23 +685,21 @@ KQ_AVX2 static float dot_q3_k_avx2(const void *w, const struct ops_block_q8_k *x
 	float acc = 0.0f;
 
 	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
-		__m256i hm = _mm256_loadu_si256((const __m256i *)b[i].hmask);
+		uint8_t s8[16];
 		int16_t sc[16];
-		int32_t corr = 0;
-		__m256i isum;
+		__m256i sv;
+		int32_t corr;
 
 		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
-		for (int g = 0; g < 16; g++) {
-			sc[g] = (int16_t)(k3_get(b[i].scales, g) - 32);
-			corr += sc[g] * x[i].bsums[g];
-		}
-		isum = _mm256_add_epi32(
-			k23_half(_mm256_loadu_si256((const __m256i *)b[i].qs), hm, 0,
-				 sc, x[i].qs),
-			k23_half(_mm256_loadu_si256((const __m256i *)(b[i].qs + 32)), hm, 1,
-				 sc, x[i].qs));
+		k3_bytes(b[i].scales, s8);
+		sv = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s8)),
+				      _mm256_set1_epi16(32));
+		_mm256_storeu_si256((__m256i *)sc, sv);
+		corr = hsum_i32(_mm256_madd_epi16(
+			_mm256_loadu_si256((const __m256i *)x[i].bsums), sv));
 		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d), 0.0f,
-				      hsum_i32(isum) - 4 * corr, 0);
+				      k23_isum(b[i].qs, b[i].hmask, true, sc, x[i].qs) -
+				      4 * corr, 0);
 	}
 	return acc;
 }
