@@ -550,8 +550,38 @@ const struct ops_kernels *ops_kernels_avx2(void)
 		return &kernels_avx2;
 	return NULL;
 }
+
+/* The AVX2 table with AVX-512 K-quant kernels (ops_kq.c). */
+static const struct ops_kernels kernels_avx512 = {
+	.name = "avx512",
+	.dot_f32 = dot_f32_avx2,
+	.dot_f16 = dot_f16_avx2,
+	.dot3_f32 = dot3_f32_avx2,
+	.dot3_f16 = dot3_f16_avx2,
+	.dot3_q8_0 = dot3_q8_0_avx2,
+	.dot3_q4_0 = dot3_q4_0_avx2,
+	.dot_q8_0 = dot_q8_0_avx2,
+	.dot_q4_0 = dot_q4_0_avx2,
+	.dot_kq = ops_kq_dot_avx512,
+	.axpy_f32 = axpy_f32_avx2,
+	.axpy_f16 = axpy_f16_avx2,
+	.f32_to_f16 = f32_to_f16_avx2,
+};
+
+const struct ops_kernels *ops_kernels_avx512(void)
+{
+	if (ops_kernels_avx2() && __builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512bw"))
+		return &kernels_avx512;
+	return NULL;
+}
 #else
 const struct ops_kernels *ops_kernels_avx2(void)
+{
+	return NULL;
+}
+
+const struct ops_kernels *ops_kernels_avx512(void)
 {
 	return NULL;
 }
@@ -559,8 +589,10 @@ const struct ops_kernels *ops_kernels_avx2(void)
 
 const struct ops_kernels *ops_kernels_pick(bool simd)
 {
-	const struct ops_kernels *k = simd ? ops_kernels_avx2() : NULL;
+	const struct ops_kernels *k = simd ? ops_kernels_avx512() : NULL;
 
+	if (simd && !k)
+		k = ops_kernels_avx2();
 	return k ? k : &kernels_scalar;
 }
 

@@ -3,7 +3,8 @@
  * and V through a request's page table.
  *
  * Kernels come in tables (struct ops_kernels): one scalar table that runs
- * everywhere and, on x86-64, one AVX2+FMA+F16C table. ops_kernels_pick()
+ * everywhere and, on x86-64, one AVX2+FMA+F16C table and one "avx512"
+ * table (the AVX2 one with AVX-512 K-quant dots). ops_kernels_pick()
  * chooses at run time from what the CPU reports; nothing is chosen at
  * compile time and no global state is kept. Every kernel in a table is a
  * pure function of its inputs with a fixed reduction order, so a result
@@ -55,7 +56,7 @@ _Static_assert(sizeof(struct ops_block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(struct ops_block_q8_act) == 36, "q8 act block");
 
 struct ops_kernels {
-	const char *name;  /* "scalar", "avx2" */
+	const char *name;  /* "scalar", "avx2", "avx512" */
 	/* sum_j w[j] * x[j], n any length */
 	float (*dot_f32)(const float *w, const float *x, uint32_t n);
 	/* w in IEEE half */
@@ -92,6 +93,8 @@ const struct ops_kernels *ops_kernels_scalar(void);
 /* The AVX2+FMA+F16C table, or NULL when the CPU (or the build target)
  * lacks it. */
 const struct ops_kernels *ops_kernels_avx2(void);
+/* The AVX2 table with AVX-512 (F+BW) K-quant dot kernels, or NULL. */
+const struct ops_kernels *ops_kernels_avx512(void);
 /* The fastest table this CPU runs; the scalar one when simd is false. */
 const struct ops_kernels *ops_kernels_pick(bool simd);
 

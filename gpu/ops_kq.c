@@ -755,11 +755,127 @@ KQ_AVX2 static float dot_q6_k_avx2(const void *w, const struct ops_block_q8_k *x
 	return acc;
 }
 
+/* ---- dot products: AVX-512 (BW) --------------------------------------------- */
+
+/* The AVX2 scheme at twice the width: one 512-bit maddubs + madd covers
+ * 64 weights (two sub-blocks of Q4_K, two 32-weight spans of Q6_K), the
+ * per-lane scales come from one permute of the block's scales. Integer
+ * sums, so bit-identical to the scalar kernels. */
+#define KQ_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw")))
+
+/* idx for permutexvar_epi16: 16-bit lane l takes element base + l / span */
+KQ_AVX512 static inline __m512i k512_idx(int base, int span)
+{
+	int16_t v[32];
+
+	for (int l = 0; l < 32; l++)
+		v[l] = (int16_t)(base + l / span);
+	return _mm512_loadu_si512(v);
+}
+
+KQ_AVX512 static float dot_q4_k_avx512(const void *w, const struct ops_block_q8_k *x,
+				       uint32_t n)
+{
+	const struct ops_block_q4_k *b = w;
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	/* low half: low nibbles (sub-block 2c), high half: high (2c + 1) */
+	const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(),
+					      _mm256_set1_epi16(4), 1);
+	__m512i idx[4];
+	float acc = 0.0f;
+
+	for (int c = 0; c < 4; c++)
+		idx[c] = k512_idx(2 * c, 16);
+	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
+		__m512i isum = _mm512_setzero_si512();
+		uint8_t sm[16];
+		__m512i s16;
+
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
+		k4_bytes(b[i].scales, sm);
+		s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(
+			_mm_loadu_si128((const __m128i *)sm)));
+		for (int c = 0; c < 4; c++) {
+			__m512i q = _mm512_broadcast_i64x4(
+				_mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c)));
+			__m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, sh), m4);
+			__m512i xv = _mm512_loadu_si512(x[i].qs + 64 * c);
+
+			isum = _mm512_add_epi32(isum, _mm512_madd_epi16(
+				_mm512_maddubs_epi16(u, xv),
+				_mm512_permutexvar_epi16(idx[c], s16)));
+		}
+		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d),
+				      ops_f16_to_f32(b[i].dmin),
+				      _mm512_reduce_add_epi32(isum),
+				      k4_msum(sm + 8, x[i].bsums));
+	}
+	return acc;
+}
+
+KQ_AVX512 static float dot_q6_k_avx512(const void *w, const struct ops_block_q8_k *x,
+				       uint32_t n)
+{
+	const struct ops_block_q6_k *b = w;
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	const __m512i m30 = _mm512_set1_epi8(0x30);
+	/* qh shifts: spans 0|1 take bits 0-1|2-3 to 4-5 (left 4|2); spans
+	 * 2|3 take bits 4-5|6-7 (right 0|2) */
+	const __m512i shl = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)),
+					       _mm256_set1_epi16(2), 1);
+	const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(),
+					       _mm256_set1_epi16(2), 1);
+	__m512i idx[4];
+	float acc = 0.0f;
+
+	for (int p = 0; p < 4; p++)
+		idx[p] = k512_idx(4 * p, 8);
+	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
+		__m512i isum = _mm512_setzero_si512();
+		__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[i].scales));
+		__m512i s16 = _mm512_castsi256_si512(sc16);
+		int32_t corr;
+
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
+		corr = hsum_i32(_mm256_madd_epi16(
+			_mm256_loadu_si256((const __m256i *)x[i].bsums), sc16));
+		for (int h = 0; h < 2; h++) {
+			__m512i l = _mm512_loadu_si512(b[i].ql + 64 * h);
+			__m512i qh = _mm512_broadcast_i64x4(
+				_mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h)));
+			__m512i u01 = _mm512_or_si512(_mm512_and_si512(l, m4),
+				_mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
+			__m512i u23 = _mm512_or_si512(
+				_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+				_mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
+			__m512i x01 = _mm512_loadu_si512(x[i].qs + 128 * h);
+			__m512i x23 = _mm512_loadu_si512(x[i].qs + 128 * h + 64);
+
+			isum = _mm512_add_epi32(isum, _mm512_madd_epi16(
+				_mm512_maddubs_epi16(u01, x01),
+				_mm512_permutexvar_epi16(idx[2 * h], s16)));
+			isum = _mm512_add_epi32(isum, _mm512_madd_epi16(
+				_mm512_maddubs_epi16(u23, x23),
+				_mm512_permutexvar_epi16(idx[2 * h + 1], s16)));
+		}
+		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d), 0.0f,
+				      _mm512_reduce_add_epi32(isum) - 32 * corr, 0);
+	}
+	return acc;
+}
+
+const ops_kq_dot_fn ops_kq_dot_avx512[OPS_KQ_N] = {
+	dot_q2_k_avx2, dot_q3_k_avx2, dot_q4_k_avx512, dot_q5_k_avx2, dot_q6_k_avx512,
+};
+
 const ops_kq_dot_fn ops_kq_dot_avx2[OPS_KQ_N] = {
 	dot_q2_k_avx2, dot_q3_k_avx2, dot_q4_k_avx2, dot_q5_k_avx2, dot_q6_k_avx2,
 };
 #else
 const ops_kq_dot_fn ops_kq_dot_avx2[OPS_KQ_N] = {
+	dot_q2_k_ref, dot_q3_k_ref, dot_q4_k_ref, dot_q5_k_ref, dot_q6_k_ref,
+};
+const ops_kq_dot_fn ops_kq_dot_avx512[OPS_KQ_N] = {
 	dot_q2_k_ref, dot_q3_k_ref, dot_q4_k_ref, dot_q5_k_ref, dot_q6_k_ref,
 };
 #endif

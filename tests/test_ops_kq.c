@@ -5,8 +5,8 @@
  * 2. Thousands of random blocks: pack(unpack(b)) gives b's bytes back.
  * 3. Dot products: against dequantize-then-dot in double over the same
  *    Q8_K activations, within 1e-5 of sum |w x| (the only error is float
- *    rounding of the per-block scale products); the AVX2 table equals the
- *    scalar one bit for bit.
+ *    rounding of the per-block scale products); the AVX2 and AVX-512
+ *    tables equal the scalar one bit for bit.
  * 4. The quantizer: relative RMS error per type under a stated bound, and
  *    a matmul through ops_matmul_rows.
  */
@@ -206,7 +206,7 @@ static void check_dots(enum ggml_type t, uint32_t n_blocks, int iters)
 	uint8_t *w = malloc(bb * n_blocks);
 	float *x = malloc(n * sizeof(float)), *wf = malloc(n * sizeof(float));
 	struct ops_block_q8_k *xq = malloc(n_blocks * sizeof(*xq));
-	const struct ops_kernels *avx2 = ops_kernels_avx2();
+	const struct ops_kernels *simd[2] = { ops_kernels_avx2(), ops_kernels_avx512() };
 	int ti = ops_kq_index(t);
 
 	for (int it = 0; it < iters; it++) {
@@ -230,12 +230,15 @@ static void check_dots(enum ggml_type t, uint32_t n_blocks, int iters)
 		ck_assert_msg(fabs(s - ref) <= 1e-5 * mag + 1e-30,
 			      "%s: dot %g ref %g (sum |wx| %g)", ggml_type_name(t),
 			      (double)s, ref, mag);
-		if (avx2) {
-			float v = avx2->dot_kq[ti](w, xq, n);
+		for (int k = 0; k < 2; k++) {
+			float v;
 
+			if (!simd[k])
+				continue;
+			v = simd[k]->dot_kq[ti](w, xq, n);
 			ck_assert_msg(memcmp(&s, &v, sizeof(s)) == 0,
-				      "%s: avx2 %a scalar %a", ggml_type_name(t),
-				      (double)v, (double)s);
+				      "%s: %s %a scalar %a", ggml_type_name(t),
+				      simd[k]->name, (double)v, (double)s);
 		}
 	}
 	free(w);
@@ -310,8 +313,9 @@ START_TEST(test_matmul_kq)
 	static float wsrc[ROWS * COLS], x[TOK * COLS], wrow[COLS];
 	static uint8_t wq[ROWS * 2 * 210];
 	static struct ops_block_q8_k act[TOK * 2];
-	float y[2][TOK * ROWS];
-	const struct ops_kernels *tabs[2] = { ops_kernels_scalar(), ops_kernels_avx2() };
+	float y[3][TOK * ROWS];
+	const struct ops_kernels *tabs[3] = { ops_kernels_scalar(), ops_kernels_avx2(),
+					      ops_kernels_avx512() };
 
 	for (int j = 0; j < ROWS * COLS; j++)
 		wsrc[j] = rnd();
@@ -330,7 +334,7 @@ START_TEST(test_matmul_kq)
 			ops_kq_quantize_row(t, wsrc + r * COLS, COLS, wq + r * m.row_bytes);
 		for (int i = 0; i < TOK; i++)
 			ops_act_prepare(t, x + i * COLS, COLS, act + 2 * i);
-		for (int k = 0; k < 2 && tabs[k]; k++)
+		for (int k = 0; k < 3 && tabs[k]; k++)
 			ops_matmul_rows(tabs[k], &m, act, 2 * sizeof(struct ops_block_q8_k),
 					TOK, y[k], ROWS, 0, ROWS);
 		for (int r = 0; r < ROWS; r++) {
@@ -339,8 +343,8 @@ START_TEST(test_matmul_kq)
 				float d = tabs[0]->dot_kq[ti](wq + r * m.row_bytes, act + 2 * i, COLS);
 
 				ck_assert(d == y[0][i * ROWS + r]);
-				if (tabs[1])
-					ck_assert(d == y[1][i * ROWS + r]);
+				for (int k = 1; k < 3 && tabs[k]; k++)
+					ck_assert(d == y[k][i * ROWS + r]);
 				/* dequantized row . x: within the activation rounding */
 				double ref = 0.0, mag = 0.0;
 
