@@ -527,20 +527,19 @@ OPS_AVX2 static void f32_to_f16_avx2(uint16_t *dst, const float *src, uint32_t n
 		dst[j] = ops_f32_to_f16(src[j]);
 }
 
+/* Every kernel but the K-quant dots, shared by the avx2 and avx512 tables. */
+#define OPS_AVX2_KERNELS                                                     \
+	.dot_f32 = dot_f32_avx2, .dot_f16 = dot_f16_avx2,                    \
+	.dot3_f32 = dot3_f32_avx2, .dot3_f16 = dot3_f16_avx2,                \
+	.dot3_q8_0 = dot3_q8_0_avx2, .dot3_q4_0 = dot3_q4_0_avx2,            \
+	.dot_q8_0 = dot_q8_0_avx2, .dot_q4_0 = dot_q4_0_avx2,                \
+	.axpy_f32 = axpy_f32_avx2, .axpy_f16 = axpy_f16_avx2,                \
+	.f32_to_f16 = f32_to_f16_avx2
+
 static const struct ops_kernels kernels_avx2 = {
 	.name = "avx2",
-	.dot_f32 = dot_f32_avx2,
-	.dot_f16 = dot_f16_avx2,
-	.dot3_f32 = dot3_f32_avx2,
-	.dot3_f16 = dot3_f16_avx2,
-	.dot3_q8_0 = dot3_q8_0_avx2,
-	.dot3_q4_0 = dot3_q4_0_avx2,
-	.dot_q8_0 = dot_q8_0_avx2,
-	.dot_q4_0 = dot_q4_0_avx2,
+	OPS_AVX2_KERNELS,
 	.dot_kq = ops_kq_dot_avx2,
-	.axpy_f32 = axpy_f32_avx2,
-	.axpy_f16 = axpy_f16_avx2,
-	.f32_to_f16 = f32_to_f16_avx2,
 };
 
 const struct ops_kernels *ops_kernels_avx2(void)
@@ -554,18 +553,8 @@ const struct ops_kernels *ops_kernels_avx2(void)
 /* The AVX2 table with AVX-512 K-quant kernels (ops_kq.c). */
 static const struct ops_kernels kernels_avx512 = {
 	.name = "avx512",
-	.dot_f32 = dot_f32_avx2,
-	.dot_f16 = dot_f16_avx2,
-	.dot3_f32 = dot3_f32_avx2,
-	.dot3_f16 = dot3_f16_avx2,
-	.dot3_q8_0 = dot3_q8_0_avx2,
-	.dot3_q4_0 = dot3_q4_0_avx2,
-	.dot_q8_0 = dot_q8_0_avx2,
-	.dot_q4_0 = dot_q4_0_avx2,
+	OPS_AVX2_KERNELS,
 	.dot_kq = ops_kq_dot_avx512,
-	.axpy_f32 = axpy_f32_avx2,
-	.axpy_f16 = axpy_f16_avx2,
-	.f32_to_f16 = f32_to_f16_avx2,
 };
 
 const struct ops_kernels *ops_kernels_avx512(void)
