@@ -34,7 +34,8 @@ static void model_usage(FILE *fp)
 {
 	fputs("usage: kvctl model make OUT.gguf [--layers N] [--dim N] [--heads N]\n"
 	      "                  [--kv-heads N] [--ff N] [--vocab N] [--ctx N]\n"
-	      "                  [--dtype f32|f16|q8_0|q4_0] [--seed S] [--tied]\n"
+	      "                  [--dtype f32|f16|q8_0|q4_0|q2_k|q3_k|q4_k|q5_k|q6_k|\n"
+	      "                           q3_k_m|q4_k_m|q5_k_m] [--seed S] [--tied]\n"
 	      "                  [--tokenizer llama|gpt2]\n"
 	      "       kvctl model inspect FILE [--memory BYTES] [--kv-dtype f32|f16] [--json]\n"
 	      "       kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
@@ -177,7 +178,16 @@ bad:
 
 /* ---- make ------------------------------------------------------------------ */
 
-static const char *const dtype_words[] = { "f32", "f16", "q8_0", "q4_0", NULL };
+static const char *const dtype_words[] = { "f32", "f16", "q8_0", "q4_0", "q2_k",
+					   "q3_k", "q4_k", "q5_k", "q6_k", "q3_k_m",
+					   "q4_k_m", "q5_k_m", NULL };
+/* the weight type of each dtype word, in dtype_words order; the _m words
+ * put attn_v, ffn_down and output in Q6_K */
+static const enum ggml_type dtype_types[] = {
+	GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q2_K,
+	GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+	GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+};
 static const char *const tok_words[] = { "llama", "gpt2", NULL };
 static const char *const kv_words[] = { "f32", "f16", NULL };
 
@@ -210,9 +220,11 @@ static int model_make(int argc, char **argv)
 	kv_set = p.n_head_kv != 0;
 	if (!kv_set)
 		p.n_head_kv = p.n_head;
-	p.wtype = !strcmp(dtype, "f16") ? GGML_TYPE_F16 :
-		  !strcmp(dtype, "q8_0") ? GGML_TYPE_Q8_0 :
-		  !strcmp(dtype, "q4_0") ? GGML_TYPE_Q4_0 : GGML_TYPE_F32;
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(dtype_types); i++)
+		if (!strcmp(dtype, dtype_words[i])) {
+			p.wtype = dtype_types[i];
+			p.mix_q6_k = strstr(dtype, "_m") != NULL;
+		}
 	p.vocab = !strcmp(tok, "gpt2") ? GGUF_VOCAB_GPT2 : GGUF_VOCAB_LLAMA;
 	if (gguf_llama_params_check(&p, why, sizeof(why))) {
 		fprintf(stderr, "kvctl model make: %s\n", why);

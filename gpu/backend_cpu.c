@@ -61,8 +61,11 @@ struct cpu_ctx {
 	float *att;               /* (max_tokens, n_head * head_dim) */
 	float *hb;                /* (max_tokens, n_ff) gate, then swiglu */
 	float *hb2;               /* (max_tokens, n_ff) up */
-	uint8_t *aq;              /* (max_tokens, aq_stride) q8 activations */
-	size_t aq_stride;         /* bytes per row: q8 blocks of max(n_embd, n_ff, q dim) */
+	/* by activation class (ops_act_class; [0] unused): (max_tokens,
+	 * aq_stride[c]) prepared rows, q8 blocks ([1]) or Q8_K blocks ([2])
+	 * of max(n_embd, n_ff, q dim) values */
+	uint8_t *aq[OPS_ACT_CLASSES];
+	size_t aq_stride[OPS_ACT_CLASSES];
 	float *scores;            /* (threads, max_ctx) attention scratch */
 	float *cs;                /* (rope_dim) cos/sin table */
 	struct ops_kv_view *views; /* (max_tokens) per sequence, current layer */
@@ -114,28 +117,31 @@ static void mm_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t thread
 }
 
 /* The input rows x (n, cols) as weight w reads them: the f32 rows
- * themselves, or their q8 quantization (made once, into ctx->aq, when
- * *quantized is false). */
+ * themselves, or their quantization for w's activation class (made once
+ * per class, into ctx->aq[class], when that bit of *quantized is clear:
+ * parts of one job may mix classes, e.g. Q4_0 next to Q6_K). */
 static void mm_bind(struct cpu_ctx *c, struct mm_part *p,
 		    const struct ops_mat *w, const float *x, uint32_t n,
-		    uint32_t cols, bool *quantized, float *y, size_t y_stride)
+		    uint32_t cols, unsigned *quantized, float *y, size_t y_stride)
 {
+	int cls = ops_act_class(w->type);
+
 	p->w = w;
 	p->y = y;
 	p->y_stride = y_stride;
-	if (ops_act_class(w->type) == 0) {
+	if (cls == 0) {
 		p->act = x;
 		p->act_stride = (size_t)cols * sizeof(float);
 		return;
 	}
-	if (!*quantized) {
+	if (!(*quantized & (1u << cls))) {
 		for (uint32_t i = 0; i < n; i++)
 			ops_act_prepare(w->type, x + (size_t)i * cols, cols,
-					c->aq + c->aq_stride * i);
-		*quantized = true;
+					c->aq[cls] + c->aq_stride[cls] * i);
+		*quantized |= 1u << cls;
 	}
-	p->act = c->aq;
-	p->act_stride = c->aq_stride;
+	p->act = c->aq[cls];
+	p->act_stride = c->aq_stride[cls];
 }
 
 static void mm_go(struct cpu_ctx *c, struct mm_job *j)
@@ -220,13 +226,13 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 	uint32_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
 	struct mm_job mm;
 	struct att_job aj = { .c = c, .b = b };
-	bool quant;
+	unsigned quant;
 
 	/* attention block */
 	for (uint32_t i = 0; i < n; i++)
 		ops_rmsnorm(c->xb + (size_t)i * e, c->x + (size_t)i * e,
 			    L->attn_norm, e, hp->norm_eps);
-	quant = false;
+	quant = 0;
 	mm = (struct mm_job){ .n = n, .n_parts = 3 };
 	mm_bind(c, &mm.p[0], &L->wq, c->xb, n, e, &quant, c->q, qd);
 	mm_bind(c, &mm.p[1], &L->wk, c->xb, n, e, &quant, c->kb, kvd);
@@ -253,7 +259,7 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 	else
 		threadpool_run(c->tp, att_run, &aj, tp_chunks(c, n * hp->n_head));
 
-	quant = false;
+	quant = 0;
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };
 	mm_bind(c, &mm.p[0], &L->wo, c->att, n, qd, &quant, c->xb, e);
 	mm_go(c, &mm);
@@ -264,7 +270,7 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 	for (uint32_t i = 0; i < n; i++)
 		ops_rmsnorm(c->xb + (size_t)i * e, c->x + (size_t)i * e,
 			    L->ffn_norm, e, hp->norm_eps);
-	quant = false;
+	quant = 0;
 	mm = (struct mm_job){ .n = n, .n_parts = 2 };
 	mm_bind(c, &mm.p[0], &L->w_gate, c->xb, n, e, &quant, c->hb, hp->n_ff);
 	mm_bind(c, &mm.p[1], &L->w_up, c->xb, n, e, &quant, c->hb2, hp->n_ff);
@@ -272,7 +278,7 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 	for (uint32_t i = 0; i < n; i++)
 		ops_swiglu(c->hb + (size_t)i * hp->n_ff, c->hb2 + (size_t)i * hp->n_ff,
 			   hp->n_ff);
-	quant = false;
+	quant = 0;
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };
 	mm_bind(c, &mm.p[0], &L->w_down, c->hb, n, hp->n_ff, &quant, c->xb, e);
 	mm_go(c, &mm);
@@ -286,7 +292,7 @@ static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
 	const struct llama_hparams *hp = &c->m->hp;
 	uint32_t e = hp->n_embd;
 	struct mm_job mm;
-	bool quant = false;
+	unsigned quant = 0;
 	int rc;
 
 	rc = cpu_check_batch(c, b);
@@ -327,7 +333,8 @@ static void cpu_free(void *ctx)
 	free(c->att);
 	free(c->hb);
 	free(c->hb2);
-	free(c->aq);
+	for (int i = 0; i < OPS_ACT_CLASSES; i++)
+		free(c->aq[i]);
 	free(c->scores);
 	free(c->cs);
 	free(c->views);
@@ -369,7 +376,8 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 	c->page_tokens = kv->page_tokens;
 	c->dtype = kv->dtype;
 	widest = KVD_MAX(KVD_MAX(hp->n_embd, hp->n_ff), qd);
-	c->aq_stride = (size_t)(widest / OPS_QK + 1) * sizeof(struct ops_block_q8_act);
+	c->aq_stride[1] = (size_t)(widest / OPS_QK + 1) * sizeof(struct ops_block_q8_act);
+	c->aq_stride[2] = (size_t)(widest / OPS_QK_K + 1) * sizeof(struct ops_block_q8_k);
 	c->k_off = calloc(hp->n_layer, sizeof(*c->k_off));
 	c->v_off = calloc(hp->n_layer, sizeof(*c->v_off));
 	c->x = alloc_f32(T, hp->n_embd);
@@ -380,12 +388,13 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 	c->att = alloc_f32(T, qd);
 	c->hb = alloc_f32(T, hp->n_ff);
 	c->hb2 = alloc_f32(T, hp->n_ff);
-	c->aq = calloc(T, c->aq_stride);
+	c->aq[1] = calloc(T, c->aq_stride[1]);
+	c->aq[2] = calloc(T, c->aq_stride[2]);
 	c->scores = alloc_f32(p->threads, p->max_ctx);
 	c->cs = alloc_f32(hp->rope_dim, 1);
 	c->views = calloc(T, sizeof(*c->views));
 	if (!c->k_off || !c->v_off || !c->x || !c->xb || !c->q || !c->kb ||
-	    !c->vb || !c->att || !c->hb || !c->hb2 || !c->aq || !c->scores ||
+	    !c->vb || !c->att || !c->hb || !c->hb2 || !c->aq[1] || !c->aq[2] || !c->scores ||
 	    !c->cs || !c->views) {
 		cpu_free(c);
 		return -ENOMEM;

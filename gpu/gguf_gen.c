@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "conf/util.h"
+#include "gpu/ops_kq.h"
 
 /* ---- vocabulary ---------------------------------------------------------- */
 
@@ -357,7 +358,12 @@ static int gen_fill(void *vctx, uint64_t index, void *dst, uint64_t nbytes)
 				out += n / 32 * 18;
 				break;
 			default:
-				return -EINVAL;
+				/* chunks are multiples of 256 because ne0 is */
+				if (!ops_kq_is(t->type))
+					return -EINVAL;
+				ops_kq_quantize_row(t->type, row, (uint32_t)n, out);
+				out += n / OPS_QK_K * ops_kq_block_bytes(t->type);
+				break;
 			}
 		}
 	}
@@ -370,18 +376,19 @@ struct llama_tensor_spec {
 	const char *name;     /* printf pattern with the layer */
 	int r0, r1;           /* dims: 0 embd, 1 q, 2 kv, 3 ff, 4 vocab, 5 one */
 	enum gen_kind kind;
+	bool mix;             /* Q6_K under mix_q6_k */
 };
 
 static const struct llama_tensor_spec llama_layer_tensors[] = {
-	{ "blk.%u.attn_norm.weight", 0, 5, GEN_NORM },
-	{ "blk.%u.attn_q.weight", 0, 1, GEN_WEIGHT },
-	{ "blk.%u.attn_k.weight", 0, 2, GEN_WEIGHT },
-	{ "blk.%u.attn_v.weight", 0, 2, GEN_WEIGHT },
-	{ "blk.%u.attn_output.weight", 1, 0, GEN_WEIGHT },
-	{ "blk.%u.ffn_norm.weight", 0, 5, GEN_NORM },
-	{ "blk.%u.ffn_gate.weight", 0, 3, GEN_WEIGHT },
-	{ "blk.%u.ffn_down.weight", 3, 0, GEN_WEIGHT },
-	{ "blk.%u.ffn_up.weight", 0, 3, GEN_WEIGHT },
+	{ "blk.%u.attn_norm.weight", 0, 5, GEN_NORM, false },
+	{ "blk.%u.attn_q.weight", 0, 1, GEN_WEIGHT, false },
+	{ "blk.%u.attn_k.weight", 0, 2, GEN_WEIGHT, false },
+	{ "blk.%u.attn_v.weight", 0, 2, GEN_WEIGHT, true },
+	{ "blk.%u.attn_output.weight", 1, 0, GEN_WEIGHT, false },
+	{ "blk.%u.ffn_norm.weight", 0, 5, GEN_NORM, false },
+	{ "blk.%u.ffn_gate.weight", 0, 3, GEN_WEIGHT, false },
+	{ "blk.%u.ffn_down.weight", 3, 0, GEN_WEIGHT, true },
+	{ "blk.%u.ffn_up.weight", 0, 3, GEN_WEIGHT, false },
 };
 
 static void llama_dims(const struct gguf_llama_params *p, uint64_t d[6])
@@ -429,9 +436,14 @@ int gguf_llama_params_check(const struct gguf_llama_params *p, char *why,
 	if (p->n_vocab < 259)
 		BAD("vocab %u is below 259 (3 specials + 256 bytes)", p->n_vocab);
 	if (p->wtype != GGML_TYPE_F32 && p->wtype != GGML_TYPE_F16 &&
-	    p->wtype != GGML_TYPE_Q8_0 && p->wtype != GGML_TYPE_Q4_0)
-		BAD("weight type %s not supported (f32, f16, q8_0, q4_0)",
+	    p->wtype != GGML_TYPE_Q8_0 && p->wtype != GGML_TYPE_Q4_0 &&
+	    !ops_kq_is(p->wtype))
+		BAD("weight type %s not supported (f32, f16, q8_0, q4_0, q2_k..q6_k)",
 		    ggml_type_name(p->wtype));
+	if ((ops_kq_is(p->wtype) || p->mix_q6_k) &&
+	    (p->n_embd % OPS_QK_K || p->n_ff % OPS_QK_K))
+		BAD("%s needs dim and ff to be multiples of 256",
+		    ggml_type_name(p->mix_q6_k ? GGML_TYPE_Q6_K : p->wtype));
 	if ((p->wtype == GGML_TYPE_Q8_0 || p->wtype == GGML_TYPE_Q4_0) &&
 	    (p->n_embd % 32 || p->n_ff % 32))
 		BAD("%s needs dim and ff to be multiples of 32",
@@ -498,12 +510,25 @@ static int llama_add_vocab(struct gguf_writer *w,
 	return rc;
 }
 
-static uint32_t llama_file_type(enum ggml_type t)
+static uint32_t llama_file_type(enum ggml_type t, bool mix)
 {
+	/* the _M mixes: Q3_K_M 12, Q4_K_M 15, Q5_K_M 17 */
+	if (mix && (t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K))
+		return t == GGML_TYPE_Q3_K ? 12 : t == GGML_TYPE_Q4_K ? 15 : 17;
 	/* llama.cpp's LLAMA_FTYPE_*: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2,
-	 * MOSTLY_Q8_0 7 */
-	return t == GGML_TYPE_F16 ? 1 : t == GGML_TYPE_Q8_0 ? 7 :
-	       t == GGML_TYPE_Q4_0 ? 2 : 0;
+	 * MOSTLY_Q8_0 7; one K-quant type throughout is the _S mix (Q2_K 10,
+	 * Q3_K_S 11, Q4_K_S 14, Q5_K_S 16, Q6_K 18) */
+	switch (t) {
+	case GGML_TYPE_F16: return 1;
+	case GGML_TYPE_Q8_0: return 7;
+	case GGML_TYPE_Q4_0: return 2;
+	case GGML_TYPE_Q2_K: return 10;
+	case GGML_TYPE_Q3_K: return 11;
+	case GGML_TYPE_Q4_K: return 14;
+	case GGML_TYPE_Q5_K: return 16;
+	case GGML_TYPE_Q6_K: return 18;
+	default: return 0;
+	}
 }
 
 int gguf_make_llama_writer(struct gguf_writer **out,
@@ -522,7 +547,7 @@ int gguf_make_llama_writer(struct gguf_writer **out,
 		return rc;
 	rc = gguf_writer_add_str(w, "general.architecture", "llama");
 	if (!rc) rc = gguf_writer_add_str(w, "general.name", p->name ? p->name : "kvd-random");
-	if (!rc) rc = gguf_writer_add_u32(w, "general.file_type", llama_file_type(p->wtype));
+	if (!rc) rc = gguf_writer_add_u32(w, "general.file_type", llama_file_type(p->wtype, p->mix_q6_k));
 	if (!rc) rc = gguf_writer_add_u32(w, "general.quantization_version", 2);
 	if (!rc) rc = gguf_writer_add_u32(w, "llama.context_length", p->n_ctx);
 	if (!rc) rc = gguf_writer_add_u32(w, "llama.embedding_length", p->n_embd);
@@ -551,7 +576,8 @@ int gguf_make_llama_writer(struct gguf_writer **out,
 			const struct llama_tensor_spec *s = &llama_layer_tensors[i];
 			snprintf(name, sizeof(name), s->name, l);
 			rc = llama_add_tensor(w, ctx, name, d[s->r0], d[s->r1],
-					      s->kind == GEN_NORM ? GGML_TYPE_F32 : p->wtype,
+					      s->kind == GEN_NORM ? GGML_TYPE_F32 :
+					      p->mix_q6_k && s->mix ? GGML_TYPE_Q6_K : p->wtype,
 					      s->kind, p->seed);
 		}
 	if (!rc)
@@ -559,7 +585,8 @@ int gguf_make_llama_writer(struct gguf_writer **out,
 				      GGML_TYPE_F32, GEN_NORM, p->seed);
 	if (!rc && !p->tied)
 		rc = llama_add_tensor(w, ctx, "output.weight", d[0], d[4],
-				      p->wtype, GEN_WEIGHT, p->seed);
+				      p->mix_q6_k ? GGML_TYPE_Q6_K : p->wtype,
+				      GEN_WEIGHT, p->seed);
 	if (rc)
 		return rc;
 	*out = kvd_steal(&w);

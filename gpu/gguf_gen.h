@@ -34,7 +34,11 @@ struct gguf_llama_params {
 	uint32_t n_ctx;           /* llama.context_length */
 	float rope_freq_base;
 	float norm_eps;
-	enum ggml_type wtype;     /* F32, F16 or Q8_0 for the 2-D weights */
+	enum ggml_type wtype;     /* F32, F16, Q8_0, Q4_0 or Q2_K..Q6_K for the
+				   * 2-D weights (K-quants: dim, ff % 256) */
+	/* attn_v, ffn_down and output in Q6_K, the rest in wtype (llama.cpp's
+	 * _M mixes, simplified: every layer); needs dim, ff % 256 */
+	bool mix_q6_k;
 	uint64_t seed;
 	bool tied;                /* no output.weight: the head reuses token_embd */
 	enum gguf_vocab_kind vocab;

@@ -77,7 +77,7 @@ static int bind_mat(struct model *m, const char *name, uint32_t rows,
 		return rc;
 	if (!ops_type_supported(t->type))
 		return gguf_error_set(err, MODEL_E_TYPE, t->info_offset,
-				  "tensor '%s' has type %s, which kvd cannot compute with (supported: f32, f16, q8_0, q4_0)",
+				  "tensor '%s' has type %s, which kvd cannot compute with (supported: f32, f16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k)",
 				  name, ggml_type_name(t->type));
 	rb = ggml_type_nbytes(t->type, cols);
 	if (rb == 0)

@@ -218,6 +218,7 @@ static const struct ops_kernels kernels_scalar = {
 	.dot3_q4_0 = dot3_q4_0_scalar,
 	.dot_q8_0 = dot_q8_0_scalar,
 	.dot_q4_0 = dot_q4_0_scalar,
+	.dot_kq = ops_kq_dot_scalar,
 	.axpy_f32 = axpy_f32_scalar,
 	.axpy_f16 = axpy_f16_scalar,
 	.f32_to_f16 = f32_to_f16_scalar,
@@ -526,19 +527,19 @@ OPS_AVX2 static void f32_to_f16_avx2(uint16_t *dst, const float *src, uint32_t n
 		dst[j] = ops_f32_to_f16(src[j]);
 }
 
+/* Every kernel but the K-quant dots, shared by the avx2 and avx512 tables. */
+#define OPS_AVX2_KERNELS                                                     \
+	.dot_f32 = dot_f32_avx2, .dot_f16 = dot_f16_avx2,                    \
+	.dot3_f32 = dot3_f32_avx2, .dot3_f16 = dot3_f16_avx2,                \
+	.dot3_q8_0 = dot3_q8_0_avx2, .dot3_q4_0 = dot3_q4_0_avx2,            \
+	.dot_q8_0 = dot_q8_0_avx2, .dot_q4_0 = dot_q4_0_avx2,                \
+	.axpy_f32 = axpy_f32_avx2, .axpy_f16 = axpy_f16_avx2,                \
+	.f32_to_f16 = f32_to_f16_avx2
+
 static const struct ops_kernels kernels_avx2 = {
 	.name = "avx2",
-	.dot_f32 = dot_f32_avx2,
-	.dot_f16 = dot_f16_avx2,
-	.dot3_f32 = dot3_f32_avx2,
-	.dot3_f16 = dot3_f16_avx2,
-	.dot3_q8_0 = dot3_q8_0_avx2,
-	.dot3_q4_0 = dot3_q4_0_avx2,
-	.dot_q8_0 = dot_q8_0_avx2,
-	.dot_q4_0 = dot_q4_0_avx2,
-	.axpy_f32 = axpy_f32_avx2,
-	.axpy_f16 = axpy_f16_avx2,
-	.f32_to_f16 = f32_to_f16_avx2,
+	OPS_AVX2_KERNELS,
+	.dot_kq = ops_kq_dot_avx2,
 };
 
 const struct ops_kernels *ops_kernels_avx2(void)
@@ -548,8 +549,28 @@ const struct ops_kernels *ops_kernels_avx2(void)
 		return &kernels_avx2;
 	return NULL;
 }
+
+/* The AVX2 table with AVX-512 K-quant kernels (ops_kq.c). */
+static const struct ops_kernels kernels_avx512 = {
+	.name = "avx512",
+	OPS_AVX2_KERNELS,
+	.dot_kq = ops_kq_dot_avx512,
+};
+
+const struct ops_kernels *ops_kernels_avx512(void)
+{
+	if (ops_kernels_avx2() && __builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512bw"))
+		return &kernels_avx512;
+	return NULL;
+}
 #else
 const struct ops_kernels *ops_kernels_avx2(void)
+{
+	return NULL;
+}
+
+const struct ops_kernels *ops_kernels_avx512(void)
 {
 	return NULL;
 }
@@ -557,8 +578,10 @@ const struct ops_kernels *ops_kernels_avx2(void)
 
 const struct ops_kernels *ops_kernels_pick(bool simd)
 {
-	const struct ops_kernels *k = simd ? ops_kernels_avx2() : NULL;
+	const struct ops_kernels *k = simd ? ops_kernels_avx512() : NULL;
 
+	if (simd && !k)
+		k = ops_kernels_avx2();
 	return k ? k : &kernels_scalar;
 }
 
@@ -567,11 +590,13 @@ const struct ops_kernels *ops_kernels_pick(bool simd)
 bool ops_type_supported(enum ggml_type t)
 {
 	return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 ||
-	       t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0;
+	       t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || ops_kq_is(t);
 }
 
 int ops_act_class(enum ggml_type t)
 {
+	if (ops_kq_is(t))
+		return 2;
 	return (t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0) ? 1 : 0;
 }
 
@@ -579,6 +604,8 @@ size_t ops_act_row_bytes(enum ggml_type t, uint32_t cols)
 {
 	if (ops_act_class(t) == 1)
 		return (size_t)(cols / OPS_QK) * sizeof(struct ops_block_q8_act);
+	if (ops_act_class(t) == 2)
+		return (size_t)(cols / OPS_QK_K) * sizeof(struct ops_block_q8_k);
 	return (size_t)cols * sizeof(float);
 }
 
@@ -604,8 +631,25 @@ void ops_act_prepare(enum ggml_type t, const float *x, uint32_t cols,
 {
 	if (ops_act_class(t) == 1)
 		quantize_row_q8_act(x, cols, out);
+	else if (ops_act_class(t) == 2)
+		ops_q8_k_quantize(x, cols, out);
 	else
 		memcpy(out, x, (size_t)cols * sizeof(float));
+}
+
+/* K-quant rows: one dot per (row, token); the kernels are already
+ * bound by the weight stream, so there is no three-token variant. */
+static void matmul_rows_kq(ops_kq_dot_fn dot, const struct ops_mat *w,
+			   const uint8_t *a, size_t act_stride, uint32_t n,
+			   float *y, size_t y_stride, uint32_t r0, uint32_t r1)
+{
+	for (uint32_t r = r0; r < r1; r++) {
+		const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+
+		for (uint32_t i = 0; i < n; i++)
+			y[(size_t)i * y_stride + r] =
+				dot(wr, (const void *)(a + (size_t)i * act_stride), w->cols);
+	}
 }
 
 void ops_matmul_rows(const struct ops_kernels *k, const struct ops_mat *w,
@@ -616,6 +660,11 @@ void ops_matmul_rows(const struct ops_kernels *k, const struct ops_mat *w,
 	size_t xs = act_stride / sizeof(float); /* f32 rows: stride in floats */
 	size_t qs = act_stride / sizeof(struct ops_block_q8_act); /* q8 rows: in blocks */
 
+	if (ops_kq_is(w->type)) {
+		matmul_rows_kq(k->dot_kq[ops_kq_index(w->type)], w, a,
+			       act_stride, n, y, y_stride, r0, r1);
+		return;
+	}
 	for (uint32_t r = r0; r < r1; r++) {
 		const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
 		uint32_t i = 0;
@@ -709,6 +758,10 @@ void ops_mat_row_f32(const struct ops_mat *w, uint32_t r, float *out)
 		break;
 	}
 	default:
+		if (ops_kq_is(w->type)) {
+			ops_kq_dequant_row(w->type, wr, out, w->cols);
+			break;
+		}
 		for (uint32_t j = 0; j < w->cols; j++)
 			out[j] = NAN;
 		break;

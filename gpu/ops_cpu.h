@@ -3,7 +3,8 @@
  * and V through a request's page table.
  *
  * Kernels come in tables (struct ops_kernels): one scalar table that runs
- * everywhere and, on x86-64, one AVX2+FMA+F16C table. ops_kernels_pick()
+ * everywhere and, on x86-64, one AVX2+FMA+F16C table and one "avx512"
+ * table (the AVX2 one with AVX-512 K-quant dots). ops_kernels_pick()
  * chooses at run time from what the CPU reports; nothing is chosen at
  * compile time and no global state is kept. Every kernel in a table is a
  * pure function of its inputs with a fixed reduction order, so a result
@@ -13,8 +14,9 @@
  * Weights are used where they lie (the GGUF mapping); activations are
  * "prepared" once per row for the weight type: F32/F16 weights take F32
  * rows as they are, Q8_0/Q4_0 weights take rows quantized to q8 blocks
- * (ops_act_prepare), so a row shared by several matmuls (Q, K, V) is
- * quantized once.
+ * (ops_act_prepare), and K-quant weights (Q2_K..Q6_K, ops_kq.h) take rows
+ * quantized to Q8_K blocks, so a row shared by several matmuls (Q, K, V)
+ * is quantized once per layout.
  *
  * Thread safety: all functions are reentrant; a caller splits a matmul by
  * output rows (ops_matmul_rows on disjoint ranges), never inside a dot.
@@ -26,6 +28,7 @@
 #include <stdint.h>
 
 #include "gpu/gguf.h"
+#include "gpu/ops_kq.h"
 
 #define OPS_QK 32 /* elements per Q8_0 / Q4_0 block */
 
@@ -53,7 +56,7 @@ _Static_assert(sizeof(struct ops_block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(struct ops_block_q8_act) == 36, "q8 act block");
 
 struct ops_kernels {
-	const char *name;  /* "scalar", "avx2" */
+	const char *name;  /* "scalar", "avx2", "avx512" */
 	/* sum_j w[j] * x[j], n any length */
 	float (*dot_f32)(const float *w, const float *x, uint32_t n);
 	/* w in IEEE half */
@@ -76,6 +79,8 @@ struct ops_kernels {
 			  const struct ops_block_q8_act *x, uint32_t n);
 	float (*dot_q4_0)(const struct ops_block_q4_0 *w,
 			  const struct ops_block_q8_act *x, uint32_t n);
+	/* K-quant rows x Q8_K activations, by ops_kq_index (ops_kq.h) */
+	const ops_kq_dot_fn *dot_kq;
 	/* y[j] += a * x[j] */
 	void (*axpy_f32)(float *y, float a, const float *x, uint32_t n);
 	void (*axpy_f16)(float *y, float a, const uint16_t *x, uint32_t n);
@@ -88,6 +93,8 @@ const struct ops_kernels *ops_kernels_scalar(void);
 /* The AVX2+FMA+F16C table, or NULL when the CPU (or the build target)
  * lacks it. */
 const struct ops_kernels *ops_kernels_avx2(void);
+/* The AVX2 table with AVX-512 (F+BW) K-quant dot kernels, or NULL. */
+const struct ops_kernels *ops_kernels_avx512(void);
 /* The fastest table this CPU runs; the scalar one when simd is false. */
 const struct ops_kernels *ops_kernels_pick(bool simd);
 
@@ -99,7 +106,7 @@ uint16_t ops_f32_to_f16(float f);
 
 /* A 2-D weight in its file layout: `rows` rows of `cols` elements. */
 struct ops_mat {
-	enum ggml_type type;   /* F32, F16, Q8_0, Q4_0 */
+	enum ggml_type type;   /* F32, F16, Q8_0, Q4_0, Q2_K..Q6_K */
 	uint32_t rows;
 	uint32_t cols;
 	size_t row_bytes;
@@ -109,19 +116,23 @@ struct ops_mat {
 /* true when matmul supports the type */
 bool ops_type_supported(enum ggml_type t);
 /* Bytes of one prepared activation row of `cols` values for weight type t
- * (F32/F16: cols * 4; Q8_0/Q4_0: cols / 32 act blocks). */
+ * (F32/F16: cols * 4; Q8_0/Q4_0: cols / 32 act blocks; K-quants:
+ * cols / 256 Q8_K blocks). */
 size_t ops_act_row_bytes(enum ggml_type t, uint32_t cols);
 /* Prepare one activation row x (cols) for weight type t into out
  * (ops_act_row_bytes). For F32/F16 this is a copy. */
 void ops_act_prepare(enum ggml_type t, const float *x, uint32_t cols,
 		     void *out);
 /* Which activation layout a weight type reads: two types with the same
- * class share prepared rows. 0 = f32 rows, 1 = q8 act blocks. */
+ * class share prepared rows. 0 = f32 rows, 1 = q8 act blocks, 2 = Q8_K
+ * blocks (OPS_ACT_CLASSES in all). */
+#define OPS_ACT_CLASSES 3
 int ops_act_class(enum ggml_type t);
 
 /* y[i][r] = dot(w row r, act row i) for r in [r0, r1), i in [0, n).
  *   act: (n, act_stride bytes), prepared for w->type; act_stride a
- *        multiple of the prepared element (4 bytes, or a q8 act block)
+ *        multiple of the prepared element (4 bytes, a q8 act block or a
+ *        Q8_K block)
  *   y:   (n, y_stride floats) */
 void ops_matmul_rows(const struct ops_kernels *k, const struct ops_mat *w,
 		     const void *act, size_t act_stride, uint32_t n,

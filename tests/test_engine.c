@@ -23,6 +23,7 @@
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
 #include "gpu/model.h"
+#include "conf/util.h"
 
 static char tmpdir[256];
 
@@ -44,6 +45,8 @@ static struct model *gen_model(enum ggml_type t, bool tied)
 	p.n_head = 4;
 	p.n_head_kv = 2;
 	p.n_ff = 96;
+	if (ops_kq_is(t)) /* K-quant rows are whole 256-weight blocks */
+		p.n_embd = p.n_ff = 256;
 	p.n_vocab = 320;
 	p.n_ctx = 256;
 	p.wtype = t;
@@ -286,9 +289,10 @@ END_TEST
 START_TEST(test_weight_types)
 {
 	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
-					 GGML_TYPE_Q4_0 };
+					 GGML_TYPE_Q4_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+					 GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
 
-	for (size_t t = 0; t < 4; t++)
+	for (size_t t = 0; t < KVD_ARRAY_SIZE(types); t++)
 		for (int tied = 0; tied < 2; tied++) {
 			struct model *m = gen_model(types[t], tied);
 			struct job j, a, b;
@@ -303,6 +307,42 @@ START_TEST(test_weight_types)
 					  a.out[i] < (int32_t)m->hp.n_vocab);
 			model_free(m);
 		}
+}
+END_TEST
+
+/* A Q4_0 model whose attn_v, ffn_down and output are Q6_K (as
+ * llama-quantize's files carry a Q6_K output): the Q/K/V job mixes q8 and
+ * Q8_K activation rows (one prepared buffer per class). It loads, runs,
+ * and gives the same tokens with 1 or 2 threads and pages of 16 or 1. */
+START_TEST(test_mixed_activation_classes)
+{
+	struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
+	char path[512];
+	struct model *m;
+	struct gguf_error err;
+	struct job j, a, b;
+
+	p.n_embd = p.n_ff = 256;
+	p.n_head = 4;
+	p.n_head_kv = 2;
+	p.n_vocab = 320;
+	p.n_ctx = 256;
+	p.wtype = GGML_TYPE_Q4_0;
+	p.mix_q6_k = true;
+	p.seed = 11;
+	snprintf(path, sizeof(path), "%s/m_q4_0_mix.gguf", tmpdir);
+	ck_assert_int_eq(gguf_make_llama(path, &p), 0);
+	ck_assert_msg(model_open(&m, path, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(m->layers[0].wq.type, GGML_TYPE_Q4_0);
+	ck_assert_int_eq(m->layers[0].wv.type, GGML_TYPE_Q6_K);
+	ck_assert_int_eq(m->layers[0].w_down.type, GGML_TYPE_Q6_K);
+	ck_assert_int_eq(m->output.type, GGML_TYPE_Q6_K);
+	job_make(&j, 3, m->hp.n_vocab, false);
+	run_one(m, &j, 1, 16, KV_DTYPE_F32, &a);
+	run_one(m, &j, 2, 1, KV_DTYPE_F32, &b);
+	ck_assert_uint_eq(a.n_out, b.n_out);
+	ck_assert_mem_eq(a.out, b.out, a.n_out * sizeof(a.out[0]));
+	model_free(m);
 }
 END_TEST
 
@@ -757,6 +797,7 @@ int main(void)
 	tcase_add_test(tc, test_sampler);
 	tcase_add_test(tc, test_admission);
 	tcase_add_test(tc, test_weight_types);
+	tcase_add_test(tc, test_mixed_activation_classes);
 	tcase_add_test(tc, test_invariance_generated);
 	tcase_add_test(tc, test_invariance_stories);
 	tcase_add_test(tc, test_integrity_corrupt_tag);

@@ -5,6 +5,14 @@
  * Every case of golden.json runs through the engine (F32 KV, as the
  * reference used), with 1 and 2 threads, three page sizes, and with the
  * scalar kernels as well as the SIMD ones.
+ *
+ * The oracle cases ($KVD_SHARED/models/oracle/cases.tsv and
+ * cases-deq.tsv: random llama-architecture models in K-quant types, with
+ * llama.cpp's greedy outputs) must match over their leading safe steps:
+ * llama.cpp's quantized-activation outputs or its exact-dequantization
+ * ones, whichever agrees (kvd quantizes activations to Q8_K with its own
+ * rounding, so either may be the nearer). Models of other architectures
+ * are skipped until kvd runs them.
  */
 #include <check.h>
 #include <stdio.h>
@@ -15,6 +23,7 @@
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
 #include "gpu/model.h"
+#include "gpu/tokenizer.h"
 
 static char models_dir[1024];
 static char *golden_text;
@@ -166,6 +175,101 @@ START_TEST(test_golden_stories)
 }
 END_TEST
 
+/* One oracle line: model, prompt, n_safe, 16 ids. 0 on a parse error. */
+struct oracle_case {
+	char model[128];
+	char prompt[128];
+	int n_safe;
+	int32_t ids[16];
+};
+
+static int oracle_parse(char *line, struct oracle_case *oc)
+{
+	char *f[4], *save = NULL, *p;
+
+	if (line[0] == '#')
+		return 0;
+	for (int i = 0; i < 4; i++)
+		if (!(f[i] = strtok_r(i ? NULL : line, "\t\n", &save)))
+			return 0;
+	snprintf(oc->model, sizeof(oc->model), "%s", f[0]);
+	snprintf(oc->prompt, sizeof(oc->prompt), "%s", f[1]);
+	oc->n_safe = atoi(f[2]);
+	p = f[3];
+	for (int i = 0; i < 16; i++)
+		oc->ids[i] = (int32_t)strtol(p, &p, 10);
+	return 1;
+}
+
+/* Leading steps where got equals want (at most n). */
+static int prefix_match(const int32_t *got, const int32_t *want, int n)
+{
+	int i = 0;
+
+	while (i < n && got[i] == want[i])
+		i++;
+	return i;
+}
+
+START_TEST(test_oracle_kquant)
+{
+	char path[1200], line[2048];
+	FILE *fq, *fd;
+	int checked = 0;
+
+	snprintf(path, sizeof(path), "%s/oracle/cases.tsv", models_dir);
+	fq = fopen(path, "r");
+	snprintf(path, sizeof(path), "%s/oracle/cases-deq.tsv", models_dir);
+	fd = fopen(path, "r");
+	ck_assert(fq && fd);
+	while (fgets(line, sizeof(line), fq)) {
+		struct oracle_case q, d = { .n_safe = -1 };
+		char dline[2048];
+		struct model *m;
+		struct tokenizer *tok;
+		struct gguf_error err;
+		int32_t *ids, got[16];
+		size_t n_ids;
+		uint32_t n_got;
+
+		if (!oracle_parse(line, &q) || !strstr(q.model, "llama"))
+			continue;
+		rewind(fd);
+		while (fgets(dline, sizeof(dline), fd)) {
+			struct oracle_case c;
+
+			if (oracle_parse(dline, &c) && !strcmp(c.model, q.model) &&
+			    !strcmp(c.prompt, q.prompt))
+				d = c;
+		}
+		snprintf(path, sizeof(path), "%s/oracle/%s", models_dir, q.model);
+		ck_assert_msg(model_open(&m, path, &err) == 0, "%s: %s", q.model, err.msg);
+		ck_assert_int_eq(tokenizer_new(&tok, m->file, &err), 0);
+		ck_assert_int_eq(tokenizer_encode(tok, q.prompt, strlen(q.prompt),
+						  true, &ids, &n_ids), 0);
+		for (int v = 0; v < 2; v++) {
+			int a, b;
+
+			greedy(m, ids, (uint32_t)n_ids, 16, 1 + v, 16, v == 0,
+			       got, &n_got);
+			ck_assert_uint_eq(n_got, 16);
+			a = prefix_match(got, q.ids, q.n_safe);
+			b = d.n_safe >= 0 ? prefix_match(got, d.ids, d.n_safe) : -1;
+			ck_assert_msg(a == q.n_safe || b == d.n_safe,
+				      "%s \"%s\" simd %d: matches %d of %d quantized-path steps, %d of %d dequantized-path",
+				      q.model, q.prompt, v == 0, a, q.n_safe, b, d.n_safe);
+		}
+		free(ids);
+		tokenizer_free(tok);
+		model_free(m);
+		checked++;
+	}
+	fclose(fq);
+	fclose(fd);
+	ck_assert_int_gt(checked, 0);
+}
+END_TEST
+
 int main(void)
 {
 	const char *shared = getenv("KVD_SHARED");
@@ -192,6 +296,15 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_golden_stories);
 	suite_add_tcase(s, tc);
+	snprintf(path, sizeof(path), "%s/oracle/cases.tsv", models_dir);
+	f = fopen(path, "rb");
+	if (f) {
+		fclose(f);
+		tc = tcase_create("oracle");
+		tcase_set_timeout(tc, 300);
+		tcase_add_test(tc, test_oracle_kquant);
+		suite_add_tcase(s, tc);
+	}
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);

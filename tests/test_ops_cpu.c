@@ -34,7 +34,7 @@ static void fill(float *x, size_t n, float scale)
 		x[i] = rnd() * scale;
 }
 
-static const struct ops_kernels *tables[2];
+static const struct ops_kernels *tables[3];
 static int n_tables;
 
 static void setup_tables(void)
@@ -43,6 +43,8 @@ static void setup_tables(void)
 	tables[n_tables++] = ops_kernels_scalar();
 	if (ops_kernels_avx2())
 		tables[n_tables++] = ops_kernels_avx2();
+	if (ops_kernels_avx512())
+		tables[n_tables++] = ops_kernels_avx512();
 }
 
 /* ---- half precision ---------------------------------------------------- */

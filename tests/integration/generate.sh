@@ -44,9 +44,11 @@ check "streamed text is readable" grep -q "Lily" "$T/text.txt"
 	--top-k 40 --top-p 0.9 --seed 7 --threads 2 --page-tokens 3 --kv-dtype f32 --json >"$T/s2.json"
 check "sampled output independent of threads and pages" cmp -s "$T/s1.json" "$T/s2.json"
 
-for dt in f32 f16 q8_0 q4_0; do
-	"$KVCTL" model make "$T/m_$dt.gguf" --layers 2 --dim 64 --heads 4 --kv-heads 2 \
-		--ff 128 --vocab 512 --dtype "$dt" --seed 3 >/dev/null
+for dt in f32 f16 q8_0 q4_0 q2_k q3_k q4_k q5_k q6_k q4_k_m; do
+	dim=64 ff=128
+	case $dt in q*_k*) dim=256 ff=256 ;; esac # whole 256-weight blocks
+	"$KVCTL" model make "$T/m_$dt.gguf" --layers 2 --dim $dim --heads 4 --kv-heads 2 \
+		--ff $ff --vocab 512 --dtype "$dt" --seed 3 >/dev/null
 	set +e
 	"$KVD" generate --model "$T/m_$dt.gguf" --prompt "hello kvd" --max-tokens 8 \
 		--kv-dtype f16 --json >"$T/m_$dt.json"

@@ -1,0 +1,386 @@
+/* test_ops_kq.c - K-quant blocks (gpu/ops_kq.h).
+ *
+ * 1. Hand-built blocks of every type dequantize to values worked out by
+ *    hand from the layout in gpu/README.md (comments give the arithmetic).
+ * 2. Thousands of random blocks: pack(unpack(b)) gives b's bytes back.
+ * 3. Dot products: against dequantize-then-dot in double over the same
+ *    Q8_K activations, within 1e-5 of sum |w x| (the only error is float
+ *    rounding of the per-block scale products); the AVX2 and AVX-512
+ *    tables equal the scalar one bit for bit.
+ * 4. The quantizer: relative RMS error per type under a stated bound, and
+ *    a matmul through ops_matmul_rows.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/ops_cpu.h"
+#include "gpu/ops_kq.h"
+
+static const enum ggml_type kq_types[OPS_KQ_N] = {
+	GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+	GGML_TYPE_Q6_K,
+};
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static float rnd(void) /* [-1, 1) */
+{
+	return (float)((double)(rng_next() >> 11) / 4503599627370496.0 - 1.0);
+}
+
+/* A random half in [2^-14, 2^1): finite, normal, positive. */
+static uint16_t rnd_half(void)
+{
+	return (uint16_t)(0x0400 + rng_next() % (0x4000 - 0x0400));
+}
+
+/* Random bytes with d (and dmin) set to random finite halves. */
+static void rnd_block(enum ggml_type t, uint8_t *b)
+{
+	size_t n = ops_kq_block_bytes(t);
+	uint16_t h0 = rnd_half(), h1 = rnd_half();
+
+	for (size_t i = 0; i < n; i++)
+		b[i] = (uint8_t)rng_next();
+	switch (t) {
+	case GGML_TYPE_Q2_K: /* d, dmin at the end */
+		memcpy(b + 80, &h0, 2);
+		memcpy(b + 82, &h1, 2);
+		break;
+	case GGML_TYPE_Q3_K:
+		memcpy(b + 108, &h0, 2);
+		break;
+	case GGML_TYPE_Q4_K:
+	case GGML_TYPE_Q5_K: /* d, dmin first */
+		memcpy(b, &h0, 2);
+		memcpy(b + 2, &h1, 2);
+		break;
+	default:
+		memcpy(b + 208, &h0, 2);
+		break;
+	}
+}
+
+static float deq1(enum ggml_type t, const void *blk, int e)
+{
+	float out[OPS_QK_K];
+
+	ops_kq_dequant_row(t, blk, out, OPS_QK_K);
+	return out[e];
+}
+
+/* ---- 1. hand-built blocks ------------------------------------------------ */
+
+START_TEST(test_hand_q2_k)
+{
+	struct ops_block_q2_k b = { .d = 0x3c00, .dmin = 0x3c00 }; /* 1.0, 1.0 */
+
+	b.scales[0] = 0x52; /* group 0: sc 2, mn 5 */
+	b.scales[2] = 0x13; /* group 2: sc 3, mn 1 */
+	b.qs[0] = 0x0b;     /* e0: bits 0-1 = 3; e32: bits 2-3 = 2 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q2_K, &b, 0), 1.0f);   /* 2*3 - 5 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q2_K, &b, 1), -5.0f);  /* 2*0 - 5 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q2_K, &b, 32), 5.0f);  /* 3*2 - 1 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q2_K, &b, 200), 0.0f); /* group 12: 0 */
+}
+END_TEST
+
+START_TEST(test_hand_q3_k)
+{
+	struct ops_block_q3_k b = { .d = 0x3400 }; /* 0.25 */
+
+	/* scale 0: low 4 bits 1 (scales[0]), high 2 bits 2 (scales[8] bits
+	 * 0-1): stored 33, sc = 1. Every other scale stored 0: sc = -32. */
+	b.scales[0] = 0x01;
+	b.scales[8] = 0x02;
+	b.qs[0] = 0x03;     /* e0: low 3, hmask[0] bit 0 clear: q = 3 - 4 = -1 */
+	b.qs[48] = 0x02;    /* e144 = 128 + 16: qs[32 + 16] bits 0-1 = 2 */
+	b.hmask[16] = 0x10; /* its high bit: bit 4n + j = 4 of hmask[16]: q = 2 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q3_K, &b, 0), -0.25f);  /* .25*1*-1 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q3_K, &b, 1), -1.0f);   /* .25*1*-4 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q3_K, &b, 144), -16.0f); /* .25*-32*2 */
+}
+END_TEST
+
+/* Shared by Q4_K and Q5_K: d 1.0, dmin 0.5; sub-block 0: sc 2, mn 3;
+ * sub-block 5: sc 17 = 1 | 1 << 4 (low nibble of scales[9], top bits of
+ * scales[1]), mn 33 = 1 | 2 << 4 (high nibble of scales[9], top bits of
+ * scales[5]); every other sub-block 0. */
+static void hand_k4_scales(uint8_t *s)
+{
+	s[0] = 2;
+	s[4] = 3;
+	s[9] = 0x11;
+	s[1] = 0x40;
+	s[5] = 0x80;
+}
+
+START_TEST(test_hand_q4_k)
+{
+	struct ops_block_q4_k b = { .d = 0x3c00, .dmin = 0x3800 };
+
+	hand_k4_scales(b.scales);
+	b.qs[0] = 0x5a;  /* e0 = 0xa (sub-block 0), e32 = 5 (sub-block 1) */
+	b.qs[64] = 0x70; /* e128 = 0 (sub-block 4), e160 = 7 (sub-block 5) */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q4_K, &b, 0), 18.5f);   /* 2*10 - .5*3 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q4_K, &b, 1), -1.5f);   /* 2*0 - .5*3 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q4_K, &b, 32), 0.0f);   /* sc 0, mn 0 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q4_K, &b, 128), 0.0f);
+	ck_assert_float_eq(deq1(GGML_TYPE_Q4_K, &b, 160), 102.5f); /* 17*7 - .5*33 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q4_K, &b, 161), -16.5f);
+}
+END_TEST
+
+START_TEST(test_hand_q5_k)
+{
+	struct ops_block_q5_k b = { .d = 0x3c00, .dmin = 0x3800 };
+
+	hand_k4_scales(b.scales);
+	b.qs[0] = 0x5a;
+	b.qs[64] = 0x70;
+	/* qh[0]: bit 0 -> e0 + 16, bit 1 -> e32 + 16, bit 5 (2c + h, c = 2,
+	 * h = 1) -> e160 + 16 */
+	b.qh[0] = 0x23;
+	ck_assert_float_eq(deq1(GGML_TYPE_Q5_K, &b, 0), 50.5f);   /* 2*26 - 1.5 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q5_K, &b, 32), 0.0f);
+	ck_assert_float_eq(deq1(GGML_TYPE_Q5_K, &b, 160), 374.5f); /* 17*23 - 16.5 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q5_K, &b, 128), 0.0f);
+}
+END_TEST
+
+START_TEST(test_hand_q6_k)
+{
+	struct ops_block_q6_k b = { .d = 0x3800 }; /* 0.5 */
+
+	b.scales[0] = 3;
+	b.scales[4] = 1;
+	b.scales[7] = -2;
+	b.ql[0] = 0x21;  /* e0 low 4 bits 1; e64 low 4 bits 2 */
+	b.qh[0] = 0x02;  /* e0 high bits (0-1) 2: 1 | 32 = 33, q = 1 */
+	b.ql[48] = 0xf0; /* e112 = 96 + 16: high nibble of ql[32 + 16] = 15 */
+	b.qh[16] = 0xc0; /* its high bits (6-7) 3: 63, q = 31 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q6_K, &b, 0), 1.5f);    /* .5*3*1 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q6_K, &b, 1), -48.0f);  /* .5*3*-32 */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q6_K, &b, 64), -15.0f); /* .5*1*(2-32) */
+	ck_assert_float_eq(deq1(GGML_TYPE_Q6_K, &b, 112), -31.0f); /* .5*-2*31 */
+}
+END_TEST
+
+/* ---- 2. random blocks round trip ----------------------------------------- */
+
+START_TEST(test_pack_roundtrip)
+{
+	for (int ti = 0; ti < OPS_KQ_N; ti++) {
+		enum ggml_type t = kq_types[ti];
+		size_t n = ops_kq_block_bytes(t);
+
+		for (int i = 0; i < 4000; i++) {
+			uint8_t b[256], b2[256];
+			struct ops_kq_unpacked u;
+
+			rnd_block(t, b);
+			ops_kq_unpack(t, b, &u);
+			ops_kq_pack(t, &u, b2);
+			ck_assert_msg(!memcmp(b, b2, n), "%s block %d", ggml_type_name(t), i);
+		}
+	}
+}
+END_TEST
+
+/* ---- 3. dot products ------------------------------------------------------ */
+
+static void check_dots(enum ggml_type t, uint32_t n_blocks, int iters)
+{
+	size_t bb = ops_kq_block_bytes(t);
+	uint32_t n = n_blocks * OPS_QK_K;
+	uint8_t *w = malloc(bb * n_blocks);
+	float *x = malloc(n * sizeof(float)), *wf = malloc(n * sizeof(float));
+	struct ops_block_q8_k *xq = malloc(n_blocks * sizeof(*xq));
+	const struct ops_kernels *simd[2] = { ops_kernels_avx2(), ops_kernels_avx512() };
+	int ti = ops_kq_index(t);
+
+	for (int it = 0; it < iters; it++) {
+		double ref = 0.0, mag = 0.0;
+		float s;
+
+		for (uint32_t b = 0; b < n_blocks; b++)
+			rnd_block(t, w + b * bb);
+		for (uint32_t j = 0; j < n; j++)
+			x[j] = rnd() * (it % 3 ? 1.0f : 50.0f);
+		ops_q8_k_quantize(x, n, xq);
+		ops_kq_dequant_row(t, w, wf, n);
+		for (uint32_t j = 0; j < n; j++) {
+			double xv = (double)xq[j / OPS_QK_K].qs[j % OPS_QK_K] *
+				    xq[j / OPS_QK_K].d;
+
+			ref += (double)wf[j] * xv;
+			mag += fabs((double)wf[j] * xv);
+		}
+		s = ops_kq_dot_scalar[ti](w, xq, n);
+		ck_assert_msg(fabs(s - ref) <= 1e-5 * mag + 1e-30,
+			      "%s: dot %g ref %g (sum |wx| %g)", ggml_type_name(t),
+			      (double)s, ref, mag);
+		for (int k = 0; k < 2; k++) {
+			float v;
+
+			if (!simd[k])
+				continue;
+			v = simd[k]->dot_kq[ti](w, xq, n);
+			ck_assert_msg(memcmp(&s, &v, sizeof(s)) == 0,
+				      "%s: %s %a scalar %a", ggml_type_name(t),
+				      simd[k]->name, (double)v, (double)s);
+		}
+	}
+	free(w);
+	free(x);
+	free(wf);
+	free(xq);
+}
+
+START_TEST(test_dot_vs_dequant)
+{
+	for (int ti = 0; ti < OPS_KQ_N; ti++) {
+		check_dots(kq_types[ti], 1, 3000);
+		check_dots(kq_types[ti], 11, 200);
+	}
+}
+END_TEST
+
+START_TEST(test_q8_k_activations)
+{
+	float x[2 * OPS_QK_K];
+	struct ops_block_q8_k q[2];
+
+	for (int j = 0; j < 2 * OPS_QK_K; j++)
+		x[j] = rnd() * 3.0f;
+	x[7] = -4.0f; /* the block's largest magnitude maps to -127 */
+	ops_q8_k_quantize(x, 2 * OPS_QK_K, q);
+	ck_assert_int_eq(q[0].qs[7], -127);
+	for (int b = 0; b < 2; b++)
+		for (int g = 0; g < 16; g++) {
+			int s = 0;
+
+			for (int j = 0; j < 16; j++)
+				s += q[b].qs[16 * g + j];
+			ck_assert_int_eq(q[b].bsums[g], s);
+		}
+	for (int j = 0; j < 2 * OPS_QK_K; j++)
+		ck_assert(fabsf(q[j / OPS_QK_K].qs[j % OPS_QK_K] * q[j / OPS_QK_K].d - x[j]) <=
+			  q[j / OPS_QK_K].d * 0.5001f);
+}
+END_TEST
+
+/* ---- 4. quantizer and matmul ----------------------------------------------- */
+
+START_TEST(test_quantizer_error)
+{
+	/* relative RMS error bounds for uniform random weights */
+	static const double bound[OPS_KQ_N] = { 0.30, 0.20, 0.08, 0.04, 0.03 };
+	enum { N = 16 * OPS_QK_K };
+	static float x[N], y[N];
+	static uint8_t q[N];
+
+	for (int j = 0; j < N; j++)
+		x[j] = rnd() * 0.1f;
+	for (int ti = 0; ti < OPS_KQ_N; ti++) {
+		double e2 = 0.0, x2 = 0.0;
+
+		ops_kq_quantize_row(kq_types[ti], x, N, q);
+		ops_kq_dequant_row(kq_types[ti], q, y, N);
+		for (int j = 0; j < N; j++) {
+			e2 += (double)(y[j] - x[j]) * (y[j] - x[j]);
+			x2 += (double)x[j] * x[j];
+		}
+		ck_assert_msg(sqrt(e2 / x2) < bound[ti], "%s: rel rms %g",
+			      ggml_type_name(kq_types[ti]), sqrt(e2 / x2));
+	}
+}
+END_TEST
+
+START_TEST(test_matmul_kq)
+{
+	enum { ROWS = 7, COLS = 512, TOK = 4 };
+	static float wsrc[ROWS * COLS], x[TOK * COLS], wrow[COLS];
+	static uint8_t wq[ROWS * 2 * 210];
+	static struct ops_block_q8_k act[TOK * 2];
+	float y[3][TOK * ROWS];
+	const struct ops_kernels *tabs[3] = { ops_kernels_scalar(), ops_kernels_avx2(),
+					      ops_kernels_avx512() };
+
+	for (int j = 0; j < ROWS * COLS; j++)
+		wsrc[j] = rnd();
+	for (int j = 0; j < TOK * COLS; j++)
+		x[j] = rnd();
+	for (int ti = 0; ti < OPS_KQ_N; ti++) {
+		enum ggml_type t = kq_types[ti];
+		struct ops_mat m = { .type = t, .rows = ROWS, .cols = COLS,
+				     .row_bytes = ggml_type_nbytes(t, COLS), .data = wq };
+
+		ck_assert(ops_type_supported(t));
+		ck_assert_int_eq(ops_act_class(t), 2);
+		ck_assert_uint_eq(ops_act_row_bytes(t, COLS), 2 * sizeof(struct ops_block_q8_k));
+		ck_assert_uint_eq(m.row_bytes, 2 * ops_kq_block_bytes(t));
+		for (int r = 0; r < ROWS; r++)
+			ops_kq_quantize_row(t, wsrc + r * COLS, COLS, wq + r * m.row_bytes);
+		for (int i = 0; i < TOK; i++)
+			ops_act_prepare(t, x + i * COLS, COLS, act + 2 * i);
+		for (int k = 0; k < 3 && tabs[k]; k++)
+			ops_matmul_rows(tabs[k], &m, act, 2 * sizeof(struct ops_block_q8_k),
+					TOK, y[k], ROWS, 0, ROWS);
+		for (int r = 0; r < ROWS; r++) {
+			ops_mat_row_f32(&m, (uint32_t)r, wrow);
+			for (int i = 0; i < TOK; i++) {
+				float d = tabs[0]->dot_kq[ti](wq + r * m.row_bytes, act + 2 * i, COLS);
+
+				ck_assert(d == y[0][i * ROWS + r]);
+				for (int k = 1; k < 3 && tabs[k]; k++)
+					ck_assert(d == y[k][i * ROWS + r]);
+				/* dequantized row . x: within the activation rounding */
+				double ref = 0.0, mag = 0.0;
+
+				for (int j = 0; j < COLS; j++) {
+					ref += (double)wrow[j] * x[i * COLS + j];
+					mag += fabs((double)wrow[j]);
+				}
+				ck_assert(fabs(d - ref) <= mag * fmaxf(act[2 * i].d, act[2 * i + 1].d) + 1e-6);
+			}
+		}
+	}
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("ops_kq");
+	TCase *tc = tcase_create("kquant");
+	SRunner *sr;
+	int failed;
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_hand_q2_k);
+	tcase_add_test(tc, test_hand_q3_k);
+	tcase_add_test(tc, test_hand_q4_k);
+	tcase_add_test(tc, test_hand_q5_k);
+	tcase_add_test(tc, test_hand_q6_k);
+	tcase_add_test(tc, test_pack_roundtrip);
+	tcase_add_test(tc, test_dot_vs_dequant);
+	tcase_add_test(tc, test_q8_k_activations);
+	tcase_add_test(tc, test_quantizer_error);
+	tcase_add_test(tc, test_matmul_kq);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
