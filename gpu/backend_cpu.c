@@ -1,4 +1,4 @@
-/* backend_cpu.c - the llama forward pass on the CPU.
+/* backend_cpu.c - the llama / qwen2 / qwen3 forward pass on the CPU.
  *
  * One forward() runs a batch of tokens from any number of sequences
  * (prompt chunks and decode steps mixed) through the model, reading the
@@ -9,7 +9,11 @@
  *   for each layer:
  *     xb = rmsnorm(x) * attn_norm
  *     q, k, v = xb Wq, xb Wk, xb Wv         one threadpool run, rows split
+ *     q, k, v += bq, bk, bv                 qwen2
+ *     q, k = rmsnorm per head * q_norm, k_norm   qwen3
  *     rope(q, k); store k, v in the pages at each token's position
+ *                                           (normal RoPE for llama, NEOX
+ *                                           for qwen2 and qwen3)
  *     att = softmax(q k^T / sqrt(d)) v      per (token, head), split
  *     x += att Wo
  *     xb = rmsnorm(x) * ffn_norm
@@ -217,6 +221,52 @@ static int cpu_check_batch(struct cpu_ctx *c, const struct backend_batch *b)
 	return 0;
 }
 
+static void add_bias(float *y, const float *bias, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j++)
+		y[j] += bias[j];
+}
+
+/* qwen3: each head's vector normed on its own, before RoPE. */
+static void norm_heads(float *x, const float *g, uint32_t n_heads,
+		       uint32_t head_dim, float eps)
+{
+	for (uint32_t h = 0; h < n_heads; h++)
+		ops_rmsnorm(x + (size_t)h * head_dim, x + (size_t)h * head_dim,
+			    g, head_dim, eps);
+}
+
+/* The per-token steps between the Q/K/V matmuls and attention: biases,
+ * head norms, RoPE, and the K/V store. */
+static void cpu_qkv_finish(struct cpu_ctx *c, const struct backend_batch *b,
+			   const struct model_layer *L, uint32_t i)
+{
+	const struct llama_hparams *hp = &c->m->hp;
+	uint32_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+	float *qi = c->q + (size_t)i * qd, *ki = c->kb + (size_t)i * kvd;
+	float *vi = c->vb + (size_t)i * kvd;
+
+	if (L->bq) {
+		add_bias(qi, L->bq, qd);
+		add_bias(ki, L->bk, kvd);
+		add_bias(vi, L->bv, kvd);
+	}
+	if (L->q_norm) {
+		norm_heads(qi, L->q_norm, hp->n_head, hp->head_dim, hp->norm_eps);
+		norm_heads(ki, L->k_norm, hp->n_head_kv, hp->head_dim, hp->norm_eps);
+	}
+	ops_rope_table(c->cs, b->pos[i], hp->rope_dim, hp->rope_freq_base,
+		       hp->rope_freq_scale);
+	if (hp->rope_mode == LLAMA_ROPE_NEOX) {
+		ops_rope_apply_neox(qi, hp->n_head, hp->head_dim, hp->rope_dim, c->cs);
+		ops_rope_apply_neox(ki, hp->n_head_kv, hp->head_dim, hp->rope_dim, c->cs);
+	} else {
+		ops_rope_apply(qi, hp->n_head, hp->head_dim, hp->rope_dim, c->cs);
+		ops_rope_apply(ki, hp->n_head_kv, hp->head_dim, hp->rope_dim, c->cs);
+	}
+	ops_kv_store(c->k, &c->views[b->seq[i]], b->pos[i], ki, vi);
+}
+
 static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 		      uint32_t l)
 {
@@ -244,16 +294,8 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 			.pages = b->seqs[s].pages, .page_tokens = c->page_tokens,
 			.kv_dim = kvd, .dtype = c->dtype,
 			.k_off = c->k_off[l], .v_off = c->v_off[l] };
-	for (uint32_t i = 0; i < n; i++) {
-		float *qi = c->q + (size_t)i * qd, *ki = c->kb + (size_t)i * kvd;
-
-		ops_rope_table(c->cs, b->pos[i], hp->rope_dim,
-			       hp->rope_freq_base, hp->rope_freq_scale);
-		ops_rope_apply(qi, hp->n_head, hp->head_dim, hp->rope_dim, c->cs);
-		ops_rope_apply(ki, hp->n_head_kv, hp->head_dim, hp->rope_dim, c->cs);
-		ops_kv_store(c->k, &c->views[b->seq[i]], b->pos[i], ki,
-			     c->vb + (size_t)i * kvd);
-	}
+	for (uint32_t i = 0; i < n; i++)
+		cpu_qkv_finish(c, b, L, i);
 	if ((uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim < MM_INLINE_WORK)
 		att_run(&aj, 0, 1, 0);
 	else

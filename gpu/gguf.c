@@ -988,19 +988,28 @@ static int hp_check_tensors(const struct gguf_file *f,
 	    (rc = hp_tensor(f, "output.weight", e, hp->n_vocab, true, err)))
 		return rc;
 	for (uint32_t l = 0; l < hp->n_layer; l++) {
+		/* dims: 0 = n_embd, 1 = q, 2 = kv, 3 = ff, 4 = one, 5 = head */
 		static const struct {
 			const char *name;
-			int r0, r1; /* 0 = n_embd, 1 = q, 2 = kv, 3 = ff, 4 = one */
+			int r0, r1;
+			int only;   /* 0 all, 1 with qkv_bias, 2 with qk_norm */
 		} lt[] = {
-			{ "attn_norm", 0, 4 }, { "attn_q", 0, 1 },
-			{ "attn_k", 0, 2 },    { "attn_v", 0, 2 },
-			{ "attn_output", 1, 0 }, { "ffn_norm", 0, 4 },
-			{ "ffn_gate", 0, 3 },  { "ffn_up", 0, 3 },
-			{ "ffn_down", 3, 0 },
+			{ "attn_norm.weight", 0, 4, 0 }, { "attn_q.weight", 0, 1, 0 },
+			{ "attn_k.weight", 0, 2, 0 },    { "attn_v.weight", 0, 2, 0 },
+			{ "attn_q.bias", 1, 4, 1 },      { "attn_k.bias", 2, 4, 1 },
+			{ "attn_v.bias", 2, 4, 1 },
+			{ "attn_q_norm.weight", 5, 4, 2 },
+			{ "attn_k_norm.weight", 5, 4, 2 },
+			{ "attn_output.weight", 1, 0, 0 }, { "ffn_norm.weight", 0, 4, 0 },
+			{ "ffn_gate.weight", 0, 3, 0 },  { "ffn_up.weight", 0, 3, 0 },
+			{ "ffn_down.weight", 3, 0, 0 },
 		};
-		uint64_t dims[5] = { e, q, kvd, hp->n_ff, 1 };
+		uint64_t dims[6] = { e, q, kvd, hp->n_ff, 1, hp->head_dim };
 		for (size_t i = 0; i < KVD_ARRAY_SIZE(lt); i++) {
-			snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, lt[i].name);
+			if ((lt[i].only == 1 && !hp->qkv_bias) ||
+			    (lt[i].only == 2 && !hp->qk_norm))
+				continue;
+			snprintf(nm, sizeof(nm), "blk.%u.%s", l, lt[i].name);
 			if ((rc = hp_tensor(f, nm, dims[lt[i].r0], dims[lt[i].r1],
 					    false, err)))
 				return rc;
@@ -1009,13 +1018,36 @@ static int hp_check_tensors(const struct gguf_file *f,
 	return 0;
 }
 
+/* What differs between the architectures kvd runs. qwen files carry no
+ * rope.dimension_count (RoPE spans the head) and use NEOX RoPE, as
+ * llama.cpp's graph does for them. */
+static const struct hp_arch {
+	const char *name;
+	enum llama_arch id;
+	enum llama_rope_mode rope;
+	bool qkv_bias, qk_norm;
+} hp_archs[] = {
+	{ "llama", LLAMA_ARCH_LLAMA, LLAMA_ROPE_NORMAL, false, false },
+	{ "qwen2", LLAMA_ARCH_QWEN2, LLAMA_ROPE_NEOX, true, false },
+};
+
+/* `{arch}.suffix` into buf, for messages and lookups. */
+static const char *hp_key(char *buf, size_t n, const char *arch,
+			  const char *suffix)
+{
+	snprintf(buf, n, "%s.%s", arch, suffix);
+	return buf;
+}
+
 int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 		       struct gguf_error *err)
 {
 	struct gguf_str arch;
 	const struct gguf_kv *kv;
 	const struct gguf_tensor *te;
+	const struct hp_arch *ha = NULL;
 	const char *a;
+	char key[128];
 	float scale = 0;
 	int rc;
 
@@ -1033,13 +1065,20 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 				  (unsigned long long)kv->offset);
 	}
 	gguf__show(hp->arch, sizeof(hp->arch), arch);
-	if (!gguf_str_eq(arch, "llama")) {
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(hp_archs); i++)
+		if (gguf_str_eq(arch, hp_archs[i].name))
+			ha = &hp_archs[i];
+	if (!ha) {
 		kv = gguf_find(f, "general.architecture");
 		return gguf_error_set(err, GGUF_E_ARCH, kv->offset,
-				  "architecture '%s' is not supported; kvd runs 'llama' (offset %llu)",
+				  "architecture '%s' is not supported; kvd runs 'llama', 'qwen2' (offset %llu)",
 				  hp->arch, (unsigned long long)kv->offset);
 	}
-	a = "llama";
+	a = ha->name;
+	hp->arch_id = ha->id;
+	hp->rope_mode = ha->rope;
+	hp->qkv_bias = ha->qkv_bias;
+	hp->qk_norm = ha->qk_norm;
 	if ((rc = hp_u32(f, a, "block_count", true, &hp->n_layer, err)) ||
 	    (rc = hp_u32(f, a, "embedding_length", true, &hp->n_embd, err)) ||
 	    (rc = hp_u32(f, a, "attention.head_count", true, &hp->n_head, err)) ||
@@ -1056,41 +1095,49 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 		return rc;
 	if (scale == 0) {
 		struct gguf_str st;
-		if (gguf_get_str(f, "llama.rope.scaling.type", &st) == 0 &&
+		if (gguf_get_str(f, hp_key(key, sizeof(key), a, "rope.scaling.type"),
+				 &st) == 0 &&
 		    gguf_str_eq(st, "linear") &&
 		    (rc = hp_f32(f, a, "rope.scaling.factor", false, &scale, err)))
 			return rc;
 	}
 	hp->rope_freq_scale = scale > 0 ? 1.0f / scale : 1.0f;
 
-	uint64_t eo = hp_off(f, "llama.embedding_length");
+	uint64_t eo = hp_off(f, hp_key(key, sizeof(key), a, "embedding_length"));
 	if (hp->n_layer == 0 || hp->n_embd == 0 || hp->n_head == 0 ||
 	    hp->n_head_kv == 0 || hp->n_ff == 0 || hp->n_ctx_train == 0)
 		return gguf_error_set(err, GGUF_E_MALFORMED, eo,
 				  "zero dimension: layers %u embd %u heads %u kv heads %u ff %u ctx %u",
 				  hp->n_layer, hp->n_embd, hp->n_head,
 				  hp->n_head_kv, hp->n_ff, hp->n_ctx_train);
-	if (hp->n_embd % hp->n_head)
+	if (hp->n_head % hp->n_head_kv)
+		return gguf_error_set(err, GGUF_E_MALFORMED,
+				  hp_off(f, hp_key(key, sizeof(key), a, "attention.head_count_kv")),
+				  "head_count %u is not a multiple of head_count_kv %u",
+				  hp->n_head, hp->n_head_kv);
+	/* The head size: attention.key_length when given (qwen3's heads are
+	 * not n_embd / n_head wide), else n_embd / n_head. K and V share the
+	 * KV pages' kv_dim, so value_length must equal it. */
+	uint32_t kl = 0, vl = 0;
+	if ((rc = hp_u32(f, a, "attention.key_length", false, &kl, err)) ||
+	    (rc = hp_u32(f, a, "attention.value_length", false, &vl, err)))
+		return rc;
+	if (!kl && hp->n_embd % hp->n_head)
 		return gguf_error_set(err, GGUF_E_MALFORMED, eo,
 				  "embedding_length %u is not a multiple of head_count %u (offset %llu)",
 				  hp->n_embd, hp->n_head, (unsigned long long)eo);
-	if (hp->n_head % hp->n_head_kv)
-		return gguf_error_set(err, GGUF_E_MALFORMED, hp_off(f, "llama.attention.head_count_kv"),
-				  "head_count %u is not a multiple of head_count_kv %u",
-				  hp->n_head, hp->n_head_kv);
-	hp->head_dim = hp->n_embd / hp->n_head;
-	uint32_t kl = hp->head_dim;
-	if ((rc = hp_u32(f, a, "attention.key_length", false, &kl, err)))
-		return rc;
-	if (kl != hp->head_dim)
-		return gguf_error_set(err, GGUF_E_UNSUPPORTED, hp_off(f, "llama.attention.key_length"),
-				  "attention.key_length %u differs from n_embd / n_head = %u",
-				  kl, hp->head_dim);
+	hp->head_dim = kl ? kl : hp->n_embd / hp->n_head;
+	if (vl && vl != hp->head_dim)
+		return gguf_error_set(err, GGUF_E_UNSUPPORTED,
+				  hp_off(f, hp_key(key, sizeof(key), a, "attention.value_length")),
+				  "attention.value_length %u differs from key_length %u",
+				  vl, hp->head_dim);
 	hp->rope_dim = hp->head_dim;
 	if ((rc = hp_u32(f, a, "rope.dimension_count", false, &hp->rope_dim, err)))
 		return rc;
 	if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2 || !hp->rope_dim)
-		return gguf_error_set(err, GGUF_E_MALFORMED, hp_off(f, "llama.rope.dimension_count"),
+		return gguf_error_set(err, GGUF_E_MALFORMED,
+				  hp_off(f, hp_key(key, sizeof(key), a, "rope.dimension_count")),
 				  "rope.dimension_count %u must be even and in 2..head_dim (%u)",
 				  hp->rope_dim, hp->head_dim);
 	if (!(hp->norm_eps > 0 && hp->norm_eps < 1) ||
@@ -1113,14 +1160,14 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 	hp->n_vocab = (uint32_t)te->ne[1];
 
 	uint32_t vs;
-	kv = gguf_find(f, "llama.vocab_size");
+	kv = gguf_find(f, hp_key(key, sizeof(key), a, "vocab_size"));
 	if (kv) {
 		if ((rc = hp_u32(f, a, "vocab_size", false, &vs, err)))
 			return rc;
 		if (vs != hp->n_vocab)
 			return gguf_error_set(err, GGUF_E_MALFORMED, kv->offset,
-					  "llama.vocab_size = %u but token_embd.weight has %u rows (offset %llu)",
-					  vs, hp->n_vocab,
+					  "%s.vocab_size = %u but token_embd.weight has %u rows (offset %llu)",
+					  a, vs, hp->n_vocab,
 					  (unsigned long long)kv->offset);
 	}
 	kv = gguf_find(f, "tokenizer.ggml.tokens");

@@ -169,13 +169,31 @@ enum kv_dtype {
 	KV_DTYPE_F16 = 1,
 };
 
+/* The architectures kvd runs: one graph (pre-norm, GQA attention, SwiGLU
+ * FFN) with per-architecture options, read from a table in gguf.c. */
+enum llama_arch {
+	LLAMA_ARCH_LLAMA = 0,   /* "llama": normal RoPE */
+	LLAMA_ARCH_QWEN2,       /* "qwen2": Q/K/V biases, NEOX RoPE */
+	LLAMA_ARCH_QWEN3,       /* "qwen3": per-head Q/K RMSNorm, NEOX RoPE */
+};
+
+enum llama_rope_mode {
+	LLAMA_ROPE_NORMAL = 0,  /* pairs (2i, 2i + 1) */
+	LLAMA_ROPE_NEOX,        /* pairs (i, i + rope_dim / 2) */
+};
+
 struct llama_hparams {
-	char arch[32];          /* general.architecture ("llama") */
+	char arch[32];          /* general.architecture ("llama", "qwen2", ...) */
+	enum llama_arch arch_id;
+	enum llama_rope_mode rope_mode;
+	bool qkv_bias;          /* blk.N.attn_{q,k,v}.bias present (qwen2) */
+	bool qk_norm;           /* blk.N.attn_{q,k}_norm.weight (qwen3) */
 	uint32_t n_layer;       /* {arch}.block_count */
 	uint32_t n_embd;        /* {arch}.embedding_length */
 	uint32_t n_head;        /* {arch}.attention.head_count */
 	uint32_t n_head_kv;     /* {arch}.attention.head_count_kv (= n_head) */
-	uint32_t head_dim;      /* n_embd / n_head */
+	uint32_t head_dim;      /* {arch}.attention.key_length (= value_length),
+				 * else n_embd / n_head */
 	uint32_t n_ff;          /* {arch}.feed_forward_length */
 	uint32_t n_vocab;       /* rows of token_embd.weight */
 	uint32_t n_ctx_train;   /* {arch}.context_length */
@@ -185,8 +203,8 @@ struct llama_hparams {
 	float norm_eps;         /* {arch}.attention.layer_norm_rms_epsilon */
 };
 
-/* Read and check the hyperparameters of a llama-architecture file.
- * Besides the keys, it checks every tensor the llama graph uses exists
+/* Read and check the hyperparameters of a llama, qwen2 or qwen3 file
+ * (any other general.architecture is GGUF_E_ARCH, naming it). Besides the keys, it checks every tensor the llama graph uses exists
  * with the shape the metadata implies (output.weight may be absent: tied
  * embeddings), that the tokenizer's token count equals n_vocab, and
  * that {arch}.vocab_size, when present, agrees. Errors name the key or

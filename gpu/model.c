@@ -42,7 +42,7 @@ static const struct gguf_tensor *find_shaped(const struct gguf_file *f,
 	return t;
 }
 
-/* A norm vector: F32, n values. */
+/* A norm or bias vector: F32, n values. */
 static int bind_vec(struct model *m, const char *name, uint32_t n,
 		    const float **out, struct gguf_error *err)
 {
@@ -53,7 +53,7 @@ static int bind_vec(struct model *m, const char *name, uint32_t n,
 		return rc;
 	if (t->type != GGML_TYPE_F32)
 		return gguf_error_set(err, MODEL_E_TYPE, t->info_offset,
-				  "tensor '%s' has type %s; norm weights must be f32",
+				  "tensor '%s' has type %s; norm weights and biases must be f32",
 				  name, ggml_type_name(t->type));
 	if ((uintptr_t)t->data % 4 || t->nbytes < (uint64_t)n * 4)
 		return gguf_error_set(err, MODEL_E_ALIGN, t->info_offset,
@@ -135,25 +135,34 @@ static int model_bind(struct model *m, struct gguf_error *err)
 		return gguf_error_set(err, -ENOMEM, 0, "out of memory");
 	for (uint32_t l = 0; l < hp->n_layer; l++) {
 		struct model_layer *L = &m->layers[l];
+		/* want: bound only when the architecture has the tensor */
 		const struct {
 			const char *name;
 			uint32_t rows, cols;
 			struct ops_mat *mat;
 			const float **vec;
+			bool want;
 		} b[] = {
-			{ "attn_norm", 0, e, NULL, &L->attn_norm },
-			{ "attn_q", qd, e, &L->wq, NULL },
-			{ "attn_k", kvd, e, &L->wk, NULL },
-			{ "attn_v", kvd, e, &L->wv, NULL },
-			{ "attn_output", e, qd, &L->wo, NULL },
-			{ "ffn_norm", 0, e, NULL, &L->ffn_norm },
-			{ "ffn_gate", hp->n_ff, e, &L->w_gate, NULL },
-			{ "ffn_up", hp->n_ff, e, &L->w_up, NULL },
-			{ "ffn_down", e, hp->n_ff, &L->w_down, NULL },
+			{ "attn_norm.weight", 0, e, NULL, &L->attn_norm, true },
+			{ "attn_q.weight", qd, e, &L->wq, NULL, true },
+			{ "attn_k.weight", kvd, e, &L->wk, NULL, true },
+			{ "attn_v.weight", kvd, e, &L->wv, NULL, true },
+			{ "attn_q.bias", 0, qd, NULL, &L->bq, hp->qkv_bias },
+			{ "attn_k.bias", 0, kvd, NULL, &L->bk, hp->qkv_bias },
+			{ "attn_v.bias", 0, kvd, NULL, &L->bv, hp->qkv_bias },
+			{ "attn_q_norm.weight", 0, hp->head_dim, NULL, &L->q_norm, hp->qk_norm },
+			{ "attn_k_norm.weight", 0, hp->head_dim, NULL, &L->k_norm, hp->qk_norm },
+			{ "attn_output.weight", e, qd, &L->wo, NULL, true },
+			{ "ffn_norm.weight", 0, e, NULL, &L->ffn_norm, true },
+			{ "ffn_gate.weight", hp->n_ff, e, &L->w_gate, NULL, true },
+			{ "ffn_up.weight", hp->n_ff, e, &L->w_up, NULL, true },
+			{ "ffn_down.weight", e, hp->n_ff, &L->w_down, NULL, true },
 		};
 
 		for (size_t i = 0; i < KVD_ARRAY_SIZE(b); i++) {
-			snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, b[i].name);
+			if (!b[i].want)
+				continue;
+			snprintf(nm, sizeof(nm), "blk.%u.%s", l, b[i].name);
 			rc = b[i].mat ? bind_mat(m, nm, b[i].rows, b[i].cols,
 						 b[i].mat, true, err)
 				      : bind_vec(m, nm, b[i].cols, b[i].vec, err);

@@ -1,4 +1,4 @@
-/* model.h - a llama model's weights, used in place from a GGUF mapping.
+/* model.h - a llama, qwen2 or qwen3 model's weights, used in place from a GGUF mapping.
  *
  * model_open() opens the file (gpu/gguf.h), reads the hyperparameters
  * (gguf_llama_hparams, which checks keys and tensor shapes) and binds
@@ -35,6 +35,11 @@ struct model_layer {
 	struct ops_mat wk;        /* (n_head_kv * head_dim, n_embd) */
 	struct ops_mat wv;        /* (n_head_kv * head_dim, n_embd) */
 	struct ops_mat wo;        /* (n_embd, n_head * head_dim) */
+	const float *bq;          /* (n_head * head_dim) qwen2, else NULL */
+	const float *bk;          /* (n_head_kv * head_dim) qwen2, else NULL */
+	const float *bv;          /* (n_head_kv * head_dim) qwen2, else NULL */
+	const float *q_norm;      /* (head_dim) qwen3, else NULL */
+	const float *k_norm;      /* (head_dim) qwen3, else NULL */
 	const float *ffn_norm;    /* (n_embd) */
 	struct ops_mat w_gate;    /* (n_ff, n_embd) */
 	struct ops_mat w_up;      /* (n_ff, n_embd) */

@@ -773,6 +773,24 @@ void ops_rope_apply(float *x, uint32_t n_heads, uint32_t head_dim,
 	}
 }
 
+void ops_rope_apply_neox(float *x, uint32_t n_heads, uint32_t head_dim,
+			 uint32_t rope_dim, const float *cs)
+{
+	uint32_t half = rope_dim / 2;
+
+	for (uint32_t h = 0; h < n_heads; h++) {
+		float *xh = x + (size_t)h * head_dim;
+
+		for (uint32_t i = 0; i < half; i++) {
+			float c = cs[2 * i], s = cs[2 * i + 1];
+			float x0 = xh[i], x1 = xh[i + half];
+
+			xh[i] = x0 * c - x1 * s;
+			xh[i + half] = x0 * s + x1 * c;
+		}
+	}
+}
+
 /* ---- KV through pages ---------------------------------------------------- */
 
 static inline size_t kv_elt(enum kv_dtype dt)

@@ -160,6 +160,11 @@ void ops_rope_table(float *cs, uint32_t pos, uint32_t rope_dim,
 /* x: (n_heads, head_dim) */
 void ops_rope_apply(float *x, uint32_t n_heads, uint32_t head_dim,
 		    uint32_t rope_dim, const float *cs);
+/* RoPE, NEOX mode (GGUF qwen2, qwen3): the pairs are (x[i],
+ * x[i + rope_dim / 2]) for i < rope_dim / 2, with the same theta_i and
+ * the same table. */
+void ops_rope_apply_neox(float *x, uint32_t n_heads, uint32_t head_dim,
+			 uint32_t rope_dim, const float *cs);
 
 /* ---- KV through pages -------------------------------------------------- */
 

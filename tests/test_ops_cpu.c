@@ -395,6 +395,40 @@ START_TEST(test_rope)
 }
 END_TEST
 
+/* NEOX mode rotates (x[i], x[i + rd/2]): the normal mode applied to the
+ * head with those pairs moved next to each other. */
+START_TEST(test_rope_neox)
+{
+	enum { H = 2, D = 16 };
+	const uint32_t rope_dims[] = { 16, 8 };
+
+	for (size_t a = 0; a < 2; a++) {
+		uint32_t rd = rope_dims[a], half = rd / 2;
+		float x[H * D], y[H * D], p[H * D], cs[D];
+
+		fill(x, H * D, 1.0f);
+		memcpy(y, x, sizeof(x));
+		memcpy(p, x, sizeof(x));
+		for (int h = 0; h < H; h++)
+			for (uint32_t i = 0; i < half; i++) {
+				p[h * D + 2 * i] = x[h * D + i];
+				p[h * D + 2 * i + 1] = x[h * D + i + half];
+			}
+		ops_rope_table(cs, 37, rd, 10000.0f, 1.0f);
+		ops_rope_apply_neox(y, H, D, rd, cs);
+		ops_rope_apply(p, H, D, rd, cs);
+		for (int h = 0; h < H; h++) {
+			for (uint32_t i = 0; i < half; i++) {
+				ck_assert(y[h * D + i] == p[h * D + 2 * i]);
+				ck_assert(y[h * D + i + half] == p[h * D + 2 * i + 1]);
+			}
+			for (uint32_t i = rd; i < D; i++)
+				ck_assert(y[h * D + i] == x[h * D + i]);
+		}
+	}
+}
+END_TEST
+
 /* ---- attention over pages --------------------------------------------- */
 
 /* Lay out n_pos positions of one layer (K and V, kv_heads x head_dim) in
@@ -551,6 +585,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_softmax);
 	tcase_add_test(tc, test_swiglu);
 	tcase_add_test(tc, test_rope);
+	tcase_add_test(tc, test_rope_neox);
 	tcase_add_test(tc, test_attention_pages);
 	tcase_add_test(tc, test_threadpool);
 	suite_add_tcase(s, tc);
