@@ -1029,6 +1029,7 @@ static const struct hp_arch {
 } hp_archs[] = {
 	{ "llama", LLAMA_ARCH_LLAMA, LLAMA_ROPE_NORMAL, false, false },
 	{ "qwen2", LLAMA_ARCH_QWEN2, LLAMA_ROPE_NEOX, true, false },
+	{ "qwen3", LLAMA_ARCH_QWEN3, LLAMA_ROPE_NEOX, false, true },
 };
 
 /* `{arch}.suffix` into buf, for messages and lookups. */
@@ -1071,7 +1072,7 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 	if (!ha) {
 		kv = gguf_find(f, "general.architecture");
 		return gguf_error_set(err, GGUF_E_ARCH, kv->offset,
-				  "architecture '%s' is not supported; kvd runs 'llama', 'qwen2' (offset %llu)",
+				  "architecture '%s' is not supported; kvd runs 'llama', 'qwen2', 'qwen3' (offset %llu)",
 				  hp->arch, (unsigned long long)kv->offset);
 	}
 	a = ha->name;

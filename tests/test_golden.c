@@ -11,8 +11,8 @@
  * llama.cpp's greedy outputs) must match over their leading safe steps:
  * llama.cpp's quantized-activation outputs or its exact-dequantization
  * ones, whichever agrees (kvd quantizes activations to Q8_K with its own
- * rounding, so either may be the nearer). Models of other architectures
- * are skipped until kvd runs them.
+ * rounding, so either may be the nearer). kvd stops at EOS where
+ * llama.cpp's runs went on, so the steps compared end at a first EOS.
  */
 #include <check.h>
 #include <stdio.h>
@@ -204,7 +204,8 @@ static int oracle_parse(char *line, struct oracle_case *oc)
 /* The oracle models of the architectures kvd runs. */
 static int oracle_runs(const char *model)
 {
-	static const char *const archs[] = { "random-llama-", "random-qwen2-" };
+	static const char *const archs[] = { "random-llama-", "random-qwen2-",
+					       "random-qwen3-" };
 
 	for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
 		if (!strncmp(model, archs[i], strlen(archs[i])))
