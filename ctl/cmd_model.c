@@ -32,8 +32,9 @@
 
 static void model_usage(FILE *fp)
 {
-	fputs("usage: kvctl model make OUT.gguf [--layers N] [--dim N] [--heads N]\n"
-	      "                  [--kv-heads N] [--ff N] [--vocab N] [--ctx N]\n"
+	fputs("usage: kvctl model make OUT.gguf [--arch llama|qwen2|qwen3] [--layers N]\n"
+	      "                  [--dim N] [--heads N] [--kv-heads N] [--head-dim N]\n"
+	      "                  [--ff N] [--vocab N] [--ctx N]\n"
 	      "                  [--dtype f32|f16|q8_0|q4_0|q2_k|q3_k|q4_k|q5_k|q6_k|\n"
 	      "                           q3_k_m|q4_k_m|q5_k_m] [--seed S] [--tied]\n"
 	      "                  [--tokenizer llama|gpt2]\n"
@@ -189,22 +190,26 @@ static const enum ggml_type dtype_types[] = {
 	GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
 };
 static const char *const tok_words[] = { "llama", "gpt2", NULL };
+/* in enum llama_arch order */
+static const char *const arch_words[] = { "llama", "qwen2", "qwen3", NULL };
 static const char *const kv_words[] = { "f32", "f16", NULL };
 
 static int model_make(int argc, char **argv)
 {
 	struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
-	const char *dtype = "f32", *tok = "llama", *out = NULL;
+	const char *dtype = "f32", *tok = "llama", *arch = "llama", *out = NULL;
 	bool kv_set = false;
 	char why[160];
 	int rc;
 
 	p.n_head_kv = 0; /* default: = heads */
 	const struct opt opts[] = {
+		{ "--arch", OPT_WORD, &arch, arch_words },
 		{ "--layers", OPT_U32, &p.n_layer, NULL },
 		{ "--dim", OPT_U32, &p.n_embd, NULL },
 		{ "--heads", OPT_U32, &p.n_head, NULL },
 		{ "--kv-heads", OPT_U32, &p.n_head_kv, NULL },
+		{ "--head-dim", OPT_U32, &p.head_dim, NULL },
 		{ "--ff", OPT_U32, &p.n_ff, NULL },
 		{ "--vocab", OPT_U32, &p.n_vocab, NULL },
 		{ "--ctx", OPT_U32, &p.n_ctx, NULL },
@@ -226,6 +231,9 @@ static int model_make(int argc, char **argv)
 			p.mix_q6_k = strstr(dtype, "_m") != NULL;
 		}
 	p.vocab = !strcmp(tok, "gpt2") ? GGUF_VOCAB_GPT2 : GGUF_VOCAB_LLAMA;
+	for (size_t i = 0; arch_words[i]; i++)
+		if (!strcmp(arch, arch_words[i]))
+			p.arch = (enum llama_arch)i;
 	if (gguf_llama_params_check(&p, why, sizeof(why))) {
 		fprintf(stderr, "kvctl model make: %s\n", why);
 		return EXIT_USAGE;
@@ -238,8 +246,9 @@ static int model_make(int argc, char **argv)
 				      : strerror(-rc));
 		return EXIT_BAD_FILE;
 	}
-	printf("wrote %s: llama, %u layers, dim %u, %u heads (%u kv), ff %u, vocab %u (%s), %s, %.1fM params%s, %.2f s\n",
-	       out, p.n_layer, p.n_embd, p.n_head, p.n_head_kv, p.n_ff,
+	printf("wrote %s: %s, %u layers, dim %u, %u heads (%u kv, head dim %u), ff %u, vocab %u (%s), %s, %.1fM params%s, %.2f s\n",
+	       out, arch, p.n_layer, p.n_embd, p.n_head, p.n_head_kv,
+	       p.head_dim ? p.head_dim : p.n_embd / p.n_head, p.n_ff,
 	       p.n_vocab, tok, dtype, (double)gguf_llama_n_params(&p) / 1e6,
 	       p.tied ? ", tied embeddings" : "",
 	       (double)(kvd_now_ns() - t0) / 1e9);

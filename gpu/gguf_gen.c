@@ -374,26 +374,47 @@ static int gen_fill(void *vctx, uint64_t index, void *dst, uint64_t nbytes)
 
 struct llama_tensor_spec {
 	const char *name;     /* printf pattern with the layer */
-	int r0, r1;           /* dims: 0 embd, 1 q, 2 kv, 3 ff, 4 vocab, 5 one */
+	int r0, r1;           /* dims: 0 embd, 1 q, 2 kv, 3 ff, 4 vocab, 5 one,
+			       * 6 head */
 	enum gen_kind kind;
 	bool mix;             /* Q6_K under mix_q6_k */
+	int only;             /* 0 every arch; else the one arch + 1 */
 };
+
+#define ONLY_QWEN2 (LLAMA_ARCH_QWEN2 + 1)
+#define ONLY_QWEN3 (LLAMA_ARCH_QWEN3 + 1)
 
 static const struct llama_tensor_spec llama_layer_tensors[] = {
-	{ "blk.%u.attn_norm.weight", 0, 5, GEN_NORM, false },
-	{ "blk.%u.attn_q.weight", 0, 1, GEN_WEIGHT, false },
-	{ "blk.%u.attn_k.weight", 0, 2, GEN_WEIGHT, false },
-	{ "blk.%u.attn_v.weight", 0, 2, GEN_WEIGHT, true },
-	{ "blk.%u.attn_output.weight", 1, 0, GEN_WEIGHT, false },
-	{ "blk.%u.ffn_norm.weight", 0, 5, GEN_NORM, false },
-	{ "blk.%u.ffn_gate.weight", 0, 3, GEN_WEIGHT, false },
-	{ "blk.%u.ffn_down.weight", 3, 0, GEN_WEIGHT, true },
-	{ "blk.%u.ffn_up.weight", 0, 3, GEN_WEIGHT, false },
+	{ "blk.%u.attn_norm.weight", 0, 5, GEN_NORM, false, 0 },
+	{ "blk.%u.attn_q.weight", 0, 1, GEN_WEIGHT, false, 0 },
+	{ "blk.%u.attn_q.bias", 1, 5, GEN_WEIGHT, false, ONLY_QWEN2 },
+	{ "blk.%u.attn_q_norm.weight", 6, 5, GEN_NORM, false, ONLY_QWEN3 },
+	{ "blk.%u.attn_k.weight", 0, 2, GEN_WEIGHT, false, 0 },
+	{ "blk.%u.attn_k.bias", 2, 5, GEN_WEIGHT, false, ONLY_QWEN2 },
+	{ "blk.%u.attn_k_norm.weight", 6, 5, GEN_NORM, false, ONLY_QWEN3 },
+	{ "blk.%u.attn_v.weight", 0, 2, GEN_WEIGHT, true, 0 },
+	{ "blk.%u.attn_v.bias", 2, 5, GEN_WEIGHT, false, ONLY_QWEN2 },
+	{ "blk.%u.attn_output.weight", 1, 0, GEN_WEIGHT, false, 0 },
+	{ "blk.%u.ffn_norm.weight", 0, 5, GEN_NORM, false, 0 },
+	{ "blk.%u.ffn_gate.weight", 0, 3, GEN_WEIGHT, false, 0 },
+	{ "blk.%u.ffn_down.weight", 3, 0, GEN_WEIGHT, true, 0 },
+	{ "blk.%u.ffn_up.weight", 0, 3, GEN_WEIGHT, false, 0 },
 };
 
-static void llama_dims(const struct gguf_llama_params *p, uint64_t d[6])
+static bool llama_has(const struct gguf_llama_params *p,
+		      const struct llama_tensor_spec *s)
 {
-	uint64_t hd = p->n_head ? p->n_embd / p->n_head : 0;
+	return !s->only || s->only == (int)p->arch + 1;
+}
+
+static uint32_t llama_head_dim(const struct gguf_llama_params *p)
+{
+	return p->head_dim ? p->head_dim : p->n_head ? p->n_embd / p->n_head : 0;
+}
+
+static void llama_dims(const struct gguf_llama_params *p, uint64_t d[7])
+{
+	uint64_t hd = llama_head_dim(p);
 
 	d[0] = p->n_embd;
 	d[1] = hd * p->n_head;
@@ -401,17 +422,30 @@ static void llama_dims(const struct gguf_llama_params *p, uint64_t d[6])
 	d[3] = p->n_ff;
 	d[4] = p->n_vocab;
 	d[5] = 1;
+	d[6] = hd;
+}
+
+const char *gguf_arch_name(enum llama_arch a)
+{
+	static const char *const names[] = {
+		[LLAMA_ARCH_LLAMA] = "llama",
+		[LLAMA_ARCH_QWEN2] = "qwen2",
+		[LLAMA_ARCH_QWEN3] = "qwen3",
+	};
+
+	return (unsigned)a < KVD_ARRAY_SIZE(names) ? names[a] : NULL;
 }
 
 uint64_t gguf_llama_n_params(const struct gguf_llama_params *p)
 {
-	uint64_t d[6], n;
+	uint64_t d[7], n;
 
 	llama_dims(p, d);
 	n = d[0] * d[4] * (p->tied ? 1 : 2) + d[0];
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(llama_layer_tensors); i++)
-		n += (uint64_t)p->n_layer * d[llama_layer_tensors[i].r0] *
-		     d[llama_layer_tensors[i].r1];
+		if (llama_has(p, &llama_layer_tensors[i]))
+			n += (uint64_t)p->n_layer * d[llama_layer_tensors[i].r0] *
+			     d[llama_layer_tensors[i].r1];
 	return n;
 }
 
@@ -425,14 +459,20 @@ int gguf_llama_params_check(const struct gguf_llama_params *p, char *why,
 	if (p->n_layer > 4096 || p->n_embd > 65536 || p->n_ff > 1 << 20 ||
 	    p->n_vocab > 1 << 20)
 		BAD("dimensions too large");
-	if (p->n_embd % p->n_head)
+	if (!gguf_arch_name(p->arch))
+		BAD("unknown architecture %d", (int)p->arch);
+	if (!p->head_dim && p->n_embd % p->n_head)
 		BAD("dim %u is not a multiple of heads %u", p->n_embd, p->n_head);
+	if (p->head_dim && p->arch == LLAMA_ARCH_LLAMA)
+		BAD("a head dim other than dim / heads needs --arch qwen3 or qwen2");
+	if (p->head_dim > 4096)
+		BAD("head dim %u too large", p->head_dim);
 	if (p->n_head % p->n_head_kv)
 		BAD("heads %u is not a multiple of kv-heads %u", p->n_head,
 		    p->n_head_kv);
-	if ((p->n_embd / p->n_head) % 2)
+	if (llama_head_dim(p) % 2 || !llama_head_dim(p))
 		BAD("head dim %u must be even (RoPE rotates pairs)",
-		    p->n_embd / p->n_head);
+		    llama_head_dim(p));
 	if (p->n_vocab < 259)
 		BAD("vocab %u is below 259 (3 specials + 256 bytes)", p->n_vocab);
 	if (p->wtype != GGML_TYPE_F32 && p->wtype != GGML_TYPE_F16 &&
@@ -440,13 +480,15 @@ int gguf_llama_params_check(const struct gguf_llama_params *p, char *why,
 	    !ops_kq_is(p->wtype))
 		BAD("weight type %s not supported (f32, f16, q8_0, q4_0, q2_k..q6_k)",
 		    ggml_type_name(p->wtype));
+	/* attn_output's rows are heads * head dim long */
+	uint32_t qd = p->n_head * llama_head_dim(p);
 	if ((ops_kq_is(p->wtype) || p->mix_q6_k) &&
-	    (p->n_embd % OPS_QK_K || p->n_ff % OPS_QK_K))
-		BAD("%s needs dim and ff to be multiples of 256",
+	    (p->n_embd % OPS_QK_K || p->n_ff % OPS_QK_K || qd % OPS_QK_K))
+		BAD("%s needs dim, ff and heads * head dim to be multiples of 256",
 		    ggml_type_name(p->mix_q6_k ? GGML_TYPE_Q6_K : p->wtype));
 	if ((p->wtype == GGML_TYPE_Q8_0 || p->wtype == GGML_TYPE_Q4_0) &&
-	    (p->n_embd % 32 || p->n_ff % 32))
-		BAD("%s needs dim and ff to be multiples of 32",
+	    (p->n_embd % 32 || p->n_ff % 32 || qd % 32))
+		BAD("%s needs dim, ff and heads * head dim to be multiples of 32",
 		    ggml_type_name(p->wtype));
 	if (!(p->norm_eps > 0) || !(p->rope_freq_base > 0))
 		BAD("norm eps and rope base must be positive");
@@ -536,29 +578,40 @@ int gguf_make_llama_writer(struct gguf_writer **out,
 {
 	_cleanup_(gguf_writer_freep) struct gguf_writer *w = NULL;
 	struct gen_ctx *ctx;
-	uint64_t d[6];
-	char why[128], name[96];
+	uint64_t d[7];
+	char why[128], name[96], k[96];
+	const char *a;
 	int rc;
 
 	if (gguf_llama_params_check(p, why, sizeof(why)))
 		return -EINVAL;
 	llama_dims(p, d);
+	a = gguf_arch_name(p->arch);
+#define KEY(suffix) (snprintf(k, sizeof(k), "%s.%s", a, suffix), k)
 	if ((rc = gguf_writer_new(&w, 32)))
 		return rc;
-	rc = gguf_writer_add_str(w, "general.architecture", "llama");
+	rc = gguf_writer_add_str(w, "general.architecture", a);
 	if (!rc) rc = gguf_writer_add_str(w, "general.name", p->name ? p->name : "kvd-random");
 	if (!rc) rc = gguf_writer_add_u32(w, "general.file_type", llama_file_type(p->wtype, p->mix_q6_k));
 	if (!rc) rc = gguf_writer_add_u32(w, "general.quantization_version", 2);
-	if (!rc) rc = gguf_writer_add_u32(w, "llama.context_length", p->n_ctx);
-	if (!rc) rc = gguf_writer_add_u32(w, "llama.embedding_length", p->n_embd);
-	if (!rc) rc = gguf_writer_add_u32(w, "llama.block_count", p->n_layer);
-	if (!rc) rc = gguf_writer_add_u32(w, "llama.feed_forward_length", p->n_ff);
-	if (!rc) rc = gguf_writer_add_u32(w, "llama.rope.dimension_count", p->n_embd / p->n_head);
-	if (!rc) rc = gguf_writer_add_f32(w, "llama.rope.freq_base", p->rope_freq_base);
-	if (!rc) rc = gguf_writer_add_u32(w, "llama.attention.head_count", p->n_head);
-	if (!rc) rc = gguf_writer_add_u32(w, "llama.attention.head_count_kv", p->n_head_kv);
-	if (!rc) rc = gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", p->norm_eps);
-	if (!rc) rc = gguf_writer_add_u32(w, "llama.vocab_size", p->n_vocab);
+	if (!rc) rc = gguf_writer_add_u32(w, KEY("context_length"), p->n_ctx);
+	if (!rc) rc = gguf_writer_add_u32(w, KEY("embedding_length"), p->n_embd);
+	if (!rc) rc = gguf_writer_add_u32(w, KEY("block_count"), p->n_layer);
+	if (!rc) rc = gguf_writer_add_u32(w, KEY("feed_forward_length"), p->n_ff);
+	/* qwen files carry no rope.dimension_count: RoPE spans the head */
+	if (!rc && p->arch == LLAMA_ARCH_LLAMA)
+		rc = gguf_writer_add_u32(w, KEY("rope.dimension_count"), (uint32_t)d[6]);
+	if (!rc) rc = gguf_writer_add_f32(w, KEY("rope.freq_base"), p->rope_freq_base);
+	if (!rc) rc = gguf_writer_add_u32(w, KEY("attention.head_count"), p->n_head);
+	if (!rc) rc = gguf_writer_add_u32(w, KEY("attention.head_count_kv"), p->n_head_kv);
+	if (!rc) rc = gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->norm_eps);
+	/* llama.cpp's qwen3 converter always writes the head size */
+	if (!rc && (p->head_dim || p->arch == LLAMA_ARCH_QWEN3)) {
+		rc = gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)d[6]);
+		if (!rc) rc = gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)d[6]);
+	}
+	if (!rc) rc = gguf_writer_add_u32(w, KEY("vocab_size"), p->n_vocab);
+#undef KEY
 	if (!rc) rc = llama_add_vocab(w, p);
 	if (rc)
 		return rc;
@@ -574,9 +627,11 @@ int gguf_make_llama_writer(struct gguf_writer **out,
 	for (uint32_t l = 0; l < p->n_layer && !rc; l++)
 		for (size_t i = 0; i < KVD_ARRAY_SIZE(llama_layer_tensors) && !rc; i++) {
 			const struct llama_tensor_spec *s = &llama_layer_tensors[i];
+			if (!llama_has(p, s))
+				continue;
 			snprintf(name, sizeof(name), s->name, l);
 			rc = llama_add_tensor(w, ctx, name, d[s->r0], d[s->r1],
-					      s->kind == GEN_NORM ? GGML_TYPE_F32 :
+					      s->kind == GEN_NORM || s->r1 == 5 ? GGML_TYPE_F32 :
 					      p->mix_q6_k && s->mix ? GGML_TYPE_Q6_K : p->wtype,
 					      s->kind, p->seed);
 		}

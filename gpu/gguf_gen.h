@@ -1,6 +1,8 @@
-/* gguf_gen.h - a generator of random llama GGUF models.
+/* gguf_gen.h - a generator of random llama, qwen2 and qwen3 GGUF models.
  *
- * gguf_make_llama() writes a complete, valid llama GGUF with deterministic
+ * gguf_make_llama() writes a complete, valid GGUF of the architecture in
+ * params.arch (llama; qwen2 with Q/K/V biases; qwen3 with per-head Q/K
+ * norms and attention.key_length) with deterministic
  * random weights and a SentencePiece or byte-level BPE vocabulary: the
  * quick start, tests and benchmarks use it instead of shipping model
  * files. gguf_make_llama_writer() stops before the write, so a test can
@@ -25,10 +27,13 @@ enum gguf_vocab_kind {
 
 struct gguf_llama_params {
 	const char *name;         /* general.name */
+	enum llama_arch arch;     /* general.architecture and key prefix */
 	uint32_t n_layer;
 	uint32_t n_embd;
 	uint32_t n_head;
 	uint32_t n_head_kv;
+	uint32_t head_dim;        /* 0: n_embd / n_head; else written as
+				   * attention.key_length (= value_length) */
 	uint32_t n_ff;
 	uint32_t n_vocab;         /* >= 259 for llama, >= 259 for gpt2 */
 	uint32_t n_ctx;           /* llama.context_length */
@@ -45,11 +50,14 @@ struct gguf_llama_params {
 };
 
 #define GGUF_LLAMA_PARAMS_DEFAULT {                                   \
-	.name = "kvd-random", .n_layer = 2, .n_embd = 64, .n_head = 4,  \
+	.name = "kvd-random", .arch = LLAMA_ARCH_LLAMA, .n_layer = 2, .n_embd = 64, .n_head = 4,  \
 	.n_head_kv = 2, .n_ff = 128, .n_vocab = 512, .n_ctx = 2048,    \
 	.rope_freq_base = 10000.0f, .norm_eps = 1e-5f,                 \
 	.wtype = GGML_TYPE_F32, .seed = 1, .tied = false,              \
 	.vocab = GGUF_VOCAB_LLAMA }
+
+/* "llama", "qwen2", "qwen3"; NULL for another value. */
+const char *gguf_arch_name(enum llama_arch a);
 
 /* Parameter count of the model gguf_make_llama() would write. */
 uint64_t gguf_llama_n_params(const struct gguf_llama_params *p);

@@ -273,6 +273,59 @@ START_TEST(test_invariance_generated)
 }
 END_TEST
 
+/* Each architecture, generated: llama; qwen2 (Q/K/V biases, NEOX RoPE,
+ * tied); qwen3 (per-head Q/K norms, head dim 32 where dim / heads is
+ * 16). Loads with the right options and head size and is invariant to
+ * threads, page size and batching. */
+START_TEST(test_invariance_arch)
+{
+	static const struct {
+		enum llama_arch arch;
+		uint32_t head_dim;
+		bool tied;
+	} cases[] = {
+		{ LLAMA_ARCH_LLAMA, 0, false },
+		{ LLAMA_ARCH_QWEN2, 0, true },
+		{ LLAMA_ARCH_QWEN3, 32, false },
+	};
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(cases); i++) {
+		struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
+		char path[512];
+		struct model *m;
+		struct gguf_error err;
+
+		p.arch = cases[i].arch;
+		p.head_dim = cases[i].head_dim;
+		p.tied = cases[i].tied;
+		p.n_embd = 64;
+		p.n_head = 4;
+		p.n_head_kv = 2;
+		p.n_ff = 96;
+		p.n_vocab = 320;
+		p.n_ctx = 256;
+		p.seed = 13;
+		snprintf(path, sizeof(path), "%s/m_arch_%s.gguf", tmpdir,
+			 gguf_arch_name(p.arch));
+		ck_assert_int_eq(gguf_make_llama(path, &p), 0);
+		ck_assert_msg(model_open(&m, path, &err) == 0, "%s", err.msg);
+		ck_assert_int_eq(m->hp.arch_id, cases[i].arch);
+		ck_assert_str_eq(m->hp.arch, gguf_arch_name(cases[i].arch));
+		ck_assert_uint_eq(m->hp.head_dim, cases[i].head_dim ? cases[i].head_dim : 16);
+		ck_assert_int_eq(m->hp.rope_mode, cases[i].arch == LLAMA_ARCH_LLAMA ?
+				 LLAMA_ROPE_NORMAL : LLAMA_ROPE_NEOX);
+		ck_assert(m->tied == cases[i].tied);
+		ck_assert((m->layers[1].bq != NULL) == (cases[i].arch == LLAMA_ARCH_QWEN2));
+		ck_assert((m->layers[1].k_norm != NULL) == (cases[i].arch == LLAMA_ARCH_QWEN3));
+		ck_assert_uint_eq(llama_kv_bytes_per_token(&m->hp, KV_DTYPE_F32),
+				  2ull * 2 * 2 * m->hp.head_dim * 4);
+		check_invariance(m, false, KV_DTYPE_F32);
+		check_invariance(m, true, KV_DTYPE_F16);
+		model_free(m);
+	}
+}
+END_TEST
+
 START_TEST(test_invariance_stories)
 {
 	struct model *m = stories();
@@ -799,6 +852,7 @@ int main(void)
 	tcase_add_test(tc, test_weight_types);
 	tcase_add_test(tc, test_mixed_activation_classes);
 	tcase_add_test(tc, test_invariance_generated);
+	tcase_add_test(tc, test_invariance_arch);
 	tcase_add_test(tc, test_invariance_stories);
 	tcase_add_test(tc, test_integrity_corrupt_tag);
 	tcase_add_test(tc, test_integrity_stale_table);
