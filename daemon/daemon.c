@@ -54,6 +54,9 @@ const char *kvd_reject_name(enum kvd_reject r)
 
 /* ---- capacity (invariant 4) ------------------------------------------- */
 
+/* K and V rows are n_head_kv * head_dim wide, head_dim being the file's
+ * attention.key_length where it has one (qwen3): never derived from
+ * n_embd, so pages, capacity and the peer hello follow the real heads. */
 static struct kvpool_geom daemon_geom(const struct kvd_config *cfg,
 				      const struct llama_hparams *hp)
 {
@@ -234,11 +237,11 @@ static int daemon_open_model(struct kvd_daemon *d)
 		return r;
 	}
 	KVLOG_INFO(&d->log, "model_loaded",
-		   "path=%s arch=%s layers=%u embd=%u heads=%u kv_heads=%u ff=%u"
-		   " vocab=%u ctx_train=%u sha256=%s",
+		   "path=%s arch=%s layers=%u embd=%u heads=%u kv_heads=%u"
+		   " head_dim=%u ff=%u vocab=%u ctx_train=%u sha256=%s",
 		   KVLOG_Q(d->cfg.model_path), KVLOG_Q(d->hp.arch),
-		   d->hp.n_layer, d->hp.n_embd,
-		   d->hp.n_head, d->hp.n_head_kv, d->hp.n_ff, d->hp.n_vocab,
+		   d->hp.n_layer, d->hp.n_embd, d->hp.n_head, d->hp.n_head_kv,
+		   d->hp.head_dim, d->hp.n_ff, d->hp.n_vocab,
 		   d->hp.n_ctx_train, d->model_sha256);
 	return 0;
 }
