@@ -3,8 +3,9 @@
 # (../shared/vocab, see its README): the first cases of every file give
 # the expected ids (--no-bos, text read byte for byte with --file), the
 # ids detokenize back to the text (and a newline), --special turns a control token's
-# text into its id (and without it the text is ordinary text), and a
-# file that is not a tokenizer is refused with a message.
+# text into its id (and without it the text is ordinary text), a
+# tokenizer model kvd does not run is refused by its name, and a file
+# that is not a GGUF is refused with a message.
 . "$(dirname "$0")/lib.sh"
 V=${KVD_SHARED:-}/vocab
 [ -d "$V" ] || skip "no $V (../shared/vocab)"
@@ -54,6 +55,22 @@ if [ -f "$L" ]; then
 	plain=$("$KVCTL" model tokenize "$L" --no-bos --json "<|begin_of_text|>Hi" | ids_of || true)
 	check "--special: the control token's text is its id" test "${sp%% *}" = 128000
 	check "without --special it is ordinary text" test -n "$plain" -a "${plain%% *}" != 128000
+fi
+
+# a tokenizer model kvd does not run (here gpt-2's vocabulary relabelled
+# "bert", same length) is refused by its name, not as a tensor type
+G=$V/ggml-vocab-gpt-2.gguf
+if [ -f "$G" ]; then
+	python3 - "$G" "$T/bert.gguf" <<'PY'
+import sys
+d = open(sys.argv[1], 'rb').read()
+i = d.index(b'gpt2', d.index(b'tokenizer.ggml.model'))
+open(sys.argv[2], 'wb').write(d[:i] + b'bert' + d[i + 4:])
+PY
+	rc=0
+	"$KVCTL" model tokenize "$T/bert.gguf" "hi" >"$T/bert.out" 2>&1 || rc=$?
+	check "an unsupported tokenizer model: refused (exit $rc)" test "$rc" -ne 0
+	check "by its name" grep -q "tokenizer model 'bert' is not supported" "$T/bert.out"
 fi
 
 printf 'not a gguf' >"$T/bad.gguf"
