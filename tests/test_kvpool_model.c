@@ -409,10 +409,15 @@ static void focus_filter(struct run *r, struct kvpool_ref *t, uint32_t *n,
 	if (!r->focus)
 		return;
 	for (uint32_t i = 0; i < *n; i++) {
-		const struct mpage *pg = &r->m.pg[t[i].page];
+		const struct mpage *pg;
 
-		if (t[i].page < r->m.slots && pg->gen == t[i].gen &&
-		    (states & BIT(pg->state)) && (!need_fence || pg->fences))
+		/* an unguided pick may name a page past the pool: look only
+		 * at pages that exist */
+		if (t[i].page >= r->m.slots)
+			continue;
+		pg = &r->m.pg[t[i].page];
+		if (pg->gen == t[i].gen && (states & BIT(pg->state)) &&
+		    (!need_fence || pg->fences))
 			t[k++] = t[i];
 	}
 	if (k)
