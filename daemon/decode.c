@@ -52,22 +52,14 @@ static void decode_try_complete(struct serve_req *r);
 /* ---- the decode request machine (daemon/machine.h: dreq) -------------------- */
 
 /* The first failure of a request is the one its client hears about. */
-static void dreq_fail(struct serve_req *r, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void dreq_fail(struct serve_req *r, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (r->fail_code)
-		return;
-	r->fail_code = code;
-	va_start(ap, fmt);
-	vsnprintf(r->fail_msg, sizeof(r->fail_msg), fmt, ap);
-	va_end(ap);
-	if (code == PROTO_ERR_INTEGRITY)
-		r->s->d->counters.integrity_failures++;
-}
+/* The first failure of a request is the one its client hears about; an
+ * integrity failure is counted once per request. */
+#define dreq_fail(r, code, ...)                                              \
+	do {                                                                 \
+		if (serve__req_fail((r), (code), __VA_ARGS__) &&             \
+		    (code) == PROTO_ERR_INTEGRITY)                           \
+			(r)->s->d->counters.integrity_failures++;            \
+	} while (0)
 
 /* A pool call on pages this request holds failed: the pool and the
  * request disagree about who owns what, so nothing of the table may go

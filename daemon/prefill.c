@@ -65,22 +65,6 @@ static void prefill_reject(struct link *l, uint64_t remote_id, int code,
 
 /* ---- the prefill request machine (daemon/machine.h: preq) -------------------- */
 
-static void preq_fail(struct serve_req *r, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-/* The first failure is the one decode hears about. */
-static void preq_fail(struct serve_req *r, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (r->fail_code)
-		return;
-	r->fail_code = code;
-	va_start(ap, fmt);
-	vsnprintf(r->fail_msg, sizeof(r->fail_msg), fmt, ap);
-	va_end(ap);
-}
-
 /* abort_ack, possibly late (fault point slow_abort_ack): a delayed ack
  * finds its connection again by session, which may be gone by then. */
 struct late_ack {
@@ -179,7 +163,7 @@ static void preq_count_timeout(struct serve_req *r)
 		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
 		   r->link ? r->link->hello.node : "?", r->n_dst,
 		   r->s->d->cfg.release_timeout_ms);
-	preq_fail(r, PROTO_ERR_TIMEOUT, "no release_ack within release_timeout_ms");
+	serve__req_fail(r, PROTO_ERR_TIMEOUT, "no release_ack within release_timeout_ms");
 }
 
 static void prefill_done_send(struct serve_req *r)
@@ -295,7 +279,7 @@ static struct serve_req *prefill_find(struct link *l, uint64_t remote_id)
 
 void serve__prefill_abort(struct serve_req *r, const char *reason)
 {
-	preq_fail(r, PROTO_ERR_INTERNAL, "%s", reason);
+	serve__req_fail(r, PROTO_ERR_INTERNAL, "%s", reason);
 	serve__preq_event(r, PEV_OP_ABORT);
 }
 
@@ -473,7 +457,7 @@ static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 	m->pages = NULL;
 	m->n_pages = 0;
 	if (!r->prompt) {
-		preq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__req_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		serve__preq_event(r, PEV_REFUSE);
 		return;
 	}
@@ -486,7 +470,7 @@ static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 		rc = serve__compute_submit(s, r, r->prompt, r->n_prompt, r->max_tokens,
 					   true, NULL, 0, 0);
 	if (rc) {
-		preq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__req_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		serve__preq_event(r, PEV_REFUSE);
 		return;
 	}
@@ -520,7 +504,7 @@ static void prefill_sent_cb(void *arg, int status)
 		r->batches_sent++;
 		serve__preq_event(r, PEV_BATCH_SENT);
 	} else {
-		preq_fail(r, PROTO_ERR_INTERNAL, "the KV batch could not be sent");
+		serve__req_fail(r, PROTO_ERR_INTERNAL, "the KV batch could not be sent");
 		serve__preq_event(r, PEV_SEND_FAIL);
 	}
 	if (l)
@@ -567,7 +551,7 @@ static int prefill_send_batch(struct serve_req *r, uint32_t n)
 	if (!pages || !t) {
 		free(pages);
 		free(t);
-		preq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__req_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		serve__preq_event(r, PEV_SEND_FAIL);
 		return -ENOMEM;
 	}
@@ -588,7 +572,7 @@ static int prefill_send_batch(struct serve_req *r, uint32_t n)
 	free(pages);
 	if (rc) {
 		free(t);
-		preq_fail(r, PROTO_ERR_INTERNAL, "the transport refused the batch");
+		serve__req_fail(r, PROTO_ERR_INTERNAL, "the transport refused the batch");
 		serve__preq_event(r, PEV_SEND_FAIL);
 		return rc;
 	}
@@ -660,14 +644,14 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 	if (!m->table || m->n_kv != r->n_prompt ||
 	    m->n_table != kvpool_pages_for(s->d->pool, m->n_kv) ||
 	    m->n_table != r->n_dst) {
-		preq_fail(r, PROTO_ERR_INTERNAL,
+		serve__req_fail(r, PROTO_ERR_INTERNAL,
 			  "prefill computed a different number of positions or pages than requested");
 		return PEV_COMPUTE_FAIL;
 	}
 	rc = kvpool_verify(s->d->pool, r->reg.id, m->table, m->n_table, m->n_kv, &bad);
 	if (rc) {
 		s->d->counters.integrity_failures++;
-		preq_fail(r, PROTO_ERR_INTEGRITY, "prefill's own pages failed verification");
+		serve__req_fail(r, PROTO_ERR_INTEGRITY, "prefill's own pages failed verification");
 		return PEV_COMPUTE_FAIL;
 	}
 	/* Invariant 10: positions past n_kv of the last page still hold an
@@ -676,7 +660,7 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 	rc = kvpool_zero_tail(s->d->pool, r->reg.id, &m->table[m->n_table - 1],
 			      m->n_kv - (m->n_table - 1) * pt);
 	if (rc) {
-		preq_fail(r, PROTO_ERR_INTERNAL,
+		serve__req_fail(r, PROTO_ERR_INTERNAL,
 			  "cannot clear the unfilled tail of the last page");
 		return PEV_COMPUTE_FAIL;
 	}
@@ -685,7 +669,7 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 	free(r->src);
 	r->src = malloc(sizeof(*r->src) * m->n_table);
 	if (!r->src) {
-		preq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__req_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		return PEV_COMPUTE_FAIL;
 	}
 	memcpy(r->src, m->table, sizeof(*r->src) * m->n_table);
@@ -714,7 +698,7 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
 			/* the refusal is what the reject says, also after an
 			 * abort (decode ignores it then) */
 			r->fail_code = 0;
-			preq_fail(r, prefill_submit_code(m->error), "prefill engine refused: %s",
+			serve__req_fail(r, prefill_submit_code(m->error), "prefill engine refused: %s",
 				  engine_strerror(m->error));
 			serve__preq_event(r, PEV_SUBMIT_ERR);
 			return;
@@ -738,7 +722,7 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
 			serve__preq_event(r, prefill_computed(r, m));
 			return;
 		}
-		preq_fail(r, m->error == ENGINE_E_INTEGRITY ? PROTO_ERR_INTEGRITY
+		serve__req_fail(r, m->error == ENGINE_E_INTEGRITY ? PROTO_ERR_INTEGRITY
 							    : PROTO_ERR_INTERNAL,
 			  "%s", engine_strerror(m->error));
 		serve__preq_event(r, PEV_COMPUTE_FAIL);
@@ -760,7 +744,7 @@ static void prefill_on_abort(struct link *l, const struct proto_peer_msg *m)
 		prefill_send_abort_ack(l->s, l, m->id);
 		return;
 	}
-	preq_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "decode aborted: %s (%.200s)",
+	serve__req_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "decode aborted: %s (%.200s)",
 		  proto_err_name(m->code), m->message);
 	/* decode holds its pages fenced until our ack: every state answers
 	 * it, at once or as soon as no batch of r is queued */
@@ -803,7 +787,7 @@ static bool prefill_req_lost(struct serve_req *r, int code, const char *msg)
 {
 	(void)code;
 	(void)msg;
-	preq_fail(r, PROTO_ERR_INTERNAL, "the decode peer was lost");
+	serve__req_fail(r, PROTO_ERR_INTERNAL, "the decode peer was lost");
 	serve__preq_event(r, PEV_LINK_LOST);
 	return false;
 }

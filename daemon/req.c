@@ -16,6 +16,8 @@
 #include "conf/util.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,4 +187,17 @@ void serve__compute_free(struct serve *s, struct serve_req *r,
 	compute_free(&s->comp, j, r->reg.id, r->ereq, release, n_release,
 		     quarantine);
 	r->ereq = NULL;
+}
+
+bool serve__req_fail(struct serve_req *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (r->fail_code)
+		return false;
+	r->fail_code = code;
+	va_start(ap, fmt);
+	vsnprintf(r->fail_msg, sizeof(r->fail_msg), fmt, ap);
+	va_end(ap);
+	return true;
 }

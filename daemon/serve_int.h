@@ -403,6 +403,10 @@ struct serve_req *serve__req_find(struct serve *s, uint64_t id);
 const struct machine_step *serve__req_step(struct serve_req *r,
 					   const struct machine *m,
 					   unsigned event);
+/* Record why r failed: the first failure is the one its client (or its
+ * peer) hears about. True when this one was recorded. */
+bool serve__req_fail(struct serve_req *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 /* Register in the registry (after admission). */
 void serve__req_register(struct serve_req *r);
 /* Terminal: unregister, close the timer, free the memory later. */
