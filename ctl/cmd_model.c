@@ -304,7 +304,12 @@ static void inspect_text(const struct inspect *in)
 	printf("feed forward  %u\n", hp->n_ff);
 	printf("vocab         %u (tokenizer %.*s)\n", hp->n_vocab,
 	       (int)in->tok_model.len, in->tok_model.ptr);
-	printf("context       %u\n", hp->n_ctx_train);
+	if (hp->n_swa)
+		printf("context       %u (sliding window %u: kvd attends to the "
+		       "whole context, the same below the window)\n",
+		       hp->n_ctx_train, hp->n_swa);
+	else
+		printf("context       %u\n", hp->n_ctx_train);
 	printf("rope          dim %u, base %g, scale %g\n", hp->rope_dim,
 	       hp->rope_freq_base, hp->rope_freq_scale);
 	printf("norm eps      %g\n", hp->norm_eps);
