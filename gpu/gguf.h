@@ -121,6 +121,12 @@ int gguf_open(struct gguf_file **out, const char *path, struct gguf_error *err);
 int gguf_open_mem(struct gguf_file **out, const void *buf, size_t size,
 		  struct gguf_error *err);
 void gguf_close(struct gguf_file *f);
+/* For _cleanup_(gguf_closep); NULL is fine. */
+static inline void gguf_closep(struct gguf_file **f)
+{
+	if (*f)
+		gguf_close(*f);
+}
 
 /* ---- metadata ---------------------------------------------------------- */
 const struct gguf_kv *gguf_find(const struct gguf_file *f, const char *key);
