@@ -1,5 +1,5 @@
 /* ops_kq.c - K-quant blocks: unpack/pack, dequantization, quantizer and
- * dot products (scalar reference and AVX2).
+ * dot products (scalar reference, AVX2, AVX-512 and AVX-512 VNNI).
  *
  * Design. Each type has one unpacker and one packer to the reference form
  * w = (d * sc[g]) * q - (dmin * mn[g]) over groups g of 16 weights (types
@@ -16,7 +16,7 @@
  * isum and msum are exact integers (|isum| < 2^31 for every type), so a
  * kernel may compute them in any order; the float part is one call to
  * ops_kq_combine per block and the blocks are accumulated in index
- * order. The scalar and AVX2 tables therefore agree bit for bit.
+ * order. The scalar and SIMD tables therefore agree bit for bit.
  *
  * AVX2 uses maddubs (unsigned x signed bytes): Q2_K, Q4_K and Q5_K quants
  * are already unsigned; Q3_K and Q6_K store q + 4 and q + 32, so their
