@@ -37,7 +37,7 @@ static void model_usage(FILE *fp)
 	      "                  [--ff N] [--vocab N] [--ctx N]\n"
 	      "                  [--dtype f32|f16|q8_0|q4_0|q2_k|q3_k|q4_k|q5_k|q6_k|\n"
 	      "                           q3_k_m|q4_k_m|q5_k_m] [--seed S] [--tied]\n"
-	      "                  [--tokenizer llama|gpt2]\n"
+	      "                  [--tokenizer llama|gpt2 | --vocab-from VOCAB.gguf]\n"
 	      "       kvctl model inspect FILE [--memory BYTES] [--kv-dtype f32|f16] [--json]\n"
 	      "       kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
 	      "                            (TEXT | --file PATH)\n"
@@ -48,7 +48,7 @@ static void model_usage(FILE *fp)
 
 /* ---- option table ---------------------------------------------------------- */
 
-enum opt_kind { OPT_U32, OPT_U64, OPT_BYTES, OPT_FLAG, OPT_WORD };
+enum opt_kind { OPT_U32, OPT_U64, OPT_BYTES, OPT_FLAG, OPT_WORD, OPT_PATH };
 
 struct opt {
 	const char *name;
@@ -152,6 +152,9 @@ static int opts_parse(int argc, char **argv, int first, const struct opt *opts,
 				goto bad;
 			*(uint64_t *)o->dst = u;
 			break;
+		case OPT_PATH:
+			*(const char **)o->dst = v;
+			break;
 		case OPT_WORD: {
 			bool ok = false;
 			for (const char *const *w = o->words; *w; w++)
@@ -198,6 +201,9 @@ static int model_make(int argc, char **argv)
 {
 	struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
 	const char *dtype = "f32", *tok = "llama", *arch = "llama", *out = NULL;
+	const char *vocab_from = NULL;
+	_cleanup_(gguf_closep) struct gguf_file *vf = NULL;
+	struct gguf_error err;
 	bool kv_set = false;
 	char why[160];
 	int rc;
@@ -217,6 +223,7 @@ static int model_make(int argc, char **argv)
 		{ "--dtype", OPT_WORD, &dtype, dtype_words },
 		{ "--tokenizer", OPT_WORD, &tok, tok_words },
 		{ "--tied", OPT_FLAG, &p.tied, NULL },
+		{ "--vocab-from", OPT_PATH, &vocab_from, NULL },
 	};
 	if (opts_parse(argc, argv, 2, opts, KVD_ARRAY_SIZE(opts), &out, 1)) {
 		model_usage(stderr);
@@ -231,6 +238,21 @@ static int model_make(int argc, char **argv)
 			p.mix_q6_k = strstr(dtype, "_m") != NULL;
 		}
 	p.vocab = !strcmp(tok, "gpt2") ? GGUF_VOCAB_GPT2 : GGUF_VOCAB_LLAMA;
+	if (vocab_from) {
+		/* the file's tokenizer as it is; --vocab and --tokenizer follow it */
+		if (gguf_open(&vf, vocab_from, &err)) {
+			fprintf(stderr, "kvctl model make: %s: %s\n", vocab_from, err.msg);
+			return EXIT_BAD_FILE;
+		}
+		p.n_vocab = gguf_vocab_size(vf);
+		if (!p.n_vocab) {
+			fprintf(stderr, "kvctl model make: %s: no tokenizer.ggml.tokens "
+					"string array\n", vocab_from);
+			return EXIT_BAD_FILE;
+		}
+		p.vocab_from = vf;
+		tok = vocab_from;
+	}
 	for (size_t i = 0; arch_words[i]; i++)
 		if (!strcmp(arch, arch_words[i]))
 			p.arch = (enum llama_arch)i;
@@ -242,7 +264,8 @@ static int model_make(int argc, char **argv)
 	rc = gguf_make_llama(out, &p);
 	if (rc) {
 		fprintf(stderr, "kvctl model make: %s: %s\n", out,
-			rc == -EINVAL ? "the vocabulary generator cannot make that many tokens"
+			rc == -EINVAL ? (vocab_from ? "the vocabulary file has a key the writer cannot copy"
+						    : "the vocabulary generator cannot make that many tokens")
 				      : strerror(-rc));
 		return EXIT_BAD_FILE;
 	}
@@ -304,7 +327,12 @@ static void inspect_text(const struct inspect *in)
 	printf("feed forward  %u\n", hp->n_ff);
 	printf("vocab         %u (tokenizer %.*s)\n", hp->n_vocab,
 	       (int)in->tok_model.len, in->tok_model.ptr);
-	printf("context       %u\n", hp->n_ctx_train);
+	if (hp->n_swa)
+		printf("context       %u (sliding window %u: kvd attends to the "
+		       "whole context, the same below the window)\n",
+		       hp->n_ctx_train, hp->n_swa);
+	else
+		printf("context       %u\n", hp->n_ctx_train);
 	printf("rope          dim %u, base %g, scale %g\n", hp->rope_dim,
 	       hp->rope_freq_base, hp->rope_freq_scale);
 	printf("norm eps      %g\n", hp->norm_eps);

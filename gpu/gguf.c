@@ -1136,6 +1136,21 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 	hp->rope_dim = hp->head_dim;
 	if ((rc = hp_u32(f, a, "rope.dimension_count", false, &hp->rope_dim, err)))
 		return rc;
+	/* Mistral-style files may name a sliding attention window. kvd
+	 * attends to the whole context, which is the same computation for
+	 * every position below the window, so the trained context is cut to
+	 * the window: by default no request reaches a position where the two
+	 * would differ. */
+	hp->n_swa = 0;
+	if ((rc = hp_u32(f, a, "attention.sliding_window", false, &hp->n_swa, err)))
+		return rc;
+	if (gguf_find(f, hp_key(key, sizeof(key), a, "attention.sliding_window")) &&
+	    hp->n_swa == 0)
+		return gguf_error_set(err, GGUF_E_MALFORMED,
+				  hp_off(f, hp_key(key, sizeof(key), a, "attention.sliding_window")),
+				  "attention.sliding_window is 0");
+	if (hp->n_swa && hp->n_swa < hp->n_ctx_train)
+		hp->n_ctx_train = hp->n_swa;
 	if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2 || !hp->rope_dim)
 		return gguf_error_set(err, GGUF_E_MALFORMED,
 				  hp_off(f, hp_key(key, sizeof(key), a, "rope.dimension_count")),

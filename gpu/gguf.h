@@ -121,6 +121,12 @@ int gguf_open(struct gguf_file **out, const char *path, struct gguf_error *err);
 int gguf_open_mem(struct gguf_file **out, const void *buf, size_t size,
 		  struct gguf_error *err);
 void gguf_close(struct gguf_file *f);
+/* For _cleanup_(gguf_closep); NULL is fine. */
+static inline void gguf_closep(struct gguf_file **f)
+{
+	if (*f)
+		gguf_close(*f);
+}
 
 /* ---- metadata ---------------------------------------------------------- */
 const struct gguf_kv *gguf_find(const struct gguf_file *f, const char *key);
@@ -196,7 +202,10 @@ struct llama_hparams {
 				 * else n_embd / n_head */
 	uint32_t n_ff;          /* {arch}.feed_forward_length */
 	uint32_t n_vocab;       /* rows of token_embd.weight */
-	uint32_t n_ctx_train;   /* {arch}.context_length */
+	uint32_t n_ctx_train;   /* {arch}.context_length, cut to n_swa when
+				 * that is smaller */
+	uint32_t n_swa;         /* {arch}.attention.sliding_window (0: none);
+				 * kvd attends to the whole context */
 	uint32_t rope_dim;      /* {arch}.rope.dimension_count (= head_dim) */
 	float rope_freq_base;   /* {arch}.rope.freq_base (10000) */
 	float rope_freq_scale;  /* 1 / {arch}.rope.scale_linear (1) */

@@ -492,6 +492,9 @@ int gguf_llama_params_check(const struct gguf_llama_params *p, char *why,
 		    ggml_type_name(p->wtype));
 	if (!(p->norm_eps > 0) || !(p->rope_freq_base > 0))
 		BAD("norm eps and rope base must be positive");
+	if (p->vocab_from && gguf_vocab_size(p->vocab_from) != p->n_vocab)
+		BAD("vocab %u differs from the vocabulary file's %u tokens",
+		    p->n_vocab, gguf_vocab_size(p->vocab_from));
 	return 0;
 #undef BAD
 }
@@ -549,6 +552,106 @@ static int llama_add_vocab(struct gguf_writer *w,
 		if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
 	}
 	vocab_free(&v);
+	return rc;
+}
+
+uint32_t gguf_vocab_size(const struct gguf_file *f)
+{
+	const struct gguf_kv *kv = gguf_find(f, "tokenizer.ggml.tokens");
+
+	if (!kv || kv->type != GGUF_VT_ARRAY || kv->arr_type != GGUF_VT_STRING ||
+	    kv->arr_len > UINT32_MAX)
+		return 0;
+	return (uint32_t)kv->arr_len;
+}
+
+/* One string array, each element copied NUL-terminated; -EINVAL when an
+ * element holds a NUL byte (the writer takes C strings). */
+static int copy_arr_str(struct gguf_writer *w, const struct gguf_file *f,
+			const struct gguf_kv *kv, const char *key)
+{
+	char **v = calloc(kv->arr_len ? kv->arr_len : 1, sizeof(*v));
+	int rc = v ? 0 : -ENOMEM;
+
+	for (uint64_t i = 0; i < kv->arr_len && !rc; i++) {
+		struct gguf_str e;
+
+		rc = gguf_arr_str(f, kv, i, &e);
+		if (!rc && memchr(e.ptr, 0, e.len))
+			rc = -EINVAL;
+		if (!rc && !(v[i] = strndup(e.ptr, e.len)))
+			rc = -ENOMEM;
+	}
+	if (!rc)
+		rc = gguf_writer_add_arr_str(w, key, (const char *const *)v, kv->arr_len);
+	for (uint64_t i = 0; v && i < kv->arr_len; i++)
+		free(v[i]);
+	free(v);
+	return rc;
+}
+
+/* One key of the vocabulary file, any type but nested arrays. */
+static int copy_kv(struct gguf_writer *w, const struct gguf_file *f,
+		   const struct gguf_kv *kv, const char *key)
+{
+	const uint8_t *b = kv->value;
+	union { uint8_t u8; uint16_t u16; uint32_t u32; uint64_t u64; float f32;
+		double f64; } v;
+	struct gguf_str st;
+	char *str;
+	int rc;
+
+	memcpy(&v, b, kv->type == GGUF_VT_STRING || kv->type == GGUF_VT_ARRAY ? 0 :
+			      gguf_vtype_size(kv->type));
+	switch (kv->type) {
+	case GGUF_VT_UINT8: return gguf_writer_add_u8(w, key, v.u8);
+	case GGUF_VT_INT8: return gguf_writer_add_i8(w, key, (int8_t)v.u8);
+	case GGUF_VT_UINT16: return gguf_writer_add_u16(w, key, v.u16);
+	case GGUF_VT_INT16: return gguf_writer_add_i16(w, key, (int16_t)v.u16);
+	case GGUF_VT_UINT32: return gguf_writer_add_u32(w, key, v.u32);
+	case GGUF_VT_INT32: return gguf_writer_add_i32(w, key, (int32_t)v.u32);
+	case GGUF_VT_UINT64: return gguf_writer_add_u64(w, key, v.u64);
+	case GGUF_VT_INT64: return gguf_writer_add_i64(w, key, (int64_t)v.u64);
+	case GGUF_VT_FLOAT32: return gguf_writer_add_f32(w, key, v.f32);
+	case GGUF_VT_FLOAT64: return gguf_writer_add_f64(w, key, v.f64);
+	case GGUF_VT_BOOL: return gguf_writer_add_bool(w, key, v.u8 != 0);
+	case GGUF_VT_STRING:
+		if ((rc = gguf_get_str(f, key, &st)))
+			return rc;
+		if (memchr(st.ptr, 0, st.len))
+			return -EINVAL;
+		if (!(str = strndup(st.ptr, st.len)))
+			return -ENOMEM;
+		rc = gguf_writer_add_str(w, key, str);
+		free(str);
+		return rc;
+	case GGUF_VT_ARRAY:
+		if (kv->arr_type == GGUF_VT_STRING)
+			return copy_arr_str(w, f, kv, key);
+		if (kv->arr_type == GGUF_VT_ARRAY)
+			return -EINVAL;
+		return gguf_writer_add_arr(w, key, kv->arr_type, kv->value, kv->arr_len);
+	}
+	return -EINVAL;
+}
+
+/* Every tokenizer.* key of f, in its order. */
+static int llama_copy_vocab(struct gguf_writer *w, const struct gguf_file *f)
+{
+	static const char pfx[] = "tokenizer.";
+	char key[256];
+	int rc = 0;
+
+	for (uint64_t i = 0; i < f->n_kv && !rc; i++) {
+		const struct gguf_kv *kv = &f->kv[i];
+
+		if (kv->key.len < sizeof(pfx) - 1 || kv->key.len >= sizeof(key) ||
+		    memcmp(kv->key.ptr, pfx, sizeof(pfx) - 1))
+			continue;
+		memcpy(key, kv->key.ptr, kv->key.len);
+		key[kv->key.len] = 0;
+		rc = copy_kv(w, f, kv, key);
+	}
 	return rc;
 }
 
@@ -612,7 +715,8 @@ int gguf_make_llama_writer(struct gguf_writer **out,
 	}
 	if (!rc) rc = gguf_writer_add_u32(w, KEY("vocab_size"), p->n_vocab);
 #undef KEY
-	if (!rc) rc = llama_add_vocab(w, p);
+	if (!rc) rc = p->vocab_from ? llama_copy_vocab(w, p->vocab_from)
+				    : llama_add_vocab(w, p);
 	if (rc)
 		return rc;
 

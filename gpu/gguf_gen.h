@@ -47,6 +47,10 @@ struct gguf_llama_params {
 	uint64_t seed;
 	bool tied;                /* no output.weight: the head reuses token_embd */
 	enum gguf_vocab_kind vocab;
+	/* When set: a GGUF (a vocab-only file will do) whose tokenizer.* keys
+	 * are copied as they are instead of generating a vocabulary; n_vocab
+	 * must equal its token count. Kept open by the caller until written. */
+	const struct gguf_file *vocab_from;
 };
 
 #define GGUF_LLAMA_PARAMS_DEFAULT {                                   \
@@ -58,6 +62,10 @@ struct gguf_llama_params {
 
 /* "llama", "qwen2", "qwen3"; NULL for another value. */
 const char *gguf_arch_name(enum llama_arch a);
+
+/* Token count of a GGUF's tokenizer.ggml.tokens (for vocab_from); 0 when
+ * it has none. */
+uint32_t gguf_vocab_size(const struct gguf_file *f);
 
 /* Parameter count of the model gguf_make_llama() would write. */
 uint64_t gguf_llama_n_params(const struct gguf_llama_params *p);

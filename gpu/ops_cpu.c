@@ -499,6 +499,20 @@ const struct ops_kernels *ops_kernels_avx512(void)
 		return &kernels_avx512;
 	return NULL;
 }
+
+/* The avx512 table with the VNNI K-quant kernels. */
+static const struct ops_kernels kernels_avx512vnni = {
+	.name = "avx512vnni",
+	OPS_AVX2_KERNELS,
+	.dot_kq = ops_kq_dot_avx512vnni,
+};
+
+const struct ops_kernels *ops_kernels_avx512vnni(void)
+{
+	if (ops_kernels_avx512() && __builtin_cpu_supports("avx512vnni"))
+		return &kernels_avx512vnni;
+	return NULL;
+}
 #else
 const struct ops_kernels *ops_kernels_avx2(void)
 {
@@ -509,12 +523,19 @@ const struct ops_kernels *ops_kernels_avx512(void)
 {
 	return NULL;
 }
+
+const struct ops_kernels *ops_kernels_avx512vnni(void)
+{
+	return NULL;
+}
 #endif
 
 const struct ops_kernels *ops_kernels_pick(bool simd)
 {
-	const struct ops_kernels *k = simd ? ops_kernels_avx512() : NULL;
+	const struct ops_kernels *k = simd ? ops_kernels_avx512vnni() : NULL;
 
+	if (simd && !k)
+		k = ops_kernels_avx512();
 	if (simd && !k)
 		k = ops_kernels_avx2();
 	return k ? k : &kernels_scalar;

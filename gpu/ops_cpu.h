@@ -3,8 +3,9 @@
  * and V through a request's page table.
  *
  * Kernels come in tables (struct ops_kernels): one scalar table that runs
- * everywhere and, on x86-64, one AVX2+FMA+F16C table and one "avx512"
- * table (the AVX2 one with AVX-512 K-quant dots). ops_kernels_pick()
+ * everywhere and, on x86-64, one AVX2+FMA+F16C table, one "avx512"
+ * table (the AVX2 one with AVX-512 K-quant dots) and one "avx512vnni"
+ * (the same with VNNI K-quant dots). ops_kernels_pick()
  * chooses at run time from what the CPU reports; nothing is chosen at
  * compile time and no global state is kept. Every kernel in a table is a
  * pure function of its inputs with a fixed reduction order, so a result
@@ -95,6 +96,8 @@ const struct ops_kernels *ops_kernels_scalar(void);
 const struct ops_kernels *ops_kernels_avx2(void);
 /* The AVX2 table with AVX-512 (F+BW) K-quant dot kernels, or NULL. */
 const struct ops_kernels *ops_kernels_avx512(void);
+/* The avx512 table with AVX-512 VNNI K-quant dot kernels, or NULL. */
+const struct ops_kernels *ops_kernels_avx512vnni(void);
 /* The fastest table this CPU runs; the scalar one when simd is false. */
 const struct ops_kernels *ops_kernels_pick(bool simd);
 

@@ -1,5 +1,5 @@
 /* ops_kq.c - K-quant blocks: unpack/pack, dequantization, quantizer and
- * dot products (scalar reference and AVX2).
+ * dot products (scalar reference, AVX2, AVX-512 and AVX-512 VNNI).
  *
  * Design. Each type has one unpacker and one packer to the reference form
  * w = (d * sc[g]) * q - (dmin * mn[g]) over groups g of 16 weights (types
@@ -16,7 +16,7 @@
  * isum and msum are exact integers (|isum| < 2^31 for every type), so a
  * kernel may compute them in any order; the float part is one call to
  * ops_kq_combine per block and the blocks are accumulated in index
- * order. The scalar and AVX2 tables therefore agree bit for bit.
+ * order. The scalar and SIMD tables therefore agree bit for bit.
  *
  * AVX2 uses maddubs (unsigned x signed bytes): Q2_K, Q4_K and Q5_K quants
  * are already unsigned; Q3_K and Q6_K store q + 4 and q + 32, so their
@@ -487,9 +487,16 @@ const ops_kq_dot_fn ops_kq_dot_scalar[OPS_KQ_N] = {
 /* ---- dot products: AVX2 ----------------------------------------------------- */
 
 #if KQ_HAVE_X86
-#define KQ_AVX2 __attribute__((target("avx2,fma")))
+#define KQ_AVX2 __attribute__((target("avx2,fma,f16c")))
 /* weight prefetch distance in bytes, as ops_cpu.c's kernels */
 #define KQ_PF_DIST 2048
+
+/* A half's exact float value in one instruction (the tables holding
+ * these kernels require F16C); ops_f16_to_f32 gives the same bits. */
+KQ_AVX2 static inline float kq_h2f(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
 
 KQ_AVX2 static inline int32_t hsum_i32(__m256i v)
 {
@@ -501,25 +508,26 @@ KQ_AVX2 static inline int32_t hsum_i32(__m256i v)
 	return _mm_cvtsi128_si32(s);
 }
 
-/* Q4_K/Q5_K scales and mins of one block as bytes: out[0..7] = sc,
- * out[8..15] = mn (the k4_get rule, four sub-blocks per 32-bit word). */
-static inline void k4_bytes(const uint8_t *s, uint8_t *out)
+/* Q4_K/Q5_K scales and mins of one block as bytes: 0..7 = sc, 8..15 = mn
+ * (the k4_get rule, four sub-blocks per 32-bit word), built in registers
+ * (a store and a wider load back would stall on store forwarding). */
+KQ_AVX2 static inline __m128i k4_bytes(const uint8_t *s)
 {
-	uint32_t a[3], w[4];
+	uint32_t a[3];
 
 	memcpy(a, s, 12);
-	w[0] = a[0] & 0x3f3f3f3fu;
-	w[1] = (a[2] & 0x0f0f0f0fu) | ((a[0] >> 6) & 0x03030303u) << 4;
-	w[2] = a[1] & 0x3f3f3f3fu;
-	w[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | ((a[1] >> 6) & 0x03030303u) << 4;
-	memcpy(out, w, 16);
+	return _mm_set_epi32(
+		(int)(((a[2] >> 4) & 0x0f0f0f0fu) | ((a[1] >> 6) & 0x03030303u) << 4),
+		(int)(a[1] & 0x3f3f3f3fu),
+		(int)((a[2] & 0x0f0f0f0fu) | ((a[0] >> 6) & 0x03030303u) << 4),
+		(int)(a[0] & 0x3f3f3f3fu));
 }
 
-/* msum of a block whose 8 mins (bytes) each cover two groups of 16. */
-KQ_AVX2 static inline int32_t k4_msum(const uint8_t *mn8, const int16_t *bsums)
+/* msum of a block whose 8 mins (bytes 8..15 of sm) each cover two groups
+ * of 16. */
+KQ_AVX2 static inline int32_t k4_msum(__m128i sm, const int16_t *bsums)
 {
-	__m128i m = _mm_loadl_epi64((const __m128i *)mn8);
-	__m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+	__m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
 
 	return hsum_i32(_mm256_madd_epi16(
 		_mm256_loadu_si256((const __m256i *)bsums), m16));
@@ -528,44 +536,48 @@ KQ_AVX2 static inline int32_t k4_msum(const uint8_t *mn8, const int16_t *bsums)
 /* Q4_K and Q5_K: per 64-weight chunk c, one 32-byte load of qs gives
  * sub-block 2c (low nibbles) and 2c + 1 (high nibbles); Q5_K ORs in 16
  * from bits 2c and 2c + 1 of qh. maddubs pairs stay below 2 * 31 * 128,
- * and madd by the broadcast scale widens to int32. */
-KQ_AVX2 static inline float dot_q45_avx2(const uint8_t *dd, const uint8_t *scales,
-					 const uint8_t *qh, const uint8_t *qs,
-					 const struct ops_block_q8_k *x)
+ * and madd by the broadcast scale (one byte shuffle of the eight scales)
+ * widens to int32. */
+KQ_AVX2 static inline __attribute__((always_inline)) float
+dot_q45_avx2(const uint8_t *dd, const uint8_t *scales, const uint8_t *qh,
+	     const uint8_t *qs, const struct ops_block_q8_k *x)
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	const __m256i one = _mm256_set1_epi8(1);
 	__m256i isum = _mm256_setzero_si256();
 	__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : one;
+	__m128i sm = k4_bytes(scales);
+	__m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
 	uint16_t d, dmin;
-	uint8_t sm[16];
 
-	k4_bytes(scales, sm);
+#pragma GCC unroll 4
 	for (int c = 0; c < 4; c++) {
 		__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
 		__m256i lo = _mm256_and_si256(q, m4);
 		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
 		__m256i x0 = _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c));
 		__m256i x1 = _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c + 32));
+		__m256i s0 = _mm256_shuffle_epi8(s16, _mm256_set1_epi16(
+			(short)((4 * c) | (4 * c + 1) << 8)));
+		__m256i s1 = _mm256_shuffle_epi8(s16, _mm256_set1_epi16(
+			(short)((4 * c + 2) | (4 * c + 3) << 8)));
 
 		if (qh) {
-			__m256i h = _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * c));
+			__m256i h = _mm256_srli_epi16(hb, 2 * c);
 
 			lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
 			hi = _mm256_or_si256(hi, _mm256_slli_epi16(
 				_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
 		}
-		__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0),
-					       _mm256_set1_epi16(sm[2 * c]));
-		__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1),
-					       _mm256_set1_epi16(sm[2 * c + 1]));
+		__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+		__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
 
 		isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
 	}
 	memcpy(&d, dd, 2);
 	memcpy(&dmin, dd + 2, 2);
-	return ops_kq_combine(x->d, ops_f16_to_f32(d), ops_f16_to_f32(dmin),
-			      hsum_i32(isum), k4_msum(sm + 8, x->bsums));
+	return ops_kq_combine(x->d, kq_h2f(d), kq_h2f(dmin),
+			      hsum_i32(isum), k4_msum(sm, x->bsums));
 }
 
 KQ_AVX2 static float dot_q4_k_avx2(const void *w, const struct ops_block_q8_k *x,
@@ -598,42 +610,63 @@ KQ_AVX2 static float dot_q5_k_avx2(const void *w, const struct ops_block_q8_k *x
 
 /* Q2_K and Q3_K: per half n, one 32-byte load of qs holds four spans of
  * 32 weights (bits 2j..2j+1); span j covers groups 8n + 2j (low lane) and
- * 8n + 2j + 1 (high lane). Q3_K (has_h) adds 4 * (bit 4n + j of hmask)
- * and, as its quants are stored + 4, its caller subtracts
- * 4 * sum_g sc[g] * bsums[g]. Returns the block's isum. */
-KQ_AVX2 static inline int32_t k23_isum(const uint8_t *qs, const uint8_t *hmask,
-				       bool has_h, const int16_t *sc,
-				       const int8_t *xq)
+ * 8n + 2j + 1 (high lane). Q3_K (hmask set) adds 4 * (bit 4n + j of
+ * hmask) and, as its quants are stored + 4, its caller subtracts
+ * 4 * sum_g sc[g] * bsums[g]. s16 holds the block's 16 scales as int16.
+ * Returns the block's isum.
+ *
+ * The per-span scale pair comes from one byte shuffle of the half's eight
+ * scales (broadcast to both lanes), and the high bit is moved to bit 2 by
+ * one immediate shift: an earlier version built each pair with two
+ * broadcasts and an insert from memory and shifted by register counts,
+ * which made Q3_K 3.5x slower than Q4_K per byte. */
+KQ_AVX2 static inline __m256i k23_scale_pair(__m256i half8, int j)
+{
+	/* low lane: bytes of int16 scale 2j, high lane: of scale 2j + 1 */
+	const __m256i ctl = _mm256_set_m128i(
+		_mm_set1_epi16((short)((4 * j + 2) | (4 * j + 3) << 8)),
+		_mm_set1_epi16((short)((4 * j) | (4 * j + 1) << 8)));
+
+	return _mm256_shuffle_epi8(half8, ctl);
+}
+
+/* Bit `bit` of every byte of v, moved to bit 2 (the value 4). */
+KQ_AVX2 static inline __m256i k3_hbit(__m256i v, int bit)
+{
+	const __m256i four = _mm256_set1_epi8(4);
+
+	/* epi16 shifts by at most 5 keep bit 2 of each byte within its byte */
+	if (bit >= 2)
+		return _mm256_and_si256(_mm256_srli_epi16(v, bit - 2), four);
+	return _mm256_and_si256(_mm256_slli_epi16(v, 2 - bit), four);
+}
+
+KQ_AVX2 static inline __attribute__((always_inline)) int32_t
+k23_isum(const uint8_t *qs, const uint8_t *hmask, __m256i s16, const int8_t *xq)
 {
 	const __m256i m3 = _mm256_set1_epi8(3);
-	const __m256i one = _mm256_set1_epi8(1);
-	__m256i hm = has_h ? _mm256_loadu_si256((const __m256i *)hmask) : one;
+	__m256i hm = hmask ? _mm256_loadu_si256((const __m256i *)hmask)
+			   : _mm256_setzero_si256();
 	__m256i isum = _mm256_setzero_si256();
 
 	/* unrolled, so every shift count is an immediate */
 #pragma GCC unroll 2
 	for (int n = 0; n < 2; n++) {
 		__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * n));
+		__m256i half8 = n ? _mm256_permute2x128_si256(s16, s16, 0x11)
+				  : _mm256_permute2x128_si256(s16, s16, 0x00);
 
 #pragma GCC unroll 4
 		for (int j = 0; j < 4; j++) {
-			int g = 8 * n + 2 * j;
-			__m256i u = _mm256_and_si256(
-				_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+			__m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
 			__m256i xv = _mm256_loadu_si256(
 				(const __m256i *)(xq + 128 * n + 32 * j));
-			__m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]),
-						     _mm_set1_epi16(sc[g]));
 
-			if (has_h) {
-				__m256i h = _mm256_srl_epi16(
-					hm, _mm_cvtsi32_si128(4 * n + j));
-
-				u = _mm256_or_si256(u, _mm256_slli_epi16(
-					_mm256_and_si256(h, one), 2));
-			}
+			if (hmask)
+				u = _mm256_or_si256(u, k3_hbit(hm, 4 * n + j));
 			isum = _mm256_add_epi32(isum, _mm256_madd_epi16(
-					_mm256_maddubs_epi16(u, xv), s));
+					_mm256_maddubs_epi16(u, xv),
+					k23_scale_pair(half8, j)));
 		}
 	}
 	return hsum_i32(isum);
@@ -643,39 +676,55 @@ KQ_AVX2 static float dot_q2_k_avx2(const void *w, const struct ops_block_q8_k *x
 				   uint32_t n)
 {
 	const struct ops_block_q2_k *b = w;
+	const __m128i m4 = _mm_set1_epi8(0x0f);
 	float acc = 0.0f;
 
 	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
 		__m128i sv = _mm_loadu_si128((const __m128i *)b[i].scales);
-		__m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4),
-								_mm_set1_epi8(0x0f)));
-		int16_t sc[16];
+		__m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), m4));
+		__m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(sv, m4));
 		int32_t msum;
 
 		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
-		_mm256_storeu_si256((__m256i *)sc, _mm256_cvtepu8_epi16(
-			_mm_and_si128(sv, _mm_set1_epi8(0x0f))));
 		msum = hsum_i32(_mm256_madd_epi16(
 			_mm256_loadu_si256((const __m256i *)x[i].bsums), mn));
-		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d),
-				      ops_f16_to_f32(b[i].dmin),
-				      k23_isum(b[i].qs, NULL, false, sc, x[i].qs), msum);
+		acc += ops_kq_combine(x[i].d, kq_h2f(b[i].d),
+				      kq_h2f(b[i].dmin),
+				      k23_isum(b[i].qs, NULL, sc, x[i].qs), msum);
 	}
 	return acc;
 }
 
-/* Q3_K's 16 scales (stored + 32) as bytes, four per 32-bit word (the
- * k3_get rule). */
-static inline void k3_bytes(const uint8_t *s, uint8_t *out)
+/* Q3_K's 16 scales (stored + 32) as bytes (the k3_get rule), in
+ * registers: low nibbles of bytes 0-7 then their high nibbles, each ORed
+ * with bits 2(i/4)..2(i/4)+1 of byte 8 + i%4 moved to bits 4-5. The 12
+ * bytes are loaded as 8 + 4, never past the block. */
+KQ_AVX2 static inline __m128i k3_bytes(const uint8_t *s)
 {
-	uint32_t a[3], w[4];
+	const __m128i m4 = _mm_set1_epi8(0x0f), m3 = _mm_set1_epi8(3);
+	uint32_t tail;
+	__m128i v, lo, hi;
 
-	memcpy(a, s, 12);
-	w[0] = (a[0] & 0x0f0f0f0fu) | (a[2] & 0x03030303u) << 4;
-	w[1] = (a[1] & 0x0f0f0f0fu) | ((a[2] >> 2) & 0x03030303u) << 4;
-	w[2] = ((a[0] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 4) & 0x03030303u) << 4;
-	w[3] = ((a[1] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 6) & 0x03030303u) << 4;
-	memcpy(out, w, 16);
+	memcpy(&tail, s + 8, 4);
+	v = _mm_loadl_epi64((const __m128i *)s);
+	lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4),
+				_mm_and_si128(_mm_srli_epi16(v, 4), m4));
+	/* word k = bytes 8..11, shifted right by 2k; bits 0-1 of each byte */
+	hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)tail),
+					  _mm_set_epi32(6, 4, 2, 0)), m3);
+	return _mm_or_si128(lo, _mm_slli_epi16(hi, 4));
+}
+
+/* Q3_K's scales as int16 (stored - 32) and its correction
+ * sum_g sc[g] * bsums[g]. */
+KQ_AVX2 static inline __m256i k3_scales(const uint8_t *scales, const int16_t *bsums,
+					int32_t *corr)
+{
+	__m256i sv = _mm256_sub_epi16(_mm256_cvtepu8_epi16(k3_bytes(scales)),
+				      _mm256_set1_epi16(32));
+
+	*corr = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), sv));
+	return sv;
 }
 
 KQ_AVX2 static float dot_q3_k_avx2(const void *w, const struct ops_block_q8_k *x,
@@ -685,20 +734,13 @@ KQ_AVX2 static float dot_q3_k_avx2(const void *w, const struct ops_block_q8_k *x
 	float acc = 0.0f;
 
 	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
-		uint8_t s8[16];
-		int16_t sc[16];
-		__m256i sv;
 		int32_t corr;
+		__m256i sc;
 
 		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
-		k3_bytes(b[i].scales, s8);
-		sv = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s8)),
-				      _mm256_set1_epi16(32));
-		_mm256_storeu_si256((__m256i *)sc, sv);
-		corr = hsum_i32(_mm256_madd_epi16(
-			_mm256_loadu_si256((const __m256i *)x[i].bsums), sv));
-		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d), 0.0f,
-				      k23_isum(b[i].qs, b[i].hmask, true, sc, x[i].qs) -
+		sc = k3_scales(b[i].scales, x[i].bsums, &corr);
+		acc += ops_kq_combine(x[i].d, kq_h2f(b[i].d), 0.0f,
+				      k23_isum(b[i].qs, b[i].hmask, sc, x[i].qs) -
 				      4 * corr, 0);
 	}
 	return acc;
@@ -749,19 +791,40 @@ KQ_AVX2 static float dot_q6_k_avx2(const void *w, const struct ops_block_q8_k *x
 						_mm256_maddubs_epi16(u[k], xv), s));
 			}
 		}
-		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d), 0.0f,
+		acc += ops_kq_combine(x[i].d, kq_h2f(b[i].d), 0.0f,
 				      hsum_i32(isum) - 32 * corr, 0);
 	}
 	return acc;
 }
 
-/* ---- dot products: AVX-512 (BW) --------------------------------------------- */
+/* ---- dot products: AVX-512 (BW, optionally VNNI) ---------------------------- */
 
 /* The AVX2 scheme at twice the width: one 512-bit maddubs + madd covers
- * 64 weights (two sub-blocks of Q4_K, two 32-weight spans of Q6_K), the
- * per-lane scales come from one permute of the block's scales. Integer
- * sums, so bit-identical to the scalar kernels. */
-#define KQ_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw")))
+ * 64 weights (four groups of 16 for Q2_K, Q3_K and Q6_K; two 32-weight
+ * sub-blocks for Q4_K and Q5_K); the per-lane int16 scales come from one
+ * permute of the block's scales, and a third bit (Q3_K's hmask, Q5_K's
+ * qh) is one byte test into a mask plus one masked add. With VNNI the
+ * madd + add is one vpdpwssd. Integer sums, so bit-identical to the
+ * scalar kernels.
+ *
+ * Each kernel is written once as an always-inline body taking `vnni` and
+ * instantiated twice: for the avx512 table (vnni false) and for the
+ * avx512vnni table (true), which ops_kernels_avx512vnni() hands out only
+ * when the CPU reports avx512vnni. vpdpwssd is inline asm: its intrinsic
+ * cannot be inlined into a body compiled for a target without avx512vnni,
+ * even where that branch is dead. */
+#define KQ_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw")))
+#define KQ_BODY512 KQ_AVX512 static inline __attribute__((always_inline))
+
+/* acc + madd(p, s) (int16 pairs times int16 scales, summed to int32) */
+KQ_BODY512 __m512i k512_dp(__m512i acc, __m512i p, __m512i s, bool vnni)
+{
+	if (vnni) {
+		__asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(p), "v"(s));
+		return acc;
+	}
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(p, s));
+}
 
 /* idx for permutexvar_epi16: 16-bit lane l takes element base + l / span */
 KQ_AVX512 static inline __m512i k512_idx(int base, int span)
@@ -773,63 +836,187 @@ KQ_AVX512 static inline __m512i k512_idx(int base, int span)
 	return _mm512_loadu_si512(v);
 }
 
-KQ_AVX512 static float dot_q4_k_avx512(const void *w, const struct ops_block_q8_k *x,
-				       uint32_t n)
+/* int16 lanes lo in the low 256 bits, hi in the high 256 */
+KQ_AVX512 static inline __m512i k512_halves16(int lo, int hi)
 {
-	const struct ops_block_q4_k *b = w;
-	const __m512i m4 = _mm512_set1_epi8(0x0f);
-	/* low half: low nibbles (sub-block 2c), high half: high (2c + 1) */
-	const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(),
-					      _mm256_set1_epi16(4), 1);
-	__m512i idx[4];
+	return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)lo)),
+				  _mm256_set1_epi16((short)hi), 1);
+}
+
+/* the same for bytes */
+KQ_AVX512 static inline __m512i k512_halves8(int lo, int hi)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)lo)),
+				  _mm256_set1_epi8((char)hi), 1);
+}
+
+/* Q2_K and Q3_K: vector v = 2h + p (h the half, p < 2) holds weights
+ * 128h + 64p .. +63 = span 2p of half h (qs bits 4p..4p+1, low 256 bits)
+ * and span 2p + 1 (bits 4p+2..4p+3, high 256 bits) of the half's one
+ * 32-byte qs load, broadcast; it covers groups 4v .. 4v + 3. Q3_K adds 4
+ * where bit 4h + 2p (low) / 4h + 2p + 1 (high) of hmask[l] is set.
+ * s16: the block's 16 scales as int16 in the low 256 bits. */
+KQ_BODY512 int32_t k23_isum_512(const uint8_t *qs, const uint8_t *hmask,
+				__m512i s16, const int8_t *xq, bool vnni)
+{
+	const __m512i m3 = _mm512_set1_epi8(3);
+	const __m512i four = _mm512_set1_epi8(4);
+	const __m512i sh[2] = { k512_halves16(0, 2), k512_halves16(4, 6) };
+	__m512i hm = hmask ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hmask))
+			   : _mm512_setzero_si512();
+	__m512i isum = _mm512_setzero_si512();
+
+#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		__m512i q = _mm512_broadcast_i64x4(
+			_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
+
+#pragma GCC unroll 2
+		for (int p = 0; p < 2; p++) {
+			int v = 2 * h + p;
+			__m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, sh[p]), m3);
+			__m512i xv = _mm512_loadu_si512(xq + 64 * v);
+
+			if (hmask) {
+				__m512i bm = k512_halves8(1 << (4 * h + 2 * p),
+							  1 << (4 * h + 2 * p + 1));
+
+				u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(hm, bm),
+							 u, four);
+			}
+			isum = k512_dp(isum, _mm512_maddubs_epi16(u, xv),
+				       _mm512_permutexvar_epi16(k512_idx(4 * v, 8), s16),
+				       vnni);
+		}
+	}
+	return _mm512_reduce_add_epi32(isum);
+}
+
+KQ_BODY512 float q2_k_512(const void *w, const struct ops_block_q8_k *x,
+			  uint32_t n, bool vnni)
+{
+	const struct ops_block_q2_k *b = w;
+	const __m128i m4 = _mm_set1_epi8(0x0f);
 	float acc = 0.0f;
 
-	for (int c = 0; c < 4; c++)
-		idx[c] = k512_idx(2 * c, 16);
 	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
-		__m512i isum = _mm512_setzero_si512();
-		uint8_t sm[16];
-		__m512i s16;
+		__m128i sv = _mm_loadu_si128((const __m128i *)b[i].scales);
+		__m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(sv, m4));
+		__m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), m4));
+		int32_t msum;
 
 		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
-		k4_bytes(b[i].scales, sm);
-		s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(
-			_mm_loadu_si128((const __m128i *)sm)));
-		for (int c = 0; c < 4; c++) {
-			__m512i q = _mm512_broadcast_i64x4(
-				_mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c)));
-			__m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, sh), m4);
-			__m512i xv = _mm512_loadu_si512(x[i].qs + 64 * c);
-
-			isum = _mm512_add_epi32(isum, _mm512_madd_epi16(
-				_mm512_maddubs_epi16(u, xv),
-				_mm512_permutexvar_epi16(idx[c], s16)));
-		}
-		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d),
-				      ops_f16_to_f32(b[i].dmin),
-				      _mm512_reduce_add_epi32(isum),
-				      k4_msum(sm + 8, x[i].bsums));
+		msum = hsum_i32(_mm256_madd_epi16(
+			_mm256_loadu_si256((const __m256i *)x[i].bsums), mn));
+		acc += ops_kq_combine(x[i].d, kq_h2f(b[i].d),
+				      kq_h2f(b[i].dmin),
+				      k23_isum_512(b[i].qs, NULL, _mm512_castsi256_si512(sc),
+						   x[i].qs, vnni), msum);
 	}
 	return acc;
 }
 
-KQ_AVX512 static float dot_q6_k_avx512(const void *w, const struct ops_block_q8_k *x,
-				       uint32_t n)
+KQ_BODY512 float q3_k_512(const void *w, const struct ops_block_q8_k *x,
+			  uint32_t n, bool vnni)
+{
+	const struct ops_block_q3_k *b = w;
+	float acc = 0.0f;
+
+	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
+		int32_t corr;
+		__m256i sc;
+
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
+		sc = k3_scales(b[i].scales, x[i].bsums, &corr);
+		acc += ops_kq_combine(x[i].d, kq_h2f(b[i].d), 0.0f,
+				      k23_isum_512(b[i].qs, b[i].hmask,
+						   _mm512_castsi256_si512(sc), x[i].qs,
+						   vnni) - 4 * corr, 0);
+	}
+	return acc;
+}
+
+/* Q4_K and Q5_K: chunk c's 32-byte qs load, broadcast, gives sub-block
+ * 2c (low nibbles, low 256 bits) and 2c + 1 (high nibbles, high 256
+ * bits) against 64 contiguous activations; Q5_K adds 16 where bit 2c
+ * (low) / 2c + 1 (high) of qh[l] is set. */
+KQ_BODY512 float k45_block_512(const uint8_t *dd, const uint8_t *scales,
+			       const uint8_t *qh, const uint8_t *qs,
+			       const struct ops_block_q8_k *x, bool vnni)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	const __m512i sixteen = _mm512_set1_epi8(16);
+	const __m512i sh = k512_halves16(0, 4);
+	__m512i qhv = qh ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh))
+			 : _mm512_setzero_si512();
+	__m128i sm = k4_bytes(scales);
+	__m512i s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
+	__m512i isum = _mm512_setzero_si512();
+	uint16_t d, dmin;
+
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++) {
+		__m512i q = _mm512_broadcast_i64x4(
+			_mm256_loadu_si256((const __m256i *)(qs + 32 * c)));
+		__m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, sh), m4);
+		__m512i xv = _mm512_loadu_si512(x->qs + 64 * c);
+
+		if (qh)
+			u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(
+				qhv, k512_halves8(1 << (2 * c), 1 << (2 * c + 1))),
+				u, sixteen);
+		isum = k512_dp(isum, _mm512_maddubs_epi16(u, xv),
+			       _mm512_permutexvar_epi16(k512_idx(2 * c, 16), s16), vnni);
+	}
+	memcpy(&d, dd, 2);
+	memcpy(&dmin, dd + 2, 2);
+	return ops_kq_combine(x->d, kq_h2f(d), kq_h2f(dmin),
+			      _mm512_reduce_add_epi32(isum), k4_msum(sm, x->bsums));
+}
+
+KQ_BODY512 float q4_k_512(const void *w, const struct ops_block_q8_k *x,
+			  uint32_t n, bool vnni)
+{
+	const struct ops_block_q4_k *b = w;
+	float acc = 0.0f;
+
+	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
+		acc += k45_block_512((const uint8_t *)&b[i], b[i].scales, NULL,
+				     b[i].qs, &x[i], vnni);
+	}
+	return acc;
+}
+
+KQ_BODY512 float q5_k_512(const void *w, const struct ops_block_q8_k *x,
+			  uint32_t n, bool vnni)
+{
+	const struct ops_block_q5_k *b = w;
+	float acc = 0.0f;
+
+	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
+		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
+		acc += k45_block_512((const uint8_t *)&b[i], b[i].scales, b[i].qh,
+				     b[i].qs, &x[i], vnni);
+	}
+	return acc;
+}
+
+/* Q6_K: per half h, the 64 bytes of ql give spans 0|1 (low nibbles) and
+ * 2|3 (high nibbles) against 64 contiguous activations each; qh's 32
+ * bytes, broadcast, supply bits 4-5 (shifted per 256-bit half). */
+KQ_BODY512 float q6_k_512(const void *w, const struct ops_block_q8_k *x,
+			  uint32_t n, bool vnni)
 {
 	const struct ops_block_q6_k *b = w;
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
 	const __m512i m30 = _mm512_set1_epi8(0x30);
 	/* qh shifts: spans 0|1 take bits 0-1|2-3 to 4-5 (left 4|2); spans
 	 * 2|3 take bits 4-5|6-7 (right 0|2) */
-	const __m512i shl = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)),
-					       _mm256_set1_epi16(2), 1);
-	const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(),
-					       _mm256_set1_epi16(2), 1);
-	__m512i idx[4];
+	const __m512i shl = k512_halves16(4, 2);
+	const __m512i shr = k512_halves16(0, 2);
 	float acc = 0.0f;
 
-	for (int p = 0; p < 4; p++)
-		idx[p] = k512_idx(4 * p, 8);
 	for (uint32_t i = 0; i < n / OPS_QK_K; i++) {
 		__m512i isum = _mm512_setzero_si512();
 		__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[i].scales));
@@ -839,6 +1026,7 @@ KQ_AVX512 static float dot_q6_k_avx512(const void *w, const struct ops_block_q8_
 		_mm_prefetch((const char *)(b + i) + KQ_PF_DIST, _MM_HINT_T0);
 		corr = hsum_i32(_mm256_madd_epi16(
 			_mm256_loadu_si256((const __m256i *)x[i].bsums), sc16));
+#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
 			__m512i l = _mm512_loadu_si512(b[i].ql + 64 * h);
 			__m512i qh = _mm512_broadcast_i64x4(
@@ -851,21 +1039,45 @@ KQ_AVX512 static float dot_q6_k_avx512(const void *w, const struct ops_block_q8_
 			__m512i x01 = _mm512_loadu_si512(x[i].qs + 128 * h);
 			__m512i x23 = _mm512_loadu_si512(x[i].qs + 128 * h + 64);
 
-			isum = _mm512_add_epi32(isum, _mm512_madd_epi16(
-				_mm512_maddubs_epi16(u01, x01),
-				_mm512_permutexvar_epi16(idx[2 * h], s16)));
-			isum = _mm512_add_epi32(isum, _mm512_madd_epi16(
-				_mm512_maddubs_epi16(u23, x23),
-				_mm512_permutexvar_epi16(idx[2 * h + 1], s16)));
+			isum = k512_dp(isum, _mm512_maddubs_epi16(u01, x01),
+				       _mm512_permutexvar_epi16(k512_idx(8 * h, 8), s16), vnni);
+			isum = k512_dp(isum, _mm512_maddubs_epi16(u23, x23),
+				       _mm512_permutexvar_epi16(k512_idx(8 * h + 4, 8), s16),
+				       vnni);
 		}
-		acc += ops_kq_combine(x[i].d, ops_f16_to_f32(b[i].d), 0.0f,
+		acc += ops_kq_combine(x[i].d, kq_h2f(b[i].d), 0.0f,
 				      _mm512_reduce_add_epi32(isum) - 32 * corr, 0);
 	}
 	return acc;
 }
 
+/* The two instances of each body (see top of this section). */
+#define KQ512_KERNELS(t)                                                        \
+	KQ_AVX512 static float dot_##t##_avx512(const void *w,                  \
+						const struct ops_block_q8_k *x, \
+						uint32_t n)                     \
+	{                                                                       \
+		return t##_512(w, x, n, false);                                 \
+	}                                                                       \
+	KQ_AVX512 static float dot_##t##_vnni(const void *w,                    \
+					      const struct ops_block_q8_k *x,   \
+					      uint32_t n)                       \
+	{                                                                       \
+		return t##_512(w, x, n, true);                                  \
+	}
+KQ512_KERNELS(q2_k)
+KQ512_KERNELS(q3_k)
+KQ512_KERNELS(q4_k)
+KQ512_KERNELS(q5_k)
+KQ512_KERNELS(q6_k)
+
 const ops_kq_dot_fn ops_kq_dot_avx512[OPS_KQ_N] = {
-	dot_q2_k_avx2, dot_q3_k_avx2, dot_q4_k_avx512, dot_q5_k_avx2, dot_q6_k_avx512,
+	dot_q2_k_avx512, dot_q3_k_avx512, dot_q4_k_avx512, dot_q5_k_avx512,
+	dot_q6_k_avx512,
+};
+
+const ops_kq_dot_fn ops_kq_dot_avx512vnni[OPS_KQ_N] = {
+	dot_q2_k_vnni, dot_q3_k_vnni, dot_q4_k_vnni, dot_q5_k_vnni, dot_q6_k_vnni,
 };
 
 const ops_kq_dot_fn ops_kq_dot_avx2[OPS_KQ_N] = {
@@ -876,6 +1088,9 @@ const ops_kq_dot_fn ops_kq_dot_avx2[OPS_KQ_N] = {
 	dot_q2_k_ref, dot_q3_k_ref, dot_q4_k_ref, dot_q5_k_ref, dot_q6_k_ref,
 };
 const ops_kq_dot_fn ops_kq_dot_avx512[OPS_KQ_N] = {
+	dot_q2_k_ref, dot_q3_k_ref, dot_q4_k_ref, dot_q5_k_ref, dot_q6_k_ref,
+};
+const ops_kq_dot_fn ops_kq_dot_avx512vnni[OPS_KQ_N] = {
 	dot_q2_k_ref, dot_q3_k_ref, dot_q4_k_ref, dot_q5_k_ref, dot_q6_k_ref,
 };
 #endif

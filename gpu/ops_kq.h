@@ -121,9 +121,12 @@ extern const ops_kq_dot_fn ops_kq_dot_scalar[OPS_KQ_N];
 /* AVX2 kernels by ops_kq_index: a type without an AVX2 kernel holds its
  * scalar one. Only valid after the CPU reported avx2 (ops_kernels_avx2). */
 extern const ops_kq_dot_fn ops_kq_dot_avx2[OPS_KQ_N];
-/* AVX-512 (F+BW) kernels for Q4_K and Q6_K, the AVX2 ones for the other
- * types. Only valid after ops_kernels_avx512() said yes. */
+/* AVX-512 (F+BW) kernels for every K-quant type. Only valid after
+ * ops_kernels_avx512() said yes. */
 extern const ops_kq_dot_fn ops_kq_dot_avx512[OPS_KQ_N];
+/* The same with VNNI (vpdpwssd). Only valid after
+ * ops_kernels_avx512vnni() said yes. */
+extern const ops_kq_dot_fn ops_kq_dot_avx512vnni[OPS_KQ_N];
 
 /* One block's contribution from its exact integer sums:
  * (dx * d) * isum - (dx * dmin) * msum. Out of line so that no kernel's

@@ -20,9 +20,11 @@
 
 #include "gpu/engine.h"
 #include "gpu/gguf_gen.h"
+#include "gpu/gguf_write.h"
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
 #include "gpu/model.h"
+#include "gpu/tokenizer.h"
 #include "conf/util.h"
 
 static char tmpdir[256];
@@ -323,6 +325,114 @@ START_TEST(test_invariance_arch)
 		check_invariance(m, true, KV_DTYPE_F16);
 		model_free(m);
 	}
+}
+END_TEST
+
+/* A Mistral-style llama file: architecture llama, 32 query heads over 8
+ * KV heads, SentencePiece vocabulary, rope.freq_base 1e6, Q4_K_M-style
+ * mix and llama.attention.sliding_window 4096 next to a 32768 context.
+ * It loads with those values (the context cut to the window, kvd's full
+ * attention being the same computation below it), tokenizes and round
+ * trips text, generates invariantly; the window key does not change a
+ * token below the window, the rope base does, and a window of 0 is
+ * refused naming the key. */
+static void write_mistral(const char *path, float theta, int64_t window)
+{
+	struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
+	struct gguf_writer *w;
+
+	p.name = "Mistral-7B-style";
+	p.n_layer = 2;
+	p.n_embd = 256;
+	p.n_head = 32;
+	p.n_head_kv = 8;
+	p.n_ff = 512;
+	p.n_vocab = 320;
+	p.n_ctx = 32768;
+	p.rope_freq_base = theta;
+	p.wtype = GGML_TYPE_Q4_K;
+	p.mix_q6_k = true;
+	p.vocab = GGUF_VOCAB_LLAMA;
+	p.seed = 17;
+	ck_assert_int_eq(gguf_make_llama_writer(&w, &p), 0);
+	if (window >= 0)
+		ck_assert_int_eq(gguf_writer_add_u32(w, "llama.attention.sliding_window",
+						     (uint32_t)window), 0);
+	ck_assert_int_eq(gguf_writer_write(w, path), 0);
+	gguf_writer_free(w);
+}
+
+START_TEST(test_mistral_style)
+{
+	static const char text[] = "Hello world, the quick brown fox 42!";
+	char path[512];
+	struct model *m, *m2;
+	struct gguf_error err;
+	struct tokenizer *tk;
+	int32_t *ids;
+	size_t n_ids, len;
+	char *back;
+	struct job target, a, b;
+
+	snprintf(path, sizeof(path), "%s/m_mistral.gguf", tmpdir);
+	write_mistral(path, 1e6f, 4096);
+	ck_assert_msg(model_open(&m, path, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(m->hp.arch_id, LLAMA_ARCH_LLAMA);
+	ck_assert_int_eq(m->hp.rope_mode, LLAMA_ROPE_NORMAL);
+	ck_assert_uint_eq(m->hp.n_head, 32);
+	ck_assert_uint_eq(m->hp.n_head_kv, 8);
+	ck_assert_uint_eq(m->hp.head_dim, 8);
+	ck_assert(m->hp.rope_freq_base == 1e6f);
+	ck_assert_uint_eq(m->hp.n_swa, 4096);
+	ck_assert_uint_eq(m->hp.n_ctx_train, 4096);
+	ck_assert_int_eq(m->layers[0].wv.type, GGML_TYPE_Q6_K);
+	ck_assert_int_eq(m->layers[0].wq.type, GGML_TYPE_Q4_K);
+	ck_assert_uint_eq(llama_kv_bytes_per_token(&m->hp, KV_DTYPE_F16),
+			  2ull * 2 * 8 * 8 * 2);
+
+	ck_assert_int_eq(tokenizer_new(&tk, m->file, &err), 0);
+	ck_assert_int_eq(tokenizer_kind(tk), TOKENIZER_SPM);
+	ck_assert_int_eq(tokenizer_encode(tk, text, strlen(text), true, &ids, &n_ids), 0);
+	ck_assert_uint_gt(n_ids, 1);
+	ck_assert_int_eq(ids[0], tokenizer_bos(tk));
+	ck_assert_int_eq(tokenizer_decode(tk, ids, n_ids, &back, &len), 0);
+	ck_assert_str_eq(back, text);
+	free(back);
+	free(ids);
+	tokenizer_free(tk);
+
+	check_invariance(m, false, KV_DTYPE_F32);
+	check_invariance(m, true, KV_DTYPE_F16);
+
+	/* no window key: the same tokens (positions far below 4096) */
+	job_make(&target, 9, m->hp.n_vocab, false);
+	target.max_tokens = 24;
+	run_one(m, &target, 1, 16, KV_DTYPE_F32, &a);
+	snprintf(path, sizeof(path), "%s/m_mistral_nowin.gguf", tmpdir);
+	write_mistral(path, 1e6f, -1);
+	ck_assert_msg(model_open(&m2, path, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(m2->hp.n_swa, 0);
+	ck_assert_uint_eq(m2->hp.n_ctx_train, 32768);
+	run_one(m2, &target, 1, 16, KV_DTYPE_F32, &b);
+	assert_same(&a, &b, "sliding_window key vs none");
+	model_free(m2);
+
+	/* rope base 1e4 instead of 1e6: the tokens change */
+	snprintf(path, sizeof(path), "%s/m_mistral_theta.gguf", tmpdir);
+	write_mistral(path, 1e4f, 4096);
+	ck_assert_msg(model_open(&m2, path, &err) == 0, "%s", err.msg);
+	run_one(m2, &target, 1, 16, KV_DTYPE_F32, &b);
+	ck_assert_msg(memcmp(a.out, b.out, a.n_out * sizeof(int32_t)) != 0,
+		      "rope.freq_base 1e4 and 1e6 gave the same %u tokens", a.n_out);
+	model_free(m2);
+	model_free(m);
+
+	/* a window of 0 is malformed, named */
+	snprintf(path, sizeof(path), "%s/m_mistral_bad.gguf", tmpdir);
+	write_mistral(path, 1e6f, 0);
+	ck_assert_int_ne(model_open(&m2, path, &err), 0);
+	ck_assert_int_eq(err.code, GGUF_E_MALFORMED);
+	ck_assert_ptr_nonnull(strstr(err.msg, "sliding_window"));
 }
 END_TEST
 
@@ -853,6 +963,7 @@ int main(void)
 	tcase_add_test(tc, test_mixed_activation_classes);
 	tcase_add_test(tc, test_invariance_generated);
 	tcase_add_test(tc, test_invariance_arch);
+	tcase_add_test(tc, test_mistral_style);
 	tcase_add_test(tc, test_invariance_stories);
 	tcase_add_test(tc, test_integrity_corrupt_tag);
 	tcase_add_test(tc, test_integrity_stale_table);

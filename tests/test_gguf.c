@@ -751,6 +751,90 @@ START_TEST(test_make_file)
 }
 END_TEST
 
+/* vocab_from (kvctl model make --vocab-from): a model made from another
+ * file's vocabulary carries every tokenizer.* key of it, same type, same
+ * values, in the same order; its own dims; a token count that differs
+ * from n_vocab is refused. The source here is a generated BPE model with
+ * merges (string arrays), token types (int32 array), ids and a bool. */
+START_TEST(test_make_vocab_from)
+{
+	struct gguf_llama_params p = tiny_params();
+	char dir[] = "/tmp/kvd-gguf-XXXXXX", src[64], dst[64], why[160];
+	struct gguf_file *fs = NULL, *fd = NULL;
+	struct gguf_error err;
+	struct llama_hparams hp;
+	uint64_t n_tok_keys = 0;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(src, sizeof(src), "%s/src.gguf", dir);
+	snprintf(dst, sizeof(dst), "%s/dst.gguf", dir);
+	p.vocab = GGUF_VOCAB_GPT2;
+	p.n_vocab = 400;
+	ck_assert_int_eq(gguf_make_llama(src, &p), 0);
+	ck_assert_int_eq(gguf_open(&fs, src, &err), 0);
+	ck_assert_uint_eq(gguf_vocab_size(fs), 400);
+
+	p = tiny_params(); /* an SPM model of other dims, taking fs's vocab */
+	p.n_layer = 1;
+	p.vocab_from = fs;
+	p.n_vocab = 399;
+	ck_assert_int_eq(gguf_llama_params_check(&p, why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "400"));
+	p.n_vocab = 400;
+	ck_assert_int_eq(gguf_make_llama(dst, &p), 0);
+	ck_assert_int_eq(gguf_open(&fd, dst, &err), 0);
+	ck_assert_int_eq(gguf_llama_hparams(fd, &hp, &err), 0);
+	ck_assert_uint_eq(hp.n_vocab, 400);
+	ck_assert_uint_eq(hp.n_layer, 1);
+	for (uint64_t i = 0; i < fs->n_kv; i++) {
+		const struct gguf_kv *a = &fs->kv[i], *b;
+		char key[128];
+
+		if (a->key.len < 10 || memcmp(a->key.ptr, "tokenizer.", 10))
+			continue;
+		n_tok_keys++;
+		snprintf(key, sizeof(key), "%.*s", (int)a->key.len, a->key.ptr);
+		b = gguf_find(fd, key);
+		ck_assert_msg(b != NULL, "%s not copied", key);
+		ck_assert_int_eq(a->type, b->type);
+		if (a->type == GGUF_VT_ARRAY) {
+			ck_assert_int_eq(a->arr_type, b->arr_type);
+			ck_assert_uint_eq(a->arr_len, b->arr_len);
+			for (uint64_t k = 0; k < a->arr_len; k++) {
+				struct gguf_str x, y;
+
+				if (a->arr_type != GGUF_VT_STRING) {
+					size_t es = gguf_vtype_size(a->arr_type);
+
+					ck_assert(memcmp(a->value + k * es, b->value + k * es, es) == 0);
+					continue;
+				}
+				ck_assert_int_eq(gguf_arr_str(fs, a, k, &x), 0);
+				ck_assert_int_eq(gguf_arr_str(fd, b, k, &y), 0);
+				ck_assert_uint_eq(x.len, y.len);
+				ck_assert(memcmp(x.ptr, y.ptr, x.len) == 0);
+			}
+		} else if (a->type == GGUF_VT_STRING) {
+			struct gguf_str x, y;
+
+			ck_assert_int_eq(gguf_get_str(fs, key, &x), 0);
+			ck_assert_int_eq(gguf_get_str(fd, key, &y), 0);
+			ck_assert(x.len == y.len && memcmp(x.ptr, y.ptr, x.len) == 0);
+		} else {
+			ck_assert(memcmp(a->value, b->value, gguf_vtype_size(a->type)) == 0);
+		}
+	}
+	ck_assert_uint_ge(n_tok_keys, 6); /* model, tokens, types, merges, ids, bos flag */
+	ck_assert_ptr_nonnull(gguf_find(fd, "tokenizer.ggml.merges"));
+	ck_assert_ptr_null(gguf_find(fd, "tokenizer.ggml.scores")); /* not SPM's */
+	gguf_close(fd);
+	gguf_close(fs);
+	unlink(src);
+	unlink(dst);
+	rmdir(dir);
+}
+END_TEST
+
 /* Every prefix of a generated model is refused with a typed error. */
 START_TEST(test_gen_truncations)
 {
@@ -1049,6 +1133,7 @@ static void gguf_gen_tests(TCase *tc)
 	tcase_add_test(tc, test_make_llama);
 	tcase_add_test(tc, test_make_deterministic);
 	tcase_add_test(tc, test_make_file);
+	tcase_add_test(tc, test_make_vocab_from);
 	tcase_add_test(tc, test_gen_truncations);
 	tcase_add_test(tc, test_gen_corruptions);
 	tcase_add_test(tc, test_lying_files);

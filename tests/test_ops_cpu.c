@@ -34,7 +34,7 @@ static void fill(float *x, size_t n, float scale)
 		x[i] = rnd() * scale;
 }
 
-static const struct ops_kernels *tables[3];
+static const struct ops_kernels *tables[4];
 static int n_tables;
 
 static void setup_tables(void)
@@ -45,6 +45,8 @@ static void setup_tables(void)
 		tables[n_tables++] = ops_kernels_avx2();
 	if (ops_kernels_avx512())
 		tables[n_tables++] = ops_kernels_avx512();
+	if (ops_kernels_avx512vnni())
+		tables[n_tables++] = ops_kernels_avx512vnni();
 }
 
 /* ---- half precision ---------------------------------------------------- */

@@ -5,13 +5,17 @@
  * 2. Thousands of random blocks: pack(unpack(b)) gives b's bytes back.
  * 3. Dot products: against dequantize-then-dot in double over the same
  *    Q8_K activations, within 1e-5 of sum |w x| (the only error is float
- *    rounding of the per-block scale products); the AVX2 and AVX-512
- *    tables equal the scalar one bit for bit.
+ *    rounding of the per-block scale products); the AVX2, AVX-512 and
+ *    AVX-512 VNNI tables equal the scalar one bit for bit, on random
+ *    blocks and on the extremes (every quant and scale at its largest,
+ *    activations at +-127, where a 16-bit intermediate would saturate).
+ *    The SIMD tables this CPU lacks are named on stdout as not tested.
  * 4. The quantizer: relative RMS error per type under a stated bound, and
  *    a matmul through ops_matmul_rows.
  */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -206,7 +210,8 @@ static void check_dots(enum ggml_type t, uint32_t n_blocks, int iters)
 	uint8_t *w = malloc(bb * n_blocks);
 	float *x = malloc(n * sizeof(float)), *wf = malloc(n * sizeof(float));
 	struct ops_block_q8_k *xq = malloc(n_blocks * sizeof(*xq));
-	const struct ops_kernels *simd[2] = { ops_kernels_avx2(), ops_kernels_avx512() };
+	const struct ops_kernels *simd[3] = { ops_kernels_avx2(), ops_kernels_avx512(),
+					      ops_kernels_avx512vnni() };
 	int ti = ops_kq_index(t);
 
 	for (int it = 0; it < iters; it++) {
@@ -230,7 +235,7 @@ static void check_dots(enum ggml_type t, uint32_t n_blocks, int iters)
 		ck_assert_msg(fabs(s - ref) <= 1e-5 * mag + 1e-30,
 			      "%s: dot %g ref %g (sum |wx| %g)", ggml_type_name(t),
 			      (double)s, ref, mag);
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < 3; k++) {
 			float v;
 
 			if (!simd[k])
@@ -252,6 +257,104 @@ START_TEST(test_dot_vs_dequant)
 	for (int ti = 0; ti < OPS_KQ_N; ti++) {
 		check_dots(kq_types[ti], 1, 3000);
 		check_dots(kq_types[ti], 11, 200);
+	}
+}
+END_TEST
+
+/* The SIMD tables the CPU reports are there, and each avx512 table has
+ * its own kernel for every type (not a fallback to the AVX2 one), so the
+ * bit-for-bit checks above really ran the AVX-512 code. */
+START_TEST(test_simd_tables)
+{
+	const struct ops_kernels *a2 = ops_kernels_avx2();
+	const struct ops_kernels *a5 = ops_kernels_avx512();
+	const struct ops_kernels *vn = ops_kernels_avx512vnni();
+	bool has512 = false, hasvnni = false;
+
+#if defined(__x86_64__)
+	has512 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		 __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
+		 __builtin_cpu_supports("avx512bw");
+	hasvnni = has512 && __builtin_cpu_supports("avx512vnni");
+#endif
+	ck_assert(!has512 || (a2 && a5));
+	ck_assert(!hasvnni || vn);
+	ck_assert(has512 || !a5);
+	ck_assert(hasvnni || !vn);
+	for (int ti = 0; ti < OPS_KQ_N; ti++) {
+		if (a5) {
+			ck_assert(a5->dot_kq[ti] != a2->dot_kq[ti]);
+			ck_assert(a5->dot_kq[ti] != ops_kq_dot_scalar[ti]);
+		}
+		if (vn)
+			ck_assert(vn->dot_kq[ti] != a5->dot_kq[ti]);
+	}
+	ck_assert_str_eq(ops_kernels_pick(true)->name,
+			 vn ? "avx512vnni" : a5 ? "avx512" : a2 ? "avx2" : "scalar");
+	printf("test_ops_kq: K-quant tables tested: scalar%s%s%s\n", a2 ? " avx2" : "",
+	       a5 ? " avx512" : "", vn ? " avx512vnni" : "");
+	if (!a5 || !vn)
+		printf("test_ops_kq: not on this CPU, so not tested here:%s%s\n",
+		       a5 ? "" : " avx512", vn ? "" : " avx512vnni");
+}
+END_TEST
+
+/* Every quant and scale byte all ones (largest quants; Q3_K scale 31,
+ * Q6_K scale -1) against activations all +127, all -127, and alternating:
+ * maddubs pairs reach 2 * 63 * 127 (Q6_K), the sums their extremes. */
+START_TEST(test_dot_extremes)
+{
+	enum { NB = 3 };
+	const struct ops_kernels *tabs[3] = { ops_kernels_avx2(), ops_kernels_avx512(),
+					      ops_kernels_avx512vnni() };
+	static uint8_t w[NB * 210];
+	static struct ops_block_q8_k xq[NB];
+
+	for (int ti = 0; ti < OPS_KQ_N; ti++) {
+		enum ggml_type t = kq_types[ti];
+		size_t bb = ops_kq_block_bytes(t);
+
+		for (int b = 0; b < NB; b++) {
+			rnd_block(t, w + b * bb); /* for d, dmin */
+			for (size_t i = 0; i < bb; i++) {
+				bool is_d = (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)
+						    ? i < 4 : i >= bb - (t == GGML_TYPE_Q2_K ? 4 : 2);
+
+				if (!is_d)
+					w[b * bb + i] = 0xff;
+			}
+		}
+		for (int mode = 0; mode < 3; mode++) {
+			float s;
+
+			for (int b = 0; b < NB; b++) {
+				int sum[16] = { 0 };
+
+				xq[b].d = 0.01f * (float)(b + 1);
+				for (int j = 0; j < OPS_QK_K; j++) {
+					int v = mode == 0 ? 127 : mode == 1 ? -127
+							 : (j % 2 ? 127 : -127);
+
+					xq[b].qs[j] = (int8_t)v;
+					sum[j / 16] += v;
+				}
+				for (int g = 0; g < 16; g++)
+					xq[b].bsums[g] = (int16_t)sum[g];
+			}
+			s = ops_kq_dot_scalar[ti](w, xq, NB * OPS_QK_K);
+			ck_assert(s != 0.0f || mode == 2);
+			for (int k = 0; k < 3; k++) {
+				float v;
+
+				if (!tabs[k])
+					continue;
+				v = tabs[k]->dot_kq[ti](w, xq, NB * OPS_QK_K);
+				ck_assert_msg(memcmp(&s, &v, sizeof(s)) == 0,
+					      "%s mode %d: %s %a scalar %a",
+					      ggml_type_name(t), mode, tabs[k]->name,
+					      (double)v, (double)s);
+			}
+		}
 	}
 }
 END_TEST
@@ -313,9 +416,9 @@ START_TEST(test_matmul_kq)
 	static float wsrc[ROWS * COLS], x[TOK * COLS], wrow[COLS];
 	static uint8_t wq[ROWS * 2 * 210];
 	static struct ops_block_q8_k act[TOK * 2];
-	float y[3][TOK * ROWS];
-	const struct ops_kernels *tabs[3] = { ops_kernels_scalar(), ops_kernels_avx2(),
-					      ops_kernels_avx512() };
+	float y[4][TOK * ROWS];
+	const struct ops_kernels *tabs[4] = { ops_kernels_scalar(), ops_kernels_avx2(),
+					      ops_kernels_avx512(), ops_kernels_avx512vnni() };
 
 	for (int j = 0; j < ROWS * COLS; j++)
 		wsrc[j] = rnd();
@@ -334,7 +437,7 @@ START_TEST(test_matmul_kq)
 			ops_kq_quantize_row(t, wsrc + r * COLS, COLS, wq + r * m.row_bytes);
 		for (int i = 0; i < TOK; i++)
 			ops_act_prepare(t, x + i * COLS, COLS, act + 2 * i);
-		for (int k = 0; k < 3 && tabs[k]; k++)
+		for (int k = 0; k < 4 && tabs[k]; k++)
 			ops_matmul_rows(tabs[k], &m, act, 2 * sizeof(struct ops_block_q8_k),
 					TOK, y[k], ROWS, 0, ROWS);
 		for (int r = 0; r < ROWS; r++) {
@@ -343,7 +446,7 @@ START_TEST(test_matmul_kq)
 				float d = tabs[0]->dot_kq[ti](wq + r * m.row_bytes, act + 2 * i, COLS);
 
 				ck_assert(d == y[0][i * ROWS + r]);
-				for (int k = 1; k < 3 && tabs[k]; k++)
+				for (int k = 1; k < 4 && tabs[k]; k++)
 					ck_assert(d == y[k][i * ROWS + r]);
 				/* dequantized row . x: within the activation rounding */
 				double ref = 0.0, mag = 0.0;
@@ -374,6 +477,8 @@ int main(void)
 	tcase_add_test(tc, test_hand_q6_k);
 	tcase_add_test(tc, test_pack_roundtrip);
 	tcase_add_test(tc, test_dot_vs_dequant);
+	tcase_add_test(tc, test_simd_tables);
+	tcase_add_test(tc, test_dot_extremes);
 	tcase_add_test(tc, test_q8_k_activations);
 	tcase_add_test(tc, test_quantizer_error);
 	tcase_add_test(tc, test_matmul_kq);

@@ -2,6 +2,12 @@
  * against the memory-bandwidth bound.
  *
  *   bench_engine [--quick] [--only f32|f16|q8_0|q4_k|q6_k|...] [--model FILE]
+ *   bench_engine --model FILE --raw N [--threads T]
+ *
+ * --raw N runs FILE N times at T threads (default 1), a 128-token prompt
+ * and 64 decoded tokens each, and prints one line per run,
+ * "prefill_tps decode_tps", for a script to take medians and spreads
+ * (tests/bench/bench_types.sh).
  *
  * Models: stories260K ($KVD_SHARED/models, when present) and a generated
  * ~100M-parameter llama (12 layers, dim 768, 12 heads, 4 KV heads, ff
@@ -194,6 +200,32 @@ static void bench_model(const char *label, const struct model *m,
 	}
 }
 
+/* --raw: n runs of file at `threads`, "prefill_tps decode_tps" each. */
+static int bench_raw(const char *file, int n, uint32_t threads)
+{
+	struct gguf_error err;
+	struct model *m;
+
+	if (model_open(&m, file, &err)) {
+		fprintf(stderr, "open %s: %s\n", file, err.msg);
+		return 1;
+	}
+	for (int i = 0; i < n; i++) {
+		struct result r = { 0 };
+		int rc = run_model(m, threads, 128, 64, &r);
+
+		if (rc) {
+			fprintf(stderr, "%s: run error %d\n", file, rc);
+			model_free(m);
+			return 1;
+		}
+		printf("%.2f %.2f\n", r.prefill_tps, r.decode_tps);
+		fflush(stdout);
+	}
+	model_free(m);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *shared = getenv("KVD_SHARED");
@@ -201,6 +233,8 @@ int main(int argc, char **argv)
 	bool quick = false;
 	const char *only = NULL;     /* --only f32|f16|q8_0|q4_k...: one generated type */
 	const char *file = NULL;     /* --model FILE: bench that file alone */
+	int raw = 0;                 /* --raw N: N runs, one line each */
+	uint32_t raw_threads = 1;
 	struct model *m;
 	struct gguf_error err;
 	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
@@ -214,6 +248,22 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		else if (!strcmp(argv[i], "--model") && i + 1 < argc)
 			file = argv[++i];
+		else if (!strcmp(argv[i], "--raw") && i + 1 < argc)
+			raw = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			raw_threads = (uint32_t)atoi(argv[++i]);
+		else {
+			fprintf(stderr, "bench_engine: unknown argument '%s'\n", argv[i]);
+			return 2;
+		}
+	if (raw) {
+		if (!file || raw < 1 || raw > 1000 || raw_threads < 1 || raw_threads > 16) {
+			fprintf(stderr, "bench_engine: --raw N (1..1000) needs --model FILE, "
+					"--threads 1..16\n");
+			return 2;
+		}
+		return bench_raw(file, raw, raw_threads);
+	}
 	printf("%-22s %9s %9s %7s %12s %11s %9s %10s %7s %10s\n", "model", "params",
 	       "MiB/tok", "threads", "prefill t/s", "decode t/s", "copy GB/s",
 	       "bound t/s", "ratio", "integrity");
