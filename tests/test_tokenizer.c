@@ -620,18 +620,23 @@ END_TEST
  * characters inside one pre-tokenizer word, so the pieces show the split:
  * "Ġ Ġ" joins spaces, "Ġ b" a space to a letter, "1 2"/"12 3" digits,
  * "Ù £" the two bytes of U+0663 ARABIC-INDIC DIGIT THREE (D9 A3),
- * "ĠĠ Ċ" two spaces to a newline. */
+ * "ĠĠ Ċ" two spaces to a newline, "a A" and "A b" letters (the first
+ * outranks), "Â ¿" the two bytes of U+00BF (C2 BF) and "Â¿ a" that to a
+ * letter. */
 START_TEST(test_bpe_rules)
 {
 	const char *toks[] = { "a", "b", "1", "2", "3", "\xc4\xa0", "\xc4\x8a",
 			       "\xc3\x99", "\xc2\xa3", "\xc4\xa0\xc4\xa0",
 			       "\xc4\xa0" "b", "12", "123", "\xc3\x99\xc2\xa3",
 			       "\xc3\x99\xc2\xa3\xc3\x99\xc2\xa3",
-			       "\xc4\xa0\xc4\xa0\xc4\x8a" };
+			       "\xc4\xa0\xc4\xa0\xc4\x8a", "A", "aA", "Ab",
+			       "\xc3\x82", "\xc2\xbf", "\xc3\x82\xc2\xbf",
+			       "\xc3\x82\xc2\xbf" "a" };
 	const char *merges[] = { "\xc4\xa0 \xc4\xa0", "\xc4\xa0 b", "1 2", "12 3",
 				 "\xc3\x99 \xc2\xa3",
 				 "\xc3\x99\xc2\xa3 \xc3\x99\xc2\xa3",
-				 "\xc4\xa0\xc4\xa0 \xc4\x8a" };
+				 "\xc4\xa0\xc4\xa0 \xc4\x8a", "a A", "A b",
+				 "\xc3\x82 \xc2\xbf", "\xc3\x82\xc2\xbf a" };
 	struct {
 		const char *pre, *text, *want;
 	} cases[] = {
@@ -654,6 +659,24 @@ START_TEST(test_bpe_rules)
 		 * GPT-2 leaves them apart (its \s+(?!\S) ends at the run) */
 		{ "llama-bpe", "a  \n", "a|  \n" },
 		{ "gpt-2", "a  \nb", "a|  |\n|b" },
+		/* "aAb": one \p{L}+ word for Llama 3, where "a A" outranks
+		 * "A b"; Tekken's words are UP*LO+ ("a", then "Ab") */
+		{ "llama-bpe", "aAb", "aA|b" },
+		{ "tekken", "aAb", "a|Ab" },
+		/* Tekken: \p{N} one digit a word */
+		{ "tekken", "123", "1|2|3" },
+		/* GLM-4 and ChatGLM: Llama 3's rule, digits in threes */
+		{ "glm4", "1231231", "123|123|1" },
+		{ "chatglm-bpe", "a   b", "a|  | b" },
+		/* Command-R: StarCoder's, every digit alone */
+		{ "command-r", " 123", " |1|2|3" },
+		/* U+00BF (C2 BF, Po) may lead a word in Llama 3
+		 * ([^\r\n\p{L}\p{N}]?\p{L}+) but not in DeepSeek V3, whose
+		 * prefix excludes \p{P} and whose ASCII rule is [!-~] only */
+		{ "llama-bpe", "\xc2\xbf" "a", "\xc2\xbf" "a" },
+		{ "deepseek-v3", "\xc2\xbf" "a", "\xc2\xbf|a" },
+		/* DeepSeek V3: \p{N}{1,3} first */
+		{ "deepseek-v3", "1231", "123|1" },
 	};
 
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(cases); i++) {
