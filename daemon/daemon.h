@@ -18,6 +18,7 @@
 
 #include "conf/config.h"
 #include "conf/log.h"
+#include "gpu/chat.h"
 #include "gpu/gguf.h"
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
@@ -96,6 +97,11 @@ struct kvd_daemon {
 	struct gguf_file *model;
 	struct llama_hparams hp;
 	char model_sha256[65];
+	/* The chat prompt format, resolved once at boot (model.chat_template,
+	 * or the GGUF's tokenizer.chat_template recognized by gpu/chat.h):
+	 * CHAT_NONE when neither gives one; chat requests are then refused
+	 * and completions still served. */
+	enum chat_format chat_format;
 
 	/* KV pool */
 	struct kvmem mem;
