@@ -22,6 +22,7 @@
 #include "gpu/gguf.h"
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
+#include "daemon/metrics.h"
 #include "daemon/request.h"
 
 enum {
@@ -111,6 +112,7 @@ struct kvd_daemon {
 	enum kvd_state state;
 	uint64_t start_ns;
 	struct kvd_counters counters;
+	struct kvd_metrics metrics;   /* daemon/metrics.h: per tenant, by kind */
 	uint32_t in_flight;           /* admitted requests not yet terminal */
 	struct kvd_peer_figures peers; /* set by the serving layer */
 
