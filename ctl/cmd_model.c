@@ -23,6 +23,7 @@
 
 #include "conf/sha256.h"
 #include "conf/util.h"
+#include "gpu/chat.h"
 #include "gpu/gguf.h"
 #include "gpu/gguf_gen.h"
 
@@ -37,11 +38,13 @@ static void model_usage(FILE *fp)
 	      "                  [--ff N] [--vocab N] [--ctx N]\n"
 	      "                  [--dtype f32|f16|q8_0|q4_0|q2_k|q3_k|q4_k|q5_k|q6_k|\n"
 	      "                           q3_k_m|q4_k_m|q5_k_m] [--seed S] [--tied]\n"
-	      "                  [--tokenizer llama|gpt2]\n"
+	      "                  [--tokenizer llama|gpt2] [--chat-template llama2|llama3|chatml|\n"
+	      "                   mistral|gemma|phi3|deepseek]\n"
 	      "       kvctl model inspect FILE [--memory BYTES] [--kv-dtype f32|f16] [--json]\n"
 	      "       kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
 	      "                            (TEXT | --file PATH)\n"
 	      "       kvctl model detokenize MODEL.gguf IDS...\n"
+	      "       kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] ROLE=CONTENT...\n"
 	      "BYTES takes a K, M, G or T suffix (powers of 1024; KiB, GB... also read as such).\n",
 	      fp);
 }
@@ -192,12 +195,16 @@ static const enum ggml_type dtype_types[] = {
 static const char *const tok_words[] = { "llama", "gpt2", NULL };
 /* in enum llama_arch order */
 static const char *const arch_words[] = { "llama", "qwen2", "qwen3", NULL };
+static const char *const chat_words[] = { "none", "llama2", "llama3", "chatml",
+	"mistral", "gemma", "phi3", "deepseek", NULL };
 static const char *const kv_words[] = { "f32", "f16", NULL };
 
 static int model_make(int argc, char **argv)
 {
 	struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
 	const char *dtype = "f32", *tok = "llama", *arch = "llama", *out = NULL;
+	const char *chat = "none";
+	enum chat_format cf = CHAT_NONE;
 	bool kv_set = false;
 	char why[160];
 	int rc;
@@ -217,6 +224,7 @@ static int model_make(int argc, char **argv)
 		{ "--dtype", OPT_WORD, &dtype, dtype_words },
 		{ "--tokenizer", OPT_WORD, &tok, tok_words },
 		{ "--tied", OPT_FLAG, &p.tied, NULL },
+		{ "--chat-template", OPT_WORD, &chat, chat_words },
 	};
 	if (opts_parse(argc, argv, 2, opts, KVD_ARRAY_SIZE(opts), &out, 1)) {
 		model_usage(stderr);
@@ -234,6 +242,8 @@ static int model_make(int argc, char **argv)
 	for (size_t i = 0; arch_words[i]; i++)
 		if (!strcmp(arch, arch_words[i]))
 			p.arch = (enum llama_arch)i;
+	if (chat_format_by_name(chat, &cf) == 0)
+		p.chat_template = chat_format_template(cf);
 	if (gguf_llama_params_check(&p, why, sizeof(why))) {
 		fprintf(stderr, "kvctl model make: %s\n", why);
 		return EXIT_USAGE;
@@ -424,7 +434,7 @@ int kvctl_cmd_model(int argc, char **argv)
 	if (argc >= 2 && !strcmp(argv[1], "inspect"))
 		return model_inspect(argc, argv);
 	if (argc >= 2 && (!strcmp(argv[1], "tokenize") ||
-			  !strcmp(argv[1], "detokenize")))
+			  !strcmp(argv[1], "detokenize") || !strcmp(argv[1], "chat")))
 		return kvctl_cmd_model_tok(argc, argv);
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))) {
 		model_usage(stdout);

@@ -304,7 +304,32 @@ static const struct chat_format_row formats[CHAT__N] = {
 			    false, false, r_deepseek },
 };
 
+/* chat_format_template(): one short Jinja source per format, written for
+ * kvd's generated models (kvctl model make --chat-template). \n is the
+ * two characters of a Jinja escape. */
+static const char *const format_src[CHAT__N] = {
+	[CHAT_LLAMA2] =
+		"{% for m in messages %}{% if m['role'] == 'system' %}{{ '<<SYS>>\\n' + m['content'] + '\\n<</SYS>>\\n\\n' }}{% elif m['role'] == 'user' %}{{ bos_token + '[INST] ' + m['content'] + ' [/INST]' }}{% else %}{{ ' ' + m['content'] + ' ' + eos_token }}{% endif %}{% endfor %}",
+	[CHAT_LLAMA3] =
+		"{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+	[CHAT_CHATML] =
+		"{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+	[CHAT_MISTRAL] =
+		"{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ '[INST] ' + m['content'] + ' [/INST]' }}{% else %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}",
+	[CHAT_GEMMA] =
+		"{% for m in messages %}{{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else m['role']) + '\\n' + m['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}",
+	[CHAT_PHI3] =
+		"{% for m in messages %}{% if m['role'] == 'user' %}{{ '<|user|>\\n' }}{% elif m['role'] == 'assistant' %}{{ '<|assistant|>\\n' }}{% else %}{{ '<|system|>\\n' }}{% endif %}{{ m['content'] + '<|end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}",
+	[CHAT_DEEPSEEK] =
+		"{% for m in messages %}{% if m['role'] == 'user' %}{{ 'User: ' + m['content'] + '\\n\\n' }}{% elif m['role'] == 'assistant' %}{{ 'Assistant: ' + m['content'] + eos_token }}{% else %}{{ m['content'] + '\\n\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}",
+};
+
 /* ---- public --------------------------------------------------------------- */
+
+const char *chat_format_template(enum chat_format f)
+{
+	return (unsigned)f < CHAT__N ? format_src[f] : NULL;
+}
 
 const char *chat_format_name(enum chat_format f)
 {

@@ -548,6 +548,8 @@ static int llama_add_vocab(struct gguf_writer *w,
 		if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
 		if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
 	}
+	if (!rc && p->chat_template)
+		rc = gguf_writer_add_str(w, "tokenizer.chat_template", p->chat_template);
 	vocab_free(&v);
 	return rc;
 }

@@ -47,6 +47,7 @@ struct gguf_llama_params {
 	uint64_t seed;
 	bool tied;                /* no output.weight: the head reuses token_embd */
 	enum gguf_vocab_kind vocab;
+	const char *chat_template;  /* tokenizer.chat_template; NULL: none */
 };
 
 #define GGUF_LLAMA_PARAMS_DEFAULT {                                   \

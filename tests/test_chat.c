@@ -354,6 +354,15 @@ START_TEST(test_detect)
 	memcpy(both + l1, llama3_src, l2 + 1);
 	ck_assert_int_eq(chat_format_detect(both, &f), -ENOENT);
 	free(both);
+	/* kvd's own sources (generated models) are recognized as theirs */
+	ck_assert_ptr_null(chat_format_template(CHAT_NONE));
+	ck_assert_ptr_null(chat_format_template(CHAT__N));
+	for (int i = CHAT_LLAMA2; i < CHAT__N; i++) {
+		ck_assert_ptr_nonnull(chat_format_template((enum chat_format)i));
+		ck_assert_int_eq(chat_format_detect(chat_format_template((enum chat_format)i), &f), 0);
+		ck_assert_msg((int)f == i, "kvd's %s source detected as %s",
+			      chat_format_name((enum chat_format)i), chat_format_name(f));
+	}
 	ck_assert_int_eq(chat_format_detect(NULL, &f), -EINVAL);
 	ck_assert_int_eq(chat_format_detect(llama3_src, NULL), -EINVAL);
 }

@@ -6,12 +6,13 @@
 # times), one corrupted batch (fault point corrupt_batch: an integrity
 # failure, by kind), one oversized prompt (an admission rejection) -
 # and the pool, capacity and peer gauges equal kvctl status. Also the
-# chat format the nodes resolved at boot (model.chat_template).
+# chat format the nodes resolved at boot: decode's from model.chat_template,
+# prefill's recognized in the GGUF's tokenizer.chat_template.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
 grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h" || skip "built without fault points"
-gen_model "$T/m.gguf"
+gen_model "$T/m.gguf" --chat-template llama3
 MODEL=$T/m.gguf
 PROMPT=$(seq -s, 10 49)            # 40 tokens: 3 pages of 16
 NP=40
@@ -45,8 +46,8 @@ check "chat format from the config on decode" \
 	log_has "$T/dm.log" 'event=chat_template format=chatml source=config'
 check "kvd_info names the chat format" \
 	bash -c "$KVCTL --socket $T/dm.sock metrics | grep -q 'chat_template=\"chatml\"'"
-check "a generated model has no template: chat off on prefill" \
-	log_has "$T/pm.log" 'event=chat_template format=none source=gguf reason=absent'
+check "prefill recognized the model's template (model make --chat-template llama3)" \
+	log_has "$T/pm.log" 'event=chat_template format=llama3 source=gguf'
 
 # 1: the first batch is corrupted in flight: INTEGRITY, no token; decode
 # tears the link down, and the peer comes back
