@@ -100,27 +100,26 @@ static const char *const integrity_names[KVD_INTEGRITY__N] = {
 static struct kvd_metrics_tenant *tenant_slot(struct kvd_metrics *m,
 					      const char *name, bool fold)
 {
-	char cut[KVD_TENANT_MAX];
-
 	if (!name || !name[0])
 		name = KVD_TENANT_DEFAULT;
-	snprintf(cut, sizeof(cut), "%s", name);
+	/* names are kept cut to KVD_TENANT_MAX - 1 bytes: compare that much
+	 * (a longer name matches its cut), copy only to register */
 	for (uint32_t i = 0; i < m->n_tenants; i++)
-		if (strcmp(m->tenants[i].name, cut) == 0)
+		if (strncmp(m->tenants[i].name, name, KVD_TENANT_MAX - 1) == 0)
 			return &m->tenants[i];
-	if (m->n_tenants < KVD_METRICS_TENANTS - 1 &&
-	    strcmp(cut, KVD_TENANT_OTHER) != 0) {
+	bool is_other = strncmp(name, KVD_TENANT_OTHER, KVD_TENANT_MAX - 1) == 0;
+	if (m->n_tenants < KVD_METRICS_TENANTS - 1 && !is_other) {
 		struct kvd_metrics_tenant *t = &m->tenants[m->n_tenants++];
 
 		memset(t, 0, sizeof(*t));
-		memcpy(t->name, cut, sizeof(cut));
+		snprintf(t->name, sizeof(t->name), "%s", name);
 		return t;
 	}
 	/* "other": the last slot, named on first use */
 	struct kvd_metrics_tenant *o = &m->tenants[KVD_METRICS_TENANTS - 1];
 	if (!o->name[0])
 		snprintf(o->name, sizeof(o->name), "%s", KVD_TENANT_OTHER);
-	if (fold && strcmp(cut, KVD_TENANT_OTHER) != 0)
+	if (fold && !is_other)
 		m->tenants_folded++;
 	return o;
 }
