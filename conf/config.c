@@ -73,6 +73,12 @@ static const char *const dtypes[] = { "f32", "f16", NULL };
 static const char *const transports[] = { "tcp", "verbs", NULL };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 static const char *const backends[] = { "host", "cuda", NULL };
+/* In the order of enum chat_format (gpu/chat.h), "auto" at CHAT_NONE's
+ * index: conf/ sits below gpu/, so test_chat checks the two agree. */
+static const char *const chat_templates[] = {
+	"auto", "llama2", "llama3", "chatml", "mistral", "gemma", "phi3",
+	"deepseek", NULL
+};
 
 #define F(field) offsetof(struct kvd_config, field), \
 	sizeof(((struct kvd_config *)0)->field)
@@ -89,6 +95,8 @@ static const struct conf_key conf_keys[] = {
 	  "GGUF model file (llama architecture). Required." },
 	{ "model", "context_length", CT_U32, "0", 0, 16777216, NULL, F(context_length),
 	  "Context length served, in tokens; 0 = the model's own context_length." },
+	{ "model", "chat_template", CT_ENUM, "auto", 0, 0, chat_templates, F(chat_template),
+	  "Prompt format of chat requests: auto recognizes the GGUF's tokenizer.chat_template (a template kvd does not know leaves chat off; completions still work), or force one of llama2, llama3, chatml (Qwen), mistral, gemma, phi3, deepseek." },
 
 	{ "kv", "page_tokens", CT_U32, "16", 1, 4096, NULL, F(page_tokens),
 	  "Positions per KV page." },

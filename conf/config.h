@@ -29,6 +29,8 @@ struct kvd_config {
 	/* [model] */
 	char model_path[1024];
 	uint32_t context_length;      /* 0 = the model's */
+	int chat_template;            /* 0 auto, else enum chat_format
+				       * (gpu/chat.h) by the same index */
 	/* [kv] */
 	uint32_t page_tokens;
 	uint64_t pool_tokens;         /* exactly one of pool_tokens, memory_bytes */

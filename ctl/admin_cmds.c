@@ -16,11 +16,13 @@
 #include "conf/util.h"
 #include "ctl/admin_int.h"
 #include "daemon/daemon.h"
+#include "daemon/metrics.h"
 #include "daemon/ops.h"
 #include "kvd_build.h"
 #include "net/frame.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ADMIN_POLL_MS 10
@@ -327,6 +329,25 @@ static int cmd_fault_load(struct admin_call *call)
 	return 0;
 }
 
+/* The Prometheus text (daemon/metrics.h), as the HTTP /metrics serves
+ * it, in one string field. */
+static int cmd_metrics(struct admin_call *call)
+{
+	msgpack_packer *pk = frame_writer_packer(&call->res);
+	char *text;
+	size_t len;
+
+	if (kvd_metrics_render(call->c->s->d, &text, &len))
+		return admin__call_fail(call, ADMIN_E_INTERNAL,
+					"out of memory rendering the metrics");
+	msgpack_pack_map(pk, 1);
+	frame_pack_str(pk, "text");
+	msgpack_pack_str(pk, len);
+	msgpack_pack_str_body(pk, text, len);
+	free(text);
+	return 0;
+}
+
 /* ---- the table ---------------------------------------------------------------- */
 
 static const struct admin_cmd admin_cmds[] = {
@@ -337,6 +358,7 @@ static const struct admin_cmd admin_cmds[] = {
 	{ "pool.resize", cmd_pool_resize,
 	  &admin_args_schemas[ADMIN_ARGS_RESIZE], ADMIN_PRIV_MEMBER, false },
 	{ "capacity", cmd_capacity, NULL, ADMIN_PRIV_MEMBER, false },
+	{ "metrics", cmd_metrics, NULL, ADMIN_PRIV_MEMBER, false },
 	{ "abort", cmd_abort, &admin_args_schemas[ADMIN_ARGS_ABORT],
 	  ADMIN_PRIV_MEMBER, false },
 	{ "fault.load", cmd_fault_load, &admin_args_schemas[ADMIN_ARGS_LOAD],

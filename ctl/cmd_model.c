@@ -23,6 +23,7 @@
 
 #include "conf/sha256.h"
 #include "conf/util.h"
+#include "gpu/chat.h"
 #include "gpu/gguf.h"
 #include "gpu/gguf_gen.h"
 
@@ -38,10 +39,13 @@ static void model_usage(FILE *fp)
 	      "                  [--dtype f32|f16|q8_0|q4_0|q2_k|q3_k|q4_k|q5_k|q6_k|\n"
 	      "                           q3_k_m|q4_k_m|q5_k_m] [--seed S] [--tied]\n"
 	      "                  [--tokenizer llama|gpt2 | --vocab-from VOCAB.gguf]\n"
+	      "                  [--chat-template llama2|llama3|chatml|\n"
+	      "                   mistral|gemma|phi3|deepseek]\n"
 	      "       kvctl model inspect FILE [--memory BYTES] [--kv-dtype f32|f16] [--json]\n"
 	      "       kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
 	      "                            (TEXT | --file PATH)\n"
 	      "       kvctl model detokenize MODEL.gguf IDS...\n"
+	      "       kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] ROLE=CONTENT...\n"
 	      "BYTES takes a K, M, G or T suffix (powers of 1024; KiB, GB... also read as such).\n",
 	      fp);
 }
@@ -195,6 +199,8 @@ static const enum ggml_type dtype_types[] = {
 static const char *const tok_words[] = { "llama", "gpt2", NULL };
 /* in enum llama_arch order */
 static const char *const arch_words[] = { "llama", "qwen2", "qwen3", NULL };
+static const char *const chat_words[] = { "none", "llama2", "llama3", "chatml",
+	"mistral", "gemma", "phi3", "deepseek", NULL };
 static const char *const kv_words[] = { "f32", "f16", NULL };
 
 static int model_make(int argc, char **argv)
@@ -204,6 +210,8 @@ static int model_make(int argc, char **argv)
 	const char *vocab_from = NULL;
 	_cleanup_(gguf_closep) struct gguf_file *vf = NULL;
 	struct gguf_error err;
+	const char *chat = "none";
+	enum chat_format cf = CHAT_NONE;
 	bool kv_set = false;
 	char why[160];
 	int rc;
@@ -224,6 +232,7 @@ static int model_make(int argc, char **argv)
 		{ "--tokenizer", OPT_WORD, &tok, tok_words },
 		{ "--tied", OPT_FLAG, &p.tied, NULL },
 		{ "--vocab-from", OPT_PATH, &vocab_from, NULL },
+		{ "--chat-template", OPT_WORD, &chat, chat_words },
 	};
 	if (opts_parse(argc, argv, 2, opts, KVD_ARRAY_SIZE(opts), &out, 1)) {
 		model_usage(stderr);
@@ -256,6 +265,8 @@ static int model_make(int argc, char **argv)
 	for (size_t i = 0; arch_words[i]; i++)
 		if (!strcmp(arch, arch_words[i]))
 			p.arch = (enum llama_arch)i;
+	if (chat_format_by_name(chat, &cf) == 0)
+		p.chat_template = chat_format_template(cf);
 	if (gguf_llama_params_check(&p, why, sizeof(why))) {
 		fprintf(stderr, "kvctl model make: %s\n", why);
 		return EXIT_USAGE;
@@ -452,7 +463,7 @@ int kvctl_cmd_model(int argc, char **argv)
 	if (argc >= 2 && !strcmp(argv[1], "inspect"))
 		return model_inspect(argc, argv);
 	if (argc >= 2 && (!strcmp(argv[1], "tokenize") ||
-			  !strcmp(argv[1], "detokenize")))
+			  !strcmp(argv[1], "detokenize") || !strcmp(argv[1], "chat")))
 		return kvctl_cmd_model_tok(argc, argv);
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))) {
 		model_usage(stdout);

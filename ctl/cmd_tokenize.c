@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "conf/util.h"
+#include "gpu/chat.h"
 #include "gpu/gguf.h"
 #include "gpu/tokenizer.h"
 
@@ -30,7 +31,8 @@
 static const char usage[] =
 	"usage: kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
 	"                            (TEXT | --file PATH)\n"
-	"       kvctl model detokenize MODEL.gguf IDS...\n";
+	"       kvctl model detokenize MODEL.gguf IDS...\n"
+	"       kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] ROLE=CONTENT...\n";
 
 struct tok_open {
 	struct gguf_file *f;
@@ -249,8 +251,119 @@ static int model_detokenize(int argc, char **argv)
 	return EXIT_OK;
 }
 
+/* The chat format: --format NAME, or the file's template recognized. */
+static int chat_pick(const struct tok_open *o, const char *name,
+		     enum chat_format *f)
+{
+	struct gguf_str src;
+	char *copy;
+	int rc;
+
+	if (name && strcmp(name, "auto")) {
+		if (chat_format_by_name(name, f) == 0 && *f != CHAT_NONE)
+			return 0;
+		fprintf(stderr, "kvctl model chat: unknown format '%s' (llama2, llama3, chatml, mistral, gemma, phi3, deepseek, auto)\n",
+			name);
+		return EXIT_USAGE;
+	}
+	if (gguf_get_str(o->f, "tokenizer.chat_template", &src)) {
+		fprintf(stderr, "kvctl model chat: the file has no tokenizer.chat_template (use --format)\n");
+		return EXIT_BAD_FILE;
+	}
+	copy = malloc(src.len + 1);
+	if (!copy)
+		return EXIT_BAD_FILE;
+	memcpy(copy, src.ptr, src.len);
+	copy[src.len] = '\0';
+	rc = chat_format_detect(copy, f);
+	free(copy);
+	if (rc) {
+		fprintf(stderr, "kvctl model chat: the file's chat template (%llu bytes) is not one kvd knows (use --format)\n",
+			(unsigned long long)src.len);
+		return EXIT_BAD_FILE;
+	}
+	return 0;
+}
+
+/* kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids]
+ * ROLE=CONTENT...: the prompt a chat request would get, as text or ids. */
+static int model_chat(int argc, char **argv)
+{
+	const char *path = NULL, *fmt = NULL;
+	bool gen = true, want_ids = false;
+	struct chat_msg *msgs = calloc((size_t)argc, sizeof(*msgs));
+	size_t n = 0;
+	enum chat_format f;
+	struct tok_open o;
+	char err[256];
+	int rc;
+
+	if (!msgs)
+		return EXIT_BAD_FILE;
+	for (int i = 2; i < argc; i++) {
+		char *eq = strchr(argv[i], '=');
+
+		if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+			fmt = argv[++i];
+		} else if (!strcmp(argv[i], "--no-gen")) {
+			gen = false;
+		} else if (!strcmp(argv[i], "--ids")) {
+			want_ids = true;
+		} else if (!path && argv[i][0] != '-') {
+			path = argv[i];
+		} else if (eq && argv[i][0] != '-') {
+			*eq = '\0';
+			msgs[n++] = (struct chat_msg){ argv[i], eq + 1 };
+		} else {
+			path = NULL;
+			break;
+		}
+	}
+	if (!path || n == 0) {
+		fprintf(stderr, "usage: kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] ROLE=CONTENT...\n");
+		free(msgs);
+		return EXIT_USAGE;
+	}
+	if (tok_open(&o, "chat", path)) {
+		free(msgs);
+		return EXIT_BAD_FILE;
+	}
+	rc = chat_pick(&o, fmt, &f);
+	if (rc == 0 && !want_ids) {
+		char *text;
+		size_t len;
+
+		if (chat_render(f, msgs, n, gen, &text, &len, err, sizeof(err))) {
+			fprintf(stderr, "kvctl model chat: %s\n", err);
+			rc = EXIT_BAD_FILE;
+		} else {
+			fwrite(text, 1, len, stdout);
+			putchar('\n');
+			free(text);
+		}
+	} else if (rc == 0) {
+		int32_t *ids;
+		size_t n_ids;
+
+		if (chat_encode(f, o.t, msgs, n, gen, &ids, &n_ids, err, sizeof(err))) {
+			fprintf(stderr, "kvctl model chat: %s\n", err);
+			rc = EXIT_BAD_FILE;
+		} else {
+			for (size_t i = 0; i < n_ids; i++)
+				printf("%s%" PRId32, i ? " " : "", ids[i]);
+			putchar('\n');
+			free(ids);
+		}
+	}
+	tok_close(&o);
+	free(msgs);
+	return rc;
+}
+
 int kvctl_cmd_model_tok(int argc, char **argv)
 {
+	if (!strcmp(argv[1], "chat"))
+		return model_chat(argc, argv);
 	if (!strcmp(argv[1], "tokenize"))
 		return model_tokenize(argc, argv);
 	return model_detokenize(argc, argv);

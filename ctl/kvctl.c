@@ -6,6 +6,7 @@
  *     resume                           admit again
  *     pool resize --tokens N | --bytes N [--force] [--wait-ms N]
  *     capacity                         the boot capacity check, now
+ *     metrics                          Prometheus text (daemon/metrics.h)
  *     abort ID                         abort one request (normal failure path)
  *     audit [FILE...]                  capacity audit of kvd logs (stdin: -)
  *     model make|inspect ...           GGUF models (ctl/cmd_model.c)
@@ -795,6 +796,33 @@ static int sub_generate(struct kvctl *k, int argc, char **argv)
 	return kvctl_cmd_generate(argc, argv);
 }
 
+/* The node's Prometheus text, as its HTTP /metrics serves it. */
+static int sub_metrics(struct kvctl *k, int argc, char **argv)
+{
+	struct frame_writer w;
+	const msgpack_object *res, *o;
+	int r;
+
+	(void)argv;
+	if (argc != 1)
+		return EXIT_USAGE;
+	kvctl_request(&w, "metrics", 0);
+	r = kvctl_call(k, &w, &res);
+	if (r)
+		return r;
+	if (k->json) {
+		print_json_line(res);
+		return 0;
+	}
+	o = field(res, "text");
+	if (!o || o->type != MSGPACK_OBJECT_STR) {
+		fprintf(stderr, "kvctl: the reply has no metrics text\n");
+		return 1;
+	}
+	fwrite(o->via.str.ptr, 1, o->via.str.size, stdout);
+	return 0;
+}
+
 static const struct kvctl_cmd kvctl_cmds[] = {
 	{ "status", sub_status, true, "status" },
 	{ "drain", sub_drain, true, "drain [--no-wait] [--wait-ms N]" },
@@ -802,6 +830,7 @@ static const struct kvctl_cmd kvctl_cmds[] = {
 	{ "pool", sub_pool, true,
 	  "pool resize --tokens N | --bytes N [--force] [--wait-ms N]" },
 	{ "capacity", sub_capacity, true, "capacity" },
+	{ "metrics", sub_metrics, true, "metrics   (Prometheus text format 0.0.4)" },
 	{ "abort", sub_abort, true, "abort ID" },
 	{ "audit", sub_audit, false, "audit [FILE...]" },
 	{ "keygen", sub_keygen, false, "keygen FILE [--force]   (a new cluster secret for peers.key_file)" },

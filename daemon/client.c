@@ -111,9 +111,14 @@ void serve__client_token(struct serve_req *r, int32_t token)
 	struct frame_writer w;
 	const char *chunk = "";
 	size_t len = 0;
+	uint64_t now = kvd_now_ns();
+	bool first = !r->t_first_ns;
 
-	if (!r->t_first_ns)
-		r->t_first_ns = kvd_now_ns();
+	if (first)
+		r->t_first_ns = now;
+	kvd_metrics_token(&r->s->d->metrics, r->tenant, first, r->n_prompt,
+			  first ? now - r->t_arrive_ns : now - r->t_last_ns);
+	r->t_last_ns = now;
 	r->n_out++;
 	if (!r->client || r->answered)
 		return;
@@ -229,6 +234,8 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 
 	if (why < KVD_REJECT__N)
 		s->d->counters.rejected[why]++;
+	/* refused before it became a request: no latency to observe */
+	kvd_metrics_request_end(&s->d->metrics, KVD_TENANT_DEFAULT, NULL, code, 0);
 	KVLOG_WARN(s->log, "request_rejected", "client_id=%llu code=%s msg=%s",
 		   (unsigned long long)id, proto_err_name(code), KVLOG_Q(msg));
 	client_error_to(c, id, code, msg);

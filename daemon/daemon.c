@@ -27,6 +27,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if KVD_HAVE_SYSTEMD
@@ -215,6 +216,8 @@ static void watchdog_start(struct kvd_daemon *d)
 
 /* ---- boot ---------------------------------------------------------------- */
 
+static void daemon_resolve_chat(struct kvd_daemon *d);
+
 static int daemon_open_model(struct kvd_daemon *d)
 {
 	struct gguf_error gerr = { 0 };
@@ -243,7 +246,61 @@ static int daemon_open_model(struct kvd_daemon *d)
 		   d->hp.n_layer, d->hp.n_embd, d->hp.n_head, d->hp.n_head_kv,
 		   d->hp.head_dim, d->hp.n_ff, d->hp.n_vocab,
 		   d->hp.n_ctx_train, d->model_sha256);
+	daemon_resolve_chat(d);
 	return 0;
+}
+
+/* Templates longer than this are not looked at (the longest known
+ * ones, with tool calling, are ~10 KiB). */
+#define DAEMON_CHAT_TEMPLATE_MAX (1u << 20)
+
+/* Resolve the chat format once: the config's, else the one the model's
+ * tokenizer.chat_template is recognized as. Never fails the boot: a
+ * model without a template kvd knows still serves completions. */
+static void daemon_resolve_chat(struct kvd_daemon *d)
+{
+	struct gguf_str src;
+	char *copy;
+	int r;
+
+	d->chat_format = CHAT_NONE;
+	if (d->cfg.chat_template > CHAT_NONE && d->cfg.chat_template < CHAT__N) {
+		d->chat_format = (enum chat_format)d->cfg.chat_template;
+		KVLOG_INFO(&d->log, "chat_template", "format=%s source=config",
+			   chat_format_name(d->chat_format));
+		return;
+	}
+	if (gguf_get_str(d->model, "tokenizer.chat_template", &src) != 0) {
+		KVLOG_INFO(&d->log, "chat_template",
+			   "format=none source=gguf reason=absent");
+		return;
+	}
+	if (src.len > DAEMON_CHAT_TEMPLATE_MAX) {
+		KVLOG_WARN(&d->log, "chat_template",
+			   "format=none source=gguf reason=too_long bytes=%llu",
+			   (unsigned long long)src.len);
+		return;
+	}
+	copy = malloc(src.len + 1);
+	if (!copy) {
+		KVLOG_WARN(&d->log, "chat_template",
+			   "format=none source=gguf reason=no_memory");
+		return;
+	}
+	memcpy(copy, src.ptr, src.len);
+	copy[src.len] = '\0';
+	r = chat_format_detect(copy, &d->chat_format);
+	free(copy);
+	if (r) {
+		d->chat_format = CHAT_NONE;
+		KVLOG_WARN(&d->log, "chat_template",
+			   "format=none source=gguf reason=unrecognized bytes=%llu"
+			   " msg=\"set model.chat_template to serve chat\"",
+			   (unsigned long long)src.len);
+		return;
+	}
+	KVLOG_INFO(&d->log, "chat_template", "format=%s source=gguf",
+		   chat_format_name(d->chat_format));
 }
 
 static int daemon_open_pool(struct kvd_daemon *d)

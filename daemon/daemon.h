@@ -18,9 +18,11 @@
 
 #include "conf/config.h"
 #include "conf/log.h"
+#include "gpu/chat.h"
 #include "gpu/gguf.h"
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
+#include "daemon/metrics.h"
 #include "daemon/request.h"
 
 enum {
@@ -96,6 +98,11 @@ struct kvd_daemon {
 	struct gguf_file *model;
 	struct llama_hparams hp;
 	char model_sha256[65];
+	/* The chat prompt format, resolved once at boot (model.chat_template,
+	 * or the GGUF's tokenizer.chat_template recognized by gpu/chat.h):
+	 * CHAT_NONE when neither gives one; chat requests are then refused
+	 * and completions still served. */
+	enum chat_format chat_format;
 
 	/* KV pool */
 	struct kvmem mem;
@@ -105,6 +112,7 @@ struct kvd_daemon {
 	enum kvd_state state;
 	uint64_t start_ns;
 	struct kvd_counters counters;
+	struct kvd_metrics metrics;   /* daemon/metrics.h: per tenant, by kind */
 	uint32_t in_flight;           /* admitted requests not yet terminal */
 	struct kvd_peer_figures peers; /* set by the serving layer */
 

@@ -51,15 +51,19 @@ static void decode_try_complete(struct serve_req *r);
 
 /* ---- the decode request machine (daemon/machine.h: dreq) -------------------- */
 
-/* The first failure of a request is the one its client hears about. */
 /* The first failure of a request is the one its client hears about; an
- * integrity failure is counted once per request. */
-#define dreq_fail(r, code, ...)                                              \
+ * integrity failure is counted once per request, by what caught it
+ * (enum kvd_integrity_kind; dreq_fail: the peer reported it). */
+#define dreq_fail_kind(r, code, kind, ...)                                   \
 	do {                                                                 \
 		if (serve__req_fail((r), (code), __VA_ARGS__) &&             \
-		    (code) == PROTO_ERR_INTEGRITY)                           \
+		    (code) == PROTO_ERR_INTEGRITY) {                         \
 			(r)->s->d->counters.integrity_failures++;            \
+			kvd_metrics_integrity(&(r)->s->d->metrics, (kind));  \
+		}                                                            \
 	} while (0)
+#define dreq_fail(r, code, ...)                                              \
+	dreq_fail_kind(r, code, KVD_INTEGRITY_PEER, __VA_ARGS__)
 
 /* A pool call on pages this request holds failed: the pool and the
  * request disagree about who owns what, so nothing of the table may go
@@ -370,9 +374,10 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 	case COMPUTE_MSG_SUBMITTED:
 		if (m->error) {
 			r->engine_integrity = m->error == ENGINE_E_INTEGRITY;
-			dreq_fail(r, engine_code_to_proto(m->error),
-				  "engine refused the request: %s",
-				  engine_strerror(m->error));
+			dreq_fail_kind(r, engine_code_to_proto(m->error),
+				       KVD_INTEGRITY_TAG,
+				       "engine refused the request: %s",
+				       engine_strerror(m->error));
 			serve__dreq_event(r, DEV_SUBMIT_ERR);
 			return;
 		}
@@ -392,7 +397,8 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 		}
 		if (r->state == DRS_COMPUTE) {
 			r->engine_integrity = m->error == ENGINE_E_INTEGRITY;
-			dreq_fail(r, r->engine_integrity ? PROTO_ERR_INTEGRITY : PROTO_ERR_INTERNAL,
+			dreq_fail_kind(r, r->engine_integrity ? PROTO_ERR_INTEGRITY : PROTO_ERR_INTERNAL,
+				       KVD_INTEGRITY_TAG,
 				  "generation failed: %s (%s)", engine_finish_name(m->finish),
 				  engine_strerror(m->error));
 		}
@@ -494,6 +500,8 @@ static int decode_send_request(struct serve_req *r)
 	rc = serve__link_send(r->link, &m);
 	free(pages);
 	free(toks);
+	if (rc == 0)
+		r->t_xfer_ns = kvd_now_ns();
 	return rc;
 }
 
@@ -690,7 +698,7 @@ static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
 	 * pages count as arrived (a write failure below fails r anyway) */
 	decode_rx_req(r, &q);
 	if (xfer_check_batch(&q, &r->rx, h, batch, &ref)) {
-		dreq_fail(r, PROTO_ERR_INTEGRITY, "%s", ref.why);
+		dreq_fail_kind(r, PROTO_ERR_INTEGRITY, KVD_INTEGRITY_TRANSFER, "%s", ref.why);
 		serve__dreq_event(r, DEV_BAD);
 		return;
 	}
@@ -698,6 +706,7 @@ static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
 		serve__dreq_event(r, DEV_BAD);
 		return;
 	}
+	kvd_metrics_xfer_batch(&s->d->metrics, KVD_XFER_RECV, h->payload_bytes);
 	serve__dreq_event(r, DEV_BATCH);
 	decode_try_complete(r);
 }
@@ -737,11 +746,15 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
 		 * yet a tag is wrong: whoever wrote the prefix cannot be
 		 * trusted, so its pages never go back to the free list
 		 * (invariants 1, 2); the rest of the table was never written */
-		dreq_fail(r, PROTO_ERR_INTEGRITY, "the received KV failed the %s check (pool error %d)",
+		dreq_fail_kind(r, PROTO_ERR_INTEGRITY, KVD_INTEGRITY_TAG,
+			       "the received KV failed the %s check (pool error %d)",
 			  rc == KVPOOL_E_COVERAGE ? "coverage" : "tag", rc);
 		return DEV_TAG_BAD;
 	}
 	decode_fault_retag(r);
+	if (r->t_xfer_ns)
+		kvd_metrics_xfer_time(&s->d->metrics, KVD_XFER_RECV,
+				      kvd_now_ns() - r->t_xfer_ns);
 	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",
 		    (unsigned long long)r->reg.id, r->rx.batches, r->rx.n_got,
 		    r->n_prompt);
@@ -776,7 +789,7 @@ static void decode_try_complete(struct serve_req *r)
 	if (rc == XFER_CHECK_PENDING)
 		return;
 	if (rc) {
-		dreq_fail(r, PROTO_ERR_INTEGRITY, "%s", why);
+		dreq_fail_kind(r, PROTO_ERR_INTEGRITY, KVD_INTEGRITY_TRANSFER, "%s", why);
 		serve__dreq_event(r, DEV_BAD);
 		return;
 	}
@@ -821,8 +834,8 @@ static void peer_on_done(struct link *p, const struct proto_peer_msg *m)
 	r->done_batches = m->batches;
 	r->done_pages = m->done_pages;
 	if (m->first_token >= tokenizer_n_vocab(p->s->tok)) {
-		dreq_fail(r, PROTO_ERR_INTEGRITY,
-			  "prefill sent a first token outside the vocabulary");
+		dreq_fail_kind(r, PROTO_ERR_INTEGRITY, KVD_INTEGRITY_TRANSFER,
+			       "prefill sent a first token outside the vocabulary");
 		serve__dreq_event(r, DEV_BAD);
 		return;
 	}
@@ -886,8 +899,8 @@ static bool decode_req_lost(struct serve_req *r, int code, const char *msg)
 	bool failed = r->state == DRS_TRANSFER;
 
 	if (failed)
-		dreq_fail(r, code, "%s",
-			  msg ? msg : "the prefill peer was lost during the transfer");
+		dreq_fail_kind(r, code, r->link ? r->link->lost_kind : KVD_INTEGRITY_PEER,
+			       "%s", msg ? msg : "the prefill peer was lost during the transfer");
 	serve__dreq_event(r, DEV_LINK_LOST);
 	return failed;
 }

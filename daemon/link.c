@@ -285,12 +285,16 @@ static void link_rx_bad(void *arg, int code, const struct xfer_hdr *h)
 		   (unsigned long long)h->request_id, h->seq, xfer_strerror(code));
 	if (auth)
 		l->s->d->counters.peer_auth_failures++;
+	/* what the requests failed below count their failure as */
+	l->lost_kind = auth ? KVD_INTEGRITY_MAC : KVD_INTEGRITY_CHECKSUM;
 	if (!link_lost_code(l, auth ? "a KV batch failed authentication" :
 				      "a KV batch failed its checksum",
 			    PROTO_ERR_INTEGRITY,
 			    auth ? "a KV batch on the prefill peer's data connection failed authentication; no token was produced from it" :
-				   "a KV batch on the prefill peer's data connection failed its checksum; no token was produced from it"))
+				   "a KV batch on the prefill peer's data connection failed its checksum; no token was produced from it")) {
 		l->s->d->counters.integrity_failures++;
+		kvd_metrics_integrity(&l->s->d->metrics, l->lost_kind);
+	}
 }
 
 static void link_data_closed(void *arg, int status)

@@ -484,12 +484,14 @@ static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 struct prefill_ticket {
 	struct serve *s;
 	uint64_t id;
+	uint64_t bytes;      /* the batch's KV payload, for the metrics */
 };
 
 static void prefill_sent_cb(void *arg, int status)
 {
 	struct prefill_ticket *t = arg;
 	struct serve_req *r = serve__req_find(t->s, t->id);
+	uint64_t bytes = t->bytes;
 	struct link *l;
 
 	free(t);
@@ -501,6 +503,7 @@ static void prefill_sent_cb(void *arg, int status)
 	r->sends_pending--;
 	l = r->link;
 	if (status == 0) {
+		kvd_metrics_xfer_batch(&r->s->d->metrics, KVD_XFER_SEND, bytes);
 		r->batches_sent++;
 		serve__preq_event(r, PEV_BATCH_SENT);
 	} else {
@@ -567,6 +570,9 @@ static int prefill_send_batch(struct serve_req *r, uint32_t n)
 	prefill_fault_entries(r, pages, n);
 	t->s = s;
 	t->id = r->reg.id;
+	t->bytes = (uint64_t)n * s->page_bytes;
+	if (r->next_page == 0)
+		r->t_xfer_ns = kvd_now_ns();
 	rc = transport_send(r->link->data, r->remote_id, r->batches_sent + r->sends_pending,
 			    pages, n, prefill_sent_cb, t);
 	free(pages);
@@ -607,8 +613,12 @@ static void prefill_send_more(struct serve_req *r)
 		if (prefill_send_batch(r, KVD_MIN(per, limit - r->next_page)))
 			return;
 	}
-	if (r->next_page >= limit && !r->sends_pending)
+	if (r->next_page >= limit && !r->sends_pending) {
+		if (r->t_xfer_ns)
+			kvd_metrics_xfer_time(&s->d->metrics, KVD_XFER_SEND,
+					      kvd_now_ns() - r->t_xfer_ns);
 		serve__preq_event(r, PEV_ALL_SENT);
+	}
 }
 
 /* Fault point: a NaN in position 0 of the first page's layer-0 K block,
@@ -651,6 +661,7 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 	rc = kvpool_verify(s->d->pool, r->reg.id, m->table, m->n_table, m->n_kv, &bad);
 	if (rc) {
 		s->d->counters.integrity_failures++;
+		kvd_metrics_integrity(&s->d->metrics, KVD_INTEGRITY_TAG);
 		serve__req_fail(r, PROTO_ERR_INTEGRITY, "prefill's own pages failed verification");
 		return PEV_COMPUTE_FAIL;
 	}

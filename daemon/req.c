@@ -31,6 +31,7 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	kvd_list_init(&r->client_node);
 	r->kind = kind;
 	r->t_arrive_ns = kvd_now_ns();
+	snprintf(r->tenant, sizeof(r->tenant), "%s", KVD_TENANT_DEFAULT);
 	r->free_job = compute_free_job_new();
 	if (!r->free_job || uv_timer_init(&s->d->loop, &r->timer)) {
 		compute_job_free(r->free_job);
@@ -90,6 +91,12 @@ void serve__req_end(struct serve_req *r, bool ok)
 	if (r->ended)
 		return;
 	r->ended = true;
+	/* a client request's outcome, once: its answer, its first failure,
+	 * or abandoned (the client left before either) */
+	if (r->kind != SREQ_PREFILL)
+		kvd_metrics_request_end(&s->d->metrics, r->tenant,
+					ok && r->finish_reason[0] ? r->finish_reason : NULL,
+					r->fail_code, kvd_now_ns() - r->t_arrive_ns);
 	KVD_ASSERT(s->log, !r->client,
 		   "id=%llu msg=\"a request ends still attached to its client\"",
 		   (unsigned long long)r->reg.id);

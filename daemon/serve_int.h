@@ -85,6 +85,12 @@ struct serve_req {
 	uint32_t max_tokens;
 	struct sampler_params sp;
 	uint64_t t_arrive_ns, t_first_ns;
+	uint64_t t_last_ns;              /* the latest token (inter-token latency) */
+	uint64_t t_xfer_ns;              /* decode: prefill_request sent;
+					  * prefill: first batch queued */
+	char tenant[KVD_TENANT_MAX];     /* metrics label: "default" on the
+					  * msgpack socket; HTTP sets it from
+					  * the API key */
 	uint32_t n_out;
 	struct detok dt;
 	bool dt_init;
@@ -273,6 +279,9 @@ struct link {
 					  * deadline counts from here */
 	uint64_t last_heard_ns;
 	uint32_t load;                   /* the peer's, from its heartbeat */
+	/* an INTEGRITY loss of the link: what caught it (checksum or MAC),
+	 * for the metrics of the requests it fails */
+	enum kvd_integrity_kind lost_kind;
 
 	/* the data connection: dial receives, accept sends */
 	struct transport *data;

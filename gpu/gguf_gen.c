@@ -551,6 +551,8 @@ static int llama_add_vocab(struct gguf_writer *w,
 		if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
 		if (!rc) rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
 	}
+	if (!rc && p->chat_template)
+		rc = gguf_writer_add_str(w, "tokenizer.chat_template", p->chat_template);
 	vocab_free(&v);
 	return rc;
 }
@@ -636,9 +638,12 @@ static int copy_kv(struct gguf_writer *w, const struct gguf_file *f,
 }
 
 /* Every tokenizer.* key of f, in its order. */
-static int llama_copy_vocab(struct gguf_writer *w, const struct gguf_file *f)
+/* The tokenizer.* keys of p->vocab_from, with p->chat_template (when set)
+ * in place of the file's own template. */
+static int llama_copy_vocab(struct gguf_writer *w, const struct gguf_llama_params *p)
 {
 	static const char pfx[] = "tokenizer.";
+	const struct gguf_file *f = p->vocab_from;
 	char key[256];
 	int rc = 0;
 
@@ -650,8 +655,12 @@ static int llama_copy_vocab(struct gguf_writer *w, const struct gguf_file *f)
 			continue;
 		memcpy(key, kv->key.ptr, kv->key.len);
 		key[kv->key.len] = 0;
+		if (p->chat_template && !strcmp(key, "tokenizer.chat_template"))
+			continue;
 		rc = copy_kv(w, f, kv, key);
 	}
+	if (!rc && p->chat_template)
+		rc = gguf_writer_add_str(w, "tokenizer.chat_template", p->chat_template);
 	return rc;
 }
 
@@ -715,7 +724,7 @@ int gguf_make_llama_writer(struct gguf_writer **out,
 	}
 	if (!rc) rc = gguf_writer_add_u32(w, KEY("vocab_size"), p->n_vocab);
 #undef KEY
-	if (!rc) rc = p->vocab_from ? llama_copy_vocab(w, p->vocab_from)
+	if (!rc) rc = p->vocab_from ? llama_copy_vocab(w, p)
 				    : llama_add_vocab(w, p);
 	if (rc)
 		return rc;

@@ -51,6 +51,7 @@ struct gguf_llama_params {
 	 * are copied as they are instead of generating a vocabulary; n_vocab
 	 * must equal its token count. Kept open by the caller until written. */
 	const struct gguf_file *vocab_from;
+	const char *chat_template;  /* tokenizer.chat_template; NULL: none */
 };
 
 #define GGUF_LLAMA_PARAMS_DEFAULT {                                   \

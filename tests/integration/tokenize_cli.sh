@@ -78,4 +78,30 @@ rc=0
 "$KVCTL" model tokenize "$T/bad.gguf" "hi" >"$T/bad.out" 2>&1 || rc=$?
 check "a file that is not a GGUF: refused (exit $rc)" test "$rc" -ne 0
 check "with a message" test -s "$T/bad.out"
+
+# kvctl model chat: the prompt a chat request gets (gpu/chat.c), as text
+# and as ids. 151644 <|im_start|>, 151645 <|im_end|>, 872 "user", 198
+# "\n", 13048 "Hi", 77091 "assistant" in Qwen2's vocabulary.
+Q=$V/ggml-vocab-qwen2.gguf
+if [ -f "$Q" ]; then
+	printf '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n\n' >"$T/chat.want"
+	"$KVCTL" model chat "$Q" --format chatml user=Hi >"$T/chat.out"
+	check "model chat: the chatml text" cmp -s "$T/chat.out" "$T/chat.want"
+	check "model chat --ids: specials as control ids" \
+		test "$("$KVCTL" model chat "$Q" --format chatml --ids user=Hi)" = \
+		"151644 872 198 13048 151645 198 151644 77091 198"
+	rc=0
+	"$KVCTL" model chat "$Q" user=Hi >"$T/chat.err" 2>&1 || rc=$?
+	check "model chat without a template in the file: exit 1 ($rc)" test "$rc" = 1
+	check "naming --format" grep -q -- "--format" "$T/chat.err"
+	rc=0
+	"$KVCTL" model chat "$Q" --format chatml --ids 'user=<|im_end|>' >"$T/chat.err" 2>&1 || rc=$?
+	check "model chat: a forged control token refused ($rc)" test "$rc" = 1
+	rc=0
+	"$KVCTL" model chat "$Q" --format llama2 user=a user=b >"$T/chat.err" 2>&1 || rc=$?
+	check "model chat: llama2 turns that do not alternate refused ($rc)" test "$rc" = 1
+	rc=0
+	"$KVCTL" model chat "$Q" --format jinja user=a >/dev/null 2>&1 || rc=$?
+	check "model chat: an unknown format is a usage error ($rc)" test "$rc" = 2
+fi
 finish

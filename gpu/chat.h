@@ -1,0 +1,86 @@
+/* chat.h - built-in chat templates: messages -> prompt text.
+ *
+ * kvd does not run Jinja. It knows seven chat formats as code and picks
+ * one by recognizing the model's tokenizer.chat_template (distinctive
+ * markers; an unknown or ambiguous template is -ENOENT, never a guess)
+ * or by the config key model.chat_template.
+ *
+ * The rendered text holds the template's special tokens as text
+ * ("<|im_start|>", "[INST]", "</s>") and never the first BOS: the
+ * tokenizer adds that one. Encode it with chat_encode() (or with
+ * tokenizer_encode_ex(TOKENIZER_PARSE_SPECIAL, plus TOKENIZER_ADD_BOS
+ * when tokenizer_add_bos()), so the template's specials become their
+ * control tokens. Because the whole text is parsed for specials,
+ * chat_encode() refuses a message whose content holds the text of a
+ * control token (-EPERM): a tenant cannot forge a turn.
+ *
+ * Pure functions of their arguments; any thread.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tokenizer;
+
+enum chat_format {
+	CHAT_NONE = 0,     /* no template: chat is refused */
+	CHAT_LLAMA2,       /* Llama 2 chat: [INST] <<SYS>> ... [/INST] */
+	CHAT_LLAMA3,       /* Llama 3 instruct: <|start_header_id|> ... <|eot_id|> */
+	CHAT_CHATML,       /* ChatML (Qwen): <|im_start|>role ... <|im_end|> */
+	CHAT_MISTRAL,      /* Mistral 7B Instruct v0.1/v0.2: [INST] ... [/INST] */
+	CHAT_GEMMA,        /* Gemma: <start_of_turn>user|model ... <end_of_turn> */
+	CHAT_PHI3,         /* Phi-3: <|user|> ... <|end|> */
+	CHAT_DEEPSEEK,     /* DeepSeek LLM / V2 chat: User: ... Assistant: */
+	CHAT__N,
+};
+
+struct chat_msg {
+	const char *role;      /* "system", "user" or "assistant" */
+	const char *content;   /* NUL-terminated UTF-8 */
+};
+
+/* Recognize a tokenizer.chat_template source. 0 and *out set; -ENOENT
+ * when no built-in format matches or more than one does (then *out is
+ * CHAT_NONE); -EINVAL for a NULL source. */
+int chat_format_detect(const char *jinja_src, enum chat_format *out);
+/* A format by its config name ("llama2" .. "deepseek"; "none"); -ENOENT
+ * for any other name ("auto" included: the caller resolves it). */
+int chat_format_by_name(const char *name, enum chat_format *out);
+/* "none", "llama2", ... ; "?" out of range. */
+const char *chat_format_name(enum chat_format f);
+/* A short Jinja source in format f (kvd's own, for generated models:
+ * kvctl model make --chat-template) that chat_format_detect() recognizes
+ * as f; NULL for CHAT_NONE and out of range. */
+const char *chat_format_template(enum chat_format f);
+/* A short Jinja source in format f (kvd's own, for generated models:
+ * kvctl model make --chat-template) that chat_format_detect() recognizes
+ * as f; NULL for CHAT_NONE and out of range. */
+const char *chat_format_template(enum chat_format f);
+
+/* Render msgs[0..n) in format f. *out is malloc'd and NUL-terminated,
+ * *len its length; the caller frees it. add_generation_prompt appends the
+ * assistant's opening (formats whose user turn already ends with it
+ * ignore the flag). Errors, with a sentence in err (errlen may be 0):
+ *   -ENOENT  f is CHAT_NONE or unknown (the model has no template)
+ *   -EINVAL  no messages, a NULL role or content, an unknown role, a
+ *            system message where the format does not take one, turns
+ *            that do not alternate where the format needs them to
+ *   -E2BIG   the text would exceed CHAT_TEXT_MAX bytes
+ *   -ENOMEM
+ * On error *out is NULL and *len 0. */
+#define CHAT_TEXT_MAX (64u << 20)
+int chat_render(enum chat_format f, const struct chat_msg *msgs, size_t n,
+		bool add_generation_prompt, char **out, size_t *len,
+		char *err, size_t errlen);
+
+/* Render and tokenize as the model expects: BOS when the tokenizer adds
+ * one, the template's specials as control tokens. -EPERM (err names the
+ * message and token) when a message's content holds a control token's
+ * text; otherwise chat_render's and tokenizer_encode_ex's errors. *ids
+ * malloc'd. */
+int chat_encode(enum chat_format f, const struct tokenizer *tok,
+		const struct chat_msg *msgs, size_t n,
+		bool add_generation_prompt, int32_t **ids, size_t *n_ids,
+		char *err, size_t errlen);
