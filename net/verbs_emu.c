@@ -112,6 +112,7 @@ struct verbs_ctx {
 	int sock;
 	struct verbs_dev_attr attr;
 	uint32_t max_inline;
+	uint64_t short_mr;        /* test: registrations past it are cut to it */
 	bool autodeliver;
 	uint32_t next_qpn;
 	uint32_t next_index;
@@ -707,6 +708,8 @@ static int parse_dev(struct verbs_ctx *ctx, const char *dev)
 			ctx->attr.max_qp_wr = (uint32_t)v;
 		else if (!strcmp(tok, "max_inline") && v <= 4096)
 			ctx->max_inline = (uint32_t)v;
+		else if (!strcmp(tok, "short_mr") && v > 0)
+			ctx->short_mr = v;
 		else if (!strcmp(tok, "auto") && v <= 1)
 			ctx->autodeliver = v;
 		else
@@ -857,7 +860,9 @@ static int emu_reg_mr(struct verbs_pd *pd, void *addr, size_t len,
 		return -ENOMEM;
 	mr->pd = pd;
 	mr->addr = (uintptr_t)addr;
-	mr->len = len;
+	/* a faulty device that registers less than asked (and says so in
+	 * the length it reports): for the callers' checks */
+	mr->len = ctx->short_mr && len > ctx->short_mr ? ctx->short_mr : len;
 	mr->access = access;
 	mr->lkey = mr->rkey = next_key(ctx);
 	kvd_list_add_tail(&ctx->mrs, &mr->link);

@@ -5,13 +5,16 @@
  * with the device name
  *
  *   emu:DIR[,max_mr_size=BYTES][,mw=0|1][,max_qp_wr=N][,max_inline=N][,auto=0|1]
+ *          [,short_mr=BYTES]
  *
  * DIR is a directory both ends can reach (each context binds one Unix
  * datagram socket there: the "wire"). Writes travel as packets and land
  * in the responder's registered memory only when the responder's process
  * delivers them: verbs_emu_deliver() (the test chooses the moment), or at
- * every pump with auto=1. Every call on a context pumps it (sends what
- * waits, reads what arrived, turns acknowledgements into completions).
+ * every pump with auto=1. Polling a CQ, posting, and querying or erring a
+ * QP pump the context (send what waits, read what arrived, turn
+ * acknowledgements into completions). short_mr makes a faulty device: a
+ * registration longer than BYTES registers (and reports) only BYTES.
  */
 #pragma once
 
