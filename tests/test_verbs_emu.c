@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kvd_build.h"
 #include "net/verbs_emu.h"
 
 #define MEM (64u * 1024)     /* bytes of each endpoint's memory */
@@ -1032,6 +1033,37 @@ START_TEST(test_peer_gone)
 }
 END_TEST
 
+/* The real table: NULL without libibverbs; with it, here (no device) a
+ * clear negative errno and no context, or, on a machine with a device,
+ * a context that answers a device query. */
+START_TEST(test_real_ops_probe)
+{
+	const struct verbs_ops *R = verbs_real_ops();
+	struct verbs_ctx *c = (struct verbs_ctx *)&c;
+	struct verbs_dev_attr a;
+	int r;
+
+	if (!R) {
+		ck_assert_int_eq(KVD_HAVE_VERBS, 0);
+		return;
+	}
+	ck_assert_int_eq(KVD_HAVE_VERBS, 1);
+	ck_assert_str_eq(R->name, "ibverbs");
+	/* -ENOSYS: no RDMA in the kernel (ibv_get_device_list fails) */
+	r = R->open("kvd-no-such-device", &c);
+	ck_assert_msg(r == -ENODEV || r == -ENOSYS, "open: %d", r);
+	ck_assert_ptr_null(c);
+	r = R->open(NULL, &c);
+	if (r < 0) {
+		ck_assert_ptr_null(c);
+		return;
+	}
+	ck_assert_int_eq(R->query_device(c, &a), 0);
+	ck_assert_uint_gt(a.max_mr_size, 0);
+	R->close(c);
+}
+END_TEST
+
 static Suite *verbs_emu_suite(void)
 {
 	Suite *s = suite_create("verbs_emu");
@@ -1057,6 +1089,7 @@ static Suite *verbs_emu_suite(void)
 	tcase_add_test(tc, test_garbage_and_names);
 	tcase_add_test(tc, test_two_processes);
 	tcase_add_test(tc, test_peer_gone);
+	tcase_add_test(tc, test_real_ops_probe);
 	suite_add_tcase(s, tc);
 	return s;
 }
