@@ -113,6 +113,7 @@ struct verbs_ctx {
 	struct verbs_dev_attr attr;
 	uint32_t max_inline;
 	uint64_t short_mr;        /* test: registrations past it are cut to it */
+	uint32_t mtu;             /* the port's active MTU */
 	bool autodeliver;
 	uint32_t next_qpn;
 	uint32_t next_index;
@@ -708,6 +709,8 @@ static int parse_dev(struct verbs_ctx *ctx, const char *dev)
 			ctx->attr.max_qp_wr = (uint32_t)v;
 		else if (!strcmp(tok, "max_inline") && v <= 4096)
 			ctx->max_inline = (uint32_t)v;
+		else if (!strcmp(tok, "mtu") && v >= 256 && v <= 4096 && !(v & (v - 1)))
+			ctx->mtu = (uint32_t)v;
 		else if (!strcmp(tok, "short_mr") && v > 0)
 			ctx->short_mr = v;
 		else if (!strcmp(tok, "auto") && v <= 1)
@@ -740,6 +743,7 @@ static int emu_open(const char *dev, struct verbs_ctx **out)
 					     .max_sge = 4, .mw_type2 = true,
 					     .phys_port_cnt = 1 };
 	ctx->max_inline = 256;
+	ctx->mtu = 4096;
 	ctx->next_qpn = 0x100;
 	ctx->next_index = 1;
 	r = parse_dev(ctx, dev);
@@ -801,9 +805,8 @@ static int emu_query_port(struct verbs_ctx *ctx, uint8_t port,
 {
 	if (port != 1)
 		return -EINVAL;
-	*out = (struct verbs_port_attr){ .active = true, .active_mtu = 4096,
+	*out = (struct verbs_port_attr){ .active = true, .active_mtu = ctx->mtu,
 					 .lid = 0, .gid_tbl_len = 1 };
-	(void)ctx;
 	return 0;
 }
 

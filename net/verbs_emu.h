@@ -5,7 +5,7 @@
  * with the device name
  *
  *   emu:DIR[,max_mr_size=BYTES][,mw=0|1][,max_qp_wr=N][,max_inline=N][,auto=0|1]
- *          [,short_mr=BYTES]
+ *          [,short_mr=BYTES][,mtu=256..4096]
  *
  * DIR is a directory both ends can reach (each context binds one Unix
  * datagram socket there: the "wire"). Writes travel as packets and land
