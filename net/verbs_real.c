@@ -36,6 +36,10 @@ struct verbs_mr {
 
 struct verbs_mw {
 	struct ibv_mw *mw;
+	uint32_t rkey;   /* the key of the last bind: a type-2 bind posted as a
+			  * WR does not update mw->rkey, so each bind takes the
+			  * next key byte from here, never an old key again
+			  * (until the byte wraps) */
 };
 
 struct verbs_cq {
@@ -213,6 +217,7 @@ static int real_alloc_mw(struct verbs_pd *p, struct verbs_mw **out)
 		free(w);
 		return neg_errno(EOPNOTSUPP);
 	}
+	w->rkey = w->mw->rkey;
 	*out = w;
 	return 0;
 }
@@ -500,7 +505,7 @@ static int real_bind_mw(struct verbs_qp *q, struct verbs_mw *mw,
 			unsigned access, uint64_t wr_id, uint32_t *rkey)
 {
 	struct ibv_send_wr w = { 0 }, *bad = NULL;
-	uint32_t key = ibv_inc_rkey(mw->mw->rkey);
+	uint32_t key = ibv_inc_rkey(mw->rkey);
 	int r;
 
 	w.wr_id = wr_id;
@@ -515,6 +520,7 @@ static int real_bind_mw(struct verbs_qp *q, struct verbs_mw *mw,
 	r = ibv_post_send(q->qp, &w, &bad);
 	if (r)
 		return -r;
+	mw->rkey = key;
 	*rkey = key;
 	return 0;
 }

@@ -38,6 +38,21 @@
 
 #include "conf/util.h"
 
+static struct verbs_mw *mw_take(struct verbs_region *r)
+{
+	struct verbs_mw *mw = r->free_mw[r->free_head];
+
+	r->free_head = (r->free_head + 1) % r->cap_mw;
+	r->n_free_mw--;
+	return mw;
+}
+
+static void mw_put(struct verbs_region *r, struct verbs_mw *mw)
+{
+	r->free_mw[(r->free_head + r->n_free_mw) % r->cap_mw] = mw;
+	r->n_free_mw++;
+}
+
 const char *verbs_scope_mode_name(enum verbs_scope_mode m)
 {
 	return m == VERBS_SCOPE_WINDOWS ? "memory_windows" : "per_request_mr";
@@ -45,11 +60,11 @@ const char *verbs_scope_mode_name(enum verbs_scope_mode m)
 
 void verbs_region_deinit(struct verbs_region *r)
 {
-	for (uint32_t i = 0; i < r->n_free_mw; i++)
-		r->ops->dealloc_mw(r->free_mw[i]);
+	while (r->n_free_mw > 0)
+		r->ops->dealloc_mw(mw_take(r));
 	free(r->free_mw);
 	r->free_mw = NULL;
-	r->n_free_mw = r->n_mw = 0;
+	r->free_head = r->n_free_mw = r->cap_mw = r->n_mw = 0;
 	for (uint32_t i = 0; i < r->n_chunks; i++)
 		if (r->chunks[i].mr)
 			r->ops->dereg_mr(r->chunks[i].mr);
@@ -116,6 +131,7 @@ int verbs_region_init(struct verbs_region *r, const struct verbs_ops *ops,
 			rc = -ENOMEM;
 			goto fail;
 		}
+		r->cap_mw = max_windows;
 		for (; r->n_free_mw < max_windows; r->n_free_mw++) {
 			rc = ops->alloc_mw(pd, &r->free_mw[r->n_free_mw]);
 			if (rc)
@@ -231,13 +247,13 @@ int verbs_scope_grant(struct verbs_region *r, struct verbs_qp *qp,
 		struct verbs_scope_run *run = &sc->runs[i];
 		struct verbs_chunk *c = &r->chunks[chunk_of(r, run->first_page)];
 
-		run->mw = r->free_mw[--r->n_free_mw];
+		run->mw = mw_take(r);
 		rc = r->ops->bind_mw(qp, run->mw, c->mr, run->addr, run->len,
 				     VERBS_ACCESS_REMOTE_WRITE, wr_id, &run->rkey);
 		if (rc) {
 			/* the binds posted so far will complete: the scope is
 			 * broken, the QP must be torn down */
-			r->free_mw[r->n_free_mw++] = run->mw;
+			mw_put(r, run->mw);
 			run->mw = NULL;
 			sc->n_runs = i;
 			sc->state = i ? VERBS_SCOPE_BROKEN : VERBS_SCOPE_NONE;
@@ -274,7 +290,7 @@ static void scope_windows_home(struct verbs_region *r, struct verbs_scope *sc)
 {
 	for (uint32_t i = 0; i < sc->n_runs; i++)
 		if (sc->runs[i].mw) {
-			r->free_mw[r->n_free_mw++] = sc->runs[i].mw;
+			mw_put(r, sc->runs[i].mw);
 			sc->runs[i].mw = NULL;
 		}
 }
@@ -336,7 +352,7 @@ void verbs_scope_qp_gone(struct verbs_region *r, struct verbs_scope *sc)
 			sc->runs[i].mw = NULL;
 			r->ops->dealloc_mw(mw);
 			if (r->ops->alloc_mw(r->pd, &mw) == 0)
-				r->free_mw[r->n_free_mw++] = mw;
+				mw_put(r, mw);
 			else
 				r->n_mw--;
 		}

@@ -65,8 +65,10 @@ struct verbs_region {
 	uint32_t n_pages;
 	struct verbs_chunk *chunks;
 	uint32_t n_chunks;
-	struct verbs_mw **free_mw; /* windows not bound to any scope */
-	uint32_t n_free_mw, n_mw;
+	/* windows not bound to any scope: a FIFO ring of cap, so a window
+	 * rebinds (and its key's low byte turns) as rarely as possible */
+	struct verbs_mw **free_mw;
+	uint32_t free_head, n_free_mw, cap_mw, n_mw;
 };
 
 struct verbs_scope_run {

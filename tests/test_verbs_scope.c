@@ -403,6 +403,48 @@ START_TEST(test_scope_chunk_boundary)
 }
 END_TEST
 
+/* Windows rotate (FIFO): a revoked scope's window is the last to be
+ * bound again, and then with a new key - an old key is never live again
+ * soon after its revoke. */
+START_TEST(test_window_rotation)
+{
+	struct ep p, d;
+	struct verbs_region r;
+	struct verbs_scope sc = { 0 };
+	static const uint32_t page[] = { 3 };
+	uint32_t keys[5];
+	uint64_t addr;
+
+	pair_open(&p, &d, NULL);
+	ck_assert_int_eq(verbs_region_init(&r, V, d.pd, &d.attr, d.mem, PB, NP, true, 4), 0);
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(verbs_scope_grant(&r, d.qp, &sc, page, 1, 10 + (uint64_t)i), 0);
+		scope_drain(&r, &d, &sc);
+		ck_assert_int_eq(verbs_scope_page(&r, &sc, 3, &addr, &keys[i]), 0);
+		ck_assert_int_eq(verbs_scope_revoke(&r, d.qp, &sc), 0);
+		scope_drain(&r, &d, &sc);
+		ck_assert_int_eq(sc.state, VERBS_SCOPE_DEAD);
+	}
+	for (int i = 1; i < 4; i++)
+		for (int j = 0; j < i; j++)
+			ck_assert_uint_ne(keys[i] >> 8, keys[j] >> 8);   /* other windows */
+	ck_assert_uint_eq(keys[4] >> 8, keys[0] >> 8);            /* back to the first */
+	ck_assert_uint_ne(keys[4], keys[0]);                      /* with a new key */
+	/* every old key writes nothing */
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(verbs_scope_grant(&r, d.qp, &sc, page, 1, 20), 0);
+		scope_drain(&r, &d, &sc);
+		ck_assert_int_eq(verbs_scope_revoke(&r, d.qp, &sc), 0);
+		scope_drain(&r, &d, &sc);
+	}
+	ck_assert_int_eq(write_page(&p, &d, 1, addr, keys[0]), VERBS_WC_REM_ACCESS_ERR);
+	ck_assert(page_zero(&d, 3));
+	verbs_region_deinit(&r);
+	ep_close(&p);
+	ep_close(&d);
+}
+END_TEST
+
 /* More runs than one scope may have. */
 START_TEST(test_scope_runs_max)
 {
@@ -472,6 +514,7 @@ static Suite *verbs_scope_suite(void)
 	tcase_add_test(tc, test_scope_mr);
 	tcase_add_test(tc, test_scope_bounds);
 	tcase_add_test(tc, test_scope_chunk_boundary);
+	tcase_add_test(tc, test_window_rotation);
 	tcase_add_test(tc, test_scope_runs_max);
 	tcase_add_test(tc, test_scope_broken);
 	suite_add_tcase(s, tc);
