@@ -21,12 +21,12 @@
 
 #include "kvd_build.h"
 #include "net/verbs_emu.h"
+#include "tests/verbs_testdir.h"
 
 #define MEM (64u * 1024)     /* bytes of each endpoint's memory */
 #define PG 4096u             /* a "page" in these tests */
 
 static const struct verbs_ops *V;
-static char dir[64];
 
 struct ep {
 	struct verbs_ctx *ctx;
@@ -39,17 +39,6 @@ struct ep {
 	struct verbs_mr *mr;
 	struct verbs_mr_info mi;
 };
-
-static void dir_make(void)
-{
-	snprintf(dir, sizeof(dir), "/tmp/kvd-emu-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void dir_remove(void)
-{
-	ck_assert_int_eq(rmdir(dir), 0);   /* every socket was unlinked */
-}
 
 static void dev_name(char *buf, size_t n, const char *opts)
 {
@@ -182,12 +171,12 @@ static bool all_zero(const uint8_t *p, size_t n)
 static void setup(void)
 {
 	V = verbs_emu_ops();
-	dir_make();
+	verbs_test_dir_make();
 }
 
 static void teardown_dir(void)
 {
-	dir_remove();
+	verbs_test_dir_remove();
 }
 
 /* ---- tests ----------------------------------------------------------- */
@@ -1069,7 +1058,7 @@ static Suite *verbs_emu_suite(void)
 	Suite *s = suite_create("verbs_emu");
 	TCase *tc = tcase_create("rc");
 
-	tcase_add_checked_fixture(tc, setup, teardown_dir);
+	verbs_test_fixtures(tc, setup, teardown_dir);
 	tcase_add_test(tc, test_write_lands_when_delivered);
 	tcase_add_test(tc, test_late_write_after_sender_gave_up);
 	tcase_add_test(tc, test_responder_err_places_nothing);

@@ -13,13 +13,13 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "conf/util.h"
 #include "net/verbs_emu.h"
 #include "net/verbs_poller.h"
-#include "conf/util.h"
 #include "net/verbs_rc.h"
+#include "tests/verbs_testdir.h"
 
 static const struct verbs_ops *V;
-static char dir[64];
 
 struct side {
 	struct verbs_ctx *ctx;
@@ -112,13 +112,12 @@ static void run_until(uv_loop_t *loop, struct side *p, unsigned np,
 static void setup(void)
 {
 	V = verbs_emu_ops();
-	snprintf(dir, sizeof(dir), "/tmp/kvd-poll-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	verbs_test_dir_make();
 }
 
 static void teardown_dir(void)
 {
-	ck_assert_int_eq(rmdir(dir), 0);
+	verbs_test_dir_remove();
 }
 
 START_TEST(test_loop_completions)
@@ -180,7 +179,7 @@ static Suite *verbs_poller_suite(void)
 	Suite *s = suite_create("verbs_poller");
 	TCase *tc = tcase_create("loop");
 
-	tcase_add_checked_fixture(tc, setup, teardown_dir);
+	verbs_test_fixtures(tc, setup, teardown_dir);
 	tcase_add_test(tc, test_loop_completions);
 	suite_add_tcase(s, tc);
 	return s;

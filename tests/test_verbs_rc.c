@@ -15,9 +15,9 @@
 
 #include "net/verbs_emu.h"
 #include "net/verbs_rc.h"
+#include "tests/verbs_testdir.h"
 
 static const struct verbs_ops *V;
-static char dir[64];
 
 struct side {
 	struct verbs_ctx *ctx;
@@ -85,13 +85,12 @@ static void over_the_wire(const struct verbs_rc *rc, struct proto_peer_verbs_qp 
 static void setup(void)
 {
 	V = verbs_emu_ops();
-	snprintf(dir, sizeof(dir), "/tmp/kvd-rc-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	verbs_test_dir_make();
 }
 
 static void teardown_dir(void)
 {
-	ck_assert_int_eq(rmdir(dir), 0);
+	verbs_test_dir_remove();
 }
 
 START_TEST(test_connect_and_write)
@@ -200,7 +199,7 @@ static Suite *verbs_rc_suite(void)
 	Suite *s = suite_create("verbs_rc");
 	TCase *tc = tcase_create("rc");
 
-	tcase_add_checked_fixture(tc, setup, teardown_dir);
+	verbs_test_fixtures(tc, setup, teardown_dir);
 	tcase_add_test(tc, test_connect_and_write);
 	tcase_add_test(tc, test_refusals);
 	suite_add_tcase(s, tc);

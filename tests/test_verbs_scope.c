@@ -16,12 +16,12 @@
 
 #include "net/verbs_emu.h"
 #include "net/verbs_scope.h"
+#include "tests/verbs_testdir.h"
 
 #define PB 4096u
 #define NP 16u
 
 static const struct verbs_ops *V;
-static char dir[64];
 
 struct ep {
 	struct verbs_ctx *ctx;
@@ -156,13 +156,12 @@ static void scope_drain(struct verbs_region *r, struct ep *d, struct verbs_scope
 static void setup(void)
 {
 	V = verbs_emu_ops();
-	snprintf(dir, sizeof(dir), "/tmp/kvd-scope-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	verbs_test_dir_make();
 }
 
 static void teardown_dir(void)
 {
-	ck_assert_int_eq(rmdir(dir), 0);
+	verbs_test_dir_remove();
 }
 
 START_TEST(test_chunks)
@@ -507,7 +506,7 @@ static Suite *verbs_scope_suite(void)
 	Suite *s = suite_create("verbs_scope");
 	TCase *tc = tcase_create("scope");
 
-	tcase_add_checked_fixture(tc, setup, teardown_dir);
+	verbs_test_fixtures(tc, setup, teardown_dir);
 	tcase_add_test(tc, test_chunks);
 	tcase_add_test(tc, test_chunk_short);
 	tcase_add_test(tc, test_scope_windows);
