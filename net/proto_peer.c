@@ -37,14 +37,16 @@ void proto_peer_msg_deinit(struct proto_peer_msg *m)
 	free(m->pages);
 	m->pages = NULL;
 	m->n_pages = 0;
+	free(m->runs);
+	m->runs = NULL;
+	m->n_runs = 0;
 }
 
 /* ---- 32-byte values as hex strings ------------------------------------------ */
 
-/* A nonce, proof or token: exactly 64 hex digits, into the
- * PROTO_PEER_NONCE_BYTES at f->offset. */
-static int read_hex(const msgpack_object *o, const struct proto_field *f,
-		    void *out, struct frame_error *err)
+/* Exactly 2 * bytes hex digits, into the `bytes` at f->offset. */
+static int read_hex_n(const msgpack_object *o, const struct proto_field *f,
+		      void *out, struct frame_error *err, size_t bytes)
 {
 	char hex[2 * PROTO_PEER_NONCE_BYTES + 1] = "";
 	size_t n = 0;
@@ -53,14 +55,39 @@ static int read_hex(const msgpack_object *o, const struct proto_field *f,
 	r = proto_schema_str(o, f->key, hex, sizeof(hex), err);
 	if (r)
 		return r;
-	if (strlen(hex) != 2 * PROTO_PEER_NONCE_BYTES ||
-	    sodium_hex2bin((uint8_t *)out + f->offset, PROTO_PEER_NONCE_BYTES,
+	if (strlen(hex) != 2 * bytes ||
+	    sodium_hex2bin((uint8_t *)out + f->offset, bytes,
 			   hex, strlen(hex), NULL, &n, NULL) != 0 ||
-	    n != PROTO_PEER_NONCE_BYTES)
+	    n != bytes)
 		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
 					 "'%s' must be %u hex digits", f->key,
-					 2 * PROTO_PEER_NONCE_BYTES);
+					 (unsigned)(2 * bytes));
 	return 0;
+}
+
+/* A nonce, proof or token: exactly 64 hex digits, into the
+ * PROTO_PEER_NONCE_BYTES at f->offset. */
+static int read_hex(const msgpack_object *o, const struct proto_field *f,
+		    void *out, struct frame_error *err)
+{
+	return read_hex_n(o, f, out, err, PROTO_PEER_NONCE_BYTES);
+}
+
+/* A GID: exactly 32 hex digits. */
+static int read_gid(const msgpack_object *o, const struct proto_field *f,
+		    void *out, struct frame_error *err)
+{
+	return read_hex_n(o, f, out, err, PROTO_PEER_GID_BYTES);
+}
+
+static void write_gid(msgpack_packer *pk, const struct proto_field *f,
+		      const void *in)
+{
+	char hex[2 * PROTO_PEER_GID_BYTES + 1];
+
+	sodium_bin2hex(hex, sizeof(hex), (const uint8_t *)in + f->offset,
+		       PROTO_PEER_GID_BYTES);
+	frame_pack_kv_str(pk, f->key, hex);
 }
 
 /* hello.session: optional, so its presence is part of the value. */
@@ -264,6 +291,76 @@ static const struct proto_field prefill_request_fields[] = {
 	MSG_U64("seed", true, seed, 0),
 };
 
+/* ---- verbs (net/verbs_ops.h): the RC exchange ----------------------------- */
+
+static const struct proto_field verbs_qp_fields[] = {
+	PROTO_FIELD_U32(struct proto_peer_msg, "qpn", true, vqp.qpn, 1, 0xffffff),
+	PROTO_FIELD_U32(struct proto_peer_msg, "psn", true, vqp.psn, 0, 0xffffff),
+	PROTO_FIELD_U32(struct proto_peer_msg, "lid", true, vqp.lid, 0, 0xffff),
+	PROTO_FIELD_U32(struct proto_peer_msg, "mtu", true, vqp.mtu, 256, 4096),
+	PROTO_FIELD_CUSTOM(struct proto_peer_msg, "gid", true, vqp.gid, read_gid,
+			   write_gid),
+};
+
+/* [[first_page, n_pages >= 1, addr, rkey], ...]: 1..f->max runs into a
+ * calloc'd array (freed by proto_peer_msg_deinit, also after a refusal);
+ * a run may not wrap the page numbers or the address space (the pages'
+ * size is checked by the receiver, which knows it). */
+static int read_runs(const msgpack_object *o, const struct proto_field *f,
+		     void *out, struct frame_error *err)
+{
+	struct proto_peer_msg *m = out;
+
+	if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0 ||
+	    o->via.array.size > f->max)
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "'%s' must be an array of 1..%llu runs",
+					 f->key, (unsigned long long)f->max);
+	m->runs = calloc(o->via.array.size, sizeof(*m->runs));
+	if (!m->runs)
+		return -ENOMEM;
+	m->n_runs = o->via.array.size;
+	for (uint32_t i = 0; i < m->n_runs; i++) {
+		const msgpack_object *e = &o->via.array.ptr[i];
+		uint64_t v[4];
+		bool ok = e->type == MSGPACK_OBJECT_ARRAY && e->via.array.size == 4;
+
+		for (uint32_t k = 0; ok && k < 4; k++)
+			ok = frame_obj_u64(&e->via.array.ptr[k], &v[k]) == 0;
+		if (!ok || v[0] > UINT32_MAX || v[1] == 0 || v[1] > UINT32_MAX ||
+		    v[0] + v[1] > (uint64_t)UINT32_MAX + 1 || v[3] > UINT32_MAX)
+			return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+						 "'%s'[%u] must be [first_page, n_pages>0, addr, rkey]",
+						 f->key, i);
+		m->runs[i] = (struct proto_peer_run){
+			.first_page = (uint32_t)v[0], .n_pages = (uint32_t)v[1],
+			.addr = v[2], .rkey = (uint32_t)v[3] };
+	}
+	return 0;
+}
+
+static void write_runs(msgpack_packer *pk, const struct proto_field *f,
+		       const void *in)
+{
+	const struct proto_peer_msg *m = in;
+
+	frame_pack_str(pk, f->key);
+	msgpack_pack_array(pk, m->n_runs);
+	for (uint32_t i = 0; i < m->n_runs; i++) {
+		msgpack_pack_array(pk, 4);
+		msgpack_pack_uint32(pk, m->runs[i].first_page);
+		msgpack_pack_uint32(pk, m->runs[i].n_pages);
+		msgpack_pack_uint64(pk, m->runs[i].addr);
+		msgpack_pack_uint32(pk, m->runs[i].rkey);
+	}
+}
+
+static const struct proto_field verbs_scope_fields[] = {
+	{ .key = "runs", .type = PROTO_F_CUSTOM, .required = true,
+	  .keep_nil = true, .read = read_runs, .write = write_runs,
+	  .max = PROTO_PEER_RUNS_MAX },
+};
+
 /* ---- the table ---------------------------------------------------------- */
 
 #define NO_FIELDS NULL, 0
@@ -291,6 +388,9 @@ static const struct peer_msg_desc peer_msgs[PEER_MSG__N] = {
 	[PEER_MSG_REFUSED] = { "refused", false,
 			       PROTO_FIELDS(refused_fields) },
 	[PEER_MSG_DATA_BOUND] = { "data_bound", false, NO_FIELDS },
+	[PEER_MSG_VERBS_QP] = { "verbs_qp", false, PROTO_FIELDS(verbs_qp_fields) },
+	[PEER_MSG_VERBS_SCOPE] = { "verbs_scope", true,
+				   PROTO_FIELDS(verbs_scope_fields) },
 };
 
 static const struct proto_field id_fields[] = {

@@ -6,7 +6,8 @@
  * names each message's field table (net/proto_schema.h), which
  * proto_peer_pack() writes from too.
  *
- * Ownership: a parsed prefill_request owns its token and page arrays;
+ * Ownership: a parsed prefill_request owns its token and page arrays, a
+ * verbs_scope its runs;
  * proto_peer_msg_deinit() frees them (safe twice).
  *
  * Errors: 0; positive FRAME_E_* with err filled (a peer that sends a bad
@@ -24,6 +25,9 @@
 #define PROTO_PEER_NONCE_BYTES 32   /* auth nonces, proofs, data tokens */
 #define PROTO_PEER_FRAME_MAX (4u << 20)
 #define PROTO_PEER_PAGES_MAX (1u << 20)
+#define PROTO_PEER_GID_BYTES 16
+/* runs of one request's write scope (net/verbs_scope.h VERBS_SCOPE_RUNS_MAX) */
+#define PROTO_PEER_RUNS_MAX 64
 
 enum proto_peer_type {
 	PEER_MSG_HELLO = 1,
@@ -40,6 +44,8 @@ enum proto_peer_type {
 	PEER_MSG_AUTH_PROOF,      /* both: proof over both nonces */
 	PEER_MSG_REFUSED,         /* either: a bare refusal, then close */
 	PEER_MSG_DATA_BOUND,      /* p -> d: the data connection is bound */
+	PEER_MSG_VERBS_QP,        /* both: this side's RC queue pair (verbs) */
+	PEER_MSG_VERBS_SCOPE,     /* d -> p: where a request may be written */
 	PEER_MSG__N,
 };
 
@@ -68,6 +74,24 @@ struct proto_peer_hello {
 struct proto_peer_page {
 	uint32_t page;
 	uint64_t gen;
+};
+
+/* VERBS_QP: an RC queue pair's address, for the far end's RTR. */
+struct proto_peer_verbs_qp {
+	uint32_t qpn;                    /* 24 bits */
+	uint32_t psn;                    /* 24 bits: its first send PSN */
+	uint32_t lid;                    /* 16 bits; 0 on RoCE */
+	uint32_t mtu;                    /* bytes, 256..4096 */
+	uint8_t gid[PROTO_PEER_GID_BYTES];
+};
+
+/* VERBS_SCOPE: n_pages adjacent decode pages from first_page, writable at
+ * remote address addr.. with rkey while the request holds them. */
+struct proto_peer_run {
+	uint32_t first_page;
+	uint32_t n_pages;                /* >= 1 */
+	uint64_t addr;
+	uint32_t rkey;
 };
 
 struct proto_peer_msg {
@@ -99,6 +123,9 @@ struct proto_peer_msg {
 	uint32_t done_tokens;            /* prompt positions written */
 	uint32_t batches;
 	uint32_t done_pages;
+	struct proto_peer_verbs_qp vqp;  /* VERBS_QP */
+	struct proto_peer_run *runs;     /* VERBS_SCOPE (n_runs), owned */
+	uint32_t n_runs;
 };
 
 void proto_peer_msg_deinit(struct proto_peer_msg *m);

@@ -451,6 +451,121 @@ START_TEST(test_peer_roundtrip)
 }
 END_TEST
 
+/* The verbs exchange: a queue pair's address, a request's write scope. */
+START_TEST(test_peer_verbs)
+{
+	struct proto_peer_msg m = { 0 }, o;
+	struct proto_peer_run runs[] = { { 5, 3, 0x7f12345000ull, 0xabcd01 },
+					 { 0xfffffffe, 2, UINT64_MAX - 8191, 7 } };
+	struct frame_error err;
+	msgpack_unpacked msg;
+	char *buf;
+	size_t len;
+
+	m.type = PEER_MSG_VERBS_QP;
+	m.vqp = (struct proto_peer_verbs_qp){ .qpn = 0xffffff, .psn = 0x123456,
+					      .lid = 0xffff, .mtu = 1024 };
+	for (int i = 0; i < PROTO_PEER_GID_BYTES; i++)
+		m.vqp.gid[i] = (uint8_t)(0xf0 + i);
+	peer_roundtrip(&m, &o);
+	ck_assert_uint_eq(o.vqp.qpn, 0xffffff);
+	ck_assert_uint_eq(o.vqp.psn, 0x123456);
+	ck_assert_uint_eq(o.vqp.lid, 0xffff);
+	ck_assert_uint_eq(o.vqp.mtu, 1024);
+	ck_assert_mem_eq(o.vqp.gid, m.vqp.gid, PROTO_PEER_GID_BYTES);
+	ck_assert_str_eq(proto_peer_type_name(PEER_MSG_VERBS_QP), "verbs_qp");
+
+	memset(&m, 0, sizeof(m));
+	m.type = PEER_MSG_VERBS_SCOPE;
+	m.id = 77;
+	m.runs = runs;
+	m.n_runs = 2;
+	peer_roundtrip(&m, &o);
+	ck_assert_uint_eq(o.id, 77);
+	ck_assert_uint_eq(o.n_runs, 2);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_uint_eq(o.runs[i].first_page, runs[i].first_page);
+		ck_assert_uint_eq(o.runs[i].n_pages, runs[i].n_pages);
+		ck_assert_uint_eq(o.runs[i].addr, runs[i].addr);
+		ck_assert_uint_eq(o.runs[i].rkey, runs[i].rkey);
+	}
+	proto_peer_msg_deinit(&o);
+	ck_assert_ptr_null(o.runs);
+
+	/* refusals: each names its key, nothing stays allocated */
+	static const char *const qp_keys[] = { "qpn", "mtu", "gid", "gid" };
+	for (unsigned c = 0; c < 10; c++) {
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		int r;
+
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		if (c < 4) {
+			/* verbs_qp with one bad field */
+			msgpack_pack_map(&pk, 6);
+			frame_pack_kv_str(&pk, "type", "verbs_qp");
+			frame_pack_kv_u64(&pk, "qpn", c == 0 ? 0x1000000 : 5);
+			frame_pack_kv_u64(&pk, "psn", 1);
+			frame_pack_kv_u64(&pk, "lid", 0);
+			frame_pack_kv_u64(&pk, "mtu", c == 1 ? 8192 : 4096);
+			frame_pack_kv_str(&pk, "gid", c == 2 ? "fe80" :
+					  c == 3 ? "fe800000000000000000000000000000zz" :
+						   "fe800000000000000000000000000001");
+		} else {
+			/* verbs_scope with bad runs */
+			msgpack_pack_map(&pk, 3);
+			frame_pack_kv_str(&pk, "type", "verbs_scope");
+			frame_pack_kv_u64(&pk, "id", 1);
+			frame_pack_str(&pk, "runs");
+			switch (c) {
+			case 4: msgpack_pack_array(&pk, 0); break;   /* none */
+			case 5:                                       /* too many */
+				msgpack_pack_array(&pk, PROTO_PEER_RUNS_MAX + 1);
+				for (int i = 0; i <= PROTO_PEER_RUNS_MAX; i++) {
+					msgpack_pack_array(&pk, 4);
+					for (int k = 0; k < 4; k++)
+						msgpack_pack_uint32(&pk, 1);
+				}
+				break;
+			case 6:                                       /* 0 pages */
+			case 7:                                       /* wraps */
+			case 8:                                       /* 3 items */
+			case 9:                                       /* rkey > 32 bits */
+				msgpack_pack_array(&pk, 2);
+				msgpack_pack_array(&pk, 4);
+				for (int k = 0; k < 4; k++)
+					msgpack_pack_uint32(&pk, 1);
+				msgpack_pack_array(&pk, c == 8 ? 3 : 4);
+				msgpack_pack_uint32(&pk, c == 7 ? 0xffffffffu : 1);
+				msgpack_pack_uint32(&pk, c == 6 ? 0 : 2);
+				msgpack_pack_uint64(&pk, 4096);
+				if (c != 8)
+					msgpack_pack_uint64(&pk, c == 9 ? (1ull << 32) : 9);
+				break;
+			}
+		}
+		{
+			uint8_t hdr[4] = { (uint8_t)(sb.size >> 24), (uint8_t)(sb.size >> 16),
+					   (uint8_t)(sb.size >> 8), (uint8_t)sb.size };
+
+			buf = malloc(sb.size + 4);
+			ck_assert_ptr_nonnull(buf);
+			memcpy(buf, hdr, 4);
+			memcpy(buf + 4, sb.data, sb.size);
+			len = sb.size + 4;
+		}
+		r = proto_peer_parse(decode(buf, len, &msg), &o, &err);
+		ck_assert_msg(r == FRAME_E_RANGE, "case %u: %d", c, r);
+		ck_assert_str_eq(err.key, c < 4 ? qp_keys[c] : "runs");
+		ck_assert_ptr_null(o.runs);
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+		msgpack_sbuffer_destroy(&sb);
+	}
+}
+END_TEST
+
 START_TEST(test_peer_rejects)
 {
 	struct proto_peer_msg m, o;
@@ -640,6 +755,7 @@ static Suite *proto_suite(void)
 	tcase_add_test(tc, test_events_roundtrip);
 	tcase_add_test(tc, test_peer_roundtrip);
 	tcase_add_test(tc, test_peer_rejects);
+	tcase_add_test(tc, test_peer_verbs);
 	tcase_add_test(tc, test_peer_session_optional);
 	tcase_add_test(tc, test_fuzz);
 	suite_add_tcase(s, tc);

@@ -18,7 +18,10 @@
  *     value is what those digits say; a refusal naming such a key never
  *     comes with 64 hex digits there; hello.session is optional (absent
  *     or nil: has_session false); refused.reason is the map's string,
- *     shorter than its buffer; auth_hello.version is the map's.
+ *     shorter than its buffer; auth_hello.version is the map's;
+ *   - verbs_qp: qpn 1..2^24-1, psn < 2^24, lid < 2^16, mtu 256..4096;
+ *     verbs_scope: 1..PROTO_PEER_RUNS_MAX runs, each of >= 1 pages that
+ *     do not wrap the page numbers; no other message carries runs.
  */
 #include <errno.h>
 #include <string.h>
@@ -209,6 +212,23 @@ static void check_msg(const struct proto_peer_msg *m)
 		FUZZ_CHECK(!m->tokens && !m->pages, "arrays on a %s",
 			   proto_peer_type_name(m->type));
 	}
+	if (m->type == PEER_MSG_VERBS_QP)
+		FUZZ_CHECK(m->vqp.qpn >= 1 && m->vqp.qpn <= 0xffffff &&
+			   m->vqp.psn <= 0xffffff && m->vqp.lid <= 0xffff &&
+			   m->vqp.mtu >= 256 && m->vqp.mtu <= 4096,
+			   "verbs_qp qpn %u psn %u lid %u mtu %u", m->vqp.qpn,
+			   m->vqp.psn, m->vqp.lid, m->vqp.mtu);
+	if (m->type == PEER_MSG_VERBS_SCOPE) {
+		FUZZ_CHECK(m->runs && m->n_runs >= 1 &&
+			   m->n_runs <= PROTO_PEER_RUNS_MAX, "%u runs", m->n_runs);
+		for (uint32_t i = 0; i < m->n_runs; i++)
+			FUZZ_CHECK(m->runs[i].n_pages >= 1 &&
+				   (uint64_t)m->runs[i].first_page + m->runs[i].n_pages <=
+				   (uint64_t)UINT32_MAX + 1, "run %u", i);
+	} else {
+		FUZZ_CHECK(!m->runs && !m->n_runs, "runs on a %s",
+			   proto_peer_type_name(m->type));
+	}
 	if (m->type == PEER_MSG_REFUSED)
 		FUZZ_CHECK(memchr(m->reason, 0, sizeof(m->reason)),
 			   "reason not terminated");
@@ -237,7 +257,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			   r == -ENOMEM, "parse: %d", r);
 		FUZZ_CHECK(r < 0 || (memchr(err.msg, 0, sizeof(err.msg)) &&
 				     err.msg[0]), "refused without a message");
-		FUZZ_CHECK(!m.tokens && !m.pages, "failed parse kept arrays");
+		FUZZ_CHECK(!m.tokens && !m.pages && !m.runs, "failed parse kept arrays");
 		return 0;
 	}
 	check_msg(&m);
@@ -262,6 +282,8 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 {
 	static uint32_t toks[] = { 1, 2, 3, 300 };
 	static struct proto_peer_page pages[] = { { 5, 1 }, { 9, 77 } };
+	static struct proto_peer_run runs[] = { { 5, 3, 0x7f0000001000, 0x1234 },
+						{ 9, 1, 0x7f0000009000, 0x1301 } };
 	struct fuzz_bytes b = { 0 };
 
 	for (int t = PEER_MSG_HELLO; t < PEER_MSG__N; t++) {
@@ -301,6 +323,11 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 		m.done_tokens = 4;
 		m.batches = 1;
 		m.done_pages = 2;
+		m.vqp = (struct proto_peer_verbs_qp){ .qpn = 0x123, .psn = 7,
+						      .lid = 0, .mtu = 4096,
+						      .gid = { 0xfe, 0x80, 1 } };
+		m.runs = runs;
+		m.n_runs = 2;
 		pack_into(&b, &m);
 		emit(ctx, b.p, b.n);
 	}

@@ -8,8 +8,12 @@
  * one's pages. The data path is modelled as RDMA WRITE: a batch lands in
  * decode's page memory by itself (process Nic), whatever decode thinks of
  * the request, at any time until it has landed or the connection is torn
- * down (which flushes it). Decode only hears of a landed batch afterwards
- * (channel note: the receive completion / per-batch report).
+ * down. Decode only hears of a landed batch afterwards (channel note: the
+ * receive completion / per-batch report). A teardown moves decode's queue
+ * pair to the error state: it refuses the writes the NIC has not started,
+ * but the one it may be placing at that moment still lands, so decode
+ * keeps the pages fenced until the QP's flush completion (channel note,
+ * after every completion of a placed write) says the NIC is done.
  *
  * See tests/model/README.md for the abstraction, the mapping to the C
  * code, the properties and the broken variants. Run: tests/model/run.
@@ -28,7 +32,8 @@
  *     is merged into DONE (the engine frees prefill's own pages, which
  *     nothing remote writes).
  *   The RDMA rule (batch counts on abort / abort_ack / prefill_done, and
- *     decode's fence held until they landed) goes beyond the C tables,
+ *     decode's fence held until they landed, or after a lost link until
+ *     its QP's flush completion: DRS_FLUSH) goes beyond the C tables,
  *     which follow the TCP rule: C's "dreq TRANSFER --peer_abort-->
  *     DONE" unfences at once and "dreq ABORTING: prefill_done" is IGNORE;
  *     the model's DRS_ABORTING waits for the count in both cases
@@ -53,6 +58,10 @@
  *                                         dropped once decode is aborting
  *   BROKEN_KEEP_FENCE                     (f) the end of an abort forgets to
  *                                         unfence: pages leak (property 3)
+ *   BROKEN_UNFENCE_ON_QP_ERROR            (g) teardown moves the QP to the
+ *                                         error state and unfences at once,
+ *                                         without draining its flush
+ *                                         completions
  *   NO_ORPHAN, NO_FAULTS                  leave out client disconnects /
  *                                         prefill's fault points (dup_entry,
  *                                         short_transfer), for larger sizes
@@ -97,8 +106,10 @@ chan c2p = [3 * NREQ] of { mtype, byte, byte };  /* decode -> prefill control */
 chan p2c = [3 * NREQ] of { mtype, byte, byte };  /* prefill -> decode control */
 /* data connection: posted RDMA WRITEs, {request, index, page, gen} */
 chan data = [NPFX * NREQ] of { byte, byte, byte, byte };
-/* decode's receive completions: a write that has landed */
-chan note = [NPFX * NREQ] of { byte, byte, byte, byte };
+/* decode's receive completions: a write that has landed, or (request
+ * FLUSHR) the flush completion of decode's QP after the error state */
+chan note = [NPFX * NREQ + 1] of { byte, byte, byte, byte };
+#define FLUSHR 255
 
 /* ---- decode pool (gpu/kvpool.h) ---- */
 #define PG_FREE    0
@@ -114,11 +125,21 @@ byte wr[NPAGES];        /* ghost: landed writes in the current generation */
 byte infl[NPAGES];      /* ghost: writes to this page posted, not landed or flushed */
 byte gcount;            /* kvpool's generation counter */
 
+/* ---- decode's queue pair and NIC ---- */
+bool qerr;              /* decode's QP is in the error state (teardown), its
+			 * flush completion not yet consumed */
+bool flushed;           /* the NIC has reported the flush */
+bool placing;           /* at the teardown the NIC had started placing write
+			 * (nr, ni, np, ng): it lands all the same */
+byte nr, ni, np, ng;
+
 /* ---- decode requests (daemon/machine.h enum dreq_state) ---- */
 #define DRS_NEW      0
 #define DRS_TRANSFER 1    /* pages reserved and fenced, prefill_request sent */
 #define DRS_ABORTING 2    /* pages released, fence held until the handshake ends */
 #define DRS_DONE     3    /* terminal (SUBMIT..FREEING collapsed into it) */
+#define DRS_FLUSH    4    /* link lost: pages released, fence held until the
+			   * QP's flush completion (verbs; no C row yet) */
 
 byte dst[NREQ];
 byte pg[NREQ * NPFX];   /* r->table[i].page */
@@ -356,13 +377,28 @@ inline dec_try_complete(r) {
 }
 
 /* Teardown of both connections to the peer (link_lost_code() in
- * daemon/link.c, both ends): the queue pair is flushed, so no posted
- * write lands any more; every control message in flight is lost. Aborting
- * requests end (decode_abort_done()), transferring ones fail without an
- * abort (decode_fail(with_abort = false): free now); prefill ends its
- * requests (their sends complete with an error). Then decode reconnects
- * (peer_connect(), new connections). */
+ * daemon/link.c, both ends): decode moves its queue pair to the error
+ * state, so no posted write that the NIC has not started lands any more
+ * (the one being placed still does); every control message in flight is
+ * lost. Aborting and transferring requests keep their fences until the
+ * flush completion (DRS_FLUSH; then decode_abort_done()); prefill ends its
+ * requests (their sends complete with an error). Decode reconnects
+ * (peer_connect(), a new QP) once the flush is in. */
+#ifdef BROKEN_UNFENCE_ON_QP_ERROR
+/* (g) the C rows of link_lost (unfence now), under RDMA */
+#define LINK_FENCE(r) dec_abort_done(r)
+#else
+#define LINK_FENCE(r) dst[r] = DRS_FLUSH
+#endif
+
 inline teardown() {
+	qerr = true;
+	/* the NIC may have started placing the oldest posted write: that one
+	 * still lands (Nic), the others are refused by the QP in error */
+	if
+	:: nempty(data) -> data?nr, ni, np, ng; placing = true
+	:: true
+	fi;
 	do
 	:: data?tr, ti, tp, tg -> infl[tp]--
 	:: empty(data) -> break
@@ -381,11 +417,12 @@ inline teardown() {
 	od;
 	for (tr : 0 .. NREQ - 1) {
 		if
-		/* dreq ABORTING --link_lost / unfence|detach_peer--> DONE */
-		:: dst[tr] == DRS_ABORTING -> dec_abort_done(tr)
+		/* dreq ABORTING --link_lost / unfence|detach_peer--> DONE in
+		 * C; under RDMA the unfence waits for the flush (FLUSH) */
+		:: dst[tr] == DRS_ABORTING -> LINK_FENCE(tr)
 		/* dreq TRANSFER --link_lost / answer_err|release|unfence|
-		 * detach_peer--> DONE */
-		:: dst[tr] == DRS_TRANSFER -> dec_free_now(tr); dec_end(tr)
+		 * detach_peer--> DONE in C; the same wait here */
+		:: dst[tr] == DRS_TRANSFER -> pool_release(tr); LINK_FENCE(tr)
 		:: else
 		fi;
 		if
@@ -453,7 +490,7 @@ end_loop:
 	 * Waits for free pages (C rejects OVERLOADED; waiting forces reuse
 	 * and turns a leaked page into a deadlock Spin reports). */
 	/* dreq NEW --admit / timer_prefill--> TRANSFER */
-	:: atomic { nxt < NREQ && NFREE >= NPFX ->
+	:: atomic { nxt < NREQ && NFREE >= NPFX && !qerr ->
 		r = nxt; nxt++;
 		pool_reserve(r);
 		dst[r] = DRS_TRANSFER;
@@ -463,17 +500,28 @@ end_loop:
 
 	/* teardown: peer loss (three missed heartbeats, checksum failure,
 	 * write bound, TCP reset; at most MAXLOSS), or decode_abort_timeout() */
-	:: atomic { (losses < MAXLOSS && nxt > 0) || ABORT_TIMEOUT ->
+	:: atomic { !qerr && ((losses < MAXLOSS && nxt > 0) || ABORT_TIMEOUT) ->
 		if
 		:: losses < MAXLOSS && nxt > 0 -> losses++
 		:: ABORT_TIMEOUT
 		fi;
 		teardown() }
 
-	/* decode_rx_batch(): a landed batch is reported */
+	/* decode_rx_batch(): a landed batch is reported; or the flush
+	 * completion of the QP in error: the NIC places nothing more, the
+	 * fences of the requests of the lost link drop, a new QP follows */
 	:: atomic { note?r, i, p, g ->
 		if
-		:: dst[r] == DRS_TRANSFER ->
+		:: r == FLUSHR ->
+			assert(qerr);
+			for (tr : 0 .. NREQ - 1) {
+				if
+				:: dst[tr] == DRS_FLUSH -> dec_abort_done(tr)
+				:: else
+				fi
+			}
+			qerr = false; flushed = false
+		:: r != FLUSHR && dst[r] == DRS_TRANSFER ->
 			/* dreq TRANSFER --batch--> TRANSFER (checks pass),
 			 * or --bad / D_ABORT--> ABORTING */
 			bgot[r]++;
@@ -494,7 +542,7 @@ end_loop:
 			:: else ->   /* INTEGRITY: decode_fail(with_abort) */
 				dec_fail_abort(r)
 			fi
-		:: dst[r] == DRS_ABORTING ->
+		:: r != FLUSHR && dst[r] == DRS_ABORTING ->
 			/* dreq ABORTING: batch is IGNORE in C; the write
 			 * landed: one fewer to wait for (RDMA rule) */
 			bgot[r]++;
@@ -586,20 +634,33 @@ end_loop:
  * completion (note). In-order within the data connection; arbitrarily
  * late relative to both control connections.
  * ====================================================================== */
+/* The bytes of write (nr, ni, np, ng) are in decode's memory. */
+inline NIC_PLACE() {
+	/* Property 1: the page is still the writer's (its generation) and
+	 * nobody reads it (FILLING, or released but FENCED) */
+	assert(pgen[np] == ng && (ps[np] == PG_FILLING || ps[np] == PG_FENCED));
+	wr[np]++;
+	infl[np]--;
+	LANDED(nr);
+	note!nr, ni, np, ng;
+	placing = false; nr = 0; ni = 0; np = 0; ng = 0
+}
+
 proctype Nic()
 {
-	byte r, i, p, g;
-
 end_nic:
 	do
-	:: atomic { data?r, i, p, g ->
-		/* Property 1: the page is still the writer's (its generation)
-		 * and nobody reads it (FILLING, or released but FENCED) */
-		assert(pgen[p] == g && (ps[p] == PG_FILLING || ps[p] == PG_FENCED));
-		wr[p]++;
-		infl[p]--;
-		LANDED(r);
-		note!r, i, p, g }
+	/* the NIC places the next write (a QP in error starts none) */
+	:: atomic { !placing && !qerr && nempty(data) ->
+		data?nr, ni, np, ng;
+		NIC_PLACE() }
+	/* the write it had started when the QP went to error lands */
+	:: atomic { placing -> NIC_PLACE() }
+	/* the QP in error has finished what it started: its flush
+	 * completion comes after every completion of a placed write */
+	:: atomic { qerr && !placing && !flushed ->
+		flushed = true;
+		note!FLUSHR, 0, 0, 0 }
 	od
 }
 
