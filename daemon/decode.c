@@ -233,22 +233,22 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 
 	switch (a) {
 	case DA_ANSWER_ERR:
-		serve__client_error(r, r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL,
+		serve__sink_error(r, r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL,
 				    "%s", r->fail_msg[0] ? r->fail_msg : "the request failed");
 		return;
 	case DA_STREAM_FIRST:
 		if ((int32_t)r->first_token != s->model->eos_id)
-			serve__client_token(r, (int32_t)r->first_token);
+			serve__sink_token(r, (int32_t)r->first_token);
 		return;
 	case DA_STREAM:
-		serve__client_token(r, r->last_token);
+		serve__sink_token(r, r->last_token);
 		return;
 	case DA_ANSWER_FINAL:
 		r->final_ok = true;
-		serve__client_final(r, r->finish_reason);
+		serve__sink_final(r, r->finish_reason);
 		return;
 	case DA_DETACH_CLIENT:
-		serve__client_detach(r);
+		serve__sink_detach(r);
 		return;
 	case DA_SEND_ABORT:
 		dreq_send_abort(r);
@@ -299,8 +299,8 @@ static void dreq_finish(struct serve_req *r)
 		   "id=%llu msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
 		   (unsigned long long)r->reg.id);
 	if (!r->answered)
-		serve__client_error(r, PROTO_ERR_INTERNAL, "the request ended unanswered");
-	serve__client_detach(r);
+		serve__sink_error(r, PROTO_ERR_INTERNAL, "the request ended unanswered");
+	serve__sink_detach(r);
 	serve__req_end(r, r->final_ok && !r->fail_code);
 }
 
@@ -377,7 +377,7 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 			return;
 		}
 		r->ereq = m->req;
-		serve__dreq_event(r, r->client ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
+		serve__dreq_event(r, r->sink ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
 		return;
 	case COMPUTE_MSG_TOKEN:
 		r->last_token = m->token;
@@ -433,7 +433,7 @@ void serve__local_admit(struct serve_req *r)
 		return;
 	}
 	serve__req_register(r);
-	if (serve__client_stream_begin(r)) {
+	if (serve__sink_stream_begin(r)) {
 		r->fail_code = PROTO_ERR_INTERNAL;
 		snprintf(r->fail_msg, sizeof(r->fail_msg), "out of memory");
 		serve__dreq_event(r, DEV_REFUSE);
@@ -745,9 +745,9 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
 	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",
 		    (unsigned long long)r->reg.id, r->rx.batches, r->rx.n_got,
 		    r->n_prompt);
-	if (!r->client)
+	if (!r->sink)
 		return DEV_COVERED_ORPHAN;   /* complete; now release */
-	if (serve__client_stream_begin(r)) {
+	if (serve__sink_stream_begin(r)) {
 		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		return DEV_COVERED_FAIL;
 	}

@@ -28,7 +28,7 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	if (!r)
 		return NULL;
 	r->s = s;
-	kvd_list_init(&r->client_node);
+	kvd_list_init(&r->sink_node);
 	r->kind = kind;
 	r->t_arrive_ns = kvd_now_ns();
 	r->free_job = compute_free_job_new();
@@ -90,7 +90,7 @@ void serve__req_end(struct serve_req *r, bool ok)
 	if (r->ended)
 		return;
 	r->ended = true;
-	KVD_ASSERT(s->log, !r->client,
+	KVD_ASSERT(s->log, !r->sink,
 		   "id=%llu msg=\"a request ends still attached to its client\"",
 		   (unsigned long long)r->reg.id);
 	/* off its link's list before the memory goes (its machine detached
