@@ -417,8 +417,8 @@ void serve__local_admit(struct serve_req *r)
 	r->rops = &dreq_local_ops;
 	if (need > lim) {
 		KVLOG_WARN(s->log, "admission_reject",
-			   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
-			   (unsigned long long)r->client_id, r->n_prompt,
+			   "client_id=%llu tenant=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
+			   (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
 			   r->max_tokens, (unsigned long long)need,
 			   (unsigned long long)lim,
 			   s->d->cap.advertised_context,
@@ -517,8 +517,8 @@ static bool decode_too_long(struct serve_req *r, const struct link *p)
 		return false;
 	}
 	KVLOG_WARN(s->log, "admission_reject",
-		   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu peer=%s peer_context=%llu peer_pool_tokens=%llu",
-		   (unsigned long long)r->client_id, r->n_prompt,
+		   "client_id=%llu tenant=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu peer=%s peer_context=%llu peer_pool_tokens=%llu",
+		   (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
 		   r->max_tokens, (unsigned long long)need,
 		   (unsigned long long)lim,
 		   s->d->cap.advertised_context,
@@ -609,9 +609,10 @@ void serve__decode_admit(struct serve_req *r)
 		return;
 	}
 	KVLOG_DEBUG(s->log, "prefill_sent",
-		    "id=%llu client_id=%llu peer=%s prompt_tokens=%u pages=%u prefix_pages=%u",
+		    "id=%llu client_id=%llu tenant=%s peer=%s prompt_tokens=%u pages=%u prefix_pages=%u",
 		    (unsigned long long)r->reg.id, (unsigned long long)r->client_id,
-		    KVLOG_Q(p->addr), r->n_prompt, r->n_table, r->n_prefix);
+		    KVLOG_Q(r->tenant), KVLOG_Q(p->addr), r->n_prompt, r->n_table,
+		    r->n_prefix);
 }
 
 /* ---- receiving KV ----------------------------------------------------------- */
@@ -794,10 +795,11 @@ static void peer_on_reject(struct link *p, const struct proto_peer_msg *m)
 		return;
 	if (r->state == DRS_TRANSFER) {
 		KVLOG_WARN(s->log, "prefill_rejected",
-			   "id=%llu client_id=%llu peer=%s code=%s msg=%s",
+			   "id=%llu client_id=%llu tenant=%s peer=%s code=%s msg=%s",
 			   (unsigned long long)r->reg.id,
-			   (unsigned long long)r->client_id, KVLOG_Q(p->addr),
-			   proto_err_name(m->code), KVLOG_Q(m->message));
+			   (unsigned long long)r->client_id, KVLOG_Q(r->tenant),
+			   KVLOG_Q(p->addr), proto_err_name(m->code),
+			   KVLOG_Q(m->message));
 		if (m->code == PROTO_ERR_PROMPT_TOO_LONG)
 			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
 		dreq_fail(r, m->code, "%s", m->message);
