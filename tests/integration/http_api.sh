@@ -162,6 +162,21 @@ check "  ... nothing held" wait_for 20 idle di pi
 st=$(post "$KEY_A" '{"prompt":"Once upon a time","max_tokens":12,"temperature":0.7,"seed":42}')
 check "  ... the next request is still exact" test "$(jq -r '.choices[0].text' "$T/body")" = "$(jq -r .text <<<"$ref")"
 
+# ---- 500: an integrity failure (bad_tag: decode's tag check refuses the KV)
+if [ $FAULT = 1 ]; then
+	MD=$(log_mark "$T/di.log")
+	stop_node pi
+	start_node pi KVD_FAULT=bad_tag:2
+	check "bad_tag: prefill back" wait_log "$T/di.log" "event=peer_capacity" 40 "$MD"
+	wait_for 10 test "$(hs)" = 200 || true
+	st=$(post "$KEY_A" '{"prompt":"Once upon a time","max_tokens":12}')
+	check "integrity failure: 500" test "$st" = 500
+	check "  ... code integrity_failure, no text" jq -e '.error.code == "integrity_failure" and (.choices == null)' "$T/body"
+	curl -s -N -H "Authorization: Bearer $KEY_A" -d '{"prompt":"Once upon a time","max_tokens":12,"stream":true}' "$U/v1/completions" -o "$T/sse3" -w '%{http_code}' > "$T/sse3.code"
+	check "  ... streaming too: no event went out, so the status is the error's (500)" \
+		bash -c "test \"\$(cat '$T/sse3.code')\" = 500 && jq -e '.error.code == \"integrity_failure\"' '$T/sse3' >/dev/null"
+fi
+
 # ---- 429 and 503 ---------------------------------------------------------------------------
 if [ $FAULT = 1 ]; then
 	"$KVCTL" --socket "$T/di.sock" --json fault load --count 1 --tokens 4000 --hold-ms 3000 >/dev/null 2>&1 || true
