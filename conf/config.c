@@ -142,7 +142,7 @@ static const struct conf_key conf_keys[] = {
 	  "A whole request (headers and body) must arrive within this from its first byte." },
 	{ "http", "idle_timeout_ms", CT_U32, "60000", 100, 86400000, NULL, F(http_idle_timeout_ms),
 	  "A keep-alive connection with no request in flight that sends nothing for this long is closed." },
-	{ "http", "model_name", CT_NAME, "", 0, 0, NULL, F(http_model_name),
+	{ "http", "model_name", CT_STR, "", 0, 0, NULL, F(http_model_name),
 	  "The model id /v1/models lists and requests may name; empty = the model file's name without .gguf." },
 
 	{ "peers", "prefill", CT_LIST, "", 0, 0, NULL, F(peers_prefill),
