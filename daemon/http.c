@@ -314,6 +314,7 @@ void http__exchange_done(struct http_conn *hc)
 {
 	hc->x.active = false;
 	hc->x.r = NULL;
+	hc->t_rx_ns = kvd_now_ns();   /* idle counts from the answer */
 	if (hc->close_after)
 		http_conn_end(hc);
 	else if (hc->in_len || hc->eof)
