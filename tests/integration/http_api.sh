@@ -52,6 +52,7 @@ U=http://127.0.0.1:$H_PORT
 start_node di
 check "decode listens for HTTP" wait_log "$T/di.log" "event=listen_http .*keys=2"
 hs() { curl -s -o /dev/null -w '%{http_code}' "$U/health"; }
+health_ok() { test "$(hs)" = 200; }
 check "/health: 503 while unpaired" test "$(hs)" = 503
 check "  ... saying why" bash -c "curl -s '$U/health' | grep -q unpaired"
 FAULT=0
@@ -60,7 +61,7 @@ grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h" && FAULT=1
 # so a client can leave while its request's KV is still in transfer
 if [ $FAULT = 1 ]; then start_node pi KVD_FAULT=slow_batch; else start_node pi; fi
 check "decode paired" wait_up di
-check "/health: 200 once paired" wait_for 10 test "$(hs)" = 200
+check "/health: 200 once paired" wait_for 10 health_ok
 
 # ---- keys ---------------------------------------------------------------------
 code() { curl -s -o "$T/body" -w '%{http_code}' "$@"; }
@@ -168,7 +169,7 @@ if [ $FAULT = 1 ]; then
 	stop_node pi
 	start_node pi KVD_FAULT=bad_tag:2
 	check "bad_tag: prefill back" wait_log "$T/di.log" "event=peer_capacity" 40 "$MD"
-	wait_for 10 test "$(hs)" = 200 || true
+	wait_for 10 health_ok || true
 	st=$(post "$KEY_A" '{"prompt":"Once upon a time","max_tokens":12}')
 	check "integrity failure: 500" test "$st" = 500
 	check "  ... code integrity_failure, no text" jq -e '.error.code == "integrity_failure" and (.choices == null)' "$T/body"
@@ -191,4 +192,19 @@ fi
 check "draining: 503" test "$(post "$KEY_A" '{"prompt":"x","max_tokens":2}')" = 503
 check "  ... code draining" test "$(jq -r .error.code "$T/body")" = draining
 check "/health: 503 draining" bash -c "test \"\$(curl -s -o '$T/b5' -w '%{http_code}' '$U/health')\" = 503 && grep -q draining '$T/b5'"
+
+# ---- connections: HTTP shares listen.max_clients with the msgpack socket --
+next_port; S_HTTP=$PORT; next_port; S_CL=$PORT
+write_node sa standalone "$M" "listen.http=127.0.0.1:$S_HTTP" "listen.client=127.0.0.1:$S_CL" \
+	"listen.max_clients=2"
+start_node sa
+check "standalone with HTTP up" wait_log "$T/sa.log" "event=listen_http"
+exec 5<>"/dev/tcp/127.0.0.1/$S_CL"       # one msgpack client
+exec 6<>"/dev/tcp/127.0.0.1/$S_HTTP"     # one HTTP client
+check "a third connection past max_clients: 503 overloaded" \
+	bash -c "test \"\$(curl -s -o '$T/b6' -w '%{http_code}' 'http://127.0.0.1:$S_HTTP/health')\" = 503 && jq -e '.error.code == \"overloaded\"' '$T/b6' >/dev/null"
+check "  ... logged" log_has "$T/sa.log" "event=client_refused .*proto=http reason=max_clients"
+exec 5>&- 6>&-
+sa_ok() { test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$S_HTTP/health")" = 200; }
+check "once they leave, served again" wait_for 5 sa_ok
 finish
