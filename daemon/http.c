@@ -78,6 +78,8 @@ static void http_written(struct wbound *wb, int status)
 
 	if (status < 0)
 		http_doom(hc, "write_failed");
+	else if (hc->in_len && !hc->x.active && !hc->wb.paused)
+		http__kick(hc);   /* drained below soft: pipelined input waits */
 }
 
 void http__write(struct http_conn *hc, char *data, size_t len)
@@ -267,8 +269,11 @@ static void http_read_wish(struct http_conn *hc)
 /* Parse what in[] holds while no request is being answered. */
 static void http_pump(struct http_conn *hc)
 {
+	/* past the write queue's soft bound no new request starts (as the
+	 * msgpack socket stops reading): a client that pipelines requests
+	 * and reads no answer cannot make kvd produce more */
 	while (!hc->x.active && !hc->closing && !hc->doom && !hc->shutting &&
-	       hc->in_len > 0) {
+	       !hc->wb.paused && hc->in_len > 0) {
 		size_t used = 0;
 		int rc = http_wire_feed(&hc->wire, hc->in, hc->in_len, &used);
 

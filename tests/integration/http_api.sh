@@ -196,7 +196,8 @@ check "/health: 503 draining" bash -c "test \"\$(curl -s -o '$T/b5' -w '%{http_c
 # ---- connections: HTTP shares listen.max_clients with the msgpack socket --
 next_port; S_HTTP=$PORT; next_port; S_CL=$PORT
 write_node sa standalone "$M" "listen.http=127.0.0.1:$S_HTTP" "listen.client=127.0.0.1:$S_CL" \
-	"listen.max_clients=2"
+	"listen.max_clients=2" "listen.write_queue_soft=4K" "listen.write_queue_hard=8K" \
+	"listen.write_stall_timeout_ms=1000"
 start_node sa
 check "standalone with HTTP up" wait_log "$T/sa.log" "event=listen_http"
 exec 5<>"/dev/tcp/127.0.0.1/$S_CL"       # one msgpack client
@@ -207,4 +208,18 @@ check "  ... logged" log_has "$T/sa.log" "event=client_refused .*proto=http reas
 exec 5>&- 6>&-
 sa_ok() { test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$S_HTTP/health")" = 200; }
 check "once they leave, served again" wait_for 5 sa_ok
+
+# a client that pipelines long streams and never reads them: once its
+# write queue is past soft no new request starts, past hard it is closed;
+# its request is orphaned and nothing stays held
+MS=$(log_mark "$T/sa.log")
+python3 "$KVD_SRC/tests/integration/http_raw.py" "$S_HTTP" noread x 480 60 100 >/dev/null 2>&1 &
+npid=$!; PIDS+=($npid)
+check "a non-reading client is closed for a write bound" \
+	wait_log "$T/sa.log" "event=client_closed .*proto=http reason=write_(queue_hard|stall)" 60 "$MS"
+kill $npid 2>/dev/null || true; wait $npid 2>/dev/null || true
+check "  ... having answered only part of its 100 requests" \
+	test "$(log_count "$T/sa.log" "event=request_done" "$MS")" -lt 100
+check "  ... nothing held afterwards" wait_for 10 idle sa
+check "  ... and the node still answers" sa_ok
 finish

@@ -12,6 +12,8 @@ the socket itself failed.
                                            prints both statuses and ids
     http_raw.py PORT leave KEY TOKENS      stream a completion, read the
                                            first event, then vanish
+    http_raw.py PORT noread KEY TOKENS S   20 pipelined streams, never read for
+                                           S seconds: "closed" or "open"
     http_raw.py PORT leave0 KEY TOKENS     send a completion, vanish 100 ms
                                            later (mid-transfer with
                                            prefill's slow_batch)
@@ -138,5 +140,30 @@ elif mode == "leave0":
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     s.close()
     print("left")
+elif mode == "noread":
+    # a small receive buffer: what kvd writes piles up in kvd, not in the
+    # kernel; never read, wait, then say whether kvd closed us
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    # pipelined: kvd answers them one after the other into our full buffer
+    s.sendall(b"".join(req("/v1/completions", {"prompt": "The end of the story",
+                                               "max_tokens": int(sys.argv[4]), "temperature": 0.9,
+                                               "seed": 3, "stream": True}, sys.argv[3])
+                       for _ in range(int(sys.argv[6]) if len(sys.argv) > 6 else 20)))
+    time.sleep(float(sys.argv[5]))
+    s.setblocking(False)
+    closed = False
+    try:
+        while True:
+            d = s.recv(1 << 20)
+            if not d:
+                closed = True
+                break
+    except BlockingIOError:
+        pass
+    except ConnectionResetError:
+        closed = True
+    print("closed" if closed else "open")
 else:
     sys.exit(f"unknown mode {mode}")
