@@ -4,12 +4,14 @@
 # with `kvctl model make` (or use the GGUF named as $1), make a cluster key
 # (`kvctl keygen`), start a prefill and a decode node on loopback that
 # prove they hold it before anything else, send one prompt with
-# `kvctl generate`, print the streamed text, stop both nodes.
+# `kvctl generate`, print the streamed text, then the same through the
+# OpenAI-compatible HTTP front with curl, stop both nodes.
 #
 #   bash quickstart.sh [MODEL.gguf] [PROMPT]
 #
 # Environment: KVD_QS_BUILD (build dir, default build-quickstart),
-# KVD_QS_PORT (first of three loopback ports, default 7600).
+# KVD_QS_PORT (first of three loopback ports, default 7600; the HTTP
+# front listens on the third).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -64,7 +66,8 @@ node() { # node NAME ROLE PEERS_LINES LISTEN_LINES...
 
 echo "== starting prefill (127.0.0.1:$((port + 1))) and decode (127.0.0.1:$port)"
 node prefill prefill "" "[listen]\npeer = 127.0.0.1:$((port + 1))\n"
-node decode decode "prefill = 127.0.0.1:$((port + 1))\n" "[listen]\nclient = 127.0.0.1:$port\n"
+node decode decode "prefill = 127.0.0.1:$((port + 1))\n" \
+	"[listen]\nclient = 127.0.0.1:$port\nhttp = 127.0.0.1:$((port + 2))\n[http]\nmodel_name = quickstart\n"
 for _ in $(seq 1 100); do
 	grep -q "event=peer_up" "$run/decode.log" 2>/dev/null && break
 	sleep 0.1
@@ -81,4 +84,14 @@ echo "== kvctl generate --server 127.0.0.1:$port --prompt \"$prompt\""
 printf '%s' "$prompt"
 "$KVCTL" generate --server "127.0.0.1:$port" --prompt "$prompt" --max-tokens 64 \
 	--temperature 0.8 --seed 42
+echo
+# the last step: the same request through the OpenAI-compatible HTTP front
+# (loopback without http.api_keys_file; with one, add
+# -H "Authorization: Bearer KEY")
+body=$(printf '{"model":"quickstart","prompt":"%s","max_tokens":64,"temperature":0.8,"seed":42}' \
+	"$(printf '%s' "$prompt" | sed 's/[\\"]/\\&/g')")
+echo "== curl http://127.0.0.1:$((port + 2))/v1/completions -d '$body'"
+curl -sS "http://127.0.0.1:$((port + 2))/v1/completions" \
+	-H 'Content-Type: application/json' -d "$body"
+echo
 echo "== done; stopping the nodes"

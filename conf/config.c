@@ -22,6 +22,7 @@
  */
 #include "conf/config.h"
 #include "conf/keyfile.h"
+#include "conf/apikeys.h"
 #include "conf/log.h"
 #include "conf/util.h"
 #include "kvd_build.h"
@@ -134,6 +135,23 @@ static const struct conf_key conf_keys[] = {
 	  "Bytes queued to one connection past which kvd closes it." },
 	{ "listen", "write_stall_timeout_ms", CT_U32, "10000", 100, 3600000, NULL, F(write_stall_timeout_ms),
 	  "A connection whose write queue stays past write_queue_soft this long is closed." },
+	{ "listen", "http", CT_ADDR, "", 0, 0, NULL, F(listen_http),
+	  "OpenAI-compatible HTTP/1.1 API, one host:port (decode and standalone); empty = off. Without http.api_keys_file it must be a loopback address. Its connections count against max_clients and share the write_queue_* bounds." },
+
+	{ "http", "api_keys_file", CT_STR, "", 0, 0, NULL, F(http_api_keys_file),
+	  "API keys: one `KEY TENANT` per line (# comments), readable by its owner only. Requests must send `Authorization: Bearer KEY`; the tenant names them in logs. Empty: no keys, and listen.http must be loopback." },
+	{ "http", "max_header_bytes", CT_SIZE, "16K", 1024, 1048576, NULL, F(http_max_header_bytes),
+	  "Largest request line plus headers; past it the answer is 431 and the connection closes." },
+	{ "http", "max_body_bytes", CT_SIZE, "1M", 1024, 67108864, NULL, F(http_max_body_bytes),
+	  "Largest request body; past it the answer is 413 and the connection closes." },
+	{ "http", "header_timeout_ms", CT_U32, "10000", 100, 3600000, NULL, F(http_header_timeout_ms),
+	  "A request's line and headers must arrive within this from its first byte (and a new connection's first request from accept): slow senders get 408 and are closed." },
+	{ "http", "read_timeout_ms", CT_U32, "30000", 100, 3600000, NULL, F(http_read_timeout_ms),
+	  "A whole request (headers and body) must arrive within this from its first byte." },
+	{ "http", "idle_timeout_ms", CT_U32, "60000", 100, 86400000, NULL, F(http_idle_timeout_ms),
+	  "A keep-alive connection with no request in flight that sends nothing for this long is closed." },
+	{ "http", "model_name", CT_STR, "", 0, 0, NULL, F(http_model_name),
+	  "The model id /v1/models lists and requests may name; empty = the model file's name without .gguf." },
 
 	{ "peers", "prefill", CT_LIST, "", 0, 0, NULL, F(peers_prefill),
 	  "Prefill peers host:port, comma-separated (decode; required there). Without peers.key_file they must be loopback addresses." },
@@ -691,6 +709,40 @@ static int conf_validate_peering(struct conf_ctx *x)
 	return 0;
 }
 
+/* The HTTP front: decode and standalone only; without API keys every
+ * local process is a client, so it stays on loopback. */
+static int conf_validate_http(struct conf_ctx *x)
+{
+	struct kvd_config *c = x->c;
+	struct kvd_apikeys *keys = NULL;
+	char why[600];
+
+	if (!c->listen_http[0]) {
+		if (c->http_api_keys_file[0])
+			return conf_fail(x, line_of(x, "http", "api_keys_file"),
+					 "http.api_keys_file", "set, but listen.http is off");
+		return 0;
+	}
+	if (c->role == KVD_ROLE_PREFILL)
+		return conf_fail(x, line_of(x, "listen", "http"), "listen.http",
+				 "prefill nodes serve no clients; listen.http is for decode and standalone nodes");
+	if (!is_hostport(c->listen_http))
+		return conf_fail(x, line_of(x, "listen", "http"), "listen.http",
+				 "one IPv4:port, [IPv6]:port or localhost:port");
+	if (!c->http_api_keys_file[0]) {
+		if (!kvd_hostport_is_loopback(c->listen_http))
+			return conf_fail(x, line_of(x, "listen", "http"), "listen.http",
+					 "'%s' is not a loopback address: set http.api_keys_file so clients must present a key",
+					 c->listen_http);
+		return 0;
+	}
+	if (kvd_apikeys_load(&keys, c->http_api_keys_file, why, sizeof(why)))
+		return conf_fail(x, line_of(x, "http", "api_keys_file"),
+				 "http.api_keys_file", "%s", why);
+	kvd_apikeys_free(keys);
+	return 0;
+}
+
 static int conf_validate(struct conf_ctx *x)
 {
 	struct kvd_config *c = x->c;
@@ -727,6 +779,9 @@ static int conf_validate(struct conf_ctx *x)
 		return conf_fail(x, line_of(x, "listen", "peer"), "listen.peer",
 				 "peers connect over TCP: one IPv4:port, [IPv6]:port or localhost:port");
 	l = conf_validate_peering(x);
+	if (l)
+		return l;
+	l = conf_validate_http(x);
 	if (l)
 		return l;
 	if (c->write_queue_soft > c->write_queue_hard)

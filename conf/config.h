@@ -52,6 +52,15 @@ struct kvd_config {
 	uint64_t write_queue_soft;    /* bytes queued: stop reading past this */
 	uint64_t write_queue_hard;    /* bytes queued: close past this */
 	uint32_t write_stall_timeout_ms;
+	char listen_http[256];        /* OpenAI-compatible HTTP: host:port; "" off */
+	/* [http] */
+	char http_api_keys_file[1024]; /* KEY TENANT lines; "" = loopback only */
+	uint64_t http_max_header_bytes;  /* request line + headers */
+	uint64_t http_max_body_bytes;    /* one request body */
+	uint32_t http_header_timeout_ms; /* head complete within, from its first byte */
+	uint32_t http_read_timeout_ms;   /* whole request within, from its first byte */
+	uint32_t http_idle_timeout_ms;   /* keep-alive: idle connection closed after */
+	char http_model_name[128];     /* /v1/models id; "" = the model file's name */
 	/* [peers] */
 	char peers_prefill[KVD_MAX_PEERS][256];
 	uint32_t n_peers_prefill;

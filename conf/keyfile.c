@@ -14,14 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int kvd_keyfile_read(const char *path, uint8_t *buf, size_t *len,
-		     char *why, size_t why_size)
+int kvd_private_open(const char *path, const char *what, char *why,
+		     size_t why_size)
 {
 	struct stat st;
-	size_t got = 0;
-	int fd, rc = -1;
+	int fd;
 
-	*len = 0;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		snprintf(why, why_size, "cannot open '%s': %s", path, strerror(errno));
@@ -29,18 +27,34 @@ int kvd_keyfile_read(const char *path, uint8_t *buf, size_t *len,
 	}
 	if (fstat(fd, &st) < 0) {
 		snprintf(why, why_size, "cannot stat '%s': %s", path, strerror(errno));
-		goto out;
+		goto fail;
 	}
 	if (!S_ISREG(st.st_mode)) {
 		snprintf(why, why_size, "'%s' is not a regular file", path);
-		goto out;
+		goto fail;
 	}
 	if (st.st_mode & 077) {
 		snprintf(why, why_size,
-			 "'%s' is accessible to group or others (mode %04o); the cluster secret must be mode 0600 or 0400 (chmod 600)",
-			 path, (unsigned)(st.st_mode & 07777));
-		goto out;
+			 "'%s' is accessible to group or others (mode %04o); %s must be mode 0600 or 0400 (chmod 600)",
+			 path, (unsigned)(st.st_mode & 07777), what);
+		goto fail;
 	}
+	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
+int kvd_keyfile_read(const char *path, uint8_t *buf, size_t *len,
+		     char *why, size_t why_size)
+{
+	size_t got = 0;
+	int fd, rc = -1;
+
+	*len = 0;
+	fd = kvd_private_open(path, "the cluster secret", why, why_size);
+	if (fd < 0)
+		return -1;
 	while (got < KVD_KEYFILE_MAX) {
 		ssize_t n = read(fd, buf + got, KVD_KEYFILE_MAX - got);
 

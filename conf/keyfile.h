@@ -23,3 +23,9 @@
 /* Read `path` into buf[KVD_KEYFILE_MAX]; *len gets the byte count. */
 int kvd_keyfile_read(const char *path, uint8_t *buf, size_t *len,
 		     char *why, size_t why_size);
+
+/* Open `path` for reading after the same checks (a regular file that
+ * group and others cannot touch); `what` names the secret in `why`.
+ * An fd, or -1 with a sentence in `why`. */
+int kvd_private_open(const char *path, const char *what, char *why,
+		     size_t why_size);

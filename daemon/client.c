@@ -18,6 +18,9 @@
  * cut mid-transfer; the request runs its transfer to completion or abort,
  * then its pages are released and it ends as failed. A request answers
  * its client exactly once (final or error); token events only come before.
+ * The connection is its requests' sink (sink.c): the machines answer
+ * through serve__sink_*, which reach the frames below through
+ * client_sink_ops; the HTTP front (http.c) is the other sink.
  */
 #include "daemon/serve_int.h"
 #include "conf/util.h"
@@ -73,98 +76,14 @@ static void client_write(struct client_conn *c, char *data, size_t len)
 		client_doom(c, "write_failed");
 }
 
-static void client_send(struct serve_req *r, struct frame_writer *w)
+static void client_send(struct client_conn *c, struct frame_writer *w)
 {
 	char *data;
 	size_t len;
 
-	if (frame_writer_finish(w, PROTO_CLIENT_FRAME_MAX, &data, &len) == 0) {
-		if (r->client)
-			client_write(r->client, data, len);
-		else
-			free(data);
-	}
+	if (frame_writer_finish(w, PROTO_CLIENT_FRAME_MAX, &data, &len) == 0)
+		client_write(c, data, len);
 	frame_writer_deinit(w);
-}
-
-int serve__client_stream_begin(struct serve_req *r)
-{
-	const char *chunk;
-	size_t len;
-	int rc;
-
-	if (r->dt_init)
-		return 0;
-	rc = detok_init(&r->dt, r->s->tok);
-	if (rc)
-		return rc;
-	r->dt_init = true;
-	/* the prompt's BOS sets the leading-space rule, as kvd generate does */
-	for (uint32_t i = 0; i < r->n_prompt; i++)
-		if (detok_push(&r->dt, r->prompt[i], &chunk, &len))
-			break;
-	return 0;
-}
-
-void serve__client_token(struct serve_req *r, int32_t token)
-{
-	struct frame_writer w;
-	const char *chunk = "";
-	size_t len = 0;
-	uint64_t now = kvd_now_ns();
-	bool first = !r->t_first_ns;
-
-	if (first)
-		r->t_first_ns = now;
-	kvd_metrics_token(&r->s->d->metrics, r->tenant, first, r->n_prompt,
-			  first ? now - r->t_arrive_ns : now - r->t_last_ns);
-	r->t_last_ns = now;
-	r->n_out++;
-	if (!r->client || r->answered)
-		return;
-	if (r->dt_init && detok_push(&r->dt, token, &chunk, &len))
-		len = 0;
-	frame_writer_init(&w);
-	proto_client_pack_token(frame_writer_packer(&w), r->client_id,
-				r->n_out - 1, (uint32_t)token, chunk,
-				(uint32_t)KVD_MIN(len, PROTO_CLIENT_PIECE_MAX));
-	client_send(r, &w);
-}
-
-void serve__client_final(struct serve_req *r, const char *reason)
-{
-	struct proto_client_final f = { 0 };
-	struct frame_writer w;
-	uint64_t now = kvd_now_ns();
-
-	if (r->answered)
-		return;
-	r->answered = true;
-	snprintf(f.finish_reason, sizeof(f.finish_reason), "%s", reason);
-	f.prompt_tokens = r->n_prompt;
-	f.output_tokens = r->n_out;
-	f.ttft_us = r->t_first_ns ? (r->t_first_ns - r->t_arrive_ns) / 1000 : 0;
-	f.total_us = (now - r->t_arrive_ns) / 1000;
-	if (r->dt_init) {
-		const char *chunk;
-		size_t len = 0;
-
-		if (detok_flush(&r->dt, &chunk, &len) == 0 && len) {
-			f.text_len = (uint32_t)KVD_MIN(len, sizeof(f.text));
-			memcpy(f.text, chunk, f.text_len);
-		}
-	}
-	KVLOG_INFO(r->s->log, "request_done",
-		   "id=%llu client_id=%llu kind=%s finish=%s prompt_tokens=%u output_tokens=%u ttft_us=%llu total_us=%llu",
-		   (unsigned long long)r->reg.id,
-		   (unsigned long long)r->client_id, r->reg.ops ? r->reg.ops->kind : "?",
-		   reason, r->n_prompt, r->n_out,
-		   (unsigned long long)f.ttft_us, (unsigned long long)f.total_us);
-	if (!r->client)
-		return;
-	frame_writer_init(&w);
-	proto_client_pack_final(frame_writer_packer(&w), r->client_id, &f);
-	client_send(r, &w);
 }
 
 static void client_error_to(struct client_conn *c, uint64_t id, int code,
@@ -191,39 +110,66 @@ static void client_frame_error_to(struct client_conn *c, int code,
 
 static void client_conn_end(struct client_conn *c);
 
-void serve__client_error(struct serve_req *r, int code, const char *fmt, ...)
-{
-	char msg[PROTO_CLIENT_MSG_MAX + 1];
-	va_list ap;
+/* ---- the connection as a sink (sink.c calls these) ---------------------------- */
 
-	if (r->answered)
-		return;
-	r->answered = true;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	KVLOG_WARN(r->s->log, "request_failed",
-		   "id=%llu client_id=%llu code=%s output_tokens=%u msg=%s",
-		   (unsigned long long)r->reg.id,
-		   (unsigned long long)r->client_id, proto_err_name(code),
-		   r->n_out, KVLOG_Q(msg));
-	if (r->client)
-		client_error_to(r->client, r->client_id, code, msg);
+static struct client_conn *client_of(struct serve_sink *k)
+{
+	return kvd_container_of(k, struct client_conn, sink);
 }
 
-void serve__client_detach(struct serve_req *r)
+static void client_sink_token(struct serve_sink *k, struct serve_req *r,
+			      uint32_t index, int32_t token, const char *piece,
+			      size_t len)
 {
-	struct client_conn *c = r->client;
+	struct frame_writer w;
 
-	if (c) {
-		c->n_reqs--;
-		r->client = NULL;
-		kvd_list_del(&r->client_node);
-		/* a half-closed client had its last answer: flush, then close */
-		if (c->eof && c->n_reqs == 0)
-			client_conn_end(c);
-	}
+	frame_writer_init(&w);
+	proto_client_pack_token(frame_writer_packer(&w), r->client_id, index,
+				(uint32_t)token, piece,
+				(uint32_t)KVD_MIN(len, PROTO_CLIENT_PIECE_MAX));
+	client_send(client_of(k), &w);
 }
+
+static void client_sink_final(struct serve_sink *k, struct serve_req *r,
+			      const struct serve_final_info *fi)
+{
+	struct proto_client_final f = { 0 };
+	struct frame_writer w;
+
+	snprintf(f.finish_reason, sizeof(f.finish_reason), "%s", fi->reason);
+	f.prompt_tokens = fi->prompt_tokens;
+	f.output_tokens = fi->output_tokens;
+	f.ttft_us = fi->ttft_us;
+	f.total_us = fi->total_us;
+	f.text_len = (uint32_t)KVD_MIN(fi->text_len, sizeof(f.text));
+	memcpy(f.text, fi->text, f.text_len);
+	frame_writer_init(&w);
+	proto_client_pack_final(frame_writer_packer(&w), r->client_id, &f);
+	client_send(client_of(k), &w);
+}
+
+static void client_sink_error(struct serve_sink *k, struct serve_req *r,
+			      int code, const char *msg)
+{
+	client_error_to(client_of(k), r->client_id, code, msg);
+}
+
+/* a half-closed client had its last answer: flush, then close */
+static void client_sink_detached(struct serve_sink *k, struct serve_req *r)
+{
+	struct client_conn *c = client_of(k);
+
+	(void)r;
+	if (c->eof && c->sink.n_reqs == 0)
+		client_conn_end(c);
+}
+
+static const struct serve_sink_ops client_sink_ops = {
+	.token = client_sink_token,
+	.final = client_sink_final,
+	.error = client_sink_error,
+	.detached = client_sink_detached,
+};
 
 /* ---- admission ---------------------------------------------------------------- */
 
@@ -333,10 +279,9 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 		proto_client_request_deinit(&q);
 		return;
 	}
-	r->client = c;
-	c->n_reqs++;
-	kvd_list_add_tail(&c->reqs, &r->client_node);
+	serve__sink_attach(r, &c->sink);
 	r->client_id = q.id;
+	snprintf(r->tenant, sizeof(r->tenant), "%s", KVD_TENANT_DEFAULT);
 	r->prompt = ids;
 	r->n_prompt = n_ids;
 	r->max_tokens = q.max_tokens;
@@ -376,25 +321,12 @@ static void client_conn_closed(uv_handle_t *h)
 static void client_conn_close(struct client_conn *c)
 {
 	struct serve *s = c->s;
-	struct kvd_list *pos, *nxt;
 
 	if (c->closing)
 		return;
 	c->closing = true;
 	c->eof = false;   /* no shutdown from the detaches below */
-	/* a request leaving may end (and detach) itself, never another one */
-	kvd_list_for_each_safe(pos, nxt, &c->reqs) {
-		struct serve_req *r = kvd_list_entry(pos, struct serve_req, client_node);
-
-		if (!r->answered)
-			KVLOG_INFO(s->log, "client_gone",
-				   "id=%llu client_id=%llu state=%s",
-				   (unsigned long long)r->reg.id,
-				   (unsigned long long)r->client_id,
-				   machine_state_name(&dreq_machine, r->state));
-		r->rops->client_gone(r);
-		serve__client_detach(r);
-	}
+	serve__sink_gone(s, &c->sink);
 	kvd_list_del(&c->node);
 	if (c->counted)
 		s->n_clients--;
@@ -407,7 +339,7 @@ static void client_conn_close_for(struct client_conn *c, const char *reason)
 {
 	KVLOG_WARN(c->s->log, "client_closed",
 		   "conn=%llu reason=%s requests=%u queued=%zu peak_queued=%llu",
-		   (unsigned long long)c->conn_id, reason, c->n_reqs,
+		   (unsigned long long)c->conn_id, reason, c->sink.n_reqs,
 		   wbound_queued(&c->wb), (unsigned long long)c->wb.peak);
 	client_conn_close(c);
 }
@@ -464,7 +396,7 @@ void serve__client_sweep(struct serve *s)
 			continue;   /* waiting on the client's reading, not its writing */
 		if (c->t_frame_ns && now - c->t_frame_ns >= read_ns)
 			client_conn_close_for(c, "read_timeout");
-		else if (!c->t_frame_ns && c->n_reqs == 0 &&
+		else if (!c->t_frame_ns && c->sink.n_reqs == 0 &&
 			 now - c->t_rx_ns >= idle_ns)
 			client_conn_close_for(c, "idle_timeout");
 	}
@@ -482,7 +414,7 @@ static void client_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 static void client_eof(struct client_conn *c)
 {
 	c->eof = true;
-	if (c->n_reqs == 0)
+	if (c->sink.n_reqs == 0)
 		client_conn_end(c);   /* answers already queued still go out */
 	else
 		wbound_read_stop(&c->wb);
@@ -600,7 +532,8 @@ static void client_accept(uv_stream_t *server, int status)
 	frame_decoder_init(&c->dec, PROTO_CLIENT_FRAME_MAX);
 	wbound_init(&c->wb, &c->h.stream, &lim, client_alloc, client_read);
 	wbound_on_write(&c->wb, client_written);
-	kvd_list_init(&c->reqs);
+	c->sink.ops = &client_sink_ops;
+	kvd_list_init(&c->sink.reqs);
 	kvd_list_add(&s->clients, &c->node);
 	if (uv_accept(server, &c->h.stream)) {
 		client_conn_close(c);

@@ -237,22 +237,22 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 
 	switch (a) {
 	case DA_ANSWER_ERR:
-		serve__client_error(r, r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL,
+		serve__sink_error(r, r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL,
 				    "%s", r->fail_msg[0] ? r->fail_msg : "the request failed");
 		return;
 	case DA_STREAM_FIRST:
 		if ((int32_t)r->first_token != s->model->eos_id)
-			serve__client_token(r, (int32_t)r->first_token);
+			serve__sink_token(r, (int32_t)r->first_token);
 		return;
 	case DA_STREAM:
-		serve__client_token(r, r->last_token);
+		serve__sink_token(r, r->last_token);
 		return;
 	case DA_ANSWER_FINAL:
 		r->final_ok = true;
-		serve__client_final(r, r->finish_reason);
+		serve__sink_final(r, r->finish_reason);
 		return;
 	case DA_DETACH_CLIENT:
-		serve__client_detach(r);
+		serve__sink_detach(r);
 		return;
 	case DA_SEND_ABORT:
 		dreq_send_abort(r);
@@ -303,8 +303,8 @@ static void dreq_finish(struct serve_req *r)
 		   "id=%llu msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
 		   (unsigned long long)r->reg.id);
 	if (!r->answered)
-		serve__client_error(r, PROTO_ERR_INTERNAL, "the request ended unanswered");
-	serve__client_detach(r);
+		serve__sink_error(r, PROTO_ERR_INTERNAL, "the request ended unanswered");
+	serve__sink_detach(r);
 	serve__req_end(r, r->final_ok && !r->fail_code);
 }
 
@@ -382,7 +382,7 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 			return;
 		}
 		r->ereq = m->req;
-		serve__dreq_event(r, r->client ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
+		serve__dreq_event(r, r->sink ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
 		return;
 	case COMPUTE_MSG_TOKEN:
 		r->last_token = m->token;
@@ -423,8 +423,8 @@ void serve__local_admit(struct serve_req *r)
 	r->rops = &dreq_local_ops;
 	if (need > lim) {
 		KVLOG_WARN(s->log, "admission_reject",
-			   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
-			   (unsigned long long)r->client_id, r->n_prompt,
+			   "client_id=%llu tenant=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
+			   (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
 			   r->max_tokens, (unsigned long long)need,
 			   (unsigned long long)lim,
 			   s->d->cap.advertised_context,
@@ -439,7 +439,7 @@ void serve__local_admit(struct serve_req *r)
 		return;
 	}
 	serve__req_register(r);
-	if (serve__client_stream_begin(r)) {
+	if (serve__sink_stream_begin(r)) {
 		r->fail_code = PROTO_ERR_INTERNAL;
 		snprintf(r->fail_msg, sizeof(r->fail_msg), "out of memory");
 		serve__dreq_event(r, DEV_REFUSE);
@@ -525,8 +525,8 @@ static bool decode_too_long(struct serve_req *r, const struct link *p)
 		return false;
 	}
 	KVLOG_WARN(s->log, "admission_reject",
-		   "client_id=%llu reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu peer=%s peer_context=%llu peer_pool_tokens=%llu",
-		   (unsigned long long)r->client_id, r->n_prompt,
+		   "client_id=%llu tenant=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu peer=%s peer_context=%llu peer_pool_tokens=%llu",
+		   (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
 		   r->max_tokens, (unsigned long long)need,
 		   (unsigned long long)lim,
 		   s->d->cap.advertised_context,
@@ -617,9 +617,10 @@ void serve__decode_admit(struct serve_req *r)
 		return;
 	}
 	KVLOG_DEBUG(s->log, "prefill_sent",
-		    "id=%llu client_id=%llu peer=%s prompt_tokens=%u pages=%u prefix_pages=%u",
+		    "id=%llu client_id=%llu tenant=%s peer=%s prompt_tokens=%u pages=%u prefix_pages=%u",
 		    (unsigned long long)r->reg.id, (unsigned long long)r->client_id,
-		    KVLOG_Q(p->addr), r->n_prompt, r->n_table, r->n_prefix);
+		    KVLOG_Q(r->tenant), KVLOG_Q(p->addr), r->n_prompt, r->n_table,
+		    r->n_prefix);
 }
 
 /* ---- receiving KV ----------------------------------------------------------- */
@@ -758,9 +759,9 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
 	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",
 		    (unsigned long long)r->reg.id, r->rx.batches, r->rx.n_got,
 		    r->n_prompt);
-	if (!r->client)
+	if (!r->sink)
 		return DEV_COVERED_ORPHAN;   /* complete; now release */
-	if (serve__client_stream_begin(r)) {
+	if (serve__sink_stream_begin(r)) {
 		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		return DEV_COVERED_FAIL;
 	}
@@ -807,10 +808,11 @@ static void peer_on_reject(struct link *p, const struct proto_peer_msg *m)
 		return;
 	if (r->state == DRS_TRANSFER) {
 		KVLOG_WARN(s->log, "prefill_rejected",
-			   "id=%llu client_id=%llu peer=%s code=%s msg=%s",
+			   "id=%llu client_id=%llu tenant=%s peer=%s code=%s msg=%s",
 			   (unsigned long long)r->reg.id,
-			   (unsigned long long)r->client_id, KVLOG_Q(p->addr),
-			   proto_err_name(m->code), KVLOG_Q(m->message));
+			   (unsigned long long)r->client_id, KVLOG_Q(r->tenant),
+			   KVLOG_Q(p->addr), proto_err_name(m->code),
+			   KVLOG_Q(m->message));
 		if (m->code == PROTO_ERR_PROMPT_TOO_LONG)
 			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
 		dreq_fail(r, m->code, "%s", m->message);

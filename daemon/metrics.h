@@ -18,6 +18,8 @@
  */
 #pragma once
 
+#include "conf/apikeys.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +30,8 @@ struct kvd_daemon;
 #define KVD_METRICS_TENANTS 32         /* series per tenant-labelled metric */
 #define KVD_TENANT_DEFAULT "default"   /* msgpack-socket requests */
 #define KVD_TENANT_OTHER "other"       /* tenants past the bound */
+_Static_assert(KVD_TENANT_MAX > KVD_APIKEY_TENANT_MAX,
+	       "a keys file's tenant fits a request's tenant uncut");
 
 /* How a client request ended: stop, length, abandoned (the client left
  * before an answer), or the error code's name (net/proto_client.h). */

@@ -28,7 +28,7 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	if (!r)
 		return NULL;
 	r->s = s;
-	kvd_list_init(&r->client_node);
+	kvd_list_init(&r->sink_node);
 	r->kind = kind;
 	r->t_arrive_ns = kvd_now_ns();
 	snprintf(r->tenant, sizeof(r->tenant), "%s", KVD_TENANT_DEFAULT);
@@ -97,7 +97,7 @@ void serve__req_end(struct serve_req *r, bool ok)
 		kvd_metrics_request_end(&s->d->metrics, r->tenant,
 					ok && r->finish_reason[0] ? r->finish_reason : NULL,
 					r->fail_code, kvd_now_ns() - r->t_arrive_ns);
-	KVD_ASSERT(s->log, !r->client,
+	KVD_ASSERT(s->log, !r->sink,
 		   "id=%llu msg=\"a request ends still attached to its client\"",
 		   (unsigned long long)r->reg.id);
 	/* off its link's list before the memory goes (its machine detached

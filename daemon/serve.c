@@ -86,6 +86,7 @@ static void serve_hb_cb(uv_timer_t *t)
 static void serve_sweep_cb(uv_timer_t *t)
 {
 	serve__client_sweep(t->data);
+	serve__http_sweep(t->data);
 }
 
 /* The whole serving layer goes away: memory is freed once every handle's
@@ -133,6 +134,7 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 		return;
 	s->stopping = true;
 	serve__client_close_all(s);
+	serve__http_close_all(s);
 	serve__link_stop(s);
 	if (s->hb_open) {
 		serve__close_handle(s, (uv_handle_t *)&s->hb_timer);
@@ -148,7 +150,7 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 	while (!kvd_list_empty(&s->reqs)) {
 		struct serve_req *r = kvd_list_entry(s->reqs.next, struct serve_req, node);
 
-		r->client = NULL;
+		r->sink = NULL;
 		serve__req_end(r, false);
 	}
 	if (compute_close(&s->comp, serve__handle_closed, s))
@@ -333,6 +335,8 @@ int serve_start(struct kvd_daemon *d)
 		r = serve__prefill_start(s);
 	else
 		r = serve__client_listen(s);
+	if (!r && d->cfg.role != KVD_ROLE_PREFILL && d->cfg.listen_http[0])
+		r = serve__http_listen(s);
 	if (!r && d->cfg.role == KVD_ROLE_DECODE)
 		r = serve__decode_start(s);
 	if (r)
@@ -340,9 +344,10 @@ int serve_start(struct kvd_daemon *d)
 			  KVLOG_Q(r < 0 ? strerror(-r) : "see previous lines"));
 	else
 		KVLOG_INFO(s->log, "serve_ready",
-			   "role=%s client=%s peer=%s peers=%u page_bytes=%llu advertised_context=%u faults=%s",
+			   "role=%s client=%s http=%s peer=%s peers=%u page_bytes=%llu advertised_context=%u faults=%s",
 			   kvd_role_name(d->cfg.role),
 			   KVLOG_Q(d->cfg.listen_client[0] ? d->cfg.listen_client : "-"),
+			   KVLOG_Q(d->cfg.listen_http[0] ? d->cfg.listen_http : "-"),
 			   KVLOG_Q(d->cfg.listen_peer[0] ? d->cfg.listen_peer : "-"),
 			   d->cfg.n_peers_prefill,
 			   (unsigned long long)s->page_bytes,

@@ -11,7 +11,12 @@
  *               admission, receiving KV; dials its peers through link.c
  *   prefill.c   prefill requests (the preq machine), admission, sending
  *               KV; accepts its peers through link.c
- *   client.c    client listeners, connections, answer-once streaming
+ *   http_api.c  the OpenAI-compatible endpoints: JSON, SSE, errors, keys
+ *   http.c      HTTP/1.1 listener and connections (llhttp), bounds
+ *   client.c    msgpack client listeners, connections, bounds
+ *   sink.c      where a request's answer goes (struct serve_sink): the
+ *               one seam between the machines and a client of either
+ *               protocol; answer-once streaming, detokenizing, logs
  *   link.c      one peer link for both ends (struct link): connect or
  *               accept, authenticate, hello, data connection (the one
  *               place a transport is created), heartbeat, liveness,
@@ -50,6 +55,41 @@ struct serve;
 struct serve_req;
 struct client_conn;
 struct link;
+struct serve_sink;
+struct http_server;
+
+/* ---- sinks (sink.c) ------------------------------------------------------ */
+
+/* What a finished request tells its client. */
+struct serve_final_info {
+	const char *reason;              /* "stop" | "length" */
+	uint32_t prompt_tokens, output_tokens;
+	uint64_t ttft_us, total_us;
+	const char *text;                /* the detokenizer's tail, (text_len) */
+	size_t text_len;
+};
+
+/* A sink is where a request's answer goes: a msgpack client connection
+ * (client.c) or an HTTP exchange (http.c). The machines answer through
+ * serve__sink_* only and never learn which it is. The ops run on the loop
+ * thread inside a request's state change: they queue bytes and must not
+ * close a connection or call back into a request (defer that). */
+struct serve_sink_ops {
+	void (*token)(struct serve_sink *k, struct serve_req *r, uint32_t index,
+		      int32_t token, const char *piece, size_t len);
+	void (*final)(struct serve_sink *k, struct serve_req *r,
+		      const struct serve_final_info *f);
+	void (*error)(struct serve_sink *k, struct serve_req *r, int code,
+		      const char *msg);
+	/* r left k (after its answer, or gone); NULL: nothing to do */
+	void (*detached)(struct serve_sink *k, struct serve_req *r);
+};
+
+struct serve_sink {
+	const struct serve_sink_ops *ops;
+	struct kvd_list reqs;            /* serve_req.sink_node, attached */
+	uint32_t n_reqs;
+};
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -77,9 +117,11 @@ struct serve_req {
 	bool ended;
 
 	/* what the client asked */
-	struct client_conn *client;      /* NULL once the client left */
-	struct kvd_list client_node;     /* on client->reqs while attached */
-	uint64_t client_id;
+	struct serve_sink *sink;         /* where answers go; NULL once the
+					  * client left (orphaned) */
+	struct kvd_list sink_node;       /* on sink->reqs while attached */
+	uint64_t client_id;              /* the client's id for it (msgpack
+					  * id; HTTP: the exchange number) */
 	int32_t *prompt;                 /* (n_prompt) */
 	uint32_t n_prompt;
 	uint32_t max_tokens;
@@ -88,9 +130,10 @@ struct serve_req {
 	uint64_t t_last_ns;              /* the latest token (inter-token latency) */
 	uint64_t t_xfer_ns;              /* decode: prefill_request sent;
 					  * prefill: first batch queued */
-	char tenant[KVD_TENANT_MAX];     /* metrics label: "default" on the
-					  * msgpack socket; HTTP sets it from
-					  * the API key */
+	char tenant[KVD_TENANT_MAX];     /* whose request: the API key's
+					  * tenant (HTTP), "default" on the
+					  * msgpack socket; in its log lines
+					  * and metric labels */
 	uint32_t n_out;
 	struct detok dt;
 	bool dt_init;
@@ -163,9 +206,8 @@ struct client_conn {
 	union serve_stream h;
 	struct frame_decoder dec;
 	struct kvd_list node;            /* on serve->clients */
-	struct kvd_list reqs;            /* its requests (serve_req.client_node) */
+	struct serve_sink sink;          /* its requests (sink.reqs, n_reqs) */
 	bool closing;
-	uint32_t n_reqs;                 /* requests that still point here */
 	/* bounds (invariant 11), judged by serve__client_sweep */
 	struct wbound wb;                /* every frame to the client */
 	uint64_t conn_id;                /* for log lines */
@@ -343,6 +385,7 @@ struct serve {
 
 	uv_timer_t hb_timer;             /* heartbeats and liveness */
 	bool hb_open;
+	struct http_server *http;        /* listen.http (http.c); NULL off */
 	uv_timer_t sweep_timer;          /* client timeouts, write bounds */
 	bool sweep_open;
 	uint32_t n_clients;              /* connections held (max_clients) */
@@ -436,20 +479,38 @@ void serve__compute_free(struct serve *s, struct serve_req *r,
 /* The largest prompt + max_tokens this node itself can serve. */
 uint64_t serve__own_limit(struct serve *s);
 
+/* sink.c: answering a request, whatever its client speaks. Each answer
+ * goes at most once (final or error); tokens only before it; nothing goes
+ * to a request whose sink left. */
+void serve__sink_attach(struct serve_req *r, struct serve_sink *k);
+void serve__sink_token(struct serve_req *r, int32_t token);
+void serve__sink_final(struct serve_req *r, const char *reason);
+void serve__sink_error(struct serve_req *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* r leaves its sink (DA_DETACH_CLIENT, the end of r); none: nothing. */
+void serve__sink_detach(struct serve_req *r);
+/* The client of k left: every request on it takes client_gone (orphaned,
+ * invariant 8) and detaches. Not from inside a sink op. */
+void serve__sink_gone(struct serve *s, struct serve_sink *k);
+/* The same for one request (its client stopped wanting it: an HTTP stop
+ * string matched). Not from inside a sink op. */
+void serve__sink_leave(struct serve_req *r);
+/* Start streaming: the detokenizer learns the prompt. */
+int serve__sink_stream_begin(struct serve_req *r);
+
 /* client.c */
 int serve__client_listen(struct serve *s);
 void serve__client_close_all(struct serve *s);
-void serve__client_token(struct serve_req *r, int32_t token);
-void serve__client_final(struct serve_req *r, const char *reason);
-void serve__client_error(struct serve_req *r, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-void serve__client_detach(struct serve_req *r);
 /* Periodic (SERVE_SWEEP_MS): close client connections past a timeout or
  * a write bound. Loop thread, from the sweep timer only. */
 #define SERVE_SWEEP_MS 250
 void serve__client_sweep(struct serve *s);
-/* Start streaming: the detokenizer learns the prompt. */
-int serve__client_stream_begin(struct serve_req *r);
+
+/* http.c / http_api.c: the OpenAI-compatible HTTP front (listen.http) */
+int serve__http_listen(struct serve *s);
+void serve__http_close_all(struct serve *s);
+/* From the sweep timer: timeouts and write bounds of HTTP connections. */
+void serve__http_sweep(struct serve *s);
 
 /* decode.c */
 int serve__decode_start(struct serve *s);

@@ -4,7 +4,8 @@
 KVD_DEBS=(meson ninja-build pkg-config gcc libc6-dev
 	libuv1-dev libmsgpack-dev libinih-dev libxxhash-dev check
 	libsystemd-dev libibverbs-dev libsodium-dev systemd python3 jq iproute2 procps
-	clang libclang-rt-dev spin prometheus)
+	clang libclang-rt-dev spin prometheus
+	node-llhttp libjansson-dev curl)
 
 kvd_install_deps() {
 	local missing=() p sudo=

@@ -115,6 +115,11 @@ static const struct bad {
 	{ "bad listen address", "[kv]\npool_tokens = 64\n[listen]\nclient = unix:relative\n", 8, "listen.client", "host:port or unix" },
 	{ "batch exceeds release timeout", "[kv]\npool_tokens = 64\n[transfer]\nmax_batch_bytes = 1G\nlink_gbps = 1\nrelease_timeout_ms = 1000\n", 10, "transfer.max_batch_bytes", "release_timeout_ms" },
 	{ "bad octal mode", "[kv]\npool_tokens = 64\n[admin]\nmode = 0999\n", 8, "admin.mode", "octal" },
+	{ "keyless http off loopback", "[kv]\npool_tokens = 64\n[listen]\nhttp = 0.0.0.0:8000\n", 8, "listen.http", "not a loopback address" },
+	{ "http on prefill", "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n[listen]\npeer = 127.0.0.1:1\nhttp = 127.0.0.1:2\n", 11, "listen.http", "prefill nodes serve no clients" },
+	{ "http not host:port", "[kv]\npool_tokens = 64\n[listen]\nhttp = unix:/tmp/x\n", 8, "listen.http", "IPv4:port" },
+	{ "api keys without http", "[kv]\npool_tokens = 64\n[http]\napi_keys_file = /nonexistent\n", 8, "http.api_keys_file", "listen.http is off" },
+	{ "api keys file missing", "[kv]\npool_tokens = 64\n[listen]\nhttp = 0.0.0.0:8000\n[http]\napi_keys_file = /nonexistent/keys\n", 10, "http.api_keys_file", "cannot open" },
 	{ "key outside section", "", 1, "", "" }, /* handled below */
 	{ "bad node name", "", 1, "node.name", "not a name" }, /* handled below */
 	{ "relative admin socket", "[kv]\npool_tokens = 64\n[admin]\nsocket = x.sock\n", 8, "admin.socket", "absolute" },

@@ -61,7 +61,7 @@ write_node() {
 		done
 		printf '[model]\npath = %s\n' "$model"
 		printf '[admin]\nsocket = %s/%s.sock\n' "$T" "$name"
-		for sec in kv engine listen peers transfer log; do
+		for sec in kv engine listen http peers transfer log; do
 			printf '[%s]\n' "$sec"
 			for a in "${!kv[@]}"; do
 				if [ "${a%%.*}" = "$sec" ]; then

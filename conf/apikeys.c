@@ -1,0 +1,222 @@
+/* apikeys.c - parse the API keys file, look keys up in constant time.
+ *
+ * Design. The file is read once (at --check-config and at boot) after
+ * the private-file checks; each entry keeps SHA-256(key) and the tenant.
+ * A lookup hashes the candidate and ORs the differences of all 32 bytes
+ * against every entry, remembering the match without branching on it, so
+ * its time depends only on the number of entries.
+ */
+#include "conf/apikeys.h"
+#include "conf/keyfile.h"
+#include "conf/sha256.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct apikey_entry {
+	uint8_t digest[SHA256_DIGEST_SIZE];
+	char tenant[KVD_APIKEY_TENANT_MAX + 1];
+};
+
+struct kvd_apikeys {
+	struct apikey_entry *e;   /* (n) */
+	size_t n;
+};
+
+static bool tenant_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+}
+
+static bool key_char(char c)
+{
+	return c > ' ' && c < 0x7f;
+}
+
+/* One line [p, end): 0 (entry or nothing), -1 with why. */
+static int apikeys_line(struct kvd_apikeys *k, size_t cap, const char *name,
+			unsigned lineno, const char *p, const char *end,
+			char *why, size_t why_size)
+{
+	const char *key, *ten;
+	size_t klen, tlen;
+	struct apikey_entry *e;
+
+	if (end > p && end[-1] == '\r')
+		end--;
+	while (p < end && (*p == ' ' || *p == '\t'))
+		p++;
+	if (p == end || *p == '#')
+		return 0;
+	key = p;
+	while (p < end && key_char(*p))
+		p++;
+	klen = (size_t)(p - key);
+	if (p < end && *p != ' ' && *p != '\t') {
+		snprintf(why, why_size, "%s:%u: a key holds printable ASCII without spaces",
+			 name, lineno);
+		return -1;
+	}
+	while (p < end && (*p == ' ' || *p == '\t'))
+		p++;
+	ten = p;
+	while (p < end && tenant_char(*p))
+		p++;
+	tlen = (size_t)(p - ten);
+	while (p < end && (*p == ' ' || *p == '\t'))
+		p++;
+	if (p != end || tlen == 0) {
+		snprintf(why, why_size, "%s:%u: expected `KEY TENANT` (tenant: 1..%u of A-Z a-z 0-9 _ . -)",
+			 name, lineno, KVD_APIKEY_TENANT_MAX);
+		return -1;
+	}
+	if (klen < KVD_APIKEY_MIN || klen > KVD_APIKEY_MAX) {
+		snprintf(why, why_size, "%s:%u: a key is %u..%u characters (this one is %zu)",
+			 name, lineno, KVD_APIKEY_MIN, KVD_APIKEY_MAX, klen);
+		return -1;
+	}
+	if (tlen > KVD_APIKEY_TENANT_MAX) {
+		snprintf(why, why_size, "%s:%u: tenant longer than %u characters",
+			 name, lineno, KVD_APIKEY_TENANT_MAX);
+		return -1;
+	}
+	if (k->n == cap)
+		return -ENOMEM;   /* cannot happen: cap counts lines */
+	e = &k->e[k->n];
+	sha256_buf(key, klen, e->digest);
+	for (size_t i = 0; i < k->n; i++)
+		if (!memcmp(k->e[i].digest, e->digest, sizeof(e->digest))) {
+			snprintf(why, why_size, "%s:%u: this key is listed twice",
+				 name, lineno);
+			return -1;
+		}
+	memcpy(e->tenant, ten, tlen);
+	e->tenant[tlen] = 0;
+	k->n++;
+	return 0;
+}
+
+int kvd_apikeys_parse(struct kvd_apikeys **out, const char *name,
+		      const char *text, size_t len, char *why, size_t why_size)
+{
+	struct kvd_apikeys *k;
+	size_t lines = 1;
+	const char *p = text, *end = text + len;
+	unsigned lineno = 0;
+	int rc = 0;
+
+	*out = NULL;
+	if (memchr(text, 0, len)) {
+		snprintf(why, why_size, "%s: holds a NUL byte; not a keys file", name);
+		return -1;
+	}
+	for (size_t i = 0; i < len; i++)
+		lines += text[i] == '\n';
+	k = calloc(1, sizeof(*k));
+	if (!k || !(k->e = calloc(lines, sizeof(*k->e)))) {
+		free(k);
+		return -ENOMEM;
+	}
+	while (p < end && !rc) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *le = nl ? nl : end;
+
+		rc = apikeys_line(k, lines, name, ++lineno, p, le, why, why_size);
+		p = nl ? nl + 1 : end;
+	}
+	if (!rc && k->n == 0) {
+		snprintf(why, why_size, "%s: no `KEY TENANT` line", name);
+		rc = -1;
+	}
+	if (rc) {
+		kvd_apikeys_free(k);
+		return rc;
+	}
+	*out = k;
+	return 0;
+}
+
+int kvd_apikeys_load(struct kvd_apikeys **out, const char *path, char *why,
+		     size_t why_size)
+{
+	char *buf;
+	size_t got = 0;
+	int fd, rc;
+
+	*out = NULL;
+	fd = kvd_private_open(path, "an API keys file", why, why_size);
+	if (fd < 0)
+		return -1;
+	buf = malloc(KVD_APIKEYS_FILE_MAX + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	for (;;) {
+		ssize_t n = read(fd, buf + got, KVD_APIKEYS_FILE_MAX + 1 - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			snprintf(why, why_size, "cannot read '%s': %s", path, strerror(errno));
+			rc = -1;
+			goto out;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+		if (got > KVD_APIKEYS_FILE_MAX) {
+			snprintf(why, why_size, "'%s' is larger than %u bytes", path,
+				 KVD_APIKEYS_FILE_MAX);
+			rc = -1;
+			goto out;
+		}
+	}
+	rc = kvd_apikeys_parse(out, path, buf, got, why, why_size);
+out:
+	memset(buf, 0, got);
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+void kvd_apikeys_free(struct kvd_apikeys *k)
+{
+	if (!k)
+		return;
+	free(k->e);
+	free(k);
+}
+
+size_t kvd_apikeys_count(const struct kvd_apikeys *k)
+{
+	return k ? k->n : 0;
+}
+
+const char *kvd_apikeys_lookup(const struct kvd_apikeys *k, const char *key,
+			       size_t len)
+{
+	uint8_t d[SHA256_DIGEST_SIZE];
+	size_t found = 0;   /* index + 1 of the match; 0 none */
+
+	if (!k)
+		return NULL;
+	sha256_buf(key, len, d);
+	for (size_t i = 0; i < k->n; i++) {
+		uint8_t diff = 0;
+
+		for (size_t j = 0; j < sizeof(d); j++)
+			diff |= (uint8_t)(d[j] ^ k->e[i].digest[j]);
+		/* all ones when diff == 0, else zero: no branch on the secret */
+		size_t eq = (size_t)0 - (size_t)(((unsigned)diff - 1u) >> 8 & 1u);
+
+		found |= eq & (i + 1);
+	}
+	return found ? k->e[found - 1].tenant : NULL;
+}

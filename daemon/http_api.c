@@ -1,0 +1,827 @@
+/* http_api.c - the OpenAI-compatible endpoints.
+ *
+ * Design. One table routes (method, path) to a handler. A generation
+ * request goes through the same gate as a msgpack one (client.c), in the
+ * same order, and the first refusal is the answer: the key (401), the
+ * body (400: JSON, an unsupported parameter named, the model), draining
+ * (503), the prompt (400), then the role's admission (decode.c: prompt
+ * too long is 400 `context_length_exceeded`, a full pool 429) - before
+ * any page is touched (invariant 3).
+ *
+ * The exchange is the request's sink (sink.c): tokens become SSE chunks
+ * (stream) or accumulate into one JSON body; the final answer carries
+ * finish_reason and usage; an error before any byte went out is an
+ * OpenAI error object with its status (500 for an integrity failure: no
+ * token is sent), after it an SSE error event. Text is sent only up to
+ * a UTF-8 boundary and, with stop strings, only what cannot be the start
+ * of one; a matched stop string ends the answer and orphans the request
+ * (the kick, outside the state change), so its pages go back once nothing
+ * writes them (invariant 8).
+ *
+ * Keys: `Authorization: Bearer KEY`, looked up in constant time
+ * (conf/apikeys.h); the tenant is stored in the request and written in
+ * its log lines. /health answers without a key (probes carry none).
+ */
+#include "daemon/http_int.h"
+#include "conf/apikeys.h"
+#include "conf/util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- answering -------------------------------------------------------------- */
+
+static void api_log(struct http_conn *hc, int status, const char *tenant,
+		    const char *what)
+{
+	KVLOG_INFO(hc->s->log, "http_request",
+		   "conn=%llu tenant=%s method=%s path=%s status=%d msg=%s",
+		   (unsigned long long)hc->conn_id, KVLOG_Q(tenant),
+		   KVLOG_Q(hc->wire.msg.method_name), KVLOG_Q(hc->wire.msg.path),
+		   status, KVLOG_Q(what));
+}
+
+static char *error_json(const char *msg, const char *type, const char *code,
+			const char *param, size_t *len)
+{
+	json_t *e = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error",
+			      "message", msg, "type", type,
+			      "param", param && *param ? json_string(param) : json_null(),
+			      "code", code && *code ? json_string(code) : json_null());
+	char *out = e ? json_dumps(e, JSON_COMPACT) : NULL;
+
+	json_decref(e);
+	*len = out ? strlen(out) : 0;
+	return out;
+}
+
+static void respond_json(struct http_conn *hc, int status, json_t *j)
+{
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+	json_decref(j);
+	if (!body) {
+		http__respond(hc, 500, "application/json", "{}", 2);
+		return;
+	}
+	http__respond(hc, status, "application/json", body, strlen(body));
+	free(body);
+}
+
+/* An answer that belongs to no request (routing, keys, the body): the
+ * exchange is complete after it. msg must be safe to echo (our words,
+ * or sanitized by the parser). */
+static void api_error(struct http_conn *hc, int status, const char *type,
+		      const char *code, const char *param, const char *msg,
+		      const char *tenant)
+{
+	size_t len;
+	char *body = error_json(msg, type, code, param, &len);
+
+	api_log(hc, status, tenant, msg);
+	if (body) {
+		http__respond(hc, status, "application/json", body, len);
+	} else {
+		http__respond(hc, 500, "application/json", "{}", 2);
+	}
+	free(body);
+	http__exchange_done(hc);
+}
+
+/* proto error -> HTTP status, OpenAI type and code */
+static void err_map(int code, int *status, const char **type, const char **ecode)
+{
+	switch (code) {
+	case PROTO_ERR_PROMPT_TOO_LONG:
+		*status = 400; *type = "invalid_request_error";
+		*ecode = "context_length_exceeded"; return;
+	case PROTO_ERR_INVALID_REQUEST:
+		*status = 400; *type = "invalid_request_error"; *ecode = NULL; return;
+	case PROTO_ERR_OVERLOADED:
+		*status = 429; *type = "server_error"; *ecode = "overloaded"; return;
+	case PROTO_ERR_DRAINING:
+		*status = 503; *type = "server_error"; *ecode = "draining"; return;
+	case PROTO_ERR_NO_PREFILL_PEER:
+		*status = 503; *type = "server_error"; *ecode = "no_prefill_peer"; return;
+	case PROTO_ERR_TIMEOUT:
+		*status = 504; *type = "server_error"; *ecode = "timeout"; return;
+	case PROTO_ERR_INTEGRITY:
+		*status = 500; *type = "server_error"; *ecode = "integrity_failure"; return;
+	default:
+		*status = 500; *type = "server_error"; *ecode = "internal_error"; return;
+	}
+}
+
+/* ---- text: UTF-8 and stop strings --------------------------------------------- */
+
+/* Length of the longest prefix of p[0, n) that does not end inside a
+ * UTF-8 sequence (the rest may complete with the next piece). */
+static size_t utf8_whole(const char *p, size_t n)
+{
+	size_t i = n, back = 0;
+
+	while (i > 0 && back < 4 && ((unsigned char)p[i - 1] & 0xC0) == 0x80) {
+		i--;
+		back++;
+	}
+	if (i == 0)
+		return n;
+	unsigned char c = (unsigned char)p[i - 1];
+	size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+
+	return (need > 1 && back + 1 < need) ? i - 1 : n;
+}
+
+/* A JSON string of p[0, n): invalid UTF-8 bytes become U+FFFD, so a
+ * model's stray byte never breaks the JSON. */
+static json_t *json_text(const char *p, size_t n)
+{
+	json_t *j = json_stringn(p, n);
+	char *fix;
+	size_t o = 0;
+
+	if (j)
+		return j;
+	fix = malloc(n * 3 + 1);
+	if (!fix)
+		return NULL;
+	for (size_t i = 0; i < n;) {
+		unsigned char c = (unsigned char)p[i];
+		size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 :
+			      (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+		json_t *t = need && i + need <= n ? json_stringn(p + i, need) : NULL;
+
+		if (t) {
+			memcpy(fix + o, p + i, need);
+			o += need;
+			i += need;
+			json_decref(t);
+		} else {
+			memcpy(fix + o, "\xEF\xBF\xBD", 3);
+			o += 3;
+			i++;
+		}
+	}
+	j = json_stringn(fix, o);
+	free(fix);
+	return j;
+}
+
+static int text_add(struct http_exchange *x, const char *p, size_t n)
+{
+	if (x->len + n + 1 > x->cap) {
+		size_t cap = x->cap ? x->cap * 2 : 256;
+		char *nt;
+
+		while (cap < x->len + n + 1)
+			cap *= 2;
+		nt = realloc(x->text, cap);
+		if (!nt)
+			return -ENOMEM;
+		x->text = nt;
+		x->cap = cap;
+	}
+	memcpy(x->text + x->len, p, n);
+	x->len += n;
+	x->text[x->len] = 0;
+	return 0;
+}
+
+/* The first stop string in text[from, len): its offset, or -1. */
+static long stop_find(const struct http_exchange *x, size_t from)
+{
+	long best = -1;
+
+	for (uint32_t i = 0; i < x->n_stop; i++) {
+		size_t sl = x->stop_len[i];
+
+		for (size_t o = from; o + sl <= x->len; o++)
+			if (!memcmp(x->text + o, x->stop[i], sl)) {
+				if (best < 0 || (long)o < best)
+					best = (long)o;
+				break;
+			}
+	}
+	return best;
+}
+
+/* Bytes at the end of text that could begin a stop string. */
+static size_t stop_holdback(const struct http_exchange *x)
+{
+	size_t hold = 0;
+
+	for (uint32_t i = 0; i < x->n_stop; i++)
+		for (size_t k = KVD_MIN(x->stop_len[i] - 1, x->len); k > hold; k--)
+			if (!memcmp(x->text + x->len - k, x->stop[i], k)) {
+				hold = k;
+				break;
+			}
+	return hold;
+}
+
+static size_t longest_stop(const struct http_exchange *x)
+{
+	size_t m = 0;
+
+	for (uint32_t i = 0; i < x->n_stop; i++)
+		m = KVD_MAX(m, x->stop_len[i]);
+	return m;
+}
+
+/* ---- the exchange's JSON --------------------------------------------------------- */
+
+static json_t *usage_json(uint32_t prompt, uint32_t completion)
+{
+	return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)prompt,
+			 "completion_tokens", (json_int_t)completion,
+			 "total_tokens", (json_int_t)prompt + completion);
+}
+
+/* One choice: completions {text}, chat {message} or {delta}. */
+static json_t *choice_json(const struct http_exchange *x, json_t *text,
+			   const char *finish, bool chunk)
+{
+	json_t *c;
+
+	if (!x->chat)
+		c = json_pack("{s:o, s:i, s:n, s:o}", "text", text, "index", 0,
+			      "logprobs", "finish_reason",
+			      finish ? json_string(finish) : json_null());
+	else if (!chunk)
+		c = json_pack("{s:i, s:{s:s, s:o}, s:n, s:o}", "index", 0, "message",
+			      "role", "assistant", "content", text, "logprobs",
+			      "finish_reason", finish ? json_string(finish) : json_null());
+	else
+		c = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta",
+			      text ? (x->role_sent ? json_pack("{s:o}", "content", text) :
+				      json_pack("{s:s, s:o}", "role", "assistant", "content", text))
+				   : json_object(),
+			      "logprobs", "finish_reason",
+			      finish ? json_string(finish) : json_null());
+	return c;
+}
+
+static json_t *answer_json(const struct http_exchange *x, json_t *choice,
+			   bool chunk)
+{
+	char id[48];
+
+	snprintf(id, sizeof(id), "%s-%llu", x->chat ? "chatcmpl" : "cmpl",
+		 (unsigned long long)x->num);
+	return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", id, "object",
+			 x->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+				 : "text_completion",
+			 "created", (json_int_t)x->created, "model", x->model,
+			 "choices", choice);
+}
+
+static void sse_send(struct http_conn *hc, json_t *j)
+{
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	char *ev;
+	size_t n;
+
+	json_decref(j);
+	if (!s)
+		return;
+	n = strlen(s);
+	ev = malloc(n + 8);
+	if (ev) {
+		memcpy(ev, "data: ", 6);
+		memcpy(ev + 6, s, n);
+		memcpy(ev + 6 + n, "\n\n", 2);
+		http__chunk(hc, ev, n + 8);
+		free(ev);
+	}
+	free(s);
+}
+
+static void stream_head(struct http_conn *hc)
+{
+	if (hc->x.head_sent)
+		return;
+	hc->x.head_sent = true;
+	http__head(hc, 200, "text/event-stream", -1);
+}
+
+/* Stream text[0, n) as one chunk and drop it from the buffer. */
+static void stream_text(struct http_conn *hc, size_t n)
+{
+	struct http_exchange *x = &hc->x;
+
+	if (!n)
+		return;
+	stream_head(hc);
+	sse_send(hc, answer_json(x, choice_json(x, json_text(x->text, n), NULL, true), true));
+	x->role_sent = true;
+	memmove(x->text, x->text + n, x->len - n);
+	x->len -= n;
+}
+
+static void exchange_free(struct http_exchange *x)
+{
+	for (uint32_t i = 0; i < x->n_stop; i++)
+		free(x->stop[i]);
+	free(x->text);
+	memset(x, 0, sizeof(*x));
+}
+
+/* The answer is complete: log it, free the exchange, let the next go. */
+static void exchange_end(struct http_conn *hc, int status, uint32_t completion,
+			 const char *finish)
+{
+	struct http_exchange *x = &hc->x;
+
+	KVLOG_INFO(hc->s->log, "http_request",
+		   "conn=%llu tenant=%s method=%s path=%s status=%d id=%llu stream=%d prompt_tokens=%u completion_tokens=%u finish=%s total_us=%llu",
+		   (unsigned long long)hc->conn_id, KVLOG_Q(x->tenant),
+		   KVLOG_Q(x->method), KVLOG_Q(x->path), status,
+		   (unsigned long long)x->num, x->stream, x->prompt_tokens,
+		   completion, finish,
+		   (unsigned long long)((kvd_now_ns() - x->t_start_ns) / 1000));
+	{
+		struct serve_req *cancel = x->cancel;
+		bool active = x->active;
+
+		exchange_free(x);
+		x->cancel = cancel;
+		x->active = active;
+	}
+	http__exchange_done(hc);
+	if (hc->x.cancel)
+		http__kick(hc);
+}
+
+/* The final answer (a stop string, or the request's final). */
+static void answer_final(struct http_conn *hc, const char *finish,
+			 uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+
+	if (x->stream) {
+		json_t *j;
+
+		stream_text(hc, x->len);
+		j = answer_json(x, choice_json(x, x->chat ? NULL : json_string(""),
+					       finish, true), true);
+		if (j)
+			json_object_set_new(j, "usage", usage_json(x->prompt_tokens, completion));
+		sse_send(hc, j);
+		http__chunk(hc, "data: [DONE]\n\n", 14);
+		http__chunk(hc, "", 0);
+	} else {
+		json_t *j = answer_json(x, choice_json(x, json_text(x->text, x->len),
+						       finish, false), false);
+
+		if (j)
+			json_object_set_new(j, "usage", usage_json(x->prompt_tokens, completion));
+		respond_json(hc, 200, j);
+	}
+	exchange_end(hc, 200, completion, finish);
+}
+
+/* ---- the exchange as a sink (sink.c calls these) ------------------------------------ */
+
+static struct http_conn *conn_of(struct serve_sink *k)
+{
+	return kvd_container_of(k, struct http_conn, sink);
+}
+
+/* New text: hold back what may start a stop string or a UTF-8 sequence;
+ * true when a stop string matched (the answer is then complete). */
+static bool exchange_text(struct http_conn *hc, const char *p, size_t n,
+			  uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+	size_t from = x->len > longest_stop(x) ? x->len - longest_stop(x) : 0;
+	long at;
+
+	if (n && text_add(x, p, n)) {
+		hc->x.r = NULL;
+		return false;
+	}
+	at = x->n_stop ? stop_find(x, from) : -1;
+	if (at >= 0) {
+		x->len = (size_t)at;
+		x->cancel = x->r;
+		x->r = NULL;
+		answer_final(hc, "stop", completion);
+		return true;
+	}
+	if (x->stream)
+		stream_text(hc, utf8_whole(x->text, x->len - stop_holdback(x)));
+	return false;
+}
+
+static void api_sink_token(struct serve_sink *k, struct serve_req *r,
+			   uint32_t index, int32_t token, const char *piece,
+			   size_t len)
+{
+	struct http_conn *hc = conn_of(k);
+
+	(void)token;
+	if (hc->x.r != r)
+		return;   /* answered already (a stop string) */
+	exchange_text(hc, piece, len, index + 1);
+}
+
+static void api_sink_final(struct serve_sink *k, struct serve_req *r,
+			   const struct serve_final_info *f)
+{
+	struct http_conn *hc = conn_of(k);
+
+	if (hc->x.r != r)
+		return;
+	if (exchange_text(hc, f->text, f->text_len, f->output_tokens))
+		return;
+	hc->x.r = NULL;
+	answer_final(hc, f->reason, f->output_tokens);
+}
+
+static void api_sink_error(struct serve_sink *k, struct serve_req *r, int code,
+			   const char *msg)
+{
+	struct http_conn *hc = conn_of(k);
+	struct http_exchange *x = &hc->x;
+	const char *type, *ecode;
+	int status;
+	size_t len;
+	char *body;
+
+	if (x->r != r)
+		return;
+	x->r = NULL;
+	err_map(code, &status, &type, &ecode);
+	body = error_json(msg, type, ecode, NULL, &len);
+	if (!x->head_sent) {
+		if (body)
+			http__respond(hc, status, "application/json", body, len);
+		else
+			http__respond(hc, 500, "application/json", "{}", 2);
+	} else {
+		/* mid-stream: the status is gone; an error event, then the end */
+		if (body) {
+			char *ev = malloc(len + 8);
+
+			if (ev) {
+				memcpy(ev, "data: ", 6);
+				memcpy(ev + 6, body, len);
+				memcpy(ev + 6 + len, "\n\n", 2);
+				http__chunk(hc, ev, len + 8);
+				free(ev);
+			}
+		}
+		http__chunk(hc, "data: [DONE]\n\n", 14);
+		http__chunk(hc, "", 0);
+	}
+	free(body);
+	exchange_end(hc, status, r->n_out, proto_err_name(code));
+}
+
+static void api_sink_detached(struct serve_sink *k, struct serve_req *r)
+{
+	struct http_conn *hc = conn_of(k);
+
+	if (hc->x.cancel == r)
+		hc->x.cancel = NULL;   /* it ended before the kick */
+	if (hc->x.r == r)
+		hc->x.r = NULL;
+}
+
+static const struct serve_sink_ops api_sink_ops = {
+	.token = api_sink_token,
+	.final = api_sink_final,
+	.error = api_sink_error,
+	.detached = api_sink_detached,
+};
+
+/* ---- keys ---------------------------------------------------------------------- */
+
+/* The tenant of the request's key; NULL after answering 401. */
+static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
+{
+	struct http_server *hs = hc->hs;
+	const char *tenant;
+	const char *v = m->auth;
+
+	if (!hs->keys)
+		return "default";
+	if (m->has_auth && !strncasecmp(v, "Bearer ", 7)) {
+		v += 7;
+		while (*v == ' ')
+			v++;
+		tenant = kvd_apikeys_lookup(hs->keys, v, strlen(v));
+		if (tenant)
+			return tenant;
+	}
+	api_error(hc, 401, "invalid_request_error", "invalid_api_key", NULL,
+		  m->has_auth ? "Incorrect API key provided."
+			      : "No API key provided: send `Authorization: Bearer KEY`.",
+		  "-");
+	return NULL;
+}
+
+/* ---- the chat template seam ---------------------------------------------------------- */
+
+/* Render the messages into a prompt. The lead points this at gpu/chat.h's
+ * chat_render (the chat engineer's); until then there is no template and
+ * /v1/chat/completions answers 501 naming it. Never a guessed template.
+ * 0 with *out (malloc'd, *len bytes); 1 with `err`. */
+static int api_chat_prompt(struct serve *s, const struct openai_msg *msgs,
+			   size_t n, char **out, size_t *len, char *err,
+			   size_t errlen)
+{
+	(void)s; (void)msgs; (void)n; (void)out; (void)len;
+	snprintf(err, errlen, "no chat template: this kvd has no chat template formatter for its model; use /v1/completions");
+	return 1;
+}
+
+/* ---- endpoints ------------------------------------------------------------------- */
+
+static void api_health(struct http_conn *hc, const struct http_msg *m)
+{
+	struct serve *s = hc->s;
+	struct kvd_daemon *d = s->d;
+	const char *why = NULL;
+	json_t *j;
+
+	(void)m;
+	if (d->state == KVD_STATE_DRAINING || d->state == KVD_STATE_DRAINED ||
+	    kvd_request_gate(s->reqtab))
+		why = "draining";
+	else if (d->state == KVD_STATE_STOPPING || s->stopping)
+		why = "stopping";
+	else if (d->state != KVD_STATE_READY)
+		why = "starting";
+	else if (!d->cap.ok && d->cfg.capacity_policy == KVD_CAP_REFUSE)
+		why = "capacity";
+	else if (d->cfg.role == KVD_ROLE_DECODE) {
+		struct kvd_list *e;
+		bool up = false;
+
+		kvd_list_for_each(e, &s->links) {
+			struct link *l = kvd_list_entry(e, struct link, node);
+
+			up |= l->side == LINK_DIAL && l->up;
+		}
+		if (!up)
+			why = "unpaired: no authenticated prefill peer is up";
+	}
+	j = why ? json_pack("{s:s, s:s}", "status", "unavailable", "reason", why)
+		: json_pack("{s:s, s:s}", "status", "ok", "role", kvd_role_name(d->cfg.role));
+	respond_json(hc, why ? 503 : 200, j);
+	http__exchange_done(hc);
+}
+
+static void api_models(struct http_conn *hc, const struct http_msg *m)
+{
+	const char *tenant = api_auth(hc, m);
+
+	if (!tenant)
+		return;
+	respond_json(hc, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}",
+					"object", "list", "data",
+					"id", hc->hs->model_name, "object", "model",
+					"created", (json_int_t)0, "owned_by", "kvd"));
+	api_log(hc, 200, tenant, "models");
+	http__exchange_done(hc);
+}
+
+static int api_tokens(struct serve *s, const struct openai_req *q,
+		      const char *text, size_t text_len, int32_t **out,
+		      uint32_t *n, char *msg, size_t msg_size)
+{
+	uint32_t n_vocab = tokenizer_n_vocab(s->tok);
+	int32_t *ids;
+	size_t n_ids = 0;
+
+	if (q->tokens) {
+		ids = malloc(sizeof(*ids) * q->n_tokens);
+		if (!ids)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < q->n_tokens; i++) {
+			if (q->tokens[i] >= n_vocab) {
+				snprintf(msg, msg_size, "token id %u at %u is outside the vocabulary (%u)",
+					 q->tokens[i], i, n_vocab);
+				free(ids);
+				return 1;
+			}
+			ids[i] = (int32_t)q->tokens[i];
+		}
+		*out = ids;
+		*n = q->n_tokens;
+		return 0;
+	}
+	if (tokenizer_encode(s->tok, text, text_len, tokenizer_add_bos(s->tok),
+			     &ids, &n_ids)) {
+		snprintf(msg, msg_size, "the prompt cannot be tokenized");
+		return 1;
+	}
+	if (n_ids == 0 || n_ids > PROTO_CLIENT_TOKENS_MAX) {
+		free(ids);
+		snprintf(msg, msg_size, "the prompt tokenizes to %zu tokens", n_ids);
+		return 1;
+	}
+	*out = ids;
+	*n = (uint32_t)n_ids;
+	return 0;
+}
+
+static void api_generate(struct http_conn *hc, const struct http_msg *m, bool chat)
+{
+	struct serve *s = hc->s;
+	struct http_exchange *x = &hc->x;
+	struct openai_req q;
+	struct openai_error oe = { 0 };
+	struct serve_req *r;
+	const char *tenant = api_auth(hc, m);
+	char msg[PROTO_CLIENT_MSG_MAX];
+	char *chat_text = NULL;
+	size_t chat_len = 0;
+	int32_t *ids = NULL;
+	uint32_t n_ids = 0;
+	int rc;
+
+	if (!tenant)
+		return;
+	/* the body is read as JSON whatever its Content-Type says (curl -d
+	 * sends form-urlencoded): the parser is what judges it */
+	rc = openai_req_parse(&q, chat, m->body ? m->body : "", m->body_len, &oe);
+	if (rc) {
+		s->d->counters.rejected[KVD_REJECT_INVALID]++;
+		if (rc < 0)
+			api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		else
+			api_error(hc, oe.status, oe.type, oe.code, oe.param, oe.msg, tenant);
+		return;
+	}
+	if (q.model[0] && strcmp(q.model, hc->hs->model_name)) {
+		snprintf(msg, sizeof(msg), "The model '%.64s' does not exist; this server serves '%.64s'.",
+			 q.model, hc->hs->model_name);
+		api_error(hc, 404, "invalid_request_error", "model_not_found", "model",
+			  msg, tenant);
+		openai_req_deinit(&q);
+		return;
+	}
+	if (chat && api_chat_prompt(s, q.msgs, q.n_msgs, &chat_text, &chat_len,
+				    msg, sizeof(msg))) {
+		api_error(hc, 501, "invalid_request_error", "no_chat_template", "messages",
+			  msg, tenant);
+		openai_req_deinit(&q);
+		return;
+	}
+	if (kvd_request_gate(s->reqtab) || s->stopping) {
+		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
+		api_error(hc, 503, "server_error", "draining", NULL,
+			  "the node is draining and admits no new requests", tenant);
+		goto out;
+	}
+	rc = api_tokens(s, &q, chat ? chat_text : q.prompt,
+			chat ? chat_len : (q.prompt ? strlen(q.prompt) : 0),
+			&ids, &n_ids, msg, sizeof(msg));
+	if (rc) {
+		s->d->counters.rejected[KVD_REJECT_INVALID]++;
+		api_error(hc, rc < 0 ? 500 : 400, rc < 0 ? "server_error" : "invalid_request_error",
+			  NULL, "prompt", rc < 0 ? "out of memory" : msg, tenant);
+		goto out;
+	}
+	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
+							  : SREQ_LOCAL);
+	if (!r) {
+		free(ids);
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		goto out;
+	}
+	/* the exchange: from here every answer comes through the sink ops */
+	memset(x, 0, sizeof(*x));
+	x->active = true;
+	x->stream = q.stream;
+	x->chat = chat;
+	x->r = r;
+	x->num = ++hc->hs->next_exchange;
+	x->created = (int64_t)time(NULL);
+	x->prompt_tokens = n_ids;
+	x->t_start_ns = kvd_now_ns();
+	snprintf(x->model, sizeof(x->model), "%s", hc->hs->model_name);
+	snprintf(x->method, sizeof(x->method), "%s", m->method_name);
+	snprintf(x->path, sizeof(x->path), "%.63s", m->path);
+	snprintf(x->tenant, sizeof(x->tenant), "%s", tenant);
+	for (uint32_t i = 0; i < q.n_stop; i++) {
+		x->stop[i] = q.stop[i];
+		x->stop_len[i] = q.stop_len[i];
+		q.stop[i] = NULL;
+	}
+	x->n_stop = q.n_stop;
+	q.n_stop = 0;
+	serve__sink_attach(r, &hc->sink);
+	r->client_id = x->num;
+	snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
+	r->prompt = ids;
+	r->n_prompt = n_ids;
+	r->max_tokens = q.max_tokens;
+	r->sp = (struct sampler_params){ .temperature = q.temperature,
+					 .top_k = q.top_k, .top_p = q.top_p,
+					 .seed = q.seed };
+	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu tenant=%s stream=%d",
+		    (unsigned long long)hc->conn_id, (unsigned long long)x->num,
+		    KVLOG_Q(tenant), x->stream);
+	s->admit(r);   /* the role's admission (decode.c) */
+out:
+	free(chat_text);
+	openai_req_deinit(&q);
+}
+
+static void api_completions(struct http_conn *hc, const struct http_msg *m)
+{
+	api_generate(hc, m, false);
+}
+
+static void api_chat(struct http_conn *hc, const struct http_msg *m)
+{
+	api_generate(hc, m, true);
+}
+
+static const struct api_route {
+	const char *path;
+	enum http_wire_method method;
+	http_handler_fn fn;
+} routes[] = {
+	{ "/v1/completions", HTTP_WIRE_POST, api_completions },
+	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat },
+	{ "/v1/models", HTTP_WIRE_GET, api_models },
+	{ "/health", HTTP_WIRE_GET, api_health },
+};
+
+static void api_handle(struct http_conn *hc, const struct http_msg *m)
+{
+	size_t plen = strcspn(m->path, "?");
+	bool path_known = false;
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(routes); i++) {
+		if (strlen(routes[i].path) != plen ||
+		    strncmp(routes[i].path, m->path, plen))
+			continue;
+		path_known = true;
+		if (routes[i].method == m->method) {
+			routes[i].fn(hc, m);
+			return;
+		}
+	}
+	if (path_known)
+		api_error(hc, 405, "invalid_request_error", NULL, NULL,
+			  "method not allowed on this path", "-");
+	else
+		api_error(hc, 404, "invalid_request_error", NULL, NULL,
+			  "no such endpoint", "-");
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+static void api_model_name(struct serve *s, char *out, size_t size)
+{
+	const char *p = s->d->cfg.http_model_name;
+	const char *base;
+	size_t n;
+
+	if (*p) {
+		snprintf(out, size, "%s", p);
+		return;
+	}
+	base = strrchr(s->d->cfg.model_path, '/');
+	base = base ? base + 1 : s->d->cfg.model_path;
+	n = strlen(base);
+	if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+		n -= 5;
+	snprintf(out, size, "%.*s", (int)KVD_MIN(n, size - 1), base);
+}
+
+int serve__http_listen(struct serve *s)
+{
+	struct http_server *hs = calloc(1, sizeof(*hs));
+	char why[600];
+	int rc;
+
+	if (!hs)
+		return -ENOMEM;
+	hs->s = s;
+	hs->handler = api_handle;
+	hs->sink_ops = &api_sink_ops;
+	hs->exchange_free = exchange_free;
+	api_model_name(s, hs->model_name, sizeof(hs->model_name));
+	if (s->d->cfg.http_api_keys_file[0]) {
+		rc = kvd_apikeys_load(&hs->keys, s->d->cfg.http_api_keys_file, why,
+				      sizeof(why));
+		if (rc) {
+			KVLOG_ERR(s->log, "listen_http", "msg=%s",
+				  KVLOG_Q(rc < 0 ? "out of memory" : why));
+			free(hs);
+			return rc < 0 ? rc : -EINVAL;
+		}
+	}
+	s->http = hs;
+	return http__listen(hs);
+}

@@ -1,0 +1,116 @@
+/* http_int.h - shared internals of the HTTP front (http.c, http_api.c).
+ *
+ * Layers: http_api.c (endpoints, JSON, SSE, keys; the sink ops) calls
+ * http.c (listener, connections, parser, bounds, writes), which reaches
+ * the endpoints only through hs->handler. Both sit beside client.c:
+ * below the roles, above sink.c, req.c and io.c. Loop thread only.
+ */
+#pragma once
+
+#include "daemon/serve_int.h"
+#include "net/http_wire.h"
+#include "net/openai.h"
+
+struct kvd_apikeys;
+struct http_conn;
+
+/* Pipelined input held while a request is answered (bytes); reading
+ * stops while it is full. */
+#define HTTP_IN_MAX 65536u
+
+/* One request being answered on a connection (one at a time). */
+struct http_exchange {
+	bool active;                     /* answering; the next request waits */
+	bool stream;                     /* SSE */
+	bool chat;                       /* chat.completion shapes */
+	bool head_sent;                  /* status line and headers queued */
+	struct serve_req *r;             /* NULL once answered */
+	struct serve_req *cancel;        /* stop string hit: orphan it (kick) */
+	uint64_t num;                    /* exchange number (client_id) */
+	int64_t created;                 /* unix seconds */
+	char model[OPENAI_MODEL_MAX + 1];
+	char *stop[OPENAI_STOP_MAX];     /* owned */
+	size_t stop_len[OPENAI_STOP_MAX];
+	uint32_t n_stop;
+	char *text;                      /* (len, cap) generated text not yet
+					  * sent (stream: held back for stop
+					  * strings; else the whole answer) */
+	size_t len, cap;
+	bool role_sent;                  /* chat stream: the role delta */
+	uint32_t prompt_tokens;
+	uint64_t t_start_ns;
+	char method[16];
+	char path[64];
+	char tenant[64];
+};
+
+struct http_conn {
+	struct http_server *hs;
+	struct serve *s;
+	uv_tcp_t tcp;
+	struct kvd_list node;            /* hs->conns */
+	struct serve_sink sink;          /* its requests */
+	struct http_wire wire;
+	struct wbound wb;
+	uint64_t conn_id;
+	uint64_t t_accept_ns, t_rx_ns;
+	uint64_t t_req_ns;               /* a request began arriving; 0 none */
+	uint64_t n_requests;             /* requests parsed on it */
+	const char *doom;                /* close at the next sweep: reason */
+	bool closing, counted, shutting, eof;
+	bool http10;                     /* the current request's version */
+	bool close_after;                /* close once the answer is out */
+	bool kicked;                     /* on hs->kick_list */
+	struct kvd_list kick_node;
+	uv_shutdown_t shut;
+	struct http_exchange x;
+	size_t in_len;                   /* bytes of in[] not parsed yet */
+	char in[HTTP_IN_MAX];
+};
+
+/* The endpoints: one complete request in hc->wire.msg (valid during the
+ * call). The handler answers now or starts an exchange. */
+typedef void (*http_handler_fn)(struct http_conn *hc, const struct http_msg *m);
+
+struct http_server {
+	struct serve *s;
+	uv_tcp_t listener;
+	bool listener_open;
+	uv_idle_t kick;                  /* deferred work: parse pipelined
+					  * input, orphan a stopped request */
+	bool kick_open, kick_on;
+	struct kvd_list kick_list;       /* http_conn.kick_node */
+	struct kvd_list conns;           /* http_conn.node */
+	http_handler_fn handler;
+	const struct serve_sink_ops *sink_ops;
+	void (*exchange_free)(struct http_exchange *x);
+	struct kvd_apikeys *keys;        /* NULL: no keys (loopback only) */
+	char model_name[128];
+	uint64_t next_exchange;
+	bool stopping;
+	unsigned handles_open;            /* at close: callbacks to come */
+};
+
+/* http.c */
+/* Listen on listen.http with `handler`; hs is s->http. 0 or an error
+ * (logged). */
+int http__listen(struct http_server *hs);
+/* Queue bytes (malloc'd, consumed) through the connection's bound. */
+void http__write(struct http_conn *hc, char *data, size_t len);
+/* Queue a copy. */
+void http__write_copy(struct http_conn *hc, const char *data, size_t len);
+/* Status line and headers. content_length < 0: chunked (HTTP/1.1) or,
+ * for HTTP/1.0, until close. */
+void http__head(struct http_conn *hc, int status, const char *ctype,
+		long long content_length);
+/* One body piece of a chunked (or until-close) answer; len 0 ends it. */
+void http__chunk(struct http_conn *hc, const char *data, size_t len);
+/* A whole answer with a body. */
+void http__respond(struct http_conn *hc, int status, const char *ctype,
+		   const char *body, size_t len);
+/* The answer of the current request is complete: the next may parse
+ * (deferred), or the connection closes if it must. */
+void http__exchange_done(struct http_conn *hc);
+/* Run deferred work for hc soon (from the loop, not inside a caller). */
+void http__kick(struct http_conn *hc);
+const char *http__status_text(int status);

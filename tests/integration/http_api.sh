@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# The OpenAI-compatible HTTP front (listen.http) of a decode node paired
+# with a prefill node whose pool is smaller than the context (the
+# incident's layout), through curl and raw sockets:
+#   - config: non-loopback without keys, a readable keys file: exit 78;
+#   - /health: 503 unpaired before the prefill peer is up, 200 after,
+#     503 draining at the end;
+#   - keys: 401 without or with a wrong key; the tenant in the log lines;
+#   - completions: non-streaming and SSE equal to kvd generate (text and
+#     token count), finish_reason and usage, data: [DONE]; stop strings;
+#   - errors: bad JSON, an unsupported parameter named, unknown model,
+#     the incident's prompt -> 400 context_length_exceeded (nothing held),
+#     429 with a full pool, 503 draining;
+#   - bounds: 413 body, 431 head, 408 slow head, keep-alive idle close,
+#     pipelined requests answered in order, a client gone mid-stream
+#     orphans its request (invariant 8) and nothing stays held.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+command -v curl >/dev/null || skip "curl absent"
+command -v jq >/dev/null || skip "jq absent"
+
+gen_model "$T/m.gguf"        # context 512, vocab 320
+M=$T/m.gguf
+KEY_A=alice-0123456789abcdef
+KEY_B=bob-0123456789abcdef00
+printf '# test keys\n%s alice\n%s bob\n' "$KEY_A" "$KEY_B" > "$T/keys"
+chmod 600 "$T/keys"
+
+# ---- config rules -----------------------------------------------------------
+write_node cfg1 standalone "$M" "listen.http=0.0.0.0:8080"
+rc=0; "$KVD" --check-config --config "$T/cfg1.ini" >"$T/cfg1.out" 2>&1 || rc=$?
+check "non-loopback listen.http without keys: exit 78" test $rc = 78
+check "  ... naming http.api_keys_file" grep -q "api_keys_file" "$T/cfg1.out"
+cp "$T/keys" "$T/keys.open"; chmod 644 "$T/keys.open"
+write_node cfg2 standalone "$M" "listen.http=0.0.0.0:8080" "http.api_keys_file=$T/keys.open"
+rc=0; "$KVD" --check-config --config "$T/cfg2.ini" >"$T/cfg2.out" 2>&1 || rc=$?
+check "a keys file others can read: exit 78" test $rc = 78
+printf 'short alice\n' > "$T/keys.bad"; chmod 600 "$T/keys.bad"
+write_node cfg3 standalone "$M" "listen.http=127.0.0.1:8080" "http.api_keys_file=$T/keys.bad"
+rc=0; "$KVD" --check-config --config "$T/cfg3.ini" >"$T/cfg3.out" 2>&1 || rc=$?
+check "a too-short key: exit 78 naming the line" bash -c "test $rc = 78 && grep -q 'keys.bad:1' '$T/cfg3.out'"
+write_node cfg4 standalone "$M" "listen.http=0.0.0.0:8080" "http.api_keys_file=$T/keys"
+check "non-loopback with a private keys file: valid" "$KVD" --check-config --config "$T/cfg4.ini"
+
+# ---- the pair -----------------------------------------------------------------
+next_port; H_PORT=$PORT
+pair pi di "$M" "kv.pool_tokens=128" "kv.capacity_policy=clamp" -- \
+	"listen.http=127.0.0.1:$H_PORT" "http.api_keys_file=$T/keys" \
+	"http.max_body_bytes=4K" "http.max_header_bytes=2K" \
+	"http.header_timeout_ms=600" "http.idle_timeout_ms=1500" "http.model_name=tiny"
+U=http://127.0.0.1:$H_PORT
+start_node di
+check "decode listens for HTTP" wait_log "$T/di.log" "event=listen_http .*keys=2"
+hs() { curl -s -o /dev/null -w '%{http_code}' "$U/health"; }
+health_ok() { test "$(hs)" = 200; }
+check "/health: 503 while unpaired" test "$(hs)" = 503
+check "  ... saying why" bash -c "curl -s '$U/health' | grep -q unpaired"
+FAULT=0
+grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h" && FAULT=1
+# slow_batch (fault-point builds): prefill waits 300 ms before each batch,
+# so a client can leave while its request's KV is still in transfer
+if [ $FAULT = 1 ]; then start_node pi KVD_FAULT=slow_batch; else start_node pi; fi
+check "decode paired" wait_up di
+check "/health: 200 once paired" wait_for 10 health_ok
+
+# ---- keys ---------------------------------------------------------------------
+code() { curl -s -o "$T/body" -w '%{http_code}' "$@"; }
+check "no key: 401" test "$(code "$U/v1/models")" = 401
+check "  ... invalid_api_key" test "$(jq -r .error.code "$T/body")" = invalid_api_key
+check "wrong key: 401" test "$(code -H "Authorization: Bearer ${KEY_A}x" "$U/v1/models")" = 401
+check "a key's prefix: 401" test "$(code -H "Authorization: Bearer ${KEY_A:0:16}" "$U/v1/models")" = 401
+check "/v1/models with a key" test "$(code -H "Authorization: Bearer $KEY_A" "$U/v1/models")" = 200
+check "  ... lists the model" test "$(jq -r '.data[0].id' "$T/body")" = tiny
+
+# ---- completions ----------------------------------------------------------------
+post() { # post KEY JSON: body in $T/body, status on stdout
+	code -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
+		-d "$2" "$U/v1/completions"
+}
+MD=$(log_mark "$T/di.log")
+st=$(post "$KEY_A" '{"model":"tiny","prompt":"Once upon a time","max_tokens":12,"temperature":0.7,"seed":42}')
+check "completion: 200" test "$st" = 200
+ref=$(offline --model "$M" --prompt "Once upon a time" --max-tokens 12 --temperature 0.7 --seed 42)
+check "completion: text equals kvd generate" test "$(jq -r '.choices[0].text' "$T/body")" = "$(jq -r .text <<<"$ref")"
+check "completion: usage counts kvd generate's tokens" test "$(jq -r .usage.completion_tokens "$T/body")" = "$(jq -r '.output_ids | length' <<<"$ref")"
+check "completion: finish_reason" test "$(jq -r '.choices[0].finish_reason' "$T/body")" = "$(jq -r .finish_reason <<<"$ref")"
+check "completion: object text_completion" test "$(jq -r .object "$T/body")" = text_completion
+check "the tenant is in the request's log lines" log_has "$T/di.log" "event=request_done .*tenant=alice" "$MD"
+check "  ... and in the access line" log_has "$T/di.log" "event=http_request .*tenant=alice .*status=200" "$MD"
+
+curl -s -N -H "Authorization: Bearer $KEY_B" -d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0.7,"seed":42,"stream":true}' \
+	"$U/v1/completions" > "$T/sse"
+txt=$(grep '^data: {' "$T/sse" | sed 's/^data: //' | jq -j '.choices[0].text')
+check "SSE: concatenated text equals kvd generate" test "$txt" = "$(jq -r .text <<<"$ref")"
+check "SSE: the last chunk has finish_reason and usage" \
+	test "$(grep '^data: {' "$T/sse" | tail -1 | sed 's/^data: //' | jq -r '.choices[0].finish_reason + " " + (.usage.completion_tokens|tostring)')" \
+	= "$(jq -r '.finish_reason + " " + (.output_ids|length|tostring)' <<<"$ref")"
+check "SSE: ends with data: [DONE]" test "$(grep -v '^$' "$T/sse" | tail -1)" = "data: [DONE]"
+check "SSE: tenant bob logged" log_has "$T/di.log" "event=request_done .*tenant=bob" "$MD"
+
+# stop: the reference's text cut at its 5th..7th characters
+full=$(jq -r .text <<<"$ref"); stopstr=${full:4:3}
+if [ ${#stopstr} = 3 ]; then
+	st=$(post "$KEY_A" "$(jq -nc --arg s "$stopstr" '{prompt:"Once upon a time",max_tokens:12,temperature:0.7,seed:42,stop:[$s]}')")
+	want=${full%%"$stopstr"*}
+	check "stop: text ends before the stop string" test "$(jq -r '.choices[0].text' "$T/body")" = "$want"
+	check "stop: finish_reason stop" test "$(jq -r '.choices[0].finish_reason' "$T/body")" = stop
+	curl -s -N -H "Authorization: Bearer $KEY_A" -d "$(jq -nc --arg s "$stopstr" '{prompt:"Once upon a time",max_tokens:12,temperature:0.7,seed:42,stop:$s,stream:true}')" \
+		"$U/v1/completions" > "$T/sse2"
+	check "stop, SSE: the same text" test "$(grep '^data: {' "$T/sse2" | sed 's/^data: //' | jq -j '.choices[0].text')" = "$want"
+fi
+check "stop: nothing held afterwards" wait_for 10 idle di pi
+
+# ---- errors -----------------------------------------------------------------------
+check "bad JSON: 400" test "$(post "$KEY_A" '{"prompt": "x",')" = 400
+check "  ... says so" grep -q "not valid JSON" "$T/body"
+check "n=2: 400 naming n" bash -c "test \"\$(curl -s -o '$T/b2' -w '%{http_code}' -H 'Authorization: Bearer $KEY_A' -d '{\"prompt\":\"x\",\"n\":2}' '$U/v1/completions')\" = 400 && test \"\$(jq -r .error.param '$T/b2')\" = n"
+check "an unknown parameter: 400 naming it" bash -c "curl -s -H 'Authorization: Bearer $KEY_A' -d '{\"prompt\":\"x\",\"mirostat\":2}' '$U/v1/completions' | jq -e '.error.param == \"mirostat\" and .error.code == \"unsupported_parameter\"' >/dev/null"
+check "logprobs: 400" test "$(post "$KEY_A" '{"prompt":"x","logprobs":3}')" = 400
+check "another model: 404 model_not_found" bash -c "test \"\$(curl -s -o '$T/b3' -w '%{http_code}' -H 'Authorization: Bearer $KEY_A' -d '{\"model\":\"gpt-4\",\"prompt\":\"x\"}' '$U/v1/completions')\" = 404"
+check "chat without a template: 501 no_chat_template" bash -c "test \"\$(curl -s -o '$T/b4' -w '%{http_code}' -H 'Authorization: Bearer $KEY_A' -d '{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' '$U/v1/chat/completions')\" = 501 && jq -e '.error.code == \"no_chat_template\"' '$T/b4' >/dev/null"
+check "unknown path: 404" test "$(code "$U/v2/x")" = 404
+
+# the incident: 200 prompt tokens fit the context (512), not prefill's pool (128)
+LONG=$(seq -s, 10 209)
+MD=$(log_mark "$T/di.log")
+st=$(post "$KEY_A" "{\"prompt\":[$LONG],\"max_tokens\":16}")
+check "incident prompt: 400" test "$st" = 400
+check "  ... code context_length_exceeded" test "$(jq -r .error.code "$T/body")" = context_length_exceeded
+check "  ... decode logged why, with the tenant" log_has "$T/di.log" "event=admission_reject .*tenant=alice reason=prompt_too_long prompt_tokens=200" "$MD"
+check "  ... nothing held" wait_for 10 idle di pi
+
+# ---- bounds --------------------------------------------------------------------------
+big=$(head -c 6000 /dev/zero | tr '\0' a)
+check "body past http.max_body_bytes: 413" test "$(post "$KEY_A" "{\"prompt\":\"$big\"}")" = 413
+check "head past http.max_header_bytes: 431" test "$(code -H "X-Big: $(head -c 3000 /dev/zero | tr '\0' b)" "$U/health")" = 431
+out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" slow 5 || true)
+check "a slow head: 408, closed (header_timeout_ms)" test "$out" = "status=408 closed"
+out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" idle 5 "$KEY_A" || true)
+check "keep-alive idle past idle_timeout_ms: closed" test "$out" = "status=200 closed"
+check "  ... logged" log_has "$T/di.log" "event=client_closed .*proto=http reason=idle_timeout"
+out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" pipeline "$KEY_A" || true)
+check "pipelined requests answered in order" test "$out" = "first=200 object=text_completion second=200 object=list"
+
+if [ $FAULT = 1 ]; then
+	MD=$(log_mark "$T/di.log")
+	out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" leave0 "$KEY_A" 50 || true)
+	check "a client gone mid-transfer" test "$out" = left
+	check "  ... its request is orphaned in transfer (client_gone)" wait_log "$T/di.log" "event=client_gone .*tenant=alice state=transfer" 10 "$MD"
+	id=$(log_since "$T/di.log" "$MD" | grep -o 'event=client_gone id=[0-9]*' | head -1 | sed 's/.*id=//')
+	check "  ... the transfer still completed (not cut)" wait_log "$T/di.log" "event=transfer_done id=$id " 10 "$MD"
+	check "  ... then released; nothing held" wait_for 20 idle di pi
+else
+	echo "# fault points not compiled in: no slow transfer, no mid-transfer case"
+fi
+MD=$(log_mark "$T/di.log")
+out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" leave "$KEY_A" 100 || true)
+check "a client gone mid-stream" test "$out" = left
+# a tiny model may have written all 100 tokens into the socket before the
+# reset reaches kvd (request_done); else the failed write orphans it
+check "  ... its request ends (client_gone or request_done)" wait_log "$T/di.log" "event=(client_gone|request_done) .*tenant=alice" 10 "$MD"
+check "  ... nothing held" wait_for 20 idle di pi
+st=$(post "$KEY_A" '{"prompt":"Once upon a time","max_tokens":12,"temperature":0.7,"seed":42}')
+check "  ... the next request is still exact" test "$(jq -r '.choices[0].text' "$T/body")" = "$(jq -r .text <<<"$ref")"
+
+# ---- 500: an integrity failure (bad_tag: decode's tag check refuses the KV)
+if [ $FAULT = 1 ]; then
+	MD=$(log_mark "$T/di.log")
+	stop_node pi
+	start_node pi KVD_FAULT=bad_tag:2
+	check "bad_tag: prefill back" wait_log "$T/di.log" "event=peer_capacity" 40 "$MD"
+	wait_for 10 health_ok || true
+	st=$(post "$KEY_A" '{"prompt":"Once upon a time","max_tokens":12}')
+	check "integrity failure: 500" test "$st" = 500
+	check "  ... code integrity_failure, no text" jq -e '.error.code == "integrity_failure" and (.choices == null)' "$T/body"
+	curl -s -N -H "Authorization: Bearer $KEY_A" -d '{"prompt":"Once upon a time","max_tokens":12,"stream":true}' "$U/v1/completions" -o "$T/sse3" -w '%{http_code}' > "$T/sse3.code"
+	check "  ... streaming too: no event went out, so the status is the error's (500)" \
+		bash -c "test \"\$(cat '$T/sse3.code')\" = 500 && jq -e '.error.code == \"integrity_failure\"' '$T/sse3' >/dev/null"
+fi
+
+# ---- 429 and 503 ---------------------------------------------------------------------------
+if [ $FAULT = 1 ]; then
+	"$KVCTL" --socket "$T/di.sock" --json fault load --count 1 --tokens 4000 --hold-ms 3000 >/dev/null 2>&1 || true
+	st=$(post "$KEY_A" '{"prompt":"Once upon a time","max_tokens":100}')
+	check "a full pool: 429" test "$st" = 429
+	check "  ... code overloaded" test "$(jq -r .error.code "$T/body")" = overloaded
+	check "  ... the load goes, nothing held" wait_for 20 idle di pi
+else
+	echo "# fault points not compiled in: no synthetic load, no 429 case"
+fi
+"$KVCTL" --socket "$T/di.sock" drain --no-wait >/dev/null 2>&1 || true
+check "draining: 503" test "$(post "$KEY_A" '{"prompt":"x","max_tokens":2}')" = 503
+check "  ... code draining" test "$(jq -r .error.code "$T/body")" = draining
+check "/health: 503 draining" bash -c "test \"\$(curl -s -o '$T/b5' -w '%{http_code}' '$U/health')\" = 503 && grep -q draining '$T/b5'"
+
+# ---- connections: HTTP shares listen.max_clients with the msgpack socket --
+next_port; S_HTTP=$PORT; next_port; S_CL=$PORT
+write_node sa standalone "$M" "listen.http=127.0.0.1:$S_HTTP" "listen.client=127.0.0.1:$S_CL" \
+	"listen.max_clients=2" "listen.write_queue_soft=4K" "listen.write_queue_hard=8K" \
+	"listen.write_stall_timeout_ms=1000"
+start_node sa
+check "standalone with HTTP up" wait_log "$T/sa.log" "event=listen_http"
+exec 5<>"/dev/tcp/127.0.0.1/$S_CL"       # one msgpack client
+exec 6<>"/dev/tcp/127.0.0.1/$S_HTTP"     # one HTTP client
+check "a third connection past max_clients: 503 overloaded" \
+	bash -c "test \"\$(curl -s -o '$T/b6' -w '%{http_code}' 'http://127.0.0.1:$S_HTTP/health')\" = 503 && jq -e '.error.code == \"overloaded\"' '$T/b6' >/dev/null"
+check "  ... logged" log_has "$T/sa.log" "event=client_refused .*proto=http reason=max_clients"
+exec 5>&- 6>&-
+sa_ok() { test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$S_HTTP/health")" = 200; }
+check "once they leave, served again" wait_for 5 sa_ok
+
+# a client that pipelines long streams and never reads them: once its
+# write queue is past soft no new request starts, past hard it is closed;
+# its request is orphaned and nothing stays held
+MS=$(log_mark "$T/sa.log")
+python3 "$KVD_SRC/tests/integration/http_raw.py" "$S_HTTP" noread x 480 60 100 >/dev/null 2>&1 &
+npid=$!; PIDS+=($npid)
+check "a non-reading client is closed for a write bound" \
+	wait_log "$T/sa.log" "event=client_closed .*proto=http reason=write_(queue_hard|stall)" 60 "$MS"
+kill $npid 2>/dev/null || true; wait $npid 2>/dev/null || true
+check "  ... having answered only part of its 100 requests" \
+	test "$(log_count "$T/sa.log" "event=request_done" "$MS")" -lt 100
+check "  ... nothing held afterwards" wait_for 10 idle sa
+check "  ... and the node still answers" sa_ok
+finish

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""tests/integration/http_raw.py - raw HTTP/1.1 cases curl cannot make,
+for http_api.sh. Each prints one line the test greps and exits 0 unless
+the socket itself failed.
+
+    http_raw.py PORT slow HEADER_WAIT_S    send half a request head, wait:
+                                           prints the status kvd sent (or
+                                           "closed") and whether it closed
+    http_raw.py PORT idle WAIT_S KEY       one keep-alive request, then
+                                           wait: "closed" or "open"
+    http_raw.py PORT pipeline KEY          two requests in one write:
+                                           prints both statuses and ids
+    http_raw.py PORT leave KEY TOKENS      stream a completion, read the
+                                           first event, then vanish
+    http_raw.py PORT noread KEY TOKENS S   20 pipelined streams, never read for
+                                           S seconds: "closed" or "open"
+    http_raw.py PORT leave0 KEY TOKENS     send a completion, vanish 100 ms
+                                           later (mid-transfer with
+                                           prefill's slow_batch)
+"""
+import json
+import socket
+import sys
+import time
+
+port = int(sys.argv[1])
+mode = sys.argv[2]
+
+
+def conn():
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return s
+
+
+def req(path, body, key, extra=""):
+    b = json.dumps(body).encode()
+    h = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         f"Authorization: Bearer {key}\r\nContent-Length: {len(b)}\r\n{extra}\r\n")
+    return h.encode() + b
+
+
+def read_response(s):
+    """One response with a Content-Length body: (status, body)."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = s.recv(65536)
+        if not d:
+            return None, buf
+        buf += d
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    status = int(head.split()[1])
+    n = 0
+    for line in head.split(b"\r\n")[1:]:
+        k, v = line.split(b":", 1)
+        if k.strip().lower() == b"content-length":
+            n = int(v)
+    while len(rest) < n:
+        d = s.recv(65536)
+        if not d:
+            break
+        rest += d
+    return status, rest[:n], rest[n:]
+
+
+def closed_within(s, secs):
+    s.settimeout(secs)
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                return True
+    except socket.timeout:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+if mode == "slow":
+    s = conn()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-")
+    s.settimeout(float(sys.argv[3]))
+    data = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    except socket.timeout:
+        print("still-open")
+        sys.exit(0)
+    status = data.split()[1].decode() if data else "none"
+    print(f"status={status} closed")
+elif mode == "idle":
+    s = conn()
+    s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+              + sys.argv[4].encode() + b"\r\n\r\n")
+    st, body, _ = read_response(s)
+    print(f"status={st}", "closed" if closed_within(s, float(sys.argv[3])) else "open")
+elif mode == "pipeline":
+    s = conn()
+    key = sys.argv[3]
+    one = req("/v1/completions", {"prompt": "Once upon", "max_tokens": 3, "temperature": 0}, key)
+    two = (b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+           + key.encode() + b"\r\n\r\n")
+    s.sendall(one + two)
+    st1, b1, rest = read_response(s)
+    # the second answer may already be in `rest`
+    s2 = type("S", (), {})()
+    pending = [rest]
+
+    def recv(n):
+        if pending and pending[0]:
+            d = pending.pop(0)
+            return d
+        return s.recv(n)
+    s2.recv = recv
+    st2, b2, _ = read_response(s2)
+    o1 = json.loads(b1)
+    o2 = json.loads(b2)
+    print(f"first={st1} object={o1.get('object')} second={st2} object={o2.get('object')}")
+elif mode == "leave":
+    s = conn()
+    s.sendall(req("/v1/completions", {"prompt": "Once upon a time", "max_tokens": int(sys.argv[4]),
+                                      "temperature": 0, "stream": True}, sys.argv[3]))
+    buf = b""
+    while b"data: " not in buf:
+        d = s.recv(65536)
+        if not d:
+            break
+        buf += d
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()   # RST: the client is gone mid-stream
+    print("left" if b"data: " in buf else "no-event")
+elif mode == "leave0":
+    s = conn()
+    s.sendall(req("/v1/completions", {"prompt": "Once upon a time", "max_tokens": int(sys.argv[4]),
+                                      "temperature": 0}, sys.argv[3]))
+    time.sleep(0.1)   # prefill's slow_batch holds the transfer 300 ms
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()
+    print("left")
+elif mode == "noread":
+    # a small receive buffer: what kvd writes piles up in kvd, not in the
+    # kernel; never read, wait, then say whether kvd closed us
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    # pipelined: kvd answers them one after the other into our full buffer
+    s.sendall(b"".join(req("/v1/completions", {"prompt": "The end of the story",
+                                               "max_tokens": int(sys.argv[4]), "temperature": 0.9,
+                                               "seed": 3, "stream": True}, sys.argv[3])
+                       for _ in range(int(sys.argv[6]) if len(sys.argv) > 6 else 20)))
+    time.sleep(float(sys.argv[5]))
+    s.setblocking(False)
+    closed = False
+    try:
+        while True:
+            d = s.recv(1 << 20)
+            if not d:
+                closed = True
+                break
+    except BlockingIOError:
+        pass
+    except ConnectionResetError:
+        closed = True
+    print("closed" if closed else "open")
+else:
+    sys.exit(f"unknown mode {mode}")

@@ -1,0 +1,268 @@
+/* test_http.c - the HTTP front's pure parts: requests off the wire with
+ * kvd's bounds (net/http_wire.c over llhttp), OpenAI bodies (net/openai.c)
+ * and API keys (conf/apikeys.c). The daemon side is tests/integration/
+ * http_api.sh and http_openai.sh.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/apikeys.h"
+#include "net/http_wire.h"
+#include "net/openai.h"
+
+/* Feed `s` in reads of `chunk` bytes (0: whole) and collect the requests:
+ * up to 4 (method path body) into out[]; returns the last result. */
+struct got {
+	int n;
+	char line[4][1200];
+	bool keep_alive[4];
+	bool cont;
+	int status;
+};
+
+static int feed(const char *s, size_t chunk, size_t max_head, size_t max_body,
+		struct got *g)
+{
+	struct http_wire w;
+	size_t n = strlen(s), off = 0, have = 0, used;
+	char *buf = malloc(n + 1);
+	int rc = HTTP_WIRE_AGAIN;
+
+	memset(g, 0, sizeof(*g));
+	http_wire_init(&w, max_head, max_body);
+	while (off < n) {
+		size_t take = chunk ? (chunk < n - off ? chunk : n - off) : n - off;
+
+		memcpy(buf + have, s + off, take);
+		have += take;
+		off += take;
+		for (;;) {
+			rc = http_wire_feed(&w, buf, have, &used);
+			memmove(buf, buf + used, have - used);
+			have -= used;
+			g->cont |= w.want_continue;
+			if (rc != HTTP_WIRE_MSG)
+				break;
+			if (g->n < 4) {
+				snprintf(g->line[g->n], sizeof(g->line[0]), "%s %s %s|%s",
+					 w.msg.method_name, w.msg.path, w.msg.auth,
+					 w.msg.body ? w.msg.body : "");
+				g->keep_alive[g->n] = w.msg.keep_alive;
+			}
+			g->n++;
+			http_wire_next(&w);
+		}
+		if (rc != HTTP_WIRE_AGAIN)
+			break;
+	}
+	g->status = w.status;
+	http_wire_deinit(&w);
+	free(buf);
+	return rc;
+}
+
+START_TEST(test_wire_requests)
+{
+	static const char two[] =
+		"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
+		"Content-Length: 14\r\n\r\n{\"prompt\":\"a\"}"
+		"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n";
+	struct got g;
+
+	/* one request per llhttp pause; the same whole, per byte, per 7 */
+	for (size_t chunk = 0; chunk < 8; chunk += 1) {
+		ck_assert_int_eq(feed(two, chunk, 4096, 4096, &g), HTTP_WIRE_AGAIN);
+		ck_assert_int_eq(g.n, 2);
+		ck_assert_str_eq(g.line[0], "POST /v1/completions Bearer k1|{\"prompt\":\"a\"}");
+		ck_assert_str_eq(g.line[1], "GET /health |");
+		ck_assert(g.keep_alive[0]);
+		ck_assert(!g.keep_alive[1]);
+	}
+	/* chunked body, Expect: 100-continue */
+	ck_assert_int_eq(feed("POST /x HTTP/1.1\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n"
+			      "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", 5, 4096, 4096, &g), HTTP_WIRE_AGAIN);
+	ck_assert_int_eq(g.n, 1);
+	ck_assert_str_eq(g.line[0], "POST /x |abcde");
+	ck_assert(g.cont);
+	/* HTTP/1.0 without keep-alive closes */
+	feed("GET / HTTP/1.0\r\n\r\n", 0, 4096, 4096, &g);
+	ck_assert_int_eq(g.n, 1);
+	ck_assert(!g.keep_alive[0]);
+}
+END_TEST
+
+START_TEST(test_wire_bounds)
+{
+	struct got g;
+	char big[3000];
+
+	/* body: refused on Content-Length, before a byte of it */
+	ck_assert_int_eq(feed("POST / HTTP/1.1\r\nContent-Length: 5000\r\n\r\n", 0, 4096, 4096, &g),
+			 HTTP_WIRE_E_BODY);
+	ck_assert_int_eq(g.status, 413);
+	/* a chunked body growing past the bound */
+	ck_assert_int_eq(feed("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+			      "800\r\n", 0, 4096, 1024, &g), HTTP_WIRE_AGAIN);
+	memset(big, 'a', sizeof(big));
+	memcpy(big, "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n", 51);
+	big[sizeof(big) - 1] = 0;
+	ck_assert_int_eq(feed(big, 100, 4096, 1024, &g), HTTP_WIRE_E_BODY);
+	/* head past the bound, and too many header lines */
+	memset(big, 'b', sizeof(big));
+	memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
+	big[sizeof(big) - 1] = 0;
+	ck_assert_int_eq(feed(big, 64, 1024, 4096, &g), HTTP_WIRE_E_HEADERS);
+	ck_assert_int_eq(g.status, 431);
+	{
+		char many[4096] = "GET / HTTP/1.1\r\n";
+
+		for (int i = 0; i < 120; i++)
+			strcat(many, "A: b\r\n");
+		ck_assert_int_eq(feed(many, 0, 65536, 4096, &g), HTTP_WIRE_E_HEADERS);
+	}
+	/* an Authorization value too long for its buffer: refused, not cut */
+	memset(big, 'c', sizeof(big));
+	memcpy(big, "GET / HTTP/1.1\r\nAuthorization: ", 31);
+	memcpy(big + 1000, "\r\n\r\n", 5);
+	ck_assert_int_eq(feed(big, 0, 4096, 4096, &g), HTTP_WIRE_E_HEADERS);
+	/* not HTTP; HTTP/2; smuggling-shaped headers */
+	ck_assert_int_eq(feed("HELLO\r\n\r\n", 0, 4096, 4096, &g), HTTP_WIRE_E_PARSE);
+	ck_assert_int_eq(g.status, 400);
+	ck_assert_int_ne(feed("GET / HTTP/2.0\r\n\r\n", 0, 4096, 4096, &g), HTTP_WIRE_AGAIN);
+	ck_assert_int_ne(feed("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+			      0, 4096, 4096, &g), HTTP_WIRE_AGAIN);
+	ck_assert_int_eq(feed("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+			      0, 4096, 4096, &g), HTTP_WIRE_E_PARSE);
+	ck_assert_int_eq(g.n, 0);
+}
+END_TEST
+
+static int parse(const char *body, bool chat, struct openai_req *q,
+		 struct openai_error *e)
+{
+	memset(e, 0, sizeof(*e));
+	return openai_req_parse(q, chat, body, strlen(body), e);
+}
+
+START_TEST(test_openai_bodies)
+{
+	struct openai_req q;
+	struct openai_error e;
+
+	ck_assert_int_eq(parse("{\"prompt\":\"hi\"}", false, &q, &e), 0);
+	ck_assert_str_eq(q.prompt, "hi");
+	ck_assert_uint_eq(q.max_tokens, 16);
+	ck_assert(q.temperature == 1.0f && q.top_p == 1.0f && q.seed == 0 && !q.stream);
+	openai_req_deinit(&q);
+
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"prompt\":[[1,2,3]],\"max_tokens\":5,\"temperature\":0,"
+			       "\"top_p\":0.5,\"top_k\":-1,\"seed\":9,\"stop\":[\"a\",\"bc\"],\"n\":1,"
+			       "\"stream\":true,\"user\":\"u\",\"presence_penalty\":0}", false, &q, &e), 0);
+	ck_assert_uint_eq(q.n_tokens, 3);
+	ck_assert(!q.prompt && q.tokens[2] == 3 && q.max_tokens == 5 && q.top_k == 0 &&
+		  q.seed == 9 && q.stream && q.n_stop == 2 && q.stop_len[1] == 2);
+	ck_assert_str_eq(q.model, "m");
+	openai_req_deinit(&q);
+
+	/* what would change the result is named, never ignored */
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"n\":2}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "n");
+	ck_assert_str_eq(e.code, "unsupported_parameter");
+	ck_assert_int_eq(e.status, 400);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"frequency_penalty\":0.5}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "frequency_penalty");
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"mirostat\":1}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "mirostat");
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"messages\":[]}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "messages");
+	ck_assert_int_eq(parse("{\"prompt\":[\"a\",\"b\"]}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"\\u0001\\\"\":1}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "??");   /* sanitized before it goes back */
+	/* types and ranges */
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"top_p\":0}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "top_p");
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"max_tokens\":0}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"temperature\":\"hot\"}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", false, &q, &e),
+			 OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"seed\":-1}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"prompt\":\"\"}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"max_tokens\":3}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "prompt");
+	ck_assert_int_eq(parse("{\"prompt\":\"a\",\"prompt\":\"b\"}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("[1]", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"prompt\":\"a\\u0000b\"}", false, &q, &e), OPENAI_E_INVALID);
+
+	/* chat */
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+			       "{\"role\":\"user\",\"content\":\"u\"}],\"max_completion_tokens\":7,"
+			       "\"response_format\":{\"type\":\"text\"}}", true, &q, &e), 0);
+	ck_assert_uint_eq(q.n_msgs, 2);
+	ck_assert_str_eq(q.msgs[1].role, "user");
+	ck_assert_str_eq(q.msgs[1].content, "u");
+	ck_assert_uint_eq(q.max_tokens, 7);
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", true, &q, &e),
+			 OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":[]}]}", true, &q, &e),
+			 OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			       "\"response_format\":{\"type\":\"json_object\"}}", true, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "response_format");
+	ck_assert_int_eq(parse("{\"prompt\":\"x\"}", true, &q, &e), OPENAI_E_INVALID);
+}
+END_TEST
+
+START_TEST(test_apikeys)
+{
+	static const char good[] = "# keys\n\n0123456789abcdef alice\r\n  fedcba9876543210xyz\tbob.2 \n";
+	struct kvd_apikeys *k;
+	char why[300];
+
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", good, strlen(good), why, sizeof(why)), 0);
+	ck_assert_uint_eq(kvd_apikeys_count(k), 2);
+	ck_assert_str_eq(kvd_apikeys_lookup(k, "0123456789abcdef", 16), "alice");
+	ck_assert_str_eq(kvd_apikeys_lookup(k, "fedcba9876543210xyz", 19), "bob.2");
+	ck_assert_ptr_null(kvd_apikeys_lookup(k, "0123456789abcde", 15));    /* a prefix */
+	ck_assert_ptr_null(kvd_apikeys_lookup(k, "0123456789abcdefg", 17));  /* longer */
+	ck_assert_ptr_null(kvd_apikeys_lookup(k, "", 0));
+	kvd_apikeys_free(k);
+
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "short alice\n", 12, why, sizeof(why)), -1);
+	ck_assert_ptr_nonnull(strstr(why, "K:1"));
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "0123456789abcdef a\n0123456789abcdef b\n", 38,
+					   why, sizeof(why)), -1);
+	ck_assert_ptr_nonnull(strstr(why, "K:2: this key is listed twice"));
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "0123456789abcdef bad/tenant\n", 28, why, sizeof(why)), -1);
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "0123456789abcdef\n", 17, why, sizeof(why)), -1);
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "# nothing\n", 10, why, sizeof(why)), -1);
+	ck_assert_ptr_null(k);
+}
+END_TEST
+
+static Suite *http_suite(void)
+{
+	Suite *s = suite_create("http");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_wire_requests);
+	tcase_add_test(tc, test_wire_bounds);
+	tcase_add_test(tc, test_openai_bodies);
+	tcase_add_test(tc, test_apikeys);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(http_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
