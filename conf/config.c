@@ -89,6 +89,8 @@ static const struct conf_key conf_keys[] = {
 	  "GGUF model file (llama architecture). Required." },
 	{ "model", "context_length", CT_U32, "0", 0, 16777216, NULL, F(context_length),
 	  "Context length served, in tokens; 0 = the model's own context_length." },
+	{ "model", "fingerprint_cache", CT_STR, "", 0, 0, NULL, F(fingerprint_cache),
+	  "Directory caching the model's SHA-256 by (device, inode, size, mtime, ctime), so a boot does not read the whole file when it has not changed; an absolute path, \"off\", or empty = $CACHE_DIRECTORY (systemd's CacheDirectory=) when set, else off." },
 
 	{ "kv", "page_tokens", CT_U32, "16", 1, 4096, NULL, F(page_tokens),
 	  "Positions per KV page." },
@@ -109,6 +111,8 @@ static const struct conf_key conf_keys[] = {
 	  "Compute worker threads; 0 = one per online CPU." },
 	{ "engine", "max_batch", CT_U32, "32", 1, 4096, NULL, F(max_batch),
 	  "Running requests per decode step (continuous batching)." },
+	{ "engine", "prefill_chunk", CT_U32, "64", 1, 65536, NULL, F(prefill_chunk),
+	  "Prompt tokens one request may compute per step. A step holds at most max_batch + prefill_chunk tokens, decoding requests first, so this bounds the inter-token delay running requests see while prompts are admitted; larger chunks give prompts more of each step (lower TTFT, higher inter-token latency)." },
 
 	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
 	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },
@@ -695,6 +699,12 @@ static int conf_validate(struct conf_ctx *x)
 		return conf_fail(x, line_of(x, "model", "path"), "model.path",
 				 "cannot read '%s': %s", c->model_path,
 				 strerror(errno));
+	if (c->fingerprint_cache[0] && strcmp(c->fingerprint_cache, "off") &&
+	    c->fingerprint_cache[0] != '/')
+		return conf_fail(x, line_of(x, "model", "fingerprint_cache"),
+				 "model.fingerprint_cache",
+				 "'%s' must be an absolute directory path, \"off\", or empty",
+				 c->fingerprint_cache);
 	if (!!c->pool_tokens == !!c->memory_bytes) {
 		l = KVD_MAX(line_of(x, "kv", "pool_tokens"),
 			    line_of(x, "kv", "memory_bytes"));

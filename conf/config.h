@@ -29,6 +29,7 @@ struct kvd_config {
 	/* [model] */
 	char model_path[1024];
 	uint32_t context_length;      /* 0 = the model's */
+	char fingerprint_cache[1024]; /* "", "off" or an absolute directory */
 	/* [kv] */
 	uint32_t page_tokens;
 	uint64_t pool_tokens;         /* exactly one of pool_tokens, memory_bytes */
@@ -41,6 +42,7 @@ struct kvd_config {
 	/* [engine] */
 	uint32_t threads;
 	uint32_t max_batch;           /* running requests per decode step */
+	uint32_t prefill_chunk;       /* prompt tokens per request per step */
 	/* [listen] */
 	char listen_client[256];      /* host:port and/or unix:PATH, comma list */
 	char listen_peer[256];
