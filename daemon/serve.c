@@ -66,6 +66,8 @@ static int serve_compute_start(struct serve *s)
 		ep.threads = n > 0 ? (uint32_t)n : 1;
 	}
 	ep.max_batch = s->d->cfg.max_batch ? s->d->cfg.max_batch : 16;
+	if (s->d->cfg.prefill_chunk)
+		ep.prefill_chunk = s->d->cfg.prefill_chunk;
 	ep.n_ctx = s->d->cap.advertised_context;
 	r = compute_start(&s->comp, &s->d->loop, s->model, s->d->pool, &ep,
 			  s->log, serve_compute_deliver, s);
