@@ -40,6 +40,7 @@
 #include "conf/util.h"
 #include "gpu/backend.h"
 #include "gpu/model.h"
+#include "gpu/ops_info.h"
 
 struct engine_req {
 	struct engine_req *prev, *next;  /* submit order */
@@ -234,6 +235,11 @@ void engine_free(struct engine *e)
 const char *engine_kernels(const struct engine *e)
 {
 	return backend_cpu_kernels(&e->be);
+}
+
+const char *engine_kernel_variant(const struct engine *e, enum ggml_type t)
+{
+	return ops_kernel_variant(backend_cpu_kernel_table(&e->be), t);
 }
 
 /* ---- requests -------------------------------------------------------------- */

@@ -48,6 +48,7 @@
 #include <stdint.h>
 
 #include "conf/log.h"
+#include "gpu/gguf.h"
 #include "gpu/kvpool.h"
 #include "gpu/sampler.h"
 
@@ -163,6 +164,9 @@ const char *engine_finish_name(enum engine_finish f);
 const char *engine_strerror(int code);
 /* The kernel table the backend uses ("avx2", "scalar"). */
 const char *engine_kernels(const struct engine *e);
+/* The kernel variant the backend runs for weight type t ("avx512",
+ * "avx2", "scalar"; "none" when unsupported): gpu/ops_info.h. */
+const char *engine_kernel_variant(const struct engine *e, enum ggml_type t);
 /* Time spent so far in the integrity checks of completed steps (verify,
  * tag write, verify again) and in those steps in all: the cost of tags,
  * measured in the same run (tests/bench/bench_engine). */
