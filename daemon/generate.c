@@ -22,8 +22,11 @@
  *   kernels            the kernel variant per weight type the model's
  *                      matmuls use, as the engine chose it (ops_info.h).
  * Model loading, tokenizing and pool allocation are outside all of them.
- * --prompt-ids and --ignore-eos make runs comparable with llama-bench
- * (a prompt of exactly N tokens, exactly max-tokens generated).
+ * --prompt-ids, --ignore-eos and --warmup make runs comparable with
+ * llama-bench (a prompt of exactly N tokens, exactly max-tokens generated,
+ * and an untimed one-token request first so the weights - mapped, not
+ * read, at open - are paged in before the clock starts, as llama-bench's
+ * warm-up run does).
  */
 #include "daemon/generate.h"
 
@@ -53,6 +56,7 @@ struct gen_opts {
 	bool json;
 	const char *prompt_ids; /* --prompt-ids: comma list, instead of --prompt */
 	bool ignore_eos;
+	bool warmup;            /* one untimed token first (weights paged in) */
 };
 
 /* A growing byte buffer for --json's text. */
@@ -84,7 +88,7 @@ static void usage(FILE *out)
 		"usage: kvd generate --model FILE --prompt TEXT [--max-tokens N]\n"
 		"                    [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
 		"                    [--threads N] [--page-tokens N] [--kv-dtype f32|f16]\n"
-		"                    [--json] [--ignore-eos]\n"
+		"                    [--json] [--ignore-eos] [--warmup]\n"
 		"       kvd generate --model FILE --prompt-ids ID,ID,... [options]\n"
 		"Offline generation with the kvd engine; greedy unless --temperature > 0.\n"
 		"--json adds a timings object (ttft, prompt and generation tok/s, kernels).\n");
@@ -132,6 +136,7 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		{ "json", no_argument, NULL, 'j' },
 		{ "prompt-ids", required_argument, NULL, 'I' },
 		{ "ignore-eos", no_argument, NULL, 'E' },
+		{ "warmup", no_argument, NULL, 'W' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -174,6 +179,7 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		case 'j': o->json = true; break;
 		case 'I': o->prompt_ids = optarg; break;
 		case 'E': o->ignore_eos = true; break;
+		case 'W': o->warmup = true; break;
 		case 'h': usage(stdout); return 1;
 		default: usage(stderr); return -1;
 		}
@@ -305,6 +311,35 @@ static int emit(struct gen_run *g, const struct gen_opts *o, const char *s,
 	return 0;
 }
 
+/* One token of the prompt's first id through the whole model, then
+ * freed: every weight page is touched once. The pool holds it (one
+ * page) because it is freed before the timed request is submitted. */
+static int gen_warmup(struct gen_run *g)
+{
+	struct engine_req_params rp = {
+		.owner = 2, .prompt = g->prompt, .n_prompt = 1, .max_tokens = 1,
+		.sampling = SAMPLER_PARAMS_GREEDY };
+	struct engine_req *r;
+	int rc = engine_submit(g->eng, &rp, &r);
+
+	if (rc)
+		return rc;
+	while (!rc && !engine_idle(g->eng)) {
+		const struct engine_event *ev;
+		size_t n_ev;
+
+		rc = engine_step(g->eng, &ev, &n_ev);
+	}
+	if (!rc) {
+		enum engine_finish f = engine_req_finish(r, &rc);
+
+		if (f != ENGINE_FINISH_ERROR)
+			rc = 0;
+	}
+	engine_req_free(g->eng, r);
+	return rc;
+}
+
 static int gen_run(struct gen_run *g, const struct gen_opts *o)
 {
 	struct gguf_error err;
@@ -376,6 +411,13 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 	if (rc) {
 		fprintf(stderr, "kvd generate: engine: %s\n", engine_strerror(rc));
 		return 1;
+	}
+	if (o->warmup) {
+		rc = gen_warmup(g);
+		if (rc) {
+			fprintf(stderr, "kvd generate: warm-up: %s\n", engine_strerror(rc));
+			return 1;
+		}
 	}
 	rp = (struct engine_req_params){
 		.owner = 1, .prompt = g->prompt, .n_prompt = (uint32_t)g->n_prompt,

@@ -100,6 +100,10 @@ done
 IDS=$(python3 -c 'print(",".join(str(3 + i % 500) for i in range(40)))')
 "$KVD" generate --model "$T/m_q8_0.gguf" --prompt-ids "$IDS" --max-tokens 12 \
 	--ignore-eos --threads 1 --json >"$T/ids.json"
+"$KVD" generate --model "$T/m_q8_0.gguf" --prompt-ids "$IDS" --max-tokens 12 \
+	--ignore-eos --threads 1 --json --warmup >"$T/ids_w.json"
+check "--warmup changes nothing but the timings" \
+	test "$(no_timings "$T/ids.json")" = "$(no_timings "$T/ids_w.json")"
 check "--prompt-ids: the prompt is those ids, 12 tokens out" python3 -c '
 import json, sys
 o = json.load(open(sys.argv[1]))
