@@ -112,7 +112,9 @@ static const struct conf_key conf_keys[] = {
 	{ "engine", "max_batch", CT_U32, "32", 1, 4096, NULL, F(max_batch),
 	  "Running requests per decode step (continuous batching)." },
 	{ "engine", "prefill_chunk", CT_U32, "64", 1, 65536, NULL, F(prefill_chunk),
-	  "Prompt tokens one request may compute per step. A step holds at most max_batch + prefill_chunk tokens, decoding requests first, so this bounds the inter-token delay running requests see while prompts are admitted; larger chunks give prompts more of each step (lower TTFT, higher inter-token latency)." },
+	  "Prompt tokens one request may compute per step (at most; the step's budget, engine.step_tokens, may leave less)." },
+	{ "engine", "step_tokens", CT_U32, "0", 0, 1048576, NULL, F(step_tokens),
+	  "Tokens one engine step computes, all requests together; 0 = max_batch + prefill_chunk. Decoding requests are served first (one token each, every step), then prompts oldest first, each by at most prefill_chunk: the time of one step of this many tokens bounds the inter-token latency of running requests while prompts are admitted, and what is left after the decoders is the prompt throughput that sets TTFT under load. Must be at least max_batch." },
 
 	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
 	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },
@@ -705,6 +707,10 @@ static int conf_validate(struct conf_ctx *x)
 				 "model.fingerprint_cache",
 				 "'%s' must be an absolute directory path, \"off\", or empty",
 				 c->fingerprint_cache);
+	if (c->step_tokens && c->step_tokens < c->max_batch)
+		return conf_fail(x, line_of(x, "engine", "step_tokens"), "engine.step_tokens",
+				 "%u is below engine.max_batch (%u): every running request must fit in every step",
+				 c->step_tokens, c->max_batch);
 	if (!!c->pool_tokens == !!c->memory_bytes) {
 		l = KVD_MAX(line_of(x, "kv", "pool_tokens"),
 			    line_of(x, "kv", "memory_bytes"));

@@ -68,6 +68,7 @@ static int serve_compute_start(struct serve *s)
 	ep.max_batch = s->d->cfg.max_batch ? s->d->cfg.max_batch : 16;
 	if (s->d->cfg.prefill_chunk)
 		ep.prefill_chunk = s->d->cfg.prefill_chunk;
+	ep.step_tokens = s->d->cfg.step_tokens;
 	ep.n_ctx = s->d->cap.advertised_context;
 	r = compute_start(&s->comp, &s->d->loop, s->model, s->d->pool, &ep,
 			  s->log, serve_compute_deliver, s);
