@@ -29,8 +29,10 @@ struct kvd_fp_info {
 				 * "unsafe_entry", "unsafe_dir", "dir_error" */
 	const char *store;      /* "stored", "off", "skipped_recent" (ctime too
 				 * close to now), "skipped_changed" (file changed
-				 * while hashed), "unsafe_dir", "error", "-" (hit) */
-	int store_errno;        /* with store == "error" */
+				 * while hashed), "unsafe_dir", "dir_error" (the
+				 * directory cannot be opened or made), "error"
+				 * (writing the entry failed), "-" (hit) */
+	int store_errno;        /* with store == "error" or "dir_error" */
 	unsigned long long hashed_bytes; /* bytes read to hash (0 on a hit) */
 };
 
