@@ -17,7 +17,9 @@
 # 5 ms. The model file is in the page cache for all three (the first,
 # unmeasured, run reads it): this measures the work, not the disk.
 # Prints every run, then median, min-max per model and mode, and the
-# median ratio kvd/llama-server. Never fails on speed.
+# median ratio kvd/llama-server. KVD_BENCH_LLAMA_ENV (e.g.
+# "OMP_WAIT_POLICY=passive") is llama-server's extra environment. Never
+# fails on speed.
 set -euo pipefail
 : "${KVD_BUILD:?KVD_BUILD must point at the build directory}"
 KVD=$KVD_BUILD/kvd
@@ -49,12 +51,16 @@ run_one() {
 	PORT=$((PORT + 1))
 	if [ "$mode" = llama ]; then
 		python3 - "$LLAMA" "$m" "$PORT" "$T/llama.log" <<'EOF_PY'
-import subprocess, sys, time, urllib.request
+import os, subprocess, sys, time, urllib.request
 exe, m, port, log = sys.argv[1:5]
 t0 = time.monotonic()
+env = dict(os.environ)
+for kv in os.environ.get("KVD_BENCH_LLAMA_ENV", "").split():
+    k, _, v = kv.partition("=")
+    env[k] = v
 p = subprocess.Popen([exe, "-m", m, "--port", port, "-t", "2", "-tb", "2", "-np", "32",
                       "-c", "8192", "--kv-unified", "--cache-ram", "0", "--no-cache-prompt"],
-                     stdout=open(log, "w"), stderr=subprocess.STDOUT)
+                     stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
 ms = None
 while time.monotonic() - t0 < 120 and p.poll() is None:
     try:
