@@ -172,7 +172,8 @@ EOF
 	PIDS+=($!)
 	for _ in $(seq 1 600); do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$KPORT") 2>/dev/null &&
-		   curl -sf "http://127.0.0.1:$LPORT/health" >/dev/null 2>&1; then break; fi
+		   python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+			"http://127.0.0.1:$LPORT/health" >/dev/null 2>&1; then break; fi
 		sleep 0.1
 	done
 	# one short request each: weights paged in, llama warmed
