@@ -114,7 +114,7 @@ static const struct conf_key conf_keys[] = {
 	{ "engine", "prefill_chunk", CT_U32, "64", 1, 65536, NULL, F(prefill_chunk),
 	  "Prompt tokens one request may compute per step (at most; the step's budget, engine.step_tokens, may leave less)." },
 	{ "engine", "step_tokens", CT_U32, "0", 0, 1048576, NULL, F(step_tokens),
-	  "Tokens one engine step computes, all requests together; 0 = max_batch + prefill_chunk. Decoding requests are served first (one token each, every step), then prompts oldest first, each by at most prefill_chunk: the time of one step of this many tokens bounds the inter-token latency of running requests while prompts are admitted, and what is left after the decoders is the prompt throughput that sets TTFT under load. Must be at least max_batch." },
+	  "Tokens one engine step computes, all requests together; 0 = max_batch + prefill_chunk. Decoding requests are served first (one token each, every step), then prompts oldest first, each by at most prefill_chunk: the time of one step of this many tokens bounds the inter-token latency of running requests while prompts are admitted, and what is left after the decoders is the prompt throughput that sets TTFT under load. Must be at least max_batch. On a prefill node (no decoders to protect) 0 means max(512, max_batch + prefill_chunk) with no per-prompt chunk limit: several whole prompts per step." },
 
 	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
 	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },

@@ -7,11 +7,13 @@
 # Setups (all up at once, idle while another is measured; the order of the
 # setups is reversed every other round):
 #   standalone  one node, engine.threads 2
-#   pair        prefill + decode, engine.threads 1 each, pinned to CPU 0
-#               and CPU 1 (taskset) when there are two CPUs or more
-#   pair_big    the same pair, the prefill node with engine.step_tokens =
-#               prefill_chunk = KVD_BENCH_PREFILL_STEP (512): it computes
-#               several whole prompts per step instead of 96-token slices
+#   pair96      prefill + decode, engine.threads 1 each, pinned to CPU 0
+#               and CPU 1 (taskset) when there are two CPUs or more, the
+#               prefill node with engine.step_tokens = 96, prefill_chunk =
+#               64 (what every node did before: 96-token slices)
+#   pair        the same pair with the defaults: a prefill node's
+#               engine.step_tokens = 0 means 512 tokens per step with no
+#               per-prompt chunk limit (several whole prompts per step)
 # Load: loadgen.py (closed loop, client clock), 128-token distinct prompts,
 # KVD_BENCH_MAX_TOKENS (32) tokens out greedy, 2 x clients requests per run
 # (at least 16). Model: KVD_BENCH_MODEL, or a generated 4-layer, dim-512
@@ -24,7 +26,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROUNDS=${KVD_BENCH_ROUNDS:-2}
 CLIENTS=${KVD_BENCH_CLIENTS:-8 32}
 NTOK=${KVD_BENCH_MAX_TOKENS:-32}
-PSTEP=${KVD_BENCH_PREFILL_STEP:-512}
 T=$(mktemp -d /tmp/kvd-sched.XXXXXX)
 PIDS=()
 cleanup() {
@@ -72,11 +73,11 @@ node sa standalone 2 "[listen]" "client = 127.0.0.1:${CP[standalone]}"
 start sa
 # pair and pair_big
 k=2
-for setup in pair pair_big; do
+for setup in pair96 pair; do
 	pp=$((PORT + k)); cp=$((PORT + k + 1)); k=$((k + 2))
 	CP[$setup]=$cp
 	extra=()
-	[ $setup = pair_big ] && extra=("step_tokens = $PSTEP" "prefill_chunk = $PSTEP")
+	[ $setup = pair96 ] && extra=("step_tokens = 96" "prefill_chunk = 64")
 	node "p_$setup" prefill 1 "${extra[@]}" "[listen]" "peer = 127.0.0.1:$pp"
 	node "d_$setup" decode 1 "[listen]" "client = 127.0.0.1:$cp" "[peers]" "prefill = 127.0.0.1:$pp"
 	start "p_$setup" "${PIN0[@]}"
@@ -89,7 +90,7 @@ for _ in $(seq 1 600); do
 	sleep 0.1
 done
 # every setup answers one request before the clock starts
-for s in standalone pair pair_big; do
+for s in standalone pair96 pair; do
 	for i in $(seq 1 100); do
 		out=$(python3 "$HERE/loadgen.py" kvd "127.0.0.1:${CP[$s]}" 1 1 128 2)
 		grep -q '"errors": 0' <<<"$out" && break
@@ -101,12 +102,12 @@ for s in standalone pair pair_big; do
 		sleep 0.2
 	done
 done
-SETUPS=(standalone pair pair_big)
+SETUPS=(standalone pair96 pair)
 for c in $CLIENTS; do
 	n=$((c * 2)); [ $n -lt 16 ] && n=16
 	for r in $(seq 1 "$ROUNDS"); do
 		order=("${SETUPS[@]}")
-		[ $((r % 2)) = 0 ] && order=(pair_big pair standalone)
+		[ $((r % 2)) = 0 ] && order=(pair pair96 standalone)
 		for s in "${order[@]}"; do
 			out=$(python3 "$HERE/loadgen.py" kvd "127.0.0.1:${CP[$s]}" "$c" "$n" 128 "$NTOK" "$r")
 			echo "sched round=$r clients=$c setup=$s $out" | tee -a "$T/runs"
@@ -126,7 +127,7 @@ def stat(v):
     return "%.1f (%.1f-%.1f)" % (statistics.median(v), min(v), max(v)) if v else "n/a"
 print("\nmedian (min-max) over rounds; ms unless noted")
 print("%4s %-11s %-22s %-24s %-24s %-24s %s" % ("cli", "setup", "tok/s", "TTFT p50", "TTFT p99", "inter-token p99", "errors"))
-for (c, s) in sorted(runs, key=lambda k: (k[0], ["standalone", "pair", "pair_big"].index(k[1]))):
+for (c, s) in sorted(runs, key=lambda k: (k[0], ["standalone", "pair96", "pair"].index(k[1]))):
     v = runs[(c, s)]
     print("%4d %-11s %-22s %-24s %-24s %-24s %d (%d rounds)" % (c, s, stat([o["tok_per_s"] for o in v]),
           stat([o["ttft_ms"]["p50"] for o in v]), stat([o["ttft_ms"]["p99"] for o in v]),
