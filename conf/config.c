@@ -98,6 +98,8 @@ static const struct conf_key conf_keys[] = {
 	  "Context length served, in tokens; 0 = the model's own context_length." },
 	{ "model", "chat_template", CT_ENUM, "auto", 0, 0, chat_templates, F(chat_template),
 	  "Prompt format of chat requests: auto recognizes the GGUF's tokenizer.chat_template (a template kvd does not know leaves chat off; completions still work), or force one of llama2, llama3, chatml (Qwen), mistral, gemma, phi3, deepseek." },
+	{ "model", "fingerprint_cache", CT_STR, "", 0, 0, NULL, F(fingerprint_cache),
+	  "Directory caching the model's SHA-256 by (device, inode, size, mtime, ctime), so a boot does not read the whole file when it has not changed; an absolute path, \"off\", or empty = $CACHE_DIRECTORY (systemd's CacheDirectory=) when set, else off." },
 
 	{ "kv", "page_tokens", CT_U32, "16", 1, 4096, NULL, F(page_tokens),
 	  "Positions per KV page." },
@@ -118,6 +120,10 @@ static const struct conf_key conf_keys[] = {
 	  "Compute worker threads; 0 = one per online CPU." },
 	{ "engine", "max_batch", CT_U32, "32", 1, 4096, NULL, F(max_batch),
 	  "Running requests per decode step (continuous batching)." },
+	{ "engine", "prefill_chunk", CT_U32, "64", 1, 65536, NULL, F(prefill_chunk),
+	  "Prompt tokens one request may compute per step (at most; the step's budget, engine.step_tokens, may leave less)." },
+	{ "engine", "step_tokens", CT_U32, "0", 0, 1048576, NULL, F(step_tokens),
+	  "Tokens one engine step computes, all requests together; 0 = max_batch + prefill_chunk. Decoding requests are served first (one token each, every step), then prompts oldest first, each by at most prefill_chunk: the time of one step of this many tokens bounds the inter-token latency of running requests while prompts are admitted, and what is left after the decoders is the prompt throughput that sets TTFT under load. Must be at least max_batch. On a prefill node (no decoders to protect) 0 means max(512, max_batch + prefill_chunk) with no per-prompt chunk limit: several whole prompts per step." },
 
 	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
 	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },
@@ -755,6 +761,16 @@ static int conf_validate(struct conf_ctx *x)
 		return conf_fail(x, line_of(x, "model", "path"), "model.path",
 				 "cannot read '%s': %s", c->model_path,
 				 strerror(errno));
+	if (c->fingerprint_cache[0] && strcmp(c->fingerprint_cache, "off") &&
+	    c->fingerprint_cache[0] != '/')
+		return conf_fail(x, line_of(x, "model", "fingerprint_cache"),
+				 "model.fingerprint_cache",
+				 "'%s' must be an absolute directory path, \"off\", or empty",
+				 c->fingerprint_cache);
+	if (c->step_tokens && c->step_tokens < c->max_batch)
+		return conf_fail(x, line_of(x, "engine", "step_tokens"), "engine.step_tokens",
+				 "%u is below engine.max_batch (%u): every running request must fit in every step",
+				 c->step_tokens, c->max_batch);
 	if (!!c->pool_tokens == !!c->memory_bytes) {
 		l = KVD_MAX(line_of(x, "kv", "pool_tokens"),
 			    line_of(x, "kv", "memory_bytes"));

@@ -31,6 +31,7 @@ struct kvd_config {
 	uint32_t context_length;      /* 0 = the model's */
 	int chat_template;            /* 0 auto, else enum chat_format
 				       * (gpu/chat.h) by the same index */
+	char fingerprint_cache[1024]; /* "", "off" or an absolute directory */
 	/* [kv] */
 	uint32_t page_tokens;
 	uint64_t pool_tokens;         /* exactly one of pool_tokens, memory_bytes */
@@ -43,6 +44,8 @@ struct kvd_config {
 	/* [engine] */
 	uint32_t threads;
 	uint32_t max_batch;           /* running requests per decode step */
+	uint32_t prefill_chunk;       /* prompt tokens per request per step */
+	uint32_t step_tokens;         /* tokens per step; 0 = max_batch + chunk */
 	/* [listen] */
 	char listen_client[256];      /* host:port and/or unix:PATH, comma list */
 	char listen_peer[256];

@@ -10,6 +10,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,3 +37,11 @@ void sha256_hex(const uint8_t digest[SHA256_DIGEST_SIZE],
 /* Hash a whole file, reading it in 1 MiB chunks (works on pipes and
  * files larger than memory). 0, or a negative errno from open/read. */
 int sha256_file(const char *path, char hex[SHA256_HEX_SIZE]);
+
+/* Internal, shared with tests/test_sha256.c: compress n 64-byte blocks
+ * into h. The x86 SHA-extension version may be called only after
+ * sha256__have_x86_sha() said yes; sha256_update() uses it for runs of
+ * blocks when it can, the scalar one otherwise (same bits). */
+void sha256__blocks_scalar(uint32_t h[8], const uint8_t *p, size_t n);
+bool sha256__have_x86_sha(void);
+void sha256__blocks_x86(uint32_t h[8], const uint8_t *p, size_t n);

@@ -18,7 +18,7 @@
  * has stopped, so no callback can touch it afterwards.
  */
 #include "daemon/daemon.h"
-#include "conf/sha256.h"
+#include "conf/fingerprint.h"
 #include "conf/util.h"
 #include "kvd_build.h"
 
@@ -218,6 +218,37 @@ static void watchdog_start(struct kvd_daemon *d)
 
 static void daemon_resolve_chat(struct kvd_daemon *d);
 
+/* The model's SHA-256, from the fingerprint cache when the file has not
+ * changed (conf/fingerprint.c): one line says where it came from and how
+ * long it took, so time to ready is explained in the log. */
+static int daemon_fingerprint(struct kvd_daemon *d)
+{
+	struct kvd_fp_info fi;
+	char dir[1024];
+	uint64_t t0 = kvd_now_ns();
+	int r;
+
+	kvd_fingerprint_cache_dir(d->cfg.fingerprint_cache, dir, sizeof(dir));
+	r = kvd_fingerprint(d->cfg.model_path, dir, d->model_sha256, &fi);
+	if (r < 0) {
+		KVLOG_ERR(&d->log, "model_error", "path=%s msg=\"sha256: %s\"",
+			  KVLOG_Q(d->cfg.model_path), strerror(-r));
+		return r;
+	}
+	if (!strcmp(fi.lookup, "unsafe_dir") || !strcmp(fi.lookup, "dir_error") ||
+	    !strcmp(fi.store, "error"))
+		KVLOG_WARN(&d->log, "fingerprint_cache_error",
+			   "dir=%s lookup=%s store=%s errno=%s",
+			   KVLOG_Q(dir), fi.lookup, fi.store,
+			   fi.store_errno ? strerror(fi.store_errno) : "-");
+	KVLOG_INFO(&d->log, "model_fingerprint",
+		   "source=%s lookup=%s store=%s hashed_bytes=%llu ms=%.1f sha256=%s",
+		   fi.cached ? "cache" : "hash", fi.lookup, fi.store,
+		   fi.hashed_bytes, (double)(kvd_now_ns() - t0) / 1e6,
+		   d->model_sha256);
+	return 0;
+}
+
 static int daemon_open_model(struct kvd_daemon *d)
 {
 	struct gguf_error gerr = { 0 };
@@ -233,12 +264,9 @@ static int daemon_open_model(struct kvd_daemon *d)
 			  (unsigned long long)gerr.offset, KVLOG_Q(gerr.msg));
 		return r < 0 ? r : KVD_E_MODEL;
 	}
-	r = sha256_file(d->cfg.model_path, d->model_sha256);
-	if (r < 0) {
-		KVLOG_ERR(&d->log, "model_error", "path=%s msg=\"sha256: %s\"",
-			  KVLOG_Q(d->cfg.model_path), strerror(-r));
+	r = daemon_fingerprint(d);
+	if (r < 0)
 		return r;
-	}
 	KVLOG_INFO(&d->log, "model_loaded",
 		   "path=%s arch=%s layers=%u embd=%u heads=%u kv_heads=%u"
 		   " head_dim=%u ff=%u vocab=%u ctx_train=%u sha256=%s",

@@ -11,6 +11,22 @@
  * are flushed per token; --json collects them and prints one object at
  * the end. JSON strings escape quotes, backslashes and control bytes; the
  * detokenizer guarantees valid UTF-8, which passes through as is.
+ *
+ * Timings (--json's "timings" object), on the monotonic clock:
+ *   ttft_ms            engine_submit() to the first token event: the whole
+ *                      prompt's forward pass plus the first sampling;
+ *   prompt_tokens_per_s  prompt tokens / ttft;
+ *   gen_tokens_per_s   tokens after the first / time from the first token
+ *                      to the last (the first token belongs to the prompt
+ *                      pass, as llama.cpp counts it), null under 2 tokens;
+ *   kernels            the kernel variant per weight type the model's
+ *                      matmuls use, as the engine chose it (ops_info.h).
+ * Model loading, tokenizing and pool allocation are outside all of them.
+ * --prompt-ids, --ignore-eos and --warmup make runs comparable with
+ * llama-bench (a prompt of exactly N tokens, exactly max-tokens generated,
+ * and an untimed one-token request first so the weights - mapped, not
+ * read, at open - are paged in before the clock starts, as llama-bench's
+ * warm-up run does).
  */
 #include "daemon/generate.h"
 
@@ -38,6 +54,9 @@ struct gen_opts {
 	uint32_t page_tokens;
 	enum kv_dtype kv_dtype;
 	bool json;
+	const char *prompt_ids; /* --prompt-ids: comma list, instead of --prompt */
+	bool ignore_eos;
+	bool warmup;            /* one untimed token first (weights paged in) */
 };
 
 /* A growing byte buffer for --json's text. */
@@ -69,8 +88,10 @@ static void usage(FILE *out)
 		"usage: kvd generate --model FILE --prompt TEXT [--max-tokens N]\n"
 		"                    [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
 		"                    [--threads N] [--page-tokens N] [--kv-dtype f32|f16]\n"
-		"                    [--json]\n"
-		"Offline generation with the kvd engine; greedy unless --temperature > 0.\n");
+		"                    [--json] [--ignore-eos] [--warmup]\n"
+		"       kvd generate --model FILE --prompt-ids ID,ID,... [options]\n"
+		"Offline generation with the kvd engine; greedy unless --temperature > 0.\n"
+		"--json adds a timings object (ttft, prompt and generation tok/s, kernels).\n");
 }
 
 static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -113,6 +134,9 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		{ "page-tokens", required_argument, NULL, 'g' },
 		{ "kv-dtype", required_argument, NULL, 'd' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "prompt-ids", required_argument, NULL, 'I' },
+		{ "ignore-eos", no_argument, NULL, 'E' },
+		{ "warmup", no_argument, NULL, 'W' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -153,6 +177,9 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 				bad = 1;
 			break;
 		case 'j': o->json = true; break;
+		case 'I': o->prompt_ids = optarg; break;
+		case 'E': o->ignore_eos = true; break;
+		case 'W': o->warmup = true; break;
 		case 'h': usage(stdout); return 1;
 		default: usage(stderr); return -1;
 		}
@@ -166,10 +193,42 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		fprintf(stderr, "kvd generate: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
-	if (!o->model || !o->prompt) {
+	if (!o->model || !o->prompt == !o->prompt_ids) {
 		usage(stderr);
 		return -1;
 	}
+	return 0;
+}
+
+/* "1,2,3" -> ids (checked against the vocabulary by the engine). */
+static int parse_ids(const char *s, int32_t **out, size_t *n)
+{
+	size_t cap = 1;
+	int32_t *ids;
+
+	for (const char *p = s; *p; p++)
+		cap += *p == ',';
+	ids = calloc(cap, sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	*n = 0;
+	for (const char *p = s;;) {
+		char *end;
+		long long v;
+
+		errno = 0;
+		v = strtoll(p, &end, 10);
+		if (errno || end == p || v < 0 || v > INT32_MAX ||
+		    (*end && *end != ',')) {
+			free(ids);
+			return -EINVAL;
+		}
+		ids[(*n)++] = (int32_t)v;
+		if (!*end)
+			break;
+		p = end + 1;
+	}
+	*out = ids;
 	return 0;
 }
 
@@ -204,6 +263,9 @@ static void json_str(FILE *out, const char *s, size_t n)
 }
 
 /* Everything the run holds; generate_cleanup() frees what is set. */
+struct gen_run;
+static void json_timings(FILE *out, const struct gen_run *g,
+			 const struct gen_opts *o);
 struct gen_run {
 	struct model *model;
 	struct tokenizer *tok;
@@ -216,6 +278,8 @@ struct gen_run {
 	int32_t *prompt;
 	size_t n_prompt;
 	struct gen_buf text;
+	uint64_t t_submit, t_first, t_last; /* kvd_now_ns() */
+	uint32_t n_gen;
 };
 
 static void gen_cleanup(struct gen_run *g)
@@ -247,6 +311,35 @@ static int emit(struct gen_run *g, const struct gen_opts *o, const char *s,
 	return 0;
 }
 
+/* One token of the prompt's first id through the whole model, then
+ * freed: every weight page is touched once. The pool holds it (one
+ * page) because it is freed before the timed request is submitted. */
+static int gen_warmup(struct gen_run *g)
+{
+	struct engine_req_params rp = {
+		.owner = 2, .prompt = g->prompt, .n_prompt = 1, .max_tokens = 1,
+		.sampling = SAMPLER_PARAMS_GREEDY };
+	struct engine_req *r;
+	int rc = engine_submit(g->eng, &rp, &r);
+
+	if (rc)
+		return rc;
+	while (!rc && !engine_idle(g->eng)) {
+		const struct engine_event *ev;
+		size_t n_ev;
+
+		rc = engine_step(g->eng, &ev, &n_ev);
+	}
+	if (!rc) {
+		enum engine_finish f = engine_req_finish(r, &rc);
+
+		if (f != ENGINE_FINISH_ERROR)
+			rc = 0;
+	}
+	engine_req_free(g->eng, r);
+	return rc;
+}
+
 static int gen_run(struct gen_run *g, const struct gen_opts *o)
 {
 	struct gguf_error err;
@@ -270,8 +363,19 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 			rc < 0 ? strerror(-rc) : err.msg);
 		return 66;
 	}
-	rc = tokenizer_encode(g->tok, o->prompt, strlen(o->prompt),
-			      tokenizer_add_bos(g->tok), &g->prompt, &g->n_prompt);
+	if (o->prompt_ids) {
+		rc = parse_ids(o->prompt_ids, &g->prompt, &g->n_prompt);
+		if (rc) {
+			fprintf(stderr, "kvd generate: --prompt-ids: %s\n",
+				rc == -EINVAL ? "expected token ids 0..2147483647 separated by commas"
+					      : strerror(-rc));
+			return 1;
+		}
+	} else {
+		rc = tokenizer_encode(g->tok, o->prompt, strlen(o->prompt),
+				      tokenizer_add_bos(g->tok), &g->prompt,
+				      &g->n_prompt);
+	}
 	if (rc || g->n_prompt == 0) {
 		fprintf(stderr, "kvd generate: cannot tokenize the prompt: %s\n",
 			rc ? strerror(-rc) : "empty prompt");
@@ -308,9 +412,18 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 		fprintf(stderr, "kvd generate: engine: %s\n", engine_strerror(rc));
 		return 1;
 	}
+	if (o->warmup) {
+		rc = gen_warmup(g);
+		if (rc) {
+			fprintf(stderr, "kvd generate: warm-up: %s\n", engine_strerror(rc));
+			return 1;
+		}
+	}
 	rp = (struct engine_req_params){
 		.owner = 1, .prompt = g->prompt, .n_prompt = (uint32_t)g->n_prompt,
-		.max_tokens = o->max_tokens, .sampling = o->sp };
+		.max_tokens = o->max_tokens, .sampling = o->sp,
+		.ignore_eos = o->ignore_eos };
+	g->t_submit = kvd_now_ns();
 	rc = engine_submit(g->eng, &rp, &g->req);
 	if (rc) {
 		fprintf(stderr, "kvd generate: %s\n", engine_strerror(rc));
@@ -341,6 +454,9 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 				}
 				continue;
 			}
+			g->t_last = kvd_now_ns();
+			if (!g->n_gen++)
+				g->t_first = g->t_last;
 			rc = detok_push(&g->dt, ev[i].token, &chunk, &len);
 			if (!rc)
 				rc = emit(g, o, chunk, len);
@@ -365,8 +481,10 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 		json_ids(stdout, ids + g->n_prompt, n - g->n_prompt);
 		fputs(",\"text\":", stdout);
 		json_str(stdout, g->text.p ? g->text.p : "", g->text.len);
-		fprintf(stdout, ",\"finish_reason\":\"%s\"}\n",
+		fprintf(stdout, ",\"finish_reason\":\"%s\",\"timings\":",
 			fin == ENGINE_FINISH_STOP ? "stop" : "length");
+		json_timings(stdout, g, o);
+		fputs("}\n", stdout);
 	} else {
 		fputc('\n', stdout);
 	}
@@ -385,4 +503,67 @@ int kvd_cmd_generate(int argc, char **argv)
 	rc = gen_run(&g, &o);
 	gen_cleanup(&g);
 	return rc;
+}
+
+/* The weight types the model's matmuls read, each once, in first-use
+ * order: "kernels":{"q8_0":"avx2",...}. */
+static void json_kernels(FILE *out, const struct gen_run *g)
+{
+	const struct model *m = g->model;
+	enum ggml_type seen[16];
+	size_t n_seen = 0;
+
+	fputc('{', out);
+	for (uint32_t l = 0; l <= m->hp.n_layer; l++) {
+		const struct model_layer *ly = l < m->hp.n_layer ? &m->layers[l] : NULL;
+		const struct ops_mat *mats[7] = { &m->output };
+		size_t n_mats = 1;
+
+		if (ly) {
+			const struct ops_mat *lm[7] = { &ly->wq, &ly->wk, &ly->wv, &ly->wo,
+							&ly->w_gate, &ly->w_up, &ly->w_down };
+
+			memcpy(mats, lm, sizeof(lm));
+			n_mats = 7;
+		}
+		for (size_t i = 0; i < n_mats; i++) {
+			enum ggml_type t = mats[i]->type;
+			size_t j;
+
+			for (j = 0; j < n_seen && seen[j] != t; j++)
+				;
+			if (j < n_seen || n_seen == KVD_ARRAY_SIZE(seen))
+				continue;
+			seen[n_seen++] = t;
+			fprintf(out, "%s\"%s\":\"%s\"", n_seen > 1 ? "," : "",
+				ggml_type_name(t), engine_kernel_variant(g->eng, t));
+		}
+	}
+	fputc('}', out);
+}
+
+static void json_timings(FILE *out, const struct gen_run *g,
+			 const struct gen_opts *o)
+{
+	double ttft = g->n_gen ? (double)(g->t_first - g->t_submit) / 1e9 : 0;
+	double gen = (double)(g->t_last - g->t_first) / 1e9;
+
+	fprintf(out, "{\"prompt_tokens\":%zu,\"prompt_tokens_per_s\":", g->n_prompt);
+	if (ttft > 0)
+		fprintf(out, "%.3f", (double)g->n_prompt / ttft);
+	else
+		fputs("null", out);
+	fprintf(out, ",\"gen_tokens\":%u,\"gen_tokens_per_s\":", g->n_gen);
+	if (g->n_gen > 1 && gen > 0)
+		fprintf(out, "%.3f", (double)(g->n_gen - 1) / gen);
+	else
+		fputs("null", out);
+	fputs(",\"ttft_ms\":", out);
+	if (g->n_gen)
+		fprintf(out, "%.3f", ttft * 1e3);
+	else
+		fputs("null", out);
+	fprintf(out, ",\"threads\":%u,\"kernels\":", o->threads);
+	json_kernels(out, g);
+	fputc('}', out);
 }

@@ -27,6 +27,8 @@
 
 #include "gpu/gguf.h"
 
+struct ops_kernels;
+
 struct model;
 
 /* One sequence (request) of a batch. */
@@ -83,6 +85,8 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 		    const struct backend_cpu_params *p);
 /* Name of the kernel table in use ("avx2", "scalar"). */
 const char *backend_cpu_kernels(const struct backend *b);
+/* The kernel table itself (NULL for another backend). */
+const struct ops_kernels *backend_cpu_kernel_table(const struct backend *b);
 
 static inline int backend_forward(struct backend *b,
 				  const struct backend_batch *batch,

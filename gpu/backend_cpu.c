@@ -459,3 +459,10 @@ const char *backend_cpu_kernels(const struct backend *b)
 
 	return b->ops == &cpu_ops ? c->k->name : "";
 }
+
+const struct ops_kernels *backend_cpu_kernel_table(const struct backend *b)
+{
+	const struct cpu_ctx *c = b->ctx;
+
+	return b->ops == &cpu_ops ? c->k : NULL;
+}

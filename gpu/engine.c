@@ -8,9 +8,16 @@
  *
  *   1. choose: the first max_batch running requests in submit order;
  *      decoding ones take one token each, prompt readers a chunk of up to
- *      prefill_chunk tokens (the step's token budget, max_batch +
- *      prefill_chunk, is filled decoders first, so long prompts never
- *      stall running generations);
+ *      prefill_chunk tokens. The step's token budget (step_tokens, by
+ *      default max_batch + prefill_chunk) is filled decoders first, then
+ *      prompts oldest first. Since step_tokens >= max_batch, every
+ *      decoding request gets its token in every step and every prompt
+ *      reader at least one token: a running generation waits at most one
+ *      step of at most step_tokens tokens between two tokens however many
+ *      prompts arrive (the inter-token bound), and prompts are served in
+ *      arrival order, none starved (the TTFT policy: under load TTFT grows
+ *      with the prompt tokens queued ahead, by the budget left after the
+ *      decoders per step);
  *   2. check: for each chosen request, verify its table for the positions
  *      already written (kvpool_verify: ownership, generation, coverage and
  *      the tags in page memory - invariant 1), write the tags for the
@@ -40,6 +47,7 @@
 #include "conf/util.h"
 #include "gpu/backend.h"
 #include "gpu/model.h"
+#include "gpu/ops_info.h"
 
 struct engine_req {
 	struct engine_req *prev, *next;  /* submit order */
@@ -70,7 +78,8 @@ struct engine {
 	struct kvlog *log;
 	struct backend be;
 	uint32_t n_ctx;
-	uint32_t max_step_tokens;        /* max_batch + prefill_chunk */
+	uint32_t max_step_tokens;        /* step_tokens, or max_batch + prefill_chunk */
+	uint32_t last_seq, last_tok, last_dec; /* what the last step computed */
 	uint64_t *k_off;                 /* (n_layer) K block offset in a page */
 	uint64_t *v_off;                 /* (n_layer) */
 
@@ -143,7 +152,8 @@ int engine_new(struct engine **out, const struct model *m,
 	uint32_t B;
 	int rc;
 
-	if (p->threads < 1 || p->max_batch < 1 || p->prefill_chunk < 1)
+	if (p->threads < 1 || p->max_batch < 1 || p->prefill_chunk < 1 ||
+	    (p->step_tokens && p->step_tokens < p->max_batch))
 		return ENGINE_E_INVALID;
 	if (g->n_layer != hp->n_layer || g->kv_dim != hp->n_head_kv * hp->head_dim ||
 	    (g->dtype != KV_DTYPE_F32 && g->dtype != KV_DTYPE_F16))
@@ -161,7 +171,7 @@ int engine_new(struct engine **out, const struct model *m,
 	e->log = log;
 	e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
 	B = p->max_batch;
-	e->max_step_tokens = B + p->prefill_chunk;
+	e->max_step_tokens = p->step_tokens ? p->step_tokens : B + p->prefill_chunk;
 	e->k_off = calloc(hp->n_layer, sizeof(*e->k_off));
 	e->v_off = calloc(hp->n_layer, sizeof(*e->v_off));
 	e->b_req = calloc(B, sizeof(*e->b_req));
@@ -201,8 +211,9 @@ int engine_new(struct engine **out, const struct model *m,
 		return rc;
 	}
 	KVLOG_INFO(log, "engine_ready",
-		   "backend=cpu kernels=%s threads=%u max_batch=%u prefill_chunk=%u n_ctx=%u page_tokens=%u kv_dtype=%s",
+		   "backend=cpu kernels=%s threads=%u max_batch=%u prefill_chunk=%u step_tokens=%u n_ctx=%u page_tokens=%u kv_dtype=%s",
 		   backend_cpu_kernels(&e->be), p->threads, B, p->prefill_chunk,
+		   e->max_step_tokens,
 		   e->n_ctx, g->page_tokens, kv_dtype_name(g->dtype));
 	*out = e;
 	return 0;
@@ -234,6 +245,19 @@ void engine_free(struct engine *e)
 const char *engine_kernels(const struct engine *e)
 {
 	return backend_cpu_kernels(&e->be);
+}
+
+void engine_last_step(const struct engine *e, uint32_t *n_seq,
+		      uint32_t *n_tok, uint32_t *n_decode)
+{
+	*n_seq = e->last_seq;
+	*n_tok = e->last_tok;
+	*n_decode = e->last_dec;
+}
+
+const char *engine_kernel_variant(const struct engine *e, enum ggml_type t)
+{
+	return ops_kernel_variant(backend_cpu_kernel_table(&e->be), t);
 }
 
 /* ---- requests -------------------------------------------------------------- */
@@ -527,7 +551,7 @@ static void req_take_token(struct engine *e, struct engine_req *r,
 int engine_step(struct engine *e, const struct engine_event **ev,
 		size_t *n_ev)
 {
-	uint32_t n_req, n_seq = 0, n_tok = 0, n_out = 0;
+	uint32_t n_req, n_seq = 0, n_tok = 0, n_out = 0, n_dec = 0;
 	struct backend_batch batch;
 	uint64_t t_step = kvd_now_ns(), t_check;
 	int rc;
@@ -547,6 +571,7 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 			req_fail(e, r, ENGINE_E_INTEGRITY);
 			continue;
 		}
+		n_dec += r->n_tokens - r->n_kv == 1;
 		e->b_req[n_seq] = r;
 		e->b_seqs[n_seq] = (struct backend_seq){
 			.pages = r->pages, .n_pages = r->n_table, .n_kv = n_after };
@@ -563,6 +588,9 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 		}
 		n_seq++;
 	}
+	e->last_seq = n_seq;
+	e->last_tok = n_tok;
+	e->last_dec = n_dec;
 	if (n_seq == 0) {
 		*n_ev = e->n_ev;
 		return 0;

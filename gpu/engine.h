@@ -48,6 +48,7 @@
 #include <stdint.h>
 
 #include "conf/log.h"
+#include "gpu/gguf.h"
 #include "gpu/kvpool.h"
 #include "gpu/sampler.h"
 
@@ -69,12 +70,16 @@ struct engine_params {
 	uint32_t max_batch;      /* running requests per step (>= 1) */
 	uint32_t max_requests;   /* submitted, not yet freed (0 = unlimited) */
 	uint32_t prefill_chunk;  /* prompt tokens per request per step (>= 1) */
+	uint32_t step_tokens;    /* tokens per step, all requests together;
+				  * 0 = max_batch + prefill_chunk, else >=
+				  * max_batch (every decoder fits every step) */
 	uint32_t n_ctx;          /* context length; 0 = the model's */
 	bool simd;               /* AVX2 kernels when the CPU has them */
 };
 
 #define ENGINE_PARAMS_DEFAULT { .threads = 1, .max_batch = 16, \
-	.max_requests = 0, .prefill_chunk = 64, .n_ctx = 0, .simd = true }
+	.max_requests = 0, .prefill_chunk = 64, .step_tokens = 0, .n_ctx = 0, \
+	.simd = true }
 
 enum engine_finish {
 	ENGINE_FINISH_NONE = 0,  /* still running */
@@ -163,6 +168,13 @@ const char *engine_finish_name(enum engine_finish f);
 const char *engine_strerror(int code);
 /* The kernel table the backend uses ("avx2", "scalar"). */
 const char *engine_kernels(const struct engine *e);
+/* The kernel variant the backend runs for weight type t ("avx512",
+ * "avx2", "scalar"; "none" when unsupported): gpu/ops_info.h. */
+const char *engine_kernel_variant(const struct engine *e, enum ggml_type t);
+/* What the last engine_step() computed: requests, tokens, and how many
+ * of those requests were decoding (one token each). */
+void engine_last_step(const struct engine *e, uint32_t *n_seq,
+		      uint32_t *n_tok, uint32_t *n_decode);
 /* Time spent so far in the integrity checks of completed steps (verify,
  * tag write, verify again) and in those steps in all: the cost of tags,
  * measured in the same run (tests/bench/bench_engine). */

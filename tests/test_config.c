@@ -114,6 +114,8 @@ static const struct bad {
 	{ "bad peer address", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\nprefill = hostonly\n", 10, "peers.prefill", "host:port" },
 	{ "bad listen address", "[kv]\npool_tokens = 64\n[listen]\nclient = unix:relative\n", 8, "listen.client", "host:port or unix" },
 	{ "batch exceeds release timeout", "[kv]\npool_tokens = 64\n[transfer]\nmax_batch_bytes = 1G\nlink_gbps = 1\nrelease_timeout_ms = 1000\n", 10, "transfer.max_batch_bytes", "release_timeout_ms" },
+	{ "zero prefill chunk", "[kv]\npool_tokens = 64\n[engine]\nprefill_chunk = 0\n", 8, "engine.prefill_chunk", "out of range" },
+	{ "step below max_batch", "[kv]\npool_tokens = 64\n[engine]\nmax_batch = 8\nstep_tokens = 4\n", 9, "engine.step_tokens", "below engine.max_batch" },
 	{ "bad octal mode", "[kv]\npool_tokens = 64\n[admin]\nmode = 0999\n", 8, "admin.mode", "octal" },
 	{ "keyless http off loopback", "[kv]\npool_tokens = 64\n[listen]\nhttp = 0.0.0.0:8000\n", 8, "listen.http", "not a loopback address" },
 	{ "http on prefill", "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n[listen]\npeer = 127.0.0.1:1\nhttp = 127.0.0.1:2\n", 11, "listen.http", "prefill nodes serve no clients" },

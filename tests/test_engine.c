@@ -612,6 +612,148 @@ END_TEST
 
 /* ---- admission ------------------------------------------------------------ */
 
+/* The step budget (engine.step_tokens) and the scheduling policy: with
+ * decoders running and prompts arriving, every step stays within the
+ * budget, every decoding request gets a token in every step (the
+ * inter-token bound), prompts advance oldest first by at most
+ * prefill_chunk each, and several prompts share a step when they fit.
+ * A budget below max_batch is refused. The tokens do not depend on the
+ * budget (purity). */
+START_TEST(test_step_budget)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	const uint32_t budgets[] = { 0, 6, 9, 40 };
+	int32_t outs[4][6][8];
+
+	for (size_t bi = 0; bi < KVD_ARRAY_SIZE(budgets); bi++) {
+		struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+		struct kvpool_geom geom = { .page_tokens = 4, .n_layer = m->hp.n_layer,
+					    .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+					    .dtype = KV_DTYPE_F32 };
+		struct kvmem mem;
+		struct kvpool *pool;
+		struct engine *e;
+		struct engine_req *r[6];
+		int32_t prompt[6][20];
+		uint32_t budget, steps = 0;
+
+		ep.max_batch = 6;
+		ep.prefill_chunk = 7;
+		ep.step_tokens = budgets[bi];
+		budget = budgets[bi] ? budgets[bi] : ep.max_batch + ep.prefill_chunk;
+		kvmem_host_init(&mem);
+		ck_assert_int_eq(kvpool_new(&pool, &mem, &geom, 64), 0);
+		ck_assert_int_eq(engine_new(&e, m, pool, &ep, NULL), 0);
+		/* two short prompts first (they become decoders), then four
+		 * 20-token prompts arrive while those decode */
+		for (int i = 0; i < 6; i++) {
+			struct engine_req_params rp = {
+				.owner = (uint64_t)i + 1, .prompt = prompt[i],
+				.n_prompt = i < 2 ? 2 : 20, .max_tokens = 8,
+				.sampling = SAMPLER_PARAMS_GREEDY, .ignore_eos = true };
+
+			for (int j = 0; j < 20; j++)
+				prompt[i][j] = 1 + (i * 31 + j * 7) % 300;
+			if (i == 2) { /* let the first two reach decoding */
+				const struct engine_event *ev;
+				size_t n_ev;
+
+				ck_assert_int_eq(engine_step(e, &ev, &n_ev), 0);
+			}
+			ck_assert_int_eq(engine_submit(e, &rp, &r[i]), 0);
+		}
+		while (!engine_idle(e)) {
+			uint32_t before[6], kv_before[6], n_seq, n_tok, n_dec, dec_before = 0;
+			bool younger_moved = false;
+			bool was_decoding[6];
+			const struct engine_event *ev;
+			size_t n_ev;
+
+			for (int i = 0; i < 6; i++) {
+				uint32_t n, n_table, n_kv;
+
+				(void)engine_req_tokens(r[i], &n);
+				(void)engine_req_table(r[i], &n_table, &n_kv);
+				before[i] = n;
+				kv_before[i] = n_kv;
+				/* one token ahead of its KV: the last sampled
+				 * token (or a prompt's last one) */
+				was_decoding[i] = engine_req_finish(r[i], NULL) == ENGINE_FINISH_NONE &&
+						  n - n_kv == 1;
+				dec_before += was_decoding[i];
+			}
+			ck_assert_int_eq(engine_step(e, &ev, &n_ev), 0);
+			steps++;
+			engine_last_step(e, &n_seq, &n_tok, &n_dec);
+			ck_assert_uint_le(n_tok, budget);
+			/* every decoder of this step got its token */
+			ck_assert_uint_eq(n_dec, dec_before);
+			for (int i = 0; i < 6; i++) {
+				uint32_t n;
+
+				(void)engine_req_tokens(r[i], &n);
+				if (was_decoding[i])
+					ck_assert_msg(n == before[i] + 1 ||
+						      engine_req_finish(r[i], NULL) != ENGINE_FINISH_NONE,
+						      "budget %u: decoder %d skipped a step", budget, i);
+			}
+			/* prompts oldest first: a prompt reader short of its
+			 * full chunk means no younger one moved */
+			for (int i = 5; i >= 0; i--) {
+				uint32_t n, n_table, n_kv, ahead = before[i] - kv_before[i];
+
+				if (was_decoding[i] || ahead < 2)
+					continue;
+				(void)engine_req_tokens(r[i], &n);
+				(void)engine_req_table(r[i], &n_table, &n_kv);
+				if (n_kv < kv_before[i] + KVD_MIN(ahead, ep.prefill_chunk))
+					ck_assert_msg(!younger_moved,
+						      "budget %u: a younger prompt ran before prompt %d's chunk",
+						      budget, i);
+				if (n_kv > kv_before[i])
+					younger_moved = true;
+			}
+			if (budgets[bi] == 40 && steps == 2)
+				ck_assert_uint_ge(n_seq, 4); /* several prompts in one step */
+			ck_assert_uint_lt(steps, 200);
+		}
+		for (int i = 0; i < 6; i++) {
+			const int32_t *t;
+			uint32_t n;
+
+			t = engine_req_tokens(r[i], &n);
+			ck_assert_uint_eq(engine_req_n_output(r[i]), 8);
+			memcpy(outs[bi][i], t + n - 8, sizeof(outs[bi][i]));
+			if (bi)
+				ck_assert_mem_eq(outs[bi][i], outs[0][i], sizeof(outs[0][i]));
+			engine_req_free(e, r[i]);
+		}
+		engine_free(e);
+		kvpool_free(pool);
+		kvmem_deinit(&mem);
+	}
+	{
+		struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+		struct kvpool_geom geom = { .page_tokens = 4, .n_layer = m->hp.n_layer,
+					    .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+					    .dtype = KV_DTYPE_F32 };
+		struct kvmem mem;
+		struct kvpool *pool;
+		struct engine *e = NULL;
+
+		kvmem_host_init(&mem);
+		ck_assert_int_eq(kvpool_new(&pool, &mem, &geom, 4), 0);
+		ep.max_batch = 6;
+		ep.step_tokens = 5;
+		ck_assert_int_eq(engine_new(&e, m, pool, &ep, NULL), ENGINE_E_INVALID);
+		ck_assert_ptr_null(e);
+		kvpool_free(pool);
+		kvmem_deinit(&mem);
+	}
+	model_free(m);
+}
+END_TEST
+
 START_TEST(test_admission)
 {
 	struct model *m = gen_model(GGML_TYPE_F32, false);
@@ -968,6 +1110,7 @@ int main(void)
 	tcase_add_test(tc, test_integrity_corrupt_tag);
 	tcase_add_test(tc, test_integrity_stale_table);
 	tcase_add_test(tc, test_prefill_handoff);
+	tcase_add_test(tc, test_step_budget);
 	tcase_add_test(tc, test_model_unsupported_type);
 	tcase_add_test(tc, test_device_memory_refused);
 	suite_add_tcase(s, tc);

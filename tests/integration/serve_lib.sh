@@ -60,6 +60,11 @@ write_node() {
 			fi
 		done
 		printf '[model]\npath = %s\n' "$model"
+		for a in "${!kv[@]}"; do
+			if [ "${a%%.*}" = model ]; then
+				printf '%s = %s\n' "${a#*.}" "${kv[$a]}"
+			fi
+		done
 		printf '[admin]\nsocket = %s/%s.sock\n' "$T" "$name"
 		for sec in kv engine listen http peers transfer log; do
 			printf '[%s]\n' "$sec"

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# sched.sh - the scheduler under load (issue 11, item 3): TTFT p50/p99 and
+# inter-token p99, standalone vs a prefill+decode pair, at 8 and 32 clients.
+#
+#   KVD_BUILD=build tests/bench/sched.sh
+#
+# Setups (all up at once, idle while another is measured; the order of the
+# setups is reversed every other round):
+#   standalone  one node, engine.threads 2
+#   pair96      prefill + decode, engine.threads 1 each, pinned to CPU 0
+#               and CPU 1 (taskset) when there are two CPUs or more, the
+#               prefill node with engine.step_tokens = 96, prefill_chunk =
+#               64 (what every node did before: 96-token slices)
+#   pair        the same pair with the defaults: a prefill node's
+#               engine.step_tokens = 0 means 512 tokens per step with no
+#               per-prompt chunk limit (several whole prompts per step)
+# Load: loadgen.py (closed loop, client clock), 128-token distinct prompts,
+# KVD_BENCH_MAX_TOKENS (32) tokens out greedy, 2 x clients requests per run
+# (at least 16). Model: KVD_BENCH_MODEL, or a generated 4-layer, dim-512
+# Q8_0 llama with a 16000-token vocabulary. KVD_BENCH_ROUNDS (2),
+# KVD_BENCH_CLIENTS ("8 32"). Prints median (min-max) over rounds; never
+# fails on speed.
+set -euo pipefail
+: "${KVD_BUILD:?KVD_BUILD must point at the build directory}"
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROUNDS=${KVD_BENCH_ROUNDS:-2}
+CLIENTS=${KVD_BENCH_CLIENTS:-8 32}
+NTOK=${KVD_BENCH_MAX_TOKENS:-32}
+T=$(mktemp -d /tmp/kvd-sched.XXXXXX)
+PIDS=()
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$T"
+}
+trap cleanup EXIT
+cp "$KVD_BUILD/kvd" "$KVD_BUILD/kvctl" "$T/"
+KVD=$T/kvd
+M=${KVD_BENCH_MODEL:-}
+if [ -z "$M" ]; then
+	M=$T/m.gguf
+	"$T/kvctl" model make "$M" --layers 4 --dim 512 --heads 8 --kv-heads 4 --ff 1536 \
+		--vocab 16000 --ctx 2048 --dtype q8_0 --seed 5 >/dev/null
+fi
+PIN0=() PIN1=()
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+	PIN0=(taskset -c 0) PIN1=(taskset -c 1)
+fi
+echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; rounds $ROUNDS; model $(basename "$M")"
+PORT=$((34000 + RANDOM % 2000))
+
+node() { # node NAME ROLE THREADS [key=value ...] (after [listen]/[peers] lines in LISTEN)
+	local name=$1 role=$2 th=$3; shift 3
+	{
+		printf '[node]\nname = %s\nrole = %s\n[model]\npath = %s\n' "$name" "$role" "$M"
+		printf '[kv]\npool_tokens = 32768\ndtype = f16\n'
+		printf '[engine]\nthreads = %s\nmax_batch = 32\n' "$th"
+		for kv in "$@"; do printf '%s\n' "$kv"; done
+		printf '[admin]\nsocket = %s/%s.sock\n[log]\nlevel = warn\n' "$T" "$name"
+	} >"$T/$name.ini"
+}
+start() { # start NAME [pin...]
+	local name=$1; shift
+	"$@" "$KVD" --config "$T/$name.ini" >"$T/$name.log" 2>&1 &
+	PIDS+=($!)
+}
+
+declare -A CP
+# standalone
+CP[standalone]=$((PORT + 1))
+node sa standalone 2 "[listen]" "client = 127.0.0.1:${CP[standalone]}"
+start sa
+# pair and pair_big
+k=2
+for setup in pair96 pair; do
+	pp=$((PORT + k)); cp=$((PORT + k + 1)); k=$((k + 2))
+	CP[$setup]=$cp
+	extra=()
+	[ $setup = pair96 ] && extra=("step_tokens = 96" "prefill_chunk = 64")
+	node "p_$setup" prefill 1 "${extra[@]}" "[listen]" "peer = 127.0.0.1:$pp"
+	node "d_$setup" decode 1 "[listen]" "client = 127.0.0.1:$cp" "[peers]" "prefill = 127.0.0.1:$pp"
+	start "p_$setup" "${PIN0[@]}"
+	start "d_$setup" "${PIN1[@]}"
+done
+for _ in $(seq 1 600); do
+	ok=1
+	for s in "${!CP[@]}"; do (exec 3<>"/dev/tcp/127.0.0.1/${CP[$s]}") 2>/dev/null || ok=0; done
+	[ $ok = 1 ] && break
+	sleep 0.1
+done
+# every setup answers one request before the clock starts
+for s in standalone pair96 pair; do
+	for i in $(seq 1 100); do
+		out=$(python3 "$HERE/loadgen.py" kvd "127.0.0.1:${CP[$s]}" 1 1 128 2)
+		grep -q '"errors": 0' <<<"$out" && break
+		if [ "$i" = 100 ]; then
+			echo "sched.sh: $s does not answer: $out" >&2
+			tail -n 5 "$T"/*.log >&2
+			exit 1
+		fi
+		sleep 0.2
+	done
+done
+SETUPS=(standalone pair96 pair)
+for c in $CLIENTS; do
+	n=$((c * 2)); [ $n -lt 16 ] && n=16
+	for r in $(seq 1 "$ROUNDS"); do
+		order=("${SETUPS[@]}")
+		[ $((r % 2)) = 0 ] && order=(pair pair96 standalone)
+		for s in "${order[@]}"; do
+			out=$(python3 "$HERE/loadgen.py" kvd "127.0.0.1:${CP[$s]}" "$c" "$n" 128 "$NTOK" "$r")
+			echo "sched round=$r clients=$c setup=$s $out" | tee -a "$T/runs"
+		done
+	done
+done
+python3 - "$T/runs" <<'EOF'
+import json, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    head, js = line.split(" {", 1)
+    o = json.loads("{" + js)
+    d = dict(kv.split("=") for kv in head.split()[1:])
+    runs.setdefault((int(d["clients"]), d["setup"]), []).append(o)
+def stat(v):
+    v = [x for x in v if x is not None]
+    return "%.1f (%.1f-%.1f)" % (statistics.median(v), min(v), max(v)) if v else "n/a"
+print("\nmedian (min-max) over rounds; ms unless noted")
+print("%4s %-11s %-22s %-24s %-24s %-24s %s" % ("cli", "setup", "tok/s", "TTFT p50", "TTFT p99", "inter-token p99", "errors"))
+for (c, s) in sorted(runs, key=lambda k: (k[0], ["standalone", "pair96", "pair"].index(k[1]))):
+    v = runs[(c, s)]
+    print("%4d %-11s %-22s %-24s %-24s %-24s %d (%d rounds)" % (c, s, stat([o["tok_per_s"] for o in v]),
+          stat([o["ttft_ms"]["p50"] for o in v]), stat([o["ttft_ms"]["p99"] for o in v]),
+          stat([o["itl_ms"]["p99"] for o in v]), sum(o["errors"] for o in v), len(v)))
+EOF
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
