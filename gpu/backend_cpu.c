@@ -48,6 +48,11 @@
 struct cpu_ctx {
 	const struct model *m;
 	const struct ops_kernels *k;
+	/* the model's layers and output head as this backend multiplies
+	 * them: the same weights, with `packed` set where the kernel table
+	 * has a layout of its own (ops_mat_pack; those copies owned here) */
+	struct model_layer *layers; /* (n_layer) */
+	struct ops_mat output;
 	struct threadpool *tp;
 	uint32_t max_tokens;
 	uint32_t max_ctx;
@@ -271,7 +276,7 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 		      uint32_t l)
 {
 	const struct llama_hparams *hp = &c->m->hp;
-	const struct model_layer *L = &c->m->layers[l];
+	const struct model_layer *L = &c->layers[l];
 	uint32_t n = b->n_tokens, e = hp->n_embd;
 	uint32_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
 	struct mm_job mm;
@@ -352,7 +357,7 @@ static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
 		ops_rmsnorm(c->xb + (size_t)j * e, c->x + (size_t)b->out[j] * e,
 			    c->m->output_norm, e, hp->norm_eps);
 	mm = (struct mm_job){ .n = b->n_out, .n_parts = 1 };
-	mm_bind(c, &mm.p[0], &c->m->output, c->xb, b->n_out, e, &quant,
+	mm_bind(c, &mm.p[0], &c->output, c->xb, b->n_out, e, &quant,
 		logits, hp->n_vocab);
 	mm_go(c, &mm);
 	return 0;
@@ -365,6 +370,17 @@ static void cpu_free(void *ctx)
 	if (!c)
 		return;
 	threadpool_free(c->tp);
+	if (c->layers)
+		for (uint32_t l = 0; l < c->m->hp.n_layer; l++) {
+			struct model_layer *L = &c->layers[l];
+			struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+						   &L->w_gate, &L->w_up, &L->w_down };
+
+			for (size_t i = 0; i < KVD_ARRAY_SIZE(mats); i++)
+				free((void *)mats[i]->packed);
+		}
+	free(c->layers);
+	free((void *)c->output.packed);
 	free(c->k_off);
 	free(c->v_off);
 	free(c->x);
@@ -388,6 +404,34 @@ static const struct backend_ops cpu_ops = {
 	.forward = cpu_forward,
 	.free = cpu_free,
 };
+
+/* c->layers and c->output: the model's, each matrix packed for the
+ * kernel table where it has a layout of its own. */
+static int cpu_bind_weights(struct cpu_ctx *c)
+{
+	const struct model *m = c->m;
+	int rc = 0;
+
+	c->layers = calloc(m->hp.n_layer ? m->hp.n_layer : 1, sizeof(*c->layers));
+	if (!c->layers)
+		return -ENOMEM;
+	c->output = m->output;
+	c->output.packed = NULL;
+	for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+		struct model_layer *L = &c->layers[l];
+		struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+					   &L->w_gate, &L->w_up, &L->w_down };
+
+		*L = m->layers[l];
+		for (size_t i = 0; i < KVD_ARRAY_SIZE(mats); i++)
+			mats[i]->packed = NULL;
+		for (size_t i = 0; i < KVD_ARRAY_SIZE(mats) && !rc; i++)
+			rc = ops_mat_pack(c->k, mats[i], (void **)&mats[i]->packed);
+		if (rc)
+			return rc;
+	}
+	return ops_mat_pack(c->k, &c->output, (void **)&c->output.packed);
+}
 
 static void *alloc_f32(size_t rows, size_t cols)
 {
@@ -440,6 +484,11 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 	    !c->cs || !c->views) {
 		cpu_free(c);
 		return -ENOMEM;
+	}
+	rc = cpu_bind_weights(c);
+	if (rc) {
+		cpu_free(c);
+		return rc;
 	}
 	memcpy(c->k_off, kv->k_off, hp->n_layer * sizeof(*c->k_off));
 	memcpy(c->v_off, kv->v_off, hp->n_layer * sizeof(*c->v_off));

@@ -29,7 +29,9 @@
 #include "gpu/ops_cpu.h"
 #include "gpu/ops_gemm.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -554,6 +556,27 @@ const struct ops_kernels *ops_kernels_pick(bool simd)
 }
 
 /* ---- weights and activations --------------------------------------------- */
+
+int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
+		 void **out)
+{
+	*out = NULL;
+#if OPS_HAVE_X86
+	if (k == &kernels_avx512vnni && w->type == GGML_TYPE_Q4_0) {
+		size_t n = (size_t)w->rows * ops_gemm__q4p_row_bytes(w->cols);
+		void *p = NULL;
+
+		if (posix_memalign(&p, 64, n ? n : 64))
+			return -ENOMEM;
+		ops_gemm__pack_q4_0(w, p);
+		*out = p;
+	}
+#else
+	(void)k;
+	(void)w;
+#endif
+	return 0;
+}
 
 bool ops_type_supported(enum ggml_type t)
 {

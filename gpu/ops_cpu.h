@@ -125,7 +125,18 @@ struct ops_mat {
 	uint32_t cols;
 	size_t row_bytes;
 	const void *data;      /* (rows, row_bytes) */
+	/* NULL, or the same weights in a layout of one kernel table
+	 * (ops_mat_pack): that table's matmul reads it instead of data,
+	 * with the same bits; every other table ignores it. */
+	const void *packed;
 };
+
+/* A copy of w in table k's preferred layout, for w->packed (allocated;
+ * the caller frees it after the last matmul), or *out = NULL when k has
+ * none for w's type (today only avx512vnni, for Q4_0: blocks paired and
+ * their nibbles interleaved, the same size as the file's). 0 or -ENOMEM. */
+int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
+		 void **out);
 
 /* true when matmul supports the type */
 bool ops_type_supported(enum ggml_type t);

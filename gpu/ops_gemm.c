@@ -178,13 +178,29 @@ OPS_TILE __m512i ldw2_q8_0(const void *wp, uint32_t b, bool two)
 	return v;
 }
 
-OPS_TILE float wd_q8_0(const void *wp, uint32_t b)
+OPS_TILE __m512 wd2_q8_0(const void *wp, uint32_t b, bool two)
 {
-	return _cvtsh_ss(((const struct ops_block_q8_0 *)wp)[b].d);
+	const struct ops_block_q8_0 *w = (const struct ops_block_q8_0 *)wp + b;
+
+	return pair_ps(_cvtsh_ss(w[0].d), two ? _cvtsh_ss(w[1].d) : 0.0f);
 }
 
-/* Q4_0: 128-bit lanes [lo nibbles b, hi nibbles b, lo b+1, hi b+1], the
- * stored nibble q = w + 8 (offset 8). */
+/* Q4_0 lane arrangement. int32 lane L holds elements 4 (L / 2) .. +3 of
+ * block b + L % 2: the blocks alternate lane by lane, so that both scale
+ * vectors are one broadcast of a pair (no per-half inserts) and the
+ * repacked layout below expands with one shift. The activation pair is
+ * permuted the same way (x_perm). */
+OPS_TILE __m512i q4_interleave(__m512i v)
+{
+	/* from [blk b: dwords 0..7 | blk b+1: 8..15] to alternating */
+	const __m512i idx = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4,
+					     11, 3, 10, 2, 9, 1, 8, 0);
+
+	return _mm512_permutexvar_epi32(idx, v);
+}
+
+/* Q4_0 from the file's blocks: expand two blocks to [elements 0..31 of
+ * b | of b + 1] (the stored nibble q = w + 8, offset 8), then interleave. */
 OPS_TILE __m512i ldw2_q4_0(const void *wp, uint32_t b, bool two)
 {
 	const struct ops_block_q4_0 *w = (const struct ops_block_q4_0 *)wp + b;
@@ -195,26 +211,67 @@ OPS_TILE __m512i ldw2_q4_0(const void *wp, uint32_t b, bool two)
 						_mm_loadu_si128((const __m128i *)w[1].qs));
 	else
 		v = _mm512_maskz_mov_epi32(0x00ff, v);
+	/* 128-bit lanes [lo b, hi b, lo b+1, hi b+1] = elements in order */
 	v = _mm512_mask_blend_epi64(0xcc, v, _mm512_srli_epi16(v, 4));
+	return q4_interleave(_mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
+}
+
+/* lanes alternate a, b, a, b, ... */
+OPS_TILE __m512 alt_ps(float a, float b)
+{
+	uint32_t ua, ub;
+
+	memcpy(&ua, &a, 4);
+	memcpy(&ub, &b, 4);
+	return _mm512_castsi512_ps(_mm512_set1_epi64((long long)(((uint64_t)ub << 32) | ua)));
+}
+
+OPS_TILE __m512 wd2_q4_0(const void *wp, uint32_t b, bool two)
+{
+	const struct ops_block_q4_0 *w = (const struct ops_block_q4_0 *)wp + b;
+
+	return alt_ps(_cvtsh_ss(w[0].d), two ? _cvtsh_ss(w[1].d) : 0.0f);
+}
+
+/* Repacked Q4_0 (ops_gemm__pack_q4_0): per pair of blocks 32 bytes whose
+ * low nibbles are zmm bytes 0..31 and high nibbles bytes 32..63 of the
+ * interleaved arrangement, then the two scales (halves); 36 bytes, the
+ * same as two file blocks. One 256-bit broadcast, one masked shift, one
+ * and. */
+#define Q4P_PAIR 36
+
+OPS_TILE __m512i ldw2_q4p(const void *wp, uint32_t b, bool two)
+{
+	const uint8_t *p = (const uint8_t *)wp + (size_t)(b / 2) * Q4P_PAIR;
+	__m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+
+	(void)two;
+	v = _mm512_mask_srli_epi16(v, 0xffff0000u, v, 4);
 	return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
 }
 
-OPS_TILE float wd_q4_0(const void *wp, uint32_t b)
+OPS_TILE __m512 wd2_q4p(const void *wp, uint32_t b, bool two)
 {
-	return _cvtsh_ss(((const struct ops_block_q4_0 *)wp)[b].d);
+	const uint8_t *p = (const uint8_t *)wp + (size_t)(b / 2) * Q4P_PAIR + 32;
+	int32_t d2;
+
+	(void)two;
+	memcpy(&d2, p, 4);
+	return _mm512_cvtph_ps(_mm256_set1_epi32(d2));
 }
 
+
 /* Q8_0/Q4_0: token t's quants xq<t>, offset start xo<t>, scales xd<t>. */
-#define GEMM_Q_X(t, _)                                                       \
+#define GEMM_Q_X(t, XPERM, XPAIR)                                            \
 	__m512i xq##t = _mm512_setzero_si512(), xo##t = xq##t;               \
 	__m512 xd##t = _mm512_setzero_ps();                                  \
 	if (T > t) {                                                         \
 		const struct ops_block_q8_act *xb = x + (size_t)t * xs + b;  \
                                                                              \
-		xq##t = ldx2(xb, two);                                       \
+		xq##t = XPERM(ldx2(xb, two));                                \
 		xo##t = _mm512_sub_epi32(_mm512_setzero_si512(),             \
 			_mm512_dpbusd_epi32(_mm512_setzero_si512(), off, xq##t)); \
-		xd##t = pair_ps(xb[0].d, two ? xb[1].d : 0.0f);              \
+		xd##t = XPAIR(xb[0].d, two ? xb[1].d : 0.0f);                \
 	}
 #define GEMM_Q_FMA1(t, r)                                                    \
 	if (T > t)                                                           \
@@ -231,14 +288,14 @@ OPS_TILE float wd_q4_0(const void *wp, uint32_t b)
 			_mm_prefetch((const char *)wr + b * BSZ + GEMM_PF,   \
 				     _MM_HINT_T0);                           \
 		wq = LDW(wr, b, two);                                        \
-		wd = pair_ps(WD(wr, b), two ? WD(wr, b + 1) : 0.0f);         \
+		wd = WD(wr, b, two);                                         \
 		GEMM_EACH_T(GEMM_Q_FMA1, r)                                  \
 	}
 
 /* Same contract as GEMM_TILE_F; x rows at x + t * xs act blocks; BSZ the
  * weight block's bytes, OFF the unsigned offset of its quants. When the
  * block count is odd the last step holds one block and zeros (scale 0). */
-#define GEMM_TILE_Q(NAME, LDW, WD, BSZ, OFF)                                   \
+#define GEMM_TILE_Q(NAME, LDW, WD, BSZ, OFF, XPERM, XPAIR)                     \
 OPS_TILE void NAME(const uint8_t *w, size_t wb,                               \
 		   const struct ops_block_q8_act *x, size_t xs, uint32_t n,    \
 		   float *y, size_t ys, const int R, const int T)              \
@@ -250,14 +307,16 @@ OPS_TILE void NAME(const uint8_t *w, size_t wb,                               \
 	for (uint32_t b = 0; b < nb; b += 2) {                                 \
 		bool two = b + 1 < nb;                                         \
                                                                                \
-		GEMM_EACH_T(GEMM_Q_X, _)                                       \
+		GEMM_EACH_T(GEMM_Q_X, XPERM, XPAIR)                            \
 		GEMM_EACH_R(GEMM_Q_ROW, LDW, WD, BSZ)                          \
 	}                                                                      \
 	GEMM_EACH_R(GEMM_STORE_ROW, _)                                         \
 }
 
-GEMM_TILE_Q(tile_q8_0, ldw2_q8_0, wd_q8_0, 34, 0x80)
-GEMM_TILE_Q(tile_q4_0, ldw2_q4_0, wd_q4_0, 18, 8)
+#define GEMM_NOPERM(v) (v)
+GEMM_TILE_Q(tile_q8_0, ldw2_q8_0, wd2_q8_0, 34, 0x80, GEMM_NOPERM, pair_ps)
+GEMM_TILE_Q(tile_q4_0, ldw2_q4_0, wd2_q4_0, 18, 8, q4_interleave, alt_ps)
+GEMM_TILE_Q(tile_q4p, ldw2_q4p, wd2_q4p, 18, 8, q4_interleave, alt_ps)
 
 /* ---- instantiations ---------------------------------------------------- */
 
@@ -284,6 +343,7 @@ GEMM_SHAPES(tile_f32, float)
 GEMM_SHAPES(tile_f16, float)
 GEMM_SHAPES(tile_q8_0, struct ops_block_q8_act)
 GEMM_SHAPES(tile_q4_0, struct ops_block_q8_act)
+GEMM_SHAPES(tile_q4p, struct ops_block_q8_act)
 
 float ops_gemm__dot_f32(const float *w, const float *x, uint32_t n)
 {
@@ -347,19 +407,19 @@ void ops_gemm__dot3_q4_0(const struct ops_block_q4_0 *w,
 
 /* Rows [r0, r1) four at a time (the last one or three alone), and for each
  * row block all n tokens four at a time. */
-#define GEMM_DRIVE(SHAPE, XT, XSTRIDE)                                         \
+#define GEMM_DRIVE(SHAPE, XT, XSTRIDE, DATA, RB)                               \
 	do {                                                                   \
 		for (uint32_t r = r0; r < r1;) {                               \
 			int R = r1 - r >= GEMM_R ? GEMM_R : 1;                 \
-			const uint8_t *wr = (const uint8_t *)w->data +         \
-					    (size_t)r * w->row_bytes;          \
+			const uint8_t *wr = (const uint8_t *)(DATA) +          \
+					    (size_t)r * (RB);                  \
                                                                                \
 			for (uint32_t i = 0; i < n; i += GEMM_T) {             \
 				int T = n - i >= GEMM_T ? GEMM_T : (int)(n - i); \
 				const XT *xi = (const XT *)(const void *)      \
 					((const uint8_t *)act + (size_t)i * act_stride); \
                                                                                \
-				SHAPE(wr, w->row_bytes, xi, XSTRIDE, w->cols,  \
+				SHAPE(wr, RB, xi, XSTRIDE, w->cols,            \
 				      y + (size_t)i * y_stride + r, y_stride, R, T); \
 			}                                                      \
 			r += (uint32_t)R;                                      \
@@ -375,19 +435,67 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 
 	switch (w->type) {
 	case GGML_TYPE_F32:
-		GEMM_DRIVE(tile_f32_shape, float, fs);
+		GEMM_DRIVE(tile_f32_shape, float, fs, w->data, w->row_bytes);
 		return true;
 	case GGML_TYPE_F16:
-		GEMM_DRIVE(tile_f16_shape, float, fs);
+		GEMM_DRIVE(tile_f16_shape, float, fs, w->data, w->row_bytes);
 		return true;
 	case GGML_TYPE_Q8_0:
-		GEMM_DRIVE(tile_q8_0_shape, struct ops_block_q8_act, qs);
+		GEMM_DRIVE(tile_q8_0_shape, struct ops_block_q8_act, qs,
+			   w->data, w->row_bytes);
 		return true;
 	case GGML_TYPE_Q4_0:
-		GEMM_DRIVE(tile_q4_0_shape, struct ops_block_q8_act, qs);
+		if (w->packed)
+			GEMM_DRIVE(tile_q4p_shape, struct ops_block_q8_act, qs,
+				   w->packed, ops_gemm__q4p_row_bytes(w->cols));
+		else
+			GEMM_DRIVE(tile_q4_0_shape, struct ops_block_q8_act, qs,
+				   w->data, w->row_bytes);
 		return true;
 	default:
 		return false;
+	}
+}
+
+/* ---- Q4_0 repacking ------------------------------------------------------ */
+
+size_t ops_gemm__q4p_row_bytes(uint32_t cols)
+{
+	return (size_t)(cols / OPS_QK + 1) / 2 * Q4P_PAIR;
+}
+
+/* Element e (0..31) of a file block: the nibble as stored (w + 8). */
+static uint8_t q4_nibble(const struct ops_block_q4_0 *b, uint32_t e)
+{
+	return e < 16 ? b->qs[e] & 0x0f : b->qs[e - 16] >> 4;
+}
+
+void ops_gemm__pack_q4_0(const struct ops_mat *w, void *out)
+{
+	uint32_t nb = w->cols / OPS_QK;
+	size_t prb = ops_gemm__q4p_row_bytes(w->cols);
+
+	for (uint32_t r = 0; r < w->rows; r++) {
+		const struct ops_block_q4_0 *src = (const void *)
+			((const uint8_t *)w->data + (size_t)r * w->row_bytes);
+		uint8_t *dst = (uint8_t *)out + (size_t)r * prb;
+
+		for (uint32_t b = 0; b < nb; b += 2) {
+			uint8_t *p = dst + (size_t)(b / 2) * Q4P_PAIR;
+			uint8_t z[64];
+			uint16_t d[2] = { src[b].d, b + 1 < nb ? src[b + 1].d : 0 };
+
+			/* zmm byte k: lane L = k / 4, block b + L % 2,
+			 * element 4 (L / 2) + k % 4 (an absent block: 0) */
+			for (uint32_t k = 0; k < 64; k++) {
+				uint32_t L = k / 4, blk = b + L % 2;
+
+				z[k] = blk < nb ? q4_nibble(&src[blk], 4 * (L / 2) + k % 4) : 0;
+			}
+			for (uint32_t k = 0; k < 32; k++)
+				p[k] = (uint8_t)(z[k] | z[k + 32] << 4);
+			memcpy(p + 32, d, 4);
+		}
 	}
 }
 

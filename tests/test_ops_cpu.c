@@ -259,6 +259,38 @@ static void check_matmul(enum ggml_type type, uint32_t rows, uint32_t cols,
 			}
 		}
 		ck_assert_int_eq(memcmp(y, y2, sizeof(float) * n * rows), 0);
+		/* the table's own weight layout (ops_mat_pack), when it has
+		 * one: same bits, whole and in uneven row pieces one token at
+		 * a time */
+		{
+			void *pk = NULL;
+			struct ops_mat mp = m;
+
+			ck_assert_int_eq(ops_mat_pack(k, &m, &pk), 0);
+			if (!strcmp(k->name, "avx512vnni") && type == GGML_TYPE_Q4_0)
+				ck_assert_ptr_nonnull(pk);
+			if (pk) {
+				mp.packed = pk;
+				memset(y2, 0xff, sizeof(float) * n * rows);
+				ops_matmul_rows(k, &mp, act, ab, n, y2, rows, 0, rows);
+				ck_assert_int_eq(memcmp(y, y2, sizeof(float) * n * rows), 0);
+				memset(y2, 0xff, sizeof(float) * n * rows);
+				for (uint32_t i = 0; i < n; i++)
+					for (uint32_t r0 = 0, r1; r0 < rows; r0 = r1) {
+						r1 = r0 + 1 + (uint32_t)(rng_next() % 6);
+						if (r1 > rows)
+							r1 = rows;
+						ops_matmul_rows(k, &mp, act + ab * i, ab, 1,
+								y2 + (size_t)i * rows, rows, r0, r1);
+					}
+				ck_assert_int_eq(memcmp(y, y2, sizeof(float) * n * rows), 0);
+				/* the packed copy is read, not the file layout */
+				mp.data = NULL;
+				ops_matmul_rows(k, &mp, act, ab, n, y2, rows, 0, rows);
+				ck_assert_int_eq(memcmp(y, y2, sizeof(float) * n * rows), 0);
+				free(pk);
+			}
+		}
 		/* the table's single-row dot and three-token dot (decode,
 		 * attention) give the matmul's bits for every (row, token) */
 		for (uint32_t r = 0; r < rows; r++) {
