@@ -5,7 +5,7 @@
  *
  * Models: stories260K ($KVD_SHARED/models, when present) and a generated
  * ~100M-parameter llama (12 layers, dim 768, 12 heads, 4 KV heads, ff
- * 2048, vocab 16000) in F32, F16, Q8_0 and Q2_K..Q6_K, written to a temporary
+ * 2048, vocab 16000) in F32, F16, Q8_0, Q4_0 and Q2_K..Q6_K, written to a temporary
  * directory and deleted afterwards (never committed). For each model and
  * thread count (1, 2):
  *   prefill tok/s  a 128-token prompt in one chunk
@@ -203,7 +203,7 @@ int main(int argc, char **argv)
 	const char *file = NULL;     /* --model FILE: bench that file alone */
 	struct model *m;
 	struct gguf_error err;
-	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
 					 GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
 					 GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
 
