@@ -1,7 +1,8 @@
 /* bench_engine.c - prefill and decode speed of the CPU engine, and decode
  * against the memory-bandwidth bound.
  *
- *   bench_engine [--quick] [--only f32|f16|q8_0|q4_k|q6_k|...] [--model FILE]
+ *   bench_engine [--quick] [--no-bound] [--only f32|f16|q8_0|q4_k|q6_k|...]
+ *                [--model FILE]
  *
  * Models: stories260K ($KVD_SHARED/models, when present) and a generated
  * ~100M-parameter llama (12 layers, dim 768, 12 heads, 4 KV heads, ff
@@ -49,6 +50,9 @@ static void *copy_main(void *p)
 }
 
 /* Bytes copied per second with `threads` threads each copying its share. */
+/* --no-bound: skip the copy-bandwidth measurement (bound and ratio 0) */
+static bool no_bound;
+
 static double copy_bandwidth(uint32_t threads)
 {
 	size_t n = (size_t)256 << 20;
@@ -170,7 +174,7 @@ static void bench_model(const char *label, const struct model *m,
 {
 	for (uint32_t th = 1; th <= 2; th++) {
 		struct result best = { 0 };
-		double bw = copy_bandwidth(th), bound;
+		double bw = no_bound ? 0 : copy_bandwidth(th), bound;
 		int rc = 0;
 
 		for (int rep = 0; rep < 3 && !rc; rep++) {
@@ -212,6 +216,8 @@ int main(int argc, char **argv)
 			quick = true;
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
 			only = argv[++i];
+		else if (!strcmp(argv[i], "--no-bound"))
+			no_bound = true;
 		else if (!strcmp(argv[i], "--model") && i + 1 < argc)
 			file = argv[++i];
 	printf("%-22s %9s %9s %7s %12s %11s %9s %10s %7s %10s\n", "model", "params",
