@@ -562,13 +562,14 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 {
 	*out = NULL;
 #if OPS_HAVE_X86
-	if (k == &kernels_avx512vnni && w->type == GGML_TYPE_Q4_0) {
-		size_t n = (size_t)w->rows * ops_gemm__q4p_row_bytes(w->cols);
+	if (k == &kernels_avx512vnni &&
+	    (w->type == GGML_TYPE_Q4_0 || w->type == GGML_TYPE_Q8_0)) {
+		size_t n = (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
 		void *p = NULL;
 
 		if (posix_memalign(&p, 64, n ? n : 64))
 			return -ENOMEM;
-		ops_gemm__pack_q4_0(w, p);
+		ops_gemm__pack(w, p);
 		*out = p;
 	}
 #else

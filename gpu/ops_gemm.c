@@ -141,13 +141,6 @@ GEMM_TILE_F(tile_f16, ldw_f16, ldw_f16_tail, 2)
 
 /* ---- Q8_0 / Q4_0 against q8 activation blocks ------------------------ */
 
-/* lanes 0..7 = a, lanes 8..15 = b */
-OPS_TILE __m512 pair_ps(float a, float b)
-{
-	return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(a)),
-				  _mm256_set1_ps(b), 1);
-}
-
 /* Two activation blocks' quants (one when `two` is false: the upper
  * half zero). */
 OPS_TILE __m512i ldx2(const struct ops_block_q8_act *x, bool two)
@@ -160,7 +153,10 @@ OPS_TILE __m512i ldx2(const struct ops_block_q8_act *x, bool two)
 				  _mm256_loadu_si256((const __m256i *)x[1].qs), 1);
 }
 
-/* Q8_0: w + 128 as unsigned bytes (offset 128). */
+/* Q8_0: w + 128 as unsigned bytes (offset 128), two blocks in the
+ * alternating-lane arrangement of Q4_0 below (q4_interleave). */
+OPS_TILE __m512i q4_interleave(__m512i v);
+
 OPS_TILE __m512i ldw2_q8_0(const void *wp, uint32_t b, bool two)
 {
 	const struct ops_block_q8_0 *w = (const struct ops_block_q8_0 *)wp + b;
@@ -168,21 +164,11 @@ OPS_TILE __m512i ldw2_q8_0(const void *wp, uint32_t b, bool two)
 	__m512i v;
 
 	if (!two)
-		v = _mm512_inserti64x4(_mm512_set1_epi8((char)0x80),
-				       _mm256_xor_si256(lo, _mm256_set1_epi8((char)0x80)), 0);
+		v = _mm512_inserti64x4(_mm512_setzero_si512(), lo, 0);
 	else
-		v = _mm512_xor_si512(
-			_mm512_inserti64x4(_mm512_castsi256_si512(lo),
-					   _mm256_loadu_si256((const __m256i *)w[1].qs), 1),
-			_mm512_set1_epi8((char)0x80));
-	return v;
-}
-
-OPS_TILE __m512 wd2_q8_0(const void *wp, uint32_t b, bool two)
-{
-	const struct ops_block_q8_0 *w = (const struct ops_block_q8_0 *)wp + b;
-
-	return pair_ps(_cvtsh_ss(w[0].d), two ? _cvtsh_ss(w[1].d) : 0.0f);
+		v = _mm512_inserti64x4(_mm512_castsi256_si512(lo),
+				       _mm256_loadu_si256((const __m256i *)w[1].qs), 1);
+	return q4_interleave(_mm512_xor_si512(v, _mm512_set1_epi8((char)0x80)));
 }
 
 /* Q4_0 lane arrangement. int32 lane L holds elements 4 (L / 2) .. +3 of
@@ -224,6 +210,13 @@ OPS_TILE __m512 alt_ps(float a, float b)
 	memcpy(&ua, &a, 4);
 	memcpy(&ub, &b, 4);
 	return _mm512_castsi512_ps(_mm512_set1_epi64((long long)(((uint64_t)ub << 32) | ua)));
+}
+
+OPS_TILE __m512 wd2_q8_0(const void *wp, uint32_t b, bool two)
+{
+	const struct ops_block_q8_0 *w = (const struct ops_block_q8_0 *)wp + b;
+
+	return alt_ps(_cvtsh_ss(w[0].d), two ? _cvtsh_ss(w[1].d) : 0.0f);
 }
 
 OPS_TILE __m512 wd2_q4_0(const void *wp, uint32_t b, bool two)
@@ -292,6 +285,27 @@ OPS_TILE __m512 wd2_q4p(const void *wp, uint32_t b, bool two)
 		GEMM_EACH_T(GEMM_Q_FMA1, r)                                  \
 	}
 
+/* Repacked Q8_0 (ops_gemm__pack): per pair of blocks the 64 lane bytes
+ * (w + 128, interleaved), then the two half scales: 68 bytes, the size
+ * of the file's two blocks. One load. */
+#define Q8P_PAIR 68
+
+OPS_TILE __m512i ldw2_q8p(const void *wp, uint32_t b, bool two)
+{
+	(void)two;
+	return _mm512_loadu_si512((const uint8_t *)wp + (size_t)(b / 2) * Q8P_PAIR);
+}
+
+OPS_TILE __m512 wd2_q8p(const void *wp, uint32_t b, bool two)
+{
+	const uint8_t *p = (const uint8_t *)wp + (size_t)(b / 2) * Q8P_PAIR + 64;
+	int32_t d2;
+
+	(void)two;
+	memcpy(&d2, p, 4);
+	return _mm512_cvtph_ps(_mm256_set1_epi32(d2));
+}
+
 /* Same contract as GEMM_TILE_F; x rows at x + t * xs act blocks; BSZ the
  * weight block's bytes, OFF the unsigned offset of its quants. When the
  * block count is odd the last step holds one block and zeros (scale 0). */
@@ -313,8 +327,8 @@ OPS_TILE void NAME(const uint8_t *w, size_t wb,                               \
 	GEMM_EACH_R(GEMM_STORE_ROW, _)                                         \
 }
 
-#define GEMM_NOPERM(v) (v)
-GEMM_TILE_Q(tile_q8_0, ldw2_q8_0, wd2_q8_0, 34, 0x80, GEMM_NOPERM, pair_ps)
+GEMM_TILE_Q(tile_q8_0, ldw2_q8_0, wd2_q8_0, 34, 0x80, q4_interleave, alt_ps)
+GEMM_TILE_Q(tile_q8p, ldw2_q8p, wd2_q8p, 34, 0x80, q4_interleave, alt_ps)
 GEMM_TILE_Q(tile_q4_0, ldw2_q4_0, wd2_q4_0, 18, 8, q4_interleave, alt_ps)
 GEMM_TILE_Q(tile_q4p, ldw2_q4p, wd2_q4p, 18, 8, q4_interleave, alt_ps)
 
@@ -344,6 +358,7 @@ GEMM_SHAPES(tile_f16, float)
 GEMM_SHAPES(tile_q8_0, struct ops_block_q8_act)
 GEMM_SHAPES(tile_q4_0, struct ops_block_q8_act)
 GEMM_SHAPES(tile_q4p, struct ops_block_q8_act)
+GEMM_SHAPES(tile_q8p, struct ops_block_q8_act)
 
 float ops_gemm__dot_f32(const float *w, const float *x, uint32_t n)
 {
@@ -441,13 +456,17 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 		GEMM_DRIVE(tile_f16_shape, float, fs, w->data, w->row_bytes);
 		return true;
 	case GGML_TYPE_Q8_0:
-		GEMM_DRIVE(tile_q8_0_shape, struct ops_block_q8_act, qs,
-			   w->data, w->row_bytes);
+		if (w->packed)
+			GEMM_DRIVE(tile_q8p_shape, struct ops_block_q8_act, qs,
+				   w->packed, ops_gemm__packed_row_bytes(w->type, w->cols));
+		else
+			GEMM_DRIVE(tile_q8_0_shape, struct ops_block_q8_act, qs,
+				   w->data, w->row_bytes);
 		return true;
 	case GGML_TYPE_Q4_0:
 		if (w->packed)
 			GEMM_DRIVE(tile_q4p_shape, struct ops_block_q8_act, qs,
-				   w->packed, ops_gemm__q4p_row_bytes(w->cols));
+				   w->packed, ops_gemm__packed_row_bytes(w->type, w->cols));
 		else
 			GEMM_DRIVE(tile_q4_0_shape, struct ops_block_q8_act, qs,
 				   w->data, w->row_bytes);
@@ -459,42 +478,63 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 
 /* ---- Q4_0 repacking ------------------------------------------------------ */
 
-size_t ops_gemm__q4p_row_bytes(uint32_t cols)
+size_t ops_gemm__packed_row_bytes(enum ggml_type t, uint32_t cols)
 {
-	return (size_t)(cols / OPS_QK + 1) / 2 * Q4P_PAIR;
+	size_t pairs = (size_t)(cols / OPS_QK + 1) / 2;
+
+	if (t == GGML_TYPE_Q4_0)
+		return pairs * Q4P_PAIR;
+	if (t == GGML_TYPE_Q8_0)
+		return pairs * Q8P_PAIR;
+	return 0;
 }
 
-/* Element e (0..31) of a file block: the nibble as stored (w + 8). */
-static uint8_t q4_nibble(const struct ops_block_q4_0 *b, uint32_t e)
+/* Element e (0..31) of a file block, offset to unsigned as the kernels
+ * take it (Q4_0: the stored nibble, w + 8; Q8_0: w + 128). */
+static uint8_t block_u8(enum ggml_type t, const uint8_t *blk, uint32_t e)
 {
-	return e < 16 ? b->qs[e] & 0x0f : b->qs[e - 16] >> 4;
+	if (t == GGML_TYPE_Q8_0)
+		return (uint8_t)(blk[2 + e] ^ 0x80);
+	return e < 16 ? blk[2 + e] & 0x0f : blk[2 + e - 16] >> 4;
 }
 
-void ops_gemm__pack_q4_0(const struct ops_mat *w, void *out)
+void ops_gemm__pack(const struct ops_mat *w, void *out)
 {
+	bool q8 = w->type == GGML_TYPE_Q8_0;
 	uint32_t nb = w->cols / OPS_QK;
-	size_t prb = ops_gemm__q4p_row_bytes(w->cols);
+	size_t prb = ops_gemm__packed_row_bytes(w->type, w->cols);
+	size_t bsz = q8 ? sizeof(struct ops_block_q8_0) : sizeof(struct ops_block_q4_0);
+	size_t pair = q8 ? Q8P_PAIR : Q4P_PAIR;
 
 	for (uint32_t r = 0; r < w->rows; r++) {
-		const struct ops_block_q4_0 *src = (const void *)
-			((const uint8_t *)w->data + (size_t)r * w->row_bytes);
+		const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
 		uint8_t *dst = (uint8_t *)out + (size_t)r * prb;
 
 		for (uint32_t b = 0; b < nb; b += 2) {
-			uint8_t *p = dst + (size_t)(b / 2) * Q4P_PAIR;
+			uint8_t *p = dst + (size_t)(b / 2) * pair;
 			uint8_t z[64];
-			uint16_t d[2] = { src[b].d, b + 1 < nb ? src[b + 1].d : 0 };
+			uint16_t d[2] = { 0, 0 };
 
 			/* zmm byte k: lane L = k / 4, block b + L % 2,
-			 * element 4 (L / 2) + k % 4 (an absent block: 0) */
+			 * element 4 (L / 2) + k % 4 (an absent block: w = 0) */
 			for (uint32_t k = 0; k < 64; k++) {
 				uint32_t L = k / 4, blk = b + L % 2;
 
-				z[k] = blk < nb ? q4_nibble(&src[blk], 4 * (L / 2) + k % 4) : 0;
+				z[k] = blk < nb ? block_u8(w->type, src + blk * bsz,
+							   4 * (L / 2) + k % 4)
+						: (q8 ? 0x80 : 0);
 			}
-			for (uint32_t k = 0; k < 32; k++)
-				p[k] = (uint8_t)(z[k] | z[k + 32] << 4);
-			memcpy(p + 32, d, 4);
+			memcpy(&d[0], src + b * bsz, 2);
+			if (b + 1 < nb)
+				memcpy(&d[1], src + (b + 1) * bsz, 2);
+			if (q8) {
+				memcpy(p, z, 64);
+				memcpy(p + 64, d, 4);
+			} else {
+				for (uint32_t k = 0; k < 32; k++)
+					p[k] = (uint8_t)(z[k] | z[k + 32] << 4);
+				memcpy(p + 32, d, 4);
+			}
 		}
 	}
 }

@@ -36,11 +36,11 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 		      size_t act_stride, uint32_t n, float *y, size_t y_stride,
 		      uint32_t r0, uint32_t r1);
 
-/* The repacked Q4_0 layout of the avx512vnni kernels (struct ops_mat's
- * `packed`): bytes per row, and the repacking of all of w's rows into
- * out (rows * ops_gemm__q4p_row_bytes(cols) bytes). Plain C. */
-size_t ops_gemm__q4p_row_bytes(uint32_t cols);
-void ops_gemm__pack_q4_0(const struct ops_mat *w, void *out);
+/* The repacked Q4_0 / Q8_0 layouts of the avx512vnni kernels (struct
+ * ops_mat's `packed`): bytes per row (0 for other types), and the
+ * repacking of all of w's rows into out (rows * that). Plain C. */
+size_t ops_gemm__packed_row_bytes(enum ggml_type t, uint32_t cols);
+void ops_gemm__pack(const struct ops_mat *w, void *out);
 
 /* Quantize one activation row to q8 blocks, bit-identical to the scalar
  * quantizer (amax / 127 scale, round half away from zero), no libm. */

@@ -267,7 +267,8 @@ static void check_matmul(enum ggml_type type, uint32_t rows, uint32_t cols,
 			struct ops_mat mp = m;
 
 			ck_assert_int_eq(ops_mat_pack(k, &m, &pk), 0);
-			if (!strcmp(k->name, "avx512vnni") && type == GGML_TYPE_Q4_0)
+			if (!strcmp(k->name, "avx512vnni") &&
+			    (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0))
 				ck_assert_ptr_nonnull(pk);
 			if (pk) {
 				mp.packed = pk;
