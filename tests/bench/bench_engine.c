@@ -1,8 +1,8 @@
 /* bench_engine.c - prefill and decode speed of the CPU engine, and decode
  * against the memory-bandwidth bound.
  *
- *   bench_engine [--quick] [--no-bound] [--only f32|f16|q8_0|q4_k|q6_k|...]
- *                [--model FILE]
+ *   bench_engine [--quick] [--no-bound] [--runs N] [--threads 1|2]
+ *                [--only f32|f16|q8_0|q4_k|q6_k|...] [--model FILE]
  *
  * Models: stories260K ($KVD_SHARED/models, when present) and a generated
  * ~100M-parameter llama (12 layers, dim 768, 12 heads, 4 KV heads, ff
@@ -50,8 +50,11 @@ static void *copy_main(void *p)
 }
 
 /* Bytes copied per second with `threads` threads each copying its share. */
-/* --no-bound: skip the copy-bandwidth measurement (bound and ratio 0) */
+/* --no-bound: skip the copy-bandwidth measurement (bound and ratio 0);
+ * --runs N: best of N runs (default 3); --threads T: that count only */
 static bool no_bound;
+static int n_runs = 3;
+static uint32_t only_threads;
 
 static double copy_bandwidth(uint32_t threads)
 {
@@ -174,10 +177,13 @@ static void bench_model(const char *label, const struct model *m,
 {
 	for (uint32_t th = 1; th <= 2; th++) {
 		struct result best = { 0 };
-		double bw = no_bound ? 0 : copy_bandwidth(th), bound;
+		double bw, bound;
 		int rc = 0;
 
-		for (int rep = 0; rep < 3 && !rc; rep++) {
+		if (only_threads && th != only_threads)
+			continue;
+		bw = no_bound ? 0 : copy_bandwidth(th);
+		for (int rep = 0; rep < (n_runs > 0 ? n_runs : 1) && !rc; rep++) {
 			struct result r = { 0 };
 
 			rc = run_model(m, th, n_prompt, n_decode, &r);
@@ -218,6 +224,10 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		else if (!strcmp(argv[i], "--no-bound"))
 			no_bound = true;
+		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+			n_runs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			only_threads = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--model") && i + 1 < argc)
 			file = argv[++i];
 	printf("%-22s %9s %9s %7s %12s %11s %9s %10s %7s %10s\n", "model", "params",
