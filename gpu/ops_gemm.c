@@ -48,8 +48,23 @@
 			      "avx512vl,avx512vnni")))
 #define OPS_TILE OPS_AVX512 static inline __attribute__((always_inline))
 
-/* Prefetch distance for weight streams (bytes ahead), as in ops_cpu.c. */
+/* Prefetch distance for weight streams (bytes ahead), as in ops_cpu.c:
+ * at least GEMM_PF, and a whole number of tiles (R rows of wb bytes), so
+ * that each of a tile's R row streams fetches its own row of a later
+ * tile (the rows of a tile lie back to back: a fixed 2 KiB would land
+ * inside the tile's next row, which its own stream is already reading). */
 #define GEMM_PF 2048
+
+static inline size_t gemm_pf(size_t wb, int R)
+{
+	size_t step = (size_t)R * wb, pf = step;
+
+	if (!step)
+		return GEMM_PF;
+	while (pf < GEMM_PF)
+		pf += step;
+	return pf;
+}
 /* Tile: rows x tokens. */
 #define GEMM_R 4
 #define GEMM_T 4
@@ -117,12 +132,13 @@ OPS_TILE void NAME(const uint8_t *w, size_t wb, const float *x, size_t xs,    \
 {                                                                              \
 	GEMM_EACH_R(GEMM_ACC_ROW, _mm512_setzero_ps())                         \
 	uint32_t j = 0;                                                        \
+	const size_t pf = gemm_pf(wb, R);                                      \
                                                                                \
 	for (; j + 16 <= n; j += 16) {                                         \
 		GEMM_EACH_T(GEMM_F_X, GEMM_XLOAD)                              \
 		GEMM_EACH_R(GEMM_F_ROW, LD(wr, j),                             \
 			    if ((j * ESZ) % 64 == 0)                           \
-				    _mm_prefetch((const char *)wr + j * ESZ + GEMM_PF, \
+				    _mm_prefetch((const char *)wr + j * ESZ + pf, \
 						 _MM_HINT_T0))                 \
 	}                                                                      \
 	if (j < n) {                                                           \
@@ -278,7 +294,7 @@ OPS_TILE __m512 wd2_q4p(const void *wp, uint32_t b, bool two)
 		__m512 wd;                                                   \
                                                                              \
 		if ((b * BSZ) % 64 < 2 * BSZ)                                \
-			_mm_prefetch((const char *)wr + b * BSZ + GEMM_PF,   \
+			_mm_prefetch((const char *)wr + b * BSZ + pf,        \
 				     _MM_HINT_T0);                           \
 		wq = LDW(wr, b, two);                                        \
 		wd = WD(wr, b, two);                                         \
@@ -316,6 +332,7 @@ OPS_TILE void NAME(const uint8_t *w, size_t wb,                               \
 {                                                                              \
 	GEMM_EACH_R(GEMM_ACC_ROW, _mm512_setzero_ps())                         \
 	uint32_t nb = n / OPS_QK;                                              \
+	const size_t pf = gemm_pf(wb, R);                                      \
 	const __m512i off = _mm512_set1_epi8((char)(OFF));                     \
                                                                                \
 	for (uint32_t b = 0; b < nb; b += 2) {                                 \
