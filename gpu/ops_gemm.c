@@ -48,23 +48,11 @@
 			      "avx512vl,avx512vnni")))
 #define OPS_TILE OPS_AVX512 static inline __attribute__((always_inline))
 
-/* Prefetch distance for weight streams (bytes ahead), as in ops_cpu.c:
- * at least GEMM_PF, and a whole number of tiles (R rows of wb bytes), so
- * that each of a tile's R row streams fetches its own row of a later
- * tile (the rows of a tile lie back to back: a fixed 2 KiB would land
- * inside the tile's next row, which its own stream is already reading). */
+/* Prefetch distance for weight streams (bytes ahead), as in ops_cpu.c;
+ * each row stream of a tile runs on into the next row of its quarter
+ * (GEMM_DRIVE), so a fixed distance ahead is that stream's own data. */
 #define GEMM_PF 2048
 
-static inline size_t gemm_pf(size_t wb, int R)
-{
-	size_t step = (size_t)R * wb, pf = step;
-
-	if (!step)
-		return GEMM_PF;
-	while (pf < GEMM_PF)
-		pf += step;
-	return pf;
-}
 /* Tile: rows x tokens. */
 #define GEMM_R 4
 #define GEMM_T 4
@@ -103,7 +91,7 @@ OPS_TILE __m512 ldw_f16_tail(const void *w, uint32_t j, __mmask16 m)
 	a##r##2 = INIT, a##r##3 = INIT;
 #define GEMM_STORE1(t, r)                                                    \
 	if (T > t)                                                           \
-		y[(size_t)t * ys + r] = _mm512_reduce_add_ps(a##r##t);
+		y[(size_t)t * ys + (size_t)r * yr] = _mm512_reduce_add_ps(a##r##t);
 #define GEMM_STORE_ROW(r, _)                                                 \
 	if (R > r) {                                                         \
 		GEMM_EACH_T(GEMM_STORE1, r)                                  \
@@ -128,11 +116,12 @@ OPS_TILE __m512 ldw_f16_tail(const void *w, uint32_t j, __mmask16 m)
  * w + r * wb bytes, tokens at x + t * xs floats; ESZ bytes per weight. */
 #define GEMM_TILE_F(NAME, LD, LDT, ESZ)                                        \
 OPS_TILE void NAME(const uint8_t *w, size_t wb, const float *x, size_t xs,    \
-		   uint32_t n, float *y, size_t ys, const int R, const int T)  \
+		   uint32_t n, float *y, size_t ys, size_t yr, const int R,    \
+		   const int T)                                                \
 {                                                                              \
 	GEMM_EACH_R(GEMM_ACC_ROW, _mm512_setzero_ps())                         \
 	uint32_t j = 0;                                                        \
-	const size_t pf = gemm_pf(wb, R);                                      \
+	const size_t pf = GEMM_PF;                                             \
                                                                                \
 	for (; j + 16 <= n; j += 16) {                                         \
 		GEMM_EACH_T(GEMM_F_X, GEMM_XLOAD)                              \
@@ -328,11 +317,11 @@ OPS_TILE __m512 wd2_q8p(const void *wp, uint32_t b, bool two)
 #define GEMM_TILE_Q(NAME, LDW, WD, BSZ, OFF, XPERM, XPAIR)                     \
 OPS_TILE void NAME(const uint8_t *w, size_t wb,                               \
 		   const struct ops_block_q8_act *x, size_t xs, uint32_t n,    \
-		   float *y, size_t ys, const int R, const int T)              \
+		   float *y, size_t ys, size_t yr, const int R, const int T)   \
 {                                                                              \
 	GEMM_EACH_R(GEMM_ACC_ROW, _mm512_setzero_ps())                         \
 	uint32_t nb = n / OPS_QK;                                              \
-	const size_t pf = gemm_pf(wb, R);                                      \
+	const size_t pf = GEMM_PF;                                             \
 	const __m512i off = _mm512_set1_epi8((char)(OFF));                     \
                                                                                \
 	for (uint32_t b = 0; b < nb; b += 2) {                                 \
@@ -356,17 +345,17 @@ GEMM_TILE_Q(tile_q4p, ldw2_q4p, wd2_q4p, 18, 8, q4_interleave, alt_ps)
 #define GEMM_SHAPES(TILE, XT)                                                  \
 OPS_AVX512 static void TILE##_shape(const uint8_t *w, size_t wb, const XT *x, \
 				    size_t xs, uint32_t n, float *y,           \
-				    size_t ys, int R, int T)                   \
+				    size_t ys, size_t yr, int R, int T)        \
 {                                                                              \
 	switch (R * 8 + T) {                                                   \
-	case 4 * 8 + 4: TILE(w, wb, x, xs, n, y, ys, 4, 4); break;             \
-	case 4 * 8 + 3: TILE(w, wb, x, xs, n, y, ys, 4, 3); break;             \
-	case 4 * 8 + 2: TILE(w, wb, x, xs, n, y, ys, 4, 2); break;             \
-	case 4 * 8 + 1: TILE(w, wb, x, xs, n, y, ys, 4, 1); break;             \
-	case 1 * 8 + 4: TILE(w, wb, x, xs, n, y, ys, 1, 4); break;             \
-	case 1 * 8 + 3: TILE(w, wb, x, xs, n, y, ys, 1, 3); break;             \
-	case 1 * 8 + 2: TILE(w, wb, x, xs, n, y, ys, 1, 2); break;             \
-	default: TILE(w, wb, x, xs, n, y, ys, 1, 1); break;                    \
+	case 4 * 8 + 4: TILE(w, wb, x, xs, n, y, ys, yr, 4, 4); break;             \
+	case 4 * 8 + 3: TILE(w, wb, x, xs, n, y, ys, yr, 4, 3); break;             \
+	case 4 * 8 + 2: TILE(w, wb, x, xs, n, y, ys, yr, 4, 2); break;             \
+	case 4 * 8 + 1: TILE(w, wb, x, xs, n, y, ys, yr, 4, 1); break;             \
+	case 1 * 8 + 4: TILE(w, wb, x, xs, n, y, ys, yr, 1, 4); break;             \
+	case 1 * 8 + 3: TILE(w, wb, x, xs, n, y, ys, yr, 1, 3); break;             \
+	case 1 * 8 + 2: TILE(w, wb, x, xs, n, y, ys, yr, 1, 2); break;             \
+	default: TILE(w, wb, x, xs, n, y, ys, yr, 1, 1); break;                    \
 	}                                                                      \
 }
 
@@ -381,7 +370,7 @@ float ops_gemm__dot_f32(const float *w, const float *x, uint32_t n)
 {
 	float y;
 
-	tile_f32_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1);
+	tile_f32_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1, 1);
 	return y;
 }
 
@@ -389,7 +378,7 @@ float ops_gemm__dot_f16(const uint16_t *w, const float *x, uint32_t n)
 {
 	float y;
 
-	tile_f16_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1);
+	tile_f16_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1, 1);
 	return y;
 }
 
@@ -398,7 +387,7 @@ float ops_gemm__dot_q8_0(const struct ops_block_q8_0 *w,
 {
 	float y;
 
-	tile_q8_0_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1);
+	tile_q8_0_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1, 1);
 	return y;
 }
 
@@ -407,42 +396,49 @@ float ops_gemm__dot_q4_0(const struct ops_block_q4_0 *w,
 {
 	float y;
 
-	tile_q4_0_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1);
+	tile_q4_0_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1, 1);
 	return y;
 }
 
 void ops_gemm__dot3_f32(const float *w, const float *x, size_t xs,
 			uint32_t n, float *out)
 {
-	tile_f32_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 3);
+	tile_f32_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
 }
 
 void ops_gemm__dot3_f16(const uint16_t *w, const float *x, size_t xs,
 			uint32_t n, float *out)
 {
-	tile_f16_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 3);
+	tile_f16_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
 }
 
 void ops_gemm__dot3_q8_0(const struct ops_block_q8_0 *w,
 			 const struct ops_block_q8_act *x, size_t xs,
 			 uint32_t n, float *out)
 {
-	tile_q8_0_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 3);
+	tile_q8_0_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
 }
 
 void ops_gemm__dot3_q4_0(const struct ops_block_q4_0 *w,
 			 const struct ops_block_q8_act *x, size_t xs,
 			 uint32_t n, float *out)
 {
-	tile_q4_0_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 3);
+	tile_q4_0_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
 }
 
-/* Rows [r0, r1) four at a time (the last one or three alone), and for each
- * row block all n tokens four at a time. */
+/* Rows [r0, r1): a tile takes one row from each quarter of the range
+ * (rows r0 + k + m q, m < 4, q = (r1 - r0) / 4), so that each of its four
+ * row streams runs on through consecutive rows, tile after tile - one
+ * long sequential stream per quarter, which the hardware prefetchers
+ * follow and the software prefetch runs ahead in (adjacent rows would
+ * start four short streams at every tile). The last (r1 - r0) % 4 rows
+ * go alone. For each row tile, all n tokens four at a time. */
 #define GEMM_DRIVE(SHAPE, XT, XSTRIDE, DATA, RB)                               \
 	do {                                                                   \
+		uint32_t q = (r1 - r0) / GEMM_R;                               \
+                                                                               \
 		for (uint32_t r = r0; r < r1;) {                               \
-			int R = r1 - r >= GEMM_R ? GEMM_R : 1;                 \
+			bool tile = r < r0 + q;                                \
 			const uint8_t *wr = (const uint8_t *)(DATA) +          \
 					    (size_t)r * (RB);                  \
                                                                                \
@@ -451,10 +447,12 @@ void ops_gemm__dot3_q4_0(const struct ops_block_q4_0 *w,
 				const XT *xi = (const XT *)(const void *)      \
 					((const uint8_t *)act + (size_t)i * act_stride); \
                                                                                \
-				SHAPE(wr, RB, xi, XSTRIDE, w->cols,            \
-				      y + (size_t)i * y_stride + r, y_stride, R, T); \
+				SHAPE(wr, tile ? (size_t)q * (RB) : (RB), xi,  \
+				      XSTRIDE, w->cols,                        \
+				      y + (size_t)i * y_stride + r, y_stride,  \
+				      tile ? q : 1, tile ? GEMM_R : 1, T);     \
 			}                                                      \
-			r += (uint32_t)R;                                      \
+			r = r + 1 == r0 + q ? r0 + q * GEMM_R : r + 1;         \
 		}                                                              \
 	} while (0)
 
