@@ -33,6 +33,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -567,8 +568,14 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 		size_t n = (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
 		void *p = NULL;
 
-		if (posix_memalign(&p, 64, n ? n : 64))
+		/* 2 MiB aligned and huge pages asked for (advice only): one
+		 * fault per 2 MiB instead of per 4 KiB while packing, and
+		 * fewer TLB misses while decoding streams it */
+		if (posix_memalign(&p, (size_t)2 << 20, n ? n : 64))
 			return -ENOMEM;
+#ifdef MADV_HUGEPAGE
+		(void)madvise(p, n, MADV_HUGEPAGE);
+#endif
 		ops_gemm__pack(w, p);
 		*out = p;
 	}

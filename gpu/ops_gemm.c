@@ -231,7 +231,7 @@ OPS_TILE __m512 wd2_q4_0(const void *wp, uint32_t b, bool two)
 	return alt_ps(_cvtsh_ss(w[0].d), two ? _cvtsh_ss(w[1].d) : 0.0f);
 }
 
-/* Repacked Q4_0 (ops_gemm__pack_q4_0): per pair of blocks 32 bytes whose
+/* Repacked Q4_0 (ops_gemm__pack): per pair of blocks 32 bytes whose
  * low nibbles are zmm bytes 0..31 and high nibbles bytes 32..63 of the
  * interleaved arrangement, then the two scales (halves); 36 bytes, the
  * same as two file blocks. One 256-bit broadcast, one masked shift, one
@@ -504,16 +504,11 @@ size_t ops_gemm__packed_row_bytes(enum ggml_type t, uint32_t cols)
 	return 0;
 }
 
-/* Element e (0..31) of a file block, offset to unsigned as the kernels
- * take it (Q4_0: the stored nibble, w + 8; Q8_0: w + 128). */
-static uint8_t block_u8(enum ggml_type t, const uint8_t *blk, uint32_t e)
-{
-	if (t == GGML_TYPE_Q8_0)
-		return (uint8_t)(blk[2 + e] ^ 0x80);
-	return e < 16 ? blk[2 + e] & 0x0f : blk[2 + e - 16] >> 4;
-}
-
-void ops_gemm__pack(const struct ops_mat *w, void *out)
+/* Each block pair through the kernels' own file-layout loaders (which
+ * already offset and interleave), stored: Q8_0 as the 64 lane bytes,
+ * Q4_0 as lane byte k in the low nibble of byte k % 32 and byte k + 32 in
+ * its high nibble; then the two half scales (0 for an absent block). */
+OPS_AVX512 void ops_gemm__pack(const struct ops_mat *w, void *out)
 {
 	bool q8 = w->type == GGML_TYPE_Q8_0;
 	uint32_t nb = w->cols / OPS_QK;
@@ -527,27 +522,22 @@ void ops_gemm__pack(const struct ops_mat *w, void *out)
 
 		for (uint32_t b = 0; b < nb; b += 2) {
 			uint8_t *p = dst + (size_t)(b / 2) * pair;
-			uint8_t z[64];
+			bool two = b + 1 < nb;
 			uint16_t d[2] = { 0, 0 };
 
-			/* zmm byte k: lane L = k / 4, block b + L % 2,
-			 * element 4 (L / 2) + k % 4 (an absent block: w = 0) */
-			for (uint32_t k = 0; k < 64; k++) {
-				uint32_t L = k / 4, blk = b + L % 2;
-
-				z[k] = blk < nb ? block_u8(w->type, src + blk * bsz,
-							   4 * (L / 2) + k % 4)
-						: (q8 ? 0x80 : 0);
-			}
 			memcpy(&d[0], src + b * bsz, 2);
-			if (b + 1 < nb)
+			if (two)
 				memcpy(&d[1], src + (b + 1) * bsz, 2);
 			if (q8) {
-				memcpy(p, z, 64);
+				_mm512_storeu_si512(p, ldw2_q8_0(src, b, two));
 				memcpy(p + 64, d, 4);
 			} else {
-				for (uint32_t k = 0; k < 32; k++)
-					p[k] = (uint8_t)(z[k] | z[k + 32] << 4);
+				__m512i v = ldw2_q4_0(src, b, two);
+				__m256i lo = _mm512_castsi512_si256(v);
+				__m256i hi = _mm512_extracti64x4_epi64(v, 1);
+
+				_mm256_storeu_si256((__m256i *)p,
+					_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
 				memcpy(p + 32, d, 4);
 			}
 		}

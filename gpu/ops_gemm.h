@@ -38,7 +38,7 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 
 /* The repacked Q4_0 / Q8_0 layouts of the avx512vnni kernels (struct
  * ops_mat's `packed`): bytes per row (0 for other types), and the
- * repacking of all of w's rows into out (rows * that). Plain C. */
+ * repacking of all of w's rows into out (rows * that). */
 size_t ops_gemm__packed_row_bytes(enum ggml_type t, uint32_t cols);
 void ops_gemm__pack(const struct ops_mat *w, void *out);
 
