@@ -426,6 +426,25 @@ void ops_gemm__dot3_q4_0(const struct ops_block_q4_0 *w,
 	tile_q4_0_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
 }
 
+/* Prefill: while a row tile works through its token blocks (in L1), the
+ * next tile's rows (row nr of each quarter, q apart) are fetched from
+ * memory a slice per token block, so the next tile finds them in cache
+ * and the weight stream overlaps the arithmetic. */
+static inline void gemm_prefetch_next(const uint8_t *data, size_t rb,
+				      uint32_t nr, uint32_t q, uint32_t blk,
+				      uint32_t n_blk)
+{
+	size_t sl = ((rb + n_blk - 1) / n_blk + 63) & ~(size_t)63;
+	size_t lo = (size_t)blk * sl, hi = lo + sl < rb ? lo + sl : rb;
+
+	for (int m = 0; m < GEMM_R; m++) {
+		const uint8_t *row = data + (size_t)(nr + (uint32_t)m * q) * rb;
+
+		for (size_t o = lo; o < hi; o += 64)
+			__builtin_prefetch(row + o, 0, 3);
+	}
+}
+
 /* Rows [r0, r1): a tile takes one row from each quarter of the range
  * (rows r0 + k + m q, m < 4, q = (r1 - r0) / 4), so that each of its four
  * row streams runs on through consecutive rows, tile after tile - one
@@ -447,6 +466,10 @@ void ops_gemm__dot3_q4_0(const struct ops_block_q4_0 *w,
 				const XT *xi = (const XT *)(const void *)      \
 					((const uint8_t *)act + (size_t)i * act_stride); \
                                                                                \
+				if (tile && n > GEMM_T && r + 1 < r0 + q)      \
+					gemm_prefetch_next((const uint8_t *)(DATA), (RB), \
+							   r + 1, q, i / GEMM_T,  \
+							   (n + GEMM_T - 1) / GEMM_T); \
 				SHAPE(wr, tile ? (size_t)q * (RB) : (RB), xi,  \
 				      XSTRIDE, w->cols,                        \
 				      y + (size_t)i * y_stride + r, y_stride,  \
