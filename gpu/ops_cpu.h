@@ -12,7 +12,9 @@
  * never depends on how a caller splits work across threads or tokens;
  * only the table (scalar vs SIMD) may change the last bits.
  *
- * Weights are used where they lie (the GGUF mapping); activations are
+ * Weights are used where they lie (the GGUF mapping), or in a copy a
+ * table lays out for itself (ops_mat_pack: Q4_0/Q8_0 for avx512vnni,
+ * same bits); activations are
  * "prepared" once per row for the weight type: F32/F16 weights take F32
  * rows as they are, Q8_0/Q4_0 weights take rows quantized to q8 blocks
  * (ops_act_prepare), and K-quant weights (Q2_K..Q6_K, ops_kq.h) take rows
