@@ -21,14 +21,17 @@
  *     x += (silu(hb) * hb2) Wdown
  *   logits = (rmsnorm(x) * output_norm) Wout   for the rows asked for
  *
- * Threads: only matmuls and attention are spread over the pool, and only
- * by output rows / (token, head) units, so every value is computed by one
- * thread in one fixed order: results do not depend on the thread count or
- * on what else is in the batch. The small elementwise steps run on the
- * calling thread (workers spin briefly meanwhile).
+ * Threads: matmuls are spread over the pool by output rows, attention by
+ * (token, head) units, and the per-token steps between them (residual
+ * adds, norms, SwiGLU, activation quantization, biases, RoPE and the K/V
+ * store) by tokens, so every value is computed by one thread in one
+ * fixed order: results do not depend on the thread count or on what else
+ * is in the batch. A step too small to pay for waking the workers (a
+ * decode step's per-token work) runs on the calling thread.
  *
  * Activations for quantized weights are quantized once per row per
- * sublayer input (shared by Q, K, V and by gate, up).
+ * sublayer input (shared by Q, K, V and by gate, up), right after the
+ * step that produced the row, in the same per-token pass.
  */
 #include "gpu/backend.h"
 
@@ -48,6 +51,11 @@
 struct cpu_ctx {
 	const struct model *m;
 	const struct ops_kernels *k;
+	/* the model's layers and output head as this backend multiplies
+	 * them: the same weights, with `packed` set where the kernel table
+	 * has a layout of its own (ops_mat_pack; those copies owned here) */
+	struct model_layer *layers; /* (n_layer) */
+	struct ops_mat output;
 	struct threadpool *tp;
 	uint32_t max_tokens;
 	uint32_t max_ctx;
@@ -71,7 +79,7 @@ struct cpu_ctx {
 	uint8_t *aq[OPS_ACT_CLASSES];
 	size_t aq_stride[OPS_ACT_CLASSES];
 	float *scores;            /* (threads, max_ctx) attention scratch */
-	float *cs;                /* (rope_dim) cos/sin table */
+	float *cs;                /* (threads, rope_dim) cos/sin tables */
 	struct ops_kv_view *views; /* (max_tokens) per sequence, current layer */
 };
 
@@ -120,13 +128,15 @@ static void mm_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t thread
 	}
 }
 
-/* The input rows x (n, cols) as weight w reads them: the f32 rows
- * themselves, or their quantization for w's activation class (made once
- * per class, into ctx->aq[class], when that bit of *quantized is clear:
- * parts of one job may mix classes, e.g. Q4_0 next to Q6_K). */
+/* The input rows x (cols wide) as weight w reads them: the f32 rows
+ * themselves, or their quantization for w's activation class in
+ * ctx->aq[class], which the caller then makes once per class with a
+ * tok_job (bit `class` of *need set, the type noted in qtype; parts of one
+ * job may mix classes, e.g. Q4_0 next to Q6_K). */
 static void mm_bind(struct cpu_ctx *c, struct mm_part *p,
-		    const struct ops_mat *w, const float *x, uint32_t n,
-		    uint32_t cols, unsigned *quantized, float *y, size_t y_stride)
+		    const struct ops_mat *w, const float *x, uint32_t cols,
+		    unsigned *need, enum ggml_type *qtype, float *y,
+		    size_t y_stride)
 {
 	int cls = ops_act_class(w->type);
 
@@ -138,12 +148,8 @@ static void mm_bind(struct cpu_ctx *c, struct mm_part *p,
 		p->act_stride = (size_t)cols * sizeof(float);
 		return;
 	}
-	if (!(*quantized & (1u << cls))) {
-		for (uint32_t i = 0; i < n; i++)
-			ops_act_prepare(w->type, x + (size_t)i * cols, cols,
-					c->aq[cls] + c->aq_stride[cls] * i);
-		*quantized |= 1u << cls;
-	}
+	*need |= 1u << cls;
+	qtype[cls] = w->type;
 	p->act = c->aq[cls];
 	p->act_stride = c->aq_stride[cls];
 }
@@ -164,6 +170,83 @@ static void mm_go(struct cpu_ctx *c, struct mm_job *j)
 		mm_run(j, 0, 1, 0);
 	else
 		threadpool_run(c->tp, mm_run, j, tp_chunks(c, j->rows));
+}
+
+/* ---- per-token job: the elementwise steps, tokens split --------------- */
+
+/* For each token i, in this order, each step only when its field is set:
+ *   add_to[i] += add_from[i]                    (add_cols)
+ *   norm_out[i] = rmsnorm(norm_x[i]) * g        (cols)
+ *   glu_a[i] = silu(glu_a[i]) * glu_b[i]        (glu_cols)
+ *   aq[class][i] = prepare(q_src[i]) for each class in q_mask (q_cols)
+ *   biases, head norms, RoPE, K/V store         (qkv: layer L of batch b)
+ * Rows are (n, their cols) with the cols as strides. */
+struct tok_job {
+	struct cpu_ctx *c;
+	uint32_t n;
+	float *add_to;
+	const float *add_from;
+	uint32_t add_cols;
+	const float *norm_x;
+	float *norm_out;
+	const float *g;
+	uint32_t cols;
+	float *glu_a;
+	const float *glu_b;
+	uint32_t glu_cols;
+	const float *q_src;
+	uint32_t q_cols;
+	unsigned q_mask;
+	enum ggml_type qtype[OPS_ACT_CLASSES];
+	const struct backend_batch *qkv_b;
+	const struct model_layer *qkv_L;
+};
+
+static void cpu_qkv_finish(struct cpu_ctx *c, const struct backend_batch *b,
+			   const struct model_layer *L, uint32_t i, float *cs);
+
+static void tok_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t thread)
+{
+	struct tok_job *j = arg;
+	struct cpu_ctx *c = j->c;
+	float eps = c->m->hp.norm_eps;
+	uint32_t b, e;
+
+	threadpool_split(j->n, chunk, n_chunks, &b, &e);
+	for (uint32_t i = b; i < e; i++) {
+		if (j->add_to) {
+			float *y = j->add_to + (size_t)i * j->add_cols;
+			const float *x = j->add_from + (size_t)i * j->add_cols;
+
+			for (uint32_t k = 0; k < j->add_cols; k++)
+				y[k] += x[k];
+		}
+		if (j->g)
+			ops_rmsnorm(j->norm_out + (size_t)i * j->cols,
+				    j->norm_x + (size_t)i * j->cols, j->g, j->cols, eps);
+		if (j->glu_a)
+			ops_swiglu(j->glu_a + (size_t)i * j->glu_cols,
+				   j->glu_b + (size_t)i * j->glu_cols, j->glu_cols);
+		for (int cls = 1; cls < OPS_ACT_CLASSES; cls++)
+			if (j->q_mask & (1u << cls))
+				ops_act_prepare(j->qtype[cls], j->q_src + (size_t)i * j->q_cols,
+						j->q_cols, c->aq[cls] + c->aq_stride[cls] * i);
+		if (j->qkv_L)
+			cpu_qkv_finish(c, j->qkv_b, j->qkv_L, i,
+				       c->cs + (size_t)thread * c->m->hp.rope_dim);
+	}
+}
+
+/* Values touched per token below which the steps run on this thread. */
+#define TOK_INLINE_WORK (1u << 14)
+
+static void tok_go(struct cpu_ctx *c, struct tok_job *j, uint32_t per_token)
+{
+	j->c = c;
+	if ((uint64_t)j->n * per_token < TOK_INLINE_WORK || j->n == 1)
+		tok_run(j, 0, 1, 0);
+	else
+		threadpool_run(c->tp, tok_run, j, tp_chunks(c, j->n));
 }
 
 /* ---- attention job: (token, head) units split across threads -------- */
@@ -237,9 +320,10 @@ static void norm_heads(float *x, const float *g, uint32_t n_heads,
 }
 
 /* The per-token steps between the Q/K/V matmuls and attention: biases,
- * head norms, RoPE, and the K/V store. */
+ * head norms, RoPE (cs: this thread's (rope_dim) table), and the K/V
+ * store. */
 static void cpu_qkv_finish(struct cpu_ctx *c, const struct backend_batch *b,
-			   const struct model_layer *L, uint32_t i)
+			   const struct model_layer *L, uint32_t i, float *cs)
 {
 	const struct llama_hparams *hp = &c->m->hp;
 	uint32_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
@@ -255,38 +339,42 @@ static void cpu_qkv_finish(struct cpu_ctx *c, const struct backend_batch *b,
 		norm_heads(qi, L->q_norm, hp->n_head, hp->head_dim, hp->norm_eps);
 		norm_heads(ki, L->k_norm, hp->n_head_kv, hp->head_dim, hp->norm_eps);
 	}
-	ops_rope_table(c->cs, b->pos[i], hp->rope_dim, hp->rope_freq_base,
+	ops_rope_table(cs, b->pos[i], hp->rope_dim, hp->rope_freq_base,
 		       hp->rope_freq_scale);
 	if (hp->rope_mode == LLAMA_ROPE_NEOX) {
-		ops_rope_apply_neox(qi, hp->n_head, hp->head_dim, hp->rope_dim, c->cs);
-		ops_rope_apply_neox(ki, hp->n_head_kv, hp->head_dim, hp->rope_dim, c->cs);
+		ops_rope_apply_neox(qi, hp->n_head, hp->head_dim, hp->rope_dim, cs);
+		ops_rope_apply_neox(ki, hp->n_head_kv, hp->head_dim, hp->rope_dim, cs);
 	} else {
-		ops_rope_apply(qi, hp->n_head, hp->head_dim, hp->rope_dim, c->cs);
-		ops_rope_apply(ki, hp->n_head_kv, hp->head_dim, hp->rope_dim, c->cs);
+		ops_rope_apply(qi, hp->n_head, hp->head_dim, hp->rope_dim, cs);
+		ops_rope_apply(ki, hp->n_head_kv, hp->head_dim, hp->rope_dim, cs);
 	}
 	ops_kv_store(c->k, &c->views[b->seq[i]], b->pos[i], ki, vi);
 }
 
+/* One layer. The residual add that ends the layer is left to the next
+ * per-token pass (the next layer's attention norm, or the final norm):
+ * on return x is missing + xb. */
 static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 		      uint32_t l)
 {
 	const struct llama_hparams *hp = &c->m->hp;
-	const struct model_layer *L = &c->m->layers[l];
+	const struct model_layer *L = &c->layers[l];
 	uint32_t n = b->n_tokens, e = hp->n_embd;
 	uint32_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
 	struct mm_job mm;
 	struct att_job aj = { .c = c, .b = b };
-	unsigned quant;
+	struct tok_job tj;
 
-	/* attention block */
-	for (uint32_t i = 0; i < n; i++)
-		ops_rmsnorm(c->xb + (size_t)i * e, c->x + (size_t)i * e,
-			    L->attn_norm, e, hp->norm_eps);
-	quant = 0;
+	/* attention block (first: the previous layer's residual) */
 	mm = (struct mm_job){ .n = n, .n_parts = 3 };
-	mm_bind(c, &mm.p[0], &L->wq, c->xb, n, e, &quant, c->q, qd);
-	mm_bind(c, &mm.p[1], &L->wk, c->xb, n, e, &quant, c->kb, kvd);
-	mm_bind(c, &mm.p[2], &L->wv, c->xb, n, e, &quant, c->vb, kvd);
+	tj = (struct tok_job){ .n = n, .norm_x = c->x, .norm_out = c->xb,
+			       .g = L->attn_norm, .cols = e, .q_src = c->xb, .q_cols = e };
+	if (l > 0)
+		tj.add_to = c->x, tj.add_from = c->xb, tj.add_cols = e;
+	mm_bind(c, &mm.p[0], &L->wq, c->xb, e, &tj.q_mask, tj.qtype, c->q, qd);
+	mm_bind(c, &mm.p[1], &L->wk, c->xb, e, &tj.q_mask, tj.qtype, c->kb, kvd);
+	mm_bind(c, &mm.p[2], &L->wv, c->xb, e, &tj.q_mask, tj.qtype, c->vb, kvd);
+	tok_go(c, &tj, 3 * e);
 	mm_go(c, &mm);
 
 	for (uint32_t s = 0; s < b->n_seqs; s++)
@@ -294,38 +382,36 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 			.pages = b->seqs[s].pages, .page_tokens = c->page_tokens,
 			.kv_dim = kvd, .dtype = c->dtype,
 			.k_off = c->k_off[l], .v_off = c->v_off[l] };
-	for (uint32_t i = 0; i < n; i++)
-		cpu_qkv_finish(c, b, L, i);
+	tj = (struct tok_job){ .n = n, .qkv_b = b, .qkv_L = L };
+	tok_go(c, &tj, qd + 2 * kvd);
 	if ((uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim < MM_INLINE_WORK)
 		att_run(&aj, 0, 1, 0);
 	else
 		threadpool_run(c->tp, att_run, &aj, tp_chunks(c, n * hp->n_head));
 
-	quant = 0;
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };
-	mm_bind(c, &mm.p[0], &L->wo, c->att, n, qd, &quant, c->xb, e);
+	tj = (struct tok_job){ .n = n, .q_src = c->att, .q_cols = qd };
+	mm_bind(c, &mm.p[0], &L->wo, c->att, qd, &tj.q_mask, tj.qtype, c->xb, e);
+	if (tj.q_mask)
+		tok_go(c, &tj, qd);
 	mm_go(c, &mm);
-	for (size_t j = 0; j < (size_t)n * e; j++)
-		c->x[j] += c->xb[j];
 
 	/* feed-forward block */
-	for (uint32_t i = 0; i < n; i++)
-		ops_rmsnorm(c->xb + (size_t)i * e, c->x + (size_t)i * e,
-			    L->ffn_norm, e, hp->norm_eps);
-	quant = 0;
 	mm = (struct mm_job){ .n = n, .n_parts = 2 };
-	mm_bind(c, &mm.p[0], &L->w_gate, c->xb, n, e, &quant, c->hb, hp->n_ff);
-	mm_bind(c, &mm.p[1], &L->w_up, c->xb, n, e, &quant, c->hb2, hp->n_ff);
+	tj = (struct tok_job){ .n = n, .add_to = c->x, .add_from = c->xb,
+			       .add_cols = e, .norm_x = c->x, .norm_out = c->xb,
+			       .g = L->ffn_norm, .cols = e, .q_src = c->xb, .q_cols = e };
+	mm_bind(c, &mm.p[0], &L->w_gate, c->xb, e, &tj.q_mask, tj.qtype, c->hb, hp->n_ff);
+	mm_bind(c, &mm.p[1], &L->w_up, c->xb, e, &tj.q_mask, tj.qtype, c->hb2, hp->n_ff);
+	tok_go(c, &tj, 4 * e);
 	mm_go(c, &mm);
-	for (uint32_t i = 0; i < n; i++)
-		ops_swiglu(c->hb + (size_t)i * hp->n_ff, c->hb2 + (size_t)i * hp->n_ff,
-			   hp->n_ff);
-	quant = 0;
+
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };
-	mm_bind(c, &mm.p[0], &L->w_down, c->hb, n, hp->n_ff, &quant, c->xb, e);
+	tj = (struct tok_job){ .n = n, .glu_a = c->hb, .glu_b = c->hb2,
+			       .glu_cols = hp->n_ff, .q_src = c->hb, .q_cols = hp->n_ff };
+	mm_bind(c, &mm.p[0], &L->w_down, c->hb, hp->n_ff, &tj.q_mask, tj.qtype, c->xb, e);
+	tok_go(c, &tj, 8 * hp->n_ff);
 	mm_go(c, &mm);
-	for (size_t j = 0; j < (size_t)n * e; j++)
-		c->x[j] += c->xb[j];
 }
 
 static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
@@ -334,7 +420,7 @@ static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
 	const struct llama_hparams *hp = &c->m->hp;
 	uint32_t e = hp->n_embd;
 	struct mm_job mm;
-	unsigned quant = 0;
+	struct tok_job tj;
 	int rc;
 
 	rc = cpu_check_batch(c, b);
@@ -345,6 +431,12 @@ static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
 				c->x + (size_t)i * e);
 	for (uint32_t l = 0; l < hp->n_layer; l++)
 		cpu_layer(c, b, l);
+	/* the last layer's residual */
+	if (hp->n_layer > 0) {
+		tj = (struct tok_job){ .n = b->n_tokens, .add_to = c->x,
+				       .add_from = c->xb, .add_cols = e };
+		tok_go(c, &tj, e);
+	}
 	if (b->n_out == 0)
 		return 0;
 	/* xb: (n_out, n_embd) final-normed rows that want logits */
@@ -352,8 +444,11 @@ static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
 		ops_rmsnorm(c->xb + (size_t)j * e, c->x + (size_t)b->out[j] * e,
 			    c->m->output_norm, e, hp->norm_eps);
 	mm = (struct mm_job){ .n = b->n_out, .n_parts = 1 };
-	mm_bind(c, &mm.p[0], &c->m->output, c->xb, b->n_out, e, &quant,
+	tj = (struct tok_job){ .n = b->n_out, .q_src = c->xb, .q_cols = e };
+	mm_bind(c, &mm.p[0], &c->output, c->xb, e, &tj.q_mask, tj.qtype,
 		logits, hp->n_vocab);
+	if (tj.q_mask)
+		tok_go(c, &tj, e);
 	mm_go(c, &mm);
 	return 0;
 }
@@ -365,6 +460,17 @@ static void cpu_free(void *ctx)
 	if (!c)
 		return;
 	threadpool_free(c->tp);
+	if (c->layers)
+		for (uint32_t l = 0; l < c->m->hp.n_layer; l++) {
+			struct model_layer *L = &c->layers[l];
+			struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+						   &L->w_gate, &L->w_up, &L->w_down };
+
+			for (size_t i = 0; i < KVD_ARRAY_SIZE(mats); i++)
+				free((void *)mats[i]->packed);
+		}
+	free(c->layers);
+	free((void *)c->output.packed);
 	free(c->k_off);
 	free(c->v_off);
 	free(c->x);
@@ -388,6 +494,34 @@ static const struct backend_ops cpu_ops = {
 	.forward = cpu_forward,
 	.free = cpu_free,
 };
+
+/* c->layers and c->output: the model's, each matrix packed for the
+ * kernel table where it has a layout of its own. */
+static int cpu_bind_weights(struct cpu_ctx *c)
+{
+	const struct model *m = c->m;
+	int rc = 0;
+
+	c->layers = calloc(m->hp.n_layer ? m->hp.n_layer : 1, sizeof(*c->layers));
+	if (!c->layers)
+		return -ENOMEM;
+	c->output = m->output;
+	c->output.packed = NULL;
+	for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+		struct model_layer *L = &c->layers[l];
+		struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+					   &L->w_gate, &L->w_up, &L->w_down };
+
+		*L = m->layers[l];
+		for (size_t i = 0; i < KVD_ARRAY_SIZE(mats); i++)
+			mats[i]->packed = NULL;
+		for (size_t i = 0; i < KVD_ARRAY_SIZE(mats) && !rc; i++)
+			rc = ops_mat_pack(c->k, mats[i], (void **)&mats[i]->packed);
+		if (rc)
+			return rc;
+	}
+	return ops_mat_pack(c->k, &c->output, (void **)&c->output.packed);
+}
 
 static void *alloc_f32(size_t rows, size_t cols)
 {
@@ -433,13 +567,18 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 	c->aq[1] = calloc(T, c->aq_stride[1]);
 	c->aq[2] = calloc(T, c->aq_stride[2]);
 	c->scores = alloc_f32(p->threads, p->max_ctx);
-	c->cs = alloc_f32(hp->rope_dim, 1);
+	c->cs = alloc_f32(p->threads, hp->rope_dim);
 	c->views = calloc(T, sizeof(*c->views));
 	if (!c->k_off || !c->v_off || !c->x || !c->xb || !c->q || !c->kb ||
 	    !c->vb || !c->att || !c->hb || !c->hb2 || !c->aq[1] || !c->aq[2] || !c->scores ||
 	    !c->cs || !c->views) {
 		cpu_free(c);
 		return -ENOMEM;
+	}
+	rc = cpu_bind_weights(c);
+	if (rc) {
+		cpu_free(c);
+		return rc;
 	}
 	memcpy(c->k_off, kv->k_off, hp->n_layer * sizeof(*c->k_off));
 	memcpy(c->v_off, kv->v_off, hp->n_layer * sizeof(*c->v_off));

@@ -5,14 +5,17 @@
  * Kernels come in tables (struct ops_kernels): one scalar table that runs
  * everywhere and, on x86-64, one AVX2+FMA+F16C table, one "avx512"
  * table (the AVX2 one with AVX-512 K-quant dots) and one "avx512vnni"
- * (the same with VNNI K-quant dots). ops_kernels_pick()
+ * table (AVX-512 register-tile matmuls, VNNI int8 dots, VNNI K-quant dots).
+ * ops_kernels_pick()
  * chooses at run time from what the CPU reports; nothing is chosen at
  * compile time and no global state is kept. Every kernel in a table is a
  * pure function of its inputs with a fixed reduction order, so a result
  * never depends on how a caller splits work across threads or tokens;
  * only the table (scalar vs SIMD) may change the last bits.
  *
- * Weights are used where they lie (the GGUF mapping); activations are
+ * Weights are used where they lie (the GGUF mapping), or in a copy a
+ * table lays out for itself (ops_mat_pack: Q4_0/Q8_0 for avx512vnni,
+ * same bits); activations are
  * "prepared" once per row for the weight type: F32/F16 weights take F32
  * rows as they are, Q8_0/Q4_0 weights take rows quantized to q8 blocks
  * (ops_act_prepare), and K-quant weights (Q2_K..Q6_K, ops_kq.h) take rows
@@ -56,8 +59,10 @@ _Static_assert(sizeof(struct ops_block_q8_0) == 34, "q8_0 block");
 _Static_assert(sizeof(struct ops_block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(struct ops_block_q8_act) == 36, "q8 act block");
 
+struct ops_mat;
+
 struct ops_kernels {
-	const char *name;  /* "scalar", "avx2", "avx512" */
+	const char *name;  /* "scalar", "avx2", "avx512", "avx512vnni" */
 	/* sum_j w[j] * x[j], n any length */
 	float (*dot_f32)(const float *w, const float *x, uint32_t n);
 	/* w in IEEE half */
@@ -87,6 +92,13 @@ struct ops_kernels {
 	void (*axpy_f16)(float *y, float a, const uint16_t *x, uint32_t n);
 	/* half <-> float conversion of n values (round to nearest even) */
 	void (*f32_to_f16)(uint16_t *dst, const float *src, uint32_t n);
+	/* Optional (NULL: ops_matmul_rows loops over the dots above): the
+	 * whole of ops_matmul_rows as cache-blocked register tiles for the
+	 * types it knows, false for the others. Each value bit-identical to
+	 * the table's own dot of that (row, token). */
+	bool (*gemm)(const struct ops_mat *w, const void *act,
+		     size_t act_stride, uint32_t n, float *y, size_t y_stride,
+		     uint32_t r0, uint32_t r1);
 };
 
 /* The scalar table (always available). */
@@ -96,7 +108,9 @@ const struct ops_kernels *ops_kernels_scalar(void);
 const struct ops_kernels *ops_kernels_avx2(void);
 /* The AVX2 table with AVX-512 (F+BW) K-quant dot kernels, or NULL. */
 const struct ops_kernels *ops_kernels_avx512(void);
-/* The avx512 table with AVX-512 VNNI K-quant dot kernels, or NULL. */
+/* The avx512 table with AVX-512 register-tile matmuls and AVX-512 dots
+ * for F32/F16/Q8_0/Q4_0 (VNNI for the int8 ones) and VNNI K-quant dots, or NULL when the CPU
+ * lacks avx512f/bw/dq/vl/vnni (ops_gemm.c). */
 const struct ops_kernels *ops_kernels_avx512vnni(void);
 /* The fastest table this CPU runs; the scalar one when simd is false. */
 const struct ops_kernels *ops_kernels_pick(bool simd);
@@ -114,7 +128,18 @@ struct ops_mat {
 	uint32_t cols;
 	size_t row_bytes;
 	const void *data;      /* (rows, row_bytes) */
+	/* NULL, or the same weights in a layout of one kernel table
+	 * (ops_mat_pack): that table's matmul reads it instead of data,
+	 * with the same bits; every other table ignores it. */
+	const void *packed;
 };
+
+/* A copy of w in table k's preferred layout, for w->packed (allocated;
+ * the caller frees it after the last matmul), or *out = NULL when k has
+ * none for w's type (today only avx512vnni, for Q4_0: blocks paired and
+ * their nibbles interleaved, the same size as the file's). 0 or -ENOMEM. */
+int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
+		 void **out);
 
 /* true when matmul supports the type */
 bool ops_type_supported(enum ggml_type t);
@@ -126,6 +151,10 @@ size_t ops_act_row_bytes(enum ggml_type t, uint32_t cols);
  * (ops_act_row_bytes). For F32/F16 this is a copy. */
 void ops_act_prepare(enum ggml_type t, const float *x, uint32_t cols,
 		     void *out);
+/* The plain C q8 quantizer ops_act_prepare uses without AVX-512 (the
+ * reference the vector one is tested against, byte for byte). */
+void ops_act_prepare_q8_scalar(const float *x, uint32_t cols,
+			       struct ops_block_q8_act *out);
 /* Which activation layout a weight type reads: two types with the same
  * class share prepared rows. 0 = f32 rows, 1 = q8 act blocks, 2 = Q8_K
  * blocks (OPS_ACT_CLASSES in all). */

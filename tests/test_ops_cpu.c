@@ -166,6 +166,33 @@ static void *make_weight(enum ggml_type type, const float *src, uint32_t rows,
 	return data;
 }
 
+/* One (row, token) through the table's dot for the type. */
+static float dot_one(const struct ops_kernels *k, enum ggml_type type,
+		     const void *w, const void *x, uint32_t cols)
+{
+	switch (type) {
+	case GGML_TYPE_F32: return k->dot_f32(w, x, cols);
+	case GGML_TYPE_F16: return k->dot_f16(w, x, cols);
+	case GGML_TYPE_Q8_0: return k->dot_q8_0(w, x, cols);
+	case GGML_TYPE_Q4_0: return k->dot_q4_0(w, x, cols);
+	default: return NAN;
+	}
+}
+
+/* Three tokens x, x + ab bytes, x + 2 ab bytes through the dot3 kernel. */
+static void dot_three(const struct ops_kernels *k, enum ggml_type type,
+		      const void *w, const void *x, size_t ab, uint32_t cols,
+		      float *o)
+{
+	switch (type) {
+	case GGML_TYPE_F32: k->dot3_f32(w, x, ab / 4, cols, o); break;
+	case GGML_TYPE_F16: k->dot3_f16(w, x, ab / 4, cols, o); break;
+	case GGML_TYPE_Q8_0: k->dot3_q8_0(w, x, ab / sizeof(struct ops_block_q8_act), cols, o); break;
+	case GGML_TYPE_Q4_0: k->dot3_q4_0(w, x, ab / sizeof(struct ops_block_q8_act), cols, o); break;
+	default: o[0] = o[1] = o[2] = NAN; break;
+	}
+}
+
 static void check_matmul(enum ggml_type type, uint32_t rows, uint32_t cols,
 			 uint32_t n)
 {
@@ -232,6 +259,60 @@ static void check_matmul(enum ggml_type type, uint32_t rows, uint32_t cols,
 			}
 		}
 		ck_assert_int_eq(memcmp(y, y2, sizeof(float) * n * rows), 0);
+		/* the table's own weight layout (ops_mat_pack), when it has
+		 * one: same bits, whole and in uneven row pieces one token at
+		 * a time */
+		{
+			void *pk = NULL;
+			struct ops_mat mp = m;
+
+			ck_assert_int_eq(ops_mat_pack(k, &m, &pk), 0);
+			if (!strcmp(k->name, "avx512vnni") &&
+			    (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0))
+				ck_assert_ptr_nonnull(pk);
+			if (pk) {
+				mp.packed = pk;
+				memset(y2, 0xff, sizeof(float) * n * rows);
+				ops_matmul_rows(k, &mp, act, ab, n, y2, rows, 0, rows);
+				ck_assert_int_eq(memcmp(y, y2, sizeof(float) * n * rows), 0);
+				memset(y2, 0xff, sizeof(float) * n * rows);
+				for (uint32_t i = 0; i < n; i++)
+					for (uint32_t r0 = 0, r1; r0 < rows; r0 = r1) {
+						r1 = r0 + 1 + (uint32_t)(rng_next() % 6);
+						if (r1 > rows)
+							r1 = rows;
+						ops_matmul_rows(k, &mp, act + ab * i, ab, 1,
+								y2 + (size_t)i * rows, rows, r0, r1);
+					}
+				ck_assert_int_eq(memcmp(y, y2, sizeof(float) * n * rows), 0);
+				/* the packed copy is read, not the file layout */
+				mp.data = NULL;
+				ops_matmul_rows(k, &mp, act, ab, n, y2, rows, 0, rows);
+				ck_assert_int_eq(memcmp(y, y2, sizeof(float) * n * rows), 0);
+				free(pk);
+			}
+		}
+		/* the table's single-row dot and three-token dot (decode,
+		 * attention) give the matmul's bits for every (row, token) */
+		for (uint32_t r = 0; r < rows; r++) {
+			const void *wr = (const uint8_t *)w + (size_t)r * rb;
+
+			for (uint32_t i = 0; i < n; i++) {
+				float v = dot_one(k, type, wr, act + ab * i, cols);
+
+				ck_assert_msg(memcmp(&v, &y[(size_t)i * rows + r], 4) == 0,
+					      "%s %s dot r %u i %u: %a vs %a", k->name,
+					      ggml_type_name(type), r, i, v,
+					      y[(size_t)i * rows + r]);
+			}
+			for (uint32_t i = 0; i + 3 <= n; i++) {
+				float o[3];
+
+				dot_three(k, type, wr, act + ab * i, ab, cols, o);
+				for (int u = 0; u < 3; u++)
+					ck_assert(memcmp(&o[u], &y[(size_t)(i + u) * rows + r], 4) == 0);
+			}
+		}
 	}
 	free(src);
 	free(deq);
@@ -250,6 +331,11 @@ START_TEST(test_matmul_f32)
 	check_matmul(GGML_TYPE_F32, 5, 67, 2);   /* tails */
 	check_matmul(GGML_TYPE_F32, 64, 8, 4);
 	check_matmul(GGML_TYPE_F32, 7, 75, 7);   /* triples with every tail */
+	/* register tiles: 4-row blocks and single rows, token blocks of
+	 * 4 with remainders 1..3, every 16-lane tail */
+	check_matmul(GGML_TYPE_F32, 11, 768, 6);
+	check_matmul(GGML_TYPE_F32, 9, 33, 9);
+	check_matmul(GGML_TYPE_F32, 6, 15, 10);
 }
 END_TEST
 
@@ -260,6 +346,9 @@ START_TEST(test_matmul_f16)
 	check_matmul(GGML_TYPE_F16, 5, 67, 2);
 	check_matmul(GGML_TYPE_F16, 16, 8, 1);
 	check_matmul(GGML_TYPE_F16, 7, 75, 7);
+	check_matmul(GGML_TYPE_F16, 11, 768, 6);
+	check_matmul(GGML_TYPE_F16, 9, 33, 9);
+	check_matmul(GGML_TYPE_F16, 6, 15, 10);
 }
 END_TEST
 
@@ -269,6 +358,10 @@ START_TEST(test_matmul_q8_0)
 	check_matmul(GGML_TYPE_Q8_0, 37, 96, 3);
 	check_matmul(GGML_TYPE_Q8_0, 9, 32, 2);   /* odd block count */
 	check_matmul(GGML_TYPE_Q8_0, 11, 256, 5);
+	/* register tiles: odd and even block counts, token remainders */
+	check_matmul(GGML_TYPE_Q8_0, 13, 96, 6);
+	check_matmul(GGML_TYPE_Q8_0, 9, 768, 9);
+	check_matmul(GGML_TYPE_Q8_0, 5, 160, 10);
 }
 END_TEST
 
@@ -278,6 +371,9 @@ START_TEST(test_matmul_q4_0)
 	check_matmul(GGML_TYPE_Q4_0, 37, 96, 3);
 	check_matmul(GGML_TYPE_Q4_0, 9, 32, 2);
 	check_matmul(GGML_TYPE_Q4_0, 11, 256, 5);
+	check_matmul(GGML_TYPE_Q4_0, 13, 96, 6);
+	check_matmul(GGML_TYPE_Q4_0, 9, 768, 9);
+	check_matmul(GGML_TYPE_Q4_0, 5, 160, 10);
 }
 END_TEST
 
@@ -294,6 +390,87 @@ START_TEST(test_q8_act_quantization)
 	ck_assert(q[1].d == 0.0f);
 	for (int j = 0; j < 32; j++)
 		ck_assert_int_eq(q[1].qs[j], 0);
+}
+END_TEST
+
+/* The q8 activation quantizer (vector on AVX-512, plain C otherwise)
+ * against roundf/fmaxf byte for byte: random rows at many scales, exact
+ * halves (which round away from zero), zeros and denormal-sized blocks. */
+static void q8_reference(const float *x, uint32_t cols, struct ops_block_q8_act *o)
+{
+	for (uint32_t b = 0; b < cols / 32; b++) {
+		float amax = 0.0f, d, id;
+
+		for (int j = 0; j < 32; j++)
+			amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+		d = amax / 127.0f;
+		id = d != 0.0f ? 1.0f / d : 0.0f;
+		o[b].d = d;
+		for (int j = 0; j < 32; j++)
+			o[b].qs[j] = (int8_t)roundf(x[b * 32 + j] * id);
+	}
+}
+
+START_TEST(test_q8_act_quantization_exact)
+{
+	enum { COLS = 256, NB = COLS / 32 };
+	float x[COLS];
+	struct ops_block_q8_act ref[NB], vec[NB], sca[NB];
+	static const float halves[] = { 0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f,
+					 126.5f, -126.5f, 63.5f, -0.49999997f };
+
+	for (int rep = 0; rep < 2000; rep++) {
+		float scale = ldexpf(1.0f, (int)(rng_next() % 60) - 40);
+
+		fill(x, COLS, scale);
+		if (rep % 5 == 0) {
+			/* a block whose scale is exactly 1: x * id = x */
+			for (int j = 0; j < 32; j++)
+				x[j] = halves[j % 10] + (float)(int)(rng_next() % 3);
+			x[31] = 127.0f;
+		}
+		if (rep % 7 == 0)
+			memset(x + 32, 0, 32 * sizeof(float));
+		if (rep % 11 == 0)
+			x[70] = ldexpf(1.0f, -140); /* denormal among normals */
+		q8_reference(x, COLS, ref);
+		ops_act_prepare(GGML_TYPE_Q8_0, x, COLS, vec);
+		ops_act_prepare_q8_scalar(x, COLS, sca);
+		ck_assert_int_eq(memcmp(ref, vec, sizeof(ref)), 0);
+		ck_assert_int_eq(memcmp(ref, sca, sizeof(ref)), 0);
+	}
+	/* the halves themselves: amax 127 gives d = 1 */
+	for (int j = 0; j < 32; j++)
+		x[j] = j < 10 ? halves[j] : 127.0f;
+	ops_act_prepare(GGML_TYPE_Q4_0, x, 32, vec);
+	ck_assert(vec[0].d == 1.0f);
+	ck_assert_int_eq(vec[0].qs[0], 1);
+	ck_assert_int_eq(vec[0].qs[1], -1);
+	ck_assert_int_eq(vec[0].qs[2], 2);
+	ck_assert_int_eq(vec[0].qs[3], -2);
+	ck_assert_int_eq(vec[0].qs[4], 3);
+	ck_assert_int_eq(vec[0].qs[5], -3);
+	ck_assert_int_eq(vec[0].qs[6], 127);
+	ck_assert_int_eq(vec[0].qs[7], -127);
+	ck_assert_int_eq(vec[0].qs[8], 64);
+	ck_assert_int_eq(vec[0].qs[9], 0);
+}
+END_TEST
+
+/* The tables ops_kernels_pick chooses from: the fastest the CPU runs. */
+START_TEST(test_pick_prefers_widest)
+{
+	const struct ops_kernels *k = ops_kernels_pick(true);
+
+	ck_assert_ptr_eq(ops_kernels_pick(false), ops_kernels_scalar());
+	if (ops_kernels_avx512vnni())
+		ck_assert_str_eq(k->name, "avx512vnni");
+	else if (ops_kernels_avx512())
+		ck_assert_str_eq(k->name, "avx512");
+	else if (ops_kernels_avx2())
+		ck_assert_str_eq(k->name, "avx2");
+	else
+		ck_assert_str_eq(k->name, "scalar");
 }
 END_TEST
 
@@ -583,6 +760,8 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_matmul_q8_0);
 	tcase_add_test(tc, test_matmul_q4_0);
 	tcase_add_test(tc, test_q8_act_quantization);
+	tcase_add_test(tc, test_q8_act_quantization_exact);
+	tcase_add_test(tc, test_pick_prefers_widest);
 	tcase_add_test(tc, test_rmsnorm);
 	tcase_add_test(tc, test_softmax);
 	tcase_add_test(tc, test_swiglu);

@@ -1,7 +1,8 @@
 /* bench_engine.c - prefill and decode speed of the CPU engine, and decode
  * against the memory-bandwidth bound.
  *
- *   bench_engine [--quick] [--only f32|f16|q8_0|q4_k|q6_k|...] [--model FILE]
+ *   bench_engine [--quick] [--no-bound] [--runs N] [--threads 1|2]
+ *                [--only f32|f16|q8_0|q4_k|q6_k|...] [--model FILE]
  *   bench_engine --model FILE --raw N [--threads T]
  *
  * --raw N runs FILE N times at T threads (default 1), a 128-token prompt
@@ -11,7 +12,7 @@
  *
  * Models: stories260K ($KVD_SHARED/models, when present) and a generated
  * ~100M-parameter llama (12 layers, dim 768, 12 heads, 4 KV heads, ff
- * 2048, vocab 16000) in F32, F16, Q8_0 and Q2_K..Q6_K, written to a temporary
+ * 2048, vocab 16000) in F32, F16, Q8_0, Q4_0 and Q2_K..Q6_K, written to a temporary
  * directory and deleted afterwards (never committed). For each model and
  * thread count (1, 2):
  *   prefill tok/s  a 128-token prompt in one chunk
@@ -55,6 +56,12 @@ static void *copy_main(void *p)
 }
 
 /* Bytes copied per second with `threads` threads each copying its share. */
+/* --no-bound: skip the copy-bandwidth measurement (bound and ratio 0);
+ * --runs N: best of N runs (default 3); --threads T: that count only */
+static bool no_bound;
+static int n_runs = 3;
+static uint32_t only_threads;
+
 static double copy_bandwidth(uint32_t threads)
 {
 	size_t n = (size_t)256 << 20;
@@ -176,10 +183,13 @@ static void bench_model(const char *label, const struct model *m,
 {
 	for (uint32_t th = 1; th <= 2; th++) {
 		struct result best = { 0 };
-		double bw = copy_bandwidth(th), bound;
+		double bw, bound;
 		int rc = 0;
 
-		for (int rep = 0; rep < 3 && !rc; rep++) {
+		if (only_threads && th != only_threads)
+			continue;
+		bw = no_bound ? 0 : copy_bandwidth(th);
+		for (int rep = 0; rep < (n_runs > 0 ? n_runs : 1) && !rc; rep++) {
 			struct result r = { 0 };
 
 			rc = run_model(m, th, n_prompt, n_decode, &r);
@@ -237,7 +247,7 @@ int main(int argc, char **argv)
 	uint32_t raw_threads = 1;
 	struct model *m;
 	struct gguf_error err;
-	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
 					 GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
 					 GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
 
@@ -246,17 +256,22 @@ int main(int argc, char **argv)
 			quick = true;
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
 			only = argv[++i];
+		else if (!strcmp(argv[i], "--no-bound"))
+			no_bound = true;
+		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+			n_runs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			only_threads = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--model") && i + 1 < argc)
 			file = argv[++i];
 		else if (!strcmp(argv[i], "--raw") && i + 1 < argc)
 			raw = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-			raw_threads = (uint32_t)atoi(argv[++i]);
 		else {
 			fprintf(stderr, "bench_engine: unknown argument '%s'\n", argv[i]);
 			return 2;
 		}
 	if (raw) {
+		raw_threads = only_threads ? only_threads : 1;
 		if (!file || raw < 1 || raw > 1000 || raw_threads < 1 || raw_threads > 16) {
 			fprintf(stderr, "bench_engine: --raw N (1..1000) needs --model FILE, "
 					"--threads 1..16\n");

@@ -1,0 +1,610 @@
+/* ops_gemm.c - AVX-512 register tiles for prefill, and the decode dots
+ * that share their arithmetic.
+ *
+ * Prefill multiplies a block of weight rows by a block of tokens. The
+ * kernels here hold a tile of R weight rows x T tokens (up to 4 x 4) of
+ * accumulators in zmm registers and walk the shared dimension once: every
+ * weight vector loaded (and converted or unpacked) is used T times, every
+ * activation vector R times, instead of the one weight row x three tokens
+ * of the AVX2 `dot3` kernels. The driver (ops_gemm__matmul) walks the rows
+ * four at a time, and within a row block all tokens four at a time, so a
+ * block of weight rows (4 x cols) stays in L1 while the tokens' rows
+ * stream from L2.
+ *
+ * Decode (one token) runs the same tile with T = 1: four rows' dot
+ * products are four independent FMA chains, which hides the FMA latency
+ * that a single accumulator per row would expose.
+ *
+ * Determinism (invariant 9). One (row, token) value is always computed
+ * the same way, whatever tile it sits in: one 16-lane accumulator, the
+ * shared dimension in steps of 16 (F32/F16) or two blocks (Q8_0/Q4_0),
+ * the tail through a masked (zeroed) load into the same accumulator, then
+ * one _mm512_reduce_add_ps. The tile shape only changes which values are
+ * computed side by side, never a value's own order of operations, so a
+ * token's logits have the same bits alone or in a batch, with any number
+ * of threads and any row split.
+ *
+ * Quantized weights (Q8_0, Q4_0) against q8 activation blocks use AVX-512
+ * VNNI: vpdpbusd multiplies unsigned bytes by signed bytes and sums each
+ * group of four into an int32 lane, exactly. The weight is made unsigned
+ * by an offset (Q4_0: the nibble q = w + 8 as it is stored; Q8_0: w + 128,
+ * an xor with 0x80), and the offset's contribution, o * sum(x), is
+ * subtracted by starting the accumulation at -o * sum(x), itself computed
+ * once per token block with vpdpbusd of the constant o. So the int32 lanes
+ * hold exact partial sums of w * x; lanes 0..7 belong to block b and lanes
+ * 8..15 to block b + 1, and each is converted to float and scaled by
+ * d_w * d_x of its block. The scalar reference converts the whole block's
+ * sum instead, so the two agree within float rounding, not bit for bit.
+ */
+#include "gpu/ops_gemm.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define OPS_AVX512                                                          \
+	__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,"    \
+			      "avx512vl,avx512vnni")))
+#define OPS_TILE OPS_AVX512 static inline __attribute__((always_inline))
+
+/* Prefetch distance for weight streams (bytes ahead), as in ops_cpu.c;
+ * each row stream of a tile runs on into the next row of its quarter
+ * (GEMM_DRIVE), so a fixed distance ahead is that stream's own data. */
+#define GEMM_PF 2048
+
+/* Tile: rows x tokens. */
+#define GEMM_R 4
+#define GEMM_T 4
+
+/* ---- F32 / F16 ------------------------------------------------------- */
+
+OPS_TILE __m512 ldw_f32(const void *w, uint32_t j)
+{
+	return _mm512_loadu_ps((const float *)w + j);
+}
+
+OPS_TILE __m512 ldw_f32_tail(const void *w, uint32_t j, __mmask16 m)
+{
+	return _mm512_maskz_loadu_ps(m, (const float *)w + j);
+}
+
+OPS_TILE __m512 ldw_f16(const void *w, uint32_t j)
+{
+	return _mm512_cvtph_ps(_mm256_loadu_si256(
+		(const __m256i *)((const uint16_t *)w + j)));
+}
+
+OPS_TILE __m512 ldw_f16_tail(const void *w, uint32_t j, __mmask16 m)
+{
+	return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + j));
+}
+
+/* The tile's values live in named variables (a<r><t>, x<t>), not
+ * arrays: GCC keeps arrays of zmm accumulators on the stack. R and T are
+ * constants after inlining, so the guards below cost nothing. */
+#define GEMM_EACH_T(M, ...) M(0, __VA_ARGS__) M(1, __VA_ARGS__)              \
+	M(2, __VA_ARGS__) M(3, __VA_ARGS__)
+#define GEMM_EACH_R(M, ...) M(0, __VA_ARGS__) M(1, __VA_ARGS__)              \
+	M(2, __VA_ARGS__) M(3, __VA_ARGS__)
+#define GEMM_ACC_ROW(r, INIT) __m512 a##r##0 = INIT, a##r##1 = INIT,         \
+	a##r##2 = INIT, a##r##3 = INIT;
+#define GEMM_STORE1(t, r)                                                    \
+	if (T > t)                                                           \
+		y[(size_t)t * ys + (size_t)r * yr] = _mm512_reduce_add_ps(a##r##t);
+#define GEMM_STORE_ROW(r, _)                                                 \
+	if (R > r) {                                                         \
+		GEMM_EACH_T(GEMM_STORE1, r)                                  \
+	}
+
+/* F32/F16: one weight vector of row r against the tokens' x<t>. */
+#define GEMM_F_FMA1(t, r)                                                    \
+	if (T > t)                                                           \
+		a##r##t = _mm512_fmadd_ps(wv, x##t, a##r##t);
+#define GEMM_F_X(t, LOAD) __m512 x##t = T > t ? LOAD(t) : _mm512_setzero_ps();
+#define GEMM_F_ROW(r, WLOAD, PF)                                             \
+	if (R > r) {                                                         \
+		const uint8_t *wr = w + (size_t)r * wb;                      \
+		__m512 wv;                                                   \
+                                                                             \
+		PF;                                                          \
+		wv = WLOAD;                                                  \
+		GEMM_EACH_T(GEMM_F_FMA1, r)                                  \
+	}
+
+/* y[t * ys + r] = dot(w row r, x row t) for r < R, t < T: rows at
+ * w + r * wb bytes, tokens at x + t * xs floats; ESZ bytes per weight. */
+#define GEMM_TILE_F(NAME, LD, LDT, ESZ)                                        \
+OPS_TILE void NAME(const uint8_t *w, size_t wb, const float *x, size_t xs,    \
+		   uint32_t n, float *y, size_t ys, size_t yr, const int R,    \
+		   const int T)                                                \
+{                                                                              \
+	GEMM_EACH_R(GEMM_ACC_ROW, _mm512_setzero_ps())                         \
+	uint32_t j = 0;                                                        \
+	const size_t pf = GEMM_PF;                                             \
+                                                                               \
+	for (; j + 16 <= n; j += 16) {                                         \
+		GEMM_EACH_T(GEMM_F_X, GEMM_XLOAD)                              \
+		GEMM_EACH_R(GEMM_F_ROW, LD(wr, j),                             \
+			    if ((j * ESZ) % 64 == 0)                           \
+				    _mm_prefetch((const char *)wr + j * ESZ + pf, \
+						 _MM_HINT_T0))                 \
+	}                                                                      \
+	if (j < n) {                                                           \
+		__mmask16 m = (__mmask16)((1u << (n - j)) - 1);                \
+                                                                               \
+		GEMM_EACH_T(GEMM_F_X, GEMM_XLOAD_TAIL)                         \
+		GEMM_EACH_R(GEMM_F_ROW, LDT(wr, j, m), (void)0)                \
+	}                                                                      \
+	GEMM_EACH_R(GEMM_STORE_ROW, _)                                         \
+}
+#define GEMM_XLOAD(t) _mm512_loadu_ps(x + (size_t)t * xs + j)
+#define GEMM_XLOAD_TAIL(t) _mm512_maskz_loadu_ps(m, x + (size_t)t * xs + j)
+
+GEMM_TILE_F(tile_f32, ldw_f32, ldw_f32_tail, 4)
+GEMM_TILE_F(tile_f16, ldw_f16, ldw_f16_tail, 2)
+
+/* ---- Q8_0 / Q4_0 against q8 activation blocks ------------------------ */
+
+/* Two activation blocks' quants (one when `two` is false: the upper
+ * half zero). */
+OPS_TILE __m512i ldx2(const struct ops_block_q8_act *x, bool two)
+{
+	__m256i lo = _mm256_loadu_si256((const __m256i *)x[0].qs);
+
+	if (!two)
+		return _mm512_inserti64x4(_mm512_setzero_si512(), lo, 0);
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo),
+				  _mm256_loadu_si256((const __m256i *)x[1].qs), 1);
+}
+
+/* Q8_0: w + 128 as unsigned bytes (offset 128), two blocks in the
+ * alternating-lane arrangement of Q4_0 below (q4_interleave). */
+OPS_TILE __m512i q4_interleave(__m512i v);
+
+OPS_TILE __m512i ldw2_q8_0(const void *wp, uint32_t b, bool two)
+{
+	const struct ops_block_q8_0 *w = (const struct ops_block_q8_0 *)wp + b;
+	__m256i lo = _mm256_loadu_si256((const __m256i *)w[0].qs);
+	__m512i v;
+
+	if (!two)
+		v = _mm512_inserti64x4(_mm512_setzero_si512(), lo, 0);
+	else
+		v = _mm512_inserti64x4(_mm512_castsi256_si512(lo),
+				       _mm256_loadu_si256((const __m256i *)w[1].qs), 1);
+	return q4_interleave(_mm512_xor_si512(v, _mm512_set1_epi8((char)0x80)));
+}
+
+/* Q4_0 lane arrangement. int32 lane L holds elements 4 (L / 2) .. +3 of
+ * block b + L % 2: the blocks alternate lane by lane, so that both scale
+ * vectors are one broadcast of a pair (no per-half inserts) and the
+ * repacked layout below expands with one shift. The activation pair is
+ * permuted the same way (x_perm). */
+OPS_TILE __m512i q4_interleave(__m512i v)
+{
+	/* from [blk b: dwords 0..7 | blk b+1: 8..15] to alternating */
+	const __m512i idx = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4,
+					     11, 3, 10, 2, 9, 1, 8, 0);
+
+	return _mm512_permutexvar_epi32(idx, v);
+}
+
+/* Q4_0 from the file's blocks: expand two blocks to [elements 0..31 of
+ * b | of b + 1] (the stored nibble q = w + 8, offset 8), then interleave. */
+OPS_TILE __m512i ldw2_q4_0(const void *wp, uint32_t b, bool two)
+{
+	const struct ops_block_q4_0 *w = (const struct ops_block_q4_0 *)wp + b;
+	__m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w[0].qs));
+
+	if (two)
+		v = _mm512_mask_broadcast_i32x4(v, 0xff00,
+						_mm_loadu_si128((const __m128i *)w[1].qs));
+	else
+		v = _mm512_maskz_mov_epi32(0x00ff, v);
+	/* 128-bit lanes [lo b, hi b, lo b+1, hi b+1] = elements in order */
+	v = _mm512_mask_blend_epi64(0xcc, v, _mm512_srli_epi16(v, 4));
+	return q4_interleave(_mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
+}
+
+/* lanes alternate a, b, a, b, ... */
+OPS_TILE __m512 alt_ps(float a, float b)
+{
+	uint32_t ua, ub;
+
+	memcpy(&ua, &a, 4);
+	memcpy(&ub, &b, 4);
+	return _mm512_castsi512_ps(_mm512_set1_epi64((long long)(((uint64_t)ub << 32) | ua)));
+}
+
+OPS_TILE __m512 wd2_q8_0(const void *wp, uint32_t b, bool two)
+{
+	const struct ops_block_q8_0 *w = (const struct ops_block_q8_0 *)wp + b;
+
+	return alt_ps(_cvtsh_ss(w[0].d), two ? _cvtsh_ss(w[1].d) : 0.0f);
+}
+
+OPS_TILE __m512 wd2_q4_0(const void *wp, uint32_t b, bool two)
+{
+	const struct ops_block_q4_0 *w = (const struct ops_block_q4_0 *)wp + b;
+
+	return alt_ps(_cvtsh_ss(w[0].d), two ? _cvtsh_ss(w[1].d) : 0.0f);
+}
+
+/* Repacked Q4_0 (ops_gemm__pack): per pair of blocks 32 bytes whose
+ * low nibbles are zmm bytes 0..31 and high nibbles bytes 32..63 of the
+ * interleaved arrangement, then the two scales (halves); 36 bytes, the
+ * same as two file blocks. One 256-bit broadcast, one masked shift, one
+ * and. */
+#define Q4P_PAIR 36
+
+OPS_TILE __m512i ldw2_q4p(const void *wp, uint32_t b, bool two)
+{
+	const uint8_t *p = (const uint8_t *)wp + (size_t)(b / 2) * Q4P_PAIR;
+	__m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+
+	(void)two;
+	v = _mm512_mask_srli_epi16(v, 0xffff0000u, v, 4);
+	return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+}
+
+OPS_TILE __m512 wd2_q4p(const void *wp, uint32_t b, bool two)
+{
+	const uint8_t *p = (const uint8_t *)wp + (size_t)(b / 2) * Q4P_PAIR + 32;
+	int32_t d2;
+
+	(void)two;
+	memcpy(&d2, p, 4);
+	return _mm512_cvtph_ps(_mm256_set1_epi32(d2));
+}
+
+
+/* Q8_0/Q4_0: token t's quants xq<t>, offset start xo<t>, scales xd<t>. */
+#define GEMM_Q_X(t, XPERM, XPAIR)                                            \
+	__m512i xq##t = _mm512_setzero_si512(), xo##t = xq##t;               \
+	__m512 xd##t = _mm512_setzero_ps();                                  \
+	if (T > t) {                                                         \
+		const struct ops_block_q8_act *xb = x + (size_t)t * xs + b;  \
+                                                                             \
+		xq##t = XPERM(ldx2(xb, two));                                \
+		xo##t = _mm512_sub_epi32(_mm512_setzero_si512(),             \
+			_mm512_dpbusd_epi32(_mm512_setzero_si512(), off, xq##t)); \
+		xd##t = XPAIR(xb[0].d, two ? xb[1].d : 0.0f);                \
+	}
+#define GEMM_Q_FMA1(t, r)                                                    \
+	if (T > t)                                                           \
+		a##r##t = _mm512_fmadd_ps(                                   \
+			_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(xo##t, wq, xq##t)), \
+			_mm512_mul_ps(wd, xd##t), a##r##t);
+#define GEMM_Q_ROW(r, LDW, WD, BSZ)                                          \
+	if (R > r) {                                                         \
+		const uint8_t *wr = w + (size_t)r * wb;                      \
+		__m512i wq;                                                  \
+		__m512 wd;                                                   \
+                                                                             \
+		if ((b * BSZ) % 64 < 2 * BSZ)                                \
+			_mm_prefetch((const char *)wr + b * BSZ + pf,        \
+				     _MM_HINT_T0);                           \
+		wq = LDW(wr, b, two);                                        \
+		wd = WD(wr, b, two);                                         \
+		GEMM_EACH_T(GEMM_Q_FMA1, r)                                  \
+	}
+
+/* Repacked Q8_0 (ops_gemm__pack): per pair of blocks the 64 lane bytes
+ * (w + 128, interleaved), then the two half scales: 68 bytes, the size
+ * of the file's two blocks. One load. */
+#define Q8P_PAIR 68
+
+OPS_TILE __m512i ldw2_q8p(const void *wp, uint32_t b, bool two)
+{
+	(void)two;
+	return _mm512_loadu_si512((const uint8_t *)wp + (size_t)(b / 2) * Q8P_PAIR);
+}
+
+OPS_TILE __m512 wd2_q8p(const void *wp, uint32_t b, bool two)
+{
+	const uint8_t *p = (const uint8_t *)wp + (size_t)(b / 2) * Q8P_PAIR + 64;
+	int32_t d2;
+
+	(void)two;
+	memcpy(&d2, p, 4);
+	return _mm512_cvtph_ps(_mm256_set1_epi32(d2));
+}
+
+/* Same contract as GEMM_TILE_F; x rows at x + t * xs act blocks; BSZ the
+ * weight block's bytes, OFF the unsigned offset of its quants. When the
+ * block count is odd the last step holds one block and zeros (scale 0). */
+#define GEMM_TILE_Q(NAME, LDW, WD, BSZ, OFF, XPERM, XPAIR)                     \
+OPS_TILE void NAME(const uint8_t *w, size_t wb,                               \
+		   const struct ops_block_q8_act *x, size_t xs, uint32_t n,    \
+		   float *y, size_t ys, size_t yr, const int R, const int T)   \
+{                                                                              \
+	GEMM_EACH_R(GEMM_ACC_ROW, _mm512_setzero_ps())                         \
+	uint32_t nb = n / OPS_QK;                                              \
+	const size_t pf = GEMM_PF;                                             \
+	const __m512i off = _mm512_set1_epi8((char)(OFF));                     \
+                                                                               \
+	for (uint32_t b = 0; b < nb; b += 2) {                                 \
+		bool two = b + 1 < nb;                                         \
+                                                                               \
+		GEMM_EACH_T(GEMM_Q_X, XPERM, XPAIR)                            \
+		GEMM_EACH_R(GEMM_Q_ROW, LDW, WD, BSZ)                          \
+	}                                                                      \
+	GEMM_EACH_R(GEMM_STORE_ROW, _)                                         \
+}
+
+GEMM_TILE_Q(tile_q8_0, ldw2_q8_0, wd2_q8_0, 34, 0x80, q4_interleave, alt_ps)
+GEMM_TILE_Q(tile_q8p, ldw2_q8p, wd2_q8p, 34, 0x80, q4_interleave, alt_ps)
+GEMM_TILE_Q(tile_q4_0, ldw2_q4_0, wd2_q4_0, 18, 8, q4_interleave, alt_ps)
+GEMM_TILE_Q(tile_q4p, ldw2_q4p, wd2_q4p, 18, 8, q4_interleave, alt_ps)
+
+/* ---- instantiations ---------------------------------------------------- */
+
+/* One function per tile shape (R in {1, 4}, T in 1..4), so every loop
+ * above unrolls and the accumulators live in registers. */
+#define GEMM_SHAPES(TILE, XT)                                                  \
+OPS_AVX512 static void TILE##_shape(const uint8_t *w, size_t wb, const XT *x, \
+				    size_t xs, uint32_t n, float *y,           \
+				    size_t ys, size_t yr, int R, int T)        \
+{                                                                              \
+	switch (R * 8 + T) {                                                   \
+	case 4 * 8 + 4: TILE(w, wb, x, xs, n, y, ys, yr, 4, 4); break;             \
+	case 4 * 8 + 3: TILE(w, wb, x, xs, n, y, ys, yr, 4, 3); break;             \
+	case 4 * 8 + 2: TILE(w, wb, x, xs, n, y, ys, yr, 4, 2); break;             \
+	case 4 * 8 + 1: TILE(w, wb, x, xs, n, y, ys, yr, 4, 1); break;             \
+	case 1 * 8 + 4: TILE(w, wb, x, xs, n, y, ys, yr, 1, 4); break;             \
+	case 1 * 8 + 3: TILE(w, wb, x, xs, n, y, ys, yr, 1, 3); break;             \
+	case 1 * 8 + 2: TILE(w, wb, x, xs, n, y, ys, yr, 1, 2); break;             \
+	default: TILE(w, wb, x, xs, n, y, ys, yr, 1, 1); break;                    \
+	}                                                                      \
+}
+
+GEMM_SHAPES(tile_f32, float)
+GEMM_SHAPES(tile_f16, float)
+GEMM_SHAPES(tile_q8_0, struct ops_block_q8_act)
+GEMM_SHAPES(tile_q4_0, struct ops_block_q8_act)
+GEMM_SHAPES(tile_q4p, struct ops_block_q8_act)
+GEMM_SHAPES(tile_q8p, struct ops_block_q8_act)
+
+float ops_gemm__dot_f32(const float *w, const float *x, uint32_t n)
+{
+	float y;
+
+	tile_f32_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1, 1);
+	return y;
+}
+
+float ops_gemm__dot_f16(const uint16_t *w, const float *x, uint32_t n)
+{
+	float y;
+
+	tile_f16_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1, 1);
+	return y;
+}
+
+float ops_gemm__dot_q8_0(const struct ops_block_q8_0 *w,
+			 const struct ops_block_q8_act *x, uint32_t n)
+{
+	float y;
+
+	tile_q8_0_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1, 1);
+	return y;
+}
+
+float ops_gemm__dot_q4_0(const struct ops_block_q4_0 *w,
+			 const struct ops_block_q8_act *x, uint32_t n)
+{
+	float y;
+
+	tile_q4_0_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1, 1);
+	return y;
+}
+
+void ops_gemm__dot3_f32(const float *w, const float *x, size_t xs,
+			uint32_t n, float *out)
+{
+	tile_f32_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
+}
+
+void ops_gemm__dot3_f16(const uint16_t *w, const float *x, size_t xs,
+			uint32_t n, float *out)
+{
+	tile_f16_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
+}
+
+void ops_gemm__dot3_q8_0(const struct ops_block_q8_0 *w,
+			 const struct ops_block_q8_act *x, size_t xs,
+			 uint32_t n, float *out)
+{
+	tile_q8_0_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
+}
+
+void ops_gemm__dot3_q4_0(const struct ops_block_q4_0 *w,
+			 const struct ops_block_q8_act *x, size_t xs,
+			 uint32_t n, float *out)
+{
+	tile_q4_0_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
+}
+
+/* Prefill: while a row tile works through its token blocks (in L1), the
+ * next tile's rows (row nr of each quarter, q apart) are fetched from
+ * memory a slice per token block, so the next tile finds them in cache
+ * and the weight stream overlaps the arithmetic. */
+static inline void gemm_prefetch_next(const uint8_t *data, size_t rb,
+				      uint32_t nr, uint32_t q, uint32_t blk,
+				      uint32_t n_blk)
+{
+	size_t sl = ((rb + n_blk - 1) / n_blk + 63) & ~(size_t)63;
+	size_t lo = (size_t)blk * sl, hi = lo + sl < rb ? lo + sl : rb;
+
+	for (int m = 0; m < GEMM_R; m++) {
+		const uint8_t *row = data + (size_t)(nr + (uint32_t)m * q) * rb;
+
+		for (size_t o = lo; o < hi; o += 64)
+			__builtin_prefetch(row + o, 0, 3);
+	}
+}
+
+/* Rows [r0, r1): a tile takes one row from each quarter of the range
+ * (rows r0 + k + m q, m < 4, q = (r1 - r0) / 4), so that each of its four
+ * row streams runs on through consecutive rows, tile after tile - one
+ * long sequential stream per quarter, which the hardware prefetchers
+ * follow and the software prefetch runs ahead in (adjacent rows would
+ * start four short streams at every tile). The last (r1 - r0) % 4 rows
+ * go alone. For each row tile, all n tokens four at a time. */
+#define GEMM_DRIVE(SHAPE, XT, XSTRIDE, DATA, RB)                               \
+	do {                                                                   \
+		uint32_t q = (r1 - r0) / GEMM_R;                               \
+                                                                               \
+		for (uint32_t r = r0; r < r1;) {                               \
+			bool tile = r < r0 + q;                                \
+			const uint8_t *wr = (const uint8_t *)(DATA) +          \
+					    (size_t)r * (RB);                  \
+                                                                               \
+			for (uint32_t i = 0; i < n; i += GEMM_T) {             \
+				int T = n - i >= GEMM_T ? GEMM_T : (int)(n - i); \
+				const XT *xi = (const XT *)(const void *)      \
+					((const uint8_t *)act + (size_t)i * act_stride); \
+                                                                               \
+				if (tile && n > GEMM_T && r + 1 < r0 + q)      \
+					gemm_prefetch_next((const uint8_t *)(DATA), (RB), \
+							   r + 1, q, i / GEMM_T,  \
+							   (n + GEMM_T - 1) / GEMM_T); \
+				SHAPE(wr, tile ? (size_t)q * (RB) : (RB), xi,  \
+				      XSTRIDE, w->cols,                        \
+				      y + (size_t)i * y_stride + r, y_stride,  \
+				      tile ? q : 1, tile ? GEMM_R : 1, T);     \
+			}                                                      \
+			r = r + 1 == r0 + q ? r0 + q * GEMM_R : r + 1;         \
+		}                                                              \
+	} while (0)
+
+bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
+		      size_t act_stride, uint32_t n, float *y, size_t y_stride,
+		      uint32_t r0, uint32_t r1)
+{
+	size_t fs = act_stride / sizeof(float);
+	size_t qs = act_stride / sizeof(struct ops_block_q8_act);
+
+	switch (w->type) {
+	case GGML_TYPE_F32:
+		GEMM_DRIVE(tile_f32_shape, float, fs, w->data, w->row_bytes);
+		return true;
+	case GGML_TYPE_F16:
+		GEMM_DRIVE(tile_f16_shape, float, fs, w->data, w->row_bytes);
+		return true;
+	case GGML_TYPE_Q8_0:
+		if (w->packed)
+			GEMM_DRIVE(tile_q8p_shape, struct ops_block_q8_act, qs,
+				   w->packed, ops_gemm__packed_row_bytes(w->type, w->cols));
+		else
+			GEMM_DRIVE(tile_q8_0_shape, struct ops_block_q8_act, qs,
+				   w->data, w->row_bytes);
+		return true;
+	case GGML_TYPE_Q4_0:
+		if (w->packed)
+			GEMM_DRIVE(tile_q4p_shape, struct ops_block_q8_act, qs,
+				   w->packed, ops_gemm__packed_row_bytes(w->type, w->cols));
+		else
+			GEMM_DRIVE(tile_q4_0_shape, struct ops_block_q8_act, qs,
+				   w->data, w->row_bytes);
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* ---- Q4_0 repacking ------------------------------------------------------ */
+
+size_t ops_gemm__packed_row_bytes(enum ggml_type t, uint32_t cols)
+{
+	size_t pairs = (size_t)(cols / OPS_QK + 1) / 2;
+
+	if (t == GGML_TYPE_Q4_0)
+		return pairs * Q4P_PAIR;
+	if (t == GGML_TYPE_Q8_0)
+		return pairs * Q8P_PAIR;
+	return 0;
+}
+
+/* Each block pair through the kernels' own file-layout loaders (which
+ * already offset and interleave), stored: Q8_0 as the 64 lane bytes,
+ * Q4_0 as lane byte k in the low nibble of byte k % 32 and byte k + 32 in
+ * its high nibble; then the two half scales (0 for an absent block). */
+OPS_AVX512 void ops_gemm__pack(const struct ops_mat *w, void *out)
+{
+	bool q8 = w->type == GGML_TYPE_Q8_0;
+	uint32_t nb = w->cols / OPS_QK;
+	size_t prb = ops_gemm__packed_row_bytes(w->type, w->cols);
+	size_t bsz = q8 ? sizeof(struct ops_block_q8_0) : sizeof(struct ops_block_q4_0);
+	size_t pair = q8 ? Q8P_PAIR : Q4P_PAIR;
+
+	for (uint32_t r = 0; r < w->rows; r++) {
+		const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+		uint8_t *dst = (uint8_t *)out + (size_t)r * prb;
+
+		for (uint32_t b = 0; b < nb; b += 2) {
+			uint8_t *p = dst + (size_t)(b / 2) * pair;
+			bool two = b + 1 < nb;
+			uint16_t d[2] = { 0, 0 };
+
+			memcpy(&d[0], src + b * bsz, 2);
+			if (two)
+				memcpy(&d[1], src + (b + 1) * bsz, 2);
+			if (q8) {
+				_mm512_storeu_si512(p, ldw2_q8_0(src, b, two));
+				memcpy(p + 64, d, 4);
+			} else {
+				__m512i v = ldw2_q4_0(src, b, two);
+				__m256i lo = _mm512_castsi512_si256(v);
+				__m256i hi = _mm512_extracti64x4_epi64(v, 1);
+
+				_mm256_storeu_si256((__m256i *)p,
+					_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+				memcpy(p + 32, d, 4);
+			}
+		}
+	}
+}
+
+/* ---- activation quantization ------------------------------------------- */
+
+/* Per block: amax over |x| (max is exact, so the order does not matter),
+ * d = amax / 127, id = 1 / d, q = round half away from zero of x * id,
+ * done as truncation plus one where the dropped fraction is >= 0.5 -
+ * exactly roundf, without the libm call. */
+OPS_AVX512 void ops_gemm__quantize_q8_act(const float *x, uint32_t cols,
+					  struct ops_block_q8_act *out)
+{
+	const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+	const __m512 half = _mm512_set1_ps(0.5f);
+
+	for (uint32_t b = 0; b < cols / OPS_QK; b++) {
+		const float *xb = x + (size_t)b * OPS_QK;
+		__m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+		__m512 a = _mm512_max_ps(_mm512_and_ps(v0, absmask),
+					 _mm512_and_ps(v1, absmask));
+		float amax = _mm512_reduce_max_ps(a);
+		float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		__m512 vid = _mm512_set1_ps(id);
+		__m512i q[2];
+
+		out[b].d = d;
+		for (int h = 0; h < 2; h++) {
+			__m512 v = _mm512_mul_ps(h ? v1 : v0, vid);
+			__m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+			__m512 f = _mm512_and_ps(_mm512_sub_ps(v, t), absmask);
+			__mmask16 up = _mm512_cmp_ps_mask(f, half, _CMP_GE_OQ);
+			__m512i ti = _mm512_cvttps_epi32(t);
+			/* +1 or -1 with the sign of v */
+			__m512i s = _mm512_or_si512(_mm512_srai_epi32(_mm512_castps_si512(v), 31),
+						    _mm512_set1_epi32(1));
+
+			q[h] = _mm512_mask_add_epi32(ti, up, ti, s);
+		}
+		_mm_storeu_si128((__m128i *)out[b].qs, _mm512_cvtepi32_epi8(q[0]));
+		_mm_storeu_si128((__m128i *)(out[b].qs + 16), _mm512_cvtepi32_epi8(q[1]));
+	}
+}
+
+#endif
