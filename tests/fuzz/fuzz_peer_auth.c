@@ -559,6 +559,7 @@ static void fill_msg(struct proto_peer_msg *m, int type)
 {
 	static uint32_t toks[] = { 1, 2, 3, 300 };
 	static struct proto_peer_page pages[] = { { 5, 1 }, { 9, 77 } };
+	static struct proto_peer_run runs[] = { { 5, 3, 0x7f0000001000ull, 0x1234 } };
 
 	memset(m, 0, sizeof(*m));
 	m->type = (enum proto_peer_type)type;
@@ -594,6 +595,10 @@ static void fill_msg(struct proto_peer_msg *m, int type)
 	m->done_tokens = 4;
 	m->batches = 1;
 	m->done_pages = 2;
+	m->vqp = (struct proto_peer_verbs_qp){ .qpn = 0x12, .psn = 0x345, .lid = 0,
+					       .mtu = 1024 };
+	m->runs = runs;
+	m->n_runs = 1;
 }
 
 /* Append one frame of `type`, sealed by tx (NULL: plaintext). */
