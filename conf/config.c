@@ -165,7 +165,7 @@ static const struct conf_key conf_keys[] = {
 	{ "transfer", "encrypt", CT_BOOL, "off", 0, 0, NULL, F(encrypt),
 	  "Encrypt control messages and KV batches between peers (AEAD; needs peers.key_file). Off: they are authenticated, not secret." },
 	{ "transfer", "verbs_device", CT_STR, "", 0, 0, NULL, F(verbs_device),
-	  "transport=verbs: the RDMA device (an ibverbs name such as mlx5_0; empty = the first device), or emu:DIR[,opts] for the userspace emulated device (tests; DIR an existing absolute directory both peers reach, opts as in net/verbs_emu.h). Only with transport=verbs." },
+	  "transport=verbs: the RDMA device (an ibverbs name such as mlx5_0; empty = the first device), or emu:DIR[,opts] for the userspace emulated device (tests; DIR an existing absolute directory both peers reach, opts as in net/verbs_emu.h). The verbs_* keys keep their defaults unless transport=verbs." },
 	{ "transfer", "verbs_port", CT_U32, "1", 1, 255, NULL, F(verbs_port),
 	  "transport=verbs: the device port the queue pairs use." },
 	{ "transfer", "verbs_gid_index", CT_U32, "0", 0, 255, NULL, F(verbs_gid_index),
@@ -715,11 +715,26 @@ static int conf_validate_verbs(struct conf_ctx *x)
 	};
 
 	if (c->transport != KVD_TRANSPORT_VERBS) {
+		/* a value other than the default would be silently unused;
+		 * the default itself is fine (kvd --check-config prints
+		 * every key, and what it prints must load) */
+		struct kvd_config *d = malloc(sizeof(*d));
+		bool differs[KVD_ARRAY_SIZE(keys)];
+
+		if (!d)
+			return conf_fail(x, 0, "", "out of memory");
+		kvd_config_defaults(d);
+		differs[0] = strcmp(c->verbs_device, d->verbs_device) != 0;
+		differs[1] = c->verbs_port != d->verbs_port;
+		differs[2] = c->verbs_gid_index != d->verbs_gid_index;
+		differs[3] = c->verbs_qp_depth != d->verbs_qp_depth;
+		differs[4] = c->verbs_inline != d->verbs_inline;
+		free(d);
 		for (size_t i = 0; i < KVD_ARRAY_SIZE(keys); i++) {
 			int l = line_of(x, "transfer", keys[i]);
 			char full[64];
 
-			if (!l)
+			if (!differs[i])
 				continue;
 			snprintf(full, sizeof(full), "transfer.%s", keys[i]);
 			return conf_fail(x, l, full,
@@ -986,7 +1001,8 @@ void kvd_config_reference(FILE *out)
 		"  - listen.write_queue_soft <= listen.write_queue_hard;\n"
 		"  - transfer.transport=verbs and kv.backend=cuda need a build with them\n"
 		"    (verbs with transfer.verbs_device=emu:/DIR, the emulated device,\n"
-		"    runs in every build); the verbs_* keys only with transport=verbs;\n"
+		"    runs in every build); the verbs_* keys keep their defaults unless\n"
+		"    transfer.transport=verbs;\n"
 		"  - model.path must be readable.\n");
 }
 

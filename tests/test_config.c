@@ -195,6 +195,11 @@ START_TEST(test_verbs_keys)
 	ck_assert_uint_eq(c.verbs_gid_index, 0);
 	ck_assert_uint_eq(c.verbs_qp_depth, 128);
 	ck_assert_uint_eq(c.verbs_inline, 64);
+	/* the defaults written out load with tcp (kvd --check-config
+	 * prints every key) */
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
+			      "verbs_device = \nverbs_port = 1\nverbs_gid_index = 0\n"
+			      "verbs_qp_depth = 128\nverbs_inline = 64\n"), 0);
 	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
 			      "transport = verbs\nverbs_device = emu:/tmp,auto=1,mw=0\n"
 			      "verbs_port = 2\nverbs_gid_index = 3\n"
