@@ -743,6 +743,13 @@ static int conf_validate_verbs(struct conf_ctx *x)
 		}
 		return 0;
 	}
+	/* the NIC places the pages in decode's memory as they are: a
+	 * batch can be authenticated (its MAC), never encrypted */
+	if (c->encrypt)
+		return conf_fail(x, KVD_MAX(line_of(x, "transfer", "encrypt"),
+					    line_of(x, "transfer", "transport")),
+				 "transfer.encrypt",
+				 "RDMA writes KV pages in the clear (batches are authenticated, not encrypted): transfer.encrypt needs transfer.transport=tcp");
 	if (!strncmp(dev, "emu:", 4)) {
 		char dir[256];
 		size_t n = strcspn(dev + 4, ",");
@@ -1002,7 +1009,7 @@ void kvd_config_reference(FILE *out)
 		"  - transfer.transport=verbs and kv.backend=cuda need a build with them\n"
 		"    (verbs with transfer.verbs_device=emu:/DIR, the emulated device,\n"
 		"    runs in every build); the verbs_* keys keep their defaults unless\n"
-		"    transfer.transport=verbs;\n"
+		"    transfer.transport=verbs; transfer.encrypt needs transport=tcp;\n"
 		"  - model.path must be readable.\n");
 }
 

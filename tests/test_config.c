@@ -131,6 +131,7 @@ static const struct bad {
 	{ "bad verbs device name", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_device = mlx5 0\n", 9, "transfer.verbs_device", "not a device name" },
 	{ "qp depth too small", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_qp_depth = 2\n", 9, "transfer.verbs_qp_depth", "out of range" },
 	{ "inline too large", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_inline = 5000\n", 9, "transfer.verbs_inline", "out of range" },
+	{ "verbs with encrypt", "", 0, "transfer.encrypt", "in the clear" }, /* handled below */
 	{ "port zero", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_port = 0\n", 9, "transfer.verbs_port", "out of range" },
 };
 
@@ -159,6 +160,33 @@ START_TEST(test_bad)
 		ck_assert_int_eq(e.line, b->line);
 		ck_assert_str_eq(e.key, b->key);
 		ck_assert(strstr(e.msg, b->needle) != NULL);
+		return;
+	}
+	if (strcmp(b->what, "verbs with encrypt") == 0) {
+		/* encrypt needs a key file: a private one, so the refusal
+		 * is the transport's */
+		char kf[64], text[512];
+		int fd;
+
+		snprintf(kf, sizeof(kf), "/tmp/kvd-test-key-XXXXXX");
+		fd = mkstemp(kf);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, "0123456789abcdef0123456789abcdef!", 33), 33);
+		close(fd);
+		snprintf(text, sizeof(text),
+			 "[kv]\npool_tokens = 64\n[peers]\nkey_file = %s\n"
+			 "[transfer]\nencrypt = on\ntransport = verbs\n"
+			 "verbs_device = emu:/tmp\n", kf);
+		ck_assert_int_eq(load(&c, &e, text), -1);
+		ck_assert_int_eq(e.line, 11);
+		ck_assert_str_eq(e.key, b->key);
+		ck_assert(strstr(e.msg, b->needle) != NULL);
+		/* the same with tcp loads */
+		snprintf(text, sizeof(text),
+			 "[kv]\npool_tokens = 64\n[peers]\nkey_file = %s\n"
+			 "[transfer]\nencrypt = on\n", kf);
+		ck_assert_int_eq(load(&c, &e, text), 0);
+		unlink(kf);
 		return;
 	}
 	if (strcmp(b->what, "bad node name") == 0) {
