@@ -169,7 +169,7 @@ static const struct conf_key conf_keys[] = {
 	  "Pages one decode peer's requests may hold in this prefill node's pool; 0 = half the pool, at least one full-context request." },
 
 	{ "transfer", "transport", CT_ENUM, "tcp", 0, 0, transports, F(transport),
-	  "How KV pages move: tcp, or verbs (RDMA; needs an ibverbs build)." },
+	  "How KV pages move: tcp, or verbs (RDMA: an ibverbs build for a real device; the emulated device emu:DIR works in every build)." },
 	{ "transfer", "max_batch_bytes", CT_SIZE, "4M", 4096, 1073741824.0, NULL, F(max_batch_bytes),
 	  "Largest KV transfer batch. Must move within release_timeout_ms at link_gbps." },
 	{ "transfer", "release_timeout_ms", CT_U32, "5000", 10, 3600000, NULL, F(release_timeout_ms),
@@ -188,6 +188,16 @@ static const struct conf_key conf_keys[] = {
 	  "Peer heartbeat interval; three missed beats mark the peer down." },
 	{ "transfer", "encrypt", CT_BOOL, "off", 0, 0, NULL, F(encrypt),
 	  "Encrypt control messages and KV batches between peers (AEAD; needs peers.key_file). Off: they are authenticated, not secret." },
+	{ "transfer", "verbs_device", CT_STR, "", 0, 0, NULL, F(verbs_device),
+	  "transport=verbs: the RDMA device (an ibverbs name such as mlx5_0; empty = the first device), or emu:DIR[,opts] for the userspace emulated device (tests; DIR an existing absolute directory both peers reach, opts as in net/verbs_emu.h). The verbs_* keys keep their defaults unless transport=verbs." },
+	{ "transfer", "verbs_port", CT_U32, "1", 1, 255, NULL, F(verbs_port),
+	  "transport=verbs: the device port the queue pairs use." },
+	{ "transfer", "verbs_gid_index", CT_U32, "0", 0, 255, NULL, F(verbs_gid_index),
+	  "transport=verbs: the GID table index of the port's address (RoCE: pick the RoCEv2 entry; `show_gids`)." },
+	{ "transfer", "verbs_qp_depth", CT_U32, "128", 4, 16384, NULL, F(verbs_qp_depth),
+	  "transport=verbs: send work requests outstanding on one queue pair at most (page writes plus each batch's closing write); posting waits past it. The device's max_qp_wr must allow it." },
+	{ "transfer", "verbs_inline", CT_U32, "64", 0, 4096, NULL, F(verbs_inline),
+	  "transport=verbs: the largest write posted inline (copied into the work request: small batch headers); 0 = never. The device's inline limit must allow it." },
 
 	{ "admin", "socket", CT_STR, "", 0, 0, NULL, F(admin_socket),
 	  "Admin Unix socket; empty = $RUNTIME_DIRECTORY (or /run/kvd) / NODE.sock; 'none' disables it." },
@@ -749,6 +759,84 @@ static int conf_validate_http(struct conf_ctx *x)
 	return 0;
 }
 
+/* The verbs keys: a device is an ibverbs name, or the emulated device
+ * emu:DIR[,opts] whose DIR exists (its options are checked when it
+ * opens: net/verbs_emu.c, the one parser of them). A real device needs
+ * a build with libibverbs; the emulation is always built. */
+static int conf_validate_verbs(struct conf_ctx *x)
+{
+	struct kvd_config *c = x->c;
+	const char *dev = c->verbs_device;
+	static const char *const keys[] = {
+		"verbs_device", "verbs_port", "verbs_gid_index",
+		"verbs_qp_depth", "verbs_inline",
+	};
+
+	if (c->transport != KVD_TRANSPORT_VERBS) {
+		/* a value other than the default would be silently unused;
+		 * the default itself is fine (kvd --check-config prints
+		 * every key, and what it prints must load) */
+		struct kvd_config *d = malloc(sizeof(*d));
+		bool differs[KVD_ARRAY_SIZE(keys)];
+
+		if (!d)
+			return conf_fail(x, 0, "", "out of memory");
+		kvd_config_defaults(d);
+		differs[0] = strcmp(c->verbs_device, d->verbs_device) != 0;
+		differs[1] = c->verbs_port != d->verbs_port;
+		differs[2] = c->verbs_gid_index != d->verbs_gid_index;
+		differs[3] = c->verbs_qp_depth != d->verbs_qp_depth;
+		differs[4] = c->verbs_inline != d->verbs_inline;
+		free(d);
+		for (size_t i = 0; i < KVD_ARRAY_SIZE(keys); i++) {
+			int l = line_of(x, "transfer", keys[i]);
+			char full[64];
+
+			if (!differs[i])
+				continue;
+			snprintf(full, sizeof(full), "transfer.%s", keys[i]);
+			return conf_fail(x, l, full,
+					 "only with transfer.transport=verbs (transport is %s)",
+					 kvd_transport_name(c->transport));
+		}
+		return 0;
+	}
+	/* the NIC places the pages in decode's memory as they are: a
+	 * batch can be authenticated (its MAC), never encrypted */
+	if (c->encrypt)
+		return conf_fail(x, KVD_MAX(line_of(x, "transfer", "encrypt"),
+					    line_of(x, "transfer", "transport")),
+				 "transfer.encrypt",
+				 "RDMA writes KV pages in the clear (batches are authenticated, not encrypted): transfer.encrypt needs transfer.transport=tcp");
+	if (!strncmp(dev, "emu:", 4)) {
+		char dir[256];
+		size_t n = strcspn(dev + 4, ",");
+		struct stat sb;
+
+		if (n == 0 || dev[4] != '/' || n >= sizeof(dir))
+			return conf_fail(x, line_of(x, "transfer", "verbs_device"),
+					 "transfer.verbs_device",
+					 "emu: needs an absolute directory: emu:/DIR[,opts]");
+		memcpy(dir, dev + 4, n);
+		dir[n] = '\0';
+		if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode))
+			return conf_fail(x, line_of(x, "transfer", "verbs_device"),
+					 "transfer.verbs_device",
+					 "emu: '%s' is not a directory", dir);
+		return 0;
+	}
+	if (dev[0] && !is_name(dev))
+		return conf_fail(x, line_of(x, "transfer", "verbs_device"),
+				 "transfer.verbs_device",
+				 "'%s' is not a device name (letters, digits, '_', '-', '.') nor emu:/DIR[,opts]",
+				 dev);
+	if (!KVD_HAVE_VERBS)
+		return conf_fail(x, line_of(x, "transfer", "transport"),
+				 "transfer.transport",
+				 "verbs: this kvd was built without libibverbs (only the emulated device, verbs_device=emu:/DIR, is available)");
+	return 0;
+}
+
 static int conf_validate(struct conf_ctx *x)
 {
 	struct kvd_config *c = x->c;
@@ -806,10 +894,9 @@ static int conf_validate(struct conf_ctx *x)
 				 "%llu is above listen.write_queue_hard=%llu",
 				 (unsigned long long)c->write_queue_soft,
 				 (unsigned long long)c->write_queue_hard);
-	if (c->transport == KVD_TRANSPORT_VERBS && !KVD_HAVE_VERBS)
-		return conf_fail(x, line_of(x, "transfer", "transport"),
-				 "transfer.transport",
-				 "verbs: this kvd was built without libibverbs");
+	l = conf_validate_verbs(x);
+	if (l)
+		return l;
 	if (!strcmp(c->kv_backend, "cuda") && !KVD_HAVE_CUDA)
 		return conf_fail(x, line_of(x, "kv", "backend"), "kv.backend",
 				 "cuda: this kvd was built without CUDA");
@@ -990,7 +1077,10 @@ void kvd_config_reference(FILE *out)
 		"    addresses and transfer.encrypt is off; with it, the file is mode\n"
 		"    0600 (or stricter) and holds at least 32 bytes;\n"
 		"  - listen.write_queue_soft <= listen.write_queue_hard;\n"
-		"  - transfer.transport=verbs and kv.backend=cuda need a build with them;\n"
+		"  - transfer.transport=verbs and kv.backend=cuda need a build with them\n"
+		"    (verbs with transfer.verbs_device=emu:/DIR, the emulated device,\n"
+		"    runs in every build); the verbs_* keys keep their defaults unless\n"
+		"    transfer.transport=verbs; transfer.encrypt needs transport=tcp;\n"
 		"  - model.path must be readable.\n");
 }
 
@@ -1090,6 +1180,11 @@ void kvd_config_print(FILE *out, const struct kvd_config *c)
 const char *kvd_role_name(enum kvd_role r)
 {
 	return r <= KVD_ROLE_STANDALONE ? roles[r] : "?";
+}
+
+const char *kvd_transport_name(enum kvd_transport t)
+{
+	return t <= KVD_TRANSPORT_VERBS ? transports[t] : "?";
 }
 
 const char *kvd_cap_policy_name(enum kvd_cap_policy p)

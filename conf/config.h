@@ -81,6 +81,12 @@ struct kvd_config {
 	uint32_t transfer_timeout_ms;
 	uint32_t heartbeat_ms;
 	bool encrypt;                 /* AEAD on control frames and KV batches */
+	char verbs_device[256];       /* RDMA device name or emu:DIR[,opts];
+				       * "" = the first device */
+	uint32_t verbs_port;          /* port number on the device (1..) */
+	uint32_t verbs_gid_index;     /* GID table index (RoCE) */
+	uint32_t verbs_qp_depth;      /* outstanding send WRs per QP */
+	uint32_t verbs_inline;        /* bytes a WR may carry inline */
 	/* [admin] */
 	char admin_socket[256];
 	uint32_t admin_mode;          /* octal file mode of the socket */
@@ -124,3 +130,5 @@ const char *kvd_role_name(enum kvd_role r);
 /* True when host:port names a loopback address (127/8, ::1, localhost). */
 bool kvd_hostport_is_loopback(const char *hostport);
 const char *kvd_cap_policy_name(enum kvd_cap_policy p);
+/* "tcp" or "verbs" */
+const char *kvd_transport_name(enum kvd_transport t);

@@ -50,7 +50,7 @@ static int admin_code_of(int r)
 static void pack_capacity(msgpack_packer *pk, struct kvd_daemon *d,
 			  const struct kvd_capacity *cap)
 {
-	msgpack_pack_map(pk, 14);
+	msgpack_pack_map(pk, 16);
 	frame_pack_kv_u64(pk, "pool_tokens", cap->pool_tokens);
 	frame_pack_kv_u64(pk, "pages", cap->pages);
 	frame_pack_kv_u64(pk, "page_tokens", cap->page_tokens);
@@ -67,6 +67,10 @@ static void pack_capacity(msgpack_packer *pk, struct kvd_daemon *d,
 	frame_pack_kv_str(pk, "model_sha256", d->model_sha256);
 	frame_pack_kv_str(pk, "kv_dtype",
 			  kv_dtype_name((enum kv_dtype)d->cfg.kv_dtype));
+	frame_pack_kv_str(pk, "transport", kvd_transport_name(d->cfg.transport));
+	frame_pack_kv_str(pk, "verbs_device",
+			  d->cfg.transport == KVD_TRANSPORT_VERBS ?
+			  d->cfg.verbs_device : "");
 }
 
 static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)

@@ -403,7 +403,7 @@ static void print_json_line(const msgpack_object *o)
 
 static void print_capacity(const msgpack_object *c, const char *indent)
 {
-	char v[32], pol[16], sha[80], dt[16];
+	char v[32], pol[16], sha[80], dt[16], tr[16], dev[256];
 
 	printf("%sverdict     %s (policy %s)\n", indent,
 	       fs(c, "verdict", v, sizeof(v)), fs(c, "policy", pol, sizeof(pol)));
@@ -419,6 +419,11 @@ static void print_capacity(const msgpack_object *c, const char *indent)
 	printf("%smodel       sha256 %s, kv %s (%" PRIu64 " bytes/token)\n",
 	       indent, fs(c, "model_sha256", sha, sizeof(sha)),
 	       fs(c, "kv_dtype", dt, sizeof(dt)), fu(c, "kv_bytes_per_token"));
+	fs(c, "transport", tr, sizeof(tr));
+	fs(c, "verbs_device", dev, sizeof(dev));
+	if (!strcmp(dev, "?"))
+		dev[0] = '\0';
+	printf("%stransport   %s%s%s\n", indent, tr, dev[0] ? " on " : "", dev);
 }
 
 /* ---- subcommands ------------------------------------------------------------- */

@@ -143,6 +143,7 @@ void kvd_daemon_capacity(struct kvd_daemon *d, const char *reason,
 	struct kvpool_stats st;
 	uint32_t pages;
 	char model[1100];
+	char dev[600];
 
 	if (d->pool) {
 		kvpool_get_stats(d->pool, &st);
@@ -157,6 +158,7 @@ void kvd_daemon_capacity(struct kvd_daemon *d, const char *reason,
 	      "role=%s pool_tokens=%llu pages=%u page_tokens=%u page_bytes=%llu"
 	      " kv_bytes_per_token=%llu context_length=%u margin=%g"
 	      " required_tokens=%llu model=%s model_sha256=%s kv_dtype=%s"
+	      " transport=%s verbs_device=%s"
 	      " verdict=%s policy=%s advertised_context=%u peers=%u"
 	      " peer_min_pool_tokens=%llu path_context=%u reason=%s",
 	      kvd_role_name(d->cfg.role), (unsigned long long)cap.pool_tokens,
@@ -165,6 +167,10 @@ void kvd_daemon_capacity(struct kvd_daemon *d, const char *reason,
 	      cap.margin, (unsigned long long)cap.required_tokens,
 	      kvlog_quote(model, sizeof(model), d->cfg.model_path),
 	      d->model_sha256, kv_dtype_name((enum kv_dtype)d->cfg.kv_dtype),
+	      kvd_transport_name(d->cfg.transport),
+	      kvlog_quote(dev, sizeof(dev),
+			  d->cfg.transport == KVD_TRANSPORT_VERBS ?
+			  d->cfg.verbs_device : ""),
 	      cap.ok ? "ok" : "insufficient",
 	      kvd_cap_policy_name(d->cfg.capacity_policy),
 	      cap.advertised_context, cap.peers,

@@ -856,6 +856,7 @@ static void peer_on_abort(struct link *p, const struct proto_peer_msg *m)
 		serve__link_post(p, &ack);
 		return;
 	}
+	r->peer_batches = KVD_MAX(r->peer_batches, m->batches);
 	/* prefill gives up: its batches for r have left, and decode writes
 	 * nothing for a request it no longer holds */
 	dreq_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "%s",
@@ -881,8 +882,16 @@ static void decode_on_msg(struct link *p, struct proto_peer_msg *m)
 		return;
 	case PEER_MSG_ABORT_ACK:
 		r = decode_req_of(p, m->id);
-		if (r)
-			serve__dreq_event(r, DEV_ABORT_ACK);
+		if (!r)
+			return;
+		r->peer_batches = KVD_MAX(r->peer_batches, m->batches);
+		/* over TCP every batch prefill posted has left before
+		 * abort_ack and the checks refuse it for a released request;
+		 * the count is what a verbs fence will wait for */
+		KVLOG_INFO(p->s->log, "abort_acked", "id=%llu peer=%s batches_posted=%u batches_received=%u",
+			   (unsigned long long)r->reg.id, KVLOG_Q(p->addr),
+			   r->peer_batches, r->rx.batches);
+		serve__dreq_event(r, DEV_ABORT_ACK);
 		return;
 	default:
 		KVLOG_WARN(p->s->log, "peer_protocol", "peer=%s msg=\"unexpected %s\"",

@@ -72,6 +72,7 @@ struct late_ack {
 	struct serve *s;
 	uint64_t conn_id;
 	uint64_t remote_id;
+	uint32_t batches;
 };
 
 static void late_ack_closed(uv_handle_t *h)
@@ -85,7 +86,8 @@ static void late_ack_closed(uv_handle_t *h)
 static void late_ack_cb(uv_timer_t *t)
 {
 	struct late_ack *a = kvd_container_of(t, struct late_ack, timer);
-	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = a->remote_id };
+	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = a->remote_id,
+				      .batches = a->batches };
 
 	struct link *l = serve__link_by_conn(a->s, a->conn_id);
 
@@ -94,10 +96,12 @@ static void late_ack_cb(uv_timer_t *t)
 	uv_close((uv_handle_t *)t, late_ack_closed);
 }
 
+/* batches: those posted for the request (0 for one not known here). */
 static void prefill_send_abort_ack(struct serve *s, struct link *l,
-				   uint64_t remote_id)
+				   uint64_t remote_id, uint32_t batches)
 {
-	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = remote_id };
+	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = remote_id,
+				      .batches = batches };
 	struct late_ack *a;
 
 	if (!l)
@@ -109,6 +113,7 @@ static void prefill_send_abort_ack(struct serve *s, struct link *l,
 		a->s = s;
 		a->conn_id = l->conn_id;
 		a->remote_id = remote_id;
+		a->batches = batches;
 		/* counted from now: the serving layer outlives the timer */
 		s->closes_pending++;
 		uv_timer_init(&s->d->loop, &a->timer);
@@ -123,7 +128,8 @@ static void prefill_send_abort_ack(struct serve *s, struct link *l,
 static void preq_send_abort(struct serve_req *r)
 {
 	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = r->remote_id,
-				    .code = r->fail_code };
+				    .code = r->fail_code,
+				    .batches = r->batches_sent + r->sends_pending };
 
 	snprintf(m.message, sizeof(m.message), "%s", r->fail_msg);
 	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=%s",
@@ -139,7 +145,8 @@ static void preq_abort_ack(struct serve_req *r)
 		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
 		    machine_state_name(&preq_machine, r->state));
 	r->ack_owed = false;
-	prefill_send_abort_ack(r->s, r->link, r->remote_id);
+	prefill_send_abort_ack(r->s, r->link, r->remote_id,
+			       r->batches_sent + r->sends_pending);
 }
 
 /* No release_ack within release_timeout_ms of prefill_done: release our
@@ -752,7 +759,7 @@ static void prefill_on_abort(struct link *l, const struct proto_peer_msg *m)
 
 	if (!r) {
 		/* nothing of it here (any more): the ack is all decode needs */
-		prefill_send_abort_ack(l->s, l, m->id);
+		prefill_send_abort_ack(l->s, l, m->id, 0);
 		return;
 	}
 	serve__req_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "decode aborted: %s (%.200s)",

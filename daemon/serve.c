@@ -262,9 +262,14 @@ static int serve_check_transport(struct serve *s)
 	struct transport_cfg tc = { .pool = s->d->pool, .mem = &s->d->mem,
 				    .page_bytes = s->page_bytes,
 				    .max_batch_bytes = s->d->cfg.max_batch_bytes,
-				    .log = s->log };
+				    .log = s->log,
+				    .verbs_device = s->d->cfg.verbs_device,
+				    .verbs_port = s->d->cfg.verbs_port,
+				    .verbs_gid_index = s->d->cfg.verbs_gid_index,
+				    .verbs_qp_depth = s->d->cfg.verbs_qp_depth,
+				    .verbs_inline = s->d->cfg.verbs_inline };
 	struct transport *t = NULL;
-	char why[200] = "";
+	char why[400] = "";
 	int r;
 
 	if (s->d->cfg.transport != KVD_TRANSPORT_VERBS)

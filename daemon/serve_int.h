@@ -169,6 +169,10 @@ struct serve_req {
 	bool done_seen;
 	uint32_t first_token;
 	uint32_t done_tokens, done_batches, done_pages;
+	uint32_t peer_batches;           /* the most batches prefill said it
+					  * posted (abort, abort_ack): what a
+					  * verbs fence must wait for; TCP
+					  * only logs it */
 
 	/* prefill: the peer's request */
 	uint64_t remote_id;              /* decode's request id */

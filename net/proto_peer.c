@@ -217,6 +217,22 @@ static const struct proto_field code_fields[] = {
 	MSG_STR("message", false, message),
 };
 
+/* abort / abort_ack: the sender's count of batches it posted for the
+ * request (prefill; decode posts none and sends 0), optional on the wire:
+ * absent reads as 0 (PROTOCOL.md s. 3). */
+static const struct proto_field abort_fields[] = {
+	PROTO_FIELD_CUSTOM(struct proto_peer_msg, "code", true, code,
+			   proto__read_err_code, proto__write_err_code),
+	MSG_STR("message", false, message),
+	PROTO_FIELD_U32(struct proto_peer_msg, "batches", false, batches, 0,
+			UINT32_MAX),
+};
+
+static const struct proto_field abort_ack_fields[] = {
+	PROTO_FIELD_U32(struct proto_peer_msg, "batches", false, batches, 0,
+			UINT32_MAX),
+};
+
 static const struct proto_field done_fields[] = {
 	MSG_U32("first_token", first_token, 0),
 	MSG_U32("tokens", done_tokens, 1),
@@ -376,8 +392,9 @@ static const struct peer_msg_desc peer_msgs[PEER_MSG__N] = {
 				      PROTO_FIELDS(code_fields) },
 	[PEER_MSG_PREFILL_DONE] = { "prefill_done", true,
 				    PROTO_FIELDS(done_fields) },
-	[PEER_MSG_ABORT] = { "abort", true, PROTO_FIELDS(code_fields) },
-	[PEER_MSG_ABORT_ACK] = { "abort_ack", true, NO_FIELDS },
+	[PEER_MSG_ABORT] = { "abort", true, PROTO_FIELDS(abort_fields) },
+	[PEER_MSG_ABORT_ACK] = { "abort_ack", true,
+				 PROTO_FIELDS(abort_ack_fields) },
 	[PEER_MSG_RELEASE_ACK] = { "release_ack", true, NO_FIELDS },
 	[PEER_MSG_AUTH_HELLO] = { "auth_hello", false,
 				  PROTO_FIELDS(auth_hello_fields) },

@@ -121,7 +121,8 @@ struct proto_peer_msg {
 	/* PREFILL_DONE */
 	uint32_t first_token;
 	uint32_t done_tokens;            /* prompt positions written */
-	uint32_t batches;
+	uint32_t batches;                /* PREFILL_DONE; ABORT, ABORT_ACK:
+					  * batches the sender posted */
 	uint32_t done_pages;
 	struct proto_peer_verbs_qp vqp;  /* VERBS_QP */
 	struct proto_peer_run *runs;     /* VERBS_SCOPE (n_runs), owned */

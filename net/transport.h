@@ -86,6 +86,14 @@ struct transport_cfg {
 	/* where to add the time spent checksumming and verifying batches,
 	 * in ns (may be NULL; loop thread): the cost of invariant 5, measured */
 	uint64_t *checksum_ns;
+	/* verbs only (transfer.verbs_*): the device - an ibverbs name ("" or
+	 * NULL: the first device) or emu:/DIR[,opts] - the port, the GID
+	 * index, send WRs outstanding per QP and the inline bound. */
+	const char *verbs_device;
+	uint32_t verbs_port;
+	uint32_t verbs_gid_index;
+	uint32_t verbs_qp_depth;
+	uint32_t verbs_inline;
 };
 
 struct transport_ops {
@@ -137,10 +145,13 @@ int transport_tcp_start(struct transport *t, bool receiver);
 
 /* ---- verbs (net/transport_verbs.c, or a stub without ibverbs) ------------ */
 
-/* Open an RDMA transport: -ENOTSUP in a build without ibverbs (or, for
- * now, with a device: the data path is a later issue); -ENODEV "no RDMA
- * device" (reason in why) when none exists. It never pretends to
- * transfer. */
+/* Open an RDMA transport on cfg->verbs_device (emu:/DIR: the emulated
+ * device, in every build): -ENOTSUP for a real device in a build without
+ * ibverbs (or, for now, with a device that meets the configured terms:
+ * the data path is not built yet); -ENODEV when the device cannot be
+ * opened ("no RDMA device"); -EINVAL when it refuses a configured term
+ * (port, GID index, QP depth, inline size; why names the key). It never
+ * pretends to transfer. */
 int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 			const struct transport_cfg *cfg, char *why,
 			size_t why_size);

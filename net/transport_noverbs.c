@@ -1,20 +1,8 @@
-/* transport_noverbs.c - the verbs transport in a build without ibverbs. */
-#include "net/transport.h"
+/* transport_noverbs.c - the build without libibverbs: no real device
+ * (transport_verbs.c still opens the emulated one). */
 #include "net/verbs_ops.h"
 
-#include <errno.h>
-#include <stdio.h>
-
-int transport_verbs_new(struct transport **out, uv_loop_t *loop,
-			const struct transport_cfg *cfg, char *why,
-			size_t why_size)
-{
-	(void)loop;
-	(void)cfg;
-	*out = NULL;
-	snprintf(why, why_size, "kvd was built without libibverbs");
-	return -ENOTSUP;
-}
+#include <stddef.h>
 
 /* No libibverbs: only the emulation (net/verbs_emu.c) is there. */
 const struct verbs_ops *verbs_real_ops(void)

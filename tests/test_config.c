@@ -2,6 +2,7 @@
 #include "conf/config.h"
 #include "conf/util.h"
 #include "conf/log.h"
+#include "kvd_build.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -129,6 +130,16 @@ static const struct bad {
 	{ "host name in peers", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\nprefill = prefill-1.internal:7001\n", 10, "peers.prefill", "IPv4:port" },
 	{ "value too long to print back", "", 8, "listen.client", "too long" }, /* handled below */
 	{ "syntax error", "[kv]\npool_tokens = 64\nthis is not ini\n", 7, "", "syntax" },
+	{ "verbs key with tcp", "[kv]\npool_tokens = 64\n[transfer]\nverbs_qp_depth = 64\n", 8, "transfer.verbs_qp_depth", "only with transfer.transport=verbs" },
+	{ "verbs device with tcp", "[kv]\npool_tokens = 64\n[transfer]\nverbs_device = emu:/tmp\n", 8, "transfer.verbs_device", "transport is tcp" },
+	{ "emu relative dir", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_device = emu:tmp\n", 9, "transfer.verbs_device", "absolute" },
+	{ "emu empty dir", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_device = emu:,auto=1\n", 9, "transfer.verbs_device", "absolute" },
+	{ "emu missing dir", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_device = emu:/nonexistent-kvd-dir,auto=1\n", 9, "transfer.verbs_device", "not a directory" },
+	{ "bad verbs device name", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_device = mlx5 0\n", 9, "transfer.verbs_device", "not a device name" },
+	{ "qp depth too small", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_qp_depth = 2\n", 9, "transfer.verbs_qp_depth", "out of range" },
+	{ "inline too large", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_inline = 5000\n", 9, "transfer.verbs_inline", "out of range" },
+	{ "verbs with encrypt", "", 0, "transfer.encrypt", "in the clear" }, /* handled below */
+	{ "port zero", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_port = 0\n", 9, "transfer.verbs_port", "out of range" },
 };
 
 START_TEST(test_bad)
@@ -158,6 +169,33 @@ START_TEST(test_bad)
 		ck_assert(strstr(e.msg, b->needle) != NULL);
 		return;
 	}
+	if (strcmp(b->what, "verbs with encrypt") == 0) {
+		/* encrypt needs a key file: a private one, so the refusal
+		 * is the transport's */
+		char kf[64], text[512];
+		int fd;
+
+		snprintf(kf, sizeof(kf), "/tmp/kvd-test-key-XXXXXX");
+		fd = mkstemp(kf);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, "0123456789abcdef0123456789abcdef!", 33), 33);
+		close(fd);
+		snprintf(text, sizeof(text),
+			 "[kv]\npool_tokens = 64\n[peers]\nkey_file = %s\n"
+			 "[transfer]\nencrypt = on\ntransport = verbs\n"
+			 "verbs_device = emu:/tmp\n", kf);
+		ck_assert_int_eq(load(&c, &e, text), -1);
+		ck_assert_int_eq(e.line, 11);
+		ck_assert_str_eq(e.key, b->key);
+		ck_assert(strstr(e.msg, b->needle) != NULL);
+		/* the same with tcp loads */
+		snprintf(text, sizeof(text),
+			 "[kv]\npool_tokens = 64\n[peers]\nkey_file = %s\n"
+			 "[transfer]\nencrypt = on\n", kf);
+		ck_assert_int_eq(load(&c, &e, text), 0);
+		unlink(kf);
+		return;
+	}
 	if (strcmp(b->what, "bad node name") == 0) {
 		ck_assert_int_eq(kvd_config_load_string(&c, "t.ini",
 			"[node]\nname = a b\n", &e), -1);
@@ -174,6 +212,48 @@ START_TEST(test_bad)
 	ck_assert_msg(strstr(e.msg, b->needle) != NULL, "%s: msg '%s'",
 		      b->what, e.msg);
 	ck_assert_str_eq(e.file, "test.ini");
+}
+END_TEST
+
+/* The verbs keys: defaults, the emulated device in every build, a real
+ * device name only in a build with libibverbs. */
+START_TEST(test_verbs_keys)
+{
+	struct kvd_config c;
+	struct kvd_config_error e;
+
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n"), 0);
+	ck_assert_int_eq(c.transport, KVD_TRANSPORT_TCP);
+	ck_assert_str_eq(kvd_transport_name(c.transport), "tcp");
+	ck_assert_str_eq(c.verbs_device, "");
+	ck_assert_uint_eq(c.verbs_port, 1);
+	ck_assert_uint_eq(c.verbs_gid_index, 0);
+	ck_assert_uint_eq(c.verbs_qp_depth, 128);
+	ck_assert_uint_eq(c.verbs_inline, 64);
+	/* the defaults written out load with tcp (kvd --check-config
+	 * prints every key) */
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
+			      "verbs_device = \nverbs_port = 1\nverbs_gid_index = 0\n"
+			      "verbs_qp_depth = 128\nverbs_inline = 64\n"), 0);
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
+			      "transport = verbs\nverbs_device = emu:/tmp,auto=1,mw=0\n"
+			      "verbs_port = 2\nverbs_gid_index = 3\n"
+			      "verbs_qp_depth = 32\nverbs_inline = 0\n"), 0);
+	ck_assert_int_eq(c.transport, KVD_TRANSPORT_VERBS);
+	ck_assert_str_eq(kvd_transport_name(c.transport), "verbs");
+	ck_assert_str_eq(c.verbs_device, "emu:/tmp,auto=1,mw=0");
+	ck_assert_uint_eq(c.verbs_port, 2);
+	ck_assert_uint_eq(c.verbs_gid_index, 3);
+	ck_assert_uint_eq(c.verbs_qp_depth, 32);
+	ck_assert_uint_eq(c.verbs_inline, 0);
+	/* a real device (or the first one) needs libibverbs */
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
+			      "transport = verbs\nverbs_device = mlx5_0\n"),
+			 KVD_HAVE_VERBS ? 0 : -1);
+	if (!KVD_HAVE_VERBS) {
+		ck_assert_str_eq(e.key, "transfer.transport");
+		ck_assert(strstr(e.msg, "without libibverbs") != NULL);
+	}
 }
 END_TEST
 
@@ -332,6 +412,7 @@ int main(void)
 	tcase_add_test(tc, test_values);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bads) / sizeof(bads[0])));
 	tcase_add_test(tc, test_addr_normalized);
+	tcase_add_test(tc, test_verbs_keys);
 	tcase_add_test(tc, test_missing_model);
 	tcase_add_test(tc, test_long_line);
 	tcase_add_test(tc, test_file_errors);

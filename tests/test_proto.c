@@ -414,8 +414,13 @@ START_TEST(test_peer_roundtrip)
 		m.type = (enum proto_peer_type)t;
 		m.id = 1000 + t;
 		m.code = PROTO_ERR_INTERNAL;
+		m.batches = 7u + (unsigned)t;
 		peer_roundtrip(&m, &o);
 		ck_assert_uint_eq(o.id, 1000 + t);
+		/* abort and abort_ack carry the batches posted; the
+		 * others have no such key */
+		ck_assert_uint_eq(o.batches, t == PEER_MSG_ABORT ||
+				  t == PEER_MSG_ABORT_ACK ? 7u + (unsigned)t : 0);
 	}
 	memset(&m, 0, sizeof(m));
 	m.type = PEER_MSG_HEARTBEAT;
@@ -575,6 +580,7 @@ START_TEST(test_peer_rejects)
 	msgpack_unpacked msg;
 	size_t len;
 	char *buf;
+	int r;
 
 	memset(&m, 0, sizeof(m));
 	m.type = PEER_MSG_PREFILL_REQUEST;
@@ -602,6 +608,37 @@ START_TEST(test_peer_rejects)
 		frame_writer_deinit(&w);
 		ck_assert_int_eq(proto_peer_parse(decode(buf, len, &msg), &o, &err),
 				 FRAME_E_TYPE);
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+	}
+	/* abort_ack: batches absent reads as 0 (an older peer); a string or
+	 * a negative count is refused naming the key */
+	for (int how = 0; how < 3; how++) {
+		struct frame_writer w;
+		msgpack_packer *pk;
+
+		frame_writer_init(&w);
+		pk = frame_writer_packer(&w);
+		msgpack_pack_map(pk, how ? 3 : 2);
+		frame_pack_kv_str(pk, "type", "abort_ack");
+		frame_pack_kv_u64(pk, "id", 5);
+		if (how == 1)
+			frame_pack_kv_str(pk, "batches", "3");
+		if (how == 2) {
+			frame_pack_str(pk, "batches");
+			msgpack_pack_int64(pk, -1);
+		}
+		ck_assert_int_eq(frame_writer_finish(&w, 1024, &buf, &len), 0);
+		frame_writer_deinit(&w);
+		o.batches = 99;
+		r = proto_peer_parse(decode(buf, len, &msg), &o, &err);
+		if (how == 0) {
+			ck_assert_int_eq(r, 0);
+			ck_assert_uint_eq(o.batches, 0);
+		} else {
+			ck_assert_int_ne(r, 0);
+			ck_assert_str_eq(err.key, "batches");
+		}
 		msgpack_unpacked_destroy(&msg);
 		free(buf);
 	}

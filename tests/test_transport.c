@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf/util.h"
 #include "gpu/kvmem.h"
@@ -307,11 +308,64 @@ START_TEST(test_bound_and_faults)
 	ck_assert_int_eq(kvd_fault_fire(&flt, KVD_FAULT_CORRUPT_BATCH), 0);
 	ck_assert_int_eq(kvd_fault_fire(&flt, KVD_FAULT_SHORT_TRANSFER), 0);
 
+	c.verbs_port = 1;
+	c.verbs_qp_depth = 16;
+	c.verbs_inline = 64;
 	r = transport_verbs_new(&t, NULL, &c, why, sizeof(why));
 	ck_assert_ptr_null(t);
 	ck_assert(r == -ENODEV || r == -ENOTSUP);
 	ck_assert(strlen(why) > 0);
 	fprintf(stderr, "verbs: %d %s\n", r, why);
+}
+END_TEST
+
+/* The configured verbs terms against the emulated device (every build):
+ * each term the device cannot meet is refused naming its key; terms it
+ * meets get the device's figures and, until the data path exists,
+ * -ENOTSUP; nothing is left in the socket directory. */
+START_TEST(test_verbs_terms_emu)
+{
+	static const struct {
+		const char *opts;
+		uint32_t port, gid, depth, inl;
+		int want;
+		const char *needle;
+	} cases[] = {
+		{ "", 1, 0, 16, 64, -ENOTSUP, "write scope memory_windows" },
+		{ ",mw=0,max_mr_size=65536", 1, 0, 16, 64, -ENOTSUP, "max_mr_size 65536" },
+		{ ",mtu=1024", 1, 0, 16, 0, -ENOTSUP, "mtu 1024" },
+		{ ",max_qp_wr=8", 1, 0, 16, 64, -EINVAL, "transfer.verbs_qp_depth=16 is above the device's max_qp_wr=8" },
+		{ ",max_inline=32", 1, 0, 16, 64, -EINVAL, "transfer.verbs_inline=64" },
+		{ "", 2, 0, 16, 64, -EINVAL, "transfer.verbs_port=2: the device has no such port" },
+		{ "", 1, 1, 16, 64, -EINVAL, "transfer.verbs_gid_index=1 is outside" },
+		{ ",nosuch=1", 1, 0, 16, 64, -ENODEV, "cannot open the emulated RDMA device" },
+	};
+	char base[64], dev[160], why[400];
+	struct transport *t = (struct transport *)1;
+	struct transport_cfg c = { .page_bytes = 4096, .max_batch_bytes = 1 << 20 };
+	int r;
+
+	snprintf(base, sizeof(base), "/tmp/kvd-tverbs-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(base));
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(dev, sizeof(dev), "emu:%s%s", base, cases[i].opts);
+		c.verbs_device = dev;
+		c.verbs_port = cases[i].port;
+		c.verbs_gid_index = cases[i].gid;
+		c.verbs_qp_depth = cases[i].depth;
+		c.verbs_inline = cases[i].inl;
+		why[0] = '\0';
+		r = transport_verbs_new(&t, NULL, &c, why, sizeof(why));
+		ck_assert_ptr_null(t);
+		ck_assert_msg(r == cases[i].want, "%s: %d, want %d (%s)", dev, r,
+			      cases[i].want, why);
+		ck_assert_msg(strstr(why, cases[i].needle) != NULL,
+			      "%s: '%s' lacks '%s'", dev, why, cases[i].needle);
+		if (r == -ENOTSUP)
+			ck_assert(strstr(why, "emulated") != NULL);
+	}
+	/* every context unlinked its socket */
+	ck_assert_int_eq(rmdir(base), 0);
 }
 END_TEST
 
@@ -325,6 +379,7 @@ static Suite *transport_suite(void)
 	tcase_add_test(tc, test_corrupt_batch);
 	tcase_add_test(tc, test_cut_mid_batch);
 	tcase_add_test(tc, test_bound_and_faults);
+	tcase_add_test(tc, test_verbs_terms_emu);
 	suite_add_tcase(s, tc);
 	return s;
 }

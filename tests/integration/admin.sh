@@ -137,6 +137,12 @@ expect "state" ready "$(st state)"
 expect "pool pages" 64 "$(st pool.pages)"
 expect "capacity" 0 "$(rc kvctl capacity)"
 expect "capacity verdict" ok "$(kvctl --json capacity | json verdict)"
+expect "capacity transport" tcp "$(kvctl --json capacity | json transport)"
+expect "status transport" tcp "$(st capacity.transport)"
+expect "status" 0 "$(rc kvctl status)"
+grep -q "^  transport   tcp$" "$T/out" || fail "status table has no transport line: $(cat "$T/out")"
+grep -q "event=kv_capacity .*kv_dtype=[a-z0-9]* transport=tcp verbs_device=\"\"" "$T/kvd.log" ||
+	fail "kv_capacity line names no transport: $(grep event=kv_capacity "$T/kvd.log" | head -1)"
 
 if [ "$FAULT" = 1 ]; then
 # ---- drain under load ---------------------------------------------------------------

@@ -5,7 +5,9 @@
 # standalone node too; a peer with another model is refused with a log
 # line and the client gets NO_PREFILL_PEER; a batch bound that cannot move
 # within release_timeout_ms at link_gbps is refused by --check-config; a
-# verbs transport without an RDMA device refuses to start.
+# verbs transport without an RDMA device refuses to start, and so (until
+# the data path is built) does one on the emulated device, after checking
+# the configured terms against it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -153,6 +155,41 @@ timeout 20 "$KVD" --config "$T/vb.ini" >"$T/vb.log" 2>&1
 rc=$?
 set -e
 check "transport=verbs without RDMA: kvd exits non-zero" test "$rc" != 0
-check "transport=verbs without RDMA: logs why" grep -q "event=transport_unavailable transport=verbs" "$T/vb.log"
+if "$KVD" --version | grep -q "verbs yes"; then
+	check "transport=verbs without RDMA: logs why" grep -q "event=transport_unavailable transport=verbs" "$T/vb.log"
+else
+	# a build without libibverbs refuses the real device in the config
+	check "transport=verbs without libibverbs: refused as a config error (exit 78)" test "$rc" = 78
+	check "transport=verbs without libibverbs: says why" grep -q "transfer.transport: verbs: this kvd was built without libibverbs" "$T/vb.log"
+fi
+
+# --- verbs on the emulated device: the configured terms are checked
+# against it, then the node refuses (the data path is not built yet) ------
+mkdir -p "$T/emu"
+next_port
+write_node ve decode "$T/gen_f32.gguf" "listen.client=127.0.0.1:$PORT" \
+	"peers.prefill=127.0.0.1:1" "transfer.transport=verbs" \
+	"transfer.verbs_device=emu:$T/emu,mw=0"
+set +e
+timeout 20 "$KVD" --config "$T/ve.ini" >"$T/ve.log" 2>&1
+rc=$?
+set -e
+check "transport=verbs on emu: kvd exits non-zero" test "$rc" != 0
+check "transport=verbs on emu: capacity line names the transport" \
+	grep -q "event=kv_capacity .*transport=verbs verbs_device=\"emu:$T/emu,mw=0\"" "$T/ve.log"
+check "transport=verbs on emu: the device's figures, and why it refuses" \
+	grep -q "event=transport_unavailable transport=verbs .*emulated, max_mr_size [0-9]*, max_qp_wr [0-9]*, write scope per_request_mr.*not implemented" "$T/ve.log"
+next_port
+write_node vq decode "$T/gen_f32.gguf" "listen.client=127.0.0.1:$PORT" \
+	"peers.prefill=127.0.0.1:1" "transfer.transport=verbs" \
+	"transfer.verbs_device=emu:$T/emu,max_qp_wr=8" "transfer.verbs_qp_depth=16"
+set +e
+timeout 20 "$KVD" --config "$T/vq.ini" >"$T/vq.log" 2>&1
+rc=$?
+set -e
+check "verbs_qp_depth above the device's max_qp_wr: kvd exits non-zero" test "$rc" != 0
+check "verbs_qp_depth above the device's max_qp_wr: the log names the key" \
+	grep -q "event=transport_unavailable .*transfer.verbs_qp_depth=16 is above the device's max_qp_wr=8" "$T/vq.log"
+check "the emulated device left nothing in its directory" test -z "$(ls -A "$T/emu")"
 
 serve_finish
