@@ -86,6 +86,8 @@ struct http_server {
 	void (*exchange_free)(struct http_exchange *x);
 	struct kvd_apikeys *keys;        /* NULL: no keys (loopback only) */
 	char model_name[128];
+	enum chat_format chat_format;    /* the daemon's, resolved at boot
+					  * (CHAT_NONE: chat is refused) */
 	uint64_t next_exchange;
 	bool stopping;
 	unsigned handles_open;            /* at close: callbacks to come */
