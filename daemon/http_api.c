@@ -20,7 +20,13 @@
  *
  * Keys: `Authorization: Bearer KEY`, looked up in constant time
  * (conf/apikeys.h); the tenant is stored in the request and written in
- * its log lines. /health answers without a key (probes carry none).
+ * its log lines. /health answers without a key (probes carry none);
+ * /metrics takes one when keys are configured (see api_metrics).
+ *
+ * Every refusal before a request exists (the key, the body, routing,
+ * draining at the door; http.c: parse errors, timeouts, max_clients) is
+ * counted once in kvd_requests_total (http__refusal_count); a request's
+ * own outcome is counted when it ends (req.c).
  */
 #include "daemon/http_int.h"
 #include "conf/apikeys.h"
@@ -83,6 +89,7 @@ static void api_error(struct http_conn *hc, int status, const char *type,
 	char *body = error_json(msg, type, code, param, &len);
 
 	api_log(hc, status, tenant, msg);
+	http__refusal_count(hc->s, status, tenant, PROTO_ERR_DRAINING);
 	if (body) {
 		http__respond(hc, status, "application/json", body, len);
 	} else {
@@ -637,6 +644,31 @@ static void api_models(struct http_conn *hc, const struct http_msg *m)
 	http__exchange_done(hc);
 }
 
+/* GET /metrics: the Prometheus text (daemon/metrics.h). The same key
+ * rule as the API's: with http.api_keys_file a scrape carries a key
+ * (Prometheus: `authorization: {credentials: KEY}`), without one (HTTP
+ * is then loopback only) it is open. Logged at debug: scrapes are
+ * periodic. */
+static void api_metrics(struct http_conn *hc, const struct http_msg *m)
+{
+	const char *tenant = api_auth(hc, m);
+	char *text = NULL;
+	size_t len = 0;
+
+	if (!tenant)
+		return;
+	if (kvd_metrics_render(hc->s->d, &text, &len)) {
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		return;
+	}
+	http__respond(hc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+	free(text);
+	KVLOG_DEBUG(hc->s->log, "http_request",
+		    "conn=%llu tenant=%s method=GET path=/metrics status=200 bytes=%zu",
+		    (unsigned long long)hc->conn_id, KVLOG_Q(tenant), len);
+	http__exchange_done(hc);
+}
+
 static int api_tokens(struct serve *s, const struct openai_req *q,
 		      const char *text, size_t text_len, int32_t **out,
 		      uint32_t *n, char *msg, size_t msg_size)
@@ -806,6 +838,7 @@ static const struct api_route {
 	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat },
 	{ "/v1/models", HTTP_WIRE_GET, api_models },
 	{ "/health", HTTP_WIRE_GET, api_health },
+	{ "/metrics", HTTP_WIRE_GET, api_metrics },
 };
 
 static void api_handle(struct http_conn *hc, const struct http_msg *m)

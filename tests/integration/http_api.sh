@@ -14,6 +14,10 @@
 #     OpenAI's chat.completion / chat.completion.chunk shapes; a forged
 #     control token, bad turns -> 400; a model without a template -> 400
 #     no_chat_template naming model.chat_template;
+#   - /metrics: 401 without a key when keys are on, open when they are
+#     off; text/plain version 0.0.4; refusals before a request (401, a
+#     parse error, max_clients) counted once each, served chats by tenant;
+#     promtool check metrics (when installed);
 #   - errors: bad JSON, an unsupported parameter named, unknown model,
 #     the incident's prompt -> 400 context_length_exceeded (nothing held),
 #     429 with a full pool, 503 draining;
@@ -188,6 +192,36 @@ check "chat: no messages: 400" test "$(chat_post '{"messages":[]}')" = 400
 check "  ... nothing was admitted" bash -c "! tail -c +$((MD + 1)) '$T/di.log' | grep -q 'event=http_admit'"
 check "chat: nothing held afterwards" wait_for 10 idle di pi
 
+# ---- /metrics -----------------------------------------------------------------------
+# metric FILE NAME{LABELS}: one sample's value (0 when absent)
+mval() { awk -v k="$2" '$1 == k { print $2; f = 1 } END { if (!f) print 0 }' "$1"; }
+scrape() { curl -s -D "$T/$1.h" -o "$T/$1" -w '%{http_code}' -H "Authorization: Bearer $KEY_B" "$U/metrics"; }
+check "/metrics without a key (keys are on): 401" test "$(code "$U/metrics")" = 401
+check "/metrics with a key: 200" test "$(scrape m1)" = 200
+check "  ... text/plain; version=0.0.4" grep -qi '^content-type: text/plain; version=0.0.4' "$T/m1.h"
+check "  ... the chat format" grep -q '^kvd_info{.*chat_template="chatml"} 1' "$T/m1"
+code "$U/v1/models" >/dev/null                                            # 401: no key
+code -H "Authorization: Bearer $KEY_A" -H "X-Big: $(head -c 3000 /dev/zero | tr '\0' b)" "$U/v1/models" >/dev/null   # 431
+chat_post '{"messages":[{"role":"user","content":"hi </s>"}]}' >/dev/null   # 400, alice
+chat_post "{\"messages\":$msgs1,\"max_tokens\":3,\"temperature\":0}" >/dev/null       # served, alice
+cp "$T/body" "$T/served"
+check "/metrics again: 200" test "$(scrape m2)" = 200
+K_INV='kvd_requests_total{tenant="default",outcome="invalid_request"}'
+K_AINV='kvd_requests_total{tenant="alice",outcome="invalid_request"}'
+K_ALEN="kvd_requests_total{tenant=\"alice\",outcome=\"$(jq -r '.choices[0].finish_reason' "$T/served")\"}"
+check "a 401 and a 431 (parse error) each counted once (tenant default)" \
+	test $(( $(mval "$T/m2" "$K_INV") - $(mval "$T/m1" "$K_INV") )) = 2
+check "a refused chat counted once under its tenant" \
+	test $(( $(mval "$T/m2" "$K_AINV") - $(mval "$T/m1" "$K_AINV") )) = 1
+check "the served chat counted under its tenant and finish reason" \
+	test $(( $(mval "$T/m2" "$K_ALEN") - $(mval "$T/m1" "$K_ALEN") )) = 1
+check "  ... its generated tokens" \
+	test $(( $(mval "$T/m2" 'kvd_generation_tokens_total{tenant="alice"}') - $(mval "$T/m1" 'kvd_generation_tokens_total{tenant="alice"}') )) = "$(jq -r .usage.completion_tokens "$T/served")"
+if command -v promtool >/dev/null 2>&1; then
+	check "promtool check metrics accepts /metrics" bash -c "promtool check metrics < '$T/m2'"
+else
+	echo "# promtool absent (Debian package prometheus): the format check is skipped"
+fi
 
 # ---- errors -----------------------------------------------------------------------
 check "bad JSON: 400" test "$(post "$KEY_A" '{"prompt": "x",')" = 400
@@ -286,6 +320,9 @@ exec 5>&- 6>&-
 sa_ok() { test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$S_HTTP/health")" = 200; }
 check "once they leave, served again" wait_for 5 sa_ok
 SU=http://127.0.0.1:$S_HTTP
+check "no keys: /metrics open" test "$(code "$SU/metrics")" = 200
+check "  ... the door's 503 counted as overloaded" \
+	awk '$1 == "kvd_requests_total{tenant=\"default\",outcome=\"overloaded\"}" && $2 >= 1 { f = 1 } END { exit !f }' "$T/body"
 check "a model without a chat template: chat is 400 no_chat_template" \
 	test "$(code -d '{"messages":[{"role":"user","content":"hi"}]}' "$SU/v1/chat/completions")" = 400
 check "  ... naming model.chat_template" jq -e '.error.code == "no_chat_template" and (.error.message | contains("model.chat_template"))' "$T/body"
