@@ -39,7 +39,7 @@ cluster_key() {
 }
 
 # write_node NAME ROLE MODEL [KEY=VALUE ...] - keys as section.key
-# (node.* keys join the [node] section).
+# (node.* keys join the [node] section, model.* ones the [model] section).
 # Nodes are authenticated peers (peers.key_file) unless KVD_TEST_KEYLESS=1
 # or the caller passes peers.key_file= (empty: keyless, loopback only).
 write_node() {
@@ -60,6 +60,11 @@ write_node() {
 			fi
 		done
 		printf '[model]\npath = %s\n' "$model"
+		for a in "${!kv[@]}"; do
+			if [ "${a%%.*}" = model ]; then
+				printf '%s = %s\n' "${a#*.}" "${kv[$a]}"
+			fi
+		done
 		printf '[admin]\nsocket = %s/%s.sock\n' "$T" "$name"
 		for sec in kv engine listen http peers transfer log; do
 			printf '[%s]\n' "$sec"
