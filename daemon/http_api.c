@@ -372,6 +372,9 @@ static void answer_final(struct http_conn *hc, const char *finish,
 	if (x->stream) {
 		json_t *j;
 
+		/* a stop string matched before any text went out: the head
+		 * is still ours to send */
+		stream_head(hc);
 		stream_text(hc, x->len);
 		j = answer_json(x, choice_json(x, x->chat ? NULL : json_string(""),
 					       finish, true), true);

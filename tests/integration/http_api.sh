@@ -121,6 +121,17 @@ if [ ${#stopstr} = 3 ]; then
 		"$U/v1/completions" > "$T/sse2"
 	check "stop, SSE: the same text" test "$(grep '^data: {' "$T/sse2" | sed 's/^data: //' | jq -j '.choices[0].text')" = "$want"
 fi
+# a stop string that matches the first character: SSE still has its head
+# and one final chunk (the head used to be skipped: a broken answer)
+stopreq=$(jq -c '.text[0:1] as $s | select($s != "" and $s != "\ufffd")
+	| {prompt: "Once upon a time", max_tokens: 12, temperature: 0.7, seed: 42, stop: [$s], stream: true}' <<<"$ref" || true)
+if [ -n "$stopreq" ]; then
+	st=$(curl -s -N -o "$T/sse0" -w '%{http_code}' -H "Authorization: Bearer $KEY_A" -d "$stopreq" "$U/v1/completions" || true)
+	check "stop at the first character, SSE: 200, one chunk with no text, finish stop, [DONE]" \
+		test "$st $(grep '^data: {' "$T/sse0" | sed 's/^data: //' | jq -sc 'map(.choices[0] | [.text, .finish_reason])') $(grep -v '^$' "$T/sse0" | tail -1)" = '200 [["","stop"]] data: [DONE]'
+else
+	echo "# the reference starts with bytes that are not UTF-8: no stop-at-once case"
+fi
 check "stop: nothing held afterwards" wait_for 10 idle di pi
 
 # ---- chat ---------------------------------------------------------------------------
