@@ -248,7 +248,9 @@ static json_t *usage_json(uint32_t prompt, uint32_t completion)
 			 "total_tokens", (json_int_t)prompt + completion);
 }
 
-/* One choice: completions {text}, chat {message} or {delta}. */
+/* One choice: completions {text}, chat {message} or {delta}. The first
+ * delta of a chat stream carries the assistant role (OpenAI's shape),
+ * the final one too when no text went before it. */
 static json_t *choice_json(const struct http_exchange *x, json_t *text,
 			   const char *finish, bool chunk)
 {
@@ -266,7 +268,8 @@ static json_t *choice_json(const struct http_exchange *x, json_t *text,
 		c = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta",
 			      text ? (x->role_sent ? json_pack("{s:o}", "content", text) :
 				      json_pack("{s:s, s:o}", "role", "assistant", "content", text))
-				   : json_object(),
+				   : x->role_sent ? json_object()
+						  : json_pack("{s:s}", "role", "assistant"),
 			      "logprobs", "finish_reason",
 			      finish ? json_string(finish) : json_null());
 	return c;

@@ -187,6 +187,19 @@ check "chat SSE: the last chunk has finish_reason and usage" \
 	test "$(grep '^data: {' "$T/csse" | tail -1 | sed 's/^data: //' | jq -c '[.choices[0].finish_reason, .usage.prompt_tokens, .usage.completion_tokens]')" \
 	= "$(jq -c --argjson n "$(cat "$T/cref.n")" '[.choices[0].finish_reason, $n, .usage.completion_tokens]' "$T/cref")"
 check "chat SSE: ends with data: [DONE]" test "$(grep -v '^$' "$T/csse" | tail -1)" = "data: [DONE]"
+# a stop string that matches at once: no text, the one chunk still names the role
+# (jq slices characters; a replacement character stands for bytes that
+# were not UTF-8, which no stop string can name)
+stopreq=$(jq -c --argjson m "$msgs2" '.choices[0].text[0:1] as $s | select($s != "" and $s != "\ufffd")
+	| {messages: $m, max_tokens: 16, temperature: 0.9, seed: 7, stop: [$s], stream: true}' "$T/cref" || true)
+if [ -n "$stopreq" ]; then
+	curl -s -N -H "Authorization: Bearer $KEY_A" -d "$stopreq" \
+		"$U/v1/chat/completions" > "$T/csse0" || true
+	check "chat SSE stopped before any text: one chunk, role assistant, finish stop, no content" \
+		test "$(grep '^data: {' "$T/csse0" | sed 's/^data: //' | jq -sc 'map(.choices[0] | [.delta.role, (.delta.content // ""), .finish_reason])')" = '[["assistant","","stop"]]'
+else
+	echo "# the reference starts with bytes that are not UTF-8: no stop-at-once case"
+fi
 msgs3=$(jq -c '.[0].role = "developer"' <<<"$msgs2")
 st=$(chat_post "{\"messages\":$msgs3,\"max_tokens\":16,\"temperature\":0.9,\"seed\":7}")
 check "chat: a developer message is rendered as system" \
