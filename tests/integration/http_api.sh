@@ -16,7 +16,8 @@
 #     no_chat_template naming model.chat_template;
 #   - /metrics: 401 without a key when keys are on, open when they are
 #     off; text/plain version 0.0.4; refusals before a request (401, a
-#     parse error, max_clients) counted once each, served chats by tenant;
+#     parse error, draining, max_clients) counted once each, served chats
+#     by tenant;
 #     promtool check metrics (when installed);
 #   - errors: bad JSON, an unsupported parameter named, unknown model,
 #     the incident's prompt -> 400 context_length_exceeded (nothing held),
@@ -326,6 +327,8 @@ fi
 "$KVCTL" --socket "$T/di.sock" drain --no-wait >/dev/null 2>&1 || true
 check "draining: 503" test "$(post "$KEY_A" '{"prompt":"x","max_tokens":2}')" = 503
 check "  ... code draining" test "$(jq -r .error.code "$T/body")" = draining
+check "  ... /metrics still served while draining" test "$(scrape m3)" = 200
+check "  ... the refusal counted once as alice's draining" test "$(mval "$T/m3" 'kvd_requests_total{tenant="alice",outcome="draining"}')" = 1
 check "/health: 503 draining" bash -c "test \"\$(curl -s -o '$T/b5' -w '%{http_code}' '$U/health')\" = 503 && grep -q draining '$T/b5'"
 
 # ---- connections: HTTP shares listen.max_clients with the msgpack socket --
