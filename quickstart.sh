@@ -5,7 +5,10 @@
 # (`kvctl keygen`), start a prefill and a decode node on loopback that
 # prove they hold it before anything else, send one prompt with
 # `kvctl generate`, print the streamed text, then the same through the
-# OpenAI-compatible HTTP front with curl, stop both nodes.
+# OpenAI-compatible HTTP front with curl, last a chat request to
+# /v1/chat/completions (the model's chat template, or chatml set with
+# model.chat_template when the GGUF has none kvd recognizes), stop both
+# nodes.
 #
 #   bash quickstart.sh [MODEL.gguf] [PROMPT]
 #
@@ -43,18 +46,25 @@ if [ -z "$model" ]; then
 	echo "== generating a small model (random weights: expect gibberish text;"
 	echo "   pass a real GGUF as \$1 for prose): kvctl model make $model"
 	"$KVCTL" model make "$model" --layers 4 --dim 128 --heads 4 --kv-heads 2 \
-		--ff 384 --vocab 512 --ctx 1024 --seed 1 >/dev/null
+		--ff 384 --vocab 512 --ctx 1024 --seed 1 --chat-template chatml >/dev/null
+fi
+# chat needs a template kvd knows: the GGUF's tokenizer.chat_template when
+# kvctl recognizes it, else the config sets one (stories260K has none)
+chat_cfg=
+if ! "$KVCTL" model chat "$model" user=hi >/dev/null 2>&1; then
+	echo "== $model has no chat template kvd recognizes: decode gets model.chat_template = chatml"
+	chat_cfg="chat_template = chatml\n"
 fi
 prompt=${2:-Once upon a time}
 port=${KVD_QS_PORT:-7600}
 echo "== kvctl keygen $run/cluster.key (the secret both nodes prove they hold)"
 "$KVCTL" keygen "$run/cluster.key"
 
-node() { # node NAME ROLE PEERS_LINES LISTEN_LINES...
-	local name=$1 role=$2 peers=$3; shift 3
+node() { # node NAME ROLE PEERS_LINES MODEL_LINES LISTEN_LINES...
+	local name=$1 role=$2 peers=$3 mlines=$4; shift 4
 	{
 		printf '[node]\nname = %s\nrole = %s\n' "$name" "$role"
-		printf '[model]\npath = %s\n' "$model"
+		printf '[model]\npath = %s\n%b' "$model" "$mlines"
 		printf '[kv]\npool_tokens = 8192\n'
 		printf '[admin]\nsocket = %s/%s.sock\n' "$run" "$name"
 		printf '%b' "$@"
@@ -65,8 +75,8 @@ node() { # node NAME ROLE PEERS_LINES LISTEN_LINES...
 }
 
 echo "== starting prefill (127.0.0.1:$((port + 1))) and decode (127.0.0.1:$port)"
-node prefill prefill "" "[listen]\npeer = 127.0.0.1:$((port + 1))\n"
-node decode decode "prefill = 127.0.0.1:$((port + 1))\n" \
+node prefill prefill "" "" "[listen]\npeer = 127.0.0.1:$((port + 1))\n"
+node decode decode "prefill = 127.0.0.1:$((port + 1))\n" "$chat_cfg" \
 	"[listen]\nclient = 127.0.0.1:$port\nhttp = 127.0.0.1:$((port + 2))\n[http]\nmodel_name = quickstart\n"
 for _ in $(seq 1 100); do
 	grep -q "event=peer_up" "$run/decode.log" 2>/dev/null && break
@@ -85,13 +95,18 @@ printf '%s' "$prompt"
 "$KVCTL" generate --server "127.0.0.1:$port" --prompt "$prompt" --max-tokens 64 \
 	--temperature 0.8 --seed 42
 echo
-# the last step: the same request through the OpenAI-compatible HTTP front
-# (loopback without http.api_keys_file; with one, add
-# -H "Authorization: Bearer KEY")
-body=$(printf '{"model":"quickstart","prompt":"%s","max_tokens":64,"temperature":0.8,"seed":42}' \
-	"$(printf '%s' "$prompt" | sed 's/[\\"]/\\&/g')")
+# the same request through the OpenAI-compatible HTTP front (loopback
+# without http.api_keys_file; with one, add -H "Authorization: Bearer KEY")
+qprompt=$(printf '%s' "$prompt" | sed 's/[\\"]/\\&/g')
+body=$(printf '{"model":"quickstart","prompt":"%s","max_tokens":64,"temperature":0.8,"seed":42}' "$qprompt")
 echo "== curl http://127.0.0.1:$((port + 2))/v1/completions -d '$body'"
 curl -sS "http://127.0.0.1:$((port + 2))/v1/completions" \
+	-H 'Content-Type: application/json' -d "$body"
+echo
+# the last step: a chat request, rendered with the model's chat template
+body=$(printf '{"model":"quickstart","messages":[{"role":"user","content":"%s"}],"max_tokens":64,"temperature":0.8,"seed":42}' "$qprompt")
+echo "== curl http://127.0.0.1:$((port + 2))/v1/chat/completions -d '$body'"
+curl -sS --fail-with-body "http://127.0.0.1:$((port + 2))/v1/chat/completions" \
 	-H 'Content-Type: application/json' -d "$body"
 echo
 echo "== done; stopping the nodes"

@@ -167,6 +167,27 @@ void http__respond(struct http_conn *hc, int status, const char *ctype,
 		http__write_copy(hc, body, len);
 }
 
+void http__refusal_count(struct serve *s, int status, const char *tenant,
+			 int code_503)
+{
+	int code;
+
+	if (status == 408)
+		code = PROTO_ERR_TIMEOUT;
+	else if (status == 429)
+		code = PROTO_ERR_OVERLOADED;
+	else if (status == 503)
+		code = code_503;
+	else if (status >= 400 && status < 500)
+		code = PROTO_ERR_INVALID_REQUEST;
+	else
+		code = PROTO_ERR_INTERNAL;
+	if (!tenant || !*tenant || !strcmp(tenant, "-"))
+		tenant = KVD_TENANT_DEFAULT;
+	/* no request, no latency to observe */
+	kvd_metrics_request_end(&s->d->metrics, tenant, NULL, code, 0);
+}
+
 /* ---- closing ---------------------------------------------------------------- */
 
 static void http_conn_closed(uv_handle_t *h)
@@ -250,6 +271,7 @@ static void http_refuse(struct http_conn *hc, int status, const char *why)
 		     "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}\n",
 		     why);   /* why: one of http_wire's constant sentences */
 	hc->close_after = true;
+	http__refusal_count(hc->s, status, NULL, PROTO_ERR_INTERNAL);
 	http__respond(hc, status, "application/json", body, (size_t)n);
 	http_conn_end(hc);
 }
@@ -454,6 +476,7 @@ static void http_accept(uv_stream_t *server, int status)
 		KVLOG_WARN(s->log, "client_refused",
 			   "conn=%llu proto=http reason=max_clients max_clients=%u",
 			   (unsigned long long)hc->conn_id, s->max_clients);
+		http__refusal_count(s, 503, NULL, PROTO_ERR_OVERLOADED);
 		(void)uv_try_write((uv_stream_t *)&hc->tcp, &b, 1);   /* best effort */
 		http_conn_close(hc);
 		return;
@@ -495,9 +518,10 @@ int http__listen(struct http_server *hs)
 		KVLOG_ERR(s->log, "listen_http", "addr=%s msg=%s", KVLOG_Q(spec),
 			  KVLOG_Q(uv_strerror(rc)));
 	else
-		KVLOG_INFO(s->log, "listen_http", "addr=%s keys=%zu tenants_from=%s",
+		KVLOG_INFO(s->log, "listen_http", "addr=%s keys=%zu tenants_from=%s chat_template=%s",
 			   KVLOG_Q(spec), kvd_apikeys_count(hs->keys),
-			   hs->keys ? "api_keys_file" : "none");
+			   hs->keys ? "api_keys_file" : "none",
+			   chat_format_name(hs->chat_format));
 	return rc;
 }
 

@@ -20,7 +20,13 @@
  *
  * Keys: `Authorization: Bearer KEY`, looked up in constant time
  * (conf/apikeys.h); the tenant is stored in the request and written in
- * its log lines. /health answers without a key (probes carry none).
+ * its log lines. /health answers without a key (probes carry none);
+ * /metrics takes one when keys are configured (see api_metrics).
+ *
+ * Every refusal before a request exists (the key, the body, routing,
+ * draining at the door; http.c: parse errors, timeouts, max_clients) is
+ * counted once in kvd_requests_total (http__refusal_count); a request's
+ * own outcome is counted when it ends (req.c).
  */
 #include "daemon/http_int.h"
 #include "conf/apikeys.h"
@@ -83,6 +89,7 @@ static void api_error(struct http_conn *hc, int status, const char *type,
 	char *body = error_json(msg, type, code, param, &len);
 
 	api_log(hc, status, tenant, msg);
+	http__refusal_count(hc->s, status, tenant, PROTO_ERR_DRAINING);
 	if (body) {
 		http__respond(hc, status, "application/json", body, len);
 	} else {
@@ -241,7 +248,9 @@ static json_t *usage_json(uint32_t prompt, uint32_t completion)
 			 "total_tokens", (json_int_t)prompt + completion);
 }
 
-/* One choice: completions {text}, chat {message} or {delta}. */
+/* One choice: completions {text}, chat {message} or {delta}. The first
+ * delta of a chat stream carries the assistant role (OpenAI's shape),
+ * the final one too when no text went before it. */
 static json_t *choice_json(const struct http_exchange *x, json_t *text,
 			   const char *finish, bool chunk)
 {
@@ -259,7 +268,8 @@ static json_t *choice_json(const struct http_exchange *x, json_t *text,
 		c = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta",
 			      text ? (x->role_sent ? json_pack("{s:o}", "content", text) :
 				      json_pack("{s:s, s:o}", "role", "assistant", "content", text))
-				   : json_object(),
+				   : x->role_sent ? json_object()
+						  : json_pack("{s:s}", "role", "assistant"),
 			      "logprobs", "finish_reason",
 			      finish ? json_string(finish) : json_null());
 	return c;
@@ -365,6 +375,9 @@ static void answer_final(struct http_conn *hc, const char *finish,
 	if (x->stream) {
 		json_t *j;
 
+		/* a stop string matched before any text went out: the head
+		 * is still ours to send */
+		stream_head(hc);
 		stream_text(hc, x->len);
 		j = answer_json(x, choice_json(x, x->chat ? NULL : json_string(""),
 					       finish, true), true);
@@ -525,19 +538,65 @@ static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
 	return NULL;
 }
 
-/* ---- the chat template seam ---------------------------------------------------------- */
+/* ---- chat: messages -> prompt ids ---------------------------------------------------- */
 
-/* Render the messages into a prompt. The lead points this at gpu/chat.h's
- * chat_render (the chat engineer's); until then there is no template and
- * /v1/chat/completions answers 501 naming it. Never a guessed template.
- * 0 with *out (malloc'd, *len bytes); 1 with `err`. */
-static int api_chat_prompt(struct serve *s, const struct openai_msg *msgs,
-			   size_t n, char **out, size_t *len, char *err,
-			   size_t errlen)
+/* The chat request's prompt: its messages rendered in the model's chat
+ * format (gpu/chat.h, resolved at boot: model.chat_template or the GGUF's
+ * tokenizer.chat_template recognized) and tokenized with the template's
+ * specials as control tokens. OpenAI's `developer` role is its newer
+ * name for `system`. Never a guessed template: a model without one is a
+ * 400 naming model.chat_template. 0 with *out (malloc'd, *n ids), 1 with
+ * *status, *code and `msg` set, -ENOMEM. */
+static int api_chat_ids(struct http_server *hs, const struct openai_req *q,
+			int32_t **out, uint32_t *n, int *status,
+			const char **code, char *msg, size_t msg_size)
 {
-	(void)s; (void)msgs; (void)n; (void)out; (void)len;
-	snprintf(err, errlen, "no chat template: this kvd has no chat template formatter for its model; use /v1/completions");
-	return 1;
+	struct chat_msg *cm;
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	int rc;
+
+	*status = 400;
+	*code = NULL;
+	if (hs->chat_format == CHAT_NONE) {
+		*code = "no_chat_template";
+		snprintf(msg, msg_size, "the model '%.64s' has no chat template kvd recognizes; set model.chat_template in the config (llama2, llama3, chatml, mistral, gemma, phi3, deepseek) or use /v1/completions",
+			 hs->model_name);
+		return 1;
+	}
+	cm = calloc(q->n_msgs ? q->n_msgs : 1, sizeof(*cm));
+	if (!cm)
+		return -ENOMEM;
+	for (size_t i = 0; i < q->n_msgs; i++) {
+		cm[i].role = strcmp(q->msgs[i].role, "developer") ? q->msgs[i].role
+								   : "system";
+		cm[i].content = q->msgs[i].content;
+	}
+	msg[0] = 0;
+	rc = chat_encode(hs->chat_format, hs->s->tok, cm, q->n_msgs, true, &ids,
+			 &n_ids, msg, msg_size);
+	free(cm);
+	if (rc == -ENOMEM)
+		return -ENOMEM;
+	if (rc) {
+		/* -EINVAL (turns), -EPERM (a forged control token), -E2BIG:
+		 * chat.c's sentence; anything else is the tokenizer's */
+		*code = rc == -EPERM ? "forged_control_token" :
+			rc == -E2BIG ? "prompt_too_large" : "invalid_messages";
+		if (!msg[0])
+			snprintf(msg, msg_size, "the messages cannot be rendered in the %s chat format",
+				 chat_format_name(hs->chat_format));
+		return 1;
+	}
+	if (n_ids == 0 || n_ids > PROTO_CLIENT_TOKENS_MAX) {
+		free(ids);
+		snprintf(msg, msg_size, "the messages render to %zu tokens (at most %u)",
+			 n_ids, (unsigned)PROTO_CLIENT_TOKENS_MAX);
+		return 1;
+	}
+	*out = ids;
+	*n = (uint32_t)n_ids;
+	return 0;
 }
 
 /* ---- endpoints ------------------------------------------------------------------- */
@@ -591,6 +650,31 @@ static void api_models(struct http_conn *hc, const struct http_msg *m)
 	http__exchange_done(hc);
 }
 
+/* GET /metrics: the Prometheus text (daemon/metrics.h). The same key
+ * rule as the API's: with http.api_keys_file a scrape carries a key
+ * (Prometheus: `authorization: {credentials: KEY}`), without one (HTTP
+ * is then loopback only) it is open. Logged at debug: scrapes are
+ * periodic. */
+static void api_metrics(struct http_conn *hc, const struct http_msg *m)
+{
+	const char *tenant = api_auth(hc, m);
+	char *text = NULL;
+	size_t len = 0;
+
+	if (!tenant)
+		return;
+	if (kvd_metrics_render(hc->s->d, &text, &len)) {
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		return;
+	}
+	http__respond(hc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+	free(text);
+	KVLOG_DEBUG(hc->s->log, "http_request",
+		    "conn=%llu tenant=%s method=GET path=/metrics status=200 bytes=%zu",
+		    (unsigned long long)hc->conn_id, KVLOG_Q(tenant), len);
+	http__exchange_done(hc);
+}
+
 static int api_tokens(struct serve *s, const struct openai_req *q,
 		      const char *text, size_t text_len, int32_t **out,
 		      uint32_t *n, char *msg, size_t msg_size)
@@ -640,8 +724,6 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	struct serve_req *r;
 	const char *tenant = api_auth(hc, m);
 	char msg[PROTO_CLIENT_MSG_MAX];
-	char *chat_text = NULL;
-	size_t chat_len = 0;
 	int32_t *ids = NULL;
 	uint32_t n_ids = 0;
 	int rc;
@@ -667,27 +749,36 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 		openai_req_deinit(&q);
 		return;
 	}
-	if (chat && api_chat_prompt(s, q.msgs, q.n_msgs, &chat_text, &chat_len,
-				    msg, sizeof(msg))) {
-		api_error(hc, 501, "invalid_request_error", "no_chat_template", "messages",
-			  msg, tenant);
-		openai_req_deinit(&q);
-		return;
-	}
 	if (kvd_request_gate(s->reqtab) || s->stopping) {
 		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
 		api_error(hc, 503, "server_error", "draining", NULL,
 			  "the node is draining and admits no new requests", tenant);
 		goto out;
 	}
-	rc = api_tokens(s, &q, chat ? chat_text : q.prompt,
-			chat ? chat_len : (q.prompt ? strlen(q.prompt) : 0),
-			&ids, &n_ids, msg, sizeof(msg));
-	if (rc) {
-		s->d->counters.rejected[KVD_REJECT_INVALID]++;
-		api_error(hc, rc < 0 ? 500 : 400, rc < 0 ? "server_error" : "invalid_request_error",
-			  NULL, "prompt", rc < 0 ? "out of memory" : msg, tenant);
-		goto out;
+	if (chat) {
+		int status;
+		const char *ecode;
+
+		rc = api_chat_ids(hc->hs, &q, &ids, &n_ids, &status, &ecode, msg,
+				  sizeof(msg));
+		if (rc) {
+			s->d->counters.rejected[KVD_REJECT_INVALID]++;
+			api_error(hc, rc < 0 ? 500 : status,
+				  rc < 0 ? "server_error" : "invalid_request_error",
+				  rc < 0 ? NULL : ecode, rc < 0 ? NULL : "messages",
+				  rc < 0 ? "out of memory" : msg, tenant);
+			goto out;
+		}
+	} else {
+		rc = api_tokens(s, &q, q.prompt, q.prompt ? strlen(q.prompt) : 0,
+				&ids, &n_ids, msg, sizeof(msg));
+		if (rc) {
+			s->d->counters.rejected[KVD_REJECT_INVALID]++;
+			api_error(hc, rc < 0 ? 500 : 400,
+				  rc < 0 ? "server_error" : "invalid_request_error",
+				  NULL, "prompt", rc < 0 ? "out of memory" : msg, tenant);
+			goto out;
+		}
 	}
 	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
 							  : SREQ_LOCAL);
@@ -731,7 +822,6 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 		    KVLOG_Q(tenant), x->stream);
 	s->admit(r);   /* the role's admission (decode.c) */
 out:
-	free(chat_text);
 	openai_req_deinit(&q);
 }
 
@@ -754,6 +844,7 @@ static const struct api_route {
 	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat },
 	{ "/v1/models", HTTP_WIRE_GET, api_models },
 	{ "/health", HTTP_WIRE_GET, api_health },
+	{ "/metrics", HTTP_WIRE_GET, api_metrics },
 };
 
 static void api_handle(struct http_conn *hc, const struct http_msg *m)
@@ -812,6 +903,7 @@ int serve__http_listen(struct serve *s)
 	hs->sink_ops = &api_sink_ops;
 	hs->exchange_free = exchange_free;
 	api_model_name(s, hs->model_name, sizeof(hs->model_name));
+	hs->chat_format = s->d->chat_format;
 	if (s->d->cfg.http_api_keys_file[0]) {
 		rc = kvd_apikeys_load(&hs->keys, s->d->cfg.http_api_keys_file, why,
 				      sizeof(why));

@@ -86,6 +86,8 @@ struct http_server {
 	void (*exchange_free)(struct http_exchange *x);
 	struct kvd_apikeys *keys;        /* NULL: no keys (loopback only) */
 	char model_name[128];
+	enum chat_format chat_format;    /* the daemon's, resolved at boot
+					  * (CHAT_NONE: chat is refused) */
 	uint64_t next_exchange;
 	bool stopping;
 	unsigned handles_open;            /* at close: callbacks to come */
@@ -111,6 +113,13 @@ void http__respond(struct http_conn *hc, int status, const char *ctype,
 /* The answer of the current request is complete: the next may parse
  * (deferred), or the connection closes if it must. */
 void http__exchange_done(struct http_conn *hc);
+/* An HTTP refusal before any request existed (a parse error, a key, the
+ * body, draining at the door, max_clients): counted once in
+ * kvd_requests_total under `tenant` (NULL or "-": the default tenant)
+ * with the outcome its status maps to (400-class: invalid_request, 408:
+ * timeout, 429: overloaded, 503: `code_503`, 5xx: internal). */
+void http__refusal_count(struct serve *s, int status, const char *tenant,
+			 int code_503);
 /* Run deferred work for hc soon (from the loop, not inside a caller). */
 void http__kick(struct http_conn *hc);
 const char *http__status_text(int status);

@@ -54,10 +54,6 @@ const char *chat_format_name(enum chat_format f);
  * kvctl model make --chat-template) that chat_format_detect() recognizes
  * as f; NULL for CHAT_NONE and out of range. */
 const char *chat_format_template(enum chat_format f);
-/* A short Jinja source in format f (kvd's own, for generated models:
- * kvctl model make --chat-template) that chat_format_detect() recognizes
- * as f; NULL for CHAT_NONE and out of range. */
-const char *chat_format_template(enum chat_format f);
 
 /* Render msgs[0..n) in format f. *out is malloc'd and NUL-terminated,
  * *len its length; the caller frees it. add_generation_prompt appends the

@@ -39,7 +39,7 @@ cluster_key() {
 }
 
 # write_node NAME ROLE MODEL [KEY=VALUE ...] - keys as section.key
-# (node.* keys join the [node] section).
+# (node.* keys join the [node] section, model.* ones the [model] section).
 # Nodes are authenticated peers (peers.key_file) unless KVD_TEST_KEYLESS=1
 # or the caller passes peers.key_file= (empty: keyless, loopback only).
 write_node() {
