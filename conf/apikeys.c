@@ -34,6 +34,16 @@ static bool tenant_char(char c)
 	       (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
 }
 
+bool kvd_apikeys_tenant_ok(const char *s, size_t len)
+{
+	if (!s || len == 0 || len > KVD_APIKEY_TENANT_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!tenant_char(s[i]))
+			return false;
+	return true;
+}
+
 static bool key_char(char c)
 {
 	return c > ' ' && c < 0x7f;

@@ -15,6 +15,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define KVD_APIKEYS_FILE_MAX (1u << 20)
@@ -31,6 +32,9 @@ int kvd_apikeys_parse(struct kvd_apikeys **out, const char *name,
 		      const char *text, size_t len, char *why, size_t why_size);
 void kvd_apikeys_free(struct kvd_apikeys *k);
 size_t kvd_apikeys_count(const struct kvd_apikeys *k);
+/* True when s (len bytes) is a valid tenant name: 1..KVD_APIKEY_TENANT_MAX
+ * of [A-Za-z0-9_.-]. The one rule for keys files and the peer protocol. */
+bool kvd_apikeys_tenant_ok(const char *s, size_t len);
 /* The tenant of `key` (len bytes), or NULL. */
 const char *kvd_apikeys_lookup(const struct kvd_apikeys *k, const char *key,
 			       size_t len);

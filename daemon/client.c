@@ -182,8 +182,9 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 		s->d->counters.rejected[why]++;
 	/* refused before it became a request: no latency to observe */
 	kvd_metrics_request_end(&s->d->metrics, KVD_TENANT_DEFAULT, NULL, code, 0);
-	KVLOG_WARN(s->log, "request_rejected", "client_id=%llu code=%s msg=%s",
-		   (unsigned long long)id, proto_err_name(code), KVLOG_Q(msg));
+	KVLOG_WARN(s->log, "request_rejected", "client_id=%llu tenant=%s code=%s msg=%s",
+		   (unsigned long long)id, KVD_TENANT_DEFAULT, proto_err_name(code),
+		   KVLOG_Q(msg));
 	client_error_to(c, id, code, msg);
 }
 

@@ -72,15 +72,15 @@ static void dreq_breach(struct serve_req *r, const char *what, int rc)
 {
 	struct serve *s = r->s;
 
-	KVLOG_ERR(s->log, "invariant_breach", "id=%llu op=%s code=%d pages=%u",
-		  (unsigned long long)r->reg.id, what, rc, r->n_table);
+	KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=%s code=%d pages=%u",
+		  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), what, rc, r->n_table);
 	/* a quarantine the pool refuses too leaves the pages where they
 	 * are, which is still out of the free list: the request lets go of
 	 * them either way, and never releases them */
 	if (r->pages_held &&
 	    kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_table))
-		KVLOG_ERR(s->log, "invariant_breach", "id=%llu op=quarantine pages=%u msg=\"left where they are\"",
-			  (unsigned long long)r->reg.id, r->n_table);
+		KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=quarantine pages=%u msg=\"left where they are\"",
+			  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_table);
 	r->pages_held = false;
 	r->fenced = false;
 	dreq_fail(r, PROTO_ERR_INTERNAL, "the KV pool refused an operation on this request's pages");
@@ -116,8 +116,8 @@ static void dreq_unfence(struct serve_req *r)
 	/* how long the pages stayed fenced after an abort: the handshake's
 	 * wait, measured (tests check it against a delayed ack) */
 	if (r->t_abort_ns)
-		KVLOG_INFO(s->log, "abort_done", "id=%llu fenced_ms=%llu",
-			   (unsigned long long)r->reg.id,
+		KVLOG_INFO(s->log, "abort_done", "id=%llu tenant=%s fenced_ms=%llu",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
 			   (unsigned long long)((kvd_now_ns() - r->t_abort_ns) / 1000000u));
 }
 
@@ -139,8 +139,8 @@ static void dreq_quarantine(struct serve_req *r, const char *reason)
 		return;
 	}
 	r->pages_held = false;
-	KVLOG_WARN(s->log, "pages_quarantined", "id=%llu pages=%u reason=%s",
-		   (unsigned long long)r->reg.id, r->n_prefix, reason);
+	KVLOG_WARN(s->log, "pages_quarantined", "id=%llu tenant=%s pages=%u reason=%s",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_prefix, reason);
 }
 
 static void dreq_send_abort(struct serve_req *r)
@@ -153,8 +153,8 @@ static void dreq_send_abort(struct serve_req *r)
 	/* a lost send ends in the abort timer's teardown */
 	serve__link_post(r->link, &m);
 	r->t_abort_ns = kvd_now_ns();
-	KVLOG_INFO(s->log, "transfer_abort", "id=%llu peer=%s code=%s pages=%u fenced=%u",
-		   (unsigned long long)r->reg.id,
+	KVLOG_INFO(s->log, "transfer_abort", "id=%llu tenant=%s peer=%s code=%s pages=%u fenced=%u",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
 		   KVLOG_Q(r->link ? r->link->addr : "-"),
 		   proto_err_name(r->fail_code), r->n_table, r->fenced ? r->n_prefix : 0);
 }
@@ -184,8 +184,8 @@ static void dreq_teardown(struct serve_req *r)
 	struct link *l = r->link;
 
 	KVLOG_WARN(r->s->log, "abort_ack_timeout",
-		   "id=%llu peer=%s msg=\"no abort_ack within release_timeout_ms; tearing the peer connection down\"",
-		   (unsigned long long)r->reg.id, KVLOG_Q(l ? l->addr : "-"));
+		   "id=%llu tenant=%s peer=%s msg=\"no abort_ack within release_timeout_ms; tearing the peer connection down\"",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), KVLOG_Q(l ? l->addr : "-"));
 	if (l)
 		serve__link_lost(l, "abort_ack timeout");
 }
@@ -225,8 +225,8 @@ static void dreq_free_engine(struct serve_req *r)
 
 	if (lent && r->engine_integrity)
 		KVLOG_WARN(r->s->log, "pages_quarantined",
-			   "id=%llu pages=%u reason=engine_integrity",
-			   (unsigned long long)r->reg.id, r->n_table);
+			   "id=%llu tenant=%s pages=%u reason=engine_integrity",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_table);
 	r->pages_held = false;
 	serve__compute_free(r->s, r, lent, lent && r->engine_integrity);
 }
@@ -300,8 +300,8 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 static void dreq_finish(struct serve_req *r)
 {
 	KVD_ASSERT(r->s->log, !r->pages_held && !r->fenced && !r->link && !r->ereq,
-		   "id=%llu msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
-		   (unsigned long long)r->reg.id);
+		   "id=%llu tenant=%s msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
 	if (!r->answered)
 		serve__sink_error(r, PROTO_ERR_INTERNAL, "the request ended unanswered");
 	serve__sink_detach(r);
@@ -497,6 +497,7 @@ static int decode_send_request(struct serve_req *r)
 	m.top_k = r->sp.top_k;
 	m.top_p = r->sp.top_p;
 	m.seed = r->sp.seed;
+	snprintf(m.tenant, sizeof(m.tenant), "%s", r->tenant);
 	rc = serve__link_send(r->link, &m);
 	free(pages);
 	free(toks);
@@ -519,8 +520,8 @@ static bool decode_too_long(struct serve_req *r, const struct link *p)
 		return false;
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_SKIP_DECODE_ADMISSION)) {
 		KVLOG_WARN(s->log, "fault",
-			   "point=skip_decode_admission client_id=%llu need=%llu limit=%llu",
-			   (unsigned long long)r->client_id,
+			   "point=skip_decode_admission client_id=%llu tenant=%s need=%llu limit=%llu",
+			   (unsigned long long)r->client_id, KVLOG_Q(r->tenant),
 			   (unsigned long long)need, (unsigned long long)lim);
 		return false;
 	}
@@ -572,8 +573,8 @@ static enum dreq_event decode_reserve(struct serve_req *r)
 	if (!rc)
 		rc = kvpool_fence(pool, r->reg.id, r->table, r->n_prefix);
 	if (rc) {
-		KVLOG_ERR(s->log, "invariant_breach", "id=%llu op=fence code=%d pages=%u",
-			  (unsigned long long)r->reg.id, rc, r->n_table);
+		KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=fence code=%d pages=%u",
+			  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), rc, r->n_table);
 		dreq_fail(r, PROTO_ERR_INTERNAL, "the KV pool refused to fence the request's pages");
 		r->fence_failed = true;
 		return DEV_BREACH;
@@ -690,8 +691,9 @@ static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
 
 	if (!r || r->state != DRS_TRANSFER) {
 		/* dreq: ABORTING ignores batches (they are not written) */
-		KVLOG_DEBUG(s->log, "batch_discarded", "id=%llu seq=%u peer=%s",
-			    (unsigned long long)h->request_id, h->seq,
+		KVLOG_DEBUG(s->log, "batch_discarded", "id=%llu tenant=%s seq=%u peer=%s",
+			    (unsigned long long)h->request_id,
+			    KVLOG_Q(r ? r->tenant : SERVE_TENANT_UNKNOWN), h->seq,
 			    KVLOG_Q(p->addr));
 		return;
 	}
@@ -727,8 +729,8 @@ static void decode_fault_retag(struct serve_req *r)
 	dst = kvpool_page_addr(s->d->pool, r->table[0].page);
 	kvtag_make(&tag, r->reg.id + 1, r->table[0].gen, r->table[0].page, 0,
 		   KVD_MIN(pt, r->n_prompt));
-	KVLOG_WARN(s->log, "fault", "point=retag_ready id=%llu page=%u",
-		   (unsigned long long)r->reg.id, r->table[0].page);
+	KVLOG_WARN(s->log, "fault", "point=retag_ready id=%llu tenant=%s page=%u",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->table[0].page);
 	if (dst)
 		(void)mem->ops->write(mem->ctx, dst, &tag, sizeof(tag));
 }
@@ -756,8 +758,8 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
 	if (r->t_xfer_ns)
 		kvd_metrics_xfer_time(&s->d->metrics, KVD_XFER_RECV,
 				      kvd_now_ns() - r->t_xfer_ns);
-	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu batches=%u pages=%u tokens=%u",
-		    (unsigned long long)r->reg.id, r->rx.batches, r->rx.n_got,
+	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu tenant=%s batches=%u pages=%u tokens=%u",
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->rx.batches, r->rx.n_got,
 		    r->n_prompt);
 	if (!r->sink)
 		return DEV_COVERED_ORPHAN;   /* complete; now release */
@@ -888,8 +890,8 @@ static void decode_on_msg(struct link *p, struct proto_peer_msg *m)
 		/* over TCP every batch prefill posted has left before
 		 * abort_ack and the checks refuse it for a released request;
 		 * the count is what a verbs fence will wait for */
-		KVLOG_INFO(p->s->log, "abort_acked", "id=%llu peer=%s batches_posted=%u batches_received=%u",
-			   (unsigned long long)r->reg.id, KVLOG_Q(p->addr),
+		KVLOG_INFO(p->s->log, "abort_acked", "id=%llu tenant=%s peer=%s batches_posted=%u batches_received=%u",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), KVLOG_Q(p->addr),
 			   r->peer_batches, r->rx.batches);
 		serve__dreq_event(r, DEV_ABORT_ACK);
 		return;

@@ -121,8 +121,9 @@ void serve__link_post(struct link *l, const struct proto_peer_msg *m)
 
 	if (l && m->type == PEER_MSG_ABORT &&
 	    kvd_fault_fire(&l->s->fault, KVD_FAULT_ABORT_SEND_FAIL)) {
-		KVLOG_WARN(l->s->log, "fault", "point=abort_send_fail id=%llu",
-			   (unsigned long long)m->id);
+		KVLOG_WARN(l->s->log, "fault", "point=abort_send_fail id=%llu tenant=%s",
+			   (unsigned long long)m->id,
+			   KVLOG_Q(serve__req_tenant(l->s, m->id)));
 		rc = -ENOMEM;
 	} else {
 		rc = serve__link_send(l, m);
@@ -849,6 +850,17 @@ static void link_dispatch(struct link *l, struct proto_peer_msg *m)
 	l->ops->on_msg(l, m);
 }
 
+/* A parse error that the role may answer as one request's error: only
+ * after the hello (the handshake's frames are the link's own), for a
+ * known type whose id was read. */
+static bool link_bad_request(struct link *l, const struct proto_peer_msg *m,
+			     const struct frame_error *err)
+{
+	return l->hello_done && l->ops->bad_request && m->type != 0 &&
+	       strcmp(err->key, "type") && strcmp(err->key, "id") &&
+	       l->ops->bad_request(l, m, err);
+}
+
 /* Feed read bytes through the frame decoder and dispatch every parsed
  * message, until the bytes run out or l starts closing. NULL, or why l
  * must be torn down. */
@@ -872,8 +884,11 @@ static const char *link_feed(struct link *l, const char *q, size_t n)
 			rc = frame_decoder_next(&l->dec, &map);
 			if (rc == FRAME_E_AGAIN)
 				break;
-			if (rc == 0)
+			if (rc == 0) {
 				rc = proto_peer_parse(map, &m, &err);
+				if (rc > 0 && link_bad_request(l, &m, &err))
+					continue;
+			}
 			if (rc) {
 				KVLOG_ERR(s->log, "peer_protocol", "peer=%s code=%s msg=%s",
 					  KVLOG_Q(link_who(l)), frame_strerror(rc),

@@ -267,11 +267,16 @@ void kvd_ops_capacity(struct kvd_ops *o, struct kvd_capacity *cap)
 
 int kvd_ops_abort(struct kvd_ops *o, uint64_t id)
 {
-	int r = kvd_reqtab_abort(o->requests, id, "admin");
+	struct kvd_request *q = kvd_reqtab_find(o->requests, id);
+	char tenant[64];
+	int r;
 
+	/* copied first: an abort may end the request and free its memory */
+	snprintf(tenant, sizeof(tenant), "%s", q && q->tenant ? q->tenant : "-");
+	r = kvd_reqtab_abort(o->requests, id, "admin");
 	KVLOG(&o->d->log, r ? KVLOG_WARN : KVLOG_INFO, "request_abort",
-	      "id=%llu source=admin result=%s", (unsigned long long)id,
-	      r ? kvd_ops_strerror(r) : "ok");
+	      "id=%llu tenant=%s source=admin result=%s", (unsigned long long)id,
+	      KVLOG_Q(tenant), r ? kvd_ops_strerror(r) : "ok");
 	return r;
 }
 

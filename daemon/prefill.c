@@ -43,11 +43,13 @@
 
 static void prefill_send_more(struct serve_req *r);
 
-static void prefill_reject(struct link *l, uint64_t remote_id, int code,
-			   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void prefill_reject(struct link *l, uint64_t remote_id,
+			   const char *tenant, int code, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
 
-static void prefill_reject(struct link *l, uint64_t remote_id, int code,
-			   const char *fmt, ...)
+/* `tenant`: the request's, SERVE_TENANT_UNKNOWN when it was not valid. */
+static void prefill_reject(struct link *l, uint64_t remote_id,
+			   const char *tenant, int code, const char *fmt, ...)
 {
 	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_REJECT,
 				    .id = remote_id, .code = code };
@@ -57,9 +59,9 @@ static void prefill_reject(struct link *l, uint64_t remote_id, int code,
 	vsnprintf(m.message, sizeof(m.message), fmt, ap);
 	va_end(ap);
 	KVLOG_WARN(l->s->log, "prefill_reject",
-		   "peer_node=%s remote_id=%llu code=%s msg=%s",
+		   "peer_node=%s remote_id=%llu tenant=%s code=%s msg=%s",
 		   KVLOG_Q(l->hello.node), (unsigned long long)remote_id,
-		   proto_err_name(code), KVLOG_Q(m.message));
+		   KVLOG_Q(tenant), proto_err_name(code), KVLOG_Q(m.message));
 	serve__link_post(l, &m);
 }
 
@@ -98,7 +100,8 @@ static void late_ack_cb(uv_timer_t *t)
 
 /* batches: those posted for the request (0 for one not known here). */
 static void prefill_send_abort_ack(struct serve *s, struct link *l,
-				   uint64_t remote_id, uint32_t batches)
+				   uint64_t remote_id, const char *tenant,
+				   uint32_t batches)
 {
 	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = remote_id,
 				      .batches = batches };
@@ -108,8 +111,8 @@ static void prefill_send_abort_ack(struct serve *s, struct link *l,
 		return;
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_SLOW_ABORT_ACK) && !s->stopping &&
 	    (a = calloc(1, sizeof(*a))) != NULL) {
-		KVLOG_WARN(s->log, "fault", "point=slow_abort_ack remote_id=%llu delay_ms=1000",
-			   (unsigned long long)remote_id);
+		KVLOG_WARN(s->log, "fault", "point=slow_abort_ack remote_id=%llu tenant=%s delay_ms=1000",
+			   (unsigned long long)remote_id, KVLOG_Q(tenant));
 		a->s = s;
 		a->conn_id = l->conn_id;
 		a->remote_id = remote_id;
@@ -132,8 +135,8 @@ static void preq_send_abort(struct serve_req *r)
 				    .batches = r->batches_sent + r->sends_pending };
 
 	snprintf(m.message, sizeof(m.message), "%s", r->fail_msg);
-	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu remote_id=%llu code=%s msg=%s",
-		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu tenant=%s remote_id=%llu code=%s msg=%s",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,
 		   proto_err_name(r->fail_code), KVLOG_Q(r->fail_msg));
 	if (r->link)
 		serve__link_post(r->link, &m);
@@ -141,11 +144,11 @@ static void preq_send_abort(struct serve_req *r)
 
 static void preq_abort_ack(struct serve_req *r)
 {
-	KVLOG_DEBUG(r->s->log, "abort_ack", "id=%llu remote_id=%llu state=%s",
-		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+	KVLOG_DEBUG(r->s->log, "abort_ack", "id=%llu tenant=%s remote_id=%llu state=%s",
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,
 		    machine_state_name(&preq_machine, r->state));
 	r->ack_owed = false;
-	prefill_send_abort_ack(r->s, r->link, r->remote_id,
+	prefill_send_abort_ack(r->s, r->link, r->remote_id, r->tenant,
 			       r->batches_sent + r->sends_pending);
 }
 
@@ -166,8 +169,8 @@ static void preq_count_timeout(struct serve_req *r)
 {
 	r->s->d->counters.release_timeouts++;
 	KVLOG_WARN(r->s->log, "release_timeout",
-		   "id=%llu remote_id=%llu peer_node=%s pages=%u release_timeout_ms=%u msg=\"no release_ack; pages released\"",
-		   (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+		   "id=%llu tenant=%s remote_id=%llu peer_node=%s pages=%u release_timeout_ms=%u msg=\"no release_ack; pages released\"",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,
 		   r->link ? r->link->hello.node : "?", r->n_dst,
 		   r->s->d->cfg.release_timeout_ms);
 	serve__req_fail(r, PROTO_ERR_TIMEOUT, "no release_ack within release_timeout_ms");
@@ -182,8 +185,8 @@ static void prefill_done_send(struct serve_req *r)
 	m.batches = r->batches_sent;
 	m.done_pages = r->n_dst;
 	serve__link_post(r->link, &m);
-	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
-		    (unsigned long long)r->reg.id, (unsigned long long)r->remote_id,
+	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu tenant=%s remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,
 		    r->batches_sent, r->n_dst, r->n_kv, r->first_token);
 	/* the pages stay held until release_ack, abort, the connection to
 	 * the decode node is gone, or release_timeout_ms */
@@ -196,7 +199,7 @@ static void preq_act(struct serve_req *r, uint32_t a)
 	switch (a) {
 	case PA_SEND_REJECT:
 		if (r->link)
-			prefill_reject(r->link, r->remote_id,
+			prefill_reject(r->link, r->remote_id, r->tenant,
 				       r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL,
 				       "%s", r->fail_msg);
 		return;
@@ -241,11 +244,11 @@ static void preq_act(struct serve_req *r, uint32_t a)
 static void preq_finish(struct serve_req *r)
 {
 	KVD_ASSERT(r->s->log, !r->link && !r->ereq && !r->sends_pending,
-		   "id=%llu msg=\"a prefill request ends attached, in the engine or with batches queued\"",
-		   (unsigned long long)r->reg.id);
+		   "id=%llu tenant=%s msg=\"a prefill request ends attached, in the engine or with batches queued\"",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
 	if (r->fail_code && !r->released_by_peer)
-		KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu remote_id=%llu reason=%s",
-			   (unsigned long long)r->reg.id,
+		KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu tenant=%s remote_id=%llu reason=%s",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
 			   (unsigned long long)r->remote_id, KVLOG_Q(r->fail_msg));
 	serve__req_end(r, r->released_by_peer && !r->fail_code);
 }
@@ -329,8 +332,8 @@ static int prefill_stuck_submit(struct serve_req *r)
 
 	if (!k)
 		return -ENOMEM;
-	KVLOG_WARN(s->log, "fault", "point=stuck_submit id=%llu delay_ms=%u",
-		   (unsigned long long)r->reg.id, STUCK_SUBMIT_MS);
+	KVLOG_WARN(s->log, "fault", "point=stuck_submit id=%llu tenant=%s delay_ms=%u",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), STUCK_SUBMIT_MS);
 	k->s = s;
 	k->id = r->reg.id;
 	s->closes_pending++;
@@ -357,11 +360,12 @@ static bool prefill_peer_cap(struct link *l, const struct proto_peer_msg *m)
 		return false;
 	s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
 	KVLOG_WARN(s->log, "peer_cap",
-		   "peer_node=%s remote_id=%llu cap=%s requests=%u max_requests=%u pages=%u want_pages=%u max_pages=%u",
-		   l->hello.node, (unsigned long long)m->id, cap, l->n_reqs,
+		   "peer_node=%s remote_id=%llu tenant=%s cap=%s requests=%u max_requests=%u pages=%u want_pages=%u max_pages=%u",
+		   KVLOG_Q(l->hello.node), (unsigned long long)m->id,
+		   KVLOG_Q(m->tenant), cap, l->n_reqs,
 		   s->d->cfg.peer_max_requests, l->n_pages, m->n_pages,
 		   s->peer_max_pages);
-	prefill_reject(l, m->id, PROTO_ERR_OVERLOADED,
+	prefill_reject(l, m->id, m->tenant, PROTO_ERR_OVERLOADED,
 		       "decode node %s holds %u requests and %u pages of prefill node %s (caps: %u requests, %u pages)",
 		       l->hello.node, l->n_reqs, l->n_pages, s->d->cfg.node_name,
 		       s->d->cfg.peer_max_requests, s->peer_max_pages);
@@ -380,20 +384,21 @@ static bool prefill_refuse(struct link *l, const struct proto_peer_msg *m)
 
 	if (kvd_request_gate(s->reqtab) || s->stopping) {
 		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
-		prefill_reject(l, m->id, PROTO_ERR_DRAINING,
+		prefill_reject(l, m->id, m->tenant, PROTO_ERR_DRAINING,
 			       "the prefill node is draining");
 		return true;
 	}
 	if (need > lim) {
 		KVLOG_WARN(s->log, "admission_reject",
-			   "remote_id=%llu peer_node=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
-			   (unsigned long long)m->id, KVLOG_Q(l->hello.node),
+			   "remote_id=%llu tenant=%s peer_node=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
+			   (unsigned long long)m->id, KVLOG_Q(m->tenant),
+			   KVLOG_Q(l->hello.node),
 			   m->n_tokens,
 			   m->max_tokens, (unsigned long long)need,
 			   (unsigned long long)lim, s->d->cap.advertised_context,
 			   (unsigned long long)s->d->cap.pool_tokens);
 		s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
-		prefill_reject(l, m->id, PROTO_ERR_PROMPT_TOO_LONG,
+		prefill_reject(l, m->id, m->tenant, PROTO_ERR_PROMPT_TOO_LONG,
 			       "prompt (%u tokens) + max_tokens (%u) = %llu exceeds what prefill node %s can hold (%llu tokens: context %u, pool %llu)",
 			       m->n_tokens, m->max_tokens, (unsigned long long)need,
 			       s->d->cfg.node_name, (unsigned long long)lim,
@@ -403,7 +408,7 @@ static bool prefill_refuse(struct link *l, const struct proto_peer_msg *m)
 	}
 	if (m->n_pages != kvpool_pages_for(pool, m->n_tokens)) {
 		s->d->counters.rejected[KVD_REJECT_INVALID]++;
-		prefill_reject(l, m->id, PROTO_ERR_INVALID_REQUEST,
+		prefill_reject(l, m->id, m->tenant, PROTO_ERR_INVALID_REQUEST,
 			       "%u destination pages for %u prompt tokens; %u expected",
 			       m->n_pages, m->n_tokens,
 			       kvpool_pages_for(pool, m->n_tokens));
@@ -412,13 +417,13 @@ static bool prefill_refuse(struct link *l, const struct proto_peer_msg *m)
 	for (uint32_t i = 0; i < m->n_tokens; i++) {
 		if (m->tokens[i] >= n_vocab) {
 			s->d->counters.rejected[KVD_REJECT_INVALID]++;
-			prefill_reject(l, m->id, PROTO_ERR_INVALID_REQUEST,
+			prefill_reject(l, m->id, m->tenant, PROTO_ERR_INVALID_REQUEST,
 				       "token id %u outside the vocabulary", m->tokens[i]);
 			return true;
 		}
 	}
 	if (!l->data || prefill_find(l, m->id)) {
-		prefill_reject(l, m->id, PROTO_ERR_INTERNAL,
+		prefill_reject(l, m->id, m->tenant, PROTO_ERR_INTERNAL,
 			       l->data ? "duplicate request id" : "no data connection");
 		return true;
 	}
@@ -447,11 +452,12 @@ static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 		return;
 	r = serve__req_new(s, SREQ_PREFILL);
 	if (!r) {
-		prefill_reject(l, m->id, PROTO_ERR_INTERNAL, "out of memory");
+		prefill_reject(l, m->id, m->tenant, PROTO_ERR_INTERNAL, "out of memory");
 		return;
 	}
 	r->rops = &preq_ops;
 	r->remote_id = m->id;
+	snprintf(r->tenant, sizeof(r->tenant), "%s", m->tenant);
 	r->n_prompt = m->n_tokens;
 	r->max_tokens = m->max_tokens;
 	r->sp = (struct sampler_params){ .temperature = m->temperature,
@@ -505,8 +511,8 @@ static void prefill_sent_cb(void *arg, int status)
 	if (!r)
 		return;
 	KVD_ASSERT(r->s->log, r->sends_pending > 0,
-		   "id=%llu msg=\"a batch reported sent that was never queued\"",
-		   (unsigned long long)r->reg.id);
+		   "id=%llu tenant=%s msg=\"a batch reported sent that was never queued\"",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
 	r->sends_pending--;
 	l = r->link;
 	if (status == 0) {
@@ -537,13 +543,13 @@ static void prefill_fault_entries(struct serve_req *r, struct transport_page *pa
 
 	if (r->next_page == 0 &&
 	    kvd_fault_fire(&s->fault, KVD_FAULT_STALE_GENERATION)) {
-		KVLOG_WARN(s->log, "fault", "point=stale_generation id=%llu page=%u",
-			   (unsigned long long)r->reg.id, pages[0].dst.dst_page);
+		KVLOG_WARN(s->log, "fault", "point=stale_generation id=%llu tenant=%s page=%u",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), pages[0].dst.dst_page);
 		pages[0].dst.dst_gen++;
 	}
 	if (n >= 2 && kvd_fault_fire(&s->fault, KVD_FAULT_DUP_ENTRY)) {
-		KVLOG_WARN(s->log, "fault", "point=dup_entry id=%llu index=%u",
-			   (unsigned long long)r->reg.id, pages[0].dst.index);
+		KVLOG_WARN(s->log, "fault", "point=dup_entry id=%llu tenant=%s index=%u",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), pages[0].dst.index);
 		pages[1] = pages[0];
 	}
 }
@@ -640,8 +646,8 @@ static void prefill_fault_nan(struct serve_req *r, const struct kvpool_ref *ref)
 	uint16_t nan16 = 0x7e00u;
 	bool f16 = kvpool_geom(s->d->pool)->dtype == KV_DTYPE_F16;
 
-	KVLOG_WARN(s->log, "fault", "point=nan_kv id=%llu page=%u",
-		   (unsigned long long)r->reg.id, ref->page);
+	KVLOG_WARN(s->log, "fault", "point=nan_kv id=%llu tenant=%s page=%u",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), ref->page);
 	if (page)
 		(void)mem->ops->write(mem->ctx,
 				      page + kvpool_block_offset(s->d->pool, 0, 0),
@@ -693,8 +699,8 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 	memcpy(r->src, m->table, sizeof(*r->src) * m->n_table);
 	r->n_kv = m->n_kv;
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_SHORT_TRANSFER) && r->n_dst > 0) {
-		KVLOG_WARN(s->log, "fault", "point=short_transfer id=%llu pages=%u sent=%u",
-			   (unsigned long long)r->reg.id, r->n_dst, r->n_dst - 1);
+		KVLOG_WARN(s->log, "fault", "point=short_transfer id=%llu tenant=%s pages=%u sent=%u",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_dst, r->n_dst - 1);
 		r->short_fault = true;
 	}
 	return PEV_COMPUTED;
@@ -759,7 +765,7 @@ static void prefill_on_abort(struct link *l, const struct proto_peer_msg *m)
 
 	if (!r) {
 		/* nothing of it here (any more): the ack is all decode needs */
-		prefill_send_abort_ack(l->s, l, m->id, 0);
+		prefill_send_abort_ack(l->s, l, m->id, SERVE_TENANT_UNKNOWN, 0);
 		return;
 	}
 	serve__req_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "decode aborted: %s (%.200s)",
@@ -798,6 +804,21 @@ static void prefill_on_msg(struct link *l, struct proto_peer_msg *m)
 
 /* ---- the link's callbacks ---------------------------------------------------- */
 
+/* link_ops.bad_request: a prefill_request whose only problem is its
+ * tenant (the last field read, so every other field was valid) is that
+ * request's error, not the link's: it is refused with a prefill_reject
+ * and nothing is created. err->msg names the key, never the value. */
+static bool prefill_bad_request(struct link *l, const struct proto_peer_msg *m,
+				const struct frame_error *err)
+{
+	if (m->type != PEER_MSG_PREFILL_REQUEST || strcmp(err->key, "tenant"))
+		return false;
+	l->s->d->counters.rejected[KVD_REJECT_INVALID]++;
+	prefill_reject(l, m->id, SERVE_TENANT_UNKNOWN, PROTO_ERR_INVALID_REQUEST,
+		       "%s", err->msg);
+	return true;
+}
+
 /* link_ops.req_lost: the decode node behind r's link is gone. Nothing it
  * could still do matters to our pages (it never writes to them), so r
  * ends once its queued batches have been reported. */
@@ -820,6 +841,7 @@ static void prefill_req_resume(struct serve_req *r)
 
 static const struct link_ops prefill_link_ops = {
 	.on_msg = prefill_on_msg,
+	.bad_request = prefill_bad_request,
 	.req_lost = prefill_req_lost,
 	.req_resume = prefill_req_resume,
 };

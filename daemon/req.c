@@ -56,14 +56,22 @@ struct serve_req *serve__req_find(struct serve *s, uint64_t id)
 		return NULL;
 	r = kvd_container_of(reg, struct serve_req, reg);
 	KVD_ASSERT(s->log, r->s == s && r->registered,
-		   "id=%llu msg=\"a registered serve request of another serving layer\"",
-		   (unsigned long long)id);
+		   "id=%llu tenant=%s msg=\"a registered serve request of another serving layer\"",
+		   (unsigned long long)id, KVLOG_Q(r->tenant));
 	return r->ended ? NULL : r;
+}
+
+const char *serve__req_tenant(struct serve *s, uint64_t id)
+{
+	struct serve_req *r = serve__req_find(s, id);
+
+	return r ? r->tenant : SERVE_TENANT_UNKNOWN;
 }
 
 void serve__req_register(struct serve_req *r)
 {
 	kvd_request_register(r->s->reqtab, &r->reg, &r->rops->reg);
+	r->reg.tenant = r->tenant;
 	r->registered = true;
 }
 
@@ -98,8 +106,8 @@ void serve__req_end(struct serve_req *r, bool ok)
 					ok && r->finish_reason[0] ? r->finish_reason : NULL,
 					r->fail_code, kvd_now_ns() - r->t_arrive_ns);
 	KVD_ASSERT(s->log, !r->sink,
-		   "id=%llu msg=\"a request ends still attached to its client\"",
-		   (unsigned long long)r->reg.id);
+		   "id=%llu tenant=%s msg=\"a request ends still attached to its client\"",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
 	/* off its link's list before the memory goes (its machine detached
 	 * it already, except at stop) */
 	kvd_list_del(&r->link_node);
@@ -132,17 +140,17 @@ const struct machine_step *serve__req_step(struct serve_req *r,
 	char acts[256];
 
 	if (st->kind == MSTEP_IGNORE) {
-		KVLOG_DEBUG(r->s->log, "req_event_ignored", "id=%llu machine=%s state=%s event=%s",
-			    (unsigned long long)r->reg.id, m->name,
+		KVLOG_DEBUG(r->s->log, "req_event_ignored", "id=%llu tenant=%s machine=%s state=%s event=%s",
+			    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), m->name,
 			    machine_state_name(m, r->state), machine_event_name(m, event));
 		return NULL;
 	}
 	KVD_ASSERT(r->s->log, st->kind == MSTEP_GO && machine_edge(m, r->state, st->next),
-		   "id=%llu machine=%s state=%s event=%s msg=\"no such transition\"",
-		   (unsigned long long)r->reg.id, m->name,
+		   "id=%llu tenant=%s machine=%s state=%s event=%s msg=\"no such transition\"",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), m->name,
 		   machine_state_name(m, r->state), machine_event_name(m, event));
-	KVLOG_DEBUG(r->s->log, "req_state", "id=%llu machine=%s from=%s event=%s to=%s actions=%s",
-		    (unsigned long long)r->reg.id, m->name,
+	KVLOG_DEBUG(r->s->log, "req_state", "id=%llu tenant=%s machine=%s from=%s event=%s to=%s actions=%s",
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), m->name,
 		    machine_state_name(m, r->state), machine_event_name(m, event),
 		    machine_state_name(m, st->next),
 		    machine_actions_str(m, st->actions, acts, sizeof(acts)));

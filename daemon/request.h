@@ -48,6 +48,9 @@ struct kvd_request {
 	uint32_t pages;              /* pages reserved */
 	uint64_t admitted_ns;        /* kvd_now_ns() at admission */
 	bool aborting;               /* ops->abort called */
+	const char *tenant;          /* whose request, for log lines (the
+				      * owner's string; NULL: no tenant,
+				      * e.g. synthetic load) */
 	struct kvd_list link;        /* t->all */
 	struct kvd_idmap_node node;  /* t->byid, under id */
 };

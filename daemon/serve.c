@@ -48,8 +48,9 @@ static void serve_compute_deliver(void *arg, struct compute_msg *m)
 
 	if (m->kind == COMPUTE_MSG_FREED && m->error)
 		KVLOG_ERR(s->log, "invariant_breach",
-			  "id=%llu op=release code=%d msg=\"the pool refused the pages of a freed request; quarantined\"",
-			  (unsigned long long)m->owner, m->error);
+			  "id=%llu tenant=%s op=release code=%d msg=\"the pool refused the pages of a freed request; quarantined\"",
+			  (unsigned long long)m->owner,
+			  KVLOG_Q(r ? r->tenant : SERVE_TENANT_UNKNOWN), m->error);
 	if (r)
 		r->rops->engine_msg(r, m);
 }

@@ -261,6 +261,12 @@ struct link_ops {
 	/* A control message after the handshake; heartbeat and data_bound
 	 * are the link's own. m may be taken from (its arrays). */
 	void (*on_msg)(struct link *l, struct proto_peer_msg *m);
+	/* A control message after the handshake that failed to parse with
+	 * its type and id read (m->type, m->id; its arrays freed): true when
+	 * the role answered it as that request's error and the link stays
+	 * up; false (or NULL op): a protocol error, the link is torn down. */
+	bool (*bad_request)(struct link *l, const struct proto_peer_msg *m,
+			    const struct frame_error *err);
 	/* The link is torn down: r, one of its requests, takes LINK_LOST
 	 * (it must detach). code and msg (NULL: the role's own words) are
 	 * its failure if it was mid-transfer; true when it failed one. */
@@ -451,6 +457,10 @@ struct link *serve__link_by_conn(struct serve *s, uint64_t conn_id);
 /* req.c */
 struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind);
 struct serve_req *serve__req_find(struct serve *s, uint64_t id);
+/* The tenant of live request `id` for a log line that has only the id,
+ * SERVE_TENANT_UNKNOWN when there is none (any more). */
+const char *serve__req_tenant(struct serve *s, uint64_t id);
+#define SERVE_TENANT_UNKNOWN "-"
 /* Look the step for `event` up in `m` (r's machine) and take it: GO
  * changes r->state (the phase timer stops when the state changes; the
  * change is logged at debug level) and returns the step, whose actions

@@ -13,6 +13,7 @@
  * request in that generation (invariant 1).
  */
 #include "net/proto_peer.h"
+#include "conf/apikeys.h"
 #include "conf/util.h"
 
 #include <errno.h>
@@ -290,7 +291,41 @@ static void write_pages(msgpack_packer *pk, const struct proto_field *f,
 	}
 }
 
-/* Unlike a client request, every sampling field is spelled out. */
+/* "tenant": the API keys file's rule; a value that breaks it is named by
+ * key only (never echoed: it came from a peer). */
+static int read_tenant(const msgpack_object *o, const struct proto_field *f,
+		       void *out, struct frame_error *err)
+{
+	struct proto_peer_msg *m = out;
+
+	_Static_assert(KVD_APIKEY_TENANT_MAX < PROTO_PEER_TENANT_MAX,
+		       "a tenant and its NUL fit");
+	if (o->type != MSGPACK_OBJECT_STR ||
+	    !kvd_apikeys_tenant_ok(o->via.str.ptr, o->via.str.size))
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "'%s' must be a string of 1..%u characters of A-Z a-z 0-9 _ . -",
+					 f->key, KVD_APIKEY_TENANT_MAX);
+	memcpy(m->tenant, o->via.str.ptr, o->via.str.size);
+	m->tenant[o->via.str.size] = 0;
+	return 0;
+}
+
+static void write_tenant(msgpack_packer *pk, const struct proto_field *f,
+			 const void *in)
+{
+	frame_pack_kv_str(pk, f->key, ((const struct proto_peer_msg *)in)->tenant);
+}
+
+static bool tenant_present(const void *in)
+{
+	const struct proto_peer_msg *m = in;
+
+	return m->tenant[0] && strcmp(m->tenant, PROTO_PEER_TENANT_DEFAULT) != 0;
+}
+
+/* Unlike a client request, every sampling field is spelled out. The
+ * tenant is last: a bad one is then the request's only problem, which
+ * prefill answers with a prefill_reject (the link stays up). */
 static const struct proto_field prefill_request_fields[] = {
 	PROTO_FIELD_U32_ARRAY(struct proto_peer_msg, "tokens", true, tokens,
 			      n_tokens, PROTO_CLIENT_TOKENS_MAX),
@@ -305,6 +340,9 @@ static const struct proto_field prefill_request_fields[] = {
 	PROTO_FIELD_FLOAT(struct proto_peer_msg, "top_p", true, top_p,
 			  0.0, 1.0, true),
 	MSG_U64("seed", true, seed, 0),
+	{ .key = "tenant", .type = PROTO_F_CUSTOM, .required = false,
+	  .read = read_tenant, .write = write_tenant,
+	  .present = tenant_present },
 };
 
 /* ---- verbs (net/verbs_ops.h): the RC exchange ----------------------------- */
@@ -441,6 +479,9 @@ int proto_peer_parse(const msgpack_object *map, struct proto_peer_msg *m,
 			if (r)
 				return r;
 		}
+		if (m->type == PEER_MSG_PREFILL_REQUEST)
+			snprintf(m->tenant, sizeof(m->tenant), "%s",
+				 PROTO_PEER_TENANT_DEFAULT);
 		r = proto_schema_read(map, d->fields, d->n_fields, m, err);
 		if (r)
 			proto_peer_msg_deinit(m);

@@ -28,6 +28,10 @@
 #define PROTO_PEER_GID_BYTES 16
 /* runs of one request's write scope (net/verbs_scope.h VERBS_SCOPE_RUNS_MAX) */
 #define PROTO_PEER_RUNS_MAX 64
+/* prefill_request "tenant": 1..63 of [A-Za-z0-9_.-] (the API keys
+ * file's rule, conf/apikeys.h); absent reads as the default */
+#define PROTO_PEER_TENANT_MAX 64    /* bytes, NUL included */
+#define PROTO_PEER_TENANT_DEFAULT "default"
 
 enum proto_peer_type {
 	PEER_MSG_HELLO = 1,
@@ -115,6 +119,10 @@ struct proto_peer_msg {
 	uint32_t top_k;
 	float top_p;
 	uint64_t seed;
+	char tenant[PROTO_PEER_TENANT_MAX];  /* whose request; parsed: valid,
+					  * PROTO_PEER_TENANT_DEFAULT when
+					  * absent; packed: omitted when ""
+					  * or the default */
 	/* PREFILL_REJECT, ABORT */
 	int code;                        /* enum proto_err */
 	char message[PROTO_CLIENT_MSG_MAX + 1];

@@ -782,6 +782,162 @@ START_TEST(test_fuzz)
 }
 END_TEST
 
+/* prefill_request "tenant" (issue 12): how the value is packed. */
+enum tenant_kind { TEN_ABSENT, TEN_STR, TEN_INT, TEN_NIL, TEN_BIN };
+
+/* A prefill_request (id 77, otherwise valid) packed by hand, with its
+ * tenant as `kind` (TEN_STR: the len bytes at s, NULs and all). */
+static char *pack_prefill_tenant(enum tenant_kind kind, const char *s,
+				 size_t len, size_t *out_len)
+{
+	struct frame_writer w;
+	msgpack_packer *pk;
+	char *data;
+
+	frame_writer_init(&w);
+	pk = frame_writer_packer(&w);
+	msgpack_pack_map(pk, kind == TEN_ABSENT ? 9 : 10);
+	frame_pack_kv_str(pk, "type", "prefill_request");
+	frame_pack_kv_u64(pk, "id", 77);
+	frame_pack_str(pk, "tokens");
+	msgpack_pack_array(pk, 2);
+	msgpack_pack_uint32(pk, 1);
+	msgpack_pack_uint32(pk, 2);
+	frame_pack_str(pk, "pages");
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_array(pk, 2);
+	msgpack_pack_uint32(pk, 4);
+	msgpack_pack_uint32(pk, 1);
+	frame_pack_kv_u64(pk, "max_tokens", 3);
+	frame_pack_str(pk, "temperature");
+	msgpack_pack_double(pk, 0.0);
+	frame_pack_kv_u64(pk, "top_k", 0);
+	frame_pack_str(pk, "top_p");
+	msgpack_pack_double(pk, 1.0);
+	frame_pack_kv_u64(pk, "seed", 5);
+	if (kind != TEN_ABSENT)
+		frame_pack_str(pk, "tenant");
+	switch (kind) {
+	case TEN_ABSENT:
+		break;
+	case TEN_STR:
+		msgpack_pack_str_with_body(pk, s, len);
+		break;
+	case TEN_INT:
+		msgpack_pack_uint32(pk, 12);
+		break;
+	case TEN_NIL:
+		msgpack_pack_nil(pk);
+		break;
+	case TEN_BIN:
+		msgpack_pack_bin_with_body(pk, s, len);
+		break;
+	}
+	ck_assert_int_eq(frame_writer_finish(&w, PROTO_PEER_FRAME_MAX, &data,
+					     out_len), 0);
+	frame_writer_deinit(&w);
+	return data;
+}
+
+START_TEST(test_peer_tenant)
+{
+	struct proto_peer_msg m = { 0 }, o;
+	struct proto_peer_page pages[] = { { 3, 11 } };
+	uint32_t toks[] = { 1, 2 };
+	struct frame_error err;
+	msgpack_unpacked msg;
+	const msgpack_object *map;
+	char long63[64], long64[65];
+	size_t len;
+	char *buf;
+
+	/* the writer: a tenant goes on the wire, and reads back */
+	m.type = PEER_MSG_PREFILL_REQUEST;
+	m.id = 5;
+	m.tokens = toks;
+	m.n_tokens = 2;
+	m.pages = pages;
+	m.n_pages = 1;
+	m.max_tokens = 4;
+	m.top_p = 1;
+	strcpy(m.tenant, "alice.team-2_x");
+	peer_roundtrip(&m, &o);
+	ck_assert_str_eq(o.tenant, "alice.team-2_x");
+	proto_peer_msg_deinit(&o);
+	/* "" and the default are left off the wire; both read as default */
+	for (int k = 0; k < 2; k++) {
+		strcpy(m.tenant, k ? PROTO_PEER_TENANT_DEFAULT : "");
+		ck_assert_int_eq(proto_peer_frame(&m, &buf, &len), 0);
+		map = decode(buf, len, &msg);
+		ck_assert_ptr_null(frame_map_get(map, "tenant"));
+		ck_assert_int_eq(proto_peer_parse(map, &o, &err), 0);
+		ck_assert_str_eq(o.tenant, "default");
+		proto_peer_msg_deinit(&o);
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+	}
+
+	/* the reader, by hand: absent and nil are the default */
+	for (int k = 0; k < 2; k++) {
+		buf = pack_prefill_tenant(k ? TEN_NIL : TEN_ABSENT, NULL, 0, &len);
+		ck_assert_int_eq(proto_peer_parse(decode(buf, len, &msg), &o, &err), 0);
+		ck_assert_str_eq(o.tenant, "default");
+		ck_assert_uint_eq(o.id, 77);
+		proto_peer_msg_deinit(&o);
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+	}
+	/* 63 characters is the longest */
+	memset(long63, 'a', 63);
+	long63[63] = 0;
+	buf = pack_prefill_tenant(TEN_STR, long63, 63, &len);
+	ck_assert_int_eq(proto_peer_parse(decode(buf, len, &msg), &o, &err), 0);
+	ck_assert_str_eq(o.tenant, long63);
+	proto_peer_msg_deinit(&o);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+
+	/* anything else is a range error naming the key, never the value;
+	 * type and id are known (prefill answers that request) */
+	memset(long64, 'b', 64);
+	long64[64] = 0;
+	static const struct { enum tenant_kind kind; const char *s; size_t len; } bad[] = {
+		{ TEN_STR, "", 0 },
+		{ TEN_STR, NULL, 64 },          /* long64 */
+		{ TEN_STR, "a b", 3 },
+		{ TEN_STR, "evil\"tenant=root", 17 },
+		{ TEN_STR, "line\nbreak", 10 },
+		{ TEN_STR, "nul\0after", 9 },
+		{ TEN_STR, "caf\xc3\xa9", 5 },
+		{ TEN_STR, "a/b", 3 },
+		{ TEN_INT, NULL, 0 },
+		{ TEN_BIN, "alice", 5 },
+	};
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(bad); i++) {
+		const char *s = bad[i].s ? bad[i].s : long64;
+
+		buf = pack_prefill_tenant(bad[i].kind, s, bad[i].len, &len);
+		memset(&err, 0, sizeof(err));
+		ck_assert_int_eq(proto_peer_parse(decode(buf, len, &msg), &o, &err),
+				 FRAME_E_RANGE);
+		ck_assert_str_eq(err.key, "tenant");
+		ck_assert_ptr_nonnull(strstr(err.msg, "1..63"));
+		if (bad[i].len > 2) {
+			char head[8] = { 0 };
+
+			memcpy(head, s, 3);
+			ck_assert_ptr_null(strstr(err.msg, head));
+		}
+		ck_assert_int_eq(o.type, PEER_MSG_PREFILL_REQUEST);
+		ck_assert_uint_eq(o.id, 77);
+		ck_assert_ptr_null(o.tokens);
+		ck_assert_ptr_null(o.pages);
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+	}
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
 	Suite *s = suite_create("proto");
@@ -792,6 +948,7 @@ static Suite *proto_suite(void)
 	tcase_add_test(tc, test_events_roundtrip);
 	tcase_add_test(tc, test_peer_roundtrip);
 	tcase_add_test(tc, test_peer_rejects);
+	tcase_add_test(tc, test_peer_tenant);
 	tcase_add_test(tc, test_peer_verbs);
 	tcase_add_test(tc, test_peer_session_optional);
 	tcase_add_test(tc, test_fuzz);

@@ -589,6 +589,7 @@ static void fill_msg(struct proto_peer_msg *m, int type)
 	m->top_k = 10;
 	m->top_p = 0.95f;
 	m->seed = 99;
+	snprintf(m->tenant, sizeof(m->tenant), "alice");  /* prefill_request only */
 	m->code = PROTO_ERR_PROMPT_TOO_LONG;
 	snprintf(m->message, sizeof(m->message), "too long");
 	m->first_token = 17;

@@ -19,6 +19,10 @@
  *     comes with 64 hex digits there; hello.session is optional (absent
  *     or nil: has_session false); refused.reason is the map's string,
  *     shorter than its buffer; auth_hello.version is the map's;
+ *   - prefill_request.tenant: accepted exactly when the map holds none
+ *     (or nil: then "default") or a string of 1..63 of [A-Za-z0-9_.-],
+ *     and then it is that string; a refusal naming it keeps the type and
+ *     id (prefill answers that request); other messages carry no tenant;
  *   - verbs_qp: qpn 1..2^24-1, psn < 2^24, lid < 2^16, mtu 256..4096;
  *     verbs_scope: 1..PROTO_PEER_RUNS_MAX runs, each of >= 1 pages that
  *     do not wrap the page numbers; no other message carries runs.
@@ -26,6 +30,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "conf/apikeys.h"
 #include "net/proto_peer.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -93,6 +98,45 @@ static bool hex64(const msgpack_object *o, uint8_t v[PROTO_PEER_NONCE_BYTES])
 	return true;
 }
 
+/* prefill_request "tenant" against the map. */
+static void check_tenant(const msgpack_object *map,
+			 const struct proto_peer_msg *m, int r,
+			 const struct frame_error *err)
+{
+	const msgpack_object *o = frame_map_get(map, "tenant");
+	bool absent = !o || o->type == MSGPACK_OBJECT_NIL;
+	bool ok = !absent && o->type == MSGPACK_OBJECT_STR &&
+		  kvd_apikeys_tenant_ok(o->via.str.ptr, o->via.str.size);
+
+	if (r) {
+		if (r > 0 && !strcmp(err->key, "tenant")) {
+			FUZZ_CHECK(m->type == PEER_MSG_PREFILL_REQUEST,
+				   "'tenant' refused on a %s",
+				   proto_peer_type_name(m->type));
+			FUZZ_CHECK(!absent && !ok, "a valid or absent tenant refused: %s",
+				   err->msg);
+			uint64_t id;
+
+			FUZZ_CHECK(frame_obj_u64(frame_map_get(map, "id"), &id) == 0 &&
+				   id == m->id, "'tenant' refused without the id read");
+		}
+		return;
+	}
+	if (m->type != PEER_MSG_PREFILL_REQUEST) {
+		FUZZ_CHECK(!m->tenant[0], "a tenant on a %s",
+			   proto_peer_type_name(m->type));
+		return;
+	}
+	FUZZ_CHECK(absent || ok, "an invalid tenant accepted");
+	if (absent)
+		FUZZ_CHECK(!strcmp(m->tenant, PROTO_PEER_TENANT_DEFAULT),
+			   "absent tenant read as '%s'", m->tenant);
+	else
+		FUZZ_CHECK(strlen(m->tenant) == o->via.str.size &&
+			   !memcmp(m->tenant, o->via.str.ptr, o->via.str.size),
+			   "tenant is not the map's string");
+}
+
 /* The parse of `map` against the map itself (the fields the auth
  * messages added). */
 static void check_raw(const msgpack_object *map, const struct proto_peer_msg *m,
@@ -102,6 +146,7 @@ static void check_raw(const msgpack_object *map, const struct proto_peer_msg *m,
 	const msgpack_object *o = key ? frame_map_get(map, key) : NULL;
 	uint8_t v[PROTO_PEER_NONCE_BYTES];
 
+	check_tenant(map, m, r, err);
 	if (r) {
 		/* a refusal at a hex key: what is there is not 64 digits */
 		if (key && r > 0 && !strcmp(err->key, key)) {
@@ -317,6 +362,7 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 		m.top_k = 10;
 		m.top_p = 0.95f;
 		m.seed = 99;
+		snprintf(m.tenant, sizeof(m.tenant), "alice");
 		m.code = PROTO_ERR_PROMPT_TOO_LONG;
 		snprintf(m.message, sizeof(m.message), "too long");
 		m.first_token = 17;
@@ -350,6 +396,48 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	frame_pack_kv_double(&pk, "top_p", 1e-300);
 	frame_pack_kv_u64(&pk, "seed", 0);
 	emit(ctx, b.p, b.n);
+
+	/* tenants: the longest, one too long, empty, a space, a quote, nil,
+	 * a number (issue 12) */
+	{
+		char t63[64], t64[65];
+
+		memset(t63, 't', 63);
+		t63[63] = 0;
+		memset(t64, 'u', 64);
+		t64[64] = 0;
+		const char *const tenants[] = { t63, t64, "", "a b", "x\"y",
+						"bob_2.c-d", NULL, NULL };
+		for (size_t i = 0; i < sizeof(tenants) / sizeof(tenants[0]); i++) {
+			b.n = 0;
+			msgpack_pack_map(&pk, 10);
+			frame_pack_kv_str(&pk, "type", "prefill_request");
+			frame_pack_kv_u64(&pk, "id", 2 + i);
+			frame_pack_str(&pk, "tokens");
+			msgpack_pack_array(&pk, 1);
+			msgpack_pack_uint32(&pk, 1);
+			frame_pack_str(&pk, "pages");
+			msgpack_pack_array(&pk, 1);
+			msgpack_pack_array(&pk, 2);
+			msgpack_pack_uint32(&pk, 3);
+			msgpack_pack_uint32(&pk, 1);
+			frame_pack_kv_u64(&pk, "max_tokens", 1);
+			frame_pack_kv_double(&pk, "temperature", 0);
+			frame_pack_kv_u64(&pk, "top_k", 0);
+			frame_pack_kv_double(&pk, "top_p", 1);
+			frame_pack_kv_u64(&pk, "seed", 0);
+			if (tenants[i]) {
+				frame_pack_kv_str(&pk, "tenant", tenants[i]);
+			} else {
+				frame_pack_str(&pk, "tenant");
+				if (i == 6)
+					msgpack_pack_nil(&pk);
+				else
+					msgpack_pack_uint32(&pk, 7);
+			}
+			emit(ctx, b.p, b.n);
+		}
+	}
 
 	/* a hello without a session (keyed links derive the token) */
 	{

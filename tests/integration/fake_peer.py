@@ -42,8 +42,11 @@ fake needs no copy of the model.
                                      prefill_requests prefill must refuse
                                      before reserving anything (too few /
                                      too many destination pages, a token id
-                                     outside the vocabulary), then a good
-                                     one; prints one JSON line per case:
+                                     outside the vocabulary, a tenant
+                                     that breaks the keys file's rule:
+                                     a quote, newline and '=', 64
+                                     characters), then a good one of
+                                     tenant carol; prints one JSON line per case:
                                      what prefill answered
   fake_peer.py caplines LOG          print node and pool_tokens of every
                                      event=kv_capacity line (quote-aware)
@@ -259,12 +262,15 @@ class FakeDecode:
         if m.get("type") != "data_bound":
             raise ValueError("expected data_bound, got %r" % (m,))
 
-    def prefill_request(self, rid, tokens, pages, max_tokens=1):
-        self.send({"type": "prefill_request", "id": rid,
-                              "tokens": list(tokens),
-                              "pages": [list(p) for p in pages],
-                              "max_tokens": max_tokens, "temperature": 0.0,
-                              "top_k": 0, "top_p": 1.0, "seed": 0})
+    def prefill_request(self, rid, tokens, pages, max_tokens=1, tenant=None):
+        m = {"type": "prefill_request", "id": rid,
+             "tokens": list(tokens),
+             "pages": [list(p) for p in pages],
+             "max_tokens": max_tokens, "temperature": 0.0,
+             "top_k": 0, "top_p": 1.0, "seed": 0}
+        if tenant is not None:
+            m["tenant"] = tenant
+        self.send(m)
 
     def next_msg(self, skip=("heartbeat",)):
         while True:
@@ -372,14 +378,16 @@ def cmd_badreq(addr, log, key=None, encrypt=False):
     toks = list(range(1, pt + 5))            # two pages' worth
     two = [(3, 1), (4, 1)]
     cases = [
-        ("pages_short", toks, two[:1]),
-        ("pages_long", toks, two + [(5, 1)]),
-        ("vocab", toks[:-1] + [99999], two),
-        ("good", toks, two),
+        ("pages_short", toks, two[:1], None),
+        ("pages_long", toks, two + [(5, 1)], None),
+        ("vocab", toks[:-1] + [99999], two, None),
+        ("tenant_evil", toks, two, 'evil"\ntenant=root'),
+        ("tenant_long", toks, two, "t" * 64),
+        ("good", toks, two, "carol"),
     ]
-    for i, (name, tokens, pages) in enumerate(cases):
+    for i, (name, tokens, pages, tenant) in enumerate(cases):
         rid = 100 + i
-        fake.prefill_request(rid, tokens, pages)
+        fake.prefill_request(rid, tokens, pages, tenant=tenant)
         got = {}
         if name == "good":
             n = 0

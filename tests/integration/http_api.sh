@@ -5,7 +5,9 @@
 #   - config: non-loopback without keys, a readable keys file: exit 78;
 #   - /health: 503 unpaired before the prefill peer is up, 200 after,
 #     503 draining at the end;
-#   - keys: 401 without or with a wrong key; the tenant in the log lines;
+#   - keys: 401 without or with a wrong key; the tenant in the log lines:
+#     every line that names one request carries it, on decode and on
+#     prefill (it travels in the prefill_request);
 #   - completions: non-streaming and SSE equal to kvd generate (text and
 #     token count), finish_reason and usage, data: [DONE]; stop strings;
 #   - chat (the model made with --chat-template chatml): non-streaming and
@@ -90,7 +92,7 @@ post() { # post KEY JSON: body in $T/body, status on stdout
 	code -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
 		-d "$2" "$U/v1/completions"
 }
-MD=$(log_mark "$T/di.log")
+MD=$(log_mark "$T/di.log"); MP=$(log_mark "$T/pi.log")
 st=$(post "$KEY_A" '{"model":"tiny","prompt":"Once upon a time","max_tokens":12,"temperature":0.7,"seed":42}')
 check "completion: 200" test "$st" = 200
 ref=$(offline --model "$M" --prompt "Once upon a time" --max-tokens 12 --temperature 0.7 --seed 42)
@@ -100,6 +102,26 @@ check "completion: finish_reason" test "$(jq -r '.choices[0].finish_reason' "$T/
 check "completion: object text_completion" test "$(jq -r .object "$T/body")" = text_completion
 check "the tenant is in the request's log lines" log_has "$T/di.log" "event=request_done .*tenant=alice" "$MD"
 check "  ... and in the access line" log_has "$T/di.log" "event=http_request .*tenant=alice .*status=200" "$MD"
+
+# every log line that names this request carries its tenant, on both nodes
+# (debug level: the state changes, transfer, prefill's own lines). Decode
+# names it by its id; prefill by its own id and decode's (remote_id), so
+# the tenant travels in the prefill_request.
+did=$(log_since "$T/di.log" "$MD" | grep -E 'event=http_request .*tenant=alice .*status=200' |
+	grep -oE ' id=[0-9]+' | head -1 | sed 's/ id=//')
+check "  ... the request's decode id is logged" test -n "$did"
+check "  ... decode ended it" wait_log "$T/di.log" "event=req_state id=$did tenant=alice machine=decode .*to=done" 10 "$MD"
+check "  ... prefill ended its part" wait_log "$T/pi.log" "remote_id=$did( |$)" 10 "$MP"
+pid=$(log_since "$T/pi.log" "$MP" | grep -E "remote_id=$did( |\$)" | grep -oE ' id=[0-9]+' | head -1 | sed 's/ id=//')
+check "  ... prefill's id for it is logged" test -n "$pid"
+check "  ... prefill ended it" wait_log "$T/pi.log" "event=req_state id=$pid tenant=alice machine=prefill .*to=done" 10 "$MP"
+log_since "$T/di.log" "$MD" | grep -E "(^| )id=$did( |$)" > "$T/lines.d"
+log_since "$T/pi.log" "$MP" | grep -E "(^| )(id=$pid|remote_id=$did)( |$)" > "$T/lines.p"
+check "  ... decode: several lines name it" test "$(wc -l < "$T/lines.d")" -ge 5
+check "  ... prefill: several lines name it" test "$(wc -l < "$T/lines.p")" -ge 5
+check "  ... decode: every one with tenant=alice" bash -c "! grep -v ' tenant=alice ' '$T/lines.d'"
+check "  ... prefill: every one with tenant=alice" bash -c "! grep -v ' tenant=alice ' '$T/lines.p'"
+check "  ... the prefill_request carried it (prefill's admission)" grep -qE "event=req_state id=$pid tenant=alice machine=prefill from=new" "$T/lines.p"
 
 curl -s -N -H "Authorization: Bearer $KEY_B" -d '{"prompt":"Once upon a time","max_tokens":12,"temperature":0.7,"seed":42,"stream":true}' \
 	"$U/v1/completions" > "$T/sse"

@@ -128,8 +128,8 @@ check "slow_abort_ack: decode ended the abort handshake" wait_log "$T/df.log" "e
 # abort_ack carries the batches prefill posted (the count a verbs fence
 # waits for): the stale batch was posted, and decode accepted none
 check "slow_abort_ack: abort_ack named the batches prefill posted" \
-	dlog "event=abort_acked id=[0-9]* peer=[^ ]* batches_posted=[1-9][0-9]* batches_received=0"
-fms=$(log_since "$T/df.log" "$MD" | grep -o 'event=abort_done id=[0-9]* fenced_ms=[0-9]*' | tail -1 | sed 's/.*fenced_ms=//' || true)
+	dlog "event=abort_acked id=[0-9]* tenant=default peer=[^ ]* batches_posted=[1-9][0-9]* batches_received=0"
+fms=$(log_since "$T/df.log" "$MD" | grep -o 'event=abort_done id=[0-9]* tenant=default fenced_ms=[0-9]*' | tail -1 | sed 's/.*fenced_ms=//' || true)
 check "slow_abort_ack: decode kept the prefix pages fenced until the delayed ack (${fms:-?} ms >= 900)" \
 	test "${fms:-0}" -ge 900
 after slow_abort_ack

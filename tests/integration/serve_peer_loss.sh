@@ -49,7 +49,7 @@ bg_ask() {
 	PIDS+=($CPID)
 }
 fenced_ms() { # fenced_ms ID: decode's measure of the abort handshake
-	log_since "$T/dl.log" "$MD" | grep -o "event=abort_done id=$1 fenced_ms=[0-9]*" | tail -1 | sed 's/.*fenced_ms=//' || true
+	log_since "$T/dl.log" "$MD" | grep -o "event=abort_done id=$1 tenant=default fenced_ms=[0-9]*" | tail -1 | sed 's/.*fenced_ms=//' || true
 }
 
 start_node dl
