@@ -69,7 +69,10 @@ static bool reference_ok(const struct proto_peer_run *runs, uint32_t n_runs,
 		const struct proto_peer_run *r = &runs[i];
 
 		/* more pages than destinations: one is foreign */
-		if (r->n_pages > n_dst || r->first_page + r->n_pages > 256)
+		/* in 64 bits: a run at the top of the page numbers must not
+		 * wrap to an empty loop here (it did, and the reference took
+		 * a run naming pages 0xfffffffe..0xffffffff as harmless) */
+		if (r->n_pages > n_dst || (uint64_t)r->first_page + r->n_pages > 256)
 			return false;
 		for (uint32_t p = r->first_page; p < r->first_page + r->n_pages; p++) {
 			if (!is_dst[p] || cover[p])
