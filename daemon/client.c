@@ -188,45 +188,6 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 	client_error_to(c, id, code, msg);
 }
 
-static int client_tokens(struct serve *s, struct proto_client_request *q,
-			 int32_t **out, uint32_t *n, char *msg, size_t msg_size)
-{
-	uint32_t n_vocab = tokenizer_n_vocab(s->tok);
-	int32_t *ids;
-	size_t n_ids = 0;
-
-	if (q->tokens) {
-		ids = malloc(sizeof(*ids) * q->n_tokens);
-		if (!ids)
-			return -ENOMEM;
-		for (uint32_t i = 0; i < q->n_tokens; i++) {
-			if (q->tokens[i] >= n_vocab) {
-				snprintf(msg, msg_size, "token id %u at %u is outside the vocabulary (%u)",
-					 q->tokens[i], i, n_vocab);
-				free(ids);
-				return 1;
-			}
-			ids[i] = (int32_t)q->tokens[i];
-		}
-		*out = ids;
-		*n = q->n_tokens;
-		return 0;
-	}
-	if (tokenizer_encode(s->tok, q->prompt, strlen(q->prompt),
-			     tokenizer_add_bos(s->tok), &ids, &n_ids)) {
-		snprintf(msg, msg_size, "the prompt cannot be tokenized");
-		return 1;
-	}
-	if (n_ids == 0 || n_ids > PROTO_CLIENT_TOKENS_MAX) {
-		free(ids);
-		snprintf(msg, msg_size, "the prompt tokenizes to %zu tokens", n_ids);
-		return 1;
-	}
-	*out = ids;
-	*n = (uint32_t)n_ids;
-	return 0;
-}
-
 static void client_request(struct client_conn *c, const msgpack_object *map)
 {
 	struct serve *s = c->s;
@@ -264,7 +225,9 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 		proto_client_request_deinit(&q);
 		return;
 	}
-	rc = client_tokens(s, &q, &ids, &n_ids, msg, sizeof(msg));
+	rc = serve__sink_prompt_ids(s, q.tokens, q.n_tokens, q.prompt,
+				    q.prompt ? strlen(q.prompt) : 0, &ids, &n_ids,
+				    msg, sizeof(msg));
 	if (rc) {
 		client_reject(c, q.id, PROTO_ERR_INVALID_REQUEST, KVD_REJECT_INVALID,
 			      rc < 0 ? "out of memory" : msg);

@@ -675,46 +675,6 @@ static void api_metrics(struct http_conn *hc, const struct http_msg *m)
 	http__exchange_done(hc);
 }
 
-static int api_tokens(struct serve *s, const struct openai_req *q,
-		      const char *text, size_t text_len, int32_t **out,
-		      uint32_t *n, char *msg, size_t msg_size)
-{
-	uint32_t n_vocab = tokenizer_n_vocab(s->tok);
-	int32_t *ids;
-	size_t n_ids = 0;
-
-	if (q->tokens) {
-		ids = malloc(sizeof(*ids) * q->n_tokens);
-		if (!ids)
-			return -ENOMEM;
-		for (uint32_t i = 0; i < q->n_tokens; i++) {
-			if (q->tokens[i] >= n_vocab) {
-				snprintf(msg, msg_size, "token id %u at %u is outside the vocabulary (%u)",
-					 q->tokens[i], i, n_vocab);
-				free(ids);
-				return 1;
-			}
-			ids[i] = (int32_t)q->tokens[i];
-		}
-		*out = ids;
-		*n = q->n_tokens;
-		return 0;
-	}
-	if (tokenizer_encode(s->tok, text, text_len, tokenizer_add_bos(s->tok),
-			     &ids, &n_ids)) {
-		snprintf(msg, msg_size, "the prompt cannot be tokenized");
-		return 1;
-	}
-	if (n_ids == 0 || n_ids > PROTO_CLIENT_TOKENS_MAX) {
-		free(ids);
-		snprintf(msg, msg_size, "the prompt tokenizes to %zu tokens", n_ids);
-		return 1;
-	}
-	*out = ids;
-	*n = (uint32_t)n_ids;
-	return 0;
-}
-
 static void api_generate(struct http_conn *hc, const struct http_msg *m, bool chat)
 {
 	struct serve *s = hc->s;
@@ -770,8 +730,9 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 			goto out;
 		}
 	} else {
-		rc = api_tokens(s, &q, q.prompt, q.prompt ? strlen(q.prompt) : 0,
-				&ids, &n_ids, msg, sizeof(msg));
+		rc = serve__sink_prompt_ids(s, q.tokens, q.n_tokens, q.prompt,
+					    q.prompt ? strlen(q.prompt) : 0, &ids,
+					    &n_ids, msg, sizeof(msg));
 		if (rc) {
 			s->d->counters.rejected[KVD_REJECT_INVALID]++;
 			api_error(hc, rc < 0 ? 500 : 400,

@@ -8,6 +8,8 @@
  * the leading-space rule is the one kvd generate uses), answering at most
  * once, and the request_done / request_failed lines with the tenant. What
  * differs (msgpack frames, SSE events or one JSON body) is the sink's ops.
+ * A prompt becomes ids here too (serve__sink_prompt_ids), the same checks
+ * for every front.
  *
  * Invariant 8 for every front alike: a client that leaves calls
  * serve__sink_gone, which gives each of its requests the machine's
@@ -20,9 +22,51 @@
 #include "daemon/serve_int.h"
 #include "conf/util.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+
+int serve__sink_prompt_ids(struct serve *s, const uint32_t *tokens,
+			   uint32_t n_tokens, const char *text, size_t text_len,
+			   int32_t **out, uint32_t *n, char *msg, size_t msg_size)
+{
+	uint32_t n_vocab = tokenizer_n_vocab(s->tok);
+	int32_t *ids;
+	size_t n_ids = 0;
+
+	if (tokens) {
+		ids = malloc(sizeof(*ids) * n_tokens);
+		if (!ids)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < n_tokens; i++) {
+			if (tokens[i] >= n_vocab) {
+				snprintf(msg, msg_size, "token id %u at %u is outside the vocabulary (%u)",
+					 tokens[i], i, n_vocab);
+				free(ids);
+				return 1;
+			}
+			ids[i] = (int32_t)tokens[i];
+		}
+		*out = ids;
+		*n = n_tokens;
+		return 0;
+	}
+	if (tokenizer_encode(s->tok, text, text_len, tokenizer_add_bos(s->tok),
+			     &ids, &n_ids)) {
+		snprintf(msg, msg_size, "the prompt cannot be tokenized");
+		return 1;
+	}
+	if (n_ids == 0 || n_ids > PROTO_CLIENT_TOKENS_MAX) {
+		free(ids);
+		snprintf(msg, msg_size, "the prompt tokenizes to %zu tokens", n_ids);
+		return 1;
+	}
+	*out = ids;
+	*n = (uint32_t)n_ids;
+	return 0;
+}
 
 void serve__sink_attach(struct serve_req *r, struct serve_sink *k)
 {
