@@ -24,7 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static const uint32_t sha256_k[64] = {
+/* the round constants, shared with the x86 path (aligned for its loads) */
+const uint32_t sha256__k[64] __attribute__((aligned(16))) = {
 	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
 	0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
 	0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
@@ -62,7 +63,7 @@ static void sha256_block(uint32_t h[8], const uint8_t *p)
 	for (int i = 0; i < 64; i++) {
 		uint32_t S1 = ror(e, 6) ^ ror(e, 11) ^ ror(e, 25);
 		uint32_t ch = (e & f) ^ (~e & g);
-		uint32_t t1 = hh + S1 + ch + sha256_k[i] + w[i];
+		uint32_t t1 = hh + S1 + ch + sha256__k[i] + w[i];
 		uint32_t S0 = ror(a, 2) ^ ror(a, 13) ^ ror(a, 22);
 		uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
 		uint32_t t2 = S0 + maj;

@@ -42,6 +42,8 @@ int sha256_file(const char *path, char hex[SHA256_HEX_SIZE]);
  * into h. The x86 SHA-extension version may be called only after
  * sha256__have_x86_sha() said yes; sha256_update() uses it for runs of
  * blocks when it can, the scalar one otherwise (same bits). */
+/* FIPS 180-4 round constants (16-byte aligned), for both block paths. */
+extern const uint32_t sha256__k[64];
 void sha256__blocks_scalar(uint32_t h[8], const uint8_t *p, size_t n);
 bool sha256__have_x86_sha(void);
 void sha256__blocks_x86(uint32_t h[8], const uint8_t *p, size_t n);
