@@ -205,41 +205,6 @@ static int cache_store(int dfd, const struct fp_key *k, const char *hex)
 	return r;
 }
 
-static int hash_fd(int fd, char hex[SHA256_HEX_SIZE], unsigned long long *bytes)
-{
-	enum { CHUNK = 4 << 20 };
-	uint8_t digest[SHA256_DIGEST_SIZE];
-	struct sha256 c;
-	uint8_t *buf = malloc(CHUNK); /* (CHUNK) read buffer */
-	int rc = 0;
-
-	if (!buf)
-		return -ENOMEM;
-	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	sha256_init(&c);
-	*bytes = 0;
-	for (;;) {
-		ssize_t n = read(fd, buf, CHUNK);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		sha256_update(&c, buf, (size_t)n);
-		*bytes += (unsigned long long)n;
-	}
-	free(buf);
-	if (rc)
-		return rc;
-	sha256_final(&c, digest);
-	sha256_hex(digest, hex);
-	return 0;
-}
-
 static int64_t wall_ns(void)
 {
 	struct timespec t;
@@ -292,7 +257,7 @@ int kvd_fingerprint(const char *path, const char *cache_dir,
 		close(fd);
 		return 0;
 	}
-	r = hash_fd(fd, hex, &info->hashed_bytes);
+	r = sha256_fd(fd, hex, &info->hashed_bytes);
 	if (!r && dfd >= 0) {
 		if (fstat(fd, &st)) {
 			r = -errno;

@@ -34,9 +34,13 @@ void sha256_buf(const void *data, size_t len,
 /* Lower-case hex of a digest into hex[65] (NUL-terminated). */
 void sha256_hex(const uint8_t digest[SHA256_DIGEST_SIZE],
 		char hex[SHA256_HEX_SIZE]);
-/* Hash a whole file, reading it in 1 MiB chunks (works on pipes and
- * files larger than memory). 0, or a negative errno from open/read. */
+/* Hash a whole file, reading it in 4 MiB chunks (works on pipes and
+ * files larger than memory). 0, or a negative errno from open/read
+ * (-ENOMEM without a read buffer). */
 int sha256_file(const char *path, char hex[SHA256_HEX_SIZE]);
+/* The same over an open fd, read from its current offset to EOF (the
+ * caller keeps the fd); *bytes (when not NULL) = the bytes hashed. */
+int sha256_fd(int fd, char hex[SHA256_HEX_SIZE], unsigned long long *bytes);
 
 /* Internal, shared with tests/test_sha256.c: compress n 64-byte blocks
  * into h. The x86 SHA-extension version may be called only after
