@@ -244,8 +244,7 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 		return;
 	}
 	serve__sink_attach(r, &c->sink);
-	r->client_id = q.id;
-	snprintf(r->tenant, sizeof(r->tenant), "%s", KVD_TENANT_DEFAULT);
+	r->client_id = q.id;   /* its tenant stays "default" (serve__req_new) */
 	r->prompt = ids;
 	r->n_prompt = n_ids;
 	r->max_tokens = q.max_tokens;
