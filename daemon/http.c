@@ -9,7 +9,9 @@
  *     http.header_timeout_ms of its first byte, the whole request within
  *     http.read_timeout_ms (slowloris: 408, closed); the first request of
  *     a new connection counts from accept;
- *   - a keep-alive connection idle past http.idle_timeout_ms closes;
+ *   - a keep-alive connection idle past http.idle_timeout_ms (counted
+ *     from its last answer: bytes that start no request, such as bare
+ *     CRLFs, do not refresh it) closes;
  *   - nothing is judged while an answer is being produced (the client is
  *     waiting for us) except the write bounds.
  * Size is bounded by the parser (net/http_wire.h: head, header count,
@@ -341,7 +343,7 @@ void http__exchange_done(struct http_conn *hc)
 {
 	hc->x.active = false;
 	hc->x.r = NULL;
-	hc->t_rx_ns = kvd_now_ns();   /* idle counts from the answer */
+	hc->t_idle_ns = hc->t_rx_ns = kvd_now_ns();   /* idle counts from the answer */
 	if (hc->close_after)
 		http_conn_end(hc);
 	else if (hc->in_len || hc->eof)
@@ -452,7 +454,7 @@ static void http_accept(uv_stream_t *server, int status)
 	}
 	hc->tcp.data = hc;
 	hc->conn_id = ++s->next_conn_id;
-	hc->t_accept_ns = hc->t_rx_ns = kvd_now_ns();
+	hc->t_accept_ns = hc->t_rx_ns = hc->t_idle_ns = kvd_now_ns();
 	http_wire_init(&hc->wire, cfg->http_max_header_bytes, cfg->http_max_body_bytes);
 	wbound_init(&hc->wb, (uv_stream_t *)&hc->tcp, &lim, http_alloc, http_read);
 	wbound_on_write(&hc->wb, http_written);
@@ -570,7 +572,7 @@ void serve__http_sweep(struct serve *s)
 			}
 		} else if (hc->n_requests == 0 && now - hc->t_accept_ns >= head_ns) {
 			http_conn_close_for(hc, "header_timeout");
-		} else if (hc->n_requests && now - hc->t_rx_ns >= idle_ns &&
+		} else if (hc->n_requests && now - hc->t_idle_ns >= idle_ns &&
 			   hc->sink.n_reqs == 0) {
 			http_conn_close_for(hc, "idle_timeout");
 		}

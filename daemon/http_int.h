@@ -54,6 +54,9 @@ struct http_conn {
 	struct wbound wb;
 	uint64_t conn_id;
 	uint64_t t_accept_ns, t_rx_ns;
+	uint64_t t_idle_ns;              /* the last answer ended: idle counts
+					  * from it, not from the last byte
+					  * (a CRLF trickle starts no request) */
 	uint64_t t_req_ns;               /* a request began arriving; 0 none */
 	uint64_t n_requests;             /* requests parsed on it */
 	const char *doom;                /* close at the next sweep: reason */

@@ -297,6 +297,8 @@ check "a slow head: 408, closed (header_timeout_ms)" test "$out" = "status=408 c
 out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" idle 5 "$KEY_A" || true)
 check "keep-alive idle past idle_timeout_ms: closed" test "$out" = "status=200 closed"
 check "  ... logged" log_has "$T/di.log" "event=client_closed .*proto=http reason=idle_timeout"
+out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" idlecrlf 5 "$KEY_A" || true)
+check "keep-alive idle, a bare CRLF trickled: still closed (idle_timeout_ms)" test "$out" = "status=200 closed"
 out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" pipeline "$KEY_A" || true)
 check "pipelined requests answered in order" test "$out" = "first=200 object=text_completion second=200 object=list"
 

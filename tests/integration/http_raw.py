@@ -8,6 +8,9 @@ the socket itself failed.
                                            "closed") and whether it closed
     http_raw.py PORT idle WAIT_S KEY       one keep-alive request, then
                                            wait: "closed" or "open"
+    http_raw.py PORT idlecrlf WAIT_S KEY   as idle, but trickle a bare CRLF
+                                           (which starts no request) every
+                                           0.3 s while waiting
     http_raw.py PORT pipeline KEY          two requests in one write:
                                            prints both statuses and ids
     http_raw.py PORT leave KEY TOKENS      stream a completion, read the
@@ -97,6 +100,31 @@ elif mode == "idle":
               + sys.argv[4].encode() + b"\r\n\r\n")
     st, body, _ = read_response(s)
     print(f"status={st}", "closed" if closed_within(s, float(sys.argv[3])) else "open")
+elif mode == "idlecrlf":
+    s = conn()
+    s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+              + sys.argv[4].encode() + b"\r\n\r\n")
+    st, body, _ = read_response(s)
+    end = time.monotonic() + float(sys.argv[3])
+    closed = False
+    while not closed and time.monotonic() < end:
+        try:
+            s.sendall(b"\r\n")
+        except OSError:
+            closed = True
+            break
+        s.settimeout(0.3)
+        try:
+            d = s.recv(65536)
+            if d:   # a CRLF between requests is no request: no answer
+                print(f"status={st} answered={d[:12]!r}")
+                sys.exit(0)
+            closed = True
+        except socket.timeout:
+            pass
+        except ConnectionResetError:
+            closed = True
+    print(f"status={st}", "closed" if closed else "open")
 elif mode == "pipeline":
     s = conn()
     key = sys.argv[3]
