@@ -453,6 +453,12 @@ static struct emu_msg *partial_find(struct verbs_ctx *ctx, const struct emu_pkt 
 	return NULL;
 }
 
+/* What a write being assembled holds. */
+static uint64_t partial_cost(const struct emu_pkt *h)
+{
+	return (uint64_t)h->total_len + sizeof(struct emu_msg);
+}
+
 static void msg_free(struct emu_msg *m)
 {
 	kvd_list_del(&m->link);
@@ -471,8 +477,20 @@ static void write_recv(struct verbs_ctx *ctx, const struct emu_pkt *h,
 	    h->offset > h->total_len || h->seg_len > h->total_len - h->offset)
 		return;
 	if (h->flags & PF_FIRST) {
+		struct verbs_qp *qp = qp_find(ctx, h->dst_qpn);
+		uint64_t cost = partial_cost(h);
+
 		if (h->offset != 0)
 			return;
+		/* only the connected peer of an existing QP may make this
+		 * NIC hold a write in assembly, and all of them together at
+		 * most VERBS_EMU_PARTIAL_MAX: anyone who can reach the socket
+		 * could otherwise make it allocate without bound */
+		if (!qp || h->src_id != qp->dest_id || h->src_qpn != qp->dest.qpn ||
+		    cost > VERBS_EMU_PARTIAL_MAX - ctx->stats.partial_bytes) {
+			ctx->stats.dropped++;
+			return;
+		}
 		m = calloc(1, sizeof(*m));
 		if (!m)
 			return;
@@ -483,6 +501,7 @@ static void write_recv(struct verbs_ctx *ctx, const struct emu_pkt *h,
 			return;
 		}
 		kvd_list_add_tail(&ctx->partial, &m->link);
+		ctx->stats.partial_bytes += cost;
 	} else {
 		m = partial_find(ctx, h);
 		if (!m || h->offset != m->have)
@@ -493,6 +512,7 @@ static void write_recv(struct verbs_ctx *ctx, const struct emu_pkt *h,
 	m->have += h->seg_len;
 	if (h->flags & PF_LAST) {
 		kvd_list_del(&m->link);
+		ctx->stats.partial_bytes -= partial_cost(&m->h);
 		if (m->have != m->h.total_len) {
 			free(m->data);
 			free(m);

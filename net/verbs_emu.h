@@ -25,7 +25,15 @@ struct verbs_emu_stats {
 	uint64_t refused;   /* writes the emulated NIC refused (access) */
 	uint64_t dropped;   /* writes for no QP / a QP not ready (not placed) */
 	uint64_t rnr;       /* WRITE_WITH_IMM without a posted receive */
+	uint64_t partial_bytes; /* held now for writes being assembled
+				 * (their length + bookkeeping), at most
+				 * VERBS_EMU_PARTIAL_MAX */
 };
+
+/* The most memory held for writes whose first packet arrived and whose
+ * last has not; a first packet past it, or one not from the connected
+ * peer of an existing QP, is dropped. */
+#define VERBS_EMU_PARTIAL_MAX ((1ull << 30) + (64ull << 20))
 
 /* Send what waits, read what arrived, process acknowledgements (and, in
  * auto mode, deliver everything). 0 or -errno. */

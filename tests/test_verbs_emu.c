@@ -864,6 +864,64 @@ START_TEST(test_big_write)
 END_TEST
 
 /* Garbage datagrams on the wire are dropped; bad device names refused. */
+/* Anyone who can reach a NIC's socket sends first packets of writes that
+ * never finish, each a new message number, to a QP that exists, claiming
+ * a sender that is not its peer: the NIC must hold nothing for them (it
+ * held each one's length, up to 1 GiB, until the context closed). The
+ * packet is struct emu_pkt's layout (net/verbs_emu.c). */
+START_TEST(test_forged_first_packets)
+{
+	struct ep p, d;
+	struct verbs_qp_dest dd;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct verbs_emu_stats st;
+	uint64_t id = 0;
+	int s;
+
+	ep_open(&p, NULL, 16);
+	ep_open(&d, NULL, 16);
+	connect_pair(&p, &d);
+	ep_dest(&d, &dd);
+	for (int i = 0; i < 8; i++)
+		id = (id << 8) | dd.gid.raw[8 + i];
+	ck_assert_int_lt(snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/emu-%016llx",
+				  dir, (unsigned long long)id), (int)sizeof(sa.sun_path));
+	s = socket(AF_UNIX, SOCK_DGRAM, 0);
+	ck_assert_int_ge(s, 0);
+	for (uint32_t i = 0; i < 2000; i++) {
+		uint8_t pkt[64] = { 0 };
+		uint32_t magic = 0x6b76656du, len = 16u << 20, qpn = dd.qpn;
+		uint64_t src = 0x1234, msn = i;
+
+		memcpy(pkt, &magic, 4);
+		pkt[4] = 1;                     /* PKT_WRITE */
+		pkt[5] = 1;                     /* PF_FIRST, never PF_LAST */
+		memcpy(pkt + 8, &src, 8);       /* src_id: nobody's */
+		memcpy(pkt + 20, &qpn, 4);      /* dst_qpn: d's QP */
+		memcpy(pkt + 24, &msn, 8);
+		memcpy(pkt + 48, &len, 4);      /* total_len */
+		ck_assert_int_ge(sendto(s, pkt, sizeof(pkt), 0,
+					(struct sockaddr *)&sa, sizeof(sa)), 0);
+		if (i % 8 == 0)
+			verbs_emu_pump(d.ctx);
+	}
+	close(s);
+	verbs_emu_pump(d.ctx);
+	verbs_emu_stats(d.ctx, &st);
+	ck_assert_uint_eq(st.partial_bytes, 0);
+	ck_assert_uint_ge(st.dropped, 2000);
+	/* the link still works */
+	fill(p.mem, 64, 3);
+	ck_assert_int_eq(post_write(&p, 1, 0, 64, (uintptr_t)d.mem, d.mi.rkey, false, 0), 0);
+	ck_assert_int_eq(deliver_all(&p, &d), 1);
+	ck_assert_int_eq(memcmp(d.mem, p.mem, 64), 0);
+	verbs_emu_stats(d.ctx, &st);
+	ck_assert_uint_eq(st.partial_bytes, 0);
+	ep_close(&p);
+	ep_close(&d);
+}
+END_TEST
+
 START_TEST(test_garbage_and_names)
 {
 	struct ep p, d;
@@ -1076,6 +1134,7 @@ static Suite *verbs_emu_suite(void)
 	tcase_add_test(tc, test_cq_overflow);
 	tcase_add_test(tc, test_big_write);
 	tcase_add_test(tc, test_garbage_and_names);
+	tcase_add_test(tc, test_forged_first_packets);
 	tcase_add_test(tc, test_two_processes);
 	tcase_add_test(tc, test_peer_gone);
 	tcase_add_test(tc, test_real_ops_probe);
