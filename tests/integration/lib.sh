@@ -11,10 +11,23 @@ PIDS=()
 FAILS=0
 PASSES=0
 
+# dump_logs: the last lines of every log the test's nodes wrote, to
+# stderr (meson prints it with the failure), so a failure on a machine we
+# cannot log into still says why a node did what it did.
+dump_logs() {
+	local f
+	for f in "$T"/*.log; do
+		[ -f "$f" ] || continue
+		echo "--- last 40 lines of ${f##*/}" >&2
+		tail -n 40 "$f" >&2
+	done
+}
+
 cleanup() {
-	local p
+	local rc=$? p
 	for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then dump_logs; fi
 	rm -rf "$T"
 }
 trap cleanup EXIT

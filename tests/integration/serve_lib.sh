@@ -4,14 +4,24 @@
 # kvctl generate, read page accounting through kvctl status. Sourced after
 # lib.sh (which traps EXIT and kills every pid in PIDS).
 
-PORT=$((20000 + (RANDOM % 2000) * 10 + $$ % 10))
-# next_port: PORT is the next free-looking port (not in a subshell).
-# next_port: the next port nobody on this machine listens on (other test
-# runs may share the machine).
+# Test ports come from below the kernel's ephemeral range
+# (net.ipv4.ip_local_port_range, 32768 by default), so no outgoing
+# connection on the machine can hold one: a port taken from inside that
+# range can be bound by another process's connect(2) between next_port and
+# the node's bind, and a node connecting to a peer port that nobody listens
+# on yet can even be handed that very port as its own (a TCP self-connect).
+EPHEMERAL_LO=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "${EPHEMERAL_LO:-0}" -gt 12000 ] 2>/dev/null || EPHEMERAL_LO=32768
+PORT=$((10000 + (RANDOM % ((EPHEMERAL_LO - 11000) / 10)) * 10 + $$ % 10))
+# next_port: PORT is the next port nobody on this machine listens on (other
+# test runs may share the machine; not in a subshell), wrapping before the
+# ephemeral range.
 next_port() {
 	PORT=$((PORT + 1))
+	[ "$PORT" -lt $((EPHEMERAL_LO - 1)) ] || PORT=10000
 	while (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; do
 		PORT=$((PORT + 1))
+		[ "$PORT" -lt $((EPHEMERAL_LO - 1)) ] || PORT=10000
 	done
 }
 
