@@ -19,8 +19,11 @@
  *   decode tok/s   32 greedy tokens after it, one request
  *   bound tok/s    copy bandwidth / weight bytes one decoded token reads,
  *                  the copy bandwidth measured in this run, just before,
- *                  with the same thread count (memcpy of 256 MiB, best
- *                  of 5); speeds are the best of 3 runs
+ *                  with the same thread count (memcpy of 256 MiB, the
+ *                  median of 5)
+ * Each speed is the median of --runs runs (default 5) with the slowest and
+ * fastest run in brackets: a best-of-N figure hides the spread a loaded
+ * machine gives.
  *   ratio          decode / bound (target >= 0.70 at 2 threads, 100M)
  *   integrity      share of decode step time spent verifying and writing
  *                  the integrity tags (engine_timing; target < 1%)
@@ -55,18 +58,36 @@ static void *copy_main(void *p)
 	return NULL;
 }
 
-/* Bytes copied per second with `threads` threads each copying its share. */
 /* --no-bound: skip the copy-bandwidth measurement (bound and ratio 0);
- * --runs N: best of N runs (default 3); --threads T: that count only */
+ * --runs N: the median of N runs (default 5, at most MAX_RUNS);
+ * --threads T: that count only */
+enum { MAX_RUNS = 101 };
 static bool no_bound;
-static int n_runs = 3;
+static int n_runs = 5;
 static uint32_t only_threads;
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median of v[n] (sorts v; n >= 1). */
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Bytes copied per second with `threads` threads each copying its share:
+ * the median of 5 copies. */
 static double copy_bandwidth(uint32_t threads)
 {
 	size_t n = (size_t)256 << 20;
 	uint8_t *src = malloc(n), *dst = malloc(n);
-	double best = 0;
+	double rate[5];
+	double bw;
 
 	if (!src || !dst) {
 		free(src);
@@ -92,12 +113,12 @@ static double copy_bandwidth(uint32_t threads)
 		for (uint32_t i = 1; i < threads; i++)
 			pthread_join(th[i], NULL);
 		s = (double)(kvd_now_ns() - t0) / 1e9;
-		if (n / s > best)
-			best = n / s;
+		rate[rep] = n / s;
 	}
 	free(src);
 	free(dst);
-	return best;
+	bw = median(rate, 5);
+	return bw;
 }
 
 /* ---- one model, one thread count ------------------------------------------ */
@@ -176,37 +197,50 @@ out_prompt:
 	return rc;
 }
 
-/* Best of three runs, with the copy bandwidth measured right before (same
- * thread count), so both sides of the ratio see the same machine load. */
+/* "median [min..max]" of v[n] into buf (sorts v). */
+static const char *spread(char *buf, size_t size, double *v, int n)
+{
+	double med = median(v, n);
+
+	snprintf(buf, size, "%.1f [%.1f..%.1f]", med, v[0], v[n - 1]);
+	return buf;
+}
+
+/* n_runs runs, with the copy bandwidth measured right before (same thread
+ * count), so both sides of the ratio see the same machine load; the
+ * ratio is the median decode speed over that bound. */
 static void bench_model(const char *label, const struct model *m,
 			uint32_t n_prompt, uint32_t n_decode)
 {
 	for (uint32_t th = 1; th <= 2; th++) {
-		struct result best = { 0 };
-		double bw, bound;
-		int rc = 0;
+		double pre[MAX_RUNS], dec[MAX_RUNS], integ[MAX_RUNS];
+		char pbuf[64], dbuf[64];
+		double bw, bound, dmed;
+		int rc = 0, n = 0;
 
 		if (only_threads && th != only_threads)
 			continue;
 		bw = no_bound ? 0 : copy_bandwidth(th);
-		for (int rep = 0; rep < (n_runs > 0 ? n_runs : 1) && !rc; rep++) {
+		for (; n < n_runs && !rc; n++) {
 			struct result r = { 0 };
 
 			rc = run_model(m, th, n_prompt, n_decode, &r);
-			best.prefill_tps = KVD_MAX(best.prefill_tps, r.prefill_tps);
-			if (r.decode_tps > best.decode_tps)
-				best.integrity_frac = r.integrity_frac;
-			best.decode_tps = KVD_MAX(best.decode_tps, r.decode_tps);
+			pre[n] = r.prefill_tps;
+			dec[n] = r.decode_tps;
+			integ[n] = r.integrity_frac;
 		}
 		if (rc) {
 			printf("%-22s threads=%u error %d\n", label, th, rc);
 			continue;
 		}
 		bound = bw / (double)m->decode_bytes;
-		printf("%-22s %8.1fM %9.1f %7u %12.1f %11.2f %9.2f %10.2f %7.2f %9.3f%%\n",
+		spread(pbuf, sizeof(pbuf), pre, n);
+		spread(dbuf, sizeof(dbuf), dec, n);
+		dmed = median(dec, n);
+		printf("%-22s %8.1fM %9.1f %7u %24s %24s %9.2f %10.2f %7.2f %9.3f%%\n",
 		       label, m->n_params / 1e6, m->decode_bytes / 1048576.0, th,
-		       best.prefill_tps, best.decode_tps, bw / 1e9, bound,
-		       best.decode_tps / bound, 100.0 * best.integrity_frac);
+		       pbuf, dbuf, bw / 1e9, bound, bound > 0 ? dmed / bound : 0,
+		       100.0 * median(integ, n));
 	}
 }
 
@@ -258,8 +292,13 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		else if (!strcmp(argv[i], "--no-bound"))
 			no_bound = true;
-		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+		else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
 			n_runs = atoi(argv[++i]);
+			if (n_runs < 1 || n_runs > MAX_RUNS) {
+				fprintf(stderr, "bench_engine: --runs 1..%d\n", MAX_RUNS);
+				return 2;
+			}
+		}
 		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
 			only_threads = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--model") && i + 1 < argc)
@@ -279,7 +318,8 @@ int main(int argc, char **argv)
 		}
 		return bench_raw(file, raw, raw_threads);
 	}
-	printf("%-22s %9s %9s %7s %12s %11s %9s %10s %7s %10s\n", "model", "params",
+	printf("speeds: median [slowest..fastest] of %d runs\n", n_runs);
+	printf("%-22s %9s %9s %7s %24s %24s %9s %10s %7s %10s\n", "model", "params",
 	       "MiB/tok", "threads", "prefill t/s", "decode t/s", "copy GB/s",
 	       "bound t/s", "ratio", "integrity");
 
