@@ -27,7 +27,8 @@
  * after every round every byte of the ring against the source; a mismatch
  * ends the bench with exit 1. Then verbs_mac_open alone over one batch
  * (median of many) gives decode's integrity work per batch, put next to
- * a batch's transfer time.
+ * a batch's transfer time, and a plain memcpy of the same bytes as a
+ * reference that does not depend on the device.
  *
  * Geometries (kvd's defaults: 16 positions per page, f16 KV): `tiny`, the
  * 64-dim 2-layer model `kvctl model make` writes (kv_dim 64), and `8b`, a
@@ -459,12 +460,36 @@ static double bv_mac_alone(struct bv *b, bool open_side)
 	return bv_stat(v, 15).med;
 }
 
+/* One batch's page bytes copied by the CPU (memcpy, source ring slot 0 to
+ * slot 1 of the destination): ns, median as bv_mac_alone - a reference
+ * that does not depend on the device, for reading the MAC's figure. */
+static double bv_memcpy_alone(struct bv *b)
+{
+	double v[15];
+	uint32_t reps = 1;
+
+	for (int k = -1; k < 15; k++) {
+		uint64_t t = kvd_now_ns();
+
+		for (uint32_t i = 0; i < reps; i++)
+			for (uint32_t p = 0; p < b->batch_pages; p++)
+				memcpy(bv_page(b->dst, b, 1, p), bv_page(b->src, b, 0, p),
+				       b->write_len);
+		t = kvd_now_ns() - t;
+		if (k < 0)
+			reps = (uint32_t)KVD_MAX(1u, KVD_MIN(100000u, 200000000ull / (t + 1) / 15));
+		else
+			v[k] = (double)t / reps;
+	}
+	return bv_stat(v, 15).med;
+}
+
 static void bv_geom_run(struct bv *b, const struct bv_geom *gm)
 {
 	double gbps[BV_MODES][MAX_ROUNDS], wrps[BV_MODES][MAX_ROUNDS], usb[BV_MODES][MAX_ROUNDS];
 	struct bv_stat sg[BV_MODES], sw[BV_MODES], su[BV_MODES];
 	uint64_t batch_bytes, batches;
-	double mac_open, mac_seal;
+	double mac_open, mac_seal, copy;
 
 	bv_geom_open(b, &gm->g);
 	batch_bytes = (uint64_t)b->batch_pages * b->write_len;
@@ -504,17 +529,20 @@ static void bv_geom_run(struct bv *b, const struct bv_geom *gm)
 	}
 	mac_seal = bv_mac_alone(b, false) / 1e3;
 	mac_open = bv_mac_alone(b, true) / 1e3;
+	copy = bv_memcpy_alone(b) / 1e3;
 	printf("  verbs_mac over one batch: open (decode) %.1f us = %.1f%% of a batch's write "
 	       "time, %.2f GB/s; seal (prefill) %.1f us; write+mac - write = %+.1f us/batch\n",
 	       mac_open, 100.0 * mac_open / su[BV_WRITE].med,
 	       (double)batch_bytes / (mac_open * 1e3), mac_seal,
 	       su[BV_MAC].med - su[BV_WRITE].med);
+	printf("  memcpy of one batch's pages on this CPU: %.1f us, %.2f GB/s (the MAC open is "
+	       "%.1fx that)\n", copy, (double)batch_bytes / (copy * 1e3), mac_open / copy);
 	printf("bench_verbs: geom=%s page_bytes=%llu write_bytes=%llu batch_pages=%u "
 	       "write_gbps=%.3f write_wrps=%.0f mac_gbps=%.3f mac_open_us=%.1f "
-	       "mac_share_pct=%.1f\n", gm->name, (unsigned long long)b->page_bytes,
-	       (unsigned long long)b->write_len, b->batch_pages, sg[BV_WRITE].med,
-	       sw[BV_WRITE].med, sg[BV_MAC].med, mac_open,
-	       100.0 * mac_open / su[BV_WRITE].med);
+	       "mac_share_pct=%.1f memcpy_gbps=%.3f\n", gm->name,
+	       (unsigned long long)b->page_bytes, (unsigned long long)b->write_len,
+	       b->batch_pages, sg[BV_WRITE].med, sw[BV_WRITE].med, sg[BV_MAC].med, mac_open,
+	       100.0 * mac_open / su[BV_WRITE].med, (double)batch_bytes / (copy * 1e3));
 	fflush(stdout);
 	bv_geom_close(b);
 }
