@@ -45,6 +45,7 @@
  * [min, max] over rounds, and one `bench_verbs: geom=...` summary line per
  * geometry for tests/verbs/run.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -126,6 +127,24 @@ struct bv {
 	struct verbs_mr_info src_mi, dst_mi;
 	struct peer_aead mac_tx, mac_rx;
 };
+
+/* The emulated device's private directory: removed at exit, also when a
+ * failure ends the bench with a context still open (its socket in it). */
+static char bv_emu_dir[64];
+
+static void bv_emu_dir_remove(void)
+{
+	DIR *d;
+	struct dirent *e;
+
+	if (!bv_emu_dir[0] || !(d = opendir(bv_emu_dir)))
+		return;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+	rmdir(bv_emu_dir);
+}
 
 static void bv_die(const char *what, int r)
 {
@@ -625,6 +644,8 @@ int main(int argc, char **argv)
 		if (!mkdtemp(o.emu_dir))
 			bv_die("mkdtemp", -errno);
 		snprintf(o.dev, sizeof(o.dev), "emu:%s", o.emu_dir);
+		memcpy(bv_emu_dir, o.emu_dir, sizeof(bv_emu_dir));
+		atexit(bv_emu_dir_remove);
 	}
 	b.emu = !strncmp(o.dev, "emu:", 4);
 	b.ops = b.emu ? verbs_emu_ops() : verbs_real_ops();
@@ -657,7 +678,10 @@ int main(int argc, char **argv)
 			bv_geom_run(&b, &bv_geoms[i]);
 	b.ops->dealloc_pd(b.pd);
 	b.ops->close(b.ctx);
-	if (o.emu_dir[0] && rmdir(o.emu_dir))
+	if (o.emu_dir[0] && rmdir(o.emu_dir)) {   /* every socket unlinked */
 		fprintf(stderr, "bench_verbs: %s: %s\n", o.emu_dir, strerror(errno));
+		return 1;
+	}
+	bv_emu_dir[0] = 0;
 	return 0;
 }
