@@ -230,7 +230,7 @@ static void http_conn_close(struct http_conn *hc)
 
 static void http_conn_close_for(struct http_conn *hc, const char *reason)
 {
-	KVLOG_WARN(hc->s->log, "client_closed",
+	KVLOG_RL_WARN(hc->s->log, &hc->s->rl[SERVE_RL_CLIENT_CONN], "client_closed",
 		   "conn=%llu proto=http reason=%s requests=%u queued=%zu peak_queued=%llu",
 		   (unsigned long long)hc->conn_id, reason, hc->sink.n_reqs,
 		   wbound_queued(&hc->wb), (unsigned long long)hc->wb.peak);
@@ -266,7 +266,7 @@ static void http_refuse(struct http_conn *hc, int status, const char *why)
 	char body[384];
 	int n;
 
-	KVLOG_WARN(hc->s->log, "http_refused",
+	KVLOG_RL_WARN(hc->s->log, &hc->s->rl[SERVE_RL_HTTP_REFUSED], "http_refused",
 		   "conn=%llu status=%d msg=%s", (unsigned long long)hc->conn_id,
 		   status, KVLOG_Q(why));
 	n = snprintf(body, sizeof(body),
@@ -475,7 +475,7 @@ static void http_accept(uv_stream_t *server, int status)
 				 sizeof(body) - 1, body);
 		uv_buf_t b = uv_buf_init(busy, (unsigned)n);
 
-		KVLOG_WARN(s->log, "client_refused",
+		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_CONN], "client_refused",
 			   "conn=%llu proto=http reason=max_clients max_clients=%u",
 			   (unsigned long long)hc->conn_id, s->max_clients);
 		http__refusal_count(s, 503, NULL, PROTO_ERR_OVERLOADED);
@@ -564,7 +564,7 @@ void serve__http_sweep(struct serve *s)
 
 			if ((in_head && now - hc->t_req_ns >= head_ns) ||
 			    now - hc->t_req_ns >= read_ns) {
-				KVLOG_WARN(s->log, "client_closed",
+				KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_CONN], "client_closed",
 					   "conn=%llu proto=http reason=%s",
 					   (unsigned long long)hc->conn_id,
 					   in_head ? "header_timeout" : "read_timeout");

@@ -44,7 +44,7 @@
 static void api_log(struct http_conn *hc, int status, const char *tenant,
 		    const char *what)
 {
-	KVLOG_INFO(hc->s->log, "http_request",
+	KVLOG_RL_INFO(hc->s->log, &hc->s->rl[SERVE_RL_HTTP_REFUSED], "http_request",
 		   "conn=%llu tenant=%s method=%s path=%s status=%d msg=%s",
 		   (unsigned long long)hc->conn_id, KVLOG_Q(tenant),
 		   KVLOG_Q(hc->wire.msg.method_name), KVLOG_Q(hc->wire.msg.path),
