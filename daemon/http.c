@@ -241,9 +241,27 @@ static void http_shutdown_cb(uv_shutdown_t *req, int status)
 {
 	struct http_conn *hc = req->data;
 
-	(void)status;   /* flushed or failed: done either way */
 	hc->shutting = false;
+	/* the answer is out and the client has our FIN: a body it still
+	 * sends is read and dropped (bounded) so that closing with unread
+	 * bytes does not reset the connection before it read the answer */
+	if (status == 0 && hc->drain_left && !hc->eof && !hc->doom &&
+	    !hc->closing) {
+		hc->draining = true;
+		hc->t_drain_ns = kvd_now_ns();
+		hc->in_len = 0;
+		if (wbound_read_start(&hc->wb) == 0)
+			return;
+	}
 	http_conn_close(hc);
+}
+
+void http__drain_after(struct http_conn *hc)
+{
+	const struct kvd_config *cfg = &hc->s->d->cfg;
+
+	hc->close_after = true;
+	hc->drain_left = (uint64_t)cfg->http_max_body_bytes + HTTP_IN_MAX;
 }
 
 /* Stop reading, flush what is queued, close. Safe inside a state change. */
@@ -305,6 +323,15 @@ static void http_pump(struct http_conn *hc)
 			memmove(hc->in, hc->in + used, hc->in_len - used);
 			hc->in_len -= used;
 		}
+		/* the head is complete and a body is to come: the endpoint
+		 * judges the head first (the key), so a refused request
+		 * makes kvd read none of its body, and gets no 100 Continue */
+		if (rc == HTTP_WIRE_AGAIN && hc->wire.started && !hc->wire.in_head &&
+		    !hc->head_judged) {
+			hc->head_judged = true;
+			if (hc->hs->head_check && !hc->hs->head_check(hc, &hc->wire.msg))
+				return;   /* answered; the connection ends */
+		}
 		if (hc->wire.want_continue) {
 			static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -322,6 +349,7 @@ static void http_pump(struct http_conn *hc)
 			return;
 		}
 		hc->t_req_ns = 0;
+		hc->head_judged = false;
 		hc->n_requests++;
 		hc->http10 = hc->wire.msg.http10;
 		if (!hc->wire.msg.keep_alive)
@@ -403,6 +431,15 @@ static void http_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	struct http_conn *hc = st->data;
 
 	(void)buf;
+	if (hc->draining) {
+		/* after a refusal: drop what comes, close at EOF or the bound */
+		hc->in_len = 0;
+		if (nread < 0 || (uint64_t)nread >= hc->drain_left)
+			http_conn_close(hc);
+		else
+			hc->drain_left -= (uint64_t)nread;
+		return;
+	}
 	if (nread == UV_EOF) {
 		hc->eof = true;
 		wbound_read_stop(&hc->wb);
@@ -547,6 +584,11 @@ void serve__http_sweep(struct serve *s)
 
 		if (hc->closing)
 			continue;
+		if (hc->draining) {
+			if (now - hc->t_drain_ns >= HTTP_DRAIN_MS * 1000000ull)
+				http_conn_close(hc);
+			continue;
+		}
 		if (hc->doom) {
 			http_conn_close_for(hc, hc->doom);
 			continue;

@@ -514,11 +514,11 @@ static const struct serve_sink_ops api_sink_ops = {
 
 /* ---- keys ---------------------------------------------------------------------- */
 
-/* The tenant of the request's key; NULL after answering 401. */
-static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
+/* The tenant of the request's key, "default" without keys; NULL for a
+ * missing or wrong key (nothing answered). */
+static const char *api_key_tenant(const struct http_server *hs,
+				  const struct http_msg *m)
 {
-	struct http_server *hs = hc->hs;
-	const char *tenant;
 	const char *v = m->auth;
 
 	if (!hs->keys)
@@ -527,10 +527,18 @@ static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
 		v += 7;
 		while (*v == ' ')
 			v++;
-		tenant = kvd_apikeys_lookup(hs->keys, v, strlen(v));
-		if (tenant)
-			return tenant;
+		return kvd_apikeys_lookup(hs->keys, v, strlen(v));
 	}
+	return NULL;
+}
+
+/* The tenant of the request's key; NULL after answering 401. */
+static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
+{
+	const char *tenant = api_key_tenant(hc->hs, m);
+
+	if (tenant)
+		return tenant;
 	api_error(hc, 401, "invalid_request_error", "invalid_api_key", NULL,
 		  m->has_auth ? "Incorrect API key provided."
 			      : "No API key provided: send `Authorization: Bearer KEY`.",
@@ -800,28 +808,60 @@ static const struct api_route {
 	const char *path;
 	enum http_wire_method method;
 	http_handler_fn fn;
+	bool keyless;                    /* served without a key (probes) */
 } routes[] = {
-	{ "/v1/completions", HTTP_WIRE_POST, api_completions },
-	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat },
-	{ "/v1/models", HTTP_WIRE_GET, api_models },
-	{ "/health", HTTP_WIRE_GET, api_health },
-	{ "/metrics", HTTP_WIRE_GET, api_metrics },
+	{ "/v1/completions", HTTP_WIRE_POST, api_completions, false },
+	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat, false },
+	{ "/v1/models", HTTP_WIRE_GET, api_models, false },
+	{ "/health", HTTP_WIRE_GET, api_health, true },
+	{ "/metrics", HTTP_WIRE_GET, api_metrics, false },
 };
 
-static void api_handle(struct http_conn *hc, const struct http_msg *m)
+/* The route of (method, path); NULL when none, *path_known when the
+ * path exists for another method. */
+static const struct api_route *api_route(const struct http_msg *m,
+					 bool *path_known)
 {
 	size_t plen = strcspn(m->path, "?");
-	bool path_known = false;
 
+	*path_known = false;
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(routes); i++) {
 		if (strlen(routes[i].path) != plen ||
 		    strncmp(routes[i].path, m->path, plen))
 			continue;
-		path_known = true;
-		if (routes[i].method == m->method) {
-			routes[i].fn(hc, m);
-			return;
-		}
+		*path_known = true;
+		if (routes[i].method == m->method)
+			return &routes[i];
+	}
+	return NULL;
+}
+
+/* http_head_fn: a request whose body is still to come is refused on its
+ * key before a byte of the body is read (the body may be up to
+ * http.max_body_bytes that a client without a key could make us take):
+ * 401, `Connection: close`, and the connection ends. Everything else
+ * (no keys, a route without one, an unknown route, a good key) reads its
+ * body; the handler judges the whole request as before. */
+static bool api_head(struct http_conn *hc, const struct http_msg *m)
+{
+	bool path_known;
+	const struct api_route *rt = api_route(m, &path_known);
+
+	if (!rt || rt->keyless || api_key_tenant(hc->hs, m))
+		return true;
+	http__drain_after(hc);    /* the unread body ends the stream */
+	(void)api_auth(hc, m);    /* answers 401 */
+	return false;
+}
+
+static void api_handle(struct http_conn *hc, const struct http_msg *m)
+{
+	bool path_known;
+	const struct api_route *rt = api_route(m, &path_known);
+
+	if (rt) {
+		rt->fn(hc, m);
+		return;
 	}
 	if (path_known)
 		api_error(hc, 405, "invalid_request_error", NULL, NULL,
@@ -861,6 +901,7 @@ int serve__http_listen(struct serve *s)
 		return -ENOMEM;
 	hs->s = s;
 	hs->handler = api_handle;
+	hs->head_check = api_head;
 	hs->sink_ops = &api_sink_ops;
 	hs->exchange_free = exchange_free;
 	api_model_name(s, hs->model_name, sizeof(hs->model_name));
