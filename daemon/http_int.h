@@ -42,6 +42,7 @@ struct http_exchange {
 	size_t len, cap;
 	bool role_sent;                  /* chat stream: the role delta */
 	uint32_t prompt_tokens;
+	uint32_t allocs;                 /* allocations made (KVD_HTTP_NOMEM) */
 	uint64_t t_start_ns;
 	char method[16];
 	char path[64];
@@ -107,6 +108,9 @@ struct http_server {
 	enum chat_format chat_format;    /* the daemon's, resolved at boot
 					  * (CHAT_NONE: chat is refused) */
 	uint64_t next_exchange;
+	uint32_t nomem_at;               /* fault-point builds: the allocation
+					  * of each exchange that fails
+					  * (KVD_HTTP_NOMEM); 0 none */
 	bool stopping;
 	unsigned handles_open;            /* at close: callbacks to come */
 };

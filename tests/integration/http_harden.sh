@@ -8,11 +8,17 @@
 #     `Expect: 100-continue` no 100 Continue goes out first; a client
 #     that sends the body anyway reads the 401, not a reset (kvd drops
 #     the body, bounded, after its FIN); a good key still gets its body
-#     read; each refusal is counted once.
+#     read; each refusal is counted once;
+#   - allocation failures on the answer path (KVD_HTTP_NOMEM, fault-point
+#     builds): every failing allocation of an exchange, streamed or not,
+#     ends in a 500 (or an SSE error event once the head is out) and a
+#     closed connection - never a stalled one - and the request's pages
+#     go back.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
 command -v python3 >/dev/null || skip "python3 absent"
+command -v jq >/dev/null || skip "jq absent"
 RAW=$(dirname "$0")/http_raw.py
 
 gen_model "$T/m.gguf"
@@ -68,4 +74,53 @@ curl -s "127.0.0.1:$S_HTTP/metrics" -H "Authorization: Bearer $KEY" > "$T/metric
 check "the eight early refusals counted once each" \
 	grep -q '^kvd_requests_total{tenant="default",outcome="invalid_request"} 8$' "$T/metrics"
 
+# ---- no memory while answering ------------------------------------------------------
+if grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h"; then
+	fails_json=0; fails_sse=0
+	for n in 1 2 3 4 5 6 7 8 9 10 1000; do
+		next_port; H=$PORT
+		write_node "nm$n" standalone "$M" "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys"
+		start_node "nm$n" KVD_HTTP_NOMEM=$n
+		if ! wait_log "$T/nm$n.log" "event=serve_ready" 60; then
+			grep "level=error" "$T/nm$n.log" | sed 's/^/# /'
+			not_ok "nomem $n: node up"; stop_node "nm$n"; continue
+		fi
+		rc=0
+		code=$(curl -s --max-time 20 -o "$T/nm$n.json" -w '%{http_code}' \
+			"127.0.0.1:$H/v1/completions" -H "Authorization: Bearer $KEY" \
+			-d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}') || rc=$?
+		if [ "$code" = 500 ]; then
+			fails_json=$((fails_json + 1))
+			check "nomem $n, JSON: 500 naming the failure, closed (curl rc $rc)" \
+				bash -c "[ $rc = 0 ] && grep -q 'out of memory while answering' '$T/nm$n.json'"
+		else
+			check "nomem $n, JSON: a whole answer (got $code, curl rc $rc)" \
+				bash -c "[ $rc = 0 ] && [ '$code' = 200 ] && jq -e '.choices[0].finish_reason' '$T/nm$n.json' >/dev/null"
+		fi
+		rc=0
+		code=$(curl -s -N --max-time 20 -o "$T/nm$n.sse" -w '%{http_code}' \
+			"127.0.0.1:$H/v1/completions" -H "Authorization: Bearer $KEY" \
+			-d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"stream":true}') || rc=$?
+		if [ "$code" = 500 ]; then
+			# before the head went out: an error object, as for JSON
+			check "nomem $n, SSE: 500 before any event, closed (curl rc $rc)" \
+				bash -c "[ $rc = 0 ] && grep -q 'out of memory while answering' '$T/nm$n.sse'"
+		elif grep -q "out of memory while answering" "$T/nm$n.sse"; then
+			fails_sse=$((fails_sse + 1))
+			check "nomem $n, SSE: an error event, [DONE], the stream ended (curl rc $rc)" \
+				bash -c "[ $rc = 0 ] && tail -n 2 '$T/nm$n.sse' | grep -q '^data: \[DONE\]'"
+		else
+			check "nomem $n, SSE: a whole stream (curl rc $rc)" \
+				bash -c "[ $rc = 0 ] && grep -q '\"finish_reason\":\"' '$T/nm$n.sse' && tail -n 2 '$T/nm$n.sse' | grep -q '^data: \[DONE\]'"
+		fi
+		check "nomem $n: nothing held afterwards" settle "nm$n"
+		check "nomem $n: the node is alive" kill -0 "$(eval echo "\$PID_nm$n")"
+		stop_node "nm$n"
+	done
+	echo "# nomem: $fails_json JSON answers and $fails_sse streams failed cleanly"
+	check "nomem: the fault point failed some JSON answers" test "$fails_json" -ge 2
+	check "nomem: and some streams" test "$fails_sse" -ge 3
+	check "nomem: not the 1000th allocation (a whole answer then)" \
+		bash -c "! grep -q 'out of memory' '$T/nm1000.json' '$T/nm1000.sse'"
+fi
 finish
