@@ -267,7 +267,7 @@ void http__drain_after(struct http_conn *hc)
 /* Stop reading, flush what is queued, close. Safe inside a state change. */
 static void http_conn_end(struct http_conn *hc)
 {
-	if (hc->closing || hc->shutting || hc->doom)
+	if (hc->closing || hc->shutting || hc->doom || hc->draining)
 		return;
 	wbound_read_stop(&hc->wb);
 	hc->shut.data = hc;
@@ -409,7 +409,7 @@ void http__kick(struct http_conn *hc)
 {
 	struct http_server *hs = hc->hs;
 
-	if (hc->closing || hc->kicked || !hs->kick_open)
+	if (hc->closing || hc->kicked || hc->draining || !hs->kick_open)
 		return;
 	hc->kicked = true;
 	kvd_list_add_tail(&hs->kick_list, &hc->kick_node);
