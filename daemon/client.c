@@ -505,7 +505,7 @@ static void client_accept(uv_stream_t *server, int status)
 	if (!l->is_pipe)
 		uv_tcp_nodelay(&c->h.tcp, 1);
 	if (s->n_clients >= s->max_clients) {
-		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_CONN], "client_refused",
+		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_FULL], "client_refused",
 			   "conn=%llu reason=max_clients max_clients=%u",
 			   (unsigned long long)c->conn_id, s->max_clients);
 		client_refuse(c);

@@ -512,7 +512,7 @@ static void http_accept(uv_stream_t *server, int status)
 				 sizeof(body) - 1, body);
 		uv_buf_t b = uv_buf_init(busy, (unsigned)n);
 
-		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_CONN], "client_refused",
+		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_FULL], "client_refused",
 			   "conn=%llu proto=http reason=max_clients max_clients=%u",
 			   (unsigned long long)hc->conn_id, s->max_clients);
 		http__refusal_count(s, 503, NULL, PROTO_ERR_OVERLOADED);

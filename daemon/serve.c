@@ -126,7 +126,8 @@ static void serve_rl_init(struct serve *s)
 		[SERVE_RL_PEER_DOWN] = "peer_down",
 		[SERVE_RL_PEER_REQUEST] = "peer_request",
 		[SERVE_RL_CLIENT_REFUSED] = "client_refused",
-		[SERVE_RL_CLIENT_CONN] = "client_conn",
+		[SERVE_RL_CLIENT_FULL] = "client_full",
+		[SERVE_RL_CLIENT_CONN] = "client_closed",
 		[SERVE_RL_HTTP_REFUSED] = "http_refused",
 	};
 

@@ -372,7 +372,8 @@ enum serve_rl {
 	SERVE_RL_PEER_DOWN,          /* accepted links that went down */
 	SERVE_RL_PEER_REQUEST,       /* a peer's refused prefill_requests */
 	SERVE_RL_CLIENT_REFUSED,     /* refused client requests and frames */
-	SERVE_RL_CLIENT_CONN,        /* client connections refused or closed */
+	SERVE_RL_CLIENT_FULL,        /* connections refused at max_clients */
+	SERVE_RL_CLIENT_CONN,        /* client connections closed for a bound */
 	SERVE_RL_HTTP_REFUSED,       /* HTTP refusals before a request */
 	SERVE_RL__N,
 };
