@@ -31,7 +31,7 @@ next_port; S_HTTP=$PORT
 write_node sa standalone "$M" "listen.http=127.0.0.1:$S_HTTP" "http.api_keys_file=$T/keys" \
 	"http.read_timeout_ms=30000"
 start_node sa
-check "standalone with HTTP up" wait_log "$T/sa.log" "event=listen_http" 60
+check "standalone with HTTP up" wait_log "$T/sa.log" "event=serve_ready" 60
 
 # ---- the key before the body ----------------------------------------------------
 MS=$(log_mark "$T/sa.log")

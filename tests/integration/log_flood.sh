@@ -46,7 +46,7 @@ accounted() {
 next_port; P_PORT=$PORT
 write_node pf prefill "$M" "listen.peer=127.0.0.1:$P_PORT"
 start_node pf
-check "prefill up" wait_log "$T/pf.log" "event=listen_peer" 60
+check "prefill up" wait_log "$T/pf.log" "event=serve_ready" 60
 MP=$(log_mark "$T/pf.log")
 t0=$(ms)
 "$ATTACK_BIN" --log "$T/pf.log" --key "$(cluster_key)" junk-flood "127.0.0.1:$P_PORT" 3000 \
@@ -73,7 +73,7 @@ chmod 600 "$T/keys"
 next_port; S_HTTP=$PORT
 write_node sa standalone "$M" "listen.http=127.0.0.1:$S_HTTP" "http.api_keys_file=$T/keys"
 start_node sa
-check "standalone with HTTP up" wait_log "$T/sa.log" "event=listen_http" 60
+check "standalone with HTTP up" wait_log "$T/sa.log" "event=serve_ready" 60
 MS=$(log_mark "$T/sa.log")
 t0=$(ms)
 python3 "$(dirname "$0")/http_raw.py" "$S_HTTP" badkeys 400 > "$T/bad.out" 2>&1 || true
