@@ -7,6 +7,9 @@
 #     prefill node 3000 control frames it never expects: a bounded number
 #     of `peer_protocol` lines, and lines + suppressed counts = 3000
 #     exactly once the flood ends; the link and the node stay up;
+#   - a fake prefill peer answers a request with 2000 abort_acks nobody
+#     asked for: a bounded number of `abort_acked` lines on decode, the
+#     accounting adds up, the request still ends and frees its pages;
 #   - an HTTP client sends 400 pipelined requests with a wrong key: 400
 #     answers of 401, a bounded number of `http_request` lines, the
 #     summary adds up to 400, and /metrics still counts every refusal.
@@ -65,6 +68,37 @@ check "junk: at most $(bound $secs) peer_protocol lines in ${secs}s (not 3000)" 
 check "junk: the summary line names its kind and count" \
 	log_has "$T/pf.log" "level=warn node=pf event=log_suppressed kind=peer_protocol suppressed=[1-9][0-9]*$" "$MP"
 check "junk: prefill is alive" kill -0 "$PID_pf"
+
+# ---- a prefill peer's unsolicited abort_acks -------------------------------------
+# a keyless fake prefill (fake_peer.py ackflood) at the decode node's
+# configured address: it pairs, takes one prefill_request and answers it
+# with 2000 abort_acks nobody asked for (decode is transferring, not
+# aborting), then a prefill_reject
+next_port; F_PORT=$PORT
+next_port; D_PORT=$PORT
+write_node da decode "$M" "listen.client=127.0.0.1:$D_PORT" "peers.prefill=127.0.0.1:$F_PORT" \
+	"peers.key_file="
+start_node da
+check "decode up" wait_log "$T/da.log" "event=serve_ready" 60
+MD=$(log_mark "$T/da.log")
+python3 "$(dirname "$0")/fake_peer.py" ackflood "127.0.0.1:$F_PORT" "$T/da.log" 2000 $((30 * TSCALE)) \
+	> "$T/ack.out" 2>&1 &
+FPID=$!
+PIDS+=("$FPID")
+check "decode paired with the fake prefill" wait_log "$T/da.log" "event=peer_capacity .*peer_node=ackflood" 20 "$MD"
+out=$(gen "$D_PORT" --prompt "Once upon a time" --max-tokens 4 2>&1 || true)
+wait "$FPID" || true
+echo "# ack flood: $(cat "$T/ack.out"); the client got: $out"
+check "acks: the fake sent 2000 abort_acks for the request in transfer" grep -q "handshake=ok acks=2000 " "$T/ack.out"
+check "acks: the request ended with the fake's reject" bash -c "grep -q 'ackflood: done' <<<'$out'"
+check "acks: lines + suppressed add up to 2000" \
+	wait_for 10 accounted "$T/da.log" "event=abort_acked " peer_ack "$MD" 2000
+n=$(log_count "$T/da.log" "event=abort_acked " "$MD")
+echo "# ack flood: $n abort_acked lines, $(sum_suppressed "$T/da.log" peer_ack "$MD") suppressed"
+check "acks: at most $(bound 5) abort_acked lines (not 2000)" test "$n" -ge 1 -a "$n" -le "$(bound 5)"
+check "acks: decode holds nothing" settle da
+check "acks: decode is alive" kill -0 "$PID_da"
+stop_node da
 
 # ---- an HTTP client's wrong keys ----------------------------------------------------
 KEY=carol-0123456789abcdef
