@@ -123,4 +123,5 @@ if grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h"; then
 	check "nomem: not the 1000th allocation (a whole answer then)" \
 		bash -c "! grep -q 'out of memory' '$T/nm1000.json' '$T/nm1000.sse'"
 fi
-finish
+stop_node sa
+serve_finish

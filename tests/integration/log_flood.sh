@@ -68,6 +68,7 @@ check "junk: at most $(bound $secs) peer_protocol lines in ${secs}s (not 3000)" 
 check "junk: the summary line names its kind and count" \
 	log_has "$T/pf.log" "level=warn node=pf event=log_suppressed kind=peer_protocol suppressed=[1-9][0-9]*$" "$MP"
 check "junk: prefill is alive" kill -0 "$PID_pf"
+stop_node pf
 
 # ---- a prefill peer's unsolicited abort_acks -------------------------------------
 # a keyless fake prefill (fake_peer.py ackflood) at the decode node's
@@ -125,4 +126,5 @@ check "badkeys: /metrics still counts all 400 refusals" \
 	grep -q '^kvd_requests_total{tenant="default",outcome="invalid_request"} 400$' "$T/metrics"
 check "badkeys: the node still serves the good key" \
 	test "$(curl -s -o /dev/null -w '%{http_code}' "127.0.0.1:$S_HTTP/v1/models" -H "Authorization: Bearer $KEY")" = 200
-finish
+stop_node sa
+serve_finish
