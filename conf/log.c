@@ -215,3 +215,23 @@ const char *kvlog_quote(char *buf, size_t size, const char *s)
 	buf[o] = '\0';
 	return buf;
 }
+
+void kvlog__suppressed(struct kvlog *lg, int level,
+		       const struct kvd_ratelimit *rl, uint64_t n)
+{
+	/* kind: a bare word kvd chose (the bucket's name) */
+	kvlog__emit(lg, level, "log_suppressed", "kind=%s suppressed=%llu",
+		    rl->kind ? rl->kind : "-", (unsigned long long)n);
+}
+
+void kvlog_ratelimit_flush(struct kvlog *lg, int level,
+			   struct kvd_ratelimit *rl)
+{
+	uint64_t n;
+
+	if (!lg || lg->level < level)
+		return;
+	n = kvd_ratelimit_flush(rl, kvd_now_ns());
+	if (n)
+		kvlog__suppressed(lg, level, rl, n);
+}

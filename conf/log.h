@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "conf/ratelimit.h"
 #include "conf/util.h"
 
 enum kvlog_level {
@@ -59,6 +60,37 @@ void kvlog__emit(struct kvlog *lg, int level, const char *event,
 		if (kvlog__lg && kvlog__lg->level >= (lvl))           \
 			kvlog__emit(kvlog__lg, (lvl), (event), __VA_ARGS__); \
 	} while (0)
+
+/* A line a remote party can trigger at will (a peer's or a client's
+ * message, a refused connection): as KVLOG(), and then only when the
+ * token bucket `rl` (conf/ratelimit.h) lets it through. Lines the bucket
+ * held back are summed in one `event=log_suppressed kind=K suppressed=N`
+ * line, written before the next line it lets through (and by the
+ * owner's periodic kvlog_ratelimit_flush()). The level is checked
+ * first: a line that would be dropped anyway takes no token. */
+#define KVLOG_RL(lg, rl, lvl, event, ...)                             \
+	do {                                                          \
+		struct kvlog *kvlog__lg = (lg);                       \
+		uint64_t kvlog__n;                                    \
+		if (kvlog__lg && kvlog__lg->level >= (lvl) &&         \
+		    kvd_ratelimit_take((rl), kvd_now_ns(), &kvlog__n)) { \
+			if (kvlog__n)                                 \
+				kvlog__suppressed(kvlog__lg, (lvl), (rl), kvlog__n); \
+			kvlog__emit(kvlog__lg, (lvl), (event), __VA_ARGS__); \
+		}                                                     \
+	} while (0)
+
+#define KVLOG_RL_ERR(lg, rl, event, ...) KVLOG_RL(lg, rl, KVLOG_ERROR, event, __VA_ARGS__)
+#define KVLOG_RL_WARN(lg, rl, event, ...) KVLOG_RL(lg, rl, KVLOG_WARN, event, __VA_ARGS__)
+#define KVLOG_RL_INFO(lg, rl, event, ...) KVLOG_RL(lg, rl, KVLOG_INFO, event, __VA_ARGS__)
+
+/* The summary line of `n` lines rl held back. */
+void kvlog__suppressed(struct kvlog *lg, int level,
+		       const struct kvd_ratelimit *rl, uint64_t n);
+/* The periodic summary: when rl has room again and held lines back,
+ * write their count (at `level`). Call it from a timer. */
+void kvlog_ratelimit_flush(struct kvlog *lg, int level,
+			   struct kvd_ratelimit *rl);
 
 #define KVLOG_ERR(lg, event, ...) KVLOG(lg, KVLOG_ERROR, event, __VA_ARGS__)
 #define KVLOG_WARN(lg, event, ...) KVLOG(lg, KVLOG_WARN, event, __VA_ARGS__)

@@ -182,7 +182,7 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 		s->d->counters.rejected[why]++;
 	/* refused before it became a request: no latency to observe */
 	kvd_metrics_request_end(&s->d->metrics, KVD_TENANT_DEFAULT, NULL, code, 0);
-	KVLOG_WARN(s->log, "request_rejected", "client_id=%llu tenant=%s code=%s msg=%s",
+	KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_REFUSED], "request_rejected", "client_id=%llu tenant=%s code=%s msg=%s",
 		   (unsigned long long)id, KVD_TENANT_DEFAULT, proto_err_name(code),
 		   KVLOG_Q(msg));
 	client_error_to(c, id, code, msg);
@@ -212,7 +212,7 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 				      KVD_REJECT_INVALID, why);
 		} else {
 			s->d->counters.rejected[KVD_REJECT_INVALID]++;
-			KVLOG_WARN(s->log, "client_frame_error",
+			KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_REFUSED], "client_frame_error",
 				   "conn=%llu code=INVALID_REQUEST msg=\"%s\"",
 				   (unsigned long long)c->conn_id, why);
 			client_frame_error_to(c, PROTO_ERR_INVALID_REQUEST, why);
@@ -300,7 +300,7 @@ static void client_conn_close(struct client_conn *c)
 /* Closed for a bound: one line an operator can grep and count. */
 static void client_conn_close_for(struct client_conn *c, const char *reason)
 {
-	KVLOG_WARN(c->s->log, "client_closed",
+	KVLOG_RL_WARN(c->s->log, &c->s->rl[SERVE_RL_CLIENT_CONN], "client_closed",
 		   "conn=%llu reason=%s requests=%u queued=%zu peak_queued=%llu",
 		   (unsigned long long)c->conn_id, reason, c->sink.n_reqs,
 		   wbound_queued(&c->wb), (unsigned long long)c->wb.peak);
@@ -505,7 +505,7 @@ static void client_accept(uv_stream_t *server, int status)
 	if (!l->is_pipe)
 		uv_tcp_nodelay(&c->h.tcp, 1);
 	if (s->n_clients >= s->max_clients) {
-		KVLOG_WARN(s->log, "client_refused",
+		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_FULL], "client_refused",
 			   "conn=%llu reason=max_clients max_clients=%u",
 			   (unsigned long long)c->conn_id, s->max_clients);
 		client_refuse(c);

@@ -422,7 +422,7 @@ void serve__local_admit(struct serve_req *r)
 
 	r->rops = &dreq_local_ops;
 	if (need > lim) {
-		KVLOG_WARN(s->log, "admission_reject",
+		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_REFUSED], "admission_reject",
 			   "client_id=%llu tenant=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
 			   (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
 			   r->max_tokens, (unsigned long long)need,
@@ -525,7 +525,7 @@ static bool decode_too_long(struct serve_req *r, const struct link *p)
 			   (unsigned long long)need, (unsigned long long)lim);
 		return false;
 	}
-	KVLOG_WARN(s->log, "admission_reject",
+	KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_REFUSED], "admission_reject",
 		   "client_id=%llu tenant=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu peer=%s peer_context=%llu peer_pool_tokens=%llu",
 		   (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
 		   r->max_tokens, (unsigned long long)need,
@@ -890,13 +890,13 @@ static void decode_on_msg(struct link *p, struct proto_peer_msg *m)
 		/* over TCP every batch prefill posted has left before
 		 * abort_ack and the checks refuse it for a released request;
 		 * the count is what a verbs fence will wait for */
-		KVLOG_INFO(p->s->log, "abort_acked", "id=%llu tenant=%s peer=%s batches_posted=%u batches_received=%u",
+		KVLOG_RL_INFO(p->s->log, &p->s->rl[SERVE_RL_PEER_ACK], "abort_acked", "id=%llu tenant=%s peer=%s batches_posted=%u batches_received=%u",
 			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), KVLOG_Q(p->addr),
 			   r->peer_batches, r->rx.batches);
 		serve__dreq_event(r, DEV_ABORT_ACK);
 		return;
 	default:
-		KVLOG_WARN(p->s->log, "peer_protocol", "peer=%s msg=\"unexpected %s\"",
+		KVLOG_RL_WARN(p->s->log, &p->s->rl[SERVE_RL_PEER_PROTOCOL], "peer_protocol", "peer=%s msg=\"unexpected %s\"",
 			   KVLOG_Q(p->addr), proto_peer_type_name(m->type));
 		return;
 	}

@@ -230,7 +230,7 @@ static void http_conn_close(struct http_conn *hc)
 
 static void http_conn_close_for(struct http_conn *hc, const char *reason)
 {
-	KVLOG_WARN(hc->s->log, "client_closed",
+	KVLOG_RL_WARN(hc->s->log, &hc->s->rl[SERVE_RL_CLIENT_CONN], "client_closed",
 		   "conn=%llu proto=http reason=%s requests=%u queued=%zu peak_queued=%llu",
 		   (unsigned long long)hc->conn_id, reason, hc->sink.n_reqs,
 		   wbound_queued(&hc->wb), (unsigned long long)hc->wb.peak);
@@ -241,15 +241,33 @@ static void http_shutdown_cb(uv_shutdown_t *req, int status)
 {
 	struct http_conn *hc = req->data;
 
-	(void)status;   /* flushed or failed: done either way */
 	hc->shutting = false;
+	/* the answer is out and the client has our FIN: a body it still
+	 * sends is read and dropped (bounded) so that closing with unread
+	 * bytes does not reset the connection before it read the answer */
+	if (status == 0 && hc->drain_left && !hc->eof && !hc->doom &&
+	    !hc->closing) {
+		hc->draining = true;
+		hc->t_drain_ns = kvd_now_ns();
+		hc->in_len = 0;
+		if (wbound_read_start(&hc->wb) == 0)
+			return;
+	}
 	http_conn_close(hc);
+}
+
+void http__drain_after(struct http_conn *hc)
+{
+	const struct kvd_config *cfg = &hc->s->d->cfg;
+
+	hc->close_after = true;
+	hc->drain_left = (uint64_t)cfg->http_max_body_bytes + HTTP_IN_MAX;
 }
 
 /* Stop reading, flush what is queued, close. Safe inside a state change. */
 static void http_conn_end(struct http_conn *hc)
 {
-	if (hc->closing || hc->shutting || hc->doom)
+	if (hc->closing || hc->shutting || hc->doom || hc->draining)
 		return;
 	wbound_read_stop(&hc->wb);
 	hc->shut.data = hc;
@@ -266,7 +284,7 @@ static void http_refuse(struct http_conn *hc, int status, const char *why)
 	char body[384];
 	int n;
 
-	KVLOG_WARN(hc->s->log, "http_refused",
+	KVLOG_RL_WARN(hc->s->log, &hc->s->rl[SERVE_RL_HTTP_REFUSED], "http_refused",
 		   "conn=%llu status=%d msg=%s", (unsigned long long)hc->conn_id,
 		   status, KVLOG_Q(why));
 	n = snprintf(body, sizeof(body),
@@ -305,6 +323,15 @@ static void http_pump(struct http_conn *hc)
 			memmove(hc->in, hc->in + used, hc->in_len - used);
 			hc->in_len -= used;
 		}
+		/* the head is complete and a body is to come: the endpoint
+		 * judges the head first (the key), so a refused request
+		 * makes kvd read none of its body, and gets no 100 Continue */
+		if (rc == HTTP_WIRE_AGAIN && hc->wire.started && !hc->wire.in_head &&
+		    !hc->head_judged) {
+			hc->head_judged = true;
+			if (hc->hs->head_check && !hc->hs->head_check(hc, &hc->wire.msg))
+				return;   /* answered; the connection ends */
+		}
 		if (hc->wire.want_continue) {
 			static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -322,6 +349,7 @@ static void http_pump(struct http_conn *hc)
 			return;
 		}
 		hc->t_req_ns = 0;
+		hc->head_judged = false;
 		hc->n_requests++;
 		hc->http10 = hc->wire.msg.http10;
 		if (!hc->wire.msg.keep_alive)
@@ -381,7 +409,7 @@ void http__kick(struct http_conn *hc)
 {
 	struct http_server *hs = hc->hs;
 
-	if (hc->closing || hc->kicked || !hs->kick_open)
+	if (hc->closing || hc->kicked || hc->draining || !hs->kick_open)
 		return;
 	hc->kicked = true;
 	kvd_list_add_tail(&hs->kick_list, &hc->kick_node);
@@ -403,6 +431,15 @@ static void http_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	struct http_conn *hc = st->data;
 
 	(void)buf;
+	if (hc->draining) {
+		/* after a refusal: drop what comes, close at EOF or the bound */
+		hc->in_len = 0;
+		if (nread < 0 || (uint64_t)nread >= hc->drain_left)
+			http_conn_close(hc);
+		else
+			hc->drain_left -= (uint64_t)nread;
+		return;
+	}
 	if (nread == UV_EOF) {
 		hc->eof = true;
 		wbound_read_stop(&hc->wb);
@@ -475,7 +512,7 @@ static void http_accept(uv_stream_t *server, int status)
 				 sizeof(body) - 1, body);
 		uv_buf_t b = uv_buf_init(busy, (unsigned)n);
 
-		KVLOG_WARN(s->log, "client_refused",
+		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_FULL], "client_refused",
 			   "conn=%llu proto=http reason=max_clients max_clients=%u",
 			   (unsigned long long)hc->conn_id, s->max_clients);
 		http__refusal_count(s, 503, NULL, PROTO_ERR_OVERLOADED);
@@ -547,6 +584,11 @@ void serve__http_sweep(struct serve *s)
 
 		if (hc->closing)
 			continue;
+		if (hc->draining) {
+			if (now - hc->t_drain_ns >= HTTP_DRAIN_MS * 1000000ull)
+				http_conn_close(hc);
+			continue;
+		}
 		if (hc->doom) {
 			http_conn_close_for(hc, hc->doom);
 			continue;
@@ -564,7 +606,7 @@ void serve__http_sweep(struct serve *s)
 
 			if ((in_head && now - hc->t_req_ns >= head_ns) ||
 			    now - hc->t_req_ns >= read_ns) {
-				KVLOG_WARN(s->log, "client_closed",
+				KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_CONN], "client_closed",
 					   "conn=%llu proto=http reason=%s",
 					   (unsigned long long)hc->conn_id,
 					   in_head ? "header_timeout" : "read_timeout");

@@ -23,6 +23,17 @@
  * its log lines. /health answers without a key (probes carry none);
  * /metrics takes one when keys are configured (see api_metrics).
  *
+ * Allocation failures. Once a request exists, an allocation that fails
+ * while its answer is built (the held text, a JSON answer or event)
+ * ends the exchange at once: a 500 (or, after the head went out, an SSE
+ * error event and the end of the stream), the connection closes, and
+ * the request is orphaned through the kick, so its pages go back once
+ * nothing writes them - never an exchange that waits for an answer that
+ * cannot be made. A write that cannot be queued dooms the connection
+ * (http.c), which the sweep closes. In fault-point builds
+ * KVD_HTTP_NOMEM=N makes the N-th allocation of every exchange fail
+ * (tests/integration/http_harden.sh walks N through all of them).
+ *
  * Every refusal before a request exists (the key, the body, routing,
  * draining at the door; http.c: parse errors, timeouts, max_clients) is
  * counted once in kvd_requests_total (http__refusal_count); a request's
@@ -31,6 +42,7 @@
 #include "daemon/http_int.h"
 #include "conf/apikeys.h"
 #include "conf/util.h"
+#include "kvd_build.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -44,7 +56,7 @@
 static void api_log(struct http_conn *hc, int status, const char *tenant,
 		    const char *what)
 {
-	KVLOG_INFO(hc->s->log, "http_request",
+	KVLOG_RL_INFO(hc->s->log, &hc->s->rl[SERVE_RL_HTTP_REFUSED], "http_request",
 		   "conn=%llu tenant=%s method=%s path=%s status=%d msg=%s",
 		   (unsigned long long)hc->conn_id, KVLOG_Q(tenant),
 		   KVLOG_Q(hc->wire.msg.method_name), KVLOG_Q(hc->wire.msg.path),
@@ -76,6 +88,16 @@ static void respond_json(struct http_conn *hc, int status, json_t *j)
 	}
 	http__respond(hc, status, "application/json", body, strlen(body));
 	free(body);
+}
+
+/* An allocation of the exchange is about to be made: true when the
+ * fault point says it fails (fault-point builds, KVD_HTTP_NOMEM=N: the
+ * N-th of every exchange). */
+static bool x_nomem(struct http_conn *hc)
+{
+	if (!KVD_FAULT_POINTS || !hc->hs->nomem_at)
+		return false;
+	return ++hc->x.allocs == hc->hs->nomem_at;
 }
 
 /* An answer that belongs to no request (routing, keys, the body): the
@@ -178,15 +200,17 @@ static json_t *json_text(const char *p, size_t n)
 	return j;
 }
 
-static int text_add(struct http_exchange *x, const char *p, size_t n)
+static int text_add(struct http_conn *hc, const char *p, size_t n)
 {
+	struct http_exchange *x = &hc->x;
+
 	if (x->len + n + 1 > x->cap) {
 		size_t cap = x->cap ? x->cap * 2 : 256;
 		char *nt;
 
 		while (cap < x->len + n + 1)
 			cap *= 2;
-		nt = realloc(x->text, cap);
+		nt = x_nomem(hc) ? NULL : realloc(x->text, cap);
 		if (!nt)
 			return -ENOMEM;
 		x->text = nt;
@@ -289,25 +313,30 @@ static json_t *answer_json(const struct http_exchange *x, json_t *choice,
 			 "choices", choice);
 }
 
-static void sse_send(struct http_conn *hc, json_t *j)
+/* One SSE event of j (consumed). -ENOMEM when j is NULL (its building
+ * failed) or it cannot be written out: the caller fails the exchange. */
+static int sse_send(struct http_conn *hc, json_t *j)
 {
-	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	char *s = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
 	char *ev;
 	size_t n;
 
 	json_decref(j);
 	if (!s)
-		return;
+		return -ENOMEM;
 	n = strlen(s);
-	ev = malloc(n + 8);
-	if (ev) {
-		memcpy(ev, "data: ", 6);
-		memcpy(ev + 6, s, n);
-		memcpy(ev + 6 + n, "\n\n", 2);
-		http__chunk(hc, ev, n + 8);
-		free(ev);
+	ev = x_nomem(hc) ? NULL : malloc(n + 8);
+	if (!ev) {
+		free(s);
+		return -ENOMEM;
 	}
+	memcpy(ev, "data: ", 6);
+	memcpy(ev + 6, s, n);
+	memcpy(ev + 6 + n, "\n\n", 2);
+	http__chunk(hc, ev, n + 8);
+	free(ev);
 	free(s);
+	return 0;
 }
 
 static void stream_head(struct http_conn *hc)
@@ -318,18 +347,23 @@ static void stream_head(struct http_conn *hc)
 	http__head(hc, 200, "text/event-stream", -1);
 }
 
-/* Stream text[0, n) as one chunk and drop it from the buffer. */
-static void stream_text(struct http_conn *hc, size_t n)
+/* Stream text[0, n) as one chunk and drop it from the buffer; -ENOMEM
+ * (nothing sent: the caller fails the exchange). */
+static int stream_text(struct http_conn *hc, size_t n)
 {
 	struct http_exchange *x = &hc->x;
+	json_t *t;
 
 	if (!n)
-		return;
+		return 0;
 	stream_head(hc);
-	sse_send(hc, answer_json(x, choice_json(x, json_text(x->text, n), NULL, true), true));
+	t = x_nomem(hc) ? NULL : json_text(x->text, n);
+	if (!t || sse_send(hc, answer_json(x, choice_json(x, t, NULL, true), true)))
+		return -ENOMEM;
 	x->role_sent = true;
 	memmove(x->text, x->text + n, x->len - n);
 	x->len -= n;
+	return 0;
 }
 
 static void exchange_free(struct http_exchange *x)
@@ -366,33 +400,78 @@ static void exchange_end(struct http_conn *hc, int status, uint32_t completion,
 		http__kick(hc);
 }
 
+/* No memory for the answer: a 500 (or, once the head is out, an SSE
+ * error event and the end of the stream), made without allocating here;
+ * the connection closes and the request, if it still runs, is orphaned
+ * through the kick (its pages go back once nothing writes them). */
+static void exchange_fail(struct http_conn *hc, uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+#define NOMEM_ERROR "{\"error\":{\"message\":\"out of memory while answering\",\"type\":\"server_error\",\"param\":null,\"code\":\"internal_error\"}}"
+	static const char body[] = NOMEM_ERROR "\n";
+	static const char event[] = "data: " NOMEM_ERROR "\n\n";
+#undef NOMEM_ERROR
+
+	if (x->r) {
+		x->cancel = x->r;
+		x->r = NULL;
+	}
+	hc->close_after = true;
+	if (!x->head_sent) {
+		x->head_sent = true;
+		http__respond(hc, 500, "application/json", body, sizeof(body) - 1);
+	} else {
+		http__chunk(hc, event, sizeof(event) - 1);
+		http__chunk(hc, "data: [DONE]\n\n", 14);
+		http__chunk(hc, "", 0);
+	}
+	exchange_end(hc, 500, completion, "out_of_memory");
+}
+
 /* The final answer (a stop string, or the request's final). */
 static void answer_final(struct http_conn *hc, const char *finish,
 			 uint32_t completion)
 {
 	struct http_exchange *x = &hc->x;
+	json_t *j, *t;
+	char *body;
 
 	if (x->stream) {
-		json_t *j;
-
 		/* a stop string matched before any text went out: the head
 		 * is still ours to send */
 		stream_head(hc);
-		stream_text(hc, x->len);
-		j = answer_json(x, choice_json(x, x->chat ? NULL : json_string(""),
-					       finish, true), true);
-		if (j)
-			json_object_set_new(j, "usage", usage_json(x->prompt_tokens, completion));
-		sse_send(hc, j);
+		if (stream_text(hc, x->len)) {
+			exchange_fail(hc, completion);
+			return;
+		}
+		t = x->chat ? NULL : x_nomem(hc) ? NULL : json_string("");
+		j = x->chat || t ? answer_json(x, choice_json(x, t, finish, true), true) : NULL;
+		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, completion))) {
+			json_decref(j);
+			j = NULL;
+		}
+		if (sse_send(hc, j)) {
+			exchange_fail(hc, completion);
+			return;
+		}
 		http__chunk(hc, "data: [DONE]\n\n", 14);
 		http__chunk(hc, "", 0);
 	} else {
-		json_t *j = answer_json(x, choice_json(x, json_text(x->text, x->len),
-						       finish, false), false);
-
-		if (j)
-			json_object_set_new(j, "usage", usage_json(x->prompt_tokens, completion));
-		respond_json(hc, 200, j);
+		t = x_nomem(hc) ? NULL : json_text(x->text, x->len);
+		j = t ? answer_json(x, choice_json(x, t, finish, false), false) : NULL;
+		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, completion))) {
+			json_decref(j);
+			j = NULL;
+		}
+		body = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
+		json_decref(j);
+		if (!body) {
+			exchange_fail(hc, completion);
+			return;
+		}
+		x->head_sent = true;
+		http__respond(hc, 200, "application/json", body, strlen(body));
+		free(body);
 	}
 	exchange_end(hc, 200, completion, finish);
 }
@@ -413,9 +492,9 @@ static bool exchange_text(struct http_conn *hc, const char *p, size_t n,
 	size_t from = x->len > longest_stop(x) ? x->len - longest_stop(x) : 0;
 	long at;
 
-	if (n && text_add(x, p, n)) {
-		hc->x.r = NULL;
-		return false;
+	if (n && text_add(hc, p, n)) {
+		exchange_fail(hc, completion);   /* the text is lost: say so */
+		return true;
 	}
 	at = x->n_stop ? stop_find(x, from) : -1;
 	if (at >= 0) {
@@ -425,8 +504,11 @@ static bool exchange_text(struct http_conn *hc, const char *p, size_t n,
 		answer_final(hc, "stop", completion);
 		return true;
 	}
-	if (x->stream)
-		stream_text(hc, utf8_whole(x->text, x->len - stop_holdback(x)));
+	if (x->stream &&
+	    stream_text(hc, utf8_whole(x->text, x->len - stop_holdback(x)))) {
+		exchange_fail(hc, completion);
+		return true;
+	}
 	return false;
 }
 
@@ -514,11 +596,11 @@ static const struct serve_sink_ops api_sink_ops = {
 
 /* ---- keys ---------------------------------------------------------------------- */
 
-/* The tenant of the request's key; NULL after answering 401. */
-static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
+/* The tenant of the request's key, "default" without keys; NULL for a
+ * missing or wrong key (nothing answered). */
+static const char *api_key_tenant(const struct http_server *hs,
+				  const struct http_msg *m)
 {
-	struct http_server *hs = hc->hs;
-	const char *tenant;
 	const char *v = m->auth;
 
 	if (!hs->keys)
@@ -527,10 +609,18 @@ static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
 		v += 7;
 		while (*v == ' ')
 			v++;
-		tenant = kvd_apikeys_lookup(hs->keys, v, strlen(v));
-		if (tenant)
-			return tenant;
+		return kvd_apikeys_lookup(hs->keys, v, strlen(v));
 	}
+	return NULL;
+}
+
+/* The tenant of the request's key; NULL after answering 401. */
+static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
+{
+	const char *tenant = api_key_tenant(hc->hs, m);
+
+	if (tenant)
+		return tenant;
 	api_error(hc, 401, "invalid_request_error", "invalid_api_key", NULL,
 		  m->has_auth ? "Incorrect API key provided."
 			      : "No API key provided: send `Authorization: Bearer KEY`.",
@@ -800,28 +890,60 @@ static const struct api_route {
 	const char *path;
 	enum http_wire_method method;
 	http_handler_fn fn;
+	bool keyless;                    /* served without a key (probes) */
 } routes[] = {
-	{ "/v1/completions", HTTP_WIRE_POST, api_completions },
-	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat },
-	{ "/v1/models", HTTP_WIRE_GET, api_models },
-	{ "/health", HTTP_WIRE_GET, api_health },
-	{ "/metrics", HTTP_WIRE_GET, api_metrics },
+	{ "/v1/completions", HTTP_WIRE_POST, api_completions, false },
+	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat, false },
+	{ "/v1/models", HTTP_WIRE_GET, api_models, false },
+	{ "/health", HTTP_WIRE_GET, api_health, true },
+	{ "/metrics", HTTP_WIRE_GET, api_metrics, false },
 };
 
-static void api_handle(struct http_conn *hc, const struct http_msg *m)
+/* The route of (method, path); NULL when none, *path_known when the
+ * path exists for another method. */
+static const struct api_route *api_route(const struct http_msg *m,
+					 bool *path_known)
 {
 	size_t plen = strcspn(m->path, "?");
-	bool path_known = false;
 
+	*path_known = false;
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(routes); i++) {
 		if (strlen(routes[i].path) != plen ||
 		    strncmp(routes[i].path, m->path, plen))
 			continue;
-		path_known = true;
-		if (routes[i].method == m->method) {
-			routes[i].fn(hc, m);
-			return;
-		}
+		*path_known = true;
+		if (routes[i].method == m->method)
+			return &routes[i];
+	}
+	return NULL;
+}
+
+/* http_head_fn: a request whose body is still to come is refused on its
+ * key before a byte of the body is read (the body may be up to
+ * http.max_body_bytes that a client without a key could make us take):
+ * 401, `Connection: close`, and the connection ends. Everything else
+ * (no keys, a route without one, an unknown route, a good key) reads its
+ * body; the handler judges the whole request as before. */
+static bool api_head(struct http_conn *hc, const struct http_msg *m)
+{
+	bool path_known;
+	const struct api_route *rt = api_route(m, &path_known);
+
+	if (!rt || rt->keyless || api_key_tenant(hc->hs, m))
+		return true;
+	http__drain_after(hc);    /* the unread body ends the stream */
+	(void)api_auth(hc, m);    /* answers 401 */
+	return false;
+}
+
+static void api_handle(struct http_conn *hc, const struct http_msg *m)
+{
+	bool path_known;
+	const struct api_route *rt = api_route(m, &path_known);
+
+	if (rt) {
+		rt->fn(hc, m);
+		return;
 	}
 	if (path_known)
 		api_error(hc, 405, "invalid_request_error", NULL, NULL,
@@ -861,10 +983,25 @@ int serve__http_listen(struct serve *s)
 		return -ENOMEM;
 	hs->s = s;
 	hs->handler = api_handle;
+	hs->head_check = api_head;
 	hs->sink_ops = &api_sink_ops;
 	hs->exchange_free = exchange_free;
 	api_model_name(s, hs->model_name, sizeof(hs->model_name));
 	hs->chat_format = s->d->chat_format;
+	if (KVD_FAULT_POINTS && getenv("KVD_HTTP_NOMEM")) {
+		const char *e = getenv("KVD_HTTP_NOMEM");
+		char *end;
+		unsigned long n = strtoul(e, &end, 10);
+
+		if (*end || n > 100000) {
+			KVLOG_ERR(s->log, "fault_spec", "spec=%s msg=\"KVD_HTTP_NOMEM is the allocation of each exchange that fails, 1..100000\"",
+				  KVLOG_Q(e));
+			free(hs);
+			return -EINVAL;
+		}
+		hs->nomem_at = (uint32_t)n;
+		KVLOG_WARN(s->log, "fault_points", "http_nomem=%u", hs->nomem_at);
+	}
 	if (s->d->cfg.http_api_keys_file[0]) {
 		rc = kvd_apikeys_load(&hs->keys, s->d->cfg.http_api_keys_file, why,
 				      sizeof(why));

@@ -17,6 +17,10 @@ struct http_conn;
 /* Pipelined input held while a request is answered (bytes); reading
  * stops while it is full. */
 #define HTTP_IN_MAX 65536u
+/* After a refusal that leaves a body unread (http__drain_after), what
+ * the client still sends is dropped for at most this long, and at most
+ * http.max_body_bytes + HTTP_IN_MAX bytes, before the connection closes. */
+#define HTTP_DRAIN_MS 2000u
 
 /* One request being answered on a connection (one at a time). */
 struct http_exchange {
@@ -38,6 +42,7 @@ struct http_exchange {
 	size_t len, cap;
 	bool role_sent;                  /* chat stream: the role delta */
 	uint32_t prompt_tokens;
+	uint32_t allocs;                 /* allocations made (KVD_HTTP_NOMEM) */
 	uint64_t t_start_ns;
 	char method[16];
 	char path[64];
@@ -64,6 +69,11 @@ struct http_conn {
 	bool http10;                     /* the current request's version */
 	bool close_after;                /* close once the answer is out */
 	bool kicked;                     /* on hs->kick_list */
+	bool head_judged;                /* head_check ran for this request */
+	bool draining;                   /* answered and half-closed: reads
+					  * are dropped (http__drain_after) */
+	uint64_t drain_left;             /* bytes still dropped before closing */
+	uint64_t t_drain_ns;             /* draining since */
 	struct kvd_list kick_node;
 	uv_shutdown_t shut;
 	struct http_exchange x;
@@ -74,6 +84,11 @@ struct http_conn {
 /* The endpoints: one complete request in hc->wire.msg (valid during the
  * call). The handler answers now or starts an exchange. */
 typedef void (*http_handler_fn)(struct http_conn *hc, const struct http_msg *m);
+/* The head of a request whose body has not been read yet (method, path
+ * and headers in m): true to read the body; false when the endpoint
+ * refused it - answered, and the connection set to close (the body that
+ * may follow is never read). */
+typedef bool (*http_head_fn)(struct http_conn *hc, const struct http_msg *m);
 
 struct http_server {
 	struct serve *s;
@@ -85,6 +100,7 @@ struct http_server {
 	struct kvd_list kick_list;       /* http_conn.kick_node */
 	struct kvd_list conns;           /* http_conn.node */
 	http_handler_fn handler;
+	http_head_fn head_check;         /* NULL: every body is read */
 	const struct serve_sink_ops *sink_ops;
 	void (*exchange_free)(struct http_exchange *x);
 	struct kvd_apikeys *keys;        /* NULL: no keys (loopback only) */
@@ -92,6 +108,9 @@ struct http_server {
 	enum chat_format chat_format;    /* the daemon's, resolved at boot
 					  * (CHAT_NONE: chat is refused) */
 	uint64_t next_exchange;
+	uint32_t nomem_at;               /* fault-point builds: the allocation
+					  * of each exchange that fails
+					  * (KVD_HTTP_NOMEM); 0 none */
 	bool stopping;
 	unsigned handles_open;            /* at close: callbacks to come */
 };
@@ -113,6 +132,12 @@ void http__chunk(struct http_conn *hc, const char *data, size_t len);
 /* A whole answer with a body. */
 void http__respond(struct http_conn *hc, int status, const char *ctype,
 		   const char *body, size_t len);
+/* The answer about to be queued is the connection's last, and the body
+ * the client may still send is unread: once the answer is out, kvd
+ * half-closes and drops what comes (bounded in bytes and by
+ * HTTP_DRAIN_MS), then closes - so the client reads the answer instead of
+ * a reset. */
+void http__drain_after(struct http_conn *hc);
 /* The answer of the current request is complete: the next may parse
  * (deferred), or the connection closes if it must. */
 void http__exchange_done(struct http_conn *hc);

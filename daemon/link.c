@@ -596,7 +596,7 @@ static void accept_refuse(struct link *l, const char *reason, const char *field,
 		snprintf(m.reason, sizeof(m.reason), "%s:%s", reason, field);
 	else
 		snprintf(m.reason, sizeof(m.reason), "%s", reason);
-	KVLOG_ERR(l->s->log, "peer_refused", "peer=%s peer_node=%s reason=%s msg=%s",
+	KVLOG_RL_ERR(l->s->log, &l->s->rl[SERVE_RL_PEER_REFUSED], "peer_refused", "peer=%s peer_node=%s reason=%s msg=%s",
 		  KVLOG_Q(l->addr),
 		  KVLOG_Q(l->hello_done || l->sealed ? l->hello.node : "?"),
 		  m.reason, KVLOG_Q(why));
@@ -890,7 +890,7 @@ static const char *link_feed(struct link *l, const char *q, size_t n)
 					continue;
 			}
 			if (rc) {
-				KVLOG_ERR(s->log, "peer_protocol", "peer=%s code=%s msg=%s",
+				KVLOG_RL_ERR(s->log, &s->rl[SERVE_RL_PEER_PROTOCOL], "peer_protocol", "peer=%s code=%s msg=%s",
 					  KVLOG_Q(link_who(l)), frame_strerror(rc),
 					  KVLOG_Q(err.msg));
 				return "protocol error";
@@ -996,7 +996,7 @@ static void link_log_down(struct link *l, const char *why)
 		KVLOG_WARN(l->s->log, "peer_down", "peer=%s msg=%s was_up=%d",
 			   KVLOG_Q(l->addr), KVLOG_Q(why), l->up);
 	else
-		KVLOG_WARN(l->s->log, "peer_down", "peer_node=%s msg=%s",
+		KVLOG_RL_WARN(l->s->log, &l->s->rl[SERVE_RL_PEER_DOWN], "peer_down", "peer_node=%s msg=%s",
 			   KVLOG_Q(link_who(l)), KVLOG_Q(why));
 }
 

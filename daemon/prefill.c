@@ -58,7 +58,7 @@ static void prefill_reject(struct link *l, uint64_t remote_id,
 	va_start(ap, fmt);
 	vsnprintf(m.message, sizeof(m.message), fmt, ap);
 	va_end(ap);
-	KVLOG_WARN(l->s->log, "prefill_reject",
+	KVLOG_RL_WARN(l->s->log, &l->s->rl[SERVE_RL_PEER_REQUEST], "prefill_reject",
 		   "peer_node=%s remote_id=%llu tenant=%s code=%s msg=%s",
 		   KVLOG_Q(l->hello.node), (unsigned long long)remote_id,
 		   KVLOG_Q(tenant), proto_err_name(code), KVLOG_Q(m.message));
@@ -359,7 +359,7 @@ static bool prefill_peer_cap(struct link *l, const struct proto_peer_msg *m)
 	if (!cap)
 		return false;
 	s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
-	KVLOG_WARN(s->log, "peer_cap",
+	KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_PEER_REQUEST], "peer_cap",
 		   "peer_node=%s remote_id=%llu tenant=%s cap=%s requests=%u max_requests=%u pages=%u want_pages=%u max_pages=%u",
 		   KVLOG_Q(l->hello.node), (unsigned long long)m->id,
 		   KVLOG_Q(m->tenant), cap, l->n_reqs,
@@ -389,7 +389,7 @@ static bool prefill_refuse(struct link *l, const struct proto_peer_msg *m)
 		return true;
 	}
 	if (need > lim) {
-		KVLOG_WARN(s->log, "admission_reject",
+		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_PEER_REQUEST], "admission_reject",
 			   "remote_id=%llu tenant=%s peer_node=%s reason=prompt_too_long prompt_tokens=%u max_tokens=%u need=%llu limit=%llu context=%u pool_tokens=%llu",
 			   (unsigned long long)m->id, KVLOG_Q(m->tenant),
 			   KVLOG_Q(l->hello.node),
@@ -796,7 +796,7 @@ static void prefill_on_msg(struct link *l, struct proto_peer_msg *m)
 			serve__preq_event(r, PEV_RELEASE_ACK);
 		return;
 	default:
-		KVLOG_WARN(l->s->log, "peer_protocol", "peer_node=%s msg=\"unexpected %s\"",
+		KVLOG_RL_WARN(l->s->log, &l->s->rl[SERVE_RL_PEER_PROTOCOL], "peer_protocol", "peer_node=%s msg=\"unexpected %s\"",
 			   KVLOG_Q(l->hello.node), proto_peer_type_name(m->type));
 		return;
 	}

@@ -90,19 +90,50 @@ static int serve_compute_start(struct serve *s)
 
 /* ---- lifetime -------------------------------------------------------------- */
 
+/* A flood of rate-limited lines that ended: say how many it cost (both
+ * timers call it: a prefill node has no sweep). */
+static void serve_rl_flush(struct serve *s)
+{
+	for (size_t i = 0; i < SERVE_RL__N; i++)
+		kvlog_ratelimit_flush(s->log, KVLOG_WARN, &s->rl[i]);
+}
+
 static void serve_hb_cb(uv_timer_t *t)
 {
 	struct serve *s = t->data;
 
 	serve__link_tick(s);
+	serve_rl_flush(s);
 }
 
 /* Client bounds are swept on their own period: the heartbeat's is a
  * peer-plane setting and may be long. */
 static void serve_sweep_cb(uv_timer_t *t)
 {
-	serve__client_sweep(t->data);
-	serve__http_sweep(t->data);
+	struct serve *s = t->data;
+
+	serve__client_sweep(s);
+	serve__http_sweep(s);
+	serve_rl_flush(s);
+}
+
+static void serve_rl_init(struct serve *s)
+{
+	static const char *const kind[SERVE_RL__N] = {
+		[SERVE_RL_PEER_PROTOCOL] = "peer_protocol",
+		[SERVE_RL_PEER_ACK] = "peer_ack",
+		[SERVE_RL_PEER_REFUSED] = "peer_refused",
+		[SERVE_RL_PEER_DOWN] = "peer_down",
+		[SERVE_RL_PEER_REQUEST] = "peer_request",
+		[SERVE_RL_CLIENT_REFUSED] = "client_refused",
+		[SERVE_RL_CLIENT_FULL] = "client_full",
+		[SERVE_RL_CLIENT_CONN] = "client_closed",
+		[SERVE_RL_HTTP_REFUSED] = "http_refused",
+	};
+
+	for (size_t i = 0; i < SERVE_RL__N; i++)
+		kvd_ratelimit_init(&s->rl[i], kind[i], SERVE_RL_BURST,
+				   SERVE_RL_PERIOD_MS);
 }
 
 /* The whole serving layer goes away: memory is freed once every handle's
@@ -304,6 +335,7 @@ int serve_start(struct kvd_daemon *d)
 	kvd_list_init(&s->reqs);
 	kvd_list_init(&s->links);
 	s->reqtab = kvd_daemon_requests(d);
+	serve_rl_init(s);
 	if (kvd_fault_parse(&s->fault, spec, &bad)) {
 		KVLOG_ERR(s->log, "fault_spec", "spec=%s at=%s", KVLOG_Q(spec),
 			  KVLOG_Q(bad));

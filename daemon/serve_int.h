@@ -357,6 +357,31 @@ struct link {
 
 /* ---- the serving layer ---------------------------------------------------- */
 
+/* Log lines a remote party can trigger at will, one token bucket per
+ * kind (conf/ratelimit.h, KVLOG_RL_*): a peer or a client cannot fill the
+ * disk. Each kind lets SERVE_RL_BURST lines through at once and one more
+ * every SERVE_RL_PERIOD_MS; the rest are counted in one
+ * `event=log_suppressed kind=K suppressed=N` line (the sweep timer says
+ * it once the flood ends). Lines an operator must see once per event
+ * (kv_capacity, integrity failures, a link going down after it was up)
+ * are not limited: their rate is bounded by the work behind them. */
+enum serve_rl {
+	SERVE_RL_PEER_PROTOCOL = 0,  /* unexpected or malformed peer messages */
+	SERVE_RL_PEER_ACK,           /* abort_acked: an ack for a request */
+	SERVE_RL_PEER_REFUSED,       /* handshake refusals (strangers) */
+	SERVE_RL_PEER_DOWN,          /* accepted links that went down */
+	SERVE_RL_PEER_REQUEST,       /* a peer's refused prefill_requests */
+	SERVE_RL_CLIENT_REFUSED,     /* refused client requests and frames */
+	SERVE_RL_CLIENT_FULL,        /* connections refused at max_clients */
+	SERVE_RL_CLIENT_CONN,        /* client connections closed for a bound */
+	SERVE_RL_HTTP_REFUSED,       /* HTTP refusals before a request */
+	SERVE_RL__N,
+};
+
+#define SERVE_RL_BURST 32u
+#define SERVE_RL_PERIOD_MS 500u
+
+
 struct serve {
 	struct kvd_daemon *d;
 	struct kvlog *log;
@@ -401,6 +426,7 @@ struct serve {
 	uint32_t n_clients;              /* connections held (max_clients) */
 	uint32_t max_clients;            /* cfg, clamped to the fd limit */
 	uint32_t closes_pending;         /* handles still closing at stop */
+	struct kvd_ratelimit rl[SERVE_RL__N];  /* see enum serve_rl */
 };
 
 /* io.c */

@@ -139,6 +139,23 @@ void serve__sink_final(struct serve_req *r, const char *reason)
 		r->sink->ops->final(r->sink, r, &f);
 }
 
+/* The bucket of a request_failed line: a client can make the refusals
+ * at will (a prompt too long, a bad request, a full or draining node);
+ * an integrity failure, a timeout or an internal error is logged every
+ * time. */
+static struct kvd_ratelimit *sink_err_rl(struct serve *s, int code)
+{
+	switch (code) {
+	case PROTO_ERR_PROMPT_TOO_LONG:
+	case PROTO_ERR_INVALID_REQUEST:
+	case PROTO_ERR_OVERLOADED:
+	case PROTO_ERR_DRAINING:
+		return &s->rl[SERVE_RL_CLIENT_REFUSED];
+	default:
+		return NULL;
+	}
+}
+
 void serve__sink_error(struct serve_req *r, int code, const char *fmt, ...)
 {
 	char msg[PROTO_CLIENT_MSG_MAX + 1];
@@ -150,7 +167,7 @@ void serve__sink_error(struct serve_req *r, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	KVLOG_WARN(r->s->log, "request_failed",
+	KVLOG_RL_WARN(r->s->log, sink_err_rl(r->s, code), "request_failed",
 		   "id=%llu client_id=%llu tenant=%s code=%s output_tokens=%u msg=%s",
 		   (unsigned long long)r->reg.id,
 		   (unsigned long long)r->client_id, KVLOG_Q(r->tenant),

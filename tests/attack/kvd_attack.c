@@ -17,6 +17,11 @@
  *       the whole time; --no-read-data: never read the data connection
  *       (KV piles up on prefill's side). Reports done/rejected counts per
  *       error code.
+ *   kvd_attack junk-flood HOST:PORT COUNT
+ *       handshake, then COUNT well-formed control frames prefill never
+ *       expects from decode (prefill_reject), one after another; each is
+ *       a line in prefill's log unless its log lines are rate limited.
+ *       Reports how many went out and whether prefill kept the link.
  *
  * Output: one line of key=value pairs on stdout; exit 0 unless the
  * handshake itself failed (exit 2) or the usage was wrong (exit 64).
@@ -384,6 +389,34 @@ static int cmd_abort_flood(const char *hostport, int seconds)
 	return 0;
 }
 
+/* ---- junk-flood ---------------------------------------------------------------- */
+
+static int cmd_junk_flood(const char *hostport, unsigned count)
+{
+	struct attack_conn c;
+	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_REJECT,
+				    .code = PROTO_ERR_INTERNAL };
+	unsigned sent = 0;
+
+	if (attack_peer_connect(&c, hostport)) {
+		printf("handshake=failed\n");
+		attack_close(&c);
+		return 2;
+	}
+	snprintf(m.message, sizeof(m.message), "junk");
+	while (sent < count) {
+		m.id = 5000000 + sent;
+		if (send_on(&c, c.ctl, &m))
+			break;
+		sent++;
+	}
+	/* prefill keeps an unexpected message's link: it is still there
+	 * when we stop (closed=0) */
+	printf("handshake=ok junk=%u closed=%d\n", sent, wait_closed(c.ctl, 1000));
+	attack_close(&c);
+	return 0;
+}
+
 /* ---- hold ------------------------------------------------------------------- */
 
 struct hold_counts {
@@ -525,7 +558,8 @@ static int usage(void)
 {
 	fprintf(stderr,
 		"usage: kvd_attack --log PREFILL_LOG [--key FILE] abort-flood HOST:PORT SECONDS\n"
-		"       kvd_attack --log PREFILL_LOG [--key FILE] hold HOST:PORT TOKENS COUNT SECONDS [--keep-sending | --no-read-data]\n");
+		"       kvd_attack --log PREFILL_LOG [--key FILE] hold HOST:PORT TOKENS COUNT SECONDS [--keep-sending | --no-read-data]\n"
+		"       kvd_attack --log PREFILL_LOG [--key FILE] junk-flood HOST:PORT COUNT\n");
 	return 64;
 }
 
@@ -554,6 +588,8 @@ int main(int argc, char **argv)
 	}
 	if (argc == 4 && !strcmp(argv[1], "abort-flood"))
 		return cmd_abort_flood(argv[2], atoi(argv[3]));
+	if (argc == 4 && !strcmp(argv[1], "junk-flood"))
+		return cmd_junk_flood(argv[2], (unsigned)strtoul(argv[3], NULL, 10));
 	if ((argc == 6 || argc == 7) && !strcmp(argv[1], "hold")) {
 		g_no_read_data = argc == 7 && !strcmp(argv[6], "--no-read-data");
 		return cmd_hold(argv[2], (uint32_t)strtoul(argv[3], NULL, 10),

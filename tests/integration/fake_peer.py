@@ -48,6 +48,14 @@ fake needs no copy of the model.
                                      characters), then a good one of
                                      tenant carol; prints one JSON line per case:
                                      what prefill answered
+  fake_peer.py ackflood LISTEN LOG N SECONDS
+                                     a keyless prefill at a decode node's
+                                     configured address (LOG: decode's, for
+                                     the layout): pair, heartbeat, wait for
+                                     one prefill_request, answer it with N
+                                     abort_acks nobody asked for, then a
+                                     prefill_reject; prints "handshake=ok
+                                     acks=N id=ID"
   fake_peer.py caplines LOG          print node and pool_tokens of every
                                      event=kv_capacity line (quote-aware)
   fake_peer.py [--key FILE] tail ADDR LOG
@@ -633,6 +641,72 @@ def cmd_rogue(listen, seconds, mode):
     return 0
 
 
+def cmd_ackflood(listen, log, n, seconds):
+    """A prefill that floods decode with unsolicited abort_acks."""
+    import select
+    import time
+    layout = layout_from_log(log)
+    host, port = split_addr(listen)
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, port))
+    srv.listen(4)
+    srv.settimeout(seconds)
+    ctl, _ = srv.accept()
+    ctl.settimeout(5.0)
+    h = recv_frame(ctl)
+    if h.get("type") != "hello":
+        print("handshake=failed first=%s" % h.get("type"), flush=True)
+        return 2
+    session = os.urandom(32).hex()
+    hello = {"type": "hello", "version": PROTO_VERSION, "role": "prefill",
+             "node": "ackflood", "pool_tokens": 1 << 20, "context": 1 << 20,
+             "max_batch_bytes": 4 << 20, "checksum": True, "session": session}
+    hello.update(layout)
+    send_frame(ctl, hello)
+    data, _ = srv.accept()
+    data.settimeout(5.0)
+    d = recv_frame(data)
+    if d.get("type") != "data" or d.get("token") != session:
+        print("handshake=failed data=%r" % (d,), flush=True)
+        return 2
+    send_frame(ctl, {"type": "data_bound"})
+    end = time.time() + seconds
+    rid, last_hb = None, 0.0
+
+    def beat():
+        nonlocal last_hb
+        if time.time() - last_hb >= 0.1:
+            send_frame(ctl, {"type": "heartbeat", "load": 0})
+            last_hb = time.time()
+    while rid is None and time.time() < end:
+        beat()
+        if not select.select([ctl], [], [], 0.05)[0]:
+            continue
+        m = recv_frame(ctl)
+        if m.get("type") == "prefill_request":
+            rid = m["id"]
+    if rid is None:
+        print("handshake=ok request=none", flush=True)
+        return 2
+    for i in range(n):
+        send_frame(ctl, {"type": "abort_ack", "id": rid, "batches": 0})
+        if i % 200 == 0:
+            beat()
+    send_frame(ctl, {"type": "prefill_reject", "id": rid, "code": "INTERNAL",
+                     "message": "ackflood: done"})
+    t1 = time.time() + 1.0   # stay up: the request ends on our reject
+    while time.time() < t1:
+        beat()
+        if select.select([ctl], [], [], 0.05)[0]:
+            try:
+                recv_frame(ctl)
+            except (EOFError, OSError, ValueError):
+                break
+    print("handshake=ok acks=%d id=%d" % (n, rid), flush=True)
+    return 0
+
+
 def cmd_caplines(log):
     """Print node and pool_tokens of every event=kv_capacity line."""
     with open(log, errors="replace") as f:
@@ -666,6 +740,8 @@ def main(argv):
         return cmd_crowd(argv[2], int(argv[3]), float(argv[4]))
     if len(argv) == 5 and argv[1] == "rogue":
         return cmd_rogue(argv[2], float(argv[3]), argv[4])
+    if len(argv) == 6 and argv[1] == "ackflood":
+        return cmd_ackflood(argv[2], argv[3], int(argv[4]), float(argv[5]))
     if len(argv) == 3 and argv[1] == "caplines":
         return cmd_caplines(argv[2])
     if len(argv) in (5, 6) and argv[1] == "hello":

@@ -59,10 +59,15 @@ check "non-loopback with a private keys file: valid" "$KVD" --check-config --con
 
 # ---- the pair -----------------------------------------------------------------
 next_port; H_PORT=$PORT
+# short head and idle timeouts (the bounds below), stretched with
+# KVD_TEST_TIME_SCALE: every request of this node must get its head in
+# within header_timeout_ms of accept, and a loop stalled that long by a
+# slow sanitizer build would fire the sweep before the read
 pair pi di "$M" "kv.pool_tokens=128" "kv.capacity_policy=clamp" -- \
 	"listen.http=127.0.0.1:$H_PORT" "http.api_keys_file=$T/keys" \
 	"http.max_body_bytes=4K" "http.max_header_bytes=2K" \
-	"http.header_timeout_ms=600" "http.idle_timeout_ms=1500" "http.model_name=tiny"
+	"http.header_timeout_ms=$((600 * TSCALE))" "http.idle_timeout_ms=$((1500 * TSCALE))" \
+	"http.model_name=tiny"
 U=http://127.0.0.1:$H_PORT
 start_node di
 check "decode listens for HTTP" wait_log "$T/di.log" "event=listen_http .*keys=2 .*chat_template=chatml"
@@ -292,12 +297,12 @@ check "  ... nothing held" wait_for 10 idle di pi
 big=$(head -c 6000 /dev/zero | tr '\0' a)
 check "body past http.max_body_bytes: 413" test "$(post "$KEY_A" "{\"prompt\":\"$big\"}")" = 413
 check "head past http.max_header_bytes: 431" test "$(code -H "X-Big: $(head -c 3000 /dev/zero | tr '\0' b)" "$U/health")" = 431
-out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" slow 5 || true)
+out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" slow $((5 * TSCALE)) || true)
 check "a slow head: 408, closed (header_timeout_ms)" test "$out" = "status=408 closed"
-out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" idle 5 "$KEY_A" || true)
+out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" idle $((5 * TSCALE)) "$KEY_A" || true)
 check "keep-alive idle past idle_timeout_ms: closed" test "$out" = "status=200 closed"
 check "  ... logged" log_has "$T/di.log" "event=client_closed .*proto=http reason=idle_timeout"
-out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" idlecrlf 5 "$KEY_A" || true)
+out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" idlecrlf $((5 * TSCALE)) "$KEY_A" || true)
 check "keep-alive idle, a bare CRLF trickled: still closed (idle_timeout_ms)" test "$out" = "status=200 closed"
 out=$(python3 "$KVD_SRC/tests/integration/http_raw.py" "$H_PORT" pipeline "$KEY_A" || true)
 check "pipelined requests answered in order" test "$out" = "first=200 object=text_completion second=200 object=list"
@@ -361,7 +366,7 @@ write_node sa standalone "$M0" "listen.http=127.0.0.1:$S_HTTP" "listen.client=12
 	"listen.max_clients=2" "listen.write_queue_soft=4K" "listen.write_queue_hard=8K" \
 	"listen.write_stall_timeout_ms=1000"
 start_node sa
-check "standalone with HTTP up" wait_log "$T/sa.log" "event=listen_http"
+check "standalone with HTTP up" wait_log "$T/sa.log" "event=serve_ready"
 exec 5<>"/dev/tcp/127.0.0.1/$S_CL"       # one msgpack client
 exec 6<>"/dev/tcp/127.0.0.1/$S_HTTP"     # one HTTP client
 check "a third connection past max_clients: 503 overloaded" \

@@ -20,6 +20,15 @@ the socket itself failed.
     http_raw.py PORT leave0 KEY TOKENS     send a completion, vanish 100 ms
                                            later (mid-transfer with
                                            prefill's slow_batch)
+    http_raw.py PORT badkeys N             N pipelined GET /v1/models with
+                                           a wrong key on one connection:
+                                           "answers=N status401=M"
+    http_raw.py PORT early KEY LENGTH [S]  a completion's head (KEY, which
+                                           may be "-" for none, Content-
+                                           Length LENGTH) and never its
+                                           body: "status=S ms=T closed"
+                                           (or "open"), or "none" when no
+                                           answer came within S (5) s
 """
 import json
 import socket
@@ -193,5 +202,60 @@ elif mode == "noread":
     except ConnectionResetError:
         closed = True
     print("closed" if closed else "open")
+elif mode == "badkeys":
+    n = int(sys.argv[3])
+    s = conn()
+    s.sendall(b"".join(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+                       b"Authorization: Bearer wrong-key-%08d\r\n\r\n" % i
+                       for i in range(n)))
+    buf = b""
+    answers = s401 = 0
+    while answers < n:
+        while b"\r\n\r\n" not in buf:
+            d = s.recv(65536)
+            if not d:
+                break
+            buf += d
+        if b"\r\n\r\n" not in buf:
+            break
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            k, v = line.split(b":", 1)
+            if k.strip().lower() == b"content-length":
+                length = int(v)
+        while len(buf) < length:
+            d = s.recv(65536)
+            if not d:
+                break
+            buf += d
+        buf = buf[length:]
+        answers += 1
+        s401 += int(head.split()[1]) == 401
+    print(f"answers={answers} status401={s401}")
+elif mode == "early":
+    key, length = sys.argv[3], int(sys.argv[4])
+    s = conn()
+    t0 = time.monotonic()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\n"
+              + (b"Authorization: Bearer " + key.encode() + b"\r\n" if key != "-" else b"")
+              + b"Content-Length: %d\r\n\r\n" % length)
+    s.settimeout(float(sys.argv[5]) if len(sys.argv) > 5 else 5)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    except socket.timeout:
+        pass
+    if b"\r\n\r\n" not in data:
+        print("none")
+        sys.exit(0)
+    ms = int((time.monotonic() - t0) * 1000)
+    status = data.split()[1].decode()
+    print(f"status={status} ms={ms}", "closed" if closed_within(s, 5) else "open")
 else:
     sys.exit(f"unknown mode {mode}")

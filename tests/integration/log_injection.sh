@@ -28,7 +28,7 @@ write_node la prefill "$M" "listen.peer=127.0.0.1:$A_PORT" "kv.pool_tokens=4096"
 write_node lc prefill "$M" "listen.peer=127.0.0.1:$C_PORT" "kv.pool_tokens=128"
 start_node la
 start_node lc
-check "healthy prefill up" wait_log "$T/la.log" "event=listen_peer"
+check "healthy prefill up" wait_log "$T/la.log" "event=serve_ready"
 check "undersized prefill refuses to start" wait_log "$T/lc.log" "event=kv_capacity .*verdict=insufficient"
 wait "$PID_lc" 2>/dev/null || true
 

@@ -91,8 +91,8 @@ write_node pf prefill "$M" "listen.peer=127.0.0.1:$P_PORT" "transfer.release_tim
 	"node.drain_timeout_ms=1000"
 ups=$(grep -c "event=peer_up" "$T/df.log")
 start_node pf
-n=0; while [ $n -lt 300 ] && [ "$(grep -c 'event=peer_up' "$T/df.log")" -le "$ups" ]; do sleep 0.05; n=$((n + 1)); done
-check "phase B: prefill back up and paired" test $n -lt 300
+more_ups() { [ "$(grep -c 'event=peer_up' "$T/df.log")" -gt "$ups" ]; }
+check "phase B: prefill back up and paired" wait_for 15 more_ups
 check "phase B: prefill logged its per-peer limits" \
 	grep -q "event=peer_limits max_requests=256 max_pages=128 max_pages_source=auto" "$T/pf.log"
 
@@ -102,10 +102,10 @@ check "phase B: prefill logged its per-peer limits" \
 "${ATTACK[@]}" hold "127.0.0.1:$P_PORT" 256 20 30 > "$T/hold.out" 2>&1 &
 APID=$!
 PIDS+=("$APID")
-n=0; while [ $n -lt 200 ] && ! grep -q "^sent=" "$T/hold.out"; do sleep 0.05; n=$((n + 1)); done
+wait_for 10 grep -q "^sent=" "$T/hold.out" && answered=0 || answered=1
 t_answered=$(ms)
 echo "# pool holding: $(head -1 "$T/hold.out"); prefill holds $(held pf) pages"
-check "pool holding: every attacker request answered" test $n -lt 200
+check "pool holding: every attacker request answered" test $answered = 0
 check "pool holding: the page cap rejected the rest OVERLOADED" grep -q "done=8 overloaded=12" "$T/hold.out"
 # the real decode's requests run while the attacker holds its pages;
 # meanwhile watch prefill's page count fall back to what they hold
@@ -114,7 +114,8 @@ check "pool holding: the page cap rejected the rest OVERLOADED" grep -q "done=8 
   done > "$T/real.out" 2>&1 ) &
 GPID=$!
 PIDS+=("$GPID")
-n=0; while [ $n -lt 300 ] && [ "$(held pf)" -ge 128 ]; do sleep 0.02; n=$((n + 1)); done
+released() { [ "$(held pf)" -lt 128 ]; }
+wait_for 6 released || true
 t_back=$(( $(ms) - t_answered ))
 check "pool holding: the attacker was still connected" kill -0 "$APID"
 wait "$GPID" || true
@@ -124,17 +125,23 @@ while read -r out; do
 	if same_ids "$out" "$REF"; then good=$((good + 1)); else echo "# while held: $out"; fi
 done < "$T/real.out"
 check "pool holding: the real decode's requests succeed (3/$good)" test "$good" = 3
-# from prefill's own log: its first prefill_done for the attacker to its
-# last release_timeout (polling kvctl is too coarse on a loaded machine)
-span=$(python3 -c 'import sys,datetime
+# from prefill's own log, per request: its prefill_done (all sent: the
+# release timer starts) to its release_timeout (polling kvctl is too
+# coarse on a loaded machine; the first done to the last release would
+# add how far apart the 8 computes ran, which a slow machine stretches)
+span=$(python3 -c 'import sys,re,datetime
 def ts(l): return datetime.datetime.strptime(l.split()[0][3:], "%Y-%m-%dT%H:%M:%S.%fZ")
+def rid(l): m = re.search(r" remote_id=([0-9]+)", l); return m and m.group(1)
 lines=open(sys.argv[1]).read().splitlines()
 b=max([i for i,l in enumerate(lines) if "event=peer_limits" in l] + [0])
-done=[ts(l) for l in lines[b:] if "event=prefill_done" in l]
-rel=[ts(l) for l in lines[b:] if "event=release_timeout" in l and "peer_node=attacker" in l]
-print(int((max(rel)-min(done)).total_seconds()*1000) if done and rel else 999999)' "$T/pf.log")
-echo "# pool holding: the attacker's pages back after $t_back ms (polled), $span ms from its first prefill_done to its last release (log)"
-check "pool holding: prefill released the attacker's pages within release_timeout_ms (5000) + 1 s" \
+done={}
+for l in lines[b:]:   # the attacker asked first: the first done of an id is its
+    if "event=prefill_done" in l: done.setdefault(rid(l), ts(l))
+rel={rid(l): ts(l) for l in lines[b:] if "event=release_timeout" in l and "peer_node=attacker" in l}
+d=[(rel[k]-done[k]).total_seconds()*1000 for k in rel if k in done]
+print(int(max(d)) if len(d) >= 8 else 999999)' "$T/pf.log")
+echo "# pool holding: the attacker's pages back after $t_back ms (polled); the longest request held its pages $span ms from its prefill_done to its release (log)"
+check "pool holding: prefill released each of the attacker's requests within release_timeout_ms (5000) + 1 s" \
 	test "$span" -lt 6000
 check "pool holding: zero pages held on prefill once the real requests ended" settle pf
 check "pool holding: prefill logged release_timeout" grep -q "event=release_timeout .*peer_node=attacker" "$T/pf.log"
@@ -145,14 +152,15 @@ kill "$APID" 2>/dev/null || true; wait "$APID" 2>/dev/null || true
 "${ATTACK[@]}" hold "127.0.0.1:$P_PORT" 256 8 10 --keep-sending > "$T/drain.out" 2>&1 &
 APID=$!
 PIDS+=("$APID")
-n=0; while [ $n -lt 100 ] && [ "$(status_get pf in_flight)" -lt 4 ]; do sleep 0.05; n=$((n + 1)); done
-check "drain: the attacker holds requests" test "$(status_get pf in_flight)" -ge 4
+holds4() { [ "$(status_get pf in_flight)" -ge 4 ]; }
+check "drain: the attacker holds requests" wait_for 5 holds4
 t0=$(ms)
 dout=$(timeout 20 "$KVCTL" --socket "$T/pf.sock" drain 2>&1) && drc=0 || drc=$?
 t_drain=$(( $(ms) - t0 ))
 echo "# drain: rc=$drc in $t_drain ms: $dout"
 check "drain: kvctl drain succeeded" test "$drc" = 0
-check "drain: it returned within drain_timeout_ms + 1.5 s" test "$t_drain" -lt 2500
+check "drain: it returned within drain_timeout_ms + 1.5 s (x KVD_TEST_TIME_SCALE)" \
+	test "$t_drain" -lt $((1000 + 1500 * TSCALE))
 check "drain: prefill logged the deadline" grep -q "event=drain_timeout .*action=abort" "$T/pf.log"
 check "drain: nothing in flight on prefill" test "$(status_get pf in_flight)" = 0
 check "drain: zero pages held on prefill" settle pf
@@ -176,7 +184,7 @@ write_node ps prefill "$M" "listen.peer=127.0.0.1:$S_PORT" "kv.pool_tokens=16384
 	"listen.write_queue_soft=64K" "listen.write_stall_timeout_ms=500" \
 	"transfer.release_timeout_ms=30000" "transfer.heartbeat_ms=200"
 start_node ps
-check "data stall: prefill up" wait_log "$T/ps.log" "event=listen_peer" 20
+check "data stall: prefill up" wait_log "$T/ps.log" "event=serve_ready" 20
 rss0=$(rss_kb "$PID_ps")
 "$ATTACK_BIN" --log "$T/ps.log" --key "$(cluster_key)" hold "127.0.0.1:$S_PORT" 256 60 6 \
 	--no-read-data > "$T/stall.out" 2>&1 &

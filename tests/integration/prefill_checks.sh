@@ -17,7 +17,7 @@ gen_model "$T/m.gguf"            # vocabulary of 320
 next_port; P_PORT=$PORT
 write_node pc prefill "$T/m.gguf" "listen.peer=127.0.0.1:$P_PORT"
 start_node pc
-check "prefill up" wait_log "$T/pc.log" "event=listen_peer " 30
+check "prefill up" wait_log "$T/pc.log" "event=serve_ready" 30
 adm0=$(status_get pc counters.admitted)
 MP=$(log_mark "$T/pc.log")
 rc=0
