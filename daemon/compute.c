@@ -29,6 +29,7 @@
  */
 #include "daemon/compute.h"
 #include "conf/util.h"
+#include "conf/log.h"
 #include "gpu/kvpool.h"
 
 #include <errno.h>
@@ -173,8 +174,19 @@ static void compute_step(struct compute *c, struct compute_msg **head,
 	const struct engine_event *ev;
 	struct compute_msg *ended = NULL;
 	size_t n_ev = 0;
+	uint64_t t0 = kvd_now_ns();
 
 	(void)engine_step(c->eng, &ev, &n_ev);
+	if (c->log && c->log->level >= KVLOG_DEBUG) {
+		/* what each step computed and how long it took: with the
+		 * request lines' times, where a request's TTFT went */
+		uint32_t n_seq, n_tok, n_dec;
+
+		engine_last_step(c->eng, &n_seq, &n_tok, &n_dec);
+		KVLOG_DEBUG(c->log, "engine_step", "seqs=%u tokens=%u decoders=%u prompts=%u us=%llu",
+			    n_seq, n_tok, n_dec, n_seq - n_dec,
+			    (unsigned long long)((kvd_now_ns() - t0) / 1000));
+	}
 	for (size_t i = 0; i < n_ev; i++) {
 		struct compute_msg *done, *m = NULL;
 
@@ -370,6 +382,7 @@ int compute_start(struct compute *c, uv_loop_t *loop, const struct model *m,
 	int r;
 
 	c->pool = pool;
+	c->log = log;
 	c->deliver = deliver;
 	c->deliver_arg = arg;
 	r = engine_new(&c->eng, m, pool, ep, log);

@@ -101,6 +101,7 @@ struct compute {
 					  * owner in the engine that has not
 					  * ended (linked by next) */
 	struct kvpool *pool;
+	struct kvlog *log;               /* engine_step lines at debug */
 	compute_deliver_fn *deliver;
 	void *deliver_arg;
 };
