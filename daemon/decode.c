@@ -39,6 +39,7 @@
  * fewest requests in flight (its own count plus the peer's reported load).
  */
 #include "daemon/serve_int.h"
+#include "daemon/place.h"
 #include "conf/util.h"
 
 #include <errno.h>
@@ -296,9 +297,19 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 	}
 }
 
+/* A prompt this decode node computed itself is no longer pending. */
+static void dreq_local_prompt_done(struct serve_req *r)
+{
+	if (!r->local_prompt)
+		return;
+	r->local_prompt = false;
+	r->s->local_prompt_tokens -= r->n_prompt;
+}
+
 /* The only way into DONE: everything the request held is given back. */
 static void dreq_finish(struct serve_req *r)
 {
+	dreq_local_prompt_done(r);
 	KVD_ASSERT(r->s->log, !r->pages_held && !r->fenced && !r->link && !r->ereq,
 		   "id=%llu tenant=%s msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
@@ -385,6 +396,7 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 		serve__dreq_event(r, r->sink ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
 		return;
 	case COMPUTE_MSG_TOKEN:
+		dreq_local_prompt_done(r);
 		r->last_token = m->token;
 		serve__dreq_event(r, DEV_TOKEN);
 		return;
@@ -583,6 +595,41 @@ static enum dreq_event decode_reserve(struct serve_req *r)
 	return DEV_ADMIT;
 }
 
+/* Prompt tokens of this node's requests that peer p has not finished
+ * (no prefill_done yet). Bounded walk: at most peers.max_requests. */
+static uint64_t decode_peer_pending(const struct link *p)
+{
+	const struct kvd_list *e;
+	uint64_t n = 0;
+
+	kvd_list_for_each(e, &p->reqs) {
+		const struct serve_req *q = kvd_list_entry(e, struct serve_req, link_node);
+
+		if (q->state == DRS_TRANSFER && !q->done_seen)
+			n += q->n_prompt;
+	}
+	return n;
+}
+
+/* Conditional disaggregation (daemon/place.h): true when r's prompt is
+ * computed here rather than on peer p. r then runs as a standalone
+ * request of this node (serve__local_admit). */
+static bool decode_place_local(struct serve_req *r, const struct link *p)
+{
+	struct serve *s = r->s;
+	uint64_t peer = decode_peer_pending(p);
+
+	if (!serve_place_local(s->d->cfg.local_prefill, s->local_prompt_tokens,
+			       peer, r->n_prompt))
+		return false;
+	KVLOG_DEBUG(s->log, "prefill_local",
+		    "client_id=%llu tenant=%s prompt_tokens=%u local_pending=%llu peer=%s peer_pending=%llu",
+		    (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
+		    (unsigned long long)s->local_prompt_tokens, KVLOG_Q(p->addr),
+		    (unsigned long long)peer);
+	return true;
+}
+
 void serve__decode_admit(struct serve_req *r)
 {
 	struct serve *s = r->s;
@@ -595,6 +642,13 @@ void serve__decode_admit(struct serve_req *r)
 		s->d->counters.rejected[KVD_REJECT_NO_PEER]++;
 		dreq_fail(r, PROTO_ERR_NO_PREFILL_PEER, "no healthy prefill peer is connected");
 		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	if (decode_place_local(r, p)) {
+		r->kind = SREQ_LOCAL;
+		r->local_prompt = true;
+		s->local_prompt_tokens += r->n_prompt;
+		serve__local_admit(r);
 		return;
 	}
 	if (decode_too_long(r, p)) {

@@ -149,6 +149,10 @@ struct serve_req {
 	struct engine_req *ereq;         /* SUBMITTED .. FREE_ENGINE */
 	bool engine_integrity;           /* the engine found a bad tag: its
 					  * pages are quarantined at the free */
+	bool local_prompt;               /* decode node computing the prompt
+					  * itself (daemon/place.h): counted
+					  * in s->local_prompt_tokens until its
+					  * first token or its end */
 
 	/* the peer link it runs on (decode: the prefill peer it asked;
 	 * prefill: the decode node that asked), NULL once detached */
@@ -392,6 +396,9 @@ struct serve {
 	void (*admit)(struct serve_req *r);
 	uint32_t peer_max_pages;         /* per decode peer: peers.max_pages or
 					  * the automatic value (prefill start) */
+	uint64_t local_prompt_tokens;    /* decode: prompt tokens this node
+					  * computes itself, not yet done
+					  * (peers.local_prefill) */
 
 	uv_timer_t hb_timer;             /* heartbeats and liveness */
 	bool hb_open;
