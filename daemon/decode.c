@@ -619,14 +619,17 @@ static bool decode_place_local(struct serve_req *r, const struct link *p)
 	struct serve *s = r->s;
 	uint64_t peer = decode_peer_pending(p);
 
-	if (!serve_place_local(s->d->cfg.local_prefill, s->local_prompt_tokens,
-			       peer, r->n_prompt))
+	uint32_t budget = compute_step_tokens(&s->comp);
+	uint32_t dec = compute_decoders(&s->comp);
+
+	if (!serve_place_local(s->d->cfg.local_prefill, budget, dec,
+			       s->local_prompt_tokens, peer, r->n_prompt))
 		return false;
 	KVLOG_DEBUG(s->log, "prefill_local",
-		    "client_id=%llu tenant=%s prompt_tokens=%u local_pending=%llu peer=%s peer_pending=%llu",
+		    "client_id=%llu tenant=%s prompt_tokens=%u local_pending=%llu step_tokens=%u decoders=%u peer=%s peer_pending=%llu",
 		    (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
-		    (unsigned long long)s->local_prompt_tokens, KVLOG_Q(p->addr),
-		    (unsigned long long)peer);
+		    (unsigned long long)s->local_prompt_tokens, budget, dec,
+		    KVLOG_Q(p->addr), (unsigned long long)peer);
 	return true;
 }
 

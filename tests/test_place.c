@@ -1,48 +1,69 @@
 /* test_place.c - daemon/place.h: where a decode node's prompt runs.
  *
- * The rule is checked against a reference written differently (exact
- * rational comparison of the two expected waits in long double, on values
- * small enough to be exact), then for the properties the policy promises:
- * off means never, an idle peer always wins, more queued at the peer only
- * ever moves prompts here and more queued here only ever moves them away,
- * no overflow at the largest counts, and a burst of prompts placed one by
- * one (nothing finishing meanwhile) ends split in the ratio the percentage
- * states: local / peer tokens -> percent / 100.
+ * The rule is checked against a reference written differently (the two
+ * expected waits as long double quotients, on values small enough to be
+ * exact), then for the properties the policy promises: off means never,
+ * no room for prompts in a step (decoders >= step_tokens) means never, an
+ * idle peer always wins, more queued at the peer only ever moves prompts
+ * here, more queued here or more decoders only ever move them away, no
+ * overflow at the largest counts, and a burst of prompts placed one by one
+ * (nothing finishing meanwhile) ends split in the ratio the percentage and
+ * the free share of a step state: local / peer tokens -> percent / 100 *
+ * (step_tokens - decoders) / step_tokens.
  */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "daemon/place.h"
 
-/* wait here: (local + n) / (percent / 100); at the peer: peer + n */
-static bool ref_local(uint32_t percent, uint64_t local, uint64_t peer, uint32_t n)
+/* wait here: (local + n) / speed; at the peer: peer + n */
+static bool ref_local(uint32_t percent, uint32_t budget, uint32_t dec,
+		      uint64_t local, uint64_t peer, uint32_t n)
 {
-	long double here, there;
+	long double speed, here, there;
 
-	if (percent == 0 || percent > 100)
+	if (percent == 0 || percent > 100 || dec >= budget)
 		return false;
-	here = (long double)(local + n) / ((long double)percent / 100.0L);
+	speed = (long double)percent / 100.0L * (long double)(budget - dec) / budget;
+	here = (long double)(local + n) / speed;
 	there = (long double)(peer + n);
+	/* the quotients round: decide exact ties by cross-multiplying */
+	if (fabsl(here - there) < 1e-6L * there)
+		return (local + n) * 100 * budget < (peer + n) * percent * (budget - dec);
 	return here < there;
 }
+
+/* the budget of the tests: 64 tokens a step, no decoders */
+#define P(pc, l, p, n) serve_place_local((pc), 64, 0, (l), (p), (n))
 
 START_TEST(test_off_and_idle)
 {
 	for (uint64_t l = 0; l < 4096; l += 64)
 		for (uint64_t p = 0; p < 4096; p += 64) {
-			ck_assert(!serve_place_local(0, l, p, 128));
-			ck_assert(!serve_place_local(101, l, p, 128));
+			ck_assert(!P(0, l, p, 128));
+			ck_assert(!P(101, l, p, 128));
+			/* no room for prompts in a step */
+			ck_assert(!serve_place_local(100, 32, 32, l, p, 128));
+			ck_assert(!serve_place_local(100, 32, 40, l, p, 128));
+			ck_assert(!serve_place_local(100, 0, 0, l, p, 128));
 		}
 	/* an idle peer (nothing of ours queued there) always wins */
 	for (uint32_t pc = 1; pc <= 100; pc++)
 		for (uint32_t n = 1; n < 5000; n += 97)
-			ck_assert_msg(!serve_place_local(pc, 0, 0, n), "pc=%u n=%u", pc, n);
+			for (uint32_t d = 0; d < 64; d += 7)
+				ck_assert_msg(!serve_place_local(pc, 64, d, 0, 0, n),
+					      "pc=%u n=%u decoders=%u", pc, n, d);
 	/* one prompt queued at the peer: at 100 percent the second one is
 	 * computed here (its wait, n, is shorter than 2n) */
-	ck_assert(serve_place_local(100, 0, 128, 128));
-	ck_assert(!serve_place_local(50, 0, 128, 128));   /* 2n vs 2n: not shorter */
-	ck_assert(serve_place_local(50, 0, 129, 128));
+	ck_assert(P(100, 0, 128, 128));
+	ck_assert(!P(50, 0, 128, 128));   /* 2n vs 2n: not shorter */
+	ck_assert(P(50, 0, 129, 128));
+	/* half the step taken by decoders halves the speed here */
+	ck_assert(serve_place_local(100, 64, 0, 0, 129, 128));
+	ck_assert(!serve_place_local(100, 64, 32, 0, 128, 128));
+	ck_assert(serve_place_local(100, 64, 32, 0, 129, 128));
 }
 END_TEST
 
@@ -51,7 +72,7 @@ START_TEST(test_reference)
 	uint32_t seed = 12345;
 
 	for (int i = 0; i < 200000; i++) {
-		uint32_t pc, n;
+		uint32_t pc, n, budget, dec;
 		uint64_t l, p;
 
 		seed = seed * 1103515245u + 12345u;
@@ -62,9 +83,14 @@ START_TEST(test_reference)
 		l = (seed >> 4) % 70000;
 		seed = seed * 1103515245u + 12345u;
 		p = (seed >> 4) % 70000;
-		ck_assert_msg(serve_place_local(pc, l, p, n) == ref_local(pc, l, p, n),
-			      "pc=%u l=%llu p=%llu n=%u", pc, (unsigned long long)l,
-			      (unsigned long long)p, n);
+		seed = seed * 1103515245u + 12345u;
+		budget = 1 + (seed >> 8) % 1024;
+		seed = seed * 1103515245u + 12345u;
+		dec = (seed >> 8) % (budget + 8);  /* includes >= budget */
+		ck_assert_msg(serve_place_local(pc, budget, dec, l, p, n) ==
+			      ref_local(pc, budget, dec, l, p, n),
+			      "pc=%u budget=%u dec=%u l=%llu p=%llu n=%u", pc, budget, dec,
+			      (unsigned long long)l, (unsigned long long)p, n);
 	}
 }
 END_TEST
@@ -72,56 +98,66 @@ END_TEST
 START_TEST(test_monotonic)
 {
 	for (uint32_t pc = 10; pc <= 100; pc += 15)
-		for (uint64_t l = 0; l < 2048; l += 32)
-			for (uint64_t p = 0; p < 4096; p += 32) {
-				bool here = serve_place_local(pc, l, p, 100);
+		for (uint32_t d = 0; d < 64; d += 9)
+			for (uint64_t l = 0; l < 2048; l += 32)
+				for (uint64_t p = 0; p < 4096; p += 32) {
+					bool here = serve_place_local(pc, 64, d, l, p, 100);
 
-				/* more at the peer: never moves a prompt away */
-				if (here)
-					ck_assert(serve_place_local(pc, l, p + 32, 100));
-				/* more here: never moves a prompt here */
-				if (!here)
-					ck_assert(!serve_place_local(pc, l + 32, p, 100));
-			}
+					/* more at the peer: never moves a prompt away */
+					if (here)
+						ck_assert(serve_place_local(pc, 64, d, l, p + 32, 100));
+					/* more here, or more decoders: never moves one here */
+					if (!here) {
+						ck_assert(!serve_place_local(pc, 64, d, l + 32, p, 100));
+						ck_assert(!serve_place_local(pc, 64, d + 1, l, p, 100));
+					}
+				}
 }
 END_TEST
 
 START_TEST(test_no_overflow)
 {
-	uint64_t big = (uint64_t)1 << 40;   /* beyond any pool */
+	uint64_t big = (uint64_t)1 << 62;   /* beyond any pool */
+	uint32_t st = UINT32_MAX;
 
-	ck_assert(!serve_place_local(100, big, 0, 4096));
-	ck_assert(serve_place_local(100, 0, big, 4096));
-	ck_assert(!serve_place_local(100, big, big - 1, UINT32_MAX));
-	ck_assert(serve_place_local(100, big - 1, big, UINT32_MAX));
+	ck_assert(!serve_place_local(100, st, 0, big, 0, 4096));
+	ck_assert(serve_place_local(100, st, 0, 0, big, 4096));
+	ck_assert(!serve_place_local(100, st, 0, big, big - 1, UINT32_MAX));
+	ck_assert(serve_place_local(100, st, 0, big - 1, big, UINT32_MAX));
+	ck_assert(!serve_place_local(100, st, st - 1, big - 1, big, UINT32_MAX));
 }
 END_TEST
 
-/* A burst placed one by one: the split converges to percent : 100. */
+/* A burst placed one by one: the split converges to the speed ratio. */
 START_TEST(test_burst_split)
 {
 	static const uint32_t pcs[] = { 25, 50, 75, 100 };
+	static const uint32_t decs[] = { 0, 16, 48 };
 
-	for (size_t k = 0; k < sizeof(pcs) / sizeof(pcs[0]); k++) {
-		uint64_t local = 0, peer = 0;
-		uint32_t n = 128, n_local = 0, total = 400;
+	for (size_t k = 0; k < sizeof(pcs) / sizeof(pcs[0]); k++)
+		for (size_t j = 0; j < sizeof(decs) / sizeof(decs[0]); j++) {
+			uint64_t local = 0, peer = 0;
+			uint32_t n = 128, n_local = 0, total = 600, budget = 64;
+			/* here : peer speed, as a fraction num / den */
+			uint64_t num = (uint64_t)pcs[k] * (budget - decs[j]), den = 100u * budget;
 
-		for (uint32_t i = 0; i < total; i++) {
-			if (serve_place_local(pcs[k], local, peer, n)) {
-				local += n;
-				n_local++;
-			} else {
-				peer += n;
+			for (uint32_t i = 0; i < total; i++) {
+				if (serve_place_local(pcs[k], budget, decs[j], local, peer, n)) {
+					local += n;
+					n_local++;
+				} else {
+					peer += n;
+				}
 			}
+			/* local / peer within one prompt of num / den */
+			ck_assert_msg(local * den <= num * (peer + n) &&
+				      (local + n) * den >= num * peer,
+				      "percent %u decoders %u: %llu tokens here, %llu at the peer",
+				      pcs[k], decs[j], (unsigned long long)local,
+				      (unsigned long long)peer);
+			ck_assert_uint_gt(n_local, 0);
+			ck_assert_uint_lt(n_local, total);
 		}
-		/* local / peer within one prompt of percent / 100 */
-		ck_assert_msg(local * 100 <= (uint64_t)pcs[k] * (peer + n) &&
-			      (local + n) * 100 >= (uint64_t)pcs[k] * peer,
-			      "percent %u: %llu tokens here, %llu at the peer", pcs[k],
-			      (unsigned long long)local, (unsigned long long)peer);
-		ck_assert_uint_gt(n_local, 0);
-		ck_assert_uint_lt(n_local, total);
-	}
 }
 END_TEST
 
