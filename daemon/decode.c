@@ -37,6 +37,9 @@
  * connection, then heartbeats) and registers struct link_ops (control
  * messages, a lost link, received batches). It picks the up peer with the
  * fewest requests in flight (its own count plus the peer's reported load).
+ * With peers.local_prefill set it may instead compute a prompt itself,
+ * when that is the shorter wait (daemon/place.h); such a request runs as a
+ * standalone one, with no peer, transfer or lent page.
  */
 #include "daemon/serve_int.h"
 #include "daemon/place.h"
@@ -618,7 +621,6 @@ static bool decode_place_local(struct serve_req *r, const struct link *p)
 {
 	struct serve *s = r->s;
 	uint64_t peer = decode_peer_pending(p);
-
 	uint32_t budget = compute_step_tokens(&s->comp);
 	uint32_t dec = compute_decoders(&s->comp);
 
