@@ -162,7 +162,7 @@ def stat(v):
     v = [x for x in v if x is not None]
     return "%.1f (%.1f-%.1f)" % (statistics.median(v), min(v), max(v)) if v else "n/a"
 print("\nmedian (min-max) over rounds; ms unless noted")
-print("%4s %-11s %-22s %-24s %-24s %-24s %-26s %s" % ("cli", "setup", "tok/s", "TTFT p50", "TTFT p99", "inter-token p99", "CPU busy % (prefill/decode)", "errors"))
+print("%4s %-11s %-22s %-24s %-24s %-24s %-26s %-18s %s" % ("cli", "setup", "tok/s", "TTFT p50", "TTFT p99", "inter-token p99", "CPU busy % (prefill/decode)", "CPU ms/request", "errors"))
 for (c, s) in sorted(runs, key=lambda k: (k[0], sys.argv[2:].index(k[1]))):
     v = runs[(c, s)]
     # a node's CPU time over the run's wall time: 100 = one CPU all the time
@@ -170,8 +170,11 @@ for (c, s) in sorted(runs, key=lambda k: (k[0], sys.argv[2:].index(k[1]))):
     for node in ("sa",) if s == "standalone" else ("p", "d"):
         b = [100.0 * o["cpu"][node] / o["wall_s"] for o in v]
         busy.append("%.0f" % statistics.median(b))
-    print("%4d %-11s %-22s %-24s %-24s %-24s %-26s %d (%d rounds)" % (c, s, stat([o["tok_per_s"] for o in v]),
+    # all the setup's nodes' CPU time per request: what the work costs,
+    # steadier than wall-clock figures on a shared machine
+    cost = stat([1e3 * sum(o["cpu"].values()) / o["requests"] for o in v if o["requests"]])
+    print("%4d %-11s %-22s %-24s %-24s %-24s %-26s %-18s %d (%d rounds)" % (c, s, stat([o["tok_per_s"] for o in v]),
           stat([o["ttft_ms"]["p50"] for o in v]), stat([o["ttft_ms"]["p99"] for o in v]),
-          stat([o["itl_ms"]["p99"] for o in v]), "/".join(busy), sum(o["errors"] for o in v), len(v)))
+          stat([o["itl_ms"]["p99"] for o in v]), "/".join(busy), cost, sum(o["errors"] for o in v), len(v)))
 EOF
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
