@@ -42,7 +42,6 @@
  * standalone one, with no peer, transfer or lent page.
  */
 #include "daemon/serve_int.h"
-#include "daemon/place.h"
 #include "conf/util.h"
 
 #include <errno.h>
@@ -307,6 +306,8 @@ static void dreq_local_prompt_done(struct serve_req *r)
 		return;
 	r->local_prompt = false;
 	r->s->local_prompt_tokens -= r->n_prompt;
+	place_speed_observe(&r->s->place_here, kvd_now_ns(),
+			    r->s->local_prompt_tokens, r->n_prompt);
 }
 
 /* The only way into DONE: everything the request held is given back. */
@@ -614,24 +615,66 @@ static uint64_t decode_peer_pending(const struct link *p)
 	return n;
 }
 
+/* Prompt tokens of this node's requests that no prefill peer has
+ * finished, over every up peer (*n_up of them). */
+static uint64_t decode_peers_pending(struct serve *s, uint32_t *n_up)
+{
+	struct kvd_list *e;
+	uint64_t n = 0;
+
+	*n_up = 0;
+	kvd_list_for_each(e, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
+
+		if (l->side != LINK_DIAL)
+			continue;
+		n += decode_peer_pending(l);
+		*n_up += l->up;
+	}
+	return n;
+}
+
+/* A prefill peer finished one of this node's prompts (n tokens). */
+static void decode_peer_speed(struct serve *s, uint32_t n)
+{
+	uint32_t n_up;
+
+	if (!s->d->cfg.local_prefill)
+		return;
+	place_speed_observe(&s->place_peers, kvd_now_ns(),
+			    decode_peers_pending(s, &n_up), n);
+}
+
 /* Conditional disaggregation (daemon/place.h): true when r's prompt is
  * computed here rather than on peer p. r then runs as a standalone
  * request of this node (serve__local_admit). */
 static bool decode_place_local(struct serve_req *r, const struct link *p)
 {
 	struct serve *s = r->s;
-	uint64_t peer = decode_peer_pending(p);
-	uint32_t budget = compute_step_tokens(&s->comp);
-	uint32_t dec = compute_decoders(&s->comp);
+	uint64_t peer, now = kvd_now_ns();
+	uint32_t budget, dec, n_up;
+	double v_here, v_peer;
 
+	if (!s->d->cfg.local_prefill)
+		return false;
+	peer = decode_peer_pending(p);
+	budget = compute_step_tokens(&s->comp);
+	dec = compute_decoders(&s->comp);
+	/* the queues' busy time runs up to now */
+	place_speed_observe(&s->place_here, now, s->local_prompt_tokens, 0);
+	place_speed_observe(&s->place_peers, now, decode_peers_pending(s, &n_up), 0);
+	v_here = place_speed_get(&s->place_here);
+	/* the peers' speed is all of them together: one peer's share */
+	v_peer = place_speed_get(&s->place_peers) / (n_up ? n_up : 1);
 	if (!serve_place_local(s->d->cfg.local_prefill, budget, dec,
-			       s->local_prompt_tokens, peer, r->n_prompt))
+			       s->local_prompt_tokens, peer, r->n_prompt,
+			       v_here, v_peer))
 		return false;
 	KVLOG_DEBUG(s->log, "prefill_local",
-		    "client_id=%llu tenant=%s prompt_tokens=%u local_pending=%llu step_tokens=%u decoders=%u peer=%s peer_pending=%llu",
+		    "client_id=%llu tenant=%s prompt_tokens=%u local_pending=%llu step_tokens=%u decoders=%u local_tok_s=%.0f peer=%s peer_pending=%llu peer_tok_s=%.0f",
 		    (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
-		    (unsigned long long)s->local_prompt_tokens, budget, dec,
-		    KVLOG_Q(p->addr), (unsigned long long)peer);
+		    (unsigned long long)s->local_prompt_tokens, budget, dec, v_here,
+		    KVLOG_Q(p->addr), (unsigned long long)peer, v_peer);
 	return true;
 }
 
@@ -892,6 +935,7 @@ static void peer_on_done(struct link *p, const struct proto_peer_msg *m)
 		return;
 	}
 	r->done_seen = true;
+	decode_peer_speed(p->s, r->n_prompt);
 	r->first_token = m->first_token;
 	r->done_tokens = m->done_tokens;
 	r->done_batches = m->batches;

@@ -35,6 +35,7 @@
 #include <uv.h>
 
 #include "conf/list.h"
+#include "daemon/place.h"
 #include "daemon/compute.h"
 #include "daemon/daemon.h"
 #include "daemon/machine.h"
@@ -399,6 +400,9 @@ struct serve {
 	uint64_t local_prompt_tokens;    /* decode: prompt tokens this node
 					  * computes itself, not yet done
 					  * (peers.local_prefill) */
+	struct place_speed place_here;   /* decode: how fast those finish */
+	struct place_speed place_peers;  /* ... and this node's prompts on its
+					  * prefill peers, all together */
 
 	uv_timer_t hb_timer;             /* heartbeats and liveness */
 	bool hb_open;
