@@ -6,7 +6,7 @@
 #
 # Setups (all up at once, idle while another is measured; the order of the
 # setups is reversed every other round), KVD_BENCH_SETUPS (default
-# "standalone pair hybrid50"):
+# "standalone pair hybrid100_c32"):
 #   standalone  one node, engine.threads 2
 #   pair        prefill + decode, engine.threads 1 each, pinned to CPU 0
 #               and CPU 1 (taskset) when there are two CPUs or more, the
@@ -87,7 +87,7 @@ CP[standalone]=$((PORT + 1))
 node sa standalone 2 "[listen]" "client = 127.0.0.1:${CP[standalone]}"
 start sa   # always: the reference
 # the pairs
-SETUPS=(${KVD_BENCH_SETUPS:-standalone pair hybrid50})
+SETUPS=(${KVD_BENCH_SETUPS:-standalone pair hybrid100_c32})
 k=2
 for setup in "${SETUPS[@]}"; do
 	[ "$setup" = standalone ] && continue
