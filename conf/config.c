@@ -167,6 +167,8 @@ static const struct conf_key conf_keys[] = {
 	  "Requests one decode peer may have in flight on this prefill node; one more is refused with OVERLOADED." },
 	{ "peers", "max_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(peer_max_pages),
 	  "Pages one decode peer's requests may hold in this prefill node's pool; 0 = half the pool, at least one full-context request." },
+	{ "peers", "local_prefill", CT_U32, "0", 0, 100, NULL, F(local_prefill),
+	  "Decode: how fast this node computes prompts itself when it generates nothing, in percent of one prefill peer (0 = never: every prompt goes to a prefill peer). A new prompt is computed here when its expected wait is shorter: (prompt tokens this node is computing + its prompt) / speed < prompt tokens of this node's requests the chosen peer has not finished + its prompt, where speed = local_prefill / 100 x the share of engine.step_tokens its running decoders leave. An idle peer always wins. Local prompts share this node's steps under engine.step_tokens and engine.prefill_chunk, which keep bounding the inter-token latency (daemon/README.md, conditional disaggregation)." },
 
 	{ "transfer", "transport", CT_ENUM, "tcp", 0, 0, transports, F(transport),
 	  "How KV pages move: tcp, or verbs (RDMA: an ibverbs build for a real device; the emulated device emu:DIR works in every build)." },

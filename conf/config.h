@@ -70,6 +70,8 @@ struct kvd_config {
 	char key_file[1024];          /* cluster secret; "" = loopback only */
 	uint32_t peer_max_requests;   /* in flight per peer (prefill) */
 	uint32_t peer_max_pages;      /* pages per peer; 0 = automatic */
+	uint32_t local_prefill;       /* decode: local prompt speed, % of a
+				       * prefill peer; 0 = never local */
 	/* [transfer] */
 	enum kvd_transport transport;
 	uint64_t max_batch_bytes;

@@ -29,6 +29,7 @@
  */
 #include "daemon/compute.h"
 #include "conf/util.h"
+#include "conf/log.h"
 #include "gpu/kvpool.h"
 
 #include <errno.h>
@@ -173,8 +174,17 @@ static void compute_step(struct compute *c, struct compute_msg **head,
 	const struct engine_event *ev;
 	struct compute_msg *ended = NULL;
 	size_t n_ev = 0;
+	uint32_t n_seq, n_tok, n_dec;
+	uint64_t t0 = kvd_now_ns();
 
 	(void)engine_step(c->eng, &ev, &n_ev);
+	engine_last_step(c->eng, &n_seq, &n_tok, &n_dec);
+	atomic_store_explicit(&c->decoders, n_dec, memory_order_relaxed);
+	/* what each step computed and how long it took: with the request
+	 * lines' times, where a request's TTFT went */
+	KVLOG_DEBUG(c->log, "engine_step", "seqs=%u tokens=%u decoders=%u prompts=%u us=%llu",
+		    n_seq, n_tok, n_dec, n_seq - n_dec,
+		    (unsigned long long)((kvd_now_ns() - t0) / 1000));
 	for (size_t i = 0; i < n_ev; i++) {
 		struct compute_msg *done, *m = NULL;
 
@@ -231,6 +241,8 @@ static void *compute_main(void *arg)
 		bool stop;
 
 		pthread_mutex_lock(&c->mu);
+		if (engine_idle(c->eng))
+			atomic_store_explicit(&c->decoders, 0, memory_order_relaxed);
 		while (!c->jobs && !c->stop && engine_idle(c->eng))
 			pthread_cond_wait(&c->cv, &c->mu);
 		jobs = c->jobs;
@@ -339,6 +351,17 @@ void compute_free(struct compute *c, struct compute_job *job, uint64_t owner,
 	compute_queue(c, job);
 }
 
+uint32_t compute_step_tokens(const struct compute *c)
+{
+	return c->step_tokens;
+}
+
+uint32_t compute_decoders(const struct compute *c)
+{
+	/* the thread writes it; a stale value only shifts one placement */
+	return atomic_load_explicit(&c->decoders, memory_order_relaxed);
+}
+
 /* Loop: the thread's messages. After compute_stop (mu gone) nothing is
  * delivered. */
 static void compute_async_cb(uv_async_t *a)
@@ -370,6 +393,9 @@ int compute_start(struct compute *c, uv_loop_t *loop, const struct model *m,
 	int r;
 
 	c->pool = pool;
+	c->log = log;
+	c->step_tokens = ep->step_tokens ? ep->step_tokens : ep->max_batch + ep->prefill_chunk;
+	atomic_init(&c->decoders, 0);
 	c->deliver = deliver;
 	c->deliver_arg = arg;
 	r = engine_new(&c->eng, m, pool, ep, log);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
@@ -101,6 +102,11 @@ struct compute {
 					  * owner in the engine that has not
 					  * ended (linked by next) */
 	struct kvpool *pool;
+	struct kvlog *log;               /* engine_step lines at debug */
+	uint32_t step_tokens;            /* the engine's step budget */
+	_Atomic uint32_t decoders;       /* decoding requests in the last
+					  * step (0 once the engine idles);
+					  * written by the thread */
 	compute_deliver_fn *deliver;
 	void *deliver_arg;
 };
@@ -123,6 +129,12 @@ void compute_stop(struct compute *c);
  * cb will run (c's memory must live until then), false when nothing was
  * open (cb will not run). */
 bool compute_close(struct compute *c, uv_close_cb cb, void *data);
+
+/* The engine's step budget (engine.step_tokens, or its default), and how
+ * many requests its last step decoded (0 when it is idle): what is left of
+ * a step for prompts. */
+uint32_t compute_step_tokens(const struct compute *c);
+uint32_t compute_decoders(const struct compute *c);
 
 /* A FREE job with its FREED reply, for an owner to keep from its creation
  * so that freeing it later cannot fail. NULL without memory. */

@@ -37,6 +37,9 @@
  * connection, then heartbeats) and registers struct link_ops (control
  * messages, a lost link, received batches). It picks the up peer with the
  * fewest requests in flight (its own count plus the peer's reported load).
+ * With peers.local_prefill set it may instead compute a prompt itself,
+ * when that is the shorter wait (daemon/place.h); such a request runs as a
+ * standalone one, with no peer, transfer or lent page.
  */
 #include "daemon/serve_int.h"
 #include "conf/util.h"
@@ -296,9 +299,21 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 	}
 }
 
+/* A prompt this decode node computed itself is no longer pending. */
+static void dreq_local_prompt_done(struct serve_req *r)
+{
+	if (!r->local_prompt)
+		return;
+	r->local_prompt = false;
+	r->s->local_prompt_tokens -= r->n_prompt;
+	place_speed_observe(&r->s->place_here, kvd_now_ns(),
+			    r->s->local_prompt_tokens, r->n_prompt);
+}
+
 /* The only way into DONE: everything the request held is given back. */
 static void dreq_finish(struct serve_req *r)
 {
+	dreq_local_prompt_done(r);
 	KVD_ASSERT(r->s->log, !r->pages_held && !r->fenced && !r->link && !r->ereq,
 		   "id=%llu tenant=%s msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
@@ -385,6 +400,7 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 		serve__dreq_event(r, r->sink ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
 		return;
 	case COMPUTE_MSG_TOKEN:
+		dreq_local_prompt_done(r);
 		r->last_token = m->token;
 		serve__dreq_event(r, DEV_TOKEN);
 		return;
@@ -583,6 +599,85 @@ static enum dreq_event decode_reserve(struct serve_req *r)
 	return DEV_ADMIT;
 }
 
+/* Prompt tokens of this node's requests that peer p has not finished
+ * (no prefill_done yet). Bounded walk: at most peers.max_requests. */
+static uint64_t decode_peer_pending(const struct link *p)
+{
+	const struct kvd_list *e;
+	uint64_t n = 0;
+
+	kvd_list_for_each(e, &p->reqs) {
+		const struct serve_req *q = kvd_list_entry(e, struct serve_req, link_node);
+
+		if (q->state == DRS_TRANSFER && !q->done_seen)
+			n += q->n_prompt;
+	}
+	return n;
+}
+
+/* Prompt tokens of this node's requests that no prefill peer has
+ * finished, over every up peer (*n_up of them). */
+static uint64_t decode_peers_pending(struct serve *s, uint32_t *n_up)
+{
+	struct kvd_list *e;
+	uint64_t n = 0;
+
+	*n_up = 0;
+	kvd_list_for_each(e, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
+
+		if (l->side != LINK_DIAL)
+			continue;
+		n += decode_peer_pending(l);
+		*n_up += l->up;
+	}
+	return n;
+}
+
+/* A prefill peer finished one of this node's prompts (n tokens). */
+static void decode_peer_speed(struct serve *s, uint32_t n)
+{
+	uint32_t n_up;
+
+	if (!s->d->cfg.local_prefill)
+		return;
+	place_speed_observe(&s->place_peers, kvd_now_ns(),
+			    decode_peers_pending(s, &n_up), n);
+}
+
+/* Conditional disaggregation (daemon/place.h): true when r's prompt is
+ * computed here rather than on peer p. r then runs as a standalone
+ * request of this node (serve__local_admit). */
+static bool decode_place_local(struct serve_req *r, const struct link *p)
+{
+	struct serve *s = r->s;
+	uint64_t peer, now = kvd_now_ns();
+	uint32_t budget, dec, n_up;
+	double v_here, v_peer;
+
+	if (!s->d->cfg.local_prefill)
+		return false;
+	peer = decode_peer_pending(p);
+	budget = compute_step_tokens(&s->comp);
+	dec = compute_decoders(&s->comp);
+	/* the queues' busy time runs up to now */
+	place_speed_observe(&s->place_here, now, s->local_prompt_tokens, 0);
+	place_speed_observe(&s->place_peers, now, decode_peers_pending(s, &n_up), 0);
+	v_here = place_speed_get(&s->place_here);
+	/* the peers' speed is all of them together: one peer's share */
+	v_peer = place_speed_get(&s->place_peers) / (n_up ? n_up : 1);
+	if (!serve_place_local(s->d->cfg.local_prefill, budget, dec,
+			       s->local_prompt_tokens, peer, r->n_prompt,
+			       v_here, v_peer))
+		return false;
+	KVLOG_DEBUG(s->log, "prefill_local",
+		    "client_id=%llu tenant=%s prompt_tokens=%u local_pending=%llu step_tokens=%u decoders=%u local_tok_s=%.0f peer=%s peer_pending=%llu peer_tok_s=%.0f",
+		    (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
+		    (unsigned long long)s->local_prompt_tokens, budget, dec, v_here,
+		    KVLOG_Q(p->addr), (unsigned long long)peer, v_peer);
+	return true;
+}
+
 void serve__decode_admit(struct serve_req *r)
 {
 	struct serve *s = r->s;
@@ -595,6 +690,13 @@ void serve__decode_admit(struct serve_req *r)
 		s->d->counters.rejected[KVD_REJECT_NO_PEER]++;
 		dreq_fail(r, PROTO_ERR_NO_PREFILL_PEER, "no healthy prefill peer is connected");
 		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	if (decode_place_local(r, p)) {
+		r->kind = SREQ_LOCAL;
+		r->local_prompt = true;
+		s->local_prompt_tokens += r->n_prompt;
+		serve__local_admit(r);
 		return;
 	}
 	if (decode_too_long(r, p)) {
@@ -833,6 +935,7 @@ static void peer_on_done(struct link *p, const struct proto_peer_msg *m)
 		return;
 	}
 	r->done_seen = true;
+	decode_peer_speed(p->s, r->n_prompt);
 	r->first_token = m->first_token;
 	r->done_tokens = m->done_tokens;
 	r->done_batches = m->batches;

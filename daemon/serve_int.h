@@ -35,6 +35,7 @@
 #include <uv.h>
 
 #include "conf/list.h"
+#include "daemon/place.h"
 #include "daemon/compute.h"
 #include "daemon/daemon.h"
 #include "daemon/machine.h"
@@ -149,6 +150,10 @@ struct serve_req {
 	struct engine_req *ereq;         /* SUBMITTED .. FREE_ENGINE */
 	bool engine_integrity;           /* the engine found a bad tag: its
 					  * pages are quarantined at the free */
+	bool local_prompt;               /* decode node computing the prompt
+					  * itself (daemon/place.h): counted
+					  * in s->local_prompt_tokens until its
+					  * first token or its end */
 
 	/* the peer link it runs on (decode: the prefill peer it asked;
 	 * prefill: the decode node that asked), NULL once detached */
@@ -417,6 +422,12 @@ struct serve {
 	void (*admit)(struct serve_req *r);
 	uint32_t peer_max_pages;         /* per decode peer: peers.max_pages or
 					  * the automatic value (prefill start) */
+	uint64_t local_prompt_tokens;    /* decode: prompt tokens this node
+					  * computes itself, not yet done
+					  * (peers.local_prefill) */
+	struct place_speed place_here;   /* decode: how fast those finish */
+	struct place_speed place_peers;  /* ... and this node's prompts on its
+					  * prefill peers, all together */
 
 	uv_timer_t hb_timer;             /* heartbeats and liveness */
 	bool hb_open;

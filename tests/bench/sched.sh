@@ -5,15 +5,23 @@
 #   KVD_BUILD=build tests/bench/sched.sh
 #
 # Setups (all up at once, idle while another is measured; the order of the
-# setups is reversed every other round):
+# setups is reversed every other round), KVD_BENCH_SETUPS (default
+# "standalone pair hybrid100_c32"):
 #   standalone  one node, engine.threads 2
-#   pair96      prefill + decode, engine.threads 1 each, pinned to CPU 0
+#   pair        prefill + decode, engine.threads 1 each, pinned to CPU 0
 #               and CPU 1 (taskset) when there are two CPUs or more, the
-#               prefill node with engine.step_tokens = 96, prefill_chunk =
-#               64 (what every node did before: 96-token slices)
-#   pair        the same pair with the defaults: a prefill node's
-#               engine.step_tokens = 0 means 512 tokens per step with no
-#               per-prompt chunk limit (several whole prompts per step)
+#               defaults: a prefill node's engine.step_tokens = 0 means 512
+#               tokens per step with no per-prompt chunk limit (several
+#               whole prompts per step); every prompt goes to the peer
+#   pair96      the pair with the prefill node's engine.step_tokens = 96,
+#               prefill_chunk = 64 (96-token slices, what it did before)
+#   hybridNN[_cK]  the pair with the decode node's peers.local_prefill =
+#               NN (conditional disaggregation, daemon/place.h: it computes
+#               a prompt itself when the peer's queue is the longer wait)
+#               and, with _cK, its engine.prefill_chunk = K
+# Per run it also prints each node's CPU seconds (/proc, all threads): the
+# summary's "CPU busy" is that over the run's wall time (100 = one CPU), so
+# a setup that leaves a CPU idle shows it.
 # Load: loadgen.py (closed loop, client clock), 128-token distinct prompts,
 # KVD_BENCH_MAX_TOKENS (32) tokens out greedy, 2 x clients requests per run
 # (at least 16). Model: KVD_BENCH_MODEL, or a generated 4-layer, dim-512
@@ -60,26 +68,44 @@ node() { # node NAME ROLE THREADS [key=value ...] (after [listen]/[peers] lines 
 		printf '[admin]\nsocket = %s/%s.sock\n[log]\nlevel = warn\n' "$T" "$name"
 	} >"$T/$name.ini"
 }
+declare -A NPID
 start() { # start NAME [pin...]
 	local name=$1; shift
 	"$@" "$KVD" --config "$T/$name.ini" >"$T/$name.log" 2>&1 &
 	PIDS+=($!)
+	NPID[$name]=$!
+}
+cpu_ticks() { # cpu_ticks PID: user + system clock ticks so far
+	local f
+	read -r -a f <"/proc/$1/stat"
+	echo $((f[13] + f[14]))
 }
 
 declare -A CP
 # standalone
 CP[standalone]=$((PORT + 1))
 node sa standalone 2 "[listen]" "client = 127.0.0.1:${CP[standalone]}"
-start sa
-# pair and pair_big
+start sa   # always: the reference
+# the pairs
+SETUPS=(${KVD_BENCH_SETUPS:-standalone pair hybrid100_c32})
 k=2
-for setup in pair96 pair; do
+for setup in "${SETUPS[@]}"; do
+	[ "$setup" = standalone ] && continue
 	pp=$((PORT + k)); cp=$((PORT + k + 1)); k=$((k + 2))
 	CP[$setup]=$cp
-	extra=()
-	[ $setup = pair96 ] && extra=("step_tokens = 96" "prefill_chunk = 64")
-	node "p_$setup" prefill 1 "${extra[@]}" "[listen]" "peer = 127.0.0.1:$pp"
-	node "d_$setup" decode 1 "[listen]" "client = 127.0.0.1:$cp" "[peers]" "prefill = 127.0.0.1:$pp"
+	pextra=() dengine=() dpeers=()
+	case $setup in
+	pair) ;;
+	pair96) pextra=("step_tokens = 96" "prefill_chunk = 64") ;;
+	hybrid*)   # hybridNN[_cK]: decode's peers.local_prefill = NN, prefill_chunk K
+		spec=${setup#hybrid}
+		dpeers=("local_prefill = ${spec%%_c*}")
+		[ "$spec" != "${spec#*_c}" ] && dengine=("prefill_chunk = ${spec#*_c}") ;;
+	*) echo "sched.sh: unknown setup $setup" >&2; exit 2 ;;
+	esac
+	node "p_$setup" prefill 1 "${pextra[@]}" "[listen]" "peer = 127.0.0.1:$pp"
+	node "d_$setup" decode 1 "${dengine[@]}" "[listen]" "client = 127.0.0.1:$cp" \
+		"[peers]" "prefill = 127.0.0.1:$pp" "${dpeers[@]}"
 	start "p_$setup" "${PIN0[@]}"
 	start "d_$setup" "${PIN1[@]}"
 done
@@ -90,7 +116,7 @@ for _ in $(seq 1 600); do
 	sleep 0.1
 done
 # every setup answers one request before the clock starts
-for s in standalone pair96 pair; do
+for s in "${SETUPS[@]}"; do
 	for i in $(seq 1 100); do
 		out=$(python3 "$HERE/loadgen.py" kvd "127.0.0.1:${CP[$s]}" 1 1 128 2)
 		grep -q '"errors": 0' <<<"$out" && break
@@ -102,35 +128,53 @@ for s in standalone pair96 pair; do
 		sleep 0.2
 	done
 done
-SETUPS=(standalone pair96 pair)
+REV=()
+for ((i = ${#SETUPS[@]} - 1; i >= 0; i--)); do REV+=("${SETUPS[i]}"); done
 for c in $CLIENTS; do
 	n=$((c * 2)); [ $n -lt 16 ] && n=16
 	for r in $(seq 1 "$ROUNDS"); do
 		order=("${SETUPS[@]}")
-		[ $((r % 2)) = 0 ] && order=(pair pair96 standalone)
+		[ $((r % 2)) = 0 ] && order=("${REV[@]}")
 		for s in "${order[@]}"; do
+			nodes=(sa); [ "$s" != standalone ] && nodes=("p_$s" "d_$s")
+			declare -A c0=()
+			for nd in "${nodes[@]}"; do c0[$nd]=$(cpu_ticks "${NPID[$nd]}"); done
 			out=$(python3 "$HERE/loadgen.py" kvd "127.0.0.1:${CP[$s]}" "$c" "$n" 128 "$NTOK" "$r")
-			echo "sched round=$r clients=$c setup=$s $out" | tee -a "$T/runs"
+			# each node's CPU seconds over the run (user + system, all threads)
+			cpu=""
+			for nd in "${nodes[@]}"; do
+				cpu+=" cpu_${nd%%_*}=$(( $(cpu_ticks "${NPID[$nd]}") - c0[$nd] ))"
+			done
+			echo "sched round=$r clients=$c setup=$s hz=$(getconf CLK_TCK)$cpu $out" | tee -a "$T/runs"
 		done
 	done
 done
-python3 - "$T/runs" <<'EOF'
+python3 - "$T/runs" "${SETUPS[@]}" <<'EOF'
 import json, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
     head, js = line.split(" {", 1)
     o = json.loads("{" + js)
     d = dict(kv.split("=") for kv in head.split()[1:])
+    o["cpu"] = {k[4:]: int(x) / int(d["hz"]) for k, x in d.items() if k.startswith("cpu_")}
     runs.setdefault((int(d["clients"]), d["setup"]), []).append(o)
 def stat(v):
     v = [x for x in v if x is not None]
     return "%.1f (%.1f-%.1f)" % (statistics.median(v), min(v), max(v)) if v else "n/a"
 print("\nmedian (min-max) over rounds; ms unless noted")
-print("%4s %-11s %-22s %-24s %-24s %-24s %s" % ("cli", "setup", "tok/s", "TTFT p50", "TTFT p99", "inter-token p99", "errors"))
-for (c, s) in sorted(runs, key=lambda k: (k[0], ["standalone", "pair96", "pair"].index(k[1]))):
+print("%4s %-11s %-22s %-24s %-24s %-24s %-26s %-18s %s" % ("cli", "setup", "tok/s", "TTFT p50", "TTFT p99", "inter-token p99", "CPU busy % (prefill/decode)", "CPU ms/request", "errors"))
+for (c, s) in sorted(runs, key=lambda k: (k[0], sys.argv[2:].index(k[1]))):
     v = runs[(c, s)]
-    print("%4d %-11s %-22s %-24s %-24s %-24s %d (%d rounds)" % (c, s, stat([o["tok_per_s"] for o in v]),
+    # a node's CPU time over the run's wall time: 100 = one CPU all the time
+    busy = []
+    for node in ("sa",) if s == "standalone" else ("p", "d"):
+        b = [100.0 * o["cpu"][node] / o["wall_s"] for o in v]
+        busy.append("%.0f" % statistics.median(b))
+    # all the setup's nodes' CPU time per request: what the work costs,
+    # steadier than wall-clock figures on a shared machine
+    cost = stat([1e3 * sum(o["cpu"].values()) / o["requests"] for o in v if o["requests"]])
+    print("%4d %-11s %-22s %-24s %-24s %-24s %-26s %-18s %d (%d rounds)" % (c, s, stat([o["tok_per_s"] for o in v]),
           stat([o["ttft_ms"]["p50"] for o in v]), stat([o["ttft_ms"]["p99"] for o in v]),
-          stat([o["itl_ms"]["p99"] for o in v]), sum(o["errors"] for o in v), len(v)))
+          stat([o["itl_ms"]["p99"] for o in v]), "/".join(busy), cost, sum(o["errors"] for o in v), len(v)))
 EOF
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,49 @@
+/* place.c - where a decode node's prompt is computed (place.h). */
+#include "daemon/place.h"
+
+void place_speed_observe(struct place_speed *q, uint64_t now_ns,
+			 uint64_t pending, uint64_t done_tokens)
+{
+	if (q->pending > 0 && q->t_last_ns && now_ns > q->t_last_ns)
+		q->busy_s += (double)(now_ns - q->t_last_ns) / 1e9;
+	q->done += (double)done_tokens;
+	/* remember about a window of busy time: older halves fade */
+	while (q->busy_s > PLACE_WINDOW_S) {
+		q->busy_s /= 2;
+		q->done /= 2;
+	}
+	q->pending = pending;
+	q->t_last_ns = now_ns;
+}
+
+double place_speed_get(const struct place_speed *q)
+{
+	if (q->done < PLACE_MIN_TOKENS || q->busy_s <= 0)
+		return 0;
+	return q->done / q->busy_s;
+}
+
+bool serve_place_local(uint32_t percent, uint32_t step_tokens, uint32_t decoders,
+		       uint64_t local_pending, uint64_t peer_pending,
+		       uint32_t n_prompt, double v_here, double v_peer)
+{
+	unsigned __int128 here, there;
+
+	if (percent == 0 || percent > 100 || decoders >= step_tokens)
+		return false;
+	if (v_here > 0 && v_peer > 0) {
+		double ratio = v_here / v_peer;
+
+		if (ratio > percent / 100.0)
+			ratio = percent / 100.0;
+		return (double)(local_pending + n_prompt) <
+		       ratio * (double)(peer_pending + n_prompt);
+	}
+	/* (local + n) * 100 * step_tokens < percent * (step_tokens -
+	 * decoders) * (peer + n), in 128 bits: the counts may be as large
+	 * as a pool (< 2^64), the factors below 2^7 and 2^32 */
+	here = (unsigned __int128)(local_pending + n_prompt) * 100u * step_tokens;
+	there = (unsigned __int128)(peer_pending + n_prompt) * percent *
+		(step_tokens - decoders);
+	return here < there;
+}

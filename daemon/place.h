@@ -1,0 +1,59 @@
+/* place.h - where a decode node's prompt is computed (conditional
+ * disaggregation).
+ *
+ * A decode node sends every prompt to a prefill peer unless
+ * peers.local_prefill is set. With it set, the node compares the wait a
+ * new prompt of n tokens can expect in the two queues it can see, and
+ * computes the prompt itself when the local one is shorter:
+ *
+ *   local  when  (local_pending + n) / here  <  (peer_pending + n) / peer
+ *
+ * local_pending: prompt tokens this node is computing itself that have no
+ * first token yet; peer_pending: prompt tokens of this node's requests on
+ * the chosen prefill peer whose prefill_done has not arrived. here / peer
+ * is the ratio of the two queues' speeds:
+ *
+ *   - measured, once both queues have finished PLACE_MIN_TOKENS while
+ *     they had work (struct place_speed: prompt tokens finished per second
+ *     of time with work, over the last PLACE_WINDOW_S or so of such
+ *     time), capped at percent / 100;
+ *   - until then percent / 100 * (step_tokens - decoders) / step_tokens:
+ *     percent (peers.local_prefill) is how fast this node computes prompts
+ *     relative to one prefill peer when it generates nothing; its running
+ *     decoders take one token of each step first (gpu/engine.c), so only
+ *     the rest serves prompts.
+ *
+ * An idle peer always wins (n / here < n / peer never holds for a ratio
+ * at most 1), so a lightly loaded pair stays fully disaggregated; a
+ * prefill queue that grows makes the decode node take prompts until the
+ * two waits are even. Pure: no state but what the caller keeps, no I/O.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PLACE_MIN_TOKENS 512     /* finished before a speed is trusted */
+#define PLACE_WINDOW_S 10.0      /* time with work a speed remembers */
+
+/* A queue's measured speed. Zeroed = nothing known. */
+struct place_speed {
+	uint64_t t_last_ns;          /* the last observation */
+	uint64_t pending;            /* its pending tokens then */
+	double busy_s;               /* time with work (decayed) */
+	double done;                 /* tokens finished meanwhile (decayed) */
+};
+
+/* Observe the queue at now_ns: `pending` tokens wait in it now, and
+ * done_tokens finished since the last observation. The time since then
+ * counts as busy when tokens were pending at the last one. */
+void place_speed_observe(struct place_speed *q, uint64_t now_ns,
+			 uint64_t pending, uint64_t done_tokens);
+
+/* Tokens per second of busy time; 0 while too little is known. */
+double place_speed_get(const struct place_speed *q);
+
+/* v_here, v_peer: the measured speeds (0: not known yet). */
+bool serve_place_local(uint32_t percent, uint32_t step_tokens, uint32_t decoders,
+		       uint64_t local_pending, uint64_t peer_pending,
+		       uint32_t n_prompt, double v_here, double v_peer);
