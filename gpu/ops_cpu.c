@@ -563,9 +563,13 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 {
 	*out = NULL;
 #if OPS_HAVE_X86
+	bool kq = w->type == GGML_TYPE_Q4_K || w->type == GGML_TYPE_Q6_K;
+
 	if (k == &kernels_avx512vnni &&
-	    (w->type == GGML_TYPE_Q4_0 || w->type == GGML_TYPE_Q8_0)) {
-		size_t n = (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
+	    (w->type == GGML_TYPE_Q4_0 || w->type == GGML_TYPE_Q8_0 ||
+	     (kq && w->rows >= 16))) {
+		size_t n = kq ? ops_kqg__packed_bytes(w->type, w->rows, w->cols)
+			      : (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
 		void *p = NULL;
 
 		/* 2 MiB aligned and huge pages asked for (advice only): one
@@ -576,7 +580,10 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 #ifdef MADV_HUGEPAGE
 		(void)madvise(p, n, MADV_HUGEPAGE);
 #endif
-		ops_gemm__pack(w, p);
+		if (kq)
+			ops_kqg__pack(w, p);
+		else
+			ops_gemm__pack(w, p);
 		*out = p;
 	}
 #else
@@ -652,6 +659,10 @@ void ops_act_prepare(enum ggml_type t, const float *x, uint32_t cols,
 		ops_gemm__quantize_q8_act(x, cols, out);
 		return;
 	}
+	if (ops_act_class(t) == 2 && ops_kernels_avx512vnni()) {
+		ops_kqg__quantize_q8_k(x, cols, out);
+		return;
+	}
 #endif
 	if (ops_act_class(t) == 1)
 		quantize_row_q8_act(x, cols, out);
@@ -684,13 +695,13 @@ void ops_matmul_rows(const struct ops_kernels *k, const struct ops_mat *w,
 	size_t xs = act_stride / sizeof(float); /* f32 rows: stride in floats */
 	size_t qs = act_stride / sizeof(struct ops_block_q8_act); /* q8 rows: in blocks */
 
+	if (k->gemm && k->gemm(w, act, act_stride, n, y, y_stride, r0, r1))
+		return;
 	if (ops_kq_is(w->type)) {
 		matmul_rows_kq(k->dot_kq[ops_kq_index(w->type)], w, a,
 			       act_stride, n, y, y_stride, r0, r1);
 		return;
 	}
-	if (k->gemm && k->gemm(w, act, act_stride, n, y, y_stride, r0, r1))
-		return;
 	for (uint32_t r = r0; r < r1; r++) {
 		const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
 		uint32_t i = 0;

@@ -510,7 +510,7 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 				   w->data, w->row_bytes);
 		return true;
 	default:
-		return false;
+		return ops_kqg__matmul(w, act, act_stride, n, y, y_stride, r0, r1);
 	}
 }
 

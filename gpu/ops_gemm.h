@@ -46,3 +46,16 @@ void ops_gemm__pack(const struct ops_mat *w, void *out);
  * quantizer (amax / 127 scale, round half away from zero), no libm. */
 void ops_gemm__quantize_q8_act(const float *x, uint32_t cols,
 			       struct ops_block_q8_act *out);
+
+/* K-quant tiles (ops_kq_gemm.c): Q4_K and Q6_K rows repacked in groups
+ * of 16 (bytes of the copy of a rows x cols matrix; 0 for other types),
+ * the repacking, and ops_matmul_rows over the copy in w->packed (false
+ * without one or for another type). Same bits as the table's dot_kq. */
+size_t ops_kqg__packed_bytes(enum ggml_type t, uint32_t rows, uint32_t cols);
+void ops_kqg__pack(const struct ops_mat *w, void *out);
+bool ops_kqg__matmul(const struct ops_mat *w, const void *act,
+		     size_t act_stride, uint32_t n, float *y, size_t y_stride,
+		     uint32_t r0, uint32_t r1);
+/* ops_q8_k_quantize, byte for byte, in AVX-512 (no libm). */
+void ops_kqg__quantize_q8_k(const float *x, uint32_t n,
+			    struct ops_block_q8_k *out);

@@ -1,0 +1,428 @@
+/* ops_kq_gemm.c - K-quant (Q4_K, Q6_K) matmul tiles for the avx512vnni
+ * table: sixteen weight rows x up to four tokens, on weights repacked at
+ * backend start.
+ *
+ * The dot kernels of ops_kq.c take one row against one token: per
+ * 256-weight block they unpack the row's quants, multiply 64 at a time
+ * (maddubs + vpdpwssd), then reduce a zmm of int32 to one sum, build the
+ * min sum, and call ops_kq_combine - the reduction and the per-block
+ * scalar tail cost more than the multiplies, and prefill paid them once
+ * per (row, token, block). Here the lanes are rows instead: sixteen rows
+ * are interleaved so that int32 lane r of a 64-byte weight vector holds
+ * four consecutive quants of row r, and vpdpbusd against the token's
+ * four activation bytes broadcast (an embedded {1to16} load) sums them
+ * into lane r. No reduction at all: after a sub-block (Q4_K, 32 weights)
+ * or group (Q6_K, 16 weights) each lane holds that row's exact integer
+ * sum, which vpmulld scales by the row's sub-block scale and adds to the
+ * block sum; the block tail (min sum, float combine) runs once per token
+ * for sixteen rows at a time. Each unpacked weight vector serves up to
+ * four tokens.
+ *
+ * Bits (invariant 9). Per (row, token) the block's isum and msum are the
+ * exact integers of the scalar reference, and the float tail is its
+ * ops_kq_combine, op for op: (dx * d) * (float)isum - (dx * dmin) *
+ * (float)msum, added to the row's accumulator block after block from 0.
+ * The multiplies and subtractions are the _round intrinsics (builtins
+ * GCC never contracts into an FMA, as it may the plain vector operators).
+ * So a value has the same bits as the table's dot_kq of that row and
+ * token, whether it came from a tile, from the dot (rows outside a full
+ * group of sixteen), alone or batched.
+ *
+ * Repacked layouts (per group of 16 rows r, per 256-weight block, the
+ * groups one after another, each group's blocks in order):
+ *
+ * Q4_K, 2368 bytes (the file's 16 x 144 = 2304, plus 64):
+ *   [0, 2048)     quants: for sub-block s < 8, step k < 4: 64 bytes,
+ *                 byte 4r + i = q(32s + 8k + i) | q(32s + 8k + 4 + i) << 4
+ *   [2048, 2176)  scales: byte 16s + r = sc of sub-block s (0..63)
+ *   [2176, 2304)  mins: for pair p < 4: bytes 32p + 2r + {0, 1} = mn of
+ *                 sub-blocks 2p, 2p + 1 (int16 pairs after widening)
+ *   [2304, 2336)  d of row r (half), [2336, 2368) dmin of row r (half)
+ * Q6_K, 3360 bytes (the file's size): q stored + 32 (u = 0..63)
+ *   [0, 3072)     for group g < 16 (weights 16g ..), 192 bytes: byte
+ *                 4r + i of [0, 64) = u(step 0) & 15 | (u(step 1) & 15) << 4,
+ *                 of [64, 128) the same for steps 2 and 3, of [128, 192)
+ *                 the high bits u >> 4 of step s at bits 2s, 2s + 1;
+ *                 step s's weight is 16g + 4s + i
+ *   [3072, 3328)  scales: byte 16g + r = sc of group g (int8)
+ *   [3328, 3360)  d of row r (half)
+ * Q6_K's offset 32 is taken out by starting each group's lane sum at
+ * -32 * bsums[g] of the token (so the lane ends at sum q * x exactly).
+ */
+#include "gpu/ops_gemm.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define KQG_AVX512                                                          \
+	__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,"    \
+			      "avx512vl,avx512vnni")))
+#define KQG_BODY KQG_AVX512 static inline __attribute__((always_inline))
+
+#define KQG_R 16         /* rows per group */
+#define KQG_T 4          /* tokens per tile */
+#define Q4KP_BLOCK 2368  /* repacked Q4_K bytes per group and block */
+#define Q6KP_BLOCK 3360  /* repacked Q6_K bytes per group and block */
+
+size_t ops_kqg__packed_bytes(enum ggml_type t, uint32_t rows, uint32_t cols)
+{
+	size_t per = t == GGML_TYPE_Q4_K ? Q4KP_BLOCK
+		   : t == GGML_TYPE_Q6_K ? Q6KP_BLOCK : 0;
+
+	return (size_t)(rows / KQG_R) * (cols / OPS_QK_K) * per;
+}
+
+/* ---- repacking -------------------------------------------------------- */
+
+static void pack_q4_k(const struct ops_kq_unpacked *u, const uint8_t *blk,
+		      int r, uint8_t *p)
+{
+	for (int s = 0; s < 8; s++) {
+		for (int k = 0; k < 4; k++)
+			for (int i = 0; i < 4; i++) {
+				int e = 32 * s + 8 * k + i;
+
+				p[(4 * s + k) * 64 + 4 * r + i] =
+					(uint8_t)(u->q[e] | u->q[e + 4] << 4);
+			}
+		p[2048 + 16 * s + r] = (uint8_t)u->sc[2 * s];
+		p[2176 + 32 * (s / 2) + 2 * r + s % 2] = (uint8_t)u->mn[2 * s];
+	}
+	memcpy(p + 2304 + 2 * r, blk, 2);     /* d */
+	memcpy(p + 2336 + 2 * r, blk + 2, 2); /* dmin */
+}
+
+static void pack_q6_k(const struct ops_kq_unpacked *u, const uint8_t *blk,
+		      int r, uint8_t *p)
+{
+	for (int g = 0; g < 16; g++) {
+		uint8_t *pg = p + 192 * g;
+
+		for (int i = 0; i < 4; i++) {
+			uint8_t v[4], hb = 0;
+
+			for (int s = 0; s < 4; s++) {
+				v[s] = (uint8_t)(u->q[16 * g + 4 * s + i] + 32);
+				hb |= (uint8_t)((v[s] >> 4) << (2 * s));
+			}
+			pg[4 * r + i] = (uint8_t)((v[0] & 15) | (v[1] & 15) << 4);
+			pg[64 + 4 * r + i] = (uint8_t)((v[2] & 15) | (v[3] & 15) << 4);
+			pg[128 + 4 * r + i] = hb;
+		}
+		p[3072 + 16 * g + r] = (uint8_t)u->sc[g];
+	}
+	memcpy(p + 3328 + 2 * r, blk + 208, 2); /* d */
+}
+
+void ops_kqg__pack(const struct ops_mat *w, void *out)
+{
+	bool q4 = w->type == GGML_TYPE_Q4_K;
+	size_t per = q4 ? Q4KP_BLOCK : Q6KP_BLOCK;
+	size_t bb = ops_kq_block_bytes(w->type);
+	uint32_t nb = w->cols / OPS_QK_K;
+	struct ops_kq_unpacked u;
+
+	for (uint32_t g = 0; g < w->rows / KQG_R; g++)
+		for (uint32_t b = 0; b < nb; b++) {
+			uint8_t *p = (uint8_t *)out + ((size_t)g * nb + b) * per;
+
+			for (int r = 0; r < KQG_R; r++) {
+				const uint8_t *blk = (const uint8_t *)w->data +
+						     (size_t)(g * KQG_R + (uint32_t)r) * w->row_bytes +
+						     b * bb;
+
+				ops_kq_unpack(w->type, blk, &u);
+				if (q4)
+					pack_q4_k(&u, blk, r, p);
+				else
+					pack_q6_k(&u, blk, r, p);
+			}
+		}
+}
+
+/* ---- tiles -------------------------------------------------------------- */
+
+/* ops_kq_combine for sixteen rows, op for op (see top). */
+KQG_BODY __m512 kqg_combine(__m512 dx, __m512 d, __m512 dmin, __m512i isum,
+			    __m512i msum)
+{
+	const int rc = _MM_FROUND_CUR_DIRECTION;
+	__m512 a = _mm512_mul_round_ps(_mm512_mul_round_ps(dx, d, rc),
+				       _mm512_cvtepi32_ps(isum), rc);
+	__m512 b = _mm512_mul_round_ps(_mm512_mul_round_ps(dx, dmin, rc),
+				       _mm512_cvtepi32_ps(msum), rc);
+
+	return _mm512_sub_round_ps(a, b, rc);
+}
+
+KQG_BODY __m512i bcast4(const int8_t *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+/* y[t * ys + r] for the group's 16 rows and tokens t < T; x[t] the
+ * tokens' Q8_K rows. */
+KQG_BODY void tile_q4_k(const uint8_t *pw, uint32_t nb,
+			const struct ops_block_q8_k *const *x, float *y,
+			size_t ys, const int T)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	__m512 acc[KQG_T];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		acc[t] = _mm512_setzero_ps();
+	for (uint32_t b = 0; b < nb; b++) {
+		const uint8_t *p = pw + (size_t)b * Q4KP_BLOCK;
+		__m512i is[KQG_T];
+		__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2304)));
+		__m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2336)));
+
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++)
+			is[t] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+		for (int s = 0; s < 8; s++) {
+			__m512i sc = _mm512_cvtepu8_epi32(
+				_mm_loadu_si128((const __m128i *)(p + 2048 + 16 * s)));
+			__m512i sa[KQG_T];
+
+#pragma GCC unroll 4
+			for (int t = 0; t < T; t++)
+				sa[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+			for (int k = 0; k < 4; k++) {
+				__m512i v = _mm512_loadu_si512(p + (4 * s + k) * 64);
+				__m512i lo = _mm512_and_si512(v, m4);
+				__m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+
+#pragma GCC unroll 4
+				for (int t = 0; t < T; t++) {
+					const int8_t *xq = x[t][b].qs + 32 * s + 8 * k;
+
+					sa[t] = _mm512_dpbusd_epi32(sa[t], lo, bcast4(xq));
+					sa[t] = _mm512_dpbusd_epi32(sa[t], hi, bcast4(xq + 4));
+				}
+			}
+#pragma GCC unroll 4
+			for (int t = 0; t < T; t++)
+				is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(sa[t], sc));
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++) {
+			const int16_t *bs = x[t][b].bsums;
+			/* int32 lane q: sums of sub-blocks 2q | 2q + 1 << 16 */
+			int32_t pr[4];
+			__m512i ms = _mm512_setzero_si512();
+
+			_mm_storeu_si128((__m128i *)pr,
+				_mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs),
+					       _mm_loadu_si128((const __m128i *)(bs + 8))));
+#pragma GCC unroll 4
+			for (int q = 0; q < 4; q++) {
+				__m512i mn = _mm512_cvtepu8_epi16(
+					_mm256_loadu_si256((const __m256i *)(p + 2176 + 32 * q)));
+
+				ms = _mm512_dpwssd_epi32(ms, mn, _mm512_set1_epi32(pr[q]));
+			}
+			acc[t] = _mm512_add_round_ps(acc[t],
+				kqg_combine(_mm512_set1_ps(x[t][b].d), d, dm, is[t], ms),
+				_MM_FROUND_CUR_DIRECTION);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		_mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+KQG_BODY void tile_q6_k(const uint8_t *pw, uint32_t nb,
+			const struct ops_block_q8_k *const *x, float *y,
+			size_t ys, const int T)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	const __m512i m30 = _mm512_set1_epi8(0x30);
+	__m512 acc[KQG_T];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		acc[t] = _mm512_setzero_ps();
+	for (uint32_t b = 0; b < nb; b++) {
+		const uint8_t *p = pw + (size_t)b * Q6KP_BLOCK;
+		__m512i is[KQG_T];
+		__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 3328)));
+
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++)
+			is[t] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+		for (int g = 0; g < 16; g++) {
+			const uint8_t *pg = p + 192 * g;
+			__m512i sc = _mm512_cvtepi8_epi32(
+				_mm_loadu_si128((const __m128i *)(p + 3072 + 16 * g)));
+			__m512i v0 = _mm512_loadu_si512(pg);
+			__m512i v1 = _mm512_loadu_si512(pg + 64);
+			__m512i h = _mm512_loadu_si512(pg + 128);
+			/* u = low nibble | high bits << 4 (0xf8: a | (b & c)) */
+			__m512i u[4] = {
+				_mm512_ternarylogic_epi32(_mm512_and_si512(v0, m4),
+							  _mm512_slli_epi16(h, 4), m30, 0xf8),
+				_mm512_ternarylogic_epi32(
+					_mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
+					_mm512_slli_epi16(h, 2), m30, 0xf8),
+				_mm512_ternarylogic_epi32(_mm512_and_si512(v1, m4), h,
+							  m30, 0xf8),
+				_mm512_ternarylogic_epi32(
+					_mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
+					_mm512_srli_epi16(h, 2), m30, 0xf8),
+			};
+
+#pragma GCC unroll 4
+			for (int t = 0; t < T; t++) {
+				const int8_t *xq = x[t][b].qs + 16 * g;
+				__m512i sa = _mm512_set1_epi32(-32 * (int32_t)x[t][b].bsums[g]);
+
+				sa = _mm512_dpbusd_epi32(sa, u[0], bcast4(xq));
+				sa = _mm512_dpbusd_epi32(sa, u[1], bcast4(xq + 4));
+				sa = _mm512_dpbusd_epi32(sa, u[2], bcast4(xq + 8));
+				sa = _mm512_dpbusd_epi32(sa, u[3], bcast4(xq + 12));
+				is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(sa, sc));
+			}
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++)
+			acc[t] = _mm512_add_round_ps(acc[t],
+				kqg_combine(_mm512_set1_ps(x[t][b].d), d,
+					    _mm512_setzero_ps(), is[t],
+					    _mm512_setzero_si512()),
+				_MM_FROUND_CUR_DIRECTION);
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		_mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+/* One function per token count, so the loops over t unroll and the
+ * per-token values stay in registers. */
+#define KQG_SHAPES(TILE)                                                       \
+KQG_AVX512 static void TILE##_n(const uint8_t *pw, uint32_t nb,                \
+				const struct ops_block_q8_k *const *x,         \
+				float *y, size_t ys, int T)                    \
+{                                                                              \
+	switch (T) {                                                           \
+	case 4: TILE(pw, nb, x, y, ys, 4); break;                              \
+	case 3: TILE(pw, nb, x, y, ys, 3); break;                              \
+	case 2: TILE(pw, nb, x, y, ys, 2); break;                              \
+	default: TILE(pw, nb, x, y, ys, 1); break;                             \
+	}                                                                      \
+}
+KQG_SHAPES(tile_q4_k)
+KQG_SHAPES(tile_q6_k)
+
+/* Rows [r0, r1): the whole groups of sixteen inside it from the repacked
+ * copy, every token four at a time; the rows before the first and after
+ * the last whole group (a thread's range need not fall on a group
+ * boundary, a matrix's row count need not be a multiple of 16) through
+ * the table's dot, which gives the same bits. */
+KQG_AVX512 bool ops_kqg__matmul(const struct ops_mat *w, const void *act,
+				size_t act_stride, uint32_t n, float *y,
+				size_t y_stride, uint32_t r0, uint32_t r1)
+{
+	void (*tile)(const uint8_t *, uint32_t, const struct ops_block_q8_k *const *,
+		     float *, size_t, int);
+	ops_kq_dot_fn dot = ops_kq_dot_avx512vnni[ops_kq_index(w->type)];
+	uint32_t nb = w->cols / OPS_QK_K;
+	size_t per;
+	uint32_t g0 = (r0 + KQG_R - 1) / KQG_R, g1 = r1 / KQG_R;
+	const uint8_t *a = act;
+
+	if (!w->packed)
+		return false;
+	if (w->type == GGML_TYPE_Q4_K) {
+		tile = tile_q4_k_n;
+		per = Q4KP_BLOCK;
+	} else if (w->type == GGML_TYPE_Q6_K) {
+		tile = tile_q6_k_n;
+		per = Q6KP_BLOCK;
+	} else {
+		return false;
+	}
+	if (g1 < g0)
+		g1 = g0; /* no whole group: every row through the dot */
+	for (uint32_t r = r0; r < r1; r++) {
+		if (r == g0 * KQG_R && g1 > g0) {
+			r = g1 * KQG_R - 1;
+			continue;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			y[(size_t)i * y_stride + r] =
+				dot((const uint8_t *)w->data + (size_t)r * w->row_bytes,
+				    (const void *)(a + (size_t)i * act_stride), w->cols);
+	}
+	for (uint32_t g = g0; g < g1; g++) {
+		const uint8_t *pw = (const uint8_t *)w->packed + (size_t)g * nb * per;
+
+		for (uint32_t i = 0; i < n; i += KQG_T) {
+			int T = n - i >= KQG_T ? KQG_T : (int)(n - i);
+			const struct ops_block_q8_k *x[KQG_T];
+
+			for (int t = 0; t < KQG_T; t++)
+				x[t] = (const void *)(a + (size_t)(i + (uint32_t)(t < T ? t : 0)) *
+							  act_stride);
+			tile(pw, nb, x, y + (size_t)i * y_stride + (size_t)g * KQG_R,
+			     y_stride, T);
+		}
+	}
+	return true;
+}
+
+/* ---- Q8_K activations ---------------------------------------------------- */
+
+/* ops_q8_k_quantize, byte for byte, without libm: per block amax over
+ * |x| (max is exact, so order does not matter), d = amax / 127, id = 127
+ * / amax, q = roundf(x * id) written as truncate and step away from zero
+ * when the dropped fraction is at least one half, clamped to +-127; each
+ * group of 16 is one vector, so its bsum is that vector's sum. */
+KQG_AVX512 void ops_kqg__quantize_q8_k(const float *x, uint32_t n,
+				       struct ops_block_q8_k *out)
+{
+	const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+	const __m512 half = _mm512_set1_ps(0.5f);
+	const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+
+	for (uint32_t b = 0; b < n / OPS_QK_K; b++) {
+		const float *xb = x + (size_t)b * OPS_QK_K;
+		__m512 a = _mm512_setzero_ps();
+		float amax, id;
+		__m512 vid;
+
+		for (int g = 0; g < 16; g++) {
+			/* |x| first: a NaN lane keeps a, as fmaxf ignores NaN */
+			a = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(xb + 16 * g), absmask), a);
+		}
+		amax = _mm512_reduce_max_ps(a);
+		out[b].d = amax / 127.0f;
+		id = amax > 0.0f ? 127.0f / amax : 0.0f;
+		vid = _mm512_set1_ps(id);
+		for (int g = 0; g < 16; g++) {
+			__m512 v = _mm512_mul_ps(_mm512_loadu_ps(xb + 16 * g), vid);
+			__m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+			__m512 f = _mm512_and_ps(_mm512_sub_ps(v, t), absmask);
+			__mmask16 up = _mm512_cmp_ps_mask(f, half, _CMP_GE_OQ);
+			__m512i ti = _mm512_cvttps_epi32(t);
+			__m512i sg = _mm512_or_si512(_mm512_srai_epi32(_mm512_castps_si512(v), 31),
+						     _mm512_set1_epi32(1));
+			__m512i q = _mm512_mask_add_epi32(ti, up, ti, sg);
+
+			q = _mm512_max_epi32(_mm512_min_epi32(q, lim), nlim);
+			_mm_storeu_si128((__m128i *)(out[b].qs + 16 * g), _mm512_cvtepi32_epi8(q));
+			out[b].bsums[g] = (int16_t)_mm512_reduce_add_epi32(q);
+		}
+	}
+}
+
+#endif
