@@ -76,42 +76,74 @@ size_t ops_kqg__packed_bytes(enum ggml_type t, uint32_t rows, uint32_t cols)
 
 /* ---- repacking -------------------------------------------------------- */
 
-static void pack_q4_k(const struct ops_kq_unpacked *u, const uint8_t *blk,
-		      int r, uint8_t *p)
+/* Straight from the file's bytes (layouts in gpu/README.md), eight
+ * quants per 64-bit word: a Q4_K sub-block s's 32 quants are nibble s % 2
+ * of qs[32 (s / 2) ..], so word k (quants 8k .. 8k + 7) gives the packed
+ * dword of step k as its low half | its high half << 4. */
+static uint64_t ld64(const uint8_t *p)
 {
-	for (int s = 0; s < 8; s++) {
-		for (int k = 0; k < 4; k++)
-			for (int i = 0; i < 4; i++) {
-				int e = 32 * s + 8 * k + i;
+	uint64_t v;
 
-				p[(4 * s + k) * 64 + 4 * r + i] =
-					(uint8_t)(u->q[e] | u->q[e + 4] << 4);
-			}
-		p[2048 + 16 * s + r] = (uint8_t)u->sc[2 * s];
-		p[2176 + 32 * (s / 2) + 2 * r + s % 2] = (uint8_t)u->mn[2 * s];
+	memcpy(&v, p, 8);
+	return v;
+}
+
+static void st32(uint8_t *p, uint64_t v)
+{
+	uint32_t u = (uint32_t)v;
+
+	memcpy(p, &u, 4);
+}
+
+static void pack_q4_k(const uint8_t *blk, int r, uint8_t *p)
+{
+	const uint8_t *sc = blk + 4, *qs = blk + 16;
+	const uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
+
+	for (int s = 0; s < 8; s++) {
+		int scv, mnv;
+
+		for (int k = 0; k < 4; k++) {
+			uint64_t n = (ld64(qs + 32 * (s / 2) + 8 * k) >> (4 * (s % 2))) & m4;
+
+			st32(p + (4 * s + k) * 64 + 4 * r, n | (n >> 32) << 4);
+		}
+		if (s < 4) {
+			scv = sc[s] & 63;
+			mnv = sc[s + 4] & 63;
+		} else {
+			scv = (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
+			mnv = (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
+		}
+		p[2048 + 16 * s + r] = (uint8_t)scv;
+		p[2176 + 32 * (s / 2) + 2 * r + s % 2] = (uint8_t)mnv;
 	}
 	memcpy(p + 2304 + 2 * r, blk, 2);     /* d */
 	memcpy(p + 2336 + 2 * r, blk + 2, 2); /* dmin */
 }
 
-static void pack_q6_k(const struct ops_kq_unpacked *u, const uint8_t *blk,
-		      int r, uint8_t *p)
+/* Q6_K group g (weights 16g ..) lies in half n = g / 8, span k = g % 8
+ * / 2, at l = 16 (g % 2): low bits nibble k / 2 of ql[64n + 32 (k % 2) +
+ * l ..], high bits 2k, 2k + 1 of qh[32n + l ..]; the stored 6-bit value
+ * is already q + 32. */
+static void pack_q6_k(const uint8_t *blk, int r, uint8_t *p)
 {
+	const uint8_t *ql = blk, *qh = blk + 128;
+	const int8_t *sc = (const int8_t *)(blk + 192);
+	const uint64_t m4 = 0x0f0f0f0f0f0f0f0full, m2 = 0x0303030303030303ull;
+
 	for (int g = 0; g < 16; g++) {
-		uint8_t *pg = p + 192 * g;
+		int n = g / 8, k = g % 8 / 2, l = 16 * (g % 2);
+		const uint8_t *lo = ql + 64 * n + 32 * (k % 2) + l, *hi = qh + 32 * n + l;
+		uint64_t a = (ld64(lo) >> (4 * (k / 2))) & m4;
+		uint64_t b = (ld64(lo + 8) >> (4 * (k / 2))) & m4;
+		uint64_t ha = (ld64(hi) >> (2 * k)) & m2, hb = (ld64(hi + 8) >> (2 * k)) & m2;
+		uint8_t *pg = p + 192 * g + 4 * r;
 
-		for (int i = 0; i < 4; i++) {
-			uint8_t v[4], hb = 0;
-
-			for (int s = 0; s < 4; s++) {
-				v[s] = (uint8_t)(u->q[16 * g + 4 * s + i] + 32);
-				hb |= (uint8_t)((v[s] >> 4) << (2 * s));
-			}
-			pg[4 * r + i] = (uint8_t)((v[0] & 15) | (v[1] & 15) << 4);
-			pg[64 + 4 * r + i] = (uint8_t)((v[2] & 15) | (v[3] & 15) << 4);
-			pg[128 + 4 * r + i] = hb;
-		}
-		p[3072 + 16 * g + r] = (uint8_t)u->sc[g];
+		st32(pg, a | (a >> 32) << 4);       /* steps 0, 1 */
+		st32(pg + 64, b | (b >> 32) << 4);  /* steps 2, 3 */
+		st32(pg + 128, ha | (ha >> 32) << 2 | hb << 4 | (hb >> 32) << 6);
+		p[3072 + 16 * g + r] = (uint8_t)sc[g];
 	}
 	memcpy(p + 3328 + 2 * r, blk + 208, 2); /* d */
 }
@@ -122,7 +154,6 @@ void ops_kqg__pack(const struct ops_mat *w, void *out)
 	size_t per = q4 ? Q4KP_BLOCK : Q6KP_BLOCK;
 	size_t bb = ops_kq_block_bytes(w->type);
 	uint32_t nb = w->cols / OPS_QK_K;
-	struct ops_kq_unpacked u;
 
 	for (uint32_t g = 0; g < w->rows / KQG_R; g++)
 		for (uint32_t b = 0; b < nb; b++) {
@@ -133,11 +164,10 @@ void ops_kqg__pack(const struct ops_mat *w, void *out)
 						     (size_t)(g * KQG_R + (uint32_t)r) * w->row_bytes +
 						     b * bb;
 
-				ops_kq_unpack(w->type, blk, &u);
 				if (q4)
-					pack_q4_k(&u, blk, r, p);
+					pack_q4_k(blk, r, p);
 				else
-					pack_q6_k(&u, blk, r, p);
+					pack_q6_k(blk, r, p);
 			}
 		}
 }
