@@ -187,12 +187,15 @@ KQG_BODY __m512 kqg_combine(__m512 dx, __m512 d, __m512 dmin, __m512i isum,
 	return _mm512_sub_round_ps(a, b, rc);
 }
 
-KQG_BODY __m512i bcast4(const int8_t *p)
+/* acc + vpdpbusd(w, the four activation bytes at p in every int32
+ * lane), the broadcast folded into the instruction's {1to16} memory
+ * operand (GCC does not fold it for vpdpbusd by itself). */
+KQG_BODY __m512i dpb_bcast(__m512i acc, __m512i w, const int8_t *p)
 {
-	int32_t v;
-
-	memcpy(&v, p, 4);
-	return _mm512_set1_epi32(v);
+	__asm__("vpdpbusd %2%{1to16%}, %1, %0"
+		: "+v"(acc)
+		: "v"(w), "m"(*(const int32_t(*)[1])(const void *)p));
+	return acc;
 }
 
 /* y[t * ys + r] for the group's 16 rows and tokens t < T; x[t] the
@@ -220,11 +223,13 @@ KQG_BODY void tile_q4_k(const uint8_t *pw, uint32_t nb,
 		for (int s = 0; s < 8; s++) {
 			__m512i sc = _mm512_cvtepu8_epi32(
 				_mm_loadu_si128((const __m128i *)(p + 2048 + 16 * s)));
-			__m512i sa[KQG_T];
+			/* two chains per token (low / high nibbles), so that
+			 * 2T independent vpdpbusd chains hide its latency */
+			__m512i sa[KQG_T], sb[KQG_T];
 
 #pragma GCC unroll 4
 			for (int t = 0; t < T; t++)
-				sa[t] = _mm512_setzero_si512();
+				sa[t] = sb[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
 			for (int k = 0; k < 4; k++) {
 				__m512i v = _mm512_loadu_si512(p + (4 * s + k) * 64);
@@ -235,13 +240,14 @@ KQG_BODY void tile_q4_k(const uint8_t *pw, uint32_t nb,
 				for (int t = 0; t < T; t++) {
 					const int8_t *xq = x[t][b].qs + 32 * s + 8 * k;
 
-					sa[t] = _mm512_dpbusd_epi32(sa[t], lo, bcast4(xq));
-					sa[t] = _mm512_dpbusd_epi32(sa[t], hi, bcast4(xq + 4));
+					sa[t] = dpb_bcast(sa[t], lo, xq);
+					sb[t] = dpb_bcast(sb[t], hi, xq + 4);
 				}
 			}
 #pragma GCC unroll 4
 			for (int t = 0; t < T; t++)
-				is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(sa[t], sc));
+				is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(
+					_mm512_add_epi32(sa[t], sb[t]), sc));
 		}
 #pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
@@ -316,11 +322,14 @@ KQG_BODY void tile_q6_k(const uint8_t *pw, uint32_t nb,
 				const int8_t *xq = x[t][b].qs + 16 * g;
 				__m512i sa = _mm512_set1_epi32(-32 * (int32_t)x[t][b].bsums[g]);
 
-				sa = _mm512_dpbusd_epi32(sa, u[0], bcast4(xq));
-				sa = _mm512_dpbusd_epi32(sa, u[1], bcast4(xq + 4));
-				sa = _mm512_dpbusd_epi32(sa, u[2], bcast4(xq + 8));
-				sa = _mm512_dpbusd_epi32(sa, u[3], bcast4(xq + 12));
-				is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(sa, sc));
+				__m512i sb = _mm512_setzero_si512();
+
+				sa = dpb_bcast(sa, u[0], xq);
+				sb = dpb_bcast(sb, u[1], xq + 4);
+				sa = dpb_bcast(sa, u[2], xq + 8);
+				sb = dpb_bcast(sb, u[3], xq + 12);
+				is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(
+					_mm512_add_epi32(sa, sb), sc));
 			}
 		}
 #pragma GCC unroll 4
