@@ -563,7 +563,7 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 {
 	*out = NULL;
 #if OPS_HAVE_X86
-	bool kq = w->type == GGML_TYPE_Q4_K || w->type == GGML_TYPE_Q6_K;
+	bool kq = ops_kqg__packed_bytes(w->type, 16, OPS_QK_K) > 0;
 
 	if (k == &kernels_avx512vnni &&
 	    (w->type == GGML_TYPE_Q4_0 || w->type == GGML_TYPE_Q8_0 ||

@@ -38,6 +38,11 @@
  *   [2176, 2304)  mins: for pair p < 4: bytes 32p + 2r + {0, 1} = mn of
  *                 sub-blocks 2p, 2p + 1 (int16 pairs after widening)
  *   [2304, 2336)  d of row r (half), [2336, 2368) dmin of row r (half)
+ * Q5_K, 2880 bytes (the file's 16 x 176 = 2816, plus 64): Q4_K's layout
+ *   with the fifth bits inserted after the quants: [2048, 2560) for
+ *   sub-block s 64 bytes, byte 4r + i bit 2k (2k + 1) = bit 4 of the
+ *   quant in the low (high) nibble of step k's byte 4r + i; scales, mins,
+ *   d and dmin follow, each 512 bytes later than in Q4_K
  * Q6_K, 3360 bytes (the file's size): q stored + 32 (u = 0..63)
  *   [0, 3072)     for group g < 16 (weights 16g ..), 192 bytes: byte
  *                 4r + i of [0, 64) = u(step 0) & 15 | (u(step 1) & 15) << 4,
@@ -64,11 +69,14 @@
 #define KQG_R 16         /* rows per group */
 #define KQG_T 4          /* tokens per tile */
 #define Q4KP_BLOCK 2368  /* repacked Q4_K bytes per group and block */
+#define Q5KP_BLOCK 2880  /* Q5_K: Q4_K's plus 512 bytes of fifth bits */
+#define Q5KP_H 512       /* offset of Q5_K's scales .. dmin past Q4_K's */
 #define Q6KP_BLOCK 3360  /* repacked Q6_K bytes per group and block */
 
 size_t ops_kqg__packed_bytes(enum ggml_type t, uint32_t rows, uint32_t cols)
 {
 	size_t per = t == GGML_TYPE_Q4_K ? Q4KP_BLOCK
+		   : t == GGML_TYPE_Q5_K ? Q5KP_BLOCK
 		   : t == GGML_TYPE_Q6_K ? Q6KP_BLOCK : 0;
 
 	return (size_t)(rows / KQG_R) * (cols / OPS_QK_K) * per;
@@ -95,19 +103,26 @@ static void st32(uint8_t *p, uint64_t v)
 	memcpy(p, &u, 4);
 }
 
-static void pack_q4_k(const uint8_t *blk, int r, uint8_t *p)
+/* Q5_K's fifth bit of weight 32s + l is bit s of qh[l]. */
+static void pack_q45_k(const uint8_t *blk, int r, uint8_t *p, bool q5)
 {
-	const uint8_t *sc = blk + 4, *qs = blk + 16;
-	const uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
+	const uint8_t *sc = blk + 4, *qh = blk + 16, *qs = blk + (q5 ? 48 : 16);
+	const uint64_t m4 = 0x0f0f0f0f0f0f0f0full, m1 = 0x0101010101010101ull;
+	size_t h = q5 ? Q5KP_H : 0;
 
 	for (int s = 0; s < 8; s++) {
+		uint64_t hb = 0;
 		int scv, mnv;
 
 		for (int k = 0; k < 4; k++) {
 			uint64_t n = (ld64(qs + 32 * (s / 2) + 8 * k) >> (4 * (s % 2))) & m4;
+			uint64_t v = (ld64(qh + 8 * k) >> s) & m1;
 
 			st32(p + (4 * s + k) * 64 + 4 * r, n | (n >> 32) << 4);
+			hb |= (uint32_t)v << (2 * k) | (uint32_t)(v >> 32) << (2 * k + 1);
 		}
+		if (q5)
+			st32(p + 2048 + 64 * s + 4 * r, hb);
 		if (s < 4) {
 			scv = sc[s] & 63;
 			mnv = sc[s + 4] & 63;
@@ -115,11 +130,11 @@ static void pack_q4_k(const uint8_t *blk, int r, uint8_t *p)
 			scv = (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
 			mnv = (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
 		}
-		p[2048 + 16 * s + r] = (uint8_t)scv;
-		p[2176 + 32 * (s / 2) + 2 * r + s % 2] = (uint8_t)mnv;
+		p[h + 2048 + 16 * s + r] = (uint8_t)scv;
+		p[h + 2176 + 32 * (s / 2) + 2 * r + s % 2] = (uint8_t)mnv;
 	}
-	memcpy(p + 2304 + 2 * r, blk, 2);     /* d */
-	memcpy(p + 2336 + 2 * r, blk + 2, 2); /* dmin */
+	memcpy(p + h + 2304 + 2 * r, blk, 2);     /* d */
+	memcpy(p + h + 2336 + 2 * r, blk + 2, 2); /* dmin */
 }
 
 /* Q6_K group g (weights 16g ..) lies in half n = g / 8, span k = g % 8
@@ -150,8 +165,7 @@ static void pack_q6_k(const uint8_t *blk, int r, uint8_t *p)
 
 void ops_kqg__pack(const struct ops_mat *w, void *out)
 {
-	bool q4 = w->type == GGML_TYPE_Q4_K;
-	size_t per = q4 ? Q4KP_BLOCK : Q6KP_BLOCK;
+	size_t per = ops_kqg__packed_bytes(w->type, KQG_R, OPS_QK_K);
 	size_t bb = ops_kq_block_bytes(w->type);
 	uint32_t nb = w->cols / OPS_QK_K;
 
@@ -164,10 +178,10 @@ void ops_kqg__pack(const struct ops_mat *w, void *out)
 						     (size_t)(g * KQG_R + (uint32_t)r) * w->row_bytes +
 						     b * bb;
 
-				if (q4)
-					pack_q4_k(blk, r, p);
-				else
+				if (w->type == GGML_TYPE_Q6_K)
 					pack_q6_k(blk, r, p);
+				else
+					pack_q45_k(blk, r, p, w->type == GGML_TYPE_Q5_K);
 			}
 		}
 }
@@ -200,21 +214,35 @@ KQG_BODY __m512i dpb_bcast(__m512i acc, __m512i w, const int8_t *p)
 
 /* y[t * ys + r] for the group's 16 rows and tokens t < T; x[t] the
  * tokens' Q8_K rows. */
-KQG_BODY void tile_q4_k(const uint8_t *pw, uint32_t nb,
-			const struct ops_block_q8_k *const *x, float *y,
-			size_t ys, const int T)
+/* Bit 2k + j of each byte of hb (j = 0, 1) moved to bit 4, the rest of
+ * the byte clear: one 16-bit shift (the bits it carries across bytes
+ * never reach bit 4) and the mask in the caller's ternary logic. */
+KQG_BODY __m512i kqg_bit4(__m512i hb, int k, int j)
+{
+	int sh = 4 - 2 * k - j;
+
+	return sh >= 0 ? _mm512_slli_epi16(hb, (unsigned)sh)
+		       : _mm512_srli_epi16(hb, (unsigned)-sh);
+}
+
+/* Q4_K, and Q5_K when Q5 (the fifth bits or'd in as 16). */
+KQG_BODY void tile_q45_k(const uint8_t *pw, uint32_t nb,
+			 const struct ops_block_q8_k *const *x, float *y,
+			 size_t ys, const int T, const bool Q5)
 {
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	const __m512i m10 = _mm512_set1_epi8(0x10);
+	const size_t h = Q5 ? Q5KP_H : 0;
 	__m512 acc[KQG_T];
 
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
 		acc[t] = _mm512_setzero_ps();
 	for (uint32_t b = 0; b < nb; b++) {
-		const uint8_t *p = pw + (size_t)b * Q4KP_BLOCK;
+		const uint8_t *p = pw + (size_t)b * (Q5 ? Q5KP_BLOCK : Q4KP_BLOCK);
 		__m512i is[KQG_T];
-		__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2304)));
-		__m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2336)));
+		__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + h + 2304)));
+		__m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + h + 2336)));
 
 #pragma GCC unroll 4
 		for (int t = 0; t < T; t++)
@@ -222,7 +250,9 @@ KQG_BODY void tile_q4_k(const uint8_t *pw, uint32_t nb,
 #pragma GCC unroll 1
 		for (int s = 0; s < 8; s++) {
 			__m512i sc = _mm512_cvtepu8_epi32(
-				_mm_loadu_si128((const __m128i *)(p + 2048 + 16 * s)));
+				_mm_loadu_si128((const __m128i *)(p + h + 2048 + 16 * s)));
+			__m512i hb = Q5 ? _mm512_loadu_si512(p + 2048 + 64 * s)
+					: _mm512_setzero_si512();
 			/* two chains per token (low / high nibbles), so that
 			 * 2T independent vpdpbusd chains hide its latency */
 			__m512i sa[KQG_T], sb[KQG_T];
@@ -235,6 +265,11 @@ KQG_BODY void tile_q4_k(const uint8_t *pw, uint32_t nb,
 				__m512i v = _mm512_loadu_si512(p + (4 * s + k) * 64);
 				__m512i lo = _mm512_and_si512(v, m4);
 				__m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+
+				if (Q5) { /* 0xf8: a | (b & c) */
+					lo = _mm512_ternarylogic_epi32(lo, kqg_bit4(hb, k, 0), m10, 0xf8);
+					hi = _mm512_ternarylogic_epi32(hi, kqg_bit4(hb, k, 1), m10, 0xf8);
+				}
 
 #pragma GCC unroll 4
 				for (int t = 0; t < T; t++) {
@@ -262,7 +297,7 @@ KQG_BODY void tile_q4_k(const uint8_t *pw, uint32_t nb,
 #pragma GCC unroll 4
 			for (int q = 0; q < 4; q++) {
 				__m512i mn = _mm512_cvtepu8_epi16(
-					_mm256_loadu_si256((const __m256i *)(p + 2176 + 32 * q)));
+					_mm256_loadu_si256((const __m256i *)(p + h + 2176 + 32 * q)));
 
 				ms = _mm512_dpwssd_epi32(ms, mn, _mm512_set1_epi32(pr[q]));
 			}
@@ -359,7 +394,22 @@ KQG_AVX512 static void TILE##_n(const uint8_t *pw, uint32_t nb,                \
 	default: TILE(pw, nb, x, y, ys, 1); break;                             \
 	}                                                                      \
 }
+KQG_BODY void tile_q4_k(const uint8_t *pw, uint32_t nb,
+			const struct ops_block_q8_k *const *x, float *y,
+			size_t ys, const int T)
+{
+	tile_q45_k(pw, nb, x, y, ys, T, false);
+}
+
+KQG_BODY void tile_q5_k(const uint8_t *pw, uint32_t nb,
+			const struct ops_block_q8_k *const *x, float *y,
+			size_t ys, const int T)
+{
+	tile_q45_k(pw, nb, x, y, ys, T, true);
+}
+
 KQG_SHAPES(tile_q4_k)
+KQG_SHAPES(tile_q5_k)
 KQG_SHAPES(tile_q6_k)
 
 /* Rows [r0, r1): the whole groups of sixteen inside it from the repacked
@@ -384,6 +434,9 @@ KQG_AVX512 bool ops_kqg__matmul(const struct ops_mat *w, const void *act,
 	if (w->type == GGML_TYPE_Q4_K) {
 		tile = tile_q4_k_n;
 		per = Q4KP_BLOCK;
+	} else if (w->type == GGML_TYPE_Q5_K) {
+		tile = tile_q5_k_n;
+		per = Q5KP_BLOCK;
 	} else if (w->type == GGML_TYPE_Q6_K) {
 		tile = tile_q6_k_n;
 		per = Q6KP_BLOCK;

@@ -525,7 +525,7 @@ static void check_kq_tiles(enum ggml_type t, bool extreme)
 		rnd_block(t, w + b * bb);
 		if (extreme)
 			for (size_t i = 0; i < bb; i++) {
-				bool is_d = t == GGML_TYPE_Q4_K ? i < 4 : i >= bb - 2;
+				bool is_d = t == GGML_TYPE_Q6_K ? i >= bb - 2 : i < 4;
 
 				if (!is_d)
 					w[b * bb + i] = 0xff;
@@ -592,9 +592,11 @@ START_TEST(test_kq_tiles)
 	}
 	for (int it = 0; it < 4; it++) {
 		check_kq_tiles(GGML_TYPE_Q4_K, false);
+		check_kq_tiles(GGML_TYPE_Q5_K, false);
 		check_kq_tiles(GGML_TYPE_Q6_K, false);
 	}
 	check_kq_tiles(GGML_TYPE_Q4_K, true);
+	check_kq_tiles(GGML_TYPE_Q5_K, true);
 	check_kq_tiles(GGML_TYPE_Q6_K, true);
 }
 END_TEST
