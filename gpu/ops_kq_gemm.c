@@ -72,10 +72,14 @@
 #define Q5KP_BLOCK 2880  /* Q5_K: Q4_K's plus 512 bytes of fifth bits */
 #define Q5KP_H 512       /* offset of Q5_K's scales .. dmin past Q4_K's */
 #define Q6KP_BLOCK 3360  /* repacked Q6_K bytes per group and block */
+#define Q2KP_BLOCK 1600  /* Q2_K */
+#define Q3KP_BLOCK 1824  /* Q3_K */
 
 size_t ops_kqg__packed_bytes(enum ggml_type t, uint32_t rows, uint32_t cols)
 {
-	size_t per = t == GGML_TYPE_Q4_K ? Q4KP_BLOCK
+	size_t per = t == GGML_TYPE_Q2_K ? Q2KP_BLOCK
+		   : t == GGML_TYPE_Q3_K ? Q3KP_BLOCK
+		   : t == GGML_TYPE_Q4_K ? Q4KP_BLOCK
 		   : t == GGML_TYPE_Q5_K ? Q5KP_BLOCK
 		   : t == GGML_TYPE_Q6_K ? Q6KP_BLOCK : 0;
 
@@ -163,6 +167,59 @@ static void pack_q6_k(const uint8_t *blk, int r, uint8_t *p)
 	memcpy(p + 3328 + 2 * r, blk + 208, 2); /* d */
 }
 
+/* Q2_K / Q3_K group g (weights 16g ..) lies in half n = g / 8, span j =
+ * g % 8 / 2, at l = 16 (g % 2): two bits 2j of qs[32n + l ..]; Q3_K's
+ * third bit is bit 4n + j of hmask[l ..]. Step s's byte 4r + i takes
+ * quants 4s + i of the group, at bits 2s (and bit s + 4 (g % 2) of the
+ * pair's high-bit vector). */
+static uint32_t g16_gather2(uint64_t a, uint64_t b, int w)
+{
+	return (uint32_t)a | (uint32_t)(a >> 32) << w | (uint32_t)b << 2 * w |
+	       (uint32_t)(b >> 32) << 3 * w;
+}
+
+static void pack_q23_k(const uint8_t *blk, int r, uint8_t *p, bool q3)
+{
+	const uint8_t *qs = blk + (q3 ? 32 : 16), *hm = blk;
+	const uint64_t m2 = 0x0303030303030303ull, m1 = 0x0101010101010101ull;
+
+	for (int g = 0; g < 16; g++) {
+		int n = g / 8, j = g % 8 / 2, l = 16 * (g % 2);
+		const uint8_t *q = qs + 32 * n + l;
+
+		st32(p + 64 * g + 4 * r, g16_gather2((ld64(q) >> 2 * j) & m2,
+						      (ld64(q + 8) >> 2 * j) & m2, 2));
+		if (q3) {
+			uint8_t *ph = p + 1024 + 64 * (g / 2) + 4 * r;
+			uint32_t hb = g16_gather2((ld64(hm + l) >> (4 * n + j)) & m1,
+						  (ld64(hm + l + 8) >> (4 * n + j)) & m1, 1);
+			uint32_t old = 0;
+
+			if (g % 2)
+				memcpy(&old, ph, 4);
+			st32(ph, old | hb << 4 * (g % 2));
+		}
+	}
+	if (q3) {
+		const uint8_t *sc = blk + 96;
+
+		for (int i = 0; i < 16; i++) {
+			int lo = i < 8 ? sc[i] & 15 : sc[i - 8] >> 4;
+			int hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+
+			p[1536 + 16 * i + r] = (uint8_t)(int8_t)((lo | hi << 4) - 32);
+		}
+		memcpy(p + 1792 + 2 * r, blk + 108, 2); /* d */
+		return;
+	}
+	for (int g = 0; g < 16; g++) {
+		p[1024 + 16 * g + r] = blk[g] & 15;
+		p[1280 + 32 * (g / 2) + 2 * r + g % 2] = blk[g] >> 4;
+	}
+	memcpy(p + 1536 + 2 * r, blk + 80, 2); /* d */
+	memcpy(p + 1568 + 2 * r, blk + 82, 2); /* dmin */
+}
+
 void ops_kqg__pack(const struct ops_mat *w, void *out)
 {
 	size_t per = ops_kqg__packed_bytes(w->type, KQG_R, OPS_QK_K);
@@ -180,6 +237,8 @@ void ops_kqg__pack(const struct ops_mat *w, void *out)
 
 				if (w->type == GGML_TYPE_Q6_K)
 					pack_q6_k(blk, r, p);
+				else if (w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K)
+					pack_q23_k(blk, r, p, w->type == GGML_TYPE_Q3_K);
 				else
 					pack_q45_k(blk, r, p, w->type == GGML_TYPE_Q5_K);
 			}
@@ -311,52 +370,92 @@ KQG_BODY void tile_q45_k(const uint8_t *pw, uint32_t nb,
 		_mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
-KQG_BODY void tile_q6_k(const uint8_t *pw, uint32_t nb,
-			const struct ops_block_q8_k *const *x, float *y,
-			size_t ys, const int T)
+/* The group-of-16 types (Q2_K, Q3_K, Q6_K; KIND 2, 3, 6): step s (< 4)
+ * of group g as unsigned bytes u (Q2_K: q; Q3_K: q + 4; Q6_K: q + 32). */
+KQG_BODY void kqg_g16_steps(const uint8_t *p, int g, const int KIND, __m512i *u)
 {
-	const __m512i m4 = _mm512_set1_epi8(0x0f);
-	const __m512i m30 = _mm512_set1_epi8(0x30);
+	const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x03);
+
+	if (KIND == 6) {
+		const uint8_t *pg = p + 192 * g;
+		const __m512i m30 = _mm512_set1_epi8(0x30);
+		__m512i v0 = _mm512_loadu_si512(pg);
+		__m512i v1 = _mm512_loadu_si512(pg + 64);
+		__m512i h = _mm512_loadu_si512(pg + 128);
+
+		/* low nibble | high bits << 4 (0xf8: a | (b & c)) */
+		u[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(v0, m4),
+						 _mm512_slli_epi16(h, 4), m30, 0xf8);
+		u[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
+						 _mm512_slli_epi16(h, 2), m30, 0xf8);
+		u[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(v1, m4), h, m30, 0xf8);
+		u[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
+						 _mm512_srli_epi16(h, 2), m30, 0xf8);
+		return;
+	}
+	/* Q2_K, Q3_K: two bits per step at bits 2s; Q3_K's third bit of
+	 * step s at bit s + 4 (g % 2) of the pair's high-bit vector */
+	__m512i v = _mm512_loadu_si512(p + 64 * g);
+
+	u[0] = _mm512_and_si512(v, m3);
+	u[1] = _mm512_and_si512(_mm512_srli_epi16(v, 2), m3);
+	u[2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m3);
+	u[3] = _mm512_and_si512(_mm512_srli_epi16(v, 6), m3);
+	if (KIND == 3) {
+		const __m512i m04 = _mm512_set1_epi8(0x04);
+		__m512i h = _mm512_loadu_si512(p + 1024 + 64 * (g / 2));
+
+		for (int st = 0; st < 4; st++) {
+			int sh = st + 4 * (g % 2) - 2; /* to bit 2 */
+			__m512i hs = sh >= 0 ? _mm512_srli_epi16(h, (unsigned)sh)
+					     : _mm512_slli_epi16(h, (unsigned)-sh);
+
+			u[st] = _mm512_ternarylogic_epi32(u[st], hs, m04, 0xf8);
+		}
+	}
+}
+
+/* Offsets in a group-of-16 type's repacked block: scales (int8 or u8,
+ * byte 16g + r), mins (Q2_K: pairs, bytes 32p + 2r + {0, 1} = mn of
+ * groups 2p, 2p + 1), d (and dmin). */
+#define G16_SC(K) ((K) == 6 ? 3072 : (K) == 3 ? 1536 : 1024)
+#define G16_MN(K) 1280
+#define G16_D(K) ((K) == 6 ? 3328 : (K) == 3 ? 1792 : 1536)
+#define G16_BLOCK(K) ((K) == 6 ? Q6KP_BLOCK : (K) == 3 ? Q3KP_BLOCK : Q2KP_BLOCK)
+
+KQG_BODY void tile_g16(const uint8_t *pw, uint32_t nb,
+		       const struct ops_block_q8_k *const *x, float *y,
+		       size_t ys, const int T, const int KIND)
+{
+	/* offset of u: each group's lane sums start at -off * bsums[g] */
+	const int32_t off = KIND == 6 ? 32 : KIND == 3 ? 4 : 0;
 	__m512 acc[KQG_T];
 
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
 		acc[t] = _mm512_setzero_ps();
 	for (uint32_t b = 0; b < nb; b++) {
-		const uint8_t *p = pw + (size_t)b * Q6KP_BLOCK;
+		const uint8_t *p = pw + (size_t)b * G16_BLOCK(KIND);
 		__m512i is[KQG_T];
-		__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 3328)));
+		__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + G16_D(KIND))));
+		__m512 dm = KIND == 2 ? _mm512_cvtph_ps(_mm256_loadu_si256(
+						(const __m256i *)(p + G16_D(KIND) + 32)))
+				      : _mm512_setzero_ps();
 
 #pragma GCC unroll 4
 		for (int t = 0; t < T; t++)
 			is[t] = _mm512_setzero_si512();
 #pragma GCC unroll 1
 		for (int g = 0; g < 16; g++) {
-			const uint8_t *pg = p + 192 * g;
-			__m512i sc = _mm512_cvtepi8_epi32(
-				_mm_loadu_si128((const __m128i *)(p + 3072 + 16 * g)));
-			__m512i v0 = _mm512_loadu_si512(pg);
-			__m512i v1 = _mm512_loadu_si512(pg + 64);
-			__m512i h = _mm512_loadu_si512(pg + 128);
-			/* u = low nibble | high bits << 4 (0xf8: a | (b & c)) */
-			__m512i u[4] = {
-				_mm512_ternarylogic_epi32(_mm512_and_si512(v0, m4),
-							  _mm512_slli_epi16(h, 4), m30, 0xf8),
-				_mm512_ternarylogic_epi32(
-					_mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
-					_mm512_slli_epi16(h, 2), m30, 0xf8),
-				_mm512_ternarylogic_epi32(_mm512_and_si512(v1, m4), h,
-							  m30, 0xf8),
-				_mm512_ternarylogic_epi32(
-					_mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
-					_mm512_srli_epi16(h, 2), m30, 0xf8),
-			};
+			const __m128i scb = _mm_loadu_si128((const __m128i *)(p + G16_SC(KIND) + 16 * g));
+			__m512i sc = KIND == 2 ? _mm512_cvtepu8_epi32(scb) : _mm512_cvtepi8_epi32(scb);
+			__m512i u[4];
 
+			kqg_g16_steps(p, g, KIND, u);
 #pragma GCC unroll 4
 			for (int t = 0; t < T; t++) {
 				const int8_t *xq = x[t][b].qs + 16 * g;
-				__m512i sa = _mm512_set1_epi32(-32 * (int32_t)x[t][b].bsums[g]);
-
+				__m512i sa = _mm512_set1_epi32(-off * (int32_t)x[t][b].bsums[g]);
 				__m512i sb = _mm512_setzero_si512();
 
 				sa = dpb_bcast(sa, u[0], xq);
@@ -368,16 +467,49 @@ KQG_BODY void tile_q6_k(const uint8_t *pw, uint32_t nb,
 			}
 		}
 #pragma GCC unroll 4
-		for (int t = 0; t < T; t++)
+		for (int t = 0; t < T; t++) {
+			__m512i ms = _mm512_setzero_si512();
+
+			if (KIND == 2) {
+				/* int32 lane q of bsums: groups 2q | 2q + 1 << 16 */
+				int32_t pr[8];
+
+				memcpy(pr, x[t][b].bsums, sizeof(pr));
+#pragma GCC unroll 8
+				for (int q = 0; q < 8; q++)
+					ms = _mm512_dpwssd_epi32(ms, _mm512_cvtepu8_epi16(
+						_mm256_loadu_si256((const __m256i *)(p + G16_MN(KIND) + 32 * q))),
+						_mm512_set1_epi32(pr[q]));
+			}
 			acc[t] = _mm512_add_round_ps(acc[t],
-				kqg_combine(_mm512_set1_ps(x[t][b].d), d,
-					    _mm512_setzero_ps(), is[t],
-					    _mm512_setzero_si512()),
+				kqg_combine(_mm512_set1_ps(x[t][b].d), d, dm, is[t], ms),
 				_MM_FROUND_CUR_DIRECTION);
+		}
 	}
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
 		_mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+KQG_BODY void tile_q2_k(const uint8_t *pw, uint32_t nb,
+			const struct ops_block_q8_k *const *x, float *y,
+			size_t ys, const int T)
+{
+	tile_g16(pw, nb, x, y, ys, T, 2);
+}
+
+KQG_BODY void tile_q3_k(const uint8_t *pw, uint32_t nb,
+			const struct ops_block_q8_k *const *x, float *y,
+			size_t ys, const int T)
+{
+	tile_g16(pw, nb, x, y, ys, T, 3);
+}
+
+KQG_BODY void tile_q6_k(const uint8_t *pw, uint32_t nb,
+			const struct ops_block_q8_k *const *x, float *y,
+			size_t ys, const int T)
+{
+	tile_g16(pw, nb, x, y, ys, T, 6);
 }
 
 /* One function per token count, so the loops over t unroll and the
@@ -408,6 +540,8 @@ KQG_BODY void tile_q5_k(const uint8_t *pw, uint32_t nb,
 	tile_q45_k(pw, nb, x, y, ys, T, true);
 }
 
+KQG_SHAPES(tile_q2_k)
+KQG_SHAPES(tile_q3_k)
 KQG_SHAPES(tile_q4_k)
 KQG_SHAPES(tile_q5_k)
 KQG_SHAPES(tile_q6_k)
@@ -431,7 +565,13 @@ KQG_AVX512 bool ops_kqg__matmul(const struct ops_mat *w, const void *act,
 
 	if (!w->packed)
 		return false;
-	if (w->type == GGML_TYPE_Q4_K) {
+	if (w->type == GGML_TYPE_Q2_K) {
+		tile = tile_q2_k_n;
+		per = Q2KP_BLOCK;
+	} else if (w->type == GGML_TYPE_Q3_K) {
+		tile = tile_q3_k_n;
+		per = Q3KP_BLOCK;
+	} else if (w->type == GGML_TYPE_Q4_K) {
 		tile = tile_q4_k_n;
 		per = Q4KP_BLOCK;
 	} else if (w->type == GGML_TYPE_Q5_K) {

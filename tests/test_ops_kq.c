@@ -525,7 +525,8 @@ static void check_kq_tiles(enum ggml_type t, bool extreme)
 		rnd_block(t, w + b * bb);
 		if (extreme)
 			for (size_t i = 0; i < bb; i++) {
-				bool is_d = t == GGML_TYPE_Q6_K ? i >= bb - 2 : i < 4;
+				bool is_d = (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)
+						    ? i < 4 : i >= bb - (t == GGML_TYPE_Q2_K ? 4 : 2);
 
 				if (!is_d)
 					w[b * bb + i] = 0xff;
@@ -591,13 +592,11 @@ START_TEST(test_kq_tiles)
 		return;
 	}
 	for (int it = 0; it < 4; it++) {
-		check_kq_tiles(GGML_TYPE_Q4_K, false);
-		check_kq_tiles(GGML_TYPE_Q5_K, false);
-		check_kq_tiles(GGML_TYPE_Q6_K, false);
+		for (int ti = 0; ti < OPS_KQ_N; ti++)
+			check_kq_tiles(kq_types[ti], false);
 	}
-	check_kq_tiles(GGML_TYPE_Q4_K, true);
-	check_kq_tiles(GGML_TYPE_Q5_K, true);
-	check_kq_tiles(GGML_TYPE_Q6_K, true);
+	for (int ti = 0; ti < OPS_KQ_N; ti++)
+		check_kq_tiles(kq_types[ti], true);
 }
 END_TEST
 
