@@ -672,8 +672,9 @@ void ops_act_prepare(enum ggml_type t, const float *x, uint32_t cols,
 		memcpy(out, x, (size_t)cols * sizeof(float));
 }
 
-/* K-quant rows: one dot per (row, token); the kernels are already
- * bound by the weight stream, so there is no three-token variant. */
+/* K-quant rows without a table tile (every table but avx512vnni, whose
+ * gemm takes repacked K-quant matrices: ops_kq_gemm.c): one dot per
+ * (row, token). */
 static void matmul_rows_kq(ops_kq_dot_fn dot, const struct ops_mat *w,
 			   const uint8_t *a, size_t act_stride, uint32_t n,
 			   float *y, size_t y_stride, uint32_t r0, uint32_t r1)

@@ -30,8 +30,9 @@ void ops_gemm__dot3_q4_0(const struct ops_block_q4_0 *w,
 			 const struct ops_block_q8_act *x, size_t xs,
 			 uint32_t n, float *out);
 
-/* ops_matmul_rows for F32, F16, Q8_0 and Q4_0 weights (the table's
- * `gemm`); returns false for any other type (the caller falls back). */
+/* ops_matmul_rows for F32, F16, Q8_0 and Q4_0 weights, and for K-quant
+ * weights with a repacked copy (ops_kqg__matmul) (the table's `gemm`);
+ * returns false otherwise (the caller falls back to the dots). */
 bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 		      size_t act_stride, uint32_t n, float *y, size_t y_stride,
 		      uint32_t r0, uint32_t r1);

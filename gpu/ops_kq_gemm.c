@@ -1,6 +1,6 @@
-/* ops_kq_gemm.c - K-quant (Q4_K, Q6_K) matmul tiles for the avx512vnni
+/* ops_kq_gemm.c - K-quant (Q2_K .. Q6_K) matmul tiles for the avx512vnni
  * table: sixteen weight rows x up to four tokens, on weights repacked at
- * backend start.
+ * backend start; and the AVX-512 Q8_K activation quantizer.
  *
  * The dot kernels of ops_kq.c take one row against one token: per
  * 256-weight block they unpack the row's quants, multiply 64 at a time
@@ -11,12 +11,17 @@
  * are interleaved so that int32 lane r of a 64-byte weight vector holds
  * four consecutive quants of row r, and vpdpbusd against the token's
  * four activation bytes broadcast (an embedded {1to16} load) sums them
- * into lane r. No reduction at all: after a sub-block (Q4_K, 32 weights)
- * or group (Q6_K, 16 weights) each lane holds that row's exact integer
+ * into lane r. No reduction at all: after a sub-block (Q4_K, Q5_K: 32
+ * weights) or group (Q2_K, Q3_K, Q6_K: 16) each lane holds that row's exact integer
  * sum, which vpmulld scales by the row's sub-block scale and adds to the
  * block sum; the block tail (min sum, float combine) runs once per token
  * for sixteen rows at a time. Each unpacked weight vector serves up to
- * four tokens.
+ * four tokens. Decode (one token) runs the same tile: four to ten times
+ * the dot kernel's rate from cache, so it stays bound by memory.
+ *
+ * Memory: the copy is about the file's size (Q2_K +19%, Q3_K +4%, Q4_K
+ * and Q5_K +3%, Q6_K +0%); the file's pages are then only read for rows
+ * outside whole groups.
  *
  * Bits (invariant 9). Per (row, token) the block's isum and msum are the
  * exact integers of the scalar reference, and the float tail is its
@@ -51,8 +56,22 @@
  *                 step s's weight is 16g + 4s + i
  *   [3072, 3328)  scales: byte 16g + r = sc of group g (int8)
  *   [3328, 3360)  d of row r (half)
- * Q6_K's offset 32 is taken out by starting each group's lane sum at
- * -32 * bsums[g] of the token (so the lane ends at sum q * x exactly).
+ * Q2_K, 1600 bytes (the file's 1344, plus 256): q = 0..3
+ *   [0, 1024)     for group g: 64 bytes, byte 4r + i bits 2s, 2s + 1 = q of
+ *                 weight 16g + 4s + i
+ *   [1024, 1280)  scales: byte 16g + r (0..15)
+ *   [1280, 1536)  mins: for pair p < 8: bytes 32p + 2r + {0, 1} = mn of
+ *                 groups 2p, 2p + 1
+ *   [1536, 1568)  d, [1568, 1600) dmin of row r (halves)
+ * Q3_K, 1824 bytes (the file's 1760, plus 64): u = q + 4 = 0..7
+ *   [0, 1024)     the two low bits as Q2_K's
+ *   [1024, 1536)  for groups 2p, 2p + 1: 64 bytes, byte 4r + i bit s (bit
+ *                 4 + s) = bit 2 of u of step s of group 2p (2p + 1)
+ *   [1536, 1792)  scales: byte 16g + r (int8, -32..31)
+ *   [1792, 1824)  d of row r (half)
+ * The offsets of Q3_K and Q6_K (4, 32) are taken out by starting each
+ * group's lane sum at -offset * bsums[g] of the token, so the lane ends at
+ * sum q * x exactly.
  */
 #include "gpu/ops_gemm.h"
 
@@ -247,6 +266,16 @@ void ops_kqg__pack(const struct ops_mat *w, void *out)
 
 /* ---- tiles -------------------------------------------------------------- */
 
+/* The first token tile of a group (`pf`) fetches ahead: the lines of the
+ * block two blocks on (the next group's, past a group's end: the groups
+ * lie one after another), as the dot kernels do 2 KiB ahead - the one
+ * sequential stream decode reads. Later token tiles find the group in L1. */
+KQG_BODY void kqg_prefetch(const uint8_t *p, size_t block)
+{
+	for (size_t o = 0; o < block; o += 64)
+		_mm_prefetch((const char *)p + 2 * block + o, _MM_HINT_T0);
+}
+
 /* ops_kq_combine for sixteen rows, op for op (see top). */
 KQG_BODY __m512 kqg_combine(__m512 dx, __m512 d, __m512 dmin, __m512i isum,
 			    __m512i msum)
@@ -287,7 +316,7 @@ KQG_BODY __m512i kqg_bit4(__m512i hb, int k, int j)
 /* Q4_K, and Q5_K when Q5 (the fifth bits or'd in as 16). */
 KQG_BODY void tile_q45_k(const uint8_t *pw, uint32_t nb,
 			 const struct ops_block_q8_k *const *x, float *y,
-			 size_t ys, const int T, const bool Q5)
+			 size_t ys, const int T, const bool pf, const bool Q5)
 {
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
 	const __m512i m10 = _mm512_set1_epi8(0x10);
@@ -299,6 +328,9 @@ KQG_BODY void tile_q45_k(const uint8_t *pw, uint32_t nb,
 		acc[t] = _mm512_setzero_ps();
 	for (uint32_t b = 0; b < nb; b++) {
 		const uint8_t *p = pw + (size_t)b * (Q5 ? Q5KP_BLOCK : Q4KP_BLOCK);
+
+		if (pf)
+			kqg_prefetch(p, Q5 ? Q5KP_BLOCK : Q4KP_BLOCK);
 		__m512i is[KQG_T];
 		__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + h + 2304)));
 		__m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + h + 2336)));
@@ -425,7 +457,7 @@ KQG_BODY void kqg_g16_steps(const uint8_t *p, int g, const int KIND, __m512i *u)
 
 KQG_BODY void tile_g16(const uint8_t *pw, uint32_t nb,
 		       const struct ops_block_q8_k *const *x, float *y,
-		       size_t ys, const int T, const int KIND)
+		       size_t ys, const int T, const bool pf, const int KIND)
 {
 	/* offset of u: each group's lane sums start at -off * bsums[g] */
 	const int32_t off = KIND == 6 ? 32 : KIND == 3 ? 4 : 0;
@@ -436,6 +468,9 @@ KQG_BODY void tile_g16(const uint8_t *pw, uint32_t nb,
 		acc[t] = _mm512_setzero_ps();
 	for (uint32_t b = 0; b < nb; b++) {
 		const uint8_t *p = pw + (size_t)b * G16_BLOCK(KIND);
+
+		if (pf)
+			kqg_prefetch(p, G16_BLOCK(KIND));
 		__m512i is[KQG_T];
 		__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + G16_D(KIND))));
 		__m512 dm = KIND == 2 ? _mm512_cvtph_ps(_mm256_loadu_si256(
@@ -493,23 +528,23 @@ KQG_BODY void tile_g16(const uint8_t *pw, uint32_t nb,
 
 KQG_BODY void tile_q2_k(const uint8_t *pw, uint32_t nb,
 			const struct ops_block_q8_k *const *x, float *y,
-			size_t ys, const int T)
+			size_t ys, const int T, const bool pf)
 {
-	tile_g16(pw, nb, x, y, ys, T, 2);
+	tile_g16(pw, nb, x, y, ys, T, pf, 2);
 }
 
 KQG_BODY void tile_q3_k(const uint8_t *pw, uint32_t nb,
 			const struct ops_block_q8_k *const *x, float *y,
-			size_t ys, const int T)
+			size_t ys, const int T, const bool pf)
 {
-	tile_g16(pw, nb, x, y, ys, T, 3);
+	tile_g16(pw, nb, x, y, ys, T, pf, 3);
 }
 
 KQG_BODY void tile_q6_k(const uint8_t *pw, uint32_t nb,
 			const struct ops_block_q8_k *const *x, float *y,
-			size_t ys, const int T)
+			size_t ys, const int T, const bool pf)
 {
-	tile_g16(pw, nb, x, y, ys, T, 6);
+	tile_g16(pw, nb, x, y, ys, T, pf, 6);
 }
 
 /* One function per token count, so the loops over t unroll and the
@@ -517,27 +552,27 @@ KQG_BODY void tile_q6_k(const uint8_t *pw, uint32_t nb,
 #define KQG_SHAPES(TILE)                                                       \
 KQG_AVX512 static void TILE##_n(const uint8_t *pw, uint32_t nb,                \
 				const struct ops_block_q8_k *const *x,         \
-				float *y, size_t ys, int T)                    \
+				float *y, size_t ys, int T, bool pf)           \
 {                                                                              \
 	switch (T) {                                                           \
-	case 4: TILE(pw, nb, x, y, ys, 4); break;                              \
-	case 3: TILE(pw, nb, x, y, ys, 3); break;                              \
-	case 2: TILE(pw, nb, x, y, ys, 2); break;                              \
-	default: TILE(pw, nb, x, y, ys, 1); break;                             \
+	case 4: TILE(pw, nb, x, y, ys, 4, pf); break;                          \
+	case 3: TILE(pw, nb, x, y, ys, 3, pf); break;                          \
+	case 2: TILE(pw, nb, x, y, ys, 2, pf); break;                          \
+	default: TILE(pw, nb, x, y, ys, 1, pf); break;                         \
 	}                                                                      \
 }
 KQG_BODY void tile_q4_k(const uint8_t *pw, uint32_t nb,
 			const struct ops_block_q8_k *const *x, float *y,
-			size_t ys, const int T)
+			size_t ys, const int T, const bool pf)
 {
-	tile_q45_k(pw, nb, x, y, ys, T, false);
+	tile_q45_k(pw, nb, x, y, ys, T, pf, false);
 }
 
 KQG_BODY void tile_q5_k(const uint8_t *pw, uint32_t nb,
 			const struct ops_block_q8_k *const *x, float *y,
-			size_t ys, const int T)
+			size_t ys, const int T, const bool pf)
 {
-	tile_q45_k(pw, nb, x, y, ys, T, true);
+	tile_q45_k(pw, nb, x, y, ys, T, pf, true);
 }
 
 KQG_SHAPES(tile_q2_k)
@@ -556,7 +591,7 @@ KQG_AVX512 bool ops_kqg__matmul(const struct ops_mat *w, const void *act,
 				size_t y_stride, uint32_t r0, uint32_t r1)
 {
 	void (*tile)(const uint8_t *, uint32_t, const struct ops_block_q8_k *const *,
-		     float *, size_t, int);
+		     float *, size_t, int, bool);
 	ops_kq_dot_fn dot = ops_kq_dot_avx512vnni[ops_kq_index(w->type)];
 	uint32_t nb = w->cols / OPS_QK_K;
 	size_t per;
@@ -606,7 +641,7 @@ KQG_AVX512 bool ops_kqg__matmul(const struct ops_mat *w, const void *act,
 				x[t] = (const void *)(a + (size_t)(i + (uint32_t)(t < T ? t : 0)) *
 							  act_stride);
 			tile(pw, nb, x, y + (size_t)i * y_stride + (size_t)g * KQG_R,
-			     y_stride, T);
+			     y_stride, T, i == 0);
 		}
 	}
 	return true;

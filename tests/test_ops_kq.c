@@ -12,6 +12,10 @@
  *    The SIMD tables this CPU lacks are named on stdout as not tested.
  * 4. The quantizer: relative RMS error per type under a stated bound, and
  *    a matmul through ops_matmul_rows.
+ * 5. The avx512vnni table's K-quant tiles on repacked rows (every type,
+ *    1..9 tokens, row ranges that cut groups of 16) equal the scalar dot
+ *    bit for bit, and its Q8_K activation quantizer gives the scalar
+ *    one's bytes (halves, zeros, NaN and Inf included).
  */
 #include <check.h>
 #include <math.h>
