@@ -512,8 +512,8 @@ static const struct ops_kernels kernels_avx512vnni = {
 	.name = "avx512vnni",
 	.dot_f32 = ops_gemm__dot_f32, .dot_f16 = ops_gemm__dot_f16,
 	.dot3_f32 = ops_gemm__dot3_f32, .dot3_f16 = ops_gemm__dot3_f16,
-	.dot3_q8_0 = ops_gemm__dot3_q8_0, .dot3_q4_0 = ops_gemm__dot3_q4_0,
-	.dot_q8_0 = ops_gemm__dot_q8_0, .dot_q4_0 = ops_gemm__dot_q4_0,
+	.dot3_q8_0 = ops_gemm__dot3_q8_0, .dot3_q4_0 = ops_kqg__dot3_q4_0,
+	.dot_q8_0 = ops_gemm__dot_q8_0, .dot_q4_0 = ops_kqg__dot_q4_0,
 	.dot_kq = ops_kq_dot_avx512vnni,
 	.axpy_f32 = axpy_f32_avx2, .axpy_f16 = axpy_f16_avx2,
 	.f32_to_f16 = f32_to_f16_avx2,
@@ -569,7 +569,8 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 	    (w->type == GGML_TYPE_Q4_0 || w->type == GGML_TYPE_Q8_0 ||
 	     (kq && w->rows >= 16))) {
 		size_t n = kq ? ops_kqg__packed_bytes(w->type, w->rows, w->cols)
-			      : (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
+			 : w->type == GGML_TYPE_Q4_0 ? ops_kqg__q4_0_packed_bytes(w->rows, w->cols)
+			 : (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
 		void *p = NULL;
 
 		/* 2 MiB aligned and huge pages asked for (advice only): one
@@ -582,6 +583,8 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 #endif
 		if (kq)
 			ops_kqg__pack(w, p);
+		else if (w->type == GGML_TYPE_Q4_0)
+			ops_kqg__pack_q4_0(w, p);
 		else
 			ops_gemm__pack(w, p);
 		*out = p;

@@ -8,6 +8,7 @@
  * tiled matmul compute every (weight row, token) value with the same
  * arithmetic in the same order, so a token's result has the same bits
  * whether it was computed alone (decode) or inside a tile (prefill).
+ * Q4_0 and the K-quants: ops_kq_gemm.c (declared at the end).
  */
 #pragma once
 
@@ -17,16 +18,11 @@ float ops_gemm__dot_f32(const float *w, const float *x, uint32_t n);
 float ops_gemm__dot_f16(const uint16_t *w, const float *x, uint32_t n);
 float ops_gemm__dot_q8_0(const struct ops_block_q8_0 *w,
 			 const struct ops_block_q8_act *x, uint32_t n);
-float ops_gemm__dot_q4_0(const struct ops_block_q4_0 *w,
-			 const struct ops_block_q8_act *x, uint32_t n);
 void ops_gemm__dot3_f32(const float *w, const float *x, size_t xs,
 			uint32_t n, float *out);
 void ops_gemm__dot3_f16(const uint16_t *w, const float *x, size_t xs,
 			uint32_t n, float *out);
 void ops_gemm__dot3_q8_0(const struct ops_block_q8_0 *w,
-			 const struct ops_block_q8_act *x, size_t xs,
-			 uint32_t n, float *out);
-void ops_gemm__dot3_q4_0(const struct ops_block_q4_0 *w,
 			 const struct ops_block_q8_act *x, size_t xs,
 			 uint32_t n, float *out);
 
@@ -60,3 +56,18 @@ bool ops_kqg__matmul(const struct ops_mat *w, const void *act,
 /* ops_q8_k_quantize, byte for byte, in AVX-512 (no libm). */
 void ops_kqg__quantize_q8_k(const float *x, uint32_t n,
 			    struct ops_block_q8_k *out);
+/* Q4_0 in the same groups of 16 rows (ops_kq_gemm.c): the copy's size
+ * (the file's), the repacking (whole groups, then the other rows as they
+ * are), matmul over [r0, r1) with or without a copy in w->packed, and
+ * the one-row dots that give its bits (the avx512vnni table's dot_q4_0
+ * and dot3_q4_0). */
+size_t ops_kqg__q4_0_packed_bytes(uint32_t rows, uint32_t cols);
+void ops_kqg__pack_q4_0(const struct ops_mat *w, void *out);
+void ops_kqg__matmul_q4_0(const struct ops_mat *w, const void *act,
+			  size_t act_stride, uint32_t n, float *y,
+			  size_t y_stride, uint32_t r0, uint32_t r1);
+float ops_kqg__dot_q4_0(const struct ops_block_q4_0 *w,
+			const struct ops_block_q8_act *x, uint32_t n);
+void ops_kqg__dot3_q4_0(const struct ops_block_q4_0 *w,
+			const struct ops_block_q8_act *x, size_t xs,
+			uint32_t n, float *out);

@@ -647,6 +647,250 @@ KQG_AVX512 bool ops_kqg__matmul(const struct ops_mat *w, const void *act,
 	return true;
 }
 
+/* ---- Q4_0 in groups of 16 rows ------------------------------------------ */
+
+/* The same scheme for Q4_0 (32 weights per block, one half scale): per
+ * group of 16 rows and block, 256 bytes of quants (vector k < 4, byte
+ * 4r + i = u(8k + i) | u(8k + 4 + i) << 4, u the stored nibble w + 8)
+ * then the 16 rows' d (halves): 288 bytes, the file's 16 x 18. The rows
+ * past the last whole group follow in the file's layout, so the copy
+ * holds every row and the file is not read again.
+ *
+ * Per (row, token) and block the exact integer s = sum (u - 8) x (lane
+ * sums started at -8 * sum x), then acc = fma((float)s, d_w * d_x, acc),
+ * block after block from 0: the tile does it for 16 rows at once, the
+ * one-row dots (decode of the rows outside whole groups, the unpacked
+ * file layout, and the table's dot_q4_0 / dot3_q4_0) op for op, so every
+ * path gives the same bits. */
+#define Q4R_BLOCK 288
+
+/* sum of the 32 activation bytes of a block (exact) */
+KQG_BODY int32_t q4r_xsum(const struct ops_block_q8_act *x)
+{
+	__m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
+					_mm256_loadu_si256((const __m256i *)x->qs));
+	__m128i r = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+
+	r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0x4e));
+	r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0xb1));
+	return _mm_cvtsi128_si32(r);
+}
+
+/* s = sum (u - 8) x for u the block's 32 nibbles in element order */
+KQG_BODY int32_t q4r_bsum(__m256i u, const struct ops_block_q8_act *x)
+{
+	__m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u,
+					_mm256_loadu_si256((const __m256i *)x->qs));
+	__m128i r = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+
+	r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0x4e));
+	r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0xb1));
+	return _mm_cvtsi128_si32(r) - 8 * q4r_xsum(x);
+}
+
+KQG_BODY float q4r_step(float acc, int32_t s, float dw, float dx)
+{
+	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)s), _mm_set_ss(dw * dx),
+					  _mm_set_ss(acc)));
+}
+
+/* One row in the file's layout against one token. */
+KQG_AVX512 float ops_kqg__dot_q4_0(const struct ops_block_q4_0 *w,
+				   const struct ops_block_q8_act *x, uint32_t n)
+{
+	float acc = 0.0f;
+
+	for (uint32_t b = 0; b < n / 32; b++) {
+		__m128i q = _mm_loadu_si128((const __m128i *)w[b].qs);
+		__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+					     _mm256_set1_epi8(0x0f));
+
+		acc = q4r_step(acc, q4r_bsum(u, x + b), _cvtsh_ss(w[b].d), x[b].d);
+	}
+	return acc;
+}
+
+KQG_AVX512 void ops_kqg__dot3_q4_0(const struct ops_block_q4_0 *w,
+				   const struct ops_block_q8_act *x, size_t xs,
+				   uint32_t n, float *out)
+{
+	for (int t = 0; t < 3; t++)
+		out[t] = ops_kqg__dot_q4_0(w, x + (size_t)t * xs, n);
+}
+
+/* Row r (< 16) of a repacked group against one token. */
+KQG_AVX512 static float q4r_dot_packed(const uint8_t *pw, int r, uint32_t nb,
+				       const struct ops_block_q8_act *x)
+{
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	float acc = 0.0f;
+
+	for (uint32_t b = 0; b < nb; b++) {
+		const uint8_t *p = pw + (size_t)b * Q4R_BLOCK + 4 * r;
+		int32_t v[4];
+		uint16_t d;
+		__m128i q, lo, hi;
+
+		for (int k = 0; k < 4; k++)
+			memcpy(&v[k], p + 64 * k, 4);
+		q = _mm_loadu_si128((const __m128i *)v);
+		lo = _mm_and_si128(q, m4);                    /* 0..3, 8..11, .. */
+		hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4); /* 4..7, 12..15, .. */
+		memcpy(&d, pw + (size_t)b * Q4R_BLOCK + 256 + 2 * r, 2);
+		acc = q4r_step(acc, q4r_bsum(_mm256_set_m128i(_mm_unpackhi_epi32(lo, hi),
+							      _mm_unpacklo_epi32(lo, hi)), x + b),
+			       _cvtsh_ss(d), x[b].d);
+	}
+	return acc;
+}
+
+KQG_BODY void tile_q4r(const uint8_t *pw, uint32_t nb,
+		       const struct ops_block_q8_act *const *x, float *y,
+		       size_t ys, const int T, const bool pf)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	__m512 acc[KQG_T];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		acc[t] = _mm512_setzero_ps();
+	for (uint32_t b = 0; b < nb; b++) {
+		const uint8_t *p = pw + (size_t)b * Q4R_BLOCK;
+		__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 256)));
+		__m512i sa[KQG_T], sb[KQG_T];
+
+		if (pf)
+			kqg_prefetch(p, Q4R_BLOCK);
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++) {
+			sa[t] = _mm512_set1_epi32(-8 * q4r_xsum(x[t] + b));
+			sb[t] = _mm512_setzero_si512();
+		}
+#pragma GCC unroll 4
+		for (int k = 0; k < 4; k++) {
+			__m512i v = _mm512_loadu_si512(p + 64 * k);
+			__m512i lo = _mm512_and_si512(v, m4);
+			__m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+
+#pragma GCC unroll 4
+			for (int t = 0; t < T; t++) {
+				const int8_t *xq = x[t][b].qs + 8 * k;
+
+				sa[t] = dpb_bcast(sa[t], lo, xq);
+				sb[t] = dpb_bcast(sb[t], hi, xq + 4);
+			}
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++)
+			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(sa[t], sb[t])),
+						 _mm512_mul_ps(dw, _mm512_set1_ps(x[t][b].d)),
+						 acc[t]);
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		_mm512_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+KQG_AVX512 static void tile_q4r_n(const uint8_t *pw, uint32_t nb,
+				  const struct ops_block_q8_act *const *x,
+				  float *y, size_t ys, int T, bool pf)
+{
+	switch (T) {
+	case 4: tile_q4r(pw, nb, x, y, ys, 4, pf); break;
+	case 3: tile_q4r(pw, nb, x, y, ys, 3, pf); break;
+	case 2: tile_q4r(pw, nb, x, y, ys, 2, pf); break;
+	default: tile_q4r(pw, nb, x, y, ys, 1, pf); break;
+	}
+}
+
+size_t ops_kqg__q4_0_packed_bytes(uint32_t rows, uint32_t cols)
+{
+	return (size_t)rows * (cols / 32) * sizeof(struct ops_block_q4_0);
+}
+
+void ops_kqg__pack_q4_0(const struct ops_mat *w, void *out)
+{
+	const uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
+	uint32_t nb = w->cols / 32, ng = w->rows / KQG_R;
+	uint8_t *tail = (uint8_t *)out + (size_t)ng * nb * Q4R_BLOCK;
+
+	for (uint32_t g = 0; g < ng; g++)
+		for (uint32_t b = 0; b < nb; b++) {
+			uint8_t *p = (uint8_t *)out + ((size_t)g * nb + b) * Q4R_BLOCK;
+
+			for (int r = 0; r < KQG_R; r++) {
+				const struct ops_block_q4_0 *blk = (const void *)
+					((const uint8_t *)w->data +
+					 (size_t)(g * KQG_R + (uint32_t)r) * w->row_bytes) ;
+
+				blk += b;
+				/* vector k: elements 8k .. 8k + 7 are nibble k / 2 of
+				 * qs[8 (k % 2) ..] */
+				for (int k = 0; k < 4; k++) {
+					uint64_t n4 = (ld64(blk->qs + 8 * (k % 2)) >> (4 * (k / 2))) & m4;
+
+					st32(p + 64 * k + 4 * r, n4 | (n4 >> 32) << 4);
+				}
+				memcpy(p + 256 + 2 * r, &blk->d, 2);
+			}
+		}
+	memcpy(tail, (const uint8_t *)w->data + (size_t)ng * KQG_R * w->row_bytes,
+	       (size_t)(w->rows - ng * KQG_R) * w->row_bytes);
+}
+
+/* ops_matmul_rows for Q4_0 on the avx512vnni table: whole groups inside
+ * [r0, r1) through the tile, the other rows through the one-row dots -
+ * from the copy when there is one (a group's row, or the tail), else
+ * from the file. */
+KQG_AVX512 void ops_kqg__matmul_q4_0(const struct ops_mat *w, const void *act,
+				     size_t act_stride, uint32_t n, float *y,
+				     size_t y_stride, uint32_t r0, uint32_t r1)
+{
+	uint32_t nb = w->cols / 32, ng = w->packed ? w->rows / KQG_R : 0;
+	uint32_t g0 = (r0 + KQG_R - 1) / KQG_R, g1 = r1 / KQG_R;
+	const uint8_t *a = act, *pk = w->packed;
+
+	if (g1 > ng)
+		g1 = ng;
+	if (g1 < g0)
+		g1 = g0;
+	for (uint32_t r = r0; r < r1; r++) {
+		if (r == g0 * KQG_R && g1 > g0) {
+			r = g1 * KQG_R - 1;
+			continue;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			const struct ops_block_q8_act *x = (const void *)(a + (size_t)i * act_stride);
+			float v;
+
+			if (r < ng * KQG_R)
+				v = q4r_dot_packed(pk + (size_t)(r / KQG_R) * nb * Q4R_BLOCK,
+						   (int)(r % KQG_R), nb, x);
+			else
+				v = ops_kqg__dot_q4_0((const void *)
+					(pk ? pk + (size_t)ng * nb * Q4R_BLOCK +
+						      (size_t)(r - ng * KQG_R) * w->row_bytes
+					    : (const uint8_t *)w->data + (size_t)r * w->row_bytes),
+					x, w->cols);
+			y[(size_t)i * y_stride + r] = v;
+		}
+	}
+	for (uint32_t g = g0; g < g1; g++) {
+		const uint8_t *pw = pk + (size_t)g * nb * Q4R_BLOCK;
+
+		for (uint32_t i = 0; i < n; i += KQG_T) {
+			int T = n - i >= KQG_T ? KQG_T : (int)(n - i);
+			const struct ops_block_q8_act *x[KQG_T];
+
+			for (int t = 0; t < KQG_T; t++)
+				x[t] = (const void *)(a + (size_t)(i + (uint32_t)(t < T ? t : 0)) *
+							  act_stride);
+			tile_q4r_n(pw, nb, x, y + (size_t)i * y_stride + (size_t)g * KQG_R,
+				   y_stride, T, i == 0);
+		}
+	}
+}
+
 /* ---- Q8_K activations ---------------------------------------------------- */
 
 /* ops_q8_k_quantize, byte for byte, without libm: per block amax over
