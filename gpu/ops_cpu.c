@@ -518,6 +518,7 @@ static const struct ops_kernels kernels_avx512vnni = {
 	.axpy_f32 = axpy_f32_avx2, .axpy_f16 = axpy_f16_avx2,
 	.f32_to_f16 = f32_to_f16_avx2,
 	.gemm = ops_gemm__matmul,
+	.axpy_rows = ops_gemm__axpy_rows,
 };
 
 const struct ops_kernels *ops_kernels_avx512vnni(void)
@@ -928,6 +929,42 @@ void ops_kv_store(const struct ops_kernels *k, const struct ops_kv_view *kv,
 	}
 }
 
+/* The same attention a page's run of positions at a time: the scores of
+ * a run are one matmul of its K rows (the table's gemm: 4-row tiles,
+ * each value the table's dot bit for bit), the V sum one axpy_rows over
+ * its V rows (the output in registers, each element the axpy's fmas in
+ * position order). Same bits as the loop below, fewer calls, loads and
+ * stores. */
+static void attention_runs(const struct ops_kernels *k,
+			   const struct ops_kv_view *kv, const float *q,
+			   size_t head_off, uint32_t head_dim, uint32_t n_pos,
+			   float scale, float *scores, float *out)
+{
+	bool f16 = kv->dtype == KV_DTYPE_F16;
+	size_t rs = (size_t)kv->kv_dim * kv_elt(kv->dtype);
+
+	for (uint32_t t = 0, cnt; t < n_pos; t += cnt) {
+		struct ops_mat m = { .type = f16 ? GGML_TYPE_F16 : GGML_TYPE_F32,
+				     .cols = head_dim, .row_bytes = rs,
+				     .data = kv_slot(kv, t, kv->k_off) + head_off };
+
+		cnt = kv->page_tokens - t % kv->page_tokens;
+		cnt = cnt < n_pos - t ? cnt : n_pos - t;
+		m.rows = cnt;
+		k->gemm(&m, q, (size_t)head_dim * sizeof(float), 1, scores + t, cnt, 0, cnt);
+	}
+	for (uint32_t t = 0; t < n_pos; t++)
+		scores[t] *= scale;
+	ops_softmax(scores, n_pos);
+	memset(out, 0, (size_t)head_dim * sizeof(float));
+	for (uint32_t t = 0, cnt; t < n_pos; t += cnt) {
+		cnt = kv->page_tokens - t % kv->page_tokens;
+		cnt = cnt < n_pos - t ? cnt : n_pos - t;
+		k->axpy_rows(out, scores + t, kv_slot(kv, t, kv->v_off) + head_off, rs, cnt,
+			     head_dim, f16);
+	}
+}
+
 void ops_attention_head(const struct ops_kernels *k,
 			const struct ops_kv_view *kv, const float *q,
 			uint32_t kv_head, uint32_t head_dim, uint32_t n_pos,
@@ -936,6 +973,10 @@ void ops_attention_head(const struct ops_kernels *k,
 	size_t head_off = (size_t)kv_head * head_dim * kv_elt(kv->dtype);
 	bool f16 = kv->dtype == KV_DTYPE_F16;
 
+	if (k->gemm && k->axpy_rows && head_dim % 16 == 0) {
+		attention_runs(k, kv, q, head_off, head_dim, n_pos, scale, scores, out);
+		return;
+	}
 	for (uint32_t t = 0; t < n_pos; t++) {
 		const void *kp = kv_slot(kv, t, kv->k_off) + head_off;
 

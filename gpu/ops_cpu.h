@@ -99,6 +99,12 @@ struct ops_kernels {
 	bool (*gemm)(const struct ops_mat *w, const void *act,
 		     size_t act_stride, uint32_t n, float *y, size_t y_stride,
 		     uint32_t r0, uint32_t r1);
+	/* Optional (NULL: attention calls axpy per position): y (n) +=
+	 * a[t] * row t for t < count in order, rows x_stride bytes apart
+	 * (F32, or F16 when f16), n a multiple of 16; y held in registers
+	 * over the rows, each element the same fmas as axpy's. */
+	void (*axpy_rows)(float *y, const float *a, const void *x,
+			  size_t x_stride, uint32_t count, uint32_t n, bool f16);
 };
 
 /* The scalar table (always available). */

@@ -443,6 +443,52 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 	}
 }
 
+/* ---- attention's V sum ------------------------------------------------- */
+
+OPS_TILE __m512 ldx_kv(const uint8_t *p, uint32_t j, bool f16)
+{
+	return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + j)))
+		   : _mm512_loadu_ps((const float *)p + j);
+}
+
+/* y[j] = fma(a[t], x_t[j], y[j]) for t in order: axpy_f32/f16's
+ * arithmetic per element, with 64 (or 16) values of y in registers over
+ * all rows. */
+OPS_AVX512 void ops_gemm__axpy_rows(float *y, const float *a, const void *x,
+				    size_t x_stride, uint32_t count, uint32_t n,
+				    bool f16)
+{
+	const uint8_t *xb = x;
+	uint32_t j = 0;
+
+	for (; j + 64 <= n; j += 64) {
+		__m512 y0 = _mm512_loadu_ps(y + j), y1 = _mm512_loadu_ps(y + j + 16);
+		__m512 y2 = _mm512_loadu_ps(y + j + 32), y3 = _mm512_loadu_ps(y + j + 48);
+
+		for (uint32_t t = 0; t < count; t++) {
+			const uint8_t *xt = xb + (size_t)t * x_stride;
+			__m512 va = _mm512_set1_ps(a[t]);
+
+			y0 = _mm512_fmadd_ps(va, ldx_kv(xt, j, f16), y0);
+			y1 = _mm512_fmadd_ps(va, ldx_kv(xt, j + 16, f16), y1);
+			y2 = _mm512_fmadd_ps(va, ldx_kv(xt, j + 32, f16), y2);
+			y3 = _mm512_fmadd_ps(va, ldx_kv(xt, j + 48, f16), y3);
+		}
+		_mm512_storeu_ps(y + j, y0);
+		_mm512_storeu_ps(y + j + 16, y1);
+		_mm512_storeu_ps(y + j + 32, y2);
+		_mm512_storeu_ps(y + j + 48, y3);
+	}
+	for (; j + 16 <= n; j += 16) {
+		__m512 y0 = _mm512_loadu_ps(y + j);
+
+		for (uint32_t t = 0; t < count; t++)
+			y0 = _mm512_fmadd_ps(_mm512_set1_ps(a[t]),
+					     ldx_kv(xb + (size_t)t * x_stride, j, f16), y0);
+		_mm512_storeu_ps(y + j, y0);
+	}
+}
+
 /* ---- Q8_0 repacking ------------------------------------------------------ */
 
 size_t ops_gemm__packed_row_bytes(enum ggml_type t, uint32_t cols)

@@ -33,6 +33,11 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 		      size_t act_stride, uint32_t n, float *y, size_t y_stride,
 		      uint32_t r0, uint32_t r1);
 
+/* The table's axpy_rows (ops_cpu.h): attention's V sum over a page's run
+ * of positions, n a multiple of 16. */
+void ops_gemm__axpy_rows(float *y, const float *a, const void *x,
+			 size_t x_stride, uint32_t count, uint32_t n, bool f16);
+
 /* The repacked Q4_0 / Q8_0 layouts of the avx512vnni kernels (struct
  * ops_mat's `packed`): bytes per row (0 for other types), and the
  * repacking of all of w's rows into out (rows * that). */
