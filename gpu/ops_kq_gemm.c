@@ -744,9 +744,11 @@ KQG_AVX512 static float q4r_dot_packed(const uint8_t *pw, int r, uint32_t nb,
 	return acc;
 }
 
+/* xs: NULL, or token t's block sums at xs[t * nb + b] (computed once per
+ * pass of tokens by the caller instead of once per group here). */
 KQG_BODY void tile_q4r(const uint8_t *pw, uint32_t nb,
-		       const struct ops_block_q8_act *const *x, float *y,
-		       size_t ys, const int T, const bool pf)
+		       const struct ops_block_q8_act *const *x, const int32_t *xs,
+		       float *y, size_t ys, const int T, const bool pf)
 {
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
 	__m512 acc[KQG_T];
@@ -763,7 +765,8 @@ KQG_BODY void tile_q4r(const uint8_t *pw, uint32_t nb,
 			kqg_prefetch(p, Q4R_BLOCK);
 #pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
-			sa[t] = _mm512_set1_epi32(-8 * q4r_xsum(x[t] + b));
+			sa[t] = _mm512_set1_epi32(-8 * (xs ? xs[(size_t)t * nb + b]
+							    : q4r_xsum(x[t] + b)));
 			sb[t] = _mm512_setzero_si512();
 		}
 #pragma GCC unroll 4
@@ -793,15 +796,24 @@ KQG_BODY void tile_q4r(const uint8_t *pw, uint32_t nb,
 
 KQG_AVX512 static void tile_q4r_n(const uint8_t *pw, uint32_t nb,
 				  const struct ops_block_q8_act *const *x,
-				  float *y, size_t ys, int T, bool pf)
+				  const int32_t *xs, float *y, size_t ys, int T,
+				  bool pf)
 {
 	switch (T) {
-	case 4: tile_q4r(pw, nb, x, y, ys, 4, pf); break;
-	case 3: tile_q4r(pw, nb, x, y, ys, 3, pf); break;
-	case 2: tile_q4r(pw, nb, x, y, ys, 2, pf); break;
-	default: tile_q4r(pw, nb, x, y, ys, 1, pf); break;
+	case 4: tile_q4r(pw, nb, x, xs, y, ys, 4, pf); break;
+	case 3: tile_q4r(pw, nb, x, xs, y, ys, 3, pf); break;
+	case 2: tile_q4r(pw, nb, x, xs, y, ys, 2, pf); break;
+	default: tile_q4r(pw, nb, x, xs, y, ys, 1, pf); break;
 	}
 }
+
+/* Tokens per pass of the Q4_0 matmul: as many as have their block sums
+ * in Q4R_XS_INTS on the stack (32 KiB), a multiple of the tile's 4. A
+ * pass multiplies every whole group by its tokens, so fewer tokens per
+ * pass re-read the groups; below Q4R_XS_MIN tokens per pass the tiles
+ * sum the blocks themselves instead, in one pass. */
+#define Q4R_XS_INTS 8192
+#define Q4R_XS_MIN 32
 
 size_t ops_kqg__q4_0_packed_bytes(uint32_t rows, uint32_t cols)
 {
@@ -875,18 +887,37 @@ KQG_AVX512 void ops_kqg__matmul_q4_0(const struct ops_mat *w, const void *act,
 			y[(size_t)i * y_stride + r] = v;
 		}
 	}
-	for (uint32_t g = g0; g < g1; g++) {
-		const uint8_t *pw = pk + (size_t)g * nb * Q4R_BLOCK;
+	if (g1 == g0)
+		return;
+	uint32_t tc = (uint32_t)(Q4R_XS_INTS / (nb ? nb : 1)) & ~(uint32_t)(KQG_T - 1);
+	bool cache = tc >= Q4R_XS_MIN || tc >= n;
+	int32_t xs[Q4R_XS_INTS];
 
-		for (uint32_t i = 0; i < n; i += KQG_T) {
-			int T = n - i >= KQG_T ? KQG_T : (int)(n - i);
-			const struct ops_block_q8_act *x[KQG_T];
+	if (!cache)
+		tc = n;
+	for (uint32_t i0 = 0; i0 < n; i0 += tc) {
+		uint32_t i1 = n - i0 < tc ? n : i0 + tc;
 
-			for (int t = 0; t < KQG_T; t++)
-				x[t] = (const void *)(a + (size_t)(i + (uint32_t)(t < T ? t : 0)) *
-							  act_stride);
-			tile_q4r_n(pw, nb, x, y + (size_t)i * y_stride + (size_t)g * KQG_R,
-				   y_stride, T, i == 0);
+		if (cache)
+			for (uint32_t i = i0; i < i1; i++)
+				for (uint32_t b = 0; b < nb; b++)
+					xs[(size_t)(i - i0) * nb + b] = q4r_xsum(
+						(const struct ops_block_q8_act *)(const void *)
+						(a + (size_t)i * act_stride) + b);
+		for (uint32_t g = g0; g < g1; g++) {
+			const uint8_t *pw = pk + (size_t)g * nb * Q4R_BLOCK;
+
+			for (uint32_t i = i0; i < i1; i += KQG_T) {
+				int T = i1 - i >= KQG_T ? KQG_T : (int)(i1 - i);
+				const struct ops_block_q8_act *x[KQG_T];
+
+				for (int t = 0; t < KQG_T; t++)
+					x[t] = (const void *)(a + (size_t)(i + (uint32_t)(t < T ? t : 0)) *
+								  act_stride);
+				tile_q4r_n(pw, nb, x, cache ? xs + (size_t)(i - i0) * nb : NULL,
+					   y + (size_t)i * y_stride + (size_t)g * KQG_R,
+					   y_stride, T, i == i0);
+			}
 		}
 	}
 }

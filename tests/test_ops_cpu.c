@@ -375,6 +375,10 @@ START_TEST(test_matmul_q4_0)
 	check_matmul(GGML_TYPE_Q4_0, 13, 96, 6);
 	check_matmul(GGML_TYPE_Q4_0, 9, 768, 9);
 	check_matmul(GGML_TYPE_Q4_0, 5, 160, 10);
+	/* avx512vnni: token passes with the block sums kept (cols 4096: 64
+	 * tokens a pass), and none kept (cols 9216: the tiles sum them) */
+	check_matmul(GGML_TYPE_Q4_0, 35, 4096, 70);
+	check_matmul(GGML_TYPE_Q4_0, 17, 9216, 40);
 }
 END_TEST
 
