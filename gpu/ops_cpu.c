@@ -582,6 +582,12 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 #ifdef MADV_HUGEPAGE
 		(void)madvise(p, n, MADV_HUGEPAGE);
 #endif
+#ifdef MADV_POPULATE_WRITE
+		/* fault the copy in with one call (advice too: EINVAL before
+		 * Linux 5.14): on this VM first touches one page at a time
+		 * ran at 150-300 MB/s, 57 MB in 0.15-0.3 s, populated 5 ms */
+		(void)madvise(p, n, MADV_POPULATE_WRITE);
+#endif
 		if (kq)
 			ops_kqg__pack(w, p);
 		else if (w->type == GGML_TYPE_Q4_0)

@@ -245,11 +245,12 @@ void ops_kqg__pack(const struct ops_mat *w, void *out)
 	size_t bb = ops_kq_block_bytes(w->type);
 	uint32_t nb = w->cols / OPS_QK_K;
 
+	/* each source row read once, front to back (one stream), into the
+	 * group's blocks (in cache: nb x per bytes) */
 	for (uint32_t g = 0; g < w->rows / KQG_R; g++)
-		for (uint32_t b = 0; b < nb; b++) {
-			uint8_t *p = (uint8_t *)out + ((size_t)g * nb + b) * per;
-
-			for (int r = 0; r < KQG_R; r++) {
+		for (int r = 0; r < KQG_R; r++)
+			for (uint32_t b = 0; b < nb; b++) {
+				uint8_t *p = (uint8_t *)out + ((size_t)g * nb + b) * per;
 				const uint8_t *blk = (const uint8_t *)w->data +
 						     (size_t)(g * KQG_R + (uint32_t)r) * w->row_bytes +
 						     b * bb;
@@ -261,7 +262,6 @@ void ops_kqg__pack(const struct ops_mat *w, void *out)
 				else
 					pack_q45_k(blk, r, p, w->type == GGML_TYPE_Q5_K);
 			}
-		}
 }
 
 /* ---- tiles -------------------------------------------------------------- */
