@@ -116,6 +116,11 @@ static void mm_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t thread
 	uint32_t b, e, base = 0;
 
 	threadpool_split(j->rows, chunk, n_chunks, &b, &e);
+	/* chunk edges on multiples of 16 rows: the K-quant tiles take whole
+	 * groups of 16 (ops_kq_gemm.c) and leave the rest to the slower
+	 * dot; the chunks still cover every row once */
+	b &= ~15u;
+	e = chunk + 1 == n_chunks ? j->rows : e & ~15u;
 	for (uint32_t i = 0; i < j->n_parts; i++) {
 		const struct mm_part *p = &j->p[i];
 		uint32_t lo = b > base ? b : base;

@@ -512,12 +512,13 @@ static const struct ops_kernels kernels_avx512vnni = {
 	.name = "avx512vnni",
 	.dot_f32 = ops_gemm__dot_f32, .dot_f16 = ops_gemm__dot_f16,
 	.dot3_f32 = ops_gemm__dot3_f32, .dot3_f16 = ops_gemm__dot3_f16,
-	.dot3_q8_0 = ops_gemm__dot3_q8_0, .dot3_q4_0 = ops_gemm__dot3_q4_0,
-	.dot_q8_0 = ops_gemm__dot_q8_0, .dot_q4_0 = ops_gemm__dot_q4_0,
+	.dot3_q8_0 = ops_gemm__dot3_q8_0, .dot3_q4_0 = ops_kqg__dot3_q4_0,
+	.dot_q8_0 = ops_gemm__dot_q8_0, .dot_q4_0 = ops_kqg__dot_q4_0,
 	.dot_kq = ops_kq_dot_avx512vnni,
 	.axpy_f32 = axpy_f32_avx2, .axpy_f16 = axpy_f16_avx2,
 	.f32_to_f16 = f32_to_f16_avx2,
 	.gemm = ops_gemm__matmul,
+	.axpy_rows = ops_gemm__axpy_rows,
 };
 
 const struct ops_kernels *ops_kernels_avx512vnni(void)
@@ -563,9 +564,14 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 {
 	*out = NULL;
 #if OPS_HAVE_X86
+	bool kq = ops_kqg__packed_bytes(w->type, 16, OPS_QK_K) > 0;
+
 	if (k == &kernels_avx512vnni &&
-	    (w->type == GGML_TYPE_Q4_0 || w->type == GGML_TYPE_Q8_0)) {
-		size_t n = (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
+	    (w->type == GGML_TYPE_Q4_0 || w->type == GGML_TYPE_Q8_0 ||
+	     (kq && w->rows >= 16))) {
+		size_t n = kq ? ops_kqg__packed_bytes(w->type, w->rows, w->cols)
+			 : w->type == GGML_TYPE_Q4_0 ? ops_kqg__q4_0_packed_bytes(w->rows, w->cols)
+			 : (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
 		void *p = NULL;
 
 		/* 2 MiB aligned and huge pages asked for (advice only): one
@@ -576,7 +582,18 @@ int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 #ifdef MADV_HUGEPAGE
 		(void)madvise(p, n, MADV_HUGEPAGE);
 #endif
-		ops_gemm__pack(w, p);
+#ifdef MADV_POPULATE_WRITE
+		/* fault the copy in with one call (advice too: EINVAL before
+		 * Linux 5.14): on this VM first touches one page at a time
+		 * ran at 150-300 MB/s, 57 MB in 0.15-0.3 s, populated 5 ms */
+		(void)madvise(p, n, MADV_POPULATE_WRITE);
+#endif
+		if (kq)
+			ops_kqg__pack(w, p);
+		else if (w->type == GGML_TYPE_Q4_0)
+			ops_kqg__pack_q4_0(w, p);
+		else
+			ops_gemm__pack(w, p);
 		*out = p;
 	}
 #else
@@ -652,6 +669,10 @@ void ops_act_prepare(enum ggml_type t, const float *x, uint32_t cols,
 		ops_gemm__quantize_q8_act(x, cols, out);
 		return;
 	}
+	if (ops_act_class(t) == 2 && ops_kernels_avx512vnni()) {
+		ops_kqg__quantize_q8_k(x, cols, out);
+		return;
+	}
 #endif
 	if (ops_act_class(t) == 1)
 		quantize_row_q8_act(x, cols, out);
@@ -661,8 +682,9 @@ void ops_act_prepare(enum ggml_type t, const float *x, uint32_t cols,
 		memcpy(out, x, (size_t)cols * sizeof(float));
 }
 
-/* K-quant rows: one dot per (row, token); the kernels are already
- * bound by the weight stream, so there is no three-token variant. */
+/* K-quant rows without a table tile (every table but avx512vnni, whose
+ * gemm takes repacked K-quant matrices: ops_kq_gemm.c): one dot per
+ * (row, token). */
 static void matmul_rows_kq(ops_kq_dot_fn dot, const struct ops_mat *w,
 			   const uint8_t *a, size_t act_stride, uint32_t n,
 			   float *y, size_t y_stride, uint32_t r0, uint32_t r1)
@@ -684,13 +706,13 @@ void ops_matmul_rows(const struct ops_kernels *k, const struct ops_mat *w,
 	size_t xs = act_stride / sizeof(float); /* f32 rows: stride in floats */
 	size_t qs = act_stride / sizeof(struct ops_block_q8_act); /* q8 rows: in blocks */
 
+	if (k->gemm && k->gemm(w, act, act_stride, n, y, y_stride, r0, r1))
+		return;
 	if (ops_kq_is(w->type)) {
 		matmul_rows_kq(k->dot_kq[ops_kq_index(w->type)], w, a,
 			       act_stride, n, y, y_stride, r0, r1);
 		return;
 	}
-	if (k->gemm && k->gemm(w, act, act_stride, n, y, y_stride, r0, r1))
-		return;
 	for (uint32_t r = r0; r < r1; r++) {
 		const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
 		uint32_t i = 0;
@@ -913,6 +935,42 @@ void ops_kv_store(const struct ops_kernels *k, const struct ops_kv_view *kv,
 	}
 }
 
+/* The same attention a page's run of positions at a time: the scores of
+ * a run are one matmul of its K rows (the table's gemm: 4-row tiles,
+ * each value the table's dot bit for bit), the V sum one axpy_rows over
+ * its V rows (the output in registers, each element the axpy's fmas in
+ * position order). Same bits as the loop below, fewer calls, loads and
+ * stores. */
+static void attention_runs(const struct ops_kernels *k,
+			   const struct ops_kv_view *kv, const float *q,
+			   size_t head_off, uint32_t head_dim, uint32_t n_pos,
+			   float scale, float *scores, float *out)
+{
+	bool f16 = kv->dtype == KV_DTYPE_F16;
+	size_t rs = (size_t)kv->kv_dim * kv_elt(kv->dtype);
+
+	for (uint32_t t = 0, cnt; t < n_pos; t += cnt) {
+		struct ops_mat m = { .type = f16 ? GGML_TYPE_F16 : GGML_TYPE_F32,
+				     .cols = head_dim, .row_bytes = rs,
+				     .data = kv_slot(kv, t, kv->k_off) + head_off };
+
+		cnt = kv->page_tokens - t % kv->page_tokens;
+		cnt = cnt < n_pos - t ? cnt : n_pos - t;
+		m.rows = cnt;
+		k->gemm(&m, q, (size_t)head_dim * sizeof(float), 1, scores + t, cnt, 0, cnt);
+	}
+	for (uint32_t t = 0; t < n_pos; t++)
+		scores[t] *= scale;
+	ops_softmax(scores, n_pos);
+	memset(out, 0, (size_t)head_dim * sizeof(float));
+	for (uint32_t t = 0, cnt; t < n_pos; t += cnt) {
+		cnt = kv->page_tokens - t % kv->page_tokens;
+		cnt = cnt < n_pos - t ? cnt : n_pos - t;
+		k->axpy_rows(out, scores + t, kv_slot(kv, t, kv->v_off) + head_off, rs, cnt,
+			     head_dim, f16);
+	}
+}
+
 void ops_attention_head(const struct ops_kernels *k,
 			const struct ops_kv_view *kv, const float *q,
 			uint32_t kv_head, uint32_t head_dim, uint32_t n_pos,
@@ -921,6 +979,10 @@ void ops_attention_head(const struct ops_kernels *k,
 	size_t head_off = (size_t)kv_head * head_dim * kv_elt(kv->dtype);
 	bool f16 = kv->dtype == KV_DTYPE_F16;
 
+	if (k->gemm && k->axpy_rows && head_dim % 16 == 0) {
+		attention_runs(k, kv, q, head_off, head_dim, n_pos, scale, scores, out);
+		return;
+	}
 	for (uint32_t t = 0; t < n_pos; t++) {
 		const void *kp = kv_slot(kv, t, kv->k_off) + head_off;
 

@@ -14,8 +14,8 @@
  * only the table (scalar vs SIMD) may change the last bits.
  *
  * Weights are used where they lie (the GGUF mapping), or in a copy a
- * table lays out for itself (ops_mat_pack: Q4_0/Q8_0 for avx512vnni,
- * same bits); activations are
+ * table lays out for itself (ops_mat_pack: Q4_0/Q8_0 and the K-quants
+ * for avx512vnni, same bits); activations are
  * "prepared" once per row for the weight type: F32/F16 weights take F32
  * rows as they are, Q8_0/Q4_0 weights take rows quantized to q8 blocks
  * (ops_act_prepare), and K-quant weights (Q2_K..Q6_K, ops_kq.h) take rows
@@ -99,6 +99,12 @@ struct ops_kernels {
 	bool (*gemm)(const struct ops_mat *w, const void *act,
 		     size_t act_stride, uint32_t n, float *y, size_t y_stride,
 		     uint32_t r0, uint32_t r1);
+	/* Optional (NULL: attention calls axpy per position): y (n) +=
+	 * a[t] * row t for t < count in order, rows x_stride bytes apart
+	 * (F32, or F16 when f16), n a multiple of 16; y held in registers
+	 * over the rows, each element the same fmas as axpy's. */
+	void (*axpy_rows)(float *y, const float *a, const void *x,
+			  size_t x_stride, uint32_t count, uint32_t n, bool f16);
 };
 
 /* The scalar table (always available). */
@@ -136,8 +142,10 @@ struct ops_mat {
 
 /* A copy of w in table k's preferred layout, for w->packed (allocated;
  * the caller frees it after the last matmul), or *out = NULL when k has
- * none for w's type (today only avx512vnni, for Q4_0: blocks paired and
- * their nibbles interleaved, the same size as the file's). 0 or -ENOMEM. */
+ * none for w's type (today only avx512vnni: Q4_0 and Q8_0 blocks paired
+ * with their lanes interleaved, the same size as the file's; Q2_K..Q6_K
+ * matrices of at least 16 rows in groups of 16 interleaved rows, about
+ * the file's size, ops_kq_gemm.c). 0 or -ENOMEM. */
 int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 		 void **out);
 

@@ -24,6 +24,11 @@
  * token's logits have the same bits alone or in a batch, with any number
  * of threads and any row split.
  *
+ * Q4_0 is no longer tiled here: it runs in groups of 16 interleaved rows
+ * (ops_kq_gemm.c, as the K-quants), which needs no reduction across
+ * lanes; what follows about Q4_0 describes the lane arrangement that
+ * Q8_0 shares.
+ *
  * Quantized weights (Q8_0, Q4_0) against q8 activation blocks use AVX-512
  * VNNI: vpdpbusd multiplies unsigned bytes by signed bytes and sums each
  * group of four into an int32 lane, exactly. The weight is made unsigned
@@ -190,23 +195,6 @@ OPS_TILE __m512i q4_interleave(__m512i v)
 	return _mm512_permutexvar_epi32(idx, v);
 }
 
-/* Q4_0 from the file's blocks: expand two blocks to [elements 0..31 of
- * b | of b + 1] (the stored nibble q = w + 8, offset 8), then interleave. */
-OPS_TILE __m512i ldw2_q4_0(const void *wp, uint32_t b, bool two)
-{
-	const struct ops_block_q4_0 *w = (const struct ops_block_q4_0 *)wp + b;
-	__m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w[0].qs));
-
-	if (two)
-		v = _mm512_mask_broadcast_i32x4(v, 0xff00,
-						_mm_loadu_si128((const __m128i *)w[1].qs));
-	else
-		v = _mm512_maskz_mov_epi32(0x00ff, v);
-	/* 128-bit lanes [lo b, hi b, lo b+1, hi b+1] = elements in order */
-	v = _mm512_mask_blend_epi64(0xcc, v, _mm512_srli_epi16(v, 4));
-	return q4_interleave(_mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
-}
-
 /* lanes alternate a, b, a, b, ... */
 OPS_TILE __m512 alt_ps(float a, float b)
 {
@@ -222,40 +210,6 @@ OPS_TILE __m512 wd2_q8_0(const void *wp, uint32_t b, bool two)
 	const struct ops_block_q8_0 *w = (const struct ops_block_q8_0 *)wp + b;
 
 	return alt_ps(_cvtsh_ss(w[0].d), two ? _cvtsh_ss(w[1].d) : 0.0f);
-}
-
-OPS_TILE __m512 wd2_q4_0(const void *wp, uint32_t b, bool two)
-{
-	const struct ops_block_q4_0 *w = (const struct ops_block_q4_0 *)wp + b;
-
-	return alt_ps(_cvtsh_ss(w[0].d), two ? _cvtsh_ss(w[1].d) : 0.0f);
-}
-
-/* Repacked Q4_0 (ops_gemm__pack): per pair of blocks 32 bytes whose
- * low nibbles are zmm bytes 0..31 and high nibbles bytes 32..63 of the
- * interleaved arrangement, then the two scales (halves); 36 bytes, the
- * same as two file blocks. One 256-bit broadcast, one masked shift, one
- * and. */
-#define Q4P_PAIR 36
-
-OPS_TILE __m512i ldw2_q4p(const void *wp, uint32_t b, bool two)
-{
-	const uint8_t *p = (const uint8_t *)wp + (size_t)(b / 2) * Q4P_PAIR;
-	__m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
-
-	(void)two;
-	v = _mm512_mask_srli_epi16(v, 0xffff0000u, v, 4);
-	return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-}
-
-OPS_TILE __m512 wd2_q4p(const void *wp, uint32_t b, bool two)
-{
-	const uint8_t *p = (const uint8_t *)wp + (size_t)(b / 2) * Q4P_PAIR + 32;
-	int32_t d2;
-
-	(void)two;
-	memcpy(&d2, p, 4);
-	return _mm512_cvtph_ps(_mm256_set1_epi32(d2));
 }
 
 
@@ -335,8 +289,6 @@ OPS_TILE void NAME(const uint8_t *w, size_t wb,                               \
 
 GEMM_TILE_Q(tile_q8_0, ldw2_q8_0, wd2_q8_0, 34, 0x80, q4_interleave, alt_ps)
 GEMM_TILE_Q(tile_q8p, ldw2_q8p, wd2_q8p, 34, 0x80, q4_interleave, alt_ps)
-GEMM_TILE_Q(tile_q4_0, ldw2_q4_0, wd2_q4_0, 18, 8, q4_interleave, alt_ps)
-GEMM_TILE_Q(tile_q4p, ldw2_q4p, wd2_q4p, 18, 8, q4_interleave, alt_ps)
 
 /* ---- instantiations ---------------------------------------------------- */
 
@@ -362,8 +314,6 @@ OPS_AVX512 static void TILE##_shape(const uint8_t *w, size_t wb, const XT *x, \
 GEMM_SHAPES(tile_f32, float)
 GEMM_SHAPES(tile_f16, float)
 GEMM_SHAPES(tile_q8_0, struct ops_block_q8_act)
-GEMM_SHAPES(tile_q4_0, struct ops_block_q8_act)
-GEMM_SHAPES(tile_q4p, struct ops_block_q8_act)
 GEMM_SHAPES(tile_q8p, struct ops_block_q8_act)
 
 float ops_gemm__dot_f32(const float *w, const float *x, uint32_t n)
@@ -391,15 +341,6 @@ float ops_gemm__dot_q8_0(const struct ops_block_q8_0 *w,
 	return y;
 }
 
-float ops_gemm__dot_q4_0(const struct ops_block_q4_0 *w,
-			 const struct ops_block_q8_act *x, uint32_t n)
-{
-	float y;
-
-	tile_q4_0_shape((const uint8_t *)w, 0, x, 0, n, &y, 1, 1, 1, 1);
-	return y;
-}
-
 void ops_gemm__dot3_f32(const float *w, const float *x, size_t xs,
 			uint32_t n, float *out)
 {
@@ -417,13 +358,6 @@ void ops_gemm__dot3_q8_0(const struct ops_block_q8_0 *w,
 			 uint32_t n, float *out)
 {
 	tile_q8_0_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
-}
-
-void ops_gemm__dot3_q4_0(const struct ops_block_q4_0 *w,
-			 const struct ops_block_q8_act *x, size_t xs,
-			 uint32_t n, float *out)
-{
-	tile_q4_0_shape((const uint8_t *)w, 0, x, xs, n, out, 1, 1, 1, 3);
 }
 
 /* Prefill: while a row tile works through its token blocks (in L1), the
@@ -501,68 +435,94 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 			GEMM_DRIVE(tile_q8_0_shape, struct ops_block_q8_act, qs,
 				   w->data, w->row_bytes);
 		return true;
-	case GGML_TYPE_Q4_0:
-		if (w->packed)
-			GEMM_DRIVE(tile_q4p_shape, struct ops_block_q8_act, qs,
-				   w->packed, ops_gemm__packed_row_bytes(w->type, w->cols));
-		else
-			GEMM_DRIVE(tile_q4_0_shape, struct ops_block_q8_act, qs,
-				   w->data, w->row_bytes);
+	case GGML_TYPE_Q4_0: /* sixteen rows per tile (ops_kq_gemm.c) */
+		ops_kqg__matmul_q4_0(w, act, act_stride, n, y, y_stride, r0, r1);
 		return true;
 	default:
-		return false;
+		return ops_kqg__matmul(w, act, act_stride, n, y, y_stride, r0, r1);
 	}
 }
 
-/* ---- Q4_0 repacking ------------------------------------------------------ */
+/* ---- attention's V sum ------------------------------------------------- */
+
+OPS_TILE __m512 ldx_kv(const uint8_t *p, uint32_t j, bool f16)
+{
+	return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + j)))
+		   : _mm512_loadu_ps((const float *)p + j);
+}
+
+/* y[j] = fma(a[t], x_t[j], y[j]) for t in order: axpy_f32/f16's
+ * arithmetic per element, with 64 (or 16) values of y in registers over
+ * all rows. */
+OPS_AVX512 void ops_gemm__axpy_rows(float *y, const float *a, const void *x,
+				    size_t x_stride, uint32_t count, uint32_t n,
+				    bool f16)
+{
+	const uint8_t *xb = x;
+	uint32_t j = 0;
+
+	for (; j + 64 <= n; j += 64) {
+		__m512 y0 = _mm512_loadu_ps(y + j), y1 = _mm512_loadu_ps(y + j + 16);
+		__m512 y2 = _mm512_loadu_ps(y + j + 32), y3 = _mm512_loadu_ps(y + j + 48);
+
+		for (uint32_t t = 0; t < count; t++) {
+			const uint8_t *xt = xb + (size_t)t * x_stride;
+			__m512 va = _mm512_set1_ps(a[t]);
+
+			y0 = _mm512_fmadd_ps(va, ldx_kv(xt, j, f16), y0);
+			y1 = _mm512_fmadd_ps(va, ldx_kv(xt, j + 16, f16), y1);
+			y2 = _mm512_fmadd_ps(va, ldx_kv(xt, j + 32, f16), y2);
+			y3 = _mm512_fmadd_ps(va, ldx_kv(xt, j + 48, f16), y3);
+		}
+		_mm512_storeu_ps(y + j, y0);
+		_mm512_storeu_ps(y + j + 16, y1);
+		_mm512_storeu_ps(y + j + 32, y2);
+		_mm512_storeu_ps(y + j + 48, y3);
+	}
+	for (; j + 16 <= n; j += 16) {
+		__m512 y0 = _mm512_loadu_ps(y + j);
+
+		for (uint32_t t = 0; t < count; t++)
+			y0 = _mm512_fmadd_ps(_mm512_set1_ps(a[t]),
+					     ldx_kv(xb + (size_t)t * x_stride, j, f16), y0);
+		_mm512_storeu_ps(y + j, y0);
+	}
+}
+
+/* ---- Q8_0 repacking ------------------------------------------------------ */
 
 size_t ops_gemm__packed_row_bytes(enum ggml_type t, uint32_t cols)
 {
 	size_t pairs = (size_t)(cols / OPS_QK + 1) / 2;
 
-	if (t == GGML_TYPE_Q4_0)
-		return pairs * Q4P_PAIR;
 	if (t == GGML_TYPE_Q8_0)
 		return pairs * Q8P_PAIR;
 	return 0;
 }
 
-/* Each block pair through the kernels' own file-layout loaders (which
- * already offset and interleave), stored: Q8_0 as the 64 lane bytes,
- * Q4_0 as lane byte k in the low nibble of byte k % 32 and byte k + 32 in
- * its high nibble; then the two half scales (0 for an absent block). */
+/* Each block pair through the kernel's own file-layout loader (which
+ * already offsets and interleaves), stored as the 64 lane bytes, then the
+ * two half scales (0 for an absent block). */
 OPS_AVX512 void ops_gemm__pack(const struct ops_mat *w, void *out)
 {
-	bool q8 = w->type == GGML_TYPE_Q8_0;
 	uint32_t nb = w->cols / OPS_QK;
 	size_t prb = ops_gemm__packed_row_bytes(w->type, w->cols);
-	size_t bsz = q8 ? sizeof(struct ops_block_q8_0) : sizeof(struct ops_block_q4_0);
-	size_t pair = q8 ? Q8P_PAIR : Q4P_PAIR;
+	size_t bsz = sizeof(struct ops_block_q8_0);
 
 	for (uint32_t r = 0; r < w->rows; r++) {
 		const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
 		uint8_t *dst = (uint8_t *)out + (size_t)r * prb;
 
 		for (uint32_t b = 0; b < nb; b += 2) {
-			uint8_t *p = dst + (size_t)(b / 2) * pair;
+			uint8_t *p = dst + (size_t)(b / 2) * Q8P_PAIR;
 			bool two = b + 1 < nb;
 			uint16_t d[2] = { 0, 0 };
 
 			memcpy(&d[0], src + b * bsz, 2);
 			if (two)
 				memcpy(&d[1], src + (b + 1) * bsz, 2);
-			if (q8) {
-				_mm512_storeu_si512(p, ldw2_q8_0(src, b, two));
-				memcpy(p + 64, d, 4);
-			} else {
-				__m512i v = ldw2_q4_0(src, b, two);
-				__m256i lo = _mm512_castsi512_si256(v);
-				__m256i hi = _mm512_extracti64x4_epi64(v, 1);
-
-				_mm256_storeu_si256((__m256i *)p,
-					_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
-				memcpy(p + 32, d, 4);
-			}
+			_mm512_storeu_si512(p, ldw2_q8_0(src, b, two));
+			memcpy(p + 64, d, 4);
 		}
 	}
 }

@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -374,6 +375,10 @@ START_TEST(test_matmul_q4_0)
 	check_matmul(GGML_TYPE_Q4_0, 13, 96, 6);
 	check_matmul(GGML_TYPE_Q4_0, 9, 768, 9);
 	check_matmul(GGML_TYPE_Q4_0, 5, 160, 10);
+	/* avx512vnni: token passes with the block sums kept (cols 4096: 64
+	 * tokens a pass), and none kept (cols 9216: the tiles sum them) */
+	check_matmul(GGML_TYPE_Q4_0, 35, 4096, 70);
+	check_matmul(GGML_TYPE_Q4_0, 17, 9216, 40);
 }
 END_TEST
 
@@ -613,11 +618,12 @@ END_TEST
 /* Lay out n_pos positions of one layer (K and V, kv_heads x head_dim) in
  * pages of `pt` tokens, pages allocated in a shuffled order, with garbage
  * in between; run every query head; compare with a contiguous reference. */
-static void run_attention(const struct ops_kernels *k, enum kv_dtype dt,
-			  uint32_t pt, uint32_t n_pos, const float *kk,
-			  const float *vv, const float *q, float *out)
+static void run_attention_hd(const struct ops_kernels *k, enum kv_dtype dt,
+			     uint32_t pt, uint32_t n_pos, const float *kk,
+			     const float *vv, const float *q, float *out,
+			     const uint32_t HD)
 {
-	enum { KVH = 2, HD = 8, NH = 4, LAYERS = 2, LAYER = 1 };
+	enum { KVH = 2, NH = 4, LAYERS = 2, LAYER = 1 };
 	uint32_t kv_dim = KVH * HD, n_pages = (n_pos + pt - 1) / pt;
 	size_t elt = dt == KV_DTYPE_F16 ? 2 : 4;
 	size_t block = (size_t)pt * kv_dim * elt;
@@ -653,6 +659,54 @@ static void run_attention(const struct ops_kernels *k, enum kv_dtype dt,
 	free(pages);
 	free(perm);
 }
+
+static void run_attention(const struct ops_kernels *k, enum kv_dtype dt,
+			  uint32_t pt, uint32_t n_pos, const float *kk,
+			  const float *vv, const float *q, float *out)
+{
+	run_attention_hd(k, dt, pt, n_pos, kk, vv, q, out, 8);
+}
+
+/* The avx512vnni table's attention by page runs (its gemm for the
+ * scores, axpy_rows for the V sum) gives the bits of the same table's
+ * per-position dots and axpys (the table with both hooks removed), for
+ * head dims that take it (multiples of 16) and one that does not, f32
+ * and f16 KV, pages of 1, 3, 16 and 64 tokens. */
+START_TEST(test_attention_runs)
+{
+	enum { KVH = 2, NH = 4, NPOS = 45, HDMAX = 128 };
+	const uint32_t pts[] = { 1, 3, 16, 64 }, hds[] = { 16, 64, 80, 128, 24 };
+	const struct ops_kernels *vn = ops_kernels_avx512vnni();
+	static float kk[NPOS * KVH * HDMAX], vv[NPOS * KVH * HDMAX], q[NH * HDMAX];
+	static float out[NH * HDMAX], ref[NH * HDMAX];
+	struct ops_kernels plain;
+
+	if (!vn) {
+		printf("test_ops_cpu: no avx512vnni: attention runs not tested here\n");
+		return;
+	}
+	ck_assert_ptr_nonnull(vn->axpy_rows);
+	plain = *vn;
+	plain.gemm = NULL;
+	plain.axpy_rows = NULL;
+	fill(kk, NPOS * KVH * HDMAX, 1.5f);
+	fill(vv, NPOS * KVH * HDMAX, 1.0f);
+	fill(q, NH * HDMAX, 1.5f);
+	for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
+		for (int d = 0; d < 2; d++)
+			for (size_t p = 0; p < 4; p++) {
+				enum kv_dtype dt = d ? KV_DTYPE_F16 : KV_DTYPE_F32;
+
+				memset(out, 0, sizeof(out));
+				memset(ref, 0x7f, sizeof(ref));
+				run_attention_hd(vn, dt, pts[p], NPOS, kk, vv, q, out, hds[h]);
+				run_attention_hd(&plain, dt, pts[p], NPOS, kk, vv, q, ref, hds[h]);
+				ck_assert_msg(memcmp(out, ref, sizeof(float) * NH * hds[h]) == 0,
+					      "head dim %u %s pages of %u", hds[h],
+					      d ? "f16" : "f32", pts[p]);
+			}
+}
+END_TEST
 
 START_TEST(test_attention_pages)
 {
@@ -768,6 +822,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_rope_neox);
 	tcase_add_test(tc, test_attention_pages);
+	tcase_add_test(tc, test_attention_runs);
 	tcase_add_test(tc, test_threadpool);
 	suite_add_tcase(s, tc);
 	return s;

@@ -12,6 +12,10 @@
  *    The SIMD tables this CPU lacks are named on stdout as not tested.
  * 4. The quantizer: relative RMS error per type under a stated bound, and
  *    a matmul through ops_matmul_rows.
+ * 5. The avx512vnni table's K-quant tiles on repacked rows (every type,
+ *    1..9 tokens, row ranges that cut groups of 16) equal the scalar dot
+ *    bit for bit, and its Q8_K activation quantizer gives the scalar
+ *    one's bytes (halves, zeros, NaN and Inf included).
  */
 #include <check.h>
 #include <math.h>
@@ -383,6 +387,39 @@ START_TEST(test_q8_k_activations)
 }
 END_TEST
 
+/* ops_act_prepare for K-quant weights (the AVX-512 quantizer where the
+ * CPU has avx512vnni) gives ops_q8_k_quantize's bytes: random rows of
+ * several magnitudes, exact halves (amax 127 so x * id = x: +-k.5 round
+ * away from zero), a zero block, and NaN / Inf lanes. */
+START_TEST(test_q8_k_prepare_exact)
+{
+	enum { NB = 4, N = NB * OPS_QK_K };
+	static float x[N];
+	static struct ops_block_q8_k a[NB], b[NB];
+
+	for (int it = 0; it < 400; it++) {
+		float scale = it % 4 == 0 ? 1e-3f : it % 4 == 1 ? 1.0f : it % 4 == 2 ? 30.0f : 1e4f;
+
+		for (int j = 0; j < N; j++)
+			x[j] = rnd() * scale;
+		if (it % 5 == 0) /* block 0: exact halves */
+			for (int j = 0; j < OPS_QK_K; j++)
+				x[j] = j == 0 ? 127.0f : (float)((int)(rnd() * 126.0f)) + (j % 2 ? 0.5f : -0.5f);
+		if (it % 7 == 0) /* block 1 zero */
+			memset(x + OPS_QK_K, 0, OPS_QK_K * sizeof(float));
+		if (it % 11 == 0) { /* block 2 a NaN, block 3 an Inf */
+			x[2 * OPS_QK_K + (it % 256)] = NAN;
+			x[3 * OPS_QK_K + (it % 256)] = it % 2 ? INFINITY : -INFINITY;
+		}
+		memset(a, 0x5a, sizeof(a));
+		memset(b, 0xa5, sizeof(b));
+		ops_q8_k_quantize(x, N, a);
+		ops_act_prepare(GGML_TYPE_Q4_K, x, N, b);
+		ck_assert_msg(memcmp(a, b, sizeof(a)) == 0, "iteration %d", it);
+	}
+}
+END_TEST
+
 /* ---- 4. quantizer and matmul ----------------------------------------------- */
 
 START_TEST(test_quantizer_error)
@@ -462,6 +499,111 @@ START_TEST(test_matmul_kq)
 }
 END_TEST
 
+/* The avx512vnni table's K-quant tiles (gpu/ops_kq_gemm.c): Q4_K and Q6_K
+ * matrices repacked in groups of 16 rows (ops_mat_pack), multiplied by
+ * 1..9 tokens over the whole row range and over ranges that cut groups,
+ * equal the scalar dot of every (row, token) bit for bit, on random
+ * blocks and on the extremes (all quant and scale bits set, activations
+ * +-127). Afterwards the file data is zeroed: the rows of whole groups
+ * still give the same values, so they came from the repacked copy, and
+ * the rest (outside whole groups) give zero, so they came from the file
+ * through the dot. Skips (printing why) without avx512vnni. */
+static void check_kq_tiles(enum ggml_type t, bool extreme)
+{
+	enum { ROWS = 53, NB = 3, COLS = NB * OPS_QK_K, TOK = 9 };
+	const struct ops_kernels *vn = ops_kernels_avx512vnni();
+	int ti = ops_kq_index(t);
+	size_t bb = ops_kq_block_bytes(t), rb = bb * NB;
+	uint8_t *w = malloc(rb * ROWS), *zero = calloc(rb, ROWS);
+	struct ops_block_q8_k *xq = malloc(TOK * NB * sizeof(*xq));
+	float *x = malloc(COLS * sizeof(float));
+	float *ref = malloc(TOK * ROWS * sizeof(float));
+	float *y = malloc(TOK * ROWS * sizeof(float));
+	struct ops_mat m = { .type = t, .rows = ROWS, .cols = COLS,
+			     .row_bytes = rb, .data = w };
+	static const uint32_t cuts[][2] = { { 0, ROWS }, { 0, 7 }, { 7, 40 },
+					    { 40, ROWS }, { 16, 32 }, { 3, 12 } };
+	void *pk = NULL;
+
+	for (uint32_t b = 0; b < ROWS * NB; b++) {
+		rnd_block(t, w + b * bb);
+		if (extreme)
+			for (size_t i = 0; i < bb; i++) {
+				bool is_d = (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)
+						    ? i < 4 : i >= bb - (t == GGML_TYPE_Q2_K ? 4 : 2);
+
+				if (!is_d)
+					w[b * bb + i] = 0xff;
+			}
+	}
+	for (int i = 0; i < TOK; i++) {
+		for (int j = 0; j < COLS; j++)
+			x[j] = extreme ? (j % (i + 2) ? 1.0f : -1.0f) : rnd() * (i % 3 ? 1.0f : 40.0f);
+		ops_q8_k_quantize(x, COLS, xq + i * NB);
+	}
+	for (int r = 0; r < ROWS; r++)
+		for (int i = 0; i < TOK; i++)
+			ref[i * ROWS + r] = ops_kq_dot_scalar[ti](w + r * rb, xq + i * NB, COLS);
+	ck_assert_int_eq(ops_mat_pack(vn, &m, &pk), 0);
+	ck_assert_msg(pk != NULL, "%s: no repacked copy", ggml_type_name(t));
+	m.packed = pk;
+	for (uint32_t n = 1; n <= TOK; n++)
+		for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+			for (int k = 0; k < TOK * ROWS; k++)
+				y[k] = NAN;
+			ops_matmul_rows(vn, &m, xq, NB * sizeof(*xq), n, y, ROWS,
+					cuts[c][0], cuts[c][1]);
+			for (uint32_t i = 0; i < TOK; i++)
+				for (uint32_t r = 0; r < ROWS; r++) {
+					bool in = i < n && r >= cuts[c][0] && r < cuts[c][1];
+					float v = y[i * ROWS + r], e = ref[i * ROWS + r];
+
+					if (!in) {
+						ck_assert_msg(isnan(v), "%s: wrote outside", ggml_type_name(t));
+						continue;
+					}
+					ck_assert_msg(memcmp(&v, &e, sizeof(v)) == 0,
+						      "%s%s: n %u rows [%u,%u) row %u token %u: %a, dot %a",
+						      ggml_type_name(t), extreme ? " (extreme)" : "", n,
+						      cuts[c][0], cuts[c][1], r, i, (double)v, (double)e);
+				}
+		}
+	/* which copy each row came from */
+	m.data = zero;
+	ops_matmul_rows(vn, &m, xq, NB * sizeof(*xq), TOK, y, ROWS, 0, ROWS);
+	for (uint32_t i = 0; i < TOK; i++)
+		for (uint32_t r = 0; r < ROWS; r++) {
+			float v = y[i * ROWS + r];
+
+			if (r < ROWS / 16 * 16)
+				ck_assert(memcmp(&v, &ref[i * ROWS + r], sizeof(v)) == 0);
+			else
+				ck_assert(v == 0.0f);
+		}
+	free(pk);
+	free(w);
+	free(zero);
+	free(xq);
+	free(x);
+	free(ref);
+	free(y);
+}
+
+START_TEST(test_kq_tiles)
+{
+	if (!ops_kernels_avx512vnni()) {
+		printf("test_ops_kq: no avx512vnni: K-quant tiles not tested here\n");
+		return;
+	}
+	for (int it = 0; it < 4; it++) {
+		for (int ti = 0; ti < OPS_KQ_N; ti++)
+			check_kq_tiles(kq_types[ti], false);
+	}
+	for (int ti = 0; ti < OPS_KQ_N; ti++)
+		check_kq_tiles(kq_types[ti], true);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("ops_kq");
@@ -482,6 +624,8 @@ int main(void)
 	tcase_add_test(tc, test_q8_k_activations);
 	tcase_add_test(tc, test_quantizer_error);
 	tcase_add_test(tc, test_matmul_kq);
+	tcase_add_test(tc, test_kq_tiles);
+	tcase_add_test(tc, test_q8_k_prepare_exact);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -3,8 +3,9 @@
  *
  *   bench_gemm [--rounds N] [--rows R] [--cols C]
  *
- * For F32, F16, Q8_0 and Q4_0 weights of R x C (default 2048 x 768, the
- * 100M model's gate/up shape) it times ops_matmul_rows over
+ * For F32, F16, Q8_0, Q4_0 and (when C is a multiple of 256) Q2_K..Q6_K
+ * weights of R x C (default 2048 x 768, the 100M model's gate/up shape)
+ * it times ops_matmul_rows over
  *   prefill  64 tokens (GFLOP/s, 2 flops per multiply-add)
  *   decode    1 token  (GB/s of weight bytes read)
  * and the q8 activation quantization of 64 rows (M values/s). Each round
@@ -46,8 +47,23 @@ static void *make_weight(enum ggml_type type, uint32_t rows, uint32_t cols,
 {
 	size_t rb = type == GGML_TYPE_F32 ? cols * 4u
 		  : type == GGML_TYPE_F16 ? cols * 2u
-		  : type == GGML_TYPE_Q8_0 ? cols / 32 * 34u : cols / 32 * 18u;
+		  : type == GGML_TYPE_Q8_0 ? cols / 32 * 34u
+		  : type == GGML_TYPE_Q4_0 ? cols / 32 * 18u
+		  : ggml_type_nbytes(type, cols);
 	uint8_t *d = malloc(rb * rows);
+
+	if (ops_kq_is(type)) { /* K-quants: kvd's quantizer on random rows */
+		float *src = malloc(sizeof(float) * cols);
+
+		for (uint32_t r = 0; r < rows; r++) {
+			for (uint32_t j = 0; j < cols; j++)
+				src[j] = rnd();
+			ops_kq_quantize_row(type, src, cols, d + (size_t)r * rb);
+		}
+		free(src);
+		*row_bytes = rb;
+		return d;
+	}
 
 	for (size_t i = 0; i < rb * rows; i++)
 		d[i] = (uint8_t)(int)(rnd() * 127.0f);
@@ -99,7 +115,10 @@ int main(int argc, char **argv)
 	const struct ops_kernels *tabs[4];
 	int nt = 0;
 	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16,
-					 GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+					 GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
+					 GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+					 GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+					 GGML_TYPE_Q6_K };
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--rounds"))
@@ -126,6 +145,9 @@ int main(int argc, char **argv)
 	       rows, cols, ntok, rounds);
 	for (size_t ti = 0; ti < KVD_ARRAY_SIZE(types); ti++) {
 		enum ggml_type type = types[ti];
+
+		if (ops_kq_is(type) && cols % OPS_QK_K) /* K-quants: cols % 256 */
+			continue;
 		size_t rb, ab = ops_act_row_bytes(type, cols);
 		void *w = make_weight(type, rows, cols, &rb);
 		float *x = malloc(sizeof(float) * ntok * cols);
