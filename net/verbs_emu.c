@@ -631,6 +631,11 @@ static int deliver(struct verbs_ctx *ctx, unsigned n)
 	return (int)done;
 }
 
+bool verbs_emu_out_pending(struct verbs_ctx *ctx)
+{
+	return ctx && !kvd_list_empty(&ctx->out);
+}
+
 int verbs_emu_pump(struct verbs_ctx *ctx)
 {
 	out_flush(ctx);

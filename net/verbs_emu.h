@@ -49,6 +49,10 @@ unsigned verbs_emu_arrived(struct verbs_ctx *ctx);
  * the rest are flushed. A write already on the wire may still land.
  * -ENOENT when nothing is outstanding. */
 int verbs_emu_inject(struct verbs_qp *qp, enum verbs_wc_status status);
+/* Packets wait to leave: the receiver's datagram queue was full
+ * (net.unix.max_dgram_qlen, 10 by default); nothing but another pump
+ * sends them, so an owner's loop pumps again soon while this is true. */
+bool verbs_emu_out_pending(struct verbs_ctx *ctx);
 /* Readable when packets arrive: an owner's loop watches it and pumps. */
 int verbs_emu_wire_fd(struct verbs_ctx *ctx);
 void verbs_emu_stats(struct verbs_ctx *ctx, struct verbs_emu_stats *out);
