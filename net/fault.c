@@ -30,6 +30,8 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_BAD_ENTRY_INDEX] = "bad_entry_index",
 	[KVD_FAULT_BAD_ENTRY_TOKENS] = "bad_entry_tokens",
 	[KVD_FAULT_ABORT_SEND_FAIL] = "abort_send_fail",
+	[KVD_FAULT_VERBS_QP_ERROR] = "verbs_qp_error",
+	[KVD_FAULT_VERBS_COMPLETION_ERROR] = "verbs_completion_error",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

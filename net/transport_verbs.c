@@ -410,6 +410,27 @@ fail:
 	return r;
 }
 
+/* Fault points right after a batch's first write was posted: the QP
+ * goes to error (or the emulated NIC fails the oldest WR); the flush
+ * completions end the data path. True when one fired. */
+static bool vt_fault_mid_batch(struct vt *vt, struct vt_batch *b)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	bool qp = kvd_fault_fire(c->fault, KVD_FAULT_VERBS_QP_ERROR);
+	bool wc = !qp && kvd_fault_fire(c->fault, KVD_FAULT_VERBS_COMPLETION_ERROR);
+
+	if (!qp && !wc)
+		return false;
+	KVLOG_WARN(c->log, "fault", "point=%s request=%llu seq=%u posted=1 of=%u",
+		   qp ? "verbs_qp_error" : "verbs_completion_error",
+		   (unsigned long long)b->id, b->seq, b->n_wr);
+	if (wc && vt->emu)
+		(void)verbs_emu_inject(vt->rc.qp, VERBS_WC_GENERAL_ERR);
+	else
+		(void)vt->v->qp_err(vt->rc.qp);
+	return true;
+}
+
 /* Stage what can be staged, then post WRs in order while the QP has
  * room. */
 static void vt_push(struct vt *vt)
@@ -456,6 +477,8 @@ static void vt_push(struct vt *vt)
 			}
 			b->posted++;
 			vt->outstanding++;
+			if (b->posted == 1 && b->n_wr > 1 && vt_fault_mid_batch(vt, b))
+				return;
 		}
 		if (vt->outstanding >= vt->depth)
 			break;
@@ -694,6 +717,18 @@ static void vt_poller_closed(struct verbs_poller *p)
 		kvd_list_del(&s->node);
 		free(s->runs);
 		free(s);
+	}
+	if (vt->emu && vt->ctx && vt->poller_on) {
+		struct verbs_emu_stats st;
+
+		/* what the emulated NIC placed and refused over the link's
+		 * life (tests read it: a late write lands nowhere) */
+		verbs_emu_stats(vt->ctx, &st);
+		KVLOG_INFO(vt->base.cfg.log, "verbs_closed",
+			   "side=%s writes_applied=%llu writes_refused=%llu writes_dropped=%llu",
+			   vt->receiver ? "receiver" : "sender",
+			   (unsigned long long)st.applied, (unsigned long long)st.refused,
+			   (unsigned long long)st.dropped);
 	}
 	if (vt->rc_open)
 		verbs_rc_close(&vt->rc);

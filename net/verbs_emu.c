@@ -103,7 +103,17 @@ struct emu_msg {                  /* a write arriving or arrived */
 	struct emu_pkt h;         /* of its first packet */
 	uint32_t have;
 	uint8_t *data;
+	uint64_t t_arrived_ns;    /* complete (hold_ms counts from here) */
+	bool held;                /* lands hold_ms after t_arrived_ns */
 };
+
+/* hold_writes=N: only the first N writes this *process* receives are
+ * held, whichever of its contexts receives them - a test knob, so that a
+ * node whose link was torn down by a late write serves its next request
+ * on a new link (a new context) at full speed. Loop thread only, like
+ * every context. */
+static uint64_t emu_hold_left = UINT64_MAX;
+static bool emu_hold_set;
 
 struct verbs_ctx {
 	char dir[96];
@@ -113,6 +123,8 @@ struct verbs_ctx {
 	struct verbs_dev_attr attr;
 	uint32_t max_inline;
 	uint64_t short_mr;        /* test: registrations past it are cut to it */
+	uint64_t hold_ns;         /* test (auto mode): a write lands this long
+				   * after it arrived - a slow fabric */
 	uint32_t mtu;             /* the port's active MTU */
 	bool autodeliver;
 	uint32_t next_qpn;
@@ -518,6 +530,11 @@ static void write_recv(struct verbs_ctx *ctx, const struct emu_pkt *h,
 			free(m);
 			return;
 		}
+		m->t_arrived_ns = kvd_now_ns();
+		if (ctx->hold_ns && emu_hold_left) {
+			m->held = true;
+			emu_hold_left--;
+		}
 		kvd_list_add_tail(&ctx->inbound, &m->link);
 		ctx->inbound_bytes += m->h.total_len;
 	}
@@ -614,13 +631,17 @@ static void write_apply(struct verbs_ctx *ctx, struct emu_msg *m)
 	ack_send(ctx, h, VERBS_WC_SUCCESS);
 }
 
-static int deliver(struct verbs_ctx *ctx, unsigned n)
+static int deliver(struct verbs_ctx *ctx, unsigned n, bool held)
 {
 	unsigned done = 0;
+	uint64_t now = held && ctx->hold_ns ? kvd_now_ns() : 0;
 
 	while (done < n && !kvd_list_empty(&ctx->inbound)) {
 		struct emu_msg *m = kvd_list_entry(ctx->inbound.next, struct emu_msg, link);
 
+		/* in order: nothing overtakes a write still held */
+		if (now && m->held && now - m->t_arrived_ns < ctx->hold_ns)
+			break;
 		ctx->inbound_bytes -= m->h.total_len;
 		kvd_list_del(&m->link);
 		write_apply(ctx, m);
@@ -633,7 +654,9 @@ static int deliver(struct verbs_ctx *ctx, unsigned n)
 
 bool verbs_emu_out_pending(struct verbs_ctx *ctx)
 {
-	return ctx && !kvd_list_empty(&ctx->out);
+	return ctx && (!kvd_list_empty(&ctx->out) ||
+		       (ctx->autodeliver && ctx->hold_ns &&
+			!kvd_list_empty(&ctx->inbound)));
 }
 
 int verbs_emu_pump(struct verbs_ctx *ctx)
@@ -641,7 +664,7 @@ int verbs_emu_pump(struct verbs_ctx *ctx)
 	out_flush(ctx);
 	in_read(ctx);
 	if (ctx->autodeliver)
-		deliver(ctx, ~0u);
+		deliver(ctx, ~0u, true);
 	out_flush(ctx);
 	return 0;
 }
@@ -650,7 +673,7 @@ int verbs_emu_deliver(struct verbs_ctx *ctx, unsigned n)
 {
 	out_flush(ctx);
 	in_read(ctx);
-	return deliver(ctx, n);
+	return deliver(ctx, n, false);
 }
 
 unsigned verbs_emu_arrived(struct verbs_ctx *ctx)
@@ -740,6 +763,13 @@ static int parse_dev(struct verbs_ctx *ctx, const char *dev)
 			ctx->short_mr = v;
 		else if (!strcmp(tok, "auto") && v <= 1)
 			ctx->autodeliver = v;
+		else if (!strcmp(tok, "hold_ms") && v <= 60000)
+			ctx->hold_ns = v * 1000000ull;
+		else if (!strcmp(tok, "hold_writes")) {
+			if (!emu_hold_set)
+				emu_hold_left = v;   /* the first context sets it */
+			emu_hold_set = true;
+		}
 		else
 			return -EINVAL;
 	}
