@@ -771,10 +771,15 @@ static void prefill_on_abort(struct link *l, const struct proto_peer_msg *m)
 	}
 	/* verbs: batches of r not yet on the wire never leave (their
 	 * callbacks fire now, before the abort is taken) */
-	if (l->data && transport_is_verbs(l->data))
+	if (l->data && transport_is_verbs(l->data)) {
 		transport_verbs_forget(l->data, r->remote_id);
-	if (r->ended)
-		return;
+		/* a cancelled batch's report may have ended r: find it again */
+		r = prefill_find(l, m->id);
+		if (!r) {
+			prefill_send_abort_ack(l->s, l, m->id, SERVE_TENANT_UNKNOWN, 0);
+			return;
+		}
+	}
 	serve__req_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "decode aborted: %s (%.200s)",
 		  proto_err_name(m->code), m->message);
 	/* decode holds its pages fenced until our ack: every state answers

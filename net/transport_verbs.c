@@ -911,6 +911,13 @@ int transport_verbs_grant(struct transport *t, uint64_t id, const uint32_t *page
 		return TRANSPORT_E_CLOSED;
 	if (vt_scope_find(vt, id))
 		return VERBS_SCOPE_E_STATE;
+	/* only pages still where the region registered them (a pool that
+	 * shrank and grew again may have moved a chunk) */
+	for (uint32_t i = 0; i < n; i++)
+		if (pages[i] >= vt->region.n_pages ||
+		    (uint8_t *)kvpool_page_addr(vt->base.cfg.pool, pages[i]) !=
+		    vt->region.base + (uint64_t)pages[i] * vt->region.page_bytes)
+			return VERBS_SCOPE_E_RANGE;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
