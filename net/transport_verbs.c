@@ -128,6 +128,12 @@ struct vt {
 	bool rc_open;
 	struct verbs_poller poller;
 	bool poller_on;
+	uv_loop_t *loop;
+	unsigned closes_left;           /* handles closing at the end */
+	/* fault point verbs_slow_completion: one receive completion held */
+	uv_timer_t hold_timer;
+	bool hold_timer_on, holding;
+	struct verbs_wc held_wc;
 	uint32_t depth;                 /* send WRs outstanding at most */
 	uint32_t outstanding;           /* send WRs posted, not completed */
 	uint32_t recv_posted;
@@ -637,20 +643,73 @@ static void vt_recv_batch(struct vt *vt, const struct verbs_wc *wc)
 
 /* ---- completions and close ------------------------------------------------ */
 
-static void vt_poller_closed(struct verbs_poller *p);
+static void vt_release(struct vt *vt);
+
+static void vt_one_closed(struct vt *vt)
+{
+	if (--vt->closes_left == 0)
+		vt_release(vt);
+}
+
+static void vt_poller_closed(struct verbs_poller *p)
+{
+	vt_one_closed(kvd_container_of(p, struct vt, poller));
+}
+
+static void vt_timer_closed(uv_handle_t *h)
+{
+	vt_one_closed(h->data);
+}
 
 /* Every flush drained (or nothing was outstanding): free the device
  * objects, fire what is left, then close's callback (after the poller's
- * handles closed). */
+ * and the hold timer's handles closed). */
 static void vt_finish(struct vt *vt)
 {
 	if (vt->finished)
 		return;
 	vt->finished = true;
+	vt->closes_left = 1 + vt->poller_on + vt->hold_timer_on;
 	if (vt->poller_on)
 		verbs_poller_close(&vt->poller, vt_poller_closed);
-	else
-		vt_poller_closed(&vt->poller);
+	if (vt->hold_timer_on)
+		uv_close((uv_handle_t *)&vt->hold_timer, vt_timer_closed);
+	vt_one_closed(vt);
+}
+
+/* Fault point verbs_slow_completion (decode): the NIC placed a batch,
+ * but its completion is handled HOLD_MS later, so that prefill's
+ * abort_ack can overtake it - the fence must wait for it. */
+#define VT_HOLD_MS 500
+
+static void vt_hold_cb(uv_timer_t *t)
+{
+	struct vt *vt = t->data;
+
+	if (!vt->holding || vt->closing || vt->finished || vt->dead)
+		return;
+	vt->holding = false;
+	vt_recv_batch(vt, &vt->held_wc);
+}
+
+static bool vt_fault_slow_completion(struct vt *vt, const struct verbs_wc *wc)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+
+	if (!vt->loop || !kvd_fault_fire(c->fault, KVD_FAULT_VERBS_SLOW_COMPLETION))
+		return false;
+	if (!vt->hold_timer_on) {
+		if (uv_timer_init(vt->loop, &vt->hold_timer))
+			return false;
+		vt->hold_timer.data = vt;
+		vt->hold_timer_on = true;
+	}
+	KVLOG_WARN(c->log, "fault", "point=verbs_slow_completion slot=%u delay_ms=%u",
+		   wc->imm, VT_HOLD_MS);
+	vt->held_wc = *wc;
+	vt->holding = true;
+	uv_timer_start(&vt->hold_timer, vt_hold_cb, VT_HOLD_MS, 0);
+	return true;
 }
 
 static void vt_drained_check(struct vt *vt)
@@ -681,8 +740,19 @@ static void vt_on_wc(void *arg, const struct verbs_wc *wc)
 			vt_report_closed(vt, -EIO);
 			return;
 		}
-		if (!vt->dead)
-			vt_recv_batch(vt, wc);
+		if (vt->dead)
+			return;
+		if (vt->holding) {
+			/* in order: the held batch goes first */
+			vt->holding = false;
+			uv_timer_stop(&vt->hold_timer);
+			vt_recv_batch(vt, &vt->held_wc);
+			if (vt->dead || vt->closing)
+				return;
+		} else if (vt_fault_slow_completion(vt, wc)) {
+			return;
+		}
+		vt_recv_batch(vt, wc);
 		return;
 	}
 	if (wc->wr_id == 0 && wc->status != VERBS_WC_SUCCESS) {
@@ -700,9 +770,8 @@ static void vt_on_wc(void *arg, const struct verbs_wc *wc)
 	vt_drained_check(vt);
 }
 
-static void vt_poller_closed(struct verbs_poller *p)
+static void vt_release(struct vt *vt)
 {
-	struct vt *vt = kvd_container_of(p, struct vt, poller);
 	struct kvd_list *e, *nxt;
 
 	kvd_list_for_each_safe(e, nxt, &vt->inflight)
@@ -810,7 +879,7 @@ static void vt_free(struct transport *t)
 		 * objects here */
 		vt->finished = true;
 		vt->closed_cb = NULL;
-		vt_poller_closed(&vt->poller);
+		vt_release(vt);
 	}
 	free(vt->mbox);
 	free(vt->rxbuf);
@@ -1107,6 +1176,7 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 	vt->v = v;
 	vt->emu = emu;
 	vt->receiver = cfg->recv.batch != NULL;
+	vt->loop = loop;
 	vt->depth = cfg->verbs_qp_depth;
 	vt->n_max = xfer_batch_pages_max(cfg->max_batch_bytes, cfg->page_bytes);
 	vt->slot_bytes = (XFER_HDR_BYTES + (size_t)vt->n_max * XFER_ENTRY_BYTES +

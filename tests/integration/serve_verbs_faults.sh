@@ -11,7 +11,11 @@
 #   QP error mid-batch: prefill's QP goes to error after the first write
 #               of a batch (fault point verbs_qp_error);
 #   completion error: the emulated NIC fails prefill's oldest WR
-#               (fault point verbs_completion_error).
+#               (fault point verbs_completion_error);
+#   abort_ack first: decode handles a batch's completion late
+#               (verbs_slow_completion) and its transfer times out: the
+#               abort_ack (batches=1) comes first, and the pages stay
+#               fenced until the batch's completion (batches_landed).
 # Needs the emulated device (hold_ms): with KVD_TEST_VERBS_DEVICE set to a
 # real device only the two fault points run.
 . "$(dirname "$0")/lib.sh"
@@ -79,6 +83,30 @@ if [ -z "${KVD_TEST_VERBS_DEVICE:-}" ]; then
 else
 	echo "# SKIP (part): late write needs the emulated device (hold_ms)"
 fi
+
+# --- abort_ack overtakes a batch's completion: the fence waits for it ------
+# decode handles its batch completion 500 ms late (verbs_slow_completion);
+# its transfer times out at 250 ms and prefill, whose batch has completed,
+# acks at once with batches=1: decode unfences only once that batch's
+# completion is in (batches_landed = batches_posted), not at the ack.
+pair pack dack "$M" -- "transfer.prefill_timeout_ms=5000" "transfer.transfer_timeout_ms=250"
+start_node pack
+start_node dack KVD_FAULT=verbs_slow_completion:1
+check "ack: decode paired over verbs" wait_up dack
+out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
+check "ack: TIMEOUT reaches the client ($out)" test "$(echo "$out" | json_get error)" = TIMEOUT
+check "ack: the abort_ack came before the batch's completion was handled" \
+	wait_log "$T/dack.log" "event=abort_acked id=1 .*batches_posted=1 batches_received=0 batches_landed=0" 5
+check "ack: the fence waited for the posted batch to complete" \
+	wait_log "$T/dack.log" "event=abort_fence_done id=1 .*batches_posted=1 batches_landed=1" 5
+ms=$(grep -o "event=abort_done id=1 .*fenced_ms=[0-9]*" "$T/dack.log" | grep -o "[0-9]*$" || echo 0)
+check "ack: pages fenced past the ack until the completion (${ms} ms >= 150)" test "${ms:-0}" -ge 150
+check "ack: zero pages held on both nodes" settle dack pack
+check "ack: the link stayed up (nothing was refused)" \
+	test "$(grep -c 'event=peer_up' "$T/dack.log")" = 1
+served_equal ack
+stop_node dack
+stop_node pack
 
 # --- a QP error mid-batch ----------------------------------------------------
 run_case qperr "$(verbs_device)" "verbs_qp_error:1"
