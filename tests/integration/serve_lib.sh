@@ -41,8 +41,9 @@ cluster_key() {
 # verbs_device: the RDMA device the tests' nodes use with
 # KVD_TEST_TRANSPORT=verbs: KVD_TEST_VERBS_DEVICE (a device name, or
 # emu:DIR[,opts]), else an emulated device in $T/rdma that delivers every
-# write as soon as it arrives (auto=1). tests/verbs/run sets exactly these
-# two variables to run a suite over a real device.
+# write as soon as it arrives (auto=1). tests/verbs/run sets these two
+# variables to run a suite over a real device (and KVD_TEST_VERBS_PORT,
+# KVD_TEST_VERBS_GID_INDEX for transfer.verbs_port / verbs_gid_index).
 verbs_device() {
 	if [ -n "${KVD_TEST_VERBS_DEVICE:-}" ]; then
 		echo "$KVD_TEST_VERBS_DEVICE"
@@ -68,6 +69,9 @@ write_node() {
 	if [ "${KVD_TEST_TRANSPORT:-tcp}" = verbs ] && [ "$role" != standalone ]; then
 		kv[transfer.transport]=verbs
 		kv[transfer.verbs_device]=$(verbs_device)
+		[ -z "${KVD_TEST_VERBS_PORT:-}" ] || kv[transfer.verbs_port]=$KVD_TEST_VERBS_PORT
+		[ -z "${KVD_TEST_VERBS_GID_INDEX:-}" ] ||
+			kv[transfer.verbs_gid_index]=$KVD_TEST_VERBS_GID_INDEX
 	fi
 	[ "${KVD_TEST_KEYLESS:-0}" = 1 ] || kv[peers.key_file]=$(cluster_key)
 	local a sec
