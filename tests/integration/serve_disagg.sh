@@ -174,7 +174,7 @@ start_node ve
 check "transport=verbs on emu: capacity line names the transport" \
 	wait_log "$T/ve.log" "event=kv_capacity .*transport=verbs verbs_device=\"emu:$T/emu,mw=0\"" 20
 check "transport=verbs on emu: the device's figures at boot" \
-	grep -q "event=transport transport=verbs device=emulated max_mr_size=[0-9]* max_qp_wr=[0-9]* write_scope=per_request_mr windows_supported=no" "$T/ve.log"
+	wait_log "$T/ve.log" "event=transport transport=verbs device=emulated max_mr_size=[0-9]* max_qp_wr=[0-9]* write_scope=per_request_mr windows_supported=no" 20
 stop_node ve
 next_port
 write_node vq decode "$T/gen_f32.gguf" "listen.client=127.0.0.1:$PORT" \
