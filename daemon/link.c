@@ -1111,8 +1111,13 @@ static void link_transport_closed(struct transport *t)
 	t->ops->free(t);
 	if (l->walk_deferred) {
 		l->walk_deferred = false;
-		(void)link_reqs_walk(l, true, l->walk_code,
-				     l->walk_msg[0] ? l->walk_msg : NULL);
+		if (!link_reqs_walk(l, true, l->walk_code,
+				    l->walk_msg[0] ? l->walk_msg : NULL) &&
+		    l->walk_count_integrity) {
+			l->s->d->counters.integrity_failures++;
+			kvd_metrics_integrity(&l->s->d->metrics, l->lost_kind);
+		}
+		l->walk_count_integrity = false;
 	}
 	link_closed_one(l);
 }
@@ -1168,7 +1173,10 @@ static unsigned link_lost_code(struct link *l, const char *why, int code,
 			l->walk_deferred = true;
 			l->walk_code = code;
 			snprintf(l->walk_msg, sizeof(l->walk_msg), "%s", msg ? msg : "");
-			return 0;
+			/* an integrity loss is counted once then: by the requests
+			 * it fails, or by the link if it fails none */
+			l->walk_count_integrity = code == PROTO_ERR_INTEGRITY;
+			return 1;
 		}
 	}
 	return link_reqs_walk(l, true, code, msg);

@@ -350,6 +350,7 @@ struct link {
 	/* dial, verbs: lost, and its requests take LINK_LOST once the
 	 * transport's flush completions are drained (code, msg for them) */
 	bool walk_deferred;
+	bool walk_count_integrity;       /* count it if no request does */
 	int walk_code;
 	char walk_msg[PROTO_CLIENT_MSG_MAX + 1];
 

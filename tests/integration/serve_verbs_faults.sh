@@ -12,6 +12,8 @@
 #               of a batch (fault point verbs_qp_error);
 #   completion error: the emulated NIC fails prefill's oldest WR
 #               (fault point verbs_completion_error);
+#   corrupt batch: a page byte flipped after the MAC (corrupt_batch) is
+#               INTEGRITY, counted once, and the link is rebuilt;
 #   abort_ack first: decode handles a batch's completion late
 #               (verbs_slow_completion) and its transfer times out: the
 #               abort_ack (batches=1) comes first, and the pages stay
@@ -107,6 +109,25 @@ check "ack: the link stayed up (nothing was refused)" \
 served_equal ack
 stop_node dack
 stop_node pack
+
+# --- a corrupted batch fails its MAC at decode ------------------------------
+# prefill flips a byte of a page after the batch MAC (corrupt_batch): decode
+# verifies the MAC over its copy of the pages before anything is believed
+pair pmac dmac "$M"
+start_node pmac KVD_FAULT=corrupt_batch:1
+start_node dmac
+check "mac: decode paired over verbs" wait_up dmac
+out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
+check "mac: INTEGRITY reaches the client ($out)" test "$(echo "$out" | json_get error)" = INTEGRITY
+check "mac: decode logged the failed MAC" \
+	grep -q "event=batch_checksum .*claimed_id=1 seq=0 error=auth_failed" "$T/dmac.log"
+check "mac: zero pages held on both nodes" settle dmac pmac
+check "mac: one integrity failure counted" test "$(status_get dmac counters.integrity_failures)" = 1
+check "mac: decode reconnects" wait_for 20 eval \
+	"[ \$(grep -c 'event=peer_up' '$T/dmac.log') -ge 2 ]"
+served_equal mac
+stop_node dmac
+stop_node pmac
 
 # --- a QP error mid-batch ----------------------------------------------------
 run_case qperr "$(verbs_device)" "verbs_qp_error:1"
