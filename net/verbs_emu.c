@@ -107,13 +107,6 @@ struct emu_msg {                  /* a write arriving or arrived */
 	bool held;                /* lands hold_ms after t_arrived_ns */
 };
 
-/* hold_writes=N: only the first N writes this *process* receives are
- * held, whichever of its contexts receives them - a test knob, so that a
- * node whose link was torn down by a late write serves its next request
- * on a new link (a new context) at full speed. Loop thread only, like
- * every context. */
-static uint64_t emu_hold_left = UINT64_MAX;
-static bool emu_hold_set;
 
 struct verbs_ctx {
 	char dir[96];
@@ -478,6 +471,18 @@ static void msg_free(struct emu_msg *m)
 	free(m);
 }
 
+/* hold_ms: a write is held when DIR/hold exists as it arrives - the
+ * test turns the slow fabric on and off by creating and removing that
+ * file (a node whose link a late write tore down then serves its next
+ * request on a new link at full speed). */
+static bool emu_hold_on(const struct verbs_ctx *ctx)
+{
+	char path[sizeof(ctx->dir) + 8];
+
+	snprintf(path, sizeof(path), "%s/hold", ctx->dir);
+	return access(path, F_OK) == 0;
+}
+
 /* One write packet read: assemble; a whole write joins the inbound queue.
  * Malformed packets are dropped (the wire is local, but never trusted). */
 static void write_recv(struct verbs_ctx *ctx, const struct emu_pkt *h,
@@ -531,10 +536,8 @@ static void write_recv(struct verbs_ctx *ctx, const struct emu_pkt *h,
 			return;
 		}
 		m->t_arrived_ns = kvd_now_ns();
-		if (ctx->hold_ns && emu_hold_left) {
+		if (ctx->hold_ns && emu_hold_on(ctx))
 			m->held = true;
-			emu_hold_left--;
-		}
 		kvd_list_add_tail(&ctx->inbound, &m->link);
 		ctx->inbound_bytes += m->h.total_len;
 	}
@@ -765,11 +768,7 @@ static int parse_dev(struct verbs_ctx *ctx, const char *dev)
 			ctx->autodeliver = v;
 		else if (!strcmp(tok, "hold_ms") && v <= 60000)
 			ctx->hold_ns = v * 1000000ull;
-		else if (!strcmp(tok, "hold_writes")) {
-			if (!emu_hold_set)
-				emu_hold_left = v;   /* the first context sets it */
-			emu_hold_set = true;
-		}
+
 		else
 			return -EINVAL;
 	}

@@ -5,7 +5,7 @@
  * with the device name
  *
  *   emu:DIR[,max_mr_size=BYTES][,mw=0|1][,max_qp_wr=N][,max_inline=N][,auto=0|1]
- *          [,short_mr=BYTES][,mtu=256..4096][,hold_ms=N[,hold_writes=N]]
+ *          [,short_mr=BYTES][,mtu=256..4096][,hold_ms=N]
  *
  * DIR is a directory both ends can reach (each context binds one Unix
  * datagram socket there: the "wire"). Writes travel as packets and land
@@ -15,11 +15,10 @@
  * QP pump the context (send what waits, read what arrived, turn
  * acknowledgements into completions). short_mr makes a faulty device: a
  * registration longer than BYTES registers (and reports) only BYTES.
- * hold_ms (auto mode) makes a slow fabric: a write lands N ms after it
- * arrived (in order), so a test can have writes land after the sender's
- * peer gave up on them (the late write of issue 13); with hold_writes
- * only the first N writes the process receives (over all its contexts)
- * are held.
+ * hold_ms (auto mode) makes a slow fabric: a write that arrives while
+ * the file DIR/hold exists lands N ms after it arrived (in order: nothing
+ * overtakes it), so a test can have writes land after the sender's peer
+ * gave up on them (the late write of issue 13), and turn it off again.
  */
 #pragma once
 

@@ -4,7 +4,8 @@
 # flush completions are drained (the transport's verbs_closed line comes
 # before the request's link_lost step), leaks no page on either node, and
 # the next request - on a new link - is served equal to `kvd generate`.
-#   late write: decode's NIC holds prefill's writes 1.5 s (emu hold_ms);
+#   late write: decode's NIC holds prefill's writes 1.5 s (emu hold_ms,
+#               while $T/rdma/hold exists);
 #               decode times out at 0.6 s and revokes the scope; the write
 #               that arrives then is refused by the NIC and lands nowhere
 #               (writes_applied=0 writes_refused=1);
@@ -52,7 +53,10 @@ run_case() { # run_case TAG DECODE_DEVICE PREFILL_FAULT [decode keys...]
 	start_node "p$tag" ${fault:+KVD_FAULT=$fault}
 	start_node "d$tag"
 	check "$tag: decode paired over verbs" wait_up "d$tag"
+	[ -z "${HOLD:-}" ] || : > "$HOLD"
 	out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
+	[ -z "${HOLD:-}" ] || rm -f "$HOLD"
+	HOLD=
 	OUT=$out
 	check "$tag: the client gets a typed error and no token ($out)" no_token "$out"
 	check "$tag: decode's pages stay fenced until the QP is drained" \
@@ -70,7 +74,8 @@ run_case() { # run_case TAG DECODE_DEVICE PREFILL_FAULT [decode keys...]
 # --- a late write after a timeout fails at decode's NIC ---------------------
 if [ -z "${KVD_TEST_VERBS_DEVICE:-}" ]; then
 	mkdir -p "$T/rdma"
-	run_case late "emu:$T/rdma,auto=1,hold_ms=1500,hold_writes=1" "" \
+	HOLD=$T/rdma/hold   # the slow fabric is on while it exists (verbs_emu.h)
+	run_case late "emu:$T/rdma,auto=1,hold_ms=1500" "" \
 		"transfer.prefill_timeout_ms=600" "transfer.transfer_timeout_ms=600"
 	check "late: TIMEOUT reaches the client" test "$(echo "$OUT" | json_get error)" = TIMEOUT
 	check "late: decode revoked the scope and aborted at the timeout" \
