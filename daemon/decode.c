@@ -43,6 +43,7 @@
  */
 #include "daemon/serve_int.h"
 #include "conf/util.h"
+#include "net/verbs_scope.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -71,10 +72,21 @@ static void decode_try_complete(struct serve_req *r);
 /* A pool call on pages this request holds failed: the pool and the
  * request disagree about who owns what, so nothing of the table may go
  * back to the free list (invariant 2). */
+/* verbs: take the request's write scope back before its pages change
+ * hands (released, quarantined, marked ready): the peer's NIC writes are
+ * refused from here on. Nothing to do on tcp, or once the link is gone
+ * (its transport revoked everything when it closed). */
+static void dreq_revoke(struct serve_req *r)
+{
+	if (r->link && r->link->data && transport_is_verbs(r->link->data))
+		transport_verbs_revoke(r->link->data, r->reg.id);
+}
+
 static void dreq_breach(struct serve_req *r, const char *what, int rc)
 {
 	struct serve *s = r->s;
 
+	dreq_revoke(r);
 	KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=%s code=%d pages=%u",
 		  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), what, rc, r->n_table);
 	/* a quarantine the pool refuses too leaves the pages where they
@@ -95,6 +107,7 @@ static void dreq_release(struct serve_req *r)
 
 	if (!r->pages_held)
 		return;
+	dreq_revoke(r);
 	rc = kvpool_release(r->s->d->pool, r->reg.id, r->table, r->n_table);
 	if (rc) {
 		dreq_breach(r, "release", rc);
@@ -133,6 +146,7 @@ static void dreq_quarantine(struct serve_req *r, const char *reason)
 
 	if (!r->pages_held)
 		return;
+	dreq_revoke(r);
 	rc = kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_prefix);
 	if (!rc && r->n_table > r->n_prefix)
 		rc = kvpool_release(s->d->pool, r->reg.id, r->table + r->n_prefix,
@@ -678,10 +692,44 @@ static bool decode_place_local(struct serve_req *r, const struct link *p)
 	return true;
 }
 
+/* verbs: grant p write access to r's prefix pages (net/verbs_scope.h)
+ * and fill *m with the verbs_scope that tells it where (m->runs
+ * malloc'd; n_runs 0 on tcp). 0, or why not (nothing granted). */
+static int decode_verbs_grant(struct serve_req *r, struct link *p,
+			      struct proto_peer_msg *m)
+{
+	uint32_t *pages;
+	int rc;
+
+	*m = (struct proto_peer_msg){ .type = PEER_MSG_VERBS_SCOPE, .id = r->reg.id };
+	if (!p->data || !transport_is_verbs(p->data))
+		return 0;
+	pages = calloc(r->n_prefix, sizeof(*pages));
+	m->runs = calloc(VERBS_SCOPE_RUNS_MAX, sizeof(*m->runs));
+	if (!pages || !m->runs) {
+		free(pages);
+		free(m->runs);
+		m->runs = NULL;
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < r->n_prefix; i++)
+		pages[i] = r->table[i].page;
+	rc = transport_verbs_grant(p->data, r->reg.id, pages, r->n_prefix,
+				   m->runs, &m->n_runs);
+	free(pages);
+	if (rc) {
+		free(m->runs);
+		m->runs = NULL;
+		m->n_runs = 0;
+	}
+	return rc;
+}
+
 void serve__decode_admit(struct serve_req *r)
 {
 	struct serve *s = r->s;
 	struct link *p = decode_pick_peer(s);
+	struct proto_peer_msg scope = { 0 };
 	enum dreq_event ev;
 	int rc;
 
@@ -712,7 +760,18 @@ void serve__decode_admit(struct serve_req *r)
 	serve__dreq_event(r, ev);
 	if (ev != DEV_ADMIT)
 		return;
+	rc = decode_verbs_grant(r, p, &scope);
+	if (rc) {
+		dreq_fail(r, PROTO_ERR_OVERLOADED,
+			  "cannot grant the peer RDMA write access to this request's pages (%s)",
+			  rc < 0 ? strerror(-rc) : "too many runs of pages, or pages outside the registered pool");
+		serve__dreq_event(r, DEV_SEND_FAIL);
+		return;
+	}
 	rc = decode_send_request(r);
+	if (!rc && scope.n_runs)
+		rc = serve__link_send(r->link, &scope);
+	free(scope.runs);
 	if (rc) {
 		dreq_fail(r, PROTO_ERR_INTERNAL, "cannot send the prefill request: %s",
 			  strerror(-rc));
@@ -791,6 +850,20 @@ static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
 	struct xfer_check_req q;
 	struct xfer_check_refusal ref;
 
+	if (r) {
+		/* verbs: a batch of r completed - every write it carried has
+		 * landed; an abort_ack waits for the count prefill posted */
+		r->batches_landed++;
+		if (r->ack_deferred && r->batches_landed >= r->peer_batches) {
+			r->ack_deferred = false;
+			KVLOG_INFO(s->log, "abort_fence_done",
+				   "id=%llu tenant=%s batches_posted=%u batches_landed=%u",
+				   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
+				   r->peer_batches, r->batches_landed);
+			serve__dreq_event(r, DEV_ABORT_ACK);
+			return;
+		}
+	}
 	if (!r || r->state != DRS_TRANSFER) {
 		/* dreq: ABORTING ignores batches (they are not written) */
 		KVLOG_DEBUG(s->log, "batch_discarded", "id=%llu tenant=%s seq=%u peer=%s",
@@ -843,8 +916,13 @@ static void decode_fault_retag(struct serve_req *r)
 static enum dreq_event decode_covered_event(struct serve_req *r)
 {
 	struct serve *s = r->s;
-	int rc = kvpool_mark_ready(s->d->pool, r->reg.id, r->table, r->n_prefix,
-				   r->n_prompt);
+	int rc;
+
+	/* verbs: every batch is in; nothing may change the pages now that
+	 * their tags are checked and the engine reads them */
+	dreq_revoke(r);
+	rc = kvpool_mark_ready(s->d->pool, r->reg.id, r->table, r->n_prefix,
+			       r->n_prompt);
 
 	if (rc) {
 		/* every batch is in and passed its checksum and entry checks,
@@ -991,11 +1069,19 @@ static void decode_on_msg(struct link *p, struct proto_peer_msg *m)
 			return;
 		r->peer_batches = KVD_MAX(r->peer_batches, m->batches);
 		/* over TCP every batch prefill posted has left before
-		 * abort_ack and the checks refuse it for a released request;
-		 * the count is what a verbs fence will wait for */
-		KVLOG_RL_INFO(p->s->log, &p->s->rl[SERVE_RL_PEER_ACK], "abort_acked", "id=%llu tenant=%s peer=%s batches_posted=%u batches_received=%u",
+		 * abort_ack and the checks refuse it for a released request.
+		 * Over RDMA a posted batch may still be landing in our pages:
+		 * they stay fenced until every batch prefill says it posted
+		 * has completed here (or the QP is in error and drained: the
+		 * link's loss, LINK_LOST) */
+		KVLOG_RL_INFO(p->s->log, &p->s->rl[SERVE_RL_PEER_ACK], "abort_acked", "id=%llu tenant=%s peer=%s batches_posted=%u batches_received=%u batches_landed=%u",
 			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), KVLOG_Q(p->addr),
-			   r->peer_batches, r->rx.batches);
+			   r->peer_batches, r->rx.batches, r->batches_landed);
+		if (p->data && transport_is_verbs(p->data) &&
+		    r->batches_landed < r->peer_batches) {
+			r->ack_deferred = true;
+			return;
+		}
 		serve__dreq_event(r, DEV_ABORT_ACK);
 		return;
 	default:

@@ -199,6 +199,15 @@ void serve__link_detach(struct serve_req *r)
 
 	if (!l)
 		return;
+	/* verbs: the request leaves the link, so does its write scope
+	 * (decode: revoked - the NIC refuses the peer's writes from now;
+	 * prefill: its runs forgotten) */
+	if (l->data && transport_is_verbs(l->data)) {
+		if (l->side == LINK_DIAL)
+			transport_verbs_revoke(l->data, r->reg.id);
+		else
+			transport_verbs_forget(l->data, r->remote_id);
+	}
 	kvd_list_del(&r->link_node);
 	l->n_reqs--;
 	l->n_pages -= r->link_pages;
@@ -302,7 +311,10 @@ static void link_data_closed(void *arg, int status)
 {
 	struct link *l = arg;
 
-	if (l->side == LINK_DIAL)
+	if (l->data && transport_is_verbs(l->data))
+		serve__link_lost(l, status == XFER_E_AUTH ? "a KV batch failed authentication"
+							  : "RDMA queue pair error");
+	else if (l->side == LINK_DIAL)
 		serve__link_lost(l, status == -ECONNRESET ? "data connection cut mid-batch"
 							  : "data connection closed");
 	else
@@ -310,11 +322,15 @@ static void link_data_closed(void *arg, int status)
 }
 
 /* The link's transport, on the negotiated terms: dial receives (batches
- * go to the role), accept sends. 0, or l was lost. */
+ * go to the role), accept sends. transfer.transport = verbs: an RDMA
+ * transport on the configured device, whose QP the verbs_qp exchange on
+ * this (authenticated) control link connects. 0, or l was lost. */
 static int link_transport_new(struct link *l)
 {
 	struct serve *s = l->s;
+	const struct kvd_config *c = &s->d->cfg;
 	struct transport_cfg tc = { 0 };
+	char why[400] = "";
 	int rc;
 
 	tc.pool = s->d->pool;
@@ -332,6 +348,23 @@ static int link_transport_new(struct link *l)
 		tc.recv.bad_batch = link_rx_bad;
 	}
 	tc.recv_arg = l;
+	if (c->transport == KVD_TRANSPORT_VERBS) {
+		tc.verbs_device = c->verbs_device;
+		tc.verbs_port = c->verbs_port;
+		tc.verbs_gid_index = c->verbs_gid_index;
+		tc.verbs_qp_depth = c->verbs_qp_depth;
+		tc.verbs_inline = c->verbs_inline;
+		rc = transport_verbs_new(&l->data, &s->d->loop, &tc, why, sizeof(why));
+		if (rc) {
+			KVLOG_ERR(s->log, "transport_unavailable",
+				  "peer=%s transport=verbs code=%d msg=%s",
+				  KVLOG_Q(link_who(l)), rc, KVLOG_Q(why));
+			l->data = NULL;
+			return rc;
+		}
+		l->data->data = l;
+		return 0;
+	}
 	rc = transport_tcp_new(&l->data, &s->d->loop, &tc);
 	if (rc) {
 		if (l->side == LINK_DIAL)
@@ -350,6 +383,26 @@ static int link_transport_new(struct link *l)
 	}
 	l->data->data = l;
 	return 0;
+}
+
+/* verbs: our QP (and, decode, the mailbox) for the peer. 0 or -errno. */
+static int link_verbs_describe(struct link *l)
+{
+	struct proto_peer_msg m = { .type = PEER_MSG_VERBS_QP };
+	struct proto_peer_run mbox;
+	int rc;
+
+	rc = transport_verbs_describe(l->data, &m.vqp,
+				      l->side == LINK_DIAL ? &mbox : NULL);
+	if (!rc)
+		rc = serve__link_send(l, &m);
+	if (!rc && l->side == LINK_DIAL) {
+		struct proto_peer_msg sc = { .type = PEER_MSG_VERBS_SCOPE, .id = 0,
+					     .runs = &mbox, .n_runs = 1 };
+
+		rc = serve__link_send(l, &sc);
+	}
+	return rc;
 }
 
 /* Bytes a data connection may hold queued before new batches wait: the
@@ -491,10 +544,10 @@ static void dial_data_bound(struct link *l)
 	l->up = true;
 	l->last_heard_ns = kvd_now_ns();
 	KVLOG_INFO(l->s->log, "peer_up",
-		   "peer=%s node=%s max_batch_bytes=%llu checksum=%s transport=tcp",
+		   "peer=%s node=%s max_batch_bytes=%llu checksum=%s transport=%s",
 		   KVLOG_Q(l->addr), KVLOG_Q(l->hello.node),
 		   (unsigned long long)l->max_batch_bytes,
-		   l->checksum ? "on" : "off");
+		   l->checksum ? "on" : "off", l->data->ops->name);
 	dial_log_capacity(l);
 }
 
@@ -520,6 +573,13 @@ static void dial_on_hello(struct link *l, const struct proto_peer_msg *m)
 	link_hello_done(l, &m->hello);
 	if (link_transport_new(l)) {
 		serve__link_lost(l, "transport");
+		return;
+	}
+	if (transport_is_verbs(l->data)) {
+		/* no data connection: the QPs connect over this link, and
+		 * it is up once prefill's verbs_qp connected ours */
+		if (link_verbs_describe(l))
+			serve__link_lost(l, "control setup");
 		return;
 	}
 	serve__parse_hostport(l->addr, &ss);
@@ -668,6 +728,10 @@ static void accept_on_hello(struct link *l, const struct proto_peer_msg *m)
 		return;
 	}
 	link_hello_done(l, &m->hello);
+	if (s->d->cfg.transport == KVD_TRANSPORT_VERBS && link_transport_new(l)) {
+		serve__link_lost(l, "transport");
+		return;
+	}
 	l->up = true;
 	reply.hello = s->my_hello;
 	if (!l->sealed) {
@@ -677,7 +741,8 @@ static void accept_on_hello(struct link *l, const struct proto_peer_msg *m)
 		memcpy(reply.hello.session, l->token, PEER_AUTH_BYTES);
 		reply.hello.has_session = true;
 	}
-	l->has_token = true;
+	/* verbs: no data connection to bind */
+	l->has_token = !l->data;
 	serve__link_post(l, &reply);
 	link_figures_update(s);
 	kvd_daemon_capacity(s->d, "peer", NULL);
@@ -829,6 +894,58 @@ static void link_handshake(struct link *l, const struct proto_peer_msg *m)
 	link_unexpected(l);
 }
 
+/* ---- the RDMA exchange (transfer.transport = verbs) -------------------------- */
+
+/* verbs_qp (both sides) and the mailbox (verbs_scope id 0, to prefill):
+ * the link's own. Prefill connects its QP to decode's and answers with
+ * its own; decode connects to prefill's and is up. Anything out of
+ * place - a verbs message on a tcp link, twice, the mailbox to decode -
+ * tears the link down, naming it. */
+static void link_on_verbs(struct link *l, const struct proto_peer_msg *m)
+{
+	char why[200] = "";
+	int rc;
+
+	if (!l->data || !transport_is_verbs(l->data)) {
+		KVLOG_ERR(l->s->log, "peer_refused",
+			  "peer=%s field=transfer.transport msg=\"the peer uses transfer.transport=verbs, this node tcp\"",
+			  KVLOG_Q(link_who(l)));
+		serve__link_lost(l, "transport mismatch");
+		return;
+	}
+	if (m->type == PEER_MSG_VERBS_SCOPE) {
+		rc = l->side == LINK_ACCEPT ?
+		     transport_verbs_set_mailbox(l->data, m->runs, m->n_runs, why, sizeof(why)) :
+		     (snprintf(why, sizeof(why), "a prefill peer sent a mailbox"), -EPROTO);
+	} else {
+		rc = transport_verbs_connect(l->data, &m->vqp, why, sizeof(why));
+		if (!rc && l->side == LINK_ACCEPT) {
+			struct proto_peer_msg q = { .type = PEER_MSG_VERBS_QP };
+
+			transport_verbs_describe(l->data, &q.vqp, NULL);
+			rc = serve__link_send(l, &q);
+			if (!rc) {
+				char fig[300];
+
+				transport_verbs_figures(l->data, fig, sizeof(fig));
+				KVLOG_INFO(l->s->log, "peer_up",
+					   "peer=%s peer_node=%s max_batch_bytes=%llu checksum=%s authenticated=%s encrypt=off transport=verbs %s",
+					   KVLOG_Q(l->addr), KVLOG_Q(l->hello.node),
+					   (unsigned long long)l->max_batch_bytes,
+					   l->checksum ? "on" : "off",
+					   l->sealed ? "yes" : "no", fig);
+			}
+		} else if (!rc) {
+			dial_data_bound(l);
+		}
+	}
+	if (rc) {
+		KVLOG_ERR(l->s->log, "peer_refused", "peer=%s field=verbs_qp code=%d msg=%s",
+			  KVLOG_Q(link_who(l)), rc, KVLOG_Q(why));
+		serve__link_lost(l, "verbs exchange");
+	}
+}
+
 /* ---- reading ----------------------------------------------------------------- */
 
 /* One control message: the handshake by side, then the link's own
@@ -845,6 +962,11 @@ static void link_dispatch(struct link *l, struct proto_peer_msg *m)
 	}
 	if (m->type == PEER_MSG_DATA_BOUND && l->side == LINK_DIAL) {
 		dial_data_bound(l);
+		return;
+	}
+	if (m->type == PEER_MSG_VERBS_QP ||
+	    (m->type == PEER_MSG_VERBS_SCOPE && m->id == 0)) {
+		link_on_verbs(l, m);
 		return;
 	}
 	l->ops->on_msg(l, m);
@@ -987,6 +1109,16 @@ static void link_transport_closed(struct transport *t)
 	struct link *l = t->data;
 
 	t->ops->free(t);
+	if (l->walk_deferred) {
+		l->walk_deferred = false;
+		if (!link_reqs_walk(l, true, l->walk_code,
+				    l->walk_msg[0] ? l->walk_msg : NULL) &&
+		    l->walk_count_integrity) {
+			l->s->d->counters.integrity_failures++;
+			kvd_metrics_integrity(&l->s->d->metrics, l->lost_kind);
+		}
+		l->walk_count_integrity = false;
+	}
 	link_closed_one(l);
 }
 
@@ -1027,10 +1159,25 @@ static unsigned link_lost_code(struct link *l, const char *why, int code,
 	s->closes_pending++;
 	uv_close((uv_handle_t *)&l->ctl, link_handle_closed);
 	if (l->data) {
+		bool drain = l->side == LINK_DIAL && transport_is_verbs(l->data);
+
 		l->pending_closes++;
 		s->closes_pending++;
 		transport_close(l->data, link_transport_closed);
 		l->data = NULL;
+		if (drain && !kvd_list_empty(&l->reqs)) {
+			/* RDMA: a write being placed when the QP went to error
+			 * still lands; the requests take LINK_LOST (and unfence)
+			 * only once its flush completions are drained, when the
+			 * transport reports closed (the Spin model's rule) */
+			l->walk_deferred = true;
+			l->walk_code = code;
+			snprintf(l->walk_msg, sizeof(l->walk_msg), "%s", msg ? msg : "");
+			/* an integrity loss is counted once then: by the requests
+			 * it fails, or by the link if it fails none */
+			l->walk_count_integrity = code == PROTO_ERR_INTEGRITY;
+			return 1;
+		}
 	}
 	return link_reqs_walk(l, true, code, msg);
 }

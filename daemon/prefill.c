@@ -25,6 +25,7 @@
  */
 #include "daemon/serve_int.h"
 #include "conf/util.h"
+#include "net/verbs_target.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -768,11 +769,61 @@ static void prefill_on_abort(struct link *l, const struct proto_peer_msg *m)
 		prefill_send_abort_ack(l->s, l, m->id, SERVE_TENANT_UNKNOWN, 0);
 		return;
 	}
+	/* verbs: batches of r not yet on the wire never leave (their
+	 * callbacks fire now, before the abort is taken) */
+	if (l->data && transport_is_verbs(l->data)) {
+		transport_verbs_forget(l->data, r->remote_id);
+		/* a cancelled batch's report may have ended r: find it again */
+		r = prefill_find(l, m->id);
+		if (!r) {
+			prefill_send_abort_ack(l->s, l, m->id, SERVE_TENANT_UNKNOWN, 0);
+			return;
+		}
+	}
 	serve__req_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "decode aborted: %s (%.200s)",
 		  proto_err_name(m->code), m->message);
 	/* decode holds its pages fenced until our ack: every state answers
 	 * it, at once or as soon as no batch of r is queued */
 	serve__preq_event(r, PEV_PEER_ABORT);
+}
+
+/* verbs_scope: where decode lets us write r's pages. The runs come from
+ * the peer: they must cover exactly the destination pages it named in
+ * the prefill_request (net/verbs_target.h) before a write goes through
+ * them; else r is aborted with the reason. */
+static void prefill_on_scope(struct link *l, const struct proto_peer_msg *m)
+{
+	struct serve_req *r = prefill_find(l, m->id);
+	uint32_t *dst;
+	char why[200] = "";
+	int rc;
+
+	if (!r || !l->data || !transport_is_verbs(l->data)) {
+		KVLOG_RL_WARN(l->s->log, &l->s->rl[SERVE_RL_PEER_PROTOCOL], "peer_protocol",
+			      "peer_node=%s msg=\"verbs_scope for no request of this link\" remote_id=%llu",
+			      KVLOG_Q(l->hello.node), (unsigned long long)m->id);
+		return;
+	}
+	dst = calloc(r->n_dst ? r->n_dst : 1, sizeof(*dst));
+	if (!dst) {
+		serve__prefill_abort(r, "out of memory");
+		return;
+	}
+	for (uint32_t i = 0; i < r->n_dst; i++)
+		dst[i] = r->dst[i].page;
+	rc = verbs_target_check(m->runs, m->n_runs, dst, r->n_dst, l->s->page_bytes,
+				why, sizeof(why));
+	free(dst);
+	if (!rc)
+		rc = transport_verbs_scope(l->data, m->id, m->runs, m->n_runs);
+	if (rc) {
+		KVLOG_RL_WARN(l->s->log, &l->s->rl[SERVE_RL_PEER_REQUEST], "verbs_scope_refused",
+			      "id=%llu tenant=%s remote_id=%llu code=%d msg=%s",
+			      (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
+			      (unsigned long long)r->remote_id, rc,
+			      KVLOG_Q(why[0] ? why : "the transport refused the scope"));
+		serve__prefill_abort(r, why[0] ? why : "the transport refused decode's write scope");
+	}
 }
 
 /* link_ops.on_msg: a control message from a decode node after the
@@ -787,6 +838,9 @@ static void prefill_on_msg(struct link *l, struct proto_peer_msg *m)
 		return;
 	case PEER_MSG_ABORT:
 		prefill_on_abort(l, m);
+		return;
+	case PEER_MSG_VERBS_SCOPE:
+		prefill_on_scope(l, m);
 		return;
 	case PEER_MSG_ABORT_ACK:
 		return;   /* our aborts need no ack: decode never writes to us */

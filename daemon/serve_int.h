@@ -178,6 +178,11 @@ struct serve_req {
 					  * posted (abort, abort_ack): what a
 					  * verbs fence must wait for; TCP
 					  * only logs it */
+	uint32_t batches_landed;         /* verbs: batches of it completed
+					  * here (every write landed) */
+	bool ack_deferred;               /* verbs: abort_ack came before
+					  * batches_landed reached
+					  * peer_batches: ABORT_ACK waits */
 
 	/* prefill: the peer's request */
 	uint64_t remote_id;              /* decode's request id */
@@ -347,6 +352,12 @@ struct link {
 	 * the soft bound; stuck past it this long, the link is lost */
 	uint64_t data_over_since_ns;
 	bool data_waiters;               /* a request waits for it to drain */
+	/* dial, verbs: lost, and its requests take LINK_LOST once the
+	 * transport's flush completions are drained (code, msg for them) */
+	bool walk_deferred;
+	bool walk_count_integrity;       /* count it if no request does */
+	int walk_code;
+	char walk_msg[PROTO_CLIENT_MSG_MAX + 1];
 
 	/* the requests on this link (serve_req.link_node) */
 	struct kvd_list reqs;

@@ -30,6 +30,9 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_BAD_ENTRY_INDEX] = "bad_entry_index",
 	[KVD_FAULT_BAD_ENTRY_TOKENS] = "bad_entry_tokens",
 	[KVD_FAULT_ABORT_SEND_FAIL] = "abort_send_fail",
+	[KVD_FAULT_VERBS_QP_ERROR] = "verbs_qp_error",
+	[KVD_FAULT_VERBS_COMPLETION_ERROR] = "verbs_completion_error",
+	[KVD_FAULT_VERBS_SLOW_COMPLETION] = "verbs_slow_completion",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

@@ -43,6 +43,16 @@
  *                        without memory): the link must be torn down, so
  *                        that its requests still end (daemon/link.c
  *                        serve__link_post)
+ *   verbs_qp_error       RDMA: prefill moves its queue pair to the error
+ *                        state right after posting a batch's first write
+ *                        (a QP error mid-batch: the rest is flushed)
+ *   verbs_completion_error RDMA: right after a batch's first write is
+ *                        posted, the emulated NIC completes the oldest
+ *                        outstanding WR with an error (a real device:
+ *                        the QP goes to error as for verbs_qp_error)
+ *   verbs_slow_completion RDMA: decode handles the next batch completion
+ *                        500 ms late (its NIC placed the batch already),
+ *                        so prefill's abort_ack can overtake it
  *
  * The transport's points (corrupt_batch, cut_peer_mid_batch, bad_tag,
  * bad_entry_index, bad_entry_tokens) fire on both send paths: the copy
@@ -76,6 +86,9 @@ enum kvd_fault_point {
 	KVD_FAULT_BAD_ENTRY_INDEX,
 	KVD_FAULT_BAD_ENTRY_TOKENS,
 	KVD_FAULT_ABORT_SEND_FAIL,
+	KVD_FAULT_VERBS_QP_ERROR,
+	KVD_FAULT_VERBS_COMPLETION_ERROR,
+	KVD_FAULT_VERBS_SLOW_COMPLETION,
 	KVD_FAULT__N,
 };
 

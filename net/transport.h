@@ -143,15 +143,53 @@ struct transport *transport_tcp_from_stream(uv_stream_t *st);
 /* receiver: read batches; sender: watch for EOF (any byte is an error). */
 int transport_tcp_start(struct transport *t, bool receiver);
 
-/* ---- verbs (net/transport_verbs.c, or a stub without ibverbs) ------------ */
+/* ---- verbs (net/transport_verbs.c) ---------------------------------------- */
 
 /* Open an RDMA transport on cfg->verbs_device (emu:/DIR: the emulated
  * device, in every build): -ENOTSUP for a real device in a build without
- * ibverbs (or, for now, with a device that meets the configured terms:
- * the data path is not built yet); -ENODEV when the device cannot be
- * opened ("no RDMA device"); -EINVAL when it refuses a configured term
- * (port, GID index, QP depth, inline size; why names the key). It never
- * pretends to transfer. */
+ * ibverbs; -ENODEV when the device cannot be opened ("no RDMA device");
+ * -EINVAL when it refuses a configured term (port, GID index, QP depth,
+ * inline size; why names the key) or the pool cannot be registered.
+ * cfg->recv.batch set: the receiver (decode), else the sender. With
+ * cfg->pool NULL (the boot check) only the device and its terms are
+ * checked: free it with ops->free. The RC QP is connected by the owner
+ * after the verbs_qp exchange on the control link (describe, connect).
+ * Close moves the QP to the error state and calls back only once its
+ * flush completions are drained: after that nothing can land. */
 int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 			const struct transport_cfg *cfg, char *why,
 			size_t why_size);
+bool transport_is_verbs(const struct transport *t);
+/* The device's figures for a log line ("device=... max_mr_size=..."). */
+void transport_verbs_figures(struct transport *t, char *buf, size_t n);
+
+struct proto_peer_verbs_qp;
+struct proto_peer_run;
+/* Our QP for a verbs_qp message; receiver: also its mailbox, the one run
+ * a verbs_scope with id 0 names (mailbox may be NULL). */
+int transport_verbs_describe(struct transport *t, struct proto_peer_verbs_qp *qp,
+			     struct proto_peer_run *mailbox);
+/* The peer's verbs_qp: RTR, RTS (receiver: its receives are posted).
+ * 0, VERBS_RC_E_* or -errno with a sentence in why. */
+int transport_verbs_connect(struct transport *t, const struct proto_peer_verbs_qp *peer,
+			    char *why, size_t why_size);
+/* Sender: the receiver's mailbox (verbs_scope id 0), once. */
+int transport_verbs_set_mailbox(struct transport *t, const struct proto_peer_run *runs,
+				uint32_t n_runs, char *why, size_t why_size);
+/* Receiver: grant the peer write access to exactly pages[0..n) for
+ * request id; runs (room for VERBS_SCOPE_RUNS_MAX) and *n_runs are what
+ * verbs_scope carries. VERBS_SCOPE_E_* (net/verbs_scope.h) or -errno. */
+int transport_verbs_grant(struct transport *t, uint64_t id, const uint32_t *pages,
+			  uint32_t n, struct proto_peer_run *runs, uint32_t *n_runs);
+/* Receiver: take request id's scope back; the NIC refuses the peer's
+ * writes to those pages once it returns (per-request registrations).
+ * Nothing granted: nothing to do. */
+void transport_verbs_revoke(struct transport *t, uint64_t id);
+/* Sender: the runs decode granted for request id, already checked by
+ * the owner against the request's pages (net/verbs_target.h); batches
+ * of id wait for them. */
+int transport_verbs_scope(struct transport *t, uint64_t id,
+			  const struct proto_peer_run *runs, uint32_t n_runs);
+/* Sender: request id ends here: its batches not yet staged are
+ * cancelled (callback -ECANCELED), its runs forgotten. */
+void transport_verbs_forget(struct transport *t, uint64_t id);

@@ -1,4 +1,5 @@
-/* transport_verbs.c - the RDMA (ibverbs) transport: device open and check.
+/* transport_verbs.c - KV batches over an RDMA RC queue pair (ibverbs or
+ * the emulated device).
  *
  * Design. Built in every build: it uses the verbs calls only through the
  * ops table (net/verbs_ops.h), so the emulated device (emu:/DIR[,opts],
@@ -6,47 +7,207 @@
  * (any other name, or the first device for an empty name) needs the
  * libibverbs table (verbs_real_ops(): NULL without it).
  *
- * The RDMA data path (issue 13: QPs connected over the control link -
- * net/verbs_rc.h, the pool registered with per-request write scope -
- * net/verbs_scope.h, batches as RDMA WRITEs with their MAC checked by
- * decode) is not wired in yet. Until then the transport opens the
- * configured device and checks the configured terms against it the way
- * the data path will use them - the port is there and active, the GID
- * index is in its table, an RC QP with transfer.verbs_qp_depth send and
- * receive WRs and transfer.verbs_inline inline bytes can be made (the
- * device judges both) - so a node is told at boot which key its device
- * cannot meet. Then it says what the device offers (max_mr_size,
- * max_qp_wr, the write scope: type-2 windows or per-request
- * registrations, the port's MTU) and answers -ENOTSUP: a node configured
- * for verbs refuses to start rather than silently falling back, and it
- * never pretends to transfer.
+ * Opening checks the configured terms against the device (port active,
+ * GID index in its table, an RC QP with transfer.verbs_qp_depth WRs and
+ * transfer.verbs_inline inline bytes), so a node is told at boot which key
+ * its device cannot meet; then one RC QP is made (INIT) and its CQ's
+ * completions come on the loop (net/verbs_poller.h). The owner (daemon/
+ * link.c) exchanges verbs_qp messages on the authenticated control link
+ * and calls transport_verbs_connect() with the peer's.
  *
- * Answers: -ENOTSUP no libibverbs for a real device, or the data path is
- * missing; -ENODEV the device cannot be opened or queried; -EINVAL a
- * configured term the device refuses (why names the key).
+ * Decode (the receiver) registers its pool once (net/verbs_scope.h, per-
+ * request registrations: a scope is live at grant and dead at revoke,
+ * both synchronous) and a *mailbox* of VT_SLOTS slots, each room for one
+ * batch's header, entries and MAC, the only memory prefill may write
+ * outside a request's scope; it posts one receive per slot and names the
+ * mailbox in a verbs_scope with id 0. Per request, grant() returns the
+ * runs decode sends in verbs_scope and revoke() takes them back.
+ *
+ * Prefill (the sender) copies a batch's source pages into a registered
+ * staging slot, writes each page's destination tag there, builds the
+ * xfer header and entries (net/xfer.h) and the batch MAC
+ * (net/verbs_mac.h) over exactly the bytes the stale-tail rule lets a
+ * write carry (net/verbs_extent.h), then posts one RDMA WRITE per extent
+ * into the runs decode granted for the request (checked by the owner
+ * with verbs_target_check before scope()), and last a WRITE_WITH_IMM of
+ * the header, entries and MAC into mailbox slot `imm`. At most
+ * transfer.verbs_qp_depth WRs are outstanding (the rest wait here), and
+ * at most VT_SLOTS batches are staged at once. A batch's send callback
+ * fires when its WRITE_WITH_IMM completed (decode's NIC acknowledged it).
+ *
+ * On RECV_RDMA_WITH_IMM decode copies the slot's header and entries, and
+ * each named page's bytes from its pool, into one batch image (what a TCP
+ * batch would have been), verifies the MAC over that copy, reposts the
+ * receive and hands the image to recv.batch(): the owner's checks
+ * (entries, tags, coverage) are those of the TCP path, and what it
+ * believes is the copy, not pool memory the peer could still change.
+ * RC ordering means every WRITE of a batch landed before its
+ * WRITE_WITH_IMM completed at decode. A MAC failure goes to
+ * recv.bad_batch(XFER_E_AUTH); any completion error ends the data path
+ * (recv.closed).
+ *
+ * Keyless links have no data key: their MAC is computed with an all-zero
+ * key, an integrity check like the TCP checksum, not authentication.
+ *
+ * Close moves the QP to the error state and waits until the flush
+ * completions of every outstanding WR (sends and posted receives) have
+ * been drained: only then does close's callback fire, so the owner may
+ * treat it as "nothing more can land" (the Spin model's rule); pending
+ * send callbacks fire with -ECANCELED first.
+ *
+ * Flow. Mailbox slots are reused round-robin; a slot is written again
+ * only after VT_SLOTS later batches were posted, each after an earlier
+ * one completed, and decode processes a slot in the same loop turn its
+ * completion is polled (with the emulated device, in the pump that
+ * delivered it), so an overwritten slot would need decode to fall
+ * VT_SLOTS batches behind its own NIC; were it to happen, the MAC (its
+ * counter) fails and the link is torn down - never a silent mix-up.
  */
 #include "net/transport.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "conf/list.h"
+#include "conf/util.h"
+#include "net/verbs_emu.h"
+#include "net/verbs_extent.h"
+#include "net/verbs_mac.h"
 #include "net/verbs_ops.h"
+#include "net/verbs_poller.h"
 #include "net/verbs_rc.h"
 #include "net/verbs_scope.h"
+#include "net/verbs_target.h"
 
-/* Make the QP the data path would make, with the configured terms. */
+#define VT_SLOTS 4u                 /* mailbox / staging slots */
+#define VT_RECV_BIT (1ull << 63)    /* wr_id of a receive */
+
+struct vt_wr {
+	uint64_t laddr;
+	uint32_t len;
+	uint64_t raddr;
+	uint32_t rkey;
+	bool imm;
+};
+
+/* prefill: one batch, queued (slot < 0) or staged and posting */
+struct vt_batch {
+	struct kvd_list node;
+	uint64_t id;
+	uint32_t seq;
+	struct transport_page *pages;   /* (n) */
+	uint32_t n;
+	transport_sent_cb cb;
+	void *arg;
+	int slot;
+	struct vt_wr *wrs;              /* (n_wr) */
+	uint32_t n_wr, posted, done;
+	bool failed;
+};
+
+/* decode: a granted scope; prefill: the runs decode sent */
+struct vt_scope {
+	struct kvd_list node;
+	uint64_t id;
+	struct verbs_scope sc;          /* decode */
+	struct proto_peer_run *runs;    /* prefill (n_runs) */
+	uint32_t n_runs;
+};
+
+struct vt {
+	struct transport base;
+	const struct verbs_ops *v;
+	bool emu;
+	bool receiver;
+	struct verbs_ctx *ctx;
+	struct verbs_pd *pd;
+	struct verbs_dev_attr attr;
+	struct verbs_rc rc;
+	bool rc_open;
+	struct verbs_poller poller;
+	bool poller_on;
+	uv_loop_t *loop;
+	unsigned closes_left;           /* handles closing at the end */
+	/* fault point verbs_slow_completion: one receive completion held */
+	uv_timer_t hold_timer;
+	bool hold_timer_on, holding;
+	struct verbs_wc held_wc;
+	uint32_t depth;                 /* send WRs outstanding at most */
+	uint32_t outstanding;           /* send WRs posted, not completed */
+	uint32_t recv_posted;
+	bool connected;
+	bool dead;                      /* a completion error: no more sends */
+	bool closing, finished;
+	bool closed_reported;
+	void (*closed_cb)(struct transport *t);
+	struct peer_aead keyless;       /* zero key (keyless links) */
+	size_t slot_bytes;              /* header + entries + MAC, rounded */
+	uint32_t n_max;                 /* pages per batch */
+	struct kvd_list scopes;
+	/* decode */
+	struct verbs_region region;
+	bool region_on;
+	uint8_t *mbox;                  /* (VT_SLOTS * slot_bytes) */
+	struct verbs_mr *mbox_mr;
+	struct verbs_mr_info mbox_mi;
+	uint8_t *rxbuf;                 /* (xfer_batch_bytes(n_max)) */
+	/* prefill */
+	uint8_t *stage;                 /* (VT_SLOTS * (slot_bytes + n_max *
+					 * page_bytes)) meta slots, then pages */
+	size_t stage_bytes;
+	struct verbs_mr *stage_mr;
+	struct verbs_mr_info stage_mi;
+	struct proto_peer_run mbox_run;
+	bool have_mbox;
+	bool slot_busy[VT_SLOTS];
+	uint32_t next_slot;
+	struct kvd_list queued;         /* vt_batch, slot < 0 */
+	struct kvd_list inflight;       /* vt_batch, staged, in post order */
+	uint32_t pending;               /* batches whose callback has not fired */
+};
+
+static struct vt *to_vt(struct transport *t)
+{
+	return kvd_container_of(t, struct vt, base);
+}
+
+static struct peer_aead *vt_aead(struct vt *vt)
+{
+	return vt->base.cfg.seal ? vt->base.cfg.seal : &vt->keyless;
+}
+
+static void vt_report_closed(struct vt *vt, int status)
+{
+	if (vt->closed_reported)
+		return;
+	vt->closed_reported = true;
+	if (vt->base.cfg.recv.closed)
+		vt->base.cfg.recv.closed(vt->base.cfg.recv_arg, status);
+}
+
+static struct vt_scope *vt_scope_find(struct vt *vt, uint64_t id)
+{
+	struct kvd_list *e;
+
+	kvd_list_for_each(e, &vt->scopes) {
+		struct vt_scope *s = kvd_list_entry(e, struct vt_scope, node);
+
+		if (s->id == id)
+			return s;
+	}
+	return NULL;
+}
+
+/* ---- the device and its terms ------------------------------------------- */
+
 static int verbs_check_terms(const struct verbs_ops *v, struct verbs_ctx *ctx,
 			     const struct transport_cfg *cfg,
-			     const struct verbs_dev_attr *a,
-			     struct verbs_rc *rc, char *why, size_t why_size)
+			     const struct verbs_dev_attr *a, char *why,
+			     size_t why_size)
 {
-	struct verbs_qp_caps caps = { .max_send_wr = cfg->verbs_qp_depth,
-				      .max_recv_wr = cfg->verbs_qp_depth,
-				      .max_inline = cfg->verbs_inline };
 	struct verbs_port_attr pa;
-	struct verbs_pd *pd = NULL;
-	int r;
 
 	if (cfg->verbs_qp_depth > a->max_qp_wr) {
 		snprintf(why, why_size,
@@ -74,27 +235,906 @@ static int verbs_check_terms(const struct verbs_ops *v, struct verbs_ctx *ctx,
 			 pa.gid_tbl_len == 1 ? "y" : "ies");
 		return -EINVAL;
 	}
-	r = v->alloc_pd(ctx, &pd);
-	if (r < 0) {
-		snprintf(why, why_size, "cannot allocate a protection domain (%s)",
-			 strerror(-r));
-		return -ENODEV;
+	return 0;
+}
+
+/* ---- sending (prefill) ---------------------------------------------------- */
+
+static uint8_t *vt_stage_meta(struct vt *vt, int slot)
+{
+	return vt->stage + (size_t)slot * vt->slot_bytes;
+}
+
+static uint8_t *vt_stage_page(struct vt *vt, int slot, uint32_t i)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+
+	return vt->stage + (size_t)VT_SLOTS * vt->slot_bytes +
+	       ((size_t)slot * vt->n_max + i) * c->page_bytes;
+}
+
+static void vt_batch_free(struct vt_batch *b)
+{
+	free(b->pages);
+	free(b->wrs);
+	free(b);
+}
+
+/* The batch's callback, once; the batch leaves every list. */
+static void vt_batch_end(struct vt *vt, struct vt_batch *b, int status)
+{
+	transport_sent_cb cb = b->cb;
+	void *arg = b->arg;
+
+	kvd_list_del(&b->node);
+	if (b->slot >= 0)
+		vt->slot_busy[b->slot] = false;
+	vt_batch_free(b);
+	vt->pending--;
+	cb(arg, status);
+}
+
+/* Fault points on a batch's first entry (the sender's own copy: the tag
+ * agrees with the lie, decode's entry check must catch it). */
+static void vt_fault_entry(const struct transport_cfg *c, struct xfer_entry *e,
+			   uint64_t request_id)
+{
+	if (kvd_fault_fire(c->fault, KVD_FAULT_BAD_ENTRY_INDEX)) {
+		KVLOG_WARN(c->log, "fault",
+			   "point=bad_entry_index request=%llu index=%u claimed=65535 path=verbs",
+			   (unsigned long long)request_id, e->index);
+		e->index = 0xffff;
 	}
-	r = verbs_rc_open(rc, v, ctx, pd, (uint8_t)cfg->verbs_port,
-			  (int)cfg->verbs_gid_index, &caps,
-			  2 * cfg->verbs_qp_depth);
-	if (r != 0) {
-		verbs_rc_close(rc);
-		v->dealloc_pd(pd);
+}
+
+/* Stage b in a free slot: pages copied, destination tags, header,
+ * entries, MAC; then its WR list. 0, 1 (must wait), or -errno (b failed). */
+static int vt_stage(struct vt *vt, struct vt_batch *b)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	const struct kvpool_geom *g = kvpool_geom(c->pool);
+	struct vt_scope *sc = vt_scope_find(vt, b->id);
+	struct verbs_mac_page *mp;
+	struct verbs_extent *ex;
+	uint32_t ex_max = 2 * g->n_layer + 1, n_wr = 0;
+	size_t meta;
+	uint8_t *m;
+	int slot = -1, r;
+
+	if (!vt->connected || !vt->have_mbox || !sc)
+		return 1;
+	for (uint32_t k = 0; k < VT_SLOTS; k++) {
+		uint32_t s = (vt->next_slot + k) % VT_SLOTS;
+
+		if (!vt->slot_busy[s]) {
+			slot = (int)s;
+			break;
+		}
+	}
+	if (slot < 0)
+		return 1;
+	meta = XFER_HDR_BYTES + (size_t)b->n * XFER_ENTRY_BYTES;
+	mp = calloc(b->n, sizeof(*mp));
+	ex = calloc(ex_max, sizeof(*ex));
+	b->wrs = calloc((size_t)b->n * ex_max + 1, sizeof(*b->wrs));
+	if (!mp || !ex || !b->wrs) {
+		free(mp);
+		free(ex);
+		return -ENOMEM;
+	}
+	m = vt_stage_meta(vt, slot);
+	xfer_hdr_write(m, b->id, b->seq, b->n, c->page_bytes, false);
+	for (uint32_t i = 0; i < b->n; i++) {
+		struct xfer_entry e = b->pages[i].dst;
+		uint8_t *dst = vt_stage_page(vt, slot, i);
+		void *src = kvpool_page_addr(c->pool, b->pages[i].src_page);
+		uint64_t owner = b->id;
+		struct kvtag tag;
+
+		if (!src) {
+			r = -EINVAL;
+			goto fail;
+		}
+		if (i == 0)
+			vt_fault_entry(c, &e, b->id);
+		xfer_entry_write(m + XFER_HDR_BYTES + (size_t)i * XFER_ENTRY_BYTES, &e);
+		r = c->mem->ops->read(c->mem->ctx, dst, src, c->page_bytes);
+		if (r)
+			goto fail;
+		if (i == 0 && kvd_fault_fire(c->fault, KVD_FAULT_BAD_TAG)) {
+			KVLOG_WARN(c->log, "fault", "point=bad_tag request=%llu page=%u path=verbs",
+				   (unsigned long long)b->id, e.dst_page);
+			owner = b->id + 1;
+		}
+		kvtag_make(&tag, owner, e.dst_gen, e.dst_page, e.index, e.tokens);
+		memcpy(dst, &tag, sizeof(tag));
+		mp[i] = (struct verbs_mac_page){ dst, e.tokens };
+	}
+	{
+		uint64_t t0 = kvd_now_ns();
+
+		/* the batch MAC is what the checksum is on tcp: timed alike */
+		r = verbs_mac_seal(vt_aead(vt), g, m, meta, mp, b->n, m + meta);
+		if (c->checksum_ns)
+			*c->checksum_ns += kvd_now_ns() - t0;
+	}
+	if (r) {
+		r = -EINVAL;
+		goto fail;
+	}
+	if (kvd_fault_fire(c->fault, KVD_FAULT_CORRUPT_BATCH)) {
+		/* after the MAC: position 0 of the first page's first block */
+		vt_stage_page(vt, slot, 0)[KVTAG_BYTES] ^= 0x01;
+		KVLOG_WARN(c->log, "fault", "point=corrupt_batch request=%llu seq=%u path=verbs",
+			   (unsigned long long)b->id, b->seq);
+	}
+	for (uint32_t i = 0; i < b->n; i++) {
+		uint32_t dst_page, tokens;
+		uint64_t addr;
+		uint32_t rkey;
+		struct xfer_entry e;
+		int k;
+
+		xfer_batch_entry(m, i, &e);
+		dst_page = e.dst_page;
+		tokens = e.tokens;
+		if (verbs_target_find(sc->runs, sc->n_runs, dst_page, c->page_bytes,
+				      &addr, &rkey)) {
+			KVLOG_WARN(c->log, "verbs_batch_refused",
+				   "request=%llu page=%u msg=\"the page is outside the scope decode granted\"",
+				   (unsigned long long)b->id, dst_page);
+			r = -EINVAL;
+			goto fail;
+		}
+		k = verbs_extent_page(g, tokens, ex, ex_max);
+		if (k <= 0) {
+			r = -EINVAL;
+			goto fail;
+		}
+		for (int j = 0; j < k; j++)
+			b->wrs[n_wr++] = (struct vt_wr){
+				.laddr = (uint64_t)(uintptr_t)(vt_stage_page(vt, slot, i) + ex[j].offset),
+				.len = (uint32_t)ex[j].length,
+				.raddr = addr + ex[j].offset, .rkey = rkey };
+	}
+	b->wrs[n_wr++] = (struct vt_wr){
+		.laddr = (uint64_t)(uintptr_t)m, .len = (uint32_t)(meta + XFER_TRAILER_BYTES),
+		.raddr = vt->mbox_run.addr + (uint64_t)slot * vt->slot_bytes,
+		.rkey = vt->mbox_run.rkey, .imm = true };
+	b->n_wr = n_wr;
+	b->slot = slot;
+	vt->slot_busy[slot] = true;
+	vt->next_slot = ((uint32_t)slot + 1) % VT_SLOTS;
+	free(mp);
+	free(ex);
+	return 0;
+fail:
+	free(mp);
+	free(ex);
+	free(b->wrs);
+	b->wrs = NULL;
+	return r;
+}
+
+/* Fault points right after a batch's first write was posted: the QP
+ * goes to error (or the emulated NIC fails the oldest WR); the flush
+ * completions end the data path. True when one fired. */
+static bool vt_fault_mid_batch(struct vt *vt, struct vt_batch *b)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	bool qp = kvd_fault_fire(c->fault, KVD_FAULT_VERBS_QP_ERROR);
+	bool wc = !qp && kvd_fault_fire(c->fault, KVD_FAULT_VERBS_COMPLETION_ERROR);
+
+	if (!qp && !wc)
+		return false;
+	KVLOG_WARN(c->log, "fault", "point=%s request=%llu seq=%u posted=1 of=%u",
+		   qp ? "verbs_qp_error" : "verbs_completion_error",
+		   (unsigned long long)b->id, b->seq, b->n_wr);
+	if (wc && vt->emu)
+		(void)verbs_emu_inject(vt->rc.qp, VERBS_WC_GENERAL_ERR);
+	else
+		(void)vt->v->qp_err(vt->rc.qp);
+	return true;
+}
+
+/* Stage what can be staged, then post WRs in order while the QP has
+ * room. */
+static void vt_push(struct vt *vt)
+{
+	struct kvd_list *e, *nxt;
+
+	if (vt->closing || vt->dead)
+		return;
+	kvd_list_for_each_safe(e, nxt, &vt->queued) {
+		struct vt_batch *b = kvd_list_entry(e, struct vt_batch, node);
+		int r = vt_stage(vt, b);
+
+		if (r > 0)
+			continue;   /* no scope yet, or no slot: later */
+		if (r < 0) {
+			vt_batch_end(vt, b, r);
+			continue;
+		}
+		kvd_list_del(&b->node);
+		kvd_list_add_tail(&vt->inflight, &b->node);
+	}
+	kvd_list_for_each(e, &vt->inflight) {
+		struct vt_batch *b = kvd_list_entry(e, struct vt_batch, node);
+
+		while (b->posted < b->n_wr && vt->outstanding < vt->depth) {
+			const struct vt_wr *w = &b->wrs[b->posted];
+			struct verbs_sge sge = { .addr = w->laddr, .length = w->len,
+						 .lkey = vt->stage_mi.lkey };
+			struct verbs_send_wr wr = {
+				.wr_id = (uint64_t)(uintptr_t)b,
+				.opcode = w->imm ? VERBS_WR_RDMA_WRITE_WITH_IMM
+						 : VERBS_WR_RDMA_WRITE,
+				.sg = &sge, .num_sge = 1, .remote_addr = w->raddr,
+				.rkey = w->rkey, .imm = (uint32_t)b->slot,
+				.signaled = true };
+			int r = vt->v->post_send(vt->rc.qp, &wr);
+
+			if (r) {
+				KVLOG_WARN(vt->base.cfg.log, "verbs_post_failed",
+					   "request=%llu code=%d", (unsigned long long)b->id, r);
+				vt->dead = true;
+				vt_report_closed(vt, r);
+				return;
+			}
+			b->posted++;
+			vt->outstanding++;
+			if (b->posted == 1 && b->n_wr > 1 && vt_fault_mid_batch(vt, b))
+				return;
+		}
+		if (vt->outstanding >= vt->depth)
+			break;
+	}
+	if (vt->poller_on)
+		verbs_poller_kick(&vt->poller);
+}
+
+static int vt_send(struct transport *t, uint64_t request_id, uint32_t seq,
+		   const struct transport_page *pages, uint32_t n,
+		   transport_sent_cb cb, void *arg)
+{
+	struct vt *vt = to_vt(t);
+	struct vt_batch *b;
+
+	if (vt->closing || vt->dead || vt->receiver || !vt->connected)
+		return TRANSPORT_E_CLOSED;
+	if (n == 0 || n > vt->n_max)
+		return TRANSPORT_E_BOUND;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->pages = malloc(sizeof(*pages) * n);
+	if (!b->pages) {
+		free(b);
+		return -ENOMEM;
+	}
+	memcpy(b->pages, pages, sizeof(*pages) * n);
+	b->n = n;
+	b->id = request_id;
+	b->seq = seq;
+	b->cb = cb;
+	b->arg = arg;
+	b->slot = -1;
+	kvd_list_add_tail(&vt->queued, &b->node);
+	vt->pending++;
+	vt_push(vt);
+	return 0;
+}
+
+/* A send completion: completions come in posting order, so it is the
+ * oldest posted-and-not-completed WR, of the batch its wr_id names. */
+static void vt_send_wc(struct vt *vt, const struct verbs_wc *wc)
+{
+	struct vt_batch *b = (struct vt_batch *)(uintptr_t)wc->wr_id;
+
+	if (vt->outstanding)
+		vt->outstanding--;
+	if (!b)
+		return;
+	b->done++;
+	if (wc->status != VERBS_WC_SUCCESS) {
+		if (!b->failed && wc->status != VERBS_WC_WR_FLUSH_ERR)
+			KVLOG_WARN(vt->base.cfg.log, "verbs_completion_error",
+				   "request=%llu seq=%u status=%s",
+				   (unsigned long long)b->id, b->seq,
+				   verbs_wc_status_name(wc->status));
+		b->failed = true;
+		if (!vt->dead) {
+			vt->dead = true;
+			vt_report_closed(vt, -EIO);
+		}
+	}
+	if (vt->closing)
+		return;   /* callbacks fire at the end of the close */
+	if (b->done == b->n_wr || (b->failed && b->done == b->posted))
+		vt_batch_end(vt, b, b->failed ? -EIO : 0);
+	vt_push(vt);
+}
+
+/* ---- receiving (decode) --------------------------------------------------- */
+
+static int vt_post_recv(struct vt *vt, uint32_t slot)
+{
+	int r = vt->v->post_recv(vt->rc.qp, VT_RECV_BIT | slot);
+
+	if (r == 0)
+		vt->recv_posted++;
+	return r;
+}
+
+/* One batch's WRITE_WITH_IMM completed: its slot holds the header,
+ * entries and MAC; its pages are in the pool. */
+static void vt_recv_batch(struct vt *vt, const struct verbs_wc *wc)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	const struct kvpool_geom *g = kvpool_geom(c->pool);
+	struct verbs_mac_page *mp = NULL;
+	uint8_t tag[XFER_TRAILER_BYTES];
+	const uint8_t *slot;
+	struct xfer_hdr h = { 0 };
+	size_t meta;
+	int r;
+
+	if (!wc->has_imm || wc->imm >= VT_SLOTS) {
+		vt_report_closed(vt, -EPROTO);
+		return;
+	}
+	slot = vt->mbox + (size_t)wc->imm * vt->slot_bytes;
+	memcpy(vt->rxbuf, slot, XFER_HDR_BYTES);
+	r = xfer_hdr_parse(vt->rxbuf, c->page_bytes, c->max_batch_bytes, &h);
+	if (r || h.n_entries > vt->n_max) {
+		vt_report_closed(vt, r ? r : XFER_E_BOUND);
+		return;
+	}
+	meta = XFER_HDR_BYTES + (size_t)h.n_entries * XFER_ENTRY_BYTES;
+	memcpy(vt->rxbuf + XFER_HDR_BYTES, slot + XFER_HDR_BYTES, meta - XFER_HDR_BYTES);
+	memcpy(tag, slot + meta, sizeof(tag));
+	/* the slot is copied: its receive goes back at once */
+	if (vt_post_recv(vt, wc->imm)) {
+		vt_report_closed(vt, -EIO);
+		return;
+	}
+	mp = calloc(h.n_entries, sizeof(*mp));
+	if (!mp) {
+		vt_report_closed(vt, -ENOMEM);
+		return;
+	}
+	for (uint32_t i = 0; i < h.n_entries; i++) {
+		struct xfer_entry e;
+		uint8_t *dst = (uint8_t *)xfer_batch_page(vt->rxbuf, &h, i);
+		void *src;
+
+		xfer_batch_entry(vt->rxbuf, i, &e);
+		src = kvpool_page_addr(c->pool, e.dst_page);
+		if (!src || c->mem->ops->read(c->mem->ctx, dst, src, c->page_bytes)) {
+			/* a page this pool does not have: the batch cannot be
+			 * believed, as if it failed its MAC */
+			free(mp);
+			if (c->recv.bad_batch)
+				c->recv.bad_batch(c->recv_arg, XFER_E_AUTH, &h);
+			vt_report_closed(vt, XFER_E_AUTH);
+			return;
+		}
+		mp[i] = (struct verbs_mac_page){ dst, e.tokens };
+	}
+	{
+		uint64_t t0 = kvd_now_ns();
+
+		r = verbs_mac_open(vt_aead(vt), g, vt->rxbuf, meta, mp, h.n_entries, tag);
+		if (c->checksum_ns)
+			*c->checksum_ns += kvd_now_ns() - t0;
+	}
+	free(mp);
+	if (r) {
+		if (c->recv.bad_batch)
+			c->recv.bad_batch(c->recv_arg, XFER_E_AUTH, &h);
+		vt_report_closed(vt, XFER_E_AUTH);
+		return;
+	}
+	if (vt->poller_on)
+		verbs_poller_kick(&vt->poller);
+	if (c->recv.batch)
+		c->recv.batch(c->recv_arg, &h, vt->rxbuf);
+}
+
+/* ---- completions and close ------------------------------------------------ */
+
+static void vt_release(struct vt *vt);
+
+static void vt_one_closed(struct vt *vt)
+{
+	if (--vt->closes_left == 0)
+		vt_release(vt);
+}
+
+static void vt_poller_closed(struct verbs_poller *p)
+{
+	vt_one_closed(kvd_container_of(p, struct vt, poller));
+}
+
+static void vt_timer_closed(uv_handle_t *h)
+{
+	vt_one_closed(h->data);
+}
+
+/* Every flush drained (or nothing was outstanding): free the device
+ * objects, fire what is left, then close's callback (after the poller's
+ * and the hold timer's handles closed). */
+static void vt_finish(struct vt *vt)
+{
+	if (vt->finished)
+		return;
+	vt->finished = true;
+	vt->closes_left = 1 + vt->poller_on + vt->hold_timer_on;
+	if (vt->poller_on)
+		verbs_poller_close(&vt->poller, vt_poller_closed);
+	if (vt->hold_timer_on)
+		uv_close((uv_handle_t *)&vt->hold_timer, vt_timer_closed);
+	vt_one_closed(vt);
+}
+
+/* Fault point verbs_slow_completion (decode): the NIC placed a batch,
+ * but its completion is handled HOLD_MS later, so that prefill's
+ * abort_ack can overtake it - the fence must wait for it. */
+#define VT_HOLD_MS 500
+
+static void vt_hold_cb(uv_timer_t *t)
+{
+	struct vt *vt = t->data;
+
+	if (!vt->holding || vt->closing || vt->finished || vt->dead)
+		return;
+	vt->holding = false;
+	vt_recv_batch(vt, &vt->held_wc);
+}
+
+static bool vt_fault_slow_completion(struct vt *vt, const struct verbs_wc *wc)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+
+	if (!vt->loop || !kvd_fault_fire(c->fault, KVD_FAULT_VERBS_SLOW_COMPLETION))
+		return false;
+	if (!vt->hold_timer_on) {
+		if (uv_timer_init(vt->loop, &vt->hold_timer))
+			return false;
+		vt->hold_timer.data = vt;
+		vt->hold_timer_on = true;
+	}
+	KVLOG_WARN(c->log, "fault", "point=verbs_slow_completion slot=%u delay_ms=%u",
+		   wc->imm, VT_HOLD_MS);
+	vt->held_wc = *wc;
+	vt->holding = true;
+	uv_timer_start(&vt->hold_timer, vt_hold_cb, VT_HOLD_MS, 0);
+	return true;
+}
+
+static void vt_drained_check(struct vt *vt)
+{
+	if (vt->closing && !vt->finished && vt->outstanding == 0 &&
+	    vt->recv_posted == 0)
+		vt_finish(vt);
+}
+
+static void vt_on_wc(void *arg, const struct verbs_wc *wc)
+{
+	struct vt *vt = arg;
+
+	if (vt->finished)
+		return;
+	if (wc->wr_id & VT_RECV_BIT) {
+		if (vt->recv_posted)
+			vt->recv_posted--;
+		if (vt->closing) {
+			vt_drained_check(vt);
+			return;
+		}
+		if (wc->status != VERBS_WC_SUCCESS) {
+			KVLOG_WARN(vt->base.cfg.log, "verbs_completion_error",
+				   "side=receive status=%s",
+				   verbs_wc_status_name(wc->status));
+			vt->dead = true;
+			vt_report_closed(vt, -EIO);
+			return;
+		}
+		if (vt->dead)
+			return;
+		if (vt->holding) {
+			/* in order: the held batch goes first */
+			vt->holding = false;
+			uv_timer_stop(&vt->hold_timer);
+			vt_recv_batch(vt, &vt->held_wc);
+			if (vt->dead || vt->closing)
+				return;
+		} else if (vt_fault_slow_completion(vt, wc)) {
+			return;
+		}
+		vt_recv_batch(vt, wc);
+		return;
+	}
+	if (wc->wr_id == 0 && wc->status != VERBS_WC_SUCCESS) {
+		/* a poll error (CQ overflow): nothing can be trusted now */
+		vt->dead = true;
+		if (vt->closing) {
+			vt->outstanding = vt->recv_posted = 0;
+			vt_drained_check(vt);
+			return;
+		}
+		vt_report_closed(vt, -EIO);
+		return;
+	}
+	vt_send_wc(vt, wc);
+	vt_drained_check(vt);
+}
+
+static void vt_release(struct vt *vt)
+{
+	struct kvd_list *e, *nxt;
+
+	kvd_list_for_each_safe(e, nxt, &vt->inflight)
+		vt_batch_end(vt, kvd_list_entry(e, struct vt_batch, node), -ECANCELED);
+	kvd_list_for_each_safe(e, nxt, &vt->queued)
+		vt_batch_end(vt, kvd_list_entry(e, struct vt_batch, node), -ECANCELED);
+	kvd_list_for_each_safe(e, nxt, &vt->scopes) {
+		struct vt_scope *s = kvd_list_entry(e, struct vt_scope, node);
+
+		if (vt->region_on)
+			verbs_scope_qp_gone(&vt->region, &s->sc);
+		kvd_list_del(&s->node);
+		free(s->runs);
+		free(s);
+	}
+	if (vt->emu && vt->ctx && vt->poller_on) {
+		struct verbs_emu_stats st;
+
+		/* what the emulated NIC placed and refused over the link's
+		 * life (tests read it: a late write lands nowhere) */
+		verbs_emu_stats(vt->ctx, &st);
+		KVLOG_INFO(vt->base.cfg.log, "verbs_closed",
+			   "side=%s writes_applied=%llu writes_refused=%llu writes_dropped=%llu",
+			   vt->receiver ? "receiver" : "sender",
+			   (unsigned long long)st.applied, (unsigned long long)st.refused,
+			   (unsigned long long)st.dropped);
+	}
+	if (vt->rc_open)
+		verbs_rc_close(&vt->rc);
+	vt->rc_open = false;
+	if (vt->region_on)
+		verbs_region_deinit(&vt->region);
+	vt->region_on = false;
+	if (vt->mbox_mr)
+		vt->v->dereg_mr(vt->mbox_mr);
+	vt->mbox_mr = NULL;
+	if (vt->stage_mr)
+		vt->v->dereg_mr(vt->stage_mr);
+	vt->stage_mr = NULL;
+	if (vt->pd)
+		vt->v->dealloc_pd(vt->pd);
+	vt->pd = NULL;
+	if (vt->ctx)
+		vt->v->close(vt->ctx);
+	vt->ctx = NULL;
+	if (vt->closed_cb)
+		vt->closed_cb(&vt->base);
+}
+
+static void vt_close(struct transport *t, void (*closed)(struct transport *t))
+{
+	struct vt *vt = to_vt(t);
+
+	if (vt->closing)
+		return;
+	vt->closing = true;
+	vt->closed_reported = true;   /* the owner asked: no closed() call */
+	vt->closed_cb = closed;
+	/* Every scope is revoked first (registrations: dead at once); then
+	 * the QP goes to the error state, and close completes once every
+	 * WR it held has flushed: a write being placed when it went to
+	 * error has landed by then. */
+	{
+		struct kvd_list *e;
+
+		kvd_list_for_each(e, &vt->scopes) {
+			struct vt_scope *s = kvd_list_entry(e, struct vt_scope, node);
+
+			if (vt->region_on && s->sc.state == VERBS_SCOPE_LIVE)
+				(void)verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);
+		}
+	}
+	if (!vt->rc_open || !vt->poller_on || vt->v->qp_err(vt->rc.qp)) {
+		vt->outstanding = vt->recv_posted = 0;
+		vt_finish(vt);
+		return;
+	}
+	if (vt->emu)
+		verbs_emu_pump(vt->ctx);
+	vt_drained_check(vt);
+}
+
+static uint32_t vt_pending(const struct transport *t)
+{
+	const struct vt *vt = kvd_container_of(t, struct vt, base);
+
+	return vt->pending;
+}
+
+static size_t vt_queued(const struct transport *t)
+{
+	(void)t;
+	return 0;   /* batches wait in slots and WRs, each bounded */
+}
+
+static void vt_free(struct transport *t)
+{
+	struct vt *vt;
+
+	if (!t)
+		return;
+	vt = to_vt(t);
+	if (!vt->finished && !vt->poller_on) {
+		/* never started on a loop (the boot check): free the device
+		 * objects here */
+		vt->finished = true;
+		vt->closed_cb = NULL;
+		vt_release(vt);
+	}
+	free(vt->mbox);
+	free(vt->rxbuf);
+	free(vt->stage);
+	free(vt);
+}
+
+static const struct transport_ops verbs_ops = {
+	.name = "verbs",
+	.send = vt_send,
+	.pending = vt_pending,
+	.queued = vt_queued,
+	.close = vt_close,
+	.free = vt_free,
+};
+
+bool transport_is_verbs(const struct transport *t)
+{
+	return t && t->ops == &verbs_ops;
+}
+
+/* ---- the exchange on the control link ------------------------------------- */
+
+int transport_verbs_describe(struct transport *t, struct proto_peer_verbs_qp *qp,
+			     struct proto_peer_run *mailbox)
+{
+	struct vt *vt = to_vt(t);
+
+	verbs_rc_describe(&vt->rc, qp);
+	if (mailbox) {
+		if (!vt->receiver)
+			return -EINVAL;
+		*mailbox = (struct proto_peer_run){ .first_page = 0,
+						    .n_pages = VT_SLOTS,
+						    .addr = vt->mbox_mi.addr,
+						    .rkey = vt->mbox_mi.rkey };
+	}
+	return 0;
+}
+
+int transport_verbs_connect(struct transport *t, const struct proto_peer_verbs_qp *peer,
+			    char *why, size_t why_size)
+{
+	struct vt *vt = to_vt(t);
+	int r;
+
+	if (vt->closing || vt->connected) {
+		snprintf(why, why_size, "the queue pair is connected already");
+		return VERBS_RC_E_STATE;
+	}
+	r = verbs_rc_connect(&vt->rc, peer, why, why_size);
+	if (r) {
+		if (r < 0)
+			snprintf(why, why_size, "the device refused to connect the queue pair (%s)",
+				 strerror(-r));
+		return r;
+	}
+	if (vt->receiver)
+		for (uint32_t s = 0; s < VT_SLOTS; s++) {
+			r = vt_post_recv(vt, s);
+			if (r) {
+				snprintf(why, why_size, "cannot post a receive (%s)",
+					 strerror(-r));
+				return r;
+			}
+		}
+	vt->connected = true;
+	vt_push(vt);
+	return 0;
+}
+
+int transport_verbs_set_mailbox(struct transport *t, const struct proto_peer_run *runs,
+				uint32_t n_runs, char *why, size_t why_size)
+{
+	struct vt *vt = to_vt(t);
+	const struct proto_peer_run *m = runs;
+
+	if (vt->receiver || vt->have_mbox || n_runs != 1 || m->n_pages != VT_SLOTS ||
+	    m->addr + (uint64_t)VT_SLOTS * vt->slot_bytes < m->addr) {
 		snprintf(why, why_size,
-			 "the device refuses an RC queue pair with transfer.verbs_qp_depth=%u and transfer.verbs_inline=%u on port %u, GID index %u (%s)",
-			 cfg->verbs_qp_depth, cfg->verbs_inline, cfg->verbs_port,
-			 cfg->verbs_gid_index,
-			 r < 0 ? strerror(-r) : "port not active");
+			 "the peer's mailbox must be one run of %u slots, once", VT_SLOTS);
 		return -EINVAL;
 	}
-	verbs_rc_close(rc);
-	v->dealloc_pd(pd);
+	vt->mbox_run = *m;
+	vt->have_mbox = true;
+	vt_push(vt);
+	return 0;
+}
+
+int transport_verbs_grant(struct transport *t, uint64_t id, const uint32_t *pages,
+			  uint32_t n, struct proto_peer_run *runs, uint32_t *n_runs)
+{
+	struct vt *vt = to_vt(t);
+	struct vt_scope *s;
+	int r;
+
+	if (!vt->receiver || !vt->connected || vt->closing || vt->dead)
+		return TRANSPORT_E_CLOSED;
+	if (vt_scope_find(vt, id))
+		return VERBS_SCOPE_E_STATE;
+	/* only pages still where the region registered them (a pool that
+	 * shrank and grew again may have moved a chunk) */
+	for (uint32_t i = 0; i < n; i++)
+		if (pages[i] >= vt->region.n_pages ||
+		    (uint8_t *)kvpool_page_addr(vt->base.cfg.pool, pages[i]) !=
+		    vt->region.base + (uint64_t)pages[i] * vt->region.page_bytes)
+			return VERBS_SCOPE_E_RANGE;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->id = id;
+	r = verbs_scope_grant(&vt->region, vt->rc.qp, &s->sc, pages, n, id);
+	if (r) {
+		free(s);
+		return r;
+	}
+	kvd_list_add_tail(&vt->scopes, &s->node);
+	*n_runs = s->sc.n_runs;
+	for (uint32_t i = 0; i < s->sc.n_runs; i++)
+		runs[i] = (struct proto_peer_run){
+			.first_page = s->sc.runs[i].first_page,
+			.n_pages = s->sc.runs[i].n_pages,
+			.addr = s->sc.runs[i].addr, .rkey = s->sc.runs[i].rkey };
+	return 0;
+}
+
+void transport_verbs_revoke(struct transport *t, uint64_t id)
+{
+	struct vt *vt = to_vt(t);
+	struct vt_scope *s = vt->receiver ? vt_scope_find(vt, id) : NULL;
+
+	if (!s)
+		return;
+	if (vt->region_on && s->sc.state == VERBS_SCOPE_LIVE)
+		(void)verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);
+	kvd_list_del(&s->node);
+	free(s);
+}
+
+int transport_verbs_scope(struct transport *t, uint64_t id,
+			  const struct proto_peer_run *runs, uint32_t n_runs)
+{
+	struct vt *vt = to_vt(t);
+	struct vt_scope *s;
+
+	if (vt->receiver || vt->closing)
+		return TRANSPORT_E_CLOSED;
+	if (vt_scope_find(vt, id))
+		return VERBS_SCOPE_E_STATE;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->runs = malloc(sizeof(*runs) * n_runs);
+	if (!s->runs) {
+		free(s);
+		return -ENOMEM;
+	}
+	memcpy(s->runs, runs, sizeof(*runs) * n_runs);
+	s->n_runs = n_runs;
+	s->id = id;
+	kvd_list_add_tail(&vt->scopes, &s->node);
+	vt_push(vt);
+	return 0;
+}
+
+void transport_verbs_forget(struct transport *t, uint64_t id)
+{
+	struct vt *vt = to_vt(t);
+	struct vt_scope *s;
+	struct kvd_list *e, *nxt;
+
+	if (vt->receiver)
+		return;
+	/* batches not staged yet never leave */
+	if (!vt->closing)
+		kvd_list_for_each_safe(e, nxt, &vt->queued) {
+			struct vt_batch *b = kvd_list_entry(e, struct vt_batch, node);
+
+			if (b->id == id)
+				vt_batch_end(vt, b, -ECANCELED);
+		}
+	s = vt_scope_find(vt, id);
+	if (!s)
+		return;
+	kvd_list_del(&s->node);
+	free(s->runs);
+	free(s);
+}
+
+/* ---- opening -------------------------------------------------------------- */
+
+/* decode: the pool's first contiguous range of pages, registered once */
+static int vt_open_receiver(struct vt *vt, char *why, size_t why_size)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	struct kvpool_stats st;
+	uint8_t *base;
+	uint32_t n = 1;
+	int r;
+
+	kvpool_get_stats(c->pool, &st);
+	base = kvpool_page_addr(c->pool, 0);
+	if (!base || !st.slots) {
+		snprintf(why, why_size, "the KV pool has no pages to register");
+		return -EINVAL;
+	}
+	while (n < st.slots &&
+	       (uint8_t *)kvpool_page_addr(c->pool, n) == base + (uint64_t)n * c->page_bytes)
+		n++;
+	r = verbs_region_init(&vt->region, vt->v, vt->pd, &vt->attr, base,
+			      c->page_bytes, n, false, 0);
+	if (r) {
+		snprintf(why, why_size,
+			 "cannot register the KV pool with the device (%s)",
+			 r < 0 ? strerror(-r) :
+			 r == VERBS_SCOPE_E_SHORT ? "the device registered less than asked" :
+			 r == VERBS_SCOPE_E_PAGE ? "max_mr_size is smaller than one page" :
+			 "refused");
+		return -EINVAL;
+	}
+	vt->region_on = true;
+	vt->mbox = calloc(VT_SLOTS, vt->slot_bytes);
+	vt->rxbuf = malloc(xfer_batch_bytes(vt->n_max, c->page_bytes));
+	if (!vt->mbox || !vt->rxbuf)
+		return -ENOMEM;
+	r = vt->v->reg_mr(vt->pd, vt->mbox, VT_SLOTS * vt->slot_bytes,
+			  VERBS_ACCESS_LOCAL_WRITE | VERBS_ACCESS_REMOTE_WRITE,
+			  &vt->mbox_mr, &vt->mbox_mi);
+	if (r) {
+		vt->mbox_mr = NULL;
+		snprintf(why, why_size, "cannot register the batch mailbox (%s)",
+			 strerror(-r));
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* prefill: the staging slots */
+static int vt_open_sender(struct vt *vt, char *why, size_t why_size)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	int r;
+
+	vt->stage_bytes = (size_t)VT_SLOTS * (vt->slot_bytes + (size_t)vt->n_max * c->page_bytes);
+	vt->stage = malloc(vt->stage_bytes);
+	if (!vt->stage)
+		return -ENOMEM;
+	r = vt->v->reg_mr(vt->pd, vt->stage, vt->stage_bytes, VERBS_ACCESS_LOCAL_WRITE,
+			  &vt->stage_mr, &vt->stage_mi);
+	if (r) {
+		vt->stage_mr = NULL;
+		snprintf(why, why_size, "cannot register the staging buffer (%s)",
+			 strerror(-r));
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -105,20 +1145,48 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 	const char *dev = cfg->verbs_device ? cfg->verbs_device : "";
 	bool emu = !strncmp(dev, "emu:", 4);
 	const struct verbs_ops *v = emu ? verbs_emu_ops() : verbs_real_ops();
-	struct verbs_ctx *ctx = NULL;
-	struct verbs_dev_attr a;
-	struct verbs_rc rc;
+	struct verbs_qp_caps caps = { .max_send_wr = cfg->verbs_qp_depth,
+				      .max_recv_wr = cfg->verbs_qp_depth,
+				      .max_inline = cfg->verbs_inline };
+	struct vt *vt;
 	int r;
 
-	(void)loop;
 	*out = NULL;
 	if (!v) {
 		snprintf(why, why_size,
 			 "kvd was built without libibverbs (only the emulated device emu:/DIR is available)");
 		return -ENOTSUP;
 	}
-	r = v->open(dev[0] ? dev : NULL, &ctx);
+	if (cfg->verbs_qp_depth < VT_SLOTS + 1) {
+		snprintf(why, why_size, "transfer.verbs_qp_depth must be at least %u",
+			 VT_SLOTS + 1);
+		return -EINVAL;
+	}
+	if (cfg->pool && !xfer_batch_pages_max(cfg->max_batch_bytes, cfg->page_bytes)) {
+		snprintf(why, why_size, "a %llu-byte page does not fit in a %llu-byte batch",
+			 (unsigned long long)cfg->page_bytes,
+			 (unsigned long long)cfg->max_batch_bytes);
+		return TRANSPORT_E_BOUND;
+	}
+	vt = calloc(1, sizeof(*vt));
+	if (!vt)
+		return -ENOMEM;
+	vt->base.ops = &verbs_ops;
+	vt->base.cfg = *cfg;
+	vt->v = v;
+	vt->emu = emu;
+	vt->receiver = cfg->recv.batch != NULL;
+	vt->loop = loop;
+	vt->depth = cfg->verbs_qp_depth;
+	vt->n_max = xfer_batch_pages_max(cfg->max_batch_bytes, cfg->page_bytes);
+	vt->slot_bytes = (XFER_HDR_BYTES + (size_t)vt->n_max * XFER_ENTRY_BYTES +
+			  XFER_TRAILER_BYTES + 63) & ~(size_t)63;
+	kvd_list_init(&vt->scopes);
+	kvd_list_init(&vt->queued);
+	kvd_list_init(&vt->inflight);
+	r = v->open(dev[0] ? dev : NULL, &vt->ctx);
 	if (r < 0) {
+		vt->ctx = NULL;
 		if (emu)
 			snprintf(why, why_size,
 				 "cannot open the emulated RDMA device (%s): check emu:/DIR[,opts] (net/verbs_emu.h)",
@@ -128,23 +1196,75 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 				 dev, strerror(-r));
 		else
 			snprintf(why, why_size, "no RDMA device (%s)", strerror(-r));
-		return -ENODEV;
+		r = -ENODEV;
+		goto fail;
 	}
-	r = v->query_device(ctx, &a);
+	r = v->query_device(vt->ctx, &vt->attr);
 	if (r < 0) {
-		v->close(ctx);
 		snprintf(why, why_size, "RDMA device query failed (%s)", strerror(-r));
-		return -ENODEV;
+		r = -ENODEV;
+		goto fail;
 	}
-	r = verbs_check_terms(v, ctx, cfg, &a, &rc, why, why_size);
-	v->close(ctx);
-	if (r < 0)
-		return r;
-	snprintf(why, why_size,
-		 "an RDMA device was found (%s, max_mr_size %llu, max_qp_wr %u, write scope %s, port %u mtu %u), but the verbs data path is not implemented yet",
-		 emu ? "emulated" : "ibverbs",
-		 (unsigned long long)a.max_mr_size, a.max_qp_wr,
-		 verbs_scope_mode_name(a.mw_type2 ? VERBS_SCOPE_WINDOWS : VERBS_SCOPE_MR),
-		 cfg->verbs_port, rc.port_attr.active_mtu);
-	return -ENOTSUP;
+	r = verbs_check_terms(v, vt->ctx, cfg, &vt->attr, why, why_size);
+	if (r)
+		goto fail;
+	r = v->alloc_pd(vt->ctx, &vt->pd);
+	if (r) {
+		vt->pd = NULL;
+		snprintf(why, why_size, "cannot allocate a protection domain (%s)",
+			 strerror(-r));
+		r = -ENODEV;
+		goto fail;
+	}
+	r = verbs_rc_open(&vt->rc, v, vt->ctx, vt->pd, (uint8_t)cfg->verbs_port,
+			  (int)cfg->verbs_gid_index, &caps, 2 * cfg->verbs_qp_depth);
+	if (r) {
+		snprintf(why, why_size,
+			 "the device refuses an RC queue pair with transfer.verbs_qp_depth=%u and transfer.verbs_inline=%u on port %u, GID index %u (%s)",
+			 cfg->verbs_qp_depth, cfg->verbs_inline, cfg->verbs_port,
+			 cfg->verbs_gid_index,
+			 r < 0 ? strerror(-r) : "port not active");
+		r = -EINVAL;
+		goto fail;
+	}
+	vt->rc_open = true;
+	if (!cfg->pool) {
+		/* the boot check: the device and its terms only */
+		*out = &vt->base;
+		return 0;
+	}
+	r = vt->receiver ? vt_open_receiver(vt, why, why_size)
+			 : vt_open_sender(vt, why, why_size);
+	if (r)
+		goto fail;
+	if (loop) {
+		r = verbs_poller_start(&vt->poller, loop, v, vt->rc.cq, vt->rc.cq_fd,
+				       vt->ctx, emu ? verbs_emu_wire_fd(vt->ctx) : -1,
+				       vt_on_wc, vt);
+		if (r) {
+			snprintf(why, why_size, "cannot watch the completion channel (%s)",
+				 uv_strerror(r));
+			/* the poller's handles are closing: keep vt (leak it
+			 * rather than free memory libuv still refers to) */
+			return -EIO;
+		}
+		vt->poller_on = true;
+	}
+	*out = &vt->base;
+	return 0;
+fail:
+	vt_free(&vt->base);
+	return r;
+}
+
+/* What the device offers, for the boot line. */
+void transport_verbs_figures(struct transport *t, char *buf, size_t n)
+{
+	struct vt *vt = to_vt(t);
+
+	snprintf(buf, n, "device=%s max_mr_size=%llu max_qp_wr=%u write_scope=%s windows_supported=%s mtu=%u",
+		 vt->emu ? "emulated" : "ibverbs",
+		 (unsigned long long)vt->attr.max_mr_size, vt->attr.max_qp_wr,
+		 verbs_scope_mode_name(VERBS_SCOPE_MR),
+		 vt->attr.mw_type2 ? "yes" : "no", vt->rc.port_attr.active_mtu);
 }

@@ -103,7 +103,10 @@ struct emu_msg {                  /* a write arriving or arrived */
 	struct emu_pkt h;         /* of its first packet */
 	uint32_t have;
 	uint8_t *data;
+	uint64_t t_arrived_ns;    /* complete (hold_ms counts from here) */
+	bool held;                /* lands hold_ms after t_arrived_ns */
 };
+
 
 struct verbs_ctx {
 	char dir[96];
@@ -113,6 +116,8 @@ struct verbs_ctx {
 	struct verbs_dev_attr attr;
 	uint32_t max_inline;
 	uint64_t short_mr;        /* test: registrations past it are cut to it */
+	uint64_t hold_ns;         /* test (auto mode): a write lands this long
+				   * after it arrived - a slow fabric */
 	uint32_t mtu;             /* the port's active MTU */
 	bool autodeliver;
 	uint32_t next_qpn;
@@ -466,6 +471,18 @@ static void msg_free(struct emu_msg *m)
 	free(m);
 }
 
+/* hold_ms: a write is held when DIR/hold exists as it arrives - the
+ * test turns the slow fabric on and off by creating and removing that
+ * file (a node whose link a late write tore down then serves its next
+ * request on a new link at full speed). */
+static bool emu_hold_on(const struct verbs_ctx *ctx)
+{
+	char path[sizeof(ctx->dir) + 8];
+
+	snprintf(path, sizeof(path), "%s/hold", ctx->dir);
+	return access(path, F_OK) == 0;
+}
+
 /* One write packet read: assemble; a whole write joins the inbound queue.
  * Malformed packets are dropped (the wire is local, but never trusted). */
 static void write_recv(struct verbs_ctx *ctx, const struct emu_pkt *h,
@@ -518,6 +535,9 @@ static void write_recv(struct verbs_ctx *ctx, const struct emu_pkt *h,
 			free(m);
 			return;
 		}
+		m->t_arrived_ns = kvd_now_ns();
+		if (ctx->hold_ns && emu_hold_on(ctx))
+			m->held = true;
 		kvd_list_add_tail(&ctx->inbound, &m->link);
 		ctx->inbound_bytes += m->h.total_len;
 	}
@@ -614,13 +634,17 @@ static void write_apply(struct verbs_ctx *ctx, struct emu_msg *m)
 	ack_send(ctx, h, VERBS_WC_SUCCESS);
 }
 
-static int deliver(struct verbs_ctx *ctx, unsigned n)
+static int deliver(struct verbs_ctx *ctx, unsigned n, bool held)
 {
 	unsigned done = 0;
+	uint64_t now = held && ctx->hold_ns ? kvd_now_ns() : 0;
 
 	while (done < n && !kvd_list_empty(&ctx->inbound)) {
 		struct emu_msg *m = kvd_list_entry(ctx->inbound.next, struct emu_msg, link);
 
+		/* in order: nothing overtakes a write still held */
+		if (now && m->held && now - m->t_arrived_ns < ctx->hold_ns)
+			break;
 		ctx->inbound_bytes -= m->h.total_len;
 		kvd_list_del(&m->link);
 		write_apply(ctx, m);
@@ -631,12 +655,19 @@ static int deliver(struct verbs_ctx *ctx, unsigned n)
 	return (int)done;
 }
 
+bool verbs_emu_out_pending(struct verbs_ctx *ctx)
+{
+	return ctx && (!kvd_list_empty(&ctx->out) ||
+		       (ctx->autodeliver && ctx->hold_ns &&
+			!kvd_list_empty(&ctx->inbound)));
+}
+
 int verbs_emu_pump(struct verbs_ctx *ctx)
 {
 	out_flush(ctx);
 	in_read(ctx);
 	if (ctx->autodeliver)
-		deliver(ctx, ~0u);
+		deliver(ctx, ~0u, true);
 	out_flush(ctx);
 	return 0;
 }
@@ -645,7 +676,7 @@ int verbs_emu_deliver(struct verbs_ctx *ctx, unsigned n)
 {
 	out_flush(ctx);
 	in_read(ctx);
-	return deliver(ctx, n);
+	return deliver(ctx, n, false);
 }
 
 unsigned verbs_emu_arrived(struct verbs_ctx *ctx)
@@ -735,6 +766,9 @@ static int parse_dev(struct verbs_ctx *ctx, const char *dev)
 			ctx->short_mr = v;
 		else if (!strcmp(tok, "auto") && v <= 1)
 			ctx->autodeliver = v;
+		else if (!strcmp(tok, "hold_ms") && v <= 60000)
+			ctx->hold_ns = v * 1000000ull;
+
 		else
 			return -EINVAL;
 	}

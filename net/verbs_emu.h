@@ -5,7 +5,7 @@
  * with the device name
  *
  *   emu:DIR[,max_mr_size=BYTES][,mw=0|1][,max_qp_wr=N][,max_inline=N][,auto=0|1]
- *          [,short_mr=BYTES][,mtu=256..4096]
+ *          [,short_mr=BYTES][,mtu=256..4096][,hold_ms=N]
  *
  * DIR is a directory both ends can reach (each context binds one Unix
  * datagram socket there: the "wire"). Writes travel as packets and land
@@ -15,6 +15,10 @@
  * QP pump the context (send what waits, read what arrived, turn
  * acknowledgements into completions). short_mr makes a faulty device: a
  * registration longer than BYTES registers (and reports) only BYTES.
+ * hold_ms (auto mode) makes a slow fabric: a write that arrives while
+ * the file DIR/hold exists lands N ms after it arrived (in order: nothing
+ * overtakes it), so a test can have writes land after the sender's peer
+ * gave up on them (the late write of issue 13), and turn it off again.
  */
 #pragma once
 
@@ -49,6 +53,11 @@ unsigned verbs_emu_arrived(struct verbs_ctx *ctx);
  * the rest are flushed. A write already on the wire may still land.
  * -ENOENT when nothing is outstanding. */
 int verbs_emu_inject(struct verbs_qp *qp, enum verbs_wc_status status);
+/* Packets wait to leave (the receiver's datagram queue was full:
+ * net.unix.max_dgram_qlen, 10 by default), or held writes wait to land
+ * (hold_ms): nothing but another pump moves them, so an owner's loop
+ * pumps again soon while this is true. */
+bool verbs_emu_out_pending(struct verbs_ctx *ctx);
 /* Readable when packets arrive: an owner's loop watches it and pumps. */
 int verbs_emu_wire_fd(struct verbs_ctx *ctx);
 void verbs_emu_stats(struct verbs_ctx *ctx, struct verbs_emu_stats *out);

@@ -51,6 +51,24 @@ static void cq_ready(uv_poll_t *h, int status, int events)
 	poller_drain(p);
 }
 
+#define RETRY_MS 1
+
+static void retry_cb(uv_timer_t *t)
+{
+	struct verbs_poller *p = t->data;
+
+	verbs_emu_pump(p->ctx);
+	poller_drain(p);
+	verbs_poller_kick(p);
+}
+
+void verbs_poller_kick(struct verbs_poller *p)
+{
+	if (p->has_wire && !p->closing && verbs_emu_out_pending(p->ctx) &&
+	    !uv_is_active((uv_handle_t *)&p->retry))
+		uv_timer_start(&p->retry, retry_cb, RETRY_MS, 0);
+}
+
 static void wire_ready(uv_poll_t *h, int status, int events)
 {
 	struct verbs_poller *p = h->data;
@@ -58,7 +76,11 @@ static void wire_ready(uv_poll_t *h, int status, int events)
 	(void)events;
 	(void)status;
 	verbs_emu_pump(p->ctx);
-	/* completions the pump made are on the CQ: its eventfd fires too */
+	/* the completions the pump made (its eventfd fires too) are taken
+	 * now, in the same turn as the delivery: a receiver reposts a
+	 * consumed receive before the sender can have seen the ack */
+	poller_drain(p);
+	verbs_poller_kick(p);
 }
 
 int verbs_poller_start(struct verbs_poller *p, uv_loop_t *loop,
@@ -87,6 +109,9 @@ int verbs_poller_start(struct verbs_poller *p, uv_loop_t *loop,
 		p->wire_watch.data = p;
 		p->has_wire = true;
 		p->open_handles++;
+		uv_timer_init(loop, &p->retry);
+		p->retry.data = p;
+		p->open_handles++;
 		r = uv_poll_start(&p->wire_watch, UV_READABLE, wire_ready);
 		if (r)
 			goto fail;
@@ -102,8 +127,10 @@ fail:
 	 * (uv_poll_init on a bad fd): close them, the owner must keep p
 	 * alive until the loop has run once */
 	uv_close((uv_handle_t *)&p->cq_watch, NULL);
-	if (p->has_wire)
+	if (p->has_wire) {
 		uv_close((uv_handle_t *)&p->wire_watch, NULL);
+		uv_close((uv_handle_t *)&p->retry, NULL);
+	}
 	return r;
 }
 
@@ -119,7 +146,10 @@ void verbs_poller_close(struct verbs_poller *p,
 			void (*closed)(struct verbs_poller *p))
 {
 	p->closed = closed;
+	p->closing = true;
 	uv_close((uv_handle_t *)&p->cq_watch, poller_closed);
-	if (p->has_wire)
+	if (p->has_wire) {
 		uv_close((uv_handle_t *)&p->wire_watch, poller_closed);
+		uv_close((uv_handle_t *)&p->retry, poller_closed);
+	}
 }

@@ -6,7 +6,9 @@
  * that arrives meanwhile either is polled now or fires the channel
  * again), each completion handed to on_wc in order. For the emulated
  * device (net/verbs_emu.h) it also watches the wire fd and pumps the
- * context when packets arrive (wire_fd < 0: a real device, no wire).
+ * context when packets arrive (wire_fd < 0: a real device, no wire), and
+ * pumps again every millisecond while packets wait to leave (a full
+ * datagram queue at the far end says nothing when it empties).
  *
  * Loop thread only. verbs_poller_close() stops both watches; closed() is
  * called once both handles are closed, after which the owner may free
@@ -24,7 +26,9 @@
 struct verbs_poller {
 	uv_poll_t cq_watch;
 	uv_poll_t wire_watch;
+	uv_timer_t retry;          /* emulated: pump again while packets wait */
 	bool has_wire;
+	bool closing;
 	unsigned open_handles;
 	const struct verbs_ops *ops;
 	struct verbs_cq *cq;
@@ -40,5 +44,9 @@ int verbs_poller_start(struct verbs_poller *p, uv_loop_t *loop,
 		       int cq_fd, struct verbs_ctx *ctx, int wire_fd,
 		       void (*on_wc)(void *arg, const struct verbs_wc *wc),
 		       void *arg);
+/* Emulated device: after the owner posted (packets may wait for room in
+ * the far end's queue), make sure the loop pumps again while they wait.
+ * Nothing for a real device. */
+void verbs_poller_kick(struct verbs_poller *p);
 void verbs_poller_close(struct verbs_poller *p,
 			void (*closed)(struct verbs_poller *p));

@@ -48,10 +48,27 @@ cluster_key() {
 	echo "$T/cluster.key"
 }
 
+# verbs_device: the RDMA device the tests' nodes use with
+# KVD_TEST_TRANSPORT=verbs: KVD_TEST_VERBS_DEVICE (a device name, or
+# emu:DIR[,opts]), else an emulated device in $T/rdma that delivers every
+# write as soon as it arrives (auto=1). tests/verbs/run sets these two
+# variables to run a suite over a real device (and KVD_TEST_VERBS_PORT,
+# KVD_TEST_VERBS_GID_INDEX for transfer.verbs_port / verbs_gid_index).
+verbs_device() {
+	if [ -n "${KVD_TEST_VERBS_DEVICE:-}" ]; then
+		echo "$KVD_TEST_VERBS_DEVICE"
+	else
+		mkdir -p "$T/rdma"
+		echo "emu:$T/rdma,auto=1"
+	fi
+}
+
 # write_node NAME ROLE MODEL [KEY=VALUE ...] - keys as section.key
 # (node.* keys join the [node] section, model.* ones the [model] section).
 # Nodes are authenticated peers (peers.key_file) unless KVD_TEST_KEYLESS=1
 # or the caller passes peers.key_file= (empty: keyless, loopback only).
+# KVD_TEST_TRANSPORT=verbs: prefill and decode nodes move KV over RDMA
+# (transfer.transport=verbs on verbs_device; a caller's keys win).
 write_node() {
 	local name=$1 role=$2 model=$3; shift 3
 	local -A kv=(
@@ -59,6 +76,13 @@ write_node() {
 		[engine.threads]=1 [log.level]=debug [transfer.heartbeat_ms]=200
 		[transfer.release_timeout_ms]=2000
 	)
+	if [ "${KVD_TEST_TRANSPORT:-tcp}" = verbs ] && [ "$role" != standalone ]; then
+		kv[transfer.transport]=verbs
+		kv[transfer.verbs_device]=$(verbs_device)
+		[ -z "${KVD_TEST_VERBS_PORT:-}" ] || kv[transfer.verbs_port]=$KVD_TEST_VERBS_PORT
+		[ -z "${KVD_TEST_VERBS_GID_INDEX:-}" ] ||
+			kv[transfer.verbs_gid_index]=$KVD_TEST_VERBS_GID_INDEX
+	fi
 	[ "${KVD_TEST_KEYLESS:-0}" = 1 ] || kv[peers.key_file]=$(cluster_key)
 	local a sec
 	for a in "$@"; do [ -n "$a" ] && kv[${a%%=*}]=${a#*=}; done

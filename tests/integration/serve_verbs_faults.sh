@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# RDMA faults over the emulated device (issue 13): each one gives the
+# client a typed error, keeps decode's pages fenced until the queue pair's
+# flush completions are drained (the transport's verbs_closed line comes
+# before the request's link_lost step), leaks no page on either node, and
+# the next request - on a new link - is served equal to `kvd generate`.
+#   late write: decode's NIC holds prefill's writes 1.5 s (emu hold_ms,
+#               while $T/rdma/hold exists);
+#               decode times out at 0.6 s and revokes the scope; the write
+#               that arrives then is refused by the NIC and lands nowhere
+#               (writes_applied=0 writes_refused=1);
+#   QP error mid-batch: prefill's QP goes to error after the first write
+#               of a batch (fault point verbs_qp_error);
+#   completion error: the emulated NIC fails prefill's oldest WR
+#               (fault point verbs_completion_error);
+#   corrupt batch: a page byte flipped after the MAC (corrupt_batch) is
+#               INTEGRITY, counted once, and the link is rebuilt;
+#   abort_ack first: decode handles a batch's completion late
+#               (verbs_slow_completion) and its transfer times out: the
+#               abort_ack (batches=1) comes first, and the pages stay
+#               fenced until the batch's completion (batches_landed).
+# Needs the emulated device (hold_ms): with KVD_TEST_VERBS_DEVICE set to a
+# real device only the two fault points run.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+export KVD_TEST_TRANSPORT=verbs
+
+M=$T/m.gguf
+gen_model "$M" --dtype f32
+PROMPT=$(printf 'word %.0s' $(seq 1 40))   # 13 pages: a batch of many writes
+
+served_equal() { # served_equal LABEL: the next request equals offline
+	local a b
+	a=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 12 --temperature 0 || true)
+	b=$(offline --model "$M" --prompt "$PROMPT" --max-tokens 12 --temperature 0 || true)
+	check "$1: the next request is served, equal to kvd generate" \
+		eval 'same_ids "$a" "$b" && same_text "$a" "$b"'
+}
+
+# fence_until_drained NODE ID: the request's LINK_LOST step (where its
+# pages are unfenced) comes after the transport logged that its QP was
+# drained and closed.
+fence_until_drained() {
+	local f=$T/$1.log c l
+	c=$(grep -n "event=verbs_closed side=receiver" "$f" | head -1 | cut -d: -f1)
+	l=$(grep -n "event=req_state id=$2 .*event=link_lost" "$f" | head -1 | cut -d: -f1)
+	[ -n "$c" ] && [ -n "$l" ] && [ "$c" -lt "$l" ]
+}
+
+run_case() { # run_case TAG DECODE_DEVICE PREFILL_FAULT [decode keys...]
+	local tag=$1 ddev=$2 fault=$3 out; shift 3
+	pair "p$tag" "d$tag" "$M" -- "transfer.verbs_device=$ddev" "$@"
+	start_node "p$tag" ${fault:+KVD_FAULT=$fault}
+	start_node "d$tag"
+	check "$tag: decode paired over verbs" wait_up "d$tag"
+	[ -z "${HOLD:-}" ] || : > "$HOLD"
+	out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
+	[ -z "${HOLD:-}" ] || rm -f "$HOLD"
+	HOLD=
+	OUT=$out
+	check "$tag: the client gets a typed error and no token ($out)" no_token "$out"
+	check "$tag: decode's pages stay fenced until the QP is drained" \
+		wait_for 10 fence_until_drained "d$tag" 1
+	check "$tag: zero pages held on decode" settle "d$tag"
+	check "$tag: zero pages held on prefill" settle "p$tag"
+	check "$tag: decode reconnects" wait_for 20 eval \
+		"[ \$(grep -c 'event=peer_up' '$T/d$tag.log') -ge 2 ]"
+	served_equal "$tag"
+	check "$tag: zero pages held on both nodes afterwards" settle "d$tag" "p$tag"
+	stop_node "d$tag"
+	stop_node "p$tag"
+}
+
+# --- a late write after a timeout fails at decode's NIC ---------------------
+if [ -z "${KVD_TEST_VERBS_DEVICE:-}" ]; then
+	mkdir -p "$T/rdma"
+	HOLD=$T/rdma/hold   # the slow fabric is on while it exists (verbs_emu.h)
+	run_case late "emu:$T/rdma,auto=1,hold_ms=1500" "" \
+		"transfer.prefill_timeout_ms=600" "transfer.transfer_timeout_ms=600"
+	check "late: TIMEOUT reaches the client" test "$(echo "$OUT" | json_get error)" = TIMEOUT
+	check "late: decode revoked the scope and aborted at the timeout" \
+		grep -q "event=transfer_abort id=1 .*code=TIMEOUT" "$T/dlate.log"
+	check "late: the late write was refused by decode's NIC and landed nowhere" \
+		grep -q "event=verbs_closed side=receiver writes_applied=0 writes_refused=1" "$T/dlate.log"
+	check "late: prefill saw the remote access error" \
+		grep -q "event=verbs_completion_error .*status=remote_access_error" "$T/plate.log"
+	ms=$(grep -o "event=abort_done id=1 .*fenced_ms=[0-9]*" "$T/dlate.log" | grep -o "[0-9]*$" || echo 0)
+	check "late: the pages stayed fenced until the late write was refused (${ms} ms >= 700)" \
+		test "${ms:-0}" -ge 700
+else
+	echo "# SKIP (part): late write needs the emulated device (hold_ms)"
+fi
+
+# --- abort_ack overtakes a batch's completion: the fence waits for it ------
+# decode handles its batch completion 500 ms late (verbs_slow_completion);
+# its transfer times out at 250 ms and prefill, whose batch has completed,
+# acks at once with batches=1: decode unfences only once that batch's
+# completion is in (batches_landed = batches_posted), not at the ack.
+pair pack dack "$M" -- "transfer.prefill_timeout_ms=5000" "transfer.transfer_timeout_ms=250"
+start_node pack
+start_node dack KVD_FAULT=verbs_slow_completion:1
+check "ack: decode paired over verbs" wait_up dack
+out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
+check "ack: TIMEOUT reaches the client ($out)" test "$(echo "$out" | json_get error)" = TIMEOUT
+check "ack: the abort_ack came before the batch's completion was handled" \
+	wait_log "$T/dack.log" "event=abort_acked id=1 .*batches_posted=1 batches_received=0 batches_landed=0" 5
+check "ack: the fence waited for the posted batch to complete" \
+	wait_log "$T/dack.log" "event=abort_fence_done id=1 .*batches_posted=1 batches_landed=1" 5
+ms=$(grep -o "event=abort_done id=1 .*fenced_ms=[0-9]*" "$T/dack.log" | grep -o "[0-9]*$" || echo 0)
+check "ack: pages fenced past the ack until the completion (${ms} ms >= 150)" test "${ms:-0}" -ge 150
+check "ack: zero pages held on both nodes" settle dack pack
+check "ack: the link stayed up (nothing was refused)" \
+	test "$(grep -c 'event=peer_up' "$T/dack.log")" = 1
+served_equal ack
+stop_node dack
+stop_node pack
+
+# --- a corrupted batch fails its MAC at decode ------------------------------
+# prefill flips a byte of a page after the batch MAC (corrupt_batch): decode
+# verifies the MAC over its copy of the pages before anything is believed
+pair pmac dmac "$M"
+start_node pmac KVD_FAULT=corrupt_batch:1
+start_node dmac
+check "mac: decode paired over verbs" wait_up dmac
+out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
+check "mac: INTEGRITY reaches the client ($out)" test "$(echo "$out" | json_get error)" = INTEGRITY
+check "mac: decode logged the failed MAC" \
+	grep -q "event=batch_checksum .*claimed_id=1 seq=0 error=auth_failed" "$T/dmac.log"
+check "mac: zero pages held on both nodes" settle dmac pmac
+check "mac: one integrity failure counted" test "$(status_get dmac counters.integrity_failures)" = 1
+check "mac: decode reconnects" wait_for 20 eval \
+	"[ \$(grep -c 'event=peer_up' '$T/dmac.log') -ge 2 ]"
+served_equal mac
+stop_node dmac
+stop_node pmac
+
+# --- a QP error mid-batch ----------------------------------------------------
+run_case qperr "$(verbs_device)" "verbs_qp_error:1"
+check "qperr: prefill moved its QP to error after the first write" \
+	grep -q "event=fault point=verbs_qp_error request=1 seq=0 posted=1" "$T/pqperr.log"
+
+# --- a completion error -------------------------------------------------------
+run_case wcerr "$(verbs_device)" "verbs_completion_error:1"
+check "wcerr: the completion error is logged with its status" \
+	grep -q "event=verbs_completion_error .*status=general_error" "$T/pwcerr.log"
+
+serve_finish
