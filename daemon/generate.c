@@ -21,6 +21,9 @@
  *                      pass, as llama.cpp counts it), null under 2 tokens;
  *   kernels            the kernel variant per weight type the model's
  *                      matmuls use, as the engine chose it (ops_info.h).
+ *   pack_cache         where the packed weight copies came from
+ *                      (gpu/prepack.h): lookup, store, and how many
+ *                      matrices were mapped from the cache or packed.
  * Model loading, tokenizing and pool allocation are outside all of them.
  * --prompt-ids, --ignore-eos and --warmup make runs comparable with
  * llama-bench (a prompt of exactly N tokens, exactly max-tokens generated,
