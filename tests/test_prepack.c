@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -440,6 +442,54 @@ START_TEST(test_concurrent_starts)
 }
 END_TEST
 
+/* A store that fails (here: the file size limit, which binds root too)
+ * leaves no file behind and falls back to private copies, all correct. */
+START_TEST(test_store_fails)
+{
+	char dir[512];
+	pid_t pid;
+	int st;
+	DIR *d;
+	struct dirent *de;
+
+	fresh_dir(dir, sizeof(dir), "full");
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct rlimit rl = { .rlim_cur = 65536, .rlim_max = 65536 };
+		struct prepack_key key = { .dir = dir, .sha256 = SHA_A };
+		struct prepack_info info;
+		struct prepack *p;
+		struct mats s;
+
+		signal(SIGXFSZ, SIG_IGN);
+		if (setrlimit(RLIMIT_FSIZE, &rl))
+			_exit(2);
+		mats_init(&s);
+		if (prepack_bind(&p, g_k, s.p, s.n, &key, &info))
+			_exit(3);
+		if (strcmp(info.lookup, "absent") || strcmp(info.store, "error") ||
+		    info.err != EFBIG || info.mapped)
+			_exit(4);
+		if (check_copies(&s) != info.packed)
+			_exit(5);
+		prepack_free(p);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+	d = opendir(dir);
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		ck_assert_msg(de->d_name[0] == '.' && (!de->d_name[1] ||
+						       !strcmp(de->d_name, "..")),
+			      "left behind: %s", de->d_name);
+	closedir(d);
+	bind_expect(dir, SHA_A, "absent", "stored");
+}
+END_TEST
+
 /* A crashed writer's temporary file is removed once it is old; a fresh
  * one (maybe a live writer's) is left alone. */
 START_TEST(test_stale_tmp_swept)
@@ -519,6 +569,7 @@ int main(void)
 	tcase_add_test(tc, test_bad_key);
 	tcase_add_test(tc, test_concurrent_starts);
 	tcase_add_test(tc, test_stale_tmp_swept);
+	tcase_add_test(tc, test_store_fails);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
