@@ -78,6 +78,27 @@ rc=$?
 set -e
 check "--cache-dir must be absolute (usage error, rc=$rc)" test "$rc" = 64
 
+# three starts at once on an empty directory: all the same output, one
+# cache file, no temporary file left, and the next start is a hit
+C=$T/cache_race
+pids=()
+for i in 1 2 3; do
+	pgen "$T/q4_0.gguf" "$T/race$i.json" --cache-dir "$C" &
+	pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+check "concurrent starts all succeed" test $rc = 0
+for i in 1 2 3; do
+	check "concurrent start $i: same output ids" \
+		test "$(field "$T/q4_0.none.json" 'o["output_ids"]')" = "$(field "$T/race$i.json" 'o["output_ids"]')"
+done
+check "one cache file, no temporary left" \
+	test "$(ls -A "$C" | grep -c kvpack)" = 1 -a "$(ls -A "$C" | grep -c '\.tmp$' || true)" = 0
+pgen "$T/q4_0.gguf" "$T/race_after.json" --cache-dir "$C"
+check "the start after the race maps the file" \
+	test "$(field "$T/race_after.json" 'o["timings"]["pack_cache"]["lookup"]')" = hit
+
 # the daemon: stored at the first boot, hit at the second, in the
 # fingerprint cache's directory; model.pack_cache=off packs in memory
 for boot in 1 2 3; do
