@@ -32,6 +32,7 @@ struct kvd_config {
 	int chat_template;            /* 0 auto, else enum chat_format
 				       * (gpu/chat.h) by the same index */
 	char fingerprint_cache[1024]; /* "", "off" or an absolute directory */
+	bool pack_cache;              /* repack cache in that directory (gpu/prepack.h) */
 	/* [kv] */
 	uint32_t page_tokens;
 	uint64_t pool_tokens;         /* exactly one of pool_tokens, memory_bytes */

@@ -21,6 +21,9 @@
  *                      pass, as llama.cpp counts it), null under 2 tokens;
  *   kernels            the kernel variant per weight type the model's
  *                      matmuls use, as the engine chose it (ops_info.h).
+ *   pack_cache         where the packed weight copies came from
+ *                      (gpu/prepack.h): lookup, store, and how many
+ *                      matrices were mapped from the cache or packed.
  * Model loading, tokenizing and pool allocation are outside all of them.
  * --prompt-ids, --ignore-eos and --warmup make runs comparable with
  * llama-bench (a prompt of exactly N tokens, exactly max-tokens generated,
@@ -38,11 +41,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "conf/fingerprint.h"
 #include "conf/util.h"
 #include "gpu/engine.h"
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
 #include "gpu/model.h"
+#include "gpu/prepack.h"
 #include "gpu/tokenizer.h"
 
 struct gen_opts {
@@ -57,6 +62,7 @@ struct gen_opts {
 	const char *prompt_ids; /* --prompt-ids: comma list, instead of --prompt */
 	bool ignore_eos;
 	bool warmup;            /* one untimed token first (weights paged in) */
+	const char *cache_dir;  /* --cache-dir: fingerprint and repack cache */
 };
 
 /* A growing byte buffer for --json's text. */
@@ -88,10 +94,12 @@ static void usage(FILE *out)
 		"usage: kvd generate --model FILE --prompt TEXT [--max-tokens N]\n"
 		"                    [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
 		"                    [--threads N] [--page-tokens N] [--kv-dtype f32|f16]\n"
-		"                    [--json] [--ignore-eos] [--warmup]\n"
+		"                    [--json] [--ignore-eos] [--warmup] [--cache-dir DIR]\n"
 		"       kvd generate --model FILE --prompt-ids ID,ID,... [options]\n"
 		"Offline generation with the kvd engine; greedy unless --temperature > 0.\n"
-		"--json adds a timings object (ttft, prompt and generation tok/s, kernels).\n");
+		"--json adds a timings object (ttft, prompt and generation tok/s, kernels).\n"
+		"--cache-dir keeps the model's fingerprint and repacked weights in DIR\n"
+		"(as the daemon's model.fingerprint_cache), so later runs do not repack.\n");
 }
 
 static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -137,6 +145,7 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		{ "prompt-ids", required_argument, NULL, 'I' },
 		{ "ignore-eos", no_argument, NULL, 'E' },
 		{ "warmup", no_argument, NULL, 'W' },
+		{ "cache-dir", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -180,6 +189,7 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		case 'I': o->prompt_ids = optarg; break;
 		case 'E': o->ignore_eos = true; break;
 		case 'W': o->warmup = true; break;
+		case 'C': o->cache_dir = optarg; bad = optarg[0] != '/'; break;
 		case 'h': usage(stdout); return 1;
 		default: usage(stderr); return -1;
 		}
@@ -347,6 +357,7 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
 	struct engine_req_params rp;
 	enum engine_finish fin = ENGINE_FINISH_NONE;
+	char sha[SHA256_HEX_SIZE];
 	const char *chunk;
 	size_t len;
 	int rc;
@@ -407,6 +418,19 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 	ep.threads = o->threads;
 	ep.max_batch = 1;
 	ep.prefill_chunk = 256;
+	if (o->cache_dir) {
+		/* the repack cache is keyed by the fingerprint, which comes
+		 * from the fingerprint cache in the same directory (hashed the
+		 * first time only) */
+		rc = kvd_fingerprint(o->model, o->cache_dir, sha, NULL);
+		if (rc) {
+			fprintf(stderr, "kvd generate: %s: fingerprint: %s\n", o->model,
+				strerror(-rc));
+			return 1;
+		}
+		ep.pack_dir = o->cache_dir;
+		ep.model_sha256 = sha;
+	}
 	rc = engine_new(&g->eng, g->model, g->pool, &ep, NULL);
 	if (rc) {
 		fprintf(stderr, "kvd generate: engine: %s\n", engine_strerror(rc));
@@ -547,6 +571,7 @@ static void json_timings(FILE *out, const struct gen_run *g,
 {
 	double ttft = g->n_gen ? (double)(g->t_first - g->t_submit) / 1e9 : 0;
 	double gen = (double)(g->t_last - g->t_first) / 1e9;
+	const struct prepack_info *pi;
 
 	fprintf(out, "{\"prompt_tokens\":%zu,\"prompt_tokens_per_s\":", g->n_prompt);
 	if (ttft > 0)
@@ -565,5 +590,8 @@ static void json_timings(FILE *out, const struct gen_run *g,
 		fputs("null", out);
 	fprintf(out, ",\"threads\":%u,\"kernels\":", o->threads);
 	json_kernels(out, g);
+	pi = engine_pack_info(g->eng);
+	fprintf(out, ",\"pack_cache\":{\"lookup\":\"%s\",\"store\":\"%s\",\"mapped\":%u,\"packed\":%u}",
+		pi->lookup, pi->store, pi->mapped, pi->packed);
 	fputc('}', out);
 }

@@ -3,7 +3,7 @@
  *   kvd generate --model FILE --prompt TEXT [--max-tokens N]
  *                [--temperature T] [--top-k K] [--top-p P] [--seed S]
  *                [--threads N] [--page-tokens N] [--kv-dtype f32|f16]
- *                [--json]
+ *                [--json] [--cache-dir DIR]
  *
  * Loads the model and its tokenizer, builds a host KV pool just big
  * enough for the request, and runs the same engine the daemon runs (same
@@ -11,6 +11,9 @@
  * as tokens arrive (never splitting a UTF-8 character); with --json one
  * object {"prompt_ids":[..],"output_ids":[..],"text":"..",
  * "finish_reason":"stop|length"} is printed at the end instead.
+ * --cache-dir DIR (absolute) keeps the fingerprint and the repacked
+ * weights in DIR as the daemon's model.fingerprint_cache does
+ * (gpu/prepack.h), so a later run maps them instead of repacking.
  *
  * argv[0] is the command name ("generate"). Returns the process exit
  * code: 0 ok, 1 generation failed, 64 usage error, 66 model unusable.

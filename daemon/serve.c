@@ -27,6 +27,7 @@
 #include "daemon/serve.h"
 #include "daemon/serve_int.h"
 #include "conf/util.h"
+#include "conf/fingerprint.h"
 #include "conf/keyfile.h"
 
 #include <errno.h>
@@ -61,8 +62,15 @@ static void serve_compute_deliver(void *arg, struct compute_msg *m)
 static int serve_compute_start(struct serve *s)
 {
 	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+	char pack_dir[1024] = "";
 	int r;
 
+	/* the repack cache lives beside the fingerprint cache */
+	if (s->d->cfg.pack_cache)
+		kvd_fingerprint_cache_dir(s->d->cfg.fingerprint_cache, pack_dir,
+					  sizeof(pack_dir));
+	ep.pack_dir = pack_dir;
+	ep.model_sha256 = s->d->model_sha256;
 	ep.threads = s->d->cfg.threads;
 	if (!ep.threads) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);

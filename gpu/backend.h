@@ -28,6 +28,7 @@
 #include "gpu/gguf.h"
 
 struct ops_kernels;
+struct prepack_info;
 
 struct model;
 
@@ -77,6 +78,11 @@ struct backend_cpu_params {
 	uint32_t max_tokens;    /* largest batch (n_tokens) forward will get */
 	uint32_t max_ctx;       /* largest n_kv */
 	bool simd;              /* use AVX2 kernels when the CPU has them */
+	/* The repack cache (gpu/prepack.h): a directory, or NULL / "" for
+	 * none (the copies are then packed into private memory at every
+	 * start); with a directory, the model's SHA-256 (64 hex digits). */
+	const char *pack_dir;
+	const char *model_sha256;
 };
 
 /* The CPU backend. The model must outlive it. 0 or negative errno. */
@@ -87,6 +93,8 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 const char *backend_cpu_kernels(const struct backend *b);
 /* The kernel table itself (NULL for another backend). */
 const struct ops_kernels *backend_cpu_kernel_table(const struct backend *b);
+/* Where the packed weight copies came from (NULL for another backend). */
+const struct prepack_info *backend_cpu_pack_info(const struct backend *b);
 
 static inline int backend_forward(struct backend *b,
 				  const struct backend_batch *batch,

@@ -42,6 +42,7 @@
 
 #include "gpu/model.h"
 #include "gpu/ops_cpu.h"
+#include "gpu/prepack.h"
 #include "gpu/threadpool.h"
 #include "conf/util.h"
 
@@ -53,9 +54,11 @@ struct cpu_ctx {
 	const struct ops_kernels *k;
 	/* the model's layers and output head as this backend multiplies
 	 * them: the same weights, with `packed` set where the kernel table
-	 * has a layout of its own (ops_mat_pack; those copies owned here) */
+	 * has a layout of its own (the copies: `pack`, gpu/prepack.h) */
 	struct model_layer *layers; /* (n_layer) */
 	struct ops_mat output;
+	struct prepack *pack;
+	struct prepack_info pack_info;
 	struct threadpool *tp;
 	uint32_t max_tokens;
 	uint32_t max_ctx;
@@ -465,17 +468,8 @@ static void cpu_free(void *ctx)
 	if (!c)
 		return;
 	threadpool_free(c->tp);
-	if (c->layers)
-		for (uint32_t l = 0; l < c->m->hp.n_layer; l++) {
-			struct model_layer *L = &c->layers[l];
-			struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
-						   &L->w_gate, &L->w_up, &L->w_down };
-
-			for (size_t i = 0; i < KVD_ARRAY_SIZE(mats); i++)
-				free((void *)mats[i]->packed);
-		}
+	prepack_free(c->pack);
 	free(c->layers);
-	free((void *)c->output.packed);
 	free(c->k_off);
 	free(c->v_off);
 	free(c->x);
@@ -501,31 +495,39 @@ static const struct backend_ops cpu_ops = {
 };
 
 /* c->layers and c->output: the model's, each matrix packed for the
- * kernel table where it has a layout of its own. */
-static int cpu_bind_weights(struct cpu_ctx *c)
+ * kernel table where it has a layout of its own, from the repack cache
+ * when p names one (gpu/prepack.h). */
+static int cpu_bind_weights(struct cpu_ctx *c, const struct backend_cpu_params *p)
 {
 	const struct model *m = c->m;
-	int rc = 0;
+	const struct prepack_key key = { .dir = p->pack_dir, .sha256 = p->model_sha256 };
+	struct ops_mat **all;
+	uint32_t n = 0;
+	int rc;
 
 	c->layers = calloc(m->hp.n_layer ? m->hp.n_layer : 1, sizeof(*c->layers));
-	if (!c->layers)
+	all = calloc((size_t)m->hp.n_layer * 7 + 1, sizeof(*all));
+	if (!c->layers || !all) {
+		free(all);
 		return -ENOMEM;
+	}
 	c->output = m->output;
-	c->output.packed = NULL;
 	for (uint32_t l = 0; l < m->hp.n_layer; l++) {
 		struct model_layer *L = &c->layers[l];
-		struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
-					   &L->w_gate, &L->w_up, &L->w_down };
 
 		*L = m->layers[l];
-		for (size_t i = 0; i < KVD_ARRAY_SIZE(mats); i++)
-			mats[i]->packed = NULL;
-		for (size_t i = 0; i < KVD_ARRAY_SIZE(mats) && !rc; i++)
-			rc = ops_mat_pack(c->k, mats[i], (void **)&mats[i]->packed);
-		if (rc)
-			return rc;
+		all[n++] = &L->wq;
+		all[n++] = &L->wk;
+		all[n++] = &L->wv;
+		all[n++] = &L->wo;
+		all[n++] = &L->w_gate;
+		all[n++] = &L->w_up;
+		all[n++] = &L->w_down;
 	}
-	return ops_mat_pack(c->k, &c->output, (void **)&c->output.packed);
+	all[n++] = &c->output;
+	rc = prepack_bind(&c->pack, c->k, all, n, &key, &c->pack_info);
+	free(all);
+	return rc;
 }
 
 static void *alloc_f32(size_t rows, size_t cols)
@@ -580,7 +582,7 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 		cpu_free(c);
 		return -ENOMEM;
 	}
-	rc = cpu_bind_weights(c);
+	rc = cpu_bind_weights(c, p);
 	if (rc) {
 		cpu_free(c);
 		return rc;
@@ -609,4 +611,11 @@ const struct ops_kernels *backend_cpu_kernel_table(const struct backend *b)
 	const struct cpu_ctx *c = b->ctx;
 
 	return b->ops == &cpu_ops ? c->k : NULL;
+}
+
+const struct prepack_info *backend_cpu_pack_info(const struct backend *b)
+{
+	const struct cpu_ctx *c = b->ctx;
+
+	return b->ops == &cpu_ops ? &c->pack_info : NULL;
 }

@@ -48,6 +48,7 @@
 #include "gpu/backend.h"
 #include "gpu/model.h"
 #include "gpu/ops_info.h"
+#include "gpu/prepack.h"
 
 struct engine_req {
 	struct engine_req *prev, *next;  /* submit order */
@@ -149,6 +150,8 @@ int engine_new(struct engine **out, const struct model *m,
 	struct engine *e;
 	struct backend_kv_layout lay;
 	struct backend_cpu_params cp;
+	const struct prepack_info *pi;
+	uint64_t t0;
 	uint32_t B;
 	int rc;
 
@@ -204,12 +207,26 @@ int engine_new(struct engine **out, const struct model *m,
 					  .v_off = e->v_off };
 	cp = (struct backend_cpu_params){ .threads = p->threads,
 					  .max_tokens = e->max_step_tokens,
-					  .max_ctx = e->n_ctx, .simd = p->simd };
+					  .max_ctx = e->n_ctx, .simd = p->simd,
+					  .pack_dir = p->pack_dir,
+					  .model_sha256 = p->model_sha256 };
+	t0 = kvd_now_ns();
 	rc = backend_cpu_new(&e->be, m, &lay, &cp);
 	if (rc) {
 		engine_free(e);
 		return rc;
 	}
+	pi = backend_cpu_pack_info(&e->be);
+	/* a cache file refused or a store that failed is worth a warning:
+	 * the next start packs again */
+	KVLOG(log, !strcmp(pi->store, "error") || !strcmp(pi->lookup, "unsafe_dir") ||
+		   !strcmp(pi->lookup, "unsafe_entry") || !strcmp(pi->lookup, "corrupt") ||
+		   !strcmp(pi->lookup, "truncated") || !strcmp(pi->lookup, "content") ||
+		   !strcmp(pi->lookup, "io_error") || !strcmp(pi->lookup, "dir_error")
+		   ? KVLOG_WARN : KVLOG_INFO, "pack_cache",
+	      "lookup=%s store=%s errno=%d mapped=%u packed=%u bytes=%llu ms=%.1f",
+	      pi->lookup, pi->store, pi->err, pi->mapped, pi->packed,
+	      (unsigned long long)pi->bytes, (double)(kvd_now_ns() - t0) / 1e6);
 	KVLOG_INFO(log, "engine_ready",
 		   "backend=cpu kernels=%s threads=%u max_batch=%u prefill_chunk=%u step_tokens=%u n_ctx=%u page_tokens=%u kv_dtype=%s",
 		   backend_cpu_kernels(&e->be), p->threads, B, p->prefill_chunk,
@@ -258,6 +275,11 @@ void engine_last_step(const struct engine *e, uint32_t *n_seq,
 const char *engine_kernel_variant(const struct engine *e, enum ggml_type t)
 {
 	return ops_kernel_variant(backend_cpu_kernel_table(&e->be), t);
+}
+
+const struct prepack_info *engine_pack_info(const struct engine *e)
+{
+	return backend_cpu_pack_info(&e->be);
 }
 
 /* ---- requests -------------------------------------------------------------- */

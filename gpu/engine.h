@@ -52,6 +52,8 @@
 #include "gpu/kvpool.h"
 #include "gpu/sampler.h"
 
+struct prepack_info;
+
 struct model;
 struct engine;
 struct engine_req;
@@ -75,6 +77,10 @@ struct engine_params {
 				  * max_batch (every decoder fits every step) */
 	uint32_t n_ctx;          /* context length; 0 = the model's */
 	bool simd;               /* AVX2 kernels when the CPU has them */
+	/* The repack cache (gpu/prepack.h): directory (NULL or "": none)
+	 * and, with one, the model's SHA-256 (64 hex digits). */
+	const char *pack_dir;
+	const char *model_sha256;
 };
 
 #define ENGINE_PARAMS_DEFAULT { .threads = 1, .max_batch = 16, \
@@ -171,6 +177,8 @@ const char *engine_kernels(const struct engine *e);
 /* The kernel variant the backend runs for weight type t ("avx512",
  * "avx2", "scalar"; "none" when unsupported): gpu/ops_info.h. */
 const char *engine_kernel_variant(const struct engine *e, enum ggml_type t);
+/* Where the backend's packed weight copies came from (gpu/prepack.h). */
+const struct prepack_info *engine_pack_info(const struct engine *e);
 /* What the last engine_step() computed: requests, tokens, and how many
  * of those requests were decoding (one token each). */
 void engine_last_step(const struct engine *e, uint32_t *n_seq,

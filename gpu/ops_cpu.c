@@ -559,47 +559,70 @@ const struct ops_kernels *ops_kernels_pick(bool simd)
 
 /* ---- weights and activations --------------------------------------------- */
 
-int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
-		 void **out)
+size_t ops_mat_packed_bytes(const struct ops_kernels *k, const struct ops_mat *w)
 {
-	*out = NULL;
 #if OPS_HAVE_X86
 	bool kq = ops_kqg__packed_bytes(w->type, 16, OPS_QK_K) > 0;
 
-	if (k == &kernels_avx512vnni &&
-	    (w->type == GGML_TYPE_Q4_0 || w->type == GGML_TYPE_Q8_0 ||
-	     (kq && w->rows >= 16))) {
-		size_t n = kq ? ops_kqg__packed_bytes(w->type, w->rows, w->cols)
-			 : w->type == GGML_TYPE_Q4_0 ? ops_kqg__q4_0_packed_bytes(w->rows, w->cols)
-			 : (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
-		void *p = NULL;
-
-		/* 2 MiB aligned and huge pages asked for (advice only): one
-		 * fault per 2 MiB instead of per 4 KiB while packing, and
-		 * fewer TLB misses while decoding streams it */
-		if (posix_memalign(&p, (size_t)2 << 20, n ? n : 64))
-			return -ENOMEM;
-#ifdef MADV_HUGEPAGE
-		(void)madvise(p, n, MADV_HUGEPAGE);
-#endif
-#ifdef MADV_POPULATE_WRITE
-		/* fault the copy in with one call (advice too: EINVAL before
-		 * Linux 5.14): on this VM first touches one page at a time
-		 * ran at 150-300 MB/s, 57 MB in 0.15-0.3 s, populated 5 ms */
-		(void)madvise(p, n, MADV_POPULATE_WRITE);
-#endif
-		if (kq)
-			ops_kqg__pack(w, p);
-		else if (w->type == GGML_TYPE_Q4_0)
-			ops_kqg__pack_q4_0(w, p);
-		else
-			ops_gemm__pack(w, p);
-		*out = p;
-	}
+	if (k != &kernels_avx512vnni)
+		return 0;
+	if (kq)
+		return w->rows >= 16 ? ops_kqg__packed_bytes(w->type, w->rows, w->cols) : 0;
+	if (w->type == GGML_TYPE_Q4_0)
+		return ops_kqg__q4_0_packed_bytes(w->rows, w->cols);
+	if (w->type == GGML_TYPE_Q8_0)
+		return (size_t)w->rows * ops_gemm__packed_row_bytes(w->type, w->cols);
 #else
 	(void)k;
 	(void)w;
 #endif
+	return 0;
+}
+
+void ops_mat_pack_into(const struct ops_kernels *k, const struct ops_mat *w,
+		       void *dst)
+{
+#if OPS_HAVE_X86
+	if (!ops_mat_packed_bytes(k, w))
+		return;
+	if (ops_kqg__packed_bytes(w->type, 16, OPS_QK_K) > 0)
+		ops_kqg__pack(w, dst);
+	else if (w->type == GGML_TYPE_Q4_0)
+		ops_kqg__pack_q4_0(w, dst);
+	else
+		ops_gemm__pack(w, dst);
+#else
+	(void)k;
+	(void)w;
+	(void)dst;
+#endif
+}
+
+int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
+		 void **out)
+{
+	size_t n = ops_mat_packed_bytes(k, w);
+	void *p = NULL;
+
+	*out = NULL;
+	if (!n)
+		return 0;
+	/* 2 MiB aligned and huge pages asked for (advice only): one
+	 * fault per 2 MiB instead of per 4 KiB while packing, and
+	 * fewer TLB misses while decoding streams it */
+	if (posix_memalign(&p, (size_t)2 << 20, n))
+		return -ENOMEM;
+#ifdef MADV_HUGEPAGE
+	(void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+#ifdef MADV_POPULATE_WRITE
+	/* fault the copy in with one call (advice too: EINVAL before
+	 * Linux 5.14): on this VM first touches one page at a time
+	 * ran at 150-300 MB/s, 57 MB in 0.15-0.3 s, populated 5 ms */
+	(void)madvise(p, n, MADV_POPULATE_WRITE);
+#endif
+	ops_mat_pack_into(k, w, p);
+	*out = p;
 	return 0;
 }
 

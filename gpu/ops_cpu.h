@@ -148,6 +148,18 @@ struct ops_mat {
  * the file's size, ops_kq_gemm.c). 0 or -ENOMEM. */
 int ops_mat_pack(const struct ops_kernels *k, const struct ops_mat *w,
 		 void **out);
+/* The two halves of ops_mat_pack, for a caller that places the copy
+ * itself (gpu/prepack.c, the repack cache): the copy's size in bytes (0
+ * when k has no layout of its own for w), and the packing into dst (that
+ * many bytes, 64-byte aligned at least; nothing when the size is 0). */
+size_t ops_mat_packed_bytes(const struct ops_kernels *k, const struct ops_mat *w);
+void ops_mat_pack_into(const struct ops_kernels *k, const struct ops_mat *w,
+		       void *dst);
+/* The packed layouts' version, part of the repack cache's key
+ * (gpu/prepack.c): whoever changes what ops_mat_pack_into writes for any
+ * type - a layout, a new packed type - must bump it, or daemons would
+ * read copies made by the old code from their caches. */
+#define OPS_PACK_LAYOUT 1
 
 /* true when matmul supports the type */
 bool ops_type_supported(enum ggml_type t);

@@ -9,7 +9,9 @@
 # `kvctl model make` in a temporary directory (or KVD_BENCH_MODELS="A B").
 # Each round runs, per model, interleaved:
 #   kvd cold    an empty model.fingerprint_cache: the boot hashes the file
-#   kvd cached  the entry the cold boot wrote: no read of the weights
+#               and repacks the weights into the repack cache there
+#   kvd cached  the entries the cold boot wrote: no read of the weights,
+#               no repacking (the repack cache file is mapped)
 #   llama.cpp   ../shared/tools/llama.cpp/llama-server, when present
 # Ready means: kvd logged event=ready (what it tells systemd as READY=1,
 # after the capacity check and with every listener up); llama-server
@@ -109,6 +111,10 @@ print("%.1f" % ms if ms is not None else "nan")
 EOF_PY
 	grep -q "event=model_fingerprint source=$([ "$mode" = cold ] && echo hash || echo cache)" "$T/kvd.log" ||
 		echo "# warning: $mode boot of $name: $(grep -o 'event=model_fingerprint source=[a-z]* lookup=[a-z_]* store=[a-z_-]*' "$T/kvd.log")" >&2
+	# the repack cache (gpu/prepack.h) lives in the same directory: a
+	# cached boot maps it (or has nothing to pack: F32)
+	[ "$mode" != cached ] || grep -Eq "event=pack_cache lookup=(hit|none|off) " "$T/kvd.log" ||
+		echo "# warning: cached boot of $name: $(grep -o 'event=pack_cache lookup=[a-z_]* store=[a-z_-]*' "$T/kvd.log")" >&2
 }
 
 MODES=(cold cached)
