@@ -1019,10 +1019,19 @@ static uint32_t vt_pending(const struct transport *t)
 	return vt->pending;
 }
 
+/* Bytes of the batches not staged yet (waiting for their scope, a
+ * staging slot or a mailbox credit): what a decode that withholds
+ * credits makes us hold (the owner's data bound applies to it). */
 static size_t vt_queued(const struct transport *t)
 {
-	(void)t;
-	return 0;   /* batches wait in slots and WRs, each bounded */
+	const struct vt *vt = kvd_container_of(t, struct vt, base);
+	const struct kvd_list *e;
+	size_t n = 0;
+
+	kvd_list_for_each(e, &vt->queued)
+		n += (size_t)kvd_list_entry(e, struct vt_batch, node)->n *
+		     vt->base.cfg.page_bytes;
+	return n;
 }
 
 static void vt_free(struct transport *t)
