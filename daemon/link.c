@@ -313,6 +313,12 @@ static void link_rx_credit(void *arg, uint64_t consumed)
 	struct link *l = arg;
 	struct proto_peer_msg m = { .type = PEER_MSG_VERBS_CREDIT, .consumed = consumed };
 
+	if (kvd_fault_fire(&l->s->fault, KVD_FAULT_VERBS_LIE_CREDIT)) {
+		/* a lying decode: credits for batches never posted */
+		m.consumed += 100;
+		KVLOG_WARN(l->s->log, "fault", "point=verbs_lie_credit consumed=%llu claimed=%llu",
+			   (unsigned long long)consumed, (unsigned long long)m.consumed);
+	}
 	(void)serve__link_send(l, &m);
 }
 

@@ -38,6 +38,7 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_VERBS_WRONG_SLOT] = "verbs_wrong_slot",
 	[KVD_FAULT_VERBS_OUTSIDE_SCOPE] = "verbs_outside_scope",
 	[KVD_FAULT_VERBS_FLOOD] = "verbs_flood",
+	[KVD_FAULT_VERBS_LIE_CREDIT] = "verbs_lie_credit",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

@@ -70,6 +70,8 @@
  *                        granted (decode's NIC must refuse it)
  *   verbs_flood          RDMA, a lying prefill: batches are posted
  *                        without waiting for mailbox credits
+ *   verbs_lie_credit     RDMA, a lying decode: a verbs_credit claims 100
+ *                        batches more consumed than prefill posted
  *
  * The transport's points (corrupt_batch, cut_peer_mid_batch, bad_tag,
  * bad_entry_index, bad_entry_tokens) fire on both send paths: the copy
@@ -111,6 +113,7 @@ enum kvd_fault_point {
 	KVD_FAULT_VERBS_WRONG_SLOT,
 	KVD_FAULT_VERBS_OUTSIDE_SCOPE,
 	KVD_FAULT_VERBS_FLOOD,
+	KVD_FAULT_VERBS_LIE_CREDIT,
 	KVD_FAULT__N,
 };
 

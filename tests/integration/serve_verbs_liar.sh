@@ -25,7 +25,9 @@
 #             nothing, and the link ends;
 #   flood:    batches posted without credits while decode is behind
 #             (verbs_flood): the batch beyond the posted receives lands
-#             nowhere (the NIC has no receive for it), the link ends.
+#             nowhere (the NIC has no receive for it), the link ends;
+#   credit:   a lying decode credits 100 batches more than were posted
+#             (verbs_lie_credit): prefill refuses it and ends the link.
 # Each lie ends with a typed error to the client, no page held on either
 # node, and the next request - on a new link - served equal to
 # `kvd generate`. Needs the emulated device (fault points, emu hold).
@@ -187,5 +189,15 @@ check "flood: prefill posted past its credits" \
 check "flood: the batch beyond the posted receives found none" \
 	grep -q "event=verbs_completion_error .*status=rnr_retry_exceeded" "$T/pflood.log"
 lie_end flood
+
+# --- a lying decode: credits for batches never posted ----------------------
+# prefill must not believe them (it would overwrite slots decode has not
+# copied out): the link ends, the request fails typed, nothing is held
+lie credit "" verbs_lie_credit:1 "$SMALL" -- "$SMALL"
+check "credit: prefill refused the credit, naming it" \
+	grep -q "event=peer_refused .*field=verbs_credit msg=\"verbs_credit for 101 batches consumed" "$T/pcredit.log"
+check "credit: one credit violation counted on prefill" \
+	test "$(status_get pcredit counters.verbs.credit_violations)" = 1
+lie_end credit
 
 serve_finish
