@@ -123,6 +123,9 @@ for inl in 256 0; do
 		check "$tag: every header inline ($hi inline, $hs staged)" \
 			eval "[ '$hi' = '${nb:-x}' ] && [ '$hs' = 0 ]"
 	fi
+	how=$([ "$inl" = 0 ] && echo staged || echo inline)
+	check "$tag: the metrics agree (kvd_verbs_batch_headers_total{how=\"$how\"} ${nb:-x})" \
+		eval "\"\$KVCTL\" --socket '$T/p$tag.sock' metrics | grep -x 'kvd_verbs_batch_headers_total{how=\"$how\"} ${nb:-x}' >/dev/null"
 	check "$tag: the link stayed up" test "$(grep -c 'event=peer_up' "$T/d$tag.log")" = 1
 	check "$tag: zero pages held on both nodes" settle "d$tag" "p$tag"
 	stop_node "d$tag"
