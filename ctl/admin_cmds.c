@@ -95,7 +95,7 @@ static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
 
 static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 {
-	msgpack_pack_map(pk, 9);
+	msgpack_pack_map(pk, 10);
 	frame_pack_kv_u64(pk, "admitted", k->admitted);
 	frame_pack_str(pk, "rejected");
 	msgpack_pack_map(pk, KVD_REJECT__N);
@@ -109,6 +109,13 @@ static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 	frame_pack_kv_u64(pk, "checksum_ns", k->checksum_ns);
 	frame_pack_kv_u64(pk, "release_timeouts", k->release_timeouts);
 	frame_pack_kv_u64(pk, "drain_aborts", k->drain_aborts);
+	frame_pack_str(pk, "verbs");
+	msgpack_pack_map(pk, 5);
+	frame_pack_kv_u64(pk, "header_inline", k->verbs.header_inline);
+	frame_pack_kv_u64(pk, "header_staged", k->verbs.header_staged);
+	frame_pack_kv_u64(pk, "credit_waits", k->verbs.credit_waits);
+	frame_pack_kv_u64(pk, "credits_returned", k->verbs.credits_returned);
+	frame_pack_kv_u64(pk, "credit_violations", k->verbs.credit_violations);
 }
 
 /* ---- handlers ---------------------------------------------------------------- */

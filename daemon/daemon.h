@@ -23,6 +23,7 @@
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
 #include "daemon/metrics.h"
+#include "net/transport.h"
 #include "daemon/request.h"
 
 enum {
@@ -61,6 +62,7 @@ struct kvd_counters {
 	uint64_t checksum_ns;         /* time spent checksumming KV batches */
 	uint64_t release_timeouts;    /* prefill: pages released without ack */
 	uint64_t drain_aborts;        /* requests aborted at the drain deadline */
+	struct transport_verbs_stats verbs;  /* RDMA: inline headers, credits */
 };
 
 /* What the serving layer knows of its peers (handshake figures), kept

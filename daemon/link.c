@@ -307,10 +307,38 @@ static void link_rx_bad(void *arg, int code, const struct xfer_hdr *h)
 	}
 }
 
+/* verbs (decode): mailbox slots copied out; prefill may fill them again */
+static void link_rx_credit(void *arg, uint64_t consumed)
+{
+	struct link *l = arg;
+	struct proto_peer_msg m = { .type = PEER_MSG_VERBS_CREDIT, .consumed = consumed };
+
+	if (kvd_fault_fire(&l->s->fault, KVD_FAULT_VERBS_LIE_CREDIT)) {
+		/* a lying decode: credits for batches never posted */
+		m.consumed += 100;
+		KVLOG_WARN(l->s->log, "fault", "point=verbs_lie_credit consumed=%llu claimed=%llu",
+			   (unsigned long long)consumed, (unsigned long long)m.consumed);
+	}
+	(void)serve__link_send(l, &m);
+}
+
 static void link_data_closed(void *arg, int status)
 {
 	struct link *l = arg;
 
+	if (l->data && transport_is_verbs(l->data) && status == -EPROTO &&
+	    l->side == LINK_DIAL) {
+		/* the prefill peer wrote a batch into a mailbox slot it held
+		 * no credit for: what the slot held cannot be believed */
+		l->lost_kind = KVD_INTEGRITY_TRANSFER;
+		if (!link_lost_code(l, "the prefill peer broke the RDMA mailbox's credits",
+				    PROTO_ERR_INTEGRITY,
+				    "the prefill peer wrote a KV batch into a mailbox slot it held no credit for; no token was produced from it")) {
+			l->s->d->counters.integrity_failures++;
+			kvd_metrics_integrity(&l->s->d->metrics, l->lost_kind);
+		}
+		return;
+	}
 	if (l->data && transport_is_verbs(l->data))
 		serve__link_lost(l, status == XFER_E_AUTH ? "a KV batch failed authentication"
 							  : "RDMA queue pair error");
@@ -346,6 +374,7 @@ static int link_transport_new(struct link *l)
 	if (l->side == LINK_DIAL) {
 		tc.recv.batch = link_rx_batch;
 		tc.recv.bad_batch = link_rx_bad;
+		tc.recv.credit = link_rx_credit;
 	}
 	tc.recv_arg = l;
 	if (c->transport == KVD_TRANSPORT_VERBS) {
@@ -354,6 +383,7 @@ static int link_transport_new(struct link *l)
 		tc.verbs_gid_index = c->verbs_gid_index;
 		tc.verbs_qp_depth = c->verbs_qp_depth;
 		tc.verbs_inline = c->verbs_inline;
+		tc.verbs_stats = &s->d->counters.verbs;
 		rc = transport_verbs_new(&l->data, &s->d->loop, &tc, why, sizeof(why));
 		if (rc) {
 			KVLOG_ERR(s->log, "transport_unavailable",
@@ -946,6 +976,21 @@ static void link_on_verbs(struct link *l, const struct proto_peer_msg *m)
 	}
 }
 
+/* verbs_credit (prefill): decode copied batches out of its mailbox. A
+ * credit on a tcp link, to decode, or for batches never posted (or fewer
+ * than before) is a lying peer: the link ends. */
+static void link_on_credit(struct link *l, const struct proto_peer_msg *m)
+{
+	char why[200] = "a verbs_credit on a link that sends no RDMA batches";
+
+	if (l->side == LINK_ACCEPT && l->data && transport_is_verbs(l->data) &&
+	    transport_verbs_credit(l->data, m->consumed, why, sizeof(why)) == 0)
+		return;
+	KVLOG_ERR(l->s->log, "peer_refused", "peer=%s field=verbs_credit msg=%s",
+		  KVLOG_Q(link_who(l)), KVLOG_Q(why));
+	serve__link_lost(l, "verbs credit");
+}
+
 /* ---- reading ----------------------------------------------------------------- */
 
 /* One control message: the handshake by side, then the link's own
@@ -967,6 +1012,10 @@ static void link_dispatch(struct link *l, struct proto_peer_msg *m)
 	if (m->type == PEER_MSG_VERBS_QP ||
 	    (m->type == PEER_MSG_VERBS_SCOPE && m->id == 0)) {
 		link_on_verbs(l, m);
+		return;
+	}
+	if (m->type == PEER_MSG_VERBS_CREDIT) {
+		link_on_credit(l, m);
 		return;
 	}
 	l->ops->on_msg(l, m);

@@ -495,6 +495,21 @@ static void render_counters(struct text *t, struct kvd_daemon *d)
 	      k->release_timeouts);
 	one_u(t, "kvd_drain_aborts_total", "counter",
 	      "Requests aborted at a drain's deadline.", k->drain_aborts);
+	family(t, "kvd_verbs_batch_headers_total", "counter",
+	       "RDMA: batch headers (WRITE_WITH_IMM) posted inline or from the staging buffer.");
+	tx(t, "kvd_verbs_batch_headers_total{how=\"inline\"} %" PRIu64 "\n",
+	   k->verbs.header_inline);
+	tx(t, "kvd_verbs_batch_headers_total{how=\"staged\"} %" PRIu64 "\n",
+	   k->verbs.header_staged);
+	one_u(t, "kvd_verbs_credit_waits_total", "counter",
+	      "RDMA, prefill: batches that waited for a mailbox credit.",
+	      k->verbs.credit_waits);
+	one_u(t, "kvd_verbs_credits_returned_total", "counter",
+	      "RDMA, decode: mailbox slots copied out and credited back.",
+	      k->verbs.credits_returned);
+	one_u(t, "kvd_verbs_credit_violations_total", "counter",
+	      "RDMA: peers that broke the mailbox credit rule.",
+	      k->verbs.credit_violations);
 	one(t, "kvd_kv_checksum_seconds_total", "counter",
 	    "Time spent checksumming (and sealing/opening) KV batches.",
 	    (double)k->checksum_ns / 1e9);

@@ -99,6 +99,19 @@ static void late_ack_cb(uv_timer_t *t)
 	uv_close((uv_handle_t *)t, late_ack_closed);
 }
 
+/* Fault point lie_abort_batches: a lying prefill claims 1000 batches
+ * more than it posted in abort / abort_ack (decode must not believe it
+ * into an early unfence, nor wait for it forever). */
+static uint32_t prefill_lie_batches(struct serve *s, uint64_t remote_id,
+				    uint32_t batches, const char *what)
+{
+	if (!kvd_fault_fire(&s->fault, KVD_FAULT_LIE_ABORT_BATCHES))
+		return batches;
+	KVLOG_WARN(s->log, "fault", "point=lie_abort_batches remote_id=%llu msg=%s posted=%u claimed=%u",
+		   (unsigned long long)remote_id, what, batches, batches + 1000);
+	return batches + 1000;
+}
+
 /* batches: those posted for the request (0 for one not known here). */
 static void prefill_send_abort_ack(struct serve *s, struct link *l,
 				   uint64_t remote_id, const char *tenant,
@@ -110,6 +123,7 @@ static void prefill_send_abort_ack(struct serve *s, struct link *l,
 
 	if (!l)
 		return;
+	ack.batches = batches = prefill_lie_batches(s, remote_id, batches, "abort_ack");
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_SLOW_ABORT_ACK) && !s->stopping &&
 	    (a = calloc(1, sizeof(*a))) != NULL) {
 		KVLOG_WARN(s->log, "fault", "point=slow_abort_ack remote_id=%llu tenant=%s delay_ms=1000",
@@ -135,6 +149,7 @@ static void preq_send_abort(struct serve_req *r)
 				    .code = r->fail_code,
 				    .batches = r->batches_sent + r->sends_pending };
 
+	m.batches = prefill_lie_batches(r->s, r->remote_id, m.batches, "abort");
 	snprintf(m.message, sizeof(m.message), "%s", r->fail_msg);
 	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu tenant=%s remote_id=%llu code=%s msg=%s",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,
@@ -185,6 +200,12 @@ static void prefill_done_send(struct serve_req *r)
 	m.done_tokens = r->n_kv;
 	m.batches = r->batches_sent;
 	m.done_pages = r->n_dst;
+	if (kvd_fault_fire(&r->s->fault, KVD_FAULT_LIE_DONE_BATCHES)) {
+		/* a lying prefill: decode waits for batches that never come */
+		m.batches += 3;
+		KVLOG_WARN(r->s->log, "fault", "point=lie_done_batches remote_id=%llu posted=%u claimed=%u",
+			   (unsigned long long)r->remote_id, r->batches_sent, m.batches);
+	}
 	serve__link_post(r->link, &m);
 	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu tenant=%s remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
 		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,

@@ -33,6 +33,12 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_VERBS_QP_ERROR] = "verbs_qp_error",
 	[KVD_FAULT_VERBS_COMPLETION_ERROR] = "verbs_completion_error",
 	[KVD_FAULT_VERBS_SLOW_COMPLETION] = "verbs_slow_completion",
+	[KVD_FAULT_LIE_ABORT_BATCHES] = "lie_abort_batches",
+	[KVD_FAULT_LIE_DONE_BATCHES] = "lie_done_batches",
+	[KVD_FAULT_VERBS_WRONG_SLOT] = "verbs_wrong_slot",
+	[KVD_FAULT_VERBS_OUTSIDE_SCOPE] = "verbs_outside_scope",
+	[KVD_FAULT_VERBS_FLOOD] = "verbs_flood",
+	[KVD_FAULT_VERBS_LIE_CREDIT] = "verbs_lie_credit",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

@@ -52,7 +52,26 @@
  *                        the QP goes to error as for verbs_qp_error)
  *   verbs_slow_completion RDMA: decode handles the next batch completion
  *                        500 ms late (its NIC placed the batch already),
- *                        so prefill's abort_ack can overtake it
+ *                        so prefill's abort_ack can overtake it; every
+ *                        batch completion that comes meanwhile waits
+ *                        behind it (decode falls behind its NIC: its
+ *                        mailbox receives are not reposted meanwhile)
+ *   lie_abort_batches    a lying prefill: abort and abort_ack claim 1000
+ *                        batches more than it posted (decode's fence
+ *                        must hold until release_timeout_ms tears the
+ *                        link down and the flush drained)
+ *   lie_done_batches     a lying prefill: prefill_done claims 3 batches
+ *                        more than it posted (transfer_timeout_ms)
+ *   verbs_wrong_slot     RDMA, a lying prefill: a batch's WRITE_WITH_IMM
+ *                        goes to the mailbox slot after the one its
+ *                        credit names (a slot it was not granted)
+ *   verbs_outside_scope  RDMA, a lying prefill: a batch's first write is
+ *                        aimed one page past the end of the run decode
+ *                        granted (decode's NIC must refuse it)
+ *   verbs_flood          RDMA, a lying prefill: batches are posted
+ *                        without waiting for mailbox credits
+ *   verbs_lie_credit     RDMA, a lying decode: a verbs_credit claims 100
+ *                        batches more consumed than prefill posted
  *
  * The transport's points (corrupt_batch, cut_peer_mid_batch, bad_tag,
  * bad_entry_index, bad_entry_tokens) fire on both send paths: the copy
@@ -89,6 +108,12 @@ enum kvd_fault_point {
 	KVD_FAULT_VERBS_QP_ERROR,
 	KVD_FAULT_VERBS_COMPLETION_ERROR,
 	KVD_FAULT_VERBS_SLOW_COMPLETION,
+	KVD_FAULT_LIE_ABORT_BATCHES,
+	KVD_FAULT_LIE_DONE_BATCHES,
+	KVD_FAULT_VERBS_WRONG_SLOT,
+	KVD_FAULT_VERBS_OUTSIDE_SCOPE,
+	KVD_FAULT_VERBS_FLOOD,
+	KVD_FAULT_VERBS_LIE_CREDIT,
 	KVD_FAULT__N,
 };
 

@@ -415,6 +415,12 @@ static const struct proto_field verbs_scope_fields[] = {
 	  .max = PROTO_PEER_RUNS_MAX },
 };
 
+/* verbs_credit: decode's running count of mailbox batches copied out
+ * (PROTOCOL.md s. 4, credits) */
+static const struct proto_field verbs_credit_fields[] = {
+	MSG_U64("consumed", true, consumed, 0),
+};
+
 /* ---- the table ---------------------------------------------------------- */
 
 #define NO_FIELDS NULL, 0
@@ -446,6 +452,8 @@ static const struct peer_msg_desc peer_msgs[PEER_MSG__N] = {
 	[PEER_MSG_VERBS_QP] = { "verbs_qp", false, PROTO_FIELDS(verbs_qp_fields) },
 	[PEER_MSG_VERBS_SCOPE] = { "verbs_scope", true,
 				   PROTO_FIELDS(verbs_scope_fields) },
+	[PEER_MSG_VERBS_CREDIT] = { "verbs_credit", false,
+				    PROTO_FIELDS(verbs_credit_fields) },
 };
 
 static const struct proto_field id_fields[] = {

@@ -50,6 +50,7 @@ enum proto_peer_type {
 	PEER_MSG_DATA_BOUND,      /* p -> d: the data connection is bound */
 	PEER_MSG_VERBS_QP,        /* both: this side's RC queue pair (verbs) */
 	PEER_MSG_VERBS_SCOPE,     /* d -> p: where a request may be written */
+	PEER_MSG_VERBS_CREDIT,    /* d -> p: mailbox batches consumed (verbs) */
 	PEER_MSG__N,
 };
 
@@ -135,6 +136,9 @@ struct proto_peer_msg {
 	struct proto_peer_verbs_qp vqp;  /* VERBS_QP */
 	struct proto_peer_run *runs;     /* VERBS_SCOPE (n_runs), owned */
 	uint32_t n_runs;
+	uint64_t consumed;               /* VERBS_CREDIT: batches decode has
+					  * copied out of its mailbox on this
+					  * link, in all (cumulative) */
 };
 
 void proto_peer_msg_deinit(struct proto_peer_msg *m);

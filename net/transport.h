@@ -60,11 +60,28 @@ struct transport_page {
 	struct xfer_entry dst;      /* where it goes, and its tag values */
 };
 
+/* What the verbs transport did, added up by the owner (daemon counters,
+ * kvctl status). */
+struct transport_verbs_stats {
+	uint64_t header_inline;     /* sender: batch headers posted inline */
+	uint64_t header_staged;     /* sender: ... from the staging buffer */
+	uint64_t credit_waits;      /* sender: batches that waited for a
+				     * mailbox credit */
+	uint64_t credits_returned;  /* receiver: mailbox slots handed back */
+	uint64_t credit_violations; /* a peer broke the credit rule (a batch
+				     * in a slot it held no credit for, a
+				     * credit for a batch never posted) */
+};
+
 struct transport_recv {
 	void (*batch)(void *arg, const struct xfer_hdr *h, const uint8_t *batch);
 	void (*bad_batch)(void *arg, int code, const struct xfer_hdr *h);
-	/* status: 0 clean EOF, XFER_E_* broken stream, negative errno */
+	/* status: 0 clean EOF, XFER_E_* broken stream, negative errno
+	 * (verbs: -EPROTO, the peer broke the mailbox's credit rule) */
 	void (*closed)(void *arg, int status);
+	/* verbs receiver: `consumed` mailbox batches copied out so far on
+	 * this link (a running count); the owner sends it as verbs_credit */
+	void (*credit)(void *arg, uint64_t consumed);
 };
 
 struct transport_cfg {
@@ -94,6 +111,7 @@ struct transport_cfg {
 	uint32_t verbs_gid_index;
 	uint32_t verbs_qp_depth;
 	uint32_t verbs_inline;
+	struct transport_verbs_stats *verbs_stats;  /* may be NULL */
 };
 
 struct transport_ops {
@@ -190,6 +208,13 @@ void transport_verbs_revoke(struct transport *t, uint64_t id);
  * of id wait for them. */
 int transport_verbs_scope(struct transport *t, uint64_t id,
 			  const struct proto_peer_run *runs, uint32_t n_runs);
+/* Sender: the receiver's verbs_credit: `consumed` of our batches have
+ * been copied out of its mailbox (a running count); staged batches wait
+ * for a credit (at most one mailbox of them unconsumed). 0, or -EPROTO
+ * with a sentence in why when the count goes back or passes the batches
+ * posted (a lying receiver: the owner tears the link down). */
+int transport_verbs_credit(struct transport *t, uint64_t consumed, char *why,
+			   size_t why_size);
 /* Sender: request id ends here: its batches not yet staged are
  * cancelled (callback -ECANCELED), its runs forgotten. */
 void transport_verbs_forget(struct transport *t, uint64_t id);

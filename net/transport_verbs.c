@@ -55,13 +55,29 @@
  * treat it as "nothing more can land" (the Spin model's rule); pending
  * send callbacks fire with -ECANCELED first.
  *
- * Flow. Mailbox slots are reused round-robin; a slot is written again
- * only after VT_SLOTS later batches were posted, each after an earlier
- * one completed, and decode processes a slot in the same loop turn its
- * completion is polled (with the emulated device, in the pump that
- * delivered it), so an overwritten slot would need decode to fall
- * VT_SLOTS batches behind its own NIC; were it to happen, the MAC (its
- * counter) fails and the link is torn down - never a silent mix-up.
+ * Flow: mailbox credits. The k-th batch on a link (from 0) goes into
+ * mailbox slot k mod VT_SLOTS, and prefill may stage it only while fewer
+ * than VT_SLOTS of its batches are unconsumed: decode, once it copied a
+ * slot out and reposted its receive, returns a credit (the running count
+ * of batches consumed, a verbs_credit message through recv.credit; the
+ * owner calls transport_verbs_credit on prefill). Batches without a
+ * credit wait in prefill's queue (bounded by the owner: a few per
+ * request, requests per peer), counted in credit_waits, so a decode that
+ * falls behind its NIC slows prefill down instead of meeting a fifth
+ * WRITE_WITH_IMM without a posted receive or an overwritten slot. A batch
+ * whose immediate names another slot than k mod VT_SLOTS was written
+ * without its credit: decode ends the data path with -EPROTO (the owner
+ * fails the link's transfers with INTEGRITY; the close drains the flush
+ * before the pages are unfenced); a credit for more batches than prefill
+ * posted, or one that goes back, is refused likewise on prefill. A plain
+ * RDMA WRITE into the mailbox (the peer can aim one there: the mailbox is
+ * one registration) fails the batch's MAC, or the next one's.
+ *
+ * Inline headers: a batch's WRITE_WITH_IMM (header, entries, MAC) is
+ * posted inline when it fits transfer.verbs_inline (the QP was made with
+ * that inline size, checked against the device at open); else the NIC
+ * reads it from the registered staging slot. Both are counted
+ * (transport_verbs_stats).
  */
 #include "net/transport.h"
 
@@ -104,7 +120,9 @@ struct vt_batch {
 	int slot;
 	struct vt_wr *wrs;              /* (n_wr) */
 	uint32_t n_wr, posted, done;
+	uint32_t mslot;                 /* its mailbox slot (the immediate) */
 	bool failed;
+	bool waited;                    /* counted in credit_waits */
 };
 
 /* decode: a granted scope; prefill: the runs decode sent */
@@ -130,10 +148,14 @@ struct vt {
 	bool poller_on;
 	uv_loop_t *loop;
 	unsigned closes_left;           /* handles closing at the end */
-	/* fault point verbs_slow_completion: one receive completion held */
+	/* fault point verbs_slow_completion: receive completions held (at
+	 * most one per mailbox slot: the receives posted) */
 	uv_timer_t hold_timer;
 	bool hold_timer_on, holding;
-	struct verbs_wc held_wc;
+	struct verbs_wc held_wc[VT_SLOTS];
+	uint32_t n_held;
+	struct transport_verbs_stats stats_local;
+	struct transport_verbs_stats *stats;
 	uint32_t depth;                 /* send WRs outstanding at most */
 	uint32_t outstanding;           /* send WRs posted, not completed */
 	uint32_t recv_posted;
@@ -153,6 +175,8 @@ struct vt {
 	struct verbs_mr *mbox_mr;
 	struct verbs_mr_info mbox_mi;
 	uint8_t *rxbuf;                 /* (xfer_batch_bytes(n_max)) */
+	uint64_t mb_received;           /* WRITE_WITH_IMMs completed, in order */
+	uint64_t mb_consumed;           /* ... copied out (credits returned) */
 	/* prefill */
 	uint8_t *stage;                 /* (VT_SLOTS * (slot_bytes + n_max *
 					 * page_bytes)) meta slots, then pages */
@@ -163,6 +187,8 @@ struct vt {
 	bool have_mbox;
 	bool slot_busy[VT_SLOTS];
 	uint32_t next_slot;
+	uint64_t mb_posted;             /* batches given a mailbox slot */
+	uint64_t mb_credited;           /* ... that decode consumed */
 	struct kvd_list queued;         /* vt_batch, slot < 0 */
 	struct kvd_list inflight;       /* vt_batch, staged, in post order */
 	uint32_t pending;               /* batches whose callback has not fired */
@@ -287,6 +313,67 @@ static void vt_fault_entry(const struct transport_cfg *c, struct xfer_entry *e,
 	}
 }
 
+/* Mailbox credits (sender): may b take a mailbox slot now? At most
+ * VT_SLOTS batches unconsumed by decode; a batch that has to wait is
+ * counted once. Fault point verbs_flood: a lying prefill posts anyway. */
+static bool vt_credit_ok(struct vt *vt, struct vt_batch *b)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+
+	if (vt->mb_posted - vt->mb_credited < VT_SLOTS)
+		return true;
+	if (kvd_fault_fire(c->fault, KVD_FAULT_VERBS_FLOOD)) {
+		KVLOG_WARN(c->log, "fault", "point=verbs_flood request=%llu seq=%u unconsumed=%llu",
+			   (unsigned long long)b->id, b->seq,
+			   (unsigned long long)(vt->mb_posted - vt->mb_credited));
+		return true;
+	}
+	if (!b->waited) {
+		b->waited = true;
+		vt->stats->credit_waits++;
+	}
+	return false;
+}
+
+/* The next batch's mailbox slot: the link's batch count mod VT_SLOTS.
+ * Fault point verbs_wrong_slot: the slot after it (one decode has not
+ * handed back for this batch). */
+static uint32_t vt_mailbox_slot(struct vt *vt, const struct vt_batch *b)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	uint32_t s = (uint32_t)(vt->mb_posted++ % VT_SLOTS);
+
+	if (kvd_fault_fire(c->fault, KVD_FAULT_VERBS_WRONG_SLOT)) {
+		KVLOG_WARN(c->log, "fault", "point=verbs_wrong_slot request=%llu seq=%u slot=%u credited_slot=%u",
+			   (unsigned long long)b->id, b->seq, (s + 1) % VT_SLOTS, s);
+		s = (s + 1) % VT_SLOTS;
+	}
+	return s;
+}
+
+/* Fault point verbs_outside_scope: the batch's first page is aimed one
+ * page past the end of the run decode granted for it. */
+static uint64_t vt_fault_outside_scope(struct vt *vt, const struct vt_scope *sc,
+				       const struct vt_batch *b, uint32_t page,
+				       uint64_t addr)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+
+	for (uint32_t i = 0; i < sc->n_runs; i++) {
+		const struct proto_peer_run *r = &sc->runs[i];
+
+		if (page < r->first_page || page - r->first_page >= r->n_pages)
+			continue;
+		if (!kvd_fault_fire(c->fault, KVD_FAULT_VERBS_OUTSIDE_SCOPE))
+			return addr;
+		KVLOG_WARN(c->log, "fault", "point=verbs_outside_scope request=%llu seq=%u page=%u aimed_page=%u",
+			   (unsigned long long)b->id, b->seq, page,
+			   r->first_page + r->n_pages);
+		return r->addr + (uint64_t)r->n_pages * c->page_bytes;
+	}
+	return addr;
+}
+
 /* Stage b in a free slot: pages copied, destination tags, header,
  * entries, MAC; then its WR list. 0, 1 (must wait), or -errno (b failed). */
 static int vt_stage(struct vt *vt, struct vt_batch *b)
@@ -312,6 +399,8 @@ static int vt_stage(struct vt *vt, struct vt_batch *b)
 		}
 	}
 	if (slot < 0)
+		return 1;
+	if (!vt_credit_ok(vt, b))
 		return 1;
 	meta = XFER_HDR_BYTES + (size_t)b->n * XFER_ENTRY_BYTES;
 	mp = calloc(b->n, sizeof(*mp));
@@ -391,15 +480,18 @@ static int vt_stage(struct vt *vt, struct vt_batch *b)
 			r = -EINVAL;
 			goto fail;
 		}
+		if (i == 0)
+			addr = vt_fault_outside_scope(vt, sc, b, dst_page, addr);
 		for (int j = 0; j < k; j++)
 			b->wrs[n_wr++] = (struct vt_wr){
 				.laddr = (uint64_t)(uintptr_t)(vt_stage_page(vt, slot, i) + ex[j].offset),
 				.len = (uint32_t)ex[j].length,
 				.raddr = addr + ex[j].offset, .rkey = rkey };
 	}
+	b->mslot = vt_mailbox_slot(vt, b);
 	b->wrs[n_wr++] = (struct vt_wr){
 		.laddr = (uint64_t)(uintptr_t)m, .len = (uint32_t)(meta + XFER_TRAILER_BYTES),
-		.raddr = vt->mbox_run.addr + (uint64_t)slot * vt->slot_bytes,
+		.raddr = vt->mbox_run.addr + (uint64_t)b->mslot * vt->slot_bytes,
 		.rkey = vt->mbox_run.rkey, .imm = true };
 	b->n_wr = n_wr;
 	b->slot = slot;
@@ -437,6 +529,18 @@ static bool vt_fault_mid_batch(struct vt *vt, struct vt_batch *b)
 	return true;
 }
 
+/* A batch's WRITE_WITH_IMM (header, entries, MAC) goes inline when it
+ * fits the QP's inline size; counted either way. */
+static bool vt_header_inline(struct vt *vt, uint32_t len)
+{
+	if (len <= vt->base.cfg.verbs_inline) {
+		vt->stats->header_inline++;
+		return true;
+	}
+	vt->stats->header_staged++;
+	return false;
+}
+
 /* Stage what can be staged, then post WRs in order while the QP has
  * room. */
 static void vt_push(struct vt *vt)
@@ -470,8 +574,9 @@ static void vt_push(struct vt *vt)
 				.opcode = w->imm ? VERBS_WR_RDMA_WRITE_WITH_IMM
 						 : VERBS_WR_RDMA_WRITE,
 				.sg = &sge, .num_sge = 1, .remote_addr = w->raddr,
-				.rkey = w->rkey, .imm = (uint32_t)b->slot,
-				.signaled = true };
+				.rkey = w->rkey, .imm = b->mslot,
+				.signaled = true,
+				.inline_data = w->imm && vt_header_inline(vt, w->len) };
 			int r = vt->v->post_send(vt->rc.qp, &wr);
 
 			if (r) {
@@ -593,11 +698,16 @@ static void vt_recv_batch(struct vt *vt, const struct verbs_wc *wc)
 	meta = XFER_HDR_BYTES + (size_t)h.n_entries * XFER_ENTRY_BYTES;
 	memcpy(vt->rxbuf + XFER_HDR_BYTES, slot + XFER_HDR_BYTES, meta - XFER_HDR_BYTES);
 	memcpy(tag, slot + meta, sizeof(tag));
-	/* the slot is copied: its receive goes back at once */
+	/* the slot is copied: its receive goes back at once, and its
+	 * credit to prefill */
 	if (vt_post_recv(vt, wc->imm)) {
 		vt_report_closed(vt, -EIO);
 		return;
 	}
+	vt->mb_consumed++;
+	vt->stats->credits_returned++;
+	if (c->recv.credit)
+		c->recv.credit(c->recv_arg, vt->mb_consumed);
 	mp = calloc(h.n_entries, sizeof(*mp));
 	if (!mp) {
 		vt_report_closed(vt, -ENOMEM);
@@ -643,6 +753,45 @@ static void vt_recv_batch(struct vt *vt, const struct verbs_wc *wc)
 
 /* ---- completions and close ------------------------------------------------ */
 
+/* The peer broke the mailbox's credit rule: the data path ends (-EPROTO:
+ * the owner fails the link's transfers with INTEGRITY). */
+static void vt_violation(struct vt *vt, const char *why)
+{
+	KVLOG_WARN(vt->base.cfg.log, "verbs_credit_violation",
+		   "side=%s batches_received=%llu batches_consumed=%llu batches_posted=%llu batches_credited=%llu msg=%s",
+		   vt->receiver ? "receiver" : "sender",
+		   (unsigned long long)vt->mb_received, (unsigned long long)vt->mb_consumed,
+		   (unsigned long long)vt->mb_posted, (unsigned long long)vt->mb_credited,
+		   KVLOG_Q(why));
+	vt->stats->credit_violations++;
+	vt->dead = true;
+	vt_report_closed(vt, -EPROTO);
+}
+
+/* Decode: a batch's WRITE_WITH_IMM completed. The k-th on the link must
+ * name mailbox slot k mod VT_SLOTS - the one its credit gave; any other
+ * was written without a credit (maybe over a batch not copied out yet). */
+static bool vt_slot_credited(struct vt *vt, const struct verbs_wc *wc)
+{
+	uint32_t want = (uint32_t)(vt->mb_received % VT_SLOTS);
+	char why[120];
+
+	if (vt->dead)
+		return false;
+	if (wc->has_imm && wc->imm == want) {
+		vt->mb_received++;
+		return true;
+	}
+	if (wc->has_imm)
+		snprintf(why, sizeof(why), "batch %llu written into mailbox slot %u; its credit is for slot %u",
+			 (unsigned long long)vt->mb_received, wc->imm, want);
+	else
+		snprintf(why, sizeof(why), "batch %llu without a mailbox slot",
+			 (unsigned long long)vt->mb_received);
+	vt_violation(vt, why);
+	return false;
+}
+
 static void vt_release(struct vt *vt);
 
 static void vt_one_closed(struct vt *vt)
@@ -679,7 +828,10 @@ static void vt_finish(struct vt *vt)
 
 /* Fault point verbs_slow_completion (decode): the NIC placed a batch,
  * but its completion is handled HOLD_MS later, so that prefill's
- * abort_ack can overtake it - the fence must wait for it. */
+ * abort_ack can overtake it - the fence must wait for it. The batch
+ * completions that come meanwhile wait behind it, in order (decode
+ * falls behind its NIC: no receive is reposted, no credit returned);
+ * at most VT_SLOTS of them, the receives posted. */
 #define VT_HOLD_MS 500
 
 static void vt_hold_cb(uv_timer_t *t)
@@ -689,7 +841,9 @@ static void vt_hold_cb(uv_timer_t *t)
 	if (!vt->holding || vt->closing || vt->finished || vt->dead)
 		return;
 	vt->holding = false;
-	vt_recv_batch(vt, &vt->held_wc);
+	for (uint32_t i = 0; i < vt->n_held && !vt->dead && !vt->closing; i++)
+		vt_recv_batch(vt, &vt->held_wc[i]);
+	vt->n_held = 0;
 }
 
 static bool vt_fault_slow_completion(struct vt *vt, const struct verbs_wc *wc)
@@ -706,7 +860,8 @@ static bool vt_fault_slow_completion(struct vt *vt, const struct verbs_wc *wc)
 	}
 	KVLOG_WARN(c->log, "fault", "point=verbs_slow_completion slot=%u delay_ms=%u",
 		   wc->imm, VT_HOLD_MS);
-	vt->held_wc = *wc;
+	vt->held_wc[0] = *wc;
+	vt->n_held = 1;
 	vt->holding = true;
 	uv_timer_start(&vt->hold_timer, vt_hold_cb, VT_HOLD_MS, 0);
 	return true;
@@ -742,16 +897,19 @@ static void vt_on_wc(void *arg, const struct verbs_wc *wc)
 		}
 		if (vt->dead)
 			return;
+		if (!vt_slot_credited(vt, wc))
+			return;
 		if (vt->holding) {
-			/* in order: the held batch goes first */
-			vt->holding = false;
-			uv_timer_stop(&vt->hold_timer);
-			vt_recv_batch(vt, &vt->held_wc);
-			if (vt->dead || vt->closing)
+			/* in order: behind the held batches */
+			if (vt->n_held == VT_SLOTS) {
+				vt_violation(vt, "more batch completions than receives posted");
 				return;
-		} else if (vt_fault_slow_completion(vt, wc)) {
+			}
+			vt->held_wc[vt->n_held++] = *wc;
 			return;
 		}
+		if (vt_fault_slow_completion(vt, wc))
+			return;
 		vt_recv_batch(vt, wc);
 		return;
 	}
@@ -861,10 +1019,19 @@ static uint32_t vt_pending(const struct transport *t)
 	return vt->pending;
 }
 
+/* Bytes of the batches not staged yet (waiting for their scope, a
+ * staging slot or a mailbox credit): what a decode that withholds
+ * credits makes us hold (the owner's data bound applies to it). */
 static size_t vt_queued(const struct transport *t)
 {
-	(void)t;
-	return 0;   /* batches wait in slots and WRs, each bounded */
+	const struct vt *vt = kvd_container_of(t, struct vt, base);
+	const struct kvd_list *e;
+	size_t n = 0;
+
+	kvd_list_for_each(e, &vt->queued)
+		n += (size_t)kvd_list_entry(e, struct vt_batch, node)->n *
+		     vt->base.cfg.page_bytes;
+	return n;
 }
 
 static void vt_free(struct transport *t)
@@ -965,6 +1132,24 @@ int transport_verbs_set_mailbox(struct transport *t, const struct proto_peer_run
 	}
 	vt->mbox_run = *m;
 	vt->have_mbox = true;
+	vt_push(vt);
+	return 0;
+}
+
+int transport_verbs_credit(struct transport *t, uint64_t consumed, char *why,
+			   size_t why_size)
+{
+	struct vt *vt = to_vt(t);
+
+	if (vt->receiver || consumed < vt->mb_credited || consumed > vt->mb_posted) {
+		snprintf(why, why_size,
+			 "verbs_credit for %llu batches consumed; %llu were credited before and %llu posted",
+			 (unsigned long long)consumed, (unsigned long long)vt->mb_credited,
+			 (unsigned long long)vt->mb_posted);
+		vt->stats->credit_violations++;
+		return -EPROTO;
+	}
+	vt->mb_credited = consumed;
 	vt_push(vt);
 	return 0;
 }
@@ -1178,6 +1363,7 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 	vt->receiver = cfg->recv.batch != NULL;
 	vt->loop = loop;
 	vt->depth = cfg->verbs_qp_depth;
+	vt->stats = cfg->verbs_stats ? cfg->verbs_stats : &vt->stats_local;
 	vt->n_max = xfer_batch_pages_max(cfg->max_batch_bytes, cfg->page_bytes);
 	vt->slot_bytes = (XFER_HDR_BYTES + (size_t)vt->n_max * XFER_ENTRY_BYTES +
 			  XFER_TRAILER_BYTES + 63) & ~(size_t)63;

@@ -568,6 +568,43 @@ START_TEST(test_peer_verbs)
 		free(buf);
 		msgpack_sbuffer_destroy(&sb);
 	}
+
+	/* verbs_credit: a running count, 64 bits; required, unsigned */
+	memset(&m, 0, sizeof(m));
+	m.type = PEER_MSG_VERBS_CREDIT;
+	m.consumed = 0x100000003ull;
+	peer_roundtrip(&m, &o);
+	ck_assert_uint_eq(o.consumed, 0x100000003ull);
+	ck_assert_str_eq(proto_peer_type_name(PEER_MSG_VERBS_CREDIT), "verbs_credit");
+	for (unsigned c = 0; c < 3; c++) {
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		int r;
+
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		msgpack_pack_map(&pk, c == 0 ? 1 : 2);
+		frame_pack_kv_str(&pk, "type", "verbs_credit");
+		if (c == 1)
+			frame_pack_kv_str(&pk, "consumed", "4");
+		else if (c == 2)
+			frame_pack_kv_i64(&pk, "consumed", -1);
+		buf = malloc(sb.size + 4);
+		ck_assert_ptr_nonnull(buf);
+		buf[0] = (char)(sb.size >> 24);
+		buf[1] = (char)(sb.size >> 16);
+		buf[2] = (char)(sb.size >> 8);
+		buf[3] = (char)sb.size;
+		memcpy(buf + 4, sb.data, sb.size);
+		len = sb.size + 4;
+		r = proto_peer_parse(decode(buf, len, &msg), &o, &err);
+		ck_assert_msg(r == (c == 0 ? FRAME_E_MISSING : c == 1 ? FRAME_E_TYPE : FRAME_E_RANGE),
+			      "verbs_credit case %u: %d", c, r);
+		ck_assert_str_eq(err.key, "consumed");
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+		msgpack_sbuffer_destroy(&sb);
+	}
 }
 END_TEST
 

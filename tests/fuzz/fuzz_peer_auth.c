@@ -600,6 +600,7 @@ static void fill_msg(struct proto_peer_msg *m, int type)
 					       .mtu = 1024 };
 	m->runs = runs;
 	m->n_runs = 1;
+	m->consumed = 5;
 }
 
 /* Append one frame of `type`, sealed by tx (NULL: plaintext). */

@@ -25,7 +25,9 @@
  *     id (prefill answers that request); other messages carry no tenant;
  *   - verbs_qp: qpn 1..2^24-1, psn < 2^24, lid < 2^16, mtu 256..4096;
  *     verbs_scope: 1..PROTO_PEER_RUNS_MAX runs, each of >= 1 pages that
- *     do not wrap the page numbers; no other message carries runs.
+ *     do not wrap the page numbers; no other message carries runs;
+ *   - verbs_credit: its consumed count is the map's; no other message
+ *     carries one.
  */
 #include <errno.h>
 #include <string.h>
@@ -274,6 +276,9 @@ static void check_msg(const struct proto_peer_msg *m)
 		FUZZ_CHECK(!m->runs && !m->n_runs, "runs on a %s",
 			   proto_peer_type_name(m->type));
 	}
+	if (m->type != PEER_MSG_VERBS_CREDIT)
+		FUZZ_CHECK(m->consumed == 0, "a consumed count on a %s",
+			   proto_peer_type_name(m->type));
 	if (m->type == PEER_MSG_REFUSED)
 		FUZZ_CHECK(memchr(m->reason, 0, sizeof(m->reason)),
 			   "reason not terminated");
@@ -374,6 +379,7 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 						      .gid = { 0xfe, 0x80, 1 } };
 		m.runs = runs;
 		m.n_runs = 2;
+		m.consumed = 0x100000004ull;
 		pack_into(&b, &m);
 		emit(ctx, b.p, b.n);
 	}
