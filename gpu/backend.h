@@ -87,6 +87,10 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 const char *backend_cpu_kernels(const struct backend *b);
 /* The kernel table itself (NULL for another backend). */
 const struct ops_kernels *backend_cpu_kernel_table(const struct backend *b);
+struct threadpool_stats;
+/* The CPU backend's thread-pool counters (gpu/threadpool.h); zeros for
+ * another backend. */
+void backend_cpu_pool_stats(const struct backend *b, struct threadpool_stats *out);
 
 static inline int backend_forward(struct backend *b,
 				  const struct backend_batch *batch,

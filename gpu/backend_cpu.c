@@ -610,3 +610,13 @@ const struct ops_kernels *backend_cpu_kernel_table(const struct backend *b)
 
 	return b->ops == &cpu_ops ? c->k : NULL;
 }
+
+void backend_cpu_pool_stats(const struct backend *b, struct threadpool_stats *out)
+{
+	const struct cpu_ctx *c = b->ctx;
+
+	if (b->ops == &cpu_ops)
+		threadpool_stats(c->tp, out);
+	else
+		*out = (struct threadpool_stats){ 0 };
+}

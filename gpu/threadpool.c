@@ -10,12 +10,27 @@
  * of this one is unclaimed. After a chunk, `done` is incremented; the
  * caller returns when done == n_chunks.
  *
- * Waiting: workers spin for a short while after each run (decode issues
- * tens of runs per token, and a futex wake costs more than a small step),
- * then sleep on `wake`; the caller broadcasts under the mutex and a worker
- * re-checks the generation under it before sleeping, so no wake-up is
- * lost. The caller itself takes chunks, so a run completes even when no
- * worker gets scheduled.
+ * Waiting. A decode step is about 60 runs of 10..50 us with a few us of
+ * the caller's own work between them, and waking a sleeping worker (a
+ * futex wake, then the scheduler running it) costs as much as a run: a
+ * worker that slept between runs left the caller doing most chunks alone
+ * (bench_threads counted a wake for nearly every run when the spin was
+ * 20000 loads, a few microseconds). So a worker spins for TP_SPIN_NS of
+ * wall time after its last run (PAUSE in the loop, the clock read every
+ * 64 turns) before it sleeps on `wake`, and the caller takes the mutex
+ * and broadcasts only when a worker is asleep: it stores the new ticket,
+ * then reads `sleepers`; a worker increments `sleepers` under the mutex,
+ * then re-reads the ticket before waiting (both sequentially consistent),
+ * so either the caller sees the sleeper and broadcasts under the mutex
+ * the worker holds until it waits, or the worker sees the new run. No
+ * wake-up is lost. The caller itself takes chunks, so a run completes
+ * even when no worker gets scheduled; waiting for the workers' last
+ * chunks it spins with PAUSE and yields the CPU after TP_SPIN_NS (a
+ * worker the OS parked needs the CPU more than the caller does).
+ *
+ * Layout: the ticket, the done count and the run's description are on
+ * cache lines of their own, so a claim does not invalidate the line the
+ * caller polls.
  */
 #include "gpu/threadpool.h"
 
@@ -25,8 +40,23 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
-#define TP_SPIN 20000
+/* How long a waiting thread spins before it sleeps (worker) or yields
+ * (caller): longer than the gaps inside a decode step, short enough that
+ * an idle engine leaves the CPU within a millisecond. */
+#define TP_SPIN_NS 400000u
+#define TP_LINE 64
+
+static inline void tp_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
 
 struct tp_worker {
 	struct threadpool *tp;
@@ -40,14 +70,24 @@ struct threadpool {
 	uint32_t started;            /* workers actually created */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	_Atomic uint64_t ticket;     /* gen << 32 | next chunk */
-	_Atomic uint32_t done;       /* chunks finished in this run */
-	_Atomic bool stop;
+	struct threadpool_stats st;  /* the caller's */
 	/* the current run; stable while any of its chunks is unclaimed */
-	_Atomic(threadpool_fn) fn;
+	_Alignas(TP_LINE) _Atomic(threadpool_fn) fn;
 	_Atomic(void *) arg;
 	_Atomic uint32_t n_chunks;
+	_Atomic bool stop;
+	_Atomic uint32_t sleepers;   /* workers in (or entering) cond_wait */
+	_Alignas(TP_LINE) _Atomic uint64_t ticket; /* gen << 32 | next chunk */
+	_Alignas(TP_LINE) _Atomic uint32_t done;   /* chunks finished in this run */
 };
+
+static uint64_t tp_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Claim and run chunks of generation `gen` until none are left. */
 static void tp_work(struct threadpool *tp, uint32_t gen, uint32_t self)
@@ -80,19 +120,27 @@ static uint32_t tp_gen(struct threadpool *tp)
 	return (uint32_t)(atomic_load_explicit(&tp->ticket, memory_order_acquire) >> 32);
 }
 
-/* Wait for a generation other than `seen`; false when stopping. */
+/* Wait for a generation other than `seen`: spin for TP_SPIN_NS, then
+ * sleep; false when stopping. */
 static bool tp_wait_gen(struct threadpool *tp, uint32_t seen)
 {
-	for (int i = 0; i < TP_SPIN; i++) {
+	uint64_t t0 = tp_now_ns();
+
+	for (uint32_t i = 1;; i++) {
 		if (tp_gen(tp) != seen)
 			return true;
 		if (atomic_load_explicit(&tp->stop, memory_order_acquire))
 			return false;
+		if (i % 64 == 0 && tp_now_ns() - t0 > TP_SPIN_NS)
+			break;
+		tp_relax();
 	}
 	pthread_mutex_lock(&tp->lock);
-	while (tp_gen(tp) == seen &&
+	atomic_fetch_add(&tp->sleepers, 1); /* seq_cst: before the re-check */
+	while (atomic_load(&tp->ticket) >> 32 == seen &&
 	       !atomic_load_explicit(&tp->stop, memory_order_acquire))
 		pthread_cond_wait(&tp->wake, &tp->lock);
+	atomic_fetch_sub(&tp->sleepers, 1);
 	pthread_mutex_unlock(&tp->lock);
 	return !atomic_load_explicit(&tp->stop, memory_order_acquire);
 }
@@ -117,9 +165,11 @@ int threadpool_new(struct threadpool **out, uint32_t n_threads)
 
 	if (n_threads < 1)
 		return -EINVAL;
-	tp = calloc(1, sizeof(*tp));
+	/* cache-line aligned members: the block itself aligned */
+	tp = aligned_alloc(TP_LINE, (sizeof(*tp) + TP_LINE - 1) / TP_LINE * TP_LINE);
 	if (!tp)
 		return -ENOMEM;
+	memset(tp, 0, sizeof(*tp));
 	tp->n = n_threads;
 	pthread_mutex_init(&tp->lock, NULL);
 	pthread_cond_init(&tp->wake, NULL);
@@ -169,6 +219,7 @@ void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg,
 		    uint32_t n_chunks)
 {
 	uint32_t gen, spins = 0;
+	uint64_t t0;
 
 	if (n_chunks == 0)
 		return;
@@ -182,12 +233,26 @@ void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg,
 	atomic_store_explicit(&tp->arg, arg, memory_order_relaxed);
 	atomic_store_explicit(&tp->n_chunks, n_chunks, memory_order_relaxed);
 	atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
-	atomic_store_explicit(&tp->ticket, (uint64_t)gen << 32, memory_order_release);
-	pthread_mutex_lock(&tp->lock);
-	pthread_cond_broadcast(&tp->wake);
-	pthread_mutex_unlock(&tp->lock);
+	atomic_store(&tp->ticket, (uint64_t)gen << 32); /* seq_cst: before sleepers */
+	tp->st.runs++;
+	if (atomic_load(&tp->sleepers)) {
+		tp->st.wakes++;
+		pthread_mutex_lock(&tp->lock);
+		pthread_cond_broadcast(&tp->wake);
+		pthread_mutex_unlock(&tp->lock);
+	}
 	tp_work(tp, gen, 0);
-	while (atomic_load_explicit(&tp->done, memory_order_acquire) != n_chunks)
-		if (++spins > TP_SPIN)
+	t0 = tp_now_ns();
+	while (atomic_load_explicit(&tp->done, memory_order_acquire) != n_chunks) {
+		if (++spins % 64 == 0 && tp_now_ns() - t0 > TP_SPIN_NS)
 			sched_yield();
+		else
+			tp_relax();
+	}
+	tp->st.wait_ns += tp_now_ns() - t0;
+}
+
+void threadpool_stats(const struct threadpool *tp, struct threadpool_stats *out)
+{
+	*out = tp->st;
 }
