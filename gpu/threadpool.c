@@ -47,6 +47,13 @@
  * (caller): longer than the gaps inside a decode step, short enough that
  * an idle engine leaves the CPU within a millisecond. */
 #define TP_SPIN_NS 400000u
+/* While other work competes for the CPUs (a spinning thread found itself
+ * descheduled for TP_PREEMPT_NS, in the last TP_CONTENDED_NS), a spin
+ * only burns the CPU time that the caller, or the worker holding a chunk,
+ * is waiting for: spin this long at most, then sleep (or yield). */
+#define TP_SPIN_BUSY_NS 5000u
+#define TP_PREEMPT_NS 50000u
+#define TP_CONTENDED_NS 100000000u
 #define TP_LINE 64
 
 static inline void tp_relax(void)
@@ -77,6 +84,7 @@ struct threadpool {
 	_Atomic uint32_t n_chunks;
 	_Atomic bool stop;
 	_Atomic uint32_t sleepers;   /* workers in (or entering) cond_wait */
+	_Atomic uint64_t contended_until; /* tp_now_ns() */
 	_Alignas(TP_LINE) _Atomic uint64_t ticket; /* gen << 32 | next chunk */
 	_Alignas(TP_LINE) _Atomic uint32_t done;   /* chunks finished in this run */
 };
@@ -120,19 +128,43 @@ static uint32_t tp_gen(struct threadpool *tp)
 	return (uint32_t)(atomic_load_explicit(&tp->ticket, memory_order_acquire) >> 32);
 }
 
-/* Wait for a generation other than `seen`: spin for TP_SPIN_NS, then
- * sleep; false when stopping. */
+/* Whether the CPUs were found oversubscribed lately. */
+static bool tp_contended(struct threadpool *tp, uint64_t now)
+{
+	return now < atomic_load_explicit(&tp->contended_until, memory_order_relaxed);
+}
+
+/* A spinning thread saw `gap` ns between two of its clock reads (a few
+ * hundred ns apart when it runs): it was descheduled for other work, so
+ * spinning now takes CPU time that runnable threads need. */
+static bool tp_note_gap(struct threadpool *tp, uint64_t now, uint64_t gap)
+{
+	if (gap < TP_PREEMPT_NS)
+		return false;
+	atomic_store_explicit(&tp->contended_until, now + TP_CONTENDED_NS,
+			      memory_order_relaxed);
+	return true;
+}
+
+/* Wait for a generation other than `seen`: spin for TP_SPIN_NS (or
+ * TP_SPIN_BUSY_NS while contended), then sleep; false when stopping. */
 static bool tp_wait_gen(struct threadpool *tp, uint32_t seen)
 {
-	uint64_t t0 = tp_now_ns();
+	uint64_t t0 = tp_now_ns(), last = t0;
+	uint64_t budget = tp_contended(tp, t0) ? TP_SPIN_BUSY_NS : TP_SPIN_NS;
 
 	for (uint32_t i = 1;; i++) {
 		if (tp_gen(tp) != seen)
 			return true;
 		if (atomic_load_explicit(&tp->stop, memory_order_acquire))
 			return false;
-		if (i % 64 == 0 && tp_now_ns() - t0 > TP_SPIN_NS)
-			break;
+		if (i % 16 == 0) {
+			uint64_t now = tp_now_ns();
+
+			if (tp_note_gap(tp, now, now - last) || now - t0 > budget)
+				break;
+			last = now;
+		}
 		tp_relax();
 	}
 	pthread_mutex_lock(&tp->lock);
@@ -219,7 +251,7 @@ void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg,
 		    uint32_t n_chunks)
 {
 	uint32_t gen, spins = 0;
-	uint64_t t0;
+	uint64_t t0, last;
 
 	if (n_chunks == 0)
 		return;
@@ -242,12 +274,21 @@ void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg,
 		pthread_mutex_unlock(&tp->lock);
 	}
 	tp_work(tp, gen, 0);
-	t0 = tp_now_ns();
+	t0 = last = tp_now_ns();
 	while (atomic_load_explicit(&tp->done, memory_order_acquire) != n_chunks) {
-		if (++spins % 64 == 0 && tp_now_ns() - t0 > TP_SPIN_NS)
-			sched_yield();
-		else
+		uint64_t now;
+
+		if (++spins % 16) {
 			tp_relax();
+			continue;
+		}
+		now = tp_now_ns();
+		tp_note_gap(tp, now, now - last);
+		last = now;
+		/* a worker holds a chunk but does not finish it: it is likely
+		 * waiting for a CPU, maybe this one */
+		if (now - t0 > (tp_contended(tp, now) ? TP_SPIN_BUSY_NS : TP_SPIN_NS))
+			sched_yield();
 	}
 	tp->st.wait_ns += tp_now_ns() - t0;
 }
