@@ -83,11 +83,18 @@ struct cpu_ctx {
 	struct ops_kv_view *views; /* (max_tokens) per sequence, current layer */
 };
 
-/* Chunks for `units` independent units: a few per thread, so a thread
- * the OS has parked does not hold the others up (never fewer than 1). */
-static uint32_t tp_chunks(const struct cpu_ctx *c, uint32_t units)
+/* Multiply-adds below which a run is "small" (a decode step's matmuls
+ * and attention) and gets two chunks per thread instead of four. */
+#define SMALL_RUN_WORK (1u << 24)
+
+/* Chunks for `units` independent units of `work` multiply-adds in all: a
+ * few per thread, so a thread the OS has parked does not hold the others
+ * up (never fewer than 1). Every chunk costs a claim and a done count on
+ * lines the threads pass back and forth (~0.1-0.2 us each): a decode
+ * step's ~60 runs of 10-50 us take two chunks per thread, prompts four. */
+static uint32_t tp_chunks(const struct cpu_ctx *c, uint32_t units, uint64_t work)
 {
-	uint32_t n = threadpool_size(c->tp) * 4;
+	uint32_t n = threadpool_size(c->tp) * (work < SMALL_RUN_WORK ? 2 : 4);
 
 	return units < n ? (units ? units : 1) : n;
 }
@@ -174,7 +181,7 @@ static void mm_go(struct cpu_ctx *c, struct mm_job *j)
 	if (work < MM_INLINE_WORK)
 		mm_run(j, 0, 1, 0);
 	else
-		threadpool_run(c->tp, mm_run, j, tp_chunks(c, j->rows));
+		threadpool_run(c->tp, mm_run, j, tp_chunks(c, j->rows, work));
 }
 
 /* ---- per-token job: the elementwise steps, tokens split --------------- */
@@ -251,7 +258,7 @@ static void tok_go(struct cpu_ctx *c, struct tok_job *j, uint32_t per_token)
 	if ((uint64_t)j->n * per_token < TOK_INLINE_WORK || j->n == 1)
 		tok_run(j, 0, 1, 0);
 	else
-		threadpool_run(c->tp, tok_run, j, tp_chunks(c, j->n));
+		threadpool_run(c->tp, tok_run, j, tp_chunks(c, j->n, UINT64_MAX));
 }
 
 /* ---- attention job: (token, head) units split across threads -------- */
@@ -372,6 +379,7 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 	struct mm_job mm;
 	struct att_job aj = { .c = c, .b = b };
 	struct tok_job tj;
+	uint64_t att_work;
 
 	/* attention block (first: the previous layer's residual) */
 	mm = (struct mm_job){ .n = n, .n_parts = 3 };
@@ -392,10 +400,11 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 			.k_off = c->k_off[l], .v_off = c->v_off[l] };
 	tj = (struct tok_job){ .n = n, .qkv_b = b, .qkv_L = L };
 	tok_go(c, &tj, qd + 2 * kvd);
-	if ((uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim < MM_INLINE_WORK)
+	att_work = (uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim;
+	if (att_work < MM_INLINE_WORK)
 		att_run(&aj, 0, 1, 0);
 	else
-		threadpool_run(c->tp, att_run, &aj, tp_chunks(c, n * hp->n_head));
+		threadpool_run(c->tp, att_run, &aj, tp_chunks(c, n * hp->n_head, att_work));
 
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };
 	tj = (struct tok_job){ .n = n, .q_src = c->att, .q_cols = qd };
