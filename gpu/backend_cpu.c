@@ -540,16 +540,19 @@ static int cpu_bind_weights(struct cpu_ctx *c)
 	return ops_mat_pack(c->k, &c->output, (void **)&c->output.packed);
 }
 
-/* A zeroed (rows, cols) buffer on whole cache lines, its pages touched
- * now: threads writing neighbouring rows or heads do not share a line at
- * the buffer's start, and the first prompt does not pay the page faults
- * (measured: a 128-token prompt's first touch of ~4 MB of activations
- * was a few percent of its prefill, and the two threads' faults
- * serialise on the address space). */
+/* A zeroed buffer on whole cache lines, its pages touched now: threads
+ * writing neighbouring rows or heads do not share a line at the buffer's
+ * start, and the first prompt does not take the page faults (a 128-token
+ * prompt first touches ~4 MB of activations, ~1000 faults, which the two
+ * threads take one at a time on the address space; page-fault handling
+ * was a few percent of the samples of a whole `kvd generate` run).
+ * NULL when out of memory or when the size overflows. */
 static void *alloc_lines(size_t bytes)
 {
 	void *p;
 
+	if (bytes > SIZE_MAX - 64)
+		return NULL;
 	bytes = (bytes ? bytes + 63 : 64) / 64 * 64;
 	p = aligned_alloc(64, bytes);
 	if (p)
@@ -559,6 +562,8 @@ static void *alloc_lines(size_t bytes)
 
 static void *alloc_f32(size_t rows, size_t cols)
 {
+	if (cols && rows > SIZE_MAX / sizeof(float) / cols)
+		return NULL;
 	return alloc_lines(rows * cols * sizeof(float));
 }
 
@@ -596,8 +601,8 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 	c->att = alloc_f32(T, qd);
 	c->hb = alloc_f32(T, hp->n_ff);
 	c->hb2 = alloc_f32(T, hp->n_ff);
-	c->aq[1] = alloc_lines((size_t)T * c->aq_stride[1]);
-	c->aq[2] = alloc_lines((size_t)T * c->aq_stride[2]);
+	c->aq[1] = alloc_f32(T, c->aq_stride[1] / sizeof(float));
+	c->aq[2] = alloc_f32(T, c->aq_stride[2] / sizeof(float));
 	c->scores = alloc_f32(p->threads, p->max_ctx);
 	c->cs = alloc_f32(p->threads, hp->rope_dim);
 	c->views = calloc(T, sizeof(*c->views));
