@@ -95,6 +95,10 @@ const char *backend_cpu_kernels(const struct backend *b);
 const struct ops_kernels *backend_cpu_kernel_table(const struct backend *b);
 /* Where the packed weight copies came from (NULL for another backend). */
 const struct prepack_info *backend_cpu_pack_info(const struct backend *b);
+struct threadpool_stats;
+/* The CPU backend's thread-pool counters (gpu/threadpool.h); zeros for
+ * another backend. */
+void backend_cpu_pool_stats(const struct backend *b, struct threadpool_stats *out);
 
 static inline int backend_forward(struct backend *b,
 				  const struct backend_batch *batch,

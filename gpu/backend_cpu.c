@@ -86,11 +86,18 @@ struct cpu_ctx {
 	struct ops_kv_view *views; /* (max_tokens) per sequence, current layer */
 };
 
-/* Chunks for `units` independent units: a few per thread, so a thread
- * the OS has parked does not hold the others up (never fewer than 1). */
-static uint32_t tp_chunks(const struct cpu_ctx *c, uint32_t units)
+/* Multiply-adds below which a run is "small" (a decode step's matmuls
+ * and attention) and gets two chunks per thread instead of four. */
+#define SMALL_RUN_WORK (1u << 24)
+
+/* Chunks for `units` independent units of `work` multiply-adds in all: a
+ * few per thread, so a thread the OS has parked does not hold the others
+ * up (never fewer than 1). Every chunk costs a claim and a done count on
+ * lines the threads pass back and forth (~0.1-0.2 us each): a decode
+ * step's ~60 runs of 10-50 us take two chunks per thread, prompts four. */
+static uint32_t tp_chunks(const struct cpu_ctx *c, uint32_t units, uint64_t work)
 {
-	uint32_t n = threadpool_size(c->tp) * 4;
+	uint32_t n = threadpool_size(c->tp) * (work < SMALL_RUN_WORK ? 2 : 4);
 
 	return units < n ? (units ? units : 1) : n;
 }
@@ -177,7 +184,7 @@ static void mm_go(struct cpu_ctx *c, struct mm_job *j)
 	if (work < MM_INLINE_WORK)
 		mm_run(j, 0, 1, 0);
 	else
-		threadpool_run(c->tp, mm_run, j, tp_chunks(c, j->rows));
+		threadpool_run(c->tp, mm_run, j, tp_chunks(c, j->rows, work));
 }
 
 /* ---- per-token job: the elementwise steps, tokens split --------------- */
@@ -254,7 +261,7 @@ static void tok_go(struct cpu_ctx *c, struct tok_job *j, uint32_t per_token)
 	if ((uint64_t)j->n * per_token < TOK_INLINE_WORK || j->n == 1)
 		tok_run(j, 0, 1, 0);
 	else
-		threadpool_run(c->tp, tok_run, j, tp_chunks(c, j->n));
+		threadpool_run(c->tp, tok_run, j, tp_chunks(c, j->n, UINT64_MAX));
 }
 
 /* ---- attention job: (token, head) units split across threads -------- */
@@ -272,10 +279,13 @@ static void att_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t threa
 	uint32_t qd = hp->n_head * hp->head_dim, group = hp->n_head / hp->n_head_kv;
 	float scale = 1.0f / sqrtf((float)hp->head_dim);
 	float *scores = c->scores + (size_t)thread * c->max_ctx; /* (max_ctx) */
-	uint32_t b, e;
 
-	threadpool_split(j->b->n_tokens * hp->n_head, chunk, n_chunks, &b, &e);
-	for (uint32_t u = b; u < e; u++) {
+	/* units dealt out round-robin, not in runs: a prompt's later tokens
+	 * attend to more positions, so contiguous runs of (token, head)
+	 * units gave the last chunk ~15x the first one's work and left one
+	 * thread waiting on it; dealt out, every chunk gets early and late
+	 * tokens alike */
+	for (uint32_t u = chunk; u < j->b->n_tokens * hp->n_head; u += n_chunks) {
 		uint32_t i = u / hp->n_head, h = u % hp->n_head;
 
 		ops_attention_head(c->k, &c->views[j->b->seq[i]],
@@ -372,6 +382,7 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 	struct mm_job mm;
 	struct att_job aj = { .c = c, .b = b };
 	struct tok_job tj;
+	uint64_t att_work;
 
 	/* attention block (first: the previous layer's residual) */
 	mm = (struct mm_job){ .n = n, .n_parts = 3 };
@@ -392,10 +403,11 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 			.k_off = c->k_off[l], .v_off = c->v_off[l] };
 	tj = (struct tok_job){ .n = n, .qkv_b = b, .qkv_L = L };
 	tok_go(c, &tj, qd + 2 * kvd);
-	if ((uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim < MM_INLINE_WORK)
+	att_work = (uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim;
+	if (att_work < MM_INLINE_WORK)
 		att_run(&aj, 0, 1, 0);
 	else
-		threadpool_run(c->tp, att_run, &aj, tp_chunks(c, n * hp->n_head));
+		threadpool_run(c->tp, att_run, &aj, tp_chunks(c, n * hp->n_head, att_work));
 
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };
 	tj = (struct tok_job){ .n = n, .q_src = c->att, .q_cols = qd };
@@ -530,11 +542,31 @@ static int cpu_bind_weights(struct cpu_ctx *c, const struct backend_cpu_params *
 	return rc;
 }
 
+/* A zeroed buffer on whole cache lines, its pages touched now: threads
+ * writing neighbouring rows or heads do not share a line at the buffer's
+ * start, and the first prompt does not take the page faults (a 128-token
+ * prompt first touches ~4 MB of activations, ~1000 faults, which the two
+ * threads take one at a time on the address space; page-fault handling
+ * was a few percent of the samples of a whole `kvd generate` run).
+ * NULL when out of memory or when the size overflows. */
+static void *alloc_lines(size_t bytes)
+{
+	void *p;
+
+	if (bytes > SIZE_MAX - 64)
+		return NULL;
+	bytes = (bytes ? bytes + 63 : 64) / 64 * 64;
+	p = aligned_alloc(64, bytes);
+	if (p)
+		memset(p, 0, bytes);
+	return p;
+}
+
 static void *alloc_f32(size_t rows, size_t cols)
 {
-	size_t n = rows * cols;
-
-	return calloc(n ? n : 1, sizeof(float));
+	if (cols && rows > SIZE_MAX / sizeof(float) / cols)
+		return NULL;
+	return alloc_lines(rows * cols * sizeof(float));
 }
 
 int backend_cpu_new(struct backend *out, const struct model *m,
@@ -571,8 +603,8 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 	c->att = alloc_f32(T, qd);
 	c->hb = alloc_f32(T, hp->n_ff);
 	c->hb2 = alloc_f32(T, hp->n_ff);
-	c->aq[1] = calloc(T, c->aq_stride[1]);
-	c->aq[2] = calloc(T, c->aq_stride[2]);
+	c->aq[1] = alloc_f32(T, c->aq_stride[1] / sizeof(float));
+	c->aq[2] = alloc_f32(T, c->aq_stride[2] / sizeof(float));
 	c->scores = alloc_f32(p->threads, p->max_ctx);
 	c->cs = alloc_f32(p->threads, hp->rope_dim);
 	c->views = calloc(T, sizeof(*c->views));
@@ -618,4 +650,14 @@ const struct prepack_info *backend_cpu_pack_info(const struct backend *b)
 	const struct cpu_ctx *c = b->ctx;
 
 	return b->ops == &cpu_ops ? &c->pack_info : NULL;
+}
+
+void backend_cpu_pool_stats(const struct backend *b, struct threadpool_stats *out)
+{
+	const struct cpu_ctx *c = b->ctx;
+
+	if (b->ops == &cpu_ops)
+		threadpool_stats(c->tp, out);
+	else
+		*out = (struct threadpool_stats){ 0 };
 }

@@ -49,6 +49,7 @@
 #include "gpu/model.h"
 #include "gpu/ops_info.h"
 #include "gpu/prepack.h"
+#include "gpu/threadpool.h"
 
 struct engine_req {
 	struct engine_req *prev, *next;  /* submit order */
@@ -270,6 +271,15 @@ void engine_last_step(const struct engine *e, uint32_t *n_seq,
 	*n_seq = e->last_seq;
 	*n_tok = e->last_tok;
 	*n_decode = e->last_dec;
+}
+
+void engine_pool_stats(const struct engine *e, struct engine_pool_stats *out)
+{
+	struct threadpool_stats st;
+
+	backend_cpu_pool_stats(&e->be, &st);
+	*out = (struct engine_pool_stats){
+		.runs = st.runs, .wakes = st.wakes, .wait_ns = st.wait_ns };
 }
 
 const char *engine_kernel_variant(const struct engine *e, enum ggml_type t)

@@ -188,3 +188,11 @@ void engine_last_step(const struct engine *e, uint32_t *n_seq,
  * measured in the same run (tests/bench/bench_engine). */
 void engine_timing(const struct engine *e, uint64_t *integrity_ns,
 		   uint64_t *step_ns);
+/* The compute threads' counters so far (gpu/threadpool.h: runs handed to
+ * the workers, runs that woke a sleeping worker, caller wait time). */
+struct engine_pool_stats {
+	uint64_t runs;
+	uint64_t wakes;
+	uint64_t wait_ns;
+};
+void engine_pool_stats(const struct engine *e, struct engine_pool_stats *out);

@@ -10,12 +10,33 @@
  * of this one is unclaimed. After a chunk, `done` is incremented; the
  * caller returns when done == n_chunks.
  *
- * Waiting: workers spin for a short while after each run (decode issues
- * tens of runs per token, and a futex wake costs more than a small step),
- * then sleep on `wake`; the caller broadcasts under the mutex and a worker
- * re-checks the generation under it before sleeping, so no wake-up is
- * lost. The caller itself takes chunks, so a run completes even when no
- * worker gets scheduled.
+ * Waiting. A decode step is about 60 runs of 10..50 us with a few us of
+ * the caller's own work between them, and waking a sleeping worker (a
+ * futex wake, then the scheduler running it) costs as much as a run: a
+ * worker that slept between runs left the caller doing most chunks alone
+ * (bench_threads counted a wake for nearly every run when the spin was
+ * 20000 loads, a few microseconds). So a worker spins for TP_SPIN_NS of
+ * wall time after its last run (PAUSE in the loop; the clock, ~0.4 us a
+ * read in this guest, every 64 turns) before it sleeps on `wake`, and
+ * the caller takes the mutex and broadcasts only when a worker is
+ * asleep: it stores the new ticket, then reads `sleepers`; a worker
+ * increments `sleepers` under the mutex, then re-reads the ticket before
+ * waiting (both sequentially consistent), so either the caller sees the
+ * sleeper and broadcasts under the mutex the worker holds until it
+ * waits, or the worker sees the new run. No wake-up is lost. The caller
+ * itself takes chunks, so a run completes even when no worker gets
+ * scheduled; waiting for the workers' last chunks it spins with PAUSE
+ * and yields the CPU after TP_SPIN_NS.
+ *
+ * Oversubscribed CPUs: a spinning thread that finds two of its clock
+ * reads TP_PREEMPT_NS apart was descheduled for other work; it marks the
+ * pool contended for TP_CONTENDED_NS, during which spins last only
+ * TP_SPIN_BUSY_NS (a spin then burns the CPU time that the caller, or
+ * the worker holding a chunk, is waiting for).
+ *
+ * Layout: the ticket, the done count and the run's description are on
+ * cache lines of their own, so a claim does not invalidate the line the
+ * caller polls.
  */
 #include "gpu/threadpool.h"
 
@@ -25,8 +46,30 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
-#define TP_SPIN 20000
+/* How long a waiting thread spins before it sleeps (worker) or yields
+ * (caller): longer than the gaps inside a decode step, short enough that
+ * an idle engine leaves the CPU within a millisecond. */
+#define TP_SPIN_NS 400000u
+/* While other work competes for the CPUs (a spinning thread found itself
+ * descheduled for TP_PREEMPT_NS, in the last TP_CONTENDED_NS), a spin
+ * only burns the CPU time that the caller, or the worker holding a chunk,
+ * is waiting for: spin this long at most, then sleep (or yield). */
+#define TP_SPIN_BUSY_NS 5000u
+#define TP_PREEMPT_NS 50000u
+#define TP_CONTENDED_NS 100000000u
+#define TP_LINE 64
+
+static inline void tp_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
 
 struct tp_worker {
 	struct threadpool *tp;
@@ -40,14 +83,25 @@ struct threadpool {
 	uint32_t started;            /* workers actually created */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	_Atomic uint64_t ticket;     /* gen << 32 | next chunk */
-	_Atomic uint32_t done;       /* chunks finished in this run */
-	_Atomic bool stop;
+	struct threadpool_stats st;  /* the caller's */
 	/* the current run; stable while any of its chunks is unclaimed */
-	_Atomic(threadpool_fn) fn;
+	_Alignas(TP_LINE) _Atomic(threadpool_fn) fn;
 	_Atomic(void *) arg;
 	_Atomic uint32_t n_chunks;
+	_Atomic bool stop;
+	_Atomic uint32_t sleepers;   /* workers in (or entering) cond_wait */
+	_Atomic uint64_t contended_until; /* tp_now_ns() */
+	_Alignas(TP_LINE) _Atomic uint64_t ticket; /* gen << 32 | next chunk */
+	_Alignas(TP_LINE) _Atomic uint32_t done;   /* chunks finished in this run */
 };
+
+static uint64_t tp_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Claim and run chunks of generation `gen` until none are left. */
 static void tp_work(struct threadpool *tp, uint32_t gen, uint32_t self)
@@ -80,19 +134,51 @@ static uint32_t tp_gen(struct threadpool *tp)
 	return (uint32_t)(atomic_load_explicit(&tp->ticket, memory_order_acquire) >> 32);
 }
 
-/* Wait for a generation other than `seen`; false when stopping. */
+/* Whether the CPUs were found oversubscribed lately. */
+static bool tp_contended(struct threadpool *tp, uint64_t now)
+{
+	return now < atomic_load_explicit(&tp->contended_until, memory_order_relaxed);
+}
+
+/* A spinning thread saw `gap` ns between two of its clock reads (a few
+ * hundred ns apart when it runs): it was descheduled for other work, so
+ * spinning now takes CPU time that runnable threads need. */
+static bool tp_note_gap(struct threadpool *tp, uint64_t now, uint64_t gap)
+{
+	if (gap < TP_PREEMPT_NS)
+		return false;
+	atomic_store_explicit(&tp->contended_until, now + TP_CONTENDED_NS,
+			      memory_order_relaxed);
+	return true;
+}
+
+/* Wait for a generation other than `seen`: spin for TP_SPIN_NS (or
+ * TP_SPIN_BUSY_NS while contended), then sleep; false when stopping. */
 static bool tp_wait_gen(struct threadpool *tp, uint32_t seen)
 {
-	for (int i = 0; i < TP_SPIN; i++) {
+	uint64_t t0 = tp_now_ns(), last = t0;
+	uint64_t budget = tp_contended(tp, t0) ? TP_SPIN_BUSY_NS : TP_SPIN_NS;
+
+	for (uint32_t i = 1;; i++) {
 		if (tp_gen(tp) != seen)
 			return true;
 		if (atomic_load_explicit(&tp->stop, memory_order_acquire))
 			return false;
+		if (i % 64 == 0) {
+			uint64_t now = tp_now_ns();
+
+			if (tp_note_gap(tp, now, now - last) || now - t0 > budget)
+				break;
+			last = now;
+		}
+		tp_relax();
 	}
 	pthread_mutex_lock(&tp->lock);
-	while (tp_gen(tp) == seen &&
+	atomic_fetch_add(&tp->sleepers, 1); /* seq_cst: before the re-check */
+	while (atomic_load(&tp->ticket) >> 32 == seen &&
 	       !atomic_load_explicit(&tp->stop, memory_order_acquire))
 		pthread_cond_wait(&tp->wake, &tp->lock);
+	atomic_fetch_sub(&tp->sleepers, 1);
 	pthread_mutex_unlock(&tp->lock);
 	return !atomic_load_explicit(&tp->stop, memory_order_acquire);
 }
@@ -117,9 +203,11 @@ int threadpool_new(struct threadpool **out, uint32_t n_threads)
 
 	if (n_threads < 1)
 		return -EINVAL;
-	tp = calloc(1, sizeof(*tp));
+	/* cache-line aligned members: the block itself aligned */
+	tp = aligned_alloc(TP_LINE, (sizeof(*tp) + TP_LINE - 1) / TP_LINE * TP_LINE);
 	if (!tp)
 		return -ENOMEM;
+	memset(tp, 0, sizeof(*tp));
 	tp->n = n_threads;
 	pthread_mutex_init(&tp->lock, NULL);
 	pthread_cond_init(&tp->wake, NULL);
@@ -169,6 +257,7 @@ void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg,
 		    uint32_t n_chunks)
 {
 	uint32_t gen, spins = 0;
+	uint64_t t0, last;
 
 	if (n_chunks == 0)
 		return;
@@ -182,12 +271,38 @@ void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg,
 	atomic_store_explicit(&tp->arg, arg, memory_order_relaxed);
 	atomic_store_explicit(&tp->n_chunks, n_chunks, memory_order_relaxed);
 	atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
-	atomic_store_explicit(&tp->ticket, (uint64_t)gen << 32, memory_order_release);
-	pthread_mutex_lock(&tp->lock);
-	pthread_cond_broadcast(&tp->wake);
-	pthread_mutex_unlock(&tp->lock);
+	atomic_store(&tp->ticket, (uint64_t)gen << 32); /* seq_cst: before sleepers */
+	tp->st.runs++;
+	if (atomic_load(&tp->sleepers)) {
+		tp->st.wakes++;
+		pthread_mutex_lock(&tp->lock);
+		pthread_cond_broadcast(&tp->wake);
+		pthread_mutex_unlock(&tp->lock);
+	}
 	tp_work(tp, gen, 0);
-	while (atomic_load_explicit(&tp->done, memory_order_acquire) != n_chunks)
-		if (++spins > TP_SPIN)
+	/* the clock (a few hundred ns in this guest) only when waiting */
+	if (atomic_load_explicit(&tp->done, memory_order_acquire) == n_chunks)
+		return;
+	t0 = last = tp_now_ns();
+	while (atomic_load_explicit(&tp->done, memory_order_acquire) != n_chunks) {
+		uint64_t now;
+
+		if (++spins % 64) {
+			tp_relax();
+			continue;
+		}
+		now = tp_now_ns();
+		tp_note_gap(tp, now, now - last);
+		last = now;
+		/* a worker holds a chunk but does not finish it: it is likely
+		 * waiting for a CPU, maybe this one */
+		if (now - t0 > (tp_contended(tp, now) ? TP_SPIN_BUSY_NS : TP_SPIN_NS))
 			sched_yield();
+	}
+	tp->st.wait_ns += tp_now_ns() - t0;
+}
+
+void threadpool_stats(const struct threadpool *tp, struct threadpool_stats *out)
+{
+	*out = tp->st;
 }

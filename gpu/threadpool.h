@@ -10,7 +10,9 @@
  * and use `t` only to pick per-thread scratch), so results never depend on
  * the thread count or scheduling (engine determinism).
  *
- * Between runs workers spin briefly, then sleep on a condition variable.
+ * Between runs workers spin (with PAUSE) for 0.4 ms of wall time, then
+ * sleep on a condition variable; a run wakes them only when one sleeps
+ * (threadpool.c has the protocol and the measurements behind it).
  *
  * Errors: threadpool_new returns 0 or a negative errno (pthread_create).
  * Thread safety: one caller thread drives a pool (run is not reentrant and
@@ -29,6 +31,17 @@ typedef void (*threadpool_fn)(void *arg, uint32_t chunk, uint32_t n_chunks,
 int threadpool_new(struct threadpool **out, uint32_t n_threads);
 void threadpool_free(struct threadpool *tp);
 uint32_t threadpool_size(const struct threadpool *tp);
+
+/* Counters since threadpool_new, kept by the caller thread (read them from
+ * it): runs handed to the workers (not those run inline), runs that had
+ * to wake a sleeping worker, and the time the caller waited, after its
+ * own chunks, for the workers to finish theirs. */
+struct threadpool_stats {
+	uint64_t runs;
+	uint64_t wakes;
+	uint64_t wait_ns;
+};
+void threadpool_stats(const struct threadpool *tp, struct threadpool_stats *out);
 /* n_chunks >= 1 */
 void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg,
 		    uint32_t n_chunks);

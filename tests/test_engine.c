@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu/backend.h"
 #include "gpu/engine.h"
 #include "gpu/gguf_gen.h"
 #include "gpu/gguf_write.h"
@@ -1079,6 +1080,118 @@ START_TEST(test_model_unsupported_type)
 }
 END_TEST
 
+/* ---- thread split of a long prompt: bit-identical logits -------------- */
+
+/* One backend at `threads` over pages of its own: a 200-token prompt in
+ * one batch (logits of every position), then 3 decode steps; all logits
+ * into out (203 rows). Sized so that every parallel path runs split:
+ * the per-token steps, the matmuls and attention (dealt round-robin). */
+static void long_prompt_logits(const struct model *m, uint32_t threads, float *out)
+{
+	const struct llama_hparams *hp = &m->hp;
+	enum { N = 200, DEC = 3, PT = 16, NP = (N + DEC + PT - 1) / PT };
+	uint32_t kvd = hp->n_head_kv * hp->head_dim;
+	size_t blk = (size_t)PT * kvd * 2; /* f16 */
+	uint64_t k_off[8], v_off[8];
+	struct backend_kv_layout kv = { .page_tokens = PT, .dtype = KV_DTYPE_F16,
+					.k_off = k_off, .v_off = v_off };
+	struct backend_cpu_params bp = { .threads = threads, .max_tokens = N,
+					 .max_ctx = N + DEC, .simd = true };
+	struct backend be;
+	uint8_t *pages[NP];
+	int32_t tok[N];
+	uint32_t pos[N], seq[N] = { 0 }, outi[N];
+
+	ck_assert_uint_le(hp->n_layer, 8);
+	for (uint32_t l = 0; l < hp->n_layer; l++) {
+		k_off[l] = 64 + 2 * l * blk;
+		v_off[l] = k_off[l] + blk;
+	}
+	for (uint32_t p = 0; p < NP; p++) {
+		pages[p] = calloc(1, 64 + 2 * hp->n_layer * blk);
+		ck_assert_ptr_nonnull(pages[p]);
+	}
+	ck_assert_int_eq(backend_cpu_new(&be, m, &kv, &bp), 0);
+	for (uint32_t i = 0; i < N; i++) {
+		tok[i] = (int32_t)(3 + (i * 97) % (hp->n_vocab - 3));
+		pos[i] = i;
+		outi[i] = i;
+	}
+	{
+		struct backend_seq sq = { .pages = pages, .n_pages = NP, .n_kv = N };
+		struct backend_batch b = { .n_tokens = N, .tokens = tok, .pos = pos,
+					   .seq = seq, .seqs = &sq, .n_seqs = 1,
+					   .out = outi, .n_out = N };
+
+		ck_assert_int_eq(backend_forward(&be, &b, out), 0);
+	}
+	for (uint32_t d = 0; d < DEC; d++) {
+		uint32_t p1 = N + d, s0 = 0, o0 = 0;
+		int32_t t1 = (int32_t)(5 + d);
+		struct backend_seq sq = { .pages = pages, .n_pages = NP, .n_kv = p1 + 1 };
+		struct backend_batch b = { .n_tokens = 1, .tokens = &t1, .pos = &p1,
+					   .seq = &s0, .seqs = &sq, .n_seqs = 1,
+					   .out = &o0, .n_out = 1 };
+
+		ck_assert_int_eq(backend_forward(&be, &b,
+						 out + (size_t)(N + d) * hp->n_vocab), 0);
+	}
+	be.ops->free(be.ctx);
+	for (uint32_t p = 0; p < NP; p++)
+		free(pages[p]);
+}
+
+/* 1 and 2 threads give the same bits for every logit of a long prompt and
+ * the decode steps after it, for float and quantized weights. */
+START_TEST(test_threads_long_prompt_bits)
+{
+	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+					 GGML_TYPE_Q4_0, GGML_TYPE_Q4_K };
+
+	for (size_t t = 0; t < KVD_ARRAY_SIZE(types); t++) {
+		struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
+		char path[512];
+		struct model *m;
+		struct gguf_error err;
+		float *a, *b;
+		size_t n;
+
+		p.n_layer = 2;
+		p.n_embd = 256;
+		p.n_head = 8;
+		p.n_head_kv = 4;
+		p.n_ff = 512;
+		p.n_vocab = 320;
+		p.n_ctx = 512;
+		p.wtype = types[t];
+		p.seed = 11;
+		snprintf(path, sizeof(path), "%s/long_%s.gguf", tmpdir,
+			 ggml_type_name(types[t]));
+		ck_assert_int_eq(gguf_make_llama(path, &p), 0);
+		ck_assert_msg(model_open(&m, path, &err) == 0, "%s", err.msg);
+		n = (size_t)203 * m->hp.n_vocab;
+		a = malloc(n * sizeof(float));
+		b = malloc(n * sizeof(float));
+		ck_assert_ptr_nonnull(a);
+		ck_assert_ptr_nonnull(b);
+		long_prompt_logits(m, 1, a);
+		long_prompt_logits(m, 2, b);
+		for (size_t i = 0; i < n; i++)
+			ck_assert_msg(memcmp(&a[i], &b[i], sizeof(float)) == 0,
+				      "%s: logit %zu (row %zu): %a with 1 thread, %a with 2",
+				      ggml_type_name(types[t]), i, i / m->hp.n_vocab,
+				      (double)a[i], (double)b[i]);
+		/* and the logits are not degenerate */
+		ck_assert_msg(isfinite(a[0]) && a[0] != a[1], "%s: logits",
+			      ggml_type_name(types[t]));
+		free(a);
+		free(b);
+		model_free(m);
+		unlink(path);
+	}
+}
+END_TEST
+
 static void rm_tmpdir(void)
 {
 	char cmd[400];
@@ -1107,6 +1220,7 @@ int main(void)
 	tcase_add_test(tc, test_invariance_arch);
 	tcase_add_test(tc, test_mistral_style);
 	tcase_add_test(tc, test_invariance_stories);
+	tcase_add_test(tc, test_threads_long_prompt_bits);
 	tcase_add_test(tc, test_integrity_corrupt_tag);
 	tcase_add_test(tc, test_integrity_stale_table);
 	tcase_add_test(tc, test_prefill_handoff);

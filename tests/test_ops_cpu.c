@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu/ops_cpu.h"
 #include "gpu/threadpool.h"
@@ -802,6 +803,81 @@ START_TEST(test_threadpool)
 }
 END_TEST
 
+/* Chunks that take a while (so both threads get some) and count, per
+ * thread, how many each ran. */
+struct tp_slow {
+	uint32_t threads;
+	uint32_t ran[4];
+};
+
+static void tp_slow_part(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t thread)
+{
+	struct tp_slow *c = arg;
+	volatile uint32_t sink = 0;
+
+	(void)chunk;
+	(void)n_chunks;
+	ck_assert_uint_lt(thread, c->threads);
+	for (uint32_t i = 0; i < 200000; i++)
+		sink += i;
+	__atomic_fetch_add(&c->ran[thread], 1, __ATOMIC_RELAXED);
+}
+
+static void sleep_us(long us)
+{
+	struct timespec ts = { .tv_sec = us / 1000000, .tv_nsec = us % 1000000 * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Workers that went to sleep between runs are woken for the next one (the
+ * caller counts a wake), none is lost when runs come around the moment a
+ * worker gives up spinning, and a woken worker takes chunks again. */
+START_TEST(test_threadpool_sleep_wake)
+{
+	struct threadpool *tp;
+	struct threadpool_stats st0, st1;
+	struct tp_slow c = { .threads = 2 };
+	uint32_t hits[1000] = { 0 };
+	struct tp_check chk = { .n = 1000, .threads = 2, .hits = hits };
+	bool woke = false, helped = false;
+	uint32_t n_part = 0;
+
+	ck_assert_int_eq(threadpool_new(&tp, 2), 0);
+	threadpool_stats(tp, &st0);
+	ck_assert_uint_eq(st0.runs, 0);
+	/* long pauses: the worker sleeps, the next run must wake it (tries,
+	 * because on a loaded machine it may not have run at all meanwhile) */
+	for (int t = 0; t < 200 && !woke; t++) {
+		threadpool_run(tp, tp_part, &chk, 4);
+		sleep_us(5000);
+		threadpool_stats(tp, &st0);
+		threadpool_run(tp, tp_part, &chk, 4);
+		threadpool_stats(tp, &st1);
+		n_part += 2;
+		ck_assert_uint_eq(st1.runs, st0.runs + 1);
+		woke = st1.wakes > st0.wakes;
+	}
+	ck_assert_msg(woke, "no run ever found the worker asleep");
+	/* pauses around the spin limit (0.1 .. 1.5 ms): every run completes */
+	for (int r = 0; r < 300; r++) {
+		threadpool_run(tp, tp_part, &chk, 1 + r % 7);
+		n_part++;
+		sleep_us(100 + (r * 37) % 1400);
+	}
+	/* the worker still answers: slow chunks, and it runs some of them */
+	for (int t = 0; t < 500 && !helped; t++) {
+		sleep_us(t % 2 ? 2000 : 0);
+		threadpool_run(tp, tp_slow_part, &c, 16);
+		helped = c.ran[1] > 0;
+	}
+	ck_assert_msg(helped, "the worker never ran a chunk after sleeping");
+	for (int i = 0; i < 1000; i++)
+		ck_assert_uint_eq(hits[i], n_part);
+	threadpool_free(tp);
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
 	Suite *s = suite_create("ops_cpu");
@@ -824,6 +900,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_attention_pages);
 	tcase_add_test(tc, test_attention_runs);
 	tcase_add_test(tc, test_threadpool);
+	tcase_add_test(tc, test_threadpool_sleep_wake);
 	suite_add_tcase(s, tc);
 	return s;
 }
