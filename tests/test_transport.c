@@ -189,7 +189,7 @@ static void fx_run(struct fixture *f, uint32_t n_per_batch)
 	uv_tcp_getsockname(&f->server, (struct sockaddr *)&bound, &namelen);
 
 	c.pool = f->dst;
-	c.recv = (struct transport_recv){ rx_batch, rx_bad, rx_closed };
+	c.recv = (struct transport_recv){ .batch = rx_batch, .bad_batch = rx_bad, .closed = rx_closed };
 	c.recv_arg = f;
 	ck_assert_int_eq(transport_tcp_new(&f->rx, &f->loop, &c), 0);
 	f->rx->data = f;

@@ -218,7 +218,7 @@ static uint64_t run_xfer(struct bx *b, uint64_t pages, const struct bx_mode *m)
 	uv_listen((uv_stream_t *)&b->server, 4, on_conn);
 	uv_tcp_getsockname(&b->server, (struct sockaddr *)&bound, &nl);
 	c.pool = b->dst;
-	c.recv = (struct transport_recv){ rx_batch, rx_bad, NULL };
+	c.recv = (struct transport_recv){ .batch = rx_batch, .bad_batch = rx_bad };
 	c.recv_arg = b;
 	c.seal = m->seal ? &b->seal_rx : NULL;
 	transport_tcp_new(&b->rx, &b->loop, &c);
