@@ -1122,6 +1122,7 @@ static void decode_scope_live(struct link *p, uint64_t id, const struct proto_pe
 static void decode_req_flush_lost(struct serve_req *r)
 {
 	struct serve *s = r->s;
+	struct kvpool_page_info pi;
 	int rc;
 
 	if (r->pages_held) {
@@ -1130,6 +1131,10 @@ static void decode_req_flush_lost(struct serve_req *r)
 	}
 	if (!r->fenced)
 		return;   /* its pages left with nothing that could write them */
+	if (r->n_prefix && !kvpool_page_info(s->d->pool, r->table[0].page, &pi) &&
+	    pi.state == KVPAGE_QUARANTINED && pi.owner == r->reg.id &&
+	    pi.gen == r->table[0].gen)
+		return;   /* the transport quarantined them (its scope) */
 	rc = kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_prefix);
 	if (rc)
 		KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=quarantine code=%d pages=%u msg=\"left fenced\"",
