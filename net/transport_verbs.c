@@ -15,13 +15,21 @@
  * link.c) exchanges verbs_qp messages on the authenticated control link
  * and calls transport_verbs_connect() with the peer's.
  *
- * Decode (the receiver) registers its pool once (net/verbs_scope.h, per-
- * request registrations: a scope is live at grant and dead at revoke,
- * both synchronous) and a *mailbox* of VT_SLOTS slots, each room for one
+ * Decode (the receiver) registers its pool once (net/verbs_scope.h;
+ * ranges a resize added on their first use) and a *mailbox* of VT_SLOTS slots, each room for one
  * batch's header, entries and MAC, the only memory prefill may write
  * outside a request's scope; it posts one receive per slot and names the
  * mailbox in a verbs_scope with id 0. Per request, grant() returns the
- * runs decode sends in verbs_scope and revoke() takes them back.
+ * runs decode sends in verbs_scope and revoke() takes them back. The
+ * write scope (transfer.verbs_write_scope) is per-request registrations
+ * (live at grant, dead at revoke, both synchronous) or type-2 memory
+ * windows bound on our QP: live when the binds completed (recv.scope_live
+ * says so; decode's only send WRs are binds and invalidations, wr_id the
+ * request id), dead when the invalidations completed - until then the
+ * transport holds a fence on each page of the scope (kvpool_fence), so
+ * no page reaches the free list while the NIC could still place a write
+ * in it. A failed bind or invalidation ends the data path; the drain
+ * (below) then ends every scope.
  *
  * Prefill (the sender) copies a batch's source pages into a registered
  * staging slot, writes each page's destination tag there, builds the
@@ -53,7 +61,10 @@
  * completions of every outstanding WR (sends and posted receives) have
  * been drained: only then does close's callback fire, so the owner may
  * treat it as "nothing more can land" (the Spin model's rule); pending
- * send callbacks fire with -ECANCELED first.
+ * send callbacks fire with -ECANCELED first. The wait is bounded by
+ * transfer.verbs_flush_timeout_ms: past it the QP is destroyed, the
+ * scope pages still fenced are quarantined (a timer never unfences), and
+ * transport_verbs_flush_timed_out() tells the owner to quarantine too.
  *
  * Flow. Mailbox slots are reused round-robin; a slot is written again
  * only after VT_SLOTS later batches were posted, each after an earlier
@@ -1193,6 +1204,82 @@ static void vt_scope_wc(struct vt *vt, const struct verbs_wc *wc)
 	}
 }
 
+/* Whether a scope of this link may still let a write into a page of the
+ * region's chunk that holds page. */
+static bool vt_chunk_in_use(struct vt *vt, uint32_t page)
+{
+	uint64_t lo = verbs_region_page_addr(&vt->region, page);
+	struct kvd_list *e;
+	uint32_t c_first = page, c_last = page;
+
+	/* the chunk's page span: pages whose registered address is
+	 * contiguous with page's (one chunk is one registration) */
+	while (c_first > 0 &&
+	       verbs_region_page_addr(&vt->region, c_first - 1) ==
+	       lo - (uint64_t)(page - c_first + 1) * vt->region.page_bytes)
+		c_first--;
+	while (c_last < UINT32_MAX - 1 &&
+	       verbs_region_page_addr(&vt->region, c_last + 1) ==
+	       lo + (uint64_t)(c_last + 1 - page) * vt->region.page_bytes)
+		c_last++;
+	kvd_list_for_each(e, &vt->scopes) {
+		const struct vt_scope *s = kvd_list_entry(e, struct vt_scope, node);
+
+		if (s->sc.state == VERBS_SCOPE_NONE || s->sc.state == VERBS_SCOPE_DEAD)
+			continue;
+		for (uint32_t i = 0; i < s->n_refs; i++)
+			if (s->refs[i].page >= c_first && s->refs[i].page <= c_last)
+				return true;
+	}
+	return false;
+}
+
+/* Make sure page is registered where the pool has it now: a range the
+ * pool added (kvctl pool resize) is registered on first use, its
+ * contiguous pages together; a chunk whose memory the pool moved (shrunk,
+ * then grown again) is deregistered first - only once no scope covers
+ * it. 0, or VERBS_SCOPE_E_RANGE / the device's error (the request is
+ * refused, nothing changed). */
+static int vt_region_cover(struct vt *vt, uint32_t page)
+{
+	struct kvpool *pool = vt->base.cfg.pool;
+	uint64_t pb = vt->region.page_bytes;
+	uint8_t *a = kvpool_page_addr(pool, page), *lo;
+	uint64_t reg = verbs_region_page_addr(&vt->region, page);
+	struct kvpool_stats st;
+	uint32_t first = page, last = page;
+	int r;
+
+	if (!a)
+		return VERBS_SCOPE_E_RANGE;
+	if (reg == (uintptr_t)a)
+		return 0;
+	if (reg) {
+		if (vt_chunk_in_use(vt, page))
+			return VERBS_SCOPE_E_RANGE;
+		r = verbs_region_drop(&vt->region, page);
+		if (r)
+			return r;
+		KVLOG_INFO(vt->base.cfg.log, "verbs_pool_chunk",
+			   "op=deregister page=%u msg=\"the pool moved its memory\"", page);
+	}
+	kvpool_get_stats(pool, &st);
+	lo = a;
+	while (first > 0 && (uint8_t *)kvpool_page_addr(pool, first - 1) == lo - pb &&
+	       !verbs_region_page_addr(&vt->region, first - 1)) {
+		first--;
+		lo -= pb;
+	}
+	while (last + 1 < st.slots &&
+	       (uint8_t *)kvpool_page_addr(pool, last + 1) == a + (uint64_t)(last + 1 - page) * pb &&
+	       !verbs_region_page_addr(&vt->region, last + 1))
+		last++;
+	r = verbs_region_add(&vt->region, lo, first, last - first + 1);
+	KVLOG_INFO(vt->base.cfg.log, "verbs_pool_chunk",
+		   "op=register first_page=%u pages=%u code=%d", first, last - first + 1, r);
+	return r;
+}
+
 int transport_verbs_grant(struct transport *t, uint64_t id,
 			  const struct kvpool_ref *table, uint32_t n,
 			  struct proto_peer_run *runs, uint32_t *n_runs, bool *live)
@@ -1208,13 +1295,12 @@ int transport_verbs_grant(struct transport *t, uint64_t id,
 		return TRANSPORT_E_CLOSED;
 	if (vt_scope_find(vt, id))
 		return VERBS_SCOPE_E_STATE;
-	/* only pages still where the region registered them (a pool that
-	 * shrank and grew again may have moved a chunk) */
-	for (uint32_t i = 0; i < n; i++)
-		if (table[i].page >= vt->region.n_pages ||
-		    (uint8_t *)kvpool_page_addr(vt->base.cfg.pool, table[i].page) !=
-		    vt->region.base + (uint64_t)table[i].page * vt->region.page_bytes)
-			return VERBS_SCOPE_E_RANGE;
+	/* every page registered where the pool has it now */
+	for (uint32_t i = 0; i < n; i++) {
+		r = vt_region_cover(vt, table[i].page);
+		if (r)
+			return r;
+	}
 	s = calloc(1, sizeof(*s));
 	pages = malloc(sizeof(*pages) * (n ? n : 1));
 	if (s)
@@ -1375,7 +1461,8 @@ void transport_verbs_forget(struct transport *t, uint64_t id)
 
 /* ---- opening -------------------------------------------------------------- */
 
-/* decode: the pool's first contiguous range of pages, registered once */
+/* decode: the pool's first contiguous range of pages, registered once
+ * (later ranges: vt_region_cover) */
 static int vt_open_receiver(struct vt *vt, char *why, size_t why_size)
 {
 	const struct transport_cfg *c = &vt->base.cfg;

@@ -23,6 +23,8 @@
 #               past the run decode granted (fault point
 #               verbs_write_beside): decode's NIC refuses it
 #               (writes_applied=0 writes_refused=1), nothing lands;
+#   pool resize: pages added by kvctl pool resize are registered on first
+#               use and written; shrink and grow again are served too;
 #   flush withheld: decode's device never delivers the flush completions
 #               (emu flush=0) when the link is lost: after
 #               transfer.verbs_flush_timeout_ms the request's pages are
@@ -178,6 +180,38 @@ check "beside: decode's NIC refused it, nothing of the link landed" \
 	eval 'grep "event=verbs_closed side=receiver .*writes_refused=1 " "$T/dbeside.log" | grep -q "writes_applied=0 "'
 check "beside: prefill's queue pair failed on it" \
 	grep -q "event=peer_down .*msg=\"RDMA queue pair error\"" "$T/pbeside.log"
+
+# --- pages added by kvctl pool resize are registered and written ----------
+# decode's pool grows from 256 to 512 pages; the pool hands out the
+# highest free pages first, so the next request's prefix lies in the new
+# range: the transport registers it on first use, the transfer lands and
+# is verified (MAC, tags, coverage) and served equal to kvd generate; a
+# shrink back retires the pages once no request holds them, and a second
+# grow is served again.
+pair pgrow dgrow "$M"
+start_node pgrow
+start_node dgrow
+check "grow: decode paired over verbs" wait_up dgrow
+check "grow: the pool grows to 512 pages" \
+	quiet "$KVCTL" --socket "$T/dgrow.sock" pool resize --tokens 8192
+check "grow: decode has 512 pages" test "$(status_get dgrow pool.pages)" = 512
+served_equal grow
+check "grow: the new range was registered for the transfer" \
+	grep -q "event=verbs_pool_chunk op=register first_page=256 pages=256 code=0" "$T/dgrow.log"
+check "grow: zero pages held on both nodes" settle dgrow pgrow
+check "grow: the pool shrinks back" \
+	quiet "$KVCTL" --socket "$T/dgrow.sock" pool resize --tokens 4096
+served_equal shrunk
+check "shrunk: zero pages held on both nodes" settle dgrow pgrow
+# grown again: the pool's new memory for pages 256.. is registered anew
+# where it moved (the stale chunk deregistered first), or reused as is
+check "regrow: the pool grows again" \
+	quiet "$KVCTL" --socket "$T/dgrow.sock" pool resize --tokens 8192
+served_equal regrow
+check "regrow: zero pages held on both nodes" settle dgrow pgrow
+check "grow: the link stayed up" test "$(grep -c 'event=peer_up' "$T/dgrow.log")" = 1
+stop_node dgrow
+stop_node pgrow
 
 # --- the flush completions never come: pages quarantined, never freed -------
 if [ -z "${KVD_TEST_VERBS_DEVICE:-}" ]; then
