@@ -196,7 +196,9 @@ check "beside: prefill's queue pair failed on it" \
 # is verified (MAC, tags, coverage) and served equal to kvd generate; a
 # shrink back retires the pages once no request holds them, and a second
 # grow is served again.
-pair pgrow dgrow "$M"
+GROWDEV=$(verbs_device)
+[ -n "${KVD_TEST_VERBS_DEVICE:-}" ] || GROWDEV="$GROWDEV,hold_ms=1500"
+pair pgrow dgrow "$M" -- "transfer.verbs_device=$GROWDEV"
 start_node pgrow
 start_node dgrow
 check "grow: decode paired over verbs" wait_up dgrow
@@ -207,10 +209,32 @@ served_equal grow
 check "grow: the new range was registered for the transfer" \
 	grep -q "event=verbs_pool_chunk op=register first_page=256 pages=256 code=0" "$T/dgrow.log"
 check "grow: zero pages held on both nodes" settle dgrow pgrow
-check "grow: the pool shrinks back" \
+# shrink while request 2 holds pages of the new range (its writes land
+# 1.5 s late: emu hold_ms while $T/rdma/hold exists): as over tcp, free
+# pages retire first and the request's stay live (and registered) until
+# it has released them
+[ -n "${KVD_TEST_VERBS_DEVICE:-}" ] || : > "$T/rdma/hold"
+gen "$C_PORT" --prompt "$PROMPT" --max-tokens 12 --temperature 0 > "$T/shrunk.out" 2>&1 &
+GEN=$!
+check "shrunk: request 2 holds pages" wait_log "$T/dgrow.log" "event=prefill_sent id=2 " 20
+check "shrunk: the pool shrinks back under the request" \
 	quiet "$KVCTL" --socket "$T/dgrow.sock" pool resize --tokens 4096
-served_equal shrunk
+wait "$GEN" || true
+rm -f "$T/rdma/hold"
+a=$(cat "$T/shrunk.out")
+b=$(offline --model "$M" --prompt "$PROMPT" --max-tokens 12 --temperature 0 || true)
+check "shrunk: request 2 is served, equal to kvd generate" \
+	eval 'same_ids "$a" "$b" && same_text "$a" "$b"'
+# the shrink came between request 2's admission and its transfer's end
+line_of() { grep -n "$1" "$T/dgrow.log" | head -1 | cut -d: -f1; }
+l_sent=$(line_of "event=prefill_sent id=2 ")
+l_shrink=$(line_of "event=kv_pool_resized pages_before=512 pages_after=256")
+l_done=$(line_of "event=transfer_done id=2 ")
+[ -n "${KVD_TEST_VERBS_DEVICE:-}" ] ||   # (no slow fabric on a real device)
+check "shrunk: the shrink came while request 2 held its pages" \
+	eval '[ -n "$l_sent" ] && [ -n "$l_shrink" ] && [ -n "$l_done" ] && [ "$l_sent" -lt "$l_shrink" ] && [ "$l_shrink" -lt "$l_done" ]'
 check "shrunk: zero pages held on both nodes" settle dgrow pgrow
+check "shrunk: decode has 256 pages" test "$(status_get dgrow pool.pages)" = 256
 # grown again: the pool's new memory for pages 256.. is registered anew
 # where it moved (the stale chunk deregistered first), or reused as is
 check "regrow: the pool grows again" \
