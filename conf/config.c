@@ -205,7 +205,7 @@ static const struct conf_key conf_keys[] = {
 	{ "transfer", "verbs_write_scope", CT_ENUM, "auto", 0, 0, verbs_scopes, F(verbs_write_scope),
 	  "transport=verbs, decode: how a request's pages are opened to its prefill peer's writes. mw: type-2 memory windows bound over the request's pages on the peer's queue pair, live once the bind completed, invalidated at release (the pages stay fenced until the invalidation completed); mr: a registration per request, made at admission and deregistered at release; auto: mw where the device supports type-2 windows, else mr. mw on a device without windows refuses to start. The boot line event=transport says which is in use (write_scope=)." },
 	{ "transfer", "verbs_flush_timeout_ms", CT_U32, "5000", 10, 3600000, NULL, F(verbs_flush_timeout_ms),
-	  "transport=verbs, decode: after a link is lost, how long to wait for the queue pair's flush completions (the proof that nothing more can land). Past it the QP is destroyed and the pages of that link's requests are quarantined until restart (event=verbs_flush_timeout, counted in verbs_flush_timeouts), never freed." },
+	  "transport=verbs: after a link is lost, how long to wait for the queue pair's flush completions (the proof that nothing more can land) before the QP is destroyed without them (event=verbs_flush_timeout, counted in verbs_flush_timeouts). On decode the pages of that link's requests are then quarantined until restart, never freed; prefill only stops waiting (nothing writes into its pages)." },
 
 	{ "admin", "socket", CT_STR, "", 0, 0, NULL, F(admin_socket),
 	  "Admin Unix socket; empty = $RUNTIME_DIRECTORY (or /run/kvd) / NODE.sock; 'none' disables it." },
