@@ -34,6 +34,7 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_VERBS_COMPLETION_ERROR] = "verbs_completion_error",
 	[KVD_FAULT_VERBS_SLOW_COMPLETION] = "verbs_slow_completion",
 	[KVD_FAULT_VERBS_WRITE_BESIDE] = "verbs_write_beside",
+	[KVD_FAULT_VERBS_BIND_FAIL] = "verbs_bind_fail",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

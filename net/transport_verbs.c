@@ -1174,12 +1174,23 @@ static void vt_scope_wc(struct vt *vt, const struct verbs_wc *wc)
 {
 	struct vt_scope *s = vt_scope_find(vt, wc->wr_id);
 	enum verbs_scope_state before;
+	struct verbs_wc bad;
 
 	if (vt->outstanding)
 		vt->outstanding--;
 	if (!s || !vt->region_on)
 		return;
 	before = s->sc.state;
+	if (before == VERBS_SCOPE_BINDING && wc->status == VERBS_WC_SUCCESS &&
+	    kvd_fault_fire(vt->base.cfg.fault, KVD_FAULT_VERBS_BIND_FAIL)) {
+		/* fault point verbs_bind_fail: the device reports a bind
+		 * failed (its window's state unknown) */
+		KVLOG_WARN(vt->base.cfg.log, "fault", "point=verbs_bind_fail id=%llu",
+			   (unsigned long long)s->id);
+		bad = *wc;
+		bad.status = VERBS_WC_MW_BIND_ERR;
+		wc = &bad;
+	}
 	verbs_scope_on_wc(&vt->region, &s->sc, wc);
 	if (vt->closing)
 		return;   /* the drain ends every scope (vt_release) */

@@ -19,6 +19,10 @@
 #               (verbs_slow_completion) and its transfer times out: the
 #               abort_ack (batches=1) comes first, and the pages stay
 #               fenced until the batch's completion (batches_landed).
+#   bind fails: decode's window bind completes with an error (fault point
+#               verbs_bind_fail; windows only): the request fails
+#               INTERNAL naming it, no verbs_scope is sent, the link is
+#               rebuilt;
 #   write beside: a lying prefill writes its first page to the page just
 #               past the run decode granted (fault point
 #               verbs_write_beside): decode's NIC refuses it
@@ -178,6 +182,30 @@ run_case wcerr "$(verbs_device)" "verbs_completion_error:1"
 check "wcerr: the completion error is logged with its status" \
 	grep -q "event=verbs_completion_error .*status=general_error" "$T/pwcerr.log"
 
+fi
+
+# --- a window bind that fails: the request fails typed, nothing is sent ----
+if [ "$SCOPE" = memory_windows ] && [ -z "${KVD_TEST_VERBS_DEVICE:-}" ]; then
+	pair pbind dbind "$M"
+	start_node pbind
+	start_node dbind KVD_FAULT=verbs_bind_fail:1
+	check "bind: decode paired over verbs" wait_up dbind
+	out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
+	check "bind: the client gets INTERNAL naming the bind ($out)" \
+		eval 'no_token "$out" && [ "$(echo "$out" | json_get error)" = INTERNAL ] &&
+		      echo "$out" | grep -q "memory window bind failed"'
+	check "bind: decode logged the failed bind" \
+		grep -q "event=verbs_scope_failed id=1 op=bind" "$T/dbind.log"
+	check "bind: no verbs_scope went to prefill for it" \
+		eval '! grep -q "event=verbs_scope_live id=1 " "$T/dbind.log"'
+	check "bind: prefill wrote nothing of it" \
+		eval '! grep -q "event=prefill_done id=1 " "$T/pbind.log"'
+	check "bind: zero pages held on both nodes" settle dbind pbind
+	check "bind: decode reconnects" wait_for 20 eval \
+		"[ \$(grep -c 'event=peer_up' '$T/dbind.log') -ge 2 ]"
+	served_equal bind
+	stop_node dbind
+	stop_node pbind
 fi
 
 # --- a write beside the scope: a page of decode's pool the request was not given
