@@ -72,6 +72,8 @@ static const char *const roles[] = { "prefill", "decode", "standalone", NULL };
 static const char *const policies[] = { "refuse", "clamp", NULL };
 static const char *const dtypes[] = { "f32", "f16", NULL };
 static const char *const transports[] = { "tcp", "verbs", NULL };
+/* In the order of enum kvd_verbs_scope. */
+static const char *const verbs_scopes[] = { "auto", "mw", "mr", NULL };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 static const char *const backends[] = { "host", "cuda", NULL };
 /* In the order of enum chat_format (gpu/chat.h), "auto" at CHAT_NONE's
@@ -202,6 +204,10 @@ static const struct conf_key conf_keys[] = {
 	  "transport=verbs: send work requests outstanding on one queue pair at most (page writes plus each batch's closing write); posting waits past it. The device's max_qp_wr must allow it." },
 	{ "transfer", "verbs_inline", CT_U32, "64", 0, 4096, NULL, F(verbs_inline),
 	  "transport=verbs: the largest write posted inline (copied into the work request: small batch headers); 0 = never. The device's inline limit must allow it." },
+	{ "transfer", "verbs_write_scope", CT_ENUM, "auto", 0, 0, verbs_scopes, F(verbs_write_scope),
+	  "transport=verbs, decode: how a request's pages are opened to its prefill peer's writes. mw: type-2 memory windows bound over the request's pages on the peer's queue pair, live once the bind completed, invalidated at release (the pages stay fenced until the invalidation completed); mr: a registration per request, made at admission and deregistered at release; auto: mw where the device supports type-2 windows, else mr. mw on a device without windows refuses to start. The boot line event=transport says which is in use (write_scope=)." },
+	{ "transfer", "verbs_flush_timeout_ms", CT_U32, "5000", 10, 3600000, NULL, F(verbs_flush_timeout_ms),
+	  "transport=verbs: after a link is lost, how long to wait for the queue pair's flush completions (the proof that nothing more can land) before the QP is destroyed without them (event=verbs_flush_timeout, counted in verbs_flush_timeouts). On decode the pages of that link's requests are then quarantined until restart, never freed; prefill only stops waiting (nothing writes into its pages)." },
 
 	{ "admin", "socket", CT_STR, "", 0, 0, NULL, F(admin_socket),
 	  "Admin Unix socket; empty = $RUNTIME_DIRECTORY (or /run/kvd) / NODE.sock; 'none' disables it." },
@@ -773,7 +779,8 @@ static int conf_validate_verbs(struct conf_ctx *x)
 	const char *dev = c->verbs_device;
 	static const char *const keys[] = {
 		"verbs_device", "verbs_port", "verbs_gid_index",
-		"verbs_qp_depth", "verbs_inline",
+		"verbs_qp_depth", "verbs_inline", "verbs_write_scope",
+		"verbs_flush_timeout_ms",
 	};
 
 	if (c->transport != KVD_TRANSPORT_VERBS) {
@@ -791,6 +798,8 @@ static int conf_validate_verbs(struct conf_ctx *x)
 		differs[2] = c->verbs_gid_index != d->verbs_gid_index;
 		differs[3] = c->verbs_qp_depth != d->verbs_qp_depth;
 		differs[4] = c->verbs_inline != d->verbs_inline;
+		differs[5] = c->verbs_write_scope != d->verbs_write_scope;
+		differs[6] = c->verbs_flush_timeout_ms != d->verbs_flush_timeout_ms;
 		free(d);
 		for (size_t i = 0; i < KVD_ARRAY_SIZE(keys); i++) {
 			int l = line_of(x, "transfer", keys[i]);

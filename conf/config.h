@@ -20,6 +20,8 @@
 enum kvd_role { KVD_ROLE_PREFILL, KVD_ROLE_DECODE, KVD_ROLE_STANDALONE };
 enum kvd_cap_policy { KVD_CAP_REFUSE, KVD_CAP_CLAMP };
 enum kvd_transport { KVD_TRANSPORT_TCP, KVD_TRANSPORT_VERBS };
+/* transfer.verbs_write_scope */
+enum kvd_verbs_scope { KVD_VERBS_SCOPE_AUTO, KVD_VERBS_SCOPE_MW, KVD_VERBS_SCOPE_MR };
 
 struct kvd_config {
 	/* [node] */
@@ -90,6 +92,8 @@ struct kvd_config {
 	uint32_t verbs_gid_index;     /* GID table index (RoCE) */
 	uint32_t verbs_qp_depth;      /* outstanding send WRs per QP */
 	uint32_t verbs_inline;        /* bytes a WR may carry inline */
+	enum kvd_verbs_scope verbs_write_scope;
+	uint32_t verbs_flush_timeout_ms; /* flush drain bound after a lost link */
 	/* [admin] */
 	char admin_socket[256];
 	uint32_t admin_mode;          /* octal file mode of the socket */

@@ -50,7 +50,7 @@ static int admin_code_of(int r)
 static void pack_capacity(msgpack_packer *pk, struct kvd_daemon *d,
 			  const struct kvd_capacity *cap)
 {
-	msgpack_pack_map(pk, 16);
+	msgpack_pack_map(pk, 17);
 	frame_pack_kv_u64(pk, "pool_tokens", cap->pool_tokens);
 	frame_pack_kv_u64(pk, "pages", cap->pages);
 	frame_pack_kv_u64(pk, "page_tokens", cap->page_tokens);
@@ -71,6 +71,7 @@ static void pack_capacity(msgpack_packer *pk, struct kvd_daemon *d,
 	frame_pack_kv_str(pk, "verbs_device",
 			  d->cfg.transport == KVD_TRANSPORT_VERBS ?
 			  d->cfg.verbs_device : "");
+	frame_pack_kv_str(pk, "verbs_write_scope", d->verbs_write_scope);
 }
 
 static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
@@ -95,7 +96,7 @@ static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
 
 static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 {
-	msgpack_pack_map(pk, 10);
+	msgpack_pack_map(pk, 11);
 	frame_pack_kv_u64(pk, "admitted", k->admitted);
 	frame_pack_str(pk, "rejected");
 	msgpack_pack_map(pk, KVD_REJECT__N);
@@ -106,6 +107,7 @@ static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 	frame_pack_kv_u64(pk, "failed", k->failed);
 	frame_pack_kv_u64(pk, "integrity_failures", k->integrity_failures);
 	frame_pack_kv_u64(pk, "peer_auth_failures", k->peer_auth_failures);
+	frame_pack_kv_u64(pk, "verbs_flush_timeouts", k->verbs_flush_timeouts);
 	frame_pack_kv_u64(pk, "checksum_ns", k->checksum_ns);
 	frame_pack_kv_u64(pk, "release_timeouts", k->release_timeouts);
 	frame_pack_kv_u64(pk, "drain_aborts", k->drain_aborts);

@@ -403,7 +403,7 @@ static void print_json_line(const msgpack_object *o)
 
 static void print_capacity(const msgpack_object *c, const char *indent)
 {
-	char v[32], pol[16], sha[80], dt[16], tr[16], dev[256];
+	char v[32], pol[16], sha[80], dt[16], tr[16], dev[256], ws[32];
 
 	printf("%sverdict     %s (policy %s)\n", indent,
 	       fs(c, "verdict", v, sizeof(v)), fs(c, "policy", pol, sizeof(pol)));
@@ -423,7 +423,11 @@ static void print_capacity(const msgpack_object *c, const char *indent)
 	fs(c, "verbs_device", dev, sizeof(dev));
 	if (!strcmp(dev, "?"))
 		dev[0] = '\0';
-	printf("%stransport   %s%s%s\n", indent, tr, dev[0] ? " on " : "", dev);
+	fs(c, "verbs_write_scope", ws, sizeof(ws));
+	if (!strcmp(ws, "?"))
+		ws[0] = '\0';
+	printf("%stransport   %s%s%s%s%s\n", indent, tr, dev[0] ? " on " : "", dev,
+	       ws[0] ? ", write scope " : "", ws);
 }
 
 /* ---- subcommands ------------------------------------------------------------- */

@@ -59,6 +59,8 @@ struct kvd_counters {
 	uint64_t failed;
 	uint64_t integrity_failures;
 	uint64_t peer_auth_failures;  /* proofs, tokens, sealed frames refused */
+	uint64_t verbs_flush_timeouts; /* verbs links whose flush never came
+					* (their pages quarantined) */
 	uint64_t checksum_ns;         /* time spent checksumming KV batches */
 	uint64_t release_timeouts;    /* prefill: pages released without ack */
 	uint64_t drain_aborts;        /* requests aborted at the drain deadline */
@@ -100,6 +102,9 @@ struct kvd_daemon {
 	struct gguf_file *model;
 	struct llama_hparams hp;
 	char model_sha256[65];
+	/* transfer.transport = verbs: the write scope decode uses
+	 * (memory_windows, per_request_mr), resolved at boot; "" on tcp */
+	char verbs_write_scope[24];
 	/* The chat prompt format, resolved once at boot (model.chat_template,
 	 * or the GGUF's tokenizer.chat_template recognized by gpu/chat.h):
 	 * CHAT_NONE when neither gives one; chat requests are then refused

@@ -694,29 +694,25 @@ static bool decode_place_local(struct serve_req *r, const struct link *p)
 
 /* verbs: grant p write access to r's prefix pages (net/verbs_scope.h)
  * and fill *m with the verbs_scope that tells it where (m->runs
- * malloc'd; n_runs 0 on tcp). 0, or why not (nothing granted). */
+ * malloc'd; n_runs 0 on tcp, or while memory windows are being bound:
+ * decode_scope_live sends it once they are). 0, or why not (nothing
+ * granted). */
 static int decode_verbs_grant(struct serve_req *r, struct link *p,
 			      struct proto_peer_msg *m)
 {
-	uint32_t *pages;
+	bool live = false;
 	int rc;
 
 	*m = (struct proto_peer_msg){ .type = PEER_MSG_VERBS_SCOPE, .id = r->reg.id };
 	if (!p->data || !transport_is_verbs(p->data))
 		return 0;
-	pages = calloc(r->n_prefix, sizeof(*pages));
 	m->runs = calloc(VERBS_SCOPE_RUNS_MAX, sizeof(*m->runs));
-	if (!pages || !m->runs) {
-		free(pages);
-		free(m->runs);
-		m->runs = NULL;
+	if (!m->runs)
 		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < r->n_prefix; i++)
-		pages[i] = r->table[i].page;
-	rc = transport_verbs_grant(p->data, r->reg.id, pages, r->n_prefix,
-				   m->runs, &m->n_runs);
-	free(pages);
+	rc = transport_verbs_grant(p->data, r->reg.id, r->table, r->n_prefix,
+				   m->runs, &m->n_runs, &live);
+	if (!rc && !live)
+		m->n_runs = 0;
 	if (rc) {
 		free(m->runs);
 		m->runs = NULL;
@@ -1093,6 +1089,61 @@ static void decode_on_msg(struct link *p, struct proto_peer_msg *m)
 
 /* ---- the link's callbacks -------------------------------------------------- */
 
+/* link_ops.scope_live (verbs, memory windows): the binds of r's scope
+ * completed, so prefill may be told where to write - or one failed, and
+ * r fails with a typed error (the link is lost right after, and its
+ * flush drain ends whatever the windows could still let in). */
+static void decode_scope_live(struct link *p, uint64_t id, const struct proto_peer_run *runs,
+			      uint32_t n_runs, int status)
+{
+	struct serve_req *r = decode_req_of(p, id);
+	struct proto_peer_msg m = { .type = PEER_MSG_VERBS_SCOPE, .id = id };
+
+	if (!r || r->state != DRS_TRANSFER)
+		return;
+	if (status) {
+		dreq_fail(r, PROTO_ERR_INTERNAL,
+			  "cannot grant the peer RDMA write access to this request's pages (a memory window bind failed)");
+		return;
+	}
+	m.runs = (struct proto_peer_run *)runs;
+	m.n_runs = n_runs;
+	if (serve__link_send(p, &m)) {
+		dreq_fail(r, PROTO_ERR_INTERNAL, "cannot send the verbs_scope");
+		serve__dreq_event(r, DEV_TIMEOUT);
+		return;
+	}
+	KVLOG_DEBUG(p->s->log, "verbs_scope_live", "id=%llu tenant=%s runs=%u",
+		    (unsigned long long)id, KVLOG_Q(r->tenant), n_runs);
+}
+
+/* link_ops.req_flush_lost: the QP's flush never came, so the peer may
+ * still write r's prefix: it never goes back to the free list. */
+static void decode_req_flush_lost(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	struct kvpool_page_info pi;
+	int rc;
+
+	if (r->pages_held) {
+		dreq_quarantine(r, "verbs_flush_timeout");
+		return;
+	}
+	if (!r->fenced)
+		return;   /* its pages left with nothing that could write them */
+	if (r->n_prefix && !kvpool_page_info(s->d->pool, r->table[0].page, &pi) &&
+	    pi.state == KVPAGE_QUARANTINED && pi.owner == r->reg.id &&
+	    pi.gen == r->table[0].gen)
+		return;   /* the transport quarantined them (its scope) */
+	rc = kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_prefix);
+	if (rc)
+		KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=quarantine code=%d pages=%u msg=\"left fenced\"",
+			  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), rc, r->n_prefix);
+	else
+		KVLOG_WARN(s->log, "pages_quarantined", "id=%llu tenant=%s pages=%u reason=verbs_flush_timeout",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_prefix);
+}
+
 /* link_ops.req_lost: both connections to r's peer are torn down; a
  * transfer fails with code and msg, and since nothing can write for it
  * any more, its pages are unfenced (LINK_LOST). */
@@ -1111,6 +1162,8 @@ static const struct link_ops decode_link_ops = {
 	.on_msg = decode_on_msg,
 	.req_lost = decode_req_lost,
 	.rx_batch = decode_rx_batch,
+	.scope_live = decode_scope_live,
+	.req_flush_lost = decode_req_flush_lost,
 };
 
 /* Decode dials every peers.prefill address (link.c keeps them up). */

@@ -322,6 +322,15 @@ static void link_rx_credit(void *arg, uint64_t consumed)
 	(void)serve__link_send(l, &m);
 }
 
+static void link_scope_live(void *arg, uint64_t id, const struct proto_peer_run *runs,
+			    uint32_t n_runs, int status)
+{
+	struct link *l = arg;
+
+	if (l->ops->scope_live)
+		l->ops->scope_live(l, id, runs, n_runs, status);
+}
+
 static void link_data_closed(void *arg, int status)
 {
 	struct link *l = arg;
@@ -375,6 +384,7 @@ static int link_transport_new(struct link *l)
 		tc.recv.batch = link_rx_batch;
 		tc.recv.bad_batch = link_rx_bad;
 		tc.recv.credit = link_rx_credit;
+		tc.recv.scope_live = link_scope_live;
 	}
 	tc.recv_arg = l;
 	if (c->transport == KVD_TRANSPORT_VERBS) {
@@ -384,6 +394,8 @@ static int link_transport_new(struct link *l)
 		tc.verbs_qp_depth = c->verbs_qp_depth;
 		tc.verbs_inline = c->verbs_inline;
 		tc.verbs_stats = &s->d->counters.verbs;
+		tc.verbs_write_scope = (uint32_t)c->verbs_write_scope;
+		tc.verbs_flush_timeout_ms = c->verbs_flush_timeout_ms;
 		rc = transport_verbs_new(&l->data, &s->d->loop, &tc, why, sizeof(why));
 		if (rc) {
 			KVLOG_ERR(s->log, "transport_unavailable",
@@ -1153,10 +1165,26 @@ static void link_handle_closed(uv_handle_t *h)
 	link_closed_one(h->data);
 }
 
+/* verbs: the flush never came: every request's pages a peer could still
+ * write are quarantined before the walk (which then unfences nothing
+ * back to the free list). Counted once per link. */
+static void link_flush_lost(struct link *l)
+{
+	struct kvd_list *e;
+
+	l->s->d->counters.verbs_flush_timeouts++;
+	if (!l->ops->req_flush_lost)
+		return;
+	kvd_list_for_each(e, &l->reqs)
+		l->ops->req_flush_lost(kvd_list_entry(e, struct serve_req, link_node));
+}
+
 static void link_transport_closed(struct transport *t)
 {
 	struct link *l = t->data;
 
+	if (transport_verbs_flush_timed_out(t))
+		link_flush_lost(l);
 	t->ops->free(t);
 	if (l->walk_deferred) {
 		l->walk_deferred = false;

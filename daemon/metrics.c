@@ -490,6 +490,9 @@ static void render_counters(struct text *t, struct kvd_daemon *d)
 	one_u(t, "kvd_peer_auth_failures_total", "counter",
 	      "Peer proofs, data tokens and sealed frames refused.",
 	      k->peer_auth_failures);
+	one_u(t, "kvd_verbs_flush_timeouts_total", "counter",
+	      "Decode, RDMA: links whose queue pair never delivered its flush completions within transfer.verbs_flush_timeout_ms (their requests' pages quarantined until restart).",
+	      k->verbs_flush_timeouts);
 	one_u(t, "kvd_kv_release_timeouts_total", "counter",
 	      "Prefill: pages released without the peer's acknowledgement.",
 	      k->release_timeouts);

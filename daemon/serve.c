@@ -307,7 +307,9 @@ static int serve_check_transport(struct serve *s)
 				    .verbs_port = s->d->cfg.verbs_port,
 				    .verbs_gid_index = s->d->cfg.verbs_gid_index,
 				    .verbs_qp_depth = s->d->cfg.verbs_qp_depth,
-				    .verbs_inline = s->d->cfg.verbs_inline };
+				    .verbs_inline = s->d->cfg.verbs_inline,
+				    .verbs_write_scope = (uint32_t)s->d->cfg.verbs_write_scope,
+				    .verbs_flush_timeout_ms = s->d->cfg.verbs_flush_timeout_ms };
 	struct transport *t = NULL;
 	char why[400] = "", fig[300];
 	int r;
@@ -321,9 +323,12 @@ static int serve_check_transport(struct serve *s)
 		return r < 0 ? r : -EINVAL;
 	}
 	transport_verbs_figures(t, fig, sizeof(fig));
+	snprintf(s->d->verbs_write_scope, sizeof(s->d->verbs_write_scope), "%s",
+		 transport_verbs_scope_mode(t));
 	t->ops->free(t);
-	KVLOG_INFO(s->log, "transport", "transport=verbs %s qp_depth=%u inline=%u msg=\"the real-device path has not run on RDMA hardware\"",
-		   fig, s->d->cfg.verbs_qp_depth, s->d->cfg.verbs_inline);
+	KVLOG_INFO(s->log, "transport", "transport=verbs %s qp_depth=%u inline=%u flush_timeout_ms=%u msg=\"the real-device path has not run on RDMA hardware\"",
+		   fig, s->d->cfg.verbs_qp_depth, s->d->cfg.verbs_inline,
+		   s->d->cfg.verbs_flush_timeout_ms);
 	return 0;
 }
 

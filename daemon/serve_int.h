@@ -287,6 +287,16 @@ struct link_ops {
 	/* dial: a batch that passed the transport's checks */
 	void (*rx_batch)(struct link *l, const struct xfer_hdr *h,
 			 const uint8_t *batch);
+	/* dial, verbs with memory windows: request id's write scope is live
+	 * (status 0: runs go to the peer in verbs_scope now) or its bind
+	 * failed (status < 0; the link is lost right after) */
+	void (*scope_live)(struct link *l, uint64_t id, const struct proto_peer_run *runs,
+			   uint32_t n_runs, int status);
+	/* dial, verbs: the link's flush completions never came within
+	 * transfer.verbs_flush_timeout_ms: r, one of its requests, must
+	 * quarantine the pages a peer could still write (before its
+	 * LINK_LOST step, which then unfences nothing back to the pool) */
+	void (*req_flush_lost)(struct serve_req *r);
 };
 
 /* One peer link: a control connection (framed, sealed once proved,

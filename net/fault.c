@@ -39,6 +39,8 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_VERBS_OUTSIDE_SCOPE] = "verbs_outside_scope",
 	[KVD_FAULT_VERBS_FLOOD] = "verbs_flood",
 	[KVD_FAULT_VERBS_LIE_CREDIT] = "verbs_lie_credit",
+	[KVD_FAULT_VERBS_WRITE_BESIDE] = "verbs_write_beside",
+	[KVD_FAULT_VERBS_BIND_FAIL] = "verbs_bind_fail",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

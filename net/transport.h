@@ -51,6 +51,7 @@ enum {
 };
 
 struct transport;
+struct proto_peer_run;
 
 typedef void (*transport_sent_cb)(void *arg, int status);
 
@@ -82,6 +83,13 @@ struct transport_recv {
 	/* verbs receiver: `consumed` mailbox batches copied out so far on
 	 * this link (a running count); the owner sends it as verbs_credit */
 	void (*credit)(void *arg, uint64_t consumed);
+	/* verbs receiver, memory windows: the binds of request id's scope
+	 * completed (status 0: runs are what verbs_scope carries, send it
+	 * now) or one failed (status < 0: the transport reports closed()
+	 * right after; the request must not be written). Only for a grant
+	 * that returned *live = false, at most once, never after a revoke. */
+	void (*scope_live)(void *arg, uint64_t id, const struct proto_peer_run *runs,
+			   uint32_t n_runs, int status);
 };
 
 struct transport_cfg {
@@ -112,6 +120,11 @@ struct transport_cfg {
 	uint32_t verbs_qp_depth;
 	uint32_t verbs_inline;
 	struct transport_verbs_stats *verbs_stats;  /* may be NULL */
+	/* receiver: 0 auto (windows where the device has them), 1 windows,
+	 * 2 per-request registrations (enum kvd_verbs_scope's order); how
+	 * long close waits for the flush completions (0: 5000 ms) */
+	uint32_t verbs_write_scope;
+	uint32_t verbs_flush_timeout_ms;
 };
 
 struct transport_ops {
@@ -194,15 +207,34 @@ int transport_verbs_connect(struct transport *t, const struct proto_peer_verbs_q
 /* Sender: the receiver's mailbox (verbs_scope id 0), once. */
 int transport_verbs_set_mailbox(struct transport *t, const struct proto_peer_run *runs,
 				uint32_t n_runs, char *why, size_t why_size);
-/* Receiver: grant the peer write access to exactly pages[0..n) for
- * request id; runs (room for VERBS_SCOPE_RUNS_MAX) and *n_runs are what
- * verbs_scope carries. VERBS_SCOPE_E_* (net/verbs_scope.h) or -errno. */
-int transport_verbs_grant(struct transport *t, uint64_t id, const uint32_t *pages,
-			  uint32_t n, struct proto_peer_run *runs, uint32_t *n_runs);
-/* Receiver: take request id's scope back; the NIC refuses the peer's
- * writes to those pages once it returns (per-request registrations).
- * Nothing granted: nothing to do. */
+/* Receiver: grant the peer write access to exactly table[0..n) (pages
+ * request id owns in the pool) for request id. *live true (per-request
+ * registrations): runs (room for VERBS_SCOPE_RUNS_MAX) and *n_runs are
+ * what verbs_scope carries, send it now. *live false (windows): binds
+ * are posted; recv.scope_live says when they completed - verbs_scope
+ * must not be sent before. VERBS_SCOPE_E_* (net/verbs_scope.h) or
+ * -errno: nothing granted. */
+int transport_verbs_grant(struct transport *t, uint64_t id,
+			  const struct kvpool_ref *table, uint32_t n,
+			  struct proto_peer_run *runs, uint32_t *n_runs, bool *live);
+/* Receiver: take request id's scope back, before its pages change hands
+ * (called while id still owns them). Registrations: the NIC refuses the
+ * peer's writes once it returns. Windows: the invalidations are posted
+ * and the transport holds one fence on each page of the scope
+ * (kvpool_fence) until their completions came - or, after a lost link,
+ * until the flush completions were drained - so a page leaves for the
+ * free list only once the NIC refuses writes to it. Nothing granted:
+ * nothing to do. */
 void transport_verbs_revoke(struct transport *t, uint64_t id);
+/* After close's callback: whether the flush completions never came
+ * within verbs_flush_timeout_ms (the QP was destroyed without them and
+ * the pages the transport fenced were quarantined, not unfenced): the
+ * owner must quarantine, never unfence, what that link's requests
+ * hold. */
+bool transport_verbs_flush_timed_out(const struct transport *t);
+/* Receiver: the write scope in use ("memory_windows" or
+ * "per_request_mr"). */
+const char *transport_verbs_scope_mode(const struct transport *t);
 /* Sender: the runs decode granted for request id, already checked by
  * the owner against the request's pages (net/verbs_target.h); batches
  * of id wait for them. */

@@ -15,13 +15,21 @@
  * link.c) exchanges verbs_qp messages on the authenticated control link
  * and calls transport_verbs_connect() with the peer's.
  *
- * Decode (the receiver) registers its pool once (net/verbs_scope.h, per-
- * request registrations: a scope is live at grant and dead at revoke,
- * both synchronous) and a *mailbox* of VT_SLOTS slots, each room for one
+ * Decode (the receiver) registers its pool once (net/verbs_scope.h;
+ * ranges a resize added on their first use) and a *mailbox* of VT_SLOTS slots, each room for one
  * batch's header, entries and MAC, the only memory prefill may write
  * outside a request's scope; it posts one receive per slot and names the
  * mailbox in a verbs_scope with id 0. Per request, grant() returns the
- * runs decode sends in verbs_scope and revoke() takes them back.
+ * runs decode sends in verbs_scope and revoke() takes them back. The
+ * write scope (transfer.verbs_write_scope) is per-request registrations
+ * (live at grant, dead at revoke, both synchronous) or type-2 memory
+ * windows bound on our QP: live when the binds completed (recv.scope_live
+ * says so; decode's only send WRs are binds and invalidations, wr_id the
+ * request id), dead when the invalidations completed - until then the
+ * transport holds a fence on each page of the scope (kvpool_fence), so
+ * no page reaches the free list while the NIC could still place a write
+ * in it. A failed bind or invalidation ends the data path; the drain
+ * (below) then ends every scope.
  *
  * Prefill (the sender) copies a batch's source pages into a registered
  * staging slot, writes each page's destination tag there, builds the
@@ -53,7 +61,10 @@
  * completions of every outstanding WR (sends and posted receives) have
  * been drained: only then does close's callback fire, so the owner may
  * treat it as "nothing more can land" (the Spin model's rule); pending
- * send callbacks fire with -ECANCELED first.
+ * send callbacks fire with -ECANCELED first. The wait is bounded by
+ * transfer.verbs_flush_timeout_ms: past it the QP is destroyed, the
+ * scope pages still fenced are quarantined (a timer never unfences), and
+ * transport_verbs_flush_timed_out() tells the owner to quarantine too.
  *
  * Flow: mailbox credits. The k-th batch on a link (from 0) goes into
  * mailbox slot k mod VT_SLOTS, and prefill may stage it only while fewer
@@ -99,6 +110,7 @@
 
 #define VT_SLOTS 4u                 /* mailbox / staging slots */
 #define VT_RECV_BIT (1ull << 63)    /* wr_id of a receive */
+#define VT_WINDOWS_MAX 4096u        /* type-2 windows per link (decode) */
 
 struct vt_wr {
 	uint64_t laddr;
@@ -130,6 +142,11 @@ struct vt_scope {
 	struct kvd_list node;
 	uint64_t id;
 	struct verbs_scope sc;          /* decode */
+	struct kvpool_ref *refs;        /* decode: the pages (n_refs), owner id */
+	uint32_t n_refs;
+	bool revoked;                   /* decode: the owner let go of it */
+	bool fenced;                    /* decode: we hold a fence on refs */
+	bool live_told;                 /* decode: scope_live was called */
 	struct proto_peer_run *runs;    /* prefill (n_runs) */
 	uint32_t n_runs;
 };
@@ -156,6 +173,10 @@ struct vt {
 	uint32_t n_held;
 	struct transport_verbs_stats stats_local;
 	struct transport_verbs_stats *stats;
+	/* close: the bound on the wait for the flush completions */
+	uv_timer_t flush_timer;
+	bool flush_timer_on;
+	bool flush_timed_out;           /* never drained: quarantine, never unfence */
 	uint32_t depth;                 /* send WRs outstanding at most */
 	uint32_t outstanding;           /* send WRs posted, not completed */
 	uint32_t recv_posted;
@@ -374,6 +395,29 @@ static uint64_t vt_fault_outside_scope(struct vt *vt, const struct vt_scope *sc,
 	return addr;
 }
 
+/* Fault point verbs_write_beside (a lying prefill): the batch's first
+ * page goes to the page just past the granted run that holds it, with
+ * that run's key - a page of decode's pool this request was not given.
+ * Decode's NIC must refuse it (remote access error): nothing lands. */
+static void vt_fault_beside(struct vt *vt, const struct vt_scope *sc, uint32_t page,
+			    uint64_t *addr, uint64_t request_id)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+
+	for (uint32_t i = 0; i < sc->n_runs; i++) {
+		const struct proto_peer_run *run = &sc->runs[i];
+
+		if (page < run->first_page || page - run->first_page >= run->n_pages)
+			continue;
+		if (!kvd_fault_fire(c->fault, KVD_FAULT_VERBS_WRITE_BESIDE))
+			return;
+		*addr = run->addr + (uint64_t)run->n_pages * c->page_bytes;
+		KVLOG_WARN(c->log, "fault", "point=verbs_write_beside request=%llu page=%u beside=%u",
+			   (unsigned long long)request_id, page, run->first_page + run->n_pages);
+		return;
+	}
+}
+
 /* Stage b in a free slot: pages copied, destination tags, header,
  * entries, MAC; then its WR list. 0, 1 (must wait), or -errno (b failed). */
 static int vt_stage(struct vt *vt, struct vt_batch *b)
@@ -475,6 +519,8 @@ static int vt_stage(struct vt *vt, struct vt_batch *b)
 			r = -EINVAL;
 			goto fail;
 		}
+		if (i == 0)
+			vt_fault_beside(vt, sc, dst_page, &addr, b->id);
 		k = verbs_extent_page(g, tokens, ex, ex_max);
 		if (k <= 0) {
 			r = -EINVAL;
@@ -793,6 +839,10 @@ static bool vt_slot_credited(struct vt *vt, const struct verbs_wc *wc)
 }
 
 static void vt_release(struct vt *vt);
+static void vt_scope_wc(struct vt *vt, const struct verbs_wc *wc);
+static void vt_scope_free(struct vt_scope *s);
+static void vt_scope_unfence(struct vt *vt, struct vt_scope *s);
+static void vt_scope_quarantine(struct vt *vt, struct vt_scope *s);
 
 static void vt_one_closed(struct vt *vt)
 {
@@ -818,11 +868,13 @@ static void vt_finish(struct vt *vt)
 	if (vt->finished)
 		return;
 	vt->finished = true;
-	vt->closes_left = 1 + vt->poller_on + vt->hold_timer_on;
+	vt->closes_left = 1 + vt->poller_on + vt->hold_timer_on + vt->flush_timer_on;
 	if (vt->poller_on)
 		verbs_poller_close(&vt->poller, vt_poller_closed);
 	if (vt->hold_timer_on)
 		uv_close((uv_handle_t *)&vt->hold_timer, vt_timer_closed);
+	if (vt->flush_timer_on)
+		uv_close((uv_handle_t *)&vt->flush_timer, vt_timer_closed);
 	vt_one_closed(vt);
 }
 
@@ -924,7 +976,10 @@ static void vt_on_wc(void *arg, const struct verbs_wc *wc)
 		vt_report_closed(vt, -EIO);
 		return;
 	}
-	vt_send_wc(vt, wc);
+	if (vt->receiver)
+		vt_scope_wc(vt, wc);    /* a bind or an invalidation */
+	else
+		vt_send_wc(vt, wc);
 	vt_drained_check(vt);
 }
 
@@ -941,9 +996,12 @@ static void vt_release(struct vt *vt)
 
 		if (vt->region_on)
 			verbs_scope_qp_gone(&vt->region, &s->sc);
+		/* the flush is drained: nothing more lands through it - unless
+		 * it never came, and then the pages stay quarantined */
+		if (!vt->flush_timed_out)
+			vt_scope_unfence(vt, s);
 		kvd_list_del(&s->node);
-		free(s->runs);
-		free(s);
+		vt_scope_free(s);
 	}
 	if (vt->emu && vt->ctx && vt->poller_on) {
 		struct verbs_emu_stats st;
@@ -979,6 +1037,57 @@ static void vt_release(struct vt *vt)
 		vt->closed_cb(&vt->base);
 }
 
+/* The flush completions did not come (or cannot): nothing proves the
+ * NIC will not place a write any more, so the pages the transport holds
+ * fenced are quarantined (never freed before a restart), the owner is
+ * told (transport_verbs_flush_timed_out) to do the same with its
+ * requests' pages, and the QP is destroyed. A timer never unfences. */
+static void vt_flush_give_up(struct vt *vt, const char *why)
+{
+	struct kvd_list *e;
+	uint32_t pages = 0;
+
+	if (vt->finished)
+		return;
+	vt->flush_timed_out = true;
+	kvd_list_for_each(e, &vt->scopes) {
+		struct vt_scope *s = kvd_list_entry(e, struct vt_scope, node);
+
+		if (s->fenced) {
+			vt_scope_quarantine(vt, s);
+			pages += s->n_refs;
+		}
+	}
+	KVLOG_ERR(vt->base.cfg.log, "verbs_flush_timeout",
+		  "side=%s sends_unflushed=%u receives_unflushed=%u timeout_ms=%u scope_pages_quarantined=%u msg=%s",
+		  vt->receiver ? "receiver" : "sender", vt->outstanding, vt->recv_posted,
+		  vt->base.cfg.verbs_flush_timeout_ms ? vt->base.cfg.verbs_flush_timeout_ms : 5000,
+		  pages, KVLOG_Q(why));
+	vt->outstanding = vt->recv_posted = 0;
+	vt_finish(vt);
+}
+
+static void vt_flush_timer_cb(uv_timer_t *t)
+{
+	vt_flush_give_up(t->data, "the queue pair's flush completions did not come within transfer.verbs_flush_timeout_ms");
+}
+
+static void vt_flush_timer_start(struct vt *vt)
+{
+	uint32_t ms = vt->base.cfg.verbs_flush_timeout_ms ? vt->base.cfg.verbs_flush_timeout_ms
+							  : 5000;
+
+	if (vt->finished || vt->flush_timer_on || !vt->loop)
+		return;
+	if (uv_timer_init(vt->loop, &vt->flush_timer)) {
+		vt_flush_give_up(vt, "no timer to bound the flush wait");
+		return;
+	}
+	vt->flush_timer.data = vt;
+	vt->flush_timer_on = true;
+	uv_timer_start(&vt->flush_timer, vt_flush_timer_cb, ms, 0);
+}
+
 static void vt_close(struct transport *t, void (*closed)(struct transport *t))
 {
 	struct vt *vt = to_vt(t);
@@ -988,28 +1097,36 @@ static void vt_close(struct transport *t, void (*closed)(struct transport *t))
 	vt->closing = true;
 	vt->closed_reported = true;   /* the owner asked: no closed() call */
 	vt->closed_cb = closed;
-	/* Every scope is revoked first (registrations: dead at once); then
-	 * the QP goes to the error state, and close completes once every
-	 * WR it held has flushed: a write being placed when it went to
-	 * error has landed by then. */
+	/* Every registration scope is revoked first (dead at once; windows
+	 * die with the QP's error state); then the QP goes to the error
+	 * state, and close completes once every WR it held has flushed: a
+	 * write being placed when it went to error has landed by then. */
 	{
 		struct kvd_list *e;
 
 		kvd_list_for_each(e, &vt->scopes) {
 			struct vt_scope *s = kvd_list_entry(e, struct vt_scope, node);
 
-			if (vt->region_on && s->sc.state == VERBS_SCOPE_LIVE)
+			if (vt->region_on && vt->region.mode == VERBS_SCOPE_MR &&
+			    s->sc.state == VERBS_SCOPE_LIVE)
 				(void)verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);
 		}
 	}
-	if (!vt->rc_open || !vt->poller_on || vt->v->qp_err(vt->rc.qp)) {
+	if (!vt->rc_open || !vt->poller_on) {
 		vt->outstanding = vt->recv_posted = 0;
 		vt_finish(vt);
+		return;
+	}
+	if (vt->v->qp_err(vt->rc.qp)) {
+		/* no error state, so no proof that nothing lands: as if the
+		 * flush never came */
+		vt_flush_give_up(vt, "the device refused the error state");
 		return;
 	}
 	if (vt->emu)
 		verbs_emu_pump(vt->ctx);
 	vt_drained_check(vt);
+	vt_flush_timer_start(vt);
 }
 
 static uint32_t vt_pending(const struct transport *t)
@@ -1154,41 +1271,308 @@ int transport_verbs_credit(struct transport *t, uint64_t consumed, char *why,
 	return 0;
 }
 
-int transport_verbs_grant(struct transport *t, uint64_t id, const uint32_t *pages,
-			  uint32_t n, struct proto_peer_run *runs, uint32_t *n_runs)
-{
-	struct vt *vt = to_vt(t);
-	struct vt_scope *s;
-	int r;
+/* ---- decode's write scopes ------------------------------------------------- */
 
-	if (!vt->receiver || !vt->connected || vt->closing || vt->dead)
-		return TRANSPORT_E_CLOSED;
-	if (vt_scope_find(vt, id))
-		return VERBS_SCOPE_E_STATE;
-	/* only pages still where the region registered them (a pool that
-	 * shrank and grew again may have moved a chunk) */
-	for (uint32_t i = 0; i < n; i++)
-		if (pages[i] >= vt->region.n_pages ||
-		    (uint8_t *)kvpool_page_addr(vt->base.cfg.pool, pages[i]) !=
-		    vt->region.base + (uint64_t)pages[i] * vt->region.page_bytes)
-			return VERBS_SCOPE_E_RANGE;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->id = id;
-	r = verbs_scope_grant(&vt->region, vt->rc.qp, &s->sc, pages, n, id);
-	if (r) {
-		free(s);
-		return r;
+/* transfer.verbs_write_scope against what the device has: auto takes
+ * windows where it supports them. */
+static enum verbs_scope_mode vt_scope_mode(const struct vt *vt)
+{
+	switch (vt->base.cfg.verbs_write_scope) {
+	case 1:
+		return VERBS_SCOPE_WINDOWS;
+	case 2:
+		return VERBS_SCOPE_MR;
+	default:
+		return vt->attr.mw_type2 ? VERBS_SCOPE_WINDOWS : VERBS_SCOPE_MR;
 	}
-	kvd_list_add_tail(&vt->scopes, &s->node);
+}
+
+static void vt_scope_free(struct vt_scope *s)
+{
+	free(s->refs);
+	free(s->runs);
+	free(s);
+}
+
+static void vt_scope_runs(const struct vt_scope *s, struct proto_peer_run *runs,
+			  uint32_t *n_runs)
+{
 	*n_runs = s->sc.n_runs;
 	for (uint32_t i = 0; i < s->sc.n_runs; i++)
 		runs[i] = (struct proto_peer_run){
 			.first_page = s->sc.runs[i].first_page,
 			.n_pages = s->sc.runs[i].n_pages,
 			.addr = s->sc.runs[i].addr, .rkey = s->sc.runs[i].rkey };
+}
+
+/* The NIC refuses writes through s now (its invalidations completed, or
+ * the QP's flush was drained): the fence revoke took goes. */
+static void vt_scope_unfence(struct vt *vt, struct vt_scope *s)
+{
+	int rc;
+
+	if (!s->fenced)
+		return;
+	s->fenced = false;
+	rc = kvpool_unfence(vt->base.cfg.pool, s->id, s->refs, s->n_refs);
+	if (rc)
+		KVLOG_ERR(vt->base.cfg.log, "invariant_breach",
+			  "id=%llu op=scope_unfence code=%d pages=%u",
+			  (unsigned long long)s->id, rc, s->n_refs);
+}
+
+/* The flush never came: s's pages never go back to the free list (the
+ * fence stays too). */
+static void vt_scope_quarantine(struct vt *vt, struct vt_scope *s)
+{
+	int rc = kvpool_quarantine(vt->base.cfg.pool, s->id, s->refs, s->n_refs);
+
+	if (rc)
+		KVLOG_ERR(vt->base.cfg.log, "invariant_breach",
+			  "id=%llu op=scope_quarantine code=%d pages=%u msg=\"left fenced\"",
+			  (unsigned long long)s->id, rc, s->n_refs);
+	else
+		KVLOG_WARN(vt->base.cfg.log, "pages_quarantined",
+			   "id=%llu pages=%u reason=verbs_flush_timeout",
+			   (unsigned long long)s->id, s->n_refs);
+}
+
+/* A bind or an invalidation failed: the windows' state on the device is
+ * unknown, so the QP goes (the owner sees closed(); the pages revoke
+ * fenced stay so until the flush is drained). */
+static void vt_scope_broken(struct vt *vt, struct vt_scope *s, const char *op,
+			    int code)
+{
+	KVLOG_WARN(vt->base.cfg.log, "verbs_scope_failed", "id=%llu op=%s code=%d",
+		   (unsigned long long)s->id, op, code);
+	if (!s->revoked && !s->live_told && vt->base.cfg.recv.scope_live) {
+		s->live_told = true;
+		vt->base.cfg.recv.scope_live(vt->base.cfg.recv_arg, s->id, NULL, 0, -EIO);
+	}
+	vt->dead = true;
+	vt_report_closed(vt, -EIO);
+}
+
+/* A send completion on the receiver: a bind or an invalidation of the
+ * scope whose id is its wr_id. */
+static void vt_scope_wc(struct vt *vt, const struct verbs_wc *wc)
+{
+	struct vt_scope *s = vt_scope_find(vt, wc->wr_id);
+	enum verbs_scope_state before;
+	struct verbs_wc bad;
+
+	if (vt->outstanding)
+		vt->outstanding--;
+	if (!s || !vt->region_on)
+		return;
+	before = s->sc.state;
+	if (before == VERBS_SCOPE_BINDING && wc->status == VERBS_WC_SUCCESS &&
+	    kvd_fault_fire(vt->base.cfg.fault, KVD_FAULT_VERBS_BIND_FAIL)) {
+		/* fault point verbs_bind_fail: the device reports a bind
+		 * failed (its window's state unknown) */
+		KVLOG_WARN(vt->base.cfg.log, "fault", "point=verbs_bind_fail id=%llu",
+			   (unsigned long long)s->id);
+		bad = *wc;
+		bad.status = VERBS_WC_MW_BIND_ERR;
+		wc = &bad;
+	}
+	verbs_scope_on_wc(&vt->region, &s->sc, wc);
+	if (vt->closing)
+		return;   /* the drain ends every scope (vt_release) */
+	if (before == VERBS_SCOPE_BINDING && s->sc.state == VERBS_SCOPE_LIVE) {
+		struct proto_peer_run runs[VERBS_SCOPE_RUNS_MAX];
+		uint32_t n;
+
+		if (s->revoked || s->live_told || !vt->base.cfg.recv.scope_live)
+			return;
+		s->live_told = true;
+		vt_scope_runs(s, runs, &n);
+		vt->base.cfg.recv.scope_live(vt->base.cfg.recv_arg, s->id, runs, n, 0);
+	} else if (before == VERBS_SCOPE_REVOKING && s->sc.state == VERBS_SCOPE_DEAD) {
+		/* every invalidation completed: the NIC refuses the peer's
+		 * writes to these pages from here on */
+		vt_scope_unfence(vt, s);
+		kvd_list_del(&s->node);
+		vt_scope_free(s);
+	} else if (before != VERBS_SCOPE_BROKEN && s->sc.state == VERBS_SCOPE_BROKEN) {
+		vt_scope_broken(vt, s, before == VERBS_SCOPE_BINDING ? "bind" : "invalidate",
+				(int)wc->status);
+	}
+}
+
+/* Whether a scope of this link may still let a write into a page of the
+ * region's chunk that holds page. */
+static bool vt_chunk_in_use(struct vt *vt, uint32_t page)
+{
+	uint64_t lo = verbs_region_page_addr(&vt->region, page);
+	struct kvd_list *e;
+	uint32_t c_first = page, c_last = page;
+
+	/* the chunk's page span: pages whose registered address is
+	 * contiguous with page's (one chunk is one registration) */
+	while (c_first > 0 &&
+	       verbs_region_page_addr(&vt->region, c_first - 1) ==
+	       lo - (uint64_t)(page - c_first + 1) * vt->region.page_bytes)
+		c_first--;
+	while (c_last < UINT32_MAX - 1 &&
+	       verbs_region_page_addr(&vt->region, c_last + 1) ==
+	       lo + (uint64_t)(c_last + 1 - page) * vt->region.page_bytes)
+		c_last++;
+	kvd_list_for_each(e, &vt->scopes) {
+		const struct vt_scope *s = kvd_list_entry(e, struct vt_scope, node);
+
+		if (s->sc.state == VERBS_SCOPE_NONE || s->sc.state == VERBS_SCOPE_DEAD)
+			continue;
+		for (uint32_t i = 0; i < s->n_refs; i++)
+			if (s->refs[i].page >= c_first && s->refs[i].page <= c_last)
+				return true;
+	}
+	return false;
+}
+
+/* Make sure page is registered where the pool has it now: a range the
+ * pool added (kvctl pool resize) is registered on first use, its
+ * contiguous pages together; a chunk whose memory the pool moved (shrunk,
+ * then grown again) is deregistered first - only once no scope covers
+ * it. 0, or VERBS_SCOPE_E_RANGE / the device's error (the request is
+ * refused, nothing changed). */
+static int vt_region_cover(struct vt *vt, uint32_t page)
+{
+	struct kvpool *pool = vt->base.cfg.pool;
+	uint64_t pb = vt->region.page_bytes;
+	uint8_t *a = kvpool_page_addr(pool, page), *lo;
+	uint64_t reg = verbs_region_page_addr(&vt->region, page);
+	struct kvpool_stats st;
+	uint32_t first = page, last = page;
+	int r;
+
+	if (!a)
+		return VERBS_SCOPE_E_RANGE;
+	if (reg == (uintptr_t)a)
+		return 0;
+	if (reg) {
+		if (vt_chunk_in_use(vt, page))
+			return VERBS_SCOPE_E_RANGE;
+		r = verbs_region_drop(&vt->region, page);
+		if (r)
+			return r;
+		KVLOG_INFO(vt->base.cfg.log, "verbs_pool_chunk",
+			   "op=deregister page=%u msg=\"the pool moved its memory\"", page);
+	}
+	kvpool_get_stats(pool, &st);
+	lo = a;
+	while (first > 0 && (uint8_t *)kvpool_page_addr(pool, first - 1) == lo - pb &&
+	       !verbs_region_page_addr(&vt->region, first - 1)) {
+		first--;
+		lo -= pb;
+	}
+	while (last + 1 < st.slots &&
+	       (uint8_t *)kvpool_page_addr(pool, last + 1) == a + (uint64_t)(last + 1 - page) * pb &&
+	       !verbs_region_page_addr(&vt->region, last + 1))
+		last++;
+	r = verbs_region_add(&vt->region, lo, first, last - first + 1);
+	KVLOG_INFO(vt->base.cfg.log, "verbs_pool_chunk",
+		   "op=register first_page=%u pages=%u code=%d", first, last - first + 1, r);
+	return r;
+}
+
+int transport_verbs_grant(struct transport *t, uint64_t id,
+			  const struct kvpool_ref *table, uint32_t n,
+			  struct proto_peer_run *runs, uint32_t *n_runs, bool *live)
+{
+	struct vt *vt = to_vt(t);
+	struct vt_scope *s;
+	uint32_t *pages;
+	int r;
+
+	*live = false;
+	*n_runs = 0;
+	if (!vt->receiver || !vt->connected || vt->closing || vt->dead)
+		return TRANSPORT_E_CLOSED;
+	if (vt_scope_find(vt, id))
+		return VERBS_SCOPE_E_STATE;
+	/* every page registered where the pool has it now */
+	for (uint32_t i = 0; i < n; i++) {
+		r = vt_region_cover(vt, table[i].page);
+		if (r)
+			return r;
+	}
+	s = calloc(1, sizeof(*s));
+	pages = malloc(sizeof(*pages) * (n ? n : 1));
+	if (s)
+		s->refs = malloc(sizeof(*table) * (n ? n : 1));
+	if (!s || !pages || !s->refs) {
+		free(pages);
+		if (s)
+			vt_scope_free(s);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		pages[i] = table[i].page;
+	memcpy(s->refs, table, sizeof(*table) * n);
+	s->n_refs = n;
+	s->id = id;
+	r = verbs_scope_grant(&vt->region, vt->rc.qp, &s->sc, pages, n, id);
+	free(pages);
+	if (r && s->sc.state == VERBS_SCOPE_BROKEN) {
+		/* some binds were posted, then one could not be: they may
+		 * complete, so the pages stay fenced here until the QP's
+		 * flush is drained, whatever the owner does with them */
+		vt->outstanding += s->sc.n_runs;
+		s->revoked = true;
+		if (!kvpool_fence(vt->base.cfg.pool, id, s->refs, n))
+			s->fenced = true;
+		kvd_list_add_tail(&vt->scopes, &s->node);
+		vt_scope_broken(vt, s, "bind", r);
+		return r;
+	}
+	if (r) {
+		vt_scope_free(s);
+		return r;
+	}
+	vt->outstanding += s->sc.pending;
+	kvd_list_add_tail(&vt->scopes, &s->node);
+	if (s->sc.state == VERBS_SCOPE_LIVE) {
+		*live = true;
+		vt_scope_runs(s, runs, n_runs);
+	}
+	if (vt->poller_on)
+		verbs_poller_kick(&vt->poller);
 	return 0;
+}
+
+/* Windows: fence the pages, post the invalidations; the fence goes when
+ * they completed (vt_scope_wc) or the flush is drained (vt_release). */
+static void vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
+{
+	enum verbs_scope_state st = s->sc.state;
+	uint32_t before = s->sc.pending;
+	int rc;
+
+	if (st == VERBS_SCOPE_NONE || st == VERBS_SCOPE_DEAD) {
+		kvd_list_del(&s->node);
+		vt_scope_free(s);
+		return;
+	}
+	rc = kvpool_fence(vt->base.cfg.pool, s->id, s->refs, s->n_refs);
+	if (rc) {
+		/* the pages cannot be held: end every write now */
+		KVLOG_ERR(vt->base.cfg.log, "invariant_breach",
+			  "id=%llu op=scope_fence code=%d pages=%u msg=\"the queue pair goes\"",
+			  (unsigned long long)s->id, rc, s->n_refs);
+		vt->dead = true;
+		vt_report_closed(vt, -EIO);
+		return;
+	}
+	s->fenced = true;
+	if (vt->closing || vt->dead || st == VERBS_SCOPE_BROKEN)
+		return;   /* the QP is going: its drain ends the scope */
+	rc = verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);
+	vt->outstanding += s->sc.pending - before;
+	if (rc)
+		vt_scope_broken(vt, s, "invalidate", rc);
+	else if (vt->poller_on)
+		verbs_poller_kick(&vt->poller);
 }
 
 void transport_verbs_revoke(struct transport *t, uint64_t id)
@@ -1196,12 +1580,30 @@ void transport_verbs_revoke(struct transport *t, uint64_t id)
 	struct vt *vt = to_vt(t);
 	struct vt_scope *s = vt->receiver ? vt_scope_find(vt, id) : NULL;
 
-	if (!s)
+	if (!s || s->revoked)
 		return;
+	s->revoked = true;
+	if (vt->region_on && vt->region.mode == VERBS_SCOPE_WINDOWS) {
+		vt_scope_revoke_windows(vt, s);
+		return;
+	}
 	if (vt->region_on && s->sc.state == VERBS_SCOPE_LIVE)
 		(void)verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);
 	kvd_list_del(&s->node);
-	free(s);
+	vt_scope_free(s);
+}
+
+bool transport_verbs_flush_timed_out(const struct transport *t)
+{
+	return transport_is_verbs(t) &&
+	       ((const struct vt *)((const char *)t - offsetof(struct vt, base)))->flush_timed_out;
+}
+
+const char *transport_verbs_scope_mode(const struct transport *t)
+{
+	const struct vt *vt = (const struct vt *)((const char *)t - offsetof(struct vt, base));
+
+	return verbs_scope_mode_name(vt->region_on ? vt->region.mode : vt_scope_mode(vt));
 }
 
 int transport_verbs_scope(struct transport *t, uint64_t id,
@@ -1250,19 +1652,20 @@ void transport_verbs_forget(struct transport *t, uint64_t id)
 	if (!s)
 		return;
 	kvd_list_del(&s->node);
-	free(s->runs);
-	free(s);
+	vt_scope_free(s);
 }
 
 /* ---- opening -------------------------------------------------------------- */
 
-/* decode: the pool's first contiguous range of pages, registered once */
+/* decode: the pool's first contiguous range of pages, registered once
+ * (later ranges: vt_region_cover) */
 static int vt_open_receiver(struct vt *vt, char *why, size_t why_size)
 {
 	const struct transport_cfg *c = &vt->base.cfg;
 	struct kvpool_stats st;
 	uint8_t *base;
 	uint32_t n = 1;
+	bool windows;
 	int r;
 
 	kvpool_get_stats(c->pool, &st);
@@ -1274,8 +1677,9 @@ static int vt_open_receiver(struct vt *vt, char *why, size_t why_size)
 	while (n < st.slots &&
 	       (uint8_t *)kvpool_page_addr(c->pool, n) == base + (uint64_t)n * c->page_bytes)
 		n++;
+	windows = vt_scope_mode(vt) == VERBS_SCOPE_WINDOWS;
 	r = verbs_region_init(&vt->region, vt->v, vt->pd, &vt->attr, base,
-			      c->page_bytes, n, false, 0);
+			      c->page_bytes, n, windows, windows ? KVD_MIN(n, VT_WINDOWS_MAX) : 0);
 	if (r) {
 		snprintf(why, why_size,
 			 "cannot register the KV pool with the device (%s)",
@@ -1394,6 +1798,12 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 	r = verbs_check_terms(v, vt->ctx, cfg, &vt->attr, why, why_size);
 	if (r)
 		goto fail;
+	if (cfg->verbs_write_scope == 1 && !vt->attr.mw_type2) {
+		snprintf(why, why_size,
+			 "transfer.verbs_write_scope=mw: the device has no type-2 memory windows (use auto or mr)");
+		r = -EINVAL;
+		goto fail;
+	}
 	r = v->alloc_pd(vt->ctx, &vt->pd);
 	if (r) {
 		vt->pd = NULL;
@@ -1451,6 +1861,6 @@ void transport_verbs_figures(struct transport *t, char *buf, size_t n)
 	snprintf(buf, n, "device=%s max_mr_size=%llu max_qp_wr=%u write_scope=%s windows_supported=%s mtu=%u",
 		 vt->emu ? "emulated" : "ibverbs",
 		 (unsigned long long)vt->attr.max_mr_size, vt->attr.max_qp_wr,
-		 verbs_scope_mode_name(VERBS_SCOPE_MR),
+		 transport_verbs_scope_mode(t),
 		 vt->attr.mw_type2 ? "yes" : "no", vt->rc.port_attr.active_mtu);
 }

@@ -120,6 +120,8 @@ struct verbs_ctx {
 				   * after it arrived - a slow fabric */
 	uint32_t mtu;             /* the port's active MTU */
 	bool autodeliver;
+	bool no_flush;            /* test: the error state's flush completions
+				   * are never delivered (a faulty device) */
 	uint32_t next_qpn;
 	uint32_t next_index;
 	struct kvd_list qps, mrs, mws, out, partial, inbound;
@@ -273,7 +275,8 @@ static void sq_retire(struct verbs_qp *qp)
 	while (qp->sq_count > 0 && sq_at(qp, 0)->done) {
 		struct emu_swr *w = sq_at(qp, 0);
 
-		if (w->signaled || w->status != VERBS_WC_SUCCESS) {
+		if ((w->signaled || w->status != VERBS_WC_SUCCESS) &&
+		    !(w->status == VERBS_WC_WR_FLUSH_ERR && qp->ctx->no_flush)) {
 			struct verbs_wc wc = { .wr_id = w->wr_id,
 					       .status = w->status,
 					       .opcode = w->opcode,
@@ -319,7 +322,8 @@ static void qp_set_err(struct verbs_qp *qp)
 				       .opcode = VERBS_WC_RECV,
 				       .qp_num = qp->qpn };
 
-		cq_push(qp->rcq, &wc);
+		if (!qp->ctx->no_flush)
+			cq_push(qp->rcq, &wc);
 		qp->rq_head = (qp->rq_head + 1) % qp->caps.max_recv_wr;
 		qp->rq_count--;
 	}
@@ -768,6 +772,8 @@ static int parse_dev(struct verbs_ctx *ctx, const char *dev)
 			ctx->autodeliver = v;
 		else if (!strcmp(tok, "hold_ms") && v <= 60000)
 			ctx->hold_ns = v * 1000000ull;
+		else if (!strcmp(tok, "flush") && v <= 1)
+			ctx->no_flush = !v;
 
 		else
 			return -EINVAL;
@@ -1261,7 +1267,8 @@ static int emu_post_recv(struct verbs_qp *qp, uint64_t wr_id)
 		struct verbs_wc wc = { .wr_id = wr_id, .status = VERBS_WC_WR_FLUSH_ERR,
 				       .opcode = VERBS_WC_RECV, .qp_num = qp->qpn };
 
-		cq_push(qp->rcq, &wc);
+		if (!qp->ctx->no_flush)
+			cq_push(qp->rcq, &wc);
 		return 0;
 	}
 	qp->rq[(qp->rq_head + qp->rq_count) % qp->caps.max_recv_wr] = wr_id;

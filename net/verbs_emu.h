@@ -5,7 +5,7 @@
  * with the device name
  *
  *   emu:DIR[,max_mr_size=BYTES][,mw=0|1][,max_qp_wr=N][,max_inline=N][,auto=0|1]
- *          [,short_mr=BYTES][,mtu=256..4096][,hold_ms=N]
+ *          [,short_mr=BYTES][,mtu=256..4096][,hold_ms=N][,flush=0|1]
  *
  * DIR is a directory both ends can reach (each context binds one Unix
  * datagram socket there: the "wire"). Writes travel as packets and land
@@ -19,6 +19,9 @@
  * the file DIR/hold exists lands N ms after it arrived (in order: nothing
  * overtakes it), so a test can have writes land after the sender's peer
  * gave up on them (the late write of issue 13), and turn it off again.
+ * flush=0 makes a device that never delivers the flush completions of a
+ * QP in the error state (sends and receives): whoever waits for them
+ * must bound the wait (transfer.verbs_flush_timeout_ms).
  */
 #pragma once
 

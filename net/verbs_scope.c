@@ -73,13 +73,116 @@ void verbs_region_deinit(struct verbs_region *r)
 	r->n_chunks = 0;
 }
 
+/* Register pages [first, first + n) at base as chunks of at most
+ * max_mr_size, appended to r->chunks; on failure the ones this call
+ * added are deregistered again. */
+static int region_register(struct verbs_region *r, uint8_t *base, uint32_t first,
+			   uint32_t n)
+{
+	uint64_t per_chunk = r->max_mr_size / r->page_bytes;
+	unsigned access = VERBS_ACCESS_LOCAL_WRITE;
+	uint32_t n_new, had = r->n_chunks;
+	struct verbs_chunk *cs;
+	int rc;
+
+	if (per_chunk == 0)
+		return VERBS_SCOPE_E_PAGE;
+	if (n == 0 || (uint64_t)first + n > UINT32_MAX)
+		return VERBS_SCOPE_E_RANGE;
+	per_chunk = KVD_MIN(per_chunk, (uint64_t)n);
+	n_new = (uint32_t)((n + per_chunk - 1) / per_chunk);
+	cs = realloc(r->chunks, (had + n_new) * sizeof(*cs));
+	if (!cs)
+		return -ENOMEM;
+	r->chunks = cs;
+	memset(cs + had, 0, n_new * sizeof(*cs));
+	if (r->mode == VERBS_SCOPE_WINDOWS)
+		access |= VERBS_ACCESS_MW_BIND;
+	for (uint32_t i = 0; i < n_new; i++) {
+		struct verbs_chunk *c = &cs[had + i];
+		struct verbs_mr_info mi;
+		uint32_t off = (uint32_t)(i * per_chunk);
+
+		c->first_page = first + off;
+		c->n_pages = (uint32_t)KVD_MIN(per_chunk, (uint64_t)(n - off));
+		c->addr = (uintptr_t)base + (uint64_t)off * r->page_bytes;
+		r->n_chunks = had + i + 1;
+		rc = r->ops->reg_mr(r->pd, (void *)(uintptr_t)c->addr,
+				    c->n_pages * r->page_bytes, access, &c->mr, &mi);
+		if (rc) {
+			c->mr = NULL;
+			goto fail;
+		}
+		if (mi.addr != c->addr || mi.length < c->n_pages * r->page_bytes) {
+			rc = VERBS_SCOPE_E_SHORT;
+			goto fail;
+		}
+		c->length = c->n_pages * r->page_bytes;
+		c->lkey = mi.lkey;
+		c->rkey = mi.rkey;
+	}
+	return 0;
+fail:
+	while (r->n_chunks > had) {
+		struct verbs_chunk *c = &r->chunks[--r->n_chunks];
+
+		if (c->mr)
+			r->ops->dereg_mr(c->mr);
+	}
+	return rc;
+}
+
+/* The chunk holding page, or UINT32_MAX. */
+static uint32_t chunk_of(const struct verbs_region *r, uint32_t page)
+{
+	for (uint32_t i = 0; i < r->n_chunks; i++)
+		if (page >= r->chunks[i].first_page &&
+		    page - r->chunks[i].first_page < r->chunks[i].n_pages)
+			return i;
+	return UINT32_MAX;
+}
+
+uint64_t verbs_region_page_addr(const struct verbs_region *r, uint32_t page)
+{
+	uint32_t c = chunk_of(r, page);
+
+	if (c == UINT32_MAX)
+		return 0;
+	return r->chunks[c].addr + (uint64_t)(page - r->chunks[c].first_page) * r->page_bytes;
+}
+
+int verbs_region_add(struct verbs_region *r, void *base, uint32_t first_page,
+		     uint32_t n_pages)
+{
+	if (!base)
+		return -EINVAL;
+	for (uint32_t p = first_page; p - first_page < n_pages; p++)
+		if (chunk_of(r, p) != UINT32_MAX)
+			return VERBS_SCOPE_E_RANGE;
+	return region_register(r, base, first_page, n_pages);
+}
+
+int verbs_region_drop(struct verbs_region *r, uint32_t page)
+{
+	uint32_t c = chunk_of(r, page);
+
+	if (c == UINT32_MAX)
+		return VERBS_SCOPE_E_RANGE;
+	if (r->chunks[c].mr) {
+		int rc = r->ops->dereg_mr(r->chunks[c].mr);
+
+		if (rc)
+			return rc;   /* -EBUSY: a window is still bound in it */
+	}
+	r->chunks[c] = r->chunks[--r->n_chunks];
+	return 0;
+}
+
 int verbs_region_init(struct verbs_region *r, const struct verbs_ops *ops,
 		      struct verbs_pd *pd, const struct verbs_dev_attr *attr,
 		      void *base, uint64_t page_bytes, uint32_t n_pages,
 		      bool windows, uint32_t max_windows)
 {
-	uint64_t per_chunk;
-	unsigned access = VERBS_ACCESS_LOCAL_WRITE;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
@@ -89,42 +192,13 @@ int verbs_region_init(struct verbs_region *r, const struct verbs_ops *ops,
 	r->page_bytes = page_bytes;
 	r->n_pages = n_pages;
 	r->mode = windows ? VERBS_SCOPE_WINDOWS : VERBS_SCOPE_MR;
+	r->max_mr_size = attr->max_mr_size;
 	if (!base || page_bytes == 0 || n_pages == 0 ||
 	    (windows && (!attr->mw_type2 || max_windows == 0)))
 		return -EINVAL;
-	per_chunk = attr->max_mr_size / page_bytes;
-	if (per_chunk == 0)
-		return VERBS_SCOPE_E_PAGE;
-	per_chunk = KVD_MIN(per_chunk, (uint64_t)n_pages);
-	r->n_chunks = (uint32_t)((n_pages + per_chunk - 1) / per_chunk);
-	r->chunks = calloc(r->n_chunks, sizeof(*r->chunks));
-	if (!r->chunks) {
-		r->n_chunks = 0;
-		return -ENOMEM;
-	}
-	if (windows)
-		access |= VERBS_ACCESS_MW_BIND;
-	for (uint32_t i = 0; i < r->n_chunks; i++) {
-		struct verbs_chunk *c = &r->chunks[i];
-		struct verbs_mr_info mi;
-
-		c->first_page = (uint32_t)(i * per_chunk);
-		c->n_pages = (uint32_t)KVD_MIN(per_chunk, (uint64_t)(n_pages - c->first_page));
-		c->addr = (uintptr_t)r->base + c->first_page * page_bytes;
-		rc = ops->reg_mr(pd, (void *)(uintptr_t)c->addr, c->n_pages * page_bytes,
-				 access, &c->mr, &mi);
-		if (rc) {
-			c->mr = NULL;
-			goto fail;
-		}
-		if (mi.addr != c->addr || mi.length < c->n_pages * page_bytes) {
-			rc = VERBS_SCOPE_E_SHORT;
-			goto fail;
-		}
-		c->length = c->n_pages * page_bytes;
-		c->lkey = mi.lkey;
-		c->rkey = mi.rkey;
-	}
+	rc = region_register(r, base, 0, n_pages);
+	if (rc)
+		goto fail;
 	if (windows) {
 		r->free_mw = calloc(max_windows, sizeof(*r->free_mw));
 		if (!r->free_mw) {
@@ -152,11 +226,6 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static uint32_t chunk_of(const struct verbs_region *r, uint32_t page)
-{
-	return page / r->chunks[0].n_pages;
-}
-
 /* Cut sorted pages into runs; VERBS_SCOPE_E_* when they do not fit. */
 static int runs_make(const struct verbs_region *r, uint32_t *sorted, uint32_t n,
 		     struct verbs_scope *sc)
@@ -166,7 +235,7 @@ static int runs_make(const struct verbs_region *r, uint32_t *sorted, uint32_t n,
 		uint32_t p = sorted[i];
 		struct verbs_scope_run *run = sc->n_runs ? &sc->runs[sc->n_runs - 1] : NULL;
 
-		if (p >= r->n_pages || (i && sorted[i - 1] == p))
+		if (chunk_of(r, p) == UINT32_MAX || (i && sorted[i - 1] == p))
 			return VERBS_SCOPE_E_RANGE;
 		if (run && run->first_page + run->n_pages == p &&
 		    chunk_of(r, run->first_page) == chunk_of(r, p)) {
@@ -180,7 +249,7 @@ static int runs_make(const struct verbs_region *r, uint32_t *sorted, uint32_t n,
 		memset(run, 0, sizeof(*run));
 		run->first_page = p;
 		run->n_pages = 1;
-		run->addr = (uintptr_t)r->base + (uint64_t)p * r->page_bytes;
+		run->addr = verbs_region_page_addr(r, p);
 		run->len = r->page_bytes;
 	}
 	return 0;

@@ -60,9 +60,10 @@ struct verbs_region {
 	const struct verbs_ops *ops;
 	struct verbs_pd *pd;
 	enum verbs_scope_mode mode;
-	uint8_t *base;            /* (n_pages, page_bytes) the pool's pages */
+	uint8_t *base;            /* (n_pages, page_bytes) the pool's first range */
 	uint64_t page_bytes;
 	uint32_t n_pages;
+	uint64_t max_mr_size;     /* the device's: no chunk is larger */
 	struct verbs_chunk *chunks;
 	uint32_t n_chunks;
 	/* windows not bound to any scope: a FIFO ring of cap, so a window
@@ -103,6 +104,18 @@ int verbs_region_init(struct verbs_region *r, const struct verbs_ops *ops,
 		      struct verbs_pd *pd, const struct verbs_dev_attr *attr,
 		      void *base, uint64_t page_bytes, uint32_t n_pages,
 		      bool windows, uint32_t max_windows);
+/* Register pages [first_page, first_page + n_pages) of the pool at base
+ * too (a range the pool added later, e.g. by a resize), in chunks as at
+ * init, each chunk's real length checked. VERBS_SCOPE_E_RANGE when a page
+ * is registered already (nothing added), else as init. */
+int verbs_region_add(struct verbs_region *r, void *base, uint32_t first_page,
+		     uint32_t n_pages);
+/* Deregister the chunk holding page (the pool moved or freed its memory).
+ * The caller makes sure no scope covers any page of it (a window bound
+ * in it makes the device answer -EBUSY, and nothing changes). */
+int verbs_region_drop(struct verbs_region *r, uint32_t page);
+/* Where the region registered page (0: not registered). */
+uint64_t verbs_region_page_addr(const struct verbs_region *r, uint32_t page);
 /* Deregister; every scope must be dead or never granted. Safe twice. */
 void verbs_region_deinit(struct verbs_region *r);
 const char *verbs_scope_mode_name(enum verbs_scope_mode m);

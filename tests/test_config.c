@@ -137,6 +137,9 @@ static const struct bad {
 	{ "emu missing dir", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_device = emu:/nonexistent-kvd-dir,auto=1\n", 9, "transfer.verbs_device", "not a directory" },
 	{ "bad verbs device name", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_device = mlx5 0\n", 9, "transfer.verbs_device", "not a device name" },
 	{ "qp depth too small", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_qp_depth = 2\n", 9, "transfer.verbs_qp_depth", "out of range" },
+	{ "write scope unknown", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_write_scope = windows\n", 9, "transfer.verbs_write_scope", "auto, mw, mr" },
+	{ "write scope with tcp", "[kv]\npool_tokens = 64\n[transfer]\nverbs_write_scope = mr\n", 8, "transfer.verbs_write_scope", "only with transfer.transport=verbs" },
+	{ "flush timeout too small", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_flush_timeout_ms = 1\n", 9, "transfer.verbs_flush_timeout_ms", "out of range" },
 	{ "inline too large", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_inline = 5000\n", 9, "transfer.verbs_inline", "out of range" },
 	{ "verbs with encrypt", "", 0, "transfer.encrypt", "in the clear" }, /* handled below */
 	{ "port zero", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_port = 0\n", 9, "transfer.verbs_port", "out of range" },
@@ -230,15 +233,21 @@ START_TEST(test_verbs_keys)
 	ck_assert_uint_eq(c.verbs_gid_index, 0);
 	ck_assert_uint_eq(c.verbs_qp_depth, 128);
 	ck_assert_uint_eq(c.verbs_inline, 64);
+	ck_assert_int_eq(c.verbs_write_scope, KVD_VERBS_SCOPE_AUTO);
+	ck_assert_uint_eq(c.verbs_flush_timeout_ms, 5000);
 	/* the defaults written out load with tcp (kvd --check-config
 	 * prints every key) */
 	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
 			      "verbs_device = \nverbs_port = 1\nverbs_gid_index = 0\n"
-			      "verbs_qp_depth = 128\nverbs_inline = 64\n"), 0);
+			      "verbs_qp_depth = 128\nverbs_inline = 64\n"
+			      "verbs_write_scope = auto\nverbs_flush_timeout_ms = 5000\n"), 0);
 	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
 			      "transport = verbs\nverbs_device = emu:/tmp,auto=1,mw=0\n"
 			      "verbs_port = 2\nverbs_gid_index = 3\n"
-			      "verbs_qp_depth = 32\nverbs_inline = 0\n"), 0);
+			      "verbs_qp_depth = 32\nverbs_inline = 0\n"
+			      "verbs_write_scope = mr\nverbs_flush_timeout_ms = 250\n"), 0);
+	ck_assert_int_eq(c.verbs_write_scope, KVD_VERBS_SCOPE_MR);
+	ck_assert_uint_eq(c.verbs_flush_timeout_ms, 250);
 	ck_assert_int_eq(c.transport, KVD_TRANSPORT_VERBS);
 	ck_assert_str_eq(kvd_transport_name(c.transport), "verbs");
 	ck_assert_str_eq(c.verbs_device, "emu:/tmp,auto=1,mw=0");
@@ -246,6 +255,10 @@ START_TEST(test_verbs_keys)
 	ck_assert_uint_eq(c.verbs_gid_index, 3);
 	ck_assert_uint_eq(c.verbs_qp_depth, 32);
 	ck_assert_uint_eq(c.verbs_inline, 0);
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
+			      "transport = verbs\nverbs_device = emu:/tmp\n"
+			      "verbs_write_scope = mw\n"), 0);
+	ck_assert_int_eq(c.verbs_write_scope, KVD_VERBS_SCOPE_MW);
 	/* a real device (or the first one) needs libibverbs */
 	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
 			      "transport = verbs\nverbs_device = mlx5_0\n"),

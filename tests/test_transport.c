@@ -339,16 +339,24 @@ START_TEST(test_verbs_terms_emu)
 		uint32_t port, gid, depth, inl;
 		int want;
 		const char *needle;
+		uint32_t scope;   /* transfer.verbs_write_scope: 0 auto, 1 mw, 2 mr */
 	} cases[] = {
-		{ "", 1, 0, 16, 64, 0, "windows_supported=yes" },
-		{ ",mw=0,max_mr_size=65536", 1, 0, 16, 64, 0, "max_mr_size=65536" },
-		{ ",mtu=1024", 1, 0, 16, 0, 0, "mtu=1024" },
-		{ "", 1, 0, 4, 64, -EINVAL, "transfer.verbs_qp_depth must be at least" },
-		{ ",max_qp_wr=8", 1, 0, 16, 64, -EINVAL, "transfer.verbs_qp_depth=16 is above the device's max_qp_wr=8" },
-		{ ",max_inline=32", 1, 0, 16, 64, -EINVAL, "transfer.verbs_inline=64" },
-		{ "", 2, 0, 16, 64, -EINVAL, "transfer.verbs_port=2: the device has no such port" },
-		{ "", 1, 1, 16, 64, -EINVAL, "transfer.verbs_gid_index=1 is outside" },
-		{ ",nosuch=1", 1, 0, 16, 64, -ENODEV, "cannot open the emulated RDMA device" },
+		{ "", 1, 0, 16, 64, 0, "windows_supported=yes", 0 },
+		{ ",mw=0,max_mr_size=65536", 1, 0, 16, 64, 0, "max_mr_size=65536", 0 },
+		/* the write scope: auto takes windows where the device has them */
+		{ "", 1, 0, 16, 64, 0, "write_scope=memory_windows windows_supported=yes", 0 },
+		{ ",mw=0", 1, 0, 16, 64, 0, "write_scope=per_request_mr windows_supported=no", 0 },
+		{ "", 1, 0, 16, 64, 0, "write_scope=per_request_mr windows_supported=yes", 2 },
+		{ "", 1, 0, 16, 64, 0, "write_scope=memory_windows", 1 },
+		{ ",mw=0", 1, 0, 16, 64, -EINVAL,
+		  "transfer.verbs_write_scope=mw: the device has no type-2 memory windows", 1 },
+		{ ",mtu=1024", 1, 0, 16, 0, 0, "mtu=1024", 0 },
+		{ "", 1, 0, 4, 64, -EINVAL, "transfer.verbs_qp_depth must be at least", 0 },
+		{ ",max_qp_wr=8", 1, 0, 16, 64, -EINVAL, "transfer.verbs_qp_depth=16 is above the device's max_qp_wr=8", 0 },
+		{ ",max_inline=32", 1, 0, 16, 64, -EINVAL, "transfer.verbs_inline=64", 0 },
+		{ "", 2, 0, 16, 64, -EINVAL, "transfer.verbs_port=2: the device has no such port", 0 },
+		{ "", 1, 1, 16, 64, -EINVAL, "transfer.verbs_gid_index=1 is outside", 0 },
+		{ ",nosuch=1", 1, 0, 16, 64, -ENODEV, "cannot open the emulated RDMA device", 0 },
 	};
 	char base[64], dev[160], why[400];
 	struct transport *t = (struct transport *)1;
@@ -364,6 +372,7 @@ START_TEST(test_verbs_terms_emu)
 		c.verbs_gid_index = cases[i].gid;
 		c.verbs_qp_depth = cases[i].depth;
 		c.verbs_inline = cases[i].inl;
+		c.verbs_write_scope = cases[i].scope;
 		why[0] = '\0';
 		t = (struct transport *)1;
 		r = transport_verbs_new(&t, NULL, &c, why, sizeof(why));
@@ -427,8 +436,9 @@ START_TEST(test_verbs_credits)
 	struct transport_cfg c = { 0 };
 	struct proto_peer_verbs_qp qtx, qrx;
 	struct proto_peer_run mbox, runs[VERBS_SCOPE_RUNS_MAX];
-	uint32_t pages[NPAGES], n_runs = 0;
+	uint32_t n_runs = 0;
 	char base[64], dev[160], why[200];
+	bool live = false;
 	int r;
 
 	fx_pools(f);
@@ -443,6 +453,7 @@ START_TEST(test_verbs_credits)
 	c.verbs_port = 1;
 	c.verbs_qp_depth = 16;
 	c.verbs_inline = 256;
+	c.verbs_write_scope = 2;   /* per-request registration: no bind to wait for */
 	/* decode: keeps its credits (the test hands them over) */
 	c.pool = f->dst;
 	c.recv = (struct transport_recv){ .batch = rx_batch, .closed = rx_closed,
@@ -462,9 +473,9 @@ START_TEST(test_verbs_credits)
 	ck_assert_int_eq(transport_verbs_connect(f->rx, &qtx, why, sizeof(why)), 0);
 	ck_assert_int_eq(transport_verbs_connect(f->tx, &qrx, why, sizeof(why)), 0);
 	ck_assert_int_eq(transport_verbs_set_mailbox(f->tx, &mbox, 1, why, sizeof(why)), 0);
-	for (int i = 0; i < NPAGES; i++)
-		pages[i] = f->dst_tab[i].page;
-	ck_assert_int_eq(transport_verbs_grant(f->rx, DST_OWNER, pages, NPAGES, runs, &n_runs), 0);
+	ck_assert_int_eq(transport_verbs_grant(f->rx, DST_OWNER, f->dst_tab, NPAGES, runs,
+					       &n_runs, &live), 0);
+	ck_assert(live);   /* a registration: live at once */
 	ck_assert_int_eq(transport_verbs_scope(f->tx, DST_OWNER, runs, n_runs), 0);
 	send_all(f);   /* 5 batches of one page */
 

@@ -374,6 +374,37 @@ START_TEST(test_flush_after_error)
 }
 END_TEST
 
+/* flush=0: a faulty device that never delivers the error state's flush
+ * completions (sends, receives, WRs posted after it); good completions
+ * before the error still come, and nothing flushed lands. */
+START_TEST(test_flush_withheld)
+{
+	struct ep p, d;
+	struct verbs_wc wc[16];
+
+	ep_open(&p, ",flush=0", 16);
+	ep_open(&d, NULL, 16);
+	connect_pair(&p, &d);
+	ck_assert_int_eq(post_write(&p, 99, 0, 64, (uintptr_t)d.mem, d.mi.rkey, false, 0), 0);
+	deliver_all(&p, &d);
+	ck_assert_int_eq(poll_all(p.scq, wc, 16), 1);
+	ck_assert_int_eq(wc[0].status, VERBS_WC_SUCCESS);
+	for (uint64_t i = 0; i < 3; i++)
+		ck_assert_int_eq(post_write(&p, 100 + i, 0, 64, (uintptr_t)d.mem + 64 * (i + 1),
+					    d.mi.rkey, false, 0), 0);
+	ck_assert_int_eq(V->post_recv(p.qp, 150), 0);
+	ck_assert_int_eq(V->qp_err(p.qp), 0);
+	ck_assert_int_eq(V->post_recv(p.qp, 151), 0);
+	ck_assert_int_eq(post_write(&p, 200, 0, 64, (uintptr_t)d.mem, d.mi.rkey, false, 0), 0);
+	deliver_all(&p, &d);
+	ck_assert_int_eq(poll_all(p.scq, wc, 16), 0);
+	ck_assert_int_eq(poll_all(p.rcq, wc, 16), 0);
+	ck_assert(all_zero(d.mem + 64, 3 * 64));
+	ep_close(&p);
+	ep_close(&d);
+}
+END_TEST
+
 /* Decode binds a type-2 window to one request's pages: writes inside
  * land, a write outside is refused by the NIC and lands nothing. */
 START_TEST(test_window_scope)
@@ -1122,6 +1153,7 @@ static Suite *verbs_emu_suite(void)
 	tcase_add_test(tc, test_responder_err_places_nothing);
 	tcase_add_test(tc, test_completion_order);
 	tcase_add_test(tc, test_flush_after_error);
+	tcase_add_test(tc, test_flush_withheld);
 	tcase_add_test(tc, test_window_scope);
 	tcase_add_test(tc, test_window_invalidated);
 	tcase_add_test(tc, test_window_rekeyed);

@@ -402,6 +402,81 @@ START_TEST(test_scope_chunk_boundary)
 }
 END_TEST
 
+/* A range the pool added later (kvctl pool resize: its own memory) is
+ * registered too, in max_mr_size chunks: a scope over pages of both
+ * ranges writes exactly them, a page beside the new range is refused; a
+ * chunk is dropped only while no window is bound in it. */
+static void added_range(bool windows)
+{
+	struct ep p, d;
+	struct verbs_region r;
+	struct verbs_scope sc = { 0 };
+	static const uint32_t pages[] = { 3, 16, 17, 20 };
+	uint8_t *more = calloc(8, PB);   /* pages 16..23 */
+	uint64_t addr;
+	uint32_t key;
+
+	ck_assert_ptr_nonnull(more);
+	pair_open(&p, &d, ",max_mr_size=16384");
+	ck_assert_int_eq(verbs_region_init(&r, V, d.pd, &d.attr, d.mem, PB, NP, windows,
+					   windows ? 8 : 0), 0);
+	/* not registered yet: refused before anything is posted */
+	ck_assert_int_eq(verbs_scope_grant(&r, d.qp, &sc, pages, 4, 5), VERBS_SCOPE_E_RANGE);
+	ck_assert_uint_eq(verbs_region_page_addr(&r, 16), 0);
+	ck_assert_int_eq(verbs_region_add(&r, more, 16, 8), 0);
+	ck_assert_uint_eq(r.n_chunks, 4 + 2);      /* 16 + 8 pages in 4-page chunks */
+	ck_assert_uint_eq(verbs_region_page_addr(&r, 17), (uintptr_t)more + PB);
+	ck_assert_uint_eq(verbs_region_page_addr(&r, 3), (uintptr_t)d.mem + 3 * PB);
+	/* a page registered twice is refused, nothing added */
+	ck_assert_int_eq(verbs_region_add(&r, more, 20, 1), VERBS_SCOPE_E_RANGE);
+	ck_assert_uint_eq(r.n_chunks, 6);
+	ck_assert_int_eq(verbs_scope_grant(&r, d.qp, &sc, pages, 4, 5), 0);
+	ck_assert_uint_eq(sc.n_runs, 3);   /* 3 | 16-17 | 20 (another chunk) */
+	scope_drain(&r, &d, &sc);
+	ck_assert_int_eq(sc.state, VERBS_SCOPE_LIVE);
+	for (uint32_t i = 0; i < 4; i++) {
+		ck_assert_int_eq(verbs_scope_page(&r, &sc, pages[i], &addr, &key), 0);
+		ck_assert_int_eq(write_page(&p, &d, i, addr, key), VERBS_WC_SUCCESS);
+	}
+	ck_assert(page_is(&d, 3, &p, 0));
+	ck_assert(memcmp(more, p.mem + 1 * PB, PB) == 0);
+	ck_assert(memcmp(more + PB, p.mem + 2 * PB, PB) == 0);
+	ck_assert(memcmp(more + 4 * PB, p.mem + 3 * PB, PB) == 0);
+	if (windows) {
+		/* a window is bound in page 16's chunk: it cannot go */
+		ck_assert_int_eq(verbs_region_drop(&r, 16), -EBUSY);
+		ck_assert_uint_eq(verbs_region_page_addr(&r, 16), (uintptr_t)more);
+	}
+	/* the page beside the run 16-17, in the new range: refused */
+	ck_assert_int_eq(verbs_scope_page(&r, &sc, 17, &addr, &key), 0);
+	ck_assert_int_eq(write_page(&p, &d, 9, addr + PB, key), VERBS_WC_REM_ACCESS_ERR);
+	for (uint32_t i = 0; i < PB; i++)
+		ck_assert_uint_eq(more[2 * PB + i], 0);
+	ck_assert_int_eq(V->qp_err(d.qp), 0);
+	verbs_scope_qp_gone(&r, &sc);
+	/* no scope left: the chunk goes, its pages are unregistered */
+	ck_assert_int_eq(verbs_region_drop(&r, 16), 0);
+	ck_assert_uint_eq(verbs_region_page_addr(&r, 17), 0);
+	ck_assert_uint_eq(verbs_region_page_addr(&r, 20), (uintptr_t)more + 4 * PB);
+	ck_assert_int_eq(verbs_region_drop(&r, 16), VERBS_SCOPE_E_RANGE);
+	verbs_region_deinit(&r);
+	ep_close(&p);
+	ep_close(&d);
+	free(more);
+}
+
+START_TEST(test_added_range_windows)
+{
+	added_range(true);
+}
+END_TEST
+
+START_TEST(test_added_range_mr)
+{
+	added_range(false);
+}
+END_TEST
+
 /* Windows rotate (FIFO): a revoked scope's window is the last to be
  * bound again, and then with a new key - an old key is never live again
  * soon after its revoke. */
@@ -513,6 +588,8 @@ static Suite *verbs_scope_suite(void)
 	tcase_add_test(tc, test_scope_mr);
 	tcase_add_test(tc, test_scope_bounds);
 	tcase_add_test(tc, test_scope_chunk_boundary);
+	tcase_add_test(tc, test_added_range_windows);
+	tcase_add_test(tc, test_added_range_mr);
 	tcase_add_test(tc, test_window_rotation);
 	tcase_add_test(tc, test_scope_runs_max);
 	tcase_add_test(tc, test_scope_broken);

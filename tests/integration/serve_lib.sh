@@ -68,7 +68,9 @@ verbs_device() {
 # Nodes are authenticated peers (peers.key_file) unless KVD_TEST_KEYLESS=1
 # or the caller passes peers.key_file= (empty: keyless, loopback only).
 # KVD_TEST_TRANSPORT=verbs: prefill and decode nodes move KV over RDMA
-# (transfer.transport=verbs on verbs_device; a caller's keys win).
+# (transfer.transport=verbs on verbs_device; a caller's keys win), with
+# transfer.verbs_write_scope = KVD_TEST_VERBS_SCOPE (auto, mw, mr) when
+# it is set.
 write_node() {
 	local name=$1 role=$2 model=$3; shift 3
 	local -A kv=(
@@ -82,6 +84,8 @@ write_node() {
 		[ -z "${KVD_TEST_VERBS_PORT:-}" ] || kv[transfer.verbs_port]=$KVD_TEST_VERBS_PORT
 		[ -z "${KVD_TEST_VERBS_GID_INDEX:-}" ] ||
 			kv[transfer.verbs_gid_index]=$KVD_TEST_VERBS_GID_INDEX
+		[ -z "${KVD_TEST_VERBS_SCOPE:-}" ] ||
+			kv[transfer.verbs_write_scope]=$KVD_TEST_VERBS_SCOPE
 	fi
 	[ "${KVD_TEST_KEYLESS:-0}" = 1 ] || kv[peers.key_file]=$(cluster_key)
 	local a sec
