@@ -30,6 +30,7 @@
  * the old entry or the new one, never half of one.
  */
 #include "conf/fingerprint.h"
+#include "conf/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -110,19 +111,6 @@ static bool entry_parse(const char *buf, size_t len, const struct fp_key *k,
 	hex[64] = '\0';
 	n = entry_format(k, hex, want, sizeof(want));
 	return n > 0 && (size_t)n == len && !memcmp(want, buf, len);
-}
-
-/* The directory may hold our statements only if nobody but its owner
- * (this user or root) can add or replace entries. */
-static bool dir_safe(int dfd)
-{
-	struct stat st;
-
-	if (fstat(dfd, &st) || !S_ISDIR(st.st_mode))
-		return false;
-	if (st.st_uid != geteuid() && st.st_uid != 0)
-		return false;
-	return (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
 
 static const char *cache_lookup(int dfd, const struct fp_key *k,
@@ -242,7 +230,7 @@ int kvd_fingerprint(const char *path, const char *cache_dir,
 		if (dfd < 0) {
 			info->lookup = info->store = "dir_error";
 			info->store_errno = errno;
-		} else if (!dir_safe(dfd)) {
+		} else if (!kvd_dir_owner_only(dfd)) {
 			info->lookup = info->store = "unsafe_dir";
 			close(dfd);
 			dfd = -1;

@@ -56,3 +56,14 @@ int kvd_unix_claim(const char *path)
 		return -EADDRINUSE;
 	return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
 }
+
+bool kvd_dir_owner_only(int dfd)
+{
+	struct stat st;
+
+	if (fstat(dfd, &st) || !S_ISDIR(st.st_mode))
+		return false;
+	if (st.st_uid != geteuid() && st.st_uid != 0)
+		return false;
+	return (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}

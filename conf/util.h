@@ -6,6 +6,7 @@
 #pragma once
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -64,3 +65,8 @@ uint64_t kvd_wall_ns(void);
  * node's) was removed; -EADDRINUSE when a live process accepts on it;
  * -EEXIST when the path is not a socket; another negative errno. */
 int kvd_unix_claim(const char *path);
+
+/* Whether the directory open at dfd may hold a cache this process trusts:
+ * owned by this user or root and writable by nobody else (no group or
+ * world write), so nobody but its owner can add or replace entries. */
+bool kvd_dir_owner_only(int dfd);

@@ -14,6 +14,7 @@
  * paths share one file (and its page-cache pages).
  */
 #include "gpu/prepack.h"
+#include "conf/util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -152,17 +153,6 @@ static void header_sum(const struct pk_hdr *h, const struct pk_ent *e,
 	sha256_update(&c, &z, sizeof(z));
 	sha256_update(&c, e, (size_t)h->n_ent * sizeof(*e));
 	sha256_final(&c, out);
-}
-
-static bool dir_safe(int dfd)
-{
-	struct stat st;
-
-	if (fstat(dfd, &st) || !S_ISDIR(st.st_mode))
-		return false;
-	if (st.st_uid != geteuid() && st.st_uid != 0)
-		return false;
-	return (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
 
 static int pread_all(int fd, void *buf, size_t n, off_t off)
@@ -475,7 +465,7 @@ int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 		info->lookup = info->store = "dir_error";
 		goto anon;
 	}
-	if (!dir_safe(dfd)) {
+	if (!kvd_dir_owner_only(dfd)) {
 		info->lookup = info->store = "unsafe_dir";
 		goto anon;
 	}
