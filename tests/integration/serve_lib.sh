@@ -292,3 +292,25 @@ serve_finish() {
 	[ $bad = 1 ] || ok "no sanitizer report in any node log"
 	finish
 }
+
+# ---- verbs suites (serve_verbs_faults, serve_verbs_liar) ----
+
+# served_equal LABEL (needs PROMPT, M, C_PORT): the next request is
+# served and equals `kvd generate`.
+served_equal() {
+	local a b
+	a=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 12 --temperature 0 || true)
+	b=$(offline --model "$M" --prompt "$PROMPT" --max-tokens 12 --temperature 0 || true)
+	check "$1: the next request is served, equal to kvd generate" \
+		eval 'same_ids "$a" "$b" && same_text "$a" "$b"'
+}
+
+# fence_until_drained NODE ID: the request's LINK_LOST step (where its
+# pages are unfenced) comes after the transport logged that its QP was
+# drained and closed.
+fence_until_drained() {
+	local f=$T/$1.log c l
+	c=$(grep -n "event=verbs_closed side=receiver" "$f" | head -1 | cut -d: -f1)
+	l=$(grep -n "event=req_state id=$2 .*event=link_lost" "$f" | head -1 | cut -d: -f1)
+	[ -n "$c" ] && [ -n "$l" ] && [ "$c" -lt "$l" ]
+}

@@ -58,24 +58,6 @@ scope_in_use() {
 		[ "$(status_get "$1" capacity.verbs_write_scope)" = "$SCOPE" ]
 }
 
-served_equal() { # served_equal LABEL: the next request equals offline
-	local a b
-	a=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 12 --temperature 0 || true)
-	b=$(offline --model "$M" --prompt "$PROMPT" --max-tokens 12 --temperature 0 || true)
-	check "$1: the next request is served, equal to kvd generate" \
-		eval 'same_ids "$a" "$b" && same_text "$a" "$b"'
-}
-
-# fence_until_drained NODE ID: the request's LINK_LOST step (where its
-# pages are unfenced) comes after the transport logged that its QP was
-# drained and closed.
-fence_until_drained() {
-	local f=$T/$1.log c l
-	c=$(grep -n "event=verbs_closed side=receiver" "$f" | head -1 | cut -d: -f1)
-	l=$(grep -n "event=req_state id=$2 .*event=link_lost" "$f" | head -1 | cut -d: -f1)
-	[ -n "$c" ] && [ -n "$l" ] && [ "$c" -lt "$l" ]
-}
-
 run_case() { # run_case TAG DECODE_DEVICE PREFILL_FAULT [decode keys...]
 	local tag=$1 ddev=$2 fault=$3 out; shift 3
 	pair "p$tag" "d$tag" "$M" -- "transfer.verbs_device=$ddev" "$@"

@@ -43,24 +43,6 @@ PROMPT=$(printf 'word %.0s' $(seq 1 40))
 # the mailbox's 4 slots
 SMALL="transfer.max_batch_bytes=12288"
 
-served_equal() { # served_equal LABEL: the next request equals offline
-	local a b
-	a=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 12 --temperature 0 || true)
-	b=$(offline --model "$M" --prompt "$PROMPT" --max-tokens 12 --temperature 0 || true)
-	check "$1: the next request is served, equal to kvd generate" \
-		eval 'same_ids "$a" "$b" && same_text "$a" "$b"'
-}
-
-# fence_until_drained NODE ID: the request's LINK_LOST step (where its
-# pages are unfenced) comes after the transport logged that its QP was
-# drained and closed.
-fence_until_drained() {
-	local f=$T/$1.log c l
-	c=$(grep -n "event=verbs_closed side=receiver" "$f" | head -1 | cut -d: -f1)
-	l=$(grep -n "event=req_state id=$2 .*event=link_lost" "$f" | head -1 | cut -d: -f1)
-	[ -n "$c" ] && [ -n "$l" ] && [ "$c" -lt "$l" ]
-}
-
 fenced_ms() { # fenced_ms NODE ID
 	grep -o "event=abort_done id=$2 .*fenced_ms=[0-9]*" "$T/$1.log" | head -1 |
 		grep -o "[0-9]*$" || echo 0
