@@ -36,7 +36,6 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_LIE_ABORT_BATCHES] = "lie_abort_batches",
 	[KVD_FAULT_LIE_DONE_BATCHES] = "lie_done_batches",
 	[KVD_FAULT_VERBS_WRONG_SLOT] = "verbs_wrong_slot",
-	[KVD_FAULT_VERBS_OUTSIDE_SCOPE] = "verbs_outside_scope",
 	[KVD_FAULT_VERBS_FLOOD] = "verbs_flood",
 	[KVD_FAULT_VERBS_LIE_CREDIT] = "verbs_lie_credit",
 	[KVD_FAULT_VERBS_WRITE_BESIDE] = "verbs_write_beside",

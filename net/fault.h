@@ -65,9 +65,6 @@
  *   verbs_wrong_slot     RDMA, a lying prefill: a batch's WRITE_WITH_IMM
  *                        goes to the mailbox slot after the one its
  *                        credit names (a slot it was not granted)
- *   verbs_outside_scope  RDMA, a lying prefill: a batch's first write is
- *                        aimed one page past the end of the run decode
- *                        granted (decode's NIC must refuse it)
  *   verbs_flood          RDMA, a lying prefill: batches are posted
  *                        without waiting for mailbox credits
  *   verbs_lie_credit     RDMA, a lying decode: a verbs_credit claims 100
@@ -111,7 +108,6 @@ enum kvd_fault_point {
 	KVD_FAULT_LIE_ABORT_BATCHES,
 	KVD_FAULT_LIE_DONE_BATCHES,
 	KVD_FAULT_VERBS_WRONG_SLOT,
-	KVD_FAULT_VERBS_OUTSIDE_SCOPE,
 	KVD_FAULT_VERBS_FLOOD,
 	KVD_FAULT_VERBS_LIE_CREDIT,
 	KVD_FAULT_VERBS_WRITE_BESIDE,

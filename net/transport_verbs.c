@@ -372,29 +372,6 @@ static uint32_t vt_mailbox_slot(struct vt *vt, const struct vt_batch *b)
 	return s;
 }
 
-/* Fault point verbs_outside_scope: the batch's first page is aimed one
- * page past the end of the run decode granted for it. */
-static uint64_t vt_fault_outside_scope(struct vt *vt, const struct vt_scope *sc,
-				       const struct vt_batch *b, uint32_t page,
-				       uint64_t addr)
-{
-	const struct transport_cfg *c = &vt->base.cfg;
-
-	for (uint32_t i = 0; i < sc->n_runs; i++) {
-		const struct proto_peer_run *r = &sc->runs[i];
-
-		if (page < r->first_page || page - r->first_page >= r->n_pages)
-			continue;
-		if (!kvd_fault_fire(c->fault, KVD_FAULT_VERBS_OUTSIDE_SCOPE))
-			return addr;
-		KVLOG_WARN(c->log, "fault", "point=verbs_outside_scope request=%llu seq=%u page=%u aimed_page=%u",
-			   (unsigned long long)b->id, b->seq, page,
-			   r->first_page + r->n_pages);
-		return r->addr + (uint64_t)r->n_pages * c->page_bytes;
-	}
-	return addr;
-}
-
 /* Fault point verbs_write_beside (a lying prefill): the batch's first
  * page goes to the page just past the granted run that holds it, with
  * that run's key - a page of decode's pool this request was not given.
@@ -526,8 +503,6 @@ static int vt_stage(struct vt *vt, struct vt_batch *b)
 			r = -EINVAL;
 			goto fail;
 		}
-		if (i == 0)
-			addr = vt_fault_outside_scope(vt, sc, b, dst_page, addr);
 		for (int j = 0; j < k; j++)
 			b->wrs[n_wr++] = (struct vt_wr){
 				.laddr = (uint64_t)(uintptr_t)(vt_stage_page(vt, slot, i) + ex[j].offset),

@@ -20,9 +20,8 @@
 #   slot:     a batch's WRITE_WITH_IMM names a mailbox slot its credit
 #             did not give (verbs_wrong_slot): INTEGRITY, one credit
 #             violation counted, link torn down, fenced until drained;
-#   scope:    a batch's first write aimed one page past its granted run
-#             (verbs_outside_scope): decode's NIC refuses it, lands
-#             nothing, and the link ends;
+#   (a write aimed past its granted run is serve_verbs_faults' `beside`
+#   case, fault point verbs_write_beside, with both scope kinds;)
 #   flood:    batches posted without credits while decode is behind
 #             (verbs_flood): the batch beyond the posted receives lands
 #             nowhere (the NIC has no receive for it), the link ends;
@@ -157,15 +156,8 @@ check "slot: one credit violation, one integrity failure counted" eval \
 	"[ \"\$(status_get dslot counters.verbs.credit_violations)\" = 1 ] && [ \"\$(status_get dslot counters.integrity_failures)\" = 1 ]"
 lie_end slot
 
-# --- (c) a page outside its scope -------------------------------------------
-lie scope verbs_outside_scope:1 ""
-check "scope: prefill aimed past its run" \
-	grep -q "event=fault point=verbs_outside_scope request=1 " "$T/pscope.log"
-check "scope: decode's NIC refused the write and nothing landed for it" \
-	grep -q "event=verbs_closed side=receiver writes_applied=0 writes_refused=1" "$T/dscope.log"
-check "scope: decode tore the link down on its QP's error" \
-	grep -q "event=peer_down .*RDMA queue pair error" "$T/dscope.log"
-lie_end scope
+# (c) a write outside its scope: serve_verbs_faults' `beside` case
+# (fault point verbs_write_beside), with windows and registrations
 
 # --- (d) a flood past the credits while decode is behind --------------------
 lie flood verbs_flood verbs_slow_completion:1 "$SMALL" -- "$SMALL"
