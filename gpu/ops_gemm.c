@@ -188,8 +188,14 @@ GEMM_TILE_F(tile_f16, ldw_f16, ldw_f16_tail, 2)
 #define PF_ROW(r, LOAD)                                                      \
 	if (R > r) {                                                         \
 		__m512 wv = LOAD(r);                                         \
+                                                                             \
+		PF_IN_REG(wv);                                               \
 		GEMM_EACH_T(GEMM_F_FMA1, r)                                  \
 	}
+/* An empty asm that takes v in a register: GCC would otherwise fold the
+ * weight load into each of the T FMAs that use it (T loads of the same
+ * vector per step, which makes the tile load-bound). */
+#define PF_IN_REG(v) __asm__("" : "+v"(v))
 #define PF_WLOAD(r) _mm512_loadu_ps(w + (size_t)r * ws + j)
 #define PF_WLOAD_TAIL(r) _mm512_maskz_loadu_ps(m, w + (size_t)r * ws + j)
 #define PF_ACC(r, t) (acc + ((r) * PF_T + (t)) * 16)
@@ -197,6 +203,27 @@ GEMM_TILE_F(tile_f16, ldw_f16, ldw_f16_tail, 2)
 #define PF_PARK(r, _) if (R > r) { GEMM_EACH_T(PF_PARK1, r) }
 #define PF_UNPARK1(t, r) if (T > t) a##r##t = _mm512_load_ps(PF_ACC(r, t));
 #define PF_UNPARK(r, _) if (R > r) { GEMM_EACH_T(PF_UNPARK1, r) }
+
+/* _mm512_reduce_add_ps of a, b, c and d, in lanes 0..3, with its
+ * additions (GCC's: upper 256 + lower 256, upper 128 + lower 128, then
+ * [0] + [2] and [1] + [3], then those two) done four at a time, so each
+ * result has the same bits as the single reduction. */
+OPS_TILE __m128 pf_reduce4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+	/* lanes 0..7: a's 8 pair sums, 8..15: b's (likewise c, d) */
+	__m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0xee),
+				  _mm512_shuffle_f32x4(a, b, 0x44));
+	__m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0xee),
+				  _mm512_shuffle_f32x4(c, d, 0x44));
+	/* 128-bit lane k: the 4 quad sums of a, b, c, d in turn */
+	__m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0xdd),
+				 _mm512_shuffle_f32x4(ab, cd, 0x88));
+
+	v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4e));   /* [0]+[2], [1]+[3] */
+	v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xb1));   /* + each other */
+	return _mm512_castps512_ps128(_mm512_permutexvar_ps(
+		_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), v));
+}
 
 /* One column chunk [0, len) of rows w + r * ws against tokens x + t * xs
  * (both already at the chunk's first column), r < R, t < T. Accumulators
@@ -223,7 +250,21 @@ OPS_TILE void ptile_f32(const float *w, size_t ws, const float *x, size_t xs,
 		GEMM_EACH_T(GEMM_F_X, GEMM_XLOAD_TAIL)
 		PF_EACH_R(PF_ROW, PF_WLOAD_TAIL)
 	}
-	if (last) {
+	if (last && R == 6 && T == 4) {
+		/* rows 0..3 of each token: one 4-float store; rows 4, 5 of
+		 * two tokens: two 2-float stores */
+		_mm_storeu_ps(y, pf_reduce4(a00, a10, a20, a30));
+		_mm_storeu_ps(y + ys, pf_reduce4(a01, a11, a21, a31));
+		_mm_storeu_ps(y + 2 * ys, pf_reduce4(a02, a12, a22, a32));
+		_mm_storeu_ps(y + 3 * ys, pf_reduce4(a03, a13, a23, a33));
+		__m128 q = pf_reduce4(a40, a50, a41, a51);
+
+		_mm_storel_pi((__m64 *)(void *)(y + 4), q);
+		_mm_storeh_pi((__m64 *)(void *)(y + ys + 4), q);
+		q = pf_reduce4(a42, a52, a43, a53);
+		_mm_storel_pi((__m64 *)(void *)(y + 2 * ys + 4), q);
+		_mm_storeh_pi((__m64 *)(void *)(y + 3 * ys + 4), q);
+	} else if (last) {
 		const size_t yr = 1;
 
 		PF_EACH_R(GEMM_STORE_ROW, _)
