@@ -151,10 +151,11 @@ GEMM_TILE_F(tile_f16, ldw_f16, ldw_f16_tail, 2)
 
 /* ---- F32 / F16 prefill panels ------------------------------------------ */
 
-/* Prefill (n > 1) for F32 and F16 weights. The rows go in panels of PF_R
- * adjacent rows; a panel meets every token, PF_T tokens at a time, in a
- * register tile of PF_R x PF_T accumulators (24 zmm: 24 FMAs per 10
- * loads, against 16 per 8 in the 4 x 4 GEMM_TILE_F). F16 rows are
+/* Prefill (n >= PF_MIN_TOKENS) for F32 and F16 weights. The rows go in
+ * panels of PF_R adjacent rows; a panel meets every token, PF_T tokens
+ * at a time, in a register tile of PF_R x PF_T accumulators (24 zmm: 24
+ * FMAs per 10 loads, against 16 per 8 in the 4 x 4 GEMM_TILE_F; the
+ * full tile's 24 reductions done four at a time, pf_reduce4). F16 rows are
  * converted to F32 once per panel into a small buffer that all token
  * groups then read from L1 (convert once, use many times), instead of
  * once per token group. Wide rows (cols > PF_KC) go in column chunks of
@@ -179,6 +180,11 @@ GEMM_TILE_F(tile_f16, ldw_f16, ldw_f16_tail, 2)
 #define PF_KC 1024
 #endif
 #define PF_NB 64 /* tokens per accumulator block when chunked */
+/* Fewer tokens (decode, small decode batches) keep GEMM_DRIVE's 4 x 4
+ * tiles over row quarters: with weights streaming from memory and few
+ * token groups per panel, the panels' prefetch has too little time
+ * (F16 at 2-8 tokens ran at half the rate; even at ~24). */
+#define PF_MIN_TOKENS 32
 
 #define PF_EACH_R(M, ...) M(0, __VA_ARGS__) M(1, __VA_ARGS__)                \
 	M(2, __VA_ARGS__) M(3, __VA_ARGS__) M(4, __VA_ARGS__)                \
@@ -308,7 +314,8 @@ OPS_AVX512 static void pf_convert(const uint8_t *data, size_t rb, uint32_t r0,
 				  size_t ws)
 {
 	for (int r = 0; r < R; r++) {
-		const uint16_t *src = (const uint16_t *)(const void *)(data + (size_t)(r0 + (uint32_t)r) * rb) + j0;
+		const uint8_t *row = data + (size_t)(r0 + (uint32_t)r) * rb;
+		const uint16_t *src = (const uint16_t *)(const void *)row + j0;
 		float *dst = out + (size_t)r * ws;
 		uint32_t j = 0, len = j1 - j0;
 
@@ -324,9 +331,9 @@ static void gemm_prefetch_next(const uint8_t *data, size_t rb, uint32_t nr,
 			       uint32_t q, int count, uint32_t blk,
 			       uint32_t n_blk);
 
-/* F32/F16 rows [r0, r1) x n tokens (n > 1): panel by panel; within a
- * panel, token blocks (all n when the rows fit one chunk), column
- * chunks, then token groups. */
+/* F32/F16 rows [r0, r1) x n tokens (n >= PF_MIN_TOKENS): panel by
+ * panel; within a panel, token blocks (all n when the rows fit one
+ * chunk), column chunks, then token groups. */
 OPS_AVX512 static void gemm_f_prefill(const struct ops_mat *w, const float *act,
 				      size_t xs, uint32_t n, float *y,
 				      size_t y_stride, uint32_t r0, uint32_t r1)
@@ -651,7 +658,8 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 	size_t fs = act_stride / sizeof(float);
 	size_t qs = act_stride / sizeof(struct ops_block_q8_act);
 
-	if ((w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16) && n > 1) {
+	if ((w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16) &&
+	    n >= PF_MIN_TOKENS) {
 		gemm_f_prefill(w, act, fs, n, y, y_stride, r0, r1);
 		return true;
 	}
