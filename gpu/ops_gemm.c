@@ -348,7 +348,9 @@ OPS_AVX512 static void gemm_f_prefill(const struct ops_mat *w, const float *act,
 
 	for (uint32_t r = r0; r < r1; r += PF_R) {
 		int R = r1 - r >= PF_R ? PF_R : (int)(r1 - r);
-		bool next = r + PF_R < r1;
+		/* rows of the next panel (0: none) */
+		int next = r1 - r <= PF_R ? 0 : r1 - r - PF_R >= PF_R ?
+			   PF_R : (int)(r1 - r - PF_R);
 
 		blk = 0;
 		for (uint32_t i0 = 0; i0 < n; i0 += nb) {
@@ -370,16 +372,16 @@ OPS_AVX512 static void gemm_f_prefill(const struct ops_mat *w, const float *act,
 				}
 				for (uint32_t i = i0; i < i1; i += PF_T) {
 					int T = i1 - i >= PF_T ? PF_T : (int)(i1 - i);
+					/* this group's parked accumulators */
+					float *ta = acc + (nck > 1 ? (size_t)((i - i0) / PF_T) *
+								   PF_R * PF_T * 16 : 0);
 
 					if (next)
-						gemm_prefetch_next(w->data, w->row_bytes, r + PF_R, 1,
-								   r1 - r - PF_R < PF_R ? (int)(r1 - r - PF_R) : PF_R,
-								   blk++, n_blk);
+						gemm_prefetch_next(w->data, w->row_bytes, r + PF_R,
+								   1, next, blk++, n_blk);
 					ptile_f32_shape(wp, ws, act + (size_t)i * xs + j0, xs,
 							j1 - j0, y + (size_t)i * y_stride + r,
-							y_stride,
-							acc + (size_t)((i - i0) / PF_T) * PF_R * PF_T * 16,
-							c > 0, c + 1 == nck, R, T);
+							y_stride, ta, c > 0, c + 1 == nck, R, T);
 				}
 			}
 		}
@@ -659,7 +661,7 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 	size_t qs = act_stride / sizeof(struct ops_block_q8_act);
 
 	if ((w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16) &&
-	    n >= PF_MIN_TOKENS) {
+	    n >= PF_MIN_TOKENS && w->cols > 0) {
 		gemm_f_prefill(w, act, fs, n, y, y_stride, r0, r1);
 		return true;
 	}
