@@ -9,7 +9,9 @@
  * of the AVX2 `dot3` kernels. The driver (ops_gemm__matmul) walks the rows
  * four at a time, and within a row block all tokens four at a time, so a
  * block of weight rows (4 x cols) stays in L1 while the tokens' rows
- * stream from L2.
+ * stream from L2. F32/F16 prefill of 32 tokens or more runs in larger
+ * panels instead (6 rows x 4 tokens, F16 converted once per panel, wide
+ * rows in column chunks: "F32 / F16 prefill panels" below).
  *
  * Decode (one token) runs the same tile with T = 1: four rows' dot
  * products are four independent FMA chains, which hides the FMA latency
