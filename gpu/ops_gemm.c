@@ -175,6 +175,7 @@ GEMM_TILE_F(tile_f16, ldw_f16, ldw_f16_tail, 2)
 #ifndef PF_R
 #define PF_R 6
 #endif
+_Static_assert(PF_R >= 2 && PF_R <= 6, "ptile_f32_shape's short panels");
 #ifndef PF_T
 #define PF_T 4
 #endif
@@ -285,7 +286,10 @@ OPS_TILE void ptile_f32(const float *w, size_t ws, const float *x, size_t xs,
 #define PF_CALL1(TT) ptile_f32(w + (size_t)r * ws, 0, x, xs, len, y + r, ys, \
 			       acc + r * PF_T * 16, resume, last, 1, TT)
 
-/* ptile_f32 for R == PF_R, or row by row for a short last panel. */
+/* ptile_f32 for R == PF_R; a short last panel (a thread's row range
+ * need not be a multiple of PF_R) in one tile of its R rows for full
+ * token groups (R x 4 accumulators still hide the FMA latency), else
+ * row by row. */
 OPS_AVX512 static void ptile_f32_shape(const float *w, size_t ws,
 				       const float *x, size_t xs, uint32_t len,
 				       float *y, size_t ys, float *acc,
@@ -297,6 +301,15 @@ OPS_AVX512 static void ptile_f32_shape(const float *w, size_t ws,
 		case 3: PF_CALL(PF_R, 3); break;
 		case 2: PF_CALL(PF_R, 2); break;
 		default: PF_CALL(PF_R, 1); break;
+		}
+		return;
+	}
+	if (T == 4 && R >= 2) {
+		switch (R) {
+		case 5: PF_CALL(5, 4); break;
+		case 4: PF_CALL(4, 4); break;
+		case 3: PF_CALL(3, 4); break;
+		default: PF_CALL(2, 4); break;
 		}
 		return;
 	}

@@ -347,6 +347,8 @@ START_TEST(test_matmul_f32)
 	check_matmul(GGML_TYPE_F32, 11, 768, 34);
 	check_matmul(GGML_TYPE_F32, 7, 75, 35);
 	check_matmul(GGML_TYPE_F32, 12, 16, 32);
+	check_matmul(GGML_TYPE_F32, 10, 40, 36);   /* last panels of 4 */
+	check_matmul(GGML_TYPE_F32, 9, 130, 40);   /* and 3 rows */
 }
 END_TEST
 
@@ -366,6 +368,8 @@ START_TEST(test_matmul_f16)
 	check_matmul(GGML_TYPE_F16, 11, 768, 34);
 	check_matmul(GGML_TYPE_F16, 7, 75, 35);
 	check_matmul(GGML_TYPE_F16, 12, 16, 32);
+	check_matmul(GGML_TYPE_F16, 10, 40, 36);   /* last panels of 4 */
+	check_matmul(GGML_TYPE_F16, 9, 130, 40);   /* and 3 rows */
 }
 END_TEST
 
