@@ -157,10 +157,10 @@ GEMM_TILE_F(tile_f16, ldw_f16, ldw_f16_tail, 2)
  * panels of PF_R adjacent rows; a panel meets every token, PF_T tokens
  * at a time, in a register tile of PF_R x PF_T accumulators (24 zmm: 24
  * FMAs per 10 loads, against 16 per 8 in the 4 x 4 GEMM_TILE_F; the
- * full tile's 24 reductions done four at a time, pf_reduce4). F16 rows are
- * converted to F32 once per panel into a small buffer that all token
- * groups then read from L1 (convert once, use many times), instead of
- * once per token group. Wide rows (cols > PF_KC) go in column chunks of
+ * full tile's 24 reductions done four at a time, pf_reduce4). F16 rows
+ * are converted to F32 once per panel into a small buffer that all
+ * token groups then read from L1 (convert once, use many times), instead
+ * of once per token group; F32 rows are copied there too. Wide rows (cols > PF_KC) go in column chunks of
  * at most PF_KC, so the panel's chunk and the tokens' chunks stay in L1;
  * between chunks each tile's 16-lane accumulators are parked in a
  * buffer (tokens PF_NB at a time), which keeps every lane's sum in the
@@ -322,23 +322,38 @@ OPS_AVX512 static void ptile_f32_shape(const float *w, size_t ws,
 		}
 }
 
-/* Columns [j0, j1) of F16 rows r0 .. r0 + R - 1 as F32 into out (row
- * stride ws floats); the last vector of a row zero beyond j1. */
-OPS_AVX512 static void pf_convert(const uint8_t *data, size_t rb, uint32_t r0,
-				  int R, uint32_t j0, uint32_t j1, float *out,
-				  size_t ws)
+/* Columns [j0, j1) of F32 or F16 rows r0 .. r0 + R - 1 as F32 into out
+ * (row stride ws floats); the last vector of a row zero beyond j1. F32
+ * is copied too: the tile then reads one aligned, contiguous panel
+ * (measured ~10% faster than reading the rows in place, whose stride
+ * of a power of two KiB puts a step's loads in one L1 set). */
+OPS_AVX512 static void pf_load(const uint8_t *data, size_t rb, bool f16,
+			       uint32_t r0, int R, uint32_t j0, uint32_t j1,
+			       float *out, size_t ws)
 {
+	uint32_t len = j1 - j0;
+	__mmask16 m = (__mmask16)((1u << (len % 16)) - 1);
+
 	for (int r = 0; r < R; r++) {
 		const uint8_t *row = data + (size_t)(r0 + (uint32_t)r) * rb;
-		const uint16_t *src = (const uint16_t *)(const void *)row + j0;
 		float *dst = out + (size_t)r * ws;
-		uint32_t j = 0, len = j1 - j0;
+		uint32_t j = 0;
 
-		for (; j + 16 <= len; j += 16)
-			_mm512_store_ps(dst + j, ldw_f16(src, j));
-		if (j < len)
-			_mm512_store_ps(dst + j, ldw_f16_tail(src, j,
-				(__mmask16)((1u << (len - j)) - 1)));
+		if (f16) {
+			const uint16_t *src = (const uint16_t *)(const void *)row + j0;
+
+			for (; j + 16 <= len; j += 16)
+				_mm512_store_ps(dst + j, ldw_f16(src, j));
+			if (j < len)
+				_mm512_store_ps(dst + j, ldw_f16_tail(src, j, m));
+		} else {
+			const float *src = (const float *)(const void *)row + j0;
+
+			for (; j + 16 <= len; j += 16)
+				_mm512_store_ps(dst + j, ldw_f32(src, j));
+			if (j < len)
+				_mm512_store_ps(dst + j, ldw_f32_tail(src, j, m));
+		}
 	}
 }
 
@@ -373,18 +388,8 @@ OPS_AVX512 static void gemm_f_prefill(const struct ops_mat *w, const float *act,
 
 			for (uint32_t c = 0; c < nck; c++) {
 				uint32_t j0 = c * kc, j1 = j0 + kc < cols ? j0 + kc : cols;
-				const float *wp;
-				size_t ws;
 
-				if (f16) {
-					pf_convert(w->data, w->row_bytes, r, R, j0, j1, buf, kc);
-					wp = buf;
-					ws = kc;
-				} else {
-					wp = (const float *)(const void *)((const uint8_t *)w->data +
-									   (size_t)r * w->row_bytes) + j0;
-					ws = w->row_bytes / 4;
-				}
+				pf_load(w->data, w->row_bytes, f16, r, R, j0, j1, buf, kc);
 				for (uint32_t i = i0; i < i1; i += PF_T) {
 					int T = i1 - i >= PF_T ? PF_T : (int)(i1 - i);
 					/* this group's parked accumulators */
@@ -394,7 +399,7 @@ OPS_AVX512 static void gemm_f_prefill(const struct ops_mat *w, const float *act,
 					if (next)
 						gemm_prefetch_next(w->data, w->row_bytes, r + PF_R,
 								   1, next, blk++, n_blk);
-					ptile_f32_shape(wp, ws, act + (size_t)i * xs + j0, xs,
+					ptile_f32_shape(buf, kc, act + (size_t)i * xs + j0, xs,
 							j1 - j0, y + (size_t)i * y_stride + r,
 							y_stride, ta, c > 0, c + 1 == nck, R, T);
 				}
