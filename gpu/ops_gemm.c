@@ -9,7 +9,9 @@
  * of the AVX2 `dot3` kernels. The driver (ops_gemm__matmul) walks the rows
  * four at a time, and within a row block all tokens four at a time, so a
  * block of weight rows (4 x cols) stays in L1 while the tokens' rows
- * stream from L2.
+ * stream from L2. F32/F16 prefill of 32 tokens or more runs in larger
+ * panels instead (6 rows x 4 tokens, F16 converted once per panel, wide
+ * rows in column chunks: "F32 / F16 prefill panels" below).
  *
  * Decode (one token) runs the same tile with T = 1: four rows' dot
  * products are four independent FMA chains, which hides the FMA latency
@@ -148,6 +150,263 @@ OPS_TILE void NAME(const uint8_t *w, size_t wb, const float *x, size_t xs,    \
 
 GEMM_TILE_F(tile_f32, ldw_f32, ldw_f32_tail, 4)
 GEMM_TILE_F(tile_f16, ldw_f16, ldw_f16_tail, 2)
+
+/* ---- F32 / F16 prefill panels ------------------------------------------ */
+
+/* Prefill (n >= PF_MIN_TOKENS) for F32 and F16 weights. The rows go in
+ * panels of PF_R adjacent rows; a panel meets every token, PF_T tokens
+ * at a time, in a register tile of PF_R x PF_T accumulators (24 zmm: 24
+ * FMAs per 10 loads, against 16 per 8 in the 4 x 4 GEMM_TILE_F; the
+ * full tile's 24 reductions done four at a time, pf_reduce4). F16 rows
+ * are converted to F32 once per panel into a small buffer that all
+ * token groups then read from L1 (convert once, use many times), instead
+ * of once per token group; F32 rows are copied there too. Wide rows (cols > PF_KC) go in column chunks of
+ * at most PF_KC, so the panel's chunk and the tokens' chunks stay in L1;
+ * between chunks each tile's 16-lane accumulators are parked in a
+ * buffer (tokens PF_NB at a time), which keeps every lane's sum in the
+ * same order. No prefetch in the tile loop (the panel is in L1 after its
+ * first token group); the next panel is fetched a slice per tile
+ * (gemm_prefetch_next).
+ *
+ * Same arithmetic per (row, token) as GEMM_TILE_F, hence as the dots:
+ * one 16-lane accumulator over the columns in steps of 16 (chunk edges
+ * are multiples of 16), the tail with x masked to zero and w zero, one
+ * _mm512_reduce_add_ps. Bit-identical to decode and to any tiling. */
+#ifndef PF_R
+#define PF_R 6
+#endif
+_Static_assert(PF_R >= 2 && PF_R <= 6, "ptile_f32_shape's short panels");
+#ifndef PF_T
+#define PF_T 4
+#endif
+#ifndef PF_KC
+#define PF_KC 1024
+#endif
+#define PF_NB 64 /* tokens per accumulator block when chunked */
+/* Fewer tokens (decode, small decode batches) keep GEMM_DRIVE's 4 x 4
+ * tiles over row quarters: with weights streaming from memory and few
+ * token groups per panel, the panels' prefetch has too little time
+ * (F16 at 2-8 tokens ran at half the rate; even at ~24). */
+#define PF_MIN_TOKENS 32
+
+#define PF_EACH_R(M, ...) M(0, __VA_ARGS__) M(1, __VA_ARGS__)                \
+	M(2, __VA_ARGS__) M(3, __VA_ARGS__) M(4, __VA_ARGS__)                \
+	M(5, __VA_ARGS__) M(6, __VA_ARGS__) M(7, __VA_ARGS__)
+#define PF_ACC_ROW(r, _) __m512 a##r##0 = zero, a##r##1 = zero,             \
+	a##r##2 = zero, a##r##3 = zero;
+#define PF_ROW(r, LOAD)                                                      \
+	if (R > r) {                                                         \
+		__m512 wv = LOAD(r);                                         \
+                                                                             \
+		PF_IN_REG(wv);                                               \
+		GEMM_EACH_T(GEMM_F_FMA1, r)                                  \
+	}
+/* An empty asm that takes v in a register: GCC would otherwise fold the
+ * weight load into each of the T FMAs that use it (T loads of the same
+ * vector per step, which makes the tile load-bound). */
+#define PF_IN_REG(v) __asm__("" : "+v"(v))
+#define PF_WLOAD(r) _mm512_loadu_ps(w + (size_t)r * ws + j)
+#define PF_WLOAD_TAIL(r) _mm512_maskz_loadu_ps(m, w + (size_t)r * ws + j)
+#define PF_ACC(r, t) (acc + ((r) * PF_T + (t)) * 16)
+#define PF_PARK1(t, r) if (T > t) _mm512_store_ps(PF_ACC(r, t), a##r##t);
+#define PF_PARK(r, _) if (R > r) { GEMM_EACH_T(PF_PARK1, r) }
+#define PF_UNPARK1(t, r) if (T > t) a##r##t = _mm512_load_ps(PF_ACC(r, t));
+#define PF_UNPARK(r, _) if (R > r) { GEMM_EACH_T(PF_UNPARK1, r) }
+
+/* _mm512_reduce_add_ps of a, b, c and d, in lanes 0..3, with its
+ * additions (GCC's: upper 256 + lower 256, upper 128 + lower 128, then
+ * [0] + [2] and [1] + [3], then those two) done four at a time, so each
+ * result has the same bits as the single reduction. */
+OPS_TILE __m128 pf_reduce4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+	/* lanes 0..7: a's 8 pair sums, 8..15: b's (likewise c, d) */
+	__m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0xee),
+				  _mm512_shuffle_f32x4(a, b, 0x44));
+	__m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0xee),
+				  _mm512_shuffle_f32x4(c, d, 0x44));
+	/* 128-bit lane k: the 4 quad sums of a, b, c, d in turn */
+	__m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0xdd),
+				 _mm512_shuffle_f32x4(ab, cd, 0x88));
+
+	v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4e));   /* [0]+[2], [1]+[3] */
+	v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xb1));   /* + each other */
+	return _mm512_castps512_ps128(_mm512_permutexvar_ps(
+		_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), v));
+}
+
+/* One column chunk [0, len) of rows w + r * ws against tokens x + t * xs
+ * (both already at the chunk's first column), r < R, t < T. Accumulators
+ * from acc when `resume`, else zero; at the end to y[t * ys + r] when
+ * `last` (the matrix's last chunk, which holds the tail), else to acc. */
+OPS_TILE void ptile_f32(const float *w, size_t ws, const float *x, size_t xs,
+			uint32_t len, float *y, size_t ys, float *acc,
+			bool resume, bool last, const int R, const int T)
+{
+	const __m512 zero = _mm512_setzero_ps();
+	PF_EACH_R(PF_ACC_ROW, _)
+	uint32_t j = 0;
+
+	if (resume) {
+		PF_EACH_R(PF_UNPARK, _)
+	}
+	for (; j + 16 <= len; j += 16) {
+		GEMM_EACH_T(GEMM_F_X, GEMM_XLOAD)
+		PF_EACH_R(PF_ROW, PF_WLOAD)
+	}
+	if (j < len) {
+		__mmask16 m = (__mmask16)((1u << (len - j)) - 1);
+
+		GEMM_EACH_T(GEMM_F_X, GEMM_XLOAD_TAIL)
+		PF_EACH_R(PF_ROW, PF_WLOAD_TAIL)
+	}
+	if (last && R == 6 && T == 4) {
+		/* rows 0..3 of each token: one 4-float store; rows 4, 5 of
+		 * two tokens: two 2-float stores */
+		_mm_storeu_ps(y, pf_reduce4(a00, a10, a20, a30));
+		_mm_storeu_ps(y + ys, pf_reduce4(a01, a11, a21, a31));
+		_mm_storeu_ps(y + 2 * ys, pf_reduce4(a02, a12, a22, a32));
+		_mm_storeu_ps(y + 3 * ys, pf_reduce4(a03, a13, a23, a33));
+		__m128 q = pf_reduce4(a40, a50, a41, a51);
+
+		_mm_storel_pi((__m64 *)(void *)(y + 4), q);
+		_mm_storeh_pi((__m64 *)(void *)(y + ys + 4), q);
+		q = pf_reduce4(a42, a52, a43, a53);
+		_mm_storel_pi((__m64 *)(void *)(y + 2 * ys + 4), q);
+		_mm_storeh_pi((__m64 *)(void *)(y + 3 * ys + 4), q);
+	} else if (last) {
+		const size_t yr = 1;
+
+		PF_EACH_R(GEMM_STORE_ROW, _)
+	} else {
+		PF_EACH_R(PF_PARK, _)
+	}
+}
+
+#define PF_CALL(RR, TT) ptile_f32(w, ws, x, xs, len, y, ys, acc, resume, last, RR, TT)
+#define PF_CALL1(TT) ptile_f32(w + (size_t)r * ws, 0, x, xs, len, y + r, ys, \
+			       acc + r * PF_T * 16, resume, last, 1, TT)
+
+/* ptile_f32 for R == PF_R; a short last panel (a thread's row range
+ * need not be a multiple of PF_R) in one tile of its R rows for full
+ * token groups (R x 4 accumulators still hide the FMA latency), else
+ * row by row. */
+OPS_AVX512 static void ptile_f32_shape(const float *w, size_t ws,
+				       const float *x, size_t xs, uint32_t len,
+				       float *y, size_t ys, float *acc,
+				       bool resume, bool last, int R, int T)
+{
+	if (R == PF_R) {
+		switch (T) {
+		case 4: PF_CALL(PF_R, 4); break;
+		case 3: PF_CALL(PF_R, 3); break;
+		case 2: PF_CALL(PF_R, 2); break;
+		default: PF_CALL(PF_R, 1); break;
+		}
+		return;
+	}
+	if (T == 4 && R >= 2) {
+		switch (R) {
+		case 5: PF_CALL(5, 4); break;
+		case 4: PF_CALL(4, 4); break;
+		case 3: PF_CALL(3, 4); break;
+		default: PF_CALL(2, 4); break;
+		}
+		return;
+	}
+	for (int r = 0; r < R; r++)
+		switch (T) {
+		case 4: PF_CALL1(4); break;
+		case 3: PF_CALL1(3); break;
+		case 2: PF_CALL1(2); break;
+		default: PF_CALL1(1); break;
+		}
+}
+
+/* Columns [j0, j1) of F32 or F16 rows r0 .. r0 + R - 1 as F32 into out
+ * (row stride ws floats); the last vector of a row zero beyond j1. F32
+ * is copied too: the tile then reads one aligned, contiguous panel
+ * (measured ~10% faster than reading the rows in place, whose stride
+ * of a power of two KiB puts a step's loads in one L1 set). */
+OPS_AVX512 static void pf_load(const uint8_t *data, size_t rb, bool f16,
+			       uint32_t r0, int R, uint32_t j0, uint32_t j1,
+			       float *out, size_t ws)
+{
+	uint32_t len = j1 - j0;
+	__mmask16 m = (__mmask16)((1u << (len % 16)) - 1);
+
+	for (int r = 0; r < R; r++) {
+		const uint8_t *row = data + (size_t)(r0 + (uint32_t)r) * rb;
+		float *dst = out + (size_t)r * ws;
+		uint32_t j = 0;
+
+		if (f16) {
+			const uint16_t *src = (const uint16_t *)(const void *)row + j0;
+
+			for (; j + 16 <= len; j += 16)
+				_mm512_store_ps(dst + j, ldw_f16(src, j));
+			if (j < len)
+				_mm512_store_ps(dst + j, ldw_f16_tail(src, j, m));
+		} else {
+			const float *src = (const float *)(const void *)row + j0;
+
+			for (; j + 16 <= len; j += 16)
+				_mm512_store_ps(dst + j, ldw_f32(src, j));
+			if (j < len)
+				_mm512_store_ps(dst + j, ldw_f32_tail(src, j, m));
+		}
+	}
+}
+
+static void gemm_prefetch_next(const uint8_t *data, size_t rb, uint32_t nr,
+			       uint32_t q, int count, uint32_t blk,
+			       uint32_t n_blk);
+
+/* F32/F16 rows [r0, r1) x n tokens (n >= PF_MIN_TOKENS): panel by
+ * panel; within a panel, token blocks (all n when the rows fit one
+ * chunk), column chunks, then token groups. */
+OPS_AVX512 static void gemm_f_prefill(const struct ops_mat *w, const float *act,
+				      size_t xs, uint32_t n, float *y,
+				      size_t y_stride, uint32_t r0, uint32_t r1)
+{
+	bool f16 = w->type == GGML_TYPE_F16;
+	uint32_t cols = w->cols, nck = (cols + PF_KC - 1) / PF_KC;
+	uint32_t kc = ((cols + nck - 1) / nck + 15) & ~15u; /* <= PF_KC */
+	uint32_t nb = nck > 1 ? PF_NB : n;
+	uint32_t n_blk = ((n + PF_T - 1) / PF_T) * nck, blk;
+	float buf[PF_R * PF_KC] __attribute__((aligned(64)));
+	float acc[PF_NB / PF_T * PF_R * PF_T * 16] __attribute__((aligned(64)));
+
+	for (uint32_t r = r0; r < r1; r += PF_R) {
+		int R = r1 - r >= PF_R ? PF_R : (int)(r1 - r);
+		/* rows of the next panel (0: none) */
+		int next = r1 - r <= PF_R ? 0 : r1 - r - PF_R >= PF_R ?
+			   PF_R : (int)(r1 - r - PF_R);
+
+		blk = 0;
+		for (uint32_t i0 = 0; i0 < n; i0 += nb) {
+			uint32_t i1 = n - i0 > nb ? i0 + nb : n;
+
+			for (uint32_t c = 0; c < nck; c++) {
+				uint32_t j0 = c * kc, j1 = j0 + kc < cols ? j0 + kc : cols;
+
+				pf_load(w->data, w->row_bytes, f16, r, R, j0, j1, buf, kc);
+				for (uint32_t i = i0; i < i1; i += PF_T) {
+					int T = i1 - i >= PF_T ? PF_T : (int)(i1 - i);
+					/* this group's parked accumulators */
+					float *ta = acc + (nck > 1 ? (size_t)((i - i0) / PF_T) *
+								   PF_R * PF_T * 16 : 0);
+
+					if (next)
+						gemm_prefetch_next(w->data, w->row_bytes, r + PF_R,
+								   1, next, blk++, n_blk);
+					ptile_f32_shape(buf, kc, act + (size_t)i * xs + j0, xs,
+							j1 - j0, y + (size_t)i * y_stride + r,
+							y_stride, ta, c > 0, c + 1 == nck, R, T);
+				}
+			}
+		}
+	}
+}
 
 /* ---- Q8_0 / Q4_0 against q8 activation blocks ------------------------ */
 
@@ -364,14 +623,15 @@ void ops_gemm__dot3_q8_0(const struct ops_block_q8_0 *w,
  * next tile's rows (row nr of each quarter, q apart) are fetched from
  * memory a slice per token block, so the next tile finds them in cache
  * and the weight stream overlaps the arithmetic. */
-static inline void gemm_prefetch_next(const uint8_t *data, size_t rb,
-				      uint32_t nr, uint32_t q, uint32_t blk,
-				      uint32_t n_blk)
+/* Slice blk of n_blk of the next tile's `count` rows (nr, nr + q, ...). */
+static void gemm_prefetch_next(const uint8_t *data, size_t rb, uint32_t nr,
+			       uint32_t q, int count, uint32_t blk,
+			       uint32_t n_blk)
 {
 	size_t sl = ((rb + n_blk - 1) / n_blk + 63) & ~(size_t)63;
 	size_t lo = (size_t)blk * sl, hi = lo + sl < rb ? lo + sl : rb;
 
-	for (int m = 0; m < GEMM_R; m++) {
+	for (int m = 0; m < count; m++) {
 		const uint8_t *row = data + (size_t)(nr + (uint32_t)m * q) * rb;
 
 		for (size_t o = lo; o < hi; o += 64)
@@ -402,7 +662,7 @@ static inline void gemm_prefetch_next(const uint8_t *data, size_t rb,
                                                                                \
 				if (tile && n > GEMM_T && r + 1 < r0 + q)      \
 					gemm_prefetch_next((const uint8_t *)(DATA), (RB), \
-							   r + 1, q, i / GEMM_T,  \
+							   r + 1, q, GEMM_R, i / GEMM_T, \
 							   (n + GEMM_T - 1) / GEMM_T); \
 				SHAPE(wr, tile ? (size_t)q * (RB) : (RB), xi,  \
 				      XSTRIDE, w->cols,                        \
@@ -420,6 +680,11 @@ bool ops_gemm__matmul(const struct ops_mat *w, const void *act,
 	size_t fs = act_stride / sizeof(float);
 	size_t qs = act_stride / sizeof(struct ops_block_q8_act);
 
+	if ((w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16) &&
+	    n >= PF_MIN_TOKENS && w->cols > 0) {
+		gemm_f_prefill(w, act, fs, n, y, y_stride, r0, r1);
+		return true;
+	}
 	switch (w->type) {
 	case GGML_TYPE_F32:
 		GEMM_DRIVE(tile_f32_shape, float, fs, w->data, w->row_bytes);

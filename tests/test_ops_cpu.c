@@ -338,6 +338,18 @@ START_TEST(test_matmul_f32)
 	check_matmul(GGML_TYPE_F32, 11, 768, 6);
 	check_matmul(GGML_TYPE_F32, 9, 33, 9);
 	check_matmul(GGML_TYPE_F32, 6, 15, 10);
+	/* prefill panels (ops_gemm.c, from 32 tokens: 6 rows x 4
+	 * tokens, short last panel row by row; columns in chunks of at
+	 * most 1024 with the accumulators parked, tokens 64 at a time,
+	 * every row, token and column tail) */
+	check_matmul(GGML_TYPE_F32, 13, 1049, 70);
+	check_matmul(GGML_TYPE_F32, 20, 2064, 33);
+	check_matmul(GGML_TYPE_F32, 17, 3001, 67);
+	check_matmul(GGML_TYPE_F32, 11, 768, 34);
+	check_matmul(GGML_TYPE_F32, 7, 75, 35);
+	check_matmul(GGML_TYPE_F32, 12, 16, 32);
+	check_matmul(GGML_TYPE_F32, 10, 40, 36);   /* last panels of 4 */
+	check_matmul(GGML_TYPE_F32, 9, 130, 40);   /* and 3 rows */
 }
 END_TEST
 
@@ -351,6 +363,14 @@ START_TEST(test_matmul_f16)
 	check_matmul(GGML_TYPE_F16, 11, 768, 6);
 	check_matmul(GGML_TYPE_F16, 9, 33, 9);
 	check_matmul(GGML_TYPE_F16, 6, 15, 10);
+	check_matmul(GGML_TYPE_F16, 13, 1049, 70);
+	check_matmul(GGML_TYPE_F16, 20, 2064, 33);
+	check_matmul(GGML_TYPE_F16, 17, 3001, 67);
+	check_matmul(GGML_TYPE_F16, 11, 768, 34);
+	check_matmul(GGML_TYPE_F16, 7, 75, 35);
+	check_matmul(GGML_TYPE_F16, 12, 16, 32);
+	check_matmul(GGML_TYPE_F16, 10, 40, 36);   /* last panels of 4 */
+	check_matmul(GGML_TYPE_F16, 9, 130, 40);   /* and 3 rows */
 }
 END_TEST
 

@@ -1,19 +1,22 @@
 /* bench_gemm.c - one matmul per weight type through every kernel table
  * the CPU runs, interleaved, on one thread.
  *
- *   bench_gemm [--rounds N] [--rows R] [--cols C]
+ *   bench_gemm [--rounds N] [--rows R] [--cols C] [--tokens T]
+ *              [--type NAME] [--table NAME]
  *
  * For F32, F16, Q8_0, Q4_0 and (when C is a multiple of 256) Q2_K..Q6_K
  * weights of R x C (default 2048 x 768, the 100M model's gate/up shape)
  * it times ops_matmul_rows over
- *   prefill  64 tokens (GFLOP/s, 2 flops per multiply-add)
+ *   prefill  64 tokens (--tokens; GFLOP/s, 2 flops per multiply-add)
  *   decode    1 token  (GB/s of weight bytes read)
  * and the q8 activation quantization of 64 rows (M values/s). Each round
  * runs every table once in turn (so a noisy neighbour hits all of them
  * alike); the figure printed is the median over rounds with the min-max
  * range. A table with a weight layout of its own (ops_mat_pack: Q4_0 on
  * avx512vnni) runs on its packed copy, as the engine does. Prints
- * figures; never fails on speed.
+ * figures; never fails on speed. --type (e.g. f16) and --table (e.g.
+ * avx512vnni) keep only that weight type / that table (and the scalar
+ * one, which is always run on 4 tokens), for profiling one kernel.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +115,7 @@ static void stat_print(const char *what, const struct stat3 *s, const char *unit
 int main(int argc, char **argv)
 {
 	uint32_t rounds = 11, rows = 2048, cols = 768, ntok = 64;
+	const char *only_type = NULL, *only_table = NULL;
 	const struct ops_kernels *tabs[4];
 	int nt = 0;
 	const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16,
@@ -127,26 +131,37 @@ int main(int argc, char **argv)
 			rows = (uint32_t)atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--cols"))
 			cols = (uint32_t)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--tokens"))
+			ntok = (uint32_t)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--type"))
+			only_type = argv[i + 1];
+		else if (!strcmp(argv[i], "--table"))
+			only_table = argv[i + 1];
 	}
 	if (rounds < 1 || rounds > MAX_ROUNDS || rows < 1 || cols < 32 ||
-	    cols % 32) {
-		fprintf(stderr, "bench_gemm: rounds 1..%d, rows >= 1, cols a multiple of 32\n",
+	    cols % 32 || ntok < 4 || ntok > 4096) {
+		fprintf(stderr, "bench_gemm: rounds 1..%d, rows >= 1, cols a multiple of 32, tokens 4..4096\n",
 			MAX_ROUNDS);
 		return 2;
 	}
 	tabs[nt++] = ops_kernels_scalar();
-	if (ops_kernels_avx2())
-		tabs[nt++] = ops_kernels_avx2();
-	if (ops_kernels_avx512())
-		tabs[nt++] = ops_kernels_avx512();
-	if (ops_kernels_avx512vnni())
-		tabs[nt++] = ops_kernels_avx512vnni();
+	{
+		const struct ops_kernels *more[] = { ops_kernels_avx2(),
+						     ops_kernels_avx512(),
+						     ops_kernels_avx512vnni() };
+
+		for (size_t i = 0; i < KVD_ARRAY_SIZE(more); i++)
+			if (more[i] && (!only_table || !strcmp(only_table, more[i]->name)))
+				tabs[nt++] = more[i];
+	}
 	printf("matmul %u x %u, %u tokens (prefill) and 1 (decode), %u rounds, median [min .. max]\n",
 	       rows, cols, ntok, rounds);
 	for (size_t ti = 0; ti < KVD_ARRAY_SIZE(types); ti++) {
 		enum ggml_type type = types[ti];
 
 		if (ops_kq_is(type) && cols % OPS_QK_K) /* K-quants: cols % 256 */
+			continue;
+		if (only_type && strcmp(only_type, ggml_type_name(type)))
 			continue;
 		size_t rb, ab = ops_act_row_bytes(type, cols);
 		void *w = make_weight(type, rows, cols, &rb);
