@@ -27,9 +27,10 @@
  * Model loading, tokenizing and pool allocation are outside all of them.
  * --prompt-ids, --ignore-eos and --warmup make runs comparable with
  * llama-bench (a prompt of exactly N tokens, exactly max-tokens generated,
- * and an untimed one-token request first so the weights - mapped, not
- * read, at open - are paged in before the clock starts, as llama-bench's
- * warm-up run does).
+ * and an untimed run of the whole prompt and one token first, as
+ * llama-bench's warm-up run does: the weights - mapped, not read, at
+ * open - are paged in and the buffers and threads are warm at the
+ * prompt's size before the clock starts).
  */
 #include "daemon/generate.h"
 
@@ -61,7 +62,7 @@ struct gen_opts {
 	bool json;
 	const char *prompt_ids; /* --prompt-ids: comma list, instead of --prompt */
 	bool ignore_eos;
-	bool warmup;            /* one untimed token first (weights paged in) */
+	bool warmup;            /* the prompt and one token first, untimed (as llama-bench) */
 	const char *cache_dir;  /* --cache-dir: fingerprint and repack cache */
 };
 
@@ -321,13 +322,16 @@ static int emit(struct gen_run *g, const struct gen_opts *o, const char *s,
 	return 0;
 }
 
-/* One token of the prompt's first id through the whole model, then
- * freed: every weight page is touched once. The pool holds it (one
- * page) because it is freed before the timed request is submitted. */
+/* The whole prompt and one generated token through the model, untimed,
+ * then freed - what llama-bench does before it measures: every weight
+ * page is touched, the thread pool, the activation buffers and the
+ * packed weights are warm at the size the timed prompt uses. The pool
+ * holds it (the prompt and one token, at most what the timed request
+ * takes) because it is freed before the timed request is submitted. */
 static int gen_warmup(struct gen_run *g)
 {
 	struct engine_req_params rp = {
-		.owner = 2, .prompt = g->prompt, .n_prompt = 1, .max_tokens = 1,
+		.owner = 2, .prompt = g->prompt, .n_prompt = g->n_prompt, .max_tokens = 1,
 		.sampling = SAMPLER_PARAMS_GREEDY };
 	struct engine_req *r;
 	int rc = engine_submit(g->eng, &rp, &r);
