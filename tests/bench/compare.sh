@@ -75,21 +75,27 @@ model() { # model TYPE: path of the 100M model in that type (made once)
 # ---- engine: prefill (pp128) and decode (tg64) -----------------------------
 IDS=$(python3 -c 'print(",".join(["1"] + [str(300 + (j * 104729) % 15000) for j in range(127)]))')
 
+# Both write their report to a file that is parsed after they exit: a
+# reader started on a pipe (python's start-up is ~40 ms of CPU) competed
+# with the measured run for the two CPUs - kvd generate starts in ~0.2 s,
+# so the reader's start-up fell inside its timed prompt (2-thread prefill
+# measured 1100-1500 tok/s piped, 2735-2762 to a file, same binary).
 kvd_engine() { # kvd_engine MODEL THREADS -> "pp tg"
 	"$KVD" generate --model "$1" --prompt-ids "$IDS" --max-tokens "$NTOK" \
-		--ignore-eos --warmup --threads "$2" --json |
-		python3 -c 'import json,sys; t=json.load(sys.stdin)["timings"]; print(t["prompt_tokens_per_s"], t["gen_tokens_per_s"], "/".join(sorted(set(t["kernels"].values()))))'
+		--ignore-eos --warmup --threads "$2" --json >"$T/kvd.json" || return 1
+	python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print(t["prompt_tokens_per_s"], t["gen_tokens_per_s"], "/".join(sorted(set(t["kernels"].values()))))' "$T/kvd.json"
 }
 
 llama_engine() { # llama_engine MODEL THREADS -> "pp tg"
-	env "${LLENV[@]}" "$LL/llama-bench" -m "$1" -p 128 -n "$NTOK" -t "$2" -r 1 -o json 2>/dev/null |
-		python3 -c '
+	env "${LLENV[@]}" "$LL/llama-bench" -m "$1" -p 128 -n "$NTOK" -t "$2" -r 1 -o json \
+		>"$T/llama.json" 2>/dev/null || return 1
+	python3 -c '
 import json, sys
 pp = tg = None
-for r in json.load(sys.stdin):
+for r in json.load(open(sys.argv[1])):
     if r["n_prompt"] > 0 and r["n_gen"] == 0: pp = r["avg_ts"]
     if r["n_gen"] > 0 and r["n_prompt"] == 0: tg = r["avg_ts"]
-print(pp, tg)'
+print(pp, tg)' "$T/llama.json"
 }
 
 if [ "$WHAT" = engine ] || [ "$WHAT" = all ]; then
