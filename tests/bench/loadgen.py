@@ -140,18 +140,22 @@ def main():
     for t in th:
         t.join()
     wall = time.monotonic() - t0
-    ttft, itl, toks, errors = [], [], 0, []
+    ttft, itl, itl1, itl_rest, toks, errors = [], [], [], [], 0, []
     for start, times, err in results:
         if err:
             errors.append(err)
         toks += len(times)
         if times:
             ttft.append((times[0] - start) * 1e3)
-            itl += [(b - a) * 1e3 for a, b in zip(times, times[1:])]
+            gaps = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
+            itl += gaps
+            itl1 += gaps[:1]
+            itl_rest += gaps[1:]
     out = {"kind": kind, "clients": clients, "wall_s": round(wall, 3),
            "requests": len(results), "errors": len(errors), "tokens": toks,
            "tok_per_s": round(toks / wall, 2) if wall else None}
-    for name, v in (("ttft_ms", ttft), ("itl_ms", itl)):
+    for name, v in (("ttft_ms", ttft), ("itl_ms", itl), ("itl_first_ms", itl1),
+                    ("itl_rest_ms", itl_rest)):
         out[name] = {k: (round(pct(v, p), 2) if v else None)
                      for k, p in (("p50", .5), ("p90", .9), ("p99", .99), ("max", 1.0))}
     if errors:

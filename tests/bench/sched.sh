@@ -23,8 +23,10 @@
 # summary's "CPU busy" is that over the run's wall time (100 = one CPU), so
 # a setup that leaves a CPU idle shows it.
 # Load: loadgen.py (closed loop, client clock), 128-token distinct prompts,
-# KVD_BENCH_MAX_TOKENS (32) tokens out greedy, 2 x clients requests per run
-# (at least 16). Model: KVD_BENCH_MODEL, or a generated 4-layer, dim-512
+# KVD_BENCH_MAX_TOKENS (32) tokens out greedy, KVD_BENCH_PER_CLIENT (2) x
+# clients requests per run (at least 16). KVD_BENCH_LOG sets the nodes'
+# log.level (warn; debug logs every engine step) and KVD_BENCH_KEEP=DIR
+# keeps the nodes' logs and configs and the raw runs there. Model: KVD_BENCH_MODEL, or a generated 4-layer, dim-512
 # Q8_0 llama with a 16000-token vocabulary. KVD_BENCH_ROUNDS (2),
 # KVD_BENCH_CLIENTS ("8 32"). Prints median (min-max) over rounds; never
 # fails on speed.
@@ -40,6 +42,7 @@ cleanup() {
 	local p
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	if [ -n "${KVD_BENCH_KEEP:-}" ]; then mkdir -p "$KVD_BENCH_KEEP"; cp "$T"/*.log "$T"/*.ini "$T/runs" "$KVD_BENCH_KEEP/" 2>/dev/null || true; fi
 	rm -rf "$T"
 }
 trap cleanup EXIT
@@ -65,7 +68,7 @@ node() { # node NAME ROLE THREADS [key=value ...] (after [listen]/[peers] lines 
 		printf '[kv]\npool_tokens = 32768\ndtype = f16\n'
 		printf '[engine]\nthreads = %s\nmax_batch = 32\n' "$th"
 		for kv in "$@"; do printf '%s\n' "$kv"; done
-		printf '[admin]\nsocket = %s/%s.sock\n[log]\nlevel = warn\n' "$T" "$name"
+		printf '[admin]\nsocket = %s/%s.sock\n[log]\nlevel = %s\n' "$T" "$name" "${KVD_BENCH_LOG:-warn}"
 	} >"$T/$name.ini"
 }
 declare -A NPID
@@ -131,7 +134,7 @@ done
 REV=()
 for ((i = ${#SETUPS[@]} - 1; i >= 0; i--)); do REV+=("${SETUPS[i]}"); done
 for c in $CLIENTS; do
-	n=$((c * 2)); [ $n -lt 16 ] && n=16
+	n=$((c * ${KVD_BENCH_PER_CLIENT:-2})); [ $n -lt 16 ] && n=16
 	for r in $(seq 1 "$ROUNDS"); do
 		order=("${SETUPS[@]}")
 		[ $((r % 2)) = 0 ] && order=("${REV[@]}")
