@@ -128,6 +128,8 @@ static const struct conf_key conf_keys[] = {
 	  "Prompt tokens one request may compute per step (at most; the step's budget, engine.step_tokens, may leave less)." },
 	{ "engine", "step_tokens", CT_U32, "0", 0, 1048576, NULL, F(step_tokens),
 	  "Tokens one engine step computes, all requests together; 0 = max_batch + prefill_chunk. Decoding requests are served first (one token each, every step), then prompts oldest first, each by at most prefill_chunk: the time of one step of this many tokens bounds the inter-token latency of running requests while prompts are admitted, and what is left after the decoders is the prompt throughput that sets TTFT under load. Must be at least max_batch. On a prefill node (no decoders to protect) 0 means max(512, max_batch + prefill_chunk) with no per-prompt chunk limit: several whole prompts per step." },
+	{ "engine", "step_ms", CT_U32, "0", 0, 60000, NULL, F(step_ms),
+	  "Target time of one engine step while requests are generating, in milliseconds; 0 = none (only step_tokens bounds a step). With a target, a step that carries decoders admits prompt tokens only as far as the step time the engine has measured (time per token, logits rows weighted by their multiply-adds: gpu/stepcost.h) predicts the step stays within it, and never fewer than 4 (or prefill_chunk when smaller) while a prompt waits, so prompts always progress. It bounds the inter-token latency of running requests by time rather than by token count; prompts then take the time the decoders leave. Steps without decoders are not limited by it." },
 
 	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
 	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },

@@ -81,6 +81,8 @@ static int serve_compute_start(struct serve *s)
 	if (s->d->cfg.prefill_chunk)
 		ep.prefill_chunk = s->d->cfg.prefill_chunk;
 	ep.step_tokens = s->d->cfg.step_tokens;
+	ep.step_us = s->d->cfg.step_ms > UINT32_MAX / 1000u ? UINT32_MAX :
+		     s->d->cfg.step_ms * 1000u;
 	/* A prefill node has no decoders whose inter-token latency small
 	 * steps protect: by default its steps hold several whole prompts
 	 * (tests/bench/sched.sh: lower TTFT, higher throughput at 8 and 32
