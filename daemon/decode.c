@@ -258,7 +258,10 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 				    "%s", r->fail_msg[0] ? r->fail_msg : "the request failed");
 		return;
 	case DA_STREAM_FIRST:
-		if ((int32_t)r->first_token != s->model->eos_id)
+		/* only a token prefill sampled: a prompt computed here
+		 * (standalone, local) streams its first from the engine */
+		if (r->kind == SREQ_DECODE &&
+		    (int32_t)r->first_token != s->model->eos_id)
 			serve__sink_token(r, (int32_t)r->first_token);
 		return;
 	case DA_STREAM:
