@@ -104,6 +104,9 @@ static const struct conf_key conf_keys[] = {
 	  "Directory caching the model's SHA-256 by (device, inode, size, mtime, ctime), so a boot does not read the whole file when it has not changed; an absolute path, \"off\", or empty = $CACHE_DIRECTORY (systemd's CacheDirectory=) when set, else off." },
 	{ "model", "pack_cache", CT_BOOL, "on", 0, 0, NULL, F(pack_cache),
 	  "Keep the CPU kernels' repacked weights (Q4_0, Q8_0, K-quants on AVX-512 VNNI) in a file of the fingerprint cache's directory, written at the first start and mapped read-only (shared page cache) at later ones, instead of repacking the whole model at every start; off without a fingerprint cache directory." },
+	/* the default is PREPACK_KEEP_DAYS_DEFAULT (gpu/prepack.h: conf/ sits below) */
+	{ "model", "pack_cache_keep_days", CT_U32, "7", 0, 3650, NULL, F(pack_cache_keep_days),
+	  "After each start that maps or stores its repack cache file, remove the directory's other pack-*.kvpack files (regular files of this user, never through a symlink) that no running kvd holds and that have a stale format or layout version, or were not used by any start for this many days (by mtime; each start touches its file); 0 = remove them at once. One event=pack_cache_removed line per file; kvd generate --cache-dir uses the default." },
 
 	{ "kv", "page_tokens", CT_U32, "16", 1, 4096, NULL, F(page_tokens),
 	  "Positions per KV page." },

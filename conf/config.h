@@ -35,6 +35,7 @@ struct kvd_config {
 				       * (gpu/chat.h) by the same index */
 	char fingerprint_cache[1024]; /* "", "off" or an absolute directory */
 	bool pack_cache;              /* repack cache in that directory (gpu/prepack.h) */
+	uint32_t pack_cache_keep_days; /* cleanup: other pack files unused this long go */
 	/* [kv] */
 	uint32_t page_tokens;
 	uint64_t pool_tokens;         /* exactly one of pool_tokens, memory_bytes */

@@ -23,7 +23,10 @@
  *                      matmuls use, as the engine chose it (ops_info.h).
  *   pack_cache         where the packed weight copies came from
  *                      (gpu/prepack.h): lookup, store, and how many
- *                      matrices were mapped from the cache or packed.
+ *                      matrices were mapped from the cache or packed;
+ *                      removed / freed: the other pack files of the
+ *                      directory the cleanup removed (prepack_clean,
+ *                      retention PREPACK_KEEP_DAYS_DEFAULT) and their bytes.
  * Model loading, tokenizing and pool allocation are outside all of them.
  * --prompt-ids, --ignore-eos and --warmup make runs comparable with
  * llama-bench (a prompt of exactly N tokens, exactly max-tokens generated,
@@ -434,6 +437,8 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 		}
 		ep.pack_dir = o->cache_dir;
 		ep.model_sha256 = sha;
+		ep.pack_clean = true;
+		ep.pack_keep_days = PREPACK_KEEP_DAYS_DEFAULT;
 	}
 	rc = engine_new(&g->eng, g->model, g->pool, &ep, NULL);
 	if (rc) {
@@ -595,7 +600,8 @@ static void json_timings(FILE *out, const struct gen_run *g,
 	fprintf(out, ",\"threads\":%u,\"kernels\":", o->threads);
 	json_kernels(out, g);
 	pi = engine_pack_info(g->eng);
-	fprintf(out, ",\"pack_cache\":{\"lookup\":\"%s\",\"store\":\"%s\",\"mapped\":%u,\"packed\":%u}",
-		pi->lookup, pi->store, pi->mapped, pi->packed);
+	fprintf(out, ",\"pack_cache\":{\"lookup\":\"%s\",\"store\":\"%s\",\"mapped\":%u,\"packed\":%u,\"removed\":%u,\"freed\":%llu}",
+		pi->lookup, pi->store, pi->mapped, pi->packed, pi->clean.removed,
+		(unsigned long long)pi->clean.freed);
 	fputc('}', out);
 }

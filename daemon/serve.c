@@ -71,6 +71,8 @@ static int serve_compute_start(struct serve *s)
 					  sizeof(pack_dir));
 	ep.pack_dir = pack_dir;
 	ep.model_sha256 = s->d->model_sha256;
+	ep.pack_clean = true;
+	ep.pack_keep_days = s->d->cfg.pack_cache_keep_days;
 	ep.threads = s->d->cfg.threads;
 	if (!ep.threads) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);

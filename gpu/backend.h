@@ -27,6 +27,7 @@
 
 #include "gpu/gguf.h"
 
+struct kvlog;
 struct ops_kernels;
 struct prepack_info;
 
@@ -83,6 +84,9 @@ struct backend_cpu_params {
 	 * start); with a directory, the model's SHA-256 (64 hex digits). */
 	const char *pack_dir;
 	const char *model_sha256;
+	bool pack_clean;          /* prepack_key.clean, .keep_days, .log */
+	uint32_t pack_keep_days;
+	struct kvlog *pack_log;
 };
 
 /* The CPU backend. The model must outlive it. 0 or negative errno. */

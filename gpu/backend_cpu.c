@@ -512,7 +512,10 @@ static const struct backend_ops cpu_ops = {
 static int cpu_bind_weights(struct cpu_ctx *c, const struct backend_cpu_params *p)
 {
 	const struct model *m = c->m;
-	const struct prepack_key key = { .dir = p->pack_dir, .sha256 = p->model_sha256 };
+	const struct prepack_key key = { .dir = p->pack_dir, .sha256 = p->model_sha256,
+					 .clean = p->pack_clean,
+					 .keep_days = p->pack_keep_days,
+					 .log = p->pack_log };
 	struct ops_mat **all;
 	uint32_t n = 0;
 	int rc;

@@ -233,7 +233,10 @@ int engine_new(struct engine **out, const struct model *m,
 					  .max_tokens = e->max_step_tokens,
 					  .max_ctx = e->n_ctx, .simd = p->simd,
 					  .pack_dir = p->pack_dir,
-					  .model_sha256 = p->model_sha256 };
+					  .model_sha256 = p->model_sha256,
+					  .pack_clean = p->pack_clean,
+					  .pack_keep_days = p->pack_keep_days,
+					  .pack_log = log };
 	t0 = kvd_now_ns();
 	rc = backend_cpu_new(&e->be, m, &lay, &cp);
 	if (rc) {
@@ -248,9 +251,11 @@ int engine_new(struct engine **out, const struct model *m,
 		   !strcmp(pi->lookup, "truncated") || !strcmp(pi->lookup, "content") ||
 		   !strcmp(pi->lookup, "io_error") || !strcmp(pi->lookup, "dir_error")
 		   ? KVLOG_WARN : KVLOG_INFO, "pack_cache",
-	      "lookup=%s store=%s errno=%d mapped=%u packed=%u bytes=%llu ms=%.1f",
+	      "lookup=%s store=%s errno=%d mapped=%u packed=%u bytes=%llu ms=%.1f removed=%u freed=%llu in_use=%u",
 	      pi->lookup, pi->store, pi->err, pi->mapped, pi->packed,
-	      (unsigned long long)pi->bytes, (double)(kvd_now_ns() - t0) / 1e6);
+	      (unsigned long long)pi->bytes, (double)(kvd_now_ns() - t0) / 1e6,
+	      pi->clean.removed, (unsigned long long)pi->clean.freed,
+	      pi->clean.in_use);
 	KVLOG_INFO(log, "engine_ready",
 		   "backend=cpu kernels=%s threads=%u max_batch=%u prefill_chunk=%u step_tokens=%u n_ctx=%u page_tokens=%u kv_dtype=%s",
 		   backend_cpu_kernels(&e->be), p->threads, B, p->prefill_chunk,

@@ -88,6 +88,11 @@ struct engine_params {
 	 * and, with one, the model's SHA-256 (64 hex digits). */
 	const char *pack_dir;
 	const char *model_sha256;
+	/* after binding, remove the directory's other pack files that are
+	 * stale or unused for pack_keep_days (prepack_clean; logged to the
+	 * engine's log) */
+	bool pack_clean;
+	uint32_t pack_keep_days;
 };
 
 #define ENGINE_STEP_MIN_PROMPT 4u

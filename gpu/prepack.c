@@ -12,6 +12,42 @@
  * Name: pack-<first 32 hex digits of the model's SHA-256>-<table>.kvpack:
  * content-addressed, so daemons serving the same model from different
  * paths share one file (and its page-cache pages).
+ *
+ * Cleanup (prepack_clean). Content addressing means a node that moves to
+ * another model, or an upgrade that bumps OPS_PACK_LAYOUT or PK_FORMAT,
+ * leaves the old file (hundreds of MB) behind; nothing else removes it.
+ * After a bind that hit or stored, the directory is read (at most
+ * PREPACK_CLEAN_MAX_ENTRIES entries) and a pack-*.kvpack entry other
+ * than the bound one is unlinked when all hold:
+ *  - fstatat(AT_SYMLINK_NOFOLLOW) says a regular file of our euid, and
+ *    the descriptor opened with O_NOFOLLOW | O_NONBLOCK is that same
+ *    inode (a symlink is never followed, a FIFO never blocks, another
+ *    user's file is not ours to judge);
+ *  - it is stale: its header names another format or layout (no build
+ *    of this one will read it: at once), or its mtime is older than the
+ *    retention (or the retention is 0). mtime, not atime (relatime and
+ *    noatime make atime useless): every bind touches its file with
+ *    futimens, so the file of any model served in the last keep_days
+ *    stays, also one that another daemon of this host serves from the
+ *    same directory;
+ *  - no process holds it: every bind keeps a shared flock on its file
+ *    until prepack_free, and the cleaner takes an exclusive one without
+ *    waiting (LOCK_NB) - refused means in use, left. This covers what
+ *    the age alone cannot: a daemon that has run for longer than the
+ *    retention without a restart. Unlinking a file that some process
+ *    has mapped would still be safe for that process (the mapping keeps
+ *    the inode alive on Linux; pages stay valid), it would only pack
+ *    again at its next start; the lock spares it that.
+ *  - the name still points at the inode checked (fstatat again just
+ *    before unlinkat): a concurrent bind may have renamed a new file
+ *    over it. A rename landing in the microseconds between that check
+ *    and unlinkat would lose the new file's name: again only a repack.
+ * A bind that opens a file while a cleaner holds its exclusive lock
+ * gets "busy" and packs a new file. Anything that fails is logged
+ * (event=pack_cache_cleanup_failed, a warning) and skipped; the bind
+ * never fails because of cleanup. A flock that fails for another
+ * reason than contention (a file system without flock) leaves the age
+ * rule alone in charge.
  */
 #include "gpu/prepack.h"
 #include "conf/util.h"
@@ -23,12 +59,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "conf/log.h"
 #include "conf/sha256.h"
 #include "gpu/ops_cpu.h"
 
@@ -67,6 +105,8 @@ struct prepack {
 	size_t map_len;
 	void **anon;          /* (n) private copies when not mapped */
 	uint32_t n;
+	int lock_fd;          /* the mapped file, holding a shared flock
+			       * (in use: prepack_clean leaves it); or -1 */
 };
 
 static uint64_t align_up(uint64_t v)
@@ -86,6 +126,8 @@ void prepack_free(struct prepack *p)
 		return;
 	if (p->map)
 		munmap(p->map, p->map_len);
+	if (p->lock_fd >= 0)
+		close(p->lock_fd);
 	if (p->anon)
 		for (uint32_t i = 0; i < p->n; i++)
 			free(p->anon[i]);
@@ -222,6 +264,12 @@ static const char *lookup(int dfd, const char *name,
 		close(fd);
 		return "unsafe_entry";
 	}
+	/* in use from now on (a cleaner leaves it); a cleaner holding it
+	 * right now is about to remove it */
+	if (flock(fd, LOCK_SH | LOCK_NB) && errno == EWOULDBLOCK) {
+		close(fd);
+		return "busy";
+	}
 	if ((uint64_t)st.st_size < sizeof(h) || pread_all(fd, &h, sizeof(h), 0)) {
 		close(fd);
 		return "truncated";
@@ -304,10 +352,16 @@ static const char *lookup(int dfd, const char *name,
 	p->map_len = (size_t)h.file_size;
 	for (uint32_t i = 0; i < h.n_ent; i++)
 		mats[e[i].slot]->packed = (const uint8_t *)map + e[i].off;
+	/* used now: its age restarts (a read-only file system keeps the
+	 * old time; the lock still protects it while we run) */
+	(void)futimens(fd, NULL);
+	p->lock_fd = fd;
+	fd = -1;
 	why = "hit";
 out:
 	free(e);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	return why;
 }
 
@@ -384,13 +438,15 @@ static int store(int dfd, const char *name, const struct ops_kernels *k,
 	header_sum(h, e, h->sum);
 	memcpy(map + sizeof(*h), e, (size_t)h->n_ent * sizeof(*e));
 	memcpy(map, h, sizeof(*h));
+	/* held before the name exists: a cleaner never sees it unheld */
+	(void)flock(fd, LOCK_SH | LOCK_NB);
 	if (fsync(fd) || renameat(dfd, tmp, dfd, name)) {
 		r = -errno;
 		munmap(map, (size_t)h->file_size);
 		goto fail;
 	}
 	(void)mprotect(map, (size_t)h->file_size, PROT_READ);
-	close(fd);
+	p->lock_fd = fd;
 	p->map = map;
 	p->map_len = (size_t)h->file_size;
 	for (uint32_t i = 0; i < h->n_ent; i++)
@@ -399,6 +455,153 @@ static int store(int dfd, const char *name, const struct ops_kernels *k,
 fail:
 	close(fd);
 	(void)unlinkat(dfd, tmp, 0);
+	return r;
+}
+
+/* ---- cleanup ---------------------------------------------------------------- */
+
+static bool pack_name(const char *n)
+{
+	size_t l = strlen(n);
+
+	return l > 12 && !strncmp(n, "pack-", 5) && !strcmp(n + l - 7, ".kvpack");
+}
+
+static void clean_failed(struct kvlog *log, const char *name, const char *op,
+			 int err, struct prepack_clean_stats *st)
+{
+	st->failed++;
+	KVLOG_WARN(log, "pack_cache_cleanup_failed", "name=%s op=%s errno=%d",
+		   KVLOG_Q(name), op, err);
+}
+
+/* Why the file open at fd is stale ("version", "unused"), or NULL. */
+static const char *stale(int fd, const struct stat *st, uint32_t keep_days,
+			 time_t now)
+{
+	struct { char magic[8]; uint32_t format, layout; } h;
+
+	if (st->st_size >= (off_t)sizeof(h) && !pread_all(fd, &h, sizeof(h), 0) &&
+	    !memcmp(h.magic, PK_MAGIC, 8) &&
+	    (h.format != PK_FORMAT || h.layout != OPS_PACK_LAYOUT))
+		return "version";
+	if (!keep_days || now - st->st_mtim.tv_sec > (time_t)keep_days * 86400)
+		return "unused";
+	return NULL;
+}
+
+/* One entry: removed when it is ours, stale and held by nobody. */
+static void clean_entry(int dfd, const char *name, uint32_t keep_days,
+			time_t now, struct kvlog *log,
+			struct prepack_clean_stats *st)
+{
+	struct stat ls, fs, again;
+	const char *why;
+	int fd;
+
+	if (fstatat(dfd, name, &ls, AT_SYMLINK_NOFOLLOW)) {
+		if (errno != ENOENT) /* gone meanwhile: another cleaner's */
+			clean_failed(log, name, "stat", errno, st);
+		return;
+	}
+	if (!S_ISREG(ls.st_mode) || ls.st_uid != geteuid())
+		return;
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno != ENOENT && errno != ELOOP)
+			clean_failed(log, name, "open", errno, st);
+		return;
+	}
+	if (fstat(fd, &fs) || fs.st_dev != ls.st_dev || fs.st_ino != ls.st_ino ||
+	    !S_ISREG(fs.st_mode) || fs.st_uid != geteuid())
+		goto out; /* replaced between the two looks: next time */
+	why = stale(fd, &fs, keep_days, now);
+	if (!why)
+		goto out;
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		if (errno == EWOULDBLOCK) {
+			st->in_use++;
+			goto out;
+		}
+		/* no flock here: the age rule alone decides */
+	}
+	if (fstatat(dfd, name, &again, AT_SYMLINK_NOFOLLOW) ||
+	    again.st_dev != fs.st_dev || again.st_ino != fs.st_ino)
+		goto out; /* a new file under the name: not this one */
+	if (unlinkat(dfd, name, 0)) {
+		if (errno != ENOENT)
+			clean_failed(log, name, "unlink", errno, st);
+		goto out;
+	}
+	st->removed++;
+	st->freed += (uint64_t)fs.st_size;
+	KVLOG_INFO(log, "pack_cache_removed", "name=%s reason=%s bytes=%llu age_s=%lld",
+		   KVLOG_Q(name), why, (unsigned long long)fs.st_size,
+		   (long long)(now - fs.st_mtim.tv_sec));
+out:
+	close(fd);
+}
+
+/* The cleanup of the directory open at dfd (the rules at the top). */
+static int clean_dir(int dfd, const char *keep, uint32_t keep_days,
+		     struct kvlog *log, struct prepack_clean_stats *st)
+{
+	time_t now = time(NULL);
+	struct dirent *de;
+	DIR *d;
+	int fd;
+
+	*st = (struct prepack_clean_stats){ 0 };
+	/* its own open file description: readdir's offset is not dfd's */
+	fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		int err = errno;
+
+		if (fd >= 0)
+			close(fd);
+		clean_failed(log, ".", "opendir", err, st);
+		return -err;
+	}
+	while (st->examined < PREPACK_CLEAN_MAX_ENTRIES) {
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			if (errno)
+				clean_failed(log, ".", "readdir", errno, st);
+			break;
+		}
+		st->examined++;
+		if (!pack_name(de->d_name) || (keep && !strcmp(de->d_name, keep)))
+			continue;
+		clean_entry(dfd, de->d_name, keep_days, now, log, st);
+	}
+	closedir(d);
+	return 0;
+}
+
+int prepack_clean(const char *dir, const char *keep, uint32_t keep_days,
+		  struct kvlog *log, struct prepack_clean_stats *st)
+{
+	struct prepack_clean_stats dummy;
+	int dfd, r;
+
+	if (!st)
+		st = &dummy;
+	*st = (struct prepack_clean_stats){ 0 };
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		r = -errno;
+		clean_failed(log, dir, "opendir", -r, st);
+		return r;
+	}
+	if (!kvd_dir_owner_only(dfd)) {
+		close(dfd);
+		clean_failed(log, dir, "unsafe_dir", EPERM, st);
+		return -EPERM;
+	}
+	r = clean_dir(dfd, keep, keep_days, log, st);
+	close(dfd);
 	return r;
 }
 
@@ -442,6 +645,7 @@ int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
+	p->lock_fd = -1;
 	for (uint32_t i = 0; i < n; i++) {
 		mats[i]->packed = NULL;
 		info->bytes += ops_mat_packed_bytes(k, mats[i]);
@@ -473,6 +677,8 @@ int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 	if (!strcmp(info->lookup, "hit")) {
 		info->store = "-";
 		info->mapped = h.n_ent;
+		if (key->clean)
+			clean_dir(dfd, name, key->keep_days, key->log, &info->clean);
 		goto done;
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -482,6 +688,8 @@ int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 	if (!r) {
 		info->store = "stored";
 		info->packed = h.n_ent;
+		if (key->clean)
+			clean_dir(dfd, name, key->keep_days, key->log, &info->clean);
 		goto done;
 	}
 	info->store = "error";

@@ -32,19 +32,55 @@
  * writes its cache directory, which is what the ownership checks enforce.
  * The same user truncating a mapped file under a running daemon would
  * kill it with SIGBUS; kvd itself only ever replaces files by rename.
+ *
+ * Cleanup (prepack_clean; gpu/README.md "Repack cache"): after a bind
+ * that hit or stored a file, and only when the key asks for it, the other
+ * pack-*.kvpack files of the directory that no start will read again are
+ * removed: regular files of this user (never through a symlink) that no
+ * live process holds (each process keeps a shared flock on the file it
+ * mapped until prepack_free; a file locked so is never removed), and
+ * either carry another format or layout version in their header (at
+ * once) or were not bound for longer than keep_days (by mtime: every
+ * bind touches its file; keep_days 0 = at once). At most
+ * PREPACK_CLEAN_MAX_ENTRIES directory entries are looked at per call;
+ * a failure is logged and counted, never an error of the bind.
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+struct kvlog;
 struct ops_kernels;
 struct ops_mat;
+
+/* The retention of model.pack_cache_keep_days's default (conf/config.c
+ * writes the same number) and of kvd generate --cache-dir. */
+#define PREPACK_KEEP_DAYS_DEFAULT 7u
+/* Directory entries one cleanup reads at most (a bound on its work in a
+ * directory someone filled; the rest waits for the next start). */
+#define PREPACK_CLEAN_MAX_ENTRIES 4096u
 
 /* The cache's key and place. dir NULL or "" means no cache. */
 struct prepack_key {
 	const char *dir;    /* cache directory (made 0700 if missing) */
 	const char *sha256; /* the model's fingerprint: 64 lowercase hex digits */
+	/* after a hit or a store, prepack_clean the directory (keeping the
+	 * bound file) with this retention, logging each file to log */
+	bool clean;
+	uint32_t keep_days;
+	struct kvlog *log;  /* may be NULL */
+};
+
+/* What one cleanup did (each removal and failure also has its log line:
+ * event=pack_cache_removed, event=pack_cache_cleanup_failed). */
+struct prepack_clean_stats {
+	uint32_t examined;  /* directory entries read */
+	uint32_t removed;   /* files unlinked */
+	uint32_t in_use;    /* candidates left because a process holds them */
+	uint32_t failed;    /* entries whose check or removal failed */
+	uint64_t freed;     /* bytes (st_size) of the removed files */
 };
 
 /* What happened, for the caller's log line (event=pack_cache). */
@@ -54,7 +90,8 @@ struct prepack_info {
 	 * "corrupt" (magic, checksum, offsets), "version" (format or layout),
 	 * "variant" (another kernel table), "fingerprint" (another model),
 	 * "shape" (entries differ from this model's matrices), "content"
-	 * (the re-packed first rows differ) */
+	 * (the re-packed first rows differ), "busy" (a cleanup in another
+	 * process is removing it right now) */
 	const char *lookup;
 	/* "-" (hit or none), "off", "stored", "error" (err says why; the
 	 * copies are then private memory as without a cache), "unsafe_dir",
@@ -64,6 +101,7 @@ struct prepack_info {
 	uint32_t packed;    /* matrices this call packed */
 	uint32_t mapped;    /* matrices taken from the cache file */
 	uint64_t bytes;     /* bytes of all packed copies */
+	struct prepack_clean_stats clean; /* zeros when no cleanup ran */
 };
 
 struct prepack;
@@ -71,13 +109,26 @@ struct prepack;
 /* Give each of the n matrices that has a packed layout under k its
  * ->packed copy (others get NULL), from the cache when key names one and
  * it holds a valid file, else packed now (and stored when key names a
- * usable directory). *out owns the copies: free it after the last matmul.
+ * usable directory). *out owns the copies, and the mapped file's
+ * descriptor with its shared flock (one fd): free it after the last
+ * matmul. A hit touches the file's mtime. With key->clean, a hit or a
+ * store is followed by prepack_clean of the directory (info->clean).
  * A cache problem is never an error (info says what happened). Returns 0,
  * or -ENOMEM / -EINVAL (a bad sha256) with nothing held. info may be NULL. */
 int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 		 struct ops_mat *const *mats, uint32_t n,
 		 const struct prepack_key *key, struct prepack_info *info);
 void prepack_free(struct prepack *p);
+
+/* Remove from dir the pack files that will not be read again (the rules
+ * above), never the one named keep (NULL: none). Returns 0, -EPERM when
+ * the directory is writable by others (nothing is touched), or the
+ * negative errno of opening or reading it; per-file failures are counted
+ * in st and logged (a warning), not returned. Single-threaded use of dir
+ * by this process; other processes may bind and clean concurrently.
+ * st may be NULL. */
+int prepack_clean(const char *dir, const char *keep, uint32_t keep_days,
+		  struct kvlog *log, struct prepack_clean_stats *st);
 
 /* The cache file's name for a model and kernel table (out: 128 bytes). */
 void prepack_entry_name(const char *sha256, const char *variant, char *out,

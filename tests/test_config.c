@@ -58,6 +58,8 @@ START_TEST(test_defaults_parse)
 	ck_assert_int_eq(c.capacity_policy, KVD_CAP_REFUSE);
 	ck_assert_str_eq(c.kv_backend, "host");
 	ck_assert(c.admin_socket[0] == '/');
+	ck_assert(c.pack_cache);
+	ck_assert_uint_eq(c.pack_cache_keep_days, 7);
 }
 END_TEST
 
@@ -73,7 +75,9 @@ START_TEST(test_values)
 			      "[peers]\nprefill = 127.0.0.1:7100, [::1]:7101\n"
 			      "[transfer]\nchecksum = off\n"
 			      "[admin]\nsocket = /tmp/x.sock\nmode = 0600\n"
-			      "[log]\nlevel = debug\n"), 0);
+			      "[log]\nlevel = debug\n"
+			      "[model]\npack_cache_keep_days = 0\n"), 0);
+	ck_assert_uint_eq(c.pack_cache_keep_days, 0);
 	ck_assert_int_eq(c.role, KVD_ROLE_DECODE);
 	ck_assert_uint_eq(c.memory_bytes, 2ull << 30);
 	ck_assert(c.capacity_margin == 1.5);
@@ -142,6 +146,9 @@ static const struct bad {
 	{ "flush timeout too small", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_flush_timeout_ms = 1\n", 9, "transfer.verbs_flush_timeout_ms", "out of range" },
 	{ "inline too large", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_inline = 5000\n", 9, "transfer.verbs_inline", "out of range" },
 	{ "verbs with encrypt", "", 0, "transfer.encrypt", "in the clear" }, /* handled below */
+	{ "keep days negative", "[kv]\npool_tokens = 64\n[model]\npack_cache_keep_days = -1\n", 8, "model.pack_cache_keep_days", "not a" },
+	{ "keep days not a number", "[kv]\npool_tokens = 64\n[model]\npack_cache_keep_days = week\n", 8, "model.pack_cache_keep_days", "not a" },
+	{ "keep days too large", "[kv]\npool_tokens = 64\n[model]\npack_cache_keep_days = 3651\n", 8, "model.pack_cache_keep_days", "out of range" },
 	{ "port zero", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_port = 0\n", 9, "transfer.verbs_port", "out of range" },
 };
 

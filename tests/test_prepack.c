@@ -10,8 +10,18 @@
  * or stale file refused by name and rebuilt, unsafe files and directories
  * refused, several processes binding at once.
  *
- * Only the avx512vnni table has packed layouts: without it the test
- * exits 77 (skip).
+ * The cleanup of the directory (prepack_clean, tcase "clean"): files
+ * planted by hand (a pack header, then zeros), aged with utimensat:
+ * another model's file older than the retention removed, a younger one
+ * kept, the bound file kept; another format or layout removed at once;
+ * symlinks (and their targets), directories, FIFOs and other users'
+ * files left; a file a process holds (flock) left; keep_days 0; the
+ * bound on entries read; an unsafe directory; a failure logged, not
+ * returned. Through prepack_bind (tcase "cache"): the bound file is
+ * touched and locked, others cleaned only when the key asks.
+ *
+ * Only the avx512vnni table has packed layouts: without it the "cache"
+ * cases do not run (the "clean" ones need no kernels).
  */
 #include <check.h>
 #include <errno.h>
@@ -21,11 +31,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <time.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "conf/log.h"
 #include "conf/sha256.h"
 #include "gpu/gguf_gen.h"
 #include "gpu/model.h"
@@ -516,12 +529,480 @@ START_TEST(test_stale_tmp_swept)
 }
 END_TEST
 
+/* ---- cleanup ------------------------------------------------------------- */
+
+#define DAY 86400L
+#define PK_FORMAT_NOW 1u /* PK_FORMAT in prepack.c */
+#define NAME_KEEP "pack-00000000000000000000000000000000-avx512vnni.kvpack"
+#define NAME_A "pack-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-avx512vnni.kvpack"
+#define NAME_B "pack-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-avx512vnni.kvpack"
+#define NAME_C "pack-cccccccccccccccccccccccccccccccc-avx2.kvpack"
+#define NAME_D "pack-dddddddddddddddddddddddddddddddd-avx512vnni.kvpack"
+#define NAME_E "pack-eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee-avx512vnni.kvpack"
+
+/* dir/name (a static buffer: one use at a time) */
+static const char *path_of(const char *dir, const char *name)
+{
+	static char path[900];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return path;
+}
+
+/* Set path's mtime (and atime) to age_s seconds ago, not following a
+ * symlink. */
+static void age(const char *path, long age_s)
+{
+	struct timespec ts[2] = { { .tv_sec = time(NULL) - age_s },
+				  { .tv_sec = time(NULL) - age_s } };
+
+	ck_assert_msg(utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW) == 0,
+		      "utimensat %s: %s", path, strerror(errno));
+}
+
+/* dir/name: a pack header's first fields (magic, format, layout), then
+ * zeros up to size bytes, last modified age_s seconds ago. */
+static void plant(const char *dir, const char *name, uint32_t format,
+		  uint32_t layout, long size, long age_s)
+{
+	char path[900];
+	uint8_t h[16];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	memcpy(h, "KVDPACK\n", 8);
+	memcpy(h + 8, &format, 4);
+	memcpy(h + 12, &layout, 4);
+	ck_assert_int_eq(write(fd, h, sizeof(h)), (ssize_t)sizeof(h));
+	ck_assert_int_eq(ftruncate(fd, size), 0);
+	close(fd);
+	age(path, age_s);
+}
+
+static void plant_now(const char *dir, const char *name, long age_s)
+{
+	plant(dir, name, PK_FORMAT_NOW, OPS_PACK_LAYOUT, 8192, age_s);
+}
+
+static bool present(const char *dir, const char *name)
+{
+	char path[900];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return lstat(path, &st) == 0;
+}
+
+static void clean_dir_new(char *out, size_t n, const char *name)
+{
+	fresh_dir(out, n, name);
+	ck_assert_int_eq(mkdir(out, 0700), 0);
+}
+
+/* A log that writes into a temporary file, read back whole. */
+struct cap {
+	FILE *f;
+	struct kvlog lg;
+	char text[65536];
+};
+
+static void cap_open(struct cap *c)
+{
+	c->f = tmpfile();
+	ck_assert_ptr_nonnull(c->f);
+	kvlog_init(&c->lg, KVLOG_INFO, fileno(c->f), "t");
+}
+
+static const char *cap_read(struct cap *c)
+{
+	ssize_t r = pread(fileno(c->f), c->text, sizeof(c->text) - 1, 0);
+
+	ck_assert_int_ge(r, 0);
+	c->text[r] = '\0';
+	return c->text;
+}
+
+static void cap_close(struct cap *c)
+{
+	fclose(c->f);
+}
+
+/* Regular files and everything else in dir, but . and .. */
+static int count_entries(const char *dir)
+{
+	struct dirent *de;
+	int n = 0;
+	DIR *d = opendir(dir);
+
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* Another model's file past the retention goes, a younger one and the
+ * bound file (however old) stay; other names are not ours to touch. */
+START_TEST(test_clean_by_age)
+{
+	struct prepack_clean_stats st;
+	struct cap c;
+	char dir[512], want[300];
+
+	clean_dir_new(dir, sizeof(dir), "age");
+	plant_now(dir, NAME_KEEP, 30 * DAY);
+	plant(dir, NAME_A, PK_FORMAT_NOW, OPS_PACK_LAYOUT, 10000, 7 * DAY + 600);
+	plant_now(dir, NAME_B, 6 * DAY);
+	plant_now(dir, "notes.kvpack", 30 * DAY);
+	plant_now(dir, "pack-x.kvpack.bak", 30 * DAY);
+	cap_open(&c);
+	ck_assert_int_eq(prepack_clean(dir, NAME_KEEP, 7, &c.lg, &st), 0);
+	ck_assert(!present(dir, NAME_A));
+	ck_assert(present(dir, NAME_B));
+	ck_assert(present(dir, NAME_KEEP));
+	ck_assert(present(dir, "notes.kvpack"));
+	ck_assert(present(dir, "pack-x.kvpack.bak"));
+	ck_assert_uint_eq(st.removed, 1);
+	ck_assert_uint_eq(st.freed, 10000);
+	ck_assert_uint_eq(st.failed, 0);
+	ck_assert_uint_eq(st.examined, 7); /* 5 files, . and .. */
+	snprintf(want, sizeof(want),
+		 "event=pack_cache_removed name=%s reason=unused bytes=10000 ", NAME_A);
+	ck_assert_msg(strstr(cap_read(&c), want), "log: %s", c.text);
+	ck_assert_ptr_null(strstr(c.text, NAME_B));
+	/* the younger file, once past the retention too */
+	age(path_of(dir, NAME_B), 8 * DAY);
+	ck_assert_int_eq(prepack_clean(dir, NAME_KEEP, 7, &c.lg, &st), 0);
+	ck_assert(!present(dir, NAME_B));
+	ck_assert(present(dir, NAME_KEEP));
+	ck_assert_uint_eq(st.removed, 1);
+	/* a longer retention keeps what a shorter one would remove */
+	plant_now(dir, NAME_A, 20 * DAY);
+	ck_assert_int_eq(prepack_clean(dir, NAME_KEEP, 30, &c.lg, &st), 0);
+	ck_assert(present(dir, NAME_A));
+	ck_assert_uint_eq(st.removed, 0);
+	cap_close(&c);
+}
+END_TEST
+
+/* Another format or layout version is never read again: removed however
+ * young. A file whose header is not a pack header waits for its age. */
+START_TEST(test_clean_version)
+{
+	struct prepack_clean_stats st;
+	struct cap c;
+	char dir[512], want[300];
+
+	clean_dir_new(dir, sizeof(dir), "version");
+	plant(dir, NAME_A, PK_FORMAT_NOW + 1, OPS_PACK_LAYOUT, 8192, 0);
+	plant(dir, NAME_B, PK_FORMAT_NOW, OPS_PACK_LAYOUT + 1, 4096, 0);
+	plant(dir, NAME_C, PK_FORMAT_NOW, OPS_PACK_LAYOUT, 8192, 0);
+	plant(dir, NAME_D, PK_FORMAT_NOW + 1, OPS_PACK_LAYOUT, 8, 0); /* short */
+	plant(dir, NAME_E, PK_FORMAT_NOW + 1, OPS_PACK_LAYOUT, 8192, 0);
+	flip(path_of(dir, NAME_E), 0); /* not a pack header: its age decides */
+	plant(dir, NAME_KEEP, PK_FORMAT_NOW + 1, OPS_PACK_LAYOUT, 8192, 0);
+	cap_open(&c);
+	ck_assert_int_eq(prepack_clean(dir, NAME_KEEP, 7, &c.lg, &st), 0);
+	ck_assert(!present(dir, NAME_A));
+	ck_assert(!present(dir, NAME_B));
+	ck_assert(present(dir, NAME_C));
+	ck_assert(present(dir, NAME_D));
+	ck_assert(present(dir, NAME_E));
+	ck_assert(present(dir, NAME_KEEP));
+	ck_assert_uint_eq(st.removed, 2);
+	ck_assert_uint_eq(st.freed, 8192 + 4096);
+	snprintf(want, sizeof(want),
+		 "event=pack_cache_removed name=%s reason=version bytes=4096 ", NAME_B);
+	ck_assert_msg(strstr(cap_read(&c), want), "log: %s", c.text);
+	cap_close(&c);
+}
+END_TEST
+
+/* Never through a link, never what is not a regular file: a symlink
+ * named like a pack file stays, and so does its target outside. */
+START_TEST(test_clean_symlink)
+{
+	struct prepack_clean_stats st;
+	char dir[512], target[600], inner[900], link[900];
+
+	clean_dir_new(dir, sizeof(dir), "links");
+	snprintf(target, sizeof(target), "%s/outside.kvpack", g_root);
+	plant(g_root, "outside.kvpack", PK_FORMAT_NOW + 1, OPS_PACK_LAYOUT, 8192, 30 * DAY);
+	snprintf(link, sizeof(link), "%s/%s", dir, NAME_A);
+	ck_assert_int_eq(symlink(target, link), 0);
+	age(link, 30 * DAY);
+	/* a link to a stale file of the same directory */
+	plant_now(dir, "old.bin", 30 * DAY);
+	snprintf(inner, sizeof(inner), "%s/old.bin", dir);
+	snprintf(link, sizeof(link), "%s/%s", dir, NAME_B);
+	ck_assert_int_eq(symlink(inner, link), 0);
+	age(link, 30 * DAY);
+	/* a directory and a FIFO with pack names (a FIFO would block an open) */
+	snprintf(link, sizeof(link), "%s/%s", dir, NAME_C);
+	ck_assert_int_eq(mkdir(link, 0700), 0);
+	age(link, 30 * DAY);
+	snprintf(link, sizeof(link), "%s/%s", dir, NAME_D);
+	ck_assert_int_eq(mkfifo(link, 0600), 0);
+	age(link, 30 * DAY);
+	ck_assert_int_eq(prepack_clean(dir, NAME_KEEP, 0, NULL, &st), 0);
+	ck_assert_uint_eq(st.removed, 0);
+	ck_assert_int_eq(access(target, F_OK), 0);
+	ck_assert_int_eq(access(inner, F_OK), 0);
+	ck_assert(present(dir, NAME_A));
+	ck_assert(present(dir, NAME_B));
+	ck_assert(present(dir, NAME_C));
+	ck_assert(present(dir, NAME_D));
+	ck_assert_int_eq(unlink(target), 0);
+}
+END_TEST
+
+/* Another user's file (root can plant one): left, whatever its age. */
+START_TEST(test_clean_foreign_owner)
+{
+	struct prepack_clean_stats st;
+	char dir[512], path[900];
+
+	clean_dir_new(dir, sizeof(dir), "foreign");
+	plant_now(dir, NAME_A, 30 * DAY);
+	plant_now(dir, NAME_B, 30 * DAY);
+	snprintf(path, sizeof(path), "%s/%s", dir, NAME_A);
+	ck_assert_int_eq(chown(path, 65534, 65534), 0);
+	ck_assert_int_eq(prepack_clean(dir, NAME_KEEP, 0, NULL, &st), 0);
+	ck_assert(present(dir, NAME_A));
+	ck_assert(!present(dir, NAME_B)); /* the same case, ours: removed */
+	ck_assert_uint_eq(st.removed, 1);
+}
+END_TEST
+
+/* keep_days 0: every other pack file goes at once, the bound one stays. */
+START_TEST(test_clean_keep_zero)
+{
+	struct prepack_clean_stats st;
+	char dir[512];
+
+	clean_dir_new(dir, sizeof(dir), "zero");
+	plant_now(dir, NAME_KEEP, 0);
+	plant_now(dir, NAME_A, 0);
+	plant_now(dir, NAME_C, 0);
+	plant_now(dir, NAME_B, -DAY); /* mtime ahead of the clock */
+	ck_assert_int_eq(prepack_clean(dir, NAME_KEEP, 0, NULL, &st), 0);
+	ck_assert(present(dir, NAME_KEEP));
+	ck_assert(!present(dir, NAME_A));
+	ck_assert(!present(dir, NAME_B));
+	ck_assert(!present(dir, NAME_C));
+	ck_assert_uint_eq(st.removed, 3);
+	ck_assert_uint_eq(st.freed, 3 * 8192);
+	/* with no file to keep, that one goes too */
+	ck_assert_int_eq(prepack_clean(dir, NULL, 0, NULL, &st), 0);
+	ck_assert_int_eq(count_entries(dir), 0);
+}
+END_TEST
+
+/* A file a live process holds (the shared flock every bind keeps) is in
+ * use: left, counted; once released it is removed. */
+START_TEST(test_clean_in_use)
+{
+	struct prepack_clean_stats st;
+	char dir[512], path[900];
+	int fd;
+
+	clean_dir_new(dir, sizeof(dir), "inuse");
+	plant(dir, NAME_A, PK_FORMAT_NOW + 1, OPS_PACK_LAYOUT, 8192, 30 * DAY);
+	snprintf(path, sizeof(path), "%s/%s", dir, NAME_A);
+	fd = open(path, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(flock(fd, LOCK_SH), 0);
+	ck_assert_int_eq(prepack_clean(dir, NAME_KEEP, 0, NULL, &st), 0);
+	ck_assert(present(dir, NAME_A));
+	ck_assert_uint_eq(st.in_use, 1);
+	ck_assert_uint_eq(st.removed, 0);
+	close(fd);
+	ck_assert_int_eq(prepack_clean(dir, NAME_KEEP, 0, NULL, &st), 0);
+	ck_assert(!present(dir, NAME_A));
+	ck_assert_uint_eq(st.in_use, 0);
+	ck_assert_uint_eq(st.removed, 1);
+}
+END_TEST
+
+/* One call reads at most PREPACK_CLEAN_MAX_ENTRIES entries; the next
+ * start goes on. */
+START_TEST(test_clean_bounded)
+{
+	enum { N = PREPACK_CLEAN_MAX_ENTRIES + 900 };
+	struct prepack_clean_stats st;
+	char dir[512], name[128];
+	int left, calls = 0;
+
+	clean_dir_new(dir, sizeof(dir), "bounded");
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "pack-%032d-avx512vnni.kvpack", i);
+		plant(dir, name, PK_FORMAT_NOW, OPS_PACK_LAYOUT, 16, 30 * DAY);
+	}
+	ck_assert_int_eq(prepack_clean(dir, NULL, 7, NULL, &st), 0);
+	ck_assert_uint_eq(st.examined, PREPACK_CLEAN_MAX_ENTRIES);
+	ck_assert_uint_le(st.removed, PREPACK_CLEAN_MAX_ENTRIES);
+	ck_assert_uint_ge(st.removed, PREPACK_CLEAN_MAX_ENTRIES - 2);
+	left = count_entries(dir);
+	ck_assert_int_eq(left, N - (int)st.removed);
+	while (left && calls++ < 3) {
+		ck_assert_int_eq(prepack_clean(dir, NULL, 7, NULL, &st), 0);
+		left = count_entries(dir);
+	}
+	ck_assert_int_eq(left, 0);
+}
+END_TEST
+
+/* A directory others may write is not cleaned (-EPERM), a missing one is
+ * its errno; both logged. */
+START_TEST(test_clean_bad_dir)
+{
+	struct prepack_clean_stats st;
+	struct cap c;
+	char dir[512];
+
+	clean_dir_new(dir, sizeof(dir), "open");
+	plant_now(dir, NAME_A, 30 * DAY);
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	cap_open(&c);
+	ck_assert_int_eq(prepack_clean(dir, NULL, 0, &c.lg, &st), -EPERM);
+	ck_assert(present(dir, NAME_A));
+	ck_assert_uint_eq(st.removed, 0);
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+	strcat(dir, "/missing");
+	ck_assert_int_eq(prepack_clean(dir, NULL, 0, &c.lg, &st), -ENOENT);
+	cap_read(&c);
+	ck_assert_msg(strstr(c.text, "level=warn") &&
+		      strstr(c.text, "event=pack_cache_cleanup_failed") &&
+		      strstr(c.text, "op=unsafe_dir errno=1") &&
+		      strstr(c.text, "op=opendir errno=2"), "log: %s", c.text);
+	cap_close(&c);
+}
+END_TEST
+
+/* A file that cannot be opened (no descriptor left: RLIMIT_NOFILE) is a
+ * logged failure, counted, the file left, and the call still returns 0
+ * having looked at the rest. */
+START_TEST(test_clean_failure_logged)
+{
+	char dir[512], want[300];
+	struct cap c;
+	pid_t pid;
+	int st;
+
+	clean_dir_new(dir, sizeof(dir), "fail");
+	plant_now(dir, NAME_A, 30 * DAY);
+	cap_open(&c);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct prepack_clean_stats cs;
+		struct rlimit rl;
+
+		/* fds 0-2 and the log at 3; room for the directory and its
+		 * stream (4, 5), not one more */
+		if (dup2(fileno(c.f), 3) != 3)
+			_exit(2);
+		for (int fd = 4; fd < 1024; fd++)
+			close(fd);
+		c.lg.fd = 3;
+		rl.rlim_cur = rl.rlim_max = 6;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			_exit(3);
+		if (prepack_clean(dir, NULL, 0, &c.lg, &cs))
+			_exit(4);
+		_exit(cs.failed == 1 && cs.removed == 0 ? 0 : 5);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+	ck_assert(present(dir, NAME_A));
+	snprintf(want, sizeof(want),
+		 "event=pack_cache_cleanup_failed name=%s op=open errno=%d", NAME_A, EMFILE);
+	ck_assert_msg(strstr(cap_read(&c), want), "log: %s", c.text);
+	cap_close(&c);
+}
+END_TEST
+
+/* Through prepack_bind: cleanup only when the key asks; it keeps the
+ * file just bound (touched by the bind, so its age restarts) and any
+ * file another bind still holds. */
+START_TEST(test_bind_cleans)
+{
+	struct prepack_key key = { .sha256 = SHA_A };
+	struct prepack_info info;
+	struct prepack *p, *held;
+	struct mats s;
+	struct stat st;
+	char dir[512], pa[700], pb[700];
+
+	fresh_dir(dir, sizeof(dir), "bindclean");
+	key.dir = dir;
+	entry_path(pa, sizeof(pa), dir, SHA_A);
+	entry_path(pb, sizeof(pb), dir, SHA_B);
+	bind_expect(dir, SHA_A, "absent", "stored");
+	bind_expect(dir, SHA_B, "absent", "stored");
+	age(pa, 30 * DAY);
+	age(pb, 30 * DAY);
+	/* no cleanup asked (the default): both stay */
+	bind_expect(dir, SHA_A, "hit", "-");
+	ck_assert_int_eq(access(pb, F_OK), 0);
+	/* that hit touched A: a fresh mtime */
+	ck_assert_int_eq(stat(pa, &st), 0);
+	ck_assert_int_ge(st.st_mtime, time(NULL) - 60);
+	/* asked: B (30 days unused) goes, A (just bound) stays */
+	key.clean = true;
+	key.keep_days = 7;
+	mats_init(&s);
+	ck_assert_int_eq(prepack_bind(&p, g_k, s.p, s.n, &key, &info), 0);
+	ck_assert_str_eq(info.lookup, "hit");
+	ck_assert_uint_eq(info.clean.removed, 1);
+	ck_assert_uint_gt(info.clean.freed, 0);
+	ck_assert_int_ne(access(pb, F_OK), 0);
+	ck_assert_int_eq(access(pa, F_OK), 0);
+	check_copies(&s);
+	/* A stays held by p; binding B with keep_days 0 leaves A (in use) */
+	held = p;
+	key.sha256 = SHA_B;
+	key.keep_days = 0;
+	mats_init(&s);
+	ck_assert_int_eq(prepack_bind(&p, g_k, s.p, s.n, &key, &info), 0);
+	ck_assert_str_eq(info.store, "stored");
+	ck_assert_uint_eq(info.clean.in_use, 1);
+	ck_assert_uint_eq(info.clean.removed, 0);
+	ck_assert_int_eq(access(pa, F_OK), 0);
+	prepack_free(p);
+	prepack_free(held);
+	/* released: B's next bind (a hit) removes A */
+	mats_init(&s);
+	ck_assert_int_eq(prepack_bind(&p, g_k, s.p, s.n, &key, &info), 0);
+	ck_assert_str_eq(info.lookup, "hit");
+	ck_assert_uint_eq(info.clean.removed, 1);
+	ck_assert_int_ne(access(pa, F_OK), 0);
+	ck_assert_int_eq(access(pb, F_OK), 0);
+	prepack_free(p);
+	/* a cleaner (here: this test) holding B exclusively: the bind does
+	 * not wait, packs and stores a new file */
+	{
+		int fd = open(pb, O_RDONLY);
+
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(flock(fd, LOCK_EX), 0);
+		bind_expect(dir, SHA_B, "busy", "stored");
+		close(fd);
+		bind_expect(dir, SHA_B, "hit", "-");
+	}
+}
+END_TEST
+
 static void setup(void)
 {
 	struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
 	struct gguf_error err;
 	char path[600];
 
+	strcpy(g_root, "/tmp/kvd_pack_XXXXXX"); /* one fixture per tcase */
 	ck_assert_ptr_nonnull(mkdtemp(g_root));
 	p.n_layer = 2;
 	p.n_embd = 256;
@@ -552,13 +1033,29 @@ int main(void)
 {
 	Suite *s = suite_create("prepack");
 	TCase *tc = tcase_create("cache");
+	TCase *tcc = tcase_create("clean");
 	SRunner *sr;
 	int failed;
 
+	tcase_add_unchecked_fixture(tcc, setup, teardown);
+	tcase_set_timeout(tcc, 300);
+	tcase_add_test(tcc, test_clean_by_age);
+	tcase_add_test(tcc, test_clean_version);
+	tcase_add_test(tcc, test_clean_symlink);
+	if (geteuid() == 0)
+		tcase_add_test(tcc, test_clean_foreign_owner);
+	else
+		printf("SKIP test_clean_foreign_owner: only root can chown\n");
+	tcase_add_test(tcc, test_clean_keep_zero);
+	tcase_add_test(tcc, test_clean_in_use);
+	tcase_add_test(tcc, test_clean_bounded);
+	tcase_add_test(tcc, test_clean_bad_dir);
+	tcase_add_test(tcc, test_clean_failure_logged);
+	suite_add_tcase(s, tcc);
 	g_k = ops_kernels_avx512vnni();
 	if (!g_k) {
-		printf("SKIP: no avx512vnni kernels, nothing is packed\n");
-		return 77;
+		printf("SKIP cache cases: no avx512vnni kernels, nothing is packed\n");
+		goto run;
 	}
 	tcase_add_unchecked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 300);
@@ -570,7 +1067,9 @@ int main(void)
 	tcase_add_test(tc, test_concurrent_starts);
 	tcase_add_test(tc, test_stale_tmp_swept);
 	tcase_add_test(tc, test_store_fails);
+	tcase_add_test(tc, test_bind_cleans);
 	suite_add_tcase(s, tc);
+run:
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);

@@ -6,8 +6,11 @@
 # output tokens are the same with no cache, a fresh cache and a reused
 # one; a cache file damaged between runs is refused by name and rebuilt
 # with the same output; the daemon logs event=pack_cache at boot (stored
-# at the first, hit at the second). Skips without the avx512vnni kernels
-# (nothing is packed then).
+# at the first, hit at the second). The cleanup (prepack_clean): another
+# model's pack file unused for longer than the retention is removed by
+# kvd generate and by the daemon's boot (one event=pack_cache_removed
+# line each), a younger one is kept until model.pack_cache_keep_days = 0.
+# Skips without the avx512vnni kernels (nothing is packed then).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v python3 >/dev/null || skip "python3 absent"
@@ -72,6 +75,16 @@ chmod 0644 "$f" && chmod g+w "$f"
 pgen "$T/q6_k.gguf" "$T/perm.json" --cache-dir "$C"
 check "group-writable cache file refused" \
 	test "$(field "$T/perm.json" 'o["timings"]["pack_cache"]["lookup"]')" = unsafe_entry
+# cleanup by kvd generate (the default retention, 7 days)
+chmod 0600 "$f"
+old=pack-11111111111111111111111111111111-avx512vnni.kvpack
+young=pack-22222222222222222222222222222222-avx512vnni.kvpack
+head -c 10000 /dev/zero >"$C/$old" && touch -d '10 days ago' "$C/$old"
+head -c 10000 /dev/zero >"$C/$young" && touch -d '2 days ago' "$C/$young"
+pgen "$T/q6_k.gguf" "$T/clean.json" --cache-dir "$C"
+check "kvd generate removes another model's pack file unused for 10 days" \
+	test "$(field "$T/clean.json" '(o["timings"]["pack_cache"]["lookup"], o["timings"]["pack_cache"]["removed"], o["timings"]["pack_cache"]["freed"])')" = "('hit', 1, 10000)" -a ! -e "$C/$old"
+check "kvd generate keeps one unused for 2 days, and its own" test -e "$C/$young" -a -e "$f"
 set +e
 "$KVD" generate --model "$T/q6_k.gguf" --prompt x --cache-dir relative/dir >/dev/null 2>&1
 rc=$?
@@ -101,18 +114,36 @@ check "the start after the race maps the file" \
 
 # the daemon: stored at the first boot, hit at the second, in the
 # fingerprint cache's directory; model.pack_cache=off packs in memory
-for boot in 1 2 3; do
+for boot in 1 2 3 4; do
 	extra=
 	[ $boot = 3 ] && extra=model.pack_cache=off
+	[ $boot = 4 ] && extra=model.pack_cache_keep_days=0
+	if [ $boot = 2 ]; then # another model's files: one stale, one young
+		head -c 5000 /dev/zero >"$T/dcache/$old" && touch -d '30 days ago' "$T/dcache/$old"
+		head -c 7000 /dev/zero >"$T/dcache/$young" && touch -d '1 day ago' "$T/dcache/$young"
+	fi
 	next_port
 	write_node "pk$boot" standalone "$T/q4_0.gguf" "listen.client=127.0.0.1:$PORT" \
 		"model.fingerprint_cache=$T/dcache" $extra
 	start_node "pk$boot"
 	wait_log "$T/pk$boot.log" "event=ready" 60 || true
 	stop_node "pk$boot"
+	if [ $boot = 2 ]; then
+		after2="young=$([ -e "$T/dcache/$young" ] && echo kept || echo gone) old=$([ -e "$T/dcache/$old" ] && echo kept || echo gone)"
+	fi
 done
 check "daemon boot 1 stores the repack cache" grep -q "event=pack_cache lookup=absent store=stored" "$T/pk1.log"
 check "daemon boot 2 maps it and packs nothing" \
 	grep -q "event=pack_cache lookup=hit store=- errno=0 mapped=[1-9][0-9]* packed=0 " "$T/pk2.log"
 check "model.pack_cache=off packs in memory" grep -q "event=pack_cache lookup=off store=off" "$T/pk3.log"
+check "daemon boot 2 removes the stale file, one line naming it" \
+	grep -q "event=pack_cache_removed name=$old reason=unused bytes=5000 " "$T/pk2.log"
+check "daemon boot 2 keeps the young file ($after2)" test "$after2" = "young=kept old=gone"
+check "daemon boot 2 counts the removal in event=pack_cache" \
+	grep -q "event=pack_cache lookup=hit .* removed=1 freed=5000 in_use=0" "$T/pk2.log"
+check "model.pack_cache_keep_days=0 removes the young file, keeps its own" \
+	grep -q "event=pack_cache_removed name=$young reason=unused bytes=7000 " "$T/pk4.log"
+check "keep_days=0: own file kept (boot 4 was a hit), the young file gone" \
+	test "$(ls "$T/dcache" | grep -c '^pack-.*\.kvpack$')" = 1 -a ! -e "$T/dcache/$young"
+check "keep_days=0 boot maps its own file" grep -q "event=pack_cache lookup=hit " "$T/pk4.log"
 finish
