@@ -46,6 +46,7 @@ enum conf_type {
 	CT_STR,     /* char[] field; max = buffer size */
 	CT_NAME,    /* char[] of [A-Za-z0-9_.-] */
 	CT_U32,
+	CT_U32_AUTO, /* u32, or "auto" stored as UINT32_MAX (max < it) */
 	CT_U64,
 	CT_SIZE,    /* u64 with optional K/M/G/T (binary) suffix */
 	CT_DOUBLE,
@@ -207,8 +208,8 @@ static const struct conf_key conf_keys[] = {
 	  "transport=verbs: the GID table index of the port's address (RoCE: pick the RoCEv2 entry; `show_gids`)." },
 	{ "transfer", "verbs_qp_depth", CT_U32, "128", 4, 16384, NULL, F(verbs_qp_depth),
 	  "transport=verbs: send work requests outstanding on one queue pair at most (page writes plus each batch's closing write); posting waits past it. The device's max_qp_wr must allow it." },
-	{ "transfer", "verbs_inline", CT_U32, "64", 0, 4096, NULL, F(verbs_inline),
-	  "transport=verbs: the largest write posted inline (copied into the work request: small batch headers); 0 = never. The device's inline limit must allow it." },
+	{ "transfer", "verbs_inline", CT_U32_AUTO, "auto", 0, 4096, NULL, F(verbs_inline),
+	  "transport=verbs: the largest write posted inline (copied into the work request by the CPU, so the NIC need not read it from memory: each batch's closing write of header, entries and MAC, 80 + 24 bytes per page). auto: ask the device for an inline size that fits the largest header transfer.max_batch_bytes allows (at most 256), stepping down (128, 64, 0) while it refuses, and use what it grants; a number: exactly that, and a device that cannot grant it refuses to start; 0 = never. The boot line event=transport and kvctl status (capacity.verbs_inline) give the size in use." },
 	{ "transfer", "verbs_write_scope", CT_ENUM, "auto", 0, 0, verbs_scopes, F(verbs_write_scope),
 	  "transport=verbs, decode: how a request's pages are opened to its prefill peer's writes. mw: type-2 memory windows bound over the request's pages on the peer's queue pair, live once the bind completed, invalidated at release (the pages stay fenced until the invalidation completed); mr: a registration per request, made at admission and deregistered at release; auto: mw where the device supports type-2 windows, else mr. mw on a device without windows refuses to start. The boot line event=transport says which is in use (write_scope=)." },
 	{ "transfer", "verbs_flush_timeout_ms", CT_U32, "5000", 10, 3600000, NULL, F(verbs_flush_timeout_ms),
@@ -475,19 +476,26 @@ static int set_value(struct conf_ctx *x, const struct conf_key *k,
 					 k->size - 1);
 		memcpy(f, v, strlen(v) + 1);
 		return 0;
+	case CT_U32_AUTO:
+		if (strcmp(v, "auto") == 0) {
+			*(uint32_t *)f = UINT32_MAX;
+			return 0;
+		}
+		/* fall through */
 	case CT_U32:
 	case CT_U64:
 	case CT_SIZE:
 		r = k->type == CT_SIZE ? parse_size(v, &u) : parse_u64(v, &u);
 		if (r == -EINVAL)
 			return conf_fail(x, line, full,
-					 "'%s' is not a%s non-negative integer", v,
+					 "'%s' is not %sa%s non-negative integer", v,
+					 k->type == CT_U32_AUTO ? "auto or " : "",
 					 k->type == CT_SIZE ? " size (integer with optional K, M, G, T suffix):" : "");
 		if (r < 0 || (double)u < k->min || (double)u > k->max)
 			return conf_fail(x, line, full,
 					 "%s is out of range [%.0f, %.0f]", v,
 					 k->min, k->max);
-		if (k->type == CT_U32)
+		if (k->type == CT_U32 || k->type == CT_U32_AUTO)
 			*(uint32_t *)f = (uint32_t)u;
 		else
 			*(uint64_t *)f = u;
@@ -1046,6 +1054,9 @@ static const char *type_doc(const struct conf_key *k, char *buf, size_t size)
 	case CT_U64:
 		snprintf(buf, size, "integer, %.0f..%.0f", k->min, k->max);
 		return buf;
+	case CT_U32_AUTO:
+		snprintf(buf, size, "auto | integer, %.0f..%.0f", k->min, k->max);
+		return buf;
 	case CT_SIZE:
 		snprintf(buf, size, "size (K/M/G/T suffix), %.0f..%.0f", k->min, k->max);
 		return buf;
@@ -1153,6 +1164,12 @@ static void print_value(FILE *out, const struct kvd_config *c,
 		break;
 	case CT_U32:
 		fprintf(out, "%u", *(const uint32_t *)f);
+		break;
+	case CT_U32_AUTO:
+		if (*(const uint32_t *)f == UINT32_MAX)
+			fprintf(out, "auto");
+		else
+			fprintf(out, "%u", *(const uint32_t *)f);
 		break;
 	case CT_U64:
 	case CT_SIZE:

@@ -22,6 +22,9 @@ enum kvd_cap_policy { KVD_CAP_REFUSE, KVD_CAP_CLAMP };
 enum kvd_transport { KVD_TRANSPORT_TCP, KVD_TRANSPORT_VERBS };
 /* transfer.verbs_write_scope */
 enum kvd_verbs_scope { KVD_VERBS_SCOPE_AUTO, KVD_VERBS_SCOPE_MW, KVD_VERBS_SCOPE_MR };
+/* transfer.verbs_inline = auto: the transport asks the device (never a
+ * size: the largest number the key takes is 4096) */
+#define KVD_VERBS_INLINE_AUTO UINT32_MAX
 
 struct kvd_config {
 	/* [node] */
@@ -93,7 +96,8 @@ struct kvd_config {
 	uint32_t verbs_port;          /* port number on the device (1..) */
 	uint32_t verbs_gid_index;     /* GID table index (RoCE) */
 	uint32_t verbs_qp_depth;      /* outstanding send WRs per QP */
-	uint32_t verbs_inline;        /* bytes a WR may carry inline */
+	uint32_t verbs_inline;        /* bytes a WR may carry inline, or
+				       * KVD_VERBS_INLINE_AUTO */
 	enum kvd_verbs_scope verbs_write_scope;
 	uint32_t verbs_flush_timeout_ms; /* flush drain bound after a lost link */
 	/* [admin] */

@@ -50,7 +50,7 @@ static int admin_code_of(int r)
 static void pack_capacity(msgpack_packer *pk, struct kvd_daemon *d,
 			  const struct kvd_capacity *cap)
 {
-	msgpack_pack_map(pk, 17);
+	msgpack_pack_map(pk, 18);
 	frame_pack_kv_u64(pk, "pool_tokens", cap->pool_tokens);
 	frame_pack_kv_u64(pk, "pages", cap->pages);
 	frame_pack_kv_u64(pk, "page_tokens", cap->page_tokens);
@@ -72,6 +72,7 @@ static void pack_capacity(msgpack_packer *pk, struct kvd_daemon *d,
 			  d->cfg.transport == KVD_TRANSPORT_VERBS ?
 			  d->cfg.verbs_device : "");
 	frame_pack_kv_str(pk, "verbs_write_scope", d->verbs_write_scope);
+	frame_pack_kv_u64(pk, "verbs_inline", d->verbs_inline);
 }
 
 static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)

@@ -426,8 +426,11 @@ static void print_capacity(const msgpack_object *c, const char *indent)
 	fs(c, "verbs_write_scope", ws, sizeof(ws));
 	if (!strcmp(ws, "?"))
 		ws[0] = '\0';
-	printf("%stransport   %s%s%s%s%s\n", indent, tr, dev[0] ? " on " : "", dev,
+	printf("%stransport   %s%s%s%s%s", indent, tr, dev[0] ? " on " : "", dev,
 	       ws[0] ? ", write scope " : "", ws);
+	if (!strcmp(tr, "verbs"))
+		printf(", inline %" PRIu64 " bytes", fu(c, "verbs_inline"));
+	printf("\n");
 }
 
 /* ---- subcommands ------------------------------------------------------------- */

@@ -105,6 +105,10 @@ struct kvd_daemon {
 	/* transfer.transport = verbs: the write scope decode uses
 	 * (memory_windows, per_request_mr), resolved at boot; "" on tcp */
 	char verbs_write_scope[24];
+	/* ... and the inline size its QPs use for batch headers
+	 * (transfer.verbs_inline, or what the device granted with auto),
+	 * resolved at boot; 0 on tcp */
+	uint32_t verbs_inline;
 	/* The chat prompt format, resolved once at boot (model.chat_template,
 	 * or the GGUF's tokenizer.chat_template recognized by gpu/chat.h):
 	 * CHAT_NONE when neither gives one; chat requests are then refused

@@ -392,7 +392,11 @@ static int link_transport_new(struct link *l)
 		tc.verbs_port = c->verbs_port;
 		tc.verbs_gid_index = c->verbs_gid_index;
 		tc.verbs_qp_depth = c->verbs_qp_depth;
-		tc.verbs_inline = c->verbs_inline;
+		/* auto was resolved by the boot check (the configured batch
+		 * bound; a link's negotiated one may be smaller and would ask
+		 * less): every link's QP uses the size the boot line and
+		 * kvctl status name */
+		tc.verbs_inline = s->d->verbs_inline;
 		tc.verbs_stats = &s->d->counters.verbs;
 		tc.verbs_write_scope = (uint32_t)c->verbs_write_scope;
 		tc.verbs_flush_timeout_ms = c->verbs_flush_timeout_ms;

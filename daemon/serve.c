@@ -315,9 +315,11 @@ static int serve_check_transport(struct serve *s)
 				    .verbs_write_scope = (uint32_t)s->d->cfg.verbs_write_scope,
 				    .verbs_flush_timeout_ms = s->d->cfg.verbs_flush_timeout_ms };
 	struct transport *t = NULL;
-	char why[400] = "", fig[300];
+	char why[400] = "", fig[300], asked[16];
 	int r;
 
+	_Static_assert(KVD_VERBS_INLINE_AUTO == TRANSPORT_VERBS_INLINE_AUTO,
+		       "conf and net agree on transfer.verbs_inline=auto");
 	if (s->d->cfg.transport != KVD_TRANSPORT_VERBS)
 		return 0;
 	r = transport_verbs_new(&t, NULL, &tc, why, sizeof(why));
@@ -329,9 +331,15 @@ static int serve_check_transport(struct serve *s)
 	transport_verbs_figures(t, fig, sizeof(fig));
 	snprintf(s->d->verbs_write_scope, sizeof(s->d->verbs_write_scope), "%s",
 		 transport_verbs_scope_mode(t));
+	s->d->verbs_inline = transport_verbs_inline(t);
 	t->ops->free(t);
-	KVLOG_INFO(s->log, "transport", "transport=verbs %s qp_depth=%u inline=%u flush_timeout_ms=%u msg=\"the real-device path has not run on RDMA hardware\"",
-		   fig, s->d->cfg.verbs_qp_depth, s->d->cfg.verbs_inline,
+	if (s->d->cfg.verbs_inline == KVD_VERBS_INLINE_AUTO)
+		snprintf(asked, sizeof(asked), "auto");
+	else
+		snprintf(asked, sizeof(asked), "%u", s->d->cfg.verbs_inline);
+	/* fig carries inline= (the size in use) and inline_granted= */
+	KVLOG_INFO(s->log, "transport", "transport=verbs %s inline_config=%s qp_depth=%u flush_timeout_ms=%u msg=\"the real-device path has not run on RDMA hardware\"",
+		   fig, asked, s->d->cfg.verbs_qp_depth,
 		   s->d->cfg.verbs_flush_timeout_ms);
 	return 0;
 }

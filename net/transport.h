@@ -50,6 +50,10 @@ enum {
 	TRANSPORT_E_CLOSED,     /* the transport is closing */
 };
 
+/* transport_cfg.verbs_inline: ask the device (conf's
+ * KVD_VERBS_INLINE_AUTO, the same value) */
+#define TRANSPORT_VERBS_INLINE_AUTO UINT32_MAX
+
 struct transport;
 struct proto_peer_run;
 
@@ -118,7 +122,7 @@ struct transport_cfg {
 	uint32_t verbs_port;
 	uint32_t verbs_gid_index;
 	uint32_t verbs_qp_depth;
-	uint32_t verbs_inline;
+	uint32_t verbs_inline;      /* or TRANSPORT_VERBS_INLINE_AUTO */
 	struct transport_verbs_stats *verbs_stats;  /* may be NULL */
 	/* receiver: 0 auto (windows where the device has them), 1 windows,
 	 * 2 per-request registrations (enum kvd_verbs_scope's order); how
@@ -191,8 +195,13 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 			const struct transport_cfg *cfg, char *why,
 			size_t why_size);
 bool transport_is_verbs(const struct transport *t);
-/* The device's figures for a log line ("device=... max_mr_size=..."). */
+/* The device's figures for a log line ("device=... max_mr_size=...
+ * inline=N inline_granted=N"). */
 void transport_verbs_figures(struct transport *t, char *buf, size_t n);
+/* The inline size in use: a batch header (WRITE_WITH_IMM) this long or
+ * shorter is posted inline - transfer.verbs_inline, or with auto what the
+ * device granted. */
+uint32_t transport_verbs_inline(const struct transport *t);
 
 struct proto_peer_verbs_qp;
 struct proto_peer_run;

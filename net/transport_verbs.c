@@ -85,10 +85,18 @@
  * one registration) fails the batch's MAC, or the next one's.
  *
  * Inline headers: a batch's WRITE_WITH_IMM (header, entries, MAC) is
- * posted inline when it fits transfer.verbs_inline (the QP was made with
- * that inline size, checked against the device at open); else the NIC
- * reads it from the registered staging slot. Both are counted
- * (transport_verbs_stats).
+ * posted inline when it fits the QP's inline size; else the NIC reads it
+ * from the registered staging slot. Both are counted
+ * (transport_verbs_stats). A number in transfer.verbs_inline is that size
+ * (the QP is made with it: a device that cannot grant it refuses the
+ * node at boot). auto asks for room for the largest header the batch
+ * bound allows (80 + 24 bytes per page), at most VT_INLINE_AUTO_MAX,
+ * then 128, 64 and 0 while the device refuses, and takes what the device
+ * wrote back (cap.max_inline_data: a provider may grant more than asked)
+ * - a header that is larger goes staged, and a device without inline
+ * support still gets a QP. The owner resolves auto once (the boot check,
+ * transport_verbs_inline) and hands each link's transport that number, so
+ * all of a node's QPs use one size.
  */
 #include "net/transport.h"
 
@@ -111,6 +119,7 @@
 #define VT_SLOTS 4u                 /* mailbox / staging slots */
 #define VT_RECV_BIT (1ull << 63)    /* wr_id of a receive */
 #define VT_WINDOWS_MAX 4096u        /* type-2 windows per link (decode) */
+#define VT_INLINE_AUTO_MAX 256u     /* transfer.verbs_inline=auto asks at most */
 
 struct vt_wr {
 	uint64_t laddr;
@@ -178,6 +187,9 @@ struct vt {
 	bool flush_timer_on;
 	bool flush_timed_out;           /* never drained: quarantine, never unfence */
 	uint32_t depth;                 /* send WRs outstanding at most */
+	uint32_t inline_max;            /* a write this long or shorter goes
+					 * inline: transfer.verbs_inline, or
+					 * (auto) what the device granted */
 	uint32_t outstanding;           /* send WRs posted, not completed */
 	uint32_t recv_posted;
 	bool connected;
@@ -554,7 +566,7 @@ static bool vt_fault_mid_batch(struct vt *vt, struct vt_batch *b)
  * fits the QP's inline size; counted either way. */
 static bool vt_header_inline(struct vt *vt, uint32_t len)
 {
-	if (len <= vt->base.cfg.verbs_inline) {
+	if (len <= vt->inline_max) {
 		vt->stats->header_inline++;
 		return true;
 	}
@@ -1681,6 +1693,45 @@ static int vt_open_receiver(struct vt *vt, char *why, size_t why_size)
 	return 0;
 }
 
+/* The next inline size auto asks for after the device refused `want`:
+ * 128, 64, then 0 (no inline at all). */
+static uint32_t vt_inline_step_down(uint32_t want)
+{
+	return want > 128 ? 128 : want > 64 ? 64 : 0;
+}
+
+/* The RC QP, with the inline size transfer.verbs_inline asks for (see
+ * "Inline headers" above); caps->max_inline is the last size asked on
+ * failure. Sets vt->inline_max. */
+static int vt_open_qp(struct vt *vt, struct verbs_qp_caps *caps)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	bool autosize = c->verbs_inline == TRANSPORT_VERBS_INLINE_AUTO;
+	uint32_t want;
+	int r;
+
+	if (autosize)
+		want = (uint32_t)KVD_MIN((uint64_t)XFER_HDR_BYTES + XFER_TRAILER_BYTES +
+					 (uint64_t)vt->n_max * XFER_ENTRY_BYTES,
+					 VT_INLINE_AUTO_MAX);
+	else
+		want = c->verbs_inline;
+	for (;;) {
+		caps->max_inline = want;
+		r = verbs_rc_open(&vt->rc, vt->v, vt->ctx, vt->pd, (uint8_t)c->verbs_port,
+				  (int)c->verbs_gid_index, caps, 2 * c->verbs_qp_depth);
+		/* only the device's refusal is worth another try; a port
+		 * that is not active stays so */
+		if (r >= 0 || !autosize || want == 0)
+			break;
+		want = vt_inline_step_down(want);
+	}
+	if (r)
+		return r;
+	vt->inline_max = autosize ? vt->rc.caps.max_inline : c->verbs_inline;
+	return 0;
+}
+
 /* prefill: the staging slots */
 static int vt_open_sender(struct vt *vt, char *why, size_t why_size)
 {
@@ -1710,8 +1761,7 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 	bool emu = !strncmp(dev, "emu:", 4);
 	const struct verbs_ops *v = emu ? verbs_emu_ops() : verbs_real_ops();
 	struct verbs_qp_caps caps = { .max_send_wr = cfg->verbs_qp_depth,
-				      .max_recv_wr = cfg->verbs_qp_depth,
-				      .max_inline = cfg->verbs_inline };
+				      .max_recv_wr = cfg->verbs_qp_depth };
 	struct vt *vt;
 	int r;
 
@@ -1787,12 +1837,17 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 		r = -ENODEV;
 		goto fail;
 	}
-	r = verbs_rc_open(&vt->rc, v, vt->ctx, vt->pd, (uint8_t)cfg->verbs_port,
-			  (int)cfg->verbs_gid_index, &caps, 2 * cfg->verbs_qp_depth);
+	r = vt_open_qp(vt, &caps);
 	if (r) {
+		char inl[48];
+
+		if (cfg->verbs_inline == TRANSPORT_VERBS_INLINE_AUTO)
+			snprintf(inl, sizeof(inl), "auto (down to %u)", caps.max_inline);
+		else
+			snprintf(inl, sizeof(inl), "%u", cfg->verbs_inline);
 		snprintf(why, why_size,
-			 "the device refuses an RC queue pair with transfer.verbs_qp_depth=%u and transfer.verbs_inline=%u on port %u, GID index %u (%s)",
-			 cfg->verbs_qp_depth, cfg->verbs_inline, cfg->verbs_port,
+			 "the device refuses an RC queue pair with transfer.verbs_qp_depth=%u and transfer.verbs_inline=%s on port %u, GID index %u (%s)",
+			 cfg->verbs_qp_depth, inl, cfg->verbs_port,
 			 cfg->verbs_gid_index,
 			 r < 0 ? strerror(-r) : "port not active");
 		r = -EINVAL;
@@ -1833,9 +1888,17 @@ void transport_verbs_figures(struct transport *t, char *buf, size_t n)
 {
 	struct vt *vt = to_vt(t);
 
-	snprintf(buf, n, "device=%s max_mr_size=%llu max_qp_wr=%u write_scope=%s windows_supported=%s mtu=%u",
+	snprintf(buf, n, "device=%s max_mr_size=%llu max_qp_wr=%u write_scope=%s windows_supported=%s mtu=%u inline=%u inline_granted=%u",
 		 vt->emu ? "emulated" : "ibverbs",
 		 (unsigned long long)vt->attr.max_mr_size, vt->attr.max_qp_wr,
 		 transport_verbs_scope_mode(t),
-		 vt->attr.mw_type2 ? "yes" : "no", vt->rc.port_attr.active_mtu);
+		 vt->attr.mw_type2 ? "yes" : "no", vt->rc.port_attr.active_mtu,
+		 vt->inline_max, vt->rc.caps.max_inline);
+}
+
+uint32_t transport_verbs_inline(const struct transport *t)
+{
+	const struct vt *vt = (const struct vt *)((const char *)t - offsetof(struct vt, base));
+
+	return vt->inline_max;
 }

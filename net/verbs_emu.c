@@ -34,8 +34,12 @@
  *   and receive WR (WR_FLUSH_ERR) and drops its packets not yet sent.
  *   Late acknowledgements of flushed WRs are ignored.
  * - Limits: registrations past max_mr_size fail (-EINVAL); posting past
- *   max_send_wr outstanding fails (-ENOMEM); inline data past max_inline
- *   fails (-EINVAL); a CQ that overflows reports -EOVERFLOW.
+ *   max_send_wr outstanding fails (-ENOMEM); a QP asking for more inline
+ *   bytes than the device's max_inline (default 256) is refused (-EINVAL),
+ *   else granted the want rounded up to 64 bytes (at most max_inline) and
+ *   told so, as a provider writes back cap.max_inline_data; inline data
+ *   past the QP's grant fails (-EINVAL); a CQ that overflows reports
+ *   -EOVERFLOW.
  * - The completion channel is an eventfd, written once per req_notify
  *   when a completion arrives, as ibv_req_notify_cq arms a CQ once.
  *
@@ -66,6 +70,7 @@
 #define EMU_SEG (16u * 1024)      /* payload bytes per packet */
 #define EMU_MAX_MSG (1u << 30)    /* largest write accepted from the wire */
 #define EMU_INBOUND_MAX (512ull << 20) /* bytes read ahead, not yet applied */
+#define EMU_INLINE_UNIT 64u       /* inline grants are multiples of it */
 
 enum { PKT_WRITE = 1, PKT_ACK = 2 };
 enum { PF_FIRST = 1, PF_LAST = 2, PF_IMM = 4 };
@@ -1050,7 +1055,7 @@ static int emu_poll_cq(struct verbs_cq *cq, int n, struct verbs_wc *wc)
 }
 
 static int emu_create_qp(struct verbs_pd *pd, struct verbs_cq *scq,
-			 struct verbs_cq *rcq, const struct verbs_qp_caps *caps,
+			 struct verbs_cq *rcq, struct verbs_qp_caps *caps,
 			 struct verbs_qp **out, uint32_t *qpn)
 {
 	struct verbs_ctx *ctx = pd->ctx;
@@ -1076,6 +1081,11 @@ static int emu_create_qp(struct verbs_pd *pd, struct verbs_cq *scq,
 	qp->pd = pd;
 	qp->scq = scq;
 	qp->rcq = rcq;
+	/* granted: the inline size rounded up to the send queue's 64-byte
+	 * units, within the device's limit (a real provider rounds up to its
+	 * WQE layout, so the grant may exceed the want) */
+	caps->max_inline = KVD_MIN((caps->max_inline + EMU_INLINE_UNIT - 1) /
+				   EMU_INLINE_UNIT * EMU_INLINE_UNIT, ctx->max_inline);
 	qp->caps = *caps;
 	qp->qpn = ctx->next_qpn++ & 0xffffff;
 	qp->state = VERBS_QPS_RESET;

@@ -15,6 +15,10 @@
  * QP pump the context (send what waits, read what arrived, turn
  * acknowledgements into completions). short_mr makes a faulty device: a
  * registration longer than BYTES registers (and reports) only BYTES.
+ * max_inline (default 256, at most 4096) is the device's inline limit: a
+ * QP that wants more is refused, one that wants less is granted its want
+ * rounded up to 64 bytes (never past the limit), written back into its
+ * caps as a provider writes cap.max_inline_data.
  * hold_ms (auto mode) makes a slow fabric: a write that arrives while
  * the file DIR/hold exists lands N ms after it arrived (in order: nothing
  * overtakes it), so a test can have writes land after the sender's peer

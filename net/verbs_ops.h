@@ -176,8 +176,12 @@ struct verbs_ops {
 	/* Up to n completions, oldest first: the count, or -errno. */
 	int (*poll_cq)(struct verbs_cq *cq, int n, struct verbs_wc *wc);
 
+	/* caps in: what is wanted; out (on success): what the device
+	 * granted, each at least what was wanted (ibv_create_qp's write-back
+	 * of cap: a provider may round max_inline up). A want the device
+	 * cannot meet is refused (-EINVAL, or the provider's errno). */
 	int (*create_qp)(struct verbs_pd *pd, struct verbs_cq *send_cq,
-			 struct verbs_cq *recv_cq, const struct verbs_qp_caps *caps,
+			 struct verbs_cq *recv_cq, struct verbs_qp_caps *caps,
 			 struct verbs_qp **out, uint32_t *qpn);
 	int (*destroy_qp)(struct verbs_qp *qp);
 	/* RESET -> INIT (port, remote access) -> RTR (dest, gid index) ->

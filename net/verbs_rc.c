@@ -59,7 +59,8 @@ int verbs_rc_open(struct verbs_rc *rc, const struct verbs_ops *ops,
 		rc->cq = NULL;
 		return r;
 	}
-	r = ops->create_qp(pd, rc->cq, rc->cq, caps, &rc->qp, &rc->qpn);
+	rc->caps = *caps;
+	r = ops->create_qp(pd, rc->cq, rc->cq, &rc->caps, &rc->qp, &rc->qpn);
 	if (r) {
 		rc->qp = NULL;
 		goto fail;

@@ -30,6 +30,7 @@ struct verbs_rc {
 	struct verbs_cq *cq;       /* send and receive completions */
 	int cq_fd;                 /* its completion channel (non-blocking) */
 	struct verbs_qp *qp;
+	struct verbs_qp_caps caps; /* what the device granted (>= wanted) */
 	uint32_t qpn;
 	uint32_t psn;              /* our first send PSN (random, 24 bits) */
 	uint8_t port;

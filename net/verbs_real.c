@@ -351,7 +351,7 @@ static int real_poll_cq(struct verbs_cq *q, int n, struct verbs_wc *wc)
 }
 
 static int real_create_qp(struct verbs_pd *p, struct verbs_cq *scq,
-			  struct verbs_cq *rcq, const struct verbs_qp_caps *caps,
+			  struct verbs_cq *rcq, struct verbs_qp_caps *caps,
 			  struct verbs_qp **out, uint32_t *qpn)
 {
 	struct ibv_qp_init_attr a = {
@@ -373,6 +373,10 @@ static int real_create_qp(struct verbs_pd *p, struct verbs_cq *scq,
 		free(q);
 		return neg_errno(EINVAL);
 	}
+	/* the provider wrote back what it granted (never less than asked) */
+	caps->max_send_wr = a.cap.max_send_wr;
+	caps->max_recv_wr = a.cap.max_recv_wr;
+	caps->max_inline = a.cap.max_inline_data;
 	*qpn = q->qp->qp_num;
 	*out = q;
 	return 0;

@@ -145,6 +145,11 @@ static const struct bad {
 	{ "write scope with tcp", "[kv]\npool_tokens = 64\n[transfer]\nverbs_write_scope = mr\n", 8, "transfer.verbs_write_scope", "only with transfer.transport=verbs" },
 	{ "flush timeout too small", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_flush_timeout_ms = 1\n", 9, "transfer.verbs_flush_timeout_ms", "out of range" },
 	{ "inline too large", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_inline = 5000\n", 9, "transfer.verbs_inline", "out of range" },
+	{ "inline not a size", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_inline = big\n", 9, "transfer.verbs_inline", "'big' is not auto or a non-negative integer" },
+	{ "inline negative", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_inline = -1\n", 9, "transfer.verbs_inline", "not auto or a non-negative integer" },
+	{ "inline Auto", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_inline = Auto\n", 9, "transfer.verbs_inline", "'Auto' is not auto" },
+	{ "inline past u32", "[kv]\npool_tokens = 64\n[transfer]\ntransport = verbs\nverbs_inline = 4294967295\n", 9, "transfer.verbs_inline", "out of range [0, 4096]" },
+	{ "inline number with tcp", "[kv]\npool_tokens = 64\n[transfer]\nverbs_inline = 64\n", 8, "transfer.verbs_inline", "only with transfer.transport=verbs" },
 	{ "verbs with encrypt", "", 0, "transfer.encrypt", "in the clear" }, /* handled below */
 	{ "keep days negative", "[kv]\npool_tokens = 64\n[model]\npack_cache_keep_days = -1\n", 8, "model.pack_cache_keep_days", "not a" },
 	{ "keep days not a number", "[kv]\npool_tokens = 64\n[model]\npack_cache_keep_days = week\n", 8, "model.pack_cache_keep_days", "not a" },
@@ -239,15 +244,16 @@ START_TEST(test_verbs_keys)
 	ck_assert_uint_eq(c.verbs_port, 1);
 	ck_assert_uint_eq(c.verbs_gid_index, 0);
 	ck_assert_uint_eq(c.verbs_qp_depth, 128);
-	ck_assert_uint_eq(c.verbs_inline, 64);
+	ck_assert_uint_eq(c.verbs_inline, KVD_VERBS_INLINE_AUTO);
 	ck_assert_int_eq(c.verbs_write_scope, KVD_VERBS_SCOPE_AUTO);
 	ck_assert_uint_eq(c.verbs_flush_timeout_ms, 5000);
 	/* the defaults written out load with tcp (kvd --check-config
 	 * prints every key) */
 	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
 			      "verbs_device = \nverbs_port = 1\nverbs_gid_index = 0\n"
-			      "verbs_qp_depth = 128\nverbs_inline = 64\n"
+			      "verbs_qp_depth = 128\nverbs_inline = auto\n"
 			      "verbs_write_scope = auto\nverbs_flush_timeout_ms = 5000\n"), 0);
+	ck_assert_uint_eq(c.verbs_inline, KVD_VERBS_INLINE_AUTO);
 	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
 			      "transport = verbs\nverbs_device = emu:/tmp,auto=1,mw=0\n"
 			      "verbs_port = 2\nverbs_gid_index = 3\n"
@@ -262,6 +268,36 @@ START_TEST(test_verbs_keys)
 	ck_assert_uint_eq(c.verbs_gid_index, 3);
 	ck_assert_uint_eq(c.verbs_qp_depth, 32);
 	ck_assert_uint_eq(c.verbs_inline, 0);
+	/* a number keeps its meaning, at both ends of the range */
+	for (uint32_t n = 0; n <= 4096; n += 4096) {
+		char text[160];
+
+		snprintf(text, sizeof(text), "[kv]\npool_tokens = 64\n[transfer]\n"
+			 "transport = verbs\nverbs_device = emu:/tmp\nverbs_inline = %u\n", n);
+		ck_assert_int_eq(load(&c, &e, text), 0);
+		ck_assert_uint_eq(c.verbs_inline, n);
+	}
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
+			      "transport = verbs\nverbs_device = emu:/tmp\nverbs_inline = 104\n"), 0);
+	ck_assert_uint_eq(c.verbs_inline, 104);
+	/* auto prints back as auto, a number as itself (kvd --check-config
+	 * output is a config that loads to the same values) */
+	{
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *m = open_memstream(&buf, &len);
+
+		ck_assert_ptr_nonnull(m);
+		kvd_config_print(m, &c);
+		ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
+				      "transport = verbs\nverbs_device = emu:/tmp\nverbs_inline = auto\n"), 0);
+		ck_assert_uint_eq(c.verbs_inline, KVD_VERBS_INLINE_AUTO);
+		kvd_config_print(m, &c);
+		ck_assert_int_eq(fclose(m), 0);
+		ck_assert_ptr_nonnull(strstr(buf, "\nverbs_inline = 104\n"));
+		ck_assert_ptr_nonnull(strstr(buf, "\nverbs_inline = auto\n"));
+		free(buf);
+	}
 	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[transfer]\n"
 			      "transport = verbs\nverbs_device = emu:/tmp\n"
 			      "verbs_write_scope = mw\n"), 0);
@@ -407,6 +443,7 @@ START_TEST(test_reference_and_example_parse)
 	fclose(mem);
 	ck_assert(strstr(ref, "transfer.max_batch_bytes") != NULL);
 	ck_assert(strstr(ref, "kv.capacity_policy") != NULL);
+	ck_assert(strstr(ref, "transfer.verbs_inline\n    type: auto | integer, 0..4096\n    default: auto\n") != NULL);
 	/* the example is all comments: with the two required keys it loads
 	 * to exactly the defaults. */
 	snprintf(text, sizeof(text), "%s\n[model]\npath = %s\n[kv]\npool_tokens = 64\n",

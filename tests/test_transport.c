@@ -5,7 +5,9 @@
  * the bound is enforced; verbs says "no RDMA device" instead of pretending;
  * over the emulated device the verbs terms are checked, and the mailbox
  * credits hold a sender at 4 unconsumed batches, refuse lying credits and
- * let the batch through on an honest one (test_verbs_credits).
+ * let the batch through on an honest one (test_verbs_credits);
+ * transfer.verbs_inline=auto uses what the device grants and posts a
+ * header inline exactly when it fits (test_verbs_inline_auto).
  */
 #include <check.h>
 #include <errno.h>
@@ -332,6 +334,7 @@ END_TEST
  * each term the device cannot meet is refused naming its key; terms it
  * meets open (the boot check: no pool) and give the device's figures;
  * nothing is left in the socket directory. */
+#define AUTO TRANSPORT_VERBS_INLINE_AUTO
 START_TEST(test_verbs_terms_emu)
 {
 	static const struct {
@@ -354,6 +357,18 @@ START_TEST(test_verbs_terms_emu)
 		{ "", 1, 0, 4, 64, -EINVAL, "transfer.verbs_qp_depth must be at least", 0 },
 		{ ",max_qp_wr=8", 1, 0, 16, 64, -EINVAL, "transfer.verbs_qp_depth=16 is above the device's max_qp_wr=8", 0 },
 		{ ",max_inline=32", 1, 0, 16, 64, -EINVAL, "transfer.verbs_inline=64", 0 },
+		{ ",max_inline=100", 1, 0, 16, 128, -EINVAL,
+		  "the device refuses an RC queue pair with transfer.verbs_qp_depth=16 and transfer.verbs_inline=128", 0 },
+		/* a number is used as given (the device may grant more) */
+		{ "", 1, 0, 16, 104, 0, " inline=104 inline_granted=128", 0 },
+		{ "", 1, 0, 16, 0, 0, " inline=0 inline_granted=0", 0 },
+		/* auto: the largest header of a 1 MiB batch of 4 KiB pages is
+		 * past 256, so 256 is asked, then 128, 64, 0 */
+		{ "", 1, 0, 16, AUTO, 0, " inline=256 inline_granted=256", 0 },
+		{ ",max_inline=255", 1, 0, 16, AUTO, 0, " inline=128 inline_granted=128", 0 },
+		{ ",max_inline=127", 1, 0, 16, AUTO, 0, " inline=64 inline_granted=64", 0 },
+		{ ",max_inline=63", 1, 0, 16, AUTO, 0, " inline=0 inline_granted=0", 0 },
+		{ ",max_inline=4096", 1, 0, 16, AUTO, 0, " inline=256 inline_granted=256", 0 },
 		{ "", 2, 0, 16, 64, -EINVAL, "transfer.verbs_port=2: the device has no such port", 0 },
 		{ "", 1, 1, 16, 64, -EINVAL, "transfer.verbs_gid_index=1 is outside", 0 },
 		{ ",nosuch=1", 1, 0, 16, 64, -ENODEV, "cannot open the emulated RDMA device", 0 },
@@ -532,6 +547,127 @@ START_TEST(test_verbs_credits)
 }
 END_TEST
 
+/* The receiver's owner returns every credit at once (daemon/link.c sends
+ * a verbs_credit message; here both ends share the loop). */
+static void rx_credit_fwd(void *arg, uint64_t consumed)
+{
+	struct fixture *f = arg;
+	char why[200];
+
+	rx_credit(arg, consumed);
+	ck_assert_int_eq(transport_verbs_credit(f->tx, consumed, why, sizeof(why)), 0);
+}
+
+/* transfer.verbs_inline=auto against the emulated device's inline limit:
+ * the size in use is what the device granted for the largest header the
+ * batch bound allows (80 + 24 bytes per page, at most 256, stepping down
+ * 128, 64, 0 while refused); a batch header goes inline exactly when it
+ * fits it (counted), and the pages arrive byte for byte either way. */
+START_TEST(test_verbs_inline_auto)
+{
+	static const struct {
+		const char *opts;      /* the device's limit (default 256) */
+		uint32_t batch_pages;  /* transfer.max_batch_bytes, in pages */
+		uint32_t inl;          /* what the transport must use */
+		uint64_t n_inline, n_staged;
+	} cases[] = {
+		/* one page: a 104-byte header, 128 granted: all 5 inline */
+		{ "", 1, 128, 5, 0 },
+		/* the device refuses 104: 64 granted, every header staged */
+		{ ",max_inline=100", 1, 64, 0, 5 },
+		/* three pages: 152 asked, 192 granted; headers of 152 and 128 */
+		{ "", 3, 192, 2, 0 },
+		/* 152 refused, 128 granted: the 3-page header is staged, the
+		 * 2-page one (128 bytes) inline */
+		{ ",max_inline=150", 3, 128, 1, 1 },
+		/* a device without inline data: none, and still a QP */
+		{ ",max_inline=0", 1, 0, 0, 5 },
+	};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct fixture fx = { .n_per_batch = cases[k].batch_pages }, *f = &fx;
+		struct transport_verbs_stats txs = { 0 }, rxs = { 0 };
+		struct transport_cfg c = { 0 };
+		struct proto_peer_verbs_qp qtx, qrx;
+		struct proto_peer_run mbox, runs[VERBS_SCOPE_RUNS_MAX];
+		uint32_t n_runs = 0;
+		uint64_t n_batches = (NPAGES + cases[k].batch_pages - 1) / cases[k].batch_pages;
+		char base[64], dev[160], why[300];
+		bool live = false;
+
+		fx_pools(f);
+		ck_assert_int_eq(uv_loop_init(&f->loop), 0);
+		snprintf(base, sizeof(base), "/tmp/kvd-tinline-XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(base));
+		snprintf(dev, sizeof(dev), "emu:%s,auto=1%s", base, cases[k].opts);
+		c.mem = &f->mem;
+		c.page_bytes = f->page_bytes;
+		c.max_batch_bytes = XFER_HDR_BYTES + cases[k].batch_pages *
+				    (XFER_ENTRY_BYTES + f->page_bytes);
+		c.verbs_device = dev;
+		c.verbs_port = 1;
+		c.verbs_qp_depth = 16;
+		c.verbs_inline = TRANSPORT_VERBS_INLINE_AUTO;
+		c.verbs_write_scope = 2;
+		c.pool = f->dst;
+		c.recv = (struct transport_recv){ .batch = rx_batch, .closed = rx_closed,
+						  .credit = rx_credit_fwd };
+		c.recv_arg = f;
+		c.verbs_stats = &rxs;
+		ck_assert_int_eq(transport_verbs_new(&f->rx, &f->loop, &c, why, sizeof(why)), 0);
+		f->rx->data = f;
+		c.pool = f->src;
+		c.recv = (struct transport_recv){ 0 };
+		c.verbs_stats = &txs;
+		ck_assert_int_eq(transport_verbs_new(&f->tx, &f->loop, &c, why, sizeof(why)), 0);
+		f->tx->data = f;
+		ck_assert_uint_eq(transport_verbs_inline(f->tx), cases[k].inl);
+		ck_assert_uint_eq(transport_verbs_inline(f->rx), cases[k].inl);
+		transport_verbs_figures(f->tx, why, sizeof(why));
+		{
+			char want[32];
+
+			snprintf(want, sizeof(want), " inline=%u ", cases[k].inl);
+			ck_assert_msg(strstr(why, want), "%s lacks%s", why, want);
+		}
+		ck_assert_int_eq(transport_verbs_describe(f->rx, &qrx, &mbox), 0);
+		ck_assert_int_eq(transport_verbs_describe(f->tx, &qtx, NULL), 0);
+		ck_assert_int_eq(transport_verbs_connect(f->rx, &qtx, why, sizeof(why)), 0);
+		ck_assert_int_eq(transport_verbs_connect(f->tx, &qrx, why, sizeof(why)), 0);
+		ck_assert_int_eq(transport_verbs_set_mailbox(f->tx, &mbox, 1, why, sizeof(why)), 0);
+		ck_assert_int_eq(transport_verbs_grant(f->rx, DST_OWNER, f->dst_tab, NPAGES, runs,
+						       &n_runs, &live), 0);
+		ck_assert(live);
+		ck_assert_int_eq(transport_verbs_scope(f->tx, DST_OWNER, runs, n_runs), 0);
+		send_all(f);
+		ck_assert(run_until(f, &f->sent_ok, (int)n_batches, 5000));
+		ck_assert(run_until(f, &f->batches_ok, (int)n_batches, 5000));
+		ck_assert_int_eq(f->sent_err, 0);
+		ck_assert_int_eq(f->batches_written, NPAGES);
+		ck_assert_msg(txs.header_inline == cases[k].n_inline &&
+			      txs.header_staged == cases[k].n_staged,
+			      "%s: %llu inline, %llu staged", dev,
+			      (unsigned long long)txs.header_inline,
+			      (unsigned long long)txs.header_staged);
+		for (int i = 0; i < TOKENS / 4; i++)
+			ck_assert_mem_eq((uint8_t *)kvpool_page_addr(f->dst, f->dst_tab[i].page) + KVTAG_BYTES,
+					 (uint8_t *)kvpool_page_addr(f->src, f->src_tab[i].page) + KVTAG_BYTES,
+					 f->page_bytes - KVTAG_BYTES);
+		ck_assert_int_eq(f->rx_closed, 0);
+		transport_close(f->tx, verbs_closed_cb);
+		transport_close(f->rx, verbs_closed_cb);
+		ck_assert(run_until(f, &f->closes, 2, 5000));
+		f->tx->ops->free(f->tx);
+		f->rx->ops->free(f->rx);
+		ck_assert_int_eq(uv_run(&f->loop, UV_RUN_DEFAULT), 0);
+		ck_assert_int_eq(uv_loop_close(&f->loop), 0);
+		kvpool_free(f->src);
+		kvpool_free(f->dst);
+		ck_assert_int_eq(rmdir(base), 0);
+	}
+}
+END_TEST
+
 static Suite *transport_suite(void)
 {
 	Suite *s = suite_create("transport");
@@ -544,6 +680,7 @@ static Suite *transport_suite(void)
 	tcase_add_test(tc, test_bound_and_faults);
 	tcase_add_test(tc, test_verbs_terms_emu);
 	tcase_add_test(tc, test_verbs_credits);
+	tcase_add_test(tc, test_verbs_inline_auto);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -735,6 +735,74 @@ START_TEST(test_queue_bounds)
 }
 END_TEST
 
+/* The device's inline limit (max_inline=N, default 256): a QP wanting
+ * more is refused and its caps are left as asked; one wanting less is
+ * granted its want rounded up to 64 bytes, never past the limit, and told
+ * so in its caps (as a provider writes back cap.max_inline_data). */
+START_TEST(test_inline_limit)
+{
+	static const struct {
+		const char *opts;
+		uint32_t want;
+		int r;
+		uint32_t granted;
+	} cases[] = {
+		{ NULL, 0, 0, 0 },
+		{ NULL, 1, 0, 64 },
+		{ NULL, 104, 0, 128 },
+		{ NULL, 256, 0, 256 },
+		{ NULL, 257, -EINVAL, 257 },
+		{ ",max_inline=100", 64, 0, 64 },
+		{ ",max_inline=100", 65, 0, 100 },
+		{ ",max_inline=100", 100, 0, 100 },
+		{ ",max_inline=100", 101, -EINVAL, 101 },
+		{ ",max_inline=100", 104, -EINVAL, 104 },
+		{ ",max_inline=0", 0, 0, 0 },
+		{ ",max_inline=0", 1, -EINVAL, 1 },
+		{ ",max_inline=4096", 4000, 0, 4032 },
+	};
+	static const char *const bad[] = {
+		",max_inline=4097", ",max_inline=-1", ",max_inline=x", ",max_inline=",
+	};
+	char dev[160];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct verbs_ctx *ctx;
+		struct verbs_pd *pd;
+		struct verbs_cq *cq;
+		struct verbs_qp *qp = NULL;
+		struct verbs_qp_caps caps = { .max_send_wr = 8, .max_recv_wr = 8,
+					      .max_inline = cases[i].want };
+		uint32_t qpn;
+		int fd, r;
+
+		dev_name(dev, sizeof(dev), cases[i].opts);
+		ck_assert_int_eq(V->open(dev, &ctx), 0);
+		ck_assert_int_eq(V->alloc_pd(ctx, &pd), 0);
+		ck_assert_int_eq(V->create_cq(ctx, 16, &cq, &fd), 0);
+		r = V->create_qp(pd, cq, cq, &caps, &qp, &qpn);
+		ck_assert_msg(r == cases[i].r && caps.max_inline == cases[i].granted,
+			      "%s want %u: %d granted %u, expected %d granted %u", dev,
+			      cases[i].want, r, caps.max_inline, cases[i].r,
+			      cases[i].granted);
+		ck_assert_uint_eq(caps.max_send_wr, 8);
+		ck_assert_uint_eq(caps.max_recv_wr, 8);
+		if (r == 0)
+			ck_assert_int_eq(V->destroy_qp(qp), 0);
+		ck_assert_int_eq(V->destroy_cq(cq), 0);
+		ck_assert_int_eq(V->dealloc_pd(pd), 0);
+		V->close(ctx);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct verbs_ctx *ctx = (struct verbs_ctx *)1;
+
+		dev_name(dev, sizeof(dev), bad[i]);
+		ck_assert_int_eq(V->open(dev, &ctx), -EINVAL);
+		ck_assert_ptr_null(ctx);
+	}
+}
+END_TEST
+
 /* An injected completion error: the QP errs, the rest flush; the write
  * that was already on the wire may still land. */
 START_TEST(test_injected_error)
@@ -1160,6 +1228,7 @@ static Suite *verbs_emu_suite(void)
 	tcase_add_test(tc, test_window_other_qp);
 	tcase_add_test(tc, test_registration_limits);
 	tcase_add_test(tc, test_queue_bounds);
+	tcase_add_test(tc, test_inline_limit);
 	tcase_add_test(tc, test_injected_error);
 	tcase_add_test(tc, test_imm_needs_receive);
 	tcase_add_test(tc, test_completion_channel);
