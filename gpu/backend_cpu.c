@@ -84,7 +84,17 @@ struct cpu_ctx {
 	float *scores;            /* (threads, max_ctx) attention scratch */
 	float *cs;                /* (threads, rope_dim) cos/sin tables */
 	struct ops_kv_view *views; /* (max_tokens) per sequence, current layer */
+	struct backend_cpu_prof prof; /* time by part (backend_cpu_prof) */
 };
+
+/* Time `stmt` into c->prof.field. */
+#define PROF(c, field, stmt)                                                 \
+	do {                                                                 \
+		uint64_t prof_t0_ = kvd_now_ns();                            \
+                                                                             \
+		stmt;                                                        \
+		(c)->prof.field += kvd_now_ns() - prof_t0_;                  \
+	} while (0)
 
 /* Multiply-adds below which a run is "small" (a decode step's matmuls
  * and attention) and gets two chunks per thread instead of four. */
@@ -171,7 +181,7 @@ static void mm_bind(struct cpu_ctx *c, struct mm_part *p,
 
 static void mm_go(struct cpu_ctx *c, struct mm_job *j)
 {
-	uint64_t work = 0;
+	uint64_t work = 0, t0 = kvd_now_ns();
 
 	j->k = c->k;
 	j->rows = 0;
@@ -185,6 +195,7 @@ static void mm_go(struct cpu_ctx *c, struct mm_job *j)
 		mm_run(j, 0, 1, 0);
 	else
 		threadpool_run(c->tp, mm_run, j, tp_chunks(c, j->rows, work));
+	c->prof.mm_ns += kvd_now_ns() - t0;
 }
 
 /* ---- per-token job: the elementwise steps, tokens split --------------- */
@@ -257,11 +268,14 @@ static void tok_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t threa
 
 static void tok_go(struct cpu_ctx *c, struct tok_job *j, uint32_t per_token)
 {
+	uint64_t t0 = kvd_now_ns();
+
 	j->c = c;
 	if ((uint64_t)j->n * per_token < TOK_INLINE_WORK || j->n == 1)
 		tok_run(j, 0, 1, 0);
 	else
 		threadpool_run(c->tp, tok_run, j, tp_chunks(c, j->n, UINT64_MAX));
+	c->prof.tok_ns += kvd_now_ns() - t0;
 }
 
 /* ---- attention job: (token, head) units split across threads -------- */
@@ -404,10 +418,12 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 	tj = (struct tok_job){ .n = n, .qkv_b = b, .qkv_L = L };
 	tok_go(c, &tj, qd + 2 * kvd);
 	att_work = (uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim;
-	if (att_work < MM_INLINE_WORK)
-		att_run(&aj, 0, 1, 0);
-	else
-		threadpool_run(c->tp, att_run, &aj, tp_chunks(c, n * hp->n_head, att_work));
+	PROF(c, att_ns,
+	     if (att_work < MM_INLINE_WORK)
+		     att_run(&aj, 0, 1, 0);
+	     else
+		     threadpool_run(c->tp, att_run, &aj,
+				    tp_chunks(c, n * hp->n_head, att_work)));
 
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };
 	tj = (struct tok_job){ .n = n, .q_src = c->att, .q_cols = qd };
@@ -434,31 +450,17 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 	mm_go(c, &mm);
 }
 
-static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
+/* The logits of the rows b->out asks for: final norm, quantization and
+ * the output matmul (timed apart: logits_ns). */
+static void cpu_logits(struct cpu_ctx *c, const struct backend_batch *b,
+		       float *logits)
 {
-	struct cpu_ctx *c = ctx;
 	const struct llama_hparams *hp = &c->m->hp;
 	uint32_t e = hp->n_embd;
+	uint64_t t0 = kvd_now_ns(), mm0 = c->prof.mm_ns, tok0 = c->prof.tok_ns;
 	struct mm_job mm;
 	struct tok_job tj;
-	int rc;
 
-	rc = cpu_check_batch(c, b);
-	if (rc)
-		return rc;
-	for (uint32_t i = 0; i < b->n_tokens; i++)
-		ops_mat_row_f32(&c->m->tok_embd, (uint32_t)b->tokens[i],
-				c->x + (size_t)i * e);
-	for (uint32_t l = 0; l < hp->n_layer; l++)
-		cpu_layer(c, b, l);
-	/* the last layer's residual */
-	if (hp->n_layer > 0) {
-		tj = (struct tok_job){ .n = b->n_tokens, .add_to = c->x,
-				       .add_from = c->xb, .add_cols = e };
-		tok_go(c, &tj, e);
-	}
-	if (b->n_out == 0)
-		return 0;
 	/* xb: (n_out, n_embd) final-normed rows that want logits */
 	for (uint32_t j = 0; j < b->n_out; j++)
 		ops_rmsnorm(c->xb + (size_t)j * e, c->x + (size_t)b->out[j] * e,
@@ -470,6 +472,38 @@ static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
 	if (tj.q_mask)
 		tok_go(c, &tj, e);
 	mm_go(c, &mm);
+	c->prof.mm_ns = mm0;
+	c->prof.tok_ns = tok0;
+	c->prof.logits_ns += kvd_now_ns() - t0;
+}
+
+static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
+{
+	struct cpu_ctx *c = ctx;
+	const struct llama_hparams *hp = &c->m->hp;
+	uint32_t e = hp->n_embd;
+	struct tok_job tj;
+	uint64_t t0 = kvd_now_ns();
+	int rc;
+
+	rc = cpu_check_batch(c, b);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < b->n_tokens; i++)
+		ops_mat_row_f32(&c->m->tok_embd, (uint32_t)b->tokens[i],
+				c->x + (size_t)i * e);
+	c->prof.tok_ns += kvd_now_ns() - t0;
+	for (uint32_t l = 0; l < hp->n_layer; l++)
+		cpu_layer(c, b, l);
+	/* the last layer's residual */
+	if (hp->n_layer > 0) {
+		tj = (struct tok_job){ .n = b->n_tokens, .add_to = c->x,
+				       .add_from = c->xb, .add_cols = e };
+		tok_go(c, &tj, e);
+	}
+	if (b->n_out > 0)
+		cpu_logits(c, b, logits);
+	c->prof.forward_ns += kvd_now_ns() - t0;
 	return 0;
 }
 
@@ -660,4 +694,14 @@ void backend_cpu_pool_stats(const struct backend *b, struct threadpool_stats *ou
 		threadpool_stats(c->tp, out);
 	else
 		*out = (struct threadpool_stats){ 0 };
+}
+
+void backend_cpu_prof(const struct backend *b, struct backend_cpu_prof *out)
+{
+	const struct cpu_ctx *c = b->ctx;
+
+	if (b->ops == &cpu_ops)
+		*out = c->prof;
+	else
+		*out = (struct backend_cpu_prof){ 0 };
 }
