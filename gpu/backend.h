@@ -83,6 +83,8 @@ struct backend_cpu_params {
 	 * start); with a directory, the model's SHA-256 (64 hex digits). */
 	const char *pack_dir;
 	const char *model_sha256;
+	/* backend_cpu_prof in the calling thread's CPU time, not wall time */
+	bool prof_cpu;
 };
 
 /* The CPU backend. The model must outlive it. 0 or negative errno. */
@@ -101,7 +103,8 @@ struct threadpool_stats;
 void backend_cpu_pool_stats(const struct backend *b, struct threadpool_stats *out);
 /* Where the CPU backend's forward() time went, summed over every call
  * since it was made: wall time on the calling thread (which waits for
- * the workers), in ns. A handful of clock reads per layer. */
+ * the workers), or with prof_cpu that thread's CPU time, in ns. A
+ * handful of clock reads per layer. */
 struct backend_cpu_prof {
 	uint64_t forward_ns;    /* all of forward() */
 	uint64_t mm_ns;         /* the layers' matmuls (Q/K/V, O, gate/up, down) */

@@ -211,7 +211,8 @@ int engine_new(struct engine **out, const struct model *m,
 					  .max_tokens = e->max_step_tokens,
 					  .max_ctx = e->n_ctx, .simd = p->simd,
 					  .pack_dir = p->pack_dir,
-					  .model_sha256 = p->model_sha256 };
+					  .model_sha256 = p->model_sha256,
+					  .prof_cpu = p->prof_cpu };
 	t0 = kvd_now_ns();
 	rc = backend_cpu_new(&e->be, m, &lay, &cp);
 	if (rc) {

@@ -81,6 +81,9 @@ struct engine_params {
 	 * and, with one, the model's SHA-256 (64 hex digits). */
 	const char *pack_dir;
 	const char *model_sha256;
+	/* engine_prof's backend split in this thread's CPU time instead of
+	 * wall time (a system call per clock read; for benchmarks) */
+	bool prof_cpu;
 };
 
 #define ENGINE_PARAMS_DEFAULT { .threads = 1, .max_batch = 16, \

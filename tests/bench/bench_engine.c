@@ -5,7 +5,7 @@
  *                [--only f32|f16|q8_0|q4_k|q6_k|...] [--model FILE]
  *   bench_engine --model FILE --raw N [--threads T]
  *   bench_engine --batch [--model FILE] [--sizes 1,4,8,16,32] [--steps S]
- *                [--runs N] [--threads T]
+ *                [--runs N] [--threads T] [--no-split]
  *
  * --raw N runs FILE N times at T threads (default 1), a 128-token prompt
  * and 64 decoded tokens each, and prints one line per run,
@@ -44,11 +44,16 @@
  * Prints the median, fastest and slowest step (ms), the median per
  * sequence, the median CPU time of a step (this process, all threads:
  * at 1 thread the step's work without the time other processes took the
- * CPU, the steadier figure on a loaded machine) and per sequence, and where the steps' time went (engine_prof, summed over the
- * timed steps, in ms per step): layer matmuls, attention, the per-token
- * steps, the logits (final norm + output matmul), the integrity checks,
- * sampling, and the rest (threads waiting outside those, the engine's own
- * work).
+ * CPU, the steadier figure on a loaded machine) and per sequence, and
+ * where the steps' time went (engine_prof, the mean over the timed
+ * steps, in ms per step; at 1 thread the backend's parts in the thread's
+ * CPU time, engine_params.prof_cpu, at 2 in wall time): layer matmuls,
+ * attention, the per-token steps, the logits (final norm + output
+ * matmul), the integrity checks, sampling (both wall time), and the rest
+ * (the engine's own work; at 2 threads also waiting outside those).
+ * The CPU-time split reads the thread's CPU clock, a system call, ~40
+ * times a step (~0.05-0.1 ms a step here); --no-split keeps every
+ * figure in wall time, for timing the steps themselves.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -86,6 +91,7 @@ static void *copy_main(void *p)
  * --threads T: that count only */
 enum { MAX_RUNS = 101 };
 static bool no_bound;
+static bool no_split;  /* --batch --no-split: engine_prof in wall time only */
 static int n_runs = 5;
 static uint32_t only_threads;
 
@@ -311,6 +317,7 @@ static int batch_run(const struct model *m, uint32_t threads, uint32_t D,
 	if (rc)
 		goto out;
 	ep.threads = threads;
+	ep.prof_cpu = threads == 1 && !no_split;
 	ep.max_batch = D;
 	ep.prefill_chunk = BATCH_PROMPT;
 	/* every prompt in the first step, so all D have the same context */
@@ -376,8 +383,9 @@ static int bench_batch(const struct model *m, const uint32_t *sizes,
 		       int n_sizes, uint32_t steps)
 {
 	printf("decode-only steps: %u timed per run, %d runs, contexts %u..%u; "
-	       "step ms median [fastest..slowest]; split in ms per step\n",
-	       steps, n_runs, BATCH_PROMPT + BATCH_WARM, BATCH_PROMPT + BATCH_WARM + steps);
+	       "step ms median [fastest..slowest]; split in ms per step (mean), "
+	       "%s\n", steps, n_runs, BATCH_PROMPT + BATCH_WARM, BATCH_PROMPT + BATCH_WARM + steps,
+	       no_split ? "wall time" : "CPU time at 1 thread, wall time at 2");
 	printf("%7s %4s %24s %8s %8s %8s | %7s %7s %7s %7s %7s %7s %7s\n", "threads", "D",
 	       "step ms", "ms/seq", "cpu ms", "cpu/seq", "matmul", "attn", "tok", "logits", "integ",
 	       "sample", "rest");
@@ -390,7 +398,7 @@ static int bench_batch(const struct model *m, const uint32_t *sizes,
 			double *cpu = calloc((size_t)n_runs * steps, sizeof(*cpu));
 			struct engine_prof sum = { 0 };
 			int n_ms = 0, rc = ms && cpu ? 0 : -ENOMEM;
-			double med, per, k, cmed;
+			double med, per, k, cmed, csum = 0, rest;
 			char buf[64];
 
 			for (int run = 0; run < n_runs && !rc; run++)
@@ -401,19 +409,26 @@ static int bench_batch(const struct model *m, const uint32_t *sizes,
 				free(cpu);
 				return 1;
 			}
+			for (int i = 0; i < n_ms; i++)
+				csum += cpu[i];
 			cmed = median(cpu, n_ms);
 			med = median(ms, n_ms);
 			per = med / D;
 			k = 1e-6 / n_ms;   /* ns summed over the steps -> ms per step */
 			snprintf(buf, sizeof(buf), "%.3f [%.3f..%.3f]", med, ms[0], ms[n_ms - 1]);
+			/* 1 thread: the parts in CPU time, the rest what the
+			 * steps' CPU time leaves; 2: all wall time */
+			if (th == 1 && !no_split)
+				rest = csum / n_ms - (double)(sum.mm_ns + sum.att_ns + sum.tok_ns +
+							      sum.logits_ns + sum.integrity_ns +
+							      sum.sample_ns) * k;
+			else
+				rest = ((double)sum.step_ns - sum.mm_ns - sum.att_ns - sum.tok_ns -
+					sum.logits_ns - sum.integrity_ns - sum.sample_ns) * k;
 			printf("%7u %4u %24s %8.4f %8.3f %8.4f | %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f\n",
 			       th, D, buf, per, cmed, cmed / D, sum.mm_ns * k, sum.att_ns * k,
 			       sum.tok_ns * k, sum.logits_ns * k, sum.integrity_ns * k,
-			       sum.sample_ns * k,
-			       ((double)sum.step_ns - sum.forward_ns - sum.integrity_ns -
-				sum.sample_ns) * k +
-			       ((double)sum.forward_ns - sum.mm_ns - sum.att_ns -
-				sum.tok_ns - sum.logits_ns) * k);
+			       sum.sample_ns * k, rest);
 			fflush(stdout);
 			free(ms);
 			free(cpu);
@@ -535,6 +550,8 @@ int main(int argc, char **argv)
 			raw = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--batch"))
 			batch = true;
+		else if (!strcmp(argv[i], "--no-split"))
+			no_split = true;
 		else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
 			steps = (uint32_t)atoi(argv[++i]);
 			if (steps < 1 || steps > MAX_STEPS) {
