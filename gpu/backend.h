@@ -87,6 +87,8 @@ struct backend_cpu_params {
 	bool pack_clean;          /* prepack_key.clean, .keep_days, .log */
 	uint32_t pack_keep_days;
 	struct kvlog *pack_log;
+	/* backend_cpu_prof in the calling thread's CPU time, not wall time */
+	bool prof_cpu;
 };
 
 /* The CPU backend. The model must outlive it. 0 or negative errno. */
@@ -103,6 +105,21 @@ struct threadpool_stats;
 /* The CPU backend's thread-pool counters (gpu/threadpool.h); zeros for
  * another backend. */
 void backend_cpu_pool_stats(const struct backend *b, struct threadpool_stats *out);
+/* Where the CPU backend's forward() time went, summed over every call
+ * since it was made: wall time on the calling thread (which waits for
+ * the workers), or with prof_cpu that thread's CPU time, in ns. A
+ * handful of clock reads per layer. */
+struct backend_cpu_prof {
+	uint64_t forward_ns;    /* all of forward() */
+	uint64_t mm_ns;         /* the layers' matmuls (Q/K/V, O, gate/up, down) */
+	uint64_t att_ns;        /* attention (scores, softmax, V sum) */
+	uint64_t tok_ns;        /* the per-token steps: embedding, residual adds,
+				 * norms, SwiGLU, activation quantization,
+				 * biases, RoPE, K/V store */
+	uint64_t logits_ns;     /* final norm, its quantization, output matmul */
+};
+/* Zeros for another backend. */
+void backend_cpu_prof(const struct backend *b, struct backend_cpu_prof *out);
 
 static inline int backend_forward(struct backend *b,
 				  const struct backend_batch *batch,

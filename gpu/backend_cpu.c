@@ -39,6 +39,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu/model.h"
 #include "gpu/ops_cpu.h"
@@ -81,10 +82,33 @@ struct cpu_ctx {
 	 * of max(n_embd, n_ff, q dim) values */
 	uint8_t *aq[OPS_ACT_CLASSES];
 	size_t aq_stride[OPS_ACT_CLASSES];
-	float *scores;            /* (threads, max_ctx) attention scratch */
-	float *cs;                /* (threads, rope_dim) cos/sin tables */
+	float *scores;            /* (threads, n_head / n_head_kv, max_ctx)
+				   * attention scratch */
+	float *cs;                /* (max_tokens, rope_dim) each token's RoPE
+				   * cos/sin table, made in layer 0, read by all */
 	struct ops_kv_view *views; /* (max_tokens) per sequence, current layer */
+	struct backend_cpu_prof prof; /* time by part (backend_cpu_prof) */
+	bool prof_cpu;            /* ... in thread CPU time */
 };
+
+static uint64_t prof_now(const struct cpu_ctx *c)
+{
+	struct timespec ts;
+
+	if (!c->prof_cpu)
+		return kvd_now_ns();
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Time `stmt` into c->prof.field. */
+#define PROF(c, field, stmt)                                                 \
+	do {                                                                 \
+		uint64_t prof_t0_ = prof_now(c);                            \
+                                                                             \
+		stmt;                                                        \
+		(c)->prof.field += prof_now(c) - prof_t0_;                  \
+	} while (0)
 
 /* Multiply-adds below which a run is "small" (a decode step's matmuls
  * and attention) and gets two chunks per thread instead of four. */
@@ -171,7 +195,7 @@ static void mm_bind(struct cpu_ctx *c, struct mm_part *p,
 
 static void mm_go(struct cpu_ctx *c, struct mm_job *j)
 {
-	uint64_t work = 0;
+	uint64_t work = 0, t0 = prof_now(c);
 
 	j->k = c->k;
 	j->rows = 0;
@@ -185,6 +209,7 @@ static void mm_go(struct cpu_ctx *c, struct mm_job *j)
 		mm_run(j, 0, 1, 0);
 	else
 		threadpool_run(c->tp, mm_run, j, tp_chunks(c, j->rows, work));
+	c->prof.mm_ns += prof_now(c) - t0;
 }
 
 /* ---- per-token job: the elementwise steps, tokens split --------------- */
@@ -215,10 +240,11 @@ struct tok_job {
 	enum ggml_type qtype[OPS_ACT_CLASSES];
 	const struct backend_batch *qkv_b;
 	const struct model_layer *qkv_L;
+	bool qkv_table;           /* layer 0: make the RoPE tables */
 };
 
 static void cpu_qkv_finish(struct cpu_ctx *c, const struct backend_batch *b,
-			   const struct model_layer *L, uint32_t i, float *cs);
+			   const struct model_layer *L, uint32_t i, bool table);
 
 static void tok_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t thread)
 {
@@ -247,8 +273,7 @@ static void tok_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t threa
 				ops_act_prepare(j->qtype[cls], j->q_src + (size_t)i * j->q_cols,
 						j->q_cols, c->aq[cls] + c->aq_stride[cls] * i);
 		if (j->qkv_L)
-			cpu_qkv_finish(c, j->qkv_b, j->qkv_L, i,
-				       c->cs + (size_t)thread * c->m->hp.rope_dim);
+			cpu_qkv_finish(c, j->qkv_b, j->qkv_L, i, j->qkv_table);
 	}
 }
 
@@ -257,11 +282,14 @@ static void tok_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t threa
 
 static void tok_go(struct cpu_ctx *c, struct tok_job *j, uint32_t per_token)
 {
+	uint64_t t0 = prof_now(c);
+
 	j->c = c;
 	if ((uint64_t)j->n * per_token < TOK_INLINE_WORK || j->n == 1)
 		tok_run(j, 0, 1, 0);
 	else
 		threadpool_run(c->tp, tok_run, j, tp_chunks(c, j->n, UINT64_MAX));
+	c->prof.tok_ns += prof_now(c) - t0;
 }
 
 /* ---- attention job: (token, head) units split across threads -------- */
@@ -278,20 +306,31 @@ static void att_run(void *arg, uint32_t chunk, uint32_t n_chunks, uint32_t threa
 	const struct llama_hparams *hp = &c->m->hp;
 	uint32_t qd = hp->n_head * hp->head_dim, group = hp->n_head / hp->n_head_kv;
 	float scale = 1.0f / sqrtf((float)hp->head_dim);
-	float *scores = c->scores + (size_t)thread * c->max_ctx; /* (max_ctx) */
+	/* (group, max_ctx) */
+	float *scores = c->scores + (size_t)thread * group * c->max_ctx;
+	uint32_t n_units = j->b->n_tokens * hp->n_head_kv;
 
-	/* units dealt out round-robin, not in runs: a prompt's later tokens
-	 * attend to more positions, so contiguous runs of (token, head)
-	 * units gave the last chunk ~15x the first one's work and left one
-	 * thread waiting on it; dealt out, every chunk gets early and late
-	 * tokens alike */
-	for (uint32_t u = chunk; u < j->b->n_tokens * hp->n_head; u += n_chunks) {
-		uint32_t i = u / hp->n_head, h = u % hp->n_head;
+	/* A unit is a token's GQA group: the query heads that share one K/V
+	 * head, so each K/V row is read once for all of them. Units dealt
+	 * out round-robin, not in runs: a prompt's later tokens attend to
+	 * more positions, so contiguous runs of units gave the last chunk
+	 * ~15x the first one's work and left one thread waiting on it;
+	 * dealt out, every chunk gets early and late tokens alike */
+	for (uint32_t u = chunk; u < n_units; u += n_chunks) {
+		uint32_t i = u / hp->n_head_kv, kvh = u % hp->n_head_kv;
+		uint32_t un = u + n_chunks, in = un / hp->n_head_kv;
+		size_t off = (size_t)i * qd + (size_t)kvh * group * hp->head_dim;
+		struct ops_att_next next;
 
-		ops_attention_head(c->k, &c->views[j->b->seq[i]],
-				   c->q + (size_t)i * qd + (size_t)h * hp->head_dim,
-				   h / group, hp->head_dim, j->b->pos[i] + 1, scale,
-				   scores, c->att + (size_t)i * qd + (size_t)h * hp->head_dim);
+		/* the next unit this thread takes: its K/V rows prefetched */
+		if (un < n_units)
+			next = (struct ops_att_next){
+				.kv = &c->views[j->b->seq[in]],
+				.kv_head = un % hp->n_head_kv, .n_pos = j->b->pos[in] + 1 };
+		ops_attention_group(c->k, &c->views[j->b->seq[i]], c->q + off, kvh,
+				    group, hp->head_dim, j->b->pos[i] + 1, scale,
+				    scores, c->max_ctx, c->att + off,
+				    un < n_units ? &next : NULL);
 	}
 }
 
@@ -338,15 +377,17 @@ static void norm_heads(float *x, const float *g, uint32_t n_heads,
 }
 
 /* The per-token steps between the Q/K/V matmuls and attention: biases,
- * head norms, RoPE (cs: this thread's (rope_dim) table), and the K/V
+ * head norms, RoPE (token i's cos/sin table, made when `table`: the
+ * first layer's pass; the later layers' passes come after it), and the K/V
  * store. */
 static void cpu_qkv_finish(struct cpu_ctx *c, const struct backend_batch *b,
-			   const struct model_layer *L, uint32_t i, float *cs)
+			   const struct model_layer *L, uint32_t i, bool table)
 {
 	const struct llama_hparams *hp = &c->m->hp;
 	uint32_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
 	float *qi = c->q + (size_t)i * qd, *ki = c->kb + (size_t)i * kvd;
 	float *vi = c->vb + (size_t)i * kvd;
+	float *cs = c->cs + (size_t)i * hp->rope_dim;
 
 	if (L->bq) {
 		add_bias(qi, L->bq, qd);
@@ -357,8 +398,9 @@ static void cpu_qkv_finish(struct cpu_ctx *c, const struct backend_batch *b,
 		norm_heads(qi, L->q_norm, hp->n_head, hp->head_dim, hp->norm_eps);
 		norm_heads(ki, L->k_norm, hp->n_head_kv, hp->head_dim, hp->norm_eps);
 	}
-	ops_rope_table(cs, b->pos[i], hp->rope_dim, hp->rope_freq_base,
-		       hp->rope_freq_scale);
+	if (table)
+		ops_rope_table(cs, b->pos[i], hp->rope_dim, hp->rope_freq_base,
+			       hp->rope_freq_scale);
 	if (hp->rope_mode == LLAMA_ROPE_NEOX) {
 		ops_rope_apply_neox(qi, hp->n_head, hp->head_dim, hp->rope_dim, cs);
 		ops_rope_apply_neox(ki, hp->n_head_kv, hp->head_dim, hp->rope_dim, cs);
@@ -401,13 +443,15 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 			.pages = b->seqs[s].pages, .page_tokens = c->page_tokens,
 			.kv_dim = kvd, .dtype = c->dtype,
 			.k_off = c->k_off[l], .v_off = c->v_off[l] };
-	tj = (struct tok_job){ .n = n, .qkv_b = b, .qkv_L = L };
+	tj = (struct tok_job){ .n = n, .qkv_b = b, .qkv_L = L, .qkv_table = l == 0 };
 	tok_go(c, &tj, qd + 2 * kvd);
 	att_work = (uint64_t)n * hp->n_head * (b->pos[n - 1] + 1) * hp->head_dim;
-	if (att_work < MM_INLINE_WORK)
-		att_run(&aj, 0, 1, 0);
-	else
-		threadpool_run(c->tp, att_run, &aj, tp_chunks(c, n * hp->n_head, att_work));
+	PROF(c, att_ns,
+	     if (att_work < MM_INLINE_WORK)
+		     att_run(&aj, 0, 1, 0);
+	     else
+		     threadpool_run(c->tp, att_run, &aj,
+				    tp_chunks(c, n * hp->n_head_kv, att_work)));
 
 	mm = (struct mm_job){ .n = n, .n_parts = 1 };
 	tj = (struct tok_job){ .n = n, .q_src = c->att, .q_cols = qd };
@@ -434,31 +478,17 @@ static void cpu_layer(struct cpu_ctx *c, const struct backend_batch *b,
 	mm_go(c, &mm);
 }
 
-static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
+/* The logits of the rows b->out asks for: final norm, quantization and
+ * the output matmul (timed apart: logits_ns). */
+static void cpu_logits(struct cpu_ctx *c, const struct backend_batch *b,
+		       float *logits)
 {
-	struct cpu_ctx *c = ctx;
 	const struct llama_hparams *hp = &c->m->hp;
 	uint32_t e = hp->n_embd;
+	uint64_t t0 = prof_now(c), mm0 = c->prof.mm_ns, tok0 = c->prof.tok_ns;
 	struct mm_job mm;
 	struct tok_job tj;
-	int rc;
 
-	rc = cpu_check_batch(c, b);
-	if (rc)
-		return rc;
-	for (uint32_t i = 0; i < b->n_tokens; i++)
-		ops_mat_row_f32(&c->m->tok_embd, (uint32_t)b->tokens[i],
-				c->x + (size_t)i * e);
-	for (uint32_t l = 0; l < hp->n_layer; l++)
-		cpu_layer(c, b, l);
-	/* the last layer's residual */
-	if (hp->n_layer > 0) {
-		tj = (struct tok_job){ .n = b->n_tokens, .add_to = c->x,
-				       .add_from = c->xb, .add_cols = e };
-		tok_go(c, &tj, e);
-	}
-	if (b->n_out == 0)
-		return 0;
 	/* xb: (n_out, n_embd) final-normed rows that want logits */
 	for (uint32_t j = 0; j < b->n_out; j++)
 		ops_rmsnorm(c->xb + (size_t)j * e, c->x + (size_t)b->out[j] * e,
@@ -470,6 +500,38 @@ static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
 	if (tj.q_mask)
 		tok_go(c, &tj, e);
 	mm_go(c, &mm);
+	c->prof.mm_ns = mm0;
+	c->prof.tok_ns = tok0;
+	c->prof.logits_ns += prof_now(c) - t0;
+}
+
+static int cpu_forward(void *ctx, const struct backend_batch *b, float *logits)
+{
+	struct cpu_ctx *c = ctx;
+	const struct llama_hparams *hp = &c->m->hp;
+	uint32_t e = hp->n_embd;
+	struct tok_job tj;
+	uint64_t t0 = prof_now(c);
+	int rc;
+
+	rc = cpu_check_batch(c, b);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < b->n_tokens; i++)
+		ops_mat_row_f32(&c->m->tok_embd, (uint32_t)b->tokens[i],
+				c->x + (size_t)i * e);
+	c->prof.tok_ns += prof_now(c) - t0;
+	for (uint32_t l = 0; l < hp->n_layer; l++)
+		cpu_layer(c, b, l);
+	/* the last layer's residual */
+	if (hp->n_layer > 0) {
+		tj = (struct tok_job){ .n = b->n_tokens, .add_to = c->x,
+				       .add_from = c->xb, .add_cols = e };
+		tok_go(c, &tj, e);
+	}
+	if (b->n_out > 0)
+		cpu_logits(c, b, logits);
+	c->prof.forward_ns += prof_now(c) - t0;
 	return 0;
 }
 
@@ -588,6 +650,7 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 	if (!c)
 		return -ENOMEM;
 	c->m = m;
+	c->prof_cpu = p->prof_cpu;
 	c->k = ops_kernels_pick(p->simd);
 	c->max_tokens = T;
 	c->max_ctx = p->max_ctx;
@@ -608,8 +671,9 @@ int backend_cpu_new(struct backend *out, const struct model *m,
 	c->hb2 = alloc_f32(T, hp->n_ff);
 	c->aq[1] = alloc_f32(T, c->aq_stride[1] / sizeof(float));
 	c->aq[2] = alloc_f32(T, c->aq_stride[2] / sizeof(float));
-	c->scores = alloc_f32(p->threads, p->max_ctx);
-	c->cs = alloc_f32(p->threads, hp->rope_dim);
+	c->scores = alloc_f32((size_t)p->threads * (hp->n_head / hp->n_head_kv),
+			      p->max_ctx);
+	c->cs = alloc_f32(T, hp->rope_dim);
 	c->views = calloc(T, sizeof(*c->views));
 	if (!c->k_off || !c->v_off || !c->x || !c->xb || !c->q || !c->kb ||
 	    !c->vb || !c->att || !c->hb || !c->hb2 || !c->aq[1] || !c->aq[2] || !c->scores ||
@@ -663,4 +727,14 @@ void backend_cpu_pool_stats(const struct backend *b, struct threadpool_stats *ou
 		threadpool_stats(c->tp, out);
 	else
 		*out = (struct threadpool_stats){ 0 };
+}
+
+void backend_cpu_prof(const struct backend *b, struct backend_cpu_prof *out)
+{
+	const struct cpu_ctx *c = b->ctx;
+
+	if (b->ops == &cpu_ops)
+		*out = c->prof;
+	else
+		*out = (struct backend_cpu_prof){ 0 };
 }

@@ -109,6 +109,7 @@ struct engine {
 	/* where step time goes: integrity checks vs the whole step */
 	uint64_t integrity_ns;
 	uint64_t step_ns;
+	uint64_t sample_ns;
 };
 
 /* ---- names ---------------------------------------------------------------- */
@@ -236,7 +237,8 @@ int engine_new(struct engine **out, const struct model *m,
 					  .model_sha256 = p->model_sha256,
 					  .pack_clean = p->pack_clean,
 					  .pack_keep_days = p->pack_keep_days,
-					  .pack_log = log };
+					  .pack_log = log,
+					  .prof_cpu = p->prof_cpu };
 	t0 = kvd_now_ns();
 	rc = backend_cpu_new(&e->be, m, &lay, &cp);
 	if (rc) {
@@ -705,10 +707,13 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 	}
 	for (uint32_t s = 0; s < n_seq; s++)
 		e->b_req[s]->n_kv = e->b_seqs[s].n_kv;
+	t_check = kvd_now_ns();
 	for (uint32_t j = 0; j < n_out; j++)
 		req_take_token(e, e->b_req[e->b_out_seq[j]],
 			       e->logits + (size_t)j * e->m->hp.n_vocab);
 	*n_ev = e->n_ev;
+	t_check = kvd_now_ns() - t_check;
+	e->sample_ns += t_check;
 	t_step = kvd_now_ns() - t_step;
 	e->step_ns += t_step;
 	stepcost_observe(&e->cost, n_tok, n_out, t_step);
@@ -720,4 +725,16 @@ void engine_timing(const struct engine *e, uint64_t *integrity_ns,
 {
 	*integrity_ns = e->integrity_ns;
 	*step_ns = e->step_ns;
+}
+
+void engine_prof(const struct engine *e, struct engine_prof *out)
+{
+	struct backend_cpu_prof bp;
+
+	backend_cpu_prof(&e->be, &bp);
+	*out = (struct engine_prof){
+		.step_ns = e->step_ns, .integrity_ns = e->integrity_ns,
+		.sample_ns = e->sample_ns, .forward_ns = bp.forward_ns,
+		.mm_ns = bp.mm_ns, .att_ns = bp.att_ns, .tok_ns = bp.tok_ns,
+		.logits_ns = bp.logits_ns };
 }

@@ -93,6 +93,9 @@ struct engine_params {
 	 * engine's log) */
 	bool pack_clean;
 	uint32_t pack_keep_days;
+	/* engine_prof's backend split in this thread's CPU time instead of
+	 * wall time (a system call per clock read; for benchmarks) */
+	bool prof_cpu;
 };
 
 #define ENGINE_STEP_MIN_PROMPT 4u
@@ -217,6 +220,22 @@ void engine_last_step(const struct engine *e, uint32_t *n_seq,
  * measured in the same run (tests/bench/bench_engine). */
 void engine_timing(const struct engine *e, uint64_t *integrity_ns,
 		   uint64_t *step_ns);
+/* Where the time of completed steps went so far (ns; wall time on the
+ * stepping thread): the step, its integrity checks (as engine_timing),
+ * sampling, and the backend's forward pass split as
+ * struct backend_cpu_prof (gpu/backend.h) splits it. For benchmarks
+ * (tests/bench/bench_engine --batch). */
+struct engine_prof {
+	uint64_t step_ns;
+	uint64_t integrity_ns;
+	uint64_t sample_ns;     /* the sampler and events, after forward */
+	uint64_t forward_ns;
+	uint64_t mm_ns;         /* layer matmuls */
+	uint64_t att_ns;        /* attention */
+	uint64_t tok_ns;        /* per-token steps, embedding */
+	uint64_t logits_ns;     /* final norm and the output matmul */
+};
+void engine_prof(const struct engine *e, struct engine_prof *out);
 /* The compute threads' counters so far (gpu/threadpool.h: runs handed to
  * the workers, runs that woke a sleeping worker, caller wait time). */
 struct engine_pool_stats {

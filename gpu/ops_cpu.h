@@ -243,3 +243,24 @@ void ops_attention_head(const struct ops_kernels *k,
 			const struct ops_kv_view *kv, const float *q,
 			uint32_t kv_head, uint32_t head_dim, uint32_t n_pos,
 			float scale, float *scores, float *out);
+/* The unit a caller will compute next (K/V head kv_head of view kv over
+ * n_pos positions): ops_attention_group prefetches its K/V rows. */
+struct ops_att_next {
+	const struct ops_kv_view *kv;
+	uint32_t kv_head;
+	uint32_t n_pos;
+};
+
+/* The `group` query heads that share K/V head kv_head (a GQA group), at
+ * once: q and out (group, head_dim), scores: group rows of score_stride
+ * (>= n_pos) floats of scratch. Each head's out has the bits
+ * ops_attention_head gives it; the tables with a gemm read each K row
+ * once for the whole group. `next` (or NULL): the unit the caller
+ * computes after this one, whose K/V rows are prefetched meanwhile (it
+ * changes no value). */
+void ops_attention_group(const struct ops_kernels *k,
+			 const struct ops_kv_view *kv, const float *q,
+			 uint32_t kv_head, uint32_t group, uint32_t head_dim,
+			 uint32_t n_pos, float scale, float *scores,
+			 size_t score_stride, float *out,
+			 const struct ops_att_next *next);

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "gpu/ops_cpu.h"
+#include "gpu/sampler.h"
 #include "gpu/threadpool.h"
 
 /* xorshift for reproducible inputs */
@@ -636,27 +637,37 @@ END_TEST
 
 /* ---- attention over pages --------------------------------------------- */
 
-/* Lay out n_pos positions of one layer (K and V, kv_heads x head_dim) in
- * pages of `pt` tokens, pages allocated in a shuffled order, with garbage
- * in between; run every query head; compare with a contiguous reference. */
-static void run_attention_hd(const struct ops_kernels *k, enum kv_dtype dt,
+/* Lay out n_pos positions of one layer (K and V, KVH kv heads x head_dim)
+ * in pages of `pt` tokens, pages allocated in a shuffled order, with
+ * garbage in between; run every query head (NH of them), one by one
+ * (ops_attention_head) or a GQA group at a time (ops_attention_group,
+ * `grouped`, its scores in rows longer than n_pos); compare with a
+ * contiguous reference. */
+static void run_attention_kv(const struct ops_kernels *k, enum kv_dtype dt,
 			     uint32_t pt, uint32_t n_pos, const float *kk,
 			     const float *vv, const float *q, float *out,
-			     const uint32_t HD)
+			     const uint32_t HD, const uint32_t KVH,
+			     const uint32_t NH, bool grouped)
 {
-	enum { KVH = 2, NH = 4, LAYERS = 2, LAYER = 1 };
+	enum { LAYERS = 2, LAYER = 1 };
 	uint32_t kv_dim = KVH * HD, n_pages = (n_pos + pt - 1) / pt;
+	uint32_t group = NH / KVH, stride = n_pos + 3;
 	size_t elt = dt == KV_DTYPE_F16 ? 2 : 4;
 	size_t block = (size_t)pt * kv_dim * elt;
 	size_t page_bytes = 64 + 2 * LAYERS * block;
 	uint8_t *arena = malloc(page_bytes * (n_pages + 3));
 	uint8_t **pages = malloc(sizeof(*pages) * n_pages);
 	uint32_t *perm = malloc(sizeof(*perm) * (n_pages + 3));
-	float scores[64];
+	float *scores = malloc(sizeof(*scores) * group * stride);
 	struct ops_kv_view v;
+	struct ops_att_next next;
 
+	ck_assert_ptr_nonnull(arena);
+	ck_assert_ptr_nonnull(scores);
 	for (size_t i = 0; i < page_bytes * (n_pages + 3); i++)
 		arena[i] = (uint8_t)rng_next(); /* stale bytes */
+	for (uint32_t i = 0; i < group * stride; i++)
+		scores[i] = NAN;
 	for (uint32_t i = 0; i < n_pages + 3; i++)
 		perm[i] = i;
 	for (uint32_t i = n_pages + 2; i > 0; i--) {
@@ -673,12 +684,30 @@ static void run_attention_hd(const struct ops_kernels *k, enum kv_dtype dt,
 				  .v_off = 64 + (2 * LAYER + 1) * block };
 	for (uint32_t t = 0; t < n_pos; t++)
 		ops_kv_store(k, &v, t, kk + t * kv_dim, vv + t * kv_dim);
-	for (uint32_t h = 0; h < NH; h++)
-		ops_attention_head(k, &v, q + h * HD, h / (NH / KVH), HD, n_pos,
-				   1.0f / sqrtf(HD), scores, out + h * HD);
+	/* the next group's K/V prefetched while one is computed */
+	next = (struct ops_att_next){ .kv = &v, .kv_head = 1, .n_pos = n_pos };
+	if (grouped)
+		for (uint32_t g = 0; g < KVH; g++, next.kv_head = g + 1)
+			ops_attention_group(k, &v, q + g * group * HD, g, group, HD,
+					    n_pos, 1.0f / sqrtf(HD), scores, stride,
+					    out + g * group * HD,
+					    g + 1 < KVH ? &next : NULL);
+	else
+		for (uint32_t h = 0; h < NH; h++)
+			ops_attention_head(k, &v, q + h * HD, h / group, HD, n_pos,
+					   1.0f / sqrtf(HD), scores, out + h * HD);
 	free(arena);
 	free(pages);
 	free(perm);
+	free(scores);
+}
+
+static void run_attention_hd(const struct ops_kernels *k, enum kv_dtype dt,
+			     uint32_t pt, uint32_t n_pos, const float *kk,
+			     const float *vv, const float *q, float *out,
+			     const uint32_t HD)
+{
+	run_attention_kv(k, dt, pt, n_pos, kk, vv, q, out, HD, 2, 4, false);
 }
 
 static void run_attention(const struct ops_kernels *k, enum kv_dtype dt,
@@ -726,6 +755,105 @@ START_TEST(test_attention_runs)
 					      "head dim %u %s pages of %u", hds[h],
 					      d ? "f16" : "f32", pts[p]);
 			}
+}
+END_TEST
+
+/* A GQA group at a time (ops_attention_group: on the tables with a gemm,
+ * one K row load for all the group's heads, its scores as one matmul of
+ * group "tokens") gives every head the bits of ops_attention_head, on
+ * every table: groups of 1, 2, 4 and 8 heads, head dims 16, 64, 128 and
+ * 24 (no runs), f32 and f16 KV, pages of 1, 3, 16 and 64 tokens,
+ * contexts across page edges. */
+START_TEST(test_attention_group)
+{
+	enum { NPOS = 70, HDMAX = 128, NHMAX = 16 };
+	const uint32_t pts[] = { 1, 3, 16, 64 }, hds[] = { 16, 64, 128, 24 };
+	const uint32_t kvhs[] = { 4, 2, 2, 1 }, nhs[] = { 4, 4, 8, 8 };
+	const uint32_t npos[] = { 1, 17, NPOS };
+	static float kk[NPOS * NHMAX * HDMAX], vv[NPOS * NHMAX * HDMAX];
+	static float q[NHMAX * HDMAX], out[NHMAX * HDMAX], ref[NHMAX * HDMAX];
+	int checked = 0;
+
+	setup_tables();
+	fill(kk, NPOS * NHMAX * HDMAX, 1.5f);
+	fill(vv, NPOS * NHMAX * HDMAX, 1.0f);
+	fill(q, NHMAX * HDMAX, 1.5f);
+	for (int t = 0; t < n_tables; t++)
+		for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
+			for (size_t g = 0; g < sizeof(kvhs) / sizeof(kvhs[0]); g++)
+				for (int d = 0; d < 2; d++)
+					for (size_t p = 0; p < 4; p++)
+						for (size_t n = 0; n < 3; n++) {
+							enum kv_dtype dt = d ? KV_DTYPE_F16 : KV_DTYPE_F32;
+							size_t bytes = sizeof(float) * nhs[g] * hds[h];
+
+							memset(out, 0x7f, sizeof(out));
+							memset(ref, 0, sizeof(ref));
+							run_attention_kv(tables[t], dt, pts[p], npos[n], kk,
+									 vv, q, out, hds[h], kvhs[g], nhs[g], true);
+							run_attention_kv(tables[t], dt, pts[p], npos[n], kk,
+									 vv, q, ref, hds[h], kvhs[g], nhs[g], false);
+							ck_assert_msg(memcmp(out, ref, bytes) == 0,
+								      "%s head dim %u group %u %s pages of %u n_pos %u",
+								      tables[t]->name, hds[h], nhs[g] / kvhs[g],
+								      d ? "f16" : "f32", pts[p], npos[n]);
+							checked++;
+						}
+	ck_assert_int_eq(checked, n_tables * 4 * 4 * 2 * 4 * 3);
+}
+END_TEST
+
+/* sampler_argmax (vector passes on AVX2) = the plain scan `best = i when
+ * x[i] > x[best]`: random logits of many lengths, with ties (the first
+ * wins), -0 next to +0, NaNs anywhere (x[0] included: nothing beats it),
+ * infinities, the maximum in the tail and in the first and last lanes. */
+static uint32_t argmax_ref(const float *x, uint32_t n)
+{
+	uint32_t best = 0;
+
+	for (uint32_t i = 1; i < n; i++)
+		if (x[i] > x[best])
+			best = i;
+	return best;
+}
+
+START_TEST(test_sampler_argmax)
+{
+	enum { NMAX = 16000 };
+	static float x[NMAX];
+	const uint32_t lens[] = { 1, 2, 7, 63, 64, 65, 79, 80, 95, 127, 1000, 15999, NMAX };
+	int checked = 0;
+
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+		for (int kind = 0; kind < 9; kind++)
+			for (int rep = 0; rep < 6; rep++) {
+				uint32_t n = lens[li], at = (uint32_t)(rng_next() % n);
+
+				for (uint32_t i = 0; i < n; i++)
+					x[i] = kind == 1 ? (float)(rng_next() % 4) - 2.0f : /* ties */
+					       rnd() * 30.0f;
+				switch (kind) {
+				case 2: x[at] = NAN; break;
+				case 3: x[0] = NAN; break;
+				case 4: x[at] = INFINITY; x[(at * 7) % n] = INFINITY; break;
+				case 5: /* all zeros, signs mixed: the first index */
+					for (uint32_t i = 0; i < n; i++)
+						x[i] = rng_next() & 1 ? 0.0f : -0.0f;
+					break;
+				case 6: x[n - 1] = 1e30f; break;          /* in the tail */
+				case 7: x[n - 1 - (n - 1) % 16] = 1e30f; x[0] = 1e30f; break;
+				case 8: /* NaNs everywhere but a few values */
+					for (uint32_t i = 0; i < n; i++)
+						x[i] = i % 5 ? NAN : x[i];
+					x[0] = -INFINITY;
+					break;
+				}
+				ck_assert_msg(sampler_argmax(x, n) == argmax_ref(x, n),
+					      "n %u kind %d: %u != %u", n, kind,
+					      sampler_argmax(x, n), argmax_ref(x, n));
+				checked++;
+			}
+	ck_assert_int_eq(checked, 13 * 9 * 6);
 }
 END_TEST
 
@@ -919,6 +1047,8 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_rope_neox);
 	tcase_add_test(tc, test_attention_pages);
 	tcase_add_test(tc, test_attention_runs);
+	tcase_add_test(tc, test_attention_group);
+	tcase_add_test(tc, test_sampler_argmax);
 	tcase_add_test(tc, test_threadpool);
 	tcase_add_test(tc, test_threadpool_sleep_wake);
 	suite_add_tcase(s, tc);
