@@ -6,13 +6,13 @@
 #
 # Setups (all up at once, idle while another is measured; the order of the
 # setups is reversed every other round), KVD_BENCH_SETUPS (default
-# "standalone pair hybrid100_c32"):
+# "standalone pair hybrid100_c32 hybrid100_c32_s15"):
 #   standalone  one node, engine.threads 2
 #   pair        prefill + decode, engine.threads 1 each, pinned to CPU 0
 #               and CPU 1 (taskset) when there are two CPUs or more, the
-#               defaults: a prefill node's engine.step_tokens = 0 means 512
-#               tokens per step with no per-prompt chunk limit (several
-#               whole prompts per step); every prompt goes to the peer
+#               defaults: a prefill node's engine.step_tokens = 0 means 128
+#               tokens per step with no per-prompt chunk limit (the oldest
+#               prompts whole); every prompt goes to the peer
 #   pair96      the pair with the prefill node's engine.step_tokens = 96,
 #               prefill_chunk = 64 (96-token slices, what it did before)
 #   hybridNN    the pair with the decode node's peers.local_prefill =
@@ -103,7 +103,7 @@ opts() {
 		esac
 	done
 }
-SETUPS=(${KVD_BENCH_SETUPS:-standalone pair hybrid100_c32})
+SETUPS=(${KVD_BENCH_SETUPS:-standalone pair hybrid100_c32 hybrid100_c32_s15})
 [[ " ${SETUPS[*]} " == *" standalone "* ]] || SETUPS=(standalone "${SETUPS[@]}")
 k=1
 for setup in "${SETUPS[@]}"; do
