@@ -53,6 +53,7 @@ struct kvd_config {
 	uint32_t max_batch;           /* running requests per decode step */
 	uint32_t prefill_chunk;       /* prompt tokens per request per step */
 	uint32_t step_tokens;         /* tokens per step; 0 = max_batch + chunk */
+	uint32_t step_ms;             /* step time target with decoders; 0 = none */
 	/* [listen] */
 	char listen_client[256];      /* host:port and/or unix:PATH, comma list */
 	char listen_peer[256];

@@ -174,17 +174,23 @@ static void compute_step(struct compute *c, struct compute_msg **head,
 	const struct engine_event *ev;
 	struct compute_msg *ended = NULL;
 	size_t n_ev = 0;
-	uint32_t n_seq, n_tok, n_dec;
+	uint32_t n_seq, n_tok, n_dec, budget;
+	double unit_ns;
 	uint64_t t0 = kvd_now_ns();
 
 	(void)engine_step(c->eng, &ev, &n_ev);
 	engine_last_step(c->eng, &n_seq, &n_tok, &n_dec);
+	engine_last_budget(c->eng, &budget, &unit_ns);
+	pthread_mutex_lock(&c->mu);
+	engine_step_cost(c->eng, &c->cost);
+	pthread_mutex_unlock(&c->mu);
 	atomic_store_explicit(&c->decoders, n_dec, memory_order_relaxed);
 	/* what each step computed and how long it took: with the request
 	 * lines' times, where a request's TTFT went */
-	KVLOG_DEBUG(c->log, "engine_step", "seqs=%u tokens=%u decoders=%u prompts=%u us=%llu",
+	KVLOG_DEBUG(c->log, "engine_step", "seqs=%u tokens=%u decoders=%u prompts=%u us=%llu prompt_budget=%lld unit_ns=%.0f",
 		    n_seq, n_tok, n_dec, n_seq - n_dec,
-		    (unsigned long long)((kvd_now_ns() - t0) / 1000));
+		    (unsigned long long)((kvd_now_ns() - t0) / 1000),
+		    budget == UINT32_MAX ? -1LL : (long long)budget, unit_ns);
 	for (size_t i = 0; i < n_ev; i++) {
 		struct compute_msg *done, *m = NULL;
 
@@ -231,6 +237,22 @@ static void compute_step(struct compute *c, struct compute_msg **head,
 			engine_req_cancel(c->eng, m->req);
 }
 
+/* Thread: hand messages to the loop. */
+static void compute_post(struct compute *c, struct compute_msg *head,
+			 struct compute_msg *tail)
+{
+	if (!head)
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (c->msgs_tail)
+		c->msgs_tail->next = head;
+	else
+		c->msgs = head;
+	c->msgs_tail = tail;
+	pthread_mutex_unlock(&c->mu);
+	uv_async_send(&c->async);
+}
+
 static void *compute_main(void *arg)
 {
 	struct compute *c = arg;
@@ -257,18 +279,14 @@ static void *compute_main(void *arg)
 			compute_append(&head, &tail, compute_run_job(c, j));
 			compute_job_free(j);
 		}
+		/* the jobs' replies go before the step: a SUBMITTED reaches
+		 * the loop as the step that computes the request's next token
+		 * starts (decode streams prefill's first token then) */
+		compute_post(c, head, tail);
+		head = tail = NULL;
 		if (!stop && !engine_idle(c->eng))
 			compute_step(c, &head, &tail);
-		if (head) {
-			pthread_mutex_lock(&c->mu);
-			if (c->msgs_tail)
-				c->msgs_tail->next = head;
-			else
-				c->msgs = head;
-			c->msgs_tail = tail;
-			pthread_mutex_unlock(&c->mu);
-			uv_async_send(&c->async);
-		}
+		compute_post(c, head, tail);
 		if (stop)
 			return NULL;
 	}
@@ -356,6 +374,23 @@ uint32_t compute_step_tokens(const struct compute *c)
 	return c->step_tokens;
 }
 
+uint32_t compute_prompt_budget(struct compute *c, uint32_t n_dec)
+{
+	struct stepcost cost;
+
+	if (!c->mu_init)
+		return c->step_tokens > n_dec ? c->step_tokens - n_dec : 0;
+	pthread_mutex_lock(&c->mu);
+	cost = c->cost;
+	pthread_mutex_unlock(&c->mu);
+	return engine_prompt_budget(&c->ep, c->step_tokens, &cost, n_dec);
+}
+
+double compute_decoder_units(struct compute *c)
+{
+	return 1.0 + (double)c->cost.logits_q8 / 256.0;   /* fixed at start */
+}
+
 uint32_t compute_decoders(const struct compute *c)
 {
 	/* the thread writes it; a stale value only shifts one placement */
@@ -395,12 +430,15 @@ int compute_start(struct compute *c, uv_loop_t *loop, const struct model *m,
 	c->pool = pool;
 	c->log = log;
 	c->step_tokens = ep->step_tokens ? ep->step_tokens : ep->max_batch + ep->prefill_chunk;
+	c->ep = *ep;
+	c->ep.pack_dir = c->ep.model_sha256 = NULL;   /* the caller's */
 	atomic_init(&c->decoders, 0);
 	c->deliver = deliver;
 	c->deliver_arg = arg;
 	r = engine_new(&c->eng, m, pool, ep, log);
 	if (r)
 		return r;
+	engine_step_cost(c->eng, &c->cost);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	c->mu_init = true;

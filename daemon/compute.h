@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "gpu/engine.h"
+#include "gpu/stepcost.h"
 
 struct kvlog;
 struct kvpool;
@@ -104,6 +105,10 @@ struct compute {
 	struct kvpool *pool;
 	struct kvlog *log;               /* engine_step lines at debug */
 	uint32_t step_tokens;            /* the engine's step budget */
+	struct engine_params ep;         /* the engine's parameters */
+	struct stepcost cost;            /* the engine's learned step cost,
+					  * copied by the thread after each
+					  * step (under mu) */
 	_Atomic uint32_t decoders;       /* decoding requests in the last
 					  * step (0 once the engine idles);
 					  * written by the thread */
@@ -135,6 +140,12 @@ bool compute_close(struct compute *c, uv_close_cb cb, void *data);
  * a step for prompts. */
 uint32_t compute_step_tokens(const struct compute *c);
 uint32_t compute_decoders(const struct compute *c);
+/* The prompt tokens a step with n_dec decoders would carry now
+ * (engine_prompt_budget with the cost learned so far), and what one
+ * decoder costs in prompt tokens (1 + a logits row's share,
+ * gpu/stepcost.h): for placement (daemon/place.h). Loop thread. */
+uint32_t compute_prompt_budget(struct compute *c, uint32_t n_dec);
+double compute_decoder_units(struct compute *c);
 
 /* A FREE job with its FREED reply, for an owner to keep from its creation
  * so that freeing it later cannot fail. NULL without memory. */

@@ -48,6 +48,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -258,7 +259,10 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 				    "%s", r->fail_msg[0] ? r->fail_msg : "the request failed");
 		return;
 	case DA_STREAM_FIRST:
-		if ((int32_t)r->first_token != s->model->eos_id)
+		/* only a token prefill sampled: a prompt computed here
+		 * (standalone, local) streams its first from the engine */
+		if (r->kind == SREQ_DECODE &&
+		    (int32_t)r->first_token != s->model->eos_id)
 			serve__sink_token(r, (int32_t)r->first_token);
 		return;
 	case DA_STREAM:
@@ -666,28 +670,39 @@ static bool decode_place_local(struct serve_req *r, const struct link *p)
 {
 	struct serve *s = r->s;
 	uint64_t peer, now = kvd_now_ns();
-	uint32_t budget, dec, n_up;
+	uint32_t budget, pbudget, dunits, dec, n_up;
 	double v_here, v_peer;
 
 	if (!s->d->cfg.local_prefill)
 		return false;
 	peer = decode_peer_pending(p);
-	budget = compute_step_tokens(&s->comp);
+	/* the decoders to expect: every other request of this node will
+	 * be one soon (a burst of prompts must not be placed as if the
+	 * node stayed idle), at most a step's worth */
 	dec = compute_decoders(&s->comp);
+	if (s->n_reqs > 1 && s->n_reqs - 1 > dec)
+		dec = s->n_reqs - 1;
+	dec = KVD_MIN(dec, s->d->cfg.max_batch ? s->d->cfg.max_batch : 16);
+	/* a step's work in prompt tokens: the prompt tokens it would carry
+	 * beside dec decoders (engine.step_tokens, engine.step_ms), and what
+	 * the decoders cost, a logits row each (gpu/stepcost.h) */
+	pbudget = compute_prompt_budget(&s->comp, dec);
+	dunits = (uint32_t)ceil(dec * compute_decoder_units(&s->comp));
+	budget = pbudget + dunits;
 	/* the queues' busy time runs up to now */
 	place_speed_observe(&s->place_here, now, s->local_prompt_tokens, 0);
 	place_speed_observe(&s->place_peers, now, decode_peers_pending(s, &n_up), 0);
 	v_here = place_speed_get(&s->place_here);
 	/* the peers' speed is all of them together: one peer's share */
 	v_peer = place_speed_get(&s->place_peers) / (n_up ? n_up : 1);
-	if (!serve_place_local(s->d->cfg.local_prefill, budget, dec,
+	if (!serve_place_local(s->d->cfg.local_prefill, budget, dunits,
 			       s->local_prompt_tokens, peer, r->n_prompt,
 			       v_here, v_peer))
 		return false;
 	KVLOG_DEBUG(s->log, "prefill_local",
-		    "client_id=%llu tenant=%s prompt_tokens=%u local_pending=%llu step_tokens=%u decoders=%u local_tok_s=%.0f peer=%s peer_pending=%llu peer_tok_s=%.0f",
+		    "client_id=%llu tenant=%s prompt_tokens=%u local_pending=%llu prompt_budget=%u decoders=%u decoder_units=%u local_tok_s=%.0f peer=%s peer_pending=%llu peer_tok_s=%.0f",
 		    (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt,
-		    (unsigned long long)s->local_prompt_tokens, budget, dec, v_here,
+		    (unsigned long long)s->local_prompt_tokens, pbudget, dec, dunits, v_here,
 		    KVLOG_Q(p->addr), (unsigned long long)peer, v_peer);
 	return true;
 }

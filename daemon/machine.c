@@ -89,7 +89,8 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 		[DEV_BATCH] = GO(DRS_TRANSFER, 0),
 		[DEV_BAD] = GO(DRS_ABORTING, D_ABORT),
 		[DEV_PREFILL_DONE] = GO(DRS_TRANSFER, DA_TIMER_TRANSFER),
-		[DEV_COVERED] = GO(DRS_SUBMIT, D_COVERED | DA_STREAM_FIRST | DA_SUBMIT),
+		/* prefill's first token waits for the engine (SUBMITTED) */
+		[DEV_COVERED] = GO(DRS_SUBMIT, D_COVERED | DA_SUBMIT),
 		[DEV_COVERED_FINAL] = GO(DRS_DONE, D_COVERED | DA_STREAM_FIRST |
 					 DA_ANSWER_FINAL | DA_RELEASE),
 		[DEV_COVERED_ORPHAN] = GO(DRS_DONE, D_COVERED | DA_RELEASE),
@@ -121,7 +122,9 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 		[DEV_OP_ABORT] = IGN,
 	},
 	[DRS_SUBMIT] = {
-		[DEV_SUBMITTED] = GO(DRS_COMPUTE, 0),
+		/* a decode request's first token (prefill's) goes out as the
+		 * step that computes its second starts (daemon/README.md) */
+		[DEV_SUBMITTED] = GO(DRS_COMPUTE, DA_STREAM_FIRST),
 		[DEV_SUBMITTED_ORPHAN] = GO(DRS_FREEING, DA_FREE_ENGINE),
 		[DEV_SUBMIT_ERR] = GO(DRS_FREEING, DA_ANSWER_ERR | DA_FREE_ENGINE),
 		[DEV_SUBMIT_FAIL] = GO(DRS_DONE, DA_ANSWER_ERR | DA_RELEASE),

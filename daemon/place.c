@@ -23,13 +23,13 @@ double place_speed_get(const struct place_speed *q)
 	return q->done / q->busy_s;
 }
 
-bool serve_place_local(uint32_t percent, uint32_t step_tokens, uint32_t decoders,
+bool serve_place_local(uint32_t percent, uint32_t step_units, uint32_t decoder_units,
 		       uint64_t local_pending, uint64_t peer_pending,
 		       uint32_t n_prompt, double v_here, double v_peer)
 {
 	unsigned __int128 here, there;
 
-	if (percent == 0 || percent > 100 || decoders >= step_tokens)
+	if (percent == 0 || percent > 100 || decoder_units >= step_units)
 		return false;
 	if (v_here > 0 && v_peer > 0) {
 		double ratio = v_here / v_peer;
@@ -39,11 +39,11 @@ bool serve_place_local(uint32_t percent, uint32_t step_tokens, uint32_t decoders
 		return (double)(local_pending + n_prompt) <
 		       ratio * (double)(peer_pending + n_prompt);
 	}
-	/* (local + n) * 100 * step_tokens < percent * (step_tokens -
-	 * decoders) * (peer + n), in 128 bits: the counts may be as large
-	 * as a pool (< 2^64), the factors below 2^7 and 2^32 */
-	here = (unsigned __int128)(local_pending + n_prompt) * 100u * step_tokens;
+	/* (local + n) * 100 * step_units < percent * (step_units -
+	 * decoder_units) * (peer + n), in 128 bits: the counts may be as
+	 * large as a pool (< 2^64), the factors below 2^7 and 2^32 */
+	here = (unsigned __int128)(local_pending + n_prompt) * 100u * step_units;
 	there = (unsigned __int128)(peer_pending + n_prompt) * percent *
-		(step_tokens - decoders);
+		(step_units - decoder_units);
 	return here < there;
 }

@@ -17,11 +17,18 @@
  *     they had work (struct place_speed: prompt tokens finished per second
  *     of time with work, over the last PLACE_WINDOW_S or so of such
  *     time), capped at percent / 100;
- *   - until then percent / 100 * (step_tokens - decoders) / step_tokens:
- *     percent (peers.local_prefill) is how fast this node computes prompts
- *     relative to one prefill peer when it generates nothing; its running
- *     decoders take one token of each step first (gpu/engine.c), so only
- *     the rest serves prompts.
+ *   - until then percent / 100 * (step_units - decoder_units) /
+ *     step_units: percent (peers.local_prefill) is how fast this node
+ *     computes prompts relative to one prefill peer when it generates
+ *     nothing; its decoders take their share of each step first
+ *     (gpu/engine.c), so only the rest serves prompts. The caller counts
+ *     a step's work in prompt tokens: decoder_units what its decoders cost
+ *     (a token and a logits row each, gpu/stepcost.h), step_units that
+ *     plus the prompt tokens the step would carry beside them
+ *     (engine_prompt_budget: engine.step_tokens, engine.step_ms). The
+ *     decoders to expect are every other request of the node, not only
+ *     those decoding now: a burst of prompts is placed as the node will
+ *     be once their first tokens are out, not as the idle node it was.
  *
  * An idle peer always wins (n / here < n / peer never holds for a ratio
  * at most 1), so a lightly loaded pair stays fully disaggregated; a
@@ -54,6 +61,6 @@ void place_speed_observe(struct place_speed *q, uint64_t now_ns,
 double place_speed_get(const struct place_speed *q);
 
 /* v_here, v_peer: the measured speeds (0: not known yet). */
-bool serve_place_local(uint32_t percent, uint32_t step_tokens, uint32_t decoders,
+bool serve_place_local(uint32_t percent, uint32_t step_units, uint32_t decoder_units,
 		       uint64_t local_pending, uint64_t peer_pending,
 		       uint32_t n_prompt, double v_here, double v_peer);

@@ -56,8 +56,10 @@ static void serve_compute_deliver(void *arg, struct compute_msg *m)
 		r->rops->engine_msg(r, m);
 }
 
-/* The automatic step budget of a prefill node (engine.step_tokens = 0). */
-#define SERVE_PREFILL_STEP_TOKENS 512u
+/* The automatic step budget of a prefill node (engine.step_tokens = 0):
+ * whole prompts first come, first served, a step at a time (daemon/README.md,
+ * "Scheduling and TTFT under load"). */
+#define SERVE_PREFILL_STEP_TOKENS 128u
 
 static int serve_compute_start(struct serve *s)
 {
@@ -83,10 +85,12 @@ static int serve_compute_start(struct serve *s)
 	if (s->d->cfg.prefill_chunk)
 		ep.prefill_chunk = s->d->cfg.prefill_chunk;
 	ep.step_tokens = s->d->cfg.step_tokens;
+	ep.step_us = s->d->cfg.step_ms > UINT32_MAX / 1000u ? UINT32_MAX :
+		     s->d->cfg.step_ms * 1000u;
 	/* A prefill node has no decoders whose inter-token latency small
-	 * steps protect: by default its steps hold several whole prompts
-	 * (tests/bench/sched.sh: lower TTFT, higher throughput at 8 and 32
-	 * clients than 96-token steps). */
+	 * steps protect: by default a step takes the oldest prompts whole,
+	 * up to 128 tokens (tests/bench/sched.sh: lower TTFT than 512-token
+	 * steps, at the same throughput, and than 96-token slices). */
 	if (s->d->cfg.role == KVD_ROLE_PREFILL && !ep.step_tokens) {
 		ep.step_tokens = KVD_MAX(ep.max_batch + ep.prefill_chunk,
 					 SERVE_PREFILL_STEP_TOKENS);

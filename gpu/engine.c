@@ -49,6 +49,7 @@
 #include "gpu/model.h"
 #include "gpu/ops_info.h"
 #include "gpu/prepack.h"
+#include "gpu/stepcost.h"
 #include "gpu/threadpool.h"
 
 struct engine_req {
@@ -82,6 +83,8 @@ struct engine {
 	uint32_t n_ctx;
 	uint32_t max_step_tokens;        /* step_tokens, or max_batch + prefill_chunk */
 	uint32_t last_seq, last_tok, last_dec; /* what the last step computed */
+	uint32_t last_budget;            /* prompt tokens step_us allowed */
+	struct stepcost cost;            /* learned step time (step_us) */
 	uint64_t *k_off;                 /* (n_layer) K block offset in a page */
 	uint64_t *v_off;                 /* (n_layer) */
 
@@ -143,6 +146,25 @@ const char *engine_strerror(int code)
 
 /* ---- lifecycle ------------------------------------------------------------- */
 
+/* The step time model's weights: multiply-adds of a token through the
+ * layers against those of one logits row. */
+static void engine_cost_init(struct engine *e)
+{
+	const struct model *m = e->m;
+	uint64_t layer = 0;
+
+	for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct ops_mat *w[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+					      &L->w_gate, &L->w_up, &L->w_down };
+
+		for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+			layer += (uint64_t)w[i]->rows * w[i]->cols;
+	}
+	stepcost_init(&e->cost, layer, (uint64_t)m->output.rows * m->output.cols);
+	e->last_budget = UINT32_MAX;
+}
+
 int engine_new(struct engine **out, const struct model *m,
 	       struct kvpool *pool, const struct engine_params *p,
 	       struct kvlog *log)
@@ -177,6 +199,7 @@ int engine_new(struct engine **out, const struct model *m,
 	e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
 	B = p->max_batch;
 	e->max_step_tokens = p->step_tokens ? p->step_tokens : B + p->prefill_chunk;
+	engine_cost_init(e);
 	e->k_off = calloc(hp->n_layer, sizeof(*e->k_off));
 	e->v_off = calloc(hp->n_layer, sizeof(*e->v_off));
 	e->b_req = calloc(B, sizeof(*e->b_req));
@@ -270,6 +293,13 @@ void engine_free(struct engine *e)
 const char *engine_kernels(const struct engine *e)
 {
 	return backend_cpu_kernels(&e->be);
+}
+
+void engine_last_budget(const struct engine *e, uint32_t *prompt_budget,
+			double *ns_per_unit)
+{
+	*prompt_budget = e->last_budget;
+	*ns_per_unit = e->cost.ns_per_unit;
 }
 
 void engine_last_step(const struct engine *e, uint32_t *n_seq,
@@ -542,13 +572,39 @@ static int req_check_pages(struct engine *e, struct engine_req *r,
 	return rc;
 }
 
-/* Step 1: choose the requests and their chunks; returns how many. */
+uint32_t engine_prompt_budget(const struct engine_params *p,
+			      uint32_t max_step_tokens,
+			      const struct stepcost *cost, uint32_t n_dec)
+{
+	uint32_t left = max_step_tokens > n_dec ? max_step_tokens - n_dec : 0, b;
+
+	if (!p->step_us || n_dec == 0)
+		return left;
+	b = stepcost_prompt_budget(cost, n_dec, (uint64_t)p->step_us * 1000u);
+	/* prompts always progress */
+	b = KVD_MAX(b, KVD_MIN(ENGINE_STEP_MIN_PROMPT, p->prefill_chunk));
+	return KVD_MIN(left, b);
+}
+
+void engine_step_cost(const struct engine *e, struct stepcost *out)
+{
+	*out = e->cost;
+}
+
+/* Step 1: choose the requests and their chunks; returns how many.
+ * Decoders first (one token each), then prompt readers, both in submit
+ * order, within step_tokens; prompts also within step_us's budget. */
 static uint32_t step_choose(struct engine *e)
 {
-	uint32_t n = 0, budget = e->max_step_tokens;
+	uint32_t n = 0, n_dec = 0, budget = e->max_step_tokens;
 
-	/* decoders first, then prompt readers, both in submit order */
-	for (int pass = 0; pass < 2; pass++)
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1) {
+			e->last_budget = e->p.step_us && n_dec ?
+				engine_prompt_budget(&e->p, e->max_step_tokens,
+						     &e->cost, n_dec) : UINT32_MAX;
+			budget = KVD_MIN(budget, e->last_budget);
+		}
 		for (struct engine_req *r = e->head; r && n < e->p.max_batch; r = r->next) {
 			uint32_t ahead = r->n_tokens - r->n_kv, chunk;
 
@@ -559,8 +615,10 @@ static uint32_t step_choose(struct engine *e)
 			e->b_req[n] = r;
 			e->b_chunk[n] = chunk;
 			budget -= chunk;
+			n_dec += pass == 0;
 			n++;
 		}
+	}
 	return n;
 }
 
@@ -656,7 +714,9 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 	*n_ev = e->n_ev;
 	t_check = kvd_now_ns() - t_check;
 	e->sample_ns += t_check;
-	e->step_ns += kvd_now_ns() - t_step;
+	t_step = kvd_now_ns() - t_step;
+	e->step_ns += t_step;
+	stepcost_observe(&e->cost, n_tok, n_out, t_step);
 	return 0;
 }
 

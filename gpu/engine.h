@@ -76,6 +76,13 @@ struct engine_params {
 				  * 0 = max_batch + prefill_chunk, else >=
 				  * max_batch (every decoder fits every step) */
 	uint32_t n_ctx;          /* context length; 0 = the model's */
+	/* Step time target (engine.step_ms) in microseconds, 0 = none: in a
+	 * step with decoders, prompt tokens are admitted only as far as the
+	 * learned step cost (gpu/stepcost.h) predicts the step stays within
+	 * it, but never fewer than ENGINE_STEP_MIN_PROMPT (or prefill_chunk
+	 * when smaller) while a prompt waits, so prompts always progress. A
+	 * step without decoders has no limit but step_tokens. */
+	uint32_t step_us;
 	bool simd;               /* AVX2 kernels when the CPU has them */
 	/* The repack cache (gpu/prepack.h): directory (NULL or "": none)
 	 * and, with one, the model's SHA-256 (64 hex digits). */
@@ -90,6 +97,8 @@ struct engine_params {
 	 * wall time (a system call per clock read; for benchmarks) */
 	bool prof_cpu;
 };
+
+#define ENGINE_STEP_MIN_PROMPT 4u
 
 #define ENGINE_PARAMS_DEFAULT { .threads = 1, .max_batch = 16, \
 	.max_requests = 0, .prefill_chunk = 64, .step_tokens = 0, .n_ctx = 0, \
@@ -141,6 +150,21 @@ struct engine_event {
 int engine_new(struct engine **out, const struct model *m,
 	       struct kvpool *pool, const struct engine_params *p,
 	       struct kvlog *log);
+struct stepcost;
+/* The prompt tokens a step with n_dec decoders may carry under p's
+ * step_tokens (max_step_tokens: its value or default) and step_us, with
+ * the step cost learned so far: the pure rule of step 1 (gpu/engine.c),
+ * for a caller that wants to predict it (daemon/place.h). */
+uint32_t engine_prompt_budget(const struct engine_params *p,
+			      uint32_t max_step_tokens,
+			      const struct stepcost *cost, uint32_t n_dec);
+/* The engine's learned step cost (a copy). */
+void engine_step_cost(const struct engine *e, struct stepcost *out);
+/* The prompt-token budget the last step's time target allowed
+ * (UINT32_MAX: no target, no decoders, or no cost learned yet), and the
+ * learned cost of one work unit (gpu/stepcost.h) in ns, 0 before any. */
+void engine_last_budget(const struct engine *e, uint32_t *prompt_budget,
+			double *ns_per_unit);
 /* Frees every request still held (as engine_req_free). */
 void engine_free(struct engine *e);
 

@@ -618,13 +618,17 @@ END_TEST
  * budget, every decoding request gets a token in every step (the
  * inter-token bound), prompts advance oldest first by at most
  * prefill_chunk each, and several prompts share a step when they fit.
- * A budget below max_batch is refused. The tokens do not depend on the
- * budget (purity). */
+ * A budget below max_batch is refused. With a step time target
+ * (engine.step_ms) far below what a step takes, once the step cost is
+ * learned every step with decoders carries only the floor of prompt
+ * tokens that keeps prompts going (ENGINE_STEP_MIN_PROMPT). The tokens
+ * do not depend on the budget or the target (purity). */
 START_TEST(test_step_budget)
 {
 	struct model *m = gen_model(GGML_TYPE_F32, false);
-	const uint32_t budgets[] = { 0, 6, 9, 40 };
-	int32_t outs[4][6][8];
+	const uint32_t budgets[] = { 0, 6, 9, 40, 0 };
+	const uint32_t step_us[] = { 0, 0, 0, 0, 1 };
+	int32_t outs[5][6][8];
 
 	for (size_t bi = 0; bi < KVD_ARRAY_SIZE(budgets); bi++) {
 		struct engine_params ep = ENGINE_PARAMS_DEFAULT;
@@ -636,11 +640,12 @@ START_TEST(test_step_budget)
 		struct engine *e;
 		struct engine_req *r[6];
 		int32_t prompt[6][20];
-		uint32_t budget, steps = 0;
+		uint32_t budget, steps = 0, target_steps = 0;
 
 		ep.max_batch = 6;
 		ep.prefill_chunk = 7;
 		ep.step_tokens = budgets[bi];
+		ep.step_us = step_us[bi];
 		budget = budgets[bi] ? budgets[bi] : ep.max_batch + ep.prefill_chunk;
 		kvmem_host_init(&mem);
 		ck_assert_int_eq(kvpool_new(&pool, &mem, &geom, 64), 0);
@@ -669,6 +674,11 @@ START_TEST(test_step_budget)
 			bool was_decoding[6];
 			const struct engine_event *ev;
 			size_t n_ev;
+			uint32_t pbudget;
+			double unit_ns;
+
+			/* learned before this step: the target applies */
+			engine_last_budget(e, &pbudget, &unit_ns);
 
 			for (int i = 0; i < 6; i++) {
 				uint32_t n, n_table, n_kv;
@@ -687,6 +697,13 @@ START_TEST(test_step_budget)
 			steps++;
 			engine_last_step(e, &n_seq, &n_tok, &n_dec);
 			ck_assert_uint_le(n_tok, budget);
+			if (step_us[bi] && unit_ns > 0 && n_dec > 0) {
+				engine_last_budget(e, &pbudget, &unit_ns);
+				ck_assert_uint_eq(pbudget, KVD_MIN(ENGINE_STEP_MIN_PROMPT,
+								   ep.prefill_chunk));
+				ck_assert_uint_le(n_tok - n_dec, pbudget);
+				target_steps++;
+			}
 			/* every decoder of this step got its token */
 			ck_assert_uint_eq(n_dec, dec_before);
 			for (int i = 0; i < 6; i++) {
@@ -718,6 +735,9 @@ START_TEST(test_step_budget)
 				ck_assert_uint_ge(n_seq, 4); /* several prompts in one step */
 			ck_assert_uint_lt(steps, 200);
 		}
+		/* the target limited steps that had prompts beside decoders */
+		if (step_us[bi])
+			ck_assert_uint_ge(target_steps, 5);
 		for (int i = 0; i < 6; i++) {
 			const int32_t *t;
 			uint32_t n;

@@ -421,6 +421,12 @@ static void d_action(void *p, const struct machine *m, unsigned bit,
 		d_answer(w, v, "answer_final");
 		break;
 	case DA_STREAM_FIRST:
+		/* prefill's first token goes out as the engine's first step
+		 * for the request starts (SUBMITTED), so the gap to the
+		 * second is one step; or with the final answer */
+		if (w->eng != ENG_RUNNING && w->h.ms != DRS_DONE)
+			violation(v, "prefill's first token streamed before the engine took the request");
+		/* fall through */
 	case DA_STREAM:
 		if (w->client && w->answered)
 			violation(v, "invariant 8: token streamed after the answer");

@@ -6,19 +6,23 @@
 #
 # Setups (all up at once, idle while another is measured; the order of the
 # setups is reversed every other round), KVD_BENCH_SETUPS (default
-# "standalone pair hybrid100_c32"):
+# "standalone pair hybrid100_c32 hybrid100_c32_s15"):
 #   standalone  one node, engine.threads 2
 #   pair        prefill + decode, engine.threads 1 each, pinned to CPU 0
 #               and CPU 1 (taskset) when there are two CPUs or more, the
-#               defaults: a prefill node's engine.step_tokens = 0 means 512
-#               tokens per step with no per-prompt chunk limit (several
-#               whole prompts per step); every prompt goes to the peer
+#               defaults: a prefill node's engine.step_tokens = 0 means 128
+#               tokens per step with no per-prompt chunk limit (the oldest
+#               prompts whole); every prompt goes to the peer
 #   pair96      the pair with the prefill node's engine.step_tokens = 96,
 #               prefill_chunk = 64 (96-token slices, what it did before)
-#   hybridNN[_cK]  the pair with the decode node's peers.local_prefill =
+#   hybridNN    the pair with the decode node's peers.local_prefill =
 #               NN (conditional disaggregation, daemon/place.h: it computes
 #               a prompt itself when the peer's queue is the longer wait)
-#               and, with _cK, its engine.prefill_chunk = K
+# Options after the name, each "_X", set the engine of the standalone node
+# or the pair's decode node: _cK prefill_chunk = K, _sMS step_ms = MS,
+# _tN step_tokens = N (e.g. hybrid100_c32_s20, standalone_s20); _pN sets
+# the pair's prefill node's step_tokens = prefill_chunk = N. Plain
+# "standalone" is always run.
 # Per run it also prints each node's CPU seconds (/proc, all threads): the
 # summary's "CPU busy" is that over the run's wall time (100 = one CPU), so
 # a setup that leaves a CPU idle shows it.
@@ -84,30 +88,53 @@ cpu_ticks() { # cpu_ticks PID: user + system clock ticks so far
 	echo $((f[13] + f[14]))
 }
 
-declare -A CP
-# standalone
-CP[standalone]=$((PORT + 1))
-node sa standalone 2 "[listen]" "client = 127.0.0.1:${CP[standalone]}"
-start sa   # always: the reference
-# the pairs
-SETUPS=(${KVD_BENCH_SETUPS:-standalone pair hybrid100_c32})
-k=2
+declare -A CP NODES
+# opts SPEC: the engine lines of a setup's _options (after the base name):
+# cK prefill_chunk = K, sMS step_ms = MS, tN step_tokens = N
+opts() {
+	local o
+	for o in $(tr _ ' ' <<<"$1"); do
+		case $o in
+		c[0-9]*) echo "prefill_chunk = ${o#c}" ;;
+		s[0-9]*) echo "step_ms = ${o#s}" ;;
+		t[0-9]*) echo "step_tokens = ${o#t}" ;;
+		p[0-9]*) ;;   # the prefill node's (below)
+		*) echo "sched.sh: unknown option $o" >&2; return 2 ;;
+		esac
+	done
+}
+SETUPS=(${KVD_BENCH_SETUPS:-standalone pair hybrid100_c32 hybrid100_c32_s15})
+[[ " ${SETUPS[*]} " == *" standalone "* ]] || SETUPS=(standalone "${SETUPS[@]}")
+k=1
 for setup in "${SETUPS[@]}"; do
-	[ "$setup" = standalone ] && continue
+	base=${setup%%_*} spec=""
+	[ "$base" != "$setup" ] && spec=${setup#*_}
+	mapfile -t eng < <(opts "$spec")
 	pp=$((PORT + k)); cp=$((PORT + k + 1)); k=$((k + 2))
 	CP[$setup]=$cp
-	pextra=() dengine=() dpeers=()
-	case $setup in
+	if [ "$base" = standalone ]; then
+		# unpinned, both CPUs: the reference
+		nd=sa; [ "$setup" != standalone ] && nd="sa_$spec"
+		NODES[$setup]=$nd
+		node "$nd" standalone 2 "${eng[@]}" "[listen]" "client = 127.0.0.1:$cp"
+		start "$nd"
+		continue
+	fi
+	pextra=() dpeers=()
+	# _pN: the prefill node's step_tokens = prefill_chunk = N
+	for o in $(tr _ ' ' <<<"$spec"); do
+		case $o in p[0-9]*) pextra=("step_tokens = ${o#p}" "prefill_chunk = ${o#p}") ;; esac
+	done
+	case $base in
 	pair) ;;
 	pair96) pextra=("step_tokens = 96" "prefill_chunk = 64") ;;
-	hybrid*)   # hybridNN[_cK]: decode's peers.local_prefill = NN, prefill_chunk K
-		spec=${setup#hybrid}
-		dpeers=("local_prefill = ${spec%%_c*}")
-		[ "$spec" != "${spec#*_c}" ] && dengine=("prefill_chunk = ${spec#*_c}") ;;
+	hybrid[0-9]*)   # decode's peers.local_prefill = NN
+		dpeers=("local_prefill = ${base#hybrid}") ;;
 	*) echo "sched.sh: unknown setup $setup" >&2; exit 2 ;;
 	esac
+	NODES[$setup]="p_$setup d_$setup"
 	node "p_$setup" prefill 1 "${pextra[@]}" "[listen]" "peer = 127.0.0.1:$pp"
-	node "d_$setup" decode 1 "${dengine[@]}" "[listen]" "client = 127.0.0.1:$cp" \
+	node "d_$setup" decode 1 "${eng[@]}" "[listen]" "client = 127.0.0.1:$cp" \
 		"[peers]" "prefill = 127.0.0.1:$pp" "${dpeers[@]}"
 	start "p_$setup" "${PIN0[@]}"
 	start "d_$setup" "${PIN1[@]}"
@@ -139,7 +166,7 @@ for c in $CLIENTS; do
 		order=("${SETUPS[@]}")
 		[ $((r % 2)) = 0 ] && order=("${REV[@]}")
 		for s in "${order[@]}"; do
-			nodes=(sa); [ "$s" != standalone ] && nodes=("p_$s" "d_$s")
+			read -r -a nodes <<<"${NODES[$s]}"
 			declare -A c0=()
 			for nd in "${nodes[@]}"; do c0[$nd]=$(cpu_ticks "${NPID[$nd]}"); done
 			out=$(python3 "$HERE/loadgen.py" kvd "127.0.0.1:${CP[$s]}" "$c" "$n" 128 "$NTOK" "$r")
@@ -170,7 +197,7 @@ for (c, s) in sorted(runs, key=lambda k: (k[0], sys.argv[2:].index(k[1]))):
     v = runs[(c, s)]
     # a node's CPU time over the run's wall time: 100 = one CPU all the time
     busy = []
-    for node in ("sa",) if s == "standalone" else ("p", "d"):
+    for node in ("sa",) if s.startswith("standalone") else ("p", "d"):
         b = [100.0 * o["cpu"][node] / o["wall_s"] for o in v]
         busy.append("%.0f" % statistics.median(b))
     # all the setup's nodes' CPU time per request: what the work costs,

@@ -28,8 +28,8 @@ run_model() { # run_model TAG MODEL
 	start_node "p_$tag"
 	start_node "d_$tag"
 	check "$tag: decode paired with prefill" wait_up "d_$tag"
-	check "$tag: prefill steps hold whole prompts (step_tokens 0 on a prefill node)" \
-		grep -q "event=engine_ready .*prefill_chunk=512 step_tokens=512" "$T/p_$tag.log"
+	check "$tag: prefill steps take prompts whole, 128 tokens (step_tokens 0 on a prefill node)" \
+		grep -q "event=engine_ready .*prefill_chunk=128 step_tokens=128" "$T/p_$tag.log"
 	check "$tag: decode keeps small steps (max_batch + prefill_chunk)" \
 		grep -q "event=engine_ready .*max_batch=32 prefill_chunk=64 step_tokens=96" "$T/d_$tag.log"
 	compare "$C_PORT" "$m" "Once upon a time" 40 0 0 "$tag greedy"
