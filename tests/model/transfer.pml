@@ -355,7 +355,7 @@ inline dec_try_complete(r) {
 	:: dst[r] == DRS_TRANSFER && dseen[r] && bgot[r] >= dn[r] ->
 		if
 		:: ngot[r] == NPFX ->
-			/* dreq TRANSFER --covered / stream_first|send_release_ack|
+			/* dreq TRANSFER --covered / send_release_ack|
 			 * unfence|detach_peer|submit--> SUBMIT (then compute,
 			 * freeing, done: collapsed), or --covered_orphan /
 			 * send_release_ack|release|unfence|detach_peer--> DONE */
