@@ -48,7 +48,6 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -687,8 +686,7 @@ static bool decode_place_local(struct serve_req *r, const struct link *p)
 	 * beside dec decoders (engine.step_tokens, engine.step_ms), and what
 	 * the decoders cost, a logits row each (gpu/stepcost.h) */
 	pbudget = compute_prompt_budget(&s->comp, dec);
-	dunits = (uint32_t)ceil(dec * compute_decoder_units(&s->comp));
-	budget = pbudget + dunits;
+	place_step_units(pbudget, dec, compute_decoder_units(&s->comp), &budget, &dunits);
 	/* the queues' busy time runs up to now */
 	place_speed_observe(&s->place_here, now, s->local_prompt_tokens, 0);
 	place_speed_observe(&s->place_peers, now, decode_peers_pending(s, &n_up), 0);

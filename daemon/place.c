@@ -1,6 +1,8 @@
 /* place.c - where a decode node's prompt is computed (place.h). */
 #include "daemon/place.h"
 
+#include <math.h>
+
 void place_speed_observe(struct place_speed *q, uint64_t now_ns,
 			 uint64_t pending, uint64_t done_tokens)
 {
@@ -21,6 +23,20 @@ double place_speed_get(const struct place_speed *q)
 	if (q->done < PLACE_MIN_TOKENS || q->busy_s <= 0)
 		return 0;
 	return q->done / q->busy_s;
+}
+
+void place_step_units(uint32_t prompt_budget, uint32_t n_dec, double per_decoder,
+		      uint32_t *step_units, uint32_t *decoder_units)
+{
+	double d;
+
+	if (!(per_decoder >= 1.0))      /* NaN too */
+		per_decoder = 1.0;
+	d = ceil((double)n_dec * per_decoder);
+	*decoder_units = d < (double)PLACE_UNITS_MAX ? (uint32_t)d : PLACE_UNITS_MAX;
+	if (prompt_budget > PLACE_UNITS_MAX - *decoder_units)
+		prompt_budget = PLACE_UNITS_MAX - *decoder_units;
+	*step_units = *decoder_units + prompt_budget;
 }
 
 bool serve_place_local(uint32_t percent, uint32_t step_units, uint32_t decoder_units,

@@ -60,6 +60,16 @@ void place_speed_observe(struct place_speed *q, uint64_t now_ns,
 /* Tokens per second of busy time; 0 while too little is known. */
 double place_speed_get(const struct place_speed *q);
 
+/* A step's work in prompt tokens for serve_place_local: n_dec decoders
+ * of per_decoder prompt tokens each (1 + a logits row's share,
+ * gpu/stepcost.h; rounded up) beside prompt_budget prompt tokens. Both
+ * results saturate at PLACE_UNITS_MAX (a model file sets per_decoder:
+ * nothing it holds may wrap the sum); per_decoder not a number >= 1
+ * counts as 1. *step_units - *decoder_units is the prompt share. */
+#define PLACE_UNITS_MAX (UINT32_MAX / 2)
+void place_step_units(uint32_t prompt_budget, uint32_t n_dec, double per_decoder,
+		      uint32_t *step_units, uint32_t *decoder_units);
+
 /* v_here, v_peer: the measured speeds (0: not known yet). */
 bool serve_place_local(uint32_t percent, uint32_t step_units, uint32_t decoder_units,
 		       uint64_t local_pending, uint64_t peer_pending,

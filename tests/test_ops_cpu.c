@@ -810,10 +810,14 @@ END_TEST
 static uint32_t argmax_ref(const float *x, uint32_t n)
 {
 	uint32_t best = 0;
+	float m = x[0];   /* the best value so far: a NaN here stays */
 
-	for (uint32_t i = 1; i < n; i++)
-		if (x[i] > x[best])
-			best = i;
+	for (uint32_t i = 1; i < n; i++) {
+		if (!(x[i] > m))
+			continue;
+		m = x[i];
+		best = i;
+	}
 	return best;
 }
 

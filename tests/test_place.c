@@ -233,6 +233,37 @@ START_TEST(test_speed)
 }
 END_TEST
 
+/* place_step_units: the decoders' share rounded up, the prompt budget
+ * beside it, and no wrap whatever per_decoder a model file yields. */
+START_TEST(test_step_units)
+{
+	uint32_t st, du;
+
+	place_step_units(40, 10, 1.65, &st, &du);
+	ck_assert_uint_eq(du, 17);          /* ceil(16.5) */
+	ck_assert_uint_eq(st, 57);
+	place_step_units(0, 32, 1.0, &st, &du);
+	ck_assert_uint_eq(du, 32);
+	ck_assert_uint_eq(st, 32);
+	ck_assert(!serve_place_local(100, st, du, 0, 1u << 20, 128, 0, 0));
+	/* below 1, NaN: one prompt token a decoder */
+	place_step_units(5, 8, 0.2, &st, &du);
+	ck_assert_uint_eq(du, 8);
+	place_step_units(5, 8, NAN, &st, &du);
+	ck_assert_uint_eq(du, 8);
+	ck_assert_uint_eq(st, 13);
+	/* a huge logits share: saturated, never wrapped */
+	place_step_units(1000000, 4096, 1e9, &st, &du);
+	ck_assert_uint_eq(du, PLACE_UNITS_MAX);
+	ck_assert_uint_eq(st, PLACE_UNITS_MAX);
+	ck_assert(!serve_place_local(100, st, du, 0, 1u << 20, 128, 0, 0));
+	place_step_units(UINT32_MAX, 4096, (double)PLACE_UNITS_MAX / 8192, &st, &du);
+	ck_assert_uint_eq(du, PLACE_UNITS_MAX / 2 + 1);   /* ceil(x.5) */
+	ck_assert_uint_eq(st, PLACE_UNITS_MAX);
+	ck_assert_uint_ge(st, du);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("place");
@@ -247,6 +278,7 @@ int main(void)
 	tcase_add_test(tc, test_burst_split);
 	tcase_add_test(tc, test_measured);
 	tcase_add_test(tc, test_speed);
+	tcase_add_test(tc, test_step_units);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
