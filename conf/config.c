@@ -186,6 +186,8 @@ static const struct conf_key conf_keys[] = {
 	  "Largest KV transfer batch. Must move within release_timeout_ms at link_gbps." },
 	{ "transfer", "release_timeout_ms", CT_U32, "5000", 10, 3600000, NULL, F(release_timeout_ms),
 	  "How long a side waits for its peer before it gives up on a transfer and fences the pages." },
+	{ "transfer", "send_timeout_ms", CT_U32, "0", 0, 3600000, NULL, F(send_timeout_ms),
+	  "Prefill: a request whose KV batches make no progress on the data link this long (none of its batches reported sent, from its first batch queued until prefill_done) ends with TIMEOUT; a batch still queued means the data connection is stuck, so it is closed (which also ends the peer's other requests on it) and the pages return once nothing of the request is in flight. 0 = release_timeout_ms. At most release_timeout_ms, and a batch of max_batch_bytes must move within it at link_gbps." },
 	{ "transfer", "link_gbps", CT_DOUBLE, "10", 0.001, 100000, NULL, F(link_gbps),
 	  "Slowest link rate a batch may cross, in Gbit/s (used to bound batches)." },
 	{ "transfer", "checksum", CT_BOOL, "on", 0, 0, NULL, F(checksum),
@@ -863,6 +865,31 @@ static int conf_validate_verbs(struct conf_ctx *x)
 	return 0;
 }
 
+/* transfer.send_timeout_ms (0: release_timeout_ms): within the release
+ * timeout, and long enough for one batch at link_gbps. */
+static int conf_validate_send_timeout(struct conf_ctx *x)
+{
+	const struct kvd_config *c = x->c;
+	int l = line_of(x, "transfer", "send_timeout_ms");
+
+	if (!c->send_timeout_ms)
+		return 0;
+	if (c->send_timeout_ms > c->release_timeout_ms)
+		return conf_fail(x, KVD_MAX(l, line_of(x, "transfer", "release_timeout_ms")),
+				 "transfer.send_timeout_ms",
+				 "%u is above transfer.release_timeout_ms=%u",
+				 c->send_timeout_ms, c->release_timeout_ms);
+	if (batch_ms(c->max_batch_bytes, c->link_gbps) >= c->send_timeout_ms)
+		return conf_fail(x, KVD_MAX(l, KVD_MAX(line_of(x, "transfer", "max_batch_bytes"),
+						      line_of(x, "transfer", "link_gbps"))),
+				 "transfer.send_timeout_ms",
+				 "a %llu-byte batch takes %.1f ms at %g Gbit/s, not within send_timeout_ms=%u",
+				 (unsigned long long)c->max_batch_bytes,
+				 batch_ms(c->max_batch_bytes, c->link_gbps),
+				 c->link_gbps, c->send_timeout_ms);
+	return 0;
+}
+
 static int conf_validate(struct conf_ctx *x)
 {
 	struct kvd_config *c = x->c;
@@ -936,6 +963,9 @@ static int conf_validate(struct conf_ctx *x)
 				 batch_ms(c->max_batch_bytes, c->link_gbps),
 				 c->link_gbps, c->release_timeout_ms);
 	}
+	l = conf_validate_send_timeout(x);
+	if (l)
+		return l;
 	if (c->prefill_timeout_ms < c->transfer_timeout_ms)
 		return conf_fail(x, line_of(x, "transfer", "prefill_timeout_ms"),
 				 "transfer.prefill_timeout_ms",
@@ -1101,6 +1131,9 @@ void kvd_config_reference(FILE *out)
 		"  - transfer.max_batch_bytes must move within transfer.release_timeout_ms\n"
 		"    at transfer.link_gbps;\n"
 		"  - three transfer.heartbeat_ms fit in transfer.release_timeout_ms;\n"
+		"  - transfer.send_timeout_ms (when not 0) is at most\n"
+		"    transfer.release_timeout_ms, and a max_batch_bytes batch moves\n"
+		"    within it at transfer.link_gbps;\n"
 		"  - transfer.prefill_timeout_ms >= transfer.transfer_timeout_ms;\n"
 		"  - without peers.key_file, listen.peer and peers.prefill are loopback\n"
 		"    addresses and transfer.encrypt is off; with it, the file is mode\n"

@@ -84,6 +84,9 @@ struct kvd_config {
 	enum kvd_transport transport;
 	uint64_t max_batch_bytes;
 	uint32_t release_timeout_ms;
+	uint32_t send_timeout_ms;     /* prefill: a request's batches without
+				       * progress this long end it; 0 =
+				       * release_timeout_ms */
 	double link_gbps;
 	bool checksum;
 	uint32_t connect_timeout_ms;

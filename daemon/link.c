@@ -218,7 +218,11 @@ void serve__link_detach(struct serve_req *r)
 /* Every request on l, each once, through the role: lost (with code and
  * msg) or resumed. A request may leave the link (or end) in its step, and
  * take others with it: each is moved aside before its step, and what is
- * still attached afterwards goes back. Returns how many said true. */
+ * still attached afterwards goes back, in its order. Resumed oldest first
+ * (attach puts the newest at the head): the backlog's room goes to the
+ * request that has waited longest, so a stream of new requests cannot
+ * starve an old one past its send deadline (prefill.c). Returns how many
+ * said true. */
 static unsigned link_reqs_walk(struct link *l, bool lost, int code,
 			       const char *msg)
 {
@@ -226,11 +230,14 @@ static unsigned link_reqs_walk(struct link *l, bool lost, int code,
 	unsigned n = 0;
 
 	while (!kvd_list_empty(&l->reqs)) {
-		struct kvd_list *e = l->reqs.next;
+		struct kvd_list *e = lost ? l->reqs.next : l->reqs.prev;
 		struct serve_req *r = kvd_list_entry(e, struct serve_req, link_node);
 
 		kvd_list_del(e);
-		kvd_list_add_tail(&seen, e);
+		if (lost)
+			kvd_list_add_tail(&seen, e);
+		else
+			kvd_list_add(&seen, e);
 		if (lost)
 			n += l->ops->req_lost(r, code, msg);
 		else if (l->ops->req_resume)
@@ -1512,6 +1519,11 @@ void serve__link_tick(struct serve *s)
 		}
 		if (!l->up)
 			continue;
+		if (l->side == LINK_ACCEPT && l->ops->tick) {
+			l->ops->tick(l, now);
+			if (l->closing)
+				continue;
+		}
 		kvpool_get_stats(s->d->pool, &st);
 		m.load = l->n_reqs;
 		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;

@@ -196,6 +196,10 @@ struct serve_req {
 	bool ack_owed;                   /* decode aborted: abort_ack once
 					  * no batch is queued (PA_ACK_OWED) */
 	bool released_by_peer;           /* release_ack seen: ends ok */
+	uint64_t t_progress_ns;          /* its first batch queued, then its
+					  * latest batch reported: the send
+					  * deadline counts from here
+					  * (transfer.send_timeout_ms) */
 	bool short_fault;                /* fault point short_transfer */
 	bool slow_waited;                /* fault point slow_batch */
 
@@ -284,6 +288,9 @@ struct link_ops {
 	/* accept: the data connection drained below its soft bound; r may
 	 * send again (NULL: nothing waits) */
 	void (*req_resume)(struct serve_req *r);
+	/* accept, from the heartbeat tick of a link that is up: the role's
+	 * deadlines on l's requests (it may tear l down; NULL: none) */
+	void (*tick)(struct link *l, uint64_t now_ns);
 	/* dial: a batch that passed the transport's checks */
 	void (*rx_batch)(struct link *l, const struct xfer_hdr *h,
 			 const uint8_t *batch);
@@ -443,6 +450,8 @@ struct serve {
 	void (*admit)(struct serve_req *r);
 	uint32_t peer_max_pages;         /* per decode peer: peers.max_pages or
 					  * the automatic value (prefill start) */
+	uint32_t send_timeout_ms;        /* prefill: transfer.send_timeout_ms or
+					  * release_timeout_ms (prefill start) */
 	uint64_t local_prompt_tokens;    /* decode: prompt tokens this node
 					  * computes itself, not yet done
 					  * (peers.local_prefill) */
