@@ -174,9 +174,11 @@ static const struct conf_key conf_keys[] = {
 	{ "peers", "key_file", CT_STR, "", 0, 0, NULL, F(key_file),
 	  "Cluster secret shared by every node (at least 32 random bytes; `kvctl keygen FILE`), readable by its owner only. Peers prove they hold it before anything else; without it a node peers only over loopback." },
 	{ "peers", "max_requests", CT_U32, "256", 1, 1048576, NULL, F(peer_max_requests),
-	  "Requests one decode peer may have in flight on this prefill node; one more is refused with OVERLOADED." },
+	  "Requests one decode node may have in flight on this prefill node, over all its links; one more is refused with OVERLOADED. A node is the source address its links come from (every key holder can prove the key and name itself as it likes; daemon/README.md)." },
 	{ "peers", "max_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(peer_max_pages),
-	  "Pages one decode peer's requests may hold in this prefill node's pool; 0 = half the pool, at least one full-context request." },
+	  "Pages one decode node's requests may hold in this prefill node's pool, over all its links (a node as for max_requests); 0 = half the pool, at least one full-context request." },
+	{ "peers", "max_links", CT_U32, "4", 1, 512, NULL, F(peer_max_links),
+	  "Control links one decode node (a source address) may hold on this prefill node once proven; one more is refused (too_many_links). A decode node needs one, and one more while a lost one is torn down; decode nodes that share an address share this and the caps above." },
 	{ "peers", "local_prefill", CT_U32, "0", 0, 100, NULL, F(local_prefill),
 	  "Decode: how fast this node computes prompts itself when it generates nothing, in percent of one prefill peer (0 = never: every prompt goes to a prefill peer). A new prompt is computed here when its expected wait is shorter: (prompt tokens this node is computing + its prompt) / speed < prompt tokens of this node's requests the chosen peer has not finished + its prompt, where speed = local_prefill / 100 x the share of a step the decoders to expect leave (every other request of this node, a token and a logits row each), until both speeds are measured. An idle peer always wins. Local prompts share this node's steps under engine.step_tokens, engine.prefill_chunk and engine.step_ms, which keep bounding the inter-token latency; with 100, prefill_chunk 32 and a step_ms target a pair pays under load (daemon/README.md, conditional disaggregation)." },
 

@@ -78,6 +78,7 @@ struct kvd_config {
 	char key_file[1024];          /* cluster secret; "" = loopback only */
 	uint32_t peer_max_requests;   /* in flight per peer (prefill) */
 	uint32_t peer_max_pages;      /* pages per peer; 0 = automatic */
+	uint32_t peer_max_links;      /* control links per peer node (prefill) */
 	uint32_t local_prefill;       /* decode: local prompt speed, % of a
 				       * prefill peer; 0 = never local */
 	/* [transfer] */

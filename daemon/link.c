@@ -5,8 +5,10 @@
  * tcp today, verbs next; this is the one place one is created), liveness
  * (heartbeats, three missed and it is lost), the bounds of invariant 11
  * (a bounded control write queue, a data backlog that stops sending and
- * then ends the link, at most 64 handshakes pending and 512 links), and
- * the requests that run on it. Decode dials (struct link_ops from
+ * then ends the link, at most 64 handshakes pending and 512 links, at
+ * most peers.max_links proven links per decode node, and what one node
+ * holds over all its links for prefill's caps), and the requests that
+ * run on it. Decode dials (struct link_ops from
  * decode.c), prefill accepts (from prefill.c); what differs by side is
  * the handshake:
  *   dial:   connect; keyed: auth_hello -> challenge -> our proof -> its
@@ -763,12 +765,31 @@ static void accept_on_auth_proof(struct link *l, const struct proto_peer_msg *m)
 	l->phase = LINK_HELLO;
 }
 
+/* peers.max_links: the node's proven links, this one not yet counted.
+ * True when l was refused. */
+static bool accept_node_full(struct link *l, const struct proto_peer_msg *m)
+{
+	struct link_node_usage u;
+	char why[200];
+
+	serve__link_node_usage(l, &u);
+	if (u.links < l->s->d->cfg.peer_max_links)
+		return false;
+	snprintf(why, sizeof(why), "decode node %s already holds %u links (peers.max_links=%u)",
+		 l->node_addr, u.links, l->s->d->cfg.peer_max_links);
+	l->hello = m->hello;   /* for the log line (escaped there) */
+	accept_refuse(l, "too_many_links", NULL, why);
+	return true;
+}
+
 static void accept_on_hello(struct link *l, const struct proto_peer_msg *m)
 {
 	struct serve *s = l->s;
 	struct proto_peer_msg reply = { .type = PEER_MSG_HELLO };
 	char field[32] = "", why[200] = "";
 
+	if (accept_node_full(l, m))
+		return;
 	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
 				   why, sizeof(why)) ||
 	    !strcmp(m->hello.role, "prefill")) {
@@ -1381,6 +1402,37 @@ static void accept_addr(struct link *l)
 		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	}
 	snprintf(l->addr, sizeof(l->addr), "%s:%d", ip, port);
+	snprintf(l->node_addr, sizeof(l->node_addr), "%s", ip);
+}
+
+/* A decode node, to the per-node bounds, is the address its links come
+ * from. The cluster key is shared: a proof says only that the peer holds
+ * it, and a key holder can name itself as it likes in its hello, so a
+ * name (proven or not) would give one key holder a fresh set of caps per
+ * name; its source address it cannot choose (TCP's handshake). Decode
+ * nodes behind one address share the caps. A link whose address could
+ * not be read is a node of its own. */
+static bool link_same_node(const struct link *a, const struct link *b)
+{
+	if (a->side != LINK_ACCEPT || b->side != LINK_ACCEPT)
+		return false;
+	return a == b || (a->node_addr[0] && !strcmp(a->node_addr, b->node_addr));
+}
+
+void serve__link_node_usage(const struct link *l, struct link_node_usage *u)
+{
+	struct kvd_list *e;
+
+	*u = (struct link_node_usage){ 0 };
+	kvd_list_for_each(e, &l->s->links) {
+		const struct link *q = kvd_list_entry(e, struct link, node);
+
+		if (!q->hello_done || q->closing || q->is_data || !link_same_node(l, q))
+			continue;
+		u->links++;
+		u->reqs += q->n_reqs;
+		u->pages += q->n_pages;
+	}
 }
 
 static bool accept_room(struct serve *s)

@@ -364,32 +364,35 @@ static int prefill_stuck_submit(struct serve_req *r)
 	return 0;
 }
 
-/* Per-peer caps (invariant 11): one decode node may hold at most
- * peers.max_requests requests and s->peer_max_pages pages of this node,
- * so a peer that never acknowledges cannot take the whole pool from the
- * others. Checked before anything is reserved or computed. True when m
- * was rejected. */
+/* Per-node caps (invariant 11): one decode node - every proven link
+ * from its address (link.c, link_same_node), however many it opens - may
+ * hold at most peers.max_requests requests and s->peer_max_pages pages
+ * of this node, so a peer that never acknowledges cannot take the whole
+ * pool from the others. Checked before anything is reserved or computed.
+ * True when m was rejected. */
 static bool prefill_peer_cap(struct link *l, const struct proto_peer_msg *m)
 {
 	struct serve *s = l->s;
+	struct link_node_usage u;
 	const char *cap = NULL;
 
-	if (l->n_reqs >= s->d->cfg.peer_max_requests)
+	serve__link_node_usage(l, &u);
+	if (u.reqs >= s->d->cfg.peer_max_requests)
 		cap = "max_requests";
-	else if ((uint64_t)l->n_pages + m->n_pages > s->peer_max_pages)
+	else if ((uint64_t)u.pages + m->n_pages > s->peer_max_pages)
 		cap = "max_pages";
 	if (!cap)
 		return false;
 	s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
 	KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_PEER_REQUEST], "peer_cap",
-		   "peer_node=%s remote_id=%llu tenant=%s cap=%s requests=%u max_requests=%u pages=%u want_pages=%u max_pages=%u",
-		   KVLOG_Q(l->hello.node), (unsigned long long)m->id,
-		   KVLOG_Q(m->tenant), cap, l->n_reqs,
-		   s->d->cfg.peer_max_requests, l->n_pages, m->n_pages,
-		   s->peer_max_pages);
+		   "peer_node=%s peer_addr=%s remote_id=%llu tenant=%s cap=%s requests=%u max_requests=%u pages=%u want_pages=%u max_pages=%u links=%u",
+		   KVLOG_Q(l->hello.node), KVLOG_Q(l->node_addr),
+		   (unsigned long long)m->id, KVLOG_Q(m->tenant), cap, u.reqs,
+		   s->d->cfg.peer_max_requests, u.pages, m->n_pages,
+		   s->peer_max_pages, u.links);
 	prefill_reject(l, m->id, m->tenant, PROTO_ERR_OVERLOADED,
-		       "decode node %s holds %u requests and %u pages of prefill node %s (caps: %u requests, %u pages)",
-		       l->hello.node, l->n_reqs, l->n_pages, s->d->cfg.node_name,
+		       "decode node %s holds %u requests and %u pages of prefill node %s over %u links (caps: %u requests, %u pages)",
+		       l->node_addr, u.reqs, u.pages, s->d->cfg.node_name, u.links,
 		       s->d->cfg.peer_max_requests, s->peer_max_pages);
 	return true;
 }
@@ -1002,9 +1005,9 @@ static void prefill_peer_limits(struct serve *s)
 		KVD_MIN(pool, KVD_MAX(pool / 2, full));
 	s->send_timeout_ms = c->send_timeout_ms ? c->send_timeout_ms : c->release_timeout_ms;
 	KVLOG_INFO(s->log, "peer_limits",
-		   "max_requests=%u max_pages=%u max_pages_source=%s pool_pages=%u full_context_pages=%u write_queue_soft=%llu write_queue_hard=%llu write_stall_timeout_ms=%u release_timeout_ms=%u send_timeout_ms=%u",
+		   "max_requests=%u max_pages=%u max_pages_source=%s max_links=%u per=node_address pool_pages=%u full_context_pages=%u write_queue_soft=%llu write_queue_hard=%llu write_stall_timeout_ms=%u release_timeout_ms=%u send_timeout_ms=%u",
 		   c->peer_max_requests, s->peer_max_pages,
-		   c->peer_max_pages ? "config" : "auto", pool, full,
+		   c->peer_max_pages ? "config" : "auto", c->peer_max_links, pool, full,
 		   (unsigned long long)c->write_queue_soft,
 		   (unsigned long long)c->write_queue_hard,
 		   c->write_stall_timeout_ms, c->release_timeout_ms,
