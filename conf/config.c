@@ -174,9 +174,11 @@ static const struct conf_key conf_keys[] = {
 	{ "peers", "key_file", CT_STR, "", 0, 0, NULL, F(key_file),
 	  "Cluster secret shared by every node (at least 32 random bytes; `kvctl keygen FILE`), readable by its owner only. Peers prove they hold it before anything else; without it a node peers only over loopback." },
 	{ "peers", "max_requests", CT_U32, "256", 1, 1048576, NULL, F(peer_max_requests),
-	  "Requests one decode peer may have in flight on this prefill node; one more is refused with OVERLOADED." },
+	  "Requests one decode node may have in flight on this prefill node, over all its links; one more is refused with OVERLOADED. A node is the source address its links come from (every key holder can prove the key and name itself as it likes; daemon/README.md)." },
 	{ "peers", "max_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(peer_max_pages),
-	  "Pages one decode peer's requests may hold in this prefill node's pool; 0 = half the pool, at least one full-context request." },
+	  "Pages one decode node's requests may hold in this prefill node's pool, over all its links (a node as for max_requests); 0 = half the pool, at least one full-context request." },
+	{ "peers", "max_links", CT_U32, "4", 1, 512, NULL, F(peer_max_links),
+	  "Control links one decode node (a source address) may hold on this prefill node once proven; one more is refused (too_many_links). A decode node needs one, and one more while a lost one is torn down; decode nodes that share an address share this and the caps above." },
 	{ "peers", "local_prefill", CT_U32, "0", 0, 100, NULL, F(local_prefill),
 	  "Decode: how fast this node computes prompts itself when it generates nothing, in percent of one prefill peer (0 = never: every prompt goes to a prefill peer). A new prompt is computed here when its expected wait is shorter: (prompt tokens this node is computing + its prompt) / speed < prompt tokens of this node's requests the chosen peer has not finished + its prompt, where speed = local_prefill / 100 x the share of a step the decoders to expect leave (every other request of this node, a token and a logits row each), until both speeds are measured. An idle peer always wins. Local prompts share this node's steps under engine.step_tokens, engine.prefill_chunk and engine.step_ms, which keep bounding the inter-token latency; with 100, prefill_chunk 32 and a step_ms target a pair pays under load (daemon/README.md, conditional disaggregation)." },
 
@@ -186,6 +188,8 @@ static const struct conf_key conf_keys[] = {
 	  "Largest KV transfer batch. Must move within release_timeout_ms at link_gbps." },
 	{ "transfer", "release_timeout_ms", CT_U32, "5000", 10, 3600000, NULL, F(release_timeout_ms),
 	  "How long a side waits for its peer before it gives up on a transfer and fences the pages." },
+	{ "transfer", "send_timeout_ms", CT_U32, "0", 0, 3600000, NULL, F(send_timeout_ms),
+	  "Prefill: a request whose KV batches make no progress on the data link this long (none of its batches reported sent, from its first batch queued until prefill_done) ends with TIMEOUT; a batch still queued means the data connection is stuck, so it is closed (which also ends the peer's other requests on it) and the pages return once nothing of the request is in flight. 0 = release_timeout_ms. At most release_timeout_ms, and a batch of max_batch_bytes must move within it at link_gbps." },
 	{ "transfer", "link_gbps", CT_DOUBLE, "10", 0.001, 100000, NULL, F(link_gbps),
 	  "Slowest link rate a batch may cross, in Gbit/s (used to bound batches)." },
 	{ "transfer", "checksum", CT_BOOL, "on", 0, 0, NULL, F(checksum),
@@ -863,6 +867,31 @@ static int conf_validate_verbs(struct conf_ctx *x)
 	return 0;
 }
 
+/* transfer.send_timeout_ms (0: release_timeout_ms): within the release
+ * timeout, and long enough for one batch at link_gbps. */
+static int conf_validate_send_timeout(struct conf_ctx *x)
+{
+	const struct kvd_config *c = x->c;
+	int l = line_of(x, "transfer", "send_timeout_ms");
+
+	if (!c->send_timeout_ms)
+		return 0;
+	if (c->send_timeout_ms > c->release_timeout_ms)
+		return conf_fail(x, KVD_MAX(l, line_of(x, "transfer", "release_timeout_ms")),
+				 "transfer.send_timeout_ms",
+				 "%u is above transfer.release_timeout_ms=%u",
+				 c->send_timeout_ms, c->release_timeout_ms);
+	if (batch_ms(c->max_batch_bytes, c->link_gbps) >= c->send_timeout_ms)
+		return conf_fail(x, KVD_MAX(l, KVD_MAX(line_of(x, "transfer", "max_batch_bytes"),
+						      line_of(x, "transfer", "link_gbps"))),
+				 "transfer.send_timeout_ms",
+				 "a %llu-byte batch takes %.1f ms at %g Gbit/s, not within send_timeout_ms=%u",
+				 (unsigned long long)c->max_batch_bytes,
+				 batch_ms(c->max_batch_bytes, c->link_gbps),
+				 c->link_gbps, c->send_timeout_ms);
+	return 0;
+}
+
 static int conf_validate(struct conf_ctx *x)
 {
 	struct kvd_config *c = x->c;
@@ -936,6 +965,9 @@ static int conf_validate(struct conf_ctx *x)
 				 batch_ms(c->max_batch_bytes, c->link_gbps),
 				 c->link_gbps, c->release_timeout_ms);
 	}
+	l = conf_validate_send_timeout(x);
+	if (l)
+		return l;
 	if (c->prefill_timeout_ms < c->transfer_timeout_ms)
 		return conf_fail(x, line_of(x, "transfer", "prefill_timeout_ms"),
 				 "transfer.prefill_timeout_ms",
@@ -1101,6 +1133,9 @@ void kvd_config_reference(FILE *out)
 		"  - transfer.max_batch_bytes must move within transfer.release_timeout_ms\n"
 		"    at transfer.link_gbps;\n"
 		"  - three transfer.heartbeat_ms fit in transfer.release_timeout_ms;\n"
+		"  - transfer.send_timeout_ms (when not 0) is at most\n"
+		"    transfer.release_timeout_ms, and a max_batch_bytes batch moves\n"
+		"    within it at transfer.link_gbps;\n"
 		"  - transfer.prefill_timeout_ms >= transfer.transfer_timeout_ms;\n"
 		"  - without peers.key_file, listen.peer and peers.prefill are loopback\n"
 		"    addresses and transfer.encrypt is off; with it, the file is mode\n"

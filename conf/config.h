@@ -78,12 +78,16 @@ struct kvd_config {
 	char key_file[1024];          /* cluster secret; "" = loopback only */
 	uint32_t peer_max_requests;   /* in flight per peer (prefill) */
 	uint32_t peer_max_pages;      /* pages per peer; 0 = automatic */
+	uint32_t peer_max_links;      /* control links per peer node (prefill) */
 	uint32_t local_prefill;       /* decode: local prompt speed, % of a
 				       * prefill peer; 0 = never local */
 	/* [transfer] */
 	enum kvd_transport transport;
 	uint64_t max_batch_bytes;
 	uint32_t release_timeout_ms;
+	uint32_t send_timeout_ms;     /* prefill: a request's batches without
+				       * progress this long end it; 0 =
+				       * release_timeout_ms */
 	double link_gbps;
 	bool checksum;
 	uint32_t connect_timeout_ms;

@@ -97,7 +97,7 @@ static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
 
 static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 {
-	msgpack_pack_map(pk, 11);
+	msgpack_pack_map(pk, 12);
 	frame_pack_kv_u64(pk, "admitted", k->admitted);
 	frame_pack_str(pk, "rejected");
 	msgpack_pack_map(pk, KVD_REJECT__N);
@@ -111,6 +111,7 @@ static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 	frame_pack_kv_u64(pk, "verbs_flush_timeouts", k->verbs_flush_timeouts);
 	frame_pack_kv_u64(pk, "checksum_ns", k->checksum_ns);
 	frame_pack_kv_u64(pk, "release_timeouts", k->release_timeouts);
+	frame_pack_kv_u64(pk, "send_timeouts", k->send_timeouts);
 	frame_pack_kv_u64(pk, "drain_aborts", k->drain_aborts);
 	frame_pack_str(pk, "verbs");
 	msgpack_pack_map(pk, 5);

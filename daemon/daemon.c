@@ -510,9 +510,11 @@ void kvd_daemon_stop(struct kvd_daemon *d)
  * end; prefill: abort to decode, pages back once no batch is queued - so
  * deferred release (invariant 2) holds, and the drain completes when
  * they are terminal. Those paths are bounded themselves (abort_ack and
- * release timeouts, heartbeats), so a peer that never answers cannot
- * hold a drain (invariant 11). A SIGTERM drain stops the node after a
- * last grace of two release timeouts even if something still hangs.
+ * release timeouts, heartbeats, and on prefill the send deadline, which
+ * ends an aborted request whose batches a stalled peer never takes), so
+ * a peer that never answers or never reads cannot hold a drain
+ * (invariant 11). A SIGTERM drain stops the node after a last grace of
+ * two release timeouts even if something still hangs (the engine).
  */
 static void drain_stop_cb(uv_timer_t *t)
 {

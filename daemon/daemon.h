@@ -63,6 +63,8 @@ struct kvd_counters {
 					* (their pages quarantined) */
 	uint64_t checksum_ns;         /* time spent checksumming KV batches */
 	uint64_t release_timeouts;    /* prefill: pages released without ack */
+	uint64_t send_timeouts;       /* prefill: requests ended at the send
+				       * deadline (transfer.send_timeout_ms) */
 	uint64_t drain_aborts;        /* requests aborted at the drain deadline */
 	struct transport_verbs_stats verbs;  /* RDMA: inline headers, credits */
 };

@@ -5,8 +5,10 @@
  * tcp today, verbs next; this is the one place one is created), liveness
  * (heartbeats, three missed and it is lost), the bounds of invariant 11
  * (a bounded control write queue, a data backlog that stops sending and
- * then ends the link, at most 64 handshakes pending and 512 links), and
- * the requests that run on it. Decode dials (struct link_ops from
+ * then ends the link, at most 64 handshakes pending and 512 links, at
+ * most peers.max_links proven links per decode node, and what one node
+ * holds over all its links for prefill's caps), and the requests that
+ * run on it. Decode dials (struct link_ops from
  * decode.c), prefill accepts (from prefill.c); what differs by side is
  * the handshake:
  *   dial:   connect; keyed: auth_hello -> challenge -> our proof -> its
@@ -218,7 +220,11 @@ void serve__link_detach(struct serve_req *r)
 /* Every request on l, each once, through the role: lost (with code and
  * msg) or resumed. A request may leave the link (or end) in its step, and
  * take others with it: each is moved aside before its step, and what is
- * still attached afterwards goes back. Returns how many said true. */
+ * still attached afterwards goes back, in its order. Resumed oldest first
+ * (attach puts the newest at the head): the backlog's room goes to the
+ * request that has waited longest, so a stream of new requests cannot
+ * starve an old one past its send deadline (prefill.c). Returns how many
+ * said true. */
 static unsigned link_reqs_walk(struct link *l, bool lost, int code,
 			       const char *msg)
 {
@@ -226,11 +232,14 @@ static unsigned link_reqs_walk(struct link *l, bool lost, int code,
 	unsigned n = 0;
 
 	while (!kvd_list_empty(&l->reqs)) {
-		struct kvd_list *e = l->reqs.next;
+		struct kvd_list *e = lost ? l->reqs.next : l->reqs.prev;
 		struct serve_req *r = kvd_list_entry(e, struct serve_req, link_node);
 
 		kvd_list_del(e);
-		kvd_list_add_tail(&seen, e);
+		if (lost)
+			kvd_list_add_tail(&seen, e);
+		else
+			kvd_list_add(&seen, e);
 		if (lost)
 			n += l->ops->req_lost(r, code, msg);
 		else if (l->ops->req_resume)
@@ -756,12 +765,31 @@ static void accept_on_auth_proof(struct link *l, const struct proto_peer_msg *m)
 	l->phase = LINK_HELLO;
 }
 
+/* peers.max_links: the node's proven links, this one not yet counted.
+ * True when l was refused. */
+static bool accept_node_full(struct link *l, const struct proto_peer_msg *m)
+{
+	struct link_node_usage u;
+	char why[200];
+
+	serve__link_node_usage(l, &u);
+	if (u.links < l->s->d->cfg.peer_max_links)
+		return false;
+	snprintf(why, sizeof(why), "decode node %s already holds %u links (peers.max_links=%u)",
+		 l->node_addr, u.links, l->s->d->cfg.peer_max_links);
+	l->hello = m->hello;   /* for the log line (escaped there) */
+	accept_refuse(l, "too_many_links", NULL, why);
+	return true;
+}
+
 static void accept_on_hello(struct link *l, const struct proto_peer_msg *m)
 {
 	struct serve *s = l->s;
 	struct proto_peer_msg reply = { .type = PEER_MSG_HELLO };
 	char field[32] = "", why[200] = "";
 
+	if (accept_node_full(l, m))
+		return;
 	if (proto_peer_hello_match(&s->my_hello, &m->hello, field, sizeof(field),
 				   why, sizeof(why)) ||
 	    !strcmp(m->hello.role, "prefill")) {
@@ -1374,6 +1402,37 @@ static void accept_addr(struct link *l)
 		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	}
 	snprintf(l->addr, sizeof(l->addr), "%s:%d", ip, port);
+	snprintf(l->node_addr, sizeof(l->node_addr), "%s", ip);
+}
+
+/* A decode node, to the per-node bounds, is the address its links come
+ * from. The cluster key is shared: a proof says only that the peer holds
+ * it, and a key holder can name itself as it likes in its hello, so a
+ * name (proven or not) would give one key holder a fresh set of caps per
+ * name; its source address it cannot choose (TCP's handshake). Decode
+ * nodes behind one address share the caps. A link whose address could
+ * not be read is a node of its own. */
+static bool link_same_node(const struct link *a, const struct link *b)
+{
+	if (a->side != LINK_ACCEPT || b->side != LINK_ACCEPT)
+		return false;
+	return a == b || (a->node_addr[0] && !strcmp(a->node_addr, b->node_addr));
+}
+
+void serve__link_node_usage(const struct link *l, struct link_node_usage *u)
+{
+	struct kvd_list *e;
+
+	*u = (struct link_node_usage){ 0 };
+	kvd_list_for_each(e, &l->s->links) {
+		const struct link *q = kvd_list_entry(e, struct link, node);
+
+		if (!q->hello_done || q->closing || q->is_data || !link_same_node(l, q))
+			continue;
+		u->links++;
+		u->reqs += q->n_reqs;
+		u->pages += q->n_pages;
+	}
 }
 
 static bool accept_room(struct serve *s)
@@ -1512,6 +1571,11 @@ void serve__link_tick(struct serve *s)
 		}
 		if (!l->up)
 			continue;
+		if (l->side == LINK_ACCEPT && l->ops->tick) {
+			l->ops->tick(l, now);
+			if (l->closing)
+				continue;
+		}
 		kvpool_get_stats(s->d->pool, &st);
 		m.load = l->n_reqs;
 		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;

@@ -496,6 +496,9 @@ static void render_counters(struct text *t, struct kvd_daemon *d)
 	one_u(t, "kvd_kv_release_timeouts_total", "counter",
 	      "Prefill: pages released without the peer's acknowledgement.",
 	      k->release_timeouts);
+	one_u(t, "kvd_kv_send_timeouts_total", "counter",
+	      "Prefill: requests whose KV batches made no progress within transfer.send_timeout_ms.",
+	      k->send_timeouts);
 	one_u(t, "kvd_drain_aborts_total", "counter",
 	      "Requests aborted at a drain's deadline.", k->drain_aborts);
 	family(t, "kvd_verbs_batch_headers_total", "counter",

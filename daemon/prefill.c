@@ -364,32 +364,35 @@ static int prefill_stuck_submit(struct serve_req *r)
 	return 0;
 }
 
-/* Per-peer caps (invariant 11): one decode node may hold at most
- * peers.max_requests requests and s->peer_max_pages pages of this node,
- * so a peer that never acknowledges cannot take the whole pool from the
- * others. Checked before anything is reserved or computed. True when m
- * was rejected. */
+/* Per-node caps (invariant 11): one decode node - every proven link
+ * from its address (link.c, link_same_node), however many it opens - may
+ * hold at most peers.max_requests requests and s->peer_max_pages pages
+ * of this node, so a peer that never acknowledges cannot take the whole
+ * pool from the others. Checked before anything is reserved or computed.
+ * True when m was rejected. */
 static bool prefill_peer_cap(struct link *l, const struct proto_peer_msg *m)
 {
 	struct serve *s = l->s;
+	struct link_node_usage u;
 	const char *cap = NULL;
 
-	if (l->n_reqs >= s->d->cfg.peer_max_requests)
+	serve__link_node_usage(l, &u);
+	if (u.reqs >= s->d->cfg.peer_max_requests)
 		cap = "max_requests";
-	else if ((uint64_t)l->n_pages + m->n_pages > s->peer_max_pages)
+	else if ((uint64_t)u.pages + m->n_pages > s->peer_max_pages)
 		cap = "max_pages";
 	if (!cap)
 		return false;
 	s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
 	KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_PEER_REQUEST], "peer_cap",
-		   "peer_node=%s remote_id=%llu tenant=%s cap=%s requests=%u max_requests=%u pages=%u want_pages=%u max_pages=%u",
-		   KVLOG_Q(l->hello.node), (unsigned long long)m->id,
-		   KVLOG_Q(m->tenant), cap, l->n_reqs,
-		   s->d->cfg.peer_max_requests, l->n_pages, m->n_pages,
-		   s->peer_max_pages);
+		   "peer_node=%s peer_addr=%s remote_id=%llu tenant=%s cap=%s requests=%u max_requests=%u pages=%u want_pages=%u max_pages=%u links=%u",
+		   KVLOG_Q(l->hello.node), KVLOG_Q(l->node_addr),
+		   (unsigned long long)m->id, KVLOG_Q(m->tenant), cap, u.reqs,
+		   s->d->cfg.peer_max_requests, u.pages, m->n_pages,
+		   s->peer_max_pages, u.links);
 	prefill_reject(l, m->id, m->tenant, PROTO_ERR_OVERLOADED,
-		       "decode node %s holds %u requests and %u pages of prefill node %s (caps: %u requests, %u pages)",
-		       l->hello.node, l->n_reqs, l->n_pages, s->d->cfg.node_name,
+		       "decode node %s holds %u requests and %u pages of prefill node %s over %u links (caps: %u requests, %u pages)",
+		       l->node_addr, u.reqs, u.pages, s->d->cfg.node_name, u.links,
 		       s->d->cfg.peer_max_requests, s->peer_max_pages);
 	return true;
 }
@@ -536,6 +539,7 @@ static void prefill_sent_cb(void *arg, int status)
 		   "id=%llu tenant=%s msg=\"a batch reported sent that was never queued\"",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
 	r->sends_pending--;
+	r->t_progress_ns = kvd_now_ns();
 	l = r->link;
 	if (status == 0) {
 		kvd_metrics_xfer_batch(&r->s->d->metrics, KVD_XFER_SEND, bytes);
@@ -633,6 +637,8 @@ static void prefill_send_more(struct serve_req *r)
 
 	if (r->ended || r->state != PRS_SENDING || !l || !l->data)
 		return;
+	if (!r->t_progress_ns)   /* the send deadline counts from here */
+		r->t_progress_ns = kvd_now_ns();
 	if (r->short_fault)     /* fault point: one page fewer, same report */
 		limit--;
 	per = xfer_batch_pages_max(l->max_batch_bytes, s->page_bytes);
@@ -914,11 +920,76 @@ static void prefill_req_resume(struct serve_req *r)
 		prefill_send_more(r);
 }
 
+/* ---- the send deadline (transfer.send_timeout_ms) ---------------------------- */
+
+/* Before prefill_done neither release_timeout_ms nor the data
+ * connection's stall bound need apply: a peer that stops reading leaves
+ * a backlog below the stall bound, and its requests never finish
+ * sending. So every request from its first send on (SENDING), and while
+ * it waits for its queued batches after an abort (ABORT_DRAINING), must
+ * see one of its batches reported within send_timeout_ms of the last.
+ *
+ * True when r is past it. */
+static bool prefill_send_late(const struct serve_req *r, uint64_t now)
+{
+	return (r->state == PRS_SENDING || r->state == PRS_ABORT_DRAINING) &&
+	       r->t_progress_ns &&
+	       now - r->t_progress_ns >= (uint64_t)r->s->send_timeout_ms * 1000000ull;
+}
+
+static void prefill_send_timeout(struct serve_req *r, uint64_t now, const char *action)
+{
+	r->s->d->counters.send_timeouts++;
+	KVLOG_WARN(r->s->log, "send_timeout",
+		   "id=%llu tenant=%s remote_id=%llu peer_node=%s peer=%s state=%s pages=%u batches_sent=%u batches_queued=%u idle_ms=%llu send_timeout_ms=%u action=%s",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
+		   (unsigned long long)r->remote_id,
+		   KVLOG_Q(r->link ? r->link->hello.node : "?"),
+		   KVLOG_Q(r->link ? r->link->addr : "?"),
+		   machine_state_name(&preq_machine, r->state), r->n_dst,
+		   r->batches_sent, r->sends_pending,
+		   (unsigned long long)((now - r->t_progress_ns) / 1000000ull),
+		   r->s->send_timeout_ms, action);
+	serve__req_fail(r, PROTO_ERR_TIMEOUT,
+			"no KV batch of the request left within transfer.send_timeout_ms");
+}
+
+/* link_ops.tick. A late request with a batch still queued means the data
+ * connection is stuck: the queued batches come back (and with them the
+ * right to free the pages they read, invariant 2) only when it closes,
+ * so l is torn down and every request on it takes LINK_LOST; each one
+ * then frees its pages once its batches are reported cancelled. A late
+ * request with nothing queued (waiting for the backlog to drain) ends
+ * alone: its abort goes to decode and its pages back at once. */
+static void prefill_link_tick(struct link *l, uint64_t now)
+{
+	struct kvd_list *e, *nxt;
+
+	kvd_list_for_each(e, &l->reqs) {
+		struct serve_req *r = kvd_list_entry(e, struct serve_req, link_node);
+
+		if (r->sends_pending && prefill_send_late(r, now)) {
+			prefill_send_timeout(r, now, "close_data");
+			serve__link_lost(l, "data connection made no progress within transfer.send_timeout_ms");
+			return;
+		}
+	}
+	kvd_list_for_each_safe(e, nxt, &l->reqs) {
+		struct serve_req *r = kvd_list_entry(e, struct serve_req, link_node);
+
+		if (prefill_send_late(r, now)) {
+			prefill_send_timeout(r, now, "abort");
+			serve__preq_event(r, PEV_OP_ABORT);
+		}
+	}
+}
+
 static const struct link_ops prefill_link_ops = {
 	.on_msg = prefill_on_msg,
 	.bad_request = prefill_bad_request,
 	.req_lost = prefill_req_lost,
 	.req_resume = prefill_req_resume,
+	.tick = prefill_link_tick,
 };
 
 /* peers.max_pages = 0: half the pool, but at least one request of the
@@ -932,13 +1003,15 @@ static void prefill_peer_limits(struct serve *s)
 
 	s->peer_max_pages = c->peer_max_pages ? c->peer_max_pages :
 		KVD_MIN(pool, KVD_MAX(pool / 2, full));
+	s->send_timeout_ms = c->send_timeout_ms ? c->send_timeout_ms : c->release_timeout_ms;
 	KVLOG_INFO(s->log, "peer_limits",
-		   "max_requests=%u max_pages=%u max_pages_source=%s pool_pages=%u full_context_pages=%u write_queue_soft=%llu write_queue_hard=%llu write_stall_timeout_ms=%u release_timeout_ms=%u",
+		   "max_requests=%u max_pages=%u max_pages_source=%s max_links=%u per=node_address pool_pages=%u full_context_pages=%u write_queue_soft=%llu write_queue_hard=%llu write_stall_timeout_ms=%u release_timeout_ms=%u send_timeout_ms=%u",
 		   c->peer_max_requests, s->peer_max_pages,
-		   c->peer_max_pages ? "config" : "auto", pool, full,
+		   c->peer_max_pages ? "config" : "auto", c->peer_max_links, pool, full,
 		   (unsigned long long)c->write_queue_soft,
 		   (unsigned long long)c->write_queue_hard,
-		   c->write_stall_timeout_ms, c->release_timeout_ms);
+		   c->write_stall_timeout_ms, c->release_timeout_ms,
+		   s->send_timeout_ms);
 }
 
 int serve__prefill_start(struct serve *s)

@@ -196,6 +196,10 @@ struct serve_req {
 	bool ack_owed;                   /* decode aborted: abort_ack once
 					  * no batch is queued (PA_ACK_OWED) */
 	bool released_by_peer;           /* release_ack seen: ends ok */
+	uint64_t t_progress_ns;          /* its first batch queued, then its
+					  * latest batch reported: the send
+					  * deadline counts from here
+					  * (transfer.send_timeout_ms) */
 	bool short_fault;                /* fault point short_transfer */
 	bool slow_waited;                /* fault point slow_batch */
 
@@ -284,6 +288,9 @@ struct link_ops {
 	/* accept: the data connection drained below its soft bound; r may
 	 * send again (NULL: nothing waits) */
 	void (*req_resume)(struct serve_req *r);
+	/* accept, from the heartbeat tick of a link that is up: the role's
+	 * deadlines on l's requests (it may tear l down; NULL: none) */
+	void (*tick)(struct link *l, uint64_t now_ns);
 	/* dial: a batch that passed the transport's checks */
 	void (*rx_batch)(struct link *l, const struct xfer_hdr *h,
 			 const uint8_t *batch);
@@ -309,6 +316,9 @@ struct link {
 	struct kvd_list node;            /* s->links */
 	char addr[256];                  /* dial: the configured address;
 					  * accept: the remote "ip:port" */
+	char node_addr[64];              /* accept: the remote ip, which is
+					  * what a decode node is to the
+					  * per-node caps (link_node_usage) */
 	uint64_t conn_id;                /* accept: local, never on the wire */
 	uv_tcp_t ctl;                    /* the control connection */
 	bool ctl_open;
@@ -381,6 +391,13 @@ struct link {
 	char rbuf[65536];                /* (65536) bytes: control reads */
 };
 
+/* accept: what one decode node - every proven link from the same source
+ * address - holds of this node (peers.max_requests, max_pages,
+ * max_links). */
+struct link_node_usage {
+	uint32_t links, reqs, pages;
+};
+
 /* ---- the serving layer ---------------------------------------------------- */
 
 /* Log lines a remote party can trigger at will, one token bucket per
@@ -441,8 +458,10 @@ struct serve {
 	/* a parsed client request goes to the role's admission: decode's
 	 * (serve__decode_admit) or a standalone node's (serve__local_admit) */
 	void (*admit)(struct serve_req *r);
-	uint32_t peer_max_pages;         /* per decode peer: peers.max_pages or
+	uint32_t peer_max_pages;         /* per decode node: peers.max_pages or
 					  * the automatic value (prefill start) */
+	uint32_t send_timeout_ms;        /* prefill: transfer.send_timeout_ms or
+					  * release_timeout_ms (prefill start) */
 	uint64_t local_prompt_tokens;    /* decode: prompt tokens this node
 					  * computes itself, not yet done
 					  * (peers.local_prefill) */
@@ -503,6 +522,9 @@ void serve__link_detach(struct serve_req *r);
 bool serve__link_data_full(struct link *l);
 /* accept: a batch was reported: resume waiting requests if it drained. */
 void serve__link_data_resume(struct link *l);
+/* accept: what l's decode node holds over all its proven links (l
+ * included once proven). */
+void serve__link_node_usage(const struct link *l, struct link_node_usage *u);
 /* The accepted link with local id conn_id, NULL when it is gone. */
 struct link *serve__link_by_conn(struct serve *s, uint64_t conn_id);
 /* Before a peer has proved the key (keyless: before its hello), a node

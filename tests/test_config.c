@@ -130,6 +130,8 @@ static const struct bad {
 	{ "key outside section", "", 1, "", "" }, /* handled below */
 	{ "bad node name", "", 1, "node.name", "not a name" }, /* handled below */
 	{ "relative admin socket", "[kv]\npool_tokens = 64\n[admin]\nsocket = x.sock\n", 8, "admin.socket", "absolute" },
+	{ "send timeout above release", "[kv]\npool_tokens = 64\n[transfer]\nrelease_timeout_ms = 2000\nsend_timeout_ms = 3000\n", 9, "transfer.send_timeout_ms", "above transfer.release_timeout_ms" },
+	{ "batch exceeds send timeout", "[kv]\npool_tokens = 64\n[transfer]\nmax_batch_bytes = 64M\nlink_gbps = 1\nsend_timeout_ms = 100\n", 10, "transfer.send_timeout_ms", "not within send_timeout_ms=100" },
 	{ "heartbeat vs release", "[kv]\npool_tokens = 64\n[transfer]\nheartbeat_ms = 3000\nrelease_timeout_ms = 5000\n", 8, "transfer.heartbeat_ms", "heartbeats" },
 	{ "host name in peers", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\nprefill = prefill-1.internal:7001\n", 10, "peers.prefill", "IPv4:port" },
 	{ "value too long to print back", "", 8, "listen.client", "too long" }, /* handled below */

@@ -15,8 +15,12 @@
  *       prefill sends (control and data); heartbeats keep the connection
  *       alive for SECONDS. --keep-sending: a new request every 20 ms for
  *       the whole time; --no-read-data: never read the data connection
- *       (KV piles up on prefill's side). Reports done/rejected counts per
- *       error code.
+ *       (KV piles up on prefill's side); --links N: open N links (each a
+ *       control and a data connection, all under the same node name) and
+ *       spread the requests over them round robin, as one key holder
+ *       trying to get N times the per-peer caps. Reports done/rejected
+ *       counts per error code, and links=OK/N (handshakes that succeeded;
+ *       the others were refused).
  *   kvd_attack junk-flood HOST:PORT COUNT
  *       handshake, then COUNT well-formed control frames prefill never
  *       expects from decode (prefill_reject), one after another; each is
@@ -32,7 +36,10 @@
  * cluster knows them; prefill itself reveals nothing before a proof);
  * --key FILE authenticates with the cluster key (an insider: a decode
  * node gone rogue) - without it the link is keyless, which prefill
- * accepts over loopback only when it has no key itself.
+ * accepts over loopback only when it has no key itself; --source IP
+ * binds every connection to that local address (127.0.0.2: another
+ * node than the real decode node on 127.0.0.1, for prefill's per-node
+ * caps).
  *
  * Connection setup lives in attack_peer_connect() alone (connect, prove
  * the key, hello, read prefill's hello, open the data connection with the
@@ -43,6 +50,7 @@
 #include "net/frame.h"
 #include "net/proto_peer.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -65,8 +73,9 @@ struct attack_conn {
 	bool sealed;
 };
 
-/* --log and --key; hold's --no-read-data */
+/* --log, --key and --source; hold's --no-read-data */
 static const char *g_log;
+static const char *g_source;
 static int g_no_read_data;
 static struct peer_key g_key;
 
@@ -76,6 +85,30 @@ static uint64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* --source: connect from that local address (IPv4 or IPv6). 0 or -1. */
+static int tcp_bind_source(int fd, int family)
+{
+	struct sockaddr_storage ss = { 0 };
+	socklen_t len;
+
+	if (family == AF_INET) {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+
+		a->sin_family = AF_INET;
+		if (inet_pton(AF_INET, g_source, &a->sin_addr) != 1)
+			return -1;
+		len = sizeof(*a);
+	} else {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+
+		a->sin6_family = AF_INET6;
+		if (inet_pton(AF_INET6, g_source, &a->sin6_addr) != 1)
+			return -1;
+		len = sizeof(*a);
+	}
+	return bind(fd, (struct sockaddr *)&ss, len) ? -1 : 0;
 }
 
 static int tcp_connect(const char *hostport)
@@ -93,6 +126,10 @@ static int tcp_connect(const char *hostport)
 	if (getaddrinfo(host, colon + 1, &hints, &ai) || !ai)
 		return -1;
 	fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	if (fd >= 0 && g_source && tcp_bind_source(fd, ai->ai_family)) {
+		close(fd);
+		fd = -1;
+	}
 	/* a small receive window: what we do not read piles up on the
 	 * sender's side, not in our kernel */
 	if (fd >= 0)
@@ -503,54 +540,86 @@ static int hold_request(struct attack_conn *c, uint64_t id, uint32_t tokens)
 	return rc;
 }
 
-static int cmd_hold(const char *hostport, uint32_t tokens, unsigned count,
-		    int seconds, int keep_sending)
+#define HOLD_LINKS_MAX 16
+
+/* Heartbeats, the next request, reads, on every link still open.
+ * Returns how many links are still open. */
+static unsigned hold_round(struct attack_conn *cs, int *closed, unsigned n,
+			   struct hold_counts *k, uint64_t *next_hb)
 {
-	struct attack_conn c;
+	struct proto_peer_msg hb = { .type = PEER_MSG_HEARTBEAT };
+	uint64_t t = now_ms();
+	unsigned open = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (closed[i])
+			continue;
+		if (t >= *next_hb && send_on(&cs[i], cs[i].ctl, &hb))
+			closed[i] = 1;
+		if (!closed[i] && hold_pump(&cs[i], k, n > 1 ? 1 : 2) < 0)
+			closed[i] = 1;
+		open += !closed[i];
+	}
+	if (t >= *next_hb)
+		*next_hb = t + 100;
+	return open;
+}
+
+static int cmd_hold(const char *hostport, uint32_t tokens, unsigned count,
+		    int seconds, int keep_sending, unsigned n_links)
+{
+	struct attack_conn cs[HOLD_LINKS_MAX];
+	int closed[HOLD_LINKS_MAX] = { 0 };
 	struct hold_counts k = { 0 };
 	uint64_t end, next_hb = 0, next_req = 0, id = 1;
-	int closed = 0, said = 0;
-	struct proto_peer_msg hb = { .type = PEER_MSG_HEARTBEAT };
+	unsigned ok = 0, open = 0, i;
+	int said = 0;
 
-	if (attack_peer_connect(&c, hostport)) {
-		printf("handshake=failed\n");
-		attack_close(&c);
+	/* the links that completed the handshake come first */
+	for (i = 0; i < n_links; i++) {
+		if (attack_peer_connect(&cs[ok], hostport)) {
+			attack_close(&cs[ok]);
+			continue;
+		}
+		ok++;
+	}
+	if (!ok) {
+		printf("handshake=failed links=0/%u\n", n_links);
 		return 2;
 	}
+	open = ok;
 	end = now_ms() + (uint64_t)seconds * 1000u;
-	while (now_ms() < end && !closed) {
+	while (now_ms() < end && open) {
 		uint64_t t = now_ms();
 
-		if (t >= next_hb) {
-			if (send_on(&c, c.ctl, &hb))
-				closed = 1;
-			next_hb = t + 100;
-		}
-		if (!closed && t >= next_req &&
-		    (id <= count || keep_sending)) {
-			if (hold_request(&c, id++, tokens))
-				closed = 1;
+		if (t >= next_req && (id <= count || keep_sending)) {
+			unsigned j = (unsigned)((id - 1) % ok);
+
+			/* round robin over the links still open */
+			while (closed[j])
+				j = (j + 1) % ok;
+			if (hold_request(&cs[j], id++, tokens))
+				closed[j] = 1;
 			next_req = t + (id <= count ? 2 : 20);
 		}
-		if (!closed && hold_pump(&c, &k, 2) < 0)
-			closed = 1;
-		if (id > count && !keep_sending) {
+		open = hold_round(cs, closed, ok, &k, &next_hb);
+		if (id > count && !keep_sending && !said &&
+		    k.done + k.rejected[PROTO_ERR_OVERLOADED] +
+		    k.rejected[PROTO_ERR_INTERNAL] >= count) {
 			/* the requests are out: report progress once */
-			if (!said && k.done + k.rejected[PROTO_ERR_OVERLOADED] +
-				     k.rejected[PROTO_ERR_INTERNAL] >= count) {
-				printf("sent=%u done=%u overloaded=%u\n", count,
-				       k.done, k.rejected[PROTO_ERR_OVERLOADED]);
-				fflush(stdout);
-				said = 1;
-			}
+			printf("sent=%u done=%u overloaded=%u links=%u/%u\n", count,
+			       k.done, k.rejected[PROTO_ERR_OVERLOADED], ok, n_links);
+			fflush(stdout);
+			said = 1;
 		}
 	}
-	printf("handshake=ok sent=%llu done=%u overloaded=%u draining=%u other_rejects=%u aborts=%u closed=%d\n",
+	printf("handshake=ok sent=%llu done=%u overloaded=%u draining=%u other_rejects=%u aborts=%u closed=%d links=%u/%u\n",
 	       (unsigned long long)(id - 1), k.done,
 	       k.rejected[PROTO_ERR_OVERLOADED], k.rejected[PROTO_ERR_DRAINING],
 	       k.rejected[PROTO_ERR_PROMPT_TOO_LONG] + k.rejected[PROTO_ERR_INVALID_REQUEST] +
-	       k.rejected[PROTO_ERR_INTERNAL], k.aborts, closed);
-	attack_close(&c);
+	       k.rejected[PROTO_ERR_INTERNAL], k.aborts, open < ok, ok, n_links);
+	for (i = 0; i < ok; i++)
+		attack_close(&cs[i]);
 	return 0;
 }
 
@@ -558,9 +627,34 @@ static int usage(void)
 {
 	fprintf(stderr,
 		"usage: kvd_attack --log PREFILL_LOG [--key FILE] abort-flood HOST:PORT SECONDS\n"
-		"       kvd_attack --log PREFILL_LOG [--key FILE] hold HOST:PORT TOKENS COUNT SECONDS [--keep-sending | --no-read-data]\n"
+		"       kvd_attack --log PREFILL_LOG [--key FILE] [--source IP] hold HOST:PORT TOKENS COUNT SECONDS\n"
+		"                  [--keep-sending] [--no-read-data] [--links N]\n"
 		"       kvd_attack --log PREFILL_LOG [--key FILE] junk-flood HOST:PORT COUNT\n");
 	return 64;
+}
+
+/* hold HOST:PORT TOKENS COUNT SECONDS [--keep-sending] [--no-read-data]
+ * [--links N] */
+static int hold_main(int argc, char **argv)
+{
+	int keep_sending = 0;
+	unsigned links = 1;
+
+	for (int i = 6; i < argc; i++) {
+		if (!strcmp(argv[i], "--keep-sending"))
+			keep_sending = 1;
+		else if (!strcmp(argv[i], "--no-read-data"))
+			g_no_read_data = 1;
+		else if (!strcmp(argv[i], "--links") && i + 1 < argc)
+			links = (unsigned)strtoul(argv[++i], NULL, 10);
+		else
+			return usage();
+	}
+	if (links < 1 || links > HOLD_LINKS_MAX)
+		return usage();
+	return cmd_hold(argv[2], (uint32_t)strtoul(argv[3], NULL, 10),
+			(unsigned)strtoul(argv[4], NULL, 10), atoi(argv[5]),
+			keep_sending, links);
 }
 
 int main(int argc, char **argv)
@@ -569,9 +663,12 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (peer_auth_global_init())
 		return 2;
-	while (argc > 2 && (!strcmp(argv[1], "--log") || !strcmp(argv[1], "--key"))) {
+	while (argc > 2 && (!strcmp(argv[1], "--log") || !strcmp(argv[1], "--key") ||
+			    !strcmp(argv[1], "--source"))) {
 		if (!strcmp(argv[1], "--log")) {
 			g_log = argv[2];
+		} else if (!strcmp(argv[1], "--source")) {
+			g_source = argv[2];
 		} else {
 			uint8_t buf[KVD_KEYFILE_MAX];
 			char why[600];
@@ -590,11 +687,7 @@ int main(int argc, char **argv)
 		return cmd_abort_flood(argv[2], atoi(argv[3]));
 	if (argc == 4 && !strcmp(argv[1], "junk-flood"))
 		return cmd_junk_flood(argv[2], (unsigned)strtoul(argv[3], NULL, 10));
-	if ((argc == 6 || argc == 7) && !strcmp(argv[1], "hold")) {
-		g_no_read_data = argc == 7 && !strcmp(argv[6], "--no-read-data");
-		return cmd_hold(argv[2], (uint32_t)strtoul(argv[3], NULL, 10),
-				(unsigned)strtoul(argv[4], NULL, 10), atoi(argv[5]),
-				argc == 7 && !strcmp(argv[6], "--keep-sending"));
-	}
+	if (argc >= 6 && !strcmp(argv[1], "hold"))
+		return hold_main(argc, argv);
 	return usage();
 }

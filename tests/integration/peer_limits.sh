@@ -23,7 +23,9 @@ ATTACK_BIN=$KVD_BUILD/tests/kvd_attack
 [ -x "$ATTACK_BIN" ] || { echo "skip: $ATTACK_BIN not built"; exit 77; }
 # The attacker holds the cluster key (a decode node gone rogue): bounds
 # must hold against an authenticated peer, not only against strangers.
-ATTACK=("$ATTACK_BIN" --log "$T/pf.log" --key "$(cluster_key)")
+# It connects from 127.0.0.2: prefill's caps hold per decode node (source
+# address), and the real decode node is 127.0.0.1.
+ATTACK=("$ATTACK_BIN" --log "$T/pf.log" --key "$(cluster_key)" --source 127.0.0.2)
 gen_model "$T/m.gguf"
 M=$T/m.gguf
 PROMPT="The end of the story"
