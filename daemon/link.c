@@ -1417,33 +1417,58 @@ static bool link_unproven(const struct link *q)
 	       !q->hello_done;
 }
 
-/* Same source address: the "ip" of two accepted links' "ip:port". */
+/* The source address of an accepted link: the "ip" of its "ip:port". */
+static size_t link_source_len(const struct link *l)
+{
+	const char *c = strrchr(l->addr, ':');
+
+	return c ? (size_t)(c - l->addr) : strlen(l->addr);
+}
+
 static bool link_same_source(const struct link *a, const struct link *b)
 {
-	const char *ca = strrchr(a->addr, ':'), *cb = strrchr(b->addr, ':');
-	size_t la = ca ? (size_t)(ca - a->addr) : strlen(a->addr);
-	size_t lb = cb ? (size_t)(cb - b->addr) : strlen(b->addr);
+	size_t la = link_source_len(a);
 
-	return la == lb && !memcmp(a->addr, b->addr, la);
+	return la == link_source_len(b) && !memcmp(a->addr, b->addr, la);
+}
+
+/* An unproven handshake and the length of its source address. */
+struct accept_src {
+	struct link *l;
+	size_t len;
+};
+
+/* By source address, then oldest first. */
+static int accept_src_cmp(const void *pa, const void *pb)
+{
+	const struct accept_src *a = pa, *b = pb;
+	int c = memcmp(a->l->addr, b->l->addr, KVD_MIN(a->len, b->len));
+
+	if (c)
+		return c;
+	if (a->len != b->len)
+		return a->len < b->len ? -1 : 1;
+	return (a->l->t_start_ns > b->l->t_start_ns) - (a->l->t_start_ns < b->l->t_start_ns);
 }
 
 /* The oldest of the source holding the most among the n unproven
- * handshakes u[] (ties: the oldest). n <= LINK_PENDING_MAX: quadratic is
- * a few thousand comparisons. */
-static struct link *accept_heaviest(struct link *const *u, unsigned n)
+ * handshakes u[] (ties: the oldest), or NULL. Sorted by source, each
+ * source is one run, oldest first: a flood of accepts costs n log n
+ * each, not n * n. */
+static struct link *accept_heaviest(struct accept_src *u, unsigned n)
 {
 	struct link *heavy = NULL;
 	unsigned n_heavy = 0;
 
-	for (unsigned i = 0; i < n; i++) {
-		unsigned k = 0;
-
-		for (unsigned j = 0; j < n; j++)
-			k += link_same_source(u[i], u[j]);
-		if (!heavy || k > n_heavy ||
-		    (k == n_heavy && u[i]->t_start_ns < heavy->t_start_ns)) {
-			heavy = u[i];
-			n_heavy = k;
+	qsort(u, n, sizeof(*u), accept_src_cmp);
+	for (unsigned i = 0, j; i < n; i = j) {
+		for (j = i + 1; j < n && u[j].len == u[i].len &&
+				!memcmp(u[j].l->addr, u[i].l->addr, u[i].len); j++)
+			;
+		if (!heavy || j - i > n_heavy ||
+		    (j - i == n_heavy && u[i].l->t_start_ns < heavy->t_start_ns)) {
+			heavy = u[i].l;
+			n_heavy = j - i;
 		}
 	}
 	return heavy;
@@ -1455,7 +1480,8 @@ static struct link *accept_heaviest(struct link *const *u, unsigned n)
  * *full: l does not fit and no unproven handshake can make room. */
 static struct link *accept_victim(struct serve *s, struct link *l, bool *full)
 {
-	struct link *u[LINK_PENDING_MAX + 1], *mine = NULL, *heavy;
+	struct accept_src u[LINK_PENDING_MAX + 1];
+	struct link *mine = NULL, *heavy;
 	unsigned pending = 0, n_u = 0, n_mine = 0;
 	struct kvd_list *e;
 
@@ -1469,7 +1495,7 @@ static struct link *accept_victim(struct serve *s, struct link *l, bool *full)
 		pending++;
 		if (!link_unproven(q) || n_u == KVD_ARRAY_SIZE(u))
 			continue;
-		u[n_u++] = q;
+		u[n_u++] = (struct accept_src){ q, link_source_len(q) };
 		if (link_same_source(q, l)) {
 			n_mine++;
 			if (!mine || q->t_start_ns < mine->t_start_ns)
