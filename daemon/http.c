@@ -8,7 +8,8 @@
  *   - a request's line and headers must arrive within
  *     http.header_timeout_ms of its first byte, the whole request within
  *     http.read_timeout_ms (slowloris: 408, closed); the first request of
- *     a new connection counts from accept;
+ *     a new connection counts from accept, not from its first byte (else
+ *     a client silent until just before the deadline holds it twice);
  *   - a keep-alive connection idle past http.idle_timeout_ms (counted
  *     from its last answer: bytes that start no request, such as bare
  *     CRLFs, do not refresh it) closes;
@@ -332,15 +333,23 @@ static void http_pump(struct http_conn *hc)
 			if (hc->hs->head_check && !hc->hs->head_check(hc, &hc->wire.msg))
 				return;   /* answered; the connection ends */
 		}
+		/* 100 Continue only once the endpoint accepted the head (the
+		 * key) and the body is still to come; a body that came with
+		 * the head needs none (RFC 9110 s. 10.1.1), and a request
+		 * refused or answered whole never gets one ahead of it */
 		if (hc->wire.want_continue) {
 			static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 			hc->wire.want_continue = false;
-			http__write_copy(hc, cont, sizeof(cont) - 1);
+			if (rc == HTTP_WIRE_AGAIN && hc->head_judged)
+				http__write_copy(hc, cont, sizeof(cont) - 1);
 		}
 		if (rc == HTTP_WIRE_AGAIN) {
+			/* the first request's time counts from accept: a client
+			 * silent until just before the deadline must not start
+			 * a second one with its first byte */
 			if (hc->wire.started && !hc->t_req_ns)
-				hc->t_req_ns = hc->t_rx_ns;
+				hc->t_req_ns = hc->n_requests ? hc->t_rx_ns : hc->t_accept_ns;
 			break;
 		}
 		if (rc != HTTP_WIRE_MSG) {

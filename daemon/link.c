@@ -5,7 +5,7 @@
  * tcp today, verbs next; this is the one place one is created), liveness
  * (heartbeats, three missed and it is lost), the bounds of invariant 11
  * (a bounded control write queue, a data backlog that stops sending and
- * then ends the link, at most 64 handshakes pending and 512 links, at
+ * then ends the link, handshake budgets (below) and at most 512 links, at
  * most peers.max_links proven links per decode node, and what one node
  * holds over all its links for prefill's caps), and the requests that
  * run on it. Decode dials (struct link_ops from
@@ -22,6 +22,22 @@
  *           anything else is refused with one word.
  * Before the proof (keyless: the hello) a link reads only frames of
  * handshake size.
+ *
+ * Strangers cannot block pairing. An accepted connection that has not
+ * proved the key (keyed: a good auth_proof; keyless: the hello; a data
+ * connection: its token) is unproven, and what it can hold is budgeted:
+ * at most LINK_PENDING_PER_SOURCE unproven handshakes per source address
+ * and LINK_PENDING_MAX handshakes in all. A new connection never waits
+ * for a stranger's slot to time out: past its source's budget the oldest
+ * unproven handshake of that source gives way to it; past the total, the
+ * oldest unproven one of the source holding the most (so a peer with one
+ * handshake in flight is the last to go while strangers hold several).
+ * One that gave way is no longer read and is closed at the next heartbeat
+ * tick (accept_budget says why not at once). An unproven connection must
+ * prove within LINK_PROOF_MS of its accept (or connect_timeout_ms when
+ * shorter), judged at the tick, however much it keeps talking. A stranger
+ * on the peer's own address shares that address's budget with it: the
+ * budget protects a peer from strangers elsewhere, not from its own host.
  *
  * Teardown (link_lost_code) closes both connections first, then every
  * request on the link takes LINK_LOST through its role: once the data
@@ -45,13 +61,20 @@
 
 #define LINK_RETRY_MS 500
 
-/* Connections that have not finished their handshake (they hold an fd
- * and a buffer for up to connect_timeout_ms each), and accepted links in
- * all: past either bound one more is accepted and closed at once, so a
- * flood of strangers cannot use up the descriptors the admin socket and
- * the real peers need. */
+/* Connections that have not finished their handshake (each holds an fd
+ * and a buffer), unproven ones per source address, and accepted links in
+ * all. Past a handshake budget the oldest unproven handshake makes room
+ * (see the top); past LINK_TOTAL_MAX, or when every pending handshake has
+ * proved, one more is accepted and closed at once, so a flood of
+ * strangers cannot use up the descriptors the admin socket and the real
+ * peers need. */
 #define LINK_PENDING_MAX 64u
+#define LINK_PENDING_PER_SOURCE 8u
 #define LINK_TOTAL_MAX 512u
+/* An accepted connection proves the key within this (ms) of its accept:
+ * one round trip after decode's auth_hello, so a second leaves room for
+ * a distant, loaded peer and holds a stranger's slot briefly. */
+#define LINK_PROOF_MS 1000u
 
 static void link_connect(struct link *l);
 static unsigned link_lost_code(struct link *l, const char *why, int code,
@@ -1435,20 +1458,139 @@ void serve__link_node_usage(const struct link *l, struct link_node_usage *u)
 	}
 }
 
-static bool accept_room(struct serve *s)
+static unsigned accept_total(struct serve *s)
 {
-	unsigned pending = 0, total = 0;
+	unsigned total = 0;
 	struct kvd_list *e;
 
-	kvd_list_for_each(e, &s->links) {
-		const struct link *q = kvd_list_entry(e, struct link, node);
+	kvd_list_for_each(e, &s->links)
+		total += kvd_list_entry(e, struct link, node)->side == LINK_ACCEPT;
+	return total;
+}
 
-		if (q->side != LINK_ACCEPT)
-			continue;
-		total++;
-		pending += !q->hello_done && !q->closing;
+/* An accepted connection that has not proved the cluster key (keyless:
+ * not said its hello) and is not closing. */
+static bool link_unproven(const struct link *q)
+{
+	return q->side == LINK_ACCEPT && !q->closing && !q->evicted && !q->sealed &&
+	       !q->hello_done;
+}
+
+/* The source address of an accepted link: the "ip" of its "ip:port". */
+static size_t link_source_len(const struct link *l)
+{
+	const char *c = strrchr(l->addr, ':');
+
+	return c ? (size_t)(c - l->addr) : strlen(l->addr);
+}
+
+static bool link_same_source(const struct link *a, const struct link *b)
+{
+	size_t la = link_source_len(a);
+
+	return la == link_source_len(b) && !memcmp(a->addr, b->addr, la);
+}
+
+/* An unproven handshake and the length of its source address. */
+struct accept_src {
+	struct link *l;
+	size_t len;
+};
+
+/* By source address, then oldest first. */
+static int accept_src_cmp(const void *pa, const void *pb)
+{
+	const struct accept_src *a = pa, *b = pb;
+	int c = memcmp(a->l->addr, b->l->addr, KVD_MIN(a->len, b->len));
+
+	if (c)
+		return c;
+	if (a->len != b->len)
+		return a->len < b->len ? -1 : 1;
+	return (a->l->t_start_ns > b->l->t_start_ns) - (a->l->t_start_ns < b->l->t_start_ns);
+}
+
+/* The oldest of the source holding the most among the n unproven
+ * handshakes u[] (ties: the oldest), or NULL. Sorted by source, each
+ * source is one run, oldest first: a flood of accepts costs n log n
+ * each, not n * n. */
+static struct link *accept_heaviest(struct accept_src *u, unsigned n)
+{
+	struct link *heavy = NULL;
+	unsigned n_heavy = 0;
+
+	qsort(u, n, sizeof(*u), accept_src_cmp);
+	for (unsigned i = 0, j; i < n; i = j) {
+		for (j = i + 1; j < n && u[j].len == u[i].len &&
+				!memcmp(u[j].l->addr, u[i].l->addr, u[i].len); j++)
+			;
+		if (!heavy || j - i > n_heavy ||
+		    (j - i == n_heavy && u[i].l->t_start_ns < heavy->t_start_ns)) {
+			heavy = u[i].l;
+			n_heavy = j - i;
+		}
 	}
-	return pending < LINK_PENDING_MAX && total < LINK_TOTAL_MAX;
+	return heavy;
+}
+
+/* Which handshake makes room for the new one, l: past its source's
+ * budget the oldest unproven one of that source; past the total the
+ * oldest unproven one of the source holding the most; NULL when l fits.
+ * *full: l does not fit and no unproven handshake can make room. */
+static struct link *accept_victim(struct serve *s, struct link *l, bool *full)
+{
+	struct accept_src u[LINK_PENDING_MAX + 1];
+	struct link *mine = NULL, *heavy;
+	unsigned pending = 0, n_u = 0, n_mine = 0;
+	struct kvd_list *e;
+
+	*full = false;
+	kvd_list_for_each(e, &s->links) {
+		struct link *q = kvd_list_entry(e, struct link, node);
+
+		if (q == l || q->side != LINK_ACCEPT || q->closing || q->evicted ||
+		    q->hello_done)
+			continue;
+		pending++;
+		if (!link_unproven(q) || n_u == KVD_ARRAY_SIZE(u))
+			continue;
+		u[n_u++] = (struct accept_src){ q, link_source_len(q) };
+		if (link_same_source(q, l)) {
+			n_mine++;
+			if (!mine || q->t_start_ns < mine->t_start_ns)
+				mine = q;
+		}
+	}
+	if (n_mine >= LINK_PENDING_PER_SOURCE)
+		return mine;
+	if (pending < LINK_PENDING_MAX)
+		return NULL;
+	heavy = accept_heaviest(u, n_u);
+	*full = !heavy;
+	return heavy;
+}
+
+/* The new connection l takes its place in the handshake budgets: an
+ * older unproven handshake gives up its place (counted for the tick's
+ * line), or, when every pending one has proved, l is closed. The one
+ * evicted stops being read and is closed at the next tick, quietly (a
+ * stranger learns nothing): closed now, its owner could connect again at
+ * once, within this very accept loop - libuv accepts until the backlog is
+ * empty - and a flood that reconnects as fast as it is evicted would hold
+ * the loop there for ever. */
+static void accept_budget(struct serve *s, struct link *l)
+{
+	bool full;
+	struct link *v = accept_victim(s, l, &full);
+
+	if (full) {
+		s->peer_refused_conns++;
+		serve__link_lost(l, NULL);
+	} else if (v) {
+		s->peer_evicted_conns++;
+		v->evicted = true;
+		wbound_read_stop(&v->wb);
+	}
 }
 
 static void link_accept(uv_stream_t *server, int status)
@@ -1460,7 +1602,8 @@ static void link_accept(uv_stream_t *server, int status)
 		KVLOG_WARN(s->log, "peer_accept_failed", "error=%s", uv_err_name(status));
 		return;
 	}
-	l = s->stopping || !accept_room(s) ? NULL : link_new(s, LINK_ACCEPT, s->accept_ops);
+	l = s->stopping || accept_total(s) >= LINK_TOTAL_MAX ? NULL :
+	    link_new(s, LINK_ACCEPT, s->accept_ops);
 	if (!l) {
 		s->peer_refused_conns++;
 		serve__accept_drop(s, server);
@@ -1483,6 +1626,7 @@ static void link_accept(uv_stream_t *server, int status)
 	}
 	uv_tcp_nodelay(&l->ctl, 1);
 	accept_addr(l);
+	accept_budget(s, l);
 }
 
 int serve__link_listen(struct serve *s, const struct link_ops *ops)
@@ -1533,30 +1677,50 @@ struct link *serve__link_by_conn(struct serve *s, uint64_t conn_id)
 
 /* ---- liveness ---------------------------------------------------------------- */
 
+/* One line per tick for what the handshake bounds did, not one per
+ * connection (a stranger chooses how many). */
+static void link_tick_log(struct serve *s)
+{
+	if (s->peer_refused_conns)
+		KVLOG_WARN(s->log, "peer_conn_refused",
+			   "count=%llu reason=too_many_connections pending_max=%u total_max=%u",
+			   (unsigned long long)s->peer_refused_conns,
+			   LINK_PENDING_MAX, LINK_TOTAL_MAX);
+	if (s->peer_evicted_conns || s->peer_proof_timeouts)
+		KVLOG_WARN(s->log, "peer_handshakes_evicted",
+			   "count=%llu proof_timeouts=%llu per_source_max=%u pending_max=%u proof_ms=%u",
+			   (unsigned long long)s->peer_evicted_conns,
+			   (unsigned long long)s->peer_proof_timeouts,
+			   LINK_PENDING_PER_SOURCE, LINK_PENDING_MAX, LINK_PROOF_MS);
+	s->peer_refused_conns = s->peer_evicted_conns = s->peer_proof_timeouts = 0;
+}
+
 void serve__link_tick(struct serve *s)
 {
 	uint64_t now = kvd_now_ns();
 	uint64_t dead_ns = 3ull * s->d->cfg.heartbeat_ms * 1000000ull;
 	uint64_t connect_ns = (uint64_t)s->d->cfg.connect_timeout_ms * 1000000ull;
+	uint64_t proof_ns = KVD_MIN((uint64_t)LINK_PROOF_MS * 1000000ull, connect_ns);
 	struct kvd_list *e, *nxt;
 
-	if (s->peer_refused_conns) {
-		/* one line per tick, not one per connection */
-		KVLOG_WARN(s->log, "peer_conn_refused",
-			   "count=%llu reason=too_many_connections pending_max=%u total_max=%u",
-			   (unsigned long long)s->peer_refused_conns,
-			   LINK_PENDING_MAX, LINK_TOTAL_MAX);
-		s->peer_refused_conns = 0;
-	}
+	link_tick_log(s);
 	/* a lost link leaves the list only itself (accepted ones) */
 	kvd_list_for_each_safe(e, nxt, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
 		struct kvpool_stats st;
 
+		if (l->evicted && !l->closing)
+			serve__link_lost(l, NULL);
 		if (!l->ctl_open || l->closing || link_write_check(l, now) ||
 		    link_data_check(l, now))
 			continue;
+		if (link_unproven(l) && now - l->t_start_ns > proof_ns) {
+			/* talking or not, a stranger's slot is brief */
+			s->peer_proof_timeouts++;
+			serve__link_lost(l, NULL);
+			continue;
+		}
 		if (!l->up && now - l->t_start_ns > connect_ns) {
 			/* a connection that has not finished its handshake in
 			 * time holds nothing more of ours (accepted: silently) */

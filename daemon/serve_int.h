@@ -354,6 +354,9 @@ struct link {
 					  * (data_bound); accept: hello_done */
 	bool is_data;                    /* accept: a data connection before
 					  * its hand-over to the control link */
+	bool evicted;                    /* accept: an unproven handshake that
+					  * made room for a newer one: reads
+					  * stopped, closed at the next tick */
 	struct proto_peer_hello hello;   /* the peer's */
 	uint64_t max_batch_bytes;        /* negotiated */
 	bool checksum;                   /* negotiated */
@@ -455,6 +458,9 @@ struct serve {
 	struct peer_key key;             /* the cluster key; key.set = keyed */
 	uint64_t next_conn_id;           /* client and peer connections, for logs */
 	uint64_t peer_refused_conns;     /* dropped at accept since the last log */
+	uint64_t peer_evicted_conns;     /* unproven handshakes closed to make
+					  * room for a new one (link.c) ... */
+	uint64_t peer_proof_timeouts;    /* ... or past the proof deadline */
 	/* a parsed client request goes to the role's admission: decode's
 	 * (serve__decode_admit) or a standalone node's (serve__local_admit) */
 	void (*admit)(struct serve_req *r);

