@@ -155,7 +155,7 @@ static const struct conf_key conf_keys[] = {
 	  "OpenAI-compatible HTTP/1.1 API, one host:port (decode and standalone); empty = off. Without http.api_keys_file it must be a loopback address. Its connections count against max_clients and share the write_queue_* bounds." },
 
 	{ "http", "api_keys_file", CT_STR, "", 0, 0, NULL, F(http_api_keys_file),
-	  "API keys: one `KEY TENANT` per line (# comments), readable by its owner only. Requests must send `Authorization: Bearer KEY`; the tenant names them in logs. Empty: no keys, and listen.http must be loopback." },
+	  "API keys: one `KEY TENANT` per line (# comments; keys of 32..256 characters, not one or a few repeated), a regular file of kvd's user (or root) readable by its owner only. Requests must send `Authorization: Bearer KEY`; the tenant names them in logs. Empty: no keys, and listen.http must be loopback." },
 	{ "http", "max_header_bytes", CT_SIZE, "16K", 1024, 1048576, NULL, F(http_max_header_bytes),
 	  "Largest request line plus headers; past it the answer is 431 and the connection closes." },
 	{ "http", "max_body_bytes", CT_SIZE, "1M", 1024, 67108864, NULL, F(http_max_body_bytes),
@@ -172,7 +172,7 @@ static const struct conf_key conf_keys[] = {
 	{ "peers", "prefill", CT_LIST, "", 0, 0, NULL, F(peers_prefill),
 	  "Prefill peers host:port, comma-separated (decode; required there). Without peers.key_file they must be loopback addresses." },
 	{ "peers", "key_file", CT_STR, "", 0, 0, NULL, F(key_file),
-	  "Cluster secret shared by every node (at least 32 random bytes; `kvctl keygen FILE`), readable by its owner only. Peers prove they hold it before anything else; without it a node peers only over loopback." },
+	  "Cluster secret shared by every node (at least 32 random bytes, 8 or more distinct; `kvctl keygen FILE`), a regular file of kvd's user (or root) readable by its owner only. Peers prove they hold it before anything else; without it a node peers only over loopback." },
 	{ "peers", "max_requests", CT_U32, "256", 1, 1048576, NULL, F(peer_max_requests),
 	  "Requests one decode peer may have in flight on this prefill node; one more is refused with OVERLOADED." },
 	{ "peers", "max_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(peer_max_pages),
