@@ -102,7 +102,7 @@ static const struct conf_key conf_keys[] = {
 	{ "model", "chat_template", CT_ENUM, "auto", 0, 0, chat_templates, F(chat_template),
 	  "Prompt format of chat requests: auto recognizes the GGUF's tokenizer.chat_template (a template kvd does not know leaves chat off; completions still work), or force one of llama2, llama3, chatml (Qwen), mistral, gemma, phi3, deepseek." },
 	{ "model", "fingerprint_cache", CT_STR, "", 0, 0, NULL, F(fingerprint_cache),
-	  "Directory caching the model's SHA-256 by (device, inode, size, mtime, ctime), so a boot does not read the whole file when it has not changed; an absolute path, \"off\", or empty = $CACHE_DIRECTORY (systemd's CacheDirectory=) when set, else off." },
+	  "Directory caching the model's SHA-256 by (device, inode, size, mtime, ctime) and content evidence (the first MiB and 65 sampled blocks, checked at every boot), so a boot does not read the whole file when it has not changed; a cached digest is verified in full off the loop after boot, and a mismatch stops the node (exit 65); an absolute path, \"off\", or empty = $CACHE_DIRECTORY (systemd's CacheDirectory=) when set, else off." },
 	{ "model", "pack_cache", CT_BOOL, "on", 0, 0, NULL, F(pack_cache),
 	  "Keep the CPU kernels' repacked weights (Q4_0, Q8_0, K-quants on AVX-512 VNNI) in a file of the fingerprint cache's directory, written at the first start and mapped read-only (shared page cache) at later ones, instead of repacking the whole model at every start; off without a fingerprint cache directory." },
 	/* the default is PREPACK_KEEP_DAYS_DEFAULT (gpu/prepack.h: conf/ sits below) */
