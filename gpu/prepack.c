@@ -215,6 +215,23 @@ static int pread_all(int fd, void *buf, size_t n, off_t off)
 	return 0;
 }
 
+/* Private memory for a whole cache file's bytes (anonymous, so nothing
+ * outside the process can take its pages away: issue 22 item 8), or
+ * NULL. Transparent huge pages where the kernel offers them: a region of
+ * hundreds of MB then costs a few hundred page faults, not 100k. */
+static uint8_t *pk_region(size_t size)
+{
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (m == MAP_FAILED)
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	(void)madvise(m, size, MADV_HUGEPAGE);
+#endif
+	return m;
+}
+
 /* The first group of 16 rows of w packed again equals the copy's first
  * bytes (each layout starts with that group, or with those rows). */
 static bool spot_check(const struct ops_kernels *k, const struct ops_mat *w,
@@ -334,12 +351,20 @@ static const char *lookup(int dfd, const char *name,
 	}
 	if (why)
 		goto out;
-	map = mmap(NULL, (size_t)h.file_size, PROT_READ, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED) {
+	/* the whole file into private memory, then every check on that copy:
+	 * the bytes checked are the bytes used, whatever happens to the file
+	 * (rewritten, truncated) from now on */
+	map = pk_region((size_t)h.file_size);
+	if (!map) {
 		*err = errno;
 		why = "io_error";
 		goto out;
 	}
+	if (pread_all(fd, map, (size_t)h.file_size, 0))
+		why = "truncated";   /* shorter than a moment ago */
+	else if (memcmp(map, &h, sizeof(h)) ||
+		 memcmp((uint8_t *)map + sizeof(h), e, (size_t)h.n_ent * sizeof(*e)))
+		why = "corrupt";     /* header or table changed meanwhile */
 	for (uint32_t i = 0; i < h.n_ent && !why; i++)
 		if (!spot_check(k, mats[e[i].slot], (const uint8_t *)map + e[i].off,
 				(size_t)e[i].bytes))
@@ -348,6 +373,7 @@ static const char *lookup(int dfd, const char *name,
 		munmap(map, (size_t)h.file_size);
 		goto out;
 	}
+	(void)mprotect(map, (size_t)h.file_size, PROT_READ);
 	p->map = map;
 	p->map_len = (size_t)h.file_size;
 	for (uint32_t i = 0; i < h.n_ent; i++)
@@ -397,8 +423,28 @@ static void sweep_tmp(int dfd, const char *name)
 	closedir(d);
 }
 
-/* Pack into a new file (temporary name, fsync, rename) and keep it
- * mapped. 0, or a negative errno with nothing left behind and p as it
+/* Write n bytes at off 0 of fd. 0 or a negative errno (EFBIG, ENOSPC...). */
+static int pwrite_all(int fd, const uint8_t *p, size_t n)
+{
+	off_t off = 0;
+
+	while (n) {
+		ssize_t w = pwrite(fd, p, n, off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p += w;
+		n -= (size_t)w;
+		off += w;
+	}
+	return 0;
+}
+
+/* Pack into private memory laid out as the file, write that to a new
+ * file (temporary name, fsync, rename) and keep the memory as the
+ * copies. 0, or a negative errno with nothing left behind and p as it
  * was. */
 static int store(int dfd, const char *name, const struct ops_kernels *k,
 		 struct ops_mat *const *mats, struct pk_hdr *h,
@@ -415,35 +461,34 @@ static int store(int dfd, const char *name, const struct ops_kernels *k,
 		 (unsigned long long)rnd);
 	if (h->file_size > SIZE_MAX)
 		return -EFBIG;
+	map = pk_region((size_t)h->file_size);
+	if (!map)
+		return -ENOMEM;
 	fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 		    0600);
-	if (fd < 0)
-		return -errno;
-	/* blocks reserved now: a full disk is this error, not a SIGBUS
-	 * while packing through the mapping */
-	r = -posix_fallocate(fd, 0, (off_t)h->file_size);
-	if (r)
-		goto fail;
-	map = mmap(NULL, (size_t)h->file_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-		   fd, 0);
-	if (map == MAP_FAILED) {
+	if (fd < 0) {
 		r = -errno;
-		goto fail;
+		munmap(map, (size_t)h->file_size);
+		return r;
 	}
-#ifdef MADV_POPULATE_WRITE
-	(void)madvise(map, (size_t)h->file_size, MADV_POPULATE_WRITE);
-#endif
 	for (uint32_t i = 0; i < h->n_ent; i++)
 		ops_mat_pack_into(k, mats[e[i].slot], map + e[i].off);
 	header_sum(h, e, h->sum);
 	memcpy(map + sizeof(*h), e, (size_t)h->n_ent * sizeof(*e));
 	memcpy(map, h, sizeof(*h));
+	/* blocks reserved first: a full disk is this error at once */
+	r = -posix_fallocate(fd, 0, (off_t)h->file_size);
+	if (!r)
+		r = pwrite_all(fd, map, (size_t)h->file_size);
 	/* held before the name exists: a cleaner never sees it unheld */
 	(void)flock(fd, LOCK_SH | LOCK_NB);
-	if (fsync(fd) || renameat(dfd, tmp, dfd, name)) {
+	if (!r && (fsync(fd) || renameat(dfd, tmp, dfd, name)))
 		r = -errno;
+	if (r) {
 		munmap(map, (size_t)h->file_size);
-		goto fail;
+		close(fd);
+		(void)unlinkat(dfd, tmp, 0);
+		return r;
 	}
 	(void)mprotect(map, (size_t)h->file_size, PROT_READ);
 	p->lock_fd = fd;
@@ -452,10 +497,6 @@ static int store(int dfd, const char *name, const struct ops_kernels *k,
 	for (uint32_t i = 0; i < h->n_ent; i++)
 		mats[e[i].slot]->packed = map + e[i].off;
 	return 0;
-fail:
-	close(fd);
-	(void)unlinkat(dfd, tmp, 0);
-	return r;
 }
 
 /* ---- cleanup ---------------------------------------------------------------- */

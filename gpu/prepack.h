@@ -8,9 +8,10 @@
  * file. With a cache directory (the fingerprint cache's: systemd's
  * CacheDirectory=), the first start packs straight into a file there
  * (temporary name, fsync, rename: concurrent starts are safe, a crash
- * leaves no half file under the real name), and later starts map that file
- * read-only and shared: no packing, the pages come from the page cache on
- * first touch and are shared by every process serving the model.
+ * leaves no half file under the real name), and later starts read that
+ * file into private memory: no packing. The copies are never the file's
+ * pages (issue 22 item 8): a file truncated or rewritten while a process
+ * uses it cannot take its pages away (SIGBUS) nor change its weights.
  *
  * A cache file is used only after these checks, all before any kernel
  * reads it: the directory is writable by nobody but its owner (this user
@@ -30,8 +31,8 @@
  * offsets, so a flipped byte there can give wrong numbers but no access
  * outside the mapping; the trust assumption is that only the daemon's user
  * writes its cache directory, which is what the ownership checks enforce.
- * The same user truncating a mapped file under a running daemon would
- * kill it with SIGBUS; kvd itself only ever replaces files by rename.
+ * The checks run on the private copy, so the bytes checked are the bytes
+ * used.
  *
  * Cleanup (prepack_clean; gpu/README.md "Repack cache"): after a bind
  * that hit or stored a file, and only when the key asks for it, the other
@@ -99,7 +100,8 @@ struct prepack_info {
 	const char *store;
 	int err;            /* errno of a failed store or of dir_error */
 	uint32_t packed;    /* matrices this call packed */
-	uint32_t mapped;    /* matrices taken from the cache file */
+	uint32_t mapped;    /* matrices taken from the cache file (read into
+			     * private memory; the name is the log's) */
 	uint64_t bytes;     /* bytes of all packed copies */
 	struct prepack_clean_stats clean; /* zeros when no cleanup ran */
 };

@@ -247,6 +247,41 @@ START_TEST(test_written_then_reused)
 }
 END_TEST
 
+/* Issue 22 item 8: a cache file truncated while a process uses it (by
+ * the same user: the ownership checks cannot stop that) must not kill the
+ * process with SIGBUS. Bind (a store, then a hit), truncate the file to 0
+ * and to half, then read every packed copy: all still equal ops_mat_pack's
+ * (the copies are the process's own memory, not the file's pages). And a
+ * hit after the truncation packs again, by name. */
+START_TEST(test_truncated_while_bound)
+{
+	static const char *const how[] = { "stored", "hit" };
+	char dir[512], path[700];
+
+	fresh_dir(dir, sizeof(dir), "trunc_live");
+	entry_path(path, sizeof(path), dir, SHA_A);
+	for (int i = 0; i < 2; i++) {
+		struct prepack_key key = { .dir = dir, .sha256 = SHA_A };
+		struct prepack_info info;
+		struct prepack *p;
+		struct mats s;
+		long sz;
+
+		mats_init(&s);
+		ck_assert_int_eq(prepack_bind(&p, g_k, s.p, s.n, &key, &info), 0);
+		ck_assert_str_eq(i ? info.lookup : info.store, how[i]);
+		sz = file_size(path);
+		ck_assert_int_eq(truncate(path, sz / 2), 0);
+		ck_assert_uint_gt(check_copies(&s), 8);  /* SIGBUS here before */
+		ck_assert_int_eq(truncate(path, 0), 0);
+		ck_assert_uint_gt(check_copies(&s), 8);
+		prepack_free(p);
+		/* the truncated file is refused by name and rebuilt */
+		bind_expect(dir, SHA_A, "truncated", "stored");
+	}
+}
+END_TEST
+
 /* Each damage is refused with its name, the file rebuilt, then a hit. */
 START_TEST(test_damaged_rebuilt)
 {
@@ -1062,6 +1097,7 @@ int main(void)
 	tcase_add_test(tc, test_no_dir_packs);
 	tcase_add_test(tc, test_written_then_reused);
 	tcase_add_test(tc, test_damaged_rebuilt);
+	tcase_add_test(tc, test_truncated_while_bound);
 	tcase_add_test(tc, test_unsafe_refused);
 	tcase_add_test(tc, test_bad_key);
 	tcase_add_test(tc, test_concurrent_starts);
