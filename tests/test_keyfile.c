@@ -175,6 +175,44 @@ START_TEST(test_hostile_files)
 }
 END_TEST
 
+/* The strength rule alone: length floor, distinct byte floor; and the
+ * bound on a key file's size (exactly the bound is read, one more byte
+ * refused). */
+START_TEST(test_secret_check)
+{
+	static const struct {
+		const char *key;
+		size_t len, min;
+		int ok;
+	} t[] = {
+		{ "0123456789abcdef0123456789abcdef", 32, 32, 1 },
+		{ "0123456789abcdef0123456789abcde", 31, 32, 0 },
+		{ "0123456", 7, 4, 0 },          /* 7 distinct */
+		{ "01234567", 8, 4, 1 },         /* 8 distinct */
+		{ "\0\0\0\0\0\0\0\0", 8, 8, 0 },
+		{ "", 0, 0, 0 },
+	};
+	char why[200], path[256], big[KVD_KEYFILE_MAX + 2];
+	uint8_t buf[KVD_KEYFILE_MAX];
+	size_t len;
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		ck_assert_msg((kvd_secret_check(t[i].key, t[i].len, t[i].min, why,
+						sizeof(why)) == 0) == t[i].ok,
+			      "row %zu: %s", i, why);
+	for (size_t i = 0; i < sizeof(big) - 1; i++)
+		big[i] = (char)('!' + i % 90);
+	big[sizeof(big) - 1] = 0;
+	snprintf(path, sizeof(path), "%s/big.key", g_root);
+	write_file(path, big, 0600);
+	ck_assert_int_eq(kvd_keyfile_read(path, buf, &len, why, sizeof(why)), -1);
+	ck_assert_ptr_nonnull(strstr(why, "larger than 4096"));
+	ck_assert_int_eq(truncate(path, KVD_KEYFILE_MAX), 0);
+	ck_assert_int_eq(kvd_keyfile_read(path, buf, &len, why, sizeof(why)), 0);
+	ck_assert_uint_eq(len, KVD_KEYFILE_MAX);
+}
+END_TEST
+
 static void root_make(void)
 {
 	ck_assert_ptr_nonnull(mkdtemp(g_root));
@@ -197,6 +235,7 @@ int main(void)
 
 	tcase_add_unchecked_fixture(tc, root_make, root_remove);
 	tcase_add_loop_test(tc, test_hostile_files, 0, (int)(sizeof(rows) / sizeof(rows[0])));
+	tcase_add_test(tc, test_secret_check);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
