@@ -218,10 +218,38 @@ START_TEST(test_corrupt_entries)
 	n = strlen(line);
 	ck_assert(n > 66 && line[n - 1] == '\n');
 
-	for (size_t i = 0; i < 3 + 4; i++) {
+	for (size_t i = 0; i < 3 + 8; i++) {
 		const char *text;
+		char *q;
 
 		switch (i) {
+		case 7: /* the seed in uppercase hex */
+		case 8: /* the evidence one digit off */
+		case 9: /* the evidence one digit short */
+		case 10: /* seed and evidence swapped in place */
+			snprintf(forged, sizeof(forged), "%s", line);
+			q = strstr(forged, i == 7 ? " seed=" : " evidence=");
+			ck_assert_ptr_nonnull(q);
+			q += i == 7 ? 6 : 10;
+			if (i == 7) {
+				for (int j = 0; j < 16; j++)
+					q[j] = (char)(q[j] >= 'a' ? q[j] - 32 : q[j]);
+				if (!strpbrk(q, "ABCDEF"))
+					q[0] = 'A';  /* all digits: force one letter */
+			} else if (i == 8) {
+				q[5] = q[5] == '0' ? '1' : '0';
+			} else if (i == 9) {
+				memmove(q, q + 1, strlen(q + 1) + 1);
+			} else {
+				char *sd = strstr(forged, " seed="), tmp[600];
+
+				snprintf(tmp, sizeof(tmp), "%.*s evidence=%.64s seed=%.16s sha256=%s",
+					 (int)(sd - forged), forged, q, sd + 6,
+					 strstr(forged, " sha256=") + 8);
+				snprintf(forged, sizeof(forged), "%s", tmp);
+			}
+			text = forged;
+			break;
 		case 3: /* the right line with an uppercase digest */
 			snprintf(forged, sizeof(forged), "%.*s%s\n", (int)(n - 65),
 				 line, "E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855");
@@ -251,7 +279,8 @@ START_TEST(test_corrupt_entries)
 		ck_assert_int_eq(kvd_fingerprint(p, dir, hex, &fi), 0);
 		ck_assert_msg(!fi.cached, "case %zu trusted", i);
 		ck_assert_str_eq(hex, want);
-		ck_assert_msg(!strcmp(fi.lookup, "corrupt") || !strcmp(fi.lookup, "stale"),
+		ck_assert_msg(!strcmp(fi.lookup, i == 8 ? "evidence" : "corrupt") ||
+				      (i != 8 && !strcmp(fi.lookup, "stale")),
 			      "case %zu: lookup=%s", i, fi.lookup);
 		ck_assert_str_eq(fi.store, "stored");
 		/* rewritten: the next boot hits again */
