@@ -57,6 +57,7 @@ static int apikeys_line(struct kvd_apikeys *k, size_t cap, const char *name,
 	const char *key, *ten;
 	size_t klen, tlen;
 	struct apikey_entry *e;
+	char rule[200];
 
 	if (end > p && end[-1] == '\r')
 		end--;
@@ -86,9 +87,13 @@ static int apikeys_line(struct kvd_apikeys *k, size_t cap, const char *name,
 			 name, lineno, KVD_APIKEY_TENANT_MAX);
 		return -1;
 	}
-	if (klen < KVD_APIKEY_MIN || klen > KVD_APIKEY_MAX) {
+	if (klen > KVD_APIKEY_MAX) {
 		snprintf(why, why_size, "%s:%u: a key is %u..%u characters (this one is %zu)",
 			 name, lineno, KVD_APIKEY_MIN, KVD_APIKEY_MAX, klen);
+		return -1;
+	}
+	if (kvd_secret_check(key, klen, KVD_APIKEY_MIN, rule, sizeof(rule))) {
+		snprintf(why, why_size, "%s:%u: the key %s", name, lineno, rule);
 		return -1;
 	}
 	if (tlen > KVD_APIKEY_TENANT_MAX) {
@@ -157,42 +162,18 @@ int kvd_apikeys_load(struct kvd_apikeys **out, const char *path, char *why,
 {
 	char *buf;
 	size_t got = 0;
-	int fd, rc;
+	int rc;
 
 	*out = NULL;
-	fd = kvd_private_open(path, "an API keys file", why, why_size);
-	if (fd < 0)
-		return -1;
 	buf = malloc(KVD_APIKEYS_FILE_MAX + 1);
-	if (!buf) {
-		close(fd);
+	if (!buf)
 		return -ENOMEM;
-	}
-	for (;;) {
-		ssize_t n = read(fd, buf + got, KVD_APIKEYS_FILE_MAX + 1 - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			snprintf(why, why_size, "cannot read '%s': %s", path, strerror(errno));
-			rc = -1;
-			goto out;
-		}
-		if (n == 0)
-			break;
-		got += (size_t)n;
-		if (got > KVD_APIKEYS_FILE_MAX) {
-			snprintf(why, why_size, "'%s' is larger than %u bytes", path,
-				 KVD_APIKEYS_FILE_MAX);
-			rc = -1;
-			goto out;
-		}
-	}
-	rc = kvd_apikeys_parse(out, path, buf, got, why, why_size);
-out:
-	memset(buf, 0, got);
+	rc = kvd_private_read(path, "an API keys file", buf, KVD_APIKEYS_FILE_MAX,
+			      &got, why, why_size);
+	if (!rc)
+		rc = kvd_apikeys_parse(out, path, buf, got, why, why_size);
+	explicit_bzero(buf, got);
 	free(buf);
-	close(fd);
 	return rc;
 }
 

@@ -1,7 +1,8 @@
 /* apikeys.h - the HTTP front's API keys (http.api_keys_file).
  *
- * The file holds one `KEY TENANT` per line: KEY is 16..256 printable
- * ASCII characters without spaces, TENANT 1..63 of [A-Za-z0-9_.-]; blank
+ * The file holds one `KEY TENANT` per line: KEY is 32..256 printable
+ * ASCII characters without spaces, of at least KVD_SECRET_DISTINCT_MIN
+ * distinct characters (kvd_secret_check), TENANT 1..63 of [A-Za-z0-9_.-]; blank
  * lines and lines starting with # are skipped; a key listed twice is an
  * error. The file is private (conf/keyfile.h's checks), at most 1 MiB.
  *
@@ -19,7 +20,7 @@
 #include <stddef.h>
 
 #define KVD_APIKEYS_FILE_MAX (1u << 20)
-#define KVD_APIKEY_MIN 16u
+#define KVD_APIKEY_MIN 32u
 #define KVD_APIKEY_MAX 256u
 #define KVD_APIKEY_TENANT_MAX 63u   /* characters; buffers are 64 */
 

@@ -20,6 +20,7 @@
 #include "daemon/daemon.h"
 #include "conf/fingerprint.h"
 #include "conf/util.h"
+#include "daemon/fpcheck.h"
 #include "kvd_build.h"
 
 #include <errno.h>
@@ -229,30 +230,67 @@ static void daemon_resolve_chat(struct kvd_daemon *d);
  * long it took, so time to ready is explained in the log. */
 static int daemon_fingerprint(struct kvd_daemon *d)
 {
-	struct kvd_fp_info fi;
+	struct kvd_fp_info *fi = &d->fp;
 	char dir[1024];
 	uint64_t t0 = kvd_now_ns();
 	int r;
 
 	kvd_fingerprint_cache_dir(d->cfg.fingerprint_cache, dir, sizeof(dir));
-	r = kvd_fingerprint(d->cfg.model_path, dir, d->model_sha256, &fi);
+	r = kvd_fingerprint(d->cfg.model_path, dir, d->model_sha256, fi);
 	if (r < 0) {
 		KVLOG_ERR(&d->log, "model_error", "path=%s msg=\"sha256: %s\"",
 			  KVLOG_Q(d->cfg.model_path), strerror(-r));
 		return r;
 	}
-	if (!strcmp(fi.lookup, "unsafe_dir") || !strcmp(fi.lookup, "dir_error") ||
-	    !strcmp(fi.store, "error"))
+	if (!strcmp(fi->lookup, "unsafe_dir") || !strcmp(fi->lookup, "dir_error") ||
+	    !strcmp(fi->store, "error"))
 		KVLOG_WARN(&d->log, "fingerprint_cache_error",
 			   "dir=%s lookup=%s store=%s errno=%s",
-			   KVLOG_Q(dir), fi.lookup, fi.store,
-			   fi.store_errno ? strerror(fi.store_errno) : "-");
+			   KVLOG_Q(dir), fi->lookup, fi->store,
+			   fi->store_errno ? strerror(fi->store_errno) : "-");
+	if (!strcmp(fi->lookup, "evidence"))
+		KVLOG_WARN(&d->log, "fingerprint_cache_evidence",
+			   "dir=%s msg=\"an entry with this file's metadata named other bytes; hashed in full\"",
+			   KVLOG_Q(dir));
 	KVLOG_INFO(&d->log, "model_fingerprint",
-		   "source=%s lookup=%s store=%s hashed_bytes=%llu ms=%.1f sha256=%s",
-		   fi.cached ? "cache" : "hash", fi.lookup, fi.store,
-		   fi.hashed_bytes, (double)(kvd_now_ns() - t0) / 1e6,
-		   d->model_sha256);
+		   "source=%s lookup=%s store=%s hashed_bytes=%llu evidence_bytes=%llu ms=%.1f sha256=%s",
+		   fi->cached ? "cache" : "hash", fi->lookup, fi->store,
+		   fi->hashed_bytes, (unsigned long long)fi->evidence_bytes,
+		   (double)(kvd_now_ns() - t0) / 1e6, d->model_sha256);
 	return 0;
+}
+
+/* The full hash of a cached fingerprint came back. A mismatch means the
+ * node has advertised, and paired on, another model's identity since it
+ * started: it leaves service at once (no drain - draining would go on
+ * serving under the wrong identity), the cache entry is dropped so the
+ * restart hashes in full, and the exit status is KVD_EX_FINGERPRINT. */
+static void daemon_fpcheck_done(void *arg, bool match, const char *actual,
+				uint64_t bytes, double ms)
+{
+	struct kvd_daemon *d = arg;
+	char dir[1024];
+	int r;
+
+	if (match) {
+		KVLOG_INFO(&d->log, "model_fingerprint_verified",
+			   "bytes=%llu ms=%.1f sha256=%s", (unsigned long long)bytes,
+			   ms, d->model_sha256);
+		fpcheck_stop(d->fpcheck);
+		d->fpcheck = NULL;
+		return;
+	}
+	kvd_fingerprint_cache_dir(d->cfg.fingerprint_cache, dir, sizeof(dir));
+	r = kvd_fingerprint_forget(dir, d->fp.dev, d->fp.ino);
+	KVLOG_ERR(&d->log, "model_fingerprint_mismatch",
+		  "path=%s cached=%s actual=%s bytes=%llu ms=%.1f entry=%s action=stop exit_code=%d",
+		  KVLOG_Q(d->cfg.model_path), d->model_sha256, actual,
+		  (unsigned long long)bytes, ms, r ? "kept" : "dropped",
+		  KVD_EX_FINGERPRINT);
+	fpcheck_stop(d->fpcheck);
+	d->fpcheck = NULL;
+	d->exit_code = KVD_EX_FINGERPRINT;
+	kvd_daemon_stop(d);
 }
 
 static int daemon_open_model(struct kvd_daemon *d)
@@ -403,6 +441,22 @@ static int daemon_open_loop(struct kvd_daemon *d)
 	return r;
 }
 
+/* A fingerprint from the cache is verified in full off the loop; the
+ * node serves meanwhile (the sampled evidence already matched). */
+static int daemon_fpcheck_start(struct kvd_daemon *d)
+{
+	int r;
+
+	if (!d->fp.cached)
+		return 0;
+	r = fpcheck_start(&d->fpcheck, &d->loop, d->model->map, d->model->size,
+			  d->model_sha256, daemon_fpcheck_done, d);
+	if (r)
+		KVLOG_ERR(&d->log, "model_error", "msg=\"cannot start the fingerprint check: %s\"",
+			  strerror(-r));
+	return r;
+}
+
 int kvd_daemon_init(struct kvd_daemon *d, const struct kvd_config *cfg)
 {
 	int r;
@@ -438,7 +492,10 @@ int kvd_daemon_init(struct kvd_daemon *d, const struct kvd_config *cfg)
 	r = daemon_open_pool(d);
 	if (r)
 		return r;
-	return daemon_open_loop(d);
+	r = daemon_open_loop(d);
+	if (r)
+		return r;
+	return daemon_fpcheck_start(d);
 }
 
 void kvd_daemon_ready(struct kvd_daemon *d)
@@ -484,6 +541,8 @@ void kvd_daemon_stop(struct kvd_daemon *d)
 #if KVD_HAVE_SYSTEMD
 	sd_notify(0, "STOPPING=1");
 #endif
+	fpcheck_stop(d->fpcheck);
+	d->fpcheck = NULL;
 	while (d->n_stop_hooks > 0) {
 		struct kvd_stop_hook *h = &d->stop_hooks[--d->n_stop_hooks];
 

@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "conf/config.h"
+#include "conf/fingerprint.h"
 #include "conf/log.h"
 #include "gpu/chat.h"
 #include "gpu/gguf.h"
@@ -25,6 +26,11 @@
 #include "daemon/metrics.h"
 #include "net/transport.h"
 #include "daemon/request.h"
+
+/* Exit status of a node whose model bytes are not what the fingerprint
+ * cache named (EX_DATAERR; systemd's Restart=on-failure restarts it, and
+ * that start hashes the file in full). */
+#define KVD_EX_FINGERPRINT 65
 
 enum {
 	KVD_E_CAPACITY = 1,  /* pool cannot hold the context (policy refuse) */
@@ -139,6 +145,11 @@ struct kvd_daemon {
 	 * first use, so admin abort/status and drain see all of them. */
 	struct kvd_reqtab requests;
 	int exit_code;
+	/* How the model's fingerprint was found at boot; a cache hit is
+	 * verified in full off the loop (daemon/fpcheck.h), NULL when none
+	 * runs. */
+	struct kvd_fp_info fp;
+	struct fpcheck *fpcheck;
 
 	/* Upper layers (ctl/, later net/ listeners) register a hook that
 	 * closes their handles when the node stops; the daemon layer cannot

@@ -9,7 +9,8 @@
  *
  * Exit codes: 0 ok, 64 usage, 78 configuration (EX_CONFIG: bad config, an
  * unusable model, or a pool that cannot hold the context with
- * capacity_policy=refuse), 1 any other failure.
+ * capacity_policy=refuse), 65 the model's bytes are not what its cached
+ * fingerprint named (daemon/fpcheck.c), 1 any other failure.
  */
 #include "conf/config.h"
 #include "ctl/admin.h"

@@ -253,8 +253,8 @@ int engine_new(struct engine **out, const struct model *m,
 		   !strcmp(pi->lookup, "truncated") || !strcmp(pi->lookup, "content") ||
 		   !strcmp(pi->lookup, "io_error") || !strcmp(pi->lookup, "dir_error")
 		   ? KVLOG_WARN : KVLOG_INFO, "pack_cache",
-	      "lookup=%s store=%s errno=%d mapped=%u packed=%u bytes=%llu ms=%.1f removed=%u freed=%llu in_use=%u",
-	      pi->lookup, pi->store, pi->err, pi->mapped, pi->packed,
+	      "lookup=%s store=%s hold=%s errno=%d mapped=%u packed=%u bytes=%llu ms=%.1f removed=%u freed=%llu in_use=%u",
+	      pi->lookup, pi->store, pi->hold, pi->err, pi->mapped, pi->packed,
 	      (unsigned long long)pi->bytes, (double)(kvd_now_ns() - t0) / 1e6,
 	      pi->clean.removed, (unsigned long long)pi->clean.freed,
 	      pi->clean.in_use);

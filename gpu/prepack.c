@@ -53,6 +53,10 @@
 #include "conf/util.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -107,6 +111,8 @@ struct prepack {
 	uint32_t n;
 	int lock_fd;          /* the mapped file, holding a shared flock
 			       * (in use: prepack_clean leaves it); or -1 */
+	struct pk_guard *guard; /* the lease on lock_fd while map is the
+				 * file's shared mapping; NULL otherwise */
 };
 
 static uint64_t align_up(uint64_t v)
@@ -120,10 +126,13 @@ void prepack_entry_name(const char *sha256, const char *variant, char *out,
 	snprintf(out, out_size, "pack-%.32s-%s.kvpack", sha256, variant);
 }
 
+static void pk_guard_stop(struct pk_guard *g);
+
 void prepack_free(struct prepack *p)
 {
 	if (!p)
 		return;
+	pk_guard_stop(p->guard);
 	if (p->map)
 		munmap(p->map, p->map_len);
 	if (p->lock_fd >= 0)
@@ -215,6 +224,23 @@ static int pread_all(int fd, void *buf, size_t n, off_t off)
 	return 0;
 }
 
+/* Private memory for a whole cache file's bytes (anonymous, so nothing
+ * outside the process can take its pages away: issue 22 item 8), or
+ * NULL. Transparent huge pages where the kernel offers them: a region of
+ * hundreds of MB then costs a few hundred page faults, not 100k. */
+static uint8_t *pk_region(size_t size)
+{
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (m == MAP_FAILED)
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	(void)madvise(m, size, MADV_HUGEPAGE);
+#endif
+	return m;
+}
+
 /* The first group of 16 rows of w packed again equals the copy's first
  * bytes (each layout starts with that group, or with those rows). */
 static bool spot_check(const struct ops_kernels *k, const struct ops_mat *w,
@@ -239,11 +265,236 @@ static bool spot_check(const struct ops_kernels *k, const struct ops_mat *w,
 	return ok;
 }
 
+/* ---- holding a hit's bytes (issue 22 item 8) -------------------------------
+ *
+ * A mapping of the cache file shared with the page cache costs nothing
+ * at start, but a truncation of the file (by this user: the ownership
+ * checks cannot stop that) takes its pages away and the next read is a
+ * SIGBUS. So a hit is mapped only under a read lease (F_SETLEASE
+ * F_RDLCK): the kernel then holds back whoever opens the file for
+ * writing or truncates it (for up to /proc/sys/fs/lease-break-time,
+ * 45 s by default) and signals this process first. The signal goes to
+ * one watcher thread (F_SETOWN_EX F_OWNER_TID, F_SETSIG PK_LEASE_SIG,
+ * blocked in that thread and waited for with sigwaitinfo), which copies
+ * the mapping into private memory, moves the copy over the mapping's
+ * address in one step (mremap MREMAP_FIXED: a kernel reading the weights
+ * meanwhile sees the old page or the copy, the same bytes) and only then
+ * releases the lease, so the writer proceeds against a file nobody here
+ * reads any more (event=pack_cache_detached). The lease is taken before
+ * the size is checked and the header and table are compared again, so
+ * what was checked is what is leased. Where no lease can be had (another
+ * process holds the file open for writing, a file system without leases,
+ * leases disabled), the file is read into private memory instead: the
+ * measured cost is in gpu/README.md "Repack cache".
+ */
+#define PK_LEASE_SIG (SIGRTMIN + 7)
+
+struct pk_guard {
+	pthread_t thread;
+	pthread_mutex_t mu;      /* map, broken */
+	sem_t ready;
+	pid_t tid;               /* the watcher's */
+	int fd;                  /* the leased file (not owned) */
+	uint8_t *map;            /* (len) the shared mapping; NULL before attach */
+	size_t len;
+	bool broken;             /* the lease was broken or released */
+	atomic_bool quit;
+	struct kvlog *log;
+};
+
+/* The lease is being broken: make the mapping private, then let go. */
+static void pk_guard_detach(struct pk_guard *g)
+{
+	uint8_t *copy;
+	bool ok = true;
+
+	pthread_mutex_lock(&g->mu);
+	if (!g->broken && g->map) {
+		copy = pk_region(g->len);
+		ok = copy != NULL;
+		if (ok) {
+			memcpy(copy, g->map, g->len);
+			(void)mprotect(copy, g->len, PROT_READ);
+			ok = mremap(copy, g->len, g->len, MREMAP_MAYMOVE | MREMAP_FIXED,
+				    g->map) != MAP_FAILED;
+			if (!ok)
+				munmap(copy, g->len);
+		}
+		if (ok)
+			KVLOG_WARN(g->log, "pack_cache_detached",
+				   "bytes=%zu msg=\"the cache file is being written or truncated; using a private copy\"",
+				   g->len);
+		else
+			KVLOG_ERR(g->log, "pack_cache_detach_failed", "bytes=%zu errno=%d",
+				  g->len, errno);
+	}
+	/* without a copy the lease is kept: the kernel revokes it after
+	 * lease-break-time, the most time this can buy */
+	if (ok && !g->broken) {
+		g->broken = true;
+		(void)fcntl(g->fd, F_SETLEASE, F_UNLCK);
+	}
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void *pk_guard_main(void *arg)
+{
+	struct pk_guard *g = arg;
+	siginfo_t si;
+	sigset_t set;
+
+	g->tid = gettid();
+	sigemptyset(&set);
+	sigaddset(&set, PK_LEASE_SIG);
+	sem_post(&g->ready);
+	for (;;) {
+		if (sigwaitinfo(&set, &si) < 0)
+			continue;
+		if (atomic_load(&g->quit))
+			return NULL;
+		pk_guard_detach(g);
+	}
+}
+
+/* Release the lease, end the watcher. Safe with NULL. */
+static void pk_guard_stop(struct pk_guard *g)
+{
+	if (!g)
+		return;
+	pthread_mutex_lock(&g->mu);
+	if (!g->broken)
+		(void)fcntl(g->fd, F_SETLEASE, F_UNLCK);
+	g->broken = true;
+	pthread_mutex_unlock(&g->mu);
+	atomic_store(&g->quit, true);
+	pthread_kill(g->thread, PK_LEASE_SIG);
+	pthread_join(g->thread, NULL);
+	pthread_mutex_destroy(&g->mu);
+	sem_destroy(&g->ready);
+	free(g);
+}
+
+/* A watcher thread and a read lease on fd, or NULL (errno set). */
+static struct pk_guard *pk_guard_start(int fd, struct kvlog *log)
+{
+	struct pk_guard *g = calloc(1, sizeof(*g));
+	struct f_owner_ex owner;
+	sigset_t set, old;
+	int r;
+
+	if (!g)
+		return NULL;
+	g->fd = fd;
+	g->log = log;
+	pthread_mutex_init(&g->mu, NULL);
+	sem_init(&g->ready, 0, 0);
+	/* the watcher inherits the signal blocked: it never runs a handler,
+	 * sigwaitinfo takes it */
+	sigemptyset(&set);
+	sigaddset(&set, PK_LEASE_SIG);
+	pthread_sigmask(SIG_BLOCK, &set, &old);
+	r = pthread_create(&g->thread, NULL, pk_guard_main, g);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r) {
+		pthread_mutex_destroy(&g->mu);
+		sem_destroy(&g->ready);
+		free(g);
+		errno = r;
+		return NULL;
+	}
+	while (sem_wait(&g->ready) && errno == EINTR)
+		;
+	owner = (struct f_owner_ex){ .type = F_OWNER_TID, .pid = g->tid };
+	if (fcntl(fd, F_SETSIG, PK_LEASE_SIG) || fcntl(fd, F_SETOWN_EX, &owner) ||
+	    fcntl(fd, F_SETLEASE, F_RDLCK)) {
+		r = errno;
+		g->broken = true;   /* no lease to release */
+		pk_guard_stop(g);
+		errno = r;
+		return NULL;
+	}
+	return g;
+}
+
+/* The shared mapping under g's lease, or NULL: the lease broke before
+ * the mapping could be handed to the watcher (it is released). */
+static uint8_t *pk_guard_map(struct pk_guard *g, size_t len)
+{
+	uint8_t *m = mmap(NULL, len, PROT_READ, MAP_SHARED, g->fd, 0);
+
+	if (m == MAP_FAILED)
+		return NULL;
+	pthread_mutex_lock(&g->mu);
+	if (g->broken) {
+		munmap(m, len);
+		m = NULL;
+	} else {
+		g->map = m;
+		g->len = len;
+	}
+	pthread_mutex_unlock(&g->mu);
+	return m;
+}
+
+/* The whole file read into private memory, or NULL with *why. */
+static uint8_t *pk_copy(int fd, size_t len, const char **why, int *err)
+{
+	uint8_t *m = pk_region(len);
+
+	if (!m) {
+		*err = errno;
+		*why = "io_error";
+		return NULL;
+	}
+	if (pread_all(fd, m, len, 0)) {
+		munmap(m, len);
+		*why = "truncated";   /* shorter than a moment ago */
+		return NULL;
+	}
+	(void)mprotect(m, len, PROT_READ);
+	return m;
+}
+
+/* The checked file's bytes at a stable address: mapped under a lease
+ * (p->guard set) or copied; NULL with *why. Header and table are
+ * compared again there: the file may have changed since they were read. */
+static uint8_t *pk_bring(int fd, const struct pk_hdr *h, const struct pk_ent *e,
+			 struct prepack *p, struct kvlog *log, const char **why,
+			 int *err)
+{
+	size_t len = (size_t)h->file_size;
+	struct stat st;
+	uint8_t *m = NULL;
+
+	p->guard = pk_guard_start(fd, log);
+	if (p->guard) {
+		if (fstat(fd, &st) || (uint64_t)st.st_size != h->file_size) {
+			pk_guard_stop(kvd_steal(&p->guard));
+			*why = "truncated";
+			return NULL;
+		}
+		m = pk_guard_map(p->guard, len);
+		if (!m)
+			pk_guard_stop(kvd_steal(&p->guard));
+	}
+	if (!m)
+		m = pk_copy(fd, len, why, err);
+	if (m && (memcmp(m, h, sizeof(*h)) ||
+		  memcmp(m + sizeof(*h), e, (size_t)h->n_ent * sizeof(*e)))) {
+		pk_guard_stop(kvd_steal(&p->guard));
+		munmap(m, len);
+		*why = "corrupt";     /* header or table changed meanwhile */
+		return NULL;
+	}
+	return m;
+}
+
 /* Map the cache file when it is valid; its verdict otherwise. */
 static const char *lookup(int dfd, const char *name,
 			  const struct ops_kernels *k,
 			  struct ops_mat *const *mats, const struct pk_hdr *want,
-			  const struct pk_ent *went, struct prepack *p, int *err)
+			  const struct pk_ent *went, struct prepack *p,
+			  struct kvlog *log, int *err)
 {
 	struct pk_hdr h;
 	struct pk_ent *e = NULL;
@@ -334,17 +585,18 @@ static const char *lookup(int dfd, const char *name,
 	}
 	if (why)
 		goto out;
-	map = mmap(NULL, (size_t)h.file_size, PROT_READ, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED) {
-		*err = errno;
-		why = "io_error";
+	/* the file's bytes at an address nothing outside can take away
+	 * (leased mapping or private copy); every check from here on reads
+	 * them there, so the bytes checked are the bytes used */
+	map = pk_bring(fd, &h, e, p, log, &why, err);
+	if (!map)
 		goto out;
-	}
 	for (uint32_t i = 0; i < h.n_ent && !why; i++)
 		if (!spot_check(k, mats[e[i].slot], (const uint8_t *)map + e[i].off,
 				(size_t)e[i].bytes))
 			why = "content";
 	if (why) {
+		pk_guard_stop(kvd_steal(&p->guard));
 		munmap(map, (size_t)h.file_size);
 		goto out;
 	}
@@ -397,12 +649,59 @@ static void sweep_tmp(int dfd, const char *name)
 	closedir(d);
 }
 
-/* Pack into a new file (temporary name, fsync, rename) and keep it
- * mapped. 0, or a negative errno with nothing left behind and p as it
- * was. */
+/* The file just written (wfd, its writable mapping wmap of len bytes),
+ * held as a hit is: a read-only descriptor of the same inode with the
+ * shared flock, mapped under a lease (the written pages are in the page
+ * cache: nothing is read) or, without one, copied. The writable mapping
+ * and descriptor go first: a lease needs no writer open. The final
+ * address in p->map; 0 or a negative errno (p as it was, wfd and wmap
+ * released either way). */
+static int store_hold(int dfd, const char *name, int wfd, uint8_t *wmap,
+		      size_t len, const struct pk_hdr *h, const struct pk_ent *e,
+		      struct prepack *p, struct kvlog *log)
+{
+	struct stat ws, rs;
+	const char *why = NULL;
+	char self[64];
+	uint8_t *m;
+	int rfd, err = 0;
+
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", wfd);
+	rfd = open(self, O_RDONLY | O_CLOEXEC);
+	if (rfd < 0)  /* no /proc: the name, checked to be that inode */
+		rfd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (rfd >= 0 && (fstat(wfd, &ws) || fstat(rfd, &rs) ||
+			 ws.st_dev != rs.st_dev || ws.st_ino != rs.st_ino)) {
+		close(rfd);
+		rfd = -1;
+		errno = ESTALE;
+	}
+	if (rfd < 0) {
+		err = -errno;
+		munmap(wmap, len);
+		close(wfd);
+		return err;
+	}
+	(void)flock(rfd, LOCK_SH | LOCK_NB);
+	munmap(wmap, len);
+	close(wfd);
+	m = pk_bring(rfd, h, e, p, log, &why, &err);
+	if (!m) {
+		close(rfd);
+		return err ? -err : -EIO;
+	}
+	p->lock_fd = rfd;
+	p->map = m;
+	p->map_len = len;
+	return 0;
+}
+
+/* Pack into a new file (temporary name, fsync, rename) through a shared
+ * writable mapping, then hold it as a hit is (store_hold). 0, or a
+ * negative errno with nothing left behind and p as it was. */
 static int store(int dfd, const char *name, const struct ops_kernels *k,
 		 struct ops_mat *const *mats, struct pk_hdr *h,
-		 const struct pk_ent *e, struct prepack *p)
+		 const struct pk_ent *e, struct prepack *p, struct kvlog *log)
 {
 	char tmp[256];
 	uint64_t rnd = 0;
@@ -445,12 +744,11 @@ static int store(int dfd, const char *name, const struct ops_kernels *k,
 		munmap(map, (size_t)h->file_size);
 		goto fail;
 	}
-	(void)mprotect(map, (size_t)h->file_size, PROT_READ);
-	p->lock_fd = fd;
-	p->map = map;
-	p->map_len = (size_t)h->file_size;
+	r = store_hold(dfd, name, fd, map, (size_t)h->file_size, h, e, p, log);
+	if (r)
+		return r;   /* the file stays: a good one, for the next start */
 	for (uint32_t i = 0; i < h->n_ent; i++)
-		mats[e[i].slot]->packed = map + e[i].off;
+		mats[e[i].slot]->packed = (const uint8_t *)p->map + e[i].off;
 	return 0;
 fail:
 	close(fd);
@@ -638,7 +936,7 @@ int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 
 	if (!info)
 		info = &dummy;
-	*info = (struct prepack_info){ .lookup = "off", .store = "off" };
+	*info = (struct prepack_info){ .lookup = "off", .store = "off", .hold = "-" };
 	*out = NULL;
 	if (key && key->dir && key->dir[0] && !sha_ok(key->sha256))
 		return -EINVAL;
@@ -673,9 +971,10 @@ int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 		info->lookup = info->store = "unsafe_dir";
 		goto anon;
 	}
-	info->lookup = lookup(dfd, name, k, mats, &h, e, p, &info->err);
+	info->lookup = lookup(dfd, name, k, mats, &h, e, p, key->log, &info->err);
 	if (!strcmp(info->lookup, "hit")) {
 		info->store = "-";
+		info->hold = p->guard ? "lease" : "copy";
 		info->mapped = h.n_ent;
 		if (key->clean)
 			clean_dir(dfd, name, key->keep_days, key->log, &info->clean);
@@ -684,9 +983,10 @@ int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 	for (uint32_t i = 0; i < n; i++)
 		mats[i]->packed = NULL;
 	sweep_tmp(dfd, name);
-	r = store(dfd, name, k, mats, &h, e, p);
+	r = store(dfd, name, k, mats, &h, e, p, key->log);
 	if (!r) {
 		info->store = "stored";
+		info->hold = p->guard ? "lease" : "copy";
 		info->packed = h.n_ent;
 		if (key->clean)
 			clean_dir(dfd, name, key->keep_days, key->log, &info->clean);

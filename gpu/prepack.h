@@ -8,9 +8,14 @@
  * file. With a cache directory (the fingerprint cache's: systemd's
  * CacheDirectory=), the first start packs straight into a file there
  * (temporary name, fsync, rename: concurrent starts are safe, a crash
- * leaves no half file under the real name), and later starts map that file
- * read-only and shared: no packing, the pages come from the page cache on
- * first touch and are shared by every process serving the model.
+ * leaves no half file under the real name), and later starts map that
+ * file read-only and shared: no packing, the pages come from the page
+ * cache on first touch and are shared by every process serving the model.
+ * A mapping is held only under a read lease (issue 22 item 8): whoever
+ * opens the file for writing or truncates it waits until this process
+ * has copied the mapping into private memory in place, so no truncation
+ * can take its pages away (SIGBUS) and no write can change its weights;
+ * where no lease can be had the file is read into private memory.
  *
  * A cache file is used only after these checks, all before any kernel
  * reads it: the directory is writable by nobody but its owner (this user
@@ -30,8 +35,8 @@
  * offsets, so a flipped byte there can give wrong numbers but no access
  * outside the mapping; the trust assumption is that only the daemon's user
  * writes its cache directory, which is what the ownership checks enforce.
- * The same user truncating a mapped file under a running daemon would
- * kill it with SIGBUS; kvd itself only ever replaces files by rename.
+ * The checks run under the lease (or on the private copy), so the bytes
+ * checked are the bytes used.
  *
  * Cleanup (prepack_clean; gpu/README.md "Repack cache"): after a bind
  * that hit or stored a file, and only when the key asks for it, the other
@@ -97,6 +102,12 @@ struct prepack_info {
 	 * copies are then private memory as without a cache), "unsafe_dir",
 	 * "dir_error" */
 	const char *store;
+	/* how the copies from the cache file (a hit's, or the file a store
+	 * just wrote) are held: "lease" (the file's shared pages under a
+	 * read lease: copied privately the moment anyone writes or
+	 * truncates the file), "copy" (read into private memory: no lease
+	 * could be had), "-" (packed into private memory: no cache file) */
+	const char *hold;
 	int err;            /* errno of a failed store or of dir_error */
 	uint32_t packed;    /* matrices this call packed */
 	uint32_t mapped;    /* matrices taken from the cache file */

@@ -1802,7 +1802,10 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 	r = v->open(dev[0] ? dev : NULL, &vt->ctx);
 	if (r < 0) {
 		vt->ctx = NULL;
-		if (emu)
+		if (emu && r == -EPERM)
+			snprintf(why, why_size,
+				 "cannot open the emulated RDMA device: its directory must be owned by this user and writable by nobody else (chmod 700)");
+		else if (emu)
 			snprintf(why, why_size,
 				 "cannot open the emulated RDMA device (%s): check emu:/DIR[,opts] (net/verbs_emu.h)",
 				 strerror(-r));

@@ -59,6 +59,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -788,6 +789,27 @@ static int parse_dev(struct verbs_ctx *ctx, const char *dev)
 
 static void emu_close(struct verbs_ctx *ctx);
 
+/* DIR is the wire: whoever may write it may unlink a context's socket and
+ * bind one of their own under its name, or plant the name a peer sends
+ * to. So it must be this user's own directory, writable by nobody else
+ * (not even a sticky world-writable one, where a stranger can still take
+ * a name first). The check is on the directory the path names now; its
+ * parents are the operator's (a private directory inside one others may
+ * rename things in is not private). -EPERM, or the errno of opening it. */
+static int emu_dir_private(const char *dir)
+{
+	struct stat st;
+	bool ok;
+	int fd;
+
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ok = !fstat(fd, &st) && st.st_uid == geteuid() && kvd_dir_owner_only(fd);
+	close(fd);
+	return ok ? 0 : -EPERM;
+}
+
 static int emu_open(const char *dev, struct verbs_ctx **out)
 {
 	struct verbs_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -812,6 +834,9 @@ static int emu_open(const char *dev, struct verbs_ctx **out)
 	ctx->next_qpn = 0x100;
 	ctx->next_index = 1;
 	r = parse_dev(ctx, dev);
+	if (r < 0)
+		goto fail;
+	r = emu_dir_private(ctx->dir);
 	if (r < 0)
 		goto fail;
 	if (getrandom(&ctx->id, sizeof(ctx->id), 0) != sizeof(ctx->id)) {

@@ -8,7 +8,9 @@
  *          [,short_mr=BYTES][,mtu=256..4096][,hold_ms=N][,flush=0|1]
  *
  * DIR is a directory both ends can reach (each context binds one Unix
- * datagram socket there: the "wire"). Writes travel as packets and land
+ * datagram socket there: the "wire"); it must be owned by this user and
+ * writable by nobody else, or open fails with -EPERM (another local user
+ * could otherwise take over the sockets). Writes travel as packets and land
  * in the responder's registered memory only when the responder's process
  * delivers them: verbs_emu_deliver() (the test chooses the moment), or at
  * every pump with auto=1. Polling a CQ, posting, and querying or erring a

@@ -218,10 +218,38 @@ START_TEST(test_corrupt_entries)
 	n = strlen(line);
 	ck_assert(n > 66 && line[n - 1] == '\n');
 
-	for (size_t i = 0; i < 3 + 4; i++) {
+	for (size_t i = 0; i < 3 + 8; i++) {
 		const char *text;
+		char *q;
 
 		switch (i) {
+		case 7: /* the seed in uppercase hex */
+		case 8: /* the evidence one digit off */
+		case 9: /* the evidence one digit short */
+		case 10: /* seed and evidence swapped in place */
+			snprintf(forged, sizeof(forged), "%s", line);
+			q = strstr(forged, i == 7 ? " seed=" : " evidence=");
+			ck_assert_ptr_nonnull(q);
+			q += i == 7 ? 6 : 10;
+			if (i == 7) {
+				for (int j = 0; j < 16; j++)
+					q[j] = (char)(q[j] >= 'a' ? q[j] - 32 : q[j]);
+				if (!strpbrk(q, "ABCDEF"))
+					q[0] = 'A';  /* all digits: force one letter */
+			} else if (i == 8) {
+				q[5] = q[5] == '0' ? '1' : '0';
+			} else if (i == 9) {
+				memmove(q, q + 1, strlen(q + 1) + 1);
+			} else {
+				char *sd = strstr(forged, " seed="), tmp[600];
+
+				snprintf(tmp, sizeof(tmp), "%.*s evidence=%.64s seed=%.16s sha256=%s",
+					 (int)(sd - forged), forged, q, sd + 6,
+					 strstr(forged, " sha256=") + 8);
+				snprintf(forged, sizeof(forged), "%s", tmp);
+			}
+			text = forged;
+			break;
 		case 3: /* the right line with an uppercase digest */
 			snprintf(forged, sizeof(forged), "%.*s%s\n", (int)(n - 65),
 				 line, "E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855");
@@ -251,7 +279,8 @@ START_TEST(test_corrupt_entries)
 		ck_assert_int_eq(kvd_fingerprint(p, dir, hex, &fi), 0);
 		ck_assert_msg(!fi.cached, "case %zu trusted", i);
 		ck_assert_str_eq(hex, want);
-		ck_assert_msg(!strcmp(fi.lookup, "corrupt") || !strcmp(fi.lookup, "stale"),
+		ck_assert_msg(!strcmp(fi.lookup, i == 8 ? "evidence" : "corrupt") ||
+				      (i != 8 && !strcmp(fi.lookup, "stale")),
 			      "case %zu: lookup=%s", i, fi.lookup);
 		ck_assert_str_eq(fi.store, "stored");
 		/* rewritten: the next boot hits again */
@@ -334,6 +363,79 @@ START_TEST(test_unsafe_modes)
 }
 END_TEST
 
+/* Issue 22 item 2: two files with the same metadata (device, inode, size,
+ * mtime, ctime - as two copies of a file-system image can have) and other
+ * bytes. The cache entry written for one must not name the other: the
+ * lookup is fed the first file's stat for the second file's descriptor
+ * (kvd__fingerprint_stat) and must answer the second file's own digest,
+ * by the content evidence ("evidence"). Files differing in the header
+ * (first MiB), the last block, or everywhere are all caught; a hit reads
+ * a bounded amount whatever the size. */
+START_TEST(test_same_metadata_other_bytes)
+{
+	static const struct {
+		const char *what;
+		long off;        /* byte changed in a copy of file 7; -1: file 6 */
+	} t[] = {
+		{ "another file of the same size", -1 },
+		{ "one byte in the header", 100 },
+		{ "one byte at the end", FILE_BYTES - 1 },
+		{ "the last byte of the header", (1 << 20) - 1 },
+	};
+	char hex[SHA256_HEX_SIZE], a_hex[SHA256_HEX_SIZE], want[SHA256_HEX_SIZE],
+	     a[256], b[256], dir[256], cmd[700];
+	struct kvd_fp_info fi;
+	struct stat sa;
+
+	prime(7, a_hex);
+	path_of(7, a, sizeof(a));
+	cache_of(7, dir, sizeof(dir));
+	ck_assert_int_eq(stat(a, &sa), 0);
+	/* a hit checks the evidence, reading a bounded part of the file */
+	ck_assert_int_eq(kvd_fingerprint(a, dir, hex, &fi), 0);
+	ck_assert(fi.cached);
+	ck_assert_uint_gt(fi.evidence_bytes, 1u << 20);
+	ck_assert_uint_le(fi.evidence_bytes, (1u << 20) + 66u * 4096u);
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		int fd;
+
+		if (t[i].off < 0) {
+			path_of(6, b, sizeof(b));
+		} else {
+			snprintf(b, sizeof(b), "%s/copy%zu.gguf", g_root, i);
+			snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", a, b);
+			ck_assert_int_eq(system(cmd), 0);
+			fd = open(b, O_RDWR);
+			ck_assert_int_ge(fd, 0);
+			ck_assert_int_eq(pwrite(fd, "\xa5", 1, t[i].off), 1);
+			close(fd);
+		}
+		expect_hex(b, want);
+		ck_assert_str_ne(want, a_hex);
+		fd = open(b, O_RDONLY);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(kvd__fingerprint_stat(fd, &sa, dir, hex, &fi), 0);
+		close(fd);
+		ck_assert_msg(!strcmp(hex, want), "%s: got the first file's digest (lookup=%s)",
+			      t[i].what, fi.lookup);
+		ck_assert(!fi.cached);
+		ck_assert_str_eq(fi.lookup, "evidence");
+		ck_assert_uint_eq(fi.hashed_bytes, FILE_BYTES);
+	}
+	/* the entry of the first file still serves it */
+	ck_assert_int_eq(kvd_fingerprint(a, dir, hex, &fi), 0);
+	ck_assert_str_eq(hex, a_hex);
+	ck_assert(fi.cached);
+	/* forget drops it: the next start hashes in full */
+	ck_assert_int_eq(kvd_fingerprint_forget(dir, fi.dev, fi.ino), 0);
+	ck_assert_int_eq(kvd_fingerprint(a, dir, hex, &fi), 0);
+	ck_assert_str_eq(fi.lookup, "absent");
+	ck_assert_str_eq(hex, a_hex);
+	ck_assert_int_eq(kvd_fingerprint_forget(dir, fi.dev, fi.ino), 0);
+	ck_assert_int_eq(kvd_fingerprint_forget(dir, fi.dev, fi.ino), 0); /* twice: fine */
+}
+END_TEST
+
 /* A missing directory is created 0700; a file in its place is an error
  * reported in info, never a failure of the fingerprint. */
 START_TEST(test_dir_create_and_error)
@@ -391,6 +493,7 @@ int main(void)
 	tcase_add_test(tc, test_in_place_rewrite_same_size_same_mtime);
 	tcase_add_test(tc, test_corrupt_entries);
 	tcase_add_test(tc, test_unsafe_modes);
+	tcase_add_test(tc, test_same_metadata_other_bytes);
 	tcase_add_test(tc, test_dir_create_and_error);
 	tcase_add_test(tc, test_cache_dir_resolution);
 	suite_add_tcase(s, tc);

@@ -218,26 +218,26 @@ END_TEST
 
 START_TEST(test_apikeys)
 {
-	static const char good[] = "# keys\n\n0123456789abcdef alice\r\n  fedcba9876543210xyz\tbob.2 \n";
+	static const char good[] = "# keys\n\n0123456789abcdef0123456789ABCDEF alice\r\n  fedcba9876543210fedcba9876543210xyz\tbob.2 \n";
 	struct kvd_apikeys *k;
 	char why[300];
 
 	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", good, strlen(good), why, sizeof(why)), 0);
 	ck_assert_uint_eq(kvd_apikeys_count(k), 2);
-	ck_assert_str_eq(kvd_apikeys_lookup(k, "0123456789abcdef", 16), "alice");
-	ck_assert_str_eq(kvd_apikeys_lookup(k, "fedcba9876543210xyz", 19), "bob.2");
-	ck_assert_ptr_null(kvd_apikeys_lookup(k, "0123456789abcde", 15));    /* a prefix */
-	ck_assert_ptr_null(kvd_apikeys_lookup(k, "0123456789abcdefg", 17));  /* longer */
+	ck_assert_str_eq(kvd_apikeys_lookup(k, "0123456789abcdef0123456789ABCDEF", 32), "alice");
+	ck_assert_str_eq(kvd_apikeys_lookup(k, "fedcba9876543210fedcba9876543210xyz", 35), "bob.2");
+	ck_assert_ptr_null(kvd_apikeys_lookup(k, "0123456789abcdef0123456789ABCDE", 31));    /* a prefix */
+	ck_assert_ptr_null(kvd_apikeys_lookup(k, "0123456789abcdef0123456789ABCDEFg", 33));  /* longer */
 	ck_assert_ptr_null(kvd_apikeys_lookup(k, "", 0));
 	kvd_apikeys_free(k);
 
 	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "short alice\n", 12, why, sizeof(why)), -1);
 	ck_assert_ptr_nonnull(strstr(why, "K:1"));
-	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "0123456789abcdef a\n0123456789abcdef b\n", 38,
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "0123456789abcdef0123456789ABCDEF a\n0123456789abcdef0123456789ABCDEF b\n", 70,
 					   why, sizeof(why)), -1);
 	ck_assert_ptr_nonnull(strstr(why, "K:2: this key is listed twice"));
-	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "0123456789abcdef bad/tenant\n", 28, why, sizeof(why)), -1);
-	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "0123456789abcdef\n", 17, why, sizeof(why)), -1);
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "0123456789abcdef0123456789ABCDEF bad/tenant\n", 44, why, sizeof(why)), -1);
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "0123456789abcdef0123456789ABCDEF\n", 33, why, sizeof(why)), -1);
 	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", "# nothing\n", 10, why, sizeof(why)), -1);
 	ck_assert_ptr_null(k);
 }

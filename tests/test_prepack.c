@@ -247,6 +247,65 @@ START_TEST(test_written_then_reused)
 }
 END_TEST
 
+/* Issue 22 item 8: a cache file truncated while a process uses it (by
+ * the same user: the ownership checks cannot stop that) must not kill the
+ * process with SIGBUS. Bind - by a store and by a hit (the file's pages
+ * under a read lease) and by a hit while another descriptor holds the
+ * file open for writing (no lease: a private copy) -, then
+ * truncate the file to half and to 0 and read every packed copy: all
+ * still equal ops_mat_pack's. A truncation by the lease holder's own
+ * process waits until the watcher thread copied the mapping. A bind after
+ * the truncation refuses the file by name and packs again. */
+START_TEST(test_truncated_while_bound)
+{
+	static const struct {
+		const char *lookup, *store, *hold;
+		bool writer;
+	} t[] = {
+		{ "absent", "stored", "lease", false },
+		{ "hit", "-", "lease", false },
+		{ "hit", "-", "copy", true },
+	};
+	char dir[512], path[700];
+
+	fresh_dir(dir, sizeof(dir), "trunc_live");
+	entry_path(path, sizeof(path), dir, SHA_A);
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		struct prepack_key key = { .dir = dir, .sha256 = SHA_A };
+		struct prepack_info info;
+		struct prepack *p;
+		struct mats s;
+		int wfd = -1;
+		long sz;
+
+		if (i == 2)   /* the last case's file: a fresh store, then held */
+			bind_expect(dir, SHA_A, "truncated", "stored");
+		if (t[i].writer) {
+			wfd = open(path, O_RDWR);
+			ck_assert_int_ge(wfd, 0);
+		}
+		mats_init(&s);
+		ck_assert_int_eq(prepack_bind(&p, g_k, s.p, s.n, &key, &info), 0);
+		ck_assert_str_eq(info.lookup, t[i].lookup);
+		ck_assert_str_eq(info.store, t[i].store);
+		ck_assert_msg(!strcmp(info.hold, t[i].hold), "case %zu: hold %s, want %s",
+			      i, info.hold, t[i].hold);
+		sz = file_size(path);
+		ck_assert_int_eq(truncate(path, sz / 2), 0);
+		ck_assert_uint_gt(check_copies(&s), 8);  /* SIGBUS here before */
+		ck_assert_int_eq(truncate(path, 0), 0);
+		ck_assert_uint_gt(check_copies(&s), 8);
+		prepack_free(p);
+		if (wfd >= 0)
+			close(wfd);
+		if (i == 0) {
+			/* the truncated file is refused by name and rebuilt */
+			bind_expect(dir, SHA_A, "truncated", "stored");
+		}
+	}
+}
+END_TEST
+
 /* Each damage is refused with its name, the file rebuilt, then a hit. */
 START_TEST(test_damaged_rebuilt)
 {
@@ -1062,6 +1121,7 @@ int main(void)
 	tcase_add_test(tc, test_no_dir_packs);
 	tcase_add_test(tc, test_written_then_reused);
 	tcase_add_test(tc, test_damaged_rebuilt);
+	tcase_add_test(tc, test_truncated_while_bound);
 	tcase_add_test(tc, test_unsafe_refused);
 	tcase_add_test(tc, test_bad_key);
 	tcase_add_test(tc, test_concurrent_starts);

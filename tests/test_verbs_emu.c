@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1021,6 +1022,46 @@ START_TEST(test_forged_first_packets)
 }
 END_TEST
 
+/* Issue 22 item 5: the emulated NIC binds its socket in DIR, and any user
+ * who may write DIR may unlink it and bind their own under its name (or
+ * plant one for a peer to send to): a directory not owned by this user or
+ * writable by group or others is refused (-EPERM), before any socket. */
+START_TEST(test_private_dir)
+{
+	static const mode_t bad[] = { 0777, 01777, 0770, 0720, 0702 };
+	struct verbs_ctx *c = NULL;
+	char dev[160], sub[128];
+	struct stat st;
+
+	snprintf(sub, sizeof(sub), "%s/open", dir);
+	ck_assert_int_eq(mkdir(sub, 0700), 0);
+	snprintf(dev, sizeof(dev), "emu:%s,auto=1", sub);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(chmod(sub, bad[i]), 0);
+		ck_assert_msg(V->open(dev, &c) == -EPERM, "mode %04o accepted",
+			      (unsigned)bad[i]);
+		ck_assert_ptr_null(c);
+	}
+	/* another user's directory, even a private one */
+	ck_assert_int_eq(chmod(sub, 0700), 0);
+	if (geteuid() == 0) {
+		ck_assert_int_eq(chown(sub, 65534, 65534), 0);
+		ck_assert_int_eq(V->open(dev, &c), -EPERM);
+		ck_assert_int_eq(chown(sub, 0, 0), 0);
+	} else {
+		ck_assert_int_eq(stat("/", &st), 0);
+		ck_assert_int_ne(st.st_uid, geteuid());
+		ck_assert_int_eq(V->open("emu:/,auto=1", &c), -EPERM);
+	}
+	/* nothing was bound in the refused directory */
+	ck_assert_int_eq(rmdir(sub), 0);
+	ck_assert_int_eq(mkdir(sub, 0755), 0);
+	ck_assert_int_eq(V->open(dev, &c), 0);   /* ours, 0755: fine */
+	V->close(c);
+	ck_assert_int_eq(rmdir(sub), 0);
+}
+END_TEST
+
 START_TEST(test_garbage_and_names)
 {
 	struct ep p, d;
@@ -1235,6 +1276,7 @@ static Suite *verbs_emu_suite(void)
 	tcase_add_test(tc, test_cq_overflow);
 	tcase_add_test(tc, test_big_write);
 	tcase_add_test(tc, test_garbage_and_names);
+	tcase_add_test(tc, test_private_dir);
 	tcase_add_test(tc, test_forged_first_packets);
 	tcase_add_test(tc, test_two_processes);
 	tcase_add_test(tc, test_peer_gone);

@@ -223,5 +223,5 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 			   "10\r\n{\"prompt\":[1,2,\r\n5\r\n3],\"n\r\n6\r\n\":1}  \r\n0\r\n\r\n"
 			   "GET /v1/models HTTP/1.1\r\n\r\nGET /health HTTP/1.0\r\n\r\n");
 	seed(emit, ctx, 1, "GET /health HTTP/1.1\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n");
-	seed(emit, ctx, 0, "0123456789abcdef0123 alice\n# c\nfedcba9876543210fedc bob-2\n");
+	seed(emit, ctx, 0, "0123456789abcdef0123456789abcdef alice\n# c\nfedcba9876543210fedcba9876543210 bob-2\n");
 }

@@ -4,7 +4,12 @@
 # reads the cache (and the same SHA-256 as sha256sum), $CACHE_DIRECTORY is
 # the default, and a model rewritten in place - same size, mtime put back -
 # is hashed again: its new fingerprint reaches the handshake and a peer
-# holding the old bytes refuses it.
+# holding the old bytes refuses it. A hit is verified in full off the
+# loop after start: a cached start logs event=model_fingerprint_verified,
+# and an entry whose sampled evidence matches but whose digest names other
+# bytes (two same-metadata files that differ outside the samples) takes
+# the node out of service: event=model_fingerprint_mismatch, exit 65, the
+# entry dropped, and the restart hashes in full (issue 22 item 2).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v sha256sum >/dev/null || skip "sha256sum absent"
@@ -74,4 +79,33 @@ check "decode with the old bytes refuses the peer on model_sha256" \
 	wait_log "$T/d_fp.log" "event=peer_refused .*field=model_sha256" 10
 stop_node d_fp
 stop_node p_fp
+# --- the full check of a hit (issue 22 item 2) --------------------------
+C=$T/c.gguf
+cp "$T/b.gguf" "$C"
+sleep 1.2
+write_node fc0 standalone "$C" "model.fingerprint_cache=$T/fpc_c" "kv.pool_tokens=1"
+timeout 60 "$KVD" --config "$T/fc0.ini" >"$T/fc0.log" 2>&1 || true
+check "an entry is stored for c.gguf" grep -q "store=stored .*sha256=$OLD" "$T/fc0.log"
+write_node fc1 standalone "$C" "model.fingerprint_cache=$T/fpc_c"
+start_node fc1
+check "a cached start verifies the digest in full off the loop" \
+	wait_log "$T/fc1.log" "event=model_fingerprint_verified bytes=$(stat -c %s "$C") .*sha256=$OLD" 20
+check "... after reading only the evidence at boot" \
+	grep -q "source=cache lookup=hit store=- hashed_bytes=0 evidence_bytes=[1-9]" "$T/fc1.log"
+stop_node fc1
+E=$(echo "$T"/fpc_c/model-*.fp)
+FAKE=$(printf '%064d' 7)
+sed -i "s/sha256=[0-9a-f]*\$/sha256=$FAKE/" "$E"
+write_node fc2 standalone "$C" "model.fingerprint_cache=$T/fpc_c"
+set +e; timeout 30 "$KVD" --config "$T/fc2.ini" >"$T/fc2.log" 2>&1; rc=$?; set -e
+check "an entry naming other bytes is trusted at boot (sampled evidence matches)" \
+	grep -q "source=cache lookup=hit .*sha256=$FAKE" "$T/fc2.log"
+check "... the full check finds the mismatch and stops the node: exit 65 (rc=$rc)" test $rc -eq 65
+check "... logging event=model_fingerprint_mismatch with both digests" \
+	grep -q "event=model_fingerprint_mismatch .*cached=$FAKE actual=$OLD .*entry=dropped action=stop" "$T/fc2.log"
+check "... the entry is dropped" test ! -e "$E"
+write_node fc3 standalone "$C" "model.fingerprint_cache=$T/fpc_c" "kv.pool_tokens=1"
+timeout 60 "$KVD" --config "$T/fc3.ini" >"$T/fc3.log" 2>&1 || true
+check "the restart hashes in full: the right digest" \
+	grep -q "source=hash lookup=absent store=stored .*sha256=$OLD" "$T/fc3.log"
 finish

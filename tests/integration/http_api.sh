@@ -36,8 +36,8 @@ gen_model "$T/m.gguf" --chat-template chatml   # context 512, vocab 320
 M=$T/m.gguf
 gen_model "$T/m0.gguf"       # the same without a chat template
 M0=$T/m0.gguf
-KEY_A=alice-0123456789abcdef
-KEY_B=bob-0123456789abcdef00
+KEY_A=alice-0123456789abcdef0123456789abcdef
+KEY_B=bob-0123456789abcdef0123456789abcdef00
 printf '# test keys\n%s alice\n%s bob\n' "$KEY_A" "$KEY_B" > "$T/keys"
 chmod 600 "$T/keys"
 

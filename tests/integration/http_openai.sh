@@ -28,7 +28,7 @@ echo "# openai $(jq -r .version "$MOD/openai/package.json")"
 # stories260K when shared/ has it (real text), else the generated model
 M=${KVD_SHARED:-}/models/stories260K.gguf
 [ -f "$M" ] || { gen_model "$T/m.gguf"; M=$T/m.gguf; }
-KEY=carol-0123456789abcdef
+KEY=carol-0123456789abcdef0123456789abcdef
 printf '%s carol\n' "$KEY" > "$T/keys"; chmod 600 "$T/keys"
 
 next_port; H_PORT=$PORT

@@ -102,7 +102,7 @@ check "acks: decode is alive" kill -0 "$PID_da"
 stop_node da
 
 # ---- an HTTP client's wrong keys ----------------------------------------------------
-KEY=carol-0123456789abcdef
+KEY=carol-0123456789abcdef0123456789abcdef
 printf '%s carol\n' "$KEY" > "$T/keys"
 chmod 600 "$T/keys"
 next_port; S_HTTP=$PORT

@@ -10,6 +10,8 @@
 # model's pack file unused for longer than the retention is removed by
 # kvd generate and by the daemon's boot (one event=pack_cache_removed
 # line each), a younger one is kept until model.pack_cache_keep_days = 0.
+# A pack file truncated under a running node: the node copies its
+# mapping privately (event=pack_cache_detached) and serves on.
 # Skips without the avx512vnni kernels (nothing is packed then).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
@@ -134,7 +136,7 @@ for boot in 1 2 3 4; do
 done
 check "daemon boot 1 stores the repack cache" grep -q "event=pack_cache lookup=absent store=stored" "$T/pk1.log"
 check "daemon boot 2 maps it and packs nothing" \
-	grep -q "event=pack_cache lookup=hit store=- errno=0 mapped=[1-9][0-9]* packed=0 " "$T/pk2.log"
+	grep -q "event=pack_cache lookup=hit store=- hold=[a-z]* errno=0 mapped=[1-9][0-9]* packed=0 " "$T/pk2.log"
 check "model.pack_cache=off packs in memory" grep -q "event=pack_cache lookup=off store=off" "$T/pk3.log"
 check "daemon boot 2 removes the stale file, one line naming it" \
 	grep -q "event=pack_cache_removed name=$old reason=unused bytes=5000 " "$T/pk2.log"
@@ -146,4 +148,29 @@ check "model.pack_cache_keep_days=0 removes the young file, keeps its own" \
 check "keep_days=0: own file kept (boot 4 was a hit), the young file gone" \
 	test "$(ls "$T/dcache" | grep -c '^pack-.*\.kvpack$')" = 1 -a ! -e "$T/dcache/$young"
 check "keep_days=0 boot maps its own file" grep -q "event=pack_cache lookup=hit " "$T/pk4.log"
+# a pack file truncated under a running node (issue 22 item 8): the node
+# holds its hit under a read lease, copies the mapping privately when
+# the truncation comes, and goes on serving the same tokens (a SIGBUS
+# killed it before)
+pgen "$T/q4_0.gguf" "$T/ref5.json"
+next_port
+write_node pk5 standalone "$T/q4_0.gguf" "listen.client=127.0.0.1:$PORT" \
+	"model.fingerprint_cache=$T/dcache"
+start_node pk5
+wait_log "$T/pk5.log" "event=ready" 60 || true
+check "boot 5 holds its hit under a lease" grep -q "event=pack_cache lookup=hit store=- hold=lease " "$T/pk5.log"
+# truncate(1) opens O_NONBLOCK: EAGAIN while the lease is held, which
+# starts the break; once the node has its copy (ms), a retry goes through
+trunc_all() { local f; for f in "$T"/dcache/pack-*.kvpack; do truncate -s 0 "$f" 2>/dev/null || return 1; done; }
+wait_for 10 trunc_all || true
+check "the pack file is truncated under the node" \
+	test "$(stat -c %s "$(ls "$T"/dcache/pack-*.kvpack | head -1)")" = 0
+gen "$PORT" --prompt "the cache keeps the packed weights" --max-tokens 12 >"$T/gen5.json" || true
+check "the node detached its copy (event=pack_cache_detached)" grep -q "event=pack_cache_detached" "$T/pk5.log"
+check "... still runs" kill -0 "$PID_pk5"
+check "... and serves the same tokens as kvd generate" python3 -c '
+import json,sys
+a=json.load(open(sys.argv[1]))["output_ids"]; b=json.load(open(sys.argv[2]))["output_ids"]
+sys.exit(0 if a and a[:len(b)]==b[:len(a)] else "%r != %r" % (a, b))' "$T/gen5.json" "$T/ref5.json"
+stop_node pk5
 finish
