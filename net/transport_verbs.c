@@ -144,6 +144,7 @@ struct vt_batch {
 	uint32_t mslot;                 /* its mailbox slot (the immediate) */
 	bool failed;
 	bool waited;                    /* counted in credit_waits */
+	bool late;                      /* fault point verbs_late_write posted */
 };
 
 /* decode: a granted scope; prefill: the runs decode sent */
@@ -663,6 +664,45 @@ static int vt_send(struct transport *t, uint64_t request_id, uint32_t seq,
 	return 0;
 }
 
+/* Fault point verbs_late_write (a lying prefill that holds the key):
+ * b's WRITE_WITH_IMM completed, so decode has checked the batch; one more
+ * RDMA WRITE puts NaN (0xff bytes: NaN as f32 and as f16) over position 0
+ * of the first page's layer-0 K block, through the run the first write
+ * used, while decode's scope is still live. b ends (and prefill_done may
+ * follow) only once it completed: it has landed. True when posted. */
+static bool vt_fault_late_write(struct vt *vt, struct vt_batch *b)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	const struct vt_wr *w = &b->wrs[0];
+	uint32_t len;
+	struct verbs_sge sge;
+	struct verbs_send_wr wr;
+
+	if (b->late || b->n_wr < 2 || w->imm || w->len <= KVTAG_BYTES ||
+	    vt->outstanding >= vt->depth ||
+	    !kvd_fault_fire(c->fault, KVD_FAULT_VERBS_LATE_WRITE))
+		return false;
+	b->late = true;
+	len = KVD_MIN(w->len - KVTAG_BYTES, 64u);
+	memset((uint8_t *)(uintptr_t)w->laddr + KVTAG_BYTES, 0xff, len);
+	sge = (struct verbs_sge){ .addr = w->laddr + KVTAG_BYTES, .length = len,
+				  .lkey = vt->stage_mi.lkey };
+	wr = (struct verbs_send_wr){ .wr_id = (uint64_t)(uintptr_t)b,
+				     .opcode = VERBS_WR_RDMA_WRITE, .sg = &sge,
+				     .num_sge = 1, .remote_addr = w->raddr + KVTAG_BYTES,
+				     .rkey = w->rkey, .signaled = true };
+	if (vt->v->post_send(vt->rc.qp, &wr))
+		return false;
+	KVLOG_WARN(c->log, "fault", "point=verbs_late_write request=%llu seq=%u bytes=%u",
+		   (unsigned long long)b->id, b->seq, len);
+	b->n_wr++;
+	b->posted++;
+	vt->outstanding++;
+	if (vt->poller_on)
+		verbs_poller_kick(&vt->poller);
+	return true;
+}
+
 /* A send completion: completions come in posting order, so it is the
  * oldest posted-and-not-completed WR, of the batch its wr_id names. */
 static void vt_send_wc(struct vt *vt, const struct verbs_wc *wc)
@@ -688,6 +728,8 @@ static void vt_send_wc(struct vt *vt, const struct verbs_wc *wc)
 	}
 	if (vt->closing)
 		return;   /* callbacks fire at the end of the close */
+	if (b->done == b->n_wr && !b->failed && vt_fault_late_write(vt, b))
+		return;
 	if (b->done == b->n_wr || (b->failed && b->done == b->posted))
 		vt_batch_end(vt, b, b->failed ? -EIO : 0);
 	vt_push(vt);
