@@ -144,7 +144,9 @@ struct vt_batch {
 	uint32_t mslot;                 /* its mailbox slot (the immediate) */
 	bool failed;
 	bool waited;                    /* counted in credit_waits */
-	bool late;                      /* fault point verbs_late_write posted */
+	uint64_t mord;                  /* its place among the link's batches */
+	uint8_t late;                   /* fault point verbs_late_write: 1
+					 * waits for decode's credit, 2 posted */
 };
 
 /* decode: a granted scope; prefill: the runs decode sent */
@@ -522,6 +524,7 @@ static int vt_stage(struct vt *vt, struct vt_batch *b)
 				.len = (uint32_t)ex[j].length,
 				.raddr = addr + ex[j].offset, .rkey = rkey };
 	}
+	b->mord = vt->mb_posted;
 	b->mslot = vt_mailbox_slot(vt, b);
 	b->wrs[n_wr++] = (struct vt_wr){
 		.laddr = (uint64_t)(uintptr_t)m, .len = (uint32_t)(meta + XFER_TRAILER_BYTES),
@@ -665,41 +668,54 @@ static int vt_send(struct transport *t, uint64_t request_id, uint32_t seq,
 }
 
 /* Fault point verbs_late_write (a lying prefill that holds the key):
- * b's WRITE_WITH_IMM completed, so decode has checked the batch; one more
- * RDMA WRITE puts NaN (0xff bytes: NaN as f32 and as f16) over position 0
- * of the first page's layer-0 K block, through the run the first write
- * used, while decode's scope is still live. b ends (and prefill_done may
- * follow) only once it completed: it has landed. True when posted. */
-static bool vt_fault_late_write(struct vt *vt, struct vt_batch *b)
+ * b's WRITE_WITH_IMM completed; once decode's credit says it copied b
+ * out of its mailbox - it has checked the batch - one more RDMA WRITE
+ * puts NaN (0xff bytes: NaN as f32 and as f16) over position 0 of b's
+ * first page's layer-0 K block, through the run the first write used,
+ * while decode's scope is still live. b ends (and prefill_done may
+ * follow) only once that write completed: it has landed. */
+static void vt_fault_late_post(struct vt *vt)
 {
 	const struct transport_cfg *c = &vt->base.cfg;
-	const struct vt_wr *w = &b->wrs[0];
-	uint32_t len;
-	struct verbs_sge sge;
-	struct verbs_send_wr wr;
+	struct kvd_list *e, *nxt;
 
-	if (b->late || b->n_wr < 2 || w->imm || w->len <= KVTAG_BYTES ||
-	    vt->outstanding >= vt->depth ||
-	    !kvd_fault_fire(c->fault, KVD_FAULT_VERBS_LATE_WRITE))
+	kvd_list_for_each_safe(e, nxt, &vt->inflight) {
+		struct vt_batch *b = kvd_list_entry(e, struct vt_batch, node);
+		const struct vt_wr *w = &b->wrs[0];
+		uint32_t len = KVD_MIN(w->len - KVTAG_BYTES, 64u);
+		struct verbs_sge sge = { .addr = w->laddr + KVTAG_BYTES, .length = len,
+					 .lkey = vt->stage_mi.lkey };
+		struct verbs_send_wr wr = {
+			.wr_id = (uint64_t)(uintptr_t)b, .opcode = VERBS_WR_RDMA_WRITE,
+			.sg = &sge, .num_sge = 1, .remote_addr = w->raddr + KVTAG_BYTES,
+			.rkey = w->rkey, .signaled = true };
+
+		if (b->late != 1 || b->mord >= vt->mb_credited || vt->outstanding >= vt->depth)
+			continue;
+		b->late = 2;
+		memset((uint8_t *)(uintptr_t)w->laddr + KVTAG_BYTES, 0xff, len);
+		if (vt->v->post_send(vt->rc.qp, &wr)) {
+			vt_batch_end(vt, b, 0);
+			continue;
+		}
+		KVLOG_WARN(c->log, "fault", "point=verbs_late_write request=%llu seq=%u bytes=%u",
+			   (unsigned long long)b->id, b->seq, len);
+		b->n_wr++;
+		b->posted++;
+		vt->outstanding++;
+		if (vt->poller_on)
+			verbs_poller_kick(&vt->poller);
+	}
+}
+
+/* b's writes all completed: hold it for the late write? (once) */
+static bool vt_fault_late_hold(struct vt *vt, struct vt_batch *b)
+{
+	if (b->late || b->n_wr < 2 || b->wrs[0].imm || b->wrs[0].len <= KVTAG_BYTES ||
+	    !kvd_fault_fire(vt->base.cfg.fault, KVD_FAULT_VERBS_LATE_WRITE))
 		return false;
-	b->late = true;
-	len = KVD_MIN(w->len - KVTAG_BYTES, 64u);
-	memset((uint8_t *)(uintptr_t)w->laddr + KVTAG_BYTES, 0xff, len);
-	sge = (struct verbs_sge){ .addr = w->laddr + KVTAG_BYTES, .length = len,
-				  .lkey = vt->stage_mi.lkey };
-	wr = (struct verbs_send_wr){ .wr_id = (uint64_t)(uintptr_t)b,
-				     .opcode = VERBS_WR_RDMA_WRITE, .sg = &sge,
-				     .num_sge = 1, .remote_addr = w->raddr + KVTAG_BYTES,
-				     .rkey = w->rkey, .signaled = true };
-	if (vt->v->post_send(vt->rc.qp, &wr))
-		return false;
-	KVLOG_WARN(c->log, "fault", "point=verbs_late_write request=%llu seq=%u bytes=%u",
-		   (unsigned long long)b->id, b->seq, len);
-	b->n_wr++;
-	b->posted++;
-	vt->outstanding++;
-	if (vt->poller_on)
-		verbs_poller_kick(&vt->poller);
+	b->late = 1;
+	vt_fault_late_post(vt);
 	return true;
 }
 
@@ -728,7 +744,7 @@ static void vt_send_wc(struct vt *vt, const struct verbs_wc *wc)
 	}
 	if (vt->closing)
 		return;   /* callbacks fire at the end of the close */
-	if (b->done == b->n_wr && !b->failed && vt_fault_late_write(vt, b))
+	if (b->done == b->n_wr && !b->failed && vt_fault_late_hold(vt, b))
 		return;
 	if (b->done == b->n_wr || (b->failed && b->done == b->posted))
 		vt_batch_end(vt, b, b->failed ? -EIO : 0);
@@ -1296,6 +1312,7 @@ int transport_verbs_credit(struct transport *t, uint64_t consumed, char *why,
 		return -EPROTO;
 	}
 	vt->mb_credited = consumed;
+	vt_fault_late_post(vt);
 	vt_push(vt);
 	return 0;
 }
