@@ -331,6 +331,14 @@ static void link_scope_live(void *arg, uint64_t id, const struct proto_peer_run 
 		l->ops->scope_live(l, id, runs, n_runs, status);
 }
 
+static void link_scope_dead(void *arg, uint64_t id)
+{
+	struct link *l = arg;
+
+	if (l->ops->scope_dead)
+		l->ops->scope_dead(l, id);
+}
+
 static void link_data_closed(void *arg, int status)
 {
 	struct link *l = arg;
@@ -385,6 +393,7 @@ static int link_transport_new(struct link *l)
 		tc.recv.bad_batch = link_rx_bad;
 		tc.recv.credit = link_rx_credit;
 		tc.recv.scope_live = link_scope_live;
+		tc.recv.scope_dead = link_scope_dead;
 	}
 	tc.recv_arg = l;
 	if (c->transport == KVD_TRANSPORT_VERBS) {

@@ -1436,10 +1436,15 @@ static void vt_scope_wc(struct vt *vt, const struct verbs_wc *wc)
 		vt->base.cfg.recv.scope_live(vt->base.cfg.recv_arg, s->id, runs, n, 0);
 	} else if (before == VERBS_SCOPE_REVOKING && s->sc.state == VERBS_SCOPE_DEAD) {
 		/* every invalidation completed: the NIC refuses the peer's
-		 * writes to these pages from here on */
+		 * writes to these pages from here on (the owner's final
+		 * check of them may run now) */
+		uint64_t id = s->id;
+
 		vt_scope_unfence(vt, s);
 		kvd_list_del(&s->node);
 		vt_scope_free(s);
+		if (vt->base.cfg.recv.scope_dead)
+			vt->base.cfg.recv.scope_dead(vt->base.cfg.recv_arg, id);
 	} else if (before != VERBS_SCOPE_BROKEN && s->sc.state == VERBS_SCOPE_BROKEN) {
 		vt_scope_broken(vt, s, before == VERBS_SCOPE_BINDING ? "bind" : "invalidate",
 				(int)wc->status);
@@ -1588,8 +1593,9 @@ int transport_verbs_grant(struct transport *t, uint64_t id,
 }
 
 /* Windows: fence the pages, post the invalidations; the fence goes when
- * they completed (vt_scope_wc) or the flush is drained (vt_release). */
-static void vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
+ * they completed (vt_scope_wc) or the flush is drained (vt_release).
+ * True when nothing was left to invalidate (the NIC refuses already). */
+static bool vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
 {
 	enum verbs_scope_state st = s->sc.state;
 	uint32_t before = s->sc.pending;
@@ -1598,7 +1604,7 @@ static void vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
 	if (st == VERBS_SCOPE_NONE || st == VERBS_SCOPE_DEAD) {
 		kvd_list_del(&s->node);
 		vt_scope_free(s);
-		return;
+		return true;
 	}
 	rc = kvpool_fence(vt->base.cfg.pool, s->id, s->refs, s->n_refs);
 	if (rc) {
@@ -1608,35 +1614,37 @@ static void vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
 			  (unsigned long long)s->id, rc, s->n_refs);
 		vt->dead = true;
 		vt_report_closed(vt, -EIO);
-		return;
+		return false;
 	}
 	s->fenced = true;
 	if (vt->closing || vt->dead || st == VERBS_SCOPE_BROKEN)
-		return;   /* the QP is going: its drain ends the scope */
+		return false;   /* the QP is going: its drain ends the scope */
 	rc = verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);
 	vt->outstanding += s->sc.pending - before;
 	if (rc)
 		vt_scope_broken(vt, s, "invalidate", rc);
 	else if (vt->poller_on)
 		verbs_poller_kick(&vt->poller);
+	return false;
 }
 
-void transport_verbs_revoke(struct transport *t, uint64_t id)
+bool transport_verbs_revoke(struct transport *t, uint64_t id)
 {
 	struct vt *vt = to_vt(t);
 	struct vt_scope *s = vt->receiver ? vt_scope_find(vt, id) : NULL;
 
-	if (!s || s->revoked)
-		return;
+	if (!s)
+		return true;
+	if (s->revoked)
+		return false;   /* windows still being invalidated */
 	s->revoked = true;
-	if (vt->region_on && vt->region.mode == VERBS_SCOPE_WINDOWS) {
-		vt_scope_revoke_windows(vt, s);
-		return;
-	}
+	if (vt->region_on && vt->region.mode == VERBS_SCOPE_WINDOWS)
+		return vt_scope_revoke_windows(vt, s);
 	if (vt->region_on && s->sc.state == VERBS_SCOPE_LIVE)
 		(void)verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);
 	kvd_list_del(&s->node);
 	vt_scope_free(s);
+	return true;
 }
 
 bool transport_verbs_flush_timed_out(const struct transport *t)
