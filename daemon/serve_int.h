@@ -339,6 +339,8 @@ struct link {
 	 * sealed with the session's keys */
 	enum link_phase phase;
 	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
+	char auth_name[PEER_AUTH_NAME_BYTES];  /* keyed: the peer's node
+					  * name, as its proof bound it */
 	struct peer_session ss;          /* valid while `sealed`; the keys
 					  * outlive it until the transport
 					  * (which holds ss.data) closed */
