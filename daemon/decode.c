@@ -76,10 +76,11 @@ static void decode_try_complete(struct serve_req *r);
  * hands (released, quarantined, marked ready): the peer's NIC writes are
  * refused from here on. Nothing to do on tcp, or once the link is gone
  * (its transport revoked everything when it closed). */
-static void dreq_revoke(struct serve_req *r)
+static bool dreq_revoke(struct serve_req *r)
 {
 	if (r->link && r->link->data && transport_is_verbs(r->link->data))
-		transport_verbs_revoke(r->link->data, r->reg.id);
+		return transport_verbs_revoke(r->link->data, r->reg.id);
+	return true;
 }
 
 static void dreq_breach(struct serve_req *r, const char *what, int rc)
@@ -964,6 +965,68 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
 	return DEV_COVERED;
 }
 
+/* The final value check (verbs), on the pool's own bytes once the
+ * scope is dead: the positions each prefix page holds are finite. The
+ * batch check saw the bytes at the batch's completion; a peer that holds
+ * the key could write into a page after that, through the scope still
+ * live, and before prefill_done. 0, 1 (a page fails: logged), -ENOMEM. */
+static int decode_prefix_recheck(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	const struct kvmem *mem = &s->d->mem;
+	const struct kvpool_geom *g = kvpool_geom(s->d->pool);
+	uint8_t *buf = malloc(s->page_bytes);   /* (page_bytes) one page */
+	int rc = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	for (uint32_t i = 0; !rc && i < r->n_prefix; i++) {
+		uint32_t tokens = KVD_MIN(g->page_tokens, r->n_prompt - i * g->page_tokens);
+		const void *src = kvpool_page_addr(s->d->pool, r->table[i].page);
+
+		if (src && !mem->ops->read(mem->ctx, buf, src, s->page_bytes) &&
+		    kvpool_page_kv_finite(g, buf, tokens))
+			continue;
+		KVLOG_WARN(s->log, "transfer_check_failed",
+			   "id=%llu tenant=%s check=finite page=%u index=%u msg=\"the page changed after its batch was checked\"",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
+			   r->table[i].page, i);
+		rc = 1;
+	}
+	free(buf);
+	return rc;
+}
+
+/* The scope is dead (verbs) or there is none (tcp): no byte of the
+ * prefix can change any more, so the checks that must hold when the
+ * engine reads it run now - values here, tags in kvpool_mark_ready. */
+static void decode_sealed(struct serve_req *r)
+{
+	int rc;
+
+	r->sealing = false;
+	if (!r->link || !r->link->data || !transport_is_verbs(r->link->data)) {
+		serve__dreq_event(r, decode_covered_event(r));
+		return;
+	}
+	KVLOG_DEBUG(r->s->log, "transfer_sealed", "id=%llu tenant=%s pages=%u",
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_prefix);
+	rc = decode_prefix_recheck(r);
+	if (rc < 0) {
+		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
+		serve__dreq_event(r, DEV_COVERED_FAIL);
+		return;
+	}
+	if (rc) {
+		/* its writer cannot be trusted: quarantine (invariants 1, 2) */
+		dreq_fail_kind(r, PROTO_ERR_INTEGRITY, KVD_INTEGRITY_TRANSFER,
+			       "the received KV changed after it was checked (non-finite values)");
+		serve__dreq_event(r, DEV_TAG_BAD);
+		return;
+	}
+	serve__dreq_event(r, decode_covered_event(r));
+}
+
 /* All batches in and prefill_done seen: check coverage, mark ready. */
 static void decode_try_complete(struct serve_req *r)
 {
@@ -974,7 +1037,7 @@ static void decode_try_complete(struct serve_req *r)
 	char why[200];
 	int rc;
 
-	if (r->ended || r->state != DRS_TRANSFER || !r->done_seen)
+	if (r->ended || r->state != DRS_TRANSFER || !r->done_seen || r->sealing)
 		return;
 	decode_rx_req(r, &q);
 	rc = xfer_check_coverage(&q, &r->rx, &done, why, sizeof(why));
@@ -985,7 +1048,12 @@ static void decode_try_complete(struct serve_req *r)
 		serve__dreq_event(r, DEV_BAD);
 		return;
 	}
-	serve__dreq_event(r, decode_covered_event(r));
+	/* every batch is in: take the write scope back first, and check
+	 * the pages only once the NIC refuses the peer's writes (verbs,
+	 * windows: decode_scope_dead; the transfer timer still runs) */
+	r->sealing = true;
+	if (dreq_revoke(r))
+		decode_sealed(r);
 }
 
 /* ---- control messages from prefill ------------------------------------------ */
@@ -1130,6 +1198,17 @@ static void decode_scope_live(struct link *p, uint64_t id, const struct proto_pe
 		    (unsigned long long)id, KVLOG_Q(r->tenant), n_runs);
 }
 
+/* link_ops.scope_dead (verbs, memory windows): the invalidations of r's
+ * scope completed; if r waits for them to make its final check, it runs
+ * now. */
+static void decode_scope_dead(struct link *p, uint64_t id)
+{
+	struct serve_req *r = decode_req_of(p, id);
+
+	if (r && r->state == DRS_TRANSFER && r->sealing && !r->ended)
+		decode_sealed(r);
+}
+
 /* link_ops.req_flush_lost: the QP's flush never came, so the peer may
  * still write r's prefix: it never goes back to the free list. */
 static void decode_req_flush_lost(struct serve_req *r)
@@ -1176,6 +1255,7 @@ static const struct link_ops decode_link_ops = {
 	.req_lost = decode_req_lost,
 	.rx_batch = decode_rx_batch,
 	.scope_live = decode_scope_live,
+	.scope_dead = decode_scope_dead,
 	.req_flush_lost = decode_req_flush_lost,
 };
 

@@ -310,6 +310,14 @@ static void link_rx_batch(void *arg, const struct xfer_hdr *h, const uint8_t *ba
 	l->ops->rx_batch(l, h, batch);
 }
 
+/* A peer failed authentication (invariant 11): counted in all (kvctl
+ * status peer_auth_failures) and by kind (kvd_peer_auth_failures_total). */
+static void link_auth_failed(struct serve *s, enum kvd_peer_auth_kind kind)
+{
+	s->d->counters.peer_auth_failures++;
+	kvd_metrics_peer_auth(&s->d->metrics, kind);
+}
+
 /* A batch failed its checksum (or came without one): its header is as
  * untrustworthy as its pages, so the id it names may be an innocent
  * request's and the real victim's pages may be anywhere in the stream.
@@ -326,7 +334,7 @@ static void link_rx_bad(void *arg, int code, const struct xfer_hdr *h)
 		   KVLOG_Q(l->addr),
 		   (unsigned long long)h->request_id, h->seq, xfer_strerror(code));
 	if (auth)
-		l->s->d->counters.peer_auth_failures++;
+		link_auth_failed(l->s, KVD_PEER_AUTH_BATCH);
 	/* what the requests failed below count their failure as */
 	l->lost_kind = auth ? KVD_INTEGRITY_MAC : KVD_INTEGRITY_CHECKSUM;
 	if (!link_lost_code(l, auth ? "a KV batch failed authentication" :
@@ -361,6 +369,14 @@ static void link_scope_live(void *arg, uint64_t id, const struct proto_peer_run 
 
 	if (l->ops->scope_live)
 		l->ops->scope_live(l, id, runs, n_runs, status);
+}
+
+static void link_scope_dead(void *arg, uint64_t id)
+{
+	struct link *l = arg;
+
+	if (l->ops->scope_dead)
+		l->ops->scope_dead(l, id);
 }
 
 static void link_data_closed(void *arg, int status)
@@ -417,6 +433,7 @@ static int link_transport_new(struct link *l)
 		tc.recv.bad_batch = link_rx_bad;
 		tc.recv.credit = link_rx_credit;
 		tc.recv.scope_live = link_scope_live;
+		tc.recv.scope_dead = link_scope_dead;
 	}
 	tc.recv_arg = l;
 	if (c->transport == KVD_TRANSPORT_VERBS) {
@@ -556,14 +573,54 @@ static void link_hello_done(struct link *l, const struct proto_peer_hello *h)
 	l->checksum = s->d->cfg.checksum || h->checksum;
 }
 
-/* Both ends proved: derive the link's keys; every later control frame
- * and batch is sealed. */
-static void link_seal(struct link *l, enum peer_auth_side side)
+/* Both nonces known: the link's keys (the auth_proofs' names are sealed
+ * with its control keys already). */
+static void link_derive(struct link *l, enum peer_auth_side side)
 {
-	struct serve *s = l->s;
+	peer_session_derive(&l->ss, &l->s->key, side, l->nonce_d, l->nonce_p,
+			    l->s->d->cfg.encrypt);
+}
 
-	peer_session_derive(&l->ss, &s->key, side, l->nonce_d, l->nonce_p,
-			    s->d->cfg.encrypt);
+/* "ip:port" of one end of l's control connection (peer: the remote
+ * one), as the socket says; "" when it cannot say. */
+static void link_sock_addr(struct link *l, bool peer, char *out, size_t n)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	char ip[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	out[0] = '\0';
+	if ((peer ? uv_tcp_getpeername : uv_tcp_getsockname)(&l->ctl, (struct sockaddr *)&ss, &len))
+		return;
+	if (ss.ss_family == AF_INET) {
+		uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	} else if (ss.ss_family == AF_INET6) {
+		uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	snprintf(out, n, "%s:%d", ip, port);
+}
+
+/* What a proof binds (net/peer_auth.h): the names given, and the two
+ * ends of the control connection as this side's socket sees them - a
+ * relay in between makes the two sides see different pairs. */
+static void link_ids(struct link *l, struct peer_auth_ids *ids, const char *name_d,
+		     const char *name_p, char addr_d[PEER_AUTH_ADDR_MAX],
+		     char addr_p[PEER_AUTH_ADDR_MAX])
+{
+	bool dial = l->side == LINK_DIAL;
+
+	link_sock_addr(l, !dial, addr_d, PEER_AUTH_ADDR_MAX);
+	link_sock_addr(l, dial, addr_p, PEER_AUTH_ADDR_MAX);
+	*ids = (struct peer_auth_ids){ .name_d = name_d, .name_p = name_p,
+				       .addr_d = addr_d, .addr_p = addr_p };
+}
+
+/* Both ends proved: every later control frame and batch is sealed. */
+static void link_seal(struct link *l)
+{
 	frame_decoder_set_opener(&l->dec, peer_frame_open, &l->ss.rx);
 	l->sealed = true;
 	frame_decoder_set_max(&l->dec, SERVE_PEER_FRAME_MAX);
@@ -629,6 +686,12 @@ static void dial_data_bound(struct link *l)
 	dial_log_capacity(l);
 }
 
+/* Keyed links: a hello must name the node its proof bound. */
+static bool link_name_differs(const struct link *l, const struct proto_peer_hello *h)
+{
+	return l->sealed && strncmp(h->node, l->auth_name, sizeof(l->auth_name));
+}
+
 static void dial_on_hello(struct link *l, const struct proto_peer_msg *m)
 {
 	struct serve *s = l->s;
@@ -645,6 +708,12 @@ static void dial_on_hello(struct link *l, const struct proto_peer_msg *m)
 			  KVLOG_Q(l->addr), field,
 			  KVLOG_Q(strcmp(m->hello.role, "prefill")
 				  ? "the peer is not a prefill node" : why));
+		serve__link_lost(l, "handshake refused");
+		return;
+	}
+	if (link_name_differs(l, &m->hello)) {
+		KVLOG_ERR(s->log, "peer_refused", "peer=%s field=node msg=%s", KVLOG_Q(l->addr),
+			  KVLOG_Q("the hello names another node than the peer's proof"));
 		serve__link_lost(l, "handshake refused");
 		return;
 	}
@@ -685,13 +754,19 @@ static void dial_on_refused(struct link *l, const struct proto_peer_msg *m)
 	serve__link_lost(l, "refused by the peer");
 }
 
-/* auth_challenge: prefill's nonce; prove we hold the key. */
+/* auth_challenge: prefill's nonce; prove we hold the key, bound to our
+ * name and both addresses, and send our name sealed. */
 static void dial_on_challenge(struct link *l, const struct proto_peer_msg *m)
 {
 	struct proto_peer_msg pr = { .type = PEER_MSG_AUTH_PROOF };
+	char addr_d[PEER_AUTH_ADDR_MAX], addr_p[PEER_AUTH_ADDR_MAX];
+	struct peer_auth_ids ids;
 
 	memcpy(l->nonce_p, m->nonce, PEER_AUTH_BYTES);
-	peer_auth_proof(&l->s->key, PEER_SIDE_DECODE, l->nonce_d, l->nonce_p, pr.proof);
+	link_derive(l, PEER_SIDE_DECODE);
+	link_ids(l, &ids, l->s->my_hello.node, "", addr_d, addr_p);
+	peer_auth_proof(&l->s->key, PEER_SIDE_DECODE, l->nonce_d, l->nonce_p, &ids, pr.proof);
+	peer_auth_name_seal(&l->ss.tx, l->s->my_hello.node, pr.name_sealed);
 	l->phase = LINK_PROOF;
 	if (serve__link_send(l, &pr))
 		serve__link_lost(l, "control setup");
@@ -703,17 +778,23 @@ static void dial_on_proof(struct link *l, const struct proto_peer_msg *m)
 {
 	struct serve *s = l->s;
 	struct proto_peer_msg h = { .type = PEER_MSG_HELLO };
+	char addr_d[PEER_AUTH_ADDR_MAX], addr_p[PEER_AUTH_ADDR_MAX];
+	char name_p[PEER_AUTH_NAME_BYTES] = "";
+	struct peer_auth_ids ids;
 
-	if (peer_auth_check(&s->key, PEER_SIDE_PREFILL, l->nonce_d, l->nonce_p,
-			    m->proof)) {
-		s->d->counters.peer_auth_failures++;
+	link_ids(l, &ids, s->my_hello.node, name_p, addr_d, addr_p);
+	if (peer_auth_name_open(&l->ss.rx, m->name_sealed, name_p) ||
+	    peer_auth_check(&s->key, PEER_SIDE_PREFILL, l->nonce_d, l->nonce_p,
+			    &ids, m->proof)) {
+		link_auth_failed(s, KVD_PEER_AUTH_PROOF);
 		KVLOG_ERR(s->log, "peer_refused",
 			  "peer=%s reason=auth_failed msg=\"the prefill peer did not prove it holds the cluster key\"",
 			  KVLOG_Q(l->addr));
 		serve__link_lost(l, "authentication failed");
 		return;
 	}
-	link_seal(l, PEER_SIDE_DECODE);
+	memcpy(l->auth_name, name_p, sizeof(l->auth_name));
+	link_seal(l);
 	l->phase = LINK_HELLO;
 	h.hello = s->my_hello;
 	if (serve__link_send(l, &h))
@@ -770,20 +851,31 @@ static void accept_on_auth_proof(struct link *l, const struct proto_peer_msg *m)
 {
 	struct serve *s = l->s;
 	struct proto_peer_msg pr = { .type = PEER_MSG_AUTH_PROOF };
+	char addr_d[PEER_AUTH_ADDR_MAX], addr_p[PEER_AUTH_ADDR_MAX];
+	char name_d[PEER_AUTH_NAME_BYTES] = "";
+	struct peer_auth_ids ids;
 
-	if (peer_auth_check(&s->key, PEER_SIDE_DECODE, l->nonce_d, l->nonce_p,
-			    m->proof)) {
-		s->d->counters.peer_auth_failures++;
+	/* decode's proof binds its name, no name of ours, and both ends
+	 * as our socket sees them: relayed from another link, it fails */
+	link_derive(l, PEER_SIDE_PREFILL);
+	link_ids(l, &ids, name_d, "", addr_d, addr_p);
+	if (peer_auth_name_open(&l->ss.rx, m->name_sealed, name_d) ||
+	    peer_auth_check(&s->key, PEER_SIDE_DECODE, l->nonce_d, l->nonce_p,
+			    &ids, m->proof)) {
+		link_auth_failed(s, KVD_PEER_AUTH_PROOF);
 		accept_refuse(l, "auth_failed", NULL,
-			      "the peer did not prove it holds the cluster key");
+			      "the peer did not prove it holds the cluster key (for this node and these addresses)");
 		return;
 	}
-	peer_auth_proof(&s->key, PEER_SIDE_PREFILL, l->nonce_d, l->nonce_p, pr.proof);
+	memcpy(l->auth_name, name_d, sizeof(l->auth_name));
+	ids.name_p = s->my_hello.node;
+	peer_auth_proof(&s->key, PEER_SIDE_PREFILL, l->nonce_d, l->nonce_p, &ids, pr.proof);
+	peer_auth_name_seal(&l->ss.tx, s->my_hello.node, pr.name_sealed);
 	if (serve__link_send(l, &pr)) {
 		serve__link_lost(l, NULL);
 		return;
 	}
-	link_seal(l, PEER_SIDE_PREFILL);
+	link_seal(l);
 	memcpy(l->token, l->ss.token, PEER_AUTH_BYTES);
 	l->phase = LINK_HELLO;
 }
@@ -822,6 +914,12 @@ static void accept_on_hello(struct link *l, const struct proto_peer_msg *m)
 		}
 		l->hello = m->hello;   /* for the log line (escaped there) */
 		accept_refuse(l, "mismatch", field, why);
+		return;
+	}
+	if (link_name_differs(l, &m->hello)) {
+		l->hello = m->hello;
+		accept_refuse(l, "mismatch", "node",
+			      "the hello names another node than the peer's proof");
 		return;
 	}
 	link_hello_done(l, &m->hello);
@@ -884,7 +982,7 @@ static void accept_on_data(struct link *tmp, const struct proto_peer_msg *m)
 
 	l = accept_by_token(s, m->token);
 	if (!l) {
-		s->d->counters.peer_auth_failures++;
+		link_auth_failed(s, KVD_PEER_AUTH_TOKEN);
 		accept_refuse(tmp, "bad_token", NULL,
 			      "a data connection presented an unknown or used token");
 		return;
@@ -1122,6 +1220,15 @@ static const char *link_feed(struct link *l, const char *q, size_t n)
 			rc = frame_decoder_next(&l->dec, &map);
 			if (rc == FRAME_E_AGAIN)
 				break;
+			if (rc == FRAME_E_AUTH) {
+				/* forged, replayed, reordered or damaged: the
+				 * stream is broken, the link closes */
+				link_auth_failed(s, KVD_PEER_AUTH_FRAME);
+				KVLOG_RL_ERR(s->log, &s->rl[SERVE_RL_PEER_PROTOCOL], "peer_auth_failed",
+					     "peer=%s kind=frame msg=\"a sealed control frame failed authentication: the link is closed\"",
+					     KVLOG_Q(link_who(l)));
+				return "a sealed control frame failed authentication";
+			}
 			if (rc == 0) {
 				rc = proto_peer_parse(map, &m, &err);
 				if (rc > 0 && link_bad_request(l, &m, &err))
@@ -1410,22 +1517,13 @@ int serve__link_dial(struct serve *s, const char *addr, const struct link_ops *o
 /* "ip:port" of the remote end, for log lines. */
 static void accept_addr(struct link *l)
 {
-	struct sockaddr_storage ss;
-	int len = sizeof(ss);
-	char ip[INET6_ADDRSTRLEN] = "?";
-	int port = 0;
+	char *colon;
 
-	if (uv_tcp_getpeername(&l->ctl, (struct sockaddr *)&ss, &len))
-		return;
-	if (ss.ss_family == AF_INET) {
-		uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-	} else if (ss.ss_family == AF_INET6) {
-		uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	}
-	snprintf(l->addr, sizeof(l->addr), "%s:%d", ip, port);
-	snprintf(l->node_addr, sizeof(l->node_addr), "%s", ip);
+	link_sock_addr(l, true, l->addr, sizeof(l->addr));
+	snprintf(l->node_addr, sizeof(l->node_addr), "%s", l->addr);
+	colon = strrchr(l->node_addr, ':');
+	if (colon)
+		*colon = '\0';
 }
 
 /* A decode node, to the per-node bounds, is the address its links come

@@ -94,6 +94,11 @@ static const char *const integrity_names[KVD_INTEGRITY__N] = {
 	[KVD_INTEGRITY_PEER] = "peer",
 };
 
+static const char *const peer_auth_names[KVD_PEER_AUTH__N] = {
+	[KVD_PEER_AUTH_PROOF] = "proof", [KVD_PEER_AUTH_TOKEN] = "token",
+	[KVD_PEER_AUTH_FRAME] = "frame", [KVD_PEER_AUTH_BATCH] = "batch",
+};
+
 /* The slot of a tenant: found, newly registered while there is room
  * (the last slot is kept for "other"), else "other". Every call counts
  * one event of a request, so `fold` says whether to count it folded. */
@@ -163,6 +168,12 @@ void kvd_metrics_integrity(struct kvd_metrics *m, enum kvd_integrity_kind k)
 {
 	if ((unsigned)k < KVD_INTEGRITY__N)
 		m->integrity[k]++;
+}
+
+void kvd_metrics_peer_auth(struct kvd_metrics *m, enum kvd_peer_auth_kind k)
+{
+	if ((unsigned)k < KVD_PEER_AUTH__N)
+		m->peer_auth[k]++;
 }
 
 void kvd_metrics_xfer_batch(struct kvd_metrics *m, int dir, uint64_t bytes)
@@ -487,9 +498,11 @@ static void render_counters(struct text *t, struct kvd_daemon *d)
 	for (int i = 0; i < KVD_INTEGRITY__N; i++)
 		tx(t, "kvd_integrity_failures_total{kind=\"%s\"} %" PRIu64 "\n",
 		   integrity_names[i], m->integrity[i]);
-	one_u(t, "kvd_peer_auth_failures_total", "counter",
-	      "Peer proofs, data tokens and sealed frames refused.",
-	      k->peer_auth_failures);
+	family(t, "kvd_peer_auth_failures_total", "counter",
+	       "Peers that failed authentication, by what failed: proof (a handshake proof, also one relayed from another link), token (a data connection's), frame (a sealed control frame that did not open: the link is closed), batch (a KV batch's seal or MAC); the kinds sum to kvctl status peer_auth_failures.");
+	for (int i = 0; i < KVD_PEER_AUTH__N; i++)
+		tx(t, "kvd_peer_auth_failures_total{kind=\"%s\"} %" PRIu64 "\n",
+		   peer_auth_names[i], m->peer_auth[i]);
 	one_u(t, "kvd_verbs_flush_timeouts_total", "counter",
 	      "Decode, RDMA: links whose queue pair never delivered its flush completions within transfer.verbs_flush_timeout_ms (their requests' pages quarantined until restart).",
 	      k->verbs_flush_timeouts);

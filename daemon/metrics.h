@@ -52,6 +52,15 @@ enum kvd_integrity_kind {
 	KVD_INTEGRITY__N,
 };
 
+/* Peer authentication failures (invariant 11) by what failed. */
+enum kvd_peer_auth_kind {
+	KVD_PEER_AUTH_PROOF = 0,  /* a handshake proof did not verify */
+	KVD_PEER_AUTH_TOKEN,      /* a data connection's token */
+	KVD_PEER_AUTH_FRAME,      /* a sealed control frame did not open */
+	KVD_PEER_AUTH_BATCH,      /* a KV batch's seal or MAC */
+	KVD_PEER_AUTH__N,
+};
+
 #define KVD_HIST_BUCKETS 20            /* upper bounds; +Inf is one more */
 
 struct kvd_hist {
@@ -78,6 +87,7 @@ struct kvd_metrics {
 	uint32_t n_tenants;              /* slots in use */
 	uint64_t tenants_folded;         /* requests counted under "other" */
 	uint64_t integrity[KVD_INTEGRITY__N];
+	uint64_t peer_auth[KVD_PEER_AUTH__N];
 	uint64_t xfer_bytes[2];          /* [KVD_XFER_SEND/RECV] KV payload */
 	uint64_t xfer_batches[2];
 	struct kvd_hist xfer_time[2];    /* send: first batch queued -> last
@@ -101,6 +111,7 @@ void kvd_metrics_request_end(struct kvd_metrics *m, const char *tenant,
 void kvd_metrics_token(struct kvd_metrics *m, const char *tenant, bool first,
 		       uint32_t prompt_tokens, uint64_t ns);
 void kvd_metrics_integrity(struct kvd_metrics *m, enum kvd_integrity_kind k);
+void kvd_metrics_peer_auth(struct kvd_metrics *m, enum kvd_peer_auth_kind k);
 /* A KV batch of `bytes` payload sent or received. */
 void kvd_metrics_xfer_batch(struct kvd_metrics *m, int dir, uint64_t bytes);
 /* A request's transfer took ns (see xfer_time). */

@@ -172,6 +172,9 @@ struct serve_req {
 	struct xfer_check_marks rx;      /* pages and batches accepted;
 					  * rx.got (n_prefix) */
 	bool done_seen;
+	bool sealing;                    /* verbs: covered, the scope's
+					  * revocation in flight; the final
+					  * check waits for it */
 	uint32_t first_token;
 	uint32_t done_tokens, done_batches, done_pages;
 	uint32_t peer_batches;           /* the most batches prefill said it
@@ -299,6 +302,9 @@ struct link_ops {
 	 * failed (status < 0; the link is lost right after) */
 	void (*scope_live)(struct link *l, uint64_t id, const struct proto_peer_run *runs,
 			   uint32_t n_runs, int status);
+	/* dial, verbs with memory windows: request id's write scope is
+	 * dead (its invalidations completed) after a revoke that said so */
+	void (*scope_dead)(struct link *l, uint64_t id);
 	/* dial, verbs: the link's flush completions never came within
 	 * transfer.verbs_flush_timeout_ms: r, one of its requests, must
 	 * quarantine the pages a peer could still write (before its
@@ -343,6 +349,8 @@ struct link {
 	 * sealed with the session's keys */
 	enum link_phase phase;
 	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
+	char auth_name[PEER_AUTH_NAME_BYTES];  /* keyed: the peer's node
+					  * name, as its proof bound it */
 	struct peer_session ss;          /* valid while `sealed`; the keys
 					  * outlive it until the transport
 					  * (which holds ss.data) closed */

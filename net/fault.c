@@ -40,6 +40,7 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_VERBS_LIE_CREDIT] = "verbs_lie_credit",
 	[KVD_FAULT_VERBS_WRITE_BESIDE] = "verbs_write_beside",
 	[KVD_FAULT_VERBS_BIND_FAIL] = "verbs_bind_fail",
+	[KVD_FAULT_VERBS_LATE_WRITE] = "verbs_late_write",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

@@ -69,6 +69,13 @@
  *                        without waiting for mailbox credits
  *   verbs_lie_credit     RDMA, a lying decode: a verbs_credit claims 100
  *                        batches more consumed than prefill posted
+ *   verbs_late_write     RDMA, a lying prefill: once a batch's
+ *                        WRITE_WITH_IMM completed (decode has checked
+ *                        the batch), one more RDMA WRITE puts NaN over
+ *                        position 0 of its first page's layer-0 K block
+ *                        through the still-live scope; the batch counts
+ *                        as sent (and prefill_done follows) only after
+ *                        it landed
  *
  * The transport's points (corrupt_batch, cut_peer_mid_batch, bad_tag,
  * bad_entry_index, bad_entry_tokens) fire on both send paths: the copy
@@ -112,6 +119,7 @@ enum kvd_fault_point {
 	KVD_FAULT_VERBS_LIE_CREDIT,
 	KVD_FAULT_VERBS_WRITE_BESIDE,
 	KVD_FAULT_VERBS_BIND_FAIL,
+	KVD_FAULT_VERBS_LATE_WRITE,
 	KVD_FAULT__N,
 };
 

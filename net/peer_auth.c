@@ -19,8 +19,8 @@
 #include <string.h>
 
 #define LBL_KEY "kvd/2 cluster key"
-#define LBL_PROOF_D "kvd/2 proof decode"
-#define LBL_PROOF_P "kvd/2 proof prefill"
+#define LBL_PROOF_D "kvd/3 proof decode"
+#define LBL_PROOF_P "kvd/3 proof prefill"
 #define LBL_CTL_D2P "kvd/2 ctl decode->prefill"
 #define LBL_CTL_P2D "kvd/2 ctl prefill->decode"
 #define LBL_DATA "kvd/2 data prefill->decode"
@@ -75,18 +75,44 @@ static void peer_mac(const struct peer_key *key, const char *label,
 	sodium_memzero(&st, sizeof(st));
 }
 
+/* One identity string into a proof: its length (one byte) then its
+ * bytes, so no two lists of strings hash alike. */
+static void peer_mac_str(crypto_generichash_state *st, const char *v, size_t max)
+{
+	size_t n = v ? strnlen(v, max - 1) : 0;
+	uint8_t len = (uint8_t)n;
+
+	crypto_generichash_update(st, &len, 1);
+	crypto_generichash_update(st, (const uint8_t *)(v ? v : ""), n);
+}
+
+/* proof = BLAKE2b-256 keyed with K over (label, nonce_d, nonce_p, name_d,
+ * name_p, addr_d, addr_p). */
 void peer_auth_proof(const struct peer_key *key, enum peer_auth_side side,
 		     const uint8_t nonce_d[PEER_AUTH_BYTES],
 		     const uint8_t nonce_p[PEER_AUTH_BYTES],
+		     const struct peer_auth_ids *ids,
 		     uint8_t proof[PEER_AUTH_BYTES])
 {
-	peer_mac(key, side == PEER_SIDE_DECODE ? LBL_PROOF_D : LBL_PROOF_P,
-		 nonce_d, nonce_p, proof);
+	const char *label = side == PEER_SIDE_DECODE ? LBL_PROOF_D : LBL_PROOF_P;
+	crypto_generichash_state st;
+
+	crypto_generichash_init(&st, key->k, PEER_AUTH_BYTES, PEER_AUTH_BYTES);
+	crypto_generichash_update(&st, (const uint8_t *)label, strlen(label) + 1);
+	crypto_generichash_update(&st, nonce_d, PEER_AUTH_BYTES);
+	crypto_generichash_update(&st, nonce_p, PEER_AUTH_BYTES);
+	peer_mac_str(&st, ids->name_d, PEER_AUTH_NAME_BYTES);
+	peer_mac_str(&st, ids->name_p, PEER_AUTH_NAME_BYTES);
+	peer_mac_str(&st, ids->addr_d, PEER_AUTH_ADDR_MAX);
+	peer_mac_str(&st, ids->addr_p, PEER_AUTH_ADDR_MAX);
+	crypto_generichash_final(&st, proof, PEER_AUTH_BYTES);
+	sodium_memzero(&st, sizeof(st));
 }
 
 int peer_auth_check(const struct peer_key *key, enum peer_auth_side side,
 		    const uint8_t nonce_d[PEER_AUTH_BYTES],
 		    const uint8_t nonce_p[PEER_AUTH_BYTES],
+		    const struct peer_auth_ids *ids,
 		    const uint8_t proof[PEER_AUTH_BYTES])
 {
 	uint8_t want[PEER_AUTH_BYTES];
@@ -95,7 +121,7 @@ int peer_auth_check(const struct peer_key *key, enum peer_auth_side side,
 	/* equal nonces: a reflected handshake, never two fresh draws */
 	if (!key->set || !sodium_memcmp(nonce_d, nonce_p, PEER_AUTH_BYTES))
 		return PEER_AUTH_E_PROOF;
-	peer_auth_proof(key, side, nonce_d, nonce_p, want);
+	peer_auth_proof(key, side, nonce_d, nonce_p, ids, want);
 	ok = crypto_verify_32(want, proof) == 0;
 	sodium_memzero(want, sizeof(want));
 	return ok ? 0 : PEER_AUTH_E_PROOF;
@@ -159,6 +185,41 @@ int peer_aead_open(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		return PEER_AUTH_E_OPEN;
 	a->seq++;
 	return 0;
+}
+
+void peer_auth_name_seal(struct peer_aead *a, const char *name,
+			 uint8_t out[PEER_AUTH_NAME_SEALED])
+{
+	struct peer_aead enc = *a;
+
+	memset(out, 0, PEER_AUTH_NAME_SEALED);
+	if (name)
+		memcpy(out, name, strnlen(name, PEER_AUTH_NAME_BYTES - 1));
+	enc.encrypt = true;   /* a name is never shown to the wire */
+	peer_aead_seal(&enc, out, PEER_AUTH_NAME_BYTES, 0, out + PEER_AUTH_NAME_BYTES);
+	a->seq = enc.seq;
+	sodium_memzero(&enc, sizeof(enc));
+}
+
+int peer_auth_name_open(struct peer_aead *a, const uint8_t in[PEER_AUTH_NAME_SEALED],
+			char name[PEER_AUTH_NAME_BYTES])
+{
+	struct peer_aead dec = *a;
+	uint8_t buf[PEER_AUTH_NAME_BYTES];
+	int rc;
+
+	memcpy(buf, in, PEER_AUTH_NAME_BYTES);
+	dec.encrypt = true;
+	rc = peer_aead_open(&dec, buf, PEER_AUTH_NAME_BYTES, 0, in + PEER_AUTH_NAME_BYTES);
+	if (!rc && !memchr(buf, '\0', PEER_AUTH_NAME_BYTES))
+		rc = PEER_AUTH_E_OPEN;
+	if (!rc) {
+		memcpy(name, buf, PEER_AUTH_NAME_BYTES);
+		a->seq = dec.seq;
+	}
+	sodium_memzero(&dec, sizeof(dec));
+	sodium_memzero(buf, sizeof(buf));
+	return rc;
 }
 
 int peer_frame_seal(struct peer_aead *a, char **data, size_t *len)

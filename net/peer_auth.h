@@ -8,12 +8,20 @@
  * initiator:
  *   d -> p  auth_hello     {version, nonce_d}
  *   p -> d  auth_challenge {nonce_p}
- *   d -> p  auth_proof     {proof_d = MAC_K("decode",  nonce_d, nonce_p)}
- *   p -> d  auth_proof     {proof_p = MAC_K("prefill", nonce_d, nonce_p)}
+ *   d -> p  auth_proof     {proof_d = MAC_K("decode", nonce_d, nonce_p,
+ *                           name_d, "", addr_d, addr_p), name: sealed name_d}
+ *   p -> d  auth_proof     {proof_p = MAC_K("prefill", nonce_d, nonce_p,
+ *                           name_d, name_p, addr_d, addr_p), name: sealed name_p}
  * Each side checks the other's proof over both fresh nonces, so neither
- * a replayed nor a reflected proof verifies (the role is in the MAC).
- * Prefill proves only after decode has: a stranger learns one random
- * nonce. Then both derive this link's keys from K and both nonces:
+ * a replayed nor a reflected proof verifies (the role is in the MAC), and
+ * over both ends' identities: the node names (decode's proof cannot hold
+ * prefill's, which a stranger must not learn) and the control
+ * connection's two addresses as each end sees its own socket - a proof
+ * relayed by a man in the middle to another node is computed over other
+ * addresses and never verifies. The names travel encrypted under the
+ * link's control keys (a stranger learns no name). Prefill proves only
+ * after decode has: a stranger learns one random nonce. Both derive this
+ * link's keys from K and both nonces:
  *   ctl d->p, ctl p->d   AEAD keys of every later control frame (hellos -
  *                        roles, node names, model fingerprint - included,
  *                        so they are bound to this session);
@@ -37,6 +45,9 @@
 
 #define PEER_AUTH_BYTES 32      /* nonces, proofs, keys, tokens */
 #define PEER_AUTH_TAG_BYTES 16  /* AEAD tag appended to a frame or batch */
+#define PEER_AUTH_NAME_BYTES 64 /* a node name in a proof, NUL-padded */
+#define PEER_AUTH_NAME_SEALED (PEER_AUTH_NAME_BYTES + PEER_AUTH_TAG_BYTES)
+#define PEER_AUTH_ADDR_MAX 64   /* "ip:port" as a socket gives it */
 
 enum {
 	PEER_AUTH_E_PROOF = 1,   /* the proof does not verify */
@@ -75,16 +86,40 @@ void peer_key_wipe(struct peer_key *key);
 /* Fresh random bytes (nonces; keyless links' data tokens). */
 void peer_auth_random(uint8_t out[PEER_AUTH_BYTES]);
 
-/* The proof of `side` over both nonces. */
+/* The two ends of a link, as a proof binds them: node names (name_p is
+ * "" in decode's proof) and the control connection's addresses, "ip:port"
+ * of decode's end and of prefill's end, each read by its own side from
+ * its socket (getsockname / getpeername). Strings shorter than
+ * PEER_AUTH_NAME_BYTES / PEER_AUTH_ADDR_MAX; NULL is "". */
+struct peer_auth_ids {
+	const char *name_d, *name_p;
+	const char *addr_d, *addr_p;
+};
+
+/* The proof of `side` over both nonces and ids. */
 void peer_auth_proof(const struct peer_key *key, enum peer_auth_side side,
 		     const uint8_t nonce_d[PEER_AUTH_BYTES],
 		     const uint8_t nonce_p[PEER_AUTH_BYTES],
+		     const struct peer_auth_ids *ids,
 		     uint8_t proof[PEER_AUTH_BYTES]);
-/* 0 when `proof` is side's proof (constant time), else PEER_AUTH_E_PROOF. */
+/* 0 when `proof` is side's proof over these nonces and ids (constant
+ * time), else PEER_AUTH_E_PROOF. */
 int peer_auth_check(const struct peer_key *key, enum peer_auth_side side,
 		    const uint8_t nonce_d[PEER_AUTH_BYTES],
 		    const uint8_t nonce_p[PEER_AUTH_BYTES],
+		    const struct peer_auth_ids *ids,
 		    const uint8_t proof[PEER_AUTH_BYTES]);
+
+/* A node name for an auth_proof: NUL-padded to PEER_AUTH_NAME_BYTES and
+ * encrypted (whatever a->encrypt says) under a - the sender's control
+ * key, whose counter it uses and advances (the hello then takes the
+ * next). A name of PEER_AUTH_NAME_BYTES or more is cut. */
+void peer_auth_name_seal(struct peer_aead *a, const char *name,
+			 uint8_t out[PEER_AUTH_NAME_SEALED]);
+/* Open one: 0 with the name (NUL-terminated) in name, or
+ * PEER_AUTH_E_OPEN (forged, or no NUL) with a->seq unchanged. */
+int peer_auth_name_open(struct peer_aead *a, const uint8_t in[PEER_AUTH_NAME_SEALED],
+			char name[PEER_AUTH_NAME_BYTES]);
 
 /* This link's keys, as seen by `self`. */
 void peer_session_derive(struct peer_session *ss, const struct peer_key *key,

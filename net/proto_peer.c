@@ -49,7 +49,7 @@ void proto_peer_msg_deinit(struct proto_peer_msg *m)
 static int read_hex_n(const msgpack_object *o, const struct proto_field *f,
 		      void *out, struct frame_error *err, size_t bytes)
 {
-	char hex[2 * PROTO_PEER_NONCE_BYTES + 1] = "";
+	char hex[2 * PROTO_PEER_NAME_SEALED + 1] = "";   /* the longest */
 	size_t n = 0;
 	int r;
 
@@ -81,14 +81,33 @@ static int read_gid(const msgpack_object *o, const struct proto_field *f,
 	return read_hex_n(o, f, out, err, PROTO_PEER_GID_BYTES);
 }
 
+/* The `bytes` at f->offset as 2 * bytes hex digits. */
+static void write_hex_n(msgpack_packer *pk, const struct proto_field *f,
+			const void *in, size_t bytes)
+{
+	char hex[2 * PROTO_PEER_NAME_SEALED + 1];   /* the longest */
+
+	sodium_bin2hex(hex, 2 * bytes + 1, (const uint8_t *)in + f->offset, bytes);
+	frame_pack_kv_str(pk, f->key, hex);
+}
+
 static void write_gid(msgpack_packer *pk, const struct proto_field *f,
 		      const void *in)
 {
-	char hex[2 * PROTO_PEER_GID_BYTES + 1];
+	write_hex_n(pk, f, in, PROTO_PEER_GID_BYTES);
+}
 
-	sodium_bin2hex(hex, sizeof(hex), (const uint8_t *)in + f->offset,
-		       PROTO_PEER_GID_BYTES);
-	frame_pack_kv_str(pk, f->key, hex);
+/* auth_proof.name: exactly 160 hex digits (a sealed node name). */
+static int read_name_sealed(const msgpack_object *o, const struct proto_field *f,
+			    void *out, struct frame_error *err)
+{
+	return read_hex_n(o, f, out, err, PROTO_PEER_NAME_SEALED);
+}
+
+static void write_name_sealed(msgpack_packer *pk, const struct proto_field *f,
+			      const void *in)
+{
+	write_hex_n(pk, f, in, PROTO_PEER_NAME_SEALED);
 }
 
 /* hello.session: optional, so its presence is part of the value. */
@@ -105,11 +124,7 @@ static int read_session(const msgpack_object *o, const struct proto_field *f,
 static void write_hex(msgpack_packer *pk, const struct proto_field *f,
 		      const void *in)
 {
-	char hex[2 * PROTO_PEER_NONCE_BYTES + 1];
-
-	sodium_bin2hex(hex, sizeof(hex), (const uint8_t *)in + f->offset,
-		       PROTO_PEER_NONCE_BYTES);
-	frame_pack_kv_str(pk, f->key, hex);
+	write_hex_n(pk, f, in, PROTO_PEER_NONCE_BYTES);
 }
 
 /* Keyed links derive the session token: their hellos carry none. */
@@ -200,6 +215,8 @@ static const struct proto_field auth_challenge_fields[] = {
 
 static const struct proto_field auth_proof_fields[] = {
 	MSG_HEX("proof", proof),
+	PROTO_FIELD_CUSTOM(struct proto_peer_msg, "name", true, name_sealed,
+			   read_name_sealed, write_name_sealed),
 };
 
 static const struct proto_field refused_fields[] = {

@@ -21,8 +21,10 @@
 #include "net/frame.h"
 #include "net/proto_client.h"
 
-#define PROTO_PEER_VERSION 2
+#define PROTO_PEER_VERSION 3
 #define PROTO_PEER_NONCE_BYTES 32   /* auth nonces, proofs, data tokens */
+#define PROTO_PEER_NAME_SEALED 80   /* auth_proof.name: 64 + 16 tag
+				     * (PEER_AUTH_NAME_SEALED) */
 #define PROTO_PEER_FRAME_MAX (4u << 20)
 #define PROTO_PEER_PAGES_MAX (1u << 20)
 #define PROTO_PEER_GID_BYTES 16
@@ -45,7 +47,9 @@ enum proto_peer_type {
 	PEER_MSG_RELEASE_ACK,
 	PEER_MSG_AUTH_HELLO,      /* d -> p: version, nonce (first frame, keyed) */
 	PEER_MSG_AUTH_CHALLENGE,  /* p -> d: nonce */
-	PEER_MSG_AUTH_PROOF,      /* both: proof over both nonces */
+	PEER_MSG_AUTH_PROOF,      /* both: proof over both nonces and both
+				   * ends' names and addresses; the
+				   * sender's name, encrypted */
 	PEER_MSG_REFUSED,         /* either: a bare refusal, then close */
 	PEER_MSG_DATA_BOUND,      /* p -> d: the data connection is bound */
 	PEER_MSG_VERBS_QP,        /* both: this side's RC queue pair (verbs) */
@@ -106,6 +110,8 @@ struct proto_peer_msg {
 	uint8_t token[PROTO_PEER_NONCE_BYTES];  /* DATA: binds the data conn */
 	uint8_t nonce[PROTO_PEER_NONCE_BYTES];  /* AUTH_HELLO, AUTH_CHALLENGE */
 	uint8_t proof[PROTO_PEER_NONCE_BYTES];  /* AUTH_PROOF */
+	uint8_t name_sealed[PROTO_PEER_NAME_SEALED];  /* AUTH_PROOF: the
+					 * sender's node name, encrypted */
 	uint32_t version;                /* AUTH_HELLO */
 	char reason[32];                 /* REFUSED: a fixed word */
 	uint32_t load;                   /* HEARTBEAT */

@@ -94,6 +94,11 @@ struct transport_recv {
 	 * that returned *live = false, at most once, never after a revoke. */
 	void (*scope_live)(void *arg, uint64_t id, const struct proto_peer_run *runs,
 			   uint32_t n_runs, int status);
+	/* verbs receiver, memory windows: every invalidation of request
+	 * id's scope completed - the NIC refuses the peer's writes to its
+	 * pages from here on. Only after a revoke that returned false, at
+	 * most once; never when the link closes first (closed() instead). */
+	void (*scope_dead)(void *arg, uint64_t id);
 };
 
 struct transport_cfg {
@@ -233,8 +238,13 @@ int transport_verbs_grant(struct transport *t, uint64_t id,
  * (kvpool_fence) until their completions came - or, after a lost link,
  * until the flush completions were drained - so a page leaves for the
  * free list only once the NIC refuses writes to it. Nothing granted:
- * nothing to do. */
-void transport_verbs_revoke(struct transport *t, uint64_t id);
+ * nothing to do. True when the NIC refuses the peer's writes to the
+ * scope now (registrations, nothing granted, nothing left to invalidate);
+ * false while invalidations are in flight: recv.scope_dead(id) follows
+ * when they completed, or the link closes first. A check of the pages'
+ * bytes that must hold for their reader runs only after that (no byte
+ * can change between the check and the read). */
+bool transport_verbs_revoke(struct transport *t, uint64_t id);
 /* After close's callback: whether the flush completions never came
  * within verbs_flush_timeout_ms (the QP was destroyed without them and
  * the pages the transport fenced were quarantined, not unfenced): the

@@ -144,6 +144,9 @@ struct vt_batch {
 	uint32_t mslot;                 /* its mailbox slot (the immediate) */
 	bool failed;
 	bool waited;                    /* counted in credit_waits */
+	uint64_t mord;                  /* its place among the link's batches */
+	uint8_t late;                   /* fault point verbs_late_write: 1
+					 * waits for decode's credit, 2 posted */
 };
 
 /* decode: a granted scope; prefill: the runs decode sent */
@@ -521,6 +524,7 @@ static int vt_stage(struct vt *vt, struct vt_batch *b)
 				.len = (uint32_t)ex[j].length,
 				.raddr = addr + ex[j].offset, .rkey = rkey };
 	}
+	b->mord = vt->mb_posted;
 	b->mslot = vt_mailbox_slot(vt, b);
 	b->wrs[n_wr++] = (struct vt_wr){
 		.laddr = (uint64_t)(uintptr_t)m, .len = (uint32_t)(meta + XFER_TRAILER_BYTES),
@@ -663,6 +667,58 @@ static int vt_send(struct transport *t, uint64_t request_id, uint32_t seq,
 	return 0;
 }
 
+/* Fault point verbs_late_write (a lying prefill that holds the key):
+ * b's WRITE_WITH_IMM completed; once decode's credit says it copied b
+ * out of its mailbox - it has checked the batch - one more RDMA WRITE
+ * puts NaN (0xff bytes: NaN as f32 and as f16) over position 0 of b's
+ * first page's layer-0 K block, through the run the first write used,
+ * while decode's scope is still live. b ends (and prefill_done may
+ * follow) only once that write completed: it has landed. */
+static void vt_fault_late_post(struct vt *vt)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	struct kvd_list *e, *nxt;
+
+	kvd_list_for_each_safe(e, nxt, &vt->inflight) {
+		struct vt_batch *b = kvd_list_entry(e, struct vt_batch, node);
+		const struct vt_wr *w = &b->wrs[0];
+		uint32_t len = KVD_MIN(w->len - KVTAG_BYTES, 64u);
+		struct verbs_sge sge = { .addr = w->laddr + KVTAG_BYTES, .length = len,
+					 .lkey = vt->stage_mi.lkey };
+		struct verbs_send_wr wr = {
+			.wr_id = (uint64_t)(uintptr_t)b, .opcode = VERBS_WR_RDMA_WRITE,
+			.sg = &sge, .num_sge = 1, .remote_addr = w->raddr + KVTAG_BYTES,
+			.rkey = w->rkey, .signaled = true };
+
+		if (b->late != 1 || b->mord >= vt->mb_credited || vt->outstanding >= vt->depth)
+			continue;
+		b->late = 2;
+		memset((uint8_t *)(uintptr_t)w->laddr + KVTAG_BYTES, 0xff, len);
+		if (vt->v->post_send(vt->rc.qp, &wr)) {
+			vt_batch_end(vt, b, 0);
+			continue;
+		}
+		KVLOG_WARN(c->log, "fault", "point=verbs_late_write request=%llu seq=%u bytes=%u",
+			   (unsigned long long)b->id, b->seq, len);
+		b->n_wr++;
+		b->posted++;
+		vt->outstanding++;
+		if (vt->poller_on)
+			verbs_poller_kick(&vt->poller);
+	}
+}
+
+/* b's writes all completed: hold it for the late write? (once) */
+static bool vt_fault_late_hold(struct vt *vt, struct vt_batch *b)
+{
+	if (b->late || b->n_wr < 2 || b->wrs[0].imm || b->wrs[0].len <= KVTAG_BYTES ||
+	    !kvd_fault_fire(vt->base.cfg.fault, KVD_FAULT_VERBS_LATE_WRITE))
+		return false;
+	b->late = 1;
+	vt_fault_late_post(vt);
+	return true;
+}
+
 /* A send completion: completions come in posting order, so it is the
  * oldest posted-and-not-completed WR, of the batch its wr_id names. */
 static void vt_send_wc(struct vt *vt, const struct verbs_wc *wc)
@@ -688,6 +744,8 @@ static void vt_send_wc(struct vt *vt, const struct verbs_wc *wc)
 	}
 	if (vt->closing)
 		return;   /* callbacks fire at the end of the close */
+	if (b->done == b->n_wr && !b->failed && vt_fault_late_hold(vt, b))
+		return;
 	if (b->done == b->n_wr || (b->failed && b->done == b->posted))
 		vt_batch_end(vt, b, b->failed ? -EIO : 0);
 	vt_push(vt);
@@ -1254,6 +1312,7 @@ int transport_verbs_credit(struct transport *t, uint64_t consumed, char *why,
 		return -EPROTO;
 	}
 	vt->mb_credited = consumed;
+	vt_fault_late_post(vt);
 	vt_push(vt);
 	return 0;
 }
@@ -1377,10 +1436,15 @@ static void vt_scope_wc(struct vt *vt, const struct verbs_wc *wc)
 		vt->base.cfg.recv.scope_live(vt->base.cfg.recv_arg, s->id, runs, n, 0);
 	} else if (before == VERBS_SCOPE_REVOKING && s->sc.state == VERBS_SCOPE_DEAD) {
 		/* every invalidation completed: the NIC refuses the peer's
-		 * writes to these pages from here on */
+		 * writes to these pages from here on (the owner's final
+		 * check of them may run now) */
+		uint64_t id = s->id;
+
 		vt_scope_unfence(vt, s);
 		kvd_list_del(&s->node);
 		vt_scope_free(s);
+		if (vt->base.cfg.recv.scope_dead)
+			vt->base.cfg.recv.scope_dead(vt->base.cfg.recv_arg, id);
 	} else if (before != VERBS_SCOPE_BROKEN && s->sc.state == VERBS_SCOPE_BROKEN) {
 		vt_scope_broken(vt, s, before == VERBS_SCOPE_BINDING ? "bind" : "invalidate",
 				(int)wc->status);
@@ -1529,8 +1593,9 @@ int transport_verbs_grant(struct transport *t, uint64_t id,
 }
 
 /* Windows: fence the pages, post the invalidations; the fence goes when
- * they completed (vt_scope_wc) or the flush is drained (vt_release). */
-static void vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
+ * they completed (vt_scope_wc) or the flush is drained (vt_release).
+ * True when nothing was left to invalidate (the NIC refuses already). */
+static bool vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
 {
 	enum verbs_scope_state st = s->sc.state;
 	uint32_t before = s->sc.pending;
@@ -1539,7 +1604,7 @@ static void vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
 	if (st == VERBS_SCOPE_NONE || st == VERBS_SCOPE_DEAD) {
 		kvd_list_del(&s->node);
 		vt_scope_free(s);
-		return;
+		return true;
 	}
 	rc = kvpool_fence(vt->base.cfg.pool, s->id, s->refs, s->n_refs);
 	if (rc) {
@@ -1549,35 +1614,37 @@ static void vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
 			  (unsigned long long)s->id, rc, s->n_refs);
 		vt->dead = true;
 		vt_report_closed(vt, -EIO);
-		return;
+		return false;
 	}
 	s->fenced = true;
 	if (vt->closing || vt->dead || st == VERBS_SCOPE_BROKEN)
-		return;   /* the QP is going: its drain ends the scope */
+		return false;   /* the QP is going: its drain ends the scope */
 	rc = verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);
 	vt->outstanding += s->sc.pending - before;
 	if (rc)
 		vt_scope_broken(vt, s, "invalidate", rc);
 	else if (vt->poller_on)
 		verbs_poller_kick(&vt->poller);
+	return false;
 }
 
-void transport_verbs_revoke(struct transport *t, uint64_t id)
+bool transport_verbs_revoke(struct transport *t, uint64_t id)
 {
 	struct vt *vt = to_vt(t);
 	struct vt_scope *s = vt->receiver ? vt_scope_find(vt, id) : NULL;
 
-	if (!s || s->revoked)
-		return;
+	if (!s)
+		return true;
+	if (s->revoked)
+		return false;   /* windows still being invalidated */
 	s->revoked = true;
-	if (vt->region_on && vt->region.mode == VERBS_SCOPE_WINDOWS) {
-		vt_scope_revoke_windows(vt, s);
-		return;
-	}
+	if (vt->region_on && vt->region.mode == VERBS_SCOPE_WINDOWS)
+		return vt_scope_revoke_windows(vt, s);
 	if (vt->region_on && s->sc.state == VERBS_SCOPE_LIVE)
 		(void)verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);
 	kvd_list_del(&s->node);
 	vt_scope_free(s);
+	return true;
 }
 
 bool transport_verbs_flush_timed_out(const struct transport *t)

@@ -1,5 +1,6 @@
 /* test_peer_auth.c - the peer trust boundary's primitives (invariant 11):
- * proofs verify only for the right key, role and fresh nonces; both sides
+ * proofs verify only for the right key, role, fresh nonces and both ends'
+ * names and addresses (a relayed proof fails); names travel sealed; both sides
  * derive mirrored link keys; a sealed control frame or KV batch opens once,
  * in order, unmodified, and never otherwise (tampering, replay, reordering,
  * the other direction's key, an unsealed batch on a sealed stream); with
@@ -42,6 +43,12 @@ START_TEST(test_key_material)
 }
 END_TEST
 
+/* Decode's view of a direct link: its own end, prefill's listening end. */
+static const struct peer_auth_ids direct_d = {
+	.name_d = "d1", .name_p = "", .addr_d = "10.0.0.1:40000", .addr_p = "10.0.0.2:7000" };
+static const struct peer_auth_ids direct_p = {
+	.name_d = "d1", .name_p = "p1", .addr_d = "10.0.0.1:40000", .addr_p = "10.0.0.2:7000" };
+
 START_TEST(test_proofs)
 {
 	struct peer_key k, other;
@@ -51,32 +58,108 @@ START_TEST(test_proofs)
 	keys(&k, &other);
 	peer_auth_random(nd);
 	peer_auth_random(np);
-	peer_auth_proof(&k, PEER_SIDE_DECODE, nd, np, pd);
-	peer_auth_proof(&k, PEER_SIDE_PREFILL, nd, np, pp);
-	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, nd, np, pd), 0);
-	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_PREFILL, nd, np, pp), 0);
+	peer_auth_proof(&k, PEER_SIDE_DECODE, nd, np, &direct_d, pd);
+	peer_auth_proof(&k, PEER_SIDE_PREFILL, nd, np, &direct_p, pp);
+	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, nd, np, &direct_d, pd), 0);
+	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_PREFILL, nd, np, &direct_p, pp), 0);
 	/* reflection: one side's proof is never the other's */
 	ck_assert_int_ne(memcmp(pd, pp, PEER_AUTH_BYTES), 0);
-	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_PREFILL, nd, np, pd), PEER_AUTH_E_PROOF);
+	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_PREFILL, nd, np, &direct_d, pd), PEER_AUTH_E_PROOF);
 	/* another cluster's key */
-	ck_assert_int_eq(peer_auth_check(&other, PEER_SIDE_DECODE, nd, np, pd), PEER_AUTH_E_PROOF);
+	ck_assert_int_eq(peer_auth_check(&other, PEER_SIDE_DECODE, nd, np, &direct_d, pd), PEER_AUTH_E_PROOF);
 	/* replay against a fresh nonce, or nonces swapped */
 	peer_auth_random(x);
-	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, nd, x, pd), PEER_AUTH_E_PROOF);
-	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, np, nd, pd), PEER_AUTH_E_PROOF);
+	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, nd, x, &direct_d, pd), PEER_AUTH_E_PROOF);
+	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, np, nd, &direct_d, pd), PEER_AUTH_E_PROOF);
 	/* every single flipped bit */
 	for (unsigned i = 0; i < PEER_AUTH_BYTES * 8; i++) {
 		memcpy(x, pd, PEER_AUTH_BYTES);
 		x[i / 8] ^= (uint8_t)(1u << (i % 8));
-		ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, nd, np, x),
+		ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, nd, np, &direct_d, x),
 				 PEER_AUTH_E_PROOF);
 	}
 	/* a peer echoing our own nonce (reflected handshake) never passes */
-	peer_auth_proof(&k, PEER_SIDE_DECODE, nd, nd, x);
-	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, nd, nd, x), PEER_AUTH_E_PROOF);
+	peer_auth_proof(&k, PEER_SIDE_DECODE, nd, nd, &direct_d, x);
+	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, nd, nd, &direct_d, x), PEER_AUTH_E_PROOF);
 	/* no key, no proof */
 	memset(&other, 0, sizeof(other));
-	ck_assert_int_eq(peer_auth_check(&other, PEER_SIDE_DECODE, nd, np, pd), PEER_AUTH_E_PROOF);
+	ck_assert_int_eq(peer_auth_check(&other, PEER_SIDE_DECODE, nd, np, &direct_d, pd), PEER_AUTH_E_PROOF);
+}
+END_TEST
+
+/* Issue 22: a proof is bound to both ends. A man in the middle M relays
+ * decode d1's handshake (d1 dialed M at 10.0.0.9:7000) to prefill p1
+ * (which sees M's own connection from 10.0.0.9:50000): neither decode's
+ * proof nor prefill's verifies at the other end, and no proof verifies
+ * for another node's name, nor for one string's bytes moved to the next. */
+START_TEST(test_proofs_relayed)
+{
+	static const struct peer_auth_ids d_sees = {
+		.name_d = "d1", .addr_d = "10.0.0.1:40000", .addr_p = "10.0.0.9:7000" };
+	static const struct peer_auth_ids p_sees = {
+		.name_d = "d1", .addr_d = "10.0.0.9:50000", .addr_p = "10.0.0.2:7000" };
+	static const struct peer_auth_ids variants[] = {
+		{ .name_d = "d2", .addr_d = "10.0.0.1:40000", .addr_p = "10.0.0.2:7000" },
+		{ .name_d = "d1", .name_p = "p2", .addr_d = "10.0.0.1:40000", .addr_p = "10.0.0.2:7000" },
+		{ .name_d = "d1", .addr_d = "10.0.0.1:40001", .addr_p = "10.0.0.2:7000" },
+		{ .name_d = "d1", .addr_d = "10.0.0.1:40000", .addr_p = "10.0.0.3:7000" },
+		/* the same bytes, split differently between the strings */
+		{ .name_d = "d", .name_p = "1", .addr_d = "10.0.0.1:40000", .addr_p = "10.0.0.2:7000" },
+		{ .name_d = "d1", .addr_d = "10.0.0.1:40000" "10.0.0.2:7000", .addr_p = "" },
+	};
+	struct peer_key k;
+	uint8_t nd[PEER_AUTH_BYTES], np[PEER_AUTH_BYTES], pf[PEER_AUTH_BYTES];
+
+	keys(&k, NULL);
+	peer_auth_random(nd);
+	peer_auth_random(np);
+	/* decode's proof, made over what decode sees, checked by prefill */
+	peer_auth_proof(&k, PEER_SIDE_DECODE, nd, np, &d_sees, pf);
+	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_DECODE, nd, np, &p_sees, pf),
+			 PEER_AUTH_E_PROOF);
+	/* prefill's, the other way */
+	peer_auth_proof(&k, PEER_SIDE_PREFILL, nd, np, &p_sees, pf);
+	ck_assert_int_eq(peer_auth_check(&k, PEER_SIDE_PREFILL, nd, np, &d_sees, pf),
+			 PEER_AUTH_E_PROOF);
+	/* a direct proof checked against any other identity */
+	peer_auth_proof(&k, PEER_SIDE_DECODE, nd, np, &direct_d, pf);
+	for (unsigned i = 0; i < sizeof(variants) / sizeof(variants[0]); i++)
+		ck_assert_msg(peer_auth_check(&k, PEER_SIDE_DECODE, nd, np, &variants[i], pf) ==
+			      PEER_AUTH_E_PROOF, "variant %u verified", i);
+}
+END_TEST
+
+/* A node name in an auth_proof: opens once with the right key and
+ * counter, never shows on the wire, never opens altered. */
+START_TEST(test_name_sealed)
+{
+	struct peer_key k;
+	uint8_t nd[PEER_AUTH_BYTES], np[PEER_AUTH_BYTES];
+	uint8_t box[PEER_AUTH_NAME_SEALED], bad[PEER_AUTH_NAME_SEALED];
+	struct peer_session d, p;
+	char name[PEER_AUTH_NAME_BYTES];
+
+	keys(&k, NULL);
+	peer_auth_random(nd);
+	peer_auth_random(np);
+	peer_session_derive(&d, &k, PEER_SIDE_DECODE, nd, np, false);
+	peer_session_derive(&p, &k, PEER_SIDE_PREFILL, nd, np, false);
+	peer_auth_name_seal(&d.tx, "decode-node-7", box);
+	ck_assert_uint_eq(d.tx.seq, 1);
+	ck_assert_ptr_null(memmem(box, sizeof(box), "decode-node-7", 13));
+	for (unsigned i = 0; i < sizeof(box) * 8; i += 7) {
+		memcpy(bad, box, sizeof(box));
+		bad[i / 8] ^= (uint8_t)(1u << (i % 8));
+		ck_assert_int_eq(peer_auth_name_open(&p.rx, bad, name), PEER_AUTH_E_OPEN);
+		ck_assert_uint_eq(p.rx.seq, 0);
+	}
+	/* the other direction's key */
+	ck_assert_int_eq(peer_auth_name_open(&d.rx, box, name), PEER_AUTH_E_OPEN);
+	ck_assert_int_eq(peer_auth_name_open(&p.rx, box, name), 0);
+	ck_assert_str_eq(name, "decode-node-7");
+	ck_assert_uint_eq(p.rx.seq, 1);
+	/* replayed: the counter moved on */
+	ck_assert_int_eq(peer_auth_name_open(&p.rx, box, name), PEER_AUTH_E_OPEN);
 }
 END_TEST
 
@@ -361,6 +444,8 @@ int main(void)
 
 	tcase_add_test(tc, test_key_material);
 	tcase_add_test(tc, test_proofs);
+	tcase_add_test(tc, test_proofs_relayed);
+	tcase_add_test(tc, test_name_sealed);
 	tcase_add_test(tc, test_session_keys);
 	tcase_add_test(tc, test_frames_mac);
 	tcase_add_test(tc, test_frames_aead);

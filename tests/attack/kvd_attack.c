@@ -276,11 +276,37 @@ static int attack_hello(struct proto_peer_hello *h)
 	return 0;
 }
 
+/* "ip:port" of one end of socket fd (peer: the remote one), as kvd's
+ * link reads it (net/peer_auth.h: a proof binds both). */
+static void fd_addr(int fd, bool peer, char *out, size_t n)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char ip[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	out[0] = '\0';
+	if ((peer ? getpeername : getsockname)(fd, (struct sockaddr *)&ss, &len))
+		return;
+	if (ss.ss_family == AF_INET) {
+		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, ip, sizeof(ip));
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	} else if (ss.ss_family == AF_INET6) {
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, ip, sizeof(ip));
+		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	snprintf(out, n, "%s:%d", ip, port);
+}
+
 /* Keyed links: prove the key, check prefill's proof, derive the keys. */
 static int attack_auth(struct attack_conn *c)
 {
 	struct proto_peer_msg m = { .type = PEER_MSG_AUTH_HELLO }, r;
 	uint8_t nd[PEER_AUTH_BYTES], np[PEER_AUTH_BYTES];
+	char addr_d[PEER_AUTH_ADDR_MAX], addr_p[PEER_AUTH_ADDR_MAX];
+	char name_p[PEER_AUTH_NAME_BYTES] = "";
+	struct peer_auth_ids ids = { .name_d = "attacker", .name_p = "",
+				     .addr_d = addr_d, .addr_p = addr_p };
 
 	m.version = PROTO_PEER_VERSION;
 	peer_auth_random(nd);
@@ -289,13 +315,19 @@ static int attack_auth(struct attack_conn *c)
 	    r.type != PEER_MSG_AUTH_CHALLENGE)
 		return -1;
 	memcpy(np, r.nonce, sizeof(np));
-	m = (struct proto_peer_msg){ .type = PEER_MSG_AUTH_PROOF };
-	peer_auth_proof(&g_key, PEER_SIDE_DECODE, nd, np, m.proof);
-	if (send_on(NULL, c->ctl, &m) || recv_msg(c->ctl, &c->dec, &r, 5000) ||
-	    r.type != PEER_MSG_AUTH_PROOF ||
-	    peer_auth_check(&g_key, PEER_SIDE_PREFILL, nd, np, r.proof))
-		return -1;
+	fd_addr(c->ctl, false, addr_d, sizeof(addr_d));
+	fd_addr(c->ctl, true, addr_p, sizeof(addr_p));
 	peer_session_derive(&c->ss, &g_key, PEER_SIDE_DECODE, nd, np, false);
+	m = (struct proto_peer_msg){ .type = PEER_MSG_AUTH_PROOF };
+	peer_auth_proof(&g_key, PEER_SIDE_DECODE, nd, np, &ids, m.proof);
+	peer_auth_name_seal(&c->ss.tx, "attacker", m.name_sealed);
+	if (send_on(NULL, c->ctl, &m) || recv_msg(c->ctl, &c->dec, &r, 5000) ||
+	    r.type != PEER_MSG_AUTH_PROOF)
+		return -1;
+	ids.name_p = name_p;
+	if (peer_auth_name_open(&c->ss.rx, r.name_sealed, name_p) ||
+	    peer_auth_check(&g_key, PEER_SIDE_PREFILL, nd, np, &ids, r.proof))
+		return -1;
 	frame_decoder_set_opener(&c->dec, peer_frame_open, &c->ss.rx);
 	c->sealed = true;
 	return 0;

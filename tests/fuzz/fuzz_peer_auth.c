@@ -28,6 +28,13 @@
  *   - whole feeding (frame_decoder_feed / xfer_reader_feed) and small
  *     chunks (xfer_reader_space + commit for batches) give the same
  *     transcript;
+ *   - auth_proof names (the first PEER_AUTH_NAME_SEALED bytes of the
+ *     stream): peer_auth_name_open accepts only what the sender's key
+ *     seals to exactly those bytes, NUL-terminated; a refusal leaves the
+ *     counter; and the proof over the names and addresses read from the
+ *     input verifies for exactly those ids, not for the ids with one
+ *     byte moved from one string to the next (issue 22: proofs bind
+ *     both ends' names and addresses);
  *   - seeds (real sealed frames of every peer message type, with and
  *     without a plaintext handshake, and real sealed batch streams, built
  *     at run time): every frame and batch is accepted, in order.
@@ -515,6 +522,55 @@ static void batches(const uint8_t *data, size_t size, const struct cfg *c,
 	xfer_reader_deinit(&rd);
 }
 
+/* The auth_proof's sealed name and the proof's identities (see the
+ * head). */
+static void names(const uint8_t *data, size_t size, const struct cfg *c)
+{
+	struct peer_aead rx = link_d[c->enc].rx, tx = link_p[c->enc].tx;
+	uint8_t again[PEER_AUTH_NAME_SEALED], nd[PEER_AUTH_BYTES] = { 1 },
+		np[PEER_AUTH_BYTES] = { 2 }, pf[PEER_AUTH_BYTES];
+	char name[PEER_AUTH_NAME_BYTES], s[4][PEER_AUTH_NAME_BYTES] = { "" };
+	struct peer_auth_ids ids, moved;
+	struct peer_key k = { .set = true };
+	size_t at = 0;
+
+	if (size >= PEER_AUTH_NAME_SEALED) {
+		if (peer_auth_name_open(&rx, data, name)) {
+			FUZZ_CHECK(rx.seq == link_d[c->enc].rx.seq, "a refused name moved the counter");
+		} else {
+			FUZZ_CHECK(memchr(name, '\0', sizeof(name)), "an opened name without a NUL");
+			peer_auth_name_seal(&tx, name, again);
+			FUZZ_CHECK(!memcmp(again, data, sizeof(again)),
+				   "a name opened that its key did not seal");
+		}
+	}
+	/* four strings of up to 15 bytes, cut from the input */
+	for (int i = 0; i < 4 && at < size; i++) {
+		size_t n = data[at++] % 16;
+
+		n = n < size - at ? n : size - at;
+		memcpy(s[i], data + at, n);
+		s[i][n] = '\0';
+		at += n;
+	}
+	memcpy(k.k, data, size < PEER_AUTH_BYTES ? size : PEER_AUTH_BYTES);
+	ids = (struct peer_auth_ids){ s[0], s[1], s[2], s[3] };
+	peer_auth_proof(&k, PEER_SIDE_DECODE, nd, np, &ids, pf);
+	FUZZ_CHECK(!peer_auth_check(&k, PEER_SIDE_DECODE, nd, np, &ids, pf),
+		   "a proof did not verify for its own ids");
+	if (s[0][0]) {
+		char a[2 * PEER_AUTH_NAME_BYTES], b[2 * PEER_AUTH_NAME_BYTES];
+		size_t n0 = strlen(s[0]);
+
+		/* the last byte of name_d moved to the front of name_p */
+		snprintf(a, sizeof(a), "%.*s", (int)(n0 - 1), s[0]);
+		snprintf(b, sizeof(b), "%c%s", s[0][n0 - 1], s[1]);
+		moved = (struct peer_auth_ids){ a, b, s[2], s[3] };
+		FUZZ_CHECK(peer_auth_check(&k, PEER_SIDE_DECODE, nd, np, &moved, pf) ==
+			   PEER_AUTH_E_PROOF, "a proof verified for other ids");
+	}
+}
+
 static void run(const uint8_t *data, size_t size, struct stats *st)
 {
 	struct fuzz_bytes whole = { 0 }, chunked = { 0 };
@@ -532,6 +588,7 @@ static void run(const uint8_t *data, size_t size, struct stats *st)
 	size--;
 	for (size_t i = 0; i < size && i < 16; i++)
 		cs = cs * 31 + data[i];
+	names(data, size, &c);
 	frames(data, size, &c, 0, &whole, st);
 	frames(data, size, &c, cs | 1, &chunked, &st2);
 	FUZZ_CHECK(fuzz_bytes_eq(&whole, &chunked),

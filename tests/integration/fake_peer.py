@@ -56,6 +56,19 @@ fake needs no copy of the model.
                                      abort_acks nobody asked for, then a
                                      prefill_reject; prints "handshake=ok
                                      acks=N id=ID"
+  fake_peer.py --key FILE tamper ADDR LOG
+                                     a keyed decode that proves the key, then
+                                     sends its sealed hello with one bit of
+                                     the tag flipped; prints "closed=1" when
+                                     prefill closed the connection without
+                                     a byte in answer (exit 0), else what
+                                     came back (exit 1)
+  fake_peer.py relay LISTEN TARGET SECONDS
+                                     a man in the middle without the key:
+                                     accept on LISTEN, connect to TARGET and
+                                     copy bytes both ways (a decode's
+                                     handshake relayed to another node);
+                                     prints "relayed=N bytes_up=.. bytes_down=.."
   fake_peer.py caplines LOG          print node and pool_tokens of every
                                      event=kv_capacity line (quote-aware)
   fake_peer.py [--key FILE] tail ADDR LOG
@@ -79,7 +92,7 @@ import sys
 
 from mpk import pack, recv_exact, recv_frame, send_frame, unpack
 
-PROTO_VERSION = 2
+PROTO_VERSION = 3
 
 # ---- what the prefill node says about itself in its log ----------------------
 
@@ -147,6 +160,39 @@ def mac(key, label, nd, np_):
     return h.digest()
 
 
+def ids_mac(key, label, nd, np_, names_addrs):
+    """A proof (net/PROTOCOL.md s. 2.1): the nonces, then each of name_d,
+    name_p, addr_d, addr_p as one length byte and its bytes."""
+    h = hashlib.blake2b(digest_size=32, key=key)
+    h.update(label.encode() + b"\0" + nd + np_)
+    for v in names_addrs:
+        b = v.encode()
+        h.update(bytes([len(b)]) + b)
+    return h.digest()
+
+
+def sock_addr(addr):
+    return "%s:%d" % (addr[0], addr[1])
+
+
+def seal_name(aead, name):
+    """A node name for auth_proof: NUL-padded to 64 bytes, encrypted
+    under the sender's control key (its counter 0)."""
+    enc = Aead(aead.key, True)
+    enc.seq = aead.seq
+    box = enc.seal(name.encode().ljust(64, b"\0")[:64], 0)
+    aead.seq = enc.seq
+    return box.hex()
+
+
+def open_name(aead, hexbox):
+    dec = Aead(aead.key, True)
+    dec.seq = aead.seq
+    plain = dec.open(bytes.fromhex(hexbox), 0)
+    aead.seq = dec.seq
+    return plain.split(b"\0", 1)[0].decode()
+
+
 def cluster_key(material):
     return hashlib.blake2b(b"kvd/2 cluster key\0" + material, digest_size=32).digest()
 
@@ -211,7 +257,7 @@ class FakeDecode:
         n = struct.unpack(">I", recv_exact(self.ctl, 4))[0]
         return unpack(self.rx.open(recv_exact(self.ctl, n), 0))[0]
 
-    def authenticate(self):
+    def authenticate(self, me="fake-decode"):
         """Keyed links: prove the cluster key, check prefill's proof,
         derive the link's keys (net/PROTOCOL.md s. 2.1)."""
         nd = os.urandom(32)
@@ -221,14 +267,23 @@ class FakeDecode:
         if ch.get("type") != "auth_challenge":
             return ch
         np_ = bytes.fromhex(ch["nonce"])
-        send_frame(self.ctl, {"type": "auth_proof",
-                              "proof": mac(self.key, "kvd/2 proof decode", nd, np_).hex()})
-        pr = recv_frame(self.ctl)
-        if pr.get("type") != "auth_proof" or \
-                bytes.fromhex(pr["proof"]) != mac(self.key, "kvd/2 proof prefill", nd, np_):
-            return pr
         self.tx = Aead(mac(self.key, "kvd/2 ctl decode->prefill", nd, np_), self.encrypt)
         self.rx = Aead(mac(self.key, "kvd/2 ctl prefill->decode", nd, np_), self.encrypt)
+        ad, ap = sock_addr(self.ctl.getsockname()), sock_addr(self.ctl.getpeername())
+        send_frame(self.ctl, {"type": "auth_proof",
+                              "proof": ids_mac(self.key, "kvd/3 proof decode", nd, np_,
+                                               [me, "", ad, ap]).hex(),
+                              "name": seal_name(self.tx, me)})
+        pr = recv_frame(self.ctl)
+        if pr.get("type") != "auth_proof":
+            return pr
+        try:
+            them = open_name(self.rx, pr.get("name", ""))
+        except ValueError:
+            return pr
+        if bytes.fromhex(pr["proof"]) != ids_mac(self.key, "kvd/3 proof prefill", nd, np_,
+                                                 [me, them, ad, ap]):
+            return pr
         self.data_aead = Aead(mac(self.key, "kvd/2 data prefill->decode", nd, np_), self.encrypt)
         self.session = mac(self.key, "kvd/2 data token", nd, np_).hex()
         return None
@@ -250,7 +305,7 @@ class FakeDecode:
             self.connect()
         try:
             if self.key is not None:
-                refused = self.authenticate()
+                refused = self.authenticate(self.hello_msg(**over)["node"])
                 if refused is not None:
                     return refused
             self.send(self.hello_msg(**over))
@@ -456,7 +511,8 @@ def cmd_stranger(addr, log):
     cases = [
         ("plain_hello", [hello], {}),
         ("wrong_proof", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd},
-                         {"type": "auth_proof", "proof": os.urandom(32).hex()}],
+                         {"type": "auth_proof", "proof": os.urandom(32).hex(),
+                          "name": os.urandom(80).hex()}],
          {"auth_challenge": {"nonce"}}),
         ("hello_after_challenge", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd},
                                    hello], {"auth_challenge": {"nonce"}}),
@@ -473,6 +529,83 @@ def cmd_stranger(addr, log):
         bad += not ok
         print(json.dumps({"case": name, "bare": ok, "reply": reply}))
     return 1 if bad else 0
+
+
+def cmd_tamper(addr, log, key, encrypt):
+    """Prove the key, then send the sealed hello with its tag's last bit
+    flipped: prefill must refuse the frame and close the link."""
+    fake = FakeDecode(addr, layout_from_log(log), key=key, encrypt=encrypt)
+    fake.connect()
+    refused = fake.authenticate()
+    if refused is not None:
+        print("handshake refused: %r" % (refused,))
+        return 1
+    body = bytearray(fake.tx.seal(pack(fake.hello_msg()), 0))
+    body[-1] ^= 0x01
+    fake.ctl.sendall(struct.pack(">I", len(body)) + bytes(body))
+    fake.ctl.settimeout(5.0)
+    try:
+        got = fake.ctl.recv(4096)
+    except OSError as e:
+        print("no close within 5 s: %s" % e)
+        return 1
+    if got:
+        print("answered: %r" % got[:200])
+        return 1
+    print("closed=1")
+    return 0
+
+
+def cmd_relay(listen, target, seconds):
+    """Copy bytes between each accepted connection and a new one to
+    TARGET, both ways, for SECONDS."""
+    import select
+    import time
+    host, port = split_addr(listen)
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, port))
+    srv.listen(16)
+    pairs, n, up, down = {}, 0, 0, 0
+    end = time.time() + seconds
+    while time.time() < end:
+        socks = [srv] + list(pairs)
+        ready, _, _ = select.select(socks, [], [], 0.1)
+        for r in ready:
+            if r is srv:
+                c, _ = srv.accept()
+                try:
+                    t = socket.create_connection(split_addr(target), timeout=2.0)
+                except OSError:
+                    c.close()
+                    continue
+                pairs[c], pairs[t] = t, c
+                n += 1
+                continue
+            other = pairs.get(r)
+            if other is None:
+                continue
+            try:
+                b = r.recv(65536)
+            except OSError:
+                b = b""
+            if b:
+                try:
+                    other.sendall(b)
+                except OSError:
+                    b = b""
+            if not b:
+                for x in (r, other):
+                    pairs.pop(x, None)
+                    x.close()
+                continue
+            if r.getsockname()[1] == port:
+                up += len(b)
+            else:
+                down += len(b)
+    srv.close()
+    print("relayed=%d bytes_up=%d bytes_down=%d" % (n, up, down))
+    return 0
 
 
 def cmd_hijack(addr, seconds, log=None, key=None):
@@ -631,7 +764,8 @@ def cmd_rogue(listen, seconds, mode):
                     else:
                         send_frame(c, {"type": "auth_challenge", "nonce": os.urandom(32).hex()})
                 elif m.get("type") == "auth_proof":
-                    send_frame(c, {"type": "auth_proof", "proof": os.urandom(32).hex()})
+                    send_frame(c, {"type": "auth_proof", "proof": os.urandom(32).hex(),
+                                   "name": os.urandom(80).hex()})
         except (EOFError, OSError, ValueError, IndexError):
             pass
         finally:
@@ -742,6 +876,10 @@ def main(argv):
         return cmd_rogue(argv[2], float(argv[3]), argv[4])
     if len(argv) == 6 and argv[1] == "ackflood":
         return cmd_ackflood(argv[2], argv[3], int(argv[4]), float(argv[5]))
+    if len(argv) == 4 and argv[1] == "tamper" and key is not None:
+        return cmd_tamper(argv[2], argv[3], key, encrypt)
+    if len(argv) == 5 and argv[1] == "relay":
+        return cmd_relay(argv[2], argv[3], float(argv[4]))
     if len(argv) == 3 and argv[1] == "caplines":
         return cmd_caplines(argv[2])
     if len(argv) in (5, 6) and argv[1] == "hello":

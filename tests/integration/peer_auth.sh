@@ -13,6 +13,11 @@
 #   - strangers announcing 4 MiB frames before any proof: a node reads only
 #     handshake-sized frames until the peer has proved, memory stays bounded;
 #   - a peer holding another cluster's key fails the proof;
+#   - an insider's sealed frame with a flipped tag bit: counted
+#     (kvd_peer_auth_failures_total{kind="frame"}) and the link closed;
+#   - a man in the middle relays a decode's handshake to the keyed
+#     prefill: the proofs are bound to both nodes' names and addresses,
+#     so the relayed one is refused and decode never pairs;
 #   - data-connection hijack race: while the real decode restarts three
 #     times, a process that paired itself (it holds the key) opens data
 #     connections with guessed tokens - its own token's neighbours (what a
@@ -120,6 +125,19 @@ sed 's/^/# /' "$T/other.out" | tail -2
 check "other key: no handshake" test $rc = 2
 check "other key: prefill refused the proof" grep -q "event=peer_refused .*reason=auth_failed" "$T/pa.log"
 
+# ---- a tampered sealed frame ----------------------------------------------------
+# an insider proves the key, then its sealed hello arrives with one bit of
+# the tag flipped (forged or corrupted on the way): prefill refuses the
+# frame, counts it by kind and closes the link, answering nothing
+rc=0
+"${FAKE[@]}" --key "$(cluster_key)" tamper "127.0.0.1:$P_PORT" "$T/pa.log" > "$T/tamper.out" 2>&1 || rc=$?
+sed 's/^/# /' "$T/tamper.out"
+check "tamper: prefill closed the link and answered nothing" test $rc = 0
+check "tamper: prefill logged the frame that failed authentication" \
+	wait_log "$T/pa.log" "event=peer_auth_failed .*kind=frame" 5
+check "tamper: counted, kvd_peer_auth_failures_total{kind=\"frame\"} 1" eval \
+	"\"\$KVCTL\" --socket '$T/pa.sock' metrics | grep -x 'kvd_peer_auth_failures_total{kind=\"frame\"} 1' >/dev/null"
+
 # ---- data-connection hijack race ---------------------------------------------
 # the attacker holds the key (an insider): it pairs itself, learns its
 # own token, and sprays that token's neighbours and random guesses
@@ -178,6 +196,33 @@ for mode in proof plain; do
 	p="PID_dr_$mode"
 	stop_node "dr_$mode"
 done
+
+# ---- a relayed handshake ----------------------------------------------------------
+# a man in the middle without the key relays a decode's connections to the
+# keyed prefill pa: every proof is bound to both nodes' names and to the
+# addresses each end sees (decode dialed the relay, pa was dialed by it),
+# so the relayed proof does not verify and decode never pairs
+next_port; R_PORT=$PORT
+next_port; RC_PORT=$PORT
+"${FAKE[@]}" relay "127.0.0.1:$R_PORT" "127.0.0.1:$P_PORT" 15 > "$T/relay.out" 2>&1 &
+RPID=$!
+PIDS+=("$RPID")
+check "relay: listening" wait_for 10 listening "$R_PORT"
+mp=$(log_mark "$T/pa.log")
+write_node drelay decode "$M" "listen.client=127.0.0.1:$RC_PORT" \
+	"peers.prefill=127.0.0.1:$R_PORT"
+start_node drelay
+check "relay: prefill refused the relayed proof" \
+	wait_log "$T/pa.log" "event=peer_refused .*reason=auth_failed" 10 "$mp"
+out=$(gen "$RC_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
+check "relay: the client gets NO_PREFILL_PEER" \
+	test "$(echo "$out" | json_get error)" = NO_PREFILL_PEER
+check "relay: decode never paired through the relay" \
+	eval "! grep -q 'event=peer_up' '$T/drelay.log'"
+wait "$RPID" || true
+echo "# relay: $(cat "$T/relay.out")"
+check "relay: the relay carried decode's handshake" grep -q "relayed=[1-9]" "$T/relay.out"
+stop_node drelay
 
 # ---- keyed and keyless never pair ----------------------------------------------
 next_port; K_PORT=$PORT

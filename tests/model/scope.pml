@@ -19,13 +19,20 @@
  * Property (invariant 2): a write of request r lands only in a page that
  * r still owns or holds fenced (or that is quarantined) - never in a free
  * page or another request's page.
+ * Property (no write after the check, issue 22): a write may carry poison
+ * (NaN: the lying prefill holds the key, so nothing but decode's value
+ * check tells it apart); when decode's engine reads a request's page, the
+ * page holds no poison - every byte it reads is a byte decode checked.
  *
  * Rules modelled (correct):
  *   - the scope is sent to prefill only once the bind completed;
  *   - revoke posts the invalidation and takes a fence that is dropped
  *     only when the invalidation *completed* (or the flush came);
  *   - a lost link keeps the pages fenced until the flush completion; if
- *     the flush timer fires first, they are quarantined, never unfenced.
+ *     the flush timer fires first, they are quarantined, never unfenced;
+ *   - at coverage decode revokes the scope and checks the page only once
+ *     the invalidation completed (a poisoned page is quarantined); then
+ *     the engine reads it (daemon/decode.c decode_sealed).
  * Broken variants (each must be caught):
  *   BROKEN_UNFENCE_ON_INV_POSTED    the fence drops when the invalidation
  *                                   is posted, not when it completed
@@ -33,6 +40,11 @@
  *   BROKEN_NO_WINDOW                no window at all: prefill's writes are
  *                                   not checked (a registration left with
  *                                   remote write over the pool)
+ *   BROKEN_CHECK_BEFORE_REVOKE      at coverage decode checks the page
+ *                                   first, then revokes (and even waits
+ *                                   for the invalidation) before reading:
+ *                                   a write between the check and the
+ *                                   invalidation is read unchecked
  */
 
 #ifndef NREQ
@@ -55,6 +67,8 @@
 #define R_WAITINV  3    /* released, invalidation posted, fence held */
 #define R_LOST     4    /* link lost: fence held until the flush */
 #define R_DONE     5
+#define R_SEALING  6    /* covered: invalidation posted, the check waits */
+#define R_READING  7    /* checked after the revoke: the engine reads */
 
 #define OP_BIND  1
 #define OP_INV   2
@@ -62,17 +76,19 @@
 
 byte ps[NPAGES], po[NPAGES], pf[NPAGES];
 byte rst[NREQ], rp[NREQ];
+bool bad[NPAGES];       /* ghost: the page holds a poisoned write */
 bool win[NREQ];         /* the NIC's window for r is valid */
 bool scope[NREQ];       /* prefill has r's scope (keeps it forever) */
 byte nw[NREQ];
 
-chan wire = [2] of { byte, byte };       /* prefill's posted writes: r, page */
+chan wire = [2] of { byte, byte, bool };  /* prefill's posted writes: r, page, poison */
 chan sq = [NREQ * 2] of { byte, byte };  /* decode's send queue: op, r */
 chan cq = [NREQ * 2 + 1] of { byte, byte };
 
 bool qerr, flushed, timed_out, noflush;
 bool placing;
 byte pr, pp;
+bool pv;
 
 inline to_free(p) {
 	ps[p] = PG_FREE; po[p] = NONE
@@ -94,9 +110,13 @@ inline release(p) {
 	fi
 }
 
-/* a write of request wr lands in page wp */
-inline land(wr, wp) {
-	assert(po[wp] == wr && ps[wp] != PG_FREE)
+/* a write of request wr lands in page wp (poisoned: wv) */
+inline land(wr, wp, wv) {
+	assert(po[wp] == wr && ps[wp] != PG_FREE);
+	if
+	:: wv -> bad[wp] = true
+	:: else
+	fi
 }
 
 proctype Prefill() {
@@ -109,7 +129,8 @@ end:	do
 		:: break
 		od;
 		if
-		:: scope[r] && nw[r] < MAXW && nfull(wire) -> wire!r, rp[r]; nw[r]++
+		:: scope[r] && nw[r] < MAXW && nfull(wire) -> wire!r, rp[r], false; nw[r]++
+		:: scope[r] && nw[r] < MAXW && nfull(wire) -> wire!r, rp[r], true; nw[r]++
 		:: else
 		fi
 	   }
@@ -118,18 +139,19 @@ end:	do
 
 proctype NicRx() {
 	byte r, p;
+	bool v;
 end:	do
-	:: atomic { wire?r, p ->
+	:: atomic { wire?r, p, v ->
 		if
 #ifdef BROKEN_NO_WINDOW
-		:: !qerr -> land(r, p)
+		:: !qerr -> land(r, p, v)
 #else
-		:: !qerr && win[r] -> land(r, p)
+		:: !qerr && win[r] -> land(r, p, v)
 #endif
 		:: else   /* refused: remote access error, or the QP is in error */
 		fi }
 	/* the write the NIC was placing at the teardown lands */
-	:: atomic { placing -> land(pr, pp); placing = false }
+	:: atomic { placing -> land(pr, pp, pv); placing = false }
 	od
 }
 
@@ -173,7 +195,7 @@ end:	do
 		od;
 		if
 		:: r < NREQ && p < NPAGES ->
-			ps[p] = PG_OWNED; po[p] = r; rp[r] = p;
+			ps[p] = PG_OWNED; po[p] = r; rp[r] = p; bad[p] = false;
 			rst[r] = R_BINDING;
 			sq!OP_BIND, r
 		:: else
@@ -195,6 +217,44 @@ end:	do
 #endif
 			release(p);
 			rst[r] = R_WAITINV
+		/* failed while sealing (timeout): the invalidation is posted
+		 * and its fence held already */
+		:: rst[r] == R_SEALING -> release(rp[r]); rst[r] = R_WAITINV
+		:: else
+		fi }
+	/* coverage: every batch is in (prefill_done); the final check of
+	 * the page must see every byte the engine will read */
+	:: atomic {
+		!qerr ->
+		r = 0;
+		do
+		:: r < NREQ - 1 -> r++
+		:: break
+		od;
+		if
+		:: rst[r] == R_LIVE ->
+			p = rp[r];
+#ifdef BROKEN_CHECK_BEFORE_REVOKE
+			if
+			:: bad[p] -> ps[p] = PG_QUAR; sq!OP_INV, r; pf[p]++; rst[r] = R_WAITINV
+			:: else -> sq!OP_INV, r; pf[p]++; rst[r] = R_SEALING
+			fi
+#else
+			sq!OP_INV, r; pf[p]++; rst[r] = R_SEALING
+#endif
+		:: else
+		fi }
+	/* the engine reads a checked page, then the request ends */
+	:: atomic {
+		r = 0;
+		do
+		:: r < NREQ - 1 -> r++
+		:: break
+		od;
+		if
+		:: rst[r] == R_READING ->
+			assert(!bad[rp[r]]);
+			release(rp[r]); rst[r] = R_DONE
 		:: else
 		fi }
 	/* completions, in order */
@@ -208,6 +268,18 @@ end:	do
 			unfence(rp[r]);
 #endif
 			rst[r] = R_DONE
+		/* the scope is dead: nothing can write the page any more, the
+		 * final check runs now (decode_sealed) */
+		:: op == OP_INV && rst[r] == R_SEALING ->
+			unfence(rp[r]);
+#ifdef BROKEN_CHECK_BEFORE_REVOKE
+			rst[r] = R_READING
+#else
+			if
+			:: bad[rp[r]] -> ps[rp[r]] = PG_QUAR; rst[r] = R_DONE
+			:: else -> rst[r] = R_READING
+			fi
+#endif
 		:: op == OP_FLUSH && !timed_out ->
 			for (r : 0 .. NREQ - 1) {
 				if
@@ -231,7 +303,7 @@ end:	do
 	:: atomic { !qerr ->
 		qerr = true;
 		if
-		:: nempty(wire) -> wire?pr, pp;
+		:: nempty(wire) -> wire?pr, pp, pv;
 			if
 			:: win[pr] -> placing = true
 			:: else
@@ -242,6 +314,9 @@ end:	do
 			if
 			:: rst[r] == R_LIVE || rst[r] == R_BINDING ->
 				p = rp[r]; pf[p]++; release(p); rst[r] = R_LOST
+			/* the invalidation may be flushed: its fence waits
+			 * for the flush like any other */
+			:: rst[r] == R_SEALING -> release(rp[r]); rst[r] = R_WAITINV
 			:: else
 			fi
 		} }

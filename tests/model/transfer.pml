@@ -17,6 +17,10 @@
  *
  * See tests/model/README.md for the abstraction, the mapping to the C
  * code, the properties and the broken variants. Run: tests/model/run.
+ * Prefill here is honest; a lying one that holds the key - writes at any
+ * time through a live write scope, a late write after decode checked
+ * the batch included (issue 22) - is scope.pml's (BROKEN_CHECK_BEFORE_
+ * REVOKE there is the check made before the revocation completed).
  *
  * The request machines of daemon/machine.c (dreq_machine, preq_machine,
  * drawn in daemon/README.md) are mirrored state for state where the model
