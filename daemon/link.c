@@ -1517,13 +1517,15 @@ int serve__link_dial(struct serve *s, const char *addr, const struct link_ops *o
 /* "ip:port" of the remote end, for log lines. */
 static void accept_addr(struct link *l)
 {
-	char *colon;
+	const char *colon;
+	size_t n;
 
 	link_sock_addr(l, true, l->addr, sizeof(l->addr));
-	snprintf(l->node_addr, sizeof(l->node_addr), "%s", l->addr);
-	colon = strrchr(l->node_addr, ':');
-	if (colon)
-		*colon = '\0';
+	colon = strrchr(l->addr, ':');
+	n = KVD_MIN(colon ? (size_t)(colon - l->addr) : strlen(l->addr),
+		    sizeof(l->node_addr) - 1);
+	memcpy(l->node_addr, l->addr, n);
+	l->node_addr[n] = '\0';
 }
 
 /* A decode node, to the per-node bounds, is the address its links come
