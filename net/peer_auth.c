@@ -11,6 +11,7 @@
  * repeats; the counter cannot wrap in practice (2^64 frames).
  */
 #include "net/peer_auth.h"
+#include "net/chapoly.h"
 #include "net/frame.h"
 
 #include <errno.h>
@@ -28,7 +29,9 @@
 
 int peer_auth_global_init(void)
 {
-	return sodium_init() < 0 ? -EIO : 0;
+	if (sodium_init() < 0)
+		return -EIO;
+	return chapoly_global_init();
 }
 
 int peer_key_init(struct peer_key *key, const uint8_t *material, size_t n)
@@ -125,9 +128,9 @@ void peer_session_wipe(struct peer_session *ss)
 	sodium_memzero(ss, sizeof(*ss));
 }
 
-static void peer_nonce(uint64_t seq, uint8_t n[crypto_aead_chacha20poly1305_IETF_NPUBBYTES])
+static void peer_nonce(uint64_t seq, uint8_t n[CHAPOLY_NONCE_BYTES])
 {
-	memset(n, 0, crypto_aead_chacha20poly1305_IETF_NPUBBYTES);
+	memset(n, 0, CHAPOLY_NONCE_BYTES);
 	for (int i = 0; i < 8; i++)
 		n[4 + i] = (uint8_t)(seq >> (8 * i));
 }
@@ -135,27 +138,23 @@ static void peer_nonce(uint64_t seq, uint8_t n[crypto_aead_chacha20poly1305_IETF
 void peer_aead_seal(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		    uint8_t tag[PEER_AUTH_TAG_BYTES])
 {
-	uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+	uint8_t nonce[CHAPOLY_NONCE_BYTES];
 	size_t ad = a->encrypt ? ad_n : n;
 
 	peer_nonce(a->seq++, nonce);
-	crypto_aead_chacha20poly1305_ietf_encrypt_detached(
-		buf + ad, tag, NULL, buf + ad, n - ad, buf, ad, NULL, nonce,
-		a->key);
+	chapoly_seal(a->key, nonce, buf, ad, buf + ad, n - ad, a->encrypt, tag);
 }
 
 int peer_aead_open(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		   const uint8_t tag[PEER_AUTH_TAG_BYTES])
 {
-	uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+	uint8_t nonce[CHAPOLY_NONCE_BYTES];
 	size_t ad = a->encrypt ? ad_n : n;
 
 	peer_nonce(a->seq, nonce);
-	/* libsodium verifies the tag before it writes any plaintext; on a
-	 * mismatch it zeroes the output, here the ciphertext itself */
-	if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(
-		    buf + ad, NULL, buf + ad, n - ad, tag, buf, ad, nonce,
-		    a->key) != 0)
+	/* the tag is verified before any plaintext is believed; on a
+	 * mismatch the encrypted part is zeroed (chapoly_open) */
+	if (chapoly_open(a->key, nonce, buf, ad, buf + ad, n - ad, a->encrypt, tag))
 		return PEER_AUTH_E_OPEN;
 	a->seq++;
 	return 0;

@@ -24,7 +24,8 @@
  * replayed, reordered, dropped or forged fails to open, and the stream is
  * torn down. With transfer.encrypt off the payload is authenticated only
  * (all of it is additional data); on, it is encrypted too.
- * Every primitive is libsodium's; nothing here is homemade crypto.
+ * Every primitive is libsodium's or, for the AEAD, libcrypto's (net/
+ * chapoly.h: the same bytes, faster); nothing here is homemade crypto.
  *
  * Errors: 0; PEER_AUTH_E_* (positive) for a refusal; -ENOMEM, -EIO.
  * Thread safety: none; one link per object, loop thread.
