@@ -18,6 +18,7 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #define LBL_KEY "kvd/2 cluster key"
 #define LBL_PROOF_D "kvd/2 proof decode"
@@ -158,6 +159,19 @@ int peer_aead_open(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		return PEER_AUTH_E_OPEN;
 	a->seq++;
 	return 0;
+}
+
+void peer_aead_mac_iov(struct peer_aead *a, const struct iovec *iov, int n_iov,
+		       uint8_t tag[PEER_AUTH_TAG_BYTES])
+{
+	uint8_t nonce[CHAPOLY_NONCE_BYTES];
+	struct chapoly_mac m;
+
+	peer_nonce(a->seq++, nonce);
+	chapoly_mac_init(&m, a->key, nonce);
+	for (int i = 0; i < n_iov; i++)
+		chapoly_mac_update(&m, iov[i].iov_base, iov[i].iov_len);
+	chapoly_mac_final(&m, tag);
 }
 
 int peer_frame_seal(struct peer_aead *a, char **data, size_t *len)

@@ -107,6 +107,13 @@ void peer_aead_seal(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 int peer_aead_open(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		   const uint8_t tag[PEER_AUTH_TAG_BYTES]);
 
+/* MAC-only sealing (a->encrypt false) of a message given as pieces in
+ * order: the tag peer_aead_seal would write over their concatenation
+ * (zero-copy senders); uses and advances a->seq. */
+struct iovec;
+void peer_aead_mac_iov(struct peer_aead *a, const struct iovec *iov, int n_iov,
+		       uint8_t tag[PEER_AUTH_TAG_BYTES]);
+
 /* Seal a whole frame (net/frame.h: 4-byte length then payload) made by
  * proto_peer_frame: the payload gets a tag appended and the length is
  * patched. *data is realloc'd. 0 or -ENOMEM. */

@@ -21,7 +21,7 @@
 #include "net/frame.h"
 #include "net/proto_client.h"
 
-#define PROTO_PEER_VERSION 2
+#define PROTO_PEER_VERSION 3
 #define PROTO_PEER_NONCE_BYTES 32   /* auth nonces, proofs, data tokens */
 #define PROTO_PEER_FRAME_MAX (4u << 20)
 #define PROTO_PEER_PAGES_MAX (1u << 20)

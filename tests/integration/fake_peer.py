@@ -79,7 +79,7 @@ import sys
 
 from mpk import pack, recv_exact, recv_frame, send_frame, unpack
 
-PROTO_VERSION = 2
+PROTO_VERSION = 3
 
 # ---- what the prefill node says about itself in its log ----------------------
 
