@@ -24,6 +24,10 @@
  * verifies with its own copy of the counter, which advances only on a
  * batch that verifies: a replayed or reordered batch is checked against
  * the wrong nonce and refused. The counter cannot wrap (2^64 batches).
+ * Keyless links (loopback only) MAC with a zero data key: the key is
+ * public, every such link counts from 0, so nonces repeat across links -
+ * harmless, since there the MAC claims no authenticity (anyone can
+ * compute it); it is a checksum against accidents only.
  */
 #include "net/verbs_mac.h"
 
