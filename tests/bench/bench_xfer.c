@@ -12,10 +12,10 @@
  * batch, sender and receiver together.
  *
  * Modes (the table below): the transport with XXH3 checksums on and off
- * (keyless: zero-copy send), sealed (checksum on, ChaCha20-Poly1305 tag
- * over the whole batch: copy path, seal, open; from libcrypto, and from
- * libsodium as before issue 22.9: sealed/sodium) and encrypted (the same,
- * entries and payload encrypted), and the raw copy. Runs go round-robin,
+ * (keyless: zero-copy send), sealed (a keyed link authenticating only:
+ * zero-copy, the ChaCha20-Poly1305 tag streamed over the pieces in place
+ * of XXH3; from libcrypto, and from libsodium: sealed/sodium) and
+ * encrypted (copy path, entries and payload encrypted), and the raw copy. Runs go round-robin,
  * each round starting one mode later, so drift in the machine hits every
  * mode alike instead of masquerading as the cost of one.
  *
