@@ -79,8 +79,9 @@
  *
  * The transport's points (corrupt_batch, cut_peer_mid_batch, bad_tag,
  * bad_entry_index, bad_entry_tokens) fire on both send paths: the copy
- * path (sealed links, device pools) and the zero-copy path (keyless links
- * from a host pool); each fault line names the path it took.
+ * path (encrypting links, device pools) and the zero-copy path (keyless
+ * and MAC-only keyed links from a host pool); each fault line names the
+ * path it took.
  *
  * In a build without fault points kvd_fault_fire() is constant false and
  * the compiler removes every fault branch.

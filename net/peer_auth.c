@@ -11,12 +11,14 @@
  * repeats; the counter cannot wrap in practice (2^64 frames).
  */
 #include "net/peer_auth.h"
+#include "net/chapoly.h"
 #include "net/frame.h"
 
 #include <errno.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #define LBL_KEY "kvd/2 cluster key"
 #define LBL_PROOF_D "kvd/3 proof decode"
@@ -28,7 +30,9 @@
 
 int peer_auth_global_init(void)
 {
-	return sodium_init() < 0 ? -EIO : 0;
+	if (sodium_init() < 0)
+		return -EIO;
+	return chapoly_global_init();
 }
 
 int peer_key_init(struct peer_key *key, const uint8_t *material, size_t n)
@@ -151,9 +155,9 @@ void peer_session_wipe(struct peer_session *ss)
 	sodium_memzero(ss, sizeof(*ss));
 }
 
-static void peer_nonce(uint64_t seq, uint8_t n[crypto_aead_chacha20poly1305_IETF_NPUBBYTES])
+static void peer_nonce(uint64_t seq, uint8_t n[CHAPOLY_NONCE_BYTES])
 {
-	memset(n, 0, crypto_aead_chacha20poly1305_IETF_NPUBBYTES);
+	memset(n, 0, CHAPOLY_NONCE_BYTES);
 	for (int i = 0; i < 8; i++)
 		n[4 + i] = (uint8_t)(seq >> (8 * i));
 }
@@ -161,27 +165,23 @@ static void peer_nonce(uint64_t seq, uint8_t n[crypto_aead_chacha20poly1305_IETF
 void peer_aead_seal(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		    uint8_t tag[PEER_AUTH_TAG_BYTES])
 {
-	uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+	uint8_t nonce[CHAPOLY_NONCE_BYTES];
 	size_t ad = a->encrypt ? ad_n : n;
 
 	peer_nonce(a->seq++, nonce);
-	crypto_aead_chacha20poly1305_ietf_encrypt_detached(
-		buf + ad, tag, NULL, buf + ad, n - ad, buf, ad, NULL, nonce,
-		a->key);
+	chapoly_seal(a->key, nonce, buf, ad, buf + ad, n - ad, a->encrypt, tag);
 }
 
 int peer_aead_open(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		   const uint8_t tag[PEER_AUTH_TAG_BYTES])
 {
-	uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+	uint8_t nonce[CHAPOLY_NONCE_BYTES];
 	size_t ad = a->encrypt ? ad_n : n;
 
 	peer_nonce(a->seq, nonce);
-	/* libsodium verifies the tag before it writes any plaintext; on a
-	 * mismatch it zeroes the output, here the ciphertext itself */
-	if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(
-		    buf + ad, NULL, buf + ad, n - ad, tag, buf, ad, nonce,
-		    a->key) != 0)
+	/* the tag is verified before any plaintext is believed; on a
+	 * mismatch the encrypted part is zeroed (chapoly_open) */
+	if (chapoly_open(a->key, nonce, buf, ad, buf + ad, n - ad, a->encrypt, tag))
 		return PEER_AUTH_E_OPEN;
 	a->seq++;
 	return 0;
@@ -220,6 +220,19 @@ int peer_auth_name_open(struct peer_aead *a, const uint8_t in[PEER_AUTH_NAME_SEA
 	sodium_memzero(&dec, sizeof(dec));
 	sodium_memzero(buf, sizeof(buf));
 	return rc;
+}
+
+void peer_aead_mac_iov(struct peer_aead *a, const struct iovec *iov, int n_iov,
+		       uint8_t tag[PEER_AUTH_TAG_BYTES])
+{
+	uint8_t nonce[CHAPOLY_NONCE_BYTES];
+	struct chapoly_mac m;
+
+	peer_nonce(a->seq++, nonce);
+	chapoly_mac_init(&m, a->key, nonce);
+	for (int i = 0; i < n_iov; i++)
+		chapoly_mac_update(&m, iov[i].iov_base, iov[i].iov_len);
+	chapoly_mac_final(&m, tag);
 }
 
 int peer_frame_seal(struct peer_aead *a, char **data, size_t *len)

@@ -32,7 +32,8 @@
  * replayed, reordered, dropped or forged fails to open, and the stream is
  * torn down. With transfer.encrypt off the payload is authenticated only
  * (all of it is additional data); on, it is encrypted too.
- * Every primitive is libsodium's; nothing here is homemade crypto.
+ * Every primitive is libsodium's or, for the AEAD, libcrypto's (net/
+ * chapoly.h: the same bytes, faster); nothing here is homemade crypto.
  *
  * Errors: 0; PEER_AUTH_E_* (positive) for a refusal; -ENOMEM, -EIO.
  * Thread safety: none; one link per object, loop thread.
@@ -140,6 +141,13 @@ void peer_aead_seal(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
  * plaintext ever shows), else nothing changed. */
 int peer_aead_open(struct peer_aead *a, uint8_t *buf, size_t n, size_t ad_n,
 		   const uint8_t tag[PEER_AUTH_TAG_BYTES]);
+
+/* MAC-only sealing (a->encrypt false) of a message given as pieces in
+ * order: the tag peer_aead_seal would write over their concatenation
+ * (zero-copy senders); uses and advances a->seq. */
+struct iovec;
+void peer_aead_mac_iov(struct peer_aead *a, const struct iovec *iov, int n_iov,
+		       uint8_t tag[PEER_AUTH_TAG_BYTES]);
 
 /* Seal a whole frame (net/frame.h: 4-byte length then payload) made by
  * proto_peer_frame: the payload gets a tag appended and the length is

@@ -10,10 +10,14 @@
  * small buffer (header, entries, destination tags) and each page's K/V
  * straight from the pool as iovecs, so the source pages are read until
  * the write callback fires - the sender must hold them until then
- * (transport.h; prefill keeps its pages while sends_pending > 0). Other
- * pools and sealed links take the copy path: the pages are copied
- * into a batch buffer during send() through the kvmem backend, tags
- * rewritten, checksummed, and the buffer lives until the write callback.
+ * (transport.h; prefill keeps its pages while sends_pending > 0). Sealed
+ * links that only authenticate go the same way: the MAC is streamed over
+ * the same iovecs (peer_aead_mac_iov, the tag a one-buffer seal would
+ * give) and the tag is one more piece, so a keyed link costs its MAC and
+ * nothing else (issue 22.9). Other pools and encrypting links take the
+ * copy path: the pages are copied into a batch buffer during send()
+ * through the kvmem backend, tags rewritten, checksummed (and encrypted),
+ * and the buffer lives until the write callback.
  *
  * Receiving feeds the bytes into an xfer_reader, which bounds what it
  * buffers by the negotiated batch size and verifies each batch's checksum
@@ -242,17 +246,25 @@ static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
 {
 	const struct transport_cfg *c = &tt->base.cfg;
 	size_t meta = XFER_HDR_BYTES + (size_t)n * XFER_ENTRY_BYTES;
+	uint8_t *mac = NULL;      /* sealed: the tag, after the page tags */
 	struct iovec *iov;
 	uint32_t k = 0;
 
-	s->head = malloc(meta + (size_t)n * KVTAG_BYTES);
-	s->bufs = calloc(1 + 2 * (size_t)n, sizeof(*s->bufs));
-	iov = calloc(1 + 2 * (size_t)n, sizeof(*iov));
+	s->head = malloc(meta + (size_t)n * KVTAG_BYTES + PEER_AUTH_TAG_BYTES);
+	s->bufs = calloc(2 + 2 * (size_t)n, sizeof(*s->bufs));
+	iov = calloc(2 + 2 * (size_t)n, sizeof(*iov));
 	if (!s->head || !s->bufs || !iov) {
 		free(iov);
 		return -ENOMEM;
 	}
-	xfer_hdr_write(s->head, request_id, seq, n, c->page_bytes, c->checksum);
+	/* sealed: the tag is the batch's checksum (XXH3 would add a pass
+	 * over the pages and nothing an attacker could not recompute) */
+	xfer_hdr_write(s->head, request_id, seq, n, c->page_bytes,
+		       c->checksum && !c->seal);
+	if (c->seal) {
+		xfer_hdr_add_flags(s->head, XFER_FLAG_SEALED);
+		mac = s->head + meta + (size_t)n * KVTAG_BYTES;
+	}
 	iov[k++] = (struct iovec){ s->head, meta };
 	for (uint32_t i = 0; i < n; i++) {
 		struct xfer_entry e = pages[i].dst;
@@ -272,10 +284,15 @@ static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
 		iov[k++] = (struct iovec){ tag, KVTAG_BYTES };
 		iov[k++] = (struct iovec){ src + KVTAG_BYTES, c->page_bytes - KVTAG_BYTES };
 	}
-	if (c->checksum) {
+	if (c->checksum || mac) {
 		uint64_t t0 = kvd_now_ns();
 
-		xfer_hdr_checksum_iov(s->head, iov, (int)k);
+		if (mac) {
+			peer_aead_mac_iov(c->seal, iov, (int)k, mac);
+			iov[k++] = (struct iovec){ mac, PEER_AUTH_TAG_BYTES };
+		} else {
+			xfer_hdr_checksum_iov(s->head, iov, (int)k);
+		}
 		if (c->checksum_ns)
 			*c->checksum_ns += kvd_now_ns() - t0;
 	}
@@ -294,11 +311,12 @@ static int tcp_send_iov(struct tcp_transport *tt, struct tcp_send *s,
 	return uv_write(&s->req, (uv_stream_t *)&tt->tcp, s->bufs, k, tcp_write_cb);
 }
 
-/* Sealed links take the copy path: the AEAD wants the batch in one
- * buffer, and sealing in place must not touch the pool. */
+/* Encrypting links take the copy path: encryption is in place and must
+ * not touch the pool. Authenticating ones need no copy (the MAC reads
+ * the pages where they are). */
 static bool tcp_zero_copy(const struct transport_cfg *c)
 {
-	return c->mem->ops->host_visible && !c->seal;
+	return c->mem->ops->host_visible && (!c->seal || !c->seal->encrypt);
 }
 
 /* A kept batch buffer large enough for n pages, or NULL (then the batch
@@ -356,7 +374,7 @@ static int tcp_send_copy(struct tcp_transport *tt, struct tcp_send *s,
 		uint16_t fl = XFER_FLAG_SEALED |
 			      (c->seal->encrypt ? XFER_FLAG_ENCRYPTED : 0);
 
-		len = xfer_batch_seal_flags(&s->batch, c->checksum, fl);
+		len = xfer_batch_seal_flags(&s->batch, false, fl);   /* the tag */
 		peer_aead_seal(c->seal, s->batch.buf, len, XFER_HDR_BYTES,
 			       s->batch.buf + len);
 		len += XFER_TRAILER_BYTES;

@@ -9,10 +9,10 @@
  * tag and positions [0, tokens) of every K/V block - the tags are inside
  * the MAC). Prefill computes it over its source pages, decode over its
  * destination pages after the batch's completion, before any tag, token
- * count or KV is believed. Keyed BLAKE2b (libsodium crypto_generichash),
- * streamed, with a key derived from the link's data key for this use
- * only; the counter is the data direction's (a->seq), so a replayed or
- * reordered batch does not verify. Batches are authenticated, never
+ * count or KV is believed. ChaCha20-Poly1305 with everything as
+ * additional data (net/chapoly.h, streamed), with a key derived from the
+ * link's data key for this use only; the nonce is the data direction's
+ * counter (a->seq), so a replayed or reordered batch does not verify. Batches are authenticated, never
  * encrypted (transfer.encrypt is refused with verbs).
  */
 #pragma once

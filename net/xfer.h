@@ -123,6 +123,9 @@ size_t xfer_batch_seal_flags(struct xfer_batch *b, bool checksum,
 void xfer_hdr_write(uint8_t *hdr, uint64_t request_id, uint32_t seq,
 		    uint32_t n, uint64_t page_bytes, bool checksum);
 void xfer_entry_write(uint8_t *p, const struct xfer_entry *e);
+/* Add header flags (XFER_FLAG_SEALED; others ignored) to a header
+ * xfer_hdr_write made, before its checksum is computed. */
+void xfer_hdr_add_flags(uint8_t *hdr, uint16_t flags);
 struct iovec;
 void xfer_hdr_checksum_iov(uint8_t *hdr, const struct iovec *iov, int n_iov);
 

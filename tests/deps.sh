@@ -3,7 +3,7 @@
 # Sourced by tests/run and quickstart.sh; installs only what is missing.
 KVD_DEBS=(meson ninja-build pkg-config gcc libc6-dev
 	libuv1-dev libmsgpack-dev libinih-dev libxxhash-dev check
-	libsystemd-dev libibverbs-dev libsodium-dev systemd python3 jq iproute2 procps
+	libsystemd-dev libibverbs-dev libsodium-dev libssl-dev systemd python3 jq iproute2 procps
 	clang libclang-rt-dev spin prometheus
 	node-llhttp libjansson-dev curl)
 

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "conf/util.h"
 #include "net/frame.h"
@@ -435,6 +436,58 @@ END_TEST
 START_TEST(test_batches_aead) { check_batches(true); }
 END_TEST
 
+/* A MAC-only batch (issue 22.9): every bit of header, entries, payload
+ * and tag matters; a batch replayed (the counter moved on) or sealed
+ * twice under one counter is refused; the zero-copy sender's tag over the
+ * batch in pieces, cut anywhere, is the one-buffer tag. */
+START_TEST(test_batch_mac_bits_and_counter)
+{
+	struct peer_session d, p;
+	uint8_t buf[XFER_HDR_BYTES + 24 + 96], tag[PEER_AUTH_TAG_BYTES];
+	uint8_t tag2[PEER_AUTH_TAG_BYTES];
+	const size_t n = sizeof(buf);
+
+	link_pair(&d, &p, false);
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (uint8_t)(i * 7 + 1);
+	peer_aead_seal(&p.data, buf, n, XFER_HDR_BYTES, tag);
+	for (size_t bit = 0; bit < 8 * (n + sizeof(tag)); bit++) {
+		uint8_t *at = bit / 8 < n ? buf + bit / 8 : tag + bit / 8 - n;
+
+		*at ^= (uint8_t)(1u << (bit % 8));
+		ck_assert_int_eq(peer_aead_open(&d.data, buf, n, XFER_HDR_BYTES, tag),
+				 PEER_AUTH_E_OPEN);
+		*at ^= (uint8_t)(1u << (bit % 8));
+	}
+	ck_assert_uint_eq(d.data.seq, 0);
+	ck_assert_int_eq(peer_aead_open(&d.data, buf, n, XFER_HDR_BYTES, tag), 0);
+	/* replayed: decode's counter is 1 now */
+	ck_assert_int_eq(peer_aead_open(&d.data, buf, n, XFER_HDR_BYTES, tag),
+			 PEER_AUTH_E_OPEN);
+	/* a sender that reused counter 0 for another batch is refused too */
+	buf[n - 1] ^= 0x40;
+	p.data.seq = 0;
+	peer_aead_seal(&p.data, buf, n, XFER_HDR_BYTES, tag2);
+	ck_assert_int_eq(peer_aead_open(&d.data, buf, n, XFER_HDR_BYTES, tag2),
+			 PEER_AUTH_E_OPEN);
+	ck_assert_uint_eq(d.data.seq, 1);
+	/* pieces, cut anywhere: the one-buffer tag (counter 1) */
+	p.data.seq = 1;
+	peer_aead_seal(&p.data, buf, n, XFER_HDR_BYTES, tag);
+	for (size_t cut1 = 0; cut1 <= n; cut1 += 13) {
+		size_t cut2 = cut1 + (n - cut1) / 2;
+		struct iovec iov[3] = { { buf, cut1 }, { buf + cut1, cut2 - cut1 },
+					{ buf + cut2, n - cut2 } };
+
+		p.data.seq = 1;
+		peer_aead_mac_iov(&p.data, iov, 3, tag2);
+		ck_assert_mem_eq(tag2, tag, sizeof(tag));
+		ck_assert_uint_eq(p.data.seq, 2);
+	}
+	ck_assert_int_eq(peer_aead_open(&d.data, buf, n, XFER_HDR_BYTES, tag2), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("peer_auth");
@@ -453,6 +506,7 @@ int main(void)
 	tcase_add_test(tc, test_batches_aead);
 	tcase_add_test(tc, test_refusal_mac);
 	tcase_add_test(tc, test_refusal_aead);
+	tcase_add_test(tc, test_batch_mac_bits_and_counter);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -19,6 +19,7 @@
 #include "conf/util.h"
 #include "gpu/kvmem.h"
 #include "gpu/kvpool.h"
+#include "net/peer_auth.h"
 #include "net/proto_peer.h"
 #include "net/transport.h"
 #include "net/verbs_scope.h"
@@ -44,7 +45,21 @@ struct fixture {
 	uint32_t n_per_batch;
 	uint64_t credit_last;           /* verbs: the receiver's running count */
 	int credits;
+	/* keyed links: the data key as prefill (tx) and decode (rx) hold it */
+	bool sealed;
+	struct peer_aead seal_tx, seal_rx;
 };
+
+/* A keyed link's data direction: MAC only, or encrypting. */
+static void fx_seal(struct fixture *f, bool encrypt)
+{
+	f->sealed = true;
+	ck_assert_int_eq(peer_auth_global_init(), 0);
+	memset(&f->seal_tx, 0, sizeof(f->seal_tx));
+	memset(f->seal_tx.key, 0x3c, sizeof(f->seal_tx.key));
+	f->seal_tx.encrypt = encrypt;
+	f->seal_rx = f->seal_tx;
+}
 
 static void fx_pools(struct fixture *f)
 {
@@ -81,6 +96,9 @@ static void rx_batch(void *arg, const struct xfer_hdr *h, const uint8_t *batch)
 
 	f->batches_ok++;
 	ck_assert_uint_eq(h->request_id, DST_OWNER);
+	/* keyed: the tag is the checksum, no XXH3 beside it */
+	if (f->sealed)
+		ck_assert_uint_eq(h->flags & XFER_FLAG_CHECKSUM, 0);
 	for (uint32_t i = 0; i < h->n_entries; i++) {
 		struct xfer_entry e;
 		struct kvpool_page_info info;
@@ -101,7 +119,7 @@ static void rx_bad(void *arg, int code, const struct xfer_hdr *h)
 {
 	struct fixture *f = arg;
 
-	ck_assert_int_eq(code, XFER_E_CHECKSUM);
+	ck_assert_int_eq(code, f->sealed ? XFER_E_AUTH : XFER_E_CHECKSUM);
 	f->batches_bad++;
 }
 
@@ -202,10 +220,12 @@ static void fx_run(struct fixture *f, uint32_t n_per_batch)
 	c.recv = (struct transport_recv){ .batch = rx_batch, .bad_batch = rx_bad,
 					  .closed = rx_closed };
 	c.recv_arg = f;
+	c.seal = f->sealed ? &f->seal_rx : NULL;
 	ck_assert_int_eq(transport_tcp_new(&f->rx, &f->loop, &c), 0);
 	f->rx->data = f;
 	c.pool = f->src;
 	c.recv = (struct transport_recv){ 0 };
+	c.seal = f->sealed ? &f->seal_tx : NULL;
 	ck_assert_int_eq(transport_tcp_new(&f->tx, &f->loop, &c), 0);
 	f->tx->data = f;
 	f->conn.data = f;
@@ -234,17 +254,23 @@ static void fx_free(struct fixture *f)
 	kvmem_deinit(&f->mem);
 }
 
+/* _i: 0 keyless (zero-copy), 1 keyed MAC-only (zero-copy, the MAC
+ * streamed over the pieces), 2 keyed encrypting (copy path) */
 START_TEST(test_loopback)
 {
 	struct fixture f = { 0 };
 	uint32_t bad = 99;
 
+	if (_i)
+		fx_seal(&f, _i == 2);
 	fx_pools(&f);
 	fx_run(&f, 3);
 	ck_assert_int_eq(f.batches_ok, 2);
 	ck_assert_int_eq(f.batches_bad, 0);
 	ck_assert_int_eq(f.batches_written, NPAGES);
 	ck_assert_int_eq(f.sent_ok, 2);
+	if (_i)   /* both batches opened, in order */
+		ck_assert_uint_eq(f.seal_rx.seq, 2);
 	/* tags were rewritten for the destination: coverage and tags pass */
 	ck_assert_int_eq(kvpool_mark_ready(f.dst, DST_OWNER, f.dst_tab, NPAGES, TOKENS), 0);
 	ck_assert_int_eq(kvpool_verify(f.dst, DST_OWNER, f.dst_tab, NPAGES, TOKENS, &bad), 0);
@@ -256,16 +282,29 @@ START_TEST(test_loopback)
 }
 END_TEST
 
+/* One flipped byte after the checksum (and MAC) was computed: keyless,
+ * the checksum refuses that batch; keyed (_i 1: MAC-only zero-copy, 2:
+ * encrypting), the tag refuses it and the stream ends there. */
 START_TEST(test_corrupt_batch)
 {
 	struct fixture f = { 0 };
 	const char *bad_name = NULL;
 
 	ck_assert_int_eq(kvd_fault_parse(&f.fault, "corrupt_batch:1", &bad_name), 0);
+	if (_i)
+		fx_seal(&f, _i == 2);
 	fx_pools(&f);
 	fx_run(&f, 3);
 	if (!KVD_FAULT_POINTS)
 		return;
+	if (_i) {
+		ck_assert_int_eq(f.batches_bad, 1);
+		ck_assert_int_eq(f.batches_ok, 0);
+		ck_assert_int_eq(f.batches_written, 0);
+		ck_assert_uint_eq(f.seal_rx.seq, 0);
+		fx_free(&f);
+		return;
+	}
 	ck_assert_int_eq(f.batches_bad, 1);
 	ck_assert_int_eq(f.batches_ok, 1);
 	/* only the second batch was written: coverage must fail */
@@ -674,8 +713,8 @@ static Suite *transport_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_loopback);
-	tcase_add_test(tc, test_corrupt_batch);
+	tcase_add_loop_test(tc, test_loopback, 0, 3);
+	tcase_add_loop_test(tc, test_corrupt_batch, 0, 3);
 	tcase_add_test(tc, test_cut_mid_batch);
 	tcase_add_test(tc, test_bound_and_faults);
 	tcase_add_test(tc, test_verbs_terms_emu);

@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
+#include "net/chapoly.h"
+#include "net/verbs_extent.h"
 #include "net/verbs_mac.h"
 
 static const struct kvpool_geom G = { .page_tokens = 4, .n_layer = 2,
@@ -135,6 +139,63 @@ START_TEST(test_replay_key_counts)
 }
 END_TEST
 
+/* The construction, pinned (net/PROTOCOL.md s. 4): the tag is libsodium's
+ * one-shot ChaCha20-Poly1305 (RFC 8439) under key BLAKE2b-256(key = data
+ * key, "kvd/3 verbs batch mac key\0") and nonce = 4 zero bytes || le64(seq),
+ * over no text and, as additional data, "kvd/3 verbs batch\0" || le64(seq)
+ * || le64(header bytes) || header || per page le32(tokens) || its extents;
+ * both chapoly implementations give it, for two consecutive batches. */
+static size_t ref_stream(uint8_t *out, uint64_t seq, const struct verbs_mac_page *pg,
+			 int n)
+{
+	static const char lbl[] = "kvd/3 verbs batch";
+	struct verbs_extent ex[64];
+	size_t o = 0;
+
+	memcpy(out, lbl, sizeof(lbl));
+	o += sizeof(lbl);
+	for (int i = 0; i < 8; i++)
+		out[o++] = (uint8_t)(seq >> (8 * i));
+	for (int i = 0; i < 8; i++)
+		out[o++] = (uint8_t)((uint64_t)sizeof(hdr) >> (8 * i));
+	memcpy(out + o, hdr, sizeof(hdr));
+	o += sizeof(hdr);
+	for (int p = 0; p < n; p++) {
+		int k = verbs_extent_page(&G, pg[p].tokens, ex, 64);
+
+		ck_assert_int_gt(k, 0);
+		for (int i = 0; i < 4; i++)
+			out[o++] = (uint8_t)(pg[p].tokens >> (8 * i));
+		for (int j = 0; j < k; j++) {
+			memcpy(out + o, pg[p].base + ex[j].offset, ex[j].length);
+			o += ex[j].length;
+		}
+	}
+	return o;
+}
+
+START_TEST(test_reference_construction)
+{
+	static const char lbl_key[] = "kvd/3 verbs batch mac key";
+	const struct verbs_mac_page sp[2] = { { src[0], 4 }, { src[1], 2 } };
+	uint8_t key[32], nonce[12] = { 0 }, want[16], tag[16], stream[2048];
+
+	chapoly_impl_set(_i ? CHAPOLY_LIBSODIUM : CHAPOLY_LIBCRYPTO);
+	crypto_generichash(key, sizeof(key), (const uint8_t *)lbl_key, sizeof(lbl_key),
+			   tx.key, sizeof(tx.key));
+	for (uint64_t seq = 0; seq < 2; seq++) {
+		size_t n = ref_stream(stream, seq, sp, 2);
+
+		nonce[4] = (uint8_t)seq;
+		crypto_aead_chacha20poly1305_ietf_encrypt_detached(
+			stream, want, NULL, NULL, 0, stream, n, NULL, nonce, key);
+		ck_assert_int_eq(verbs_mac_seal(&tx, &G, hdr, sizeof(hdr), sp, 2, tag), 0);
+		ck_assert_mem_eq(tag, want, 16);
+	}
+	chapoly_global_init();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("verbs_mac");
@@ -147,6 +208,7 @@ int main(void)
 	tcase_add_test(tc, test_covered_bytes);
 	tcase_add_test(tc, test_tail_not_covered);
 	tcase_add_test(tc, test_replay_key_counts);
+	tcase_add_loop_test(tc, test_reference_construction, 0, 2);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The transport's fault points on both send paths. A keyed link seals
-# every batch and so sends on the copy path (net/transport_tcp.c); a
-# keyless loopback link from a host pool sends zero-copy, straight from
-# prefill's pool. Each fault must be caught by decode the same way on
-# both: a corrupted byte (checksum or AEAD), a batch cut in half, a tag
+# The transport's fault points on both send paths. A keyed link that
+# encrypts builds every batch in a buffer of its own (the copy path,
+# net/transport_tcp.c); a keyless loopback link from a host pool sends
+# zero-copy, straight from prefill's pool, and so does a keyed link that
+# only authenticates (the MAC streamed over the same pieces). Each fault
+# must be caught by decode the same way on all three: a corrupted byte
+# (checksum or AEAD tag), a batch cut in half, a tag
 # for another owner, and decode's own entry checks (net/xfer_check.c): a
 # page index beyond the request's prefix, a page claiming one token more
 # than it holds. After each: INTEGRITY (or INTERNAL for the cut) reaches
@@ -55,16 +57,17 @@ case_run() {
 	check "$label: a later request equals its offline run" same_ids "$out" "$REF"
 }
 
-for mode in keyed keyless; do
+for mode in keyed encrypted keyless; do
 	case $mode in
-	keyed) keys=(); path=copy ;;
+	keyed) keys=(); path=zero_copy ;;
+	encrypted) keys=(transfer.encrypt=on); path=copy ;;
 	keyless) keys=(peers.key_file=); path=zero_copy ;;
 	esac
 	pair "p_$mode" "d_$mode" "$MODEL" "transfer.max_batch_bytes=16K" "${keys[@]}" -- \
 		"transfer.max_batch_bytes=16K" "${keys[@]}"
 	start_node "d_$mode"
 	QUAR=0
-	# keyed: the AEAD tag catches the flipped byte (auth_failed); keyless:
+	# keyed, encrypted: the AEAD tag catches the flipped byte (auth_failed); keyless:
 	# XXH3 does (checksum_mismatch); either way the stream is torn down
 	case_run $mode $path corrupt_batch INTEGRITY \
 		"event=batch_checksum .*error=(checksum_mismatch|auth_failed)"

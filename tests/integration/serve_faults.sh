@@ -7,7 +7,8 @@
 # (equal to their offline runs). Corruption and short transfers must end
 # in INTEGRITY with no token emitted. Every wait is on a condition; every
 # log check reads only what a node wrote after the action under test
-# (log_mark). The keyed links here send batches on the copy path;
+# (log_mark). The keyed links here only authenticate, so they send
+# batches zero-copy (the MAC streamed over the pool's pages);
 # serve_batch_faults.sh runs the transport's faults on both paths.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
@@ -83,7 +84,7 @@ check "cut_peer_mid_batch: prefill up" restart_prefill cut_peer_mid_batch:1
 ask
 check "cut_peer_mid_batch: a typed error reaches the client" err_is INTERNAL
 check "cut_peer_mid_batch: no token emitted (the request ran)" ran_no_token "$OUT" df "$MD"
-check "cut_peer_mid_batch: prefill cut the batch (copy path)" plog "event=fault point=cut_peer_mid_batch .*path=copy"
+check "cut_peer_mid_batch: prefill cut the batch (zero-copy path)" plog "event=fault point=cut_peer_mid_batch .*path=zero_copy"
 check "cut_peer_mid_batch: decode saw the cut" dlog "event=peer_down .*data connection cut mid-batch"
 check "cut_peer_mid_batch: decode reconnected" wait_log "$T/df.log" "event=peer_up " 15 "$MD"
 after cut_peer_mid_batch
