@@ -46,6 +46,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,11 +303,7 @@ static json_t *choice_json(const struct http_exchange *x, json_t *text,
 static json_t *answer_json(const struct http_exchange *x, json_t *choice,
 			   bool chunk)
 {
-	char id[48];
-
-	snprintf(id, sizeof(id), "%s-%llu", x->chat ? "chatcmpl" : "cmpl",
-		 (unsigned long long)x->num);
-	return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", id, "object",
+	return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", x->id, "object",
 			 x->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
 				 : "text_completion",
 			 "created", (json_int_t)x->created, "model", x->model,
@@ -381,10 +378,10 @@ static void exchange_end(struct http_conn *hc, int status, uint32_t completion,
 	struct http_exchange *x = &hc->x;
 
 	KVLOG_INFO(hc->s->log, "http_request",
-		   "conn=%llu tenant=%s method=%s path=%s status=%d id=%llu stream=%d prompt_tokens=%u completion_tokens=%u finish=%s total_us=%llu",
+		   "conn=%llu tenant=%s method=%s path=%s status=%d id=%llu completion=%s stream=%d prompt_tokens=%u completion_tokens=%u finish=%s total_us=%llu",
 		   (unsigned long long)hc->conn_id, KVLOG_Q(x->tenant),
 		   KVLOG_Q(x->method), KVLOG_Q(x->path), status,
-		   (unsigned long long)x->num, x->stream, x->prompt_tokens,
+		   (unsigned long long)x->num, x->id[0] ? x->id : "-", x->stream, x->prompt_tokens,
 		   completion, finish,
 		   (unsigned long long)((kvd_now_ns() - x->t_start_ns) / 1000));
 	{
@@ -689,6 +686,23 @@ static int api_chat_ids(struct http_server *hs, const struct openai_req *q,
 	return 0;
 }
 
+/* ---- ids --------------------------------------------------------------------------- */
+
+/* The id an exchange's answers carry, and the one `kvctl abort` takes:
+ * OpenAI's prefix and 128 bits from libsodium's CSPRNG in hex. Unique
+ * across nodes and restarts without coordination, and it says nothing
+ * of how many requests the node (or any other tenant) has made - the
+ * exchange number it replaces did. */
+static void api_public_id(char *out, size_t size, bool chat)
+{
+	unsigned char rnd[16];
+	char hex[2 * sizeof(rnd) + 1];
+
+	randombytes_buf(rnd, sizeof(rnd));
+	sodium_bin2hex(hex, sizeof(hex), rnd, sizeof(rnd));
+	snprintf(out, size, "%s-%s", chat ? "chatcmpl" : "cmpl", hex);
+}
+
 /* ---- endpoints ------------------------------------------------------------------- */
 
 static void api_health(struct http_conn *hc, const struct http_msg *m)
@@ -845,6 +859,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	x->chat = chat;
 	x->r = r;
 	x->num = ++hc->hs->next_exchange;
+	api_public_id(x->id, sizeof(x->id), chat);
 	x->created = (int64_t)time(NULL);
 	x->prompt_tokens = n_ids;
 	x->t_start_ns = kvd_now_ns();
@@ -861,6 +876,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	q.n_stop = 0;
 	serve__sink_attach(r, &hc->sink);
 	r->client_id = x->num;
+	snprintf(r->public_id, sizeof(r->public_id), "%s", x->id);
 	snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
 	r->prompt = ids;
 	r->n_prompt = n_ids;
@@ -868,9 +884,9 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	r->sp = (struct sampler_params){ .temperature = q.temperature,
 					 .top_k = q.top_k, .top_p = q.top_p,
 					 .seed = q.seed };
-	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu tenant=%s stream=%d",
+	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu completion=%s tenant=%s stream=%d",
 		    (unsigned long long)hc->conn_id, (unsigned long long)x->num,
-		    KVLOG_Q(tenant), x->stream);
+		    x->id, KVLOG_Q(tenant), x->stream);
 	s->admit(r);   /* the role's admission (decode.c) */
 out:
 	openai_req_deinit(&q);

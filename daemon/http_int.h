@@ -31,6 +31,9 @@ struct http_exchange {
 	struct serve_req *r;             /* NULL once answered */
 	struct serve_req *cancel;        /* stop string hit: orphan it (kick) */
 	uint64_t num;                    /* exchange number (client_id) */
+	char id[KVD_PUBLIC_ID_MAX];      /* the answers' id: "cmpl-" or
+					  * "chatcmpl-" and 128 random bits
+					  * in hex (api_public_id) */
 	int64_t created;                 /* unix seconds */
 	char model[OPENAI_MODEL_MAX + 1];
 	char *stop[OPENAI_STOP_MAX];     /* owned */

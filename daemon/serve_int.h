@@ -135,6 +135,9 @@ struct serve_req {
 					  * tenant (HTTP), "default" on the
 					  * msgpack socket; in its log lines
 					  * and metric labels */
+	char public_id[KVD_PUBLIC_ID_MAX];  /* the id its client sees
+					  * (HTTP: "cmpl-" or "chatcmpl-" and
+					  * 32 random hex digits); "" none */
 	uint32_t n_out;
 	struct detok dt;
 	bool dt_init;
