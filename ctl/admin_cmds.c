@@ -311,9 +311,12 @@ static int cmd_abort(struct admin_call *call)
 	msgpack_packer *pk = frame_writer_packer(&call->res);
 	int r;
 
-	if (by_id == !!(call->present & ADMIN_ABORT_REQUEST))
+	if (by_id == !!(call->present & ADMIN_ABORT_REQUEST)) {
+		/* the key named is the one always accepted */
+		snprintf(call->key, sizeof(call->key), "request");
 		return admin__call_fail(call, ADMIN_E_BAD_ARGS,
 					"abort takes exactly one of request and public_id");
+	}
 	r = by_id ? kvd_ops_abort_public(call_ops(call), call->a.public_id, &req)
 		  : kvd_ops_abort(call_ops(call), req);
 	if (r && by_id)
