@@ -18,7 +18,8 @@
 #     round trip stay within 250 ms of the gaps just before (they were
 #     seconds); a client that leaves while its
 #     body is prepared costs nothing; one tenant's burst past its share of
-#     the preparation pool is 429 while another's request is served.
+#     the preparation pool is 429 while another's request is served; a
+#     node stopped while a body is prepared exits cleanly.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -157,5 +158,16 @@ wait "${burst[@]}"
 check "alice's burst of 12: some refused 429 ($(sort "$T/burst" | uniq -c | tr '\n' ' '))" grep -q '^429$' "$T/burst"
 check "  ... bob's chat meanwhile: 200 ($st, $ms ms)" test "$st" = 200
 check "  ... nothing held afterwards" wait_for 10 idle big
+
+# stopping while a body is being prepared: the workers are joined after
+# the connections close, the job is handed back, the node exits 0
+curl -s -o /dev/null --max-time 20 -H "Authorization: Bearer $KEY_A" --data-binary @"$T/big.json" "$U/v1/chat/completions" &
+cpid=$!
+sleep 0.3
+kill -TERM "$PID_big"
+rc=0; wait "$PID_big" || rc=$?
+wait "$cpid" 2>/dev/null || true
+check "SIGTERM while a body is prepared: the node stops cleanly ($rc)" \
+	bash -c "test $rc = 0 && grep -q 'event=stopped exit_code=0' '$T/big.log'"
 
 finish
