@@ -8,6 +8,14 @@
  * too long is 400 `context_length_exceeded`, a full pool 429) - before
  * any page is touched (invariant 3).
  *
+ * Only the key is judged on the loop. The body - its JSON, the chat
+ * template, the tokens: work that grows with its size - is prepared on a
+ * worker (daemon/prep.h, struct api_prep), so one tenant's megabyte
+ * cannot stall another's stream; the rest of the gate runs when the job
+ * comes back. Meanwhile the exchange is active (the connection reads no
+ * further request), and a connection that closes cancels its job, which
+ * frees itself (api_prep_done always comes).
+ *
  * The exchange is the request's sink (sink.c): tokens become SSE chunks
  * (stream) or accumulate into one JSON body; the final answer carries
  * finish_reason and usage; an error before any byte went out is an

@@ -4,7 +4,7 @@ chat bodies stall another tenant? For http_tenants.sh.
 
     stall_probe.py PORT VICTIM_KEY FLOOD_KEY CONNS PER_CONN BODY_BYTES
 
-The victim streams a long completion (temperature 0, 3000 tokens) and
+The victim streams a long completion (temperature 0, 8000 tokens) and
 /health is probed every 10 ms; once the stream runs, CONNS connections
 each send PER_CONN chat requests of BODY_BYTES of JSON (one user message
 of ordinary words) with FLOOD_KEY, one after the other, reading each
@@ -15,7 +15,7 @@ trip. Prints one JSON line:
     {"flood_s", "gap_max_ms", "gap_p99_ms", "events", "health_max_ms",
      "health_n", "flood_status": {status: count}, "baseline_gap_max_ms"}
 
-baseline_gap_max_ms is the longest gap in the 2 s before the flood
+baseline_gap_max_ms is the longest gap in the second before the flood
 (the machine's own noise). Exits 0 unless a socket failed.
 """
 import json
@@ -60,7 +60,7 @@ stop = threading.Event()
 
 def victim():
     s = socket.create_connection(("127.0.0.1", PORT))
-    body = json.dumps({"prompt": "Once upon", "max_tokens": 3000,
+    body = json.dumps({"prompt": "Once upon", "max_tokens": 8000,
                        "temperature": 0, "stream": True}).encode()
     s.sendall(request("/v1/completions", VICTIM, body))
     f = s.makefile("rb")
@@ -116,13 +116,15 @@ def gaps(t_from, t_to):
 
 def main():
     body = flood_body()
+    # the victim must outlast the flood: on a quiet machine 8000 tokens
+    # take 5-8 s, the flood about one
     tv = threading.Thread(target=victim, daemon=True)
     tp = threading.Thread(target=prober, daemon=True)
     tv.start()
     while len(events) < 5:
         time.sleep(0.005)
     tp.start()
-    time.sleep(2.0)
+    time.sleep(1.0)
     t0 = time.monotonic()
     fl = [threading.Thread(target=flooder, args=(body,)) for _ in range(CONNS)]
     for t in fl:
@@ -132,7 +134,7 @@ def main():
     t1 = time.monotonic()
     stop.set()
     g, n = gaps(t0, t1)
-    base, _ = gaps(t0 - 2.0, t0)
+    base, _ = gaps(t0 - 1.0, t0)
     h = [rt for (ts, rt) in health if t0 <= ts <= t1]
     print(json.dumps({
         "flood_s": round(t1 - t0, 3),
