@@ -551,8 +551,9 @@ static void http_watch_cb(uv_prepare_t *h)
 
 	hs->watch_cpu_ns = now;
 	if (used >= (uint64_t)HTTP_LOOP_BUSY_MS * 1000000u)
-		KVLOG_WARN(hs->s->log, "loop_busy", "cpu_ms=%.1f limit_ms=%u",
-			   (double)used / 1e6, HTTP_LOOP_BUSY_MS);
+		KVLOG_RL_WARN(hs->s->log, &hs->s->rl[SERVE_RL_LOOP_BUSY], "loop_busy",
+			      "cpu_ms=%.1f limit_ms=%u", (double)used / 1e6,
+			      HTTP_LOOP_BUSY_MS);
 }
 
 int http__listen(struct http_server *hs)

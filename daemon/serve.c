@@ -143,6 +143,7 @@ static void serve_rl_init(struct serve *s)
 		[SERVE_RL_CLIENT_FULL] = "client_full",
 		[SERVE_RL_CLIENT_CONN] = "client_closed",
 		[SERVE_RL_HTTP_REFUSED] = "http_refused",
+		[SERVE_RL_LOOP_BUSY] = "loop_busy",
 	};
 
 	for (size_t i = 0; i < SERVE_RL__N; i++)

@@ -404,6 +404,7 @@ enum serve_rl {
 	SERVE_RL_CLIENT_FULL,        /* connections refused at max_clients */
 	SERVE_RL_CLIENT_CONN,        /* client connections closed for a bound */
 	SERVE_RL_HTTP_REFUSED,       /* HTTP refusals before a request */
+	SERVE_RL_LOOP_BUSY,          /* loop iterations past HTTP_LOOP_BUSY_MS */
 	SERVE_RL__N,
 };
 
