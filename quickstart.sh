@@ -49,11 +49,15 @@ if [ -z "$model" ]; then
 		--ff 384 --vocab 512 --ctx 1024 --seed 1 --chat-template chatml >/dev/null
 fi
 # chat needs a template kvd knows: the GGUF's tokenizer.chat_template when
-# kvctl recognizes it, else the config sets one (stories260K has none)
-chat_cfg=
+# kvctl recognizes it, else the config sets one (stories260K has none).
+# Neither vocabulary has <|im_start|> as a token, so a message could spell
+# out a system turn: kvd refuses such a template unless the config accepts
+# it (model.chat_template_unsafe), as this demo does; a real chat model's
+# vocabulary needs no such line.
+chat_cfg="chat_template_unsafe = true\n"
 if ! "$KVCTL" model chat "$model" user=hi >/dev/null 2>&1; then
 	echo "== $model has no chat template kvd recognizes: decode gets model.chat_template = chatml"
-	chat_cfg="chat_template = chatml\n"
+	chat_cfg="${chat_cfg}chat_template = chatml\n"
 fi
 prompt=${2:-Once upon a time}
 port=${KVD_QS_PORT:-7600}

@@ -101,6 +101,8 @@ static const struct conf_key conf_keys[] = {
 	  "Context length served, in tokens; 0 = the model's own context_length." },
 	{ "model", "chat_template", CT_ENUM, "auto", 0, 0, chat_templates, F(chat_template),
 	  "Prompt format of chat requests: auto recognizes the GGUF's tokenizer.chat_template (a template kvd does not know leaves chat off; completions still work), or force one of llama2, llama3, chatml (Qwen), mistral, gemma, phi3, deepseek." },
+	{ "model", "chat_template_unsafe", CT_BOOL, "off", 0, 0, NULL, F(chat_template_unsafe),
+	  "Serve chat with a format whose control markers are not single control tokens of the model's vocabulary (Llama 2 and Mistral v0.1's [INST], DeepSeek's User:, a generated model's vocabulary): there a message can spell out a system turn that tokenizes exactly like the template's own. Off: such a format is refused at boot (chat stays off when recognized from the GGUF; the node does not start when model.chat_template forces it)." },
 	{ "model", "fingerprint_cache", CT_STR, "", 0, 0, NULL, F(fingerprint_cache),
 	  "Directory caching the model's SHA-256 by (device, inode, size, mtime, ctime) and content evidence (the first MiB and 65 sampled blocks, checked at every boot), so a boot does not read the whole file when it has not changed; a cached digest is verified in full off the loop after boot, and a mismatch stops the node (exit 65); an absolute path, \"off\", or empty = $CACHE_DIRECTORY (systemd's CacheDirectory=) when set, else off." },
 	{ "model", "pack_cache", CT_BOOL, "on", 0, 0, NULL, F(pack_cache),

@@ -36,6 +36,7 @@ struct kvd_config {
 	uint32_t context_length;      /* 0 = the model's */
 	int chat_template;            /* 0 auto, else enum chat_format
 				       * (gpu/chat.h) by the same index */
+	bool chat_template_unsafe;    /* accept a format whose markers are text */
 	char fingerprint_cache[1024]; /* "", "off" or an absolute directory */
 	bool pack_cache;              /* repack cache in that directory (gpu/prepack.h) */
 	uint32_t pack_cache_keep_days; /* cleanup: other pack files unused this long go */

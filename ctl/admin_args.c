@@ -23,8 +23,12 @@ static const struct frame_field resize_args[] = {
 	ARG("force", FRAME_T_BOOL, false, force, 0, 0),
 	ARG("timeout_ms", FRAME_T_U64, false, timeout_ms, 0, 3600000),
 };
+/* Exactly one of the two (ADMIN_ABORT_*): the registry's id, or the id
+ * the client was given ("cmpl-..."; not "id": the envelope's call id). */
 static const struct frame_field abort_args[] = {
-	ARG("request", FRAME_T_U64, true, request, 1, UINT64_MAX),
+	ARG("request", FRAME_T_U64, false, request, 1, UINT64_MAX),
+	{ "public_id", FRAME_T_STR, false, offsetof(struct admin_args, public_id),
+	  sizeof(((struct admin_args *)0)->public_id), 0, 0 },
 };
 static const struct frame_field load_args[] = {
 	ARG("count", FRAME_T_U64, true, count, 1, 100000),

@@ -25,6 +25,7 @@ struct admin_args {
 	uint64_t bytes;
 	bool force;
 	uint64_t request;
+	char public_id[48];              /* abort: KVD_PUBLIC_ID_MAX */
 	uint64_t count;
 	uint64_t hold_ms;
 	uint64_t fence_ms;
@@ -43,6 +44,10 @@ enum admin_args_id {
 enum {
 	ADMIN_DRAIN_WAIT = 1u << 0,
 	ADMIN_DRAIN_TIMEOUT = 1u << 1,
+};
+enum {
+	ADMIN_ABORT_REQUEST = 1u << 0,
+	ADMIN_ABORT_ID = 1u << 1,
 };
 enum {
 	ADMIN_RESIZE_TOKENS = 1u << 0,

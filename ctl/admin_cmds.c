@@ -303,19 +303,35 @@ static int cmd_capacity(struct admin_call *call)
 	return 0;
 }
 
+/* By the registry's id (`request`) or by the id the client was given
+ * (`public_id`, "cmpl-..."): exactly one. */
 static int cmd_abort(struct admin_call *call)
 {
-	int r = kvd_ops_abort(call_ops(call), call->a.request);
+	bool by_id = call->present & ADMIN_ABORT_ID;
+	uint64_t req = call->a.request;
 	msgpack_packer *pk = frame_writer_packer(&call->res);
+	int r;
 
+	if (by_id == !!(call->present & ADMIN_ABORT_REQUEST)) {
+		/* the key named is the one always accepted */
+		snprintf(call->key, sizeof(call->key), "request");
+		return admin__call_fail(call, ADMIN_E_BAD_ARGS,
+					"abort takes exactly one of request and public_id");
+	}
+	r = by_id ? kvd_ops_abort_public(call_ops(call), call->a.public_id, &req)
+		  : kvd_ops_abort(call_ops(call), req);
+	if (r && by_id)
+		/* the client's id is not echoed: the caller has it */
+		return admin__call_fail(call, admin_code_of(r), "that id: %s",
+					r == KVD_E_BUSY ? "already aborting"
+							: kvd_ops_strerror(r));
 	if (r)
 		return admin__call_fail(call, admin_code_of(r),
-					"request %llu: %s",
-					(unsigned long long)call->a.request,
+					"request %llu: %s", (unsigned long long)req,
 					r == KVD_E_BUSY ? "already aborting"
 							: kvd_ops_strerror(r));
 	msgpack_pack_map(pk, 1);
-	frame_pack_kv_u64(pk, "request", call->a.request);
+	frame_pack_kv_u64(pk, "request", req);
 	return 0;
 }
 

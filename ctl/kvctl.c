@@ -7,7 +7,9 @@
  *     pool resize --tokens N | --bytes N [--force] [--wait-ms N]
  *     capacity                         the boot capacity check, now
  *     metrics                          Prometheus text (daemon/metrics.h)
- *     abort ID                         abort one request (normal failure path)
+ *     abort ID                         abort one request (normal failure path);
+ *                                      ID: the registry's number or the
+ *                                      client's cmpl-... / chatcmpl-... id
  *     audit [FILE...]                  capacity audit of kvd logs (stdin: -)
  *     model make|inspect ...           GGUF models (ctl/cmd_model.c)
  *     generate --server ADDR ...       client API client (ctl/cmd_generate.c)
@@ -646,18 +648,28 @@ static int sub_abort(struct kvctl *k, int argc, char **argv)
 	struct frame_writer w;
 	msgpack_packer *pk;
 	const msgpack_object *res;
-	uint64_t id;
+	uint64_t id = 0;
+	bool pub;
 	int r;
 
-	if (argc != 2 || parse_u64(argv[1], &id) || id == 0)
+	if (argc != 2)
+		return EXIT_USAGE;
+	/* the registry's number, or the id the client was given */
+	pub = !strncmp(argv[1], "cmpl-", 5) || !strncmp(argv[1], "chatcmpl-", 9);
+	if (pub ? strlen(argv[1]) >= 48 : parse_u64(argv[1], &id) || id == 0)
 		return EXIT_USAGE;
 	pk = kvctl_request(&w, "abort", 1);
-	frame_pack_kv_u64(pk, "request", id);
+	if (pub)
+		frame_pack_kv_str(pk, "public_id", argv[1]);
+	else
+		frame_pack_kv_u64(pk, "request", id);
 	r = kvctl_call(k, &w, &res);
 	if (r)
 		return r;
 	if (k->json)
 		print_json_line(res);
+	else if (pub)
+		printf("%s: aborting\n", argv[1]);
 	else
 		printf("request %" PRIu64 ": aborting\n", id);
 	return 0;
@@ -843,7 +855,7 @@ static const struct kvctl_cmd kvctl_cmds[] = {
 	  "pool resize --tokens N | --bytes N [--force] [--wait-ms N]" },
 	{ "capacity", sub_capacity, true, "capacity" },
 	{ "metrics", sub_metrics, true, "metrics   (Prometheus text format 0.0.4)" },
-	{ "abort", sub_abort, true, "abort ID" },
+	{ "abort", sub_abort, true, "abort ID|cmpl-...|chatcmpl-..." },
 	{ "audit", sub_audit, false, "audit [FILE...]" },
 	{ "keygen", sub_keygen, false, "keygen FILE [--force]   (a new cluster secret for peers.key_file)" },
 	{ "model", sub_model, false, "model make|inspect ... (kvctl model --help)" },

@@ -225,7 +225,7 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 		proto_client_request_deinit(&q);
 		return;
 	}
-	rc = serve__sink_prompt_ids(s, q.tokens, q.n_tokens, q.prompt,
+	rc = serve__sink_prompt_ids(s->tok, q.tokens, q.n_tokens, q.prompt,
 				    q.prompt ? strlen(q.prompt) : 0, &ids, &n_ids,
 				    msg, sizeof(msg));
 	if (rc) {

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *http__status_text(int status)
 {
@@ -535,6 +536,35 @@ static void http_accept(uv_stream_t *server, int status)
 		http_conn_close(hc);
 }
 
+/* ---- the loop's stalls ---------------------------------------------------------- */
+
+static uint64_t http_thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Before every poll: the loop thread's CPU time since the last one is
+ * what one iteration's callbacks cost (waiting in poll costs none, and a
+ * machine too busy to run the loop does not count either). An iteration
+ * past HTTP_LOOP_BUSY_MS held every connection that long. */
+static void http_watch_cb(uv_prepare_t *h)
+{
+	struct http_server *hs = h->data;
+	uint64_t now = http_thread_cpu_ns();
+	uint64_t used = hs->watch_cpu_ns && now > hs->watch_cpu_ns
+			? now - hs->watch_cpu_ns : 0;
+
+	hs->watch_cpu_ns = now;
+	if (used >= (uint64_t)HTTP_LOOP_BUSY_MS * 1000000u)
+		KVLOG_RL_WARN(hs->s->log, &hs->s->rl[SERVE_RL_LOOP_BUSY], "loop_busy",
+			      "cpu_ms=%.1f limit_ms=%u", (double)used / 1e6,
+			      HTTP_LOOP_BUSY_MS);
+}
+
 int http__listen(struct http_server *hs)
 {
 	struct serve *s = hs->s;
@@ -549,6 +579,19 @@ int http__listen(struct http_server *hs)
 		return rc;
 	hs->kick.data = hs;
 	hs->kick_open = true;
+	rc = uv_prepare_init(&s->d->loop, &hs->watch);
+	if (rc)
+		return rc;
+	hs->watch.data = hs;
+	hs->watch_open = true;
+	uv_prepare_start(&hs->watch, http_watch_cb);
+	uv_unref((uv_handle_t *)&hs->watch);
+	rc = prep_start(&hs->prep, &s->d->loop);
+	if (rc) {
+		KVLOG_ERR(s->log, "listen_http", "msg=\"preparation workers: %s\"",
+			  uv_strerror(rc));
+		return rc;
+	}
 	rc = serve__parse_hostport(spec, &ss);
 	if (rc) {
 		KVLOG_ERR(s->log, "listen_http", "addr=%s msg=\"bad address\"", KVLOG_Q(spec));
@@ -653,8 +696,20 @@ void serve__http_close_all(struct serve *s)
 	hs->stopping = true;
 	while (!kvd_list_empty(&hs->conns))
 		http_conn_close(kvd_list_entry(hs->conns.next, struct http_conn, node));
+	/* every job's connection is gone (cancelled): the workers finish
+	 * what runs, the rest is handed back and freed */
+	prep_stop(&hs->prep);
 	s->http = NULL;
-	hs->handles_open = (unsigned)hs->listener_open + (unsigned)hs->kick_open;
+	hs->handles_open = (unsigned)hs->listener_open + (unsigned)hs->kick_open +
+			   (unsigned)hs->prep.async_open + (unsigned)hs->watch_open;
+	if (hs->watch_open) {
+		s->closes_pending++;
+		uv_close((uv_handle_t *)&hs->watch, http_server_closed);
+	}
+	if (hs->prep.async_open) {
+		s->closes_pending++;
+		prep_close(&hs->prep, http_server_closed, hs);
+	}
 	if (hs->listener_open) {
 		s->closes_pending++;
 		uv_close((uv_handle_t *)&hs->listener, http_server_closed);

@@ -8,6 +8,14 @@
  * too long is 400 `context_length_exceeded`, a full pool 429) - before
  * any page is touched (invariant 3).
  *
+ * Only the key is judged on the loop. The body - its JSON, the chat
+ * template, the tokens: work that grows with its size - is prepared on a
+ * worker (daemon/prep.h, struct api_prep), so one tenant's megabyte
+ * cannot stall another's stream; the rest of the gate runs when the job
+ * comes back. Meanwhile the exchange is active (the connection reads no
+ * further request), and a connection that closes cancels its job, which
+ * frees itself (api_prep_done always comes).
+ *
  * The exchange is the request's sink (sink.c): tokens become SSE chunks
  * (stream) or accumulate into one JSON body; the final answer carries
  * finish_reason and usage; an error before any byte went out is an
@@ -46,20 +54,28 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+static void api_prep_detach(struct api_prep *ap);
+
 /* ---- answering -------------------------------------------------------------- */
 
+/* (a request refused after its body was prepared is no longer the
+ * parser's: the exchange kept its method and path) */
 static void api_log(struct http_conn *hc, int status, const char *tenant,
 		    const char *what)
 {
+	bool kept = hc->x.method[0];
+
 	KVLOG_RL_INFO(hc->s->log, &hc->s->rl[SERVE_RL_HTTP_REFUSED], "http_request",
 		   "conn=%llu tenant=%s method=%s path=%s status=%d msg=%s",
 		   (unsigned long long)hc->conn_id, KVLOG_Q(tenant),
-		   KVLOG_Q(hc->wire.msg.method_name), KVLOG_Q(hc->wire.msg.path),
+		   KVLOG_Q(kept ? hc->x.method : hc->wire.msg.method_name),
+		   KVLOG_Q(kept ? hc->x.path : hc->wire.msg.path),
 		   status, KVLOG_Q(what));
 }
 
@@ -302,11 +318,7 @@ static json_t *choice_json(const struct http_exchange *x, json_t *text,
 static json_t *answer_json(const struct http_exchange *x, json_t *choice,
 			   bool chunk)
 {
-	char id[48];
-
-	snprintf(id, sizeof(id), "%s-%llu", x->chat ? "chatcmpl" : "cmpl",
-		 (unsigned long long)x->num);
-	return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", id, "object",
+	return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", x->id, "object",
 			 x->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
 				 : "text_completion",
 			 "created", (json_int_t)x->created, "model", x->model,
@@ -368,6 +380,8 @@ static int stream_text(struct http_conn *hc, size_t n)
 
 static void exchange_free(struct http_exchange *x)
 {
+	if (x->prep)
+		api_prep_detach(x->prep);
 	for (uint32_t i = 0; i < x->n_stop; i++)
 		free(x->stop[i]);
 	free(x->text);
@@ -381,10 +395,10 @@ static void exchange_end(struct http_conn *hc, int status, uint32_t completion,
 	struct http_exchange *x = &hc->x;
 
 	KVLOG_INFO(hc->s->log, "http_request",
-		   "conn=%llu tenant=%s method=%s path=%s status=%d id=%llu stream=%d prompt_tokens=%u completion_tokens=%u finish=%s total_us=%llu",
+		   "conn=%llu tenant=%s method=%s path=%s status=%d id=%llu completion=%s stream=%d prompt_tokens=%u completion_tokens=%u finish=%s total_us=%llu",
 		   (unsigned long long)hc->conn_id, KVLOG_Q(x->tenant),
 		   KVLOG_Q(x->method), KVLOG_Q(x->path), status,
-		   (unsigned long long)x->num, x->stream, x->prompt_tokens,
+		   (unsigned long long)x->num, x->id[0] ? x->id : "-", x->stream, x->prompt_tokens,
 		   completion, finish,
 		   (unsigned long long)((kvd_now_ns() - x->t_start_ns) / 1000));
 	{
@@ -637,7 +651,8 @@ static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
  * name for `system`. Never a guessed template: a model without one is a
  * 400 naming model.chat_template. 0 with *out (malloc'd, *n ids), 1 with
  * *status, *code and `msg` set, -ENOMEM. */
-static int api_chat_ids(struct http_server *hs, const struct openai_req *q,
+static int api_chat_ids(enum chat_format fmt, const struct tokenizer *tok,
+			const char *model_name, const struct openai_req *q,
 			int32_t **out, uint32_t *n, int *status,
 			const char **code, char *msg, size_t msg_size)
 {
@@ -648,10 +663,10 @@ static int api_chat_ids(struct http_server *hs, const struct openai_req *q,
 
 	*status = 400;
 	*code = NULL;
-	if (hs->chat_format == CHAT_NONE) {
+	if (fmt == CHAT_NONE) {
 		*code = "no_chat_template";
 		snprintf(msg, msg_size, "the model '%.64s' has no chat template kvd recognizes; set model.chat_template in the config (llama2, llama3, chatml, mistral, gemma, phi3, deepseek) or use /v1/completions",
-			 hs->model_name);
+			 model_name);
 		return 1;
 	}
 	cm = calloc(q->n_msgs ? q->n_msgs : 1, sizeof(*cm));
@@ -663,7 +678,7 @@ static int api_chat_ids(struct http_server *hs, const struct openai_req *q,
 		cm[i].content = q->msgs[i].content;
 	}
 	msg[0] = 0;
-	rc = chat_encode(hs->chat_format, hs->s->tok, cm, q->n_msgs, true, &ids,
+	rc = chat_encode(fmt, tok, cm, q->n_msgs, true, &ids,
 			 &n_ids, msg, msg_size);
 	free(cm);
 	if (rc == -ENOMEM)
@@ -675,7 +690,7 @@ static int api_chat_ids(struct http_server *hs, const struct openai_req *q,
 			rc == -E2BIG ? "prompt_too_large" : "invalid_messages";
 		if (!msg[0])
 			snprintf(msg, msg_size, "the messages cannot be rendered in the %s chat format",
-				 chat_format_name(hs->chat_format));
+				 chat_format_name(fmt));
 		return 1;
 	}
 	if (n_ids == 0 || n_ids > PROTO_CLIENT_TOKENS_MAX) {
@@ -687,6 +702,23 @@ static int api_chat_ids(struct http_server *hs, const struct openai_req *q,
 	*out = ids;
 	*n = (uint32_t)n_ids;
 	return 0;
+}
+
+/* ---- ids --------------------------------------------------------------------------- */
+
+/* The id an exchange's answers carry, and the one `kvctl abort` takes:
+ * OpenAI's prefix and 128 bits from libsodium's CSPRNG in hex. Unique
+ * across nodes and restarts without coordination, and it says nothing
+ * of how many requests the node (or any other tenant) has made - the
+ * exchange number it replaces did. */
+static void api_public_id(char *out, size_t size, bool chat)
+{
+	unsigned char rnd[16];
+	char hex[2 * sizeof(rnd) + 1];
+
+	randombytes_buf(rnd, sizeof(rnd));
+	sodium_bin2hex(hex, sizeof(hex), rnd, sizeof(rnd));
+	snprintf(out, size, "%s-%s", chat ? "chatcmpl" : "cmpl", hex);
 }
 
 /* ---- endpoints ------------------------------------------------------------------- */
@@ -765,115 +797,263 @@ static void api_metrics(struct http_conn *hc, const struct http_msg *m)
 	http__exchange_done(hc);
 }
 
-static void api_generate(struct http_conn *hc, const struct http_msg *m, bool chat)
-{
-	struct serve *s = hc->s;
-	struct http_exchange *x = &hc->x;
-	struct openai_req q;
-	struct openai_error oe = { 0 };
-	struct serve_req *r;
-	const char *tenant = api_auth(hc, m);
-	char msg[PROTO_CLIENT_MSG_MAX];
-	int32_t *ids = NULL;
-	uint32_t n_ids = 0;
-	int rc;
+/* ---- a generation: prepared off the loop, then admitted ---------------------------------- */
 
-	if (!tenant)
+/* One generation request while its body is prepared on a worker
+ * (daemon/prep.h): the JSON parsed, the model named checked, the prompt
+ * rendered and tokenized - the work that grows with the body. The loop
+ * then answers the first refusal in the gate's order or admits it. */
+struct api_prep {
+	struct prep_job job;             /* key: the tenant */
+	struct http_conn *hc;            /* NULL once its connection closed */
+	struct serve *s;                 /* outlives the pool */
+	bool chat;
+	uint64_t t_start_ns;
+	char tenant[KVD_TENANT_MAX];
+	char method[16];
+	char path[64];
+	char *body;                      /* (len) a copy of the request's */
+	size_t len;
+	/* read by the worker; live until prep_stop (http.c stops the pool
+	 * before the server and the tokenizer go) */
+	const struct tokenizer *tok;
+	enum chat_format fmt;
+	const char *model_name;
+	/* what the worker found */
+	int parse_rc;                    /* openai_req_parse's */
+	struct openai_req q;             /* parse_rc 0: deinit at the end */
+	struct openai_error oe;
+	bool wrong_model;
+	int prompt_rc;                   /* 0, 1 (status/code/msg), -ENOMEM */
+	int status;
+	const char *code;
+	int32_t *ids;                    /* (n_ids), handed to the request */
+	uint32_t n_ids;
+	char msg[PROTO_CLIENT_MSG_MAX];
+};
+
+/* The connection closes while its body is prepared: the job finishes or
+ * is dropped, and frees itself (api_prep_done); it answers nobody. */
+static void api_prep_detach(struct api_prep *ap)
+{
+	ap->hc = NULL;
+	prep_cancel(&ap->job);
+}
+
+static void api_prep_free(struct api_prep *ap)
+{
+	free(ap->body);
+	free(ap->ids);
+	if (ap->parse_rc == 0)
+		openai_req_deinit(&ap->q);
+	free(ap);
+}
+
+/* Worker thread: touches only ap, the tokenizer and the model name. */
+static void api_prep_run(struct prep_job *j)
+{
+	struct api_prep *ap = kvd_container_of(j, struct api_prep, job);
+	const struct openai_req *q = &ap->q;
+
+	ap->parse_rc = openai_req_parse(&ap->q, ap->chat, ap->body, ap->len, &ap->oe);
+	free(ap->body);
+	ap->body = NULL;
+	if (ap->parse_rc)
 		return;
-	/* the body is read as JSON whatever its Content-Type says (curl -d
-	 * sends form-urlencoded): the parser is what judges it */
-	rc = openai_req_parse(&q, chat, m->body ? m->body : "", m->body_len, &oe);
-	if (rc) {
-		s->d->counters.rejected[KVD_REJECT_INVALID]++;
-		if (rc < 0)
-			api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
-		else
-			api_error(hc, oe.status, oe.type, oe.code, oe.param, oe.msg, tenant);
+	if (q->model[0] && strcmp(q->model, ap->model_name)) {
+		ap->wrong_model = true;
 		return;
 	}
-	if (q.model[0] && strcmp(q.model, hc->hs->model_name)) {
+	ap->status = 400;
+	if (ap->chat)
+		ap->prompt_rc = api_chat_ids(ap->fmt, ap->tok, ap->model_name, q,
+					     &ap->ids, &ap->n_ids, &ap->status,
+					     &ap->code, ap->msg, sizeof(ap->msg));
+	else
+		ap->prompt_rc = serve__sink_prompt_ids(ap->tok, q->tokens, q->n_tokens,
+						       q->prompt,
+						       q->prompt ? strlen(q->prompt) : 0,
+						       &ap->ids, &ap->n_ids, ap->msg,
+						       sizeof(ap->msg));
+}
+
+/* The gate after the body: its JSON (400), the model (404), draining
+ * (503), the prompt (400). true when one refused (answered). */
+static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
+{
+	struct serve *s = hc->s;
+	const char *tenant = ap->tenant;
+	char msg[PROTO_CLIENT_MSG_MAX];
+
+	if (ap->parse_rc) {
+		s->d->counters.rejected[KVD_REJECT_INVALID]++;
+		if (ap->parse_rc < 0)
+			api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		else
+			api_error(hc, ap->oe.status, ap->oe.type, ap->oe.code,
+				  ap->oe.param, ap->oe.msg, tenant);
+		return true;
+	}
+	if (ap->wrong_model) {
 		snprintf(msg, sizeof(msg), "The model '%.64s' does not exist; this server serves '%.64s'.",
-			 q.model, hc->hs->model_name);
+			 ap->q.model, hc->hs->model_name);
 		api_error(hc, 404, "invalid_request_error", "model_not_found", "model",
 			  msg, tenant);
-		openai_req_deinit(&q);
-		return;
+		return true;
 	}
 	if (kvd_request_gate(s->reqtab) || s->stopping) {
 		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
 		api_error(hc, 503, "server_error", "draining", NULL,
 			  "the node is draining and admits no new requests", tenant);
-		goto out;
+		return true;
 	}
-	if (chat) {
-		int status;
-		const char *ecode;
+	if (ap->prompt_rc) {
+		bool nomem = ap->prompt_rc < 0;
 
-		rc = api_chat_ids(hc->hs, &q, &ids, &n_ids, &status, &ecode, msg,
-				  sizeof(msg));
-		if (rc) {
-			s->d->counters.rejected[KVD_REJECT_INVALID]++;
-			api_error(hc, rc < 0 ? 500 : status,
-				  rc < 0 ? "server_error" : "invalid_request_error",
-				  rc < 0 ? NULL : ecode, rc < 0 ? NULL : "messages",
-				  rc < 0 ? "out of memory" : msg, tenant);
-			goto out;
-		}
-	} else {
-		rc = serve__sink_prompt_ids(s, q.tokens, q.n_tokens, q.prompt,
-					    q.prompt ? strlen(q.prompt) : 0, &ids,
-					    &n_ids, msg, sizeof(msg));
-		if (rc) {
-			s->d->counters.rejected[KVD_REJECT_INVALID]++;
-			api_error(hc, rc < 0 ? 500 : 400,
-				  rc < 0 ? "server_error" : "invalid_request_error",
-				  NULL, "prompt", rc < 0 ? "out of memory" : msg, tenant);
-			goto out;
-		}
+		s->d->counters.rejected[KVD_REJECT_INVALID]++;
+		api_error(hc, nomem ? 500 : ap->chat ? ap->status : 400,
+			  nomem ? "server_error" : "invalid_request_error",
+			  nomem || !ap->chat ? NULL : ap->code,
+			  nomem ? NULL : ap->chat ? "messages" : "prompt",
+			  nomem ? "out of memory" : ap->msg, tenant);
+		return true;
 	}
+	return false;
+}
+
+/* The prepared request becomes a serve request on this exchange and goes
+ * to the role's admission. */
+static void api_admit(struct http_conn *hc, struct api_prep *ap)
+{
+	struct serve *s = hc->s;
+	struct http_exchange *x = &hc->x;
+	const struct openai_req *q = &ap->q;
+	struct serve_req *r;
+
 	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
 							  : SREQ_LOCAL);
 	if (!r) {
-		free(ids);
-		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
-		goto out;
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", ap->tenant);
+		return;
 	}
 	/* the exchange: from here every answer comes through the sink ops */
 	memset(x, 0, sizeof(*x));
 	x->active = true;
-	x->stream = q.stream;
-	x->chat = chat;
+	x->stream = q->stream;
+	x->chat = ap->chat;
 	x->r = r;
 	x->num = ++hc->hs->next_exchange;
+	api_public_id(x->id, sizeof(x->id), ap->chat);
 	x->created = (int64_t)time(NULL);
-	x->prompt_tokens = n_ids;
-	x->t_start_ns = kvd_now_ns();
+	x->prompt_tokens = ap->n_ids;
+	x->t_start_ns = ap->t_start_ns;
 	snprintf(x->model, sizeof(x->model), "%s", hc->hs->model_name);
-	snprintf(x->method, sizeof(x->method), "%s", m->method_name);
-	snprintf(x->path, sizeof(x->path), "%.63s", m->path);
-	snprintf(x->tenant, sizeof(x->tenant), "%s", tenant);
-	for (uint32_t i = 0; i < q.n_stop; i++) {
-		x->stop[i] = q.stop[i];
-		x->stop_len[i] = q.stop_len[i];
-		q.stop[i] = NULL;
+	snprintf(x->method, sizeof(x->method), "%s", ap->method);
+	snprintf(x->path, sizeof(x->path), "%s", ap->path);
+	snprintf(x->tenant, sizeof(x->tenant), "%s", ap->tenant);
+	for (uint32_t i = 0; i < q->n_stop; i++) {
+		x->stop[i] = q->stop[i];
+		x->stop_len[i] = q->stop_len[i];
+		ap->q.stop[i] = NULL;
 	}
-	x->n_stop = q.n_stop;
-	q.n_stop = 0;
+	x->n_stop = q->n_stop;
+	ap->q.n_stop = 0;
 	serve__sink_attach(r, &hc->sink);
 	r->client_id = x->num;
-	snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
-	r->prompt = ids;
-	r->n_prompt = n_ids;
-	r->max_tokens = q.max_tokens;
-	r->sp = (struct sampler_params){ .temperature = q.temperature,
-					 .top_k = q.top_k, .top_p = q.top_p,
-					 .seed = q.seed };
-	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu tenant=%s stream=%d",
+	snprintf(r->public_id, sizeof(r->public_id), "%s", x->id);
+	snprintf(r->tenant, sizeof(r->tenant), "%s", ap->tenant);
+	r->prompt = ap->ids;
+	r->n_prompt = ap->n_ids;
+	ap->ids = NULL;
+	r->max_tokens = q->max_tokens;
+	r->sp = (struct sampler_params){ .temperature = q->temperature,
+					 .top_k = q->top_k, .top_p = q->top_p,
+					 .seed = q->seed };
+	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu completion=%s tenant=%s stream=%d prep_us=%llu",
 		    (unsigned long long)hc->conn_id, (unsigned long long)x->num,
-		    KVLOG_Q(tenant), x->stream);
+		    x->id, KVLOG_Q(ap->tenant), x->stream,
+		    (unsigned long long)((kvd_now_ns() - ap->t_start_ns) / 1000));
 	s->admit(r);   /* the role's admission (decode.c) */
-out:
-	openai_req_deinit(&q);
+}
+
+/* Loop thread: the worker is done (or the job was cancelled). */
+static void api_prep_done(struct prep_job *j, bool cancelled)
+{
+	struct api_prep *ap = kvd_container_of(j, struct api_prep, job);
+	struct http_conn *hc = ap->hc;
+
+	if (hc)
+		hc->x.prep = NULL;
+	if (cancelled || !hc)
+		KVLOG_DEBUG(ap->s->log, "http_prep_dropped",
+			    "tenant=%s bytes=%zu ran=%d msg=\"the client left while its body was prepared\"",
+			    KVLOG_Q(ap->tenant), ap->len, j->ran);
+	if (!cancelled && hc && !hc->closing) {
+		if (api_prep_refused(hc, ap))
+			hc->x.method[0] = hc->x.path[0] = '\0';   /* answered */
+		else
+			api_admit(hc, ap);
+	}
+	api_prep_free(ap);
+}
+
+/* POST /v1/completions and /v1/chat/completions: the key here, the rest
+ * of the gate once the body is prepared. The exchange stays active (the
+ * connection reads no further request) until then; a connection that
+ * closes meanwhile cancels the job (exchange_free). */
+static void api_generate(struct http_conn *hc, const struct http_msg *m, bool chat)
+{
+	struct http_server *hs = hc->hs;
+	const char *tenant = api_auth(hc, m);
+	struct api_prep *ap;
+	int rc;
+
+	if (!tenant)
+		return;
+	ap = calloc(1, sizeof(*ap));
+	if (ap)
+		ap->body = malloc(m->body_len + 1);
+	if (!ap || !ap->body) {
+		free(ap);
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		return;
+	}
+	/* the body is read as JSON whatever its Content-Type says (curl -d
+	 * sends form-urlencoded): the parser is what judges it */
+	if (m->body_len)
+		memcpy(ap->body, m->body, m->body_len);
+	ap->body[m->body_len] = '\0';
+	ap->len = m->body_len;
+	ap->hc = hc;
+	ap->s = hc->s;
+	ap->chat = chat;
+	ap->t_start_ns = kvd_now_ns();
+	ap->parse_rc = -1;               /* nothing to deinit until parsed */
+	ap->tok = hs->s->tok;
+	ap->fmt = hs->chat_format;
+	ap->model_name = hs->model_name;
+	snprintf(ap->tenant, sizeof(ap->tenant), "%s", tenant);
+	snprintf(ap->method, sizeof(ap->method), "%s", m->method_name);
+	snprintf(ap->path, sizeof(ap->path), "%.63s", m->path);
+	snprintf(ap->job.key, sizeof(ap->job.key), "%s", tenant);
+	ap->job.bytes = m->body_len;
+	ap->job.run = api_prep_run;
+	ap->job.done = api_prep_done;
+	rc = prep_submit(&hs->prep, &ap->job);
+	if (rc) {
+		ap->parse_rc = 1;
+		api_prep_free(ap);
+		hc->s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
+		api_error(hc, 429, "server_error", "overloaded", NULL,
+			  rc == PREP_E_KEY_FULL
+			  ? "too many of this key's requests are being prepared; retry later"
+			  : "too many requests are being prepared; retry later", tenant);
+		return;
+	}
+	hc->x.active = true;
+	hc->x.prep = ap;
+	snprintf(hc->x.method, sizeof(hc->x.method), "%s", ap->method);
+	snprintf(hc->x.path, sizeof(hc->x.path), "%s", ap->path);
 }
 
 static void api_completions(struct http_conn *hc, const struct http_msg *m)

@@ -8,11 +8,13 @@
 #pragma once
 
 #include "daemon/serve_int.h"
+#include "daemon/prep.h"
 #include "net/http_wire.h"
 #include "net/openai.h"
 
 struct kvd_apikeys;
 struct http_conn;
+struct api_prep;
 
 /* Pipelined input held while a request is answered (bytes); reading
  * stops while it is full. */
@@ -21,16 +23,24 @@ struct http_conn;
  * the client still sends is dropped for at most this long, and at most
  * http.max_body_bytes + HTTP_IN_MAX bytes, before the connection closes. */
 #define HTTP_DRAIN_MS 2000u
+/* A loop iteration that used this much of the loop thread's CPU is
+ * logged (event=loop_busy): every other connection waited that long. */
+#define HTTP_LOOP_BUSY_MS 20u
 
 /* One request being answered on a connection (one at a time). */
 struct http_exchange {
 	bool active;                     /* answering; the next request waits */
+	struct api_prep *prep;           /* its body being prepared off the
+					  * loop (http_api.c); NULL none */
 	bool stream;                     /* SSE */
 	bool chat;                       /* chat.completion shapes */
 	bool head_sent;                  /* status line and headers queued */
 	struct serve_req *r;             /* NULL once answered */
 	struct serve_req *cancel;        /* stop string hit: orphan it (kick) */
 	uint64_t num;                    /* exchange number (client_id) */
+	char id[KVD_PUBLIC_ID_MAX];      /* the answers' id: "cmpl-" or
+					  * "chatcmpl-" and 128 random bits
+					  * in hex (api_public_id) */
 	int64_t created;                 /* unix seconds */
 	char model[OPENAI_MODEL_MAX + 1];
 	char *stop[OPENAI_STOP_MAX];     /* owned */
@@ -111,6 +121,12 @@ struct http_server {
 	uint32_t nomem_at;               /* fault-point builds: the allocation
 					  * of each exchange that fails
 					  * (KVD_HTTP_NOMEM); 0 none */
+	struct prep prep;                /* generation bodies: JSON, chat
+					  * template, tokens - off the loop */
+	uv_prepare_t watch;              /* the loop's CPU per iteration */
+	bool watch_open;
+	uint64_t watch_cpu_ns;           /* the loop thread's CPU time at the
+					  * last iteration's prepare; 0 none */
 	bool stopping;
 	unsigned handles_open;            /* at close: callbacks to come */
 };

@@ -280,6 +280,21 @@ int kvd_ops_abort(struct kvd_ops *o, uint64_t id)
 	return r;
 }
 
+int kvd_ops_abort_public(struct kvd_ops *o, const char *pid, uint64_t *id)
+{
+	struct kvd_request *q = kvd_reqtab_find_public(o->requests, pid);
+
+	*id = 0;
+	if (!q) {
+		KVLOG_WARN(&o->d->log, "request_abort",
+			   "public_id=%s source=admin result=%s", KVLOG_Q(pid),
+			   kvd_ops_strerror(KVD_E_NOTFOUND));
+		return KVD_E_NOTFOUND;
+	}
+	*id = q->id;
+	return kvd_ops_abort(o, q->id);
+}
+
 /* ---- synthetic load -------------------------------------------------------- */
 
 static void synth_closed_cb(uv_handle_t *h)

@@ -125,6 +125,10 @@ void kvd_ops_capacity(struct kvd_ops *o, struct kvd_capacity *cap);
 
 /* Abort request id (normal failure path). 0, KVD_E_NOTFOUND, KVD_E_BUSY. */
 int kvd_ops_abort(struct kvd_ops *o, uint64_t id);
+/* The same for the id the request's client was given ("cmpl-...",
+ * struct kvd_request.public_id); *id is the registry's id (0 when none
+ * has it: KVD_E_NOTFOUND). */
+int kvd_ops_abort_public(struct kvd_ops *o, const char *pid, uint64_t *id);
 
 /* ---- fault points: synthetic load --------------------------------------- */
 

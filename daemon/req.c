@@ -72,6 +72,7 @@ void serve__req_register(struct serve_req *r)
 {
 	kvd_request_register(r->s->reqtab, &r->reg, &r->rops->reg);
 	r->reg.tenant = r->tenant;
+	r->reg.public_id = r->public_id[0] ? r->public_id : NULL;
 	r->registered = true;
 }
 

@@ -14,6 +14,8 @@
 #include "daemon/daemon.h"
 #include "conf/util.h"
 
+#include <string.h>
+
 void kvd_reqtab_init(struct kvd_reqtab *t, struct kvd_daemon *d)
 {
 	*t = (struct kvd_reqtab){ .d = d, .next_id = 1 };
@@ -67,6 +69,22 @@ struct kvd_request *kvd_reqtab_find(struct kvd_reqtab *t, uint64_t id)
 	struct kvd_idmap_node *n = kvd_idmap_find(&t->byid, id);
 
 	return n ? kvd_container_of(n, struct kvd_request, node) : NULL;
+}
+
+struct kvd_request *kvd_reqtab_find_public(struct kvd_reqtab *t,
+					   const char *pid)
+{
+	struct kvd_list *e;
+
+	if (!pid || !*pid)
+		return NULL;
+	kvd_list_for_each(e, &t->all) {
+		struct kvd_request *r = kvd_list_entry(e, struct kvd_request, link);
+
+		if (r->public_id && !strcmp(r->public_id, pid))
+			return r;
+	}
+	return NULL;
 }
 
 int kvd_reqtab_abort(struct kvd_reqtab *t, uint64_t id, const char *reason)

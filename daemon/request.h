@@ -28,6 +28,9 @@
 struct kvd_daemon;
 struct kvd_request;
 
+/* A public request id's bytes, NUL included ("chatcmpl-" + 32 hex). */
+#define KVD_PUBLIC_ID_MAX 48
+
 /* Who embeds a registered request: an owner finds its own requests by id
  * (kvd_reqtab_find) and converts only those of its family. */
 enum kvd_request_family { KVD_REQ_SYNTHETIC = 0, KVD_REQ_SERVE };
@@ -51,6 +54,9 @@ struct kvd_request {
 	const char *tenant;          /* whose request, for log lines (the
 				      * owner's string; NULL: no tenant,
 				      * e.g. synthetic load) */
+	const char *public_id;       /* the id its client was given
+				      * ("cmpl-..."; the owner's string;
+				      * NULL: none), for kvctl abort */
 	struct kvd_list link;        /* t->all */
 	struct kvd_idmap_node node;  /* t->byid, under id */
 };
@@ -97,6 +103,11 @@ void kvd_request_end(struct kvd_reqtab *t, struct kvd_request *r, bool ok);
 
 /* The registered request `id`, or NULL. O(1); never allocates. */
 struct kvd_request *kvd_reqtab_find(struct kvd_reqtab *t, uint64_t id);
+
+/* The registered request whose public_id is `pid`, or NULL. A walk of
+ * the registry (admin calls only); never allocates. */
+struct kvd_request *kvd_reqtab_find_public(struct kvd_reqtab *t,
+					   const char *pid);
 
 /* Abort request `id` through its owner: 0, KVD_E_NOTFOUND, KVD_E_BUSY
  * (already aborting) or the owner's code. */

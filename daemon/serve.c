@@ -143,6 +143,7 @@ static void serve_rl_init(struct serve *s)
 		[SERVE_RL_CLIENT_FULL] = "client_full",
 		[SERVE_RL_CLIENT_CONN] = "client_closed",
 		[SERVE_RL_HTTP_REFUSED] = "http_refused",
+		[SERVE_RL_LOOP_BUSY] = "loop_busy",
 	};
 
 	for (size_t i = 0; i < SERVE_RL__N; i++)
@@ -225,6 +226,41 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 	uv_idle_start(&f->idle, serve_final_idle);
 }
 
+/* The chat format resolved at boot must keep contents out of the
+ * template's turns (chat_format_check): a format whose markers are text
+ * in this vocabulary lets a tenant spell out a system turn. Refused:
+ * chat stays off when the format was recognized from the GGUF, and the
+ * node does not start when model.chat_template forced it - unless
+ * model.chat_template_unsafe accepts it (logged). */
+static int serve_check_chat(struct serve *s)
+{
+	struct kvd_daemon *d = s->d;
+	char why[300];
+	int r;
+
+	if (d->chat_format == CHAT_NONE)
+		return 0;
+	r = chat_format_check(d->chat_format, s->tok, why, sizeof(why));
+	if (r == 0)
+		return 0;
+	if (d->cfg.chat_template_unsafe) {
+		KVLOG_WARN(s->log, "chat_template_unsafe", "format=%s msg=%s",
+			   chat_format_name(d->chat_format), KVLOG_Q(why));
+		return 0;
+	}
+	if (d->cfg.chat_template) {
+		KVLOG_ERR(s->log, "chat_template_refused",
+			  "format=%s source=config msg=%s hint=\"model.chat_template_unsafe = true accepts it\"",
+			  chat_format_name(d->chat_format), KVLOG_Q(why));
+		return KVD_E_MODEL;
+	}
+	KVLOG_WARN(s->log, "chat_template_refused",
+		   "format=%s source=gguf msg=%s hint=\"chat is off; model.chat_template_unsafe = true accepts it\"",
+		   chat_format_name(d->chat_format), KVLOG_Q(why));
+	d->chat_format = CHAT_NONE;
+	return 0;
+}
+
 static int serve_bind_model(struct serve *s)
 {
 	struct gguf_error err = { 0 };
@@ -242,7 +278,7 @@ static int serve_bind_model(struct serve *s)
 			  KVLOG_Q(r < 0 ? strerror(-r) : err.msg));
 		return KVD_E_MODEL;
 	}
-	return 0;
+	return serve_check_chat(s);
 }
 
 static void serve_my_hello(struct serve *s)

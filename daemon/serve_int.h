@@ -135,6 +135,9 @@ struct serve_req {
 					  * tenant (HTTP), "default" on the
 					  * msgpack socket; in its log lines
 					  * and metric labels */
+	char public_id[KVD_PUBLIC_ID_MAX];  /* the id its client sees
+					  * (HTTP: "cmpl-" or "chatcmpl-" and
+					  * 32 random hex digits); "" none */
 	uint32_t n_out;
 	struct detok dt;
 	bool dt_init;
@@ -429,6 +432,7 @@ enum serve_rl {
 	SERVE_RL_CLIENT_FULL,        /* connections refused at max_clients */
 	SERVE_RL_CLIENT_CONN,        /* client connections closed for a bound */
 	SERVE_RL_HTTP_REFUSED,       /* HTTP refusals before a request */
+	SERVE_RL_LOOP_BUSY,          /* loop iterations past HTTP_LOOP_BUSY_MS */
 	SERVE_RL__N,
 };
 
@@ -605,12 +609,13 @@ void serve__sink_gone(struct serve *s, struct serve_sink *k);
 void serve__sink_leave(struct serve_req *r);
 /* Start streaming: the detokenizer learns the prompt. */
 int serve__sink_stream_begin(struct serve_req *r);
-/* A client's prompt as ids for s's model, the same for every front: the
- * given ids (each inside the vocabulary) when tokens is not NULL, else
- * text tokenized (BOS as the vocabulary asks; 1..PROTO_CLIENT_TOKENS_MAX
- * ids). 0 with *out malloc'd; 1 with a sentence in msg (the client's
- * error); -ENOMEM. */
-int serve__sink_prompt_ids(struct serve *s, const uint32_t *tokens,
+/* A client's prompt as ids for the model's tokenizer (s->tok), the same
+ * for every front: the given ids (each inside the vocabulary) when
+ * tokens is not NULL, else text tokenized (BOS as the vocabulary asks;
+ * 1..PROTO_CLIENT_TOKENS_MAX ids). 0 with *out malloc'd; 1 with a
+ * sentence in msg (the client's error); -ENOMEM. Any thread (the
+ * tokenizer is immutable): HTTP runs it on its preparation workers. */
+int serve__sink_prompt_ids(const struct tokenizer *tok, const uint32_t *tokens,
 			   uint32_t n_tokens, const char *text, size_t text_len,
 			   int32_t **out, uint32_t *n, char *msg, size_t msg_size);
 

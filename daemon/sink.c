@@ -28,11 +28,11 @@
 #include <stdio.h>
 #include <string.h>
 
-int serve__sink_prompt_ids(struct serve *s, const uint32_t *tokens,
+int serve__sink_prompt_ids(const struct tokenizer *tok, const uint32_t *tokens,
 			   uint32_t n_tokens, const char *text, size_t text_len,
 			   int32_t **out, uint32_t *n, char *msg, size_t msg_size)
 {
-	uint32_t n_vocab = tokenizer_n_vocab(s->tok);
+	uint32_t n_vocab = tokenizer_n_vocab(tok);
 	int32_t *ids;
 	size_t n_ids = 0;
 
@@ -53,7 +53,7 @@ int serve__sink_prompt_ids(struct serve *s, const uint32_t *tokens,
 		*n = n_tokens;
 		return 0;
 	}
-	if (tokenizer_encode(s->tok, text, text_len, tokenizer_add_bos(s->tok),
+	if (tokenizer_encode(tok, text, text_len, tokenizer_add_bos(tok),
 			     &ids, &n_ids)) {
 		snprintf(msg, msg_size, "the prompt cannot be tokenized");
 		return 1;

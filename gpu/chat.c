@@ -278,30 +278,39 @@ struct chat_format_row {
 	bool sys_first;     /* a system message may only be the first */
 	bool alternate;     /* user, assistant, user, ... after it */
 	void (*render)(struct sb *b, const struct turn *t, size_t n, bool gen);
+	/* the control markers the render writes around contents: a turn
+	 * cannot be forged only when each is one control token of the
+	 * vocabulary (chat_format_check) */
+	const char *markers[7];
 };
 
 static const struct chat_format_row formats[CHAT__N] = {
 	[CHAT_NONE] = { .name = "none" },
 	[CHAT_LLAMA2] = { "llama2", { "[INST]", "<<SYS>>" }, { NULL },
-			  true, true, r_llama2 },
+			  true, true, r_llama2,
+			  { "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", "<s>", "</s>" } },
 	[CHAT_LLAMA3] = { "llama3",
 			  { "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>" },
-			  { NULL }, false, false, r_llama3 },
+			  { NULL }, false, false, r_llama3,
+			  { "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>" } },
 	[CHAT_CHATML] = { "chatml", { "<|im_start|>", "<|im_end|>" }, { NULL },
-			  false, false, r_chatml },
+			  false, false, r_chatml, { "<|im_start|>", "<|im_end|>" } },
 	/* v0.3 writes "[/INST]" without the space and v7 has
 	 * [SYSTEM_PROMPT]: other formats */
 	[CHAT_MISTRAL] = { "mistral", { "[INST] ", " [/INST]" },
 			   { "<<SYS>>", "[AVAILABLE_TOOLS]", "[SYSTEM_PROMPT]" },
-			   true, true, r_mistral },
+			   true, true, r_mistral, { "[INST]", "[/INST]", "</s>" } },
 	[CHAT_GEMMA] = { "gemma", { "<start_of_turn>", "<end_of_turn>" }, { NULL },
-			 true, true, r_gemma },
+			 true, true, r_gemma, { "<start_of_turn>", "<end_of_turn>" } },
 	[CHAT_PHI3] = { "phi3", { "<|user|>", "<|assistant|>", "<|end|>" }, { NULL },
-			false, false, r_phi3 },
+			false, false, r_phi3,
+			{ "<|system|>", "<|user|>", "<|assistant|>", "<|end|>" } },
 	/* DeepSeek V3's <｜User｜> turns are another format */
 	[CHAT_DEEPSEEK] = { "deepseek", { "User: ", "Assistant: ", "Assistant:" },
 			    { "<\xef\xbd\x9cUser\xef\xbd\x9c>" },
-			    false, false, r_deepseek },
+			    false, false, r_deepseek,
+			    { "User:", "Assistant:",
+			      "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence" "\xef\xbd\x9c>" } },
 };
 
 /* chat_format_template(): one short Jinja source per format, written for
@@ -535,4 +544,43 @@ int chat_encode(enum chat_format f, const struct tokenizer *tok,
 	}
 	free(text);
 	return rc;
+}
+
+/* A marker is safe when the vocabulary has it as one control token:
+ * the tokenizer makes it only from the template's own text (contents
+ * holding it are refused, check_specials). Spelled out in pieces of
+ * ordinary text, the same ids come from a content as from the
+ * template: a tenant could write a system turn. */
+static bool marker_is_control(const struct tokenizer *tok, const char *marker)
+{
+	int32_t *ids = NULL;
+	size_t n = 0;
+	bool ok;
+
+	if (tokenizer_encode_ex(tok, marker, strlen(marker),
+				TOKENIZER_PARSE_SPECIAL, &ids, &n))
+		return false;
+	ok = n == 1 && tokenizer_token_type(tok, ids[0]) == TOKEN_TYPE_CONTROL;
+	free(ids);
+	return ok;
+}
+
+int chat_format_check(enum chat_format f, const struct tokenizer *tok,
+		      char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+	if (!tok)
+		return -EINVAL;
+	if ((unsigned)f >= CHAT__N || !formats[f].render)
+		return fail(err, errlen, -ENOENT, "no chat format");
+	for (unsigned i = 0; i < 7 && formats[f].markers[i]; i++) {
+		const char *mk = formats[f].markers[i];
+
+		if (!marker_is_control(tok, mk))
+			return fail(err, errlen, -ENOTSUP,
+				    "the %s format's marker \"%s\" is not one control token of the vocabulary: a message could spell out a turn",
+				    formats[f].name, mk);
+	}
+	return 0;
 }

@@ -71,6 +71,17 @@ int chat_render(enum chat_format f, const struct chat_msg *msgs, size_t n,
 		bool add_generation_prompt, char **out, size_t *len,
 		char *err, size_t errlen);
 
+/* Whether format f can be served safely with tok: every control marker
+ * the format writes around contents ("<|im_start|>", "[INST]", ...) is
+ * one control token of the vocabulary, so no content can produce it
+ * (chat_encode refuses a content holding a control token's text). 0;
+ * -ENOTSUP (err names the first marker that is not: written as text,
+ * a tenant can spell out a system turn that tokenizes exactly like the
+ * template's); -ENOENT for CHAT_NONE; -EINVAL. The daemon refuses such
+ * a template at boot unless model.chat_template_unsafe. */
+int chat_format_check(enum chat_format f, const struct tokenizer *tok,
+		      char *err, size_t errlen);
+
 /* Render and tokenize as the model expects: BOS when the tokenizer adds
  * one, the template's specials as control tokens. -EPERM (err names the
  * message and token) when a message's content holds a control token's

@@ -97,6 +97,8 @@ def main():
     expect_error(c, "bool as int", frame(pack({"cmd": "drain", "wait": 1})), "bad_args", "wait")
     expect_error(c, "duplicate key", frame(b"\x83" + pack("cmd") + pack("abort") + pack("request") + pack(1) + pack("request") + pack(2)), "bad_args", "request")
     expect_error(c, "abort unknown id", frame(pack({"cmd": "abort", "request": 123456789})), "not_found")
+    expect_error(c, "abort by both ids", frame(pack({"cmd": "abort", "request": 1, "public_id": "cmpl-0"})), "bad_args", "request")
+    expect_error(c, "abort unknown public id", frame(pack({"cmd": "abort", "public_id": "cmpl-00"})), "not_found")
     expect_status(c, "status after schema errors")
 
     # pipelined requests are answered in order, with their ids

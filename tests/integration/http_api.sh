@@ -67,7 +67,7 @@ pair pi di "$M" "kv.pool_tokens=128" "kv.capacity_policy=clamp" -- \
 	"listen.http=127.0.0.1:$H_PORT" "http.api_keys_file=$T/keys" \
 	"http.max_body_bytes=4K" "http.max_header_bytes=2K" \
 	"http.header_timeout_ms=$((600 * TSCALE))" "http.idle_timeout_ms=$((1500 * TSCALE))" \
-	"http.model_name=tiny"
+	"http.model_name=tiny" "model.chat_template_unsafe=true"
 U=http://127.0.0.1:$H_PORT
 start_node di
 check "decode listens for HTTP" wait_log "$T/di.log" "event=listen_http .*keys=2 .*chat_template=chatml"

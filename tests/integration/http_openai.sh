@@ -34,7 +34,7 @@ printf '%s carol\n' "$KEY" > "$T/keys"; chmod 600 "$T/keys"
 next_port; H_PORT=$PORT
 pair pi di "$M" "kv.pool_tokens=128" "kv.capacity_policy=clamp" -- \
 	"listen.http=127.0.0.1:$H_PORT" "http.api_keys_file=$T/keys" "http.model_name=kvd-test" \
-	"model.chat_template=chatml"
+	"model.chat_template=chatml" "model.chat_template_unsafe=true"
 start_node pi
 start_node di
 check "decode paired" wait_up di
