@@ -27,6 +27,8 @@ void fairq_init(struct fairq *q, uint32_t max_active)
 
 void fairq_deinit(struct fairq *q)
 {
+	if (!q->tenants.next)
+		return;   /* never initialized */
 	while (!kvd_list_empty(&q->tenants)) {
 		struct fairq_tenant *t = kvd_list_entry(q->tenants.next,
 							struct fairq_tenant, node);

@@ -596,36 +596,49 @@ static const struct serve_sink_ops api_sink_ops = {
 
 /* ---- keys ---------------------------------------------------------------------- */
 
-/* The tenant of the request's key, "default" without keys; NULL for a
- * missing or wrong key (nothing answered). */
-static const char *api_key_tenant(const struct http_server *hs,
-				  const struct http_msg *m)
+/* Without keys every request is tenant "default", a user with the
+ * config's limits. */
+static const struct kvd_apikey_info api_keyless = { .tenant = KVD_TENANT_DEFAULT };
+
+/* The request's key: its tenant, role and limits (api_keyless without
+ * keys); NULL for a missing or wrong key (nothing answered). */
+static const struct kvd_apikey_info *api_key_info(const struct http_server *hs,
+						  const struct http_msg *m)
 {
 	const char *v = m->auth;
 
 	if (!hs->keys)
-		return "default";
+		return &api_keyless;
 	if (m->has_auth && !strncasecmp(v, "Bearer ", 7)) {
 		v += 7;
 		while (*v == ' ')
 			v++;
-		return kvd_apikeys_lookup(hs->keys, v, strlen(v));
+		return kvd_apikeys_find(hs->keys, v, strlen(v));
 	}
+	return NULL;
+}
+
+/* The request's key; NULL after answering 401. */
+static const struct kvd_apikey_info *api_auth_key(struct http_conn *hc,
+						  const struct http_msg *m)
+{
+	const struct kvd_apikey_info *k = api_key_info(hc->hs, m);
+
+	if (k)
+		return k;
+	api_error(hc, 401, "invalid_request_error", "invalid_api_key", NULL,
+		  m->has_auth ? "Incorrect API key provided."
+			      : "No API key provided: send `Authorization: Bearer KEY`.",
+		  "-");
 	return NULL;
 }
 
 /* The tenant of the request's key; NULL after answering 401. */
 static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
 {
-	const char *tenant = api_key_tenant(hc->hs, m);
+	const struct kvd_apikey_info *k = api_auth_key(hc, m);
 
-	if (tenant)
-		return tenant;
-	api_error(hc, 401, "invalid_request_error", "invalid_api_key", NULL,
-		  m->has_auth ? "Incorrect API key provided."
-			      : "No API key provided: send `Authorization: Bearer KEY`.",
-		  "-");
-	return NULL;
+	return k ? k->tenant : NULL;
 }
 
 /* ---- chat: messages -> prompt ids ---------------------------------------------------- */
@@ -740,19 +753,26 @@ static void api_models(struct http_conn *hc, const struct http_msg *m)
 	http__exchange_done(hc);
 }
 
-/* GET /metrics: the Prometheus text (daemon/metrics.h). The same key
- * rule as the API's: with http.api_keys_file a scrape carries a key
- * (Prometheus: `authorization: {credentials: KEY}`), without one (HTTP
- * is then loopback only) it is open. Logged at debug: scrapes are
- * periodic. */
+/* GET /metrics: the Prometheus text (daemon/metrics.h), which names
+ * every tenant's series: with http.api_keys_file a scrape carries an
+ * admin key (role `admin`; Prometheus: `authorization: {credentials:
+ * KEY}`), a tenant's key gets 403; without keys (HTTP is then loopback
+ * only) it is open. Logged at debug: scrapes are periodic. */
 static void api_metrics(struct http_conn *hc, const struct http_msg *m)
 {
-	const char *tenant = api_auth(hc, m);
+	const struct kvd_apikey_info *k = api_auth_key(hc, m);
+	const char *tenant = k ? k->tenant : NULL;
 	char *text = NULL;
 	size_t len = 0;
 
 	if (!tenant)
 		return;
+	if (hc->hs->keys && !k->admin) {
+		api_error(hc, 403, "invalid_request_error", "forbidden", NULL,
+			  "/metrics needs an admin key (role `admin` in http.api_keys_file)",
+			  tenant);
+		return;
+	}
 	if (kvd_metrics_render(hc->s->d, &text, &len)) {
 		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
 		return;
@@ -772,7 +792,8 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	struct openai_req q;
 	struct openai_error oe = { 0 };
 	struct serve_req *r;
-	const char *tenant = api_auth(hc, m);
+	const struct kvd_apikey_info *key = api_auth_key(hc, m);
+	const char *tenant = key ? key->tenant : NULL;
 	char msg[PROTO_CLIENT_MSG_MAX];
 	int32_t *ids = NULL;
 	uint32_t n_ids = 0;
@@ -862,6 +883,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	serve__sink_attach(r, &hc->sink);
 	r->client_id = x->num;
 	snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
+	r->lim = key->lim;
 	r->prompt = ids;
 	r->n_prompt = n_ids;
 	r->max_tokens = q.max_tokens;
@@ -871,7 +893,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu tenant=%s stream=%d",
 		    (unsigned long long)hc->conn_id, (unsigned long long)x->num,
 		    KVLOG_Q(tenant), x->stream);
-	s->admit(r);   /* the role's admission (decode.c) */
+	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */
 out:
 	openai_req_deinit(&q);
 }
@@ -929,11 +951,17 @@ static bool api_head(struct http_conn *hc, const struct http_msg *m)
 	bool path_known;
 	const struct api_route *rt = api_route(m, &path_known);
 
-	if (!rt || rt->keyless || api_key_tenant(hc->hs, m))
+	if (!rt || rt->keyless || api_key_info(hc->hs, m))
 		return true;
 	http__drain_after(hc);    /* the unread body ends the stream */
 	(void)api_auth(hc, m);    /* answers 401 */
 	return false;
+}
+
+/* http_auth_fn: a head with a good key (any head without keys). */
+static bool api_head_auth(const struct http_conn *hc, const struct http_msg *m)
+{
+	return api_key_info(hc->hs, m) != NULL;
 }
 
 static void api_handle(struct http_conn *hc, const struct http_msg *m)
@@ -976,14 +1004,13 @@ static void api_model_name(struct serve *s, char *out, size_t size)
 int serve__http_listen(struct serve *s)
 {
 	struct http_server *hs = calloc(1, sizeof(*hs));
-	char why[600];
-	int rc;
 
 	if (!hs)
 		return -ENOMEM;
 	hs->s = s;
 	hs->handler = api_handle;
 	hs->head_check = api_head;
+	hs->head_auth = api_head_auth;
 	hs->sink_ops = &api_sink_ops;
 	hs->exchange_free = exchange_free;
 	api_model_name(s, hs->model_name, sizeof(hs->model_name));
@@ -1002,16 +1029,7 @@ int serve__http_listen(struct serve *s)
 		hs->nomem_at = (uint32_t)n;
 		KVLOG_WARN(s->log, "fault_points", "http_nomem=%u", hs->nomem_at);
 	}
-	if (s->d->cfg.http_api_keys_file[0]) {
-		rc = kvd_apikeys_load(&hs->keys, s->d->cfg.http_api_keys_file, why,
-				      sizeof(why));
-		if (rc) {
-			KVLOG_ERR(s->log, "listen_http", "msg=%s",
-				  KVLOG_Q(rc < 0 ? "out of memory" : why));
-			free(hs);
-			return rc < 0 ? rc : -EINVAL;
-		}
-	}
+	hs->keys = s->keys;   /* borrowed: the serving layer's (serve.c) */
 	s->http = hs;
 	return http__listen(hs);
 }
