@@ -76,6 +76,10 @@ echo "# msgpack request after auth: $out"
 check "msgpack auth with alice's key: auth_ok, then served" \
 	bash -c "[[ '$out' == 'auth_ok:alice token'* ]] && [[ '$out' == *final ]]"
 check "  ... as tenant alice" wait_log "$T/ta.log" "event=request_done .*tenant=alice" 5 "$MA"
+out=$(KVD_API_KEY=$KEY_B gen "$A_CL" --prompt "Once" --max-tokens 2 || true)
+check "kvctl generate with KVD_API_KEY: served" test -n "$(echo "$out" | json_get finish_reason)"
+out=$(gen "$A_CL" --prompt "Once" --max-tokens 2 2>&1 || true)
+check "kvctl generate without it: refused (INVALID_REQUEST)" bash -c "grep -q INVALID_REQUEST <<<'$out'"
 
 # carol: max_queued=2; the node admits 2 at once (engine.max_batch)
 MQ=$(log_mark "$T/ta.log")
