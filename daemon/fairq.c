@@ -83,20 +83,16 @@ static bool fairq_tenant_may(const struct fairq_tenant *t, uint32_t tokens)
 }
 
 int fairq_offer(struct fairq *q, struct fairq_tenant *t, struct fairq_item *it,
-		uint32_t tokens, uint32_t pages, uint32_t free_pages)
+		uint32_t tokens, uint32_t pages)
 {
-	bool now;
-
 	memset(it, 0, sizeof(*it));
 	if (t->lim.max_tokens && tokens > t->lim.max_tokens) {
 		fairq_tenant_idle(q, t);
 		return FAIRQ_E_TOO_BIG;
 	}
-	/* admitted at once, before anyone waiting: nothing waits anywhere
-	 * and the node and the tenant have room */
-	now = q->queued == 0 && q->active < q->max_active &&
-	      pages <= free_pages && fairq_tenant_may(t, tokens);
-	if (!now && t->queued >= t->lim.max_queued) {
+	/* one past max_queued may wait until the caller's next fairq_next
+	 * decided whether it runs now (fairq_overfull) */
+	if (t->queued > t->lim.max_queued) {
 		fairq_tenant_idle(q, t);
 		return FAIRQ_E_FULL;
 	}
@@ -123,6 +119,11 @@ static bool fairq_before(const struct fairq_tenant *a, const struct fairq_tenant
 	ha = kvd_list_entry(a->waiting.next, struct fairq_item, node);
 	hb = kvd_list_entry(b->waiting.next, struct fairq_item, node);
 	return ha->seq < hb->seq;
+}
+
+bool fairq_overfull(const struct fairq_tenant *t)
+{
+	return t->queued > t->lim.max_queued;
 }
 
 struct fairq_item *fairq_next(struct fairq *q, uint32_t free_pages)

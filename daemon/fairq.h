@@ -72,10 +72,15 @@ void fairq_deinit(struct fairq *q);
 struct fairq_tenant *fairq_tenant(struct fairq *q, const char *name,
 				  const struct fairq_limits *lim);
 /* Queue it for t: 0, FAIRQ_E_TOO_BIG or FAIRQ_E_FULL (nothing queued;
- * the tenant's record is let go if idle). Full means max_queued
- * requests wait already and the node has no slot for this one now. */
+ * the tenant's record is let go if idle). One request past max_queued
+ * is taken, so that the caller's next fairq_next may admit it at once;
+ * if it still waits then, fairq_overfull(t) is true and the caller
+ * takes it out (fairq_done) and refuses it: a request is refused for a
+ * full queue only when it cannot run now. */
 int fairq_offer(struct fairq *q, struct fairq_tenant *t, struct fairq_item *it,
-		uint32_t tokens, uint32_t pages, uint32_t free_pages);
+		uint32_t tokens, uint32_t pages);
+/* More than max_queued of t's requests wait. */
+bool fairq_overfull(const struct fairq_tenant *t);
 /* The next request to admit, counted admitted, or NULL (no slot, nothing
  * eligible, or the chosen head needs more than free_pages). */
 struct fairq_item *fairq_next(struct fairq *q, uint32_t free_pages);

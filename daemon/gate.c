@@ -214,20 +214,24 @@ void serve__gate_admit(struct serve_req *r)
 		return;
 	}
 	rc = fairq_offer(&s->fq, t, &r->fq, (uint32_t)KVD_MIN(need, UINT32_MAX),
-			 pages, gate_free_pages(s));
+			 pages);
 	if (rc == FAIRQ_E_TOO_BIG) {
 		gate_refuse(r, PROTO_ERR_INVALID_REQUEST, "tenant_max_tokens",
 			    "prompt (%u tokens) + max_tokens (%u) exceeds this tenant's max_tokens (%u)",
 			    r->n_prompt, r->max_tokens, lim.max_tokens);
 		return;
 	}
-	if (rc == FAIRQ_E_FULL) {
-		gate_refuse(r, PROTO_ERR_OVERLOADED, "tenant_queue_full",
-			    "the node is busy and this tenant already has %u requests waiting (tenants.max_queued); retry later",
-			    lim.max_queued);
-		return;
+	if (rc == 0) {
+		gate_pump(s);
+		/* still waiting, one past the tenant's bound: refused */
+		if (r->fq.waiting && !fairq_overfull(t))
+			return;
+		if (!r->fq.waiting)
+			return;   /* admitted (and maybe ended) */
 	}
-	gate_pump(s);
+	gate_refuse(r, PROTO_ERR_OVERLOADED, "tenant_queue_full",
+		    "the node is busy and this tenant already has %u requests waiting (tenants.max_queued); retry later",
+		    lim.max_queued);
 }
 
 void serve__gate_sweep(struct serve *s)

@@ -34,7 +34,7 @@ START_TEST(test_idle_admits_at_once)
 	fairq_init(&q, 2);
 	t = fairq_tenant(&q, "a", &L1);
 	ck_assert_ptr_nonnull(t);
-	ck_assert_int_eq(fairq_offer(&q, t, &a, 10, 1, PAGES), 0);
+	ck_assert_int_eq(fairq_offer(&q, t, &a, 10, 1), 0);
 	ck_assert_ptr_eq(pump_one(&q), &a);
 	ck_assert(a.active);
 	ck_assert_ptr_null(pump_one(&q));
@@ -57,7 +57,7 @@ START_TEST(test_flood_does_not_starve)
 	fairq_init(&q, 4);
 	for (int i = 0; i < 20; i++) {
 		ta = fairq_tenant(&q, "a", &L1);
-		ck_assert_int_eq(fairq_offer(&q, ta, &a[i], 10, 1, PAGES), 0);
+		ck_assert_int_eq(fairq_offer(&q, ta, &a[i], 10, 1), 0);
 	}
 	while (pump_one(&q))
 		n++;
@@ -65,7 +65,7 @@ START_TEST(test_flood_does_not_starve)
 	for (int i = 0; i < 4; i++)
 		ck_assert(a[i].active);   /* FIFO within the tenant */
 	tb = fairq_tenant(&q, "b", &L1);
-	ck_assert_int_eq(fairq_offer(&q, tb, &b, 10, 1, PAGES), 0);
+	ck_assert_int_eq(fairq_offer(&q, tb, &b, 10, 1), 0);
 	ck_assert(b.waiting);
 	ck_assert_ptr_null(pump_one(&q));   /* no slot */
 	fairq_done(&q, &a[0]);
@@ -97,8 +97,8 @@ START_TEST(test_weighted_shares)
 	ck_assert_ptr_nonnull(it);
 	fairq_init(&q, SLOTS);
 	for (int i = 0; i < N; i++) {
-		ck_assert_int_eq(fairq_offer(&q, fairq_tenant(&q, "a", &la), &it[i], 1, 1, 0), 0);
-		ck_assert_int_eq(fairq_offer(&q, fairq_tenant(&q, "b", &lb), &it[N + i], 1, 1, 0), 0);
+		ck_assert_int_eq(fairq_offer(&q, fairq_tenant(&q, "a", &la), &it[i], 1, 1), 0);
+		ck_assert_int_eq(fairq_offer(&q, fairq_tenant(&q, "b", &lb), &it[N + i], 1, 1), 0);
 	}
 	while (got[0] < N / 2 && got[1] < N / 2) {
 		struct fairq_item *x;
@@ -128,18 +128,24 @@ START_TEST(test_tenant_limits)
 
 	fairq_init(&q, 8);
 	for (int i = 0; i < 5; i++)
-		ck_assert_int_eq(fairq_offer(&q, fairq_tenant(&q, "a", &la), &a[i], 1, 1, PAGES), 0);
+		ck_assert_int_eq(fairq_offer(&q, fairq_tenant(&q, "a", &la), &a[i], 1, 1), 0);
 	while (pump_one(&q))
 		n++;
 	ck_assert_int_eq(n, 2);   /* max_active */
 	t = fairq_tenant(&q, "c", &lc);
-	ck_assert_int_eq(fairq_offer(&q, t, &big, 101, 1, PAGES), FAIRQ_E_TOO_BIG);
+	ck_assert_int_eq(fairq_offer(&q, t, &big, 101, 1), FAIRQ_E_TOO_BIG);
 	t = fairq_tenant(&q, "c", &lc);
-	ck_assert_int_eq(fairq_offer(&q, t, &c[0], 60, 1, PAGES), 0);
+	ck_assert_int_eq(fairq_offer(&q, t, &c[0], 60, 1), 0);
 	ck_assert_ptr_eq(pump_one(&q), &c[0]);
-	ck_assert_int_eq(fairq_offer(&q, t, &c[1], 60, 1, PAGES), 0);   /* waits: tokens */
+	ck_assert_int_eq(fairq_offer(&q, t, &c[1], 60, 1), 0);   /* waits: tokens */
 	ck_assert_ptr_null(pump_one(&q));
-	ck_assert_int_eq(fairq_offer(&q, t, &c[2], 1, 1, PAGES), FAIRQ_E_FULL);   /* max_queued 1 */
+	/* max_queued 1: one more is taken, cannot run, so it is over */
+	ck_assert_int_eq(fairq_offer(&q, t, &c[2], 1, 1), 0);
+	ck_assert_ptr_null(pump_one(&q));
+	ck_assert(fairq_overfull(t));
+	ck_assert_int_eq(fairq_offer(&q, t, &big, 1, 1), FAIRQ_E_FULL);   /* two past */
+	fairq_done(&q, &c[2]);
+	ck_assert(!fairq_overfull(t));
 	fairq_done(&q, &c[0]);
 	ck_assert_ptr_eq(pump_one(&q), &c[1]);
 	fairq_done(&q, &c[1]);
@@ -162,24 +168,55 @@ START_TEST(test_pages_and_no_queue)
 
 	fairq_init(&q, 8);
 	t = fairq_tenant(&q, "a", &L1);
-	ck_assert_int_eq(fairq_offer(&q, t, &a, 1, 50, 10), 0);
+	ck_assert_int_eq(fairq_offer(&q, t, &a, 1, 50), 0);
 	ck_assert_ptr_null(fairq_next(&q, 10));
 	t = fairq_tenant(&q, "b", &L1);
-	ck_assert_int_eq(fairq_offer(&q, t, &b, 1, 5, 10), 0);
+	ck_assert_int_eq(fairq_offer(&q, t, &b, 1, 5), 0);
 	ck_assert_ptr_null(fairq_next(&q, 10));
 	ck_assert_ptr_eq(fairq_next(&q, 60), &a);
 	ck_assert_ptr_eq(fairq_next(&q, 10), &b);
 	t = fairq_tenant(&q, "z", &l0);
-	ck_assert_int_eq(fairq_offer(&q, t, &c, 1, 1, 10), 0);   /* idle: admitted */
+	ck_assert_int_eq(fairq_offer(&q, t, &c, 1, 1), 0);   /* idle: admitted */
 	ck_assert_ptr_eq(fairq_next(&q, 10), &c);
 	t = fairq_tenant(&q, "z", &l0);
-	ck_assert_int_eq(fairq_offer(&q, t, &d, 1, 100, 10), FAIRQ_E_FULL);
+	ck_assert_int_eq(fairq_offer(&q, t, &d, 1, 100), 0);
+	ck_assert_ptr_null(fairq_next(&q, 10));   /* cannot run now: over */
+	ck_assert(fairq_overfull(t));
+	fairq_done(&q, &d);
 	fairq_done(&q, &a);
 	fairq_done(&q, &b);
 	fairq_done(&q, &c);
-	fairq_done(&q, &d);   /* never queued: nothing */
+	fairq_done(&q, &d);   /* left already: nothing */
 	ck_assert_uint_eq(q.n_tenants, 0);
 	ck_assert_uint_eq(q.active, 0);
+	fairq_deinit(&q);
+}
+END_TEST
+
+/* A tenant whose queue is 0 (no waiting) still runs at once when the
+ * node has a slot, even while another tenant's head waits on its own
+ * limit. */
+START_TEST(test_no_queue_beside_blocked)
+{
+	struct fairq q;
+	struct fairq_item x[3], y;
+	struct fairq_limits lx = { .share = 1, .max_active = 1, .max_queued = 5 };
+	struct fairq_limits ly = { .share = 1, .max_queued = 0 };
+	struct fairq_tenant *t;
+
+	fairq_init(&q, 4);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(fairq_offer(&q, fairq_tenant(&q, "x", &lx), &x[i], 1, 1), 0);
+	ck_assert_ptr_eq(pump_one(&q), &x[0]);
+	ck_assert_ptr_null(pump_one(&q));          /* x's head waits on max_active */
+	t = fairq_tenant(&q, "y", &ly);
+	ck_assert_int_eq(fairq_offer(&q, t, &y, 1, 1), 0);
+	ck_assert_ptr_eq(pump_one(&q), &y);        /* a slot: runs at once */
+	ck_assert(!fairq_overfull(t));
+	fairq_done(&q, &y);
+	for (int i = 0; i < 3; i++)
+		fairq_done(&q, &x[i]);
+	ck_assert_uint_eq(q.n_tenants, 0);
 	fairq_deinit(&q);
 }
 END_TEST
@@ -196,6 +233,7 @@ int main(void)
 	tcase_add_test(tc, test_weighted_shares);
 	tcase_add_test(tc, test_tenant_limits);
 	tcase_add_test(tc, test_pages_and_no_queue);
+	tcase_add_test(tc, test_no_queue_beside_blocked);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
