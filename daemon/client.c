@@ -344,6 +344,8 @@ static void client_conn_close(struct client_conn *c)
 	client_unpend(c);
 	if (c->counted)
 		s->n_clients--;
+	if (c->refusing)
+		s->n_client_refusing--;
 	s->closes_pending++;
 	uv_close(&c->h.handle, client_conn_closed);
 }
@@ -396,6 +398,11 @@ void serve__client_sweep(struct serve *s)
 
 		if (c->closing)
 			continue;
+		if (c->refusing) {
+			if (now - c->t_rx_ns >= CLIENT_REFUSE_DRAIN_MS * 1000000ull)
+				client_conn_close(c);
+			continue;
+		}
 		if (c->doom) {
 			client_conn_close_for(c, c->doom);
 			continue;
@@ -441,6 +448,13 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	size_t n = nread > 0 ? (size_t)nread : 0;
 	bool whole = false;   /* a frame completed in this read */
 
+	if (c->refusing) {
+		/* refused: what it still sends is dropped, so closing with
+		 * unread bytes does not reset the frame_error away */
+		if (nread < 0)
+			client_conn_close(c);
+		return;
+	}
 	if (nread == UV_EOF) {
 		client_eof(c);
 		return;
@@ -493,11 +507,24 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		c->t_frame_ns = c->t_rx_ns;
 }
 
-/* Past max_clients: one frame_error OVERLOADED, written now without
- * queueing (a few dozen bytes into a new socket's empty buffer), and the
- * fd closed at once, so a burst of refusals never holds descriptors. */
+static void client_refuse_shut_cb(uv_shutdown_t *req, int status)
+{
+	struct client_conn *c = req->data;
+
+	if (status < 0 && !c->closing)
+		client_conn_close(c);
+}
+
+/* Past max_clients (or evicted): one frame_error OVERLOADED, written now
+ * without queueing (a few dozen bytes into a new socket's empty buffer),
+ * its slot given back at once, then our FIN; what the client still
+ * sends (a request it wrote before reading) is read and dropped until
+ * its EOF or CLIENT_REFUSE_DRAIN_MS, so it reads the refusal instead of a
+ * reset. Past CLIENT_REFUSING_MAX such connections the fd closes at
+ * once, so a burst of refusals never holds many descriptors. */
 static void client_refuse(struct client_conn *c)
 {
+	struct serve *s = c->s;
 	char *data;
 	size_t len;
 
@@ -509,7 +536,22 @@ static void client_refuse(struct client_conn *c)
 		(void)uv_try_write(&c->h.stream, &b, 1);   /* best effort */
 		free(data);
 	}
-	client_conn_close(c);
+	client_unpend(c);
+	if (c->counted) {
+		c->counted = false;
+		s->n_clients--;
+	}
+	if (s->n_client_refusing >= CLIENT_REFUSING_MAX || c->sink.n_reqs) {
+		client_conn_close(c);
+		return;
+	}
+	c->refusing = true;
+	s->n_client_refusing++;
+	c->t_rx_ns = kvd_now_ns();
+	c->shut.data = c;
+	if (uv_shutdown(&c->shut, &c->h.stream, client_refuse_shut_cb) ||
+	    wbound_read_start(&c->wb))
+		client_conn_close(c);
 }
 
 /* A connection that has not authenticated (or, keyless, sent a frame)

@@ -253,6 +253,10 @@ struct client_conn {
 	struct serve_pending pend;       /* not authenticated (keys) or no
 					  * frame yet (keyless): the first to
 					  * go at max_clients */
+	bool refusing;                   /* refused (max_clients): its
+					  * frame_error and FIN are out, what
+					  * it still sends is read and dropped
+					  * for CLIENT_REFUSE_DRAIN_MS */
 	bool authed;                     /* keys off, or its auth frame held
 					  * a good key */
 	char tenant[KVD_TENANT_MAX];     /* its key's; "default" keyless */
@@ -494,6 +498,7 @@ struct serve {
 	uv_timer_cb gate_cb;             /* gate.c's pump, for req.c */
 	struct kvd_apikeys *keys;        /* http.api_keys_file; NULL: none */
 	uint32_t n_clients;              /* connections held (max_clients) */
+	uint32_t n_client_refusing;      /* msgpack refusals still draining */
 	uint32_t max_clients;            /* cfg, clamped to the fd limit */
 	uint32_t closes_pending;         /* handles still closing at stop */
 	struct kvd_ratelimit rl[SERVE_RL__N];  /* see enum serve_rl */
@@ -628,6 +633,10 @@ void serve__client_close_all(struct serve *s);
 /* Periodic (SERVE_SWEEP_MS): close client connections past a timeout or
  * a write bound. Loop thread, from the sweep timer only. */
 #define SERVE_SWEEP_MS 250
+/* A refused msgpack connection (listen.max_clients) is drained, not
+ * reset: at most this many at once, each for at most this long. */
+#define CLIENT_REFUSING_MAX 32u
+#define CLIENT_REFUSE_DRAIN_MS 2000u
 void serve__client_sweep(struct serve *s);
 
 /* http.c / http_api.c: the OpenAI-compatible HTTP front (listen.http) */

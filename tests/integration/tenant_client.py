@@ -23,6 +23,10 @@ Each mode prints one line (JSON or key=value) the test reads.
     tenant_client.py PORT hold KEY S
         one streamed completion on a keep-alive connection, read for S
         seconds (holds a slot), then leaves
+    tenant_client.py PORT mp_busy N
+        msgpack: N requests of a 60 KB prompt written at once on a new
+        connection, then the first frame read ("frame_error:OVERLOADED")
+        or "reset" when sending failed
     tenant_client.py PORT mp_nokey
     tenant_client.py PORT mp_key KEY
         msgpack client API: a request without an auth frame, or after
@@ -128,7 +132,7 @@ def burst():
         s = socket.create_connection(("127.0.0.1", port), timeout=120)
         s.sendall(completion(key, max_tokens, stream=False))
         socks.append(s)
-        time.sleep(0.02)   # arrival order
+        time.sleep(0.005)   # arrival order
     res = {"200": 0, "429": 0, "retry_after": 0, "other": 0}
     for s in socks:
         f = s.makefile("rb")
@@ -171,6 +175,26 @@ def busy():
         print("reset")
 
 
+def mp_busy():
+    """msgpack: connect and at once send N requests of a 60 KB prompt
+    (as a client that writes before it reads), then read: the first
+    frame's type and code, or "reset" when sending failed."""
+    n = int(sys.argv[3])
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        for i in range(n):
+            s.sendall(mpk.frame({"type": "request", "id": i + 1, "prompt": "x" * 60000,
+                                 "max_tokens": 1}))
+    except OSError:
+        print("reset")
+        return
+    try:
+        m = mpk.recv_frame(s)
+        print(m.get("type") + ":" + m.get("code", ""))
+    except (OSError, EOFError):
+        print("reset")
+
+
 def hold():
     key, secs = sys.argv[3], float(sys.argv[4])
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -204,4 +228,5 @@ def mp(key):
 
 
 {"ttft": ttft, "burst": burst, "silent": silent, "busy": busy, "hold": hold,
+ "mp_busy": mp_busy,
  "mp_nokey": lambda: mp(None), "mp_key": lambda: mp(sys.argv[3])}[mode]()

@@ -9,7 +9,9 @@
 #   - silent (keyless, idle) connections filling listen.max_clients do not
 #     keep a client with a key out, on HTTP and on the msgpack socket: the
 #     oldest unauthenticated connection makes room;
-#   - a refusal at listen.max_clients reads the request first: a client
+#   - a refusal at listen.max_clients reads the request first (HTTP: its
+#     head, then drops its body; msgpack: drops what it sends after the
+#     frame_error and FIN): a client
 #     that sends a 3 MB body reads the 503, not a reset (before: its send
 #     failed with a reset, the request unread);
 #   - a busy node queues instead of refusing: a tenant's requests past the
@@ -83,7 +85,7 @@ check "kvctl generate without it: refused (INVALID_REQUEST)" bash -c "grep -q IN
 
 # carol: max_queued=2; the node admits 2 at once (engine.max_batch)
 MQ=$(log_mark "$T/ta.log")
-out=$(python3 "$TC" "$A_HTTP" burst "$KEY_C" 6 200)
+out=$(python3 "$TC" "$A_HTTP" burst "$KEY_C" 6 600)
 echo "# 6 requests of carol at once, 2 slots, max_queued 2: $out"
 check "a busy node queues: 2 admitted + 2 waiting served 200" bash -c "[[ '$out' == '200=4 '* ]]"
 check "  ... only past the tenant's queue: 429, with Retry-After" \
@@ -122,6 +124,10 @@ out=$(python3 "$TC" "$B_HTTP" busy "$KEY_B" 3000000 || true)
 echo "# a fifth client with a key and a 3 MB body: $out"
 check "a refusal at max_clients reads the request: the client reads 503, not a reset" test "$out" = status=503
 check "  ... logged as max_clients" log_has "$T/tb.log" "event=client_refused .*proto=http reason=max_clients"
+out=$(python3 "$TC" "$B_CL" mp_busy 50 || true)
+echo "# a msgpack client that writes 3 MB of requests at once on a full node: $out"
+check "  ... the msgpack socket's refusal too: frame_error OVERLOADED read, not a reset" \
+	test "$out" = frame_error:OVERLOADED
 kill "${HOLD[@]}" 2>/dev/null || true
 stop_node tb
 
