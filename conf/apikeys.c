@@ -5,12 +5,20 @@
  * A lookup hashes the candidate and ORs the differences of all 32 bytes
  * against every entry, remembering the match without branching on it, so
  * its time depends only on the number of entries.
+ *
+ * Roles and limits are words after the tenant (apikeys_opts). Limits are
+ * the tenant's: a line that gives one is checked against the earlier
+ * lines of its tenant that give it too, and once the file is read the
+ * limits are copied to every key of the tenant (apikeys_spread), so a
+ * lookup finds them on whichever key was used.
  */
 #include "conf/apikeys.h"
 #include "conf/keyfile.h"
 #include "conf/sha256.h"
+#include "conf/util.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,7 +29,27 @@
 struct apikey_entry {
 	uint8_t digest[SHA256_DIGEST_SIZE];
 	char tenant[KVD_APIKEY_TENANT_MAX + 1];
+	struct kvd_apikey_info info;     /* info.tenant points at tenant */
+	bool has_lim;                    /* this line gave a limit */
 };
+
+/* The limit options, by name; `lim` field offsets. */
+static const struct apikey_opt {
+	const char *name;
+	size_t off;
+} apikey_opts[] = {
+	{ "share", offsetof(struct kvd_tenant_limits, share) },
+	{ "max_active", offsetof(struct kvd_tenant_limits, max_active) },
+	{ "max_queued", offsetof(struct kvd_tenant_limits, max_queued) },
+	{ "max_tokens", offsetof(struct kvd_tenant_limits, max_tokens) },
+};
+
+#define APIKEY_N_OPTS (sizeof(apikey_opts) / sizeof(apikey_opts[0]))
+
+static uint32_t *lim_field(struct kvd_tenant_limits *l, size_t i)
+{
+	return (uint32_t *)((char *)l + apikey_opts[i].off);
+}
 
 struct kvd_apikeys {
 	struct apikey_entry *e;   /* (n) */
@@ -49,12 +77,109 @@ static bool key_char(char c)
 	return c > ' ' && c < 0x7f;
 }
 
+/* One word after the tenant, [w, we): a role or NAME=N. 0, or -1 with why. */
+static int apikeys_word(struct apikey_entry *e, const char *name, unsigned lineno,
+			const char *w, const char *we, char *why, size_t why_size)
+{
+	size_t n = (size_t)(we - w);
+	const char *eq = memchr(w, '=', n);
+
+	if (!eq) {
+		if (n == 5 && !memcmp(w, "admin", 5)) {
+			e->info.admin = true;
+			return 0;
+		}
+		if (n == 4 && !memcmp(w, "user", 4))
+			return 0;
+	}
+	for (size_t i = 0; eq && i < APIKEY_N_OPTS; i++) {
+		size_t nl = strlen(apikey_opts[i].name);
+		unsigned long long v = 0;
+		const char *d = eq + 1;
+
+		if ((size_t)(eq - w) != nl || memcmp(w, apikey_opts[i].name, nl))
+			continue;
+		for (; d < we && *d >= '0' && *d <= '9' && v <= UINT32_MAX; d++)
+			v = v * 10 + (unsigned)(*d - '0');
+		if (d != we || d == eq + 1 || v == 0 || v > UINT32_MAX) {
+			snprintf(why, why_size, "%s:%u: %s is a number 1..%u",
+				 name, lineno, apikey_opts[i].name, UINT32_MAX);
+			return -1;
+		}
+		*lim_field(&e->info.lim, i) = (uint32_t)v;
+		e->has_lim = true;
+		return 0;
+	}
+	snprintf(why, why_size, "%s:%u: after the tenant: `admin`, `user`, share=N, max_active=N, max_queued=N or max_tokens=N (got '%.*s')",
+		 name, lineno, (int)KVD_MIN(n, (size_t)32), w);
+	return -1;
+}
+
+/* The words after the tenant, [p, end). 0, or -1 with why. */
+static int apikeys_opts(struct apikey_entry *e, const char *name, unsigned lineno,
+			const char *p, const char *end, char *why, size_t why_size)
+{
+	while (p < end) {
+		const char *w = p;
+
+		while (p < end && key_char(*p))
+			p++;
+		if (apikeys_word(e, name, lineno, w, p, why, why_size))
+			return -1;
+		while (p < end && (*p == ' ' || *p == '\t'))
+			p++;
+	}
+	return 0;
+}
+
+/* A limit e gives that an earlier line of its tenant gives otherwise:
+ * -1 with why. */
+static int apikeys_lim_agree(const struct kvd_apikeys *k, const struct apikey_entry *e,
+			     const char *name, unsigned lineno, char *why, size_t why_size)
+{
+	for (size_t j = 0; e->has_lim && j < k->n; j++) {
+		struct kvd_tenant_limits a = k->e[j].info.lim, b = e->info.lim;
+
+		if (!k->e[j].has_lim || strcmp(k->e[j].tenant, e->tenant))
+			continue;
+		for (size_t i = 0; i < APIKEY_N_OPTS; i++) {
+			uint32_t x = *lim_field(&a, i), y = *lim_field(&b, i);
+
+			if (x && y && x != y) {
+				snprintf(why, why_size, "%s:%u: tenant %s has %s=%u on an earlier line: a tenant's limits are the same on each of its lines",
+					 name, lineno, e->tenant, apikey_opts[i].name, x);
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Every key of a tenant gets the limits any line of it gives. */
+static void apikeys_spread(struct kvd_apikeys *k)
+{
+	for (size_t j = 0; j < k->n; j++) {
+		if (!k->e[j].has_lim)
+			continue;
+		for (size_t m = 0; m < k->n; m++) {
+			if (m == j || strcmp(k->e[m].tenant, k->e[j].tenant))
+				continue;
+			for (size_t i = 0; i < APIKEY_N_OPTS; i++) {
+				uint32_t *to = lim_field(&k->e[m].info.lim, i);
+
+				if (!*to)
+					*to = *lim_field(&k->e[j].info.lim, i);
+			}
+		}
+	}
+}
+
 /* One line [p, end): 0 (entry or nothing), -1 with why. */
 static int apikeys_line(struct kvd_apikeys *k, size_t cap, const char *name,
 			unsigned lineno, const char *p, const char *end,
 			char *why, size_t why_size)
 {
-	const char *key, *ten;
+	const char *key, *ten, *opts;
 	size_t klen, tlen;
 	struct apikey_entry *e;
 	char rule[200];
@@ -80,13 +205,14 @@ static int apikeys_line(struct kvd_apikeys *k, size_t cap, const char *name,
 	while (p < end && tenant_char(*p))
 		p++;
 	tlen = (size_t)(p - ten);
-	while (p < end && (*p == ' ' || *p == '\t'))
-		p++;
-	if (p != end || tlen == 0) {
-		snprintf(why, why_size, "%s:%u: expected `KEY TENANT` (tenant: 1..%u of A-Z a-z 0-9 _ . -)",
+	if ((p != end && *p != ' ' && *p != '\t') || tlen == 0) {
+		snprintf(why, why_size, "%s:%u: expected `KEY TENANT [ROLE] [NAME=N ...]` (tenant: 1..%u of A-Z a-z 0-9 _ . -)",
 			 name, lineno, KVD_APIKEY_TENANT_MAX);
 		return -1;
 	}
+	while (p < end && (*p == ' ' || *p == '\t'))
+		p++;
+	opts = p;
 	if (klen > KVD_APIKEY_MAX) {
 		snprintf(why, why_size, "%s:%u: a key is %u..%u characters (this one is %zu)",
 			 name, lineno, KVD_APIKEY_MIN, KVD_APIKEY_MAX, klen);
@@ -113,6 +239,12 @@ static int apikeys_line(struct kvd_apikeys *k, size_t cap, const char *name,
 		}
 	memcpy(e->tenant, ten, tlen);
 	e->tenant[tlen] = 0;
+	e->info.tenant = e->tenant;
+	if (apikeys_opts(e, name, lineno, opts, end, why, why_size) ||
+	    apikeys_lim_agree(k, e, name, lineno, why, why_size)) {
+		memset(e, 0, sizeof(*e));
+		return -1;
+	}
 	k->n++;
 	return 0;
 }
@@ -145,6 +277,8 @@ int kvd_apikeys_parse(struct kvd_apikeys **out, const char *name,
 		rc = apikeys_line(k, lines, name, ++lineno, p, le, why, why_size);
 		p = nl ? nl + 1 : end;
 	}
+	if (!rc)
+		apikeys_spread(k);
 	if (!rc && k->n == 0) {
 		snprintf(why, why_size, "%s: no `KEY TENANT` line", name);
 		rc = -1;
@@ -190,8 +324,8 @@ size_t kvd_apikeys_count(const struct kvd_apikeys *k)
 	return k ? k->n : 0;
 }
 
-const char *kvd_apikeys_lookup(const struct kvd_apikeys *k, const char *key,
-			       size_t len)
+const struct kvd_apikey_info *kvd_apikeys_find(const struct kvd_apikeys *k,
+					       const char *key, size_t len)
 {
 	uint8_t d[SHA256_DIGEST_SIZE];
 	size_t found = 0;   /* index + 1 of the match; 0 none */
@@ -209,5 +343,13 @@ const char *kvd_apikeys_lookup(const struct kvd_apikeys *k, const char *key,
 
 		found |= eq & (i + 1);
 	}
-	return found ? k->e[found - 1].tenant : NULL;
+	return found ? &k->e[found - 1].info : NULL;
+}
+
+const char *kvd_apikeys_lookup(const struct kvd_apikeys *k, const char *key,
+			       size_t len)
+{
+	const struct kvd_apikey_info *i = kvd_apikeys_find(k, key, len);
+
+	return i ? i->tenant : NULL;
 }

@@ -1,10 +1,20 @@
 /* apikeys.h - the HTTP front's API keys (http.api_keys_file).
  *
- * The file holds one `KEY TENANT` per line: KEY is 32..256 printable
- * ASCII characters without spaces, of at least KVD_SECRET_DISTINCT_MIN
- * distinct characters (kvd_secret_check), TENANT 1..63 of [A-Za-z0-9_.-]; blank
- * lines and lines starting with # are skipped; a key listed twice is an
- * error. The file is private (conf/keyfile.h's checks), at most 1 MiB.
+ * The file holds one `KEY TENANT [ROLE] [NAME=N ...]` per line: KEY is
+ * 32..256 printable ASCII characters without spaces, of at least
+ * KVD_SECRET_DISTINCT_MIN distinct characters (kvd_secret_check), TENANT 1..63 of
+ * [A-Za-z0-9_.-]; blank lines and lines starting with # are skipped; a
+ * key listed twice is an error. The file is private (conf/keyfile.h's
+ * checks), at most 1 MiB.
+ *
+ * ROLE is `user` (the default) or `admin`: only an admin key reads
+ * /metrics. The NAME=N options are the tenant's admission limits
+ * (daemon/fairq.h), each 1..2^32-1: `share` (its weight in the decode
+ * batch), `max_active` (requests admitted at once), `max_queued`
+ * (requests waiting), `max_tokens` (prompt + max_tokens of its admitted
+ * requests together). They belong to the tenant, not the key: a limit
+ * given on two lines of one tenant must be equal, and every key of the
+ * tenant gets them. An unset one is the config's default (tenants.*).
  *
  * Only SHA-256 digests of the keys are kept. A lookup hashes the
  * presented key and compares its digest with every entry in constant time
@@ -18,6 +28,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define KVD_APIKEYS_FILE_MAX (1u << 20)
 #define KVD_APIKEY_MIN 32u
@@ -25,6 +36,22 @@
 #define KVD_APIKEY_TENANT_MAX 63u   /* characters; buffers are 64 */
 
 struct kvd_apikeys;
+
+/* A tenant's admission limits; 0 = unset (the config default applies). */
+struct kvd_tenant_limits {
+	uint32_t share;
+	uint32_t max_active;
+	uint32_t max_queued;
+	uint32_t max_tokens;
+};
+
+/* What a key is: its tenant, whether it is an admin key, the tenant's
+ * limits as the file gives them. Lives as long as the set. */
+struct kvd_apikey_info {
+	const char *tenant;
+	bool admin;
+	struct kvd_tenant_limits lim;
+};
 
 int kvd_apikeys_load(struct kvd_apikeys **out, const char *path, char *why,
 		     size_t why_size);
@@ -39,3 +66,6 @@ bool kvd_apikeys_tenant_ok(const char *s, size_t len);
 /* The tenant of `key` (len bytes), or NULL. */
 const char *kvd_apikeys_lookup(const struct kvd_apikeys *k, const char *key,
 			       size_t len);
+/* The same lookup (constant time) giving the key's role and limits. */
+const struct kvd_apikey_info *kvd_apikeys_find(const struct kvd_apikeys *k,
+					       const char *key, size_t len);

@@ -157,7 +157,7 @@ static const struct conf_key conf_keys[] = {
 	  "OpenAI-compatible HTTP/1.1 API, one host:port (decode and standalone); empty = off. Without http.api_keys_file it must be a loopback address. Its connections count against max_clients and share the write_queue_* bounds." },
 
 	{ "http", "api_keys_file", CT_STR, "", 0, 0, NULL, F(http_api_keys_file),
-	  "API keys: one `KEY TENANT` per line (# comments; keys of 32..256 characters, not one or a few repeated), a regular file of kvd's user (or root) readable by its owner only. Requests must send `Authorization: Bearer KEY`; the tenant names them in logs. Empty: no keys, and listen.http must be loopback." },
+	  "API keys: one `KEY TENANT [ROLE] [NAME=N ...]` per line (# comments; keys of 32..256 characters, not one or a few repeated), a regular file of kvd's user (or root) readable by its owner only. ROLE: user (default) or admin (only admin keys read /metrics); NAME=N: the tenant's share, max_active, max_queued, max_tokens (the tenants.* keys' meaning, for this tenant). HTTP requests send `Authorization: Bearer KEY`, msgpack clients an auth frame first; the tenant names them in logs. Empty: no keys, and listen.http and listen.client must be loopback." },
 	{ "http", "max_header_bytes", CT_SIZE, "16K", 1024, 1048576, NULL, F(http_max_header_bytes),
 	  "Largest request line plus headers; past it the answer is 431 and the connection closes." },
 	{ "http", "max_body_bytes", CT_SIZE, "1M", 1024, 67108864, NULL, F(http_max_body_bytes),
@@ -170,6 +170,19 @@ static const struct conf_key conf_keys[] = {
 	  "A keep-alive connection with no request in flight that sends nothing for this long is closed." },
 	{ "http", "model_name", CT_STR, "", 0, 0, NULL, F(http_model_name),
 	  "The model id /v1/models lists and requests may name; empty = the model file's name without .gguf." },
+
+	{ "tenants", "share", CT_U32, "1", 1, 1000000, NULL, F(tenant_share),
+	  "A tenant's weight when tenants with waiting requests share the node's admission slots (and so the decode batch): a waiting request of the tenant with the fewest admitted requests per share goes first. The keys file's share=N overrides it per tenant." },
+	{ "tenants", "max_active", CT_U32, "0", 0, 1048576, NULL, F(tenant_max_active),
+	  "Requests of one tenant admitted (holding pages, computing) at once; 0 = only the node's bound (tenants.node_max_active). Keys file: max_active=N." },
+	{ "tenants", "max_queued", CT_U32, "64", 0, 1048576, NULL, F(tenant_max_queued),
+	  "Requests of one tenant waiting for admission while the node or the tenant is at its bound; one more is refused with 429 (HTTP, Retry-After) or OVERLOADED. 0 = no waiting. Keys file: max_queued=N." },
+	{ "tenants", "max_tokens", CT_U32, "0", 0, 4294967295.0, NULL, F(tenant_max_tokens),
+	  "Tokens one tenant may hold admitted at once, each request counting prompt + max_tokens (the pages it reserves); 0 = no bound beyond the pool. A request larger than this alone is refused. Keys file: max_tokens=N." },
+	{ "tenants", "queue_timeout_ms", CT_U32, "30000", 100, 3600000, NULL, F(tenant_queue_timeout_ms),
+	  "A request waits for admission at most this long, then is refused with 429 (HTTP, Retry-After) or OVERLOADED." },
+	{ "tenants", "node_max_active", CT_U32, "0", 0, 1048576, NULL, F(node_max_active),
+	  "Requests the node admits at once, all tenants together; past it (or when the pool cannot reserve a request's pages) requests wait in their tenant's queue. 0 = engine.max_batch, so every admitted request is in the decode batch." },
 
 	{ "peers", "prefill", CT_LIST, "", 0, 0, NULL, F(peers_prefill),
 	  "Prefill peers host:port, comma-separated (decode; required there). Without peers.key_file they must be loopback addresses." },
@@ -754,18 +767,51 @@ static int conf_validate_peering(struct conf_ctx *x)
 	return 0;
 }
 
-/* The HTTP front: decode and standalone only; without API keys every
- * local process is a client, so it stays on loopback. */
-static int conf_validate_http(struct conf_ctx *x)
+/* True when every address of a listen.client list is loopback or unix:. */
+static bool conf_client_loopback(const char *list)
 {
-	struct kvd_config *c = x->c;
+	char buf[256], *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ')
+			t++;
+		if (strncmp(t, "unix:", 5) && !kvd_hostport_is_loopback(t))
+			return false;
+	}
+	return true;
+}
+
+static int conf_keys_check(struct conf_ctx *x)
+{
 	struct kvd_apikeys *keys = NULL;
 	char why[600];
 
+	if (kvd_apikeys_load(&keys, x->c->http_api_keys_file, why, sizeof(why)))
+		return conf_fail(x, line_of(x, "http", "api_keys_file"),
+				 "http.api_keys_file", "%s", why);
+	kvd_apikeys_free(keys);
+	return 0;
+}
+
+/* The client fronts (HTTP and msgpack): decode and standalone only;
+ * without API keys every local process is a client, so they stay on
+ * loopback. */
+static int conf_validate_http(struct conf_ctx *x)
+{
+	struct kvd_config *c = x->c;
+
+	if (!c->http_api_keys_file[0] && c->listen_client[0] &&
+	    !conf_client_loopback(c->listen_client))
+		return conf_fail(x, line_of(x, "listen", "client"), "listen.client",
+				 "'%s' is not loopback or unix: set http.api_keys_file so clients must present a key",
+				 c->listen_client);
 	if (!c->listen_http[0]) {
-		if (c->http_api_keys_file[0])
+		if (c->http_api_keys_file[0] && !c->listen_client[0])
 			return conf_fail(x, line_of(x, "http", "api_keys_file"),
-					 "http.api_keys_file", "set, but listen.http is off");
+					 "http.api_keys_file", "set, but listen.http and listen.client are off");
+		if (c->http_api_keys_file[0])
+			return conf_keys_check(x);
 		return 0;
 	}
 	if (c->role == KVD_ROLE_PREFILL)
@@ -781,11 +827,7 @@ static int conf_validate_http(struct conf_ctx *x)
 					 c->listen_http);
 		return 0;
 	}
-	if (kvd_apikeys_load(&keys, c->http_api_keys_file, why, sizeof(why)))
-		return conf_fail(x, line_of(x, "http", "api_keys_file"),
-				 "http.api_keys_file", "%s", why);
-	kvd_apikeys_free(keys);
-	return 0;
+	return conf_keys_check(x);
 }
 
 /* The verbs keys: a device is an ibverbs name, or the emulated device

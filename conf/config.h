@@ -73,6 +73,14 @@ struct kvd_config {
 	uint32_t http_read_timeout_ms;   /* whole request within, from its first byte */
 	uint32_t http_idle_timeout_ms;   /* keep-alive: idle connection closed after */
 	char http_model_name[128];     /* /v1/models id; "" = the model file's name */
+	/* [tenants] admission (daemon/fairq.h); the keys file may override
+	 * share and the max_* per tenant */
+	uint32_t tenant_share;        /* weight in the batch */
+	uint32_t tenant_max_active;   /* admitted at once; 0 = the node's */
+	uint32_t tenant_max_queued;   /* waiting; 0 = none (429 when busy) */
+	uint32_t tenant_max_tokens;   /* prompt + max_tokens admitted; 0 = any */
+	uint32_t tenant_queue_timeout_ms; /* a queued request waits at most */
+	uint32_t node_max_active;     /* requests admitted at once; 0 = max_batch */
 	/* [peers] */
 	char peers_prefill[KVD_MAX_PEERS][256];
 	uint32_t n_peers_prefill;

@@ -5,7 +5,9 @@
  *                  [--max-tokens N] [--temperature T] [--top-k K]
  *                  [--top-p P] [--seed S] [--id N] [--json]
  *
- * ADDR is host:port or unix:PATH. Text streams to stdout as token events
+ * ADDR is host:port or unix:PATH. With KVD_API_KEY set in the
+ * environment (a node with http.api_keys_file), the request is preceded
+ * by {type:auth, key} (never on the command line: ps shows it). Text streams to stdout as token events
  * arrive; with --json one object is printed at the end:
  *   {"id":N,"output_ids":[..],"text":"..","finish_reason":"..",
  *    "prompt_tokens":N,"output_tokens":N,"ttft_us":N,"total_us":N}
@@ -194,7 +196,8 @@ static void gen_usage(FILE *f)
 	fprintf(f, "usage: kvctl generate --server ADDR (--prompt TEXT | --tokens ID,ID,...)\n"
 		   "       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
 		   "       [--seed S] [--id N] [--json]\n"
-		   "ADDR: host:port or unix:PATH. Exit: 0 ok, 1 server error, 2 usage, 69 unavailable\n");
+		   "ADDR: host:port or unix:PATH. KVD_API_KEY=KEY: authenticate first (a node with keys).\n"
+		   "Exit: 0 ok, 1 server error, 2 usage, 69 unavailable\n");
 }
 
 /* Read events until the request's final or error. */
@@ -226,6 +229,8 @@ static int gen_loop(int fd, uint64_t id, bool json, struct gen_out *o,
 				goto out;
 			off += used;
 			while ((r = frame_decoder_next(&dec, &map)) != FRAME_E_AGAIN) {
+				if (!r && frame_obj_streq(frame_map_get(map, "type"), "auth_ok"))
+					continue;   /* KVD_API_KEY was good */
 				if (r || proto_client_event_parse(map, last, &err)) {
 					fprintf(stderr, "kvctl generate: bad frame from the server\n");
 					goto out;
@@ -261,6 +266,51 @@ out:
 	return rc;
 }
 
+/* The bytes to send: an auth frame when KVD_API_KEY is set, then the
+ * request. 0 or a frame_writer error. */
+static int gen_frames(const struct proto_client_request *q, char **data, size_t *len)
+{
+	const char *key = getenv("KVD_API_KEY");
+	struct frame_writer w;
+	char *a = NULL, *b = NULL;
+	size_t na = 0, nb = 0;
+	int rc = 0;
+
+	if (key && *key) {
+		frame_writer_init(&w);
+		proto_client_pack_auth(frame_writer_packer(&w), key);
+		rc = frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &a, &na);
+		frame_writer_deinit(&w);
+	}
+	if (!rc) {
+		frame_writer_init(&w);
+		proto_client_request_pack(frame_writer_packer(&w), q);
+		rc = frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &b, &nb);
+		frame_writer_deinit(&w);
+	}
+	if (!rc && na) {
+		char *p = realloc(a, na + nb);
+
+		if (!p) {
+			rc = -ENOMEM;
+		} else {
+			memcpy(p + na, b, nb);
+			free(b);
+			b = p;
+			a = NULL;
+			nb += na;
+		}
+	}
+	free(a);
+	if (rc) {
+		free(b);
+		return rc;
+	}
+	*data = b;
+	*len = nb;
+	return 0;
+}
+
 int kvctl_cmd_generate(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -280,7 +330,6 @@ int kvctl_cmd_generate(int argc, char **argv)
 	struct proto_client_request q = PROTO_CLIENT_REQUEST_NULL;
 	struct proto_client_event last;
 	struct gen_out o = { 0 };
-	struct frame_writer w;
 	const char *server = NULL;
 	bool json = false;
 	char *data = NULL;
@@ -316,10 +365,7 @@ int kvctl_cmd_generate(int argc, char **argv)
 		free(q.tokens);
 		return EX_USAGE_;
 	}
-	frame_writer_init(&w);
-	proto_client_request_pack(frame_writer_packer(&w), &q);
-	rc = frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &data, &len);
-	frame_writer_deinit(&w);
+	rc = gen_frames(&q, &data, &len);
 	free(q.tokens);
 	if (rc) {
 		fprintf(stderr, "kvctl generate: the request is too large\n");

@@ -181,9 +181,9 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 	if (why < KVD_REJECT__N)
 		s->d->counters.rejected[why]++;
 	/* refused before it became a request: no latency to observe */
-	kvd_metrics_request_end(&s->d->metrics, KVD_TENANT_DEFAULT, NULL, code, 0);
+	kvd_metrics_request_end(&s->d->metrics, c->tenant, NULL, code, 0);
 	KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_REFUSED], "request_rejected", "client_id=%llu tenant=%s code=%s msg=%s",
-		   (unsigned long long)id, KVD_TENANT_DEFAULT, proto_err_name(code),
+		   (unsigned long long)id, KVLOG_Q(c->tenant), proto_err_name(code),
 		   KVLOG_Q(msg));
 	client_error_to(c, id, code, msg);
 }
@@ -244,7 +244,9 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 		return;
 	}
 	serve__sink_attach(r, &c->sink);
-	r->client_id = q.id;   /* its tenant stays "default" (serve__req_new) */
+	r->client_id = q.id;
+	snprintf(r->tenant, sizeof(r->tenant), "%s", c->tenant);
+	r->lim = c->lim;
 	r->prompt = ids;
 	r->n_prompt = n_ids;
 	r->max_tokens = q.max_tokens;
@@ -252,7 +254,51 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 					 .top_k = q.top_k, .top_p = q.top_p,
 					 .seed = q.seed };
 	proto_client_request_deinit(&q);
-	s->admit(r);   /* the role's admission (decode.c) */
+	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */
+}
+
+static void client_unpend(struct client_conn *c)
+{
+	serve__pending_del(&c->pend);
+}
+
+/* The first frame when a keys file is set: {type:auth, key}. A good key
+ * names the connection's tenant (auth_ok); anything else is a
+ * frame_error and the end of the connection. */
+static void client_auth(struct client_conn *c, const msgpack_object *map)
+{
+	struct serve *s = c->s;
+	struct frame_error err = { 0 };
+	char key[PROTO_CLIENT_KEY_MAX + 1];
+	const struct kvd_apikey_info *k = NULL;
+	char *data;
+	size_t len;
+
+	if (proto_client_auth_parse(map, key, &err) == 0) {
+		k = kvd_apikeys_find(s->keys, key, strlen(key));
+		if (!k)
+			snprintf(err.msg, sizeof(err.msg), "invalid API key");
+	}
+	memset(key, 0, sizeof(key));
+	if (!k) {
+		s->d->counters.rejected[KVD_REJECT_INVALID]++;
+		kvd_metrics_request_end(&s->d->metrics, KVD_TENANT_DEFAULT, NULL,
+					PROTO_ERR_INVALID_REQUEST, 0);
+		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_REFUSED], "client_auth_failed",
+			      "conn=%llu msg=%s", (unsigned long long)c->conn_id,
+			      KVLOG_Q(err.msg));
+		client_frame_error_to(c, PROTO_ERR_INVALID_REQUEST, err.msg);
+		client_conn_end(c);
+		return;
+	}
+	c->authed = true;
+	client_unpend(c);
+	snprintf(c->tenant, sizeof(c->tenant), "%s", k->tenant);
+	c->lim = k->lim;
+	KVLOG_DEBUG(s->log, "client_auth", "conn=%llu tenant=%s",
+		    (unsigned long long)c->conn_id, KVLOG_Q(c->tenant));
+	if (proto_client_frame_auth_ok(c->tenant, &data, &len) == 0)
+		client_write(c, data, len);
 }
 
 /* ---- connections ---------------------------------------------------------------- */
@@ -266,8 +312,12 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
  *     whole within client_read_timeout_ms (slowloris);
  *   - a connection with no request in flight that sends nothing for
  *     client_idle_timeout_ms is closed;
- *   - past max_clients a connection gets one frame_error OVERLOADED and
- *     is closed once that is written.
+ *   - a new connection is pending until it authenticated (a keys file:
+ *     its first frame is {type:auth, key}) or sent its first frame
+ *     (keyless); at max_clients the oldest pending one is closed to make
+ *     room, so silent or keyless connections never keep a client out;
+ *     with none pending, the new connection gets one frame_error
+ *     OVERLOADED and is closed.
  * A client that half-closes keeps its connection until every request on
  * it has been answered; then kvd flushes and closes it. */
 
@@ -291,8 +341,11 @@ static void client_conn_close(struct client_conn *c)
 	c->eof = false;   /* no shutdown from the detaches below */
 	serve__sink_gone(s, &c->sink);
 	kvd_list_del(&c->node);
+	client_unpend(c);
 	if (c->counted)
 		s->n_clients--;
+	if (c->refusing)
+		s->n_client_refusing--;
 	s->closes_pending++;
 	uv_close(&c->h.handle, client_conn_closed);
 }
@@ -345,6 +398,11 @@ void serve__client_sweep(struct serve *s)
 
 		if (c->closing)
 			continue;
+		if (c->refusing) {
+			if (now - c->t_rx_ns >= CLIENT_REFUSE_DRAIN_MS * 1000000ull)
+				client_conn_close(c);
+			continue;
+		}
 		if (c->doom) {
 			client_conn_close_for(c, c->doom);
 			continue;
@@ -390,6 +448,13 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	size_t n = nread > 0 ? (size_t)nread : 0;
 	bool whole = false;   /* a frame completed in this read */
 
+	if (c->refusing) {
+		/* refused: what it still sends is dropped, so closing with
+		 * unread bytes does not reset the frame_error away */
+		if (nread < 0)
+			client_conn_close(c);
+		return;
+	}
 	if (nread == UV_EOF) {
 		client_eof(c);
 		return;
@@ -417,7 +482,10 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 			if (rc == FRAME_E_AGAIN)
 				break;
 			whole = true;
-			if (rc == 0) {
+			if (rc == 0 && !c->authed) {
+				client_auth(c, map);
+			} else if (rc == 0) {
+				client_unpend(c);   /* keyless: its first frame */
 				client_request(c, map);
 			} else if (rc == FRAME_E_MALFORMED || rc == FRAME_E_NOTMAP) {
 				client_frame_error_to(c, PROTO_ERR_INVALID_REQUEST,
@@ -439,11 +507,24 @@ static void client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		c->t_frame_ns = c->t_rx_ns;
 }
 
-/* Past max_clients: one frame_error OVERLOADED, written now without
- * queueing (a few dozen bytes into a new socket's empty buffer), and the
- * fd closed at once, so a burst of refusals never holds descriptors. */
+static void client_refuse_shut_cb(uv_shutdown_t *req, int status)
+{
+	struct client_conn *c = req->data;
+
+	if (status < 0 && !c->closing)
+		client_conn_close(c);
+}
+
+/* Past max_clients (or evicted): one frame_error OVERLOADED, written now
+ * without queueing (a few dozen bytes into a new socket's empty buffer),
+ * its slot given back at once, then our FIN; what the client still
+ * sends (a request it wrote before reading) is read and dropped until
+ * its EOF or CLIENT_REFUSE_DRAIN_MS, so it reads the refusal instead of a
+ * reset. Past CLIENT_REFUSING_MAX such connections the fd closes at
+ * once, so a burst of refusals never holds many descriptors. */
 static void client_refuse(struct client_conn *c)
 {
+	struct serve *s = c->s;
 	char *data;
 	size_t len;
 
@@ -455,7 +536,34 @@ static void client_refuse(struct client_conn *c)
 		(void)uv_try_write(&c->h.stream, &b, 1);   /* best effort */
 		free(data);
 	}
-	client_conn_close(c);
+	client_unpend(c);
+	if (c->counted) {
+		c->counted = false;
+		s->n_clients--;
+	}
+	if (s->n_client_refusing >= CLIENT_REFUSING_MAX || c->sink.n_reqs) {
+		client_conn_close(c);
+		return;
+	}
+	c->refusing = true;
+	s->n_client_refusing++;
+	c->t_rx_ns = kvd_now_ns();
+	c->shut.data = c;
+	if (uv_shutdown(&c->shut, &c->h.stream, client_refuse_shut_cb) ||
+	    wbound_read_start(&c->wb))
+		client_conn_close(c);
+}
+
+/* A connection that has not authenticated (or, keyless, sent a frame)
+ * closes to make room for a new one (serve__pending_evict). */
+static void client_evict(struct serve_pending *p)
+{
+	struct client_conn *c = kvd_container_of(p, struct client_conn, pend);
+
+	KVLOG_RL_WARN(c->s->log, &c->s->rl[SERVE_RL_CLIENT_CONN], "client_closed",
+		      "conn=%llu reason=evicted_unauthenticated",
+		      (unsigned long long)c->conn_id);
+	client_refuse(c);   /* one frame_error OVERLOADED, then closed */
 }
 
 static void client_accept(uv_stream_t *server, int status)
@@ -504,7 +612,7 @@ static void client_accept(uv_stream_t *server, int status)
 	}
 	if (!l->is_pipe)
 		uv_tcp_nodelay(&c->h.tcp, 1);
-	if (s->n_clients >= s->max_clients) {
+	if (s->n_clients >= s->max_clients && !serve__pending_evict(s)) {
 		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_FULL], "client_refused",
 			   "conn=%llu reason=max_clients max_clients=%u",
 			   (unsigned long long)c->conn_id, s->max_clients);
@@ -513,6 +621,9 @@ static void client_accept(uv_stream_t *server, int status)
 	}
 	c->counted = true;
 	s->n_clients++;
+	serve__pending_add(s, &c->pend, client_evict);
+	c->authed = !s->keys;
+	snprintf(c->tenant, sizeof(c->tenant), "%s", KVD_TENANT_DEFAULT);
 	if (wbound_read_start(&c->wb))
 		client_conn_close(c);
 }

@@ -405,6 +405,7 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 {
 	switch (m->kind) {
 	case COMPUTE_MSG_SUBMITTED:
+		serve__gate_settle(r);   /* the engine reserved, or never will */
 		if (m->error) {
 			r->engine_integrity = m->error == ENGINE_E_INTEGRITY;
 			dreq_fail_kind(r, engine_code_to_proto(m->error),
@@ -594,6 +595,7 @@ static enum dreq_event decode_reserve(struct serve_req *r)
 		return DEV_REFUSE;
 	}
 	rc = kvpool_reserve(pool, r->reg.id, r->n_table, r->table);
+	serve__gate_settle(r);
 	if (rc) {
 		s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
 		dreq_fail(r, rc == KVPOOL_E_FULL ? PROTO_ERR_OVERLOADED : PROTO_ERR_INTERNAL,

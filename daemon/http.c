@@ -46,6 +46,7 @@ const char *http__status_text(int status)
 	case 200: return "OK";
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
 	case 408: return "Request Timeout";
@@ -134,6 +135,8 @@ void http__head(struct http_conn *hc, int status, const char *ctype,
 	if (content_length >= 0)
 		n += snprintf(buf + n, sizeof(buf) - (size_t)n,
 			      "Content-Length: %lld\r\n", content_length);
+	if (status == 429 || status == 503)
+		n += snprintf(buf + n, sizeof(buf) - (size_t)n, "Retry-After: 1\r\n");
 	n += snprintf(buf + n, sizeof(buf) - (size_t)n, "\r\n");
 	http__write_copy(hc, buf, (size_t)n);
 }
@@ -204,6 +207,12 @@ static void http_conn_closed(uv_handle_t *h)
 	s->closes_pending--;
 }
 
+/* The connection proved a key (or keys are off): it keeps its slot. */
+static void http_unpend(struct http_conn *hc)
+{
+	serve__pending_del(&hc->pend);
+}
+
 static void http_conn_close(struct http_conn *hc)
 {
 	struct http_server *hs = hc->hs;
@@ -224,8 +233,11 @@ static void http_conn_close(struct http_conn *hc)
 		hc->kicked = false;
 	}
 	kvd_list_del(&hc->node);
+	http_unpend(hc);
 	if (hc->counted)
 		s->n_clients--;
+	if (hc->refusing)
+		hs->n_refusing--;
 	s->closes_pending++;
 	uv_close((uv_handle_t *)&hc->tcp, http_conn_closed);
 }
@@ -300,6 +312,39 @@ static void http_refuse(struct http_conn *hc, int status, const char *why)
 
 /* ---- reading and parsing ------------------------------------------------------ */
 
+/* Past listen.max_clients, the 503 - after the request's head was read,
+ * with its body dropped after our FIN (http__drain_after), so the client
+ * reads the status instead of a reset. */
+static void http_refuse_busy(struct http_conn *hc)
+{
+	static const char body[] =
+		"{\"error\":{\"message\":\"the node holds its maximum of client connections (listen.max_clients); retry later\",\"type\":\"server_error\",\"param\":null,\"code\":\"overloaded\"}}\n";
+	struct serve *s = hc->s;
+
+	KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_FULL], "client_refused",
+		      "conn=%llu proto=http reason=max_clients max_clients=%u",
+		      (unsigned long long)hc->conn_id, s->max_clients);
+	http__refusal_count(s, 503, NULL, PROTO_ERR_OVERLOADED);
+	http__drain_after(hc);
+	http__respond(hc, 503, "application/json", body, sizeof(body) - 1);
+	http_conn_end(hc);
+}
+
+/* A request's head is complete: a connection over the bound gets its
+ * 503 now; a pending one whose head has a good key holds its slot from
+ * here. False when answered (stop parsing). */
+static bool http_head_gate(struct http_conn *hc)
+{
+	if (hc->refusing) {
+		http_refuse_busy(hc);
+		return false;
+	}
+	if (hc->pend.on && hc->hs->head_auth &&
+	    hc->hs->head_auth(hc, &hc->wire.msg))
+		http_unpend(hc);
+	return true;
+}
+
 static void http_read_wish(struct http_conn *hc)
 {
 	if (hc->closing || hc->doom || hc->shutting || hc->eof)
@@ -331,6 +376,8 @@ static void http_pump(struct http_conn *hc)
 		if (rc == HTTP_WIRE_AGAIN && hc->wire.started && !hc->wire.in_head &&
 		    !hc->head_judged) {
 			hc->head_judged = true;
+			if (!http_head_gate(hc))
+				return;   /* answered 503; the connection ends */
 			if (hc->hs->head_check && !hc->hs->head_check(hc, &hc->wire.msg))
 				return;   /* answered; the connection ends */
 		}
@@ -358,6 +405,8 @@ static void http_pump(struct http_conn *hc)
 				    hc->wire.why ? hc->wire.why : "malformed HTTP request");
 			return;
 		}
+		if (!hc->head_judged && !http_head_gate(hc))
+			return;
 		hc->t_req_ns = 0;
 		hc->head_judged = false;
 		hc->n_requests++;
@@ -472,6 +521,47 @@ static void http_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 
 /* ---- accept ------------------------------------------------------------------- */
 
+/* A connection that has not shown a good key yet closes to make room
+ * (serve__pending_evict): a keyless or silent connection never keeps a
+ * client out. */
+static void http_evict(struct serve_pending *p)
+{
+	struct http_conn *hc = kvd_container_of(p, struct http_conn, pend);
+
+	KVLOG_RL_WARN(hc->s->log, &hc->s->rl[SERVE_RL_CLIENT_CONN], "client_closed",
+		      "conn=%llu proto=http reason=evicted_unauthenticated",
+		      (unsigned long long)hc->conn_id);
+	http_conn_close(hc);
+}
+
+/* A new connection's place: one of listen.max_clients (pending until a
+ * head with a good key), made by evicting the oldest pending one when the
+ * node is full; else, while fewer than HTTP_REFUSING_MAX are, it is read
+ * to its head and answered 503 (http_head_gate). False: closed unread. */
+static bool http_take_slot(struct http_conn *hc)
+{
+	struct http_server *hs = hc->hs;
+	struct serve *s = hc->s;
+
+	if (s->n_clients >= s->max_clients && !serve__pending_evict(s)) {
+		if (hs->n_refusing >= HTTP_REFUSING_MAX) {
+			KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_FULL], "client_refused",
+				      "conn=%llu proto=http reason=max_clients max_clients=%u unread=1",
+				      (unsigned long long)hc->conn_id, s->max_clients);
+			http__refusal_count(s, 503, NULL, PROTO_ERR_OVERLOADED);
+			http_conn_close(hc);
+			return false;
+		}
+		hc->refusing = true;
+		hs->n_refusing++;
+		return true;
+	}
+	hc->counted = true;
+	s->n_clients++;
+	serve__pending_add(s, &hc->pend, http_evict);
+	return true;
+}
+
 static void http_accept(uv_stream_t *server, int status)
 {
 	struct http_server *hs = server->data;
@@ -513,25 +603,8 @@ static void http_accept(uv_stream_t *server, int status)
 		return;
 	}
 	uv_tcp_nodelay(&hc->tcp, 1);
-	if (s->n_clients >= s->max_clients) {
-		static const char body[] =
-			"{\"error\":{\"message\":\"the node holds its maximum of client connections (listen.max_clients); retry later\",\"type\":\"server_error\",\"param\":null,\"code\":\"overloaded\"}}\n";
-		char busy[512];
-		int n = snprintf(busy, sizeof(busy),
-				 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: %zu\r\n\r\n%s",
-				 sizeof(body) - 1, body);
-		uv_buf_t b = uv_buf_init(busy, (unsigned)n);
-
-		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_FULL], "client_refused",
-			   "conn=%llu proto=http reason=max_clients max_clients=%u",
-			   (unsigned long long)hc->conn_id, s->max_clients);
-		http__refusal_count(s, 503, NULL, PROTO_ERR_OVERLOADED);
-		(void)uv_try_write((uv_stream_t *)&hc->tcp, &b, 1);   /* best effort */
-		http_conn_close(hc);
+	if (!http_take_slot(hc))
 		return;
-	}
-	hc->counted = true;
-	s->n_clients++;
 	if (wbound_read_start(&hc->wb))
 		http_conn_close(hc);
 }
@@ -682,7 +755,6 @@ static void http_server_closed(uv_handle_t *h)
 
 	s->closes_pending--;
 	if (--hs->handles_open == 0) {
-		kvd_apikeys_free(hs->keys);
 		free(hs);
 	}
 }
@@ -719,7 +791,6 @@ void serve__http_close_all(struct serve *s)
 		uv_close((uv_handle_t *)&hs->kick, http_server_closed);
 	}
 	if (!hs->handles_open) {
-		kvd_apikeys_free(hs->keys);
 		free(hs);
 	}
 }

@@ -610,36 +610,49 @@ static const struct serve_sink_ops api_sink_ops = {
 
 /* ---- keys ---------------------------------------------------------------------- */
 
-/* The tenant of the request's key, "default" without keys; NULL for a
- * missing or wrong key (nothing answered). */
-static const char *api_key_tenant(const struct http_server *hs,
-				  const struct http_msg *m)
+/* Without keys every request is tenant "default", a user with the
+ * config's limits. */
+static const struct kvd_apikey_info api_keyless = { .tenant = KVD_TENANT_DEFAULT };
+
+/* The request's key: its tenant, role and limits (api_keyless without
+ * keys); NULL for a missing or wrong key (nothing answered). */
+static const struct kvd_apikey_info *api_key_info(const struct http_server *hs,
+						  const struct http_msg *m)
 {
 	const char *v = m->auth;
 
 	if (!hs->keys)
-		return "default";
+		return &api_keyless;
 	if (m->has_auth && !strncasecmp(v, "Bearer ", 7)) {
 		v += 7;
 		while (*v == ' ')
 			v++;
-		return kvd_apikeys_lookup(hs->keys, v, strlen(v));
+		return kvd_apikeys_find(hs->keys, v, strlen(v));
 	}
+	return NULL;
+}
+
+/* The request's key; NULL after answering 401. */
+static const struct kvd_apikey_info *api_auth_key(struct http_conn *hc,
+						  const struct http_msg *m)
+{
+	const struct kvd_apikey_info *k = api_key_info(hc->hs, m);
+
+	if (k)
+		return k;
+	api_error(hc, 401, "invalid_request_error", "invalid_api_key", NULL,
+		  m->has_auth ? "Incorrect API key provided."
+			      : "No API key provided: send `Authorization: Bearer KEY`.",
+		  "-");
 	return NULL;
 }
 
 /* The tenant of the request's key; NULL after answering 401. */
 static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
 {
-	const char *tenant = api_key_tenant(hc->hs, m);
+	const struct kvd_apikey_info *k = api_auth_key(hc, m);
 
-	if (tenant)
-		return tenant;
-	api_error(hc, 401, "invalid_request_error", "invalid_api_key", NULL,
-		  m->has_auth ? "Incorrect API key provided."
-			      : "No API key provided: send `Authorization: Bearer KEY`.",
-		  "-");
-	return NULL;
+	return k ? k->tenant : NULL;
 }
 
 /* ---- chat: messages -> prompt ids ---------------------------------------------------- */
@@ -772,19 +785,26 @@ static void api_models(struct http_conn *hc, const struct http_msg *m)
 	http__exchange_done(hc);
 }
 
-/* GET /metrics: the Prometheus text (daemon/metrics.h). The same key
- * rule as the API's: with http.api_keys_file a scrape carries a key
- * (Prometheus: `authorization: {credentials: KEY}`), without one (HTTP
- * is then loopback only) it is open. Logged at debug: scrapes are
- * periodic. */
+/* GET /metrics: the Prometheus text (daemon/metrics.h), which names
+ * every tenant's series: with http.api_keys_file a scrape carries an
+ * admin key (role `admin`; Prometheus: `authorization: {credentials:
+ * KEY}`), a tenant's key gets 403; without keys (HTTP is then loopback
+ * only) it is open. Logged at debug: scrapes are periodic. */
 static void api_metrics(struct http_conn *hc, const struct http_msg *m)
 {
-	const char *tenant = api_auth(hc, m);
+	const struct kvd_apikey_info *k = api_auth_key(hc, m);
+	const char *tenant = k ? k->tenant : NULL;
 	char *text = NULL;
 	size_t len = 0;
 
 	if (!tenant)
 		return;
+	if (hc->hs->keys && !k->admin) {
+		api_error(hc, 403, "invalid_request_error", "forbidden", NULL,
+			  "/metrics needs an admin key (role `admin` in http.api_keys_file)",
+			  tenant);
+		return;
+	}
 	if (kvd_metrics_render(hc->s->d, &text, &len)) {
 		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
 		return;
@@ -810,6 +830,7 @@ struct api_prep {
 	bool chat;
 	uint64_t t_start_ns;
 	char tenant[KVD_TENANT_MAX];
+	struct kvd_tenant_limits lim;    /* its key's limits */
 	char method[16];
 	char path[64];
 	char *body;                      /* (len) a copy of the request's */
@@ -962,6 +983,7 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	r->client_id = x->num;
 	snprintf(r->public_id, sizeof(r->public_id), "%s", x->id);
 	snprintf(r->tenant, sizeof(r->tenant), "%s", ap->tenant);
+	r->lim = ap->lim;
 	r->prompt = ap->ids;
 	r->n_prompt = ap->n_ids;
 	ap->ids = NULL;
@@ -973,7 +995,7 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 		    (unsigned long long)hc->conn_id, (unsigned long long)x->num,
 		    x->id, KVLOG_Q(ap->tenant), x->stream,
 		    (unsigned long long)((kvd_now_ns() - ap->t_start_ns) / 1000));
-	s->admit(r);   /* the role's admission (decode.c) */
+	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */
 }
 
 /* Loop thread: the worker is done (or the job was cancelled). */
@@ -1004,7 +1026,8 @@ static void api_prep_done(struct prep_job *j, bool cancelled)
 static void api_generate(struct http_conn *hc, const struct http_msg *m, bool chat)
 {
 	struct http_server *hs = hc->hs;
-	const char *tenant = api_auth(hc, m);
+	const struct kvd_apikey_info *key = api_auth_key(hc, m);
+	const char *tenant = key ? key->tenant : NULL;
 	struct api_prep *ap;
 	int rc;
 
@@ -1033,6 +1056,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	ap->fmt = hs->chat_format;
 	ap->model_name = hs->model_name;
 	snprintf(ap->tenant, sizeof(ap->tenant), "%s", tenant);
+	ap->lim = key->lim;
 	snprintf(ap->method, sizeof(ap->method), "%s", m->method_name);
 	snprintf(ap->path, sizeof(ap->path), "%.63s", m->path);
 	snprintf(ap->job.key, sizeof(ap->job.key), "%s", tenant);
@@ -1109,11 +1133,17 @@ static bool api_head(struct http_conn *hc, const struct http_msg *m)
 	bool path_known;
 	const struct api_route *rt = api_route(m, &path_known);
 
-	if (!rt || rt->keyless || api_key_tenant(hc->hs, m))
+	if (!rt || rt->keyless || api_key_info(hc->hs, m))
 		return true;
 	http__drain_after(hc);    /* the unread body ends the stream */
 	(void)api_auth(hc, m);    /* answers 401 */
 	return false;
+}
+
+/* http_auth_fn: a head with a good key (any head without keys). */
+static bool api_head_auth(const struct http_conn *hc, const struct http_msg *m)
+{
+	return api_key_info(hc->hs, m) != NULL;
 }
 
 static void api_handle(struct http_conn *hc, const struct http_msg *m)
@@ -1156,14 +1186,13 @@ static void api_model_name(struct serve *s, char *out, size_t size)
 int serve__http_listen(struct serve *s)
 {
 	struct http_server *hs = calloc(1, sizeof(*hs));
-	char why[600];
-	int rc;
 
 	if (!hs)
 		return -ENOMEM;
 	hs->s = s;
 	hs->handler = api_handle;
 	hs->head_check = api_head;
+	hs->head_auth = api_head_auth;
 	hs->sink_ops = &api_sink_ops;
 	hs->exchange_free = exchange_free;
 	api_model_name(s, hs->model_name, sizeof(hs->model_name));
@@ -1182,16 +1211,7 @@ int serve__http_listen(struct serve *s)
 		hs->nomem_at = (uint32_t)n;
 		KVLOG_WARN(s->log, "fault_points", "http_nomem=%u", hs->nomem_at);
 	}
-	if (s->d->cfg.http_api_keys_file[0]) {
-		rc = kvd_apikeys_load(&hs->keys, s->d->cfg.http_api_keys_file, why,
-				      sizeof(why));
-		if (rc) {
-			KVLOG_ERR(s->log, "listen_http", "msg=%s",
-				  KVLOG_Q(rc < 0 ? "out of memory" : why));
-			free(hs);
-			return rc < 0 ? rc : -EINVAL;
-		}
-	}
+	hs->keys = s->keys;   /* borrowed: the serving layer's (serve.c) */
 	s->http = hs;
 	return http__listen(hs);
 }

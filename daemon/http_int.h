@@ -76,6 +76,12 @@ struct http_conn {
 	uint64_t n_requests;             /* requests parsed on it */
 	const char *doom;                /* close at the next sweep: reason */
 	bool closing, counted, shutting, eof;
+	struct serve_pending pend;       /* counted, but no head with a good
+					  * key yet: the first to go when the
+					  * node is at listen.max_clients */
+	bool refusing;                   /* over listen.max_clients: its
+					  * request is read, then 503 */
+
 	bool http10;                     /* the current request's version */
 	bool close_after;                /* close once the answer is out */
 	bool kicked;                     /* on hs->kick_list */
@@ -99,6 +105,9 @@ typedef void (*http_handler_fn)(struct http_conn *hc, const struct http_msg *m);
  * refused it - answered, and the connection set to close (the body that
  * may follow is never read). */
 typedef bool (*http_head_fn)(struct http_conn *hc, const struct http_msg *m);
+/* True when the head carries a good key (or the front has no keys): the
+ * connection then holds its slot for good. */
+typedef bool (*http_auth_fn)(const struct http_conn *hc, const struct http_msg *m);
 
 struct http_server {
 	struct serve *s;
@@ -109,11 +118,13 @@ struct http_server {
 	bool kick_open, kick_on;
 	struct kvd_list kick_list;       /* http_conn.kick_node */
 	struct kvd_list conns;           /* http_conn.node */
+	uint32_t n_refusing;             /* connections reading toward a 503 */
 	http_handler_fn handler;
 	http_head_fn head_check;         /* NULL: every body is read */
+	http_auth_fn head_auth;
 	const struct serve_sink_ops *sink_ops;
 	void (*exchange_free)(struct http_exchange *x);
-	struct kvd_apikeys *keys;        /* NULL: no keys (loopback only) */
+	struct kvd_apikeys *keys;        /* the serving layer's, borrowed; NULL: no keys (loopback only) */
 	char model_name[128];
 	enum chat_format chat_format;    /* the daemon's, resolved at boot
 					  * (CHAT_NONE: chat is refused) */
@@ -130,6 +141,10 @@ struct http_server {
 	bool stopping;
 	unsigned handles_open;            /* at close: callbacks to come */
 };
+
+/* Connections over listen.max_clients that are read and answered 503
+ * at once; past this many more, a new one is closed unread. */
+#define HTTP_REFUSING_MAX 32u
 
 /* http.c */
 /* Listen on listen.http with `handler`; hs is s->http. 0 or an error

@@ -28,6 +28,34 @@ static void serve_write_cb(uv_write_t *req, int status)
 }
 
 /* Queue data (malloc'd, consumed in every case). */
+void serve__pending_add(struct serve *s, struct serve_pending *p,
+			void (*evict)(struct serve_pending *p))
+{
+	p->evict = evict;
+	p->on = true;
+	kvd_list_add_tail(&s->pending, &p->node);
+}
+
+void serve__pending_del(struct serve_pending *p)
+{
+	if (!p->on)
+		return;
+	p->on = false;
+	kvd_list_del(&p->node);
+}
+
+bool serve__pending_evict(struct serve *s)
+{
+	struct serve_pending *p;
+
+	if (kvd_list_empty(&s->pending))
+		return false;
+	p = kvd_list_entry(s->pending.next, struct serve_pending, node);
+	serve__pending_del(p);
+	p->evict(p);
+	return true;
+}
+
 int serve__write(uv_stream_t *st, char *data, size_t len)
 {
 	struct serve_write *w;

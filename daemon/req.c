@@ -100,6 +100,14 @@ void serve__req_end(struct serve_req *r, bool ok)
 	if (r->ended)
 		return;
 	r->ended = true;
+	/* its admission slot and the pages it was to reserve go back; the
+	 * queues are pumped from the gate timer, not inside this change */
+	serve__gate_settle(r);
+	if (r->fq.t) {
+		fairq_done(&s->fq, &r->fq);
+		if (s->gate_open)
+			uv_timer_start(&s->gate_timer, s->gate_cb, 0, 0);
+	}
 	/* a client request's outcome, once: its answer, its first failure,
 	 * or abandoned (the client left before either) */
 	if (r->kind != SREQ_PREFILL)

@@ -128,6 +128,7 @@ static void serve_sweep_cb(uv_timer_t *t)
 
 	serve__client_sweep(s);
 	serve__http_sweep(s);
+	serve__gate_sweep(s);
 	serve_rl_flush(s);
 }
 
@@ -162,6 +163,8 @@ struct serve_final {
 static void serve_free(struct serve *s)
 {
 	peer_key_wipe(&s->key);
+	fairq_deinit(&s->fq);
+	kvd_apikeys_free(s->keys);
 	if (s->model)
 		model_free(s->model);
 	if (s->tok)
@@ -206,6 +209,7 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 		serve__close_handle(s, (uv_handle_t *)&s->sweep_timer);
 		s->sweep_open = false;
 	}
+	serve__gate_stop(s);
 	compute_stop(&s->comp);
 	/* every request still alive ends now (its pages go back with the
 	 * pool, which the daemon frees after the loop stopped) */
@@ -259,6 +263,33 @@ static int serve_check_chat(struct serve *s)
 		   chat_format_name(d->chat_format), KVLOG_Q(why));
 	d->chat_format = CHAT_NONE;
 	return 0;
+}
+
+/* The API keys (http.api_keys_file) both client fronts check. */
+static int serve_client_keys(struct serve *s)
+{
+	char why[600];
+	int rc;
+
+	if (!s->d->cfg.http_api_keys_file[0])
+		return 0;
+	rc = kvd_apikeys_load(&s->keys, s->d->cfg.http_api_keys_file, why, sizeof(why));
+	if (rc)
+		KVLOG_ERR(s->log, "api_keys", "msg=%s",
+			  KVLOG_Q(rc < 0 ? "out of memory" : why));
+	return rc < 0 ? rc : rc ? -EINVAL : 0;
+}
+
+/* Decode and standalone: keys, the gate, the msgpack listeners. */
+static int serve_client_start(struct serve *s)
+{
+	int r = serve_client_keys(s);
+
+	if (!r)
+		r = serve__gate_init(s);
+	if (!r)
+		r = serve__client_listen(s);
+	return r;
 }
 
 static int serve_bind_model(struct serve *s)
@@ -400,6 +431,7 @@ int serve_start(struct kvd_daemon *d)
 	s->d = d;
 	s->log = &d->log;
 	kvd_list_init(&s->clients);
+	kvd_list_init(&s->pending);
 	kvd_list_init(&s->reqs);
 	kvd_list_init(&s->links);
 	s->reqtab = kvd_daemon_requests(d);
@@ -455,7 +487,7 @@ int serve_start(struct kvd_daemon *d)
 	if (d->cfg.role == KVD_ROLE_PREFILL)
 		r = serve__prefill_start(s);
 	else
-		r = serve__client_listen(s);
+		r = serve_client_start(s);
 	if (!r && d->cfg.role != KVD_ROLE_PREFILL && d->cfg.listen_http[0])
 		r = serve__http_listen(s);
 	if (!r && d->cfg.role == KVD_ROLE_DECODE)

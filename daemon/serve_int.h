@@ -12,6 +12,8 @@
  *   prefill.c   prefill requests (the preq machine), admission, sending
  *               KV; accepts its peers through link.c
  *   http_api.c  the OpenAI-compatible endpoints: JSON, SSE, errors, keys
+ *   gate.c      admission between tenants: per-tenant queues, fair
+ *               slots (daemon/fairq.h), then the role's admission
  *   http.c      HTTP/1.1 listener and connections (llhttp), bounds
  *   client.c    msgpack client listeners, connections, bounds
  *   sink.c      where a request's answer goes (struct serve_sink): the
@@ -36,6 +38,8 @@
 
 #include "conf/list.h"
 #include "daemon/place.h"
+#include "daemon/fairq.h"
+#include "conf/apikeys.h"
 #include "daemon/compute.h"
 #include "daemon/daemon.h"
 #include "daemon/machine.h"
@@ -138,6 +142,12 @@ struct serve_req {
 	char public_id[KVD_PUBLIC_ID_MAX];  /* the id its client sees
 					  * (HTTP: "cmpl-" or "chatcmpl-" and
 					  * 32 random hex digits); "" none */
+	struct kvd_tenant_limits lim;    /* its key's limits (0: the config's) */
+	struct fairq_item fq;            /* waiting for admission, or admitted
+					  * (gate.c); released at its end */
+	uint32_t gate_unsettled;         /* pages admitted, not yet reserved
+					  * by the engine (counted in
+					  * serve.gate_unsettled) */
 	uint32_t n_out;
 	struct detok dt;
 	bool dt_init;
@@ -216,6 +226,16 @@ struct serve_req {
 
 /* ---- connections -------------------------------------------------------- */
 
+/* A client connection (msgpack or HTTP) that holds one of max_clients
+ * but has not shown a key yet (keyless: a request): on serve->pending,
+ * oldest first, and closed by `evict` when a new connection needs its
+ * place. */
+struct serve_pending {
+	struct kvd_list node;            /* serve->pending */
+	void (*evict)(struct serve_pending *p);
+	bool on;
+};
+
 /* A stream handle that is a TCP socket or a unix pipe (client listeners
  * and connections, a refused connection): one storage, seen as either. */
 union serve_stream {
@@ -240,6 +260,17 @@ struct client_conn {
 					  * (accept: the first frame); 0 none */
 	const char *doom;                /* close at the next sweep: reason */
 	bool counted;                    /* holds one of max_clients */
+	struct serve_pending pend;       /* not authenticated (keys) or no
+					  * frame yet (keyless): the first to
+					  * go at max_clients */
+	bool refusing;                   /* refused (max_clients): its
+					  * frame_error and FIN are out, what
+					  * it still sends is read and dropped
+					  * for CLIENT_REFUSE_DRAIN_MS */
+	bool authed;                     /* keys off, or its auth frame held
+					  * a good key */
+	char tenant[KVD_TENANT_MAX];     /* its key's; "default" keyless */
+	struct kvd_tenant_limits lim;    /* its key's limits */
 	bool eof;                        /* client half-closed: answer, close */
 	bool shutting;                   /* uv_shutdown queued: close after */
 	uv_shutdown_t shut;
@@ -460,6 +491,9 @@ struct serve {
 	struct client_listener listeners[4];
 	unsigned n_listeners;
 	struct kvd_list clients;         /* client connections (client_conn.node) */
+	struct kvd_list pending;         /* serve_pending.node: connections of
+					  * either front without a key yet,
+					  * oldest first */
 
 	struct kvd_list links;           /* every peer link (struct link):
 					  * dialled ones for life, accepted
@@ -492,13 +526,28 @@ struct serve {
 	struct http_server *http;        /* listen.http (http.c); NULL off */
 	uv_timer_t sweep_timer;          /* client timeouts, write bounds */
 	bool sweep_open;
+	/* admission between tenants (gate.c) */
+	struct fairq fq;
+	uint32_t gate_unsettled;         /* pages admitted requests will
+					  * reserve (the engine's, async) */
+	uv_timer_t gate_timer;           /* pumps the queues after an end */
+	bool gate_open;
+	uv_timer_cb gate_cb;             /* gate.c's pump, for req.c */
+	struct kvd_apikeys *keys;        /* http.api_keys_file; NULL: none */
 	uint32_t n_clients;              /* connections held (max_clients) */
+	uint32_t n_client_refusing;      /* msgpack refusals still draining */
 	uint32_t max_clients;            /* cfg, clamped to the fd limit */
 	uint32_t closes_pending;         /* handles still closing at stop */
 	struct kvd_ratelimit rl[SERVE_RL__N];  /* see enum serve_rl */
 };
 
 /* io.c */
+/* Put p on s->pending / take it off (nothing when it is not on). */
+void serve__pending_add(struct serve *s, struct serve_pending *p,
+			void (*evict)(struct serve_pending *p));
+void serve__pending_del(struct serve_pending *p);
+/* Close the oldest pending connection (its evict): false when none. */
+bool serve__pending_evict(struct serve *s);
 int serve__write(uv_stream_t *st, char *data, size_t len);
 /* Accept the connection a listener reports and close it at once
  * (refused, or no memory for its owner): never leave it unaccepted. */
@@ -625,6 +674,10 @@ void serve__client_close_all(struct serve *s);
 /* Periodic (SERVE_SWEEP_MS): close client connections past a timeout or
  * a write bound. Loop thread, from the sweep timer only. */
 #define SERVE_SWEEP_MS 250
+/* A refused msgpack connection (listen.max_clients) is drained, not
+ * reset: at most this many at once, each for at most this long. */
+#define CLIENT_REFUSING_MAX 32u
+#define CLIENT_REFUSE_DRAIN_MS 2000u
 void serve__client_sweep(struct serve *s);
 
 /* http.c / http_api.c: the OpenAI-compatible HTTP front (listen.http) */
@@ -632,6 +685,25 @@ int serve__http_listen(struct serve *s);
 void serve__http_close_all(struct serve *s);
 /* From the sweep timer: timeouts and write bounds of HTTP connections. */
 void serve__http_sweep(struct serve *s);
+
+/* gate.c: admission between tenants. Loop thread. */
+int serve__gate_init(struct serve *s);
+void serve__gate_stop(struct serve *s);
+/* A parsed request (prompt, max_tokens, tenant, lim set, sink attached)
+ * to the tenant's queue, admitted by the role (serve->admit) now or when
+ * its turn comes; refused with OVERLOADED when the tenant's queue is
+ * full, DRAINING while draining. */
+void serve__gate_admit(struct serve_req *r);
+/* From the sweep timer: queued requests past tenants.queue_timeout_ms,
+ * or a drain: refused; then a pump (pages freed by fences). */
+void serve__gate_sweep(struct serve *s);
+/* r's pages are reserved now (or never will be): no longer counted as
+ * pages to come. Inline: the roles call it without a call edge. */
+static inline void serve__gate_settle(struct serve_req *r)
+{
+	r->s->gate_unsettled -= r->gate_unsettled;
+	r->gate_unsettled = 0;
+}
 
 /* decode.c */
 int serve__decode_start(struct serve *s);

@@ -269,6 +269,47 @@ int proto_client_frame_conn_error(int code, const char *message,
 	return r;
 }
 
+int proto_client_auth_parse(const msgpack_object *map, char *key,
+			    struct frame_error *err)
+{
+	const msgpack_object *t = frame_map_get(map, "type");
+	const msgpack_object *k = frame_map_get(map, "key");
+
+	if (!t || !frame_obj_streq(t, "auth")) {
+		snprintf(err->msg, sizeof(err->msg), "authenticate first: the first frame is {type:\"auth\", key}");
+		return 1;
+	}
+	if (!k || frame_obj_str(k, key, PROTO_CLIENT_KEY_MAX + 1)) {
+		snprintf(err->msg, sizeof(err->msg), "auth: key must be a string of at most %u bytes",
+			 PROTO_CLIENT_KEY_MAX);
+		return 1;
+	}
+	return 0;
+}
+
+void proto_client_pack_auth(msgpack_packer *pk, const char *key)
+{
+	msgpack_pack_map(pk, 2);
+	frame_pack_kv_str(pk, "type", "auth");
+	frame_pack_kv_str(pk, "key", key);
+}
+
+int proto_client_frame_auth_ok(const char *tenant, char **data, size_t *len)
+{
+	struct frame_writer w;
+	msgpack_packer *pk;
+	int r;
+
+	frame_writer_init(&w);
+	pk = frame_writer_packer(&w);
+	msgpack_pack_map(pk, 2);
+	frame_pack_kv_str(pk, "type", "auth_ok");
+	frame_pack_kv_str(pk, "tenant", tenant);
+	r = frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, data, len);
+	frame_writer_deinit(&w);
+	return r;
+}
+
 int proto_client_frame_error(uint64_t id, int code, const char *message,
 			     char **data, size_t *len)
 {

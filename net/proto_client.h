@@ -131,6 +131,17 @@ int proto_client_frame_error(uint64_t id, int code, const char *message,
 int proto_client_frame_conn_error(int code, const char *message,
 				  char **data, size_t *len);
 
+/* ---- authentication (a keys file is set: the connection's first frame)
+ * {type:"auth", key} -> {type:"auth_ok", tenant}; a wrong key or another
+ * first frame is a frame_error and the connection closes. */
+#define PROTO_CLIENT_KEY_MAX 256u
+/* The key of an auth frame into key[PROTO_CLIENT_KEY_MAX + 1]: 0, or 1
+ * with err->msg set (not an auth frame, no key string). */
+int proto_client_auth_parse(const msgpack_object *map, char *key,
+			    struct frame_error *err);
+void proto_client_pack_auth(msgpack_packer *pk, const char *key);
+int proto_client_frame_auth_ok(const char *tenant, char **data, size_t *len);
+
 /* ---- internal helpers shared with proto_peer.c ------------------------ */
 
 /* A custom field (net/proto_schema.h): the int at f->offset as the name

@@ -125,7 +125,8 @@ static const struct bad {
 	{ "keyless http off loopback", "[kv]\npool_tokens = 64\n[listen]\nhttp = 0.0.0.0:8000\n", 8, "listen.http", "not a loopback address" },
 	{ "http on prefill", "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n[listen]\npeer = 127.0.0.1:1\nhttp = 127.0.0.1:2\n", 11, "listen.http", "prefill nodes serve no clients" },
 	{ "http not host:port", "[kv]\npool_tokens = 64\n[listen]\nhttp = unix:/tmp/x\n", 8, "listen.http", "IPv4:port" },
-	{ "api keys without http", "[kv]\npool_tokens = 64\n[http]\napi_keys_file = /nonexistent\n", 8, "http.api_keys_file", "listen.http is off" },
+	{ "api keys without http", "[kv]\npool_tokens = 64\n[http]\napi_keys_file = /nonexistent\n", 8, "http.api_keys_file", "listen.http and listen.client are off" },
+	{ "keyless client off loopback", "[kv]\npool_tokens = 64\n[listen]\nclient = 127.0.0.1:1,0.0.0.0:7600\n", 8, "listen.client", "not loopback" },
 	{ "api keys file missing", "[kv]\npool_tokens = 64\n[listen]\nhttp = 0.0.0.0:8000\n[http]\napi_keys_file = /nonexistent/keys\n", 10, "http.api_keys_file", "cannot open" },
 	{ "key outside section", "", 1, "", "" }, /* handled below */
 	{ "bad node name", "", 1, "node.name", "not a name" }, /* handled below */

@@ -216,6 +216,56 @@ START_TEST(test_openai_bodies)
 }
 END_TEST
 
+/* The role and limit words after the tenant: admin keys, limits that
+ * belong to the tenant (every key of it gets them), and refusals. */
+START_TEST(test_apikeys_roles)
+{
+	static const char good[] =
+		"0123456789abcdef0123456789abcdef alice admin\n"
+		"1123456789abcdef0123456789abcdef alice share=3 max_active=4\n"
+		"2123456789abcdef0123456789abcdef bob user max_queued=2 max_tokens=500\n"
+		"3123456789abcdef0123456789abcdef carol\n";
+	static const char *const bad[] = {
+		"0123456789abcdef0123456789abcdef alice root\n",
+		"0123456789abcdef0123456789abcdef alice share=0\n",
+		"0123456789abcdef0123456789abcdef alice share=4294967296\n",
+		"0123456789abcdef0123456789abcdef alice share=x\n",
+		"0123456789abcdef0123456789abcdef alice share=\n",
+		"0123456789abcdef0123456789abcdef alice limit=3\n",
+		"0123456789abcdef0123456789abcdef alice share=1\n1123456789abcdef0123456789abcdef alice share=2\n",
+	};
+	const struct kvd_apikey_info *i;
+	struct kvd_apikeys *k;
+	char why[256];
+
+	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", good, strlen(good), why, sizeof(why)), 0);
+	i = kvd_apikeys_find(k, "0123456789abcdef0123456789abcdef", 32);
+	ck_assert_ptr_nonnull(i);
+	ck_assert_str_eq(i->tenant, "alice");
+	ck_assert(i->admin);
+	ck_assert_uint_eq(i->lim.share, 3);        /* the tenant's, from its other line */
+	ck_assert_uint_eq(i->lim.max_active, 4);
+	i = kvd_apikeys_find(k, "1123456789abcdef0123456789abcdef", 32);
+	ck_assert(!i->admin);
+	i = kvd_apikeys_find(k, "2123456789abcdef0123456789abcdef", 32);
+	ck_assert(!i->admin);
+	ck_assert_uint_eq(i->lim.max_queued, 2);
+	ck_assert_uint_eq(i->lim.max_tokens, 500);
+	ck_assert_uint_eq(i->lim.share, 0);        /* unset: the config's */
+	i = kvd_apikeys_find(k, "3123456789abcdef0123456789abcdef", 32);
+	ck_assert(!i->admin);
+	ck_assert_uint_eq(i->lim.max_active, 0);
+	ck_assert_ptr_null(kvd_apikeys_find(k, "4123456789abcdef0123456789abcdef", 32));
+	kvd_apikeys_free(k);
+	for (size_t n = 0; n < sizeof(bad) / sizeof(bad[0]); n++) {
+		why[0] = 0;
+		ck_assert_msg(kvd_apikeys_parse(&k, "K", bad[n], strlen(bad[n]), why, sizeof(why)) == -1,
+			      "accepted: %s", bad[n]);
+		ck_assert_ptr_nonnull(strstr(why, "K:"));
+	}
+}
+END_TEST
+
 START_TEST(test_apikeys)
 {
 	static const char good[] = "# keys\n\n0123456789abcdef0123456789ABCDEF alice\r\n  fedcba9876543210fedcba9876543210xyz\tbob.2 \n";
@@ -252,6 +302,7 @@ static Suite *http_suite(void)
 	tcase_add_test(tc, test_wire_bounds);
 	tcase_add_test(tc, test_openai_bodies);
 	tcase_add_test(tc, test_apikeys);
+	tcase_add_test(tc, test_apikeys_roles);
 	suite_add_tcase(s, tc);
 	return s;
 }

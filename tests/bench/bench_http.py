@@ -31,6 +31,11 @@ def one_msgpack(i):
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     t0 = time.perf_counter()
+    if key:   # a keys file: the first frame authenticates (net/PROTOCOL.md)
+        mpk.send_frame(s, {"type": "auth", "key": key})
+        m = mpk.recv_frame(s)
+        if not m or m.get("type") != "auth_ok":
+            raise RuntimeError(str(m))
     mpk.send_frame(s, {"type": "request", "id": i, "prompt": PROMPT.format(i=i),
                        "max_tokens": MAX_TOKENS, "temperature": 0.8, "top_p": 1.0,
                        "top_k": 0, "seed": i})

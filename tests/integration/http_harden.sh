@@ -31,7 +31,7 @@ RAW=$(dirname "$0")/http_raw.py
 gen_model "$T/m.gguf"
 M=$T/m.gguf
 KEY=dave-0123456789abcdef0123456789abcdef
-printf '%s dave\n' "$KEY" > "$T/keys"
+printf '%s dave admin\n' "$KEY" > "$T/keys"
 chmod 600 "$T/keys"
 
 next_port; S_HTTP=$PORT

@@ -103,7 +103,7 @@ stop_node da
 
 # ---- an HTTP client's wrong keys ----------------------------------------------------
 KEY=carol-0123456789abcdef0123456789abcdef
-printf '%s carol\n' "$KEY" > "$T/keys"
+printf '%s carol admin\n' "$KEY" > "$T/keys"
 chmod 600 "$T/keys"
 next_port; S_HTTP=$PORT
 write_node sa standalone "$M" "listen.http=127.0.0.1:$S_HTTP" "http.api_keys_file=$T/keys"

@@ -24,8 +24,9 @@ MODEL=$T/m.gguf
 PROMPT=$(seq -s, 10 109)          # 100 tokens: 7 pages of 16, 7 batches
 REF=$(offline --model "$MODEL" --prompt "The end of the story" --max-tokens 12 --temperature 0.9 --seed 3)
 # heartbeats every 200 ms (dead after 3 missed); phase timeouts long
-# enough that only the loss can end a transfer here
-pair pl dl "$MODEL" "transfer.max_batch_bytes=16K" -- "transfer.max_batch_bytes=16K" \
+# enough that only the loss can end a transfer here; tenants.max_queued=0:
+# a busy decode refuses at once (the OVERLOADED case) instead of queueing
+pair pl dl "$MODEL" "transfer.max_batch_bytes=16K" -- "transfer.max_batch_bytes=16K" "tenants.max_queued=0" \
 	"transfer.prefill_timeout_ms=8000" "transfer.transfer_timeout_ms=8000"
 
 restart_prefill() { # restart_prefill [KVD_FAULT spec]: true once dl paired with it

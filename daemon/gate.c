@@ -1,0 +1,260 @@
+/* gate.c - admission between tenants, in front of the role's admission.
+ *
+ * Design. A parsed request does not go to the role (serve->admit)
+ * directly: it is offered to its tenant's queue (daemon/fairq.h) and is
+ * admitted when the node has a slot (tenants.node_max_active, default
+ * engine.max_batch, so every admitted request is in the decode batch)
+ * and the pool has its pages free, in weighted fair order between
+ * tenants. The role then reserves its pages exactly as before
+ * (invariant 3: admission before allocation): the gate only decides
+ * when a request may try.
+ *
+ * Pages. A request still reserves prompt + max_tokens at admission (the
+ * engine's and decode's rule): growing a reservation as tokens come
+ * would need preemption when the pool runs dry mid-generation, and a
+ * pool that never overcommits is the invariant. What changes is that a
+ * request that does not fit *now* waits in its queue instead of being
+ * refused. The gate counts the pages the pool has free minus the pages
+ * of requests it admitted that the engine has not reserved yet (its
+ * thread reserves them, later): so it never admits more than the pool
+ * holds, and the pool's own all-or-nothing reservation stays the last
+ * word (a refusal there is still OVERLOADED, as before).
+ *
+ * Bounds. Each tenant waits at most tenants.max_queued requests (one
+ * more: OVERLOADED, HTTP 429 with Retry-After), each at most
+ * tenants.queue_timeout_ms (then the same). A client that leaves takes
+ * its waiting request out of the queue. A drain refuses what waits.
+ *
+ * Pumping. An admitted request that ends lets others in: req.c starts
+ * the gate timer (0 ms) and the pump runs from it, never inside the
+ * ending request's state change. The sweep pumps too (pages come back
+ * when fences lift, without a request ending).
+ */
+#include "daemon/serve_int.h"
+#include "conf/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void gate_client_gone(struct serve_req *r);
+
+/* What a waiting request is to the layers below: no engine, not in the
+ * registry; a client that leaves takes it out of the queue. */
+static const struct serve_req_ops gate_wait_ops = {
+	.reg = { .family = KVD_REQ_SERVE, .kind = "waiting" },
+	.client_gone = gate_client_gone,
+};
+
+static struct fairq_limits gate_limits(const struct kvd_config *c,
+				       const struct kvd_tenant_limits *k)
+{
+	return (struct fairq_limits){
+		.share = k->share ? k->share : c->tenant_share,
+		.max_active = k->max_active ? k->max_active : c->tenant_max_active,
+		.max_queued = k->max_queued ? k->max_queued : c->tenant_max_queued,
+		.max_tokens = k->max_tokens ? k->max_tokens : c->tenant_max_tokens,
+	};
+}
+
+/* Pages the pool has free for the gate to give: free now, less those
+ * admitted requests will still reserve. */
+static uint32_t gate_free_pages(struct serve *s)
+{
+	struct kvpool_stats st;
+	uint32_t f;
+
+	kvpool_get_stats(s->d->pool, &st);
+	f = st.by_state[KVPAGE_FREE];
+	return f > s->gate_unsettled ? f - s->gate_unsettled : 0;
+}
+
+static uint32_t gate_pages(struct serve_req *r)
+{
+	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
+
+	return kvpool_pages_for(r->s->d->pool, need ? need - 1 : 0);
+}
+
+/* The largest request the role could admit now: this node's limit, and
+ * on decode the largest context and pool of an up prefill peer (0: no
+ * peer is up). Anything larger is the role's refusal at once
+ * (prompt_too_long, no_peer), never a wait. */
+static uint64_t gate_path_limit(struct serve *s)
+{
+	uint64_t own = serve__own_limit(s), best = 0;
+	struct kvd_list *e;
+
+	if (s->d->cfg.role != KVD_ROLE_DECODE)
+		return own;
+	kvd_list_for_each(e, &s->links) {
+		const struct link *l = kvd_list_entry(e, struct link, node);
+
+		if (l->side == LINK_DIAL && l->up)
+			best = KVD_MAX(best, KVD_MIN((uint64_t)l->hello.context,
+						     (uint64_t)l->hello.pool_tokens));
+	}
+	return KVD_MIN(own, best);
+}
+
+/* A waiting request leaves without being admitted: answered with code
+ * (0: its client is gone, nothing to answer), ended. */
+static void gate_refuse(struct serve_req *r, int code, const char *reason,
+			const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void gate_refuse(struct serve_req *r, int code, const char *reason,
+			const char *fmt, ...)
+{
+	struct serve *s = r->s;
+	va_list ap;
+
+	fairq_done(&s->fq, &r->fq);
+	if (code) {
+		s->d->counters.rejected[code == PROTO_ERR_DRAINING ? KVD_REJECT_DRAINING :
+					code == PROTO_ERR_INVALID_REQUEST ? KVD_REJECT_INVALID :
+					KVD_REJECT_OVERLOADED]++;
+		r->fail_code = code;
+		va_start(ap, fmt);
+		vsnprintf(r->fail_msg, sizeof(r->fail_msg), fmt, ap);
+		va_end(ap);
+		KVLOG_RL_WARN(s->log, &s->rl[SERVE_RL_CLIENT_REFUSED], "admission_reject",
+			      "client_id=%llu tenant=%s reason=%s prompt_tokens=%u max_tokens=%u waited_ms=%llu",
+			      (unsigned long long)r->client_id, KVLOG_Q(r->tenant), reason,
+			      r->n_prompt, r->max_tokens,
+			      (unsigned long long)((kvd_now_ns() - r->t_arrive_ns) / 1000000u));
+	}
+	serve__dreq_event(r, DEV_REFUSE);
+}
+
+static void gate_client_gone(struct serve_req *r)
+{
+	r->answered = true;   /* nobody to answer */
+	gate_refuse(r, 0, "client_gone", "%s", "");
+}
+
+/* Its turn: the role's admission, which reserves its pages (or refuses). */
+static void gate_run(struct serve_req *r, uint32_t pages)
+{
+	struct serve *s = r->s;
+
+	r->gate_unsettled = pages;
+	s->gate_unsettled += pages;
+	r->rops = NULL;
+	if (r->t_arrive_ns && kvd_now_ns() - r->t_arrive_ns > 1000000u)
+		KVLOG_DEBUG(s->log, "admission_waited",
+			    "client_id=%llu tenant=%s waited_ms=%llu",
+			    (unsigned long long)r->client_id, KVLOG_Q(r->tenant),
+			    (unsigned long long)((kvd_now_ns() - r->t_arrive_ns) / 1000000u));
+	s->admit(r);
+}
+
+static void gate_pump(struct serve *s)
+{
+	struct fairq_item *it;
+	uint32_t avail;
+
+	if (s->stopping || !s->fq.queued)
+		return;
+	avail = gate_free_pages(s);
+	while ((it = fairq_next(&s->fq, avail)) != NULL) {
+		struct serve_req *r = kvd_container_of(it, struct serve_req, fq);
+
+		avail -= KVD_MIN(avail, it->pages);
+		gate_run(r, it->pages);
+	}
+}
+
+static void gate_timer_cb(uv_timer_t *t)
+{
+	gate_pump(t->data);
+}
+
+int serve__gate_init(struct serve *s)
+{
+	const struct kvd_config *c = &s->d->cfg;
+	int rc;
+
+	fairq_init(&s->fq, c->node_max_active ? c->node_max_active : c->max_batch);
+	rc = uv_timer_init(&s->d->loop, &s->gate_timer);
+	if (rc)
+		return rc;
+	s->gate_timer.data = s;
+	s->gate_cb = gate_timer_cb;
+	s->gate_open = true;
+	return 0;
+}
+
+void serve__gate_stop(struct serve *s)
+{
+	if (!s->gate_open)
+		return;
+	s->gate_open = false;
+	serve__close_handle(s, (uv_handle_t *)&s->gate_timer);
+}
+
+void serve__gate_admit(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	struct fairq_limits lim = gate_limits(&s->d->cfg, &r->lim);
+	struct fairq_tenant *t;
+	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
+	uint32_t pages = gate_pages(r);
+	int rc;
+
+	/* what cannot fit the path is the role's refusal, at once */
+	if (need > gate_path_limit(s)) {
+		s->admit(r);
+		return;
+	}
+	r->rops = &gate_wait_ops;
+	t = fairq_tenant(&s->fq, r->tenant, &lim);
+	if (!t) {
+		gate_refuse(r, PROTO_ERR_INTERNAL, "nomem", "out of memory");
+		return;
+	}
+	rc = fairq_offer(&s->fq, t, &r->fq, (uint32_t)KVD_MIN(need, UINT32_MAX),
+			 pages);
+	if (rc == FAIRQ_E_TOO_BIG) {
+		gate_refuse(r, PROTO_ERR_INVALID_REQUEST, "tenant_max_tokens",
+			    "prompt (%u tokens) + max_tokens (%u) exceeds this tenant's max_tokens (%u)",
+			    r->n_prompt, r->max_tokens, lim.max_tokens);
+		return;
+	}
+	if (rc == 0) {
+		gate_pump(s);
+		/* still waiting, one past the tenant's bound: refused */
+		if (r->fq.waiting && !fairq_overfull(t))
+			return;
+		if (!r->fq.waiting)
+			return;   /* admitted (and maybe ended) */
+	}
+	gate_refuse(r, PROTO_ERR_OVERLOADED, "tenant_queue_full",
+		    "the node is busy and this tenant already has %u requests waiting (tenants.max_queued); retry later",
+		    lim.max_queued);
+}
+
+void serve__gate_sweep(struct serve *s)
+{
+	uint64_t now = kvd_now_ns();
+	uint64_t lim = (uint64_t)s->d->cfg.tenant_queue_timeout_ms * 1000000u;
+	bool draining = kvd_request_gate(s->reqtab) || s->stopping;
+	struct kvd_list *pos, *nxt;
+
+	/* every live request, so refusing one (it leaves s->reqs) never
+	 * frees a list this walk still stands in */
+	kvd_list_for_each_safe(pos, nxt, &s->reqs) {
+		struct serve_req *r = kvd_list_entry(pos, struct serve_req, node);
+
+		if (r->ended || !r->fq.waiting)
+			continue;
+		if (draining)
+			gate_refuse(r, PROTO_ERR_DRAINING, "draining",
+				    "the node is draining and admits no new requests");
+		else if (now - r->t_arrive_ns >= lim)
+			gate_refuse(r, PROTO_ERR_OVERLOADED, "queue_timeout",
+				    "waited %u ms for admission (tenants.queue_timeout_ms); the node is busy, retry later",
+				    s->d->cfg.tenant_queue_timeout_ms);
+	}
+	gate_pump(s);
+}
