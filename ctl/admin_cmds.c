@@ -82,6 +82,7 @@ static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
 		[KVPAGE_FILLING] = "filling", [KVPAGE_READY] = "ready",
 		[KVPAGE_FENCED] = "fenced", [KVPAGE_QUARANTINED] = "quarantined",
 		[KVPAGE_RETIRED] = "retired",
+		[KVPAGE_CACHED] = "cached",
 	};
 
 	msgpack_pack_map(pk, 6 + KVPAGE_N_STATES);

@@ -428,6 +428,7 @@ static void render_pool(struct text *t, struct kvd_daemon *d)
 		[KVPAGE_FILLING] = "filling", [KVPAGE_READY] = "ready",
 		[KVPAGE_FENCED] = "fenced", [KVPAGE_QUARANTINED] = "quarantined",
 		[KVPAGE_RETIRED] = "retired",
+		[KVPAGE_CACHED] = "cached",
 	};
 	struct kvpool_stats st = { 0 };
 	const struct kvd_capacity *c = &d->cap;
