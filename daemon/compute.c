@@ -106,6 +106,7 @@ static struct compute_msg *compute_run_job(struct compute *c,
 		m->kind = COMPUTE_MSG_SUBMITTED;
 		m->error = engine_submit(c->eng, &j->rp, &req);
 		m->req = req;
+		m->cached = req ? engine_req_cached(req) : 0;
 		if (!m->error) {
 			/* in the engine: its DONE waits here until the engine
 			 * reports the end, or the owner is freed first */
@@ -350,6 +351,10 @@ int compute_submit(struct compute *c, uint64_t owner,
 	j->rp.user = NULL;        /* the thread points it at j->done */
 	j->rp.prompt = NULL;      /* ... and these at the job's copies */
 	j->rp.table = NULL;
+	if (rp->cache_key) {
+		j->key = *rp->cache_key;
+		j->rp.cache_key = &j->key;
+	}
 	j->rp.n_prompt = n_prompt;
 	j->rp.n_table = table ? n_table : 0;
 	compute_queue(c, j);

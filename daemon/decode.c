@@ -414,6 +414,7 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 			return;
 		}
 		r->ereq = m->req;
+		r->cached_tokens = m->cached;
 		serve__dreq_event(r, r->sink ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
 		return;
 	case COMPUTE_MSG_TOKEN:

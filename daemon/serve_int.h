@@ -65,6 +65,7 @@ struct http_server;
 struct serve_final_info {
 	const char *reason;              /* "stop" | "length" */
 	uint32_t prompt_tokens, output_tokens;
+	uint32_t cached_tokens;          /* of prompt_tokens, from the cache */
 	uint64_t ttft_us, total_us;
 	const char *text;                /* the detokenizer's tail, (text_len) */
 	size_t text_len;
@@ -135,6 +136,8 @@ struct serve_req {
 					  * tenant (HTTP), "default" on the
 					  * msgpack socket; in its log lines
 					  * and metric labels */
+	char cache_salt[PROTO_CLIENT_SALT_MAX + 1]; /* "" = none (gpu/pcache.h) */
+	uint32_t cached_tokens;          /* prompt tokens the prefix cache gave */
 	uint32_t n_out;
 	struct detok dt;
 	bool dt_init;
