@@ -22,6 +22,7 @@
  */
 #include "daemon/metrics.h"
 #include "daemon/daemon.h"
+#include "gpu/pcache.h"
 #include "kvd_build.h"
 #include "net/proto_client.h"
 
@@ -467,6 +468,55 @@ static void render_pool(struct text *t, struct kvd_daemon *d)
 	      d->peers.min_pool_tokens);
 }
 
+/* The prefix cache, by tenant (gpu/pcache.h): its own tenants' counters,
+ * labelled as the request series are. */
+static void render_cache(struct text *t, struct kvd_daemon *d)
+{
+	static const struct { const char *name, *type, *help; size_t off; } f[] = {
+		{ "kvd_prefix_cache_pages", "gauge", "KV pages the prefix cache holds, by tenant.",
+		  offsetof(struct pcache_tenant_stats, pages) },
+		{ "kvd_prefix_cache_lookups_total", "counter", "Requests that looked in their tenant's prefix cache.",
+		  offsetof(struct pcache_tenant_stats, lookups) },
+		{ "kvd_prefix_cache_hits_total", "counter", "Lookups that reused at least one cached page.",
+		  offsetof(struct pcache_tenant_stats, hits) },
+		{ "kvd_prefix_cache_misses_total", "counter", "Lookups that reused nothing.",
+		  SIZE_MAX },
+		{ "kvd_prefix_cache_hit_tokens_total", "counter", "Prompt tokens read from the prefix cache.",
+		  offsetof(struct pcache_tenant_stats, hit_tokens) },
+		{ "kvd_prefix_cache_evictions_total", "counter", "Cached pages evicted (LRU, quota or flush).",
+		  offsetof(struct pcache_tenant_stats, evictions) },
+	};
+	struct pcache_tenant_stats *ts;
+	uint32_t n;
+
+	if (!d->cache)
+		return;
+	ts = calloc(PCACHE_TENANTS_MAX, sizeof(*ts));
+	if (!ts) {
+		t->oom = true;
+		return;
+	}
+	n = pcache_stats(d->cache, NULL, NULL, ts, PCACHE_TENANTS_MAX);
+	for (size_t k = 0; k < KVD_ARRAY_SIZE(f); k++) {
+		family(t, f[k].name, f[k].type, f[k].help);
+		for (uint32_t i = 0; i < n; i++) {
+			char esc[PCACHE_TENANT_MAX * 3 + 1];
+			uint64_t v;
+
+			if (f[k].off == SIZE_MAX) {
+				v = ts[i].lookups - ts[i].hits;
+			} else if (f[k].off == offsetof(struct pcache_tenant_stats, pages)) {
+				v = ts[i].pages;
+			} else {
+				memcpy(&v, (const char *)&ts[i] + f[k].off, sizeof(v));
+			}
+			kvd_metrics_escape(ts[i].tenant, esc, sizeof(esc));
+			tx(t, "%s{tenant=\"%s\"} %" PRIu64 "\n", f[k].name, esc, v);
+		}
+	}
+	free(ts);
+}
+
 static void render_counters(struct text *t, struct kvd_daemon *d)
 {
 	const struct kvd_counters *k = &d->counters;
@@ -549,6 +599,7 @@ int kvd_metrics_render(struct kvd_daemon *d, char **out, size_t *len)
 	render_node(&t, d);
 	render_tenants(&t, &d->metrics);
 	render_pool(&t, d);
+	render_cache(&t, d);
 	render_counters(&t, d);
 	if (t.oom) {
 		free(t.p);

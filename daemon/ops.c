@@ -31,6 +31,7 @@
  */
 #include "daemon/ops.h"
 #include "conf/util.h"
+#include "gpu/pcache.h"
 #include "kvd_build.h"
 
 #include <errno.h>
@@ -278,6 +279,20 @@ int kvd_ops_abort(struct kvd_ops *o, uint64_t id)
 	      "id=%llu tenant=%s source=admin result=%s", (unsigned long long)id,
 	      KVLOG_Q(tenant), r ? kvd_ops_strerror(r) : "ok");
 	return r;
+}
+
+int kvd_ops_cache_flush(struct kvd_ops *o, const char *tenant,
+			uint32_t *evicted)
+{
+	const char *t = tenant && tenant[0] ? tenant : NULL;
+
+	*evicted = 0;
+	if (!o->d->cache)
+		return KVD_OPS_E_STATE;
+	*evicted = pcache_flush(o->d->cache, t);
+	KVLOG_INFO(&o->d->log, "cache_flush", "tenant=%s evicted_pages=%u source=admin",
+		   KVLOG_Q(t ? t : "*"), *evicted);
+	return 0;
 }
 
 /* ---- synthetic load -------------------------------------------------------- */

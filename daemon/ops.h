@@ -126,6 +126,12 @@ void kvd_ops_capacity(struct kvd_ops *o, struct kvd_capacity *cap);
 /* Abort request id (normal failure path). 0, KVD_E_NOTFOUND, KVD_E_BUSY. */
 int kvd_ops_abort(struct kvd_ops *o, uint64_t id);
 
+/* The prefix cache (gpu/pcache.h): drop every entry of tenant (NULL or
+ * "": all); held ones go when their requests end. *evicted: pages freed
+ * now. KVD_OPS_E_STATE when cache.enabled is off. Logs event=cache_flush. */
+int kvd_ops_cache_flush(struct kvd_ops *o, const char *tenant,
+			uint32_t *evicted);
+
 /* ---- fault points: synthetic load --------------------------------------- */
 
 struct kvd_synth_spec {

@@ -110,4 +110,22 @@ check "257-byte cache_salt: 400" test "$(g long_salt_status)" = 400
 check "bob's request_done lines: cached_tokens=0 only" \
 	test "$(grep 'event=request_done' "$T/c.log" | grep 'tenant=bob' | grep -c 'cached_tokens=0 ')" -ge 10
 check "alice's hit logged" log_has "$T/c.log" 'tenant=alice .*cached_tokens=1024 '
+
+# admin: kvctl cache status, metrics, kvctl cache flush --tenant
+CS=$("$KVCTL" --socket "$T/c.sock" --json cache status)
+echo "# $CS"
+cs() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); t={x["tenant"]: x for x in d["tenants"]}; print(t[sys.argv[2]][sys.argv[3]])' "$CS" "$@"; }
+check "cache status: alice's hits (one reuse)" test "$(cs alice hits)" = 1
+check "cache status: bob's hits 0 of 10 lookups" test "$(cs bob hits) $(cs bob lookups)" = "0 10"
+check "cache status: bob holds his own pages (10 prompts x 64)" test "$(cs bob pages)" = 640
+"$KVCTL" --socket "$T/c.sock" metrics > "$T/metrics"
+check "metrics: hits by tenant" grep -q '^kvd_prefix_cache_hits_total{tenant="alice"} 1$' "$T/metrics"
+check "metrics: bob's misses" grep -q '^kvd_prefix_cache_misses_total{tenant="bob"} 10$' "$T/metrics"
+check "metrics: cached pages in the pool" grep -Eq '^kvd_kv_pages\{state="cached"\} [1-9]' "$T/metrics"
+check "kvctl cache flush --tenant alice" quiet "$KVCTL" --socket "$T/c.sock" cache flush --tenant alice
+CS=$("$KVCTL" --socket "$T/c.sock" --json cache status)
+check "alice's pages gone, bob's kept" test "$(cs alice pages) $(cs bob pages)" = "0 640"
+check "flush logged" log_has "$T/c.log" 'event=cache_flush tenant=alice evicted_pages=384 '
+check "cache status: usage error without a subcommand" \
+	test "$("$KVCTL" --socket "$T/c.sock" cache >/dev/null 2>&1; echo $?)" = 2
 finish
