@@ -54,6 +54,7 @@ static void compute_msgs_free(struct compute_msg *m)
 		struct compute_msg *next = m->next;
 
 		free(m->table);
+		free(m->mapped);
 		free(m);
 		m = next;
 	}
@@ -156,11 +157,24 @@ static void compute_done(struct compute_msg *m, const struct engine_event *ev)
 		uint32_t n_table, n_kv;
 		const struct kvpool_ref *t = engine_req_table(ev->req, &n_table, &n_kv);
 
+		uint32_t n_mapped;
+		const uint64_t *ids = engine_req_mapped(ev->req, &n_mapped);
+
 		m->table = malloc(sizeof(*t) * n_table);
-		if (m->table) {
+		if (n_mapped)
+			m->mapped = malloc(sizeof(*ids) * n_mapped);
+		if (m->table && (!n_mapped || m->mapped)) {
 			memcpy(m->table, t, sizeof(*t) * n_table);
 			m->n_table = n_table;
 			m->n_kv = n_kv;
+			if (n_mapped)
+				memcpy(m->mapped, ids, sizeof(*ids) * n_mapped);
+			m->n_mapped = n_mapped;
+		} else {
+			free(m->table);
+			free(m->mapped);
+			m->table = NULL;
+			m->mapped = NULL;
 		}
 	}
 }
@@ -422,6 +436,7 @@ static void compute_async_cb(uv_async_t *a)
 		m->next = NULL;
 		c->deliver(c->deliver_arg, m);
 		free(m->table);
+		free(m->mapped);
 		free(m);
 	}
 }

@@ -83,6 +83,10 @@ struct compute_msg {
 					  * NULL without memory for it */
 	uint32_t n_table;
 	uint32_t n_kv;
+	uint64_t *mapped;                /* DONE with a table: (n_mapped) cache
+					  * entries owning table[0..n_mapped)
+					  * (gpu/pcache.h), or NULL */
+	uint32_t n_mapped;
 	bool nomem;                      /* a pending DONE: its submit's
 					  * nomem (thread-owned) */
 };

@@ -180,9 +180,10 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 	struct pcache_key key;
 	int rc;
 
-	/* A prompt this node computes into its own pages for its own client
-	 * uses its tenant's (and salt's) prefix cache. */
-	if (s->d->cache && !table && !prefill_only) {
+	/* A prompt this node computes into its own pages (standalone, a
+	 * decode node's local prefill, a prefill node for its peer) uses the
+	 * prefix cache of its tenant and salt; lent pages never do. */
+	if (s->d->cache && !table) {
 		pcache_key_make(&key, s->d->cache_fp, r->tenant, r->cache_salt,
 				strlen(r->cache_salt));
 		rp.cache_key = &key;

@@ -598,6 +598,12 @@ enum engine_finish engine_req_finish(const struct engine_req *r, int *error)
 	return r->finish;
 }
 
+const uint64_t *engine_req_mapped(const struct engine_req *r, uint32_t *n)
+{
+	*n = r->map.n;
+	return r->map.n ? r->map.ids : NULL;
+}
+
 uint32_t engine_req_cached(const struct engine_req *r)
 {
 	return r->n_reused;

@@ -214,6 +214,9 @@ uint32_t engine_req_n_prompt(const struct engine_req *r);
 uint32_t engine_req_n_output(const struct engine_req *r);
 enum engine_finish engine_req_finish(const struct engine_req *r, int *error);
 uint64_t engine_req_owner(const struct engine_req *r);
+/* The cache entries owning the first *n table entries (mapped cached
+ * pages, for kvpool_verify_mapped); NULL with *n = 0 when none. */
+const uint64_t *engine_req_mapped(const struct engine_req *r, uint32_t *n);
 /* Prompt tokens whose K/V came from the prefix cache (0: none). */
 uint32_t engine_req_cached(const struct engine_req *r);
 /* The request's page table and the positions its pages hold K/V for. */
