@@ -497,6 +497,20 @@ static void render_cache(struct text *t, struct kvd_daemon *d)
 		return;
 	}
 	n = pcache_stats(d->cache, NULL, NULL, ts, PCACHE_TENANTS_MAX);
+	/* the request series' bound: past it, tenants fold into "other" */
+	if (n > KVD_METRICS_TENANTS) {
+		struct pcache_tenant_stats *o = &ts[KVD_METRICS_TENANTS - 1];
+
+		for (uint32_t i = KVD_METRICS_TENANTS; i < n; i++) {
+			o->pages += ts[i].pages;
+			o->lookups += ts[i].lookups;
+			o->hits += ts[i].hits;
+			o->hit_tokens += ts[i].hit_tokens;
+			o->evictions += ts[i].evictions;
+		}
+		snprintf(o->tenant, sizeof(o->tenant), "other");
+		n = KVD_METRICS_TENANTS;
+	}
 	for (size_t k = 0; k < KVD_ARRAY_SIZE(f); k++) {
 		family(t, f[k].name, f[k].type, f[k].help);
 		for (uint32_t i = 0; i < n; i++) {
