@@ -273,6 +273,17 @@ static void kvpool__put(struct kvpool *p, uint32_t page)
 	kvpool__free_push(p, page);
 }
 
+/* Out of circulation for good. Quarantine wins over a pending
+ * retirement: the page never leaves the pool's view again. */
+static void kvpool__quarantine_page(struct kvpool *p, struct kvpage *pg)
+{
+	if (pg->retiring) {
+		pg->retiring = false;
+		p->retiring--;
+	}
+	kvpool__set_state(p, pg, KVPAGE_QUARANTINED);
+}
+
 static uint32_t kvpool__epoch_next(struct kvpool *p)
 {
 	if (++p->epoch == 0) {
@@ -897,17 +908,8 @@ int kvpool_quarantine(struct kvpool *p, uint64_t owner,
 	r = kvpool__check_table(p, owner, table, n,
 				ST_OWNED | ST(KVPAGE_FENCED), false);
 	if (!r) {
-		for (uint32_t i = 0; i < n; i++) {
-			struct kvpage *pg = &p->pages[table[i].page];
-
-			/* Quarantine wins over a pending retirement: the
-			 * page never leaves the pool's view again. */
-			if (pg->retiring) {
-				pg->retiring = false;
-				p->retiring--;
-			}
-			kvpool__set_state(p, pg, KVPAGE_QUARANTINED);
-		}
+		for (uint32_t i = 0; i < n; i++)
+			kvpool__quarantine_page(p, &p->pages[table[i].page]);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return r;
@@ -1045,15 +1047,8 @@ int kvpool_cache_quarantine(struct kvpool *p, uint64_t entry,
 
 	pthread_mutex_lock(&p->lock);
 	r = kvpool__check_table(p, entry, ref, 1, ST(KVPAGE_CACHED), false);
-	if (!r) {
-		struct kvpage *pg = &p->pages[ref->page];
-
-		if (pg->retiring) {
-			pg->retiring = false;
-			p->retiring--;
-		}
-		kvpool__set_state(p, pg, KVPAGE_QUARANTINED);
-	}
+	if (!r)
+		kvpool__quarantine_page(p, &p->pages[ref->page]);
 	pthread_mutex_unlock(&p->lock);
 	return r;
 }
