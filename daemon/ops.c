@@ -227,6 +227,15 @@ int kvd_ops_resize(struct kvd_ops *o, uint64_t pages, bool force,
 		   "pages_before=%u pages_target=%llu tokens_target=%llu force=%d",
 		   live, (unsigned long long)pages,
 		   (unsigned long long)want.pool_tokens, force);
+	/* A shrink waits for retiring pages, and a cached page leaves only
+	 * when the cache lets go: the cache empties first (pages a request
+	 * maps go at its end). */
+	if (pages < live && d->cache) {
+		uint32_t ev = pcache_flush(d->cache, NULL);
+
+		KVLOG_INFO(&d->log, "cache_flush", "tenant=%s evicted_pages=%u source=resize",
+			   KVLOG_Q("*"), ev);
+	}
 	if (pages > live)
 		r = kvpool_grow(d->pool, (uint32_t)(pages - live));
 	else if (pages < live)
