@@ -596,7 +596,9 @@ static enum dreq_event decode_reserve(struct serve_req *r)
 		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		return DEV_REFUSE;
 	}
-	rc = kvpool_reserve(pool, r->reg.id, r->n_table, r->table);
+	/* a decode node's cached pages (its local prefills) never refuse a
+	 * transfer: unmapped ones are evicted when the pool is short */
+	rc = pcache_pool_reserve(s->d->cache, pool, r->reg.id, r->n_table, r->table);
 	if (rc) {
 		s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
 		dreq_fail(r, rc == KVPOOL_E_FULL ? PROTO_ERR_OVERLOADED : PROTO_ERR_INTERNAL,

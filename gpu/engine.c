@@ -383,23 +383,6 @@ static int req_release_own(struct engine *e, struct engine_req *r, bool bad)
 	return rc;
 }
 
-/* Reserve r's own pages; when admission needs room, cached pages nobody
- * maps go first (pcache_evict), so the cache never makes a request fail
- * that would fit without it. */
-static int req_reserve_pages(struct engine *e, struct engine_req *r,
-			     uint32_t n)
-{
-	struct kvpool_stats st;
-	int rc = kvpool_reserve(e->pool, r->owner, n, r->table + r->map.n);
-
-	if (rc != KVPOOL_E_FULL || !e->p.cache)
-		return rc;
-	kvpool_get_stats(e->pool, &st);
-	if (n > st.by_state[KVPAGE_FREE])
-		pcache_evict(e->p.cache, n - st.by_state[KVPAGE_FREE]);
-	return kvpool_reserve(e->pool, r->owner, n, r->table + r->map.n);
-}
-
 /* The engine's own pages for r: the cached pages its prompt starts with
  * (same tenant and salt: rp->cache_key), at most all but the last prompt
  * token's page, mapped; the rest reserved and FILLING. */
@@ -422,7 +405,10 @@ static int req_reserve(struct engine *e, struct engine_req *r,
 		r->n_reused = r->n_kv;
 	}
 	n_own = r->n_table - r->map.n;
-	rc = req_reserve_pages(e, r, n_own);
+	/* cached pages nobody maps go first when the pool is short: the
+	 * cache never fails a request that would fit without it */
+	rc = pcache_pool_reserve(e->p.cache, e->pool, r->owner, n_own,
+				 r->table + r->map.n);
 	if (!rc) {
 		r->own_pages = true;
 		rc = kvpool_fill_begin(e->pool, r->owner, r->table + r->map.n,

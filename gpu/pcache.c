@@ -507,6 +507,20 @@ uint32_t pcache_evict(struct pcache *c, uint32_t n)
 	return done;
 }
 
+int pcache_pool_reserve(struct pcache *c, struct kvpool *pool, uint64_t owner,
+			uint32_t n, struct kvpool_ref *table)
+{
+	struct kvpool_stats st;
+	int rc = kvpool_reserve(pool, owner, n, table);
+
+	if (rc != KVPOOL_E_FULL || !c)
+		return rc;
+	kvpool_get_stats(pool, &st);
+	if (n > st.by_state[KVPAGE_FREE])
+		pcache_evict(c, n - st.by_state[KVPAGE_FREE]);
+	return kvpool_reserve(pool, owner, n, table);
+}
+
 uint32_t pcache_flush(struct pcache *c, const char *tenant)
 {
 	uint32_t n;

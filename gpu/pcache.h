@@ -109,6 +109,11 @@ uint32_t pcache_insert(struct pcache *c, const struct pcache_key *k,
 /* Evict up to n LRU pages no one holds (admission needs room). Returns
  * how many went back to the pool. */
 uint32_t pcache_evict(struct pcache *c, uint32_t n);
+/* kvpool_reserve for any owner of pool pages, where cached pages never
+ * make admission fail: when the pool is short, unmapped cached pages are
+ * evicted and the reserve tried once more. c may be NULL (no cache). */
+int pcache_pool_reserve(struct pcache *c, struct kvpool *pool, uint64_t owner,
+			uint32_t n, struct kvpool_ref *table);
 /* Drop every entry of tenant (NULL: all); held ones go at their release.
  * Returns the pages evicted now. */
 uint32_t pcache_flush(struct pcache *c, const char *tenant);

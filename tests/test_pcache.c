@@ -412,6 +412,36 @@ START_TEST(test_poison_drops_tenant)
 }
 END_TEST
 
+/* Any reserve (decode's transfer pages, the engine's) evicts unmapped
+ * cached pages before it says the pool is full; mapped ones stay. */
+START_TEST(test_pool_reserve_evicts)
+{
+	struct kvpool *p = pool_new(8);
+	struct pcache *c = cache_new(p, 8, 0);
+	struct pcache_key k;
+	struct pcache_map m;
+	struct kvpool_ref t[8];
+	int32_t a[24];
+
+	pcache_key_make(&k, fp_a, "t", "", 0);
+	prompt_fill(a, 24, 0);
+	ck_assert_uint_eq(run_prompt(c, p, &k, 1, a, 24), 6);
+	ck_assert_int_eq(kvpool_reserve(p, 2, 5, t), KVPOOL_E_FULL);
+	ck_assert_int_eq(pcache_pool_reserve(NULL, p, 2, 5, t), KVPOOL_E_FULL);
+	ck_assert_int_eq(pcache_lookup(c, &k, a, 24, 2, &m), 0);
+	ck_assert_uint_eq(m.n, 2);
+	/* 2 free + 4 evictable: 7 cannot be had, 6 can */
+	ck_assert_int_eq(pcache_pool_reserve(c, p, 2, 7, t), KVPOOL_E_FULL);
+	ck_assert_int_eq(pcache_pool_reserve(c, p, 2, 6, t), 0);
+	ck_assert_uint_eq(n_state(p, KVPAGE_CACHED), 2);
+	ck_assert_uint_eq(hit_pages(c, &k, a, 24), 2);
+	ck_assert_int_eq(kvpool_release(p, 2, t, 6), 0);
+	pcache_release(c, &m, false);
+	pcache_free(c);
+	kvpool_free(p);
+}
+END_TEST
+
 static Suite *pcache_suite(void)
 {
 	Suite *s = suite_create("pcache");
@@ -427,6 +457,7 @@ static Suite *pcache_suite(void)
 	tcase_add_test(tc, test_pool_fenced_never_cached);
 	tcase_add_test(tc, test_pool_mapped_verify_mutations);
 	tcase_add_test(tc, test_poison_drops_tenant);
+	tcase_add_test(tc, test_pool_reserve_evicts);
 	suite_add_tcase(s, tc);
 	return s;
 }
