@@ -400,7 +400,9 @@ static int req_reserve(struct engine *e, struct engine_req *r,
 				   (rp->n_prompt - 1) / pt, &r->map);
 		if (rc)
 			return rc;
-		memcpy(r->table, r->map.refs, r->map.n * sizeof(*r->table));
+		if (r->map.n)
+			memcpy(r->table, r->map.refs,
+			       r->map.n * sizeof(*r->table));
 		r->n_kv = r->map.n * pt;
 		r->n_reused = r->n_kv;
 	}
