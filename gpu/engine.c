@@ -421,6 +421,22 @@ static int req_reserve(struct engine *e, struct engine_req *r,
 	return rc;
 }
 
+/* The step that computed r's last prompt token: its full prompt pages
+ * are cached now, so the next request of its tenant and salt maps them
+ * while r still generates (r holds them as if it had mapped them). */
+static void req_cache_prompt(struct engine *e, struct engine_req *r)
+{
+	uint32_t pt = kvpool_geom(e->pool)->page_tokens;
+
+	if (!e->p.cache || !r->use_cache || !r->own_pages || r->integrity_bad)
+		return;
+	if (pcache_adopt_held(e->p.cache, &r->key, r->tokens, r->owner,
+			      r->table, &r->map, r->n_prompt / pt) < 0)
+		KVLOG_WARN(e->log, "engine_cache_skipped",
+			   "owner=%llu reason=no_memory",
+			   (unsigned long long)r->owner);
+}
+
 /* A finished prompt's full pages it computed itself go to the cache;
  * then everything else is released. */
 static int req_cache_and_release(struct engine *e, struct engine_req *r)
@@ -797,8 +813,15 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 		*n_ev = e->n_ev;
 		return rc;
 	}
-	for (uint32_t s = 0; s < n_seq; s++)
-		e->b_req[s]->n_kv = e->b_seqs[s].n_kv;
+	for (uint32_t s = 0; s < n_seq; s++) {
+		struct engine_req *r = e->b_req[s];
+		bool prompt_done = r->n_kv < r->n_prompt &&
+				   e->b_seqs[s].n_kv >= r->n_prompt;
+
+		r->n_kv = e->b_seqs[s].n_kv;
+		if (prompt_done)
+			req_cache_prompt(e, r);
+	}
 	t_check = kvd_now_ns();
 	for (uint32_t j = 0; j < n_out; j++)
 		req_take_token(e, e->b_req[e->b_out_seq[j]],

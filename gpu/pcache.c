@@ -494,6 +494,83 @@ uint32_t pcache_insert(struct pcache *c, const struct pcache_key *k,
 	return n;
 }
 
+static int pcache__map_grow(struct pcache_map *m, uint32_t cap)
+{
+	uint64_t *ids = realloc(m->ids, cap * sizeof(*ids));
+	struct kvpool_ref *refs;
+	void **ents;
+
+	if (!ids)
+		return -ENOMEM;
+	m->ids = ids;
+	refs = realloc(m->refs, cap * sizeof(*refs));
+	if (!refs)
+		return -ENOMEM;
+	m->refs = refs;
+	ents = realloc(m->ents, cap * sizeof(*ents));
+	if (!ents)
+		return -ENOMEM;
+	m->ents = ents;
+	return 0;
+}
+
+/* Hold e for the map's owner: page i of its table from now on. */
+static bool pcache__hold_new(struct pcache *c, struct pcache_entry *e,
+			     struct kvpool_ref *table, struct pcache_map *m,
+			     uint32_t i)
+{
+	if (kvpool_cache_map(c->pool, &e->id, &e->ref, 1))
+		return false;
+	e->holds = 1;
+	c->held++;
+	m->ids[i] = e->id;
+	m->refs[i] = e->ref;
+	m->ents[i] = e;
+	m->n = i + 1;
+	table[i] = e->ref;
+	return true;
+}
+
+int pcache_adopt_held(struct pcache *c, const struct pcache_key *k,
+		      const int32_t *prompt, uint64_t owner,
+		      struct kvpool_ref *table, struct pcache_map *m,
+		      uint32_t n_full)
+{
+	uint8_t key[PCACHE_KEY_BYTES];
+	struct pcache_entry *parent;
+	uint32_t first = m->n, t;
+
+	if (n_full <= first || pcache__map_grow(m, n_full))
+		return n_full <= first ? 0 : -ENOMEM;
+	memcpy(key, k->seed, sizeof(key));
+	for (uint32_t i = 0; i < first; i++)
+		pcache__chain(key, prompt + (size_t)i * c->pt, c->pt);
+	pthread_mutex_lock(&c->mu);
+	parent = first ? m->ents[first - 1] : NULL;
+	t = pcache__tenant(c, k->tenant);
+	for (uint32_t i = first; t != UINT32_MAX && i < n_full; i++) {
+		struct pcache_entry *e;
+
+		if (parent && !parent->indexed)
+			break;   /* flushed under us: nothing hangs from it */
+		pcache__chain(key, prompt + (size_t)i * c->pt, c->pt);
+		if (pcache__find(c, key) || !pcache__room(c, t, parent))
+			break;
+		e = pcache__adopt(c, t, key, owner, table, i, parent);
+		if (!e)
+			break;
+		if (!pcache__hold_new(c, e, table, m, i)) {
+			/* cannot happen (we just adopted it); leave it cached */
+			break;
+		}
+		parent = e;
+	}
+	if (parent)
+		pcache__touch_chain(c, parent);
+	pthread_mutex_unlock(&c->mu);
+	return (int)(m->n - first);
+}
+
 /* ---- eviction, flush, stats ---------------------------------------------- */
 
 uint32_t pcache_evict(struct pcache *c, uint32_t n)

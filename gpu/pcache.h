@@ -106,6 +106,16 @@ uint32_t pcache_insert(struct pcache *c, const struct pcache_key *k,
 		       const struct kvpool_ref *table, uint32_t first,
 		       uint32_t n_full, bool *taken);
 
+/* The same as soon as a prompt is computed, while its request runs: pages
+ * [m->n, n_full) of owner's table are adopted in order, stopping at the
+ * first one already cached (or that cannot be), and held by the request
+ * as if it had mapped them: m grows, table[i] becomes the entry's ref.
+ * Returns the pages adopted; 0 or -ENOMEM changes nothing. */
+int pcache_adopt_held(struct pcache *c, const struct pcache_key *k,
+		      const int32_t *prompt, uint64_t owner,
+		      struct kvpool_ref *table, struct pcache_map *m,
+		      uint32_t n_full);
+
 /* Evict up to n LRU pages no one holds (admission needs room). Returns
  * how many went back to the pool. */
 uint32_t pcache_evict(struct pcache *c, uint32_t n);

@@ -631,6 +631,37 @@ START_TEST(test_prefix_cache_purity)
 }
 END_TEST
 
+/* A prompt's pages are cached as soon as it is computed: a request of the
+ * same tenant that arrives while the first still generates maps them, and
+ * both answer as they would alone. */
+START_TEST(test_prefix_cache_while_running)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	static const uint8_t fp[32] = { 9 };
+	struct pcache_key ka;
+	struct job ref, j[2];
+	struct kvpool_stats st;
+	struct crig g;
+
+	pcache_key_make(&ka, fp, "a", "", 0);
+	long_job(&j[0], 4, m->hp.n_vocab, false, NULL);
+	run_one(m, &j[0], 1, 16, KV_DTYPE_F32, &ref);
+	crig_init(&g, m, 96);
+	for (int i = 0; i < 2; i++)
+		long_job(&j[i], 4, m->hp.n_vocab, false, &ka);
+	j[1].start_step = 12;   /* 30 prompt tokens in chunks of 5: done at 6 */
+	crig_run(&g, j, 2);
+	ck_assert_uint_eq(j[0].cached, 0);
+	ck_assert_uint_eq(j[1].cached, 28);
+	assert_same(&ref, &j[0], "first, cached while it ran");
+	assert_same(&ref, &j[1], "second, mapped while the first ran");
+	kvpool_get_stats(g.pool, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_CACHED], 7);
+	crig_deinit(&g);
+	model_free(m);
+}
+END_TEST
+
 /* Admission never fails because of cached pages: they are evicted. */
 START_TEST(test_prefix_cache_evicted_for_admission)
 {
@@ -1435,6 +1466,7 @@ int main(void)
 	tcase_add_test(tc, test_threads_long_prompt_bits);
 	tcase_add_test(tc, test_prefix_cache_purity);
 	tcase_add_test(tc, test_prefix_cache_evicted_for_admission);
+	tcase_add_test(tc, test_prefix_cache_while_running);
 	tcase_add_test(tc, test_prefix_cache_mutation);
 	tcase_add_test(tc, test_integrity_corrupt_tag);
 	tcase_add_test(tc, test_integrity_stale_table);
