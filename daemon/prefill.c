@@ -709,7 +709,10 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 	/* Invariant 10: positions past n_kv of the last page still hold an
 	 * earlier owner's K/V. Zero them before any byte of the request is
 	 * sent (batches carry whole pages). */
-	rc = kvpool_zero_tail(s->d->pool, r->reg.id, &m->table[m->n_table - 1],
+	/* a cached (mapped) last page is full: it has no tail, and is not
+	 * ours to write */
+	rc = m->n_mapped == m->n_table ? 0 :
+	     kvpool_zero_tail(s->d->pool, r->reg.id, &m->table[m->n_table - 1],
 			      m->n_kv - (m->n_table - 1) * pt);
 	if (rc) {
 		serve__req_fail(r, PROTO_ERR_INTERNAL,
