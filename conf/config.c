@@ -137,6 +137,13 @@ static const struct conf_key conf_keys[] = {
 	{ "engine", "step_ms", CT_U32, "0", 0, 60000, NULL, F(step_ms),
 	  "Target time of one engine step while requests are generating, in milliseconds; 0 = none (only step_tokens bounds a step). With a target, a step that carries decoders admits prompt tokens only as far as the step time the engine has measured (time per token, logits rows weighted by their multiply-adds: gpu/stepcost.h) predicts the step stays within it, and never fewer than 4 (or prefill_chunk when smaller) while a prompt waits, so prompts always progress. It bounds the inter-token latency of running requests by time rather than by token count; prompts then take the time the decoders leave. Steps without decoders are not limited by it." },
 
+	{ "cache", "enabled", CT_BOOL, "on", 0, 0, NULL, F(cache_enabled),
+	  "Prefix cache: full KV pages of finished prompts stay in the pool, read-only, and a later request of the same tenant and cache_salt whose prompt starts with them computes only the rest. Keyed by a SHA-256 chain over (model, tenant, cache_salt, every token up to the page's last): never shared between tenants or salts. Cached pages are evicted (LRU) whenever admission needs the room." },
+	{ "cache", "max_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(cache_max_pages),
+	  "Most pages the prefix cache keeps, all tenants together; 0 = half of the pool." },
+	{ "cache", "tenant_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(cache_tenant_pages),
+	  "Most cached pages of one tenant (its quota: beyond it, its own least recently used pages go first); 0 = max_pages." },
+
 	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
 	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },
 	{ "listen", "peer", CT_ADDR, "", 0, 0, NULL, F(listen_peer),

@@ -55,6 +55,10 @@ struct kvd_config {
 	uint32_t prefill_chunk;       /* prompt tokens per request per step */
 	uint32_t step_tokens;         /* tokens per step; 0 = max_batch + chunk */
 	uint32_t step_ms;             /* step time target with decoders; 0 = none */
+	/* [cache] */
+	bool cache_enabled;           /* the prefix cache (gpu/pcache.h) */
+	uint32_t cache_max_pages;     /* 0 = half the pool */
+	uint32_t cache_tenant_pages;  /* per tenant; 0 = cache_max_pages */
 	/* [listen] */
 	char listen_client[256];      /* host:port and/or unix:PATH, comma list */
 	char listen_peer[256];

@@ -37,6 +37,11 @@ static const struct frame_field load_args[] = {
 	ARG("fence_ms", FRAME_T_U64, false, fence_ms, 0, 600000),
 };
 
+static const struct frame_field cache_flush_args[] = {
+	{ "tenant", FRAME_T_STR, false, offsetof(struct admin_args, tenant),
+	  sizeof(((struct admin_args *)0)->tenant), 0, 0 },
+};
+
 #undef ARG
 
 const struct admin_args_schema admin_args_schemas[ADMIN_ARGS__N] = {
@@ -46,4 +51,6 @@ const struct admin_args_schema admin_args_schemas[ADMIN_ARGS__N] = {
 	[ADMIN_ARGS_ABORT] = { "abort", abort_args, KVD_ARRAY_SIZE(abort_args) },
 	[ADMIN_ARGS_LOAD] = { "fault.load", load_args,
 			      KVD_ARRAY_SIZE(load_args) },
+	[ADMIN_ARGS_CACHE_FLUSH] = { "cache.flush", cache_flush_args,
+				     KVD_ARRAY_SIZE(cache_flush_args) },
 };

@@ -29,6 +29,7 @@ struct admin_args {
 	uint64_t count;
 	uint64_t hold_ms;
 	uint64_t fence_ms;
+	char tenant[64];           /* cache.flush: one tenant's entries */
 };
 
 /* The commands that take arguments. */
@@ -37,6 +38,7 @@ enum admin_args_id {
 	ADMIN_ARGS_RESIZE,         /* pool.resize */
 	ADMIN_ARGS_ABORT,          /* abort */
 	ADMIN_ARGS_LOAD,           /* fault.load */
+	ADMIN_ARGS_CACHE_FLUSH,    /* cache.flush */
 	ADMIN_ARGS__N,
 };
 

@@ -18,6 +18,7 @@
 #include "daemon/daemon.h"
 #include "daemon/metrics.h"
 #include "daemon/ops.h"
+#include "gpu/pcache.h"
 #include "kvd_build.h"
 #include "net/frame.h"
 
@@ -82,6 +83,7 @@ static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
 		[KVPAGE_FILLING] = "filling", [KVPAGE_READY] = "ready",
 		[KVPAGE_FENCED] = "fenced", [KVPAGE_QUARANTINED] = "quarantined",
 		[KVPAGE_RETIRED] = "retired",
+		[KVPAGE_CACHED] = "cached",
 	};
 
 	msgpack_pack_map(pk, 6 + KVPAGE_N_STATES);
@@ -379,6 +381,57 @@ static int cmd_metrics(struct admin_call *call)
 	return 0;
 }
 
+/* The prefix cache: pages, held pages, and per tenant its pages, lookups,
+ * hits, hit rate and evictions. enabled=false when cache.enabled is off. */
+static int cmd_cache_status(struct admin_call *call)
+{
+	struct pcache *pc = call->c->s->d->cache;
+	msgpack_packer *pk = frame_writer_packer(&call->res);
+	struct pcache_tenant_stats *ts = NULL;
+	uint32_t pages = 0, held = 0, n = 0;
+
+	if (pc) {
+		ts = calloc(PCACHE_TENANTS_MAX, sizeof(*ts));
+		if (!ts)
+			return admin__call_fail(call, ADMIN_E_INTERNAL, "out of memory");
+		n = pcache_stats(pc, &pages, &held, ts, PCACHE_TENANTS_MAX);
+	}
+	msgpack_pack_map(pk, 4);
+	frame_pack_kv_bool(pk, "enabled", pc != NULL);
+	frame_pack_kv_u64(pk, "pages", pages);
+	frame_pack_kv_u64(pk, "held", held);
+	frame_pack_str(pk, "tenants");
+	msgpack_pack_array(pk, n);
+	for (uint32_t i = 0; i < n; i++) {
+		msgpack_pack_map(pk, 7);
+		frame_pack_kv_str(pk, "tenant", ts[i].tenant);
+		frame_pack_kv_u64(pk, "pages", ts[i].pages);
+		frame_pack_kv_u64(pk, "lookups", ts[i].lookups);
+		frame_pack_kv_u64(pk, "hits", ts[i].hits);
+		frame_pack_kv_u64(pk, "hit_tokens", ts[i].hit_tokens);
+		frame_pack_kv_double(pk, "hit_rate", ts[i].lookups ?
+				     (double)ts[i].hits / (double)ts[i].lookups : 0.0);
+		frame_pack_kv_u64(pk, "evictions", ts[i].evictions);
+	}
+	free(ts);
+	return 0;
+}
+
+static int cmd_cache_flush(struct admin_call *call)
+{
+	msgpack_packer *pk = frame_writer_packer(&call->res);
+	uint32_t evicted;
+	int r = kvd_ops_cache_flush(call_ops(call), call->a.tenant, &evicted);
+
+	if (r)
+		return admin__call_fail(call, admin_code_of(r),
+					"cache flush: the prefix cache is off (cache.enabled)");
+	msgpack_pack_map(pk, 2);
+	frame_pack_kv_str(pk, "tenant", call->a.tenant[0] ? call->a.tenant : "*");
+	frame_pack_kv_u64(pk, "evicted", evicted);
+	return 0;
+}
+
 /* ---- the table ---------------------------------------------------------------- */
 
 static const struct admin_cmd admin_cmds[] = {
@@ -392,6 +445,9 @@ static const struct admin_cmd admin_cmds[] = {
 	{ "metrics", cmd_metrics, NULL, ADMIN_PRIV_MEMBER, false },
 	{ "abort", cmd_abort, &admin_args_schemas[ADMIN_ARGS_ABORT],
 	  ADMIN_PRIV_MEMBER, false },
+	{ "cache.status", cmd_cache_status, NULL, ADMIN_PRIV_MEMBER, false },
+	{ "cache.flush", cmd_cache_flush,
+	  &admin_args_schemas[ADMIN_ARGS_CACHE_FLUSH], ADMIN_PRIV_MEMBER, false },
 	{ "fault.load", cmd_fault_load, &admin_args_schemas[ADMIN_ARGS_LOAD],
 	  ADMIN_PRIV_ROOT, true },
 };

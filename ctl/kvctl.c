@@ -10,6 +10,8 @@
  *     abort ID                         abort one request (normal failure path);
  *                                      ID: the registry's number or the
  *                                      client's cmpl-... / chatcmpl-... id
+ *     cache status | flush [--tenant T] the prefix cache: pages, hit rates;
+ *                                      drop a tenant's (or every) entry
  *     audit [FILE...]                  capacity audit of kvd logs (stdin: -)
  *     model make|inspect ...           GGUF models (ctl/cmd_model.c)
  *     generate --server ADDR ...       client API client (ctl/cmd_generate.c)
@@ -675,6 +677,66 @@ static int sub_abort(struct kvctl *k, int argc, char **argv)
 	return 0;
 }
 
+static void print_cache(const msgpack_object *res)
+{
+	const msgpack_object *ts = field(res, "tenants");
+	char name[64];
+
+	if (!fb(res, "enabled")) {
+		printf("prefix cache off (cache.enabled)\n");
+		return;
+	}
+	printf("prefix cache  %" PRIu64 " pages, %" PRIu64 " held by requests\n",
+	       fu(res, "pages"), fu(res, "held"));
+	printf("%-24s %8s %10s %10s %8s %10s\n", "tenant", "pages", "lookups",
+	       "hits", "hit_rate", "evictions");
+	for (uint32_t i = 0; ts && ts->type == MSGPACK_OBJECT_ARRAY &&
+			     i < ts->via.array.size; i++) {
+		const msgpack_object *t = &ts->via.array.ptr[i];
+
+		printf("%-24s %8" PRIu64 " %10" PRIu64 " %10" PRIu64 " %8.3f %10"
+		       PRIu64 "\n", fs(t, "tenant", name, sizeof(name)),
+		       fu(t, "pages"), fu(t, "lookups"), fu(t, "hits"),
+		       fd(t, "hit_rate"), fu(t, "evictions"));
+	}
+}
+
+/* cache status | cache flush [--tenant T] */
+static int sub_cache(struct kvctl *k, int argc, char **argv)
+{
+	const char *tenant = NULL;
+	struct frame_writer w;
+	msgpack_packer *pk;
+	const msgpack_object *res;
+	int r;
+
+	if (argc == 2 && !strcmp(argv[1], "status")) {
+		kvctl_request(&w, "cache.status", 0);
+	} else if (argc >= 2 && !strcmp(argv[1], "flush")) {
+		if (argc == 4 && !strcmp(argv[2], "--tenant") && argv[3][0] &&
+		    strlen(argv[3]) < 64)
+			tenant = argv[3];
+		else if (argc != 2)
+			return EXIT_USAGE;
+		pk = kvctl_request(&w, "cache.flush", tenant ? 1 : 0);
+		if (tenant)
+			frame_pack_kv_str(pk, "tenant", tenant);
+	} else {
+		return EXIT_USAGE;
+	}
+	r = kvctl_call(k, &w, &res);
+	if (r)
+		return r;
+	if (k->json)
+		print_json_line(res);
+	else if (!strcmp(argv[1], "status"))
+		print_cache(res);
+	else
+		printf("flushed %s: %" PRIu64 " pages freed now\n",
+		       tenant ? tenant : "every tenant", fu(res, "evicted"));
+	return 0;
+}
+
 static int sub_fault(struct kvctl *k, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -856,6 +918,7 @@ static const struct kvctl_cmd kvctl_cmds[] = {
 	{ "capacity", sub_capacity, true, "capacity" },
 	{ "metrics", sub_metrics, true, "metrics   (Prometheus text format 0.0.4)" },
 	{ "abort", sub_abort, true, "abort ID|cmpl-...|chatcmpl-..." },
+	{ "cache", sub_cache, true, "cache status | cache flush [--tenant T]   (the prefix cache)" },
 	{ "audit", sub_audit, false, "audit [FILE...]" },
 	{ "keygen", sub_keygen, false, "keygen FILE [--force]   (a new cluster secret for peers.key_file)" },
 	{ "model", sub_model, false, "model make|inspect ... (kvctl model --help)" },

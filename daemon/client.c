@@ -138,6 +138,7 @@ static void client_sink_final(struct serve_sink *k, struct serve_req *r,
 
 	snprintf(f.finish_reason, sizeof(f.finish_reason), "%s", fi->reason);
 	f.prompt_tokens = fi->prompt_tokens;
+	f.cached_tokens = fi->cached_tokens;
 	f.output_tokens = fi->output_tokens;
 	f.ttft_us = fi->ttft_us;
 	f.total_us = fi->total_us;
@@ -247,6 +248,7 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 	r->client_id = q.id;
 	snprintf(r->tenant, sizeof(r->tenant), "%s", c->tenant);
 	r->lim = c->lim;
+	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", q.cache_salt);
 	r->prompt = ids;
 	r->n_prompt = n_ids;
 	r->max_tokens = q.max_tokens;

@@ -54,6 +54,7 @@ static void compute_msgs_free(struct compute_msg *m)
 		struct compute_msg *next = m->next;
 
 		free(m->table);
+		free(m->mapped);
 		free(m);
 		m = next;
 	}
@@ -106,6 +107,7 @@ static struct compute_msg *compute_run_job(struct compute *c,
 		m->kind = COMPUTE_MSG_SUBMITTED;
 		m->error = engine_submit(c->eng, &j->rp, &req);
 		m->req = req;
+		m->cached = req ? engine_req_cached(req) : 0;
 		if (!m->error) {
 			/* in the engine: its DONE waits here until the engine
 			 * reports the end, or the owner is freed first */
@@ -155,11 +157,24 @@ static void compute_done(struct compute_msg *m, const struct engine_event *ev)
 		uint32_t n_table, n_kv;
 		const struct kvpool_ref *t = engine_req_table(ev->req, &n_table, &n_kv);
 
+		uint32_t n_mapped;
+		const uint64_t *ids = engine_req_mapped(ev->req, &n_mapped);
+
 		m->table = malloc(sizeof(*t) * n_table);
-		if (m->table) {
+		if (n_mapped)
+			m->mapped = malloc(sizeof(*ids) * n_mapped);
+		if (m->table && (!n_mapped || m->mapped)) {
 			memcpy(m->table, t, sizeof(*t) * n_table);
 			m->n_table = n_table;
 			m->n_kv = n_kv;
+			if (n_mapped)
+				memcpy(m->mapped, ids, sizeof(*ids) * n_mapped);
+			m->n_mapped = n_mapped;
+		} else {
+			free(m->table);
+			free(m->mapped);
+			m->table = NULL;
+			m->mapped = NULL;
 		}
 	}
 }
@@ -350,6 +365,10 @@ int compute_submit(struct compute *c, uint64_t owner,
 	j->rp.user = NULL;        /* the thread points it at j->done */
 	j->rp.prompt = NULL;      /* ... and these at the job's copies */
 	j->rp.table = NULL;
+	if (rp->cache_key) {
+		j->key = *rp->cache_key;
+		j->rp.cache_key = &j->key;
+	}
 	j->rp.n_prompt = n_prompt;
 	j->rp.n_table = table ? n_table : 0;
 	compute_queue(c, j);
@@ -417,6 +436,7 @@ static void compute_async_cb(uv_async_t *a)
 		m->next = NULL;
 		c->deliver(c->deliver_arg, m);
 		free(m->table);
+		free(m->mapped);
 		free(m);
 	}
 }

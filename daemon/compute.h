@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "gpu/engine.h"
+#include "gpu/pcache.h"
 #include "gpu/stepcost.h"
 
 struct kvlog;
@@ -38,6 +39,7 @@ struct compute_job {
 	struct engine_req_params rp;     /* SUBMIT; prompt/table owned below */
 	int32_t *prompt;                 /* (rp.n_prompt) */
 	struct kvpool_ref *table;        /* (rp.n_table) lent pages, or NULL */
+	struct pcache_key key;           /* rp.cache_key points here when set */
 	struct engine_req *req;          /* FREE */
 	struct kvpool_ref *release;      /* FREE: (n_release) lent pages to
 					  * release after, owned by the job */
@@ -71,6 +73,8 @@ struct compute_msg {
 					  * refused to take the pages back
 					  * (an invariant breach: they were
 					  * quarantined instead) */
+	uint32_t cached;                 /* SUBMITTED: prompt tokens the
+					  * prefix cache gave */
 	int32_t token;                   /* TOKEN */
 	uint32_t pos;
 	enum engine_finish finish;       /* DONE */
@@ -79,6 +83,10 @@ struct compute_msg {
 					  * NULL without memory for it */
 	uint32_t n_table;
 	uint32_t n_kv;
+	uint64_t *mapped;                /* DONE with a table: (n_mapped) cache
+					  * entries owning table[0..n_mapped)
+					  * (gpu/pcache.h), or NULL */
+	uint32_t n_mapped;
 	bool nomem;                      /* a pending DONE: its submit's
 					  * nomem (thread-owned) */
 };
@@ -154,7 +162,7 @@ struct compute_job *compute_free_job_new(void);
 void compute_job_free(struct compute_job *j);
 
 /* Submit `owner`'s request: rp's sampling, max_tokens, prefill_only,
- * ignore_eos and n_cached are used; prompt (n_prompt) and table (n_table
+ * ignore_eos, n_cached and cache_key (copied) are used; prompt (n_prompt) and table (n_table
  * lent pages, NULL: the engine reserves its own) are copied. nomem: the
  * thread acts as if it could not allocate this owner's messages (fault
  * point compute_nomem): it ends at its first token, -ENOMEM. 0 or

@@ -19,8 +19,10 @@
  */
 #include "daemon/daemon.h"
 #include "conf/fingerprint.h"
+#include "conf/sha256.h"
 #include "conf/util.h"
 #include "daemon/fpcheck.h"
+#include "gpu/pcache.h"
 #include "kvd_build.h"
 
 #include <errno.h>
@@ -375,6 +377,35 @@ static void daemon_resolve_chat(struct kvd_daemon *d)
 		   chat_format_name(d->chat_format));
 }
 
+/* The prefix cache (cache.enabled): at most cache.max_pages (0: half
+ * the pool) pages, cache.tenant_pages per tenant. Its keys start from the
+ * model's fingerprint and the page layout, so a page is only ever found
+ * by a prompt computed with the same weights into the same layout. */
+static int daemon_open_cache(struct kvd_daemon *d, const struct kvpool_geom *g)
+{
+	struct pcache_params pp = { .max_pages = d->cfg.cache_max_pages,
+				    .tenant_pages = d->cfg.cache_tenant_pages };
+	struct sha256 h;
+	int r;
+
+	if (!d->cfg.cache_enabled)
+		return 0;
+	sha256_init(&h);
+	sha256_update(&h, d->model_sha256, strlen(d->model_sha256));
+	sha256_update(&h, g, sizeof(*g));
+	sha256_final(&h, d->cache_fp);
+	if (!pp.max_pages)
+		pp.max_pages = KVD_MAX(d->cap.pages / 2, 1u);
+	r = pcache_new(&d->cache, d->pool, &pp);
+	if (r) {
+		KVLOG_ERR(&d->log, "kv_pool_error", "what=prefix_cache code=%d", r);
+		return r < 0 ? r : -ENOMEM;
+	}
+	KVLOG_INFO(&d->log, "prefix_cache_ready", "max_pages=%u tenant_pages=%u",
+		   pp.max_pages, pp.tenant_pages ? pp.tenant_pages : pp.max_pages);
+	return 0;
+}
+
 static int daemon_open_pool(struct kvd_daemon *d)
 {
 	struct kvpool_geom g = daemon_geom(&d->cfg, &d->hp);
@@ -401,7 +432,7 @@ static int daemon_open_pool(struct kvd_daemon *d)
 	KVLOG_INFO(&d->log, "kv_pool_ready", "backend=%s pages=%u bytes=%llu",
 		   KVLOG_Q(d->cfg.kv_backend), d->cap.pages,
 		   (unsigned long long)d->cap.pages * d->cap.page_bytes);
-	return 0;
+	return daemon_open_cache(d, &g);
 }
 
 static void signal_cb(uv_signal_t *h, int signum)
@@ -665,6 +696,8 @@ void kvd_daemon_deinit(struct kvd_daemon *d)
 		d->loop.data = NULL;
 	}
 	kvd_reqtab_deinit(&d->requests);
+	pcache_free(d->cache);
+	d->cache = NULL;
 	if (d->pool) {
 		kvpool_free(d->pool);
 		d->pool = NULL;

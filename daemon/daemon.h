@@ -101,6 +101,8 @@ struct kvd_capacity {
 	uint32_t path_context;        /* min(advertised, peers' context, pool) */
 };
 
+struct pcache;
+
 struct kvd_daemon {
 	uv_loop_t loop;
 	struct kvlog log;
@@ -127,6 +129,11 @@ struct kvd_daemon {
 	struct kvmem mem;
 	struct kvpool *pool;
 	struct kvd_capacity cap;
+	/* the prefix cache on that pool (cache.enabled; NULL: off), and the
+	 * fingerprint its keys start from: SHA-256 of the model's and the
+	 * page layout's (gpu/pcache.h) */
+	struct pcache *cache;
+	uint8_t cache_fp[32];
 
 	enum kvd_state state;
 	uint64_t start_ns;

@@ -416,6 +416,9 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 			return;
 		}
 		r->ereq = m->req;
+		if (m->cached)   /* a prompt computed here; a pair's came with
+				  * prefill_done */
+			r->cached_tokens = m->cached;
 		serve__dreq_event(r, r->sink ? DEV_SUBMITTED : DEV_SUBMITTED_ORPHAN);
 		return;
 	case COMPUTE_MSG_TOKEN:
@@ -533,6 +536,7 @@ static int decode_send_request(struct serve_req *r)
 	m.top_p = r->sp.top_p;
 	m.seed = r->sp.seed;
 	snprintf(m.tenant, sizeof(m.tenant), "%s", r->tenant);
+	snprintf(m.cache_salt, sizeof(m.cache_salt), "%s", r->cache_salt);
 	rc = serve__link_send(r->link, &m);
 	free(pages);
 	free(toks);
@@ -594,7 +598,9 @@ static enum dreq_event decode_reserve(struct serve_req *r)
 		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		return DEV_REFUSE;
 	}
-	rc = kvpool_reserve(pool, r->reg.id, r->n_table, r->table);
+	/* a decode node's cached pages (its local prefills) never refuse a
+	 * transfer: unmapped ones are evicted when the pool is short */
+	rc = pcache_pool_reserve(s->d->cache, pool, r->reg.id, r->n_table, r->table);
 	serve__gate_settle(r);
 	if (rc) {
 		s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
@@ -1095,6 +1101,7 @@ static void peer_on_done(struct link *p, const struct proto_peer_msg *m)
 	decode_peer_speed(p->s, r->n_prompt);
 	r->first_token = m->first_token;
 	r->done_tokens = m->done_tokens;
+	r->cached_tokens = KVD_MIN(m->cached_tokens, m->done_tokens);
 	r->done_batches = m->batches;
 	r->done_pages = m->done_pages;
 	if (m->first_token >= tokenizer_n_vocab(p->s->tok)) {

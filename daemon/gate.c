@@ -31,6 +31,7 @@
  * when fences lift, without a request ending).
  */
 #include "daemon/serve_int.h"
+#include "gpu/pcache.h"
 #include "conf/util.h"
 
 #include <stdarg.h>
@@ -58,16 +59,24 @@ static struct fairq_limits gate_limits(const struct kvd_config *c,
 	};
 }
 
-/* Pages the pool has free for the gate to give: free now, less those
+/* Pages the pool has free for the gate to give: free now, and the
+ * prefix cache's pages no running request maps (every reservation
+ * evicts those before it answers full: pcache_pool_reserve), less those
  * admitted requests will still reserve. */
 static uint32_t gate_free_pages(struct serve *s)
 {
 	struct kvpool_stats st;
-	uint32_t f;
+	uint64_t f;
 
 	kvpool_get_stats(s->d->pool, &st);
 	f = st.by_state[KVPAGE_FREE];
-	return f > s->gate_unsettled ? f - s->gate_unsettled : 0;
+	if (s->d->cache) {
+		uint32_t cached = 0, held = 0;
+
+		pcache_stats(s->d->cache, &cached, &held, NULL, 0);
+		f += cached > held ? cached - held : 0;
+	}
+	return f > s->gate_unsettled ? (uint32_t)KVD_MIN(f - s->gate_unsettled, UINT32_MAX) : 0;
 }
 
 static uint32_t gate_pages(struct serve_req *r)

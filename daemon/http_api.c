@@ -281,11 +281,17 @@ static size_t longest_stop(const struct http_exchange *x)
 
 /* ---- the exchange's JSON --------------------------------------------------------- */
 
-static json_t *usage_json(uint32_t prompt, uint32_t completion)
+/* OpenAI's usage, with prompt_tokens_details.cached_tokens: the prompt
+ * tokens this request read from its own tenant's prefix cache. */
+_Static_assert(OPENAI_SALT_MAX == PROTO_CLIENT_SALT_MAX,
+	       "one cache_salt bound on both client APIs");
+
+static json_t *usage_json(uint32_t prompt, uint32_t cached, uint32_t completion)
 {
-	return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)prompt,
+	return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt,
 			 "completion_tokens", (json_int_t)completion,
-			 "total_tokens", (json_int_t)prompt + completion);
+			 "total_tokens", (json_int_t)prompt + completion,
+			 "prompt_tokens_details", "cached_tokens", (json_int_t)cached);
 }
 
 /* One choice: completions {text}, chat {message} or {delta}. The first
@@ -450,6 +456,8 @@ static void answer_final(struct http_conn *hc, const char *finish,
 	json_t *j, *t;
 	char *body;
 
+	if (x->r)   /* a stop string ended it before its final */
+		x->cached_tokens = x->r->cached_tokens;
 	if (x->stream) {
 		/* a stop string matched before any text went out: the head
 		 * is still ours to send */
@@ -460,7 +468,7 @@ static void answer_final(struct http_conn *hc, const char *finish,
 		}
 		t = x->chat ? NULL : x_nomem(hc) ? NULL : json_string("");
 		j = x->chat || t ? answer_json(x, choice_json(x, t, finish, true), true) : NULL;
-		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, completion))) {
+		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, x->cached_tokens, completion))) {
 			json_decref(j);
 			j = NULL;
 		}
@@ -473,7 +481,7 @@ static void answer_final(struct http_conn *hc, const char *finish,
 	} else {
 		t = x_nomem(hc) ? NULL : json_text(x->text, x->len);
 		j = t ? answer_json(x, choice_json(x, t, finish, false), false) : NULL;
-		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, completion))) {
+		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, x->cached_tokens, completion))) {
 			json_decref(j);
 			j = NULL;
 		}
@@ -548,6 +556,7 @@ static void api_sink_final(struct serve_sink *k, struct serve_req *r,
 	if (exchange_text(hc, f->text, f->text_len, f->output_tokens))
 		return;
 	hc->x.r = NULL;
+	hc->x.cached_tokens = f->cached_tokens;
 	answer_final(hc, f->reason, f->output_tokens);
 }
 
@@ -984,6 +993,7 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	snprintf(r->public_id, sizeof(r->public_id), "%s", x->id);
 	snprintf(r->tenant, sizeof(r->tenant), "%s", ap->tenant);
 	r->lim = ap->lim;
+	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", q->cache_salt);
 	r->prompt = ap->ids;
 	r->n_prompt = ap->n_ids;
 	ap->ids = NULL;

@@ -57,6 +57,8 @@ struct http_exchange {
 	char method[16];
 	char path[64];
 	char tenant[64];
+	uint32_t cached_tokens;          /* from the final: the usage's
+					  * prompt_tokens_details */
 };
 
 struct http_conn {

@@ -1842,7 +1842,9 @@ void serve__link_tick(struct serve *s)
 		}
 		kvpool_get_stats(s->d->pool, &st);
 		m.load = l->n_reqs;
-		m.free_tokens = (uint64_t)st.by_state[KVPAGE_FREE] * st.page_tokens;
+		/* cached pages nobody maps go whenever admission needs them */
+		m.free_tokens = ((uint64_t)st.by_state[KVPAGE_FREE] +
+				 st.by_state[KVPAGE_CACHED]) * st.page_tokens;
 		serve__link_post(l, &m);
 	}
 }

@@ -22,6 +22,7 @@
  */
 #include "daemon/metrics.h"
 #include "daemon/daemon.h"
+#include "gpu/pcache.h"
 #include "kvd_build.h"
 #include "net/proto_client.h"
 
@@ -439,6 +440,7 @@ static void render_pool(struct text *t, struct kvd_daemon *d)
 		[KVPAGE_FILLING] = "filling", [KVPAGE_READY] = "ready",
 		[KVPAGE_FENCED] = "fenced", [KVPAGE_QUARANTINED] = "quarantined",
 		[KVPAGE_RETIRED] = "retired",
+		[KVPAGE_CACHED] = "cached",
 	};
 	struct kvpool_stats st = { 0 };
 	const struct kvd_capacity *c = &d->cap;
@@ -475,6 +477,69 @@ static void render_pool(struct text *t, struct kvd_daemon *d)
 	one_u(t, "kvd_peer_min_pool_tokens", "gauge",
 	      "The smallest peer's KV pool in positions (0: no peer).",
 	      d->peers.min_pool_tokens);
+}
+
+/* The prefix cache, by tenant (gpu/pcache.h): its own tenants' counters,
+ * labelled as the request series are. */
+static void render_cache(struct text *t, struct kvd_daemon *d)
+{
+	static const struct { const char *name, *type, *help; size_t off; } f[] = {
+		{ "kvd_prefix_cache_pages", "gauge", "KV pages the prefix cache holds, by tenant.",
+		  offsetof(struct pcache_tenant_stats, pages) },
+		{ "kvd_prefix_cache_lookups_total", "counter", "Requests that looked in their tenant's prefix cache.",
+		  offsetof(struct pcache_tenant_stats, lookups) },
+		{ "kvd_prefix_cache_hits_total", "counter", "Lookups that reused at least one cached page.",
+		  offsetof(struct pcache_tenant_stats, hits) },
+		{ "kvd_prefix_cache_misses_total", "counter", "Lookups that reused nothing.",
+		  SIZE_MAX },
+		{ "kvd_prefix_cache_hit_tokens_total", "counter", "Prompt tokens read from the prefix cache.",
+		  offsetof(struct pcache_tenant_stats, hit_tokens) },
+		{ "kvd_prefix_cache_evictions_total", "counter", "Cached pages evicted (LRU, quota or flush).",
+		  offsetof(struct pcache_tenant_stats, evictions) },
+	};
+	struct pcache_tenant_stats *ts;
+	uint32_t n;
+
+	if (!d->cache)
+		return;
+	ts = calloc(PCACHE_TENANTS_MAX, sizeof(*ts));
+	if (!ts) {
+		t->oom = true;
+		return;
+	}
+	n = pcache_stats(d->cache, NULL, NULL, ts, PCACHE_TENANTS_MAX);
+	/* the request series' bound: past it, tenants fold into "other" */
+	if (n > KVD_METRICS_TENANTS) {
+		struct pcache_tenant_stats *o = &ts[KVD_METRICS_TENANTS - 1];
+
+		for (uint32_t i = KVD_METRICS_TENANTS; i < n; i++) {
+			o->pages += ts[i].pages;
+			o->lookups += ts[i].lookups;
+			o->hits += ts[i].hits;
+			o->hit_tokens += ts[i].hit_tokens;
+			o->evictions += ts[i].evictions;
+		}
+		snprintf(o->tenant, sizeof(o->tenant), "other");
+		n = KVD_METRICS_TENANTS;
+	}
+	for (size_t k = 0; k < KVD_ARRAY_SIZE(f); k++) {
+		family(t, f[k].name, f[k].type, f[k].help);
+		for (uint32_t i = 0; i < n; i++) {
+			char esc[PCACHE_TENANT_MAX * 3 + 1];
+			uint64_t v;
+
+			if (f[k].off == SIZE_MAX) {
+				v = ts[i].lookups - ts[i].hits;
+			} else if (f[k].off == offsetof(struct pcache_tenant_stats, pages)) {
+				v = ts[i].pages;
+			} else {
+				memcpy(&v, (const char *)&ts[i] + f[k].off, sizeof(v));
+			}
+			kvd_metrics_escape(ts[i].tenant, esc, sizeof(esc));
+			tx(t, "%s{tenant=\"%s\"} %" PRIu64 "\n", f[k].name, esc, v);
+		}
+	}
+	free(ts);
 }
 
 static void render_counters(struct text *t, struct kvd_daemon *d)
@@ -564,6 +629,7 @@ int kvd_metrics_render(struct kvd_daemon *d, char **out, size_t *len)
 	render_node(&t, d);
 	render_tenants(&t, &d->metrics);
 	render_pool(&t, d);
+	render_cache(&t, d);
 	render_counters(&t, d);
 	if (t.oom) {
 		free(t.p);

@@ -31,6 +31,7 @@
  */
 #include "daemon/ops.h"
 #include "conf/util.h"
+#include "gpu/pcache.h"
 #include "kvd_build.h"
 
 #include <errno.h>
@@ -226,6 +227,15 @@ int kvd_ops_resize(struct kvd_ops *o, uint64_t pages, bool force,
 		   "pages_before=%u pages_target=%llu tokens_target=%llu force=%d",
 		   live, (unsigned long long)pages,
 		   (unsigned long long)want.pool_tokens, force);
+	/* A shrink waits for retiring pages, and a cached page leaves only
+	 * when the cache lets go: the cache empties first (pages a request
+	 * maps go at its end). */
+	if (pages < live && d->cache) {
+		uint32_t ev = pcache_flush(d->cache, NULL);
+
+		KVLOG_INFO(&d->log, "cache_flush", "tenant=%s evicted_pages=%u source=resize",
+			   KVLOG_Q("*"), ev);
+	}
 	if (pages > live)
 		r = kvpool_grow(d->pool, (uint32_t)(pages - live));
 	else if (pages < live)
@@ -293,6 +303,20 @@ int kvd_ops_abort_public(struct kvd_ops *o, const char *pid, uint64_t *id)
 	}
 	*id = q->id;
 	return kvd_ops_abort(o, q->id);
+}
+
+int kvd_ops_cache_flush(struct kvd_ops *o, const char *tenant,
+			uint32_t *evicted)
+{
+	const char *t = tenant && tenant[0] ? tenant : NULL;
+
+	*evicted = 0;
+	if (!o->d->cache)
+		return KVD_OPS_E_STATE;
+	*evicted = pcache_flush(o->d->cache, t);
+	KVLOG_INFO(&o->d->log, "cache_flush", "tenant=%s evicted_pages=%u source=admin",
+		   KVLOG_Q(t ? t : "*"), *evicted);
+	return 0;
 }
 
 /* ---- synthetic load -------------------------------------------------------- */

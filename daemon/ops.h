@@ -130,6 +130,12 @@ int kvd_ops_abort(struct kvd_ops *o, uint64_t id);
  * has it: KVD_E_NOTFOUND). */
 int kvd_ops_abort_public(struct kvd_ops *o, const char *pid, uint64_t *id);
 
+/* The prefix cache (gpu/pcache.h): drop every entry of tenant (NULL or
+ * "": all); held ones go when their requests end. *evicted: pages freed
+ * now. KVD_OPS_E_STATE when cache.enabled is off. Logs event=cache_flush. */
+int kvd_ops_cache_flush(struct kvd_ops *o, const char *tenant,
+			uint32_t *evicted);
+
 /* ---- fault points: synthetic load --------------------------------------- */
 
 struct kvd_synth_spec {

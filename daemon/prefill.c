@@ -198,6 +198,7 @@ static void prefill_done_send(struct serve_req *r)
 
 	m.first_token = r->first_token;
 	m.done_tokens = r->n_kv;
+	m.cached_tokens = r->cached_tokens;
 	m.batches = r->batches_sent;
 	m.done_pages = r->n_dst;
 	if (kvd_fault_fire(&r->s->fault, KVD_FAULT_LIE_DONE_BATCHES)) {
@@ -483,6 +484,7 @@ static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 	r->rops = &preq_ops;
 	r->remote_id = m->id;
 	snprintf(r->tenant, sizeof(r->tenant), "%s", m->tenant);
+	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", m->cache_salt);
 	r->n_prompt = m->n_tokens;
 	r->max_tokens = m->max_tokens;
 	r->sp = (struct sampler_params){ .temperature = m->temperature,
@@ -699,7 +701,11 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 			  "prefill computed a different number of positions or pages than requested");
 		return PEV_COMPUTE_FAIL;
 	}
-	rc = kvpool_verify(s->d->pool, r->reg.id, m->table, m->n_table, m->n_kv, &bad);
+	/* the first n_mapped pages may be cached pages of this tenant and
+	 * salt (gpu/pcache.h): verified under their cache entries, sent as
+	 * they are (read, never written) */
+	rc = kvpool_verify_mapped(s->d->pool, r->reg.id, m->mapped, m->n_mapped,
+				  m->table, m->n_table, m->n_kv, &bad);
 	if (rc) {
 		s->d->counters.integrity_failures++;
 		kvd_metrics_integrity(&s->d->metrics, KVD_INTEGRITY_TAG);
@@ -709,7 +715,10 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 	/* Invariant 10: positions past n_kv of the last page still hold an
 	 * earlier owner's K/V. Zero them before any byte of the request is
 	 * sent (batches carry whole pages). */
-	rc = kvpool_zero_tail(s->d->pool, r->reg.id, &m->table[m->n_table - 1],
+	/* a cached (mapped) last page is full: it has no tail, and is not
+	 * ours to write */
+	rc = m->n_mapped == m->n_table ? 0 :
+	     kvpool_zero_tail(s->d->pool, r->reg.id, &m->table[m->n_table - 1],
 			      m->n_kv - (m->n_table - 1) * pt);
 	if (rc) {
 		serve__req_fail(r, PROTO_ERR_INTERNAL,
@@ -756,6 +765,7 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
 			return;
 		}
 		r->ereq = m->req;
+		r->cached_tokens = m->cached;
 		serve__preq_event(r, PEV_SUBMITTED);
 		return;
 	case COMPUTE_MSG_TOKEN:

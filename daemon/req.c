@@ -186,8 +186,17 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 		.max_tokens = max_tokens, .sampling = r->sp,
 		.prefill_only = prefill_only, .n_cached = n_cached };
 	bool nomem = kvd_fault_fire(&s->fault, KVD_FAULT_COMPUTE_NOMEM);
+	struct pcache_key key;
 	int rc;
 
+	/* A prompt this node computes into its own pages (standalone, a
+	 * decode node's local prefill, a prefill node for its peer) uses the
+	 * prefix cache of its tenant and salt; lent pages never do. */
+	if (s->d->cache && !table) {
+		pcache_key_make(&key, s->d->cache_fp, r->tenant, r->cache_salt,
+				strlen(r->cache_salt));
+		rp.cache_key = &key;
+	}
 	rc = compute_submit(&s->comp, r->reg.id, &rp, prompt, n_prompt, table,
 			    n_table, nomem);
 	return rc;

@@ -97,6 +97,7 @@ static int serve_compute_start(struct serve *s)
 		ep.prefill_chunk = ep.step_tokens;
 	}
 	ep.n_ctx = s->d->cap.advertised_context;
+	ep.cache = s->d->cache;
 	r = compute_start(&s->comp, &s->d->loop, s->model, s->d->pool, &ep,
 			  s->log, serve_compute_deliver, s);
 	return r > 0 ? KVD_E_MODEL : r;

@@ -69,6 +69,7 @@ struct http_server;
 struct serve_final_info {
 	const char *reason;              /* "stop" | "length" */
 	uint32_t prompt_tokens, output_tokens;
+	uint32_t cached_tokens;          /* of prompt_tokens, from the cache */
 	uint64_t ttft_us, total_us;
 	const char *text;                /* the detokenizer's tail, (text_len) */
 	size_t text_len;
@@ -148,6 +149,8 @@ struct serve_req {
 	uint32_t gate_unsettled;         /* pages admitted, not yet reserved
 					  * by the engine (counted in
 					  * serve.gate_unsettled) */
+	char cache_salt[PROTO_CLIENT_SALT_MAX + 1]; /* "" = none (gpu/pcache.h) */
+	uint32_t cached_tokens;          /* prompt tokens the prefix cache gave */
 	uint32_t n_out;
 	struct detok dt;
 	bool dt_init;

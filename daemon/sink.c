@@ -123,17 +123,18 @@ void serve__sink_final(struct serve_req *r, const char *reason)
 		return;
 	r->answered = true;
 	f.prompt_tokens = r->n_prompt;
+	f.cached_tokens = r->cached_tokens;
 	f.output_tokens = r->n_out;
 	f.ttft_us = r->t_first_ns ? (r->t_first_ns - r->t_arrive_ns) / 1000 : 0;
 	f.total_us = (now - r->t_arrive_ns) / 1000;
 	if (r->dt_init && detok_flush(&r->dt, &f.text, &f.text_len))
 		f.text_len = 0;
 	KVLOG_INFO(r->s->log, "request_done",
-		   "id=%llu client_id=%llu tenant=%s kind=%s finish=%s prompt_tokens=%u output_tokens=%u ttft_us=%llu total_us=%llu",
+		   "id=%llu client_id=%llu tenant=%s kind=%s finish=%s prompt_tokens=%u cached_tokens=%u output_tokens=%u ttft_us=%llu total_us=%llu",
 		   (unsigned long long)r->reg.id,
 		   (unsigned long long)r->client_id, KVLOG_Q(r->tenant),
 		   r->reg.ops ? r->reg.ops->kind : "?",
-		   reason, r->n_prompt, r->n_out,
+		   reason, r->n_prompt, r->cached_tokens, r->n_out,
 		   (unsigned long long)f.ttft_us, (unsigned long long)f.total_us);
 	if (r->sink)
 		r->sink->ops->final(r->sink, r, &f);

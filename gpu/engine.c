@@ -48,6 +48,7 @@
 #include "gpu/backend.h"
 #include "gpu/model.h"
 #include "gpu/ops_info.h"
+#include "gpu/pcache.h"
 #include "gpu/prepack.h"
 #include "gpu/stepcost.h"
 #include "gpu/threadpool.h"
@@ -67,8 +68,13 @@ struct engine_req {
 	bool ignore_eos;
 	bool own_pages;                  /* reserved by the engine: release on free */
 	bool integrity_bad;              /* quarantine own pages on free */
-	struct kvpool_ref *table;        /* (n_table) */
+	struct kvpool_ref *table;        /* (n_table) [0, map.n): mapped
+					  * cached pages, then its own */
 	uint32_t n_table;
+	struct pcache_map map;           /* cached prompt pages it maps */
+	struct pcache_key key;           /* with use_cache: whose cache */
+	bool use_cache;
+	uint32_t n_reused;               /* prompt tokens read from the cache */
 	uint8_t **pages;                 /* (n_table) host address of each page */
 	enum engine_finish finish;
 	int error;
@@ -359,6 +365,110 @@ static int req_check(const struct engine *e, const struct engine_req_params *rp)
 	return 0;
 }
 
+/* Release (or quarantine) the pages the engine reserved for r, and give
+ * back the cached pages it maps (poisoned after an integrity failure). */
+static int req_release_own(struct engine *e, struct engine_req *r, bool bad)
+{
+	uint32_t first = r->map.n;
+	int rc = 0;
+
+	if (r->own_pages && r->n_table > first)
+		rc = bad ? kvpool_quarantine(e->pool, r->owner, r->table + first,
+					     r->n_table - first)
+			 : kvpool_release(e->pool, r->owner, r->table + first,
+					  r->n_table - first);
+	r->own_pages = false;
+	if (e->p.cache)
+		pcache_release(e->p.cache, &r->map, bad);
+	return rc;
+}
+
+/* The engine's own pages for r: the cached pages its prompt starts with
+ * (same tenant and salt: rp->cache_key), at most all but the last prompt
+ * token's page, mapped; the rest reserved and FILLING. */
+static int req_reserve(struct engine *e, struct engine_req *r,
+		       const struct engine_req_params *rp)
+{
+	uint32_t pt = kvpool_geom(e->pool)->page_tokens;
+	uint32_t n_own;
+	int rc;
+
+	if (e->p.cache && rp->cache_key) {
+		r->key = *rp->cache_key;
+		r->use_cache = true;
+		rc = pcache_lookup(e->p.cache, &r->key, rp->prompt, rp->n_prompt,
+				   (rp->n_prompt - 1) / pt, &r->map);
+		if (rc)
+			return rc;
+		if (r->map.n)
+			memcpy(r->table, r->map.refs,
+			       r->map.n * sizeof(*r->table));
+		r->n_kv = r->map.n * pt;
+		r->n_reused = r->n_kv;
+	}
+	n_own = r->n_table - r->map.n;
+	/* cached pages nobody maps go first when the pool is short: the
+	 * cache never fails a request that would fit without it */
+	rc = pcache_pool_reserve(e->p.cache, e->pool, r->owner, n_own,
+				 r->table + r->map.n);
+	if (!rc) {
+		r->own_pages = true;
+		rc = kvpool_fill_begin(e->pool, r->owner, r->table + r->map.n,
+				       n_own);
+	}
+	if (rc)
+		req_release_own(e, r, false);
+	return rc;
+}
+
+/* The step that computed r's last prompt token: its full prompt pages
+ * are cached now, so the next request of its tenant and salt maps them
+ * while r still generates (r holds them as if it had mapped them). */
+static void req_cache_prompt(struct engine *e, struct engine_req *r)
+{
+	uint32_t pt = kvpool_geom(e->pool)->page_tokens;
+
+	if (!e->p.cache || !r->use_cache || !r->own_pages || r->integrity_bad)
+		return;
+	if (pcache_adopt_held(e->p.cache, &r->key, r->tokens, r->owner,
+			      r->table, &r->map, r->n_prompt / pt) < 0)
+		KVLOG_WARN(e->log, "engine_cache_skipped",
+			   "owner=%llu reason=no_memory",
+			   (unsigned long long)r->owner);
+}
+
+/* A finished prompt's full pages it computed itself go to the cache;
+ * then everything else is released. */
+static int req_cache_and_release(struct engine *e, struct engine_req *r)
+{
+	uint32_t pt = kvpool_geom(e->pool)->page_tokens;
+	uint32_t n_full = KVD_MIN(r->n_kv, r->n_prompt) / pt;
+	uint32_t first = r->map.n, kept = first;
+	bool *taken;
+	int rc = 0;
+
+	if (!r->use_cache || !r->own_pages || r->integrity_bad ||
+	    r->finish == ENGINE_FINISH_ERROR || n_full <= first)
+		return req_release_own(e, r, r->integrity_bad);
+	taken = calloc(r->n_table, sizeof(*taken));
+	if (!taken || !pcache_insert(e->p.cache, &r->key, r->tokens, r->owner,
+				     r->table, first, n_full, taken)) {
+		free(taken);
+		return req_release_own(e, r, false);
+	}
+	/* the adopted pages are the cache's now: release the others */
+	for (uint32_t i = first; i < r->n_table; i++)
+		if (!taken[i])
+			r->table[kept++] = r->table[i];
+	free(taken);
+	if (kept > first)
+		rc = kvpool_release(e->pool, r->owner, r->table + first,
+				    kept - first);
+	r->own_pages = false;
+	pcache_release(e->p.cache, &r->map, false);
+	return rc;
+}
+
 int engine_submit(struct engine *e, const struct engine_req_params *rp,
 		  struct engine_req **out)
 {
@@ -395,27 +505,16 @@ int engine_submit(struct engine *e, const struct engine_req_params *rp,
 		return -ENOMEM;
 	}
 	memcpy(r->tokens, rp->prompt, (size_t)rp->n_prompt * sizeof(*r->tokens));
-	if (rp->table) {
+	if (rp->table)
 		memcpy(r->table, rp->table, r->n_table * sizeof(*r->table));
-	} else {
-		rc = kvpool_reserve(e->pool, r->owner, r->n_table, r->table);
-		if (rc) {
-			req_destroy(r);
-			return rc;
-		}
-		r->own_pages = true;
-		rc = kvpool_fill_begin(e->pool, r->owner, r->table, r->n_table);
-		if (rc) {
-			kvpool_release(e->pool, r->owner, r->table, r->n_table);
-			req_destroy(r);
-			return rc;
-		}
+	else if ((rc = req_reserve(e, r, rp)) != 0) {
+		req_destroy(r);
+		return rc;
 	}
 	for (uint32_t i = 0; i < r->n_table; i++) {
 		r->pages[i] = kvpool_page_addr(e->pool, r->table[i].page);
 		if (!r->pages[i]) {
-			if (r->own_pages)
-				kvpool_release(e->pool, r->owner, r->table, r->n_table);
+			req_release_own(e, r, false);
 			req_destroy(r);
 			return ENGINE_E_INVALID;
 		}
@@ -452,12 +551,7 @@ void engine_req_free(struct engine *e, struct engine_req *r)
 	int rc = 0;
 
 	req_finish(e, r, ENGINE_FINISH_CANCELLED, 0);
-	if (r->own_pages) {
-		if (r->integrity_bad)
-			rc = kvpool_quarantine(e->pool, r->owner, r->table, r->n_table);
-		else
-			rc = kvpool_release(e->pool, r->owner, r->table, r->n_table);
-	}
+	rc = req_cache_and_release(e, r);
 	if (rc)
 		KVLOG_ERR(e->log, "engine_release_failed",
 			  "owner=%llu pages=%u rc=%d",
@@ -508,6 +602,17 @@ enum engine_finish engine_req_finish(const struct engine_req *r, int *error)
 	return r->finish;
 }
 
+const uint64_t *engine_req_mapped(const struct engine_req *r, uint32_t *n)
+{
+	*n = r->map.n;
+	return r->map.n ? r->map.ids : NULL;
+}
+
+uint32_t engine_req_cached(const struct engine_req *r)
+{
+	return r->n_reused;
+}
+
 uint64_t engine_req_owner(const struct engine_req *r)
 {
 	return r->owner;
@@ -550,17 +655,20 @@ static int req_check_pages(struct engine *e, struct engine_req *r,
 	int rc = 0;
 
 	if (r->n_kv > 0)
-		rc = kvpool_verify(e->pool, r->owner, r->table,
-				   kvpool_pages_for(e->pool, r->n_kv), r->n_kv, &bad);
+		rc = kvpool_verify_mapped(e->pool, r->owner, r->map.ids, r->map.n,
+					  r->table, kvpool_pages_for(e->pool, r->n_kv),
+					  r->n_kv, &bad);
 	if (!rc) {
+		/* never a mapped page: only the request's own are written */
 		what = "tag_write";
-		rc = kvpool_tag_write(e->pool, r->owner, r->table,
-				      kvpool_pages_for(e->pool, n_after), n_after);
+		rc = kvpool_tag_write_from(e->pool, r->owner, r->table, r->map.n,
+					   kvpool_pages_for(e->pool, n_after), n_after);
 	}
 	if (!rc) {
 		what = "verify_after";
-		rc = kvpool_verify(e->pool, r->owner, r->table,
-				   kvpool_pages_for(e->pool, n_after), n_after, &bad);
+		rc = kvpool_verify_mapped(e->pool, r->owner, r->map.ids, r->map.n,
+					  r->table, kvpool_pages_for(e->pool, n_after),
+					  n_after, &bad);
 	}
 	if (rc) {
 		KVLOG_WARN(e->log, "engine_integrity",
@@ -705,8 +813,15 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 		*n_ev = e->n_ev;
 		return rc;
 	}
-	for (uint32_t s = 0; s < n_seq; s++)
-		e->b_req[s]->n_kv = e->b_seqs[s].n_kv;
+	for (uint32_t s = 0; s < n_seq; s++) {
+		struct engine_req *r = e->b_req[s];
+		bool prompt_done = r->n_kv < r->n_prompt &&
+				   e->b_seqs[s].n_kv >= r->n_prompt;
+
+		r->n_kv = e->b_seqs[s].n_kv;
+		if (prompt_done)
+			req_cache_prompt(e, r);
+	}
 	t_check = kvd_now_ns();
 	for (uint32_t j = 0; j < n_out; j++)
 		req_take_token(e, e->b_req[e->b_out_seq[j]],

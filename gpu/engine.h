@@ -19,6 +19,12 @@
  *     pages at submit (all or nothing: KVPOOL_E_FULL is returned and
  *     nothing is held) and releases them in engine_req_free (quarantines
  *     them after an integrity failure).
+ *   - With a prefix cache (params.cache) and a request's cache_key, the
+ *     first pages of the table are cached pages of the same tenant and
+ *     salt (gpu/pcache.h), mapped read-only: the request computes from
+ *     the first position after them, verifies them with their cache
+ *     entry as owner (kvpool_verify_mapped) and never writes them or
+ *     their tags; they are given back, not released, at free.
  *   - With params.table the caller lends its own reserved pages (decode
  *     after a transfer); they must be FILLING or READY and hold K/V of the
  *     first n_cached tokens with matching tags. The engine never releases
@@ -53,6 +59,8 @@
 #include "gpu/sampler.h"
 
 struct prepack_info;
+struct pcache;
+struct pcache_key;
 
 struct model;
 struct engine;
@@ -84,6 +92,11 @@ struct engine_params {
 	 * step without decoders has no limit but step_tokens. */
 	uint32_t step_us;
 	bool simd;               /* AVX2 kernels when the CPU has them */
+	/* The prefix cache (gpu/pcache.h; NULL: none), on the same pool:
+	 * requests with a cache_key map the cached pages their prompt starts
+	 * with and compute only the rest; at engine_req_free the full pages
+	 * of a prompt they computed themselves are cached. Borrowed. */
+	struct pcache *cache;
 	/* The repack cache (gpu/prepack.h): directory (NULL or "": none)
 	 * and, with one, the model's SHA-256 (64 hex digits). */
 	const char *pack_dir;
@@ -126,6 +139,9 @@ struct engine_req_params {
 	const struct kvpool_ref *table; /* (n_table) */
 	uint32_t n_table;
 	uint32_t n_cached;              /* prompt tokens whose K/V the pages hold */
+	/* Whose cached prefix it may use and feed (tenant, salt): NULL for
+	 * none; only with engine pages (no table). Copied. */
+	const struct pcache_key *cache_key;
 };
 
 enum engine_event_kind {
@@ -198,6 +214,11 @@ uint32_t engine_req_n_prompt(const struct engine_req *r);
 uint32_t engine_req_n_output(const struct engine_req *r);
 enum engine_finish engine_req_finish(const struct engine_req *r, int *error);
 uint64_t engine_req_owner(const struct engine_req *r);
+/* The cache entries owning the first *n table entries (mapped cached
+ * pages, for kvpool_verify_mapped); NULL with *n = 0 when none. */
+const uint64_t *engine_req_mapped(const struct engine_req *r, uint32_t *n);
+/* Prompt tokens whose K/V came from the prefix cache (0: none). */
+uint32_t engine_req_cached(const struct engine_req *r);
 /* The request's page table and the positions its pages hold K/V for. */
 const struct kvpool_ref *engine_req_table(const struct engine_req *r,
 					  uint32_t *n_table, uint32_t *n_kv);

@@ -62,6 +62,7 @@ struct kvpage {
 	uint64_t owner;     /* current or last owner */
 	uint64_t gen;       /* current or last generation; 0 = never reserved */
 	uint32_t fences;
+	uint32_t maps;      /* CACHED: requests mapping it */
 	uint32_t chunk;     /* index into kvpool.chunks */
 	uint32_t free_pos;  /* position in free_stack while FREE */
 	uint32_t mark;      /* duplicate detection: == epoch when seen */
@@ -200,6 +201,7 @@ const char *kvpage_state_name(enum kvpage_state s)
 		[KVPAGE_FENCED] = "fenced",
 		[KVPAGE_QUARANTINED] = "quarantined",
 		[KVPAGE_RETIRED] = "retired",
+		[KVPAGE_CACHED] = "cached",
 	};
 
 	if ((unsigned)s >= KVPAGE_N_STATES)
@@ -271,6 +273,17 @@ static void kvpool__put(struct kvpool *p, uint32_t page)
 	kvpool__free_push(p, page);
 }
 
+/* Out of circulation for good. Quarantine wins over a pending
+ * retirement: the page never leaves the pool's view again. */
+static void kvpool__quarantine_page(struct kvpool *p, struct kvpage *pg)
+{
+	if (pg->retiring) {
+		pg->retiring = false;
+		p->retiring--;
+	}
+	kvpool__set_state(p, pg, KVPAGE_QUARANTINED);
+}
+
 static uint32_t kvpool__epoch_next(struct kvpool *p)
 {
 	if (++p->epoch == 0) {
@@ -284,34 +297,61 @@ static uint32_t kvpool__epoch_next(struct kvpool *p)
 #define ST(s) (1u << (s))
 #define ST_OWNED (ST(KVPAGE_RESERVED) | ST(KVPAGE_FILLING) | ST(KVPAGE_READY))
 
-/* Validate a table against the metadata; mutates nothing but marks. */
-static int kvpool__check_table(struct kvpool *p, uint64_t owner,
+/* One entry against the metadata: range, duplicate (mark), owner and
+ * generation, state. */
+static int kvpool__check_entry(struct kvpool *p, uint64_t owner,
+			       const struct kvpool_ref *ref, unsigned states,
+			       uint32_t epoch)
+{
+	struct kvpage *pg;
+
+	if (ref->page >= p->slots)
+		return KVPOOL_E_RANGE;
+	pg = &p->pages[ref->page];
+	if (pg->mark == epoch)
+		return KVPOOL_E_RANGE;
+	pg->mark = epoch;
+	if (pg->gen == 0 || pg->owner != owner || pg->gen != ref->gen)
+		return KVPOOL_E_STALE;
+	if (!(states & ST(pg->state)))
+		return KVPOOL_E_STATE;
+	return 0;
+}
+
+/* Validate a table against the metadata; mutates nothing but marks.
+ * Entries [0, n_mapped) are owned by entries[i] (cached pages), the
+ * others by owner. */
+static int kvpool__check_mixed(struct kvpool *p, uint64_t owner,
+			       const uint64_t *entries, uint32_t n_mapped,
 			       const struct kvpool_ref *table, uint32_t n,
 			       unsigned states, bool need_fence)
 {
 	uint32_t epoch;
 
-	if (!table || n == 0)
+	if (!table || n == 0 || n_mapped > n || (n_mapped && !entries))
 		return KVPOOL_E_RANGE;
 	epoch = kvpool__epoch_next(p);
 	for (uint32_t i = 0; i < n; i++) {
-		struct kvpage *pg;
+		bool mapped = i < n_mapped;
+		int r = kvpool__check_entry(p, mapped ? entries[i] : owner,
+					    &table[i],
+					    mapped ? ST(KVPAGE_CACHED) : states,
+					    epoch);
 
-		if (table[i].page >= p->slots)
-			return KVPOOL_E_RANGE;
-		pg = &p->pages[table[i].page];
-		if (pg->mark == epoch)
-			return KVPOOL_E_RANGE;
-		pg->mark = epoch;
-		if (pg->gen == 0 || pg->owner != owner ||
-		    pg->gen != table[i].gen)
-			return KVPOOL_E_STALE;
-		if (!(states & ST(pg->state)))
-			return KVPOOL_E_STATE;
-		if (need_fence && pg->fences == 0)
+		if (r)
+			return r;
+		if (need_fence && p->pages[table[i].page].fences == 0)
 			return KVPOOL_E_STATE;
 	}
 	return 0;
+}
+
+static int kvpool__check_table(struct kvpool *p, uint64_t owner,
+			       const struct kvpool_ref *table, uint32_t n,
+			       unsigned states, bool need_fence)
+{
+	return kvpool__check_mixed(p, owner, NULL, 0, table, n, states,
+				   need_fence);
 }
 
 static int kvpool__check_coverage(const struct kvpool *p, uint32_t n,
@@ -350,11 +390,23 @@ static int kvpool__scratch_reserve(struct kvpool *p, uint32_t n)
 	return 0;
 }
 
-/* Compare the tags in page memory with what owner's writer must have
+/* The tag entry i of a table must hold: owner's, or for the first
+ * n_mapped entries their cache entry's. */
+static void kvpool__want_tag(const struct kvpool *p, struct kvtag *t,
+			     uint64_t owner, const uint64_t *entries,
+			     uint32_t n_mapped, const struct kvpool_ref *table,
+			     uint32_t i, uint32_t tokens)
+{
+	kvtag_make(t, i < n_mapped ? entries[i] : owner, table[i].gen,
+		   table[i].page, i, kvpool__page_tokens(p, i, tokens));
+}
+
+/* Compare the tags in page memory with what their writers must have
  * written. 0, KVPOOL_E_TAG (with *bad), or negative errno. */
-static int kvpool__check_tags(struct kvpool *p, uint64_t owner,
-			      const struct kvpool_ref *table, uint32_t n,
-			      uint32_t tokens, uint32_t *bad)
+static int kvpool__check_tags_mixed(struct kvpool *p, uint64_t owner,
+				    const uint64_t *entries, uint32_t n_mapped,
+				    const struct kvpool_ref *table, uint32_t n,
+				    uint32_t tokens, uint32_t *bad)
 {
 	const struct kvmem_ops *ops = p->mem.ops;
 	int r;
@@ -364,9 +416,8 @@ static int kvpool__check_tags(struct kvpool *p, uint64_t owner,
 		if (r)
 			return r;
 		for (uint32_t i = 0; i < n; i++) {
-			kvtag_make(&p->scratch_tags[i], owner, table[i].gen,
-				   table[i].page, i,
-				   kvpool__page_tokens(p, i, tokens));
+			kvpool__want_tag(p, &p->scratch_tags[i], owner, entries,
+					 n_mapped, table, i, tokens);
 			p->scratch_ptrs[i] = kvpool__addr(p, table[i].page);
 		}
 		r = ops->tags_compare(p->mem.ctx, p->scratch_ptrs,
@@ -375,7 +426,7 @@ static int kvpool__check_tags(struct kvpool *p, uint64_t owner,
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		const void *addr = kvpool__addr(p, table[i].page);
-		struct kvtag copy;
+		struct kvtag copy, want;
 		const struct kvtag *t = addr;
 
 		if (!ops->host_visible) {
@@ -384,14 +435,23 @@ static int kvpool__check_tags(struct kvpool *p, uint64_t owner,
 				return r;
 			t = &copy;
 		}
-		if (kvtag_check(t, owner, table[i].gen, table[i].page, i,
-				kvpool__page_tokens(p, i, tokens))) {
+		kvpool__want_tag(p, &want, owner, entries, n_mapped, table, i,
+				 tokens);
+		if (memcmp(t, &want, sizeof(want))) {
 			if (bad)
 				*bad = i;
 			return KVPOOL_E_TAG;
 		}
 	}
 	return 0;
+}
+
+static int kvpool__check_tags(struct kvpool *p, uint64_t owner,
+			      const struct kvpool_ref *table, uint32_t n,
+			      uint32_t tokens, uint32_t *bad)
+{
+	return kvpool__check_tags_mixed(p, owner, NULL, 0, table, n, tokens,
+					bad);
 }
 
 /* ---- lifecycle --------------------------------------------------------------- */
@@ -547,6 +607,7 @@ static void kvpool__info(const struct kvpool *p, uint32_t page,
 	out->owner = pg->owner;
 	out->gen = pg->gen;
 	out->fences = pg->fences;
+	out->maps = pg->maps;
 	out->retiring = pg->retiring;
 	out->has_memory = kvpool__addr(p, page) != NULL;
 }
@@ -733,24 +794,7 @@ int kvpool_tag_write(struct kvpool *p, uint64_t owner,
 		     const struct kvpool_ref *table, uint32_t n,
 		     uint32_t tokens)
 {
-	int r;
-
-	pthread_mutex_lock(&p->lock);
-	r = kvpool__check_table(p, owner, table, n,
-				ST(KVPAGE_FILLING) | ST(KVPAGE_READY), false);
-	if (!r)
-		r = kvpool__check_coverage(p, n, tokens);
-	for (uint32_t i = 0; !r && i < n; i++) {
-		struct kvtag t;
-
-		kvtag_make(&t, owner, table[i].gen, table[i].page, i,
-			   kvpool__page_tokens(p, i, tokens));
-		r = p->mem.ops->write(p->mem.ctx,
-				      kvpool__addr(p, table[i].page), &t,
-				      sizeof(t));
-	}
-	pthread_mutex_unlock(&p->lock);
-	return r;
+	return kvpool_tag_write_from(p, owner, table, 0, n, tokens);
 }
 
 int kvpool_mark_ready(struct kvpool *p, uint64_t owner,
@@ -864,17 +908,195 @@ int kvpool_quarantine(struct kvpool *p, uint64_t owner,
 	r = kvpool__check_table(p, owner, table, n,
 				ST_OWNED | ST(KVPAGE_FENCED), false);
 	if (!r) {
-		for (uint32_t i = 0; i < n; i++) {
-			struct kvpage *pg = &p->pages[table[i].page];
+		for (uint32_t i = 0; i < n; i++)
+			kvpool__quarantine_page(p, &p->pages[table[i].page]);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
 
-			/* Quarantine wins over a pending retirement: the
-			 * page never leaves the pool's view again. */
-			if (pg->retiring) {
-				pg->retiring = false;
-				p->retiring--;
-			}
-			kvpool__set_state(p, pg, KVPAGE_QUARANTINED);
+/* ---- cached pages ---------------------------------------------------------- */
+
+/* Adopt: every page full, unfenced, owner's, with the tag owner's writer
+ * wrote at its table index; then retag under the entry. The old tag is
+ * checked first so a page whose bytes a writer got wrong never becomes
+ * a prefix every later request reads. */
+static int kvpool__adopt_check(struct kvpool *p, uint64_t owner,
+			       const struct kvpool_ref *table, uint32_t first,
+			       uint32_t n, const uint64_t *entries)
+{
+	uint32_t pt = p->geom.page_tokens;
+	uint32_t epoch = kvpool__epoch_next(p);
+	int r;
+
+	if (!table || !entries || n == 0 || first > UINT32_MAX - n)
+		return KVPOOL_E_RANGE;
+	for (uint32_t i = first; i < first + n; i++) {
+		struct kvtag want, copy;
+		const struct kvtag *t;
+
+		r = kvpool__check_entry(p, owner, &table[i],
+					ST(KVPAGE_FILLING) | ST(KVPAGE_READY),
+					epoch);
+		if (r)
+			return r;
+		if (p->pages[table[i].page].fences || entries[i - first] == owner)
+			return KVPOOL_E_STATE;
+		t = kvpool__addr(p, table[i].page);
+		if (!p->mem.ops->host_visible) {
+			r = p->mem.ops->read(p->mem.ctx, &copy, t, sizeof(copy));
+			if (r)
+				return r;
+			t = &copy;
 		}
+		kvtag_make(&want, owner, table[i].gen, table[i].page, i, pt);
+		if (memcmp(t, &want, sizeof(want)))
+			return KVPOOL_E_TAG;
+	}
+	return 0;
+}
+
+int kvpool_cache_adopt(struct kvpool *p, uint64_t owner,
+		       const struct kvpool_ref *table, uint32_t first,
+		       uint32_t n, const uint64_t *entries,
+		       struct kvpool_ref *out)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__adopt_check(p, owner, table, first, n, entries);
+	for (uint32_t i = 0; !r && i < n; i++) {
+		uint32_t page = table[first + i].page;
+		struct kvpage *pg = &p->pages[page];
+		struct kvtag t;
+
+		/* a fresh generation: owner's entry for this page is stale
+		 * from here on, whatever the caller still keeps */
+		pg->owner = entries[i];
+		pg->gen = ++p->next_gen;
+		pg->maps = 0;
+		kvpool__set_state(p, pg, KVPAGE_CACHED);
+		out[i].page = page;
+		out[i].gen = pg->gen;
+		kvtag_make(&t, entries[i], pg->gen, page, first + i,
+			   p->geom.page_tokens);
+		r = p->mem.ops->write(p->mem.ctx, kvpool__addr(p, page), &t,
+				      sizeof(t));
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+static int kvpool__cache_count(struct kvpool *p, const uint64_t *entries,
+			       const struct kvpool_ref *refs, uint32_t n,
+			       int delta)
+{
+	unsigned states = ST(KVPAGE_CACHED) |
+			  (delta < 0 ? ST(KVPAGE_QUARANTINED) : 0);
+	uint32_t epoch;
+	int r = 0;
+
+	if (!refs || !entries || n == 0)
+		return KVPOOL_E_RANGE;
+	pthread_mutex_lock(&p->lock);
+	epoch = kvpool__epoch_next(p);
+	for (uint32_t i = 0; !r && i < n; i++) {
+		r = kvpool__check_entry(p, entries[i], &refs[i], states, epoch);
+		if (!r && delta < 0 && p->pages[refs[i].page].maps == 0)
+			r = KVPOOL_E_STATE;
+		if (!r && delta > 0 && p->pages[refs[i].page].maps == UINT32_MAX)
+			r = -EOVERFLOW;
+	}
+	for (uint32_t i = 0; !r && i < n; i++)
+		p->pages[refs[i].page].maps += (uint32_t)delta;
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_cache_map(struct kvpool *p, const uint64_t *entries,
+		     const struct kvpool_ref *refs, uint32_t n)
+{
+	return kvpool__cache_count(p, entries, refs, n, 1);
+}
+
+int kvpool_cache_unmap(struct kvpool *p, const uint64_t *entries,
+		       const struct kvpool_ref *refs, uint32_t n)
+{
+	return kvpool__cache_count(p, entries, refs, n, -1);
+}
+
+int kvpool_cache_evict(struct kvpool *p, uint64_t entry,
+		       const struct kvpool_ref *ref)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, entry, ref, 1, ST(KVPAGE_CACHED), false);
+	if (!r && p->pages[ref->page].maps)
+		r = KVPOOL_E_STATE;
+	if (!r)
+		kvpool__put(p, ref->page);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_cache_quarantine(struct kvpool *p, uint64_t entry,
+			    const struct kvpool_ref *ref)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, entry, ref, 1, ST(KVPAGE_CACHED), false);
+	if (!r)
+		kvpool__quarantine_page(p, &p->pages[ref->page]);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_verify_mapped(struct kvpool *p, uint64_t owner,
+			 const uint64_t *entries, uint32_t n_mapped,
+			 const struct kvpool_ref *table, uint32_t n,
+			 uint32_t tokens, uint32_t *bad)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_mixed(p, owner, entries, n_mapped, table, n,
+				ST(KVPAGE_FILLING) | ST(KVPAGE_READY), false);
+	if (!r)
+		r = kvpool__check_coverage(p, n, tokens);
+	/* a mapped page holds page_tokens positions: the table must cover
+	 * more than the mapped prefix */
+	if (!r && n_mapped && (uint64_t)n_mapped * p->geom.page_tokens > tokens)
+		r = KVPOOL_E_COVERAGE;
+	if (!r)
+		r = kvpool__check_tags_mixed(p, owner, entries, n_mapped, table,
+					     n, tokens, bad);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+int kvpool_tag_write_from(struct kvpool *p, uint64_t owner,
+			  const struct kvpool_ref *table, uint32_t first,
+			  uint32_t n, uint32_t tokens)
+{
+	int r;
+
+	if (first >= n)
+		return KVPOOL_E_RANGE;
+	pthread_mutex_lock(&p->lock);
+	r = kvpool__check_table(p, owner, table + first, n - first,
+				ST(KVPAGE_FILLING) | ST(KVPAGE_READY), false);
+	if (!r)
+		r = kvpool__check_coverage(p, n, tokens);
+	for (uint32_t i = first; !r && i < n; i++) {
+		struct kvtag t;
+
+		kvtag_make(&t, owner, table[i].gen, table[i].page, i,
+			   kvpool__page_tokens(p, i, tokens));
+		r = p->mem.ops->write(p->mem.ctx,
+				      kvpool__addr(p, table[i].page), &t,
+				      sizeof(t));
 	}
 	pthread_mutex_unlock(&p->lock);
 	return r;
@@ -1007,7 +1229,8 @@ int kvpool_shrink(struct kvpool *p, uint32_t n, uint32_t *retired_now)
 		struct kvpage *pg = &p->pages[i];
 
 		if (pg->retiring ||
-		    !((ST_OWNED | ST(KVPAGE_FENCED)) & ST(pg->state)))
+		    !((ST_OWNED | ST(KVPAGE_FENCED) | ST(KVPAGE_CACHED)) &
+		      ST(pg->state)))
 			continue;
 		pg->retiring = true;
 		p->retiring++;

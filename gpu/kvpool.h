@@ -31,6 +31,9 @@
  *   FENCED -last unfence-> FREE
  *   any owned state -quarantine-> QUARANTINED (never handed out again)
  *   a page marked retiring by shrink goes to RETIRED instead of FREE.
+ *   FILLING|READY (full, unfenced) -cache_adopt-> CACHED (owner: a cache
+ *   entry; read-only) -cache_evict (no mapping left)-> FREE or RETIRED;
+ *   CACHED -quarantine-> QUARANTINED.
  * A page table entry is (page, generation); the generation is bumped at
  * every reservation, so a stale entry from an earlier owner never matches.
  * Every call that takes a table checks that each entry is owned by `owner`
@@ -90,6 +93,7 @@ enum kvpage_state {
 	KVPAGE_FENCED,
 	KVPAGE_QUARANTINED,
 	KVPAGE_RETIRED,
+	KVPAGE_CACHED,
 	KVPAGE_N_STATES,
 };
 
@@ -203,6 +207,56 @@ int kvpool_release(struct kvpool *p, uint64_t owner,
 int kvpool_quarantine(struct kvpool *p, uint64_t owner,
 		      const struct kvpool_ref *table, uint32_t n);
 
+/* ---- cached pages (the prefix cache, gpu/pcache.h) ------------------------
+ *
+ * A CACHED page is a full page of a finished prompt that a cache entry
+ * owns: its owner is the entry's id (never a request id: the caller keeps
+ * the two spaces apart), its generation is fresh from adopt on, and its
+ * tag says (entry, generation, page, index, page_tokens), where index is
+ * the page's place in every prompt that maps it (a prefix page sits at the
+ * same index in every prompt that starts with it). Nobody writes it again:
+ * requests map it (a count), read it through kvpool_verify_mapped, and
+ * unmap it; the entry evicts it only once no mapping is left. Deferred
+ * release holds by construction: a fenced page (something may still write
+ * into it) is never adopted. */
+
+/* Hand pages table[first..first+n) of owner's table (FILLING or READY, no
+ * fence, each holding page_tokens positions whose tags say so at their
+ * table index) to the cache entries entries[0..n): each becomes CACHED,
+ * owned by entries[i], with a new generation written to out[i] and a
+ * retagged page. All or nothing; the owner no longer holds them. */
+int kvpool_cache_adopt(struct kvpool *p, uint64_t owner,
+		       const struct kvpool_ref *table, uint32_t first,
+		       uint32_t n, const uint64_t *entries,
+		       struct kvpool_ref *out);
+/* Count one more (map) or one fewer (unmap) reader of each CACHED page
+ * refs[i] owned by entries[i]. unmap also accepts a page quarantined while
+ * mapped. All or nothing. */
+int kvpool_cache_map(struct kvpool *p, const uint64_t *entries,
+		     const struct kvpool_ref *refs, uint32_t n);
+int kvpool_cache_unmap(struct kvpool *p, const uint64_t *entries,
+		       const struct kvpool_ref *refs, uint32_t n);
+/* CACHED -> FREE (or RETIRED) for entry's page; KVPOOL_E_STATE, changing
+ * nothing, while a request maps it. */
+int kvpool_cache_evict(struct kvpool *p, uint64_t entry,
+		       const struct kvpool_ref *ref);
+/* A cached page that failed a check: out of circulation for good, mapped
+ * or not (its readers' next verify fails). */
+int kvpool_cache_quarantine(struct kvpool *p, uint64_t entry,
+			    const struct kvpool_ref *ref);
+/* kvpool_verify for a table whose first n_mapped entries are CACHED pages
+ * of entries[0..n_mapped) (tag index i, page_tokens positions) and whose
+ * others are owner's, as kvpool_verify checks them. */
+int kvpool_verify_mapped(struct kvpool *p, uint64_t owner,
+			 const uint64_t *entries, uint32_t n_mapped,
+			 const struct kvpool_ref *table, uint32_t n,
+			 uint32_t tokens, uint32_t *bad);
+/* kvpool_tag_write of table[first..n) only (the entries before first are
+ * mapped cached pages, never written); coverage is of the whole table. */
+int kvpool_tag_write_from(struct kvpool *p, uint64_t owner,
+			  const struct kvpool_ref *table, uint32_t first,
+			  uint32_t n, uint32_t tokens);
+
 /* Add n live FREE pages: first revive RETIRED slots (lowest index first,
  * reallocating a chunk whose memory was returned), then allocate a new
  * chunk. A revived slot keeps its index and its next reservation gets a
@@ -225,6 +279,7 @@ struct kvpool_page_info {
 	uint64_t owner;        /* last owner (kept after release) */
 	uint64_t gen;          /* last generation (0: never reserved) */
 	uint32_t fences;
+	uint32_t maps;         /* CACHED: requests mapping it */
 	bool retiring;
 	bool has_memory;       /* false once its chunk went back to kvmem */
 };

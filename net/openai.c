@@ -290,6 +290,24 @@ static int rd_stream(struct openai_req *q, const char *k, json_t *v,
 	return 0;
 }
 
+static int rd_cache_salt(struct openai_req *q, const char *k, json_t *v,
+			 struct openai_error *err)
+{
+	size_t n;
+
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return bad(err, k, "'%s' must be a string", k);
+	n = json_string_length(v);
+	if (n == 0 || n > OPENAI_SALT_MAX || memchr(json_string_value(v), 0, n))
+		return bad(err, k, "'%s' must be 1 to %u bytes, without NUL", k,
+			   OPENAI_SALT_MAX);
+	memcpy(q->cache_salt, json_string_value(v), n);
+	q->cache_salt[n] = 0;
+	return 0;
+}
+
 /* Accepted because it changes nothing here. */
 static int rd_ignore(struct openai_req *q, const char *k, json_t *v,
 		     struct openai_error *err)
@@ -379,6 +397,7 @@ static const struct field {
 	{ "stream", EP_BOTH, rd_stream },
 	{ "stream_options", EP_BOTH, rd_stream_options },
 	{ "user", EP_BOTH, rd_ignore },
+	{ "cache_salt", EP_BOTH, rd_cache_salt },
 	{ "n", EP_BOTH, rd_n },
 	{ "best_of", EP_CMPL, rd_n },
 	{ "presence_penalty", EP_BOTH, rd_zero },

@@ -8,7 +8,9 @@
  * response_format other than text...) names itself in a 400
  * (`param`, code `unsupported_parameter`), since silently dropping it
  * would change the result the caller expects. Known parameters with no
- * effect on the output (user, stream_options) are accepted.
+ * effect on the output (user, stream_options) are accepted, and so is
+ * cache_salt (a non-empty string of at most OPENAI_SALT_MAX bytes), which
+ * scopes prefix-cache reuse and never changes the output either.
  *
  * Defaults are OpenAI's: max_tokens 16, temperature 1, top_p 1; top_k 0
  * (off; -1 is taken as off too); seed 0 when absent (kvd's output is a
@@ -28,6 +30,7 @@
 #define OPENAI_STOP_BYTES 256u
 #define OPENAI_MODEL_MAX 127u
 #define OPENAI_MSGS_MAX 1024u
+#define OPENAI_SALT_MAX 256u   /* cache_salt bytes */
 
 struct openai_error {
 	int status;               /* HTTP status */
@@ -58,6 +61,9 @@ struct openai_req {
 	size_t stop_len[OPENAI_STOP_MAX];
 	uint32_t n_stop;
 	bool stream;
+	/* cache_salt (vLLM's field): isolates the prefix cache further
+	 * within a tenant; "" when absent (gpu/pcache.h) */
+	char cache_salt[OPENAI_SALT_MAX + 1];
 };
 
 int openai_req_parse(struct openai_req *q, bool chat, const char *body,

@@ -129,6 +129,8 @@ static const struct proto_field request_fields[] = {
 	REQ_FLOAT("top_p", top_p, 0.0, 1.0, true),
 	PROTO_FIELD_U64(struct proto_client_request, "seed", false, seed,
 			0, UINT64_MAX),
+	PROTO_FIELD_STR(struct proto_client_request, "cache_salt", false,
+			cache_salt),
 };
 
 /* Exactly one of these is there (checked first, so that a request with
@@ -180,7 +182,7 @@ int proto_client_request_parse(const msgpack_object *map,
 void proto_client_request_pack(msgpack_packer *pk,
 			       const struct proto_client_request *r)
 {
-	msgpack_pack_map(pk, 8);
+	msgpack_pack_map(pk, r->cache_salt[0] ? 9 : 8);
 	frame_pack_kv_str(pk, "type", "request");
 	frame_pack_kv_u64(pk, "id", r->id);
 	if (r->prompt) {
@@ -196,6 +198,8 @@ void proto_client_request_pack(msgpack_packer *pk,
 	frame_pack_kv_u64(pk, "top_k", r->top_k);
 	frame_pack_kv_double(pk, "top_p", r->top_p);
 	frame_pack_kv_u64(pk, "seed", r->seed);
+	if (r->cache_salt[0])
+		frame_pack_kv_str(pk, "cache_salt", r->cache_salt);
 }
 
 /* ---- events ------------------------------------------------------------- */
@@ -218,11 +222,12 @@ void proto_client_pack_token(msgpack_packer *pk, uint64_t id, uint32_t index,
 void proto_client_pack_final(msgpack_packer *pk, uint64_t id,
 			     const struct proto_client_final *f)
 {
-	msgpack_pack_map(pk, 8);
+	msgpack_pack_map(pk, 9);
 	frame_pack_kv_str(pk, "type", "final");
 	frame_pack_kv_u64(pk, "id", id);
 	frame_pack_kv_str(pk, "finish_reason", f->finish_reason);
 	frame_pack_kv_u64(pk, "prompt_tokens", f->prompt_tokens);
+	frame_pack_kv_u64(pk, "cached_tokens", f->cached_tokens);
 	frame_pack_kv_u64(pk, "output_tokens", f->output_tokens);
 	frame_pack_kv_u64(pk, "ttft_us", f->ttft_us);
 	frame_pack_kv_u64(pk, "total_us", f->total_us);
@@ -381,6 +386,8 @@ static const struct proto_field final_fields[] = {
 	PROTO_FIELD_STR(struct proto_client_event, "finish_reason", true,
 			fin.finish_reason),
 	EV_U32("prompt_tokens", fin.prompt_tokens),
+	PROTO_FIELD_U32(struct proto_client_event, "cached_tokens", false,
+			fin.cached_tokens, 0, UINT32_MAX),
 	EV_U32("output_tokens", fin.output_tokens),
 	EV_U64("ttft_us", fin.ttft_us),
 	EV_U64("total_us", fin.total_us),

@@ -47,6 +47,8 @@ const char *proto_err_name(int code);
 /* The code of a name, or -1. */
 int proto_err_parse(const char *name);
 
+#define PROTO_CLIENT_SALT_MAX 256u
+
 struct proto_client_request {
 	uint64_t id;
 	char *prompt;          /* (strlen+1) bytes, or NULL when tokens given */
@@ -57,6 +59,8 @@ struct proto_client_request {
 	uint32_t top_k;        /* 0 off */
 	float top_p;           /* (0, 1] */
 	uint64_t seed;
+	/* prefix-cache scope within the tenant (gpu/pcache.h); "" = none */
+	char cache_salt[PROTO_CLIENT_SALT_MAX + 1];
 };
 
 #define PROTO_CLIENT_REQUEST_NULL \
@@ -84,6 +88,7 @@ enum proto_client_event_type {
 struct proto_client_final {
 	char finish_reason[16];   /* "stop" | "length" */
 	uint32_t prompt_tokens;
+	uint32_t cached_tokens;   /* of prompt_tokens, from the prefix cache */
 	uint32_t output_tokens;
 	uint64_t ttft_us;
 	uint64_t total_us;

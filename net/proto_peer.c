@@ -256,6 +256,8 @@ static const struct proto_field done_fields[] = {
 	MSG_U32("tokens", done_tokens, 1),
 	MSG_U32("batches", batches, 0),
 	MSG_U32("pages", done_pages, 0),
+	PROTO_FIELD_U32(struct proto_peer_msg, "cached_tokens", false,
+			cached_tokens, 0, UINT32_MAX),
 };
 
 /* ---- prefill_request ---------------------------------------------------- */
@@ -340,6 +342,11 @@ static bool tenant_present(const void *in)
 	return m->tenant[0] && strcmp(m->tenant, PROTO_PEER_TENANT_DEFAULT) != 0;
 }
 
+static bool salt_present(const void *in)
+{
+	return ((const struct proto_peer_msg *)in)->cache_salt[0] != 0;
+}
+
 /* Unlike a client request, every sampling field is spelled out. The
  * tenant is last: a bad one is then the request's only problem, which
  * prefill answers with a prefill_reject (the link stays up). */
@@ -357,6 +364,10 @@ static const struct proto_field prefill_request_fields[] = {
 	PROTO_FIELD_FLOAT(struct proto_peer_msg, "top_p", true, top_p,
 			  0.0, 1.0, true),
 	MSG_U64("seed", true, seed, 0),
+	{ .key = "cache_salt", .type = PROTO_F_STR, .required = false,
+	  .offset = offsetof(struct proto_peer_msg, cache_salt),
+	  .size = sizeof(((struct proto_peer_msg *)0)->cache_salt),
+	  .present = salt_present },
 	{ .key = "tenant", .type = PROTO_F_CUSTOM, .required = false,
 	  .read = read_tenant, .write = write_tenant,
 	  .present = tenant_present },

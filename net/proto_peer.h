@@ -130,6 +130,8 @@ struct proto_peer_msg {
 					  * PROTO_PEER_TENANT_DEFAULT when
 					  * absent; packed: omitted when ""
 					  * or the default */
+	char cache_salt[PROTO_CLIENT_SALT_MAX + 1]; /* the client's; ""
+					  * = none (omitted when packed) */
 	/* PREFILL_REJECT, ABORT */
 	int code;                        /* enum proto_err */
 	char message[PROTO_CLIENT_MSG_MAX + 1];
@@ -139,6 +141,9 @@ struct proto_peer_msg {
 	uint32_t batches;                /* PREFILL_DONE; ABORT, ABORT_ACK:
 					  * batches the sender posted */
 	uint32_t done_pages;
+	uint32_t cached_tokens;          /* PREFILL_DONE: of done_tokens, read
+					  * from prefill's prefix cache
+					  * (optional, 0 when absent) */
 	struct proto_peer_verbs_qp vqp;  /* VERBS_QP */
 	struct proto_peer_run *runs;     /* VERBS_SCOPE (n_runs), owned */
 	uint32_t n_runs;

@@ -20,6 +20,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/engine.h"
+#include "gpu/pcache.h"
 #include "gpu/gguf_gen.h"
 #include "gpu/gguf_write.h"
 #include "gpu/kvmem.h"
@@ -121,7 +122,9 @@ struct job {
 	uint32_t max_tokens;
 	struct sampler_params sp;
 	uint32_t start_step;     /* submitted before this step */
+	const struct pcache_key *key; /* prefix cache: whose (NULL: none) */
 	/* results */
+	uint32_t cached;         /* prompt tokens the cache gave */
 	struct engine_req *req;
 	int32_t out[64];
 	uint32_t n_out;
@@ -163,7 +166,8 @@ static void rig_run(struct rig *g, struct job *jobs, uint32_t n)
 					.prompt = jobs[i].prompt,
 					.n_prompt = jobs[i].n_prompt,
 					.max_tokens = jobs[i].max_tokens,
-					.sampling = jobs[i].sp, .ignore_eos = true };
+					.sampling = jobs[i].sp, .ignore_eos = true,
+					.cache_key = jobs[i].key };
 
 				ck_assert_int_eq(engine_submit(g->e, &rp, &jobs[i].req), 0);
 				submitted++;
@@ -195,6 +199,7 @@ static void rig_run(struct rig *g, struct job *jobs, uint32_t n)
 		ck_assert_uint_eq(nt, jobs[i].n_prompt + jobs[i].n_out);
 		ck_assert_int_eq(memcmp(t + jobs[i].n_prompt, jobs[i].out,
 					jobs[i].n_out * sizeof(int32_t)), 0);
+		jobs[i].cached = engine_req_cached(jobs[i].req);
 		engine_req_free(g->e, jobs[i].req);
 		jobs[i].req = NULL;
 	}
@@ -511,6 +516,224 @@ START_TEST(test_mixed_activation_classes)
 END_TEST
 
 /* ---- integrity ---------------------------------------------------------- */
+
+/* ---- the prefix cache ----------------------------------------------------- */
+
+struct crig {
+	struct kvmem mem;
+	struct kvpool *pool;
+	struct pcache *cache;
+	struct engine *e;
+};
+
+static void crig_init(struct crig *g, struct model *m, uint32_t n_pages)
+{
+	struct kvpool_geom geom = { .page_tokens = 4, .n_layer = m->hp.n_layer,
+				    .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+				    .dtype = KV_DTYPE_F32 };
+	struct pcache_params pp = { .max_pages = n_pages };
+	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+	struct rig r;
+
+	kvmem_host_init(&g->mem);
+	ck_assert_int_eq(kvpool_new(&g->pool, &g->mem, &geom, n_pages), 0);
+	ck_assert_int_eq(pcache_new(&g->cache, g->pool, &pp), 0);
+	ep.threads = 2;
+	ep.max_batch = 8;
+	ep.prefill_chunk = 5;
+	ep.n_ctx = 256;
+	ep.cache = g->cache;
+	ck_assert_int_eq(engine_new(&g->e, m, g->pool, &ep, NULL), 0);
+	(void)r;
+}
+
+static void crig_run(struct crig *g, struct job *j, uint32_t n)
+{
+	struct rig r = { .mem = g->mem, .pool = g->pool, .e = g->e };
+
+	for (uint32_t i = 0; i < n; i++) {
+		j[i].req = NULL;
+		j[i].n_out = 0;
+	}
+	rig_run(&r, j, n);
+}
+
+static void crig_deinit(struct crig *g)
+{
+	struct kvpool_stats st;
+
+	engine_free(g->e);
+	pcache_free(g->cache);
+	kvpool_get_stats(g->pool, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_FREE] + st.by_state[KVPAGE_QUARANTINED],
+			  st.pages);
+	kvpool_free(g->pool);
+	kvmem_deinit(&g->mem);
+}
+
+static void long_job(struct job *j, uint32_t seed, uint32_t n_vocab,
+		     bool sampled, const struct pcache_key *k)
+{
+	job_make(j, seed, n_vocab, sampled);
+	j->n_prompt = 30;
+	for (uint32_t i = 1; i < j->n_prompt; i++)
+		j->prompt[i] = (int32_t)(3 + (seed * 37 + i * 13) % (n_vocab - 3));
+	j->max_tokens = 16;
+	j->key = k;
+}
+
+/* Invariant 9 with the cache: a prompt that maps cached pages gives the
+ * bytes it gives computed from scratch; another tenant (or salt) reuses
+ * nothing; the reuse is reported. */
+START_TEST(test_prefix_cache_purity)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	static const uint8_t fp[32] = { 9 };
+	struct pcache_key ka, kb, ks;
+	struct job ref, j[3], batch[4];
+	struct crig g;
+
+	pcache_key_make(&ka, fp, "a", "", 0);
+	pcache_key_make(&kb, fp, "b", "", 0);
+	pcache_key_make(&ks, fp, "a", "salt", 4);
+	for (int sampled = 0; sampled < 2; sampled++) {
+		long_job(&j[0], 3, m->hp.n_vocab, sampled, NULL);
+		run_one(m, &j[0], 1, 16, KV_DTYPE_F32, &ref);
+		crig_init(&g, m, 96);
+		for (int i = 0; i < 3; i++)
+			long_job(&j[i], 3, m->hp.n_vocab, sampled, &ka);
+		crig_run(&g, &j[0], 1);
+		crig_run(&g, &j[1], 1);
+		ck_assert_uint_eq(j[0].cached, 0);
+		ck_assert_uint_eq(j[1].cached, 28); /* 7 full pages of 29 */
+		assert_same(&ref, &j[0], "first, cache empty");
+		assert_same(&ref, &j[1], "second, prefix from the cache");
+		j[2].key = &kb;
+		crig_run(&g, &j[2], 1);
+		ck_assert_uint_eq(j[2].cached, 0);
+		j[2].key = &ks;
+		crig_run(&g, &j[2], 1);
+		ck_assert_uint_eq(j[2].cached, 0);
+		/* a batch: cached and uncached members, same prefix, one
+		 * longer (one page past the cached part) */
+		for (int i = 0; i < 4; i++) {
+			long_job(&batch[i], 3, m->hp.n_vocab, sampled,
+				 i % 2 ? &ka : &kb);
+			batch[i].start_step = (uint32_t)i;
+		}
+		crig_run(&g, batch, 4);
+		for (int i = 0; i < 4; i++)
+			assert_same(&ref, &batch[i], "batched, cache or not");
+		ck_assert_uint_eq(batch[1].cached, 28);
+		crig_deinit(&g);
+	}
+	model_free(m);
+}
+END_TEST
+
+/* A prompt's pages are cached as soon as it is computed: a request of the
+ * same tenant that arrives while the first still generates maps them, and
+ * both answer as they would alone. */
+START_TEST(test_prefix_cache_while_running)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	static const uint8_t fp[32] = { 9 };
+	struct pcache_key ka;
+	struct job ref, j[2];
+	struct kvpool_stats st;
+	struct crig g;
+
+	pcache_key_make(&ka, fp, "a", "", 0);
+	long_job(&j[0], 4, m->hp.n_vocab, false, NULL);
+	run_one(m, &j[0], 1, 16, KV_DTYPE_F32, &ref);
+	crig_init(&g, m, 96);
+	for (int i = 0; i < 2; i++)
+		long_job(&j[i], 4, m->hp.n_vocab, false, &ka);
+	j[1].start_step = 12;   /* 30 prompt tokens in chunks of 5: done at 6 */
+	crig_run(&g, j, 2);
+	ck_assert_uint_eq(j[0].cached, 0);
+	ck_assert_uint_eq(j[1].cached, 28);
+	assert_same(&ref, &j[0], "first, cached while it ran");
+	assert_same(&ref, &j[1], "second, mapped while the first ran");
+	kvpool_get_stats(g.pool, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_CACHED], 7);
+	crig_deinit(&g);
+	model_free(m);
+}
+END_TEST
+
+/* Admission never fails because of cached pages: they are evicted. */
+START_TEST(test_prefix_cache_evicted_for_admission)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	static const uint8_t fp[32] = { 9 };
+	struct pcache_key ka;
+	struct job j[4], big;
+	struct kvpool_stats st;
+	struct crig g;
+
+	pcache_key_make(&ka, fp, "a", "", 0);
+	crig_init(&g, m, 40);
+	for (uint32_t i = 0; i < 4; i++) {
+		long_job(&j[i], 10 + i, m->hp.n_vocab, false, &ka);
+		crig_run(&g, &j[i], 1);
+	}
+	kvpool_get_stats(g.pool, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_CACHED], 28);
+	long_job(&big, 50, m->hp.n_vocab, false, &ka);
+	big.max_tokens = 60;   /* 89 positions: 23 pages, 12 free */
+	crig_run(&g, &big, 1);
+	ck_assert_int_eq(big.finish, ENGINE_FINISH_LENGTH);
+	crig_deinit(&g);
+	model_free(m);
+}
+END_TEST
+
+/* Mutation: a cached page whose tag no longer names its entry (another
+ * page's bytes, or the owner changed) fails the request that maps it as
+ * an integrity error, never an answer; the cached pages are quarantined. */
+START_TEST(test_prefix_cache_mutation)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	static const uint8_t fp[32] = { 9 };
+	struct pcache_key ka;
+	struct kvpool_page_info info[64];
+	struct kvpool_stats st;
+	struct job j[2];
+	struct crig g;
+	uint32_t n, victim = UINT32_MAX;
+
+	for (int how = 0; how < 2; how++) {
+		pcache_key_make(&ka, fp, "a", "", 0);
+		crig_init(&g, m, 64);
+		long_job(&j[0], 3, m->hp.n_vocab, false, &ka);
+		crig_run(&g, &j[0], 1);
+		n = kvpool_snapshot(g.pool, info, 64);
+		for (uint32_t i = 0; i < n; i++)
+			if (info[i].state == KVPAGE_CACHED)
+				victim = i;
+		ck_assert_uint_ne(victim, UINT32_MAX);
+		{
+			struct kvtag *t = kvpool_page_addr(g.pool, victim);
+
+			if (how == 0)
+				t->owner ^= 1;
+			else
+				t->page ^= 1;
+		}
+		long_job(&j[1], 3, m->hp.n_vocab, false, &ka);
+		crig_run(&g, &j[1], 1);
+		ck_assert_int_eq(j[1].finish, ENGINE_FINISH_ERROR);
+		ck_assert_int_eq(j[1].error, ENGINE_E_INTEGRITY);
+		ck_assert_uint_eq(j[1].n_out, 0);
+		kvpool_get_stats(g.pool, &st);
+		ck_assert_uint_eq(st.by_state[KVPAGE_CACHED], 0);
+		ck_assert_uint_ge(st.by_state[KVPAGE_QUARANTINED], 7);
+		crig_deinit(&g);
+	}
+	model_free(m);
+}
+END_TEST
 
 START_TEST(test_integrity_corrupt_tag)
 {
@@ -1241,6 +1464,10 @@ int main(void)
 	tcase_add_test(tc, test_mistral_style);
 	tcase_add_test(tc, test_invariance_stories);
 	tcase_add_test(tc, test_threads_long_prompt_bits);
+	tcase_add_test(tc, test_prefix_cache_purity);
+	tcase_add_test(tc, test_prefix_cache_evicted_for_admission);
+	tcase_add_test(tc, test_prefix_cache_while_running);
+	tcase_add_test(tc, test_prefix_cache_mutation);
 	tcase_add_test(tc, test_integrity_corrupt_tag);
 	tcase_add_test(tc, test_integrity_stale_table);
 	tcase_add_test(tc, test_prefill_handoff);

@@ -195,6 +195,19 @@ START_TEST(test_openai_bodies)
 	ck_assert_int_eq(parse("{\"prompt\":\"a\",\"prompt\":\"b\"}", false, &q, &e), OPENAI_E_INVALID);
 	ck_assert_int_eq(parse("[1]", false, &q, &e), OPENAI_E_INVALID);
 	ck_assert_int_eq(parse("{\"prompt\":\"a\\u0000b\"}", false, &q, &e), OPENAI_E_INVALID);
+	/* cache_salt (issue 21): accepted on both endpoints, 1..256 bytes */
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"cache_salt\":\"s1\"}", false, &q, &e), 0);
+	ck_assert_str_eq(q.cache_salt, "s1");
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"c\"}],"
+			       "\"cache_salt\":\"s2\"}", true, &q, &e), 0);
+	ck_assert_str_eq(q.cache_salt, "s2");
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"cache_salt\":\"\"}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "cache_salt");
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"cache_salt\":7}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"cache_salt\":\"a\\u0000b\"}", false, &q, &e),
+			 OPENAI_E_INVALID);
 
 	/* chat */
 	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"

@@ -71,11 +71,13 @@ START_TEST(test_request_roundtrip)
 	r.prompt = NULL;
 	r.tokens = toks;
 	r.n_tokens = 3;
+	snprintf(r.cache_salt, sizeof(r.cache_salt), "salt-1");
 	buf = pack_request(&r, &len);
 	ck_assert_int_eq(proto_client_request_parse(decode(buf, len, &msg), &q, &err), 0);
 	ck_assert_ptr_null(q.prompt);
 	ck_assert_uint_eq(q.n_tokens, 3);
 	ck_assert_uint_eq(q.tokens[2], 99);
+	ck_assert_str_eq(q.cache_salt, "salt-1");
 	proto_client_request_deinit(&q);
 	msgpack_unpacked_destroy(&msg);
 	free(buf);
@@ -239,6 +241,7 @@ START_TEST(test_events_roundtrip)
 {
 	struct proto_client_final f = { .finish_reason = "length",
 					.prompt_tokens = 9, .output_tokens = 3,
+					.cached_tokens = 32,
 					.ttft_us = 1234, .total_us = 5678 };
 	struct proto_client_event ev;
 	struct frame_error err;
@@ -266,6 +269,7 @@ START_TEST(test_events_roundtrip)
 	ck_assert_int_eq(ev.type, PROTO_EV_FINAL);
 	ck_assert_str_eq(ev.fin.finish_reason, "length");
 	ck_assert_uint_eq(ev.fin.output_tokens, 3);
+	ck_assert_uint_eq(ev.fin.cached_tokens, 32);
 	ck_assert_uint_eq(ev.fin.ttft_us, 1234);
 	msgpack_unpacked_destroy(&msg);
 	free(buf);

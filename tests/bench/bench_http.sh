@@ -30,7 +30,7 @@ if [ -z "$M" ]; then
 	"$KVCTL" model make "$M" --layers 4 --dim 256 --heads 8 --kv-heads 4 --ff 768 \
 		--vocab 512 --ctx 1024 --seed 3 >/dev/null
 fi
-KEY=bench-0123456789abcdef
+KEY=bench-0123456789abcdef0123456789abcdef
 printf '%s bench\n' "$KEY" >"$T/keys"; chmod 600 "$T/keys"
 common='[kv]\npool_tokens = 65536\ndtype = f16\n[engine]\nthreads = 1\nmax_batch = 32\n[log]\nlevel = info\n'
 printf "[node]\nname = p\nrole = prefill\n[model]\npath = %s\n$common[admin]\nsocket = %s/p.sock\n[listen]\npeer = 127.0.0.1:%s\n" \

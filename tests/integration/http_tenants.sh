@@ -27,8 +27,8 @@ command -v jq >/dev/null || skip "jq absent"
 
 gen_model "$T/m.gguf" --chat-template chatml   # vocab 320: no <|im_start|> token
 M=$T/m.gguf
-KEY_A=alice-0123456789abcdef
-KEY_B=bob-0123456789abcdef00
+KEY_A=alice-0123456789abcdef0123456789abcdef
+KEY_B=bob-0123456789abcdef0123456789abcdef00
 printf '%s alice\n%s bob\n' "$KEY_A" "$KEY_B" > "$T/keys"
 chmod 600 "$T/keys"
 

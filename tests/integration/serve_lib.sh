@@ -104,7 +104,7 @@ write_node() {
 			fi
 		done
 		printf '[admin]\nsocket = %s/%s.sock\n' "$T" "$name"
-		for sec in kv engine listen http tenants peers transfer log; do
+		for sec in kv engine cache listen http tenants peers transfer log; do
 			printf '[%s]\n' "$sec"
 			for a in "${!kv[@]}"; do
 				if [ "${a%%.*}" = "$sec" ]; then
