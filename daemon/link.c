@@ -762,6 +762,13 @@ static void dial_on_challenge(struct link *l, const struct proto_peer_msg *m)
 	char addr_d[PEER_AUTH_ADDR_MAX], addr_p[PEER_AUTH_ADDR_MAX];
 	struct peer_auth_ids ids;
 
+	if (strcmp(m->suite, PROTO_PEER_SUITE)) {
+		KVLOG_WARN(l->s->log, "peer_refused",
+			   "peer=%s reason=suite ours=%s theirs=%s", KVLOG_Q(l->addr),
+			   PROTO_PEER_SUITE, KVLOG_Q(m->suite));
+		serve__link_lost(l, NULL);
+		return;
+	}
 	memcpy(l->nonce_p, m->nonce, PEER_AUTH_BYTES);
 	link_derive(l, PEER_SIDE_DECODE);
 	link_ids(l, &ids, l->s->my_hello.node, "", addr_d, addr_p);
@@ -838,9 +845,15 @@ static void accept_on_auth_hello(struct link *l, const struct proto_peer_msg *m)
 		accept_refuse(l, "version", NULL, "protocol version differs");
 		return;
 	}
+	if (strcmp(m->suite, PROTO_PEER_SUITE)) {
+		accept_refuse(l, "suite", NULL,
+			      "the peer names another integrity suite than " PROTO_PEER_SUITE);
+		return;
+	}
 	memcpy(l->nonce_d, m->nonce, PEER_AUTH_BYTES);
 	peer_auth_random(l->nonce_p);
 	memcpy(ch.nonce, l->nonce_p, PEER_AUTH_BYTES);
+	snprintf(ch.suite, sizeof(ch.suite), "%s", PROTO_PEER_SUITE);
 	l->phase = LINK_PROOF;
 	serve__link_post(l, &ch);
 }
@@ -1440,6 +1453,7 @@ static void dial_connected(uv_connect_t *req, int status)
 		/* keyed: prove first; nothing about us before the peer has */
 		m.type = PEER_MSG_AUTH_HELLO;
 		m.version = PROTO_PEER_VERSION;
+		snprintf(m.suite, sizeof(m.suite), "%s", PROTO_PEER_SUITE);
 		peer_auth_random(l->nonce_d);
 		memcpy(m.nonce, l->nonce_d, PEER_AUTH_BYTES);
 		l->phase = LINK_CHALLENGE;

@@ -207,10 +207,12 @@ static const struct proto_field data_fields[] = {
 static const struct proto_field auth_hello_fields[] = {
 	MSG_U32("version", version, 0),
 	MSG_HEX("nonce", nonce),
+	MSG_STR("suite", false, suite),
 };
 
 static const struct proto_field auth_challenge_fields[] = {
 	MSG_HEX("nonce", nonce),
+	MSG_STR("suite", false, suite),
 };
 
 static const struct proto_field auth_proof_fields[] = {

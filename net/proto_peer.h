@@ -23,6 +23,12 @@
 
 #define PROTO_PEER_VERSION 3
 #define PROTO_PEER_NONCE_BYTES 32   /* auth nonces, proofs, data tokens */
+/* The one integrity suite of this version: every sealed frame's and
+ * batch's tag and the verbs batch MAC (PROTOCOL.md s. 3.1). Named in
+ * auth_hello and auth_challenge so both ends agree before any key is
+ * used; libcrypto or libsodium compute the same function. */
+#define PROTO_PEER_SUITE "chacha20-poly1305"
+#define PROTO_PEER_SUITE_MAX 24
 #define PROTO_PEER_NAME_SEALED 80   /* auth_proof.name: 64 + 16 tag
 				     * (PEER_AUTH_NAME_SEALED) */
 #define PROTO_PEER_FRAME_MAX (4u << 20)
@@ -113,6 +119,8 @@ struct proto_peer_msg {
 	uint8_t name_sealed[PROTO_PEER_NAME_SEALED];  /* AUTH_PROOF: the
 					 * sender's node name, encrypted */
 	uint32_t version;                /* AUTH_HELLO */
+	char suite[PROTO_PEER_SUITE_MAX]; /* AUTH_HELLO, AUTH_CHALLENGE:
+					 * "" when absent (refused) */
 	char reason[32];                 /* REFUSED: a fixed word */
 	uint32_t load;                   /* HEARTBEAT */
 	uint64_t free_tokens;            /* HEARTBEAT */

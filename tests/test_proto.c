@@ -442,13 +442,19 @@ START_TEST(test_peer_roundtrip)
 	m.version = PROTO_PEER_VERSION;
 	memset(m.nonce, 0xa5, sizeof(m.nonce));
 	m.nonce[31] = 0x01;
+	snprintf(m.suite, sizeof(m.suite), "%s", PROTO_PEER_SUITE);
 	peer_roundtrip(&m, &o);
 	ck_assert_uint_eq(o.version, PROTO_PEER_VERSION);
 	ck_assert_mem_eq(o.nonce, m.nonce, sizeof(m.nonce));
+	ck_assert_str_eq(o.suite, PROTO_PEER_SUITE);
 	m.type = PEER_MSG_AUTH_CHALLENGE;
 	m.nonce[0] = 0x00;
 	peer_roundtrip(&m, &o);
 	ck_assert_mem_eq(o.nonce, m.nonce, sizeof(m.nonce));
+	ck_assert_str_eq(o.suite, PROTO_PEER_SUITE);
+	m.suite[0] = '\0';                 /* absent: parsed as "" (the link refuses it) */
+	peer_roundtrip(&m, &o);
+	ck_assert_str_eq(o.suite, "");
 	m.type = PEER_MSG_AUTH_PROOF;
 	memset(m.proof, 0xff, sizeof(m.proof));
 	peer_roundtrip(&m, &o);

@@ -309,6 +309,7 @@ static int attack_auth(struct attack_conn *c)
 				     .addr_d = addr_d, .addr_p = addr_p };
 
 	m.version = PROTO_PEER_VERSION;
+	snprintf(m.suite, sizeof(m.suite), "%s", PROTO_PEER_SUITE);
 	peer_auth_random(nd);
 	memcpy(m.nonce, nd, sizeof(nd));
 	if (send_on(NULL, c->ctl, &m) || recv_msg(c->ctl, &c->dec, &r, 5000) ||
@@ -792,7 +793,8 @@ static int cmd_handshake_flood(const char *hostport, int seconds, unsigned conns
 	static struct flood_slot sl[FLOOD_MAX];
 	static struct pollfd p[FLOOD_MAX];
 	static struct flood f;
-	struct proto_peer_msg m = { .type = PEER_MSG_AUTH_HELLO, .version = PROTO_PEER_VERSION };
+	struct proto_peer_msg m = { .type = PEER_MSG_AUTH_HELLO, .version = PROTO_PEER_VERSION,
+				    .suite = PROTO_PEER_SUITE };
 	uint64_t end = now_ms() + (uint64_t)seconds * 1000u;
 	char *data;
 	size_t len;

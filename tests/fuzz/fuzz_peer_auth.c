@@ -635,6 +635,7 @@ static void fill_msg(struct proto_peer_msg *m, int type)
 		m->proof[i] = (uint8_t)(7 * i + 2);
 	}
 	m->version = PROTO_PEER_VERSION;
+	snprintf(m->suite, sizeof(m->suite), "%s", PROTO_PEER_SUITE);
 	snprintf(m->reason, sizeof(m->reason), "auth_failed");
 	m->load = 3;
 	m->free_tokens = 1000;

@@ -93,6 +93,7 @@ import sys
 from mpk import pack, recv_exact, recv_frame, send_frame, unpack
 
 PROTO_VERSION = 3
+SUITE = "chacha20-poly1305"   # PROTO_PEER_SUITE
 
 # ---- what the prefill node says about itself in its log ----------------------
 
@@ -262,7 +263,7 @@ class FakeDecode:
         derive the link's keys (net/PROTOCOL.md s. 2.1)."""
         nd = os.urandom(32)
         send_frame(self.ctl, {"type": "auth_hello", "version": PROTO_VERSION,
-                              "nonce": nd.hex()})
+                              "nonce": nd.hex(), "suite": SUITE})
         ch = recv_frame(self.ctl)
         if ch.get("type") != "auth_challenge":
             return ch
@@ -510,12 +511,19 @@ def cmd_stranger(addr, log):
     nd = os.urandom(32).hex()
     cases = [
         ("plain_hello", [hello], {}),
-        ("wrong_proof", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd},
+        # the integrity suite is named before any key is used: another
+        # one, or none, is refused with `suite`
+        ("other_suite", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd,
+                          "suite": "aes-256-gcm"}], {}),
+        ("no_suite", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd}], {}),
+        ("wrong_proof", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd,
+                          "suite": SUITE},
                          {"type": "auth_proof", "proof": os.urandom(32).hex(),
                           "name": os.urandom(80).hex()}],
-         {"auth_challenge": {"nonce"}}),
-        ("hello_after_challenge", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd},
-                                   hello], {"auth_challenge": {"nonce"}}),
+         {"auth_challenge": {"nonce", "suite"}}),
+        ("hello_after_challenge", [{"type": "auth_hello", "version": PROTO_VERSION, "nonce": nd,
+                          "suite": SUITE},
+                                   hello], {"auth_challenge": {"nonce", "suite"}}),
         ("request_first", [{"type": "prefill_request", "id": 1, "tokens": [1],
                             "pages": [[0, 1]], "max_tokens": 1, "temperature": 0.0,
                             "top_k": 0, "top_p": 1.0, "seed": 0}], {}),
@@ -762,7 +770,8 @@ def cmd_rogue(listen, seconds, mode):
                                        "checksum": True,
                                        "session": os.urandom(32).hex()})
                     else:
-                        send_frame(c, {"type": "auth_challenge", "nonce": os.urandom(32).hex()})
+                        send_frame(c, {"type": "auth_challenge", "nonce": os.urandom(32).hex(),
+                                       "suite": SUITE})
                 elif m.get("type") == "auth_proof":
                     send_frame(c, {"type": "auth_proof", "proof": os.urandom(32).hex(),
                                    "name": os.urandom(80).hex()})

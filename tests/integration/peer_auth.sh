@@ -53,7 +53,9 @@ rc=0
 "${FAKE[@]}" stranger "127.0.0.1:$P_PORT" "$T/pa.log" > "$T/stranger.out" 2>&1 || rc=$?
 sed 's/^/# /' "$T/stranger.out"
 check "stranger: every attempt got a bare refusal, and nothing else" test $rc = 0
-check "stranger: 6 attempts ran" test "$(grep -c '"case"' "$T/stranger.out")" = 6
+check "stranger: 8 attempts ran" test "$(grep -c '"case"' "$T/stranger.out")" = 8
+check "stranger: another integrity suite, or none, is refused with 'suite'" \
+	test "$(grep -E '"case": "(other|no)_suite"' "$T/stranger.out" | grep -c '"reason": "suite"')" = 2
 check "stranger: no byte of the model fingerprint left prefill" \
 	test -n "$SHA" -a "$(grep -c "$SHA" "$T/stranger.out")" = 0
 check "stranger: prefill's node name never left prefill" \
@@ -64,7 +66,7 @@ check "stranger: hello instead of a proof refused" grep -q '"case": "hello_after
 check "stranger: request before any proof refused" grep -q '"case": "request_first".*"reason": "protocol"' "$T/stranger.out"
 check "stranger: forged data token refused" grep -q '"case": "forged_token".*"reason": "bad_token"' "$T/stranger.out"
 n1=$(grep -c "event=peer_refused" "$T/pa.log" || true)
-check "stranger: one peer_refused line per refusal (5 more, got $((n1 - n0)))" test $((n1 - n0)) = 5
+check "stranger: one peer_refused line per refusal (7 more, got $((n1 - n0)))" test $((n1 - n0)) = 7
 check "stranger: failed proofs and tokens counted" \
 	test "$(status_get pa counters.peer_auth_failures)" -ge 2
 check "stranger: nothing held, nothing in flight on prefill" settle pa
