@@ -76,7 +76,8 @@ static void pack_capacity(msgpack_packer *pk, struct kvd_daemon *d,
 	frame_pack_kv_u64(pk, "verbs_inline", d->verbs_inline);
 }
 
-static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
+static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p,
+		      uint32_t cached_held)
 {
 	static const char *const keys[KVPAGE_N_STATES] = {
 		[KVPAGE_FREE] = "free", [KVPAGE_RESERVED] = "reserved",
@@ -86,10 +87,11 @@ static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p)
 		[KVPAGE_CACHED] = "cached",
 	};
 
-	msgpack_pack_map(pk, 6 + KVPAGE_N_STATES);
+	msgpack_pack_map(pk, 7 + KVPAGE_N_STATES);
 	frame_pack_kv_u64(pk, "pages", p->pages);
 	for (int i = 0; i < KVPAGE_N_STATES; i++)
 		frame_pack_kv_u64(pk, keys[i], p->by_state[i]);
+	frame_pack_kv_u64(pk, "cached_held", cached_held);
 	frame_pack_kv_u64(pk, "retiring", p->retiring);
 	frame_pack_kv_u64(pk, "fences", p->fences);
 	frame_pack_kv_u64(pk, "page_tokens", p->page_tokens);
@@ -146,7 +148,7 @@ static int cmd_status(struct admin_call *call)
 	frame_pack_kv_str(pk, "version", KVD_VERSION);
 	frame_pack_kv_u64(pk, "uptime_ms", st.uptime_ms);
 	frame_pack_str(pk, "pool");
-	pack_pool(pk, &st.pool);
+	pack_pool(pk, &st.pool, st.cached_held);
 	frame_pack_str(pk, "capacity");
 	pack_capacity(pk, d, &st.cap);
 	frame_pack_kv_u64(pk, "in_flight", st.in_flight);

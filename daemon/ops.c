@@ -100,6 +100,8 @@ void kvd_ops_status(struct kvd_ops *o, struct kvd_status *st)
 	st->uptime_ms = (kvd_now_ns() - d->start_ns) / 1000000u;
 	if (d->pool)
 		kvpool_get_stats(d->pool, &st->pool);
+	if (d->cache)
+		pcache_stats(d->cache, NULL, &st->cached_held, NULL, 0);
 	st->cap = d->cap;
 	st->in_flight = d->in_flight;
 	st->peers = d->peers.up;

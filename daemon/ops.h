@@ -46,6 +46,8 @@ struct kvd_status {
 	enum kvd_state state;
 	uint64_t uptime_ms;
 	struct kvpool_stats pool;
+	uint32_t cached_held;         /* cached pages a running request maps
+				       * (the rest are the cache's, evictable) */
 	struct kvd_capacity cap;      /* the last capacity check */
 	uint32_t in_flight;
 	uint32_t requests;            /* registered requests */

@@ -189,19 +189,21 @@ print(",".join(map(str,o)) if isinstance(o,list) else o)' "$1"
 # json_get KEY: read one key of a JSON object on stdin (lists as a,b,c).
 json_get() { json_path "$1"; }
 
-# held NAME: pages not free on that node (reserved, filling, ready,
-# fenced), from kvctl status. Quarantined pages are out of circulation for
+# held NAME: pages held on that node (reserved, filling, ready, fenced,
+# and cached pages a running request maps), from kvctl status. Cached
+# pages nobody maps are the cache's (evictable), not held. Quarantined
+# pages are out of circulation for
 # good, not held by anyone: tests that expect none assert pool.quarantined.
 held() {
 	local st
 	st=$("$KVCTL" --socket "$T/$1.sock" --json status 2>/dev/null) || return 0
 	if [ $HAVE_JQ = 1 ]; then
-		jq -r '.pool | .reserved + .filling + .ready + .fenced' <<<"$st" 2>/dev/null || true
+		jq -r '.pool | .reserved + .filling + .ready + .fenced + .cached_held' <<<"$st" 2>/dev/null || true
 		return 0
 	fi
 	python3 -c 'import json,sys
 p=json.loads(sys.argv[1])["pool"]
-print(p["reserved"]+p["filling"]+p["ready"]+p["fenced"])' "$st" 2>/dev/null || true
+print(p["reserved"]+p["filling"]+p["ready"]+p["fenced"]+p["cached_held"])' "$st" 2>/dev/null || true
 }
 
 # status_get NAME PATH: a field of kvctl status (PATH like counters.failed);
