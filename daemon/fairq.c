@@ -101,6 +101,7 @@ int fairq_offer(struct fairq *q, struct fairq_tenant *t, struct fairq_item *it,
 	it->pages = pages;
 	it->seq = ++q->seq;
 	it->waiting = true;
+	it->held = false;
 	kvd_list_add_tail(&t->waiting, &it->node);
 	t->queued++;
 	q->queued++;
@@ -140,7 +141,7 @@ struct fairq_item *fairq_next(struct fairq *q, uint32_t free_pages)
 		if (!t->queued)
 			continue;
 		it = kvd_list_entry(t->waiting.next, struct fairq_item, node);
-		if (!fairq_tenant_may(t, it->tokens))
+		if (it->held || !fairq_tenant_may(t, it->tokens))
 			continue;
 		if (!best || fairq_before(t, best))
 			best = t;

@@ -48,6 +48,9 @@ struct fairq_item {
 	uint32_t tokens, pages;
 	uint64_t seq;                    /* arrival order */
 	bool waiting, active;
+	bool held;                       /* set by the caller on a head that
+					  * must not go yet: its tenant is
+					  * skipped (never blocks the others) */
 };
 
 struct fairq {
@@ -82,7 +85,8 @@ int fairq_offer(struct fairq *q, struct fairq_tenant *t, struct fairq_item *it,
 /* More than max_queued of t's requests wait. */
 bool fairq_overfull(const struct fairq_tenant *t);
 /* The next request to admit, counted admitted, or NULL (no slot, nothing
- * eligible, or the chosen head needs more than free_pages). */
+ * eligible, or the chosen head needs more than free_pages). A tenant
+ * whose head is held is not eligible. */
 struct fairq_item *fairq_next(struct fairq *q, uint32_t free_pages);
 /* An admitted item ends / a waiting one leaves the queue; nothing for an
  * item that is neither. */

@@ -29,6 +29,18 @@
  * the gate timer (0 ms) and the pump runs from it, never inside the
  * ending request's state change. The sweep pumps too (pages come back
  * when fences lift, without a request ending).
+ *
+ * Prefix hold-back (cache.enabled; issue 21.6). A tenant's head request
+ * whose first prompt page equals that of an admitted request of the
+ * same tenant and cache_salt still computing its prompt (no first
+ * token yet) waits until that one has its first token (or ends): the
+ * engine caches a prompt's full pages at the step that computed its
+ * last token, so the held request then maps them and computes only the
+ * rest, instead of computing the same prefix beside it. Only its own
+ * tenant and salt can hold a request (so this adds nothing another
+ * tenant can time), a held head never blocks another tenant (fairq
+ * skips it), it waits at most one prompt's compute, and
+ * tenants.queue_timeout_ms bounds it as any wait.
  */
 #include "daemon/serve_int.h"
 #include "gpu/pcache.h"
@@ -158,6 +170,49 @@ static void gate_run(struct serve_req *r, uint32_t pages)
 	s->admit(r);
 }
 
+/* q is computing the first prompt page r would map: admitted, same
+ * tenant and salt, no first token yet, and both prompts begin with the
+ * same full page (q caches it; r maps it only with a token after it). */
+static bool gate_same_first_page(const struct serve_req *r, const struct serve_req *q,
+				 uint32_t pt)
+{
+	return q != r && q->fq.active && !q->ended && !q->t_first_ns &&
+	       q->n_prompt >= pt && q->prompt && !strcmp(q->tenant, r->tenant) &&
+	       !strcmp(q->cache_salt, r->cache_salt) &&
+	       !memcmp(q->prompt, r->prompt, (size_t)pt * sizeof(*r->prompt));
+}
+
+static bool gate_prefix_computing(struct serve *s, const struct serve_req *r)
+{
+	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
+	struct kvd_list *e;
+
+	if (!r->prompt || r->n_prompt <= pt)
+		return false;
+	kvd_list_for_each(e, &s->reqs)
+		if (gate_same_first_page(r, kvd_list_entry(e, struct serve_req, node), pt))
+			return true;
+	return false;
+}
+
+/* Each tenant's head: held while its first page is being computed. */
+static void gate_mark_held(struct serve *s)
+{
+	struct kvd_list *e;
+
+	if (!s->d->cfg.cache_enabled)
+		return;
+	kvd_list_for_each(e, &s->fq.tenants) {
+		struct fairq_tenant *t = kvd_list_entry(e, struct fairq_tenant, node);
+		struct fairq_item *it;
+
+		if (!t->queued)
+			continue;
+		it = kvd_list_entry(t->waiting.next, struct fairq_item, node);
+		it->held = gate_prefix_computing(s, kvd_container_of(it, struct serve_req, fq));
+	}
+}
+
 static void gate_pump(struct serve *s)
 {
 	struct fairq_item *it;
@@ -166,13 +221,19 @@ static void gate_pump(struct serve *s)
 	if (s->stopping || !s->fq.queued)
 		return;
 	avail = gate_free_pages(s);
-	while ((it = fairq_next(&s->fq, avail)) != NULL) {
-		struct serve_req *r = kvd_container_of(it, struct serve_req, fq);
+	for (;;) {
+		struct serve_req *r;
 
+		gate_mark_held(s);   /* the one admitted last may hold the next */
+		it = fairq_next(&s->fq, avail);
+		if (!it)
+			break;
+		r = kvd_container_of(it, struct serve_req, fq);
 		avail -= KVD_MIN(avail, it->pages);
 		gate_run(r, it->pages);
 	}
 }
+
 
 static void gate_timer_cb(uv_timer_t *t)
 {

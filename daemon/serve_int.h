@@ -707,6 +707,16 @@ static inline void serve__gate_settle(struct serve_req *r)
 	r->s->gate_unsettled -= r->gate_unsettled;
 	r->gate_unsettled = 0;
 }
+/* r's first token: its prompt's full pages are cached now, so a request
+ * the prefix hold-back keeps (gate.c) may go; pumped from the gate
+ * timer. Inline, as above. */
+static inline void serve__gate_first_token(struct serve_req *r)
+{
+	struct serve *s = r->s;
+
+	if (r->fq.active && s->fq.queued && s->gate_open && s->d->cfg.cache_enabled)
+		uv_timer_start(&s->gate_timer, s->gate_cb, 0, 0);
+}
 
 /* decode.c */
 int serve__decode_start(struct serve *s);

@@ -101,8 +101,10 @@ void serve__sink_token(struct serve_req *r, int32_t token)
 	uint64_t now = kvd_now_ns();
 	bool first = !r->t_first_ns;
 
-	if (first)
+	if (first) {
 		r->t_first_ns = now;
+		serve__gate_first_token(r);   /* its prompt's pages are cached now */
+	}
 	kvd_metrics_token(&r->s->d->metrics, r->tenant, first, r->n_prompt,
 			  first ? now - r->t_arrive_ns : now - r->t_last_ns);
 	r->t_last_ns = now;

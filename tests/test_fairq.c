@@ -221,6 +221,33 @@ START_TEST(test_no_queue_beside_blocked)
 }
 END_TEST
 
+/* A held head (the gate's prefix hold-back) makes its tenant ineligible
+ * without blocking another tenant, and goes once released. */
+START_TEST(test_held_head_skipped)
+{
+	struct fairq q;
+	struct fairq_item a[2], b;
+
+	fairq_init(&q, 4);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(fairq_offer(&q, fairq_tenant(&q, "a", &L1), &a[i], 1, 1), 0);
+	ck_assert_int_eq(fairq_offer(&q, fairq_tenant(&q, "b", &L1), &b, 1, 1), 0);
+	ck_assert(!a[0].held);
+	a[0].held = true;
+	ck_assert_ptr_eq(pump_one(&q), &b);        /* a's head held: b goes */
+	ck_assert_ptr_null(pump_one(&q));          /* and nothing overtakes a's head */
+	ck_assert(a[1].waiting);
+	a[0].held = false;
+	ck_assert_ptr_eq(pump_one(&q), &a[0]);
+	ck_assert_ptr_eq(pump_one(&q), &a[1]);
+	fairq_done(&q, &b);
+	for (int i = 0; i < 2; i++)
+		fairq_done(&q, &a[i]);
+	ck_assert_uint_eq(q.n_tenants, 0);
+	fairq_deinit(&q);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("fairq");
@@ -234,6 +261,7 @@ int main(void)
 	tcase_add_test(tc, test_tenant_limits);
 	tcase_add_test(tc, test_pages_and_no_queue);
 	tcase_add_test(tc, test_no_queue_beside_blocked);
+	tcase_add_test(tc, test_held_head_skipped);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

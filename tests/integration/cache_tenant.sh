@@ -12,7 +12,12 @@
 #     and take the same time within noise (median ratio of 5 interleaved
 #     pairs 0.67..1.5, no right guess under 0.4x: a hit is ~0.02x), and
 #     leave the same request_done lines;
-#   - cache_salt is accepted on both endpoints; a bad one is a 400.
+#   - cache_salt is accepted on both endpoints; a bad one is a 400;
+#   - a burst: four requests of alice on one new prefix sent at once
+#     compute it once (the gate holds the others until its first token,
+#     then they map it: cached_tokens 0 once, 1024 three times), while
+#     bob's request on the same prefix, sent with them, is never held
+#     for alice's and reports 0.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -26,7 +31,7 @@ next_port; H_PORT=$PORT
 write_node c standalone "$M" "listen.http=127.0.0.1:$H_PORT" \
 	"http.api_keys_file=$T/keys" "kv.pool_tokens=24576" "kv.dtype=f16" \
 	"engine.threads=2" "engine.prefill_chunk=512" "engine.step_tokens=1024" \
-	"cache.max_pages=1024" "log.level=info"
+	"cache.max_pages=1024" "log.level=info" "model.chat_template_unsafe=true"
 start_node c
 check "node up" wait_log "$T/c.log" "event=ready " 60
 
@@ -128,4 +133,33 @@ check "alice's pages gone, bob's kept" test "$(cs alice pages) $(cs bob pages)" 
 check "flush logged" log_has "$T/c.log" 'event=cache_flush tenant=alice evicted_pages=384 '
 check "cache status: usage error without a subcommand" \
 	test "$("$KVCTL" --socket "$T/c.sock" cache >/dev/null 2>&1; echo $?)" = 2
+
+# a burst on one new prefix: computed once for alice, never shared with bob
+BURST=$(python3 - "$H_PORT" <<'PY'
+import json, random, sys, threading, urllib.request
+port = int(sys.argv[1])
+KEYS = {"alice": "alice-0123456789abcdef0123456789abcdef", "bob": "bob-0123456789abcdefgh0123456789abcdef"}
+rng = random.Random(77)
+P = [rng.randrange(3, 2048) for _ in range(1024)]
+res = {}
+def go(name, who, i):
+    b = {"prompt": P + [20 + i, 21 + i, 22 + i], "max_tokens": 2, "temperature": 0,
+         "cache_salt": "burst"}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+        data=json.dumps(b).encode(), headers={"Authorization": "Bearer " + KEYS[who],
+        "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        res[name] = json.load(r)["usage"]["prompt_tokens_details"]["cached_tokens"]
+th = [threading.Thread(target=go, args=("a%d" % i, "alice", i)) for i in range(4)]
+th.append(threading.Thread(target=go, args=("bob", "bob", 9)))
+for t in th: t.start()
+for t in th: t.join()
+print(json.dumps({"alice": sorted(res[k] for k in res if k[0] == "a"), "bob": res.get("bob")}))
+PY
+) || true
+echo "# burst: $BURST"
+check "alice's burst of four on one prefix: computed once, mapped three times" \
+	test "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["alice"])' "$BURST")" = "[0, 1024, 1024, 1024]"
+check "bob's request beside it: cached_tokens 0" \
+	test "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["bob"])' "$BURST")" = 0
 finish
