@@ -132,11 +132,15 @@ kill "${HOLD[@]}" 2>/dev/null || true
 stop_node tb
 
 # ---- fairness: B's time to first token while A floods ------------------------------
+# The prefix cache is off here: A's flood repeats one prompt, and with the
+# cache the gate would hold A's later requests for its first one's prompt
+# (the prefix hold-back) - they would no longer be admitted at once, and
+# the first-come order this compares against would be gone.
 run_ttft() { # run_ttft NAME EXTRA...: print the ttft JSON
 	local name=$1; shift
 	next_port; local h=$PORT
 	write_node "$name" standalone "$M" "listen.http=127.0.0.1:$h" "http.api_keys_file=$T/keys" \
-		"engine.max_batch=4" "kv.pool_tokens=16384" "$@"
+		"engine.max_batch=4" "kv.pool_tokens=16384" "cache.enabled=false" "$@"
 	start_node "$name"
 	wait_log "$T/$name.log" "event=serve_ready" 60 >/dev/null || true
 	python3 "$TC" "$h" ttft "$KEY_A" "$KEY_B" 12 400 8
