@@ -763,9 +763,9 @@ static void dial_on_challenge(struct link *l, const struct proto_peer_msg *m)
 	struct peer_auth_ids ids;
 
 	if (strcmp(m->suite, PROTO_PEER_SUITE)) {
-		KVLOG_WARN(l->s->log, "peer_refused",
-			   "peer=%s reason=suite ours=%s theirs=%s", KVLOG_Q(l->addr),
-			   PROTO_PEER_SUITE, KVLOG_Q(m->suite));
+		KVLOG_RL_WARN(l->s->log, &l->s->rl[SERVE_RL_PEER_REFUSED], "peer_refused",
+			      "peer=%s reason=suite ours=%s theirs=%s", KVLOG_Q(l->addr),
+			      PROTO_PEER_SUITE, KVLOG_Q(m->suite));
 		serve__link_lost(l, NULL);
 		return;
 	}

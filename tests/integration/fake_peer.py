@@ -36,7 +36,9 @@ fake needs no copy of the model.
                                      a prefill impostor without the key at a
                                      decode node's configured address (MODE
                                      proof: answers with a guessed proof;
-                                     plain: answers auth_hello with a hello);
+                                     plain: answers auth_hello with a hello;
+                                     suite: a challenge naming another
+                                     integrity suite);
                                      prints every message type decode sent
   fake_peer.py [--key FILE] badreq ADDR LOG
                                      prefill_requests prefill must refuse
@@ -769,6 +771,11 @@ def cmd_rogue(listen, seconds, mode):
                                        "context": 1 << 20, "max_batch_bytes": 4 << 20,
                                        "checksum": True,
                                        "session": os.urandom(32).hex()})
+                    elif mode == "suite":
+                        # a challenge naming a weaker suite: decode must
+                        # stop before it proves anything
+                        send_frame(c, {"type": "auth_challenge", "nonce": os.urandom(32).hex(),
+                                       "suite": "xxh3-unkeyed"})
                     else:
                         send_frame(c, {"type": "auth_challenge", "nonce": os.urandom(32).hex(),
                                        "suite": SUITE})

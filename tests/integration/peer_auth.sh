@@ -27,7 +27,8 @@
 #   - a rogue prefill at decode's configured address, without the key,
 #     proves nothing: decode refuses it, never sends it a hello or a
 #     prompt, and its client gets the typed NO_PREFILL_PEER error; a rogue
-#     that answers the proof with a plain hello (a downgrade) likewise;
+#     that answers the proof with a plain hello (a downgrade) likewise, and
+#     one whose challenge names another integrity suite gets no proof;
 #   - a keyed node and a keyless one never pair;
 #   - the key file and loopback rules at config time (exit 78).
 . "$(dirname "$0")/lib.sh"
@@ -170,7 +171,7 @@ check "hijack race: the attacker received no byte of KV" grep -q "kv_bytes=0$" "
 check "hijack race: prefill holds nothing afterwards" settle pa
 
 # ---- a rogue prefill at decode's configured address --------------------------
-for mode in proof plain; do
+for mode in proof plain suite; do
 	next_port; R_PORT=$PORT
 	next_port; RC_PORT=$PORT
 	"${FAKE[@]}" rogue "127.0.0.1:$R_PORT" 6 "$mode" > "$T/rogue_$mode.out" 2>&1 &
@@ -183,6 +184,9 @@ for mode in proof plain; do
 	if [ $mode = proof ]; then
 		check "rogue ($mode): decode refused the impostor's proof" \
 			wait_log "$T/dr_$mode.log" "event=peer_refused .*reason=auth_failed" 10
+	elif [ $mode = suite ]; then
+		check "rogue ($mode): decode refused a challenge naming another integrity suite" \
+			wait_log "$T/dr_$mode.log" "event=peer_refused .*reason=suite .*theirs=xxh3-unkeyed" 10
 	else
 		check "rogue ($mode): decode refused a hello in place of a proof" \
 			wait_log "$T/dr_$mode.log" "event=peer_down .*unexpected message during the handshake" 10
@@ -195,6 +199,10 @@ for mode in proof plain; do
 	echo "# rogue ($mode): $(cat "$T/rogue_$mode.out")"
 	check "rogue ($mode): decode sent the impostor no hello and no prompt" \
 		grep -Eq "^seen=auth_hello(,auth_proof)? count=[1-9]" "$T/rogue_$mode.out"
+	if [ $mode = suite ]; then
+		check "rogue ($mode): ... and no proof either" \
+			grep -Eq "^seen=auth_hello count=[1-9]" "$T/rogue_$mode.out"
+	fi
 	p="PID_dr_$mode"
 	stop_node "dr_$mode"
 done
