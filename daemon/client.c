@@ -6,7 +6,11 @@
  * any page is touched):
  *   1. the frame parses (INVALID_REQUEST with the parser's sentence);
  *   2. the node admits new work at all (DRAINING);
- *   3. the prompt tokenizes and every id is in the vocabulary;
+ *   3. the prompt tokenizes and every id is in the vocabulary (a text
+ *      prompt over CLIENT_PROMPT_INLINE_MAX bytes is tokenized on the
+ *      preparation workers, off the loop, serve->prep: a long one never
+ *      stalls another tenant's stream; shorter ones, well under a
+ *      millisecond each, and ids are done here);
  *   4. prompt + max_tokens fits the smallest context and pool on the
  *      request's path (PROMPT_TOO_LONG, logged with the figures);
  *   5. only then pages are reserved (OVERLOADED when the pool is full).
@@ -33,6 +37,12 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* Text prompts up to this many bytes are tokenized on the loop (well
+ * under a millisecond; at most 16 of them per 64 KiB read); longer ones
+ * on the preparation workers, whose per-tenant bound (8 being prepared)
+ * would otherwise refuse a burst of short ones. */
+#define CLIENT_PROMPT_INLINE_MAX 4096u
 
 /* ---- sending events ---------------------------------------------------------- */
 
@@ -155,13 +165,19 @@ static void client_sink_error(struct serve_sink *k, struct serve_req *r,
 	client_error_to(client_of(k), r->client_id, code, msg);
 }
 
+/* Requests on it, or text prompts of it being tokenized. */
+static bool client_busy(const struct client_conn *c)
+{
+	return c->sink.n_reqs || !kvd_list_empty(&c->preps);
+}
+
 /* a half-closed client had its last answer: flush, then close */
 static void client_sink_detached(struct serve_sink *k, struct serve_req *r)
 {
 	struct client_conn *c = client_of(k);
 
 	(void)r;
-	if (c->eof && c->sink.n_reqs == 0)
+	if (c->eof && !client_busy(c))
 		client_conn_end(c);
 }
 
@@ -189,12 +205,148 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 	client_error_to(c, id, code, msg);
 }
 
+/* The prompt's ids are known: a request, to the tenant's queue. Takes
+ * q (deinit here) and ids. */
+static void client_admit(struct client_conn *c, struct proto_client_request *q,
+			 int32_t *ids, uint32_t n_ids)
+{
+	struct serve *s = c->s;
+	struct serve_req *r;
+
+	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
+							  : SREQ_LOCAL);
+	if (!r) {
+		free(ids);
+		client_reject(c, q->id, PROTO_ERR_INTERNAL, KVD_REJECT__N,
+			      "out of memory");
+		proto_client_request_deinit(q);
+		return;
+	}
+	serve__sink_attach(r, &c->sink);
+	r->client_id = q->id;
+	snprintf(r->tenant, sizeof(r->tenant), "%s", c->tenant);
+	r->lim = c->lim;
+	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", q->cache_salt);
+	r->prompt = ids;
+	r->n_prompt = n_ids;
+	r->max_tokens = q->max_tokens;
+	r->sp = (struct sampler_params){ .temperature = q->temperature,
+					 .top_k = q->top_k, .top_p = q->top_p,
+					 .seed = q->seed };
+	proto_client_request_deinit(q);
+	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */
+}
+
+/* A text prompt being tokenized on a preparation worker (daemon/prep.h).
+ * c is NULL once its connection closed (the job is then cancelled and
+ * frees itself in client_prep_done). */
+struct client_prep {
+	struct prep_job job;             /* key: the connection's tenant */
+	struct client_conn *c;
+	struct kvd_list node;            /* client_conn.preps */
+	struct serve *s;                 /* outlives the pool */
+	const struct tokenizer *tok;     /* lives until prep_stop */
+	struct proto_client_request q;   /* owned: deinit at the end */
+	int32_t *ids;                    /* (n_ids) the result, or NULL */
+	uint32_t n_ids;
+	int rc;                          /* serve__sink_prompt_ids' */
+	char msg[PROTO_CLIENT_MSG_MAX];
+};
+
+/* Worker thread: the tokenizer is immutable, q is the job's own. */
+static void client_prep_run(struct prep_job *j)
+{
+	struct client_prep *cp = kvd_container_of(j, struct client_prep, job);
+
+	cp->rc = serve__sink_prompt_ids(cp->tok, NULL, 0, cp->q.prompt,
+					strlen(cp->q.prompt), &cp->ids, &cp->n_ids,
+					cp->msg, sizeof(cp->msg));
+}
+
+/* Loop thread: tokenized (or cancelled). The node may have begun to
+ * drain meanwhile: checked again, as the frame was. */
+static void client_prep_done(struct prep_job *j, bool cancelled)
+{
+	struct client_prep *cp = kvd_container_of(j, struct client_prep, job);
+	struct client_conn *c = cp->c;
+	struct serve *s = cp->s;
+
+	if (c)
+		kvd_list_del(&cp->node);
+	if (cancelled || !c || c->closing) {
+		free(cp->ids);
+	} else if (cp->rc) {
+		free(cp->ids);
+		client_reject(c, cp->q.id, PROTO_ERR_INVALID_REQUEST, KVD_REJECT_INVALID,
+			      cp->rc < 0 ? "out of memory" : cp->msg);
+	} else if (kvd_request_gate(s->reqtab) || s->stopping) {
+		free(cp->ids);
+		client_reject(c, cp->q.id, PROTO_ERR_DRAINING, KVD_REJECT_DRAINING,
+			      "the node is draining and admits no new requests");
+	} else {
+		client_admit(c, &cp->q, cp->ids, cp->n_ids);   /* takes q, ids */
+		free(cp);
+		if (c->eof && !client_busy(c))
+			client_conn_end(c);
+		return;
+	}
+	proto_client_request_deinit(&cp->q);
+	free(cp);
+	if (c && !c->closing && c->eof && !client_busy(c))
+		client_conn_end(c);
+}
+
+/* A text prompt goes to the preparation workers; OVERLOADED (nothing
+ * queued) past their bounds. Takes q. */
+static void client_prep_submit(struct client_conn *c, struct proto_client_request *q)
+{
+	struct serve *s = c->s;
+	struct client_prep *cp = calloc(1, sizeof(*cp));
+	int rc;
+
+	if (!cp) {
+		client_reject(c, q->id, PROTO_ERR_INTERNAL, KVD_REJECT__N, "out of memory");
+		proto_client_request_deinit(q);
+		return;
+	}
+	cp->c = c;
+	cp->s = s;
+	cp->tok = s->tok;
+	cp->q = *q;
+	snprintf(cp->job.key, sizeof(cp->job.key), "%s", c->tenant);
+	cp->job.bytes = strlen(q->prompt);
+	cp->job.run = client_prep_run;
+	cp->job.done = client_prep_done;
+	rc = prep_submit(&s->prep, &cp->job);
+	if (rc) {
+		proto_client_request_deinit(&cp->q);
+		free(cp);
+		client_reject(c, q->id, PROTO_ERR_OVERLOADED, KVD_REJECT_OVERLOADED,
+			      rc == PREP_E_KEY_FULL
+			      ? "too many of this tenant's prompts are being tokenized; retry later"
+			      : "too many prompts are being tokenized; retry later");
+		return;
+	}
+	kvd_list_add_tail(&c->preps, &cp->node);
+}
+
+/* The connection closes: its prompts still being tokenized are dropped. */
+static void client_prep_cancel_all(struct client_conn *c)
+{
+	while (!kvd_list_empty(&c->preps)) {
+		struct client_prep *cp = kvd_list_entry(c->preps.next, struct client_prep, node);
+
+		kvd_list_del(&cp->node);
+		cp->c = NULL;
+		prep_cancel(&cp->job);
+	}
+}
+
 static void client_request(struct client_conn *c, const msgpack_object *map)
 {
 	struct serve *s = c->s;
 	struct proto_client_request q;
 	struct frame_error err = { 0 };
-	struct serve_req *r;
 	char msg[PROTO_CLIENT_MSG_MAX];
 	int32_t *ids = NULL;
 	uint32_t n_ids = 0;
@@ -226,6 +378,10 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 		proto_client_request_deinit(&q);
 		return;
 	}
+	if (!q.tokens && q.prompt && strlen(q.prompt) > CLIENT_PROMPT_INLINE_MAX) {
+		client_prep_submit(c, &q);   /* text: tokenized off the loop */
+		return;
+	}
 	rc = serve__sink_prompt_ids(s->tok, q.tokens, q.n_tokens, q.prompt,
 				    q.prompt ? strlen(q.prompt) : 0, &ids, &n_ids,
 				    msg, sizeof(msg));
@@ -235,28 +391,7 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 		proto_client_request_deinit(&q);
 		return;
 	}
-	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
-							  : SREQ_LOCAL);
-	if (!r) {
-		free(ids);
-		client_reject(c, q.id, PROTO_ERR_INTERNAL, KVD_REJECT__N,
-			      "out of memory");
-		proto_client_request_deinit(&q);
-		return;
-	}
-	serve__sink_attach(r, &c->sink);
-	r->client_id = q.id;
-	snprintf(r->tenant, sizeof(r->tenant), "%s", c->tenant);
-	r->lim = c->lim;
-	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", q.cache_salt);
-	r->prompt = ids;
-	r->n_prompt = n_ids;
-	r->max_tokens = q.max_tokens;
-	r->sp = (struct sampler_params){ .temperature = q.temperature,
-					 .top_k = q.top_k, .top_p = q.top_p,
-					 .seed = q.seed };
-	proto_client_request_deinit(&q);
-	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */
+	client_admit(c, &q, ids, n_ids);
 }
 
 static void client_unpend(struct client_conn *c)
@@ -341,6 +476,7 @@ static void client_conn_close(struct client_conn *c)
 		return;
 	c->closing = true;
 	c->eof = false;   /* no shutdown from the detaches below */
+	client_prep_cancel_all(c);
 	serve__sink_gone(s, &c->sink);
 	kvd_list_del(&c->node);
 	client_unpend(c);
@@ -419,7 +555,7 @@ void serve__client_sweep(struct serve *s)
 			continue;   /* waiting on the client's reading, not its writing */
 		if (c->t_frame_ns && now - c->t_frame_ns >= read_ns)
 			client_conn_close_for(c, "read_timeout");
-		else if (!c->t_frame_ns && c->sink.n_reqs == 0 &&
+		else if (!c->t_frame_ns && !client_busy(c) &&
 			 now - c->t_rx_ns >= idle_ns)
 			client_conn_close_for(c, "idle_timeout");
 	}
@@ -437,7 +573,7 @@ static void client_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 static void client_eof(struct client_conn *c)
 {
 	c->eof = true;
-	if (c->sink.n_reqs == 0)
+	if (!client_busy(c))
 		client_conn_end(c);   /* answers already queued still go out */
 	else
 		wbound_read_stop(&c->wb);
@@ -607,6 +743,7 @@ static void client_accept(uv_stream_t *server, int status)
 	wbound_on_write(&c->wb, client_written);
 	c->sink.ops = &client_sink_ops;
 	kvd_list_init(&c->sink.reqs);
+	kvd_list_init(&c->preps);
 	kvd_list_add(&s->clients, &c->node);
 	if (uv_accept(server, &c->h.stream)) {
 		client_conn_close(c);

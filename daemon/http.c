@@ -659,12 +659,6 @@ int http__listen(struct http_server *hs)
 	hs->watch_open = true;
 	uv_prepare_start(&hs->watch, http_watch_cb);
 	uv_unref((uv_handle_t *)&hs->watch);
-	rc = prep_start(&hs->prep, &s->d->loop);
-	if (rc) {
-		KVLOG_ERR(s->log, "listen_http", "msg=\"preparation workers: %s\"",
-			  uv_strerror(rc));
-		return rc;
-	}
 	rc = serve__parse_hostport(spec, &ss);
 	if (rc) {
 		KVLOG_ERR(s->log, "listen_http", "addr=%s msg=\"bad address\"", KVLOG_Q(spec));
@@ -768,19 +762,14 @@ void serve__http_close_all(struct serve *s)
 	hs->stopping = true;
 	while (!kvd_list_empty(&hs->conns))
 		http_conn_close(kvd_list_entry(hs->conns.next, struct http_conn, node));
-	/* every job's connection is gone (cancelled): the workers finish
-	 * what runs, the rest is handed back and freed */
-	prep_stop(&hs->prep);
+	/* every job's connection is gone (cancelled); the pool is the
+	 * serve's, stopped after both fronts closed (serve.c) */
 	s->http = NULL;
 	hs->handles_open = (unsigned)hs->listener_open + (unsigned)hs->kick_open +
-			   (unsigned)hs->prep.async_open + (unsigned)hs->watch_open;
+			   (unsigned)hs->watch_open;
 	if (hs->watch_open) {
 		s->closes_pending++;
 		uv_close((uv_handle_t *)&hs->watch, http_server_closed);
-	}
-	if (hs->prep.async_open) {
-		s->closes_pending++;
-		prep_close(&hs->prep, http_server_closed, hs);
 	}
 	if (hs->listener_open) {
 		s->closes_pending++;

@@ -844,11 +844,11 @@ struct api_prep {
 	char path[64];
 	char *body;                      /* (len) a copy of the request's */
 	size_t len;
-	/* read by the worker; live until prep_stop (http.c stops the pool
-	 * before the server and the tokenizer go) */
+	/* read by the worker; the tokenizer lives until prep_stop (serve.c
+	 * stops the pool before the tokenizer goes) */
 	const struct tokenizer *tok;
 	enum chat_format fmt;
-	const char *model_name;
+	char model_name[128];            /* http_server.model_name's copy */
 	/* what the worker found */
 	int parse_rc;                    /* openai_req_parse's */
 	struct openai_req q;             /* parse_rc 0: deinit at the end */
@@ -1064,7 +1064,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	ap->parse_rc = -1;               /* nothing to deinit until parsed */
 	ap->tok = hs->s->tok;
 	ap->fmt = hs->chat_format;
-	ap->model_name = hs->model_name;
+	snprintf(ap->model_name, sizeof(ap->model_name), "%s", hs->model_name);
 	snprintf(ap->tenant, sizeof(ap->tenant), "%s", tenant);
 	ap->lim = key->lim;
 	snprintf(ap->method, sizeof(ap->method), "%s", m->method_name);
@@ -1073,7 +1073,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	ap->job.bytes = m->body_len;
 	ap->job.run = api_prep_run;
 	ap->job.done = api_prep_done;
-	rc = prep_submit(&hs->prep, &ap->job);
+	rc = prep_submit(&hs->s->prep, &ap->job);
 	if (rc) {
 		ap->parse_rc = 1;
 		api_prep_free(ap);

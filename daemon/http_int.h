@@ -134,8 +134,6 @@ struct http_server {
 	uint32_t nomem_at;               /* fault-point builds: the allocation
 					  * of each exchange that fails
 					  * (KVD_HTTP_NOMEM); 0 none */
-	struct prep prep;                /* generation bodies: JSON, chat
-					  * template, tokens - off the loop */
 	uv_prepare_t watch;              /* the loop's CPU per iteration */
 	bool watch_open;
 	uint64_t watch_cpu_ns;           /* the loop thread's CPU time at the

@@ -201,6 +201,11 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 	s->stopping = true;
 	serve__client_close_all(s);
 	serve__http_close_all(s);
+	/* every job's connection is gone (cancelled): the workers finish
+	 * what runs, the rest is handed back and freed */
+	prep_stop(&s->prep);
+	if (prep_close(&s->prep, serve__handle_closed, s))
+		s->closes_pending++;
 	serve__link_stop(s);
 	if (s->hb_open) {
 		serve__close_handle(s, (uv_handle_t *)&s->hb_timer);
@@ -281,13 +286,20 @@ static int serve_client_keys(struct serve *s)
 	return rc < 0 ? rc : rc ? -EINVAL : 0;
 }
 
-/* Decode and standalone: keys, the gate, the msgpack listeners. */
+/* Decode and standalone: keys, the gate, the preparation workers both
+ * client fronts share, the msgpack listeners. */
 static int serve_client_start(struct serve *s)
 {
 	int r = serve_client_keys(s);
 
 	if (!r)
 		r = serve__gate_init(s);
+	if (!r) {
+		r = prep_start(&s->prep, &s->d->loop);
+		if (r)
+			KVLOG_ERR(s->log, "serve_prep", "msg=\"preparation workers: %s\"",
+				  uv_strerror(r));
+	}
 	if (!r)
 		r = serve__client_listen(s);
 	return r;

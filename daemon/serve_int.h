@@ -39,6 +39,7 @@
 #include "conf/list.h"
 #include "daemon/place.h"
 #include "daemon/fairq.h"
+#include "daemon/prep.h"
 #include "conf/apikeys.h"
 #include "daemon/compute.h"
 #include "daemon/daemon.h"
@@ -274,6 +275,8 @@ struct client_conn {
 					  * a good key */
 	char tenant[KVD_TENANT_MAX];     /* its key's; "default" keyless */
 	struct kvd_tenant_limits lim;    /* its key's limits */
+	struct kvd_list preps;           /* client_prep.node: text prompts
+					  * being tokenized (prep pool) */
 	bool eof;                        /* client half-closed: answer, close */
 	bool shutting;                   /* uv_shutdown queued: close after */
 	uv_shutdown_t shut;
@@ -537,6 +540,10 @@ struct serve {
 	bool gate_open;
 	uv_timer_cb gate_cb;             /* gate.c's pump, for req.c */
 	struct kvd_apikeys *keys;        /* http.api_keys_file; NULL: none */
+	struct prep prep;                /* both client fronts' request
+					  * preparation off the loop (HTTP
+					  * bodies, msgpack text prompts);
+					  * decode and standalone */
 	uint32_t n_clients;              /* connections held (max_clients) */
 	uint32_t n_client_refusing;      /* msgpack refusals still draining */
 	uint32_t max_clients;            /* cfg, clamped to the fd limit */

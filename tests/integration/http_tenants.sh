@@ -16,7 +16,8 @@
 #     loop iteration takes 20 ms of the loop thread's CPU (event=loop_busy),
 #     and bob's longest gap between SSE events and /health's longest
 #     round trip stay within 250 ms of the gaps just before (they were
-#     seconds); a client that leaves while its
+#     seconds); the same with 900 KB text prompts through the msgpack
+#     client API (tokenized off the loop too); a client that leaves while its
 #     body is prepared costs nothing; one tenant's burst past its share of
 #     the preparation pool is 429 while another's request is served; a
 #     node stopped while a body is prepared exits cleanly.
@@ -75,8 +76,10 @@ stop_node uns
 "$KVCTL" model make "$T/big.gguf" --layers 4 --dim 256 --heads 4 --kv-heads 2 \
 	--ff 512 --vocab 2000 --ctx 8192 --seed 11 --chat-template chatml >/dev/null
 next_port; H=$PORT
+next_port; MP=$PORT
 write_node big standalone "$T/big.gguf" "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys" \
-	"model.chat_template_unsafe=true" "kv.pool_tokens=16384" "http.max_body_bytes=2M"
+	"model.chat_template_unsafe=true" "kv.pool_tokens=16384" "http.max_body_bytes=2M" \
+	"listen.client=127.0.0.1:$MP"
 U=http://127.0.0.1:$H
 first_id() { # first_id: FIRST = the id of a fresh node's first completion
 	local mark; mark=$(log_mark "$T/big.log")
@@ -133,6 +136,21 @@ check "  ... bob's longest SSE gap $(sj .gap_max_ms) ms < $BOUND ms (250 over th
 	jq -e --argjson b "$BOUND" '.gap_max_ms < $b' "$T/stall.json"
 check "  ... /health's longest round trip $(sj .health_max_ms) ms < $BOUND ms" \
 	jq -e --argjson b "$BOUND" '.health_n > 10 and .health_max_ms < $b' "$T/stall.json"
+
+# the same flood through the msgpack client API: 900 KB text prompts
+# are tokenized on the preparation workers, not on the loop
+MB=$(log_mark "$T/big.log")
+python3 "$KVD_SRC/tests/integration/stall_probe.py" "$H" "$KEY_B" "$KEY_A" 2 1 900000 "$MP" > "$T/stall_mp.json"
+echo "# msgpack stall probe: $(cat "$T/stall_mp.json")"
+smj() { jq -rc "$1" "$T/stall_mp.json"; }
+check "msgpack: the flood's 900 KB text prompts were all answered ($(smj .flood_status))" \
+	test "$(smj '[.flood_status[]] | add')" = 2
+check "  ... while bob's stream ran ($(smj .events) events)" test "$(smj .events)" -gt 10
+check "  ... no loop iteration took 20 ms of the loop's CPU (event=loop_busy)" \
+	bash -c "! tail -c +$((MB + 1)) '$T/big.log' | grep -q 'event=loop_busy'"
+BOUND=$(jq -r --argjson s "$TSCALE" '250 * $s + .baseline_gap_max_ms' "$T/stall_mp.json")
+check "  ... bob's longest SSE gap $(smj .gap_max_ms) ms < $BOUND ms" \
+	jq -e --argjson b "$BOUND" '.gap_max_ms < $b' "$T/stall_mp.json"
 
 # a client that leaves while its body is prepared
 python3 -c 'import json; print(json.dumps({"messages":[{"role":"user","content":"the dog saw a tree " * 50000}],"max_tokens":1}))' > "$T/big.json"

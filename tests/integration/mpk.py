@@ -27,7 +27,9 @@ def pack(o):
             return bytes([0xa0 | len(b)]) + b
         if len(b) < 256:
             return b"\xd9" + bytes([len(b)]) + b
-        return b"\xda" + struct.pack(">H", len(b)) + b
+        if len(b) < 65536:
+            return b"\xda" + struct.pack(">H", len(b)) + b
+        return b"\xdb" + struct.pack(">I", len(b)) + b
     if isinstance(o, (list, tuple)):
         head = bytes([0x90 | len(o)]) if len(o) < 16 else b"\xdc" + struct.pack(">H", len(o))
         return head + b"".join(pack(x) for x in o)

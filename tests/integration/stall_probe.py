@@ -2,13 +2,17 @@
 """tests/integration/stall_probe.py - does one tenant's flood of large
 chat bodies stall another tenant? For http_tenants.sh.
 
-    stall_probe.py PORT VICTIM_KEY FLOOD_KEY CONNS PER_CONN BODY_BYTES
+    stall_probe.py PORT VICTIM_KEY FLOOD_KEY CONNS PER_CONN BODY_BYTES [MSGPACK_PORT]
 
 The victim streams a long completion (temperature 0, 8000 tokens) and
 /health is probed every 10 ms; once the stream runs, CONNS connections
 each send PER_CONN chat requests of BODY_BYTES of JSON (one user message
 of ordinary words) with FLOOD_KEY, one after the other, reading each
-answer. Measured at the client, during the flood only: the longest gap
+answer. With MSGPACK_PORT the flood goes to the msgpack client API
+instead: each connection authenticates with FLOOD_KEY and sends PER_CONN
+completion requests whose text prompt is BODY_BYTES of ordinary words
+(a status is "final" or the error's code). Measured at the client,
+during the flood only: the longest gap
 between two SSE events of the victim, and the longest /health round
 trip. Prints one JSON line:
 
@@ -19,14 +23,19 @@ baseline_gap_max_ms is the longest gap in the second before the flood
 (the machine's own noise). Exits 0 unless a socket failed.
 """
 import json
+import os
 import socket
 import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mpk  # noqa: E402
+
 PORT = int(sys.argv[1])
 VICTIM, FLOOD = sys.argv[2], sys.argv[3]
 CONNS, PER_CONN, BODY = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+MSGPACK_PORT = int(sys.argv[7]) if len(sys.argv) > 7 else 0
 
 
 def request(path, key, body=None):
@@ -109,6 +118,26 @@ def flooder(body):
     s.close()
 
 
+def mp_flooder(_body):
+    words = "the little dog saw a big tree and went to play with friends "
+    text = (words * (BODY // len(words) + 1))[:BODY]
+    s = socket.create_connection(("127.0.0.1", MSGPACK_PORT), timeout=60)
+    mpk.send_frame(s, {"type": "auth", "key": FLOOD})
+    if mpk.recv_frame(s).get("type") != "auth_ok":
+        raise SystemExit("stall_probe: msgpack auth refused")
+    for i in range(PER_CONN):
+        mpk.send_frame(s, {"type": "request", "id": i + 1, "prompt": text,
+                           "max_tokens": 1})
+        while True:
+            m = mpk.recv_frame(s)
+            if m.get("type") in ("final", "error", "frame_error"):
+                st = "final" if m["type"] == "final" else m.get("code", m["type"])
+                break
+        with flood_lock:
+            flood_status[st] = flood_status.get(st, 0) + 1
+    s.close()
+
+
 def gaps(t_from, t_to):
     ev = [t for t in events if t_from <= t <= t_to]
     return sorted(b - a for a, b in zip(ev, ev[1:])), len(ev)
@@ -126,7 +155,8 @@ def main():
     tp.start()
     time.sleep(1.0)
     t0 = time.monotonic()
-    fl = [threading.Thread(target=flooder, args=(body,)) for _ in range(CONNS)]
+    fl = [threading.Thread(target=mp_flooder if MSGPACK_PORT else flooder, args=(body,))
+          for _ in range(CONNS)]
     for t in fl:
         t.start()
     for t in fl:
