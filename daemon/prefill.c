@@ -371,13 +371,36 @@ static int prefill_stuck_submit(struct serve_req *r)
  * of this node, so a peer that never acknowledges cannot take the whole
  * pool from the others. Checked before anything is reserved or computed.
  * True when m was rejected. */
+/* What the decode node of l holds here: its links, and its requests and
+ * their pages - every request admitted for it that has not ended,
+ * including those whose link is gone (a request detached by a lost link
+ * runs on until its compute and abort end: a key holder that drops its
+ * links and reconnects must not get a fresh set of caps meanwhile). */
+static void prefill_node_usage(struct link *l, struct link_node_usage *u)
+{
+	struct kvd_list *e;
+
+	serve__link_node_usage(l, u);   /* links; an unnamed node: its own */
+	if (!l->node_addr[0])
+		return;
+	u->reqs = u->pages = 0;
+	kvd_list_for_each(e, &l->s->reqs) {
+		const struct serve_req *r = kvd_list_entry(e, struct serve_req, node);
+
+		if (r->kind != SREQ_PREFILL || r->ended || strcmp(r->peer_node, l->node_addr))
+			continue;
+		u->reqs++;
+		u->pages += r->n_dst;
+	}
+}
+
 static bool prefill_peer_cap(struct link *l, const struct proto_peer_msg *m)
 {
 	struct serve *s = l->s;
 	struct link_node_usage u;
 	const char *cap = NULL;
 
-	serve__link_node_usage(l, &u);
+	prefill_node_usage(l, &u);
 	if (u.reqs >= s->d->cfg.peer_max_requests)
 		cap = "max_requests";
 	else if ((uint64_t)u.pages + m->n_pages > s->peer_max_pages)
@@ -493,6 +516,7 @@ static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 	r->prompt = malloc(sizeof(int32_t) * m->n_tokens);
 	r->dst = m->pages;        /* take the array */
 	r->n_dst = m->n_pages;
+	snprintf(r->peer_node, sizeof(r->peer_node), "%s", l->node_addr);
 	serve__link_attach(l, r, r->n_dst);
 	m->pages = NULL;
 	m->n_pages = 0;

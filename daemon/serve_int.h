@@ -177,6 +177,11 @@ struct serve_req {
 	struct link *link;
 	struct kvd_list link_node;       /* link->reqs */
 	uint32_t link_pages;             /* counted in link->n_pages */
+	char peer_node[64];              /* prefill: the decode node it
+					  * serves (link.node_addr), kept
+					  * after its link is gone: it counts
+					  * against that node's caps until it
+					  * ends */
 
 	/* decode: the transfer */
 	struct kvpool_ref *table;        /* (n_table) reserved pages */
@@ -365,6 +370,10 @@ struct link {
 	char node_addr[64];              /* accept: the remote ip, which is
 					  * what a decode node is to the
 					  * per-node caps (link_node_usage) */
+	uint8_t src[8];                  /* accept: its source to the
+					  * handshake budgets: the IPv4
+					  * address, or an IPv6 one's /64 */
+	uint8_t src_len;                 /* 4, 8, or 0 (unreadable) */
 	uint64_t conn_id;                /* accept: local, never on the wire */
 	uv_tcp_t ctl;                    /* the control connection */
 	bool ctl_open;
@@ -507,6 +516,9 @@ struct serve {
 	const struct link_ops *accept_ops;  /* for accepted links */
 	uv_tcp_t peer_listener;
 	bool peer_listener_open;
+	uv_timer_t peer_reap_timer;      /* 0 ms: closes evicted handshakes
+					  * on the next loop iteration */
+	bool peer_reap_open;
 	struct peer_key key;             /* the cluster key; key.set = keyed */
 	uint64_t next_conn_id;           /* client and peer connections, for logs */
 	uint64_t peer_refused_conns;     /* dropped at accept since the last log */

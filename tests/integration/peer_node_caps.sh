@@ -7,7 +7,9 @@
 # address (daemon/README.md: the cluster key is shared, so a proof says
 # only that the peer holds it, and the hello's name is whatever the key
 # holder chose): the attacker here connects from 127.0.0.2, the real
-# decode node from 127.0.0.1.
+# decode node from 127.0.0.1. A request whose link is lost still counts
+# against its node until it ends: dropping the links and reconnecting
+# does not buy a fresh set of caps.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -55,6 +57,28 @@ echo "# six links: $(tail -1 "$T/six.out")"
 check "six links: four accepted, two refused" grep -q " links=4/6" <(tail -1 "$T/six.out")
 check "six links: prefill logged the refusal" \
 	grep -q "event=peer_refused .*reason=too_many_links" "$T/pf.log"
+# ---- a lost link's requests still count ----------------------------------------
+# every prefill submit is held 2.5 s (fault point stuck_submit), so the
+# attacker's admitted requests outlive its link: it sends 10 (8 fit the
+# cap), leaves after 1 s, and reconnects at once with 10 more - before,
+# the detached requests were forgotten by the caps and 8 more were
+# admitted; now all 10 are OVERLOADED until the first 8 end.
+mark=$(log_mark "$T/df.log")
+stop_node pf
+start_node pf "KVD_FAULT=stuck_submit"
+check "stuck_submit: pair up again" wait_log "$T/df.log" "event=peer_up " 15 "$mark"
+timeout 30 "${ATTACK[@]}" hold "127.0.0.1:$P_PORT" 256 10 1 > "$T/r1.out" 2>&1 || true
+timeout 30 "${ATTACK[@]}" hold "127.0.0.1:$P_PORT" 256 10 1 > "$T/r2.out" 2>&1 || true
+echo "# first link: $(head -1 "$T/r1.out"); second link: $(head -1 "$T/r2.out")"
+check "relink: the first link had 8 admitted, 2 OVERLOADED" grep -q "overloaded=2 " "$T/r1.out"
+check "relink: the second link, while the first one's requests run on: all 10 OVERLOADED" \
+	grep -q "overloaded=10 " "$T/r2.out"
+check "relink: nothing held once they ended" settle pf
+mark=$(log_mark "$T/df.log")
+stop_node pf
+start_node pf
+check "pair up without the fault" wait_log "$T/df.log" "event=peer_up " 15 "$mark"
+
 out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --seed 5 || true)
 check "after all: a request equals its offline run" same_ids "$out" "$REF"
 check "after all: zero pages held on both nodes" settle pf df
