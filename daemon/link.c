@@ -24,17 +24,18 @@
  * handshake size.
  *
  * Strangers cannot block pairing. An accepted connection that has not
- * proved the key (keyed: a good auth_proof; keyless: the hello; a data
- * connection: its token) is unproven, and what it can hold is budgeted:
+ * finished its handshake (keyed: a good auth_proof, then the hello;
+ * keyless: the hello; a data connection: its token) is unproven, and
+ * what it can hold is budgeted:
  * at most LINK_PENDING_PER_SOURCE unproven handshakes per source address
  * and LINK_PENDING_MAX handshakes in all. A new connection never waits
  * for a stranger's slot to time out: past its source's budget the oldest
  * unproven handshake of that source gives way to it; past the total, the
  * oldest unproven one of the source holding the most (so a peer with one
  * handshake in flight is the last to go while strangers hold several).
- * One that gave way is no longer read and is closed at the next heartbeat
- * tick (accept_budget says why not at once). An unproven connection must
- * prove within LINK_PROOF_MS of its accept (or connect_timeout_ms when
+ * One that gave way is no longer read and is closed on the next loop
+ * iteration (accept_budget says why not at once). An unproven connection must
+ * finish within LINK_PROOF_MS of its accept (or connect_timeout_ms when
  * shorter), judged at the tick, however much it keeps talking. A stranger
  * on the peer's own address shares that address's budget with it: the
  * budget protects a peer from strangers elsewhere, not from its own host.
@@ -52,6 +53,7 @@
 #include "conf/util.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -71,6 +73,10 @@
 #define LINK_PENDING_MAX 64u
 #define LINK_PENDING_PER_SOURCE 8u
 #define LINK_TOTAL_MAX 512u
+/* Evicted handshakes waiting to close (next loop iteration): counted
+ * apart from the 512, since one accept loop can evict up to the listen
+ * backlog (511) plus what arrives meanwhile. */
+#define LINK_EVICTED_MAX 1024u
 /* An accepted connection proves the key within this (ms) of its accept:
  * one round trip after decode's auth_hello, so a second leaves room for
  * a distant, loaded peer and holds a stranger's slot briefly. */
@@ -593,6 +599,19 @@ static void link_sock_addr(struct link *l, bool peer, char *out, size_t n)
 	out[0] = '\0';
 	if ((peer ? uv_tcp_getpeername : uv_tcp_getsockname)(&l->ctl, (struct sockaddr *)&ss, &len))
 		return;
+	if (ss.ss_family == AF_INET6 &&
+	    IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)&ss)->sin6_addr)) {
+		/* a dual-stack listener sees an IPv4 peer as ::ffff:a.b.c.d,
+		 * while the peer's own socket says a.b.c.d: one spelling for
+		 * both, or the proofs (which bind the addresses) never match */
+		struct sockaddr_in6 s6 = *(struct sockaddr_in6 *)&ss;
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+
+		memset(&ss, 0, sizeof(ss));
+		s4->sin_family = AF_INET;
+		s4->sin_port = s6.sin6_port;
+		memcpy(&s4->sin_addr, &s6.sin6_addr.s6_addr[12], 4);
+	}
 	if (ss.ss_family == AF_INET) {
 		uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
 		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
@@ -992,6 +1011,7 @@ static void accept_on_data(struct link *tmp, const struct proto_peer_msg *m)
 	struct link *l;
 	uv_os_fd_t fd;
 	int nfd, rc;
+	bool opened;
 
 	l = accept_by_token(s, m->token);
 	if (!l) {
@@ -1008,10 +1028,10 @@ static void accept_on_data(struct link *tmp, const struct proto_peer_msg *m)
 	}
 	rc = uv_fileno((uv_handle_t *)&tmp->ctl, &fd);
 	nfd = rc ? -1 : dup(fd);
-	if (nfd < 0 || uv_tcp_open((uv_tcp_t *)transport_tcp_stream(l->data), nfd) ||
-	    transport_tcp_start(l->data, false)) {
-		if (nfd >= 0)
-			close(nfd);
+	opened = nfd >= 0 && !uv_tcp_open((uv_tcp_t *)transport_tcp_stream(l->data), nfd);
+	if (!opened || transport_tcp_start(l->data, false)) {
+		if (nfd >= 0 && !opened)
+			close(nfd);   /* once opened, the transport's handle owns it */
 		serve__link_lost(tmp, NULL);
 		serve__link_lost(l, "data connection setup");
 		return;
@@ -1326,6 +1346,10 @@ static void link_closed_one(struct link *l)
 	if (--l->pending_closes)
 		return;
 	frame_decoder_deinit(&l->dec);
+	/* the link's keys (derived even for a stranger whose proof then
+	 * failed) leave no copy in freed memory */
+	peer_session_wipe(&l->ss);
+	sodium_memzero(l->token, sizeof(l->token));
 	if (l->retired) {
 		free(l);
 		return;
@@ -1540,6 +1564,18 @@ static void accept_addr(struct link *l)
 		    sizeof(l->node_addr) - 1);
 	memcpy(l->node_addr, l->addr, n);
 	l->node_addr[n] = '\0';
+	l->src_len = 0;
+	if (inet_pton(AF_INET, l->node_addr, l->src) == 1) {
+		l->src_len = 4;
+	} else {
+		uint8_t a6[16];
+
+		/* one host commonly holds a whole /64: a source is that */
+		if (inet_pton(AF_INET6, l->node_addr, a6) == 1) {
+			memcpy(l->src, a6, 8);
+			l->src_len = 8;
+		}
+	}
 }
 
 /* A decode node, to the per-node bounds, is the address its links come
@@ -1572,56 +1608,63 @@ void serve__link_node_usage(const struct link *l, struct link_node_usage *u)
 	}
 }
 
-static unsigned accept_total(struct serve *s)
+/* Room for one more accepted connection: fewer than LINK_TOTAL_MAX live
+ * ones, and fewer than LINK_EVICTED_MAX evicted ones waiting for the
+ * next loop iteration to close. Counted apart, so that one source that
+ * churns connections (each evicting one of its own) cannot fill the 512
+ * with its evicted handshakes within one accept loop and keep every
+ * other connection out until they close. */
+static bool accept_room(struct serve *s)
 {
-	unsigned total = 0;
+	unsigned live = 0, evicted = 0;
 	struct kvd_list *e;
 
-	kvd_list_for_each(e, &s->links)
-		total += kvd_list_entry(e, struct link, node)->side == LINK_ACCEPT;
-	return total;
+	kvd_list_for_each(e, &s->links) {
+		const struct link *q = kvd_list_entry(e, struct link, node);
+
+		if (q->side != LINK_ACCEPT)
+			continue;
+		if (q->evicted)
+			evicted++;
+		else
+			live++;
+	}
+	return live < LINK_TOTAL_MAX && evicted < LINK_EVICTED_MAX;
 }
 
-/* An accepted connection that has not proved the cluster key (keyless:
- * not said its hello) and is not closing. */
+/* An accepted connection that has not finished its handshake (proved
+ * the cluster key and said its hello; keyless: said its hello) and is not
+ * closing. A key holder that proved and then stays silent is one too: it
+ * takes its source's budget and has the same deadline, so a node holding
+ * the key cannot fill the pending handshakes with proven, mute links. */
 static bool link_unproven(const struct link *q)
 {
-	return q->side == LINK_ACCEPT && !q->closing && !q->evicted && !q->sealed &&
-	       !q->hello_done;
+	return q->side == LINK_ACCEPT && !q->closing && !q->evicted && !q->hello_done;
 }
 
-/* The source address of an accepted link: the "ip" of its "ip:port". */
-static size_t link_source_len(const struct link *l)
-{
-	const char *c = strrchr(l->addr, ':');
-
-	return c ? (size_t)(c - l->addr) : strlen(l->addr);
-}
-
+/* Two accepted links from one source (link.src: an IPv4 address, an
+ * IPv6 /64). */
 static bool link_same_source(const struct link *a, const struct link *b)
 {
-	size_t la = link_source_len(a);
-
-	return la == link_source_len(b) && !memcmp(a->addr, b->addr, la);
+	return a->src_len == b->src_len && !memcmp(a->src, b->src, a->src_len);
 }
 
-/* An unproven handshake and the length of its source address. */
+/* An unproven handshake (its source: l->src). */
 struct accept_src {
 	struct link *l;
-	size_t len;
 };
 
-/* By source address, then oldest first. */
+/* By source, then oldest first. */
 static int accept_src_cmp(const void *pa, const void *pb)
 {
-	const struct accept_src *a = pa, *b = pb;
-	int c = memcmp(a->l->addr, b->l->addr, KVD_MIN(a->len, b->len));
+	const struct link *a = ((const struct accept_src *)pa)->l;
+	const struct link *b = ((const struct accept_src *)pb)->l;
+	int c = a->src_len != b->src_len ? (a->src_len < b->src_len ? -1 : 1)
+					 : memcmp(a->src, b->src, a->src_len);
 
 	if (c)
 		return c;
-	if (a->len != b->len)
-		return a->len < b->len ? -1 : 1;
-	return (a->l->t_start_ns > b->l->t_start_ns) - (a->l->t_start_ns < b->l->t_start_ns);
+	return (a->t_start_ns > b->t_start_ns) - (a->t_start_ns < b->t_start_ns);
 }
 
 /* The oldest of the source holding the most among the n unproven
@@ -1635,8 +1678,7 @@ static struct link *accept_heaviest(struct accept_src *u, unsigned n)
 
 	qsort(u, n, sizeof(*u), accept_src_cmp);
 	for (unsigned i = 0, j; i < n; i = j) {
-		for (j = i + 1; j < n && u[j].len == u[i].len &&
-				!memcmp(u[j].l->addr, u[i].l->addr, u[i].len); j++)
+		for (j = i + 1; j < n && link_same_source(u[j].l, u[i].l); j++)
 			;
 		if (!heavy || j - i > n_heavy ||
 		    (j - i == n_heavy && u[i].l->t_start_ns < heavy->t_start_ns)) {
@@ -1668,7 +1710,7 @@ static struct link *accept_victim(struct serve *s, struct link *l, bool *full)
 		pending++;
 		if (!link_unproven(q) || n_u == KVD_ARRAY_SIZE(u))
 			continue;
-		u[n_u++] = (struct accept_src){ q, link_source_len(q) };
+		u[n_u++] = (struct accept_src){ q };
 		if (link_same_source(q, l)) {
 			n_mine++;
 			if (!mine || q->t_start_ns < mine->t_start_ns)
@@ -1684,14 +1726,33 @@ static struct link *accept_victim(struct serve *s, struct link *l, bool *full)
 	return heavy;
 }
 
+/* Evicted handshakes close here, on the loop iteration after the accept
+ * loop that evicted them: until they close they count against
+ * LINK_TOTAL_MAX, so waiting for the heartbeat tick would let one source
+ * that churns connections fill the table with them and keep every other
+ * connection out until then. */
+static void link_reap_cb(uv_timer_t *t)
+{
+	struct serve *s = t->data;
+	struct kvd_list *e, *nxt;
+
+	kvd_list_for_each_safe(e, nxt, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
+
+		if (l->evicted && !l->closing)
+			serve__link_lost(l, NULL);
+	}
+}
+
 /* The new connection l takes its place in the handshake budgets: an
  * older unproven handshake gives up its place (counted for the tick's
- * line), or, when every pending one has proved, l is closed. The one
- * evicted stops being read and is closed at the next tick, quietly (a
- * stranger learns nothing): closed now, its owner could connect again at
- * once, within this very accept loop - libuv accepts until the backlog is
- * empty - and a flood that reconnects as fast as it is evicted would hold
- * the loop there for ever. */
+ * line), or, when every pending one has finished its handshake, l is
+ * closed. The one evicted stops being read and is closed on the next
+ * loop iteration (link_reap_cb), quietly (a stranger learns nothing):
+ * closed now, its owner could connect again at once, within this very
+ * accept loop - libuv accepts until the backlog is empty - and a flood
+ * that reconnects as fast as it is evicted would hold the loop there for
+ * ever. */
 static void accept_budget(struct serve *s, struct link *l)
 {
 	bool full;
@@ -1704,6 +1765,8 @@ static void accept_budget(struct serve *s, struct link *l)
 		s->peer_evicted_conns++;
 		v->evicted = true;
 		wbound_read_stop(&v->wb);
+		if (s->peer_reap_open)
+			uv_timer_start(&s->peer_reap_timer, link_reap_cb, 0, 0);
 	}
 }
 
@@ -1716,7 +1779,7 @@ static void link_accept(uv_stream_t *server, int status)
 		KVLOG_WARN(s->log, "peer_accept_failed", "error=%s", uv_err_name(status));
 		return;
 	}
-	l = s->stopping || accept_total(s) >= LINK_TOTAL_MAX ? NULL :
+	l = s->stopping || !accept_room(s) ? NULL :
 	    link_new(s, LINK_ACCEPT, s->accept_ops);
 	if (!l) {
 		s->peer_refused_conns++;
@@ -1759,6 +1822,11 @@ int serve__link_listen(struct serve *s, const struct link_ops *ops)
 			  KVLOG_Q(s->d->cfg.listen_peer));
 		return rc;
 	}
+	rc = uv_timer_init(&s->d->loop, &s->peer_reap_timer);
+	if (rc)
+		return rc;
+	s->peer_reap_timer.data = s;
+	s->peer_reap_open = true;
 	rc = uv_tcp_init(&s->d->loop, &s->peer_listener);
 	if (rc)
 		return rc;
@@ -1870,6 +1938,10 @@ void serve__link_stop(struct serve *s)
 	if (s->peer_listener_open) {
 		s->peer_listener_open = false;
 		serve__close_handle(s, (uv_handle_t *)&s->peer_listener);
+	}
+	if (s->peer_reap_open) {
+		s->peer_reap_open = false;
+		serve__close_handle(s, (uv_handle_t *)&s->peer_reap_timer);
 	}
 	kvd_list_for_each_safe(e, nxt, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);

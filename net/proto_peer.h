@@ -28,7 +28,8 @@
  * auth_hello and auth_challenge so both ends agree before any key is
  * used; libcrypto or libsodium compute the same function. */
 #define PROTO_PEER_SUITE "chacha20-poly1305"
-#define PROTO_PEER_SUITE_MAX 24
+#define PROTO_PEER_SUITE_MAX 64     /* room for a later name: refused as
+				     * `suite`, not as a parse error */
 #define PROTO_PEER_NAME_SEALED 80   /* auth_proof.name: 64 + 16 tag
 				     * (PEER_AUTH_NAME_SEALED) */
 #define PROTO_PEER_FRAME_MAX (4u << 20)

@@ -32,6 +32,10 @@ fake needs no copy of the model.
                                      and send MIB MiB of it before any proof
   fake_peer.py crowd ADDR N SECONDS  open N silent connections; report how many
                                      were closed at once and after SECONDS
+  fake_peer.py --key FILE mute ADDR LOG CONNS SECONDS SOURCE
+                                     a key holder proving the key on CONNS
+                                     connections from SOURCE, then silent
+                                     (no hello), reopening each closed one
   fake_peer.py rogue LISTEN SECONDS MODE
                                      a prefill impostor without the key at a
                                      decode node's configured address (MODE
@@ -857,6 +861,59 @@ def cmd_ackflood(listen, log, n, seconds):
     return 0
 
 
+def cmd_mute(addr, log, key, conns, seconds, source):
+    """A key holder that proves the key on CONNS connections from SOURCE
+    and then never says its hello - it keeps talking (a frame it never
+    finishes, one byte every 100 ms, so liveness does not close it) -
+    reopening each one prefill closes, for SECONDS. Prints opened=
+    proven= closed=."""
+    import threading
+    import time
+    layout = layout_from_log(log)
+    end = time.time() + seconds
+    st = {"opened": 0, "proven": 0, "closed": 0}
+    lock = threading.Lock()
+
+    def one():
+        while time.time() < end:
+            fake = FakeDecode(addr, layout, key=key)
+            try:
+                fake.ctl = socket.create_connection(fake.addr, timeout=5,
+                                                    source_address=(source, 0))
+                with lock:
+                    st["opened"] += 1
+                if fake.authenticate() is not None:
+                    raise OSError("refused")
+                with lock:
+                    st["proven"] += 1
+                fake.ctl.sendall(b"\x00\x00\x00\xc8")
+                fake.ctl.settimeout(0.1)
+                while time.time() < end:
+                    fake.ctl.send(b"\x00")
+                    try:
+                        if fake.ctl.recv(4096) == b"":
+                            break
+                    except socket.timeout:
+                        pass
+            except (OSError, EOFError, ValueError):
+                pass
+            finally:
+                with lock:
+                    st["closed"] += 1
+                if fake.ctl is not None:
+                    fake.ctl.close()
+            time.sleep(0.01)
+
+    th = [threading.Thread(target=one, daemon=True) for _ in range(conns)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(seconds + 10)
+    print("opened=%d proven=%d closed=%d" % (st["opened"], st["proven"], st["closed"]),
+          flush=True)
+    return 0
+
+
 def cmd_caplines(log):
     """Print node and pool_tokens of every event=kv_capacity line."""
     with open(log, errors="replace") as f:
@@ -896,6 +953,8 @@ def main(argv):
         return cmd_tamper(argv[2], argv[3], key, encrypt)
     if len(argv) == 5 and argv[1] == "relay":
         return cmd_relay(argv[2], argv[3], float(argv[4]))
+    if len(argv) == 7 and argv[1] == "mute" and key is not None:
+        return cmd_mute(argv[2], argv[3], key, int(argv[4]), float(argv[5]), argv[6])
     if len(argv) == 3 and argv[1] == "caplines":
         return cmd_caplines(argv[2])
     if len(argv) in (5, 6) and argv[1] == "hello":

@@ -234,6 +234,26 @@ echo "# relay: $(cat "$T/relay.out")"
 check "relay: the relay carried decode's handshake" grep -q "relayed=[1-9]" "$T/relay.out"
 stop_node drelay
 
+# ---- a dual-stack prefill ---------------------------------------------------------
+# listen.peer=[::]:P takes IPv4 peers as ::ffff:a.b.c.d while decode's own
+# socket says a.b.c.d: the proofs bind both ends' addresses, so both must
+# spell them alike (link_sock_addr), or a keyed pair never comes up
+if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::", 0))' 2>/dev/null; then
+	next_port; V_PORT=$PORT
+	next_port; VC_PORT=$PORT
+	write_node p6 prefill "$M" "listen.peer=[::]:$V_PORT"
+	write_node d6 decode "$M" "listen.client=127.0.0.1:$VC_PORT" "peers.prefill=127.0.0.1:$V_PORT"
+	start_node p6
+	start_node d6
+	check "dual-stack prefill ([::]) and an IPv4 decode: the keyed pair comes up" wait_up d6 20
+	out=$(gen "$VC_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
+	check "  ... and serves exact output" same_ids "$out" "$REF"
+	stop_node d6
+	stop_node p6
+else
+	echo "# no IPv6 socket here: the dual-stack case is not run"
+fi
+
 # ---- keyed and keyless never pair ----------------------------------------------
 next_port; K_PORT=$PORT
 next_port; KC_PORT=$PORT

@@ -14,6 +14,18 @@
 #   - a stranger that keeps talking (a frame it never finishes, one byte
 #     every 100 ms) is closed at the proof deadline (1 s), not at
 #     transfer.connect_timeout_ms (here 5 s);
+#   - one source churning 900 connections (more than the 512 links a node
+#     accepts): each new one evicts one of its own, and the evicted ones
+#     close on the next loop iteration, not at the tick - left until the
+#     tick they filled the 512 and every other connection was dropped at
+#     accept (decode never paired in 3 s); evicted ones waiting to close
+#     are counted apart from the 512: the restarted decode pairs within a
+#     second;
+#   - a key holder that proves the key on 80 connections from one address
+#     and then says nothing: a proven, mute handshake is pending like a
+#     stranger's (its address's budget, the 1 s deadline) - before, it was
+#     out of every budget until connect_timeout_ms and 64 of them refused
+#     every other connection: the restarted decode pairs within a second;
 #   - after the flood prefill holds nothing and the pair serves.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
@@ -78,8 +90,8 @@ kill -TERM "$FPID" 2>/dev/null || true
 wait "$FPID" || true
 echo "# flood: $(cat "$T/flood.out"); slowest pairing $worst ms"
 check "flood: every request of the real decode served exactly (3/$served)" test "$served" = 3
-check "flood: the stranger held handshakes (challenges answered, never proved)" \
-	grep -Eq "closed_held=[1-9][0-9]{2,} challenges=[1-9][0-9]{2,}$" "$T/flood.out"
+check "flood: the stranger took handshake slots (challenges answered, never proved)" \
+	grep -Eq "challenges=[1-9][0-9]{2,}$" "$T/flood.out"
 check "flood: prefill evicted handshakes and said so" \
 	grep -q "event=peer_handshakes_evicted count=[1-9]" "$T/pf.log"
 
@@ -116,6 +128,55 @@ ms=${out#closed_ms=}
 check "proof deadline: the stranger was closed" test "$out" != open
 check "proof deadline: within 1 s + one tick + slack, not connect_timeout_ms (5 s): $out" \
 	test "${ms:-99999}" -lt $((1800 * TSCALE))
+
+# ---- one source churning more connections than the node accepts ----------------
+mp=$(log_mark "$T/pf.log")
+"$ATTACK_BIN" handshake-flood "127.0.0.1:$P_PORT" $((30 * TSCALE)) 900 127.0.0.10 \
+	> "$T/churn.out" 2>&1 &
+CPID=$!
+PIDS+=("$CPID")
+sleep 1.5
+kill -KILL "$PID_df" 2>/dev/null || true
+wait "$PID_df" 2>/dev/null || true
+md=$(log_mark "$T/df.log")
+start_node df
+if wait_log "$T/df.log" "event=peer_up " 3 "$md"; then
+	took=$(( $(ts_ms "$T/df.log" "event=peer_up " "$md") - $(ts_ms "$T/df.log" "event=serve_ready " "$md") ))
+else
+	took=999999
+fi
+check "churn: the flood was still running" kill -0 "$CPID"
+kill -TERM "$CPID" 2>/dev/null || true
+wait "$CPID" || true
+echo "# churn: $(cat "$T/churn.out"); decode paired $took ms after its serve_ready"
+check "churn: one source's 900 connections (over the 512 a node accepts): decode paired within 1 s: $took ms" \
+	test "$took" -lt $((1000 * TSCALE))
+check "churn: prefill evicted the source's handshakes" \
+	wait_log "$T/pf.log" "event=peer_handshakes_evicted count=[1-9]" 3 "$mp"
+wait_log "$T/df.log" "event=peer_capacity" 5 "$md" || true
+
+# ---- a key holder that proves and stays mute ------------------------------------
+python3 "$(dirname "$0")/fake_peer.py" --key "$(cluster_key)" mute "127.0.0.1:$P_PORT" \
+	"$T/pf.log" 80 $((6 * TSCALE)) 127.0.0.11 > "$T/mute.out" 2>&1 &
+MPID=$!
+PIDS+=("$MPID")
+sleep 1.5
+kill -KILL "$PID_df" 2>/dev/null || true
+wait "$PID_df" 2>/dev/null || true
+md=$(log_mark "$T/df.log")
+start_node df
+if wait_log "$T/df.log" "event=peer_up " 3 "$md"; then
+	took=$(( $(ts_ms "$T/df.log" "event=peer_up " "$md") - $(ts_ms "$T/df.log" "event=serve_ready " "$md") ))
+else
+	took=999999
+fi
+wait "$MPID" || true
+echo "# mute key holder: $(cat "$T/mute.out"); decode paired $took ms after its serve_ready"
+check "mute: the key holder's connections proved the key" \
+	grep -Eq "proven=[1-9][0-9]" "$T/mute.out"
+check "mute: 80 proven, silent links from one address: decode paired within 1 s: $took ms" \
+	test "$took" -lt $((1000 * TSCALE))
+wait_log "$T/df.log" "event=peer_capacity" 5 "$md" || true
 
 check "after the flood: zero pages held on prefill" settle pf
 out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 || true)
