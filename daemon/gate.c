@@ -213,6 +213,24 @@ static void gate_mark_held(struct serve *s)
 	}
 }
 
+/* A drain refuses what waits, at once and from every path that pumps:
+ * a request ending or a first token kicks the pump, and admitting from
+ * the queue then would start work the drain said it would not take. */
+static void gate_refuse_waiting(struct serve *s)
+{
+	struct kvd_list *pos, *nxt;
+
+	/* every live request, so refusing one (it leaves s->reqs) never
+	 * frees a list this walk still stands in */
+	kvd_list_for_each_safe(pos, nxt, &s->reqs) {
+		struct serve_req *r = kvd_list_entry(pos, struct serve_req, node);
+
+		if (!r->ended && r->fq.waiting)
+			gate_refuse(r, PROTO_ERR_DRAINING, "draining",
+				    "the node is draining and admits no new requests");
+	}
+}
+
 static void gate_pump(struct serve *s)
 {
 	struct fairq_item *it;
@@ -220,6 +238,10 @@ static void gate_pump(struct serve *s)
 
 	if (s->stopping || !s->fq.queued)
 		return;
+	if (kvd_request_gate(s->reqtab)) {
+		gate_refuse_waiting(s);
+		return;
+	}
 	avail = gate_free_pages(s);
 	for (;;) {
 		struct serve_req *r;

@@ -161,4 +161,37 @@ check "  ... bounded by one of A's requests (its time in the flood)" \
 	python3 -c "import json,sys; d=json.loads(sys.argv[1]); sys.exit(not (0 <= d['b_flood_p50_ms'] <= d['a_flood_p50_ms']))" "$fair"
 check "with a slot A cannot take (max_active 3 of 4): B's worst TTFT under 200 ms" \
 	python3 -c "import json,sys; d=json.loads(sys.argv[1]); sys.exit(not (0 <= d['b_flood_max_ms'] < 200))" "$capped"
+
+# ---- a drain refuses what waits, whatever pumps the queue ---------------------------
+# one slot: alice's long stream runs, bob's request waits; kvctl drain,
+# then at once the stream is aborted - its end pumps the queue, which
+# admitted bob's request mid-drain (a drained node that had just started
+# new work); now a drain refuses the queue from every pump
+"$KVCTL" model make "$T/long.gguf" --layers 4 --dim 256 --heads 4 --kv-heads 2 \
+	--ff 512 --vocab 2000 --ctx 8192 --seed 11 >/dev/null
+next_port; DH=$PORT
+write_node dq standalone "$T/long.gguf" "listen.http=127.0.0.1:$DH" "http.api_keys_file=$T/keys" \
+	"tenants.node_max_active=1" "kv.pool_tokens=16384"
+start_node dq
+wait_log "$T/dq.log" "event=serve_ready" 60 >/dev/null || true
+curl -s -N -H "Authorization: Bearer $KEY_A" \
+	-d '{"prompt":"Once upon","max_tokens":6000,"temperature":0,"stream":true}' \
+	"http://127.0.0.1:$DH/v1/completions" > "$T/dq.sse" &
+DQA=$!; PIDS+=($DQA)
+dq_id() { grep -q '^data: {' "$T/dq.sse" 2>/dev/null; }
+check "drain: alice's stream holds the one slot" wait_for 20 dq_id
+curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY_B" \
+	-d '{"prompt":"Once","max_tokens":2}' "http://127.0.0.1:$DH/v1/completions" > "$T/dq.b" &
+DQB=$!
+sleep 0.3   # bob's request waits in his queue
+sid=$(grep -m1 '^data: {' "$T/dq.sse" | sed 's/^data: //' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+"$KVCTL" --socket "$T/dq.sock" drain --no-wait >/dev/null 2>&1 || true
+"$KVCTL" --socket "$T/dq.sock" abort "$sid" >/dev/null 2>&1 || true
+wait "$DQB" || true
+check "drain: the waiting request is refused 503, not started ($(cat "$T/dq.b"))" test "$(cat "$T/dq.b")" = 503
+check "  ... logged as a draining refusal" log_has "$T/dq.log" 'event=admission_reject .*tenant=bob reason=draining'
+check "  ... and the node drains with nothing in flight" \
+	wait_for 10 bash -c "test \"\$('$KVCTL' --socket '$T/dq.sock' --json status | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d[\"state\"], d[\"in_flight\"])')\" = 'drained 0'"
+wait "$DQA" 2>/dev/null || true
+stop_node dq
 serve_finish
