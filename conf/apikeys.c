@@ -324,6 +324,20 @@ size_t kvd_apikeys_count(const struct kvd_apikeys *k)
 	return k ? k->n : 0;
 }
 
+size_t kvd_apikeys_tenants(const struct kvd_apikeys *k)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; k && i < k->n; i++) {
+		size_t j = 0;
+
+		while (j < i && strcmp(k->e[j].tenant, k->e[i].tenant))
+			j++;
+		n += j == i;
+	}
+	return n;
+}
+
 const struct kvd_apikey_info *kvd_apikeys_find(const struct kvd_apikeys *k,
 					       const char *key, size_t len)
 {

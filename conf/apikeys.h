@@ -60,6 +60,8 @@ int kvd_apikeys_parse(struct kvd_apikeys **out, const char *name,
 		      const char *text, size_t len, char *why, size_t why_size);
 void kvd_apikeys_free(struct kvd_apikeys *k);
 size_t kvd_apikeys_count(const struct kvd_apikeys *k);
+/* Distinct tenants the keys name (0 for NULL). */
+size_t kvd_apikeys_tenants(const struct kvd_apikeys *k);
 /* True when s (len bytes) is a valid tenant name: 1..KVD_APIKEY_TENANT_MAX
  * of [A-Za-z0-9_.-]. The one rule for keys files and the peer protocol. */
 bool kvd_apikeys_tenant_ok(const char *s, size_t len);

@@ -142,7 +142,7 @@ static const struct conf_key conf_keys[] = {
 	{ "cache", "max_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(cache_max_pages),
 	  "Most pages the prefix cache keeps, all tenants together; 0 = half of the pool." },
 	{ "cache", "tenant_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(cache_tenant_pages),
-	  "Most cached pages of one tenant (its quota: beyond it, its own least recently used pages go first); 0 = max_pages." },
+	  "Most cached pages of one tenant (its quota: beyond it, its own least recently used pages go; an insert never evicts another tenant's pages). 0 = max_pages split evenly between the tenants of http.api_keys_file (decode and standalone; one tenant without a keys file), or in 4 on a prefill node, which does not know its tenants: set it there to max_pages / tenants." },
 
 	{ "listen", "client", CT_ADDR, "", 0, 0, NULL, F(listen_client),
 	  "Client API listeners: comma list of host:port and unix:PATH (decode and standalone)." },

@@ -396,6 +396,11 @@ static int daemon_open_cache(struct kvd_daemon *d, const struct kvpool_geom *g)
 	sha256_final(&h, d->cache_fp);
 	if (!pp.max_pages)
 		pp.max_pages = KVD_MAX(d->cap.pages / 2, 1u);
+	/* unset: shared out between tenants, so that one tenant's inserts
+	 * never need another's room; a client-facing node knows its tenants
+	 * and narrows this at start (serve.c), a prefill node does not */
+	if (!pp.tenant_pages)
+		pp.tenant_pages = KVD_MAX(pp.max_pages / PCACHE_DEFAULT_TENANTS, 1u);
 	r = pcache_new(&d->cache, d->pool, &pp);
 	if (r) {
 		KVLOG_ERR(&d->log, "kv_pool_error", "what=prefix_cache code=%d", r);

@@ -286,11 +286,29 @@ static int serve_client_keys(struct serve *s)
 	return rc < 0 ? rc : rc ? -EINVAL : 0;
 }
 
+/* cache.tenant_pages unset on a client-facing node: the cache split
+ * evenly between the tenants of the keys file (one without it), so a
+ * tenant's inserts never need another tenant's pages (gpu/pcache.h). */
+static void serve_cache_shares(struct serve *s)
+{
+	struct pcache *c = s->d->cache;
+	size_t n = s->keys ? kvd_apikeys_tenants(s->keys) : 1;
+
+	if (!c || s->d->cfg.cache_tenant_pages)
+		return;
+	pcache_split(c, (uint32_t)KVD_MIN(KVD_MAX(n, (size_t)1), UINT32_MAX));
+	KVLOG_INFO(s->log, "prefix_cache_shares", "tenants=%zu tenant_pages=%u source=%s",
+		   n, pcache_tenant_pages(c), s->keys ? "api_keys_file" : "keyless");
+}
+
 /* Decode and standalone: keys, the gate, the preparation workers both
  * client fronts share, the msgpack listeners. */
 static int serve_client_start(struct serve *s)
 {
 	int r = serve_client_keys(s);
+
+	if (!r)
+		serve_cache_shares(s);
 
 	if (!r)
 		r = serve__gate_init(s);

@@ -415,7 +415,14 @@ void pcache_release(struct pcache *c, struct pcache_map *m, bool poison)
 
 /* ---- insert ---------------------------------------------------------------- */
 
-/* Room for one more page of tenant t, never evicting keep. */
+/* Room for one more page of tenant t, never evicting keep, and never
+ * another tenant's page: an insert that evicted others' entries would
+ * let a tenant time its own re-sent prompts and learn how much the
+ * others cache (prime and probe). Past the whole cache's bound t makes
+ * room in its own entries or caches nothing; quotas that sum to at most
+ * max_pages (the daemon's default) keep that bound from binding. Only
+ * the pool's own need (pcache_evict, pcache_pool_reserve) evicts across
+ * tenants. */
 static bool pcache__room(struct pcache *c, uint32_t t,
 			 const struct pcache_entry *keep)
 {
@@ -423,7 +430,7 @@ static bool pcache__room(struct pcache *c, uint32_t t,
 		if (!pcache__evict_one(c, t, keep))
 			return false;
 	while (c->pages >= c->pp.max_pages)
-		if (!pcache__evict_one(c, UINT32_MAX, keep))
+		if (!pcache__evict_one(c, t, keep))
 			return false;
 	return true;
 }
@@ -607,6 +614,23 @@ uint32_t pcache_flush(struct pcache *c, const char *tenant)
 		if (!tenant || !strcmp(c->tenants[e->tenant].tenant, tenant))
 			pcache__unindex(c, e);
 	n = pcache__reap(c);
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
+void pcache_split(struct pcache *c, uint32_t tenants)
+{
+	pthread_mutex_lock(&c->mu);
+	c->pp.tenant_pages = KVD_MAX(c->pp.max_pages / KVD_MAX(tenants, 1u), 1u);
+	pthread_mutex_unlock(&c->mu);
+}
+
+uint32_t pcache_tenant_pages(struct pcache *c)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&c->mu);
+	n = c->pp.tenant_pages;
 	pthread_mutex_unlock(&c->mu);
 	return n;
 }

@@ -18,8 +18,11 @@
  * its end and never leaves an unreachable tail).
  *
  * Limits: max_pages in all; tenant_pages per tenant (0: max_pages). An
- * insert beyond a limit first evicts the tenant's own LRU entries (its
- * quota), then anyone's (max_pages); it stops where nothing may go.
+ * insert beyond either limit evicts only the tenant's own LRU entries,
+ * never another tenant's (whose timing would then show it how much
+ * others cache); it stops, caching nothing more, where none may go. Only
+ * the pool's need (pcache_evict, pcache_pool_reserve) evicts across
+ * tenants.
  *
  * Entry ids are the pool owners of cached pages: PCACHE_ID_BIT is set in
  * every one, so they never equal a request id (request ids stay below it).
@@ -40,6 +43,9 @@
 #define PCACHE_TENANT_MAX 64          /* bytes with the NUL */
 #define PCACHE_ID_BIT (1ull << 63)
 #define PCACHE_TENANTS_MAX 1024u      /* tenants with counters */
+/* cache.tenant_pages unset on a node that does not know its tenants (a
+ * prefill node): max_pages split this many ways */
+#define PCACHE_DEFAULT_TENANTS 4u
 
 struct pcache;
 
@@ -128,6 +134,10 @@ int pcache_pool_reserve(struct pcache *c, struct kvpool *pool, uint64_t owner,
  * Returns the pages evicted now. */
 uint32_t pcache_flush(struct pcache *c, const char *tenant);
 
+/* From now on a tenant's quota is max_pages / tenants (at least 1);
+ * entries already over it stay until they are evicted. Any thread. */
+void pcache_split(struct pcache *c, uint32_t tenants);
+uint32_t pcache_tenant_pages(struct pcache *c);
 /* Totals, and up to cap tenants' counters (sorted by name); returns the
  * number of tenants with counters. */
 uint32_t pcache_stats(struct pcache *c, uint32_t *pages, uint32_t *held,

@@ -252,6 +252,8 @@ START_TEST(test_apikeys_roles)
 	char why[256];
 
 	ck_assert_int_eq(kvd_apikeys_parse(&k, "K", good, strlen(good), why, sizeof(why)), 0);
+	ck_assert_uint_eq(kvd_apikeys_count(k), 4);
+	ck_assert_uint_eq(kvd_apikeys_tenants(k), 3);   /* alice twice */
 	i = kvd_apikeys_find(k, "0123456789abcdef0123456789abcdef", 32);
 	ck_assert_ptr_nonnull(i);
 	ck_assert_str_eq(i->tenant, "alice");

@@ -212,6 +212,43 @@ START_TEST(test_quota)
 }
 END_TEST
 
+/* A tenant's insert never evicts another tenant's entries, even past
+ * max_pages: b learns nothing of a's cache from its own hits. With the
+ * cache split between tenants (pcache_split) each keeps its share. */
+START_TEST(test_no_cross_tenant_eviction)
+{
+	struct kvpool *p = pool_new(32);
+	struct pcache *c = cache_new(p, 4, 0);   /* quota = max: a can fill it */
+	struct pcache_key ka, kb;
+	int32_t a[8], a2[8], b[8];
+
+	pcache_key_make(&ka, fp_a, "a", "", 0);
+	pcache_key_make(&kb, fp_a, "b", "", 0);
+	prompt_fill(a, 8, 0);
+	prompt_fill(a2, 8, 50);
+	prompt_fill(b, 8, 100);
+	ck_assert_uint_eq(run_prompt(c, p, &ka, 1, a, 8), 2);
+	ck_assert_uint_eq(run_prompt(c, p, &ka, 2, a2, 8), 2);   /* full: 4 of 4 */
+	/* b's prompt finds no room of its own: not cached, a's pages stay */
+	ck_assert_uint_eq(run_prompt(c, p, &kb, 3, b, 8), 0);
+	ck_assert_uint_eq(hit_pages(c, &ka, a, 8), 2);
+	ck_assert_uint_eq(hit_pages(c, &ka, a2, 8), 2);
+	ck_assert_uint_eq(hit_pages(c, &kb, b, 8), 0);
+	/* split in two: a's next insert makes room in a's own entries */
+	pcache_split(c, 2);
+	ck_assert_uint_eq(pcache_tenant_pages(c), 2);
+	ck_assert_uint_eq(pcache_flush(c, "a"), 4);
+	ck_assert_uint_eq(run_prompt(c, p, &ka, 4, a, 8), 2);
+	ck_assert_uint_eq(run_prompt(c, p, &kb, 5, b, 8), 2);
+	ck_assert_uint_eq(run_prompt(c, p, &ka, 6, a2, 8), 2);   /* evicts a's a */
+	ck_assert_uint_eq(hit_pages(c, &kb, b, 8), 2);
+	ck_assert_uint_eq(hit_pages(c, &ka, a, 8), 0);
+	ck_assert_uint_eq(n_state(p, KVPAGE_CACHED), 4);
+	pcache_free(c);
+	kvpool_free(p);
+}
+END_TEST
+
 START_TEST(test_held_not_evicted)
 {
 	struct kvpool *p = pool_new(16);
@@ -451,6 +488,7 @@ static Suite *pcache_suite(void)
 	tcase_add_test(tc, test_isolation);
 	tcase_add_test(tc, test_lru_order);
 	tcase_add_test(tc, test_quota);
+	tcase_add_test(tc, test_no_cross_tenant_eviction);
 	tcase_add_test(tc, test_held_not_evicted);
 	tcase_add_test(tc, test_flush_tenant);
 	tcase_add_test(tc, test_pool_cached_read_only);

@@ -31,7 +31,7 @@ next_port; H_PORT=$PORT
 write_node c standalone "$M" "listen.http=127.0.0.1:$H_PORT" \
 	"http.api_keys_file=$T/keys" "kv.pool_tokens=24576" "kv.dtype=f16" \
 	"engine.threads=2" "engine.prefill_chunk=512" "engine.step_tokens=1024" \
-	"cache.max_pages=1024" "log.level=info" "model.chat_template_unsafe=true"
+	"cache.max_pages=1400" "cache.tenant_pages=700" "log.level=info" "model.chat_template_unsafe=true"
 start_node c
 check "node up" wait_log "$T/c.log" "event=ready " 60
 
@@ -130,7 +130,7 @@ check "metrics: cached pages in the pool" grep -Eq '^kvd_kv_pages\{state="cached
 check "kvctl cache flush --tenant alice" quiet "$KVCTL" --socket "$T/c.sock" cache flush --tenant alice
 CS=$("$KVCTL" --socket "$T/c.sock" --json cache status)
 check "alice's pages gone, bob's kept" test "$(cs alice pages) $(cs bob pages)" = "0 640"
-check "flush logged" log_has "$T/c.log" 'event=cache_flush tenant=alice evicted_pages=384 '
+check "flush logged" log_has "$T/c.log" 'event=cache_flush tenant=alice evicted_pages=450 '
 check "cache status: usage error without a subcommand" \
 	test "$("$KVCTL" --socket "$T/c.sock" cache >/dev/null 2>&1; echo $?)" = 2
 

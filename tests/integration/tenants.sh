@@ -59,6 +59,10 @@ write_node ta standalone "$M" "listen.http=127.0.0.1:$A_HTTP" "listen.client=127
 start_node ta
 check "standalone up" wait_log "$T/ta.log" "event=serve_ready" 60
 U=http://127.0.0.1:$A_HTTP
+# the prefix cache split between the keys file's four tenants (128 of the
+# 256-page pool's half each: 32), so no tenant's insert needs another's room
+check "prefix cache shared out: 4 tenants, 32 pages each" \
+	log_has "$T/ta.log" 'event=prefix_cache_shares tenants=4 tenant_pages=32 source=api_keys_file'
 
 check "/metrics with a tenant's key: 403" test "$(code -H "Authorization: Bearer $KEY_B" "$U/metrics")" = 403
 check "  ... and none of the text" bash -c "! grep -q kvd_requests_total '$T/body'"
