@@ -321,10 +321,11 @@ static void client_prep_submit(struct client_conn *c, struct proto_client_reques
 	if (rc) {
 		proto_client_request_deinit(&cp->q);
 		free(cp);
+		/* one sentence for both bounds (rc): whether the others'
+		 * work filled the pool is not this tenant's to learn */
+		(void)rc;
 		client_reject(c, q->id, PROTO_ERR_OVERLOADED, KVD_REJECT_OVERLOADED,
-			      rc == PREP_E_KEY_FULL
-			      ? "too many of this tenant's prompts are being tokenized; retry later"
-			      : "too many prompts are being tokenized; retry later");
+			      "too many prompts are being tokenized; retry later");
 		return;
 	}
 	kvd_list_add_tail(&c->preps, &cp->node);

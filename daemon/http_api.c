@@ -1029,6 +1029,13 @@ static void api_prep_done(struct prep_job *j, bool cancelled)
 	api_prep_free(ap);
 }
 
+/* Bodies up to this many bytes are prepared on the loop: parsing,
+ * rendering and tokenizing them takes tens of microseconds, and the
+ * workers' per-tenant bound (PREP_KEY_JOBS_MAX being prepared) would
+ * otherwise refuse a tenant's burst of small requests while the engine
+ * keeps the (lower-priority) workers waiting. */
+#define API_PREP_INLINE_MAX 4096u
+
 /* POST /v1/completions and /v1/chat/completions: the key here, the rest
  * of the gate once the body is prepared. The exchange stays active (the
  * connection reads no further request) until then; a connection that
@@ -1073,15 +1080,21 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	ap->job.bytes = m->body_len;
 	ap->job.run = api_prep_run;
 	ap->job.done = api_prep_done;
+	if (m->body_len <= API_PREP_INLINE_MAX) {
+		/* small: prepared here, at once (tens of microseconds) */
+		api_prep_run(&ap->job);
+		api_prep_done(&ap->job, false);
+		return;
+	}
 	rc = prep_submit(&hs->s->prep, &ap->job);
 	if (rc) {
 		ap->parse_rc = 1;
 		api_prep_free(ap);
 		hc->s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
+		/* one sentence for both bounds: whether the others' work
+		 * filled the pool is not this tenant's to learn */
 		api_error(hc, 429, "server_error", "overloaded", NULL,
-			  rc == PREP_E_KEY_FULL
-			  ? "too many of this key's requests are being prepared; retry later"
-			  : "too many requests are being prepared; retry later", tenant);
+			  "too many requests are being prepared; retry later", tenant);
 		return;
 	}
 	hc->x.active = true;

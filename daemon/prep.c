@@ -161,21 +161,32 @@ int prep_start(struct prep *p, uv_loop_t *loop)
 }
 
 /* Under mu: jobs of `key` not yet delivered. */
-static uint32_t prep_key_jobs(const struct prep *p, const char *key)
+/* Jobs under key between submit and done, and their bytes. */
+static uint32_t prep_key_jobs(const struct prep *p, const char *key, size_t *bytes)
 {
 	const struct prep_job *lists[] = { p->queue, p->done };
 	uint32_t n = 0;
 
+	*bytes = 0;
 	for (unsigned l = 0; l < 2; l++)
 		for (const struct prep_job *j = lists[l]; j; j = j->next)
-			n += !strcmp(j->key, key);
+			if (!strcmp(j->key, key)) {
+				n++;
+				*bytes += j->bytes;
+			}
 	for (unsigned i = 0; i < PREP_THREADS; i++)
-		n += p->running[i] && !strcmp(p->running[i]->key, key);
+		if (p->running[i] && !strcmp(p->running[i]->key, key)) {
+			n++;
+			*bytes += p->running[i]->bytes;
+		}
 	return n;
 }
 
 int prep_submit(struct prep *p, struct prep_job *j)
 {
+	size_t kb;
+	uint32_t n;
+
 	if (p->stop || !p->n_threads || p->n_jobs >= PREP_JOBS_MAX ||
 	    j->bytes > PREP_BYTES_MAX - p->bytes)
 		return PREP_E_FULL;
@@ -184,7 +195,9 @@ int prep_submit(struct prep *p, struct prep_job *j)
 	j->ran = false;
 	atomic_store(&j->cancelled, false);
 	pthread_mutex_lock(&p->mu);
-	if (prep_key_jobs(p, j->key) >= PREP_KEY_JOBS_MAX) {
+	n = prep_key_jobs(p, j->key, &kb);
+	if (n >= PREP_KEY_JOBS_MAX ||
+	    (n && (kb >= PREP_KEY_BYTES_MAX || j->bytes > PREP_KEY_BYTES_MAX - kb))) {
 		pthread_mutex_unlock(&p->mu);
 		return PREP_E_KEY_FULL;
 	}

@@ -18,9 +18,10 @@
  *
  * Bounds: at most PREP_JOBS_MAX jobs and PREP_BYTES_MAX bytes (the
  * caller's figure, e.g. a body's length) between submit and done, and
- * at most PREP_KEY_JOBS_MAX of them under one key (a tenant), so one
- * key cannot fill the pool; beyond, prep_submit refuses (PREP_E_FULL,
- * PREP_E_KEY_FULL) and nothing is queued.
+ * at most PREP_KEY_JOBS_MAX of them and PREP_KEY_BYTES_MAX bytes (past
+ * its first job) under one key (a tenant), so one key cannot fill the
+ * pool; beyond, prep_submit refuses (PREP_E_FULL, PREP_E_KEY_FULL) and
+ * nothing is queued.
  *
  * Order and fairness: a worker takes the oldest queued job whose key no
  * other worker is running, else the oldest: another key's job waits
@@ -44,6 +45,9 @@
 #define PREP_JOBS_MAX 64u
 #define PREP_KEY_JOBS_MAX 8u
 #define PREP_BYTES_MAX (64u << 20)
+#define PREP_KEY_BYTES_MAX (PREP_BYTES_MAX / 4) /* under one key, beyond
+					  * its first job: one key's large
+					  * bodies cannot fill the bytes */
 #define PREP_KEY_MAX 64u                 /* bytes, NUL included */
 
 enum {

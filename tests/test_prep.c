@@ -144,6 +144,37 @@ START_TEST(test_bounds_and_cancel)
 }
 END_TEST
 
+/* Bytes under one key: past its first job at most PREP_KEY_BYTES_MAX,
+ * so one tenant's large bodies leave room for the others. */
+START_TEST(test_key_bytes)
+{
+	uv_loop_t loop;
+	struct prep p = { 0 };
+	atomic_bool gate = false;
+	struct tjob a[3], b, c;
+
+	uv_loop_init(&loop);
+	ck_assert_int_eq(prep_start(&p, &loop), 0);
+	tjob_init(&a[0], "a", PREP_KEY_BYTES_MAX / 2, &gate);
+	tjob_init(&a[1], "a", PREP_KEY_BYTES_MAX / 2, &gate);
+	tjob_init(&a[2], "a", 1, &gate);
+	ck_assert_int_eq(prep_submit(&p, &a[0].job), 0);
+	ck_assert_int_eq(prep_submit(&p, &a[1].job), 0);
+	ck_assert_int_eq(prep_submit(&p, &a[2].job), PREP_E_KEY_FULL);
+	tjob_init(&b, "b", 10, &gate);
+	ck_assert_int_eq(prep_submit(&p, &b.job), 0);
+	/* one job alone may be larger than the key's bytes */
+	tjob_init(&c, "c", PREP_KEY_BYTES_MAX + 1, &gate);
+	ck_assert_int_eq(prep_submit(&p, &c.job), 0);
+	atomic_store(&gate, true);
+	drain(&loop, a, 2);
+	drain(&loop, &b, 1);
+	drain(&loop, &c, 1);
+	ck_assert_int_eq(a[2].n_done, 0);
+	finish(&loop, &p);
+}
+END_TEST
+
 /* A key that fills both workers' queue: another key's job is taken by
  * the first worker that frees, before the flood's later jobs. */
 START_TEST(test_fair_pick)
@@ -212,6 +243,7 @@ int main(void)
 
 	tcase_add_test(tc, test_run_and_done_once);
 	tcase_add_test(tc, test_bounds_and_cancel);
+	tcase_add_test(tc, test_key_bytes);
 	tcase_add_test(tc, test_fair_pick);
 	tcase_add_test(tc, test_stop_hands_back);
 	suite_add_tcase(s, tc);
