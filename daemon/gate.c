@@ -31,16 +31,18 @@
  * when fences lift, without a request ending).
  *
  * Prefix hold-back (cache.enabled; issue 21.6). A tenant's head request
- * whose first prompt page equals that of an admitted request of the
- * same tenant and cache_salt still computing its prompt (no first
- * token yet) waits until that one has its first token (or ends): the
- * engine caches a prompt's full pages at the step that computed its
+ * at least half of whose prompt is full pages that an admitted request
+ * of the same tenant and cache_salt is still computing (s->computing: no
+ * first token yet) waits until that one has its first token (or ends):
+ * the engine caches a prompt's full pages at the step that computed its
  * last token, so the held request then maps them and computes only the
  * rest, instead of computing the same prefix beside it. Only its own
  * tenant and salt can hold a request (so this adds nothing another
  * tenant can time), a held head never blocks another tenant (fairq
- * skips it), it waits at most one prompt's compute, and
- * tenants.queue_timeout_ms bounds it as any wait.
+ * skips it), and it waits at most half of tenants.queue_timeout_ms
+ * (then it computes itself; it is never refused for having been held).
+ * On a decode node only with one prefill peer: with several, the held
+ * request may be placed on another peer than the one that cached.
  */
 #include "daemon/serve_int.h"
 #include "gpu/pcache.h"
@@ -131,6 +133,7 @@ static void gate_refuse(struct serve_req *r, int code, const char *reason,
 	va_list ap;
 
 	fairq_done(&s->fq, &r->fq);
+	serve__gate_kick(s);   /* its tenant's next request may go now */
 	if (code) {
 		s->d->counters.rejected[code == PROTO_ERR_DRAINING ? KVD_REJECT_DRAINING :
 					code == PROTO_ERR_INVALID_REQUEST ? KVD_REJECT_INVALID :
@@ -154,7 +157,11 @@ static void gate_client_gone(struct serve_req *r)
 	gate_refuse(r, 0, "client_gone", "%s", "");
 }
 
-/* Its turn: the role's admission, which reserves its pages (or refuses). */
+static bool gate_holds(const struct serve *s);
+
+/* Its turn: the role's admission, which reserves its pages (or refuses).
+ * Until its first token (or end) it may hold same-prefix requests of its
+ * tenant (s->computing). */
 static void gate_run(struct serve_req *r, uint32_t pages)
 {
 	struct serve *s = r->s;
@@ -162,6 +169,11 @@ static void gate_run(struct serve_req *r, uint32_t pages)
 	r->gate_unsettled = pages;
 	s->gate_unsettled += pages;
 	r->rops = NULL;
+	if (gate_holds(s) && r->prompt &&
+	    r->n_prompt >= kvpool_geom(s->d->pool)->page_tokens) {
+		kvd_list_add_tail(&s->computing, &r->computing);
+		r->on_computing = true;
+	}
 	if (r->t_arrive_ns && kvd_now_ns() - r->t_arrive_ns > 1000000u)
 		KVLOG_DEBUG(s->log, "admission_waited",
 			    "client_id=%llu tenant=%s waited_ms=%llu",
@@ -170,38 +182,64 @@ static void gate_run(struct serve_req *r, uint32_t pages)
 	s->admit(r);
 }
 
-/* q is computing the first prompt page r would map: admitted, same
- * tenant and salt, no first token yet, and both prompts begin with the
- * same full page (q caches it; r maps it only with a token after it). */
-static bool gate_same_first_page(const struct serve_req *r, const struct serve_req *q,
-				 uint32_t pt)
+/* The prefix hold-back applies where this node's admission decides where
+ * the prompt is cached: standalone, or a decode node with one prefill
+ * peer (with several, the held request may go to another peer, whose
+ * cache the first one never filled). */
+static bool gate_holds(const struct serve *s)
 {
-	return q != r && q->fq.active && !q->ended && !q->t_first_ns &&
-	       q->n_prompt >= pt && q->prompt && !strcmp(q->tenant, r->tenant) &&
-	       !strcmp(q->cache_salt, r->cache_salt) &&
-	       !memcmp(q->prompt, r->prompt, (size_t)pt * sizeof(*r->prompt));
+	const struct kvd_config *c = &s->d->cfg;
+
+	return c->cache_enabled &&
+	       (c->role != KVD_ROLE_DECODE || c->n_peers_prefill == 1);
 }
 
-static bool gate_prefix_computing(struct serve *s, const struct serve_req *r)
+/* Full pages r's prompt shares with q's, of those r could map (all but
+ * its last token's page), same tenant and salt. */
+static uint32_t gate_shared_pages(const struct serve_req *r, const struct serve_req *q,
+				  uint32_t pt)
+{
+	uint32_t n = KVD_MIN((r->n_prompt - 1) / pt, q->n_prompt / pt), i = 0;
+
+	if (!q->prompt || strcmp(q->tenant, r->tenant) || strcmp(q->cache_salt, r->cache_salt))
+		return 0;
+	while (i < n && !memcmp(q->prompt + (size_t)i * pt, r->prompt + (size_t)i * pt,
+				(size_t)pt * sizeof(*r->prompt)))
+		i++;
+	return i;
+}
+
+/* r waits for a request computing a prompt whose full pages make at
+ * least half of r's own: then waiting for it saves r at least half its
+ * compute. At most half its tenants.queue_timeout_ms: then it goes and
+ * computes itself, never refused for having waited. */
+static bool gate_prefix_computing(struct serve *s, const struct serve_req *r, uint64_t now)
 {
 	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
+	uint64_t hold_ns = (uint64_t)s->d->cfg.tenant_queue_timeout_ms * 500000u;
 	struct kvd_list *e;
 
-	if (!r->prompt || r->n_prompt <= pt)
+	if (!r->prompt || r->n_prompt <= pt || now - r->t_arrive_ns >= hold_ns)
 		return false;
-	kvd_list_for_each(e, &s->reqs)
-		if (gate_same_first_page(r, kvd_list_entry(e, struct serve_req, node), pt))
+	kvd_list_for_each(e, &s->computing) {
+		const struct serve_req *q = kvd_list_entry(e, struct serve_req, computing);
+
+		if (q != r && 2ull * gate_shared_pages(r, q, pt) * pt >= r->n_prompt)
 			return true;
+	}
 	return false;
 }
 
-/* Each tenant's head: held while its first page is being computed. */
+/* Each tenant's head: held while most of its prompt is being computed
+ * for another request of its tenant (s->computing, at most the node's
+ * admission slots). */
 static void gate_mark_held(struct serve *s)
 {
+	uint64_t now = kvd_now_ns();
+	bool any = gate_holds(s) && !kvd_list_empty(&s->computing);
 	struct kvd_list *e;
 
-	if (!s->d->cfg.cache_enabled)
-		return;
+	/* every head, so a hold that ended is cleared too */
 	kvd_list_for_each(e, &s->fq.tenants) {
 		struct fairq_tenant *t = kvd_list_entry(e, struct fairq_tenant, node);
 		struct fairq_item *it;
@@ -209,7 +247,8 @@ static void gate_mark_held(struct serve *s)
 		if (!t->queued)
 			continue;
 		it = kvd_list_entry(t->waiting.next, struct fairq_item, node);
-		it->held = gate_prefix_computing(s, kvd_container_of(it, struct serve_req, fq));
+		it->held = any &&
+			   gate_prefix_computing(s, kvd_container_of(it, struct serve_req, fq), now);
 	}
 }
 
@@ -268,6 +307,7 @@ int serve__gate_init(struct serve *s)
 	int rc;
 
 	fairq_init(&s->fq, c->node_max_active ? c->node_max_active : c->max_batch);
+	kvd_list_init(&s->computing);
 	rc = uv_timer_init(&s->d->loop, &s->gate_timer);
 	if (rc)
 		return rc;

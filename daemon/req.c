@@ -103,6 +103,7 @@ void serve__req_end(struct serve_req *r, bool ok)
 	/* its admission slot and the pages it was to reserve go back; the
 	 * queues are pumped from the gate timer, not inside this change */
 	serve__gate_settle(r);
+	serve__gate_first_token(r);   /* holds nobody any more */
 	if (r->fq.t) {
 		fairq_done(&s->fq, &r->fq);
 		if (s->gate_open)

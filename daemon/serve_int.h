@@ -147,6 +147,11 @@ struct serve_req {
 	struct kvd_tenant_limits lim;    /* its key's limits (0: the config's) */
 	struct fairq_item fq;            /* waiting for admission, or admitted
 					  * (gate.c); released at its end */
+	struct kvd_list computing;       /* serve.computing: admitted by the
+					  * gate, prompt not yet computed (no
+					  * first token): may hold same-prefix
+					  * requests of its tenant (gate.c) */
+	bool on_computing;
 	uint32_t gate_unsettled;         /* pages admitted, not yet reserved
 					  * by the engine (counted in
 					  * serve.gate_unsettled) */
@@ -546,6 +551,7 @@ struct serve {
 	bool sweep_open;
 	/* admission between tenants (gate.c) */
 	struct fairq fq;
+	struct kvd_list computing;       /* serve_req.computing (gate.c) */
 	uint32_t gate_unsettled;         /* pages admitted requests will
 					  * reserve (the engine's, async) */
 	uv_timer_t gate_timer;           /* pumps the queues after an end */
@@ -721,20 +727,30 @@ void serve__gate_admit(struct serve_req *r);
 void serve__gate_sweep(struct serve *s);
 /* r's pages are reserved now (or never will be): no longer counted as
  * pages to come. Inline: the roles call it without a call edge. */
+static inline void serve__gate_kick(struct serve *s)
+{
+	if (s->fq.queued && s->gate_open)
+		uv_timer_start(&s->gate_timer, s->gate_cb, 0, 0);
+}
 static inline void serve__gate_settle(struct serve_req *r)
 {
-	r->s->gate_unsettled -= r->gate_unsettled;
+	uint32_t pages = r->gate_unsettled;
+
+	r->s->gate_unsettled -= pages;
 	r->gate_unsettled = 0;
+	if (pages)
+		serve__gate_kick(r->s);   /* it may have reserved fewer (a hit) */
 }
-/* r's first token: its prompt's full pages are cached now, so a request
- * the prefix hold-back keeps (gate.c) may go; pumped from the gate
- * timer. Inline, as above. */
+/* r's prompt is computed (its first token, or its end): its full pages
+ * are cached now, so a request the prefix hold-back keeps (gate.c) may
+ * go; pumped from the gate timer. Inline, as above. */
 static inline void serve__gate_first_token(struct serve_req *r)
 {
-	struct serve *s = r->s;
-
-	if (r->fq.active && s->fq.queued && s->gate_open && s->d->cfg.cache_enabled)
-		uv_timer_start(&s->gate_timer, s->gate_cb, 0, 0);
+	if (!r->on_computing)
+		return;
+	r->on_computing = false;
+	kvd_list_del(&r->computing);
+	serve__gate_kick(r->s);
 }
 
 /* decode.c */
