@@ -141,7 +141,7 @@ static int cmd_status(struct admin_call *call)
 	struct kvd_status st;
 
 	kvd_ops_status(&s->ops, &st);
-	msgpack_pack_map(pk, 14);
+	msgpack_pack_map(pk, 15);
 	frame_pack_kv_str(pk, "node", d->cfg.node_name);
 	frame_pack_kv_str(pk, "role", kvd_role_name(st.role));
 	frame_pack_kv_str(pk, "state", kvd_state_name(st.state));
@@ -153,6 +153,7 @@ static int cmd_status(struct admin_call *call)
 	pack_capacity(pk, d, &st.cap);
 	frame_pack_kv_u64(pk, "in_flight", st.in_flight);
 	frame_pack_kv_u64(pk, "requests", st.requests);
+	frame_pack_kv_u64(pk, "waiting", st.waiting);
 	frame_pack_kv_u64(pk, "peers", st.peers);
 	frame_pack_str(pk, "counters");
 	pack_counters(pk, &st.counters);
@@ -383,6 +384,38 @@ static int cmd_metrics(struct admin_call *call)
 	return 0;
 }
 
+/* The requests waiting at the tenant gate, tenant by tenant, oldest
+ * first: at most ADMIN_QUEUE_MAX listed, `waiting` counts them all. */
+#define ADMIN_QUEUE_MAX 256u
+
+static int cmd_queue(struct admin_call *call)
+{
+	msgpack_packer *pk = frame_writer_packer(&call->res);
+	struct kvd_waiting *w = calloc(ADMIN_QUEUE_MAX, sizeof(*w));
+	uint32_t n, shown;
+
+	if (!w)
+		return admin__call_fail(call, ADMIN_E_INTERNAL, "out of memory");
+	n = kvd_ops_waiting(call_ops(call), w, ADMIN_QUEUE_MAX);
+	shown = KVD_MIN(n, ADMIN_QUEUE_MAX);
+	msgpack_pack_map(pk, 2);
+	frame_pack_kv_u64(pk, "waiting", n);
+	frame_pack_str(pk, "requests");
+	msgpack_pack_array(pk, shown);
+	for (uint32_t i = 0; i < shown; i++) {
+		msgpack_pack_map(pk, 7);
+		frame_pack_kv_u64(pk, "request", w[i].id);
+		frame_pack_kv_str(pk, "public_id", w[i].public_id);
+		frame_pack_kv_str(pk, "tenant", w[i].tenant);
+		frame_pack_kv_u64(pk, "prompt_tokens", w[i].prompt_tokens);
+		frame_pack_kv_u64(pk, "max_tokens", w[i].max_tokens);
+		frame_pack_kv_u64(pk, "waited_ms", w[i].waited_ms);
+		frame_pack_kv_bool(pk, "held", w[i].held);
+	}
+	free(w);
+	return 0;
+}
+
 /* The prefix cache: pages, held pages, and per tenant its pages, lookups,
  * hits, hit rate and evictions. enabled=false when cache.enabled is off. */
 static int cmd_cache_status(struct admin_call *call)
@@ -447,6 +480,7 @@ static const struct admin_cmd admin_cmds[] = {
 	{ "metrics", cmd_metrics, NULL, ADMIN_PRIV_MEMBER, false },
 	{ "abort", cmd_abort, &admin_args_schemas[ADMIN_ARGS_ABORT],
 	  ADMIN_PRIV_MEMBER, false },
+	{ "queue", cmd_queue, NULL, ADMIN_PRIV_MEMBER, false },
 	{ "cache.status", cmd_cache_status, NULL, ADMIN_PRIV_MEMBER, false },
 	{ "cache.flush", cmd_cache_flush,
 	  &admin_args_schemas[ADMIN_ARGS_CACHE_FLUSH], ADMIN_PRIV_MEMBER, false },

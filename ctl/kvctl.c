@@ -7,9 +7,11 @@
  *     pool resize --tokens N | --bytes N [--force] [--wait-ms N]
  *     capacity                         the boot capacity check, now
  *     metrics                          Prometheus text (daemon/metrics.h)
- *     abort ID                         abort one request (normal failure path);
- *                                      ID: the registry's number or the
- *                                      client's cmpl-... / chatcmpl-... id
+ *     abort ID                         abort one request (normal failure path),
+ *                                      running or waiting; ID: the registry's
+ *                                      number or the client's cmpl-... /
+ *                                      chatcmpl-... id
+ *     queue                            requests waiting at the tenant gate
  *     cache status | flush [--tenant T] the prefix cache: pages, hit rates;
  *                                      drop a tenant's (or every) entry
  *     audit [FILE...]                  capacity audit of kvd logs (stdin: -)
@@ -473,9 +475,9 @@ static int sub_status(struct kvctl *k, int argc, char **argv)
 	       fu(res, "pool.retiring"), fu(res, "pool.retired"));
 	printf("capacity\n");
 	print_capacity(field(res, "capacity"), "  ");
-	printf("requests    in flight %" PRIu64 ", peers %" PRIu64
-	       ", admin clients %" PRIu64 "\n", fu(res, "in_flight"),
-	       fu(res, "peers"), fu(res, "admin_clients"));
+	printf("requests    in flight %" PRIu64 ", waiting %" PRIu64 ", peers %"
+	       PRIu64 ", admin clients %" PRIu64 "\n", fu(res, "in_flight"),
+	       fu(res, "waiting"), fu(res, "peers"), fu(res, "admin_clients"));
 	printf("counters    admitted %" PRIu64 "  completed %" PRIu64
 	       "  failed %" PRIu64 "  integrity failures %" PRIu64 "\n",
 	       fu(res, "counters.admitted"), fu(res, "counters.completed"),
@@ -701,6 +703,43 @@ static void print_cache(const msgpack_object *res)
 	}
 }
 
+/* queue: the requests waiting at the tenant gate */
+static int sub_queue(struct kvctl *k, int argc, char **argv)
+{
+	struct frame_writer w;
+	const msgpack_object *res, *rq;
+	char id[48], tenant[64];
+	int r;
+
+	(void)argv;
+	if (argc != 1)
+		return EXIT_USAGE;
+	kvctl_request(&w, "queue", 0);
+	r = kvctl_call(k, &w, &res);
+	if (r)
+		return r;
+	if (k->json) {
+		print_json_line(res);
+		return 0;
+	}
+	rq = field(res, "requests");
+	printf("%" PRIu64 " waiting\n", fu(res, "waiting"));
+	printf("%-10s %-42s %-20s %8s %8s %10s\n", "request", "public_id",
+	       "tenant", "prompt", "max_tok", "waited_ms");
+	for (uint32_t i = 0; rq && rq->type == MSGPACK_OBJECT_ARRAY &&
+			     i < rq->via.array.size; i++) {
+		const msgpack_object *q = &rq->via.array.ptr[i];
+
+		printf("%-10" PRIu64 " %-42s %-20s %8" PRIu64 " %8" PRIu64 " %10"
+		       PRIu64 "%s\n", fu(q, "request"),
+		       fs(q, "public_id", id, sizeof(id))[0] ? id : "-",
+		       fs(q, "tenant", tenant, sizeof(tenant)),
+		       fu(q, "prompt_tokens"), fu(q, "max_tokens"),
+		       fu(q, "waited_ms"), fb(q, "held") ? " (held)" : "");
+	}
+	return 0;
+}
+
 /* cache status | cache flush [--tenant T] */
 static int sub_cache(struct kvctl *k, int argc, char **argv)
 {
@@ -918,6 +957,7 @@ static const struct kvctl_cmd kvctl_cmds[] = {
 	{ "capacity", sub_capacity, true, "capacity" },
 	{ "metrics", sub_metrics, true, "metrics   (Prometheus text format 0.0.4)" },
 	{ "abort", sub_abort, true, "abort ID|cmpl-...|chatcmpl-..." },
+	{ "queue", sub_queue, true, "queue   (requests waiting at the tenant gate)" },
 	{ "cache", sub_cache, true, "cache status | cache flush [--tenant T]   (the prefix cache)" },
 	{ "audit", sub_audit, false, "audit [FILE...]" },
 	{ "keygen", sub_keygen, false, "keygen FILE [--force]   (a new cluster secret for peers.key_file)" },

@@ -103,6 +103,30 @@ struct kvd_capacity {
 
 struct pcache;
 
+/* A request waiting at the tenant gate (daemon/gate.c), as admin sees it. */
+struct kvd_waiting {
+	uint64_t id;                  /* its registry id (kept at admission) */
+	char public_id[48];           /* what its client was given; "" none */
+	char tenant[64];
+	uint32_t prompt_tokens, max_tokens;
+	uint64_t waited_ms;
+	bool held;                    /* held back for a same-prefix request */
+};
+
+/* The serving layer's admission queues, which admin and metrics (below
+ * it) read through this hook; all NULL until serving starts and after it
+ * stops. Loop thread only. */
+struct kvd_queue_hook {
+	void *arg;
+	/* Requests waiting now: fills up to max (oldest first), returns how
+	 * many wait. */
+	uint32_t (*waiting)(void *arg, struct kvd_waiting *out, uint32_t max);
+	/* Take the waiting request with registry id `id` (pid non-NULL: with
+	 * that public id) out of its queue; its client is answered that the
+	 * operator aborted it. 0 (*id set) or KVD_E_NOTFOUND. */
+	int (*abort)(void *arg, uint64_t *id, const char *pid);
+};
+
 struct kvd_daemon {
 	uv_loop_t loop;
 	struct kvlog log;
@@ -151,6 +175,7 @@ struct kvd_daemon {
 	 * kvd_daemon_requests() (daemon/request.h), which initialises it on
 	 * first use, so admin abort/status and drain see all of them. */
 	struct kvd_reqtab requests;
+	struct kvd_queue_hook queue;  /* set by the serving layer */
 	int exit_code;
 	/* How the model's fingerprint was found at boot; a cache hit is
 	 * verified in full off the loop (daemon/fpcheck.h), NULL when none

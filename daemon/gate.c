@@ -296,6 +296,64 @@ static void gate_pump(struct serve *s)
 }
 
 
+/* ---- what admin sees (struct kvd_queue_hook) -------------------------------- */
+
+/* Every waiting request, tenant by tenant, oldest first in each. */
+static uint32_t gate_hook_waiting(void *arg, struct kvd_waiting *out, uint32_t max)
+{
+	struct serve *s = arg;
+	uint64_t now = kvd_now_ns();
+	uint32_t n = 0;
+	struct kvd_list *e, *f;
+
+	kvd_list_for_each(e, &s->fq.tenants) {
+		struct fairq_tenant *t = kvd_list_entry(e, struct fairq_tenant, node);
+
+		kvd_list_for_each(f, &t->waiting) {
+			struct fairq_item *it = kvd_list_entry(f, struct fairq_item, node);
+			const struct serve_req *r = kvd_container_of(it, struct serve_req, fq);
+
+			if (n < max) {
+				struct kvd_waiting *w = &out[n];
+
+				w->id = r->reg.id;
+				snprintf(w->public_id, sizeof(w->public_id), "%s", r->public_id);
+				snprintf(w->tenant, sizeof(w->tenant), "%s", r->tenant);
+				w->prompt_tokens = r->n_prompt;
+				w->max_tokens = r->max_tokens;
+				w->waited_ms = (now - r->t_arrive_ns) / 1000000u;
+				w->held = it->held;
+			}
+			n++;
+		}
+	}
+	return n;
+}
+
+static int gate_hook_abort(void *arg, uint64_t *id, const char *pid)
+{
+	struct serve *s = arg;
+	struct kvd_list *e;
+
+	kvd_list_for_each(e, &s->reqs) {
+		struct serve_req *r = kvd_list_entry(e, struct serve_req, node);
+
+		if (r->ended || !r->fq.waiting ||
+		    (pid ? strcmp(r->public_id, pid) : r->reg.id != *id))
+			continue;
+		*id = r->reg.id;
+		/* the operator's (daemon/ops.c logs it), not a rejection */
+		fairq_done(&s->fq, &r->fq);
+		serve__gate_kick(s);
+		r->fail_code = PROTO_ERR_INTERNAL;
+		snprintf(r->fail_msg, sizeof(r->fail_msg), "%s",
+			 "aborted by the operator while waiting for admission");
+		serve__dreq_event(r, DEV_REFUSE);
+		return 0;
+	}
+	return KVD_E_NOTFOUND;
+}
+
 static void gate_timer_cb(uv_timer_t *t)
 {
 	gate_pump(t->data);
@@ -314,6 +372,9 @@ int serve__gate_init(struct serve *s)
 	s->gate_timer.data = s;
 	s->gate_cb = gate_timer_cb;
 	s->gate_open = true;
+	s->d->queue = (struct kvd_queue_hook){
+		.arg = s, .waiting = gate_hook_waiting, .abort = gate_hook_abort,
+	};
 	return 0;
 }
 
@@ -322,6 +383,7 @@ void serve__gate_stop(struct serve *s)
 	if (!s->gate_open)
 		return;
 	s->gate_open = false;
+	memset(&s->d->queue, 0, sizeof(s->d->queue));
 	serve__close_handle(s, (uv_handle_t *)&s->gate_timer);
 }
 
@@ -340,6 +402,10 @@ void serve__gate_admit(struct serve_req *r)
 		return;
 	}
 	r->rops = &gate_wait_ops;
+	/* one id from here to its end: kvctl queue shows it, kvctl abort
+	 * takes it, and registration at admission keeps it */
+	if (!r->reg.id)
+		r->reg.id = kvd_reqtab_new_id(s->reqtab);
 	t = fairq_tenant(&s->fq, r->tenant, &lim);
 	if (!t) {
 		gate_refuse(r, PROTO_ERR_INTERNAL, "nomem", "out of memory");

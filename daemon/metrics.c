@@ -479,6 +479,53 @@ static void render_pool(struct text *t, struct kvd_daemon *d)
 	      d->peers.min_pool_tokens);
 }
 
+/* The tenant gate's queues (struct kvd_queue_hook): how many wait, in
+ * all and by tenant (past the request series' bound: "other"). */
+static void render_waiting(struct text *t, struct kvd_daemon *d)
+{
+	const struct kvd_queue_hook *h = &d->queue;
+	struct { char name[KVD_TENANT_MAX]; uint64_t n; } by[KVD_METRICS_TENANTS];
+	struct kvd_waiting *w = NULL;
+	uint32_t n = h->waiting ? h->waiting(h->arg, NULL, 0) : 0, nt = 0;
+
+	one_u(t, "kvd_num_requests_waiting", "gauge",
+	      "Requests waiting at the tenant gate for admission.", n);
+	if (n)
+		w = calloc(n, sizeof(*w));
+	if (n && !w) {
+		t->oom = true;
+		return;
+	}
+	n = w ? KVD_MIN(n, h->waiting(h->arg, w, n)) : 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k = 0;
+
+		while (k < nt && strcmp(by[k].name, w[i].tenant))
+			k++;
+		if (k == nt && nt == KVD_METRICS_TENANTS - 1) {
+			k = nt++;
+			snprintf(by[k].name, sizeof(by[k].name), "%s", KVD_TENANT_OTHER);
+			by[k].n = 0;
+		} else if (k == nt && nt < KVD_METRICS_TENANTS - 1) {
+			k = nt++;
+			snprintf(by[k].name, sizeof(by[k].name), "%s", w[i].tenant);
+			by[k].n = 0;
+		} else if (k == nt) {
+			k = nt - 1;   /* "other" */
+		}
+		by[k].n++;
+	}
+	free(w);
+	family(t, "kvd_requests_waiting", "gauge",
+	       "Requests waiting at the tenant gate, by tenant.");
+	for (uint32_t k = 0; k < nt; k++) {
+		char esc[KVD_TENANT_MAX * 3 + 1];
+
+		kvd_metrics_escape(by[k].name, esc, sizeof(esc));
+		tx(t, "kvd_requests_waiting{tenant=\"%s\"} %" PRIu64 "\n", esc, by[k].n);
+	}
+}
+
 /* The prefix cache, by tenant (gpu/pcache.h): its own tenants' counters,
  * labelled as the request series are. */
 static void render_cache(struct text *t, struct kvd_daemon *d)
@@ -630,6 +677,7 @@ int kvd_metrics_render(struct kvd_daemon *d, char **out, size_t *len)
 	render_tenants(&t, &d->metrics);
 	render_pool(&t, d);
 	render_cache(&t, d);
+	render_waiting(&t, d);
 	render_counters(&t, d);
 	if (t.oom) {
 		free(t.p);

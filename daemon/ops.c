@@ -106,6 +106,7 @@ void kvd_ops_status(struct kvd_ops *o, struct kvd_status *st)
 	st->in_flight = d->in_flight;
 	st->peers = d->peers.up;
 	st->requests = o->requests->n;
+	st->waiting = kvd_ops_waiting(o, NULL, 0);
 	st->counters = d->counters;
 	st->resizing = o->resizing;
 	st->synthetic = o->n_synth;
@@ -285,6 +286,13 @@ int kvd_ops_abort(struct kvd_ops *o, uint64_t id)
 
 	/* copied first: an abort may end the request and free its memory */
 	snprintf(tenant, sizeof(tenant), "%s", q && q->tenant ? q->tenant : "-");
+	if (!q && o->d->queue.abort) {
+		r = o->d->queue.abort(o->d->queue.arg, &id, NULL);
+		KVLOG(&o->d->log, r ? KVLOG_WARN : KVLOG_INFO, "request_abort",
+		      "id=%llu source=admin state=waiting result=%s",
+		      (unsigned long long)id, r ? kvd_ops_strerror(r) : "ok");
+		return r;
+	}
 	r = kvd_reqtab_abort(o->requests, id, "admin");
 	KVLOG(&o->d->log, r ? KVLOG_WARN : KVLOG_INFO, "request_abort",
 	      "id=%llu tenant=%s source=admin result=%s", (unsigned long long)id,
@@ -297,6 +305,13 @@ int kvd_ops_abort_public(struct kvd_ops *o, const char *pid, uint64_t *id)
 	struct kvd_request *q = kvd_reqtab_find_public(o->requests, pid);
 
 	*id = 0;
+	if (!q && o->d->queue.abort && pid && *pid &&
+	    o->d->queue.abort(o->d->queue.arg, id, pid) == 0) {
+		KVLOG_INFO(&o->d->log, "request_abort",
+			   "id=%llu public_id=%s source=admin state=waiting result=ok",
+			   (unsigned long long)*id, KVLOG_Q(pid));
+		return 0;
+	}
 	if (!q) {
 		KVLOG_WARN(&o->d->log, "request_abort",
 			   "public_id=%s source=admin result=%s", KVLOG_Q(pid),
@@ -305,6 +320,14 @@ int kvd_ops_abort_public(struct kvd_ops *o, const char *pid, uint64_t *id)
 	}
 	*id = q->id;
 	return kvd_ops_abort(o, q->id);
+}
+
+uint32_t kvd_ops_waiting(struct kvd_ops *o, struct kvd_waiting *out,
+			 uint32_t max)
+{
+	const struct kvd_queue_hook *h = &o->d->queue;
+
+	return h->waiting ? h->waiting(h->arg, out, max) : 0;
 }
 
 int kvd_ops_cache_flush(struct kvd_ops *o, const char *tenant,
@@ -435,8 +458,8 @@ static int synth_admit_one(struct kvd_ops *o, const struct kvd_synth_spec *sp,
 	}
 	s->o = o;
 	s->n_pages = n;
-	/* the id the registry will assign: the pool needs the owner first */
-	s->req.id = o->requests->next_id;
+	/* its registry id now: the pool needs the owner first */
+	s->req.id = kvd_reqtab_new_id(o->requests);
 	r = kvpool_reserve(d->pool, s->req.id, n, s->table);
 	if (r == 0)
 		r = kvpool_fill_begin(d->pool, s->req.id, s->table, n);

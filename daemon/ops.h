@@ -51,6 +51,8 @@ struct kvd_status {
 	struct kvd_capacity cap;      /* the last capacity check */
 	uint32_t in_flight;
 	uint32_t requests;            /* registered requests */
+	uint32_t waiting;             /* waiting at the tenant gate (not
+				       * registered, not in_flight) */
 	uint32_t peers;               /* peers with a completed handshake */
 	struct kvd_counters counters;
 	bool resizing;
@@ -125,12 +127,19 @@ uint64_t kvd_ops_pages_for_bytes(struct kvd_ops *o, uint64_t bytes);
 /* The boot capacity check again (reason=admin). */
 void kvd_ops_capacity(struct kvd_ops *o, struct kvd_capacity *cap);
 
-/* Abort request id (normal failure path). 0, KVD_E_NOTFOUND, KVD_E_BUSY. */
+/* Abort request id (normal failure path), admitted or waiting at the
+ * tenant gate (then it leaves its queue, answered as aborted). 0,
+ * KVD_E_NOTFOUND, KVD_E_BUSY. */
 int kvd_ops_abort(struct kvd_ops *o, uint64_t id);
 /* The same for the id the request's client was given ("cmpl-...",
  * struct kvd_request.public_id); *id is the registry's id (0 when none
  * has it: KVD_E_NOTFOUND). */
 int kvd_ops_abort_public(struct kvd_ops *o, const char *pid, uint64_t *id);
+
+/* The requests waiting at the tenant gate (struct kvd_waiting), up to
+ * max; returns how many wait (0 before serving starts). */
+uint32_t kvd_ops_waiting(struct kvd_ops *o, struct kvd_waiting *out,
+			 uint32_t max);
 
 /* The prefix cache (gpu/pcache.h): drop every entry of tenant (NULL or
  * "": all); held ones go when their requests end. *evicted: pages freed

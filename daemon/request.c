@@ -36,10 +36,16 @@ int kvd_request_gate(const struct kvd_reqtab *t)
 	return t->d->state == KVD_STATE_READY ? 0 : KVD_E_DRAINING;
 }
 
+uint64_t kvd_reqtab_new_id(struct kvd_reqtab *t)
+{
+	return t->next_id++;
+}
+
 void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,
 			  const struct kvd_request_ops *ops)
 {
-	r->id = t->next_id++;
+	if (!r->id)
+		r->id = t->next_id++;
 	r->ops = ops;
 	r->admitted_ns = kvd_now_ns();
 	r->aborting = false;

@@ -90,8 +90,13 @@ struct kvd_reqtab *kvd_daemon_requests(struct kvd_daemon *d);
  * counted by kvd_request_register. */
 int kvd_request_gate(const struct kvd_reqtab *t);
 
-/* Register an admitted request: assigns r->id, counts it admitted, bumps
- * in_flight. Cannot fail (the gate has been passed): the registry links
+/* A new id, never given before, for a request that waits before its
+ * admission (daemon/gate.c): set it in r->id and registration keeps it,
+ * so the request has one id from arrival to end. */
+uint64_t kvd_reqtab_new_id(struct kvd_reqtab *t);
+
+/* Register an admitted request: assigns r->id (unless it holds one from
+ * kvd_reqtab_new_id), counts it admitted, bumps in_flight. Cannot fail (the gate has been passed): the registry links
  * r's own nodes and allocates nothing that registration depends on. */
 void kvd_request_register(struct kvd_reqtab *t, struct kvd_request *r,
 			  const struct kvd_request_ops *ops);

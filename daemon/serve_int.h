@@ -138,8 +138,8 @@ struct serve_req {
 	uint64_t t_xfer_ns;              /* decode: prefill_request sent;
 					  * prefill: first batch queued */
 	char tenant[KVD_TENANT_MAX];     /* whose request: the API key's
-					  * tenant (HTTP), "default" on the
-					  * msgpack socket; in its log lines
+					  * tenant (both fronts), "default"
+					  * without keys; in its log lines
 					  * and metric labels */
 	char public_id[KVD_PUBLIC_ID_MAX];  /* the id its client sees
 					  * (HTTP: "cmpl-" or "chatcmpl-" and

@@ -167,6 +167,7 @@ check "with a slot A cannot take (max_active 3 of 4): B's worst TTFT under 200 m
 	python3 -c "import json,sys; d=json.loads(sys.argv[1]); sys.exit(not (0 <= d['b_flood_max_ms'] < 200))" "$capped"
 
 # ---- a drain refuses what waits, whatever pumps the queue ---------------------------
+# (and, before it, what waits is visible and abortable: below)
 # one slot: alice's long stream runs, bob's request waits; kvctl drain,
 # then at once the stream is aborted - its end pumps the queue, which
 # admitted bob's request mid-drain (a drained node that had just started
@@ -184,6 +185,42 @@ curl -s -N -H "Authorization: Bearer $KEY_A" \
 DQA=$!; PIDS+=($DQA)
 dq_id() { grep -q '^data: {' "$T/dq.sse" 2>/dev/null; }
 check "drain: alice's stream holds the one slot" wait_for 20 dq_id
+
+# ---- what waits is visible and abortable ---------------------------------------------
+# two of bob's requests wait behind alice's stream: kvctl status, kvctl
+# queue and the metrics show them, and kvctl abort takes either by the id
+# its client was given or by the request number (before: a waiting
+# request was in none of them, and abort answered notfound)
+for i in 1 2; do
+	curl -s -o "$T/wq$i.body" -w '%{http_code}' -H "Authorization: Bearer $KEY_B" \
+		-d '{"prompt":"Once","max_tokens":2}' "http://127.0.0.1:$DH/v1/completions" > "$T/wq$i" &
+	eval "WQ$i=\$!"
+done
+dqq() { "$KVCTL" --socket "$T/dq.sock" --json queue > "$T/dq.queue" 2>/dev/null &&
+	python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["waiting"] != 2)' "$T/dq.queue"; }
+check "queue: bob's two requests wait" wait_for 10 dqq
+cat "$T/dq.queue"; echo
+qf() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["requests"][int(sys.argv[2])]; print(r[sys.argv[3]])' "$T/dq.queue" "$@"; }
+check "  ... listed with tenant, public id and request number" \
+	bash -c "test '$(qf 0 tenant) $(qf 1 tenant)' = 'bob bob' && [[ '$(qf 0 public_id)' == cmpl-* ]] && test '$(qf 1 request)' -gt 0"
+check "  ... kvctl status counts them" \
+	test "$("$KVCTL" --socket "$T/dq.sock" --json status | json_get waiting)" = 2
+"$KVCTL" --socket "$T/dq.sock" metrics > "$T/dq.metrics"
+check "  ... the metrics count them, by tenant" \
+	bash -c "grep -q '^kvd_num_requests_waiting 2$' '$T/dq.metrics' && grep -q '^kvd_requests_waiting{tenant=\"bob\"} 2$' '$T/dq.metrics'"
+MW=$(log_mark "$T/dq.log")
+check "kvctl abort takes a waiting request by its public id" \
+	"$KVCTL" --socket "$T/dq.sock" abort "$(qf 0 public_id)"
+check "kvctl abort takes a waiting request by its number" \
+	"$KVCTL" --socket "$T/dq.sock" abort "$(qf 1 request)"
+wait "$WQ1" "$WQ2" || true
+check "  ... both clients answered with the error, not served ($(cat "$T/wq1") $(cat "$T/wq2"))" \
+	bash -c "test '$(cat "$T/wq1")' != 200 && test '$(cat "$T/wq2")' != 200 && grep -q 'aborted by the operator' '$T/wq1.body' && grep -q 'aborted by the operator' '$T/wq2.body'"
+check "  ... logged as the operator's aborts of waiting requests" \
+	test "$(log_count "$T/dq.log" 'event=request_abort .*source=admin state=waiting result=ok' "$MW")" = 2
+check "  ... and the queue is empty" \
+	test "$("$KVCTL" --socket "$T/dq.sock" --json queue | json_get waiting)" = 0
+check "  ... alice's stream still runs" bash -c "kill -0 $DQA"
 curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY_B" \
 	-d '{"prompt":"Once","max_tokens":2}' "http://127.0.0.1:$DH/v1/completions" > "$T/dq.b" &
 DQB=$!
