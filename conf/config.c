@@ -308,21 +308,6 @@ static void *field(struct kvd_config *c, const struct conf_key *k)
 	return (char *)c + k->offset;
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (!isdigit((unsigned char)s[0]))
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
-		return errno ? -errno : -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static int parse_size(const char *s, uint64_t *out)
 {
 	static const struct { const char *suf; unsigned shift; } sufs[] = {
@@ -393,7 +378,7 @@ static int hostport_split(const char *s, int *af, unsigned char addr[16],
 
 	if (!colon || colon == s || (size_t)(colon - s) >= sizeof(host))
 		return -1;
-	if (parse_u64(colon + 1, port) < 0 || *port == 0 || *port > 65535)
+	if (kvd_parse_u64(colon + 1, port) < 0 || *port == 0 || *port > 65535)
 		return -1;
 	n = (size_t)(colon - s);
 	memcpy(host, s, n);
@@ -511,7 +496,7 @@ static int set_value(struct conf_ctx *x, const struct conf_key *k,
 	case CT_U32:
 	case CT_U64:
 	case CT_SIZE:
-		r = k->type == CT_SIZE ? parse_size(v, &u) : parse_u64(v, &u);
+		r = k->type == CT_SIZE ? parse_size(v, &u) : kvd_parse_u64(v, &u);
 		if (r == -EINVAL)
 			return conf_fail(x, line, full,
 					 "'%s' is not %sa%s non-negative integer", v,

@@ -9,6 +9,7 @@
  */
 #include "conf/util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -57,6 +58,25 @@ int kvd_unix_claim(const char *path)
 	return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
 }
 
+int kvd_unix_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, e;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
 bool kvd_dir_owner_only(int dfd)
 {
 	struct stat st;
@@ -66,4 +86,43 @@ bool kvd_dir_owner_only(int dfd)
 	if (st.st_uid != geteuid() && st.st_uid != 0)
 		return false;
 	return (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+int kvd_parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || !isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (*end)
+		return -EINVAL;
+	if (errno)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+void kvd_json_str(FILE *out, const char *s, size_t n)
+{
+	fputc('"', out);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			fprintf(out, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", out);
+		else if (c == '\t')
+			fputs("\\t", out);
+		else if (c == '\r')
+			fputs("\\r", out);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(out, "\\u%04x", c);
+		else
+			fputc(c, out);
+	}
+	fputc('"', out);
 }

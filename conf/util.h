@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define KVD_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -55,6 +56,16 @@ static inline int kvd_add_size(size_t a, size_t b, size_t *out)
 	return __builtin_add_overflow(a, b, out) ? -EOVERFLOW : 0;
 }
 
+/* A decimal number, digits only (no sign, space or base prefix): 0,
+ * -EINVAL when s is not one, -ERANGE past UINT64_MAX. The one number
+ * parser of config values, command lines and log fields. */
+int kvd_parse_u64(const char *s, uint64_t *out);
+
+/* s (n bytes) as a JSON string with its quotes: `"` and `\` escaped,
+ * newline, tab and return as \n \t \r, other control bytes and DEL as
+ * \u00XX, every other byte as it is. */
+void kvd_json_str(FILE *out, const char *s, size_t n);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t kvd_now_ns(void);
 /* Wall clock in nanoseconds since the epoch. */
@@ -65,6 +76,11 @@ uint64_t kvd_wall_ns(void);
  * node's) was removed; -EADDRINUSE when a live process accepts on it;
  * -EEXIST when the path is not a socket; another negative errno. */
 int kvd_unix_claim(const char *path);
+
+/* A stream socket connected to the unix socket at path: the fd
+ * (close-on-exec), or -ENAMETOOLONG or the negative errno of socket(2) or
+ * connect(2). */
+int kvd_unix_connect(const char *path);
 
 /* Whether the directory open at dfd may hold a cache this process trusts:
  * owned by this user or root and writable by nobody else (no group or

@@ -186,17 +186,6 @@ static const char *rec_get(const struct audit_rec *r, const char *key)
 	return NULL;
 }
 
-static int parse_u64(const char *s, uint64_t *v)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	errno = 0;
-	*v = strtoull(s, &end, 10);
-	return errno || *end ? -1 : 0;
-}
-
 static int parse_double(const char *s, double *v)
 {
 	char *end;
@@ -238,8 +227,8 @@ static bool rec_complete(const struct audit_rec *r)
 	uint64_t u;
 	double m;
 
-	return rec_get(r, "node") && !parse_u64(rec_get(r, "pool_tokens"), &u) &&
-	       !parse_u64(rec_get(r, "context_length"), &u) &&
+	return rec_get(r, "node") && !kvd_parse_u64(rec_get(r, "pool_tokens"), &u) &&
+	       !kvd_parse_u64(rec_get(r, "context_length"), &u) &&
 	       !parse_double(rec_get(r, "margin"), &m);
 }
 
@@ -320,15 +309,15 @@ static void audit_eval(const struct audit_rec *r, struct audit_eval *e)
 	double need;
 
 	memset(e, 0, sizeof(*e));
-	parse_u64(rec_get(r, "pool_tokens"), &e->pool);
-	parse_u64(rec_get(r, "context_length"), &e->context);
+	kvd_parse_u64(rec_get(r, "pool_tokens"), &e->pool);
+	kvd_parse_u64(rec_get(r, "context_length"), &e->context);
 	parse_double(rec_get(r, "margin"), &e->margin);
 	if (e->margin < 1.0)
 		e->margin = 1.0;    /* kvd refuses < 1; never judge laxer */
 	/* A clamped node serves its advertised context; a refused one
 	 * (advertised 0) serves nothing but was configured for the full
 	 * context, which its pool cannot hold. */
-	if (!parse_u64(rec_get(r, "advertised_context"), &adv) && adv > 0 &&
+	if (!kvd_parse_u64(rec_get(r, "advertised_context"), &adv) && adv > 0 &&
 	    adv < e->context) {
 		e->served = adv;
 		e->clamped = true;
@@ -536,20 +525,11 @@ int audit_report(struct audit *a, FILE *out)
 	return audit_failed(a) ? 1 : 0;
 }
 
+/* a NUL-ended string (NULL: "") as JSON */
 static void json_s(FILE *out, const char *s)
 {
-	fputc('"', out);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(out, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(out, "\\u%04x", c);
-		else
-			fputc(c, out);
-	}
-	fputc('"', out);
+	s = s ? s : "";
+	kvd_json_str(out, s, strlen(s));
 }
 
 int audit_report_json(struct audit *a, FILE *out)

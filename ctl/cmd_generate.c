@@ -32,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #define EX_USAGE_ 2
@@ -49,23 +48,8 @@ static int gen_connect(const char *addr)
 {
 	int fd;
 
-	if (!strncmp(addr, "unix:", 5)) {
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-
-		if (strlen(addr + 5) >= sizeof(sa.sun_path))
-			return -ENAMETOOLONG;
-		strcpy(sa.sun_path, addr + 5);
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return -errno;
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-			int e = errno;
-
-			close(fd);
-			return -e;
-		}
-		return fd;
-	}
+	if (!strncmp(addr, "unix:", 5))
+		return kvd_unix_connect(addr + 5);
 	{
 		char host[256];
 		const char *colon = strrchr(addr, ':');
@@ -139,24 +123,6 @@ static int out_token(struct gen_out *o, uint32_t id, const char *t, size_t n)
 	o->n_text += n;
 	o->text[o->n_text] = 0;
 	return 0;
-}
-
-static void json_str(FILE *f, const char *s, size_t n)
-{
-	fputc('"', f);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c == '\n')
-			fputs("\\n", f);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
 }
 
 static void json_ids(FILE *f, const struct gen_out *o)
@@ -384,7 +350,7 @@ int kvctl_cmd_generate(int argc, char **argv)
 		printf("{\"id\":%llu,", (unsigned long long)q.id);
 		json_ids(stdout, &o);
 		printf(",\"text\":");
-		json_str(stdout, o.text ? o.text : "", o.n_text);
+		kvd_json_str(stdout, o.text ? o.text : "", o.n_text);
 		if (rc == 0)
 			printf(",\"finish_reason\":\"%s\",\"prompt_tokens\":%u,\"output_tokens\":%u,\"ttft_us\":%llu,\"total_us\":%llu}\n",
 			       last.fin.finish_reason, last.fin.prompt_tokens,
@@ -393,7 +359,7 @@ int kvctl_cmd_generate(int argc, char **argv)
 			       (unsigned long long)last.fin.total_us);
 		else {
 			printf(",\"error\":\"%s\",\"message\":", proto_err_name(last.code));
-			json_str(stdout, last.message, strlen(last.message));
+			kvd_json_str(stdout, last.message, strlen(last.message));
 			printf("}\n");
 		}
 	} else if (rc == 0) {

@@ -61,20 +61,6 @@ struct opt {
 	const char *const *words;  /* OPT_WORD: NULL-terminated choices */
 };
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (!s[0] || s[0] == '-')
-		return -EINVAL;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 0);
-	if (errno || *end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 /* "64G", "1.5GiB", "512M", "4096": binary multiples. */
 static int parse_bytes(const char *s, uint64_t *out)
 {
@@ -142,12 +128,12 @@ static int opts_parse(int argc, char **argv, int first, const struct opt *opts,
 		uint64_t u;
 		switch (o->kind) {
 		case OPT_U32:
-			if (parse_u64(v, &u) || u > UINT32_MAX)
+			if (kvd_parse_u64(v, &u) || u > UINT32_MAX)
 				goto bad;
 			*(uint32_t *)o->dst = (uint32_t)u;
 			break;
 		case OPT_U64:
-			if (parse_u64(v, &u))
+			if (kvd_parse_u64(v, &u))
 				goto bad;
 			*(uint64_t *)o->dst = u;
 			break;

@@ -51,7 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #define EXIT_CHECK 1
@@ -120,19 +119,17 @@ static int kvctl_find_socket(struct kvctl *k)
 
 static int kvctl_connect(struct kvctl *k)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int r = kvctl_find_socket(k);
 
 	if (r)
 		return r;
-	if (strlen(k->socket) >= sizeof(sa.sun_path)) {
+	k->fd = kvd_unix_connect(k->socket);
+	if (k->fd == -ENAMETOOLONG) {
 		fprintf(stderr, "kvctl: socket path too long: %s\n", k->socket);
 		return EXIT_USAGE;
 	}
-	memcpy(sa.sun_path, k->socket, strlen(k->socket) + 1);
-	k->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (k->fd < 0 || connect(k->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		fprintf(stderr, "kvctl: %s: %s\n", k->socket, strerror(errno));
+	if (k->fd < 0) {
+		fprintf(stderr, "kvctl: %s: %s\n", k->socket, strerror(-k->fd));
 		return EXIT_UNAVAILABLE;
 	}
 	return 0;
@@ -278,22 +275,6 @@ static msgpack_packer *kvctl_request(struct frame_writer *w, const char *cmd,
 
 /* ---- output ----------------------------------------------------------------- */
 
-static void json_str(FILE *out, const char *p, size_t n)
-{
-	fputc('"', out);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)p[i];
-
-		if (c == '"' || c == '\\')
-			fprintf(out, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(out, "\\u%04x", c);
-		else
-			fputc(c, out);
-	}
-	fputc('"', out);
-}
-
 static void json_print(FILE *out, const msgpack_object *o)
 {
 	switch (o->type) {
@@ -314,7 +295,7 @@ static void json_print(FILE *out, const msgpack_object *o)
 		fprintf(out, "%.17g", o->via.f64);
 		break;
 	case MSGPACK_OBJECT_STR:
-		json_str(out, o->via.str.ptr, o->via.str.size);
+		kvd_json_str(out, o->via.str.ptr, o->via.str.size);
 		break;
 	case MSGPACK_OBJECT_ARRAY:
 		fputc('[', out);
@@ -333,7 +314,7 @@ static void json_print(FILE *out, const msgpack_object *o)
 			if (i)
 				fputc(',', out);
 			if (key->type == MSGPACK_OBJECT_STR)
-				json_str(out, key->via.str.ptr, key->via.str.size);
+				kvd_json_str(out, key->via.str.ptr, key->via.str.size);
 			else
 				fputs("\"?\"", out);
 			fputc(':', out);
@@ -555,18 +536,6 @@ static int sub_resume(struct kvctl *k, int argc, char **argv)
 	return r ? r : print_state(k, res);
 }
 
-/* Strict unsigned parse: digits only. */
-static int parse_u64(const char *s, uint64_t *v)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-' || *s == '+')
-		return -1;
-	errno = 0;
-	*v = strtoull(s, &end, 10);
-	return errno || *end ? -1 : 0;
-}
-
 static int sub_pool(struct kvctl *k, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -588,15 +557,15 @@ static int sub_pool(struct kvctl *k, int argc, char **argv)
 	argc--, argv++;
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
-		if (c == 't' && !parse_u64(optarg, &tokens) && tokens)
+		if (c == 't' && !kvd_parse_u64(optarg, &tokens) && tokens)
 			continue;
-		if (c == 'b' && !parse_u64(optarg, &bytes) && bytes)
+		if (c == 'b' && !kvd_parse_u64(optarg, &bytes) && bytes)
 			continue;
 		if (c == 'f') {
 			force = true;
 			continue;
 		}
-		if (c == 'w' && !parse_u64(optarg, &wait_ms)) {
+		if (c == 'w' && !kvd_parse_u64(optarg, &wait_ms)) {
 			have_wait = true;
 			continue;
 		}
@@ -660,7 +629,7 @@ static int sub_abort(struct kvctl *k, int argc, char **argv)
 		return EXIT_USAGE;
 	/* the registry's number, or the id the client was given */
 	pub = !strncmp(argv[1], "cmpl-", 5) || !strncmp(argv[1], "chatcmpl-", 9);
-	if (pub ? strlen(argv[1]) >= 48 : parse_u64(argv[1], &id) || id == 0)
+	if (pub ? strlen(argv[1]) >= 48 : kvd_parse_u64(argv[1], &id) || id == 0)
 		return EXIT_USAGE;
 	pk = kvctl_request(&w, "abort", 1);
 	if (pub)
@@ -800,7 +769,7 @@ static int sub_fault(struct kvctl *k, int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
 		int i = c == 'c' ? 0 : c == 't' ? 1 : c == 'h' ? 2 : c == 'f' ? 3 : -1;
 
-		if (i < 0 || parse_u64(optarg, &v[i]))
+		if (i < 0 || kvd_parse_u64(optarg, &v[i]))
 			return EXIT_USAGE;
 		have[i] = true;
 	}
@@ -1006,7 +975,7 @@ int main(int argc, char **argv)
 			k.json = true;
 			break;
 		case 't':
-			if (parse_u64(optarg, &secs) || secs > 86400) {
+			if (kvd_parse_u64(optarg, &secs) || secs > 86400) {
 				usage(stderr);
 				return EXIT_USAGE;
 			}

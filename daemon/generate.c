@@ -254,28 +254,6 @@ static void json_ids(FILE *out, const int32_t *ids, size_t n)
 	fputc(']', out);
 }
 
-static void json_str(FILE *out, const char *s, size_t n)
-{
-	fputc('"', out);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char ch = (unsigned char)s[i];
-
-		if (ch == '"' || ch == '\\')
-			fprintf(out, "\\%c", ch);
-		else if (ch == '\n')
-			fputs("\\n", out);
-		else if (ch == '\t')
-			fputs("\\t", out);
-		else if (ch == '\r')
-			fputs("\\r", out);
-		else if (ch < 0x20 || ch == 0x7f)
-			fprintf(out, "\\u%04x", ch);
-		else
-			fputc(ch, out);
-	}
-	fputc('"', out);
-}
-
 /* Everything the run holds; generate_cleanup() frees what is set. */
 struct gen_run;
 static void json_timings(FILE *out, const struct gen_run *g,
@@ -513,7 +491,7 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 		fputs(",\"output_ids\":", stdout);
 		json_ids(stdout, ids + g->n_prompt, n - g->n_prompt);
 		fputs(",\"text\":", stdout);
-		json_str(stdout, g->text.p ? g->text.p : "", g->text.len);
+		kvd_json_str(stdout, g->text.p ? g->text.p : "", g->text.len);
 		fprintf(stdout, ",\"finish_reason\":\"%s\",\"timings\":",
 			fin == ENGINE_FINISH_STOP ? "stop" : "length");
 		json_timings(stdout, g, o);

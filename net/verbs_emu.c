@@ -728,21 +728,6 @@ void verbs_emu_stats(struct verbs_ctx *ctx, struct verbs_emu_stats *out)
 
 /* ---- device -------------------------------------------------------------- */
 
-static int parse_u64(const char *v, uint64_t *out)
-{
-	char *end;
-	unsigned long long x;
-
-	if (!*v || *v == '-')
-		return -EINVAL;
-	errno = 0;
-	x = strtoull(v, &end, 10);
-	if (errno || *end)
-		return -EINVAL;
-	*out = x;
-	return 0;
-}
-
 /* "emu:DIR[,key=value...]" */
 static int parse_dev(struct verbs_ctx *ctx, const char *dev)
 {
@@ -759,7 +744,7 @@ static int parse_dev(struct verbs_ctx *ctx, const char *dev)
 		char *eq = strchr(tok, '=');
 		uint64_t v;
 
-		if (!eq || parse_u64(eq + 1, &v) < 0)
+		if (!eq || kvd_parse_u64(eq + 1, &v) < 0)
 			return -EINVAL;
 		*eq = 0;
 		if (!strcmp(tok, "max_mr_size") && v > 0)
