@@ -35,7 +35,9 @@ static int arena_put(struct tokenizer *t, const void *p, size_t n,
 {
 	if (n > UINT32_MAX || t->arena_len + n > UINT32_MAX)
 		return -E2BIG;
-	if (t->arena_len + n > t->arena_cap) {
+	/* allocated on the first put, empty or not: a token's text is
+	 * t->arena + off, never an offset from NULL */
+	if (!t->arena || t->arena_len + n > t->arena_cap) {
 		size_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
 		while (cap < t->arena_len + n)
 			cap *= 2;
