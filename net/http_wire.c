@@ -237,6 +237,28 @@ void http_wire_next(struct http_wire *w)
 	llhttp_resume(&w->p);
 }
 
+/* llhttp hands a span (target, header name or value) to its callback at
+ * the span's end or at the end of the bytes it was given, and stops at a
+ * malformed byte without handing over the span it was in. Fed a whole
+ * head at once, a span past its bound with a bad byte further on was a
+ * 400; cut into reads, the bound saw it first: 414 or 431. So the head
+ * goes in a byte at a time (a few hundred calls for a usual head, at most
+ * max_header), every bound is judged at the byte that crosses it, and the
+ * answer never depends on how the bytes came; the body goes in at once. */
+static llhttp_errno_t wire_execute(struct http_wire *w, const char *data, size_t len)
+{
+	llhttp_errno_t e = HPE_OK;
+	size_t off = 0;
+
+	while (off < len && e == HPE_OK) {
+		size_t n = w->in_head || !w->started ? 1 : len - off;
+
+		e = llhttp_execute(&w->p, data + off, n);
+		off += n;
+	}
+	return e;
+}
+
 int http_wire_feed(struct http_wire *w, const char *data, size_t len,
 		   size_t *used)
 {
@@ -249,7 +271,7 @@ int http_wire_feed(struct http_wire *w, const char *data, size_t len,
 		return HTTP_WIRE_MSG;   /* the caller has not taken it yet */
 	if (len == 0)
 		return HTTP_WIRE_AGAIN;
-	e = llhttp_execute(&w->p, data, len);
+	e = wire_execute(w, data, len);
 	if (e == HPE_OK) {
 		*used = len;
 		return HTTP_WIRE_AGAIN;
