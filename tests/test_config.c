@@ -435,7 +435,7 @@ START_TEST(test_reference_and_example_parse)
 {
 	struct kvd_config c, d;
 	struct kvd_config_error e;
-	char *ex = NULL, *ref = NULL, text[16384];
+	char *ex = NULL, *ref = NULL, text[32768];
 	size_t n = 0, rn = 0;
 	FILE *mem = open_memstream(&ex, &n);
 
@@ -449,8 +449,8 @@ START_TEST(test_reference_and_example_parse)
 	ck_assert(strstr(ref, "transfer.verbs_inline\n    type: auto | integer, 0..4096\n    default: auto\n") != NULL);
 	/* the example is all comments: with the two required keys it loads
 	 * to exactly the defaults. */
-	snprintf(text, sizeof(text), "%s\n[model]\npath = %s\n[kv]\npool_tokens = 64\n",
-		 ex, model_path);
+	ck_assert_int_lt(snprintf(text, sizeof(text), "%s\n[model]\npath = %s\n[kv]\npool_tokens = 64\n",
+				  ex, model_path), (int)sizeof(text));
 	ck_assert_int_eq(kvd_config_load_string(&c, "ex.ini", text, &e), 0);
 	ck_assert_int_eq(load(&d, &e, "[kv]\npool_tokens = 64\n"), 0);
 	ck_assert_uint_eq(c.page_tokens, d.page_tokens);
