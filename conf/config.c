@@ -141,6 +141,8 @@ static const struct conf_key conf_keys[] = {
 	  "Prefix cache: full KV pages of finished prompts stay in the pool, read-only, and a later request of the same tenant and cache_salt whose prompt starts with them computes only the rest. Keyed by a SHA-256 chain over (model, tenant, cache_salt, every token up to the page's last): never shared between tenants or salts. Cached pages are evicted (LRU) whenever admission needs the room." },
 	{ "cache", "max_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(cache_max_pages),
 	  "Most pages the prefix cache keeps, all tenants together; 0 = half of the pool." },
+	{ "cache", "decode_reuse", CT_BOOL, "on", 0, 0, NULL, F(cache_decode_reuse),
+	  "Decode in a pair: the full prompt pages a request received from its prefill peer stay in this node's prefix cache when it ends (same key rule as everywhere: model, tenant, cache_salt, tokens), and a later request of that tenant and salt at least half of whose prompt this node holds so is computed here on those pages, the rest of its prompt locally, instead of being received again. Off: every request of a pair is prefilled by the peer (whose own cache still spares it the compute)." },
 	{ "cache", "tenant_pages", CT_U32, "0", 0, 4294967295.0, NULL, F(cache_tenant_pages),
 	  "Most cached pages of one tenant (its quota: beyond it, its own least recently used pages go; an insert never evicts another tenant's pages). 0 = max_pages split evenly between the tenants of http.api_keys_file (decode and standalone; one tenant without a keys file), or in 4 on a prefill node, which does not know its tenants: set it there to max_pages / tenants." },
 

@@ -59,6 +59,8 @@ struct kvd_config {
 	bool cache_enabled;           /* the prefix cache (gpu/pcache.h) */
 	uint32_t cache_max_pages;     /* 0 = half the pool */
 	uint32_t cache_tenant_pages;  /* per tenant; 0 = cache_max_pages */
+	bool cache_decode_reuse;      /* decode: keep received prompt pages,
+				       * compute on cached ones locally */
 	/* [listen] */
 	char listen_client[256];      /* host:port and/or unix:PATH, comma list */
 	char listen_peer[256];

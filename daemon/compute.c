@@ -43,6 +43,7 @@ void compute_job_free(struct compute_job *j)
 	free(j->prompt);
 	free(j->table);
 	free(j->release);
+	free(j->cache_prompt);
 	free(j->reply);
 	free(j->done);
 	free(j);
@@ -91,6 +92,30 @@ static struct compute_msg *compute_done_take(struct compute *c, void *user,
 	return NULL;
 }
 
+/* Thread, FREE: the lent pages that hold a finished prompt's full pages
+ * (compute_job_cache) go to the prefix cache first; j->release keeps the
+ * pages the cache did not adopt. Without memory for the marks, nothing
+ * is cached: the pages are released as they would be. */
+static void compute_cache_lent(struct compute *c, struct compute_job *j)
+{
+	uint32_t n_full = KVD_MIN(j->cache_pages, j->n_release), kept = 0;
+	bool *taken;
+
+	if (!j->cache_prompt || !n_full || j->quarantine || !c->ep.cache)
+		return;
+	taken = calloc(j->n_release, sizeof(*taken));
+	if (!taken)
+		return;
+	if (pcache_insert(c->ep.cache, &j->key, j->cache_prompt, j->owner,
+			  j->release, 0, n_full, taken)) {
+		for (uint32_t i = 0; i < j->n_release; i++)
+			if (!taken[i])
+				j->release[kept++] = j->release[i];
+		j->n_release = kept;
+	}
+	free(taken);
+}
+
 /* Thread: run one job; returns its reply (preallocated with the job). */
 static struct compute_msg *compute_run_job(struct compute *c,
 					   struct compute_job *j)
@@ -126,6 +151,7 @@ static struct compute_msg *compute_run_job(struct compute *c,
 		engine_req_free(c->eng, j->req);
 	m->kind = COMPUTE_MSG_FREED;
 	m->error = 0;
+	compute_cache_lent(c, j);
 	if (j->release && j->n_release) {
 		int rc = j->quarantine ?
 			kvpool_quarantine(c->pool, j->owner, j->release, j->n_release) :
@@ -373,6 +399,15 @@ int compute_submit(struct compute *c, uint64_t owner,
 	j->rp.n_table = table ? n_table : 0;
 	compute_queue(c, j);
 	return 0;
+}
+
+void compute_job_cache(struct compute_job *job, const struct pcache_key *key,
+		       int32_t *prompt, uint32_t n_full)
+{
+	free(job->cache_prompt);
+	job->key = *key;
+	job->cache_prompt = prompt;
+	job->cache_pages = prompt ? n_full : 0;
 }
 
 void compute_free(struct compute *c, struct compute_job *job, uint64_t owner,

@@ -46,6 +46,10 @@ struct compute_job {
 	uint32_t n_release;
 	bool quarantine;                 /* FREE: quarantine them instead (the
 					  * engine found a page it cannot trust) */
+	int32_t *cache_prompt;           /* FREE: the first cache_pages pages of
+					  * release go to the prefix cache under
+					  * key first (compute_job_cache) */
+	uint32_t cache_pages;
 	struct compute_msg *reply;       /* its answer (SUBMIT: SUBMITTED,
 					  * FREE: FREED), allocated with the
 					  * job so the answer cannot be lost */
@@ -171,6 +175,14 @@ int compute_submit(struct compute *c, uint64_t owner,
 		   const struct engine_req_params *rp, const int32_t *prompt,
 		   uint32_t n_prompt, const struct kvpool_ref *table,
 		   uint32_t n_table, bool nomem);
+
+/* Before compute_free: the first n_full pages of the lent pages it will
+ * release hold the full pages of prompt (at least n_full pages of tokens;
+ * consumed, freed with the job) and are offered to the engine's prefix
+ * cache under key; those the cache adopts are not released. Nothing
+ * happens when the pages are quarantined or the engine has no cache. */
+void compute_job_cache(struct compute_job *job, const struct pcache_key *key,
+		       int32_t *prompt, uint32_t n_full);
 
 /* Queue `job` (from compute_free_job_new; consumed): free owner's engine
  * request `ereq` (NULL: none), then release the n_release pages of

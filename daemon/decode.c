@@ -233,6 +233,32 @@ static void dreq_submit(struct serve_req *r)
 	}
 }
 
+/* cache.decode_reuse: a received prompt whose tags held (and that the
+ * engine never found wrong) leaves its full pages in this node's prefix
+ * cache, under its tenant and salt, for the next request that starts
+ * with them (decode_place_cached). Done on the compute thread with the
+ * release, after the engine let the pages go; without memory for the
+ * prompt's copy they are released as before. */
+static void decode_cache_received(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
+	struct pcache_key key;
+	int32_t *prompt;
+
+	if (!s->d->cache || !s->d->cfg.cache_decode_reuse || r->kind != SREQ_DECODE ||
+	    !r->kv_ready || !r->free_job || r->n_prompt < pt ||
+	    r->fail_code == PROTO_ERR_INTEGRITY)
+		return;
+	prompt = malloc(sizeof(*prompt) * r->n_prompt);
+	if (!prompt)
+		return;
+	memcpy(prompt, r->prompt, sizeof(*prompt) * r->n_prompt);
+	pcache_key_make(&key, s->d->cache_fp, r->tenant, r->cache_salt,
+			strlen(r->cache_salt));
+	compute_job_cache(r->free_job, &key, prompt, r->n_prompt / pt);
+}
+
 /* Free the engine's request; decode also hands back its lent pages,
  * quarantined when the engine reported ENGINE_E_INTEGRITY: a page whose
  * tag is wrong had a writer we cannot trust (invariants 1, 2). The
@@ -241,6 +267,8 @@ static void dreq_free_engine(struct serve_req *r)
 {
 	bool lent = r->pages_held;
 
+	if (lent && !r->engine_integrity)
+		decode_cache_received(r);
 	if (lent && r->engine_integrity)
 		KVLOG_WARN(r->s->log, "pages_quarantined",
 			   "id=%llu tenant=%s pages=%u reason=engine_integrity",
@@ -714,6 +742,32 @@ static bool decode_place_local(struct serve_req *r, const struct link *p)
 	return true;
 }
 
+/* cache.decode_reuse: at least half of r's prompt is full pages this
+ * node holds in its prefix cache for r's tenant and salt (received for
+ * an earlier request: decode_cache_received), so r is computed here on
+ * those pages, its uncached rest as a local prompt, instead of having
+ * the peer send the whole prompt again. Only r's own tenant and salt can
+ * answer (the key), so where a request runs says nothing of others. */
+static bool decode_place_cached(struct serve_req *r)
+{
+	struct serve *s = r->s;
+	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens, n;
+	struct pcache_key key;
+
+	if (!s->d->cache || !s->d->cfg.cache_decode_reuse || r->n_prompt <= pt)
+		return false;
+	pcache_key_make(&key, s->d->cache_fp, r->tenant, r->cache_salt,
+			strlen(r->cache_salt));
+	n = pcache_probe(s->d->cache, &key, r->prompt, r->n_prompt,
+			 (r->n_prompt - 1) / pt);
+	if (2ull * n * pt < r->n_prompt)
+		return false;
+	KVLOG_DEBUG(s->log, "prefill_local",
+		    "client_id=%llu tenant=%s prompt_tokens=%u reason=prefix_cache cached_tokens=%u",
+		    (unsigned long long)r->client_id, KVLOG_Q(r->tenant), r->n_prompt, n * pt);
+	return true;
+}
+
 /* verbs: grant p write access to r's prefix pages (net/verbs_scope.h)
  * and fill *m with the verbs_scope that tells it where (m->runs
  * malloc'd; n_runs 0 on tcp, or while memory windows are being bound:
@@ -756,6 +810,13 @@ void serve__decode_admit(struct serve_req *r)
 		s->d->counters.rejected[KVD_REJECT_NO_PEER]++;
 		dreq_fail(r, PROTO_ERR_NO_PREFILL_PEER, "no healthy prefill peer is connected");
 		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	if (decode_place_cached(r)) {
+		/* not counted as local prompt work: most of it is cached, and
+		 * the placement's speed figures are of computed tokens */
+		r->kind = SREQ_LOCAL;
+		serve__local_admit(r);
 		return;
 	}
 	if (decode_place_local(r, p)) {
@@ -952,6 +1013,7 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
 			  rc == KVPOOL_E_COVERAGE ? "coverage" : "tag", rc);
 		return DEV_TAG_BAD;
 	}
+	r->kv_ready = true;
 	decode_fault_retag(r);
 	if (r->t_xfer_ns)
 		kvd_metrics_xfer_time(&s->d->metrics, KVD_XFER_RECV,

@@ -199,6 +199,9 @@ struct serve_req {
 	struct xfer_check_marks rx;      /* pages and batches accepted;
 					  * rx.got (n_prefix) */
 	bool done_seen;
+	bool kv_ready;                   /* decode: the received prefix passed
+					  * coverage and its tags (mark_ready):
+					  * its full pages may be cached */
 	bool sealing;                    /* verbs: covered, the scope's
 					  * revocation in flight; the final
 					  * check waits for it */

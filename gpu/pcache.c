@@ -347,6 +347,24 @@ static void pcache__walk(struct pcache *c, const struct pcache_key *k,
 	}
 }
 
+uint32_t pcache_probe(struct pcache *c, const struct pcache_key *k,
+		      const int32_t *prompt, uint32_t n_prompt, uint32_t max_pages)
+{
+	uint32_t max = KVD_MIN(max_pages, n_prompt / c->pt), n = 0;
+	uint8_t key[PCACHE_KEY_BYTES];
+
+	memcpy(key, k->seed, sizeof(key));
+	pthread_mutex_lock(&c->mu);
+	while (n < max) {
+		pcache__chain(key, prompt + (size_t)n * c->pt, c->pt);
+		if (!pcache__find(c, key))
+			break;
+		n++;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
 int pcache_lookup(struct pcache *c, const struct pcache_key *k,
 		  const int32_t *prompt, uint32_t n_prompt, uint32_t max_pages,
 		  struct pcache_map *m)

@@ -97,6 +97,12 @@ void pcache_free(struct pcache *c);
 int pcache_lookup(struct pcache *c, const struct pcache_key *k,
 		  const int32_t *prompt, uint32_t n_prompt, uint32_t max_pages,
 		  struct pcache_map *m);
+/* How many leading full pages of prompt k's tenant and salt has cached
+ * (at most max_pages): a question only - nothing is mapped, held or
+ * counted, and the answer may be stale by the time a lookup maps. */
+uint32_t pcache_probe(struct pcache *c, const struct pcache_key *k,
+		      const int32_t *prompt, uint32_t n_prompt, uint32_t max_pages);
+
 /* Unmap and drop the holds (m is emptied; safe on an empty map). With
  * poison, the pages failed a check: their entries go, their pages are
  * quarantined. */

@@ -158,6 +158,55 @@ START_TEST(test_isolation)
 }
 END_TEST
 
+/* Decode's path (cache.decode_reuse): pages received and marked READY
+ * are cached when the request ends, and decode's placement asks
+ * pcache_probe, which answers for the key's tenant and salt only and
+ * maps, holds and counts nothing. */
+START_TEST(test_probe_ready_pages)
+{
+	struct kvpool *p = pool_new(32);
+	struct pcache *c = cache_new(p, 32, 0);
+	struct pcache_key alice, bob, salted;
+	struct pcache_tenant_stats ts[4];
+	struct kvpool_ref t[8];
+	bool taken[8] = { 0 };
+	uint32_t held = 9, kept = 0;
+	int32_t tok[18];
+
+	prompt_fill(tok, 18, 40);
+	pcache_key_make(&alice, fp_a, "alice", "", 0);
+	pcache_key_make(&bob, fp_a, "bob", "", 0);
+	pcache_key_make(&salted, fp_a, "alice", "s", 1);
+	ck_assert_uint_eq(pcache_probe(c, &alice, tok, 18, 64), 0);
+	/* what a transfer leaves: reserved, filled, tagged, READY */
+	ck_assert_int_eq(kvpool_reserve(p, 7, 5, t), 0);
+	ck_assert_int_eq(kvpool_fill_begin(p, 7, t, 5), 0);
+	ck_assert_int_eq(kvpool_tag_write(p, 7, t, 5, 18), 0);
+	ck_assert_int_eq(kvpool_mark_ready(p, 7, t, 5, 18), 0);
+	ck_assert_uint_eq(pcache_insert(c, &alice, tok, 7, t, 0, 18 / PT, taken), 4);
+	for (uint32_t i = 0; i < 5; i++)
+		if (!taken[i])
+			t[kept++] = t[i];
+	ck_assert_uint_eq(kept, 1);
+	ck_assert_int_eq(kvpool_release(p, 7, t, kept), 0);
+	ck_assert_uint_eq(n_state(p, KVPAGE_CACHED), 4);
+	/* the probe: alice's pages, capped; never bob's or another salt's */
+	ck_assert_uint_eq(pcache_probe(c, &alice, tok, 18, 64), 4);
+	ck_assert_uint_eq(pcache_probe(c, &alice, tok, 18, 3), 3);
+	ck_assert_uint_eq(pcache_probe(c, &alice, tok, 9, 64), 2);
+	ck_assert_uint_eq(pcache_probe(c, &bob, tok, 18, 64), 0);
+	ck_assert_uint_eq(pcache_probe(c, &salted, tok, 18, 64), 0);
+	/* ... and it counted, mapped and held nothing */
+	ck_assert_uint_eq(pcache_stats(c, NULL, &held, ts, 4), 1);
+	ck_assert_uint_eq(held, 0);
+	ck_assert_uint_eq(ts[0].lookups, 0);
+	ck_assert_uint_eq(hit_pages(c, &alice, tok, 18), 4);
+	pcache_free(c);
+	ck_assert_uint_eq(n_state(p, KVPAGE_FREE), 32);
+	kvpool_free(p);
+}
+END_TEST
+
 START_TEST(test_lru_order)
 {
 	struct kvpool *p = pool_new(32);
@@ -486,6 +535,7 @@ static Suite *pcache_suite(void)
 
 	tcase_add_test(tc, test_same_tenant_hits);
 	tcase_add_test(tc, test_isolation);
+	tcase_add_test(tc, test_probe_ready_pages);
 	tcase_add_test(tc, test_lru_order);
 	tcase_add_test(tc, test_quota);
 	tcase_add_test(tc, test_no_cross_tenant_eviction);

@@ -11,6 +11,14 @@
 #     and the same text;
 #   - prefill's log says what it reused (event=request_done on decode
 #     carries cached_tokens=64 for alice only); no page leaks after.
+# (That part runs with cache.decode_reuse off on decode, as every test
+# pair does: the prefill node's cache alone.) Then decode's own reuse
+# (cache.decode_reuse, on by default): the pages decode received for
+# alice's first request stay in decode's cache when it ends, and her
+# second request is computed on decode over them - prefill never sees it
+# (its admitted count stays 1; before, every request of a pair went to
+# prefill) - with the same text and cached_tokens 64; bob's same prompt
+# and alice's other salt still go to prefill and reuse nothing.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -56,4 +64,32 @@ rc=0
 check "prefill shrinks with cached pages (rc=$rc)" test "$rc" = 0
 check "... and holds no cached page after" test "$(status_get p pool.cached)" = 0
 check "alice's next request computes again, same text" test "$(req $A)" = "0 $ref"
+stop_node d
+stop_node p
+
+# ---- decode's own cache (cache.decode_reuse = on, the default) ---------------------
+next_port; H_PORT=$PORT
+pair p2 d2 "$M" -- "listen.http=127.0.0.1:$H_PORT" "http.api_keys_file=$T/keys" "cache.decode_reuse=on"
+start_node p2
+start_node d2
+check "second pair up (decode_reuse on)" wait_up d2
+dcache() { # dcache NODE TENANT -> its cached pages on NODE
+	"$KVCTL" --socket "$T/$1.sock" --json cache status |
+		python3 -c 'import json,sys; print({t["tenant"]: t["pages"] for t in json.load(sys.stdin)["tenants"]}.get(sys.argv[1], 0))' "$2"
+}
+r1=$(req $A)
+check "alice's first request: through prefill, offline's text" test "$r1" = "0 $ref"
+has_alice() { [ "$(dcache d2 alice)" -ge 4 ]; }
+check "decode keeps the 4 full pages it received for alice" wait_for 10 has_alice
+r2=$(req $A)
+check "alice's second: 64 cached tokens, the same text ($r2)" test "$r2" = "64 $ref"
+check "  ... computed on decode: prefill admitted only the first" \
+	test "$(status_get p2 counters.admitted)" = 1
+check "  ... decode counted the hit for alice" \
+	test "$("$KVCTL" --socket "$T/d2.sock" --json cache status | python3 -c 'import json,sys; print({t["tenant"]: t["hits"] for t in json.load(sys.stdin)["tenants"]}.get("alice"))')" = 1
+r3=$(req $B); r4=$(req $A s1)
+check "bob's same prompt: nothing cached, the same text" test "$r3" = "0 $ref"
+check "alice with another salt: nothing cached, the same text" test "$r4" = "0 $ref"
+check "  ... both went to prefill" test "$(status_get p2 counters.admitted)" = 3
+check "nothing held by requests after, on either node" settle p2 d2
 finish

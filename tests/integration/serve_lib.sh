@@ -70,7 +70,10 @@ verbs_device() {
 # KVD_TEST_TRANSPORT=verbs: prefill and decode nodes move KV over RDMA
 # (transfer.transport=verbs on verbs_device; a caller's keys win), with
 # transfer.verbs_write_scope = KVD_TEST_VERBS_SCOPE (auto, mw, mr) when
-# it is set.
+# it is set. Decode nodes keep every request on the transfer path
+# (cache.decode_reuse=off: the tests of transfers, fences and coverage
+# must not see a repeated prompt served from decode's own cache);
+# cache_disagg.sh turns it on to test that reuse.
 write_node() {
 	local name=$1 role=$2 model=$3; shift 3
 	local -A kv=(
@@ -88,6 +91,7 @@ write_node() {
 			kv[transfer.verbs_write_scope]=$KVD_TEST_VERBS_SCOPE
 	fi
 	[ "${KVD_TEST_KEYLESS:-0}" = 1 ] || kv[peers.key_file]=$(cluster_key)
+	[ "$role" != decode ] || kv[cache.decode_reuse]=off
 	local a sec
 	for a in "$@"; do [ -n "$a" ] && kv[${a%%=*}]=${a#*=}; done
 	{
