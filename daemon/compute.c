@@ -147,6 +147,17 @@ static struct compute_msg *compute_run_job(struct compute *c,
 	/* a freed owner reports nothing more: its DONE, if the engine
 	 * never reported the end, goes with it */
 	free(compute_done_take(c, NULL, j->owner));
+	/* The engine's own word on lent pages, decided here and not from
+	 * the DONE the loop may never read (its owner may be freed first,
+	 * by an abort or a client gone): a bad tag quarantines them, and
+	 * nothing of a failed request is cached. */
+	if (j->req && j->release &&
+	    (engine_req_integrity_bad(j->req) ||
+	     engine_req_finish(j->req, NULL) == ENGINE_FINISH_ERROR)) {
+		j->quarantine = j->quarantine || engine_req_integrity_bad(j->req);
+		free(j->cache_prompt);
+		j->cache_prompt = NULL;
+	}
 	if (j->req)
 		engine_req_free(c->eng, j->req);
 	m->kind = COMPUTE_MSG_FREED;

@@ -602,6 +602,11 @@ enum engine_finish engine_req_finish(const struct engine_req *r, int *error)
 	return r->finish;
 }
 
+bool engine_req_integrity_bad(const struct engine_req *r)
+{
+	return r->integrity_bad;
+}
+
 const uint64_t *engine_req_mapped(const struct engine_req *r, uint32_t *n)
 {
 	*n = r->map.n;

@@ -213,6 +213,9 @@ const int32_t *engine_req_tokens(const struct engine_req *r, uint32_t *n);
 uint32_t engine_req_n_prompt(const struct engine_req *r);
 uint32_t engine_req_n_output(const struct engine_req *r);
 enum engine_finish engine_req_finish(const struct engine_req *r, int *error);
+/* A check of its table or tags failed (it ended with ENGINE_E_INTEGRITY):
+ * whoever lent its pages must quarantine them. */
+bool engine_req_integrity_bad(const struct engine_req *r);
 uint64_t engine_req_owner(const struct engine_req *r);
 /* The cache entries owning the first *n table entries (mapped cached
  * pages, for kvpool_verify_mapped); NULL with *n = 0 when none. */

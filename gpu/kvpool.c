@@ -940,7 +940,10 @@ static int kvpool__adopt_check(struct kvpool *p, uint64_t owner,
 					epoch);
 		if (r)
 			return r;
-		if (p->pages[table[i].page].fences || entries[i - first] == owner)
+		/* fenced: something may still write it; retiring: a shrink
+		 * waits for it to come back (cached, it might never) */
+		if (p->pages[table[i].page].fences || p->pages[table[i].page].retiring ||
+		    entries[i - first] == owner)
 			return KVPOOL_E_STATE;
 		t = kvpool__addr(p, table[i].page);
 		if (!p->mem.ops->host_visible) {
@@ -965,23 +968,31 @@ int kvpool_cache_adopt(struct kvpool *p, uint64_t owner,
 
 	pthread_mutex_lock(&p->lock);
 	r = kvpool__adopt_check(p, owner, table, first, n, entries);
+	/* The new tags first, then the pages change hands: a tag write that
+	 * fails leaves every page its owner's (the tags already written then
+	 * fail the owner's next check - an integrity error, never a read of
+	 * another owner's page) and nothing half adopted. Each page gets a
+	 * fresh generation: owner's entry for it is stale from here on,
+	 * whatever the caller still keeps. */
+	for (uint32_t i = 0; !r && i < n; i++) {
+		uint32_t page = table[first + i].page;
+		struct kvtag t;
+
+		kvtag_make(&t, entries[i], p->next_gen + 1 + i, page, first + i,
+			   p->geom.page_tokens);
+		r = p->mem.ops->write(p->mem.ctx, kvpool__addr(p, page), &t,
+				      sizeof(t));
+	}
 	for (uint32_t i = 0; !r && i < n; i++) {
 		uint32_t page = table[first + i].page;
 		struct kvpage *pg = &p->pages[page];
-		struct kvtag t;
 
-		/* a fresh generation: owner's entry for this page is stale
-		 * from here on, whatever the caller still keeps */
 		pg->owner = entries[i];
 		pg->gen = ++p->next_gen;
 		pg->maps = 0;
 		kvpool__set_state(p, pg, KVPAGE_CACHED);
 		out[i].page = page;
 		out[i].gen = pg->gen;
-		kvtag_make(&t, entries[i], pg->gen, page, first + i,
-			   p->geom.page_tokens);
-		r = p->mem.ops->write(p->mem.ctx, kvpool__addr(p, page), &t,
-				      sizeof(t));
 	}
 	pthread_mutex_unlock(&p->lock);
 	return r;

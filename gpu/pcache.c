@@ -351,17 +351,26 @@ uint32_t pcache_probe(struct pcache *c, const struct pcache_key *k,
 		      const int32_t *prompt, uint32_t n_prompt, uint32_t max_pages)
 {
 	uint32_t max = KVD_MIN(max_pages, n_prompt / c->pt), n = 0;
-	uint8_t key[PCACHE_KEY_BYTES];
+	uint8_t (*keys)[PCACHE_KEY_BYTES];
 
-	memcpy(key, k->seed, sizeof(key));
-	pthread_mutex_lock(&c->mu);
-	while (n < max) {
-		pcache__chain(key, prompt + (size_t)n * c->pt, c->pt);
-		if (!pcache__find(c, key))
-			break;
-		n++;
+	if (!max)
+		return 0;
+	/* the chain is hashed before the lock is taken: the compute
+	 * thread's lookups and inserts never wait for it */
+	keys = malloc((size_t)max * sizeof(*keys));
+	if (!keys)
+		return 0;
+	memcpy(keys[0], k->seed, sizeof(keys[0]));
+	pcache__chain(keys[0], prompt, c->pt);
+	for (uint32_t i = 1; i < max; i++) {
+		memcpy(keys[i], keys[i - 1], sizeof(keys[i]));
+		pcache__chain(keys[i], prompt + (size_t)i * c->pt, c->pt);
 	}
+	pthread_mutex_lock(&c->mu);
+	while (n < max && pcache__find(c, keys[n]))
+		n++;
 	pthread_mutex_unlock(&c->mu);
+	free(keys);
 	return n;
 }
 

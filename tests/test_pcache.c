@@ -207,6 +207,46 @@ START_TEST(test_probe_ready_pages)
 }
 END_TEST
 
+/* A shrink marks pages in use retiring and waits for them: they are
+ * never adopted by the cache, where a hot prefix would keep them from
+ * retiring forever (the shrink timed out). */
+START_TEST(test_retiring_never_cached)
+{
+	struct kvpool *p = pool_new(8);
+	struct pcache *c = cache_new(p, 8, 0);
+	struct pcache_key alice;
+	struct kvpool_ref t[4];
+	bool taken[4] = { 0 };
+	uint32_t now = 0, got, kept = 0;
+	struct kvpool_stats st;
+	int32_t tok[16];
+
+	prompt_fill(tok, 16, 3);
+	pcache_key_make(&alice, fp_a, "alice", "", 0);
+	ck_assert_int_eq(kvpool_reserve(p, 5, 4, t), 0);
+	ck_assert_int_eq(kvpool_fill_begin(p, 5, t, 4), 0);
+	ck_assert_int_eq(kvpool_tag_write(p, 5, t, 4, 16), 0);
+	ck_assert_int_eq(kvpool_mark_ready(p, 5, t, 4, 16), 0);
+	/* retire 6: the 4 free pages at once, 2 of ours when they go */
+	ck_assert_int_eq(kvpool_shrink(p, 6, &now), 0);
+	ck_assert_uint_eq(now, 4);
+	got = pcache_insert(c, &alice, tok, 5, t, 0, 4, taken);
+	ck_assert_uint_le(got, 2);
+	ck_assert_uint_eq(n_state(p, KVPAGE_CACHED), got);
+	for (uint32_t i = 0; i < 4; i++)
+		if (!taken[i])
+			t[kept++] = t[i];
+	ck_assert_uint_eq(kept, 4 - got);
+	ck_assert_int_eq(kvpool_release(p, 5, t, kept), 0);
+	/* every retiring page retired: none waits in the cache */
+	kvpool_get_stats(p, &st);
+	ck_assert_uint_eq(st.retiring, 0);
+	ck_assert_uint_eq(st.pages, 2);
+	pcache_free(c);
+	kvpool_free(p);
+}
+END_TEST
+
 START_TEST(test_lru_order)
 {
 	struct kvpool *p = pool_new(32);
@@ -536,6 +576,7 @@ static Suite *pcache_suite(void)
 	tcase_add_test(tc, test_same_tenant_hits);
 	tcase_add_test(tc, test_isolation);
 	tcase_add_test(tc, test_probe_ready_pages);
+	tcase_add_test(tc, test_retiring_never_cached);
 	tcase_add_test(tc, test_lru_order);
 	tcase_add_test(tc, test_quota);
 	tcase_add_test(tc, test_no_cross_tenant_eviction);

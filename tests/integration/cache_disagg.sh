@@ -92,4 +92,31 @@ check "bob's same prompt: nothing cached, the same text" test "$r3" = "0 $ref"
 check "alice with another salt: nothing cached, the same text" test "$r4" = "0 $ref"
 check "  ... both went to prefill" test "$(status_get p2 counters.admitted)" = 3
 check "nothing held by requests after, on either node" settle p2 d2
+
+# a client that leaves mid-generation: its verified prompt pages are
+# still cached, and nothing stays held
+IDS2=$(python3 -c 'print(",".join(str(5 + (i * 41) % 300) for i in range(70)))')
+curl -s -m 1 -N -H "Authorization: Bearer $B" \
+	-d "{\"prompt\":[$IDS2],\"max_tokens\":400,\"temperature\":0,\"stream\":true}" \
+	"http://127.0.0.1:$H_PORT/v1/completions" >/dev/null 2>&1 || true
+bob8() { [ "$(dcache d2 bob)" -ge 8 ]; }
+check "client gone mid-generation: its 4 prompt pages cached too (bob: 8)" wait_for 20 bob8
+check "  ... nothing held after" settle p2 d2
+
+# a page whose tag breaks after mark_ready (fault retag_ready): the engine
+# refuses it, the lent pages are quarantined and none is cached
+stop_node d2
+MD=$(log_mark "$T/d2.log")
+start_node d2 KVD_FAULT=retag_ready:1
+check "decode restarted with retag_ready" wait_log "$T/d2.log" "event=peer_capacity" 40 "$MD"
+check "  ... serving" wait_log "$T/d2.log" "event=serve_ready" 40 "$MD"
+out=$(curl -s -m 60 -H "Authorization: Bearer $A" \
+	-d "{\"prompt\":[$IDS],\"max_tokens\":12,\"temperature\":0}" \
+	"http://127.0.0.1:$H_PORT/v1/completions")
+check "retag_ready: the client gets an error, no text" bash -c "grep -q '\"error\"' <<<'$out'"
+check "  ... the lent pages were quarantined" \
+	wait_log "$T/d2.log" "event=pages_quarantined .*reason=engine_integrity" 10 "$MD"
+check "  ... and none of them cached for alice" test "$(dcache d2 alice)" = 0
+r5=$(req $A)
+check "alice's next request: through prefill again, the same text" test "$r5" = "64 $ref"
 finish
