@@ -420,26 +420,40 @@ static void print_capacity(const msgpack_object *c, const char *indent)
 	printf("\n");
 }
 
+/* A command without arguments (argc 1): *res is its reply. 0; -1 when
+ * --json printed the reply (the caller is done: exit 0); or an exit code. */
+static int kvctl_call_plain(struct kvctl *k, int argc, const char *cmd,
+			    const msgpack_object **res)
+{
+	struct frame_writer w;
+	int r;
+
+	if (argc != 1)
+		return EXIT_USAGE;
+	kvctl_request(&w, cmd, 0);
+	r = kvctl_call(k, &w, res);
+	if (r)
+		return r;
+	if (k->json) {
+		print_json_line(*res);
+		return -1;
+	}
+	return 0;
+}
+
 /* ---- subcommands ------------------------------------------------------------- */
 
 static int sub_status(struct kvctl *k, int argc, char **argv)
 {
-	struct frame_writer w;
 	const msgpack_object *res;
 	char a[64], b[16], c[16];
 	const msgpack_object *rej;
 	int r;
 
-	if (argc != 1)
-		return EXIT_USAGE;
-	kvctl_request(&w, "status", 0);
-	r = kvctl_call(k, &w, &res);
+	(void)argv;
+	r = kvctl_call_plain(k, argc, "status", &res);
 	if (r)
-		return r;
-	if (k->json) {
-		print_json_line(res);
-		return 0;
-	}
+		return r < 0 ? 0 : r;
 	printf("node        %s (%s), %s, up %.1f s, kvd %s\n",
 	       fs(res, "node", a, sizeof(a)), fs(res, "role", b, sizeof(b)),
 	       fs(res, "state", c, sizeof(c)), fu(res, "uptime_ms") / 1000.0,
@@ -675,22 +689,14 @@ static void print_cache(const msgpack_object *res)
 /* queue: the requests waiting at the tenant gate */
 static int sub_queue(struct kvctl *k, int argc, char **argv)
 {
-	struct frame_writer w;
 	const msgpack_object *res, *rq;
 	char id[48], tenant[64];
 	int r;
 
 	(void)argv;
-	if (argc != 1)
-		return EXIT_USAGE;
-	kvctl_request(&w, "queue", 0);
-	r = kvctl_call(k, &w, &res);
+	r = kvctl_call_plain(k, argc, "queue", &res);
 	if (r)
-		return r;
-	if (k->json) {
-		print_json_line(res);
-		return 0;
-	}
+		return r < 0 ? 0 : r;
 	rq = field(res, "requests");
 	printf("%" PRIu64 " waiting\n", fu(res, "waiting"));
 	printf("%-10s %-42s %-20s %8s %8s %10s\n", "request", "public_id",
@@ -893,21 +899,13 @@ static int sub_generate(struct kvctl *k, int argc, char **argv)
 /* The node's Prometheus text, as its HTTP /metrics serves it. */
 static int sub_metrics(struct kvctl *k, int argc, char **argv)
 {
-	struct frame_writer w;
 	const msgpack_object *res, *o;
 	int r;
 
 	(void)argv;
-	if (argc != 1)
-		return EXIT_USAGE;
-	kvctl_request(&w, "metrics", 0);
-	r = kvctl_call(k, &w, &res);
+	r = kvctl_call_plain(k, argc, "metrics", &res);
 	if (r)
-		return r;
-	if (k->json) {
-		print_json_line(res);
-		return 0;
-	}
+		return r < 0 ? 0 : r;
 	o = field(res, "text");
 	if (!o || o->type != MSGPACK_OBJECT_STR) {
 		fprintf(stderr, "kvctl: the reply has no metrics text\n");
