@@ -1051,19 +1051,20 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	if (!tenant)
 		return;
 	ap = calloc(1, sizeof(*ap));
-	if (ap)
-		ap->body = malloc(m->body_len + 1);
-	if (!ap || !ap->body) {
-		free(ap);
+	if (!ap) {
 		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
 		return;
 	}
 	/* the body is read as JSON whatever its Content-Type says (curl -d
-	 * sends form-urlencoded): the parser is what judges it */
-	if (m->body_len)
-		memcpy(ap->body, m->body, m->body_len);
-	ap->body[m->body_len] = '\0';
-	ap->len = m->body_len;
+	 * sends form-urlencoded): the parser is what judges it. It is taken
+	 * from the wire, not copied: a 1 MB body copied on the loop cost a
+	 * few milliseconds there (more under ASan), for every request. */
+	ap->body = http_wire_take_body(&hc->wire, &ap->len);
+	if (!ap->body && !(ap->body = strdup(""))) {
+		free(ap);
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		return;
+	}
 	ap->hc = hc;
 	ap->s = hc->s;
 	ap->chat = chat;
@@ -1077,10 +1078,10 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	snprintf(ap->method, sizeof(ap->method), "%s", m->method_name);
 	snprintf(ap->path, sizeof(ap->path), "%.63s", m->path);
 	snprintf(ap->job.key, sizeof(ap->job.key), "%s", tenant);
-	ap->job.bytes = m->body_len;
+	ap->job.bytes = ap->len;
 	ap->job.run = api_prep_run;
 	ap->job.done = api_prep_done;
-	if (m->body_len <= API_PREP_INLINE_MAX) {
+	if (ap->len <= API_PREP_INLINE_MAX) {
 		/* small: prepared here, at once (tens of microseconds) */
 		api_prep_run(&ap->job);
 		api_prep_done(&ap->job, false);

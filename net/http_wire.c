@@ -177,6 +177,12 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
 		size_t cap = w->body_cap ? w->body_cap : 4096;
 		char *nb;
 
+		/* a declared length (at most max_body: on_headers_complete)
+		 * gets its room once its bytes come, not by doublings that
+		 * copy a large body over and over on the loop */
+		if (!w->body_cap && (p->flags & F_CONTENT_LENGTH) &&
+		    m->body_len + n + p->content_length + 1 > cap)
+			cap = m->body_len + n + p->content_length + 1;
 		while (cap < m->body_len + n + 1)
 			cap *= 2;
 		if (cap > w->max_body + 1)
@@ -226,6 +232,17 @@ void http_wire_deinit(struct http_wire *w)
 	free(w->msg.body);
 	w->msg.body = NULL;
 	w->body_cap = 0;
+}
+
+char *http_wire_take_body(struct http_wire *w, size_t *len)
+{
+	char *b = w->msg.body;
+
+	*len = b ? w->msg.body_len : 0;
+	w->msg.body = NULL;
+	w->msg.body_len = 0;
+	w->body_cap = 0;
+	return b;
 }
 
 void http_wire_next(struct http_wire *w)

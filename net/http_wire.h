@@ -90,3 +90,6 @@ int http_wire_feed(struct http_wire *w, const char *data, size_t len,
 		   size_t *used);
 /* Done with w->msg: free its body and let the next request parse. */
 void http_wire_next(struct http_wire *w);
+/* Take the complete request's body (NUL-ended, *len bytes; NULL when it
+ * has none): the caller owns and frees it, the message keeps no body. */
+char *http_wire_take_body(struct http_wire *w, size_t *len);
