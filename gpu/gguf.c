@@ -519,11 +519,14 @@ int gguf_arr_f64(const struct gguf_kv *kv, uint64_t i, double *out)
 		memcpy(out, kv->value + i * 8, 8);
 		return 0;
 	}
-	int64_t v;
-	int rc = gguf_arr_i64(kv, i, &v);
-	if (rc)
-		return rc;
-	*out = (double)v;
+	/* any integer, a uint64 past INT64_MAX included (gguf_arr_i64
+	 * refuses that one: it has no int64 value, but it has a double);
+	 * not a bool */
+	bool neg = false;
+	uint64_t mag = 0;
+	if (gguf__scalar_int(kv->arr_type, kv->value + i * esz, &neg, &mag))
+		return GGUF_E_TYPE;
+	*out = neg ? -(double)mag : (double)mag;
 	return 0;
 }
 

@@ -144,7 +144,8 @@ int gguf_get_str(const struct gguf_file *f, const char *key,
 int gguf_arr_str(const struct gguf_file *f, const struct gguf_kv *kv,
 		 uint64_t i, struct gguf_str *out);
 /* Numeric array element access (scores, token types): element i of an
- * array of any integer type (as i64) or float type (as f64).
+ * array of any integer type (as i64; a uint64 past INT64_MAX only as
+ * f64) or float type (as f64).
  * GGUF_E_TYPE for other arrays, -ERANGE when i >= arr_len. */
 int gguf_arr_i64(const struct gguf_kv *kv, uint64_t i, int64_t *out);
 int gguf_arr_f64(const struct gguf_kv *kv, uint64_t i, double *out);

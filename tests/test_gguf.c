@@ -510,6 +510,10 @@ START_TEST(test_writer_roundtrip)
 	ck_assert_int_eq(gguf_writer_add_arr_str(w, "t.strs", strs, 4), 0);
 	ck_assert_int_eq(gguf_writer_add_arr(w, "t.ints", GGUF_VT_INT32, ints, 5), 0);
 	ck_assert_int_eq(gguf_writer_add_arr(w, "t.f32s", GGUF_VT_FLOAT32, f32, 4), 0);
+	/* a uint64 past INT64_MAX has no int64 value, but a double (the
+	 * mutation fuzzer found it readable as neither) */
+	uint64_t u64s[2] = { 5, 0x87c3000000000000ull };
+	ck_assert_int_eq(gguf_writer_add_arr(w, "t.u64s", GGUF_VT_UINT64, u64s, 2), 0);
 	ck_assert_int_eq(gguf_writer_add_arr(w, "t.bad", GGUF_VT_STRING, f32, 4), -EINVAL);
 	ck_assert_int_eq(gguf_writer_add_tensor(w, "a", GGML_TYPE_F32, 2, ne2, data_f32, NULL, NULL), 0);
 	ck_assert_int_eq(gguf_writer_add_tensor(w, "a", GGML_TYPE_F32, 2, ne2, data_f32, NULL, NULL), -EEXIST);
@@ -526,7 +530,7 @@ START_TEST(test_writer_roundtrip)
 	ck_assert_uint_eq(f->version, 3);
 	ck_assert_uint_eq(f->alignment, 64);
 	ck_assert_uint_eq(f->data_offset % 64, 0);
-	ck_assert_uint_eq(f->n_kv, 16); /* + general.alignment */
+	ck_assert_uint_eq(f->n_kv, 17); /* + general.alignment */
 	uint32_t u32; uint64_t u64; float fl; bool b; struct gguf_str st;
 	ck_assert_int_eq(gguf_get_u32(f, "t.u8", &u32), 0); ck_assert_uint_eq(u32, 200);
 	ck_assert_int_eq(gguf_get_u32(f, "t.i8", &u32), GGUF_E_TYPE); /* negative */
@@ -560,6 +564,12 @@ START_TEST(test_writer_roundtrip)
 	ck_assert_int_eq(gguf_arr_f64(kv, 3, &d), 0);
 	ck_assert_double_eq(d, 3.25);
 	ck_assert_int_eq(gguf_arr_i64(kv, 0, &i64), GGUF_E_TYPE);
+	kv = gguf_find(f, "t.u64s");
+	ck_assert_int_eq(gguf_arr_i64(kv, 0, &i64), 0);
+	ck_assert_int_eq(i64, 5);
+	ck_assert_int_eq(gguf_arr_i64(kv, 1, &i64), GGUF_E_TYPE);
+	ck_assert_int_eq(gguf_arr_f64(kv, 1, &d), 0);
+	ck_assert_double_eq(d, (double)0x87c3000000000000ull);
 
 	const struct gguf_tensor *t = gguf_tensor_find(f, "a");
 	ck_assert_ptr_nonnull(t);
