@@ -9,7 +9,7 @@
  *
  * ROLE is `user` (the default) or `admin`: only an admin key reads
  * /metrics. The NAME=N options are the tenant's admission limits
- * (daemon/fairq.h), each 1..2^32-1: `share` (its weight in the decode
+ * (daemon/node/fairq.h), each 1..2^32-1: `share` (its weight in the decode
  * batch), `max_active` (requests admitted at once), `max_queued`
  * (requests waiting), `max_tokens` (prompt + max_tokens of its admitted
  * requests together). They belong to the tenant, not the key: a limit

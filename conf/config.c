@@ -77,7 +77,7 @@ static const char *const transports[] = { "tcp", "verbs", NULL };
 static const char *const verbs_scopes[] = { "auto", "mw", "mr", NULL };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 static const char *const backends[] = { "host", "cuda", NULL };
-/* In the order of enum chat_format (gpu/chat.h), "auto" at CHAT_NONE's
+/* In the order of enum chat_format (gpu/text/chat.h), "auto" at CHAT_NONE's
  * index: conf/ sits below gpu/, so test_chat checks the two agree. */
 static const char *const chat_templates[] = {
 	"auto", "llama2", "llama3", "chatml", "mistral", "gemma", "phi3",
@@ -107,7 +107,7 @@ static const struct conf_key conf_keys[] = {
 	  "Directory caching the model's SHA-256 by (device, inode, size, mtime, ctime) and content evidence (the first MiB and 65 sampled blocks, checked at every boot), so a boot does not read the whole file when it has not changed; a cached digest is verified in full off the loop after boot, and a mismatch stops the node (exit 65); an absolute path, \"off\", or empty = $CACHE_DIRECTORY (systemd's CacheDirectory=) when set, else off." },
 	{ "model", "pack_cache", CT_BOOL, "on", 0, 0, NULL, F(pack_cache),
 	  "Keep the CPU kernels' repacked weights (Q4_0, Q8_0, K-quants on AVX-512 VNNI) in a file of the fingerprint cache's directory, written at the first start and mapped read-only (shared page cache, under a read lease: truncating or writing the file turns the mapping into a private copy first) at later ones, instead of repacking the whole model at every start; off without a fingerprint cache directory." },
-	/* the default is PREPACK_KEEP_DAYS_DEFAULT (gpu/prepack.h: conf/ sits below) */
+	/* the default is PREPACK_KEEP_DAYS_DEFAULT (gpu/model/prepack.h: conf/ sits below) */
 	{ "model", "pack_cache_keep_days", CT_U32, "7", 0, 3650, NULL, F(pack_cache_keep_days),
 	  "After each start that maps or stores its repack cache file, remove the directory's other pack-*.kvpack files (regular files of this user, never through a symlink) that no running kvd holds and that have a stale format or layout version, or were not used by any start for this many days (by mtime; each start touches its file); 0 = remove them at once. One event=pack_cache_removed line per file; kvd generate --cache-dir uses the default." },
 
@@ -135,7 +135,7 @@ static const struct conf_key conf_keys[] = {
 	{ "engine", "step_tokens", CT_U32, "0", 0, 1048576, NULL, F(step_tokens),
 	  "Tokens one engine step computes, all requests together; 0 = max_batch + prefill_chunk. Decoding requests are served first (one token each, every step), then prompts oldest first, each by at most prefill_chunk: the time of one step of this many tokens bounds the inter-token latency of running requests while prompts are admitted, and what is left after the decoders is the prompt throughput that sets TTFT under load. Must be at least max_batch. On a prefill node (no decoders to protect) 0 means max(128, max_batch + prefill_chunk) with no per-prompt chunk limit: the oldest prompts whole, first come, first served." },
 	{ "engine", "step_ms", CT_U32, "0", 0, 60000, NULL, F(step_ms),
-	  "Target time of one engine step while requests are generating, in milliseconds; 0 = none (only step_tokens bounds a step). With a target, a step that carries decoders admits prompt tokens only as far as the step time the engine has measured (time per token, logits rows weighted by their multiply-adds: gpu/stepcost.h) predicts the step stays within it, and never fewer than 4 (or prefill_chunk when smaller) while a prompt waits, so prompts always progress. It bounds the inter-token latency of running requests by time rather than by token count; prompts then take the time the decoders leave. Steps without decoders are not limited by it." },
+	  "Target time of one engine step while requests are generating, in milliseconds; 0 = none (only step_tokens bounds a step). With a target, a step that carries decoders admits prompt tokens only as far as the step time the engine has measured (time per token, logits rows weighted by their multiply-adds: gpu/cpu/stepcost.h) predicts the step stays within it, and never fewer than 4 (or prefill_chunk when smaller) while a prompt waits, so prompts always progress. It bounds the inter-token latency of running requests by time rather than by token count; prompts then take the time the decoders leave. Steps without decoders are not limited by it." },
 
 	{ "cache", "enabled", CT_BOOL, "on", 0, 0, NULL, F(cache_enabled),
 	  "Prefix cache: full KV pages of finished prompts stay in the pool, read-only, and a later request of the same tenant and cache_salt whose prompt starts with them computes only the rest. Keyed by a SHA-256 chain over (model, tenant, cache_salt, every token up to the page's last): never shared between tenants or salts. Cached pages are evicted (LRU) whenever admission needs the room." },
@@ -207,7 +207,7 @@ static const struct conf_key conf_keys[] = {
 	  "Decode: how fast this node computes prompts itself when it generates nothing, in percent of one prefill peer (0 = never: every prompt goes to a prefill peer). A new prompt is computed here when its expected wait is shorter: (prompt tokens this node is computing + its prompt) / speed < prompt tokens of this node's requests the chosen peer has not finished + its prompt, where speed = local_prefill / 100 x the share of a step the decoders to expect leave (every other request of this node, a token and a logits row each), until both speeds are measured. An idle peer always wins. Local prompts share this node's steps under engine.step_tokens, engine.prefill_chunk and engine.step_ms, which keep bounding the inter-token latency; with 100, prefill_chunk 32 and a step_ms target a pair pays under load (daemon/README.md, conditional disaggregation)." },
 
 	{ "transfer", "transport", CT_ENUM, "tcp", 0, 0, transports, F(transport),
-	  "How KV pages move: tcp, or verbs (RDMA: an ibverbs build for a real device; the emulated device emu:DIR works in every build)." },
+	  "How KV pages move: tcp, or verbs (RDMA: an ibverbs build for a real device; the emulated device emu:DIR in test builds, -Dverbs_emu=true)." },
 	{ "transfer", "max_batch_bytes", CT_SIZE, "4M", 4096, 1073741824.0, NULL, F(max_batch_bytes),
 	  "Largest KV transfer batch. Must move within release_timeout_ms at link_gbps." },
 	{ "transfer", "release_timeout_ms", CT_U32, "5000", 10, 3600000, NULL, F(release_timeout_ms),
@@ -229,7 +229,7 @@ static const struct conf_key conf_keys[] = {
 	{ "transfer", "encrypt", CT_BOOL, "off", 0, 0, NULL, F(encrypt),
 	  "Encrypt control messages and KV batches between peers (AEAD; needs peers.key_file). Off: they are authenticated, not secret." },
 	{ "transfer", "verbs_device", CT_STR, "", 0, 0, NULL, F(verbs_device),
-	  "transport=verbs: the RDMA device (an ibverbs name such as mlx5_0; empty = the first device), or emu:DIR[,opts] for the userspace emulated device (tests; DIR an existing absolute directory both peers reach, opts as in net/verbs_emu.h). The verbs_* keys keep their defaults unless transport=verbs." },
+	  "transport=verbs: the RDMA device (an ibverbs name such as mlx5_0; empty = the first device), or emu:DIR[,opts] for the userspace emulated device (test builds, -Dverbs_emu=true; DIR an existing absolute directory both peers reach, opts as in net/verbs/verbs_emu.h). The verbs_* keys keep their defaults unless transport=verbs." },
 	{ "transfer", "verbs_port", CT_U32, "1", 1, 255, NULL, F(verbs_port),
 	  "transport=verbs: the device port the queue pairs use." },
 	{ "transfer", "verbs_gid_index", CT_U32, "0", 0, 255, NULL, F(verbs_gid_index),
@@ -826,8 +826,9 @@ static int conf_validate_http(struct conf_ctx *x)
 
 /* The verbs keys: a device is an ibverbs name, or the emulated device
  * emu:DIR[,opts] whose DIR exists (its options are checked when it
- * opens: net/verbs_emu.c, the one parser of them). A real device needs
- * a build with libibverbs; the emulation is always built. */
+ * opens: net/verbs/verbs_emu.c, the one parser of them). A real device needs
+ * a build with libibverbs; the emulation one built with -Dverbs_emu=true
+ * (test builds). */
 static int conf_validate_verbs(struct conf_ctx *x)
 {
 	struct kvd_config *c = x->c;
@@ -881,6 +882,11 @@ static int conf_validate_verbs(struct conf_ctx *x)
 		size_t n = strcspn(dev + 4, ",");
 		struct stat sb;
 
+		if (!KVD_VERBS_EMU)
+			return conf_fail(x, line_of(x, "transfer", "verbs_device"),
+					 "transfer.verbs_device",
+					 "emu: this kvd was built without the emulated RDMA device, a test device (meson -Dverbs_emu=true)");
+
 		if (n == 0 || dev[4] != '/' || n >= sizeof(dir))
 			return conf_fail(x, line_of(x, "transfer", "verbs_device"),
 					 "transfer.verbs_device",
@@ -901,7 +907,8 @@ static int conf_validate_verbs(struct conf_ctx *x)
 	if (!KVD_HAVE_VERBS)
 		return conf_fail(x, line_of(x, "transfer", "transport"),
 				 "transfer.transport",
-				 "verbs: this kvd was built without libibverbs (only the emulated device, verbs_device=emu:/DIR, is available)");
+				 KVD_VERBS_EMU ? "verbs: this kvd was built without libibverbs (only the emulated device, verbs_device=emu:/DIR, is available)"
+						: "verbs: this kvd was built without libibverbs");
 	return 0;
 }
 

@@ -35,10 +35,10 @@ struct kvd_config {
 	char model_path[1024];
 	uint32_t context_length;      /* 0 = the model's */
 	int chat_template;            /* 0 auto, else enum chat_format
-				       * (gpu/chat.h) by the same index */
+				       * (gpu/text/chat.h) by the same index */
 	bool chat_template_unsafe;    /* accept a format whose markers are text */
 	char fingerprint_cache[1024]; /* "", "off" or an absolute directory */
-	bool pack_cache;              /* repack cache in that directory (gpu/prepack.h) */
+	bool pack_cache;              /* repack cache in that directory (gpu/model/prepack.h) */
 	uint32_t pack_cache_keep_days; /* cleanup: other pack files unused this long go */
 	/* [kv] */
 	uint32_t page_tokens;
@@ -56,7 +56,7 @@ struct kvd_config {
 	uint32_t step_tokens;         /* tokens per step; 0 = max_batch + chunk */
 	uint32_t step_ms;             /* step time target with decoders; 0 = none */
 	/* [cache] */
-	bool cache_enabled;           /* the prefix cache (gpu/pcache.h) */
+	bool cache_enabled;           /* the prefix cache (gpu/kv/pcache.h) */
 	uint32_t cache_max_pages;     /* 0 = half the pool */
 	uint32_t cache_tenant_pages;  /* per tenant; 0 = cache_max_pages */
 	bool cache_decode_reuse;      /* decode: keep received prompt pages,
@@ -79,7 +79,7 @@ struct kvd_config {
 	uint32_t http_read_timeout_ms;   /* whole request within, from its first byte */
 	uint32_t http_idle_timeout_ms;   /* keep-alive: idle connection closed after */
 	char http_model_name[128];     /* /v1/models id; "" = the model file's name */
-	/* [tenants] admission (daemon/fairq.h); the keys file may override
+	/* [tenants] admission (daemon/node/fairq.h); the keys file may override
 	 * share and the max_* per tenant */
 	uint32_t tenant_share;        /* weight in the batch */
 	uint32_t tenant_max_active;   /* admitted at once; 0 = the node's */

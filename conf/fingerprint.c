@@ -44,7 +44,7 @@
  * any difference is the verdict "evidence": hashed in full and rewritten.
  * Bytes outside the samples can still differ; the full SHA-256 of what a
  * hit named is therefore verified off the loop after start by the daemon
- * (daemon/fpcheck.c), which takes the node out of service on a mismatch
+ * (daemon/node/fpcheck.c), which takes the node out of service on a mismatch
  * and drops the entry (kvd_fingerprint_forget).
  */
 #include "conf/fingerprint.h"

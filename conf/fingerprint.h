@@ -53,7 +53,7 @@ int kvd_fingerprint(const char *path, const char *cache_dir,
 		    char hex[SHA256_HEX_SIZE], struct kvd_fp_info *info);
 
 /* A hit names a digest the file's bytes were not hashed for at this start:
- * the caller verifies it in full off its loop (daemon/fpcheck.c) and, on
+ * the caller verifies it in full off its loop (daemon/node/fpcheck.c) and, on
  * a mismatch, drops the entry of (dev, ino) from info so the next start
  * hashes in full. 0 (also when there was none) or a negative errno. */
 int kvd_fingerprint_forget(const char *cache_dir, uint64_t dev, uint64_t ino);

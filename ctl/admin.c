@@ -34,10 +34,10 @@
 #include "ctl/admin.h"
 #include "conf/util.h"
 #include "ctl/admin_int.h"
-#include "daemon/daemon.h"
-#include "daemon/ops.h"
+#include "daemon/node/daemon.h"
+#include "daemon/node/ops.h"
 #include "kvd_build.h"
-#include "net/frame.h"
+#include "net/wire/frame.h"
 #include "net/wbound.h"
 
 #include <errno.h>

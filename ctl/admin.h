@@ -5,7 +5,7 @@
  * checked at accept: root, or a user whose primary or supplementary groups
  * include the admin group, may talk; anyone else gets one `denied` error
  * frame, a log line, and the door. Requests and replies are frames
- * (net/frame.h); the protocol is documented in ctl/README.md.
+ * (net/wire/frame.h); the protocol is documented in ctl/README.md.
  *
  * Lifecycle (libuv style): admin_server_start() builds and listens;
  * admin_server_close() closes every handle, and memory is freed in the

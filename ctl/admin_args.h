@@ -2,9 +2,9 @@
  *
  * The admin server decodes every command's arguments with exactly
  * frame_map_parse(map, s->fields, s->n, FRAME_SCHEMA_STRICT, {"cmd", "id"},
- * &args, &present, &err) on these schemas (net/frame.h) before a handler
+ * &args, &present, &err) on these schemas (net/wire/frame.h) before a handler
  * runs; tests and fuzz targets run the same tables, not copies. The
- * tables depend on net/frame.h only, so they link without the daemon.
+ * tables depend on net/wire/frame.h only, so they link without the daemon.
  *
  * Bit i of `present` is field i of the schema; the ADMIN_*_ bit names
  * below are that order, which the handlers rely on.
@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "net/frame.h"
+#include "net/wire/frame.h"
 
 /* Every argument any command takes; each command's schema picks some. */
 struct admin_args {

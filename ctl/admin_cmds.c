@@ -4,7 +4,7 @@
  * admin.c finds the row, checks the privilege and the schema (strict:
  * unknown keys are errors), then runs the handler, so handlers receive
  * typed, validated arguments and stay short. Each handler calls one
- * daemon/ops.h operation and turns its result into one reply map; ops'
+ * daemon/node/ops.h operation and turns its result into one reply map; ops'
  * and the daemon's codes become wire codes in admin_code_of() and
  * nowhere else.
  *
@@ -15,12 +15,12 @@
  */
 #include "conf/util.h"
 #include "ctl/admin_int.h"
-#include "daemon/daemon.h"
-#include "daemon/metrics.h"
-#include "daemon/ops.h"
-#include "gpu/pcache.h"
+#include "daemon/node/daemon.h"
+#include "daemon/node/metrics.h"
+#include "daemon/node/ops.h"
+#include "gpu/kv/pcache.h"
 #include "kvd_build.h"
-#include "net/frame.h"
+#include "net/wire/frame.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,7 +365,7 @@ static int cmd_fault_load(struct admin_call *call)
 	return 0;
 }
 
-/* The Prometheus text (daemon/metrics.h), as the HTTP /metrics serves
+/* The Prometheus text (daemon/node/metrics.h), as the HTTP /metrics serves
  * it, in one string field. */
 static int cmd_metrics(struct admin_call *call)
 {

@@ -20,8 +20,8 @@
 #include "conf/list.h"
 #include "ctl/admin.h"
 #include "ctl/admin_args.h"
-#include "daemon/ops.h"
-#include "net/frame.h"
+#include "daemon/node/ops.h"
+#include "net/wire/frame.h"
 #include "net/wbound.h"
 
 #define ADMIN_READ_CHUNK 4096

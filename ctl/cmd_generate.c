@@ -20,8 +20,8 @@
  */
 #include "ctl/cmd_generate.h"
 #include "conf/util.h"
-#include "net/frame.h"
-#include "net/proto_client.h"
+#include "net/wire/frame.h"
+#include "net/wire/proto_client.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -23,9 +23,9 @@
 
 #include "conf/sha256.h"
 #include "conf/util.h"
-#include "gpu/chat.h"
-#include "gpu/gguf.h"
-#include "gpu/gguf_gen.h"
+#include "gpu/text/chat.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/model/gguf_gen.h"
 
 #define EXIT_OK 0
 #define EXIT_BAD_FILE 1

@@ -20,9 +20,9 @@
 #include <string.h>
 
 #include "conf/util.h"
-#include "gpu/chat.h"
-#include "gpu/gguf.h"
-#include "gpu/tokenizer.h"
+#include "gpu/text/chat.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/text/tokenizer.h"
 
 #define EXIT_OK 0
 #define EXIT_BAD_FILE 1

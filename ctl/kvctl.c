@@ -6,7 +6,7 @@
  *     resume                           admit again
  *     pool resize --tokens N | --bytes N [--force] [--wait-ms N]
  *     capacity                         the boot capacity check, now
- *     metrics                          Prometheus text (daemon/metrics.h)
+ *     metrics                          Prometheus text (daemon/node/metrics.h)
  *     abort ID                         abort one request (normal failure path),
  *                                      running or waiting; ID: the registry's
  *                                      number or the client's cmpl-... /
@@ -25,7 +25,7 @@
  * is unavailable (no socket, connection refused or dropped).
  *
  * Design: one table of subcommands; each builds one request map, sends it
- * as a frame (net/frame.h) over a blocking Unix socket, reads one reply
+ * as a frame (net/wire/frame.h) over a blocking Unix socket, reads one reply
  * frame and prints it as a table, or as JSON with --json. All protocol
  * knowledge beyond the frame is the command names and argument keys in
  * ctl/README.md.
@@ -35,7 +35,7 @@
 #include "ctl/audit.h"
 #include "ctl/cmd_model.h"
 #include "ctl/cmd_generate.h"
-#include "net/frame.h"
+#include "net/wire/frame.h"
 #include "net/peer_auth.h"
 
 #include <dirent.h>

@@ -22,7 +22,7 @@
  *   kernels            the kernel variant per weight type the model's
  *                      matmuls use, as the engine chose it (ops_info.h).
  *   pack_cache         where the packed weight copies came from
- *                      (gpu/prepack.h): lookup, store, and how many
+ *                      (gpu/model/prepack.h): lookup, store, and how many
  *                      matrices were mapped from the cache or packed;
  *                      removed / freed: the other pack files of the
  *                      directory the cleanup removed (prepack_clean,
@@ -48,11 +48,11 @@
 #include "conf/fingerprint.h"
 #include "conf/util.h"
 #include "gpu/engine.h"
-#include "gpu/kvmem.h"
-#include "gpu/kvpool.h"
-#include "gpu/model.h"
-#include "gpu/prepack.h"
-#include "gpu/tokenizer.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
+#include "gpu/model/model.h"
+#include "gpu/model/prepack.h"
+#include "gpu/text/tokenizer.h"
 
 struct gen_opts {
 	const char *model;

@@ -13,7 +13,7 @@
  * "finish_reason":"stop|length"} is printed at the end instead.
  * --cache-dir DIR (absolute) keeps the fingerprint and the repacked
  * weights in DIR as the daemon's model.fingerprint_cache does
- * (gpu/prepack.h), so a later run maps them instead of repacking.
+ * (gpu/model/prepack.h), so a later run maps them instead of repacking.
  *
  * argv[0] is the command name ("generate"). Returns the process exit
  * code: 0 ok, 1 generation failed, 64 usage error, 66 model unusable.

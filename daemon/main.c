@@ -10,12 +10,12 @@
  * Exit codes: 0 ok, 64 usage, 78 configuration (EX_CONFIG: bad config, an
  * unusable model, or a pool that cannot hold the context with
  * capacity_policy=refuse), 65 the model's bytes are not what its cached
- * fingerprint named (daemon/fpcheck.c), 1 any other failure.
+ * fingerprint named (daemon/node/fpcheck.c), 1 any other failure.
  */
 #include "conf/config.h"
 #include "ctl/admin.h"
 #include "daemon/generate.h"
-#include "daemon/daemon.h"
+#include "daemon/node/daemon.h"
 #include "daemon/serve.h"
 #include "kvd_build.h"
 

@@ -4,7 +4,7 @@
  * req.c, io.c, compute.c) and none of them calls back into it.
  *
  * Design. The loop thread owns every socket, every request struct and
- * every decision; one compute thread (daemon/compute.c) owns the engine
+ * every decision; one compute thread (daemon/node/compute.c) owns the engine
  * and knows requests only by their id. The loop never calls an engine
  * function and the thread never touches a socket or a request struct.
  * The pool is shared (its calls lock), but page *bytes* are only touched
@@ -22,10 +22,10 @@
  * no window exists in which the pool could hand them out while the
  * engine still reads them (invariant 2).
  *
- * A request is terminal exactly once (serve__req_end, daemon/req.c).
+ * A request is terminal exactly once (serve__req_end, daemon/node/req.c).
  */
 #include "daemon/serve.h"
-#include "daemon/serve_int.h"
+#include "daemon/front/front_int.h"
 #include "conf/util.h"
 #include "conf/fingerprint.h"
 #include "conf/keyfile.h"
@@ -38,7 +38,7 @@
 #include <unistd.h>
 #include <string.h>
 
-/* ---- the compute thread (daemon/compute.c) ------------------------------------- */
+/* ---- the compute thread (daemon/node/compute.c) ------------------------------------- */
 
 /* Loop: one message of the compute thread, for the request it names (a
  * request that ended already hears nothing more). */
@@ -203,8 +203,8 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 	serve__http_close_all(s);
 	/* every job's connection is gone (cancelled): the workers finish
 	 * what runs, the rest is handed back and freed */
-	prep_stop(&s->prep);
-	if (prep_close(&s->prep, serve__handle_closed, s))
+	prep_stop(&s->front->prep);
+	if (prep_close(&s->front->prep, serve__handle_closed, s))
 		s->closes_pending++;
 	serve__link_stop(s);
 	if (s->hb_open) {
@@ -288,7 +288,7 @@ static int serve_client_keys(struct serve *s)
 
 /* cache.tenant_pages unset on a client-facing node: the cache split
  * evenly between the tenants of the keys file (one without it), so a
- * tenant's inserts never need another tenant's pages (gpu/pcache.h). */
+ * tenant's inserts never need another tenant's pages (gpu/kv/pcache.h). */
 static void serve_cache_shares(struct serve *s)
 {
 	struct pcache *c = s->d->cache;
@@ -313,7 +313,7 @@ static int serve_client_start(struct serve *s)
 	if (!r)
 		r = serve__gate_init(s);
 	if (!r) {
-		r = prep_start(&s->prep, &s->d->loop);
+		r = prep_start(&s->front->prep, &s->d->loop);
 		if (r)
 			KVLOG_ERR(s->log, "serve_prep", "msg=\"preparation workers: %s\"",
 				  uv_strerror(r));
@@ -401,7 +401,7 @@ static int serve_load_key(struct serve *s)
 
 /* transfer.transport = verbs must find a device that meets the
  * configured terms, or the node refuses to start: it never silently falls
- * back to TCP. Each peer link opens its own QP later (daemon/link.c). */
+ * back to TCP. Each peer link opens its own QP later (daemon/node/link.c). */
 static int serve_check_transport(struct serve *s)
 {
 	struct transport_cfg tc = { .page_bytes = s->page_bytes,
@@ -444,8 +444,16 @@ static int serve_check_transport(struct serve *s)
 	return 0;
 }
 
+/* The node's serving state and its client fronts' (empty on prefill),
+ * one allocation: freed as s (serve_free). */
+struct serve_with_front {
+	struct serve s;
+	struct front front;
+};
+
 int serve_start(struct kvd_daemon *d)
 {
+	struct serve_with_front *both;
 	struct serve *s;
 	const char *spec = getenv("KVD_FAULT"), *bad = NULL;
 	int r;
@@ -456,13 +464,15 @@ int serve_start(struct kvd_daemon *d)
 	 * write (EPIPE, handled as a lost peer), not kill the node: libuv
 	 * writes with write(2), which raises SIGPIPE. */
 	signal(SIGPIPE, SIG_IGN);
-	s = calloc(1, sizeof(*s));
-	if (!s)
+	both = calloc(1, sizeof(*both));
+	if (!both)
 		return -ENOMEM;
+	s = &both->s;
+	s->front = &both->front;
 	s->d = d;
 	s->log = &d->log;
-	kvd_list_init(&s->clients);
-	kvd_list_init(&s->pending);
+	kvd_list_init(&s->front->clients);
+	kvd_list_init(&s->front->pending);
 	kvd_list_init(&s->reqs);
 	kvd_list_init(&s->links);
 	s->reqtab = kvd_daemon_requests(d);

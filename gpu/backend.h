@@ -12,7 +12,7 @@
  * order; every position < n_kv that is not in the batch already holds K
  * and V in the pages. The backend writes K and V of each batch token into
  * its slot (page pos / page_tokens, slot pos % page_tokens; layout in
- * gpu/kvpool.h) and then attends causally over [0, pos].
+ * gpu/kv/kvpool.h) and then attends causally over [0, pos].
  *
  * Determinism: a backend must give bit-identical logits for a token
  * whatever else is in the batch and however many threads it uses.
@@ -25,7 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gpu/gguf.h"
+#include "gpu/gguf/gguf.h"
 
 struct kvlog;
 struct ops_kernels;
@@ -79,7 +79,7 @@ struct backend_cpu_params {
 	uint32_t max_tokens;    /* largest batch (n_tokens) forward will get */
 	uint32_t max_ctx;       /* largest n_kv */
 	bool simd;              /* use AVX2 kernels when the CPU has them */
-	/* The repack cache (gpu/prepack.h): a directory, or NULL / "" for
+	/* The repack cache (gpu/model/prepack.h): a directory, or NULL / "" for
 	 * none (the copies are then packed into private memory at every
 	 * start); with a directory, the model's SHA-256 (64 hex digits). */
 	const char *pack_dir;
@@ -102,7 +102,7 @@ const struct ops_kernels *backend_cpu_kernel_table(const struct backend *b);
 /* Where the packed weight copies came from (NULL for another backend). */
 const struct prepack_info *backend_cpu_pack_info(const struct backend *b);
 struct threadpool_stats;
-/* The CPU backend's thread-pool counters (gpu/threadpool.h); zeros for
+/* The CPU backend's thread-pool counters (gpu/cpu/threadpool.h); zeros for
  * another backend. */
 void backend_cpu_pool_stats(const struct backend *b, struct threadpool_stats *out);
 /* Where the CPU backend's forward() time went, summed over every call

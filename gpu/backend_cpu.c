@@ -41,10 +41,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu/model.h"
-#include "gpu/ops_cpu.h"
-#include "gpu/prepack.h"
-#include "gpu/threadpool.h"
+#include "gpu/model/model.h"
+#include "gpu/cpu/ops_cpu.h"
+#include "gpu/model/prepack.h"
+#include "gpu/cpu/threadpool.h"
 #include "conf/util.h"
 
 /* Multiply-adds below which a matmul runs on the calling thread alone. */
@@ -55,7 +55,7 @@ struct cpu_ctx {
 	const struct ops_kernels *k;
 	/* the model's layers and output head as this backend multiplies
 	 * them: the same weights, with `packed` set where the kernel table
-	 * has a layout of its own (the copies: `pack`, gpu/prepack.h) */
+	 * has a layout of its own (the copies: `pack`, gpu/model/prepack.h) */
 	struct model_layer *layers; /* (n_layer) */
 	struct ops_mat output;
 	struct prepack *pack;
@@ -570,7 +570,7 @@ static const struct backend_ops cpu_ops = {
 
 /* c->layers and c->output: the model's, each matrix packed for the
  * kernel table where it has a layout of its own, from the repack cache
- * when p names one (gpu/prepack.h). */
+ * when p names one (gpu/model/prepack.h). */
 static int cpu_bind_weights(struct cpu_ctx *c, const struct backend_cpu_params *p)
 {
 	const struct model *m = c->m;

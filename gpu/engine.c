@@ -46,12 +46,12 @@
 
 #include "conf/util.h"
 #include "gpu/backend.h"
-#include "gpu/model.h"
-#include "gpu/ops_info.h"
-#include "gpu/pcache.h"
-#include "gpu/prepack.h"
-#include "gpu/stepcost.h"
-#include "gpu/threadpool.h"
+#include "gpu/model/model.h"
+#include "gpu/cpu/ops_info.h"
+#include "gpu/kv/pcache.h"
+#include "gpu/model/prepack.h"
+#include "gpu/cpu/stepcost.h"
+#include "gpu/cpu/threadpool.h"
 
 struct engine_req {
 	struct engine_req *prev, *next;  /* submit order */

@@ -21,7 +21,7 @@
  *     them after an integrity failure).
  *   - With a prefix cache (params.cache) and a request's cache_key, the
  *     first pages of the table are cached pages of the same tenant and
- *     salt (gpu/pcache.h), mapped read-only: the request computes from
+ *     salt (gpu/kv/pcache.h), mapped read-only: the request computes from
  *     the first position after them, verifies them with their cache
  *     entry as owner (kvpool_verify_mapped) and never writes them or
  *     their tags; they are given back, not released, at free.
@@ -54,8 +54,8 @@
 #include <stdint.h>
 
 #include "conf/log.h"
-#include "gpu/gguf.h"
-#include "gpu/kvpool.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/kv/kvpool.h"
 #include "gpu/sampler.h"
 
 struct prepack_info;
@@ -86,18 +86,18 @@ struct engine_params {
 	uint32_t n_ctx;          /* context length; 0 = the model's */
 	/* Step time target (engine.step_ms) in microseconds, 0 = none: in a
 	 * step with decoders, prompt tokens are admitted only as far as the
-	 * learned step cost (gpu/stepcost.h) predicts the step stays within
+	 * learned step cost (gpu/cpu/stepcost.h) predicts the step stays within
 	 * it, but never fewer than ENGINE_STEP_MIN_PROMPT (or prefill_chunk
 	 * when smaller) while a prompt waits, so prompts always progress. A
 	 * step without decoders has no limit but step_tokens. */
 	uint32_t step_us;
 	bool simd;               /* AVX2 kernels when the CPU has them */
-	/* The prefix cache (gpu/pcache.h; NULL: none), on the same pool:
+	/* The prefix cache (gpu/kv/pcache.h; NULL: none), on the same pool:
 	 * requests with a cache_key map the cached pages their prompt starts
 	 * with and compute only the rest; at engine_req_free the full pages
 	 * of a prompt they computed themselves are cached. Borrowed. */
 	struct pcache *cache;
-	/* The repack cache (gpu/prepack.h): directory (NULL or "": none)
+	/* The repack cache (gpu/model/prepack.h): directory (NULL or "": none)
 	 * and, with one, the model's SHA-256 (64 hex digits). */
 	const char *pack_dir;
 	const char *model_sha256;
@@ -170,7 +170,7 @@ struct stepcost;
 /* The prompt tokens a step with n_dec decoders may carry under p's
  * step_tokens (max_step_tokens: its value or default) and step_us, with
  * the step cost learned so far: the pure rule of step 1 (gpu/engine.c),
- * for a caller that wants to predict it (daemon/place.h). */
+ * for a caller that wants to predict it (daemon/node/place.h). */
 uint32_t engine_prompt_budget(const struct engine_params *p,
 			      uint32_t max_step_tokens,
 			      const struct stepcost *cost, uint32_t n_dec);
@@ -178,7 +178,7 @@ uint32_t engine_prompt_budget(const struct engine_params *p,
 void engine_step_cost(const struct engine *e, struct stepcost *out);
 /* The prompt-token budget the last step's time target allowed
  * (UINT32_MAX: no target, no decoders, or no cost learned yet), and the
- * learned cost of one work unit (gpu/stepcost.h) in ns, 0 before any. */
+ * learned cost of one work unit (gpu/cpu/stepcost.h) in ns, 0 before any. */
 void engine_last_budget(const struct engine *e, uint32_t *prompt_budget,
 			double *ns_per_unit);
 /* Frees every request still held (as engine_req_free). */
@@ -231,9 +231,9 @@ const char *engine_strerror(int code);
 /* The kernel table the backend uses ("avx2", "scalar"). */
 const char *engine_kernels(const struct engine *e);
 /* The kernel variant the backend runs for weight type t ("avx512",
- * "avx2", "scalar"; "none" when unsupported): gpu/ops_info.h. */
+ * "avx2", "scalar"; "none" when unsupported): gpu/cpu/ops_info.h. */
 const char *engine_kernel_variant(const struct engine *e, enum ggml_type t);
-/* Where the backend's packed weight copies came from (gpu/prepack.h). */
+/* Where the backend's packed weight copies came from (gpu/model/prepack.h). */
 const struct prepack_info *engine_pack_info(const struct engine *e);
 /* What the last engine_step() computed: requests, tokens, and how many
  * of those requests were decoding (one token each). */
@@ -260,7 +260,7 @@ struct engine_prof {
 	uint64_t logits_ns;     /* final norm and the output matmul */
 };
 void engine_prof(const struct engine *e, struct engine_prof *out);
-/* The compute threads' counters so far (gpu/threadpool.h: runs handed to
+/* The compute threads' counters so far (gpu/cpu/threadpool.h: runs handed to
  * the workers, runs that woke a sleeping worker, caller wait time). */
 struct engine_pool_stats {
 	uint64_t runs;

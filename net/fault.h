@@ -41,7 +41,7 @@
  *                        entry of a batch holds
  *   abort_send_fail      an abort frame cannot be queued on its link (as
  *                        without memory): the link must be torn down, so
- *                        that its requests still end (daemon/link.c
+ *                        that its requests still end (daemon/node/link.c
  *                        serve__link_post)
  *   verbs_qp_error       RDMA: prefill moves its queue pair to the error
  *                        state right after posting a batch's first write

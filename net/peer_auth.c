@@ -12,7 +12,7 @@
  */
 #include "net/peer_auth.h"
 #include "net/chapoly.h"
-#include "net/frame.h"
+#include "net/wire/frame.h"
 
 #include <errno.h>
 #include <sodium.h>

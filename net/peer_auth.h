@@ -149,7 +149,7 @@ struct iovec;
 void peer_aead_mac_iov(struct peer_aead *a, const struct iovec *iov, int n_iov,
 		       uint8_t tag[PEER_AUTH_TAG_BYTES]);
 
-/* Seal a whole frame (net/frame.h: 4-byte length then payload) made by
+/* Seal a whole frame (net/wire/frame.h: 4-byte length then payload) made by
  * proto_peer_frame: the payload gets a tag appended and the length is
  * patched. *data is realloc'd. 0 or -ENOMEM. */
 int peer_frame_seal(struct peer_aead *a, char **data, size_t *len);

@@ -2,7 +2,7 @@
  *
  * A transport moves bounded batches of (source page, destination page)
  * from the prefill pool into the decode pool. The control protocol
- * (net/proto_peer.h) never changes with the transport: prefill names the
+ * (net/wire/proto_peer.h) never changes with the transport: prefill names the
  * batches it sent in prefill_done, decode checks tags and coverage in its
  * pool at mark_ready, whatever carried the bytes.
  *
@@ -39,8 +39,8 @@
 #include <uv.h>
 
 #include "conf/log.h"
-#include "gpu/kvmem.h"
-#include "gpu/kvpool.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
 #include "net/fault.h"
 #include "net/peer_auth.h"
 #include "net/xfer.h"
@@ -183,7 +183,7 @@ struct transport *transport_tcp_from_stream(uv_stream_t *st);
 /* receiver: read batches; sender: watch for EOF (any byte is an error). */
 int transport_tcp_start(struct transport *t, bool receiver);
 
-/* ---- verbs (net/transport_verbs.c) ---------------------------------------- */
+/* ---- verbs (net/verbs/transport_verbs.c) ---------------------------------------- */
 
 /* Open an RDMA transport on cfg->verbs_device (emu:/DIR: the emulated
  * device, in every build): -ENOTSUP for a real device in a build without
@@ -226,7 +226,7 @@ int transport_verbs_set_mailbox(struct transport *t, const struct proto_peer_run
  * registrations): runs (room for VERBS_SCOPE_RUNS_MAX) and *n_runs are
  * what verbs_scope carries, send it now. *live false (windows): binds
  * are posted; recv.scope_live says when they completed - verbs_scope
- * must not be sent before. VERBS_SCOPE_E_* (net/verbs_scope.h) or
+ * must not be sent before. VERBS_SCOPE_E_* (net/verbs/verbs_scope.h) or
  * -errno: nothing granted. */
 int transport_verbs_grant(struct transport *t, uint64_t id,
 			  const struct kvpool_ref *table, uint32_t n,
@@ -255,7 +255,7 @@ bool transport_verbs_flush_timed_out(const struct transport *t);
  * "per_request_mr"). */
 const char *transport_verbs_scope_mode(const struct transport *t);
 /* Sender: the runs decode granted for request id, already checked by
- * the owner against the request's pages (net/verbs_target.h); batches
+ * the owner against the request's pages (net/verbs/verbs_target.h); batches
  * of id wait for them. */
 int transport_verbs_scope(struct transport *t, uint64_t id,
 			  const struct proto_peer_run *runs, uint32_t n_runs);

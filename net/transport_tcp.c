@@ -236,7 +236,7 @@ static uint32_t tcp_iov_cut(const struct transport_cfg *c, struct iovec *iov,
 /* Zero-copy: the batch goes out as (header + entries), then per page its
  * destination tag and the page's K/V straight from the pool. Safe because
  * a sender holds its source pages until every send callback has fired
- * (daemon/prefill.c frees only with no send pending). Host-visible
+ * (daemon/node/prefill.c frees only with no send pending). Host-visible
  * pools only. The fault points never touch the pool: corrupt_batch flips
  * a byte of the first tag (in s->head), cut_peer_mid_batch trims the
  * iovecs to half the batch. */

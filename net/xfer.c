@@ -19,7 +19,7 @@
  * so the caller's "feed, next, feed the rest" loop always progresses.
  */
 #include "net/xfer.h"
-#include "net/names.h"
+#include "net/wire/names.h"
 #include "conf/util.h"
 
 #include <endian.h>

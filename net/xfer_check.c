@@ -32,7 +32,7 @@
  * client (operators and tests grep them): keep them stable.
  */
 #include "net/xfer_check.h"
-#include "net/names.h"
+#include "net/wire/names.h"
 #include "conf/util.h"
 
 #include <stdio.h>

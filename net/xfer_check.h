@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpu/kvpool.h"
+#include "gpu/kv/kvpool.h"
 #include "net/xfer.h"
 
 /* Verdicts: 0 accepts; each positive code names the first failing check.

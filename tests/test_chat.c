@@ -1,10 +1,10 @@
-/* test_chat.c - built-in chat templates (gpu/chat.c): rendered text,
+/* test_chat.c - built-in chat templates (gpu/text/chat.c): rendered text,
  * detection from template sources, refusals, config names.
  *
  * Every expected prompt below is written out by hand from the model's
  * reference Jinja template (its tokenizer_config.json on Hugging Face)
  * applied to the same messages, minus the first BOS (kvd leaves it to the
- * tokenizer, see gpu/chat.h). Token ids are checked in test_chat_vocab.c.
+ * tokenizer, see gpu/text/chat.h). Token ids are checked in test_chat_vocab.c.
  */
 #include <check.h>
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "conf/config.h"
-#include "gpu/chat.h"
+#include "gpu/text/chat.h"
 
 static const struct chat_msg conv[] = {
 	{ "system", "Be brief." },

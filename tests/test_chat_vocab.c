@@ -17,9 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu/chat.h"
-#include "gpu/gguf.h"
-#include "gpu/tokenizer.h"
+#include "gpu/text/chat.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/text/tokenizer.h"
 
 static char vocab_dir[900];
 

@@ -20,13 +20,13 @@
 
 #include "gpu/backend.h"
 #include "gpu/engine.h"
-#include "gpu/pcache.h"
-#include "gpu/gguf_gen.h"
-#include "gpu/gguf_write.h"
-#include "gpu/kvmem.h"
-#include "gpu/kvpool.h"
-#include "gpu/model.h"
-#include "gpu/tokenizer.h"
+#include "gpu/kv/pcache.h"
+#include "gpu/model/gguf_gen.h"
+#include "gpu/gguf/gguf_write.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
+#include "gpu/model/model.h"
+#include "gpu/text/tokenizer.h"
 #include "conf/util.h"
 
 static char tmpdir[256];

@@ -1,4 +1,4 @@
-/* test_fairq.c - daemon/fairq.h: per-tenant queues, weighted fair
+/* test_fairq.c - daemon/node/fairq.h: per-tenant queues, weighted fair
  * admission.
  *
  * The promises checked: an idle node admits at once; a request waits
@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "daemon/fairq.h"
+#include "daemon/node/fairq.h"
 
 #define PAGES 1000000u
 

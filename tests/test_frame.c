@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "conf/util.h"
-#include "net/frame.h"
+#include "net/wire/frame.h"
 
 /* Build one frame holding {"cmd": cmd, "n": n, "flag": true, "x": 1.5}. */
 static char *make_frame(const char *cmd, uint64_t n, size_t *len)

@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpu/gguf.h"
+#include "gpu/gguf/gguf.h"
 #include "conf/util.h"
-#include "gpu/gguf_gen.h"
-#include "gpu/gguf_write.h"
+#include "gpu/model/gguf_gen.h"
+#include "gpu/gguf/gguf_write.h"
 #include "ctl/cmd_model.h"
 
 static char shared_dir[1024];

@@ -20,10 +20,10 @@
 #include <string.h>
 
 #include "gpu/engine.h"
-#include "gpu/kvmem.h"
-#include "gpu/kvpool.h"
-#include "gpu/model.h"
-#include "gpu/tokenizer.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
+#include "gpu/model/model.h"
+#include "gpu/text/tokenizer.h"
 
 static char models_dir[1024];
 static char *golden_text;

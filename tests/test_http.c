@@ -1,5 +1,5 @@
 /* test_http.c - the HTTP front's pure parts: requests off the wire with
- * kvd's bounds (net/http_wire.c over llhttp), OpenAI bodies (net/openai.c)
+ * kvd's bounds (net/wire/http_wire.c over llhttp), OpenAI bodies (net/wire/openai.c)
  * and API keys (conf/apikeys.c). The daemon side is tests/integration/
  * http_api.sh and http_openai.sh.
  */
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "conf/apikeys.h"
-#include "net/http_wire.h"
-#include "net/openai.h"
+#include "net/wire/http_wire.h"
+#include "net/wire/openai.h"
 
 /* Feed `s` in reads of `chunk` bytes (0: whole) and collect the requests:
  * up to 4 (method path body) into out[]; returns the last result. */

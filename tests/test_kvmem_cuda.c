@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/kvpool.h"
+#include "gpu/kv/kvpool.h"
 
 static struct kvmem dev_mem;
 

@@ -1,4 +1,4 @@
-/* test_kvpool.c - unit tests of the KV page pool (gpu/kvpool.c).
+/* test_kvpool.c - unit tests of the KV page pool (gpu/kv/kvpool.c).
  *
  * Every transition, legal and illegal; all-or-nothing on a bad entry in
  * the middle of a table; fences deferring release; quarantine never
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/kvpool.h"
+#include "gpu/kv/kvpool.h"
 
 /* Small geometry: 4 tokens x kv_dim 8 x f16 = 64-byte blocks, 2 layers:
  * 64 (tag) + 4 blocks * 64 = 320 bytes a page. */

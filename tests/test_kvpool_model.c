@@ -36,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu/kvpool.h"
+#include "gpu/kv/kvpool.h"
 
 #define MAX_SLOTS 320      /* grow never takes the pool past this */
 #define MAX_REQ 40         /* requests tracked at once */

@@ -1,4 +1,4 @@
-/* test_machine.c - the request machines of daemon/machine.c against a
+/* test_machine.c - the request machines of daemon/node/machine.c against a
  * reference model of what they hold (MISSION.md invariants 2, 7, 8).
  *
  * Each role has a "world": the machine's state plus a small model of
@@ -55,7 +55,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/machine.h"
+#include "daemon/node/machine.h"
 
 #define MAX_MOVES 48
 #define MAX_TRACE 512

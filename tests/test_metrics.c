@@ -1,4 +1,4 @@
-/* test_metrics.c - the Prometheus renderer (daemon/metrics.c): label
+/* test_metrics.c - the Prometheus renderer (daemon/node/metrics.c): label
  * escaping, the tenant bound, histogram arithmetic, outcome mapping, and
  * a text that a hostile tenant name cannot break (checked line by line,
  * and with promtool when it is installed).
@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/daemon.h"
-#include "daemon/metrics.h"
-#include "net/proto_client.h"
+#include "daemon/node/daemon.h"
+#include "daemon/node/metrics.h"
+#include "net/wire/proto_client.h"
 
 static struct kvd_daemon *new_daemon(void)
 {

@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "conf/util.h"
-#include "daemon/ops.h"
-#include "daemon/request.h"
-#include "gpu/gguf_gen.h"
+#include "daemon/node/ops.h"
+#include "daemon/node/request.h"
+#include "gpu/model/gguf_gen.h"
 #include "kvd_build.h"
 
 static char tmpdir[64];

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu/ops_cpu.h"
+#include "gpu/cpu/ops_cpu.h"
 #include "gpu/sampler.h"
-#include "gpu/threadpool.h"
+#include "gpu/cpu/threadpool.h"
 
 /* xorshift for reproducible inputs */
 static uint64_t rng_state = 0x1234567887654321ull;

@@ -1,4 +1,4 @@
-/* test_ops_kq.c - K-quant blocks (gpu/ops_kq.h).
+/* test_ops_kq.c - K-quant blocks (gpu/cpu/ops_kq.h).
  *
  * 1. Hand-built blocks of every type dequantize to values worked out by
  *    hand from the layout in gpu/README.md (comments give the arithmetic).
@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/ops_cpu.h"
-#include "gpu/ops_kq.h"
+#include "gpu/cpu/ops_cpu.h"
+#include "gpu/cpu/ops_kq.h"
 
 static const enum ggml_type kq_types[OPS_KQ_N] = {
 	GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
@@ -499,7 +499,7 @@ START_TEST(test_matmul_kq)
 }
 END_TEST
 
-/* The avx512vnni table's K-quant tiles (gpu/ops_kq_gemm.c): Q4_K and Q6_K
+/* The avx512vnni table's K-quant tiles (gpu/cpu/ops_kq_gemm.c): Q4_K and Q6_K
  * matrices repacked in groups of 16 rows (ops_mat_pack), multiplied by
  * 1..9 tokens over the whole row range and over ranges that cut groups,
  * equal the scalar dot of every (row, token) bit for bit, on random

@@ -1,4 +1,4 @@
-/* test_pcache.c - the prefix cache index (gpu/pcache.c) and the pool's
+/* test_pcache.c - the prefix cache index (gpu/kv/pcache.c) and the pool's
  * cached pages (kvpool_cache_*).
  *
  * Isolation: a prompt cached by one tenant is found by the same tenant and
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/kvpool.h"
-#include "gpu/pcache.h"
+#include "gpu/kv/kvpool.h"
+#include "gpu/kv/pcache.h"
 
 #define PT 4u
 

@@ -12,9 +12,9 @@
 #include <sys/uio.h>
 
 #include "conf/util.h"
-#include "net/frame.h"
+#include "net/wire/frame.h"
 #include "net/peer_auth.h"
-#include "net/proto_peer.h"
+#include "net/wire/proto_peer.h"
 #include "net/xfer.h"
 
 static const uint8_t material_a[] = "0123456789abcdef0123456789abcdef-cluster-a";

@@ -1,4 +1,4 @@
-/* test_place.c - daemon/place.h: where a decode node's prompt runs.
+/* test_place.c - daemon/node/place.h: where a decode node's prompt runs.
  *
  * The rule is checked against a reference written differently (the two
  * expected waits as long double quotients, on values small enough to be
@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "daemon/place.h"
+#include "daemon/node/place.h"
 
 /* wait here: (local + n) / speed; at the peer: peer + n */
 static bool ref_local(uint32_t percent, uint32_t budget, uint32_t dec,

@@ -1,4 +1,4 @@
-/* test_prep.c - the request preparation pool (daemon/prep.h): every
+/* test_prep.c - the request preparation pool (daemon/front/prep.h): every
  * accepted job's done comes exactly once on the loop, after run or
  * cancelled; the bounds refuse without queueing; a key's flood leaves a
  * worker to another key; stop hands back what never ran. */
@@ -10,7 +10,7 @@
 #include <uv.h>
 
 #include "conf/util.h"
-#include "daemon/prep.h"
+#include "daemon/front/prep.h"
 
 struct tjob {
 	struct prep_job job;

@@ -1,4 +1,4 @@
-/* test_prepack.c - the repack cache (gpu/prepack.c).
+/* test_prepack.c - the repack cache (gpu/model/prepack.c).
  *
  * A generated Q4_0 model with Q6_K attn_v/ffn_down/output (so both the
  * Q4_0 and a K-quant layout are in one file) is bound through
@@ -40,10 +40,10 @@
 
 #include "conf/log.h"
 #include "conf/sha256.h"
-#include "gpu/gguf_gen.h"
-#include "gpu/model.h"
-#include "gpu/ops_cpu.h"
-#include "gpu/prepack.h"
+#include "gpu/model/gguf_gen.h"
+#include "gpu/model/model.h"
+#include "gpu/cpu/ops_cpu.h"
+#include "gpu/model/prepack.h"
 
 #define SHA_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define SHA_B "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"

@@ -9,9 +9,9 @@
 #include <time.h>
 
 #include "conf/util.h"
-#include "net/frame.h"
-#include "net/proto_client.h"
-#include "net/proto_peer.h"
+#include "net/wire/frame.h"
+#include "net/wire/proto_client.h"
+#include "net/wire/proto_peer.h"
 
 /* Decode a whole frame buffer to its map (msg must be destroyed). */
 static const msgpack_object *decode(const char *buf, size_t len,

@@ -1,5 +1,5 @@
 /* test_proto_schema.c - the field-table reader and writer behind the client
- * and peer frames (net/proto_schema.h): each built-in type, wrong types,
+ * and peer frames (net/wire/proto_schema.h): each built-in type, wrong types,
  * missing and nil keys, bounds, unknown and duplicate keys, table order of
  * errors, custom fields, and writing back what was read.
  */
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "conf/util.h"
-#include "net/frame.h"
-#include "net/proto_schema.h"
+#include "net/wire/frame.h"
+#include "net/wire/proto_schema.h"
 
 struct rec {
 	uint32_t small;      /* required, [1, 10] */

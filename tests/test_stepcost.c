@@ -1,4 +1,4 @@
-/* test_stepcost.c - gpu/stepcost.h, the learned step time, and
+/* test_stepcost.c - gpu/cpu/stepcost.h, the learned step time, and
  * engine_prompt_budget (gpu/engine.h), the rule a step's prompt tokens
  * follow under engine.step_ms.
  *
@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "gpu/engine.h"
-#include "gpu/stepcost.h"
+#include "gpu/cpu/stepcost.h"
 
 START_TEST(test_ratio)
 {

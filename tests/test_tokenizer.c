@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "conf/util.h"
-#include "gpu/gguf.h"
-#include "gpu/gguf_gen.h"
-#include "gpu/gguf_write.h"
-#include "gpu/tokenizer.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/model/gguf_gen.h"
+#include "gpu/gguf/gguf_write.h"
+#include "gpu/text/tokenizer.h"
 
 static char shared_dir[1024];
 

@@ -17,12 +17,12 @@
 #include <unistd.h>
 
 #include "conf/util.h"
-#include "gpu/kvmem.h"
-#include "gpu/kvpool.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
 #include "net/peer_auth.h"
-#include "net/proto_peer.h"
+#include "net/wire/proto_peer.h"
 #include "net/transport.h"
-#include "net/verbs_scope.h"
+#include "net/verbs/verbs_scope.h"
 
 #define NPAGES 5
 #define TOKENS 18          /* 4 full pages of 4 and one of 2 */
@@ -567,7 +567,7 @@ START_TEST(test_verbs_credits)
 	ck_assert_uint_eq(f->tx->ops->queued(f->tx), 0);
 	ck_assert_int_eq(f->rx_closed, 0);
 	/* the full pages byte for byte (the last one's tail never leaves:
-	 * net/verbs_extent.h, tested by test_verbs_extent) */
+	 * net/verbs/verbs_extent.h, tested by test_verbs_extent) */
 	for (int i = 0; i < TOKENS / 4; i++)
 		ck_assert_mem_eq((uint8_t *)kvpool_page_addr(f->dst, f->dst_tab[i].page) + KVTAG_BYTES,
 				 (uint8_t *)kvpool_page_addr(f->src, f->src_tab[i].page) + KVTAG_BYTES,
@@ -586,7 +586,7 @@ START_TEST(test_verbs_credits)
 }
 END_TEST
 
-/* The receiver's owner returns every credit at once (daemon/link.c sends
+/* The receiver's owner returns every credit at once (daemon/node/link.c sends
  * a verbs_credit message; here both ends share the loop). */
 static void rx_credit_fwd(void *arg, uint64_t consumed)
 {

@@ -1,5 +1,5 @@
 /* test_verbs_emu.c - the emulated RDMA device keeps the RC rules the
- * verbs transport relies on (net/verbs_emu.c): writes land only when the
+ * verbs transport relies on (net/verbs/verbs_emu.c): writes land only when the
  * responder delivers them (also after the sender gave up), completions in
  * posting order, flushes after the error state, remote access errors (the
  * write does not land) outside an MR or window, after invalidation, from
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "kvd_build.h"
-#include "net/verbs_emu.h"
+#include "net/verbs/verbs_emu.h"
 #include "tests/verbs_testdir.h"
 
 #define MEM (64u * 1024)     /* bytes of each endpoint's memory */
@@ -968,7 +968,7 @@ END_TEST
  * never finish, each a new message number, to a QP that exists, claiming
  * a sender that is not its peer: the NIC must hold nothing for them (it
  * held each one's length, up to 1 GiB, until the context closed). The
- * packet is struct emu_pkt's layout (net/verbs_emu.c). */
+ * packet is struct emu_pkt's layout (net/verbs/verbs_emu.c). */
 START_TEST(test_forged_first_packets)
 {
 	struct ep p, d;

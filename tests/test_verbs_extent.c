@@ -1,7 +1,7 @@
 /* test_verbs_extent.c - the stale-tail rule over RDMA: the extents of a
  * partly filled page cover exactly the tag and positions [0, tokens) of
  * every K/V block (checked byte by byte against the layout in
- * gpu/kvpool.h), a full page is one extent without the padding, and bad
+ * gpu/kv/kvpool.h), a full page is one extent without the padding, and bad
  * counts are refused. */
 #include <check.h>
 #include <errno.h>
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/gguf.h"
-#include "net/verbs_extent.h"
+#include "gpu/gguf/gguf.h"
+#include "net/verbs/verbs_extent.h"
 
 /* Mark the bytes the layout says positions [0, tokens) and the tag own. */
 static void expected(const struct kvpool_geom *g, uint32_t tokens, uint8_t *m)

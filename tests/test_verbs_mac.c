@@ -1,4 +1,4 @@
-/* test_verbs_mac.c - the MAC of an RDMA batch (net/verbs_mac.h): what
+/* test_verbs_mac.c - the MAC of an RDMA batch (net/verbs/verbs_mac.h): what
  * decode's pool holds verifies only if every covered byte - header, tags,
  * filled positions, token counts - is what prefill sealed, in order and
  * once; the stale tail is outside it (decode zeroes it anyway). */
@@ -10,8 +10,8 @@
 #include <sodium.h>
 
 #include "net/chapoly.h"
-#include "net/verbs_extent.h"
-#include "net/verbs_mac.h"
+#include "net/verbs/verbs_extent.h"
+#include "net/verbs/verbs_mac.h"
 
 static const struct kvpool_geom G = { .page_tokens = 4, .n_layer = 2,
 				      .kv_dim = 4, .dtype = KV_DTYPE_F16 };
@@ -92,7 +92,7 @@ START_TEST(test_covered_bytes)
 END_TEST
 
 /* The stale tail of a partial page is not covered: a write never carries
- * it (net/verbs_extent.h), and decode zeroes it. */
+ * it (net/verbs/verbs_extent.h), and decode zeroes it. */
 START_TEST(test_tail_not_covered)
 {
 	dst[1][KVTAG_BYTES + 2 * TB] ^= 0xff;            /* K(0) position 2 */

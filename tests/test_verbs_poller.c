@@ -1,5 +1,5 @@
 /* test_verbs_poller.c - completions reach the libuv loop through the
- * completion channel fd (net/verbs_poller.c), over the emulated device in
+ * completion channel fd (net/verbs/verbs_poller.c), over the emulated device in
  * auto mode with its wire fd watched: writes posted by prefill land in
  * decode's memory and both sides see their completions in order from
  * uv_run alone; a completion that was there before the poller started is
@@ -14,9 +14,9 @@
 #include <uv.h>
 
 #include "conf/util.h"
-#include "net/verbs_emu.h"
-#include "net/verbs_poller.h"
-#include "net/verbs_rc.h"
+#include "net/verbs/verbs_emu.h"
+#include "net/verbs/verbs_poller.h"
+#include "net/verbs/verbs_rc.h"
 #include "tests/verbs_testdir.h"
 
 static const struct verbs_ops *V;

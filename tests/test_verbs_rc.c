@@ -1,6 +1,6 @@
 /* test_verbs_rc.c - an RC queue pair described as a verbs_qp message,
  * carried through proto_peer's writer and reader, and connected
- * (net/verbs_rc.c), over the emulated device: both sides connect and a
+ * (net/verbs/verbs_rc.c), over the emulated device: both sides connect and a
  * WRITE_WITH_IMM lands; a peer's MTU that is not a power of two, a GID the
  * device cannot route, out-of-range numbers and a second connect are
  * refused with a sentence and leave the QP unconnected; the path MTU is
@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "net/verbs_emu.h"
-#include "net/verbs_rc.h"
+#include "net/verbs/verbs_emu.h"
+#include "net/verbs/verbs_rc.h"
 #include "tests/verbs_testdir.h"
 
 static const struct verbs_ops *V;

@@ -1,4 +1,4 @@
-/* test_verbs_scope.c - decode's pool as RDMA memory (net/verbs_scope.c),
+/* test_verbs_scope.c - decode's pool as RDMA memory (net/verbs/verbs_scope.c),
  * over the emulated device: chunks no larger than max_mr_size with their
  * real lengths, no remote access through a chunk's own key, per-request
  * scopes (type-2 windows, or registrations where the device has none)
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "net/verbs_emu.h"
-#include "net/verbs_scope.h"
+#include "net/verbs/verbs_emu.h"
+#include "net/verbs/verbs_scope.h"
 #include "tests/verbs_testdir.h"
 
 #define PB 4096u

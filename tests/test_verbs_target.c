@@ -1,5 +1,5 @@
 /* test_verbs_target.c - the writing side's check of a peer's scope runs
- * (net/verbs_target.h): each way a run can aim a write outside the
+ * (net/verbs/verbs_target.h): each way a run can aim a write outside the
  * request is refused with its code, and a good scope maps every page to
  * its run's address. */
 #include <check.h>
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "net/verbs_target.h"
+#include "net/verbs/verbs_target.h"
 
 #define PB 4096u
 

@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "conf/util.h"
-#include "gpu/gguf.h"
-#include "gpu/tokenizer.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/text/tokenizer.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
 

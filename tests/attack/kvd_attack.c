@@ -56,8 +56,8 @@
  */
 #include "conf/keyfile.h"
 #include "net/peer_auth.h"
-#include "net/frame.h"
-#include "net/proto_peer.h"
+#include "net/wire/frame.h"
+#include "net/wire/proto_peer.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -65,10 +65,10 @@
 
 #include "conf/util.h"
 #include "gpu/engine.h"
-#include "gpu/gguf_gen.h"
-#include "gpu/kvmem.h"
-#include "gpu/kvpool.h"
-#include "gpu/model.h"
+#include "gpu/model/gguf_gen.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
+#include "gpu/model/model.h"
 
 /* ---- copy bandwidth ------------------------------------------------------ */
 

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "conf/util.h"
-#include "gpu/ops_cpu.h"
+#include "gpu/cpu/ops_cpu.h"
 
 #define MAX_ROUNDS 64
 

@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu/ops_cpu.h"
-#include "gpu/ops_kq.h"
+#include "gpu/cpu/ops_cpu.h"
+#include "gpu/cpu/ops_kq.h"
 
 static const enum ggml_type kq_types[OPS_KQ_N] = {
 	GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,

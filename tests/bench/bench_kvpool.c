@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu/kvpool.h"
+#include "gpu/kv/kvpool.h"
 
 #define MAX_REQ_PAGES 64
 

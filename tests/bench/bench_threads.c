@@ -24,9 +24,9 @@
 
 #include "conf/util.h"
 #include "gpu/engine.h"
-#include "gpu/kvmem.h"
-#include "gpu/kvpool.h"
-#include "gpu/model.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
+#include "gpu/model/model.h"
 
 enum { MAX_COUNTS = 4, MAX_ROUNDS = 51 };
 

@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu/gguf.h"
-#include "gpu/tokenizer.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/text/tokenizer.h"
 
 static const char *const prose[] = {
 	"The quick brown fox jumps over the lazy dog. ",

@@ -6,10 +6,10 @@
  *               [--geom tiny|8b|all]
  *
  * Design. The shape of kvd's verbs data path (issue 13), over
- * net/verbs_ops.h and the same net/ pieces the transport uses: a writer
+ * net/verbs/verbs_ops.h and the same net/ pieces the transport uses: a writer
  * QP and an owner QP of one device (its loopback; two verbs_rc, connected
  * to each other), full KV pages written one RDMA_WRITE each (the page's
- * one extent, net/verbs_extent.h: tag and K/V blocks, not the alignment
+ * one extent, net/verbs/verbs_extent.h: tag and K/V blocks, not the alignment
  * padding), each batch of N pages ended by a WRITE_WITH_IMM carrying a
  * small header (inline when the QP allows) whose immediate names the
  * batch. Only that last WR is signaled; outstanding WRs never exceed the
@@ -56,12 +56,12 @@
 
 #include "conf/log.h"
 #include "conf/util.h"
-#include "gpu/kvpool.h"
+#include "gpu/kv/kvpool.h"
 #include "net/peer_auth.h"
-#include "net/verbs_emu.h"
-#include "net/verbs_extent.h"
-#include "net/verbs_mac.h"
-#include "net/verbs_rc.h"
+#include "net/verbs/verbs_emu.h"
+#include "net/verbs/verbs_extent.h"
+#include "net/verbs/verbs_mac.h"
+#include "net/verbs/verbs_rc.h"
 
 #define HDR_BYTES 64u
 #define HDR_MAGIC 0x6b766268u   /* "kvbh" */

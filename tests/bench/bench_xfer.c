@@ -34,8 +34,8 @@
 #include <xxhash.h>
 
 #include "conf/util.h"
-#include "gpu/kvmem.h"
-#include "gpu/kvpool.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
 #include "net/chapoly.h"
 #include "net/peer_auth.h"
 #include "net/transport.h"

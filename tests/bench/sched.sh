@@ -16,7 +16,7 @@
 #   pair96      the pair with the prefill node's engine.step_tokens = 96,
 #               prefill_chunk = 64 (96-token slices, what it did before)
 #   hybridNN    the pair with the decode node's peers.local_prefill =
-#               NN (conditional disaggregation, daemon/place.h: it computes
+#               NN (conditional disaggregation, daemon/node/place.h: it computes
 #               a prompt itself when the peer's queue is the longer wait)
 # Options after the name, each "_X", set the engine of the standalone node
 # or the pair's decode node: _cK prefill_chunk = K, _sMS step_ms = MS,

@@ -111,7 +111,7 @@ print("%.1f" % ms if ms is not None else "nan")
 EOF_PY
 	grep -q "event=model_fingerprint source=$([ "$mode" = cold ] && echo hash || echo cache)" "$T/kvd.log" ||
 		echo "# warning: $mode boot of $name: $(grep -o 'event=model_fingerprint source=[a-z]* lookup=[a-z_]* store=[a-z_-]*' "$T/kvd.log")" >&2
-	# the repack cache (gpu/prepack.h) lives in the same directory: a
+	# the repack cache (gpu/model/prepack.h) lives in the same directory: a
 	# cached boot maps it (or has nothing to pack: F32)
 	[ "$mode" != cached ] || grep -Eq "event=pack_cache lookup=(hit|none|off) " "$T/kvd.log" ||
 		echo "# warning: cached boot of $name: $(grep -o 'event=pack_cache lookup=[a-z_]* store=[a-z_-]*' "$T/kvd.log")" >&2

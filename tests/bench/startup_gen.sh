@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # startup_gen.sh - one-token `kvd generate` wall time and peak RSS, with
-# and without the repack cache (gpu/prepack.h), next to llama-simple
+# and without the repack cache (gpu/model/prepack.h), next to llama-simple
 # (issue 11, item 4).
 #
 #   KVD_BUILD=build tests/bench/startup_gen.sh [ROUNDS]

@@ -1,4 +1,4 @@
-/* fuzz_chat.c - the chat templates (gpu/chat.h): chat_render and
+/* fuzz_chat.c - the chat templates (gpu/text/chat.h): chat_render and
  * chat_format_detect on any bytes.
  *
  * Input: byte 0 picks the format (mod CHAT__N, CHAT_NONE included) and
@@ -16,7 +16,7 @@
  */
 #include <errno.h>
 
-#include "gpu/chat.h"
+#include "gpu/text/chat.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "chat";

@@ -27,7 +27,7 @@
 
 #include "conf/config.h"
 #ifndef KVD_FUZZ_NO_DAEMON
-#include "daemon/serve_int.h"
+#include "daemon/node/serve_int.h"
 #endif
 #include "tests/fuzz/fuzz.h"
 
@@ -71,7 +71,7 @@ static void check_struct(const struct kvd_config *c)
 
 #ifndef KVD_FUZZ_NO_DAEMON
 /* KNOWN BUG addr-parse-mismatch (conf/config.c is_hostport and
- * for_each_item vs daemon/io.c serve__parse_hostport and
+ * for_each_item vs daemon/node/io.c serve__parse_hostport and
  * serve__client_listen): the config accepts any host without spaces
  * ("prefill-1.internal:7001", "::1:7001") and trims spaces around list
  * items, while the daemon parses IPv4 literals, "localhost" and

@@ -1,4 +1,4 @@
-/* fuzz_frame.c - the frame codec and schema readers (net/frame.h), and the
+/* fuzz_frame.c - the frame codec and schema readers (net/wire/frame.h), and the
  * admin plane's argument decoding through them.
  *
  * Every socket kvd listens on (admin, client, peer) speaks these frames,
@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "ctl/admin_args.h"
-#include "net/frame.h"
+#include "net/wire/frame.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "frame";
@@ -156,7 +156,7 @@ static void check_schema_result(int r, const struct frame_error *err,
 	}
 }
 
-/* KNOWN BUG empty-str-null (net/frame.c frame_obj_str, the memchr and
+/* KNOWN BUG empty-str-null (net/wire/frame.c frame_obj_str, the memchr and
  * memcpy at lines 539/541): msgpack-c leaves via.str.ptr NULL for an empty
  * string that is the first variable-length item of a payload ({1: ""}),
  * and frame_obj_str passes it to memchr/memcpy with length 0: undefined

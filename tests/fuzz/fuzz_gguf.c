@@ -1,4 +1,4 @@
-/* fuzz_gguf.c - GGUF reader (gpu/gguf.h): gguf_open_mem, the metadata
+/* fuzz_gguf.c - GGUF reader (gpu/gguf/gguf.h): gguf_open_mem, the metadata
  * getters, gguf_llama_hparams, and tokenizer_new on whatever it accepts.
  *
  * A model file is operator input: a truncated download or a file that
@@ -16,15 +16,15 @@
  *
  * Seeds: a small GGUF with every metadata type and a few tensors, and two
  * tiny llama models (SentencePiece and byte-level BPE vocabularies), all
- * produced by gpu/gguf_write.h and gpu/gguf_gen.h at run time.
+ * produced by gpu/gguf/gguf_write.h and gpu/model/gguf_gen.h at run time.
  */
 #include <errno.h>
 #include <string.h>
 
-#include "gpu/gguf.h"
-#include "gpu/gguf_gen.h"
-#include "gpu/gguf_write.h"
-#include "gpu/tokenizer.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/model/gguf_gen.h"
+#include "gpu/gguf/gguf_write.h"
+#include "gpu/text/tokenizer.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "gguf";

@@ -1,6 +1,6 @@
 /* fuzz_http.c - the HTTP front's request path off the wire: llhttp with
- * kvd's limits (net/http_wire.c), then each request body through the
- * OpenAI body reader (net/openai.c) for both endpoints, and the API keys
+ * kvd's limits (net/wire/http_wire.c), then each request body through the
+ * OpenAI body reader (net/wire/openai.c) for both endpoints, and the API keys
  * file parser (conf/apikeys.c) on the same bytes.
  *
  * Input: byte 0 = how the stream is cut into reads (chunk size 1..32, or
@@ -26,9 +26,9 @@
 #include <string.h>
 
 #include "conf/apikeys.h"
-#include "net/http_wire.h"
-#include "net/openai.h"
-#include "net/proto_client.h"
+#include "net/wire/http_wire.h"
+#include "net/wire/openai.h"
+#include "net/wire/proto_client.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "http";

@@ -42,15 +42,15 @@
 #include <errno.h>
 #include <string.h>
 
-#include "net/frame.h"
+#include "net/wire/frame.h"
 #include "net/peer_auth.h"
-#include "net/proto_peer.h"
+#include "net/wire/proto_peer.h"
 #include "net/xfer.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "peer_auth";
 
-/* The daemons' peer decoder bound (daemon/serve_int.h). */
+/* The daemons' peer decoder bound (daemon/node/serve_int.h). */
 #define FRAME_MAX (PROTO_PEER_FRAME_MAX + PEER_AUTH_TAG_BYTES)
 #define TAG PEER_AUTH_TAG_BYTES
 

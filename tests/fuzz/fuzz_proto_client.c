@@ -1,4 +1,4 @@
-/* fuzz_proto_client.c - the client API frames (net/proto_client.h):
+/* fuzz_proto_client.c - the client API frames (net/wire/proto_client.h):
  * proto_client_request_parse (server side, hostile tenants) and
  * proto_client_event_parse (kvctl generate, a hostile or broken server),
  * on whatever frame_decode makes of the input: the input is the frame's
@@ -21,7 +21,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "net/proto_client.h"
+#include "net/wire/proto_client.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "proto_client";

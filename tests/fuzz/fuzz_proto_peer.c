@@ -1,5 +1,5 @@
 /* fuzz_proto_peer.c - prefill <-> decode control messages
- * (net/proto_peer.h): proto_peer_parse through its type table, and
+ * (net/wire/proto_peer.h): proto_peer_parse through its type table, and
  * proto_peer_hello_match on what it accepts.
  *
  * A peer is another kvd, but a buggy or mismatched one must not crash us
@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "conf/apikeys.h"
-#include "net/proto_peer.h"
+#include "net/wire/proto_peer.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "proto_peer";

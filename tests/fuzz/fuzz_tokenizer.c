@@ -1,5 +1,5 @@
-/* fuzz_tokenizer.c - text <-> ids (gpu/tokenizer.h) on the two vocabulary
- * kinds, built once from tiny models that gpu/gguf_gen.h generates in
+/* fuzz_tokenizer.c - text <-> ids (gpu/text/tokenizer.h) on the two vocabulary
+ * kinds, built once from tiny models that gpu/model/gguf_gen.h generates in
  * memory (SentencePiece "llama" and byte-level BPE "gpt2").
  *
  * Prompts are tenant input; ids come from the model (or a peer). Input:
@@ -21,10 +21,10 @@
 #include <errno.h>
 #include <string.h>
 
-#include "gpu/gguf.h"
-#include "gpu/gguf_gen.h"
-#include "gpu/gguf_write.h"
-#include "gpu/tokenizer.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/model/gguf_gen.h"
+#include "gpu/gguf/gguf_write.h"
+#include "gpu/text/tokenizer.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "tokenizer";

@@ -1,5 +1,5 @@
 /* fuzz_verbs_target.c - the writing side's check of a peer's scope runs
- * (net/verbs_target.h): the runs come from decode, untrusted.
+ * (net/verbs/verbs_target.h): the runs come from decode, untrusted.
  *
  * Input bytes:
  *   byte 0        n_dst (1..32) and page_bytes (4096, 1, 2^40, 2^63)
@@ -21,7 +21,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "net/verbs_target.h"
+#include "net/verbs/verbs_target.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "verbs_target";

@@ -51,6 +51,13 @@ skip() {
 	exit 77
 }
 
+# need_verbs_emu WHAT: skip unless kvd carries the emulated RDMA device
+# (-Dverbs_emu=true, a test build: tests/run builds so).
+need_verbs_emu() {
+	[ "${KVD_VERBS_EMU:-1}" != 0 ] ||
+		skip "$1 needs the emulated RDMA device: this kvd was built without it (meson -Dverbs_emu=true)"
+}
+
 # The test model: stories260K from shared/, or skip. Call it as
 # M=$(shared_model) || exit: the skip's exit status is the subshell's.
 shared_model() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A remote party cannot fill a node's disk through its log: the lines it
 # can trigger at will go through a token bucket per kind (conf/ratelimit.h,
-# daemon/serve_int.h enum serve_rl), and what is held back is counted in
+# daemon/node/serve_int.h enum serve_rl), and what is held back is counted in
 # `event=log_suppressed kind=K suppressed=N` lines.
 #   - an authenticated peer (tests/attack/kvd_attack junk-flood) sends a
 #     prefill node 3000 control frames it never expects: a bounded number
@@ -21,7 +21,7 @@ ATTACK_BIN=$KVD_BUILD/tests/kvd_attack
 command -v python3 >/dev/null || skip "python3 absent"
 command -v curl >/dev/null || skip "curl absent"
 
-# daemon/serve_int.h: SERVE_RL_BURST lines at once, one per
+# daemon/node/serve_int.h: SERVE_RL_BURST lines at once, one per
 # SERVE_RL_PERIOD_MS after that
 BURST=32
 PERIOD_MS=500

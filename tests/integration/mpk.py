@@ -1,5 +1,5 @@
 """mpk.py - the msgpack subset kvd's frames use, and length-prefixed
-frames (net/frame.h), for the integration tests' hand-rolled clients and
+frames (net/wire/frame.h), for the integration tests' hand-rolled clients and
 peers. Standard library only; shared by fake_peer.py, attack_client.py and
 admin_frames.py, which import it from this directory.
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The repack cache end to end (gpu/prepack.h): `kvd generate --cache-dir`
+# The repack cache end to end (gpu/model/prepack.h): `kvd generate --cache-dir`
 # on generated Q6_K, Q4_K, Q4_K_M (Q6_K attn_v/ffn_down/output: two
 # layouts in one file) and Q4_0 models. The first run packs and stores the file, the second
 # maps it and packs nothing (timings.pack_cache counts both), and the

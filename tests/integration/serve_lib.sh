@@ -82,6 +82,7 @@ write_node() {
 		[transfer.release_timeout_ms]=2000
 	)
 	if [ "${KVD_TEST_TRANSPORT:-tcp}" = verbs ] && [ "$role" != standalone ]; then
+		[ -n "${KVD_TEST_VERBS_DEVICE:-}" ] || need_verbs_emu "KVD_TEST_TRANSPORT=verbs"
 		kv[transfer.transport]=verbs
 		kv[transfer.verbs_device]=$(verbs_device)
 		[ -z "${KVD_TEST_VERBS_PORT:-}" ] || kv[transfer.verbs_port]=$KVD_TEST_VERBS_PORT

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Conditional disaggregation (peers.local_prefill, daemon/place.h): a
+# Conditional disaggregation (peers.local_prefill, daemon/node/place.h): a
 # decode node that computes some prompts itself when its prefill peer's
 # queue is the longer wait.
 #   - the key is range-checked (101 is a config error, exit 78);

@@ -79,7 +79,7 @@ rc=0
 check "a file that is not a GGUF: refused (exit $rc)" test "$rc" -ne 0
 check "with a message" test -s "$T/bad.out"
 
-# kvctl model chat: the prompt a chat request gets (gpu/chat.c), as text
+# kvctl model chat: the prompt a chat request gets (gpu/text/chat.c), as text
 # and as ids. 151644 <|im_start|>, 151645 <|im_end|>, 872 "user", 198
 # "\n", 13048 "Hi", 77091 "assistant" in Qwen2's vocabulary.
 Q=$V/ggml-vocab-qwen2.gguf

@@ -1,5 +1,5 @@
 /* mailbox.pml - the RDMA batch mailbox and its credits (issue 13;
- * net/transport_verbs.c, net/PROTOCOL.md s. 4 "Mailbox credits").
+ * net/verbs/transport_verbs.c, net/PROTOCOL.md s. 4 "Mailbox credits").
  *
  * Prefill ends each batch with a WRITE_WITH_IMM of its header into one of
  * decode's N mailbox slots. Decode's NIC places it only while a receive

@@ -1,6 +1,6 @@
 /*
  * scope.pml - Promela model of decode's RDMA write scope with type-2
- * memory windows (net/verbs_scope.c, net/transport_verbs.c; issue 13),
+ * memory windows (net/verbs/verbs_scope.c, net/verbs/transport_verbs.c; issue 13),
  * against a prefill peer that lies: it may post writes for any request it
  * was ever granted, at any time, also long after decode released it (the
  * batch counts of transfer.pml do not help against that; only the NIC's
@@ -32,7 +32,7 @@
  *     the flush timer fires first, they are quarantined, never unfenced;
  *   - at coverage decode revokes the scope and checks the page only once
  *     the invalidation completed (a poisoned page is quarantined); then
- *     the engine reads it (daemon/decode.c decode_sealed).
+ *     the engine reads it (daemon/node/decode.c decode_sealed).
  * Broken variants (each must be caught):
  *   BROKEN_UNFENCE_ON_INV_POSTED    the fence drops when the invalidation
  *                                   is posted, not when it completed

@@ -22,7 +22,7 @@
  * the batch included (issue 22) - is scope.pml's (BROKEN_CHECK_BEFORE_
  * REVOKE there is the check made before the revocation completed).
  *
- * The request machines of daemon/machine.c (dreq_machine, preq_machine,
+ * The request machines of daemon/node/machine.c (dreq_machine, preq_machine,
  * drawn in daemon/README.md) are mirrored state for state where the model
  * has the state, with the C names; each transition below says which table
  * row(s) it is, as "dreq STATE --event / actions--> NEXT" (decode) or
@@ -115,7 +115,7 @@ chan data = [NPFX * NREQ] of { byte, byte, byte, byte };
 chan note = [NPFX * NREQ + 1] of { byte, byte, byte, byte };
 #define FLUSHR 255
 
-/* ---- decode pool (gpu/kvpool.h) ---- */
+/* ---- decode pool (gpu/kv/kvpool.h) ---- */
 #define PG_FREE    0
 #define PG_FILLING 1    /* RESERVED -fill_begin-> FILLING, merged */
 #define PG_READY   2
@@ -137,7 +137,7 @@ bool placing;           /* at the teardown the NIC had started placing write
 			 * (nr, ni, np, ng): it lands all the same */
 byte nr, ni, np, ng;
 
-/* ---- decode requests (daemon/machine.h enum dreq_state) ---- */
+/* ---- decode requests (daemon/node/machine.h enum dreq_state) ---- */
 #define DRS_NEW      0
 #define DRS_TRANSFER 1    /* pages reserved and fenced, prefill_request sent */
 #define DRS_ABORTING 2    /* pages released, fence held until the handshake ends */
@@ -160,7 +160,7 @@ bool orph[NREQ];        /* client gone: orphaned (invariant 8) */
 byte nxt;               /* next request to admit */
 byte losses;            /* peer losses injected so far */
 
-/* ---- prefill requests (daemon/machine.h enum preq_state) ---- */
+/* ---- prefill requests (daemon/node/machine.h enum preq_state) ---- */
 #define PRS_NEW          0  /* never seen */
 #define PRS_COMPUTE      1  /* (and ADMITTED, ADMIT_ABORTED) own pages held */
 #define PRS_SENDING      2  /* (and ABORT_DRAINING: abreq set) */
@@ -210,7 +210,7 @@ inline pf_end(r) {
 }
 
 /* ======================================================================
- * Pool operations (gpu/kvpool.c). Use the caller's k, p.
+ * Pool operations (gpu/kv/kvpool.c). Use the caller's k, p.
  * ====================================================================== */
 
 /* A page goes back to the free list. Property 1 (invariant 2): no write
@@ -282,7 +282,7 @@ inline pool_mark_ready(r) {
 }
 
 /* ======================================================================
- * Decode (daemon/decode.c)
+ * Decode (daemon/node/decode.c)
  * ====================================================================== */
 
 /* decode_pages_free_now(): unfence, release, now. */
@@ -381,7 +381,7 @@ inline dec_try_complete(r) {
 }
 
 /* Teardown of both connections to the peer (link_lost_code() in
- * daemon/link.c, both ends): decode moves its queue pair to the error
+ * daemon/node/link.c, both ends): decode moves its queue pair to the error
  * state, so no posted write that the NIC has not started lands any more
  * (the one being placed still does); every control message in flight is
  * lost. Aborting and transferring requests keep their fences until the
@@ -669,7 +669,7 @@ end_nic:
 }
 
 /* ======================================================================
- * Prefill (daemon/prefill.c)
+ * Prefill (daemon/node/prefill.c)
  * ====================================================================== */
 
 /* prefill_abort_maybe_finish() + prefill_ack_abort(): once nothing of r

@@ -3,12 +3,12 @@
  *   verbs_probe [--port N] [--gid-index N] [--inline N] [DEVICE | --emu[=OPTS]]
  *
  * Design. A device check for machines that have RDMA (tests/verbs/run),
- * written over net/verbs_ops.h - the same table, and the same net/ pieces
+ * written over net/verbs/verbs_ops.h - the same table, and the same net/ pieces
  * (verbs_rc for the queue pairs, verbs_scope for the write scope), that
  * kvd's transport uses, so a pass here says those pieces work on this
  * device, not that some other program's verbs calls do. DEVICE is an
  * ibverbs device name (none: the first device) or `emu:DIR[,opts]`, the
- * emulated device (net/verbs_emu.h); `--emu[=OPTS]` makes a private
+ * emulated device (net/verbs/verbs_emu.h); `--emu[=OPTS]` makes a private
  * directory for it and removes it afterwards, which is how the unit suite
  * runs the probe in every build.
  *
@@ -45,9 +45,9 @@
 
 #include "conf/log.h"
 #include "conf/util.h"
-#include "net/verbs_emu.h"
-#include "net/verbs_rc.h"
-#include "net/verbs_scope.h"
+#include "net/verbs/verbs_emu.h"
+#include "net/verbs/verbs_rc.h"
+#include "net/verbs/verbs_scope.h"
 
 #define PB 16384u            /* bytes of one page here */
 #define POOL_PAGES 8u        /* pages of the scoped pool */

@@ -1,0 +1,1241 @@
+/* http_api.c - the OpenAI-compatible endpoints.
+ *
+ * Design. One table routes (method, path) to a handler. A generation
+ * request goes through the same gate as a msgpack one (client.c), in the
+ * same order, and the first refusal is the answer: the key (401), the
+ * body (400: JSON, an unsupported parameter named, the model), draining
+ * (503), the prompt (400), then the role's admission (decode.c: prompt
+ * too long is 400 `context_length_exceeded`, a full pool 429) - before
+ * any page is touched (invariant 3).
+ *
+ * Only the key is judged on the loop. The body - its JSON, the chat
+ * template, the tokens: work that grows with its size - is prepared on a
+ * worker (daemon/front/prep.h, struct api_prep), so one tenant's megabyte
+ * cannot stall another's stream; the rest of the gate runs when the job
+ * comes back. Meanwhile the exchange is active (the connection reads no
+ * further request), and a connection that closes cancels its job, which
+ * frees itself (api_prep_done always comes).
+ *
+ * The exchange is the request's sink (sink.c): tokens become SSE chunks
+ * (stream) or accumulate into one JSON body; the final answer carries
+ * finish_reason and usage; an error before any byte went out is an
+ * OpenAI error object with its status (500 for an integrity failure: no
+ * token is sent), after it an SSE error event. Text is sent only up to
+ * a UTF-8 boundary and, with stop strings, only what cannot be the start
+ * of one; a matched stop string ends the answer and orphans the request
+ * (the kick, outside the state change), so its pages go back once nothing
+ * writes them (invariant 8).
+ *
+ * Keys: `Authorization: Bearer KEY`, looked up in constant time
+ * (conf/apikeys.h); the tenant is stored in the request and written in
+ * its log lines. /health answers without a key (probes carry none);
+ * /metrics takes one when keys are configured (see api_metrics).
+ *
+ * Allocation failures. Once a request exists, an allocation that fails
+ * while its answer is built (the held text, a JSON answer or event)
+ * ends the exchange at once: a 500 (or, after the head went out, an SSE
+ * error event and the end of the stream), the connection closes, and
+ * the request is orphaned through the kick, so its pages go back once
+ * nothing writes them - never an exchange that waits for an answer that
+ * cannot be made. A write that cannot be queued dooms the connection
+ * (http.c), which the sweep closes. In fault-point builds
+ * KVD_HTTP_NOMEM=N makes the N-th allocation of every exchange fail
+ * (tests/integration/http_harden.sh walks N through all of them).
+ *
+ * Every refusal before a request exists (the key, the body, routing,
+ * draining at the door; http.c: parse errors, timeouts, max_clients) is
+ * counted once in kvd_requests_total (http__refusal_count); a request's
+ * own outcome is counted when it ends (req.c).
+ */
+#include "daemon/front/http_int.h"
+#include "conf/apikeys.h"
+#include "conf/util.h"
+#include "kvd_build.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void api_prep_detach(struct api_prep *ap);
+
+/* ---- answering -------------------------------------------------------------- */
+
+/* (a request refused after its body was prepared is no longer the
+ * parser's: the exchange kept its method and path) */
+static void api_log(struct http_conn *hc, int status, const char *tenant,
+		    const char *what)
+{
+	bool kept = hc->x.method[0];
+
+	KVLOG_RL_INFO(hc->s->log, &hc->s->rl[SERVE_RL_HTTP_REFUSED], "http_request",
+		   "conn=%llu tenant=%s method=%s path=%s status=%d msg=%s",
+		   (unsigned long long)hc->conn_id, KVLOG_Q(tenant),
+		   KVLOG_Q(kept ? hc->x.method : hc->wire.msg.method_name),
+		   KVLOG_Q(kept ? hc->x.path : hc->wire.msg.path),
+		   status, KVLOG_Q(what));
+}
+
+static char *error_json(const char *msg, const char *type, const char *code,
+			const char *param, size_t *len)
+{
+	json_t *e = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error",
+			      "message", msg, "type", type,
+			      "param", param && *param ? json_string(param) : json_null(),
+			      "code", code && *code ? json_string(code) : json_null());
+	char *out = e ? json_dumps(e, JSON_COMPACT) : NULL;
+
+	json_decref(e);
+	*len = out ? strlen(out) : 0;
+	return out;
+}
+
+static void respond_json(struct http_conn *hc, int status, json_t *j)
+{
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+	json_decref(j);
+	if (!body) {
+		http__respond(hc, 500, "application/json", "{}", 2);
+		return;
+	}
+	http__respond(hc, status, "application/json", body, strlen(body));
+	free(body);
+}
+
+/* An allocation of the exchange is about to be made: true when the
+ * fault point says it fails (fault-point builds, KVD_HTTP_NOMEM=N: the
+ * N-th of every exchange). */
+static bool x_nomem(struct http_conn *hc)
+{
+	if (!KVD_FAULT_POINTS || !hc->hs->nomem_at)
+		return false;
+	return ++hc->x.allocs == hc->hs->nomem_at;
+}
+
+/* An answer that belongs to no request (routing, keys, the body): the
+ * exchange is complete after it. msg must be safe to echo (our words,
+ * or sanitized by the parser). */
+static void api_error(struct http_conn *hc, int status, const char *type,
+		      const char *code, const char *param, const char *msg,
+		      const char *tenant)
+{
+	size_t len;
+	char *body = error_json(msg, type, code, param, &len);
+
+	api_log(hc, status, tenant, msg);
+	http__refusal_count(hc->s, status, tenant, PROTO_ERR_DRAINING);
+	if (body) {
+		http__respond(hc, status, "application/json", body, len);
+	} else {
+		http__respond(hc, 500, "application/json", "{}", 2);
+	}
+	free(body);
+	http__exchange_done(hc);
+}
+
+/* proto error -> HTTP status, OpenAI type and code */
+static void err_map(int code, int *status, const char **type, const char **ecode)
+{
+	switch (code) {
+	case PROTO_ERR_PROMPT_TOO_LONG:
+		*status = 400; *type = "invalid_request_error";
+		*ecode = "context_length_exceeded"; return;
+	case PROTO_ERR_INVALID_REQUEST:
+		*status = 400; *type = "invalid_request_error"; *ecode = NULL; return;
+	case PROTO_ERR_OVERLOADED:
+		*status = 429; *type = "server_error"; *ecode = "overloaded"; return;
+	case PROTO_ERR_DRAINING:
+		*status = 503; *type = "server_error"; *ecode = "draining"; return;
+	case PROTO_ERR_NO_PREFILL_PEER:
+		*status = 503; *type = "server_error"; *ecode = "no_prefill_peer"; return;
+	case PROTO_ERR_TIMEOUT:
+		*status = 504; *type = "server_error"; *ecode = "timeout"; return;
+	case PROTO_ERR_INTEGRITY:
+		*status = 500; *type = "server_error"; *ecode = "integrity_failure"; return;
+	default:
+		*status = 500; *type = "server_error"; *ecode = "internal_error"; return;
+	}
+}
+
+/* ---- text: UTF-8 and stop strings --------------------------------------------- */
+
+/* Length of the longest prefix of p[0, n) that does not end inside a
+ * UTF-8 sequence (the rest may complete with the next piece). */
+static size_t utf8_whole(const char *p, size_t n)
+{
+	size_t i = n, back = 0;
+
+	while (i > 0 && back < 4 && ((unsigned char)p[i - 1] & 0xC0) == 0x80) {
+		i--;
+		back++;
+	}
+	if (i == 0)
+		return n;
+	unsigned char c = (unsigned char)p[i - 1];
+	size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+
+	return (need > 1 && back + 1 < need) ? i - 1 : n;
+}
+
+/* A JSON string of p[0, n): invalid UTF-8 bytes become U+FFFD, so a
+ * model's stray byte never breaks the JSON. */
+static json_t *json_text(const char *p, size_t n)
+{
+	json_t *j = json_stringn(p, n);
+	char *fix;
+	size_t o = 0;
+
+	if (j)
+		return j;
+	fix = malloc(n * 3 + 1);
+	if (!fix)
+		return NULL;
+	for (size_t i = 0; i < n;) {
+		unsigned char c = (unsigned char)p[i];
+		size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 :
+			      (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+		json_t *t = need && i + need <= n ? json_stringn(p + i, need) : NULL;
+
+		if (t) {
+			memcpy(fix + o, p + i, need);
+			o += need;
+			i += need;
+			json_decref(t);
+		} else {
+			memcpy(fix + o, "\xEF\xBF\xBD", 3);
+			o += 3;
+			i++;
+		}
+	}
+	j = json_stringn(fix, o);
+	free(fix);
+	return j;
+}
+
+static int text_add(struct http_conn *hc, const char *p, size_t n)
+{
+	struct http_exchange *x = &hc->x;
+
+	if (x->len + n + 1 > x->cap) {
+		size_t cap = x->cap ? x->cap * 2 : 256;
+		char *nt;
+
+		while (cap < x->len + n + 1)
+			cap *= 2;
+		nt = x_nomem(hc) ? NULL : realloc(x->text, cap);
+		if (!nt)
+			return -ENOMEM;
+		x->text = nt;
+		x->cap = cap;
+	}
+	memcpy(x->text + x->len, p, n);
+	x->len += n;
+	x->text[x->len] = 0;
+	return 0;
+}
+
+/* The first stop string in text[from, len): its offset, or -1. */
+static long stop_find(const struct http_exchange *x, size_t from)
+{
+	long best = -1;
+
+	for (uint32_t i = 0; i < x->n_stop; i++) {
+		size_t sl = x->stop_len[i];
+
+		for (size_t o = from; o + sl <= x->len; o++)
+			if (!memcmp(x->text + o, x->stop[i], sl)) {
+				if (best < 0 || (long)o < best)
+					best = (long)o;
+				break;
+			}
+	}
+	return best;
+}
+
+/* Bytes at the end of text that could begin a stop string. */
+static size_t stop_holdback(const struct http_exchange *x)
+{
+	size_t hold = 0;
+
+	for (uint32_t i = 0; i < x->n_stop; i++)
+		for (size_t k = KVD_MIN(x->stop_len[i] - 1, x->len); k > hold; k--)
+			if (!memcmp(x->text + x->len - k, x->stop[i], k)) {
+				hold = k;
+				break;
+			}
+	return hold;
+}
+
+static size_t longest_stop(const struct http_exchange *x)
+{
+	size_t m = 0;
+
+	for (uint32_t i = 0; i < x->n_stop; i++)
+		m = KVD_MAX(m, x->stop_len[i]);
+	return m;
+}
+
+/* ---- the exchange's JSON --------------------------------------------------------- */
+
+/* OpenAI's usage, with prompt_tokens_details.cached_tokens: the prompt
+ * tokens this request read from its own tenant's prefix cache. */
+_Static_assert(OPENAI_SALT_MAX == PROTO_CLIENT_SALT_MAX,
+	       "one cache_salt bound on both client APIs");
+
+static json_t *usage_json(uint32_t prompt, uint32_t cached, uint32_t completion)
+{
+	return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt,
+			 "completion_tokens", (json_int_t)completion,
+			 "total_tokens", (json_int_t)prompt + completion,
+			 "prompt_tokens_details", "cached_tokens", (json_int_t)cached);
+}
+
+/* One choice: completions {text}, chat {message} or {delta}. The first
+ * delta of a chat stream carries the assistant role (OpenAI's shape),
+ * the final one too when no text went before it. */
+static json_t *choice_json(const struct http_exchange *x, json_t *text,
+			   const char *finish, bool chunk)
+{
+	json_t *c;
+
+	if (!x->chat)
+		c = json_pack("{s:o, s:i, s:n, s:o}", "text", text, "index", 0,
+			      "logprobs", "finish_reason",
+			      finish ? json_string(finish) : json_null());
+	else if (!chunk)
+		c = json_pack("{s:i, s:{s:s, s:o}, s:n, s:o}", "index", 0, "message",
+			      "role", "assistant", "content", text, "logprobs",
+			      "finish_reason", finish ? json_string(finish) : json_null());
+	else
+		c = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta",
+			      text ? (x->role_sent ? json_pack("{s:o}", "content", text) :
+				      json_pack("{s:s, s:o}", "role", "assistant", "content", text))
+				   : x->role_sent ? json_object()
+						  : json_pack("{s:s}", "role", "assistant"),
+			      "logprobs", "finish_reason",
+			      finish ? json_string(finish) : json_null());
+	return c;
+}
+
+static json_t *answer_json(const struct http_exchange *x, json_t *choice,
+			   bool chunk)
+{
+	return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", x->id, "object",
+			 x->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+				 : "text_completion",
+			 "created", (json_int_t)x->created, "model", x->model,
+			 "choices", choice);
+}
+
+/* One SSE event of j (consumed). -ENOMEM when j is NULL (its building
+ * failed) or it cannot be written out: the caller fails the exchange. */
+static int sse_send(struct http_conn *hc, json_t *j)
+{
+	char *s = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
+	char *ev;
+	size_t n;
+
+	json_decref(j);
+	if (!s)
+		return -ENOMEM;
+	n = strlen(s);
+	ev = x_nomem(hc) ? NULL : malloc(n + 8);
+	if (!ev) {
+		free(s);
+		return -ENOMEM;
+	}
+	memcpy(ev, "data: ", 6);
+	memcpy(ev + 6, s, n);
+	memcpy(ev + 6 + n, "\n\n", 2);
+	http__chunk(hc, ev, n + 8);
+	free(ev);
+	free(s);
+	return 0;
+}
+
+static void stream_head(struct http_conn *hc)
+{
+	if (hc->x.head_sent)
+		return;
+	hc->x.head_sent = true;
+	http__head(hc, 200, "text/event-stream", -1);
+}
+
+/* Stream text[0, n) as one chunk and drop it from the buffer; -ENOMEM
+ * (nothing sent: the caller fails the exchange). */
+static int stream_text(struct http_conn *hc, size_t n)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *t;
+
+	if (!n)
+		return 0;
+	stream_head(hc);
+	t = x_nomem(hc) ? NULL : json_text(x->text, n);
+	if (!t || sse_send(hc, answer_json(x, choice_json(x, t, NULL, true), true)))
+		return -ENOMEM;
+	x->role_sent = true;
+	memmove(x->text, x->text + n, x->len - n);
+	x->len -= n;
+	return 0;
+}
+
+static void exchange_free(struct http_exchange *x)
+{
+	if (x->prep)
+		api_prep_detach(x->prep);
+	for (uint32_t i = 0; i < x->n_stop; i++)
+		free(x->stop[i]);
+	free(x->text);
+	memset(x, 0, sizeof(*x));
+}
+
+/* The answer is complete: log it, free the exchange, let the next go. */
+static void exchange_end(struct http_conn *hc, int status, uint32_t completion,
+			 const char *finish)
+{
+	struct http_exchange *x = &hc->x;
+
+	KVLOG_INFO(hc->s->log, "http_request",
+		   "conn=%llu tenant=%s method=%s path=%s status=%d id=%llu completion=%s stream=%d prompt_tokens=%u completion_tokens=%u finish=%s total_us=%llu",
+		   (unsigned long long)hc->conn_id, KVLOG_Q(x->tenant),
+		   KVLOG_Q(x->method), KVLOG_Q(x->path), status,
+		   (unsigned long long)x->num, x->id[0] ? x->id : "-", x->stream, x->prompt_tokens,
+		   completion, finish,
+		   (unsigned long long)((kvd_now_ns() - x->t_start_ns) / 1000));
+	{
+		struct serve_req *cancel = x->cancel;
+		bool active = x->active;
+
+		exchange_free(x);
+		x->cancel = cancel;
+		x->active = active;
+	}
+	http__exchange_done(hc);
+	if (hc->x.cancel)
+		http__kick(hc);
+}
+
+/* No memory for the answer: a 500 (or, once the head is out, an SSE
+ * error event and the end of the stream), made without allocating here;
+ * the connection closes and the request, if it still runs, is orphaned
+ * through the kick (its pages go back once nothing writes them). */
+static void exchange_fail(struct http_conn *hc, uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+#define NOMEM_ERROR "{\"error\":{\"message\":\"out of memory while answering\",\"type\":\"server_error\",\"param\":null,\"code\":\"internal_error\"}}"
+	static const char body[] = NOMEM_ERROR "\n";
+	static const char event[] = "data: " NOMEM_ERROR "\n\n";
+#undef NOMEM_ERROR
+
+	if (x->r) {
+		x->cancel = x->r;
+		x->r = NULL;
+	}
+	hc->close_after = true;
+	if (!x->head_sent) {
+		x->head_sent = true;
+		http__respond(hc, 500, "application/json", body, sizeof(body) - 1);
+	} else {
+		http__chunk(hc, event, sizeof(event) - 1);
+		http__chunk(hc, "data: [DONE]\n\n", 14);
+		http__chunk(hc, "", 0);
+	}
+	exchange_end(hc, 500, completion, "out_of_memory");
+}
+
+/* The final answer (a stop string, or the request's final). */
+static void answer_final(struct http_conn *hc, const char *finish,
+			 uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *j, *t;
+	char *body;
+
+	if (x->r)   /* a stop string ended it before its final */
+		x->cached_tokens = x->r->cached_tokens;
+	if (x->stream) {
+		/* a stop string matched before any text went out: the head
+		 * is still ours to send */
+		stream_head(hc);
+		if (stream_text(hc, x->len)) {
+			exchange_fail(hc, completion);
+			return;
+		}
+		t = x->chat ? NULL : x_nomem(hc) ? NULL : json_string("");
+		j = x->chat || t ? answer_json(x, choice_json(x, t, finish, true), true) : NULL;
+		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, x->cached_tokens, completion))) {
+			json_decref(j);
+			j = NULL;
+		}
+		if (sse_send(hc, j)) {
+			exchange_fail(hc, completion);
+			return;
+		}
+		http__chunk(hc, "data: [DONE]\n\n", 14);
+		http__chunk(hc, "", 0);
+	} else {
+		t = x_nomem(hc) ? NULL : json_text(x->text, x->len);
+		j = t ? answer_json(x, choice_json(x, t, finish, false), false) : NULL;
+		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, x->cached_tokens, completion))) {
+			json_decref(j);
+			j = NULL;
+		}
+		body = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
+		json_decref(j);
+		if (!body) {
+			exchange_fail(hc, completion);
+			return;
+		}
+		x->head_sent = true;
+		http__respond(hc, 200, "application/json", body, strlen(body));
+		free(body);
+	}
+	exchange_end(hc, 200, completion, finish);
+}
+
+/* ---- the exchange as a sink (sink.c calls these) ------------------------------------ */
+
+static struct http_conn *conn_of(struct serve_sink *k)
+{
+	return kvd_container_of(k, struct http_conn, sink);
+}
+
+/* New text: hold back what may start a stop string or a UTF-8 sequence;
+ * true when a stop string matched (the answer is then complete). */
+static bool exchange_text(struct http_conn *hc, const char *p, size_t n,
+			  uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+	size_t from = x->len > longest_stop(x) ? x->len - longest_stop(x) : 0;
+	long at;
+
+	if (n && text_add(hc, p, n)) {
+		exchange_fail(hc, completion);   /* the text is lost: say so */
+		return true;
+	}
+	at = x->n_stop ? stop_find(x, from) : -1;
+	if (at >= 0) {
+		x->len = (size_t)at;
+		x->cancel = x->r;
+		x->r = NULL;
+		answer_final(hc, "stop", completion);
+		return true;
+	}
+	if (x->stream &&
+	    stream_text(hc, utf8_whole(x->text, x->len - stop_holdback(x)))) {
+		exchange_fail(hc, completion);
+		return true;
+	}
+	return false;
+}
+
+static void api_sink_token(struct serve_sink *k, struct serve_req *r,
+			   uint32_t index, int32_t token, const char *piece,
+			   size_t len)
+{
+	struct http_conn *hc = conn_of(k);
+
+	(void)token;
+	if (hc->x.r != r)
+		return;   /* answered already (a stop string) */
+	exchange_text(hc, piece, len, index + 1);
+}
+
+static void api_sink_final(struct serve_sink *k, struct serve_req *r,
+			   const struct serve_final_info *f)
+{
+	struct http_conn *hc = conn_of(k);
+
+	if (hc->x.r != r)
+		return;
+	if (exchange_text(hc, f->text, f->text_len, f->output_tokens))
+		return;
+	hc->x.r = NULL;
+	hc->x.cached_tokens = f->cached_tokens;
+	answer_final(hc, f->reason, f->output_tokens);
+}
+
+static void api_sink_error(struct serve_sink *k, struct serve_req *r, int code,
+			   const char *msg)
+{
+	struct http_conn *hc = conn_of(k);
+	struct http_exchange *x = &hc->x;
+	const char *type, *ecode;
+	int status;
+	size_t len;
+	char *body;
+
+	if (x->r != r)
+		return;
+	x->r = NULL;
+	err_map(code, &status, &type, &ecode);
+	body = error_json(msg, type, ecode, NULL, &len);
+	if (!x->head_sent) {
+		if (body)
+			http__respond(hc, status, "application/json", body, len);
+		else
+			http__respond(hc, 500, "application/json", "{}", 2);
+	} else {
+		/* mid-stream: the status is gone; an error event, then the end */
+		if (body) {
+			char *ev = malloc(len + 8);
+
+			if (ev) {
+				memcpy(ev, "data: ", 6);
+				memcpy(ev + 6, body, len);
+				memcpy(ev + 6 + len, "\n\n", 2);
+				http__chunk(hc, ev, len + 8);
+				free(ev);
+			}
+		}
+		http__chunk(hc, "data: [DONE]\n\n", 14);
+		http__chunk(hc, "", 0);
+	}
+	free(body);
+	exchange_end(hc, status, r->n_out, proto_err_name(code));
+}
+
+static void api_sink_detached(struct serve_sink *k, struct serve_req *r)
+{
+	struct http_conn *hc = conn_of(k);
+
+	if (hc->x.cancel == r)
+		hc->x.cancel = NULL;   /* it ended before the kick */
+	if (hc->x.r == r)
+		hc->x.r = NULL;
+}
+
+static const struct serve_sink_ops api_sink_ops = {
+	.token = api_sink_token,
+	.final = api_sink_final,
+	.error = api_sink_error,
+	.detached = api_sink_detached,
+};
+
+/* ---- keys ---------------------------------------------------------------------- */
+
+/* Without keys every request is tenant "default", a user with the
+ * config's limits. */
+static const struct kvd_apikey_info api_keyless = { .tenant = KVD_TENANT_DEFAULT };
+
+/* The request's key: its tenant, role and limits (api_keyless without
+ * keys); NULL for a missing or wrong key (nothing answered). */
+static const struct kvd_apikey_info *api_key_info(const struct http_server *hs,
+						  const struct http_msg *m)
+{
+	const char *v = m->auth;
+
+	if (!hs->keys)
+		return &api_keyless;
+	if (m->has_auth && !strncasecmp(v, "Bearer ", 7)) {
+		v += 7;
+		while (*v == ' ')
+			v++;
+		return kvd_apikeys_find(hs->keys, v, strlen(v));
+	}
+	return NULL;
+}
+
+/* The request's key; NULL after answering 401. */
+static const struct kvd_apikey_info *api_auth_key(struct http_conn *hc,
+						  const struct http_msg *m)
+{
+	const struct kvd_apikey_info *k = api_key_info(hc->hs, m);
+
+	if (k)
+		return k;
+	api_error(hc, 401, "invalid_request_error", "invalid_api_key", NULL,
+		  m->has_auth ? "Incorrect API key provided."
+			      : "No API key provided: send `Authorization: Bearer KEY`.",
+		  "-");
+	return NULL;
+}
+
+/* The tenant of the request's key; NULL after answering 401. */
+static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
+{
+	const struct kvd_apikey_info *k = api_auth_key(hc, m);
+
+	return k ? k->tenant : NULL;
+}
+
+/* ---- chat: messages -> prompt ids ---------------------------------------------------- */
+
+/* The chat request's prompt: its messages rendered in the model's chat
+ * format (gpu/text/chat.h, resolved at boot: model.chat_template or the GGUF's
+ * tokenizer.chat_template recognized) and tokenized with the template's
+ * specials as control tokens. OpenAI's `developer` role is its newer
+ * name for `system`. Never a guessed template: a model without one is a
+ * 400 naming model.chat_template. 0 with *out (malloc'd, *n ids), 1 with
+ * *status, *code and `msg` set, -ENOMEM. */
+static int api_chat_ids(enum chat_format fmt, const struct tokenizer *tok,
+			const char *model_name, const struct openai_req *q,
+			int32_t **out, uint32_t *n, int *status,
+			const char **code, char *msg, size_t msg_size)
+{
+	struct chat_msg *cm;
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	int rc;
+
+	*status = 400;
+	*code = NULL;
+	if (fmt == CHAT_NONE) {
+		*code = "no_chat_template";
+		snprintf(msg, msg_size, "the model '%.64s' has no chat template kvd recognizes; set model.chat_template in the config (llama2, llama3, chatml, mistral, gemma, phi3, deepseek) or use /v1/completions",
+			 model_name);
+		return 1;
+	}
+	cm = calloc(q->n_msgs ? q->n_msgs : 1, sizeof(*cm));
+	if (!cm)
+		return -ENOMEM;
+	for (size_t i = 0; i < q->n_msgs; i++) {
+		cm[i].role = strcmp(q->msgs[i].role, "developer") ? q->msgs[i].role
+								   : "system";
+		cm[i].content = q->msgs[i].content;
+	}
+	msg[0] = 0;
+	rc = chat_encode(fmt, tok, cm, q->n_msgs, true, &ids,
+			 &n_ids, msg, msg_size);
+	free(cm);
+	if (rc == -ENOMEM)
+		return -ENOMEM;
+	if (rc) {
+		/* -EINVAL (turns), -EPERM (a forged control token), -E2BIG:
+		 * chat.c's sentence; anything else is the tokenizer's */
+		*code = rc == -EPERM ? "forged_control_token" :
+			rc == -E2BIG ? "prompt_too_large" : "invalid_messages";
+		if (!msg[0])
+			snprintf(msg, msg_size, "the messages cannot be rendered in the %s chat format",
+				 chat_format_name(fmt));
+		return 1;
+	}
+	if (n_ids == 0 || n_ids > PROTO_CLIENT_TOKENS_MAX) {
+		free(ids);
+		snprintf(msg, msg_size, "the messages render to %zu tokens (at most %u)",
+			 n_ids, (unsigned)PROTO_CLIENT_TOKENS_MAX);
+		return 1;
+	}
+	*out = ids;
+	*n = (uint32_t)n_ids;
+	return 0;
+}
+
+/* ---- ids --------------------------------------------------------------------------- */
+
+/* The id an exchange's answers carry, and the one `kvctl abort` takes:
+ * OpenAI's prefix and 128 bits from libsodium's CSPRNG in hex. Unique
+ * across nodes and restarts without coordination, and it says nothing
+ * of how many requests the node (or any other tenant) has made - the
+ * exchange number it replaces did. */
+static void api_public_id(char *out, size_t size, bool chat)
+{
+	unsigned char rnd[16];
+	char hex[2 * sizeof(rnd) + 1];
+
+	randombytes_buf(rnd, sizeof(rnd));
+	sodium_bin2hex(hex, sizeof(hex), rnd, sizeof(rnd));
+	snprintf(out, size, "%s-%s", chat ? "chatcmpl" : "cmpl", hex);
+}
+
+/* ---- endpoints ------------------------------------------------------------------- */
+
+static void api_health(struct http_conn *hc, const struct http_msg *m)
+{
+	struct serve *s = hc->s;
+	struct kvd_daemon *d = s->d;
+	const char *why = NULL;
+	json_t *j;
+
+	(void)m;
+	if (d->state == KVD_STATE_DRAINING || d->state == KVD_STATE_DRAINED ||
+	    kvd_request_gate(s->reqtab))
+		why = "draining";
+	else if (d->state == KVD_STATE_STOPPING || s->stopping)
+		why = "stopping";
+	else if (d->state != KVD_STATE_READY)
+		why = "starting";
+	else if (!d->cap.ok && d->cfg.capacity_policy == KVD_CAP_REFUSE)
+		why = "capacity";
+	else if (d->cfg.role == KVD_ROLE_DECODE) {
+		struct kvd_list *e;
+		bool up = false;
+
+		kvd_list_for_each(e, &s->links) {
+			struct link *l = kvd_list_entry(e, struct link, node);
+
+			up |= l->side == LINK_DIAL && l->up;
+		}
+		if (!up)
+			why = "unpaired: no authenticated prefill peer is up";
+	}
+	j = why ? json_pack("{s:s, s:s}", "status", "unavailable", "reason", why)
+		: json_pack("{s:s, s:s}", "status", "ok", "role", kvd_role_name(d->cfg.role));
+	respond_json(hc, why ? 503 : 200, j);
+	http__exchange_done(hc);
+}
+
+static void api_models(struct http_conn *hc, const struct http_msg *m)
+{
+	const char *tenant = api_auth(hc, m);
+
+	if (!tenant)
+		return;
+	respond_json(hc, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}",
+					"object", "list", "data",
+					"id", hc->hs->model_name, "object", "model",
+					"created", (json_int_t)0, "owned_by", "kvd"));
+	api_log(hc, 200, tenant, "models");
+	http__exchange_done(hc);
+}
+
+/* GET /metrics: the Prometheus text (daemon/node/metrics.h), which names
+ * every tenant's series: with http.api_keys_file a scrape carries an
+ * admin key (role `admin`; Prometheus: `authorization: {credentials:
+ * KEY}`), a tenant's key gets 403; without keys (HTTP is then loopback
+ * only) it is open. Logged at debug: scrapes are periodic. */
+static void api_metrics(struct http_conn *hc, const struct http_msg *m)
+{
+	const struct kvd_apikey_info *k = api_auth_key(hc, m);
+	const char *tenant = k ? k->tenant : NULL;
+	char *text = NULL;
+	size_t len = 0;
+
+	if (!tenant)
+		return;
+	if (hc->hs->keys && !k->admin) {
+		api_error(hc, 403, "invalid_request_error", "forbidden", NULL,
+			  "/metrics needs an admin key (role `admin` in http.api_keys_file)",
+			  tenant);
+		return;
+	}
+	if (kvd_metrics_render(hc->s->d, &text, &len)) {
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		return;
+	}
+	http__respond(hc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+	free(text);
+	KVLOG_DEBUG(hc->s->log, "http_request",
+		    "conn=%llu tenant=%s method=GET path=/metrics status=200 bytes=%zu",
+		    (unsigned long long)hc->conn_id, KVLOG_Q(tenant), len);
+	http__exchange_done(hc);
+}
+
+/* ---- a generation: prepared off the loop, then admitted ---------------------------------- */
+
+/* One generation request while its body is prepared on a worker
+ * (daemon/front/prep.h): the JSON parsed, the model named checked, the prompt
+ * rendered and tokenized - the work that grows with the body. The loop
+ * then answers the first refusal in the gate's order or admits it. */
+struct api_prep {
+	struct prep_job job;             /* key: the tenant */
+	struct http_conn *hc;            /* NULL once its connection closed */
+	struct serve *s;                 /* outlives the pool */
+	bool chat;
+	uint64_t t_start_ns;
+	char tenant[KVD_TENANT_MAX];
+	struct kvd_tenant_limits lim;    /* its key's limits */
+	char method[16];
+	char path[64];
+	char *body;                      /* (len) a copy of the request's */
+	size_t len;
+	/* read by the worker; the tokenizer lives until prep_stop (serve.c
+	 * stops the pool before the tokenizer goes) */
+	const struct tokenizer *tok;
+	enum chat_format fmt;
+	char model_name[128];            /* http_server.model_name's copy */
+	/* what the worker found */
+	int parse_rc;                    /* openai_req_parse's */
+	struct openai_req q;             /* parse_rc 0: deinit at the end */
+	struct openai_error oe;
+	bool wrong_model;
+	int prompt_rc;                   /* 0, 1 (status/code/msg), -ENOMEM */
+	int status;
+	const char *code;
+	int32_t *ids;                    /* (n_ids), handed to the request */
+	uint32_t n_ids;
+	char msg[PROTO_CLIENT_MSG_MAX];
+};
+
+/* The connection closes while its body is prepared: the job finishes or
+ * is dropped, and frees itself (api_prep_done); it answers nobody. */
+static void api_prep_detach(struct api_prep *ap)
+{
+	ap->hc = NULL;
+	prep_cancel(&ap->job);
+}
+
+static void api_prep_free(struct api_prep *ap)
+{
+	free(ap->body);
+	free(ap->ids);
+	if (ap->parse_rc == 0)
+		openai_req_deinit(&ap->q);
+	free(ap);
+}
+
+/* Worker thread: touches only ap, the tokenizer and the model name. */
+static void api_prep_run(struct prep_job *j)
+{
+	struct api_prep *ap = kvd_container_of(j, struct api_prep, job);
+	const struct openai_req *q = &ap->q;
+
+	ap->parse_rc = openai_req_parse(&ap->q, ap->chat, ap->body, ap->len, &ap->oe);
+	free(ap->body);
+	ap->body = NULL;
+	if (ap->parse_rc)
+		return;
+	if (q->model[0] && strcmp(q->model, ap->model_name)) {
+		ap->wrong_model = true;
+		return;
+	}
+	ap->status = 400;
+	if (ap->chat)
+		ap->prompt_rc = api_chat_ids(ap->fmt, ap->tok, ap->model_name, q,
+					     &ap->ids, &ap->n_ids, &ap->status,
+					     &ap->code, ap->msg, sizeof(ap->msg));
+	else
+		ap->prompt_rc = serve__sink_prompt_ids(ap->tok, q->tokens, q->n_tokens,
+						       q->prompt,
+						       q->prompt ? strlen(q->prompt) : 0,
+						       &ap->ids, &ap->n_ids, ap->msg,
+						       sizeof(ap->msg));
+}
+
+/* The gate after the body: its JSON (400), the model (404), draining
+ * (503), the prompt (400). true when one refused (answered). */
+static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
+{
+	struct serve *s = hc->s;
+	const char *tenant = ap->tenant;
+	char msg[PROTO_CLIENT_MSG_MAX];
+
+	if (ap->parse_rc) {
+		s->d->counters.rejected[KVD_REJECT_INVALID]++;
+		if (ap->parse_rc < 0)
+			api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		else
+			api_error(hc, ap->oe.status, ap->oe.type, ap->oe.code,
+				  ap->oe.param, ap->oe.msg, tenant);
+		return true;
+	}
+	if (ap->wrong_model) {
+		snprintf(msg, sizeof(msg), "The model '%.64s' does not exist; this server serves '%.64s'.",
+			 ap->q.model, hc->hs->model_name);
+		api_error(hc, 404, "invalid_request_error", "model_not_found", "model",
+			  msg, tenant);
+		return true;
+	}
+	if (kvd_request_gate(s->reqtab) || s->stopping) {
+		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
+		api_error(hc, 503, "server_error", "draining", NULL,
+			  "the node is draining and admits no new requests", tenant);
+		return true;
+	}
+	if (ap->prompt_rc) {
+		bool nomem = ap->prompt_rc < 0;
+
+		s->d->counters.rejected[KVD_REJECT_INVALID]++;
+		api_error(hc, nomem ? 500 : ap->chat ? ap->status : 400,
+			  nomem ? "server_error" : "invalid_request_error",
+			  nomem || !ap->chat ? NULL : ap->code,
+			  nomem ? NULL : ap->chat ? "messages" : "prompt",
+			  nomem ? "out of memory" : ap->msg, tenant);
+		return true;
+	}
+	return false;
+}
+
+/* The prepared request becomes a serve request on this exchange and goes
+ * to the role's admission. */
+static void api_admit(struct http_conn *hc, struct api_prep *ap)
+{
+	struct serve *s = hc->s;
+	struct http_exchange *x = &hc->x;
+	const struct openai_req *q = &ap->q;
+	struct serve_req *r;
+
+	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
+							  : SREQ_LOCAL);
+	if (!r) {
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", ap->tenant);
+		return;
+	}
+	/* the exchange: from here every answer comes through the sink ops */
+	memset(x, 0, sizeof(*x));
+	x->active = true;
+	x->stream = q->stream;
+	x->chat = ap->chat;
+	x->r = r;
+	x->num = ++hc->hs->next_exchange;
+	api_public_id(x->id, sizeof(x->id), ap->chat);
+	x->created = (int64_t)time(NULL);
+	x->prompt_tokens = ap->n_ids;
+	x->t_start_ns = ap->t_start_ns;
+	snprintf(x->model, sizeof(x->model), "%s", hc->hs->model_name);
+	snprintf(x->method, sizeof(x->method), "%s", ap->method);
+	snprintf(x->path, sizeof(x->path), "%s", ap->path);
+	snprintf(x->tenant, sizeof(x->tenant), "%s", ap->tenant);
+	for (uint32_t i = 0; i < q->n_stop; i++) {
+		x->stop[i] = q->stop[i];
+		x->stop_len[i] = q->stop_len[i];
+		ap->q.stop[i] = NULL;
+	}
+	x->n_stop = q->n_stop;
+	ap->q.n_stop = 0;
+	serve__sink_attach(r, &hc->sink);
+	r->client_id = x->num;
+	snprintf(r->public_id, sizeof(r->public_id), "%s", x->id);
+	snprintf(r->tenant, sizeof(r->tenant), "%s", ap->tenant);
+	r->lim = ap->lim;
+	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", q->cache_salt);
+	r->prompt = ap->ids;
+	r->n_prompt = ap->n_ids;
+	ap->ids = NULL;
+	r->max_tokens = q->max_tokens;
+	r->sp = (struct sampler_params){ .temperature = q->temperature,
+					 .top_k = q->top_k, .top_p = q->top_p,
+					 .seed = q->seed };
+	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu completion=%s tenant=%s stream=%d prep_us=%llu",
+		    (unsigned long long)hc->conn_id, (unsigned long long)x->num,
+		    x->id, KVLOG_Q(ap->tenant), x->stream,
+		    (unsigned long long)((kvd_now_ns() - ap->t_start_ns) / 1000));
+	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */
+}
+
+/* Loop thread: the worker is done (or the job was cancelled). */
+static void api_prep_done(struct prep_job *j, bool cancelled)
+{
+	struct api_prep *ap = kvd_container_of(j, struct api_prep, job);
+	struct http_conn *hc = ap->hc;
+
+	if (hc)
+		hc->x.prep = NULL;
+	if (cancelled || !hc)
+		KVLOG_DEBUG(ap->s->log, "http_prep_dropped",
+			    "tenant=%s bytes=%zu ran=%d msg=\"the client left while its body was prepared\"",
+			    KVLOG_Q(ap->tenant), ap->len, j->ran);
+	if (!cancelled && hc && !hc->closing) {
+		if (api_prep_refused(hc, ap))
+			hc->x.method[0] = hc->x.path[0] = '\0';   /* answered */
+		else
+			api_admit(hc, ap);
+	}
+	api_prep_free(ap);
+}
+
+/* Bodies up to this many bytes are prepared on the loop: parsing,
+ * rendering and tokenizing them takes tens of microseconds, and the
+ * workers' per-tenant bound (PREP_KEY_JOBS_MAX being prepared) would
+ * otherwise refuse a tenant's burst of small requests while the engine
+ * keeps the (lower-priority) workers waiting. */
+#define API_PREP_INLINE_MAX 4096u
+
+/* POST /v1/completions and /v1/chat/completions: the key here, the rest
+ * of the gate once the body is prepared. The exchange stays active (the
+ * connection reads no further request) until then; a connection that
+ * closes meanwhile cancels the job (exchange_free). */
+static void api_generate(struct http_conn *hc, const struct http_msg *m, bool chat)
+{
+	struct http_server *hs = hc->hs;
+	const struct kvd_apikey_info *key = api_auth_key(hc, m);
+	const char *tenant = key ? key->tenant : NULL;
+	struct api_prep *ap;
+	int rc;
+
+	if (!tenant)
+		return;
+	ap = calloc(1, sizeof(*ap));
+	if (!ap) {
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		return;
+	}
+	/* the body is read as JSON whatever its Content-Type says (curl -d
+	 * sends form-urlencoded): the parser is what judges it. It is taken
+	 * from the wire, not copied: a 1 MB body copied on the loop cost a
+	 * few milliseconds there (more under ASan), for every request. */
+	ap->body = http_wire_take_body(&hc->wire, &ap->len);
+	if (!ap->body && !(ap->body = strdup(""))) {
+		free(ap);
+		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		return;
+	}
+	ap->hc = hc;
+	ap->s = hc->s;
+	ap->chat = chat;
+	ap->t_start_ns = kvd_now_ns();
+	ap->parse_rc = -1;               /* nothing to deinit until parsed */
+	ap->tok = hs->s->tok;
+	ap->fmt = hs->chat_format;
+	snprintf(ap->model_name, sizeof(ap->model_name), "%s", hs->model_name);
+	snprintf(ap->tenant, sizeof(ap->tenant), "%s", tenant);
+	ap->lim = key->lim;
+	snprintf(ap->method, sizeof(ap->method), "%s", m->method_name);
+	snprintf(ap->path, sizeof(ap->path), "%.63s", m->path);
+	snprintf(ap->job.key, sizeof(ap->job.key), "%s", tenant);
+	ap->job.bytes = ap->len;
+	ap->job.run = api_prep_run;
+	ap->job.done = api_prep_done;
+	if (ap->len <= API_PREP_INLINE_MAX) {
+		/* small: prepared here, at once (tens of microseconds) */
+		api_prep_run(&ap->job);
+		api_prep_done(&ap->job, false);
+		return;
+	}
+	rc = prep_submit(&hs->s->front->prep, &ap->job);
+	if (rc) {
+		ap->parse_rc = 1;
+		api_prep_free(ap);
+		hc->s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
+		/* one sentence for both bounds: whether the others' work
+		 * filled the pool is not this tenant's to learn */
+		api_error(hc, 429, "server_error", "overloaded", NULL,
+			  "too many requests are being prepared; retry later", tenant);
+		return;
+	}
+	hc->x.active = true;
+	hc->x.prep = ap;
+	snprintf(hc->x.method, sizeof(hc->x.method), "%s", ap->method);
+	snprintf(hc->x.path, sizeof(hc->x.path), "%s", ap->path);
+}
+
+static void api_completions(struct http_conn *hc, const struct http_msg *m)
+{
+	api_generate(hc, m, false);
+}
+
+static void api_chat(struct http_conn *hc, const struct http_msg *m)
+{
+	api_generate(hc, m, true);
+}
+
+static const struct api_route {
+	const char *path;
+	enum http_wire_method method;
+	http_handler_fn fn;
+	bool keyless;                    /* served without a key (probes) */
+} routes[] = {
+	{ "/v1/completions", HTTP_WIRE_POST, api_completions, false },
+	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat, false },
+	{ "/v1/models", HTTP_WIRE_GET, api_models, false },
+	{ "/health", HTTP_WIRE_GET, api_health, true },
+	{ "/metrics", HTTP_WIRE_GET, api_metrics, false },
+};
+
+/* The route of (method, path); NULL when none, *path_known when the
+ * path exists for another method. */
+static const struct api_route *api_route(const struct http_msg *m,
+					 bool *path_known)
+{
+	size_t plen = strcspn(m->path, "?");
+
+	*path_known = false;
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(routes); i++) {
+		if (strlen(routes[i].path) != plen ||
+		    strncmp(routes[i].path, m->path, plen))
+			continue;
+		*path_known = true;
+		if (routes[i].method == m->method)
+			return &routes[i];
+	}
+	return NULL;
+}
+
+/* http_head_fn: a request whose body is still to come is refused on its
+ * key before a byte of the body is read (the body may be up to
+ * http.max_body_bytes that a client without a key could make us take):
+ * 401, `Connection: close`, and the connection ends. Everything else
+ * (no keys, a route without one, an unknown route, a good key) reads its
+ * body; the handler judges the whole request as before. */
+static bool api_head(struct http_conn *hc, const struct http_msg *m)
+{
+	bool path_known;
+	const struct api_route *rt = api_route(m, &path_known);
+
+	if (!rt || rt->keyless || api_key_info(hc->hs, m))
+		return true;
+	http__drain_after(hc);    /* the unread body ends the stream */
+	(void)api_auth(hc, m);    /* answers 401 */
+	return false;
+}
+
+/* http_auth_fn: a head with a good key (any head without keys). */
+static bool api_head_auth(const struct http_conn *hc, const struct http_msg *m)
+{
+	return api_key_info(hc->hs, m) != NULL;
+}
+
+static void api_handle(struct http_conn *hc, const struct http_msg *m)
+{
+	bool path_known;
+	const struct api_route *rt = api_route(m, &path_known);
+
+	if (rt) {
+		rt->fn(hc, m);
+		return;
+	}
+	if (path_known)
+		api_error(hc, 405, "invalid_request_error", NULL, NULL,
+			  "method not allowed on this path", "-");
+	else
+		api_error(hc, 404, "invalid_request_error", NULL, NULL,
+			  "no such endpoint", "-");
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+static void api_model_name(struct serve *s, char *out, size_t size)
+{
+	const char *p = s->d->cfg.http_model_name;
+	const char *base;
+	size_t n;
+
+	if (*p) {
+		snprintf(out, size, "%s", p);
+		return;
+	}
+	base = strrchr(s->d->cfg.model_path, '/');
+	base = base ? base + 1 : s->d->cfg.model_path;
+	n = strlen(base);
+	if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+		n -= 5;
+	snprintf(out, size, "%.*s", (int)KVD_MIN(n, size - 1), base);
+}
+
+int serve__http_listen(struct serve *s)
+{
+	struct http_server *hs = calloc(1, sizeof(*hs));
+
+	if (!hs)
+		return -ENOMEM;
+	hs->s = s;
+	hs->handler = api_handle;
+	hs->head_check = api_head;
+	hs->head_auth = api_head_auth;
+	hs->sink_ops = &api_sink_ops;
+	hs->exchange_free = exchange_free;
+	api_model_name(s, hs->model_name, sizeof(hs->model_name));
+	hs->chat_format = s->d->chat_format;
+	if (KVD_FAULT_POINTS && getenv("KVD_HTTP_NOMEM")) {
+		const char *e = getenv("KVD_HTTP_NOMEM");
+		char *end;
+		unsigned long n = strtoul(e, &end, 10);
+
+		if (*end || n > 100000) {
+			KVLOG_ERR(s->log, "fault_spec", "spec=%s msg=\"KVD_HTTP_NOMEM is the allocation of each exchange that fails, 1..100000\"",
+				  KVLOG_Q(e));
+			free(hs);
+			return -EINVAL;
+		}
+		hs->nomem_at = (uint32_t)n;
+		KVLOG_WARN(s->log, "fault_points", "http_nomem=%u", hs->nomem_at);
+	}
+	hs->keys = s->keys;   /* borrowed: the serving layer's (serve.c) */
+	s->front->http = hs;
+	return http__listen(hs);
+}

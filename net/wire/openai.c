@@ -1,0 +1,474 @@
+/* openai.c - read an OpenAI completion or chat body, refuse what we
+ * cannot honour.
+ *
+ * Design. Each accepted key has a row (name, which endpoints, reader);
+ * a key without a row is refused by name, so a new OpenAI parameter is
+ * refused until someone decides what kvd does with it. Readers check
+ * type and range and say which parameter failed.
+ */
+#include "net/wire/openai.h"
+#include "net/wire/proto_client.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int openai_error_set(struct openai_error *err, int status, const char *type,
+		     const char *code, const char *param, const char *fmt, ...)
+{
+	va_list ap;
+
+	err->status = status;
+	snprintf(err->type, sizeof(err->type), "%s", type);
+	snprintf(err->code, sizeof(err->code), "%s", code ? code : "");
+	snprintf(err->param, sizeof(err->param), "%s", param ? param : "");
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	va_end(ap);
+	return OPENAI_E_INVALID;
+}
+
+static int bad(struct openai_error *err, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int bad(struct openai_error *err, const char *param, const char *fmt, ...)
+{
+	char msg[200];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return openai_error_set(err, 400, "invalid_request_error", NULL, param,
+				"%s", msg);
+}
+
+static int unsupported(struct openai_error *err, const char *key,
+		       const char *what)
+{
+	char param[40];
+
+	/* the name goes back to the caller: cut, never raw bytes */
+	snprintf(param, sizeof(param), "%s", key);
+	for (char *c = param; *c; c++)
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e ||
+		    *c == '"' || *c == '\\')
+			*c = '?';
+	return openai_error_set(err, 400, "invalid_request_error",
+				"unsupported_parameter", param,
+				"'%s' is not supported by this server%s%s", param,
+				what ? ": " : "", what ? what : "");
+}
+
+/* ---- readers -------------------------------------------------------------- */
+
+typedef int (*field_fn)(struct openai_req *q, const char *k, json_t *v,
+			struct openai_error *err);
+
+static int rd_model(struct openai_req *q, const char *k, json_t *v,
+		    struct openai_error *err)
+{
+	if (!json_is_string(v) || json_string_length(v) > OPENAI_MODEL_MAX)
+		return bad(err, k, "'%s' must be a string of at most %u bytes", k,
+			   OPENAI_MODEL_MAX);
+	snprintf(q->model, sizeof(q->model), "%s", json_string_value(v));
+	return 0;
+}
+
+static int tokens_of(struct openai_req *q, const char *k, json_t *arr,
+		     struct openai_error *err)
+{
+	size_t n = json_array_size(arr), i;
+	json_t *e;
+
+	if (n == 0 || n > PROTO_CLIENT_TOKENS_MAX)
+		return bad(err, k, "'%s' holds 1..%u token ids", k, PROTO_CLIENT_TOKENS_MAX);
+	q->tokens = malloc(n * sizeof(*q->tokens));
+	if (!q->tokens)
+		return -ENOMEM;
+	json_array_foreach(arr, i, e) {
+		json_int_t t;
+
+		if (!json_is_integer(e) || (t = json_integer_value(e)) < 0 ||
+		    t > UINT32_MAX)
+			return bad(err, k, "'%s' token %zu is not a token id", k, i);
+		q->tokens[i] = (uint32_t)t;
+	}
+	q->n_tokens = (uint32_t)n;
+	return 0;
+}
+
+static int rd_prompt(struct openai_req *q, const char *k, json_t *v,
+		     struct openai_error *err)
+{
+	json_t *one;
+
+	if (json_is_array(v) && json_array_size(v) == 1 &&
+	    (json_is_string(one = json_array_get(v, 0)) || json_is_array(one)))
+		v = one;   /* a batch of one */
+	if (json_is_string(v)) {
+		size_t n = json_string_length(v);
+
+		if (n == 0 || n > PROTO_CLIENT_PROMPT_MAX)
+			return bad(err, k, "'%s' must be 1..%u bytes", k, PROTO_CLIENT_PROMPT_MAX);
+		q->prompt = strdup(json_string_value(v));
+		return q->prompt ? 0 : -ENOMEM;
+	}
+	if (json_is_array(v) && json_array_size(v) > 0 &&
+	    json_is_integer(json_array_get(v, 0)))
+		return tokens_of(q, k, v, err);
+	if (json_is_array(v) && json_array_size(v) > 1)
+		return unsupported(err, k, "one prompt per request (n = 1)");
+	return bad(err, k, "'%s' must be a string or an array of token ids", k);
+}
+
+static int rd_messages(struct openai_req *q, const char *k, json_t *v,
+		       struct openai_error *err)
+{
+	size_t n = json_array_size(v), i;
+	json_t *m;
+
+	if (!json_is_array(v) || n == 0 || n > OPENAI_MSGS_MAX)
+		return bad(err, k, "'%s' must be an array of 1..%u messages", k, OPENAI_MSGS_MAX);
+	q->msgs = calloc(n, sizeof(*q->msgs));
+	if (!q->msgs)
+		return -ENOMEM;
+	json_array_foreach(v, i, m) {
+		json_t *role = json_object_get(m, "role");
+		json_t *content = json_object_get(m, "content");
+		const char *key;
+		json_t *x;
+
+		if (!json_is_object(m))
+			return bad(err, k, "'%s[%zu]' is not an object", k, i);
+		json_object_foreach(m, key, x)
+			if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name"))
+				return unsupported(err, key, "messages carry role and content");
+		if (!json_is_string(role))
+			return bad(err, k, "'%s[%zu].role' must be a string", k, i);
+		if (strcmp(json_string_value(role), "system") &&
+		    strcmp(json_string_value(role), "user") &&
+		    strcmp(json_string_value(role), "assistant") &&
+		    strcmp(json_string_value(role), "developer"))
+			return bad(err, k, "'%s[%zu].role' must be system, developer, user or assistant", k, i);
+		if (!json_is_string(content))
+			return bad(err, k, "'%s[%zu].content' must be a string", k, i);
+		q->msgs[i].role = strdup(json_string_value(role));
+		q->msgs[i].content = strdup(json_string_value(content));
+		q->n_msgs = i + 1;
+		if (!q->msgs[i].role || !q->msgs[i].content)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static int rd_max_tokens(struct openai_req *q, const char *k, json_t *v,
+			 struct openai_error *err)
+{
+	json_int_t n;
+
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || (n = json_integer_value(v)) < 1 ||
+	    n > PROTO_CLIENT_MAX_TOKENS)
+		return bad(err, k, "'%s' must be an integer in 1..%u", k, PROTO_CLIENT_MAX_TOKENS);
+	q->max_tokens = (uint32_t)n;
+	return 0;
+}
+
+static int number(json_t *v, double lo, double hi, bool lo_open, double *out)
+{
+	double d;
+
+	if (!json_is_number(v))
+		return -1;
+	d = json_number_value(v);
+	if (!isfinite(d) || d < lo || d > hi || (lo_open && d <= lo))
+		return -1;
+	*out = d;
+	return 0;
+}
+
+static int rd_temperature(struct openai_req *q, const char *k, json_t *v,
+			  struct openai_error *err)
+{
+	double d;
+
+	if (json_is_null(v))
+		return 0;
+	if (number(v, 0.0, 100.0, false, &d))
+		return bad(err, k, "'%s' must be a number in [0, 100]", k);
+	q->temperature = (float)d;
+	return 0;
+}
+
+static int rd_top_p(struct openai_req *q, const char *k, json_t *v,
+		    struct openai_error *err)
+{
+	double d;
+
+	if (json_is_null(v))
+		return 0;
+	if (number(v, 0.0, 1.0, true, &d) || (float)d <= 0.0f)
+		return bad(err, k, "'%s' must be a number in (0, 1]", k);
+	q->top_p = (float)d;
+	return 0;
+}
+
+static int rd_top_k(struct openai_req *q, const char *k, json_t *v,
+		    struct openai_error *err)
+{
+	json_int_t n;
+
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || (n = json_integer_value(v)) < -1 ||
+	    n > UINT32_MAX)
+		return bad(err, k, "'%s' must be an integer >= 0 (0 or -1: off)", k);
+	q->top_k = n < 0 ? 0 : (uint32_t)n;
+	return 0;
+}
+
+static int rd_seed(struct openai_req *q, const char *k, json_t *v,
+		   struct openai_error *err)
+{
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return bad(err, k, "'%s' must be an integer >= 0", k);
+	q->seed = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+static int stop_one(struct openai_req *q, const char *k, json_t *v,
+		    struct openai_error *err)
+{
+	size_t n;
+
+	if (!json_is_string(v) || (n = json_string_length(v)) == 0 ||
+	    n > OPENAI_STOP_BYTES)
+		return bad(err, k, "'%s' strings are 1..%u bytes", k, OPENAI_STOP_BYTES);
+	q->stop[q->n_stop] = strdup(json_string_value(v));
+	if (!q->stop[q->n_stop])
+		return -ENOMEM;
+	q->stop_len[q->n_stop++] = n;
+	return 0;
+}
+
+static int rd_stop(struct openai_req *q, const char *k, json_t *v,
+		   struct openai_error *err)
+{
+	size_t i;
+	json_t *e;
+	int rc;
+
+	if (json_is_null(v))
+		return 0;
+	if (json_is_string(v))
+		return stop_one(q, k, v, err);
+	if (!json_is_array(v) || json_array_size(v) > OPENAI_STOP_MAX)
+		return bad(err, k, "'%s' must be a string or an array of at most %u strings", k,
+			   OPENAI_STOP_MAX);
+	json_array_foreach(v, i, e)
+		if ((rc = stop_one(q, k, e, err)))
+			return rc;
+	return 0;
+}
+
+static int rd_stream(struct openai_req *q, const char *k, json_t *v,
+		     struct openai_error *err)
+{
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v))
+		return bad(err, k, "'%s' must be true or false", k);
+	q->stream = json_is_true(v);
+	return 0;
+}
+
+static int rd_cache_salt(struct openai_req *q, const char *k, json_t *v,
+			 struct openai_error *err)
+{
+	size_t n;
+
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return bad(err, k, "'%s' must be a string", k);
+	n = json_string_length(v);
+	if (n == 0 || n > OPENAI_SALT_MAX || memchr(json_string_value(v), 0, n))
+		return bad(err, k, "'%s' must be 1 to %u bytes, without NUL", k,
+			   OPENAI_SALT_MAX);
+	memcpy(q->cache_salt, json_string_value(v), n);
+	q->cache_salt[n] = 0;
+	return 0;
+}
+
+/* Accepted because it changes nothing here. */
+static int rd_ignore(struct openai_req *q, const char *k, json_t *v,
+		     struct openai_error *err)
+{
+	(void)q; (void)k; (void)v; (void)err;
+	return 0;
+}
+
+/* Known, accepted only at the value that means "off". */
+static int rd_n(struct openai_req *q, const char *k, json_t *v,
+		struct openai_error *err)
+{
+	(void)q;
+	if (json_is_null(v) || (json_is_integer(v) && json_integer_value(v) == 1))
+		return 0;
+	return unsupported(err, k, "only 1 is served");
+}
+
+static int rd_zero(struct openai_req *q, const char *k, json_t *v,
+		   struct openai_error *err)
+{
+	(void)q;
+	if (json_is_null(v) || (json_is_number(v) && json_number_value(v) == 0.0))
+		return 0;
+	return unsupported(err, k, "only 0 is served");
+}
+
+static int rd_false(struct openai_req *q, const char *k, json_t *v,
+		    struct openai_error *err)
+{
+	(void)q;
+	if (json_is_null(v) || json_is_false(v) ||
+	    (json_is_integer(v) && json_integer_value(v) == 0))
+		return 0;
+	return unsupported(err, k, NULL);
+}
+
+static int rd_empty(struct openai_req *q, const char *k, json_t *v,
+		    struct openai_error *err)
+{
+	(void)q;
+	if (json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0) ||
+	    (json_is_array(v) && json_array_size(v) == 0))
+		return 0;
+	return unsupported(err, k, NULL);
+}
+
+static int rd_response_format(struct openai_req *q, const char *k, json_t *v,
+			      struct openai_error *err)
+{
+	json_t *t = json_object_get(v, "type");
+
+	(void)q;
+	if (json_is_null(v) || (json_is_object(v) && json_object_size(v) == 1 &&
+				json_is_string(t) && !strcmp(json_string_value(t), "text")))
+		return 0;
+	return unsupported(err, k, "only {\"type\": \"text\"} is served");
+}
+
+static int rd_stream_options(struct openai_req *q, const char *k, json_t *v,
+			     struct openai_error *err)
+{
+	(void)q;
+	/* usage is always in the final chunk; include_usage changes nothing */
+	if (json_is_null(v) || json_is_object(v))
+		return 0;
+	return bad(err, k, "'%s' must be an object", k);
+}
+
+enum { EP_CMPL = 1, EP_CHAT = 2, EP_BOTH = 3 };
+
+static const struct field {
+	const char *name;
+	unsigned ep;
+	field_fn fn;
+} fields[] = {
+	{ "model", EP_BOTH, rd_model },
+	{ "prompt", EP_CMPL, rd_prompt },
+	{ "messages", EP_CHAT, rd_messages },
+	{ "max_tokens", EP_BOTH, rd_max_tokens },
+	{ "max_completion_tokens", EP_CHAT, rd_max_tokens },
+	{ "temperature", EP_BOTH, rd_temperature },
+	{ "top_p", EP_BOTH, rd_top_p },
+	{ "top_k", EP_BOTH, rd_top_k },
+	{ "seed", EP_BOTH, rd_seed },
+	{ "stop", EP_BOTH, rd_stop },
+	{ "stream", EP_BOTH, rd_stream },
+	{ "stream_options", EP_BOTH, rd_stream_options },
+	{ "user", EP_BOTH, rd_ignore },
+	{ "cache_salt", EP_BOTH, rd_cache_salt },
+	{ "n", EP_BOTH, rd_n },
+	{ "best_of", EP_CMPL, rd_n },
+	{ "presence_penalty", EP_BOTH, rd_zero },
+	{ "frequency_penalty", EP_BOTH, rd_zero },
+	{ "echo", EP_CMPL, rd_false },
+	{ "logprobs", EP_BOTH, rd_false },
+	{ "top_logprobs", EP_CHAT, rd_false },
+	{ "suffix", EP_CMPL, rd_empty },
+	{ "logit_bias", EP_BOTH, rd_empty },
+	{ "tools", EP_CHAT, rd_empty },
+	{ "functions", EP_CHAT, rd_empty },
+	{ "response_format", EP_CHAT, rd_response_format },
+};
+
+int openai_req_parse(struct openai_req *q, bool chat, const char *body,
+		     size_t len, struct openai_error *err)
+{
+	json_error_t je;
+	json_t *root;
+	const char *k;
+	json_t *v;
+	int rc = 0;
+
+	memset(q, 0, sizeof(*q));
+	q->chat = chat;
+	q->max_tokens = 16;
+	q->temperature = 1.0f;
+	q->top_p = 1.0f;
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+	if (!root)
+		return bad(err, NULL, "the body is not valid JSON: %s (line %d, column %d)",
+			   je.text, je.line, je.column);
+	if (!json_is_object(root)) {
+		json_decref(root);
+		return bad(err, NULL, "the body must be a JSON object");
+	}
+	json_object_foreach(root, k, v) {
+		const struct field *f = NULL;
+
+		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+			if (!strcmp(fields[i].name, k) &&
+			    (fields[i].ep & (chat ? EP_CHAT : EP_CMPL)))
+				f = &fields[i];
+		if (!f) {
+			rc = unsupported(err, k, NULL);
+			break;
+		}
+		rc = f->fn(q, k, v, err);
+		if (rc)
+			break;
+	}
+	if (!rc && !chat && !q->prompt && !q->tokens)
+		rc = bad(err, "prompt", "'prompt' is required");
+	if (!rc && chat && !q->msgs)
+		rc = bad(err, "messages", "'messages' is required");
+	json_decref(root);
+	if (rc)
+		openai_req_deinit(q);
+	return rc;
+}
+
+void openai_req_deinit(struct openai_req *q)
+{
+	free(q->prompt);
+	free(q->tokens);
+	for (size_t i = 0; i < q->n_msgs; i++) {
+		free(q->msgs[i].role);
+		free(q->msgs[i].content);
+	}
+	free(q->msgs);
+	for (uint32_t i = 0; i < q->n_stop; i++)
+		free(q->stop[i]);
+	memset(q, 0, sizeof(*q));
+}

@@ -1,0 +1,76 @@
+/* openai.h - OpenAI API request bodies (completions, chat completions).
+ *
+ * openai_req_parse reads one JSON body (jansson) into a struct openai_req
+ * and refuses, with the OpenAI error fields filled, anything kvd would
+ * otherwise have to ignore or guess: a parameter kvd does not know, or one
+ * it knows but cannot honour at the value given (n != 1, best_of != 1,
+ * echo, logprobs, suffix, a penalty != 0, logit_bias, tools, a
+ * response_format other than text...) names itself in a 400
+ * (`param`, code `unsupported_parameter`), since silently dropping it
+ * would change the result the caller expects. Known parameters with no
+ * effect on the output (user, stream_options) are accepted, and so is
+ * cache_salt (a non-empty string of at most OPENAI_SALT_MAX bytes), which
+ * scopes prefix-cache reuse and never changes the output either.
+ *
+ * Defaults are OpenAI's: max_tokens 16, temperature 1, top_p 1; top_k 0
+ * (off; -1 is taken as off too); seed 0 when absent (kvd's output is a
+ * function of the seed: invariant 9).
+ *
+ * Errors: 0; OPENAI_E_INVALID with `err` filled (status 400); -ENOMEM.
+ * Thread safety: none needed (pure).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OPENAI_E_INVALID 1
+#define OPENAI_STOP_MAX 4u
+#define OPENAI_STOP_BYTES 256u
+#define OPENAI_MODEL_MAX 127u
+#define OPENAI_MSGS_MAX 1024u
+#define OPENAI_SALT_MAX 256u   /* cache_salt bytes */
+
+struct openai_error {
+	int status;               /* HTTP status */
+	char type[32];            /* "invalid_request_error", ... */
+	char code[48];            /* "" = null */
+	char param[48];           /* "" = null */
+	char msg[256];
+};
+
+struct openai_msg {
+	char *role;               /* owned, NUL-ended */
+	char *content;            /* owned, NUL-ended */
+};
+
+struct openai_req {
+	bool chat;
+	char model[OPENAI_MODEL_MAX + 1];  /* "" when absent */
+	char *prompt;             /* completions: text (owned), or NULL */
+	uint32_t *tokens;         /* completions: prompt ids (n_tokens), or NULL */
+	uint32_t n_tokens;
+	struct openai_msg *msgs;  /* chat: (n_msgs) */
+	size_t n_msgs;
+	uint32_t max_tokens;
+	float temperature, top_p;
+	uint32_t top_k;
+	uint64_t seed;
+	char *stop[OPENAI_STOP_MAX];   /* owned, NUL-ended, (stop_len[i]) */
+	size_t stop_len[OPENAI_STOP_MAX];
+	uint32_t n_stop;
+	bool stream;
+	/* cache_salt (vLLM's field): isolates the prefix cache further
+	 * within a tenant; "" when absent (gpu/kv/pcache.h) */
+	char cache_salt[OPENAI_SALT_MAX + 1];
+};
+
+int openai_req_parse(struct openai_req *q, bool chat, const char *body,
+		     size_t len, struct openai_error *err);
+void openai_req_deinit(struct openai_req *q);
+/* Fill err (any status); `code`/`param` NULL for null. Returns
+ * OPENAI_E_INVALID. */
+int openai_error_set(struct openai_error *err, int status, const char *type,
+		     const char *code, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
