@@ -85,84 +85,89 @@ static bool dreq_revoke(struct serve_req *r)
 
 static void dreq_breach(struct serve_req *r, const char *what, int rc)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 
 	dreq_revoke(r);
 	KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=%s code=%d pages=%u",
-		  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), what, rc, r->n_table);
+		  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), what, rc, dp->n_table);
 	/* a quarantine the pool refuses too leaves the pages where they
 	 * are, which is still out of the free list: the request lets go of
 	 * them either way, and never releases them */
-	if (r->pages_held &&
-	    kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_table))
+	if (dp->pages_held &&
+	    kvpool_quarantine(s->d->pool, r->reg.id, dp->table, dp->n_table))
 		KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=quarantine pages=%u msg=\"left where they are\"",
-			  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_table);
-	r->pages_held = false;
-	r->fenced = false;
+			  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), dp->n_table);
+	dp->pages_held = false;
+	dp->fenced = false;
 	dreq_fail(r, PROTO_ERR_INTERNAL, "the KV pool refused an operation on this request's pages");
 }
 
 static void dreq_release(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	int rc;
 
-	if (!r->pages_held)
+	if (!dp->pages_held)
 		return;
 	dreq_revoke(r);
-	rc = kvpool_release(r->s->d->pool, r->reg.id, r->table, r->n_table);
+	rc = kvpool_release(r->s->d->pool, r->reg.id, dp->table, dp->n_table);
 	if (rc) {
 		dreq_breach(r, "release", rc);
 		return;
 	}
-	r->pages_held = false;
+	dp->pages_held = false;
 }
 
 static void dreq_unfence(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	int rc;
 
-	if (!r->fenced)
+	if (!dp->fenced)
 		return;
-	rc = kvpool_unfence(s->d->pool, r->reg.id, r->table, r->n_prefix);
-	r->fenced = false;
+	rc = kvpool_unfence(s->d->pool, r->reg.id, dp->table, dp->n_prefix);
+	dp->fenced = false;
 	if (rc) {
 		dreq_breach(r, "unfence", rc);
 		return;
 	}
 	/* how long the pages stayed fenced after an abort: the handshake's
 	 * wait, measured (tests check it against a delayed ack) */
-	if (r->t_abort_ns)
+	if (dp->t_abort_ns)
 		KVLOG_INFO(s->log, "abort_done", "id=%llu tenant=%s fenced_ms=%llu",
 			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
-			   (unsigned long long)((kvd_now_ns() - r->t_abort_ns) / 1000000u));
+			   (unsigned long long)((kvd_now_ns() - dp->t_abort_ns) / 1000000u));
 }
 
 /* The prefix was written by a writer we cannot trust: quarantine it,
  * release the rest of the table (never written by anyone). */
 static void dreq_quarantine(struct serve_req *r, const char *reason)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	int rc;
 
-	if (!r->pages_held)
+	if (!dp->pages_held)
 		return;
 	dreq_revoke(r);
-	rc = kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_prefix);
-	if (!rc && r->n_table > r->n_prefix)
-		rc = kvpool_release(s->d->pool, r->reg.id, r->table + r->n_prefix,
-				    r->n_table - r->n_prefix);
+	rc = kvpool_quarantine(s->d->pool, r->reg.id, dp->table, dp->n_prefix);
+	if (!rc && dp->n_table > dp->n_prefix)
+		rc = kvpool_release(s->d->pool, r->reg.id, dp->table + dp->n_prefix,
+				    dp->n_table - dp->n_prefix);
 	if (rc) {
 		dreq_breach(r, "quarantine", rc);
 		return;
 	}
-	r->pages_held = false;
+	dp->pages_held = false;
 	KVLOG_WARN(s->log, "pages_quarantined", "id=%llu tenant=%s pages=%u reason=%s",
-		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_prefix, reason);
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), dp->n_prefix, reason);
 }
 
 static void dreq_send_abort(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = r->reg.id,
 				    .code = r->fail_code };
@@ -170,11 +175,11 @@ static void dreq_send_abort(struct serve_req *r)
 	snprintf(m.message, sizeof(m.message), "%s", r->fail_msg);
 	/* a lost send ends in the abort timer's teardown */
 	serve__link_post(r->link, &m);
-	r->t_abort_ns = kvd_now_ns();
+	dp->t_abort_ns = kvd_now_ns();
 	KVLOG_INFO(s->log, "transfer_abort", "id=%llu tenant=%s peer=%s code=%s pages=%u fenced=%u",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
 		   KVLOG_Q(r->link ? r->link->addr : "-"),
-		   proto_err_name(r->fail_code), r->n_table, r->fenced ? r->n_prefix : 0);
+		   proto_err_name(r->fail_code), dp->n_table, dp->fenced ? dp->n_prefix : 0);
 }
 
 static void dreq_send(struct serve_req *r, enum proto_peer_type type)
@@ -190,7 +195,7 @@ static void dreq_timer_cb(uv_timer_t *t)
 
 	if (r->state == DRS_TRANSFER)
 		dreq_fail(r, PROTO_ERR_TIMEOUT, "%s",
-			  r->done_seen ? "the KV transfer did not complete within transfer.transfer_timeout_ms"
+			  sreq_d(r)->done_seen ? "the KV transfer did not complete within transfer.transfer_timeout_ms"
 				       : "prefill did not complete within transfer.prefill_timeout_ms");
 	serve__dreq_event(r, DEV_TIMEOUT);
 }
@@ -212,6 +217,7 @@ static void dreq_teardown(struct serve_req *r)
  * its prompt and first token over the received KV. */
 static void dreq_submit(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	bool lent = r->kind == SREQ_DECODE;
 	int32_t *toks = malloc(sizeof(int32_t) * (r->n_prompt + 1));
@@ -219,11 +225,11 @@ static void dreq_submit(struct serve_req *r)
 
 	if (toks) {
 		memcpy(toks, r->prompt, sizeof(int32_t) * r->n_prompt);
-		toks[r->n_prompt] = (int32_t)r->first_token;
+		toks[r->n_prompt] = (int32_t)dp->first_token;
 		rc = serve__compute_submit(s, r, toks, r->n_prompt + lent,
 					   r->max_tokens - lent, false,
-					   lent ? r->table : NULL,
-					   lent ? r->n_table : 0,
+					   lent ? dp->table : NULL,
+					   lent ? dp->n_table : 0,
 					   lent ? r->n_prompt : 0);
 		free(toks);
 	}
@@ -247,7 +253,7 @@ static void decode_cache_received(struct serve_req *r)
 	int32_t *prompt;
 
 	if (!s->d->cache || !s->d->cfg.cache_decode_reuse || r->kind != SREQ_DECODE ||
-	    !r->kv_ready || !r->free_job || r->n_prompt < pt ||
+	    !sreq_d(r)->kv_ready || !r->free_job || r->n_prompt < pt ||
 	    r->fail_code == PROTO_ERR_INTEGRITY)
 		return;
 	prompt = malloc(sizeof(*prompt) * r->n_prompt);
@@ -265,20 +271,22 @@ static void decode_cache_received(struct serve_req *r)
  * engine quarantines its own pages by the same rule. */
 static void dreq_free_engine(struct serve_req *r)
 {
-	bool lent = r->pages_held;
+	struct sreq_decode *dp = sreq_d(r);
+	bool lent = dp->pages_held;
 
 	if (lent && !r->engine_integrity)
 		decode_cache_received(r);
 	if (lent && r->engine_integrity)
 		KVLOG_WARN(r->s->log, "pages_quarantined",
 			   "id=%llu tenant=%s pages=%u reason=engine_integrity",
-			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_table);
-	r->pages_held = false;
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), dp->n_table);
+	dp->pages_held = false;
 	serve__compute_free(r->s, r, lent, lent && r->engine_integrity);
 }
 
 static void dreq_act(struct serve_req *r, uint32_t a)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 
 	switch (a) {
@@ -290,8 +298,8 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 		/* only a token prefill sampled: a prompt computed here
 		 * (standalone, local) streams its first from the engine */
 		if (r->kind == SREQ_DECODE &&
-		    (int32_t)r->first_token != s->model->eos_id)
-			serve__sink_token(r, (int32_t)r->first_token);
+		    (int32_t)dp->first_token != s->model->eos_id)
+			serve__sink_token(r, (int32_t)dp->first_token);
 		return;
 	case DA_STREAM:
 		serve__sink_token(r, r->last_token);
@@ -319,7 +327,7 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 		dreq_unfence(r);
 		return;
 	case DA_QUARANTINE:
-		dreq_quarantine(r, r->fence_failed ? "fence_failed" : "tag_check");
+		dreq_quarantine(r, dp->fence_failed ? "fence_failed" : "tag_check");
 		return;
 	case DA_DETACH_PEER:
 		serve__link_detach(r);
@@ -359,8 +367,10 @@ static void dreq_local_prompt_done(struct serve_req *r)
 /* The only way into DONE: everything the request held is given back. */
 static void dreq_finish(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
+
 	dreq_local_prompt_done(r);
-	KVD_ASSERT(r->s->log, !r->pages_held && !r->fenced && !r->link && !r->ereq,
+	KVD_ASSERT(r->s->log, !dp->pages_held && !dp->fenced && !r->link && !r->ereq,
 		   "id=%llu tenant=%s msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
 	if (!r->answered)
@@ -535,21 +545,22 @@ static struct link *decode_pick_peer(struct serve *s)
 
 static int decode_send_request(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_REQUEST };
 	struct proto_peer_page *pages;
 	uint32_t *toks;
 	int rc;
 
-	pages = calloc(r->n_prefix, sizeof(*pages));
+	pages = calloc(dp->n_prefix, sizeof(*pages));
 	toks = calloc(r->n_prompt, sizeof(*toks));
 	if (!pages || !toks) {
 		free(pages);
 		free(toks);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < r->n_prefix; i++) {
-		pages[i].page = r->table[i].page;
-		pages[i].gen = r->table[i].gen;
+	for (uint32_t i = 0; i < dp->n_prefix; i++) {
+		pages[i].page = dp->table[i].page;
+		pages[i].gen = dp->table[i].gen;
 	}
 	for (uint32_t i = 0; i < r->n_prompt; i++)
 		toks[i] = (uint32_t)r->prompt[i];
@@ -557,7 +568,7 @@ static int decode_send_request(struct serve_req *r)
 	m.tokens = toks;
 	m.n_tokens = r->n_prompt;
 	m.pages = pages;
-	m.n_pages = r->n_prefix;
+	m.n_pages = dp->n_prefix;
 	m.max_tokens = r->max_tokens;
 	m.temperature = r->sp.temperature;
 	m.top_k = r->sp.top_k;
@@ -613,43 +624,44 @@ static bool decode_too_long(struct serve_req *r, const struct link *p)
 /* Reserve the table and fence the prefix; false (r failed) when not. */
 static enum dreq_event decode_reserve(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	struct kvpool *pool = s->d->pool;
 	uint64_t need = (uint64_t)r->n_prompt + r->max_tokens;
 	int rc;
 
-	r->n_table = kvpool_pages_for(pool, need - 1);
-	r->n_prefix = kvpool_pages_for(pool, r->n_prompt);
-	r->table = calloc(r->n_table, sizeof(*r->table));
-	r->rx.got = calloc(r->n_prefix, 1);
-	if (!r->table || !r->rx.got) {
+	dp->n_table = kvpool_pages_for(pool, need - 1);
+	dp->n_prefix = kvpool_pages_for(pool, r->n_prompt);
+	dp->table = calloc(dp->n_table, sizeof(*dp->table));
+	dp->rx.got = calloc(dp->n_prefix, 1);
+	if (!dp->table || !dp->rx.got) {
 		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		return DEV_REFUSE;
 	}
 	/* a decode node's cached pages (its local prefills) never refuse a
 	 * transfer: unmapped ones are evicted when the pool is short */
-	rc = pcache_pool_reserve(s->d->cache, pool, r->reg.id, r->n_table, r->table);
+	rc = pcache_pool_reserve(s->d->cache, pool, r->reg.id, dp->n_table, dp->table);
 	serve__gate_settle(r);
 	if (rc) {
 		s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
 		dreq_fail(r, rc == KVPOOL_E_FULL ? PROTO_ERR_OVERLOADED : PROTO_ERR_INTERNAL,
-			  "the KV pool cannot reserve %u pages now", r->n_table);
+			  "the KV pool cannot reserve %u pages now", dp->n_table);
 		return DEV_REFUSE;
 	}
-	r->pages_held = true;
+	dp->pages_held = true;
 	/* an in-flight transfer may write the prefix: fence it (invariant 2);
 	 * a pool that refuses is a breach, and the pages go to quarantine */
-	rc = kvpool_fill_begin(pool, r->reg.id, r->table, r->n_table);
+	rc = kvpool_fill_begin(pool, r->reg.id, dp->table, dp->n_table);
 	if (!rc)
-		rc = kvpool_fence(pool, r->reg.id, r->table, r->n_prefix);
+		rc = kvpool_fence(pool, r->reg.id, dp->table, dp->n_prefix);
 	if (rc) {
 		KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=fence code=%d pages=%u",
-			  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), rc, r->n_table);
+			  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), rc, dp->n_table);
 		dreq_fail(r, PROTO_ERR_INTERNAL, "the KV pool refused to fence the request's pages");
-		r->fence_failed = true;
+		dp->fence_failed = true;
 		return DEV_BREACH;
 	}
-	r->fenced = true;
+	dp->fenced = true;
 	return DEV_ADMIT;
 }
 
@@ -663,7 +675,7 @@ static uint64_t decode_peer_pending(const struct link *p)
 	kvd_list_for_each(e, &p->reqs) {
 		const struct serve_req *q = kvd_list_entry(e, struct serve_req, link_node);
 
-		if (q->state == DRS_TRANSFER && !q->done_seen)
+		if (q->state == DRS_TRANSFER && !sreq_dc(q)->done_seen)
 			n += q->n_prompt;
 	}
 	return n;
@@ -776,6 +788,7 @@ static bool decode_place_cached(struct serve_req *r)
 static int decode_verbs_grant(struct serve_req *r, struct link *p,
 			      struct proto_peer_msg *m)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	bool live = false;
 	int rc;
 
@@ -785,7 +798,7 @@ static int decode_verbs_grant(struct serve_req *r, struct link *p,
 	m->runs = calloc(VERBS_SCOPE_RUNS_MAX, sizeof(*m->runs));
 	if (!m->runs)
 		return -ENOMEM;
-	rc = transport_verbs_grant(p->data, r->reg.id, r->table, r->n_prefix,
+	rc = transport_verbs_grant(p->data, r->reg.id, dp->table, dp->n_prefix,
 				   m->runs, &m->n_runs, &live);
 	if (!rc && !live)
 		m->n_runs = 0;
@@ -799,6 +812,7 @@ static int decode_verbs_grant(struct serve_req *r, struct link *p,
 
 void serve__decode_admit(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	struct link *p = decode_pick_peer(s);
 	struct proto_peer_msg scope = { 0 };
@@ -860,8 +874,8 @@ void serve__decode_admit(struct serve_req *r)
 	KVLOG_DEBUG(s->log, "prefill_sent",
 		    "id=%llu client_id=%llu tenant=%s peer=%s prompt_tokens=%u pages=%u prefix_pages=%u",
 		    (unsigned long long)r->reg.id, (unsigned long long)r->client_id,
-		    KVLOG_Q(r->tenant), KVLOG_Q(p->addr), r->n_prompt, r->n_table,
-		    r->n_prefix);
+		    KVLOG_Q(r->tenant), KVLOG_Q(p->addr), r->n_prompt, dp->n_table,
+		    dp->n_prefix);
 }
 
 /* ---- receiving KV ----------------------------------------------------------- */
@@ -880,10 +894,11 @@ static struct serve_req *decode_req_of(struct link *p, uint64_t id)
  * in the pool's page layout. */
 static void decode_rx_req(const struct serve_req *r, struct xfer_check_req *q)
 {
+	const struct sreq_decode *dp = sreq_dc(r);
 	const struct kvpool_geom *g = kvpool_geom(r->s->d->pool);
 
 	*q = (struct xfer_check_req){
-		.table = r->table, .n_prefix = r->n_prefix,
+		.table = dp->table, .n_prefix = dp->n_prefix,
 		.n_prompt = r->n_prompt, .page_tokens = g->page_tokens, .kv = g,
 	};
 }
@@ -909,7 +924,7 @@ static bool decode_rx_write(struct serve_req *r, const struct xfer_hdr *h,
 		/* Invariant 10: zero-fill the positions the page does not
 		 * hold (xfer_check_batch matched e.tokens to our own
 		 * count); never rely on the sender having cleared them. */
-		if (kvpool_zero_tail(s->d->pool, r->reg.id, &r->table[e.index],
+		if (kvpool_zero_tail(s->d->pool, r->reg.id, &sreq_d(r)->table[e.index],
 				     e.tokens)) {
 			dreq_fail(r, PROTO_ERR_INTERNAL,
 				  "cannot clear the tail of a received page");
@@ -932,13 +947,13 @@ static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
 	if (r) {
 		/* verbs: a batch of r completed - every write it carried has
 		 * landed; an abort_ack waits for the count prefill posted */
-		r->batches_landed++;
-		if (r->ack_deferred && r->batches_landed >= r->peer_batches) {
-			r->ack_deferred = false;
+		sreq_d(r)->batches_landed++;
+		if (sreq_d(r)->ack_deferred && sreq_d(r)->batches_landed >= sreq_d(r)->peer_batches) {
+			sreq_d(r)->ack_deferred = false;
 			KVLOG_INFO(s->log, "abort_fence_done",
 				   "id=%llu tenant=%s batches_posted=%u batches_landed=%u",
 				   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
-				   r->peer_batches, r->batches_landed);
+				   sreq_d(r)->peer_batches, sreq_d(r)->batches_landed);
 			serve__dreq_event(r, DEV_ABORT_ACK);
 			return;
 		}
@@ -954,7 +969,7 @@ static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
 	/* every entry checked before any page is written; on accept the
 	 * pages count as arrived (a write failure below fails r anyway) */
 	decode_rx_req(r, &q);
-	if (xfer_check_batch(&q, &r->rx, h, batch, &ref)) {
+	if (xfer_check_batch(&q, &sreq_d(r)->rx, h, batch, &ref)) {
 		dreq_fail_kind(r, PROTO_ERR_INTEGRITY, KVD_INTEGRITY_TRANSFER, "%s", ref.why);
 		serve__dreq_event(r, DEV_BAD);
 		return;
@@ -972,19 +987,20 @@ static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
  * another owner's tag, so only the engine's own check can catch it. */
 static void decode_fault_retag(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	const struct kvmem *mem = &s->d->mem;
 	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
 	struct kvtag tag;
 	void *dst;
 
-	if (!r->n_prefix || !kvd_fault_fire(&s->fault, KVD_FAULT_RETAG_READY))
+	if (!dp->n_prefix || !kvd_fault_fire(&s->fault, KVD_FAULT_RETAG_READY))
 		return;
-	dst = kvpool_page_addr(s->d->pool, r->table[0].page);
-	kvtag_make(&tag, r->reg.id + 1, r->table[0].gen, r->table[0].page, 0,
+	dst = kvpool_page_addr(s->d->pool, dp->table[0].page);
+	kvtag_make(&tag, r->reg.id + 1, dp->table[0].gen, dp->table[0].page, 0,
 		   KVD_MIN(pt, r->n_prompt));
 	KVLOG_WARN(s->log, "fault", "point=retag_ready id=%llu tenant=%s page=%u",
-		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->table[0].page);
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), dp->table[0].page);
 	if (dst)
 		(void)mem->ops->write(mem->ctx, dst, &tag, sizeof(tag));
 }
@@ -994,13 +1010,14 @@ static void decode_fault_retag(struct serve_req *r)
  * the client decide how it goes on. */
 static enum dreq_event decode_covered_event(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	int rc;
 
 	/* verbs: every batch is in; nothing may change the pages now that
 	 * their tags are checked and the engine reads them */
 	dreq_revoke(r);
-	rc = kvpool_mark_ready(s->d->pool, r->reg.id, r->table, r->n_prefix,
+	rc = kvpool_mark_ready(s->d->pool, r->reg.id, dp->table, dp->n_prefix,
 			       r->n_prompt);
 
 	if (rc) {
@@ -1013,13 +1030,13 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
 			  rc == KVPOOL_E_COVERAGE ? "coverage" : "tag", rc);
 		return DEV_TAG_BAD;
 	}
-	r->kv_ready = true;
+	dp->kv_ready = true;
 	decode_fault_retag(r);
 	if (r->t_xfer_ns)
 		kvd_metrics_xfer_time(&s->d->metrics, KVD_XFER_RECV,
 				      kvd_now_ns() - r->t_xfer_ns);
 	KVLOG_DEBUG(s->log, "transfer_done", "id=%llu tenant=%s batches=%u pages=%u tokens=%u",
-		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->rx.batches, r->rx.n_got,
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), dp->rx.batches, dp->rx.n_got,
 		    r->n_prompt);
 	if (!r->sink)
 		return DEV_COVERED_ORPHAN;   /* complete; now release */
@@ -1027,9 +1044,9 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
 		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		return DEV_COVERED_FAIL;
 	}
-	if ((int32_t)r->first_token == s->model->eos_id || r->max_tokens == 1) {
+	if ((int32_t)dp->first_token == s->model->eos_id || r->max_tokens == 1) {
 		snprintf(r->finish_reason, sizeof(r->finish_reason), "%s",
-			 (int32_t)r->first_token == s->model->eos_id ? "stop" : "length");
+			 (int32_t)dp->first_token == s->model->eos_id ? "stop" : "length");
 		return DEV_COVERED_FINAL;
 	}
 	return DEV_COVERED;
@@ -1042,6 +1059,7 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
  * live, and before prefill_done. 0, 1 (a page fails: logged), -ENOMEM. */
 static int decode_prefix_recheck(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	const struct kvmem *mem = &s->d->mem;
 	const struct kvpool_geom *g = kvpool_geom(s->d->pool);
@@ -1050,9 +1068,9 @@ static int decode_prefix_recheck(struct serve_req *r)
 
 	if (!buf)
 		return -ENOMEM;
-	for (uint32_t i = 0; !rc && i < r->n_prefix; i++) {
+	for (uint32_t i = 0; !rc && i < dp->n_prefix; i++) {
 		uint32_t tokens = KVD_MIN(g->page_tokens, r->n_prompt - i * g->page_tokens);
-		const void *src = kvpool_page_addr(s->d->pool, r->table[i].page);
+		const void *src = kvpool_page_addr(s->d->pool, dp->table[i].page);
 
 		if (src && !mem->ops->read(mem->ctx, buf, src, s->page_bytes) &&
 		    kvpool_page_kv_finite(g, buf, tokens))
@@ -1060,7 +1078,7 @@ static int decode_prefix_recheck(struct serve_req *r)
 		KVLOG_WARN(s->log, "transfer_check_failed",
 			   "id=%llu tenant=%s check=finite page=%u index=%u msg=\"the page changed after its batch was checked\"",
 			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
-			   r->table[i].page, i);
+			   dp->table[i].page, i);
 		rc = 1;
 	}
 	free(buf);
@@ -1072,15 +1090,16 @@ static int decode_prefix_recheck(struct serve_req *r)
  * engine reads it run now - values here, tags in kvpool_mark_ready. */
 static void decode_sealed(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	int rc;
 
-	r->sealing = false;
+	dp->sealing = false;
 	if (!r->link || !r->link->data || !transport_is_verbs(r->link->data)) {
 		serve__dreq_event(r, decode_covered_event(r));
 		return;
 	}
 	KVLOG_DEBUG(r->s->log, "transfer_sealed", "id=%llu tenant=%s pages=%u",
-		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_prefix);
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), dp->n_prefix);
 	rc = decode_prefix_recheck(r);
 	if (rc < 0) {
 		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
@@ -1100,17 +1119,18 @@ static void decode_sealed(struct serve_req *r)
 /* All batches in and prefill_done seen: check coverage, mark ready. */
 static void decode_try_complete(struct serve_req *r)
 {
-	struct xfer_check_done done = { .tokens = r->done_tokens,
-					.pages = r->done_pages,
-					.batches = r->done_batches };
+	struct sreq_decode *dp = sreq_d(r);
+	struct xfer_check_done done = { .tokens = dp->done_tokens,
+					.pages = dp->done_pages,
+					.batches = dp->done_batches };
 	struct xfer_check_req q;
 	char why[200];
 	int rc;
 
-	if (r->ended || r->state != DRS_TRANSFER || !r->done_seen || r->sealing)
+	if (r->ended || r->state != DRS_TRANSFER || !dp->done_seen || dp->sealing)
 		return;
 	decode_rx_req(r, &q);
-	rc = xfer_check_coverage(&q, &r->rx, &done, why, sizeof(why));
+	rc = xfer_check_coverage(&q, &dp->rx, &done, why, sizeof(why));
 	if (rc == XFER_CHECK_PENDING)
 		return;
 	if (rc) {
@@ -1121,7 +1141,7 @@ static void decode_try_complete(struct serve_req *r)
 	/* every batch is in: take the write scope back first, and check
 	 * the pages only once the NIC refuses the peer's writes (verbs,
 	 * windows: decode_scope_dead; the transfer timer still runs) */
-	r->sealing = true;
+	dp->sealing = true;
 	if (dreq_revoke(r))
 		decode_sealed(r);
 }
@@ -1159,13 +1179,13 @@ static void peer_on_done(struct link *p, const struct proto_peer_msg *m)
 			serve__dreq_event(r, DEV_PREFILL_DONE);   /* late: ignored */
 		return;
 	}
-	r->done_seen = true;
+	sreq_d(r)->done_seen = true;
 	decode_peer_speed(p->s, r->n_prompt);
-	r->first_token = m->first_token;
-	r->done_tokens = m->done_tokens;
+	sreq_d(r)->first_token = m->first_token;
+	sreq_d(r)->done_tokens = m->done_tokens;
 	r->cached_tokens = KVD_MIN(m->cached_tokens, m->done_tokens);
-	r->done_batches = m->batches;
-	r->done_pages = m->done_pages;
+	sreq_d(r)->done_batches = m->batches;
+	sreq_d(r)->done_pages = m->done_pages;
 	if (m->first_token >= tokenizer_n_vocab(p->s->tok)) {
 		dreq_fail_kind(r, PROTO_ERR_INTEGRITY, KVD_INTEGRITY_TRANSFER,
 			       "prefill sent a first token outside the vocabulary");
@@ -1187,7 +1207,7 @@ static void peer_on_abort(struct link *p, const struct proto_peer_msg *m)
 		serve__link_post(p, &ack);
 		return;
 	}
-	r->peer_batches = KVD_MAX(r->peer_batches, m->batches);
+	sreq_d(r)->peer_batches = KVD_MAX(sreq_d(r)->peer_batches, m->batches);
 	/* prefill gives up: its batches for r have left, and decode writes
 	 * nothing for a request it no longer holds */
 	dreq_fail(r, m->code ? m->code : PROTO_ERR_INTERNAL, "%s",
@@ -1215,7 +1235,7 @@ static void decode_on_msg(struct link *p, struct proto_peer_msg *m)
 		r = decode_req_of(p, m->id);
 		if (!r)
 			return;
-		r->peer_batches = KVD_MAX(r->peer_batches, m->batches);
+		sreq_d(r)->peer_batches = KVD_MAX(sreq_d(r)->peer_batches, m->batches);
 		/* over TCP every batch prefill posted has left before
 		 * abort_ack and the checks refuse it for a released request.
 		 * Over RDMA a posted batch may still be landing in our pages:
@@ -1224,10 +1244,10 @@ static void decode_on_msg(struct link *p, struct proto_peer_msg *m)
 		 * link's loss, LINK_LOST) */
 		KVLOG_RL_INFO(p->s->log, &p->s->rl[SERVE_RL_PEER_ACK], "abort_acked", "id=%llu tenant=%s peer=%s batches_posted=%u batches_received=%u batches_landed=%u",
 			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), KVLOG_Q(p->addr),
-			   r->peer_batches, r->rx.batches, r->batches_landed);
+			   sreq_d(r)->peer_batches, sreq_d(r)->rx.batches, sreq_d(r)->batches_landed);
 		if (p->data && transport_is_verbs(p->data) &&
-		    r->batches_landed < r->peer_batches) {
-			r->ack_deferred = true;
+		    sreq_d(r)->batches_landed < sreq_d(r)->peer_batches) {
+			sreq_d(r)->ack_deferred = true;
 			return;
 		}
 		serve__dreq_event(r, DEV_ABORT_ACK);
@@ -1276,7 +1296,7 @@ static void decode_scope_dead(struct link *p, uint64_t id)
 {
 	struct serve_req *r = decode_req_of(p, id);
 
-	if (r && r->state == DRS_TRANSFER && r->sealing && !r->ended)
+	if (r && r->state == DRS_TRANSFER && sreq_d(r)->sealing && !r->ended)
 		decode_sealed(r);
 }
 
@@ -1284,27 +1304,28 @@ static void decode_scope_dead(struct link *p, uint64_t id)
  * still write r's prefix: it never goes back to the free list. */
 static void decode_req_flush_lost(struct serve_req *r)
 {
+	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	struct kvpool_page_info pi;
 	int rc;
 
-	if (r->pages_held) {
+	if (dp->pages_held) {
 		dreq_quarantine(r, "verbs_flush_timeout");
 		return;
 	}
-	if (!r->fenced)
+	if (!dp->fenced)
 		return;   /* its pages left with nothing that could write them */
-	if (r->n_prefix && !kvpool_page_info(s->d->pool, r->table[0].page, &pi) &&
+	if (dp->n_prefix && !kvpool_page_info(s->d->pool, dp->table[0].page, &pi) &&
 	    pi.state == KVPAGE_QUARANTINED && pi.owner == r->reg.id &&
-	    pi.gen == r->table[0].gen)
+	    pi.gen == dp->table[0].gen)
 		return;   /* the transport quarantined them (its scope) */
-	rc = kvpool_quarantine(s->d->pool, r->reg.id, r->table, r->n_prefix);
+	rc = kvpool_quarantine(s->d->pool, r->reg.id, dp->table, dp->n_prefix);
 	if (rc)
 		KVLOG_ERR(s->log, "invariant_breach", "id=%llu tenant=%s op=quarantine code=%d pages=%u msg=\"left fenced\"",
-			  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), rc, r->n_prefix);
+			  (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), rc, dp->n_prefix);
 	else
 		KVLOG_WARN(s->log, "pages_quarantined", "id=%llu tenant=%s pages=%u reason=verbs_flush_timeout",
-			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_prefix);
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), dp->n_prefix);
 }
 
 /* link_ops.req_lost: both connections to r's peer are torn down; a

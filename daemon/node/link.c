@@ -237,7 +237,7 @@ void serve__link_detach(struct serve_req *r)
 		if (l->side == LINK_DIAL)
 			transport_verbs_revoke(l->data, r->reg.id);
 		else
-			transport_verbs_forget(l->data, r->remote_id);
+			transport_verbs_forget(l->data, sreq_p(r)->remote_id);
 	}
 	kvd_list_del(&r->link_node);
 	l->n_reqs--;

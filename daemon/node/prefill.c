@@ -145,14 +145,15 @@ static void prefill_send_abort_ack(struct serve *s, struct link *l,
  * which needs nothing from us: decode never writes into our pages). */
 static void preq_send_abort(struct serve_req *r)
 {
-	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = r->remote_id,
+	struct sreq_prefill *pp = sreq_p(r);
+	struct proto_peer_msg m = { .type = PEER_MSG_ABORT, .id = pp->remote_id,
 				    .code = r->fail_code,
-				    .batches = r->batches_sent + r->sends_pending };
+				    .batches = pp->batches_sent + pp->sends_pending };
 
-	m.batches = prefill_lie_batches(r->s, r->remote_id, m.batches, "abort");
+	m.batches = prefill_lie_batches(r->s, pp->remote_id, m.batches, "abort");
 	snprintf(m.message, sizeof(m.message), "%s", r->fail_msg);
 	KVLOG_WARN(r->s->log, "prefill_failed", "id=%llu tenant=%s remote_id=%llu code=%s msg=%s",
-		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)pp->remote_id,
 		   proto_err_name(r->fail_code), KVLOG_Q(r->fail_msg));
 	if (r->link)
 		serve__link_post(r->link, &m);
@@ -160,12 +161,14 @@ static void preq_send_abort(struct serve_req *r)
 
 static void preq_abort_ack(struct serve_req *r)
 {
+	struct sreq_prefill *pp = sreq_p(r);
+
 	KVLOG_DEBUG(r->s->log, "abort_ack", "id=%llu tenant=%s remote_id=%llu state=%s",
-		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)pp->remote_id,
 		    machine_state_name(&preq_machine, r->state));
-	r->ack_owed = false;
-	prefill_send_abort_ack(r->s, r->link, r->remote_id, r->tenant,
-			       r->batches_sent + r->sends_pending);
+	pp->ack_owed = false;
+	prefill_send_abort_ack(r->s, r->link, pp->remote_id, r->tenant,
+			       pp->batches_sent + pp->sends_pending);
 }
 
 /* No release_ack within release_timeout_ms of prefill_done: release our
@@ -183,46 +186,50 @@ static void preq_timer_cb(uv_timer_t *t)
 
 static void preq_count_timeout(struct serve_req *r)
 {
+	struct sreq_prefill *pp = sreq_p(r);
+
 	r->s->d->counters.release_timeouts++;
 	KVLOG_WARN(r->s->log, "release_timeout",
 		   "id=%llu tenant=%s remote_id=%llu peer_node=%s pages=%u release_timeout_ms=%u msg=\"no release_ack; pages released\"",
-		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,
-		   r->link ? r->link->hello.node : "?", r->n_dst,
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)pp->remote_id,
+		   r->link ? r->link->hello.node : "?", pp->n_dst,
 		   r->s->d->cfg.release_timeout_ms);
 	serve__req_fail(r, PROTO_ERR_TIMEOUT, "no release_ack within release_timeout_ms");
 }
 
 static void prefill_done_send(struct serve_req *r)
 {
-	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_DONE, .id = r->remote_id };
+	struct sreq_prefill *pp = sreq_p(r);
+	struct proto_peer_msg m = { .type = PEER_MSG_PREFILL_DONE, .id = pp->remote_id };
 
-	m.first_token = r->first_token;
-	m.done_tokens = r->n_kv;
+	m.first_token = pp->first_token;
+	m.done_tokens = pp->n_kv;
 	m.cached_tokens = r->cached_tokens;
-	m.batches = r->batches_sent;
-	m.done_pages = r->n_dst;
+	m.batches = pp->batches_sent;
+	m.done_pages = pp->n_dst;
 	if (kvd_fault_fire(&r->s->fault, KVD_FAULT_LIE_DONE_BATCHES)) {
 		/* a lying prefill: decode waits for batches that never come */
 		m.batches += 3;
 		KVLOG_WARN(r->s->log, "fault", "point=lie_done_batches remote_id=%llu posted=%u claimed=%u",
-			   (unsigned long long)r->remote_id, r->batches_sent, m.batches);
+			   (unsigned long long)pp->remote_id, pp->batches_sent, m.batches);
 	}
 	serve__link_post(r->link, &m);
 	KVLOG_DEBUG(r->s->log, "prefill_done", "id=%llu tenant=%s remote_id=%llu batches=%u pages=%u tokens=%u first_token=%u",
-		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)r->remote_id,
-		    r->batches_sent, r->n_dst, r->n_kv, r->first_token);
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), (unsigned long long)pp->remote_id,
+		    pp->batches_sent, pp->n_dst, pp->n_kv, pp->first_token);
 	/* the pages stay held until release_ack, abort, the connection to
 	 * the decode node is gone, or release_timeout_ms */
 }
 
 static void preq_act(struct serve_req *r, uint32_t a)
 {
+	struct sreq_prefill *pp = sreq_p(r);
 	struct serve *s = r->s;
 
 	switch (a) {
 	case PA_SEND_REJECT:
 		if (r->link)
-			prefill_reject(r->link, r->remote_id, r->tenant,
+			prefill_reject(r->link, pp->remote_id, r->tenant,
 				       r->fail_code ? r->fail_code : PROTO_ERR_INTERNAL,
 				       "%s", r->fail_msg);
 		return;
@@ -230,13 +237,13 @@ static void preq_act(struct serve_req *r, uint32_t a)
 		preq_send_abort(r);
 		return;
 	case PA_OWE_ACK:
-		r->ack_owed = true;
+		pp->ack_owed = true;
 		return;
 	case PA_SEND_ABORT_ACK:
 		preq_abort_ack(r);
 		return;
 	case PA_ACK_OWED:
-		if (r->ack_owed)
+		if (pp->ack_owed)
 			preq_abort_ack(r);
 		return;
 	case PA_DETACH_LINK:
@@ -252,7 +259,7 @@ static void preq_act(struct serve_req *r, uint32_t a)
 		serve__timer_start(r, s->d->cfg.release_timeout_ms, preq_timer_cb);
 		return;
 	case PA_RELEASED:
-		r->released_by_peer = true;
+		pp->released_by_peer = true;
 		return;
 	case PA_COUNT_TIMEOUT:
 		preq_count_timeout(r);
@@ -266,14 +273,16 @@ static void preq_act(struct serve_req *r, uint32_t a)
 /* The only way into DONE. */
 static void preq_finish(struct serve_req *r)
 {
-	KVD_ASSERT(r->s->log, !r->link && !r->ereq && !r->sends_pending,
+	struct sreq_prefill *pp = sreq_p(r);
+
+	KVD_ASSERT(r->s->log, !r->link && !r->ereq && !pp->sends_pending,
 		   "id=%llu tenant=%s msg=\"a prefill request ends attached, in the engine or with batches queued\"",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
-	if (r->fail_code && !r->released_by_peer)
+	if (r->fail_code && !pp->released_by_peer)
 		KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu tenant=%s remote_id=%llu reason=%s",
 			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
-			   (unsigned long long)r->remote_id, KVLOG_Q(r->fail_msg));
-	serve__req_end(r, r->released_by_peer && !r->fail_code);
+			   (unsigned long long)pp->remote_id, KVLOG_Q(r->fail_msg));
+	serve__req_end(r, pp->released_by_peer && !r->fail_code);
 }
 
 void serve__preq_event(struct serve_req *r, enum preq_event ev)
@@ -290,7 +299,7 @@ void serve__preq_event(struct serve_req *r, enum preq_event ev)
 	if (r->ended)
 		return;
 	/* ABORT_DRAINING is left as soon as no batch is queued */
-	if (r->state == PRS_ABORT_DRAINING && !r->sends_pending)
+	if (r->state == PRS_ABORT_DRAINING && !sreq_p(r)->sends_pending)
 		serve__preq_event(r, PEV_DRAINED);
 	else if (r->state == PRS_DONE)
 		preq_finish(r);
@@ -304,7 +313,7 @@ static struct serve_req *prefill_find(struct link *l, uint64_t remote_id)
 	kvd_list_for_each(e, &l->reqs) {
 		struct serve_req *r = kvd_list_entry(e, struct serve_req, link_node);
 
-		if (r->remote_id == remote_id && !r->ended)
+		if (sreq_p(r)->remote_id == remote_id && !r->ended)
 			return r;
 	}
 	return NULL;
@@ -390,7 +399,7 @@ static void prefill_node_usage(struct link *l, struct link_node_usage *u)
 		if (r->kind != SREQ_PREFILL || r->ended || strcmp(r->peer_node, l->node_addr))
 			continue;
 		u->reqs++;
-		u->pages += r->n_dst;
+		u->pages += sreq_pc(r)->n_dst;
 	}
 }
 
@@ -505,7 +514,7 @@ static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 		return;
 	}
 	r->rops = &preq_ops;
-	r->remote_id = m->id;
+	sreq_p(r)->remote_id = m->id;
 	snprintf(r->tenant, sizeof(r->tenant), "%s", m->tenant);
 	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", m->cache_salt);
 	r->n_prompt = m->n_tokens;
@@ -514,10 +523,10 @@ static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 					 .top_k = m->top_k, .top_p = m->top_p,
 					 .seed = m->seed };
 	r->prompt = malloc(sizeof(int32_t) * m->n_tokens);
-	r->dst = m->pages;        /* take the array */
-	r->n_dst = m->n_pages;
+	sreq_p(r)->dst = m->pages;        /* take the array */
+	sreq_p(r)->n_dst = m->n_pages;
 	snprintf(r->peer_node, sizeof(r->peer_node), "%s", l->node_addr);
-	serve__link_attach(l, r, r->n_dst);
+	serve__link_attach(l, r, sreq_p(r)->n_dst);
 	m->pages = NULL;
 	m->n_pages = 0;
 	if (!r->prompt) {
@@ -561,15 +570,15 @@ static void prefill_sent_cb(void *arg, int status)
 	free(t);
 	if (!r)
 		return;
-	KVD_ASSERT(r->s->log, r->sends_pending > 0,
+	KVD_ASSERT(r->s->log, sreq_p(r)->sends_pending > 0,
 		   "id=%llu tenant=%s msg=\"a batch reported sent that was never queued\"",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
-	r->sends_pending--;
-	r->t_progress_ns = kvd_now_ns();
+	sreq_p(r)->sends_pending--;
+	sreq_p(r)->t_progress_ns = kvd_now_ns();
 	l = r->link;
 	if (status == 0) {
 		kvd_metrics_xfer_batch(&r->s->d->metrics, KVD_XFER_SEND, bytes);
-		r->batches_sent++;
+		sreq_p(r)->batches_sent++;
 		serve__preq_event(r, PEV_BATCH_SENT);
 	} else {
 		serve__req_fail(r, PROTO_ERR_INTERNAL, "the KV batch could not be sent");
@@ -583,7 +592,7 @@ static void prefill_slow_cb(uv_timer_t *t)
 {
 	struct serve_req *r = t->data;
 
-	r->slow_waited = true;   /* the delay for this batch is over */
+	sreq_p(r)->slow_waited = true;   /* the delay for this batch is over */
 	prefill_send_more(r);
 }
 
@@ -593,7 +602,7 @@ static void prefill_fault_entries(struct serve_req *r, struct transport_page *pa
 {
 	struct serve *s = r->s;
 
-	if (r->next_page == 0 &&
+	if (sreq_p(r)->next_page == 0 &&
 	    kvd_fault_fire(&s->fault, KVD_FAULT_STALE_GENERATION)) {
 		KVLOG_WARN(s->log, "fault", "point=stale_generation id=%llu tenant=%s page=%u",
 			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), pages[0].dst.dst_page);
@@ -610,6 +619,7 @@ static void prefill_fault_entries(struct serve_req *r, struct transport_page *pa
  * (SEND_FAIL has been taken). */
 static int prefill_send_batch(struct serve_req *r, uint32_t n)
 {
+	struct sreq_prefill *pp = sreq_p(r);
 	struct serve *s = r->s;
 	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
 	struct transport_page *pages = calloc(n, sizeof(*pages));
@@ -624,21 +634,21 @@ static int prefill_send_batch(struct serve_req *r, uint32_t n)
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t idx = r->next_page + i;
+		uint32_t idx = pp->next_page + i;
 
-		pages[i].src_page = r->src[idx].page;
+		pages[i].src_page = pp->src[idx].page;
 		pages[i].dst = (struct xfer_entry){
-			.dst_page = r->dst[idx].page, .index = idx,
-			.dst_gen = r->dst[idx].gen,
-			.tokens = KVD_MIN(pt, r->n_kv - idx * pt) };
+			.dst_page = pp->dst[idx].page, .index = idx,
+			.dst_gen = pp->dst[idx].gen,
+			.tokens = KVD_MIN(pt, pp->n_kv - idx * pt) };
 	}
 	prefill_fault_entries(r, pages, n);
 	t->s = s;
 	t->id = r->reg.id;
 	t->bytes = (uint64_t)n * s->page_bytes;
-	if (r->next_page == 0)
+	if (pp->next_page == 0)
 		r->t_xfer_ns = kvd_now_ns();
-	rc = transport_send(r->link->data, r->remote_id, r->batches_sent + r->sends_pending,
+	rc = transport_send(r->link->data, pp->remote_id, pp->batches_sent + pp->sends_pending,
 			    pages, n, prefill_sent_cb, t);
 	free(pages);
 	if (rc) {
@@ -647,8 +657,8 @@ static int prefill_send_batch(struct serve_req *r, uint32_t n)
 		serve__preq_event(r, PEV_SEND_FAIL);
 		return rc;
 	}
-	r->sends_pending++;
-	r->next_page += n;
+	pp->sends_pending++;
+	pp->next_page += n;
 	return 0;
 }
 
@@ -657,30 +667,31 @@ static int prefill_send_batch(struct serve_req *r, uint32_t n)
  * ALL_SENT once every batch has been reported. */
 static void prefill_send_more(struct serve_req *r)
 {
+	struct sreq_prefill *pp = sreq_p(r);
 	struct serve *s = r->s;
 	struct link *l = r->link;
-	uint32_t limit = r->n_dst, per;
+	uint32_t limit = pp->n_dst, per;
 
 	if (r->ended || r->state != PRS_SENDING || !l || !l->data)
 		return;
-	if (!r->t_progress_ns)   /* the send deadline counts from here */
-		r->t_progress_ns = kvd_now_ns();
-	if (r->short_fault)     /* fault point: one page fewer, same report */
+	if (!pp->t_progress_ns)   /* the send deadline counts from here */
+		pp->t_progress_ns = kvd_now_ns();
+	if (pp->short_fault)     /* fault point: one page fewer, same report */
 		limit--;
 	per = xfer_batch_pages_max(l->max_batch_bytes, s->page_bytes);
-	while (r->next_page < limit && r->sends_pending < PREFILL_SEND_WINDOW) {
+	while (pp->next_page < limit && pp->sends_pending < PREFILL_SEND_WINDOW) {
 		if (serve__link_data_full(l))
 			return;   /* resumed once it drains */
-		if (!r->slow_waited &&
+		if (!pp->slow_waited &&
 		    kvd_fault_fire(&s->fault, KVD_FAULT_SLOW_BATCH)) {
 			serve__timer_start(r, SLOW_BATCH_MS, prefill_slow_cb);
 			return;
 		}
-		r->slow_waited = false;
-		if (prefill_send_batch(r, KVD_MIN(per, limit - r->next_page)))
+		pp->slow_waited = false;
+		if (prefill_send_batch(r, KVD_MIN(per, limit - pp->next_page)))
 			return;
 	}
-	if (r->next_page >= limit && !r->sends_pending) {
+	if (pp->next_page >= limit && !pp->sends_pending) {
 		if (r->t_xfer_ns)
 			kvd_metrics_xfer_time(&s->d->metrics, KVD_XFER_SEND,
 					      kvd_now_ns() - r->t_xfer_ns);
@@ -713,6 +724,7 @@ static void prefill_fault_nan(struct serve_req *r, const struct kvpool_ref *ref)
  * fail (COMPUTE_FAIL). */
 static enum preq_event prefill_computed(struct serve_req *r, const struct compute_msg *m)
 {
+	struct sreq_prefill *pp = sreq_p(r);
 	struct serve *s = r->s;
 	uint32_t pt = kvpool_geom(s->d->pool)->page_tokens;
 	uint32_t bad = 0;
@@ -720,7 +732,7 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 
 	if (!m->table || m->n_kv != r->n_prompt ||
 	    m->n_table != kvpool_pages_for(s->d->pool, m->n_kv) ||
-	    m->n_table != r->n_dst) {
+	    m->n_table != pp->n_dst) {
 		serve__req_fail(r, PROTO_ERR_INTERNAL,
 			  "prefill computed a different number of positions or pages than requested");
 		return PEV_COMPUTE_FAIL;
@@ -751,18 +763,18 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 	}
 	if (kvd_fault_fire(&s->fault, KVD_FAULT_NAN_KV))
 		prefill_fault_nan(r, &m->table[0]);
-	free(r->src);
-	r->src = malloc(sizeof(*r->src) * m->n_table);
-	if (!r->src) {
+	free(pp->src);
+	pp->src = malloc(sizeof(*pp->src) * m->n_table);
+	if (!pp->src) {
 		serve__req_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		return PEV_COMPUTE_FAIL;
 	}
-	memcpy(r->src, m->table, sizeof(*r->src) * m->n_table);
-	r->n_kv = m->n_kv;
-	if (kvd_fault_fire(&s->fault, KVD_FAULT_SHORT_TRANSFER) && r->n_dst > 0) {
+	memcpy(pp->src, m->table, sizeof(*pp->src) * m->n_table);
+	pp->n_kv = m->n_kv;
+	if (kvd_fault_fire(&s->fault, KVD_FAULT_SHORT_TRANSFER) && pp->n_dst > 0) {
 		KVLOG_WARN(s->log, "fault", "point=short_transfer id=%llu tenant=%s pages=%u sent=%u",
-			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), r->n_dst, r->n_dst - 1);
-		r->short_fault = true;
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), pp->n_dst, pp->n_dst - 1);
+		pp->short_fault = true;
 	}
 	return PEV_COMPUTED;
 }
@@ -777,6 +789,8 @@ static int prefill_submit_code(int e)
 
 void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
 {
+	struct sreq_prefill *pp = sreq_p(r);
+
 	switch (m->kind) {
 	case COMPUTE_MSG_SUBMITTED:
 		if (m->error) {
@@ -794,7 +808,7 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
 		return;
 	case COMPUTE_MSG_TOKEN:
 		if (r->state == PRS_COMPUTE)
-			r->first_token = (uint32_t)m->token;
+			pp->first_token = (uint32_t)m->token;
 		serve__preq_event(r, PEV_TOKEN);
 		return;
 	case COMPUTE_MSG_DONE:
@@ -803,7 +817,7 @@ void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
 			return;
 		}
 		if (m->finish == ENGINE_FINISH_STOP)
-			r->first_token = (uint32_t)r->s->model->eos_id;
+			pp->first_token = (uint32_t)r->s->model->eos_id;
 		if (m->finish == ENGINE_FINISH_PREFILLED || m->finish == ENGINE_FINISH_STOP) {
 			serve__preq_event(r, prefill_computed(r, m));
 			return;
@@ -833,7 +847,7 @@ static void prefill_on_abort(struct link *l, const struct proto_peer_msg *m)
 	/* verbs: batches of r not yet on the wire never leave (their
 	 * callbacks fire now, before the abort is taken) */
 	if (l->data && transport_is_verbs(l->data)) {
-		transport_verbs_forget(l->data, r->remote_id);
+		transport_verbs_forget(l->data, sreq_p(r)->remote_id);
 		/* a cancelled batch's report may have ended r: find it again */
 		r = prefill_find(l, m->id);
 		if (!r) {
@@ -865,14 +879,14 @@ static void prefill_on_scope(struct link *l, const struct proto_peer_msg *m)
 			      KVLOG_Q(l->hello.node), (unsigned long long)m->id);
 		return;
 	}
-	dst = calloc(r->n_dst ? r->n_dst : 1, sizeof(*dst));
+	dst = calloc(sreq_p(r)->n_dst ? sreq_p(r)->n_dst : 1, sizeof(*dst));
 	if (!dst) {
 		serve__prefill_abort(r, "out of memory");
 		return;
 	}
-	for (uint32_t i = 0; i < r->n_dst; i++)
-		dst[i] = r->dst[i].page;
-	rc = verbs_target_check(m->runs, m->n_runs, dst, r->n_dst, l->s->page_bytes,
+	for (uint32_t i = 0; i < sreq_p(r)->n_dst; i++)
+		dst[i] = sreq_p(r)->dst[i].page;
+	rc = verbs_target_check(m->runs, m->n_runs, dst, sreq_p(r)->n_dst, l->s->page_bytes,
 				why, sizeof(why));
 	free(dst);
 	if (!rc)
@@ -881,7 +895,7 @@ static void prefill_on_scope(struct link *l, const struct proto_peer_msg *m)
 		KVLOG_RL_WARN(l->s->log, &l->s->rl[SERVE_RL_PEER_REQUEST], "verbs_scope_refused",
 			      "id=%llu tenant=%s remote_id=%llu code=%d msg=%s",
 			      (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
-			      (unsigned long long)r->remote_id, rc,
+			      (unsigned long long)sreq_p(r)->remote_id, rc,
 			      KVLOG_Q(why[0] ? why : "the transport refused the scope"));
 		serve__prefill_abort(r, why[0] ? why : "the transport refused decode's write scope");
 	}
@@ -950,7 +964,7 @@ static bool prefill_req_lost(struct serve_req *r, int code, const char *msg)
  * waited for that. */
 static void prefill_req_resume(struct serve_req *r)
 {
-	if (r->state == PRS_SENDING && !r->sends_pending)
+	if (r->state == PRS_SENDING && !sreq_p(r)->sends_pending)
 		prefill_send_more(r);
 }
 
@@ -966,23 +980,27 @@ static void prefill_req_resume(struct serve_req *r)
  * True when r is past it. */
 static bool prefill_send_late(const struct serve_req *r, uint64_t now)
 {
+	const struct sreq_prefill *pp = sreq_pc(r);
+
 	return (r->state == PRS_SENDING || r->state == PRS_ABORT_DRAINING) &&
-	       r->t_progress_ns &&
-	       now - r->t_progress_ns >= (uint64_t)r->s->send_timeout_ms * 1000000ull;
+	       pp->t_progress_ns &&
+	       now - pp->t_progress_ns >= (uint64_t)r->s->send_timeout_ms * 1000000ull;
 }
 
 static void prefill_send_timeout(struct serve_req *r, uint64_t now, const char *action)
 {
+	struct sreq_prefill *pp = sreq_p(r);
+
 	r->s->d->counters.send_timeouts++;
 	KVLOG_WARN(r->s->log, "send_timeout",
 		   "id=%llu tenant=%s remote_id=%llu peer_node=%s peer=%s state=%s pages=%u batches_sent=%u batches_queued=%u idle_ms=%llu send_timeout_ms=%u action=%s",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
-		   (unsigned long long)r->remote_id,
+		   (unsigned long long)pp->remote_id,
 		   KVLOG_Q(r->link ? r->link->hello.node : "?"),
 		   KVLOG_Q(r->link ? r->link->addr : "?"),
-		   machine_state_name(&preq_machine, r->state), r->n_dst,
-		   r->batches_sent, r->sends_pending,
-		   (unsigned long long)((now - r->t_progress_ns) / 1000000ull),
+		   machine_state_name(&preq_machine, r->state), pp->n_dst,
+		   pp->batches_sent, pp->sends_pending,
+		   (unsigned long long)((now - pp->t_progress_ns) / 1000000ull),
 		   r->s->send_timeout_ms, action);
 	serve__req_fail(r, PROTO_ERR_TIMEOUT,
 			"no KV batch of the request left within transfer.send_timeout_ms");
@@ -1002,7 +1020,7 @@ static void prefill_link_tick(struct link *l, uint64_t now)
 	kvd_list_for_each(e, &l->reqs) {
 		struct serve_req *r = kvd_list_entry(e, struct serve_req, link_node);
 
-		if (r->sends_pending && prefill_send_late(r, now)) {
+		if (sreq_p(r)->sends_pending && prefill_send_late(r, now)) {
 			prefill_send_timeout(r, now, "close_data");
 			serve__link_lost(l, "data connection made no progress within transfer.send_timeout_ms");
 			return;

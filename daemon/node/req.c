@@ -21,6 +21,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct sreq_decode *sreq_d(struct serve_req *r)
+{
+	KVD_ASSERT(r->s->log, r->kind == SREQ_DECODE || r->kind == SREQ_LOCAL,
+		   "kind=%d msg=\"the decode part of a prefill request\"", (int)r->kind);
+	return &r->part.d;
+}
+
+struct sreq_prefill *sreq_p(struct serve_req *r)
+{
+	KVD_ASSERT(r->s->log, r->kind == SREQ_PREFILL,
+		   "kind=%d msg=\"the prefill part of a decode request\"", (int)r->kind);
+	return &r->part.p;
+}
+
+const struct sreq_decode *sreq_dc(const struct serve_req *r)
+{
+	return sreq_d((struct serve_req *)r);
+}
+
+const struct sreq_prefill *sreq_pc(const struct serve_req *r)
+{
+	return sreq_p((struct serve_req *)r);
+}
+
+
 struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 {
 	struct serve_req *r = calloc(1, sizeof(*r));
@@ -85,10 +110,13 @@ static void serve_req_free_cb(uv_handle_t *h)
 		detok_deinit(&r->dt);
 	compute_job_free(r->free_job);
 	free(r->prompt);
-	free(r->table);
-	free(r->rx.got);
-	free(r->dst);
-	free(r->src);
+	if (r->kind == SREQ_PREFILL) {
+		free(r->part.p.dst);
+		free(r->part.p.src);
+	} else {
+		free(r->part.d.table);
+		free(r->part.d.rx.got);
+	}
 	free(r);
 	s->closes_pending--;
 }
@@ -213,10 +241,12 @@ void serve__compute_free(struct serve *s, struct serve_req *r,
 	if (!j)
 		return;   /* queued already: its FREED ends r */
 	r->free_job = NULL;
-	if (release_table && r->table && r->n_table) {
-		release = r->table;
-		n_release = r->n_table;
-		r->table = NULL;
+	if (release_table && sreq_d(r)->table && sreq_d(r)->n_table) {
+		struct sreq_decode *d = sreq_d(r);
+
+		release = d->table;
+		n_release = d->n_table;
+		d->table = NULL;
 	}
 	compute_free(&s->comp, j, r->reg.id, r->ereq, release, n_release,
 		     quarantine);
