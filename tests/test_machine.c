@@ -199,6 +199,8 @@ struct dworld {
 	uint8_t done_seen;    /* prefill_done arrived */
 	uint8_t abort_sent;   /* our abort went out: an ack will come */
 	uint8_t ack_came;
+	uint8_t landing;      /* RDMA: acknowledged, posted batches still
+			       * landing (the peer may still write) */
 	uint8_t link_down;    /* torn down: only LINK_LOST is left */
 	uint8_t lost;         /* LINK_LOST was delivered */
 	uint8_t sync_send;    /* just admitted: SEND_FAIL may fire now */
@@ -267,8 +269,12 @@ static unsigned d_moves(const void *p, const struct machine *m, struct move *o)
 		}
 		if (w->peer == PEER_ACTIVE || w->peer == PEER_DONE_SENT)
 			MV(DEV_PEER_ABORT, 0);
-		if (w->abort_sent && !w->ack_came)
+		if (w->abort_sent && !w->ack_came) {
 			MV(DEV_ABORT_ACK, 0);
+			MV(DEV_ABORT_ACK_EARLY, 0);
+		}
+		if (w->landing)
+			MV(DEV_LANDED, 0);
 		/* decode's own verdict once every batch is in */
 		if (w->h.ms == DRS_TRANSFER && w->done_seen && !w->late) {
 			if (w->client) {
@@ -362,8 +368,20 @@ static void d_env(void *p, struct move mv)
 		w->ack_came = 1;
 		w->peer = PEER_ENDED;
 		break;
-	case DEV_LINK_LOST:
+	case DEV_ABORT_ACK_EARLY:
+		/* prefill posts nothing more, but what it posted may land */
+		w->ack_came = 1;
+		w->peer = PEER_ENDED;
+		w->landing = 1;
+		break;
+	case DEV_LANDED:
 		w->may_write = 0;
+		w->landing = 0;
+		break;
+	case DEV_LINK_LOST:
+		/* the link's flush drained: nothing lands any more */
+		w->may_write = 0;
+		w->landing = 0;
 		w->lost = 1;
 		w->link_down = 1;
 		break;
@@ -494,6 +512,8 @@ static void d_action(void *p, const struct machine *m, unsigned bit,
 		if (w->attached && !w->lost)
 			w->link_down = 1;
 		break;
+	case DA_KEEP_TIMER:
+		break;   /* the harness keeps the timer (timer_bits) */
 	default:
 		violation(v, "unknown action bit %#x", bit);
 	}
@@ -533,7 +553,7 @@ static bool d_guaranteed(const void *p, struct move mv)
 	switch (mv.ev) {
 	case DEV_OP_ABORT: case DEV_CLIENT_GONE:
 	case DEV_BATCH: case DEV_BAD: case DEV_PREFILL_DONE: case DEV_REJECT:
-	case DEV_PEER_ABORT: case DEV_ABORT_ACK:
+	case DEV_PEER_ABORT: case DEV_ABORT_ACK: case DEV_ABORT_ACK_EARLY:
 		return false;
 	case DEV_LINK_LOST:
 		return w->link_down;   /* after our own teardown */
@@ -547,7 +567,8 @@ static const struct world_ops dworld_ops = {
 	.init = d_init, .moves = d_moves, .env = d_env, .action = d_action,
 	.check = d_check, .guaranteed = d_guaranteed,
 	.timeout_event = DEV_TIMEOUT,
-	.timer_bits = DA_TIMER_PREFILL | DA_TIMER_TRANSFER | DA_TIMER_ABORT,
+	.timer_bits = DA_TIMER_PREFILL | DA_TIMER_TRANSFER | DA_TIMER_ABORT |
+		      DA_KEEP_TIMER,
 };
 
 /* ---- prefill ------------------------------------------------------------------ */
@@ -1315,6 +1336,10 @@ static const struct mutation d_mutations[] = {
 	  DRS_FREEING, DEV_FREED, GOM(DRS_FREEING, 0) },
 	{ "submit+op_abort answers twice",
 	  DRS_SUBMIT, DEV_OP_ABORT, GOM(DRS_SUBMIT, DA_ANSWER_ERR) },
+	{ "aborting+abort_ack_early unfences while batches still land",
+	  DRS_ABORTING, DEV_ABORT_ACK_EARLY, GOM(DRS_DONE, DA_UNFENCE | DA_DETACH_PEER) },
+	{ "abort_landing+timeout unfences without the landing",
+	  DRS_ABORT_LANDING, DEV_TIMEOUT, GOM(DRS_DONE, DA_UNFENCE | DA_DETACH_PEER) },
 	{ "aborting+batch is a bug",
 	  DRS_ABORTING, DEV_BATCH, { MSTEP_BUG, 0, 0 } },
 	{ "compute+client_gone releases under the engine",

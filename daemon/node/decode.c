@@ -350,6 +350,8 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 	case DA_TEARDOWN:
 		dreq_teardown(r);
 		return;
+	case DA_KEEP_TIMER:
+		return;   /* read by the state setter */
 	}
 }
 
@@ -945,16 +947,18 @@ static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
 	struct xfer_check_refusal ref;
 
 	if (r) {
+		struct sreq_decode *dp = sreq_d(r);
+
 		/* verbs: a batch of r completed - every write it carried has
-		 * landed; an abort_ack waits for the count prefill posted */
-		sreq_d(r)->batches_landed++;
-		if (sreq_d(r)->ack_deferred && sreq_d(r)->batches_landed >= sreq_d(r)->peer_batches) {
-			sreq_d(r)->ack_deferred = false;
+		 * landed; an acknowledged abort waits for the count prefill
+		 * posted (ABORT_LANDING) */
+		dp->batches_landed++;
+		if (r->state == DRS_ABORT_LANDING && dp->batches_landed >= dp->peer_batches) {
 			KVLOG_INFO(s->log, "abort_fence_done",
 				   "id=%llu tenant=%s batches_posted=%u batches_landed=%u",
 				   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
-				   sreq_d(r)->peer_batches, sreq_d(r)->batches_landed);
-			serve__dreq_event(r, DEV_ABORT_ACK);
+				   dp->peer_batches, dp->batches_landed);
+			serve__dreq_event(r, DEV_LANDED);
 			return;
 		}
 	}
@@ -1245,12 +1249,9 @@ static void decode_on_msg(struct link *p, struct proto_peer_msg *m)
 		KVLOG_RL_INFO(p->s->log, &p->s->rl[SERVE_RL_PEER_ACK], "abort_acked", "id=%llu tenant=%s peer=%s batches_posted=%u batches_received=%u batches_landed=%u",
 			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), KVLOG_Q(p->addr),
 			   sreq_d(r)->peer_batches, sreq_d(r)->rx.batches, sreq_d(r)->batches_landed);
-		if (p->data && transport_is_verbs(p->data) &&
-		    sreq_d(r)->batches_landed < sreq_d(r)->peer_batches) {
-			sreq_d(r)->ack_deferred = true;
-			return;
-		}
-		serve__dreq_event(r, DEV_ABORT_ACK);
+		serve__dreq_event(r, p->data && transport_is_verbs(p->data) &&
+				  sreq_d(r)->batches_landed < sreq_d(r)->peer_batches ?
+				  DEV_ABORT_ACK_EARLY : DEV_ABORT_ACK);
 		return;
 	default:
 		KVLOG_RL_WARN(p->s->log, &p->s->rl[SERVE_RL_PEER_PROTOCOL], "peer_protocol", "peer=%s msg=\"unexpected %s\"",

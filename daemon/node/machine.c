@@ -110,6 +110,10 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 		[DEV_BAD] = IGN,
 		[DEV_PREFILL_DONE] = IGN,
 		[DEV_ABORT_ACK] = GO(DRS_DONE, DA_UNFENCE | DA_DETACH_PEER),
+		/* RDMA: prefill has stopped, but what it posted may still be
+		 * landing in our pages: the fence waits for the count, under
+		 * the abort's deadline */
+		[DEV_ABORT_ACK_EARLY] = GO(DRS_ABORT_LANDING, DA_KEEP_TIMER),
 		/* our abort crossed prefill's abort or refusal: it gave the
 		 * request up, which is all its ack would say */
 		[DEV_PEER_ABORT] = GO(DRS_DONE, DA_SEND_ABORT_ACK | DA_UNFENCE |
@@ -119,6 +123,25 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 		[DEV_TIMEOUT] = GO(DRS_ABORTING, DA_TEARDOWN),
 		[DEV_LINK_LOST] = GO(DRS_DONE, DA_UNFENCE | DA_DETACH_PEER),
 		[DEV_CLIENT_GONE] = GO(DRS_ABORTING, DA_DETACH_CLIENT),
+		[DEV_OP_ABORT] = IGN,
+	},
+	[DRS_ABORT_LANDING] = {
+		/* completions of batches prefill posted: counted, not written */
+		[DEV_BATCH] = IGN,
+		[DEV_BAD] = IGN,
+		[DEV_PREFILL_DONE] = IGN,
+		[DEV_LANDED] = GO(DRS_DONE, DA_UNFENCE | DA_DETACH_PEER),
+		/* a repeated ack cannot lower the count (the largest one
+		 * said is kept): LANDED still decides */
+		[DEV_ABORT_ACK] = IGN,
+		[DEV_ABORT_ACK_EARLY] = IGN,
+		[DEV_PEER_ABORT] = IGN,
+		[DEV_REJECT] = IGN,
+		/* the batches never landed in time: the link goes, and its
+		 * flush ends every write */
+		[DEV_TIMEOUT] = GO(DRS_ABORT_LANDING, DA_TEARDOWN),
+		[DEV_LINK_LOST] = GO(DRS_DONE, DA_UNFENCE | DA_DETACH_PEER),
+		[DEV_CLIENT_GONE] = GO(DRS_ABORT_LANDING, DA_DETACH_CLIENT),
 		[DEV_OP_ABORT] = IGN,
 	},
 	[DRS_SUBMIT] = {
@@ -154,7 +177,8 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 };
 
 static const char *const dreq_state_names[DRS__N] = {
-	"new", "transfer", "aborting", "submit", "compute", "freeing", "done",
+	"new", "transfer", "aborting", "abort_landing", "submit", "compute",
+	"freeing", "done",
 };
 
 static const char *const dreq_event_names[DEV__N] = {
@@ -165,7 +189,8 @@ static const char *const dreq_event_names[DEV__N] = {
 	[DEV_COVERED_ORPHAN] = "covered_orphan",
 	[DEV_COVERED_FAIL] = "covered_fail", [DEV_TAG_BAD] = "tag_bad",
 	[DEV_REJECT] = "reject", [DEV_PEER_ABORT] = "peer_abort",
-	[DEV_ABORT_ACK] = "abort_ack", [DEV_TIMEOUT] = "timeout",
+	[DEV_ABORT_ACK] = "abort_ack", [DEV_ABORT_ACK_EARLY] = "abort_ack_early",
+	[DEV_LANDED] = "landed", [DEV_TIMEOUT] = "timeout",
 	[DEV_SEND_FAIL] = "send_fail", [DEV_BREACH] = "breach",
 	[DEV_LINK_LOST] = "link_lost", [DEV_CLIENT_GONE] = "client_gone",
 	[DEV_OP_ABORT] = "op_abort", [DEV_SUBMITTED] = "submitted",
@@ -179,7 +204,7 @@ static const char *const dreq_action_names[32] = {
 	"answer_err", "stream_first", "stream", "answer_final", "detach_client",
 	"send_abort", "send_abort_ack", "send_release_ack", "release", "unfence",
 	"quarantine", "detach_peer", "timer_prefill", "timer_transfer",
-	"timer_abort", "free_engine", "submit", "teardown",
+	"timer_abort", "free_engine", "submit", "teardown", "keep_timer",
 };
 
 const struct machine dreq_machine = {
@@ -189,6 +214,7 @@ const struct machine dreq_machine = {
 	.state_names = dreq_state_names, .event_names = dreq_event_names,
 	.action_names = dreq_action_names,
 	.table = &dreq_table[0][0],
+	.keep_timer = DA_KEEP_TIMER,
 };
 
 /* ---- prefill ----------------------------------------------------------------- */

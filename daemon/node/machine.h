@@ -45,6 +45,9 @@ struct machine {
 	const char *const *event_names;   /* (n_events) */
 	const char *const *action_names;  /* (32) bit i's name, or NULL */
 	const struct machine_step *table; /* (n_states * n_events) */
+	uint32_t keep_timer;              /* the action bit of a step whose
+					   * state change keeps the running
+					   * phase timer (0: none) */
 };
 
 /* The step for `event` in `state` (out of range: a BUG step). */
@@ -69,6 +72,10 @@ enum dreq_state {
 	DRS_TRANSFER,      /* pages reserved and fenced, prefill_request sent */
 	DRS_ABORTING,      /* abort sent, pages released but fenced until the
 			    * peer acknowledges or the link is gone */
+	DRS_ABORT_LANDING, /* RDMA: prefill acknowledged the abort, but
+			    * batches it posted have not all completed here:
+			    * still fenced until they have (or the link is
+			    * gone and its flush drained) */
 	DRS_SUBMIT,        /* compute job queued, SUBMITTED not back yet */
 	DRS_COMPUTE,       /* in the engine, streaming tokens */
 	DRS_FREEING,       /* engine free job queued (it releases the pages) */
@@ -93,7 +100,12 @@ enum dreq_event {
 	DEV_TAG_BAD,        /* every batch in, yet a tag is wrong: quarantine */
 	DEV_REJECT,         /* prefill_reject: it computed and sent nothing */
 	DEV_PEER_ABORT,     /* prefill gave the request up */
-	DEV_ABORT_ACK,      /* prefill: nothing more will be written for it */
+	DEV_ABORT_ACK,      /* prefill: nothing more will be written for it,
+			     * and every batch it posted has landed here */
+	DEV_ABORT_ACK_EARLY, /* RDMA: prefill acknowledged, but batches it
+			     * posted are still landing (abort_ack.batches >
+			     * the batches completed here) */
+	DEV_LANDED,         /* RDMA: the last batch prefill posted completed */
 	DEV_TIMEOUT,        /* the phase timer fired */
 	DEV_SEND_FAIL,      /* the prefill_request could not be queued */
 	DEV_BREACH,         /* a pool call on our own pages failed (a fence):
@@ -136,8 +148,11 @@ enum dreq_action {
 	DA_SUBMIT       = 1u << 16, /* compute: submit (may fire SUBMIT_FAIL) */
 	DA_TEARDOWN     = 1u << 17, /* tear the peer link down (fires
 				     * LINK_LOST on every request of it) */
+	DA_KEEP_TIMER   = 1u << 18, /* the running phase timer carries on
+				     * into the next state (no action: read
+				     * by the state setter) */
 };
-#define DA__BITS 18
+#define DA__BITS 19
 
 extern const struct machine dreq_machine;
 

@@ -192,8 +192,10 @@ const struct machine_step *serve__req_step(struct serve_req *r,
 		    machine_state_name(m, r->state), machine_event_name(m, event),
 		    machine_state_name(m, st->next),
 		    machine_actions_str(m, st->actions, acts, sizeof(acts)));
-	if (st->next != r->state)
-		serve__timer_stop(r);   /* every phase timer belongs to its state */
+	/* every phase timer belongs to its state, unless the step says the
+	 * deadline carries on (decode's ABORTING -> ABORT_LANDING) */
+	if (st->next != r->state && !(st->actions & m->keep_timer))
+		serve__timer_stop(r);
 	r->state = st->next;
 	return st;
 }

@@ -71,9 +71,6 @@ struct sreq_decode {
 					  * only logs it */
 	uint32_t batches_landed;         /* verbs: batches of it completed
 					  * here (every write landed) */
-	bool ack_deferred;               /* verbs: abort_ack came before
-					  * batches_landed reached
-					  * peer_batches: ABORT_ACK waits */
 };
 
 /* The part of a prefill request: the peer's request and the sending. */

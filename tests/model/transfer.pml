@@ -317,7 +317,11 @@ inline dec_abort_done(r) {
 }
 
 /* The RDMA rule: the handshake ended (ackd) and every batch prefill said
- * it posted (tgt, from abort/abort_ack/prefill_done) has landed. */
+ * it posted (tgt, from abort/abort_ack/prefill_done) has landed. In the
+ * C table an ack that comes before the count is "dreq ABORTING
+ * --abort_ack_early--> ABORT_LANDING", then "ABORT_LANDING --landed /
+ * unfence|detach_peer--> DONE"; the model keeps both in DRS_ABORTING
+ * (ackd set: ABORT_LANDING). */
 #ifdef BROKEN_NO_BATCH_COUNT
 #define DRAINED(r) (ackd[r])
 #else
