@@ -132,6 +132,50 @@ static int parse_float(const char *s, float min, float max, float *out)
 	return 0;
 }
 
+/* One option's value into o (c: getopt_long's code, arg: its optarg).
+ * 0, 1 when the value is bad, -1 for an option this command has not. */
+static int set_opt(struct gen_opts *o, int c, const char *arg)
+{
+	unsigned long long seed;
+	char *end;
+	int bad = 0;
+
+	switch (c) {
+	case 'm': o->model = arg; break;
+	case 'p': o->prompt = arg; break;
+	case 'n': bad = parse_u32(arg, 1, 1u << 24, &o->max_tokens); break;
+	case 't': bad = parse_float(arg, 0.0f, 100.0f, &o->sp.temperature); break;
+	case 'k': bad = parse_u32(arg, 0, UINT32_MAX, &o->sp.top_k); break;
+	case 'P': bad = parse_float(arg, 0.0f, 1.0f, &o->sp.top_p);
+		  bad = bad || o->sp.top_p <= 0.0f; break;
+	case 's':
+		errno = 0;
+		seed = strtoull(arg, &end, 0);
+		bad = errno || end == arg || *end;
+		o->sp.seed = seed;
+		break;
+	case 'T': bad = parse_u32(arg, 1, 256, &o->threads); break;
+	case 'g': bad = parse_u32(arg, 1, 1u << 16, &o->page_tokens); break;
+	case 'd':
+		if (!strcmp(arg, "f32"))
+			o->kv_dtype = KV_DTYPE_F32;
+		else if (!strcmp(arg, "f16"))
+			o->kv_dtype = KV_DTYPE_F16;
+		else
+			bad = 1;
+		break;
+	case 'j': o->json = true; break;
+	case 'I': o->prompt_ids = arg; break;
+	case 'E': o->ignore_eos = true; break;
+	case 'W': o->warmup = true; break;
+	case 'C': o->cache_dir = arg; bad = arg[0] != '/'; break;
+	default: return -1;
+	}
+	return bad ? 1 : 0;
+}
+
+/* The command line into o, defaults first. 0, 1 after --help (usage on
+ * stdout), or -1 after saying what is wrong on stderr. */
 static int parse_opts(int argc, char **argv, struct gen_opts *o)
 {
 	static const struct option longopts[] = {
@@ -154,8 +198,6 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		{ NULL, 0, NULL, 0 },
 	};
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned long long seed;
-	char *end;
 	int c;
 
 	*o = (struct gen_opts){ .max_tokens = 128, .sp = SAMPLER_PARAMS_GREEDY,
@@ -163,39 +205,16 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 				.page_tokens = 16, .kv_dtype = KV_DTYPE_F32 };
 	optind = 0; /* glibc: full rescan, argv[0] is the command name */
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		int bad = 0;
+		int bad;
 
-		switch (c) {
-		case 'm': o->model = optarg; break;
-		case 'p': o->prompt = optarg; break;
-		case 'n': bad = parse_u32(optarg, 1, 1u << 24, &o->max_tokens); break;
-		case 't': bad = parse_float(optarg, 0.0f, 100.0f, &o->sp.temperature); break;
-		case 'k': bad = parse_u32(optarg, 0, UINT32_MAX, &o->sp.top_k); break;
-		case 'P': bad = parse_float(optarg, 0.0f, 1.0f, &o->sp.top_p);
-			  bad = bad || o->sp.top_p <= 0.0f; break;
-		case 's':
-			errno = 0;
-			seed = strtoull(optarg, &end, 0);
-			bad = errno || end == optarg || *end;
-			o->sp.seed = seed;
-			break;
-		case 'T': bad = parse_u32(optarg, 1, 256, &o->threads); break;
-		case 'g': bad = parse_u32(optarg, 1, 1u << 16, &o->page_tokens); break;
-		case 'd':
-			if (!strcmp(optarg, "f32"))
-				o->kv_dtype = KV_DTYPE_F32;
-			else if (!strcmp(optarg, "f16"))
-				o->kv_dtype = KV_DTYPE_F16;
-			else
-				bad = 1;
-			break;
-		case 'j': o->json = true; break;
-		case 'I': o->prompt_ids = optarg; break;
-		case 'E': o->ignore_eos = true; break;
-		case 'W': o->warmup = true; break;
-		case 'C': o->cache_dir = optarg; bad = optarg[0] != '/'; break;
-		case 'h': usage(stdout); return 1;
-		default: usage(stderr); return -1;
+		if (c == 'h') {
+			usage(stdout);
+			return 1;
+		}
+		bad = set_opt(o, c, optarg);
+		if (bad < 0) {
+			usage(stderr);
+			return -1;
 		}
 		if (bad) {
 			fprintf(stderr, "kvd generate: bad option value '%s'\n",
@@ -335,16 +354,11 @@ static int gen_warmup(struct gen_run *g)
 	return rc;
 }
 
-static int gen_run(struct gen_run *g, const struct gen_opts *o)
+/* The model and its tokenizer, from o->model. 0, or 66 (the file
+ * cannot be used) after saying why on stderr. */
+static int gen_open_model(struct gen_run *g, const struct gen_opts *o)
 {
 	struct gguf_error err;
-	struct kvpool_geom geom;
-	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
-	struct engine_req_params rp;
-	enum engine_finish fin = ENGINE_FINISH_NONE;
-	char sha[SHA256_HEX_SIZE];
-	const char *chunk;
-	size_t len;
 	int rc;
 
 	rc = model_open(&g->model, o->model, &err);
@@ -359,6 +373,16 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 			rc < 0 ? strerror(-rc) : err.msg);
 		return 66;
 	}
+	return 0;
+}
+
+/* The prompt's ids, from --prompt-ids or the tokenizer: not empty, and
+ * with max_tokens inside the model's context (never truncated). 0, or 1
+ * after saying why on stderr. */
+static int gen_prompt(struct gen_run *g, const struct gen_opts *o)
+{
+	int rc;
+
 	if (o->prompt_ids) {
 		rc = parse_ids(o->prompt_ids, &g->prompt, &g->n_prompt);
 		if (rc) {
@@ -382,6 +406,16 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 			g->n_prompt, o->max_tokens, g->model->hp.n_ctx_train);
 		return 1;
 	}
+	return 0;
+}
+
+/* The detokenizer, and the KV pool on host memory with exactly
+ * pages_for(prompt + max_tokens) pages. 0, or 1 after saying why. */
+static int gen_pool(struct gen_run *g, const struct gen_opts *o)
+{
+	struct kvpool_geom geom;
+	int rc;
+
 	rc = detok_init(&g->dt, g->tok);
 	if (rc) {
 		fprintf(stderr, "kvd generate: %s\n", strerror(-rc));
@@ -400,6 +434,19 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 		fprintf(stderr, "kvd generate: KV pool: error %d\n", rc);
 		return 1;
 	}
+	return 0;
+}
+
+/* The engine on g's model and pool: one request, o->threads, and with
+ * --cache-dir the repack cache keyed by the model's fingerprint (which
+ * engine_new only reads while it binds the weights). 0, or 1 after
+ * saying why. */
+static int gen_engine(struct gen_run *g, const struct gen_opts *o)
+{
+	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+	char sha[SHA256_HEX_SIZE];
+	int rc;
+
 	ep.threads = o->threads;
 	ep.max_batch = 1;
 	ep.prefill_chunk = 256;
@@ -423,6 +470,16 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 		fprintf(stderr, "kvd generate: engine: %s\n", engine_strerror(rc));
 		return 1;
 	}
+	return 0;
+}
+
+/* The untimed warm-up when asked, then the timed request (g->req; the
+ * clock starts here, g->t_submit). 0, or 1 after saying why. */
+static int gen_submit(struct gen_run *g, const struct gen_opts *o)
+{
+	struct engine_req_params rp;
+	int rc;
+
 	if (o->warmup) {
 		rc = gen_warmup(g);
 		if (rc) {
@@ -440,12 +497,18 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 		fprintf(stderr, "kvd generate: %s\n", engine_strerror(rc));
 		return 1;
 	}
-	/* the prompt's BOS sets the detokenizer's leading-space rule */
-	for (size_t i = 0; i < g->n_prompt; i++) {
-		rc = detok_push(&g->dt, g->prompt[i], &chunk, &len);
-		if (rc)
-			break;
-	}
+	return 0;
+}
+
+/* engine_step() until the engine is idle: each token timed, detokenized
+ * and emitted; *fin is the request's finish. 0, or 1 after saying why. */
+static int gen_steps(struct gen_run *g, const struct gen_opts *o,
+		     enum engine_finish *fin)
+{
+	const char *chunk;
+	size_t len;
+	int rc;
+
 	while (!engine_idle(g->eng)) {
 		const struct engine_event *ev;
 		size_t n_ev;
@@ -457,8 +520,8 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 		}
 		for (size_t i = 0; i < n_ev; i++) {
 			if (ev[i].kind == ENGINE_EV_DONE) {
-				fin = ev[i].finish;
-				if (fin == ENGINE_FINISH_ERROR) {
+				*fin = ev[i].finish;
+				if (*fin == ENGINE_FINISH_ERROR) {
 					fprintf(stderr, "kvd generate: %s\n",
 						engine_strerror(ev[i].error));
 					return 1;
@@ -477,28 +540,66 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 			}
 		}
 	}
+	return 0;
+}
+
+/* --json's one object: the ids, the text, the finish reason, timings. */
+static void gen_json(const struct gen_run *g, const struct gen_opts *o,
+		     enum engine_finish fin)
+{
+	uint32_t n;
+	const int32_t *ids = engine_req_tokens(g->req, &n);
+
+	fputs("{\"prompt_ids\":", stdout);
+	json_ids(stdout, ids, g->n_prompt);
+	fputs(",\"output_ids\":", stdout);
+	json_ids(stdout, ids + g->n_prompt, n - g->n_prompt);
+	fputs(",\"text\":", stdout);
+	kvd_json_str(stdout, g->text.p ? g->text.p : "", g->text.len);
+	fprintf(stdout, ",\"finish_reason\":\"%s\",\"timings\":",
+		fin == ENGINE_FINISH_STOP ? "stop" : "length");
+	json_timings(stdout, g, o);
+	fputs("}\n", stdout);
+}
+
+/* The whole command after the options; what it opened stays in g for
+ * gen_cleanup(). The exit status: 0, 66 (the model file), or 1. */
+static int gen_run(struct gen_run *g, const struct gen_opts *o)
+{
+	enum engine_finish fin = ENGINE_FINISH_NONE;
+	const char *chunk;
+	size_t len;
+	int rc;
+
+	rc = gen_open_model(g, o);
+	if (!rc)
+		rc = gen_prompt(g, o);
+	if (!rc)
+		rc = gen_pool(g, o);
+	if (!rc)
+		rc = gen_engine(g, o);
+	if (!rc)
+		rc = gen_submit(g, o);
+	if (rc)
+		return rc;
+	/* the prompt's BOS sets the detokenizer's leading-space rule */
+	for (size_t i = 0; i < g->n_prompt; i++) {
+		rc = detok_push(&g->dt, g->prompt[i], &chunk, &len);
+		if (rc)
+			break;
+	}
+	rc = gen_steps(g, o, &fin);
+	if (rc)
+		return rc;
 	rc = detok_flush(&g->dt, &chunk, &len);
 	if (!rc)
 		rc = emit(g, o, chunk, len);
 	if (rc)
 		return 1;
-	if (o->json) {
-		uint32_t n;
-		const int32_t *ids = engine_req_tokens(g->req, &n);
-
-		fputs("{\"prompt_ids\":", stdout);
-		json_ids(stdout, ids, g->n_prompt);
-		fputs(",\"output_ids\":", stdout);
-		json_ids(stdout, ids + g->n_prompt, n - g->n_prompt);
-		fputs(",\"text\":", stdout);
-		kvd_json_str(stdout, g->text.p ? g->text.p : "", g->text.len);
-		fprintf(stdout, ",\"finish_reason\":\"%s\",\"timings\":",
-			fin == ENGINE_FINISH_STOP ? "stop" : "length");
-		json_timings(stdout, g, o);
-		fputs("}\n", stdout);
-	} else {
+	if (o->json)
+		gen_json(g, o, fin);
+	else
 		fputc('\n', stdout);
-	}
 	return fflush(stdout) ? 1 : 0;
 }
 
