@@ -410,44 +410,29 @@ static void vt_fault_beside(struct vt *vt, const struct vt_scope *sc, uint32_t p
 	}
 }
 
-/* Stage b in a free slot: pages copied, destination tags, header,
- * entries, MAC; then its WR list. 0, 1 (must wait), or -errno (b failed). */
-static int vt_stage(struct vt *vt, struct vt_batch *b)
+/* A free staging slot, looking from vt->next_slot on: its index, or -1
+ * when all VT_SLOTS are busy. */
+static int vt_free_slot(const struct vt *vt)
 {
-	const struct transport_cfg *c = &vt->base.cfg;
-	const struct kvpool_geom *g = kvpool_geom(c->pool);
-	struct vt_scope *sc = vt_scope_find(vt, b->id);
-	struct verbs_mac_page *mp;
-	struct verbs_extent *ex;
-	uint32_t ex_max = 2 * g->n_layer + 1, n_wr = 0;
-	size_t meta;
-	uint8_t *m;
-	int slot = -1, r;
-
-	if (!vt->connected || !vt->have_mbox || !sc)
-		return 1;
 	for (uint32_t k = 0; k < VT_SLOTS; k++) {
 		uint32_t s = (vt->next_slot + k) % VT_SLOTS;
 
-		if (!vt->slot_busy[s]) {
-			slot = (int)s;
-			break;
-		}
+		if (!vt->slot_busy[s])
+			return (int)s;
 	}
-	if (slot < 0)
-		return 1;
-	if (!vt_credit_ok(vt, b))
-		return 1;
-	meta = XFER_HDR_BYTES + (size_t)b->n * XFER_ENTRY_BYTES;
-	mp = calloc(b->n, sizeof(*mp));
-	ex = calloc(ex_max, sizeof(*ex));
-	b->wrs = calloc((size_t)b->n * ex_max + 1, sizeof(*b->wrs));
-	if (!mp || !ex || !b->wrs) {
-		free(mp);
-		free(ex);
-		return -ENOMEM;
-	}
-	m = vt_stage_meta(vt, slot);
+	return -1;
+}
+
+/* b's source pages copied into staging slot `slot`, each with its
+ * destination tag, and the header and entries written at m (the slot's
+ * meta); mp[i] names staged page i for the MAC. Fault points bad_entry_index
+ * and bad_tag on the first page. 0 or -errno. */
+static int vt_stage_pages(struct vt *vt, struct vt_batch *b, int slot,
+			  uint8_t *m, struct verbs_mac_page *mp)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	int r;
+
 	xfer_hdr_write(m, b->id, b->seq, b->n, c->page_bytes, false);
 	for (uint32_t i = 0; i < b->n; i++) {
 		struct xfer_entry e = b->pages[i].dst;
@@ -456,16 +441,14 @@ static int vt_stage(struct vt *vt, struct vt_batch *b)
 		uint64_t owner = b->id;
 		struct kvtag tag;
 
-		if (!src) {
-			r = -EINVAL;
-			goto fail;
-		}
+		if (!src)
+			return -EINVAL;
 		if (i == 0)
 			vt_fault_entry(c, &e, b->id);
 		xfer_entry_write(m + XFER_HDR_BYTES + (size_t)i * XFER_ENTRY_BYTES, &e);
 		r = c->mem->ops->read(c->mem->ctx, dst, src, c->page_bytes);
 		if (r)
-			goto fail;
+			return r;
 		if (i == 0 && kvd_fault_fire(c->fault, KVD_FAULT_BAD_TAG)) {
 			KVLOG_WARN(c->log, "fault", "point=bad_tag request=%llu page=%u path=verbs",
 				   (unsigned long long)b->id, e.dst_page);
@@ -475,24 +458,46 @@ static int vt_stage(struct vt *vt, struct vt_batch *b)
 		memcpy(dst, &tag, sizeof(tag));
 		mp[i] = (struct verbs_mac_page){ dst, e.tokens };
 	}
-	{
-		uint64_t t0 = kvd_now_ns();
+	return 0;
+}
 
-		/* the batch MAC is what the checksum is on tcp: timed alike */
-		r = verbs_mac_seal(vt_aead(vt), g, m, meta, mp, b->n, m + meta);
-		if (c->checksum_ns)
-			*c->checksum_ns += kvd_now_ns() - t0;
-	}
-	if (r) {
-		r = -EINVAL;
-		goto fail;
-	}
+/* The batch MAC over the meta bytes at m and the staged pages mp, written
+ * right after the meta (timed as the checksum is on tcp); then fault
+ * point corrupt_batch. 0 or -EINVAL. */
+static int vt_stage_seal(struct vt *vt, struct vt_batch *b, int slot, uint8_t *m,
+			 size_t meta, const struct verbs_mac_page *mp)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	uint64_t t0 = kvd_now_ns();
+	int r;
+
+	/* the batch MAC is what the checksum is on tcp: timed alike */
+	r = verbs_mac_seal(vt_aead(vt), kvpool_geom(c->pool), m, meta, mp, b->n,
+			   m + meta);
+	if (c->checksum_ns)
+		*c->checksum_ns += kvd_now_ns() - t0;
+	if (r)
+		return -EINVAL;
 	if (kvd_fault_fire(c->fault, KVD_FAULT_CORRUPT_BATCH)) {
 		/* after the MAC: position 0 of the first page's first block */
 		vt_stage_page(vt, slot, 0)[KVTAG_BYTES] ^= 0x01;
 		KVLOG_WARN(c->log, "fault", "point=corrupt_batch request=%llu seq=%u path=verbs",
 			   (unsigned long long)b->id, b->seq);
 	}
+	return 0;
+}
+
+/* The RDMA WRITEs of the staged pages: one per extent the stale-tail rule
+ * lets a page's write carry (ex: room for ex_max), into the run of sc that
+ * decode granted for the entry's destination page. Written to b->wrs from
+ * 0; *n_wr is how many. Fault point verbs_write_beside on the first page.
+ * 0 or -EINVAL (a page outside the scope is logged). */
+static int vt_stage_writes(struct vt *vt, struct vt_batch *b,
+			   const struct vt_scope *sc, int slot, const uint8_t *m,
+			   struct verbs_extent *ex, uint32_t ex_max, uint32_t *n_wr)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+
 	for (uint32_t i = 0; i < b->n; i++) {
 		uint32_t dst_page, tokens;
 		uint64_t addr;
@@ -508,22 +513,60 @@ static int vt_stage(struct vt *vt, struct vt_batch *b)
 			KVLOG_WARN(c->log, "verbs_batch_refused",
 				   "request=%llu page=%u msg=\"the page is outside the scope decode granted\"",
 				   (unsigned long long)b->id, dst_page);
-			r = -EINVAL;
-			goto fail;
+			return -EINVAL;
 		}
 		if (i == 0)
 			vt_fault_beside(vt, sc, dst_page, &addr, b->id);
-		k = verbs_extent_page(g, tokens, ex, ex_max);
-		if (k <= 0) {
-			r = -EINVAL;
-			goto fail;
-		}
+		k = verbs_extent_page(kvpool_geom(c->pool), tokens, ex, ex_max);
+		if (k <= 0)
+			return -EINVAL;
 		for (int j = 0; j < k; j++)
-			b->wrs[n_wr++] = (struct vt_wr){
+			b->wrs[(*n_wr)++] = (struct vt_wr){
 				.laddr = (uint64_t)(uintptr_t)(vt_stage_page(vt, slot, i) + ex[j].offset),
 				.len = (uint32_t)ex[j].length,
 				.raddr = addr + ex[j].offset, .rkey = rkey };
 	}
+	return 0;
+}
+
+/* Stage b in a free slot: pages copied, destination tags, header,
+ * entries, MAC; then its WR list. 0, 1 (must wait), or -errno (b failed). */
+static int vt_stage(struct vt *vt, struct vt_batch *b)
+{
+	const struct transport_cfg *c = &vt->base.cfg;
+	const struct kvpool_geom *g = kvpool_geom(c->pool);
+	struct vt_scope *sc = vt_scope_find(vt, b->id);
+	struct verbs_mac_page *mp;
+	struct verbs_extent *ex;
+	uint32_t ex_max = 2 * g->n_layer + 1, n_wr = 0;
+	size_t meta;
+	uint8_t *m;
+	int slot, r;
+
+	if (!vt->connected || !vt->have_mbox || !sc)
+		return 1;
+	slot = vt_free_slot(vt);
+	if (slot < 0)
+		return 1;
+	if (!vt_credit_ok(vt, b))
+		return 1;
+	meta = XFER_HDR_BYTES + (size_t)b->n * XFER_ENTRY_BYTES;
+	mp = calloc(b->n, sizeof(*mp));
+	ex = calloc(ex_max, sizeof(*ex));
+	b->wrs = calloc((size_t)b->n * ex_max + 1, sizeof(*b->wrs));
+	if (!mp || !ex || !b->wrs) {
+		free(mp);
+		free(ex);
+		return -ENOMEM;
+	}
+	m = vt_stage_meta(vt, slot);
+	r = vt_stage_pages(vt, b, slot, m, mp);
+	if (!r)
+		r = vt_stage_seal(vt, b, slot, m, meta, mp);
+	if (!r)
+		r = vt_stage_writes(vt, b, sc, slot, m, ex, ex_max, &n_wr);
+	if (r)
+		goto fail;
 	b->mord = vt->mb_posted;
 	b->mslot = vt_mailbox_slot(vt, b);
 	b->wrs[n_wr++] = (struct vt_wr){
@@ -1820,19 +1863,14 @@ static int vt_open_sender(struct vt *vt, char *why, size_t why_size)
 	return 0;
 }
 
-int transport_verbs_new(struct transport **out, uv_loop_t *loop,
-			const struct transport_cfg *cfg, char *why,
-			size_t why_size)
+/* What is refused before any device is opened: no verbs table for the
+ * kind of device named (v NULL; emu: the emulated one), a QP depth that
+ * cannot hold the mailbox's slots and one more WR, a page that does not
+ * fit in a batch. 0, or -ENOTSUP, -EINVAL or TRANSPORT_E_BOUND with why
+ * set. */
+static int vt_check_cfg(const struct verbs_ops *v, bool emu,
+			const struct transport_cfg *cfg, char *why, size_t why_size)
 {
-	const char *dev = cfg->verbs_device ? cfg->verbs_device : "";
-	bool emu = !strncmp(dev, "emu:", 4);
-	const struct verbs_ops *v = emu ? verbs_emu_ops() : verbs_real_ops();
-	struct verbs_qp_caps caps = { .max_send_wr = cfg->verbs_qp_depth,
-				      .max_recv_wr = cfg->verbs_qp_depth };
-	struct vt *vt;
-	int r;
-
-	*out = NULL;
 	if (!v) {
 		snprintf(why, why_size, emu ?
 			 "kvd was built without the emulated RDMA device (a test device: meson -Dverbs_emu=true)" :
@@ -1850,9 +1888,13 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 			 (unsigned long long)cfg->max_batch_bytes);
 		return TRANSPORT_E_BOUND;
 	}
-	vt = calloc(1, sizeof(*vt));
-	if (!vt)
-		return -ENOMEM;
+	return 0;
+}
+
+/* A new vt's fields from cfg (vt zeroed, nothing opened yet). */
+static void vt_init(struct vt *vt, const struct verbs_ops *v, bool emu,
+		    uv_loop_t *loop, const struct transport_cfg *cfg)
+{
 	vt->base.ops = &verbs_ops;
 	vt->base.cfg = *cfg;
 	vt->v = v;
@@ -1867,6 +1909,21 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 	kvd_list_init(&vt->scopes);
 	kvd_list_init(&vt->queued);
 	kvd_list_init(&vt->inflight);
+}
+
+/* The device named dev ("": the first one) opened and queried, the
+ * configured terms checked against it (verbs_check_terms; type-2 windows
+ * for verbs_write_scope=mw), and a protection domain allocated. 0, or
+ * -ENODEV, -EINVAL or verbs_check_terms's error with why set; what opened
+ * stays in vt for vt_free(). */
+static int vt_open_device(struct vt *vt, const char *dev, char *why,
+			  size_t why_size)
+{
+	const struct transport_cfg *cfg = &vt->base.cfg;
+	const struct verbs_ops *v = vt->v;
+	bool emu = vt->emu;
+	int r;
+
 	r = v->open(dev[0] ? dev : NULL, &vt->ctx);
 	if (r < 0) {
 		vt->ctx = NULL;
@@ -1882,48 +1939,80 @@ int transport_verbs_new(struct transport **out, uv_loop_t *loop,
 				 dev, strerror(-r));
 		else
 			snprintf(why, why_size, "no RDMA device (%s)", strerror(-r));
-		r = -ENODEV;
-		goto fail;
+		return -ENODEV;
 	}
 	r = v->query_device(vt->ctx, &vt->attr);
 	if (r < 0) {
 		snprintf(why, why_size, "RDMA device query failed (%s)", strerror(-r));
-		r = -ENODEV;
-		goto fail;
+		return -ENODEV;
 	}
 	r = verbs_check_terms(v, vt->ctx, cfg, &vt->attr, why, why_size);
 	if (r)
-		goto fail;
+		return r;
 	if (cfg->verbs_write_scope == 1 && !vt->attr.mw_type2) {
 		snprintf(why, why_size,
 			 "transfer.verbs_write_scope=mw: the device has no type-2 memory windows (use auto or mr)");
-		r = -EINVAL;
-		goto fail;
+		return -EINVAL;
 	}
 	r = v->alloc_pd(vt->ctx, &vt->pd);
 	if (r) {
 		vt->pd = NULL;
 		snprintf(why, why_size, "cannot allocate a protection domain (%s)",
 			 strerror(-r));
-		r = -ENODEV;
-		goto fail;
+		return -ENODEV;
 	}
-	r = vt_open_qp(vt, &caps);
-	if (r) {
-		char inl[48];
+	return 0;
+}
 
-		if (cfg->verbs_inline == TRANSPORT_VERBS_INLINE_AUTO)
-			snprintf(inl, sizeof(inl), "auto (down to %u)", caps.max_inline);
-		else
-			snprintf(inl, sizeof(inl), "%u", cfg->verbs_inline);
-		snprintf(why, why_size,
-			 "the device refuses an RC queue pair with transfer.verbs_qp_depth=%u and transfer.verbs_inline=%s on port %u, GID index %u (%s)",
-			 cfg->verbs_qp_depth, inl, cfg->verbs_port,
-			 cfg->verbs_gid_index,
-			 r < 0 ? strerror(-r) : "port not active");
-		r = -EINVAL;
+/* The RC QP with transfer.verbs_qp_depth send and receive WRs
+ * (vt_open_qp). 0, or -EINVAL with why naming the terms the device
+ * refused. */
+static int vt_open_rc(struct vt *vt, char *why, size_t why_size)
+{
+	const struct transport_cfg *cfg = &vt->base.cfg;
+	struct verbs_qp_caps caps = { .max_send_wr = cfg->verbs_qp_depth,
+				      .max_recv_wr = cfg->verbs_qp_depth };
+	char inl[48];
+	int r;
+
+	r = vt_open_qp(vt, &caps);
+	if (!r)
+		return 0;
+	if (cfg->verbs_inline == TRANSPORT_VERBS_INLINE_AUTO)
+		snprintf(inl, sizeof(inl), "auto (down to %u)", caps.max_inline);
+	else
+		snprintf(inl, sizeof(inl), "%u", cfg->verbs_inline);
+	snprintf(why, why_size,
+		 "the device refuses an RC queue pair with transfer.verbs_qp_depth=%u and transfer.verbs_inline=%s on port %u, GID index %u (%s)",
+		 cfg->verbs_qp_depth, inl, cfg->verbs_port,
+		 cfg->verbs_gid_index,
+		 r < 0 ? strerror(-r) : "port not active");
+	return -EINVAL;
+}
+
+int transport_verbs_new(struct transport **out, uv_loop_t *loop,
+			const struct transport_cfg *cfg, char *why,
+			size_t why_size)
+{
+	const char *dev = cfg->verbs_device ? cfg->verbs_device : "";
+	bool emu = !strncmp(dev, "emu:", 4);
+	const struct verbs_ops *v = emu ? verbs_emu_ops() : verbs_real_ops();
+	struct vt *vt;
+	int r;
+
+	*out = NULL;
+	r = vt_check_cfg(v, emu, cfg, why, why_size);
+	if (r)
+		return r;
+	vt = calloc(1, sizeof(*vt));
+	if (!vt)
+		return -ENOMEM;
+	vt_init(vt, v, emu, loop, cfg);
+	r = vt_open_device(vt, dev, why, why_size);
+	if (!r)
+		r = vt_open_rc(vt, why, why_size);
+	if (r)
 		goto fail;
-	}
 	vt->rc_open = true;
 	if (!cfg->pool) {
 		/* the boot check: the device and its terms only */
