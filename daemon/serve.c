@@ -451,22 +451,17 @@ struct serve_with_front {
 	struct front front;
 };
 
-int serve_start(struct kvd_daemon *d)
+/* The node's serving state and its fronts, one zeroed allocation on d:
+ * lists empty, the request table, the rate limits. NULL when out of
+ * memory. */
+static struct serve *serve_alloc(struct kvd_daemon *d)
 {
 	struct serve_with_front *both;
 	struct serve *s;
-	const char *spec = getenv("KVD_FAULT"), *bad = NULL;
-	int r;
 
-	if (!d->pool || !d->model)
-		return -EINVAL;
-	/* A peer that closes a connection we are writing to must fail that
-	 * write (EPIPE, handled as a lost peer), not kill the node: libuv
-	 * writes with write(2), which raises SIGPIPE. */
-	signal(SIGPIPE, SIG_IGN);
 	both = calloc(1, sizeof(*both));
 	if (!both)
-		return -ENOMEM;
+		return NULL;
 	s = &both->s;
 	s->front = &both->front;
 	s->d = d;
@@ -477,21 +472,33 @@ int serve_start(struct kvd_daemon *d)
 	kvd_list_init(&s->links);
 	s->reqtab = kvd_daemon_requests(d);
 	serve_rl_init(s);
+	return s;
+}
+
+/* The fault points KVD_FAULT (spec) names, into s->fault; a node with any
+ * says so at boot. 0, or -EINVAL (logged) for a spec that does not parse. */
+static int serve_faults(struct serve *s, const char *spec)
+{
+	const char *bad = NULL;
+
 	if (kvd_fault_parse(&s->fault, spec, &bad)) {
 		KVLOG_ERR(s->log, "fault_spec", "spec=%s at=%s", KVLOG_Q(spec),
 			  KVLOG_Q(bad));
-		free(s);
 		return -EINVAL;
 	}
 	if (spec && *spec)
 		KVLOG_WARN(s->log, "fault_points", "spec=%s compiled=%d", KVLOG_Q(spec),
 			   KVD_FAULT_POINTS);
-	{
-		struct kvpool_geom g = *kvpool_geom(d->pool);
+	return 0;
+}
 
-		s->page_bytes = kvpool_page_bytes(&g);
-	}
-	serve_my_hello(s);
+/* What may refuse the node before it serves, in order: the cluster key,
+ * the transport, the model, the compute thread, the stop hook. 0 or the
+ * first error (logged where it happened); the caller undoes. */
+static int serve_open(struct serve *s)
+{
+	int r;
+
 	r = serve_load_key(s);
 	if (!r)
 		r = serve_check_transport(s);
@@ -500,16 +507,16 @@ int serve_start(struct kvd_daemon *d)
 	if (!r)
 		r = serve_compute_start(s);
 	if (!r)
-		r = kvd_daemon_on_stop(d, serve_stop_hook, s);
-	if (r) {
-		compute_stop(&s->comp);
-		/* the async handle must close before s goes away */
-		if (compute_close(&s->comp, NULL, NULL))
-			uv_run(&d->loop, UV_RUN_NOWAIT);
-		serve_free(s);
-		return r;
-	}
-	/* from here the stop hook cleans up whatever opened */
+		r = kvd_daemon_on_stop(s->d, serve_stop_hook, s);
+	return r;
+}
+
+/* The heartbeat timer, and the sweep timer except on prefill; one that
+ * cannot be made is left out (its flag stays false for the stop hook). */
+static void serve_timers(struct serve *s)
+{
+	struct kvd_daemon *d = s->d;
+
 	if (uv_timer_init(&d->loop, &s->hb_timer) == 0) {
 		s->hb_open = true;
 		s->hb_timer.data = s;
@@ -523,16 +530,66 @@ int serve_start(struct kvd_daemon *d)
 		uv_timer_start(&s->sweep_timer, serve_sweep_cb, SERVE_SWEEP_MS,
 			       SERVE_SWEEP_MS);
 	}
-	s->admit = d->cfg.role == KVD_ROLE_DECODE ? serve__decode_admit
-						   : serve__local_admit;
-	if (d->cfg.role == KVD_ROLE_PREFILL)
+}
+
+/* The role's admission and listeners: prefill's peer side, or the client
+ * socket, then HTTP when configured and, on decode, the peer side. 0 or
+ * the first error. */
+static int serve_fronts(struct serve *s)
+{
+	const struct kvd_config *c = &s->d->cfg;
+	int r;
+
+	s->admit = c->role == KVD_ROLE_DECODE ? serve__decode_admit
+					      : serve__local_admit;
+	if (c->role == KVD_ROLE_PREFILL)
 		r = serve__prefill_start(s);
 	else
 		r = serve_client_start(s);
-	if (!r && d->cfg.role != KVD_ROLE_PREFILL && d->cfg.listen_http[0])
+	if (!r && c->role != KVD_ROLE_PREFILL && c->listen_http[0])
 		r = serve__http_listen(s);
-	if (!r && d->cfg.role == KVD_ROLE_DECODE)
+	if (!r && c->role == KVD_ROLE_DECODE)
 		r = serve__decode_start(s);
+	return r;
+}
+
+int serve_start(struct kvd_daemon *d)
+{
+	struct serve *s;
+	const char *spec = getenv("KVD_FAULT");
+	int r;
+
+	if (!d->pool || !d->model)
+		return -EINVAL;
+	/* A peer that closes a connection we are writing to must fail that
+	 * write (EPIPE, handled as a lost peer), not kill the node: libuv
+	 * writes with write(2), which raises SIGPIPE. */
+	signal(SIGPIPE, SIG_IGN);
+	s = serve_alloc(d);
+	if (!s)
+		return -ENOMEM;
+	if (serve_faults(s, spec)) {
+		free(s);
+		return -EINVAL;
+	}
+	{
+		struct kvpool_geom g = *kvpool_geom(d->pool);
+
+		s->page_bytes = kvpool_page_bytes(&g);
+	}
+	serve_my_hello(s);
+	r = serve_open(s);
+	if (r) {
+		compute_stop(&s->comp);
+		/* the async handle must close before s goes away */
+		if (compute_close(&s->comp, NULL, NULL))
+			uv_run(&d->loop, UV_RUN_NOWAIT);
+		serve_free(s);
+		return r;
+	}
+	/* from here the stop hook cleans up whatever opened */
+	serve_timers(s);
+	r = serve_fronts(s);
 	if (r)
 		KVLOG_ERR(s->log, "serve_start", "code=%d msg=%s", r,
 			  KVLOG_Q(r < 0 ? strerror(-r) : "see previous lines"));
