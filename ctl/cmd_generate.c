@@ -277,7 +277,11 @@ static int gen_frames(const struct proto_client_request *q, char **data, size_t 
 	return 0;
 }
 
-int kvctl_cmd_generate(int argc, char **argv)
+/* The command line into q, *server and *json. 0, 1 after --help (usage
+ * on stdout), or -1 after saying what is wrong on stderr; q->tokens may
+ * be set either way (the caller frees it). */
+static int gen_args(int argc, char **argv, struct proto_client_request *q,
+		    const char **server, bool *json)
 {
 	static const struct option opts[] = {
 		{ "server", required_argument, NULL, 'S' },
@@ -293,6 +297,69 @@ int kvctl_cmd_generate(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'S': *server = optarg; break;
+		case 'p': q->prompt = optarg; break;
+		case 'T':
+			if (parse_tokens(optarg, q)) {
+				fprintf(stderr, "kvctl generate: --tokens: a comma list of ids\n");
+				return -1;
+			}
+			break;
+		case 'n': q->max_tokens = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 't': q->temperature = strtof(optarg, NULL); break;
+		case 'k': q->top_k = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'P': q->top_p = strtof(optarg, NULL); break;
+		case 's': q->seed = strtoull(optarg, NULL, 10); break;
+		case 'i': q->id = strtoull(optarg, NULL, 10); break;
+		case 'j': *json = true; break;
+		case 'h': gen_usage(stdout); return 1;
+		default: gen_usage(stderr); return -1;
+		}
+	}
+	if (!*server || !!q->prompt == !!q->tokens || optind != argc) {
+		gen_usage(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+/* The outcome: with --json one object (the final's figures, or the typed
+ * error) unless the server was unavailable; else the closing newline
+ * after streamed text, or the typed error on stderr. rc is gen_loop's. */
+static void gen_report(int rc, bool json, uint64_t id, const struct gen_out *o,
+		       const struct proto_client_event *last)
+{
+	if (json && rc != EX_UNAVAILABLE_) {
+		printf("{\"id\":%llu,", (unsigned long long)id);
+		json_ids(stdout, o);
+		printf(",\"text\":");
+		kvd_json_str(stdout, o->text ? o->text : "", o->n_text);
+		if (rc == 0)
+			printf(",\"finish_reason\":\"%s\",\"prompt_tokens\":%u,\"output_tokens\":%u,\"ttft_us\":%llu,\"total_us\":%llu}\n",
+			       last->fin.finish_reason, last->fin.prompt_tokens,
+			       last->fin.output_tokens,
+			       (unsigned long long)last->fin.ttft_us,
+			       (unsigned long long)last->fin.total_us);
+		else {
+			printf(",\"error\":\"%s\",\"message\":", proto_err_name(last->code));
+			kvd_json_str(stdout, last->message, strlen(last->message));
+			printf("}\n");
+		}
+	} else if (rc == 0) {
+		printf("\n");
+	} else if (rc == 1) {
+		fprintf(stderr, "kvctl generate: %s: %s\n", proto_err_name(last->code),
+			last->message);
+	}
+}
+
+int kvctl_cmd_generate(int argc, char **argv)
+{
 	struct proto_client_request q = PROTO_CLIENT_REQUEST_NULL;
 	struct proto_client_event last;
 	struct gen_out o = { 0 };
@@ -300,36 +367,13 @@ int kvctl_cmd_generate(int argc, char **argv)
 	bool json = false;
 	char *data = NULL;
 	size_t len;
-	int c, fd, rc;
+	int fd, rc;
 
 	q.id = 1;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'S': server = optarg; break;
-		case 'p': q.prompt = optarg; break;
-		case 'T':
-			if (parse_tokens(optarg, &q)) {
-				fprintf(stderr, "kvctl generate: --tokens: a comma list of ids\n");
-				free(q.tokens);
-				return EX_USAGE_;
-			}
-			break;
-		case 'n': q.max_tokens = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 't': q.temperature = strtof(optarg, NULL); break;
-		case 'k': q.top_k = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 'P': q.top_p = strtof(optarg, NULL); break;
-		case 's': q.seed = strtoull(optarg, NULL, 10); break;
-		case 'i': q.id = strtoull(optarg, NULL, 10); break;
-		case 'j': json = true; break;
-		case 'h': gen_usage(stdout); free(q.tokens); return 0;
-		default: gen_usage(stderr); free(q.tokens); return EX_USAGE_;
-		}
-	}
-	if (!server || !!q.prompt == !!q.tokens || optind != argc) {
-		gen_usage(stderr);
+	rc = gen_args(argc, argv, &q, &server, &json);
+	if (rc) {
 		free(q.tokens);
-		return EX_USAGE_;
+		return rc > 0 ? 0 : EX_USAGE_;
 	}
 	rc = gen_frames(&q, &data, &len);
 	free(q.tokens);
@@ -346,28 +390,7 @@ int kvctl_cmd_generate(int argc, char **argv)
 	rc = write_all(fd, data, len) ? EX_UNAVAILABLE_ : gen_loop(fd, q.id, json, &o, &last);
 	free(data);
 	close(fd);
-	if (json && rc != EX_UNAVAILABLE_) {
-		printf("{\"id\":%llu,", (unsigned long long)q.id);
-		json_ids(stdout, &o);
-		printf(",\"text\":");
-		kvd_json_str(stdout, o.text ? o.text : "", o.n_text);
-		if (rc == 0)
-			printf(",\"finish_reason\":\"%s\",\"prompt_tokens\":%u,\"output_tokens\":%u,\"ttft_us\":%llu,\"total_us\":%llu}\n",
-			       last.fin.finish_reason, last.fin.prompt_tokens,
-			       last.fin.output_tokens,
-			       (unsigned long long)last.fin.ttft_us,
-			       (unsigned long long)last.fin.total_us);
-		else {
-			printf(",\"error\":\"%s\",\"message\":", proto_err_name(last.code));
-			kvd_json_str(stdout, last.message, strlen(last.message));
-			printf("}\n");
-		}
-	} else if (rc == 0) {
-		printf("\n");
-	} else if (rc == 1) {
-		fprintf(stderr, "kvctl generate: %s: %s\n", proto_err_name(last.code),
-			last.message);
-	}
+	gen_report(rc, json, q.id, &o, &last);
 	free(o.ids);
 	free(o.text);
 	return rc;
