@@ -189,16 +189,54 @@ static const char *const chat_words[] = { "none", "llama2", "llama3", "chatml",
 	"mistral", "gemma", "phi3", "deepseek", NULL };
 static const char *const kv_words[] = { "f32", "f16", NULL };
 
+/* The words of make's options into p: --kv-heads defaults to --heads,
+ * the weight type (and the _m mix) from dtype, the vocabulary kind from
+ * tok. */
+static void make_words(struct gguf_llama_params *p, const char *dtype,
+		       const char *tok)
+{
+	if (!p->n_head_kv)
+		p->n_head_kv = p->n_head;
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(dtype_types); i++)
+		if (!strcmp(dtype, dtype_words[i])) {
+			p->wtype = dtype_types[i];
+			p->mix_q6_k = strstr(dtype, "_m") != NULL;
+		}
+	p->vocab = !strcmp(tok, "gpt2") ? GGUF_VOCAB_GPT2 : GGUF_VOCAB_LLAMA;
+}
+
+/* --vocab-from: the file's tokenizer as it is, opened into *vf (the
+ * caller closes it after the model is written); --vocab and --tokenizer
+ * follow it (*tok becomes the path). EXIT_OK, or EXIT_BAD_FILE after
+ * saying why. */
+static int make_vocab_from(struct gguf_llama_params *p, const char *vocab_from,
+			   struct gguf_file **vf, const char **tok)
+{
+	struct gguf_error err;
+
+	if (gguf_open(vf, vocab_from, &err)) {
+		fprintf(stderr, "kvctl model make: %s: %s\n", vocab_from, err.msg);
+		return EXIT_BAD_FILE;
+	}
+	p->n_vocab = gguf_vocab_size(*vf);
+	if (!p->n_vocab) {
+		fprintf(stderr, "kvctl model make: %s: no tokenizer.ggml.tokens "
+				"string array\n", vocab_from);
+		return EXIT_BAD_FILE;
+	}
+	p->vocab_from = *vf;
+	*tok = vocab_from;
+	return EXIT_OK;
+}
+
 static int model_make(int argc, char **argv)
 {
 	struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
 	const char *dtype = "f32", *tok = "llama", *arch = "llama", *out = NULL;
 	const char *vocab_from = NULL;
 	_cleanup_(gguf_closep) struct gguf_file *vf = NULL;
-	struct gguf_error err;
 	const char *chat = "none";
 	enum chat_format cf = CHAT_NONE;
-	bool kv_set = false;
 	char why[160];
 	int rc;
 
@@ -224,29 +262,11 @@ static int model_make(int argc, char **argv)
 		model_usage(stderr);
 		return EXIT_USAGE;
 	}
-	kv_set = p.n_head_kv != 0;
-	if (!kv_set)
-		p.n_head_kv = p.n_head;
-	for (size_t i = 0; i < KVD_ARRAY_SIZE(dtype_types); i++)
-		if (!strcmp(dtype, dtype_words[i])) {
-			p.wtype = dtype_types[i];
-			p.mix_q6_k = strstr(dtype, "_m") != NULL;
-		}
-	p.vocab = !strcmp(tok, "gpt2") ? GGUF_VOCAB_GPT2 : GGUF_VOCAB_LLAMA;
+	make_words(&p, dtype, tok);
 	if (vocab_from) {
-		/* the file's tokenizer as it is; --vocab and --tokenizer follow it */
-		if (gguf_open(&vf, vocab_from, &err)) {
-			fprintf(stderr, "kvctl model make: %s: %s\n", vocab_from, err.msg);
-			return EXIT_BAD_FILE;
-		}
-		p.n_vocab = gguf_vocab_size(vf);
-		if (!p.n_vocab) {
-			fprintf(stderr, "kvctl model make: %s: no tokenizer.ggml.tokens "
-					"string array\n", vocab_from);
-			return EXIT_BAD_FILE;
-		}
-		p.vocab_from = vf;
-		tok = vocab_from;
+		rc = make_vocab_from(&p, vocab_from, &vf, &tok);
+		if (rc)
+			return rc;
 	}
 	for (size_t i = 0; arch_words[i]; i++)
 		if (!strcmp(arch, arch_words[i]))
