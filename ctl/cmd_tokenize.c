@@ -120,63 +120,48 @@ static void json_bytes(const char *s, size_t n)
 	putchar('"');
 }
 
-static int model_tokenize(int argc, char **argv)
-{
-	const char *path = NULL, *text = NULL, *file = NULL;
-	bool no_bos = false, special = false, json = false;
-	struct tok_open o;
-	int32_t *ids = NULL;
-	size_t n_ids = 0, len = 0;
-	char *buf = NULL;
-	unsigned flags;
-	int rc;
+/* tokenize's command line */
+struct tok_args {
+	const char *path, *text, *file;
+	bool no_bos, special, json;
+};
 
+/* argv[2..] into a: the model, then the text (or --file PATH; "--" before
+ * a text that starts with '-'). 0, or -1 for a usage error (not printed). */
+static int tokenize_args(int argc, char **argv, struct tok_args *a)
+{
+	*a = (struct tok_args){ 0 };
 	for (int i = 2; i < argc; i++) {
-		const char *a = argv[i];
-		if (!strcmp(a, "--no-bos"))
-			no_bos = true;
-		else if (!strcmp(a, "--special"))
-			special = true;
-		else if (!strcmp(a, "--json"))
-			json = true;
-		else if (!strcmp(a, "--file") && i + 1 < argc)
-			file = argv[++i];
-		else if (!strcmp(a, "--") && i + 1 < argc && !text && path)
-			text = argv[++i];
-		else if (a[0] == '-' && a[1] && strcmp(a, "-"))
-			goto usage;
-		else if (!path)
-			path = a;
-		else if (!text)
-			text = a;
+		const char *s = argv[i];
+		if (!strcmp(s, "--no-bos"))
+			a->no_bos = true;
+		else if (!strcmp(s, "--special"))
+			a->special = true;
+		else if (!strcmp(s, "--json"))
+			a->json = true;
+		else if (!strcmp(s, "--file") && i + 1 < argc)
+			a->file = argv[++i];
+		else if (!strcmp(s, "--") && i + 1 < argc && !a->text && a->path)
+			a->text = argv[++i];
+		else if (s[0] == '-' && s[1] && strcmp(s, "-"))
+			return -1;
+		else if (!a->path)
+			a->path = s;
+		else if (!a->text)
+			a->text = s;
 		else
-			goto usage;
+			return -1;
 	}
-	if (!path || !!text == !!file)
-		goto usage;
-	if (tok_open(&o, "tokenize", path))
-		return EXIT_BAD_FILE;
-	if (file) {
-		buf = read_file(file, &len);
-		if (!buf) {
-			fprintf(stderr, "kvctl model tokenize: %s: %s\n", file,
-				strerror(errno));
-			tok_close(&o);
-			return EXIT_BAD_FILE;
-		}
-		text = buf;
-	} else {
-		len = strlen(text);
-	}
-	flags = (no_bos || !tokenizer_add_bos(o.t) ? 0 : TOKENIZER_ADD_BOS) |
-		(special ? TOKENIZER_PARSE_SPECIAL : 0);
-	rc = tokenizer_encode_ex(o.t, text, len, flags, &ids, &n_ids);
-	if (rc) {
-		fprintf(stderr, "kvctl model tokenize: %s\n", strerror(-rc));
-		free(buf);
-		tok_close(&o);
-		return EXIT_BAD_FILE;
-	}
+	if (!a->path || !!a->text == !!a->file)
+		return -1;
+	return 0;
+}
+
+/* The ids on stdout: separated by spaces, or with json
+ * {"ids":[...],"pieces":[...]} (each piece's bytes from t). */
+static void tokenize_print(const struct tokenizer *t, const int32_t *ids,
+			   size_t n_ids, bool json)
+{
 	if (json) {
 		fputs("{\"ids\":[", stdout);
 		for (size_t i = 0; i < n_ids; i++)
@@ -185,7 +170,7 @@ static int model_tokenize(int argc, char **argv)
 		for (size_t i = 0; i < n_ids; i++) {
 			const char *p;
 			size_t pl;
-			tokenizer_piece(o.t, ids[i], &p, &pl);
+			tokenizer_piece(t, ids[i], &p, &pl);
 			if (i)
 				putchar(',');
 			json_bytes(p, pl);
@@ -196,13 +181,52 @@ static int model_tokenize(int argc, char **argv)
 			printf("%s%" PRId32, i ? " " : "", ids[i]);
 		putchar('\n');
 	}
+}
+
+static int model_tokenize(int argc, char **argv)
+{
+	struct tok_args a;
+	const char *text;
+	struct tok_open o;
+	int32_t *ids = NULL;
+	size_t n_ids = 0, len = 0;
+	char *buf = NULL;
+	unsigned flags;
+	int rc;
+
+	if (tokenize_args(argc, argv, &a)) {
+		fputs(usage, stderr);
+		return EXIT_USAGE;
+	}
+	if (tok_open(&o, "tokenize", a.path))
+		return EXIT_BAD_FILE;
+	if (a.file) {
+		buf = read_file(a.file, &len);
+		if (!buf) {
+			fprintf(stderr, "kvctl model tokenize: %s: %s\n", a.file,
+				strerror(errno));
+			tok_close(&o);
+			return EXIT_BAD_FILE;
+		}
+		text = buf;
+	} else {
+		text = a.text;
+		len = strlen(text);
+	}
+	flags = (a.no_bos || !tokenizer_add_bos(o.t) ? 0 : TOKENIZER_ADD_BOS) |
+		(a.special ? TOKENIZER_PARSE_SPECIAL : 0);
+	rc = tokenizer_encode_ex(o.t, text, len, flags, &ids, &n_ids);
+	if (rc) {
+		fprintf(stderr, "kvctl model tokenize: %s\n", strerror(-rc));
+		free(buf);
+		tok_close(&o);
+		return EXIT_BAD_FILE;
+	}
+	tokenize_print(o.t, ids, n_ids, a.json);
 	free(ids);
 	free(buf);
 	tok_close(&o);
 	return EXIT_OK;
-usage:
-	fputs(usage, stderr);
-	return EXIT_USAGE;
 }
 
 static int model_detokenize(int argc, char **argv)
