@@ -32,6 +32,7 @@
  * callbacks (libuv: "memory freed only in the close callback").
  */
 #include "ctl/admin.h"
+#include "ctl/errors.h"
 #include "conf/util.h"
 #include "ctl/admin_int.h"
 #include "daemon/node/daemon.h"
@@ -59,30 +60,11 @@
 #define ADMIN_WRITE_HARD (ADMIN_WRITE_HIGH + 2 * ADMIN_REPLY_MAX)
 #define ADMIN_WRITE_STALL_MS 30000
 
-static const char *const admin_error_names[ADMIN_E__N] = {
-	[ADMIN_E_MALFORMED] = "malformed",
-	[ADMIN_E_TOO_BIG] = "too_big",
-	[ADMIN_E_UNKNOWN_COMMAND] = "unknown_command",
-	[ADMIN_E_BAD_ARGS] = "bad_args",
-	[ADMIN_E_DENIED] = "denied",
-	[ADMIN_E_BUSY] = "busy",
-	[ADMIN_E_NOT_FOUND] = "not_found",
-	[ADMIN_E_WRONG_STATE] = "wrong_state",
-	[ADMIN_E_CAPACITY] = "capacity",
-	[ADMIN_E_TIMEOUT] = "timeout",
-	[ADMIN_E_UNSUPPORTED] = "unsupported",
-	[ADMIN_E_INTERNAL] = "internal",
-	[ADMIN_E_TOO_MANY_CLIENTS] = "too_many_clients",
-	[ADMIN_E_DRAINING] = "draining",
-	[ADMIN_E_OUT_OF_RANGE] = "out_of_range",
-	[ADMIN_E_POOL_FULL] = "pool_full",
-};
-
 const char *admin_strerror(int code)
 {
 	if (code <= 0 || code >= ADMIN_E__N)
 		return "?";
-	return admin_error_names[code];
+	return kvd_err_code_name(&kvd_err_admin, code);
 }
 
 static void client_pump(struct admin_client *c);

@@ -143,7 +143,8 @@ const char *engine_strerror(int code)
 	case ENGINE_E_GEOMETRY: return "KV pool geometry does not fit the model";
 	case ENGINE_E_MEMORY: return "KV pool memory is not addressable by this compute backend";
 	case ENGINE_E_BUSY: return "too many requests";
-	case KVPOOL_E_FULL: return "KV pool full";
+	case ENGINE_E_FULL: return "KV pool full";
+	case ENGINE_E_POOL: return "the KV pool refused an operation on fresh pages";
 	}
 	if (code < 0)
 		return strerror(-code);
@@ -509,7 +510,8 @@ int engine_submit(struct engine *e, const struct engine_req_params *rp,
 		memcpy(r->table, rp->table, r->n_table * sizeof(*r->table));
 	else if ((rc = req_reserve(e, r, rp)) != 0) {
 		req_destroy(r);
-		return rc;
+		/* the pool's codes end here */
+		return rc == KVPOOL_E_FULL ? ENGINE_E_FULL : rc > 0 ? ENGINE_E_POOL : rc;
 	}
 	for (uint32_t i = 0; i < r->n_table; i++) {
 		r->pages[i] = kvpool_page_addr(e->pool, r->table[i].page);

@@ -35,9 +35,11 @@
  * sampler's draw for position p is keyed by (seed, p), and no request's
  * numbers depend on the batch or the page layout.
  *
- * Errors: negative errno for system failures; positive ENGINE_E_* for
- * conditions the caller reports to the client; KVPOOL_E_* pass through
- * from the pool at submit.
+ * Errors: 0, a negative errno for system failures, or a positive
+ * ENGINE_E_* for conditions the caller reports to the client - nothing
+ * else: the pool's codes are folded at submit (a full pool is
+ * ENGINE_E_FULL). Another layer acts on the kind (conf/err.h) that
+ * kvd_err_engine (gpu/errors.c) folds a code into.
  *
  * Threading contract: an engine and its requests belong to one driver
  * thread - never the libuv loop thread, since engine_step() computes for
@@ -73,6 +75,9 @@ enum {
 	ENGINE_E_GEOMETRY,       /* pool geometry does not fit the model */
 	ENGINE_E_BUSY,           /* max_requests already submitted */
 	ENGINE_E_MEMORY,         /* pool memory the backend cannot address */
+	ENGINE_E_FULL,           /* the pool has not the pages free now */
+	ENGINE_E_POOL,           /* the pool refused an operation on the
+				  * request's fresh pages (a bug) */
 };
 
 struct engine_params {
@@ -185,7 +190,7 @@ void engine_last_budget(const struct engine *e, uint32_t *prompt_budget,
 void engine_free(struct engine *e);
 
 /* Admit a request: checks (ENGINE_E_INVALID, ENGINE_E_TOO_LONG, ENGINE_E_BUSY),
- * then reserves pages (KVPOOL_E_FULL) unless lent. Nothing is held on
+ * then reserves pages (ENGINE_E_FULL, ENGINE_E_POOL) unless lent. Nothing is held on
  * error. The request runs from the next step on. */
 int engine_submit(struct engine *e, const struct engine_req_params *rp,
 		  struct engine_req **out);

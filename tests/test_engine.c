@@ -1016,7 +1016,7 @@ START_TEST(test_admission)
 	ck_assert_int_eq(engine_submit(g.e, &rp, &r), ENGINE_E_TOO_LONG);
 	/* fits the context, not the pool of 10 x 16 tokens */
 	rp.max_tokens = 56;
-	ck_assert_int_eq(engine_submit(g.e, &rp, &r), KVPOOL_E_FULL);
+	ck_assert_int_eq(engine_submit(g.e, &rp, &r), ENGINE_E_FULL);
 	kvpool_get_stats(g.pool, &st);
 	ck_assert_uint_eq(st.by_state[KVPAGE_FREE], 10);
 	/* bad token, empty prompt, zero max_tokens */

@@ -42,6 +42,8 @@
  * standalone one, with no peer, transfer or lent page.
  */
 #include "daemon/node/serve_int.h"
+#include "gpu/errors.h"
+#include "net/errors.h"
 #include "conf/util.h"
 #include "net/verbs/verbs_scope.h"
 
@@ -429,16 +431,10 @@ static const struct serve_req_ops dreq_decode_ops = {
 
 /* ---- engine messages (standalone and decode requests) --------------------- */
 
+/* An engine code as the client's error (the one fold, net/errors.h). */
 static int engine_code_to_proto(int e)
 {
-	switch (e) {
-	case ENGINE_E_TOO_LONG: return PROTO_ERR_PROMPT_TOO_LONG;
-	case ENGINE_E_INVALID: return PROTO_ERR_INVALID_REQUEST;
-	case ENGINE_E_INTEGRITY: return PROTO_ERR_INTEGRITY;
-	case ENGINE_E_BUSY:
-	case KVPOOL_E_FULL: return PROTO_ERR_OVERLOADED;
-	default: return PROTO_ERR_INTERNAL;
-	}
+	return kvd_err_to_proto(kvd_err_fold(&kvd_err_engine, e));
 }
 
 void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)

@@ -24,6 +24,8 @@
  * drained data connection) and finds a peer's requests on its own link.
  */
 #include "daemon/node/serve_int.h"
+#include "gpu/errors.h"
+#include "net/errors.h"
 #include "conf/util.h"
 #include "net/verbs/verbs_target.h"
 
@@ -779,12 +781,10 @@ static enum preq_event prefill_computed(struct serve_req *r, const struct comput
 	return PEV_COMPUTED;
 }
 
+/* An engine code as the peer's error (the one fold, net/errors.h). */
 static int prefill_submit_code(int e)
 {
-	return e == KVPOOL_E_FULL || e == ENGINE_E_BUSY ? PROTO_ERR_OVERLOADED :
-	       e == ENGINE_E_TOO_LONG ? PROTO_ERR_PROMPT_TOO_LONG :
-	       e == ENGINE_E_INVALID ? PROTO_ERR_INVALID_REQUEST :
-	       PROTO_ERR_INTERNAL;
+	return kvd_err_to_proto(kvd_err_fold(&kvd_err_engine, e));
 }
 
 void serve__prefill_engine_msg(struct serve_req *r, const struct compute_msg *m)
