@@ -459,15 +459,223 @@ static int for_each_item(const char *v, char items[][256], uint32_t max,
 	return 0;
 }
 
+/* One value being set: the key, its field in the config, the value as
+ * written, and where it came from (line, "section.key") for messages. */
+struct conf_set {
+	struct conf_ctx *x;
+	const struct conf_key *k;
+	void *f;
+	const char *v;
+	int line;
+	const char *full;
+};
+
+/* Each setter below checks s->v against its key's type and range and
+ * stores it in s->f; 0, or -1 with the error recorded (conf_fail). */
+
+/* CT_STR: any string that fits the field. */
+static int set_str(const struct conf_set *s)
+{
+	if (strlen(s->v) >= s->k->size)
+		return conf_fail(s->x, s->line, s->full,
+				 "value too long (at most %zu bytes)",
+				 s->k->size - 1);
+	memcpy(s->f, s->v, strlen(s->v) + 1);
+	return 0;
+}
+
+/* CT_NAME: a string of letters, digits, '_', '-' and '.'. */
+static int set_name(const struct conf_set *s)
+{
+	if (!is_name(s->v))
+		return conf_fail(s->x, s->line, s->full,
+				 "'%s' is not a name (letters, digits, '_', '-', '.')", s->v);
+	return set_str(s);
+}
+
+/* CT_U32, CT_U64, CT_SIZE (and CT_U32_AUTO's numbers): an integer in
+ * [min, max], a size with its binary suffix. */
+static int set_uint(const struct conf_set *s)
+{
+	const struct conf_key *k = s->k;
+	uint64_t u = 0;
+	int r;
+
+	r = k->type == CT_SIZE ? parse_size(s->v, &u) : kvd_parse_u64(s->v, &u);
+	if (r == -EINVAL)
+		return conf_fail(s->x, s->line, s->full,
+				 "'%s' is not %sa%s non-negative integer", s->v,
+				 k->type == CT_U32_AUTO ? "auto or " : "",
+				 k->type == CT_SIZE ? " size (integer with optional K, M, G, T suffix):" : "");
+	if (r < 0 || (double)u < k->min || (double)u > k->max)
+		return conf_fail(s->x, s->line, s->full,
+				 "%s is out of range [%.0f, %.0f]", s->v,
+				 k->min, k->max);
+	if (k->type == CT_U32 || k->type == CT_U32_AUTO)
+		*(uint32_t *)s->f = (uint32_t)u;
+	else
+		*(uint64_t *)s->f = u;
+	return 0;
+}
+
+/* CT_U32_AUTO: "auto" (stored as UINT32_MAX) or a u32. */
+static int set_u32_auto(const struct conf_set *s)
+{
+	if (strcmp(s->v, "auto") == 0) {
+		*(uint32_t *)s->f = UINT32_MAX;
+		return 0;
+	}
+	return set_uint(s);
+}
+
+/* CT_DOUBLE: a finite number in [min, max]. */
+static int set_double(const struct conf_set *s)
+{
+	char *end;
+	double d;
+
+	errno = 0;
+	d = strtod(s->v, &end);
+	if (!*s->v || *end || errno || !isfinite(d))
+		return conf_fail(s->x, s->line, s->full, "'%s' is not a number", s->v);
+	if (d < s->k->min || d > s->k->max)
+		return conf_fail(s->x, s->line, s->full,
+				 "%s is out of range [%g, %g]", s->v, s->k->min,
+				 s->k->max);
+	*(double *)s->f = d;
+	return 0;
+}
+
+/* CT_BOOL: on/off, true/false, yes/no, 1/0. */
+static int set_bool(const struct conf_set *s)
+{
+	if (parse_bool(s->v, (bool *)s->f) < 0)
+		return conf_fail(s->x, s->line, s->full,
+				 "'%s' is not a boolean (on/off, true/false, yes/no, 1/0)", s->v);
+	return 0;
+}
+
+/* CT_ENUM: one of the key's choices, stored as its index; the message
+ * of a wrong one lists them. */
+static int set_enum(const struct conf_set *s)
+{
+	const char *const *choices = s->k->choices;
+	char list[256] = "";
+	size_t o = 0;
+
+	for (int i = 0; choices[i]; i++) {
+		if (strcmp(s->v, choices[i]) == 0) {
+			*(int *)s->f = i;
+			return 0;
+		}
+	}
+	for (int i = 0; choices[i]; i++)
+		o += (size_t)snprintf(list + o, sizeof(list) - o,
+				      "%s%s", i ? ", " : "", choices[i]);
+	return conf_fail(s->x, s->line, s->full,
+			 "'%s' is not one of: %s", s->v, list);
+}
+
+/* CT_MODE: an octal file mode up to max. */
+static int set_mode(const struct conf_set *s)
+{
+	uint64_t u;
+	char *end;
+
+	errno = 0;
+	u = strtoull(s->v, &end, 8);
+	if (!*s->v || *end || errno || u > (uint64_t)s->k->max)
+		return conf_fail(s->x, s->line, s->full,
+				 "'%s' is not an octal file mode (e.g. 0660)", s->v);
+	*(uint32_t *)s->f = (uint32_t)u;
+	return 0;
+}
+
+/* CT_ADDR: a comma list (maybe empty) of host:port and unix:/PATH,
+ * stored with its items trimmed, so the listeners see them as checked
+ * here. */
+static int set_addr(const struct conf_set *s)
+{
+	const char *v = s->v;
+	char items[8][256];
+	char *dst = s->f;
+	size_t o = 0;
+	uint32_t n;
+
+	if (*v && (for_each_item(v, items, 8, &n) < 0))
+		return conf_fail(s->x, s->line, s->full,
+				 "'%s' is not a comma list of addresses", v);
+	for (uint32_t i = 0; *v && i < n; i++)
+		if (!is_addr(items[i]))
+			return conf_fail(s->x, s->line, s->full,
+					 "'%s' is not IPv4:port, [IPv6]:port, localhost:port or unix:/PATH",
+					 items[i]);
+	dst[0] = '\0';
+	for (uint32_t i = 0; *v && i < n; i++) {
+		size_t len = strlen(items[i]);
+
+		if (o + len + 2 > s->k->size)
+			return conf_fail(s->x, s->line, s->full, "value too long");
+		if (i)
+			dst[o++] = ',';
+		memcpy(dst + o, items[i], len + 1);
+		o += len;
+	}
+	return 0;
+}
+
+/* CT_LIST: peers.prefill, a comma list (maybe empty) of host:port into
+ * peers_prefill[] and n_peers_prefill. */
+static int set_list(const struct conf_set *s)
+{
+	struct kvd_config *c = s->x->c;
+	uint32_t n = 0;
+	int r;
+
+	if (*s->v) {
+		r = for_each_item(s->v, c->peers_prefill, KVD_MAX_PEERS, &n);
+		if (r == -E2BIG)
+			return conf_fail(s->x, s->line, s->full,
+					 "more than %d peers", KVD_MAX_PEERS);
+		if (r < 0)
+			return conf_fail(s->x, s->line, s->full,
+					 "'%s' is not a comma list of host:port", s->v);
+		for (uint32_t i = 0; i < n; i++)
+			if (!is_hostport(c->peers_prefill[i]))
+				return conf_fail(s->x, s->line, s->full,
+						 "'%s' is not IPv4:port, [IPv6]:port or localhost:port",
+						 c->peers_prefill[i]);
+	}
+	c->n_peers_prefill = n;
+	return 0;
+}
+
+/* The setter of each key type, indexed by enum conf_type. */
+static int (*const setters[])(const struct conf_set *) = {
+	[CT_STR] = set_str,
+	[CT_NAME] = set_name,
+	[CT_U32] = set_uint,
+	[CT_U32_AUTO] = set_u32_auto,
+	[CT_U64] = set_uint,
+	[CT_SIZE] = set_uint,
+	[CT_DOUBLE] = set_double,
+	[CT_BOOL] = set_bool,
+	[CT_ENUM] = set_enum,
+	[CT_LIST] = set_list,
+	[CT_MODE] = set_mode,
+	[CT_ADDR] = set_addr,
+};
+/* CT_ADDR is the last type: a type added after it needs its row above */
+_Static_assert(KVD_ARRAY_SIZE(setters) == CT_ADDR + 1, "a setter per conf_type");
+
+/* Parse v as the value of key k (read at line; 0 for a default) into
+ * its field of x->c; 0, or -1 with the error recorded (conf_fail). */
 static int set_value(struct conf_ctx *x, const struct conf_key *k,
 		     const char *v, int line)
 {
 	char full[96];
-	void *f = field(x->c, k);
-	uint64_t u = 0;
-	double d;
-	char *end;
-	int r;
+	struct conf_set s = { .x = x, .k = k, .f = field(x->c, k), .v = v,
+			      .line = line, .full = full };
 
 	snprintf(full, sizeof(full), "%s.%s", k->section, k->key);
 	/* Whatever is accepted must print back as one line the parser reads
@@ -476,139 +684,9 @@ static int set_value(struct conf_ctx *x, const struct conf_key *k,
 		return conf_fail(x, line, full,
 				 "value too long: 'key = value' must fit in %d bytes",
 				 CONF_LINE_MAX);
-	switch (k->type) {
-	case CT_NAME:
-		if (!is_name(v))
-			return conf_fail(x, line, full,
-					 "'%s' is not a name (letters, digits, '_', '-', '.')", v);
-		/* fall through */
-	case CT_STR:
-		if (strlen(v) >= k->size)
-			return conf_fail(x, line, full,
-					 "value too long (at most %zu bytes)",
-					 k->size - 1);
-		memcpy(f, v, strlen(v) + 1);
-		return 0;
-	case CT_U32_AUTO:
-		if (strcmp(v, "auto") == 0) {
-			*(uint32_t *)f = UINT32_MAX;
-			return 0;
-		}
-		/* fall through */
-	case CT_U32:
-	case CT_U64:
-	case CT_SIZE:
-		r = k->type == CT_SIZE ? parse_size(v, &u) : kvd_parse_u64(v, &u);
-		if (r == -EINVAL)
-			return conf_fail(x, line, full,
-					 "'%s' is not %sa%s non-negative integer", v,
-					 k->type == CT_U32_AUTO ? "auto or " : "",
-					 k->type == CT_SIZE ? " size (integer with optional K, M, G, T suffix):" : "");
-		if (r < 0 || (double)u < k->min || (double)u > k->max)
-			return conf_fail(x, line, full,
-					 "%s is out of range [%.0f, %.0f]", v,
-					 k->min, k->max);
-		if (k->type == CT_U32 || k->type == CT_U32_AUTO)
-			*(uint32_t *)f = (uint32_t)u;
-		else
-			*(uint64_t *)f = u;
-		return 0;
-	case CT_DOUBLE:
-		errno = 0;
-		d = strtod(v, &end);
-		if (!*v || *end || errno || !isfinite(d))
-			return conf_fail(x, line, full, "'%s' is not a number", v);
-		if (d < k->min || d > k->max)
-			return conf_fail(x, line, full,
-					 "%s is out of range [%g, %g]", v, k->min,
-					 k->max);
-		*(double *)f = d;
-		return 0;
-	case CT_BOOL:
-		if (parse_bool(v, (bool *)f) < 0)
-			return conf_fail(x, line, full,
-					 "'%s' is not a boolean (on/off, true/false, yes/no, 1/0)", v);
-		return 0;
-	case CT_ENUM:
-		for (int i = 0; k->choices[i]; i++) {
-			if (strcmp(v, k->choices[i]) == 0) {
-				*(int *)f = i;
-				return 0;
-			}
-		}
-		{
-			char list[256] = "";
-			size_t o = 0;
-
-			for (int i = 0; k->choices[i]; i++)
-				o += (size_t)snprintf(list + o, sizeof(list) - o,
-						      "%s%s", i ? ", " : "",
-						      k->choices[i]);
-			return conf_fail(x, line, full,
-					 "'%s' is not one of: %s", v, list);
-		}
-	case CT_MODE:
-		errno = 0;
-		u = strtoull(v, &end, 8);
-		if (!*v || *end || errno || u > (uint64_t)k->max)
-			return conf_fail(x, line, full,
-					 "'%s' is not an octal file mode (e.g. 0660)", v);
-		*(uint32_t *)f = (uint32_t)u;
-		return 0;
-	case CT_ADDR: {
-		char items[8][256];
-		uint32_t n;
-
-		if (*v && (for_each_item(v, items, 8, &n) < 0))
-			return conf_fail(x, line, full,
-					 "'%s' is not a comma list of addresses", v);
-		for (uint32_t i = 0; *v && i < n; i++)
-			if (!is_addr(items[i]))
-				return conf_fail(x, line, full,
-						 "'%s' is not IPv4:port, [IPv6]:port, localhost:port or unix:/PATH",
-						 items[i]);
-		/* store the items trimmed, so the listeners see them as
-		 * checked here */
-		{
-			size_t o = 0;
-			char *dst = f;
-
-			dst[0] = '\0';
-			for (uint32_t i = 0; *v && i < n; i++) {
-				size_t len = strlen(items[i]);
-
-				if (o + len + 2 > k->size)
-					return conf_fail(x, line, full, "value too long");
-				if (i)
-					dst[o++] = ',';
-				memcpy(dst + o, items[i], len + 1);
-				o += len;
-			}
-		}
-		return 0;
-	}
-	case CT_LIST: {
-		uint32_t n = 0;
-
-		if (*v) {
-			r = for_each_item(v, x->c->peers_prefill, KVD_MAX_PEERS, &n);
-			if (r == -E2BIG)
-				return conf_fail(x, line, full,
-						 "more than %d peers", KVD_MAX_PEERS);
-			if (r < 0)
-				return conf_fail(x, line, full,
-						 "'%s' is not a comma list of host:port", v);
-			for (uint32_t i = 0; i < n; i++)
-				if (!is_hostport(x->c->peers_prefill[i]))
-					return conf_fail(x, line, full,
-							 "'%s' is not IPv4:port, [IPv6]:port or localhost:port",
-							 x->c->peers_prefill[i]);
-		}
-		x->c->n_peers_prefill = n;
-		return 0;
-	}
-	}
-	return conf_fail(x, line, full, "internal: unknown key type");
+	if ((size_t)k->type >= KVD_ARRAY_SIZE(setters) || !setters[k->type])
+		return conf_fail(x, line, full, "internal: unknown key type");
+	return setters[k->type](&s);
 }
 
 /* ---- inih glue ---------------------------------------------------------- */
@@ -824,6 +902,72 @@ static int conf_validate_http(struct conf_ctx *x)
 	return conf_keys_check(x);
 }
 
+/* A transport other than verbs: a verbs key set to a value other than
+ * its default would be silently unused; the default itself is fine (kvd
+ * --check-config prints every key, and what it prints must load). 0, or
+ * -1 naming the first such key. */
+static int conf_verbs_unused(struct conf_ctx *x)
+{
+	struct kvd_config *c = x->c;
+	static const char *const keys[] = {
+		"verbs_device", "verbs_port", "verbs_gid_index",
+		"verbs_qp_depth", "verbs_inline", "verbs_write_scope",
+		"verbs_flush_timeout_ms",
+	};
+	struct kvd_config *d = malloc(sizeof(*d));
+	bool differs[KVD_ARRAY_SIZE(keys)];
+
+	if (!d)
+		return conf_fail(x, 0, "", "out of memory");
+	kvd_config_defaults(d);
+	differs[0] = strcmp(c->verbs_device, d->verbs_device) != 0;
+	differs[1] = c->verbs_port != d->verbs_port;
+	differs[2] = c->verbs_gid_index != d->verbs_gid_index;
+	differs[3] = c->verbs_qp_depth != d->verbs_qp_depth;
+	differs[4] = c->verbs_inline != d->verbs_inline;
+	differs[5] = c->verbs_write_scope != d->verbs_write_scope;
+	differs[6] = c->verbs_flush_timeout_ms != d->verbs_flush_timeout_ms;
+	free(d);
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(keys); i++) {
+		int l = line_of(x, "transfer", keys[i]);
+		char full[64];
+
+		if (!differs[i])
+			continue;
+		snprintf(full, sizeof(full), "transfer.%s", keys[i]);
+		return conf_fail(x, l, full,
+				 "only with transfer.transport=verbs (transport is %s)",
+				 kvd_transport_name(c->transport));
+	}
+	return 0;
+}
+
+/* The emulated device emu:DIR[,opts] (dev): a build that has it, and a
+ * DIR that is an absolute path to a directory. 0, or -1. */
+static int conf_validate_verbs_emu(struct conf_ctx *x, const char *dev)
+{
+	char dir[256];
+	size_t n = strcspn(dev + 4, ",");
+	struct stat sb;
+
+	if (!KVD_VERBS_EMU)
+		return conf_fail(x, line_of(x, "transfer", "verbs_device"),
+				 "transfer.verbs_device",
+				 "emu: this kvd was built without the emulated RDMA device, a test device (meson -Dverbs_emu=true)");
+
+	if (n == 0 || dev[4] != '/' || n >= sizeof(dir))
+		return conf_fail(x, line_of(x, "transfer", "verbs_device"),
+				 "transfer.verbs_device",
+				 "emu: needs an absolute directory: emu:/DIR[,opts]");
+	memcpy(dir, dev + 4, n);
+	dir[n] = '\0';
+	if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode))
+		return conf_fail(x, line_of(x, "transfer", "verbs_device"),
+				 "transfer.verbs_device",
+				 "emu: '%s' is not a directory", dir);
+	return 0;
+}
+
 /* The verbs keys: a device is an ibverbs name, or the emulated device
  * emu:DIR[,opts] whose DIR exists (its options are checked when it
  * opens: net/verbs/verbs_emu.c, the one parser of them). A real device needs
@@ -833,43 +977,9 @@ static int conf_validate_verbs(struct conf_ctx *x)
 {
 	struct kvd_config *c = x->c;
 	const char *dev = c->verbs_device;
-	static const char *const keys[] = {
-		"verbs_device", "verbs_port", "verbs_gid_index",
-		"verbs_qp_depth", "verbs_inline", "verbs_write_scope",
-		"verbs_flush_timeout_ms",
-	};
 
-	if (c->transport != KVD_TRANSPORT_VERBS) {
-		/* a value other than the default would be silently unused;
-		 * the default itself is fine (kvd --check-config prints
-		 * every key, and what it prints must load) */
-		struct kvd_config *d = malloc(sizeof(*d));
-		bool differs[KVD_ARRAY_SIZE(keys)];
-
-		if (!d)
-			return conf_fail(x, 0, "", "out of memory");
-		kvd_config_defaults(d);
-		differs[0] = strcmp(c->verbs_device, d->verbs_device) != 0;
-		differs[1] = c->verbs_port != d->verbs_port;
-		differs[2] = c->verbs_gid_index != d->verbs_gid_index;
-		differs[3] = c->verbs_qp_depth != d->verbs_qp_depth;
-		differs[4] = c->verbs_inline != d->verbs_inline;
-		differs[5] = c->verbs_write_scope != d->verbs_write_scope;
-		differs[6] = c->verbs_flush_timeout_ms != d->verbs_flush_timeout_ms;
-		free(d);
-		for (size_t i = 0; i < KVD_ARRAY_SIZE(keys); i++) {
-			int l = line_of(x, "transfer", keys[i]);
-			char full[64];
-
-			if (!differs[i])
-				continue;
-			snprintf(full, sizeof(full), "transfer.%s", keys[i]);
-			return conf_fail(x, l, full,
-					 "only with transfer.transport=verbs (transport is %s)",
-					 kvd_transport_name(c->transport));
-		}
-		return 0;
-	}
+	if (c->transport != KVD_TRANSPORT_VERBS)
+		return conf_verbs_unused(x);
 	/* the NIC places the pages in decode's memory as they are: a
 	 * batch can be authenticated (its MAC), never encrypted */
 	if (c->encrypt)
@@ -877,28 +987,8 @@ static int conf_validate_verbs(struct conf_ctx *x)
 					    line_of(x, "transfer", "transport")),
 				 "transfer.encrypt",
 				 "RDMA writes KV pages in the clear (batches are authenticated, not encrypted): transfer.encrypt needs transfer.transport=tcp");
-	if (!strncmp(dev, "emu:", 4)) {
-		char dir[256];
-		size_t n = strcspn(dev + 4, ",");
-		struct stat sb;
-
-		if (!KVD_VERBS_EMU)
-			return conf_fail(x, line_of(x, "transfer", "verbs_device"),
-					 "transfer.verbs_device",
-					 "emu: this kvd was built without the emulated RDMA device, a test device (meson -Dverbs_emu=true)");
-
-		if (n == 0 || dev[4] != '/' || n >= sizeof(dir))
-			return conf_fail(x, line_of(x, "transfer", "verbs_device"),
-					 "transfer.verbs_device",
-					 "emu: needs an absolute directory: emu:/DIR[,opts]");
-		memcpy(dir, dev + 4, n);
-		dir[n] = '\0';
-		if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode))
-			return conf_fail(x, line_of(x, "transfer", "verbs_device"),
-					 "transfer.verbs_device",
-					 "emu: '%s' is not a directory", dir);
-		return 0;
-	}
+	if (!strncmp(dev, "emu:", 4))
+		return conf_validate_verbs_emu(x, dev);
 	if (dev[0] && !is_name(dev))
 		return conf_fail(x, line_of(x, "transfer", "verbs_device"),
 				 "transfer.verbs_device",
@@ -937,10 +1027,11 @@ static int conf_validate_send_timeout(struct conf_ctx *x)
 	return 0;
 }
 
-static int conf_validate(struct conf_ctx *x)
+/* model.path: set and readable; model.fingerprint_cache: absolute,
+ * "off" or empty. 0, or -1. */
+static int conf_validate_model(struct conf_ctx *x)
 {
-	struct kvd_config *c = x->c;
-	int l;
+	const struct kvd_config *c = x->c;
 
 	if (!c->model_path[0])
 		return conf_fail(x, 0, "model.path",
@@ -955,6 +1046,16 @@ static int conf_validate(struct conf_ctx *x)
 				 "model.fingerprint_cache",
 				 "'%s' must be an absolute directory path, \"off\", or empty",
 				 c->fingerprint_cache);
+	return 0;
+}
+
+/* The step and the pool: engine.step_tokens holds max_batch requests,
+ * the KV pool is sized by exactly one of its two keys. 0, or -1. */
+static int conf_validate_capacity(struct conf_ctx *x)
+{
+	const struct kvd_config *c = x->c;
+	int l;
+
 	if (c->step_tokens && c->step_tokens < c->max_batch)
 		return conf_fail(x, line_of(x, "engine", "step_tokens"), "engine.step_tokens",
 				 "%u is below engine.max_batch (%u): every running request must fit in every step",
@@ -966,6 +1067,16 @@ static int conf_validate(struct conf_ctx *x)
 				 "set exactly one of kv.pool_tokens and kv.memory_bytes (%s)",
 				 c->pool_tokens ? "both are set" : "neither is set");
 	}
+	return 0;
+}
+
+/* What each role has: prefill peers only on decode nodes (and there at
+ * least one), a peer listener not on decode nodes, a client listener
+ * not on prefill ones; the peer listener is TCP. 0, or -1. */
+static int conf_validate_roles(struct conf_ctx *x)
+{
+	const struct kvd_config *c = x->c;
+
 	if (c->role == KVD_ROLE_DECODE && c->n_peers_prefill == 0)
 		return conf_fail(x, line_of(x, "node", "role"), "peers.prefill",
 				 "a decode node needs at least one prefill peer");
@@ -982,24 +1093,18 @@ static int conf_validate(struct conf_ctx *x)
 	if (c->listen_peer[0] && !is_hostport(c->listen_peer))
 		return conf_fail(x, line_of(x, "listen", "peer"), "listen.peer",
 				 "peers connect over TCP: one IPv4:port, [IPv6]:port or localhost:port");
-	l = conf_validate_peering(x);
-	if (l)
-		return l;
-	l = conf_validate_http(x);
-	if (l)
-		return l;
-	if (c->write_queue_soft > c->write_queue_hard)
-		return conf_fail(x, line_of(x, "listen", "write_queue_soft"),
-				 "listen.write_queue_soft",
-				 "%llu is above listen.write_queue_hard=%llu",
-				 (unsigned long long)c->write_queue_soft,
-				 (unsigned long long)c->write_queue_hard);
-	l = conf_validate_verbs(x);
-	if (l)
-		return l;
-	if (!strcmp(c->kv_backend, "cuda") && !KVD_HAVE_CUDA)
-		return conf_fail(x, line_of(x, "kv", "backend"), "kv.backend",
-				 "cuda: this kvd was built without CUDA");
+	return 0;
+}
+
+/* The transfer timeouts against each other: a batch at link_gbps within
+ * the release timeout, the send timeout (conf_validate_send_timeout),
+ * prefill not shorter than transfer, three heartbeats within release.
+ * 0, or -1. */
+static int conf_validate_timeouts(struct conf_ctx *x)
+{
+	const struct kvd_config *c = x->c;
+	int l;
+
 	if (batch_ms(c->max_batch_bytes, c->link_gbps) >= c->release_timeout_ms) {
 		l = KVD_MAX(line_of(x, "transfer", "max_batch_bytes"),
 			    KVD_MAX(line_of(x, "transfer", "link_gbps"),
@@ -1024,6 +1129,32 @@ static int conf_validate(struct conf_ctx *x)
 				 "three heartbeats (%u ms) must fit in release_timeout_ms=%u",
 				 c->heartbeat_ms * 3, c->release_timeout_ms);
 	return 0;
+}
+
+/* The cross-key rules, in order; the first that fails is the error
+ * (conf_fail keeps only the first). 0, or -1. */
+static int conf_validate(struct conf_ctx *x)
+{
+	struct kvd_config *c = x->c;
+	int l;
+
+	if ((l = conf_validate_model(x)) || (l = conf_validate_capacity(x)) ||
+	    (l = conf_validate_roles(x)) || (l = conf_validate_peering(x)) ||
+	    (l = conf_validate_http(x)))
+		return l;
+	if (c->write_queue_soft > c->write_queue_hard)
+		return conf_fail(x, line_of(x, "listen", "write_queue_soft"),
+				 "listen.write_queue_soft",
+				 "%llu is above listen.write_queue_hard=%llu",
+				 (unsigned long long)c->write_queue_soft,
+				 (unsigned long long)c->write_queue_hard);
+	l = conf_validate_verbs(x);
+	if (l)
+		return l;
+	if (!strcmp(c->kv_backend, "cuda") && !KVD_HAVE_CUDA)
+		return conf_fail(x, line_of(x, "kv", "backend"), "kv.backend",
+				 "cuda: this kvd was built without CUDA");
+	return conf_validate_timeouts(x);
 }
 
 /* Resolve defaults that depend on other keys or the environment. */
