@@ -1043,21 +1043,17 @@ static const char *hp_key(char *buf, size_t n, const char *arch,
 	return buf;
 }
 
-int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
-		       struct gguf_error *err)
+/* general.architecture: one of hp_archs, whose row sets hp's arch,
+ * arch_id, rope_mode, qkv_bias and qk_norm; *a is its name (the prefix
+ * of the other keys). 0, or the error's code. */
+static int hp_read_arch(const struct gguf_file *f, struct llama_hparams *hp,
+			const char **a, struct gguf_error *err)
 {
 	struct gguf_str arch;
 	const struct gguf_kv *kv;
-	const struct gguf_tensor *te;
 	const struct hp_arch *ha = NULL;
-	const char *a;
-	char key[128];
-	float scale = 0;
 	int rc;
 
-	if (err)
-		*err = (struct gguf_error){ 0 };
-	*hp = (struct llama_hparams){ 0 };
 	rc = gguf_get_str(f, "general.architecture", &arch);
 	if (rc == -ENOENT)
 		return gguf_error_set(err, GGUF_E_MISSING, 0,
@@ -1078,11 +1074,26 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 				  "architecture '%s' is not supported; kvd runs 'llama', 'qwen2', 'qwen3' (offset %llu)",
 				  hp->arch, (unsigned long long)kv->offset);
 	}
-	a = ha->name;
+	*a = ha->name;
 	hp->arch_id = ha->id;
 	hp->rope_mode = ha->rope;
 	hp->qkv_bias = ha->qkv_bias;
 	hp->qk_norm = ha->qk_norm;
+	return 0;
+}
+
+/* The sizes every file names (layers, embedding, heads, feed-forward,
+ * trained context, norm epsilon) and the optional KV heads (default: the
+ * heads), RoPE base (10000) and linear RoPE scale (rope.scale_linear, or
+ * rope.scaling.factor with rope.scaling.type "linear"), read under arch
+ * a. 0, or the error's code. */
+static int hp_read_sizes(const struct gguf_file *f, const char *a,
+			 struct llama_hparams *hp, struct gguf_error *err)
+{
+	char key[128];
+	float scale = 0;
+	int rc;
+
 	if ((rc = hp_u32(f, a, "block_count", true, &hp->n_layer, err)) ||
 	    (rc = hp_u32(f, a, "embedding_length", true, &hp->n_embd, err)) ||
 	    (rc = hp_u32(f, a, "attention.head_count", true, &hp->n_head, err)) ||
@@ -1106,8 +1117,21 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 			return rc;
 	}
 	hp->rope_freq_scale = scale > 0 ? 1.0f / scale : 1.0f;
+	return 0;
+}
 
+/* The sizes checked (none zero, the heads a multiple of the KV heads)
+ * and the head size: attention.key_length when given (qwen3's heads are
+ * not n_embd / n_head wide), else n_embd / n_head. K and V share the KV
+ * pages' kv_dim, so value_length must equal it. 0, or the error's code. */
+static int hp_read_heads(const struct gguf_file *f, const char *a,
+			 struct llama_hparams *hp, struct gguf_error *err)
+{
+	char key[128];
 	uint64_t eo = hp_off(f, hp_key(key, sizeof(key), a, "embedding_length"));
+	uint32_t kl = 0, vl = 0;
+	int rc;
+
 	if (hp->n_layer == 0 || hp->n_embd == 0 || hp->n_head == 0 ||
 	    hp->n_head_kv == 0 || hp->n_ff == 0 || hp->n_ctx_train == 0)
 		return gguf_error_set(err, GGUF_E_MALFORMED, eo,
@@ -1119,10 +1143,6 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 				  hp_off(f, hp_key(key, sizeof(key), a, "attention.head_count_kv")),
 				  "head_count %u is not a multiple of head_count_kv %u",
 				  hp->n_head, hp->n_head_kv);
-	/* The head size: attention.key_length when given (qwen3's heads are
-	 * not n_embd / n_head wide), else n_embd / n_head. K and V share the
-	 * KV pages' kv_dim, so value_length must equal it. */
-	uint32_t kl = 0, vl = 0;
 	if ((rc = hp_u32(f, a, "attention.key_length", false, &kl, err)) ||
 	    (rc = hp_u32(f, a, "attention.value_length", false, &vl, err)))
 		return rc;
@@ -1136,6 +1156,18 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 				  hp_off(f, hp_key(key, sizeof(key), a, "attention.value_length")),
 				  "attention.value_length %u differs from key_length %u",
 				  vl, hp->head_dim);
+	return 0;
+}
+
+/* The RoPE dimensions (default: the head; even, in 2..head_dim), the
+ * sliding window (it cuts the trained context), and the floats checked
+ * plausible. 0, or the error's code. */
+static int hp_read_rope(const struct gguf_file *f, const char *a,
+			struct llama_hparams *hp, struct gguf_error *err)
+{
+	char key[128];
+	int rc;
+
 	hp->rope_dim = hp->head_dim;
 	if ((rc = hp_u32(f, a, "rope.dimension_count", false, &hp->rope_dim, err)))
 		return rc;
@@ -1165,6 +1197,19 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 				  "implausible float: norm eps %g, rope base %g, rope scale %g",
 				  hp->norm_eps, hp->rope_freq_base,
 				  hp->rope_freq_scale);
+	return 0;
+}
+
+/* The vocabulary size: token_embd.weight's rows ([n_embd, n_vocab]),
+ * which {a}.vocab_size and tokenizer.ggml.tokens must agree with when
+ * present. 0, or the error's code. */
+static int hp_read_vocab(const struct gguf_file *f, const char *a,
+			 struct llama_hparams *hp, struct gguf_error *err)
+{
+	const struct gguf_tensor *te;
+	const struct gguf_kv *kv;
+	char key[128];
+	int rc;
 
 	te = gguf_tensor_find(f, "token_embd.weight");
 	if (!te)
@@ -1202,5 +1247,23 @@ int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
 					  hp->n_vocab,
 					  (unsigned long long)kv->offset);
 	}
+	return 0;
+}
+
+int gguf_llama_hparams(const struct gguf_file *f, struct llama_hparams *hp,
+		       struct gguf_error *err)
+{
+	const char *a = NULL;
+	int rc;
+
+	if (err)
+		*err = (struct gguf_error){ 0 };
+	*hp = (struct llama_hparams){ 0 };
+	if ((rc = hp_read_arch(f, hp, &a, err)) ||
+	    (rc = hp_read_sizes(f, a, hp, err)) ||
+	    (rc = hp_read_heads(f, a, hp, err)) ||
+	    (rc = hp_read_rope(f, a, hp, err)) ||
+	    (rc = hp_read_vocab(f, a, hp, err)))
+		return rc;
 	return hp_check_tensors(f, hp, err);
 }
