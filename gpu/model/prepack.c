@@ -489,6 +489,122 @@ static uint8_t *pk_bring(int fd, const struct pk_hdr *h, const struct pk_ent *e,
 	return m;
 }
 
+/* Open the cache entry `name` of dfd as ours to read: a regular file of
+ * our euid that group and others cannot write, never through a symlink,
+ * and under a shared lock (in use from now on: a cleaner leaves it).
+ * NULL with *fd open and *st its stat, or the verdict (nothing open). */
+static const char *pk_open(int dfd, const char *name, struct stat *st,
+			   int *fd, int *err)
+{
+	*fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (*fd < 0) {
+		*err = errno;
+		return errno == ENOENT ? "absent" : errno == ELOOP ? "unsafe_entry"
+								     : "io_error";
+	}
+	if (fstat(*fd, st) || !S_ISREG(st->st_mode) || st->st_uid != geteuid() ||
+	    (st->st_mode & (S_IWGRP | S_IWOTH))) {
+		close(*fd);
+		return "unsafe_entry";
+	}
+	/* a cleaner holding it right now is about to remove it */
+	if (flock(*fd, LOCK_SH | LOCK_NB) && errno == EWOULDBLOCK) {
+		close(*fd);
+		return "busy";
+	}
+	return NULL;
+}
+
+/* Read the header of the file open at fd (its size st_size) into *h and
+ * check that its table, of our entry size and want's entry count, fits
+ * in the file. NULL, or the verdict (fd left open). */
+static const char *pk_read_header(int fd, off_t st_size,
+				  const struct pk_hdr *want, struct pk_hdr *h)
+{
+	if ((uint64_t)st_size < sizeof(*h) || pread_all(fd, h, sizeof(*h), 0))
+		return "truncated";
+	if (memcmp(h->magic, PK_MAGIC, 8) || h->ent_size != sizeof(struct pk_ent) ||
+	    h->n_ent != want->n_ent) {
+		/* n_ent bounds the table read: only a table of our own size */
+		return h->n_ent != want->n_ent && !memcmp(h->magic, PK_MAGIC, 8) &&
+		       h->format == PK_FORMAT ? "shape" : "corrupt";
+	}
+	if ((uint64_t)st_size < sizeof(*h) + (uint64_t)h->n_ent * sizeof(struct pk_ent))
+		return "truncated";
+	return NULL;
+}
+
+/* The header h and table e, as read, against the file (its size st_size)
+ * and what we would write (want, went): the sum, the versions, the kernel
+ * variant, the model, the sizes, and every entry the matrix we would
+ * pack, inside the file, in order. NULL, or the verdict. */
+static const char *pk_check_table(const struct pk_hdr *h,
+				  const struct pk_ent *e, off_t st_size,
+				  const struct pk_hdr *want,
+				  const struct pk_ent *went)
+{
+	uint8_t sum[SHA256_DIGEST_SIZE];
+	const char *why = NULL;
+
+	header_sum(h, e, sum);
+	if (memcmp(sum, h->sum, sizeof(sum)))
+		return "corrupt";
+	if (h->format != want->format || h->layout != want->layout)
+		return "version";
+	if (memcmp(h->variant, want->variant, sizeof(h->variant)))
+		return "variant";
+	if (memcmp(h->sha256, want->sha256, sizeof(h->sha256)))
+		return "fingerprint";
+	if (h->file_size != (uint64_t)st_size)
+		return "truncated";
+	if (h->data_off != want->data_off)
+		return "corrupt";
+	for (uint32_t i = 0; i < h->n_ent && !why; i++) {
+		uint64_t lo = i ? e[i - 1].off + e[i - 1].bytes : h->data_off;
+
+		if (e[i].slot != went[i].slot || e[i].type != went[i].type ||
+		    e[i].rows != went[i].rows || e[i].cols != went[i].cols ||
+		    e[i].bytes != went[i].bytes)
+			why = "shape";
+		else if (e[i].off % PK_ALIGN || e[i].off < lo ||
+			 e[i].off > h->file_size ||
+			 e[i].bytes > h->file_size - e[i].off)
+			why = "corrupt";
+	}
+	return why;
+}
+
+/* Bring the checked file's bytes to an address nothing outside can take
+ * away (pk_bring: leased mapping or private copy), spot-check every
+ * matrix there - so the bytes checked are the bytes used - and point
+ * mats at them (p->map set). NULL, or the verdict (nothing kept). */
+static const char *pk_attach(int fd, const struct pk_hdr *h,
+			     const struct pk_ent *e, const struct ops_kernels *k,
+			     struct ops_mat *const *mats, struct prepack *p,
+			     struct kvlog *log, int *err)
+{
+	const char *why = NULL;
+	void *map;
+
+	map = pk_bring(fd, h, e, p, log, &why, err);
+	if (!map)
+		return why;
+	for (uint32_t i = 0; i < h->n_ent && !why; i++)
+		if (!spot_check(k, mats[e[i].slot], (const uint8_t *)map + e[i].off,
+				(size_t)e[i].bytes))
+			why = "content";
+	if (why) {
+		pk_guard_stop(kvd_steal(&p->guard));
+		munmap(map, (size_t)h->file_size);
+		return why;
+	}
+	p->map = map;
+	p->map_len = (size_t)h->file_size;
+	for (uint32_t i = 0; i < h->n_ent; i++)
+		mats[e[i].slot]->packed = (const uint8_t *)map + e[i].off;
+	return NULL;
+}
+
 /* Map the cache file when it is valid; its verdict otherwise. */
 static const char *lookup(int dfd, const char *name,
 			  const struct ops_kernels *k,
@@ -498,119 +614,37 @@ static const char *lookup(int dfd, const char *name,
 {
 	struct pk_hdr h;
 	struct pk_ent *e = NULL;
-	uint8_t sum[SHA256_DIGEST_SIZE];
-	const char *why = NULL;
+	const char *why;
 	struct stat st;
-	void *map;
 	int fd;
 
-	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0) {
-		*err = errno;
-		return errno == ENOENT ? "absent" : errno == ELOOP ? "unsafe_entry"
-								     : "io_error";
-	}
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+	why = pk_open(dfd, name, &st, &fd, err);
+	if (why)
+		return why;
+	why = pk_read_header(fd, st.st_size, want, &h);
+	if (why) {
 		close(fd);
-		return "unsafe_entry";
-	}
-	/* in use from now on (a cleaner leaves it); a cleaner holding it
-	 * right now is about to remove it */
-	if (flock(fd, LOCK_SH | LOCK_NB) && errno == EWOULDBLOCK) {
-		close(fd);
-		return "busy";
-	}
-	if ((uint64_t)st.st_size < sizeof(h) || pread_all(fd, &h, sizeof(h), 0)) {
-		close(fd);
-		return "truncated";
-	}
-	if (memcmp(h.magic, PK_MAGIC, 8) || h.ent_size != sizeof(*e) ||
-	    h.n_ent != want->n_ent) {
-		/* n_ent bounds the table read: only a table of our own size */
-		close(fd);
-		return h.n_ent != want->n_ent && !memcmp(h.magic, PK_MAGIC, 8) &&
-		       h.format == PK_FORMAT ? "shape" : "corrupt";
-	}
-	if ((uint64_t)st.st_size < sizeof(h) + (uint64_t)h.n_ent * sizeof(*e)) {
-		close(fd);
-		return "truncated";
+		return why;
 	}
 	e = calloc(h.n_ent ? h.n_ent : 1, sizeof(*e));
 	if (!e) {
 		close(fd);
 		return "io_error";
 	}
-	if (pread_all(fd, e, (size_t)h.n_ent * sizeof(*e), sizeof(h))) {
+	if (pread_all(fd, e, (size_t)h.n_ent * sizeof(*e), sizeof(h)))
 		why = "truncated";
-		goto out;
+	if (!why)
+		why = pk_check_table(&h, e, st.st_size, want, went);
+	if (!why)
+		why = pk_attach(fd, &h, e, k, mats, p, log, err);
+	if (!why) {
+		/* used now: its age restarts (a read-only file system keeps
+		 * the old time; the lock still protects it while we run) */
+		(void)futimens(fd, NULL);
+		p->lock_fd = fd;
+		fd = -1;
+		why = "hit";
 	}
-	header_sum(&h, e, sum);
-	if (memcmp(sum, h.sum, sizeof(sum))) {
-		why = "corrupt";
-		goto out;
-	}
-	if (h.format != want->format || h.layout != want->layout) {
-		why = "version";
-		goto out;
-	}
-	if (memcmp(h.variant, want->variant, sizeof(h.variant))) {
-		why = "variant";
-		goto out;
-	}
-	if (memcmp(h.sha256, want->sha256, sizeof(h.sha256))) {
-		why = "fingerprint";
-		goto out;
-	}
-	if (h.file_size != (uint64_t)st.st_size) {
-		why = "truncated";
-		goto out;
-	}
-	if (h.data_off != want->data_off) {
-		why = "corrupt";
-		goto out;
-	}
-	/* every entry is the matrix we would pack, inside the file, in order */
-	for (uint32_t i = 0; i < h.n_ent && !why; i++) {
-		uint64_t lo = i ? e[i - 1].off + e[i - 1].bytes : h.data_off;
-
-		if (e[i].slot != went[i].slot || e[i].type != went[i].type ||
-		    e[i].rows != went[i].rows || e[i].cols != went[i].cols ||
-		    e[i].bytes != went[i].bytes)
-			why = "shape";
-		else if (e[i].off % PK_ALIGN || e[i].off < lo ||
-			 e[i].off > h.file_size ||
-			 e[i].bytes > h.file_size - e[i].off)
-			why = "corrupt";
-	}
-	if (why)
-		goto out;
-	/* the file's bytes at an address nothing outside can take away
-	 * (leased mapping or private copy); every check from here on reads
-	 * them there, so the bytes checked are the bytes used */
-	map = pk_bring(fd, &h, e, p, log, &why, err);
-	if (!map)
-		goto out;
-	for (uint32_t i = 0; i < h.n_ent && !why; i++)
-		if (!spot_check(k, mats[e[i].slot], (const uint8_t *)map + e[i].off,
-				(size_t)e[i].bytes))
-			why = "content";
-	if (why) {
-		pk_guard_stop(kvd_steal(&p->guard));
-		munmap(map, (size_t)h.file_size);
-		goto out;
-	}
-	p->map = map;
-	p->map_len = (size_t)h.file_size;
-	for (uint32_t i = 0; i < h.n_ent; i++)
-		mats[e[i].slot]->packed = (const uint8_t *)map + e[i].off;
-	/* used now: its age restarts (a read-only file system keeps the
-	 * old time; the lock still protects it while we run) */
-	(void)futimens(fd, NULL);
-	p->lock_fd = fd;
-	fd = -1;
-	why = "hit";
-out:
 	free(e);
 	if (fd >= 0)
 		close(fd);
@@ -923,6 +957,68 @@ static int pack_anon(const struct ops_kernels *k, struct ops_mat *const *mats,
 	return 0;
 }
 
+/* The cache directory key->dir open (made, 0700, when missing) and
+ * checked ours alone; its descriptor, or -1 with info's lookup and store
+ * (and err) saying why. */
+static int open_cache_dir(const struct prepack_key *key,
+			  struct prepack_info *info)
+{
+	int dfd = open(key->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (dfd < 0 && errno == ENOENT && !mkdir(key->dir, 0700))
+		dfd = open(key->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		info->err = errno;
+		info->lookup = info->store = "dir_error";
+		return -1;
+	}
+	if (!kvd_dir_owner_only(dfd)) {
+		info->lookup = info->store = "unsafe_dir";
+		close(dfd);
+		return -1;
+	}
+	return dfd;
+}
+
+/* Bind mats to the cache entry `name` of dfd: map it when it is valid
+ * (lookup), else pack and store a new one (store), then clean the
+ * directory when asked (store fills h's sum). True when mats point into
+ * the entry; false (mats unpacked, info saying why) when they need
+ * private copies. */
+static bool bind_cached(int dfd, const char *name, const struct ops_kernels *k,
+			struct ops_mat *const *mats, uint32_t n,
+			const struct prepack_key *key, struct pk_hdr *h,
+			const struct pk_ent *e, struct prepack *p,
+			struct prepack_info *info)
+{
+	int r;
+
+	info->lookup = lookup(dfd, name, k, mats, h, e, p, key->log, &info->err);
+	if (!strcmp(info->lookup, "hit")) {
+		info->store = "-";
+		info->hold = p->guard ? "lease" : "copy";
+		info->mapped = h->n_ent;
+		if (key->clean)
+			clean_dir(dfd, name, key->keep_days, key->log, &info->clean);
+		return true;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		mats[i]->packed = NULL;
+	sweep_tmp(dfd, name);
+	r = store(dfd, name, k, mats, h, e, p, key->log);
+	if (!r) {
+		info->store = "stored";
+		info->hold = p->guard ? "lease" : "copy";
+		info->packed = h->n_ent;
+		if (key->clean)
+			clean_dir(dfd, name, key->keep_days, key->log, &info->clean);
+		return true;
+	}
+	info->store = "error";
+	info->err = -r;
+	return false;
+}
+
 int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 		 struct ops_mat *const *mats, uint32_t n,
 		 const struct prepack_key *key, struct prepack_info *info)
@@ -959,42 +1055,9 @@ int prepack_bind(struct prepack **out, const struct ops_kernels *k,
 		goto done;
 	}
 	prepack_entry_name(key->sha256, k->name, name, sizeof(name));
-	dfd = open(key->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 && errno == ENOENT && !mkdir(key->dir, 0700))
-		dfd = open(key->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0) {
-		info->err = errno;
-		info->lookup = info->store = "dir_error";
-		goto anon;
-	}
-	if (!kvd_dir_owner_only(dfd)) {
-		info->lookup = info->store = "unsafe_dir";
-		goto anon;
-	}
-	info->lookup = lookup(dfd, name, k, mats, &h, e, p, key->log, &info->err);
-	if (!strcmp(info->lookup, "hit")) {
-		info->store = "-";
-		info->hold = p->guard ? "lease" : "copy";
-		info->mapped = h.n_ent;
-		if (key->clean)
-			clean_dir(dfd, name, key->keep_days, key->log, &info->clean);
+	dfd = open_cache_dir(key, info);
+	if (dfd >= 0 && bind_cached(dfd, name, k, mats, n, key, &h, e, p, info))
 		goto done;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		mats[i]->packed = NULL;
-	sweep_tmp(dfd, name);
-	r = store(dfd, name, k, mats, &h, e, p, key->log);
-	if (!r) {
-		info->store = "stored";
-		info->hold = p->guard ? "lease" : "copy";
-		info->packed = h.n_ent;
-		if (key->clean)
-			clean_dir(dfd, name, key->keep_days, key->log, &info->clean);
-		goto done;
-	}
-	info->store = "error";
-	info->err = -r;
-	r = 0;
 anon:
 	r = pack_anon(k, mats, n, p, info);
 done:
