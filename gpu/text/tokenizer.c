@@ -406,11 +406,13 @@ static int tok_specials(struct tokenizer *t)
 	return 0;
 }
 
-static int tok_load(struct tokenizer *t, const struct gguf_file *f,
+/* tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level
+ * BPE) into t->kind. 0, or the error's code. */
+static int tok_kind(struct tokenizer *t, const struct gguf_file *f,
 		    struct gguf_error *err)
 {
-	const struct gguf_kv *kv, *sc, *ty;
-	struct gguf_str model, s;
+	const struct gguf_kv *kv;
+	struct gguf_str model;
 	int rc;
 
 	rc = gguf_get_str(f, "tokenizer.ggml.model", &model);
@@ -433,6 +435,21 @@ static int tok_load(struct tokenizer *t, const struct gguf_file *f,
 				"tokenizer model '%s' is not supported (llama, gpt2) (offset %llu)",
 				m, (unsigned long long)kv->offset);
 	}
+	return 0;
+}
+
+/* The vocabulary: tokenizer.ggml.tokens (1 .. 2^24 strings) into t's
+ * arena, text and vmap, with tokenizer.ggml.scores and token_type when
+ * present (score 0, type NORMAL when not; a type out of range reads as
+ * NORMAL). *typed: the file has a token_type array. 0, or the error's
+ * code (-ENOMEM). */
+static int tok_vocab(struct tokenizer *t, const struct gguf_file *f,
+		     bool *typed, struct gguf_error *err)
+{
+	const struct gguf_kv *kv, *sc, *ty;
+	struct gguf_str s;
+	int rc;
+
 	kv = gguf_find(f, "tokenizer.ggml.tokens");
 	if (!kv)
 		return gguf_error_set(err, GGUF_E_MISSING, 0,
@@ -451,6 +468,7 @@ static int tok_load(struct tokenizer *t, const struct gguf_file *f,
 		return rc;
 	if (!(ty = tok_arr(f, "tokenizer.ggml.token_type", t->n_vocab, false, &rc, err)) && rc)
 		return rc;
+	*typed = ty != NULL;
 
 	t->text = calloc(t->n_vocab, sizeof(*t->text));
 	t->piece = calloc(t->n_vocab, sizeof(*t->piece));
@@ -476,8 +494,18 @@ static int tok_load(struct tokenizer *t, const struct gguf_file *f,
 		t->type[id] = (v >= 0 && v <= TOKEN_TYPE_BYTE) ? (uint8_t)v
 							      : TOKEN_TYPE_NORMAL;
 	}
+	return 0;
+}
 
-	/* Specials and flags. */
+/* The special tokens (bos, eos, unk) and flags (add_bos,
+ * add_space_prefix): the kind's defaults, then the file's keys; without
+ * a token_type array (!typed) the types decoding needs are inferred.
+ * 0, or the error's code. */
+static int tok_specials_flags(struct tokenizer *t, const struct gguf_file *f,
+			      bool typed, struct gguf_error *err)
+{
+	int rc;
+
 	t->bos = t->kind == TOKENIZER_SPM ? 1 : -1;
 	t->eos = t->kind == TOKENIZER_SPM ? 2 : -1;
 	t->unk = t->kind == TOKENIZER_SPM ? 0 : -1;
@@ -494,7 +522,7 @@ static int tok_load(struct tokenizer *t, const struct gguf_file *f,
 	if (t->bos < 0)
 		t->add_bos = false;
 	/* Without a token_type array, infer what decoding needs. */
-	if (!ty) {
+	if (!typed) {
 		for (uint32_t id = 0; id < t->n_vocab; id++) {
 			uint8_t b;
 			if (t->kind == TOKENIZER_SPM &&
@@ -506,8 +534,13 @@ static int tok_load(struct tokenizer *t, const struct gguf_file *f,
 		if (t->unk >= 0 && t->kind == TOKENIZER_SPM)
 			t->type[t->unk] = TOKEN_TYPE_UNKNOWN;
 	}
+	return 0;
+}
 
-	/* SentencePiece byte fallback: <0xNN>, else the raw byte, else unk. */
+/* SentencePiece byte fallback: each byte's token is <0xNN>, else the
+ * raw byte, else unk. */
+static void tok_byte_fallback(struct tokenizer *t)
+{
 	for (unsigned b = 0; b < 256; b++) {
 		char name[8];
 		uint8_t raw = (uint8_t)b;
@@ -519,6 +552,18 @@ static int tok_load(struct tokenizer *t, const struct gguf_file *f,
 		if (t->byte_tok[b] < 0)
 			t->byte_tok[b] = t->unk;
 	}
+}
+
+static int tok_load(struct tokenizer *t, const struct gguf_file *f,
+		    struct gguf_error *err)
+{
+	bool typed = false;
+	int rc;
+
+	if ((rc = tok_kind(t, f, err)) || (rc = tok_vocab(t, f, &typed, err)) ||
+	    (rc = tok_specials_flags(t, f, typed, err)))
+		return rc;
+	tok_byte_fallback(t);
 	if (t->kind == TOKENIZER_BPE) {
 		if ((rc = tok_pre(t, f, err)) || (rc = tok_load_merges(t, f, err)))
 			return rc;
