@@ -172,19 +172,14 @@ static void engine_cost_init(struct engine *e)
 	e->last_budget = UINT32_MAX;
 }
 
-int engine_new(struct engine **out, const struct model *m,
-	       struct kvpool *pool, const struct engine_params *p,
-	       struct kvlog *log)
+/* The parameters, and the pool against the model: ENGINE_E_INVALID,
+ * ENGINE_E_GEOMETRY (layers, KV width, dtype), ENGINE_E_MEMORY (pages
+ * the CPU cannot address), or 0. */
+static int engine_check(const struct model *m, struct kvpool *pool,
+			const struct engine_params *p)
 {
 	const struct llama_hparams *hp = &m->hp;
 	const struct kvpool_geom *g = kvpool_geom(pool);
-	struct engine *e;
-	struct backend_kv_layout lay;
-	struct backend_cpu_params cp;
-	const struct prepack_info *pi;
-	uint64_t t0;
-	uint32_t B;
-	int rc;
 
 	if (p->threads < 1 || p->max_batch < 1 || p->prefill_chunk < 1 ||
 	    (p->step_tokens && p->step_tokens < p->max_batch))
@@ -196,19 +191,18 @@ int engine_new(struct engine **out, const struct model *m,
 	 * memory needs the CUDA backend. */
 	if (!kvpool_host_visible(pool))
 		return ENGINE_E_MEMORY;
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return -ENOMEM;
-	e->m = m;
-	e->pool = pool;
-	e->p = *p;
-	e->log = log;
-	e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
-	B = p->max_batch;
-	e->max_step_tokens = p->step_tokens ? p->step_tokens : B + p->prefill_chunk;
-	engine_cost_init(e);
-	e->k_off = calloc(hp->n_layer, sizeof(*e->k_off));
-	e->v_off = calloc(hp->n_layer, sizeof(*e->v_off));
+	return 0;
+}
+
+/* The layers' block offsets and the step scratch, for max_batch
+ * requests and max_step_tokens tokens. 0, or -ENOMEM (engine_free
+ * frees what was allocated). */
+static int engine_alloc(struct engine *e)
+{
+	uint32_t B = e->p.max_batch, n_layer = e->m->hp.n_layer;
+
+	e->k_off = calloc(n_layer, sizeof(*e->k_off));
+	e->v_off = calloc(n_layer, sizeof(*e->v_off));
 	e->b_req = calloc(B, sizeof(*e->b_req));
 	e->b_chunk = calloc(B, sizeof(*e->b_chunk));
 	e->b_seqs = calloc(B, sizeof(*e->b_seqs));
@@ -217,22 +211,41 @@ int engine_new(struct engine **out, const struct model *m,
 	e->b_seq = calloc(e->max_step_tokens, sizeof(*e->b_seq));
 	e->b_out = calloc(B, sizeof(*e->b_out));
 	e->b_out_seq = calloc(B, sizeof(*e->b_out_seq));
-	e->logits = calloc((size_t)B * hp->n_vocab, sizeof(*e->logits));
+	e->logits = calloc((size_t)B * e->m->hp.n_vocab, sizeof(*e->logits));
 	e->ev = calloc(2 * (size_t)B, sizeof(*e->ev));
 	if (!e->k_off || !e->v_off || !e->b_req || !e->b_chunk || !e->b_seqs ||
 	    !e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->b_out_seq ||
-	    !e->logits || !e->ev) {
-		engine_free(e);
+	    !e->logits || !e->ev)
 		return -ENOMEM;
-	}
-	rc = sampler_init(&e->smp, hp->n_vocab);
-	if (rc) {
-		engine_free(e);
-		return rc;
-	}
-	for (uint32_t l = 0; l < hp->n_layer; l++) {
-		e->k_off[l] = kvpool_block_offset(pool, l, 0);
-		e->v_off[l] = kvpool_block_offset(pool, l, 1);
+	return 0;
+}
+
+/* True when the repack cache's outcome is worth a warning: a cache file
+ * refused or a store that failed (the next start packs again). */
+static bool pack_info_warns(const struct prepack_info *pi)
+{
+	return !strcmp(pi->store, "error") || !strcmp(pi->lookup, "unsafe_dir") ||
+	       !strcmp(pi->lookup, "unsafe_entry") || !strcmp(pi->lookup, "corrupt") ||
+	       !strcmp(pi->lookup, "truncated") || !strcmp(pi->lookup, "content") ||
+	       !strcmp(pi->lookup, "io_error") || !strcmp(pi->lookup, "dir_error");
+}
+
+/* The CPU backend over the model and the pool's page layout, with the
+ * repack cache e->p names, and the pack_cache line on what the cache
+ * did. 0, or the backend's error. */
+static int engine_start_backend(struct engine *e)
+{
+	const struct engine_params *p = &e->p;
+	const struct kvpool_geom *g = kvpool_geom(e->pool);
+	struct backend_kv_layout lay;
+	struct backend_cpu_params cp;
+	const struct prepack_info *pi;
+	uint64_t t0;
+	int rc;
+
+	for (uint32_t l = 0; l < e->m->hp.n_layer; l++) {
+		e->k_off[l] = kvpool_block_offset(e->pool, l, 0);
+		e->v_off[l] = kvpool_block_offset(e->pool, l, 1);
 	}
 	lay = (struct backend_kv_layout){ .page_tokens = g->page_tokens,
 					  .dtype = g->dtype, .k_off = e->k_off,
@@ -244,27 +257,55 @@ int engine_new(struct engine **out, const struct model *m,
 					  .model_sha256 = p->model_sha256,
 					  .pack_clean = p->pack_clean,
 					  .pack_keep_days = p->pack_keep_days,
-					  .pack_log = log,
+					  .pack_log = e->log,
 					  .prof_cpu = p->prof_cpu };
 	t0 = kvd_now_ns();
-	rc = backend_cpu_new(&e->be, m, &lay, &cp);
-	if (rc) {
-		engine_free(e);
+	rc = backend_cpu_new(&e->be, e->m, &lay, &cp);
+	if (rc)
 		return rc;
-	}
 	pi = backend_cpu_pack_info(&e->be);
-	/* a cache file refused or a store that failed is worth a warning:
-	 * the next start packs again */
-	KVLOG(log, !strcmp(pi->store, "error") || !strcmp(pi->lookup, "unsafe_dir") ||
-		   !strcmp(pi->lookup, "unsafe_entry") || !strcmp(pi->lookup, "corrupt") ||
-		   !strcmp(pi->lookup, "truncated") || !strcmp(pi->lookup, "content") ||
-		   !strcmp(pi->lookup, "io_error") || !strcmp(pi->lookup, "dir_error")
-		   ? KVLOG_WARN : KVLOG_INFO, "pack_cache",
+	KVLOG(e->log, pack_info_warns(pi) ? KVLOG_WARN : KVLOG_INFO, "pack_cache",
 	      "lookup=%s store=%s hold=%s errno=%d mapped=%u packed=%u bytes=%llu ms=%.1f removed=%u freed=%llu in_use=%u",
 	      pi->lookup, pi->store, pi->hold, pi->err, pi->mapped, pi->packed,
 	      (unsigned long long)pi->bytes, (double)(kvd_now_ns() - t0) / 1e6,
 	      pi->clean.removed, (unsigned long long)pi->clean.freed,
 	      pi->clean.in_use);
+	return 0;
+}
+
+int engine_new(struct engine **out, const struct model *m,
+	       struct kvpool *pool, const struct engine_params *p,
+	       struct kvlog *log)
+{
+	const struct llama_hparams *hp = &m->hp;
+	const struct kvpool_geom *g = kvpool_geom(pool);
+	struct engine *e;
+	uint32_t B;
+	int rc;
+
+	rc = engine_check(m, pool, p);
+	if (rc)
+		return rc;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->m = m;
+	e->pool = pool;
+	e->p = *p;
+	e->log = log;
+	e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
+	B = p->max_batch;
+	e->max_step_tokens = p->step_tokens ? p->step_tokens : B + p->prefill_chunk;
+	engine_cost_init(e);
+	rc = engine_alloc(e);
+	if (!rc)
+		rc = sampler_init(&e->smp, hp->n_vocab);
+	if (!rc)
+		rc = engine_start_backend(e);
+	if (rc) {
+		engine_free(e);
+		return rc;
+	}
 	KVLOG_INFO(log, "engine_ready",
 		   "backend=cpu kernels=%s threads=%u max_batch=%u prefill_chunk=%u step_tokens=%u n_ctx=%u page_tokens=%u kv_dtype=%s",
 		   backend_cpu_kernels(&e->be), p->threads, B, p->prefill_chunk,
@@ -760,18 +801,18 @@ static void req_take_token(struct engine *e, struct engine_req *r,
 		ev_push(e, ENGINE_EV_DONE, r, -1, pos);
 }
 
-int engine_step(struct engine *e, const struct engine_event **ev,
-		size_t *n_ev)
+/* Steps 2 and 3's input: check the pages of the n_req chosen requests
+ * (one whose check fails is failed and left out) and lay the others out
+ * in the step scratch, their tokens, positions and logits rows, as
+ * *batch; e->last_seq, last_tok and last_dec say what it holds. Returns
+ * its number of sequences. */
+static uint32_t step_gather(struct engine *e, uint32_t n_req,
+			    struct backend_batch *batch)
 {
-	uint32_t n_req, n_seq = 0, n_tok = 0, n_out = 0, n_dec = 0;
-	struct backend_batch batch;
-	uint64_t t_step = kvd_now_ns(), t_check;
+	uint32_t n_seq = 0, n_tok = 0, n_out = 0, n_dec = 0;
+	uint64_t t_check;
 	int rc;
 
-	e->n_ev = 0;
-	*ev = e->ev;
-	*n_ev = 0;
-	n_req = step_choose(e);
 	for (uint32_t i = 0; i < n_req; i++) {
 		struct engine_req *r = e->b_req[i];
 		uint32_t n_after = r->n_kv + e->b_chunk[i];
@@ -803,14 +844,31 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 	e->last_seq = n_seq;
 	e->last_tok = n_tok;
 	e->last_dec = n_dec;
+	*batch = (struct backend_batch){
+		.n_tokens = n_tok, .tokens = e->b_tok, .pos = e->b_pos,
+		.seq = e->b_seq, .seqs = e->b_seqs, .n_seqs = n_seq,
+		.out = e->b_out, .n_out = n_out };
+	return n_seq;
+}
+
+int engine_step(struct engine *e, const struct engine_event **ev,
+		size_t *n_ev)
+{
+	uint32_t n_seq, n_tok, n_out;
+	struct backend_batch batch;
+	uint64_t t_step = kvd_now_ns(), t_check;
+	int rc;
+
+	e->n_ev = 0;
+	*ev = e->ev;
+	*n_ev = 0;
+	n_seq = step_gather(e, step_choose(e), &batch);
 	if (n_seq == 0) {
 		*n_ev = e->n_ev;
 		return 0;
 	}
-	batch = (struct backend_batch){
-		.n_tokens = n_tok, .tokens = e->b_tok, .pos = e->b_pos,
-		.seq = e->b_seq, .seqs = e->b_seqs, .n_seqs = n_seq,
-		.out = e->b_out, .n_out = n_out };
+	n_tok = batch.n_tokens;
+	n_out = batch.n_out;
 	rc = backend_forward(&e->be, &batch, e->logits);
 	if (rc) {
 		KVLOG_ERR(e->log, "engine_forward_failed", "rc=%d tokens=%u seqs=%u",
