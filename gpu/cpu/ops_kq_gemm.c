@@ -313,13 +313,74 @@ KQG_BODY __m512i kqg_bit4(__m512i hb, int k, int j)
 		       : _mm512_srli_epi16(hb, (unsigned)-sh);
 }
 
+/* Sub-block s of Q4_K's (Q5_K's when Q5) block p for tokens t < T:
+ * is[t] += sc[s] * (the lanes' sums of the 32 quants times x[t]'s).
+ * hb: the sub-block's fifth bits (Q5). */
+KQG_BODY void q45_sub(const uint8_t *p, int s, __m512i sc, __m512i hb,
+		      const struct ops_block_q8_k *const *x, uint32_t b,
+		      const int T, const bool Q5, __m512i *is)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	const __m512i m10 = _mm512_set1_epi8(0x10);
+	/* two chains per token (low / high nibbles), so that 2T
+	 * independent vpdpbusd chains hide its latency */
+	__m512i sa[KQG_T], sb[KQG_T];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		sa[t] = sb[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+	for (int k = 0; k < 4; k++) {
+		__m512i v = _mm512_loadu_si512(p + (4 * s + k) * 64);
+		__m512i lo = _mm512_and_si512(v, m4);
+		__m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+
+		if (Q5) { /* 0xf8: a | (b & c) */
+			lo = _mm512_ternarylogic_epi32(lo, kqg_bit4(hb, k, 0), m10, 0xf8);
+			hi = _mm512_ternarylogic_epi32(hi, kqg_bit4(hb, k, 1), m10, 0xf8);
+		}
+
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++) {
+			const int8_t *xq = x[t][b].qs + 32 * s + 8 * k;
+
+			sa[t] = dpb_bcast(sa[t], lo, xq);
+			sb[t] = dpb_bcast(sb[t], hi, xq + 4);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(
+			_mm512_add_epi32(sa[t], sb[t]), sc));
+}
+
+/* The min sum of a Q4_K / Q5_K block for one token: each row's
+ * sum over sub-blocks of mn * the token's sub-block sum (bsums: its
+ * sixteen 16-weight sums); mins: the block's mins (offset 2176 + h). */
+KQG_BODY __m512i q45_mins(const uint8_t *mins, const int16_t *bs)
+{
+	/* int32 lane q: sums of sub-blocks 2q | 2q + 1 << 16 */
+	int32_t pr[4];
+	__m512i ms = _mm512_setzero_si512();
+
+	_mm_storeu_si128((__m128i *)pr,
+		_mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs),
+			       _mm_loadu_si128((const __m128i *)(bs + 8))));
+#pragma GCC unroll 4
+	for (int q = 0; q < 4; q++) {
+		__m512i mn = _mm512_cvtepu8_epi16(
+			_mm256_loadu_si256((const __m256i *)(mins + 32 * q)));
+
+		ms = _mm512_dpwssd_epi32(ms, mn, _mm512_set1_epi32(pr[q]));
+	}
+	return ms;
+}
+
 /* Q4_K, and Q5_K when Q5 (the fifth bits or'd in as 16). */
 KQG_BODY void tile_q45_k(const uint8_t *pw, uint32_t nb,
 			 const struct ops_block_q8_k *const *x, float *y,
 			 size_t ys, const int T, const bool pf, const bool Q5)
 {
-	const __m512i m4 = _mm512_set1_epi8(0x0f);
-	const __m512i m10 = _mm512_set1_epi8(0x10);
 	const size_t h = Q5 ? Q5KP_H : 0;
 	__m512 acc[KQG_T];
 
@@ -344,54 +405,13 @@ KQG_BODY void tile_q45_k(const uint8_t *pw, uint32_t nb,
 				_mm_loadu_si128((const __m128i *)(p + h + 2048 + 16 * s)));
 			__m512i hb = Q5 ? _mm512_loadu_si512(p + 2048 + 64 * s)
 					: _mm512_setzero_si512();
-			/* two chains per token (low / high nibbles), so that
-			 * 2T independent vpdpbusd chains hide its latency */
-			__m512i sa[KQG_T], sb[KQG_T];
 
-#pragma GCC unroll 4
-			for (int t = 0; t < T; t++)
-				sa[t] = sb[t] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-			for (int k = 0; k < 4; k++) {
-				__m512i v = _mm512_loadu_si512(p + (4 * s + k) * 64);
-				__m512i lo = _mm512_and_si512(v, m4);
-				__m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-
-				if (Q5) { /* 0xf8: a | (b & c) */
-					lo = _mm512_ternarylogic_epi32(lo, kqg_bit4(hb, k, 0), m10, 0xf8);
-					hi = _mm512_ternarylogic_epi32(hi, kqg_bit4(hb, k, 1), m10, 0xf8);
-				}
-
-#pragma GCC unroll 4
-				for (int t = 0; t < T; t++) {
-					const int8_t *xq = x[t][b].qs + 32 * s + 8 * k;
-
-					sa[t] = dpb_bcast(sa[t], lo, xq);
-					sb[t] = dpb_bcast(sb[t], hi, xq + 4);
-				}
-			}
-#pragma GCC unroll 4
-			for (int t = 0; t < T; t++)
-				is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(
-					_mm512_add_epi32(sa[t], sb[t]), sc));
+			q45_sub(p, s, sc, hb, x, b, T, Q5, is);
 		}
 #pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
-			const int16_t *bs = x[t][b].bsums;
-			/* int32 lane q: sums of sub-blocks 2q | 2q + 1 << 16 */
-			int32_t pr[4];
-			__m512i ms = _mm512_setzero_si512();
+			__m512i ms = q45_mins(p + h + 2176, x[t][b].bsums);
 
-			_mm_storeu_si128((__m128i *)pr,
-				_mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs),
-					       _mm_loadu_si128((const __m128i *)(bs + 8))));
-#pragma GCC unroll 4
-			for (int q = 0; q < 4; q++) {
-				__m512i mn = _mm512_cvtepu8_epi16(
-					_mm256_loadu_si256((const __m256i *)(p + h + 2176 + 32 * q)));
-
-				ms = _mm512_dpwssd_epi32(ms, mn, _mm512_set1_epi32(pr[q]));
-			}
 			acc[t] = _mm512_add_round_ps(acc[t],
 				kqg_combine(_mm512_set1_ps(x[t][b].d), d, dm, is[t], ms),
 				_MM_FROUND_CUR_DIRECTION);
