@@ -769,7 +769,7 @@ static void api_health(struct http_conn *hc, const struct http_msg *m)
 		kvd_list_for_each(e, &s->links) {
 			struct link *l = kvd_list_entry(e, struct link, node);
 
-			up |= l->side == LINK_DIAL && l->up;
+			up |= l->side == LINK_DIAL && link_is_up(l);
 		}
 		if (!up)
 			why = "unpaired: no authenticated prefill peer is up";

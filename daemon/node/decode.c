@@ -533,7 +533,7 @@ static struct link *decode_pick_peer(struct serve *s)
 	kvd_list_for_each(e, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 
-		if (l->side != LINK_DIAL || !l->up)
+		if (l->side != LINK_DIAL || !link_is_up(l))
 			continue;
 		if (!best || l->load + l->n_reqs < best->load + best->n_reqs)
 			best = l;
@@ -693,7 +693,7 @@ static uint64_t decode_peers_pending(struct serve *s, uint32_t *n_up)
 		if (l->side != LINK_DIAL)
 			continue;
 		n += decode_peer_pending(l);
-		*n_up += l->up;
+		*n_up += link_is_up(l);
 	}
 	return n;
 }

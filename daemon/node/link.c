@@ -83,6 +83,50 @@
 #define LINK_PROOF_MS 1000u
 
 static void link_connect(struct link *l);
+
+/* ---- the link's state ----------------------------------------------------- */
+
+#define ST(x) (1u << (x))
+
+/* The edges a link's state may take (link.h says what each state is). */
+static const unsigned link_edges[LINK_STATE__N] = {
+	[LINK_IDLE] = ST(LINK_CONNECTING) | ST(LINK_FIRST),
+	[LINK_CONNECTING] = ST(LINK_CHALLENGE) | ST(LINK_HELLO) | ST(LINK_CLOSING),
+	/* keyless: the first frame is the hello */
+	[LINK_FIRST] = ST(LINK_PROOF) | ST(LINK_BINDING) | ST(LINK_CLOSING),
+	[LINK_CHALLENGE] = ST(LINK_PROOF) | ST(LINK_CLOSING),
+	[LINK_PROOF] = ST(LINK_HELLO) | ST(LINK_CLOSING),
+	[LINK_HELLO] = ST(LINK_BINDING) | ST(LINK_CLOSING),
+	[LINK_BINDING] = ST(LINK_UP) | ST(LINK_CLOSING),
+	[LINK_UP] = ST(LINK_CLOSING),
+	/* dial: reconnect once every handle closed (accept: freed) */
+	[LINK_CLOSING] = ST(LINK_IDLE),
+};
+
+static const char *const link_state_names[LINK_STATE__N] = {
+	[LINK_IDLE] = "idle", [LINK_CONNECTING] = "connecting",
+	[LINK_FIRST] = "first", [LINK_CHALLENGE] = "challenge",
+	[LINK_PROOF] = "proof", [LINK_HELLO] = "hello",
+	[LINK_BINDING] = "binding", [LINK_UP] = "up", [LINK_CLOSING] = "closing",
+};
+
+const char *serve__link_state_name(enum link_state st)
+{
+	return (unsigned)st < LINK_STATE__N ? link_state_names[st] : "?";
+}
+
+void serve__link_set_state(struct link *l, enum link_state to)
+{
+	KVD_ASSERT(l->s->log, (unsigned)l->state < LINK_STATE__N &&
+		   (unsigned)to < LINK_STATE__N && (link_edges[l->state] & ST(to)) &&
+		   (to != LINK_IDLE || l->side == LINK_DIAL),
+		   "peer=%s side=%s from=%s to=%s msg=\"no such link transition\"",
+		   KVLOG_Q(l->addr), l->side == LINK_DIAL ? "dial" : "accept",
+		   serve__link_state_name(l->state), serve__link_state_name(to));
+	KVLOG_DEBUG(l->s->log, "link_state", "peer=%s from=%s to=%s", KVLOG_Q(l->addr),
+		    serve__link_state_name(l->state), serve__link_state_name(to));
+	l->state = to;
+}
 static unsigned link_lost_code(struct link *l, const char *why, int code,
 			       const char *msg);
 
@@ -132,7 +176,7 @@ int serve__link_send(struct link *l, const struct proto_peer_msg *m)
 	size_t len;
 	int rc;
 
-	if (!l || !l->ctl_open || l->closing || l->wb_dead)
+	if (!l || !link_is_open(l) || l->wb_dead)
 		return -EPIPE;
 	rc = link_frame(l->sealed ? &l->ss.tx : NULL, m, &data, &len);
 	if (rc)
@@ -160,7 +204,7 @@ void serve__link_post(struct link *l, const struct proto_peer_msg *m)
 		rc = serve__link_send(l, m);
 	}
 
-	if (!rc || !l || l->closing || l->wb_dead || l->doom || !l->ctl_open)
+	if (!rc || !l || !link_is_open(l) || l->wb_dead || l->doom)
 		return;
 	l->doom = "a control frame could not be queued";
 	wbound_read_stop(&l->wb);
@@ -296,7 +340,7 @@ static void link_figures_update(struct serve *s)
 		const struct link *q = kvd_list_entry(e, struct link, node);
 		const struct proto_peer_hello *h = &q->hello;
 
-		if (!q->hello_done || q->closing || q->is_data)
+		if (!link_is_matched(q))
 			continue;
 		pf.min_pool_tokens = pf.up ? KVD_MIN(pf.min_pool_tokens, h->pool_tokens)
 					   : h->pool_tokens;
@@ -547,7 +591,7 @@ static bool link_data_check(struct link *l, uint64_t now)
 {
 	struct serve *s = l->s;
 
-	if (l->side != LINK_ACCEPT || !l->data || !l->hello_done)
+	if (l->side != LINK_ACCEPT || !l->data || !link_is_matched(l))
 		return false;
 	if (link_data_over(l)) {
 		if (!l->data_over_since_ns)
@@ -573,7 +617,7 @@ static void link_hello_done(struct link *l, const struct proto_peer_hello *h)
 	struct serve *s = l->s;
 
 	l->hello = *h;
-	l->hello_done = true;
+	serve__link_set_state(l, LINK_BINDING);
 	frame_decoder_set_max(&l->dec, SERVE_PEER_FRAME_MAX);
 	l->max_batch_bytes = KVD_MIN(s->d->cfg.max_batch_bytes, h->max_batch_bytes);
 	l->checksum = s->d->cfg.checksum || h->checksum;
@@ -673,8 +717,8 @@ static void dial_data_connected(uv_connect_t *req, int status)
 	struct proto_peer_msg m = { .type = PEER_MSG_DATA };
 	int rc;
 
-	if (status < 0 || l->closing || !l->data) {
-		if (!l->closing)
+	if (status < 0 || link_is_closing(l) || !l->data) {
+		if (!link_is_closing(l))
 			serve__link_lost(l, "data connection failed");
 		return;
 	}
@@ -693,9 +737,9 @@ static void dial_data_connected(uv_connect_t *req, int status)
 
 static void dial_data_bound(struct link *l)
 {
-	if (l->up || !l->data)
+	if (link_is_up(l) || !l->data)
 		return;
-	l->up = true;
+	serve__link_set_state(l, LINK_UP);
 	l->last_heard_ns = kvd_now_ns();
 	KVLOG_INFO(l->s->log, "peer_up",
 		   "peer=%s node=%s max_batch_bytes=%llu checksum=%s transport=%s",
@@ -793,7 +837,7 @@ static void dial_on_challenge(struct link *l, const struct proto_peer_msg *m)
 	link_ids(l, &ids, l->s->my_hello.node, "", addr_d, addr_p);
 	peer_auth_proof(&l->s->key, PEER_SIDE_DECODE, l->nonce_d, l->nonce_p, &ids, pr.proof);
 	peer_auth_name_seal(&l->ss.tx, l->s->my_hello.node, pr.name_sealed);
-	l->phase = LINK_PROOF;
+	serve__link_set_state(l, LINK_PROOF);
 	if (serve__link_send(l, &pr))
 		serve__link_lost(l, "control setup");
 }
@@ -821,7 +865,7 @@ static void dial_on_proof(struct link *l, const struct proto_peer_msg *m)
 	}
 	memcpy(l->auth_name, name_p, sizeof(l->auth_name));
 	link_seal(l);
-	l->phase = LINK_HELLO;
+	serve__link_set_state(l, LINK_HELLO);
 	h.hello = s->my_hello;
 	if (serve__link_send(l, &h))
 		serve__link_lost(l, "control setup");
@@ -843,7 +887,7 @@ static void accept_refuse(struct link *l, const char *reason, const char *field,
 		snprintf(m.reason, sizeof(m.reason), "%s", reason);
 	KVLOG_RL_ERR(l->s->log, &l->s->rl[SERVE_RL_PEER_REFUSED], "peer_refused", "peer=%s peer_node=%s reason=%s msg=%s",
 		  KVLOG_Q(l->addr),
-		  KVLOG_Q(l->hello_done || l->sealed ? l->hello.node : "?"),
+		  KVLOG_Q(link_is_matched(l) || l->sealed ? l->hello.node : "?"),
 		  m.reason, KVLOG_Q(why));
 	serve__link_post(l, &m);
 	serve__link_lost(l, NULL);
@@ -873,7 +917,7 @@ static void accept_on_auth_hello(struct link *l, const struct proto_peer_msg *m)
 	peer_auth_random(l->nonce_p);
 	memcpy(ch.nonce, l->nonce_p, PEER_AUTH_BYTES);
 	snprintf(ch.suite, sizeof(ch.suite), "%s", PROTO_PEER_SUITE);
-	l->phase = LINK_PROOF;
+	serve__link_set_state(l, LINK_PROOF);
 	serve__link_post(l, &ch);
 }
 
@@ -909,7 +953,7 @@ static void accept_on_auth_proof(struct link *l, const struct proto_peer_msg *m)
 	}
 	link_seal(l);
 	memcpy(l->token, l->ss.token, PEER_AUTH_BYTES);
-	l->phase = LINK_HELLO;
+	serve__link_set_state(l, LINK_HELLO);
 }
 
 /* peers.max_links: the node's proven links, this one not yet counted.
@@ -959,7 +1003,7 @@ static void accept_on_hello(struct link *l, const struct proto_peer_msg *m)
 		serve__link_lost(l, "transport");
 		return;
 	}
-	l->up = true;
+	serve__link_set_state(l, LINK_UP);
 	reply.hello = s->my_hello;
 	if (!l->sealed) {
 		/* keyless (loopback) link: a random token binds the data
@@ -994,8 +1038,8 @@ static struct link *accept_by_token(struct serve *s, const uint8_t *token)
 	kvd_list_for_each(e, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 
-		if (l->side == LINK_ACCEPT && l->hello_done && l->has_token &&
-		    !l->closing && !l->data &&
+		if (l->side == LINK_ACCEPT && link_is_matched(l) && l->has_token &&
+		    !l->data &&
 		    !sodium_memcmp(l->token, token, PEER_AUTH_BYTES))
 			return l;
 	}
@@ -1037,7 +1081,6 @@ static void accept_on_data(struct link *tmp, const struct proto_peer_msg *m)
 		return;
 	}
 	uv_tcp_nodelay((uv_tcp_t *)transport_tcp_stream(l->data), 1);
-	tmp->is_data = true;
 	serve__link_lost(tmp, NULL);
 	/* decode sends no request before this: a request that overtook the
 	 * data connection would find nothing to send its KV on */
@@ -1065,11 +1108,11 @@ static void accept_on_first_hello(struct link *l, const struct proto_peer_msg *m
 
 #define PH(p) (1u << (p))
 
-/* Before the hello (net/PROTOCOL.md s. 2.1), a link in one of `phases`
- * takes a message of `type` to `on`; each phase accepts only its rows. */
+/* Before the hello (net/PROTOCOL.md s. 2.1), a link in one of `states`
+ * takes a message of `type` to `on`; each state accepts only its rows. */
 struct link_step {
 	enum link_side side;
-	unsigned phases;                 /* PH(enum link_phase) bits */
+	unsigned states;                 /* PH(enum link_state) bits */
 	enum proto_peer_type type;
 	void (*on)(struct link *l, const struct proto_peer_msg *m);
 };
@@ -1080,8 +1123,8 @@ static const struct link_step link_steps[] = {
 	{ LINK_DIAL, PH(LINK_CHALLENGE), PEER_MSG_AUTH_CHALLENGE, dial_on_challenge },
 	{ LINK_DIAL, PH(LINK_PROOF), PEER_MSG_AUTH_PROOF, dial_on_proof },
 	{ LINK_DIAL, PH(LINK_HELLO), PEER_MSG_HELLO, dial_on_hello },
-	{ LINK_DIAL, PH(LINK_FIRST) | PH(LINK_CHALLENGE) | PH(LINK_PROOF) |
-		     PH(LINK_HELLO), PEER_MSG_REFUSED, dial_on_refused },
+	{ LINK_DIAL, PH(LINK_CHALLENGE) | PH(LINK_PROOF) | PH(LINK_HELLO),
+	  PEER_MSG_REFUSED, dial_on_refused },
 	/* accept: the first frame decides what the connection is */
 	{ LINK_ACCEPT, PH(LINK_FIRST), PEER_MSG_AUTH_HELLO, accept_on_auth_hello },
 	{ LINK_ACCEPT, PH(LINK_FIRST), PEER_MSG_DATA, accept_on_data },
@@ -1104,8 +1147,8 @@ static void link_unexpected(struct link *l)
 		return;
 	}
 	accept_refuse(l, "protocol", NULL,
-		      l->phase < KVD_ARRAY_SIZE(expected) && expected[l->phase] ?
-		      expected[l->phase] : "unexpected message");
+		      l->state < KVD_ARRAY_SIZE(expected) && expected[l->state] ?
+		      expected[l->state] : "unexpected message");
 }
 
 static void link_handshake(struct link *l, const struct proto_peer_msg *m)
@@ -1113,7 +1156,7 @@ static void link_handshake(struct link *l, const struct proto_peer_msg *m)
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(link_steps); i++) {
 		const struct link_step *st = &link_steps[i];
 
-		if (st->side == l->side && (st->phases & PH(l->phase)) &&
+		if (st->side == l->side && (st->states & PH(l->state)) &&
 		    st->type == m->type) {
 			st->on(l, m);
 			return;
@@ -1195,7 +1238,7 @@ static void link_on_credit(struct link *l, const struct proto_peer_msg *m)
  * (heartbeat, data_bound), then the role's. */
 static void link_dispatch(struct link *l, struct proto_peer_msg *m)
 {
-	if (!l->hello_done) {
+	if (!link_is_matched(l)) {
 		link_handshake(l, m);
 		return;
 	}
@@ -1225,7 +1268,7 @@ static void link_dispatch(struct link *l, struct proto_peer_msg *m)
 static bool link_bad_request(struct link *l, const struct proto_peer_msg *m,
 			     const struct frame_error *err)
 {
-	return l->hello_done && l->ops->bad_request && m->type != 0 &&
+	return link_is_matched(l) && l->ops->bad_request && m->type != 0 &&
 	       strcmp(err->key, "type") && strcmp(err->key, "id") &&
 	       l->ops->bad_request(l, m, err);
 }
@@ -1237,7 +1280,7 @@ static const char *link_feed(struct link *l, const char *q, size_t n)
 {
 	struct serve *s = l->s;
 
-	while (n > 0 && !l->closing) {
+	while (n > 0 && !link_is_closing(l)) {
 		size_t used;
 		int rc = frame_decoder_feed(&l->dec, q, n, &used);
 
@@ -1275,7 +1318,7 @@ static const char *link_feed(struct link *l, const char *q, size_t n)
 			}
 			link_dispatch(l, &m);
 			proto_peer_msg_deinit(&m);
-			if (l->closing)
+			if (link_is_closing(l))
 				return NULL;
 		}
 	}
@@ -1297,7 +1340,7 @@ static void link_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 
 	if (nread < 0) {
 		/* an accepted connection that never said hello goes quietly */
-		serve__link_lost(l, l->side == LINK_DIAL || l->hello_done ?
+		serve__link_lost(l, l->side == LINK_DIAL || link_is_matched(l) ?
 				    "control connection closed" : NULL);
 		return;
 	}
@@ -1314,7 +1357,7 @@ static void link_ctl_init(struct link *l)
 	struct serve *s = l->s;
 
 	l->ctl.data = l;
-	l->ctl_open = true;
+	serve__link_set_state(l, l->side == LINK_DIAL ? LINK_CONNECTING : LINK_FIRST);
 	l->wb_dead = false;
 	l->doom = NULL;
 	wbound_init(&l->wb, (uv_stream_t *)&l->ctl, &(struct wbound_limits){
@@ -1332,7 +1375,7 @@ static void link_retry_cb(uv_timer_t *t)
 {
 	struct link *l = t->data;
 
-	if (!l->s->stopping && !l->closing && !l->ctl_open)
+	if (!l->s->stopping && l->state == LINK_IDLE)
 		link_connect(l);
 }
 
@@ -1354,7 +1397,7 @@ static void link_closed_one(struct link *l)
 		free(l);
 		return;
 	}
-	l->closing = false;
+	serve__link_set_state(l, LINK_IDLE);
 	if (!s->stopping && l->retry_open)
 		uv_timer_start(&l->retry, link_retry_cb, LINK_RETRY_MS, 0);
 }
@@ -1402,7 +1445,7 @@ static void link_log_down(struct link *l, const char *why)
 {
 	if (l->side == LINK_DIAL)
 		KVLOG_WARN(l->s->log, "peer_down", "peer=%s msg=%s was_up=%d",
-			   KVLOG_Q(l->addr), KVLOG_Q(why), l->up);
+			   KVLOG_Q(l->addr), KVLOG_Q(why), link_is_up(l));
 	else
 		KVLOG_RL_WARN(l->s->log, &l->s->rl[SERVE_RL_PEER_DOWN], "peer_down", "peer_node=%s msg=%s",
 			   KVLOG_Q(link_who(l)), KVLOG_Q(why));
@@ -1417,20 +1460,17 @@ static unsigned link_lost_code(struct link *l, const char *why, int code,
 {
 	struct serve *s = l->s;
 
-	if (l->closing || !l->ctl_open)
+	if (!link_is_open(l))
 		return 0;
 	if (why)
 		link_log_down(l, why);
-	l->closing = true;
-	l->up = false;
-	l->hello_done = false;
+	serve__link_set_state(l, LINK_CLOSING);
 	/* the keys stay until the transport (which holds ss.data) has
 	 * closed; the next connect derives new ones */
 	l->sealed = false;
 	if (l->side == LINK_ACCEPT)
 		kvd_list_del(&l->node);
 	link_figures_update(s);
-	l->ctl_open = false;
 	l->pending_closes = 1;
 	s->closes_pending++;
 	uv_close((uv_handle_t *)&l->ctl, link_handle_closed);
@@ -1465,7 +1505,7 @@ static void dial_connected(uv_connect_t *req, int status)
 	struct link *l = req->data;
 	struct proto_peer_msg m = { .type = PEER_MSG_HELLO };
 
-	if (l->closing)
+	if (link_is_closing(l))
 		return;
 	if (status < 0) {
 		KVLOG_DEBUG(l->s->log, "peer_connect", "peer=%s msg=%s",
@@ -1480,10 +1520,10 @@ static void dial_connected(uv_connect_t *req, int status)
 		snprintf(m.suite, sizeof(m.suite), "%s", PROTO_PEER_SUITE);
 		peer_auth_random(l->nonce_d);
 		memcpy(m.nonce, l->nonce_d, PEER_AUTH_BYTES);
-		l->phase = LINK_CHALLENGE;
+		serve__link_set_state(l, LINK_CHALLENGE);
 	} else {
 		m.hello = l->s->my_hello;
-		l->phase = LINK_HELLO;
+		serve__link_set_state(l, LINK_HELLO);
 	}
 	if (wbound_read_start(&l->wb) || serve__link_send(l, &m))
 		serve__link_lost(l, "control setup");
@@ -1600,7 +1640,7 @@ void serve__link_node_usage(const struct link *l, struct link_node_usage *u)
 	kvd_list_for_each(e, &l->s->links) {
 		const struct link *q = kvd_list_entry(e, struct link, node);
 
-		if (!q->hello_done || q->closing || q->is_data || !link_same_node(l, q))
+		if (!link_is_matched(q) || !link_same_node(l, q))
 			continue;
 		u->links++;
 		u->reqs += q->n_reqs;
@@ -1639,7 +1679,8 @@ static bool accept_room(struct serve *s)
  * the key cannot fill the pending handshakes with proven, mute links. */
 static bool link_unproven(const struct link *q)
 {
-	return q->side == LINK_ACCEPT && !q->closing && !q->evicted && !q->hello_done;
+	return q->side == LINK_ACCEPT && link_is_open(q) && !q->evicted &&
+	       !link_is_matched(q);
 }
 
 /* Two accepted links from one source (link.src: an IPv4 address, an
@@ -1704,8 +1745,8 @@ static struct link *accept_victim(struct serve *s, struct link *l, bool *full)
 	kvd_list_for_each(e, &s->links) {
 		struct link *q = kvd_list_entry(e, struct link, node);
 
-		if (q == l || q->side != LINK_ACCEPT || q->closing || q->evicted ||
-		    q->hello_done)
+		if (q == l || q->side != LINK_ACCEPT || link_is_closing(q) || q->evicted ||
+		    link_is_matched(q))
 			continue;
 		pending++;
 		if (!link_unproven(q) || n_u == KVD_ARRAY_SIZE(u))
@@ -1739,7 +1780,7 @@ static void link_reap_cb(uv_timer_t *t)
 	kvd_list_for_each_safe(e, nxt, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 
-		if (l->evicted && !l->closing)
+		if (l->evicted && !link_is_closing(l))
 			serve__link_lost(l, NULL);
 	}
 }
@@ -1851,7 +1892,7 @@ struct link *serve__link_by_conn(struct serve *s, uint64_t conn_id)
 	kvd_list_for_each(e, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 
-		if (l->side == LINK_ACCEPT && l->conn_id == conn_id && !l->closing)
+		if (l->side == LINK_ACCEPT && l->conn_id == conn_id && !link_is_closing(l))
 			return l;
 	}
 	return NULL;
@@ -1892,9 +1933,9 @@ void serve__link_tick(struct serve *s)
 		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
 		struct kvpool_stats st;
 
-		if (l->evicted && !l->closing)
+		if (l->evicted && !link_is_closing(l))
 			serve__link_lost(l, NULL);
-		if (!l->ctl_open || l->closing || link_write_check(l, now) ||
+		if (!link_is_open(l) || link_write_check(l, now) ||
 		    link_data_check(l, now))
 			continue;
 		if (link_unproven(l) && now - l->t_start_ns > proof_ns) {
@@ -1903,7 +1944,7 @@ void serve__link_tick(struct serve *s)
 			serve__link_lost(l, NULL);
 			continue;
 		}
-		if (!l->up && now - l->t_start_ns > connect_ns) {
+		if (!link_is_up(l) && now - l->t_start_ns > connect_ns) {
 			/* a connection that has not finished its handshake in
 			 * time holds nothing more of ours (accepted: silently) */
 			serve__link_lost(l, l->side == LINK_DIAL ? "connect timeout" : NULL);
@@ -1911,15 +1952,15 @@ void serve__link_tick(struct serve *s)
 		}
 		/* a dialled link's handshake has only its deadline; an
 		 * accepted one must also keep talking */
-		if ((l->up || l->side == LINK_ACCEPT) && now - l->last_heard_ns > dead_ns) {
-			serve__link_lost(l, l->up ? "three heartbeats missed" : NULL);
+		if ((link_is_up(l) || l->side == LINK_ACCEPT) && now - l->last_heard_ns > dead_ns) {
+			serve__link_lost(l, link_is_up(l) ? "three heartbeats missed" : NULL);
 			continue;
 		}
-		if (!l->up)
+		if (!link_is_up(l))
 			continue;
 		if (l->side == LINK_ACCEPT && l->ops->tick) {
 			l->ops->tick(l, now);
-			if (l->closing)
+			if (link_is_closing(l))
 				continue;
 		}
 		kvpool_get_stats(s->d->pool, &st);

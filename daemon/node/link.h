@@ -35,13 +35,36 @@ enum link_side {
 			  * token, sends KV; freed once closed */
 };
 
-/* What a handshake phase waits for. */
-enum link_phase {
-	LINK_FIRST = 0,  /* accept: the first frame decides what the
-			  * connection is (auth_hello, hello, data) */
-	LINK_CHALLENGE,  /* dial: auth_challenge */
-	LINK_PROOF,      /* the other end's auth_proof */
-	LINK_HELLO,      /* the other end's hello */
+/* Where a link is in its life. Only link_set_state (link.c) changes it,
+ * along the edges of link.c's table, and asserts it; the predicates below
+ * read it. A dialled link goes idle -> connecting -> (challenge -> proof
+ * ->) hello -> binding -> up, and from any open state to closing, then
+ * back to idle to reconnect; an accepted one starts at first and is freed
+ * once closed.
+ *
+ *   idle        dial: no control connection (before the first, between
+ *               retries)
+ *   connecting  dial: the control connection is being made
+ *   first       accept: the first frame decides what the connection is
+ *               (auth_hello, hello, data)
+ *   challenge   dial, keyed: auth_challenge awaited
+ *   proof       the other end's auth_proof awaited
+ *   hello       the other end's hello awaited
+ *   binding     hellos matched; dial: the data connection (or the queue
+ *               pair) binds; accept: the transport is being made
+ *   up          carries requests
+ *   closing     its handles are closing */
+enum link_state {
+	LINK_IDLE = 0,
+	LINK_CONNECTING,
+	LINK_FIRST,
+	LINK_CHALLENGE,
+	LINK_PROOF,
+	LINK_HELLO,
+	LINK_BINDING,
+	LINK_UP,
+	LINK_CLOSING,
+	LINK_STATE__N
 };
 
 /* What a role registers for its links: link.c reaches a role only
@@ -103,8 +126,7 @@ struct link {
 	uint8_t src_len;                 /* 4, 8, or 0 (unreadable) */
 	uint64_t conn_id;                /* accept: local, never on the wire */
 	uv_tcp_t ctl;                    /* the control connection */
-	bool ctl_open;
-	bool closing;                    /* its handles are closing */
+	enum link_state state;           /* link_set_state only */
 	bool retired;                    /* freed when they have closed
 					  * (accept: always; dial: at stop) */
 	uint32_t pending_closes;
@@ -123,7 +145,6 @@ struct link {
 	/* handshake. Keyed links prove the cluster key before anything
 	 * else (net/peer_auth.h); every later control frame and batch is
 	 * sealed with the session's keys */
-	enum link_phase phase;
 	uint8_t nonce_d[PEER_AUTH_BYTES], nonce_p[PEER_AUTH_BYTES];
 	char auth_name[PEER_AUTH_NAME_BYTES];  /* keyed: the peer's node
 					  * name, as its proof bound it */
@@ -133,11 +154,6 @@ struct link {
 	bool sealed;
 	uint8_t token[PEER_AUTH_BYTES];  /* accept: binds the data connection */
 	bool has_token;                  /* accept: not used yet */
-	bool hello_done;                 /* hellos exchanged and matched */
-	bool up;                         /* dial: data connection bound
-					  * (data_bound); accept: hello_done */
-	bool is_data;                    /* accept: a data connection before
-					  * its hand-over to the control link */
 	bool evicted;                    /* accept: an unproven handshake that
 					  * made room for a newer one: reads
 					  * stopped, closed at the next tick */
@@ -184,6 +200,35 @@ struct link {
 struct link_node_usage {
 	uint32_t links, reqs, pages;
 };
+
+/* The link carries requests (dial: its data connection is bound). */
+static inline bool link_is_up(const struct link *l)
+{
+	return l->state == LINK_UP;
+}
+
+/* Both hellos were exchanged and matched (binding or up). */
+static inline bool link_is_matched(const struct link *l)
+{
+	return l->state == LINK_BINDING || l->state == LINK_UP;
+}
+
+static inline bool link_is_closing(const struct link *l)
+{
+	return l->state == LINK_CLOSING;
+}
+
+/* Its control connection is open: neither idle nor closing. */
+static inline bool link_is_open(const struct link *l)
+{
+	return l->state != LINK_IDLE && l->state != LINK_CLOSING;
+}
+
+/* Move l to `to` (an edge of the table in link.c; anything else stops the
+ * node: a link that lost track of its state must not carry requests). */
+void serve__link_set_state(struct link *l, enum link_state to);
+/* "idle", "up", ... */
+const char *serve__link_state_name(enum link_state st);
 
 /* link.c: one peer link for both ends. Loop thread only. */
 /* Dial peers.prefill address `addr` and keep it connected for the

@@ -1,0 +1,348 @@
+/* test_serve_objects.c - the serving layer's objects without a socket:
+ * the tenant gate's admission and queueing in front of a role (a test
+ * admit function stands for decode's or standalone's), the order a node
+ * tears them down in, a request's per-kind part, and a link's state
+ * table. A real libuv loop, pool and registry; no listener, no peer, no
+ * client connection (a request's client is absent: its answers go
+ * nowhere, its failure code is what the test reads).
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/config.h"
+#include "daemon/node/serve_int.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
+
+static const struct kvpool_geom geom = {
+	.page_tokens = 16, .n_layer = 1, .kv_dim = 8, .dtype = KV_DTYPE_F16,
+};
+
+struct world {
+	struct kvd_daemon *d;
+	struct serve *s;
+	struct kvmem host;
+	struct serve_req *admitted[16];
+	unsigned n_admitted;
+};
+
+static struct world W;
+
+/* The role's admission: the request holds its slot until the test ends
+ * it (a real role would register it and reserve its pages). */
+static void test_admit(struct serve_req *r)
+{
+	ck_assert_uint_lt(W.n_admitted, 16);
+	W.admitted[W.n_admitted++] = r;
+}
+
+/* node_max_active slots, max_queued per tenant, pool_pages pages */
+static void world_up(uint32_t slots, uint32_t max_queued, uint32_t pool_pages)
+{
+	struct kvd_daemon *d = calloc(1, sizeof(*d));
+	struct serve *s = calloc(1, sizeof(*s));
+
+	ck_assert(d && s);
+	memset(&W, 0, sizeof(W));
+	kvd_config_defaults(&d->cfg);
+	d->cfg.role = KVD_ROLE_STANDALONE;
+	d->cfg.node_max_active = slots;
+	d->cfg.tenant_max_queued = max_queued;
+	d->state = KVD_STATE_READY;
+	kvlog_init(&d->log, KVLOG_ERROR, 2, "test");
+	ck_assert_int_eq(uv_loop_init(&d->loop), 0);
+	kvmem_host_init(&W.host);
+	ck_assert_int_eq(kvpool_new(&d->pool, &W.host, &geom, pool_pages), 0);
+	d->cap.advertised_context = 4096;
+	d->cap.pool_tokens = (uint64_t)pool_pages * geom.page_tokens;
+	s->d = d;
+	s->log = &d->log;
+	kvd_list_init(&s->reqs);
+	kvd_list_init(&s->links);
+	s->reqtab = kvd_daemon_requests(d);
+	ck_assert_int_eq(serve__gate_init(s), 0);
+	s->admit = test_admit;
+	W.d = d;
+	W.s = s;
+}
+
+static struct serve_req *req(const char *tenant, uint32_t n_prompt, uint32_t max_tokens)
+{
+	struct serve_req *r = serve__req_new(W.s, SREQ_LOCAL);
+	static int32_t next_token = 1;
+
+	ck_assert_ptr_nonnull(r);
+	snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
+	r->prompt = calloc(n_prompt, sizeof(*r->prompt));
+	ck_assert_ptr_nonnull(r->prompt);
+	/* prompts share no prefix (the gate's prefix hold-back stays out) */
+	for (uint32_t i = 0; i < n_prompt; i++)
+		r->prompt[i] = next_token++;
+	r->n_prompt = n_prompt;
+	r->max_tokens = max_tokens;
+	return r;
+}
+
+static bool was_admitted(const struct serve_req *r)
+{
+	for (unsigned i = 0; i < W.n_admitted; i++)
+		if (W.admitted[i] == r)
+			return true;
+	return false;
+}
+
+/* An admitted request ends; the gate pumps from its timer, on the loop. */
+static void finish(struct serve_req *r)
+{
+	serve__req_end(r, true);
+	uv_run(&W.d->loop, UV_RUN_NOWAIT);
+}
+
+/* The node's teardown order: the gate stops (no pump after), every live
+ * request ends, every handle closes; then the loop holds nothing. */
+static void world_down(void)
+{
+	struct serve *s = W.s;
+	struct kvd_daemon *d = W.d;
+
+	serve__gate_stop(s);
+	while (!kvd_list_empty(&s->reqs))
+		serve__req_end(kvd_list_entry(s->reqs.next, struct serve_req, node), false);
+	while (s->closes_pending)
+		ck_assert_int_ge(uv_run(&d->loop, UV_RUN_ONCE), 0);
+	ck_assert_uint_eq(s->n_reqs, 0);
+	ck_assert_int_eq(uv_loop_close(&d->loop), 0);
+	fairq_deinit(&s->fq);
+	kvpool_free(d->pool);
+	free(s);
+	free(d);
+}
+
+/* The slot that comes back goes to the tenant with the fewest admitted
+ * requests (per share), not to the oldest waiting request. */
+START_TEST(test_fair_order)
+{
+	struct serve_req *a1, *a2, *a3, *b1;
+
+	world_up(2, 4, 64);
+	a1 = req("alice", 20, 8);
+	serve__gate_admit(a1);
+	a2 = req("alice", 20, 8);
+	serve__gate_admit(a2);
+	ck_assert(was_admitted(a1) && was_admitted(a2));
+	a3 = req("alice", 20, 8);
+	serve__gate_admit(a3);
+	b1 = req("bob", 20, 8);
+	serve__gate_admit(b1);
+	/* two slots, both alice's: both wait */
+	ck_assert_uint_eq(W.n_admitted, 2);
+	ck_assert(a3->fq.waiting && b1->fq.waiting);
+	/* a slot comes back: bob (none admitted) before alice's older a3 */
+	finish(a1);
+	ck_assert_uint_eq(W.n_admitted, 3);
+	ck_assert(was_admitted(b1) && !was_admitted(a3));
+	finish(b1);
+	ck_assert(was_admitted(a3));
+	world_down();
+}
+END_TEST
+
+START_TEST(test_queue_bound)
+{
+	struct serve_req *a1, *a2, *a3;
+
+	world_up(1, 1, 64);
+	a1 = req("alice", 20, 8);
+	serve__gate_admit(a1);
+	a2 = req("alice", 20, 8);
+	serve__gate_admit(a2);
+	ck_assert(a2->fq.waiting);
+	/* one past alice's max_queued: refused at once, typed */
+	a3 = req("alice", 20, 8);
+	serve__gate_admit(a3);
+	ck_assert(a3->ended);
+	ck_assert_int_eq(a3->fail_code, PROTO_ERR_OVERLOADED);
+	ck_assert_uint_eq(W.d->counters.rejected[KVD_REJECT_OVERLOADED], 1);
+	ck_assert(!was_admitted(a3));
+	world_down();
+}
+END_TEST
+
+/* A request waits for pages, not only for a slot: the gate never admits
+ * more than the pool holds (invariant 3, before the pool's own word). */
+START_TEST(test_waits_for_pages)
+{
+	struct serve_req *a, *b;
+
+	world_up(4, 4, 4);          /* 4 pages of 16 tokens */
+	a = req("alice", 40, 8);    /* 3 pages */
+	serve__gate_admit(a);
+	ck_assert(was_admitted(a));
+	b = req("bob", 30, 8);      /* 3 pages: only 1 left */
+	serve__gate_admit(b);
+	ck_assert(b->fq.waiting && !was_admitted(b));
+	serve__gate_settle(a);      /* the engine reserved a's pages ... */
+	ck_assert_int_eq(kvpool_reserve(W.d->pool, 7, 3, (struct kvpool_ref[3]){ 0 }), 0);
+	finish(a);                  /* ... and a ended: still no pages */
+	ck_assert(!was_admitted(b));
+	world_down();
+}
+END_TEST
+
+START_TEST(test_drain_refuses_waiting)
+{
+	struct serve_req *a, *b;
+
+	world_up(1, 4, 64);
+	a = req("alice", 20, 8);
+	serve__gate_admit(a);
+	b = req("bob", 20, 8);
+	serve__gate_admit(b);
+	ck_assert(b->fq.waiting);
+	W.d->state = KVD_STATE_DRAINING;
+	finish(a);
+	/* the pump runs after a's end and refuses, never admits */
+	ck_assert(b->ended && !was_admitted(b));
+	ck_assert_int_eq(b->fail_code, PROTO_ERR_DRAINING);
+	world_down();
+}
+END_TEST
+
+/* What the node holds at stop: admitted and waiting requests alike end,
+ * the queue empties, every handle closes (world_down checks the loop). */
+START_TEST(test_teardown_with_waiting)
+{
+	struct serve_req *w[3];
+
+	world_up(1, 4, 64);
+	for (int i = 0; i < 3; i++) {
+		w[i] = req(i ? "bob" : "alice", 20, 8);
+		serve__gate_admit(w[i]);
+	}
+	ck_assert_uint_eq(W.n_admitted, 1);
+	ck_assert_uint_eq(W.s->fq.queued, 2);
+	world_down();
+}
+END_TEST
+
+START_TEST(test_parts_by_kind)
+{
+	struct serve_req *r;
+
+	world_up(1, 4, 64);
+	r = req("alice", 4, 4);
+	sreq_d(r)->n_table = 3;     /* a local request has the decode part */
+	ck_assert_uint_eq(sreq_dc(r)->n_table, 3);
+	world_down();
+}
+END_TEST
+
+/* Asking a decode request for the prefill part stops the node. */
+START_TEST(test_wrong_part_aborts)
+{
+	struct serve_req *r;
+
+	world_up(1, 4, 64);
+	r = req("alice", 4, 4);
+	(void)sreq_p(r);
+}
+END_TEST
+
+static struct link *link_of(enum link_side side)
+{
+	struct link *l = calloc(1, sizeof(*l));
+
+	ck_assert_ptr_nonnull(l);
+	l->s = W.s;
+	l->side = side;
+	snprintf(l->addr, sizeof(l->addr), "test");
+	return l;
+}
+
+/* A dialled link's whole life along the table's edges, twice. */
+START_TEST(test_link_life)
+{
+	static const enum link_state dial[] = {
+		LINK_CONNECTING, LINK_CHALLENGE, LINK_PROOF, LINK_HELLO,
+		LINK_BINDING, LINK_UP, LINK_CLOSING, LINK_IDLE,
+		LINK_CONNECTING, LINK_HELLO, LINK_CLOSING, LINK_IDLE,
+	};
+	static const enum link_state accept[] = {
+		LINK_FIRST, LINK_PROOF, LINK_HELLO, LINK_BINDING, LINK_UP,
+		LINK_CLOSING,
+	};
+	struct link *l;
+
+	world_up(1, 4, 64);
+	l = link_of(LINK_DIAL);
+	for (size_t i = 0; i < sizeof(dial) / sizeof(dial[0]); i++) {
+		serve__link_set_state(l, dial[i]);
+		ck_assert_int_eq(l->state, dial[i]);
+		ck_assert(link_is_up(l) == (dial[i] == LINK_UP));
+		ck_assert(link_is_open(l) == (dial[i] != LINK_IDLE && dial[i] != LINK_CLOSING));
+	}
+	free(l);
+	l = link_of(LINK_ACCEPT);
+	for (size_t i = 0; i < sizeof(accept) / sizeof(accept[0]); i++) {
+		serve__link_set_state(l, accept[i]);
+		ck_assert(link_is_matched(l) == (accept[i] == LINK_BINDING ||
+						 accept[i] == LINK_UP));
+	}
+	ck_assert_str_eq(serve__link_state_name(l->state), "closing");
+	free(l);
+	world_down();
+}
+END_TEST
+
+/* Up without the hellos: no such edge, the node stops. */
+START_TEST(test_link_skip_aborts)
+{
+	struct link *l;
+
+	world_up(1, 4, 64);
+	l = link_of(LINK_DIAL);
+	serve__link_set_state(l, LINK_CONNECTING);
+	serve__link_set_state(l, LINK_UP);
+}
+END_TEST
+
+/* An accepted link is freed once closed, never reconnected. */
+START_TEST(test_link_accept_never_idle)
+{
+	struct link *l;
+
+	world_up(1, 4, 64);
+	l = link_of(LINK_ACCEPT);
+	serve__link_set_state(l, LINK_FIRST);
+	serve__link_set_state(l, LINK_CLOSING);
+	serve__link_set_state(l, LINK_IDLE);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("serve_objects");
+	TCase *tc = tcase_create("core");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, test_fair_order);
+	tcase_add_test(tc, test_queue_bound);
+	tcase_add_test(tc, test_waits_for_pages);
+	tcase_add_test(tc, test_drain_refuses_waiting);
+	tcase_add_test(tc, test_teardown_with_waiting);
+	tcase_add_test(tc, test_parts_by_kind);
+	tcase_add_test_raise_signal(tc, test_wrong_part_aborts, SIGABRT);
+	tcase_add_test(tc, test_link_life);
+	tcase_add_test_raise_signal(tc, test_link_skip_aborts, SIGABRT);
+	tcase_add_test_raise_signal(tc, test_link_accept_never_idle, SIGABRT);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
