@@ -276,7 +276,17 @@ static unsigned d_moves(const void *p, const struct machine *m, struct move *o)
 		if (w->landing)
 			MV(DEV_LANDED, 0);
 		/* decode's own verdict once every batch is in */
-		if (w->h.ms == DRS_TRANSFER && w->done_seen && !w->late) {
+		if ((w->h.ms == DRS_TRANSFER || w->h.ms == DRS_SEALING) &&
+		    w->done_seen && !w->late) {
+			/* RDMA windows: revoke the scope first, check after */
+			if (w->h.ms == DRS_TRANSFER)
+				MV(DEV_SEAL, 0);
+			/* while it seals, a lying peer's extra batch (refused)
+			 * or a refusal after its prefill_done */
+			if (w->h.ms == DRS_SEALING) {
+				MV(DEV_BAD, 0);
+				MV(DEV_REJECT, 0);
+			}
 			if (w->client) {
 				MV(DEV_COVERED, 0);
 				MV(DEV_COVERED_FINAL, 0);
@@ -1340,6 +1350,11 @@ static const struct mutation d_mutations[] = {
 	  DRS_ABORTING, DEV_ABORT_ACK_EARLY, GOM(DRS_DONE, DA_UNFENCE | DA_DETACH_PEER) },
 	{ "abort_landing+timeout unfences without the landing",
 	  DRS_ABORT_LANDING, DEV_TIMEOUT, GOM(DRS_DONE, DA_UNFENCE | DA_DETACH_PEER) },
+	{ "transfer+seal unfences while the scope is still live",
+	  DRS_TRANSFER, DEV_SEAL, GOM(DRS_SEALING, DA_UNFENCE) },
+	{ "sealing+link_lost keeps the fence (the pages leak)",
+	  DRS_SEALING, DEV_LINK_LOST, GOM(DRS_DONE, DA_ANSWER_ERR | DA_RELEASE |
+					 DA_DETACH_PEER) },
 	{ "aborting+batch is a bug",
 	  DRS_ABORTING, DEV_BATCH, { MSTEP_BUG, 0, 0 } },
 	{ "compute+client_gone releases under the engine",

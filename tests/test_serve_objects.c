@@ -163,6 +163,7 @@ START_TEST(test_queue_bound)
 	/* one past alice's max_queued: refused at once, typed */
 	a3 = req("alice", 20, 8);
 	serve__gate_admit(a3);
+	/* ended, not freed yet: its handle closes on the next loop turn */
 	ck_assert(a3->ended);
 	ck_assert_int_eq(a3->fail_code, PROTO_ERR_OVERLOADED);
 	ck_assert_uint_eq(W.d->counters.rejected[KVD_REJECT_OVERLOADED], 1);
@@ -204,9 +205,11 @@ START_TEST(test_drain_refuses_waiting)
 	ck_assert(b->fq.waiting);
 	W.d->state = KVD_STATE_DRAINING;
 	finish(a);
-	/* the pump runs after a's end and refuses, never admits */
-	ck_assert(b->ended && !was_admitted(b));
-	ck_assert_int_eq(b->fail_code, PROTO_ERR_DRAINING);
+	/* the pump runs after a's end and refuses, never admits (b is freed
+	 * by now: what it was told is in the counters) */
+	ck_assert(!was_admitted(b));
+	ck_assert_uint_eq(W.d->counters.rejected[KVD_REJECT_DRAINING], 1);
+	ck_assert_uint_eq(W.s->n_reqs, 0);
 	world_down();
 }
 END_TEST

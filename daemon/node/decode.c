@@ -195,7 +195,7 @@ static void dreq_timer_cb(uv_timer_t *t)
 {
 	struct serve_req *r = t->data;
 
-	if (r->state == DRS_TRANSFER)
+	if (r->state == DRS_TRANSFER || r->state == DRS_SEALING)
 		dreq_fail(r, PROTO_ERR_TIMEOUT, "%s",
 			  sreq_d(r)->done_seen ? "the KV transfer did not complete within transfer.transfer_timeout_ms"
 				       : "prefill did not complete within transfer.prefill_timeout_ms");
@@ -958,8 +958,9 @@ static void decode_rx_batch(struct link *p, const struct xfer_hdr *h,
 			return;
 		}
 	}
-	if (!r || r->state != DRS_TRANSFER) {
-		/* dreq: ABORTING ignores batches (they are not written) */
+	if (!r || (r->state != DRS_TRANSFER && r->state != DRS_SEALING)) {
+		/* dreq: ABORTING ignores batches (they are not written);
+		 * SEALING checks them (every page is in: refused) */
 		KVLOG_DEBUG(s->log, "batch_discarded", "id=%llu tenant=%s seq=%u peer=%s",
 			    (unsigned long long)h->request_id,
 			    KVLOG_Q(r ? r->tenant : SERVE_TENANT_UNKNOWN), h->seq,
@@ -1093,7 +1094,6 @@ static void decode_sealed(struct serve_req *r)
 	struct sreq_decode *dp = sreq_d(r);
 	int rc;
 
-	dp->sealing = false;
 	if (!r->link || !r->link->data || !transport_is_verbs(r->link->data)) {
 		serve__dreq_event(r, decode_covered_event(r));
 		return;
@@ -1127,7 +1127,7 @@ static void decode_try_complete(struct serve_req *r)
 	char why[200];
 	int rc;
 
-	if (r->ended || r->state != DRS_TRANSFER || !dp->done_seen || dp->sealing)
+	if (r->ended || r->state != DRS_TRANSFER || !dp->done_seen)
 		return;
 	decode_rx_req(r, &q);
 	rc = xfer_check_coverage(&q, &dp->rx, &done, why, sizeof(why));
@@ -1140,10 +1140,12 @@ static void decode_try_complete(struct serve_req *r)
 	}
 	/* every batch is in: take the write scope back first, and check
 	 * the pages only once the NIC refuses the peer's writes (verbs,
-	 * windows: decode_scope_dead; the transfer timer still runs) */
-	dp->sealing = true;
+	 * windows: SEALING until decode_scope_dead; the transfer timer
+	 * still runs) */
 	if (dreq_revoke(r))
 		decode_sealed(r);
+	else
+		serve__dreq_event(r, DEV_SEAL);
 }
 
 /* ---- control messages from prefill ------------------------------------------ */
@@ -1155,7 +1157,7 @@ static void peer_on_reject(struct link *p, const struct proto_peer_msg *m)
 
 	if (!r)
 		return;
-	if (r->state == DRS_TRANSFER) {
+	if (r->state == DRS_TRANSFER || r->state == DRS_SEALING) {
 		KVLOG_WARN(s->log, "prefill_rejected",
 			   "id=%llu client_id=%llu tenant=%s peer=%s code=%s msg=%s",
 			   (unsigned long long)r->reg.id,
@@ -1293,7 +1295,7 @@ static void decode_scope_dead(struct link *p, uint64_t id)
 {
 	struct serve_req *r = decode_req_of(p, id);
 
-	if (r && r->state == DRS_TRANSFER && sreq_d(r)->sealing && !r->ended)
+	if (r && r->state == DRS_SEALING && !r->ended)
 		decode_sealed(r);
 }
 
@@ -1330,7 +1332,7 @@ static void decode_req_flush_lost(struct serve_req *r)
  * any more, its pages are unfenced (LINK_LOST). */
 static bool decode_req_lost(struct serve_req *r, int code, const char *msg)
 {
-	bool failed = r->state == DRS_TRANSFER;
+	bool failed = r->state == DRS_TRANSFER || r->state == DRS_SEALING;
 
 	if (failed)
 		dreq_fail_kind(r, code, r->link ? r->link->lost_kind : KVD_INTEGRITY_PEER,

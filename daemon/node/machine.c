@@ -104,6 +104,26 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 		[DEV_LINK_LOST] = GO(DRS_DONE, D_GONE),
 		[DEV_CLIENT_GONE] = GO(DRS_TRANSFER, DA_DETACH_CLIENT),
 		[DEV_OP_ABORT] = GO(DRS_ABORTING, D_ABORT),
+		[DEV_SEAL] = GO(DRS_SEALING, DA_KEEP_TIMER),
+	},
+	/* as TRANSFER once every batch is in: the final check's verdicts, or
+	 * any failure before it (the scope is still fenced) */
+	[DRS_SEALING] = {
+		[DEV_BAD] = GO(DRS_ABORTING, D_ABORT),
+		[DEV_PREFILL_DONE] = IGN,
+		[DEV_COVERED] = GO(DRS_SUBMIT, D_COVERED | DA_SUBMIT),
+		[DEV_COVERED_FINAL] = GO(DRS_DONE, D_COVERED | DA_STREAM_FIRST |
+					 DA_ANSWER_FINAL | DA_RELEASE),
+		[DEV_COVERED_ORPHAN] = GO(DRS_DONE, D_COVERED | DA_RELEASE),
+		[DEV_COVERED_FAIL] = GO(DRS_DONE, D_COVERED | DA_ANSWER_ERR | DA_RELEASE),
+		[DEV_TAG_BAD] = GO(DRS_DONE, D_COVERED | DA_ANSWER_ERR | DA_QUARANTINE),
+		[DEV_REJECT] = GO(DRS_DONE, D_GONE),
+		[DEV_PEER_ABORT] = GO(DRS_DONE, D_GONE | DA_SEND_ABORT_ACK),
+		[DEV_ABORT_ACK] = IGN,
+		[DEV_TIMEOUT] = GO(DRS_ABORTING, D_ABORT),
+		[DEV_LINK_LOST] = GO(DRS_DONE, D_GONE),
+		[DEV_CLIENT_GONE] = GO(DRS_SEALING, DA_DETACH_CLIENT),
+		[DEV_OP_ABORT] = GO(DRS_ABORTING, D_ABORT),
 	},
 	[DRS_ABORTING] = {
 		[DEV_BATCH] = IGN,
@@ -177,14 +197,15 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 };
 
 static const char *const dreq_state_names[DRS__N] = {
-	"new", "transfer", "aborting", "abort_landing", "submit", "compute",
+	"new", "transfer", "sealing", "aborting", "abort_landing", "submit", "compute",
 	"freeing", "done",
 };
 
 static const char *const dreq_event_names[DEV__N] = {
 	[DEV_ADMIT] = "admit", [DEV_ADMIT_LOCAL] = "admit_local",
 	[DEV_REFUSE] = "refuse", [DEV_BATCH] = "batch", [DEV_BAD] = "bad",
-	[DEV_PREFILL_DONE] = "prefill_done", [DEV_COVERED] = "covered",
+	[DEV_PREFILL_DONE] = "prefill_done", [DEV_SEAL] = "seal",
+	[DEV_COVERED] = "covered",
 	[DEV_COVERED_FINAL] = "covered_final",
 	[DEV_COVERED_ORPHAN] = "covered_orphan",
 	[DEV_COVERED_FAIL] = "covered_fail", [DEV_TAG_BAD] = "tag_bad",

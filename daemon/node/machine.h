@@ -70,6 +70,10 @@ const char *machine_actions_str(const struct machine *m, uint32_t actions,
 enum dreq_state {
 	DRS_NEW = 0,       /* parsed; admission runs synchronously */
 	DRS_TRANSFER,      /* pages reserved and fenced, prefill_request sent */
+	DRS_SEALING,       /* RDMA (memory windows): every batch in and
+			    * covered; the write scope's revocation is in
+			    * flight, and the final check of the pages waits
+			    * for it (the transfer timer still runs) */
 	DRS_ABORTING,      /* abort sent, pages released but fenced until the
 			    * peer acknowledges or the link is gone */
 	DRS_ABORT_LANDING, /* RDMA: prefill acknowledged the abort, but
@@ -92,6 +96,8 @@ enum dreq_event {
 	DEV_BAD,            /* a batch or prefill_done failed a check, or a
 			     * page could not be written: abort */
 	DEV_PREFILL_DONE,   /* prefill_done arrived (coverage may be pending) */
+	DEV_SEAL,           /* RDMA: coverage holds; the scope is being
+			     * revoked before the final check */
 	DEV_COVERED,        /* coverage and tags hold: compute */
 	DEV_COVERED_FINAL,  /* ... and the first token ends it (eos or
 			     * max_tokens 1): answer, release */

@@ -60,9 +60,6 @@ struct sreq_decode {
 	bool kv_ready;                   /* decode: the received prefix passed
 					  * coverage and its tags (mark_ready):
 					  * its full pages may be cached */
-	bool sealing;                    /* verbs: covered, the scope's
-					  * revocation in flight; the final
-					  * check waits for it */
 	uint32_t first_token;
 	uint32_t done_tokens, done_batches, done_pages;
 	uint32_t peer_batches;           /* the most batches prefill said it
