@@ -2,7 +2,8 @@
  *
  * Both open the GGUF and build only its tokenizer, so vocabulary-only
  * files (no tensors) work. tokenize reads the text from the command line
- * or, with --file, byte for byte from a file (no newline stripped);
+ * or, with --file, byte for byte from a file (no newline stripped; a
+ * file that cannot be read to its end is an error naming it, exit 1);
  * --special lets control tokens written in the text ("<|im_start|>")
  * become those tokens, which chat templates need and tenant prompts must
  * not get. Output: ids separated by spaces, or with --json
@@ -62,35 +63,45 @@ static void tok_close(struct tok_open *o)
 	gguf_close(o->f);
 }
 
-static char *read_file(const char *path, size_t *len)
+/* The whole file at path into *buf (malloc'd, never shorter than *len,
+ * which may be 0). 0, or a negative errno when the file cannot be opened
+ * or read to its end: then nothing is handed on, not even the bytes read
+ * before the failure. */
+static int read_file(const char *path, char **buf, size_t *len)
 {
 	FILE *fp = fopen(path, "rb");
-	char *buf = NULL;
+	char *b = NULL;
 	size_t cap = 0, n = 0, r;
+	int rc = 0;
 
 	if (!fp)
-		return NULL;
+		return -errno;
 	do {
 		if (n == cap) {
+			char *nb;
+
 			cap = cap ? 2 * cap : 65536;
-			char *b = realloc(buf, cap);
-			if (!b) {
-				free(buf);
-				fclose(fp);
-				return NULL;
+			nb = realloc(b, cap);
+			if (!nb) {
+				rc = -ENOMEM;
+				break;
 			}
-			buf = b;
+			b = nb;
 		}
-		r = fread(buf + n, 1, cap - n, fp);
+		errno = 0;
+		r = fread(b + n, 1, cap - n, fp);
 		n += r;
-	} while (r);
-	if (ferror(fp)) {
-		free(buf);
-		buf = NULL;
-	}
+	} while (r && !ferror(fp));
+	if (!rc && ferror(fp))
+		rc = errno ? -errno : -EIO;
 	fclose(fp);
+	if (rc) {
+		free(b);
+		return rc;
+	}
+	*buf = b;
 	*len = n;
-	return buf ? buf : malloc(1);
+	return 0;
 }
 
 static void json_bytes(const char *s, size_t n)
@@ -201,10 +212,10 @@ static int model_tokenize(int argc, char **argv)
 	if (tok_open(&o, "tokenize", a.path))
 		return EXIT_BAD_FILE;
 	if (a.file) {
-		buf = read_file(a.file, &len);
-		if (!buf) {
+		rc = read_file(a.file, &buf, &len);
+		if (rc) {
 			fprintf(stderr, "kvctl model tokenize: %s: %s\n", a.file,
-				strerror(errno));
+				strerror(-rc));
 			tok_close(&o);
 			return EXIT_BAD_FILE;
 		}

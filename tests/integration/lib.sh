@@ -58,6 +58,12 @@ need_verbs_emu() {
 		skip "$1 needs the emulated RDMA device: this kvd was built without it (meson -Dverbs_emu=true)"
 }
 
+# The fault library (tests/integration/shim.c) for LD_PRELOAD, and
+# shim_ok: it can be preloaded into this build's binaries (not into an
+# ASan build's, whose runtime must be the first library).
+SHIM=$KVD_BUILD/tests/libkvd_shim.so
+shim_ok() { [ -f "$SHIM" ] && ! ldd "$KVCTL" 2>/dev/null | grep -q libasan; }
+
 # The test model: stories260K from shared/, or skip. Call it as
 # M=$(shared_model) || exit: the skip's exit status is the subshell's.
 shared_model() {
