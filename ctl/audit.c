@@ -289,13 +289,15 @@ int audit_feed_file(struct audit *a, FILE *f)
 	ssize_t n;
 	int r = 0;
 
+	errno = 0;
 	while ((n = getline(&line, &cap, f)) >= 0) {
 		r = audit_feed_line(a, line, (size_t)n);
 		if (r)
 			break;
+		errno = 0;
 	}
 	if (!r && ferror(f))
-		r = -EIO;
+		r = errno ? -errno : -EIO;   /* the read's own errno */
 	free(line);
 	return r;
 }

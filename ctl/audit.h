@@ -37,7 +37,9 @@ void audit_free(struct audit *a);
 
 /* One line, without its newline (a trailing '\n' or '\r' is ignored). */
 int audit_feed_line(struct audit *a, const char *line, size_t len);
-/* Every line of f. Lines longer than 64 KiB count as unparseable. */
+/* Every line of f. Lines longer than 64 KiB count as unparseable. 0,
+ * the negative errno of a failed read (EISDIR for a directory), or
+ * -ENOMEM. */
 int audit_feed_file(struct audit *a, FILE *f);
 
 void audit_get_summary(struct audit *a, struct audit_summary *s);

@@ -812,27 +812,24 @@ static int sub_audit(struct kvctl *k, int argc, char **argv)
 		fprintf(stderr, "kvctl audit: %s\n", strerror(-r));
 		return EXIT_CHECK;
 	}
-	if (argc == 1) {
-		r = audit_feed_file(a, stdin);
-	} else {
-		for (int i = 1; i < argc && r == 0; i++) {
-			FILE *f = strcmp(argv[i], "-") ? fopen(argv[i], "r") : stdin;
+	for (int i = argc == 1 ? 0 : 1; i < argc && r == 0; i++) {
+		bool std = i == 0 || !strcmp(argv[i], "-");
+		const char *name = std ? "stdin" : argv[i];
+		FILE *f = std ? stdin : fopen(argv[i], "r");
 
-			if (!f) {
-				fprintf(stderr, "kvctl audit: %s: %s\n", argv[i],
-					strerror(errno));
-				audit_free(a);
-				return EXIT_USAGE;
-			}
-			r = audit_feed_file(a, f);
-			if (f != stdin)
-				fclose(f);
+		if (!f) {
+			fprintf(stderr, "kvctl audit: %s: %s\n", name, strerror(errno));
+			audit_free(a);
+			return EXIT_USAGE;
 		}
-	}
-	if (r < 0) {
-		fprintf(stderr, "kvctl audit: read: %s\n", strerror(-r));
-		audit_free(a);
-		return EXIT_CHECK;
+		r = audit_feed_file(a, f);
+		if (f != stdin)
+			fclose(f);
+		if (r < 0) {
+			fprintf(stderr, "kvctl audit: %s: %s\n", name, strerror(-r));
+			audit_free(a);
+			return EXIT_CHECK;
+		}
 	}
 	r = k->json ? audit_report_json(a, stdout) : audit_report(a, stdout);
 	audit_free(a);

@@ -2,6 +2,7 @@
  * clamping, fingerprint and dtype disagreement, garbage lines, quoting.
  */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,6 +392,43 @@ START_TEST(test_file_feed)
 }
 END_TEST
 
+/* A stream whose read fails after its first line (a file system failing
+ * part way): the cookie's errno comes back, not a generic -EIO. */
+static ssize_t fail_read(void *c, char *buf, size_t n)
+{
+	int *calls = c;
+	static const char line[] = "ts=1 level=info node=n0 event=hello\n";
+
+	if ((*calls)++ || n < sizeof(line) - 1) {
+		errno = ENXIO;
+		return -1;
+	}
+	memcpy(buf, line, sizeof(line) - 1);
+	return (ssize_t)(sizeof(line) - 1);
+}
+
+/* A read error is the read's errno (kvctl audit prints it with the
+ * file's name): a directory is EISDIR, a failure after some lines the
+ * failure's own errno. */
+START_TEST(test_file_errors)
+{
+	cookie_io_functions_t io = { .read = fail_read };
+	struct audit *a;
+	int calls = 0;
+	FILE *f = fopen("/", "r");
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(audit_new(&a), 0);
+	ck_assert_int_eq(audit_feed_file(a, f), -EISDIR);
+	fclose(f);
+	f = fopencookie(&calls, "r", io);
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(audit_feed_file(a, f), -ENXIO);
+	fclose(f);
+	audit_free(a);
+}
+END_TEST
+
 /* Random bytes and mutated capacity lines: counted, never a crash. */
 START_TEST(test_fuzz_lines)
 {
@@ -447,6 +485,7 @@ static Suite *audit_suite(void)
 	tcase_add_test(tc, test_forged_keys);
 	tcase_add_test(tc, test_split_duplicate_key);
 	tcase_add_test(tc, test_file_feed);
+	tcase_add_test(tc, test_file_errors);
 	tcase_add_test(tc, test_fuzz_lines);
 	suite_add_tcase(s, tc);
 	return s;
