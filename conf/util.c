@@ -88,20 +88,92 @@ bool kvd_dir_owner_only(int dfd)
 	return (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
 
+/* The digits s[0..n): 0, -EINVAL when that is not digits only (or
+ * empty), -ERANGE past UINT64_MAX. */
+static int parse_u64_span(const char *s, size_t n, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!n)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (__builtin_mul_overflow(v, 10, &v) ||
+		    __builtin_add_overflow(v, (uint64_t)(s[i] - '0'), &v))
+			return -ERANGE;
+	*out = v;
+	return 0;
+}
+
 int kvd_parse_u64(const char *s, uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
+	return s ? parse_u64_span(s, strlen(s), out) : -EINVAL;
+}
 
-	if (!s || !isdigit((unsigned char)s[0]))
+int kvd_parse_double(const char *s, double *out)
+{
+	size_t i = 0, digits = 0;
+	char *end;
+	double v;
+
+	if (!s)
+		return -EINVAL;
+	/* the grammar first: strtod alone would take space, signs, hex,
+	 * inf and nan */
+	for (; isdigit((unsigned char)s[i]); i++)
+		digits++;
+	if (s[i] == '.')
+		for (i++; isdigit((unsigned char)s[i]); i++)
+			digits++;
+	if (!digits)
+		return -EINVAL;
+	if (s[i] == 'e' || s[i] == 'E') {
+		i += s[i + 1] == '+' || s[i + 1] == '-' ? 2 : 1;
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+		while (isdigit((unsigned char)s[i]))
+			i++;
+	}
+	if (s[i])
 		return -EINVAL;
 	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (*end)
-		return -EINVAL;
-	if (errno)
+	v = strtod(s, &end);
+	if (errno || *end)
 		return -ERANGE;
 	*out = v;
+	return 0;
+}
+
+int kvd_parse_u32_list(const char *s, uint32_t max, uint32_t **out, size_t *n)
+{
+	size_t cap = 1, k = 0;
+	uint32_t *a;
+
+	if (!s)
+		return -EINVAL;
+	for (const char *p = s; *p; p++)
+		cap += *p == ',';
+	a = malloc(cap * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	for (const char *p = s;; p++) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		uint64_t v;
+
+		if (parse_u64_span(p, len, &v) || v > max) {
+			free(a);
+			return -EINVAL;
+		}
+		a[k++] = (uint32_t)v;
+		if (!comma)
+			break;
+		p = comma;
+	}
+	*out = a;
+	*n = k;
 	return 0;
 }
 

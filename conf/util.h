@@ -60,6 +60,15 @@ static inline int kvd_add_size(size_t a, size_t b, size_t *out)
  * -EINVAL when s is not one, -ERANGE past UINT64_MAX. The one number
  * parser of config values, command lines and log fields. */
 int kvd_parse_u64(const char *s, uint64_t *out);
+/* Its counterpart for fractions: a decimal number, digits with an
+ * optional fraction and exponent ("0.7", ".5", "1e-3"; no sign, space,
+ * hex, inf or nan): 0, -EINVAL when s is not one, -ERANGE when it
+ * overflows or underflows a double. The caller judges the range. */
+int kvd_parse_double(const char *s, double *out);
+/* "1,2,3": kvd_parse_u64 numbers <= max separated by single commas (no
+ * empty entry, so no leading or trailing comma; at least one) into a
+ * malloc'd *out of *n entries. 0, -EINVAL (nothing allocated), -ENOMEM. */
+int kvd_parse_u32_list(const char *s, uint32_t max, uint32_t **out, size_t *n);
 
 /* s (n bytes) as a JSON string with its quotes: `"` and `\` escaped,
  * newline, tab and return as \n \t \r, other control bytes and DEL as

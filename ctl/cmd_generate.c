@@ -14,9 +14,14 @@
  * or, for a typed error, {"id":N,"error":"CODE","message":"..",
  * "output_ids":[..]} (tokens received before the error, if any).
  *
- * Exit: 0 final event received, 1 typed error from the server, 2 usage,
- * 69 server unavailable or connection lost. A command, so it prints; the
- * blocking socket code lives here because kvctl has no event loop.
+ * Every value of an option named after a request field is read with the
+ * bounds the server reads the request with (proto_client_request_set): a
+ * bad one is a usage error naming the option and the value.
+ *
+ * Exit: 0 final event received, 1 typed error from the server or out of
+ * memory, 2 usage, 69 server unavailable or connection lost. A command,
+ * so it prints; the blocking socket code lives here because kvctl has no
+ * event loop.
  */
 #include "ctl/cmd_generate.h"
 #include "conf/util.h"
@@ -133,40 +138,18 @@ static void json_ids(FILE *f, const struct gen_out *o)
 	fputc(']', f);
 }
 
-static int parse_tokens(const char *s, struct proto_client_request *q)
-{
-	size_t n = 1;
-	char *end;
-
-	for (const char *p = s; *p; p++)
-		n += *p == ',';
-	q->tokens = calloc(n, sizeof(*q->tokens));
-	if (!q->tokens)
-		return -ENOMEM;
-	q->n_tokens = 0;
-	while (*s) {
-		unsigned long v = strtoul(s, &end, 10);
-
-		if (end == s || v > UINT32_MAX)
-			return -EINVAL;
-		q->tokens[q->n_tokens++] = (uint32_t)v;
-		s = *end == ',' ? end + 1 : end;
-		if (*end && *end != ',')
-			return -EINVAL;
-	}
-	return q->n_tokens ? 0 : -EINVAL;
-}
-
 static void gen_usage(FILE *f)
 {
 	fprintf(f, "usage: kvctl generate --server ADDR (--prompt TEXT | --tokens ID,ID,...)\n"
 		   "       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
 		   "       [--seed S] [--id N] [--json]\n"
 		   "ADDR: host:port or unix:PATH. KVD_API_KEY=KEY: authenticate first (a node with keys).\n"
-		   "Exit: 0 ok, 1 server error, 2 usage, 69 unavailable\n");
+		   "Values are checked with the server's bounds (a bad one: exit 2).\n"
+		   "Exit: 0 ok, 1 server error or out of memory, 2 usage, 69 unavailable\n");
 }
 
-/* Read events until the request's final or error. */
+/* Read events until the request's final or error: 0 (final), 1 (typed
+ * error), EX_UNAVAILABLE_, or -ENOMEM when what came could not be kept. */
 static int gen_loop(int fd, uint64_t id, bool json, struct gen_out *o,
 		    struct proto_client_event *last)
 {
@@ -207,8 +190,10 @@ static int gen_loop(int fd, uint64_t id, bool json, struct gen_out *o,
 				    last->id != id)
 					continue;
 				if (last->type == PROTO_EV_TOKEN) {
-					if (out_token(o, last->token, last->text, last->text_len))
+					if (out_token(o, last->token, last->text, last->text_len)) {
+						rc = -ENOMEM;
 						goto out;
+					}
 					if (!json) {
 						fwrite(last->text, 1, last->text_len, stdout);
 						fflush(stdout);
@@ -217,8 +202,10 @@ static int gen_loop(int fd, uint64_t id, bool json, struct gen_out *o,
 				}
 				rc = last->type == PROTO_EV_FINAL ? 0 : 1;
 				if (rc == 0 && last->fin.text_len) {
-					if (out_token(o, 0, last->fin.text, last->fin.text_len))
+					if (out_token(o, 0, last->fin.text, last->fin.text_len)) {
+						rc = -ENOMEM;
 						goto out;
+					}
 					o->n_ids--;   /* text only, not a token */
 					if (!json)
 						fwrite(last->fin.text, 1, last->fin.text_len, stdout);
@@ -277,45 +264,62 @@ static int gen_frames(const struct proto_client_request *q, char **data, size_t 
 	return 0;
 }
 
-/* The command line into q, *server and *json. 0, 1 after --help (usage
- * on stdout), or -1 after saying what is wrong on stderr; q->tokens may
- * be set either way (the caller frees it). */
+/* --NAME VALUE for the request field NAME ('_' written '-'), with the
+ * server's bounds (proto_client_request_set). 0, or -1 after saying what
+ * is wrong on stderr. */
+static int gen_field(struct proto_client_request *q, const char *name,
+		     const char *value)
+{
+	struct frame_error err;
+	char key[32];
+	size_t i;
+	int rc;
+
+	for (i = 0; name[i] && i + 1 < sizeof(key); i++)
+		key[i] = name[i] == '-' ? '_' : name[i];
+	key[i] = 0;
+	rc = proto_client_request_set(q, key, value, &err);
+	if (rc == -ENOMEM)
+		fprintf(stderr, "kvctl generate: out of memory\n");
+	else if (rc)
+		fprintf(stderr, "kvctl generate: --%s '%s': %s\n", name, value,
+			err.msg);
+	return rc ? -1 : 0;
+}
+
+/* The command line into q, *server and *json: an option named after a
+ * request field (net/PROTOCOL.md s. 1) is that field (gen_field; given
+ * twice, the last counts). 0, 1 after --help (usage on stdout), or -1
+ * after saying what is wrong on stderr; q->tokens may be set either way
+ * (the caller frees it). */
 static int gen_args(int argc, char **argv, struct proto_client_request *q,
 		    const char **server, bool *json)
 {
 	static const struct option opts[] = {
 		{ "server", required_argument, NULL, 'S' },
 		{ "prompt", required_argument, NULL, 'p' },
-		{ "tokens", required_argument, NULL, 'T' },
-		{ "max-tokens", required_argument, NULL, 'n' },
-		{ "temperature", required_argument, NULL, 't' },
-		{ "top-k", required_argument, NULL, 'k' },
-		{ "top-p", required_argument, NULL, 'P' },
-		{ "seed", required_argument, NULL, 's' },
-		{ "id", required_argument, NULL, 'i' },
+		{ "tokens", required_argument, NULL, 'F' },
+		{ "max-tokens", required_argument, NULL, 'F' },
+		{ "temperature", required_argument, NULL, 'F' },
+		{ "top-k", required_argument, NULL, 'F' },
+		{ "top-p", required_argument, NULL, 'F' },
+		{ "seed", required_argument, NULL, 'F' },
+		{ "id", required_argument, NULL, 'F' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int c;
+	int c, li = 0;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, &li)) != -1) {
 		switch (c) {
 		case 'S': *server = optarg; break;
 		case 'p': q->prompt = optarg; break;
-		case 'T':
-			if (parse_tokens(optarg, q)) {
-				fprintf(stderr, "kvctl generate: --tokens: a comma list of ids\n");
+		case 'F':
+			if (gen_field(q, opts[li].name, optarg))
 				return -1;
-			}
 			break;
-		case 'n': q->max_tokens = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 't': q->temperature = strtof(optarg, NULL); break;
-		case 'k': q->top_k = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 'P': q->top_p = strtof(optarg, NULL); break;
-		case 's': q->seed = strtoull(optarg, NULL, 10); break;
-		case 'i': q->id = strtoull(optarg, NULL, 10); break;
 		case 'j': *json = true; break;
 		case 'h': gen_usage(stdout); return 1;
 		default: gen_usage(stderr); return -1;
@@ -390,7 +394,12 @@ int kvctl_cmd_generate(int argc, char **argv)
 	rc = write_all(fd, data, len) ? EX_UNAVAILABLE_ : gen_loop(fd, q.id, json, &o, &last);
 	free(data);
 	close(fd);
-	gen_report(rc, json, q.id, &o, &last);
+	if (rc == -ENOMEM) {
+		fprintf(stderr, "kvctl generate: out of memory\n");
+		rc = 1;
+	} else {
+		gen_report(rc, json, q.id, &o, &last);
+	}
 	free(o.ids);
 	free(o.text);
 	return rc;

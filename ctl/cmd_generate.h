@@ -1,7 +1,8 @@
 /* cmd_generate.h - `kvctl generate`, the client API's command-line client
  * (see ctl/cmd_generate.c for the options and output). argv[0] is the
  * command name. Returns the exit code: 0 ok, 1 typed error from the
- * server, 2 usage, 69 server unavailable. No global state.
+ * server or out of memory, 2 usage (a bad value included), 69 server
+ * unavailable. No global state.
  */
 #pragma once
 

@@ -325,6 +325,56 @@ START_TEST(test_read_not_a_map)
 }
 END_TEST
 
+/* Text (command lines): the same bounds as the msgpack reader, every
+ * value kvd_parse_u64 / kvd_parse_double / kvd_parse_u32_list refuses
+ * refused, an array replaced (the old one freed: ASan, valgrind), and
+ * the field left alone on error. */
+START_TEST(test_read_text)
+{
+	static const struct { const char *key, *text; int want; } cases[] = {
+		{ "small", "1", 0 }, { "small", "10", 0 }, { "small", "0", FRAME_E_RANGE },
+		{ "small", "11", FRAME_E_RANGE }, { "small", "5x", FRAME_E_RANGE },
+		{ "small", " 5", FRAME_E_RANGE }, { "small", "", FRAME_E_RANGE },
+		{ "big", "18446744073709551615", 0 },
+		{ "big", "18446744073709551616", FRAME_E_RANGE },
+		{ "ratio", "1", 0 }, { "ratio", "0.5", 0 }, { "ratio", "0", FRAME_E_RANGE },
+		{ "ratio", "1e-50", FRAME_E_RANGE }, { "ratio", "1.01", FRAME_E_RANGE },
+		{ "ratio", "nan", FRAME_E_RANGE }, { "ratio", "-0.5", FRAME_E_RANGE },
+		{ "ids", "1,2,3", 0 }, { "ids", "1,2,3,4", FRAME_E_RANGE },
+		{ "ids", "1,2,", FRAME_E_RANGE }, { "ids", "4294967296", FRAME_E_RANGE },
+		{ "name", "x", FRAME_E_TYPE }, { "nope", "1", FRAME_E_UNKNOWN },
+	};
+	struct frame_error err;
+	struct rec r = { .small = 7 };
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(cases); i++) {
+		uint32_t small = r.small;
+		int got = proto_schema_read_text(PROTO_FIELDS(rec_fields), cases[i].key,
+						 cases[i].text, &r, &err);
+
+		ck_assert_msg(got == cases[i].want, "%s '%s': %d, want %d",
+			      cases[i].key, cases[i].text, got, cases[i].want);
+		if (got && !strcmp(cases[i].key, "small"))
+			ck_assert_uint_eq(r.small, small);
+	}
+	ck_assert_uint_eq(r.small, 10);
+	ck_assert_uint_eq(r.big, UINT64_MAX);
+	ck_assert(r.ratio == 0.5f);
+	ck_assert_uint_eq(r.n_ids, 3);
+	ck_assert_int_eq(proto_schema_read_text(PROTO_FIELDS(rec_fields), "small",
+						"0", &r, &err), FRAME_E_RANGE);
+	ck_assert_str_eq(err.msg, "not an integer in 1..10");
+	ck_assert_int_eq(proto_schema_read_text(PROTO_FIELDS(rec_fields), "ratio",
+						"2", &r, &err), FRAME_E_RANGE);
+	ck_assert_str_eq(err.msg, "not a number in (0, 1]");
+	ck_assert_int_eq(proto_schema_read_text(PROTO_FIELDS(rec_fields), "ids",
+						"9", &r, &err), 0);
+	ck_assert_uint_eq(r.n_ids, 1);
+	ck_assert_uint_eq(r.ids[0], 9);
+	free(r.ids);
+}
+END_TEST
+
 /* ---- writing ------------------------------------------------------------ */
 
 START_TEST(test_write_roundtrip)
@@ -419,6 +469,7 @@ static Suite *schema_suite(void)
 	tcase_add_test(tc, test_read_absent_nil_unknown_duplicate);
 	tcase_add_test(tc, test_read_partial);
 	tcase_add_test(tc, test_read_not_a_map);
+	tcase_add_test(tc, test_read_text);
 	tcase_add_test(tc, test_write_roundtrip);
 	tcase_add_test(tc, test_write_unterminated_str);
 	suite_add_tcase(s, tc);

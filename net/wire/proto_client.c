@@ -179,6 +179,18 @@ int proto_client_request_parse(const msgpack_object *map,
 	return 0;
 }
 
+int proto_client_request_set(struct proto_client_request *r, const char *key,
+			     const char *text, struct frame_error *err)
+{
+	int ret = proto_schema_read_text(PROTO_FIELDS(request_fields), key,
+					 text, r, err);
+
+	if (ret == FRAME_E_UNKNOWN)
+		ret = proto_schema_read_text(PROTO_FIELDS(request_text_fields),
+					     key, text, r, err);
+	return ret;
+}
+
 void proto_client_request_pack(msgpack_packer *pk,
 			       const struct proto_client_request *r)
 {

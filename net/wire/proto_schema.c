@@ -60,6 +60,20 @@ int proto_schema_str(const msgpack_object *o, const char *key, char *buf,
 
 /* ---- the built-in types --------------------------------------------------- */
 
+/* The bounds, judged the same for a msgpack value and for text. */
+static bool uint_in_range(const struct proto_field *f, uint64_t v)
+{
+	return v >= f->min && v <= f->max;
+}
+
+/* x as the consumer will see it: with lo_open, a tiny positive double
+ * that narrows to lo (0.0f: "nucleus off" for top_p) is out. */
+static bool float_in_range(const struct proto_field *f, double x)
+{
+	return isfinite(x) && x >= f->lo && x <= f->hi &&
+	       !(f->lo_open && (float)x <= (float)f->lo);
+}
+
 static int read_uint(const msgpack_object *o, const struct proto_field *f,
 		     uint64_t *v, struct frame_error *err)
 {
@@ -69,7 +83,7 @@ static int read_uint(const msgpack_object *o, const struct proto_field *f,
 		return proto_schema_fail(err, r, f->key,
 					 "'%s' must be an unsigned integer",
 					 f->key);
-	if (*v < f->min || *v > f->max)
+	if (!uint_in_range(f, *v))
 		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
 					 "'%s'=%llu is outside [%llu, %llu]",
 					 f->key, (unsigned long long)*v,
@@ -78,8 +92,6 @@ static int read_uint(const msgpack_object *o, const struct proto_field *f,
 	return 0;
 }
 
-/* Judge the value the consumer will see: with lo_open, a tiny positive
- * double that narrows to lo (0.0f: "nucleus off" for top_p) is refused. */
 static int read_float(const msgpack_object *o, const struct proto_field *f,
 		      float *v, struct frame_error *err)
 {
@@ -93,7 +105,7 @@ static int read_float(const msgpack_object *o, const struct proto_field *f,
 		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
 					 "'%s'=%g is outside [%g, %g]", f->key,
 					 x, f->lo, f->hi);
-	if (f->lo_open && (float)x <= (float)f->lo)
+	if (!float_in_range(f, x))
 		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
 					 "'%s' must be in (%g, %g]", f->key,
 					 f->lo, f->hi);
@@ -174,6 +186,89 @@ static int read_value(const msgpack_object *o, const struct proto_field *f,
 	}
 	return proto_schema_fail(err, FRAME_E_TYPE, f->key,
 				 "'%s' has no reader", f->key);
+}
+
+/* ---- values written out (command lines) ------------------------------------ */
+
+/* "1,2,3" into the array at f->offset and its count, replacing (and
+ * freeing) the array there. */
+static int text_u32_array(const struct proto_field *f, const char *text,
+			  char *out, struct frame_error *err)
+{
+	uint32_t *a, *old;
+	uint32_t n32;
+	size_t n;
+	int r = kvd_parse_u32_list(text, UINT32_MAX, &a, &n);
+
+	if (r == -ENOMEM)
+		return r;
+	if (!r && n > f->max)
+		free(a);
+	if (r || n > f->max)
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "not 1..%llu integers in 0..%u separated by commas",
+					 (unsigned long long)f->max, UINT32_MAX);
+	memcpy(&old, out + f->offset, sizeof(old));
+	free(old);
+	n32 = (uint32_t)n;
+	memcpy(out + f->offset, &a, sizeof(a));
+	memcpy(out + f->count_offset, &n32, sizeof(n32));
+	return 0;
+}
+
+/* A number: kvd_parse_u64 or kvd_parse_double, then the field's bounds. */
+static int text_number(const struct proto_field *f, const char *text,
+		       char *dst, struct frame_error *err)
+{
+	uint64_t u;
+	uint32_t u32;
+	double x;
+	float v;
+
+	if (f->type == PROTO_F_FLOAT) {
+		if (kvd_parse_double(text, &x) || !float_in_range(f, x))
+			return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+						 "not a number in %c%g, %g]",
+						 f->lo_open ? '(' : '[', f->lo, f->hi);
+		v = (float)x;
+		memcpy(dst, &v, sizeof(v));
+		return 0;
+	}
+	if (kvd_parse_u64(text, &u) || !uint_in_range(f, u))
+		return proto_schema_fail(err, FRAME_E_RANGE, f->key,
+					 "not an integer in %llu..%llu",
+					 (unsigned long long)f->min,
+					 (unsigned long long)f->max);
+	u32 = (uint32_t)u;
+	if (f->type == PROTO_F_U32)
+		memcpy(dst, &u32, sizeof(u32));
+	else
+		memcpy(dst, &u, sizeof(u));
+	return 0;
+}
+
+int proto_schema_read_text(const struct proto_field *fields, size_t n,
+			   const char *key, const char *text, void *out,
+			   struct frame_error *err)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct proto_field *f = &fields[i];
+
+		if (strcmp(f->key, key))
+			continue;
+		switch (f->type) {
+		case PROTO_F_U32:
+		case PROTO_F_U64:
+		case PROTO_F_FLOAT:
+			return text_number(f, text, (char *)out + f->offset, err);
+		case PROTO_F_U32_ARRAY:
+			return text_u32_array(f, text, out, err);
+		default:
+			return proto_schema_fail(err, FRAME_E_TYPE, key,
+						 "'%s' is not read from text", key);
+		}
+	}
+	return proto_schema_fail(err, FRAME_E_UNKNOWN, key, "no field '%s'", key);
 }
 
 /* ---- the walk ------------------------------------------------------------- */

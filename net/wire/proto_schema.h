@@ -104,6 +104,18 @@ int proto_schema_read(const msgpack_object *map,
 		      const struct proto_field *fields, size_t n, void *out,
 		      struct frame_error *err);
 
+/* One field written out as on a command line: the field `key` of
+ * fields[0..n) from text, with the bounds the msgpack reader takes it
+ * with (kvd_parse_u64 for U32 and U64, kvd_parse_double for FLOAT,
+ * kvd_parse_u32_list "1,2,3" for U32_ARRAY, which replaces and frees the
+ * array there). 0; FRAME_E_RANGE with err->msg saying what the value must
+ * be ("not an integer in 1..1048576"), which the caller prints after the
+ * option and the value; FRAME_E_TYPE for a type not read from text,
+ * FRAME_E_UNKNOWN for a key not in the table; -ENOMEM. */
+int proto_schema_read_text(const struct proto_field *fields, size_t n,
+			   const char *key, const char *text, void *out,
+			   struct frame_error *err);
+
 /* The other direction, for messages whose writer is their table: how
  * many map entries proto_schema_write() packs for `in`, and the packing
  * (key, value; in table order; STR as the bytes before the first NUL,

@@ -1,0 +1,114 @@
+/* test_util.c - conf/util's parsers: kvd_parse_u64 (digits only),
+ * kvd_parse_double (a decimal number, no sign, space, hex, inf or nan)
+ * and kvd_parse_u32_list (numbers separated by single commas).
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/util.h"
+
+START_TEST(test_parse_u64)
+{
+	static const struct { const char *s; int rc; uint64_t v; } cases[] = {
+		{ "0", 0, 0 }, { "42", 0, 42 }, { "007", 0, 7 },
+		{ "18446744073709551615", 0, UINT64_MAX },
+		{ "18446744073709551616", -ERANGE, 0 },
+		{ "99999999999999999999", -ERANGE, 0 },
+		{ "", -EINVAL, 0 }, { "-1", -EINVAL, 0 }, { "+1", -EINVAL, 0 },
+		{ " 1", -EINVAL, 0 }, { "1 ", -EINVAL, 0 }, { "0x10", -EINVAL, 0 },
+		{ "1.5", -EINVAL, 0 }, { "1e3", -EINVAL, 0 }, { "abc", -EINVAL, 0 },
+	};
+	uint64_t v;
+
+	ck_assert_int_eq(kvd_parse_u64(NULL, &v), -EINVAL);
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(cases); i++) {
+		int rc = kvd_parse_u64(cases[i].s, &v);
+
+		ck_assert_msg(rc == cases[i].rc, "'%s': %d", cases[i].s, rc);
+		if (!rc)
+			ck_assert_uint_eq(v, cases[i].v);
+	}
+}
+END_TEST
+
+START_TEST(test_parse_double)
+{
+	static const struct { const char *s; int rc; double v; } cases[] = {
+		{ "0", 0, 0.0 }, { "0.7", 0, 0.7 }, { ".5", 0, 0.5 }, { "5.", 0, 5.0 },
+		{ "100", 0, 100.0 }, { "1e-3", 0, 1e-3 }, { "2E+2", 0, 200.0 },
+		{ "1e-50", 0, 1e-50 },
+		{ "1e999", -ERANGE, 0 }, { "1e-999", -ERANGE, 0 },
+		{ "", -EINVAL, 0 }, { ".", -EINVAL, 0 }, { "-1", -EINVAL, 0 },
+		{ "+1", -EINVAL, 0 }, { " 1", -EINVAL, 0 }, { "1 ", -EINVAL, 0 },
+		{ "nan", -EINVAL, 0 }, { "inf", -EINVAL, 0 }, { "0x1p3", -EINVAL, 0 },
+		{ "1e", -EINVAL, 0 }, { "1e+", -EINVAL, 0 }, { "1.2.3", -EINVAL, 0 },
+		{ "1,5", -EINVAL, 0 }, { "e3", -EINVAL, 0 },
+	};
+	double v;
+
+	ck_assert_int_eq(kvd_parse_double(NULL, &v), -EINVAL);
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(cases); i++) {
+		int rc = kvd_parse_double(cases[i].s, &v);
+
+		ck_assert_msg(rc == cases[i].rc, "'%s': %d", cases[i].s, rc);
+		if (!rc)
+			ck_assert_msg(v == cases[i].v, "'%s': %g", cases[i].s, v);
+	}
+}
+END_TEST
+
+START_TEST(test_parse_u32_list)
+{
+	static const char *const bad[] = {
+		"", ",", "1,", ",1", "1,,2", "1, 2", " 1", "x", "-1", "1;2",
+		"101", "1,101", "99999999999999999999",
+	};
+	uint32_t *a = NULL;
+	size_t n = 0;
+
+	ck_assert_int_eq(kvd_parse_u32_list("7", 100, &a, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(a[0], 7);
+	free(a);
+	ck_assert_int_eq(kvd_parse_u32_list("0,100,3", 100, &a, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_uint_eq(a[0], 0);
+	ck_assert_uint_eq(a[1], 100);
+	ck_assert_uint_eq(a[2], 3);
+	free(a);
+	ck_assert_int_eq(kvd_parse_u32_list("4294967295", UINT32_MAX, &a, &n), 0);
+	ck_assert_uint_eq(a[0], UINT32_MAX);
+	free(a);
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(bad); i++) {
+		a = NULL;
+		ck_assert_msg(kvd_parse_u32_list(bad[i], 100, &a, &n) == -EINVAL,
+			      "'%s' taken", bad[i]);
+		ck_assert_ptr_null(a);
+	}
+}
+END_TEST
+
+static Suite *util_suite(void)
+{
+	Suite *s = suite_create("util");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_parse_u64);
+	tcase_add_test(tc, test_parse_double);
+	tcase_add_test(tc, test_parse_u32_list);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(util_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
