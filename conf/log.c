@@ -133,38 +133,11 @@ void kvlog__emit(struct kvlog *lg, int level, const char *event,
 		return;
 }
 
-/* Length of the valid UTF-8 sequence at p (1 for ASCII), 0 when p does
- * not start one: overlongs, surrogates and code points past U+10FFFF are
- * invalid. p is NUL-terminated, and NUL is never a continuation byte. */
+/* kvd_utf8_len on the NUL-terminated string at p (NUL is never a
+ * continuation byte, so a character the string ends inside is invalid). */
 static size_t utf8_len(const unsigned char *p)
 {
-	unsigned char c = p[0], lo = 0x80, hi = 0xbf;
-	size_t len;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		len = 2;
-	else if (c >= 0xe0 && c <= 0xef)
-		len = 3;
-	else if (c >= 0xf0 && c <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	if (c == 0xe0)
-		lo = 0xa0;
-	else if (c == 0xed)
-		hi = 0x9f;
-	else if (c == 0xf0)
-		lo = 0x90;
-	else if (c == 0xf4)
-		hi = 0x8f;
-	if (p[1] < lo || p[1] > hi)
-		return 0;
-	for (size_t i = 2; i < len; i++)
-		if (p[i] < 0x80 || p[i] > 0xbf)
-			return 0;
-	return len;
+	return kvd_utf8_len((const char *)p, strnlen((const char *)p, 4));
 }
 
 static bool quote_bare_char(const unsigned char *p)

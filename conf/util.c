@@ -177,11 +177,51 @@ int kvd_parse_u32_list(const char *s, uint32_t max, uint32_t **out, size_t *n)
 	return 0;
 }
 
+size_t kvd_utf8_len(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	unsigned char c, lo = 0x80, hi = 0xbf;
+	size_t len;
+
+	if (!n)
+		return 0;
+	c = p[0];
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	/* the second byte's range rules out overlongs, surrogates and
+	 * code points past U+10FFFF */
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (p[1] < lo || p[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (p[i] < 0x80 || p[i] > 0xbf)
+			return 0;
+	return len;
+}
+
 void kvd_json_str(FILE *out, const char *s, size_t n)
 {
 	fputc('"', out);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n;) {
 		unsigned char c = (unsigned char)s[i];
+		size_t len = kvd_utf8_len(s + i, n - i);
 
 		if (c == '"' || c == '\\')
 			fprintf(out, "\\%c", c);
@@ -191,10 +231,14 @@ void kvd_json_str(FILE *out, const char *s, size_t n)
 			fputs("\\t", out);
 		else if (c == '\r')
 			fputs("\\r", out);
-		else if (c < 0x20 || c == 0x7f)
+		else if (c < 0x20 || c == 0x7f || len == 0)
 			fprintf(out, "\\u%04x", c);
-		else
-			fputc(c, out);
+		else {
+			fwrite(s + i, 1, len, out);
+			i += len;
+			continue;
+		}
+		i++;
 	}
 	fputc('"', out);
 }

@@ -70,9 +70,18 @@ int kvd_parse_double(const char *s, double *out);
  * malloc'd *out of *n entries. 0, -EINVAL (nothing allocated), -ENOMEM. */
 int kvd_parse_u32_list(const char *s, uint32_t max, uint32_t **out, size_t *n);
 
+/* The length of the valid UTF-8 character at s (n bytes left; 1 for
+ * ASCII, NUL included), 0 when s does not start one: overlongs,
+ * surrogates, code points past U+10FFFF and a character cut by n are
+ * invalid. Reads no byte past the first one that is wrong. */
+size_t kvd_utf8_len(const char *s, size_t n);
+
 /* s (n bytes) as a JSON string with its quotes: `"` and `\` escaped,
  * newline, tab and return as \n \t \r, other control bytes and DEL as
- * \u00XX, every other byte as it is. */
+ * \u00XX, a valid UTF-8 character as it is, and each byte that is not
+ * part of one as \u00XX (its value as a code point: a character split
+ * across tokens comes out byte by byte), so the output is valid JSON
+ * whatever s holds. The one JSON string writer of kvd and kvctl. */
 void kvd_json_str(FILE *out, const char *s, size_t n);
 
 /* Monotonic clock in nanoseconds. */

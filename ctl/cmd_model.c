@@ -297,21 +297,6 @@ static int model_make(int argc, char **argv)
 
 /* ---- inspect --------------------------------------------------------------- */
 
-static void json_str(const char *s, size_t n)
-{
-	putchar('"');
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
-	}
-	putchar('"');
-}
-
 struct inspect {
 	const char *path;
 	struct gguf_file *f;
@@ -375,14 +360,14 @@ static void inspect_json(const struct inspect *in)
 	bool first = true;
 
 	printf("{\"file\":");
-	json_str(in->path, strlen(in->path));
+	kvd_json_str(stdout, in->path, strlen(in->path));
 	printf(",\"version\":%u,\"size\":%zu,\"n_kv\":%" PRIu64 ",\"n_tensors\":%" PRIu64
 	       ",\"alignment\":%" PRIu64 ",\"name\":",
 	       in->f->version, in->f->size, in->f->n_kv, in->f->n_tensors,
 	       in->f->alignment);
-	json_str(in->name.ptr ? in->name.ptr : "", in->name.len);
+	kvd_json_str(stdout, in->name.ptr ? in->name.ptr : "", in->name.len);
 	printf(",\"architecture\":");
-	json_str(hp->arch, strlen(hp->arch));
+	kvd_json_str(stdout, hp->arch, strlen(hp->arch));
 	printf(",\"n_layer\":%u,\"n_embd\":%u,\"n_head\":%u,\"n_head_kv\":%u,"
 	       "\"head_dim\":%u,\"n_ff\":%u,\"n_vocab\":%u,\"n_ctx_train\":%u,"
 	       "\"rope_dim\":%u,\"rope_freq_base\":%g,\"rope_freq_scale\":%g,"
@@ -390,7 +375,7 @@ static void inspect_json(const struct inspect *in)
 	       hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim,
 	       hp->n_ff, hp->n_vocab, hp->n_ctx_train, hp->rope_dim,
 	       hp->rope_freq_base, hp->rope_freq_scale, hp->norm_eps);
-	json_str(in->tok_model.ptr ? in->tok_model.ptr : "", in->tok_model.len);
+	kvd_json_str(stdout, in->tok_model.ptr ? in->tok_model.ptr : "", in->tok_model.len);
 	printf(",\"n_params\":%" PRIu64 ",\"weight_bytes\":%" PRIu64 ",\"tensor_types\":{",
 	       in->n_params, in->weight_bytes);
 	for (int t = 0; t < 64; t++) {

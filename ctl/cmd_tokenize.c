@@ -104,33 +104,6 @@ static int read_file(const char *path, char **buf, size_t *len)
 	return 0;
 }
 
-static void json_bytes(const char *s, size_t n)
-{
-	putchar('"');
-	for (size_t i = 0; i < n;) {
-		unsigned char c = (unsigned char)s[i];
-		if (c == '"' || c == '\\') {
-			printf("\\%c", c);
-			i++;
-		} else if (c < 0x20) {
-			printf("\\u%04x", c);
-			i++;
-		} else if (c < 0x80 || !tokenizer_utf8_valid(s + i,
-			   KVD_MIN(n - i, (size_t)(c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2)))) {
-			if (c < 0x80)
-				putchar(c);
-			else
-				printf("\\u%04x", c);
-			i++;
-		} else {
-			size_t l = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
-			fwrite(s + i, 1, l, stdout);
-			i += l;
-		}
-	}
-	putchar('"');
-}
-
 /* tokenize's command line */
 struct tok_args {
 	const char *path, *text, *file;
@@ -184,7 +157,7 @@ static void tokenize_print(const struct tokenizer *t, const int32_t *ids,
 			tokenizer_piece(t, ids[i], &p, &pl);
 			if (i)
 				putchar(',');
-			json_bytes(p, pl);
+			kvd_json_str(stdout, p, pl);
 		}
 		fputs("]}\n", stdout);
 	} else {

@@ -1,9 +1,12 @@
 /* test_util.c - conf/util's parsers: kvd_parse_u64 (digits only),
  * kvd_parse_double (a decimal number, no sign, space, hex, inf or nan)
- * and kvd_parse_u32_list (numbers separated by single commas).
+ * and kvd_parse_u32_list (numbers separated by single commas); its UTF-8
+ * and JSON: kvd_utf8_len (every class of invalid sequence) and
+ * kvd_json_str (each escape; invalid bytes as \u00XX, never raw).
  */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,6 +93,68 @@ START_TEST(test_parse_u32_list)
 }
 END_TEST
 
+START_TEST(test_utf8_len)
+{
+	static const struct { const char *s; size_t n, want; } cases[] = {
+		{ "a", 1, 1 }, { "", 1, 1 },                   /* NUL is ASCII */
+		{ "\xc3\xbc", 2, 2 }, { "\xe2\x82\xac", 3, 3 },
+		{ "\xf0\x9f\x98\x80", 4, 4 }, { "\xf4\x8f\xbf\xbf", 4, 4 },
+		{ "\xc3\xbc", 1, 0 },                          /* cut by n */
+		{ "\xe2\x82", 2, 0 }, { "\xe2\x82", 3, 0 },   /* cut by NUL */
+		{ "\x80", 1, 0 }, { "\xbf", 1, 0 },            /* lone continuation */
+		{ "\xc0\x80", 2, 0 }, { "\xc1\xbf", 2, 0 },   /* overlong */
+		{ "\xe0\x9f\xbf", 3, 0 }, { "\xf0\x8f\xbf\xbf", 4, 0 },
+		{ "\xed\xa0\x80", 3, 0 },                      /* surrogate */
+		{ "\xf4\x90\x80\x80", 4, 0 }, { "\xf5\x80\x80\x80", 4, 0 },
+		{ "\xff", 1, 0 }, { "\xc3\x28", 2, 0 },
+	};
+
+	ck_assert_uint_eq(kvd_utf8_len("a", 0), 0);
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(cases); i++)
+		ck_assert_msg(kvd_utf8_len(cases[i].s, cases[i].n) == cases[i].want,
+			      "case %zu", i);
+}
+END_TEST
+
+static char *json_of(const char *s, size_t n)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	ck_assert_ptr_nonnull(f);
+	kvd_json_str(f, s, n);
+	fclose(f);
+	return buf;
+}
+
+START_TEST(test_json_str)
+{
+	static const struct { const char *s; size_t n; const char *want; } cases[] = {
+		{ "plain", 5, "\"plain\"" },
+		{ "q\"b\\", 4, "\"q\\\"b\\\\\"" },
+		{ "\n\t\r", 3, "\"\\n\\t\\r\"" },
+		{ "\x01\x1f\x7f", 3, "\"\\u0001\\u001f\\u007f\"" },
+		{ "a\0b", 3, "\"a\\u0000b\"" },
+		{ "gr\xc3\xbc\xc3\x9f \xe2\x82\xac \xf0\x9f\x98\x80", 15,
+		  "\"gr\xc3\xbc\xc3\x9f \xe2\x82\xac \xf0\x9f\x98\x80\"" },
+		/* bytes of no valid character: each as \u00XX */
+		{ "\xff\xfe", 2, "\"\\u00ff\\u00fe\"" },
+		{ "\xe2\x82", 2, "\"\\u00e2\\u0082\"" },      /* a cut character */
+		{ "\xed\xa0\x80", 3, "\"\\u00ed\\u00a0\\u0080\"" },
+		{ "\xc0\x80x", 3, "\"\\u00c0\\u0080x\"" },
+		{ "", 0, "\"\"" },
+	};
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(cases); i++) {
+		char *got = json_of(cases[i].s, cases[i].n);
+
+		ck_assert_msg(!strcmp(got, cases[i].want), "case %zu: %s", i, got);
+		free(got);
+	}
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
 	Suite *s = suite_create("util");
@@ -98,6 +163,8 @@ static Suite *util_suite(void)
 	tcase_add_test(tc, test_parse_u64);
 	tcase_add_test(tc, test_parse_double);
 	tcase_add_test(tc, test_parse_u32_list);
+	tcase_add_test(tc, test_utf8_len);
+	tcase_add_test(tc, test_json_str);
 	suite_add_tcase(s, tc);
 	return s;
 }

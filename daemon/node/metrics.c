@@ -21,6 +21,7 @@
  * tenant name cannot end a label value or forge a line.
  */
 #include "daemon/node/metrics.h"
+#include "conf/util.h"
 #include "daemon/node/daemon.h"
 #include "gpu/kv/pcache.h"
 #include "kvd_build.h"
@@ -191,39 +192,6 @@ void kvd_metrics_xfer_time(struct kvd_metrics *m, int dir, uint64_t ns)
 
 /* ---- escaping -------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 character at s (n bytes left), 0 if none. */
-static size_t utf8_char(const unsigned char *s, size_t n)
-{
-	size_t len;
-	uint32_t cp;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xC2 && s[0] <= 0xDF) {
-		len = 2;
-		cp = s[0] & 0x1F;
-	} else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
-		len = 3;
-		cp = s[0] & 0x0F;
-	} else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
-		len = 4;
-		cp = s[0] & 0x07;
-	} else {
-		return 0;
-	}
-	if (n < len)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (s[i] & 0x3F);
-	}
-	if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-	    (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-		return 0;
-	return len;
-}
-
 size_t kvd_metrics_escape(const char *in, char *out, size_t outsz)
 {
 	const unsigned char *s = (const unsigned char *)in;
@@ -231,7 +199,7 @@ size_t kvd_metrics_escape(const char *in, char *out, size_t outsz)
 	bool full = outsz == 0;
 
 	for (size_t i = 0; i < n;) {
-		size_t l = utf8_char(s + i, n - i);
+		size_t l = kvd_utf8_len(in + i, n - i);
 		const char *piece = (const char *)s + i;
 		size_t pl = l;
 
