@@ -242,3 +242,39 @@ void kvd_json_str(FILE *out, const char *s, size_t n)
 	}
 	fputc('"', out);
 }
+
+void kvd_json_u32s(FILE *out, const uint32_t *ids, size_t n)
+{
+	fputc('[', out);
+	for (size_t i = 0; i < n; i++)
+		fprintf(out, "%s%u", i ? "," : "", ids[i]);
+	fputc(']', out);
+}
+
+int kvd_buf_add(struct kvd_buf *b, const void *s, size_t n)
+{
+	size_t need;
+
+	if (kvd_add_size(b->len, n, &need) || kvd_add_size(need, 1, &need))
+		return -ENOMEM;
+	if (need > b->cap) {
+		size_t cap = KVD_MAX(KVD_MAX(need, (size_t)64), b->cap * 2);
+		char *p = realloc(b->p, cap);
+
+		if (!p)
+			return -ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+void kvd_buf_deinit(struct kvd_buf *b)
+{
+	free(b->p);
+	*b = (struct kvd_buf)KVD_BUF_NULL;
+}

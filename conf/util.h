@@ -84,6 +84,25 @@ size_t kvd_utf8_len(const char *s, size_t n);
  * whatever s holds. The one JSON string writer of kvd and kvctl. */
 void kvd_json_str(FILE *out, const char *s, size_t n);
 
+/* ids (n) as a JSON array of numbers: [1,2,3]. (Token ids held as
+ * int32_t are never negative once checked: their uint32_t view prints
+ * the same.) */
+void kvd_json_u32s(FILE *out, const uint32_t *ids, size_t n);
+
+/* A growing buffer: p holds len bytes, then a NUL (so text added to it
+ * is a C string; an array of fixed-size entries added one by one stays
+ * aligned for them, p being malloc's); cap bytes allocated. Owned by its
+ * holder; KVD_BUF_NULL is empty (p NULL until the first add). */
+struct kvd_buf {
+	char *p;
+	size_t len, cap;
+};
+#define KVD_BUF_NULL { NULL, 0, 0 }
+/* Append n bytes of s: 0, or -ENOMEM with b unchanged. */
+int kvd_buf_add(struct kvd_buf *b, const void *s, size_t n);
+/* Free p and empty b (safe twice). */
+void kvd_buf_deinit(struct kvd_buf *b);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t kvd_now_ns(void);
 /* Wall clock in nanoseconds since the epoch. */

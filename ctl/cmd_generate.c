@@ -43,10 +43,8 @@
 #define EX_UNAVAILABLE_ 69
 
 struct gen_out {
-	uint32_t *ids;         /* (n_ids, cap_ids) output token ids */
-	size_t n_ids, cap_ids;
-	char *text;            /* (n_text, cap_text) bytes, NUL-terminated */
-	size_t n_text, cap_text;
+	struct kvd_buf ids;    /* uint32_t output token ids, (len / 4) */
+	struct kvd_buf text;   /* the text, NUL-terminated */
 };
 
 static int gen_connect(const char *addr)
@@ -103,39 +101,12 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
+/* A token's id and text kept: 0 or -ENOMEM. */
 static int out_token(struct gen_out *o, uint32_t id, const char *t, size_t n)
 {
-	if (o->n_ids == o->cap_ids) {
-		size_t cap = o->cap_ids ? o->cap_ids * 2 : 64;
-		uint32_t *p = realloc(o->ids, cap * sizeof(*p));
+	int rc = kvd_buf_add(&o->ids, &id, sizeof(id));
 
-		if (!p)
-			return -ENOMEM;
-		o->ids = p;
-		o->cap_ids = cap;
-	}
-	o->ids[o->n_ids++] = id;
-	if (o->n_text + n + 1 > o->cap_text) {
-		size_t cap = KVD_MAX(o->cap_text * 2, o->n_text + n + 256);
-		char *p = realloc(o->text, cap);
-
-		if (!p)
-			return -ENOMEM;
-		o->text = p;
-		o->cap_text = cap;
-	}
-	memcpy(o->text + o->n_text, t, n);
-	o->n_text += n;
-	o->text[o->n_text] = 0;
-	return 0;
-}
-
-static void json_ids(FILE *f, const struct gen_out *o)
-{
-	fputs("\"output_ids\":[", f);
-	for (size_t i = 0; i < o->n_ids; i++)
-		fprintf(f, "%s%u", i ? "," : "", o->ids[i]);
-	fputc(']', f);
+	return rc ? rc : kvd_buf_add(&o->text, t, n);
 }
 
 static void gen_usage(FILE *f)
@@ -202,11 +173,11 @@ static int gen_loop(int fd, uint64_t id, bool json, struct gen_out *o,
 				}
 				rc = last->type == PROTO_EV_FINAL ? 0 : 1;
 				if (rc == 0 && last->fin.text_len) {
-					if (out_token(o, 0, last->fin.text, last->fin.text_len)) {
+					/* text only, not a token */
+					if (kvd_buf_add(&o->text, last->fin.text, last->fin.text_len)) {
 						rc = -ENOMEM;
 						goto out;
 					}
-					o->n_ids--;   /* text only, not a token */
 					if (!json)
 						fwrite(last->fin.text, 1, last->fin.text_len, stdout);
 				}
@@ -339,10 +310,11 @@ static void gen_report(int rc, bool json, uint64_t id, const struct gen_out *o,
 		       const struct proto_client_event *last)
 {
 	if (json && rc != EX_UNAVAILABLE_) {
-		printf("{\"id\":%llu,", (unsigned long long)id);
-		json_ids(stdout, o);
+		printf("{\"id\":%llu,\"output_ids\":", (unsigned long long)id);
+		kvd_json_u32s(stdout, (const uint32_t *)o->ids.p,
+			      o->ids.len / sizeof(uint32_t));
 		printf(",\"text\":");
-		kvd_json_str(stdout, o->text ? o->text : "", o->n_text);
+		kvd_json_str(stdout, o->text.p ? o->text.p : "", o->text.len);
 		if (rc == 0)
 			printf(",\"finish_reason\":\"%s\",\"prompt_tokens\":%u,\"output_tokens\":%u,\"ttft_us\":%llu,\"total_us\":%llu}\n",
 			       last->fin.finish_reason, last->fin.prompt_tokens,
@@ -366,7 +338,7 @@ int kvctl_cmd_generate(int argc, char **argv)
 {
 	struct proto_client_request q = PROTO_CLIENT_REQUEST_NULL;
 	struct proto_client_event last;
-	struct gen_out o = { 0 };
+	struct gen_out o = { KVD_BUF_NULL, KVD_BUF_NULL };
 	const char *server = NULL;
 	bool json = false;
 	char *data = NULL;
@@ -400,7 +372,7 @@ int kvctl_cmd_generate(int argc, char **argv)
 	} else {
 		gen_report(rc, json, q.id, &o, &last);
 	}
-	free(o.ids);
-	free(o.text);
+	kvd_buf_deinit(&o.ids);
+	kvd_buf_deinit(&o.text);
 	return rc;
 }

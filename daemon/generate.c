@@ -69,29 +69,6 @@ struct gen_opts {
 	const char *cache_dir;  /* --cache-dir: fingerprint and repack cache */
 };
 
-/* A growing byte buffer for --json's text. */
-struct gen_buf {
-	char *p;
-	size_t len, cap;
-};
-
-static int buf_add(struct gen_buf *b, const char *s, size_t n)
-{
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = (b->len + n + 1) * 2;
-		char *p = realloc(b->p, cap);
-
-		if (!p)
-			return -ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
-
 static void usage(FILE *out)
 {
 	fprintf(out,
@@ -265,14 +242,6 @@ static int parse_ids(const char *s, int32_t **out, size_t *n)
 	return 0;
 }
 
-static void json_ids(FILE *out, const int32_t *ids, size_t n)
-{
-	fputc('[', out);
-	for (size_t i = 0; i < n; i++)
-		fprintf(out, "%s%d", i ? "," : "", ids[i]);
-	fputc(']', out);
-}
-
 /* Everything the run holds; generate_cleanup() frees what is set. */
 struct gen_run;
 static void json_timings(FILE *out, const struct gen_run *g,
@@ -288,7 +257,7 @@ struct gen_run {
 	struct engine_req *req;
 	int32_t *prompt;
 	size_t n_prompt;
-	struct gen_buf text;
+	struct kvd_buf text;    /* --json's text */
 	uint64_t t_submit, t_first, t_last; /* kvd_now_ns() */
 	uint32_t n_gen;
 };
@@ -306,7 +275,7 @@ static void gen_cleanup(struct gen_run *g)
 	tokenizer_free(g->tok);
 	model_free(g->model);
 	free(g->prompt);
-	free(g->text.p);
+	kvd_buf_deinit(&g->text);
 }
 
 static int emit(struct gen_run *g, const struct gen_opts *o, const char *s,
@@ -315,7 +284,7 @@ static int emit(struct gen_run *g, const struct gen_opts *o, const char *s,
 	if (!n)
 		return 0;
 	if (o->json)
-		return buf_add(&g->text, s, n);
+		return kvd_buf_add(&g->text, s, n);
 	if (fwrite(s, 1, n, stdout) != n)
 		return -EIO;
 	fflush(stdout);
@@ -550,10 +519,11 @@ static void gen_json(const struct gen_run *g, const struct gen_opts *o,
 	uint32_t n;
 	const int32_t *ids = engine_req_tokens(g->req, &n);
 
+	/* ids the engine took: none is negative */
 	fputs("{\"prompt_ids\":", stdout);
-	json_ids(stdout, ids, g->n_prompt);
+	kvd_json_u32s(stdout, (const uint32_t *)ids, g->n_prompt);
 	fputs(",\"output_ids\":", stdout);
-	json_ids(stdout, ids + g->n_prompt, n - g->n_prompt);
+	kvd_json_u32s(stdout, (const uint32_t *)ids + g->n_prompt, n - g->n_prompt);
 	fputs(",\"text\":", stdout);
 	kvd_json_str(stdout, g->text.p ? g->text.p : "", g->text.len);
 	fprintf(stdout, ",\"finish_reason\":\"%s\",\"timings\":",

@@ -2,7 +2,9 @@
  * kvd_parse_double (a decimal number, no sign, space, hex, inf or nan)
  * and kvd_parse_u32_list (numbers separated by single commas); its UTF-8
  * and JSON: kvd_utf8_len (every class of invalid sequence) and
- * kvd_json_str (each escape; invalid bytes as \u00XX, never raw).
+ * kvd_json_str (each escape; invalid bytes as \u00XX, never raw),
+ * kvd_json_u32s; kvd_buf (text and fixed-size entries, always
+ * NUL-terminated, growth, deinit twice).
  */
 #include <check.h>
 #include <errno.h>
@@ -155,6 +157,49 @@ START_TEST(test_json_str)
 }
 END_TEST
 
+START_TEST(test_json_u32s)
+{
+	static const uint32_t ids[] = { 0, 7, UINT32_MAX };
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	kvd_json_u32s(f, ids, 0);
+	kvd_json_u32s(f, ids, 1);
+	kvd_json_u32s(f, ids, 3);
+	fclose(f);
+	ck_assert_str_eq(buf, "[][0][0,7,4294967295]");
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_buf)
+{
+	struct kvd_buf t = KVD_BUF_NULL, a = KVD_BUF_NULL;
+
+	ck_assert_int_eq(kvd_buf_add(&t, "", 0), 0);
+	ck_assert_str_eq(t.p, "");
+	for (int i = 0; i < 1000; i++)
+		ck_assert_int_eq(kvd_buf_add(&t, "abc", 3), 0);
+	ck_assert_uint_eq(t.len, 3000);
+	ck_assert_uint_eq(strlen(t.p), 3000);
+	ck_assert(t.cap > t.len);
+	ck_assert_int_eq(memcmp(t.p + 2997, "abc", 4), 0);   /* and the NUL */
+	for (uint32_t i = 0; i < 1000; i++)
+		ck_assert_int_eq(kvd_buf_add(&a, &i, sizeof(i)), 0);
+	ck_assert_uint_eq(a.len, 1000 * sizeof(uint32_t));
+	for (uint32_t i = 0; i < 1000; i++)
+		ck_assert_uint_eq(((const uint32_t *)a.p)[i], i);
+	ck_assert_int_eq(kvd_buf_add(&a, "x", SIZE_MAX), -ENOMEM);
+	ck_assert_uint_eq(a.len, 1000 * sizeof(uint32_t));
+	kvd_buf_deinit(&t);
+	kvd_buf_deinit(&t);
+	ck_assert_ptr_null(t.p);
+	ck_assert_uint_eq(t.len, 0);
+	kvd_buf_deinit(&a);
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
 	Suite *s = suite_create("util");
@@ -165,6 +210,8 @@ static Suite *util_suite(void)
 	tcase_add_test(tc, test_parse_u32_list);
 	tcase_add_test(tc, test_utf8_len);
 	tcase_add_test(tc, test_json_str);
+	tcase_add_test(tc, test_json_u32s);
+	tcase_add_test(tc, test_buf);
 	suite_add_tcase(s, tc);
 	return s;
 }
