@@ -242,14 +242,8 @@ static int gen_field(struct proto_client_request *q, const char *name,
 		     const char *value)
 {
 	struct frame_error err;
-	char key[32];
-	size_t i;
-	int rc;
+	int rc = proto_client_request_set(q, name, value, &err);
 
-	for (i = 0; name[i] && i + 1 < sizeof(key); i++)
-		key[i] = name[i] == '-' ? '_' : name[i];
-	key[i] = 0;
-	rc = proto_client_request_set(q, key, value, &err);
 	if (rc == -ENOMEM)
 		fprintf(stderr, "kvctl generate: out of memory\n");
 	else if (rc)

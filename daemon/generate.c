@@ -53,6 +53,7 @@
 #include "gpu/model/model.h"
 #include "gpu/model/prepack.h"
 #include "gpu/text/tokenizer.h"
+#include "net/wire/proto_client.h"
 
 struct gen_opts {
 	const char *model;
@@ -85,70 +86,77 @@ static void usage(FILE *out)
 
 static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 {
-	char *end;
-	unsigned long long v;
+	uint64_t v;
 
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < min || v > max)
+	if (kvd_parse_u64(s, &v) || v < min || v > max)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
 }
 
-static int parse_float(const char *s, float min, float max, float *out)
+/* A request field's option (--max-tokens --temperature --top-k --top-p
+ * --seed): read as a node reads that field from a client
+ * (proto_client_request_set), so kvd generate takes the values a node
+ * takes, no more, no fewer. 0, or 1 with err->msg saying why. */
+static int set_field(struct gen_opts *o, const char *name, const char *arg,
+		     struct frame_error *err)
 {
-	char *end;
-	float v;
+	struct proto_client_request q = {
+		.max_tokens = o->max_tokens, .temperature = o->sp.temperature,
+		.top_k = o->sp.top_k, .top_p = o->sp.top_p, .seed = o->sp.seed };
+	int rc = proto_client_request_set(&q, name, arg, err);
 
-	errno = 0;
-	v = strtof(s, &end);
-	if (errno || end == s || *end || !(v >= min && v <= max))
-		return -1;
-	*out = v;
+	if (rc < 0)
+		snprintf(err->msg, sizeof(err->msg), "%s", strerror(-rc));
+	if (rc)
+		return 1;
+	o->max_tokens = q.max_tokens;
+	o->sp = (struct sampler_params){ .temperature = q.temperature,
+		.top_k = q.top_k, .top_p = q.top_p, .seed = q.seed };
 	return 0;
 }
 
-/* One option's value into o (c: getopt_long's code, arg: its optarg).
- * 0, 1 when the value is bad, -1 for an option this command has not. */
-static int set_opt(struct gen_opts *o, int c, const char *arg)
+/* One option's value into o (c: getopt_long's code, name: the option's
+ * long name, arg: its optarg). 0, or 1 with err->msg saying what the
+ * value must be. */
+static int set_opt(struct gen_opts *o, int c, const char *name,
+		   const char *arg, struct frame_error *err)
 {
-	unsigned long long seed;
-	char *end;
-	int bad = 0;
+	const char *why = NULL;
 
 	switch (c) {
+	case 'F': return set_field(o, name, arg, err);
 	case 'm': o->model = arg; break;
 	case 'p': o->prompt = arg; break;
-	case 'n': bad = parse_u32(arg, 1, 1u << 24, &o->max_tokens); break;
-	case 't': bad = parse_float(arg, 0.0f, 100.0f, &o->sp.temperature); break;
-	case 'k': bad = parse_u32(arg, 0, UINT32_MAX, &o->sp.top_k); break;
-	case 'P': bad = parse_float(arg, 0.0f, 1.0f, &o->sp.top_p);
-		  bad = bad || o->sp.top_p <= 0.0f; break;
-	case 's':
-		errno = 0;
-		seed = strtoull(arg, &end, 0);
-		bad = errno || end == arg || *end;
-		o->sp.seed = seed;
+	case 'T':
+		if (parse_u32(arg, 1, 256, &o->threads))
+			why = "not an integer in 1..256";
 		break;
-	case 'T': bad = parse_u32(arg, 1, 256, &o->threads); break;
-	case 'g': bad = parse_u32(arg, 1, 1u << 16, &o->page_tokens); break;
+	case 'g':
+		if (parse_u32(arg, 1, 1u << 16, &o->page_tokens))
+			why = "not an integer in 1..65536";
+		break;
 	case 'd':
 		if (!strcmp(arg, "f32"))
 			o->kv_dtype = KV_DTYPE_F32;
 		else if (!strcmp(arg, "f16"))
 			o->kv_dtype = KV_DTYPE_F16;
 		else
-			bad = 1;
+			why = "not f32 or f16";
 		break;
 	case 'j': o->json = true; break;
 	case 'I': o->prompt_ids = arg; break;
 	case 'E': o->ignore_eos = true; break;
 	case 'W': o->warmup = true; break;
-	case 'C': o->cache_dir = arg; bad = arg[0] != '/'; break;
-	default: return -1;
+	case 'C':
+		o->cache_dir = arg;
+		if (arg[0] != '/')
+			why = "not an absolute path";
+		break;
 	}
-	return bad ? 1 : 0;
+	if (why)
+		snprintf(err->msg, sizeof(err->msg), "%s", why);
+	return why ? 1 : 0;
 }
 
 /* The command line into o, defaults first. 0, 1 after --help (usage on
@@ -158,11 +166,12 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "prompt", required_argument, NULL, 'p' },
-		{ "max-tokens", required_argument, NULL, 'n' },
-		{ "temperature", required_argument, NULL, 't' },
-		{ "top-k", required_argument, NULL, 'k' },
-		{ "top-p", required_argument, NULL, 'P' },
-		{ "seed", required_argument, NULL, 's' },
+		/* 'F': named after a request field (set_field) */
+		{ "max-tokens", required_argument, NULL, 'F' },
+		{ "temperature", required_argument, NULL, 'F' },
+		{ "top-k", required_argument, NULL, 'F' },
+		{ "top-p", required_argument, NULL, 'F' },
+		{ "seed", required_argument, NULL, 'F' },
 		{ "threads", required_argument, NULL, 'T' },
 		{ "page-tokens", required_argument, NULL, 'g' },
 		{ "kv-dtype", required_argument, NULL, 'd' },
@@ -175,27 +184,25 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		{ NULL, 0, NULL, 0 },
 	};
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int c;
+	struct frame_error err;
+	int c, li = 0;
 
 	*o = (struct gen_opts){ .max_tokens = 128, .sp = SAMPLER_PARAMS_GREEDY,
 				.threads = ncpu > 0 ? (uint32_t)KVD_MIN(ncpu, 8) : 1,
 				.page_tokens = 16, .kv_dtype = KV_DTYPE_F32 };
 	optind = 0; /* glibc: full rescan, argv[0] is the command name */
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		int bad;
-
+	while ((c = getopt_long(argc, argv, "", longopts, &li)) != -1) {
 		if (c == 'h') {
 			usage(stdout);
 			return 1;
 		}
-		bad = set_opt(o, c, optarg);
-		if (bad < 0) {
+		if (c == '?') {
 			usage(stderr);
 			return -1;
 		}
-		if (bad) {
-			fprintf(stderr, "kvd generate: bad option value '%s'\n",
-				optarg);
+		if (set_opt(o, c, longopts[li].name, optarg, &err)) {
+			fprintf(stderr, "kvd generate: --%s '%s': %s\n",
+				longopts[li].name, optarg, err.msg);
 			return -1;
 		}
 	}
@@ -207,38 +214,6 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		usage(stderr);
 		return -1;
 	}
-	return 0;
-}
-
-/* "1,2,3" -> ids (checked against the vocabulary by the engine). */
-static int parse_ids(const char *s, int32_t **out, size_t *n)
-{
-	size_t cap = 1;
-	int32_t *ids;
-
-	for (const char *p = s; *p; p++)
-		cap += *p == ',';
-	ids = calloc(cap, sizeof(*ids));
-	if (!ids)
-		return -ENOMEM;
-	*n = 0;
-	for (const char *p = s;;) {
-		char *end;
-		long long v;
-
-		errno = 0;
-		v = strtoll(p, &end, 10);
-		if (errno || end == p || v < 0 || v > INT32_MAX ||
-		    (*end && *end != ',')) {
-			free(ids);
-			return -EINVAL;
-		}
-		ids[(*n)++] = (int32_t)v;
-		if (!*end)
-			break;
-		p = end + 1;
-	}
-	*out = ids;
 	return 0;
 }
 
@@ -353,7 +328,13 @@ static int gen_prompt(struct gen_run *g, const struct gen_opts *o)
 	int rc;
 
 	if (o->prompt_ids) {
-		rc = parse_ids(o->prompt_ids, &g->prompt, &g->n_prompt);
+		uint32_t *ids;
+
+		/* each <= INT32_MAX: the same values as int32_t (the engine
+		 * checks them against the vocabulary) */
+		rc = kvd_parse_u32_list(o->prompt_ids, INT32_MAX, &ids, &g->n_prompt);
+		if (!rc)
+			g->prompt = (int32_t *)ids;
 		if (rc) {
 			fprintf(stderr, "kvd generate: --prompt-ids: %s\n",
 				rc == -EINVAL ? "expected token ids 0..2147483647 separated by commas"

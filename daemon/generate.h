@@ -15,6 +15,14 @@
  * weights in DIR as the daemon's model.fingerprint_cache does
  * (gpu/model/prepack.h), so a later run maps them instead of repacking.
  *
+ * --max-tokens, --temperature, --top-k, --top-p and --seed are read as a
+ * node reads those fields of a client request (proto_client_request_set,
+ * the bounds of net/PROTOCOL.md s. 1: max-tokens 1..1048576, temperature
+ * [0, 100], top-k 0..2^32-1, top-p (0, 1], seed decimal 0..2^64-1), so a
+ * run here takes exactly what a node takes; a bad value of any option is
+ * a usage error naming it: "kvd generate: --top-p '1.5': not a number in
+ * (0, 1]".
+ *
  * argv[0] is the command name ("generate"). Returns the process exit
  * code: 0 ok, 1 generation failed, 64 usage error, 66 model unusable.
  * Diagnostics go to stderr (this is a command, not a module).

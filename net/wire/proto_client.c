@@ -179,12 +179,18 @@ int proto_client_request_parse(const msgpack_object *map,
 	return 0;
 }
 
-int proto_client_request_set(struct proto_client_request *r, const char *key,
+int proto_client_request_set(struct proto_client_request *r, const char *name,
 			     const char *text, struct frame_error *err)
 {
-	int ret = proto_schema_read_text(PROTO_FIELDS(request_fields), key,
-					 text, r, err);
+	char key[32];
+	size_t i;
+	int ret;
 
+	for (i = 0; name[i] && i + 1 < sizeof(key); i++)
+		key[i] = name[i] == '-' ? '_' : name[i];
+	key[i] = '\0';
+	ret = proto_schema_read_text(PROTO_FIELDS(request_fields), key, text,
+				     r, err);
 	if (ret == FRAME_E_UNKNOWN)
 		ret = proto_schema_read_text(PROTO_FIELDS(request_text_fields),
 					     key, text, r, err);

@@ -70,15 +70,16 @@ int proto_client_request_parse(const msgpack_object *map,
 			       struct proto_client_request *r,
 			       struct frame_error *err);
 void proto_client_request_deinit(struct proto_client_request *r);
-/* One field of r from a command line (kvctl generate, kvd generate): key
+/* One field of r from a command line (kvctl generate, kvd generate): name
  * is the field ("max_tokens", "temperature", "top_k", "top_p", "seed",
- * "id", or "tokens" as ids separated by commas), text its value, read
+ * "id", or "tokens" as ids separated by commas) or its option's name
+ * ('-' for '_': "max-tokens"), text its value, read
  * with the bounds proto_client_request_parse() reads the field with, so a
  * command line takes what a node takes (proto_schema_read_text). A value
  * set before is replaced (tokens: the old array freed). 0; FRAME_E_RANGE
  * with err->msg saying what the value must be; FRAME_E_UNKNOWN or
  * FRAME_E_TYPE for a key that is not such a field; -ENOMEM. */
-int proto_client_request_set(struct proto_client_request *r, const char *key,
+int proto_client_request_set(struct proto_client_request *r, const char *name,
 			     const char *text, struct frame_error *err);
 /* Pack r as one request map into w's packer (exactly one of prompt or
  * tokens must be set). */

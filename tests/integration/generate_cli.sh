@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# `kvctl generate`'s command line. Every value of a request field
-# (--max-tokens, --temperature, --top-k, --top-p, --seed, --id, --tokens)
-# is read with the bounds the server reads a request with
-# (net/PROTOCOL.md s. 1): a bad one is a usage error (exit 2) naming the
-# option and the value, before any connection; the bounds themselves
-# pass and reach the server as given. --tokens given twice: the last
-# wins and the first list is not leaked (valgrind). Memory running out
-# while the final event's text is kept (the fault library,
+# The command lines of `kvctl generate` and `kvd generate`. Every value of
+# a request field (--max-tokens, --temperature, --top-k, --top-p, --seed;
+# kvctl also --id, --tokens) is read with the bounds the server reads a
+# request with (net/PROTOCOL.md s. 1), by both commands alike: a bad one
+# is a usage error (kvctl: exit 2, kvd: 64) naming the option and the
+# value with the same words, before any connection or model; the bounds
+# themselves pass and reach the server as given. --tokens given twice:
+# the last wins and the first list is not leaked (valgrind). Memory
+# running out while the final event's text is kept (the fault library,
 # tests/integration/shim.c) is an error, never exit 0. The server is a
 # stand-in on a unix socket that records the request and answers one
 # final event.
@@ -14,7 +15,9 @@
 command -v python3 >/dev/null || skip "python3 absent"
 NONE=unix:$T/nobody.sock     # nobody listens: a value that passes gets 69
 
-# refused OPTION VALUE: exit 2, stderr names both, nothing on stdout
+# refused OPTION VALUE [kvctl]: kvctl generate exits 2, stderr names both,
+# nothing on stdout; and (unless kvctl only) kvd generate exits 64 with
+# the same message after its own name
 refused() {
 	local rc=0
 	"$KVCTL" generate --server "$NONE" --prompt hi "$1" "$2" >"$T/out" 2>"$T/err" || rc=$?
@@ -22,13 +25,25 @@ refused() {
 	check "$1 '$2': the message names the option and the value" \
 		grep -qF -- "$1 '$2'" "$T/err"
 	check "$1 '$2': nothing on stdout" test ! -s "$T/out"
+	[ "${3:-}" != kvctl ] || return 0
+	rc=0
+	"$KVD" generate --model "$T/none.gguf" --prompt hi "$1" "$2" >"$T/out" 2>"$T/kerr" || rc=$?
+	check "kvd generate $1 '$2': a usage error (exit $rc)" test "$rc" -eq 64
+	check "kvd generate $1 '$2': kvctl's message" \
+		test "$(sed 's/^kvd generate: //' "$T/kerr")" = "$(sed 's/^kvctl generate: //' "$T/err")"
 }
 for v in abc "" -1 5x " 5" +5 0x10 0 1048577 99999999999999999999; do refused --max-tokens "$v"; done
 for v in x -1 100.5 1e3 nan inf 0x1p3 "1 " ""; do refused --temperature "$v"; done
 for v in 0 -0.5 1.5 1e-50 x; do refused --top-p "$v"; done
 for v in abc -1 4294967296 1.5; do refused --top-k "$v"; done
-for v in abc -1 18446744073709551616; do refused --seed "$v"; done
-for v in abc -1 18446744073709551616; do refused --id "$v"; done
+for v in abc -1 18446744073709551616 0x10; do refused --seed "$v"; done
+for v in abc -1 18446744073709551616; do refused --id "$v" kvctl; done
+# the bounds themselves are kvd generate's too: past the options, the
+# model (absent) is what fails
+rc=0
+"$KVD" generate --model "$T/none.gguf" --prompt hi --max-tokens 1048576 --temperature 100 \
+	--top-p 1 --top-k 4294967295 --seed 18446744073709551615 >/dev/null 2>&1 || rc=$?
+check "kvd generate: the bounds pass (exit $rc: the model)" test "$rc" -eq 66
 for v in x "" 1,2, ,1 1,,2 4294967296 1,-2 "1, 2"; do
 	rc=0
 	"$KVCTL" generate --server "$NONE" --tokens "$v" >"$T/out" 2>"$T/err" || rc=$?
