@@ -308,13 +308,13 @@ static int gen_open_model(struct gen_run *g, const struct gen_opts *o)
 	rc = model_open(&g->model, o->model, &err);
 	if (rc) {
 		fprintf(stderr, "kvd generate: %s: %s\n", o->model,
-			rc < 0 ? strerror(-rc) : err.msg);
+			gguf_error_msg(rc, &err));
 		return 66;
 	}
 	rc = tokenizer_new(&g->tok, g->model->file, &err);
 	if (rc) {
 		fprintf(stderr, "kvd generate: %s: tokenizer: %s\n", o->model,
-			rc < 0 ? strerror(-rc) : err.msg);
+			gguf_error_msg(rc, &err));
 		return 66;
 	}
 	return 0;

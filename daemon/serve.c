@@ -331,13 +331,13 @@ static int serve_bind_model(struct serve *s)
 	r = model_from_gguf(&s->model, s->d->model, &err);
 	if (r) {
 		KVLOG_ERR(s->log, "serve_model", "code=%d msg=%s", r,
-			  KVLOG_Q(r < 0 ? strerror(-r) : err.msg));
+			  KVLOG_Q(gguf_error_msg(r, &err)));
 		return KVD_E_MODEL;
 	}
 	r = tokenizer_new(&s->tok, s->d->model, &err);
 	if (r) {
 		KVLOG_ERR(s->log, "serve_tokenizer", "code=%d msg=%s", r,
-			  KVLOG_Q(r < 0 ? strerror(-r) : err.msg));
+			  KVLOG_Q(gguf_error_msg(r, &err)));
 		return KVD_E_MODEL;
 	}
 	return serve_check_chat(s);

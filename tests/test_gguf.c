@@ -358,6 +358,24 @@ static int one_tensor(uint32_t n_dims, const uint64_t *ne, uint32_t type,
 	return open_hb(&h, err);
 }
 
+/* What a failed open says: the sentence for a typed error, strerror
+ * for a negative errno (model_from_gguf's -ENOMEM fills no sentence). */
+START_TEST(test_error_msg)
+{
+	struct gguf_error err = { 0 };
+	struct gguf_file *f = NULL;
+	int rc = gguf_open(&f, "/nonexistent/kvd.gguf", &err);
+
+	ck_assert_int_eq(rc, -ENOENT);
+	ck_assert_str_eq(gguf_error_msg(rc, &err), strerror(ENOENT));
+	err = (struct gguf_error){ 0 };
+	ck_assert_str_eq(gguf_error_msg(-ENOMEM, &err), strerror(ENOMEM));
+	gguf_error_set(&err, GGUF_E_MAGIC, 0, "not a GGUF file (magic %s)", "XXXX");
+	ck_assert_str_eq(gguf_error_msg(GGUF_E_MAGIC, &err),
+			 "not a GGUF file (magic XXXX)");
+}
+END_TEST
+
 START_TEST(test_tensor_errors)
 {
 	struct gguf_error err;
@@ -1160,6 +1178,7 @@ static Suite *gguf_suite(void)
 	tcase_add_test(tc, test_open_errors);
 	tcase_add_test(tc, test_header_errors);
 	tcase_add_test(tc, test_tensor_errors);
+	tcase_add_test(tc, test_error_msg);
 	tcase_add_test(tc, test_stories_hparams);
 	tcase_add_test(tc, test_tiny_random_hparams);
 	tcase_add_test(tc, test_stories_truncations);

@@ -79,6 +79,11 @@ const char *gguf_strerror(int code)
 	}
 }
 
+const char *gguf_error_msg(int rc, const struct gguf_error *err)
+{
+	return rc < 0 ? strerror(-rc) : err->msg;
+}
+
 /* ---- type tables ------------------------------------------------------- */
 
 struct ggml_type_info {

@@ -156,6 +156,10 @@ const char *gguf_vtype_name(enum gguf_vtype t);
 bool gguf_str_eq(struct gguf_str s, const char *c);
 /* Human name of a GGUF_E_* code or negative errno. */
 const char *gguf_strerror(int code);
+/* What a failed call that filled err says, for a message: err->msg for
+ * a typed error (rc > 0), strerror(-rc) for a negative errno (some, such
+ * as model_from_gguf's -ENOMEM, fill no sentence). */
+const char *gguf_error_msg(int rc, const struct gguf_error *err);
 /* Fill `err` (if non-NULL) and return `code`: the one way modules that
  * read GGUF files (reader, tokenizer, model binding) report a problem. */
 int gguf_error_set(struct gguf_error *err, int code, uint64_t offset,
