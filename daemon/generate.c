@@ -493,6 +493,27 @@ static int gen_steps(struct gen_run *g, const struct gen_opts *o,
 	return 0;
 }
 
+/* The prompt's ids through the detokenizer, their text dropped: the
+ * prompt's BOS sets the leading-space rule of the output's first piece.
+ * 0, or 1 after saying why on stderr. */
+static int gen_detok_prompt(struct gen_run *g)
+{
+	const char *chunk;
+	size_t len;
+
+	for (size_t i = 0; i < g->n_prompt; i++) {
+		int rc = detok_push(&g->dt, g->prompt[i], &chunk, &len);
+
+		if (rc) {
+			fprintf(stderr, "kvd generate: prompt id %d: %s\n", g->prompt[i],
+				rc == -ERANGE ? "outside the tokenizer's vocabulary"
+					      : strerror(-rc));
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* --json's one object: the ids, the text, the finish reason, timings. */
 static void gen_json(const struct gen_run *g, const struct gen_opts *o,
 		     enum engine_finish fin)
@@ -531,22 +552,19 @@ static int gen_run(struct gen_run *g, const struct gen_opts *o)
 		rc = gen_engine(g, o);
 	if (!rc)
 		rc = gen_submit(g, o);
-	if (rc)
-		return rc;
-	/* the prompt's BOS sets the detokenizer's leading-space rule */
-	for (size_t i = 0; i < g->n_prompt; i++) {
-		rc = detok_push(&g->dt, g->prompt[i], &chunk, &len);
-		if (rc)
-			break;
-	}
-	rc = gen_steps(g, o, &fin);
+	if (!rc)
+		rc = gen_detok_prompt(g);
+	if (!rc)
+		rc = gen_steps(g, o, &fin);
 	if (rc)
 		return rc;
 	rc = detok_flush(&g->dt, &chunk, &len);
 	if (!rc)
 		rc = emit(g, o, chunk, len);
-	if (rc)
+	if (rc) {
+		fprintf(stderr, "kvd generate: output: %s\n", strerror(-rc));
 		return 1;
+	}
 	if (o->json)
 		gen_json(g, o, fin);
 	else
