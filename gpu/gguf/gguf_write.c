@@ -22,42 +22,16 @@
 
 #include "conf/util.h"
 
-/* ---- growable buffer --------------------------------------------------- */
+/* ---- growable buffer (struct kvd_buf, conf/util.h) ------------------------- */
 
-struct gw_buf {
-	uint8_t *p;     /* (cap) bytes, len used */
-	size_t len;
-	size_t cap;
-};
+static int gw_buf_u32(struct kvd_buf *b, uint32_t v) { return kvd_buf_add(b, &v, 4); }
+static int gw_buf_u64(struct kvd_buf *b, uint64_t v) { return kvd_buf_add(b, &v, 8); }
 
-static int gw_buf_put(struct gw_buf *b, const void *data, size_t n)
-{
-	if (n > SIZE_MAX - b->len)
-		return -ENOMEM;
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->len + n)
-			cap *= 2;
-		uint8_t *np = realloc(b->p, cap);
-		if (!np)
-			return -ENOMEM;
-		b->p = np;
-		b->cap = cap;
-	}
-	if (n)
-		memcpy(b->p + b->len, data, n);
-	b->len += n;
-	return 0;
-}
-
-static int gw_buf_u32(struct gw_buf *b, uint32_t v) { return gw_buf_put(b, &v, 4); }
-static int gw_buf_u64(struct gw_buf *b, uint64_t v) { return gw_buf_put(b, &v, 8); }
-
-static int gw_buf_str(struct gw_buf *b, const char *s, size_t n)
+static int gw_buf_str(struct kvd_buf *b, const char *s, size_t n)
 {
 	int rc = gw_buf_u64(b, n);
 
-	return rc ? rc : gw_buf_put(b, s, n);
+	return rc ? rc : kvd_buf_add(b, s, n);
 }
 
 /* ---- writer ------------------------------------------------------------ */
@@ -77,8 +51,8 @@ struct gw_tensor {
 struct gguf_writer {
 	uint32_t alignment;
 	uint64_t n_kv;
-	struct gw_buf meta;        /* serialized key/values */
-	struct gw_buf keys;        /* NUL-separated keys, for duplicates */
+	struct kvd_buf meta;       /* serialized key/values */
+	struct kvd_buf keys;       /* NUL-separated keys, for duplicates */
 	struct gw_tensor *tensors; /* (n_tensors) */
 	uint64_t n_tensors;
 	uint64_t cap_tensors;
@@ -91,8 +65,8 @@ void gguf_writer_free(struct gguf_writer *w)
 {
 	if (!w)
 		return;
-	free(w->meta.p);
-	free(w->keys.p);
+	kvd_buf_deinit(&w->meta);
+	kvd_buf_deinit(&w->keys);
 	for (uint64_t i = 0; i < w->n_tensors; i++)
 		free(w->tensors[i].name);
 	free(w->tensors);
@@ -129,7 +103,7 @@ static int gw_key(struct gguf_writer *w, const char *key, enum gguf_vtype t)
 			return -EEXIST;
 		at += kl + 1;
 	}
-	if ((rc = gw_buf_put(&w->keys, key, n + 1)) ||
+	if ((rc = kvd_buf_add(&w->keys, key, n + 1)) ||
 	    (rc = gw_buf_str(&w->meta, key, n)) ||
 	    (rc = gw_buf_u32(&w->meta, t)))
 		return rc;
@@ -142,7 +116,7 @@ static int gw_scalar(struct gguf_writer *w, const char *key,
 {
 	int rc = gw_key(w, key, t);
 
-	return rc ? rc : gw_buf_put(&w->meta, v, gguf_vtype_size(t));
+	return rc ? rc : kvd_buf_add(&w->meta, v, gguf_vtype_size(t));
 }
 
 int gguf_writer_new(struct gguf_writer **out, uint32_t alignment)
@@ -211,7 +185,7 @@ int gguf_writer_add_arr(struct gguf_writer *w, const char *key,
 	    (rc = gw_buf_u32(&w->meta, t)) ||
 	    (rc = gw_buf_u64(&w->meta, n)))
 		return rc;
-	return gw_buf_put(&w->meta, data, bytes);
+	return kvd_buf_add(&w->meta, data, bytes);
 }
 
 int gguf_writer_add_arr_str(struct gguf_writer *w, const char *key,
@@ -299,16 +273,16 @@ static int gw_pad(FILE *fp, uint64_t pos, uint64_t align)
 
 int gguf_writer_write_stream(struct gguf_writer *w, FILE *fp)
 {
-	struct gw_buf hdr = { 0 };
+	struct kvd_buf hdr = KVD_BUF_NULL;
 	_cleanup_free_ uint8_t *scratch = NULL; /* (largest nbytes) fill target */
 	uint64_t max = 0, pos;
 	int rc;
 
-	rc = gw_buf_put(&hdr, "GGUF", 4);
+	rc = kvd_buf_add(&hdr, "GGUF", 4);
 	if (!rc) rc = gw_buf_u32(&hdr, 3);
 	if (!rc) rc = gw_buf_u64(&hdr, w->n_tensors);
 	if (!rc) rc = gw_buf_u64(&hdr, w->n_kv);
-	if (!rc) rc = gw_buf_put(&hdr, w->meta.p, w->meta.len);
+	if (!rc) rc = kvd_buf_add(&hdr, w->meta.p, w->meta.len);
 	for (uint64_t i = 0; i < w->n_tensors && !rc; i++) {
 		const struct gw_tensor *t = &w->tensors[i];
 		rc = gw_buf_str(&hdr, t->name, strlen(t->name));
@@ -324,7 +298,7 @@ int gguf_writer_write_stream(struct gguf_writer *w, FILE *fp)
 		rc = gw_write(fp, hdr.p, hdr.len);
 	if (!rc)
 		rc = gw_pad(fp, hdr.len, w->alignment);
-	free(hdr.p);
+	kvd_buf_deinit(&hdr);
 	if (rc)
 		return rc;
 	if (max && !(scratch = malloc(max)))

@@ -33,25 +33,18 @@
 static int arena_put(struct tokenizer *t, const void *p, size_t n,
 		     struct tstr *out)
 {
-	if (n > UINT32_MAX || t->arena_len + n > UINT32_MAX)
+	size_t off = t->arena.len;
+	int rc;
+
+	if (n > UINT32_MAX || off + n > UINT32_MAX)
 		return -E2BIG;
 	/* allocated on the first put, empty or not: a token's text is
-	 * t->arena + off, never an offset from NULL */
-	if (!t->arena || t->arena_len + n > t->arena_cap) {
-		size_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
-		while (cap < t->arena_len + n)
-			cap *= 2;
-		char *a = realloc(t->arena, cap);
-		if (!a)
-			return -ENOMEM;
-		t->arena = a;
-		t->arena_cap = cap;
-	}
-	if (n)
-		memcpy(t->arena + t->arena_len, p, n);
-	out->off = (uint32_t)t->arena_len;
+	 * t->arena.p + off, never an offset from NULL */
+	rc = kvd_buf_add(&t->arena, p, n);
+	if (rc)
+		return rc;
+	out->off = (uint32_t)off;
 	out->len = (uint32_t)n;
-	t->arena_len += n;
 	return 0;
 }
 
@@ -83,7 +76,7 @@ uint32_t *tokenizer__strmap_slot(const struct strmap *m, const char *arena,
 int32_t tokenizer__vocab_find(const struct tokenizer *t, const char *p,
 			      size_t n)
 {
-	uint32_t s = *tokenizer__strmap_slot(&t->vmap, t->arena, t->text, p, n);
+	uint32_t s = *tokenizer__strmap_slot(&t->vmap, t->arena.p, t->text, p, n);
 
 	return s ? (int32_t)(s - 1) : -1;
 }
@@ -248,7 +241,7 @@ static int tok_build_pieces(struct tokenizer *t)
 	for (uint32_t id = 0; id < t->n_vocab; id++) {
 		struct tstr tx = t->text[id];
 		const char *s;
-		size_t start = t->arena_len;
+		size_t start = t->arena.len;
 		uint8_t b;
 
 		rc = 0;
@@ -260,7 +253,7 @@ static int tok_build_pieces(struct tokenizer *t)
 			rc = arena_put(t, " \xe2\x81\x87 ", 5, &t->piece[id]);
 			break;
 		case TOKEN_TYPE_BYTE:
-			s = t->arena + tx.off;
+			s = t->arena.p + tx.off;
 			if (parse_byte_token(s, tx.len, &b)) {
 				rc = arena_put(t, &b, 1, &t->piece[id]);
 				break;
@@ -273,7 +266,7 @@ static int tok_build_pieces(struct tokenizer *t)
 				for (uint32_t i = 0; i < tx.len && !rc;) {
 					uint32_t cp;
 					struct tstr dummy;
-					s = t->arena + tx.off; /* arena may move */
+					s = t->arena.p + tx.off; /* arena may move */
 					size_t l = tokenizer__utf8_decode(
 						(const uint8_t *)s + i, tx.len - i, &cp);
 					if (cp < KVD_ARRAY_SIZE(byte_of) && byte_of[cp] >= 0) {
@@ -288,7 +281,7 @@ static int tok_build_pieces(struct tokenizer *t)
 			} else {
 				for (uint32_t i = 0; i < tx.len && !rc;) {
 					struct tstr dummy;
-					s = t->arena + tx.off;
+					s = t->arena.p + tx.off;
 					if (t->kind == TOKENIZER_SPM && tx.len - i >= 3 &&
 					    !memcmp(s + i, SP_SPACE, 3)) {
 						rc = arena_put(t, " ", 1, &dummy);
@@ -305,7 +298,7 @@ static int tok_build_pieces(struct tokenizer *t)
 		if (rc)
 			return rc;
 		t->piece[id].off = (uint32_t)start;
-		t->piece[id].len = (uint32_t)(t->arena_len - start);
+		t->piece[id].len = (uint32_t)(t->arena.len - start);
 		t->max_piece = KVD_MAX(t->max_piece, t->piece[id].len);
 	}
 	return 0;
@@ -340,8 +333,8 @@ static int tok_load_merges(struct tokenizer *t, const struct gguf_file *f,
 					i, (unsigned long long)kv->offset);
 		if ((rc = arena_put(t, s.ptr, s.len, &t->merge[i])))
 			return rc;
-		uint32_t *slot = tokenizer__strmap_slot(&t->mmap, t->arena,
-				t->merge, t->arena + t->merge[i].off, s.len);
+		uint32_t *slot = tokenizer__strmap_slot(&t->mmap, t->arena.p,
+				t->merge, t->arena.p + t->merge[i].off, s.len);
 		if (!*slot) /* the first (lowest) rank of a duplicate wins */
 			*slot = i + 1;
 	}
@@ -481,8 +474,8 @@ static int tok_vocab(struct tokenizer *t, const struct gguf_file *f,
 		gguf_arr_str(f, kv, id, &s);
 		if ((rc = arena_put(t, s.ptr, s.len, &t->text[id])))
 			return rc;
-		uint32_t *slot = tokenizer__strmap_slot(&t->vmap, t->arena,
-				t->text, t->arena + t->text[id].off, s.len);
+		uint32_t *slot = tokenizer__strmap_slot(&t->vmap, t->arena.p,
+				t->text, t->arena.p + t->text[id].off, s.len);
 		*slot = id + 1; /* a later duplicate wins, as in llama.cpp */
 		double d = 0;
 		int64_t v = TOKEN_TYPE_NORMAL;
@@ -526,7 +519,7 @@ static int tok_specials_flags(struct tokenizer *t, const struct gguf_file *f,
 		for (uint32_t id = 0; id < t->n_vocab; id++) {
 			uint8_t b;
 			if (t->kind == TOKENIZER_SPM &&
-			    parse_byte_token(t->arena + t->text[id].off, t->text[id].len, &b))
+			    parse_byte_token(t->arena.p + t->text[id].off, t->text[id].len, &b))
 				t->type[id] = TOKEN_TYPE_BYTE;
 		}
 		if (t->bos >= 0) t->type[t->bos] = TOKEN_TYPE_CONTROL;
@@ -577,7 +570,7 @@ void tokenizer_free(struct tokenizer *t)
 {
 	if (!t)
 		return;
-	free(t->arena);
+	kvd_buf_deinit(&t->arena);
 	free(t->text);
 	free(t->piece);
 	free(t->score);
@@ -633,7 +626,7 @@ int tokenizer_token_text(const struct tokenizer *t, int32_t id,
 {
 	if (id < 0 || (uint32_t)id >= t->n_vocab)
 		return -ERANGE;
-	*ptr = t->arena + t->text[id].off;
+	*ptr = t->arena.p + t->text[id].off;
 	*len = t->text[id].len;
 	return 0;
 }
@@ -643,7 +636,7 @@ int tokenizer_piece(const struct tokenizer *t, int32_t id, const char **ptr,
 {
 	if (id < 0 || (uint32_t)id >= t->n_vocab)
 		return -ERANGE;
-	*ptr = t->arena + t->piece[id].off;
+	*ptr = t->arena.p + t->piece[id].off;
 	*len = t->piece[id].len;
 	return 0;
 }
@@ -699,7 +692,7 @@ static int tok_partition(const struct tokenizer *t, const char *text,
 
 	for (uint32_t k = 0; k < t->n_special && !rc; k++) {
 		int32_t id = t->special[k];
-		const char *tx = t->arena + t->text[id].off;
+		const char *tx = t->arena.p + t->text[id].off;
 		size_t tl = t->text[id].len;
 		if (!parse_special && t->type[id] != TOKEN_TYPE_USER_DEFINED)
 			continue;

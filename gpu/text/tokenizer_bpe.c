@@ -72,7 +72,7 @@ static int bpe_prio(struct merger *m, const struct sym *a, const struct sym *b,
 	memcpy(m->key, m->s + a->off, a->n);
 	m->key[a->n] = ' ';
 	memcpy(m->key + a->n + 1, m->s + b->off, b->n);
-	rank = *tokenizer__strmap_slot(&t->mmap, t->arena, t->merge, m->key,
+	rank = *tokenizer__strmap_slot(&t->mmap, t->arena.p, t->merge, m->key,
 				       need);
 	if (!rank)
 		return 0;

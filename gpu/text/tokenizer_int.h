@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conf/util.h"
+
 #include "gpu/text/tokenizer.h"
 
 #define SP_SPACE "\xe2\x96\x81" /* U+2581 LOWER ONE EIGHTH BLOCK */
@@ -54,8 +56,7 @@ struct tokenizer {
 	enum tokenizer_kind kind;
 	int pre;               /* BPE: tokenizer__bpe_pre_find() index */
 	uint32_t n_vocab;
-	char *arena;           /* token texts, merge texts, pieces */
-	size_t arena_len, arena_cap;
+	struct kvd_buf arena;  /* token texts, merge texts, pieces */
 	struct tstr *text;     /* (n_vocab) vocabulary entries */
 	struct tstr *piece;    /* (n_vocab) decoded bytes */
 	float *score;          /* (n_vocab) SentencePiece scores */
