@@ -5,7 +5,7 @@ KVD_DEBS=(meson ninja-build pkg-config gcc libc6-dev
 	libuv1-dev libmsgpack-dev libinih-dev libxxhash-dev check
 	libsystemd-dev libibverbs-dev libsodium-dev libssl-dev systemd python3 jq iproute2 procps
 	clang libclang-rt-dev spin prometheus
-	node-llhttp libjansson-dev curl)
+	node-llhttp libjansson-dev curl gdb valgrind)
 
 kvd_install_deps() {
 	local missing=() p sudo=
