@@ -156,6 +156,7 @@ START_TEST(test_openai_bodies)
 	ck_assert_str_eq(q.prompt, "hi");
 	ck_assert_uint_eq(q.max_tokens, 16);
 	ck_assert(q.temperature == 1.0f && q.top_p == 1.0f && q.seed == 0 && !q.stream);
+	ck_assert_uint_eq(q.ignored, 0);
 	openai_req_deinit(&q);
 
 	ck_assert_int_eq(parse("{\"model\":\"m\",\"prompt\":[[1,2,3]],\"max_tokens\":5,\"temperature\":0,"
@@ -164,6 +165,7 @@ START_TEST(test_openai_bodies)
 	ck_assert_uint_eq(q.n_tokens, 3);
 	ck_assert(!q.prompt && q.tokens[2] == 3 && q.max_tokens == 5 && q.top_k == 0 &&
 		  q.seed == 9 && q.stream && q.n_stop == 2 && q.stop_len[1] == 2);
+	ck_assert_uint_eq(q.ignored, 1u << OPENAI_IGN_USER);
 	ck_assert_str_eq(q.model, "m");
 	openai_req_deinit(&q);
 
@@ -226,6 +228,37 @@ START_TEST(test_openai_bodies)
 			       "\"response_format\":{\"type\":\"json_object\"}}", true, &q, &e), OPENAI_E_INVALID);
 	ck_assert_str_eq(e.param, "response_format");
 	ck_assert_int_eq(parse("{\"prompt\":\"x\"}", true, &q, &e), OPENAI_E_INVALID);
+}
+END_TEST
+
+/* Issue 24.1: what cannot change the output is accepted and reported. */
+START_TEST(test_openai_ignored)
+{
+	struct openai_req q;
+	struct openai_error e;
+
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"c\"}],"
+			       "\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":false,"
+			       "\"service_tier\":\"auto\",\"parallel_tool_calls\":true,"
+			       "\"prompt_cache_key\":\"k\",\"prompt_cache_retention\":\"24h\","
+			       "\"safety_identifier\":null}", true, &q, &e), 0);
+	ck_assert_uint_eq(q.ignored, (1u << OPENAI_IGNORED__N) - 1);
+	openai_req_deinit(&q);
+	for (unsigned i = 0; i < OPENAI_IGNORED__N; i++)
+		ck_assert(strcmp(openai_ignored_name(i), "?"));
+	ck_assert_str_eq(openai_ignored_name(OPENAI_IGNORED__N), "?");
+	/* the type is still checked, and named */
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"c\"}],"
+			       "\"store\":\"yes\"}", true, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "store");
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"c\"}],"
+			       "\"metadata\":[1]}", true, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "metadata");
+	/* completions' schema has only user */
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"store\":false}", false, &q, &e),
+			 OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "store");
+	ck_assert_str_eq(e.code, "unsupported_parameter");
 }
 END_TEST
 
@@ -316,6 +349,7 @@ static Suite *http_suite(void)
 	tcase_add_test(tc, test_wire_requests);
 	tcase_add_test(tc, test_wire_bounds);
 	tcase_add_test(tc, test_openai_bodies);
+	tcase_add_test(tc, test_openai_ignored);
 	tcase_add_test(tc, test_apikeys);
 	tcase_add_test(tc, test_apikeys_roles);
 	suite_add_tcase(s, tc);

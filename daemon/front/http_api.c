@@ -951,6 +951,24 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 	return false;
 }
 
+/* The request's fields that were accepted and change nothing: one debug
+ * line and one count each (the names are openai.h's, never the client's
+ * bytes). */
+static void api_ignored_note(struct http_conn *hc, const struct api_prep *ap)
+{
+	struct serve *s = hc->s;
+
+	for (unsigned i = 0; i < OPENAI_IGNORED__N; i++) {
+		if (!(ap->q.ignored & (1u << i)))
+			continue;
+		s->d->metrics.http_ignored[i]++;
+		KVLOG_DEBUG(s->log, "http_ignored_field",
+			    "conn=%llu tenant=%s field=%s",
+			    (unsigned long long)hc->conn_id, KVLOG_Q(ap->tenant),
+			    KVLOG_Q(openai_ignored_name(i)));
+	}
+}
+
 /* The prepared request becomes a serve request on this exchange and goes
  * to the role's admission. */
 static void api_admit(struct http_conn *hc, struct api_prep *ap)
@@ -1021,6 +1039,8 @@ static void api_prep_done(struct prep_job *j, bool cancelled)
 			    "tenant=%s bytes=%zu ran=%d msg=\"the client left while its body was prepared\"",
 			    KVLOG_Q(ap->tenant), ap->len, j->ran);
 	if (!cancelled && hc && !hc->closing) {
+		if (ap->parse_rc == 0)
+			api_ignored_note(hc, ap);
 		if (api_prep_refused(hc, ap))
 			hc->x.method[0] = hc->x.path[0] = '\0';   /* answered */
 		else

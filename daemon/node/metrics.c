@@ -557,6 +557,16 @@ static void render_cache(struct text *t, struct kvd_daemon *d)
 	free(ts);
 }
 
+/* The label set is the fixed names of net/wire/openai.h. */
+static void render_http(struct text *t, const struct kvd_metrics *m)
+{
+	family(t, "kvd_http_ignored_fields_total", "counter",
+	       "HTTP request fields accepted and ignored because they cannot change the output (OpenAI's user, metadata, store, service_tier, ...), by field.");
+	for (unsigned i = 0; i < OPENAI_IGNORED__N; i++)
+		tx(t, "kvd_http_ignored_fields_total{field=\"%s\"} %" PRIu64 "\n",
+		   openai_ignored_name(i), m->http_ignored[i]);
+}
+
 static void render_counters(struct text *t, struct kvd_daemon *d)
 {
 	const struct kvd_counters *k = &d->counters;
@@ -647,6 +657,7 @@ int kvd_metrics_render(struct kvd_daemon *d, char **out, size_t *len)
 	render_cache(&t, d);
 	render_waiting(&t, d);
 	render_counters(&t, d);
+	render_http(&t, &d->metrics);
 	if (t.oom) {
 		free(t.p);
 		return -ENOMEM;

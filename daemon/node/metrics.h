@@ -19,6 +19,7 @@
 #pragma once
 
 #include "conf/apikeys.h"
+#include "net/wire/openai.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -88,6 +89,9 @@ struct kvd_metrics {
 	uint64_t tenants_folded;         /* requests counted under "other" */
 	uint64_t integrity[KVD_INTEGRITY__N];
 	uint64_t peer_auth[KVD_PEER_AUTH__N];
+	/* HTTP request fields accepted and ignored (net/wire/openai.h):
+	 * labelled by the known names only, never a client's string */
+	uint64_t http_ignored[OPENAI_IGNORED__N];
 	uint64_t xfer_bytes[2];          /* [KVD_XFER_SEND/RECV] KV payload */
 	uint64_t xfer_batches[2];
 	struct kvd_hist xfer_time[2];    /* send: first batch queued -> last

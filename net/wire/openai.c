@@ -308,11 +308,46 @@ static int rd_cache_salt(struct openai_req *q, const char *k, json_t *v,
 	return 0;
 }
 
-/* Accepted because it changes nothing here. */
-static int rd_ignore(struct openai_req *q, const char *k, json_t *v,
-		     struct openai_error *err)
+/* Fields that cannot change the output, by enum openai_ignored: accepted
+ * at the type OpenAI gives them (null too), recorded in q->ignored. */
+static const struct ignored {
+	const char *name;
+	json_type type;                  /* JSON_STRING, JSON_OBJECT, JSON_TRUE (a boolean) */
+} ignored[OPENAI_IGNORED__N] = {
+	[OPENAI_IGN_USER] = { "user", JSON_STRING },
+	[OPENAI_IGN_METADATA] = { "metadata", JSON_OBJECT },
+	[OPENAI_IGN_STORE] = { "store", JSON_TRUE },
+	[OPENAI_IGN_SERVICE_TIER] = { "service_tier", JSON_STRING },
+	/* tools are refused unless empty (rd_empty), so this never speaks
+	 * of tools kvd runs; when tools come, it must be read */
+	[OPENAI_IGN_PARALLEL_TOOL_CALLS] = { "parallel_tool_calls", JSON_TRUE },
+	[OPENAI_IGN_PROMPT_CACHE_KEY] = { "prompt_cache_key", JSON_STRING },
+	[OPENAI_IGN_PROMPT_CACHE_RETENTION] = { "prompt_cache_retention", JSON_STRING },
+	[OPENAI_IGN_SAFETY_IDENTIFIER] = { "safety_identifier", JSON_STRING },
+};
+
+const char *openai_ignored_name(unsigned i)
 {
-	(void)q; (void)k; (void)v; (void)err;
+	return i < OPENAI_IGNORED__N ? ignored[i].name : "?";
+}
+
+static int rd_ignored(struct openai_req *q, const char *k, json_t *v,
+		      struct openai_error *err)
+{
+	static const char *const type_name[] = {
+		[JSON_STRING] = "a string", [JSON_OBJECT] = "an object",
+		[JSON_TRUE] = "true or false",
+	};
+	unsigned i = 0;
+
+	while (i < OPENAI_IGNORED__N && strcmp(ignored[i].name, k))
+		i++;
+	if (i == OPENAI_IGNORED__N)
+		return unsupported(err, k, NULL);   /* a row without its name */
+	if (!json_is_null(v) && json_typeof(v) != ignored[i].type &&
+	    !(ignored[i].type == JSON_TRUE && json_is_boolean(v)))
+		return bad(err, k, "'%s' must be %s", k, type_name[ignored[i].type]);
+	q->ignored |= 1u << i;
 	return 0;
 }
 
@@ -396,7 +431,14 @@ static const struct field {
 	{ "stop", EP_BOTH, rd_stop },
 	{ "stream", EP_BOTH, rd_stream },
 	{ "stream_options", EP_BOTH, rd_stream_options },
-	{ "user", EP_BOTH, rd_ignore },
+	{ "user", EP_BOTH, rd_ignored },
+	{ "metadata", EP_CHAT, rd_ignored },
+	{ "store", EP_CHAT, rd_ignored },
+	{ "service_tier", EP_CHAT, rd_ignored },
+	{ "parallel_tool_calls", EP_CHAT, rd_ignored },
+	{ "prompt_cache_key", EP_CHAT, rd_ignored },
+	{ "prompt_cache_retention", EP_CHAT, rd_ignored },
+	{ "safety_identifier", EP_CHAT, rd_ignored },
 	{ "cache_salt", EP_BOTH, rd_cache_salt },
 	{ "n", EP_BOTH, rd_n },
 	{ "best_of", EP_CMPL, rd_n },

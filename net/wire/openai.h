@@ -7,10 +7,13 @@
  * echo, logprobs, suffix, a penalty != 0, logit_bias, tools, a
  * response_format other than text...) names itself in a 400
  * (`param`, code `unsupported_parameter`), since silently dropping it
- * would change the result the caller expects. Known parameters with no
- * effect on the output (user, stream_options) are accepted, and so is
- * cache_salt (a non-empty string of at most OPENAI_SALT_MAX bytes), which
- * scopes prefix-cache reuse and never changes the output either.
+ * would change the result the caller expects. Known parameters that
+ * cannot change the output (OpenAI's bookkeeping: user, metadata, store,
+ * service_tier, ...: enum openai_ignored) are accepted when their type
+ * is right and reported in `ignored`, for the front to log and count;
+ * stream_options is accepted, and so is cache_salt (a non-empty string of
+ * at most OPENAI_SALT_MAX bytes), which scopes prefix-cache reuse and
+ * never changes the output either.
  *
  * Defaults are OpenAI's: max_tokens 16, temperature 1, top_p 1; top_k 0
  * (off; -1 is taken as off too); seed 0 when absent (kvd's output is a
@@ -40,6 +43,19 @@ struct openai_error {
 	char msg[256];
 };
 
+/* Fields that cannot change the output (bit i of openai_req.ignored). */
+enum openai_ignored {
+	OPENAI_IGN_USER,
+	OPENAI_IGN_METADATA,
+	OPENAI_IGN_STORE,
+	OPENAI_IGN_SERVICE_TIER,
+	OPENAI_IGN_PARALLEL_TOOL_CALLS,  /* tools are refused: never any */
+	OPENAI_IGN_PROMPT_CACHE_KEY,
+	OPENAI_IGN_PROMPT_CACHE_RETENTION,
+	OPENAI_IGN_SAFETY_IDENTIFIER,
+	OPENAI_IGNORED__N
+};
+
 struct openai_msg {
 	char *role;               /* owned, NUL-ended */
 	char *content;            /* owned, NUL-ended */
@@ -57,6 +73,7 @@ struct openai_req {
 	float temperature, top_p;
 	uint32_t top_k;
 	uint64_t seed;
+	uint32_t ignored;         /* bit (1u << enum openai_ignored) */
 	char *stop[OPENAI_STOP_MAX];   /* owned, NUL-ended, (stop_len[i]) */
 	size_t stop_len[OPENAI_STOP_MAX];
 	uint32_t n_stop;
@@ -69,6 +86,8 @@ struct openai_req {
 int openai_req_parse(struct openai_req *q, bool chat, const char *body,
 		     size_t len, struct openai_error *err);
 void openai_req_deinit(struct openai_req *q);
+/* The field's name ("?" out of range): a fixed string, safe as a label. */
+const char *openai_ignored_name(unsigned i);
 /* Fill err (any status); `code`/`param` NULL for null. Returns
  * OPENAI_E_INVALID. */
 int openai_error_set(struct openai_error *err, int status, const char *type,

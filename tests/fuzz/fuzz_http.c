@@ -90,6 +90,7 @@ static void check_body(const struct http_msg *m)
 		}
 		FUZZ_CHECK(q.max_tokens >= 1 && q.max_tokens <= PROTO_CLIENT_MAX_TOKENS,
 			   "max_tokens %u", q.max_tokens);
+		FUZZ_CHECK(!(q.ignored >> OPENAI_IGNORED__N), "ignored bits %#x", q.ignored);
 		FUZZ_CHECK(q.temperature >= 0.0f && q.temperature <= 100.0f,
 			   "temperature %g", q.temperature);
 		FUZZ_CHECK(q.top_p > 0.0f && q.top_p <= 1.0f, "top_p %g", q.top_p);

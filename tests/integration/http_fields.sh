@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The request fields OpenAI clients send by default (issue 24.1), on a
+# standalone node's HTTP front whose pool holds exactly one context
+# (kv.pool_tokens=128, clamp):
+#   - fields that cannot change the output (user, metadata, store,
+#     service_tier, parallel_tool_calls, prompt_cache_key, ...) are
+#     accepted, each with a debug line and kvd_http_ignored_fields_total
+#     {field=...}; a wrong type is a 400 naming it, and a field that would
+#     change the output (logprobs) stays a 400 naming it;
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+command -v curl >/dev/null || skip "curl absent"
+command -v jq >/dev/null || skip "jq absent"
+
+# stories260K when shared/ has it (real text: the stop string below needs
+# tokens of several bytes), else the generated model
+M=${KVD_SHARED:-}/models/stories260K.gguf
+[ -f "$M" ] || { gen_model "$T/m.gguf"; M=$T/m.gguf; }
+KEY=carol-0123456789abcdef0123456789abcdef
+KEY_S=sam-0123456789abcdef0123456789abcdef00
+ADM=admin-0123456789abcdef0123456789abcdef
+printf '%s carol\n%s sam max_tokens=40\n%s ops admin\n' "$KEY" "$KEY_S" "$ADM" > "$T/keys"
+chmod 600 "$T/keys"
+next_port; H=$PORT
+write_node f standalone "$M" "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys" \
+	"kv.pool_tokens=128" "kv.capacity_policy=clamp" \
+	"model.chat_template=chatml" "model.chat_template_unsafe=true"
+start_node f
+check "node up" wait_log "$T/f.log" "event=serve_ready"
+U=http://127.0.0.1:$H/v1
+
+# post PATH BODY [KEY]: status on stdout, body in $T/body
+post() {
+	curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer ${3:-$KEY}" \
+		-d "$2" "$U/$1" || true
+}
+CHAT='"messages":[{"role":"user","content":"Once upon a time"}]'
+
+# ---- ignored fields --------------------------------------------------------------
+MK=$(log_mark "$T/f.log")
+st=$(post chat/completions "{$CHAT,\"max_tokens\":2,\"user\":\"u1\",\"metadata\":{\"k\":\"v\"},\"store\":false,\"service_tier\":\"auto\",\"parallel_tool_calls\":true,\"prompt_cache_key\":\"p\",\"safety_identifier\":\"s\"}")
+check "chat with user, metadata, store, service_tier, parallel_tool_calls, prompt_cache_key, safety_identifier: 200 ($st)" test "$st" = 200
+check "  ... a debug line per ignored field" \
+	log_has "$T/f.log" 'event=http_ignored_field .*field="?metadata"?( |$)' "$MK"
+check "  ... (seven of them)" \
+	test "$(log_since "$T/f.log" "$MK" | grep -c 'event=http_ignored_field')" = 7
+st=$(post completions '{"prompt":"Once","max_tokens":2,"user":"u2"}')
+check "completion with user: 200 ($st)" test "$st" = 200
+curl -s -H "Authorization: Bearer $ADM" "http://127.0.0.1:$H/metrics" > "$T/metrics"
+check "kvd_http_ignored_fields_total counts by field" \
+	grep -q '^kvd_http_ignored_fields_total{field="user"} 2$' "$T/metrics"
+check "  ... metadata 1" grep -q '^kvd_http_ignored_fields_total{field="metadata"} 1$' "$T/metrics"
+check "  ... only the known names as labels" \
+	test "$(grep -c '^kvd_http_ignored_fields_total{' "$T/metrics")" = 8
+st=$(post chat/completions "{$CHAT,\"store\":\"yes\"}")
+check "store: \"yes\" is 400 naming store ($st)" \
+	test "$st $(jq -r .error.param "$T/body")" = "400 store"
+st=$(post chat/completions "{$CHAT,\"logprobs\":true}")
+check "logprobs: true (would change the output) stays 400 naming it ($st)" \
+	test "$st $(jq -r .error.param "$T/body")" = "400 logprobs"
+st=$(post completions '{"prompt":"Once","metadata":{}}')
+check "metadata on completions (not in its schema): 400 naming it ($st)" \
+	test "$st $(jq -r .error.param "$T/body")" = "400 metadata"
+
+finish
