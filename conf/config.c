@@ -179,6 +179,8 @@ static const struct conf_key conf_keys[] = {
 	  "A keep-alive connection with no request in flight that sends nothing for this long is closed." },
 	{ "http", "model_name", CT_STR, "", 0, 0, NULL, F(http_model_name),
 	  "The model id /v1/models lists and requests may name; empty = the model file's name without .gguf." },
+	{ "http", "default_max_tokens", CT_U32, "0", 0, 1048576, NULL, F(http_default_max_tokens),
+	  "max_tokens of an HTTP request that gives none: at most this many; 0 = the rest of the context (prompt + max_tokens = the smallest context and pool on the path, and at most the tenant's max_tokens). A request reserves the pages of prompt + max_tokens when admitted, so a request without max_tokens holds a whole context's pages: set this (or tenants.max_tokens) to admit more of them at once." },
 
 	{ "tenants", "share", CT_U32, "1", 1, 1000000, NULL, F(tenant_share),
 	  "A tenant's weight when tenants with waiting requests share the node's admission slots (and so the decode batch): a waiting request of the tenant with the fewest admitted requests per share goes first. The keys file's share=N overrides it per tenant." },

@@ -951,6 +951,32 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 	return false;
 }
 
+/* max_tokens when the request gives none: the rest of the context - what
+ * OpenAI's, vLLM's and llama-server's clients expect (generate to EOS) -
+ * bounded by what the path admits (serve__gate_path_limit: the smallest
+ * context and pool), the tenant's max_tokens and http.default_max_tokens.
+ * The request reserves pages for all of it at admission (no preemption:
+ * the pool never overcommits), as llama-server's slot holds its whole
+ * context: so such a request never fails admission for its default, it
+ * waits in its tenant's queue for the pages. At least 1: a prompt that
+ * fills the context alone is the role's prompt_too_long. */
+static uint32_t api_default_max_tokens(struct serve *s,
+				       const struct kvd_tenant_limits *lim,
+				       uint32_t n_prompt)
+{
+	const struct kvd_config *c = &s->d->cfg;
+	uint64_t limit = serve__gate_path_limit(s);
+	uint32_t tenant = lim->max_tokens ? lim->max_tokens : c->tenant_max_tokens;
+	uint64_t n;
+
+	if (tenant)
+		limit = KVD_MIN(limit, (uint64_t)tenant);
+	n = limit > n_prompt ? limit - n_prompt : 1;
+	if (c->http_default_max_tokens)
+		n = KVD_MIN(n, (uint64_t)c->http_default_max_tokens);
+	return (uint32_t)KVD_MIN(n, (uint64_t)PROTO_CLIENT_MAX_TOKENS);
+}
+
 /* The request's fields that were accepted and change nothing: one debug
  * line and one count each (the names are openai.h's, never the client's
  * bytes). */
@@ -1015,7 +1041,8 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	r->prompt = ap->ids;
 	r->n_prompt = ap->n_ids;
 	ap->ids = NULL;
-	r->max_tokens = q->max_tokens;
+	r->max_tokens = q->max_tokens ? q->max_tokens
+				      : api_default_max_tokens(s, &ap->lim, ap->n_ids);
 	r->sp = (struct sampler_params){ .temperature = q->temperature,
 					 .top_k = q->top_k, .top_p = q->top_p,
 					 .seed = q->seed };

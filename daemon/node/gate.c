@@ -100,11 +100,9 @@ static uint32_t gate_pages(struct serve_req *r)
 	return kvpool_pages_for(r->s->d->pool, need ? need - 1 : 0);
 }
 
-/* The largest request the role could admit now: this node's limit, and
- * on decode the largest context and pool of an up prefill peer (0: no
- * peer is up). Anything larger is the role's refusal at once
+/* (serve_int.h) Anything larger is the role's refusal at once
  * (prompt_too_long, no_peer), never a wait. */
-static uint64_t gate_path_limit(struct serve *s)
+uint64_t serve__gate_path_limit(struct serve *s)
 {
 	uint64_t own = serve__own_limit(s), best = 0;
 	struct kvd_list *e;
@@ -397,7 +395,7 @@ void serve__gate_admit(struct serve_req *r)
 	int rc;
 
 	/* what cannot fit the path is the role's refusal, at once */
-	if (need > gate_path_limit(s)) {
+	if (need > serve__gate_path_limit(s)) {
 		s->admit(r);
 		return;
 	}

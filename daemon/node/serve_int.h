@@ -193,6 +193,10 @@ void serve__gate_stop(struct serve *s);
  * its turn comes; refused with OVERLOADED when the tenant's queue is
  * full, DRAINING while draining. */
 void serve__gate_admit(struct serve_req *r);
+/* The largest prompt + max_tokens the role could admit now: this node's
+ * limit, and on decode the largest context and pool of an up prefill
+ * peer (0: no peer is up). */
+uint64_t serve__gate_path_limit(struct serve *s);
 /* From the sweep timer: queued requests past tenants.queue_timeout_ms,
  * or a drain: refused; then a pump (pages freed by fences). */
 void serve__gate_sweep(struct serve *s);

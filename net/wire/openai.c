@@ -465,7 +465,6 @@ int openai_req_parse(struct openai_req *q, bool chat, const char *body,
 
 	memset(q, 0, sizeof(*q));
 	q->chat = chat;
-	q->max_tokens = 16;
 	q->temperature = 1.0f;
 	q->top_p = 1.0f;
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);

@@ -15,9 +15,10 @@
  * at most OPENAI_SALT_MAX bytes), which scopes prefix-cache reuse and
  * never changes the output either.
  *
- * Defaults are OpenAI's: max_tokens 16, temperature 1, top_p 1; top_k 0
- * (off; -1 is taken as off too); seed 0 when absent (kvd's output is a
- * function of the seed: invariant 9).
+ * Defaults: max_tokens 0 = not given (the front fills in the rest of the
+ * context), temperature 1, top_p 1; top_k 0 (off; -1 is taken as off
+ * too); seed 0 when absent (kvd's output is a function of the seed:
+ * invariant 9).
  *
  * Errors: 0; OPENAI_E_INVALID with `err` filled (status 400); -ENOMEM.
  * Thread safety: none needed (pure).
@@ -69,7 +70,7 @@ struct openai_req {
 	uint32_t n_tokens;
 	struct openai_msg *msgs;  /* chat: (n_msgs) */
 	size_t n_msgs;
-	uint32_t max_tokens;
+	uint32_t max_tokens;      /* 0: not given */
 	float temperature, top_p;
 	uint32_t top_k;
 	uint64_t seed;

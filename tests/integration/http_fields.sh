@@ -7,6 +7,10 @@
 #     accepted, each with a debug line and kvd_http_ignored_fields_total
 #     {field=...}; a wrong type is a 400 naming it, and a field that would
 #     change the output (logprobs) stays a 400 naming it;
+#   - no max_tokens: the rest of the context (prompt + completion = 128
+#     unless EOS came first), on both endpoints; two such requests at once
+#     both complete (the second waits for the pages, never refused); the
+#     tenant's max_tokens and http.default_max_tokens bound the default;
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -61,5 +65,45 @@ check "logprobs: true (would change the output) stays 400 naming it ($st)" \
 st=$(post completions '{"prompt":"Once","metadata":{}}')
 check "metadata on completions (not in its schema): 400 naming it ($st)" \
 	test "$st $(jq -r .error.param "$T/body")" = "400 metadata"
+
+# ---- default max_tokens: the rest of the context ------------------------------------
+# fills N: prompt + completion reach the context, or EOS came first (stop)
+fills() {
+	jq -e --argjson n "$1" '(.usage.prompt_tokens + .usage.completion_tokens == $n) or
+		(.choices[0].finish_reason == "stop" and .usage.completion_tokens > 16)' "$T/body" >/dev/null
+}
+st=$(post completions '{"prompt":"Once","temperature":0}')
+check "completion without max_tokens: 200 ($st)" test "$st" = 200
+check "  ... generates to the end of the context, not 16 tokens ($(jq -c .usage "$T/body"))" fills 128
+st=$(post chat/completions "{$CHAT,\"temperature\":0}")
+check "chat without max_tokens: 200 ($st)" test "$st" = 200
+check "  ... generates to the end of the context, not 16 tokens ($(jq -c .usage "$T/body"))" fills 128
+# two at once: each reserves the whole pool; the second waits, then runs
+post completions '{"prompt":"abc","temperature":0}' > "$T/st1" &
+P1=$!
+st=$(curl -s -o "$T/body2" -w '%{http_code}' -H "Authorization: Bearer $KEY" \
+	-d '{"prompt":"abc","temperature":0}' "$U/completions" || true)
+wait $P1
+check "two defaults at once on a one-context pool: both 200 ($(cat "$T/st1") $st)" \
+	test "$(cat "$T/st1") $st" = "200 200"
+st=$(post completions '{"prompt":"Once","temperature":0}' "$KEY_S")
+check "the tenant's max_tokens (40) bounds the default: 200 ($st)" test "$st" = 200
+check "  ... prompt + completion <= 40 ($(jq -c .usage "$T/body"))" \
+	jq -e '.usage.prompt_tokens + .usage.completion_tokens <= 40' "$T/body"
+stop_node f
+
+next_port; H=$PORT
+U=http://127.0.0.1:$H/v1
+write_node g standalone "$M" "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys" \
+	"kv.pool_tokens=128" "kv.capacity_policy=clamp" "http.default_max_tokens=20" \
+	"model.chat_template=chatml" "model.chat_template_unsafe=true"
+start_node g
+check "node with http.default_max_tokens=20 up" wait_log "$T/g.log" "event=serve_ready"
+st=$(post completions '{"prompt":"Once","temperature":0}')
+check "http.default_max_tokens bounds the default: 200, at most 20 tokens ($(jq -c .usage "$T/body"))" \
+	jq -e '.usage.completion_tokens <= 20 and .usage.completion_tokens > 16' "$T/body"
+st=$(post completions '{"prompt":"Once","temperature":0,"max_tokens":30}')
+check "  ... a request's own max_tokens is not bounded by it ($(jq -c .usage "$T/body"))" \
+	jq -e '.usage.completion_tokens > 20 or .choices[0].finish_reason == "stop"' "$T/body"
 
 finish
