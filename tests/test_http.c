@@ -262,6 +262,40 @@ START_TEST(test_openai_ignored)
 }
 END_TEST
 
+/* Issue 24.1: chat content as text parts. */
+START_TEST(test_openai_parts)
+{
+	struct openai_req q;
+	struct openai_error e;
+
+	/* text parts, joined with \n */
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":"
+			       "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"bc\"}]}]}",
+			       true, &q, &e), 0);
+	ck_assert_str_eq(q.msgs[0].content, "a\nbc");
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":"
+			       "[{\"type\":\"text\",\"text\":\"\"}]}]}", true, &q, &e), 0);
+	ck_assert_str_eq(q.msgs[0].content, "");
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":"
+			       "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\","
+			       "\"image_url\":{\"url\":\"u\"}}]}]}", true, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "image_url");
+	ck_assert_str_eq(e.code, "unsupported_parameter");
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":"
+			       "[{\"type\":\"text\"}]}]}", true, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "messages");
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":"
+			       "[{\"type\":\"text\",\"text\":\"a\",\"x\":1}]}]}", true, &q, &e),
+			 OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":[\"a\"]}]}",
+			       true, &q, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":7}]}",
+			       true, &q, &e), OPENAI_E_INVALID);
+}
+END_TEST
+
 /* The role and limit words after the tenant: admin keys, limits that
  * belong to the tenant (every key of it gets them), and refusals. */
 START_TEST(test_apikeys_roles)
@@ -350,6 +384,7 @@ static Suite *http_suite(void)
 	tcase_add_test(tc, test_wire_bounds);
 	tcase_add_test(tc, test_openai_bodies);
 	tcase_add_test(tc, test_openai_ignored);
+	tcase_add_test(tc, test_openai_parts);
 	tcase_add_test(tc, test_apikeys);
 	tcase_add_test(tc, test_apikeys_roles);
 	suite_add_tcase(s, tc);

@@ -126,11 +126,53 @@ static int rd_prompt(struct openai_req *q, const char *k, json_t *v,
 	return bad(err, k, "'%s' must be a string or an array of token ids", k);
 }
 
+/* A message's content: a string, or an array of text parts joined with
+ * "\n" (vLLM's rule); another part type is refused by name. *out is
+ * malloc'd. */
+static int content_of(const char *k, size_t i, json_t *c, char **out,
+		      struct openai_error *err)
+{
+	size_t n = 0, j;
+	json_t *part;
+	char *p;
+
+	if (json_is_string(c))
+		return (*out = strdup(json_string_value(c))) ? 0 : -ENOMEM;
+	if (!json_is_array(c) || json_array_size(c) == 0)
+		return bad(err, k, "'%s[%zu].content' must be a string or an array of text parts", k, i);
+	json_array_foreach(c, j, part) {
+		json_t *type = json_object_get(part, "type");
+		json_t *text = json_object_get(part, "text");
+
+		if (!json_is_string(type))
+			return bad(err, k, "'%s[%zu].content[%zu].type' must be a string", k, i, j);
+		if (strcmp(json_string_value(type), "text"))
+			return unsupported(err, json_string_value(type),
+					   "content parts of type text only");
+		if (!json_is_string(text) || json_object_size(part) != 2)
+			return bad(err, k, "'%s[%zu].content[%zu]' must be {\"type\": \"text\", \"text\": a string}", k, i, j);
+		n += json_string_length(text) + 1;
+	}
+	if (!(p = *out = malloc(n)))
+		return -ENOMEM;
+	json_array_foreach(c, j, part) {
+		json_t *text = json_object_get(part, "text");
+
+		if (j)
+			*p++ = '\n';
+		memcpy(p, json_string_value(text), json_string_length(text));
+		p += json_string_length(text);
+	}
+	*p = 0;
+	return 0;
+}
+
 static int rd_messages(struct openai_req *q, const char *k, json_t *v,
 		       struct openai_error *err)
 {
 	size_t n = json_array_size(v), i;
 	json_t *m;
+	int rc;
 
 	if (!json_is_array(v) || n == 0 || n > OPENAI_MSGS_MAX)
 		return bad(err, k, "'%s' must be an array of 1..%u messages", k, OPENAI_MSGS_MAX);
@@ -155,13 +197,11 @@ static int rd_messages(struct openai_req *q, const char *k, json_t *v,
 		    strcmp(json_string_value(role), "assistant") &&
 		    strcmp(json_string_value(role), "developer"))
 			return bad(err, k, "'%s[%zu].role' must be system, developer, user or assistant", k, i);
-		if (!json_is_string(content))
-			return bad(err, k, "'%s[%zu].content' must be a string", k, i);
-		q->msgs[i].role = strdup(json_string_value(role));
-		q->msgs[i].content = strdup(json_string_value(content));
 		q->n_msgs = i + 1;
-		if (!q->msgs[i].role || !q->msgs[i].content)
+		if (!(q->msgs[i].role = strdup(json_string_value(role))))
 			return -ENOMEM;
+		if ((rc = content_of(k, i, content, &q->msgs[i].content, err)))
+			return rc;
 	}
 	return 0;
 }

@@ -20,6 +20,10 @@
  * too); seed 0 when absent (kvd's output is a function of the seed:
  * invariant 9).
  *
+ * Chat content is a string or an array of text parts ({"type": "text",
+ * "text": ...}), joined with "\n" as vLLM does; any other part type is
+ * a 400 naming it.
+ *
  * Errors: 0; OPENAI_E_INVALID with `err` filled (status 400); -ENOMEM.
  * Thread safety: none needed (pure).
  */

@@ -221,6 +221,9 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 			   "{\"model\":\"m\",\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"stop\":[\"x\"]}");
 	seed(emit, ctx, 3, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 76\r\n\r\n"
 			   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,\"top_p\":0.5}\r\n\r\n");
+	/* issue 24.1: text parts, fields ignored */
+	seed(emit, ctx, 2, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 197\r\n\r\n"
+			   "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"b\"}]}],\"user\":\"u\",\"metadata\":{\"k\":\"v\"},\"store\":false,\"parallel_tool_calls\":true}");
 	seed(emit, ctx, 7, "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
 			   "10\r\n{\"prompt\":[1,2,\r\n5\r\n3],\"n\r\n6\r\n\":1}  \r\n0\r\n\r\n"
 			   "GET /v1/models HTTP/1.1\r\n\r\nGET /health HTTP/1.0\r\n\r\n");

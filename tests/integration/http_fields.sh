@@ -11,6 +11,8 @@
 #     unless EOS came first), on both endpoints; two such requests at once
 #     both complete (the second waits for the pages, never refused); the
 #     tenant's max_tokens and http.default_max_tokens bound the default;
+#   - chat content as text parts equals the string joined with "\n";
+#     an image_url part is a 400 naming it;
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -105,5 +107,16 @@ check "http.default_max_tokens bounds the default: 200, at most 20 tokens ($(jq 
 st=$(post completions '{"prompt":"Once","temperature":0,"max_tokens":30}')
 check "  ... a request's own max_tokens is not bounded by it ($(jq -c .usage "$T/body"))" \
 	jq -e '.usage.completion_tokens > 20 or .choices[0].finish_reason == "stop"' "$T/body"
+
+# ---- chat content as text parts -------------------------------------------------------
+st=$(post chat/completions '{"messages":[{"role":"user","content":"Once\nupon"}],"max_tokens":12,"temperature":0}')
+want=$(jq -c '{t: .choices[0].message.content, p: .usage.prompt_tokens, c: .usage.completion_tokens}' "$T/body")
+st=$(post chat/completions '{"messages":[{"role":"user","content":[{"type":"text","text":"Once"},{"type":"text","text":"upon"}]}],"max_tokens":12,"temperature":0}')
+check "content as two text parts: 200 ($st)" test "$st" = 200
+check "  ... the answer and usage of the string joined with \\n" \
+	test "$(jq -c '{t: .choices[0].message.content, p: .usage.prompt_tokens, c: .usage.completion_tokens}' "$T/body")" = "$want"
+st=$(post chat/completions '{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]}')
+check "an image_url part: 400 naming it ($st $(jq -r .error.param "$T/body"))" \
+	test "$st $(jq -r .error.param "$T/body")" = "400 image_url"
 
 finish
