@@ -155,7 +155,7 @@ START_TEST(test_openai_bodies)
 	ck_assert_int_eq(parse("{\"prompt\":\"hi\"}", false, &q, &e), 0);
 	ck_assert_str_eq(q.prompt, "hi");
 	ck_assert_uint_eq(q.max_tokens, 0);   /* not given: the front's default */
-	ck_assert(q.temperature == 1.0f && q.top_p == 1.0f && q.seed == 0 && !q.stream);
+	ck_assert(q.temperature == 1.0f && q.top_p == 1.0f && !q.has_seed && !q.stream);
 	ck_assert_uint_eq(q.ignored, 0);
 	openai_req_deinit(&q);
 
@@ -164,7 +164,7 @@ START_TEST(test_openai_bodies)
 			       "\"stream\":true,\"user\":\"u\",\"presence_penalty\":0}", false, &q, &e), 0);
 	ck_assert_uint_eq(q.n_tokens, 3);
 	ck_assert(!q.prompt && q.tokens[2] == 3 && q.max_tokens == 5 && q.top_k == 0 &&
-		  q.seed == 9 && q.stream && q.n_stop == 2 && q.stop_len[1] == 2);
+		  q.seed == 9 && q.has_seed && q.stream && q.n_stop == 2 && q.stop_len[1] == 2);
 	ck_assert_uint_eq(q.ignored, 1u << OPENAI_IGN_USER);
 	ck_assert_str_eq(q.model, "m");
 	openai_req_deinit(&q);

@@ -321,14 +321,23 @@ static json_t *choice_json(const struct http_exchange *x, json_t *text,
 	return c;
 }
 
+/* The answer, or one chunk of it; the seed used (kvd's extension) in
+ * the answer and in a stream's first chunk. */
 static json_t *answer_json(const struct http_exchange *x, json_t *choice,
 			   bool chunk)
 {
-	return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", x->id, "object",
-			 x->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-				 : "text_completion",
-			 "created", (json_int_t)x->created, "model", x->model,
-			 "choices", choice);
+	json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", x->id, "object",
+			      x->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+				      : "text_completion",
+			      "created", (json_int_t)x->created, "model", x->model,
+			      "choices", choice);
+
+	if (j && (!chunk || !x->role_sent) &&
+	    json_object_set_new(j, "seed", json_integer((json_int_t)x->seed))) {
+		json_decref(j);
+		j = NULL;
+	}
+	return j;
 }
 
 /* One SSE event of j (consumed). -ENOMEM when j is NULL (its building
@@ -977,6 +986,29 @@ static uint32_t api_default_max_tokens(struct serve *s,
 	return (uint32_t)KVD_MIN(n, (uint64_t)PROTO_CLIENT_MAX_TOKENS);
 }
 
+/* The request's sampling: its own, with a seed drawn when it gave none
+ * (from libsodium's CSPRNG, below 2^53 so a JavaScript client can send it
+ * back exactly) - so identical sampled requests differ, and the answer
+ * says which seed to send to repeat one (invariant 9 still holds: the
+ * output is a function of the seed used). Greedy ignores the seed. */
+static void api_req_params(struct http_conn *hc, struct api_prep *ap,
+			   struct serve_req *r)
+{
+	const struct openai_req *q = &ap->q;
+	uint64_t seed = q->seed;
+
+	if (!q->has_seed) {
+		randombytes_buf(&seed, sizeof(seed));
+		seed &= (UINT64_C(1) << 53) - 1;
+	}
+	hc->x.seed = seed;
+	r->max_tokens = q->max_tokens ? q->max_tokens
+				      : api_default_max_tokens(hc->s, &ap->lim, ap->n_ids);
+	r->sp = (struct sampler_params){ .temperature = q->temperature,
+					 .top_k = q->top_k, .top_p = q->top_p,
+					 .seed = seed };
+}
+
 /* The request's fields that were accepted and change nothing: one debug
  * line and one count each (the names are openai.h's, never the client's
  * bytes). */
@@ -1041,11 +1073,7 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	r->prompt = ap->ids;
 	r->n_prompt = ap->n_ids;
 	ap->ids = NULL;
-	r->max_tokens = q->max_tokens ? q->max_tokens
-				      : api_default_max_tokens(s, &ap->lim, ap->n_ids);
-	r->sp = (struct sampler_params){ .temperature = q->temperature,
-					 .top_k = q->top_k, .top_p = q->top_p,
-					 .seed = q->seed };
+	api_req_params(hc, ap, r);
 	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu completion=%s tenant=%s stream=%d prep_us=%llu",
 		    (unsigned long long)hc->conn_id, (unsigned long long)x->num,
 		    x->id, KVLOG_Q(ap->tenant), x->stream,

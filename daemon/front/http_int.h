@@ -59,6 +59,9 @@ struct http_exchange {
 	char tenant[64];
 	uint32_t cached_tokens;          /* from the final: the usage's
 					  * prompt_tokens_details */
+	uint64_t seed;                   /* the sampler's: the request's or
+					  * drawn; in the answer (kvd's
+					  * extension field "seed") */
 };
 
 struct http_conn {

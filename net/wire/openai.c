@@ -281,6 +281,7 @@ static int rd_seed(struct openai_req *q, const char *k, json_t *v,
 	if (!json_is_integer(v) || json_integer_value(v) < 0)
 		return bad(err, k, "'%s' must be an integer >= 0", k);
 	q->seed = (uint64_t)json_integer_value(v);
+	q->has_seed = true;
 	return 0;
 }
 

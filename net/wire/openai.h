@@ -17,8 +17,8 @@
  *
  * Defaults: max_tokens 0 = not given (the front fills in the rest of the
  * context), temperature 1, top_p 1; top_k 0 (off; -1 is taken as off
- * too); seed 0 when absent (kvd's output is a function of the seed:
- * invariant 9).
+ * too); has_seed false when absent (the front draws one and reports it:
+ * kvd's output is a function of the seed, invariant 9).
  *
  * Chat content is a string or an array of text parts ({"type": "text",
  * "text": ...}), joined with "\n" as vLLM does; any other part type is
@@ -77,7 +77,8 @@ struct openai_req {
 	uint32_t max_tokens;      /* 0: not given */
 	float temperature, top_p;
 	uint32_t top_k;
-	uint64_t seed;
+	uint64_t seed;            /* has_seed: given */
+	bool has_seed;
 	uint32_t ignored;         /* bit (1u << enum openai_ignored) */
 	char *stop[OPENAI_STOP_MAX];   /* owned, NUL-ended, (stop_len[i]) */
 	size_t stop_len[OPENAI_STOP_MAX];

@@ -13,6 +13,9 @@
 #     tenant's max_tokens and http.default_max_tokens bound the default;
 #   - chat content as text parts equals the string joined with "\n";
 #     an image_url part is a 400 naming it;
+#   - without seed, two sampled requests draw different seeds (in the
+#     answer and in a stream's first chunk) and sending one back repeats
+#     its text; greedy answers are equal;
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -118,5 +121,29 @@ check "  ... the answer and usage of the string joined with \\n" \
 st=$(post chat/completions '{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]}')
 check "an image_url part: 400 naming it ($st $(jq -r .error.param "$T/body"))" \
 	test "$st $(jq -r .error.param "$T/body")" = "400 image_url"
+
+# ---- seeds ---------------------------------------------------------------------------
+SAMPLED='"prompt":"Once","max_tokens":24,"temperature":1.0'
+post completions "{$SAMPLED}" >/dev/null; cp "$T/body" "$T/s1"
+post completions "{$SAMPLED}" >/dev/null; cp "$T/body" "$T/s2"
+s1=$(jq -r .seed "$T/s1"); s2=$(jq -r .seed "$T/s2")
+check "without seed: a seed drawn per request, in the answer ($s1, $s2)" \
+	jq -e --slurpfile b "$T/s2" '(.seed | type) == "number" and .seed != $b[0].seed' "$T/s1"
+check "  ... so two identical sampled requests differ" \
+	test "$(jq -r '.choices[0].text' "$T/s1")" != "$(jq -r '.choices[0].text' "$T/s2")"
+post completions "{$SAMPLED,\"seed\":$s1}" >/dev/null
+check "  ... sending the seed back repeats the text, and the answer names it" \
+	test "$(jq -c '[.choices[0].text, .seed]' "$T/body")" = "$(jq -c '[.choices[0].text, .seed]' "$T/s1")"
+curl -sN -H "Authorization: Bearer $KEY" -d "{$SAMPLED,\"seed\":$s1,\"stream\":true}" \
+	"$U/completions" | sed -n 's/^data: //p' | grep -v '^\[DONE\]' > "$T/ev"
+check "  ... a stream's first chunk carries the seed, the others not" \
+	test "$(jq -sc '[.[0].seed, ([.[1:][] | select(has("seed"))] | length)]' "$T/ev")" = "[$s1,0]"
+check "  ... and streams the same text" \
+	test "$(jq -sj '.[].choices[0].text' "$T/ev")" = "$(jq -j '.choices[0].text' "$T/s1")"
+GREEDY='"prompt":"Once","max_tokens":24,"temperature":0'
+post completions "{$GREEDY}" >/dev/null; cp "$T/body" "$T/g1"
+post completions "{$GREEDY}" >/dev/null
+check "greedy without seed: the same text twice (seeds $(jq -r .seed "$T/g1") $(jq -r .seed "$T/body"))" \
+	test "$(jq -r '.choices[0].text' "$T/body")" = "$(jq -r '.choices[0].text' "$T/g1")"
 
 finish
