@@ -16,6 +16,7 @@
 #   - without seed, two sampled requests draw different seeds (in the
 #     answer and in a stream's first chunk) and sending one back repeats
 #     its text; greedy answers are equal;
+#   - a stop string across a token boundary ends the text before it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -145,5 +146,35 @@ post completions "{$GREEDY}" >/dev/null; cp "$T/body" "$T/g1"
 post completions "{$GREEDY}" >/dev/null
 check "greedy without seed: the same text twice (seeds $(jq -r .seed "$T/g1") $(jq -r .seed "$T/body"))" \
 	test "$(jq -r '.choices[0].text' "$T/body")" = "$(jq -r '.choices[0].text' "$T/g1")"
+
+# ---- a stop string across a token boundary -----------------------------------------------
+# the stream's chunks are its tokens' text: the stop string is the last
+# two bytes of one chunk and the first two of the next
+curl -sN -H "Authorization: Bearer $KEY" -d "{$GREEDY,\"stream\":true}" "$U/completions" |
+	sed -n 's/^data: //p' | grep -v '^\[DONE\]' | jq -r '.choices[0].text | @json' > "$T/chunks"
+IFS=$'\t' read -r stop want < <(python3 - "$T/chunks" <<'PY'
+import json, sys
+c = [json.loads(l) for l in open(sys.argv[1])]
+full = "".join(c)
+for k in range(2, len(c) - 1):
+    if len(c[k]) >= 2 and len(c[k + 1]) >= 2:
+        stop = c[k][-2:] + c[k + 1][:2]
+        print(json.dumps(stop), json.dumps(full[:full.index(stop)]), sep="\t")
+        break
+PY
+) || true
+if [ -z "${stop:-}" ]; then
+	echo "# no two chunks of two bytes or more (the generated model's bytes): stop across tokens not tested"
+else for mode in false true; do
+	curl -sN -H "Authorization: Bearer $KEY" -d "{$GREEDY,\"stop\":[$stop],\"stream\":$mode}" \
+		"$U/completions" > "$T/st"
+	if [ $mode = true ]; then
+		got=$(sed -n 's/^data: //p' "$T/st" | grep -v '^\[DONE\]' | jq -sc '[([.[].choices[0].text] | add), .[-1].choices[0].finish_reason]')
+	else
+		got=$(jq -c '[.choices[0].text, .choices[0].finish_reason]' "$T/st")
+	fi
+	check "stop $stop across two tokens, stream=$mode: the text ends before it, finish stop" \
+		test "$got" = "[$want,\"stop\"]"
+done; fi
 
 finish
