@@ -962,8 +962,11 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 
 /* max_tokens when the request gives none: the rest of the context - what
  * OpenAI's, vLLM's and llama-server's clients expect (generate to EOS) -
- * bounded by what the path admits (serve__gate_path_limit: the smallest
- * context and pool), the tenant's max_tokens and http.default_max_tokens.
+ * bounded by what any path admits: the role's limit now
+ * (serve__gate_path_limit) and the path's context (kvd_capacity
+ * path_context: the smallest context and pool of this node and its up
+ * peers, so whichever prefill peer decode picks - by load, not size -
+ * holds it), then the tenant's max_tokens and http.default_max_tokens.
  * The request reserves pages for all of it at admission (no preemption:
  * the pool never overcommits), as llama-server's slot holds its whole
  * context: so such a request never fails admission for its default, it
@@ -974,7 +977,8 @@ static uint32_t api_default_max_tokens(struct serve *s,
 				       uint32_t n_prompt)
 {
 	const struct kvd_config *c = &s->d->cfg;
-	uint64_t limit = serve__gate_path_limit(s);
+	uint64_t limit = KVD_MIN(serve__gate_path_limit(s),
+				 (uint64_t)s->d->cap.path_context);
 	uint32_t tenant = lim->max_tokens ? lim->max_tokens : c->tenant_max_tokens;
 	uint64_t n;
 

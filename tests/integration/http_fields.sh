@@ -16,7 +16,12 @@
 #   - without seed, two sampled requests draw different seeds (in the
 #     answer and in a stream's first chunk) and sending one back repeats
 #     its text; greedy answers are equal;
-#   - a stop string across a token boundary ends the text before it.
+#   - a stop string across a token boundary ends the text before it;
+#   - on a decode node with two prefill peers, one whose pool holds 128
+#     tokens and one 4096, the default fits the smaller (decode picks a
+#     peer by load, not size; kv.capacity_policy=clamp lowers decode's
+#     context to the path's): every request without max_tokens is
+#     answered within 128 tokens, none refused prompt_too_long.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -95,7 +100,7 @@ check "two defaults at once on a one-context pool: both 200 ($(cat "$T/st1") $st
 st=$(post completions '{"prompt":"Once","temperature":0}' "$KEY_S")
 check "the tenant's max_tokens (40) bounds the default: 200 ($st)" test "$st" = 200
 check "  ... prompt + completion <= 40 ($(jq -c .usage "$T/body"))" \
-	jq -e '.usage.prompt_tokens + .usage.completion_tokens <= 40' "$T/body"
+	jq -e '.usage.completion_tokens > 0 and .usage.prompt_tokens + .usage.completion_tokens <= 40' "$T/body"
 stop_node f
 
 next_port; H=$PORT
@@ -176,5 +181,31 @@ else for mode in false true; do
 	check "stop $stop across two tokens, stream=$mode: the text ends before it, finish stop" \
 		test "$got" = "[$want,\"stop\"]"
 done; fi
+stop_node g
+
+# ---- decode with two prefill peers of different sizes -------------------------------------
+next_port; PA=$PORT; next_port; PB=$PORT; next_port; H=$PORT
+U=http://127.0.0.1:$H/v1
+write_node pa prefill "$M" "listen.peer=127.0.0.1:$PA" "kv.pool_tokens=128" "kv.capacity_policy=clamp"
+write_node pb prefill "$M" "listen.peer=127.0.0.1:$PB"
+write_node dm decode "$M" "peers.prefill=127.0.0.1:$PA,127.0.0.1:$PB" "kv.capacity_policy=clamp" \
+	"listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys"
+start_node pa; start_node pb; start_node dm
+two_up() { [ "$(log_count "$T/dm.log" "event=peer_up ")" -ge 2 ]; }
+check "decode paired with both prefill peers" wait_for 30 two_up
+pids=()
+for i in 1 2 3 4 5 6; do
+	curl -s -o "$T/d.$i" -H "Authorization: Bearer $KEY" -d '{"prompt":"Once","temperature":0}' "$U/completions" &
+	pids+=($!)
+	[ "$i" -gt 4 ] && wait "${pids[@]}"
+done
+wait "${pids[@]}" || true
+ok=0
+for i in 1 2 3 4 5 6; do
+	jq -e '.usage.completion_tokens > 0 and .usage.prompt_tokens + .usage.completion_tokens <= 128' "$T/d.$i" >/dev/null 2>&1 &&
+		ok=$((ok + 1)) || echo "# d.$i: $(head -c 300 "$T/d.$i")"
+done
+check "six requests without max_tokens: all answered within the smaller peer's 128 tokens ($ok)" test "$ok" = 6
+echo "# served by the 128-token peer: $(status_get pa counters.admitted), by the other: $(status_get pb counters.admitted)"
 
 finish
