@@ -1,6 +1,7 @@
 /* kvctl.c - the admin command.
  *
  *   kvctl [--socket PATH | --node NAME] [--json] [--timeout SEC] COMMAND ...
+ *   kvctl --version | --help
  *     status                           node, state, pool, capacity, counters
  *     drain [--no-wait] [--wait-ms N]  stop admitting; wait until drained
  *     resume                           admit again
@@ -37,6 +38,7 @@
 #include "ctl/cmd_generate.h"
 #include "net/wire/frame.h"
 #include "net/peer_auth.h"
+#include "kvd_build.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -71,6 +73,7 @@ struct kvctl_cmd {
 	const char *name;
 	int (*fn)(struct kvctl *k, int argc, char **argv);
 	bool daemon;           /* talks to the socket */
+	bool options_after;    /* kvctl's options may follow its name */
 	const char *help;
 };
 
@@ -913,22 +916,22 @@ static int sub_metrics(struct kvctl *k, int argc, char **argv)
 }
 
 static const struct kvctl_cmd kvctl_cmds[] = {
-	{ "status", sub_status, true, "status" },
-	{ "drain", sub_drain, true, "drain [--no-wait] [--wait-ms N]" },
-	{ "resume", sub_resume, true, "resume" },
-	{ "pool", sub_pool, true,
+	{ "status", sub_status, true, true, "status" },
+	{ "drain", sub_drain, true, true, "drain [--no-wait] [--wait-ms N]" },
+	{ "resume", sub_resume, true, true, "resume" },
+	{ "pool", sub_pool, true, true,
 	  "pool resize --tokens N | --bytes N [--force] [--wait-ms N]" },
-	{ "capacity", sub_capacity, true, "capacity" },
-	{ "metrics", sub_metrics, true, "metrics   (Prometheus text format 0.0.4)" },
-	{ "abort", sub_abort, true, "abort ID|cmpl-...|chatcmpl-..." },
-	{ "queue", sub_queue, true, "queue   (requests waiting at the tenant gate)" },
-	{ "cache", sub_cache, true, "cache status | cache flush [--tenant T]   (the prefix cache)" },
-	{ "audit", sub_audit, false, "audit [FILE...]" },
-	{ "keygen", sub_keygen, false, "keygen FILE [--force]   (a new cluster secret for peers.key_file)" },
-	{ "model", sub_model, false, "model make|inspect ... (kvctl model --help)" },
-	{ "generate", sub_generate, false,
+	{ "capacity", sub_capacity, true, true, "capacity" },
+	{ "metrics", sub_metrics, true, true, "metrics   (Prometheus text format 0.0.4)" },
+	{ "abort", sub_abort, true, true, "abort ID|cmpl-...|chatcmpl-..." },
+	{ "queue", sub_queue, true, true, "queue   (requests waiting at the tenant gate)" },
+	{ "cache", sub_cache, true, true, "cache status | cache flush [--tenant T]   (the prefix cache)" },
+	{ "audit", sub_audit, false, true, "audit [FILE...]" },
+	{ "keygen", sub_keygen, false, false, "keygen FILE [--force]   (a new cluster secret for peers.key_file)" },
+	{ "model", sub_model, false, false, "model make|inspect ... (kvctl model --help)" },
+	{ "generate", sub_generate, false, false,
 	  "generate --server ADDR --prompt TEXT [--max-tokens N --temperature T --seed S] [--json]" },
-	{ "fault", sub_fault, true,
+	{ "fault", sub_fault, true, true,
 	  "fault load --count N --tokens N --hold-ms N [--fence-ms N]" },
 };
 
@@ -938,48 +941,124 @@ static void usage(FILE *out)
 		     " [--timeout SEC] COMMAND\n");
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(kvctl_cmds); i++)
 		fprintf(out, "  %s\n", kvctl_cmds[i].help);
-	fprintf(out, "exit: 0 ok, 1 check failed or daemon error, 2 usage,"
+	fprintf(out, "kvctl's options may also follow a command that talks to"
+		     " the daemon, or audit (kvctl status --json)\n"
+		     "exit: 0 ok, 1 check failed or daemon error, 2 usage,"
 		     " 69 daemon unavailable\n");
+}
+
+/* kvctl's own options; short forms only before the command. */
+static const struct option kvctl_opts[] = {
+	{ "socket", required_argument, NULL, 's' },
+	{ "node", required_argument, NULL, 'n' },
+	{ "json", no_argument, NULL, 'j' },
+	{ "timeout", required_argument, NULL, 't' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* One of kvctl_opts (c, its value arg): 0, EXIT_USAGE, or -1 when it
+ * printed what was asked (--help, --version) and kvctl is done. */
+static int kvctl_opt(struct kvctl *k, int c, const char *arg)
+{
+	uint64_t secs;
+
+	switch (c) {
+	case 's':
+		k->socket = arg;
+		return 0;
+	case 'n':
+		snprintf(k->sockbuf, sizeof(k->sockbuf), "%s/%s.sock",
+			 KVCTL_RUNDIR, arg);
+		k->socket = k->sockbuf;
+		return 0;
+	case 'j':
+		k->json = true;
+		return 0;
+	case 't':
+		if (kvd_parse_u64(arg, &secs) || secs > 86400)
+			return EXIT_USAGE;
+		k->timeout_ms = (int)secs * 1000;
+		return 0;
+	case 'h':
+		usage(stdout);
+		return -1;
+	case 'V':
+		printf("kvctl %s\n", KVD_VERSION);
+		return -1;
+	default:
+		return EXIT_USAGE;
+	}
+}
+
+/* kvctl's long options after the command (`kvctl status --json`,
+ * `--socket=PATH` or `--socket PATH`), up to a `--`: applied and taken
+ * out of argv[1..*argc), so the command sees only its own. 0, EXIT_USAGE
+ * (an option without its value, a bad value) or -1 (--help printed). */
+static int kvctl_opts_after(struct kvctl *k, const struct kvctl_cmd *cmd,
+			    int *argc, char **argv)
+{
+	int out = 1, i;
+
+	for (i = 1; i < *argc && strcmp(argv[i], "--"); i++) {
+		const struct option *o = kvctl_opts;
+		const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
+		size_t n = eq ? (size_t)(eq - a) : strlen(a);
+		int r;
+
+		while (o->name && (strncmp(a, "--", 2) || n - 2 != strlen(o->name) ||
+				   strncmp(a + 2, o->name, n - 2)))
+			o++;
+		if (!o->name || (eq && o->has_arg == no_argument)) {
+			argv[out++] = argv[i];
+			continue;
+		}
+		if (o->has_arg == required_argument && !(val = eq ? eq + 1 : argv[++i]))
+			return EXIT_USAGE;
+		if (o->val == 'h') {
+			printf("usage: kvctl %s\n", cmd->help);
+			return -1;
+		}
+		r = kvctl_opt(k, o->val, val);
+		if (r)
+			return r;
+	}
+	while (i < *argc)
+		argv[out++] = argv[i++];
+	argv[out] = NULL;
+	*argc = out;
+	return 0;
+}
+
+/* Run cmd on argv[0..argc) (argv[0]: its name). */
+static int kvctl_run(struct kvctl *k, const struct kvctl_cmd *cmd, int argc,
+		     char **argv)
+{
+	int r = 0;
+
+	if (cmd->options_after)
+		r = kvctl_opts_after(k, cmd, &argc, argv);
+	if (r < 0)
+		return 0;
+	if (r == 0)
+		r = cmd->fn(k, argc, argv);
+	/* model and generate print their own usage */
+	if (r == EXIT_USAGE && cmd->daemon)
+		fprintf(stderr, "usage: kvctl %s\n", cmd->help);
+	return r;
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "node", required_argument, NULL, 'n' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "timeout", required_argument, NULL, 't' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct kvctl k = { .timeout_ms = -1, .fd = -1 };
-	uint64_t secs;
 	int c, r = EXIT_USAGE;
 
-	while ((c = getopt_long(argc, argv, "+s:n:jt:h", opts, NULL)) != -1) {
-		switch (c) {
-		case 's':
-			k.socket = optarg;
-			break;
-		case 'n':
-			snprintf(k.sockbuf, sizeof(k.sockbuf), "%s/%s.sock",
-				 KVCTL_RUNDIR, optarg);
-			k.socket = k.sockbuf;
-			break;
-		case 'j':
-			k.json = true;
-			break;
-		case 't':
-			if (kvd_parse_u64(optarg, &secs) || secs > 86400) {
-				usage(stderr);
-				return EXIT_USAGE;
-			}
-			k.timeout_ms = (int)secs * 1000;
-			break;
-		case 'h':
-			usage(stdout);
+	while ((c = getopt_long(argc, argv, "+s:n:jt:hV", kvctl_opts, NULL)) != -1) {
+		r = kvctl_opt(&k, c, optarg);
+		if (r < 0)
 			return 0;
-		default:
+		if (r) {
 			usage(stderr);
 			return EXIT_USAGE;
 		}
@@ -989,13 +1068,11 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	frame_decoder_init(&k.dec, ADMIN_REPLY_MAX);
+	r = EXIT_USAGE;
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(kvctl_cmds); i++) {
 		if (strcmp(argv[optind], kvctl_cmds[i].name))
 			continue;
-		r = kvctl_cmds[i].fn(&k, argc - optind, argv + optind);
-		/* model and generate print their own usage */
-		if (r == EXIT_USAGE && kvctl_cmds[i].daemon)
-			fprintf(stderr, "usage: kvctl %s\n", kvctl_cmds[i].help);
+		r = kvctl_run(&k, &kvctl_cmds[i], argc - optind, argv + optind);
 		goto out;
 	}
 	fprintf(stderr, "kvctl: unknown command '%s'\n", argv[optind]);

@@ -144,6 +144,26 @@ grep -q "^  transport   tcp$" "$T/out" || fail "status table has no transport li
 grep -q "event=kv_capacity .*kv_dtype=[a-z0-9]* transport=tcp verbs_device=\"\"" "$T/kvd.log" ||
 	fail "kv_capacity line names no transport: $(grep event=kv_capacity "$T/kvd.log" | head -1)"
 
+# ---- kvctl's own options after the command; --version -----------------------------
+expect "status --json (after the command)" ready \
+	"$("$KVCTL" status --json --socket "$T/n0.sock" --timeout 30 | json state)"
+expect "capacity --socket=PATH --json" ok \
+	"$("$KVCTL" capacity --socket="$T/n0.sock" --json | json verdict)"
+v=$("$KVCTL" drain --json --no-wait --socket "$T/n0.sock" | json state)
+case "$v" in draining|drained) ok "drain's own options beside kvctl's ($v)" ;;
+	*) fail "drain --json --no-wait --socket: $v" ;; esac
+expect "resume --json" ready "$(kvctl resume --json | json state)"
+expect "an option without its value -> 2" 2 "$(rc "$KVCTL" status --socket)"
+expect "status --help" 0 "$(rc "$KVCTL" status --help)"
+grep -q "^usage: kvctl status" "$T/out" || fail "status --help: $(cat "$T/out")"
+expect "audit FILE --json" 0 "$(rc "$KVCTL" audit "$T/kvd.log" --json)"
+head -c 1 "$T/out" | grep -q '[[{]' || fail "audit --json after the file: $(head -c 200 "$T/out")"
+expect "kvctl --version" 0 "$(rc "$KVCTL" --version)"
+v=$(cat "$T/out")
+expect "kvctl --version: kvd's version" "$("$KVD" --version | cut -d' ' -f1-2 | sed 's/^kvd/kvctl/')" "$v"
+case "$v" in "kvctl "[0-9]*.[0-9]*) ok "kvctl --version names a version ($v)" ;;
+	*) fail "kvctl --version: $v" ;; esac
+
 if [ "$FAULT" = 1 ]; then
 # ---- drain under load ---------------------------------------------------------------
 # 10 requests x 3 pages, released at 6 s (room for slow kvctl calls on a
