@@ -48,7 +48,7 @@ enum conf_type {
 	CT_U32,
 	CT_U32_AUTO, /* u32, or "auto" stored as UINT32_MAX (max < it) */
 	CT_U64,
-	CT_SIZE,    /* u64 with optional K/M/G/T (binary) suffix */
+	CT_SIZE,    /* u64 with an optional unit (kvd_parse_size) */
 	CT_DOUBLE,
 	CT_BOOL,    /* on/off, true/false, yes/no, 1/0 */
 	CT_ENUM,    /* int field; value is the index in choices */
@@ -116,7 +116,7 @@ static const struct conf_key conf_keys[] = {
 	{ "kv", "pool_tokens", CT_U64, "0", 0, 1e12, NULL, F(pool_tokens),
 	  "KV pool size in tokens (rounded up to whole pages). Exactly one of pool_tokens and memory_bytes." },
 	{ "kv", "memory_bytes", CT_SIZE, "0", 0, 1e15, NULL, F(memory_bytes),
-	  "KV pool size in bytes (suffix K, M, G, T: binary). Exactly one of pool_tokens and memory_bytes." },
+	  "KV pool size in bytes (4GiB = 4G = 4 x 2^30, 4GB = 4 x 10^9). Exactly one of pool_tokens and memory_bytes." },
 	{ "kv", "capacity_margin", CT_DOUBLE, "1.0", 1.0, 64.0, NULL, F(capacity_margin),
 	  "The pool must hold context_length x margin tokens." },
 	{ "kv", "capacity_policy", CT_ENUM, "refuse", 0, 0, policies, F(capacity_policy),
@@ -312,33 +312,6 @@ static void *field(struct kvd_config *c, const struct conf_key *k)
 	return (char *)c + k->offset;
 }
 
-static int parse_size(const char *s, uint64_t *out)
-{
-	static const struct { const char *suf; unsigned shift; } sufs[] = {
-		{ "", 0 }, { "K", 10 }, { "KiB", 10 }, { "M", 20 },
-		{ "MiB", 20 }, { "G", 30 }, { "GiB", 30 }, { "T", 40 },
-		{ "TiB", 40 },
-	};
-	char *end;
-	unsigned long long v;
-
-	if (!isdigit((unsigned char)s[0]))
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return -errno;
-	for (size_t i = 0; i < KVD_ARRAY_SIZE(sufs); i++) {
-		if (strcmp(end, sufs[i].suf) != 0)
-			continue;
-		if (sufs[i].shift && v > (UINT64_MAX >> sufs[i].shift))
-			return -ERANGE;
-		*out = (uint64_t)v << sufs[i].shift;
-		return 0;
-	}
-	return -EINVAL;
-}
-
 static int parse_bool(const char *s, bool *out)
 {
 	static const char *const yes[] = { "on", "true", "yes", "1" };
@@ -496,19 +469,22 @@ static int set_name(const struct conf_set *s)
 }
 
 /* CT_U32, CT_U64, CT_SIZE (and CT_U32_AUTO's numbers): an integer in
- * [min, max], a size with its binary suffix. */
+ * [min, max], a size with its unit (kvd_parse_size). */
 static int set_uint(const struct conf_set *s)
 {
 	const struct conf_key *k = s->k;
 	uint64_t u = 0;
 	int r;
 
-	r = k->type == CT_SIZE ? parse_size(s->v, &u) : kvd_parse_u64(s->v, &u);
+	r = k->type == CT_SIZE ? kvd_parse_size(s->v, &u) : kvd_parse_u64(s->v, &u);
+	if (r == -EINVAL && k->type == CT_SIZE)
+		return conf_fail(s->x, s->line, s->full,
+				 "'%s' is not a size (a number and an optional unit: "
+				 KVD_SIZE_UNITS ")", s->v);
 	if (r == -EINVAL)
 		return conf_fail(s->x, s->line, s->full,
-				 "'%s' is not %sa%s non-negative integer", s->v,
-				 k->type == CT_U32_AUTO ? "auto or " : "",
-				 k->type == CT_SIZE ? " size (integer with optional K, M, G, T suffix):" : "");
+				 "'%s' is not %sa non-negative integer", s->v,
+				 k->type == CT_U32_AUTO ? "auto or " : "");
 	if (r < 0 || (double)u < k->min || (double)u > k->max)
 		return conf_fail(s->x, s->line, s->full,
 				 "%s is out of range [%.0f, %.0f]", s->v,
@@ -1268,7 +1244,8 @@ static const char *type_doc(const struct conf_key *k, char *buf, size_t size)
 		snprintf(buf, size, "auto | integer, %.0f..%.0f", k->min, k->max);
 		return buf;
 	case CT_SIZE:
-		snprintf(buf, size, "size (K/M/G/T suffix), %.0f..%.0f", k->min, k->max);
+		snprintf(buf, size, "size (B, K/KiB.. x1024, KB.. x1000), %.0f..%.0f",
+			 k->min, k->max);
 		return buf;
 	case CT_DOUBLE:
 		snprintf(buf, size, "number, %g..%g", k->min, k->max);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,6 +111,60 @@ static int parse_u64_span(const char *s, size_t n, uint64_t *out)
 int kvd_parse_u64(const char *s, uint64_t *out)
 {
 	return s ? parse_u64_span(s, strlen(s), out) : -EINVAL;
+}
+
+/* The multiplier of a size's unit (case-insensitive), 0 if none is. */
+static uint64_t size_unit(const char *u)
+{
+	static const struct { const char *unit; uint64_t mult; } units[] = {
+		{ "", 1 }, { "b", 1 },
+		{ "k", 1ull << 10 }, { "kib", 1ull << 10 }, { "kb", 1000ull },
+		{ "m", 1ull << 20 }, { "mib", 1ull << 20 }, { "mb", 1000000ull },
+		{ "g", 1ull << 30 }, { "gib", 1ull << 30 }, { "gb", 1000000000ull },
+		{ "t", 1ull << 40 }, { "tib", 1ull << 40 },
+		{ "tb", 1000000000000ull },
+	};
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(units); i++)
+		if (!strcasecmp(u, units[i].unit))
+			return units[i].mult;
+	return 0;
+}
+
+int kvd_parse_size(const char *s, uint64_t *out)
+{
+	size_t n = 0, nf = 0;
+	uint64_t v, mult, part, frac = 0, scale = 1;
+	int r;
+
+	if (!s)
+		return -EINVAL;
+	while (isdigit((unsigned char)s[n]))
+		n++;
+	r = parse_u64_span(s, n, &v);
+	if (r)
+		return r;
+	if (s[n] == '.') {
+		/* 9 digits reach below one byte of a TiB; later ones are
+		 * rounded away with the rest */
+		for (n++; isdigit((unsigned char)s[n]); n++, nf++)
+			if (nf < 9) {
+				frac = frac * 10 + (uint64_t)(s[n] - '0');
+				scale *= 10;
+			}
+		if (!nf)
+			return -EINVAL;
+	}
+	mult = size_unit(s + n);
+	if (!mult || (nf && mult == 1))
+		return -EINVAL;
+	/* frac * mult / scale without overflow: frac < scale <= 1e9 */
+	part = mult / scale * frac + mult % scale * frac / scale;
+	if (__builtin_mul_overflow(v, mult, &v) ||
+	    __builtin_add_overflow(v, part, &v))
+		return -ERANGE;
+	*out = v;
+	return 0;
 }
 
 int kvd_parse_double(const char *s, double *out)

@@ -60,6 +60,15 @@ static inline int kvd_add_size(size_t a, size_t b, size_t *out)
  * -EINVAL when s is not one, -ERANGE past UINT64_MAX. The one number
  * parser of config values, command lines and log fields. */
 int kvd_parse_u64(const char *s, uint64_t *out);
+/* A size in bytes: digits, an optional fraction (".5") and an optional
+ * unit, case-insensitive: none or B bytes; K M G T and KiB MiB GiB TiB
+ * powers of 1024 (a bare K/M/G/T is binary, as kvd's sizes always
+ * were); KB MB GB TB powers of 1000 ("4GB" = 4000000000, "4GiB" = "4G"
+ * = 4294967296). A fraction needs a unit and is rounded down to whole
+ * bytes. 0, -EINVAL when s is not one, -ERANGE past UINT64_MAX. The one
+ * size parser of config values and command lines. */
+int kvd_parse_size(const char *s, uint64_t *out);
+#define KVD_SIZE_UNITS "B; K M G T or KiB MiB GiB TiB: x1024; KB MB GB TB: x1000"
 /* Its counterpart for fractions: a decimal number, digits with an
  * optional fraction and exponent ("0.7", ".5", "1e-3"; no sign, space,
  * hex, inf or nan): 0, -EINVAL when s is not one, -ERANGE when it

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "conf/sha256.h"
 #include "conf/util.h"
@@ -60,36 +59,6 @@ struct opt {
 	void *dst;                 /* uint32_t*, uint64_t*, bool*, const char** */
 	const char *const *words;  /* OPT_WORD: NULL-terminated choices */
 };
-
-/* "64G", "1.5GiB", "512M", "4096": binary multiples. */
-static int parse_bytes(const char *s, uint64_t *out)
-{
-	static const struct { const char *sfx; unsigned shift; } sfx[] = {
-		{ "", 0 }, { "b", 0 }, { "k", 10 }, { "kb", 10 }, { "kib", 10 },
-		{ "m", 20 }, { "mb", 20 }, { "mib", 20 }, { "g", 30 },
-		{ "gb", 30 }, { "gib", 30 }, { "t", 40 }, { "tb", 40 },
-		{ "tib", 40 },
-	};
-	char *end;
-	double v;
-
-	if (!s[0] || s[0] == '-')
-		return -EINVAL;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || !(v >= 0))
-		return -EINVAL;
-	for (size_t i = 0; i < KVD_ARRAY_SIZE(sfx); i++) {
-		if (strcasecmp(end, sfx[i].sfx))
-			continue;
-		v *= (double)(1ull << sfx[i].shift);
-		if (v >= 18446744073709551615.0)
-			return -ERANGE;
-		*out = (uint64_t)v;
-		return 0;
-	}
-	return -EINVAL;
-}
 
 /* Parse argv[first..] against the table; positional arguments go to
  * pos[] (up to n_pos). Returns 0 or prints the problem and returns -1. */
@@ -137,8 +106,8 @@ static int opts_parse(int argc, char **argv, int first, const struct opt *opts,
 				goto bad;
 			*(uint64_t *)o->dst = u;
 			break;
-		case OPT_BYTES:
-			if (parse_bytes(v, &u))
+		case OPT_BYTES:    /* "64G", "1.5GiB", "512MB", "4096" */
+			if (kvd_parse_size(v, &u))
 				goto bad;
 			*(uint64_t *)o->dst = u;
 			break;

@@ -5,7 +5,7 @@
  *     status                           node, state, pool, capacity, counters
  *     drain [--no-wait] [--wait-ms N]  stop admitting; wait until drained
  *     resume                           admit again
- *     pool resize --tokens N | --bytes N [--force] [--wait-ms N]
+ *     pool resize --tokens N | --bytes SIZE [--force] [--wait-ms N]
  *     capacity                         the boot capacity check, now
  *     metrics                          Prometheus text (daemon/node/metrics.h)
  *     abort ID                         abort one request (normal failure path),
@@ -576,8 +576,13 @@ static int sub_pool(struct kvctl *k, int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
 		if (c == 't' && !kvd_parse_u64(optarg, &tokens) && tokens)
 			continue;
-		if (c == 'b' && !kvd_parse_u64(optarg, &bytes) && bytes)
+		if (c == 'b' && !kvd_parse_size(optarg, &bytes) && bytes)
 			continue;
+		if (c == 'b') {
+			fprintf(stderr, "kvctl pool resize: --bytes '%s': not a size"
+				" above 0 (" KVD_SIZE_UNITS ")\n", optarg);
+			return EXIT_USAGE;
+		}
 		if (c == 'f') {
 			force = true;
 			continue;
@@ -920,7 +925,7 @@ static const struct kvctl_cmd kvctl_cmds[] = {
 	{ "drain", sub_drain, true, true, "drain [--no-wait] [--wait-ms N]" },
 	{ "resume", sub_resume, true, true, "resume" },
 	{ "pool", sub_pool, true, true,
-	  "pool resize --tokens N | --bytes N [--force] [--wait-ms N]" },
+	  "pool resize --tokens N | --bytes SIZE (8G, 512MiB, 4GB) [--force] [--wait-ms N]" },
 	{ "capacity", sub_capacity, true, true, "capacity" },
 	{ "metrics", sub_metrics, true, true, "metrics   (Prometheus text format 0.0.4)" },
 	{ "abort", sub_abort, true, true, "abort ID|cmpl-...|chatcmpl-..." },

@@ -89,6 +89,15 @@ START_TEST(test_values)
 	ck_assert_str_eq(c.admin_socket, "/tmp/x.sock");
 	ck_assert_uint_eq(c.admin_mode, 0600);
 	ck_assert_int_eq(c.log_level, KVLOG_DEBUG);
+
+	/* units: a bare G and GiB binary, GB decimal */
+	ck_assert_int_eq(load(&c, &e, "[kv]\nmemory_bytes = 4GB\n"
+			      "[http]\nmax_body_bytes = 64MB\nmax_header_bytes = 1.5KiB\n"), 0);
+	ck_assert_uint_eq(c.memory_bytes, 4000000000ull);
+	ck_assert_uint_eq(c.http_max_body_bytes, 64000000);
+	ck_assert_uint_eq(c.http_max_header_bytes, 1536);
+	ck_assert_int_eq(load(&c, &e, "[kv]\nmemory_bytes = 4GiB\n"), 0);
+	ck_assert_uint_eq(c.memory_bytes, 4ull << 30);
 }
 END_TEST
 
@@ -107,6 +116,9 @@ static const struct bad {
 	{ "negative integer", "[kv]\npool_tokens = -5\n", 6, "kv.pool_tokens", "not a" },
 	{ "out of range", "[kv]\npool_tokens = 64\npage_tokens = 0\n", 7, "kv.page_tokens", "out of range" },
 	{ "bad size suffix", "[kv]\nmemory_bytes = 4X\n", 6, "kv.memory_bytes", "size" },
+	{ "bad size unit names the value", "[kv]\nmemory_bytes = 4GiBs\n", 6, "kv.memory_bytes", "'4GiBs' is not a size" },
+	{ "size out of range names the value", "[kv]\nmemory_bytes = 2000TB\n", 6, "kv.memory_bytes", "2000TB is out of range" },
+	{ "size past the range", "[http]\nmax_body_bytes = 65MiB\n[kv]\npool_tokens = 64\n", 6, "http.max_body_bytes", "out of range" },
 	{ "bad enum", "[kv]\npool_tokens = 64\n[node]\nrole = both\n", 8, "node.role", "not one of" },
 	{ "bad bool", "[kv]\npool_tokens = 64\n[transfer]\nchecksum = maybe\n", 8, "transfer.checksum", "boolean" },
 	{ "bad number", "[kv]\npool_tokens = 64\ncapacity_margin = 1.2x\n", 7, "kv.capacity_margin", "not a number" },

@@ -1,6 +1,7 @@
 /* test_util.c - conf/util's parsers: kvd_parse_u64 (digits only),
  * kvd_parse_double (a decimal number, no sign, space, hex, inf or nan)
- * and kvd_parse_u32_list (numbers separated by single commas); its UTF-8
+ * and kvd_parse_u32_list (numbers separated by single commas),
+ * kvd_parse_size (units: bare and IEC binary, SI decimal); its UTF-8
  * and JSON: kvd_utf8_len (every class of invalid sequence) and
  * kvd_json_str (each escape; invalid bytes as \u00XX, never raw),
  * kvd_json_u32s; kvd_buf (text and fixed-size entries, always
@@ -34,6 +35,40 @@ START_TEST(test_parse_u64)
 		ck_assert_msg(rc == cases[i].rc, "'%s': %d", cases[i].s, rc);
 		if (!rc)
 			ck_assert_uint_eq(v, cases[i].v);
+	}
+}
+END_TEST
+
+START_TEST(test_parse_size)
+{
+	static const struct { const char *s; int rc; uint64_t v; } cases[] = {
+		{ "0", 0, 0 }, { "4096", 0, 4096 }, { "4096B", 0, 4096 },
+		{ "4K", 0, 4096 }, { "4KiB", 0, 4096 }, { "4KB", 0, 4000 },
+		{ "4kb", 0, 4000 }, { "4kB", 0, 4000 }, { "512MiB", 0, 512ull << 20 },
+		{ "512M", 0, 512ull << 20 }, { "512MB", 0, 512000000 },
+		{ "4G", 0, 4ull << 30 }, { "4GiB", 0, 4ull << 30 },
+		{ "4gib", 0, 4ull << 30 }, { "4GB", 0, 4000000000ull },
+		{ "2T", 0, 2ull << 40 }, { "2TB", 0, 2000000000000ull },
+		{ "1.5GiB", 0, 3ull << 29 }, { "1.5GB", 0, 1500000000 },
+		{ "0.1K", 0, 102 }, { "1.0000000001K", 0, 1024 },
+		{ "16777215T", 0, 16777215ull << 40 },
+		{ "16777216T", -ERANGE, 0 }, { "18446744073709551616", -ERANGE, 0 },
+		{ "18446744073709551615", 0, UINT64_MAX },
+		{ "", -EINVAL, 0 }, { "G", -EINVAL, 0 }, { "4X", -EINVAL, 0 },
+		{ "4 GB", -EINVAL, 0 }, { "-4G", -EINVAL, 0 }, { "4GBB", -EINVAL, 0 },
+		{ "1.5", -EINVAL, 0 }, { "1.5B", -EINVAL, 0 }, { "1.G", -EINVAL, 0 },
+		{ ".5G", -EINVAL, 0 }, { "4Gi", -EINVAL, 0 }, { "0x10K", -EINVAL, 0 },
+	};
+	uint64_t v;
+
+	ck_assert_int_eq(kvd_parse_size(NULL, &v), -EINVAL);
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(cases); i++) {
+		int rc = kvd_parse_size(cases[i].s, &v);
+
+		ck_assert_msg(rc == cases[i].rc, "'%s': %d", cases[i].s, rc);
+		if (!rc)
+			ck_assert_msg(v == cases[i].v, "'%s': %llu", cases[i].s,
+				      (unsigned long long)v);
 	}
 }
 END_TEST
@@ -206,6 +241,7 @@ static Suite *util_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_parse_u64);
+	tcase_add_test(tc, test_parse_size);
 	tcase_add_test(tc, test_parse_double);
 	tcase_add_test(tc, test_parse_u32_list);
 	tcase_add_test(tc, test_utf8_len);

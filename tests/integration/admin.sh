@@ -225,7 +225,7 @@ expect "pages unchanged" 128 "$(st pool.pages)"
 expect "forced shrink -> insufficient (1)" 1 "$(rc kvctl --json pool resize --tokens 128 --force)"
 expect "forced: verdict" insufficient "$(json capacity.verdict <"$T/out")"
 expect "capacity insufficient -> 1" 1 "$(rc kvctl capacity)"
-expect "grow back by bytes" 0 "$(rc kvctl pool resize --bytes 8000000)"
+expect "grow back by bytes (8MB: decimal)" 0 "$(rc kvctl pool resize --bytes 8MB)"
 expect "pages for 8000000 bytes" $((8000000 / $(st pool.page_bytes))) "$(st pool.pages)"
 # 32 pages in use for 4 s; shrinking to 16 must wait for 16 of them
 kvctl fault load --count 2 --tokens 256 --hold-ms 4000 >/dev/null
