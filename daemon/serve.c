@@ -215,6 +215,7 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 		serve__close_handle(s, (uv_handle_t *)&s->sweep_timer);
 		s->sweep_open = false;
 	}
+	d->reload.fn = NULL;    /* s goes away */
 	serve__gate_stop(s);
 	compute_stop(&s->comp);
 	/* every request still alive ends now (its pages go back with the
@@ -282,8 +283,50 @@ static int serve_client_keys(struct serve *s)
 	rc = kvd_apikeys_load(&s->keys, s->d->cfg.http_api_keys_file, why, sizeof(why));
 	if (rc)
 		KVLOG_ERR(s->log, "api_keys", "msg=%s",
-			  KVLOG_Q(rc < 0 ? "out of memory" : why));
+			  KVLOG_Q(rc == -ENOMEM ? "out of memory" : why));
 	return rc < 0 ? rc : rc ? -EINVAL : 0;
+}
+
+/* SIGHUP: the API keys file read again, through the same checks as at
+ * boot. A file that fails them keeps the keys in use (logged, with why).
+ * The swap is one pointer on the loop thread, and every reader (both
+ * fronts' key checks) runs there and copies what it keeps (tenant,
+ * limits), so nothing points into the old set when it is freed: the next
+ * request or msgpack `auth` meets the new keys. A msgpack connection
+ * already authenticated keeps its tenant until it closes; a tenant's new
+ * limits apply once it has nothing running (daemon/node/fairq.c); the
+ * prefix cache keeps the split it made at boot. kvd logs to stderr only
+ * (journald keeps the file), so there is no log file to reopen. */
+static void serve_reload(struct serve *s)
+{
+	const char *path = s->d->cfg.http_api_keys_file;
+	struct kvd_apikeys *k = NULL;
+	char why[600];
+	int rc;
+
+	if (!path[0]) {
+		KVLOG_INFO(s->log, "reload", "signal=HUP api_keys=none log=stderr");
+		return;
+	}
+	rc = kvd_apikeys_load(&k, path, why, sizeof(why));
+	if (rc) {
+		KVLOG_ERR(s->log, "reload",
+			  "signal=HUP api_keys=kept file=%s keys=%zu log=stderr msg=%s",
+			  KVLOG_Q(path), kvd_apikeys_count(s->keys),
+			  KVLOG_Q(rc == -ENOMEM ? "out of memory" : why));
+		return;
+	}
+	kvd_apikeys_free(s->keys);
+	s->keys = k;
+	KVLOG_INFO(s->log, "reload",
+		   "signal=HUP api_keys=loaded file=%s keys=%zu tenants=%zu log=stderr",
+		   KVLOG_Q(path), kvd_apikeys_count(k), kvd_apikeys_tenants(k));
+}
+
+static void serve_reload_hook(struct kvd_daemon *d, void *arg)
+{
+	(void)d;
+	serve_reload(arg);
 }
 
 /* cache.tenant_pages unset on a client-facing node: the cache split
@@ -589,6 +632,8 @@ int serve_start(struct kvd_daemon *d)
 	}
 	/* from here the stop hook cleans up whatever opened */
 	serve_timers(s);
+	d->reload.fn = serve_reload_hook;
+	d->reload.arg = s;
 	r = serve_fronts(s);
 	if (r)
 		KVLOG_ERR(s->log, "serve_start", "code=%d msg=%s", r,

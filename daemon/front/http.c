@@ -677,8 +677,8 @@ int http__listen(struct http_server *hs)
 			  KVLOG_Q(uv_strerror(rc)));
 	else
 		KVLOG_INFO(s->log, "listen_http", "addr=%s keys=%zu tenants_from=%s chat_template=%s",
-			   KVLOG_Q(spec), kvd_apikeys_count(hs->keys),
-			   hs->keys ? "api_keys_file" : "none",
+			   KVLOG_Q(spec), kvd_apikeys_count(hs->s->keys),
+			   hs->s->keys ? "api_keys_file" : "none",
 			   chat_format_name(hs->chat_format));
 	return rc;
 }

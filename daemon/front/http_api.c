@@ -639,13 +639,13 @@ static const struct kvd_apikey_info *api_key_info(const struct http_server *hs,
 {
 	const char *v = m->auth;
 
-	if (!hs->keys)
+	if (!hs->s->keys)
 		return &api_keyless;
 	if (m->has_auth && !strncasecmp(v, "Bearer ", 7)) {
 		v += 7;
 		while (*v == ' ')
 			v++;
-		return kvd_apikeys_find(hs->keys, v, strlen(v));
+		return kvd_apikeys_find(hs->s->keys, v, strlen(v));
 	}
 	return NULL;
 }
@@ -817,7 +817,7 @@ static void api_metrics(struct http_conn *hc, const struct http_msg *m)
 
 	if (!tenant)
 		return;
-	if (hc->hs->keys && !k->admin) {
+	if (hc->s->keys && !k->admin) {
 		api_error(hc, 403, "invalid_request_error", "forbidden", NULL,
 			  "/metrics needs an admin key (role `admin` in http.api_keys_file)",
 			  tenant);
@@ -1314,7 +1314,6 @@ int serve__http_listen(struct serve *s)
 		hs->nomem_at = (uint32_t)n;
 		KVLOG_WARN(s->log, "fault_points", "http_nomem=%u", hs->nomem_at);
 	}
-	hs->keys = s->keys;   /* borrowed: the serving layer's (serve.c) */
 	s->front->http = hs;
 	return http__listen(hs);
 }

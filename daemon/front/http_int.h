@@ -129,7 +129,6 @@ struct http_server {
 	http_auth_fn head_auth;
 	const struct serve_sink_ops *sink_ops;
 	void (*exchange_free)(struct http_exchange *x);
-	struct kvd_apikeys *keys;        /* the serving layer's, borrowed; NULL: no keys (loopback only) */
 	char model_name[128];
 	enum chat_format chat_format;    /* the daemon's, resolved at boot
 					  * (CHAT_NONE: chat is refused) */

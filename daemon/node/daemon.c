@@ -454,6 +454,19 @@ static void signal_cb(uv_signal_t *h, int signum)
 		kvd_daemon_drain_and_stop(d);
 }
 
+/* SIGHUP: what can be reloaded is the serving layer's (its hook). */
+static void sighup_cb(uv_signal_t *h, int signum)
+{
+	struct kvd_daemon *d = h->data;
+
+	(void)signum;
+	if (d->reload.fn)
+		d->reload.fn(d, d->reload.arg);
+	else
+		KVLOG_INFO(&d->log, "reload", "signal=HUP state=%s msg=\"nothing to reload: not serving\"",
+			   kvd_state_name(d->state));
+}
+
 static int daemon_open_loop(struct kvd_daemon *d)
 {
 	int r;
@@ -464,16 +477,20 @@ static int daemon_open_loop(struct kvd_daemon *d)
 	d->loop.data = d;
 	uv_signal_init(&d->loop, &d->sigterm);
 	uv_signal_init(&d->loop, &d->sigint);
+	uv_signal_init(&d->loop, &d->sighup);
 	uv_timer_init(&d->loop, &d->drain_timer);
 	uv_timer_init(&d->loop, &d->watchdog_timer);
 	d->sigterm.data = d;
 	d->sigint.data = d;
+	d->sighup.data = d;
 	d->drain_timer.data = d;
 	d->signals_open = true;
 	d->timers_open = true;
 	r = uv_signal_start(&d->sigterm, signal_cb, SIGTERM);
 	if (r == 0)
 		r = uv_signal_start(&d->sigint, signal_cb, SIGINT);
+	if (r == 0)
+		r = uv_signal_start(&d->sighup, sighup_cb, SIGHUP);
 	return r;
 }
 
@@ -502,6 +519,9 @@ int kvd_daemon_init(struct kvd_daemon *d, const struct kvd_config *cfg)
 	d->state = KVD_STATE_STARTING;
 	d->start_ns = kvd_now_ns();
 	kvlog_init(&d->log, cfg->log_level, 2, cfg->node_name);
+	/* a SIGHUP while the model loads is dropped, not fatal; the loop's
+	 * handler (daemon_open_loop) takes over */
+	signal(SIGHUP, SIG_IGN);
 	KVLOG_INFO(&d->log, "starting", "version=%s role=%s config=%s",
 		   KVD_VERSION, kvd_role_name(cfg->role), KVLOG_Q(cfg->path));
 
@@ -587,6 +607,7 @@ void kvd_daemon_stop(struct kvd_daemon *d)
 	if (d->signals_open) {
 		uv_close((uv_handle_t *)&d->sigterm, NULL);
 		uv_close((uv_handle_t *)&d->sigint, NULL);
+		uv_close((uv_handle_t *)&d->sighup, NULL);
 		d->signals_open = false;
 	}
 	if (d->timers_open) {

@@ -168,7 +168,14 @@ struct kvd_daemon {
 
 	uv_signal_t sigterm;
 	uv_signal_t sigint;
+	uv_signal_t sighup;           /* reload: the reload hook */
 	bool signals_open;
+	/* SIGHUP: the serving layer's reload (its API keys); fn NULL before
+	 * it started and once it stopped (the daemon cannot call up). */
+	struct kvd_reload_hook {
+		void (*fn)(struct kvd_daemon *d, void *arg);
+		void *arg;
+	} reload;
 
 	struct admin_server *admin;   /* ctl/admin.h; NULL without a socket */
 	/* Every admitted request, whoever owns it: reach it through
