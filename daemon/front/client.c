@@ -68,7 +68,7 @@ static void client_written(struct wbound *wb, int status)
 	struct client_conn *c = kvd_container_of(wb, struct client_conn, wb);
 
 	if (status < 0)
-		client_doom(c, "write_failed");
+		client_doom(c, serve__write_failed(status));
 }
 
 static void client_write(struct client_conn *c, char *data, size_t len)
@@ -83,7 +83,7 @@ static void client_write(struct client_conn *c, char *data, size_t len)
 	if (rc == WBOUND_E_HARD)
 		client_doom(c, "write_queue_hard");
 	else if (rc)
-		client_doom(c, "write_failed");
+		client_doom(c, serve__write_failed(rc));
 }
 
 static void client_send(struct client_conn *c, struct frame_writer *w)
@@ -492,7 +492,8 @@ static void client_conn_close(struct client_conn *c)
 /* Closed for a bound: one line an operator can grep and count. */
 static void client_conn_close_for(struct client_conn *c, const char *reason)
 {
-	KVLOG_RL_WARN(c->s->log, &c->s->rl[SERVE_RL_CLIENT_CONN], "client_closed",
+	KVLOG_RL(c->s->log, &c->s->rl[SERVE_RL_CLIENT_CONN],
+		 serve__closed_level(reason), "client_closed",
 		   "conn=%llu reason=%s requests=%u queued=%zu peak_queued=%llu",
 		   (unsigned long long)c->conn_id, reason, c->sink.n_reqs,
 		   wbound_queued(&c->wb), (unsigned long long)c->wb.peak);

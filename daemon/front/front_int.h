@@ -15,6 +15,9 @@
 #include "daemon/node/serve_int.h"
 #include "daemon/front/prep.h"
 
+#include <errno.h>
+#include <string.h>
+
 /* A client connection (msgpack or HTTP) that holds one of max_clients
  * but has not shown a key yet (keyless: a request): on serve->pending,
  * oldest first, and closed by `evict` when a new connection needs its
@@ -82,6 +85,23 @@ struct front {
 	uint32_t n_client_refusing;      /* msgpack refusals still draining */
 	uint32_t max_clients;            /* cfg, clamped to the fd limit */
 };
+
+/* Why a write to a client failed: a reset or a closed pipe is the client
+ * gone (its own doing: client_closed at info, reason=client_gone), any
+ * other error write_failed (a warning). uv's codes are -errno here. */
+#define SERVE_CLIENT_GONE "client_gone"
+static inline const char *serve__write_failed(int status)
+{
+	return status == -EPIPE || status == -ECONNRESET ? SERVE_CLIENT_GONE
+							 : "write_failed";
+}
+
+/* client_closed's level for a close reason: info for the client's own
+ * leaving, a warning for a bound or a failure. */
+static inline int serve__closed_level(const char *reason)
+{
+	return strcmp(reason, SERVE_CLIENT_GONE) ? KVLOG_WARN : KVLOG_INFO;
+}
 
 /* pending.c */
 /* Put p on s->pending / take it off (nothing when it is not on). */

@@ -82,7 +82,7 @@ static void http_written(struct wbound *wb, int status)
 	struct http_conn *hc = kvd_container_of(wb, struct http_conn, wb);
 
 	if (status < 0)
-		http_doom(hc, "write_failed");
+		http_doom(hc, serve__write_failed(status));
 	else if (hc->in_len && !hc->x.active && !hc->wb.paused)
 		http__kick(hc);   /* drained below soft: pipelined input waits */
 }
@@ -99,7 +99,7 @@ void http__write(struct http_conn *hc, char *data, size_t len)
 	if (rc == WBOUND_E_HARD)
 		http_doom(hc, "write_queue_hard");
 	else if (rc)
-		http_doom(hc, "write_failed");
+		http_doom(hc, serve__write_failed(rc));
 }
 
 void http__write_copy(struct http_conn *hc, const char *data, size_t len)
@@ -244,7 +244,8 @@ static void http_conn_close(struct http_conn *hc)
 
 static void http_conn_close_for(struct http_conn *hc, const char *reason)
 {
-	KVLOG_RL_WARN(hc->s->log, &hc->s->rl[SERVE_RL_CLIENT_CONN], "client_closed",
+	KVLOG_RL(hc->s->log, &hc->s->rl[SERVE_RL_CLIENT_CONN],
+		 serve__closed_level(reason), "client_closed",
 		   "conn=%llu proto=http reason=%s requests=%u queued=%zu peak_queued=%llu",
 		   (unsigned long long)hc->conn_id, reason, hc->sink.n_reqs,
 		   wbound_queued(&hc->wb), (unsigned long long)hc->wb.peak);
@@ -503,7 +504,7 @@ static void http_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		hc->eof = true;
 		wbound_read_stop(&hc->wb);
 		if (hc->x.active)
-			http_conn_close_for(hc, "client_gone");
+			http_conn_close_for(hc, SERVE_CLIENT_GONE);
 		else
 			http_pump(hc);   /* a complete request still answers */
 		return;

@@ -377,7 +377,8 @@ static void dreq_finish(struct serve_req *r)
 	KVD_ASSERT(r->s->log, !dp->pages_held && !dp->fenced && !r->link && !r->ereq,
 		   "id=%llu tenant=%s msg=\"a decode request ends holding pages, a fence, a peer or an engine request\"",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
-	if (!r->answered)
+	/* a client that left was told nothing: its client_gone line said why */
+	if (!r->answered && !r->client_left)
 		serve__sink_error(r, PROTO_ERR_INTERNAL, "the request ended unanswered");
 	serve__sink_detach(r);
 	serve__req_end(r, r->final_ok && !r->fail_code);

@@ -143,6 +143,9 @@ struct serve_req {
 	struct detok dt;
 	bool dt_init;
 	bool answered;                   /* final or error sent (or client gone) */
+	bool client_left;                /* its client went away mid-way
+					  * (serve__sink_leave): nobody to
+					  * answer, not a failure */
 	bool final_ok;                   /* the final event was the answer */
 	char finish_reason[8];           /* "stop" | "length", for the final */
 	int32_t last_token;              /* the engine's token being streamed */

@@ -196,12 +196,14 @@ void serve__sink_leave(struct serve_req *r)
 {
 	if (!r->sink)
 		return;
-	if (!r->answered)
+	if (!r->answered) {
+		r->client_left = true;
 		KVLOG_INFO(r->s->log, "client_gone",
 			   "id=%llu client_id=%llu tenant=%s state=%s",
 			   (unsigned long long)r->reg.id,
 			   (unsigned long long)r->client_id, KVLOG_Q(r->tenant),
 			   machine_state_name(&dreq_machine, r->state));
+	}
 	r->rops->client_gone(r);
 	serve__sink_detach(r);
 }
