@@ -30,6 +30,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <math.h>
 #include <stddef.h>
@@ -246,7 +247,7 @@ static const struct conf_key conf_keys[] = {
 	  "transport=verbs: after a link is lost, how long to wait for the queue pair's flush completions (the proof that nothing more can land) before the QP is destroyed without them (event=verbs_flush_timeout, counted in verbs_flush_timeouts). On decode the pages of that link's requests are then quarantined until restart, never freed; prefill only stops waiting (nothing writes into its pages)." },
 
 	{ "admin", "socket", CT_STR, "", 0, 0, NULL, F(admin_socket),
-	  "Admin Unix socket; empty = $RUNTIME_DIRECTORY (or /run/kvd) / NODE.sock; 'none' disables it." },
+	  "Admin Unix socket; empty = $RUNTIME_DIRECTORY (or /run/kvd) / NODE.sock; 'none' disables it. Its directory must exist and be writable by kvd's user (--check-config checks)." },
 	{ "admin", "mode", CT_MODE, "0660", 0, 0777, NULL, F(admin_mode),
 	  "File mode of the admin socket (octal)." },
 	{ "admin", "group", CT_NAME, "kvd", 0, 0, NULL, F(admin_group),
@@ -1160,6 +1161,38 @@ static int conf_resolve(struct conf_ctx *x)
 				 "'%s' must be an absolute path under 108 bytes, or 'none'",
 				 c->admin_socket);
 	return 0;
+}
+
+int kvd_config_check_host(const struct kvd_config *c,
+			  struct kvd_config_error *err)
+{
+	char dir[sizeof(c->admin_socket)];
+	const char *cause = NULL;
+	char *slash;
+	struct stat st;
+
+	memset(err, 0, sizeof(*err));
+	if (!strcmp(c->admin_socket, "none"))
+		return 0;
+	snprintf(dir, sizeof(dir), "%s", c->admin_socket);
+	slash = strrchr(dir, '/');    /* absolute: conf_resolve made sure */
+	slash[slash == dir] = '\0';
+	if (stat(dir, &st) < 0)
+		cause = strerror(errno);
+	else if (!S_ISDIR(st.st_mode))
+		cause = "not a directory";
+	else if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) < 0)
+		cause = strerror(errno);
+	if (!cause)
+		return 0;
+	snprintf(err->file, sizeof(err->file), "%s", c->path);
+	snprintf(err->key, sizeof(err->key), "admin.socket");
+	snprintf(err->msg, sizeof(err->msg),
+		 "the socket's directory %.240s: %.60s (uid %u); create it, or set"
+		 " admin.socket (or $RUNTIME_DIRECTORY for the default) to a"
+		 " directory this user may write, or 'none'", dir, cause,
+		 (unsigned)geteuid());
+	return -1;
 }
 
 static int conf_parse(struct kvd_config *c, struct conf_ctx *x)

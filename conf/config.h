@@ -147,6 +147,13 @@ int kvd_config_load(struct kvd_config *c, const char *path,
 /* Same, from a string (tests); `name` is used in error messages. */
 int kvd_config_load_string(struct kvd_config *c, const char *name,
 			   const char *text, struct kvd_config_error *err);
+/* What the start needs of this machine beyond the file, checked as the
+ * start will meet it, so --check-config fails exactly when the start
+ * would: the admin socket's directory (admin.socket, resolved) exists, is
+ * a directory, and this user may create the socket in it. 0, or -1 with
+ * err naming admin.socket, the directory, the cause and the ways out. */
+int kvd_config_check_host(const struct kvd_config *c,
+			  struct kvd_config_error *err);
 /* Cross-key checks; also run by kvd_config_load. */
 int kvd_config_validate(struct kvd_config *c, struct kvd_config_error *err);
 

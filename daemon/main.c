@@ -156,6 +156,9 @@ int main(int argc, char **argv)
 		return EX_USAGE_;
 	}
 	r = kvd_config_load(&cfg, path, &err);
+	/* what the start needs of the machine: --check-config says it too */
+	if (r == 0)
+		r = kvd_config_check_host(&cfg, &err);
 	if (r) {
 		kvd_config_error_print(stderr, &err);
 		return KVD_EX_CONFIG;

@@ -42,6 +42,34 @@ EOF_CASES
 { base; printf '[kv]\npool_tokens = 4096\n'; } >"$T/good.ini"
 check "check-config accepts a good config" quiet "$KVD" --check-config --config "$T/good.ini"
 
+# --- the admin socket's directory: --check-config fails exactly when the
+# start would (before, it passed, and the start exited 1 at bind) ---
+# host_rc WHAT INI [ENV...]: check-config's and the start's exit codes
+# (timeout: a start that runs) must both be 78, naming admin.socket
+host_refused() {
+	local what=$1 ini=$2 rc1=0 rc2=0; shift 2
+	env "$@" "$KVD" --check-config --config "$ini" >/dev/null 2>"$T/host1.err" || rc1=$?
+	env "$@" timeout 20 "$KVD" --config "$ini" >/dev/null 2>"$T/host2.err" || rc2=$?
+	check "$what: check-config exits 78 ($rc1), naming admin.socket and the directory" \
+		bash -c "test $rc1 = 78 && grep -q 'admin.socket: .*directory' '$T/host1.err'"
+	check "$what: ... and so does the start ($rc2), with the same message" \
+		bash -c "test $rc2 = 78 && cmp -s '$T/host1.err' '$T/host2.err'"
+}
+{ base | sed "s|^socket = .*|socket = $T/nodir/admin.sock|"; printf '[kv]\npool_tokens = 4096\n'; } >"$T/nodir.ini"
+host_refused "admin.socket in a missing directory" "$T/nodir.ini"
+touch "$T/afile"
+{ base | sed "s|^socket = .*|socket = $T/afile/admin.sock|"; printf '[kv]\npool_tokens = 4096\n'; } >"$T/notdir.ini"
+host_refused "admin.socket under a file" "$T/notdir.ini"
+# the default (no admin.socket): $RUNTIME_DIRECTORY, else /run/kvd
+printf '[node]\nname = cap\n[model]\npath = %s\n[kv]\npool_tokens = 4096\n' "$M" >"$T/dflt.ini"
+mkdir -p "$T/rt"
+check "the default socket under an existing \$RUNTIME_DIRECTORY: check-config passes" \
+	quiet env RUNTIME_DIRECTORY="$T/rt" "$KVD" --check-config --config "$T/dflt.ini"
+host_refused "the default socket, \$RUNTIME_DIRECTORY missing" "$T/dflt.ini" RUNTIME_DIRECTORY="$T/rt-gone"
+if [ ! -d /run/kvd ] || ! [ -w /run/kvd ]; then
+	host_refused "the default socket, no /run/kvd to write" "$T/dflt.ini" -u RUNTIME_DIRECTORY
+fi
+
 # --- undersized pool, policy refuse: exit 78, verdict=insufficient, no socket ---
 { base; printf '[kv]\npool_tokens = 1000\n'; } >"$T/small.ini"
 set +e
