@@ -1252,6 +1252,32 @@ int kvd_config_load_string(struct kvd_config *c, const char *name,
 	return r;
 }
 
+int kvd_config_load_pairs(struct kvd_config *c, const char *name,
+			  const struct kvd_config_pair *pairs, size_t n,
+			  struct kvd_config_error *err)
+{
+	struct conf_ctx x = { .c = c, .err = err, .name = name };
+	char sec[64];
+
+	memset(err, 0, sizeof(*err));
+	kvd_config_defaults(c);
+	for (size_t i = 0; i < n && !x.failed; i++) {
+		const char *dot = strchr(pairs[i].key, '.');
+
+		if (!dot || (size_t)(dot - pairs[i].key) >= sizeof(sec)) {
+			conf_fail(&x, 0, pairs[i].key, "not a section.key");
+			break;
+		}
+		snprintf(sec, sizeof(sec), "%.*s", (int)(dot - pairs[i].key),
+			 pairs[i].key);
+		conf_handler(&x, sec, dot + 1, pairs[i].value);
+	}
+	if (x.failed || conf_resolve(&x) < 0 || conf_validate(&x) < 0)
+		return -1;
+	snprintf(c->path, sizeof(c->path), "%s", name);
+	return 0;
+}
+
 int kvd_config_validate(struct kvd_config *c, struct kvd_config_error *err)
 {
 	struct conf_ctx x = { .c = c, .err = err, .name = c->path };

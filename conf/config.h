@@ -154,6 +154,17 @@ int kvd_config_load_string(struct kvd_config *c, const char *name,
  * err naming admin.socket, the directory, the cause and the ways out. */
 int kvd_config_check_host(const struct kvd_config *c,
 			  struct kvd_config_error *err);
+/* A config without a file (kvd serve's flags): the defaults, then each
+ * pair's "section.key" = value through the same key table, setters and
+ * checks as a file's lines; `name` stands for the file in errors, which
+ * name the key. 0, or -1 with err filled. */
+struct kvd_config_pair {
+	const char *key;           /* "section.key" */
+	const char *value;
+};
+int kvd_config_load_pairs(struct kvd_config *c, const char *name,
+			  const struct kvd_config_pair *pairs, size_t n,
+			  struct kvd_config_error *err);
 /* Cross-key checks; also run by kvd_config_load. */
 int kvd_config_validate(struct kvd_config *c, struct kvd_config_error *err);
 

@@ -81,12 +81,37 @@ static void print_json_line(const msgpack_object *o);
 
 /* ---- talking to the daemon ------------------------------------------------- */
 
+/* The *.sock files in dir: how many; the last one's path in k->sockbuf. */
+static int kvctl_scan_dir(struct kvctl *k, const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+
+		if (len > 5 && !strcmp(e->d_name + len - 5, ".sock")) {
+			n++;
+			snprintf(k->sockbuf, sizeof(k->sockbuf), "%.127s/%.127s", dir,
+				 e->d_name);
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* --socket, $KVCTL_SOCKET, else the only socket under /run/kvd, else
+ * under $XDG_RUNTIME_DIR/kvd (where `kvd serve` puts it for a user who
+ * cannot write /run/kvd). */
 static int kvctl_find_socket(struct kvctl *k)
 {
 	const char *env = getenv("KVCTL_SOCKET");
-	DIR *dir;
-	struct dirent *e;
-	int n = 0;
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char dirs[2][200] = { KVCTL_RUNDIR, "" };
+	int n = 0, i;
 
 	if (k->socket)
 		return 0;
@@ -94,29 +119,18 @@ static int kvctl_find_socket(struct kvctl *k)
 		k->socket = env;
 		return 0;
 	}
-	dir = opendir(KVCTL_RUNDIR);
-	if (!dir) {
-		fprintf(stderr, "kvctl: no %s: is kvd running? (--socket PATH)\n",
-			KVCTL_RUNDIR);
-		return EXIT_UNAVAILABLE;
-	}
-	while ((e = readdir(dir))) {
-		size_t len = strlen(e->d_name);
-
-		if (len > 5 && !strcmp(e->d_name + len - 5, ".sock")) {
-			n++;
-			snprintf(k->sockbuf, sizeof(k->sockbuf), "%s/%s",
-				 KVCTL_RUNDIR, e->d_name);
-		}
-	}
-	closedir(dir);
+	if (xdg && xdg[0] == '/')
+		snprintf(dirs[1], sizeof(dirs[1]), "%.190s/kvd", xdg);
+	for (i = 0; i < 2 && !n; i++)
+		if (dirs[i][0])
+			n = kvctl_scan_dir(k, dirs[i]);
 	if (n == 1) {
 		k->socket = k->sockbuf;
 		return 0;
 	}
 	fprintf(stderr, n ? "kvctl: several nodes under %s: use --node NAME or --socket PATH\n"
-			  : "kvctl: no kvd socket under %s (--socket PATH)\n",
-		KVCTL_RUNDIR);
+			  : "kvctl: no kvd socket under %s%s%s: is kvd running? (--socket PATH)\n",
+		dirs[n ? i - 1 : 0], !n && dirs[1][0] ? " or " : "", n ? "" : dirs[1]);
 	return n ? EXIT_USAGE : EXIT_UNAVAILABLE;
 }
 

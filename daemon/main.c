@@ -6,6 +6,9 @@
  *   kvd --config-reference            every key, documented
  *   kvd --config-example              an example INI (conf/kvd.example.ini)
  *   kvd generate ...                  offline generation (daemon/generate.c)
+ *   kvd serve -m FILE [--host H] [--port P] [--threads N] [--ctx N]
+ *       [--api-key-file F]            a standalone node without an INI
+ *                                     (daemon/serve_cli.c)
  *
  * Exit codes: 0 ok, 64 usage, 78 configuration (EX_CONFIG: bad config, an
  * unusable model, or a pool that cannot hold the context with
@@ -17,13 +20,14 @@
 #include "daemon/generate.h"
 #include "daemon/node/daemon.h"
 #include "daemon/serve.h"
+#include "daemon/serve_cli.h"
 #include "kvd_build.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
-#define EX_USAGE_ 64
+#define EX_USAGE_ KVD_EX_USAGE
 
 static void usage(FILE *out)
 {
@@ -31,7 +35,9 @@ static void usage(FILE *out)
 		"usage: kvd --config FILE\n"
 		"       kvd --check-config --config FILE\n"
 		"       kvd --config-reference | --config-example | --version\n"
-		"       kvd generate --model FILE --prompt TEXT [options]  (kvd generate --help)\n");
+		"       kvd generate --model FILE --prompt TEXT [options]  (kvd generate --help)\n"
+		"       kvd serve -m FILE [--host H] [--port P] [--threads N] [--ctx N]\n"
+		"                 [--api-key-file F]  (a standalone node, no INI)\n");
 }
 
 static int check_config(const struct kvd_config *cfg)
@@ -123,6 +129,10 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && strcmp(argv[1], "generate") == 0)
 		return kvd_cmd_generate(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "serve") == 0) {
+		r = kvd_serve_config(argc - 1, argv + 1, &cfg);
+		return r ? (r < 0 ? 0 : r) : run_node(&cfg);
+	}
 	while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':

@@ -63,6 +63,43 @@ START_TEST(test_defaults_parse)
 }
 END_TEST
 
+/* kvd serve's path: pairs through the same table and checks as a file */
+START_TEST(test_pairs)
+{
+	struct kvd_config c;
+	struct kvd_config_error e;
+	const struct kvd_config_pair good[] = {
+		{ "node.role", "standalone" }, { "model.path", model_path },
+		{ "listen.http", "127.0.0.1:8080" }, { "kv.pool_tokens", "512" },
+		{ "engine.threads", "2" }, { "admin.socket", "none" },
+	};
+	const struct kvd_config_pair bad_value[] = {
+		{ "model.path", model_path }, { "kv.pool_tokens", "512" },
+		{ "engine.threads", "lots" },
+	};
+	const struct kvd_config_pair bad_rule[] = {
+		{ "model.path", model_path }, { "kv.pool_tokens", "512" },
+		{ "listen.http", "0.0.0.0:8080" },
+	};
+	const struct kvd_config_pair unknown[] = { { "kv.pool_tokenz", "1" } };
+
+	ck_assert_int_eq(kvd_config_load_pairs(&c, "kvd serve", good, 6, &e), 0);
+	ck_assert_int_eq(c.role, KVD_ROLE_STANDALONE);
+	ck_assert_uint_eq(c.pool_tokens, 512);
+	ck_assert_uint_eq(c.threads, 2);
+	ck_assert_str_eq(c.listen_http, "127.0.0.1:8080");
+	ck_assert_str_eq(c.path, "kvd serve");
+	ck_assert_int_eq(kvd_config_load_pairs(&c, "kvd serve", bad_value, 3, &e), -1);
+	ck_assert_str_eq(e.key, "engine.threads");
+	ck_assert(strstr(e.msg, "'lots'") != NULL);
+	ck_assert_int_eq(e.line, 0);
+	ck_assert_int_eq(kvd_config_load_pairs(&c, "kvd serve", bad_rule, 3, &e), -1);
+	ck_assert_str_eq(e.key, "listen.http");
+	ck_assert_int_eq(kvd_config_load_pairs(&c, "kvd serve", unknown, 1, &e), -1);
+	ck_assert_str_eq(e.key, "kv.pool_tokenz");
+}
+END_TEST
+
 START_TEST(test_values)
 {
 	struct kvd_config c;
@@ -482,6 +519,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_defaults_parse);
 	tcase_add_test(tc, test_values);
+	tcase_add_test(tc, test_pairs);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bads) / sizeof(bads[0])));
 	tcase_add_test(tc, test_addr_normalized);
 	tcase_add_test(tc, test_verbs_keys);
