@@ -304,7 +304,8 @@ static void serve_reload(struct serve *s)
 	char why[600];
 	int rc;
 
-	if (!path[0]) {
+	/* a prefill node serves no clients: it never loaded the file */
+	if (!path[0] || s->d->cfg.role == KVD_ROLE_PREFILL) {
 		KVLOG_INFO(s->log, "reload", "signal=HUP api_keys=none log=stderr");
 		return;
 	}

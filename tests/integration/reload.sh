@@ -4,8 +4,8 @@
 # without a line. A key added to the file works at once, on HTTP and on
 # the msgpack socket; a removed one is refused; a file that fails its
 # checks (another's permissions, a bad line) keeps the keys in use and
-# logs why; a node without keys logs that there is nothing to reload and
-# serves on. kvd logs to stderr only: there is no log file to reopen.
+# logs why; a node without keys, and a prefill node, log that there is
+# nothing to reload and serve on. kvd logs to stderr only: there is no log file to reopen.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -77,6 +77,18 @@ check "keyless: event=reload api_keys=none" \
 check "  ... the node lives and serves" bash -c \
 	"kill -0 $PID_k && test \"\$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$H2/v1/models)\" = 200"
 
+# ---- a prefill node: no client keys, serves on ----------------------------------------------
+next_port; PP=$PORT
+write_node p prefill "$M" "listen.peer=127.0.0.1:$PP" "log.level=info"
+start_node p
+check "prefill node up" wait_log "$T/p.log" "event=serve_ready" 60
+MK=$(log_mark "$T/p.log")
+kill -HUP "$PID_p"
+check "prefill: event=reload api_keys=none" \
+	wait_log "$T/p.log" 'event=reload signal=HUP api_keys=none log=stderr' 10 "$MK"
+check "  ... the node lives" kill -0 "$PID_p"
+
 stop_node n
 stop_node k
+stop_node p
 finish
