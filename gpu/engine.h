@@ -16,7 +16,7 @@
  * goes on for the others. Tags are rewritten (kvpool_tag_write) as the
  * request's positions grow.
  *   - By default the engine reserves pages_for(prompt + max_tokens - 1)
- *     pages at submit (all or nothing: KVPOOL_E_FULL is returned and
+ *     pages at submit (all or nothing: ENGINE_E_FULL is returned and
  *     nothing is held) and releases them in engine_req_free (quarantines
  *     them after an integrity failure).
  *   - With a prefix cache (params.cache) and a request's cache_key, the

@@ -41,6 +41,7 @@ static const char *const fault_names[KVD_FAULT__N] = {
 	[KVD_FAULT_VERBS_WRITE_BESIDE] = "verbs_write_beside",
 	[KVD_FAULT_VERBS_BIND_FAIL] = "verbs_bind_fail",
 	[KVD_FAULT_VERBS_LATE_WRITE] = "verbs_late_write",
+	[KVD_FAULT_LIE_UNASKED_ACK] = "lie_unasked_ack",
 };
 
 const char *kvd_fault_name(enum kvd_fault_point p)

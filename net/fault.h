@@ -56,6 +56,10 @@
  *                        batch completion that comes meanwhile waits
  *                        behind it (decode falls behind its NIC: its
  *                        mailbox receives are not reposted meanwhile)
+ *   lie_unasked_ack      a lying prefill: with a request's first batch it
+ *                        also sends an abort_ack decode never asked for,
+ *                        claiming 1000 batches (decode ignores it: the
+ *                        request goes on and is served)
  *   lie_abort_batches    a lying prefill: abort and abort_ack claim 1000
  *                        batches more than it posted (decode's fence
  *                        must hold until release_timeout_ms tears the
@@ -121,6 +125,7 @@ enum kvd_fault_point {
 	KVD_FAULT_VERBS_WRITE_BESIDE,
 	KVD_FAULT_VERBS_BIND_FAIL,
 	KVD_FAULT_VERBS_LATE_WRITE,
+	KVD_FAULT_LIE_UNASKED_ACK,
 	KVD_FAULT__N,
 };
 

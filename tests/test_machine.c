@@ -273,6 +273,12 @@ static unsigned d_moves(const void *p, const struct machine *m, struct move *o)
 			MV(DEV_ABORT_ACK, 0);
 			MV(DEV_ABORT_ACK_EARLY, 0);
 		}
+		/* a lying peer: an ack decode never asked for (arg 1), with
+		 * any count, changes nothing it does */
+		if (!w->abort_sent) {
+			MV(DEV_ABORT_ACK, 1);
+			MV(DEV_ABORT_ACK_EARLY, 1);
+		}
 		if (w->landing)
 			MV(DEV_LANDED, 0);
 		/* decode's own verdict once every batch is in */
@@ -374,11 +380,15 @@ static void d_env(void *p, struct move mv)
 		w->peer = PEER_ENDED;
 		break;
 	case DEV_ABORT_ACK:
+		if (mv.arg)
+			break;   /* unrequested: a lie, nothing stops */
 		w->may_write = 0;
 		w->ack_came = 1;
 		w->peer = PEER_ENDED;
 		break;
 	case DEV_ABORT_ACK_EARLY:
+		if (mv.arg)
+			break;
 		/* prefill posts nothing more, but what it posted may land */
 		w->ack_came = 1;
 		w->peer = PEER_ENDED;

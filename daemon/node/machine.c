@@ -98,7 +98,9 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 		[DEV_TAG_BAD] = GO(DRS_DONE, D_COVERED | DA_ANSWER_ERR | DA_QUARANTINE),
 		[DEV_REJECT] = GO(DRS_DONE, D_GONE),
 		[DEV_PEER_ABORT] = GO(DRS_DONE, D_GONE | DA_SEND_ABORT_ACK),
+		/* an ack decode never asked for (a lying peer): nothing */
 		[DEV_ABORT_ACK] = IGN,
+		[DEV_ABORT_ACK_EARLY] = IGN,
 		[DEV_TIMEOUT] = GO(DRS_ABORTING, D_ABORT),
 		[DEV_SEND_FAIL] = GO(DRS_DONE, D_GONE),
 		[DEV_LINK_LOST] = GO(DRS_DONE, D_GONE),
@@ -120,6 +122,7 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 		[DEV_REJECT] = GO(DRS_DONE, D_GONE),
 		[DEV_PEER_ABORT] = GO(DRS_DONE, D_GONE | DA_SEND_ABORT_ACK),
 		[DEV_ABORT_ACK] = IGN,
+		[DEV_ABORT_ACK_EARLY] = IGN,
 		[DEV_TIMEOUT] = GO(DRS_ABORTING, D_ABORT),
 		[DEV_LINK_LOST] = GO(DRS_DONE, D_GONE),
 		[DEV_CLIENT_GONE] = GO(DRS_SEALING, DA_DETACH_CLIENT),

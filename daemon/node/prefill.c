@@ -114,6 +114,21 @@ static uint32_t prefill_lie_batches(struct serve *s, uint64_t remote_id,
 	return batches + 1000;
 }
 
+/* Fault point lie_unasked_ack: an abort_ack decode never asked for, with
+ * a count past anything posted, beside the request's first batch. */
+static void prefill_fault_unasked_ack(struct serve_req *r)
+{
+	struct sreq_prefill *pp = sreq_p(r);
+	struct proto_peer_msg ack = { .type = PEER_MSG_ABORT_ACK, .id = pp->remote_id,
+				      .batches = 1000 };
+
+	if (!kvd_fault_fire(&r->s->fault, KVD_FAULT_LIE_UNASKED_ACK))
+		return;
+	KVLOG_WARN(r->s->log, "fault", "point=lie_unasked_ack remote_id=%llu batches=%u",
+		   (unsigned long long)pp->remote_id, ack.batches);
+	serve__link_post(r->link, &ack);
+}
+
 /* batches: those posted for the request (0 for one not known here). */
 static void prefill_send_abort_ack(struct serve *s, struct link *l,
 				   uint64_t remote_id, const char *tenant,
@@ -648,8 +663,10 @@ static int prefill_send_batch(struct serve_req *r, uint32_t n)
 	t->s = s;
 	t->id = r->reg.id;
 	t->bytes = (uint64_t)n * s->page_bytes;
-	if (pp->next_page == 0)
+	if (pp->next_page == 0) {
 		r->t_xfer_ns = kvd_now_ns();
+		prefill_fault_unasked_ack(r);
+	}
 	rc = transport_send(r->link->data, pp->remote_id, pp->batches_sent + pp->sends_pending,
 			    pages, n, prefill_sent_cb, t);
 	free(pages);

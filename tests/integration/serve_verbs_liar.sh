@@ -14,6 +14,8 @@
 #             (lie_abort_batches): the pages stay fenced past the ack and
 #             past the batch's completion until release_timeout_ms tears
 #             the link down and the QP is drained;
+#   unasked:  an abort_ack decode never asked for, claiming 1000 batches,
+#             beside the first batch (lie_unasked_ack): ignored, served.
 #   done:     prefill_done claims 3 batches more (lie_done_batches), and
 #             its abort_ack lies too: TIMEOUT at transfer_timeout_ms, then
 #             the same release bound;
@@ -146,6 +148,25 @@ check "done: release_timeout_ms tore the link down" \
 ms=$(fenced_ms ddone 1)
 check "done: fenced until the release timeout (${ms} ms >= 1400)" test "${ms:-0}" -ge 1400
 lie_end done
+
+# --- (u) an abort_ack decode never asked for, mid-transfer -----------------
+# With its first batch prefill also sends abort_ack claiming 1000 batches.
+# Decode asked for nothing: it ignores the ack (a state where it would be a
+# BUG step stopped the node, before the decode table ignored it) and the
+# request is served.
+pair pu du "$M"
+start_node pu KVD_FAULT=lie_unasked_ack:1
+start_node du
+check "unasked: decode paired over verbs" wait_up du
+served_equal unasked
+check "unasked: prefill sent the unasked ack" \
+	grep -q "event=fault point=lie_unasked_ack " "$T/pu.log"
+check "unasked: decode is still running, no invariant breach" \
+	eval "kill -0 $PID_du && ! grep -q 'event=invariant_breach' '$T/du.log'"
+check "unasked: the link stayed up" test "$(grep -c 'event=peer_up' "$T/du.log")" = 1
+check "unasked: zero pages held on both nodes" settle du pu
+stop_node du
+stop_node pu
 
 # --- (c) a mailbox slot it holds no credit for ------------------------------
 lie slot verbs_wrong_slot:1 ""
