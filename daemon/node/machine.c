@@ -78,6 +78,28 @@ const char *machine_actions_str(const struct machine *m, uint32_t actions,
 /* The KV is complete: the peer is done with it. */
 #define D_COVERED (DA_SEND_RELEASE_ACK | DA_UNFENCE | DA_DETACH_PEER)
 
+/* What TRANSFER and SEALING (the same request, every batch in, the scope
+ * being revoked) do alike: the final check's verdicts, and every failure
+ * before it while the pages are still fenced. */
+#define D_TRANSFER_COMMON(self)						\
+	[DEV_BAD] = GO(DRS_ABORTING, D_ABORT),				\
+	/* prefill's first token waits for the engine (SUBMITTED) */	\
+	[DEV_COVERED] = GO(DRS_SUBMIT, D_COVERED | DA_SUBMIT),		\
+	[DEV_COVERED_FINAL] = GO(DRS_DONE, D_COVERED | DA_STREAM_FIRST |	\
+				 DA_ANSWER_FINAL | DA_RELEASE),		\
+	[DEV_COVERED_ORPHAN] = GO(DRS_DONE, D_COVERED | DA_RELEASE),	\
+	[DEV_COVERED_FAIL] = GO(DRS_DONE, D_COVERED | DA_ANSWER_ERR | DA_RELEASE), \
+	[DEV_TAG_BAD] = GO(DRS_DONE, D_COVERED | DA_ANSWER_ERR | DA_QUARANTINE), \
+	[DEV_REJECT] = GO(DRS_DONE, D_GONE),				\
+	[DEV_PEER_ABORT] = GO(DRS_DONE, D_GONE | DA_SEND_ABORT_ACK),	\
+	/* an ack decode never asked for (a lying peer): nothing */	\
+	[DEV_ABORT_ACK] = IGN,						\
+	[DEV_ABORT_ACK_EARLY] = IGN,					\
+	[DEV_TIMEOUT] = GO(DRS_ABORTING, D_ABORT),			\
+	[DEV_LINK_LOST] = GO(DRS_DONE, D_GONE),				\
+	[DEV_CLIENT_GONE] = GO(self, DA_DETACH_CLIENT),			\
+	[DEV_OP_ABORT] = GO(DRS_ABORTING, D_ABORT)
+
 static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 	[DRS_NEW] = {
 		[DEV_ADMIT] = GO(DRS_TRANSFER, DA_TIMER_PREFILL),
@@ -86,47 +108,17 @@ static const struct machine_step dreq_table[DRS__N][DEV__N] = {
 		[DEV_BREACH] = GO(DRS_DONE, DA_ANSWER_ERR | DA_QUARANTINE),
 	},
 	[DRS_TRANSFER] = {
+		D_TRANSFER_COMMON(DRS_TRANSFER),
 		[DEV_BATCH] = GO(DRS_TRANSFER, 0),
-		[DEV_BAD] = GO(DRS_ABORTING, D_ABORT),
 		[DEV_PREFILL_DONE] = GO(DRS_TRANSFER, DA_TIMER_TRANSFER),
-		/* prefill's first token waits for the engine (SUBMITTED) */
-		[DEV_COVERED] = GO(DRS_SUBMIT, D_COVERED | DA_SUBMIT),
-		[DEV_COVERED_FINAL] = GO(DRS_DONE, D_COVERED | DA_STREAM_FIRST |
-					 DA_ANSWER_FINAL | DA_RELEASE),
-		[DEV_COVERED_ORPHAN] = GO(DRS_DONE, D_COVERED | DA_RELEASE),
-		[DEV_COVERED_FAIL] = GO(DRS_DONE, D_COVERED | DA_ANSWER_ERR | DA_RELEASE),
-		[DEV_TAG_BAD] = GO(DRS_DONE, D_COVERED | DA_ANSWER_ERR | DA_QUARANTINE),
-		[DEV_REJECT] = GO(DRS_DONE, D_GONE),
-		[DEV_PEER_ABORT] = GO(DRS_DONE, D_GONE | DA_SEND_ABORT_ACK),
-		/* an ack decode never asked for (a lying peer): nothing */
-		[DEV_ABORT_ACK] = IGN,
-		[DEV_ABORT_ACK_EARLY] = IGN,
-		[DEV_TIMEOUT] = GO(DRS_ABORTING, D_ABORT),
 		[DEV_SEND_FAIL] = GO(DRS_DONE, D_GONE),
-		[DEV_LINK_LOST] = GO(DRS_DONE, D_GONE),
-		[DEV_CLIENT_GONE] = GO(DRS_TRANSFER, DA_DETACH_CLIENT),
-		[DEV_OP_ABORT] = GO(DRS_ABORTING, D_ABORT),
 		[DEV_SEAL] = GO(DRS_SEALING, DA_KEEP_TIMER),
 	},
-	/* as TRANSFER once every batch is in: the final check's verdicts, or
-	 * any failure before it (the scope is still fenced) */
+	/* a batch that passed its checks cannot come (every page is in):
+	 * a BUG; a late prefill_done changes nothing */
 	[DRS_SEALING] = {
-		[DEV_BAD] = GO(DRS_ABORTING, D_ABORT),
+		D_TRANSFER_COMMON(DRS_SEALING),
 		[DEV_PREFILL_DONE] = IGN,
-		[DEV_COVERED] = GO(DRS_SUBMIT, D_COVERED | DA_SUBMIT),
-		[DEV_COVERED_FINAL] = GO(DRS_DONE, D_COVERED | DA_STREAM_FIRST |
-					 DA_ANSWER_FINAL | DA_RELEASE),
-		[DEV_COVERED_ORPHAN] = GO(DRS_DONE, D_COVERED | DA_RELEASE),
-		[DEV_COVERED_FAIL] = GO(DRS_DONE, D_COVERED | DA_ANSWER_ERR | DA_RELEASE),
-		[DEV_TAG_BAD] = GO(DRS_DONE, D_COVERED | DA_ANSWER_ERR | DA_QUARANTINE),
-		[DEV_REJECT] = GO(DRS_DONE, D_GONE),
-		[DEV_PEER_ABORT] = GO(DRS_DONE, D_GONE | DA_SEND_ABORT_ACK),
-		[DEV_ABORT_ACK] = IGN,
-		[DEV_ABORT_ACK_EARLY] = IGN,
-		[DEV_TIMEOUT] = GO(DRS_ABORTING, D_ABORT),
-		[DEV_LINK_LOST] = GO(DRS_DONE, D_GONE),
-		[DEV_CLIENT_GONE] = GO(DRS_SEALING, DA_DETACH_CLIENT),
-		[DEV_OP_ABORT] = GO(DRS_ABORTING, D_ABORT),
 	},
 	[DRS_ABORTING] = {
 		[DEV_BATCH] = IGN,
