@@ -105,6 +105,9 @@ static int on_header_field_complete(llhttp_t *p)
 		} else if (!strcasecmp(w->field, "expect")) {
 			w->hdr = HW_HDR_EXPECT;
 			w->expect[0] = 0;
+		} else if (!strcasecmp(w->field, "if-none-match")) {
+			w->hdr = HW_HDR_INM;
+			w->msg.if_none_match[0] = 0;
 		}
 	}
 	w->field_len = 0;
@@ -124,6 +127,23 @@ static int hdr_append(struct http_wire *w, char *dst, size_t cap,
 	return 0;
 }
 
+/* If-None-Match only saves a download: one too long for its buffer is
+ * taken as absent (the rest of its pieces are not collected). */
+static int hdr_append_or_drop(struct http_wire *w, char *dst, size_t cap,
+			      const char *at, size_t n)
+{
+	size_t have = strlen(dst);
+
+	if (have + n >= cap) {
+		dst[0] = 0;
+		w->hdr = HW_HDR_NONE;
+		return 0;
+	}
+	memcpy(dst + have, at, n);
+	dst[have + n] = 0;
+	return 0;
+}
+
 static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
 	struct http_wire *w = wire_of(p);
@@ -137,6 +157,9 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 		return hdr_append(w, w->msg.ctype, sizeof(w->msg.ctype), at, n);
 	case HW_HDR_EXPECT:
 		return hdr_append(w, w->expect, sizeof(w->expect), at, n);
+	case HW_HDR_INM:
+		return hdr_append_or_drop(w, w->msg.if_none_match,
+					  sizeof(w->msg.if_none_match), at, n);
 	case HW_HDR_NONE:
 		break;
 	}

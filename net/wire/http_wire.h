@@ -3,7 +3,8 @@
  * A struct http_wire parses one connection's request stream with llhttp
  * (Debian's node-llhttp C sources, built as a static library) and keeps
  * only what the HTTP front needs: method, path, the Authorization,
- * Content-Type and Expect headers, keep-alive, and the body. It stops after
+ * Content-Type, Expect and If-None-Match headers, keep-alive, and the
+ * body. It stops after
  * each complete request (llhttp pause), so pipelined requests are taken
  * one at a time and the caller decides when to parse the next.
  *
@@ -11,7 +12,9 @@
  * max_header bytes (431), at most HTTP_WIRE_HEADERS_MAX header lines
  * (431), the body at most max_body bytes (413, judged on Content-Length
  * before any body byte arrives, and on chunked bodies as they grow);
- * a wanted header longer than its buffer is a 431 too (never truncated).
+ * a wanted header longer than its buffer is a 431 too (never truncated),
+ * but for If-None-Match, which is then taken as absent (it only saves a
+ * download).
  *
  * Errors: http_wire_feed returns HTTP_WIRE_AGAIN (all input used, no
  * complete request), HTTP_WIRE_MSG (one request in w->msg; `*used` bytes
@@ -30,6 +33,7 @@
 #define HTTP_WIRE_PATH_MAX 512u
 #define HTTP_WIRE_AUTH_MAX 512u
 #define HTTP_WIRE_CTYPE_MAX 128u
+#define HTTP_WIRE_INM_MAX 128u
 #define HTTP_WIRE_HEADERS_MAX 100u
 
 enum {
@@ -50,6 +54,8 @@ struct http_msg {
 	char path[HTTP_WIRE_PATH_MAX + 1];          /* request target, NUL-ended */
 	char auth[HTTP_WIRE_AUTH_MAX + 1];          /* Authorization value */
 	char ctype[HTTP_WIRE_CTYPE_MAX + 1];        /* Content-Type value */
+	char if_none_match[HTTP_WIRE_INM_MAX + 1];  /* If-None-Match value; ""
+						     * absent or too long */
 	bool has_auth;
 	bool keep_alive;                            /* at completion */
 	bool http10;                                /* HTTP/1.0: no chunked */
@@ -58,7 +64,8 @@ struct http_msg {
 };
 
 /* Which header's value is being collected. */
-enum http_wire_hdr { HW_HDR_NONE = 0, HW_HDR_AUTH, HW_HDR_CTYPE, HW_HDR_EXPECT };
+enum http_wire_hdr { HW_HDR_NONE = 0, HW_HDR_AUTH, HW_HDR_CTYPE, HW_HDR_EXPECT,
+		    HW_HDR_INM };
 
 struct http_wire {
 	llhttp_t p;
