@@ -182,6 +182,8 @@ static const struct conf_key conf_keys[] = {
 	  "The model id /v1/models lists and requests may name; empty = the model file's name without .gguf." },
 	{ "http", "default_max_tokens", CT_U32, "0", 0, 1048576, NULL, F(http_default_max_tokens),
 	  "max_tokens of an HTTP request that gives none: at most this many; 0 = the rest of the context (prompt + max_tokens = the smallest context and pool on the path, and at most the tenant's max_tokens). A request reserves the pages of prompt + max_tokens when admitted, so a request without max_tokens holds a whole context's pages: set this (or tenants.max_tokens) to admit more of them at once." },
+	{ "http", "chat_page", CT_BOOL, "on", 0, 0, NULL, F(http_chat_page),
+	  "Serve the built-in chat page at / (with /chat.js and /chat.css; daemon/front/README.md): static files compiled into kvd that hold no data and call the API with the key the user types. Off: / is 404." },
 
 	{ "tenants", "share", CT_U32, "1", 1, 1000000, NULL, F(tenant_share),
 	  "A tenant's weight when tenants with waiting requests share the node's admission slots (and so the decode batch): a waiting request of the tenant with the fewest admitted requests per share goes first. The keys file's share=N overrides it per tenant." },

@@ -80,6 +80,7 @@ struct kvd_config {
 	uint32_t http_idle_timeout_ms;   /* keep-alive: idle connection closed after */
 	char http_model_name[128];     /* /v1/models id; "" = the model file's name */
 	uint32_t http_default_max_tokens; /* max_tokens not given: cap; 0 = rest of context */
+	bool http_chat_page;          /* GET / serves the chat page (http_page.c) */
 	/* [tenants] admission (daemon/node/fairq.h); the keys file may override
 	 * share and the max_* per tenant */
 	uint32_t tenant_share;        /* weight in the batch */

@@ -44,6 +44,7 @@ const char *http__status_text(int status)
 	switch (status) {
 	case 100: return "Continue";
 	case 200: return "OK";
+	case 304: return "Not Modified";
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
 	case 403: return "Forbidden";
@@ -117,21 +118,29 @@ void http__write_copy(struct http_conn *hc, const char *data, size_t len)
 void http__head(struct http_conn *hc, int status, const char *ctype,
 		long long content_length)
 {
-	char buf[512];
+	http__head_ext(hc, status, ctype, content_length, "");
+}
+
+void http__head_ext(struct http_conn *hc, int status, const char *ctype,
+		    long long content_length, const char *extra)
+{
+	char buf[1024];
 	int n;
 	bool http10 = hc->http10;
 
+	KVD_ASSERT(hc->s->log, strlen(extra) < sizeof(buf) / 2,
+		   "msg=\"extra headers past their bound\"");   /* our constants */
 	if (content_length < 0 && http10)
 		hc->close_after = true;   /* the body ends with the connection */
 	n = snprintf(buf, sizeof(buf),
-		     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%s%s",
+		     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%s%s%s",
 		     status, http__status_text(status), ctype,
 		     content_length >= 0 ? "" :
 		     http10 ? "" : "Transfer-Encoding: chunked\r\n",
 		     content_length < 0 && !strncmp(ctype, "text/event-stream", 17) ?
 		     "Cache-Control: no-cache\r\n" : "",
 		     hc->close_after ? "Connection: close\r\n" :
-		     http10 ? "Connection: keep-alive\r\n" : "");
+		     http10 ? "Connection: keep-alive\r\n" : "", extra);
 	if (content_length >= 0)
 		n += snprintf(buf + n, sizeof(buf) - (size_t)n,
 			      "Content-Length: %lld\r\n", content_length);

@@ -48,6 +48,7 @@
  * own outcome is counted when it ends (req.c).
  */
 #include "daemon/front/http_int.h"
+#include "daemon/front/http_page.h"
 #include "conf/apikeys.h"
 #include "conf/util.h"
 #include "kvd_build.h"
@@ -1193,6 +1194,16 @@ static void api_chat(struct http_conn *hc, const struct http_msg *m)
 	api_generate(hc, m, true);
 }
 
+/* GET /, /chat.js, /chat.css: the chat page (http_page.c), without a
+ * key (it holds no data); 404 like any unknown path when http.chat_page
+ * is off. */
+static void api_page(struct http_conn *hc, const struct http_msg *m)
+{
+	if (!http_page_get(hc, m))
+		api_error(hc, 404, "invalid_request_error", NULL, NULL,
+			  "no such endpoint", "-");
+}
+
 static const struct api_route {
 	const char *path;
 	enum http_wire_method method;
@@ -1204,6 +1215,9 @@ static const struct api_route {
 	{ "/v1/models", HTTP_WIRE_GET, api_models, false },
 	{ "/health", HTTP_WIRE_GET, api_health, true },
 	{ "/metrics", HTTP_WIRE_GET, api_metrics, false },
+	{ "/", HTTP_WIRE_GET, api_page, true },          /* the chat page */
+	{ "/chat.js", HTTP_WIRE_GET, api_page, true },
+	{ "/chat.css", HTTP_WIRE_GET, api_page, true },
 };
 
 /* The route of (method, path); NULL when none, *path_known when the

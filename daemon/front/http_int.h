@@ -160,6 +160,10 @@ void http__write_copy(struct http_conn *hc, const char *data, size_t len);
  * for HTTP/1.0, until close. */
 void http__head(struct http_conn *hc, int status, const char *ctype,
 		long long content_length);
+/* The same with `extra`: more header lines, each ending "\r\n" (a
+ * constant of ours, under 512 bytes). */
+void http__head_ext(struct http_conn *hc, int status, const char *ctype,
+		    long long content_length, const char *extra);
 /* One body piece of a chunked (or until-close) answer; len 0 ends it. */
 void http__chunk(struct http_conn *hc, const char *data, size_t len);
 /* A whole answer with a body. */
