@@ -20,6 +20,9 @@ struct got {
 	char line[4][1200];
 	bool keep_alive[4];
 	char inm[4][HTTP_WIRE_INM_MAX + 1];  /* If-None-Match */
+	enum http_wire_method method[4];
+	char origin[4][HTTP_WIRE_ORIGIN_MAX + 1];
+	bool has_origin[4];
 	bool cont;
 	int status;
 };
@@ -54,6 +57,9 @@ static int feed(const char *s, size_t chunk, size_t max_head, size_t max_body,
 				g->keep_alive[g->n] = w.msg.keep_alive;
 				snprintf(g->inm[g->n], sizeof(g->inm[0]), "%s",
 					 w.msg.if_none_match);
+				g->method[g->n] = w.msg.method;
+				memcpy(g->origin[g->n], w.msg.origin, sizeof(w.msg.origin));
+				g->has_origin[g->n] = w.msg.has_origin;
 			}
 			g->n++;
 			http_wire_next(&w);
@@ -94,6 +100,57 @@ START_TEST(test_wire_requests)
 	feed("GET / HTTP/1.0\r\n\r\n", 0, 4096, 4096, &g);
 	ck_assert_int_eq(g.n, 1);
 	ck_assert(!g.keep_alive[0]);
+}
+END_TEST
+
+/* CORS: the Origin header is kept whole (bounded, never cut), OPTIONS
+ * is a method of its own, and a second request on the connection does
+ * not inherit the first one's Origin. */
+START_TEST(test_wire_origin)
+{
+	static const char two[] =
+		"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+		"origin: https://app.example.com:8443\r\n"
+		"Access-Control-Request-Method: POST\r\n\r\n"
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+	struct got g;
+	char big[1200];
+
+	for (size_t chunk = 0; chunk < 8; chunk += 3) {
+		ck_assert_int_eq(feed(two, chunk, 4096, 4096, &g), HTTP_WIRE_AGAIN);
+		ck_assert_int_eq(g.n, 2);
+		ck_assert_int_eq(g.method[0], HTTP_WIRE_OPTIONS);
+		ck_assert_str_eq(g.line[0], "OPTIONS /v1/chat/completions |");
+		ck_assert(g.has_origin[0]);
+		ck_assert_str_eq(g.origin[0], "https://app.example.com:8443");
+		ck_assert_int_eq(g.method[1], HTTP_WIRE_GET);
+		ck_assert(!g.has_origin[1]);
+		ck_assert_str_eq(g.origin[1], "");
+	}
+	/* DELETE is neither GET, POST nor OPTIONS */
+	feed("DELETE /v1/models HTTP/1.1\r\n\r\n", 0, 4096, 4096, &g);
+	ck_assert_int_eq(g.n, 1);
+	ck_assert_int_eq(g.method[0], HTTP_WIRE_OTHER);
+	/* an Origin longer than its buffer: 431, not cut to a prefix that
+	 * might be on the allow-list */
+	static const char pre[] = "GET / HTTP/1.1\r\nOrigin: ";
+	size_t at = sizeof(pre) - 1;
+
+	memset(big, 'o', sizeof(big));
+	memcpy(big, pre, at);
+	memcpy(big + at + HTTP_WIRE_ORIGIN_MAX + 1, "\r\n\r\n", 5);
+	ck_assert_int_eq(feed(big, 0, 4096, 4096, &g), HTTP_WIRE_E_HEADERS);
+	ck_assert_int_eq(g.status, 431);
+	ck_assert_int_eq(g.n, 0);
+	/* the longest that fits is kept whole */
+	memcpy(big + at + HTTP_WIRE_ORIGIN_MAX, "\r\n\r\n", 5);
+	ck_assert_int_eq(feed(big, 0, 4096, 4096, &g), HTTP_WIRE_AGAIN);
+	ck_assert_int_eq(g.n, 1);
+	ck_assert_uint_eq(strlen(g.origin[0]), HTTP_WIRE_ORIGIN_MAX);
+	/* two Origin headers are not one origin */
+	ck_assert_int_eq(feed("GET / HTTP/1.1\r\nOrigin: https://a\r\nOrigin: https://b\r\n\r\n",
+			      0, 4096, 4096, &g), HTTP_WIRE_E_PARSE);
+	ck_assert_int_eq(g.status, 400);
 }
 END_TEST
 
@@ -415,6 +472,7 @@ static Suite *http_suite(void)
 	tcase_add_test(tc, test_wire_requests);
 	tcase_add_test(tc, test_wire_bounds);
 	tcase_add_test(tc, test_wire_if_none_match);
+	tcase_add_test(tc, test_wire_origin);
 	tcase_add_test(tc, test_openai_bodies);
 	tcase_add_test(tc, test_openai_ignored);
 	tcase_add_test(tc, test_openai_parts);

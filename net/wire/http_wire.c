@@ -102,6 +102,13 @@ static int on_header_field_complete(llhttp_t *p)
 		} else if (!strcasecmp(w->field, "content-type")) {
 			w->hdr = HW_HDR_CTYPE;
 			w->msg.ctype[0] = 0;
+		} else if (!strcasecmp(w->field, "origin")) {
+			/* a repeated Origin is not one origin: never allowed */
+			w->hdr = HW_HDR_ORIGIN;
+			if (w->msg.has_origin)
+				return wire_fail(w, HTTP_WIRE_E_PARSE, 400,
+						 "the Origin header is repeated");
+			w->msg.has_origin = true;
 		} else if (!strcasecmp(w->field, "expect")) {
 			w->hdr = HW_HDR_EXPECT;
 			w->expect[0] = 0;
@@ -155,6 +162,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 		return hdr_append(w, w->msg.auth, sizeof(w->msg.auth), at, n);
 	case HW_HDR_CTYPE:
 		return hdr_append(w, w->msg.ctype, sizeof(w->msg.ctype), at, n);
+	case HW_HDR_ORIGIN:
+		return hdr_append(w, w->msg.origin, sizeof(w->msg.origin), at, n);
 	case HW_HDR_EXPECT:
 		return hdr_append(w, w->expect, sizeof(w->expect), at, n);
 	case HW_HDR_INM:
@@ -177,7 +186,8 @@ static int on_headers_complete(llhttp_t *p)
 	if (llhttp_get_upgrade(p) || method == HTTP_CONNECT)
 		return wire_fail(w, HTTP_WIRE_E_UPGRADE, 501, "Upgrade and CONNECT are not served");
 	w->msg.method = method == HTTP_GET ? HTTP_WIRE_GET :
-			method == HTTP_POST ? HTTP_WIRE_POST : HTTP_WIRE_OTHER;
+			method == HTTP_POST ? HTTP_WIRE_POST :
+			method == HTTP_OPTIONS ? HTTP_WIRE_OPTIONS : HTTP_WIRE_OTHER;
 	snprintf(w->msg.method_name, sizeof(w->msg.method_name), "%s",
 		 llhttp_method_name((llhttp_method_t)method));
 	w->msg.http10 = llhttp_get_http_minor(p) == 0;

@@ -3,7 +3,8 @@
  * A struct http_wire parses one connection's request stream with llhttp
  * (Debian's node-llhttp C sources, built as a static library) and keeps
  * only what the HTTP front needs: method, path, the Authorization,
- * Content-Type, Expect and If-None-Match headers, keep-alive, and the
+ * Content-Type, Origin (CORS), Expect and If-None-Match headers,
+ * keep-alive, and the
  * body. It stops after
  * each complete request (llhttp pause), so pipelined requests are taken
  * one at a time and the caller decides when to parse the next.
@@ -34,6 +35,8 @@
 #define HTTP_WIRE_AUTH_MAX 512u
 #define HTTP_WIRE_CTYPE_MAX 128u
 #define HTTP_WIRE_INM_MAX 128u
+/* An origin is scheme://host[:port]: a 253-byte DNS name fits. */
+#define HTTP_WIRE_ORIGIN_MAX 320u
 #define HTTP_WIRE_HEADERS_MAX 100u
 
 enum {
@@ -46,7 +49,9 @@ enum {
 	HTTP_WIRE_E_UPGRADE = 6,  /* 501: Upgrade/CONNECT not served */
 };
 
-enum http_wire_method { HTTP_WIRE_OTHER = 0, HTTP_WIRE_GET, HTTP_WIRE_POST };
+enum http_wire_method {
+	HTTP_WIRE_OTHER = 0, HTTP_WIRE_GET, HTTP_WIRE_POST, HTTP_WIRE_OPTIONS,
+};
 
 struct http_msg {
 	enum http_wire_method method;
@@ -56,7 +61,9 @@ struct http_msg {
 	char ctype[HTTP_WIRE_CTYPE_MAX + 1];        /* Content-Type value */
 	char if_none_match[HTTP_WIRE_INM_MAX + 1];  /* If-None-Match value; ""
 						     * absent or too long */
+	char origin[HTTP_WIRE_ORIGIN_MAX + 1];      /* Origin value ("" none) */
 	bool has_auth;
+	bool has_origin;
 	bool keep_alive;                            /* at completion */
 	bool http10;                                /* HTTP/1.0: no chunked */
 	char *body;                                 /* (body_len + 1), NUL-ended; owned */
@@ -64,8 +71,10 @@ struct http_msg {
 };
 
 /* Which header's value is being collected. */
-enum http_wire_hdr { HW_HDR_NONE = 0, HW_HDR_AUTH, HW_HDR_CTYPE, HW_HDR_EXPECT,
-		    HW_HDR_INM };
+enum http_wire_hdr {
+	HW_HDR_NONE = 0, HW_HDR_AUTH, HW_HDR_CTYPE, HW_HDR_ORIGIN, HW_HDR_EXPECT,
+	HW_HDR_INM,
+};
 
 struct http_wire {
 	llhttp_t p;
