@@ -185,6 +185,13 @@ static const struct conf_key conf_keys[] = {
 	{ "http", "chat_page", CT_BOOL, "on", 0, 0, NULL, F(http_chat_page),
 	  "Serve the built-in chat page at / (with /chat.js and /chat.css; daemon/front/README.md): static files compiled into kvd that hold no data and call the API with the key the user types. Off: / is 404." },
 
+	{ "http", "cors_origins", CT_STR, "", 0, 0, NULL, F(http_cors_origins),
+	  "Browser origins allowed to call the HTTP API (CORS), comma-separated (`https://app.example.com,http://localhost:5173`), or `*` for any; empty = off. A request whose Origin is listed gets Access-Control-Allow-Origin (its origin echoed) and Vary: Origin on every answer, and an OPTIONS preflight 204 without a key; another origin gets no CORS headers and 403 on preflight. The API key is still required: CORS only lets a browser page read the answers." },
+	{ "http", "parse_special", CT_BOOL, "on", 0, 0, NULL, F(http_parse_special),
+	  "A /v1/completions prompt's text naming a control token (`<|im_start|>`, `<s>`) becomes that token, as llama-server does; off = it is ordinary text. Chat message content never becomes a control token (refused: forged_control_token)." },
+	{ "http", "metrics_vllm_names", CT_BOOL, "on", 0, 0, NULL, F(http_metrics_vllm_names),
+	  "/metrics (and kvctl metrics) also carries the series vLLM dashboards query (vllm:num_requests_running, vllm:time_to_first_token_seconds, ... with model_name = http.model_name), summed over tenants; off = only the kvd_ names." },
+
 	{ "tenants", "share", CT_U32, "1", 1, 1000000, NULL, F(tenant_share),
 	  "A tenant's weight when tenants with waiting requests share the node's admission slots (and so the decode batch): a waiting request of the tenant with the fewest admitted requests per share goes first. The keys file's share=N overrides it per tenant." },
 	{ "tenants", "max_active", CT_U32, "0", 0, 1048576, NULL, F(tenant_max_active),

@@ -81,6 +81,9 @@ struct kvd_config {
 	char http_model_name[128];     /* /v1/models id; "" = the model file's name */
 	uint32_t http_default_max_tokens; /* max_tokens not given: cap; 0 = rest of context */
 	bool http_chat_page;          /* GET / serves the chat page (http_page.c) */
+	char http_cors_origins[1024];  /* CORS allow-list, comma-separated; "" = off */
+	bool http_parse_special;       /* /v1/completions: "<|...|>" text -> control tokens */
+	bool http_metrics_vllm_names;  /* /metrics also under vLLM's names */
 	/* [tenants] admission (daemon/node/fairq.h); the keys file may override
 	 * share and the max_* per tenant */
 	uint32_t tenant_share;        /* weight in the batch */

@@ -45,6 +45,7 @@ const char *http__status_text(int status)
 	case 100: return "Continue";
 	case 200: return "OK";
 	case 304: return "Not Modified";
+	case 204: return "No Content";
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
 	case 403: return "Forbidden";
@@ -115,39 +116,60 @@ void http__write_copy(struct http_conn *hc, const char *data, size_t len)
 	http__write(hc, p, len);
 }
 
+/* The status line and headers. ctype NULL: a 204 (no Content-Type, no
+ * length, no body). extra: whole header lines ("Name: v\r\n"), or NULL. */
+static void http_head_write(struct http_conn *hc, int status, const char *ctype,
+			    long long content_length, const char *extra)
+{
+	char buf[2048];
+	int n;
+	bool http10 = hc->http10;
+
+	if (ctype && content_length < 0 && http10)
+		hc->close_after = true;   /* the body ends with the connection */
+	n = snprintf(buf, sizeof(buf), "HTTP/1.1 %d %s\r\n", status,
+		     http__status_text(status));
+	if (ctype)
+		n += snprintf(buf + n, sizeof(buf) - (size_t)n,
+			      "Content-Type: %s\r\n%s%s", ctype,
+			      content_length >= 0 ? "" :
+			      http10 ? "" : "Transfer-Encoding: chunked\r\n",
+			      content_length < 0 && !strncmp(ctype, "text/event-stream", 17) ?
+			      "Cache-Control: no-cache\r\n" : "");
+	n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s",
+		      hc->close_after ? "Connection: close\r\n" :
+		      http10 ? "Connection: keep-alive\r\n" : "");
+	if (ctype && content_length >= 0)
+		n += snprintf(buf + n, sizeof(buf) - (size_t)n,
+			      "Content-Length: %lld\r\n", content_length);
+	if (status == 429 || status == 503)
+		n += snprintf(buf + n, sizeof(buf) - (size_t)n, "Retry-After: 1\r\n");
+	/* every answer to an allowed origin, errors and 401s included, so
+	 * a browser page can read why it failed */
+	n += (int)http__cors_headers(hc, buf + n, sizeof(buf) - (size_t)n);
+	n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\r\n", extra ? extra : "");
+	if ((size_t)n >= sizeof(buf)) {
+		http_doom(hc, "write_failed");   /* cannot happen: bounded parts */
+		return;
+	}
+	http__write_copy(hc, buf, (size_t)n);
+}
+
 void http__head(struct http_conn *hc, int status, const char *ctype,
 		long long content_length)
 {
-	http__head_ext(hc, status, ctype, content_length, "");
+	http_head_write(hc, status, ctype, content_length, NULL);
 }
 
 void http__head_ext(struct http_conn *hc, int status, const char *ctype,
 		    long long content_length, const char *extra)
 {
-	char buf[1024];
-	int n;
-	bool http10 = hc->http10;
+	http_head_write(hc, status, ctype, content_length, extra);
+}
 
-	KVD_ASSERT(hc->s->log, strlen(extra) < sizeof(buf) / 2,
-		   "msg=\"extra headers past their bound\"");   /* our constants */
-	if (content_length < 0 && http10)
-		hc->close_after = true;   /* the body ends with the connection */
-	n = snprintf(buf, sizeof(buf),
-		     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%s%s%s",
-		     status, http__status_text(status), ctype,
-		     content_length >= 0 ? "" :
-		     http10 ? "" : "Transfer-Encoding: chunked\r\n",
-		     content_length < 0 && !strncmp(ctype, "text/event-stream", 17) ?
-		     "Cache-Control: no-cache\r\n" : "",
-		     hc->close_after ? "Connection: close\r\n" :
-		     http10 ? "Connection: keep-alive\r\n" : "", extra);
-	if (content_length >= 0)
-		n += snprintf(buf + n, sizeof(buf) - (size_t)n,
-			      "Content-Length: %lld\r\n", content_length);
-	if (status == 429 || status == 503)
-		n += snprintf(buf + n, sizeof(buf) - (size_t)n, "Retry-After: 1\r\n");
-	n += snprintf(buf + n, sizeof(buf) - (size_t)n, "\r\n");
-	http__write_copy(hc, buf, (size_t)n);
+void http__no_content(struct http_conn *hc, const char *extra)
+{
+	http_head_write(hc, 204, NULL, 0, extra);
 }
 
 void http__chunk(struct http_conn *hc, const char *data, size_t len)
@@ -315,6 +337,11 @@ static void http_refuse(struct http_conn *hc, int status, const char *why)
 		     "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}\n",
 		     why);   /* why: one of http_wire's constant sentences */
 	hc->close_after = true;
+	/* a refused body (413): the head, its Origin with it, was whole */
+	if (hc->wire.in_head)
+		hc->cors = false;
+	else
+		http__cors_judge(hc, &hc->wire.msg);
 	http__refusal_count(hc->s, status, NULL, PROTO_ERR_INTERNAL);
 	http__respond(hc, status, "application/json", body, (size_t)n);
 	http_conn_end(hc);
@@ -345,6 +372,7 @@ static void http_refuse_busy(struct http_conn *hc)
  * here. False when answered (stop parsing). */
 static bool http_head_gate(struct http_conn *hc)
 {
+	http__cors_judge(hc, &hc->wire.msg);
 	if (hc->refusing) {
 		http_refuse_busy(hc);
 		return false;
@@ -438,6 +466,7 @@ static void http_pump(struct http_conn *hc)
 
 void http__exchange_done(struct http_conn *hc)
 {
+	hc->cors = false;   /* the next request shows its own Origin */
 	hc->x.active = false;
 	hc->x.r = NULL;
 	hc->t_idle_ns = hc->t_rx_ns = kvd_now_ns();   /* idle counts from the answer */

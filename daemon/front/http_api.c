@@ -398,6 +398,8 @@ static void exchange_free(struct http_exchange *x)
 {
 	if (x->prep)
 		api_prep_detach(x->prep);
+	if (x->tok)
+		http__tok_detach(x->tok);
 	for (uint32_t i = 0; i < x->n_stop; i++)
 		free(x->stop[i]);
 	free(x->text);
@@ -674,6 +676,18 @@ static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
 	return k ? k->tenant : NULL;
 }
 
+const char *http__auth(struct http_conn *hc, const struct http_msg *m)
+{
+	return api_auth(hc, m);
+}
+
+void http__error(struct http_conn *hc, int status, const char *type,
+		 const char *code, const char *param, const char *msg,
+		 const char *tenant)
+{
+	api_error(hc, status, type, code, param, msg, tenant);
+}
+
 /* ---- chat: messages -> prompt ids ---------------------------------------------------- */
 
 /* The chat request's prompt: its messages rendered in the model's chat
@@ -755,39 +769,79 @@ static void api_public_id(char *out, size_t size, bool chat)
 
 /* ---- endpoints ------------------------------------------------------------------- */
 
-static void api_health(struct http_conn *hc, const struct http_msg *m)
+/* Why the node takes no new work now, NULL when it does: the one
+ * readiness decision (/health, /readyz). Not ready while it starts,
+ * drains (kvctl drain: at once, while what it holds is still served) or
+ * stops, when the capacity check failed under capacity_policy=refuse,
+ * and on decode while no authenticated prefill link is up (a local
+ * engine - prefill, standalone - needs none). */
+static const char *api_unready(const struct serve *s)
 {
-	struct serve *s = hc->s;
-	struct kvd_daemon *d = s->d;
-	const char *why = NULL;
-	json_t *j;
+	const struct kvd_daemon *d = s->d;
+	struct kvd_list *e;
 
-	(void)m;
 	if (d->state == KVD_STATE_DRAINING || d->state == KVD_STATE_DRAINED ||
 	    kvd_request_gate(s->reqtab))
-		why = "draining";
-	else if (d->state == KVD_STATE_STOPPING || s->stopping)
-		why = "stopping";
-	else if (d->state != KVD_STATE_READY)
-		why = "starting";
-	else if (!d->cap.ok && d->cfg.capacity_policy == KVD_CAP_REFUSE)
-		why = "capacity";
-	else if (d->cfg.role == KVD_ROLE_DECODE) {
-		struct kvd_list *e;
-		bool up = false;
+		return "draining";
+	if (d->state == KVD_STATE_STOPPING || s->stopping)
+		return "stopping";
+	if (d->state != KVD_STATE_READY)
+		return "starting";
+	if (!d->cap.ok && d->cfg.capacity_policy == KVD_CAP_REFUSE)
+		return "capacity";
+	if (d->cfg.role != KVD_ROLE_DECODE)
+		return NULL;
+	kvd_list_for_each(e, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
 
-		kvd_list_for_each(e, &s->links) {
-			struct link *l = kvd_list_entry(e, struct link, node);
-
-			up |= l->side == LINK_DIAL && link_is_up(l);
-		}
-		if (!up)
-			why = "unpaired: no authenticated prefill peer is up";
+		if (l->side == LINK_DIAL && link_is_up(l))
+			return NULL;
 	}
+	return "unpaired: no authenticated prefill peer is up";
+}
+
+/* GET /health (kvd's first probe, kept as it was) and GET /readyz:
+ * 200 when the node takes new work, else 503 saying why. Keyless:
+ * probes carry no key. */
+static void api_ready_answer(struct http_conn *hc, const char *ok_status)
+{
+	const char *why = api_unready(hc->s);
+	json_t *j;
+
 	j = why ? json_pack("{s:s, s:s}", "status", "unavailable", "reason", why)
-		: json_pack("{s:s, s:s}", "status", "ok", "role", kvd_role_name(d->cfg.role));
+		: json_pack("{s:s, s:s}", "status", ok_status,
+			    "role", kvd_role_name(hc->s->d->cfg.role));
 	respond_json(hc, why ? 503 : 200, j);
 	http__exchange_done(hc);
+}
+
+static void api_health(struct http_conn *hc, const struct http_msg *m)
+{
+	(void)m;
+	api_ready_answer(hc, "ok");
+}
+
+static void api_readyz(struct http_conn *hc, const struct http_msg *m)
+{
+	(void)m;
+	api_ready_answer(hc, "ready");
+}
+
+/* GET /livez: the loop answers, so the process lives - whatever its
+ * readiness (a draining node is alive; restarting it would drop what it
+ * still serves). */
+static void api_livez(struct http_conn *hc, const struct http_msg *m)
+{
+	(void)m;
+	respond_json(hc, 200, json_pack("{s:s}", "status", "alive"));
+	http__exchange_done(hc);
+}
+
+/* OpenAI's model object. */
+static json_t *api_model_json(const struct http_server *hs)
+{
+	return json_pack("{s:s, s:s, s:I, s:s}", "id", hs->model_name, "object",
+			 "model", "created", (json_int_t)0, "owned_by", "kvd");
 }
 
 static void api_models(struct http_conn *hc, const struct http_msg *m)
@@ -796,12 +850,81 @@ static void api_models(struct http_conn *hc, const struct http_msg *m)
 
 	if (!tenant)
 		return;
-	respond_json(hc, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}",
-					"object", "list", "data",
-					"id", hc->hs->model_name, "object", "model",
-					"created", (json_int_t)0, "owned_by", "kvd"));
+	respond_json(hc, 200, json_pack("{s:s, s:[o]}", "object", "list", "data",
+					api_model_json(hc->hs)));
 	api_log(hc, 200, tenant, "models");
 	http__exchange_done(hc);
+}
+
+static int api_hex(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+	       c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* p[0, n) percent-decoded into out[size] (NUL-ended): its length, or -1
+ * for a bad escape, a NUL, or no room. */
+static long api_pct_decode(const char *p, size_t n, char *out, size_t size)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int v = (unsigned char)p[i];
+
+		if (v == '%') {
+			if (i + 2 >= n || api_hex(p[i + 1]) < 0 || api_hex(p[i + 2]) < 0)
+				return -1;
+			v = api_hex(p[i + 1]) * 16 + api_hex(p[i + 2]);
+			i += 2;
+		}
+		if (!v || o + 1 >= size)
+			return -1;
+		out[o++] = (char)v;
+	}
+	out[o] = 0;
+	return (long)o;
+}
+
+/* Valid UTF-8 without control characters: safe to echo in a message. */
+static bool api_printable(const char *p, size_t n)
+{
+	for (size_t i = 0, k; i < n; i += k) {
+		k = kvd_utf8_len(p + i, n - i);
+		if (!k || (unsigned char)p[i] < 0x20 || p[i] == 0x7f)
+			return false;
+	}
+	return true;
+}
+
+/* GET /v1/models/{id}: the model object when id (percent-decoded, so
+ * "org%2Fname" names "org/name") is the model served, else OpenAI's 404
+ * (code model_not_found). */
+static void api_model_get(struct http_conn *hc, const struct http_msg *m)
+{
+	const char *tenant = api_auth(hc, m);
+	const char *seg = m->path + strlen("/v1/models/");
+	char id[HTTP_WIRE_PATH_MAX + 1], msg[PROTO_CLIENT_MSG_MAX];
+	long n;
+
+	if (!tenant)
+		return;
+	n = api_pct_decode(seg, strcspn(seg, "?"), id, sizeof(id));
+	if (n > 0 && !strcmp(id, hc->hs->model_name)) {
+		respond_json(hc, 200, api_model_json(hc->hs));
+		api_log(hc, 200, tenant, "model");
+		http__exchange_done(hc);
+		return;
+	}
+	/* the id is echoed only when it is printable UTF-8 (error_json
+	 * escapes it; a bad byte would break the JSON) */
+	if (n > 0 && n <= 64 && api_printable(id, (size_t)n))
+		snprintf(msg, sizeof(msg), "The model '%s' does not exist; this server serves '%.64s'.",
+			 id, hc->hs->model_name);
+	else
+		snprintf(msg, sizeof(msg), "The model does not exist; this server serves '%.64s'.",
+			 hc->hs->model_name);
+	api_error(hc, 404, "invalid_request_error", "model_not_found", "model", msg,
+		  tenant);
 }
 
 /* GET /metrics: the Prometheus text (daemon/node/metrics.h), which names
@@ -1204,21 +1327,41 @@ static void api_page(struct http_conn *hc, const struct http_msg *m)
 			  "no such endpoint", "-");
 }
 
+/* The routes. A path ending in '/' with `prefix` matches that path
+ * followed by one non-empty segment (GET /v1/models/{id}); the handler
+ * reads the segment itself. Add a route with one line here. */
 static const struct api_route {
 	const char *path;
 	enum http_wire_method method;
 	http_handler_fn fn;
 	bool keyless;                    /* served without a key (probes) */
+	bool prefix;                     /* path + one segment */
 } routes[] = {
-	{ "/v1/completions", HTTP_WIRE_POST, api_completions, false },
-	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat, false },
-	{ "/v1/models", HTTP_WIRE_GET, api_models, false },
-	{ "/health", HTTP_WIRE_GET, api_health, true },
-	{ "/metrics", HTTP_WIRE_GET, api_metrics, false },
-	{ "/", HTTP_WIRE_GET, api_page, true },          /* the chat page */
-	{ "/chat.js", HTTP_WIRE_GET, api_page, true },
-	{ "/chat.css", HTTP_WIRE_GET, api_page, true },
+	{ "/v1/completions", HTTP_WIRE_POST, api_completions, false, false },
+	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat, false, false },
+	{ "/v1/models", HTTP_WIRE_GET, api_models, false, false },
+	{ "/v1/models/", HTTP_WIRE_GET, api_model_get, false, true },
+	{ "/tokenize", HTTP_WIRE_POST, http__tokenize, false, false },
+	{ "/detokenize", HTTP_WIRE_POST, http__detokenize, false, false },
+	{ "/health", HTTP_WIRE_GET, api_health, true, false },
+	{ "/livez", HTTP_WIRE_GET, api_livez, true, false },
+	{ "/readyz", HTTP_WIRE_GET, api_readyz, true, false },
+	{ "/metrics", HTTP_WIRE_GET, api_metrics, false, false },
+	{ "/", HTTP_WIRE_GET, api_page, true, false },          /* the chat page */
+	{ "/chat.js", HTTP_WIRE_GET, api_page, true, false },
+	{ "/chat.css", HTTP_WIRE_GET, api_page, true, false },
 };
+
+/* Whether routes[i] serves the path p[0, plen) (the query cut off). */
+static bool api_route_path(const struct api_route *rt, const char *p, size_t plen)
+{
+	size_t rl = strlen(rt->path);
+
+	if (!rt->prefix)
+		return rl == plen && !strncmp(rt->path, p, plen);
+	return plen > rl && !strncmp(rt->path, p, rl) &&
+	       !memchr(p + rl, '/', plen - rl);
+}
 
 /* The route of (method, path); NULL when none, *path_known when the
  * path exists for another method. */
@@ -1229,14 +1372,30 @@ static const struct api_route *api_route(const struct http_msg *m,
 
 	*path_known = false;
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(routes); i++) {
-		if (strlen(routes[i].path) != plen ||
-		    strncmp(routes[i].path, m->path, plen))
+		if (!api_route_path(&routes[i], m->path, plen))
 			continue;
 		*path_known = true;
 		if (routes[i].method == m->method)
 			return &routes[i];
 	}
 	return NULL;
+}
+
+/* OPTIONS on a path that exists: the CORS preflight, with the path's
+ * methods (http_cors.c). */
+static void api_options(struct http_conn *hc, const struct http_msg *m)
+{
+	size_t plen = strcspn(m->path, "?");
+	char methods[64] = "";
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(routes); i++) {
+		if (!api_route_path(&routes[i], m->path, plen))
+			continue;
+		snprintf(methods + strlen(methods), sizeof(methods) - strlen(methods),
+			 "%s%s", methods[0] ? ", " : "",
+			 routes[i].method == HTTP_WIRE_GET ? "GET" : "POST");
+	}
+	http__cors_preflight(hc, m, methods);
 }
 
 /* http_head_fn: a request whose body is still to come is refused on its
@@ -1272,7 +1431,9 @@ static void api_handle(struct http_conn *hc, const struct http_msg *m)
 		rt->fn(hc, m);
 		return;
 	}
-	if (path_known)
+	if (path_known && m->method == HTTP_WIRE_OPTIONS)
+		api_options(hc, m);
+	else if (path_known)
 		api_error(hc, 405, "invalid_request_error", NULL, NULL,
 			  "method not allowed on this path", "-");
 	else
@@ -1313,6 +1474,18 @@ int serve__http_listen(struct serve *s)
 	hs->sink_ops = &api_sink_ops;
 	hs->exchange_free = exchange_free;
 	api_model_name(s, hs->model_name, sizeof(hs->model_name));
+	{
+		const char *why = NULL;
+		char bad[HTTP_WIRE_ORIGIN_MAX + 1];
+
+		if (http__cors_init(&hs->cors, s->d->cfg.http_cors_origins, &why,
+				    bad, sizeof(bad))) {
+			KVLOG_ERR(s->log, "config_error", "key=http.cors_origins value=%s msg=%s",
+				  KVLOG_Q(bad), KVLOG_Q(why));
+			free(hs);
+			return -EINVAL;
+		}
+	}
 	hs->chat_format = s->d->chat_format;
 	if (KVD_FAULT_POINTS && getenv("KVD_HTTP_NOMEM")) {
 		const char *e = getenv("KVD_HTTP_NOMEM");

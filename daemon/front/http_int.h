@@ -15,6 +15,17 @@
 struct kvd_apikeys;
 struct http_conn;
 struct api_prep;
+struct http_tok_job;
+struct json_t;
+
+/* http.cors_origins, split (http_cors.c): any ("*") or the origins. */
+#define HTTP_CORS_MAX 32u
+struct http_cors {
+	bool any;
+	uint32_t n;
+	char buf[1024];                  /* the list, each origin NUL-ended */
+	const char *origin[HTTP_CORS_MAX]; /* into buf */
+};
 
 /* Pipelined input held while a request is answered (bytes); reading
  * stops while it is full. */
@@ -32,6 +43,9 @@ struct http_exchange {
 	bool active;                     /* answering; the next request waits */
 	struct api_prep *prep;           /* its body being prepared off the
 					  * loop (http_api.c); NULL none */
+	struct http_tok_job *tok;        /* /tokenize, /detokenize being
+					  * answered off the loop (http_tok.c);
+					  * NULL none */
 	bool stream;                     /* SSE */
 	bool chat;                       /* chat.completion shapes */
 	bool head_sent;                  /* status line and headers queued */
@@ -91,6 +105,10 @@ struct http_conn {
 	bool close_after;                /* close once the answer is out */
 	bool kicked;                     /* on hs->kick_list */
 	bool head_judged;                /* head_check ran for this request */
+	bool cors;                       /* the current request's Origin is
+					  * allowed: its answers carry the
+					  * CORS headers (http_cors.c) */
+	char cors_origin[HTTP_WIRE_ORIGIN_MAX + 1];
 	bool draining;                   /* answered and half-closed: reads
 					  * are dropped (http__drain_after) */
 	uint64_t drain_left;             /* bytes still dropped before closing */
@@ -130,6 +148,7 @@ struct http_server {
 	const struct serve_sink_ops *sink_ops;
 	void (*exchange_free)(struct http_exchange *x);
 	char model_name[128];
+	struct http_cors cors;           /* http.cors_origins */
 	enum chat_format chat_format;    /* the daemon's, resolved at boot
 					  * (CHAT_NONE: chat is refused) */
 	uint64_t next_exchange;
@@ -164,6 +183,8 @@ void http__head(struct http_conn *hc, int status, const char *ctype,
  * constant of ours, under 512 bytes). */
 void http__head_ext(struct http_conn *hc, int status, const char *ctype,
 		    long long content_length, const char *extra);
+/* A 204 answer (no body) with `extra` header lines ("Name: v\r\n"). */
+void http__no_content(struct http_conn *hc, const char *extra);
 /* One body piece of a chunked (or until-close) answer; len 0 ends it. */
 void http__chunk(struct http_conn *hc, const char *data, size_t len);
 /* A whole answer with a body. */
@@ -188,3 +209,39 @@ void http__refusal_count(struct serve *s, int status, const char *tenant,
 /* Run deferred work for hc soon (from the loop, not inside a caller). */
 void http__kick(struct http_conn *hc);
 const char *http__status_text(int status);
+
+/* http_api.c, for the endpoints of the other files */
+/* The tenant of the request's key (the keyless "default" without keys);
+ * NULL after answering 401. */
+const char *http__auth(struct http_conn *hc, const struct http_msg *m);
+/* An error in OpenAI's shape that belongs to no request (logged, counted
+ * in kvd_requests_total); the exchange is done after it. msg must be
+ * safe to echo. */
+void http__error(struct http_conn *hc, int status, const char *type,
+		 const char *code, const char *param, const char *msg,
+		 const char *tenant);
+
+/* http_tok.c: POST /tokenize and /detokenize (llama-server's). */
+void http__tokenize(struct http_conn *hc, const struct http_msg *m);
+void http__detokenize(struct http_conn *hc, const struct http_msg *m);
+/* The connection closes while the job runs: it answers nobody and frees
+ * itself when it comes back. */
+void http__tok_detach(struct http_tok_job *t);
+
+/* http_cors.c */
+/* Split http.cors_origins into c: 0, or -EINVAL with `why` (a constant
+ * sentence) and the bad entry copied into bad[bad_size]. */
+int http__cors_init(struct http_cors *c, const char *spec, const char **why,
+		    char *bad, size_t bad_size);
+/* The request's head is complete: hc->cors says whether its Origin is
+ * allowed (and hc->cors_origin holds it for the answers). */
+void http__cors_judge(struct http_conn *hc, const struct http_msg *m);
+/* The CORS header lines of hc's answers into buf (NUL-ended; "" when its
+ * origin is not allowed); the bytes written. */
+size_t http__cors_headers(const struct http_conn *hc, char *buf, size_t size);
+/* OPTIONS on a known path whose methods are `methods` ("GET, POST"):
+ * 204 with the preflight headers to an allowed origin, 204 with Allow
+ * when no Origin came (not a preflight), 403 to another origin. The
+ * exchange is done after it. */
+void http__cors_preflight(struct http_conn *hc, const struct http_msg *m,
+			  const char *methods);
