@@ -1475,6 +1475,23 @@ const char *kvd_role_name(enum kvd_role r)
 	return r <= KVD_ROLE_STANDALONE ? roles[r] : "?";
 }
 
+void kvd_config_model_name(const struct kvd_config *c, char *out, size_t size)
+{
+	const char *base;
+	size_t n;
+
+	if (c->http_model_name[0]) {
+		snprintf(out, size, "%s", c->http_model_name);
+		return;
+	}
+	base = strrchr(c->model_path, '/');
+	base = base ? base + 1 : c->model_path;
+	n = strlen(base);
+	if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+		n -= 5;
+	snprintf(out, size, "%.*s", (int)(n < size ? n : size - 1), base);
+}
+
 const char *kvd_transport_name(enum kvd_transport t)
 {
 	return t <= KVD_TRANSPORT_VERBS ? transports[t] : "?";

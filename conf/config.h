@@ -182,6 +182,9 @@ void kvd_config_example(FILE *out);
 void kvd_config_print(FILE *out, const struct kvd_config *c);
 
 const char *kvd_role_name(enum kvd_role r);
+/* The model id clients see (/v1/models, metrics' model_name):
+ * http.model_name, or the model file's name without .gguf. */
+void kvd_config_model_name(const struct kvd_config *c, char *out, size_t size);
 /* True when host:port names a loopback address (127/8, ::1, localhost). */
 bool kvd_hostport_is_loopback(const char *hostport);
 const char *kvd_cap_policy_name(enum kvd_cap_policy p);

@@ -259,7 +259,7 @@ static void client_prep_run(struct prep_job *j)
 	struct client_prep *cp = kvd_container_of(j, struct client_prep, job);
 
 	cp->rc = serve__sink_prompt_ids(cp->tok, NULL, 0, cp->q.prompt,
-					strlen(cp->q.prompt), &cp->ids, &cp->n_ids,
+					strlen(cp->q.prompt), false, &cp->ids, &cp->n_ids,
 					cp->msg, sizeof(cp->msg));
 }
 
@@ -384,7 +384,7 @@ static void client_request(struct client_conn *c, const msgpack_object *map)
 		return;
 	}
 	rc = serve__sink_prompt_ids(s->tok, q.tokens, q.n_tokens, q.prompt,
-				    q.prompt ? strlen(q.prompt) : 0, &ids, &n_ids,
+				    q.prompt ? strlen(q.prompt) : 0, false, &ids, &n_ids,
 				    msg, sizeof(msg));
 	if (rc) {
 		client_reject(c, q.id, PROTO_ERR_INVALID_REQUEST, KVD_REJECT_INVALID,

@@ -981,6 +981,7 @@ struct api_prep {
 	 * stops the pool before the tokenizer goes) */
 	const struct tokenizer *tok;
 	enum chat_format fmt;
+	bool parse_special;              /* http.parse_special (completions) */
 	char model_name[128];            /* http_server.model_name's copy */
 	/* what the worker found */
 	int parse_rc;                    /* openai_req_parse's */
@@ -1036,7 +1037,7 @@ static void api_prep_run(struct prep_job *j)
 		ap->prompt_rc = serve__sink_prompt_ids(ap->tok, q->tokens, q->n_tokens,
 						       q->prompt,
 						       q->prompt ? strlen(q->prompt) : 0,
-						       &ap->ids, &ap->n_ids, ap->msg,
+						       ap->parse_special, &ap->ids, &ap->n_ids, ap->msg,
 						       sizeof(ap->msg));
 }
 
@@ -1275,6 +1276,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	ap->parse_rc = -1;               /* nothing to deinit until parsed */
 	ap->tok = hs->s->tok;
 	ap->fmt = hs->chat_format;
+	ap->parse_special = hs->s->d->cfg.http_parse_special;
 	snprintf(ap->model_name, sizeof(ap->model_name), "%s", hs->model_name);
 	snprintf(ap->tenant, sizeof(ap->tenant), "%s", tenant);
 	ap->lim = key->lim;
@@ -1443,24 +1445,6 @@ static void api_handle(struct http_conn *hc, const struct http_msg *m)
 
 /* ---- setup ------------------------------------------------------------------------ */
 
-static void api_model_name(struct serve *s, char *out, size_t size)
-{
-	const char *p = s->d->cfg.http_model_name;
-	const char *base;
-	size_t n;
-
-	if (*p) {
-		snprintf(out, size, "%s", p);
-		return;
-	}
-	base = strrchr(s->d->cfg.model_path, '/');
-	base = base ? base + 1 : s->d->cfg.model_path;
-	n = strlen(base);
-	if (n > 5 && !strcmp(base + n - 5, ".gguf"))
-		n -= 5;
-	snprintf(out, size, "%.*s", (int)KVD_MIN(n, size - 1), base);
-}
-
 int serve__http_listen(struct serve *s)
 {
 	struct http_server *hs = calloc(1, sizeof(*hs));
@@ -1473,7 +1457,7 @@ int serve__http_listen(struct serve *s)
 	hs->head_auth = api_head_auth;
 	hs->sink_ops = &api_sink_ops;
 	hs->exchange_free = exchange_free;
-	api_model_name(s, hs->model_name, sizeof(hs->model_name));
+	kvd_config_model_name(&s->d->cfg, hs->model_name, sizeof(hs->model_name));
 	{
 		const char *why = NULL;
 		char bad[HTTP_WIRE_ORIGIN_MAX + 1];

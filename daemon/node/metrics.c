@@ -13,6 +13,17 @@
  * dashboard ports by renaming the prefix. Units are base units
  * (seconds, bytes), counters end in _total.
  *
+ * vLLM's own names too (render_vllm, http.metrics_vllm_names, on by
+ * default): dashboards and autoscalers built for vLLM query
+ * vllm:num_requests_running{model_name=...} and the like verbatim, and
+ * a scrape is their only interface - recording rules that rename
+ * kvd_ series would have to be installed in every Prometheus that
+ * scrapes a node. So the same figures are also printed under vLLM's
+ * names, summed over tenants, labelled model_name (http.model_name):
+ * one more set of series (about 80 lines), no second bookkeeping. The
+ * exposition format allows the colon (promtool's lint only warns); an
+ * operator whose pipeline refuses it turns the switch off.
+ *
  * Cardinality is bounded by construction: tenants (32 slots, the rest
  * folded into "other"), outcomes, integrity kinds, page states, reasons
  * and directions are fixed sets. Tenant names are the only outside
@@ -401,6 +412,12 @@ static void render_node(struct text *t, struct kvd_daemon *d)
 	      "Peers with a completed handshake.", d->peers.up);
 }
 
+/* Fraction of the live KV pages not free (0-1). */
+static double pool_usage(const struct kvpool_stats *st)
+{
+	return st->pages ? 1.0 - (double)st->by_state[KVPAGE_FREE] / st->pages : 0.0;
+}
+
 static void render_pool(struct text *t, struct kvd_daemon *d)
 {
 	static const char *const names[KVPAGE_N_STATES] = {
@@ -421,8 +438,7 @@ static void render_pool(struct text *t, struct kvd_daemon *d)
 	one_u(t, "kvd_kv_pages_retiring", "gauge",
 	      "Pages in use that retire when released (a shrink).", st.retiring);
 	one(t, "kvd_kv_cache_usage_perc", "gauge",
-	    "Fraction of live KV pages not free (0-1).",
-	    st.pages ? 1.0 - (double)st.by_state[KVPAGE_FREE] / st.pages : 0.0);
+	    "Fraction of live KV pages not free (0-1).", pool_usage(&st));
 	one_u(t, "kvd_kv_pool_pages", "gauge", "Live KV pages.", st.pages);
 	one_u(t, "kvd_kv_pool_tokens", "gauge", "KV positions the pool holds.",
 	      c->pool_tokens);
@@ -641,6 +657,120 @@ static void render_counters(struct text *t, struct kvd_daemon *d)
 		     &m->xfer_time[1], &h_xfer);
 }
 
+/* ---- vLLM's names ---------------------------------------------------------- */
+
+/* The tenants' histograms of one kind summed. */
+static void hist_sum(const struct kvd_metrics *m, enum tenant_hist which,
+		     struct kvd_hist *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (uint32_t i = 0; i < KVD_METRICS_TENANTS; i++) {
+		const struct kvd_metrics_tenant *tn = &m->tenants[i];
+		const struct kvd_hist *h = which == TH_TTFT ? &tn->ttft
+					   : which == TH_ITL ? &tn->itl : &tn->e2e;
+
+		for (unsigned b = 0; b <= KVD_HIST_BUCKETS; b++)
+			out->counts[b] += h->counts[b];
+		out->count += h->count;
+		out->sum += h->sum;
+	}
+}
+
+static uint64_t tenants_sum(const struct kvd_metrics *m, size_t off)
+{
+	uint64_t sum = 0, v;
+
+	for (uint32_t i = 0; i < KVD_METRICS_TENANTS; i++) {
+		memcpy(&v, (const char *)&m->tenants[i] + off, sizeof(v));
+		sum += v;
+	}
+	return sum;
+}
+
+/* name{model_name="..."} v, with its family lines. */
+static void vllm_one(struct text *t, const char *name, const char *type,
+		     const char *help, const char *model, double v)
+{
+	family(t, name, type, help);
+	tx(t, "%s{model_name=\"%s\"} %.17g\n", name, model, v);
+}
+
+/* vLLM's finished_reason values: stop, length, abort (the client left). */
+static void vllm_success(struct text *t, const struct kvd_metrics *m,
+			 const char *model)
+{
+	static const struct { const char *reason; unsigned outcome; } r[] = {
+		{ "stop", KVD_OUTCOME_STOP }, { "length", KVD_OUTCOME_LENGTH },
+		{ "abort", KVD_OUTCOME_ABANDONED },
+	};
+
+	family(t, "vllm:request_success_total", "counter",
+	       "Requests finished, by finished_reason (kvd_requests_total summed over tenants; abort: the client left).");
+	for (size_t k = 0; k < KVD_ARRAY_SIZE(r); k++) {
+		uint64_t n = 0;
+
+		for (uint32_t i = 0; i < KVD_METRICS_TENANTS; i++)
+			n += m->tenants[i].requests[r[k].outcome];
+		tx(t, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} %" PRIu64 "\n",
+		   model, r[k].reason, n);
+	}
+}
+
+static void vllm_hists(struct text *t, const struct kvd_metrics *m,
+		       const char *labels)
+{
+	static const struct { const char *name, *help; enum tenant_hist which; } h[] = {
+		{ "vllm:time_to_first_token_seconds", "Time to the first token (kvd_time_to_first_token_seconds summed over tenants).", TH_TTFT },
+		{ "vllm:time_per_output_token_seconds", "Time between two output tokens (kvd_inter_token_latency_seconds summed over tenants).", TH_ITL },
+		{ "vllm:inter_token_latency_seconds", "Time between two output tokens (kvd_inter_token_latency_seconds summed over tenants).", TH_ITL },
+		{ "vllm:e2e_request_latency_seconds", "Time from arrival to the end (kvd_e2e_request_latency_seconds summed over tenants).", TH_E2E },
+	};
+	struct kvd_hist sum;
+
+	for (size_t k = 0; k < KVD_ARRAY_SIZE(h); k++) {
+		hist_sum(m, h[k].which, &sum);
+		family(t, h[k].name, "histogram", h[k].help);
+		hist_samples(t, h[k].name, labels, &sum,
+			     h[k].which == TH_TTFT ? &h_ttft :
+			     h[k].which == TH_ITL ? &h_itl : &h_e2e);
+	}
+}
+
+static void render_vllm(struct text *t, struct kvd_daemon *d)
+{
+	const struct kvd_metrics *m = &d->metrics;
+	const struct kvd_queue_hook *q = &d->queue;
+	char name[sizeof(d->cfg.http_model_name) + 256];
+	char model[sizeof(name) * 3 + 1], labels[sizeof(model) + 16];
+	struct kvpool_stats st = { 0 };
+	double usage;
+
+	kvd_config_model_name(&d->cfg, name, sizeof(name));
+	kvd_metrics_escape(name, model, sizeof(model));
+	snprintf(labels, sizeof(labels), "model_name=\"%s\",", model);
+	if (d->pool)
+		kvpool_get_stats(d->pool, &st);
+	usage = pool_usage(&st);
+	vllm_one(t, "vllm:num_requests_running", "gauge",
+		 "Admitted requests not yet ended (kvd_num_requests_running).", model,
+		 (double)d->in_flight);
+	vllm_one(t, "vllm:num_requests_waiting", "gauge",
+		 "Requests waiting for admission (kvd_num_requests_waiting).", model,
+		 (double)(q->waiting ? q->waiting(q->arg, NULL, 0) : 0));
+	vllm_one(t, "vllm:gpu_cache_usage_perc", "gauge",
+		 "Fraction of live KV pages not free, 0-1 (kvd_kv_cache_usage_perc).", model, usage);
+	vllm_one(t, "vllm:kv_cache_usage_perc", "gauge",
+		 "Fraction of live KV pages not free, 0-1 (kvd_kv_cache_usage_perc).", model, usage);
+	vllm_one(t, "vllm:prompt_tokens_total", "counter",
+		 "Prompt tokens prefilled (kvd_prompt_tokens_total summed over tenants).", model,
+		 (double)tenants_sum(m, offsetof(struct kvd_metrics_tenant, prompt_tokens)));
+	vllm_one(t, "vllm:generation_tokens_total", "counter",
+		 "Tokens generated (kvd_generation_tokens_total summed over tenants).", model,
+		 (double)tenants_sum(m, offsetof(struct kvd_metrics_tenant, generation_tokens)));
+	vllm_success(t, m, model);
+	vllm_hists(t, m, labels);
+}
+
 int kvd_metrics_render(struct kvd_daemon *d, char **out, size_t *len)
 {
 	struct text t = { .cap = 16384 };
@@ -658,6 +788,8 @@ int kvd_metrics_render(struct kvd_daemon *d, char **out, size_t *len)
 	render_waiting(&t, d);
 	render_counters(&t, d);
 	render_http(&t, &d->metrics);
+	if (d->cfg.http_metrics_vllm_names)
+		render_vllm(&t, d);
 	if (t.oom) {
 		free(t.p);
 		return -ENOMEM;

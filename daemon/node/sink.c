@@ -30,7 +30,8 @@
 
 int serve__sink_prompt_ids(const struct tokenizer *tok, const uint32_t *tokens,
 			   uint32_t n_tokens, const char *text, size_t text_len,
-			   int32_t **out, uint32_t *n, char *msg, size_t msg_size)
+			   bool parse_special, int32_t **out, uint32_t *n,
+			   char *msg, size_t msg_size)
 {
 	uint32_t n_vocab = tokenizer_n_vocab(tok);
 	int32_t *ids;
@@ -53,8 +54,10 @@ int serve__sink_prompt_ids(const struct tokenizer *tok, const uint32_t *tokens,
 		*n = n_tokens;
 		return 0;
 	}
-	if (tokenizer_encode(tok, text, text_len, tokenizer_add_bos(tok),
-			     &ids, &n_ids)) {
+	if (tokenizer_encode_ex(tok, text, text_len,
+				(tokenizer_add_bos(tok) ? TOKENIZER_ADD_BOS : 0) |
+				(parse_special ? TOKENIZER_PARSE_SPECIAL : 0),
+				&ids, &n_ids)) {
 		snprintf(msg, msg_size, "the prompt cannot be tokenized");
 		return 1;
 	}

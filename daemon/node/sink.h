@@ -73,9 +73,13 @@ int serve__sink_stream_begin(struct serve_req *r);
 /* A client's prompt as ids for the model's tokenizer (s->tok), the same
  * for every front: the given ids (each inside the vocabulary) when
  * tokens is not NULL, else text tokenized (BOS as the vocabulary asks;
- * 1..PROTO_CLIENT_TOKENS_MAX ids). 0 with *out malloc'd; 1 with a
+ * 1..PROTO_CLIENT_TOKENS_MAX ids); parse_special: text naming a control
+ * token ("<|im_start|>", "</s>") becomes it (TOKENIZER_PARSE_SPECIAL;
+ * /v1/completions under http.parse_special, as llama-server does - the
+ * client may send those ids as tokens all the same), else it is text. 0 with *out malloc'd; 1 with a
  * sentence in msg (the client's error); -ENOMEM. Any thread (the
  * tokenizer is immutable): HTTP runs it on its preparation workers. */
 int serve__sink_prompt_ids(const struct tokenizer *tok, const uint32_t *tokens,
 			   uint32_t n_tokens, const char *text, size_t text_len,
-			   int32_t **out, uint32_t *n, char *msg, size_t msg_size);
+			   bool parse_special, int32_t **out, uint32_t *n,
+			   char *msg, size_t msg_size);

@@ -180,6 +180,62 @@ st=$(req GET /livez)
 check "/livez without a key: 200 ($st)" test "$st $(jq -r .status "$T/body")" = "200 alive"
 st=$(req GET /readyz)
 check "/readyz on a standalone node: 200 ($st)" test "$st $(jq -r .status "$T/body")" = "200 ready"
+
+# ---- vLLM's metric names (http.metrics_vllm_names, on by default) ---------------------------
+vm() { # vm NAME{LABELS}: a sample of GET /metrics (admin key), "" when absent
+	curl -s -H "Authorization: Bearer $ADM" "$U/metrics" |
+		awk -v k="$1" '$1 == k { print $2; f = 1 } END { if (!f) print "" }'
+}
+L='model_name="org/stories"'
+g0=$(vm "vllm:generation_tokens_total{$L}")
+p0=$(vm "vllm:prompt_tokens_total{$L}")
+t0=$(vm "vllm:time_to_first_token_seconds_count{$L}")
+l0=$(vm "vllm:request_success_total{$L,finished_reason=\"length\"}")
+check "vllm:generation_tokens_total{$L} is served ($g0)" test -n "$g0"
+st=$(req POST /v1/completions '{"prompt":"Once upon a time","max_tokens":5,"temperature":0}' "${auth[@]}")
+check "a completion of 5 tokens: 200 ($st)" test "$st $(jq -r .usage.completion_tokens "$T/body")" = "200 5"
+np=$(jq -r .usage.prompt_tokens "$T/body")
+check "  ... vllm:generation_tokens_total moved by 5" test "$(vm "vllm:generation_tokens_total{$L}")" = $((g0 + 5))
+check "  ... vllm:prompt_tokens_total by its $np prompt tokens" test "$(vm "vllm:prompt_tokens_total{$L}")" = $((p0 + np))
+check "  ... vllm:time_to_first_token_seconds_count by 1" \
+	test "$(vm "vllm:time_to_first_token_seconds_count{$L}")" = $((t0 + 1))
+check "  ... vllm:request_success_total{finished_reason=length} by 1" \
+	test "$(vm "vllm:request_success_total{$L,finished_reason=\"length\"}")" = $((l0 + 1))
+check "  ... vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc, vllm:gpu_cache_usage_perc, vllm:e2e_request_latency_seconds, vllm:time_per_output_token_seconds present" \
+	bash -c "curl -s -H 'Authorization: Bearer $ADM' '$U/metrics' | grep -c -E '^vllm:(num_requests_running|num_requests_waiting|kv_cache_usage_perc|gpu_cache_usage_perc|e2e_request_latency_seconds_count|time_per_output_token_seconds_count)\{$L\} ' | grep -qx 6"
+# lint_ok RC FILE: promtool's exit RC and findings FILE say the text
+# parses (3: lint findings, 1: not parsed) and the only finding is the
+# colon of vllm: names
+lint_ok() {
+	[ "$1" = 0 ] && return 0
+	[ "$1" = 3 ] || return 1
+	[ "$(grep -cv "^vllm:[a-z0-9_:]* metric names should not contain ':'\$" "$2")" = 0 ]
+}
+if command -v promtool >/dev/null 2>&1; then
+	curl -s -H "Authorization: Bearer $ADM" "$U/metrics" > "$T/m.prom"
+	rc=0; promtool check metrics < "$T/m.prom" > "$T/m.lint" 2>&1 || rc=$?
+	check "promtool parses the text, only the colon of vllm: names linted (exit $rc)" \
+		lint_ok $rc "$T/m.lint"
+fi
+
+# ---- special tokens in completion prompts (http.parse_special, on by default) --------------
+# stories260K's </s> is a control token (id 2)
+NSP=$("$KVCTL" model tokenize "$M" --special --json '</s>hi' | jq '.ids | length')
+NTX=$("$KVCTL" model tokenize "$M" --json '</s>hi' | jq '.ids | length')
+SPIDS=$("$KVCTL" model tokenize "$M" --special --json '</s>hi' | jq -c .ids)
+st=$(req POST /v1/completions '{"prompt":"</s>hi","max_tokens":6,"temperature":0}' "${auth[@]}")
+check "completion prompt \"</s>hi\": 200, $NSP prompt tokens (the control token), not $NTX ($st)" \
+	test "$st $(jq -r .usage.prompt_tokens "$T/body")" = "200 $NSP"
+txt=$(jq -r '.choices[0].text' "$T/body")
+st=$(req POST /v1/completions "{\"prompt\":$SPIDS,\"max_tokens\":6,\"temperature\":0}" "${auth[@]}")
+check "  ... the text of the prompt given as the ids $SPIDS" test "$st $(jq -r '.choices[0].text' "$T/body")" = "200 $txt"
+st=$(req POST /tokenize '{"content":"</s>hi"}' "${auth[@]}")
+check "/tokenize parses it too (the config's default): $((NSP - 1)) ids" test "$(jq '.tokens | length' "$T/body")" = $((NSP - 1))
+st=$(req POST /tokenize '{"content":"</s>hi","parse_special":false}' "${auth[@]}")
+check "  ... parse_special false: text, $((NTX - 1)) ids" test "$(jq '.tokens | length' "$T/body")" = $((NTX - 1))
+st=$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi </s>"}],"max_tokens":2}' "${auth[@]}")
+check "never in chat content: 400 forged_control_token ($st)" \
+	test "$st $(jq -r .error.code "$T/body")" = "400 forged_control_token"
 stop_node s
 
 # ---- /livez, /readyz on a decode node: without its prefill, with it, drained ---------------
@@ -187,7 +243,8 @@ FAULT=0
 grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h" && FAULT=1
 next_port; H=$PORT
 U=http://127.0.0.1:$H
-pair pi di "$M" -- "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys"
+pair pi di "$M" -- "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys" \
+	"http.parse_special=off" "http.metrics_vllm_names=off"
 start_node di
 check "decode listens for HTTP" wait_log "$T/di.log" "event=listen_http"
 st=$(req GET /livez)
@@ -204,6 +261,12 @@ check "decode paired" wait_up di
 ready() { test "$(req GET /readyz)" = 200; }
 check "with its prefill: /readyz 200" wait_for 10 ready
 check "  ... ready, role decode" test "$(jq -c '{status, role}' "$T/body")" = '{"status":"ready","role":"decode"}'
+st=$(req POST /v1/completions '{"prompt":"</s>hi","max_tokens":2,"temperature":0}' "${auth[@]}")
+check "http.parse_special=off: \"</s>hi\" is text, $NTX prompt tokens ($st)" \
+	test "$st $(jq -r .usage.prompt_tokens "$T/body")" = "200 $NTX"
+curl -s -H "Authorization: Bearer $ADM" "$U/metrics" > "$T/off.prom"
+check "http.metrics_vllm_names=off: no vllm: series" bash -c "! grep -q '^vllm:' '$T/off.prom'"
+check "  ... kvd's are there" grep -q '^kvd_generation_tokens_total{tenant="carol"} 2$' "$T/off.prom"
 if [ $FAULT = 1 ]; then
 	MK=$(log_mark "$T/di.log")
 	curl -s -o "$T/held" -w '%{http_code}' "${auth[@]}" -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' \

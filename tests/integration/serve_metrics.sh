@@ -30,9 +30,18 @@ metric() { metrics "$1" | awk -v k="$2" '$1 == k { print $2; f = 1 } END { if (!
 eq() { [ "$(metric "$1" "$2")" = "$3" ] || { echo "  $1 $2 = '$(metric "$1" "$2")', want '$3'" >&2; return 1; }; }
 gt0() { local v; v=$(metric "$1" "$2"); [ -n "$v" ] && awk -v v="$v" 'BEGIN { exit !(v > 0) }'; }
 
-promcheck() { # promcheck NAME: promtool accepts the node's text
+# promcheck NAME: promtool parses the node's text, and its linter finds
+# nothing but the colon of vLLM's names (http.metrics_vllm_names: the
+# format allows it, the linter reserves it for recording rules; exit 3
+# is lint findings, 1 a text it cannot parse)
+promcheck() {
+	local rc=0
 	metrics "$1" > "$T/$1.prom" || return 1
-	promtool check metrics < "$T/$1.prom"
+	promtool check metrics < "$T/$1.prom" > "$T/$1.lint" 2>&1 || rc=$?
+	grep -q '^vllm:num_requests_running' "$T/$1.prom" || return 1
+	[ $rc = 0 ] && return 0
+	[ $rc = 3 ] || { cat "$T/$1.lint" >&2; return 1; }
+	! grep -v "^vllm:[a-z0-9_:]* metric names should not contain ':'\$" "$T/$1.lint" >&2
 }
 if command -v promtool >/dev/null 2>&1; then
 	check "promtool accepts decode's text before any request" promcheck dm
@@ -42,6 +51,8 @@ else
 fi
 check "kvctl metrics exits 0 and prints text" test -n "$(metrics dm)"
 check "no request counted yet" eq dm 'kvd_requests_total{tenant="default",outcome="length"}' ""
+check "vLLM's names before any request: 0 generated" eq dm 'vllm:generation_tokens_total{model_name="m"}' 0
+check "  ... no TTFT observed" eq dm 'vllm:time_to_first_token_seconds_count{model_name="m"}' 0
 check "peers up on decode" eq dm kvd_peers_up 1
 check "chat format from the config on decode" \
 	log_has "$T/dm.log" 'event=chat_template format=chatml source=config'
@@ -113,6 +124,34 @@ check "capacity ok" eq dm kvd_capacity_ok 1
 check "admitted counter = kvctl status" eq dm kvd_requests_admitted_total \
 	"$(status_get dm counters.admitted)"
 check "node state ready" eq dm 'kvd_node_state{state="ready"}' 1
+
+# vLLM's names (http.metrics_vllm_names, on): the same figures summed over
+# tenants, model_name = the model file's name (no http.model_name here)
+V='{model_name="m"}'
+check "vllm:generation_tokens_total = kvd's ($((NA + NB)))" eq dm "vllm:generation_tokens_total$V" $((NA + NB))
+check "vllm:prompt_tokens_total = kvd's ($((2 * NP)))" eq dm "vllm:prompt_tokens_total$V" $((2 * NP))
+check "vllm:request_success_total stop + length = 2" test \
+	$(( $(metric dm 'vllm:request_success_total{model_name="m",finished_reason="stop"}') + \
+	    $(metric dm 'vllm:request_success_total{model_name="m",finished_reason="length"}') )) = 2
+check "vllm:request_success_total{finished_reason=\"stop\"} = kvd's ($STOP)" \
+	eq dm 'vllm:request_success_total{model_name="m",finished_reason="stop"}' "$STOP"
+check "vllm:request_success_total abort = 0" \
+	eq dm 'vllm:request_success_total{model_name="m",finished_reason="abort"}' 0
+check "vllm:time_to_first_token_seconds: two observations" \
+	eq dm "vllm:time_to_first_token_seconds_count$V" 2
+check "  ... its +Inf bucket" \
+	eq dm 'vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"}' 2
+check "  ... its sum = kvd's" eq dm "vllm:time_to_first_token_seconds_sum$V" \
+	"$(metric dm 'kvd_time_to_first_token_seconds_sum{tenant="default"}')"
+check "vllm:time_per_output_token_seconds: $((NA + NB - 2)) observations" \
+	eq dm "vllm:time_per_output_token_seconds_count$V" $((NA + NB - 2))
+check "vllm:e2e_request_latency_seconds: four" eq dm "vllm:e2e_request_latency_seconds_count$V" 4
+check "vllm:num_requests_running 0 once settled" eq dm "vllm:num_requests_running$V" 0
+check "vllm:num_requests_waiting 0" eq dm "vllm:num_requests_waiting$V" 0
+check "vllm:kv_cache_usage_perc = kvd_kv_cache_usage_perc" eq dm "vllm:kv_cache_usage_perc$V" \
+	"$(metric dm kvd_kv_cache_usage_perc)"
+check "vllm:gpu_cache_usage_perc, the same" eq dm "vllm:gpu_cache_usage_perc$V" \
+	"$(metric dm kvd_kv_cache_usage_perc)"
 if command -v promtool >/dev/null 2>&1; then
 	check "promtool accepts decode's text after the requests" promcheck dm
 	check "promtool accepts prefill's text after the requests" promcheck pm
