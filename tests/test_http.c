@@ -385,6 +385,117 @@ START_TEST(test_openai_parts)
 }
 END_TEST
 
+static int parse_resp(const char *body, struct openai_req *q, struct openai_error *e)
+{
+	memset(e, 0, sizeof(*e));
+	return openai_req_parse_ep(q, OPENAI_EP_RESPONSES, body, strlen(body), e);
+}
+
+/* The refusal of a responses body: its param and code. */
+static void resp_refused(const char *body, const char *param, const char *code)
+{
+	struct openai_req q;
+	struct openai_error e;
+
+	ck_assert_msg(parse_resp(body, &q, &e) == OPENAI_E_INVALID, "accepted: %s", body);
+	ck_assert_int_eq(e.status, 400);
+	ck_assert_msg(!strcmp(e.param, param), "%s: param %s, not %s", body, e.param, param);
+	ck_assert_msg(!strcmp(e.code, code), "%s: code %s, not %s", body, e.code, code);
+	ck_assert(e.msg[0]);
+}
+
+/* Issue 24.4: the Responses API's body, stateless. */
+START_TEST(test_openai_responses)
+{
+	struct openai_req q;
+	struct openai_error e;
+
+	/* a string: one user message */
+	ck_assert_int_eq(parse_resp("{\"model\":\"m\",\"input\":\"hi\",\"max_output_tokens\":9,"
+				    "\"temperature\":0,\"top_p\":0.5,\"seed\":3,\"stream\":true,"
+				    "\"store\":true,\"text\":{\"format\":{\"type\":\"text\"}},"
+				    "\"previous_response_id\":null,\"tools\":[],\"reasoning\":null,"
+				    "\"truncation\":\"disabled\"}", &q, &e), 0);
+	ck_assert(q.chat && q.n_msgs == 1 && q.max_tokens == 9 && q.temperature == 0.0f &&
+		  q.top_p == 0.5f && q.has_seed && q.seed == 3 && q.stream);
+	ck_assert_str_eq(q.msgs[0].role, "user");
+	ck_assert_str_eq(q.msgs[0].content, "hi");
+	ck_assert_uint_eq(q.ignored, 1u << OPENAI_IGN_STORE);   /* store: accepted, kept nothing */
+	openai_req_deinit(&q);
+
+	/* items, and the instructions first as a system message whatever
+	 * the keys' order; output_text with its annotations; developer kept
+	 * (the front renders it as system) */
+	ck_assert_int_eq(parse_resp("{\"input\":[{\"role\":\"developer\",\"content\":\"d\"},"
+				    "{\"type\":\"message\",\"role\":\"user\",\"content\":"
+				    "[{\"type\":\"input_text\",\"text\":\"a\"},{\"type\":\"input_text\",\"text\":\"b\"}]},"
+				    "{\"type\":\"message\",\"id\":\"msg_1\",\"status\":\"completed\",\"role\":\"assistant\","
+				    "\"content\":[{\"type\":\"output_text\",\"text\":\"c\",\"annotations\":[]}]}],"
+				    "\"instructions\":\"be brief\"}", &q, &e), 0);
+	ck_assert_uint_eq(q.n_msgs, 4);
+	ck_assert_str_eq(q.msgs[0].role, "system");
+	ck_assert_str_eq(q.msgs[0].content, "be brief");
+	ck_assert_str_eq(q.msgs[1].role, "developer");
+	ck_assert_str_eq(q.msgs[2].content, "a\nb");
+	ck_assert_str_eq(q.msgs[3].role, "assistant");
+	ck_assert_str_eq(q.msgs[3].content, "c");
+	ck_assert_ptr_null(q.instructions);
+	openai_req_deinit(&q);
+
+	/* what needs state or capabilities kvd lacks: named */
+	resp_refused("{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}",
+		     "previous_response_id", "unsupported_parameter");
+	resp_refused("{\"input\":\"x\",\"conversation\":\"conv_1\"}", "conversation",
+		     "unsupported_parameter");
+	resp_refused("{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools",
+		     "unsupported_parameter");
+	resp_refused("{\"input\":\"x\",\"reasoning\":{\"effort\":\"low\"}}", "reasoning",
+		     "unsupported_parameter");
+	resp_refused("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_object\"}}}",
+		     "text.format", "unsupported_parameter");
+	resp_refused("{\"input\":\"x\",\"text\":{\"verbosity\":\"low\"}}", "text",
+		     "unsupported_parameter");
+	resp_refused("{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"o\"}]}",
+		     "input[0].type", "unsupported_parameter");
+	resp_refused("{\"input\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":"
+		     "[{\"type\":\"input_text\",\"text\":\"b\"},{\"type\":\"input_image\",\"image_url\":\"u\"}]}]}",
+		     "input[1].content[1].type", "unsupported_parameter");
+	resp_refused("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_file\",\"file_id\":\"f\"}]}]}",
+		     "input[0].content[0].type", "unsupported_parameter");
+	resp_refused("{\"input\":\"x\",\"truncation\":\"auto\"}", "truncation", "unsupported_parameter");
+	resp_refused("{\"input\":\"x\",\"background\":true}", "background", "unsupported_parameter");
+	/* chat's and completions' names are not this API's */
+	resp_refused("{\"input\":\"x\",\"max_tokens\":3}", "max_tokens", "unsupported_parameter");
+	resp_refused("{\"input\":\"x\",\"stop\":\"a\"}", "stop", "unsupported_parameter");
+	resp_refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "messages",
+		     "unsupported_parameter");
+	/* types and bounds */
+	resp_refused("{\"max_output_tokens\":3}", "input", "");
+	resp_refused("{\"input\":\"\"}", "input", "");
+	resp_refused("{\"input\":[]}", "input", "");
+	resp_refused("{\"input\":7}", "input", "");
+	resp_refused("{\"input\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "input", "");
+	resp_refused("{\"input\":[{\"role\":\"user\"}]}", "input", "");
+	resp_refused("{\"input\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"n\"}]}", "name",
+		     "unsupported_parameter");
+	resp_refused("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+		     "\"text\":\"a\",\"annotations\":[]}]}]}", "input", "");
+	resp_refused("{\"input\":[{\"type\":7,\"role\":\"user\",\"content\":\"x\"}]}",
+		     "input[0].type", "");
+	resp_refused("{\"input\":\"x\",\"instructions\":5}", "instructions", "");
+	resp_refused("{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens", "");
+	/* a chat part type is not this API's, nor the reverse */
+	resp_refused("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}]}",
+		     "input[0].content[0].type", "unsupported_parameter");
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":"
+			       "[{\"type\":\"input_text\",\"text\":\"a\"}]}]}", true, &q, &e), OPENAI_E_INVALID);
+	/* a client's type name goes back cut and clean */
+	ck_assert_int_eq(parse_resp("{\"input\":[{\"type\":\"\\u0001\\\"x\",\"role\":\"user\"}]}", &q, &e),
+			 OPENAI_E_INVALID);
+	ck_assert(!strchr(e.msg, 1) && strstr(e.msg, "'??x'"));
+}
+END_TEST
+
 /* The role and limit words after the tenant: admin keys, limits that
  * belong to the tenant (every key of it gets them), and refusals. */
 START_TEST(test_apikeys_roles)
@@ -476,6 +587,7 @@ static Suite *http_suite(void)
 	tcase_add_test(tc, test_openai_bodies);
 	tcase_add_test(tc, test_openai_ignored);
 	tcase_add_test(tc, test_openai_parts);
+	tcase_add_test(tc, test_openai_responses);
 	tcase_add_test(tc, test_apikeys);
 	tcase_add_test(tc, test_apikeys_roles);
 	suite_add_tcase(s, tc);

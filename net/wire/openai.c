@@ -47,17 +47,35 @@ static int bad(struct openai_error *err, const char *param, const char *fmt, ...
 				"%s", msg);
 }
 
+/* A client's name that goes back to it: cut, never raw bytes. */
+static void name_clean(char *out, size_t size, const char *name)
+{
+	snprintf(out, size, "%s", name);
+	for (char *c = out; *c; c++)
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e ||
+		    *c == '"' || *c == '\\')
+			*c = '?';
+}
+
+/* A value kvd does not serve (an input item's or a part's type) at
+ * `param` (our words: a path such as "input[2].type"). */
+static int unsupported_at(struct openai_error *err, const char *param,
+			  const char *name, const char *what)
+{
+	char clean[40];
+
+	name_clean(clean, sizeof(clean), name);
+	return openai_error_set(err, 400, "invalid_request_error",
+				"unsupported_parameter", param,
+				"'%s' is not supported by this server: %s", clean, what);
+}
+
 static int unsupported(struct openai_error *err, const char *key,
 		       const char *what)
 {
 	char param[40];
 
-	/* the name goes back to the caller: cut, never raw bytes */
-	snprintf(param, sizeof(param), "%s", key);
-	for (char *c = param; *c; c++)
-		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e ||
-		    *c == '"' || *c == '\\')
-			*c = '?';
+	name_clean(param, sizeof(param), key);
 	return openai_error_set(err, 400, "invalid_request_error",
 				"unsupported_parameter", param,
 				"'%s' is not supported by this server%s%s", param,
@@ -126,32 +144,77 @@ static int rd_prompt(struct openai_req *q, const char *k, json_t *v,
 	return bad(err, k, "'%s' must be a string or an array of token ids", k);
 }
 
+/* Text part types: chat's; the Responses API's, where an output_text
+ * (an earlier answer sent back) may carry its annotations and logprobs,
+ * which cannot change what is rendered and are dropped. */
+static const struct part_type {
+	const char *name;
+	bool resp;                       /* Responses API (else chat) */
+	bool extras;                     /* annotations, logprobs allowed */
+} part_types[] = {
+	{ "text", false, false },
+	{ "input_text", true, false },
+	{ "output_text", true, true },
+};
+
+static const struct part_type *part_type_of(const char *name, bool resp)
+{
+	for (size_t i = 0; i < sizeof(part_types) / sizeof(part_types[0]); i++)
+		if (part_types[i].resp == resp && !strcmp(part_types[i].name, name))
+			return &part_types[i];
+	return NULL;
+}
+
+/* One content part: {"type": a text type, "text": a string} (and the
+ * type's extras); 0 or the error. */
+static int part_check(const char *k, size_t i, size_t j, json_t *part, bool resp,
+		      struct openai_error *err)
+{
+	json_t *type = json_object_get(part, "type");
+	json_t *text = json_object_get(part, "text");
+	const struct part_type *pt;
+	char param[48];
+	size_t keys = 2;
+
+	if (!json_is_string(type))
+		return bad(err, k, "'%s[%zu].content[%zu].type' must be a string", k, i, j);
+	pt = part_type_of(json_string_value(type), resp);
+	if (!pt && !resp)
+		return unsupported(err, json_string_value(type),
+				   "content parts of type text only");
+	if (!pt) {
+		snprintf(param, sizeof(param), "%s[%zu].content[%zu].type", k, i, j);
+		return unsupported_at(err, param, json_string_value(type),
+				      "content parts of type input_text or output_text only");
+	}
+	if (pt->extras)
+		keys += !!json_object_get(part, "annotations") +
+			!!json_object_get(part, "logprobs");
+	if (!json_is_string(text) || json_object_size(part) != keys)
+		return bad(err, k, "'%s[%zu].content[%zu]' must be {\"type\": \"%s\", \"text\": a string}",
+			   k, i, j, pt->name);
+	return 0;
+}
+
 /* A message's content: a string, or an array of text parts joined with
  * "\n" (vLLM's rule); another part type is refused by name. *out is
  * malloc'd. */
-static int content_of(const char *k, size_t i, json_t *c, char **out,
+static int content_of(const char *k, size_t i, json_t *c, bool resp, char **out,
 		      struct openai_error *err)
 {
 	size_t n = 0, j;
 	json_t *part;
 	char *p;
+	int rc;
 
 	if (json_is_string(c))
 		return (*out = strdup(json_string_value(c))) ? 0 : -ENOMEM;
 	if (!json_is_array(c) || json_array_size(c) == 0)
 		return bad(err, k, "'%s[%zu].content' must be a string or an array of text parts", k, i);
 	json_array_foreach(c, j, part) {
-		json_t *type = json_object_get(part, "type");
-		json_t *text = json_object_get(part, "text");
-
-		if (!json_is_string(type))
-			return bad(err, k, "'%s[%zu].content[%zu].type' must be a string", k, i, j);
-		if (strcmp(json_string_value(type), "text"))
-			return unsupported(err, json_string_value(type),
-					   "content parts of type text only");
-		if (!json_is_string(text) || json_object_size(part) != 2)
-			return bad(err, k, "'%s[%zu].content[%zu]' must be {\"type\": \"text\", \"text\": a string}", k, i, j);
-		n += json_string_length(text) + 1;
+		if ((rc = part_check(k, i, j, part, resp, err)))
+			return rc;
+		n += json_string_length(json_object_get(part, "text")) + 1;
 	}
 	if (!(p = *out = malloc(n)))
 		return -ENOMEM;
@@ -200,7 +263,7 @@ static int rd_messages(struct openai_req *q, const char *k, json_t *v,
 		q->n_msgs = i + 1;
 		if (!(q->msgs[i].role = strdup(json_string_value(role))))
 			return -ENOMEM;
-		if ((rc = content_of(k, i, content, &q->msgs[i].content, err)))
+		if ((rc = content_of(k, i, content, false, &q->msgs[i].content, err)))
 			return rc;
 	}
 	return 0;
@@ -453,7 +516,157 @@ static int rd_stream_options(struct openai_req *q, const char *k, json_t *v,
 	return bad(err, k, "'%s' must be an object", k);
 }
 
-enum { EP_CMPL = 1, EP_CHAT = 2, EP_BOTH = 3 };
+/* ---- the Responses API ------------------------------------------------------- */
+
+/* One message of `input` as the chat role the template renders. */
+static int msg_set(struct openai_msg *m, const char *role, const char *content)
+{
+	m->role = strdup(role);
+	m->content = strdup(content);
+	return m->role && m->content ? 0 : -ENOMEM;
+}
+
+static const char *const input_roles[] = { "system", "developer", "user", "assistant" };
+
+/* One input item: a message ({"type": "message"} or no type), its
+ * content a string or text parts; any other item type is named. */
+static int input_item(struct openai_req *q, const char *k, size_t i, json_t *m,
+		      struct openai_error *err)
+{
+	static const char *const keys[] = { "type", "role", "content", "id", "status" };
+	json_t *type = json_object_get(m, "type");
+	json_t *role = json_object_get(m, "role");
+	const char *key;
+	char param[48];
+	size_t r = 0;
+	json_t *x;
+
+	if (!json_is_object(m))
+		return bad(err, k, "'%s[%zu]' is not an object", k, i);
+	snprintf(param, sizeof(param), "%s[%zu].type", k, i);
+	if (type && !json_is_string(type))
+		return bad(err, param, "'%s' must be a string", param);
+	if (type && strcmp(json_string_value(type), "message"))
+		return unsupported_at(err, param, json_string_value(type),
+				      "input items of type message only");
+	json_object_foreach(m, key, x) {
+		size_t n = 0;
+
+		while (n < sizeof(keys) / sizeof(keys[0]) && strcmp(keys[n], key))
+			n++;
+		if (n == sizeof(keys) / sizeof(keys[0]))
+			return unsupported(err, key, "input messages carry type, role, content, id and status");
+	}
+	while (json_is_string(role) && r < sizeof(input_roles) / sizeof(input_roles[0]) &&
+	       strcmp(input_roles[r], json_string_value(role)))
+		r++;
+	if (r == sizeof(input_roles) / sizeof(input_roles[0]) || !json_is_string(role))
+		return bad(err, k, "'%s[%zu].role' must be system, developer, user or assistant", k, i);
+	q->n_msgs = i + 1;
+	if (!(q->msgs[i].role = strdup(input_roles[r])))
+		return -ENOMEM;
+	return content_of(k, i, json_object_get(m, "content"), true,
+			  &q->msgs[i].content, err);
+}
+
+/* `input`: a string (one user message) or 1..OPENAI_MSGS_MAX items. */
+static int rd_input(struct openai_req *q, const char *k, json_t *v,
+		    struct openai_error *err)
+{
+	size_t n = json_array_size(v), i;
+	json_t *m;
+	int rc;
+
+	if (json_is_string(v)) {
+		if (json_string_length(v) == 0 || json_string_length(v) > PROTO_CLIENT_PROMPT_MAX)
+			return bad(err, k, "'%s' must be 1..%u bytes", k, PROTO_CLIENT_PROMPT_MAX);
+		if (!(q->msgs = calloc(1, sizeof(*q->msgs))))
+			return -ENOMEM;
+		q->n_msgs = 1;
+		return msg_set(&q->msgs[0], "user", json_string_value(v));
+	}
+	if (!json_is_array(v) || n == 0 || n > OPENAI_MSGS_MAX)
+		return bad(err, k, "'%s' must be a string or an array of 1..%u items", k,
+			   OPENAI_MSGS_MAX);
+	if (!(q->msgs = calloc(n, sizeof(*q->msgs))))
+		return -ENOMEM;
+	json_array_foreach(v, i, m)
+		if ((rc = input_item(q, k, i, m, err)))
+			return rc;
+	return 0;
+}
+
+static int rd_instructions(struct openai_req *q, const char *k, json_t *v,
+			   struct openai_error *err)
+{
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_string(v) || json_string_length(v) > PROTO_CLIENT_PROMPT_MAX)
+		return bad(err, k, "'%s' must be a string of at most %u bytes", k,
+			   PROTO_CLIENT_PROMPT_MAX);
+	q->instructions = strdup(json_string_value(v));
+	return q->instructions ? 0 : -ENOMEM;
+}
+
+/* `text`: {"format": {"type": "text"}} (or nothing); a schema, JSON mode
+ * or a verbosity would change the answer. */
+static int rd_text(struct openai_req *q, const char *k, json_t *v,
+		   struct openai_error *err)
+{
+	json_t *f = json_object_get(v, "format");
+	json_t *t = json_object_get(f, "type");
+	const char *key;
+	json_t *x;
+
+	(void)q;
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_object(v))
+		return bad(err, k, "'%s' must be an object", k);
+	json_object_foreach(v, key, x)
+		if (strcmp(key, "format") && !json_is_null(x))
+			return unsupported_at(err, "text", key, "text.format of type text only");
+	if (!f || json_is_null(f) || (json_is_object(f) && json_object_size(f) == 1 &&
+				      json_is_string(t) && !strcmp(json_string_value(t), "text")))
+		return 0;
+	return unsupported_at(err, "text.format", json_is_string(t) ? json_string_value(t) : "format",
+			      "only {\"type\": \"text\"} is served");
+}
+
+static int rd_truncation(struct openai_req *q, const char *k, json_t *v,
+			 struct openai_error *err)
+{
+	(void)q;
+	if (json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), "disabled")))
+		return 0;
+	return unsupported(err, k, "only \"disabled\" is served (a prompt too long is refused)");
+}
+
+/* instructions become the first message, a system one (OpenAI's rule:
+ * they come before the input). */
+static int instructions_first(struct openai_req *q)
+{
+	struct openai_msg *m;
+
+	if (!q->instructions)
+		return 0;
+	m = calloc(q->n_msgs + 1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	memcpy(m + 1, q->msgs, q->n_msgs * sizeof(*m));
+	if (!(m[0].role = strdup("system"))) {
+		free(m);
+		return -ENOMEM;
+	}
+	m[0].content = q->instructions;
+	q->instructions = NULL;
+	free(q->msgs);
+	q->msgs = m;
+	q->n_msgs++;
+	return 0;
+}
+
+enum { EP_CMPL = 1, EP_CHAT = 2, EP_BOTH = 3, EP_RESP = 4 };
 
 static const struct field {
 	const char *name;
@@ -495,8 +708,78 @@ static const struct field {
 	{ "response_format", EP_CHAT, rd_response_format },
 };
 
+/* The Responses API's fields (its own table: its names differ, and it
+ * has no top_k, stop or penalties). Off-values of what kvd cannot do
+ * (null, [], {}, false, 0) are accepted, anything else is named. */
+static const struct field resp_fields[] = {
+	{ "model", EP_RESP, rd_model },
+	{ "input", EP_RESP, rd_input },
+	{ "instructions", EP_RESP, rd_instructions },
+	{ "max_output_tokens", EP_RESP, rd_max_tokens },
+	{ "temperature", EP_RESP, rd_temperature },
+	{ "top_p", EP_RESP, rd_top_p },
+	{ "seed", EP_RESP, rd_seed },
+	{ "stream", EP_RESP, rd_stream },
+	{ "stream_options", EP_RESP, rd_stream_options },
+	{ "text", EP_RESP, rd_text },
+	{ "truncation", EP_RESP, rd_truncation },
+	{ "cache_salt", EP_RESP, rd_cache_salt },
+	{ "user", EP_RESP, rd_ignored },
+	{ "metadata", EP_RESP, rd_ignored },
+	{ "store", EP_RESP, rd_ignored },   /* kvd keeps nothing: "store": false */
+	{ "service_tier", EP_RESP, rd_ignored },
+	{ "parallel_tool_calls", EP_RESP, rd_ignored },
+	{ "prompt_cache_key", EP_RESP, rd_ignored },
+	{ "prompt_cache_retention", EP_RESP, rd_ignored },
+	{ "safety_identifier", EP_RESP, rd_ignored },
+	{ "background", EP_RESP, rd_false },
+	{ "top_logprobs", EP_RESP, rd_false },
+	{ "previous_response_id", EP_RESP, rd_empty },
+	{ "conversation", EP_RESP, rd_empty },
+	{ "tools", EP_RESP, rd_empty },
+	{ "tool_choice", EP_RESP, rd_empty },
+	{ "max_tool_calls", EP_RESP, rd_empty },
+	{ "reasoning", EP_RESP, rd_empty },
+	{ "include", EP_RESP, rd_empty },
+	{ "prompt", EP_RESP, rd_empty },
+};
+
+static const struct field *field_of(enum openai_ep ep, const char *k)
+{
+	const struct field *t = ep == OPENAI_EP_RESPONSES ? resp_fields : fields;
+	size_t n = ep == OPENAI_EP_RESPONSES ? sizeof(resp_fields) / sizeof(resp_fields[0])
+					     : sizeof(fields) / sizeof(fields[0]);
+	unsigned mask = ep == OPENAI_EP_RESPONSES ? EP_RESP
+			: ep == OPENAI_EP_CHAT ? EP_CHAT : EP_CMPL;
+
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(t[i].name, k) && (t[i].ep & mask))
+			return &t[i];
+	return NULL;
+}
+
+/* What the body must hold, once read. */
+static int req_complete(struct openai_req *q, enum openai_ep ep,
+			struct openai_error *err)
+{
+	if (ep == OPENAI_EP_COMPLETIONS && !q->prompt && !q->tokens)
+		return bad(err, "prompt", "'prompt' is required");
+	if (ep == OPENAI_EP_CHAT && !q->msgs)
+		return bad(err, "messages", "'messages' is required");
+	if (ep == OPENAI_EP_RESPONSES && !q->msgs)
+		return bad(err, "input", "'input' is required");
+	return ep == OPENAI_EP_RESPONSES ? instructions_first(q) : 0;
+}
+
 int openai_req_parse(struct openai_req *q, bool chat, const char *body,
 		     size_t len, struct openai_error *err)
+{
+	return openai_req_parse_ep(q, chat ? OPENAI_EP_CHAT : OPENAI_EP_COMPLETIONS,
+				   body, len, err);
+}
+
+int openai_req_parse_ep(struct openai_req *q, enum openai_ep ep,
+			const char *body, size_t len, struct openai_error *err)
 {
 	json_error_t je;
 	json_t *root;
@@ -505,7 +788,7 @@ int openai_req_parse(struct openai_req *q, bool chat, const char *body,
 	int rc = 0;
 
 	memset(q, 0, sizeof(*q));
-	q->chat = chat;
+	q->chat = ep != OPENAI_EP_COMPLETIONS;
 	q->temperature = 1.0f;
 	q->top_p = 1.0f;
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -517,12 +800,8 @@ int openai_req_parse(struct openai_req *q, bool chat, const char *body,
 		return bad(err, NULL, "the body must be a JSON object");
 	}
 	json_object_foreach(root, k, v) {
-		const struct field *f = NULL;
+		const struct field *f = field_of(ep, k);
 
-		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
-			if (!strcmp(fields[i].name, k) &&
-			    (fields[i].ep & (chat ? EP_CHAT : EP_CMPL)))
-				f = &fields[i];
 		if (!f) {
 			rc = unsupported(err, k, NULL);
 			break;
@@ -531,10 +810,8 @@ int openai_req_parse(struct openai_req *q, bool chat, const char *body,
 		if (rc)
 			break;
 	}
-	if (!rc && !chat && !q->prompt && !q->tokens)
-		rc = bad(err, "prompt", "'prompt' is required");
-	if (!rc && chat && !q->msgs)
-		rc = bad(err, "messages", "'messages' is required");
+	if (!rc)
+		rc = req_complete(q, ep, err);
 	json_decref(root);
 	if (rc)
 		openai_req_deinit(q);
@@ -550,6 +827,7 @@ void openai_req_deinit(struct openai_req *q)
 		free(q->msgs[i].content);
 	}
 	free(q->msgs);
+	free(q->instructions);
 	for (uint32_t i = 0; i < q->n_stop; i++)
 		free(q->stop[i]);
 	memset(q, 0, sizeof(*q));

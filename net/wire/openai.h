@@ -24,6 +24,16 @@
  * "text": ...}), joined with "\n" as vLLM does; any other part type is
  * a 400 naming it.
  *
+ * The Responses API (OPENAI_EP_RESPONSES, stateless) reads into the same
+ * struct: `input` (a string: one user message; or message items whose
+ * content is a string or input_text/output_text parts) and
+ * `instructions` (a system message put first) become msgs,
+ * max_output_tokens becomes max_tokens. What would need state or
+ * capabilities kvd lacks (previous_response_id, conversation, tools,
+ * reasoning, a text.format other than text, input items other than
+ * messages, image/file/audio parts) is a 400 naming the parameter (for
+ * an input item, its path: "input[2].type").
+ *
  * Errors: 0; OPENAI_E_INVALID with `err` filled (status 400); -ENOMEM.
  * Thread safety: none needed (pure).
  */
@@ -66,8 +76,14 @@ struct openai_msg {
 	char *content;            /* owned, NUL-ended */
 };
 
+enum openai_ep {
+	OPENAI_EP_COMPLETIONS,
+	OPENAI_EP_CHAT,
+	OPENAI_EP_RESPONSES,
+};
+
 struct openai_req {
-	bool chat;
+	bool chat;                /* msgs, not prompt (chat and responses) */
 	char model[OPENAI_MODEL_MAX + 1];  /* "" when absent */
 	char *prompt;             /* completions: text (owned), or NULL */
 	uint32_t *tokens;         /* completions: prompt ids (n_tokens), or NULL */
@@ -87,10 +103,16 @@ struct openai_req {
 	/* cache_salt (vLLM's field): isolates the prefix cache further
 	 * within a tenant; "" when absent (gpu/kv/pcache.h) */
 	char cache_salt[OPENAI_SALT_MAX + 1];
+	char *instructions;       /* responses, while parsing: owned; then
+				   * msgs[0] (role system) */
 };
 
 int openai_req_parse(struct openai_req *q, bool chat, const char *body,
 		     size_t len, struct openai_error *err);
+/* The same for any endpoint (openai_req_parse is its chat/completions
+ * form). */
+int openai_req_parse_ep(struct openai_req *q, enum openai_ep ep,
+			const char *body, size_t len, struct openai_error *err);
 void openai_req_deinit(struct openai_req *q);
 /* The field's name ("?" out of range): a fixed string, safe as a label. */
 const char *openai_ignored_name(unsigned i);

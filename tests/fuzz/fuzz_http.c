@@ -57,11 +57,13 @@ static void check_body(const struct http_msg *m)
 	struct openai_req q;
 	struct openai_error e;
 
-	for (int chat = 0; chat < 2; chat++) {
+	for (int ep = OPENAI_EP_COMPLETIONS; ep <= OPENAI_EP_RESPONSES; ep++) {
+		bool chat = ep != OPENAI_EP_COMPLETIONS;
 		int rc;
 
 		memset(&e, 0, sizeof(e));
-		rc = openai_req_parse(&q, chat, m->body ? m->body : "", m->body_len, &e);
+		rc = openai_req_parse_ep(&q, (enum openai_ep)ep, m->body ? m->body : "",
+					 m->body_len, &e);
 		FUZZ_CHECK(rc == 0 || rc == OPENAI_E_INVALID || rc == -ENOMEM,
 			   "openai_req_parse returned %d", rc);
 		if (rc == OPENAI_E_INVALID) {
@@ -77,7 +79,10 @@ static void check_body(const struct http_msg *m)
 		if (rc)
 			continue;
 		if (chat) {
-			FUZZ_CHECK(q.n_msgs >= 1 && q.msgs, "chat accepted without messages");
+			FUZZ_CHECK(q.n_msgs >= 1 && q.msgs && q.chat, "chat accepted without messages");
+			/* responses: the input's items and the instructions */
+			FUZZ_CHECK(q.n_msgs <= OPENAI_MSGS_MAX + 1 && !q.instructions,
+				   "%zu messages, instructions left", q.n_msgs);
 			for (size_t i = 0; i < q.n_msgs; i++)
 				FUZZ_CHECK(q.msgs[i].role && q.msgs[i].content,
 					   "message %zu without role or content", i);
