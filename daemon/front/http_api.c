@@ -63,6 +63,33 @@
 
 static void api_prep_detach(struct api_prep *ap);
 
+/* The answer's shape, one row per endpoint (api_shapes): the id's
+ * prefix, how the prompt is read, and the writers of a stream's text,
+ * of the final answer and of an error once the head went out.
+ * Completions and chat share OpenAI's chunk writers (x->chat picks the
+ * objects); the Responses API has its own events and object. The gate,
+ * the request, stop strings and UTF-8 hold-back are the exchange's,
+ * whatever the shape. */
+struct api_shape {
+	const char *id_prefix;           /* "cmpl-", "chatcmpl-", "resp_" */
+	enum openai_ep ep;               /* the body's reader */
+	bool chat;                       /* messages, rendered by the chat template */
+	const char *prompt_param;        /* names the prompt in a 400 */
+	/* stream: text[0, n) may go out (what was sent is dropped or
+	 * remembered, the writer's choice); -ENOMEM when it cannot (the
+	 * caller fails the exchange) */
+	int (*text)(struct http_conn *hc, size_t n);
+	/* the final answer (a stop string, or the request's final); ends
+	 * the exchange */
+	void (*final)(struct http_conn *hc, const char *finish, uint32_t completion);
+	/* an error after the head went out: its events, then the end */
+	void (*stream_error)(struct http_conn *hc, const char *type,
+			     const char *code, const char *msg);
+	/* no memory after the head went out: the stream's end, made without
+	 * allocating here */
+	void (*nomem_tail)(struct http_conn *hc);
+};
+
 /* ---- answering -------------------------------------------------------------- */
 
 /* (a request refused after its body was prepared is no longer the
@@ -341,11 +368,13 @@ static json_t *answer_json(const struct http_exchange *x, json_t *choice,
 	return j;
 }
 
-/* One SSE event of j (consumed). -ENOMEM when j is NULL (its building
- * failed) or it cannot be written out: the caller fails the exchange. */
-static int sse_send(struct http_conn *hc, json_t *j)
+/* One SSE event of j (consumed), named `name` ("event: " line) or not
+ * (NULL). -ENOMEM when j is NULL (its building failed) or it cannot be
+ * written out: the caller fails the exchange. */
+static int sse_event(struct http_conn *hc, const char *name, json_t *j)
 {
 	char *s = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
+	size_t head = name ? strlen(name) + 8 : 0;   /* "event: NAME\n" */
 	char *ev;
 	size_t n;
 
@@ -353,18 +382,28 @@ static int sse_send(struct http_conn *hc, json_t *j)
 	if (!s)
 		return -ENOMEM;
 	n = strlen(s);
-	ev = x_nomem(hc) ? NULL : malloc(n + 8);
+	ev = x_nomem(hc) ? NULL : malloc(head + n + 8);
 	if (!ev) {
 		free(s);
 		return -ENOMEM;
 	}
-	memcpy(ev, "data: ", 6);
-	memcpy(ev + 6, s, n);
-	memcpy(ev + 6 + n, "\n\n", 2);
-	http__chunk(hc, ev, n + 8);
+	if (name) {
+		memcpy(ev, "event: ", 7);
+		memcpy(ev + 7, name, head - 8);
+		ev[head - 1] = '\n';
+	}
+	memcpy(ev + head, "data: ", 6);
+	memcpy(ev + head + 6, s, n);
+	memcpy(ev + head + 6 + n, "\n\n", 2);
+	http__chunk(hc, ev, head + n + 8);
 	free(ev);
 	free(s);
 	return 0;
+}
+
+static int sse_send(struct http_conn *hc, json_t *j)
+{
+	return sse_event(hc, NULL, j);
 }
 
 static void stream_head(struct http_conn *hc)
@@ -436,13 +475,22 @@ static void exchange_end(struct http_conn *hc, int status, uint32_t completion,
  * error event and the end of the stream), made without allocating here;
  * the connection closes and the request, if it still runs, is orphaned
  * through the kick (its pages go back once nothing writes them). */
+#define NOMEM_ERROR "{\"error\":{\"message\":\"out of memory while answering\",\"type\":\"server_error\",\"param\":null,\"code\":\"internal_error\"}}"
+
+/* completions and chat: an error chunk, then [DONE] */
+static void oa_nomem_tail(struct http_conn *hc)
+{
+	static const char event[] = "data: " NOMEM_ERROR "\n\n";
+
+	http__chunk(hc, event, sizeof(event) - 1);
+	http__chunk(hc, "data: [DONE]\n\n", 14);
+	http__chunk(hc, "", 0);
+}
+
 static void exchange_fail(struct http_conn *hc, uint32_t completion)
 {
 	struct http_exchange *x = &hc->x;
-#define NOMEM_ERROR "{\"error\":{\"message\":\"out of memory while answering\",\"type\":\"server_error\",\"param\":null,\"code\":\"internal_error\"}}"
 	static const char body[] = NOMEM_ERROR "\n";
-	static const char event[] = "data: " NOMEM_ERROR "\n\n";
-#undef NOMEM_ERROR
 
 	if (x->r) {
 		x->cancel = x->r;
@@ -453,12 +501,11 @@ static void exchange_fail(struct http_conn *hc, uint32_t completion)
 		x->head_sent = true;
 		http__respond(hc, 500, "application/json", body, sizeof(body) - 1);
 	} else {
-		http__chunk(hc, event, sizeof(event) - 1);
-		http__chunk(hc, "data: [DONE]\n\n", 14);
-		http__chunk(hc, "", 0);
+		x->shape->nomem_tail(hc);
 	}
 	exchange_end(hc, 500, completion, "out_of_memory");
 }
+#undef NOMEM_ERROR
 
 /* The final answer (a stop string, or the request's final). */
 static void answer_final(struct http_conn *hc, const char *finish,
@@ -510,6 +557,275 @@ static void answer_final(struct http_conn *hc, const char *finish,
 	exchange_end(hc, 200, completion, finish);
 }
 
+/* completions and chat mid-stream: an error chunk, then [DONE] */
+static void oa_stream_error(struct http_conn *hc, const char *type,
+			    const char *code, const char *msg)
+{
+	size_t len;
+	char *body = error_json(msg, type, code, NULL, &len);
+
+	if (body) {
+		char *ev = malloc(len + 8);
+
+		if (ev) {
+			memcpy(ev, "data: ", 6);
+			memcpy(ev + 6, body, len);
+			memcpy(ev + 6 + len, "\n\n", 2);
+			http__chunk(hc, ev, len + 8);
+			free(ev);
+		}
+	}
+	free(body);
+	http__chunk(hc, "data: [DONE]\n\n", 14);
+	http__chunk(hc, "", 0);
+}
+
+/* ---- the Responses API's answer --------------------------------------------------- */
+
+/* The Responses API (POST /v1/responses, stateless): one assistant
+ * message item with one output_text part. Stream events, each with
+ * its sequence_number: response.created and .in_progress, the item and
+ * its part added (at the first text, or at the end), output_text.delta
+ * per piece, then output_text.done, content_part.done, output_item.done
+ * and response.completed (or .incomplete: max_output_tokens) - the done
+ * events carry the whole text, which the exchange keeps (x->sent marks
+ * what the deltas sent). An error after the head is an `error` event and
+ * response.failed. No [DONE]: OpenAI sends none on this API. */
+
+/* The message item's id: "msg_" and the response's random hex. */
+static void resp_msg_id(const struct http_exchange *x, char *out, size_t size)
+{
+	snprintf(out, size, "msg_%s", x->id + strlen("resp_"));
+}
+
+static json_t *resp_usage_json(const struct http_exchange *x, uint32_t completion)
+{
+	return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}",
+			 "input_tokens", (json_int_t)x->prompt_tokens,
+			 "input_tokens_details", "cached_tokens", (json_int_t)x->cached_tokens,
+			 "output_tokens", (json_int_t)completion,
+			 "output_tokens_details", "reasoning_tokens", (json_int_t)0,
+			 "total_tokens", (json_int_t)x->prompt_tokens + completion);
+}
+
+/* The output_text part of text (consumed). */
+static json_t *resp_part_json(json_t *text)
+{
+	return json_pack("{s:s, s:o, s:[], s:[]}", "type", "output_text", "text", text,
+			 "annotations", "logprobs");
+}
+
+/* The assistant's message item; content (consumed): [] or [part]. */
+static json_t *resp_item_json(const struct http_exchange *x, const char *status,
+			      json_t *content)
+{
+	char id[KVD_PUBLIC_ID_MAX];
+
+	resp_msg_id(x, id, sizeof(id));
+	return json_pack("{s:s, s:s, s:s, s:s, s:o}", "type", "message", "id", id,
+			 "status", status, "role", "assistant", "content", content);
+}
+
+/* The message item of the whole text, or NULL. */
+static json_t *resp_item_done(struct http_conn *hc, const char *status)
+{
+	json_t *t = x_nomem(hc) ? NULL : json_text(hc->x.text, hc->x.len);
+
+	return t ? resp_item_json(&hc->x, status, json_pack("[o]", resp_part_json(t))) : NULL;
+}
+
+/* The response object, `status` in_progress, completed, incomplete or
+ * failed; output, usage and error consumed ([] or [item]; null or the
+ * usage; null or {code, message}). "store" is false: kvd keeps nothing. */
+static json_t *resp_json(const struct http_exchange *x, const char *status,
+			 json_t *output, json_t *usage, json_t *error)
+{
+	bool cut = !strcmp(status, "incomplete");
+
+	return json_pack("{s:s, s:s, s:I, s:s, s:b, s:o, s:o, s:n, s:o, s:s, s:o, s:b, s:n,"
+			 " s:{s:n, s:n}, s:b, s:f, s:f, s:{s:{s:s}}, s:s, s:[], s:s, s:o, s:{}, s:I}",
+			 "id", x->id, "object", "response", "created_at", (json_int_t)x->created,
+			 "status", status, "background", 0, "error", error,
+			 "incomplete_details", cut ? json_pack("{s:s}", "reason", "max_output_tokens")
+						   : json_null(),
+			 "instructions",
+			 "max_output_tokens", x->max_tokens ? json_integer(x->max_tokens)
+							    : json_null(),
+			 "model", x->model, "output", output, "parallel_tool_calls", 0,
+			 "previous_response_id", "reasoning", "effort", "summary",
+			 "store", 0, "temperature", (double)x->temperature,
+			 "top_p", (double)x->top_p, "text", "format", "type", "text",
+			 "tool_choice", "none", "tools", "truncation", "disabled",
+			 "usage", usage, "metadata", "seed", (json_int_t)x->seed);
+}
+
+/* One event: {type, sequence_number} and j's fields (j consumed). */
+static int resp_event(struct http_conn *hc, const char *type, json_t *j)
+{
+	json_t *e = j ? json_pack("{s:s, s:I}", "type", type, "sequence_number",
+				  (json_int_t)hc->x.seq++) : NULL;
+
+	if (e && json_object_update(e, j)) {
+		json_decref(e);
+		e = NULL;
+	}
+	json_decref(j);
+	return sse_event(hc, type, e);
+}
+
+/* The event of the item's part: {item_id, output_index, content_index}
+ * and `key`: val (consumed). */
+static int resp_part_event(struct http_conn *hc, const char *type,
+			   const char *key, json_t *val)
+{
+	char id[KVD_PUBLIC_ID_MAX];
+	json_t *j;
+
+	resp_msg_id(&hc->x, id, sizeof(id));
+	j = json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", 0,
+		      "content_index", 0, key, val);
+	if (j && strcmp(key, "part") && json_object_set_new(j, "logprobs", json_array())) {
+		json_decref(j);
+		j = NULL;
+	}
+	return resp_event(hc, type, j);
+}
+
+/* The head and the opening events, once. */
+static int resp_open(struct http_conn *hc)
+{
+	struct http_exchange *x = &hc->x;
+
+	if (x->head_sent)
+		return 0;
+	stream_head(hc);
+	if (resp_event(hc, "response.created", json_pack("{s:o}", "response",
+		resp_json(x, "in_progress", json_array(), json_null(), json_null()))) ||
+	    resp_event(hc, "response.in_progress", json_pack("{s:o}", "response",
+		resp_json(x, "in_progress", json_array(), json_null(), json_null()))) ||
+	    resp_event(hc, "response.output_item.added", json_pack("{s:i, s:o}",
+		"output_index", 0, "item", resp_item_json(x, "in_progress", json_array()))) ||
+	    resp_part_event(hc, "response.content_part.added", "part",
+			    resp_part_json(json_string(""))))
+		return -ENOMEM;
+	return 0;
+}
+
+/* api_shape.text: text[sent, n) as one delta; the text stays. */
+static int resp_text(struct http_conn *hc, size_t n)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *d;
+
+	if (n <= x->sent)
+		return 0;
+	if (resp_open(hc))
+		return -ENOMEM;
+	d = x_nomem(hc) ? NULL : json_text(x->text + x->sent, n - x->sent);
+	if (!d || resp_part_event(hc, "response.output_text.delta", "delta", d))
+		return -ENOMEM;
+	x->sent = n;
+	return 0;
+}
+
+static int resp_stream_end(struct http_conn *hc, const char *status,
+			   uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *t;
+
+	if (resp_open(hc) || resp_text(hc, x->len))
+		return -ENOMEM;
+	t = x_nomem(hc) ? NULL : json_text(x->text, x->len);
+	if (!t || resp_part_event(hc, "response.output_text.done", "text", json_incref(t)) ||
+	    resp_part_event(hc, "response.content_part.done", "part",
+			    resp_part_json(json_incref(t))) ||
+	    resp_event(hc, "response.output_item.done", json_pack("{s:i, s:o}",
+		"output_index", 0, "item", resp_item_done(hc, status))) ||
+	    resp_event(hc, strcmp(status, "completed") ? "response.incomplete"
+						       : "response.completed",
+		json_pack("{s:o}", "response", resp_json(x, status,
+			json_pack("[o]", resp_item_done(hc, status)),
+			resp_usage_json(x, completion), json_null())))) {
+		json_decref(t);
+		return -ENOMEM;
+	}
+	json_decref(t);
+	http__chunk(hc, "", 0);
+	return 0;
+}
+
+static int resp_answer(struct http_conn *hc, const char *status,
+		       uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *item = resp_item_done(hc, status);
+	json_t *j = item ? resp_json(x, status, json_pack("[o]", item),
+				     resp_usage_json(x, completion), json_null()) : NULL;
+	char *body = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
+
+	json_decref(j);
+	if (!body)
+		return -ENOMEM;
+	x->head_sent = true;
+	http__respond(hc, 200, "application/json", body, strlen(body));
+	free(body);
+	return 0;
+}
+
+/* api_shape.final: "length" is status incomplete (max_output_tokens). */
+static void resp_final(struct http_conn *hc, const char *finish,
+		       uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+	const char *status = strcmp(finish, "length") ? "completed" : "incomplete";
+
+	if (x->r)   /* a stop string ended it before its final */
+		x->cached_tokens = x->r->cached_tokens;
+	if (x->stream ? resp_stream_end(hc, status, completion)
+		      : resp_answer(hc, status, completion)) {
+		exchange_fail(hc, completion);
+		return;
+	}
+	exchange_end(hc, 200, completion, finish);
+}
+
+static void resp_stream_error(struct http_conn *hc, const char *type,
+			      const char *code, const char *msg)
+{
+	(void)type;
+	(void)resp_event(hc, "error", json_pack("{s:s?, s:s, s:n}", "code", code,
+						"message", msg, "param"));
+	(void)resp_event(hc, "response.failed", json_pack("{s:o}", "response",
+		resp_json(&hc->x, "failed", json_array(), json_null(),
+			  json_pack("{s:s, s:s}", "code", code ? code : "server_error",
+				    "message", msg))));
+	http__chunk(hc, "", 0);
+}
+
+/* Made on the stack: nothing to allocate here. */
+static void resp_nomem_tail(struct http_conn *hc)
+{
+	char ev[256];
+	int n = snprintf(ev, sizeof(ev), "event: error\ndata: {\"type\":\"error\",\"sequence_number\":%u,\"code\":\"internal_error\",\"message\":\"out of memory while answering\",\"param\":null}\n\n",
+			 hc->x.seq++);
+
+	http__chunk(hc, ev, (size_t)n);
+	http__chunk(hc, "", 0);
+}
+
+enum { API_CMPL, API_CHAT, API_RESP };
+
+static const struct api_shape api_shapes[] = {
+	[API_CMPL] = { "cmpl-", OPENAI_EP_COMPLETIONS, false, "prompt", stream_text,
+		       answer_final, oa_stream_error, oa_nomem_tail },
+	[API_CHAT] = { "chatcmpl-", OPENAI_EP_CHAT, true, "messages", stream_text,
+		       answer_final, oa_stream_error, oa_nomem_tail },
+	[API_RESP] = { "resp_", OPENAI_EP_RESPONSES, true, "input", resp_text,
+		       resp_final, resp_stream_error, resp_nomem_tail },
+};
+
+
 /* ---- the exchange as a sink (sink.c calls these) ------------------------------------ */
 
 static struct http_conn *conn_of(struct serve_sink *k)
@@ -535,11 +851,11 @@ static bool exchange_text(struct http_conn *hc, const char *p, size_t n,
 		x->len = (size_t)at;
 		x->cancel = x->r;
 		x->r = NULL;
-		answer_final(hc, "stop", completion);
+		x->shape->final(hc, "stop", completion);
 		return true;
 	}
 	if (x->stream &&
-	    stream_text(hc, utf8_whole(x->text, x->len - stop_holdback(x)))) {
+	    x->shape->text(hc, utf8_whole(x->text, x->len - stop_holdback(x)))) {
 		exchange_fail(hc, completion);
 		return true;
 	}
@@ -569,7 +885,7 @@ static void api_sink_final(struct serve_sink *k, struct serve_req *r,
 		return;
 	hc->x.r = NULL;
 	hc->x.cached_tokens = f->cached_tokens;
-	answer_final(hc, f->reason, f->output_tokens);
+	hc->x.shape->final(hc, f->reason, f->output_tokens);
 }
 
 static void api_sink_error(struct serve_sink *k, struct serve_req *r, int code,
@@ -586,29 +902,17 @@ static void api_sink_error(struct serve_sink *k, struct serve_req *r, int code,
 		return;
 	x->r = NULL;
 	err_map(code, &status, &type, &ecode);
-	body = error_json(msg, type, ecode, NULL, &len);
 	if (!x->head_sent) {
+		body = error_json(msg, type, ecode, NULL, &len);
 		if (body)
 			http__respond(hc, status, "application/json", body, len);
 		else
 			http__respond(hc, 500, "application/json", "{}", 2);
+		free(body);
 	} else {
-		/* mid-stream: the status is gone; an error event, then the end */
-		if (body) {
-			char *ev = malloc(len + 8);
-
-			if (ev) {
-				memcpy(ev, "data: ", 6);
-				memcpy(ev + 6, body, len);
-				memcpy(ev + 6 + len, "\n\n", 2);
-				http__chunk(hc, ev, len + 8);
-				free(ev);
-			}
-		}
-		http__chunk(hc, "data: [DONE]\n\n", 14);
-		http__chunk(hc, "", 0);
+		/* mid-stream: the status is gone; the shape's error events */
+		x->shape->stream_error(hc, type, ecode, msg);
 	}
-	free(body);
 	exchange_end(hc, status, r->n_out, proto_err_name(code));
 }
 
@@ -757,14 +1061,14 @@ static int api_chat_ids(enum chat_format fmt, const struct tokenizer *tok,
  * across nodes and restarts without coordination, and it says nothing
  * of how many requests the node (or any other tenant) has made - the
  * exchange number it replaces did. */
-static void api_public_id(char *out, size_t size, bool chat)
+static void api_public_id(char *out, size_t size, const char *prefix)
 {
 	unsigned char rnd[16];
 	char hex[2 * sizeof(rnd) + 1];
 
 	randombytes_buf(rnd, sizeof(rnd));
 	sodium_bin2hex(hex, sizeof(hex), rnd, sizeof(rnd));
-	snprintf(out, size, "%s-%s", chat ? "chatcmpl" : "cmpl", hex);
+	snprintf(out, size, "%s%s", prefix, hex);
 }
 
 /* ---- endpoints ------------------------------------------------------------------- */
@@ -969,7 +1273,7 @@ struct api_prep {
 	struct prep_job job;             /* key: the tenant */
 	struct http_conn *hc;            /* NULL once its connection closed */
 	struct serve *s;                 /* outlives the pool */
-	bool chat;
+	const struct api_shape *shape;   /* the endpoint's row (api_shapes) */
 	uint64_t t_start_ns;
 	char tenant[KVD_TENANT_MAX];
 	struct kvd_tenant_limits lim;    /* its key's limits */
@@ -1019,7 +1323,8 @@ static void api_prep_run(struct prep_job *j)
 	struct api_prep *ap = kvd_container_of(j, struct api_prep, job);
 	const struct openai_req *q = &ap->q;
 
-	ap->parse_rc = openai_req_parse(&ap->q, ap->chat, ap->body, ap->len, &ap->oe);
+	ap->parse_rc = openai_req_parse_ep(&ap->q, ap->shape->ep, ap->body, ap->len,
+					   &ap->oe);
 	free(ap->body);
 	ap->body = NULL;
 	if (ap->parse_rc)
@@ -1029,7 +1334,7 @@ static void api_prep_run(struct prep_job *j)
 		return;
 	}
 	ap->status = 400;
-	if (ap->chat)
+	if (ap->shape->chat)
 		ap->prompt_rc = api_chat_ids(ap->fmt, ap->tok, ap->model_name, q,
 					     &ap->ids, &ap->n_ids, &ap->status,
 					     &ap->code, ap->msg, sizeof(ap->msg));
@@ -1075,10 +1380,10 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 		bool nomem = ap->prompt_rc < 0;
 
 		s->d->counters.rejected[KVD_REJECT_INVALID]++;
-		api_error(hc, nomem ? 500 : ap->chat ? ap->status : 400,
+		api_error(hc, nomem ? 500 : ap->shape->chat ? ap->status : 400,
 			  nomem ? "server_error" : "invalid_request_error",
-			  nomem || !ap->chat ? NULL : ap->code,
-			  nomem ? NULL : ap->chat ? "messages" : "prompt",
+			  nomem || !ap->shape->chat ? NULL : ap->code,
+			  nomem ? NULL : ap->shape->prompt_param,
 			  nomem ? "out of memory" : ap->msg, tenant);
 		return true;
 	}
@@ -1175,10 +1480,11 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	memset(x, 0, sizeof(*x));
 	x->active = true;
 	x->stream = q->stream;
-	x->chat = ap->chat;
+	x->chat = ap->shape->chat;
+	x->shape = ap->shape;
 	x->r = r;
 	x->num = ++hc->hs->next_exchange;
-	api_public_id(x->id, sizeof(x->id), ap->chat);
+	api_public_id(x->id, sizeof(x->id), ap->shape->id_prefix);
 	x->created = (int64_t)time(NULL);
 	x->prompt_tokens = ap->n_ids;
 	x->t_start_ns = ap->t_start_ns;
@@ -1203,6 +1509,9 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	r->n_prompt = ap->n_ids;
 	ap->ids = NULL;
 	api_req_params(hc, ap, r);
+	x->temperature = q->temperature;
+	x->top_p = q->top_p;
+	x->max_tokens = q->max_tokens;
 	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu completion=%s tenant=%s stream=%d prep_us=%llu",
 		    (unsigned long long)hc->conn_id, (unsigned long long)x->num,
 		    x->id, KVLOG_Q(ap->tenant), x->stream,
@@ -1240,11 +1549,12 @@ static void api_prep_done(struct prep_job *j, bool cancelled)
  * keeps the (lower-priority) workers waiting. */
 #define API_PREP_INLINE_MAX 4096u
 
-/* POST /v1/completions and /v1/chat/completions: the key here, the rest
- * of the gate once the body is prepared. The exchange stays active (the
- * connection reads no further request) until then; a connection that
- * closes meanwhile cancels the job (exchange_free). */
-static void api_generate(struct http_conn *hc, const struct http_msg *m, bool chat)
+/* POST /v1/completions, /v1/chat/completions and /v1/responses: the key
+ * here, the rest of the gate once the body is prepared. The exchange
+ * stays active (the connection reads no further request) until then; a
+ * connection that closes meanwhile cancels the job (exchange_free). */
+static void api_generate(struct http_conn *hc, const struct http_msg *m,
+			 const struct api_shape *shape)
 {
 	struct http_server *hs = hc->hs;
 	const struct kvd_apikey_info *key = api_auth_key(hc, m);
@@ -1271,7 +1581,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 	}
 	ap->hc = hc;
 	ap->s = hc->s;
-	ap->chat = chat;
+	ap->shape = shape;
 	ap->t_start_ns = kvd_now_ns();
 	ap->parse_rc = -1;               /* nothing to deinit until parsed */
 	ap->tok = hs->s->tok;
@@ -1311,12 +1621,17 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m, bool ch
 
 static void api_completions(struct http_conn *hc, const struct http_msg *m)
 {
-	api_generate(hc, m, false);
+	api_generate(hc, m, &api_shapes[API_CMPL]);
 }
 
 static void api_chat(struct http_conn *hc, const struct http_msg *m)
 {
-	api_generate(hc, m, true);
+	api_generate(hc, m, &api_shapes[API_CHAT]);
+}
+
+static void api_responses(struct http_conn *hc, const struct http_msg *m)
+{
+	api_generate(hc, m, &api_shapes[API_RESP]);
 }
 
 /* GET /, /chat.js, /chat.css: the chat page (http_page.c), without a
@@ -1341,6 +1656,7 @@ static const struct api_route {
 } routes[] = {
 	{ "/v1/completions", HTTP_WIRE_POST, api_completions, false, false },
 	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat, false, false },
+	{ "/v1/responses", HTTP_WIRE_POST, api_responses, false, false },
 	{ "/v1/models", HTTP_WIRE_GET, api_models, false, false },
 	{ "/v1/models/", HTTP_WIRE_GET, api_model_get, false, true },
 	{ "/tokenize", HTTP_WIRE_POST, http__tokenize, false, false },

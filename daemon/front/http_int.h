@@ -26,6 +26,7 @@ struct http_cors {
 	char buf[1024];                  /* the list, each origin NUL-ended */
 	const char *origin[HTTP_CORS_MAX]; /* into buf */
 };
+struct api_shape;
 
 /* Pipelined input held while a request is answered (bytes); reading
  * stops while it is full. */
@@ -48,13 +49,15 @@ struct http_exchange {
 					  * NULL none */
 	bool stream;                     /* SSE */
 	bool chat;                       /* chat.completion shapes */
+	const struct api_shape *shape;   /* the answer's writers: completions,
+					  * chat or responses (http_api.c) */
 	bool head_sent;                  /* status line and headers queued */
 	struct serve_req *r;             /* NULL once answered */
 	struct serve_req *cancel;        /* stop string hit: orphan it (kick) */
 	uint64_t num;                    /* exchange number (client_id) */
-	char id[KVD_PUBLIC_ID_MAX];      /* the answers' id: "cmpl-" or
-					  * "chatcmpl-" and 128 random bits
-					  * in hex (api_public_id) */
+	char id[KVD_PUBLIC_ID_MAX];      /* the answers' id: "cmpl-",
+					  * "chatcmpl-" or "resp_" and 128
+					  * random bits in hex (api_public_id) */
 	int64_t created;                 /* unix seconds */
 	char model[OPENAI_MODEL_MAX + 1];
 	char *stop[OPENAI_STOP_MAX];     /* owned */
@@ -76,6 +79,13 @@ struct http_exchange {
 	uint64_t seed;                   /* the sampler's: the request's or
 					  * drawn; in the answer (kvd's
 					  * extension field "seed") */
+	/* responses: the request's sampling (echoed in the response
+	 * object), the SSE events' sequence_number and the text already
+	 * streamed (the text stays: the done events carry all of it) */
+	float temperature, top_p;
+	uint32_t max_tokens;
+	uint32_t seq;
+	size_t sent;
 };
 
 struct http_conn {
