@@ -63,7 +63,8 @@ struct engine_req {
 	uint32_t n_kv;                   /* positions with K/V in the pages */
 	uint32_t max_tokens;
 	uint32_t n_output;
-	struct sampler_params sp;
+	struct sampler_params sp;        /* sp.logit_bias: bias */
+	struct sampler_bias *bias;       /* (sp.n_logit_bias) own copy */
 	bool prefill_only;
 	bool ignore_eos;
 	bool own_pages;                  /* reserved by the engine: release on free */
@@ -109,6 +110,8 @@ struct engine {
 	uint32_t *b_out_seq;             /* (max_batch) seq of each logits row */
 	float *logits;                   /* (max_batch, n_vocab) */
 	struct engine_event *ev;         /* (2 * max_batch) */
+	struct sampler_logprobs *lp;     /* (max_batch) the step's token events' */
+	uint32_t n_lp;
 	size_t n_ev;
 	struct sampler smp;
 
@@ -213,7 +216,8 @@ static int engine_alloc(struct engine *e)
 	e->b_out_seq = calloc(B, sizeof(*e->b_out_seq));
 	e->logits = calloc((size_t)B * e->m->hp.n_vocab, sizeof(*e->logits));
 	e->ev = calloc(2 * (size_t)B, sizeof(*e->ev));
-	if (!e->k_off || !e->v_off || !e->b_req || !e->b_chunk || !e->b_seqs ||
+	e->lp = calloc(B, sizeof(*e->lp));
+	if (!e->lp || !e->k_off || !e->v_off || !e->b_req || !e->b_chunk || !e->b_seqs ||
 	    !e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->b_out_seq ||
 	    !e->logits || !e->ev)
 		return -ENOMEM;
@@ -335,6 +339,7 @@ void engine_free(struct engine *e)
 	free(e->b_out_seq);
 	free(e->logits);
 	free(e->ev);
+	free(e->lp);
 	free(e);
 }
 
@@ -381,6 +386,7 @@ const struct prepack_info *engine_pack_info(const struct engine *e)
 
 static void req_destroy(struct engine_req *r)
 {
+	free(r->bias);
 	free(r->tokens);
 	free(r->table);
 	free(r->pages);
@@ -401,6 +407,10 @@ static int req_check(const struct engine *e, const struct engine_req_params *rp)
 	if (rp->table && (rp->n_cached >= rp->n_prompt || rp->n_table == 0))
 		return ENGINE_E_INVALID;
 	if (!rp->table && rp->n_cached)
+		return ENGINE_E_INVALID;
+	if (rp->sampling.n_logit_bias > SAMPLER_BIAS_MAX ||
+	    (rp->sampling.n_logit_bias && !rp->sampling.logit_bias) ||
+	    rp->sampling.top_logprobs > SAMPLER_TOP_LOGPROBS_MAX)
 		return ENGINE_E_INVALID;
 	if (e->p.max_requests && e->n_reqs >= e->p.max_requests)
 		return ENGINE_E_BUSY;
@@ -536,6 +546,16 @@ int engine_submit(struct engine *e, const struct engine_req_params *rp,
 	r->n_kv = rp->n_cached;
 	r->max_tokens = rp->max_tokens;
 	r->sp = rp->sampling;
+	if (r->sp.n_logit_bias) {
+		r->bias = malloc(sizeof(*r->bias) * r->sp.n_logit_bias);
+		if (!r->bias) {
+			req_destroy(r);
+			return -ENOMEM;
+		}
+		memcpy(r->bias, rp->sampling.logit_bias,
+		       sizeof(*r->bias) * r->sp.n_logit_bias);
+		r->sp.logit_bias = r->bias;
+	}
 	r->prefill_only = rp->prefill_only;
 	r->ignore_eos = rp->ignore_eos;
 	r->n_table = rp->table ? rp->n_table : need;
@@ -783,7 +803,10 @@ static void req_take_token(struct engine *e, struct engine_req *r,
 			   const float *logits)
 {
 	uint32_t pos = r->n_tokens;
-	int32_t tok = (int32_t)sampler_sample(&e->smp, &r->sp, pos, logits);
+	struct sampler_hist h = { .tokens = r->tokens, .n_tokens = r->n_tokens,
+				  .n_prompt = r->n_prompt };
+	struct sampler_logprobs *lp = r->sp.logprobs ? &e->lp[e->n_lp++] : NULL;
+	int32_t tok = (int32_t)sampler_choose(&e->smp, &r->sp, pos, logits, &h, lp);
 
 	if (tok == e->m->eos_id && !r->ignore_eos) {
 		req_finish(e, r, ENGINE_FINISH_STOP, 0);
@@ -793,6 +816,7 @@ static void req_take_token(struct engine *e, struct engine_req *r,
 	r->tokens[r->n_tokens++] = tok;
 	r->n_output++;
 	ev_push(e, ENGINE_EV_TOKEN, r, tok, pos);
+	e->ev[e->n_ev - 1].lp = lp;
 	if (r->prefill_only)
 		req_finish(e, r, ENGINE_FINISH_PREFILLED, 0);
 	else if (r->n_output >= r->max_tokens || r->n_tokens >= e->n_ctx)
@@ -860,6 +884,7 @@ int engine_step(struct engine *e, const struct engine_event **ev,
 	int rc;
 
 	e->n_ev = 0;
+	e->n_lp = 0;
 	*ev = e->ev;
 	*n_ev = 0;
 	n_seq = step_gather(e, step_choose(e), &batch);

@@ -137,7 +137,7 @@ struct engine_req_params {
 	const int32_t *prompt;          /* (n_prompt) token ids, copied */
 	uint32_t n_prompt;              /* >= 1 */
 	uint32_t max_tokens;            /* tokens to generate, >= 1 */
-	struct sampler_params sampling;
+	struct sampler_params sampling; /* logit_bias copied at submit */
 	bool prefill_only;              /* stop after the first sampled token */
 	bool ignore_eos;                /* do not stop at the EOS token */
 	/* Lent pages (NULL: the engine reserves its own). */
@@ -161,6 +161,9 @@ struct engine_event {
 	void *user;                     /* engine_req_params.user */
 	int32_t token;                  /* ENGINE_EV_TOKEN */
 	uint32_t pos;                   /* position of that token */
+	/* ENGINE_EV_TOKEN of a request whose sampling.logprobs is set: its
+	 * log-probabilities (gpu/sampler.h), valid as the event; else NULL */
+	const struct sampler_logprobs *lp;
 	enum engine_finish finish;      /* ENGINE_EV_DONE */
 	int error;                      /* ENGINE_EV_DONE with FINISH_ERROR */
 };

@@ -9,8 +9,19 @@
  * (selection with a bounded min-heap when k is small, a full sort
  * otherwise), softmax'd at the temperature in double, cut to the smallest
  * prefix whose mass reaches top-p, and one draw walks the cumulative sum.
+ *
+ * Processing (sampler_choose) works on s->work, a copy of the logits,
+ * only when the params ask for it, so a plain request reads the model's
+ * logits exactly as before. The penalties need each token's count in the
+ * output and whether it was seen at all: s->count and s->seen are zero
+ * between calls; one pass over the tokens sets them, a second applies
+ * each distinct token's penalty once and clears its entry, so a step
+ * costs O(tokens) there and O(vocab) for the copy, never a clear of the
+ * whole vocabulary. min_p is a cut of the sorted candidates at the
+ * temperature: p_i >= min_p * p_max is e_i >= min_p, as e_max = 1.
  */
 #include "gpu/sampler.h"
+#include "conf/util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -37,7 +48,10 @@ int sampler_init(struct sampler *s, uint32_t n_vocab)
 	s->n_vocab = n_vocab;
 	s->cand = calloc(n_vocab ? n_vocab : 1, sizeof(*s->cand));
 	s->prob = calloc(n_vocab ? n_vocab : 1, sizeof(*s->prob));
-	if (!s->cand || !s->prob) {
+	s->work = calloc(n_vocab ? n_vocab : 1, sizeof(*s->work));
+	s->count = calloc(n_vocab ? n_vocab : 1, sizeof(*s->count));
+	s->seen = calloc(n_vocab ? n_vocab : 1, sizeof(*s->seen));
+	if (!s->cand || !s->prob || !s->work || !s->count || !s->seen) {
 		sampler_deinit(s);
 		return -ENOMEM;
 	}
@@ -48,8 +62,14 @@ void sampler_deinit(struct sampler *s)
 {
 	free(s->cand);
 	free(s->prob);
+	free(s->work);
+	free(s->count);
+	free(s->seen);
 	s->cand = NULL;
 	s->prob = NULL;
+	s->work = NULL;
+	s->count = NULL;
+	s->seen = NULL;
 }
 
 /* The scan itself: best = i when x[i] > x[best], from best = 0 (a NaN is
@@ -186,20 +206,15 @@ static void heapify_worst(struct sampler_cand *c, uint32_t k)
 	}
 }
 
-uint32_t sampler_sample(struct sampler *s, const struct sampler_params *p,
-			uint64_t pos, const float *logits)
+/* The k best candidates of x, sorted, in s->cand[0..k). */
+static void cand_top(struct sampler *s, const float *x, uint32_t k)
 {
-	uint32_t n = s->n_vocab, k;
-	double sum = 0.0, u, acc;
-	float max;
+	uint32_t n = s->n_vocab;
 
-	if (p->temperature <= 0.0f || n <= 1)
-		return sampler_argmax(logits, n);
 	for (uint32_t i = 0; i < n; i++) {
-		s->cand[i].logit = logits[i];
+		s->cand[i].logit = x[i];
 		s->cand[i].id = i;
 	}
-	k = (p->top_k == 0 || p->top_k > n) ? n : p->top_k;
 	if (k < n && k <= 1024) {
 		heapify_worst(s->cand, k);
 		select_top_k(s->cand, n, k);
@@ -207,13 +222,38 @@ uint32_t sampler_sample(struct sampler *s, const struct sampler_params *p,
 	} else {
 		qsort(s->cand, n, sizeof(*s->cand), cand_cmp);
 	}
+}
+
+/* The kept prefix of the k sorted candidates under min_p (0: all). */
+static uint32_t min_p_keep(const struct sampler *s, float min_p, uint32_t k)
+{
+	if (!(min_p > 0.0f))
+		return k;
+	for (uint32_t i = 1; i < k; i++)
+		if (s->prob[i] < min_p)   /* prob[0] = 1: the max */
+			return i;
+	return k;
+}
+
+/* The stochastic draw over x (temperature > 0, n > 1). */
+static uint32_t sample_draw(struct sampler *s, const struct sampler_params *p,
+			    uint64_t pos, const float *x)
+{
+	uint32_t n = s->n_vocab, k;
+	double sum = 0.0, u, acc;
+	float max;
+
+	k = (p->top_k == 0 || p->top_k > n) ? n : p->top_k;
+	cand_top(s, x, k);
 	max = s->cand[0].logit;
 	for (uint32_t i = 0; i < k; i++) {
 		double e = exp((double)(s->cand[i].logit - max) / p->temperature);
 
 		s->prob[i] = (float)e;
-		sum += s->prob[i];
 	}
+	k = min_p_keep(s, p->min_p, k);
+	for (uint32_t i = 0; i < k; i++)
+		sum += s->prob[i];
 	if (p->top_p > 0.0f && p->top_p < 1.0f) {
 		double cum = 0.0;
 		uint32_t keep = k;
@@ -236,4 +276,110 @@ uint32_t sampler_sample(struct sampler *s, const struct sampler_params *p,
 			return s->cand[i].id;
 	}
 	return s->cand[k - 1].id;
+}
+
+uint32_t sampler_sample(struct sampler *s, const struct sampler_params *p,
+			uint64_t pos, const float *logits)
+{
+	if (p->temperature <= 0.0f || s->n_vocab <= 1)
+		return sampler_argmax(logits, s->n_vocab);
+	return sample_draw(s, p, pos, logits);
+}
+
+static bool rep_on(const struct sampler_params *p)
+{
+	return p->repetition_penalty > 0.0f && p->repetition_penalty != 1.0f;
+}
+
+static bool processing_on(const struct sampler_params *p)
+{
+	return p->n_logit_bias || rep_on(p) || p->presence_penalty != 0.0f ||
+	       p->frequency_penalty != 0.0f;
+}
+
+bool sampler_params_extended(const struct sampler_params *p)
+{
+	return processing_on(p) || p->min_p > 0.0f || p->logprobs;
+}
+
+static void apply_bias(struct sampler *s, const struct sampler_params *p)
+{
+	for (uint32_t i = 0; i < p->n_logit_bias; i++)
+		if (p->logit_bias[i].id < s->n_vocab)
+			s->work[p->logit_bias[i].id] += p->logit_bias[i].bias;
+}
+
+/* repetition over every token, then frequency/presence over the output */
+static void apply_penalties(struct sampler *s, const struct sampler_params *p,
+			    const struct sampler_hist *h)
+{
+	uint32_t n = s->n_vocab, np = KVD_MIN(h->n_prompt, h->n_tokens);
+	uint32_t from = rep_on(p) ? 0 : np;
+	float rp = p->repetition_penalty;
+
+	for (uint32_t i = from; i < h->n_tokens; i++) {
+		uint32_t t = (uint32_t)h->tokens[i];
+
+		if (t >= n)
+			continue;
+		s->seen[t] = 1;
+		s->count[t] += i >= np;
+	}
+	for (uint32_t i = from; i < h->n_tokens; i++) {
+		uint32_t t = (uint32_t)h->tokens[i];
+		float *x = &s->work[t];
+
+		if (t >= n || !s->seen[t])
+			continue;
+		if (rep_on(p))
+			*x = *x > 0.0f ? *x / rp : *x * rp;
+		if (s->count[t])
+			*x -= p->frequency_penalty * (float)s->count[t] +
+			      p->presence_penalty;
+		s->seen[t] = 0;
+		s->count[t] = 0;
+	}
+}
+
+/* log-softmax of x: the chosen token's and the top alternatives */
+static void fill_logprobs(struct sampler *s, const struct sampler_params *p,
+			  const float *x, uint32_t tok, struct sampler_logprobs *lp)
+{
+	uint32_t n = s->n_vocab, k = KVD_MIN(p->top_logprobs, SAMPLER_TOP_LOGPROBS_MAX);
+	float max = x[sampler_argmax(x, n)];
+	double sum = 0.0, lz;
+
+	for (uint32_t i = 0; i < n; i++)
+		sum += exp((double)x[i] - max);
+	lz = (double)max + log(sum);
+	lp->logprob = fmaxf((float)(x[tok] - lz), SAMPLER_LOGPROB_FLOOR);
+	k = KVD_MIN(k, n);
+	lp->n_top = k;
+	if (!k)
+		return;
+	cand_top(s, x, k);
+	for (uint32_t i = 0; i < k; i++)
+		lp->top[i] = (struct sampler_top){ .id = (int32_t)s->cand[i].id,
+			.logprob = fmaxf((float)(s->cand[i].logit - lz),
+					 SAMPLER_LOGPROB_FLOOR) };
+}
+
+uint32_t sampler_choose(struct sampler *s, const struct sampler_params *p,
+			uint64_t pos, const float *logits,
+			const struct sampler_hist *h, struct sampler_logprobs *lp)
+{
+	const float *x = logits;
+	uint32_t tok;
+
+	if (processing_on(p)) {
+		memcpy(s->work, logits, sizeof(*s->work) * s->n_vocab);
+		apply_bias(s, p);
+		if (h)
+			apply_penalties(s, p, h);
+		x = s->work;
+	}
+	tok = sampler_sample(s, p, pos, x);
+	if (lp && p->logprobs)
+		fill_logprobs(s, p, x, tok, lp);
+	return tok;
 }
