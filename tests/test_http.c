@@ -236,6 +236,80 @@ static int parse(const char *body, bool chat, struct openai_req *q,
 	return openai_req_parse(q, chat, body, strlen(body), e);
 }
 
+/* the sampling controls (issue 24.1): values, ranges, logit_bias sorted */
+START_TEST(test_openai_sampling)
+{
+	static const struct { const char *body; bool chat; const char *param; } bad[] = {
+		{ "\"presence_penalty\":2.01", false, "presence_penalty" },
+		{ "\"frequency_penalty\":-2.5", false, "frequency_penalty" },
+		{ "\"frequency_penalty\":\"1\"", false, "frequency_penalty" },
+		{ "\"repetition_penalty\":0", false, "repetition_penalty" },
+		{ "\"repeat_penalty\":10.01", false, "repeat_penalty" },
+		{ "\"min_p\":-0.1", false, "min_p" },
+		{ "\"logit_bias\":[1]", false, "logit_bias" },
+		{ "\"logit_bias\":{\"-1\":1}", false, "logit_bias" },
+		{ "\"logit_bias\":{\"+1\":1}", false, "logit_bias" },
+		{ "\"logit_bias\":{\"01\":1}", false, "logit_bias" },
+		{ "\"logit_bias\":{\"2147483648\":1}", false, "logit_bias" },
+		{ "\"logit_bias\":{\"1\":-100.5}", false, "logit_bias" },
+		{ "\"logit_bias\":{\"1\":\"x\"}", false, "logit_bias" },
+		{ "\"logprobs\":6", false, "logprobs" },
+		{ "\"logprobs\":-1", false, "logprobs" },
+		{ "\"logprobs\":true", false, "logprobs" },
+		{ "\"logprobs\":1", true, "logprobs" },
+		{ "\"logprobs\":true,\"top_logprobs\":21", true, "top_logprobs" },
+		{ "\"logprobs\":false,\"top_logprobs\":1", true, "top_logprobs" },
+		{ "\"top_logprobs\":1", false, "top_logprobs" },   /* chat only */
+	};
+	struct openai_req q;
+	struct openai_error e;
+	char body[4096];
+	int n;
+
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"presence_penalty\":-2,\"frequency_penalty\":1.5,"
+			       "\"repeat_penalty\":1.3,\"min_p\":0.05,\"logprobs\":3,"
+			       "\"logit_bias\":{\"50\":-100,\"7\":100,\"0\":1.5}}", false, &q, &e), 0);
+	ck_assert(q.presence_penalty == -2.0f && q.frequency_penalty == 1.5f &&
+		  q.repetition_penalty == 1.3f && q.min_p == 0.05f);
+	ck_assert(q.logprobs && q.top_logprobs == 3);
+	ck_assert_uint_eq(q.n_bias, 3);
+	ck_assert(q.bias[0].id == 0 && q.bias[0].bias == 1.5f && q.bias[1].id == 7 &&
+		  q.bias[1].bias == 100.0f && q.bias[2].id == 50 && q.bias[2].bias == -100.0f);
+	openai_req_deinit(&q);
+	/* logprobs 0: on, no alternatives; null: off */
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"logprobs\":0,\"logit_bias\":{}}", false, &q, &e), 0);
+	ck_assert(q.logprobs && q.top_logprobs == 0 && q.n_bias == 0);
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"logprobs\":null,\"repetition_penalty\":null}", false, &q, &e), 0);
+	ck_assert(!q.logprobs && q.repetition_penalty == 0.0f);
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"c\"}],"
+			       "\"logprobs\":true,\"top_logprobs\":20}", true, &q, &e), 0);
+	ck_assert(q.logprobs && q.top_logprobs == 20);
+	openai_req_deinit(&q);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(body, sizeof(body), "{%s,%s}", bad[i].chat ?
+			 "\"messages\":[{\"role\":\"user\",\"content\":\"c\"}]" : "\"prompt\":\"x\"",
+			 bad[i].body);
+		ck_assert_msg(parse(body, bad[i].chat, &q, &e) == OPENAI_E_INVALID, "%s", body);
+		ck_assert_str_eq(e.param, bad[i].param);
+		ck_assert_int_eq(e.status, 400);
+	}
+	/* 300 entries are fine, 301 are not */
+	for (int lim = 300; lim <= 301; lim++) {
+		n = snprintf(body, sizeof(body), "{\"prompt\":\"x\",\"logit_bias\":{");
+		for (int i = 0; i < lim; i++)
+			n += snprintf(body + n, sizeof(body) - (size_t)n, "%s\"%d\":1", i ? "," : "", i);
+		snprintf(body + n, sizeof(body) - (size_t)n, "}}");
+		ck_assert_int_eq(parse(body, false, &q, &e), lim == 300 ? 0 : OPENAI_E_INVALID);
+		if (lim == 300) {
+			ck_assert_uint_eq(q.n_bias, 300);
+			openai_req_deinit(&q);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_openai_bodies)
 {
 	struct openai_req q;
@@ -263,8 +337,8 @@ START_TEST(test_openai_bodies)
 	ck_assert_str_eq(e.param, "n");
 	ck_assert_str_eq(e.code, "unsupported_parameter");
 	ck_assert_int_eq(e.status, 400);
-	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"frequency_penalty\":0.5}", false, &q, &e), OPENAI_E_INVALID);
-	ck_assert_str_eq(e.param, "frequency_penalty");
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"echo\":true}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "echo");
 	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"mirostat\":1}", false, &q, &e), OPENAI_E_INVALID);
 	ck_assert_str_eq(e.param, "mirostat");
 	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"messages\":[]}", false, &q, &e), OPENAI_E_INVALID);
@@ -585,6 +659,7 @@ static Suite *http_suite(void)
 	tcase_add_test(tc, test_wire_if_none_match);
 	tcase_add_test(tc, test_wire_origin);
 	tcase_add_test(tc, test_openai_bodies);
+	tcase_add_test(tc, test_openai_sampling);
 	tcase_add_test(tc, test_openai_ignored);
 	tcase_add_test(tc, test_openai_parts);
 	tcase_add_test(tc, test_openai_responses);

@@ -129,10 +129,11 @@ static struct client_conn *client_of(struct serve_sink *k)
 
 static void client_sink_token(struct serve_sink *k, struct serve_req *r,
 			      uint32_t index, int32_t token, const char *piece,
-			      size_t len)
+			      size_t len, const struct sampler_logprobs *lp)
 {
 	struct frame_writer w;
 
+	(void)lp;   /* logprobs travel on HTTP only */
 	frame_writer_init(&w);
 	proto_client_pack_token(frame_writer_packer(&w), r->client_id, index,
 				(uint32_t)token, piece,

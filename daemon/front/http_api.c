@@ -77,8 +77,9 @@ struct api_shape {
 	const char *prompt_param;        /* names the prompt in a 400 */
 	/* stream: text[0, n) may go out (what was sent is dropped or
 	 * remembered, the writer's choice); -ENOMEM when it cannot (the
-	 * caller fails the exchange) */
-	int (*text)(struct http_conn *hc, size_t n);
+	 * caller fails the exchange); all: the last text of the answer (a
+	 * writer may flush what it held for it) */
+	int (*text)(struct http_conn *hc, size_t n, bool all);
 	/* the final answer (a stop string, or the request's final); ends
 	 * the exchange */
 	void (*final)(struct http_conn *hc, const char *finish, uint32_t completion);
@@ -326,27 +327,183 @@ static json_t *usage_json(uint32_t prompt, uint32_t cached, uint32_t completion)
  * delta of a chat stream carries the assistant role (OpenAI's shape),
  * the final one too when no text went before it. */
 static json_t *choice_json(const struct http_exchange *x, json_t *text,
-			   const char *finish, bool chunk)
+			   json_t *lp, const char *finish, bool chunk)
 {
 	json_t *c;
 
 	if (!x->chat)
-		c = json_pack("{s:o, s:i, s:n, s:o}", "text", text, "index", 0,
-			      "logprobs", "finish_reason",
+		c = json_pack("{s:o, s:i, s:o?, s:o}", "text", text, "index", 0,
+			      "logprobs", lp, "finish_reason",
 			      finish ? json_string(finish) : json_null());
 	else if (!chunk)
-		c = json_pack("{s:i, s:{s:s, s:o}, s:n, s:o}", "index", 0, "message",
-			      "role", "assistant", "content", text, "logprobs",
+		c = json_pack("{s:i, s:{s:s, s:o}, s:o?, s:o}", "index", 0, "message",
+			      "role", "assistant", "content", text, "logprobs", lp,
 			      "finish_reason", finish ? json_string(finish) : json_null());
 	else
-		c = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta",
+		c = json_pack("{s:i, s:o, s:o?, s:o}", "index", 0, "delta",
 			      text ? (x->role_sent ? json_pack("{s:o}", "content", text) :
 				      json_pack("{s:s, s:o}", "role", "assistant", "content", text))
 				   : x->role_sent ? json_object()
 						  : json_pack("{s:s}", "role", "assistant"),
-			      "logprobs", "finish_reason",
+			      "logprobs", lp, "finish_reason",
 			      finish ? json_string(finish) : json_null());
 	return c;
+}
+
+/* ---- logprobs ------------------------------------------------------------------ */
+
+/* Hold token id's logprobs with the n text bytes it adds next. */
+static int lp_add(struct http_conn *hc, int32_t id,
+		  const struct sampler_logprobs *lp, size_t n)
+{
+	struct http_exchange *x = &hc->x;
+	size_t at = x->base + x->len;
+
+	if (x->n_lp == x->cap_lp) {
+		uint32_t cap = x->cap_lp ? x->cap_lp * 2 : 16;
+		struct http_lp *nl = x_nomem(hc) ? NULL :
+				     realloc(x->lps, cap * sizeof(*nl));
+
+		if (!nl)
+			return -ENOMEM;
+		x->lps = nl;
+		x->cap_lp = cap;
+	}
+	x->lps[x->n_lp++] = (struct http_lp){ .id = id, .start = at,
+					      .end = at + n, .lp = *lp };
+	return 0;
+}
+
+/* How many held tokens' text ends by byte `end` (absolute). */
+static uint32_t lp_upto(const struct http_exchange *x, size_t end)
+{
+	uint32_t n = 0;
+
+	while (n < x->n_lp && x->lps[n].end <= end)
+		n++;
+	return n;
+}
+
+/* A stop string cut the text at byte `cut` (absolute): the tokens whose
+ * text lies wholly after it were never part of the answer. */
+static void lp_cut(struct http_exchange *x, size_t cut)
+{
+	while (x->n_lp) {
+		const struct http_lp *l = &x->lps[x->n_lp - 1];
+
+		if (l->start < cut || (l->start == cut && l->end == cut))
+			break;
+		x->n_lp--;
+	}
+}
+
+static void lp_drop(struct http_exchange *x, uint32_t n)
+{
+	memmove(x->lps, x->lps + n, (x->n_lp - n) * sizeof(*x->lps));
+	x->n_lp -= n;
+}
+
+/* A token's text (its bytes as decoded; invalid UTF-8 as U+FFFD) and,
+ * with bytes, those bytes as integers (OpenAI's `bytes`). */
+static json_t *lp_token(const struct tokenizer *tok, int32_t id, json_t **bytes)
+{
+	const char *p = "";
+	size_t n = 0;
+
+	if (tokenizer_piece(tok, id, &p, &n))
+		n = 0;
+	if (bytes) {
+		*bytes = json_array();
+		for (size_t i = 0; *bytes && i < n; i++)
+			if (json_array_append_new(*bytes, json_integer((unsigned char)p[i]))) {
+				json_decref(*bytes);
+				*bytes = NULL;
+			}
+	}
+	return json_text(p, n);
+}
+
+/* chat: {token, logprob, bytes} */
+static json_t *lp_chat_one(const struct tokenizer *tok, int32_t id, float logprob)
+{
+	json_t *bytes = NULL, *t = lp_token(tok, id, &bytes);
+
+	if (!t || !bytes) {
+		json_decref(t);
+		json_decref(bytes);
+		return NULL;
+	}
+	return json_pack("{s:o, s:f, s:o}", "token", t, "logprob", (double)logprob,
+			 "bytes", bytes);
+}
+
+static json_t *lp_chat_entry(const struct tokenizer *tok, const struct http_lp *l)
+{
+	json_t *e = lp_chat_one(tok, l->id, l->lp.logprob), *top = json_array();
+
+	for (uint32_t i = 0; e && top && i < l->lp.n_top; i++)
+		if (json_array_append_new(top, lp_chat_one(tok, l->lp.top[i].id,
+							   l->lp.top[i].logprob)))
+			break;
+	if (!e || !top || json_array_size(top) != l->lp.n_top ||
+	    json_object_set_new(e, "top_logprobs", top)) {
+		json_decref(e);
+		return NULL;
+	}
+	return e;
+}
+
+/* completions: the four parallel arrays gain one token */
+static int lp_cmpl_add(const struct tokenizer *tok, const struct http_lp *l,
+		       json_t *toks, json_t *lps, json_t *tops, json_t *offs)
+{
+	json_t *top = json_object();
+
+	for (uint32_t i = 0; top && i < l->lp.n_top; i++) {
+		json_t *t = lp_token(tok, l->lp.top[i].id, NULL);
+
+		if (!t || json_object_setn_new(top, json_string_value(t),
+					       json_string_length(t),
+					       json_real(l->lp.top[i].logprob))) {
+			json_decref(t);
+			json_decref(top);
+			return -ENOMEM;
+		}
+		json_decref(t);
+	}
+	if (json_array_append_new(toks, lp_token(tok, l->id, NULL)) ||
+	    json_array_append_new(lps, json_real(l->lp.logprob)) ||
+	    json_array_append_new(tops, top) ||
+	    json_array_append_new(offs, json_integer((json_int_t)l->start)))
+		return -ENOMEM;
+	return 0;
+}
+
+/* The logprobs of the first n held tokens, in the endpoint's shape (chat:
+ * {content: [...]}; completions: {tokens, token_logprobs, top_logprobs,
+ * text_offset}); NULL without memory. */
+static json_t *lp_json(const struct http_conn *hc, uint32_t n)
+{
+	const struct http_exchange *x = &hc->x;
+	const struct tokenizer *tok = hc->s->tok;
+	json_t *a[4] = { json_array(), json_array(), json_array(), json_array() };
+	bool ok = a[0] && a[1] && a[2] && a[3];
+
+	for (uint32_t i = 0; ok && i < n; i++)
+		ok = x->chat ? !json_array_append_new(a[0], lp_chat_entry(tok, &x->lps[i]))
+			     : !lp_cmpl_add(tok, &x->lps[i], a[0], a[1], a[2], a[3]);
+	if (!ok) {
+		for (int i = 0; i < 4; i++)
+			json_decref(a[i]);
+		return NULL;
+	}
+	if (x->chat) {
+		for (int i = 1; i < 4; i++)
+			json_decref(a[i]);
+		return json_pack("{s:o}", "content", a[0]);
+	}
+	return json_pack("{s:o, s:o, s:o, s:o}", "tokens", a[0], "token_logprobs", a[1],
+			 "top_logprobs", a[2], "text_offset", a[3]);
 }
 
 /* The answer, or one chunk of it; the seed used (kvd's extension) in
@@ -414,22 +571,32 @@ static void stream_head(struct http_conn *hc)
 	http__head(hc, 200, "text/event-stream", -1);
 }
 
-/* Stream text[0, n) as one chunk and drop it from the buffer; -ENOMEM
- * (nothing sent: the caller fails the exchange). */
-static int stream_text(struct http_conn *hc, size_t n)
+/* Stream text[0, n) as one chunk, with the logprobs of the tokens whose
+ * text it completes (all that are held, at the end), and drop them from
+ * the buffers; -ENOMEM (nothing sent: the caller fails the exchange). */
+static int stream_text(struct http_conn *hc, size_t n, bool all)
 {
 	struct http_exchange *x = &hc->x;
-	json_t *t;
+	uint32_t k = all ? x->n_lp : lp_upto(x, x->base + n);
+	json_t *t, *lp = NULL;
 
-	if (!n)
+	if (!n && (!all || !k))
 		return 0;
 	stream_head(hc);
+	if (x->lp_on && !(lp = x_nomem(hc) ? NULL : lp_json(hc, k)))
+		return -ENOMEM;
 	t = x_nomem(hc) ? NULL : json_text(x->text, n);
-	if (!t || sse_send(hc, answer_json(x, choice_json(x, t, NULL, true), true)))
+	if (!t) {
+		json_decref(lp);
+		return -ENOMEM;
+	}
+	if (sse_send(hc, answer_json(x, choice_json(x, t, lp, NULL, true), true)))
 		return -ENOMEM;
 	x->role_sent = true;
 	memmove(x->text, x->text + n, x->len - n);
 	x->len -= n;
+	x->base += n;
+	lp_drop(x, k);
 	return 0;
 }
 
@@ -442,6 +609,7 @@ static void exchange_free(struct http_exchange *x)
 	for (uint32_t i = 0; i < x->n_stop; i++)
 		free(x->stop[i]);
 	free(x->text);
+	free(x->lps);
 	memset(x, 0, sizeof(*x));
 }
 
@@ -512,7 +680,7 @@ static void answer_final(struct http_conn *hc, const char *finish,
 			 uint32_t completion)
 {
 	struct http_exchange *x = &hc->x;
-	json_t *j, *t;
+	json_t *j, *t, *lp;
 	char *body;
 
 	if (x->r)   /* a stop string ended it before its final */
@@ -521,12 +689,12 @@ static void answer_final(struct http_conn *hc, const char *finish,
 		/* a stop string matched before any text went out: the head
 		 * is still ours to send */
 		stream_head(hc);
-		if (stream_text(hc, x->len)) {
+		if (stream_text(hc, x->len, true)) {
 			exchange_fail(hc, completion);
 			return;
 		}
 		t = x->chat ? NULL : x_nomem(hc) ? NULL : json_string("");
-		j = x->chat || t ? answer_json(x, choice_json(x, t, finish, true), true) : NULL;
+		j = x->chat || t ? answer_json(x, choice_json(x, t, NULL, finish, true), true) : NULL;
 		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, x->cached_tokens, completion))) {
 			json_decref(j);
 			j = NULL;
@@ -538,8 +706,11 @@ static void answer_final(struct http_conn *hc, const char *finish,
 		http__chunk(hc, "data: [DONE]\n\n", 14);
 		http__chunk(hc, "", 0);
 	} else {
-		t = x_nomem(hc) ? NULL : json_text(x->text, x->len);
-		j = t ? answer_json(x, choice_json(x, t, finish, false), false) : NULL;
+		lp = x->lp_on && !x_nomem(hc) ? lp_json(hc, x->n_lp) : NULL;
+		t = x_nomem(hc) || (x->lp_on && !lp) ? NULL : json_text(x->text, x->len);
+		if (!t)
+			json_decref(lp);
+		j = t ? answer_json(x, choice_json(x, t, lp, finish, false), false) : NULL;
 		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, x->cached_tokens, completion))) {
 			json_decref(j);
 			j = NULL;
@@ -712,11 +883,12 @@ static int resp_open(struct http_conn *hc)
 }
 
 /* api_shape.text: text[sent, n) as one delta; the text stays. */
-static int resp_text(struct http_conn *hc, size_t n)
+static int resp_text(struct http_conn *hc, size_t n, bool all)
 {
 	struct http_exchange *x = &hc->x;
 	json_t *d;
 
+	(void)all;   /* the Responses API carries no logprobs here */
 	if (n <= x->sent)
 		return 0;
 	if (resp_open(hc))
@@ -734,7 +906,7 @@ static int resp_stream_end(struct http_conn *hc, const char *status,
 	struct http_exchange *x = &hc->x;
 	json_t *t;
 
-	if (resp_open(hc) || resp_text(hc, x->len))
+	if (resp_open(hc) || resp_text(hc, x->len, true))
 		return -ENOMEM;
 	t = x_nomem(hc) ? NULL : json_text(x->text, x->len);
 	if (!t || resp_part_event(hc, "response.output_text.done", "text", json_incref(t)) ||
@@ -849,13 +1021,14 @@ static bool exchange_text(struct http_conn *hc, const char *p, size_t n,
 	at = x->n_stop ? stop_find(x, from) : -1;
 	if (at >= 0) {
 		x->len = (size_t)at;
+		lp_cut(x, x->base + x->len);
 		x->cancel = x->r;
 		x->r = NULL;
 		x->shape->final(hc, "stop", completion);
 		return true;
 	}
 	if (x->stream &&
-	    x->shape->text(hc, utf8_whole(x->text, x->len - stop_holdback(x)))) {
+	    x->shape->text(hc, utf8_whole(x->text, x->len - stop_holdback(x)), false)) {
 		exchange_fail(hc, completion);
 		return true;
 	}
@@ -864,13 +1037,16 @@ static bool exchange_text(struct http_conn *hc, const char *p, size_t n,
 
 static void api_sink_token(struct serve_sink *k, struct serve_req *r,
 			   uint32_t index, int32_t token, const char *piece,
-			   size_t len)
+			   size_t len, const struct sampler_logprobs *lp)
 {
 	struct http_conn *hc = conn_of(k);
 
-	(void)token;
 	if (hc->x.r != r)
 		return;   /* answered already (a stop string) */
+	if (hc->x.lp_on && lp && lp_add(hc, token, lp, len)) {
+		exchange_fail(hc, index + 1);
+		return;
+	}
 	exchange_text(hc, piece, len, index + 1);
 }
 
@@ -1317,6 +1493,22 @@ static void api_prep_free(struct api_prep *ap)
 	free(ap);
 }
 
+/* A logit_bias id outside the vocabulary is the body's 400 (the ids are
+ * sorted: the last is the largest). true when so (q released). */
+static bool api_bias_outside(struct api_prep *ap)
+{
+	uint32_t n_vocab = tokenizer_n_vocab(ap->tok);
+
+	if (!ap->q.n_bias || ap->q.bias[ap->q.n_bias - 1].id < n_vocab)
+		return false;
+	openai_error_set(&ap->oe, 400, "invalid_request_error", NULL, "logit_bias",
+			 "'logit_bias' names token %u; the vocabulary has %u tokens",
+			 ap->q.bias[ap->q.n_bias - 1].id, n_vocab);
+	openai_req_deinit(&ap->q);
+	ap->parse_rc = OPENAI_E_INVALID;
+	return true;
+}
+
 /* Worker thread: touches only ap, the tokenizer and the model name. */
 static void api_prep_run(struct prep_job *j)
 {
@@ -1327,6 +1519,8 @@ static void api_prep_run(struct prep_job *j)
 					   &ap->oe);
 	free(ap->body);
 	ap->body = NULL;
+	if (!ap->parse_rc && api_bias_outside(ap))
+		return;
 	if (ap->parse_rc)
 		return;
 	if (q->model[0] && strcmp(q->model, ap->model_name)) {
@@ -1440,7 +1634,20 @@ static void api_req_params(struct http_conn *hc, struct api_prep *ap,
 				      : api_default_max_tokens(hc->s, &ap->lim, ap->n_ids);
 	r->sp = (struct sampler_params){ .temperature = q->temperature,
 					 .top_k = q->top_k, .top_p = q->top_p,
-					 .seed = seed };
+					 .seed = seed,
+					 .presence_penalty = q->presence_penalty,
+					 .frequency_penalty = q->frequency_penalty,
+					 .repetition_penalty = q->repetition_penalty,
+					 .min_p = q->min_p,
+					 .logprobs = q->logprobs,
+					 .top_logprobs = (uint8_t)q->top_logprobs };
+	/* the bias array moves to the request (freed with it) */
+	r->bias = ap->q.bias;
+	r->sp.logit_bias = r->bias;
+	r->sp.n_logit_bias = q->n_bias;
+	ap->q.bias = NULL;
+	ap->q.n_bias = 0;
+	hc->x.lp_on = q->logprobs;
 }
 
 /* The request's fields that were accepted and change nothing: one debug

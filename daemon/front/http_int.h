@@ -39,6 +39,15 @@ struct api_shape;
  * logged (event=loop_busy): every other connection waited that long. */
 #define HTTP_LOOP_BUSY_MS 20u
 
+/* One output token's logprobs, held with the text it produced: bytes
+ * [start, end) of the answer's text (absolute, from its first byte) came
+ * with it, so a chunk carries the logprobs of the text it carries. */
+struct http_lp {
+	int32_t id;
+	size_t start, end;
+	struct sampler_logprobs lp;
+};
+
 /* One request being answered on a connection (one at a time). */
 struct http_exchange {
 	bool active;                     /* answering; the next request waits */
@@ -86,6 +95,13 @@ struct http_exchange {
 	uint32_t max_tokens;
 	uint32_t seq;
 	size_t sent;
+	bool lp_on;                      /* the request asked for logprobs */
+	size_t base;                     /* text bytes sent and dropped
+					  * before text[0] (stream) */
+	struct http_lp *lps;             /* (n_lp, cap_lp) tokens whose text
+					  * was not sent yet; at most
+					  * max_tokens */
+	uint32_t n_lp, cap_lp;
 };
 
 struct http_conn {

@@ -42,6 +42,7 @@ void compute_job_free(struct compute_job *j)
 		return;
 	free(j->prompt);
 	free(j->table);
+	free(j->bias);
 	free(j->release);
 	free(j->cache_prompt);
 	free(j->reply);
@@ -257,8 +258,8 @@ static void compute_step(struct compute *c, struct compute_msg **head,
 		done = compute_done_take(c, ev[i].user, 0);
 		if (!done)
 			continue;         /* ended early: nothing more of it */
-		if (!done->nomem)
-			m = calloc(1, sizeof(*m));
+		if (!done->nomem)   /* its logprobs, when asked, ride with it */
+			m = calloc(1, sizeof(*m) + (ev[i].lp ? sizeof(*ev[i].lp) : 0));
 		if (!m) {
 			struct engine_event fail = ev[i];
 
@@ -278,6 +279,10 @@ static void compute_step(struct compute *c, struct compute_msg **head,
 		m->req = ev[i].req;
 		m->token = ev[i].token;
 		m->pos = ev[i].pos;
+		if (ev[i].lp) {
+			m->lp = (struct sampler_logprobs *)(m + 1);
+			*m->lp = *ev[i].lp;
+		}
 		compute_append(head, tail, m);
 	}
 	/* after the events (they live until the next engine call): the
@@ -388,9 +393,12 @@ int compute_submit(struct compute *c, uint64_t owner,
 	j->prompt = malloc(sizeof(int32_t) * n_prompt);
 	if (table)
 		j->table = malloc(sizeof(*table) * n_table);
+	if (rp->sampling.n_logit_bias)
+		j->bias = malloc(sizeof(*j->bias) * rp->sampling.n_logit_bias);
 	j->reply = calloc(1, sizeof(*j->reply));
 	j->done = calloc(1, sizeof(*j->done));
-	if (!j->prompt || (table && !j->table) || !j->reply || !j->done) {
+	if (!j->prompt || (table && !j->table) || !j->reply || !j->done ||
+	    (rp->sampling.n_logit_bias && !j->bias)) {
 		compute_job_free(j);
 		return -ENOMEM;
 	}
@@ -405,6 +413,11 @@ int compute_submit(struct compute *c, uint64_t owner,
 	if (rp->cache_key) {
 		j->key = *rp->cache_key;
 		j->rp.cache_key = &j->key;
+	}
+	if (j->bias) {
+		memcpy(j->bias, rp->sampling.logit_bias,
+		       sizeof(*j->bias) * rp->sampling.n_logit_bias);
+		j->rp.sampling.logit_bias = j->bias;
 	}
 	j->rp.n_prompt = n_prompt;
 	j->rp.n_table = table ? n_table : 0;

@@ -39,6 +39,7 @@ struct compute_job {
 	struct engine_req_params rp;     /* SUBMIT; prompt/table owned below */
 	int32_t *prompt;                 /* (rp.n_prompt) */
 	struct kvpool_ref *table;        /* (rp.n_table) lent pages, or NULL */
+	struct sampler_bias *bias;       /* (rp.sampling.n_logit_bias) or NULL */
 	struct pcache_key key;           /* rp.cache_key points here when set */
 	struct engine_req *req;          /* FREE */
 	struct kvpool_ref *release;      /* FREE: (n_release) lent pages to
@@ -81,6 +82,9 @@ struct compute_msg {
 					  * prefix cache gave */
 	int32_t token;                   /* TOKEN */
 	uint32_t pos;
+	struct sampler_logprobs *lp;     /* TOKEN of a request that asked for
+					  * logprobs: in m's own allocation;
+					  * else NULL */
 	enum engine_finish finish;       /* DONE */
 	struct kvpool_ref *table;        /* DONE of a finished prompt:
 					  * (n_table) copy of its pages, or
@@ -165,7 +169,7 @@ struct compute_job *compute_free_job_new(void);
 /* Free a job that was never queued (NULL: nothing). */
 void compute_job_free(struct compute_job *j);
 
-/* Submit `owner`'s request: rp's sampling, max_tokens, prefill_only,
+/* Submit `owner`'s request: rp's sampling (its logit_bias copied), max_tokens, prefill_only,
  * ignore_eos, n_cached and cache_key (copied) are used; prompt (n_prompt) and table (n_table
  * lent pages, NULL: the engine reserves its own) are copied. nomem: the
  * thread acts as if it could not allocate this owner's messages (fault

@@ -215,17 +215,63 @@ static void dreq_teardown(struct serve_req *r)
 		serve__link_lost(l, "abort_ack timeout");
 }
 
+/* A decode request whose sampling needs more than the prefill peer
+ * samples with (temperature, top_k, top_p, seed: the peer protocol):
+ * the peer's first token is ignored and the engine recomputes the last
+ * prompt position over the received KV, then samples the first token
+ * itself with the request's whole state (penalties, bias, min_p,
+ * logprobs) - so a pair answers as a standalone node does. */
+static bool dreq_recompute(const struct serve_req *r)
+{
+	return r->kind == SREQ_DECODE && sampler_params_extended(&r->sp);
+}
+
+/* The recompute's submit: the received prompt's tags say n_prompt
+ * positions; the engine verifies n_prompt - 1 and rewrites the last
+ * position's page itself. The last page's tag is rewritten to the count
+ * the engine checks (our own page, READY, after mark_ready verified it;
+ * nothing else writes it: the transfer is complete). */
+static int dreq_submit_recompute(struct serve_req *r)
+{
+	struct sreq_decode *dp = sreq_d(r);
+	struct serve *s = r->s;
+	uint32_t n_kv = r->n_prompt - 1, n_pages = kvpool_pages_for(s->d->pool, n_kv);
+	int rc = 0;
+
+	if (n_pages)
+		rc = kvpool_tag_write_from(s->d->pool, r->reg.id, dp->table,
+					   n_pages - 1, n_pages, n_kv);
+	if (rc) {
+		KVLOG_WARN(s->log, "recompute_retag_failed", "id=%llu tenant=%s rc=%d",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), rc);
+		return rc;
+	}
+	KVLOG_DEBUG(s->log, "decode_recompute", "id=%llu tenant=%s n_kv=%u",
+		    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant), n_kv);
+	return serve__compute_submit(s, r, r->prompt, r->n_prompt, r->max_tokens,
+				     false, dp->table, dp->n_table, n_kv);
+}
+
 /* Submit to the engine: a standalone request its prompt, a decode request
- * its prompt and first token over the received KV. */
+ * its prompt and first token over the received KV (or, dreq_recompute,
+ * its prompt with the last position to compute). */
 static void dreq_submit(struct serve_req *r)
 {
 	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
 	bool lent = r->kind == SREQ_DECODE;
-	int32_t *toks = malloc(sizeof(int32_t) * (r->n_prompt + 1));
+	int32_t *toks = NULL;
 	int rc = -ENOMEM;
 
-	if (toks) {
+	if (dreq_recompute(r)) {
+		rc = dreq_submit_recompute(r);
+		if (rc > 0) {
+			dreq_fail_kind(r, PROTO_ERR_INTEGRITY, KVD_INTEGRITY_TAG,
+				       "the received KV could not be retagged (pool error %d)", rc);
+			serve__dreq_event(r, DEV_SUBMIT_FAIL);
+			return;
+		}
+	} else if ((toks = malloc(sizeof(int32_t) * (r->n_prompt + 1)))) {
 		memcpy(toks, r->prompt, sizeof(int32_t) * r->n_prompt);
 		toks[r->n_prompt] = (int32_t)dp->first_token;
 		rc = serve__compute_submit(s, r, toks, r->n_prompt + lent,
@@ -299,12 +345,12 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 	case DA_STREAM_FIRST:
 		/* only a token prefill sampled: a prompt computed here
 		 * (standalone, local) streams its first from the engine */
-		if (r->kind == SREQ_DECODE &&
+		if (r->kind == SREQ_DECODE && !dreq_recompute(r) &&
 		    (int32_t)dp->first_token != s->model->eos_id)
-			serve__sink_token(r, (int32_t)dp->first_token);
+			serve__sink_token(r, (int32_t)dp->first_token, NULL);
 		return;
 	case DA_STREAM:
-		serve__sink_token(r, r->last_token);
+		serve__sink_token(r, r->last_token, r->last_lp);
 		return;
 	case DA_ANSWER_FINAL:
 		r->final_ok = true;
@@ -461,7 +507,9 @@ void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m)
 	case COMPUTE_MSG_TOKEN:
 		dreq_local_prompt_done(r);
 		r->last_token = m->token;
+		r->last_lp = m->lp;   /* m lives through the event */
 		serve__dreq_event(r, DEV_TOKEN);
+		r->last_lp = NULL;
 		return;
 	case COMPUTE_MSG_DONE:
 		if (m->finish == ENGINE_FINISH_STOP || m->finish == ENGINE_FINISH_LENGTH) {
@@ -1046,7 +1094,8 @@ static enum dreq_event decode_covered_event(struct serve_req *r)
 		dreq_fail(r, PROTO_ERR_INTERNAL, "out of memory");
 		return DEV_COVERED_FAIL;
 	}
-	if ((int32_t)dp->first_token == s->model->eos_id || r->max_tokens == 1) {
+	if (!dreq_recompute(r) &&
+	    ((int32_t)dp->first_token == s->model->eos_id || r->max_tokens == 1)) {
 		snprintf(r->finish_reason, sizeof(r->finish_reason), "%s",
 			 (int32_t)dp->first_token == s->model->eos_id ? "stop" : "length");
 		return DEV_COVERED_FINAL;

@@ -110,6 +110,7 @@ static void serve_req_free_cb(uv_handle_t *h)
 		detok_deinit(&r->dt);
 	compute_job_free(r->free_job);
 	free(r->prompt);
+	free(r->bias);
 	if (r->kind == SREQ_PREFILL) {
 		free(r->part.p.dst);
 		free(r->part.p.src);

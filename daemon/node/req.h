@@ -114,7 +114,8 @@ struct serve_req {
 	int32_t *prompt;                 /* (n_prompt) */
 	uint32_t n_prompt;
 	uint32_t max_tokens;
-	struct sampler_params sp;
+	struct sampler_params sp;        /* sp.logit_bias: bias */
+	struct sampler_bias *bias;       /* (sp.n_logit_bias) owned, or NULL */
 	uint64_t t_arrive_ns, t_first_ns;
 	uint64_t t_last_ns;              /* the latest token (inter-token latency) */
 	uint64_t t_xfer_ns;              /* decode: prefill_request sent;
@@ -149,6 +150,8 @@ struct serve_req {
 	bool final_ok;                   /* the final event was the answer */
 	char finish_reason[8];           /* "stop" | "length", for the final */
 	int32_t last_token;              /* the engine's token being streamed */
+	const struct sampler_logprobs *last_lp; /* ... its logprobs (asked
+					  * for), valid while it streams */
 
 	/* engine */
 	struct compute_job *free_job;      /* COMPUTE_JOB_FREE allocated at creation

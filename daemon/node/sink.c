@@ -97,7 +97,8 @@ int serve__sink_stream_begin(struct serve_req *r)
 	return 0;
 }
 
-void serve__sink_token(struct serve_req *r, int32_t token)
+void serve__sink_token(struct serve_req *r, int32_t token,
+		       const struct sampler_logprobs *lp)
 {
 	const char *chunk = "";
 	size_t len = 0;
@@ -116,7 +117,7 @@ void serve__sink_token(struct serve_req *r, int32_t token)
 		return;
 	if (r->dt_init && detok_push(&r->dt, token, &chunk, &len))
 		len = 0;
-	r->sink->ops->token(r->sink, r, r->n_out - 1, token, chunk, len);
+	r->sink->ops->token(r->sink, r, r->n_out - 1, token, chunk, len, lp);
 }
 
 void serve__sink_final(struct serve_req *r, const char *reason)

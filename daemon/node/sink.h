@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "conf/list.h"
+#include "gpu/sampler.h"
 #include "gpu/text/tokenizer.h"
 
 struct serve;
@@ -36,8 +37,11 @@ struct serve_final_info {
  * thread inside a request's state change: they queue bytes and must not
  * close a connection or call back into a request (defer that). */
 struct serve_sink_ops {
+	/* lp: the token's log-probabilities when the request asked for
+	 * them and the node sampled it (gpu/sampler.h), else NULL */
 	void (*token)(struct serve_sink *k, struct serve_req *r, uint32_t index,
-		      int32_t token, const char *piece, size_t len);
+		      int32_t token, const char *piece, size_t len,
+		      const struct sampler_logprobs *lp);
 	void (*final)(struct serve_sink *k, struct serve_req *r,
 		      const struct serve_final_info *f);
 	void (*error)(struct serve_sink *k, struct serve_req *r, int code,
@@ -56,7 +60,8 @@ struct serve_sink {
  * goes at most once (final or error); tokens only before it; nothing goes
  * to a request whose sink left. */
 void serve__sink_attach(struct serve_req *r, struct serve_sink *k);
-void serve__sink_token(struct serve_req *r, int32_t token);
+void serve__sink_token(struct serve_req *r, int32_t token,
+		       const struct sampler_logprobs *lp);
 void serve__sink_final(struct serve_req *r, const char *reason);
 void serve__sink_error(struct serve_req *r, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

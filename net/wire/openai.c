@@ -412,6 +412,141 @@ static int rd_cache_salt(struct openai_req *q, const char *k, json_t *v,
 	return 0;
 }
 
+/* A number in [lo, hi] ((lo, hi] with lo_open) into *out; null: absent. */
+static int rd_float(float *out, const char *k, json_t *v, double lo, double hi,
+		    bool lo_open, struct openai_error *err)
+{
+	double d;
+
+	if (json_is_null(v))
+		return 0;
+	if (number(v, lo, hi, lo_open, &d))
+		return bad(err, k, "'%s' must be a number in %c%g, %g]", k,
+			   lo_open ? '(' : '[', lo, hi);
+	*out = (float)d;
+	return 0;
+}
+
+static int rd_presence(struct openai_req *q, const char *k, json_t *v,
+		       struct openai_error *err)
+{
+	return rd_float(&q->presence_penalty, k, v, -2.0, 2.0, false, err);
+}
+
+static int rd_frequency(struct openai_req *q, const char *k, json_t *v,
+			struct openai_error *err)
+{
+	return rd_float(&q->frequency_penalty, k, v, -2.0, 2.0, false, err);
+}
+
+static int rd_repetition(struct openai_req *q, const char *k, json_t *v,
+			 struct openai_error *err)
+{
+	return rd_float(&q->repetition_penalty, k, v, 0.0, 10.0, true, err);
+}
+
+static int rd_min_p(struct openai_req *q, const char *k, json_t *v,
+		    struct openai_error *err)
+{
+	return rd_float(&q->min_p, k, v, 0.0, 1.0, false, err);
+}
+
+/* A token id as logit_bias writes it: 1..10 decimal digits, no sign, no
+ * leading zero (so one id has one spelling), below 2^31. */
+static int bias_id(const char *key, uint32_t *id)
+{
+	size_t n = strlen(key);
+	uint64_t x = 0;
+
+	if (n == 0 || n > 10 || (key[0] == '0' && n > 1))
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (key[i] < '0' || key[i] > '9')
+			return -1;
+		x = x * 10 + (uint64_t)(key[i] - '0');
+	}
+	if (x > INT32_MAX)
+		return -1;
+	*id = (uint32_t)x;
+	return 0;
+}
+
+static int bias_cmp(const void *pa, const void *pb)
+{
+	const struct sampler_bias *a = pa, *b = pb;
+
+	return (a->id > b->id) - (a->id < b->id);
+}
+
+static int rd_logit_bias(struct openai_req *q, const char *k, json_t *v,
+			 struct openai_error *err)
+{
+	size_t n = json_object_size(v), i = 0;
+	const char *key;
+	json_t *x;
+	double d;
+
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_object(v) || n > OPENAI_BIAS_MAX)
+		return bad(err, k, "'%s' must be an object of at most %u token ids", k,
+			   OPENAI_BIAS_MAX);
+	if (n == 0)
+		return 0;
+	q->bias = malloc(n * sizeof(*q->bias));
+	if (!q->bias)
+		return -ENOMEM;
+	json_object_foreach(v, key, x) {
+		if (bias_id(key, &q->bias[i].id))
+			return bad(err, k, "'%s' keys must be token ids (decimal, no sign or leading zero)", k);
+		if (number(x, -100.0, 100.0, false, &d))
+			return bad(err, k, "'%s' values must be numbers in [-100, 100]", k);
+		q->bias[i++].bias = (float)d;
+	}
+	q->n_bias = (uint32_t)n;
+	qsort(q->bias, n, sizeof(*q->bias), bias_cmp);
+	return 0;
+}
+
+/* completions: an integer 0..5; chat: true or false */
+static int rd_logprobs(struct openai_req *q, const char *k, json_t *v,
+		       struct openai_error *err)
+{
+	json_int_t n;
+
+	if (json_is_null(v))
+		return 0;
+	if (q->chat) {
+		if (!json_is_boolean(v))
+			return bad(err, k, "'%s' must be true or false", k);
+		q->logprobs = json_is_true(v);
+		return 0;
+	}
+	if (!json_is_integer(v) || (n = json_integer_value(v)) < 0 ||
+	    n > OPENAI_CMPL_LOGPROBS_MAX)
+		return bad(err, k, "'%s' must be an integer in 0..%u", k,
+			   OPENAI_CMPL_LOGPROBS_MAX);
+	q->logprobs = true;
+	q->top_logprobs = (uint32_t)n;
+	return 0;
+}
+
+static int rd_top_logprobs(struct openai_req *q, const char *k, json_t *v,
+			   struct openai_error *err)
+{
+	json_int_t n;
+
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || (n = json_integer_value(v)) < 0 ||
+	    n > OPENAI_TOP_LOGPROBS_MAX)
+		return bad(err, k, "'%s' must be an integer in 0..%u", k,
+			   OPENAI_TOP_LOGPROBS_MAX);
+	q->top_logprobs = (uint32_t)n;
+	q->has_top_logprobs = true;
+	return 0;
+}
+
 /* Fields that cannot change the output, by enum openai_ignored: accepted
  * at the type OpenAI gives them (null too), recorded in q->ignored. */
 static const struct ignored {
@@ -463,15 +598,6 @@ static int rd_n(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v) || (json_is_integer(v) && json_integer_value(v) == 1))
 		return 0;
 	return unsupported(err, k, "only 1 is served");
-}
-
-static int rd_zero(struct openai_req *q, const char *k, json_t *v,
-		   struct openai_error *err)
-{
-	(void)q;
-	if (json_is_null(v) || (json_is_number(v) && json_number_value(v) == 0.0))
-		return 0;
-	return unsupported(err, k, "only 0 is served");
 }
 
 static int rd_false(struct openai_req *q, const char *k, json_t *v,
@@ -696,13 +822,16 @@ static const struct field {
 	{ "cache_salt", EP_BOTH, rd_cache_salt },
 	{ "n", EP_BOTH, rd_n },
 	{ "best_of", EP_CMPL, rd_n },
-	{ "presence_penalty", EP_BOTH, rd_zero },
-	{ "frequency_penalty", EP_BOTH, rd_zero },
+	{ "presence_penalty", EP_BOTH, rd_presence },
+	{ "frequency_penalty", EP_BOTH, rd_frequency },
+	{ "repetition_penalty", EP_BOTH, rd_repetition },
+	{ "repeat_penalty", EP_BOTH, rd_repetition },
+	{ "min_p", EP_BOTH, rd_min_p },
 	{ "echo", EP_CMPL, rd_false },
-	{ "logprobs", EP_BOTH, rd_false },
-	{ "top_logprobs", EP_CHAT, rd_false },
+	{ "logprobs", EP_BOTH, rd_logprobs },
+	{ "top_logprobs", EP_CHAT, rd_top_logprobs },
 	{ "suffix", EP_CMPL, rd_empty },
-	{ "logit_bias", EP_BOTH, rd_empty },
+	{ "logit_bias", EP_BOTH, rd_logit_bias },
 	{ "tools", EP_CHAT, rd_empty },
 	{ "functions", EP_CHAT, rd_empty },
 	{ "response_format", EP_CHAT, rd_response_format },
@@ -768,6 +897,12 @@ static int req_complete(struct openai_req *q, enum openai_ep ep,
 		return bad(err, "messages", "'messages' is required");
 	if (ep == OPENAI_EP_RESPONSES && !q->msgs)
 		return bad(err, "input", "'input' is required");
+	if (q->has_top_logprobs && !q->logprobs)
+		return bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+	for (uint32_t i = 1; i < q->n_bias; i++)
+		if (q->bias[i].id == q->bias[i - 1].id)
+			return bad(err, "logit_bias", "'logit_bias' names token %u twice",
+				   q->bias[i].id);
 	return ep == OPENAI_EP_RESPONSES ? instructions_first(q) : 0;
 }
 
@@ -828,6 +963,7 @@ void openai_req_deinit(struct openai_req *q)
 	}
 	free(q->msgs);
 	free(q->instructions);
+	free(q->bias);
 	for (uint32_t i = 0; i < q->n_stop; i++)
 		free(q->stop[i]);
 	memset(q, 0, sizeof(*q));

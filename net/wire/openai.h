@@ -4,8 +4,8 @@
  * and refuses, with the OpenAI error fields filled, anything kvd would
  * otherwise have to ignore or guess: a parameter kvd does not know, or one
  * it knows but cannot honour at the value given (n != 1, best_of != 1,
- * echo, logprobs, suffix, a penalty != 0, logit_bias, tools, a
- * response_format other than text...) names itself in a 400
+ * echo, suffix, tools, a response_format other than text...) names
+ * itself in a 400
  * (`param`, code `unsupported_parameter`), since silently dropping it
  * would change the result the caller expects. Known parameters that
  * cannot change the output (OpenAI's bookkeeping: user, metadata, store,
@@ -19,6 +19,16 @@
  * context), temperature 1, top_p 1; top_k 0 (off; -1 is taken as off
  * too); has_seed false when absent (the front draws one and reports it:
  * kvd's output is a function of the seed, invariant 9).
+ *
+ * Sampling controls (gpu/sampler.h has their semantics): presence_penalty
+ * and frequency_penalty in [-2, 2], repetition_penalty (and llama.cpp's
+ * alias repeat_penalty) in (0, 10], min_p in [0, 1], logit_bias an
+ * object of at most OPENAI_BIAS_MAX token ids (decimal strings, no sign
+ * or leading zero) to numbers in [-100, 100], kept sorted by id (whether
+ * an id is in the vocabulary is the front's check). Logprobs: completions
+ * `logprobs` an integer 0..5 (the alternatives; 0 still reports the chosen
+ * token's); chat `logprobs` true/false and `top_logprobs` 0..20, which
+ * needs logprobs true. Each bad value is a 400 naming its parameter.
  *
  * Chat content is a string or an array of text parts ({"type": "text",
  * "text": ...}), joined with "\n" as vLLM does; any other part type is
@@ -43,12 +53,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu/sampler.h"
+
 #define OPENAI_E_INVALID 1
 #define OPENAI_STOP_MAX 4u
 #define OPENAI_STOP_BYTES 256u
 #define OPENAI_MODEL_MAX 127u
 #define OPENAI_MSGS_MAX 1024u
 #define OPENAI_SALT_MAX 256u   /* cache_salt bytes */
+#define OPENAI_BIAS_MAX 300u   /* logit_bias entries (OpenAI's bound) */
+#define OPENAI_TOP_LOGPROBS_MAX 20u    /* chat top_logprobs */
+#define OPENAI_CMPL_LOGPROBS_MAX 5u    /* completions logprobs */
+
+_Static_assert(OPENAI_BIAS_MAX == SAMPLER_BIAS_MAX &&
+	       OPENAI_TOP_LOGPROBS_MAX == SAMPLER_TOP_LOGPROBS_MAX,
+	       "the API's bounds are the sampler's");
 
 struct openai_error {
 	int status;               /* HTTP status */
@@ -105,6 +124,16 @@ struct openai_req {
 	char cache_salt[OPENAI_SALT_MAX + 1];
 	char *instructions;       /* responses, while parsing: owned; then
 				   * msgs[0] (role system) */
+	/* sampling controls: 0 when absent (off; repetition_penalty 0 is
+	 * off as 1 is) */
+	float presence_penalty, frequency_penalty;
+	float repetition_penalty;
+	float min_p;
+	struct sampler_bias *bias;      /* (n_bias) ids increasing, owned */
+	uint32_t n_bias;
+	bool logprobs;                  /* report logprobs ... */
+	uint32_t top_logprobs;          /* ... with this many alternatives */
+	bool has_top_logprobs;          /* chat: top_logprobs given */
 };
 
 int openai_req_parse(struct openai_req *q, bool chat, const char *body,
