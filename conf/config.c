@@ -860,6 +860,13 @@ static int conf_keys_check(struct conf_ctx *x)
 static int conf_validate_http(struct conf_ctx *x)
 {
 	struct kvd_config *c = x->c;
+	struct kvd_origins origins;
+	const char *why = NULL;
+	char bad[KVD_ORIGIN_MAX + 1];
+
+	if (kvd_origins_parse(&origins, c->http_cors_origins, &why, bad, sizeof(bad)))
+		return conf_fail(x, line_of(x, "http", "cors_origins"), "http.cors_origins",
+				 "'%.64s': %s", bad, why);
 
 	if (!c->http_api_keys_file[0] && c->listen_client[0] &&
 	    !conf_client_loopback(c->listen_client))

@@ -333,3 +333,82 @@ void kvd_buf_deinit(struct kvd_buf *b)
 	free(b->p);
 	*b = (struct kvd_buf)KVD_BUF_NULL;
 }
+
+/* ---- web origins ------------------------------------------------------------ */
+
+static bool origin_valid(const char *o)
+{
+	const char *h;
+
+	if (!strncasecmp(o, "http://", 7))
+		h = o + 7;
+	else if (!strncasecmp(o, "https://", 8))
+		h = o + 8;
+	else
+		return false;
+	if (!*h || strlen(o) > KVD_ORIGIN_MAX)
+		return false;
+	for (const char *p = h; *p; p++)
+		if (!(isalnum((unsigned char)*p) || strchr("-._:[]", *p)))
+			return false;
+	return true;
+}
+
+static char *origin_trim(char *p)
+{
+	char *e;
+
+	while (*p == ' ' || *p == '\t')
+		p++;
+	e = p + strlen(p);
+	while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+		*--e = 0;
+	return p;
+}
+
+int kvd_origins_parse(struct kvd_origins *o, const char *spec, const char **why,
+		      char *bad, size_t bad_size)
+{
+	char *save = NULL, *tok;
+
+	memset(o, 0, sizeof(*o));
+	bad[0] = 0;
+	if (strlen(spec) >= sizeof(o->buf)) {
+		*why = "the list is too long";
+		return -EINVAL;
+	}
+	snprintf(o->buf, sizeof(o->buf), "%s", spec);
+	for (tok = strtok_r(o->buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		tok = origin_trim(tok);
+		if (!*tok)
+			continue;
+		snprintf(bad, bad_size, "%s", tok);
+		if (!strcmp(tok, "*")) {
+			o->any = true;
+			continue;
+		}
+		if (!origin_valid(tok)) {
+			*why = "an origin is scheme://host[:port] (http or https, no path), or *";
+			return -EINVAL;
+		}
+		if (o->n == KVD_ORIGINS_MAX) {
+			*why = "at most 32 origins";
+			return -EINVAL;
+		}
+		o->origin[o->n++] = tok;
+	}
+	bad[0] = 0;
+	return 0;
+}
+
+bool kvd_origins_allow(const struct kvd_origins *o, const char *origin)
+{
+	if (!origin_valid(origin))
+		return false;   /* "null" (a sandboxed page), garbage */
+	if (o->any)
+		return true;
+	for (uint32_t i = 0; i < o->n; i++)
+		if (!strcasecmp(o->origin[i], origin))
+			return true;
+	return false;
+}

@@ -112,6 +112,25 @@ int kvd_buf_add(struct kvd_buf *b, const void *s, size_t n);
 /* Free p and empty b (safe twice). */
 void kvd_buf_deinit(struct kvd_buf *b);
 
+/* An allow-list of web origins (http.cors_origins): "*" (any) and/or
+ * origins scheme://host[:port] (http or https; letters, digits, "-._:[]"
+ * in the host part; no path), comma-separated. */
+#define KVD_ORIGINS_MAX 32u
+#define KVD_ORIGIN_MAX 320u              /* bytes of one origin */
+struct kvd_origins {
+	bool any;
+	uint32_t n;
+	char buf[1024];                  /* the list, each origin NUL-ended */
+	const char *origin[KVD_ORIGINS_MAX]; /* into buf */
+};
+/* Split spec into o: 0, or -EINVAL with `why` (a constant sentence) and
+ * the bad entry in bad[bad_size]. */
+int kvd_origins_parse(struct kvd_origins *o, const char *spec, const char **why,
+		      char *bad, size_t bad_size);
+/* Whether `origin` (a request's Origin value) is allowed: well formed,
+ * and listed (case-insensitively) or any. */
+bool kvd_origins_allow(const struct kvd_origins *o, const char *origin);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t kvd_now_ns(void);
 /* Wall clock in nanoseconds since the epoch. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "conf/apikeys.h"
+#include "conf/util.h"
 #include "net/wire/http_wire.h"
 #include "net/wire/openai.h"
 
@@ -151,6 +152,53 @@ START_TEST(test_wire_origin)
 	ck_assert_int_eq(feed("GET / HTTP/1.1\r\nOrigin: https://a\r\nOrigin: https://b\r\n\r\n",
 			      0, 4096, 4096, &g), HTTP_WIRE_E_PARSE);
 	ck_assert_int_eq(g.status, 400);
+}
+END_TEST
+
+/* http.cors_origins: the list's syntax, and which Origin values pass. */
+START_TEST(test_origins)
+{
+	struct kvd_origins o;
+	const char *why = NULL;
+	char bad[64], many[1024] = "";
+
+	ck_assert_int_eq(kvd_origins_parse(&o, "", &why, bad, sizeof(bad)), 0);
+	ck_assert(!o.any);
+	ck_assert_uint_eq(o.n, 0);
+	ck_assert(!kvd_origins_allow(&o, "https://a.example"));   /* off */
+	ck_assert_int_eq(kvd_origins_parse(&o, " https://a.example ,http://localhost:5173,,http://[::1]:8080",
+					   &why, bad, sizeof(bad)), 0);
+	ck_assert_uint_eq(o.n, 3);
+	ck_assert(kvd_origins_allow(&o, "https://a.example"));
+	ck_assert(kvd_origins_allow(&o, "HTTPS://A.example"));
+	ck_assert(kvd_origins_allow(&o, "http://localhost:5173"));
+	ck_assert(kvd_origins_allow(&o, "http://[::1]:8080"));
+	ck_assert(!kvd_origins_allow(&o, "http://a.example"));        /* scheme */
+	ck_assert(!kvd_origins_allow(&o, "https://a.example.evil"));  /* extension */
+	ck_assert(!kvd_origins_allow(&o, "https://a.exampl"));        /* prefix */
+	ck_assert(!kvd_origins_allow(&o, "http://localhost:5174"));   /* port */
+	ck_assert(!kvd_origins_allow(&o, "null"));
+	ck_assert(!kvd_origins_allow(&o, ""));
+	/* any: still only well-formed origins */
+	ck_assert_int_eq(kvd_origins_parse(&o, "*", &why, bad, sizeof(bad)), 0);
+	ck_assert(o.any);
+	ck_assert(kvd_origins_allow(&o, "https://anything.example"));
+	ck_assert(!kvd_origins_allow(&o, "null"));
+	ck_assert(!kvd_origins_allow(&o, "https://a.example\r\nX-Evil: 1"));
+	ck_assert(!kvd_origins_allow(&o, "https://a.example/path"));
+	/* bad entries are named */
+	ck_assert_int_eq(kvd_origins_parse(&o, "https://ok.example, app.example.com", &why, bad, sizeof(bad)),
+			 -EINVAL);
+	ck_assert_str_eq(bad, "app.example.com");
+	ck_assert_ptr_nonnull(why);
+	ck_assert_int_eq(kvd_origins_parse(&o, "https://a.example/", &why, bad, sizeof(bad)), -EINVAL);
+	ck_assert_int_eq(kvd_origins_parse(&o, "ftp://a.example", &why, bad, sizeof(bad)), -EINVAL);
+	ck_assert_int_eq(kvd_origins_parse(&o, "https://", &why, bad, sizeof(bad)), -EINVAL);
+	for (int i = 0; i < 33; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "%shttp://h%d",
+			 i ? "," : "", i);
+	ck_assert_int_eq(kvd_origins_parse(&o, many, &why, bad, sizeof(bad)), -EINVAL);
+	ck_assert_str_eq(bad, "http://h32");
 }
 END_TEST
 
@@ -658,6 +706,7 @@ static Suite *http_suite(void)
 	tcase_add_test(tc, test_wire_bounds);
 	tcase_add_test(tc, test_wire_if_none_match);
 	tcase_add_test(tc, test_wire_origin);
+	tcase_add_test(tc, test_origins);
 	tcase_add_test(tc, test_openai_bodies);
 	tcase_add_test(tc, test_openai_sampling);
 	tcase_add_test(tc, test_openai_ignored);

@@ -1985,8 +1985,10 @@ int serve__http_listen(struct serve *s)
 		const char *why = NULL;
 		char bad[HTTP_WIRE_ORIGIN_MAX + 1];
 
-		if (http__cors_init(&hs->cors, s->d->cfg.http_cors_origins, &why,
-				    bad, sizeof(bad))) {
+		/* checked by the config already (exit 78): kept for a
+		 * config built another way */
+		if (kvd_origins_parse(&hs->cors, s->d->cfg.http_cors_origins, &why,
+				      bad, sizeof(bad))) {
 			KVLOG_ERR(s->log, "config_error", "key=http.cors_origins value=%s msg=%s",
 				  KVLOG_Q(bad), KVLOG_Q(why));
 			free(hs);

@@ -17,19 +17,21 @@
  * not allowed: the API reads none.
  *
  * The Origin is compared whole and case-insensitively (scheme and host
- * are), against entries checked at boot to look like an origin
- * (scheme://host[:port], no path), so a typo fails the boot instead of
- * silently allowing nothing. The parser refuses an Origin longer than
+ * are; conf/util.h kvd_origins), against entries the config check found
+ * to look like an origin (scheme://host[:port], no path), so a typo
+ * fails the boot (exit 78) instead of silently allowing nothing. The parser refuses an Origin longer than
  * its buffer (431) and a repeated one (400): never a cut prefix.
  */
 #include "daemon/front/http_int.h"
 #include "conf/util.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+
+_Static_assert(HTTP_WIRE_ORIGIN_MAX == KVD_ORIGIN_MAX,
+	       "the parser keeps every origin the allow-list can hold");
 
 /* What the openai JS client sends beside Authorization and Content-Type
  * (its x-stainless-* telemetry, the organization and project headers). */
@@ -42,84 +44,9 @@
 /* Seconds a browser may reuse a preflight's answer (Chromium caps 7200). */
 #define CORS_MAX_AGE_S 600
 
-/* scheme://host[:port]: http or https, a host of letters, digits, '-',
- * '.', or a bracketed IPv6 literal, no path, no user. */
-static bool cors_origin_valid(const char *o)
-{
-	const char *h;
-
-	if (!strncasecmp(o, "http://", 7))
-		h = o + 7;
-	else if (!strncasecmp(o, "https://", 8))
-		h = o + 8;
-	else
-		return false;
-	if (!*h || strlen(o) > HTTP_WIRE_ORIGIN_MAX)
-		return false;
-	for (const char *p = h; *p; p++)
-		if (!(isalnum((unsigned char)*p) || strchr("-.:[]", *p)))
-			return false;
-	return true;
-}
-
-static char *cors_trim(char *p)
-{
-	char *e;
-
-	while (*p == ' ' || *p == '\t')
-		p++;
-	e = p + strlen(p);
-	while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
-		*--e = 0;
-	return p;
-}
-
-int http__cors_init(struct http_cors *c, const char *spec, const char **why,
-		    char *bad, size_t bad_size)
-{
-	char *save = NULL, *tok;
-
-	memset(c, 0, sizeof(*c));
-	bad[0] = 0;
-	snprintf(c->buf, sizeof(c->buf), "%s", spec);
-	for (tok = strtok_r(c->buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		tok = cors_trim(tok);
-		if (!*tok)
-			continue;
-		snprintf(bad, bad_size, "%s", tok);
-		if (!strcmp(tok, "*")) {
-			c->any = true;
-			continue;
-		}
-		if (!cors_origin_valid(tok)) {
-			*why = "an origin is scheme://host[:port] (http or https, no path), or *";
-			return -EINVAL;
-		}
-		if (c->n == HTTP_CORS_MAX) {
-			*why = "at most 32 origins";
-			return -EINVAL;
-		}
-		c->origin[c->n++] = tok;
-	}
-	bad[0] = 0;
-	return 0;
-}
-
-static bool cors_allowed(const struct http_cors *c, const char *origin)
-{
-	if (!cors_origin_valid(origin))
-		return false;   /* "null" (a sandboxed page), garbage */
-	if (c->any)
-		return true;
-	for (uint32_t i = 0; i < c->n; i++)
-		if (!strcasecmp(c->origin[i], origin))
-			return true;
-	return false;
-}
-
 void http__cors_judge(struct http_conn *hc, const struct http_msg *m)
 {
-	hc->cors = m->has_origin && cors_allowed(&hc->hs->cors, m->origin);
+	hc->cors = m->has_origin && kvd_origins_allow(&hc->hs->cors, m->origin);
 	if (hc->cors)
 		snprintf(hc->cors_origin, sizeof(hc->cors_origin), "%s", m->origin);
 	else

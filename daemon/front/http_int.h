@@ -18,14 +18,6 @@ struct api_prep;
 struct http_tok_job;
 struct json_t;
 
-/* http.cors_origins, split (http_cors.c): any ("*") or the origins. */
-#define HTTP_CORS_MAX 32u
-struct http_cors {
-	bool any;
-	uint32_t n;
-	char buf[1024];                  /* the list, each origin NUL-ended */
-	const char *origin[HTTP_CORS_MAX]; /* into buf */
-};
 struct api_shape;
 
 /* Pipelined input held while a request is answered (bytes); reading
@@ -174,7 +166,7 @@ struct http_server {
 	const struct serve_sink_ops *sink_ops;
 	void (*exchange_free)(struct http_exchange *x);
 	char model_name[128];
-	struct http_cors cors;           /* http.cors_origins */
+	struct kvd_origins cors;         /* http.cors_origins */
 	enum chat_format chat_format;    /* the daemon's, resolved at boot
 					  * (CHAT_NONE: chat is refused) */
 	uint64_t next_exchange;
@@ -255,10 +247,6 @@ void http__detokenize(struct http_conn *hc, const struct http_msg *m);
 void http__tok_detach(struct http_tok_job *t);
 
 /* http_cors.c */
-/* Split http.cors_origins into c: 0, or -EINVAL with `why` (a constant
- * sentence) and the bad entry copied into bad[bad_size]. */
-int http__cors_init(struct http_cors *c, const char *spec, const char **why,
-		    char *bad, size_t bad_size);
 /* The request's head is complete: hc->cors says whether its Origin is
  * allowed (and hc->cors_origin holds it for the answers). */
 void http__cors_judge(struct http_conn *hc, const struct http_msg *m);

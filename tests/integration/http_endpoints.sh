@@ -31,6 +31,10 @@ ADM=admin-0123456789abcdef0123456789abcdef
 printf '%s carol\n%s ops admin\n' "$KEY" "$ADM" > "$T/keys"
 chmod 600 "$T/keys"
 ORIGIN=https://app.example.com
+write_node bad standalone "$M" "listen.http=127.0.0.1:8080" "http.cors_origins=$ORIGIN, app.example.com/x"
+rc=0; "$KVD" --check-config --config "$T/bad.ini" > "$T/bad.out" 2>&1 || rc=$?
+check "http.cors_origins with a path-shaped entry: exit 78 naming it ($rc)" \
+	bash -c "test $rc = 78 && grep -q 'http.cors_origins' '$T/bad.out' && grep -q 'app.example.com/x' '$T/bad.out'"
 next_port; H=$PORT
 write_node s standalone "$M" "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys" \
 	"http.model_name=org/stories" "http.max_body_bytes=2M" \
