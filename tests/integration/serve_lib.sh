@@ -321,3 +321,17 @@ fence_until_drained() {
 	l=$(grep -n "event=req_state id=$2 .*event=link_lost" "$f" | head -1 | cut -d: -f1)
 	[ -n "$c" ] && [ -n "$l" ] && [ "$c" -lt "$l" ]
 }
+
+# promtool_ok FILE: promtool parses the Prometheus text in FILE and its
+# linter finds nothing but the colon of vLLM's names
+# (http.metrics_vllm_names: the format allows it, the linter reserves it
+# for recording rules). promtool exits 3 for lint findings, 1 for a text
+# it cannot parse; any other finding is printed and fails.
+promtool_ok() {
+	local rc=0 other
+	promtool check metrics < "$1" > "$1.lint" 2>&1 || rc=$?
+	[ $rc = 0 ] && return 0
+	[ $rc = 3 ] || { cat "$1.lint" >&2; return 1; }
+	other=$(grep -cv "^vllm:[a-z0-9_:]* metric names should not contain ':'\$" "$1.lint" || true)
+	[ "$other" = 0 ] || { cat "$1.lint" >&2; return 1; }
+}
