@@ -28,8 +28,10 @@
  *
  * Keys: `Authorization: Bearer KEY`, looked up in constant time
  * (conf/apikeys.h); the tenant is stored in the request and written in
- * its log lines. /health answers without a key (probes carry none);
- * /metrics takes one when keys are configured (see api_metrics).
+ * its log lines. /health, /livez and /readyz answer without a key
+ * (probes carry none), and so does an OPTIONS preflight (browsers send
+ * none: http_cors.c); /metrics takes one when keys are configured (see
+ * api_metrics). /tokenize and /detokenize are http_tok.c's.
  *
  * Allocation failures. Once a request exists, an allocation that fails
  * while its answer is built (the held text, a JSON answer or event)

@@ -171,6 +171,10 @@ check "  ... no body" test ! -s "$T/body"
 st=$(req OPTIONS /v1/models "" -H "Origin: https://evil.example.com" -H "Access-Control-Request-Method: GET")
 check "preflight from another origin: 403, no CORS header ($st)" \
 	test "$st $(hdr Access-Control-Allow-Origin)" = "403 "
+st=$(req OPTIONS /v1/models/org%2Fstories "")
+check "OPTIONS without Origin (not a preflight): 204 with Allow: OPTIONS, GET ($st)" \
+	test "$st $(hdr Allow)" = "204 OPTIONS, GET"
+check "  ... no CORS header" test -z "$(hdr Access-Control-Allow-Origin)"
 st=$(req OPTIONS /nowhere "" -H "Origin: $ORIGIN")
 check "preflight on an unknown path: 404 ($st)" test "$st" = 404
 # keep-alive: the second request on the connection has no Origin
