@@ -199,9 +199,12 @@ static int tok_tokenize(struct http_tok_job *t)
 		       tok_fail(t, 400, "content", "%s", "the content cannot be tokenized");
 	}
 	if (n > PROTO_CLIENT_TOKENS_MAX) {
+		char m[96];
+
 		free(ids);
-		return tok_fail(t, 400, "content", "%s",
-				"the content tokenizes to more than 131072 tokens");
+		snprintf(m, sizeof(m), "the content tokenizes to %zu tokens (at most %u)",
+			 n, (unsigned)PROTO_CLIENT_TOKENS_MAX);
+		return tok_fail(t, 400, "content", "%s", m);
 	}
 	a = tok_ids_json(t->tok, ids, n, pieces);
 	free(ids);
@@ -223,8 +226,11 @@ static int tok_ids_of(struct http_tok_job *t, json_t *a, int32_t **out, size_t *
 	if (!a || !json_is_array(a))
 		return tok_fail(t, 400, "tokens", "%s", "'tokens' must be an array of token ids");
 	len = json_array_size(a);
-	if (len > PROTO_CLIENT_TOKENS_MAX)
-		return tok_fail(t, 400, "tokens", "%s", "'tokens' holds more than 131072 ids");
+	if (len > PROTO_CLIENT_TOKENS_MAX) {
+		snprintf(at, sizeof(at), "'tokens' holds %zu ids (at most %u)", len,
+			 (unsigned)PROTO_CLIENT_TOKENS_MAX);
+		return tok_fail(t, 400, "tokens", "%s", at);
+	}
 	ids = malloc(sizeof(*ids) * (len ? len : 1));
 	if (!ids)
 		return -ENOMEM;

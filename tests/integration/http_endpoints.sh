@@ -98,6 +98,10 @@ jq -cn '{tokens: [range(131073) | 1]}' > "$T/many.json"
 st=$(req POST /detokenize "@$T/many.json" "${auth[@]}")
 check "131073 ids (over PROTO_CLIENT_TOKENS_MAX): 400 naming tokens ($st)" \
 	test "$st $(jq -r .error.param "$T/body")" = "400 tokens"
+python3 -c 'import json; print(json.dumps({"content": "\n" * 140000}))' > "$T/nl.json"
+st=$(req POST /tokenize "@$T/nl.json" "${auth[@]}")
+check "content of 140000 tokens (over PROTO_CLIENT_TOKENS_MAX): 400 naming content ($st)" \
+	test "$st $(jq -r .error.param "$T/body")" = "400 content"
 st=$(req POST /tokenize '{"content":7}' "${auth[@]}")
 check "content not a string: 400 naming content ($st)" test "$st $(jq -r .error.param "$T/body")" = "400 content"
 st=$(req POST /tokenize '{"content":"a","with_pieces":"yes"}' "${auth[@]}")
