@@ -349,8 +349,10 @@ static void fill_logprobs(struct sampler *s, const struct sampler_params *p,
 	float max = x[sampler_argmax(x, n)];
 	double sum = 0.0, lz;
 
+	/* expf of a value <= 0 in float (its error ~1e-7 relative is far
+	 * below what a logprob shows), summed in double */
 	for (uint32_t i = 0; i < n; i++)
-		sum += exp((double)x[i] - max);
+		sum += expf(x[i] - max);
 	lz = (double)max + log(sum);
 	lp->logprob = fmaxf((float)(x[tok] - lz), SAMPLER_LOGPROB_FLOOR);
 	k = KVD_MIN(k, n);
