@@ -128,6 +128,8 @@ struct job {
 	struct engine_req *req;
 	int32_t out[64];
 	uint32_t n_out;
+	struct sampler_logprobs lp[64]; /* with sp.logprobs: each token's */
+	uint32_t n_lp;
 	enum engine_finish finish;
 	int error;
 };
@@ -182,6 +184,10 @@ static void rig_run(struct rig *g, struct job *jobs, uint32_t n)
 			ck_assert_ptr_eq(ev[k].user, j);
 			if (ev[k].kind == ENGINE_EV_TOKEN) {
 				ck_assert_uint_eq(ev[k].pos, j->n_prompt + j->n_out);
+				/* logprobs only for a request that asked */
+				ck_assert(!ev[k].lp == !j->sp.logprobs);
+				if (ev[k].lp)
+					j->lp[j->n_lp++] = *ev[k].lp;
 				j->out[j->n_out++] = ev[k].token;
 			} else {
 				j->finish = ev[k].finish;
@@ -270,6 +276,82 @@ static void check_invariance(struct model *m, bool sampled, enum kv_dtype dt)
 		}
 	}
 }
+
+/* The sampling controls (gpu/sampler.h) keep invariant 9: a request with
+ * penalties, logit_bias, min_p and logprobs gives the same tokens and
+ * logprobs alone and batched with others joining at other steps; only it
+ * gets logprobs (rig_run checks); its logit_bias is the engine's own copy
+ * (the caller's array is overwritten after submit); and the processing
+ * changes the output (the same request without it differs). */
+START_TEST(test_sampling_controls)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	struct sampler_bias bias[2] = { { 4, -100.0f }, { 9, 3.0f } };
+	struct job target, ref, plain, batch[6];
+	struct rig g;
+	bool differs = false;
+
+	job_make(&target, 7, m->hp.n_vocab, true);
+	target.max_tokens = 24;
+	target.sp.frequency_penalty = 0.8f;
+	target.sp.presence_penalty = 0.3f;
+	target.sp.repetition_penalty = 1.3f;
+	target.sp.min_p = 0.05f;
+	target.sp.logit_bias = bias;
+	target.sp.n_logit_bias = 2;
+	target.sp.logprobs = true;
+	target.sp.top_logprobs = 5;
+	run_one(m, &target, 1, 16, KV_DTYPE_F32, &ref);
+	ck_assert_uint_eq(ref.n_lp, ref.n_out);
+	for (uint32_t i = 0; i < ref.n_out; i++) {
+		ck_assert_int_ne(ref.out[i], 4);   /* banned */
+		ck_assert_uint_eq(ref.lp[i].n_top, 5);
+		ck_assert(ref.lp[i].logprob <= 0.0f);
+	}
+	plain = target;
+	plain.sp = (struct sampler_params){ .temperature = target.sp.temperature,
+		.top_k = target.sp.top_k, .top_p = target.sp.top_p, .seed = target.sp.seed };
+	run_one(m, &plain, 1, 16, KV_DTYPE_F32, &plain);
+	for (uint32_t i = 0; i < plain.n_out; i++)
+		differs |= plain.out[i] != ref.out[i];
+	ck_assert_msg(differs, "the processing changed nothing");
+	for (uint32_t i = 0; i < 6; i++) {
+		job_make(&batch[i], 40 + i, m->hp.n_vocab, i % 2 == 1);
+		batch[i].start_step = (i * 5) % 7;
+	}
+	batch[2] = target;
+	batch[2].start_step = 3;
+	rig_init(&g, m, 2, 4, KV_DTYPE_F32, 200);
+	rig_run(&g, batch, 6);
+	rig_deinit(&g);
+	assert_same(&ref, &batch[2], "extended, batched with 5 others");
+	ck_assert_int_eq(memcmp(ref.lp, batch[2].lp, ref.n_lp * sizeof(ref.lp[0])), 0);
+	/* the engine copied the bias: overwriting ours after submit changes nothing */
+	{
+		struct engine_req_params rp = { .owner = 7, .prompt = target.prompt,
+			.n_prompt = target.n_prompt, .max_tokens = target.max_tokens,
+			.sampling = target.sp, .ignore_eos = true };
+		const struct engine_event *ev;
+		struct engine_req *r;
+		size_t n_ev;
+		uint32_t n = 0;
+
+		rig_init(&g, m, 1, 16, KV_DTYPE_F32, 64);
+		ck_assert_int_eq(engine_submit(g.e, &rp, &r), 0);
+		bias[0].bias = 100.0f;   /* would force token 4 */
+		while (!engine_idle(g.e)) {
+			ck_assert_int_eq(engine_step(g.e, &ev, &n_ev), 0);
+			for (size_t k = 0; k < n_ev; k++)
+				if (ev[k].kind == ENGINE_EV_TOKEN)
+					ck_assert_int_eq(ev[k].token, ref.out[n++]);
+		}
+		ck_assert_uint_eq(n, ref.n_out);
+		engine_req_free(g.e, r);
+		rig_deinit(&g);
+	}
+	model_free(m);
+}
+END_TEST
 
 START_TEST(test_invariance_generated)
 {
@@ -1460,6 +1542,7 @@ int main(void)
 	tcase_add_test(tc, test_weight_types);
 	tcase_add_test(tc, test_mixed_activation_classes);
 	tcase_add_test(tc, test_invariance_generated);
+	tcase_add_test(tc, test_sampling_controls);
 	tcase_add_test(tc, test_invariance_arch);
 	tcase_add_test(tc, test_mistral_style);
 	tcase_add_test(tc, test_invariance_stories);
