@@ -4,6 +4,8 @@
  *   kvctl generate --server ADDR (--prompt TEXT | --tokens ID,ID,...)
  *                  [--max-tokens N] [--temperature T] [--top-k K]
  *                  [--top-p P] [--seed S] [--id N] [--json]
+ *                  [--presence-penalty X] [--frequency-penalty X]
+ *                  [--repetition-penalty X] [--min-p X]
  *
  * ADDR is host:port or unix:PATH. With KVD_API_KEY set in the
  * environment (a node with http.api_keys_file), the request is preceded
@@ -113,6 +115,8 @@ static void gen_usage(FILE *f)
 {
 	fprintf(f, "usage: kvctl generate --server ADDR (--prompt TEXT | --tokens ID,ID,...)\n"
 		   "       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+		   "       [--presence-penalty X] [--frequency-penalty X]\n"
+		   "       [--repetition-penalty X] [--min-p X]\n"
 		   "       [--seed S] [--id N] [--json]\n"
 		   "ADDR: host:port or unix:PATH. KVD_API_KEY=KEY: authenticate first (a node with keys).\n"
 		   "Values are checked with the server's bounds (a bad one: exit 2).\n"
@@ -269,6 +273,10 @@ static int gen_args(int argc, char **argv, struct proto_client_request *q,
 		{ "top-k", required_argument, NULL, 'F' },
 		{ "top-p", required_argument, NULL, 'F' },
 		{ "seed", required_argument, NULL, 'F' },
+		{ "presence-penalty", required_argument, NULL, 'F' },
+		{ "frequency-penalty", required_argument, NULL, 'F' },
+		{ "repetition-penalty", required_argument, NULL, 'F' },
+		{ "min-p", required_argument, NULL, 'F' },
 		{ "id", required_argument, NULL, 'F' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },

@@ -78,9 +78,41 @@ START_TEST(test_request_roundtrip)
 	ck_assert_uint_eq(q.n_tokens, 3);
 	ck_assert_uint_eq(q.tokens[2], 99);
 	ck_assert_str_eq(q.cache_salt, "salt-1");
+	/* absent processing fields: off */
+	ck_assert(q.presence_penalty == 0.0f && q.frequency_penalty == 0.0f &&
+		  q.repetition_penalty == 0.0f && q.min_p == 0.0f);
 	proto_client_request_deinit(&q);
 	msgpack_unpacked_destroy(&msg);
 	free(buf);
+
+	/* the processing fields travel (issue 24.1) */
+	r.presence_penalty = -1.5f;
+	r.frequency_penalty = 2.0f;
+	r.repetition_penalty = 1.25f;
+	r.min_p = 0.1f;
+	buf = pack_request(&r, &len);
+	ck_assert_int_eq(proto_client_request_parse(decode(buf, len, &msg), &q, &err), 0);
+	ck_assert_float_eq_tol(q.presence_penalty, -1.5f, 1e-6);
+	ck_assert_float_eq_tol(q.frequency_penalty, 2.0f, 1e-6);
+	ck_assert_float_eq_tol(q.repetition_penalty, 1.25f, 1e-6);
+	ck_assert_float_eq_tol(q.min_p, 0.1f, 1e-6);
+	proto_client_request_deinit(&q);
+	msgpack_unpacked_destroy(&msg);
+	free(buf);
+	/* and are read with their bounds (kvctl generate's options too) */
+	{
+		static const char *const badv[][2] = {
+			{ "presence-penalty", "2.5" }, { "frequency_penalty", "-3" },
+			{ "repetition-penalty", "0" }, { "repetition_penalty", "11" },
+			{ "min-p", "1.1" },
+		};
+
+		for (size_t i = 0; i < sizeof(badv) / sizeof(badv[0]); i++)
+			ck_assert_int_eq(proto_client_request_set(&r, badv[i][0], badv[i][1], &err),
+					 FRAME_E_RANGE);
+		ck_assert_int_eq(proto_client_request_set(&r, "min-p", "0.5", &err), 0);
+		ck_assert_float_eq_tol(r.min_p, 0.5f, 1e-6);
+	}
 }
 END_TEST
 

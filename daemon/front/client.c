@@ -233,7 +233,11 @@ static void client_admit(struct client_conn *c, struct proto_client_request *q,
 	r->max_tokens = q->max_tokens;
 	r->sp = (struct sampler_params){ .temperature = q->temperature,
 					 .top_k = q->top_k, .top_p = q->top_p,
-					 .seed = q->seed };
+					 .seed = q->seed,
+					 .presence_penalty = q->presence_penalty,
+					 .frequency_penalty = q->frequency_penalty,
+					 .repetition_penalty = q->repetition_penalty,
+					 .min_p = q->min_p };
 	proto_client_request_deinit(q);
 	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */
 }

@@ -131,6 +131,10 @@ static const struct proto_field request_fields[] = {
 			0, UINT64_MAX),
 	PROTO_FIELD_STR(struct proto_client_request, "cache_salt", false,
 			cache_salt),
+	REQ_FLOAT("presence_penalty", presence_penalty, -2.0, 2.0, false),
+	REQ_FLOAT("frequency_penalty", frequency_penalty, -2.0, 2.0, false),
+	REQ_FLOAT("repetition_penalty", repetition_penalty, 0.0, 10.0, true),
+	REQ_FLOAT("min_p", min_p, 0.0, 1.0, false),
 };
 
 /* Exactly one of these is there (checked first, so that a request with
@@ -200,7 +204,18 @@ int proto_client_request_set(struct proto_client_request *r, const char *name,
 void proto_client_request_pack(msgpack_packer *pk,
 			       const struct proto_client_request *r)
 {
-	msgpack_pack_map(pk, r->cache_salt[0] ? 9 : 8);
+	/* the processing fields only when set (0 is their default) */
+	const struct { const char *k; float v; } proc[] = {
+		{ "presence_penalty", r->presence_penalty },
+		{ "frequency_penalty", r->frequency_penalty },
+		{ "repetition_penalty", r->repetition_penalty },
+		{ "min_p", r->min_p },
+	};
+	uint32_t n = 8 + !!r->cache_salt[0];
+
+	for (size_t i = 0; i < sizeof(proc) / sizeof(proc[0]); i++)
+		n += proc[i].v != 0.0f;
+	msgpack_pack_map(pk, n);
 	frame_pack_kv_str(pk, "type", "request");
 	frame_pack_kv_u64(pk, "id", r->id);
 	if (r->prompt) {
@@ -218,6 +233,9 @@ void proto_client_request_pack(msgpack_packer *pk,
 	frame_pack_kv_u64(pk, "seed", r->seed);
 	if (r->cache_salt[0])
 		frame_pack_kv_str(pk, "cache_salt", r->cache_salt);
+	for (size_t i = 0; i < sizeof(proc) / sizeof(proc[0]); i++)
+		if (proc[i].v != 0.0f)
+			frame_pack_kv_double(pk, proc[i].k, proc[i].v);
 }
 
 /* ---- events ------------------------------------------------------------- */

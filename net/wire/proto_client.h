@@ -61,6 +61,11 @@ struct proto_client_request {
 	uint64_t seed;
 	/* prefix-cache scope within the tenant (gpu/kv/pcache.h); "" = none */
 	char cache_salt[PROTO_CLIENT_SALT_MAX + 1];
+	/* logit processing (gpu/sampler.h); 0 = off */
+	float presence_penalty;    /* [-2, 2] */
+	float frequency_penalty;   /* [-2, 2] */
+	float repetition_penalty;  /* (0, 10]; absent: off */
+	float min_p;               /* [0, 1] */
 };
 
 #define PROTO_CLIENT_REQUEST_NULL \
@@ -72,6 +77,7 @@ int proto_client_request_parse(const msgpack_object *map,
 void proto_client_request_deinit(struct proto_client_request *r);
 /* One field of r from a command line (kvctl generate, kvd generate): name
  * is the field ("max_tokens", "temperature", "top_k", "top_p", "seed",
+ * "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p",
  * "id", or "tokens" as ids separated by commas) or its option's name
  * ('-' for '_': "max-tokens"), text its value, read
  * with the bounds proto_client_request_parse() reads the field with, so a

@@ -26,7 +26,9 @@ chmod 600 "$T/keys"
 HTTP_KEYS=("http.api_keys_file=$T/keys" "model.chat_template=chatml"
 	   "model.chat_template_unsafe=true")
 next_port; H_L=$PORT
-write_node l standalone "$M" "listen.http=127.0.0.1:$H_L" "${HTTP_KEYS[@]}"
+next_port; C_L=$PORT
+write_node l standalone "$M" "listen.http=127.0.0.1:$H_L" "listen.client=127.0.0.1:$C_L" \
+	"${HTTP_KEYS[@]}"
 next_port; H_D=$PORT
 pair pi di "$M" -- "listen.http=127.0.0.1:$H_D" "${HTTP_KEYS[@]}"
 start_node l
@@ -159,6 +161,21 @@ MD=$(log_mark "$T/di.log")
 st=$(post $H_D completions "{$P,\"max_tokens\":8,\"temperature\":0}")
 check "a plain request on the pair: 200, no recompute" \
 	test "$st $(log_count "$T/di.log" "event=decode_recompute " "$MD")" = "200 0"
+
+# ---- the msgpack client API: the penalties and min_p (kvctl generate) ----------------
+PEN=(--frequency-penalty 2 --repetition-penalty 1.3 --presence-penalty 0.5 --min-p 0.1)
+post $H_L completions "{$P,\"max_tokens\":40,\"temperature\":0.7,\"seed\":11,\"frequency_penalty\":2,\"repetition_penalty\":1.3,\"presence_penalty\":0.5,\"min_p\":0.1}" >/dev/null
+want=$(jq -r '.choices[0].text' "$T/body")
+out=$(KVD_API_KEY=$KEY gen "$C_L" --prompt "Once upon a time" --max-tokens 40 --temperature 0.7 --seed 11 "${PEN[@]}" || true)
+check "kvctl generate with the penalties and min_p = HTTP's text" test "$(jq -r .text <<<"$out")" = "$want"
+plain=$(KVD_API_KEY=$KEY gen "$C_L" --prompt "Once upon a time" --max-tokens 40 --temperature 0.7 --seed 11 || true)
+check "  ... and not the plain request's" test "$(jq -r .text <<<"$plain")" != "$want"
+MD=$(log_mark "$T/di.log")
+out=$(KVD_API_KEY=$KEY gen "$C_PORT" --prompt "Once upon a time" --max-tokens 40 --temperature 0.7 --seed 11 "${PEN[@]}" || true)
+check "  ... on the pair too (recomputed)" \
+	test "$(jq -r .text <<<"$out") $(log_count "$T/di.log" "event=decode_recompute " "$MD")" = "$want 1"
+check "kvctl generate --min-p 2: usage error (exit 2)" \
+	bash -c "'$KVCTL' generate --server 127.0.0.1:$C_L --prompt x --min-p 2 2>/dev/null; test \$? = 2"
 
 # ---- bad values -----------------------------------------------------------------------
 bad() { # bad PATH PARAM BODY-FIELDS
