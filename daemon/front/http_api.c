@@ -17,8 +17,10 @@
  * frees itself (api_prep_done always comes).
  *
  * The exchange is the request's sink (sink.c): tokens become SSE chunks
- * (stream) or accumulate into one JSON body; the final answer carries
- * finish_reason and usage; an error before any byte went out is an
+ * (stream) or accumulate into one JSON body, in the shape of its
+ * endpoint (struct api_shape: completions, chat completions, or the
+ * Responses API's events and object - the same gate, rendering and
+ * request for all three); the final answer carries finish_reason and usage; an error before any byte went out is an
  * OpenAI error object with its status (500 for an integrity failure: no
  * token is sent), after it an SSE error event. Text is sent only up to
  * a UTF-8 boundary and, with stop strings, only what cannot be the start

@@ -18,7 +18,9 @@
 #     tools, reasoning, text.format json, an input item of another type,
 #     an image part; 401 without a key; a prompt beyond the context is
 #     400 context_length_exceeded, streamed or not; store true accepted;
-#   - nothing held afterwards.
+#   - nothing held afterwards; in fault-point builds, an allocation that
+#     fails while the answer is made (KVD_HTTP_NOMEM) ends it with a 500
+#     or an `error` event, the connection closed, nothing held.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -132,4 +134,31 @@ st=$(post "{\"input\":\"$long\",\"stream\":true}")
 check "  ... streamed too, before any event ($st)" \
 	test "$st $(jq -r .error.code "$T/body")" = "400 context_length_exceeded"
 check "nothing held" wait_for 10 idle f
+stop_node f
+
+# ---- allocation failures (fault-point builds): KVD_HTTP_NOMEM=N fails the
+# N-th allocation of every exchange; a few of the 38 a short stream makes
+if grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h"; then
+	for n in 1 2 9 30; do
+		next_port; H=$PORT
+		write_node "nm$n" standalone "$M" "listen.http=127.0.0.1:$H" \
+			"kv.pool_tokens=128" "kv.capacity_policy=clamp" \
+			"model.chat_template=chatml" "model.chat_template_unsafe=true"
+		start_node "nm$n" KVD_HTTP_NOMEM=$n
+		wait_log "$T/nm$n.log" "event=serve_ready" 60 || { not_ok "nomem $n: node up"; continue; }
+		rc=0
+		code=$(curl -s -N --max-time 20 -o "$T/nm.sse" -w '%{http_code}' "127.0.0.1:$H/v1/responses" \
+			-d '{"input":"Once","max_output_tokens":6,"temperature":0,"stream":true}') || rc=$?
+		last=$(grep '^event: ' "$T/nm.sse" | tail -1 || true)
+		check "nomem $n, streamed: 500 before any event, or an error event last, or the whole stream; closed ($code, curl rc $rc, $last)" \
+			bash -c "[ $rc = 0 ] && { [ $code = 500 ] || [ '$last' = 'event: error' ] || [ '$last' = 'event: response.incomplete' ]; }"
+		rc=0
+		code=$(curl -s --max-time 20 -o "$T/nm.json" -w '%{http_code}' "127.0.0.1:$H/v1/responses" \
+			-d '{"input":"Once","max_output_tokens":6,"temperature":0}') || rc=$?
+		check "nomem $n, not streamed: 500 naming it, or the whole answer ($code, curl rc $rc)" \
+			bash -c "[ $rc = 0 ] && { [ $code = 500 ] && grep -q 'out of memory' '$T/nm.json' || jq -e '.status == \"incomplete\"' '$T/nm.json' >/dev/null; }"
+		check "nomem $n: nothing held" wait_for 10 idle "nm$n"
+		stop_node "nm$n"
+	done
+fi
 finish
