@@ -154,9 +154,186 @@ START_TEST(test_deepseek)
 }
 END_TEST
 
+/* ---- tools ------------------------------------------------------------------ */
+
+/* One tool, as the caller serializes it (net/wire/openai.c: json.dumps's
+ * separators, and indent 4 for Llama 3.1). */
+static const struct chat_tool weather[] = { {
+	"{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {}}}",
+	"{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n        \"parameters\": {}\n    }\n}",
+} };
+static const struct chat_msg tconv[] = {
+	{ "system", "Be brief." },
+	{ "user", " Weather in Paris? " },
+	{ "assistant", "" },
+	{ "tool", "18 \"C\"\n" },
+	{ "tool", "dry" },
+};
+static const struct chat_call paris[] = { { "get_weather", "{\"city\": \"Paris\"}" } };
+static const struct chat_call two[] = { { "a", "{}" }, { "b", "{\"x\": 1}" } };
+static const struct chat_call *const tcalls[] = { NULL, NULL, paris, NULL, NULL };
+static const size_t tn_calls[] = { 0, 0, 1, 0, 0 };
+
+static void expect_tools(enum chat_format f, const struct chat_msg *m, size_t n,
+			 const struct chat_tools *tt, const char *want)
+{
+	char *out = NULL, err[200];
+	size_t len = 99;
+	int rc = chat_render_tools(f, m, n, tt, true, &out, &len, err, sizeof(err));
+
+	ck_assert_msg(rc == 0, "%s: %d %s", chat_format_name(f), rc, err);
+	ck_assert_msg(len == strlen(want) && strcmp(out, want) == 0,
+		      "%s:\n got [%s]\nwant [%s]", chat_format_name(f), out, want);
+	free(out);
+}
+
+static void refuse_tools(enum chat_format f, const struct chat_msg *m, size_t n,
+			 const struct chat_tools *tt, const char *words)
+{
+	char *out = (char *)1, err[200];
+	size_t len = 99;
+	int rc = chat_render_tools(f, m, n, tt, true, &out, &len, err, sizeof(err));
+
+	ck_assert_msg(rc == -EINVAL, "%s: rc %d (%s)", chat_format_name(f), rc, err);
+	ck_assert_ptr_null(out);
+	ck_assert_msg(strstr(err, words), "%s: error '%s' lacks '%s'",
+		      chat_format_name(f), err, words);
+}
+
+/* Llama 3.1 (custom tools in the first user message, the template's
+ * defaults): the system turn gains "Environment: ipython" and the dates;
+ * the first user turn the instruction and each tool tojson(indent=4) +
+ * "\n\n"; a call is {"name": ..., "parameters": ...}; each result its own
+ * ipython turn, tojson-quoted (a Jinja string is iterable). */
+START_TEST(test_tools_llama3)
+{
+	struct chat_tools tt = { weather, 1, tcalls, tn_calls };
+
+	expect_tools(CHAT_LLAMA3, tconv, 5, &tt,
+		"<|start_header_id|>system<|end_header_id|>\n\n"
+		"Environment: ipython\nCutting Knowledge Date: December 2023\n"
+		"Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|>"
+		"<|start_header_id|>user<|end_header_id|>\n\n"
+		"Given the following functions, please respond with a JSON for a "
+		"function call with its proper arguments that best answers the "
+		"given prompt.\n\nRespond in the format {\"name\": function name, "
+		"\"parameters\": dictionary of argument name and its value}.Do not "
+		"use variables.\n\n"
+		"{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n        \"parameters\": {}\n    }\n}\n\n"
+		"Weather in Paris?<|eot_id|>"
+		"<|start_header_id|>assistant<|end_header_id|>\n\n"
+		"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+		"<|start_header_id|>ipython<|end_header_id|>\n\n\"18 \\\"C\\\"\\n\"<|eot_id|>"
+		"<|start_header_id|>ipython<|end_header_id|>\n\n\"dry\"<|eot_id|>"
+		"<|start_header_id|>assistant<|end_header_id|>\n\n");
+	/* a history with calls but no tools offered: 3.1's system turn
+	 * without "Environment", the user turn as it is */
+	expect_tools(CHAT_LLAMA3, tconv + 1, 3, &(struct chat_tools){ NULL, 0, tcalls + 1, tn_calls + 1 },
+		"<|start_header_id|>system<|end_header_id|>\n\n"
+		"Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+		"<|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>"
+		"<|start_header_id|>assistant<|end_header_id|>\n\n"
+		"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+		"<|start_header_id|>ipython<|end_header_id|>\n\n\"18 \\\"C\\\"\\n\"<|eot_id|>"
+		"<|start_header_id|>assistant<|end_header_id|>\n\n");
+	/* without tools nor calls: Llama 3's rendering, unchanged */
+	expect_tools(CHAT_LLAMA3, tconv + 1, 1, &(struct chat_tools){ 0 },
+		"<|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>"
+		"<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+END_TEST
+
+/* Qwen2.5 / Hermes: the tools section in the system turn after the system
+ * message, each tool tojson on its own line inside <tools>; calls as
+ * <tool_call> blocks after the assistant's content; consecutive results
+ * in one user turn of <tool_response> blocks. */
+#define QWEN_TOOLS(sys) \
+	"<|im_start|>system\n" sys "# Tools\n\nYou may call one or more functions " \
+	"to assist with the user query.\n\nYou are provided with function " \
+	"signatures within <tools></tools> XML tags:\n<tools>\n" \
+	"{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {}}}" \
+	"\n</tools>\n\nFor each function call, return a json object with function " \
+	"name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n" \
+	"{\"name\": <function-name>, \"arguments\": <args-json-object>}\n" \
+	"</tool_call><|im_end|>\n"
+START_TEST(test_tools_chatml)
+{
+	struct chat_tools tt = { weather, 1, tcalls, tn_calls };
+
+	expect_tools(CHAT_CHATML, tconv, 5, &tt,
+		QWEN_TOOLS("Be brief.\n\n")
+		"<|im_start|>user\n Weather in Paris? <|im_end|>\n"
+		"<|im_start|>assistant\n<tool_call>\n"
+		"{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+		"</tool_call><|im_end|>\n"
+		"<|im_start|>user\n<tool_response>\n18 \"C\"\n\n</tool_response>"
+		"\n<tool_response>\ndry\n</tool_response><|im_end|>\n"
+		"<|im_start|>assistant\n");
+	/* no system message: no default prompt invented; two calls after
+	 * the assistant's text; a result that ends the conversation */
+	struct chat_msg m[] = { { "user", "x" }, { "assistant", "Let me see." },
+				{ "tool", "r" } };
+	const struct chat_call *c[] = { NULL, two, NULL };
+	size_t nc[] = { 0, 2, 0 };
+	struct chat_tools t2 = { weather, 1, c, nc };
+	expect_tools(CHAT_CHATML, m, 3, &t2,
+		QWEN_TOOLS("")
+		"<|im_start|>user\nx<|im_end|>\n"
+		"<|im_start|>assistant\nLet me see.\n<tool_call>\n"
+		"{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+		"{\"name\": \"b\", \"arguments\": {\"x\": 1}}\n</tool_call><|im_end|>\n"
+		"<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n"
+		"<|im_start|>assistant\n");
+}
+END_TEST
+
+START_TEST(test_tools_refusals)
+{
+	struct chat_tools tt = { weather, 1, NULL, NULL };
+
+	for (int f = CHAT_LLAMA2; f < CHAT__N; f++) {
+		bool has = f == CHAT_LLAMA3 || f == CHAT_CHATML;
+
+		ck_assert_int_eq(chat_format_tools((enum chat_format)f), has);
+		if (has)
+			continue;
+		/* no tool syntax (Mistral v0.1/v0.2 included): refused */
+		refuse_tools((enum chat_format)f, tconv + 1, 1, &tt, "no tool syntax");
+		refuse_tools((enum chat_format)f, tconv + 1, 2,
+			     &(struct chat_tools){ NULL, 0, tcalls + 1, tn_calls + 1 },
+			     "no tool syntax");
+		refuse((enum chat_format)f, tconv + 3, 1, -EINVAL, "unknown role");
+	}
+	ck_assert(!chat_format_tools(CHAT_NONE));
+	ck_assert(!chat_format_tools((enum chat_format)CHAT__N));
+	/* Llama 3.1: one call per assistant message; the tools need a
+	 * first user message */
+	const struct chat_call *c2[] = { NULL, two };
+	size_t n2[] = { 0, 2 };
+	refuse_tools(CHAT_LLAMA3, tconv + 1, 2,
+		     &(struct chat_tools){ NULL, 0, c2, n2 }, "1 tool call");
+	refuse_tools(CHAT_LLAMA3, tconv + 2, 2, &tt, "first user message");
+	refuse_tools(CHAT_LLAMA3, tconv, 1, &tt, "first user message");
+	/* a call on a user message */
+	const struct chat_call *cu[] = { paris };
+	size_t nu[] = { 1 };
+	refuse_tools(CHAT_CHATML, tconv + 1, 1,
+		     &(struct chat_tools){ NULL, 0, cu, nu }, "only an assistant");
+	/* a tool without its JSON, a call without arguments */
+	struct chat_tool nojson[] = { { NULL, "x" } };
+	refuse_tools(CHAT_CHATML, tconv + 1, 1,
+		     &(struct chat_tools){ nojson, 1, NULL, NULL }, "no JSON");
+	struct chat_call noargs[] = { { "f", NULL } };
+	const struct chat_call *cn[] = { NULL, noargs };
+	size_t nn[] = { 0, 1 };
+	refuse_tools(CHAT_CHATML, tconv + 1, 2,
+		     &(struct chat_tools){ NULL, 0, cn, nn }, "no name or no arguments");
+}
+END_TEST
+
 START_TEST(test_refusals)
 {
-	struct chat_msg bad_role[] = { { "tool", "x" } };
+	struct chat_msg bad_role[] = { { "function", "x" } };   /* "tool": test_tools_refusals */
 	struct chat_msg late_sys[] = { { "user", "a" }, { "assistant", "b" },
 				       { "system", "c" }, { "user", "d" } };
 	struct chat_msg two_users[] = { { "user", "a" }, { "user", "b" } };
@@ -422,6 +599,9 @@ int main(void)
 	tcase_add_test(tc, test_gemma);
 	tcase_add_test(tc, test_phi3);
 	tcase_add_test(tc, test_deepseek);
+	tcase_add_test(tc, test_tools_llama3);
+	tcase_add_test(tc, test_tools_chatml);
+	tcase_add_test(tc, test_tools_refusals);
 	tcase_add_test(tc, test_refusals);
 	tcase_add_test(tc, test_too_big);
 	tcase_add_test(tc, test_detect);

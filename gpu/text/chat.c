@@ -24,6 +24,7 @@
  */
 #include "gpu/text/chat.h"
 #include "gpu/text/tokenizer.h"
+#include "conf/util.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -88,13 +89,36 @@ static void sb_trim(struct sb *b, const char *s)
 	sb_put(b, s, n);
 }
 
+/* s (NUL-terminated) as a JSON string, as Jinja's tojson (json.dumps)
+ * writes it: kvd_json_str's escapes (control bytes as \u00xx). */
+static void sb_json_str(struct sb *b, const char *s)
+{
+	char *p = NULL;
+	size_t n = 0;
+	FILE *f = b->err ? NULL : open_memstream(&p, &n);
+
+	if (!f) {
+		if (!b->err)
+			b->err = -ENOMEM;
+		return;
+	}
+	kvd_json_str(f, s, strlen(s));
+	if (fclose(f) || !p)
+		b->err = b->err ? b->err : -ENOMEM;
+	else
+		sb_put(b, p, n);
+	free(p);
+}
+
 /* ---- roles ---------------------------------------------------------------- */
 
-enum role { R_SYSTEM, R_USER, R_ASSISTANT };
+enum role { R_SYSTEM, R_USER, R_ASSISTANT, R_TOOL };
 
 struct turn {
 	enum role role;
 	const char *content;
+	const struct chat_call *calls;   /* assistant: (n_calls) */
+	size_t n_calls;
 };
 
 /* ---- the formats ---------------------------------------------------------- */
@@ -128,6 +152,8 @@ static void r_llama2(struct sb *b, const struct turn *t, size_t n, bool gen)
 			sb_trim(b, t[i].content);
 			sb_str(b, " </s>");
 			open = false;
+			break;
+		case R_TOOL:   /* never: the format has no tool syntax (role_of) */
 			break;
 		}
 	}
@@ -194,6 +220,8 @@ static void r_mistral(struct sb *b, const struct turn *t, size_t n, bool gen)
 		case R_ASSISTANT:
 			sb_str(b, t[i].content);
 			sb_str(b, "</s>");
+			break;
+		case R_TOOL:   /* never: the format has no tool syntax (role_of) */
 			break;
 		}
 	}
@@ -264,11 +292,177 @@ static void r_deepseek(struct sb *b, const struct turn *t, size_t n, bool gen)
 			sb_str(b, "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence"
 				  "\xef\xbd\x9c>");
 			break;
+		case R_TOOL:   /* never: the format has no tool syntax (role_of) */
+			break;
 		}
 	}
 	if (gen)
 		sb_str(b, "Assistant:");
 }
+
+/* ---- tools ---------------------------------------------------------------- */
+
+/* Llama 3.1 instruct's JSON tool calling (meta-llama/Llama-3.1-8B-Instruct,
+ * custom tools, tools_in_user_message as its default):
+ *   <|start_header_id|>system<|end_header_id|>\n\n
+ *   [Environment: ipython\n when tools are offered]
+ *   Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n
+ *   SYSTEM|trim<|eot_id|>
+ * then, with tools, the first user message carries them: its header, the
+ * instruction, each tool as tojson(indent=4) + "\n\n", the content|trim,
+ * <|eot_id|>. An assistant call is {"name": "N", "parameters": ARGS} in an
+ * assistant turn; a result is tojson(content) in the ipython turn (a
+ * string is iterable in Jinja: the template quotes it). The date is the
+ * template's default, never the clock: the prompt is a function of the
+ * request (invariant 9). */
+static const char LLAMA31_TOOLS_INTRO[] =
+	"Given the following functions, please respond with a JSON for a "
+	"function call with its proper arguments that best answers the given "
+	"prompt.\n\nRespond in the format {\"name\": function name, "
+	"\"parameters\": dictionary of argument name and its value}.Do not use "
+	"variables.\n\n";
+
+static void llama31_header(struct sb *b, const char *role)
+{
+	sb_str(b, "<|start_header_id|>");
+	sb_str(b, role);
+	sb_str(b, "<|end_header_id|>\n\n");
+}
+
+static void llama31_turn(struct sb *b, const struct turn *t)
+{
+	static const char *const names[] = { "system", "user", "assistant" };
+
+	if (t->role == R_TOOL) {
+		llama31_header(b, "ipython");
+		sb_json_str(b, t->content);
+	} else if (t->n_calls) {
+		llama31_header(b, "assistant");
+		sb_str(b, "{\"name\": \"");
+		sb_str(b, t->calls[0].name);
+		sb_str(b, "\", \"parameters\": ");
+		sb_str(b, t->calls[0].arguments);
+		sb_str(b, "}");
+	} else {
+		llama31_header(b, names[t->role]);
+		sb_trim(b, t->content);
+	}
+	sb_str(b, "<|eot_id|>");
+}
+
+static void r_llama31(struct sb *b, const struct turn *t, size_t n,
+		      const struct chat_tool *tools, size_t n_tools, bool gen)
+{
+	size_t i = 0;
+
+	llama31_header(b, "system");
+	if (n_tools)
+		sb_str(b, "Environment: ipython\n");
+	sb_str(b, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+	if (n && t[0].role == R_SYSTEM)
+		sb_trim(b, t[i++].content);
+	sb_str(b, "<|eot_id|>");
+	if (n_tools) {   /* t[i] is a user turn (check_tool_turns) */
+		llama31_header(b, "user");
+		sb_str(b, LLAMA31_TOOLS_INTRO);
+		for (size_t k = 0; k < n_tools; k++) {
+			sb_str(b, tools[k].json_indent);
+			sb_str(b, "\n\n");
+		}
+		sb_trim(b, t[i++].content);
+		sb_str(b, "<|eot_id|>");
+	}
+	for (; i < n; i++)
+		llama31_turn(b, &t[i]);
+	if (gen)
+		llama31_header(b, "assistant");
+}
+
+/* Qwen2.5 instruct's tool calling (Qwen/Qwen2.5-7B-Instruct; the Hermes
+ * convention): with tools the system turn is the system message (none:
+ * kvd invents no default prompt, so the section opens the turn) and
+ *   \n\n# Tools\n\n...<tools>\nTOOL\nTOOL\n</tools>\n\n...<|im_end|>\n
+ * (each tool tojson); an assistant turn with calls is its content (if
+ * any) then \n<tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>
+ * per call; consecutive "tool" results share one user turn, each
+ * \n<tool_response>\nCONTENT\n</tool_response>. Contents are not trimmed. */
+static const char QWEN_TOOLS_HEAD[] =
+	"# Tools\n\nYou may call one or more functions to assist with the user "
+	"query.\n\nYou are provided with function signatures within "
+	"<tools></tools> XML tags:\n<tools>";
+static const char QWEN_TOOLS_TAIL[] =
+	"\n</tools>\n\nFor each function call, return a json object with "
+	"function name and arguments within <tool_call></tool_call> XML tags:"
+	"\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+	"<args-json-object>}\n</tool_call><|im_end|>\n";
+
+static void qwen_calls(struct sb *b, const struct turn *t)
+{
+	sb_str(b, "<|im_start|>assistant");
+	if (t->content[0]) {
+		sb_str(b, "\n");
+		sb_str(b, t->content);
+	}
+	for (size_t k = 0; k < t->n_calls; k++) {
+		sb_str(b, "\n<tool_call>\n{\"name\": \"");
+		sb_str(b, t->calls[k].name);
+		sb_str(b, "\", \"arguments\": ");
+		sb_str(b, t->calls[k].arguments);
+		sb_str(b, "}\n</tool_call>");
+	}
+	sb_str(b, "<|im_end|>\n");
+}
+
+static void qwen_turn(struct sb *b, const struct turn *t, size_t i, size_t n)
+{
+	static const char *const names[] = { "system", "user", "assistant" };
+
+	if (t[i].role == R_TOOL) {
+		if (i == 0 || t[i - 1].role != R_TOOL)
+			sb_str(b, "<|im_start|>user");
+		sb_str(b, "\n<tool_response>\n");
+		sb_str(b, t[i].content);
+		sb_str(b, "\n</tool_response>");
+		if (i + 1 == n || t[i + 1].role != R_TOOL)
+			sb_str(b, "<|im_end|>\n");
+	} else if (t[i].n_calls) {
+		qwen_calls(b, &t[i]);
+	} else {
+		sb_str(b, "<|im_start|>");
+		sb_str(b, names[t[i].role]);
+		sb_str(b, "\n");
+		sb_str(b, t[i].content);
+		sb_str(b, "<|im_end|>\n");
+	}
+}
+
+static void r_qwen_tools(struct sb *b, const struct turn *t, size_t n,
+			 const struct chat_tool *tools, size_t n_tools, bool gen)
+{
+	size_t i = 0;
+
+	if (n_tools) {
+		sb_str(b, "<|im_start|>system\n");
+		if (n && t[0].role == R_SYSTEM) {
+			sb_str(b, t[i++].content);
+			sb_str(b, "\n\n");
+		}
+		sb_str(b, QWEN_TOOLS_HEAD);
+		for (size_t k = 0; k < n_tools; k++) {
+			sb_str(b, "\n");
+			sb_str(b, tools[k].json);
+		}
+		sb_str(b, QWEN_TOOLS_TAIL);
+	}
+	for (; i < n; i++)
+		qwen_turn(b, t, i, n);
+	if (gen)
+		sb_str(b, "<|im_start|>assistant\n");
+}
+
+typedef void render_tools_fn(struct sb *b, const struct turn *t, size_t n,
+			     const struct chat_tool *tools, size_t n_tools,
+			     bool gen);
 
 struct chat_format_row {
 	const char *name;
@@ -282,6 +476,10 @@ struct chat_format_row {
 	 * cannot be forged only when each is one control token of the
 	 * vocabulary (chat_format_check) */
 	const char *markers[7];
+	/* the format's tool syntax (NULL: none), and its rules */
+	render_tools_fn *render_tools;
+	size_t max_calls;   /* per assistant message; 0 unbounded */
+	bool tools_in_first_user;   /* the tools go into the first user turn */
 };
 
 static const struct chat_format_row formats[CHAT__N] = {
@@ -292,9 +490,11 @@ static const struct chat_format_row formats[CHAT__N] = {
 	[CHAT_LLAMA3] = { "llama3",
 			  { "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>" },
 			  { NULL }, false, false, r_llama3,
-			  { "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>" } },
+			  { "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>" },
+			  r_llama31, 1, true },
 	[CHAT_CHATML] = { "chatml", { "<|im_start|>", "<|im_end|>" }, { NULL },
-			  false, false, r_chatml, { "<|im_start|>", "<|im_end|>" } },
+			  false, false, r_chatml, { "<|im_start|>", "<|im_end|>" },
+			  r_qwen_tools, 0, false },
 	/* v0.3 writes "[/INST]" without the space and v7 has
 	 * [SYSTEM_PROMPT]: other formats */
 	[CHAT_MISTRAL] = { "mistral", { "[INST] ", " [/INST]" },
@@ -407,6 +607,24 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
 	return code;
 }
 
+/* The role of a message: 0 and *r; -1 for an unknown role. "tool" is a
+ * role of the formats with a tool syntax only. */
+static int role_of(const struct chat_format_row *row, const char *name,
+		   enum role *r)
+{
+	static const char *const names[] = { "system", "user", "assistant", "tool" };
+
+	for (unsigned i = 0; i < 4; i++) {
+		if (strcmp(name, names[i]))
+			continue;
+		if (i == R_TOOL && !row->render_tools)
+			return -1;
+		*r = (enum role)i;
+		return 0;
+	}
+	return -1;
+}
+
 /* Check the turns against the format's rules and map the roles. */
 static int check_turns(const struct chat_format_row *row,
 		       const struct chat_msg *msgs, size_t n, struct turn *t,
@@ -417,17 +635,11 @@ static int check_turns(const struct chat_format_row *row,
 		if (!msgs[i].role || !msgs[i].content)
 			return fail(err, errlen, -EINVAL,
 				    "message %zu has no role or no content", i);
-		if (strcmp(msgs[i].role, "system") == 0)
-			t[i].role = R_SYSTEM;
-		else if (strcmp(msgs[i].role, "user") == 0)
-			t[i].role = R_USER;
-		else if (strcmp(msgs[i].role, "assistant") == 0)
-			t[i].role = R_ASSISTANT;
-		else
+		if (role_of(row, msgs[i].role, &t[i].role))
 			/* the role is the client's string: not echoed */
 			return fail(err, errlen, -EINVAL,
-				    "message %zu has an unknown role (system, user or assistant)",
-				    i);
+				    "message %zu has an unknown role (system, user or assistant%s)",
+				    i, row->render_tools ? ", tool" : "");
 		t[i].content = msgs[i].content;
 		if (t[i].role == R_SYSTEM) {
 			if (row->sys_first && i != 0)
@@ -449,10 +661,109 @@ static int check_turns(const struct chat_format_row *row,
 	return 0;
 }
 
+/* The calls of the turns against the format's tool rules; *uses set when
+ * the conversation needs the tool rendering (a call or a result). */
+static int check_tool_turns(const struct chat_format_row *row,
+			    const struct turn *t, size_t n, size_t n_tools,
+			    bool *uses, char *err, size_t errlen)
+{
+	*uses = n_tools > 0;
+	for (size_t i = 0; i < n; i++) {
+		*uses |= t[i].role == R_TOOL || t[i].n_calls;
+		if (t[i].n_calls && !row->render_tools)
+			return fail(err, errlen, -EINVAL,
+				    "message %zu: the %s format has no tool syntax", i, row->name);
+		if (t[i].n_calls && t[i].role != R_ASSISTANT)
+			return fail(err, errlen, -EINVAL,
+				    "message %zu: only an assistant message calls tools", i);
+		if (row->max_calls && t[i].n_calls > row->max_calls)
+			return fail(err, errlen, -EINVAL,
+				    "message %zu: the %s format takes %zu tool call per assistant message",
+				    i, row->name, row->max_calls);
+		for (size_t c = 0; c < t[i].n_calls; c++)
+			if (!t[i].calls[c].name || !t[i].calls[c].arguments)
+				return fail(err, errlen, -EINVAL,
+					    "message %zu: call %zu has no name or no arguments", i, c);
+	}
+	if (n_tools && !row->render_tools)
+		return fail(err, errlen, -EINVAL,
+			    "the %s format has no tool syntax", row->name);
+	if (n_tools && row->tools_in_first_user) {
+		size_t f = n && t[0].role == R_SYSTEM ? 1 : 0;
+
+		if (f >= n || t[f].role != R_USER)
+			return fail(err, errlen, -EINVAL,
+				    "the %s format puts the tools into the first user message: the conversation must open with one",
+				    row->name);
+	}
+	return 0;
+}
+
+static int check_tools(const struct chat_tool *tools, size_t n_tools,
+		       char *err, size_t errlen)
+{
+	if (n_tools && !tools)
+		return fail(err, errlen, -EINVAL, "no tools");
+	for (size_t k = 0; k < n_tools; k++)
+		if (!tools[k].json || !tools[k].json_indent)
+			return fail(err, errlen, -EINVAL, "tool %zu has no JSON", k);
+	return 0;
+}
+
 int chat_render(enum chat_format f, const struct chat_msg *msgs, size_t n,
 		bool add_generation_prompt, char **out, size_t *len,
 		char *err, size_t errlen)
 {
+	return chat_render_tools(f, msgs, n, NULL, add_generation_prompt, out,
+				 len, err, errlen);
+}
+
+bool chat_format_tools(enum chat_format f)
+{
+	return (unsigned)f < CHAT__N && formats[f].render_tools;
+}
+
+/* The turns rendered in the row's format: with its tool syntax when the
+ * conversation uses tools, else as before tools existed. */
+static int render_turns(const struct chat_format_row *row,
+			const struct chat_msg *msgs, size_t n,
+			const struct chat_tools *tt, bool gen,
+			struct sb *b, char *err, size_t errlen)
+{
+	struct turn *t = calloc(n, sizeof *t);
+	size_t n_tools = tt ? tt->n_tools : 0;
+	bool uses;
+	int rc;
+
+	if (!t)
+		return fail(err, errlen, -ENOMEM, "out of memory");
+	rc = check_turns(row, msgs, n, t, err, errlen);
+	for (size_t i = 0; !rc && tt && tt->calls && i < n; i++) {
+		t[i].calls = tt->calls[i];
+		t[i].n_calls = tt->calls[i] ? tt->n_calls[i] : 0;
+	}
+	if (!rc)
+		rc = check_tool_turns(row, t, n, n_tools, &uses, err, errlen);
+	if (!rc) {
+		sb_put(b, "", 0);   /* an empty render is still a string */
+		if (uses)
+			row->render_tools(b, t, n, n_tools ? tt->tools : NULL,
+					  n_tools, gen);
+		else
+			row->render(b, t, n, gen);
+	}
+	free(t);
+	return rc;
+}
+
+int chat_render_tools(enum chat_format f, const struct chat_msg *msgs,
+		      size_t n, const struct chat_tools *tt,
+		      bool add_generation_prompt, char **out, size_t *len,
+		      char *err, size_t errlen)
+{
+	struct sb b = { 0 };
+	int rc;
+
 	if (err && errlen)
 		err[0] = '\0';
 	if (!out || !len)
@@ -464,21 +775,16 @@ int chat_render(enum chat_format f, const struct chat_msg *msgs, size_t n,
 			    "the model has no chat template kvd knows (set model.chat_template)");
 	if (n == 0 || !msgs)
 		return fail(err, errlen, -EINVAL, "no messages");
-	if (n > CHAT_TEXT_MAX / 16)
+	if (n > CHAT_TEXT_MAX / 16 || (tt && tt->n_tools > CHAT_TEXT_MAX / 16))
 		return fail(err, errlen, -E2BIG, "%zu messages is too many", n);
-	const struct chat_format_row *row = &formats[f];
-	struct turn *t = calloc(n, sizeof *t);
-	if (!t)
-		return fail(err, errlen, -ENOMEM, "out of memory");
-	int rc = check_turns(row, msgs, n, t, err, errlen);
+	rc = tt ? check_tools(tt->tools, tt->n_tools, err, errlen) : 0;
+	if (!rc)
+		rc = render_turns(&formats[f], msgs, n, tt,
+				  add_generation_prompt, &b, err, errlen);
 	if (rc) {
-		free(t);
+		free(b.p);
 		return rc;
 	}
-	struct sb b = { 0 };
-	sb_put(&b, "", 0);   /* an empty render is still a string */
-	row->render(&b, t, n, add_generation_prompt);
-	free(t);
 	if (b.err) {
 		free(b.p);
 		return fail(err, errlen, b.err, b.err == -E2BIG
@@ -490,12 +796,38 @@ int chat_render(enum chat_format f, const struct chat_msg *msgs, size_t n,
 	return 0;
 }
 
-/* A control token's text inside content would be parsed as that token
+/* Whether s holds the text p[0, l). */
+static bool holds(const char *s, const char *p, size_t l)
+{
+	for (const char *h = strchr(s, p[0]); h; h = strchr(h + 1, p[0]))
+		if (strncmp(h, p, l) == 0)
+			return true;
+	return false;
+}
+
+/* Whether message i renders an outside string holding p[0, l): its
+ * content, its calls' names and arguments. */
+static bool msg_holds(const struct chat_msg *msgs, size_t i,
+		      const struct chat_tools *tt, const char *p, size_t l)
+{
+	const struct chat_call *c = tt && tt->calls ? tt->calls[i] : NULL;
+
+	if (holds(msgs[i].content, p, l))
+		return true;
+	for (size_t k = 0; c && k < tt->n_calls[i]; k++)
+		if (holds(c[k].name, p, l) || holds(c[k].arguments, p, l))
+			return true;
+	return false;
+}
+
+/* A control token's text inside an outside string (a content, a call, a
+ * tool's JSON: name, description, schema) would be parsed as that token
  * once the whole prompt is encoded with specials: refuse it. */
 static int check_specials(const struct tokenizer *tok,
 			  const struct chat_msg *msgs, size_t n,
-			  char *err, size_t errlen)
+			  const struct chat_tools *tt, char *err, size_t errlen)
 {
+	size_t n_tools = tt ? tt->n_tools : 0;
 	uint32_t nv = tokenizer_n_vocab(tok);
 	for (uint32_t id = 0; id < nv; id++) {
 		enum tokenizer_type ty = tokenizer_token_type(tok, (int32_t)id);
@@ -505,15 +837,17 @@ static int check_specials(const struct tokenizer *tok,
 		size_t l;
 		if (tokenizer_token_text(tok, (int32_t)id, &p, &l) || l == 0)
 			continue;
-		for (size_t i = 0; i < n; i++) {
-			const char *c = msgs[i].content;
-			for (const char *h = strchr(c, p[0]); h; h = strchr(h + 1, p[0])) {
-				if (strncmp(h, p, l) == 0)
-					return fail(err, errlen, -EPERM,
-						    "message %zu contains the text of control token %u",
-						    i, id);
-			}
-		}
+		for (size_t i = 0; i < n; i++)
+			if (msg_holds(msgs, i, tt, p, l))
+				return fail(err, errlen, -EPERM,
+					    "message %zu contains the text of control token %u",
+					    i, id);
+		for (size_t k = 0; k < n_tools; k++)
+			if (holds(tt->tools[k].json, p, l) ||
+			    holds(tt->tools[k].json_indent, p, l))
+				return fail(err, errlen, -EPERM,
+					    "tool %zu contains the text of control token %u",
+					    k, id);
 	}
 	return 0;
 }
@@ -523,17 +857,27 @@ int chat_encode(enum chat_format f, const struct tokenizer *tok,
 		bool add_generation_prompt, int32_t **ids, size_t *n_ids,
 		char *err, size_t errlen)
 {
+	return chat_encode_tools(f, tok, msgs, n, NULL, add_generation_prompt,
+				 ids, n_ids, err, errlen);
+}
+
+int chat_encode_tools(enum chat_format f, const struct tokenizer *tok,
+		      const struct chat_msg *msgs, size_t n,
+		      const struct chat_tools *tt,
+		      bool add_generation_prompt, int32_t **ids, size_t *n_ids,
+		      char *err, size_t errlen)
+{
 	if (!tok || !ids || !n_ids)
 		return -EINVAL;
 	*ids = NULL;
 	*n_ids = 0;
 	char *text;
 	size_t len;
-	int rc = chat_render(f, msgs, n, add_generation_prompt, &text, &len,
-			     err, errlen);
+	int rc = chat_render_tools(f, msgs, n, tt, add_generation_prompt, &text,
+				   &len, err, errlen);
 	if (rc)
 		return rc;
-	rc = check_specials(tok, msgs, n, err, errlen);
+	rc = check_specials(tok, msgs, n, tt, err, errlen);
 	if (rc == 0) {
 		unsigned flags = TOKENIZER_PARSE_SPECIAL;
 		if (tokenizer_add_bos(tok))

@@ -36,9 +36,37 @@ enum chat_format {
 	CHAT__N,
 };
 
+/* One tool call of an assistant message (formats with a tool syntax). */
+struct chat_call {
+	const char *name;      /* the function's name */
+	const char *arguments; /* its arguments: a JSON object as text, as
+				* Python's json.dumps writes it (", " and
+				* ": "), rendered as given */
+};
+
 struct chat_msg {
-	const char *role;      /* "system", "user" or "assistant" */
-	const char *content;   /* NUL-terminated UTF-8 */
+	const char *role;      /* "system", "user", "assistant"; "tool" in
+				* the formats with a tool syntax */
+	const char *content;   /* NUL-terminated UTF-8 ("" for an assistant
+				* message that only calls) */
+};
+
+/* A tool offered to the model, already serialized by the caller (the
+ * templates print it with Jinja's tojson, which is json.dumps): the
+ * whole object ({"type": "function", "function": {"name": ...,
+ * "description": ..., "parameters": {...}}}) in the client's key order. */
+struct chat_tool {
+	const char *json;         /* ", " and ": " separators, one line */
+	const char *json_indent;  /* the same, indented by 4 (Llama 3.1) */
+};
+
+/* What a conversation with tools adds to its messages. */
+struct chat_tools {
+	const struct chat_tool *tools;   /* (n_tools) offered; 0: none */
+	size_t n_tools;
+	const struct chat_call *const *calls;  /* NULL, or (n messages):
+						* message i's calls ... */
+	const size_t *n_calls;           /* ... (n_calls[i]), assistant only */
 };
 
 /* Recognize a tokenizer.chat_template source. 0 and *out set; -ENOENT
@@ -71,6 +99,25 @@ int chat_render(enum chat_format f, const struct chat_msg *msgs, size_t n,
 		bool add_generation_prompt, char **out, size_t *len,
 		char *err, size_t errlen);
 
+/* Whether format f has a tool syntax (tools rendered, assistant calls
+ * and "tool" results in the conversation): llama3 (Llama 3.1's JSON
+ * calls, results in the ipython role) and chatml (Qwen2.5 / Hermes:
+ * <tools> in the system turn, <tool_call> blocks, <tool_response> in a
+ * user turn). The others have none: Mistral v0.1/v0.2 included. */
+bool chat_format_tools(enum chat_format f);
+
+/* chat_render with tt's tools offered to the model (tt NULL or n_tools 0:
+ * none, but the conversation may still hold calls and results). Beyond
+ * chat_render's errors, -EINVAL (err says which) when the format has no
+ * tool syntax and tools, a call or a "tool" message is given, or when
+ * the format's own rule refuses the turns (llama3: the tools go into the
+ * first user message, so one must open the conversation; one call per
+ * assistant message). chat_render(...) is chat_render_tools(..., NULL, ...). */
+int chat_render_tools(enum chat_format f, const struct chat_msg *msgs,
+		      size_t n, const struct chat_tools *tt,
+		      bool add_generation_prompt, char **out, size_t *len,
+		      char *err, size_t errlen);
+
 /* Whether format f can be served safely with tok: every control marker
  * the format writes around contents ("<|im_start|>", "[INST]", ...) is
  * one control token of the vocabulary, so no content can produce it
@@ -91,3 +138,11 @@ int chat_encode(enum chat_format f, const struct tokenizer *tok,
 		const struct chat_msg *msgs, size_t n,
 		bool add_generation_prompt, int32_t **ids, size_t *n_ids,
 		char *err, size_t errlen);
+/* chat_encode with tools (chat_render_tools). The control-token rule
+ * covers every outside string rendered: contents, call names and
+ * arguments, the tools' JSON (-EPERM, err names the message or tool). */
+int chat_encode_tools(enum chat_format f, const struct tokenizer *tok,
+		      const struct chat_msg *msgs, size_t n,
+		      const struct chat_tools *tt,
+		      bool add_generation_prompt, int32_t **ids, size_t *n_ids,
+		      char *err, size_t errlen);
