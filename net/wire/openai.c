@@ -7,6 +7,7 @@
  * type and range and say which parameter failed.
  */
 #include "net/wire/openai.h"
+#include "net/wire/openai_int.h"
 #include "net/wire/proto_client.h"
 
 #include <errno.h>
@@ -70,8 +71,8 @@ static int unsupported_at(struct openai_error *err, const char *param,
 				"'%s' is not supported by this server: %s", clean, what);
 }
 
-static int unsupported(struct openai_error *err, const char *key,
-		       const char *what)
+int openai__unsupported(struct openai_error *err, const char *key,
+			const char *what)
 {
 	char param[40];
 
@@ -140,7 +141,7 @@ static int rd_prompt(struct openai_req *q, const char *k, json_t *v,
 	    json_is_integer(json_array_get(v, 0)))
 		return tokens_of(q, k, v, err);
 	if (json_is_array(v) && json_array_size(v) > 1)
-		return unsupported(err, k, "one prompt per request (n = 1)");
+		return openai__unsupported(err, k, "one prompt per request (n = 1)");
 	return bad(err, k, "'%s' must be a string or an array of token ids", k);
 }
 
@@ -180,7 +181,7 @@ static int part_check(const char *k, size_t i, size_t j, json_t *part, bool resp
 		return bad(err, k, "'%s[%zu].content[%zu].type' must be a string", k, i, j);
 	pt = part_type_of(json_string_value(type), resp);
 	if (!pt && !resp)
-		return unsupported(err, json_string_value(type),
+		return openai__unsupported(err, json_string_value(type),
 				   "content parts of type text only");
 	if (!pt) {
 		snprintf(param, sizeof(param), "%s[%zu].content[%zu].type", k, i, j);
@@ -230,6 +231,62 @@ static int content_of(const char *k, size_t i, json_t *c, bool resp, char **out,
 	return 0;
 }
 
+/* Its keys: role, content and name; an assistant's tool_calls, a tool
+ * result's tool_call_id. */
+static int msg_keys(const char *k, size_t i, json_t *m, const char *role,
+		    struct openai_error *err)
+{
+	const char *key;
+	json_t *x;
+
+	json_object_foreach(m, key, x) {
+		if (!strcmp(key, "role") || !strcmp(key, "content") || !strcmp(key, "name"))
+			continue;
+		if (!strcmp(key, "tool_calls") && !strcmp(role, "assistant"))
+			continue;
+		if (!strcmp(key, "tool_call_id") && !strcmp(role, "tool")) {
+			if (!json_is_string(x) || json_string_length(x) > 256)
+				return bad(err, k, "'%s[%zu].tool_call_id' must be a string of at most 256 bytes", k, i);
+			continue;
+		}
+		return openai__unsupported(err, key, "messages carry role and content (an assistant's tool_calls, a tool's tool_call_id)");
+	}
+	if (!strcmp(role, "tool") && !json_object_get(m, "tool_call_id"))
+		return bad(err, k, "'%s[%zu].tool_call_id' is required for a tool message", k, i);
+	return 0;
+}
+
+static int msg_of(struct openai_req *q, const char *k, size_t i, json_t *m,
+		  struct openai_error *err)
+{
+	static const char *const roles[] = { "system", "user", "assistant",
+					     "developer", "tool" };
+	json_t *role = json_object_get(m, "role");
+	json_t *content = json_object_get(m, "content");
+	struct openai_msg *om = &q->msgs[i];
+	size_t r = 0;
+	int rc;
+
+	if (!json_is_object(m))
+		return bad(err, k, "'%s[%zu]' is not an object", k, i);
+	if (!json_is_string(role))
+		return bad(err, k, "'%s[%zu].role' must be a string", k, i);
+	while (r < 5 && strcmp(json_string_value(role), roles[r]))
+		r++;
+	if (r == 5)
+		return bad(err, k, "'%s[%zu].role' must be system, developer, user, assistant or tool", k, i);
+	if ((rc = msg_keys(k, i, m, roles[r], err)))
+		return rc;
+	q->n_msgs = i + 1;
+	if (!(om->role = strdup(roles[r])))
+		return -ENOMEM;
+	if ((rc = openai__msg_calls(om, i, json_object_get(m, "tool_calls"), err)))
+		return rc;
+	if (om->n_calls && (!content || json_is_null(content)))
+		return (om->content = strdup("")) ? 0 : -ENOMEM;
+	return content_of(k, i, content, false, &om->content, err);
+}
+
 static int rd_messages(struct openai_req *q, const char *k, json_t *v,
 		       struct openai_error *err)
 {
@@ -242,30 +299,9 @@ static int rd_messages(struct openai_req *q, const char *k, json_t *v,
 	q->msgs = calloc(n, sizeof(*q->msgs));
 	if (!q->msgs)
 		return -ENOMEM;
-	json_array_foreach(v, i, m) {
-		json_t *role = json_object_get(m, "role");
-		json_t *content = json_object_get(m, "content");
-		const char *key;
-		json_t *x;
-
-		if (!json_is_object(m))
-			return bad(err, k, "'%s[%zu]' is not an object", k, i);
-		json_object_foreach(m, key, x)
-			if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name"))
-				return unsupported(err, key, "messages carry role and content");
-		if (!json_is_string(role))
-			return bad(err, k, "'%s[%zu].role' must be a string", k, i);
-		if (strcmp(json_string_value(role), "system") &&
-		    strcmp(json_string_value(role), "user") &&
-		    strcmp(json_string_value(role), "assistant") &&
-		    strcmp(json_string_value(role), "developer"))
-			return bad(err, k, "'%s[%zu].role' must be system, developer, user or assistant", k, i);
-		q->n_msgs = i + 1;
-		if (!(q->msgs[i].role = strdup(json_string_value(role))))
-			return -ENOMEM;
-		if ((rc = content_of(k, i, content, false, &q->msgs[i].content, err)))
+	json_array_foreach(v, i, m)
+		if ((rc = msg_of(q, k, i, m, err)))
 			return rc;
-	}
 	return 0;
 }
 
@@ -557,8 +593,8 @@ static const struct ignored {
 	[OPENAI_IGN_METADATA] = { "metadata", JSON_OBJECT },
 	[OPENAI_IGN_STORE] = { "store", JSON_TRUE },
 	[OPENAI_IGN_SERVICE_TIER] = { "service_tier", JSON_STRING },
-	/* tools are refused unless empty (rd_empty), so this never speaks
-	 * of tools kvd runs; when tools come, it must be read */
+	/* read by rd_parallel: true (the default) changes nothing; false
+	 * with tools is refused (openai__tools_check) */
 	[OPENAI_IGN_PARALLEL_TOOL_CALLS] = { "parallel_tool_calls", JSON_TRUE },
 	[OPENAI_IGN_PROMPT_CACHE_KEY] = { "prompt_cache_key", JSON_STRING },
 	[OPENAI_IGN_PROMPT_CACHE_RETENTION] = { "prompt_cache_retention", JSON_STRING },
@@ -582,12 +618,21 @@ static int rd_ignored(struct openai_req *q, const char *k, json_t *v,
 	while (i < OPENAI_IGNORED__N && strcmp(ignored[i].name, k))
 		i++;
 	if (i == OPENAI_IGNORED__N)
-		return unsupported(err, k, NULL);   /* a row without its name */
+		return openai__unsupported(err, k, NULL);   /* a row without its name */
 	if (!json_is_null(v) && json_typeof(v) != ignored[i].type &&
 	    !(ignored[i].type == JSON_TRUE && json_is_boolean(v)))
 		return bad(err, k, "'%s' must be %s", k, type_name[ignored[i].type]);
 	q->ignored |= 1u << i;
 	return 0;
+}
+
+/* parallel_tool_calls: recorded; false is refused with tools (it would
+ * need constrained decoding), an ignored field otherwise. */
+static int rd_parallel(struct openai_req *q, const char *k, json_t *v,
+		       struct openai_error *err)
+{
+	q->no_parallel_calls = json_is_false(v);
+	return rd_ignored(q, k, v, err);
 }
 
 /* Known, accepted only at the value that means "off". */
@@ -597,7 +642,7 @@ static int rd_n(struct openai_req *q, const char *k, json_t *v,
 	(void)q;
 	if (json_is_null(v) || (json_is_integer(v) && json_integer_value(v) == 1))
 		return 0;
-	return unsupported(err, k, "only 1 is served");
+	return openai__unsupported(err, k, "only 1 is served");
 }
 
 static int rd_false(struct openai_req *q, const char *k, json_t *v,
@@ -607,7 +652,7 @@ static int rd_false(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v) || json_is_false(v) ||
 	    (json_is_integer(v) && json_integer_value(v) == 0))
 		return 0;
-	return unsupported(err, k, NULL);
+	return openai__unsupported(err, k, NULL);
 }
 
 static int rd_empty(struct openai_req *q, const char *k, json_t *v,
@@ -617,7 +662,7 @@ static int rd_empty(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0) ||
 	    (json_is_array(v) && json_array_size(v) == 0))
 		return 0;
-	return unsupported(err, k, NULL);
+	return openai__unsupported(err, k, NULL);
 }
 
 static int rd_response_format(struct openai_req *q, const char *k, json_t *v,
@@ -629,7 +674,7 @@ static int rd_response_format(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v) || (json_is_object(v) && json_object_size(v) == 1 &&
 				json_is_string(t) && !strcmp(json_string_value(t), "text")))
 		return 0;
-	return unsupported(err, k, "only {\"type\": \"text\"} is served");
+	return openai__unsupported(err, k, "only {\"type\": \"text\"} is served");
 }
 
 static int rd_stream_options(struct openai_req *q, const char *k, json_t *v,
@@ -681,7 +726,7 @@ static int input_item(struct openai_req *q, const char *k, size_t i, json_t *m,
 		while (n < sizeof(keys) / sizeof(keys[0]) && strcmp(keys[n], key))
 			n++;
 		if (n == sizeof(keys) / sizeof(keys[0]))
-			return unsupported(err, key, "input messages carry type, role, content, id and status");
+			return openai__unsupported(err, key, "input messages carry type, role, content, id and status");
 	}
 	while (json_is_string(role) && r < sizeof(input_roles) / sizeof(input_roles[0]) &&
 	       strcmp(input_roles[r], json_string_value(role)))
@@ -765,7 +810,7 @@ static int rd_truncation(struct openai_req *q, const char *k, json_t *v,
 	(void)q;
 	if (json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), "disabled")))
 		return 0;
-	return unsupported(err, k, "only \"disabled\" is served (a prompt too long is refused)");
+	return openai__unsupported(err, k, "only \"disabled\" is served (a prompt too long is refused)");
 }
 
 /* instructions become the first message, a system one (OpenAI's rule:
@@ -815,7 +860,7 @@ static const struct field {
 	{ "metadata", EP_CHAT, rd_ignored },
 	{ "store", EP_CHAT, rd_ignored },
 	{ "service_tier", EP_CHAT, rd_ignored },
-	{ "parallel_tool_calls", EP_CHAT, rd_ignored },
+	{ "parallel_tool_calls", EP_CHAT, rd_parallel },
 	{ "prompt_cache_key", EP_CHAT, rd_ignored },
 	{ "prompt_cache_retention", EP_CHAT, rd_ignored },
 	{ "safety_identifier", EP_CHAT, rd_ignored },
@@ -832,7 +877,8 @@ static const struct field {
 	{ "top_logprobs", EP_CHAT, rd_top_logprobs },
 	{ "suffix", EP_CMPL, rd_empty },
 	{ "logit_bias", EP_BOTH, rd_logit_bias },
-	{ "tools", EP_CHAT, rd_empty },
+	{ "tools", EP_CHAT, openai__rd_tools },
+	{ "tool_choice", EP_CHAT, openai__rd_tool_choice },
 	{ "functions", EP_CHAT, rd_empty },
 	{ "response_format", EP_CHAT, rd_response_format },
 };
@@ -891,12 +937,16 @@ static const struct field *field_of(enum openai_ep ep, const char *k)
 static int req_complete(struct openai_req *q, enum openai_ep ep,
 			struct openai_error *err)
 {
+	int rc;
+
 	if (ep == OPENAI_EP_COMPLETIONS && !q->prompt && !q->tokens)
 		return bad(err, "prompt", "'prompt' is required");
 	if (ep == OPENAI_EP_CHAT && !q->msgs)
 		return bad(err, "messages", "'messages' is required");
 	if (ep == OPENAI_EP_RESPONSES && !q->msgs)
 		return bad(err, "input", "'input' is required");
+	if (ep == OPENAI_EP_CHAT && (rc = openai__tools_check(q, err)))
+		return rc;
 	if (q->has_top_logprobs && !q->logprobs)
 		return bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
 	for (uint32_t i = 1; i < q->n_bias; i++)
@@ -938,7 +988,7 @@ int openai_req_parse_ep(struct openai_req *q, enum openai_ep ep,
 		const struct field *f = field_of(ep, k);
 
 		if (!f) {
-			rc = unsupported(err, k, NULL);
+			rc = openai__unsupported(err, k, NULL);
 			break;
 		}
 		rc = f->fn(q, k, v, err);
@@ -955,6 +1005,7 @@ int openai_req_parse_ep(struct openai_req *q, enum openai_ep ep,
 
 void openai_req_deinit(struct openai_req *q)
 {
+	openai__tools_free(q);
 	free(q->prompt);
 	free(q->tokens);
 	for (size_t i = 0; i < q->n_msgs; i++) {

@@ -44,6 +44,19 @@
  * messages, image/file/audio parts) is a 400 naming the parameter (for
  * an input item, its path: "input[2].type").
  *
+ * Tools (openai_tools.c): `tools` is up to OPENAI_TOOLS_MAX functions
+ * ({"type": "function", "function": {"name": [a-zA-Z0-9_-]{1,64},
+ * "description": a string, "parameters": an object, "strict": false}}),
+ * each kept serialized for the chat template (gpu/text/chat.h struct
+ * chat_tool); `tool_choice` "auto" or "none" (then the tools are not
+ * rendered and no call is parsed: the model cannot call); "required" and
+ * a named function need constrained decoding and are refused by name, as
+ * are `strict: true` and `parallel_tool_calls: false` with tools. An
+ * assistant message may carry `tool_calls` (its content then may be
+ * null), a "tool" message its `tool_call_id`; call arguments must be a
+ * JSON object's text and are kept re-serialized as json.dumps writes them.
+ * Whether the model's format has a tool syntax is the front's to judge.
+ *
  * Errors: 0; OPENAI_E_INVALID with `err` filled (status 400); -ENOMEM.
  * Thread safety: none needed (pure).
  */
@@ -68,6 +81,10 @@
 _Static_assert(OPENAI_BIAS_MAX == SAMPLER_BIAS_MAX &&
 	       OPENAI_TOP_LOGPROBS_MAX == SAMPLER_TOP_LOGPROBS_MAX,
 	       "the API's bounds are the sampler's");
+#define OPENAI_TOOLS_MAX 128u       /* tools offered */
+#define OPENAI_TOOLS_BYTES (1u << 20)  /* their JSON, all together */
+#define OPENAI_TOOL_NAME_MAX 64u
+#define OPENAI_CALLS_MAX 64u        /* tool_calls of one message */
 
 struct openai_error {
 	int status;               /* HTTP status */
@@ -83,16 +100,32 @@ enum openai_ignored {
 	OPENAI_IGN_METADATA,
 	OPENAI_IGN_STORE,
 	OPENAI_IGN_SERVICE_TIER,
-	OPENAI_IGN_PARALLEL_TOOL_CALLS,  /* tools are refused: never any */
+	OPENAI_IGN_PARALLEL_TOOL_CALLS,  /* true, or without tools */
 	OPENAI_IGN_PROMPT_CACHE_KEY,
 	OPENAI_IGN_PROMPT_CACHE_RETENTION,
 	OPENAI_IGN_SAFETY_IDENTIFIER,
 	OPENAI_IGNORED__N
 };
 
+/* A tool offered (tools[i]): its function's name and the whole object
+ * as the templates print it (tojson). */
+struct openai_tool {
+	char name[OPENAI_TOOL_NAME_MAX + 1];
+	char *json;               /* owned: json.dumps's ", " and ": " */
+	char *json_indent;        /* owned: the same, indent 4 */
+};
+
+/* A call of an assistant message (messages[i].tool_calls[k]). */
+struct openai_call {
+	char name[OPENAI_TOOL_NAME_MAX + 1];
+	char *arguments;          /* owned: the object re-serialized (", ") */
+};
+
 struct openai_msg {
 	char *role;               /* owned, NUL-ended */
-	char *content;            /* owned, NUL-ended */
+	char *content;            /* owned, NUL-ended ("" for null) */
+	struct openai_call *calls;   /* owned (n_calls): assistant */
+	size_t n_calls;
 };
 
 enum openai_ep {
@@ -134,6 +167,10 @@ struct openai_req {
 	bool logprobs;                  /* report logprobs ... */
 	uint32_t top_logprobs;          /* ... with this many alternatives */
 	bool has_top_logprobs;          /* chat: top_logprobs given */
+	struct openai_tool *tools;   /* owned (n_tools): chat */
+	size_t n_tools;
+	bool tool_choice_none;    /* tool_choice "none" */
+	bool no_parallel_calls;   /* parallel_tool_calls false */
 };
 
 int openai_req_parse(struct openai_req *q, bool chat, const char *body,
@@ -150,3 +187,5 @@ const char *openai_ignored_name(unsigned i);
 int openai_error_set(struct openai_error *err, int status, const char *type,
 		     const char *code, const char *param, const char *fmt, ...)
 	__attribute__((format(printf, 6, 7)));
+/* Whether the model may call: tools offered and tool_choice not "none". */
+bool openai_req_calls(const struct openai_req *q);

@@ -1,0 +1,380 @@
+/* openai_tools.c - tools in a chat body, and the calls in a model's
+ * output (openai_tools.h, openai_int.h).
+ *
+ * Design. The request side reads `tools`, `tool_choice` and a message's
+ * `tool_calls` for openai.c's field table, bounding every array and
+ * string, and keeps each tool as the two texts the chat templates print
+ * (Jinja's tojson is Python's json.dumps: jansson's default separators
+ * are the same, ", " and ": ", and so is its indent; only a real number
+ * may print differently: jansson writes 17 digits, Python the shortest).
+ * A call's arguments are a string holding JSON in OpenAI's API and a
+ * mapping in the templates: it is parsed and re-serialized the same way.
+ *
+ * The output side scans text for the format's calls. It is written for
+ * a stream: it says which prefix is text for sure and which suffix may
+ * still become a call, so the front holds back only that suffix (in the
+ * same buffer as its stop-string hold-back) and at most
+ * OPENAI_CALL_HOLD_MAX bytes of it.
+ */
+#include "net/wire/openai_int.h"
+#include "net/wire/openai_tools.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOOL_CALL_OPEN "<tool_call>"
+#define TOOL_CALL_CLOSE "</tool_call>"
+#define TOOL_CALL_ID_MAX 256u   /* a tool_call_id's or a call id's bytes */
+
+static int bad(struct openai_error *err, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int bad(struct openai_error *err, const char *param, const char *fmt, ...)
+{
+	char msg[200];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return openai_error_set(err, 400, "invalid_request_error", NULL, param,
+				"%s", msg);
+}
+
+/* [a-zA-Z0-9_-]{1,64}, OpenAI's rule for a function's name */
+static bool name_ok(json_t *v)
+{
+	const char *s = json_string_value(v);
+	size_t n = json_string_length(v);
+
+	if (!s || n == 0 || n > OPENAI_TOOL_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
+			return false;
+	return true;
+}
+
+/* ---- tools ------------------------------------------------------------------ */
+
+/* tools[i].function: name, description, parameters, strict (false). */
+static int function_of(size_t i, json_t *fn, struct openai_error *err)
+{
+	json_t *name = json_object_get(fn, "name"), *x;
+	const char *key;
+
+	if (!json_is_object(fn))
+		return bad(err, "tools", "'tools[%zu].function' must be an object", i);
+	if (!name_ok(name))
+		return bad(err, "tools", "'tools[%zu].function.name' must be 1 to %u of a-z, A-Z, 0-9, _ and -",
+			   i, OPENAI_TOOL_NAME_MAX);
+	json_object_foreach(fn, key, x) {
+		if (!strcmp(key, "name"))
+			continue;
+		if (!strcmp(key, "description") && json_is_string(x))
+			continue;
+		if (!strcmp(key, "parameters") && json_is_object(x))
+			continue;
+		if (!strcmp(key, "strict") && json_is_true(x))
+			return openai__unsupported(err, "tools",
+						   "strict schemas need constrained decoding, not served yet");
+		if (!strcmp(key, "strict") && (json_is_false(x) || json_is_null(x)))
+			continue;
+		if (!strcmp(key, "description") || !strcmp(key, "parameters") ||
+		    !strcmp(key, "strict"))
+			return bad(err, "tools", "'tools[%zu].function.%s' has the wrong type (description: a string, parameters: an object, strict: false)",
+				   i, key);
+		return bad(err, "tools", "'tools[%zu].function' takes name, description, parameters and strict only", i);
+	}
+	return 0;
+}
+
+/* tools[i] checked and kept as its two texts. */
+static int tool_of(struct openai_tool *t, size_t i, json_t *v, size_t *bytes,
+		   struct openai_error *err)
+{
+	json_t *type = json_object_get(v, "type");
+	int rc;
+
+	if (!json_is_object(v) || json_object_size(v) != 2 || !json_is_string(type) ||
+	    !json_object_get(v, "function"))
+		return bad(err, "tools", "'tools[%zu]' must be {\"type\": \"function\", \"function\": {...}}", i);
+	if (strcmp(json_string_value(type), "function"))
+		return openai__unsupported(err, "tools", "tools of type function only");
+	if ((rc = function_of(i, json_object_get(v, "function"), err)))
+		return rc;
+	snprintf(t->name, sizeof(t->name), "%s",
+		 json_string_value(json_object_get(json_object_get(v, "function"), "name")));
+	t->json = json_dumps(v, 0);
+	t->json_indent = json_dumps(v, JSON_INDENT(4));
+	if (!t->json || !t->json_indent)
+		return -ENOMEM;
+	*bytes += strlen(t->json_indent);
+	if (*bytes > OPENAI_TOOLS_BYTES)
+		return bad(err, "tools", "'tools' is over %u bytes of JSON", OPENAI_TOOLS_BYTES);
+	return 0;
+}
+
+int openai__rd_tools(struct openai_req *q, const char *k, json_t *v,
+		     struct openai_error *err)
+{
+	size_t n = json_array_size(v), i, bytes = 0;
+	json_t *e;
+	int rc;
+
+	if (json_is_null(v) || (json_is_array(v) && n == 0))
+		return 0;
+	if (!json_is_array(v) || n > OPENAI_TOOLS_MAX)
+		return bad(err, k, "'%s' must be an array of at most %u tools", k, OPENAI_TOOLS_MAX);
+	q->tools = calloc(n, sizeof(*q->tools));
+	if (!q->tools)
+		return -ENOMEM;
+	json_array_foreach(v, i, e) {
+		q->n_tools = i + 1;
+		if ((rc = tool_of(&q->tools[i], i, e, &bytes, err)))
+			return rc;
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(q->tools[j].name, q->tools[i].name))
+				return bad(err, k, "'%s[%zu]': two tools are named '%s'", k, i,
+					   q->tools[i].name);
+	}
+	return 0;
+}
+
+int openai__rd_tool_choice(struct openai_req *q, const char *k, json_t *v,
+			   struct openai_error *err)
+{
+	const char *s = json_string_value(v);
+
+	if (json_is_null(v) || (s && !strcmp(s, "auto")))
+		return 0;
+	if (s && !strcmp(s, "none")) {
+		q->tool_choice_none = true;
+		return 0;
+	}
+	if ((s && !strcmp(s, "required")) || json_is_object(v))
+		return openai__unsupported(err, k,
+					   "\"required\" and a named function need constrained decoding, not served yet (\"auto\" and \"none\" are)");
+	return bad(err, k, "'%s' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}", k);
+}
+
+/* ---- an assistant message's calls ---------------------------------------------- */
+
+/* The arguments' text, re-serialized as the templates print a mapping. */
+static int arguments_of(struct openai_call *c, size_t i, size_t j, json_t *a,
+			struct openai_error *err)
+{
+	json_t *o = json_is_string(a) ? json_loadb(json_string_value(a),
+						   json_string_length(a),
+						   JSON_REJECT_DUPLICATES, NULL) : NULL;
+
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return bad(err, "messages", "'messages[%zu].tool_calls[%zu].function.arguments' must be a string holding a JSON object",
+			   i, j);
+	}
+	c->arguments = json_dumps(o, 0);
+	json_decref(o);
+	return c->arguments ? 0 : -ENOMEM;
+}
+
+static int call_of(struct openai_call *c, size_t i, size_t j, json_t *v,
+		   struct openai_error *err)
+{
+	json_t *id = json_object_get(v, "id"), *type = json_object_get(v, "type");
+	json_t *fn = json_object_get(v, "function");
+	json_t *name = json_object_get(fn, "name");
+
+	if (!json_is_object(v) || !json_is_object(fn) ||
+	    json_object_size(v) != 2u + (id != NULL) ||
+	    (id && (!json_is_string(id) || json_string_length(id) > TOOL_CALL_ID_MAX)) ||
+	    !json_is_string(type) || strcmp(json_string_value(type), "function") ||
+	    json_object_size(fn) != 2)
+		return bad(err, "messages", "'messages[%zu].tool_calls[%zu]' must be {\"id\": a string, \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+			   i, j);
+	if (!name_ok(name))
+		return bad(err, "messages", "'messages[%zu].tool_calls[%zu].function.name' must be 1 to %u of a-z, A-Z, 0-9, _ and -",
+			   i, j, OPENAI_TOOL_NAME_MAX);
+	snprintf(c->name, sizeof(c->name), "%s", json_string_value(name));
+	return arguments_of(c, i, j, json_object_get(fn, "arguments"), err);
+}
+
+int openai__msg_calls(struct openai_msg *m, size_t i, json_t *v,
+		      struct openai_error *err)
+{
+	size_t n = json_array_size(v), j;
+	json_t *e;
+	int rc;
+
+	if (!v || json_is_null(v) || (json_is_array(v) && n == 0))
+		return 0;   /* absent, null or none */
+	if (!json_is_array(v) || n > OPENAI_CALLS_MAX)
+		return bad(err, "messages", "'messages[%zu].tool_calls' must be an array of at most %u calls",
+			   i, OPENAI_CALLS_MAX);
+	m->calls = calloc(n, sizeof(*m->calls));
+	if (!m->calls)
+		return -ENOMEM;
+	json_array_foreach(v, j, e) {
+		m->n_calls = j + 1;
+		if ((rc = call_of(&m->calls[j], i, j, e, err)))
+			return rc;
+	}
+	return 0;
+}
+
+int openai__tools_check(const struct openai_req *q, struct openai_error *err)
+{
+	if (q->no_parallel_calls && openai_req_calls(q))
+		return openai__unsupported(err, "parallel_tool_calls",
+					   "false needs constrained decoding, not served yet");
+	return 0;
+}
+
+void openai__tools_free(struct openai_req *q)
+{
+	for (size_t i = 0; i < q->n_tools; i++) {
+		free(q->tools[i].json);
+		free(q->tools[i].json_indent);
+	}
+	free(q->tools);
+	for (size_t i = 0; i < q->n_msgs; i++) {
+		for (size_t j = 0; j < q->msgs[i].n_calls; j++)
+			free(q->msgs[i].calls[j].arguments);
+		free(q->msgs[i].calls);
+	}
+}
+
+bool openai_req_calls(const struct openai_req *q)
+{
+	return q->n_tools > 0 && !q->tool_choice_none;
+}
+
+/* ---- the model's calls ----------------------------------------------------------- */
+
+bool openai_calls_format(enum chat_format f)
+{
+	return f == CHAT_CHATML || f == CHAT_LLAMA3;
+}
+
+/* p[0, n) as a call: a JSON object of exactly a name among the tools and
+ * an object of arguments (under "arguments" or, Llama 3.1's word,
+ * "parameters"). 0 with out's name and arguments; 1 when it is not one;
+ * -ENOMEM. */
+static int call_json(const struct openai_tool *tools, size_t n_tools,
+		     const char *p, size_t n, struct openai_found *out)
+{
+	json_t *o = json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL);
+	json_t *name = json_object_get(o, "name");
+	json_t *args = json_object_get(o, "arguments");
+	size_t t = 0;
+	int rc = 1;
+
+	if (!args)
+		args = json_object_get(o, "parameters");
+	while (json_is_string(name) && t < n_tools &&
+	       strcmp(tools[t].name, json_string_value(name)))
+		t++;
+	if (json_object_size(o) == 2 && json_is_object(args) && t < n_tools) {
+		snprintf(out->name, sizeof(out->name), "%s", tools[t].name);
+		out->arguments = json_dumps(args, 0);
+		rc = out->arguments ? 0 : -ENOMEM;
+	}
+	json_decref(o);
+	return rc;
+}
+
+/* The longest end of p[0, len) that begins tag: it may be completed. */
+static size_t tag_begun(const char *p, size_t len, const char *tag)
+{
+	size_t t = strlen(tag);
+
+	for (size_t k = t - 1 < len ? t - 1 : len; k > 0; k--)
+		if (!memcmp(p + len - k, tag, k))
+			return k;
+	return 0;
+}
+
+static int scan_chatml(const struct openai_tool *tools, size_t n_tools,
+		       const char *p, size_t len, bool final,
+		       struct openai_found *out)
+{
+	const size_t ol = strlen(TOOL_CALL_OPEN), cl = strlen(TOOL_CALL_CLOSE);
+	size_t from = 0;
+
+	for (;;) {
+		const char *o = memmem(p + from, len - from, TOOL_CALL_OPEN, ol);
+		const char *c;
+		size_t at, body;
+		int rc;
+
+		if (!o) {
+			out->text = final ? len : len - tag_begun(p + from, len - from,
+								 TOOL_CALL_OPEN);
+			return OPENAI_SCAN_TEXT;
+		}
+		at = (size_t)(o - p);
+		body = at + ol;
+		c = memmem(p + body, len - body, TOOL_CALL_CLOSE, cl);
+		if (!c) {   /* open: held, unless the answer ends or it grows too long */
+			out->text = final || len - at > OPENAI_CALL_HOLD_MAX ? len : at;
+			return OPENAI_SCAN_TEXT;
+		}
+		rc = call_json(tools, n_tools, p + body, (size_t)(c - p) - body, out);
+		if (rc <= 0) {
+			out->text = at;
+			out->end = (size_t)(c - p) + cl;
+			return rc ? rc : OPENAI_SCAN_CALL;
+		}
+		from = (size_t)(c - p) + cl;   /* not a call: text */
+	}
+}
+
+/* Llama 3.1: a call is the whole answer, so text that opens with
+ * anything but "{" is text to the end (*plain); one that opens with "{"
+ * is held until the answer ends. */
+static int scan_llama3(const struct openai_tool *tools, size_t n_tools,
+		       const char *p, size_t len, bool final, bool *plain,
+		       struct openai_found *out)
+{
+	size_t i = 0;
+	int rc;
+
+	while (i < len && (p[i] == ' ' || p[i] == '\n' || p[i] == '\t' || p[i] == '\r'))
+		i++;
+	out->text = len;
+	if (*plain || (i < len && p[i] != '{') || len > OPENAI_CALL_HOLD_MAX) {
+		*plain = true;
+		return OPENAI_SCAN_TEXT;
+	}
+	if (!final) {
+		out->text = 0;   /* whitespace, or a "{" that may be a call */
+		return OPENAI_SCAN_TEXT;
+	}
+	*plain = true;
+	if (i == len)
+		return OPENAI_SCAN_TEXT;
+	rc = call_json(tools, n_tools, p, len, out);
+	if (rc)
+		return rc < 0 ? rc : OPENAI_SCAN_TEXT;
+	out->text = 0;
+	out->end = len;
+	return OPENAI_SCAN_CALL;
+}
+
+int openai_calls_scan(enum chat_format f, const struct openai_tool *tools,
+		      size_t n_tools, const char *p, size_t len, bool final,
+		      bool *plain, struct openai_found *out)
+{
+	out->text = len;
+	out->end = len;
+	out->arguments = NULL;
+	out->name[0] = '\0';
+	if (f == CHAT_CHATML)
+		return scan_chatml(tools, n_tools, p, len, final, out);
+	if (f == CHAT_LLAMA3)
+		return scan_llama3(tools, n_tools, p, len, final, plain, out);
+	return OPENAI_SCAN_TEXT;
+}
