@@ -44,7 +44,8 @@ static void model_usage(FILE *fp)
 	      "       kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
 	      "                            (TEXT | --file PATH)\n"
 	      "       kvctl model detokenize MODEL.gguf IDS...\n"
-	      "       kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] ROLE=CONTENT...\n"
+	      "       kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] [--tools FILE]\n"
+	      "                        ROLE=CONTENT...\n"
 	      "BYTES takes a K, M, G or T suffix (powers of 1024; KiB, GB... also read as such).\n",
 	      fp);
 }

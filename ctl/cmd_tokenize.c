@@ -24,6 +24,7 @@
 #include "gpu/text/chat.h"
 #include "gpu/gguf/gguf.h"
 #include "gpu/text/tokenizer.h"
+#include "net/wire/openai.h"
 
 #define EXIT_OK 0
 #define EXIT_BAD_FILE 1
@@ -33,7 +34,7 @@ static const char usage[] =
 	"usage: kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
 	"                            (TEXT | --file PATH)\n"
 	"       kvctl model detokenize MODEL.gguf IDS...\n"
-	"       kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] ROLE=CONTENT...\n";
+	"       kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] [--tools FILE] ROLE=CONTENT...\n";
 
 struct tok_open {
 	struct gguf_file *f;
@@ -293,17 +294,93 @@ static int chat_pick(const struct tok_open *o, const char *name,
 	return 0;
 }
 
+/* --tools FILE: a JSON array of OpenAI tools, read as a chat request's
+ * (net/wire/openai.h) so that they render as the HTTP front renders
+ * them. 0; EXIT_BAD_FILE after a message. */
+static int chat_tools_load(const char *path, struct openai_req *q,
+			   struct chat_tool **tools)
+{
+	static const char head[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"-\"}],\"tools\":";
+	struct kvd_buf b = KVD_BUF_NULL;
+	struct openai_error e;
+	char chunk[4096];
+	size_t n;
+	FILE *f = fopen(path, "rb");
+	int rc = EXIT_BAD_FILE;
+
+	memset(q, 0, sizeof(*q));
+	if (!f) {
+		fprintf(stderr, "kvctl model chat: %s: %s\n", path, strerror(errno));
+		return EXIT_BAD_FILE;
+	}
+	if (kvd_buf_add(&b, head, sizeof(head) - 1))
+		goto out;
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		if (b.len > 2 * OPENAI_TOOLS_BYTES || kvd_buf_add(&b, chunk, n))
+			goto out;
+	if (kvd_buf_add(&b, "}", 1))
+		goto out;
+	if (openai_req_parse(q, true, b.p, b.len, &e)) {
+		fprintf(stderr, "kvctl model chat: %s: %s\n", path, e.msg);
+		goto out;
+	}
+	*tools = calloc(q->n_tools ? q->n_tools : 1, sizeof(**tools));
+	for (size_t i = 0; *tools && i < q->n_tools; i++)
+		(*tools)[i] = (struct chat_tool){ q->tools[i].json, q->tools[i].json_indent };
+	rc = *tools ? EXIT_OK : EXIT_BAD_FILE;
+out:
+	fclose(f);
+	kvd_buf_deinit(&b);
+	return rc;
+}
+
+/* The prompt of msgs (and tt's tools), as text or ids, on stdout. */
+static int chat_print(enum chat_format f, const struct tokenizer *t,
+		      const struct chat_msg *msgs, size_t n,
+		      const struct chat_tools *tt, bool gen, bool want_ids)
+{
+	char err[256];
+
+	if (!want_ids) {
+		char *text;
+		size_t len;
+
+		if (chat_render_tools(f, msgs, n, tt, gen, &text, &len, err, sizeof(err))) {
+			fprintf(stderr, "kvctl model chat: %s\n", err);
+			return EXIT_BAD_FILE;
+		}
+		fwrite(text, 1, len, stdout);
+		putchar('\n');
+		free(text);
+	} else {
+		int32_t *ids;
+		size_t n_ids;
+
+		if (chat_encode_tools(f, t, msgs, n, tt, gen, &ids, &n_ids, err, sizeof(err))) {
+			fprintf(stderr, "kvctl model chat: %s\n", err);
+			return EXIT_BAD_FILE;
+		}
+		for (size_t i = 0; i < n_ids; i++)
+			printf("%s%" PRId32, i ? " " : "", ids[i]);
+		putchar('\n');
+		free(ids);
+	}
+	return EXIT_OK;
+}
+
 /* kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids]
- * ROLE=CONTENT...: the prompt a chat request would get, as text or ids. */
+ * [--tools FILE] ROLE=CONTENT...: the prompt a chat request would get,
+ * as text or ids (with FILE's tools offered). */
 static int model_chat(int argc, char **argv)
 {
-	const char *path = NULL, *fmt = NULL;
+	const char *path = NULL, *fmt = NULL, *tools_path = NULL;
 	bool gen = true, want_ids = false;
 	struct chat_msg *msgs = calloc((size_t)argc, sizeof(*msgs));
+	struct chat_tool *tools = NULL;
+	struct openai_req q = { 0 };
 	size_t n = 0;
 	enum chat_format f;
 	struct tok_open o;
-	char err[256];
 	int rc;
 
 	if (!msgs)
@@ -313,6 +390,8 @@ static int model_chat(int argc, char **argv)
 
 		if (!strcmp(argv[i], "--format") && i + 1 < argc) {
 			fmt = argv[++i];
+		} else if (!strcmp(argv[i], "--tools") && i + 1 < argc) {
+			tools_path = argv[++i];
 		} else if (!strcmp(argv[i], "--no-gen")) {
 			gen = false;
 		} else if (!strcmp(argv[i], "--ids")) {
@@ -328,7 +407,7 @@ static int model_chat(int argc, char **argv)
 		}
 	}
 	if (!path || n == 0) {
-		fprintf(stderr, "usage: kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] ROLE=CONTENT...\n");
+		fprintf(stderr, "usage: kvctl model chat MODEL.gguf [--format NAME|auto] [--no-gen] [--ids] [--tools FILE] ROLE=CONTENT...\n");
 		free(msgs);
 		return EXIT_USAGE;
 	}
@@ -337,33 +416,15 @@ static int model_chat(int argc, char **argv)
 		return EXIT_BAD_FILE;
 	}
 	rc = chat_pick(&o, fmt, &f);
-	if (rc == 0 && !want_ids) {
-		char *text;
-		size_t len;
-
-		if (chat_render(f, msgs, n, gen, &text, &len, err, sizeof(err))) {
-			fprintf(stderr, "kvctl model chat: %s\n", err);
-			rc = EXIT_BAD_FILE;
-		} else {
-			fwrite(text, 1, len, stdout);
-			putchar('\n');
-			free(text);
-		}
-	} else if (rc == 0) {
-		int32_t *ids;
-		size_t n_ids;
-
-		if (chat_encode(f, o.t, msgs, n, gen, &ids, &n_ids, err, sizeof(err))) {
-			fprintf(stderr, "kvctl model chat: %s\n", err);
-			rc = EXIT_BAD_FILE;
-		} else {
-			for (size_t i = 0; i < n_ids; i++)
-				printf("%s%" PRId32, i ? " " : "", ids[i]);
-			putchar('\n');
-			free(ids);
-		}
-	}
+	if (rc == 0 && tools_path)
+		rc = chat_tools_load(tools_path, &q, &tools);
+	if (rc == 0)
+		rc = chat_print(f, o.t, msgs, n,
+				&(struct chat_tools){ tools, q.n_tools, NULL, NULL },
+				gen, want_ids);
 	tok_close(&o);
+	free(tools);
+	openai_req_deinit(&q);
 	free(msgs);
 	return rc;
 }

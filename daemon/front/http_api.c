@@ -56,6 +56,7 @@
 #include "conf/apikeys.h"
 #include "conf/util.h"
 #include "kvd_build.h"
+#include "net/wire/openai_tools.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -604,6 +605,162 @@ static int stream_text(struct http_conn *hc, size_t n, bool all)
 	return 0;
 }
 
+/* ---- tool calls in the answer (net/wire/openai_tools.h) ------------------------------- */
+
+/* One call as OpenAI writes it, with a fresh id ("call_" and 96 random
+ * bits: what the client sends back as tool_call_id); index >= 0 for a
+ * stream's delta. NULL: no memory. */
+static json_t *call_json(struct http_conn *hc, const struct openai_found *c,
+			 int index)
+{
+	unsigned char rnd[12];
+	char hex[2 * sizeof(rnd) + 1], id[8 + sizeof(hex)];
+	json_t *j;
+
+	randombytes_buf(rnd, sizeof(rnd));
+	sodium_bin2hex(hex, sizeof(hex), rnd, sizeof(rnd));
+	snprintf(id, sizeof(id), "call_%s", hex);
+	j = x_nomem(hc) ? NULL
+	    : json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
+			"function", "name", c->name, "arguments", c->arguments);
+	if (j && index >= 0 && json_object_set_new(j, "index", json_integer(index))) {
+		json_decref(j);
+		j = NULL;
+	}
+	return j;
+}
+
+/* One call as a chunk: delta.tool_calls (the role too when it is the
+ * first delta). -ENOMEM. */
+static int stream_call(struct http_conn *hc, const struct openai_found *c)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *call = call_json(hc, c, (int)x->n_calls);
+	json_t *delta = call ? json_pack("{s:[o]}", "tool_calls", call) : NULL;
+
+	if (delta && !x->role_sent &&
+	    json_object_set_new(delta, "role", json_string("assistant"))) {
+		json_decref(delta);
+		delta = NULL;
+	}
+	if (!delta)
+		return -ENOMEM;
+	stream_head(hc);
+	if (sse_send(hc, answer_json(x, json_pack("{s:i, s:o, s:n, s:n}", "index", 0,
+						  "delta", delta, "logprobs",
+						  "finish_reason"), true)))
+		return -ENOMEM;
+	x->role_sent = true;
+	x->n_calls++;
+	return 0;
+}
+
+/* Stream what is sure: the text up to what may start a stop string, a
+ * UTF-8 sequence or a call (one hold-back: the unsent text, x->text),
+ * and each call once it is complete; final: all of it. -ENOMEM. */
+static int stream_ready(struct http_conn *hc, bool final)
+{
+	struct http_exchange *x = &hc->x;
+	size_t safe = final ? x->len : x->len - stop_holdback(x), used;
+	struct openai_found f;
+	int rc;
+
+	if (x->tool_fmt == CHAT_NONE)
+		return x->shape->text(hc, final ? safe : utf8_whole(x->text, safe), final);
+	for (;;) {
+		rc = openai_calls_scan(x->tool_fmt, x->tools, x->n_tools, x->text, safe,
+				       final, &x->tool_plain, &f);
+		if (rc < 0)
+			return rc;
+		if (stream_text(hc, rc == OPENAI_SCAN_CALL || final ? f.text
+					: utf8_whole(x->text, f.text),
+				final && rc != OPENAI_SCAN_CALL) ||
+		    (rc == OPENAI_SCAN_CALL && stream_call(hc, &f))) {
+			free(f.arguments);
+			return -ENOMEM;
+		}
+		free(f.arguments);
+		if (rc != OPENAI_SCAN_CALL)
+			return 0;
+		/* the text before it went out: the call is x->text[0, used);
+		 * its tokens' logprobs go with it */
+		used = f.end - f.text;
+		memmove(x->text, x->text + used, x->len - used);
+		x->len -= used;
+		lp_drop(x, lp_upto(x, x->base + used));
+		x->base += used;
+		safe -= f.end;
+	}
+}
+
+/* Not streamed: the answer's text split into its text (content) and its
+ * calls (x->calls). -ENOMEM. */
+static int final_calls(struct http_conn *hc, struct kvd_buf *content)
+{
+	struct http_exchange *x = &hc->x;
+	struct openai_found f;
+	size_t pos = 0;
+	int rc;
+
+	if (!(x->calls = x_nomem(hc) ? NULL : json_array()))
+		return -ENOMEM;
+	do {
+		rc = openai_calls_scan(x->tool_fmt, x->tools, x->n_tools, x->text + pos,
+				       x->len - pos, true, &x->tool_plain, &f);
+		if (rc < 0 || kvd_buf_add(content, x->text + pos, f.text) ||
+		    (rc == OPENAI_SCAN_CALL &&
+		     json_array_append_new(x->calls, call_json(hc, &f, -1)))) {
+			free(f.arguments);
+			return -ENOMEM;
+		}
+		free(f.arguments);
+		pos += rc == OPENAI_SCAN_CALL ? f.end : f.text;
+		x->n_calls += rc == OPENAI_SCAN_CALL;
+	} while (rc == OPENAI_SCAN_CALL);
+	return 0;
+}
+
+/* Whether p[0, n) is only whitespace (the text between calls). */
+static bool blank(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != ' ' && p[i] != '\n' && p[i] != '\t' && p[i] != '\r')
+			return false;
+	return true;
+}
+
+/* The finish reason: "tool_calls" for an answer with calls in it, as
+ * vLLM says (also when max_tokens ended it after them: the calls are
+ * complete, and the client's next step is to run them). */
+static const char *tools_finish(const struct http_exchange *x, const char *finish)
+{
+	return x->n_calls ? "tool_calls" : finish;
+}
+
+/* Not streamed, with tools: the message's content (null when only calls
+ * and whitespace) and tool_calls. NULL: no memory. */
+static json_t *tools_message_choice(struct http_conn *hc, const char *finish)
+{
+	struct http_exchange *x = &hc->x;
+	struct kvd_buf content = KVD_BUF_NULL;
+	json_t *c = NULL, *t;
+
+	if (final_calls(hc, &content) == 0) {
+		finish = tools_finish(x, finish);
+		t = x->n_calls && blank(content.p, content.len) ? json_null()
+		    : x_nomem(hc) ? NULL : json_text(content.p ? content.p : "", content.len);
+		c = t ? choice_json(x, t, x->lp_on ? lp_json(hc, x->n_lp) : NULL,
+				    finish, false) : NULL;
+		if (c && x->n_calls &&
+		    json_object_set(json_object_get(c, "message"), "tool_calls", x->calls)) {
+			json_decref(c);
+			c = NULL;
+		}
+	}
+	kvd_buf_deinit(&content);
+	return c;
+}
+
 static void exchange_free(struct http_exchange *x)
 {
 	if (x->prep)
@@ -614,6 +771,8 @@ static void exchange_free(struct http_exchange *x)
 		free(x->stop[i]);
 	free(x->text);
 	free(x->lps);
+	free(x->tools);
+	json_decref(x->calls);
 	memset(x, 0, sizeof(*x));
 }
 
@@ -693,10 +852,11 @@ static void answer_final(struct http_conn *hc, const char *finish,
 		/* a stop string matched before any text went out: the head
 		 * is still ours to send */
 		stream_head(hc);
-		if (stream_text(hc, x->len, true)) {
+		if (stream_ready(hc, true)) {
 			exchange_fail(hc, completion);
 			return;
 		}
+		finish = tools_finish(x, finish);
 		t = x->chat ? NULL : x_nomem(hc) ? NULL : json_string("");
 		j = x->chat || t ? answer_json(x, choice_json(x, t, NULL, finish, true), true) : NULL;
 		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, x->cached_tokens, completion))) {
@@ -709,12 +869,17 @@ static void answer_final(struct http_conn *hc, const char *finish,
 		}
 		http__chunk(hc, "data: [DONE]\n\n", 14);
 		http__chunk(hc, "", 0);
+	} else if (x->tool_fmt != CHAT_NONE) {
+		j = answer_json(x, tools_message_choice(hc, finish), false);
+		finish = tools_finish(x, finish);
 	} else {
 		lp = x->lp_on && !x_nomem(hc) ? lp_json(hc, x->n_lp) : NULL;
 		t = x_nomem(hc) || (x->lp_on && !lp) ? NULL : json_text(x->text, x->len);
 		if (!t)
 			json_decref(lp);
 		j = t ? answer_json(x, choice_json(x, t, lp, finish, false), false) : NULL;
+	}
+	if (!x->stream) {
 		if (j && json_object_set_new(j, "usage", usage_json(x->prompt_tokens, x->cached_tokens, completion))) {
 			json_decref(j);
 			j = NULL;
@@ -1031,8 +1196,7 @@ static bool exchange_text(struct http_conn *hc, const char *p, size_t n,
 		x->shape->final(hc, "stop", completion);
 		return true;
 	}
-	if (x->stream &&
-	    x->shape->text(hc, utf8_whole(x->text, x->len - stop_holdback(x)), false)) {
+	if (x->stream && stream_ready(hc, false)) {
 		exchange_fail(hc, completion);
 		return true;
 	}
@@ -1174,53 +1338,123 @@ void http__error(struct http_conn *hc, int status, const char *type,
 
 /* ---- chat: messages -> prompt ids ---------------------------------------------------- */
 
+/* The request's tools and its messages' calls as chat.h takes them:
+ * views into q (the arrays are the view's: api_tools_free). tools only
+ * when the model may call (tool_choice "none" renders none). */
+struct api_tools {
+	struct chat_tools tt;
+	struct chat_tool *tools;         /* (n_tools) */
+	const struct chat_call **calls;  /* (n_msgs) */
+	size_t *n_calls;                 /* (n_msgs) */
+	struct chat_call *flat;          /* every call, in order */
+};
+
+static void api_tools_free(struct api_tools *v)
+{
+	free(v->tools);
+	free(v->calls);
+	free(v->n_calls);
+	free(v->flat);
+}
+
+static int api_tools_of(const struct openai_req *q, struct api_tools *v)
+{
+	size_t n_tools = openai_req_calls(q) ? q->n_tools : 0, total = 0, k = 0;
+
+	memset(v, 0, sizeof(*v));
+	for (size_t i = 0; i < q->n_msgs; i++)
+		total += q->msgs[i].n_calls;
+	v->tools = calloc(n_tools ? n_tools : 1, sizeof(*v->tools));
+	v->calls = calloc(q->n_msgs, sizeof(*v->calls));
+	v->n_calls = calloc(q->n_msgs, sizeof(*v->n_calls));
+	v->flat = calloc(total ? total : 1, sizeof(*v->flat));
+	if (!v->tools || !v->calls || !v->n_calls || !v->flat)
+		return -ENOMEM;
+	for (size_t t = 0; t < n_tools; t++)
+		v->tools[t] = (struct chat_tool){ q->tools[t].json, q->tools[t].json_indent };
+	for (size_t i = 0; i < q->n_msgs; i++) {
+		v->calls[i] = q->msgs[i].n_calls ? &v->flat[k] : NULL;
+		v->n_calls[i] = q->msgs[i].n_calls;
+		for (size_t c = 0; c < q->msgs[i].n_calls; c++)
+			v->flat[k++] = (struct chat_call){ q->msgs[i].calls[c].name,
+							   q->msgs[i].calls[c].arguments };
+	}
+	v->tt = (struct chat_tools){ v->tools, n_tools, v->calls, v->n_calls };
+	return 0;
+}
+
+/* A chat_encode error as the answer's code and param (a tool's forged
+ * control token names tools). */
+static void api_chat_refusal(int rc, enum chat_format fmt, const char **code,
+			     const char **param, char *msg, size_t msg_size)
+{
+	/* -EINVAL (turns), -EPERM (a forged control token), -E2BIG:
+	 * chat.c's sentence; anything else is the tokenizer's */
+	*code = rc == -EPERM ? "forged_control_token" :
+		rc == -E2BIG ? "prompt_too_large" : "invalid_messages";
+	if (rc == -EPERM && !strncmp(msg, "tool ", 5))
+		*param = "tools";
+	if (!msg[0])
+		snprintf(msg, msg_size, "the messages cannot be rendered in the %s chat format",
+			 chat_format_name(fmt));
+}
+
 /* The chat request's prompt: its messages rendered in the model's chat
  * format (gpu/text/chat.h, resolved at boot: model.chat_template or the GGUF's
  * tokenizer.chat_template recognized) and tokenized with the template's
  * specials as control tokens. OpenAI's `developer` role is its newer
  * name for `system`. Never a guessed template: a model without one is a
- * 400 naming model.chat_template. 0 with *out (malloc'd, *n ids), 1 with
- * *status, *code and `msg` set, -ENOMEM. */
+ * 400 naming model.chat_template; tools for a format without a tool
+ * syntax are a 400 naming tools. 0 with *out (malloc'd, *n ids), 1 with
+ * *status, *code, *param and `msg` set, -ENOMEM. */
 static int api_chat_ids(enum chat_format fmt, const struct tokenizer *tok,
 			const char *model_name, const struct openai_req *q,
 			int32_t **out, uint32_t *n, int *status,
-			const char **code, char *msg, size_t msg_size)
+			const char **code, const char **param, char *msg,
+			size_t msg_size)
 {
 	struct chat_msg *cm;
+	struct api_tools tv;
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
 	int rc;
 
 	*status = 400;
 	*code = NULL;
+	*param = "messages";
 	if (fmt == CHAT_NONE) {
 		*code = "no_chat_template";
 		snprintf(msg, msg_size, "the model '%.64s' has no chat template kvd recognizes; set model.chat_template in the config (llama2, llama3, chatml, mistral, gemma, phi3, deepseek) or use /v1/completions",
 			 model_name);
 		return 1;
 	}
+	if (q->n_tools && !chat_format_tools(fmt)) {
+		*code = "unsupported_parameter";
+		*param = "tools";
+		snprintf(msg, msg_size, "the model's chat format (%s) has no tool syntax: tools are served for llama3 (Llama 3.1) and chatml (Qwen2.5, Hermes)",
+			 chat_format_name(fmt));
+		return 1;
+	}
 	cm = calloc(q->n_msgs ? q->n_msgs : 1, sizeof(*cm));
-	if (!cm)
+	if (!cm || api_tools_of(q, &tv)) {
+		free(cm);
+		api_tools_free(&tv);
 		return -ENOMEM;
+	}
 	for (size_t i = 0; i < q->n_msgs; i++) {
 		cm[i].role = strcmp(q->msgs[i].role, "developer") ? q->msgs[i].role
 								   : "system";
 		cm[i].content = q->msgs[i].content;
 	}
 	msg[0] = 0;
-	rc = chat_encode(fmt, tok, cm, q->n_msgs, true, &ids,
-			 &n_ids, msg, msg_size);
+	rc = chat_encode_tools(fmt, tok, cm, q->n_msgs, &tv.tt, true, &ids,
+			       &n_ids, msg, msg_size);
 	free(cm);
+	api_tools_free(&tv);
 	if (rc == -ENOMEM)
 		return -ENOMEM;
 	if (rc) {
-		/* -EINVAL (turns), -EPERM (a forged control token), -E2BIG:
-		 * chat.c's sentence; anything else is the tokenizer's */
-		*code = rc == -EPERM ? "forged_control_token" :
-			rc == -E2BIG ? "prompt_too_large" : "invalid_messages";
-		if (!msg[0])
-			snprintf(msg, msg_size, "the messages cannot be rendered in the %s chat format",
-				 chat_format_name(fmt));
+		api_chat_refusal(rc, fmt, code, param, msg, msg_size);
 		return 1;
 	}
 	if (n_ids == 0 || n_ids > PROTO_CLIENT_TOKENS_MAX) {
@@ -1475,6 +1709,7 @@ struct api_prep {
 	int prompt_rc;                   /* 0, 1 (status/code/msg), -ENOMEM */
 	int status;
 	const char *code;
+	const char *param;               /* chat: "messages" or "tools" */
 	int32_t *ids;                    /* (n_ids), handed to the request */
 	uint32_t n_ids;
 	char msg[PROTO_CLIENT_MSG_MAX];
@@ -1535,7 +1770,8 @@ static void api_prep_run(struct prep_job *j)
 	if (ap->shape->chat)
 		ap->prompt_rc = api_chat_ids(ap->fmt, ap->tok, ap->model_name, q,
 					     &ap->ids, &ap->n_ids, &ap->status,
-					     &ap->code, ap->msg, sizeof(ap->msg));
+					     &ap->code, &ap->param, ap->msg,
+					     sizeof(ap->msg));
 	else
 		ap->prompt_rc = serve__sink_prompt_ids(ap->tok, q->tokens, q->n_tokens,
 						       q->prompt,
@@ -1581,7 +1817,7 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 		api_error(hc, nomem ? 500 : ap->shape->chat ? ap->status : 400,
 			  nomem ? "server_error" : "invalid_request_error",
 			  nomem || !ap->shape->chat ? NULL : ap->code,
-			  nomem ? NULL : ap->shape->prompt_param,
+			  nomem ? NULL : ap->shape->chat ? ap->param : ap->shape->prompt_param,
 			  nomem ? "out of memory" : ap->msg, tenant);
 		return true;
 	}
@@ -1672,6 +1908,27 @@ static void api_ignored_note(struct http_conn *hc, const struct api_prep *ap)
 	}
 }
 
+/* The tools the answer's calls may name go to the exchange (their JSON,
+ * rendered already, is freed); none when the model may not call or its
+ * format has no call syntax. */
+static void api_admit_tools(struct http_exchange *x, struct api_prep *ap)
+{
+	struct openai_req *q = &ap->q;
+
+	if (!openai_req_calls(q) || !openai_calls_format(ap->fmt))
+		return;
+	for (size_t i = 0; i < q->n_tools; i++) {
+		free(q->tools[i].json);
+		free(q->tools[i].json_indent);
+		q->tools[i].json = q->tools[i].json_indent = NULL;
+	}
+	x->tool_fmt = ap->fmt;
+	x->tools = q->tools;
+	x->n_tools = q->n_tools;
+	q->tools = NULL;
+	q->n_tools = 0;
+}
+
 /* The prepared request becomes a serve request on this exchange and goes
  * to the role's admission. */
 static void api_admit(struct http_conn *hc, struct api_prep *ap)
@@ -1710,6 +1967,7 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	}
 	x->n_stop = q->n_stop;
 	ap->q.n_stop = 0;
+	api_admit_tools(x, ap);
 	serve__sink_attach(r, &hc->sink);
 	r->client_id = x->num;
 	snprintf(r->public_id, sizeof(r->public_id), "%s", x->id);

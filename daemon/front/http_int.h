@@ -94,6 +94,14 @@ struct http_exchange {
 					  * was not sent yet; at most
 					  * max_tokens */
 	uint32_t n_lp, cap_lp;
+	/* tool calls (net/wire/openai_tools.h): read from the text in
+	 * tool_fmt (CHAT_NONE: the request offered none, or "none") */
+	enum chat_format tool_fmt;
+	struct openai_tool *tools;       /* owned (n_tools): names only */
+	size_t n_tools;
+	bool tool_plain;                 /* openai_calls_scan's state */
+	uint32_t n_calls;                /* calls found */
+	struct json_t *calls;            /* not streamed: their JSON array */
 };
 
 struct http_conn {
