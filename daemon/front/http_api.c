@@ -26,7 +26,10 @@
  * a UTF-8 boundary and, with stop strings, only what cannot be the start
  * of one; a matched stop string ends the answer and orphans the request
  * (the kick, outside the state change), so its pages go back once nothing
- * writes them (invariant 8).
+ * writes them (invariant 8). With tools, the same held text is scanned
+ * for the model's calls (stream_ready): what may begin one is held too,
+ * a complete one goes out as delta.tool_calls (or, not streamed, into
+ * message.tool_calls).
  *
  * Keys: `Authorization: Bearer KEY`, looked up in constant time
  * (conf/apikeys.h); the tenant is stored in the request and written in

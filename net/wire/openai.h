@@ -4,8 +4,8 @@
  * and refuses, with the OpenAI error fields filled, anything kvd would
  * otherwise have to ignore or guess: a parameter kvd does not know, or one
  * it knows but cannot honour at the value given (n != 1, best_of != 1,
- * echo, suffix, tools, a response_format other than text...) names
- * itself in a 400
+ * echo, suffix, the legacy functions, a response_format other than
+ * text...) names itself in a 400
  * (`param`, code `unsupported_parameter`), since silently dropping it
  * would change the result the caller expects. Known parameters that
  * cannot change the output (OpenAI's bookkeeping: user, metadata, store,
