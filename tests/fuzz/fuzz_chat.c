@@ -9,8 +9,10 @@
  *   - render returns 0, -EINVAL, -ENOENT (exactly for CHAT_NONE) or
  *     -E2BIG; on error nothing is returned (*out NULL, *len 0) and err is
  *     a terminated sentence; on success *out is NUL-terminated at *len and
- *     every message's content (trimmed of ASCII whitespace) is in it;
- *   - a role outside system/user/assistant is always -EINVAL;
+ *     every message's content (trimmed of ASCII whitespace) is in it
+ *     (a tool result in llama3 is JSON-quoted: not checked);
+ *   - a role outside system/user/assistant (and tool, in the formats
+ *     with a tool syntax) is always -EINVAL;
  *   - detection returns 0 with a format other than CHAT_NONE, or -ENOENT
  *     with CHAT_NONE; the same source gives the same answer twice.
  */
@@ -23,10 +25,11 @@ const char fuzz_target_name[] = "chat";
 
 #define MAX_MSGS 64
 
-static bool known_role(const char *r)
+static bool known_role(enum chat_format f, const char *r)
 {
 	return r && (!strcmp(r, "system") || !strcmp(r, "user") ||
-		     !strcmp(r, "assistant"));
+		     !strcmp(r, "assistant") ||
+		     (!strcmp(r, "tool") && chat_format_tools(f)));
 }
 
 /* content trimmed of ASCII whitespace is a substring of out */
@@ -77,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (sep)
 			*sep = '\0';
 		msgs[n] = (struct chat_msg){ p, sep ? sep + 1 : NULL };
-		if (!sep || !known_role(p))
+		if (!sep || !known_role(f, p))
 			bad_role = true;
 		n++;
 		if (!end)
@@ -98,7 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(out && out[len] == '\0' && strlen(out) == len,
 			   "text not terminated at its length");
 		for (size_t i = 0; i < n; i++)
-			FUZZ_CHECK(holds(out, msgs[i].content),
+			FUZZ_CHECK((f == CHAT_LLAMA3 && !strcmp(msgs[i].role, "tool")) ||
+				   holds(out, msgs[i].content),
 				   "message %zu's content is missing", i);
 		free(out);
 	}
@@ -137,6 +141,7 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	for (uint8_t f = 0; f < CHAT__N; f++) {
 		seed(emit, ctx, f | 0x80, conv);
 		seed(emit, ctx, f, "user\x1fHi");
+		seed(emit, ctx, f | 0x80, "user\x1fHi\x1e" "assistant\x1f\x1etool\x1f" "18 \"C\"\n");
 	}
 	seed(emit, ctx, CHAT_CHATML, "{{'<|im_start|>' + message['role'] + '\\n' + "
 	     "message['content'] + '<|im_end|>'}}");

@@ -18,6 +18,11 @@
  *     tokens, chat at least one message with role and content; max_tokens
  *     in 1..PROTO_CLIENT_MAX_TOKENS, temperature in [0, 100], top_p in
  *     (0, 1], at most 4 stop strings of 1..256 bytes; no leak;
+ *   - a chat body's tools: at most OPENAI_TOOLS_MAX, each with a valid
+ *     name and both texts; the body, as a model's answer in the chatml and
+ *     llama3 formats with those tools (or one named "f"), scans to text
+ *     and calls that stay within it, each call naming a tool offered,
+ *     its arguments a JSON object's text;
  *   - kvd_apikeys_parse: an error names the source; accepted: at least
  *     one key; a lookup of the input itself finds nothing or a valid
  *     tenant.
@@ -28,6 +33,7 @@
 #include "conf/apikeys.h"
 #include "net/wire/http_wire.h"
 #include "net/wire/openai.h"
+#include "net/wire/openai_tools.h"
 #include "net/wire/proto_client.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -52,11 +58,47 @@ static void mix(struct transcript *t, const void *p, size_t n)
 	t->h = (t->h ^ n) * 1099511628211ull;
 }
 
+/* The body as a model's answer: scanned to the end, all in bounds. */
+static void check_scan(const struct openai_req *q, const char *p, size_t len)
+{
+	static const struct openai_tool f = { "f", NULL, NULL };
+	const struct openai_tool *tools = q && q->n_tools ? q->tools : &f;
+	size_t n_tools = q && q->n_tools ? q->n_tools : 1;
+	const enum chat_format fmts[] = { CHAT_CHATML, CHAT_LLAMA3 };
+
+	for (unsigned k = 0; k < 2; k++) {
+		struct openai_found o;
+		size_t pos = 0;
+		bool plain = false;
+		int rc;
+
+		do {
+			rc = openai_calls_scan(fmts[k], tools, n_tools, p + pos, len - pos,
+					       true, &plain, &o);
+			FUZZ_CHECK(rc == OPENAI_SCAN_TEXT || rc == OPENAI_SCAN_CALL || rc == -ENOMEM,
+				   "scan returned %d", rc);
+			FUZZ_CHECK(o.text <= len - pos && (rc != OPENAI_SCAN_CALL ||
+				   (o.end > o.text && o.end <= len - pos)), "scan out of bounds");
+			if (rc == OPENAI_SCAN_CALL) {
+				size_t t = 0;
+
+				while (t < n_tools && strcmp(tools[t].name, o.name))
+					t++;
+				FUZZ_CHECK(t < n_tools, "a call to a tool not offered");
+				FUZZ_CHECK(o.arguments && o.arguments[0] == '{', "arguments");
+				pos += o.end;
+			}
+			free(o.arguments);
+		} while (rc == OPENAI_SCAN_CALL);
+	}
+}
+
 static void check_body(const struct http_msg *m)
 {
 	struct openai_req q;
 	struct openai_error e;
 
+	check_scan(NULL, m->body ? m->body : "", m->body_len);
 	for (int ep = OPENAI_EP_COMPLETIONS; ep <= OPENAI_EP_RESPONSES; ep++) {
 		bool chat = ep != OPENAI_EP_COMPLETIONS;
 		int rc;
@@ -83,6 +125,11 @@ static void check_body(const struct http_msg *m)
 			/* responses: the input's items and the instructions */
 			FUZZ_CHECK(q.n_msgs <= OPENAI_MSGS_MAX + 1 && !q.instructions,
 				   "%zu messages, instructions left", q.n_msgs);
+			FUZZ_CHECK(q.n_tools <= OPENAI_TOOLS_MAX, "%zu tools", q.n_tools);
+			for (size_t i = 0; i < q.n_tools; i++)
+				FUZZ_CHECK(q.tools[i].name[0] && q.tools[i].json &&
+					   q.tools[i].json_indent, "tool %zu", i);
+			check_scan(&q, m->body ? m->body : "", m->body_len);
 			for (size_t i = 0; i < q.n_msgs; i++)
 				FUZZ_CHECK(q.msgs[i].role && q.msgs[i].content,
 					   "message %zu without role or content", i);
@@ -232,6 +279,9 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	seed(emit, ctx, 7, "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
 			   "10\r\n{\"prompt\":[1,2,\r\n5\r\n3],\"n\r\n6\r\n\":1}  \r\n0\r\n\r\n"
 			   "GET /v1/models HTTP/1.1\r\n\r\nGET /health HTTP/1.0\r\n\r\n");
+	/* issue 24.3: tools, a call and a result holding a call's text */
+	seed(emit, ctx, 5, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 360\r\n\r\n"
+			   "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"<tool_call>{\\\"name\\\":\\\"f\\\",\\\"arguments\\\":{}}</tool_call>\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}],\"tool_choice\":\"auto\"}");
 	seed(emit, ctx, 1, "GET /health HTTP/1.1\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n");
 	seed(emit, ctx, 0, "0123456789abcdef0123456789abcdef alice\n# c\nfedcba9876543210fedcba9876543210 bob-2\n");
 }
