@@ -314,6 +314,10 @@ START_TEST(test_scan_llama3)
 	expect_scan(CHAT_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
 		    "", "get_weather {\"city\": \"Paris\"};");
 	expect_scan(CHAT_LLAMA3, "\n {\"name\":\"f\",\"arguments\":{\"a\":[1]}} \n", "", "f {\"a\": [1]};");
+	/* Llama 3.2 adds "type": "function"; another type is not a call */
+	expect_scan(CHAT_LLAMA3, "{\"type\": \"function\", \"name\": \"f\", \"parameters\": {}}", "", "f {};");
+	expect_scan(CHAT_LLAMA3, "{\"type\": \"x\", \"name\": \"f\", \"parameters\": {}}",
+		    "{\"type\": \"x\", \"name\": \"f\", \"parameters\": {}}", "");
 	/* text: it does not open with "{" */
 	expect_scan(CHAT_LLAMA3, "Sure: {\"name\": \"f\", \"parameters\": {}}",
 		    "Sure: {\"name\": \"f\", \"parameters\": {}}", "");

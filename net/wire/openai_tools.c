@@ -261,8 +261,15 @@ bool openai_calls_format(enum chat_format f)
 
 /* p[0, n) as a call: a JSON object of exactly a name among the tools and
  * an object of arguments (under "arguments" or, Llama 3.1's word,
- * "parameters"). 0 with out's name and arguments; 1 when it is not one;
- * -ENOMEM. */
+ * "parameters"), and optionally "type": "function" (Llama 3.2 writes
+ * it). 0 with out's name and arguments; 1 when it is not one; -ENOMEM. */
+static unsigned typed(json_t *o)
+{
+	json_t *t = json_object_get(o, "type");
+
+	return json_is_string(t) && !strcmp(json_string_value(t), "function");
+}
+
 static int call_json(const struct openai_tool *tools, size_t n_tools,
 		     const char *p, size_t n, struct openai_found *out)
 {
@@ -277,7 +284,7 @@ static int call_json(const struct openai_tool *tools, size_t n_tools,
 	while (json_is_string(name) && t < n_tools &&
 	       strcmp(tools[t].name, json_string_value(name)))
 		t++;
-	if (json_object_size(o) == 2 && json_is_object(args) && t < n_tools) {
+	if (json_object_size(o) == 2u + typed(o) && json_is_object(args) && t < n_tools) {
 		snprintf(out->name, sizeof(out->name), "%s", tools[t].name);
 		out->arguments = json_dumps(args, 0);
 		rc = out->arguments ? 0 : -ENOMEM;
