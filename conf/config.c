@@ -206,7 +206,9 @@ static const struct conf_key conf_keys[] = {
 	  "Requests the node admits at once, all tenants together; past it (or when the pool cannot reserve a request's pages) requests wait in their tenant's queue. 0 = engine.max_batch, so every admitted request is in the decode batch." },
 
 	{ "peers", "prefill", CT_LIST, "", 0, 0, NULL, F(peers_prefill),
-	  "Prefill peers host:port, comma-separated (decode; required there). Without peers.key_file they must be loopback addresses." },
+	  "Prefill peers host:port, comma-separated (decode; required there). host is an IP address, localhost, or a DNS name (RFC 1123, at most 200 characters): a name is resolved on the loop, again every resolve_interval_ms and whenever one of its links reconnects, and every address it returns (all with the entry's port) becomes a peer; an address that leaves the answer is drained (no new requests, those on it complete, then its link closes). Without peers.key_file they must be loopback addresses (a name's: each address it resolves to)." },
+	{ "peers", "resolve_interval_ms", CT_U32, "5000", 100, 3600000, NULL, F(peers_resolve_interval_ms),
+	  "Decode: how often a peers.prefill name is resolved again (also at every reconnect of one of its links). A failed resolution keeps the links the name has and is retried at this interval." },
 	{ "peers", "key_file", CT_STR, "", 0, 0, NULL, F(key_file),
 	  "Cluster secret shared by every node (at least 32 random bytes, 8 or more distinct; `kvctl keygen FILE`), a regular file of kvd's user (or root) readable by its owner only. Peers prove they hold it before anything else; without it a node peers only over loopback." },
 	{ "peers", "max_requests", CT_U32, "256", 1, 1048576, NULL, F(peer_max_requests),
@@ -352,8 +354,9 @@ static bool is_name(const char *s)
 }
 
 /* host:port with port 1..65535, where host is a numeric IPv4 address,
- * [IPv6], or localhost. kvd resolves no names: what passes here is what
- * the listeners and peer connections can use as written. */
+ * [IPv6], or localhost: what passes here is what the listeners and peer
+ * connections can use as written (peers.prefill also takes name:port,
+ * kvd_peer_name_split, resolved on the loop by daemon/node/peerdns.c). */
 /* Split host:port into its address (af 0 for "localhost") and port.
  * 0, or -1 when it is not one. */
 static int hostport_split(const char *s, int *af, unsigned char addr[16],
@@ -389,6 +392,59 @@ static bool is_hostport(const char *s)
 	int af;
 
 	return hostport_split(s, &af, addr, &port) == 0;
+}
+
+/* One label of an RFC 1123 host name: 1..63 letters, digits and hyphens,
+ * neither first nor last a hyphen. */
+static bool name_label_ok(const char *l, size_t n)
+{
+	if (n == 0 || n > 63 || l[0] == '-' || l[n - 1] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)l[i]) && l[i] != '-')
+			return false;
+	return true;
+}
+
+/* An RFC 1123 host name of n characters: labels joined by dots, at most
+ * KVD_PEER_NAME_MAX in all, the last one not all digits (so a mistyped
+ * IPv4 address is not taken for a name). */
+static bool is_host_name(const char *h, size_t n)
+{
+	const char *l = h, *dot;
+	bool digits = true;
+
+	if (n == 0 || n > KVD_PEER_NAME_MAX)
+		return false;
+	for (;;) {
+		dot = memchr(l, '.', n - (size_t)(l - h));
+		if (!name_label_ok(l, dot ? (size_t)(dot - l) : n - (size_t)(l - h)))
+			return false;
+		if (!dot)
+			break;
+		l = dot + 1;
+	}
+	for (; l < h + n; l++)
+		digits &= isdigit((unsigned char)*l) != 0;
+	return !digits;
+}
+
+int kvd_peer_name_split(const char *s, char host[KVD_PEER_NAME_MAX + 1], uint16_t *port)
+{
+	const char *colon = strrchr(s, ':');
+	uint64_t p;
+	size_t n;
+
+	if (!colon || is_hostport(s))
+		return -1;
+	n = (size_t)(colon - s);
+	if (!is_host_name(s, n) || kvd_parse_u64(colon + 1, &p) < 0 || p == 0 ||
+	    p > 65535)
+		return -1;
+	memcpy(host, s, n);
+	host[n] = '\0';
+	*port = (uint16_t)p;
+	return 0;
 }
 
 bool kvd_hostport_is_loopback(const char *s)
@@ -628,11 +684,16 @@ static int set_list(const struct conf_set *s)
 		if (r < 0)
 			return conf_fail(s->x, s->line, s->full,
 					 "'%s' is not a comma list of host:port", s->v);
-		for (uint32_t i = 0; i < n; i++)
-			if (!is_hostport(c->peers_prefill[i]))
+		for (uint32_t i = 0; i < n; i++) {
+			char host[KVD_PEER_NAME_MAX + 1];
+			uint16_t port;
+
+			if (!is_hostport(c->peers_prefill[i]) &&
+			    kvd_peer_name_split(c->peers_prefill[i], host, &port))
 				return conf_fail(s->x, s->line, s->full,
-						 "'%s' is not IPv4:port, [IPv6]:port or localhost:port",
-						 c->peers_prefill[i]);
+						 "'%s' is not IPv4:port, [IPv6]:port, localhost:port or name:port (an RFC 1123 host name of at most %d characters)",
+						 c->peers_prefill[i], KVD_PEER_NAME_MAX);
+		}
 	}
 	c->n_peers_prefill = n;
 	return 0;
@@ -819,8 +880,11 @@ static int conf_validate_peering(struct conf_ctx *x)
 		return conf_fail(x, line_of(x, "listen", "peer"), "listen.peer",
 				 "'%s' is not a loopback address: set peers.key_file (kvctl keygen FILE) so peers must prove they hold the cluster secret",
 				 c->listen_peer);
+	/* a name:port entry is checked on what it resolves to (each address
+	 * must be loopback then, daemon/node/peerdns.c) */
 	for (uint32_t i = 0; i < c->n_peers_prefill; i++)
-		if (!kvd_hostport_is_loopback(c->peers_prefill[i]))
+		if (is_hostport(c->peers_prefill[i]) &&
+		    !kvd_hostport_is_loopback(c->peers_prefill[i]))
 			return conf_fail(x, line_of(x, "peers", "prefill"), "peers.prefill",
 					 "'%s' is not a loopback address: set peers.key_file (kvctl keygen FILE) so peers must prove they hold the cluster secret",
 					 c->peers_prefill[i]);

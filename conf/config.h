@@ -16,6 +16,9 @@
 
 #define KVD_EX_CONFIG 78
 #define KVD_MAX_PEERS 16
+/* The longest host name a peers.prefill entry may hold (name:port fits
+ * in an entry's 256 bytes). */
+#define KVD_PEER_NAME_MAX 200
 
 enum kvd_role { KVD_ROLE_PREFILL, KVD_ROLE_DECODE, KVD_ROLE_STANDALONE };
 enum kvd_cap_policy { KVD_CAP_REFUSE, KVD_CAP_CLAMP };
@@ -95,6 +98,7 @@ struct kvd_config {
 	/* [peers] */
 	char peers_prefill[KVD_MAX_PEERS][256];
 	uint32_t n_peers_prefill;
+	uint32_t peers_resolve_interval_ms; /* decode: a name's re-resolve period */
 	char key_file[1024];          /* cluster secret; "" = loopback only */
 	uint32_t peer_max_requests;   /* in flight per peer (prefill) */
 	uint32_t peer_max_pages;      /* pages per peer; 0 = automatic */
@@ -187,6 +191,10 @@ const char *kvd_role_name(enum kvd_role r);
 void kvd_config_model_name(const struct kvd_config *c, char *out, size_t size);
 /* True when host:port names a loopback address (127/8, ::1, localhost). */
 bool kvd_hostport_is_loopback(const char *hostport);
+/* s is name:port, name an RFC 1123 host name (not an IP address nor
+ * localhost, which is_hostport takes): 0 with host and *port set, else
+ * -1. */
+int kvd_peer_name_split(const char *s, char host[KVD_PEER_NAME_MAX + 1], uint16_t *port);
 const char *kvd_cap_policy_name(enum kvd_cap_policy p);
 /* "tcp" or "verbs" */
 const char *kvd_transport_name(enum kvd_transport t);

@@ -183,7 +183,9 @@ static const struct bad {
 	{ "send timeout above release", "[kv]\npool_tokens = 64\n[transfer]\nrelease_timeout_ms = 2000\nsend_timeout_ms = 3000\n", 9, "transfer.send_timeout_ms", "above transfer.release_timeout_ms" },
 	{ "batch exceeds send timeout", "[kv]\npool_tokens = 64\n[transfer]\nmax_batch_bytes = 64M\nlink_gbps = 1\nsend_timeout_ms = 100\n", 10, "transfer.send_timeout_ms", "not within send_timeout_ms=100" },
 	{ "heartbeat vs release", "[kv]\npool_tokens = 64\n[transfer]\nheartbeat_ms = 3000\nrelease_timeout_ms = 5000\n", 8, "transfer.heartbeat_ms", "heartbeats" },
-	{ "host name in peers", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\nprefill = prefill-1.internal:7001\n", 10, "peers.prefill", "IPv4:port" },
+	{ "host name with an underscore in peers", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\nprefill = prefill_1.internal:7001\n", 10, "peers.prefill", "name:port (an RFC 1123 host name" },
+	{ "host name without a port in peers", "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\nprefill = 127.0.0.1:1,prefill.internal\n", 10, "peers.prefill", "'prefill.internal' is not" },
+	{ "resolve interval too short", "[kv]\npool_tokens = 64\n[peers]\nresolve_interval_ms = 10\n", 8, "peers.resolve_interval_ms", "out of range" },
 	{ "value too long to print back", "", 8, "listen.client", "too long" }, /* handled below */
 	{ "syntax error", "[kv]\npool_tokens = 64\nthis is not ini\n", 7, "", "syntax" },
 	{ "verbs key with tcp", "[kv]\npool_tokens = 64\n[transfer]\nverbs_qp_depth = 64\n", 8, "transfer.verbs_qp_depth", "only with transfer.transport=verbs" },
@@ -448,6 +450,70 @@ START_TEST(test_loopback_addresses)
 }
 END_TEST
 
+/* peers.prefill names (RFC 1123, bounded): exactly these are names; IP
+ * literals and localhost stay addresses. */
+START_TEST(test_peer_names)
+{
+	static const char *const yes[] = { "prefill.kvd.test:7000", "a:1", "p-1.svc.cluster.local:65535",
+					   "X9:2", "1a.example:3", "prefill.10.example:4" };
+	static const char *const no[] = { "127.0.0.1:7000", "localhost:7", "[::1]:7", "10.0.0.300:7",
+					  "1.2.3:7", "prefill.kvd.test", "prefill.kvd.test:0",
+					  "prefill.kvd.test:65536", "prefill.kvd.test:x", ":7",
+					  "-a.test:7", "a-.test:7", "a..test:7", ".a.test:7", "a.test.:7",
+					  "a_b.test:7", "a b.test:7", "a.test:7:8", "\x1b[31m.test:7" };
+	char host[KVD_PEER_NAME_MAX + 1], lab[80], big[400];
+	uint16_t port = 0;
+
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(yes); i++)
+		ck_assert_msg(kvd_peer_name_split(yes[i], host, &port) == 0, "%s is a name", yes[i]);
+	ck_assert_int_eq(kvd_peer_name_split("prefill.kvd.test:7000", host, &port), 0);
+	ck_assert_str_eq(host, "prefill.kvd.test");
+	ck_assert_uint_eq(port, 7000);
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(no); i++)
+		ck_assert_msg(kvd_peer_name_split(no[i], host, &port) != 0, "%s is not a name", no[i]);
+	/* a label of 63 is one, of 64 not */
+	memset(lab, 'a', 64);
+	snprintf(lab + 63, sizeof(lab) - 63, ".t:1");
+	ck_assert_int_eq(kvd_peer_name_split(lab, host, &port), 0);
+	memset(lab, 'a', 64);
+	snprintf(lab + 64, sizeof(lab) - 64, ".t:1");
+	ck_assert_int_ne(kvd_peer_name_split(lab, host, &port), 0);
+	/* KVD_PEER_NAME_MAX characters are a name, one more not */
+	for (size_t i = 0; i < KVD_PEER_NAME_MAX; i++)
+		big[i] = i % 10 == 5 ? '.' : 'b';
+	snprintf(big + KVD_PEER_NAME_MAX, sizeof(big) - KVD_PEER_NAME_MAX, ":9");
+	ck_assert_int_eq(kvd_peer_name_split(big, host, &port), 0);
+	ck_assert_uint_eq(strlen(host), KVD_PEER_NAME_MAX);
+	big[KVD_PEER_NAME_MAX] = 'b';
+	snprintf(big + KVD_PEER_NAME_MAX + 1, sizeof(big) - KVD_PEER_NAME_MAX - 1, ":9");
+	ck_assert_int_ne(kvd_peer_name_split(big, host, &port), 0);
+}
+END_TEST
+
+/* A decode node takes a name in peers.prefill, keyless too (its
+ * addresses are checked once resolved), with the re-resolve period. */
+START_TEST(test_peer_name_config)
+{
+	struct kvd_config c;
+	struct kvd_config_error e;
+
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\n"
+			      "prefill = prefill.kvd.test:7000, 127.0.0.1:7001\n"
+			      "resolve_interval_ms = 250\n"), 0);
+	ck_assert_uint_eq(c.n_peers_prefill, 2);
+	ck_assert_str_eq(c.peers_prefill[0], "prefill.kvd.test:7000");
+	ck_assert_uint_eq(c.peers_resolve_interval_ms, 250);
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\n"
+			      "prefill = prefill.kvd.test:7000\n"), 0);
+	ck_assert_uint_eq(c.peers_resolve_interval_ms, 5000);
+	/* an IP literal off loopback is still refused without a key */
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[node]\nrole = decode\n[peers]\n"
+			      "prefill = prefill.kvd.test:7000,10.0.0.1:7000\n"), -1);
+	ck_assert_str_eq(e.key, "peers.prefill");
+	ck_assert(strstr(e.msg, "not a loopback address") != NULL);
+}
+END_TEST
+
 /* The committed example is what the table prints: they cannot drift. */
 START_TEST(test_example_matches_table)
 {
@@ -528,6 +594,8 @@ int main(void)
 	tcase_add_test(tc, test_file_errors);
 	tcase_add_test(tc, test_example_matches_table);
 	tcase_add_test(tc, test_loopback_addresses);
+	tcase_add_test(tc, test_peer_names);
+	tcase_add_test(tc, test_peer_name_config);
 	tcase_add_test(tc, test_reference_and_example_parse);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
