@@ -206,6 +206,7 @@ static void serve_stop_hook(struct kvd_daemon *d, void *arg)
 	prep_stop(&s->front->prep);
 	if (prep_close(&s->front->prep, serve__handle_closed, s))
 		s->closes_pending++;
+	serve__peerdns_stop(s);
 	serve__link_stop(s);
 	if (s->hb_open) {
 		serve__close_handle(s, (uv_handle_t *)&s->hb_timer);
@@ -514,6 +515,7 @@ static struct serve *serve_alloc(struct kvd_daemon *d)
 	kvd_list_init(&s->front->pending);
 	kvd_list_init(&s->reqs);
 	kvd_list_init(&s->links);
+	kvd_list_init(&s->dns_names);
 	s->reqtab = kvd_daemon_requests(d);
 	serve_rl_init(s);
 	return s;

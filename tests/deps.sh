@@ -4,6 +4,7 @@
 KVD_DEBS=(meson ninja-build pkg-config gcc libc6-dev
 	libuv1-dev libmsgpack-dev libinih-dev libxxhash-dev check
 	libsystemd-dev libibverbs-dev libsodium-dev libssl-dev systemd python3 jq iproute2 procps
+	dnsmasq-base
 	clang libclang-rt-dev spin prometheus
 	node-llhttp libjansson-dev curl gdb valgrind
 	nodejs npm)

@@ -573,7 +573,8 @@ void serve__local_admit(struct serve_req *r)
 
 
 /* The up prefill peer with the fewest requests in flight: ours on it
- * plus the load it reported. */
+ * plus the load it reported. A draining one (its address left its
+ * name's answer, peerdns.c) takes none. */
 static struct link *decode_pick_peer(struct serve *s)
 {
 	struct link *best = NULL;
@@ -582,7 +583,7 @@ static struct link *decode_pick_peer(struct serve *s)
 	kvd_list_for_each(e, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 
-		if (l->side != LINK_DIAL || !link_is_up(l))
+		if (l->side != LINK_DIAL || !link_takes_requests(l))
 			continue;
 		if (!best || l->load + l->n_reqs < best->load + best->n_reqs)
 			best = l;
@@ -742,7 +743,7 @@ static uint64_t decode_peers_pending(struct serve *s, uint32_t *n_up)
 		if (l->side != LINK_DIAL)
 			continue;
 		n += decode_peer_pending(l);
-		*n_up += link_is_up(l);
+		*n_up += link_takes_requests(l);
 	}
 	return n;
 }
@@ -1398,13 +1399,17 @@ static const struct link_ops decode_link_ops = {
 	.scope_live = decode_scope_live,
 	.scope_dead = decode_scope_dead,
 	.req_flush_lost = decode_req_flush_lost,
+	.redial = serve__peerdns_redial,
 };
 
-/* Decode dials every peers.prefill address (link.c keeps them up). */
+/* Decode dials every peers.prefill address (link.c keeps them up), and
+ * every address each name resolves to (peerdns.c). */
 int serve__decode_start(struct serve *s)
 {
 	for (unsigned i = 0; i < s->d->cfg.n_peers_prefill && i < KVD_MAX_PEERS; i++) {
-		int rc = serve__link_dial(s, s->d->cfg.peers_prefill[i], &decode_link_ops);
+		const char *e = s->d->cfg.peers_prefill[i];
+		int rc = serve__peerdns_is_name(e) ? serve__peerdns_add(s, e, &decode_link_ops)
+						   : serve__link_dial(s, e, &decode_link_ops, NULL);
 
 		if (rc)
 			return rc;

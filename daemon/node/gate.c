@@ -112,7 +112,7 @@ uint64_t serve__gate_path_limit(struct serve *s)
 	kvd_list_for_each(e, &s->links) {
 		const struct link *l = kvd_list_entry(e, struct link, node);
 
-		if (l->side == LINK_DIAL && link_is_up(l))
+		if (l->side == LINK_DIAL && link_takes_requests(l))
 			best = KVD_MAX(best, KVD_MIN((uint64_t)l->hello.context,
 						     (uint64_t)l->hello.pool_tokens));
 	}

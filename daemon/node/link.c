@@ -1375,8 +1375,11 @@ static void link_retry_cb(uv_timer_t *t)
 {
 	struct link *l = t->data;
 
-	if (!l->s->stopping && l->state == LINK_IDLE)
-		link_connect(l);
+	if (l->s->stopping || l->state != LINK_IDLE || l->draining)
+		return;
+	if (l->ops->redial)
+		l->ops->redial(l);
+	link_connect(l);
 }
 
 /* One of l's handles has closed; after the last, a dialled link may
@@ -1398,7 +1401,7 @@ static void link_closed_one(struct link *l)
 		return;
 	}
 	serve__link_set_state(l, LINK_IDLE);
-	if (!s->stopping && l->retry_open)
+	if (!s->stopping && l->retry_open && !l->draining)
 		uv_timer_start(&l->retry, link_retry_cb, LINK_RETRY_MS, 0);
 }
 
@@ -1571,13 +1574,15 @@ static struct link *link_new(struct serve *s, enum link_side side,
 	return l;
 }
 
-int serve__link_dial(struct serve *s, const char *addr, const struct link_ops *ops)
+int serve__link_dial(struct serve *s, const char *addr, const struct link_ops *ops,
+		     struct peerdns_name *dns)
 {
 	struct link *l = link_new(s, LINK_DIAL, ops);
 
 	if (!l)
 		return -ENOMEM;
 	snprintf(l->addr, sizeof(l->addr), "%s", addr);
+	l->dns = dns;
 	if (uv_timer_init(&s->d->loop, &l->retry)) {
 		free(l);
 		return -ENOMEM;
@@ -1588,6 +1593,34 @@ int serve__link_dial(struct serve *s, const char *addr, const struct link_ops *o
 	kvd_list_add_tail(&s->links, &l->node);
 	link_connect(l);
 	return 0;
+}
+
+void serve__link_drain(struct link *l, bool on)
+{
+	KVD_ASSERT(l->s->log, l->side == LINK_DIAL, "peer=%s msg=\"drain of an accepted link\"",
+		   KVLOG_Q(l->addr));
+	l->draining = on;
+	/* back from a drain while down: it reconnects (its retry timer was
+	 * not restarted when it closed) */
+	if (!on && l->state == LINK_IDLE && l->retry_open && !l->s->stopping)
+		uv_timer_start(&l->retry, link_retry_cb, 0, 0);
+}
+
+/* dial: l never reconnects: torn down (silently), out of s->links, freed
+ * once its handles have closed (its retry timer too). */
+static void link_retire(struct link *l)
+{
+	struct serve *s = l->s;
+
+	serve__link_lost(l, NULL);
+	kvd_list_del(&l->node);
+	l->retired = true;
+	if (l->retry_open) {
+		l->retry_open = false;
+		l->pending_closes++;
+		s->closes_pending++;
+		uv_close((uv_handle_t *)&l->retry, link_handle_closed);
+	}
 }
 
 /* ---- accept: the listener ---------------------------------------------------- */
@@ -1918,6 +1951,18 @@ static void link_tick_log(struct serve *s)
 	s->peer_refused_conns = s->peer_evicted_conns = s->peer_proof_timeouts = 0;
 }
 
+/* A draining link none of our requests is on any more (nothing of
+ * theirs can be written for them): closed for good. True when it went. */
+static bool link_drain_done(struct link *l)
+{
+	if (l->side != LINK_DIAL || !l->draining || l->n_reqs)
+		return false;
+	KVLOG_INFO(l->s->log, "peer_drained", "peer=%s was_up=%d", KVLOG_Q(l->addr),
+		   link_is_up(l));
+	link_retire(l);
+	return true;
+}
+
 void serve__link_tick(struct serve *s)
 {
 	uint64_t now = kvd_now_ns();
@@ -1927,12 +1972,15 @@ void serve__link_tick(struct serve *s)
 	struct kvd_list *e, *nxt;
 
 	link_tick_log(s);
-	/* a lost link leaves the list only itself (accepted ones) */
+	/* a lost link leaves the list only itself (accepted ones), a
+	 * drained one here */
 	kvd_list_for_each_safe(e, nxt, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 		struct proto_peer_msg m = { .type = PEER_MSG_HEARTBEAT };
 		struct kvpool_stats st;
 
+		if (link_drain_done(l))
+			continue;
 		if (l->evicted && !link_is_closing(l))
 			serve__link_lost(l, NULL);
 		if (!link_is_open(l) || link_write_check(l, now) ||
@@ -1987,17 +2035,9 @@ void serve__link_stop(struct serve *s)
 	kvd_list_for_each_safe(e, nxt, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 
-		serve__link_lost(l, NULL);
-		if (l->side != LINK_DIAL)
-			continue;
-		/* never reconnects: freed once its handles have closed */
-		kvd_list_del(&l->node);
-		l->retired = true;
-		if (l->retry_open) {
-			l->retry_open = false;
-			l->pending_closes++;
-			s->closes_pending++;
-			uv_close((uv_handle_t *)&l->retry, link_handle_closed);
-		}
+		if (l->side == LINK_DIAL)
+			link_retire(l);
+		else
+			serve__link_lost(l, NULL);
 	}
 }

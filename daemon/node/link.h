@@ -21,6 +21,7 @@ struct serve;
 struct serve_req;
 struct serve_sink;
 struct link;
+struct peerdns_name;
 
 /* ---- peer links (link.c) ------------------------------------------------- */
 
@@ -105,6 +106,10 @@ struct link_ops {
 	 * quarantine the pages a peer could still write (before its
 	 * LINK_LOST step, which then unfences nothing back to the pool) */
 	void (*req_flush_lost)(struct serve_req *r);
+	/* dial: l reconnects after a loss (its retry timer fired), before
+	 * connecting: a name's links have it resolved again (peerdns.c;
+	 * NULL: nothing) */
+	void (*redial)(struct link *l);
 };
 
 /* One peer link: a control connection (framed, sealed once proved,
@@ -191,6 +196,13 @@ struct link {
 
 	uv_timer_t retry;                /* dial: reconnect */
 	bool retry_open;
+	/* dial: the peers.prefill name whose answer l's address came from
+	 * (peerdns.c; NULL: a configured address). Draining: the address
+	 * left the answer: no new request is placed on l
+	 * (link_takes_requests), it does not reconnect, and once none of
+	 * its requests is left the tick closes it for good */
+	struct peerdns_name *dns;
+	bool draining;
 	char rbuf[65536];                /* (65536) bytes: control reads */
 };
 
@@ -213,6 +225,12 @@ static inline bool link_is_matched(const struct link *l)
 	return l->state == LINK_BINDING || l->state == LINK_UP;
 }
 
+/* A new request may be placed on l: up, and not draining. */
+static inline bool link_takes_requests(const struct link *l)
+{
+	return link_is_up(l) && !l->draining;
+}
+
 static inline bool link_is_closing(const struct link *l)
 {
 	return l->state == LINK_CLOSING;
@@ -231,10 +249,16 @@ void serve__link_set_state(struct link *l, enum link_state to);
 const char *serve__link_state_name(enum link_state st);
 
 /* link.c: one peer link for both ends. Loop thread only. */
-/* Dial peers.prefill address `addr` and keep it connected for the
- * node's life (reconnecting after a loss). 0, -ENOMEM. */
+/* Dial peers.prefill address `addr` (an IP literal or localhost with
+ * its port) and keep it connected (reconnecting after a loss) for the
+ * node's life, or until it is drained; dns: the name it came from (NULL:
+ * configured as an address). 0, -ENOMEM. */
 int serve__link_dial(struct serve *s, const char *addr,
-		     const struct link_ops *ops);
+		     const struct link_ops *ops, struct peerdns_name *dns);
+/* dial: drain l (on) - no new requests, no reconnect, closed for good by
+ * the tick once its requests are gone - or take it back (off: it carries
+ * requests again, reconnecting if it was down). */
+void serve__link_drain(struct link *l, bool on);
 /* Listen on listen.peer; accepted links get `ops`. 0 or an error
  * (logged). */
 int serve__link_listen(struct serve *s, const struct link_ops *ops);

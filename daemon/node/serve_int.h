@@ -130,8 +130,11 @@ struct serve {
 					  * standalone; NULL on prefill */
 
 	struct kvd_list links;           /* every peer link (struct link):
-					  * dialled ones for life, accepted
-					  * ones until they are lost */
+					  * dialled ones for life (or until
+					  * drained), accepted ones until
+					  * they are lost */
+	struct kvd_list dns_names;       /* decode: peers.prefill names
+					  * (struct peerdns_name, peerdns.c) */
 	const struct link_ops *accept_ops;  /* for accepted links */
 	uv_tcp_t peer_listener;
 	bool peer_listener_open;
@@ -239,6 +242,19 @@ void serve__dreq_event(struct serve_req *r, enum dreq_event ev);
 void serve__dreq_engine_msg(struct serve_req *r, const struct compute_msg *m);
 /* kvctl abort of a client request (any state): OP_ABORT. */
 void serve__decode_abort(struct serve_req *r, const char *reason);
+
+/* peerdns.c: peers.prefill names (decode). Loop thread. */
+/* entry is name:port (kvd_peer_name_split), not an address. */
+bool serve__peerdns_is_name(const char *entry);
+/* Resolve entry now and every peers.resolve_interval_ms; each address
+ * it returns gets a dialled link with ops. 0, -ENOMEM, or a libuv error
+ * starting its timer. */
+int serve__peerdns_add(struct serve *s, const char *entry, const struct link_ops *ops);
+/* link_ops.redial: l's name (if any) is resolved again. */
+void serve__peerdns_redial(struct link *l);
+/* Stop resolving: timers closed, a resolution in flight cancelled; each
+ * name is freed once both are done (s->closes_pending). */
+void serve__peerdns_stop(struct serve *s);
 
 /* prefill.c */
 int serve__prefill_start(struct serve *s);
