@@ -78,8 +78,9 @@ static bool peerdns_has(const peerdns_addr *set, uint32_t n, const char *a)
 uint32_t peerdns_answer(const struct addrinfo *ai, const char *port,
 			peerdns_addr *out, uint32_t max, uint32_t *extra)
 {
-	/* the distinct addresses past max, remembered as far as a second
-	 * set of max goes (enough to say "more than max" honestly) */
+	/* the distinct addresses past max, remembered (and counted) up to
+	 * PEERDNS_ANSWER_MAX: enough to say how many were left out, or
+	 * that at least so many were */
 	peerdns_addr seen[PEERDNS_ANSWER_MAX];
 	uint32_t n = 0, n_seen = 0, walked = 0;
 	peerdns_addr a;
@@ -94,10 +95,10 @@ uint32_t peerdns_answer(const struct addrinfo *ai, const char *port,
 			memcpy(out[n++], a, sizeof(a));
 			continue;
 		}
-		(*extra)++;
 		if (n_seen < PEERDNS_ANSWER_MAX)
 			memcpy(seen[n_seen++], a, sizeof(a));
 	}
+	*extra = n_seen;
 	return n;
 }
 
@@ -278,7 +279,7 @@ static void peerdns_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo 
 		n_want = peerdns_answer(res, n->port, want, PEERDNS_ANSWER_MAX, &extra);
 		if (extra)
 			KVLOG_RL_WARN(n->s->log, &n->s->rl[SERVE_RL_PEER_PROTOCOL], "peer_dns_error",
-				      "name=%s msg=\"more addresses than a node dials: the first kept\" kept=%u ignored=%u",
+				      "name=%s msg=\"more addresses than a node dials: the first kept\" kept=%u ignored_at_least=%u",
 				      KVLOG_Q(n->name), n_want, extra);
 		n->last_error = 0;
 		peerdns_apply(n, want, n_want);

@@ -54,7 +54,8 @@ struct peerdns_name {
 
 /* An answer as text: each address of ai (bounded walk) with `port`,
  * each once, in the answer's order, at most max into out; *extra counts
- * the distinct ones past max. Returns how many went to out. Pure. */
+ * the distinct ones past max, up to PEERDNS_ANSWER_MAX (more: at least
+ * that many). Returns how many went to out. Pure. */
 uint32_t peerdns_answer(const struct addrinfo *ai, const char *port,
 			peerdns_addr *out, uint32_t max, uint32_t *extra);
 
