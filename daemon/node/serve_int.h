@@ -18,6 +18,8 @@
  *               admission, receiving KV; dials its peers through link.c
  *   prefill.c   prefill requests (the preq machine), admission, sending
  *               KV; accepts its peers through link.c
+ *   peerdns.c   decode: peers.prefill names resolved on the loop, each
+ *               address a dialled link, one that left the answer drained
  *   link.c      one peer link for both ends (struct link): connect or
  *               accept, authenticate, hello, data connection (the one
  *               place a transport is created), heartbeat, liveness,
