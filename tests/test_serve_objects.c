@@ -6,8 +6,12 @@
  * client connection (a request's client is absent: its answers go
  * nowhere, its failure code is what the test reads).
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,6 +329,102 @@ START_TEST(test_link_accept_never_idle)
 }
 END_TEST
 
+/* A port nobody listens on: connecting is refused at once. */
+static int closed_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static bool dialled(struct serve *s, struct link *l)
+{
+	struct kvd_list *e;
+
+	kvd_list_for_each(e, &s->links)
+		if (kvd_list_entry(e, struct link, node) == l)
+			return true;
+	return false;
+}
+
+/* Run the loop until l is idle (its refused connection closed). */
+static void until_idle(struct link *l)
+{
+	for (int i = 0; i < 2000 && l->state != LINK_IDLE; i++)
+		ck_assert_int_ge(uv_run(&W.d->loop, UV_RUN_ONCE), 0);
+	ck_assert_int_eq(l->state, LINK_IDLE);
+}
+
+/* peers by name (peerdns.c): a drained dialled link takes no request
+ * (link_takes_requests), is not redialled, and the tick closes it for
+ * good once none of its requests is left - its retry timer too, so the
+ * loop closes clean; taken back before that, it dials again. */
+START_TEST(test_link_drain)
+{
+	static const struct link_ops ops = { 0 };
+	struct serve *s;
+	struct link *l, *m;
+	char addr[32];
+
+	world_up(1, 4, 64);
+	s = W.s;
+	s->d->cfg.role = KVD_ROLE_DECODE;
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", closed_port());
+	ck_assert_int_eq(serve__link_dial(s, addr, &ops, NULL), 0);
+	ck_assert_int_eq(serve__link_dial(s, addr, &ops, NULL), 0);
+	l = kvd_list_entry(s->links.next, struct link, node);
+	m = kvd_list_entry(s->links.next->next, struct link, node);
+	until_idle(l);
+	until_idle(m);
+	/* m drains too, with a request on it, until its turn below */
+	serve__link_drain(m, true);
+	m->n_reqs = 1;
+
+	/* an up link takes requests unless it drains */
+	l->state = LINK_UP;
+	ck_assert(link_takes_requests(l));
+	l->draining = true;
+	ck_assert(!link_takes_requests(l));
+	l->draining = false;
+	l->state = LINK_IDLE;
+
+	/* drained with a request on it: kept; once it is gone: closed */
+	serve__link_drain(l, true);
+	l->n_reqs = 1;
+	serve__link_tick(s);
+	ck_assert(dialled(s, l));
+	/* the retry timers fire: no redial while draining */
+	while (uv_is_active((uv_handle_t *)&l->retry) || uv_is_active((uv_handle_t *)&m->retry))
+		ck_assert_int_ge(uv_run(&W.d->loop, UV_RUN_ONCE), 0);
+	ck_assert_int_eq(l->state, LINK_IDLE);
+	ck_assert_int_eq(m->state, LINK_IDLE);
+	l->n_reqs = 0;
+	serve__link_tick(s);
+	ck_assert(!dialled(s, l));        /* retired: freed once closed */
+	ck_assert(dialled(s, m));
+
+	/* taken back before the tick closed it: it dials again */
+	m->n_reqs = 0;
+	serve__link_drain(m, false);
+	for (int i = 0; i < 2000 && m->state == LINK_IDLE; i++)
+		ck_assert_int_ge(uv_run(&W.d->loop, UV_RUN_ONCE), 0);
+	ck_assert_int_ne(m->state, LINK_IDLE);
+	serve__link_tick(s);
+	ck_assert(dialled(s, m));
+	s->stopping = true;
+	serve__link_stop(s);
+	ck_assert(kvd_list_empty(&s->links));
+	world_down();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("serve_objects");
@@ -342,6 +442,7 @@ int main(void)
 	tcase_add_test(tc, test_link_life);
 	tcase_add_test_raise_signal(tc, test_link_skip_aborts, SIGABRT);
 	tcase_add_test_raise_signal(tc, test_link_accept_never_idle, SIGABRT);
+	tcase_add_test(tc, test_link_drain);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
