@@ -245,7 +245,9 @@ FAULT=0
 grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h" && FAULT=1
 next_port; H=$PORT
 U=http://127.0.0.1:$H
-pair pi di "$M" -- "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys" \
+# prefill sends a page a batch (a page of stories260K is 20544 bytes), so with
+# slow_batch a prompt of 4 pages is over a second in flight
+pair pi di "$M" "transfer.max_batch_bytes=24K" -- "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys" \
 	"http.parse_special=off" "http.metrics_vllm_names=off"
 start_node di
 check "decode listens for HTTP" wait_log "$T/di.log" "event=listen_http"
@@ -257,7 +259,8 @@ check "  ... saying why (unpaired)" jq -e '.reason | test("unpaired")' "$T/body"
 st=$(req GET /health)
 check "  ... /health agrees (503)" test "$st" = 503
 # slow_batch (fault-point builds): prefill waits 300 ms before each batch,
-# so a request is still in flight when the drain comes
+# so a request is still in flight when the drain comes (its prompt is
+# 4 pages: over a second)
 if [ $FAULT = 1 ]; then start_node pi KVD_FAULT=slow_batch; else start_node pi; fi
 check "decode paired" wait_up di
 ready() { test "$(req GET /readyz)" = 200; }
@@ -271,7 +274,8 @@ check "http.metrics_vllm_names=off: no vllm: series" bash -c "! grep -q '^vllm:'
 check "  ... kvd's are there" grep -q '^kvd_generation_tokens_total{tenant="carol"} 2$' "$T/off.prom"
 if [ $FAULT = 1 ]; then
 	MK=$(log_mark "$T/di.log")
-	curl -s -o "$T/held" -w '%{http_code}' "${auth[@]}" -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' \
+	LONG=$(printf 'Once upon a time there was a girl. %.0s' 1 2 3 4 5 6)
+	curl -s -o "$T/held" -w '%{http_code}' "${auth[@]}" -d "{\"prompt\":\"$LONG\",\"max_tokens\":8,\"temperature\":0}" \
 		"$U/v1/completions" > "$T/heldst" &
 	HP=$!
 	check "a request in flight" wait_log "$T/di.log" "event=http_admit" 10 "$MK"
