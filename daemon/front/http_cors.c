@@ -19,8 +19,9 @@
  * The Origin is compared whole and case-insensitively (scheme and host
  * are; conf/util.h kvd_origins), against entries the config check found
  * to look like an origin (scheme://host[:port], no path), so a typo
- * fails the boot (exit 78) instead of silently allowing nothing. The parser refuses an Origin longer than
- * its buffer (431) and a repeated one (400): never a cut prefix.
+ * fails the boot (exit 78) instead of silently allowing nothing. The
+ * parser refuses an Origin longer than its buffer (431) and a repeated
+ * one (400): never a cut prefix.
  */
 #include "daemon/front/http_int.h"
 #include "conf/util.h"
