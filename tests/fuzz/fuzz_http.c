@@ -276,6 +276,9 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	/* issue 24.1: text parts, fields ignored */
 	seed(emit, ctx, 2, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 197\r\n\r\n"
 			   "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"b\"}]}],\"user\":\"u\",\"metadata\":{\"k\":\"v\"},\"store\":false,\"parallel_tool_calls\":true}");
+	/* issue 24.4: the Responses API's items and fields */
+	seed(emit, ctx, 5, "POST /v1/responses HTTP/1.1\r\nContent-Length: 263\r\n\r\n"
+			   "{\"input\":[{\"role\":\"developer\",\"content\":\"d\"},{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},{\"type\":\"output_text\",\"text\":\"b\",\"annotations\":[]}]}],\"instructions\":\"i\",\"max_output_tokens\":4,\"store\":true,\"text\":{\"format\":{\"type\":\"text\"}}}");
 	seed(emit, ctx, 7, "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
 			   "10\r\n{\"prompt\":[1,2,\r\n5\r\n3],\"n\r\n6\r\n\":1}  \r\n0\r\n\r\n"
 			   "GET /v1/models HTTP/1.1\r\n\r\nGET /health HTTP/1.0\r\n\r\n");
