@@ -44,8 +44,8 @@ post() {
 }
 # sse PORT PATH BODY: the stream's data lines as a JSON array in $T/body
 sse() {
-	curl -s -N -H "Authorization: Bearer $KEY" -d "$3" "http://127.0.0.1:$1/v1/$2" |
-		sed -n 's/^data: //p' | grep -v '^\[DONE\]$' | jq -s . > "$T/body"
+	{ curl -s -N -H "Authorization: Bearer $KEY" -d "$3" "http://127.0.0.1:$1/v1/$2" |
+		sed -n -e '/^data: \[DONE\]$/d' -e 's/^data: //p' | jq -s . > "$T/body"; } || true
 }
 P='"prompt":"Once upon a time"'
 CHAT='"messages":[{"role":"user","content":"Once upon a time"}]'
@@ -152,6 +152,16 @@ for body in "{$P,\"max_tokens\":24,$EXT}" "{$P,\"max_tokens\":24,$EXT,\"stream\"
 done
 check "  ... decode recomputed the last prompt position" \
 	test "$(log_count "$T/di.log" "event=decode_recompute " "$MD")" = 3
+# prompts whose last position starts a page (17, 33 with 16-token pages),
+# ends one (16) or is the only one (1): the retag covers each case
+for n in 1 16 17 33; do
+	ids=$(jq -nc --argjson n $n '[1] + [range(1; $n) | (. * 37) % 500 + 3]')
+	body="{\"prompt\":$ids,\"max_tokens\":6,\"temperature\":0,\"logprobs\":2,\"presence_penalty\":1}"
+	post $H_L completions "$body" >/dev/null; cp "$T/body" "$T/want"
+	st=$(post $H_D completions "$body")
+	check "pair = standalone for a $n-token prompt" \
+		test "$st $(jq -c '.choices[0].logprobs' "$T/body")" = "200 $(jq -c '.choices[0].logprobs' "$T/want")"
+done
 st=$(post $H_D chat/completions "{$CHAT,\"max_tokens\":8,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}")
 cp "$T/body" "$T/pchat"
 post $H_L chat/completions "{$CHAT,\"max_tokens\":8,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}" >/dev/null
