@@ -192,7 +192,9 @@ void engine_last_budget(const struct engine *e, uint32_t *prompt_budget,
 /* Frees every request still held (as engine_req_free). */
 void engine_free(struct engine *e);
 
-/* Admit a request: checks (ENGINE_E_INVALID, ENGINE_E_TOO_LONG, ENGINE_E_BUSY),
+/* Admit a request: checks (ENGINE_E_INVALID - also over SAMPLER_BIAS_MAX
+ * logit_bias entries or SAMPLER_TOP_LOGPROBS_MAX top_logprobs -,
+ * ENGINE_E_TOO_LONG, ENGINE_E_BUSY),
  * then reserves pages (ENGINE_E_FULL, ENGINE_E_POOL) unless lent. Nothing is held on
  * error. The request runs from the next step on. */
 int engine_submit(struct engine *e, const struct engine_req_params *rp,
