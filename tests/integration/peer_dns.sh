@@ -212,6 +212,8 @@ start_node dk
 check "keyless: an off-loopback answer is refused" \
 	wait_log "$T/dk.log" "event=peer_dns_error name=\"?off.kvd.test\"? addr=\"?10.77.0.9:$P_PORT\"? msg=.*not a loopback address" 10
 check "keyless: and never dialled" test "$(log_count "$T/dk.log" "event=peer_dns_add|event=peer_connect" 0)" = 0
-stop_node dk
+kill -TERM "$PID_dk"
+rc=0; wait "$PID_dk" || rc=$?
+check "keyless: that decode node stops cleanly too (status $rc)" test "$rc" = 0
 
 finish
