@@ -8,7 +8,9 @@
  * pool; its callback on the loop), at start, every
  * peers.resolve_interval_ms (a repeating timer) and whenever one of the
  * name's links reconnects (link_ops.redial); one lookup per name at a
- * time, a request meanwhile runs once it ends.
+ * time, a request meanwhile runs once it ends. Nothing else of kvd uses
+ * libuv's thread pool, so a slow resolver delays only its own names'
+ * next answers (at most KVD_MAX_PEERS lookups, one per name).
  *
  * An answer is read into text addresses (peerdns_answer: each address
  * once, at most PEERDNS_ANSWER_MAX, the walk bounded) and compared with
@@ -32,7 +34,9 @@
  * Teardown (serve__peerdns_stop, before link.c's): each name's timer
  * closes and a lookup in flight is cancelled (its callback still comes,
  * with UV_ECANCELED or its result, which is dropped); the name is freed
- * after both, counted in s->closes_pending so the loop closes clean.
+ * after both, counted in s->closes_pending so the loop closes clean. A
+ * lookup already running cannot be stopped: the node's exit waits for it
+ * (at most the resolver's own timeout, resolv.conf's timeout x attempts).
  *
  * Calls link.c; decode.c and serve.c call it.
  */
