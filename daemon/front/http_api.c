@@ -101,48 +101,6 @@ struct api_shape {
 
 /* ---- answering -------------------------------------------------------------- */
 
-/* (a request refused after its body was prepared is no longer the
- * parser's: the exchange kept its method and path) */
-static void api_log(struct http_conn *hc, int status, const char *tenant,
-		    const char *what)
-{
-	bool kept = hc->x.method[0];
-
-	KVLOG_RL_INFO(hc->s->log, &hc->s->rl[SERVE_RL_HTTP_REFUSED], "http_request",
-		   "conn=%llu tenant=%s method=%s path=%s status=%d msg=%s",
-		   (unsigned long long)hc->conn_id, KVLOG_Q(tenant),
-		   KVLOG_Q(kept ? hc->x.method : hc->wire.msg.method_name),
-		   KVLOG_Q(kept ? hc->x.path : hc->wire.msg.path),
-		   status, KVLOG_Q(what));
-}
-
-static char *error_json(const char *msg, const char *type, const char *code,
-			const char *param, size_t *len)
-{
-	json_t *e = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error",
-			      "message", msg, "type", type,
-			      "param", param && *param ? json_string(param) : json_null(),
-			      "code", code && *code ? json_string(code) : json_null());
-	char *out = e ? json_dumps(e, JSON_COMPACT) : NULL;
-
-	json_decref(e);
-	*len = out ? strlen(out) : 0;
-	return out;
-}
-
-static void respond_json(struct http_conn *hc, int status, json_t *j)
-{
-	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-
-	json_decref(j);
-	if (!body) {
-		http__respond(hc, 500, "application/json", "{}", 2);
-		return;
-	}
-	http__respond(hc, status, "application/json", body, strlen(body));
-	free(body);
-}
-
 /* An allocation of the exchange is about to be made: true when the
  * fault point says it fails (fault-point builds, KVD_HTTP_NOMEM=N: the
  * N-th of every exchange). */
@@ -151,27 +109,6 @@ static bool x_nomem(struct http_conn *hc)
 	if (!KVD_FAULT_POINTS || !hc->hs->nomem_at)
 		return false;
 	return ++hc->x.allocs == hc->hs->nomem_at;
-}
-
-/* An answer that belongs to no request (routing, keys, the body): the
- * exchange is complete after it. msg must be safe to echo (our words,
- * or sanitized by the parser). */
-static void api_error(struct http_conn *hc, int status, const char *type,
-		      const char *code, const char *param, const char *msg,
-		      const char *tenant)
-{
-	size_t len;
-	char *body = error_json(msg, type, code, param, &len);
-
-	api_log(hc, status, tenant, msg);
-	http__refusal_count(hc->s, status, tenant, PROTO_ERR_DRAINING);
-	if (body) {
-		http__respond(hc, status, "application/json", body, len);
-	} else {
-		http__respond(hc, 500, "application/json", "{}", 2);
-	}
-	free(body);
-	http__exchange_done(hc);
 }
 
 /* proto error -> HTTP status, OpenAI type and code */
@@ -905,7 +842,7 @@ static void oa_stream_error(struct http_conn *hc, const char *type,
 			    const char *code, const char *msg)
 {
 	size_t len;
-	char *body = error_json(msg, type, code, NULL, &len);
+	char *body = http__error_json(msg, type, code, NULL, &len);
 
 	if (body) {
 		char *ev = malloc(len + 8);
@@ -1169,7 +1106,6 @@ static const struct api_shape api_shapes[] = {
 		       resp_final, resp_stream_error, resp_nomem_tail },
 };
 
-
 /* ---- the exchange as a sink (sink.c calls these) ------------------------------------ */
 
 static struct http_conn *conn_of(struct serve_sink *k)
@@ -1250,7 +1186,7 @@ static void api_sink_error(struct serve_sink *k, struct serve_req *r, int code,
 	x->r = NULL;
 	err_map(code, &status, &type, &ecode);
 	if (!x->head_sent) {
-		body = error_json(msg, type, ecode, NULL, &len);
+		body = http__error_json(msg, type, ecode, NULL, &len);
 		if (body)
 			http__respond(hc, status, "application/json", body, len);
 		else
@@ -1281,63 +1217,6 @@ static const struct serve_sink_ops api_sink_ops = {
 };
 
 /* ---- keys ---------------------------------------------------------------------- */
-
-/* Without keys every request is tenant "default", a user with the
- * config's limits. */
-static const struct kvd_apikey_info api_keyless = { .tenant = KVD_TENANT_DEFAULT };
-
-/* The request's key: its tenant, role and limits (api_keyless without
- * keys); NULL for a missing or wrong key (nothing answered). */
-static const struct kvd_apikey_info *api_key_info(const struct http_server *hs,
-						  const struct http_msg *m)
-{
-	const char *v = m->auth;
-
-	if (!hs->s->keys)
-		return &api_keyless;
-	if (m->has_auth && !strncasecmp(v, "Bearer ", 7)) {
-		v += 7;
-		while (*v == ' ')
-			v++;
-		return kvd_apikeys_find(hs->s->keys, v, strlen(v));
-	}
-	return NULL;
-}
-
-/* The request's key; NULL after answering 401. */
-static const struct kvd_apikey_info *api_auth_key(struct http_conn *hc,
-						  const struct http_msg *m)
-{
-	const struct kvd_apikey_info *k = api_key_info(hc->hs, m);
-
-	if (k)
-		return k;
-	api_error(hc, 401, "invalid_request_error", "invalid_api_key", NULL,
-		  m->has_auth ? "Incorrect API key provided."
-			      : "No API key provided: send `Authorization: Bearer KEY`.",
-		  "-");
-	return NULL;
-}
-
-/* The tenant of the request's key; NULL after answering 401. */
-static const char *api_auth(struct http_conn *hc, const struct http_msg *m)
-{
-	const struct kvd_apikey_info *k = api_auth_key(hc, m);
-
-	return k ? k->tenant : NULL;
-}
-
-const char *http__auth(struct http_conn *hc, const struct http_msg *m)
-{
-	return api_auth(hc, m);
-}
-
-void http__error(struct http_conn *hc, int status, const char *type,
-		 const char *code, const char *param, const char *msg,
-		 const char *tenant)
-{
-	api_error(hc, status, type, code, param, msg, tenant);
-}
 
 /* ---- chat: messages -> prompt ids ---------------------------------------------------- */
 
@@ -1532,7 +1411,7 @@ static void api_ready_answer(struct http_conn *hc, const char *ok_status)
 	j = why ? json_pack("{s:s, s:s}", "status", "unavailable", "reason", why)
 		: json_pack("{s:s, s:s}", "status", ok_status,
 			    "role", kvd_role_name(hc->s->d->cfg.role));
-	respond_json(hc, why ? 503 : 200, j);
+	http__respond_json(hc, why ? 503 : 200, j);
 	http__exchange_done(hc);
 }
 
@@ -1554,7 +1433,7 @@ static void api_readyz(struct http_conn *hc, const struct http_msg *m)
 static void api_livez(struct http_conn *hc, const struct http_msg *m)
 {
 	(void)m;
-	respond_json(hc, 200, json_pack("{s:s}", "status", "alive"));
+	http__respond_json(hc, 200, json_pack("{s:s}", "status", "alive"));
 	http__exchange_done(hc);
 }
 
@@ -1567,13 +1446,13 @@ static json_t *api_model_json(const struct http_server *hs)
 
 static void api_models(struct http_conn *hc, const struct http_msg *m)
 {
-	const char *tenant = api_auth(hc, m);
+	const char *tenant = http__auth(hc, m);
 
 	if (!tenant)
 		return;
-	respond_json(hc, 200, json_pack("{s:s, s:[o]}", "object", "list", "data",
+	http__respond_json(hc, 200, json_pack("{s:s, s:[o]}", "object", "list", "data",
 					api_model_json(hc->hs)));
-	api_log(hc, 200, tenant, "models");
+	http__log(hc, 200, tenant, "models");
 	http__exchange_done(hc);
 }
 
@@ -1622,7 +1501,7 @@ static bool api_printable(const char *p, size_t n)
  * (code model_not_found). */
 static void api_model_get(struct http_conn *hc, const struct http_msg *m)
 {
-	const char *tenant = api_auth(hc, m);
+	const char *tenant = http__auth(hc, m);
 	const char *seg = m->path + strlen("/v1/models/");
 	char id[HTTP_WIRE_PATH_MAX + 1], msg[PROTO_CLIENT_MSG_MAX];
 	long n;
@@ -1631,8 +1510,8 @@ static void api_model_get(struct http_conn *hc, const struct http_msg *m)
 		return;
 	n = api_pct_decode(seg, strcspn(seg, "?"), id, sizeof(id));
 	if (n > 0 && !strcmp(id, hc->hs->model_name)) {
-		respond_json(hc, 200, api_model_json(hc->hs));
-		api_log(hc, 200, tenant, "model");
+		http__respond_json(hc, 200, api_model_json(hc->hs));
+		http__log(hc, 200, tenant, "model");
 		http__exchange_done(hc);
 		return;
 	}
@@ -1644,7 +1523,7 @@ static void api_model_get(struct http_conn *hc, const struct http_msg *m)
 	else
 		snprintf(msg, sizeof(msg), "The model does not exist; this server serves '%.64s'.",
 			 hc->hs->model_name);
-	api_error(hc, 404, "invalid_request_error", "model_not_found", "model", msg,
+	http__error(hc, 404, "invalid_request_error", "model_not_found", "model", msg,
 		  tenant);
 }
 
@@ -1655,7 +1534,7 @@ static void api_model_get(struct http_conn *hc, const struct http_msg *m)
  * only) it is open. Logged at debug: scrapes are periodic. */
 static void api_metrics(struct http_conn *hc, const struct http_msg *m)
 {
-	const struct kvd_apikey_info *k = api_auth_key(hc, m);
+	const struct kvd_apikey_info *k = http__auth_key(hc, m);
 	const char *tenant = k ? k->tenant : NULL;
 	char *text = NULL;
 	size_t len = 0;
@@ -1663,13 +1542,13 @@ static void api_metrics(struct http_conn *hc, const struct http_msg *m)
 	if (!tenant)
 		return;
 	if (hc->s->keys && !k->admin) {
-		api_error(hc, 403, "invalid_request_error", "forbidden", NULL,
+		http__error(hc, 403, "invalid_request_error", "forbidden", NULL,
 			  "/metrics needs an admin key (role `admin` in http.api_keys_file)",
 			  tenant);
 		return;
 	}
 	if (kvd_metrics_render(hc->s->d, &text, &len)) {
-		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		http__error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
 		return;
 	}
 	http__respond(hc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
@@ -1794,22 +1673,22 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 	if (ap->parse_rc) {
 		s->d->counters.rejected[KVD_REJECT_INVALID]++;
 		if (ap->parse_rc < 0)
-			api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+			http__error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
 		else
-			api_error(hc, ap->oe.status, ap->oe.type, ap->oe.code,
+			http__error(hc, ap->oe.status, ap->oe.type, ap->oe.code,
 				  ap->oe.param, ap->oe.msg, tenant);
 		return true;
 	}
 	if (ap->wrong_model) {
 		snprintf(msg, sizeof(msg), "The model '%.64s' does not exist; this server serves '%.64s'.",
 			 ap->q.model, hc->hs->model_name);
-		api_error(hc, 404, "invalid_request_error", "model_not_found", "model",
+		http__error(hc, 404, "invalid_request_error", "model_not_found", "model",
 			  msg, tenant);
 		return true;
 	}
 	if (kvd_request_gate(s->reqtab) || s->stopping) {
 		s->d->counters.rejected[KVD_REJECT_DRAINING]++;
-		api_error(hc, 503, "server_error", "draining", NULL,
+		http__error(hc, 503, "server_error", "draining", NULL,
 			  "the node is draining and admits no new requests", tenant);
 		return true;
 	}
@@ -1817,7 +1696,7 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 		bool nomem = ap->prompt_rc < 0;
 
 		s->d->counters.rejected[KVD_REJECT_INVALID]++;
-		api_error(hc, nomem ? 500 : ap->shape->chat ? ap->status : 400,
+		http__error(hc, nomem ? 500 : ap->shape->chat ? ap->status : 400,
 			  nomem ? "server_error" : "invalid_request_error",
 			  nomem || !ap->shape->chat ? NULL : ap->code,
 			  nomem ? NULL : ap->shape->chat ? ap->param : ap->shape->prompt_param,
@@ -1944,7 +1823,7 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
 							  : SREQ_LOCAL);
 	if (!r) {
-		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", ap->tenant);
+		http__error(hc, 500, "server_error", NULL, NULL, "out of memory", ap->tenant);
 		return;
 	}
 	/* the exchange: from here every answer comes through the sink ops */
@@ -2029,7 +1908,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m,
 			 const struct api_shape *shape)
 {
 	struct http_server *hs = hc->hs;
-	const struct kvd_apikey_info *key = api_auth_key(hc, m);
+	const struct kvd_apikey_info *key = http__auth_key(hc, m);
 	const char *tenant = key ? key->tenant : NULL;
 	struct api_prep *ap;
 	int rc;
@@ -2038,7 +1917,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m,
 		return;
 	ap = calloc(1, sizeof(*ap));
 	if (!ap) {
-		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		http__error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
 		return;
 	}
 	/* the body is read as JSON whatever its Content-Type says (curl -d
@@ -2048,7 +1927,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m,
 	ap->body = http_wire_take_body(&hc->wire, &ap->len);
 	if (!ap->body && !(ap->body = strdup(""))) {
 		free(ap);
-		api_error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
+		http__error(hc, 500, "server_error", NULL, NULL, "out of memory", tenant);
 		return;
 	}
 	ap->hc = hc;
@@ -2081,7 +1960,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m,
 		hc->s->d->counters.rejected[KVD_REJECT_OVERLOADED]++;
 		/* one sentence for both bounds: whether the others' work
 		 * filled the pool is not this tenant's to learn */
-		api_error(hc, 429, "server_error", "overloaded", NULL,
+		http__error(hc, 429, "server_error", "overloaded", NULL,
 			  "too many requests are being prepared; retry later", tenant);
 		return;
 	}
@@ -2112,7 +1991,7 @@ static void api_responses(struct http_conn *hc, const struct http_msg *m)
 static void api_page(struct http_conn *hc, const struct http_msg *m)
 {
 	if (!http_page_get(hc, m))
-		api_error(hc, 404, "invalid_request_error", NULL, NULL,
+		http__error(hc, 404, "invalid_request_error", NULL, NULL,
 			  "no such endpoint", "-");
 }
 
@@ -2199,17 +2078,17 @@ static bool api_head(struct http_conn *hc, const struct http_msg *m)
 	bool path_known;
 	const struct api_route *rt = api_route(m, &path_known);
 
-	if (!rt || rt->keyless || api_key_info(hc->hs, m))
+	if (!rt || rt->keyless || http__key_info(hc->hs, m))
 		return true;
 	http__drain_after(hc);    /* the unread body ends the stream */
-	(void)api_auth(hc, m);    /* answers 401 */
+	(void)http__auth(hc, m);    /* answers 401 */
 	return false;
 }
 
 /* http_auth_fn: a head with a good key (any head without keys). */
 static bool api_head_auth(const struct http_conn *hc, const struct http_msg *m)
 {
-	return api_key_info(hc->hs, m) != NULL;
+	return http__key_info(hc->hs, m) != NULL;
 }
 
 static void api_handle(struct http_conn *hc, const struct http_msg *m)
@@ -2224,10 +2103,10 @@ static void api_handle(struct http_conn *hc, const struct http_msg *m)
 	if (path_known && m->method == HTTP_WIRE_OPTIONS)
 		api_options(hc, m);
 	else if (path_known)
-		api_error(hc, 405, "invalid_request_error", NULL, NULL,
+		http__error(hc, 405, "invalid_request_error", NULL, NULL,
 			  "method not allowed on this path", "-");
 	else
-		api_error(hc, 404, "invalid_request_error", NULL, NULL,
+		http__error(hc, 404, "invalid_request_error", NULL, NULL,
 			  "no such endpoint", "-");
 }
 

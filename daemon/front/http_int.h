@@ -236,16 +236,33 @@ void http__refusal_count(struct serve *s, int status, const char *tenant,
 void http__kick(struct http_conn *hc);
 const char *http__status_text(int status);
 
-/* http_api.c, for the endpoints of the other files */
-/* The tenant of the request's key (the keyless "default" without keys);
- * NULL after answering 401. */
-const char *http__auth(struct http_conn *hc, const struct http_msg *m);
+/* http_reply.c: answers that belong to no request, and the keys. */
+struct kvd_apikey_info;
+/* The refusal line (event=http_request, rate-limited) of a request. */
+void http__log(struct http_conn *hc, int status, const char *tenant,
+	       const char *what);
+/* {"error": {message, type, param, code}} (malloc'd, *len its length);
+ * NULL without memory. */
+char *http__error_json(const char *msg, const char *type, const char *code,
+		       const char *param, size_t *len);
+/* j as the whole answer (j's reference taken; a 500 "{}" when NULL or
+ * it cannot be written out). */
+void http__respond_json(struct http_conn *hc, int status, struct json_t *j);
 /* An error in OpenAI's shape that belongs to no request (logged, counted
  * in kvd_requests_total); the exchange is done after it. msg must be
  * safe to echo. */
 void http__error(struct http_conn *hc, int status, const char *type,
 		 const char *code, const char *param, const char *msg,
 		 const char *tenant);
+/* The request's key: its tenant, role and limits (a keyless "default"
+ * without keys); NULL for a missing or wrong key (nothing answered). */
+const struct kvd_apikey_info *http__key_info(const struct http_server *hs,
+					     const struct http_msg *m);
+/* The same, answering 401 when NULL. */
+const struct kvd_apikey_info *http__auth_key(struct http_conn *hc,
+					     const struct http_msg *m);
+/* The tenant of the request's key; NULL after answering 401. */
+const char *http__auth(struct http_conn *hc, const struct http_msg *m);
 
 /* http_tok.c: POST /tokenize and /detokenize (llama-server's). */
 void http__tokenize(struct http_conn *hc, const struct http_msg *m);
@@ -261,7 +278,7 @@ void http__cors_judge(struct http_conn *hc, const struct http_msg *m);
 /* The CORS header lines of hc's answers into buf (NUL-ended; "" when its
  * origin is not allowed); the bytes written. */
 size_t http__cors_headers(const struct http_conn *hc, char *buf, size_t size);
-/* OPTIONS on a known path whose methods are `methods` ("GET, POST"):
+/* http_reply.c: OPTIONS on a known path whose methods are `methods` ("GET, POST"):
  * 204 with the preflight headers to an allowed origin, 204 with Allow
  * when no Origin came (not a preflight), 403 to another origin. The
  * exchange is done after it. */
