@@ -20,7 +20,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 . "$here/tests/deps.sh"
-kvd_install_deps
+kvd_install_deps --build
 
 build=${KVD_QS_BUILD:-$here/build-quickstart}
 if [ ! -f "$build/build.ninja" ]; then
