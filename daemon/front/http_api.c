@@ -1394,7 +1394,7 @@ static const char *api_unready(const struct serve *s)
 	kvd_list_for_each(e, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 
-		if (l->side == LINK_DIAL && link_is_up(l))
+		if (l->side == LINK_DIAL && link_takes_requests(l))
 			return NULL;
 	}
 	return "unpaired: no authenticated prefill peer is up";
