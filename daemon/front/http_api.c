@@ -344,6 +344,8 @@ static void lp_cut(struct http_exchange *x, size_t cut)
 
 static void lp_drop(struct http_exchange *x, uint32_t n)
 {
+	if (!n)
+		return;   /* x->lps may be NULL (no logprobs asked) */
 	memmove(x->lps, x->lps + n, (x->n_lp - n) * sizeof(*x->lps));
 	x->n_lp -= n;
 }
