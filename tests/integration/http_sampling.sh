@@ -47,6 +47,8 @@ sse() {
 	{ curl -s -N -H "Authorization: Bearer $KEY" -d "$3" "http://127.0.0.1:$1/v1/$2" |
 		sed -n -e '/^data: \[DONE\]$/d' -e 's/^data: //p' | jq -s . > "$T/body"; } || true
 }
+# jqe FILTER... : jq -e, quietly (a check's condition)
+jqe() { jq -e "$@" >/dev/null; }
 P='"prompt":"Once upon a time"'
 CHAT='"messages":[{"role":"user","content":"Once upon a time"}]'
 
@@ -67,17 +69,17 @@ st=$(post $H_L completions "{$P,\"max_tokens\":6,\"temperature\":0.9,\"seed\":3,
 check "logit_bias +100 on token $forced: every token is it" \
 	test "$st $(jq -c '[.choices[0].logprobs.tokens[]] | unique | length' "$T/body") $(jq -r '.usage.completion_tokens' "$T/body")" = "200 1 6"
 check "  ... with logprob ~ 0" \
-	jq -e '[.choices[0].logprobs.token_logprobs[] | select(. < -0.001)] | length == 0' "$T/body"
+	jqe '[.choices[0].logprobs.token_logprobs[] | select(. < -0.001)] | length == 0' "$T/body"
 
 # ---- logprobs shapes --------------------------------------------------------------
 st=$(post $H_L completions "{$P,\"max_tokens\":16,\"temperature\":0,\"logprobs\":3}")
 cp "$T/body" "$T/cmpl"
 check "completions logprobs 3: 200, four arrays as long as completion_tokens" \
-	jq -e '.choices[0].logprobs as $l | .usage.completion_tokens as $n |
+	jqe '.choices[0].logprobs as $l | .usage.completion_tokens as $n |
 		($l.tokens|length) == $n and ($l.token_logprobs|length) == $n and
 		($l.top_logprobs|length) == $n and ($l.text_offset|length) == $n and $n == 16' "$T/cmpl"
 check "  ... top_logprobs hold 3 each, the chosen >= each (greedy), offsets rise from 0" \
-	jq -e '.choices[0].logprobs as $l |
+	jqe '.choices[0].logprobs as $l |
 		([$l.top_logprobs[] | length] | all(. == 3)) and
 		([range(0; $l.tokens|length) as $i |
 		  ($l.token_logprobs[$i] + 1e-6) >= ([$l.top_logprobs[$i][]] | max)] | all) and
@@ -88,16 +90,16 @@ check "completions stream: the chunks' logprobs join to the plain answer's" \
 	test "$(jq -c '[.[] | .choices[0].logprobs | select(. != null) | .tokens[]]' "$T/body") $(jq -c '[.[] | .choices[0].logprobs | select(. != null) | .token_logprobs[]]' "$T/body")" = \
 	     "$(jq -c '.choices[0].logprobs.tokens' "$T/cmpl") $(jq -c '.choices[0].logprobs.token_logprobs' "$T/cmpl")"
 check "  ... in more than one chunk, each chunk's text its tokens' text" \
-	jq -e '[.[] | .choices[0] | select(.logprobs != null) |
+	jqe '[.[] | .choices[0] | select(.logprobs != null) |
 		{t: .text, j: (.logprobs.tokens | join(""))}] |
 		(.[0].j |= ltrimstr(" ")) | length > 2 and all(.t == .j)' "$T/body"
 
 st=$(post $H_L chat/completions "{$CHAT,\"max_tokens\":12,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":5}")
 cp "$T/body" "$T/chat"
 check "chat logprobs true, top_logprobs 5: 200, content as long as completion_tokens" \
-	jq -e '(.choices[0].logprobs.content | length) == .usage.completion_tokens and .usage.completion_tokens > 0' "$T/chat"
+	jqe '(.choices[0].logprobs.content | length) == .usage.completion_tokens and .usage.completion_tokens > 0' "$T/chat"
 check "  ... {token, logprob, bytes, top_logprobs[5]}, the chosen first (greedy)" \
-	jq -e '[.choices[0].logprobs.content[] |
+	jqe '[.choices[0].logprobs.content[] |
 		(.token|type) == "string" and (.bytes|type) == "array" and
 		(.top_logprobs|length) == 5 and .top_logprobs[0].token == .token and
 		.logprob + 1e-6 >= ([.top_logprobs[].logprob]|max) and
@@ -110,11 +112,11 @@ st=$(post $H_L chat/completions "{$CHAT,\"max_tokens\":4,\"temperature\":0}")
 check "without logprobs: logprobs null" test "$st $(jq -c '.choices[0].logprobs' "$T/body")" = "200 null"
 st=$(post $H_L completions "{$P,\"max_tokens\":24,\"temperature\":0,\"logprobs\":0,\"stop\":[\" the\"]}")
 check "a stop string: logprobs cover no token past it" \
-	jq -e '.choices[0] | .finish_reason == "stop" and (.text | length) > 0 and
+	jqe '.choices[0] | .finish_reason == "stop" and (.text | length) > 0 and
 		(.text | length) as $n | (.logprobs.text_offset | all(. < $n))' "$T/body"
 sse $H_L completions "{$P,\"max_tokens\":24,\"temperature\":0,\"logprobs\":0,\"stop\":[\" the\"],\"stream\":true}"
 check "  ... streamed too" \
-	jq -e '([.[] | .choices[0].text] | join("")) as $t | ($t | length) > 0 and
+	jqe '([.[] | .choices[0].text] | join("")) as $t | ($t | length) > 0 and
 		([.[] | .choices[0].logprobs | select(. != null) | .text_offset[]] | all(. < ($t | length)))' "$T/body"
 
 # ---- penalties -----------------------------------------------------------------------
