@@ -1,0 +1,1049 @@
+/* jsongram.c - the JSON recognizer, the schema node tree and the token
+ * mask (jsongram.h).
+ *
+ * Design. The recognizer is a pushdown automaton over bytes. Its state
+ * is a stack of container frames (object or array: node, phase, items
+ * counted, properties used) and one scalar in progress above them (a
+ * free string, a number, or a literal: enum values, property names,
+ * true/false/null, matched byte for byte against candidate texts with a
+ * bitmask of those still possible). A literal or a number ends lazily:
+ * the byte that cannot extend it is handed to the container, so `1` and
+ * `12` may both be enum values. Each phase accepts only bytes that leave
+ * a way to finish (the no-dead-end rule of the header), so the mask is
+ * never empty when every byte is a token.
+ *
+ * The mask. The vocabulary is a byte trie in preorder (each node: its
+ * byte, its depth, where its subtree ends, the tokens whose piece ends
+ * there). One walk per step: a node's state is its parent's after one
+ * byte; a rejected byte skips the whole subtree. States are copied only
+ * as deep as the stack is used, and a byte inside a plain string that
+ * changes nothing (most of them) is not copied at all: the child shares
+ * its parent's state. So a step costs about one pass over the trie's
+ * nodes that can still follow, not one per token per byte.
+ */
+#include "gpu/text/jsongram.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- grammar -------------------------------------------------------------- */
+
+struct jgram {
+	struct jgram_node *nodes;        /* (n_nodes) */
+	uint32_t n_nodes, cap_nodes;
+	struct jgram_lit *lits;          /* (n_lits) */
+	uint32_t n_lits, cap_lits;
+	char *bytes;                     /* (n_bytes) literal texts */
+	uint32_t n_bytes, cap_bytes;
+	uint16_t root;
+	bool sealed;
+};
+
+/* literals every grammar has, first: true, false, null */
+enum { LIT_TRUE, LIT_FALSE, LIT_NULL, LIT_BUILTIN };
+
+static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
+{
+	uint32_t nc = *cap ? *cap : 16;
+	void *np;
+
+	if (need <= *cap)
+		return 0;
+	while (nc < need)
+		nc *= 2;
+	np = realloc(*p, (size_t)nc * elem);
+	if (!np)
+		return -ENOMEM;
+	*p = np;
+	*cap = nc;
+	return 0;
+}
+
+int jgram_node_add(struct jgram *g, uint16_t *id, struct jgram_node **node)
+{
+	int rc;
+
+	if (g->sealed || g->n_nodes >= JGRAM_NODES_MAX)
+		return JGRAM_E_INVALID;
+	rc = grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(*g->nodes));
+	if (rc)
+		return rc;
+	g->nodes[g->n_nodes] = (struct jgram_node){ .max_items = JGRAM_ITEMS_MAX };
+	*id = (uint16_t)g->n_nodes;
+	if (node)
+		*node = &g->nodes[g->n_nodes];
+	g->n_nodes++;
+	return 0;
+}
+
+struct jgram_node *jgram_node(struct jgram *g, uint16_t id)
+{
+	return id < g->n_nodes ? &g->nodes[id] : NULL;
+}
+
+uint32_t jgram_n_nodes(const struct jgram *g)
+{
+	return g->n_nodes;
+}
+
+int jgram_lit_add(struct jgram *g, const char *text, size_t len, uint16_t node,
+		  uint32_t *idx)
+{
+	int rc;
+
+	if (g->sealed || len == 0 || len > JGRAM_LIT_BYTES_MAX ||
+	    g->n_bytes + len > JGRAM_LIT_BYTES_MAX)
+		return JGRAM_E_INVALID;
+	rc = grow((void **)&g->lits, &g->cap_lits, g->n_lits + 1, sizeof(*g->lits));
+	if (!rc)
+		rc = grow((void **)&g->bytes, &g->cap_bytes, g->n_bytes + (uint32_t)len, 1);
+	if (rc)
+		return rc;
+	memcpy(g->bytes + g->n_bytes, text, len);
+	g->lits[g->n_lits] = (struct jgram_lit){ .off = g->n_bytes,
+						 .len = (uint32_t)len, .node = node };
+	g->n_bytes += (uint32_t)len;
+	if (idx)
+		*idx = g->n_lits;
+	g->n_lits++;
+	return 0;
+}
+
+void jgram_free(struct jgram *g)
+{
+	if (!g)
+		return;
+	free(g->nodes);
+	free(g->lits);
+	free(g->bytes);
+	free(g);
+}
+
+int jgram_new(struct jgram **out)
+{
+	static const char *const builtin[LIT_BUILTIN] = { "true", "false", "null" };
+	struct jgram *g = calloc(1, sizeof(*g));
+	struct jgram_node *any;
+	uint16_t id;
+	int rc;
+
+	if (!g)
+		return -ENOMEM;
+	rc = jgram_node_add(g, &id, &any);
+	for (unsigned i = 0; !rc && i < LIT_BUILTIN; i++)
+		rc = jgram_lit_add(g, builtin[i], strlen(builtin[i]), 0, NULL);
+	if (rc) {
+		jgram_free(g);
+		return rc;
+	}
+	g->nodes[JGRAM_ANY] = (struct jgram_node){ .types = JGRAM_T_ALL,
+		.items = JGRAM_ANY, .free_keys = true, .max_items = JGRAM_ITEMS_MAX };
+	*out = g;
+	return 0;
+}
+
+int jgram_new_object(struct jgram **out)
+{
+	struct jgram_node *n;
+	uint16_t id;
+	int rc = jgram_new(out);
+
+	if (!rc)
+		rc = jgram_node_add(*out, &id, &n);
+	if (!rc) {
+		n->types = JGRAM_T_OBJECT;
+		n->free_keys = true;
+		rc = jgram_seal(*out, id, NULL, 0);
+	}
+	if (rc) {
+		jgram_free(*out);
+		*out = NULL;
+	}
+	return rc == JGRAM_E_INVALID ? -EINVAL : rc;
+}
+
+/* ---- recognizer state ----------------------------------------------------- */
+
+enum frame_kind { K_OBJ = 1, K_ARR };
+enum frame_phase {
+	P_OPEN = 1,       /* object after '{': a key or '}' */
+	P_KEY,            /* object after ',': a key */
+	P_COLON,          /* object after a key: ':' */
+	P_VALUE,          /* object after ':', array after ',': a value */
+	P_FIRST,          /* array after '[': a value or ']' */
+	P_AFTER,          /* after a value: ',' or the close */
+};
+enum scalar_kind { S_NONE = 0, S_LIT, S_STR, S_NUM };
+enum num_phase { N_MINUS = 1, N_ZERO, N_INT, N_DOT, N_FRAC, N_EXP, N_ESIGN, N_EDIG };
+enum str_flag {
+	F_KEY = 1 << 0,       /* the scalar is a property name */
+	F_INT = 1 << 1,       /* number: integer only */
+	F_D = 1 << 2,         /* \u escape: its first digit was d/D */
+	F_HIGH = 1 << 3,      /* \u escape: a high surrogate */
+	F_LOW_DUE = 1 << 4,   /* a low surrogate escape must come next */
+	F_IN_LOW = 1 << 5,    /* \u escape: the low surrogate */
+};
+#define PROP_FREE 0xffu
+
+struct frame {
+	uint64_t used;                   /* object: properties given (bit i) */
+	uint16_t node;
+	uint16_t count;                  /* array: items so far (saturates) */
+	uint8_t kind, phase;
+	uint8_t prop;                    /* object: the value's property, PROP_FREE */
+};
+
+struct scalar {
+	uint64_t cand;                   /* literal: candidates still matching */
+	uint32_t first;                  /* literal: cand bit 0's literal */
+	uint16_t pos;                    /* literal, number: bytes so far */
+	uint8_t kind;                    /* enum scalar_kind */
+	uint8_t sub;                     /* string: escape phase; number: phase */
+	uint8_t u8_need, u8_lo, u8_hi;   /* string: UTF-8 continuation due */
+	uint8_t flags;                   /* enum str_flag */
+};
+
+struct state {
+	struct scalar s;
+	uint8_t depth;                   /* frames in use */
+	uint8_t ws;                      /* whitespace bytes in a row */
+	bool done;                       /* the top value is complete */
+	bool lax;                        /* numbers unbounded (checking literals) */
+	struct frame f[JGRAM_DEPTH_MAX];
+};
+
+/* Copy only the frames in use: most states are shallow. */
+static void state_copy(struct state *dst, const struct state *src)
+{
+	memcpy(dst, src, offsetof(struct state, f) + src->depth * sizeof(src->f[0]));
+}
+
+static bool is_ws(uint8_t c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static bool is_digit(uint8_t c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static bool is_hex(uint8_t c)
+{
+	return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* A value ended: the container goes on (or the top is complete). */
+static void value_done(const struct jgram *g, struct state *st, uint32_t key_lit)
+{
+	struct frame *f;
+	bool key = st->s.flags & F_KEY;
+
+	st->s.kind = S_NONE;
+	st->s.flags = 0;
+	if (!st->depth) {
+		st->done = true;
+		return;
+	}
+	f = &st->f[st->depth - 1];
+	if (key) {
+		f->phase = P_COLON;
+		f->prop = PROP_FREE;
+		if (key_lit != UINT32_MAX) {
+			f->prop = (uint8_t)(key_lit - g->nodes[f->node].lit);
+			f->used |= UINT64_C(1) << f->prop;
+		}
+		return;
+	}
+	if (f->kind == K_ARR && f->count < UINT16_MAX)
+		f->count++;
+	f->phase = P_AFTER;
+}
+
+/* ---- scalars ---------------------------------------------------------- */
+
+enum { R_REJECT = 0, R_OK, R_END };
+
+static uint32_t lit_complete(const struct jgram *g, const struct scalar *s)
+{
+	for (uint64_t m = s->cand; m; m &= m - 1) {
+		uint32_t i = s->first + (uint32_t)__builtin_ctzll(m);
+
+		if (g->lits[i].len == s->pos)
+			return i;
+	}
+	return UINT32_MAX;
+}
+
+static int lit_step(const struct jgram *g, struct scalar *s, uint8_t c)
+{
+	uint64_t next = 0;
+
+	for (uint64_t m = s->cand; m; m &= m - 1) {
+		unsigned b = (unsigned)__builtin_ctzll(m);
+		const struct jgram_lit *l = &g->lits[s->first + b];
+
+		if (l->len > s->pos && (uint8_t)g->bytes[l->off + s->pos] == c)
+			next |= UINT64_C(1) << b;
+	}
+	if (next) {
+		s->cand = next;
+		s->pos++;
+		return R_OK;
+	}
+	return lit_complete(g, s) != UINT32_MAX ? R_END : R_REJECT;
+}
+
+static bool num_complete(const struct scalar *s)
+{
+	return s->sub == N_ZERO || s->sub == N_INT || s->sub == N_FRAC ||
+	       s->sub == N_EDIG;
+}
+
+/* The digits a number part may have (its digit phase). */
+static unsigned num_part_max(uint8_t phase)
+{
+	return phase == N_INT ? JGRAM_NUM_INT_MAX : phase == N_FRAC ? JGRAM_NUM_FRAC_MAX
+								    : JGRAM_NUM_EXP_MAX;
+}
+
+/* The number's next phase after c, 0 when c cannot continue it. The
+ * part's digits so far are in u8_need; lax: no bound on them. */
+static uint8_t num_next(const struct scalar *s, uint8_t c, bool lax)
+{
+	bool more = lax || s->u8_need < num_part_max(s->sub);
+	bool real = !(s->flags & F_INT);
+	bool e = c == 'e' || c == 'E';
+
+	switch (s->sub) {
+	case N_MINUS:
+		return c == '0' ? N_ZERO : is_digit(c) ? N_INT : 0;
+	case N_ZERO:
+	case N_INT:
+		if (is_digit(c))
+			return s->sub == N_INT && more ? N_INT : 0;
+		if (real && c == '.')
+			return N_DOT;
+		return real && e ? N_EXP : 0;
+	case N_DOT:
+		return is_digit(c) ? N_FRAC : 0;
+	case N_FRAC:
+		if (is_digit(c))
+			return more ? N_FRAC : 0;
+		return e ? N_EXP : 0;
+	case N_EXP:
+		if (c == '+' || c == '-')
+			return N_ESIGN;
+		return is_digit(c) ? N_EDIG : 0;
+	case N_ESIGN:
+		return is_digit(c) ? N_EDIG : 0;
+	case N_EDIG:
+		return is_digit(c) && more ? N_EDIG : 0;
+	}
+	return 0;
+}
+
+static int num_step(struct scalar *s, uint8_t c, bool lax)
+{
+	uint8_t n = num_next(s, c, lax);
+
+	if (n) {
+		s->u8_need = n == s->sub ? (uint8_t)(s->u8_need + 1) : 1;
+		s->sub = n;
+		s->pos++;
+		return R_OK;
+	}
+	return num_complete(s) ? R_END : R_REJECT;
+}
+
+/* A UTF-8 lead byte: continuation bytes due and the first one's range
+ * (no overlongs, surrogates, or code points above U+10FFFF). */
+static bool utf8_lead(struct scalar *s, uint8_t c)
+{
+	s->u8_lo = 0x80;
+	s->u8_hi = 0xbf;
+	if (c >= 0xc2 && c <= 0xdf)
+		s->u8_need = 1;
+	else if (c >= 0xe0 && c <= 0xef)
+		s->u8_need = 2;
+	else if (c >= 0xf0 && c <= 0xf4)
+		s->u8_need = 3;
+	else
+		return false;
+	if (c == 0xe0)
+		s->u8_lo = 0xa0;
+	else if (c == 0xed)
+		s->u8_hi = 0x9f;
+	else if (c == 0xf0)
+		s->u8_lo = 0x90;
+	else if (c == 0xf4)
+		s->u8_hi = 0x8f;
+	return true;
+}
+
+/* \uXXXX: digit k (0..3) of the escape; surrogates must pair. */
+static bool str_hex(struct scalar *s, uint8_t c)
+{
+	unsigned k = s->sub - 2u;
+	bool d = c == 'd' || c == 'D';
+
+	if (!is_hex(c))
+		return false;
+	if (k == 0) {
+		if (s->flags & F_LOW_DUE) {
+			if (!d)
+				return false;
+			s->flags = (uint8_t)((s->flags & ~F_LOW_DUE) | F_IN_LOW);
+		}
+		if (d)
+			s->flags |= F_D;
+	} else if (k == 1 && (s->flags & F_D)) {
+		bool low = (c >= 'c' && c <= 'f') || (c >= 'C' && c <= 'F');
+		bool high = (c >= '8' && c <= '9') || (c >= 'a' && c <= 'b') ||
+			    (c >= 'A' && c <= 'B');
+
+		if ((s->flags & F_IN_LOW) ? !low : low)
+			return false;
+		if (high && !(s->flags & F_IN_LOW))
+			s->flags |= F_HIGH;
+	} else if (k == 1 && (s->flags & F_IN_LOW)) {
+		return false;
+	}
+	if (k == 3) {
+		s->flags &= (uint8_t)~(F_D | F_IN_LOW);
+		if (s->flags & F_HIGH)
+			s->flags = (uint8_t)((s->flags & ~F_HIGH) | F_LOW_DUE);
+		s->sub = 0;
+		return true;
+	}
+	s->sub++;
+	return true;
+}
+
+static int str_step(const struct jgram *g, struct state *st, uint8_t c)
+{
+	struct scalar *s = &st->s;
+
+	if (s->u8_need) {
+		if (c < s->u8_lo || c > s->u8_hi)
+			return R_REJECT;
+		s->u8_need--;
+		s->u8_lo = 0x80;
+		s->u8_hi = 0xbf;
+		return R_OK;
+	}
+	if (s->sub == 1) {
+		if (c == 'u') {
+			s->sub = 2;
+			return R_OK;
+		}
+		if ((s->flags & F_LOW_DUE) || !strchr("\"\\/bfnrt", c) || !c)
+			return R_REJECT;
+		s->sub = 0;
+		return R_OK;
+	}
+	if (s->sub >= 2)
+		return str_hex(s, c) ? R_OK : R_REJECT;
+	if (s->flags & F_LOW_DUE)
+		return c == '\\' ? (s->sub = 1, R_OK) : R_REJECT;
+	if (c == '"') {
+		value_done(g, st, UINT32_MAX);
+		return R_OK;
+	}
+	if (c == '\\') {
+		s->sub = 1;
+		return R_OK;
+	}
+	if (c < 0x20)
+		return R_REJECT;
+	return c < 0x80 || utf8_lead(s, c) ? R_OK : R_REJECT;
+}
+
+/* ---- containers -------------------------------------------------------- */
+
+static bool push(struct state *st, uint16_t node, uint8_t kind, uint8_t phase)
+{
+	if (st->depth >= JGRAM_DEPTH_MAX)
+		return false;
+	st->f[st->depth++] = (struct frame){ .node = node, .kind = kind,
+					     .phase = phase, .prop = PROP_FREE };
+	return true;
+}
+
+static void close_frame(const struct jgram *g, struct state *st)
+{
+	st->depth--;
+	st->s.flags = 0;
+	value_done(g, st, UINT32_MAX);
+}
+
+/* Literals [first, first + n) whose first byte is c, as a mask (bit i
+ * = first + i), limited to allow. */
+static uint64_t lit_start(const struct jgram *g, uint32_t first, uint32_t n,
+			  uint64_t allow, uint8_t c)
+{
+	uint64_t m = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if ((allow >> i & 1) && (uint8_t)g->bytes[g->lits[first + i].off] == c)
+			m |= UINT64_C(1) << i;
+	return m;
+}
+
+static bool lit_begin(struct state *st, uint32_t first, uint64_t cand, uint8_t flags)
+{
+	if (!cand)
+		return false;
+	st->s = (struct scalar){ .kind = S_LIT, .first = first, .cand = cand,
+				 .pos = 1, .flags = flags };
+	return true;
+}
+
+static bool value_begin(const struct jgram *g, struct state *st, uint16_t id,
+			uint8_t c)
+{
+	const struct jgram_node *n = &g->nodes[id];
+	unsigned t = n->types;
+
+	if (n->is_enum)
+		return lit_begin(st, n->lit, lit_start(g, n->lit, n->n_lit, ~UINT64_C(0), c), 0);
+	if (c == '{' && (t & JGRAM_T_OBJECT))
+		return push(st, id, K_OBJ, P_OPEN);
+	if (c == '[' && (t & JGRAM_T_ARRAY))
+		return push(st, id, K_ARR, P_FIRST);
+	if (c == '"' && (t & JGRAM_T_STRING)) {
+		st->s = (struct scalar){ .kind = S_STR };
+		return true;
+	}
+	if ((c == '-' || is_digit(c)) && (t & (JGRAM_T_NUMBER | JGRAM_T_INTEGER))) {
+		st->s = (struct scalar){ .kind = S_NUM, .pos = 1,
+			.sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT,
+			.flags = (t & JGRAM_T_NUMBER) ? 0 : F_INT, .u8_need = 1 };
+		return true;
+	}
+	uint64_t allow = ((t & JGRAM_T_BOOLEAN) ? 3u : 0u) | ((t & JGRAM_T_NULL) ? 4u : 0u);
+
+	return lit_begin(st, LIT_TRUE, lit_start(g, LIT_TRUE, LIT_BUILTIN, allow, c), 0);
+}
+
+static uint64_t props_left(const struct jgram_node *n, const struct frame *f)
+{
+	uint64_t all = n->n_lit >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << n->n_lit) - 1;
+
+	return all & ~f->used;
+}
+
+static bool key_begin(const struct jgram *g, struct state *st, struct frame *f)
+{
+	const struct jgram_node *n = &g->nodes[f->node];
+
+	if (n->free_keys) {
+		st->s = (struct scalar){ .kind = S_STR, .flags = F_KEY };
+		return true;
+	}
+	return lit_begin(st, n->lit, lit_start(g, n->lit, n->n_lit, props_left(n, f), '"'),
+			 F_KEY);
+}
+
+static bool obj_step(const struct jgram *g, struct state *st, struct frame *f,
+		     uint8_t c)
+{
+	const struct jgram_node *n = &g->nodes[f->node];
+
+	switch (f->phase) {
+	case P_OPEN:
+		if (c == '}' && !n->required) {
+			close_frame(g, st);
+			return true;
+		}
+		return c == '"' && key_begin(g, st, f);
+	case P_KEY:
+		return c == '"' && key_begin(g, st, f);
+	case P_COLON:
+		if (c != ':')
+			return false;
+		f->phase = P_VALUE;
+		return true;
+	case P_VALUE:
+		return value_begin(g, st, f->prop == PROP_FREE ? JGRAM_ANY
+					  : g->lits[n->lit + f->prop].node, c);
+	case P_AFTER:
+		if (c == ',' && (n->free_keys || props_left(n, f))) {
+			f->phase = P_KEY;
+			return true;
+		}
+		if (c == '}' && (f->used & n->required) == n->required) {
+			close_frame(g, st);
+			return true;
+		}
+		return false;
+	}
+	return false;
+}
+
+static bool arr_step(const struct jgram *g, struct state *st, struct frame *f,
+		     uint8_t c)
+{
+	const struct jgram_node *n = &g->nodes[f->node];
+
+	if ((f->phase == P_FIRST || f->phase == P_AFTER) && c == ']' &&
+	    f->count >= n->min_items) {
+		close_frame(g, st);
+		return true;
+	}
+	if (f->phase == P_AFTER) {
+		if (c != ',' || f->count >= n->max_items)
+			return false;
+		f->phase = P_VALUE;
+		return true;
+	}
+	if (f->phase == P_FIRST && n->max_items == 0)
+		return false;
+	return value_begin(g, st, n->items, c);
+}
+
+/* A byte outside any scalar: whitespace, or the containers' syntax. */
+static bool struct_step(const struct jgram *g, struct state *st, uint8_t c,
+			uint16_t root)
+{
+	struct frame *f;
+
+	if (is_ws(c)) {
+		if (st->ws >= JGRAM_WS_MAX)
+			return false;
+		st->ws++;
+		return true;
+	}
+	st->ws = 0;
+	if (st->done)
+		return false;
+	if (!st->depth)
+		return value_begin(g, st, root, c);
+	f = &st->f[st->depth - 1];
+	return f->kind == K_OBJ ? obj_step(g, st, f, c) : arr_step(g, st, f, c);
+}
+
+static bool state_step(const struct jgram *g, struct state *st, uint8_t c)
+{
+	int r = R_END;
+
+	switch (st->s.kind) {
+	case S_STR:
+		return str_step(g, st, c) == R_OK && (st->ws = 0, true);
+	case S_NUM:
+		r = num_step(&st->s, c, st->lax);
+		if (r == R_END)
+			value_done(g, st, UINT32_MAX);
+		break;
+	case S_LIT:
+		r = lit_step(g, &st->s, c);
+		if (r == R_END)
+			value_done(g, st, (st->s.flags & F_KEY) ? lit_complete(g, &st->s)
+								: UINT32_MAX);
+		break;
+	}
+	if (r == R_REJECT)
+		return false;
+	if (r == R_OK) {
+		st->ws = 0;
+		return true;
+	}
+	return struct_step(g, st, c, g->root);
+}
+
+static bool state_complete(const struct jgram *g, const struct state *st)
+{
+	if (st->done)
+		return true;
+	if (st->depth)
+		return false;
+	if (st->s.kind == S_NUM)
+		return num_complete(&st->s);
+	return st->s.kind == S_LIT && lit_complete(g, &st->s) != UINT32_MAX;
+}
+
+/* A byte that changes nothing: plain text inside a string. */
+static bool state_same(const struct state *st, uint8_t c)
+{
+	return st->s.kind == S_STR && !st->s.sub && !st->s.u8_need &&
+	       !(st->s.flags & F_LOW_DUE) && c >= 0x20 && c < 0x80 &&
+	       c != '"' && c != '\\';
+}
+
+/* ---- sealing: the tree can be written -------------------------------------- */
+
+/* A literal is one complete JSON scalar the free grammar accepts. */
+static bool lit_valid(const struct jgram *g, const struct jgram_lit *l, bool key)
+{
+	struct state st = { .lax = true };
+
+	for (uint32_t i = 0; i < l->len; i++)
+		if (!state_step(g, &st, (uint8_t)g->bytes[l->off + i]))
+			return false;
+	if (key && g->bytes[l->off] != '"')
+		return false;
+	return state_complete(g, &st) && !is_ws((uint8_t)g->bytes[l->off + l->len - 1]) &&
+	       !is_ws((uint8_t)g->bytes[l->off]);
+}
+
+static int seal_bad(char *msg, size_t n, const char *fmt, unsigned id)
+{
+	if (msg && n)
+		snprintf(msg, n, fmt, id);
+	return JGRAM_E_INVALID;
+}
+
+/* Node id's own checks, and how deep its containers nest (1 for a
+ * container of scalars, 0 for a scalar) from its children's depths
+ * (depth[], children come before their parents); -1 when malformed.
+ * ANY counts 0: it falls back to scalars at the bound. */
+static int node_check(const struct jgram *g, uint16_t id, const uint8_t *depth,
+		      char *msg, size_t n)
+{
+	const struct jgram_node *x = &g->nodes[id];
+	uint64_t all = x->n_lit >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << x->n_lit) - 1;
+	int d = 0;
+
+	if (x->lit > g->n_lits || x->n_lit > JGRAM_LITS_MAX || x->lit + x->n_lit > g->n_lits ||
+	    (x->lit < LIT_BUILTIN && x->n_lit))
+		return seal_bad(msg, n, "node %u: its literals are out of range", id), -1;
+	if (x->is_enum) {
+		for (uint32_t i = 0; i < x->n_lit; i++)
+			if (!lit_valid(g, &g->lits[x->lit + i], false))
+				return seal_bad(msg, n, "node %u: an enum value is not a JSON scalar", id), -1;
+		return x->n_lit ? 0 : (seal_bad(msg, n, "node %u: an empty enum", id), -1);
+	}
+	if (!x->types || (x->types & ~JGRAM_T_ALL))
+		return seal_bad(msg, n, "node %u: no type", id), -1;
+	if (x->types & JGRAM_T_ARRAY) {
+		if (x->items >= id && x->items != JGRAM_ANY)
+			return seal_bad(msg, n, "node %u: items refer forward", id), -1;
+		if (x->min_items > x->max_items || x->max_items > JGRAM_ITEMS_MAX)
+			return seal_bad(msg, n, "node %u: minItems > maxItems or too large", id), -1;
+		d = depth[x->items] + 1;
+	}
+	if (!(x->types & JGRAM_T_OBJECT))
+		return d;
+	if ((x->free_keys && x->n_lit) || (x->required & ~all))
+		return seal_bad(msg, n, "node %u: required names no property", id), -1;
+	for (uint32_t i = 0; i < x->n_lit; i++) {
+		const struct jgram_lit *l = &g->lits[x->lit + i];
+
+		if ((l->node >= id && l->node != JGRAM_ANY) || !lit_valid(g, l, true))
+			return seal_bad(msg, n, "node %u: a property is malformed", id), -1;
+		d = d > depth[l->node] + 1 ? d : depth[l->node] + 1;
+	}
+	return d > 1 ? d : 1;
+}
+
+/* Every node is checked, in order (children first); the root's depth
+ * must fit the stack. */
+int jgram_seal(struct jgram *g, uint16_t root, char *msg, size_t msg_len)
+{
+	uint8_t depth[JGRAM_NODES_MAX] = { 0 };
+
+	if (g->sealed || root >= g->n_nodes || root == JGRAM_ANY)
+		return seal_bad(msg, msg_len, "root node %u is not a schema node", root);
+	for (uint16_t id = 1; id < g->n_nodes; id++) {
+		int d = node_check(g, id, depth, msg, msg_len);
+
+		if (d < 0)
+			return JGRAM_E_INVALID;
+		depth[id] = (uint8_t)(d > (int)JGRAM_DEPTH_MAX ? (int)JGRAM_DEPTH_MAX + 1 : d);
+	}
+	if (depth[root] > JGRAM_DEPTH_MAX)
+		return seal_bad(msg, msg_len, "nesting deeper than %u levels", JGRAM_DEPTH_MAX);
+	g->root = root;
+	g->sealed = true;
+	return 0;
+}
+
+/* ---- the vocabulary trie ------------------------------------------------------ */
+
+struct tnode {
+	uint32_t end;                    /* the index after its subtree */
+	uint32_t tok;                    /* its tokens: toks[tok, tok + n_tok) */
+	uint16_t n_tok;
+	uint8_t byte;
+	uint8_t depth;                   /* 1 .. JGRAM_PIECE_MAX */
+};
+
+struct jgram_vocab {
+	const struct tokenizer *t;
+	uint32_t n_vocab;
+	int32_t eos;
+	struct tnode *nodes;             /* (n_nodes) preorder */
+	uint32_t n_nodes;
+	int32_t *toks;                   /* (n_toks) by piece, bytewise */
+	uint32_t n_toks;
+	bool covered_bytes[256];         /* the byte is a token alone */
+};
+
+struct vpiece {
+	const uint8_t *p;
+	uint32_t len;
+	int32_t id;
+};
+
+static int vpiece_cmp(const void *a, const void *b)
+{
+	const struct vpiece *x = a, *y = b;
+	uint32_t n = x->len < y->len ? x->len : y->len;
+	int c = memcmp(x->p, y->p, n);
+
+	if (c)
+		return c;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static bool vocab_token_ok(const struct tokenizer *t, int32_t id, size_t len)
+{
+	enum tokenizer_type ty = tokenizer_token_type(t, id);
+
+	if (id == tokenizer_eos(t) || id == tokenizer_bos(t))
+		return false;
+	if (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_UNKNOWN || ty == TOKEN_TYPE_UNUSED)
+		return false;
+	return len > 0 && len <= JGRAM_PIECE_MAX;
+}
+
+/* The sorted pieces as a preorder trie: each piece shares its prefix
+ * with the one before it; nodes deeper than the shared part close. */
+static int vocab_build(struct jgram_vocab *v, const struct vpiece *pc, uint32_t n)
+{
+	uint32_t path[JGRAM_PIECE_MAX];  /* node index at each depth - 1 */
+	uint32_t plen = 0, cap = 0;
+	const struct vpiece *prev = NULL;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k = 0;
+
+		if (prev)
+			while (k < prev->len && k < pc[i].len && prev->p[k] == pc[i].p[k])
+				k++;
+		k = k < plen ? k : plen;
+		while (plen > k)
+			v->nodes[path[--plen]].end = v->n_nodes;
+		for (; plen < pc[i].len; plen++) {
+			if (grow((void **)&v->nodes, &cap, v->n_nodes + 1, sizeof(*v->nodes)))
+				return -ENOMEM;
+			v->nodes[v->n_nodes] = (struct tnode){ .byte = pc[i].p[plen],
+				.depth = (uint8_t)(plen + 1), .tok = i };
+			path[plen] = v->n_nodes++;
+		}
+		if (!v->nodes[path[plen - 1]].n_tok)
+			v->nodes[path[plen - 1]].tok = i;
+		v->nodes[path[plen - 1]].n_tok++;
+		v->toks[i] = pc[i].id;
+		if (pc[i].len == 1)
+			v->covered_bytes[pc[i].p[0]] = true;
+		prev = &pc[i];
+	}
+	while (plen > 0)
+		v->nodes[path[--plen]].end = v->n_nodes;
+	return 0;
+}
+
+int jgram_vocab_new(struct jgram_vocab **out, const struct tokenizer *t)
+{
+	uint32_t nv = tokenizer_n_vocab(t), n = 0;
+	struct jgram_vocab *v = calloc(1, sizeof(*v));
+	struct vpiece *pc = malloc(sizeof(*pc) * (nv ? nv : 1));
+	int rc = -ENOMEM;
+
+	if (v && pc && (v->toks = malloc(sizeof(*v->toks) * (nv ? nv : 1)))) {
+		v->t = t;
+		v->n_vocab = nv;
+		v->eos = tokenizer_eos(t);
+		for (uint32_t id = 0; id < nv; id++) {
+			const char *p;
+			size_t len;
+
+			if (tokenizer_piece(t, (int32_t)id, &p, &len) ||
+			    !vocab_token_ok(t, (int32_t)id, len))
+				continue;
+			pc[n++] = (struct vpiece){ .p = (const uint8_t *)p,
+						   .len = (uint32_t)len, .id = (int32_t)id };
+		}
+		qsort(pc, n, sizeof(*pc), vpiece_cmp);
+		v->n_toks = n;
+		rc = vocab_build(v, pc, n);
+	}
+	free(pc);
+	if (rc) {
+		jgram_vocab_free(v);
+		return rc;
+	}
+	*out = v;
+	return 0;
+}
+
+void jgram_vocab_free(struct jgram_vocab *v)
+{
+	if (!v)
+		return;
+	free(v->nodes);
+	free(v->toks);
+	free(v);
+}
+
+bool jgram_vocab_bytes_covered(const struct jgram_vocab *v)
+{
+	for (unsigned c = 0; c < 256; c++)
+		if (!v->covered_bytes[c])
+			return false;
+	return true;
+}
+
+uint32_t jgram_vocab_n_vocab(const struct jgram_vocab *v)
+{
+	return v->n_vocab;
+}
+
+/* ---- a request's run ------------------------------------------------------ */
+
+struct jgram_run {
+	const struct jgram *g;
+	const struct jgram_vocab *v;
+	struct state st;
+	uint64_t *allow;                 /* ((n_vocab + 63) / 64) the last mask */
+	struct state buf[JGRAM_PIECE_MAX + 1];  /* the walk's states by depth */
+	const struct state *at[JGRAM_PIECE_MAX + 1];
+};
+
+int jgram_run_new(struct jgram_run **out, const struct jgram *g,
+		  const struct jgram_vocab *v)
+{
+	struct jgram_run *r;
+
+	if (!g->sealed)
+		return -EINVAL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->allow = v ? calloc((v->n_vocab + 63) / 64 + 1, sizeof(uint64_t)) : NULL;
+	if (v && !r->allow) {
+		free(r);
+		return -ENOMEM;
+	}
+	r->g = g;
+	r->v = v;
+	*out = r;
+	return 0;
+}
+
+void jgram_run_free(struct jgram_run *r)
+{
+	if (!r)
+		return;
+	free(r->allow);
+	free(r);
+}
+
+bool jgram_run_feed(struct jgram_run *r, const char *bytes, size_t len)
+{
+	struct state st;
+
+	state_copy(&st, &r->st);
+	for (size_t i = 0; i < len; i++)
+		if (!state_step(r->g, &st, (uint8_t)bytes[i]))
+			return false;
+	state_copy(&r->st, &st);
+	return true;
+}
+
+bool jgram_run_complete(const struct jgram_run *r)
+{
+	return state_complete(r->g, &r->st);
+}
+
+bool jgram_run_can(const struct jgram_run *r, uint8_t c)
+{
+	struct state st;
+
+	state_copy(&st, &r->st);
+	return state_step(r->g, &st, c);
+}
+
+const uint64_t *jgram_run_allowed(const struct jgram_run *r)
+{
+	return r->allow;
+}
+
+/* One pass over the trie from the current state: r->allow gets every
+ * token whose whole piece is accepted. Returns how many. */
+static uint32_t run_walk(struct jgram_run *r)
+{
+	const struct jgram_vocab *v = r->v;
+	uint32_t n = 0, i = 0;
+
+	memset(r->allow, 0, ((v->n_vocab + 63) / 64) * sizeof(uint64_t));
+	r->at[0] = &r->st;
+	while (i < v->n_nodes) {
+		const struct tnode *t = &v->nodes[i];
+		const struct state *up = r->at[t->depth - 1];
+
+		if (state_same(up, t->byte)) {
+			r->at[t->depth] = up;
+		} else {
+			struct state *s = &r->buf[t->depth];
+
+			state_copy(s, up);
+			if (!state_step(r->g, s, t->byte)) {
+				i = t->end;
+				continue;
+			}
+			r->at[t->depth] = s;
+		}
+		for (uint32_t k = 0; k < t->n_tok; k++) {
+			int32_t id = v->toks[t->tok + k];
+
+			r->allow[(uint32_t)id / 64] |= UINT64_C(1) << ((uint32_t)id % 64);
+		}
+		n += t->n_tok;
+		i++;
+	}
+	return n;
+}
+
+uint32_t jgram_run_mask(void *run, float *logits, uint32_t n_vocab)
+{
+	struct jgram_run *r = run;
+	const struct jgram_vocab *v = r->v;
+	uint32_t n = run_walk(r);
+
+	if (v->eos >= 0 && (uint32_t)v->eos < v->n_vocab && state_complete(r->g, &r->st)) {
+		r->allow[(uint32_t)v->eos / 64] |= UINT64_C(1) << ((uint32_t)v->eos % 64);
+		n++;
+	}
+	for (uint32_t w = 0; w * 64 < n_vocab; w++) {
+		uint64_t a = w * 64 < v->n_vocab ? r->allow[w] : 0;
+
+		if (a == ~UINT64_C(0))
+			continue;
+		for (uint32_t b = 0; b < 64 && w * 64 + b < n_vocab; b++)
+			if (!(a >> b & 1))
+				logits[w * 64 + b] = -INFINITY;
+	}
+	return n;
+}
+
+bool jgram_run_accept(void *run, int32_t token)
+{
+	struct jgram_run *r = run;
+	const char *p;
+	size_t len;
+
+	if (token == r->v->eos)
+		return state_complete(r->g, &r->st);
+	if (token < 0 || (uint32_t)token >= r->v->n_vocab ||
+	    !(r->allow[(uint32_t)token / 64] >> ((uint32_t)token % 64) & 1) ||
+	    tokenizer_piece(r->v->t, token, &p, &len))
+		return false;
+	return jgram_run_feed(r, p, len);
+}

@@ -1,0 +1,161 @@
+/* jsongram.h - JSON output by construction: a byte-level recognizer for
+ * JSON (RFC 8259), optionally held to a schema, and the token mask it
+ * gives a sampler.
+ *
+ * Three objects:
+ *   struct jgram        a compiled grammar: a tree of schema nodes
+ *                       (jgram_new + jgram_node_add/jgram_lit_add, then
+ *                       jgram_seal), or jgram_new_object() for
+ *                       response_format json_object (any JSON object).
+ *                       Immutable once sealed: any thread may read it.
+ *   struct jgram_vocab  a model's vocabulary as a byte trie of the
+ *                       tokens' pieces (tokenizer_piece), built once per
+ *                       model; immutable, shared.
+ *   struct jgram_run    one request's position in one grammar: its
+ *                       recognizer state and mask scratch. One thread at
+ *                       a time (the engine's compute thread).
+ *
+ * What the grammar accepts. Any JSON value the node tree allows, written
+ * with at most JGRAM_WS_MAX whitespace bytes in a row (before, between
+ * and after tokens: a model cannot loop on whitespace), containers
+ * nested at most JGRAM_DEPTH_MAX deep, numbers of at most
+ * JGRAM_NUM_INT_MAX, _FRAC_MAX and _EXP_MAX digits in their parts (so
+ * every parser reads them as a finite double or an int64), strings of any length with escapes checked
+ * (surrogate pairs paired) and UTF-8 checked (no overlongs, surrogates,
+ * or code points above U+10FFFF). Enum and const values, and property
+ * names, are matched byte for byte against their compact JSON text (as
+ * jansson writes it): the model must write "é", not "\u00e9".
+ *
+ * Schema nodes: a set of types (JGRAM_T_*), for objects the properties
+ * (each at most once, any order; `}` only once the required ones are
+ * given; no other keys) or, with none listed, any keys with any values
+ * (free_keys); for arrays the items' node and min/max items; enum
+ * literals (when present they decide alone). Node 0 is ANY: every type,
+ * free keys, items of ANY.
+ *
+ * No dead ends: from every state the recognizer reaches, some byte is
+ * accepted, or the value is complete (jgram_run_complete): `,` is
+ * refused when no property is left, `]` before min_items, a value past
+ * max_items, a container at the depth bound; jgram_seal refuses a tree
+ * that cannot fit the depth or whose node has nothing to accept. With a
+ * vocabulary that has every byte as a token (SentencePiece byte
+ * fallback, byte-level BPE: jgram_vocab_bytes_covered) the mask is
+ * therefore never empty. Where it still is (a vocabulary without byte
+ * tokens), jgram_run_mask returns 0 and the caller ends the request
+ * (the engine: as if EOS was drawn).
+ *
+ * Errors: 0, a negative errno, or JGRAM_E_INVALID (a node tree or a
+ * literal the grammar cannot hold; the message names it).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/text/tokenizer.h"
+
+#define JGRAM_E_INVALID 1
+
+#define JGRAM_DEPTH_MAX 16u      /* containers nested */
+#define JGRAM_WS_MAX 8u          /* whitespace bytes in a row */
+#define JGRAM_NUM_INT_MAX 18u    /* a number's digits before '.' (int64) */
+#define JGRAM_NUM_FRAC_MAX 17u   /* after it (a double's precision) */
+#define JGRAM_NUM_EXP_MAX 2u     /* in its exponent (no overflow) */
+#define JGRAM_NODES_MAX 512u     /* schema nodes, ANY included */
+#define JGRAM_LITS_MAX 64u       /* enum values or properties of one node */
+#define JGRAM_LIT_BYTES_MAX 32768u /* all literals' bytes together */
+#define JGRAM_ITEMS_MAX 4096u    /* min_items / max_items */
+#define JGRAM_PIECE_MAX 64u      /* longer token pieces are never allowed */
+#define JGRAM_ANY 0u             /* node 0 */
+
+enum jgram_type {
+	JGRAM_T_OBJECT = 1 << 0,
+	JGRAM_T_ARRAY = 1 << 1,
+	JGRAM_T_STRING = 1 << 2,
+	JGRAM_T_NUMBER = 1 << 3,
+	JGRAM_T_INTEGER = 1 << 4,
+	JGRAM_T_BOOLEAN = 1 << 5,
+	JGRAM_T_NULL = 1 << 6,
+	JGRAM_T_ALL = (1 << 7) - 1,
+};
+
+/* A schema node. Literals [lit, lit + n_lit) are its enum values, or for
+ * an object its property names (JSON strings, quotes included) with
+ * each property's value node in the literal's `node`. */
+struct jgram_node {
+	uint16_t types;           /* JGRAM_T_* (ignored when is_enum) */
+	uint16_t items;           /* array: its items' node */
+	uint32_t lit, n_lit;
+	bool is_enum;             /* literals are the only values */
+	bool free_keys;           /* object: any key, values ANY (no literals) */
+	uint32_t min_items, max_items;
+	uint64_t required;        /* object: bit i = literal lit + i */
+};
+
+struct jgram_lit {
+	uint32_t off, len;        /* in the grammar's byte pool */
+	uint16_t node;            /* a property's value node */
+};
+
+struct jgram;
+struct jgram_vocab;
+struct jgram_run;
+
+/* ---- building a grammar ---------------------------------------------------- */
+
+/* A grammar with only node 0 (ANY) and that as its root. */
+int jgram_new(struct jgram **out);
+/* response_format json_object: the root is an object with any keys. */
+int jgram_new_object(struct jgram **out);
+void jgram_free(struct jgram *g);
+/* Append a node (zeroed; max_items = JGRAM_ITEMS_MAX); *id its index.
+ * JGRAM_E_INVALID past JGRAM_NODES_MAX. The pointer is valid until the
+ * next add. */
+int jgram_node_add(struct jgram *g, uint16_t *id, struct jgram_node **node);
+struct jgram_node *jgram_node(struct jgram *g, uint16_t id);
+/* Append a literal (a compact JSON scalar text); *idx its index.
+ * JGRAM_E_INVALID past JGRAM_LIT_BYTES_MAX. */
+int jgram_lit_add(struct jgram *g, const char *text, size_t len,
+		  uint16_t node, uint32_t *idx);
+/* Check the tree from root (nodes may refer only to nodes added before
+ * them, or to ANY) and freeze it: JGRAM_E_INVALID with msg filled. */
+int jgram_seal(struct jgram *g, uint16_t root, char *msg, size_t msg_len);
+uint32_t jgram_n_nodes(const struct jgram *g);
+
+/* ---- a model's vocabulary -------------------------------------------------- */
+
+/* Tokens of type normal, user-defined, byte (or undefined) with a
+ * non-empty piece of at most JGRAM_PIECE_MAX bytes; control, unknown
+ * and unused tokens, BOS and EOS are never in the trie. */
+int jgram_vocab_new(struct jgram_vocab **out, const struct tokenizer *t);
+void jgram_vocab_free(struct jgram_vocab *v);
+/* Every byte value is a token alone (the mask is then never empty). */
+bool jgram_vocab_bytes_covered(const struct jgram_vocab *v);
+uint32_t jgram_vocab_n_vocab(const struct jgram_vocab *v);
+
+/* ---- one request ----------------------------------------------------------- */
+
+/* g (sealed) and v must outlive the run. v may be NULL for a run fed
+ * bytes only (jgram_run_feed; no mask, no tokens). */
+int jgram_run_new(struct jgram_run **out, const struct jgram *g,
+		  const struct jgram_vocab *v);
+void jgram_run_free(struct jgram_run *r);
+/* Feed bytes (not tokens): true when all were accepted; on false the
+ * state is unchanged. */
+bool jgram_run_feed(struct jgram_run *r, const char *bytes, size_t len);
+/* The value is complete: EOS (or trailing whitespace) may come now. */
+bool jgram_run_complete(const struct jgram_run *r);
+/* True when byte c would be accepted now. */
+bool jgram_run_can(const struct jgram_run *r, uint8_t c);
+/* Set the logits (n_vocab) of the tokens that may not come next to
+ * -INFINITY: a token is allowed when the recognizer accepts every byte
+ * of its piece; EOS only when complete. Returns how many are allowed
+ * (0: none, see above). The engine's constraint callback. */
+uint32_t jgram_run_mask(void *run, float *logits, uint32_t n_vocab);
+/* The token chosen: its piece is fed (EOS feeds nothing). false when
+ * it was not allowed (the state is then unchanged). */
+bool jgram_run_accept(void *run, int32_t token);
+/* The allowed set as a bitmap of (n_vocab + 63) / 64 words, as the last
+ * jgram_run_mask computed it (for tests). */
+const uint64_t *jgram_run_allowed(const struct jgram_run *r);

@@ -1,0 +1,411 @@
+/* jschema.c - JSON Schema -> jsongram nodes (jschema.h).
+ *
+ * Design. One recursive walk: a schema object's children (property and
+ * item schemas) are compiled first, so every node refers only to nodes
+ * before it (what jgram_seal asks), then the node itself and its
+ * literals (enum values or property names, contiguous). Each keyword has
+ * a row in a table (what it is for); a key without a row is refused by
+ * name. $ref is inlined, so a recursive schema runs into the depth bound
+ * and is refused; the node bound caps a schema that refers to one
+ * definition many times.
+ */
+#include "net/wire/jschema.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct jsc {
+	struct jgram *g;
+	const json_t *root;              /* for $ref */
+	unsigned depth;
+	char *msg;
+	size_t msg_len;
+};
+
+static int jsc_bad(struct jsc *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int jsc_bad(struct jsc *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (c->msg && c->msg_len) {
+		va_start(ap, fmt);
+		vsnprintf(c->msg, c->msg_len, fmt, ap);
+		va_end(ap);
+	}
+	return JSCHEMA_E_INVALID;
+}
+
+/* A client's key, safe to quote back: printable ASCII, cut. */
+static const char *jsc_name(const char *k, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s", k);
+	for (char *p = buf; *p; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e ||
+		    *p == '"' || *p == '\\')
+			*p = '?';
+	return buf;
+}
+
+/* ---- keywords ----------------------------------------------------------- */
+
+enum kw_use { KW_ANNOTATION, KW_READ };
+
+static const struct kw {
+	const char *name;
+	enum kw_use use;
+} keywords[] = {
+	{ "type", KW_READ }, { "properties", KW_READ }, { "required", KW_READ },
+	{ "additionalProperties", KW_READ }, { "items", KW_READ },
+	{ "minItems", KW_READ }, { "maxItems", KW_READ }, { "enum", KW_READ },
+	{ "const", KW_READ }, { "$ref", KW_READ },
+	{ "title", KW_ANNOTATION }, { "description", KW_ANNOTATION },
+	{ "$comment", KW_ANNOTATION }, { "examples", KW_ANNOTATION },
+	{ "default", KW_ANNOTATION }, { "$schema", KW_ANNOTATION },
+	{ "$id", KW_ANNOTATION }, { "$defs", KW_ANNOTATION },
+	{ "definitions", KW_ANNOTATION },
+};
+
+static int jsc_keywords(struct jsc *c, const json_t *s)
+{
+	const char *k;
+	json_t *v;
+	char nb[40];
+
+	json_object_foreach((json_t *)s, k, v) {
+		size_t i = 0;
+
+		while (i < sizeof(keywords) / sizeof(keywords[0]) && strcmp(keywords[i].name, k))
+			i++;
+		if (i == sizeof(keywords) / sizeof(keywords[0]))
+			return jsc_bad(c, "the schema keyword '%s' is not supported", jsc_name(k, nb, sizeof(nb)));
+	}
+	return 0;
+}
+
+static const struct type_name {
+	const char *name;
+	unsigned bit;
+} type_names[] = {
+	{ "object", JGRAM_T_OBJECT }, { "array", JGRAM_T_ARRAY },
+	{ "string", JGRAM_T_STRING }, { "number", JGRAM_T_NUMBER },
+	{ "integer", JGRAM_T_INTEGER }, { "boolean", JGRAM_T_BOOLEAN },
+	{ "null", JGRAM_T_NULL },
+};
+
+static int type_bit(struct jsc *c, const json_t *v, unsigned *bits)
+{
+	char nb[40];
+
+	if (!json_is_string(v))
+		return jsc_bad(c, "'type' must be a type name or a list of them");
+	for (size_t i = 0; i < sizeof(type_names) / sizeof(type_names[0]); i++) {
+		if (!strcmp(type_names[i].name, json_string_value(v))) {
+			*bits |= type_names[i].bit;
+			return 0;
+		}
+	}
+	return jsc_bad(c, "the type '%s' is not supported", jsc_name(json_string_value(v), nb, sizeof(nb)));
+}
+
+static int jsc_types(struct jsc *c, const json_t *s, unsigned *types)
+{
+	const json_t *t = json_object_get(s, "type");
+	size_t i;
+	json_t *e;
+	int rc;
+
+	*types = 0;
+	if (!t) {
+		*types = JGRAM_T_ALL;
+		return 0;
+	}
+	if (!json_is_array(t))
+		return type_bit(c, t, types);
+	if (json_array_size(t) == 0)
+		return jsc_bad(c, "'type' must not be an empty list");
+	json_array_foreach(t, i, e)
+		if ((rc = type_bit(c, e, types)))
+			return rc;
+	return 0;
+}
+
+static int jsc_count(struct jsc *c, const json_t *s, const char *k, uint32_t *out)
+{
+	const json_t *v = json_object_get(s, k);
+
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) > JGRAM_ITEMS_MAX)
+		return jsc_bad(c, "'%s' must be an integer in 0..%u", k, JGRAM_ITEMS_MAX);
+	*out = (uint32_t)json_integer_value(v);
+	return 0;
+}
+
+/* ---- the walk ------------------------------------------------------------- */
+
+static int jsc_node(struct jsc *c, const json_t *s, uint16_t *id);
+
+/* "#/$defs/NAME" or "#/definitions/NAME" in the root schema. */
+static int jsc_ref(struct jsc *c, const json_t *ref, uint16_t *id)
+{
+	const char *r = json_is_string(ref) ? json_string_value(ref) : "";
+	const char *name = NULL, *where = NULL;
+	const json_t *defs, *target;
+	char nb[40];
+
+	if (!strncmp(r, "#/$defs/", 8))
+		where = "$defs", name = r + 8;
+	else if (!strncmp(r, "#/definitions/", 14))
+		where = "definitions", name = r + 14;
+	if (!name || strchr(name, '/') || strchr(name, '~'))
+		return jsc_bad(c, "'$ref' must be \"#/$defs/NAME\" or \"#/definitions/NAME\", not '%s'",
+			       jsc_name(r, nb, sizeof(nb)));
+	defs = json_object_get(c->root, where);
+	target = json_is_object(defs) ? json_object_get(defs, name) : NULL;
+	if (!target)
+		return jsc_bad(c, "'$ref' names '%s', which is not defined", jsc_name(name, nb, sizeof(nb)));
+	return jsc_node(c, target, id);
+}
+
+/* Does JSON value v have one of the types? */
+static bool value_fits(const json_t *v, unsigned types)
+{
+	switch (json_typeof(v)) {
+	case JSON_STRING: return types & JGRAM_T_STRING;
+	case JSON_INTEGER: return types & (JGRAM_T_INTEGER | JGRAM_T_NUMBER);
+	case JSON_REAL: return types & JGRAM_T_NUMBER;
+	case JSON_TRUE:
+	case JSON_FALSE: return types & JGRAM_T_BOOLEAN;
+	case JSON_NULL: return types & JGRAM_T_NULL;
+	default: return false;
+	}
+}
+
+static int jsc_lit(struct jsc *c, const json_t *v, uint16_t node, uint32_t *idx)
+{
+	char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+	int rc;
+
+	if (!text)
+		return -ENOMEM;
+	rc = jgram_lit_add(c->g, text, strlen(text), node, idx);
+	free(text);
+	if (rc == JGRAM_E_INVALID)
+		return jsc_bad(c, "the schema's values and names exceed %u bytes", JGRAM_LIT_BYTES_MAX);
+	return rc;
+}
+
+/* enum / const: the values of the node's types, as its literals. */
+static int jsc_enum(struct jsc *c, const json_t *s, unsigned types, uint16_t *id)
+{
+	const json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
+	struct jgram_node *n;
+	json_t *one = NULL;
+	uint32_t first = 0, cnt = 0, idx;
+	size_t i;
+	json_t *v;
+	int rc;
+
+	if (e && k)
+		return jsc_bad(c, "'enum' and 'const' together are not supported");
+	if (k)
+		e = one = json_pack("[O]", k);
+	if (!e)
+		return -ENOMEM;
+	if (!json_is_array(e) || json_array_size(e) == 0 || json_array_size(e) > JGRAM_LITS_MAX)
+		rc = jsc_bad(c, "'enum' must be a list of 1..%u values", JGRAM_LITS_MAX);
+	else if ((rc = jgram_node_add(c->g, id, &n)) == JGRAM_E_INVALID)
+		rc = jsc_bad(c, "the schema has more than %u nodes", JGRAM_NODES_MAX);
+	json_array_foreach(e, i, v) {
+		if (rc)
+			break;
+		if (json_is_object(v) || json_is_array(v))
+			rc = jsc_bad(c, "'enum' and 'const' values must be strings, numbers, booleans or null");
+		else if (value_fits(v, types) && !(rc = jsc_lit(c, v, 0, &idx)))
+			first = cnt++ ? first : idx;
+	}
+	json_decref(one);
+	if (!rc && !cnt)
+		rc = jsc_bad(c, "'enum' has no value of the schema's type");
+	if (!rc)
+		*jgram_node(c->g, *id) = (struct jgram_node){ .is_enum = true,
+			.lit = first, .n_lit = cnt };
+	return rc;
+}
+
+struct props {
+	const char *name[JGRAM_LITS_MAX];
+	uint16_t node[JGRAM_LITS_MAX];
+	uint32_t n;
+	uint64_t required;
+};
+
+static int jsc_required(struct jsc *c, const json_t *s, struct props *p)
+{
+	const json_t *req = json_object_get(s, "required");
+	size_t i;
+	json_t *v;
+	char nb[40];
+
+	if (!req)
+		return 0;
+	if (!json_is_array(req))
+		return jsc_bad(c, "'required' must be a list of property names");
+	json_array_foreach(req, i, v) {
+		uint32_t k = 0;
+
+		if (!json_is_string(v))
+			return jsc_bad(c, "'required' must be a list of property names");
+		while (k < p->n && strcmp(p->name[k], json_string_value(v)))
+			k++;
+		if (k == p->n)
+			return jsc_bad(c, "'required' names '%s', which is not in 'properties'",
+				       jsc_name(json_string_value(v), nb, sizeof(nb)));
+		p->required |= UINT64_C(1) << k;
+	}
+	return 0;
+}
+
+static int jsc_props(struct jsc *c, const json_t *s, struct props *p, bool *free_keys)
+{
+	const json_t *props = json_object_get(s, "properties");
+	const json_t *add = json_object_get(s, "additionalProperties");
+	const char *k;
+	json_t *v;
+	int rc;
+
+	if (add && !json_is_boolean(add))
+		return jsc_bad(c, "'additionalProperties' must be true or false (a schema is not supported)");
+	if (props && !json_is_object(props))
+		return jsc_bad(c, "'properties' must be an object");
+	if (json_object_size(props) > JGRAM_LITS_MAX)
+		return jsc_bad(c, "'properties' holds more than %u names", JGRAM_LITS_MAX);
+	json_object_foreach((json_t *)props, k, v) {
+		if ((rc = jsc_node(c, v, &p->node[p->n])))
+			return rc;
+		p->name[p->n++] = k;
+	}
+	/* no properties and extra keys allowed: any keys, any values */
+	*free_keys = !props && !json_is_false(add);
+	return jsc_required(c, s, p);
+}
+
+static int jsc_add_props(struct jsc *c, struct jgram_node *n, const struct props *p)
+{
+	uint32_t idx;
+	int rc;
+
+	for (uint32_t i = 0; i < p->n; i++) {
+		json_t *name = json_string(p->name[i]);
+
+		if (!name)
+			return -ENOMEM;
+		rc = jsc_lit(c, name, p->node[i], &idx);
+		json_decref(name);
+		if (rc)
+			return rc;
+		n->lit = i ? n->lit : idx;
+	}
+	n->n_lit = p->n;
+	n->required = p->required;
+	return 0;
+}
+
+/* A schema of types (no enum): its children, then the node. */
+static int jsc_typed(struct jsc *c, const json_t *s, unsigned types, uint16_t *id)
+{
+	struct jgram_node node = { .types = (uint16_t)types, .items = JGRAM_ANY,
+				   .max_items = JGRAM_ITEMS_MAX }, *n;
+	const json_t *items = json_object_get(s, "items");
+	struct props p = { .n = 0 };
+	int rc = 0;
+
+	if (items && (rc = jsc_node(c, items, &node.items)))
+		return rc;
+	if ((rc = jsc_count(c, s, "minItems", &node.min_items)) ||
+	    (rc = jsc_count(c, s, "maxItems", &node.max_items)))
+		return rc;
+	if (node.min_items > node.max_items)
+		return jsc_bad(c, "'minItems' is above 'maxItems'");
+	if ((rc = jsc_props(c, s, &p, &node.free_keys)))
+		return rc;
+	rc = jgram_node_add(c->g, id, &n);
+	if (rc == JGRAM_E_INVALID)
+		return jsc_bad(c, "the schema has more than %u nodes", JGRAM_NODES_MAX);
+	if (rc)
+		return rc;
+	*n = node;
+	return jsc_add_props(c, n, &p);
+}
+
+static int jsc_node(struct jsc *c, const json_t *s, uint16_t *id)
+{
+	unsigned types;
+	int rc;
+
+	if (json_is_true(s))
+		s = json_object();   /* any value: below, an empty schema */
+	else
+		json_incref((json_t *)s);
+	if (!s)
+		return -ENOMEM;
+	if (++c->depth > JSCHEMA_DEPTH_MAX)
+		rc = jsc_bad(c, "the schema nests deeper than %u levels (or its $ref recurses)",
+			     JSCHEMA_DEPTH_MAX);
+	else if (!json_is_object(s))
+		rc = jsc_bad(c, "a schema must be an object");
+	else if (!(rc = jsc_keywords(c, s)) && json_object_get(s, "$ref"))
+		rc = jsc_ref(c, json_object_get(s, "$ref"), id);
+	else if (!rc && !(rc = jsc_types(c, s, &types)))
+		rc = json_object_get(s, "enum") || json_object_get(s, "const")
+			? jsc_enum(c, s, types, id) : jsc_typed(c, s, types, id);
+	c->depth--;
+	json_decref((json_t *)s);
+	return rc;
+}
+
+int jschema_compile(const json_t *schema, struct jgram **out, char *msg,
+		    size_t msg_len)
+{
+	struct jsc c = { .root = schema, .msg = msg, .msg_len = msg_len };
+	char seal[128];
+	uint16_t root;
+	int rc;
+
+	if (json_dumpb(schema, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) > JSCHEMA_BYTES_MAX)
+		return jsc_bad(&c, "the schema is over %u bytes", JSCHEMA_BYTES_MAX);
+	rc = jgram_new(&c.g);
+	if (!rc)
+		rc = jsc_node(&c, schema, &root);
+	if (!rc && jgram_seal(c.g, root, seal, sizeof(seal)))
+		rc = jsc_bad(&c, "the schema cannot be generated: %s", seal);
+	if (rc) {
+		jgram_free(c.g);
+		return rc;
+	}
+	*out = c.g;
+	return 0;
+}
+
+int jschema_compile_text(const char *text, size_t len, struct jgram **out,
+			 char *msg, size_t msg_len)
+{
+	json_error_t je;
+	json_t *s = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+	int rc;
+
+	if (!s) {
+		if (msg && msg_len)
+			snprintf(msg, msg_len, "the schema is not valid JSON");
+		return JSCHEMA_E_INVALID;
+	}
+	rc = jschema_compile(s, out, msg, msg_len);
+	json_decref(s);
+	return rc;
+}

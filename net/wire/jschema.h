@@ -1,0 +1,45 @@
+/* jschema.h - a JSON Schema compiled into a grammar (gpu/text/jsongram.h)
+ * for response_format json_schema.
+ *
+ * The subset served: type (a name or a list of names: object, array,
+ * string, number, integer, boolean, null), properties, required,
+ * additionalProperties (false, or true: extra keys are allowed but never
+ * generated), items, minItems, maxItems, enum and const (of strings,
+ * numbers, booleans and null), $ref to "#/$defs/NAME" or
+ * "#/definitions/NAME" (inlined; a recursive one is refused by the
+ * depth bound), and the annotations title, description, $comment,
+ * examples, default, $schema, $id, $defs, definitions (read as nothing).
+ * Every other keyword is refused by name: a schema kvd cannot hold the
+ * output to is never served as if it could. The schema `true` or `{}`
+ * is any value.
+ *
+ * What is generated: each object's keys are its properties (each at
+ * most once, in any order; the required ones all before `}`), nothing
+ * else - so additionalProperties is false in effect, as strict mode
+ * asks. Enum/const values and keys are written as jansson writes them
+ * (compact, UTF-8 as is).
+ *
+ * Bounds: JSCHEMA_BYTES_MAX bytes of schema (compact), JSCHEMA_DEPTH_MAX
+ * schema objects nested (through properties, items and $ref), the
+ * grammar's node, literal and nesting bounds (JGRAM_*).
+ *
+ * Errors: 0; JSCHEMA_E_INVALID with msg naming the keyword (the front's
+ * 400, param response_format); -ENOMEM. Pure: any thread.
+ */
+#pragma once
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "gpu/text/jsongram.h"
+
+#define JSCHEMA_E_INVALID 1
+#define JSCHEMA_BYTES_MAX 32768u
+#define JSCHEMA_DEPTH_MAX 32u
+
+/* A sealed grammar for the schema in *out (jgram_free it). */
+int jschema_compile(const json_t *schema, struct jgram **out, char *msg,
+		    size_t msg_len);
+/* The same from JSON text (for tests and the fuzzer). */
+int jschema_compile_text(const char *text, size_t len, struct jgram **out,
+			 char *msg, size_t msg_len);

@@ -1,0 +1,623 @@
+/* test_jsongram.c - the JSON recognizer, the schema compiler and the
+ * token mask (gpu/text/jsongram.h, net/wire/jschema.h).
+ *
+ *   - accept/reject tables of JSON texts for json_object: valid texts are
+ *     accepted and complete; each invalid one is accepted up to a given
+ *     prefix and refused at the next byte (escapes, surrogates, UTF-8,
+ *     numbers, whitespace at its bound, nesting at its bound);
+ *   - schema conformance: documents that match are accepted, each
+ *     violation is refused at its first wrong byte; unsupported keywords,
+ *     bad counts, unknown $ref, recursion and size are refused by name;
+ *   - the mask on generated vocabularies (SentencePiece and byte-level
+ *     BPE): never empty along random walks, equal to a brute-force check
+ *     of every token's piece, EOS only once the value is complete, and
+ *     every walk that ends with EOS parses with jansson (an independent
+ *     parser) and holds the schema's required fields.
+ */
+#include <check.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu/gguf/gguf.h"
+#include "gpu/model/gguf_gen.h"
+#include "gpu/text/jsongram.h"
+#include "gpu/text/tokenizer.h"
+#include "net/wire/jschema.h"
+
+/* bytes of text accepted one by one: the index of the first refused,
+ * or -1 when all were; *complete after them */
+static long feed_until(const struct jgram *g, const char *text, size_t len,
+		       bool *complete)
+{
+	struct jgram_run *r;
+	long bad = -1;
+
+	ck_assert_int_eq(jgram_run_new(&r, g, NULL), 0);
+	for (size_t i = 0; i < len && bad < 0; i++)
+		if (!jgram_run_feed(r, text + i, 1))
+			bad = (long)i;
+	*complete = jgram_run_complete(r);
+	jgram_run_free(r);
+	return bad;
+}
+
+static void expect_valid(const struct jgram *g, const char *text)
+{
+	bool complete;
+	long bad = feed_until(g, text, strlen(text), &complete);
+
+	ck_assert_msg(bad < 0, "'%s' refused at byte %ld", text, bad);
+	ck_assert_msg(complete, "'%s' accepted but not complete", text);
+}
+
+/* prefix is accepted, the first byte of rest is refused */
+static void expect_refused(const struct jgram *g, const char *prefix, const char *rest)
+{
+	size_t n = strlen(prefix);
+	char *all = malloc(n + strlen(rest) + 1);
+	bool complete;
+	long bad;
+
+	ck_assert_ptr_nonnull(all);
+	strcpy(all, prefix);
+	strcat(all, rest);
+	bad = feed_until(g, all, strlen(all), &complete);
+	ck_assert_msg(bad == (long)n, "'%s' + '%s': refused at %ld, want %zu", prefix,
+		      rest, bad, n);
+	free(all);
+}
+
+/* ---- json_object ------------------------------------------------------ */
+
+static const char *const obj_valid[] = {
+	"{}",
+	" {\"a\":1}",
+	"{\"a\": [1, 2.5e-3, -0, 0.5E+7, true, false, null, \"x\"]}",
+	"{\"k\":{\"n\":{\"m\":[]}}}",
+	"{\"\\u00e9\\ud83d\\ude00\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"}",
+	"{\"utf8\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf\"}",
+	"{\"a\":{},\"a\":[]}\n",
+	"{\n       \"a\"        :\n       1        }        ",
+};
+
+/* {prefix accepted, rest whose first byte is refused} */
+static const char *const obj_refused[][2] = {
+	{ "", "[]" },                        /* json_object: an object */
+	{ "", "1" },
+	{ "{\"a\":0", "1}" },                /* no leading zeros */
+	{ "{\"a\":1", "x}" },
+	{ "{", "," },
+	{ "{\"a\"", "1" },
+	{ "{\"a\":tr", "x" },
+	{ "{\"a\":\"", "\x01\"}" },          /* control characters escaped */
+	{ "{\"a\":\"\\ud800", "\"}" },        /* a high surrogate alone */
+	{ "{\"a\":\"\\ud800\\", "n" },
+	{ "{\"a\":\"\\ud800\\u", "0" },
+	{ "{\"a\":\"\\ud800\\ud", "8" },     /* two high surrogates */
+	{ "{\"a\":\"\\ud", "c" },            /* a low surrogate alone */
+	{ "{\"a\":\"\\", "x" },
+	{ "{\"a\":\"\\u12", "g" },
+	{ "{\"a\":\"", "\xc0\xaf\"}" },      /* overlong */
+	{ "{\"a\":\"\xed", "\xa0\x80\"}" },  /* UTF-8 surrogate */
+	{ "{\"a\":\"\xf4", "\x90\x80\x80\"}" }, /* above U+10FFFF */
+	{ "{\"a\":\"\xe2\x82", "\"}" },       /* a character cut */
+	{ "{\"a\":\"", "\xff\"}" },
+	{ "{}", "{}" },                       /* one value */
+	{ "{\"a\":-", "}" },
+	{ "{\"a\":1.", "}" },
+	{ "{\"a\":", ".5}" },
+	{ "{\"a\":1e", "}" },
+	{ "{\"a\":1e+", "}" },
+	{ "{        ", " }" },                /* JGRAM_WS_MAX in a row */
+	{ "        ", " {}" },
+	{ "{}        ", " " },
+	{ "{\"a\":1,", "}" },                 /* no trailing comma */
+	{ "{\"a\":[1,", "]}" },
+	{ "{\"a\":[1", "}" },
+	{ "{\"a\":1", "]" },
+	{ "{\"a\" ", "," },
+	{ "{\"a\":nul", "1" },
+};
+
+START_TEST(object_accepts)
+{
+	struct jgram *g;
+
+	ck_assert_int_eq(jgram_new_object(&g), 0);
+	for (size_t i = 0; i < sizeof(obj_valid) / sizeof(obj_valid[0]); i++)
+		expect_valid(g, obj_valid[i]);
+	jgram_free(g);
+}
+END_TEST
+
+START_TEST(object_refuses)
+{
+	struct jgram *g;
+
+	ck_assert_int_eq(jgram_new_object(&g), 0);
+	for (size_t i = 0; i < sizeof(obj_refused) / sizeof(obj_refused[0]); i++)
+		expect_refused(g, obj_refused[i][0], obj_refused[i][1]);
+	jgram_free(g);
+}
+END_TEST
+
+/* Incomplete texts are accepted and not complete: EOS may not come. */
+START_TEST(object_incomplete)
+{
+	static const char *const part[] = { "", " ", "{", "{\"a\"", "{\"a\":",
+		"{\"a\":1", "{\"a\":\"x", "{\"a\":[", "{\"a\":tru", "{\"a\":\"\\u00" };
+	struct jgram *g;
+	bool complete;
+
+	ck_assert_int_eq(jgram_new_object(&g), 0);
+	for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++) {
+		ck_assert_int_eq(feed_until(g, part[i], strlen(part[i]), &complete), -1);
+		ck_assert_msg(!complete, "'%s' complete", part[i]);
+	}
+	jgram_free(g);
+}
+END_TEST
+
+/* JGRAM_DEPTH_MAX containers nest; one more is refused at its bracket,
+ * and a scalar still fits there (no dead end). */
+START_TEST(object_depth)
+{
+	char buf[4 * JGRAM_DEPTH_MAX + 64];
+	struct jgram *g;
+	size_t n = 0;
+	bool complete;
+
+	ck_assert_int_eq(jgram_new_object(&g), 0);
+	n += (size_t)sprintf(buf + n, "{\"a\":");
+	for (unsigned d = 1; d < JGRAM_DEPTH_MAX; d++)
+		n += (size_t)sprintf(buf + n, "[");
+	ck_assert_int_eq(feed_until(g, buf, n, &complete), -1);
+	buf[n] = '[';
+	ck_assert_int_eq(feed_until(g, buf, n + 1, &complete), (long)n);
+	buf[n] = '{';
+	ck_assert_int_eq(feed_until(g, buf, n + 1, &complete), (long)n);
+	buf[n] = '7';
+	for (unsigned d = 1; d < JGRAM_DEPTH_MAX; d++)
+		buf[n + d] = ']';
+	buf[n + JGRAM_DEPTH_MAX] = '}';
+	ck_assert_int_eq(feed_until(g, buf, n + JGRAM_DEPTH_MAX + 1, &complete), -1);
+	ck_assert(complete);
+	jgram_free(g);
+}
+END_TEST
+
+/* ---- schemas ------------------------------------------------------------ */
+
+static const char person[] =
+	"{\"type\":\"object\",\"title\":\"p\",\"properties\":{"
+	"\"name\":{\"type\":\"string\",\"description\":\"who\"},"
+	"\"age\":{\"type\":\"integer\"},"
+	"\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"minItems\":1,\"maxItems\":2},"
+	"\"ok\":{\"type\":\"boolean\"},"
+	"\"x\":{\"type\":[\"number\",\"null\"]},"
+	"\"c\":{\"const\":\"k\"},"
+	"\"n\":{\"enum\":[1,12,\"s\",null,true]}},"
+	"\"required\":[\"name\",\"age\"],\"additionalProperties\":false}";
+
+static struct jgram *compile(const char *schema)
+{
+	struct jgram *g = NULL;
+	char msg[200] = "";
+	int rc = jschema_compile_text(schema, strlen(schema), &g, msg, sizeof(msg));
+
+	ck_assert_msg(rc == 0, "%s: %s", schema, msg);
+	return g;
+}
+
+START_TEST(schema_accepts)
+{
+	static const char *const docs[] = {
+		"{\"name\":\"x\",\"age\":3}",
+		"{\"age\":-3,\"name\":\"y\",\"tags\":[\"a\",\"b\"],\"ok\":true,\"x\":null,\"c\":\"k\"}",
+		"{ \"name\": \"\", \"age\": 0, \"x\": 1.5e3, \"n\": 12 }",
+		"{\"name\":\"z\",\"n\":1,\"age\":1}",
+		"{\"name\":\"z\",\"n\":\"s\",\"age\":1,\"tags\":[\"b\"]}",
+	};
+	struct jgram *g = compile(person);
+
+	for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++)
+		expect_valid(g, docs[i]);
+	jgram_free(g);
+}
+END_TEST
+
+START_TEST(schema_refuses)
+{
+	static const char *const bad[][2] = {
+		{ "{\"age\":3", "}" },                         /* name required */
+		{ "", "[" },
+		{ "{\"name\":\"x\",\"age\":3", ".5}" },        /* integer */
+		{ "{\"name\":\"x\",\"age\":3", "e1}" },
+		{ "{\"name\":\"x\",\"", "q\":1}" },            /* no such key */
+		{ "{\"name\":\"x\",\"n", "ame\":\"y\"}" },     /* once ("n" is one) */
+		{ "{\"name\":", "1}" },
+		{ "{\"name\":\"x\",\"age\":1,\"tags\":[", "]}" },  /* minItems */
+		{ "{\"name\":\"x\",\"age\":1,\"tags\":[\"a\",\"b\"", ",\"a\"]}" }, /* maxItems */
+		{ "{\"name\":\"x\",\"age\":1,\"tags\":[\"", "c\"]}" },
+		{ "{\"name\":\"x\",\"age\":1,\"c\":\"", "j\"}" },
+		{ "{\"name\":\"x\",\"age\":1,\"", "extra\":1}" },
+		{ "{\"name\":\"x\",\"age\":1,\"n\":1", "3}" },
+		{ "{\"name\":\"x\",\"age\":1,\"n\":", "2}" },
+		{ "{\"name\":\"x\",\"age\":1,\"ok\":", "null}" },
+		{ "{\"name\":\"x\",\"age\":1,\"x\":", "\"1\"}" },
+	};
+	struct jgram *g = compile(person);
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_refused(g, bad[i][0], bad[i][1]);
+	jgram_free(g);
+}
+END_TEST
+
+/* Every property used: `,` is refused (a key could not follow). */
+START_TEST(schema_no_dead_end)
+{
+	struct jgram *g = compile("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}}}");
+
+	expect_refused(g, "{\"a\":null", ",");
+	expect_valid(g, "{\"a\":null}");
+	expect_valid(g, "{}");
+	jgram_free(g);
+	g = compile("{\"type\":\"array\",\"maxItems\":0}");
+	expect_refused(g, "[", "1");
+	expect_valid(g, "[]");
+	jgram_free(g);
+	g = compile("{\"type\":\"object\",\"additionalProperties\":false}");
+	expect_refused(g, "{", "\"");
+	jgram_free(g);
+}
+END_TEST
+
+START_TEST(schema_refs_and_any)
+{
+	struct jgram *g = compile("{\"$defs\":{\"p\":{\"type\":\"integer\"}},\"type\":\"array\","
+				  "\"items\":{\"$ref\":\"#/$defs/p\"}}");
+
+	expect_valid(g, "[1,2]");
+	expect_refused(g, "[1,", "\"");
+	jgram_free(g);
+	g = compile("{}");
+	expect_valid(g, "[{\"q\":[null]},\"s\"]");
+	expect_valid(g, "3");
+	jgram_free(g);
+	g = compile("{\"type\":\"object\",\"properties\":{\"free\":true}}");
+	expect_valid(g, "{\"free\":{\"any\":[1]}}");
+	jgram_free(g);
+}
+END_TEST
+
+/* Refused by name, with JSCHEMA_E_INVALID. */
+START_TEST(schema_errors)
+{
+	static const char *const bad[][2] = {
+		{ "{\"type\":\"string\",\"pattern\":\"x\"}", "pattern" },
+		{ "{\"type\":\"strin\"}", "strin" },
+		{ "{\"type\":[]}", "type" },
+		{ "{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems" },
+		{ "{\"type\":\"array\",\"maxItems\":-1}", "maxItems" },
+		{ "{\"type\":\"object\",\"required\":[\"zz\"],\"properties\":{}}", "zz" },
+		{ "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"n\":{\"$ref\":\"#/$defs/n\"}}}},"
+		  "\"$ref\":\"#/$defs/n\"}", "deeper" },
+		{ "{\"$ref\":\"#/$defs/none\"}", "none" },
+		{ "{\"$ref\":\"http://x/y\"}", "$ref" },
+		{ "{\"enum\":[]}", "enum" },
+		{ "{\"enum\":[{\"a\":1}]}", "enum" },
+		{ "{\"type\":\"string\",\"enum\":[1]}", "type" },
+		{ "{\"type\":\"object\",\"additionalProperties\":{}}", "additionalProperties" },
+		{ "{\"anyOf\":[]}", "anyOf" },
+		{ "false", "object" },
+		{ "{\"type\":\"string\",\"enum\":[1],\"const\":1}", "const" },
+	};
+	struct jgram *g;
+	char msg[200];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		msg[0] = 0;
+		g = NULL;
+		ck_assert_msg(jschema_compile_text(bad[i][0], strlen(bad[i][0]), &g, msg,
+						   sizeof(msg)) == JSCHEMA_E_INVALID,
+			      "%s accepted", bad[i][0]);
+		ck_assert_ptr_null(g);
+		ck_assert_msg(strstr(msg, bad[i][1]), "%s: '%s' does not name %s", bad[i][0],
+			      msg, bad[i][1]);
+	}
+}
+END_TEST
+
+/* Bounds: nesting past JGRAM_DEPTH_MAX, too many enum values, too big. */
+START_TEST(schema_bounds)
+{
+	char *s = malloc(JSCHEMA_BYTES_MAX + 64);
+	struct jgram *g = NULL;
+	size_t n = 0;
+	char msg[200];
+
+	ck_assert_ptr_nonnull(s);
+	for (unsigned d = 0; d <= JGRAM_DEPTH_MAX; d++)
+		n += (size_t)sprintf(s + n, "{\"type\":\"array\",\"items\":");
+	n += (size_t)sprintf(s + n, "{\"type\":\"null\"}");
+	for (unsigned d = 0; d <= JGRAM_DEPTH_MAX; d++)
+		s[n++] = '}';
+	ck_assert_int_eq(jschema_compile_text(s, n, &g, msg, sizeof(msg)), JSCHEMA_E_INVALID);
+	ck_assert_msg(strstr(msg, "nesting"), "%s", msg);
+	n = (size_t)sprintf(s, "{\"enum\":[0");
+	for (unsigned i = 1; i <= JGRAM_LITS_MAX; i++)
+		n += (size_t)sprintf(s + n, ",%u", i);
+	n += (size_t)sprintf(s + n, "]}");
+	ck_assert_int_eq(jschema_compile_text(s, n, &g, msg, sizeof(msg)), JSCHEMA_E_INVALID);
+	n = (size_t)sprintf(s, "{\"description\":\"");
+	memset(s + n, 'x', JSCHEMA_BYTES_MAX);
+	n += JSCHEMA_BYTES_MAX;
+	n += (size_t)sprintf(s + n, "\"}");
+	ck_assert_int_eq(jschema_compile_text(s, n, &g, msg, sizeof(msg)), JSCHEMA_E_INVALID);
+	ck_assert_msg(strstr(msg, "bytes"), "%s", msg);
+	ck_assert_ptr_null(g);
+	free(s);
+}
+END_TEST
+
+/* ---- the mask ----------------------------------------------------------- */
+
+static char tmpdir[256];
+
+static struct tokenizer *gen_tok(enum gguf_vocab_kind kind, struct gguf_file **f)
+{
+	struct gguf_llama_params p = GGUF_LLAMA_PARAMS_DEFAULT;
+	struct gguf_error err;
+	struct tokenizer *t;
+	char path[512];
+
+	p.n_vocab = 600;
+	p.vocab = kind;
+	snprintf(path, sizeof(path), "%s/v%d.gguf", tmpdir, (int)kind);
+	ck_assert_int_eq(gguf_make_llama(path, &p), 0);
+	ck_assert_int_eq(gguf_open(f, path, &err), 0);
+	ck_assert_int_eq(tokenizer_new(&t, *f, &err), 0);
+	return t;
+}
+
+static bool allowed(const uint64_t *a, int32_t id)
+{
+	return a[(uint32_t)id / 64] >> ((uint32_t)id % 64) & 1;
+}
+
+/* The mask equals feeding each token's piece to a fresh run that read
+ * the same history. */
+static void check_mask(const struct jgram *g, const struct tokenizer *t,
+		       const uint64_t *a, const char *hist, size_t n_hist)
+{
+	struct jgram_run *r;
+
+	for (int32_t id = 0; id < (int32_t)tokenizer_n_vocab(t); id++) {
+		enum tokenizer_type ty = tokenizer_token_type(t, id);
+		const char *p;
+		size_t len;
+		bool want;
+
+		if (jgram_run_new(&r, g, NULL) || !jgram_run_feed(r, hist, n_hist) ||
+		    tokenizer_piece(t, id, &p, &len))
+			ck_abort_msg("token %d: cannot replay the history", id);
+		if (id == tokenizer_eos(t))
+			want = jgram_run_complete(r);
+		else
+			want = len && ty != TOKEN_TYPE_CONTROL && ty != TOKEN_TYPE_UNKNOWN &&
+			       ty != TOKEN_TYPE_UNUSED && id != tokenizer_bos(t) &&
+			       len <= JGRAM_PIECE_MAX && jgram_run_feed(r, p, len);
+		if (allowed(a, id) != want)
+			ck_abort_msg("token %d ('%.*s') after '%.*s': mask %d, want %d",
+			      id, (int)len, p, (int)n_hist, hist, allowed(a, id), want);
+		jgram_run_free(r);
+	}
+}
+
+/* A random walk: a token drawn among those allowed (EOS taken a tenth of
+ * the time it is offered) until EOS or max steps. Returns the text; *eos
+ * when it ended on EOS. */
+static char *walk(const struct jgram *g, const struct jgram_vocab *v,
+		  const struct tokenizer *t, unsigned seed, unsigned steps,
+		  bool brute, bool *eos)
+{
+	uint32_t nv = tokenizer_n_vocab(t);
+	float *logits = calloc(nv, sizeof(float));
+	char *hist = malloc(steps * JGRAM_PIECE_MAX + 1);
+	struct jgram_run *r;
+	size_t n = 0;
+
+	srand(seed);
+	*eos = false;
+	ck_assert_int_eq(jgram_run_new(&r, g, v), 0);
+	for (unsigned s = 0; s < steps && !*eos; s++) {
+		uint32_t k = 0, pick, cnt;
+		const uint64_t *a;
+		int32_t id = -1;
+		const char *p;
+		size_t len;
+
+		memset(logits, 0, nv * sizeof(float));
+		cnt = jgram_run_mask(r, logits, nv);
+		if (!cnt)
+			ck_abort_msg("seed %u step %u: an empty mask after '%.*s'", seed, s,
+				     (int)n, hist);
+		a = jgram_run_allowed(r);
+		for (uint32_t i = 0; i < nv; i++) {
+			/* (Check's asserts are slow in a loop this hot) */
+			if (allowed(a, (int32_t)i) != !isinf(logits[i]))
+				ck_abort_msg("token %u: allowed %d, logit %f", i,
+					     allowed(a, (int32_t)i), logits[i]);
+			k += allowed(a, (int32_t)i);
+		}
+		if (k != cnt)
+			ck_abort_msg("mask says %u allowed, the bitmap %u", cnt, k);
+		if (brute && s % 5 == 0)
+			check_mask(g, t, a, hist, n);
+		if (allowed(a, tokenizer_eos(t)) && (k == 1 || rand() % 10 == 0)) {
+			*eos = true;
+			ck_assert(jgram_run_accept(r, tokenizer_eos(t)));
+			break;
+		}
+		pick = (uint32_t)rand() % (k - allowed(a, tokenizer_eos(t)));
+		for (uint32_t i = 0; i < nv && id < 0; i++)
+			if (allowed(a, (int32_t)i) && (int32_t)i != tokenizer_eos(t) && !pick--)
+				id = (int32_t)i;
+		if (!jgram_run_accept(r, id) || tokenizer_piece(t, id, &p, &len))
+			ck_abort_msg("token %d allowed but not accepted", id);
+		memcpy(hist + n, p, len);
+		n += len;
+	}
+	hist[n] = 0;
+	jgram_run_free(r);
+	free(logits);
+	return hist;
+}
+
+static void walks(enum gguf_vocab_kind kind)
+{
+	struct gguf_file *f;
+	struct tokenizer *t = gen_tok(kind, &f);
+	struct jgram_vocab *v;
+	struct jgram *gs[2];
+	unsigned ended = 0;
+
+	ck_assert_int_eq(jgram_vocab_new(&v, t), 0);
+	ck_assert(jgram_vocab_bytes_covered(v));
+	ck_assert_int_eq(jgram_new_object(&gs[0]), 0);
+	gs[1] = compile(person);
+	for (unsigned seed = 1; seed <= 40; seed++) {
+		const struct jgram *g = gs[seed % 2];
+		bool eos;
+		char *text = walk(g, v, t, seed, 400, seed <= 4, &eos);
+		json_error_t je;
+		json_t *j;
+
+		if (eos) {
+			ended++;
+			j = json_loads(text, JSON_DECODE_ANY, &je);
+			ck_assert_msg(j && json_is_object(j), "seed %u: '%s' does not parse: %s",
+				      seed, text, je.text);
+			if (g == gs[1])
+				ck_assert_msg(json_is_string(json_object_get(j, "name")) &&
+					      json_is_integer(json_object_get(j, "age")),
+					      "seed %u: '%s' lacks its required fields", seed, text);
+			json_decref(j);
+		}
+		free(text);
+	}
+	ck_assert_msg(ended >= 10, "only %u of 40 walks ended", ended);
+	jgram_free(gs[0]);
+	jgram_free(gs[1]);
+	jgram_vocab_free(v);
+	tokenizer_free(t);
+	gguf_close(f);
+}
+
+START_TEST(mask_walks_spm)
+{
+	walks(GGUF_VOCAB_LLAMA);
+}
+END_TEST
+
+START_TEST(mask_walks_bpe)
+{
+	walks(GGUF_VOCAB_GPT2);
+}
+END_TEST
+
+/* EOS only when complete; after the value only whitespace and EOS. */
+START_TEST(mask_eos)
+{
+	struct gguf_file *f;
+	struct tokenizer *t = gen_tok(GGUF_VOCAB_LLAMA, &f);
+	uint32_t nv = tokenizer_n_vocab(t);
+	float *logits = calloc(nv, sizeof(float));
+	struct jgram_vocab *v;
+	struct jgram_run *r;
+	struct jgram *g;
+	const char *p;
+	size_t len;
+
+	ck_assert_int_eq(jgram_vocab_new(&v, t), 0);
+	ck_assert_int_eq(jgram_new_object(&g), 0);
+	ck_assert_int_eq(jgram_run_new(&r, g, v), 0);
+	jgram_run_mask(r, logits, nv);
+	ck_assert(!allowed(jgram_run_allowed(r), tokenizer_eos(t)));
+	ck_assert(!jgram_run_accept(r, tokenizer_eos(t)));
+	ck_assert(jgram_run_feed(r, "{}", 2));
+	memset(logits, 0, nv * sizeof(float));
+	jgram_run_mask(r, logits, nv);
+	ck_assert(allowed(jgram_run_allowed(r), tokenizer_eos(t)));
+	for (int32_t id = 0; id < (int32_t)nv; id++) {
+		if (!allowed(jgram_run_allowed(r), id) || id == tokenizer_eos(t))
+			continue;
+		ck_assert_int_eq(tokenizer_piece(t, id, &p, &len), 0);
+		for (size_t i = 0; i < len; i++)
+			ck_assert_msg(strchr(" \t\n\r", p[i]), "token %d '%.*s' after {}", id,
+				      (int)len, p);
+	}
+	ck_assert(!isinf(logits[tokenizer_eos(t)]));
+	ck_assert(isinf(logits[tokenizer_bos(t)]));
+	jgram_run_free(r);
+	jgram_free(g);
+	jgram_vocab_free(v);
+	tokenizer_free(t);
+	gguf_close(f);
+	free(logits);
+}
+END_TEST
+
+static void setup(void)
+{
+	const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+
+	snprintf(tmpdir, sizeof(tmpdir), "%s/test_jsongram.XXXXXX", base);
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+	char cmd[300];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+int main(void)
+{
+	Suite *s = suite_create("jsongram");
+	TCase *tc = tcase_create("recognizer");
+	TCase *tm = tcase_create("mask");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, object_accepts);
+	tcase_add_test(tc, object_refuses);
+	tcase_add_test(tc, object_incomplete);
+	tcase_add_test(tc, object_depth);
+	tcase_add_test(tc, schema_accepts);
+	tcase_add_test(tc, schema_refuses);
+	tcase_add_test(tc, schema_no_dead_end);
+	tcase_add_test(tc, schema_refs_and_any);
+	tcase_add_test(tc, schema_errors);
+	tcase_add_test(tc, schema_bounds);
+	suite_add_tcase(s, tc);
+	tcase_add_checked_fixture(tm, setup, teardown);
+	tcase_set_timeout(tm, 300);
+	tcase_add_test(tm, mask_walks_spm);
+	tcase_add_test(tm, mask_walks_bpe);
+	tcase_add_test(tm, mask_eos);
+	suite_add_tcase(s, tm);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
