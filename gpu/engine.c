@@ -65,6 +65,7 @@ struct engine_req {
 	uint32_t n_output;
 	struct sampler_params sp;        /* sp.logit_bias: bias */
 	struct sampler_bias *bias;       /* (sp.n_logit_bias) own copy */
+	struct engine_constraint cons;   /* ctx NULL: none */
 	bool prefill_only;
 	bool ignore_eos;
 	bool own_pages;                  /* reserved by the engine: release on free */
@@ -556,6 +557,7 @@ int engine_submit(struct engine *e, const struct engine_req_params *rp,
 		       sizeof(*r->bias) * r->sp.n_logit_bias);
 		r->sp.logit_bias = r->bias;
 	}
+	r->cons = rp->constraint;
 	r->prefill_only = rp->prefill_only;
 	r->ignore_eos = rp->ignore_eos;
 	r->n_table = rp->table ? rp->n_table : need;
@@ -800,15 +802,21 @@ static uint32_t step_choose(struct engine *e)
 
 /* Step 4: the sampled token for r (logits row j). */
 static void req_take_token(struct engine *e, struct engine_req *r,
-			   const float *logits)
+			   float *logits)
 {
 	uint32_t pos = r->n_tokens;
 	struct sampler_hist h = { .tokens = r->tokens, .n_tokens = r->n_tokens,
 				  .n_prompt = r->n_prompt };
 	struct sampler_logprobs *lp = r->sp.logprobs ? &e->lp[e->n_lp++] : NULL;
-	int32_t tok = (int32_t)sampler_choose(&e->smp, &r->sp, pos, logits, &h, lp);
+	int32_t tok = e->m->eos_id;
 
-	if (tok == e->m->eos_id && !r->ignore_eos) {
+	/* a constraint masks the engine's own logits row in place */
+	if (!r->cons.ctx || r->cons.mask(r->cons.ctx, logits, e->m->hp.n_vocab))
+		tok = (int32_t)sampler_choose(&e->smp, &r->sp, pos, logits, &h, lp);
+	if (r->cons.ctx && tok != e->m->eos_id && !r->cons.accept(r->cons.ctx, tok))
+		tok = e->m->eos_id;
+
+	if (tok == e->m->eos_id && (!r->ignore_eos || tok < 0)) {
 		req_finish(e, r, ENGINE_FINISH_STOP, 0);
 		ev_push(e, ENGINE_EV_DONE, r, -1, pos);
 		return;

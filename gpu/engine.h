@@ -131,6 +131,21 @@ enum engine_finish {
 	ENGINE_FINISH_ERROR,     /* see error */
 };
 
+/* A constraint on what a request may generate (gpu/text/jsongram.h's
+ * run is one: JSON output). Before each draw mask sets the logits
+ * (n_vocab) of the tokens that may not come to -INFINITY and returns
+ * how many may; after the draw accept is told the token (false: it was
+ * not allowed). Both run on the compute thread; ctx is the caller's and
+ * lives until engine_req_free. When nothing may come (mask returns 0) or
+ * the sampler still picked a masked token, the request ends as if EOS
+ * had been drawn. The mask depends on the request's own tokens only
+ * (invariant 9). */
+struct engine_constraint {
+	void *ctx;                       /* NULL: none */
+	uint32_t (*mask)(void *ctx, float *logits, uint32_t n_vocab);
+	bool (*accept)(void *ctx, int32_t token);
+};
+
 struct engine_req_params {
 	uint64_t owner;                 /* request id: the pool owner */
 	void *user;                     /* caller's pointer, echoed in events */
@@ -147,6 +162,7 @@ struct engine_req_params {
 	/* Whose cached prefix it may use and feed (tenant, salt): NULL for
 	 * none; only with engine pages (no table). Copied. */
 	const struct pcache_key *cache_key;
+	struct engine_constraint constraint;  /* ctx NULL: none */
 };
 
 enum engine_event_kind {
