@@ -168,6 +168,7 @@ static void serve_free(struct serve *s)
 	kvd_apikeys_free(s->keys);
 	if (s->model)
 		model_free(s->model);
+	jgram_vocab_free(s->jvocab);
 	if (s->tok)
 		tokenizer_free(s->tok);
 	free(s);
@@ -385,6 +386,9 @@ static int serve_bind_model(struct serve *s)
 			  KVLOG_Q(gguf_error_msg(r, &err)));
 		return KVD_E_MODEL;
 	}
+	/* without it (no memory) response_format json is refused, not fatal */
+	if (jgram_vocab_new(&s->jvocab, s->tok))
+		s->jvocab = NULL;
 	return serve_check_chat(s);
 }
 

@@ -435,9 +435,39 @@ START_TEST(test_openai_bodies)
 			 OPENAI_E_INVALID);
 	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":[]}]}", true, &q, &e),
 			 OPENAI_E_INVALID);
+	/* response_format json (issue 24.2): a grammar on both endpoints;
+	 * what cannot be served names response_format */
+	ck_assert_ptr_null(q.gram);
 	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-			       "\"response_format\":{\"type\":\"json_object\"}}", true, &q, &e), OPENAI_E_INVALID);
-	ck_assert_str_eq(e.param, "response_format");
+			       "\"response_format\":{\"type\":\"json_object\"}}", true, &q, &e), 0);
+	ck_assert_ptr_nonnull(q.gram);
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
+			       "\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":{\"type\":\"object\","
+			       "\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}}",
+			       false, &q, &e), 0);
+	ck_assert_ptr_nonnull(q.gram);
+	openai_req_deinit(&q);
+	static const char *const bad_rf[] = {
+		"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}",
+		"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a b\",\"schema\":{}}}",
+		"{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}",
+		"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"strict\":1}}",
+		"{\"type\":\"json_schema\"}",
+		"{\"type\":\"json_object\",\"x\":1}",
+		"{\"type\":\"yaml\"}",
+		"\"json_object\"",
+	};
+	for (size_t i = 0; i < sizeof(bad_rf) / sizeof(bad_rf[0]); i++) {
+		char body[512];
+
+		snprintf(body, sizeof(body), "{\"prompt\":\"x\",\"response_format\":%s}", bad_rf[i]);
+		ck_assert_msg(parse(body, false, &q, &e) == OPENAI_E_INVALID, "%s accepted", bad_rf[i]);
+		ck_assert_str_eq(e.param, "response_format");
+		ck_assert_int_eq(e.status, 400);
+		if (i == 0)
+			ck_assert_ptr_nonnull(strstr(e.msg, "'pattern'"));
+	}
 	ck_assert_int_eq(parse("{\"prompt\":\"x\"}", true, &q, &e), OPENAI_E_INVALID);
 }
 END_TEST

@@ -1584,6 +1584,7 @@ struct api_prep {
 	const struct tokenizer *tok;
 	enum chat_format fmt;
 	bool parse_special;              /* http.parse_special (completions) */
+	const struct jgram_vocab *jvocab;   /* as tok; NULL: json refused */
 	char model_name[128];            /* http_server.model_name's copy */
 	/* what the worker found */
 	int parse_rc;                    /* openai_req_parse's */
@@ -1596,6 +1597,8 @@ struct api_prep {
 	const char *param;               /* chat: "messages" or "tools" */
 	int32_t *ids;                    /* (n_ids), handed to the request */
 	uint32_t n_ids;
+	struct jgram_run *jrun;          /* q.gram's run, handed to the request */
+	int jrun_rc;                     /* jgram_run_new's */
 	char msg[PROTO_CLIENT_MSG_MAX];
 };
 
@@ -1611,6 +1614,7 @@ static void api_prep_free(struct api_prep *ap)
 {
 	free(ap->body);
 	free(ap->ids);
+	jgram_run_free(ap->jrun);
 	if (ap->parse_rc == 0)
 		openai_req_deinit(&ap->q);
 	free(ap);
@@ -1650,6 +1654,9 @@ static void api_prep_run(struct prep_job *j)
 		ap->wrong_model = true;
 		return;
 	}
+	if (q->gram)
+		ap->jrun_rc = ap->jvocab ? jgram_run_new(&ap->jrun, q->gram, ap->jvocab)
+					 : -ENOMEM;
 	ap->status = 400;
 	if (ap->shape->chat)
 		ap->prompt_rc = api_chat_ids(ap->fmt, ap->tok, ap->model_name, q,
@@ -1662,6 +1669,29 @@ static void api_prep_run(struct prep_job *j)
 						       q->prompt ? strlen(q->prompt) : 0,
 						       ap->parse_special, &ap->ids, &ap->n_ids, ap->msg,
 						       sizeof(ap->msg));
+}
+
+/* response_format json: a decode node's first token is sampled by its
+ * prefill peer, which knows nothing of the grammar, so it is refused
+ * there (400) until decode samples it itself; its run not made (no
+ * memory, or no vocabulary trie) is a 500. true when refused. */
+static bool api_json_refused(struct http_conn *hc, struct api_prep *ap)
+{
+	struct serve *s = hc->s;
+
+	if (!ap->q.gram)
+		return false;
+	s->d->counters.rejected[KVD_REJECT_INVALID]++;
+	if (s->d->cfg.role == KVD_ROLE_DECODE)
+		http__error(hc, 400, "invalid_request_error", "unsupported_parameter",
+			  "response_format",
+			  "response_format json_object and json_schema need a local prefill: this decode node's first token comes from its prefill peer; send it to a standalone node",
+			  ap->tenant);
+	else if (ap->jrun_rc)
+		http__error(hc, 500, "server_error", NULL, NULL, "out of memory", ap->tenant);
+	else
+		return false;
+	return true;
 }
 
 /* The gate after the body: its JSON (400), the model (404), draining
@@ -1705,7 +1735,7 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 			  nomem ? "out of memory" : ap->msg, tenant);
 		return true;
 	}
-	return false;
+	return api_json_refused(hc, ap);
 }
 
 /* max_tokens when the request gives none: the rest of the context - what
@@ -1861,6 +1891,10 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	r->prompt = ap->ids;
 	r->n_prompt = ap->n_ids;
 	ap->ids = NULL;
+	r->gram = ap->q.gram;            /* the run reads it: they go together */
+	ap->q.gram = NULL;
+	r->jrun = ap->jrun;
+	ap->jrun = NULL;
 	api_req_params(hc, ap, r);
 	x->temperature = q->temperature;
 	x->top_p = q->top_p;
@@ -1938,6 +1972,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m,
 	ap->t_start_ns = kvd_now_ns();
 	ap->parse_rc = -1;               /* nothing to deinit until parsed */
 	ap->tok = hs->s->tok;
+	ap->jvocab = hs->s->jvocab;
 	ap->fmt = hs->chat_format;
 	ap->parse_special = hs->s->d->cfg.http_parse_special;
 	snprintf(ap->model_name, sizeof(ap->model_name), "%s", hs->model_name);

@@ -109,6 +109,8 @@ static void serve_req_free_cb(uv_handle_t *h)
 	if (r->dt_init)
 		detok_deinit(&r->dt);
 	compute_job_free(r->free_job);
+	jgram_run_free(r->jrun);
+	jgram_free(r->gram);
 	free(r->prompt);
 	free(r->bias);
 	if (r->kind == SREQ_PREFILL) {
@@ -229,6 +231,9 @@ int serve__compute_submit(struct serve *s, struct serve_req *r,
 				strlen(r->cache_salt));
 		rp.cache_key = &key;
 	}
+	if (r->jrun)
+		rp.constraint = (struct engine_constraint){ .ctx = r->jrun,
+			.mask = jgram_run_mask, .accept = jgram_run_accept };
 	rc = compute_submit(&s->comp, r->reg.id, &rp, prompt, n_prompt, table,
 			    n_table, nomem);
 	return rc;

@@ -21,6 +21,7 @@
 #include "daemon/node/request.h"
 #include "gpu/kv/kvpool.h"
 #include "gpu/sampler.h"
+#include "gpu/text/jsongram.h"
 #include "gpu/text/tokenizer.h"
 #include "net/wire/proto_client.h"
 #include "net/wire/proto_peer.h"
@@ -152,6 +153,11 @@ struct serve_req {
 	int32_t last_token;              /* the engine's token being streamed */
 	const struct sampler_logprobs *last_lp; /* ... its logprobs (asked
 					  * for), valid while it streams */
+	/* response_format json: the grammar and the run the engine masks
+	 * with (gpu/text/jsongram.h), NULL for text; the compute thread uses
+	 * the run until the engine request is freed, so both go with r */
+	struct jgram *gram;
+	struct jgram_run *jrun;
 
 	/* engine */
 	struct compute_job *free_job;      /* COMPUTE_JOB_FREE allocated at creation

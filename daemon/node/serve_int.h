@@ -117,6 +117,9 @@ struct serve {
 	struct kvd_reqtab *reqtab;         /* the daemon's registry */
 	struct model *model;
 	struct tokenizer *tok;
+	/* its pieces as a byte trie for response_format json (gpu/text/
+	 * jsongram.h); NULL when it could not be built (then refused) */
+	struct jgram_vocab *jvocab;
 	struct compute comp;             /* the engine's thread */
 	uint64_t page_bytes;
 	struct proto_peer_hello my_hello;

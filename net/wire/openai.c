@@ -8,6 +8,7 @@
  */
 #include "net/wire/openai.h"
 #include "net/wire/openai_int.h"
+#include "net/wire/jschema.h"
 #include "net/wire/proto_client.h"
 
 #include <errno.h>
@@ -665,16 +666,59 @@ static int rd_empty(struct openai_req *q, const char *k, json_t *v,
 	return openai__unsupported(err, k, NULL);
 }
 
+/* json_schema's object: name (1..64 of [A-Za-z0-9_-], as OpenAI asks),
+ * schema (compiled here, off the loop: jschema.h), strict, description. */
+static int schema_of(struct openai_req *q, const char *k, json_t *js,
+		     struct openai_error *err)
+{
+	json_t *name = json_object_get(js, "name"), *schema, *strict;
+	char msg[160];
+	const char *key;
+	json_t *x;
+	int rc;
+
+	if (!json_is_object(js))
+		return bad(err, k, "'%s.json_schema' must be an object", k);
+	json_object_foreach(js, key, x)
+		if (strcmp(key, "name") && strcmp(key, "schema") && strcmp(key, "strict") &&
+		    strcmp(key, "description"))
+			return openai__unsupported(err, key, "json_schema carries name, schema, strict, description");
+	if (!json_is_string(name) || json_string_length(name) == 0 ||
+	    json_string_length(name) > 64 ||
+	    strspn(json_string_value(name), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+	    json_string_length(name))
+		return bad(err, k, "'%s.json_schema.name' must be 1..64 letters, digits, _ or -", k);
+	strict = json_object_get(js, "strict");
+	if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+		return bad(err, k, "'%s.json_schema.strict' must be true or false", k);
+	schema = json_object_get(js, "schema");
+	if (!schema)
+		return jgram_new_object(&q->gram);
+	rc = jschema_compile(schema, &q->gram, msg, sizeof(msg));
+	if (rc == JSCHEMA_E_INVALID)
+		return bad(err, k, "'%s.json_schema.schema': %s", k, msg);
+	return rc;
+}
+
 static int rd_response_format(struct openai_req *q, const char *k, json_t *v,
 			      struct openai_error *err)
 {
 	json_t *t = json_object_get(v, "type");
+	const char *type = json_string_value(t);
 
-	(void)q;
-	if (json_is_null(v) || (json_is_object(v) && json_object_size(v) == 1 &&
-				json_is_string(t) && !strcmp(json_string_value(t), "text")))
+	if (json_is_null(v))
 		return 0;
-	return openai__unsupported(err, k, "only {\"type\": \"text\"} is served");
+	if (!json_is_object(v) || !type)
+		return bad(err, k, "'%s' must be an object with a string 'type'", k);
+	if (!strcmp(type, "text") && json_object_size(v) == 1)
+		return 0;
+	if (!strcmp(type, "json_object") && json_object_size(v) == 1)
+		return jgram_new_object(&q->gram);
+	if (!strcmp(type, "json_schema") && json_object_size(v) == 2 &&
+	    json_object_get(v, "json_schema"))
+		return schema_of(q, k, json_object_get(v, "json_schema"), err);
+	return openai__unsupported(err, k, "{\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+			   "{\"type\": \"json_schema\", \"json_schema\": {...}}");
 }
 
 static int rd_stream_options(struct openai_req *q, const char *k, json_t *v,
@@ -880,7 +924,7 @@ static const struct field {
 	{ "tools", EP_CHAT, openai__rd_tools },
 	{ "tool_choice", EP_CHAT, openai__rd_tool_choice },
 	{ "functions", EP_CHAT, rd_empty },
-	{ "response_format", EP_CHAT, rd_response_format },
+	{ "response_format", EP_BOTH, rd_response_format },
 };
 
 /* The Responses API's fields (its own table: its names differ, and it
@@ -1015,6 +1059,7 @@ void openai_req_deinit(struct openai_req *q)
 	free(q->msgs);
 	free(q->instructions);
 	free(q->bias);
+	jgram_free(q->gram);
 	for (uint32_t i = 0; i < q->n_stop; i++)
 		free(q->stop[i]);
 	memset(q, 0, sizeof(*q));

@@ -4,8 +4,8 @@
  * and refuses, with the OpenAI error fields filled, anything kvd would
  * otherwise have to ignore or guess: a parameter kvd does not know, or one
  * it knows but cannot honour at the value given (n != 1, best_of != 1,
- * echo, suffix, the legacy functions, a response_format other than
- * text...) names itself in a 400
+ * echo, suffix, the legacy functions, a json_schema using a keyword
+ * net/wire/jschema.h does not serve...) names itself in a 400
  * (`param`, code `unsupported_parameter`), since silently dropping it
  * would change the result the caller expects. Known parameters that
  * cannot change the output (OpenAI's bookkeeping: user, metadata, store,
@@ -29,6 +29,9 @@
  * `logprobs` an integer 0..5 (the alternatives; 0 still reports the chosen
  * token's); chat `logprobs` true/false and `top_logprobs` 0..20, which
  * needs logprobs true. Each bad value is a 400 naming its parameter.
+ * response_format (both endpoints): text; json_object (any JSON object)
+ * or json_schema (its schema compiled here, bounded by jschema.h) give
+ * q->gram, the grammar the output is sampled under.
  *
  * Chat content is a string or an array of text parts ({"type": "text",
  * "text": ...}), joined with "\n" as vLLM does; any other part type is
@@ -67,6 +70,7 @@
 #include <stdint.h>
 
 #include "gpu/sampler.h"
+#include "gpu/text/jsongram.h"
 
 #define OPENAI_E_INVALID 1
 #define OPENAI_STOP_MAX 4u
@@ -171,6 +175,9 @@ struct openai_req {
 	size_t n_tools;
 	bool tool_choice_none;    /* tool_choice "none" */
 	bool no_parallel_calls;   /* parallel_tool_calls false */
+	/* response_format json_object or json_schema: the grammar the
+	 * output is held to (gpu/text/jsongram.h; owned), NULL for text */
+	struct jgram *gram;
 };
 
 int openai_req_parse(struct openai_req *q, bool chat, const char *body,

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# response_format json_object and json_schema (issue 24.2) on a standalone
+# node's HTTP front, with stories260K (skipped when ../shared lacks it) and
+# with a generated model (random weights: it knows nothing of JSON, the
+# grammar alone makes its output JSON):
+#   - sampled at temperature 1 with several seeds, on both endpoints and
+#     streamed: every answer that finished with "stop" parses and matches
+#     its schema, every answer cut by "length" is a JSON prefix
+#     (json_check.py: its own reader and validator, not kvd's);
+#   - a schema whose values are bounded (enums, an integer) always
+#     finishes with "stop" within its max_tokens;
+#   - the same seed gives the same answer (invariant 9);
+#   - a schema kvd cannot hold the output to (pattern), a bad name, and a
+#     bad response_format are 400 naming response_format; the node
+#     still serves afterwards.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+command -v curl >/dev/null || skip "curl absent"
+command -v jq >/dev/null || skip "jq absent"
+command -v python3 >/dev/null || skip "python3 absent"
+CHECK="python3 $KVD_SRC/tests/integration/json_check.py"
+SEEDS=${KVD_JSON_SEEDS:-6}
+
+cat > "$T/person.json" <<'EOF'
+{"type": "object", "properties": {
+  "name": {"type": "string"}, "age": {"type": "integer"},
+  "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+  "ok": {"type": "boolean"}, "score": {"type": ["number", "null"]}},
+ "required": ["name", "age", "ok"], "additionalProperties": false}
+EOF
+cat > "$T/short.json" <<'EOF'
+{"type": "object", "properties": {
+  "color": {"enum": ["red", "green", "blue"]}, "n": {"type": "integer"},
+  "on": {"const": true}},
+ "required": ["color", "n", "on"], "additionalProperties": false}
+EOF
+
+# rf KIND [SCHEMA_FILE]: the response_format object
+rf() {
+	if [ "$1" = object ]; then
+		echo '{"type":"json_object"}'
+	else
+		jq -c --slurpfile s "$2" '{type: "json_schema", json_schema: {name: "t", strict: true, schema: $s[0]}}' <<<'{}'
+	fi
+}
+
+# post PATH BODY: status on stdout, body in $T/body
+post() {
+	curl -s -o "$T/body" -w '%{http_code}' -d "$2" "$U/$1" || true
+}
+
+# answer ENDPOINT RF SEED MAX OUT: one sampled answer as {text, finish} in OUT
+answer() {
+	local ep=$1 rf=$2 seed=$3 max=$4 out=$5 body st
+	if [ "$ep" = chat ]; then
+		body=$(jq -nc --argjson rf "$rf" --argjson s "$seed" --argjson m "$max" \
+			'{messages: [{role: "user", content: "Describe a person as JSON."}], response_format: $rf, temperature: 1, seed: $s, max_tokens: $m}')
+		st=$(post chat/completions "$body")
+		jq -c '{text: .choices[0].message.content, finish: .choices[0].finish_reason}' "$T/body" > "$out"
+	else
+		body=$(jq -nc --argjson rf "$rf" --argjson s "$seed" --argjson m "$max" \
+			'{prompt: "Once upon a time", response_format: $rf, temperature: 1, seed: $s, max_tokens: $m}')
+		st=$(post completions "$body")
+		jq -c '{text: .choices[0].text, finish: .choices[0].finish_reason}' "$T/body" > "$out"
+	fi
+	[ "$st" = 200 ] || { echo "# $ep seed $seed: status $st $(head -c 300 "$T/body")"; return 1; }
+}
+
+# streamed: the deltas joined, and the last chunk's finish_reason
+answer_stream() {
+	local rf=$1 seed=$2 max=$3 out=$4 body
+	body=$(jq -nc --argjson rf "$rf" --argjson s "$seed" --argjson m "$max" \
+		'{prompt: "Once upon a time", response_format: $rf, temperature: 1, seed: $s, max_tokens: $m, stream: true}')
+	curl -sN -d "$body" "$U/completions" | sed -n 's/^data: //p' | grep -v '^\[DONE\]' |
+		jq -s -c '{text: (map(.choices[0].text // "") | join("")),
+			   finish: (map(.choices[0].finish_reason // empty) | last)}' > "$out"
+}
+
+# run_model LABEL MODEL MAX: the checks on one model
+run_model() {
+	local label=$1 m=$2 max=$3 kind ep s files rc
+	next_port; H=$PORT
+	U=http://127.0.0.1:$H/v1
+	write_node "$label" standalone "$m" "listen.http=127.0.0.1:$H" \
+		"model.chat_template=chatml" "model.chat_template_unsafe=true"
+	start_node "$label"
+	check "$label: node up" wait_log "$T/$label.log" "event=serve_ready"
+	for kind in object person; do
+		files=()
+		for s in $(seq 1 "$SEEDS"); do
+			for ep in cmpl chat; do
+				answer $ep "$(rf $kind "$T/$kind.json")" "$s" "$max" "$T/a_${label}_${kind}_${ep}_$s.json" &&
+					files+=("$T/a_${label}_${kind}_${ep}_$s.json")
+			done
+		done
+		answer_stream "$(rf $kind "$T/$kind.json")" 99 "$max" "$T/a_${label}_${kind}_stream.json"
+		files+=("$T/a_${label}_${kind}_stream.json")
+		rc=0
+		$CHECK "$([ $kind = object ] && echo object || echo "$T/$kind.json")" "${files[@]}" \
+			> "$T/check_${label}_$kind.out" 2>&1 || rc=$?
+		check "$label $kind: $((2 * SEEDS + 1)) answers: stop parses and matches, length is a prefix ($(tail -1 "$T/check_${label}_$kind.out"))" \
+			test "$rc" = 0 -a "${#files[@]}" = $((2 * SEEDS + 1))
+		grep BAD "$T/check_${label}_$kind.out" | head -3 | sed 's/^/# /' || true
+	done
+	files=()
+	for s in 1 2 3; do
+		answer cmpl "$(rf schema "$T/short.json")" "$s" 200 "$T/a_${label}_short_$s.json" &&
+			files+=("$T/a_${label}_short_$s.json")
+	done
+	$CHECK "$T/short.json" "${files[@]}" > "$T/check_${label}_short.out" 2>&1 || true
+	check "$label: a bounded schema always stops and matches ($(tail -1 "$T/check_${label}_short.out"))" \
+		grep -qx "stop=3 length=0 bad=0" "$T/check_${label}_short.out"
+	answer cmpl "$(rf schema "$T/person.json")" 7 "$max" "$T/r1.json"
+	answer cmpl "$(rf schema "$T/person.json")" 7 "$max" "$T/r2.json"
+	check "$label: the same seed, the same answer" cmp -s "$T/r1.json" "$T/r2.json"
+	stop_node "$label"
+}
+
+# ---- refusals (one node: the generated model) -----------------------------------------------
+gen_model "$T/gen.gguf"
+next_port; H=$PORT
+U=http://127.0.0.1:$H/v1
+write_node r standalone "$T/gen.gguf" "listen.http=127.0.0.1:$H"
+start_node r
+check "node up" wait_log "$T/r.log" "event=serve_ready"
+refused() { # refused DESCRIPTION RESPONSE_FORMAT
+	local st
+	st=$(post completions "{\"prompt\":\"x\",\"max_tokens\":4,\"response_format\":$2}")
+	check "$1: 400 naming response_format ($st $(jq -c .error "$T/body" | head -c 200))" \
+		test "$st $(jq -r .error.param "$T/body")" = "400 response_format"
+}
+refused "a schema with pattern" '{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"string","pattern":"^a"}}}'
+check "  ... the message names the keyword" grep -q "'pattern'" "$T/body"
+refused "a recursive \$ref" '{"type":"json_schema","json_schema":{"name":"t","schema":{"$defs":{"n":{"type":"array","items":{"$ref":"#/$defs/n"}}},"$ref":"#/$defs/n"}}}'
+refused "a json_schema name with a space" '{"type":"json_schema","json_schema":{"name":"a b","schema":{}}}'
+refused "an unknown type" '{"type":"xml"}'
+refused "json_object with another key" '{"type":"json_object","schema":{}}'
+st=$(post completions '{"prompt":"x","max_tokens":4,"response_format":{"type":"json_object"}}')
+check "the node still serves: json_object 200 ($st)" test "$st" = 200
+stop_node r
+
+run_model gen "$T/gen.gguf" 160
+M=${KVD_SHARED:-}/models/stories260K.gguf
+if [ -f "$M" ]; then
+	run_model stories "$M" 160
+else
+	echo "# stories260K absent: the generated model only"
+fi
+finish
