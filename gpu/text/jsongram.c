@@ -771,14 +771,25 @@ struct tnode {
 	uint8_t depth;                   /* 1 .. JGRAM_PIECE_MAX */
 };
 
+/* A byte trie in preorder. */
+struct trie {
+	struct tnode *nodes;             /* (n_nodes) */
+	uint32_t n_nodes;
+	int32_t *toks;                   /* (n_toks) by piece, bytewise */
+	uint32_t n_toks;
+};
+
 struct jgram_vocab {
 	const struct tokenizer *t;
 	uint32_t n_vocab;
 	int32_t eos;
-	struct tnode *nodes;             /* (n_nodes) preorder */
-	uint32_t n_nodes;
-	int32_t *toks;                   /* (n_toks) by piece, bytewise */
-	uint32_t n_toks;
+	struct trie all;                 /* every token the mask may allow */
+	struct trie special;             /* those not plain (below) */
+	uint64_t *plain;                 /* ((n_vocab + 63) / 64) tokens whose
+					  * bytes are all plain string text
+					  * (0x20..0x7f but '"' and '\\'):
+					  * allowed inside a string, whatever
+					  * follows it */
 	bool covered_bytes[256];         /* the byte is a token alone */
 };
 
@@ -812,14 +823,29 @@ static bool vocab_token_ok(const struct tokenizer *t, int32_t id, size_t len)
 	return len > 0 && len <= JGRAM_PIECE_MAX;
 }
 
+static bool plain_byte(uint8_t c)
+{
+	return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+}
+
+static bool piece_plain(const struct vpiece *pc)
+{
+	for (uint32_t i = 0; i < pc->len; i++)
+		if (!plain_byte(pc->p[i]))
+			return false;
+	return true;
+}
+
 /* The sorted pieces as a preorder trie: each piece shares its prefix
  * with the one before it; nodes deeper than the shared part close. */
-static int vocab_build(struct jgram_vocab *v, const struct vpiece *pc, uint32_t n)
+static int trie_build(struct trie *tr, const struct vpiece *pc, uint32_t n)
 {
 	uint32_t path[JGRAM_PIECE_MAX];  /* node index at each depth - 1 */
 	uint32_t plen = 0, cap = 0;
 	const struct vpiece *prev = NULL;
 
+	if (!(tr->toks = malloc(sizeof(*tr->toks) * (n ? n : 1))))
+		return -ENOMEM;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t k = 0;
 
@@ -828,25 +854,42 @@ static int vocab_build(struct jgram_vocab *v, const struct vpiece *pc, uint32_t 
 				k++;
 		k = k < plen ? k : plen;
 		while (plen > k)
-			v->nodes[path[--plen]].end = v->n_nodes;
+			tr->nodes[path[--plen]].end = tr->n_nodes;
 		for (; plen < pc[i].len; plen++) {
-			if (grow((void **)&v->nodes, &cap, v->n_nodes + 1, sizeof(*v->nodes)))
+			if (grow((void **)&tr->nodes, &cap, tr->n_nodes + 1, sizeof(*tr->nodes)))
 				return -ENOMEM;
-			v->nodes[v->n_nodes] = (struct tnode){ .byte = pc[i].p[plen],
+			tr->nodes[tr->n_nodes] = (struct tnode){ .byte = pc[i].p[plen],
 				.depth = (uint8_t)(plen + 1), .tok = i };
-			path[plen] = v->n_nodes++;
+			path[plen] = tr->n_nodes++;
 		}
-		if (!v->nodes[path[plen - 1]].n_tok)
-			v->nodes[path[plen - 1]].tok = i;
-		v->nodes[path[plen - 1]].n_tok++;
-		v->toks[i] = pc[i].id;
-		if (pc[i].len == 1)
-			v->covered_bytes[pc[i].p[0]] = true;
+		if (!tr->nodes[path[plen - 1]].n_tok)
+			tr->nodes[path[plen - 1]].tok = i;
+		tr->nodes[path[plen - 1]].n_tok++;
+		tr->toks[i] = pc[i].id;
 		prev = &pc[i];
 	}
 	while (plen > 0)
-		v->nodes[path[--plen]].end = v->n_nodes;
+		tr->nodes[path[--plen]].end = tr->n_nodes;
+	tr->n_toks = n;
 	return 0;
+}
+
+/* Both tries and the plain set from the sorted pieces (pc is reused:
+ * the special pieces are moved to its front, in order). */
+static int vocab_build(struct jgram_vocab *v, struct vpiece *pc, uint32_t n)
+{
+	uint32_t n_special = 0;
+	int rc = trie_build(&v->all, pc, n);
+
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		if (pc[i].len == 1)
+			v->covered_bytes[pc[i].p[0]] = true;
+		if (piece_plain(&pc[i]))
+			v->plain[(uint32_t)pc[i].id / 64] |= UINT64_C(1) << ((uint32_t)pc[i].id % 64);
+		else
+			pc[n_special++] = pc[i];
+	}
+	return rc ? rc : trie_build(&v->special, pc, n_special);
 }
 
 int jgram_vocab_new(struct jgram_vocab **out, const struct tokenizer *t)
@@ -856,7 +899,7 @@ int jgram_vocab_new(struct jgram_vocab **out, const struct tokenizer *t)
 	struct vpiece *pc = malloc(sizeof(*pc) * (nv ? nv : 1));
 	int rc = -ENOMEM;
 
-	if (v && pc && (v->toks = malloc(sizeof(*v->toks) * (nv ? nv : 1)))) {
+	if (v && pc && (v->plain = calloc((nv + 63) / 64 + 1, sizeof(uint64_t)))) {
 		v->t = t;
 		v->n_vocab = nv;
 		v->eos = tokenizer_eos(t);
@@ -871,7 +914,6 @@ int jgram_vocab_new(struct jgram_vocab **out, const struct tokenizer *t)
 						   .len = (uint32_t)len, .id = (int32_t)id };
 		}
 		qsort(pc, n, sizeof(*pc), vpiece_cmp);
-		v->n_toks = n;
 		rc = vocab_build(v, pc, n);
 	}
 	free(pc);
@@ -887,8 +929,11 @@ void jgram_vocab_free(struct jgram_vocab *v)
 {
 	if (!v)
 		return;
-	free(v->nodes);
-	free(v->toks);
+	free(v->all.nodes);
+	free(v->all.toks);
+	free(v->special.nodes);
+	free(v->special.toks);
+	free(v->plain);
 	free(v);
 }
 
@@ -975,17 +1020,15 @@ const uint64_t *jgram_run_allowed(const struct jgram_run *r)
 	return r->allow;
 }
 
-/* One pass over the trie from the current state: r->allow gets every
+/* One pass over trie tr from the current state: r->allow gets every
  * token whose whole piece is accepted. Returns how many. */
-static uint32_t run_walk(struct jgram_run *r)
+static uint32_t run_walk(struct jgram_run *r, const struct trie *tr)
 {
-	const struct jgram_vocab *v = r->v;
 	uint32_t n = 0, i = 0;
 
-	memset(r->allow, 0, ((v->n_vocab + 63) / 64) * sizeof(uint64_t));
 	r->at[0] = &r->st;
-	while (i < v->n_nodes) {
-		const struct tnode *t = &v->nodes[i];
+	while (i < tr->n_nodes) {
+		const struct tnode *t = &tr->nodes[i];
 		const struct state *up = r->at[t->depth - 1];
 
 		if (state_same(up, t->byte)) {
@@ -1001,7 +1044,7 @@ static uint32_t run_walk(struct jgram_run *r)
 			r->at[t->depth] = s;
 		}
 		for (uint32_t k = 0; k < t->n_tok; k++) {
-			int32_t id = v->toks[t->tok + k];
+			int32_t id = tr->toks[t->tok + k];
 
 			r->allow[(uint32_t)id / 64] |= UINT64_C(1) << ((uint32_t)id % 64);
 		}
@@ -1011,11 +1054,29 @@ static uint32_t run_walk(struct jgram_run *r)
 	return n;
 }
 
+/* Inside plain string text (no escape or character pending) every plain
+ * token is allowed as it is: only the others are walked. */
+static uint32_t run_allowed(struct jgram_run *r)
+{
+	const struct jgram_vocab *v = r->v;
+	size_t words = (v->n_vocab + 63) / 64;
+	uint32_t n = 0;
+
+	if (!state_same(&r->st, 'a')) {
+		memset(r->allow, 0, words * sizeof(uint64_t));
+		return run_walk(r, &v->all);
+	}
+	memcpy(r->allow, v->plain, words * sizeof(uint64_t));
+	for (size_t w = 0; w < words; w++)
+		n += (uint32_t)__builtin_popcountll(v->plain[w]);
+	return n + run_walk(r, &v->special);
+}
+
 uint32_t jgram_run_mask(void *run, float *logits, uint32_t n_vocab)
 {
 	struct jgram_run *r = run;
 	const struct jgram_vocab *v = r->v;
-	uint32_t n = run_walk(r);
+	uint32_t n = run_allowed(r);
 
 	if (v->eos >= 0 && (uint32_t)v->eos < v->n_vocab && state_complete(r->g, &r->st)) {
 		r->allow[(uint32_t)v->eos / 64] |= UINT64_C(1) << ((uint32_t)v->eos % 64);
