@@ -1,0 +1,228 @@
+/* bench_jsongram.c - what response_format json costs per generated token.
+ *
+ * For each model in $KVD_SHARED/models (stories260K: 512 tokens;
+ * llama-2-tiny-random: 32,000) that is present: the vocabulary trie's
+ * build time, then the engine decoding 512 tokens (temperature 1, one
+ * request at a time, a new one when the last ended) unconstrained, under
+ * json_object and under a schema. Per token: the whole step, the mask
+ * (jgram_run_mask, timed inside the constraint) and the mask's share of
+ * the step; the unconstrained step is the reference. Medians of rounds.
+ *
+ *   bench_jsongram [ROUNDS]         (default 5)
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/util.h"
+#include "gpu/engine.h"
+#include "gpu/gguf/gguf.h"
+#include "gpu/kv/kvmem.h"
+#include "gpu/kv/kvpool.h"
+#include "gpu/model/model.h"
+#include "gpu/text/jsongram.h"
+#include "gpu/text/tokenizer.h"
+#include "net/wire/jschema.h"
+
+#define N_TOKENS 512u
+
+static const char schema[] =
+	"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+	"\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":"
+	"{\"enum\":[\"a\",\"b\",\"c\"]}},\"ok\":{\"type\":\"boolean\"}},"
+	"\"required\":[\"name\",\"age\",\"ok\"]}";
+
+/* the constraint, timed */
+struct timed {
+	struct jgram_run *run;
+	uint64_t mask_ns;
+	uint64_t masks;
+};
+
+static uint32_t timed_mask(void *ctx, float *logits, uint32_t n)
+{
+	struct timed *t = ctx;
+	uint64_t t0 = kvd_now_ns();
+	uint32_t k = jgram_run_mask(t->run, logits, n);
+
+	t->mask_ns += kvd_now_ns() - t0;
+	t->masks++;
+	return k;
+}
+
+static bool timed_accept(void *ctx, int32_t tok)
+{
+	return jgram_run_accept(((struct timed *)ctx)->run, tok);
+}
+
+struct bench {
+	const struct model *m;
+	const struct tokenizer *tok;
+	const struct jgram_vocab *v;
+	int32_t *prompt;
+	size_t n_prompt;
+};
+
+/* One request (a new run when g): decode until it ends or *left runs out. */
+static int one_request(struct engine *e, const struct bench *b, const struct jgram *g,
+		       struct timed *t, uint64_t seed, uint32_t *left)
+{
+	struct engine_req_params rp = {
+		.owner = seed, .prompt = b->prompt, .n_prompt = (uint32_t)b->n_prompt,
+		.max_tokens = *left,
+		.sampling = { .temperature = 1.0f, .top_p = 1.0f, .seed = seed },
+		.ignore_eos = !g };
+	const struct engine_event *ev;
+	struct engine_req *r;
+	size_t n_ev;
+	int rc;
+
+	if (g) {
+		if ((rc = jgram_run_new(&t->run, g, b->v)))
+			return rc;
+		rp.constraint = (struct engine_constraint){ .ctx = t, .mask = timed_mask,
+							    .accept = timed_accept };
+	}
+	rc = engine_submit(e, &rp, &r);
+	while (!rc && !engine_idle(e))
+		rc = engine_step(e, &ev, &n_ev);
+	*left -= engine_req_n_output(r) < *left ? engine_req_n_output(r) : *left;
+	if (engine_req_n_output(r) == 0 && *left)
+		(*left)--;   /* an answer of EOS alone still counts a step */
+	engine_req_free(e, r);
+	jgram_run_free(t->run);
+	t->run = NULL;
+	return rc;
+}
+
+/* ns per token of the steps and of the mask, over N_TOKENS tokens */
+static int run_mode(const struct bench *b, const struct jgram *g, double *step_ns,
+		    double *mask_ns)
+{
+	struct kvpool_geom geom = { .page_tokens = 16, .n_layer = b->m->hp.n_layer,
+		.kv_dim = b->m->hp.n_head_kv * b->m->hp.head_dim, .dtype = KV_DTYPE_F32 };
+	struct engine_params ep = ENGINE_PARAMS_DEFAULT;
+	uint32_t left = N_TOKENS, ctx = (uint32_t)b->n_prompt + N_TOKENS + 8;
+	struct timed t = { 0 };
+	struct kvpool *pool = NULL;
+	struct engine *e;
+	struct kvmem mem;
+	uint64_t t0, seed = 1;
+	int rc;
+
+	kvmem_host_init(&mem);
+	rc = kvpool_new(&pool, &mem, &geom, ctx / 16 + 4);
+	ep.max_batch = 1;
+	ep.n_ctx = ctx;
+	if (!rc && (rc = engine_new(&e, b->m, pool, &ep, NULL)) == 0) {
+		t0 = kvd_now_ns();
+		while (!rc && left)
+			rc = one_request(e, b, g, &t, seed++, &left);
+		*step_ns = (double)(kvd_now_ns() - t0) / N_TOKENS;
+		*mask_ns = t.masks ? (double)t.mask_ns / (double)t.masks : 0;
+		engine_free(e);
+	}
+	if (pool)
+		kvpool_free(pool);
+	kvmem_deinit(&mem);
+	return rc;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_d);
+	return v[n / 2];
+}
+
+static int bench_modes(const struct bench *b, int rounds)
+{
+	static const char *const names[] = { "none", "json_object", "json_schema" };
+	struct jgram *g[3] = { NULL, NULL, NULL };
+	double step[3][16], mask[3][16], base;
+	char msg[200];
+	int rc = jgram_new_object(&g[1]);
+
+	if (!rc)
+		rc = jschema_compile_text(schema, strlen(schema), &g[2], msg, sizeof(msg));
+	for (int r = 0; r < rounds && !rc; r++)
+		for (int k = 0; k < 3 && !rc; k++)
+			rc = run_mode(b, g[k], &step[k][r], &mask[k][r]);
+	base = rc ? 0 : median(step[0], rounds);
+	for (int k = 0; k < 3 && !rc; k++) {
+		double s = median(step[k], rounds), mk = median(mask[k], rounds);
+
+		printf("  %-12s step %8.1f us/token (x%.2f)   mask %8.1f us/token (%4.1f%% of the step)\n",
+		       names[k], s / 1e3, s / base, mk / 1e3, 100.0 * mk / s);
+	}
+	jgram_free(g[1]);
+	jgram_free(g[2]);
+	return rc;
+}
+
+static int bench_file(const char *path, int rounds)
+{
+	struct gguf_error err = { 0 };
+	struct gguf_file *f;
+	struct model *m = NULL;
+	struct tokenizer *t = NULL;
+	struct jgram_vocab *v = NULL;
+	struct bench b = { 0 };
+	uint64_t t0;
+	int rc;
+
+	if (gguf_open(&f, path, &err)) {
+		printf("%s: absent, skipped\n", path);
+		return 0;
+	}
+	rc = model_from_gguf(&m, f, &err);
+	if (!rc)
+		rc = tokenizer_new(&t, f, &err);
+	t0 = kvd_now_ns();
+	if (!rc)
+		rc = jgram_vocab_new(&v, t);
+	if (!rc) {
+		printf("%s: vocabulary %u tokens, trie built in %.2f ms, every byte a token: %s\n",
+		       path, tokenizer_n_vocab(t), (double)(kvd_now_ns() - t0) / 1e6,
+		       jgram_vocab_bytes_covered(v) ? "yes" : "no");
+		rc = tokenizer_encode(t, "Once upon a time", 16, true, &b.prompt, &b.n_prompt);
+	}
+	b = (struct bench){ .m = m, .tok = t, .v = v, .prompt = b.prompt, .n_prompt = b.n_prompt };
+	if (!rc)
+		rc = bench_modes(&b, rounds);
+	free(b.prompt);
+	jgram_vocab_free(v);
+	tokenizer_free(t);
+	if (m)
+		model_free(m);
+	gguf_close(f);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const files[] = { "stories260K.gguf", "llama-2-tiny-random.gguf" };
+	const char *shared = getenv("KVD_SHARED") ? getenv("KVD_SHARED") : "../shared";
+	int rounds = argc > 1 ? atoi(argv[1]) : 5;
+	char path[1024];
+	int rc = 0;
+
+	if (rounds < 1 || rounds > 16)
+		rounds = 5;
+	printf("bench_jsongram: %u tokens per mode, temperature 1, 1 thread, median of %d rounds\n",
+	       N_TOKENS, rounds);
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]) && !rc; i++) {
+		snprintf(path, sizeof(path), "%s/models/%s", shared, files[i]);
+		rc = bench_file(path, rounds);
+	}
+	if (rc)
+		fprintf(stderr, "bench_jsongram: failed (%d)\n", rc);
+	return rc ? 1 : 0;
+}

@@ -1,0 +1,128 @@
+/* fuzz_jsongram.c - the schema compiler (net/wire/jschema.h) and the JSON
+ * recognizer (gpu/text/jsongram.h) on any bytes.
+ *
+ * Input: byte 0 bit 0 set: a schema follows, up to the first NUL, then
+ * the document; clear: the document follows (json_object). The document
+ * is fed byte by byte; a refused byte is skipped (the state must not
+ * change) and the next is tried.
+ * Properties:
+ *   - the compiler returns 0 with a grammar, or JSCHEMA_E_INVALID with
+ *     no grammar and a message, or -ENOMEM; nothing else;
+ *   - no dead end: after every accepted byte, the value is complete or
+ *     some byte is accepted;
+ *   - a refused byte changes nothing (the next byte is judged the same
+ *     as without it: checked by replaying the accepted bytes alone);
+ *   - when the accepted bytes form a complete value, jansson (another
+ *     parser) reads them, as an object for json_object (unless a key
+ *     holds \u0000, which jansson cannot store).
+ */
+#include <errno.h>
+#include <jansson.h>
+
+#include "gpu/text/jsongram.h"
+#include "net/wire/jschema.h"
+#include "tests/fuzz/fuzz.h"
+
+const char fuzz_target_name[] = "jsongram";
+
+static bool some_byte(const struct jgram_run *r)
+{
+	for (unsigned c = 0; c < 256; c++)
+		if (jgram_run_can(r, (uint8_t)c))
+			return true;
+	return false;
+}
+
+static void run_doc(const struct jgram *g, const uint8_t *d, size_t n, bool object)
+{
+	struct jgram_run *r, *replay;
+	char *acc = malloc(n + 1);
+	size_t k = 0;
+	json_error_t je;
+	json_t *j;
+
+	FUZZ_CHECK(acc && !jgram_run_new(&r, g, NULL) && !jgram_run_new(&replay, g, NULL),
+		   "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		if (!jgram_run_feed(r, (const char *)d + i, 1))
+			continue;
+		acc[k++] = (char)d[i];
+		FUZZ_CHECK(jgram_run_feed(replay, (const char *)d + i, 1),
+			   "byte %zu accepted after refused bytes, refused without them", i);
+		FUZZ_CHECK(jgram_run_complete(r) || some_byte(r), "a dead end after %zu bytes", k);
+	}
+	FUZZ_CHECK(jgram_run_complete(r) == jgram_run_complete(replay), "replay differs");
+	if (jgram_run_complete(r)) {
+		j = json_loadb(acc, k, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+		/* jansson holds no NUL in keys: valid JSON it cannot store */
+		FUZZ_CHECK(j || strstr(je.text, "NUL byte in object key"),
+			   "complete but jansson refuses '%.*s': %s", (int)k, acc, je.text);
+		FUZZ_CHECK(!j || !object || json_is_object(j), "json_object gave another value");
+		json_decref(j);
+	}
+	jgram_run_free(r);
+	jgram_run_free(replay);
+	free(acc);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct jgram *g = NULL;
+	const uint8_t *doc;
+	char msg[200] = "";
+	size_t n_schema;
+	int rc;
+
+	if (size < 1)
+		return 0;
+	if (!(data[0] & 1)) {
+		FUZZ_CHECK(!jgram_new_object(&g), "json_object grammar");
+		run_doc(g, data + 1, size - 1, true);
+		jgram_free(g);
+		return 0;
+	}
+	doc = memchr(data + 1, 0, size - 1);
+	n_schema = doc ? (size_t)(doc - data - 1) : size - 1;
+	doc = doc ? doc + 1 : data + size;
+	rc = jschema_compile_text((const char *)data + 1, n_schema, &g, msg, sizeof(msg));
+	FUZZ_CHECK(rc == 0 || rc == JSCHEMA_E_INVALID || rc == -ENOMEM, "rc %d", rc);
+	FUZZ_CHECK(rc || g, "success without a grammar");
+	FUZZ_CHECK(!rc || (!g && (rc < 0 || msg[0])), "rc %d: a grammar or no message", rc);
+	if (!rc)
+		run_doc(g, doc, (size_t)(data + size - doc), false);
+	jgram_free(g);
+	return 0;
+}
+
+static void seed(fuzz_emit_fn emit, void *ctx, uint8_t mode, const char *schema,
+		 const char *doc)
+{
+	size_t ns = schema ? strlen(schema) + 1 : 0, nd = strlen(doc);
+	uint8_t *b = malloc(1 + ns + nd);
+
+	if (!b)
+		abort();
+	b[0] = mode;
+	if (schema)
+		memcpy(b + 1, schema, ns);
+	memcpy(b + 1 + ns, doc, nd);
+	emit(ctx, b, 1 + ns + nd);
+	free(b);
+}
+
+void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
+{
+	static const char person[] =
+		"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+		"\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":"
+		"{\"enum\":[\"a\",\"b\",1.5,null]},\"minItems\":1,\"maxItems\":3},"
+		"\"x\":{\"$ref\":\"#/$defs/x\"}},\"required\":[\"name\"],"
+		"\"$defs\":{\"x\":{\"type\":[\"number\",\"boolean\"]}}}";
+
+	seed(emit, ctx, 0, NULL, "{\"a\":[1,-2.5e+3,true,null,\"\\u00e9\\ud83d\\ude00\"]}");
+	seed(emit, ctx, 0, NULL, " {\"k\" : {\"n\":{}} , \"s\":\"\xc3\xa9\xf0\x9f\x98\x80\"}  ");
+	seed(emit, ctx, 1, person, "{\"name\":\"x\",\"age\":3,\"tags\":[\"a\",1.5],\"x\":true}");
+	seed(emit, ctx, 1, "{\"enum\":[1,12,\"s\",true]}", "12");
+	seed(emit, ctx, 1, "{}", "[{\"q\":[null]},\"s\",0.5]");
+	seed(emit, ctx, 1, "{\"type\":\"string\",\"pattern\":\"x\"}", "\"x\"");
+}
