@@ -12,7 +12,8 @@
 #   - the same seed gives the same answer (invariant 9);
 #   - a schema kvd cannot hold the output to (pattern), a bad name, and a
 #     bad response_format are 400 naming response_format; the node
-#     still serves afterwards.
+#     still serves afterwards; a decode node refuses json (400: it needs
+#     a local prefill).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -138,6 +139,18 @@ refused "json_object with another key" '{"type":"json_object","schema":{}}'
 st=$(post completions '{"prompt":"x","max_tokens":4,"response_format":{"type":"json_object"}}')
 check "the node still serves: json_object 200 ($st)" test "$st" = 200
 stop_node r
+
+# a decode node: its first token would come from a prefill peer, which
+# has no grammar: refused (no peer needs to be up for the refusal)
+next_port; H=$PORT
+U=http://127.0.0.1:$H/v1
+next_port
+write_node d decode "$T/gen.gguf" "listen.http=127.0.0.1:$H" "peers.prefill=127.0.0.1:$PORT"
+start_node d
+check "decode node up" wait_log "$T/d.log" "event=listen_http"
+refused "json_object on a decode node" '{"type":"json_object"}'
+check "  ... the message says it needs a local prefill" grep -q "local prefill" "$T/body"
+stop_node d
 
 run_model gen "$T/gen.gguf" 160
 M=${KVD_SHARED:-}/models/stories260K.gguf
