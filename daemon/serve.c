@@ -386,8 +386,9 @@ static int serve_bind_model(struct serve *s)
 			  KVLOG_Q(gguf_error_msg(r, &err)));
 		return KVD_E_MODEL;
 	}
-	/* without it (no memory) response_format json is refused, not fatal */
-	if (jgram_vocab_new(&s->jvocab, s->tok))
+	/* response_format json's trie, where clients are served; without it
+	 * (no memory) json is refused, not fatal */
+	if (s->d->cfg.role != KVD_ROLE_PREFILL && jgram_vocab_new(&s->jvocab, s->tok))
 		s->jvocab = NULL;
 	return serve_check_chat(s);
 }
