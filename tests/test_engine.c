@@ -1526,6 +1526,91 @@ static void rm_tmpdir(void)
 		return;
 }
 
+/* ---- a constraint (engine_constraint: response_format's grammar) ------ */
+
+struct fake_cons {
+	uint32_t masks, accepts;
+	uint32_t stop_mask_at;   /* mask call that leaves nothing (0: never) */
+	uint32_t refuse_at;      /* accept call that says no (0: never) */
+	int32_t seen[64];
+};
+
+/* only tokens 7 and 9 may come */
+static uint32_t fake_mask(void *ctx, float *logits, uint32_t n)
+{
+	struct fake_cons *c = ctx;
+
+	c->masks++;
+	for (uint32_t i = 0; i < n; i++)
+		if ((i != 7 && i != 9) || c->masks == c->stop_mask_at)
+			logits[i] = -INFINITY;
+	return c->masks == c->stop_mask_at ? 0 : 2;
+}
+
+static bool fake_accept(void *ctx, int32_t tok)
+{
+	struct fake_cons *c = ctx;
+
+	c->seen[c->accepts++ % 64] = tok;
+	return c->accepts != c->refuse_at;
+}
+
+static void run_constrained(struct model *m, struct fake_cons *c, struct job *j)
+{
+	struct rig g;
+	struct engine_req_params rp = {
+		.owner = 3, .prompt = j->prompt, .n_prompt = j->n_prompt,
+		.max_tokens = 20, .sampling = { .temperature = 1.0f, .top_p = 1.0f, .seed = 5 },
+		.constraint = { .ctx = c, .mask = fake_mask, .accept = fake_accept } };
+	const struct engine_event *ev;
+	size_t n_ev;
+
+	rig_init(&g, m, 1, 4, KV_DTYPE_F16, 32);
+	ck_assert_int_eq(engine_submit(g.e, &rp, &j->req), 0);
+	while (!engine_idle(g.e)) {
+		ck_assert_int_eq(engine_step(g.e, &ev, &n_ev), 0);
+		for (size_t k = 0; k < n_ev; k++)
+			if (ev[k].kind == ENGINE_EV_TOKEN)
+				j->out[j->n_out++] = ev[k].token;
+	}
+	j->finish = engine_req_finish(j->req, &j->error);
+	engine_req_free(g.e, j->req);
+	rig_deinit(&g);
+}
+
+START_TEST(test_constraint)
+{
+	struct model *m = gen_model(GGML_TYPE_F32, false);
+	struct fake_cons c = { 0 };
+	struct job j;
+
+	/* every token is an allowed one, and accept sees each in order */
+	job_make(&j, 3, m->hp.n_vocab, true);
+	run_constrained(m, &c, &j);
+	ck_assert_uint_eq(j.n_out, 20);
+	ck_assert_int_eq(j.finish, ENGINE_FINISH_LENGTH);
+	ck_assert_uint_eq(c.masks, 20);
+	ck_assert_uint_eq(c.accepts, 20);
+	for (uint32_t i = 0; i < j.n_out; i++) {
+		ck_assert_msg(j.out[i] == 7 || j.out[i] == 9, "token %d", j.out[i]);
+		ck_assert_int_eq(c.seen[i], j.out[i]);
+	}
+	/* a mask that leaves nothing ends the request as EOS would */
+	c = (struct fake_cons){ .stop_mask_at = 5 };
+	job_make(&j, 3, m->hp.n_vocab, true);
+	run_constrained(m, &c, &j);
+	ck_assert_uint_eq(j.n_out, 4);
+	ck_assert_int_eq(j.finish, ENGINE_FINISH_STOP);
+	/* a token the constraint refuses is not emitted: the request stops */
+	c = (struct fake_cons){ .refuse_at = 3 };
+	job_make(&j, 3, m->hp.n_vocab, true);
+	run_constrained(m, &c, &j);
+	ck_assert_uint_eq(j.n_out, 2);
+	ck_assert_int_eq(j.finish, ENGINE_FINISH_STOP);
+	model_free(m);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("engine");
@@ -1538,6 +1623,7 @@ int main(void)
 		return 1;
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_sampler);
+	tcase_add_test(tc, test_constraint);
 	tcase_add_test(tc, test_admission);
 	tcase_add_test(tc, test_weight_types);
 	tcase_add_test(tc, test_mixed_activation_classes);
