@@ -20,7 +20,7 @@ command -v curl >/dev/null || skip "curl absent"
 command -v jq >/dev/null || skip "jq absent"
 command -v python3 >/dev/null || skip "python3 absent"
 CHECK="python3 $KVD_SRC/tests/integration/json_check.py"
-SEEDS=${KVD_JSON_SEEDS:-6}
+SEEDS=${KVD_JSON_SEEDS:-4}
 
 cat > "$T/person.json" <<'EOF'
 {"type": "object", "properties": {
