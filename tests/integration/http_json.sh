@@ -159,4 +159,4 @@ if [ -f "$M" ]; then
 else
 	echo "# stories260K absent: the generated model only"
 fi
-finish
+serve_finish
