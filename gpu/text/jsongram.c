@@ -19,7 +19,11 @@
  * as deep as the stack is used, and a byte inside a plain string that
  * changes nothing (most of them) is not copied at all: the child shares
  * its parent's state. So a step costs about one pass over the trie's
- * nodes that can still follow, not one per token per byte.
+ * nodes that can still follow, not one per token per byte. Inside string
+ * text, where most of a JSON answer's tokens fall, the tokens made only
+ * of plain text bytes are allowed as one precomputed set and only the
+ * others (quotes, backslashes, control and non-ASCII bytes: a second,
+ * smaller trie) are walked.
  */
 #include "gpu/text/jsongram.h"
 
