@@ -1671,26 +1671,19 @@ static void api_prep_run(struct prep_job *j)
 						       sizeof(ap->msg));
 }
 
-/* response_format json: a decode node's first token is sampled by its
- * prefill peer, which knows nothing of the grammar, so it is refused
- * there (400) until decode samples it itself; its run not made (no
- * memory, or no vocabulary trie) is a 500. true when refused. */
+/* response_format json: its run not made (no memory, or no vocabulary
+ * trie) is a 500. true when refused. (A decode node draws the first
+ * token itself: daemon/node/decode.c dreq_recompute.) */
 static bool api_json_refused(struct http_conn *hc, struct api_prep *ap)
 {
 	struct serve *s = hc->s;
 
 	if (!ap->q.gram)
 		return false;
-	s->d->counters.rejected[KVD_REJECT_INVALID]++;
-	if (s->d->cfg.role == KVD_ROLE_DECODE)
-		http__error(hc, 400, "invalid_request_error", "unsupported_parameter",
-			  "response_format",
-			  "response_format json_object and json_schema need a local prefill: this decode node's first token comes from its prefill peer; send it to a standalone node",
-			  ap->tenant);
-	else if (ap->jrun_rc)
-		http__error(hc, 500, "server_error", NULL, NULL, "out of memory", ap->tenant);
-	else
+	if (!ap->jrun_rc)
 		return false;
+	s->d->counters.rejected[KVD_REJECT_INVALID]++;
+	http__error(hc, 500, "server_error", NULL, NULL, "out of memory", ap->tenant);
 	return true;
 }
 

@@ -220,10 +220,12 @@ static void dreq_teardown(struct serve_req *r)
  * the peer's first token is ignored and the engine recomputes the last
  * prompt position over the received KV, then samples the first token
  * itself with the request's whole state (penalties, bias, min_p,
- * logprobs) - so a pair answers as a standalone node does. */
+ * logprobs, response_format's grammar: the peer has none) - so a pair
+ * answers as a standalone node does. */
 static bool dreq_recompute(const struct serve_req *r)
 {
-	return r->kind == SREQ_DECODE && sampler_params_extended(&r->sp);
+	return r->kind == SREQ_DECODE &&
+	       (sampler_params_extended(&r->sp) || r->jrun);
 }
 
 /* The recompute's submit: the received prompt's tags say n_prompt

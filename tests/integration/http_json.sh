@@ -12,8 +12,9 @@
 #   - the same seed gives the same answer (invariant 9);
 #   - a schema kvd cannot hold the output to (pattern), a bad name, and a
 #     bad response_format are 400 naming response_format; the node
-#     still serves afterwards; a decode node refuses json (400: it needs
-#     a local prefill).
+#     still serves afterwards;
+#   - a prefill+decode pair gives the standalone node's answers (the
+#     decode node draws the first token under the grammar itself).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -140,19 +141,27 @@ st=$(post completions '{"prompt":"x","max_tokens":4,"response_format":{"type":"j
 check "the node still serves: json_object 200 ($st)" test "$st" = 200
 stop_node r
 
-# a decode node: its first token would come from a prefill peer, which
-# has no grammar: refused (no peer needs to be up for the refusal)
+run_model gen "$T/gen.gguf" 160
+
+# a prefill+decode pair: the prefill peer draws the first token without
+# the grammar; the decode node drops it and draws it itself over the
+# received KV (decode_recompute), so the pair answers as the standalone
+# node did, token for token, for the same seeds
 next_port; H=$PORT
 U=http://127.0.0.1:$H/v1
-next_port
-write_node d decode "$T/gen.gguf" "listen.http=127.0.0.1:$H" "peers.prefill=127.0.0.1:$PORT"
-start_node d
-check "decode node up" wait_log "$T/d.log" "event=listen_http"
-refused "json_object on a decode node" '{"type":"json_object"}'
-check "  ... the message says it needs a local prefill" grep -q "local prefill" "$T/body"
-stop_node d
-
-run_model gen "$T/gen.gguf" 160
+pair pj dj "$T/gen.gguf" -- "listen.http=127.0.0.1:$H"
+start_node pj
+start_node dj
+check "pair: decode paired" wait_up dj
+for s in 1 2; do
+	answer cmpl "$(rf object)" "$s" 160 "$T/p_$s.json" || true
+	check "pair: json_object seed $s equals the standalone answer" \
+		cmp -s "$T/p_$s.json" "$T/a_gen_object_cmpl_$s.json"
+done
+check "pair: the decode node drew the first tokens itself" \
+	grep -q "event=decode_recompute" "$T/dj.log"
+stop_node dj
+stop_node pj
 M=${KVD_SHARED:-}/models/stories260K.gguf
 if [ -f "$M" ]; then
 	run_model stories "$M" 160
