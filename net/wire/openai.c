@@ -34,10 +34,7 @@ int openai_error_set(struct openai_error *err, int status, const char *type,
 	return OPENAI_E_INVALID;
 }
 
-static int bad(struct openai_error *err, const char *param, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int bad(struct openai_error *err, const char *param, const char *fmt, ...)
+int openai__bad(struct openai_error *err, const char *param, const char *fmt, ...)
 {
 	char msg[200];
 	va_list ap;
@@ -93,7 +90,7 @@ static int rd_model(struct openai_req *q, const char *k, json_t *v,
 		    struct openai_error *err)
 {
 	if (!json_is_string(v) || json_string_length(v) > OPENAI_MODEL_MAX)
-		return bad(err, k, "'%s' must be a string of at most %u bytes", k,
+		return openai__bad(err, k, "'%s' must be a string of at most %u bytes", k,
 			   OPENAI_MODEL_MAX);
 	snprintf(q->model, sizeof(q->model), "%s", json_string_value(v));
 	return 0;
@@ -106,7 +103,7 @@ static int tokens_of(struct openai_req *q, const char *k, json_t *arr,
 	json_t *e;
 
 	if (n == 0 || n > PROTO_CLIENT_TOKENS_MAX)
-		return bad(err, k, "'%s' holds 1..%u token ids", k, PROTO_CLIENT_TOKENS_MAX);
+		return openai__bad(err, k, "'%s' holds 1..%u token ids", k, PROTO_CLIENT_TOKENS_MAX);
 	q->tokens = malloc(n * sizeof(*q->tokens));
 	if (!q->tokens)
 		return -ENOMEM;
@@ -115,7 +112,7 @@ static int tokens_of(struct openai_req *q, const char *k, json_t *arr,
 
 		if (!json_is_integer(e) || (t = json_integer_value(e)) < 0 ||
 		    t > UINT32_MAX)
-			return bad(err, k, "'%s' token %zu is not a token id", k, i);
+			return openai__bad(err, k, "'%s' token %zu is not a token id", k, i);
 		q->tokens[i] = (uint32_t)t;
 	}
 	q->n_tokens = (uint32_t)n;
@@ -134,7 +131,7 @@ static int rd_prompt(struct openai_req *q, const char *k, json_t *v,
 		size_t n = json_string_length(v);
 
 		if (n == 0 || n > PROTO_CLIENT_PROMPT_MAX)
-			return bad(err, k, "'%s' must be 1..%u bytes", k, PROTO_CLIENT_PROMPT_MAX);
+			return openai__bad(err, k, "'%s' must be 1..%u bytes", k, PROTO_CLIENT_PROMPT_MAX);
 		q->prompt = strdup(json_string_value(v));
 		return q->prompt ? 0 : -ENOMEM;
 	}
@@ -143,7 +140,7 @@ static int rd_prompt(struct openai_req *q, const char *k, json_t *v,
 		return tokens_of(q, k, v, err);
 	if (json_is_array(v) && json_array_size(v) > 1)
 		return openai__unsupported(err, k, "one prompt per request (n = 1)");
-	return bad(err, k, "'%s' must be a string or an array of token ids", k);
+	return openai__bad(err, k, "'%s' must be a string or an array of token ids", k);
 }
 
 /* Text part types: chat's; the Responses API's, where an output_text
@@ -179,7 +176,7 @@ static int part_check(const char *k, size_t i, size_t j, json_t *part, bool resp
 	size_t keys = 2;
 
 	if (!json_is_string(type))
-		return bad(err, k, "'%s[%zu].content[%zu].type' must be a string", k, i, j);
+		return openai__bad(err, k, "'%s[%zu].content[%zu].type' must be a string", k, i, j);
 	pt = part_type_of(json_string_value(type), resp);
 	if (!pt && !resp)
 		return openai__unsupported(err, json_string_value(type),
@@ -193,7 +190,7 @@ static int part_check(const char *k, size_t i, size_t j, json_t *part, bool resp
 		keys += !!json_object_get(part, "annotations") +
 			!!json_object_get(part, "logprobs");
 	if (!json_is_string(text) || json_object_size(part) != keys)
-		return bad(err, k, "'%s[%zu].content[%zu]' must be {\"type\": \"%s\", \"text\": a string}",
+		return openai__bad(err, k, "'%s[%zu].content[%zu]' must be {\"type\": \"%s\", \"text\": a string}",
 			   k, i, j, pt->name);
 	return 0;
 }
@@ -212,7 +209,7 @@ static int content_of(const char *k, size_t i, json_t *c, bool resp, char **out,
 	if (json_is_string(c))
 		return (*out = strdup(json_string_value(c))) ? 0 : -ENOMEM;
 	if (!json_is_array(c) || json_array_size(c) == 0)
-		return bad(err, k, "'%s[%zu].content' must be a string or an array of text parts", k, i);
+		return openai__bad(err, k, "'%s[%zu].content' must be a string or an array of text parts", k, i);
 	json_array_foreach(c, j, part) {
 		if ((rc = part_check(k, i, j, part, resp, err)))
 			return rc;
@@ -247,13 +244,13 @@ static int msg_keys(const char *k, size_t i, json_t *m, const char *role,
 			continue;
 		if (!strcmp(key, "tool_call_id") && !strcmp(role, "tool")) {
 			if (!json_is_string(x) || json_string_length(x) > 256)
-				return bad(err, k, "'%s[%zu].tool_call_id' must be a string of at most 256 bytes", k, i);
+				return openai__bad(err, k, "'%s[%zu].tool_call_id' must be a string of at most 256 bytes", k, i);
 			continue;
 		}
 		return openai__unsupported(err, key, "messages carry role and content (an assistant's tool_calls, a tool's tool_call_id)");
 	}
 	if (!strcmp(role, "tool") && !json_object_get(m, "tool_call_id"))
-		return bad(err, k, "'%s[%zu].tool_call_id' is required for a tool message", k, i);
+		return openai__bad(err, k, "'%s[%zu].tool_call_id' is required for a tool message", k, i);
 	return 0;
 }
 
@@ -269,13 +266,13 @@ static int msg_of(struct openai_req *q, const char *k, size_t i, json_t *m,
 	int rc;
 
 	if (!json_is_object(m))
-		return bad(err, k, "'%s[%zu]' is not an object", k, i);
+		return openai__bad(err, k, "'%s[%zu]' is not an object", k, i);
 	if (!json_is_string(role))
-		return bad(err, k, "'%s[%zu].role' must be a string", k, i);
+		return openai__bad(err, k, "'%s[%zu].role' must be a string", k, i);
 	while (r < 5 && strcmp(json_string_value(role), roles[r]))
 		r++;
 	if (r == 5)
-		return bad(err, k, "'%s[%zu].role' must be system, developer, user, assistant or tool", k, i);
+		return openai__bad(err, k, "'%s[%zu].role' must be system, developer, user, assistant or tool", k, i);
 	if ((rc = msg_keys(k, i, m, roles[r], err)))
 		return rc;
 	q->n_msgs = i + 1;
@@ -296,7 +293,7 @@ static int rd_messages(struct openai_req *q, const char *k, json_t *v,
 	int rc;
 
 	if (!json_is_array(v) || n == 0 || n > OPENAI_MSGS_MAX)
-		return bad(err, k, "'%s' must be an array of 1..%u messages", k, OPENAI_MSGS_MAX);
+		return openai__bad(err, k, "'%s' must be an array of 1..%u messages", k, OPENAI_MSGS_MAX);
 	q->msgs = calloc(n, sizeof(*q->msgs));
 	if (!q->msgs)
 		return -ENOMEM;
@@ -315,7 +312,7 @@ static int rd_max_tokens(struct openai_req *q, const char *k, json_t *v,
 		return 0;
 	if (!json_is_integer(v) || (n = json_integer_value(v)) < 1 ||
 	    n > PROTO_CLIENT_MAX_TOKENS)
-		return bad(err, k, "'%s' must be an integer in 1..%u", k, PROTO_CLIENT_MAX_TOKENS);
+		return openai__bad(err, k, "'%s' must be an integer in 1..%u", k, PROTO_CLIENT_MAX_TOKENS);
 	q->max_tokens = (uint32_t)n;
 	return 0;
 }
@@ -341,7 +338,7 @@ static int rd_temperature(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v))
 		return 0;
 	if (number(v, 0.0, 100.0, false, &d))
-		return bad(err, k, "'%s' must be a number in [0, 100]", k);
+		return openai__bad(err, k, "'%s' must be a number in [0, 100]", k);
 	q->temperature = (float)d;
 	return 0;
 }
@@ -354,7 +351,7 @@ static int rd_top_p(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v))
 		return 0;
 	if (number(v, 0.0, 1.0, true, &d) || (float)d <= 0.0f)
-		return bad(err, k, "'%s' must be a number in (0, 1]", k);
+		return openai__bad(err, k, "'%s' must be a number in (0, 1]", k);
 	q->top_p = (float)d;
 	return 0;
 }
@@ -368,7 +365,7 @@ static int rd_top_k(struct openai_req *q, const char *k, json_t *v,
 		return 0;
 	if (!json_is_integer(v) || (n = json_integer_value(v)) < -1 ||
 	    n > UINT32_MAX)
-		return bad(err, k, "'%s' must be an integer >= 0 (0 or -1: off)", k);
+		return openai__bad(err, k, "'%s' must be an integer >= 0 (0 or -1: off)", k);
 	q->top_k = n < 0 ? 0 : (uint32_t)n;
 	return 0;
 }
@@ -379,7 +376,7 @@ static int rd_seed(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v))
 		return 0;
 	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return bad(err, k, "'%s' must be an integer >= 0", k);
+		return openai__bad(err, k, "'%s' must be an integer >= 0", k);
 	q->seed = (uint64_t)json_integer_value(v);
 	q->has_seed = true;
 	return 0;
@@ -392,7 +389,7 @@ static int stop_one(struct openai_req *q, const char *k, json_t *v,
 
 	if (!json_is_string(v) || (n = json_string_length(v)) == 0 ||
 	    n > OPENAI_STOP_BYTES)
-		return bad(err, k, "'%s' strings are 1..%u bytes", k, OPENAI_STOP_BYTES);
+		return openai__bad(err, k, "'%s' strings are 1..%u bytes", k, OPENAI_STOP_BYTES);
 	q->stop[q->n_stop] = strdup(json_string_value(v));
 	if (!q->stop[q->n_stop])
 		return -ENOMEM;
@@ -412,7 +409,7 @@ static int rd_stop(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_string(v))
 		return stop_one(q, k, v, err);
 	if (!json_is_array(v) || json_array_size(v) > OPENAI_STOP_MAX)
-		return bad(err, k, "'%s' must be a string or an array of at most %u strings", k,
+		return openai__bad(err, k, "'%s' must be a string or an array of at most %u strings", k,
 			   OPENAI_STOP_MAX);
 	json_array_foreach(v, i, e)
 		if ((rc = stop_one(q, k, e, err)))
@@ -426,7 +423,7 @@ static int rd_stream(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v))
 		return 0;
 	if (!json_is_boolean(v))
-		return bad(err, k, "'%s' must be true or false", k);
+		return openai__bad(err, k, "'%s' must be true or false", k);
 	q->stream = json_is_true(v);
 	return 0;
 }
@@ -439,10 +436,10 @@ static int rd_cache_salt(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v))
 		return 0;
 	if (!json_is_string(v))
-		return bad(err, k, "'%s' must be a string", k);
+		return openai__bad(err, k, "'%s' must be a string", k);
 	n = json_string_length(v);
 	if (n == 0 || n > OPENAI_SALT_MAX || memchr(json_string_value(v), 0, n))
-		return bad(err, k, "'%s' must be 1 to %u bytes, without NUL", k,
+		return openai__bad(err, k, "'%s' must be 1 to %u bytes, without NUL", k,
 			   OPENAI_SALT_MAX);
 	memcpy(q->cache_salt, json_string_value(v), n);
 	q->cache_salt[n] = 0;
@@ -458,7 +455,7 @@ static int rd_float(float *out, const char *k, json_t *v, double lo, double hi,
 	if (json_is_null(v))
 		return 0;
 	if (number(v, lo, hi, lo_open, &d))
-		return bad(err, k, "'%s' must be a number in %c%g, %g]", k,
+		return openai__bad(err, k, "'%s' must be a number in %c%g, %g]", k,
 			   lo_open ? '(' : '[', lo, hi);
 	*out = (float)d;
 	return 0;
@@ -526,7 +523,7 @@ static int rd_logit_bias(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v))
 		return 0;
 	if (!json_is_object(v) || n > OPENAI_BIAS_MAX)
-		return bad(err, k, "'%s' must be an object of at most %u token ids", k,
+		return openai__bad(err, k, "'%s' must be an object of at most %u token ids", k,
 			   OPENAI_BIAS_MAX);
 	if (n == 0)
 		return 0;
@@ -535,9 +532,9 @@ static int rd_logit_bias(struct openai_req *q, const char *k, json_t *v,
 		return -ENOMEM;
 	json_object_foreach(v, key, x) {
 		if (bias_id(key, &q->bias[i].id))
-			return bad(err, k, "'%s' keys must be token ids (decimal, no sign or leading zero)", k);
+			return openai__bad(err, k, "'%s' keys must be token ids (decimal, no sign or leading zero)", k);
 		if (number(x, -100.0, 100.0, false, &d))
-			return bad(err, k, "'%s' values must be numbers in [-100, 100]", k);
+			return openai__bad(err, k, "'%s' values must be numbers in [-100, 100]", k);
 		q->bias[i++].bias = (float)d;
 	}
 	q->n_bias = (uint32_t)n;
@@ -555,13 +552,13 @@ static int rd_logprobs(struct openai_req *q, const char *k, json_t *v,
 		return 0;
 	if (q->chat) {
 		if (!json_is_boolean(v))
-			return bad(err, k, "'%s' must be true or false", k);
+			return openai__bad(err, k, "'%s' must be true or false", k);
 		q->logprobs = json_is_true(v);
 		return 0;
 	}
 	if (!json_is_integer(v) || (n = json_integer_value(v)) < 0 ||
 	    n > OPENAI_CMPL_LOGPROBS_MAX)
-		return bad(err, k, "'%s' must be an integer in 0..%u", k,
+		return openai__bad(err, k, "'%s' must be an integer in 0..%u", k,
 			   OPENAI_CMPL_LOGPROBS_MAX);
 	q->logprobs = true;
 	q->top_logprobs = (uint32_t)n;
@@ -577,7 +574,7 @@ static int rd_top_logprobs(struct openai_req *q, const char *k, json_t *v,
 		return 0;
 	if (!json_is_integer(v) || (n = json_integer_value(v)) < 0 ||
 	    n > OPENAI_TOP_LOGPROBS_MAX)
-		return bad(err, k, "'%s' must be an integer in 0..%u", k,
+		return openai__bad(err, k, "'%s' must be an integer in 0..%u", k,
 			   OPENAI_TOP_LOGPROBS_MAX);
 	q->top_logprobs = (uint32_t)n;
 	q->has_top_logprobs = true;
@@ -622,7 +619,7 @@ static int rd_ignored(struct openai_req *q, const char *k, json_t *v,
 		return openai__unsupported(err, k, NULL);   /* a row without its name */
 	if (!json_is_null(v) && json_typeof(v) != ignored[i].type &&
 	    !(ignored[i].type == JSON_TRUE && json_is_boolean(v)))
-		return bad(err, k, "'%s' must be %s", k, type_name[ignored[i].type]);
+		return openai__bad(err, k, "'%s' must be %s", k, type_name[ignored[i].type]);
 	q->ignored |= 1u << i;
 	return 0;
 }
@@ -678,7 +675,7 @@ static int schema_of(struct openai_req *q, const char *k, json_t *js,
 	int rc;
 
 	if (!json_is_object(js))
-		return bad(err, k, "'%s.json_schema' must be an object", k);
+		return openai__bad(err, k, "'%s.json_schema' must be an object", k);
 	json_object_foreach(js, key, x)
 		if (strcmp(key, "name") && strcmp(key, "schema") && strcmp(key, "strict") &&
 		    strcmp(key, "description"))
@@ -687,16 +684,16 @@ static int schema_of(struct openai_req *q, const char *k, json_t *js,
 	    json_string_length(name) > 64 ||
 	    strspn(json_string_value(name), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
 	    json_string_length(name))
-		return bad(err, k, "'%s.json_schema.name' must be 1..64 letters, digits, _ or -", k);
+		return openai__bad(err, k, "'%s.json_schema.name' must be 1..64 letters, digits, _ or -", k);
 	strict = json_object_get(js, "strict");
 	if (strict && !json_is_boolean(strict) && !json_is_null(strict))
-		return bad(err, k, "'%s.json_schema.strict' must be true or false", k);
+		return openai__bad(err, k, "'%s.json_schema.strict' must be true or false", k);
 	schema = json_object_get(js, "schema");
 	if (!schema)
 		return jgram_new_object(&q->gram);
 	rc = jschema_compile(schema, &q->gram, msg, sizeof(msg));
 	if (rc == JSCHEMA_E_INVALID)
-		return bad(err, k, "'%s.json_schema.schema': %s", k, msg);
+		return openai__bad(err, k, "'%s.json_schema.schema': %s", k, msg);
 	return rc;
 }
 
@@ -709,7 +706,7 @@ static int rd_response_format(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v))
 		return 0;
 	if (!json_is_object(v) || !type)
-		return bad(err, k, "'%s' must be an object with a string 'type'", k);
+		return openai__bad(err, k, "'%s' must be an object with a string 'type'", k);
 	if (!strcmp(type, "text") && json_object_size(v) == 1)
 		return 0;
 	if (!strcmp(type, "json_object") && json_object_size(v) == 1)
@@ -728,7 +725,7 @@ static int rd_stream_options(struct openai_req *q, const char *k, json_t *v,
 	/* usage is always in the final chunk; include_usage changes nothing */
 	if (json_is_null(v) || json_is_object(v))
 		return 0;
-	return bad(err, k, "'%s' must be an object", k);
+	return openai__bad(err, k, "'%s' must be an object", k);
 }
 
 /* ---- the Responses API ------------------------------------------------------- */
@@ -757,10 +754,10 @@ static int input_item(struct openai_req *q, const char *k, size_t i, json_t *m,
 	json_t *x;
 
 	if (!json_is_object(m))
-		return bad(err, k, "'%s[%zu]' is not an object", k, i);
+		return openai__bad(err, k, "'%s[%zu]' is not an object", k, i);
 	snprintf(param, sizeof(param), "%s[%zu].type", k, i);
 	if (type && !json_is_string(type))
-		return bad(err, param, "'%s' must be a string", param);
+		return openai__bad(err, param, "'%s' must be a string", param);
 	if (type && strcmp(json_string_value(type), "message"))
 		return unsupported_at(err, param, json_string_value(type),
 				      "input items of type message only");
@@ -776,7 +773,7 @@ static int input_item(struct openai_req *q, const char *k, size_t i, json_t *m,
 	       strcmp(input_roles[r], json_string_value(role)))
 		r++;
 	if (r == sizeof(input_roles) / sizeof(input_roles[0]) || !json_is_string(role))
-		return bad(err, k, "'%s[%zu].role' must be system, developer, user or assistant", k, i);
+		return openai__bad(err, k, "'%s[%zu].role' must be system, developer, user or assistant", k, i);
 	q->n_msgs = i + 1;
 	if (!(q->msgs[i].role = strdup(input_roles[r])))
 		return -ENOMEM;
@@ -794,14 +791,14 @@ static int rd_input(struct openai_req *q, const char *k, json_t *v,
 
 	if (json_is_string(v)) {
 		if (json_string_length(v) == 0 || json_string_length(v) > PROTO_CLIENT_PROMPT_MAX)
-			return bad(err, k, "'%s' must be 1..%u bytes", k, PROTO_CLIENT_PROMPT_MAX);
+			return openai__bad(err, k, "'%s' must be 1..%u bytes", k, PROTO_CLIENT_PROMPT_MAX);
 		if (!(q->msgs = calloc(1, sizeof(*q->msgs))))
 			return -ENOMEM;
 		q->n_msgs = 1;
 		return msg_set(&q->msgs[0], "user", json_string_value(v));
 	}
 	if (!json_is_array(v) || n == 0 || n > OPENAI_MSGS_MAX)
-		return bad(err, k, "'%s' must be a string or an array of 1..%u items", k,
+		return openai__bad(err, k, "'%s' must be a string or an array of 1..%u items", k,
 			   OPENAI_MSGS_MAX);
 	if (!(q->msgs = calloc(n, sizeof(*q->msgs))))
 		return -ENOMEM;
@@ -817,7 +814,7 @@ static int rd_instructions(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v))
 		return 0;
 	if (!json_is_string(v) || json_string_length(v) > PROTO_CLIENT_PROMPT_MAX)
-		return bad(err, k, "'%s' must be a string of at most %u bytes", k,
+		return openai__bad(err, k, "'%s' must be a string of at most %u bytes", k,
 			   PROTO_CLIENT_PROMPT_MAX);
 	q->instructions = strdup(json_string_value(v));
 	return q->instructions ? 0 : -ENOMEM;
@@ -837,7 +834,7 @@ static int rd_text(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v))
 		return 0;
 	if (!json_is_object(v))
-		return bad(err, k, "'%s' must be an object", k);
+		return openai__bad(err, k, "'%s' must be an object", k);
 	json_object_foreach(v, key, x)
 		if (strcmp(key, "format") && !json_is_null(x))
 			return unsupported_at(err, "text", key, "text.format of type text only");
@@ -984,18 +981,18 @@ static int req_complete(struct openai_req *q, enum openai_ep ep,
 	int rc;
 
 	if (ep == OPENAI_EP_COMPLETIONS && !q->prompt && !q->tokens)
-		return bad(err, "prompt", "'prompt' is required");
+		return openai__bad(err, "prompt", "'prompt' is required");
 	if (ep == OPENAI_EP_CHAT && !q->msgs)
-		return bad(err, "messages", "'messages' is required");
+		return openai__bad(err, "messages", "'messages' is required");
 	if (ep == OPENAI_EP_RESPONSES && !q->msgs)
-		return bad(err, "input", "'input' is required");
+		return openai__bad(err, "input", "'input' is required");
 	if (ep == OPENAI_EP_CHAT && (rc = openai__tools_check(q, err)))
 		return rc;
 	if (q->has_top_logprobs && !q->logprobs)
-		return bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+		return openai__bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
 	for (uint32_t i = 1; i < q->n_bias; i++)
 		if (q->bias[i].id == q->bias[i - 1].id)
-			return bad(err, "logit_bias", "'logit_bias' names token %u twice",
+			return openai__bad(err, "logit_bias", "'logit_bias' names token %u twice",
 				   q->bias[i].id);
 	return ep == OPENAI_EP_RESPONSES ? instructions_first(q) : 0;
 }
@@ -1022,11 +1019,11 @@ int openai_req_parse_ep(struct openai_req *q, enum openai_ep ep,
 	q->top_p = 1.0f;
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
-		return bad(err, NULL, "the body is not valid JSON: %s (line %d, column %d)",
+		return openai__bad(err, NULL, "the body is not valid JSON: %s (line %d, column %d)",
 			   je.text, je.line, je.column);
 	if (!json_is_object(root)) {
 		json_decref(root);
-		return bad(err, NULL, "the body must be a JSON object");
+		return openai__bad(err, NULL, "the body must be a JSON object");
 	}
 	json_object_foreach(root, k, v) {
 		const struct field *f = field_of(ep, k);

@@ -7,6 +7,9 @@
 
 #include <jansson.h>
 
+/* 400 invalid_request_error naming param, the message printf'd. */
+int openai__bad(struct openai_error *err, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 /* 400 for a value kvd knows but cannot honour (code
  * unsupported_parameter, param `param`). */
 int openai__unsupported(struct openai_error *err, const char *param,

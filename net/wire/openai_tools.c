@@ -29,20 +29,6 @@
 #define TOOL_CALL_CLOSE "</tool_call>"
 #define TOOL_CALL_ID_MAX 256u   /* a tool_call_id's or a call id's bytes */
 
-static int bad(struct openai_error *err, const char *param, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int bad(struct openai_error *err, const char *param, const char *fmt, ...)
-{
-	char msg[200];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	return openai_error_set(err, 400, "invalid_request_error", NULL, param,
-				"%s", msg);
-}
-
 /* [a-zA-Z0-9_-]{1,64}, OpenAI's rule for a function's name */
 static bool name_ok(json_t *v)
 {
@@ -67,9 +53,9 @@ static int function_of(size_t i, json_t *fn, struct openai_error *err)
 	const char *key;
 
 	if (!json_is_object(fn))
-		return bad(err, "tools", "'tools[%zu].function' must be an object", i);
+		return openai__bad(err, "tools", "'tools[%zu].function' must be an object", i);
 	if (!name_ok(name))
-		return bad(err, "tools", "'tools[%zu].function.name' must be 1 to %u of a-z, A-Z, 0-9, _ and -",
+		return openai__bad(err, "tools", "'tools[%zu].function.name' must be 1 to %u of a-z, A-Z, 0-9, _ and -",
 			   i, OPENAI_TOOL_NAME_MAX);
 	json_object_foreach(fn, key, x) {
 		if (!strcmp(key, "name"))
@@ -85,9 +71,9 @@ static int function_of(size_t i, json_t *fn, struct openai_error *err)
 			continue;
 		if (!strcmp(key, "description") || !strcmp(key, "parameters") ||
 		    !strcmp(key, "strict"))
-			return bad(err, "tools", "'tools[%zu].function.%s' has the wrong type (description: a string, parameters: an object, strict: false)",
+			return openai__bad(err, "tools", "'tools[%zu].function.%s' has the wrong type (description: a string, parameters: an object, strict: false)",
 				   i, key);
-		return bad(err, "tools", "'tools[%zu].function' takes name, description, parameters and strict only", i);
+		return openai__bad(err, "tools", "'tools[%zu].function' takes name, description, parameters and strict only", i);
 	}
 	return 0;
 }
@@ -101,7 +87,7 @@ static int tool_of(struct openai_tool *t, size_t i, json_t *v, size_t *bytes,
 
 	if (!json_is_object(v) || json_object_size(v) != 2 || !json_is_string(type) ||
 	    !json_object_get(v, "function"))
-		return bad(err, "tools", "'tools[%zu]' must be {\"type\": \"function\", \"function\": {...}}", i);
+		return openai__bad(err, "tools", "'tools[%zu]' must be {\"type\": \"function\", \"function\": {...}}", i);
 	if (strcmp(json_string_value(type), "function"))
 		return openai__unsupported(err, "tools", "tools of type function only");
 	if ((rc = function_of(i, json_object_get(v, "function"), err)))
@@ -114,7 +100,7 @@ static int tool_of(struct openai_tool *t, size_t i, json_t *v, size_t *bytes,
 		return -ENOMEM;
 	*bytes += strlen(t->json_indent);
 	if (*bytes > OPENAI_TOOLS_BYTES)
-		return bad(err, "tools", "'tools' is over %u bytes of JSON", OPENAI_TOOLS_BYTES);
+		return openai__bad(err, "tools", "'tools' is over %u bytes of JSON", OPENAI_TOOLS_BYTES);
 	return 0;
 }
 
@@ -128,7 +114,7 @@ int openai__rd_tools(struct openai_req *q, const char *k, json_t *v,
 	if (json_is_null(v) || (json_is_array(v) && n == 0))
 		return 0;
 	if (!json_is_array(v) || n > OPENAI_TOOLS_MAX)
-		return bad(err, k, "'%s' must be an array of at most %u tools", k, OPENAI_TOOLS_MAX);
+		return openai__bad(err, k, "'%s' must be an array of at most %u tools", k, OPENAI_TOOLS_MAX);
 	q->tools = calloc(n, sizeof(*q->tools));
 	if (!q->tools)
 		return -ENOMEM;
@@ -138,7 +124,7 @@ int openai__rd_tools(struct openai_req *q, const char *k, json_t *v,
 			return rc;
 		for (size_t j = 0; j < i; j++)
 			if (!strcmp(q->tools[j].name, q->tools[i].name))
-				return bad(err, k, "'%s[%zu]': two tools are named '%s'", k, i,
+				return openai__bad(err, k, "'%s[%zu]': two tools are named '%s'", k, i,
 					   q->tools[i].name);
 	}
 	return 0;
@@ -158,7 +144,7 @@ int openai__rd_tool_choice(struct openai_req *q, const char *k, json_t *v,
 	if ((s && !strcmp(s, "required")) || json_is_object(v))
 		return openai__unsupported(err, k,
 					   "\"required\" and a named function need constrained decoding, not served yet (\"auto\" and \"none\" are)");
-	return bad(err, k, "'%s' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}", k);
+	return openai__bad(err, k, "'%s' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}", k);
 }
 
 /* ---- an assistant message's calls ---------------------------------------------- */
@@ -173,7 +159,7 @@ static int arguments_of(struct openai_call *c, size_t i, size_t j, json_t *a,
 
 	if (!json_is_object(o)) {
 		json_decref(o);
-		return bad(err, "messages", "'messages[%zu].tool_calls[%zu].function.arguments' must be a string holding a JSON object",
+		return openai__bad(err, "messages", "'messages[%zu].tool_calls[%zu].function.arguments' must be a string holding a JSON object",
 			   i, j);
 	}
 	c->arguments = json_dumps(o, 0);
@@ -193,10 +179,10 @@ static int call_of(struct openai_call *c, size_t i, size_t j, json_t *v,
 	    (id && (!json_is_string(id) || json_string_length(id) > TOOL_CALL_ID_MAX)) ||
 	    !json_is_string(type) || strcmp(json_string_value(type), "function") ||
 	    json_object_size(fn) != 2)
-		return bad(err, "messages", "'messages[%zu].tool_calls[%zu]' must be {\"id\": a string, \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+		return openai__bad(err, "messages", "'messages[%zu].tool_calls[%zu]' must be {\"id\": a string, \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
 			   i, j);
 	if (!name_ok(name))
-		return bad(err, "messages", "'messages[%zu].tool_calls[%zu].function.name' must be 1 to %u of a-z, A-Z, 0-9, _ and -",
+		return openai__bad(err, "messages", "'messages[%zu].tool_calls[%zu].function.name' must be 1 to %u of a-z, A-Z, 0-9, _ and -",
 			   i, j, OPENAI_TOOL_NAME_MAX);
 	snprintf(c->name, sizeof(c->name), "%s", json_string_value(name));
 	return arguments_of(c, i, j, json_object_get(fn, "arguments"), err);
@@ -212,7 +198,7 @@ int openai__msg_calls(struct openai_msg *m, size_t i, json_t *v,
 	if (!v || json_is_null(v) || (json_is_array(v) && n == 0))
 		return 0;   /* absent, null or none */
 	if (!json_is_array(v) || n > OPENAI_CALLS_MAX)
-		return bad(err, "messages", "'messages[%zu].tool_calls' must be an array of at most %u calls",
+		return openai__bad(err, "messages", "'messages[%zu].tool_calls' must be an array of at most %u calls",
 			   i, OPENAI_CALLS_MAX);
 	m->calls = calloc(n, sizeof(*m->calls));
 	if (!m->calls)
