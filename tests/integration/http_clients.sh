@@ -155,8 +155,13 @@ for cm in openai:chatabort aisdk:responsesabort langchain:chatabort; do
 	got=$(client "${cm%%:*}" "${cm#*:}" "$(msgs "$P")" 460 0 0)
 	check "${cm%%:*} aborts mid-stream ($(jq -c . <<<"$got" 2>/dev/null || echo "$got"))" \
 		jqe '.aborted and .chunks == 2' <<<"$got"
-	check "  ... the node logs the client gone, at info" \
-		wait_log "$T/f.log" "level=info .*event=client_gone .*tenant=carol" 10 "$MK"
+	# a fast node may have written the whole answer into the socket's
+	# buffers before the abort reached it: then the exchange ended whole
+	# (460 tokens), not gone; either way at info, never a warning
+	check "  ... the node logs the client gone at info (or the answer whole before the abort reached it)" \
+		wait_log "$T/f.log" "level=info .*event=(client_gone .*tenant=carol|http_request .*tenant=carol .*completion_tokens=460 )" 10 "$MK"
+	log_has "$T/f.log" "event=client_gone .*tenant=carol" "$MK" ||
+		echo "#   (this time the answer was whole before the abort)"
 	check "  ... without a warning" bash -c \
 		"! tail -c +$((MK + 1)) '$T/f.log' | grep -E 'level=(warn|error)'"
 	check "  ... and stays healthy: nothing held, the next request served" wait_for 10 idle f
