@@ -73,6 +73,24 @@ check "corrupt_batch: counted as an integrity failure" test "$(status_get df cou
 check "corrupt_batch: decode reconnected" wait_log "$T/df.log" "event=peer_up " 15 "$MD"
 after corrupt_batch
 
+# the same corruption under a request whose first token decode draws
+# itself (a penalty: dreq_recompute): the batch check comes first, so the
+# recompute's re-tag never covers bytes that were not checked
+check "corrupt_batch+recompute: prefill up" restart_prefill corrupt_batch:1
+MD=$(log_mark "$T/df.log")
+OUT=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 --frequency-penalty 0.5 || true)
+check "corrupt_batch+recompute: INTEGRITY reaches the client" err_is INTEGRITY
+check "corrupt_batch+recompute: decode logged the checksum failure" \
+	dlog "event=batch_checksum .*error=(checksum_mismatch|auth_failed)"
+check "corrupt_batch+recompute: no recompute of unchecked KV" bash -c \
+	"! tail -c +$((MD + 1)) '$T/df.log' | grep -q 'event=decode_recompute '"
+check "corrupt_batch+recompute: decode reconnected" wait_log "$T/df.log" "event=peer_up " 15 "$MD"
+out=$(gen "$C_PORT" --tokens "$PROMPT" --max-tokens 8 --frequency-penalty 0.5 || true)
+check "corrupt_batch+recompute: the same request then answers, recomputed" \
+	test "$(echo "$out" | json_get error)" = "" -a \
+	"$(log_count "$T/df.log" "event=decode_recompute " "$MD")" -ge 1
+after corrupt_batch+recompute
+
 check "short_transfer: prefill up" restart_prefill short_transfer:1
 ask
 check "short_transfer: INTEGRITY reaches the client" err_is INTEGRITY
