@@ -164,7 +164,7 @@ static const struct conf_key conf_keys[] = {
 	{ "listen", "write_stall_timeout_ms", CT_U32, "10000", 100, 3600000, NULL, F(write_stall_timeout_ms),
 	  "A connection whose write queue stays past write_queue_soft this long is closed." },
 	{ "listen", "http", CT_ADDR, "", 0, 0, NULL, F(listen_http),
-	  "OpenAI-compatible HTTP/1.1 API, one host:port (decode and standalone); empty = off. Without http.api_keys_file it must be a loopback address. Its connections count against max_clients and share the write_queue_* bounds." },
+	  "OpenAI-compatible HTTP/1.1 API, one host:port; empty = off. On a prefill node it serves only GET /livez, /readyz, /health and /metrics (the rest 404: prefill serves no clients). Without http.api_keys_file it must be a loopback address. Its connections count against max_clients and share the write_queue_* bounds." },
 
 	{ "http", "api_keys_file", CT_STR, "", 0, 0, NULL, F(http_api_keys_file),
 	  "API keys: one `KEY TENANT [ROLE] [NAME=N ...]` per line (# comments; keys of 32..256 characters, not one or a few repeated), a regular file of kvd's user (or root) readable by its owner only. ROLE: user (default) or admin (only admin keys read /metrics); NAME=N: the tenant's share, max_active, max_queued, max_tokens (the tenants.* keys' meaning, for this tenant). HTTP requests send `Authorization: Bearer KEY`, msgpack clients an auth frame first; the tenant names them in logs. Empty: no keys, and listen.http and listen.client must be loopback." },
@@ -918,9 +918,10 @@ static int conf_keys_check(struct conf_ctx *x)
 	return 0;
 }
 
-/* The client fronts (HTTP and msgpack): decode and standalone only;
- * without API keys every local process is a client, so they stay on
- * loopback. */
+/* The client fronts (HTTP and msgpack): decode and standalone; a
+ * prefill node's HTTP listener serves only the probes and /metrics
+ * (daemon/front/README.md). Without API keys every local process is a
+ * client, so they stay on loopback. */
 static int conf_validate_http(struct conf_ctx *x)
 {
 	struct kvd_config *c = x->c;
@@ -945,9 +946,6 @@ static int conf_validate_http(struct conf_ctx *x)
 			return conf_keys_check(x);
 		return 0;
 	}
-	if (c->role == KVD_ROLE_PREFILL)
-		return conf_fail(x, line_of(x, "listen", "http"), "listen.http",
-				 "prefill nodes serve no clients; listen.http is for decode and standalone nodes");
 	if (!is_hostport(c->listen_http))
 		return conf_fail(x, line_of(x, "listen", "http"), "listen.http",
 				 "one IPv4:port, [IPv6]:port or localhost:port");

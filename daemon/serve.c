@@ -126,10 +126,13 @@ static void serve_hb_cb(uv_timer_t *t)
 static void serve_sweep_cb(uv_timer_t *t)
 {
 	struct serve *s = t->data;
+	bool clients = s->d->cfg.role != KVD_ROLE_PREFILL;
 
-	serve__client_sweep(s);
+	if (clients)
+		serve__client_sweep(s);
 	serve__http_sweep(s);
-	serve__gate_sweep(s);
+	if (clients)
+		serve__gate_sweep(s);
 	serve_rl_flush(s);
 }
 
@@ -306,8 +309,9 @@ static void serve_reload(struct serve *s)
 	char why[600];
 	int rc;
 
-	/* a prefill node serves no clients: it never loaded the file */
-	if (!path[0] || s->d->cfg.role == KVD_ROLE_PREFILL) {
+	/* a prefill node has the file only with listen.http (its admin
+	 * keys read /metrics there): the config refuses it otherwise */
+	if (!path[0]) {
 		KVLOG_INFO(s->log, "reload", "signal=HUP api_keys=none log=stderr");
 		return;
 	}
@@ -562,8 +566,9 @@ static int serve_open(struct serve *s)
 	return r;
 }
 
-/* The heartbeat timer, and the sweep timer except on prefill; one that
- * cannot be made is left out (its flag stays false for the stop hook). */
+/* The heartbeat timer, and the sweep timer where clients connect (on
+ * prefill: only its HTTP probe listener); one that cannot be made is left
+ * out (its flag stays false for the stop hook). */
 static void serve_timers(struct serve *s)
 {
 	struct kvd_daemon *d = s->d;
@@ -574,7 +579,7 @@ static void serve_timers(struct serve *s)
 		uv_timer_start(&s->hb_timer, serve_hb_cb, d->cfg.heartbeat_ms,
 			       d->cfg.heartbeat_ms);
 	}
-	if (d->cfg.role != KVD_ROLE_PREFILL &&
+	if ((d->cfg.role != KVD_ROLE_PREFILL || d->cfg.listen_http[0]) &&
 	    uv_timer_init(&d->loop, &s->sweep_timer) == 0) {
 		s->sweep_open = true;
 		s->sweep_timer.data = s;
@@ -583,9 +588,23 @@ static void serve_timers(struct serve *s)
 	}
 }
 
+/* A prefill node's HTTP listener (listen.http): the probes and /metrics
+ * only (http_api.c's routes say which), so it needs the keys file (an
+ * admin key reads /metrics) and the connection bound, but no gate and no
+ * preparation workers. */
+static int serve_probe_start(struct serve *s)
+{
+	int r = serve_client_keys(s);
+
+	if (r)
+		return r;
+	serve__client_limits(s);
+	return serve__http_listen(s);
+}
+
 /* The role's admission and listeners: prefill's peer side, or the client
- * socket, then HTTP when configured and, on decode, the peer side. 0 or
- * the first error. */
+ * socket, then HTTP when configured (on prefill, its probes) and, on
+ * decode, the peer side. 0 or the first error. */
 static int serve_fronts(struct serve *s)
 {
 	const struct kvd_config *c = &s->d->cfg;
@@ -597,8 +616,9 @@ static int serve_fronts(struct serve *s)
 		r = serve__prefill_start(s);
 	else
 		r = serve_client_start(s);
-	if (!r && c->role != KVD_ROLE_PREFILL && c->listen_http[0])
-		r = serve__http_listen(s);
+	if (!r && c->listen_http[0])
+		r = c->role == KVD_ROLE_PREFILL ? serve_probe_start(s)
+						: serve__http_listen(s);
 	if (!r && c->role == KVD_ROLE_DECODE)
 		r = serve__decode_start(s);
 	return r;

@@ -135,6 +135,12 @@ START_TEST(test_values)
 	ck_assert_uint_eq(c.http_max_header_bytes, 1536);
 	ck_assert_int_eq(load(&c, &e, "[kv]\nmemory_bytes = 4GiB\n"), 0);
 	ck_assert_uint_eq(c.memory_bytes, 4ull << 30);
+
+	/* a prefill node may listen for HTTP: its probes and /metrics */
+	ck_assert_int_eq(load(&c, &e, "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n"
+			      "[listen]\npeer = 127.0.0.1:1\nhttp = 127.0.0.1:2\n"), 0);
+	ck_assert_int_eq(c.role, KVD_ROLE_PREFILL);
+	ck_assert_str_eq(c.listen_http, "127.0.0.1:2");
 }
 END_TEST
 
@@ -172,7 +178,8 @@ static const struct bad {
 	{ "step below max_batch", "[kv]\npool_tokens = 64\n[engine]\nmax_batch = 8\nstep_tokens = 4\n", 9, "engine.step_tokens", "below engine.max_batch" },
 	{ "bad octal mode", "[kv]\npool_tokens = 64\n[admin]\nmode = 0999\n", 8, "admin.mode", "octal" },
 	{ "keyless http off loopback", "[kv]\npool_tokens = 64\n[listen]\nhttp = 0.0.0.0:8000\n", 8, "listen.http", "not a loopback address" },
-	{ "http on prefill", "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n[listen]\npeer = 127.0.0.1:1\nhttp = 127.0.0.1:2\n", 11, "listen.http", "prefill nodes serve no clients" },
+	{ "keyless http on prefill off loopback", "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n[listen]\npeer = 127.0.0.1:1\nhttp = 0.0.0.0:2\n", 11, "listen.http", "not a loopback address" },
+	{ "client listener on prefill", "[kv]\npool_tokens = 64\n[node]\nrole = prefill\n[listen]\npeer = 127.0.0.1:1\nclient = 127.0.0.1:2\n", 11, "listen.client", "prefill nodes serve no clients" },
 	{ "http not host:port", "[kv]\npool_tokens = 64\n[listen]\nhttp = unix:/tmp/x\n", 8, "listen.http", "IPv4:port" },
 	{ "api keys without http", "[kv]\npool_tokens = 64\n[http]\napi_keys_file = /nonexistent\n", 8, "http.api_keys_file", "listen.http and listen.client are off" },
 	{ "keyless client off loopback", "[kv]\npool_tokens = 64\n[listen]\nclient = 127.0.0.1:1,0.0.0.0:7600\n", 8, "listen.client", "not loopback" },

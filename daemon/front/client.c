@@ -786,7 +786,7 @@ static void client_accept(uv_stream_t *server, int status)
 #define SERVE_CLIENT_BACKLOG 511
 #define SERVE_FD_RESERVE_ADMIN 66u
 
-static void client_fd_budget(struct serve *s)
+void serve__client_limits(struct serve *s)
 {
 	const struct kvd_config *cfg = &s->d->cfg;
 	uint64_t reserve = SERVE_FD_RESERVE_BASE + SERVE_FD_RESERVE_ADMIN +
@@ -879,7 +879,7 @@ int serve__client_listen(struct serve *s)
 	char list[sizeof(s->d->cfg.listen_client)], *save = NULL, *tok;
 	int rc = 0;
 
-	client_fd_budget(s);
+	serve__client_limits(s);
 	snprintf(list, sizeof(list), "%s", s->d->cfg.listen_client);
 	for (tok = strtok_r(list, ",", &save); tok && !rc;
 	     tok = strtok_r(NULL, ",", &save)) {

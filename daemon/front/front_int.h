@@ -112,6 +112,10 @@ void serve__pending_del(struct serve_pending *p);
 bool serve__pending_evict(struct serve *s);
 
 /* client.c */
+/* listen.max_clients, clamped to the file descriptors left (both fronts'
+ * bound; serve__client_listen sets it, a prefill node's probe listener
+ * too). */
+void serve__client_limits(struct serve *s);
 int serve__client_listen(struct serve *s);
 void serve__client_close_all(struct serve *s);
 /* Periodic (SERVE_SWEEP_MS, daemon/node/serve_int.h): close client connections past a timeout or

@@ -1372,11 +1372,15 @@ static void api_public_id(char *out, size_t size, const char *prefix)
 /* ---- endpoints ------------------------------------------------------------------- */
 
 /* Why the node takes no new work now, NULL when it does: the one
- * readiness decision (/health, /readyz). Not ready while it starts,
- * drains (kvctl drain: at once, while what it holds is still served) or
- * stops, when the capacity check failed under capacity_policy=refuse,
- * and on decode while no authenticated prefill link is up (a local
- * engine - prefill, standalone - needs none). */
+ * readiness decision (/health, /readyz), on every role. Not ready while
+ * it starts, drains (kvctl drain: at once, while what it holds is still
+ * served) or stops, when the capacity check failed under
+ * capacity_policy=refuse, while a fingerprint taken from the cache is
+ * still being hashed in full (daemon/node/fpcheck.h: the node serves
+ * meanwhile, but a load balancer or a rolling restart should not count
+ * on a model identity not yet proved), and on decode while no
+ * authenticated prefill link is up (a local engine - prefill,
+ * standalone - needs none). */
 static const char *api_unready(const struct serve *s)
 {
 	const struct kvd_daemon *d = s->d;
@@ -1391,6 +1395,8 @@ static const char *api_unready(const struct serve *s)
 		return "starting";
 	if (!d->cap.ok && d->cfg.capacity_policy == KVD_CAP_REFUSE)
 		return "capacity";
+	if (d->fpcheck)
+		return "verifying: the model's cached fingerprint is being hashed in full";
 	if (d->cfg.role != KVD_ROLE_DECODE)
 		return NULL;
 	kvd_list_for_each(e, &s->links) {
@@ -2027,51 +2033,59 @@ static void api_page(struct http_conn *hc, const struct http_msg *m)
 
 /* The routes. A path ending in '/' with `prefix` matches that path
  * followed by one non-empty segment (GET /v1/models/{id}); the handler
- * reads the segment itself. Add a route with one line here. */
+ * reads the segment itself. `prefill`: a prefill node serves it too - it
+ * serves no clients, so only the probes and /metrics; there every other
+ * path is unknown (404). Add a route with one line here. */
 static const struct api_route {
 	const char *path;
 	enum http_wire_method method;
 	http_handler_fn fn;
 	bool keyless;                    /* served without a key (probes) */
 	bool prefix;                     /* path + one segment */
+	bool prefill;                    /* served on a prefill node too */
 } routes[] = {
-	{ "/v1/completions", HTTP_WIRE_POST, api_completions, false, false },
-	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat, false, false },
-	{ "/v1/responses", HTTP_WIRE_POST, api_responses, false, false },
-	{ "/v1/models", HTTP_WIRE_GET, api_models, false, false },
-	{ "/v1/models/", HTTP_WIRE_GET, api_model_get, false, true },
-	{ "/tokenize", HTTP_WIRE_POST, http__tokenize, false, false },
-	{ "/detokenize", HTTP_WIRE_POST, http__detokenize, false, false },
-	{ "/health", HTTP_WIRE_GET, api_health, true, false },
-	{ "/livez", HTTP_WIRE_GET, api_livez, true, false },
-	{ "/readyz", HTTP_WIRE_GET, api_readyz, true, false },
-	{ "/metrics", HTTP_WIRE_GET, api_metrics, false, false },
-	{ "/", HTTP_WIRE_GET, api_page, true, false },          /* the chat page */
-	{ "/chat.js", HTTP_WIRE_GET, api_page, true, false },
-	{ "/chat.css", HTTP_WIRE_GET, api_page, true, false },
+	{ "/v1/completions", HTTP_WIRE_POST, api_completions, false, false, false },
+	{ "/v1/chat/completions", HTTP_WIRE_POST, api_chat, false, false, false },
+	{ "/v1/responses", HTTP_WIRE_POST, api_responses, false, false, false },
+	{ "/v1/models", HTTP_WIRE_GET, api_models, false, false, false },
+	{ "/v1/models/", HTTP_WIRE_GET, api_model_get, false, true, false },
+	{ "/tokenize", HTTP_WIRE_POST, http__tokenize, false, false, false },
+	{ "/detokenize", HTTP_WIRE_POST, http__detokenize, false, false, false },
+	{ "/health", HTTP_WIRE_GET, api_health, true, false, true },
+	{ "/livez", HTTP_WIRE_GET, api_livez, true, false, true },
+	{ "/readyz", HTTP_WIRE_GET, api_readyz, true, false, true },
+	{ "/metrics", HTTP_WIRE_GET, api_metrics, false, false, true },
+	{ "/", HTTP_WIRE_GET, api_page, true, false, false },   /* the chat page */
+	{ "/chat.js", HTTP_WIRE_GET, api_page, true, false, false },
+	{ "/chat.css", HTTP_WIRE_GET, api_page, true, false, false },
 };
 
-/* Whether routes[i] serves the path p[0, plen) (the query cut off). */
-static bool api_route_path(const struct api_route *rt, const char *p, size_t plen)
+/* Whether rt serves the path p[0, plen) (the query cut off) on a node of
+ * role `role`. */
+static bool api_route_path(const struct api_route *rt, enum kvd_role role,
+			   const char *p, size_t plen)
 {
 	size_t rl = strlen(rt->path);
 
+	if (role == KVD_ROLE_PREFILL && !rt->prefill)
+		return false;
 	if (!rt->prefix)
 		return rl == plen && !strncmp(rt->path, p, plen);
 	return plen > rl && !strncmp(rt->path, p, rl) &&
 	       !memchr(p + rl, '/', plen - rl);
 }
 
-/* The route of (method, path); NULL when none, *path_known when the
- * path exists for another method. */
-static const struct api_route *api_route(const struct http_msg *m,
+/* The route of (method, path) on hc's node; NULL when none, *path_known
+ * when the path exists for another method. */
+static const struct api_route *api_route(const struct http_conn *hc,
+					 const struct http_msg *m,
 					 bool *path_known)
 {
 	size_t plen = strcspn(m->path, "?");
 
 	*path_known = false;
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(routes); i++) {
-		if (!api_route_path(&routes[i], m->path, plen))
+		if (!api_route_path(&routes[i], hc->s->d->cfg.role, m->path, plen))
 			continue;
 		*path_known = true;
 		if (routes[i].method == m->method)
@@ -2088,7 +2102,7 @@ static void api_options(struct http_conn *hc, const struct http_msg *m)
 	char methods[64] = "";
 
 	for (size_t i = 0; i < KVD_ARRAY_SIZE(routes); i++) {
-		if (!api_route_path(&routes[i], m->path, plen))
+		if (!api_route_path(&routes[i], hc->s->d->cfg.role, m->path, plen))
 			continue;
 		snprintf(methods + strlen(methods), sizeof(methods) - strlen(methods),
 			 "%s%s", methods[0] ? ", " : "",
@@ -2106,7 +2120,7 @@ static void api_options(struct http_conn *hc, const struct http_msg *m)
 static bool api_head(struct http_conn *hc, const struct http_msg *m)
 {
 	bool path_known;
-	const struct api_route *rt = api_route(m, &path_known);
+	const struct api_route *rt = api_route(hc, m, &path_known);
 
 	if (!rt || rt->keyless || http__key_info(hc->hs, m))
 		return true;
@@ -2124,7 +2138,7 @@ static bool api_head_auth(const struct http_conn *hc, const struct http_msg *m)
 static void api_handle(struct http_conn *hc, const struct http_msg *m)
 {
 	bool path_known;
-	const struct api_route *rt = api_route(m, &path_known);
+	const struct api_route *rt = api_route(hc, m, &path_known);
 
 	if (rt) {
 		rt->fn(hc, m);
@@ -2137,6 +2151,8 @@ static void api_handle(struct http_conn *hc, const struct http_msg *m)
 			  "method not allowed on this path", "-");
 	else
 		http__error(hc, 404, "invalid_request_error", NULL, NULL,
+			  hc->s->d->cfg.role == KVD_ROLE_PREFILL ?
+			  "no such endpoint: a prefill node serves only /livez, /readyz, /health and /metrics" :
 			  "no such endpoint", "-");
 }
 
