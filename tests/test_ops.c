@@ -374,6 +374,47 @@ START_TEST(test_registry_by_id)
 }
 END_TEST
 
+/* Request ids are unique across nodes (request.c): each registry starts
+ * at its own random point, in range (bit 63 clear, exact in JSON), and
+ * counts up from it. Two registries stand for two nodes. */
+START_TEST(test_ids_across_nodes)
+{
+	struct kvd_daemon d2 = { 0 };
+	struct kvd_reqtab t2, *t = kvd_daemon_requests(&d);
+	struct reg_req a[2] = { 0 }, b = { 0 };
+	uint64_t firsts[64];
+
+	kvd_reqtab_init(&t2, &d2);
+	ck_assert_uint_ge(t->next_id, KVD_REQ_ID_MIN);
+	ck_assert_uint_lt(t->next_id, KVD_REQ_ID_MAX);
+	ck_assert_uint_ge(t2.next_id, KVD_REQ_ID_MIN);
+	ck_assert_uint_lt(t2.next_id, KVD_REQ_ID_MAX);
+	kvd_request_register(t, &a[0].req, &reg_ops);
+	kvd_request_register(t, &a[1].req, &reg_ops);
+	kvd_request_register(&t2, &b.req, &reg_ops);
+	ck_assert_uint_eq(a[1].req.id, a[0].req.id + 1);
+	/* the first request of each node: not 1, not the same */
+	ck_assert_uint_ne(a[0].req.id, 1);
+	ck_assert_uint_ne(b.req.id, 1);
+	ck_assert_uint_ne(a[0].req.id, b.req.id);
+	ck_assert_uint_ne(a[1].req.id, b.req.id);
+	ck_assert_uint_eq(a[0].req.id >> 63, 0);
+	ck_assert_uint_lt(b.req.id, 1ull << 53);
+	kvd_request_end(t, &a[0].req, true);
+	kvd_request_end(t, &a[1].req, true);
+	kvd_request_end(&t2, &b.req, true);
+	kvd_reqtab_deinit(&t2);
+	/* 64 starts, all different (equal ones: about 64^2 / 2^54) */
+	for (int i = 0; i < 64; i++) {
+		firsts[i] = kvd_reqtab_first_id();
+		ck_assert_uint_ge(firsts[i], KVD_REQ_ID_MIN);
+		ck_assert_uint_lt(firsts[i], KVD_REQ_ID_MAX);
+		for (int j = 0; j < i; j++)
+			ck_assert_uint_ne(firsts[i], firsts[j]);
+	}
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
 	Suite *s = suite_create("ops");
@@ -386,6 +427,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, test_full_and_status);
 	tcase_add_test(tc, test_gate_counts_nothing);
 	tcase_add_test(tc, test_registry_by_id);
+	tcase_add_test(tc, test_ids_across_nodes);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -9,16 +9,51 @@
  * chains. The registry is the single place where admission and
  * termination are counted, so `status` and drain agree with the owners
  * by construction.
+ *
+ * Ids are unique across a fleet, not only within a node: the logs of
+ * many nodes are read together (kvctl audit, journald), and one grep for
+ * a request must find it on both sides of a transfer (decode's id
+ * travels in prefill_request; prefill logs it as remote_id). So a
+ * registry does not count from 1 - every node would log the same ids -
+ * but from a random point of [KVD_REQ_ID_MIN, KVD_REQ_ID_MAX) drawn at
+ * start, one up per request: never reused within a boot (a late peer
+ * message for an ended request finds nothing), never 0, bit 63 clear (the
+ * prefix cache's entries own pages as PCACHE_ID_BIT | n) and, for the
+ * first 2^32 requests of a boot, below 2^53, so JSON readers that hold
+ * numbers as doubles (jq 1.6, JavaScript) keep them exact. Two nodes'
+ * ids meet only when their starts fall within the requests one of them
+ * serves of each other's: about 2N / 2^53 for N requests a boot.
+ *
+ * The ids are not secrets and need not be: no tenant sees one (an HTTP
+ * client gets its own 128 random bits, a msgpack client names its
+ * requests itself), and the only way to act on one is the admin socket
+ * (`kvctl abort`, root or the node's user). The random start also keeps
+ * a node's request count out of its logs and its peers' view.
  */
 #include "daemon/node/request.h"
 #include "daemon/node/daemon.h"
 #include "conf/util.h"
 
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+uint64_t kvd_reqtab_first_id(void)
+{
+	uint64_t rnd;
+
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd)) {
+		/* no entropy yet (early boot) or no getrandom: still
+		 * distinct between nodes and restarts, if not unpredictable */
+		rnd = kvd_now_ns() ^ ((uint64_t)getpid() << 40);
+		rnd *= 0x9e3779b97f4a7c15ull;
+	}
+	return KVD_REQ_ID_MIN + rnd % (KVD_REQ_ID_MAX - KVD_REQ_ID_MIN);
+}
 
 void kvd_reqtab_init(struct kvd_reqtab *t, struct kvd_daemon *d)
 {
-	*t = (struct kvd_reqtab){ .d = d, .next_id = 1 };
+	*t = (struct kvd_reqtab){ .d = d, .next_id = kvd_reqtab_first_id() };
 	kvd_list_init(&t->all);
 	kvd_idmap_init(&t->byid);
 }

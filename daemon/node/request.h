@@ -28,6 +28,12 @@
 struct kvd_daemon;
 struct kvd_request;
 
+/* The range a registry's first id is drawn from (request.c: unique
+ * across nodes, exact in JSON for the first 2^32 requests of a boot,
+ * bit 63 clear). */
+#define KVD_REQ_ID_MIN (1ull << 32)
+#define KVD_REQ_ID_MAX ((1ull << 53) - (1ull << 32))
+
 /* A public request id's bytes, NUL included ("chatcmpl-" + 32 hex). */
 #define KVD_PUBLIC_ID_MAX 48
 
@@ -45,7 +51,8 @@ struct kvd_request_ops {
 };
 
 struct kvd_request {
-	uint64_t id;                 /* registry-assigned, never reused */
+	uint64_t id;                 /* registry-assigned, never reused
+				      * (a random start: request.c) */
 	const struct kvd_request_ops *ops;
 	uint32_t tokens;             /* positions reserved */
 	uint32_t pages;              /* pages reserved */
@@ -72,8 +79,11 @@ struct kvd_reqtab {
 	void (*on_end)(struct kvd_daemon *d);
 };
 
-/* t must not move after it (it points into itself). */
+/* t must not move after it (it points into itself). Its ids start at
+ * kvd_reqtab_first_id(). */
 void kvd_reqtab_init(struct kvd_reqtab *t, struct kvd_daemon *d);
+/* A random first id in [KVD_REQ_ID_MIN, KVD_REQ_ID_MAX). */
+uint64_t kvd_reqtab_first_id(void);
 /* Free the lookup table's memory; the requests are their owners'. */
 void kvd_reqtab_deinit(struct kvd_reqtab *t);
 

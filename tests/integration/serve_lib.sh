@@ -264,6 +264,16 @@ last_sent_id() {
 	log_since "$T/$1.log" "$2" | grep -o 'event=prefill_sent id=[0-9]*' | tail -1 | sed 's/.*id=//' || true
 }
 
+# rid NAME [N]: the id of the N-th (default 1st) request node NAME
+# registered. Ids count up from a random start on each node
+# (daemon/node/request.c), never from 1; its first req_state line
+# (log.level=debug) gives the start. Empty before its first request.
+rid() {
+	local f
+	f=$(grep -o -m1 'event=req_state id=[0-9]*' "$T/$1.log" | sed 's/.*id=//' || true)
+	[ -z "$f" ] || echo $((f + ${2:-1} - 1))
+}
+
 # same_ids A B: two JSON outputs carry the same non-empty output_ids.
 same_ids() {
 	local a b

@@ -72,7 +72,7 @@ run_case() { # run_case TAG DECODE_DEVICE PREFILL_FAULT [decode keys...]
 	OUT=$out
 	check "$tag: the client gets a typed error and no token ($out)" no_token "$out"
 	check "$tag: decode's pages stay fenced until the QP is drained" \
-		wait_for 10 fence_until_drained "d$tag" 1
+		wait_for 10 fence_until_drained "d$tag" "$(rid "d$tag")"
 	check "$tag: zero pages held on decode" settle "d$tag"
 	check "$tag: zero pages held on prefill" settle "p$tag"
 	check "$tag: decode reconnects" wait_for 20 eval \
@@ -93,12 +93,12 @@ if [ -z "${KVD_TEST_VERBS_DEVICE:-}" ]; then
 		"transfer.prefill_timeout_ms=600" "transfer.transfer_timeout_ms=600"
 	check "late: TIMEOUT reaches the client" test "$(echo "$OUT" | json_get error)" = TIMEOUT
 	check "late: decode revoked the scope and aborted at the timeout" \
-		grep -q "event=transfer_abort id=1 .*code=TIMEOUT" "$T/dlate.log"
+		grep -q "event=transfer_abort id=$(rid dlate) .*code=TIMEOUT" "$T/dlate.log"
 	check "late: the late write was refused by decode's NIC and landed nowhere" \
 		grep -q "event=verbs_closed side=receiver writes_applied=0 writes_refused=1" "$T/dlate.log"
 	check "late: prefill saw the remote access error" \
 		grep -q "event=verbs_completion_error .*status=remote_access_error" "$T/plate.log"
-	ms=$(grep -o "event=abort_done id=1 .*fenced_ms=[0-9]*" "$T/dlate.log" | grep -o "[0-9]*$" || echo 0)
+	ms=$(grep -o "event=abort_done id=$(rid dlate) .*fenced_ms=[0-9]*" "$T/dlate.log" | grep -o "[0-9]*$" || echo 0)
 	check "late: the pages stayed fenced until the late write was refused (${ms} ms >= 700)" \
 		test "${ms:-0}" -ge 700
 else
@@ -120,10 +120,10 @@ check "ack: decode paired over verbs" wait_up dack
 out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
 check "ack: TIMEOUT reaches the client ($out)" test "$(echo "$out" | json_get error)" = TIMEOUT
 check "ack: the abort_ack came before the batch's completion was handled" \
-	wait_log "$T/dack.log" "event=abort_acked id=1 .*batches_posted=1 batches_received=0 batches_landed=0" 5
+	wait_log "$T/dack.log" "event=abort_acked id=$(rid dack) .*batches_posted=1 batches_received=0 batches_landed=0" 5
 check "ack: the fence waited for the posted batch to complete" \
-	wait_log "$T/dack.log" "event=abort_fence_done id=1 .*batches_posted=1 batches_landed=1" 5
-ms=$(grep -o "event=abort_done id=1 .*fenced_ms=[0-9]*" "$T/dack.log" | grep -o "[0-9]*$" || echo 0)
+	wait_log "$T/dack.log" "event=abort_fence_done id=$(rid dack) .*batches_posted=1 batches_landed=1" 5
+ms=$(grep -o "event=abort_done id=$(rid dack) .*fenced_ms=[0-9]*" "$T/dack.log" | grep -o "[0-9]*$" || echo 0)
 check "ack: pages fenced past the ack until the completion (${ms} ms >= 150)" test "${ms:-0}" -ge 150
 check "ack: zero pages held on both nodes" settle dack pack
 check "ack: the link stayed up (nothing was refused)" \
@@ -142,7 +142,7 @@ check "mac: decode paired over verbs" wait_up dmac
 out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
 check "mac: INTEGRITY reaches the client ($out)" test "$(echo "$out" | json_get error)" = INTEGRITY
 check "mac: decode logged the failed MAC" \
-	grep -q "event=batch_checksum .*claimed_id=1 seq=0 error=auth_failed" "$T/dmac.log"
+	grep -q "event=batch_checksum .*claimed_id=$(rid dmac) seq=0 error=auth_failed" "$T/dmac.log"
 check "mac: zero pages held on both nodes" settle dmac pmac
 check "mac: one integrity failure counted" test "$(status_get dmac counters.integrity_failures)" = 1
 check "mac: decode reconnects" wait_for 20 eval \
@@ -156,7 +156,7 @@ fi
 # --- a QP error mid-batch ----------------------------------------------------
 run_case qperr "$(verbs_device)" "verbs_qp_error:1"
 check "qperr: prefill moved its QP to error after the first write" \
-	grep -q "event=fault point=verbs_qp_error request=1 seq=0 posted=1" "$T/pqperr.log"
+	grep -q "event=fault point=verbs_qp_error request=$(rid dqperr) seq=0 posted=1" "$T/pqperr.log"
 
 if [ "${KVD_TEST_VERBS_SCOPE:-auto}" != mr ]; then
 # --- a completion error -------------------------------------------------------
@@ -177,11 +177,11 @@ if [ "$SCOPE" = memory_windows ] && [ -z "${KVD_TEST_VERBS_DEVICE:-}" ]; then
 		eval 'no_token "$out" && [ "$(echo "$out" | json_get error)" = INTERNAL ] &&
 		      echo "$out" | grep -q "memory window bind failed"'
 	check "bind: decode logged the failed bind" \
-		grep -q "event=verbs_scope_failed id=1 op=bind" "$T/dbind.log"
+		grep -q "event=verbs_scope_failed id=$(rid dbind) op=bind" "$T/dbind.log"
 	check "bind: no verbs_scope went to prefill for it" \
-		eval '! grep -q "event=verbs_scope_live id=1 " "$T/dbind.log"'
+		eval '! grep -q "event=verbs_scope_live id=$(rid dbind) " "$T/dbind.log"'
 	check "bind: prefill wrote nothing of it" \
-		eval '! grep -q "event=prefill_done id=1 " "$T/pbind.log"'
+		eval '! grep -q "event=prefill_done " "$T/pbind.log"'
 	check "bind: zero pages held on both nodes" settle dbind pbind
 	check "bind: decode reconnects" wait_for 20 eval \
 		"[ \$(grep -c 'event=peer_up' '$T/dbind.log') -ge 2 ]"
@@ -193,7 +193,7 @@ fi
 # --- a write beside the scope: a page of decode's pool the request was not given
 run_case beside "$(verbs_device)" "verbs_write_beside:1"
 check "beside: prefill wrote its first page beside the granted run" \
-	grep -q "event=fault point=verbs_write_beside request=1 " "$T/pbeside.log"
+	grep -q "event=fault point=verbs_write_beside request=$(rid dbeside) " "$T/pbeside.log"
 check "beside: decode's NIC refused it, nothing of the link landed" \
 	eval 'grep "event=verbs_closed side=receiver .*writes_refused=1 " "$T/dbeside.log" | grep -q "writes_applied=0 "'
 check "beside: prefill's queue pair failed on it" \
@@ -226,7 +226,7 @@ check "grow: zero pages held on both nodes" settle dgrow pgrow
 [ -n "${KVD_TEST_VERBS_DEVICE:-}" ] || : > "$T/rdma/hold"
 gen "$C_PORT" --prompt "$PROMPT" --max-tokens 12 --temperature 0 > "$T/shrunk.out" 2>&1 &
 GEN=$!
-check "shrunk: request 2 holds pages" wait_log "$T/dgrow.log" "event=prefill_sent id=2 " 20
+check "shrunk: request 2 holds pages" wait_log "$T/dgrow.log" "event=prefill_sent id=$(rid dgrow 2) " 20
 check "shrunk: the pool shrinks back under the request" \
 	quiet "$KVCTL" --socket "$T/dgrow.sock" pool resize --tokens 4096
 wait "$GEN" || true
@@ -237,9 +237,9 @@ check "shrunk: request 2 is served, equal to kvd generate" \
 	eval 'same_ids "$a" "$b" && same_text "$a" "$b"'
 # the shrink came between request 2's admission and its transfer's end
 line_of() { grep -n "$1" "$T/dgrow.log" | head -1 | cut -d: -f1; }
-l_sent=$(line_of "event=prefill_sent id=2 ")
+l_sent=$(line_of "event=prefill_sent id=$(rid dgrow 2) ")
 l_shrink=$(line_of "event=kv_pool_resized pages_before=512 pages_after=256")
-l_done=$(line_of "event=transfer_done id=2 ")
+l_done=$(line_of "event=transfer_done id=$(rid dgrow 2) ")
 [ -n "${KVD_TEST_VERBS_DEVICE:-}" ] ||   # (no slow fabric on a real device)
 check "shrunk: the shrink came while request 2 held its pages" \
 	eval '[ -n "$l_sent" ] && [ -n "$l_shrink" ] && [ -n "$l_done" ] && [ "$l_sent" -lt "$l_shrink" ] && [ "$l_shrink" -lt "$l_done" ]'
@@ -261,7 +261,7 @@ if [ -z "${KVD_TEST_VERBS_DEVICE:-}" ]; then
 		local q pages free
 		check "noflush: decode gave up on the flush after the bound" \
 			grep -q "event=verbs_flush_timeout side=receiver .*timeout_ms=300" "$T/dnoflush.log"
-		q=$(grep -o "event=pages_quarantined id=1 .*pages=[0-9]*" "$T/dnoflush.log" |
+		q=$(grep -o "event=pages_quarantined id=$(rid dnoflush) .*pages=[0-9]*" "$T/dnoflush.log" |
 			grep -o "pages=[0-9]*" | head -1 | cut -d= -f2)
 		check "noflush: request 1's prefix quarantined (${q:-none} pages)" test "${q:-0}" -ge 1
 		check "noflush: the pool counts them quarantined" \

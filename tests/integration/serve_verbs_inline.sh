@@ -78,7 +78,7 @@ run_case auto1 "" 128 inline "$SMALL"
 run_case small ",max_inline=100" 64 staged "$SMALL"
 run_case big "" 256 staged
 check "big: the batch carried 13 pages (a 392-byte header)" \
-	grep -q "event=prefill_done id=1 .*batches=1\b" "$T/pbig.log"
+	grep -q "event=prefill_done id=$(rid pbig) .*batches=1\b" "$T/pbig.log"
 
 # --- a number the device cannot grant refuses the node -----------------------
 next_port

@@ -33,15 +33,15 @@ for scope in mw mr; do
 	check "$tag: decode paired over verbs" wait_up "d$tag"
 	out=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
 	check "$tag: prefill wrote NaN after the batch completed" \
-		grep -q "event=fault point=verbs_late_write request=1 " "$T/p$tag.log"
+		grep -q "event=fault point=verbs_late_write request=$(rid "d$tag") " "$T/p$tag.log"
 	check "$tag: the client gets a typed error and no token ($out)" no_token "$out"
 	check "$tag: the error is INTEGRITY" test "$(echo "$out" | json_get error)" = INTEGRITY
 	check "$tag: decode's final check ran after the revocation completed" \
-		grep -q "event=transfer_sealed id=1 " "$T/d$tag.log"
+		grep -q "event=transfer_sealed id=$(rid "d$tag") " "$T/d$tag.log"
 	check "$tag: decode named the poisoned page" \
-		grep -q "event=transfer_check_failed id=1 .*check=finite" "$T/d$tag.log"
+		grep -q "event=transfer_check_failed id=$(rid "d$tag") .*check=finite" "$T/d$tag.log"
 	check "$tag: the prefix pages are quarantined, not released" \
-		grep -q "event=pages_quarantined id=1 " "$T/d$tag.log"
+		grep -q "event=pages_quarantined id=$(rid "d$tag") " "$T/d$tag.log"
 	check "$tag: one integrity failure counted" \
 		test "$(status_get "d$tag" counters.integrity_failures)" = 1
 	check "$tag: zero pages held on both nodes" settle "d$tag" "p$tag"

@@ -60,7 +60,7 @@ lie() {
 	OUT=$(gen "$C_PORT" --prompt "$PROMPT" --max-tokens 8 --temperature 0 || true)
 	check "$tag: the client gets a typed error and no token ($OUT)" no_token "$OUT"
 	check "$tag: decode's pages stay fenced until the QP is drained" \
-		wait_for 10 fence_until_drained "d$tag" 1
+		wait_for 10 fence_until_drained "d$tag" "$(rid "d$tag")"
 	check "$tag: zero pages held on decode" settle "d$tag"
 	check "$tag: zero pages held on prefill" settle "p$tag"
 	check "$tag: decode reconnects" wait_for 20 eval \
@@ -124,14 +124,14 @@ lie abort lie_abort_batches:1 verbs_slow_completion:1 -- \
 	"transfer.release_timeout_ms=1500"
 check "abort: TIMEOUT reaches the client" test "$(echo "$OUT" | json_get error)" = TIMEOUT
 check "abort: decode read the inflated count" \
-	grep -q "event=abort_acked id=1 .*batches_posted=1001" "$T/dabort.log"
+	grep -q "event=abort_acked id=$(rid dabort) .*batches_posted=1001" "$T/dabort.log"
 check "abort: the one batch posted completed" \
-	wait_log "$T/dabort.log" "event=batch_discarded id=1 " 5
+	wait_log "$T/dabort.log" "event=batch_discarded id=$(rid dabort) " 5
 check "abort: no unfence on the lie (no abort_fence_done)" \
-	eval "! grep -q 'event=abort_fence_done id=1 ' '$T/dabort.log'"
+	eval "! grep -q 'event=abort_fence_done id=$(rid dabort) ' '$T/dabort.log'"
 check "abort: release_timeout_ms tore the link down" \
-	grep -q "event=abort_ack_timeout id=1 " "$T/dabort.log"
-ms=$(fenced_ms dabort 1)
+	grep -q "event=abort_ack_timeout id=$(rid dabort) " "$T/dabort.log"
+ms=$(fenced_ms dabort "$(rid dabort)")
 check "abort: fenced until the release timeout (${ms} ms >= 1400)" test "${ms:-0}" -ge 1400
 lie_end abort
 
@@ -142,10 +142,10 @@ check "done: TIMEOUT reaches the client" test "$(echo "$OUT" | json_get error)" 
 check "done: prefill claimed 3 batches more than it posted" \
 	grep -q "event=fault point=lie_done_batches " "$T/pdone.log"
 check "done: decode gave up at transfer_timeout_ms" \
-	grep -q "event=transfer_abort id=1 .*code=TIMEOUT" "$T/ddone.log"
+	grep -q "event=transfer_abort id=$(rid ddone) .*code=TIMEOUT" "$T/ddone.log"
 check "done: release_timeout_ms tore the link down" \
-	grep -q "event=abort_ack_timeout id=1 " "$T/ddone.log"
-ms=$(fenced_ms ddone 1)
+	grep -q "event=abort_ack_timeout id=$(rid ddone) " "$T/ddone.log"
+ms=$(fenced_ms ddone "$(rid ddone)")
 check "done: fenced until the release timeout (${ms} ms >= 1400)" test "${ms:-0}" -ge 1400
 lie_end done
 
