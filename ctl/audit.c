@@ -17,6 +17,12 @@
  * second `event=` or `pool_tokens=` can only be an outside string that
  * escaped its quotes (an older kvd, or another program writing to the
  * same journal), and neither copy can be trusted.
+ *
+ * Many nodes at once: files of several nodes, or one journal stream that
+ * interleaves them, are told apart by the node= every kvd line carries.
+ * Besides the capacity lines each node's request end lines are counted
+ * (audit_counts), so the report says, per node, what it served and what
+ * failed; a node known only from such lines is listed but not judged.
  */
 #include "ctl/audit.h"
 #include "conf/util.h"
@@ -41,8 +47,23 @@ struct audit_rec {
 
 struct audit_node {
 	char name[128];
-	struct audit_rec *latest;
+	struct audit_rec *latest;         /* NULL: no kv_capacity line yet */
 	struct audit_rec *prev;
+	uint64_t done, failed;            /* its request end lines */
+};
+
+/* The request end lines counted per node: one line per request that
+ * ended answered or failed on that node (a client that left logs
+ * client_gone instead; client-caused refusals past the log rate limit
+ * are only summed in log_suppressed). */
+static const struct audit_count {
+	const char *event;
+	bool failed;
+} audit_counts[] = {
+	{ "request_done", false },        /* decode, standalone */
+	{ "request_failed", true },
+	{ "prefill_served", false },      /* prefill: decode released it */
+	{ "prefill_aborted", true },
 };
 
 /* The judgement of one node's latest line. */
@@ -232,12 +253,40 @@ static bool rec_complete(const struct audit_rec *r)
 	       !parse_double(rec_get(r, "margin"), &m);
 }
 
+/* A request end line (audit_counts) of the node it names: counted.
+ * False when event is not one. 0 or -ENOMEM in *rc. */
+static bool audit_count_line(struct audit *a, const struct audit_rec *r,
+			     const char *event, int *rc)
+{
+	const char *name = rec_get(r, "node");
+	struct audit_node *node;
+
+	*rc = 0;
+	for (size_t i = 0; i < KVD_ARRAY_SIZE(audit_counts); i++) {
+		if (strcmp(event, audit_counts[i].event))
+			continue;
+		if (!name)
+			return true;          /* no node to count it for */
+		node = audit_node_get(a, name);
+		if (!node) {
+			*rc = -ENOMEM;
+			return true;
+		}
+		if (audit_counts[i].failed)
+			node->failed++;
+		else
+			node->done++;
+		return true;
+	}
+	return false;
+}
+
 int audit_feed_line(struct audit *a, const char *line, size_t len)
 {
 	struct audit_rec *r;
 	struct audit_node *node;
 	const char *event;
-	int n;
+	int n, rc;
 
 	a->sum.lines++;
 	while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
@@ -262,8 +311,9 @@ int audit_feed_line(struct audit *a, const char *line, size_t len)
 	}
 	a->sum.kvd_lines++;
 	if (strcmp(event, "kv_capacity")) {
+		(void)audit_count_line(a, r, event, &rc);
 		free(r);
-		return 0;
+		return rc;
 	}
 	if (!rec_complete(r)) {
 		a->sum.incomplete++;
@@ -355,7 +405,8 @@ static void audit_judge(struct audit *a, int *model_a, int *model_b,
 	int ref_m = -1, ref_d = -1;
 
 	a->sum.nodes = a->n_nodes;
-	a->sum.insufficient = 0;
+	a->sum.unjudged = a->sum.insufficient = 0;
+	a->sum.done = a->sum.failed = 0;
 	a->sum.model_mismatch = a->sum.dtype_mismatch = false;
 	*model_a = *model_b = *dtype_a = *dtype_b = -1;
 	for (uint32_t i = 0; i < a->n_nodes; i++) {
@@ -363,6 +414,12 @@ static void audit_judge(struct audit *a, int *model_a, int *model_b,
 		struct audit_eval e;
 		const char *m, *d;
 
+		a->sum.done += a->nodes[i].done;
+		a->sum.failed += a->nodes[i].failed;
+		if (!r) {
+			a->sum.unjudged++;
+			continue;
+		}
 		audit_eval(r, &e);
 		if (!e.ok)
 			a->sum.insufficient++;
@@ -462,51 +519,74 @@ static const char *or_q(const char *s)
 	return s ? s : "?";
 }
 
+/* One node's row of the table: its latest capacity line's figures and
+ * what changed, its request counts; a node without a capacity line
+ * shows only its counts. */
+static void audit_row(const struct audit_node *n, FILE *out)
+{
+	struct audit_eval e;
+	char model[16], changes[1024];
+	bool any;
+
+	if (!n->latest) {
+		fprintf(out, "%-16s %-10s %12s %10s %6s %12s %-13s %-14s %-6s %8" PRIu64
+			" %8" PRIu64 " %s\n", n->name, "?", "-", "-", "-", "-",
+			"UNJUDGED", "-", "-", n->done, n->failed,
+			"no kv_capacity line");
+		return;
+	}
+	audit_eval(n->latest, &e);
+	audit_changes(n, changes, sizeof(changes), &any);
+	snprintf(model, sizeof(model), "%.12s",
+		 or_q(rec_get(n->latest, "model_sha256")));
+	fprintf(out, "%-16s %-10s %12" PRIu64 " %10" PRIu64 " %6g %12" PRIu64
+		" %-13s %-14s %-6s %8" PRIu64 " %8" PRIu64 " %s (%s)\n", n->name,
+		or_q(rec_get(n->latest, "role")), e.pool, e.served,
+		e.margin, e.required,
+		e.ok ? (e.clamped ? "ok-clamped" : "ok") : "INSUFFICIENT",
+		model, or_q(rec_get(n->latest, "kv_dtype")), n->done, n->failed,
+		changes, or_q(rec_get(n->latest, "reason")));
+}
+
+/* One node's findings: FAIL (its pool), WARN (a verdict its figures
+ * contradict, or no capacity line to judge), NOTE (clamped). */
+static void audit_findings(const struct audit_node *n, FILE *out)
+{
+	struct audit_eval e;
+
+	if (!n->latest) {
+		fprintf(out, "WARN %s: no event=kv_capacity line, its pool is not"
+			" judged (%" PRIu64 " done, %" PRIu64 " failed)\n",
+			n->name, n->done, n->failed);
+		return;
+	}
+	audit_eval(n->latest, &e);
+	if (!e.ok)
+		fprintf(out, "FAIL %s: pool of %" PRIu64 " tokens cannot hold"
+			" context %" PRIu64 " x margin %g = %" PRIu64
+			" tokens (line %" PRIu64 ")\n", n->name, e.pool,
+			e.served, e.margin, e.required, n->latest->lineno);
+	if (e.log_disagrees)
+		fprintf(out, "WARN %s: the line's verdict=%s disagrees with"
+			" its own figures\n", n->name,
+			or_q(rec_get(n->latest, "verdict")));
+	if (e.clamped)
+		fprintf(out, "NOTE %s: context clamped from %" PRIu64
+			" to %" PRIu64 "\n", n->name, e.context, e.served);
+}
+
 int audit_report(struct audit *a, FILE *out)
 {
 	int ma, mb, da, db;
-	char changes[1024];
 
 	audit_judge(a, &ma, &mb, &da, &db);
-	fprintf(out, "%-16s %-10s %12s %10s %6s %12s %-13s %-14s %-6s %s\n",
+	fprintf(out, "%-16s %-10s %12s %10s %6s %12s %-13s %-14s %-6s %8s %8s %s\n",
 		"NODE", "ROLE", "POOL_TOKENS", "CONTEXT", "MARGIN", "REQUIRED",
-		"VERDICT", "MODEL", "DTYPE", "CHANGED (reason)");
-	for (uint32_t i = 0; i < a->n_nodes; i++) {
-		const struct audit_node *n = &a->nodes[i];
-		struct audit_eval e;
-		char model[16];
-		bool any;
-
-		audit_eval(n->latest, &e);
-		audit_changes(n, changes, sizeof(changes), &any);
-		snprintf(model, sizeof(model), "%.12s",
-			 or_q(rec_get(n->latest, "model_sha256")));
-		fprintf(out, "%-16s %-10s %12" PRIu64 " %10" PRIu64 " %6g %12" PRIu64
-			" %-13s %-14s %-6s %s (%s)\n", n->name,
-			or_q(rec_get(n->latest, "role")), e.pool, e.served,
-			e.margin, e.required,
-			e.ok ? (e.clamped ? "ok-clamped" : "ok") : "INSUFFICIENT",
-			model, or_q(rec_get(n->latest, "kv_dtype")), changes,
-			or_q(rec_get(n->latest, "reason")));
-	}
-	for (uint32_t i = 0; i < a->n_nodes; i++) {
-		const struct audit_node *n = &a->nodes[i];
-		struct audit_eval e;
-
-		audit_eval(n->latest, &e);
-		if (!e.ok)
-			fprintf(out, "FAIL %s: pool of %" PRIu64 " tokens cannot hold"
-				" context %" PRIu64 " x margin %g = %" PRIu64
-				" tokens (line %" PRIu64 ")\n", n->name, e.pool,
-				e.served, e.margin, e.required, n->latest->lineno);
-		if (e.log_disagrees)
-			fprintf(out, "WARN %s: the line's verdict=%s disagrees with"
-				" its own figures\n", n->name,
-				or_q(rec_get(n->latest, "verdict")));
-		if (e.clamped)
-			fprintf(out, "NOTE %s: context clamped from %" PRIu64
-				" to %" PRIu64 "\n", n->name, e.context, e.served);
-	}
+		"VERDICT", "MODEL", "DTYPE", "DONE", "FAILED", "CHANGED (reason)");
+	for (uint32_t i = 0; i < a->n_nodes; i++)
+		audit_row(&a->nodes[i], out);
+	for (uint32_t i = 0; i < a->n_nodes; i++)
+		audit_findings(&a->nodes[i], out);
 	if (a->sum.model_mismatch)
 		fprintf(out, "FAIL model fingerprint differs: %s has %s, %s has %s\n",
 			a->nodes[ma].name,
@@ -517,12 +597,15 @@ int audit_report(struct audit *a, FILE *out)
 		fprintf(out, "FAIL kv dtype differs: %s has %s, %s has %s\n",
 			a->nodes[da].name, rec_get(a->nodes[da].latest, "kv_dtype"),
 			a->nodes[db].name, rec_get(a->nodes[db].latest, "kv_dtype"));
-	if (a->n_nodes == 0)
+	if (a->sum.capacity_lines == 0)
 		fprintf(out, "no event=kv_capacity line found\n");
 	fprintf(out, "lines: %" PRIu64 " read, %" PRIu64 " kvd, %" PRIu64
 		" capacity, %" PRIu64 " unparseable, %" PRIu64
 		" incomplete capacity\n", a->sum.lines, a->sum.kvd_lines,
 		a->sum.capacity_lines, a->sum.unparseable, a->sum.incomplete);
+	fprintf(out, "requests: %" PRIu64 " done, %" PRIu64 " failed, on %u"
+		" nodes (%u not judged)\n", a->sum.done, a->sum.failed,
+		a->sum.nodes, a->sum.unjudged);
 	fprintf(out, "audit: %s\n", audit_failed(a) ? "FAIL" : "ok");
 	return audit_failed(a) ? 1 : 0;
 }
@@ -534,47 +617,62 @@ static void json_s(FILE *out, const char *s)
 	kvd_json_str(out, s, strlen(s));
 }
 
+/* One node as a JSON object: its figures and verdict (judged: true), or
+ * only its name and counts (judged: false, no capacity line). */
+static void audit_node_json(const struct audit_node *n, FILE *out)
+{
+	struct audit_eval e;
+	char changes[1024];
+	bool any;
+
+	fprintf(out, "{\"node\":");
+	json_s(out, n->name);
+	fprintf(out, ",\"requests\":{\"done\":%" PRIu64 ",\"failed\":%" PRIu64
+		"},\"judged\":%s", n->done, n->failed, n->latest ? "true" : "false");
+	if (!n->latest) {
+		fprintf(out, "}");
+		return;
+	}
+	audit_eval(n->latest, &e);
+	audit_changes(n, changes, sizeof(changes), &any);
+	fprintf(out, ",\"role\":");
+	json_s(out, or_q(rec_get(n->latest, "role")));
+	fprintf(out, ",\"pool_tokens\":%" PRIu64 ",\"context_length\":%"
+		PRIu64 ",\"served_context\":%" PRIu64 ",\"margin\":%g,"
+		"\"required_tokens\":%" PRIu64 ",\"ok\":%s,\"clamped\":%s,"
+		"\"log_verdict\":", e.pool, e.context, e.served, e.margin,
+		e.required, e.ok ? "true" : "false",
+		e.clamped ? "true" : "false");
+	json_s(out, or_q(rec_get(n->latest, "verdict")));
+	fprintf(out, ",\"model_sha256\":");
+	json_s(out, or_q(rec_get(n->latest, "model_sha256")));
+	fprintf(out, ",\"kv_dtype\":");
+	json_s(out, or_q(rec_get(n->latest, "kv_dtype")));
+	fprintf(out, ",\"reason\":");
+	json_s(out, or_q(rec_get(n->latest, "reason")));
+	fprintf(out, ",\"changed\":");
+	json_s(out, any ? changes : "");
+	fprintf(out, ",\"line\":%" PRIu64 "}", n->latest->lineno);
+}
+
 int audit_report_json(struct audit *a, FILE *out)
 {
 	int ma, mb, da, db;
-	char changes[1024];
 
 	audit_judge(a, &ma, &mb, &da, &db);
 	fprintf(out, "{\"ok\":%s,\"nodes\":[", audit_failed(a) ? "false" : "true");
 	for (uint32_t i = 0; i < a->n_nodes; i++) {
-		const struct audit_node *n = &a->nodes[i];
-		struct audit_eval e;
-		bool any;
-
-		audit_eval(n->latest, &e);
-		audit_changes(n, changes, sizeof(changes), &any);
-		fprintf(out, "%s{\"node\":", i ? "," : "");
-		json_s(out, n->name);
-		fprintf(out, ",\"role\":");
-		json_s(out, or_q(rec_get(n->latest, "role")));
-		fprintf(out, ",\"pool_tokens\":%" PRIu64 ",\"context_length\":%"
-			PRIu64 ",\"served_context\":%" PRIu64 ",\"margin\":%g,"
-			"\"required_tokens\":%" PRIu64 ",\"ok\":%s,\"clamped\":%s,"
-			"\"log_verdict\":", e.pool, e.context, e.served, e.margin,
-			e.required, e.ok ? "true" : "false",
-			e.clamped ? "true" : "false");
-		json_s(out, or_q(rec_get(n->latest, "verdict")));
-		fprintf(out, ",\"model_sha256\":");
-		json_s(out, or_q(rec_get(n->latest, "model_sha256")));
-		fprintf(out, ",\"kv_dtype\":");
-		json_s(out, or_q(rec_get(n->latest, "kv_dtype")));
-		fprintf(out, ",\"reason\":");
-		json_s(out, or_q(rec_get(n->latest, "reason")));
-		fprintf(out, ",\"changed\":");
-		json_s(out, any ? changes : "");
-		fprintf(out, ",\"line\":%" PRIu64 "}", n->latest->lineno);
+		fprintf(out, "%s", i ? "," : "");
+		audit_node_json(&a->nodes[i], out);
 	}
 	fprintf(out, "],\"model_mismatch\":%s,\"dtype_mismatch\":%s,"
-		"\"insufficient\":%u,\"lines\":{\"read\":%" PRIu64 ",\"kvd\":%"
-		PRIu64 ",\"capacity\":%" PRIu64 ",\"unparseable\":%" PRIu64
-		",\"incomplete\":%" PRIu64 "}}\n",
+		"\"insufficient\":%u,\"unjudged\":%u,\"requests\":{\"done\":%"
+		PRIu64 ",\"failed\":%" PRIu64 "},\"lines\":{\"read\":%" PRIu64
+		",\"kvd\":%" PRIu64 ",\"capacity\":%" PRIu64 ",\"unparseable\":%"
+		PRIu64 ",\"incomplete\":%" PRIu64 "}}\n",
 		a->sum.model_mismatch ? "true" : "false",
 		a->sum.dtype_mismatch ? "true" : "false", a->sum.insufficient,
+		a->sum.unjudged, a->sum.done, a->sum.failed,
 		a->sum.lines, a->sum.kvd_lines, a->sum.capacity_lines,
 		a->sum.unparseable, a->sum.incomplete);
 	return audit_failed(a) ? 1 : 0;

@@ -9,6 +9,12 @@
  * disagree on model_sha256 or kv_dtype. Lines that are not key=value log
  * lines are counted, never fatal.
  *
+ * It also counts each node's requests from their end lines: done
+ * (request_done on decode and standalone nodes, prefill_served on
+ * prefill ones) and failed (request_failed, prefill_aborted). A node
+ * that logged requests but no kv_capacity line (a journal window that
+ * starts after its boot) is listed unjudged: a warning, not a failure.
+ *
  * Errors: negative errno (ENOMEM, read errors). Thread: one owner.
  */
 #pragma once
@@ -26,8 +32,10 @@ struct audit_summary {
 	uint64_t capacity_lines; /* usable event=kv_capacity lines */
 	uint64_t unparseable;    /* not key=value, or no event */
 	uint64_t incomplete;     /* kv_capacity lines missing a figure */
-	uint32_t nodes;
+	uint32_t nodes;          /* every node named, judged or not */
+	uint32_t unjudged;       /* nodes without a usable kv_capacity line */
 	uint32_t insufficient;   /* nodes whose pool cannot hold the context */
+	uint64_t done, failed;   /* request end lines, all nodes */
 	bool model_mismatch;     /* prefill/decode model_sha256 differ */
 	bool dtype_mismatch;     /* prefill/decode kv_dtype differ */
 };

@@ -249,6 +249,97 @@ START_TEST(test_garbage_lines)
 }
 END_TEST
 
+/* Three nodes' logs, interleaved as one journal stream shows them: each
+ * node's role, model and verdict, and its requests done and failed from
+ * their end lines; forged end lines are not counted; a node with request
+ * lines but no kv_capacity line is listed, not judged, not a failure. */
+static void feed_three(struct audit *a, unsigned long long prefill_pool)
+{
+	char line[1024];
+
+	cap_line(line, sizeof(line), "prefill-0", "prefill", prefill_pool, 4096,
+		 "1", SHA_A, "f16", "ok", "refuse", 4096, "boot");
+	feed(a, line);
+	cap_line(line, sizeof(line), "decode-0", "decode", 8192, 4096, "1",
+		 SHA_A, "f16", "ok", "refuse", 4096, "boot");
+	feed(a, line);
+	cap_line(line, sizeof(line), "decode-1", "decode", 8192, 4096, "1",
+		 SHA_A, "f16", "ok", "refuse", 4096, "boot");
+	feed(a, line);
+	for (int i = 0; i < 3; i++) {
+		feed(a, "ts=1 level=info node=decode-0 event=request_done id=4294967301"
+		     " client_id=1 tenant=alice kind=decode finish=length prompt_tokens=5"
+		     " prefill_node=prefill-0 prefill_id=8000000000");
+		feed(a, "ts=1 level=info node=prefill-0 event=prefill_served id=8000000000"
+		     " tenant=alice remote_id=4294967301 decode_node=decode-0 prompt_tokens=5");
+	}
+	feed(a, "ts=1 level=warn node=decode-1 event=request_failed id=9 client_id=1"
+	     " tenant=bob code=TIMEOUT output_tokens=0 msg=\"prefill timed out\"");
+	feed(a, "Dec 05 01:00:00 host kvd[7]: ts=1 level=info node=decode-1"
+	     " event=request_done id=10 tenant=bob finish=stop");
+	feed(a, "ts=1 level=info node=prefill-0 event=prefill_aborted id=11"
+	     " tenant=bob remote_id=9 reason=\"link lost\"");
+	/* a tenant's string that broke out of its quotes names event= twice:
+	 * the line is unparseable, nothing counted */
+	feed(a, "ts=1 level=warn node=decode-1 event=request_failed msg=x"
+	     " event=request_done node=decode-0");
+	/* a quoted value that reads like a line counts as the one it is in */
+	feed(a, "ts=1 level=warn node=decode-1 event=request_failed id=12"
+	     " msg=\"x event=request_done node=decode-0\"");
+	/* end lines of a node whose boot is not in the window */
+	feed(a, "ts=1 level=info node=decode-2 event=request_done id=1 finish=stop");
+	/* other events are not requests */
+	feed(a, "ts=1 level=info node=decode-0 event=client_gone id=13 state=compute");
+}
+
+START_TEST(test_per_node_requests)
+{
+	struct audit *a;
+	struct audit_summary s;
+	char *out;
+
+	ck_assert_int_eq(audit_new(&a), 0);
+	feed_three(a, 8192);
+	audit_get_summary(a, &s);
+	ck_assert_uint_eq(s.nodes, 4);
+	ck_assert_uint_eq(s.unjudged, 1);
+	ck_assert_uint_eq(s.insufficient, 0);
+	ck_assert_uint_eq(s.done, 3 + 3 + 1 + 1);
+	ck_assert_uint_eq(s.failed, 1 + 1 + 1);
+	ck_assert_uint_eq(s.unparseable, 1);
+	ck_assert_int_eq(report(a, &out, 0), 0);
+	/* NODE ROLE ... VERDICT MODEL DTYPE DONE FAILED */
+	ck_assert_ptr_nonnull(strstr(out, " DONE   FAILED "));
+	ck_assert_ptr_nonnull(strstr(out, "prefill-0        prefill"));
+	ck_assert_ptr_nonnull(strstr(out, "decode-0         decode"));
+	ck_assert_ptr_nonnull(strstr(out, "a897fb5d458f   f16           3        1 "));
+	ck_assert_ptr_nonnull(strstr(out, "a897fb5d458f   f16           3        0 "));
+	ck_assert_ptr_nonnull(strstr(out, "a897fb5d458f   f16           1        2 "));
+	ck_assert_ptr_nonnull(strstr(out, "WARN decode-2: no event=kv_capacity line"));
+	ck_assert_ptr_nonnull(strstr(out, "requests: 8 done, 3 failed, on 4 nodes (1 not judged)"));
+	ck_assert_ptr_nonnull(strstr(out, "audit: ok"));
+	free(out);
+	ck_assert_int_eq(report(a, &out, 1), 0);
+	ck_assert_ptr_nonnull(strstr(out, "{\"node\":\"prefill-0\",\"requests\":{\"done\":3,\"failed\":1},\"judged\":true,\"role\":\"prefill\""));
+	ck_assert_ptr_nonnull(strstr(out, "{\"node\":\"decode-1\",\"requests\":{\"done\":1,\"failed\":2},\"judged\":true,\"role\":\"decode\""));
+	ck_assert_ptr_nonnull(strstr(out, "{\"node\":\"decode-2\",\"requests\":{\"done\":1,\"failed\":0},\"judged\":false}"));
+	ck_assert_ptr_nonnull(strstr(out, "\"unjudged\":1,\"requests\":{\"done\":8,\"failed\":3}"));
+	free(out);
+	audit_free(a);
+
+	/* the same fleet with an undersized prefill: exit 1, counts kept */
+	ck_assert_int_eq(audit_new(&a), 0);
+	feed_three(a, 2048);
+	ck_assert_int_eq(report(a, &out, 0), 1);
+	ck_assert_ptr_nonnull(strstr(out, "FAIL prefill-0: pool of 2048 tokens"));
+	ck_assert_ptr_null(strstr(out, "FAIL decode-"));
+	ck_assert_ptr_nonnull(strstr(out, "INSUFFICIENT  a897fb5d458f   f16           3        1 "));
+	ck_assert_ptr_nonnull(strstr(out, "audit: FAIL"));
+	free(out);
+	audit_free(a);
+}
+END_TEST
+
 START_TEST(test_split_quoting)
 {
 	/* values as kvlog_quote() writes them come back intact */
@@ -482,6 +573,7 @@ static Suite *audit_suite(void)
 	tcase_add_test(tc, test_fingerprint_mismatch);
 	tcase_add_test(tc, test_garbage_lines);
 	tcase_add_test(tc, test_split_quoting);
+	tcase_add_test(tc, test_per_node_requests);
 	tcase_add_test(tc, test_forged_keys);
 	tcase_add_test(tc, test_split_duplicate_key);
 	tcase_add_test(tc, test_file_feed);
