@@ -1241,6 +1241,9 @@ static void peer_on_done(struct link *p, const struct proto_peer_msg *m)
 	r->cached_tokens = KVD_MIN(m->cached_tokens, m->done_tokens);
 	sreq_d(r)->done_batches = m->batches;
 	sreq_d(r)->done_pages = m->done_pages;
+	sreq_d(r)->prefill_id = m->prefill_id;
+	snprintf(sreq_d(r)->prefill_node, sizeof(sreq_d(r)->prefill_node), "%s",
+		 p->hello.node[0] ? p->hello.node : "?");
 	if (m->first_token >= tokenizer_n_vocab(p->s->tok)) {
 		dreq_fail_kind(r, PROTO_ERR_INTEGRITY, KVD_INTEGRITY_TRANSFER,
 			       "prefill sent a first token outside the vocabulary");

@@ -224,6 +224,7 @@ static void prefill_done_send(struct serve_req *r)
 	m.cached_tokens = r->cached_tokens;
 	m.batches = pp->batches_sent;
 	m.done_pages = pp->n_dst;
+	m.prefill_id = r->reg.id;     /* decode logs it: one grep, both sides */
 	if (kvd_fault_fire(&r->s->fault, KVD_FAULT_LIE_DONE_BATCHES)) {
 		/* a lying prefill: decode waits for batches that never come */
 		m.batches += 3;
@@ -296,9 +297,17 @@ static void preq_finish(struct serve_req *r)
 		   "id=%llu tenant=%s msg=\"a prefill request ends attached, in the engine or with batches queued\"",
 		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
 	if (r->fail_code && !pp->released_by_peer)
-		KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu tenant=%s remote_id=%llu reason=%s",
+		KVLOG_INFO(r->s->log, "prefill_aborted", "id=%llu tenant=%s remote_id=%llu decode_node=%s reason=%s",
 			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
-			   (unsigned long long)pp->remote_id, KVLOG_Q(r->fail_msg));
+			   (unsigned long long)pp->remote_id, KVLOG_Q(pp->decode_node),
+			   KVLOG_Q(r->fail_msg));
+	else if (pp->released_by_peer && !r->fail_code)
+		KVLOG_INFO(r->s->log, "prefill_served",
+			   "id=%llu tenant=%s remote_id=%llu decode_node=%s prompt_tokens=%u cached_tokens=%u pages=%u batches=%u ms=%.1f",
+			   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant),
+			   (unsigned long long)pp->remote_id, KVLOG_Q(pp->decode_node),
+			   r->n_prompt, r->cached_tokens, pp->n_dst, pp->batches_sent,
+			   (double)(kvd_now_ns() - r->t_arrive_ns) / 1e6);
 	serve__req_end(r, pp->released_by_peer && !r->fail_code);
 }
 
@@ -543,6 +552,8 @@ static void prefill_admit(struct link *l, struct proto_peer_msg *m)
 	sreq_p(r)->dst = m->pages;        /* take the array */
 	sreq_p(r)->n_dst = m->n_pages;
 	snprintf(r->peer_node, sizeof(r->peer_node), "%s", l->node_addr);
+	snprintf(sreq_p(r)->decode_node, sizeof(sreq_p(r)->decode_node), "%s",
+		 l->hello.node[0] ? l->hello.node : "?");
 	serve__link_attach(l, r, sreq_p(r)->n_dst);
 	m->pages = NULL;
 	m->n_pages = 0;

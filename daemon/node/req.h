@@ -63,6 +63,9 @@ struct sreq_decode {
 					  * its full pages may be cached */
 	uint32_t first_token;
 	uint32_t done_tokens, done_batches, done_pages;
+	uint64_t prefill_id;             /* prefill's id for it (prefill_done;
+					  * 0: none yet, or an older prefill) */
+	char prefill_node[64];           /* ... and its node name (hello) */
 	uint32_t peer_batches;           /* the most batches prefill said it
 					  * posted (abort, abort_ack): what a
 					  * verbs fence must wait for; TCP
@@ -74,6 +77,8 @@ struct sreq_decode {
 /* The part of a prefill request: the peer's request and the sending. */
 struct sreq_prefill {
 	uint64_t remote_id;              /* decode's request id */
+	char decode_node[64];            /* its node name (hello), for the
+					  * end line (prefill_served) */
 	struct proto_peer_page *dst;     /* (n_dst) destination pages */
 	uint32_t n_dst;
 	struct kvpool_ref *src;          /* (n_dst) our computed pages */

@@ -120,8 +120,23 @@ void serve__sink_token(struct serve_req *r, int32_t token,
 	r->sink->ops->token(r->sink, r, r->n_out - 1, token, chunk, len, lp);
 }
 
+/* A decode request's other side, for its end line: the prefill node and
+ * that node's id for the request (from prefill_done), so a grep for
+ * either id finds both nodes' lines (prefill logs decode's as
+ * remote_id); "" for a request computed here or before prefill_done. */
+static const char *sink_peer(struct serve_req *r, char *buf, size_t size)
+{
+	buf[0] = 0;
+	if (r->kind == SREQ_DECODE && sreq_d(r)->prefill_id)
+		snprintf(buf, size, " prefill_node=%s prefill_id=%llu",
+			 KVLOG_Q(sreq_d(r)->prefill_node),
+			 (unsigned long long)sreq_d(r)->prefill_id);
+	return buf;
+}
+
 void serve__sink_final(struct serve_req *r, const char *reason)
 {
+	char peer[320];
 	struct serve_final_info f = { .reason = reason, .text = "" };
 	uint64_t now = kvd_now_ns();
 
@@ -136,12 +151,13 @@ void serve__sink_final(struct serve_req *r, const char *reason)
 	if (r->dt_init && detok_flush(&r->dt, &f.text, &f.text_len))
 		f.text_len = 0;
 	KVLOG_INFO(r->s->log, "request_done",
-		   "id=%llu client_id=%llu tenant=%s kind=%s finish=%s prompt_tokens=%u cached_tokens=%u output_tokens=%u ttft_us=%llu total_us=%llu",
+		   "id=%llu client_id=%llu tenant=%s kind=%s finish=%s prompt_tokens=%u cached_tokens=%u output_tokens=%u ttft_us=%llu total_us=%llu%s",
 		   (unsigned long long)r->reg.id,
 		   (unsigned long long)r->client_id, KVLOG_Q(r->tenant),
 		   r->reg.ops ? r->reg.ops->kind : "?",
 		   reason, r->n_prompt, r->cached_tokens, r->n_out,
-		   (unsigned long long)f.ttft_us, (unsigned long long)f.total_us);
+		   (unsigned long long)f.ttft_us, (unsigned long long)f.total_us,
+		   sink_peer(r, peer, sizeof(peer)));
 	if (r->sink)
 		r->sink->ops->final(r->sink, r, &f);
 }
@@ -165,7 +181,7 @@ static struct kvd_ratelimit *sink_err_rl(struct serve *s, int code)
 
 void serve__sink_error(struct serve_req *r, int code, const char *fmt, ...)
 {
-	char msg[PROTO_CLIENT_MSG_MAX + 1];
+	char msg[PROTO_CLIENT_MSG_MAX + 1], peer[320];
 	va_list ap;
 
 	if (r->answered)
@@ -175,10 +191,11 @@ void serve__sink_error(struct serve_req *r, int code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	KVLOG_RL_WARN(r->s->log, sink_err_rl(r->s, code), "request_failed",
-		   "id=%llu client_id=%llu tenant=%s code=%s output_tokens=%u msg=%s",
+		   "id=%llu client_id=%llu tenant=%s code=%s output_tokens=%u%s msg=%s",
 		   (unsigned long long)r->reg.id,
 		   (unsigned long long)r->client_id, KVLOG_Q(r->tenant),
-		   proto_err_name(code), r->n_out, KVLOG_Q(msg));
+		   proto_err_name(code), r->n_out, sink_peer(r, peer, sizeof(peer)),
+		   KVLOG_Q(msg));
 	if (r->sink)
 		r->sink->ops->error(r->sink, r, code, msg);
 }

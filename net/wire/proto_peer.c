@@ -260,6 +260,7 @@ static const struct proto_field done_fields[] = {
 	MSG_U32("pages", done_pages, 0),
 	PROTO_FIELD_U32(struct proto_peer_msg, "cached_tokens", false,
 			cached_tokens, 0, UINT32_MAX),
+	MSG_U64("prefill_id", false, prefill_id, 0),
 };
 
 /* ---- prefill_request ---------------------------------------------------- */

@@ -153,6 +153,9 @@ struct proto_peer_msg {
 	uint32_t cached_tokens;          /* PREFILL_DONE: of done_tokens, read
 					  * from prefill's prefix cache
 					  * (optional, 0 when absent) */
+	uint64_t prefill_id;             /* PREFILL_DONE: prefill's own id for
+					  * the request, the id= of its log
+					  * lines (optional, 0 when absent) */
 	struct proto_peer_verbs_qp vqp;  /* VERBS_QP */
 	struct proto_peer_run *runs;     /* VERBS_SCOPE (n_runs), owned */
 	uint32_t n_runs;
