@@ -725,10 +725,11 @@ static void exchange_end(struct http_conn *hc, int status, uint32_t completion,
 	struct http_exchange *x = &hc->x;
 
 	KVLOG_INFO(hc->s->log, "http_request",
-		   "conn=%llu tenant=%s method=%s path=%s status=%d id=%llu completion=%s stream=%d prompt_tokens=%u completion_tokens=%u finish=%s total_us=%llu",
+		   "conn=%llu tenant=%s method=%s path=%s status=%d id=%llu client_id=%llu completion=%s stream=%d prompt_tokens=%u completion_tokens=%u finish=%s total_us=%llu",
 		   (unsigned long long)hc->conn_id, KVLOG_Q(x->tenant),
 		   KVLOG_Q(x->method), KVLOG_Q(x->path), status,
-		   (unsigned long long)x->num, x->id[0] ? x->id : "-", x->stream, x->prompt_tokens,
+		   (unsigned long long)x->req_id, (unsigned long long)x->num,
+		   x->id[0] ? x->id : "-", x->stream, x->prompt_tokens,
 		   completion, finish,
 		   (unsigned long long)((kvd_now_ns() - x->t_start_ns) / 1000));
 	{
@@ -1865,6 +1866,8 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	x->shape = ap->shape;
 	x->r = r;
 	x->num = ++hc->hs->next_exchange;
+	/* its id from here (the gate keeps it): the access line names it */
+	r->reg.id = x->req_id = kvd_reqtab_new_id(s->reqtab);
 	api_public_id(x->id, sizeof(x->id), ap->shape->id_prefix);
 	x->created = (int64_t)time(NULL);
 	x->prompt_tokens = ap->n_ids;
@@ -1898,8 +1901,9 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	x->temperature = q->temperature;
 	x->top_p = q->top_p;
 	x->max_tokens = q->max_tokens;
-	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu completion=%s tenant=%s stream=%d prep_us=%llu",
-		    (unsigned long long)hc->conn_id, (unsigned long long)x->num,
+	KVLOG_DEBUG(s->log, "http_admit", "conn=%llu id=%llu client_id=%llu completion=%s tenant=%s stream=%d prep_us=%llu",
+		    (unsigned long long)hc->conn_id, (unsigned long long)x->req_id,
+		    (unsigned long long)x->num,
 		    x->id, KVLOG_Q(ap->tenant), x->stream,
 		    (unsigned long long)((kvd_now_ns() - ap->t_start_ns) / 1000));
 	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */

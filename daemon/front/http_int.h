@@ -56,6 +56,10 @@ struct http_exchange {
 	struct serve_req *r;             /* NULL once answered */
 	struct serve_req *cancel;        /* stop string hit: orphan it (kick) */
 	uint64_t num;                    /* exchange number (client_id) */
+	uint64_t req_id;                 /* its request's registry id, the
+					  * id= of every line naming it, on
+					  * this node and (remote_id=) on its
+					  * prefill peer */
 	char id[KVD_PUBLIC_ID_MAX];      /* the answers' id: "cmpl-",
 					  * "chatcmpl-" or "resp_" and 128
 					  * random bits in hex (api_public_id) */

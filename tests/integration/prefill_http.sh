@@ -119,6 +119,8 @@ check "prefill's prefill_served names decode's id and node" \
 	grep -q " remote_id=$did decode_node=di " <<<"$pline"
 check "one grep of decode's id finds the request on both nodes" \
 	eval '[ "$(grep -lE "(^| )(id|remote_id)=$did( |$)" "$T/di.log" "$T/pi.log" | wc -l)" = 2 ]'
+check "decode's access line names the same id" \
+	eval 'log_since "$T/di.log" "$MD" | grep "event=http_request " | grep -q " id=$did client_id="'
 check "one grep of prefill's id finds it on both nodes" \
 	eval '[ "$(grep -lE "(^| )(id|prefill_id)=$pid( |$)" "$T/di.log" "$T/pi.log" | wc -l)" = 2 ]'
 b1=$(pm 'kvd_kv_transfer_bytes_total{direction="send"}')
