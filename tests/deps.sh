@@ -7,13 +7,15 @@ KVD_DEBS=(meson ninja-build pkg-config gcc libc6-dev
 	libsystemd-dev libibverbs-dev libsodium-dev libssl-dev systemd python3
 	node-llhttp libjansson-dev curl)
 # What the tests add (tests/run installs both lists): jq, iproute2 and
-# procps in the scripts; dnsmasq-base, the DNS server of peer_dns; clang
+# procps in the scripts; dnsmasq-base, the DNS server of peer_dns (and of
+# rolling_restart, kill_nodes); haproxy, the load balancer of haproxy_lb,
+# rolling_restart and kill_nodes (deploy/haproxy/kvd.cfg); clang
 # and its runtime for the libFuzzer run; spin for the model; prometheus
 # for promtool; gdb and valgrind; node and npm for the npm clients' tests
 # (http_openai, http_clients, chat_page: on Debian 12 some 350 packages,
 # 22 MB to download); chromium, the headless browser of chat_page (122 MB
 # to fetch, 414 MB installed, 21 s on the dev machine).
-KVD_TEST_DEBS=(jq iproute2 procps dnsmasq-base
+KVD_TEST_DEBS=(jq iproute2 procps dnsmasq-base haproxy
 	clang libclang-rt-dev spin prometheus gdb valgrind
 	nodejs npm chromium)
 # A package whose command is already on the PATH counts as present: Node
