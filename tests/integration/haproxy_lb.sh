@@ -13,7 +13,9 @@
 #    eight keys spread over both (hash on the Authorization header);
 #  - `kvctl drain` on one node: /readyz is 503 at once; requests that
 #    reach it before HAProxy's checks notice are refused `draining`
-#    (nothing admitted) and HAProxy retries them on the other node; then
+#    (nothing admitted) and HAProxy retries them on the other node (the
+#    clients write head and body apart, as python's do: without option
+#    http-buffer-request some were not retryable); then
 #    HAProxy marks it DOWN (the time is printed against the config's
 #    bound); under closed-loop streaming load no client request fails;
 #    `kvctl resume`: UP again and its keys come back to it;
@@ -62,14 +64,21 @@ st=$(curl -s -o /dev/null -w '%{http_code}' -d '{"prompt":"x","max_tokens":2}' "
 check "  ... a request without a key: the node's 401 passes through ($st)" test "$st" = 401
 
 # ---- SSE passes unbuffered --------------------------------------------------
-direct=$(python3 "$LB_LOAD" sse "http://127.0.0.1:$H1" "${KEYS[0]}" 800)
-vialb=$(python3 "$LB_LOAD" sse "$U" "${KEYS[0]}" 800)
-echo "# SSE straight from the node: $direct"
-echo "# SSE through haproxy:        $vialb"
+# (up to three tries, the first that passes counts: a loaded machine can
+# hold any process back for tens of ms, while a buffering proxy holds
+# every stream)
+for try in 1 2 3; do
+	direct=$(python3 "$LB_LOAD" sse "http://127.0.0.1:$H1" "${KEYS[0]}" 800)
+	vialb=$(python3 "$LB_LOAD" sse "$U" "${KEYS[0]}" 800)
+	echo "# try $try: SSE straight from the node: $direct"
+	echo "# try $try: SSE through haproxy:        $vialb"
+	dd=$(jq .distinct <<<"$direct")
+	jqt --argjson d "$dd" '.outcome == "ok" and .first < .last / 2 and .distinct >= 10 and
+		.distinct * 3 >= $d' <<<"$vialb" && break
+done
 check "the stream through haproxy ends well" jqt '.outcome == "ok" and .events > 100' <<<"$vialb"
 check "  ... its first event well before its last (first < last / 2)" \
 	jqt '.first < .last / 2' <<<"$vialb"
-dd=$(jq .distinct <<<"$direct")
 check "  ... its events spread over time as from the node (distinct 5 ms slots: $(jq .distinct <<<"$vialb") via haproxy, $dd direct)" \
 	jqt --argjson d "$dd" '.distinct >= 10 and .distinct * 3 >= $d' <<<"$vialb"
 
@@ -122,8 +131,8 @@ check "  ... d1 refused them 'draining' ($RD) and haproxy retried them elsewhere
 check "haproxy marks d1 DOWN" wait_for 10 lb_is decode1 DOWN
 t2=$(now)
 echo "# d1 DOWN in haproxy $(awk "BEGIN { print $t2 - $t0 }") s after kvctl drain (probes took $(awk "BEGIN { print $t1 - $t0 }") s; bound: inter 2s + fastinter 0.5s + a check)"
-check "  ... within the config's bound (inter + (fall-1) x fastinter + timeout check = 4.5 s)" \
-	awk "BEGIN { exit !($t2 - $t0 < 4.5) }"
+check "  ... within the config's bound (inter + (fall-1) x fastinter + timeout check = 4.5 s, + 1 s of polling)" \
+	awk "BEGIN { exit !($t2 - $t0 < 5.5 * $TSCALE) }"
 M2=$(log_mark "$T/d2.log")
 sleep 2
 check "d1 admitted nothing since the drain" test "$(status_get d1 counters.admitted)" = "$A1"

@@ -4,7 +4,7 @@
 # lib.sh and serve_lib.sh. The HAProxy config is the committed one,
 # deploy/haproxy/kvd.cfg, read as it is: its addresses come from the
 # environment (KVD_LB_BIND, KVD_DECODE1, KVD_DECODE2, KVD_LB_STATS,
-# KVD_LB_LOG), so nothing is rewritten on the way.
+# KVD_LB_LOG, KVD_LB_STATS_HTTP), so nothing is rewritten on the way.
 
 LB_CFG=${KVD_SRC:?KVD_SRC not set}/deploy/haproxy/kvd.cfg
 LB_LOAD=$KVD_SRC/tests/integration/lb_load.py
@@ -24,16 +24,18 @@ need_haproxy() {
 	command -v jq >/dev/null || skip "jq absent"
 }
 
-# lb_env BIND D1 D2: the environment the config reads
+# lb_env BIND D1 D2: the environment the config reads (LB_STATS: the
+# stats frontend's port, from next_port)
 lb_env() {
 	echo "KVD_LB_BIND=$1" "KVD_DECODE1=$2" "KVD_DECODE2=$3" \
-		"KVD_LB_STATS=$T/lb.sock" "KVD_LB_LOG=stdout"
+		"KVD_LB_STATS=$T/lb.sock" "KVD_LB_LOG=stdout" "KVD_LB_STATS_HTTP=127.0.0.1:$LB_STATS"
 }
 
 # lb_start BIND D1 D2: check the config, run haproxy in the foreground
 # (-db) with it; its log (one httplog line a request) in $T/lb.log.
 lb_start() {
 	local e
+	next_port; LB_STATS=$PORT
 	read -ra e <<<"$(lb_env "$@")"
 	env "${e[@]}" haproxy -c -q -f "$LB_CFG" > "$T/lb.check" 2>&1 ||
 		{ cat "$T/lb.check" >&2; return 1; }
@@ -42,33 +44,20 @@ lb_start() {
 	PID_lb=$!
 }
 
-# lb_cmd CMD: one command on haproxy's runtime API (the stats socket).
-lb_cmd() {
-	python3 -c 'import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(5)
-s.connect(sys.argv[1])
-s.sendall(sys.argv[2].encode() + b"\n")
-out = b""
-while True:
-    b = s.recv(65536)
-    if not b:
-        break
-    out += b
-sys.stdout.write(out.decode())' "$T/lb.sock" "$1" 2>/dev/null
-}
+# lb_csv: haproxy's stats table (the stats frontend's /stats;csv; curl,
+# not a python client: a python start costs a second on a loaded machine)
+lb_csv() { curl -s --max-time 5 "http://127.0.0.1:$LB_STATS/stats;csv" 2>/dev/null || true; }
 
 # lb_state SERVER: UP, DOWN, ... as haproxy's health checks see it
-# (show stat: the status column; "UP 1/2" while going down is UP).
+# (the status column; "UP 1/2" while going down is UP).
 lb_state() {
-	lb_cmd "show stat" | awk -F, -v s="$1" '$1 == "kvd_decode" && $2 == s { split($18, a, " "); print a[1] }'
+	lb_csv | awk -F, -v s="$1" '$1 == "kvd_decode" && $2 == s { split($18, a, " "); print a[1] }'
 }
 lb_is() { [ "$(lb_state "$1")" = "$2" ]; }
 
-# lb_retries SERVER: requests haproxy retried away from SERVER (show
-# stat: wretr)
+# lb_retries SERVER: requests haproxy retried from SERVER (wretr)
 lb_retries() {
-	lb_cmd "show stat" | awk -F, -v s="$1" '$1 == "kvd_decode" && $2 == s { print $16 }'
+	lb_csv | awk -F, -v s="$1" '$1 == "kvd_decode" && $2 == s { print $16 }'
 }
 
 # readyz PORT: the node's /readyz status code
