@@ -53,7 +53,7 @@ check "both nodes are ready" wait_for 30 eval '[ "$(readyz 127.0.0.1:$H1)" = 200
 check "haproxy -c accepts deploy/haproxy/kvd.cfg" lb_start "127.0.0.1:$LB" "127.0.0.1:$H1" "127.0.0.1:$H2"
 check "haproxy sees both nodes UP (/readyz checks)" wait_for 15 eval 'lb_is decode1 UP && lb_is decode2 UP'
 U=http://127.0.0.1:$LB
-jqt() { jq -e "$@" >/dev/null; }
+
 
 # ---- requests go through -----------------------------------------------
 st=$(curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer ${KEYS[0]}" \

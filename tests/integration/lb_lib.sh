@@ -100,3 +100,127 @@ load_stop() {
 # load_stats OUT [ARGS]: lb_load.py stats
 load_stats() { python3 "$LB_LOAD" stats "$@"; }
 now() { date +%s.%N; }
+
+# ---- a cluster behind haproxy: two decode, two prefill nodes, by name ----
+# (rolling_restart.sh, kill_nodes.sh)
+
+# lb_netns SCRIPT ARGS...: run SCRIPT again in its own network and mount
+# namespaces (peer_dns.sh's way: dnsmasq on 127.0.0.53 there, a
+# resolv.conf naming it bind-mounted over /etc/resolv.conf there only),
+# or skip; returns at once inside them. Before lib.sh.
+lb_netns() {
+	[ -z "${KVD_LB_NS:-}" ] || return 0
+	command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] ||
+		{ echo "SKIP: dnsmasq is not installed (Debian package dnsmasq-base, tests/deps.sh)"; exit 77; }
+	command -v unshare >/dev/null 2>&1 || { echo "SKIP: no unshare (util-linux)"; exit 77; }
+	[ "$(id -u)" -eq 0 ] || { echo "SKIP: haproxy runs the config as root (user haproxy, chroot): not root"; exit 77; }
+	unshare -n -m true 2>/dev/null ||
+		{ echo "SKIP: cannot create network and mount namespaces (unshare -n -m)"; exit 77; }
+	KVD_LB_NS=1 exec unshare -n -m bash "$@"
+}
+
+# lb_hosts: write $T/hosts from LB_OUT (prefill addresses out of the
+# answer) and reload dnsmasq. Names: prefill.kvd.test (the prefill nodes'
+# addresses, 127.0.0.2 and .3, a headless Service's answer), decode-1 and
+# decode-2.kvd.test (127.0.0.4, .5: haproxy's servers).
+LB_OUT=""
+lb_hosts() {
+	local ip
+	: > "$T/hosts.new"
+	for ip in 127.0.0.2 127.0.0.3; do
+		[[ " $LB_OUT " == *" $ip "* ]] || echo "$ip prefill.kvd.test" >> "$T/hosts.new"
+	done
+	printf '127.0.0.4 decode-1.kvd.test\n127.0.0.5 decode-2.kvd.test\n' >> "$T/hosts.new"
+	mv "$T/hosts.new" "$T/hosts"
+	[ -z "${PID_dns:-}" ] || kill -HUP "$PID_dns"
+}
+
+# lb_answers NAME IP...: the system resolver gives exactly these for NAME
+lb_answers() {
+	local name=$1; shift
+	test "$(python3 -c 'import socket, sys
+print(" ".join(sorted({a[4][0] for a in socket.getaddrinfo(sys.argv[1], 1, socket.AF_INET, socket.SOCK_STREAM)})))' "$name" 2>/dev/null)" = "$*"
+}
+
+# lb_cluster MODEL [PREFILL_ENV...]: dnsmasq, prefill nodes p1 (127.0.0.2)
+# and p2 (127.0.0.3) on P_PORT, decode nodes d1 (127.0.0.4) and d2
+# (127.0.0.5) on H_PORT (HTTP; peers.prefill = prefill.kvd.test:P_PORT),
+# haproxy on 127.0.0.1:LB_PORT with KVD_DECODEn = decode-n.kvd.test:H_PORT.
+# API keys KEYS[0..7] (tenant0..7); LB_KEYS_1 / LB_KEYS_2: the indexes of
+# the keys haproxy sends to d1 / d2. PREFILL_ENV: for start_node (faults).
+LB_PREFILL_ENV=()
+lb_cluster() {
+	local model=$1 i n; shift
+	LB_PREFILL_ENV=("$@")
+	PATH=$PATH:/usr/sbin
+	ip link set lo up 2>/dev/null || skip "cannot bring up loopback in the network namespace"
+	printf 'nameserver 127.0.0.53\noptions timeout:1 attempts:1\n' > "$T/resolv.conf"
+	mount --bind "$T/resolv.conf" /etc/resolv.conf 2>/dev/null ||
+		skip "cannot bind-mount a resolv.conf in the mount namespace"
+	lb_hosts
+	dnsmasq --keep-in-foreground --conf-file=/dev/null --no-resolv --no-hosts --local=/kvd.test/ \
+		--addn-hosts="$T/hosts" --listen-address=127.0.0.53 --bind-interfaces --port=53 \
+		--user=root --pid-file= --local-ttl=0 --log-facility="$T/dnsmasq.log" &
+	PID_dns=$!
+	PIDS+=("$PID_dns")
+	wait_for 10 lb_answers prefill.kvd.test 127.0.0.2 127.0.0.3 || return 1
+	KEYS=()
+	: > "$T/keys"
+	for ((i = 0; i < 8; i++)); do
+		KEYS+=("t$i-0123456789abcdef0123456789abcdef-$i")
+		echo "${KEYS[$i]} tenant$i" >> "$T/keys"
+	done
+	chmod 600 "$T/keys"
+	next_port; P_PORT=$PORT
+	next_port; H_PORT=$PORT
+	next_port; LB_PORT=$PORT
+	for n in 1 2; do
+		write_node "p$n" prefill "$model" "listen.peer=127.0.0.$((n + 1)):$P_PORT" "log.level=info"
+		write_node "d$n" decode "$model" "listen.http=127.0.0.$((n + 3)):$H_PORT" \
+			"http.api_keys_file=$T/keys" "peers.prefill=prefill.kvd.test:$P_PORT" \
+			"peers.resolve_interval_ms=2000" "transfer.prefill_timeout_ms=20000" \
+			"transfer.transfer_timeout_ms=20000" "log.level=info"
+	done
+	start_node p1 "${LB_PREFILL_ENV[@]}"
+	start_node p2 "${LB_PREFILL_ENV[@]}"
+	start_node d1
+	start_node d2
+	lb_alive() { local n; for n in p1 p2 d1 d2; do kill -0 "$(eval echo "\$PID_$n")" 2>/dev/null || return 2; done; }
+	wait_for 40 eval 'lb_alive && [ "$(readyz 127.0.0.4:$H_PORT)" = 200 ] && [ "$(readyz 127.0.0.5:$H_PORT)" = 200 ] || { lb_alive || return 0; false; }' &&
+		lb_alive ||
+		{ echo "# decode nodes not ready" >&2; return 1; }
+	for n in 1 2; do
+		for i in 2 3; do
+			wait_log "$T/d$n.log" "event=peer_up peer=\"?127.0.0.$i:$P_PORT\"?" 20 ||
+				{ echo "# d$n: no link to 127.0.0.$i" >&2; return 1; }
+		done
+	done
+	lb_start "127.0.0.1:$LB_PORT" "decode-1.kvd.test:$H_PORT" "decode-2.kvd.test:$H_PORT" || return 1
+	wait_for 15 eval 'lb_is decode1 UP && lb_is decode2 UP' || return 1
+	LB_URL=http://127.0.0.1:$LB_PORT
+	# which node each key lands on
+	local m1 m2
+	m1=$(log_mark "$T/d1.log"); m2=$(log_mark "$T/d2.log")
+	for ((i = 0; i < 8; i++)); do
+		curl -s -o /dev/null -H "Authorization: Bearer ${KEYS[$i]}" \
+			-d "{\"prompt\":\"key $i\",\"max_tokens\":2}" "$LB_URL/v1/completions" || true
+	done
+	LB_KEYS_1=(); LB_KEYS_2=()
+	for ((i = 0; i < 8; i++)); do
+		if [ "$(served d1 "tenant$i" "$m1")" = 1 ]; then LB_KEYS_1+=("$i")
+		elif [ "$(served d2 "tenant$i" "$m2")" = 1 ]; then LB_KEYS_2+=("$i"); fi
+	done
+	echo "# keys on d1: ${LB_KEYS_1[*]:-none}; on d2: ${LB_KEYS_2[*]:-none}"
+	[ "${#LB_KEYS_1[@]}" -ge 2 ] && [ "${#LB_KEYS_2[@]}" -ge 2 ]
+}
+
+# lb_load_keys N: N keys of each decode node, comma-separated (for
+# load_start: 2N clients, half on each node while both are up)
+lb_load_keys() {
+	local out="" i
+	for ((i = 0; i < $1; i++)); do
+		out+="${KEYS[${LB_KEYS_1[$i]}]},${KEYS[${LB_KEYS_2[$i]}]},"
+	done
+	echo "${out%,}"
+}
+jqt() { jq -e "$@" >/dev/null; }   # a jq test, quiet
