@@ -175,7 +175,7 @@ lb_cluster() {
 	next_port; H_PORT=$PORT
 	next_port; LB_PORT=$PORT
 	for n in 1 2; do
-		write_node "p$n" prefill "$model" "listen.peer=127.0.0.$((n + 1)):$P_PORT" "log.level=info"
+		write_node "p$n" prefill "$model" "listen.peer=127.0.0.$((n + 1)):$P_PORT" "log.level=${LB_PREFILL_LOG:-info}"
 		write_node "d$n" decode "$model" "listen.http=127.0.0.$((n + 3)):$H_PORT" \
 			"http.api_keys_file=$T/keys" "peers.prefill=prefill.kvd.test:$P_PORT" \
 			"peers.resolve_interval_ms=2000" "transfer.prefill_timeout_ms=20000" \
