@@ -4,7 +4,8 @@
 # p1 p2, names from the test's dnsmasq, lb_lib.sh lb_cluster); prefills
 # send one batch per 300 ms (slow_batch) so requests stay on them a
 # while. Closed-loop streaming clients, two keys per decode node; when d1
-# has two requests in flight and p1 one of d2's, both are SIGKILLed.
+# streams an answer and p1 is still sending the KV of one of d2's
+# requests (both decodes' debug logs), d1 and p1 are SIGKILLed.
 #  - what was streaming on d1 ends at the client with the stream cut
 #    (HTTP 200, events, then the connection closes with no [DONE]: the
 #    head went out with the first token, so haproxy cannot turn it into
@@ -13,8 +14,8 @@
 #    empty-response) and completes;
 #  - every other request completes: d2's, and those d1's keys send after
 #    the kill (haproxy: connection refused, retried on d2, then DOWN);
-#    those d2 had on p1 too (decode failover to p2, on a kvd that has it;
-#    without it they end with an error and this test fails);
+#    those d2 had on p1 too (decode failover to p2: event=failover; a kvd
+#    without failover ends them 500 and this test fails);
 #  - the survivors (d2, p2) end with every page free, nothing in flight
 #    or quarantined, and serve on.
 . "$(dirname "$0")/lb_lib.sh"
@@ -27,27 +28,36 @@ grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h" || skip "built without fau
 
 "$KVCTL" model make "$T/big.gguf" --layers 4 --dim 256 --heads 4 --kv-heads 2 \
 	--ff 512 --vocab 2000 --ctx 2048 --seed 11 >/dev/null
-LB_PREFILL_LOG=debug
+LB_DECODE_LOG=debug
+# prompts of about 60 tokens (--prompt-repeat 8) in batches of one page:
+# a transfer takes four or five batches, a second and more, so the kill
+# finds one of d2's under way
+LB_NODE_KEYS=("transfer.max_batch_bytes=70000")
 check "the cluster is up behind haproxy, keys on both decodes" \
 	lb_cluster "$T/big.gguf" KVD_FAULT=slow_batch
 [ "$FAILS" = 0 ] || { finish; exit 1; }
 
-load_start "$LB_URL" "$T/load" "$(lb_load_keys 2)" --max-tokens 256
+load_start "$LB_URL" "$T/load" "$(lb_load_keys 2)" --max-tokens 384 --prompt-repeat 8
 sleep 4
-# on_p1_from_d2: p1 computes or sends a request of one of d2's tenants
-# now (its debug log: admitted, not yet freeing)
-D2T=$(printf 'tenant%s|' "${LB_KEYS_2[@]:0:2}"); D2T=${D2T%|}
+# on_p1_from_d2: d2 has a request whose KV p1 has not finished sending
+# (d2's debug log: prefill_sent to p1's address, no transfer_done, no end)
 on_p1_from_d2() {
 	local a e
-	a=$(grep -E "event=req_state id=[0-9]+ tenant=\"?($D2T)\"? machine=prefill from=new event=admit" "$T/p1.log" |
+	a=$(grep -E "event=prefill_sent id=[0-9]+ .* peer=\"?127.0.0.2:$P_PORT\"? " "$T/d2.log" |
 		grep -o " id=[0-9]*" | sort -u)
-	e=$(grep -E "event=req_state id=[0-9]+ .*to=(freeing|done)" "$T/p1.log" | grep -o " id=[0-9]*" | sort -u)
+	e=$(grep -E "event=(transfer_done|request_done|request_failed) id=[0-9]+ " "$T/d2.log" |
+		grep -o " id=[0-9]*" | sort -u)
 	[ -n "$(comm -23 <(echo "$a") <(echo "$e"))" ]
 }
-both_busy() {
-	[ "$(status_get d1 in_flight)" -ge 2 ] 2>/dev/null && on_p1_from_d2
+# streaming_on_d1: d1 streams an answer now (its KV arrived, not ended)
+streaming_on_d1() {
+	local a e
+	a=$(grep -E "event=transfer_done id=[0-9]+ " "$T/d1.log" | grep -o " id=[0-9]*" | sort -u)
+	e=$(grep -E "event=(request_done|request_failed) id=[0-9]+ " "$T/d1.log" | grep -o " id=[0-9]*" | sort -u)
+	[ -n "$(comm -23 <(echo "$a") <(echo "$e"))" ]
 }
-check "d1 has two requests in flight, p1 one of d2's" wait_for 30 both_busy
+both_busy() { on_p1_from_d2 && streaming_on_d1; }   # the shorter-lived last
+check "d1 streams an answer and p1 is sending one of d2's" wait_for 30 both_busy
 T_K=$(now)
 kill -KILL "$PID_d1" "$PID_p1"
 wait "$PID_d1" 2>/dev/null || true
@@ -79,10 +89,13 @@ check "no request ended other than complete or cut ($n_bad)" test "$n_bad" = 0
 check "every cut stream was on d1, began before the kill, ended within 5 s of it ($n_cut_d1 of $n_cut)" \
 	test "$n_cut_d1" = "$n_cut"
 check "at most d1's two clients were cut ($n_cut)" test "$n_cut" -le 2
+check "d1 had a request in flight at the kill, and it ended cut or completed ($n_cut + $n_d1_in_ok)" \
+	test $((n_cut + n_d1_in_ok)) -ge 1
 check "every request of d2's keys completed ($n_d2_ok of $n_d2)" test "$n_d2_ok" = "$n_d2" -a "$n_d2" -ge 4
 check "d1's keys after the kill completed, on d2 ($n_after_ok of $n_after)" \
 	test "$n_after_ok" = "$n_after" -a "$n_after" -ge 2
 check "d2 saw its link to p1 go" log_has "$T/d2.log" "event=peer_down peer=\"?127.0.0.2:$P_PORT\"?"
+echo "# d2's failovers: $(log_count "$T/d2.log" "event=failover ")"
 check "the survivors hold no page, nothing in flight or quarantined" wait_for 15 pool_clean d2 p2
 for n in d2 p2; do echo "# $n: $(pool_line "$n")"; done
 st=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer ${KEYS[${LB_KEYS_1[0]}]}" \

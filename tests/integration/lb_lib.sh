@@ -148,7 +148,10 @@ print(" ".join(sorted({a[4][0] for a in socket.getaddrinfo(sys.argv[1], 1, socke
 # haproxy on 127.0.0.1:LB_PORT with KVD_DECODEn = decode-n.kvd.test:H_PORT.
 # API keys KEYS[0..7] (tenant0..7); LB_KEYS_1 / LB_KEYS_2: the indexes of
 # the keys haproxy sends to d1 / d2. PREFILL_ENV: for start_node (faults).
+# LB_NODE_KEYS: more config keys for every node; LB_PREFILL_LOG,
+# LB_DECODE_LOG: their log levels (info).
 LB_PREFILL_ENV=()
+LB_NODE_KEYS=()
 lb_cluster() {
 	local model=$1 i n; shift
 	LB_PREFILL_ENV=("$@")
@@ -175,11 +178,11 @@ lb_cluster() {
 	next_port; H_PORT=$PORT
 	next_port; LB_PORT=$PORT
 	for n in 1 2; do
-		write_node "p$n" prefill "$model" "listen.peer=127.0.0.$((n + 1)):$P_PORT" "log.level=${LB_PREFILL_LOG:-info}"
+		write_node "p$n" prefill "$model" "listen.peer=127.0.0.$((n + 1)):$P_PORT" "log.level=${LB_PREFILL_LOG:-info}" "${LB_NODE_KEYS[@]}"
 		write_node "d$n" decode "$model" "listen.http=127.0.0.$((n + 3)):$H_PORT" \
 			"http.api_keys_file=$T/keys" "peers.prefill=prefill.kvd.test:$P_PORT" \
 			"peers.resolve_interval_ms=2000" "transfer.prefill_timeout_ms=20000" \
-			"transfer.transfer_timeout_ms=20000" "log.level=info"
+			"transfer.transfer_timeout_ms=20000" "log.level=${LB_DECODE_LOG:-info}" "${LB_NODE_KEYS[@]}"
 	done
 	start_node p1 "${LB_PREFILL_ENV[@]}"
 	start_node p2 "${LB_PREFILL_ENV[@]}"

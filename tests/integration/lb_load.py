@@ -3,6 +3,7 @@
 (haproxy_lb.sh, rolling_restart.sh, kill_nodes.sh).
 
   lb_load.py load URL OUT STOPFILE --keys K1,K2,... [--max-tokens N] [--think-ms M]
+                  [--prompt-repeat R]
       One closed-loop client per key (a thread each): a streaming
       /v1/completions request, read to its end, the next one, until
       STOPFILE exists. One JSON line per request in OUT: key, t0 (epoch
@@ -35,10 +36,10 @@ import urllib.parse
 PROMPT = "Once upon a time there was a"
 
 
-def body(key_idx, max_tokens):
+def body(key_idx, max_tokens, repeat=1):
     # a different prompt per client, so clients share no prefix
-    return json.dumps({"prompt": "%s %d" % (PROMPT, key_idx), "max_tokens": max_tokens,
-                       "stream": True, "temperature": 0.8}).encode()
+    return json.dumps({"prompt": "%d %s" % (key_idx, " ".join([PROMPT] * repeat)),
+                       "max_tokens": max_tokens, "stream": True, "temperature": 0.8}).encode()
 
 
 def one(url, key, payload, on_event=None):
@@ -94,8 +95,8 @@ def one(url, key, payload, on_event=None):
         conn.close()
 
 
-def client(url, out, lock, stop, idx, key, max_tokens, think):
-    payload = body(idx, max_tokens)
+def client(url, out, lock, stop, idx, key, max_tokens, think, repeat):
+    payload = body(idx, max_tokens, repeat)
     while not os.path.exists(stop):
         t0 = time.time()
         outcome, detail, t_first, events = one(url, key, payload)
@@ -114,9 +115,10 @@ def cmd_load(argv):
     keys = opts["--keys"].split(",")
     max_tokens = int(opts.get("--max-tokens", "48"))
     think = int(opts.get("--think-ms", "0")) / 1000.0
+    repeat = int(opts.get("--prompt-repeat", "1"))
     lock = threading.Lock()
     with open(path, "a") as out:
-        ts = [threading.Thread(target=client, args=(url, out, lock, stop, i, k, max_tokens, think))
+        ts = [threading.Thread(target=client, args=(url, out, lock, stop, i, k, max_tokens, think, repeat))
               for i, k in enumerate(keys)]
         for t in ts:
             t.start()
