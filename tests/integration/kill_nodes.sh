@@ -56,7 +56,8 @@ streaming_on_d1() {
 	e=$(grep -E "event=(request_done|request_failed) id=[0-9]+ " "$T/d1.log" | grep -o " id=[0-9]*" | sort -u)
 	[ -n "$(comm -23 <(echo "$a") <(echo "$e"))" ]
 }
-both_busy() { on_p1_from_d2 && streaming_on_d1; }   # the shorter-lived last
+# (p1's side checked again last: the greps of a loaded machine take time)
+both_busy() { on_p1_from_d2 && streaming_on_d1 && on_p1_from_d2; }
 check "d1 streams an answer and p1 is sending one of d2's" wait_for 30 both_busy
 T_K=$(now)
 kill -KILL "$PID_d1" "$PID_p1"
@@ -95,7 +96,11 @@ check "every request of d2's keys completed ($n_d2_ok of $n_d2)" test "$n_d2_ok"
 check "d1's keys after the kill completed, on d2 ($n_after_ok of $n_after)" \
 	test "$n_after_ok" = "$n_after" -a "$n_after" -ge 2
 check "d2 saw its link to p1 go" log_has "$T/d2.log" "event=peer_down peer=\"?127.0.0.2:$P_PORT\"?"
-echo "# d2's failovers: $(log_count "$T/d2.log" "event=failover ")"
+# d2's requests the kill caught on p1: sent there, their KV never came
+a=$(grep -E "event=prefill_sent id=[0-9]+ .* peer=\"?127.0.0.2:$P_PORT\"? " "$T/d2.log" | grep -o " id=[0-9]*" | sort -u)
+e=$(grep -E "event=transfer_done id=[0-9]+ " "$T/d2.log" | grep -o " id=[0-9]*" | sort -u)
+CAUGHT=$(comm -23 <(echo "$a") <(echo "$e") | grep -c id || true)
+echo "# d2's requests caught mid-transfer on p1: $CAUGHT; d2's failovers: $(log_count "$T/d2.log" "event=failover ")"
 check "the survivors hold no page, nothing in flight or quarantined" wait_for 15 pool_clean d2 p2
 for n in d2 p2; do echo "# $n: $(pool_line "$n")"; done
 st=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer ${KEYS[${LB_KEYS_1[0]}]}" \
