@@ -380,11 +380,52 @@ START_TEST(test_openai_bodies)
 	ck_assert_str_eq(q.model, "m");
 	openai_req_deinit(&q);
 
-	/* what would change the result is named, never ignored */
-	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"n\":2}", false, &q, &e), OPENAI_E_INVALID);
-	ck_assert_str_eq(e.param, "n");
+	/* n: 1 when absent, 1..OPENAI_N_MAX (the front bounds it by
+	 * http.max_n); best_of only equal to n */
+	ck_assert_uint_eq(q.n, 0);   /* deinit cleared it */
+	ck_assert_int_eq(parse("{\"prompt\":\"x\"}", false, &q, &e), 0);
+	ck_assert_uint_eq(q.n, 1);
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"n\":4,\"best_of\":4}", false, &q, &e), 0);
+	ck_assert_uint_eq(q.n, 4);
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"c\"}],\"n\":128}",
+			       true, &q, &e), 0);
+	ck_assert_uint_eq(q.n, 128);
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"best_of\":1}", false, &q, &e), 0);
+	ck_assert_uint_eq(q.n, 1);
+	openai_req_deinit(&q);
+	{
+		static const char *const bad_n[] = {
+			"\"n\":0", "\"n\":-1", "\"n\":129", "\"n\":2.5", "\"n\":\"2\"",
+			"\"n\":true", "\"n\":4294967298",
+		};
+
+		for (size_t i = 0; i < sizeof(bad_n) / sizeof(bad_n[0]); i++) {
+			char b[128];
+
+			snprintf(b, sizeof(b), "{\"prompt\":\"x\",%s}", bad_n[i]);
+			ck_assert_msg(parse(b, false, &q, &e) == OPENAI_E_INVALID, "%s", b);
+			ck_assert_str_eq(e.param, "n");
+			ck_assert_int_eq(e.status, 400);
+		}
+	}
+	/* best_of other than n: still refused, by name, in either order */
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"n\":2,\"best_of\":3}", false, &q, &e),
+			 OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "best_of");
 	ck_assert_str_eq(e.code, "unsupported_parameter");
-	ck_assert_int_eq(e.status, 400);
+	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"best_of\":2}", false, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "best_of");
+	ck_assert_int_eq(parse("{\"best_of\":3,\"prompt\":\"x\",\"n\":2}", false, &q, &e),
+			 OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "best_of");
+	/* best_of is completions' only; n is not the Responses API's */
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"c\"}],\"best_of\":1}",
+			       true, &q, &e), OPENAI_E_INVALID);
+	ck_assert_str_eq(e.param, "best_of");
+	/* what would change the result is named, never ignored */
 	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"echo\":true}", false, &q, &e), OPENAI_E_INVALID);
 	ck_assert_str_eq(e.param, "echo");
 	ck_assert_int_eq(parse("{\"prompt\":\"x\",\"mirostat\":1}", false, &q, &e), OPENAI_E_INVALID);
@@ -618,6 +659,7 @@ START_TEST(test_openai_responses)
 	resp_refused("{\"input\":\"x\",\"background\":true}", "background", "unsupported_parameter");
 	/* chat's and completions' names are not this API's */
 	resp_refused("{\"input\":\"x\",\"max_tokens\":3}", "max_tokens", "unsupported_parameter");
+	resp_refused("{\"input\":\"x\",\"n\":2}", "n", "unsupported_parameter");
 	resp_refused("{\"input\":\"x\",\"stop\":\"a\"}", "stop", "unsupported_parameter");
 	resp_refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "messages",
 		     "unsupported_parameter");

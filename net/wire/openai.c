@@ -633,14 +633,24 @@ static int rd_parallel(struct openai_req *q, const char *k, json_t *v,
 	return rd_ignored(q, k, v, err);
 }
 
-/* Known, accepted only at the value that means "off". */
+/* n: the choices, 1..OPENAI_N_MAX (the front bounds it further by
+ * http.max_n); best_of (completions) is read alone and must equal n
+ * (req_complete): kvd returns every choice it samples. */
 static int rd_n(struct openai_req *q, const char *k, json_t *v,
 		struct openai_error *err)
 {
-	(void)q;
-	if (json_is_null(v) || (json_is_integer(v) && json_integer_value(v) == 1))
+	json_int_t n;
+
+	if (json_is_null(v))
 		return 0;
-	return openai__unsupported(err, k, "only 1 is served");
+	n = json_is_integer(v) ? json_integer_value(v) : 0;
+	if (n < 1 || n > OPENAI_N_MAX)
+		return openai__bad(err, k, "'%s' must be an integer in 1..%u", k, OPENAI_N_MAX);
+	if (!strcmp(k, "best_of"))
+		q->best_of = (uint32_t)n;
+	else
+		q->n = (uint32_t)n;
+	return 0;
 }
 
 static int rd_false(struct openai_req *q, const char *k, json_t *v,
@@ -990,6 +1000,8 @@ static int req_complete(struct openai_req *q, enum openai_ep ep,
 		return rc;
 	if (q->has_top_logprobs && !q->logprobs)
 		return openai__bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+	if (q->best_of && q->best_of != (q->n ? q->n : 1))
+		return openai__unsupported(err, "best_of", "only best_of equal to n is served");
 	for (uint32_t i = 1; i < q->n_bias; i++)
 		if (q->bias[i].id == q->bias[i - 1].id)
 			return openai__bad(err, "logit_bias", "'logit_bias' names token %u twice",
@@ -1038,6 +1050,8 @@ int openai_req_parse_ep(struct openai_req *q, enum openai_ep ep,
 	}
 	if (!rc)
 		rc = req_complete(q, ep, err);
+	if (!rc && !q->n)
+		q->n = 1;
 	json_decref(root);
 	if (rc)
 		openai_req_deinit(q);

@@ -3,7 +3,7 @@
  * openai_req_parse reads one JSON body (jansson) into a struct openai_req
  * and refuses, with the OpenAI error fields filled, anything kvd would
  * otherwise have to ignore or guess: a parameter kvd does not know, or one
- * it knows but cannot honour at the value given (n != 1, best_of != 1,
+ * it knows but cannot honour at the value given (best_of other than n,
  * echo, suffix, the legacy functions, a json_schema using a keyword
  * net/wire/jschema.h does not serve...) names itself in a 400
  * (`param`, code `unsupported_parameter`), since silently dropping it
@@ -14,6 +14,10 @@
  * stream_options is accepted, and so is cache_salt (a non-empty string of
  * at most OPENAI_SALT_MAX bytes), which scopes prefix-cache reuse and
  * never changes the output either.
+ *
+ * n (chat and completions): the choices, 1..OPENAI_N_MAX (1 when absent;
+ * the front's http.max_n bounds it further); best_of (completions) is
+ * accepted only equal to n.
  *
  * Defaults: max_tokens 0 = not given (the front fills in the rest of the
  * context), temperature 1, top_p 1; top_k 0 (off; -1 is taken as off
@@ -81,6 +85,7 @@
 #define OPENAI_BIAS_MAX 300u   /* logit_bias entries (OpenAI's bound) */
 #define OPENAI_TOP_LOGPROBS_MAX 20u    /* chat top_logprobs */
 #define OPENAI_CMPL_LOGPROBS_MAX 5u    /* completions logprobs */
+#define OPENAI_N_MAX 128u              /* n, best_of: what a body may say */
 
 _Static_assert(OPENAI_BIAS_MAX == SAMPLER_BIAS_MAX &&
 	       OPENAI_TOP_LOGPROBS_MAX == SAMPLER_TOP_LOGPROBS_MAX,
@@ -147,6 +152,8 @@ struct openai_req {
 	struct openai_msg *msgs;  /* chat: (n_msgs) */
 	size_t n_msgs;
 	uint32_t max_tokens;      /* 0: not given */
+	uint32_t n;               /* choices, 1..OPENAI_N_MAX (1: absent) */
+	uint32_t best_of;         /* completions; 0: absent, else == n */
 	float temperature, top_p;
 	uint32_t top_k;
 	uint64_t seed;            /* has_seed: given */
