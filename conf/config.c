@@ -182,6 +182,8 @@ static const struct conf_key conf_keys[] = {
 	  "The model id /v1/models lists and requests may name; empty = the model file's name without .gguf." },
 	{ "http", "default_max_tokens", CT_U32, "0", 0, 1048576, NULL, F(http_default_max_tokens),
 	  "max_tokens of an HTTP request that gives none: at most this many; 0 = the rest of the context (prompt + max_tokens = the smallest context and pool on the path, and at most the tenant's max_tokens). A request reserves the pages of prompt + max_tokens when admitted, so a request without max_tokens holds a whole context's pages: set this (or tenants.max_tokens) to admit more of them at once." },
+	{ "http", "max_n", CT_U32, "8", 1, 128, NULL, F(http_max_n),
+	  "Most choices (`n`) one /v1/completions or /v1/chat/completions request may ask for; more is a 400 naming n. Each choice is a request of its own to the tenant's bounds (max_active, max_queued, max_tokens, the fair queue) and reserves its own pages; with the prefix cache on, the prompt's full pages are computed once and shared (daemon/front/README.md)." },
 	{ "http", "chat_page", CT_BOOL, "on", 0, 0, NULL, F(http_chat_page),
 	  "Serve the built-in chat page at / (with /chat.js and /chat.css; daemon/front/README.md): static files compiled into kvd that hold no data and call the API with the key the user types. Off: / is 404." },
 

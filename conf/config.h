@@ -83,6 +83,7 @@ struct kvd_config {
 	uint32_t http_idle_timeout_ms;   /* keep-alive: idle connection closed after */
 	char http_model_name[128];     /* /v1/models id; "" = the model file's name */
 	uint32_t http_default_max_tokens; /* max_tokens not given: cap; 0 = rest of context */
+	uint32_t http_max_n;            /* most choices (n) of one request */
 	bool http_chat_page;          /* GET / serves the chat page (http_page.c) */
 	char http_cors_origins[1024];  /* CORS allow-list, comma-separated; "" = off */
 	bool http_parse_special;       /* /v1/completions: "<|...|>" text -> control tokens */

@@ -255,7 +255,7 @@ static void http_conn_close(struct http_conn *hc)
 	/* the request in flight is orphaned (invariant 8), answered ones
 	 * that still free their engine are let go */
 	hc->x.r = NULL;
-	hc->x.cancel = NULL;
+	hc->x.n_cancel = 0;
 	serve__sink_gone(s, &hc->sink);
 	if (hs->exchange_free)
 		hs->exchange_free(&hc->x);
@@ -485,16 +485,14 @@ static void http_kick_cb(uv_idle_t *i)
 	while (!kvd_list_empty(&hs->kick_list)) {
 		struct http_conn *hc = kvd_list_entry(hs->kick_list.next,
 						      struct http_conn, kick_node);
-		struct serve_req *cancel = hc->x.cancel;
-
 		kvd_list_del(&hc->kick_node);
 		hc->kicked = false;
-		if (cancel) {
-			/* a stop string ended the answer: the generation is not
+		while (hc->x.n_cancel) {
+			/* a stop string ended the answer (or one choice of it,
+			 * or an error ended the others): the generation is not
 			 * wanted any more; the request is orphaned, so its
 			 * pages go back once nothing can write them */
-			hc->x.cancel = NULL;
-			serve__sink_leave(cancel);
+			serve__sink_leave(hc->x.cancel[--hc->x.n_cancel]);
 		}
 		if (!hc->closing)
 			http_pump(hc);

@@ -277,15 +277,15 @@ static json_t *choice_json(const struct http_exchange *x, json_t *text,
 	json_t *c;
 
 	if (!x->chat)
-		c = json_pack("{s:o, s:i, s:o?, s:o}", "text", text, "index", 0,
+		c = json_pack("{s:o, s:i, s:o?, s:o}", "text", text, "index", (int)x->index,
 			      "logprobs", lp, "finish_reason",
 			      finish ? json_string(finish) : json_null());
 	else if (!chunk)
-		c = json_pack("{s:i, s:{s:s, s:o}, s:o?, s:o}", "index", 0, "message",
+		c = json_pack("{s:i, s:{s:s, s:o}, s:o?, s:o}", "index", (int)x->index, "message",
 			      "role", "assistant", "content", text, "logprobs", lp,
 			      "finish_reason", finish ? json_string(finish) : json_null());
 	else
-		c = json_pack("{s:i, s:o, s:o?, s:o}", "index", 0, "delta",
+		c = json_pack("{s:i, s:o, s:o?, s:o}", "index", (int)x->index, "delta",
 			      text ? (x->role_sent ? json_pack("{s:o}", "content", text) :
 				      json_pack("{s:s, s:o}", "role", "assistant", "content", text))
 				   : x->role_sent ? json_object()
@@ -588,7 +588,7 @@ static int stream_call(struct http_conn *hc, const struct openai_found *c)
 	if (!delta)
 		return -ENOMEM;
 	stream_head(hc);
-	if (sse_send(hc, answer_json(x, json_pack("{s:i, s:o, s:n, s:n}", "index", 0,
+	if (sse_send(hc, answer_json(x, json_pack("{s:i, s:o, s:n, s:n}", "index", (int)x->index,
 						  "delta", delta, "logprobs",
 						  "finish_reason"), true)))
 		return -ENOMEM;
@@ -703,8 +703,77 @@ static json_t *tools_message_choice(struct http_conn *hc, const char *finish)
 	return c;
 }
 
+/* ---- n > 1: the choices of one exchange ------------------------------------------- */
+
+/* Each choice is an engine request of its own (api_admit_choices); its
+ * fields (struct http_choice) are the exchange's while it is answered,
+ * so every writer above serves any choice. A sink op takes the choice
+ * of its request first (choice_of); the answer goes out when the last
+ * choice is done (choices_final). With n == 1 there is no array and
+ * nothing here does anything. */
+
+/* r's answer is complete but it may still run: the kick orphans it. */
+static void exchange_cancel(struct http_exchange *x, struct serve_req *r)
+{
+	if (r && x->n_cancel < HTTP_N_MAX)
+		x->cancel[x->n_cancel++] = r;
+}
+
+/* Choice i's fields become the exchange's; the current ones are put
+ * aside. */
+static void choice_take(struct http_exchange *x, uint32_t i)
+{
+	if (!x->choices || i == x->cur)
+		return;
+	x->choices[x->cur] = x->ch;
+	x->ch = x->choices[i];
+	x->cur = i;
+}
+
+/* Take the choice whose request is r; false when none is (answered). */
+static bool choice_of(struct http_exchange *x, const struct serve_req *r)
+{
+	if (x->r == r)
+		return r != NULL;
+	for (uint32_t i = 0; x->choices && i < x->n_choices; i++)
+		if (i != x->cur && x->choices[i].r == r) {
+			choice_take(x, i);
+			return true;
+		}
+	return false;
+}
+
+/* The exchange ends: every choice still running is orphaned. */
+static void choices_cancel(struct http_exchange *x)
+{
+	exchange_cancel(x, x->r);
+	x->r = NULL;
+	for (uint32_t i = 0; x->choices && i < x->n_choices; i++)
+		if (i != x->cur) {
+			exchange_cancel(x, x->choices[i].r);
+			x->choices[i].r = NULL;
+		}
+}
+
+static void choices_free(struct http_exchange *x)
+{
+	if (!x->choices)
+		return;
+	x->choices[x->cur] = x->ch;
+	memset(&x->ch, 0, sizeof(x->ch));
+	for (uint32_t i = 0; i < x->n_choices; i++) {
+		free(x->choices[i].text);
+		free(x->choices[i].lps);
+		json_decref(x->choices[i].calls);
+		json_decref(x->choices[i].json);
+	}
+	free(x->choices);
+	x->choices = NULL;
+}
+
 static void exchange_free(struct http_exchange *x)
 {
+	choices_free(x);
 	if (x->prep)
 		api_prep_detach(x->prep);
 	if (x->tok)
@@ -715,6 +784,7 @@ static void exchange_free(struct http_exchange *x)
 	free(x->lps);
 	free(x->tools);
 	json_decref(x->calls);
+	json_decref(x->json);
 	memset(x, 0, sizeof(*x));
 }
 
@@ -732,16 +802,20 @@ static void exchange_end(struct http_conn *hc, int status, uint32_t completion,
 		   x->id[0] ? x->id : "-", x->stream, x->prompt_tokens,
 		   completion, finish,
 		   (unsigned long long)((kvd_now_ns() - x->t_start_ns) / 1000));
+	choices_cancel(x);   /* n > 1: the choices still running */
 	{
-		struct serve_req *cancel = x->cancel;
+		struct serve_req *cancel[HTTP_N_MAX];
+		uint32_t n_cancel = x->n_cancel;
 		bool active = x->active;
 
+		memcpy(cancel, x->cancel, n_cancel * sizeof(*cancel));
 		exchange_free(x);
-		x->cancel = cancel;
+		memcpy(x->cancel, cancel, n_cancel * sizeof(*cancel));
+		x->n_cancel = n_cancel;
 		x->active = active;
 	}
 	http__exchange_done(hc);
-	if (hc->x.cancel)
+	if (hc->x.n_cancel)
 		http__kick(hc);
 }
 
@@ -766,10 +840,8 @@ static void exchange_fail(struct http_conn *hc, uint32_t completion)
 	struct http_exchange *x = &hc->x;
 	static const char body[] = NOMEM_ERROR "\n";
 
-	if (x->r) {
-		x->cancel = x->r;
-		x->r = NULL;
-	}
+	exchange_cancel(x, x->r);
+	x->r = NULL;
 	hc->close_after = true;
 	if (!x->head_sent) {
 		x->head_sent = true;
@@ -781,6 +853,11 @@ static void exchange_fail(struct http_conn *hc, uint32_t completion)
 }
 #undef NOMEM_ERROR
 
+/* ---- n > 1: the choices' ends -------------------------------------------------------- */
+
+static void choices_final(struct http_conn *hc, const char *finish,
+			  uint32_t completion);
+
 /* The final answer (a stop string, or the request's final). */
 static void answer_final(struct http_conn *hc, const char *finish,
 			 uint32_t completion)
@@ -791,6 +868,10 @@ static void answer_final(struct http_conn *hc, const char *finish,
 
 	if (x->r)   /* a stop string ended it before its final */
 		x->cached_tokens = x->r->cached_tokens;
+	if (x->n_choices > 1) {
+		choices_final(hc, finish, completion);
+		return;
+	}
 	if (x->stream) {
 		/* a stop string matched before any text went out: the head
 		 * is still ours to send */
@@ -838,6 +919,144 @@ static void answer_final(struct http_conn *hc, const char *finish,
 		free(body);
 	}
 	exchange_end(hc, 200, completion, finish);
+}
+
+/* n > 1, streamed: the choice's last text, then its chunk with its
+ * finish_reason (the usage comes once, after the last choice). -ENOMEM. */
+static int choice_stream_end(struct http_conn *hc, const char *finish)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *t = NULL;
+
+	stream_head(hc);
+	if (stream_ready(hc, true))
+		return -ENOMEM;
+	snprintf(x->finish, sizeof(x->finish), "%s", tools_finish(x, finish));
+	if (!x->chat && !(t = x_nomem(hc) ? NULL : json_string("")))
+		return -ENOMEM;
+	if (sse_send(hc, answer_json(x, choice_json(x, t, NULL, x->finish, true), true)))
+		return -ENOMEM;
+	x->role_sent = true;
+	return 0;
+}
+
+/* n > 1, not streamed: the choice's object, kept for the answer. -ENOMEM. */
+static int choice_keep(struct http_conn *hc, const char *finish)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *t, *lp = NULL;
+
+	if (x->tool_fmt != CHAT_NONE) {
+		x->json = tools_message_choice(hc, finish);
+		snprintf(x->finish, sizeof(x->finish), "%s", tools_finish(x, finish));
+		return x->json ? 0 : -ENOMEM;
+	}
+	if (x->lp_on && !(lp = x_nomem(hc) ? NULL : lp_json(hc, x->n_lp)))
+		return -ENOMEM;
+	t = x_nomem(hc) ? NULL : json_text(x->text, x->len);
+	if (!t) {
+		json_decref(lp);
+		return -ENOMEM;
+	}
+	snprintf(x->finish, sizeof(x->finish), "%s", finish);
+	x->json = choice_json(x, t, lp, finish, false);
+	return x->json ? 0 : -ENOMEM;
+}
+
+/* The usage of every choice: the prompt once, the completion tokens
+ * summed, cached_tokens the fewest any choice read from the prefix cache
+ * (what the prompt's one computation reused). */
+static json_t *choices_usage(struct http_conn *hc, uint32_t *completion)
+{
+	const struct http_exchange *x = &hc->x;
+	uint32_t sum = 0, cached = UINT32_MAX;
+
+	for (uint32_t i = 0; i < x->n_choices; i++) {
+		const struct http_choice *c = i == x->cur ? &x->ch : &x->choices[i];
+
+		sum += c->completion;
+		cached = KVD_MIN(cached, c->cached_tokens);
+	}
+	*completion = sum;
+	return x_nomem(hc) ? NULL : usage_json(x->prompt_tokens, cached, sum);
+}
+
+/* Not streamed: one answer with every choice's object, in index order.
+ * usage consumed. -ENOMEM. */
+static int choices_respond(struct http_conn *hc, json_t *usage)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *all = x_nomem(hc) ? NULL : json_array(), *j;
+	char *body;
+
+	for (uint32_t i = 0; all && i < x->n_choices; i++)
+		if (json_array_append(all, x->choices[i].json)) {
+			json_decref(all);
+			all = NULL;
+		}
+	j = all && usage ? json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:I}", "id", x->id,
+				     "object", x->chat ? "chat.completion" : "text_completion",
+				     "created", (json_int_t)x->created, "model", x->model,
+				     "choices", json_incref(all), "usage", json_incref(usage),
+				     "seed", (json_int_t)x->seed) : NULL;
+	json_decref(all);
+	json_decref(usage);
+	body = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!body)
+		return -ENOMEM;
+	x->head_sent = true;
+	http__respond(hc, 200, "application/json", body, strlen(body));
+	free(body);
+	return 0;
+}
+
+/* Streamed: a last chunk without choices carrying the usage (OpenAI's
+ * shape for stream_options.include_usage), then [DONE]. usage consumed.
+ * -ENOMEM. */
+static int choices_stream_usage(struct http_conn *hc, json_t *usage)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *j = usage ? json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", x->id,
+				      "object", x->chat ? "chat.completion.chunk"
+							: "text_completion",
+				      "created", (json_int_t)x->created, "model", x->model,
+				      "choices", "usage", usage) : NULL;
+
+	if (sse_send(hc, j))
+		return -ENOMEM;
+	http__chunk(hc, "data: [DONE]\n\n", 14);
+	http__chunk(hc, "", 0);
+	return 0;
+}
+
+/* The current choice is answered (its final, or a stop string): its
+ * end goes out (streamed) or is kept; the last one answers for all and
+ * ends the exchange. */
+static void choices_final(struct http_conn *hc, const char *finish,
+			  uint32_t completion)
+{
+	struct http_exchange *x = &hc->x;
+	json_t *usage;
+	uint32_t total;
+	char last[sizeof(x->finish)];
+
+	if (x->stream ? choice_stream_end(hc, finish) : choice_keep(hc, finish)) {
+		exchange_fail(hc, completion);
+		return;
+	}
+	x->done = true;
+	x->completion = completion;
+	if (++x->n_done < x->n_choices)
+		return;
+	usage = choices_usage(hc, &total);
+	x->choices[x->cur] = x->ch;   /* the array is whole (x->ch stays) */
+	if (x->stream ? choices_stream_usage(hc, usage) : choices_respond(hc, usage)) {
+		exchange_fail(hc, total);
+		return;
+	}
+	snprintf(last, sizeof(last), "%s", x->finish);   /* x is freed first */
+	exchange_end(hc, 200, total, last);
 }
 
 /* completions and chat mid-stream: an error chunk, then [DONE] */
@@ -1133,7 +1352,8 @@ static bool exchange_text(struct http_conn *hc, const char *p, size_t n,
 	if (at >= 0) {
 		x->len = (size_t)at;
 		lp_cut(x, x->base + x->len);
-		x->cancel = x->r;
+		x->cached_tokens = x->r->cached_tokens;
+		exchange_cancel(x, x->r);
 		x->r = NULL;
 		x->shape->final(hc, "stop", completion);
 		return true;
@@ -1151,7 +1371,7 @@ static void api_sink_token(struct serve_sink *k, struct serve_req *r,
 {
 	struct http_conn *hc = conn_of(k);
 
-	if (hc->x.r != r)
+	if (!choice_of(&hc->x, r))
 		return;   /* answered already (a stop string) */
 	if (hc->x.lp_on && lp && lp_add(hc, token, lp, len)) {
 		exchange_fail(hc, index + 1);
@@ -1165,7 +1385,7 @@ static void api_sink_final(struct serve_sink *k, struct serve_req *r,
 {
 	struct http_conn *hc = conn_of(k);
 
-	if (hc->x.r != r)
+	if (!choice_of(&hc->x, r))
 		return;
 	if (exchange_text(hc, f->text, f->text_len, f->output_tokens))
 		return;
@@ -1184,9 +1404,9 @@ static void api_sink_error(struct serve_sink *k, struct serve_req *r, int code,
 	size_t len;
 	char *body;
 
-	if (x->r != r)
+	if (!choice_of(x, r))
 		return;
-	x->r = NULL;
+	x->r = NULL;   /* n > 1: the others are cancelled at the end */
 	err_map(code, &status, &type, &ecode);
 	if (!x->head_sent) {
 		body = http__error_json(msg, type, ecode, NULL, &len);
@@ -1205,11 +1425,18 @@ static void api_sink_error(struct serve_sink *k, struct serve_req *r, int code,
 static void api_sink_detached(struct serve_sink *k, struct serve_req *r)
 {
 	struct http_conn *hc = conn_of(k);
+	struct http_exchange *x = &hc->x;
 
-	if (hc->x.cancel == r)
-		hc->x.cancel = NULL;   /* it ended before the kick */
-	if (hc->x.r == r)
-		hc->x.r = NULL;
+	for (uint32_t i = 0; i < x->n_cancel; i++)
+		if (x->cancel[i] == r) {   /* it ended before the kick */
+			x->cancel[i] = x->cancel[--x->n_cancel];
+			break;
+		}
+	if (x->r == r)
+		x->r = NULL;
+	for (uint32_t i = 0; x->choices && i < x->n_choices; i++)
+		if (i != x->cur && x->choices[i].r == r)
+			x->choices[i].r = NULL;
 }
 
 static const struct serve_sink_ops api_sink_ops = {
@@ -1694,6 +1921,28 @@ static bool api_json_refused(struct http_conn *hc, struct api_prep *ap)
 	return true;
 }
 
+/* n past http.max_n is the body's 400; so is n > 1 with a grammar
+ * (response_format json): each choice would need its own run of it, and
+ * the grammar goes with one request. true when refused. */
+static bool api_n_refused(struct http_conn *hc, struct api_prep *ap)
+{
+	struct serve *s = hc->s;
+	uint32_t max = s->d->cfg.http_max_n ? s->d->cfg.http_max_n : 1;
+	char msg[160];
+
+	if (ap->q.n <= max && (ap->q.n <= 1 || !ap->q.gram))
+		return false;
+	s->d->counters.rejected[KVD_REJECT_INVALID]++;
+	if (ap->q.n > max)
+		snprintf(msg, sizeof(msg), "'n' is %u; this server answers at most %u choices (http.max_n)",
+			 ap->q.n, max);
+	else
+		snprintf(msg, sizeof(msg), "%s", "'n' > 1 with response_format json_object or json_schema is not served");
+	http__error(hc, 400, "invalid_request_error", ap->q.n > max ? NULL : "unsupported_parameter",
+		    "n", msg, ap->tenant);
+	return true;
+}
+
 /* The gate after the body: its JSON (400), the model (404), draining
  * (503), the prompt (400). true when one refused (answered). */
 static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
@@ -1735,7 +1984,7 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 			  nomem ? "out of memory" : ap->msg, tenant);
 		return true;
 	}
-	return api_json_refused(hc, ap);
+	return api_json_refused(hc, ap) || api_n_refused(hc, ap);
 }
 
 /* max_tokens when the request gives none: the rest of the context - what
@@ -1780,8 +2029,9 @@ static void api_req_params(struct http_conn *hc, struct api_prep *ap,
 	uint64_t seed = q->seed;
 
 	if (!q->has_seed) {
+		/* below 2^53 for every choice's seed + i too */
 		randombytes_buf(&seed, sizeof(seed));
-		seed &= (UINT64_C(1) << 53) - 1;
+		seed %= (UINT64_C(1) << 53) - HTTP_N_MAX;
 	}
 	hc->x.seed = seed;
 	r->max_tokens = q->max_tokens ? q->max_tokens
@@ -1843,6 +2093,77 @@ static void api_admit_tools(struct http_exchange *x, struct api_prep *ap)
 	q->n_tools = 0;
 }
 
+/* Choice i (> 0) of an n > 1 request: a request of its own with the
+ * first choice's prompt and parameters and the seed + i (invariant 9:
+ * each choice is what a request with that seed alone gets), the same
+ * tenant, cache_salt and public id (kvctl abort of the id aborts one
+ * choice, whose error ends the others). NULL without memory. */
+static struct serve_req *api_choice_req(struct http_conn *hc,
+					const struct serve_req *first, uint32_t i)
+{
+	size_t nb = first->sp.n_logit_bias * sizeof(*first->bias);
+	int32_t *prompt = x_nomem(hc) ? NULL : malloc(first->n_prompt * sizeof(*prompt));
+	struct sampler_bias *bias = nb ? malloc(nb) : NULL;
+	struct serve_req *r = prompt && (bias || !nb) ? serve__req_new(hc->s, first->kind)
+						      : NULL;
+
+	if (!r) {
+		free(prompt);
+		free(bias);
+		return NULL;
+	}
+	memcpy(prompt, first->prompt, first->n_prompt * sizeof(*prompt));
+	if (nb)
+		memcpy(bias, first->bias, nb);
+	serve__sink_attach(r, &hc->sink);
+	r->client_id = first->client_id;
+	snprintf(r->public_id, sizeof(r->public_id), "%s", first->public_id);
+	snprintf(r->tenant, sizeof(r->tenant), "%s", first->tenant);
+	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", first->cache_salt);
+	r->lim = first->lim;
+	r->prompt = prompt;
+	r->n_prompt = first->n_prompt;
+	r->max_tokens = first->max_tokens;
+	r->sp = first->sp;
+	r->sp.seed = first->sp.seed + i;
+	r->bias = bias;
+	r->sp.logit_bias = bias;
+	r->shares_prompt = true;
+	return r;
+}
+
+/* The choices go to the gate in order, each a request of its own: they
+ * count against the tenant's max_active, max_queued and max_tokens and
+ * take their turns in the fair queue as separate requests would, and
+ * each reserves its own pages. Behind choice 0 in its tenant's queue,
+ * the others are held until choice 0's prompt is computed (gate.c,
+ * prefix hold-back): its full pages are then in the tenant's prefix
+ * cache, and each maps them, read-only, and computes only the tokens of
+ * its last page into a page of its own. A choice refused (the tenant's
+ * queue full, ...) ends the exchange: its error is the answer and the
+ * choices admitted already are orphaned - never half an answer. */
+static void api_admit_choices(struct http_conn *hc, struct serve_req *first)
+{
+	struct http_exchange *x = &hc->x;
+	uint64_t num = x->num;
+
+	serve__gate_admit(first);
+	for (uint32_t i = 1; i < x->n_choices; i++) {
+		struct serve_req *r;
+
+		if (!x->active || x->num != num)
+			return;   /* refused as a whole already */
+		r = api_choice_req(hc, first, i);
+		if (!r) {
+			exchange_fail(hc, 0);
+			return;
+		}
+		choice_take(x, i);
+		x->r = r;
+		serve__gate_admit(r);
+	}
+}
+
 /* The prepared request becomes a serve request on this exchange and goes
  * to the role's admission. */
 static void api_admit(struct http_conn *hc, struct api_prep *ap)
@@ -1850,11 +2171,14 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	struct serve *s = hc->s;
 	struct http_exchange *x = &hc->x;
 	const struct openai_req *q = &ap->q;
+	struct http_choice *chs = q->n > 1 ? calloc(q->n, sizeof(*chs)) : NULL;
 	struct serve_req *r;
 
-	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
-							  : SREQ_LOCAL);
+	r = q->n > 1 && !chs ? NULL :
+	    serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
+							       : SREQ_LOCAL);
 	if (!r) {
+		free(chs);
 		http__error(hc, 500, "server_error", NULL, NULL, "out of memory", ap->tenant);
 		return;
 	}
@@ -1865,6 +2189,10 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	x->chat = ap->shape->chat;
 	x->shape = ap->shape;
 	x->r = r;
+	x->choices = chs;
+	x->n_choices = q->n > 1 ? q->n : 1;
+	for (uint32_t i = 0; chs && i < q->n; i++)
+		chs[i].index = i;
 	x->num = ++hc->hs->next_exchange;
 	/* its id from here (the gate keeps it): the access line names it */
 	r->reg.id = x->req_id = kvd_reqtab_new_id(s->reqtab);
@@ -1906,7 +2234,7 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 		    (unsigned long long)x->num,
 		    x->id, KVLOG_Q(ap->tenant), x->stream,
 		    (unsigned long long)((kvd_now_ns() - ap->t_start_ns) / 1000));
-	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */
+	api_admit_choices(hc, r);   /* the tenant's queue, then the role's admission */
 }
 
 /* Loop thread: the worker is done (or the job was cancelled). */

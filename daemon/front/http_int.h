@@ -40,6 +40,45 @@ struct http_lp {
 	struct sampler_logprobs lp;
 };
 
+/* What each choice of an exchange has of its own (`n` > 1: one engine
+ * request per choice, daemon/front/README.md): its request, its text
+ * held back, its logprobs, its tool calls, its end. Listed once here
+ * and used twice: struct http_choice (a choice put aside) and the
+ * exchange's own fields (the choice being answered, reached as x->text
+ * etc. by every writer), so putting one aside and taking another is a
+ * struct copy (http_api.c choice_take). */
+#define HTTP_CHOICE_FIELDS \
+	struct serve_req *r;             /* NULL once answered */ \
+	uint32_t index;                  /* choices[].index */ \
+	char *text;                      /* (len, cap) generated text not yet \
+					  * sent (stream: held back for stop \
+					  * strings; else the whole answer) */ \
+	size_t len, cap; \
+	bool role_sent;                  /* chat stream: the role delta */ \
+	uint32_t cached_tokens;          /* from the final: the usage's \
+					  * prompt_tokens_details */ \
+	size_t base;                     /* text bytes sent and dropped \
+					  * before text[0] (stream) */ \
+	struct http_lp *lps;             /* (n_lp, cap_lp) tokens whose text \
+					  * was not sent yet; at most \
+					  * max_tokens */ \
+	uint32_t n_lp, cap_lp; \
+	bool tool_plain;                 /* openai_calls_scan's state */ \
+	uint32_t n_calls;                /* calls found */ \
+	struct json_t *calls;            /* not streamed: their JSON array */ \
+	/* n > 1: the choice's end (http_api.c choices_final) */ \
+	bool done;                       /* answered (final or stop) */ \
+	char finish[16];                 /* its finish_reason */ \
+	uint32_t completion;             /* its output tokens */ \
+	struct json_t *json;             /* not streamed: its choice object */
+
+struct http_choice {
+	HTTP_CHOICE_FIELDS
+};
+
+/* Most choices one exchange may ask for (http.max_n's upper bound). */
+#define HTTP_N_MAX OPENAI_N_MAX
+
 /* One request being answered on a connection (one at a time). */
 struct http_exchange {
 	bool active;                     /* answering; the next request waits */
@@ -53,8 +92,20 @@ struct http_exchange {
 	const struct api_shape *shape;   /* the answer's writers: completions,
 					  * chat or responses (http_api.c) */
 	bool head_sent;                  /* status line and headers queued */
-	struct serve_req *r;             /* NULL once answered */
-	struct serve_req *cancel;        /* stop string hit: orphan it (kick) */
+	/* the choice being answered (of n_choices: the others wait in
+	 * choices[], choices[cur] being stale while it is here) */
+	union {
+		struct { HTTP_CHOICE_FIELDS };
+		struct http_choice ch;
+	};
+	struct http_choice *choices;     /* (n_choices) when n > 1, else NULL */
+	uint32_t n_choices;              /* 1 .. HTTP_N_MAX */
+	uint32_t cur;                    /* whose fields are above */
+	uint32_t n_done;                 /* choices answered */
+	/* requests whose answer is complete but which may still run (a stop
+	 * string, or the exchange ended): orphaned by the kick (http.c) */
+	struct serve_req *cancel[HTTP_N_MAX];
+	uint32_t n_cancel;
 	uint64_t num;                    /* exchange number (client_id) */
 	uint64_t req_id;                 /* its request's registry id, the
 					  * id= of every line naming it, on
@@ -68,22 +119,16 @@ struct http_exchange {
 	char *stop[OPENAI_STOP_MAX];     /* owned */
 	size_t stop_len[OPENAI_STOP_MAX];
 	uint32_t n_stop;
-	char *text;                      /* (len, cap) generated text not yet
-					  * sent (stream: held back for stop
-					  * strings; else the whole answer) */
-	size_t len, cap;
-	bool role_sent;                  /* chat stream: the role delta */
 	uint32_t prompt_tokens;
 	uint32_t allocs;                 /* allocations made (KVD_HTTP_NOMEM) */
 	uint64_t t_start_ns;
 	char method[16];
 	char path[64];
 	char tenant[64];
-	uint32_t cached_tokens;          /* from the final: the usage's
-					  * prompt_tokens_details */
 	uint64_t seed;                   /* the sampler's: the request's or
 					  * drawn; in the answer (kvd's
-					  * extension field "seed") */
+					  * extension field "seed"); choice i
+					  * samples with seed + i */
 	/* responses: the request's sampling (echoed in the response
 	 * object), the SSE events' sequence_number and the text already
 	 * streamed (the text stays: the done events carry all of it) */
@@ -92,20 +137,11 @@ struct http_exchange {
 	uint32_t seq;
 	size_t sent;
 	bool lp_on;                      /* the request asked for logprobs */
-	size_t base;                     /* text bytes sent and dropped
-					  * before text[0] (stream) */
-	struct http_lp *lps;             /* (n_lp, cap_lp) tokens whose text
-					  * was not sent yet; at most
-					  * max_tokens */
-	uint32_t n_lp, cap_lp;
 	/* tool calls (net/wire/openai_tools.h): read from the text in
 	 * tool_fmt (CHAT_NONE: the request offered none, or "none") */
 	enum chat_format tool_fmt;
 	struct openai_tool *tools;       /* owned (n_tools): names only */
 	size_t n_tools;
-	bool tool_plain;                 /* openai_calls_scan's state */
-	uint32_t n_calls;                /* calls found */
-	struct json_t *calls;            /* not streamed: their JSON array */
 };
 
 struct http_conn {

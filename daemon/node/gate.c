@@ -43,6 +43,13 @@
  * (then it computes itself; it is never refused for having been held).
  * On a decode node only with one prefill peer: with several, the held
  * request may be placed on another peer than the one that cached.
+ *
+ * The choices of an HTTP request with n > 1 (daemon/front/http_api.c)
+ * are n requests of one tenant and salt, choice 0 first: the hold-back
+ * is what makes them compute the prompt once. Choices 1.. are marked
+ * shares_prompt and never join s->computing themselves (they compute
+ * one page, and holding each behind the one before would serialize
+ * them for nothing): once choice 0 has its first token, they all go.
  */
 #include "daemon/node/serve_int.h"
 #include "gpu/kv/pcache.h"
@@ -167,7 +174,7 @@ static void gate_run(struct serve_req *r, uint32_t pages)
 	r->gate_unsettled = pages;
 	s->gate_unsettled += pages;
 	r->rops = NULL;
-	if (gate_holds(s) && r->prompt &&
+	if (gate_holds(s) && r->prompt && !r->shares_prompt &&
 	    r->n_prompt >= kvpool_geom(s->d->pool)->page_tokens) {
 		kvd_list_add_tail(&s->computing, &r->computing);
 		r->on_computing = true;

@@ -141,6 +141,10 @@ struct serve_req {
 					  * first token): may hold same-prefix
 					  * requests of its tenant (gate.c) */
 	bool on_computing;
+	bool shares_prompt;              /* a later choice of an HTTP n > 1
+					  * request: choice 0 computes the
+					  * prompt, this one maps its cached
+					  * pages, so it holds nobody (gate.c) */
 	uint32_t gate_unsettled;         /* pages admitted, not yet reserved
 					  * by the engine (counted in
 					  * serve.gate_unsettled) */
