@@ -285,7 +285,7 @@ fi
 # ---- errors -----------------------------------------------------------------------
 check "bad JSON: 400" test "$(post "$KEY_A" '{"prompt": "x",')" = 400
 check "  ... says so" grep -q "not valid JSON" "$T/body"
-check "n=2: 400 naming n" bash -c "test \"\$(curl -s -o '$T/b2' -w '%{http_code}' -H 'Authorization: Bearer $KEY_A' -d '{\"prompt\":\"x\",\"n\":2}' '$U/v1/completions')\" = 400 && test \"\$(jq -r .error.param '$T/b2')\" = n"
+check "n=9 (past http.max_n, 8): 400 naming n" bash -c "test \"\$(curl -s -o '$T/b2' -w '%{http_code}' -H 'Authorization: Bearer $KEY_A' -d '{\"prompt\":\"x\",\"n\":9}' '$U/v1/completions')\" = 400 && test \"\$(jq -r .error.param '$T/b2')\" = n"
 check "an unknown parameter: 400 naming it" bash -c "curl -s -H 'Authorization: Bearer $KEY_A' -d '{\"prompt\":\"x\",\"mirostat\":2}' '$U/v1/completions' | jq -e '.error.param == \"mirostat\" and .error.code == \"unsupported_parameter\"' >/dev/null"
 check "logprobs 6 (over OpenAI's 5): 400" test "$(post "$KEY_A" '{"prompt":"x","logprobs":6}')" = 400
 check "another model: 404 model_not_found" bash -c "test \"\$(curl -s -o '$T/b3' -w '%{http_code}' -H 'Authorization: Bearer $KEY_A' -d '{\"model\":\"gpt-4\",\"prompt\":\"x\"}' '$U/v1/completions')\" = 404"

@@ -6,7 +6,7 @@
 #     service_tier, parallel_tool_calls, prompt_cache_key, ...) are
 #     accepted, each with a debug line and kvd_http_ignored_fields_total
 #     {field=...}; a wrong type is a 400 naming it, and a field that would
-#     change the output (n: 2) stays a 400 naming it;
+#     change the output (best_of: 2 without n: 2) stays a 400 naming it;
 #   - no max_tokens: the rest of the context (prompt + completion = 128
 #     unless EOS came first), on both endpoints; two such requests at once
 #     both complete (the second waits for the pages, never refused); the
@@ -70,9 +70,9 @@ check "  ... only the known names as labels" \
 st=$(post chat/completions "{$CHAT,\"store\":\"yes\"}")
 check "store: \"yes\" is 400 naming store ($st)" \
 	test "$st $(jq -r .error.param "$T/body")" = "400 store"
-st=$(post chat/completions "{$CHAT,\"n\":2}")
-check "n: 2 (would change the output) stays 400 naming it ($st)" \
-	test "$st $(jq -r .error.param "$T/body")" = "400 n"
+st=$(post completions '{"prompt":"Once","best_of":2}')
+check "best_of: 2 without n: 2 (would change the output) stays 400 naming it ($st)" \
+	test "$st $(jq -r .error.param "$T/body")" = "400 best_of"
 st=$(post completions '{"prompt":"Once","metadata":{}}')
 check "metadata on completions (not in its schema): 400 naming it ($st)" \
 	test "$st $(jq -r .error.param "$T/body")" = "400 metadata"
