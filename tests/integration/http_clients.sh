@@ -10,6 +10,8 @@
 #     responses (each client that has it), completions, streamed or not;
 #   - a seed: the same sampled text through every client, equal to kvd
 #     generate with that seed; another seed, another text;
+#   - n: 3 through the openai client, streamed and not: choice i equals
+#     kvd generate with seed + i, completion_tokens summed;
 #   - a stop string ends the text before it (finish_reason stop);
 #   - a client that aborts mid-stream: the node logs the client gone
 #     (event=client_gone, at info) and serves the next request;
@@ -138,6 +140,13 @@ for c in openai aisdk langchain; do
 done
 got=$(client openai chat "$(msgs "The little dog")" 20 0.8 8)
 check "  ... seed 8: another text" test "$(jq -r .text <<<"$got")" != "$(jq -r .text <<<"$want")"
+# n=3 through the openai client: choice i is the single answer with seed 7 + i
+wantn=$(for i in 0 1 2; do chat_ref "The little dog" 20 0.8 $((7 + i)); done | jq -sc '{texts: map(.text), completion_tokens: (map(.completion_tokens) | add)}')
+for m in chatn chatnstream; do
+	got=$(client openai $m "$(msgs "The little dog")" 20 0.8 7)
+	same "openai $m (n: 3): choice i equals kvd generate with seed 7 + i, usage summed" \
+		"$(jq -c '{texts, completion_tokens}' <<<"$got" 2>/dev/null || echo "$got")" "$wantn"
+done
 
 # ---- stop ----------------------------------------------------------------------------
 full=$(chat_ref "$P" 24 0 0 | jq -r .text)

@@ -10,6 +10,8 @@
 //                            "status", "object" and "events" (streamed)
 //   chatabort                a chat stream the client aborts after its
 //                            second chunk
+//   chatn, chatnstream       chat completions with n: 3: "texts" and
+//                            "finish_reasons" by choice index
 // A refusal is {status, code, type, class}: class is the client's
 // exception (AuthenticationError for 401, BadRequestError, ...).
 import { args, load, run, readThenAbort } from "./clients_run.mjs";
@@ -90,6 +92,30 @@ const cases = {
 		return { text, finish_reason: done && respFinish(done), status: done?.status,
 			 chunks, events, completion_tokens: done?.usage.output_tokens,
 			 prompt_tokens: done?.usage.input_tokens };
+	},
+	async chatn(a) {
+		const r = await client(a).chat.completions.create({ ...chat(a), n: 3 });
+		return { texts: r.choices.map((c) => c.message.content),
+			 index: r.choices.map((c) => c.index),
+			 finish_reasons: r.choices.map((c) => c.finish_reason),
+			 completion_tokens: r.usage.completion_tokens, prompt_tokens: r.usage.prompt_tokens };
+	},
+	async chatnstream(a) {
+		const s = await client(a).chat.completions.create({ ...chat(a), n: 3, stream: true });
+		const texts = ["", "", ""], finish = [null, null, null];
+		let usage = null, chunks = 0;
+		for await (const c of s) {
+			chunks++;
+			for (const ch of c.choices) {
+				if (!(ch.index >= 0 && ch.index < 3))
+					throw new Error(`a chunk names choice ${ch.index}`);
+				texts[ch.index] += ch.delta?.content ?? "";
+				finish[ch.index] = ch.finish_reason ?? finish[ch.index];
+			}
+			usage = c.usage ?? usage;
+		}
+		return { texts, finish_reasons: finish, chunks,
+			 completion_tokens: usage?.completion_tokens, prompt_tokens: usage?.prompt_tokens };
 	},
 	async chatabort(a) {
 		const s = await client(a).chat.completions.create({ ...chat(a), stream: true });
