@@ -154,6 +154,56 @@ START_TEST(test_fair_order)
 }
 END_TEST
 
+/* r with q's prompt (the same tenant's: a choice of one n > 1 request) */
+static struct serve_req *req_same(const struct serve_req *q, bool shares)
+{
+	struct serve_req *r = req(q->tenant, q->n_prompt, q->max_tokens);
+
+	memcpy(r->prompt, q->prompt, q->n_prompt * sizeof(*r->prompt));
+	r->shares_prompt = shares;
+	return r;
+}
+
+/* The choices of an HTTP n > 1 request (daemon/front/http_api.c): choice
+ * 0 computes the prompt and holds the others (prefix hold-back) until its
+ * first token; then every later choice goes at once - a shares_prompt
+ * request holds nobody, where a request of its own would hold the next
+ * same-prompt request in turn. */
+START_TEST(test_choices_share_prompt)
+{
+	struct serve_req *c0, *c1, *c2, *o1, *o2;
+
+	world_up(8, 8, 256);
+	ck_assert(W.d->cfg.cache_enabled);
+	c0 = req("alice", 40, 8);
+	serve__gate_admit(c0);
+	ck_assert(was_admitted(c0) && c0->on_computing);
+	c1 = req_same(c0, true);
+	serve__gate_admit(c1);
+	c2 = req_same(c0, true);
+	serve__gate_admit(c2);
+	uv_run(&W.d->loop, UV_RUN_NOWAIT);
+	ck_assert(c1->fq.waiting && c2->fq.waiting);   /* held behind choice 0 */
+	serve__gate_first_token(c0);
+	uv_run(&W.d->loop, UV_RUN_NOWAIT);
+	ck_assert(was_admitted(c1) && was_admitted(c2));
+	ck_assert(!c1->on_computing && !c2->on_computing);
+	/* the same without shares_prompt: the first one admitted holds the
+	 * second until its own first token */
+	o1 = req_same(c0, false);
+	serve__gate_admit(o1);
+	ck_assert(was_admitted(o1) && o1->on_computing);
+	o2 = req_same(c0, false);
+	serve__gate_admit(o2);
+	uv_run(&W.d->loop, UV_RUN_NOWAIT);
+	ck_assert(o2->fq.waiting);
+	serve__gate_first_token(o1);
+	uv_run(&W.d->loop, UV_RUN_NOWAIT);
+	ck_assert(was_admitted(o2));
+	world_down();
+}
+END_TEST
+
 START_TEST(test_queue_bound)
 {
 	struct serve_req *a1, *a2, *a3;
@@ -434,6 +484,7 @@ int main(void)
 
 	tcase_add_test(tc, test_fair_order);
 	tcase_add_test(tc, test_queue_bound);
+	tcase_add_test(tc, test_choices_share_prompt);
 	tcase_add_test(tc, test_waits_for_pages);
 	tcase_add_test(tc, test_drain_refuses_waiting);
 	tcase_add_test(tc, test_teardown_with_waiting);
