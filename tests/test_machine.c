@@ -139,7 +139,7 @@ static const char *move_name(const struct machine *m, struct move mv, char *buf,
 }
 
 /* Which table entries the last searches stepped through ([state][event]). */
-static uint8_t entry_hit[32][32];
+static uint8_t entry_hit[32][64];
 
 /* One move: the environment's effect, the table's step, the actions in
  * bit order, then the world's invariants. */
@@ -158,7 +158,7 @@ static void world_step(const struct world_ops *ops, void *w,
 	if (mv.ev == ops->timeout_event)
 		h->timer = 0;
 	st = machine_step(m, from, (unsigned)mv.ev);
-	if (from < 32 && mv.ev < 32)
+	if (from < 32 && mv.ev < 64)
 		entry_hit[from][mv.ev] = 1;
 	if (st->kind == MSTEP_BUG) {
 		violation(v, "BUG step for an event the environment can produce: %s + %s",
@@ -211,7 +211,13 @@ struct dworld {
 	uint8_t eng;          /* ENG_* */
 	uint8_t holds;        /* the engine holds the request (and its table) */
 	uint8_t free_queued;  /* a free job is queued, FREED to come */
+	uint8_t retries;      /* failovers taken (REJECT_RETRY,
+			       * LINK_LOST_RETRY: at most D_RETRIES) */
 };
+
+/* peers.failover_retries in the world: the executor offers a retry
+ * event only while one is left (and the client is there) */
+#define D_RETRIES 1
 
 static void d_init(void *p)
 {
@@ -254,6 +260,12 @@ static unsigned d_moves(const void *p, const struct machine *m, struct move *o)
 		MV(DEV_TIMEOUT, 0);
 	if (w->attached && !w->lost)
 		MV(DEV_LINK_LOST, 0);
+	/* failover: the executor's choice, only before anything streamed
+	 * (TRANSFER, SEALING) and while its client waits */
+	bool retry = (w->h.ms == DRS_TRANSFER || w->h.ms == DRS_SEALING) &&
+		     w->client && w->retries < D_RETRIES;
+	if (retry && w->attached && !w->lost)
+		MV(DEV_LINK_LOST_RETRY, 0);
 	if (w->attached && !w->link_down && !w->lost) {
 		if (w->peer == PEER_ACTIVE) {
 			MV(DEV_BATCH, 0);
@@ -262,6 +274,8 @@ static unsigned d_moves(const void *p, const struct machine *m, struct move *o)
 			MV(DEV_PREFILL_DONE, 1);
 			if (!w->sent_any)
 				MV(DEV_REJECT, 0);
+			if (!w->sent_any && retry)
+				MV(DEV_REJECT_RETRY, 0);
 		}
 		if (w->peer == PEER_DONE_SENT && w->late) {
 			MV(DEV_BATCH, 0);
@@ -292,6 +306,8 @@ static unsigned d_moves(const void *p, const struct machine *m, struct move *o)
 			if (w->h.ms == DRS_SEALING) {
 				MV(DEV_BAD, 0);
 				MV(DEV_REJECT, 0);
+				if (retry)
+					MV(DEV_REJECT_RETRY, 0);
 			}
 			if (w->client) {
 				MV(DEV_COVERED, 0);
@@ -375,6 +391,7 @@ static void d_env(void *p, struct move mv)
 		w->may_write = 0;
 		break;
 	case DEV_REJECT:
+	case DEV_REJECT_RETRY:
 	case DEV_PEER_ABORT:
 		w->may_write = 0;
 		w->peer = PEER_ENDED;
@@ -399,6 +416,7 @@ static void d_env(void *p, struct move mv)
 		w->landing = 0;
 		break;
 	case DEV_LINK_LOST:
+	case DEV_LINK_LOST_RETRY:
 		/* the link's flush drained: nothing lands any more */
 		w->may_write = 0;
 		w->landing = 0;
@@ -443,6 +461,35 @@ static void d_answer(struct dworld *w, struct verdict *v, const char *what)
 	if (w->answered)
 		violation(v, "invariant 8: client answered twice (%s)", what);
 	w->answered = 1;
+}
+
+/* DA_RETRY: the request is placed again from NEW with fresh pages and
+ * a new transfer. Only a request that holds nothing (its pages released
+ * and unfenced, no peer, no engine) and told its client nothing may
+ * start over; then the world forgets the old transfer (the new one is
+ * another peer's, or here). */
+static void d_retry(struct dworld *w, struct verdict *v)
+{
+	if (w->h.ms != DRS_NEW)
+		violation(v, "failover: a retry that does not go back to new");
+	if (w->pages == PG_HELD || w->fence || w->quar)
+		violation(v, "failover: retried holding its pages (held %u, fence %u, "
+			  "quarantined %u)", w->pages == PG_HELD, w->fence, w->quar);
+	if (w->attached || w->may_write)
+		violation(v, "failover: retried while the old peer is attached or may "
+			  "write (%u, %u)", w->attached, w->may_write);
+	if (w->holds || w->eng != ENG_NONE)
+		violation(v, "failover: retried while the engine has it");
+	if (w->answered || !w->client)
+		violation(v, "failover: retried after the client was answered or left "
+			  "(invariant 9: it may have seen the first attempt)");
+	w->admitted = 0;
+	w->pages = PG_NONE;
+	w->peer = PEER_NONE;
+	w->sent_any = w->late = w->done_seen = 0;
+	w->abort_sent = w->ack_came = w->landing = 0;
+	w->link_down = w->lost = 0;
+	w->retries++;
 }
 
 static void d_action(void *p, const struct machine *m, unsigned bit,
@@ -534,6 +581,9 @@ static void d_action(void *p, const struct machine *m, unsigned bit,
 		break;
 	case DA_KEEP_TIMER:
 		break;   /* the harness keeps the timer (timer_bits) */
+	case DA_RETRY:
+		d_retry(w, v);
+		break;
 	default:
 		violation(v, "unknown action bit %#x", bit);
 	}
@@ -571,11 +621,12 @@ static bool d_guaranteed(const void *p, struct move mv)
 	const struct dworld *w = p;
 
 	switch (mv.ev) {
-	case DEV_OP_ABORT: case DEV_CLIENT_GONE:
+	case DEV_OP_ABORT: case DEV_CLIENT_GONE: case DEV_REJECT_RETRY:
 	case DEV_BATCH: case DEV_BAD: case DEV_PREFILL_DONE: case DEV_REJECT:
 	case DEV_PEER_ABORT: case DEV_ABORT_ACK: case DEV_ABORT_ACK_EARLY:
 		return false;
 	case DEV_LINK_LOST:
+	case DEV_LINK_LOST_RETRY:
 		return w->link_down;   /* after our own teardown */
 	default:
 		return true;
@@ -1369,6 +1420,18 @@ static const struct mutation d_mutations[] = {
 	  DRS_ABORTING, DEV_BATCH, { MSTEP_BUG, 0, 0 } },
 	{ "compute+client_gone releases under the engine",
 	  DRS_COMPUTE, DEV_CLIENT_GONE, GOM(DRS_DONE, DA_DETACH_CLIENT | DA_RELEASE) },
+	{ "transfer+link_lost_retry keeps the fence (the pages leak)",
+	  DRS_TRANSFER, DEV_LINK_LOST_RETRY, GOM(DRS_NEW, DA_RELEASE | DA_DETACH_PEER |
+						 DA_RETRY) },
+	{ "transfer+reject_retry retries holding the pages",
+	  DRS_TRANSFER, DEV_REJECT_RETRY, GOM(DRS_NEW, DA_UNFENCE | DA_DETACH_PEER |
+					      DA_RETRY) },
+	{ "sealing+reject_retry answers the client, then retries",
+	  DRS_SEALING, DEV_REJECT_RETRY, GOM(DRS_NEW, DA_ANSWER_ERR | DA_RELEASE |
+					     DA_UNFENCE | DA_DETACH_PEER | DA_RETRY) },
+	{ "sealing+link_lost_retry retries still attached to the old peer",
+	  DRS_SEALING, DEV_LINK_LOST_RETRY, GOM(DRS_NEW, DA_RELEASE | DA_UNFENCE |
+						DA_RETRY) },
 };
 
 static const struct mutation p_mutations[] = {
@@ -1658,6 +1721,64 @@ START_TEST(test_inv8_answered_once)
 }
 END_TEST
 
+START_TEST(test_failover_link_lost)
+{
+	/* a transfer whose peer is lost part-way starts over from NEW with
+	 * nothing of the first attempt (pages back, unfenced, detached),
+	 * then completes on the next peer; a second loss, with no failover
+	 * left, is the client's error */
+	struct dworld w;
+	struct move mv[MAX_MOVES];
+	unsigned n;
+
+	d_init(&w);
+	DRIVE_D(w, DEV_ADMIT);
+	drive(&dworld_ops, &w, &dreq_machine, M_SEND_OK, 0);
+	DRIVE_D(w, DEV_BATCH);
+	DRIVE_D(w, DEV_LINK_LOST_RETRY);
+	ck_assert_uint_eq(w.h.ms, DRS_NEW);
+	ck_assert(!w.fence && !w.attached && !w.answered && !w.h.timer);
+	ck_assert_uint_eq(w.retries, 1);
+	DRIVE_D(w, DEV_ADMIT);
+	drive(&dworld_ops, &w, &dreq_machine, M_SEND_OK, 0);
+	ck_assert(w.fence && w.attached && w.h.timer);
+	n = dworld_ops.moves(&w, &dreq_machine, mv);
+	for (unsigned i = 0; i < n; i++)
+		ck_assert_int_ne(mv[i].ev, DEV_LINK_LOST_RETRY);
+	DRIVE_D(w, DEV_LINK_LOST);
+	ck_assert_uint_eq(w.h.ms, DRS_DONE);
+	ck_assert(w.answered && d_free_list(&w));
+}
+END_TEST
+
+START_TEST(test_failover_reject_local)
+{
+	/* a draining prefill's refusal while sealing (nothing streamed):
+	 * placed again, this time here */
+	struct dworld w;
+
+	d_init(&w);
+	DRIVE_D(w, DEV_ADMIT);
+	drive(&dworld_ops, &w, &dreq_machine, M_SEND_OK, 0);
+	DRIVE_D(w, DEV_REJECT_RETRY);
+	ck_assert_uint_eq(w.h.ms, DRS_NEW);
+	ck_assert(!w.fence && w.pages == PG_NONE && !w.answered);
+	DRIVE_D(w, DEV_ADMIT_LOCAL);
+	ck_assert_uint_eq(w.h.ms, DRS_SUBMIT);
+	drive(&dworld_ops, &w, &dreq_machine, M_SUBMIT_OK, 0);
+	DRIVE_D(w, DEV_SUBMITTED);
+	DRIVE_D(w, DEV_FINISH);
+	DRIVE_D(w, DEV_FREED);
+	ck_assert_uint_eq(w.h.ms, DRS_DONE);
+	ck_assert(w.answered);
+	/* the table: no retry once the engine has it */
+	ck_assert_int_eq(machine_step(&dreq_machine, DRS_SUBMIT, DEV_REJECT_RETRY)->kind,
+			 MSTEP_BUG);
+	ck_assert_int_eq(machine_step(&dreq_machine, DRS_ABORTING,
+				      DEV_LINK_LOST_RETRY)->kind, MSTEP_BUG);
+}
+END_TEST
+
 START_TEST(test_late_events_in_done)
 {
 	/* a terminal request ignores what may still race in */
@@ -1735,6 +1856,8 @@ static Suite *machine_suite(void)
 	tcase_add_test(tc, test_inv8_client_gone_then_abort);
 	tcase_add_test(tc, test_inv8_client_gone_in_compute);
 	tcase_add_test(tc, test_inv8_answered_once);
+	tcase_add_test(tc, test_failover_link_lost);
+	tcase_add_test(tc, test_failover_reject_local);
 	tcase_add_test(tc, test_late_events_in_done);
 	suite_add_tcase(s, tc);
 	return s;

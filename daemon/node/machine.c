@@ -75,6 +75,10 @@ const char *machine_actions_str(const struct machine *m, uint32_t actions,
 #define D_ABORT (DA_ANSWER_ERR | DA_SEND_ABORT | DA_RELEASE | DA_TIMER_ABORT)
 /* What a failed transfer does when nothing can write any more. */
 #define D_GONE (DA_ANSWER_ERR | DA_UNFENCE | DA_RELEASE | DA_DETACH_PEER)
+/* Failover: what a failed transfer does when nothing can write any more
+ * and nothing reached the client yet - D_GONE without the answer, then
+ * the request is placed again (DA_RETRY, from NEW). */
+#define D_RETRY (DA_UNFENCE | DA_RELEASE | DA_DETACH_PEER | DA_RETRY)
 /* The KV is complete: the peer is done with it. */
 #define D_COVERED (DA_SEND_RELEASE_ACK | DA_UNFENCE | DA_DETACH_PEER)
 
@@ -97,6 +101,8 @@ const char *machine_actions_str(const struct machine *m, uint32_t actions,
 	[DEV_ABORT_ACK_EARLY] = IGN,					\
 	[DEV_TIMEOUT] = GO(DRS_ABORTING, D_ABORT),			\
 	[DEV_LINK_LOST] = GO(DRS_DONE, D_GONE),				\
+	[DEV_REJECT_RETRY] = GO(DRS_NEW, D_RETRY),			\
+	[DEV_LINK_LOST_RETRY] = GO(DRS_NEW, D_RETRY),			\
 	[DEV_CLIENT_GONE] = GO(self, DA_DETACH_CLIENT),			\
 	[DEV_OP_ABORT] = GO(DRS_ABORTING, D_ABORT)
 
@@ -214,6 +220,8 @@ static const char *const dreq_event_names[DEV__N] = {
 	[DEV_SUBMIT_ERR] = "submit_err", [DEV_SUBMIT_FAIL] = "submit_fail",
 	[DEV_TOKEN] = "token", [DEV_FINISH] = "finish",
 	[DEV_ENGINE_FAIL] = "engine_fail", [DEV_FREED] = "freed",
+	[DEV_REJECT_RETRY] = "reject_retry",
+	[DEV_LINK_LOST_RETRY] = "link_lost_retry",
 };
 
 static const char *const dreq_action_names[32] = {
@@ -221,6 +229,7 @@ static const char *const dreq_action_names[32] = {
 	"send_abort", "send_abort_ack", "send_release_ack", "release", "unfence",
 	"quarantine", "detach_peer", "timer_prefill", "timer_transfer",
 	"timer_abort", "free_engine", "submit", "teardown", "keep_timer",
+	"retry",
 };
 
 const struct machine dreq_machine = {

@@ -68,7 +68,8 @@ const char *machine_actions_str(const struct machine *m, uint32_t actions,
  * and check the KV, then compute and stream. A standalone node's request
  * is the same machine entered at SUBMIT (no transfer). */
 enum dreq_state {
-	DRS_NEW = 0,       /* parsed; admission runs synchronously */
+	DRS_NEW = 0,       /* parsed, or given back by a failed prefill
+			    * (failover): admission runs synchronously */
 	DRS_TRANSFER,      /* pages reserved and fenced, prefill_request sent */
 	DRS_SEALING,       /* RDMA (memory windows): every batch in and
 			    * covered; the write scope's revocation is in
@@ -127,6 +128,11 @@ enum dreq_event {
 	DEV_FINISH,         /* the engine ended it: stop or length */
 	DEV_ENGINE_FAIL,    /* the engine ended it with an error */
 	DEV_FREED,          /* the engine request and its pages are gone */
+	DEV_REJECT_RETRY,   /* REJECT for a cause another prefill may not
+			     * share (draining, overloaded), nothing streamed,
+			     * a failover left and a place to go: place it again */
+	DEV_LINK_LOST_RETRY, /* LINK_LOST, likewise (the link's flush has
+			     * drained: nothing lands any more) */
 	DEV__N
 };
 
@@ -157,8 +163,13 @@ enum dreq_action {
 	DA_KEEP_TIMER   = 1u << 18, /* the running phase timer carries on
 				     * into the next state (no action: read
 				     * by the state setter) */
+	DA_RETRY        = 1u << 19, /* place it again from NEW: fresh pages,
+				     * a new transfer on another peer (or
+				     * here), every check again; last, so
+				     * the new placement's own step follows
+				     * a finished one */
 };
-#define DA__BITS 19
+#define DA__BITS 20
 
 extern const struct machine dreq_machine;
 
