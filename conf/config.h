@@ -104,6 +104,8 @@ struct kvd_config {
 	uint32_t peer_max_requests;   /* in flight per peer (prefill) */
 	uint32_t peer_max_pages;      /* pages per peer; 0 = automatic */
 	uint32_t peer_max_links;      /* control links per peer node (prefill) */
+	uint32_t failover_retries;    /* decode: placements again after a
+				       * lost or refusing prefill; 0 = off */
 	uint32_t local_prefill;       /* decode: local prompt speed, % of a
 				       * prefill peer; 0 = never local */
 	/* [transfer] */

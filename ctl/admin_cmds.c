@@ -101,7 +101,7 @@ static void pack_pool(msgpack_packer *pk, const struct kvpool_stats *p,
 
 static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 {
-	msgpack_pack_map(pk, 12);
+	msgpack_pack_map(pk, 13);
 	frame_pack_kv_u64(pk, "admitted", k->admitted);
 	frame_pack_str(pk, "rejected");
 	msgpack_pack_map(pk, KVD_REJECT__N);
@@ -117,6 +117,7 @@ static void pack_counters(msgpack_packer *pk, const struct kvd_counters *k)
 	frame_pack_kv_u64(pk, "release_timeouts", k->release_timeouts);
 	frame_pack_kv_u64(pk, "send_timeouts", k->send_timeouts);
 	frame_pack_kv_u64(pk, "drain_aborts", k->drain_aborts);
+	frame_pack_kv_u64(pk, "failovers", k->failovers);
 	frame_pack_str(pk, "verbs");
 	msgpack_pack_map(pk, 5);
 	frame_pack_kv_u64(pk, "header_inline", k->verbs.header_inline);

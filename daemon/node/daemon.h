@@ -72,6 +72,9 @@ struct kvd_counters {
 	uint64_t send_timeouts;       /* prefill: requests ended at the send
 				       * deadline (transfer.send_timeout_ms) */
 	uint64_t drain_aborts;        /* requests aborted at the drain deadline */
+	uint64_t failovers;           /* decode: requests placed again after
+				       * their prefill was lost or refused
+				       * (peers.failover_retries) */
 	struct transport_verbs_stats verbs;  /* RDMA: inline headers, credits */
 };
 

@@ -54,6 +54,7 @@
 #include <string.h>
 
 static void decode_try_complete(struct serve_req *r);
+static void dreq_retry(struct serve_req *r);
 
 /* ---- the decode request machine (daemon/node/machine.h: dreq) -------------------- */
 
@@ -402,6 +403,9 @@ static void dreq_act(struct serve_req *r, uint32_t a)
 		return;
 	case DA_KEEP_TIMER:
 		return;   /* read by the state setter */
+	case DA_RETRY:
+		dreq_retry(r);
+		return;
 	}
 }
 
@@ -563,7 +567,8 @@ void serve__local_admit(struct serve_req *r)
 		serve__dreq_event(r, DEV_REFUSE);
 		return;
 	}
-	serve__req_register(r);
+	if (!r->registered)   /* a failover placed here is */
+		serve__req_register(r);
 	if (serve__sink_stream_begin(r)) {
 		r->fail_code = PROTO_ERR_INTERNAL;
 		snprintf(r->fail_msg, sizeof(r->fail_msg), "out of memory");
@@ -576,8 +581,9 @@ void serve__local_admit(struct serve_req *r)
 
 /* The up prefill peer with the fewest requests in flight: ours on it
  * plus the load it reported. A draining one (its address left its
- * name's answer, peerdns.c) takes none. */
-static struct link *decode_pick_peer(struct serve *s)
+ * name's answer, peerdns.c) takes none, nor `avoid` (the peer a failover
+ * leaves). */
+static struct link *decode_pick_peer(struct serve *s, const struct link *avoid)
 {
 	struct link *best = NULL;
 	struct kvd_list *e;
@@ -585,7 +591,7 @@ static struct link *decode_pick_peer(struct serve *s)
 	kvd_list_for_each(e, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 
-		if (l->side != LINK_DIAL || !link_takes_requests(l))
+		if (l->side != LINK_DIAL || !link_takes_requests(l) || l == avoid)
 			continue;
 		if (!best || l->load + l->n_reqs < best->load + best->n_reqs)
 			best = l;
@@ -860,46 +866,52 @@ static int decode_verbs_grant(struct serve_req *r, struct link *p,
 	return rc;
 }
 
-void serve__decode_admit(struct serve_req *r)
+/* A failover's line, once its new place is known (to: NULL, here). */
+static void decode_failover_log(struct serve_req *r, const struct link *to)
+{
+	if (!r->fo_from)
+		return;
+	KVLOG_INFO(r->s->log, "failover",
+		   "id=%llu client_id=%llu tenant=%s from=%s to=%s reason=%s attempt=%u",
+		   (unsigned long long)r->reg.id, (unsigned long long)r->client_id,
+		   KVLOG_Q(r->tenant), KVLOG_Q(r->fo_from->addr),
+		   KVLOG_Q(to ? to->addr : "local"), r->fo_why, r->failovers);
+	r->fo_from = NULL;
+}
+
+/* r's prompt is computed here (daemon/node/place.h); `counted`: as
+ * local prompt work (a prefix-cache hit is not). */
+static void decode_run_local(struct serve_req *r, bool counted)
+{
+	decode_failover_log(r, NULL);
+	r->kind = SREQ_LOCAL;
+	if (counted) {
+		r->local_prompt = true;
+		r->s->local_prompt_tokens += r->n_prompt;
+	}
+	serve__local_admit(r);
+}
+
+/* r goes to prefill peer p: admission on the path, pages, the request. */
+static void decode_run_peer(struct serve_req *r, struct link *p)
 {
 	struct sreq_decode *dp = sreq_d(r);
 	struct serve *s = r->s;
-	struct link *p = decode_pick_peer(s);
 	struct proto_peer_msg scope = { 0 };
 	enum dreq_event ev;
 	int rc;
 
-	r->rops = &dreq_decode_ops;
-	if (!p) {
-		s->d->counters.rejected[KVD_REJECT_NO_PEER]++;
-		dreq_fail(r, PROTO_ERR_NO_PREFILL_PEER, "no healthy prefill peer is connected");
-		serve__dreq_event(r, DEV_REFUSE);
-		return;
-	}
-	if (decode_place_cached(r)) {
-		/* not counted as local prompt work: most of it is cached, and
-		 * the placement's speed figures are of computed tokens */
-		r->kind = SREQ_LOCAL;
-		serve__local_admit(r);
-		return;
-	}
-	if (decode_place_local(r, p)) {
-		r->kind = SREQ_LOCAL;
-		r->local_prompt = true;
-		s->local_prompt_tokens += r->n_prompt;
-		serve__local_admit(r);
-		return;
-	}
+	decode_failover_log(r, p);
 	if (decode_too_long(r, p)) {
 		serve__dreq_event(r, DEV_REFUSE);
 		return;
 	}
-	/* admitted: now, and only now, pages */
-	serve__req_register(r);
+	/* admitted: now, and only now, pages (a failover is registered) */
+	if (!r->registered)
+		serve__req_register(r);
 	ev = decode_reserve(r);
-	if (ev == DEV_ADMIT) {
+	if (ev == DEV_ADMIT)
 		serve__link_attach(p, r, 0);
-	}
 	serve__dreq_event(r, ev);
 	if (ev != DEV_ADMIT)
 		return;
@@ -926,6 +938,107 @@ void serve__decode_admit(struct serve_req *r)
 		    (unsigned long long)r->reg.id, (unsigned long long)r->client_id,
 		    KVLOG_Q(r->tenant), KVLOG_Q(p->addr), r->n_prompt, dp->n_table,
 		    dp->n_prefix);
+}
+
+/* Where r's prompt runs (r in NEW): a prefill peer other than `avoid`
+ * (the one a failover leaves), or here (the prefix cache, or the
+ * placement; a failover with no other peer comes here when
+ * peers.local_prefill allows local prompts at all). */
+static void decode_place(struct serve_req *r, const struct link *avoid)
+{
+	struct serve *s = r->s;
+	struct link *p = decode_pick_peer(s, avoid);
+
+	if (!p && avoid && s->d->cfg.local_prefill) {
+		decode_run_local(r, true);
+		return;
+	}
+	if (!p) {
+		s->d->counters.rejected[KVD_REJECT_NO_PEER]++;
+		dreq_fail(r, PROTO_ERR_NO_PREFILL_PEER, "no healthy prefill peer is connected");
+		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	/* a cache hit is not counted as local prompt work: most of it is
+	 * cached, and the placement's speed figures are of computed tokens */
+	if (decode_place_cached(r))
+		decode_run_local(r, false);
+	else if (decode_place_local(r, p))
+		decode_run_local(r, true);
+	else
+		decode_run_peer(r, p);
+}
+
+void serve__decode_admit(struct serve_req *r)
+{
+	r->rops = &dreq_decode_ops;
+	decode_place(r, NULL);
+}
+
+/* ---- failover (peers.failover_retries) -------------------------------------- */
+
+/* Somewhere r can go instead of `from`: another prefill peer that takes
+ * requests, or this node (peers.local_prefill). */
+static bool decode_failover_target(struct serve *s, const struct link *from)
+{
+	struct kvd_list *e;
+
+	if (s->d->cfg.local_prefill)
+		return true;
+	kvd_list_for_each(e, &s->links) {
+		const struct link *l = kvd_list_entry(e, struct link, node);
+
+		if (l != from && l->side == LINK_DIAL && link_takes_requests(l))
+			return true;
+	}
+	return false;
+}
+
+/* Whether r, whose prefill failed it for a cause of the peer's (the
+ * caller judged the code), is placed again rather than answered with
+ * the error: nothing reached its client yet (TRANSFER, SEALING: the
+ * first token streams from SUBMIT on), the client is still there, a
+ * failover is left and somewhere else can take it. When it is, the
+ * retry step needs the link it leaves and why. */
+static bool decode_failover(struct serve_req *r, const char *why)
+{
+	struct serve *s = r->s;
+
+	if ((r->state != DRS_TRANSFER && r->state != DRS_SEALING) || !r->sink ||
+	    r->answered || r->fail_code || s->stopping ||
+	    r->failovers >= s->d->cfg.failover_retries || !r->link ||
+	    !decode_failover_target(s, r->link))
+		return false;
+	r->fo_from = r->link;
+	r->fo_why = why;
+	return true;
+}
+
+/* DA_RETRY (r in NEW, its pages released and unfenced, its peer
+ * detached: the D_RETRY actions before it): a clean slate for the
+ * decode part, then the placement again. A pool call that failed in
+ * those actions failed r (a breach): it ends with that error instead. */
+static void dreq_retry(struct serve_req *r)
+{
+	struct sreq_decode *dp = sreq_d(r);
+	struct serve *s = r->s;
+
+	KVD_ASSERT(s->log, !dp->pages_held && !dp->fenced && !r->link && !r->ereq,
+		   "id=%llu tenant=%s msg=\"a failover with pages, a fence, a peer or an engine request\"",
+		   (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
+	if (r->fail_code) {
+		r->fo_from = NULL;
+		serve__dreq_event(r, DEV_REFUSE);
+		return;
+	}
+	free(dp->table);
+	free(dp->rx.got);
+	*dp = (struct sreq_decode){ 0 };
+	r->failovers++;
+	r->cached_tokens = 0;
+	r->t_xfer_ns = 0;
+	s->d->counters.failovers++;
+	decode_place(r, r->fo_from);
 }
 
 /* ---- receiving KV ----------------------------------------------------------- */
@@ -1217,6 +1330,14 @@ static void peer_on_reject(struct link *p, const struct proto_peer_msg *m)
 			   (unsigned long long)r->client_id, KVLOG_Q(r->tenant),
 			   KVLOG_Q(p->addr), proto_err_name(m->code),
 			   KVLOG_Q(m->message));
+		/* the peer's state (a drain, its caps), not the request's:
+		 * another prefill may take it (a refusal of the request
+		 * itself - its size, its input - would be the same there) */
+		if ((m->code == PROTO_ERR_DRAINING || m->code == PROTO_ERR_OVERLOADED) &&
+		    decode_failover(r, "reject")) {
+			serve__dreq_event(r, DEV_REJECT_RETRY);
+			return;
+		}
 		if (m->code == PROTO_ERR_PROMPT_TOO_LONG)
 			s->d->counters.rejected[KVD_REJECT_PROMPT_TOO_LONG]++;
 		dreq_fail(r, m->code, "%s", m->message);
@@ -1390,6 +1511,12 @@ static bool decode_req_lost(struct serve_req *r, int code, const char *msg)
 {
 	bool failed = r->state == DRS_TRANSFER || r->state == DRS_SEALING;
 
+	/* a lost peer, not a lying one: the request may go elsewhere (an
+	 * integrity loss fails it: what it had received was not KV) */
+	if (failed && code != PROTO_ERR_INTEGRITY && decode_failover(r, "link_lost")) {
+		serve__dreq_event(r, DEV_LINK_LOST_RETRY);
+		return false;
+	}
 	if (failed)
 		dreq_fail_kind(r, code, r->link ? r->link->lost_kind : KVD_INTEGRITY_PEER,
 			       "%s", msg ? msg : "the prefill peer was lost during the transfer");

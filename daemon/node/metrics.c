@@ -620,6 +620,9 @@ static void render_counters(struct text *t, struct kvd_daemon *d)
 	      k->send_timeouts);
 	one_u(t, "kvd_drain_aborts_total", "counter",
 	      "Requests aborted at a drain's deadline.", k->drain_aborts);
+	one_u(t, "kvd_failovers_total", "counter",
+	      "Decode: requests placed again (another prefill peer, or here) after their prefill peer was lost or refused them (DRAINING, OVERLOADED) before anything reached the client (peers.failover_retries).",
+	      k->failovers);
 	family(t, "kvd_verbs_batch_headers_total", "counter",
 	       "RDMA: batch headers (WRITE_WITH_IMM) posted inline or from the staging buffer.");
 	tx(t, "kvd_verbs_batch_headers_total{how=\"inline\"} %" PRIu64 "\n",

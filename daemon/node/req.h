@@ -185,6 +185,12 @@ struct serve_req {
 	struct link *link;
 	struct kvd_list link_node;       /* link->reqs */
 	uint32_t link_pages;             /* counted in link->n_pages */
+	/* decode failover (peers.failover_retries): how often it was placed
+	 * again; while its retry step runs, the link it leaves (never
+	 * dereferenced after that step) and why ("link_lost", "reject") */
+	uint8_t failovers;
+	const struct link *fo_from;
+	const char *fo_why;
 	char peer_node[64];              /* prefill: the decode node it
 					  * serves (link.node_addr), kept
 					  * after its link is gone: it counts
