@@ -66,6 +66,12 @@
  *                                         error state and unfences at once,
  *                                         without draining its flush
  *                                         completions
+ *   BROKEN_RETRY_AT_LOSS                  (h) failover: a transfer whose link
+ *                                         is lost is placed again at once,
+ *                                         its pages unfenced before the
+ *                                         QP's flush completion
+ *   MAXRETRY (1)                          failovers per request
+ *                                         (peers.failover_retries)
  *   NO_ORPHAN, NO_FAULTS                  leave out client disconnects /
  *                                         prefill's fault points (dup_entry,
  *                                         short_transfer), for larger sizes
@@ -79,6 +85,9 @@
 #endif
 #ifndef MAXLOSS
 #define MAXLOSS 1
+#endif
+#ifndef MAXRETRY
+#define MAXRETRY 1
 #endif
 #define NPFX 2          /* prefix pages per request (n_prefix == n_table) */
 #define WINDOW 2        /* PREFILL_SEND_WINDOW: batches posted, not completed */
@@ -157,6 +166,10 @@ bool ackd[NREQ];        /* abort handshake ended (abort_ack, prefill abort/rejec
 byte tgt[NREQ];         /* batches that must land before the fence drops */
 bool fenced[NREQ];      /* r->fenced */
 bool orph[NREQ];        /* client gone: orphaned (invariant 8) */
+byte retr[NREQ];        /* r->failovers: times placed again (NEW with
+			 * retr > 0: waiting to be placed again) */
+bool lostx[NREQ];       /* in DRS_FLUSH from TRANSFER: a failover may
+			 * follow the flush */
 byte nxt;               /* next request to admit */
 byte losses;            /* peer losses injected so far */
 
@@ -198,8 +211,23 @@ bool finished;          /* Check saw every request terminal and the pool clean *
 inline dec_end(r) {
 	dst[r] = DRS_DONE;
 	got[r] = 0; ngot[r] = 0; bgot[r] = 0; dseen[r] = false; dn[r] = 0;
-	ackd[r] = false; tgt[r] = 0; orph[r] = false;
+	ackd[r] = false; tgt[r] = 0; orph[r] = false; retr[r] = 0; lostx[r] = false;
 	pg[r * NPFX] = 0; pg[r * NPFX + 1] = 0; gn[r * NPFX] = 0; gn[r * NPFX + 1] = 0
+}
+
+/* Failover (dreq_retry()): the request's pages are released and
+ * unfenced, it is detached; it forgets the old transfer and goes back to
+ * NEW to be placed again, with fresh pages and a new prefill_request
+ * (the option in DEC_REQ). The model has one prefill, so the new
+ * request goes to the same one, under the same id: stricter than C,
+ * which picks another peer. */
+inline dec_retry(r) {
+	assert(!fenced[r] && !orph[r]);
+	got[r] = 0; ngot[r] = 0; bgot[r] = 0; dseen[r] = false; dn[r] = 0;
+	ackd[r] = false; tgt[r] = 0; lostx[r] = false;
+	pg[r * NPFX] = 0; pg[r * NPFX + 1] = 0; gn[r * NPFX] = 0; gn[r * NPFX + 1] = 0;
+	retr[r]++;
+	dst[r] = DRS_NEW
 }
 
 inline pf_end(r) {
@@ -429,8 +457,14 @@ inline teardown() {
 		 * C; under RDMA the unfence waits for the flush (FLUSH) */
 		:: dst[tr] == DRS_ABORTING -> LINK_FENCE(tr)
 		/* dreq TRANSFER --link_lost / answer_err|release|unfence|
-		 * detach_peer--> DONE in C; the same wait here */
-		:: dst[tr] == DRS_TRANSFER -> pool_release(tr); LINK_FENCE(tr)
+		 * detach_peer--> DONE in C; the same wait here (and its
+		 * failover, --link_lost_retry--> NEW, after it) */
+#ifdef BROKEN_RETRY_AT_LOSS
+		/* (h) placed again at once: unfenced before the flush */
+		:: dst[tr] == DRS_TRANSFER && retr[tr] < MAXRETRY && !orph[tr] ->
+			pool_release(tr); pool_unfence(tr); dec_retry(tr)
+#endif
+		:: dst[tr] == DRS_TRANSFER -> pool_release(tr); lostx[tr] = true; LINK_FENCE(tr)
 		:: else
 		fi;
 		if
@@ -455,7 +489,12 @@ inline teardown() {
 	 * goes on (invariant 8) \
 	 * dreq TRANSFER --client_gone / detach_client--> TRANSFER */ \
 	DEC_ORPHAN(R) \
-	DEC_ABORT_TIMEOUT(R)
+	DEC_ABORT_TIMEOUT(R) \
+	/* failover: placed again (serve__decode_admit()'s placement from \
+	 * dreq_retry()), waiting for pages like a new request \
+	 * dreq NEW --admit / timer_prefill--> TRANSFER */ \
+	:: atomic { dst[R] == DRS_NEW && retr[R] > 0 && NFREE >= NPFX && !qerr -> \
+		pool_reserve(R); dst[R] = DRS_TRANSFER; c2p!PREQ, R, 0 }
 
 #ifdef NO_ORPHAN
 #define DEC_ORPHAN(R)
@@ -524,6 +563,13 @@ end_loop:
 			assert(qerr);
 			for (tr : 0 .. NREQ - 1) {
 				if
+				/* C's link walk runs here (verbs: after the
+				 * flush): a transfer may fail over,
+				 * dreq TRANSFER --link_lost_retry / release|
+				 * unfence|detach_peer|retry--> NEW */
+				:: dst[tr] == DRS_FLUSH && lostx[tr] && retr[tr] < MAXRETRY &&
+				   !orph[tr] ->
+					pool_unfence(tr); dec_retry(tr)
 				:: dst[tr] == DRS_FLUSH -> dec_abort_done(tr)
 				:: else
 				fi
@@ -585,8 +631,14 @@ end_loop:
 			:: dst[r] == DRS_TRANSFER ->
 				/* dreq TRANSFER --reject / answer_err|release|
 				 * unfence|detach_peer--> DONE: nothing computed or
-				 * sent, release at once */
-				dec_free_now(r); dec_end(r)
+				 * sent, release at once; or (draining, overloaded)
+				 * --reject_retry / release|unfence|detach_peer|
+				 * retry--> NEW: placed again */
+				dec_free_now(r);
+				if
+				:: retr[r] < MAXRETRY && !orph[r] -> dec_retry(r)
+				:: true -> dec_end(r)
+				fi
 			:: dst[r] == DRS_ABORTING ->
 				/* dreq ABORTING --reject / unfence|detach_peer-->
 				 * DONE: our abort crossed the refusal, like an ack,
@@ -649,7 +701,13 @@ inline NIC_PLACE() {
 	assert(pgen[np] == ng && (ps[np] == PG_FILLING || ps[np] == PG_FENCED));
 	wr[np]++;
 	infl[np]--;
-	LANDED(nr);
+	/* a write placed once the QP is in error is the old connection's:
+	 * its prefill request ended at the teardown, and the request id may
+	 * be in a new transfer by now (failover): not counted there */
+	if
+	:: !qerr -> LANDED(nr)
+	:: else
+	fi;
 	note!nr, ni, np, ng;
 	placing = false; nr = 0; ni = 0; np = 0; ng = 0
 }
