@@ -579,22 +579,40 @@ void serve__local_admit(struct serve_req *r)
 }
 
 
+/* l refused a request as DRAINING within the last three heartbeats. */
+static bool peer_refused_lately(const struct serve *s, const struct link *l,
+				uint64_t now)
+{
+	uint64_t window = 3ull * s->d->cfg.heartbeat_ms * 1000000ull;
+
+	return l->refused_draining_ns && now - l->refused_draining_ns < window;
+}
+
 /* The up prefill peer with the fewest requests in flight: ours on it
  * plus the load it reported. A draining one (its address left its
  * name's answer, peerdns.c) takes none, nor `avoid` (the peer a failover
- * leaves). */
+ * leaves); one that refused as DRAINING lately only when no other takes
+ * requests (it may have been resumed). */
 static struct link *decode_pick_peer(struct serve *s, const struct link *avoid)
 {
 	struct link *best = NULL;
+	bool best_refused = false;
+	uint64_t now = kvd_now_ns();
 	struct kvd_list *e;
 
 	kvd_list_for_each(e, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
+		bool refused;
 
 		if (l->side != LINK_DIAL || !link_takes_requests(l) || l == avoid)
 			continue;
-		if (!best || l->load + l->n_reqs < best->load + best->n_reqs)
+		refused = peer_refused_lately(s, l, now);
+		if (!best || (best_refused && !refused) ||
+		    (refused == best_refused &&
+		     l->load + l->n_reqs < best->load + best->n_reqs)) {
 			best = l;
+			best_refused = refused;
+		}
 	}
 	return best;
 }
@@ -1333,6 +1351,8 @@ static void peer_on_reject(struct link *p, const struct proto_peer_msg *m)
 		/* the peer's state (a drain, its caps), not the request's:
 		 * another prefill may take it (a refusal of the request
 		 * itself - its size, its input - would be the same there) */
+		if (m->code == PROTO_ERR_DRAINING)
+			p->refused_draining_ns = kvd_now_ns();
 		if ((m->code == PROTO_ERR_DRAINING || m->code == PROTO_ERR_OVERLOADED) &&
 		    decode_failover(r, "reject")) {
 			serve__dreq_event(r, DEV_REJECT_RETRY);

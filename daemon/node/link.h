@@ -203,6 +203,11 @@ struct link {
 	 * its requests is left the tick closes it for good */
 	struct peerdns_name *dns;
 	bool draining;
+	/* dial: when the peer last refused a request as DRAINING (ns,
+	 * 0 never). Placement passes it over for three heartbeats while
+	 * another peer takes requests (decode_pick_peer): a draining
+	 * prefill refuses at once, so its reported load stays low */
+	uint64_t refused_draining_ns;
 	char rbuf[65536];                /* (65536) bytes: control reads */
 };
 
