@@ -129,11 +129,14 @@ check "kill: the metric kvd_failovers_total counts them" test "$(metric_failover
 # --- drain: A refuses new requests while it drains --------------------------
 check "drain: prefill A back (300 ms per batch)" start_pa slow_batch
 MD=$(log_mark "$T/d.log")
-# one request on A keeps its drain open while the others arrive
+# one request on A keeps its drain open while the others arrive; two
+# asked at once put one on each prefill by load (A, back, may tie with
+# B's stale reported load and lose the tie)
 ask 1 "$T/drain.1"
+ask 2 "$T/drain.2"
 check "drain: a request is on A" wait_log "$T/d.log" "event=prefill_sent .*peer=\"?127.0.0.1:$PA" 20 "$MD"
 check "drain: kvctl drain on A" quiet "$KVCTL" --socket "$T/pa.sock" drain
-for i in $(seq 2 $N); do ask "$i" "$T/drain.$i"; done
+for i in $(seq 3 $N); do ask "$i" "$T/drain.$i"; done
 wait_asks
 check "drain: every request equals its solo run (zero failed)" all_equal drain
 NR=$(failovers_since reject "$MD")
