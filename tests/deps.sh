@@ -14,10 +14,12 @@ KVD_DEBS=(meson ninja-build pkg-config gcc libc6-dev
 # for promtool; gdb and valgrind; node and npm for the npm clients' tests
 # (http_openai, http_clients, chat_page: on Debian 12 some 350 packages,
 # 22 MB to download); chromium, the headless browser of chat_page (122 MB
-# to fetch, 414 MB installed, 21 s on the dev machine).
+# to fetch, 414 MB installed, 21 s on the dev machine); podman, runc (for
+# hosts whose cgroups crun refuses) and debootstrap, which build and run
+# deploy/Containerfile (container_build).
 KVD_TEST_DEBS=(jq iproute2 procps dnsmasq-base haproxy
 	clang libclang-rt-dev spin prometheus gdb valgrind
-	nodejs npm chromium)
+	nodejs npm chromium podman runc debootstrap)
 # A package whose command is already on the PATH counts as present: Node
 # from NodeSource bundles npm and conflicts with Debian's npm package.
 declare -A KVD_DEB_CMD=([nodejs]=node [npm]=npm)
