@@ -16,13 +16,15 @@ KVD_DEBS=(meson ninja-build pkg-config gcc libc6-dev
 # 22 MB to download); chromium, the headless browser of chat_page (122 MB
 # to fetch, 414 MB installed, 21 s on the dev machine); podman, runc (for
 # hosts whose cgroups crun refuses) and debootstrap, which build and run
-# deploy/Containerfile (container_build).
+# deploy/Containerfile (container_build); kubernetes-client, whose kubectl
+# renders deploy/k8s (k8s_manifests: kubectl kustomize).
 KVD_TEST_DEBS=(jq iproute2 procps dnsmasq-base haproxy
 	clang libclang-rt-dev spin prometheus gdb valgrind
-	nodejs npm chromium podman runc debootstrap)
+	nodejs npm chromium podman runc debootstrap kubernetes-client)
 # A package whose command is already on the PATH counts as present: Node
-# from NodeSource bundles npm and conflicts with Debian's npm package.
-declare -A KVD_DEB_CMD=([nodejs]=node [npm]=npm)
+# from NodeSource bundles npm and conflicts with Debian's npm package, and
+# a kubectl from Kubernetes' or a cloud SDK's packages with Debian's.
+declare -A KVD_DEB_CMD=([nodejs]=node [npm]=npm [kubernetes-client]=kubectl)
 
 # kvd_install_deps [--build]: both lists, or only KVD_DEBS with --build.
 kvd_install_deps() {
