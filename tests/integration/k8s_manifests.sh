@@ -184,16 +184,7 @@ role_checks() { # role_checks ROLE KIND NAME
 	chmod 0644 "$ini"
 	local cc
 	as_pod env CACHE_DIRECTORY="$pod/var/cache/kvd/node" "$KVD" --check-config --config "$ini" >"$T/$role.resolved" 2>&1 && cc=0 || cc=$?
-	if [ "$cc" != 0 ] && grep -q "listen.http: prefill nodes serve no clients" "$T/$role.resolved"; then
-		# this kvd predates listen.http on the prefill role (its /livez
-		# /readyz /metrics): check the rest, the port from the INI
-		echo "# $role: this kvd has no listen.http on the prefill role: checked without it"
-		P=$(awk -F= '/^http *=/ { gsub(/ /, "", $2); print $2 }' "$ini")
-		sed -i -e '/^http *=/d' -e '/^api_keys_file *=/d' "$ini"
-		as_pod env CACHE_DIRECTORY="$pod/var/cache/kvd/node" "$KVD" --check-config --config "$ini" >"$T/$role.resolved" 2>&1 && cc=0 || cc=$?
-	else
-		P=$(resolved "$T/$role.resolved" listen http)
-	fi
+	P=$(resolved "$T/$role.resolved" listen http)
 	[ "$cc" = 0 ] || tail -3 "$T/$role.resolved"
 	check "$role: kvd --check-config of the prepared INI exits 0 as the pods' user" test "$cc" = 0
 	check "$role: node.name is the pod's name" test "$(resolved "$T/$role.resolved" node name)" = "$podname"
