@@ -93,16 +93,26 @@ START_TEST(test_tools_refused)
 	refused("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}",
 		"tools", "wrong type");
 	refused("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true}}]}",
-		"tools", "constrained decoding");
+		"tools", "needs 'parameters'");
+	/* strict: the schema's keywords outside jschema's subset, by name */
+	refused("{" MSGS ",\"tools\":[" TOOL("g") ",{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+		"\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}}}]}",
+		"tools", "tools[1].function.parameters': the schema keyword 'pattern'");
+	refused("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":1}}]}",
+		"tools", "wrong type");
 	refused("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"code\":1}}]}",
 		"tools", "takes name");
-	refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"tool_choice\":\"required\"}", "tool_choice",
-		"constrained decoding");
+	refused("{" MSGS ",\"tool_choice\":\"required\"}", "tool_choice", "needs 'tools'");
 	refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"tool_choice\":{\"type\":\"function\","
-		"\"function\":{\"name\":\"f\"}}}", "tool_choice", "constrained decoding");
+		"\"function\":{\"name\":\"g\"}}}", "tool_choice", "names 'g', which is not");
+	refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"tool_choice\":{\"type\":\"function\","
+		"\"function\":{\"name\":\"f\",\"x\":1}}}", "tool_choice", "must be");
+	refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"tool_choice\":{\"type\":\"allowed_tools\","
+		"\"allowed_tools\":{\"mode\":\"sometimes\",\"tools\":[]}}}", "tool_choice", "allowed_tools");
+	refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"tool_choice\":{\"type\":\"allowed_tools\","
+		"\"allowed_tools\":{\"mode\":\"required\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"h\"}}]}}}",
+		"tool_choice", "tools[0]' names 'h'");
 	refused("{" MSGS ",\"tool_choice\":\"sometimes\"}", "tool_choice", "must be");
-	refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false}",
-		"parallel_tool_calls", "constrained decoding");
 	refused("{" MSGS ",\"functions\":[{\"name\":\"f\"}]}", "functions", "not supported");
 	/* 129 tools */
 	o = (size_t)snprintf(body, sizeof(body), "{" MSGS ",\"tools\":[");
@@ -169,8 +179,8 @@ END_TEST
 
 /* ---- the output ------------------------------------------------------------------ */
 
-static const struct openai_tool tools[] = { { "get_weather", NULL, NULL },
-					    { "f", NULL, NULL } };
+static const struct openai_tool tools[] = { { .name = "get_weather" },
+					    { .name = "f" } };
 
 /* What an answer became: its text and calls ("name args;" each). */
 struct got {
@@ -359,6 +369,218 @@ START_TEST(test_scan_bounded)
 }
 END_TEST
 
+/* ---- tool_choice by grammar (openai_toolgram.c) ---------------------------------- */
+
+#define STRICT(name) "{\"type\":\"function\",\"function\":{\"name\":\"" name "\"," \
+	"\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":" \
+	"{\"n\":{\"type\":\"integer\"},\"u\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"n\",\"u\"]}}}"
+
+/* q parsed from body and its grammar in format f (0 expected). */
+static void gram_of(const char *body, enum chat_format f, struct openai_req *q)
+{
+	struct openai_error e;
+
+	ck_assert_msg(parse(body, q, &e) == 0, "%s: %s", body, e.msg);
+	ck_assert_msg(openai_tools_grammar(q, f, &e) == 0, "%s: %s", body, e.msg);
+}
+
+/* -1: text is accepted whole (complete tells whether it may end there);
+ * else the index of the first byte refused */
+static long gram_feed(const struct jgram *g, const char *text, bool *complete)
+{
+	struct jgram_run *r;
+	long bad = -1;
+
+	ck_assert_int_eq(jgram_run_new(&r, g, NULL), 0);
+	for (size_t i = 0; text[i] && bad < 0; i++)
+		if (!jgram_run_feed(r, text + i, 1))
+			bad = (long)i;
+	*complete = jgram_run_complete(r);
+	jgram_run_free(r);
+	return bad;
+}
+
+static void gram_ok(const struct jgram *g, const char *text)
+{
+	bool complete;
+	long bad = gram_feed(g, text, &complete);
+
+	ck_assert_msg(bad < 0 && complete, "'%s': refused at %ld (complete %d)", text, bad,
+		      complete);
+}
+
+/* text is refused at the byte after prefix (or, with no rest, cannot end) */
+static void gram_no(const struct jgram *g, const char *prefix, const char *rest)
+{
+	char all[512];
+	bool complete;
+	long bad;
+
+	snprintf(all, sizeof(all), "%s%s", prefix, rest);
+	bad = gram_feed(g, all, &complete);
+	if (!rest[0])
+		ck_assert_msg(bad < 0 && !complete, "'%s': may end (refused at %ld)", all, bad);
+	else
+		ck_assert_msg(bad == (long)strlen(prefix), "'%s' + '%s': refused at %ld", prefix,
+			      rest, bad);
+}
+
+/* What the grammar accepts is a call the scanner reads (the front's
+ * parse of the answer), with the name and arguments given. */
+static void scans_as(enum chat_format f, const struct openai_req *q, const char *text,
+		     const char *name, const char *args)
+{
+	struct openai_found o;
+	bool plain = false;
+
+	ck_assert_int_eq(openai_calls_scan(f, q->tools, q->n_tools, text, strlen(text), true,
+					   &plain, &o), OPENAI_SCAN_CALL);
+	ck_assert_str_eq(o.name, name);
+	ck_assert_str_eq(o.arguments, args);
+	free(o.arguments);
+}
+
+/* llama3, required: {"name": one of the tools, "parameters": ...}, name
+ * first, that tool's schema when strict, any object when not; EOS after
+ * one call. */
+START_TEST(test_grammar_llama3)
+{
+	struct openai_req q;
+
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," STRICT("count") "],"
+		"\"tool_choice\":\"required\"}", CHAT_LLAMA3, &q);
+	ck_assert_ptr_nonnull(q.gram);
+	gram_ok(q.gram, "{\"name\": \"get_weather\", \"parameters\": {\"x\": [1, {}]}}");
+	gram_ok(q.gram, "{\"name\":\"count\",\"parameters\":{\"u\":\"c\",\"n\":-3}}");
+	scans_as(CHAT_LLAMA3, &q, "{\"name\": \"count\", \"parameters\": {\"n\": 2, \"u\": \"f\"}}",
+		 "count", "{\"n\": 2, \"u\": \"f\"}");
+	gram_no(q.gram, "", "Sure");                          /* text */
+	gram_no(q.gram, "{\"", "parameters\"");               /* name first */
+	gram_no(q.gram, "{\"name\": \"", "other\"");          /* not a tool */
+	gram_no(q.gram, "{\"name\": \"get_weather", "s");
+	gram_no(q.gram, "{\"name\": \"count\"", "}");          /* its arguments due */
+	gram_no(q.gram, "{\"name\": \"count\", \"", "arguments\"");  /* llama3's key */
+	gram_no(q.gram, "{\"name\": \"count\", \"parameters\": {\"n\": 1", ".5");  /* strict */
+	gram_no(q.gram, "{\"name\": \"count\", \"parameters\": {\"n\": 1, \"u\": \"", "k");
+	gram_no(q.gram, "{\"name\": \"count\", \"parameters\": {\"n\": 1", "}");   /* u required */
+	gram_no(q.gram, "{\"name\": \"count\", \"parameters\": {\"n\": 1, \"", "z");
+	gram_no(q.gram, "{\"name\": \"get_weather\", \"parameters\": ", "[");   /* an object */
+	gram_no(q.gram, "{\"name\": \"get_weather\", \"parameters\": {}", ",");  /* nothing else */
+	gram_no(q.gram, "{\"name\": \"get_weather\", \"parameters\": {}}", "{");  /* one call */
+	gram_no(q.gram, "{\"name\": \"get_weather\", \"parameters\": {}", "");
+	openai_req_deinit(&q);
+	/* named: that tool only */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," STRICT("count") "],"
+		"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"count\"}}}",
+		CHAT_LLAMA3, &q);
+	gram_ok(q.gram, "{\"name\": \"count\", \"parameters\": {\"n\": 0, \"u\": \"c\"}}");
+	gram_no(q.gram, "{\"name\": \"", "get_weather");
+	openai_req_deinit(&q);
+	/* allowed_tools required: the subset */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("a") "," TOOL("b") "," TOOL("c") "],"
+		"\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"required\","
+		"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"c\"}},"
+		"{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]}}}", CHAT_LLAMA3, &q);
+	gram_ok(q.gram, "{\"name\": \"a\", \"parameters\": {}}");
+	gram_ok(q.gram, "{\"name\": \"c\", \"parameters\": {}}");
+	gram_no(q.gram, "{\"name\": \"", "b");
+	ck_assert(q.tools[0].allowed && !q.tools[1].allowed && q.tools[2].allowed);
+	openai_req_deinit(&q);
+}
+END_TEST
+
+/* chatml (Hermes): <tool_call>{"name": ..., "arguments": ...}</tool_call>,
+ * several unless parallel_tool_calls is false. */
+START_TEST(test_grammar_chatml)
+{
+	static const char one[] = "<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}\n</tool_call>";
+	struct openai_req q;
+
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," STRICT("count") "],"
+		"\"tool_choice\":\"required\"}", CHAT_CHATML, &q);
+	gram_ok(q.gram, one);
+	gram_ok(q.gram, "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":1}}</tool_call>\n"
+		"<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 1, \"u\": \"f\"}}\n</tool_call>\n");
+	scans_as(CHAT_CHATML, &q, one, "count", "{\"n\": 7, \"u\": \"c\"}");
+	gram_no(q.gram, "", "{");
+	gram_no(q.gram, "<tool_", "x");
+	gram_no(q.gram, "<tool_call>\n{\"name\": \"count\", \"", "parameters\"");
+	gram_no(q.gram, "<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}\n<", "tool");
+	gram_no(q.gram, "<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}\n</tool_call", "");
+	gram_no(q.gram, "<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}", "");
+	gram_no(q.gram, "<tool_call>", "");
+	openai_req_deinit(&q);
+	/* parallel_tool_calls false: one call, then only whitespace and EOS */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," STRICT("count") "],"
+		"\"tool_choice\":\"required\",\"parallel_tool_calls\":false}", CHAT_CHATML, &q);
+	gram_ok(q.gram, one);
+	gram_no(q.gram, "<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}\n</tool_call>\n", "<");
+	openai_req_deinit(&q);
+	/* auto and none: no grammar (the answer may be text) */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("f") "]}", CHAT_CHATML, &q);
+	ck_assert_ptr_null(q.gram);
+	openai_req_deinit(&q);
+	gram_of("{" MSGS ",\"tools\":[" STRICT("f") "],\"tool_choice\":\"none\"}", CHAT_CHATML, &q);
+	ck_assert_ptr_null(q.gram);
+	openai_req_deinit(&q);
+	/* a format without a call syntax: none either (the front refuses) */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("f") "],\"tool_choice\":\"required\"}", CHAT_MISTRAL, &q);
+	ck_assert_ptr_null(q.gram);
+	openai_req_deinit(&q);
+}
+END_TEST
+
+/* What no grammar can hold here is a 400 naming its param. */
+static void gram_refused(const char *body, enum chat_format f, const char *param,
+			 const char *words)
+{
+	struct openai_req q;
+	struct openai_error e;
+
+	ck_assert_msg(parse(body, &q, &e) == 0, "%s: %s", body, e.msg);
+	memset(&e, 0, sizeof(e));
+	ck_assert_int_eq(openai_tools_grammar(&q, f, &e), OPENAI_E_INVALID);
+	ck_assert_int_eq(e.status, 400);
+	ck_assert_msg(!strcmp(e.param, param), "%s: param %s, want %s", body, e.param, param);
+	ck_assert_msg(strstr(e.msg, words), "%s: '%s' lacks '%s'", body, e.msg, words);
+	openai_req_deinit(&q);
+}
+
+START_TEST(test_grammar_refused)
+{
+	char body[40000];
+	size_t o;
+	struct openai_req q;
+
+	gram_refused("{" MSGS ",\"tools\":[" STRICT("f") "]}", CHAT_CHATML, "tools", "strict");
+	gram_refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false}",
+		     CHAT_CHATML, "parallel_tool_calls", "required");
+	gram_refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"tool_choice\":\"required\","
+		     "\"response_format\":{\"type\":\"json_object\"}}", CHAT_LLAMA3,
+		     "response_format", "forced tool call");
+	gram_refused("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+		     "\"parameters\":{\"type\":\"string\"}}}],\"tool_choice\":\"required\"}", CHAT_LLAMA3,
+		     "tools", "type object");
+	/* llama3 answers one call anyway: parallel_tool_calls false is kept */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false}", CHAT_LLAMA3, &q);
+	ck_assert_ptr_null(q.gram);
+	openai_req_deinit(&q);
+	/* 65 tools to choose from: more than one union holds */
+	o = (size_t)snprintf(body, sizeof(body), "{" MSGS ",\"tool_choice\":\"required\",\"tools\":[");
+	for (int i = 0; i < 65; i++)
+		o += (size_t)snprintf(body + o, sizeof(body) - o, "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\"}}",
+				      i ? "," : "", i);
+	snprintf(body + o, sizeof(body) - o, "]}");
+	gram_refused(body, CHAT_CHATML, "tool_choice", "at most 64");
+	/* 64 are served */
+	strcpy(strstr(body, ",{\"type\":\"function\",\"function\":{\"name\":\"f64\"}}"), "]}");
+	gram_of(body, CHAT_CHATML, &q);
+	gram_ok(q.gram, "<tool_call>{\"name\": \"f63\", \"arguments\": {}}</tool_call>");
+	gram_no(q.gram, "<tool_call>{\"name\": \"f6", "4");
+	openai_req_deinit(&q);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("openai_tools");
@@ -372,6 +594,9 @@ int main(void)
 	tcase_add_test(tc, test_scan_chatml);
 	tcase_add_test(tc, test_scan_llama3);
 	tcase_add_test(tc, test_scan_bounded);
+	tcase_add_test(tc, test_grammar_llama3);
+	tcase_add_test(tc, test_grammar_chatml);
+	tcase_add_test(tc, test_grammar_refused);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

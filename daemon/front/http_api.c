@@ -1870,6 +1870,20 @@ static bool api_bias_outside(struct api_prep *ap)
 	return true;
 }
 
+/* tool_choice "required" or a named function: the call grammar of the
+ * model's format becomes q.gram (sampled like response_format's). A
+ * request it cannot serve is the body's 400. true when so (q released). */
+static bool api_tools_refused(struct api_prep *ap)
+{
+	int rc = openai_tools_grammar(&ap->q, ap->fmt, &ap->oe);
+
+	if (!rc)
+		return false;
+	openai_req_deinit(&ap->q);
+	ap->parse_rc = rc;
+	return true;
+}
+
 /* Worker thread: touches only ap, the tokenizer and the model name. */
 static void api_prep_run(struct prep_job *j)
 {
@@ -1888,6 +1902,8 @@ static void api_prep_run(struct prep_job *j)
 		ap->wrong_model = true;
 		return;
 	}
+	if (ap->shape->chat && api_tools_refused(ap))
+		return;
 	if (q->gram)
 		ap->jrun_rc = ap->jvocab ? jgram_run_new(&ap->jrun, q->gram, ap->jvocab)
 					 : -ENOMEM;
@@ -2073,22 +2089,28 @@ static void api_ignored_note(struct http_conn *hc, const struct api_prep *ap)
 }
 
 /* The tools the answer's calls may name go to the exchange (their JSON,
- * rendered already, is freed); none when the model may not call or its
- * format has no call syntax. */
+ * rendered already, is freed; those tool_choice does not allow are
+ * dropped: a call of one stays text); none when the model may not call
+ * or its format has no call syntax. */
 static void api_admit_tools(struct http_exchange *x, struct api_prep *ap)
 {
 	struct openai_req *q = &ap->q;
+	size_t k = 0;
 
 	if (!openai_req_calls(q) || !openai_calls_format(ap->fmt))
 		return;
 	for (size_t i = 0; i < q->n_tools; i++) {
 		free(q->tools[i].json);
 		free(q->tools[i].json_indent);
+		json_decref(q->tools[i].parameters);
 		q->tools[i].json = q->tools[i].json_indent = NULL;
+		q->tools[i].parameters = NULL;
+		if (q->tools[i].allowed)
+			q->tools[k++] = q->tools[i];
 	}
 	x->tool_fmt = ap->fmt;
 	x->tools = q->tools;
-	x->n_tools = q->n_tools;
+	x->n_tools = k;
 	q->tools = NULL;
 	q->n_tools = 0;
 }

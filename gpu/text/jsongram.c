@@ -24,6 +24,14 @@
  * of plain text bytes are allowed as one precomputed set and only the
  * others (quotes, backslashes, control and non-ASCII bytes: a second,
  * smaller trie) are walked.
+ *
+ * Tool calls. A tagged union is one object frame whose node changes
+ * under it: it starts on the union node (only the tag key, then one of
+ * the tag's values), and the value chosen switches the frame to its
+ * variant, an ordinary object node, with no property used yet. A wrap
+ * is a segment above the JSON state: matching pre (tpos bytes so far),
+ * the value, matching post; the JSON state is reset for each
+ * repetition.
  */
 #include "gpu/text/jsongram.h"
 
@@ -44,6 +52,10 @@ struct jgram {
 	uint32_t n_bytes, cap_bytes;
 	uint16_t root;
 	bool sealed;
+	/* the wrap (jgram_wrap): post_len 0 when none */
+	char pre[JGRAM_WRAP_MAX], post[JGRAM_WRAP_MAX];
+	uint8_t pre_len, post_len;
+	uint16_t max_rep;
 };
 
 /* literals every grammar has, first: true, false, null */
@@ -189,8 +201,13 @@ enum str_flag {
 	F_HIGH = 1 << 3,      /* \u escape: a high surrogate */
 	F_LOW_DUE = 1 << 4,   /* a low surrogate escape must come next */
 	F_IN_LOW = 1 << 5,    /* \u escape: the low surrogate */
+	F_TAG = 1 << 6,       /* the scalar is a union's tag value */
 };
 #define PROP_FREE 0xffu
+#define PROP_TAG 0xfeu    /* a union's frame: the tag's value is due */
+
+/* Where a wrapped run is (SEG_VALUE for a grammar without a wrap). */
+enum seg { SEG_VALUE = 0, SEG_PRE, SEG_POST };
 
 struct frame {
 	uint64_t used;                   /* object: properties given (bit i) */
@@ -216,6 +233,9 @@ struct state {
 	uint8_t ws;                      /* whitespace bytes in a row */
 	bool done;                       /* the top value is complete */
 	bool lax;                        /* numbers unbounded (checking literals) */
+	uint8_t seg;                     /* enum seg */
+	uint8_t tpos;                    /* SEG_PRE, SEG_POST: bytes matched */
+	uint8_t reps;                    /* wrap: repetitions complete */
 	struct frame f[JGRAM_DEPTH_MAX];
 };
 
@@ -244,7 +264,7 @@ static bool is_hex(uint8_t c)
 static void value_done(const struct jgram *g, struct state *st, uint32_t key_lit)
 {
 	struct frame *f;
-	bool key = st->s.flags & F_KEY;
+	bool key = st->s.flags & F_KEY, tag = st->s.flags & F_TAG;
 
 	st->s.kind = S_NONE;
 	st->s.flags = 0;
@@ -253,10 +273,19 @@ static void value_done(const struct jgram *g, struct state *st, uint32_t key_lit
 		return;
 	}
 	f = &st->f[st->depth - 1];
+	if (tag) {   /* the union's frame becomes its variant's */
+		f->node = g->lits[key_lit].node;
+		f->used = 0;
+		f->prop = PROP_FREE;
+		f->phase = P_AFTER;
+		return;
+	}
 	if (key) {
 		f->phase = P_COLON;
 		f->prop = PROP_FREE;
-		if (key_lit != UINT32_MAX) {
+		if (g->nodes[f->node].is_union) {
+			f->prop = PROP_TAG;
+		} else if (key_lit != UINT32_MAX) {
 			f->prop = (uint8_t)(key_lit - g->nodes[f->node].lit);
 			f->used |= UINT64_C(1) << f->prop;
 		}
@@ -512,6 +541,8 @@ static bool value_begin(const struct jgram *g, struct state *st, uint16_t id,
 	const struct jgram_node *n = &g->nodes[id];
 	unsigned t = n->types;
 
+	if (n->is_union)
+		return c == '{' && push(st, id, K_OBJ, P_OPEN);
 	if (n->is_enum)
 		return lit_begin(st, n->lit, lit_start(g, n->lit, n->n_lit, ~UINT64_C(0), c), 0);
 	if (c == '{' && (t & JGRAM_T_OBJECT))
@@ -544,6 +575,8 @@ static bool key_begin(const struct jgram *g, struct state *st, struct frame *f)
 {
 	const struct jgram_node *n = &g->nodes[f->node];
 
+	if (n->is_union)
+		return lit_begin(st, n->tag, 1, F_KEY);
 	if (n->free_keys) {
 		st->s = (struct scalar){ .kind = S_STR, .flags = F_KEY };
 		return true;
@@ -559,7 +592,7 @@ static bool obj_step(const struct jgram *g, struct state *st, struct frame *f,
 
 	switch (f->phase) {
 	case P_OPEN:
-		if (c == '}' && !n->required) {
+		if (c == '}' && !n->required && !n->is_union) {
 			close_frame(g, st);
 			return true;
 		}
@@ -572,6 +605,9 @@ static bool obj_step(const struct jgram *g, struct state *st, struct frame *f,
 		f->phase = P_VALUE;
 		return true;
 	case P_VALUE:
+		if (f->prop == PROP_TAG)
+			return lit_begin(st, n->lit, lit_start(g, n->lit, n->n_lit,
+							      ~UINT64_C(0), c), F_TAG);
 		return value_begin(g, st, f->prop == PROP_FREE ? JGRAM_ANY
 					  : g->lits[n->lit + f->prop].node, c);
 	case P_AFTER:
@@ -609,6 +645,57 @@ static bool arr_step(const struct jgram *g, struct state *st, struct frame *f,
 	return value_begin(g, st, n->items, c);
 }
 
+/* ---- the wrap --------------------------------------------------------- */
+
+/* The value is done and post's first byte came: post is being matched
+ * (a one-byte post ends the repetition at once). */
+static bool wrap_post(const struct jgram *g, struct state *st)
+{
+	st->seg = SEG_POST;
+	st->tpos = 1;
+	if (st->tpos == g->post_len) {
+		st->seg = SEG_PRE;
+		st->tpos = 0;
+		st->reps++;
+	}
+	return true;
+}
+
+/* A byte of pre or post, or whitespace between repetitions. */
+static bool wrap_step(const struct jgram *g, struct state *st, uint8_t c)
+{
+	if (st->seg == SEG_POST) {
+		if (c != (uint8_t)g->post[st->tpos])
+			return false;
+		if (++st->tpos == g->post_len) {
+			st->seg = SEG_PRE;
+			st->tpos = 0;
+			st->ws = 0;
+			st->reps++;
+		}
+		return true;
+	}
+	if (st->tpos == 0 && is_ws(c)) {
+		if (st->ws >= JGRAM_WS_MAX)
+			return false;
+		st->ws++;
+		return true;
+	}
+	if (st->tpos == 0 && (st->reps >= g->max_rep || !g->pre_len))
+		return false;
+	if (c != (uint8_t)g->pre[st->tpos])
+		return false;
+	st->ws = 0;
+	if (++st->tpos == g->pre_len) {   /* a fresh value */
+		st->seg = SEG_VALUE;
+		st->tpos = 0;
+		st->depth = 0;
+		st->done = false;
+		st->s = (struct scalar){ .kind = S_NONE };
+	}
+	return true;
+}
+
 /* A byte outside any scalar: whitespace, or the containers' syntax. */
 static bool struct_step(const struct jgram *g, struct state *st, uint8_t c,
 			uint16_t root)
@@ -623,7 +710,7 @@ static bool struct_step(const struct jgram *g, struct state *st, uint8_t c,
 	}
 	st->ws = 0;
 	if (st->done)
-		return false;
+		return g->post_len && c == (uint8_t)g->post[0] && wrap_post(g, st);
 	if (!st->depth)
 		return value_begin(g, st, root, c);
 	f = &st->f[st->depth - 1];
@@ -634,6 +721,8 @@ static bool state_step(const struct jgram *g, struct state *st, uint8_t c)
 {
 	int r = R_END;
 
+	if (st->seg != SEG_VALUE)
+		return wrap_step(g, st, c);
 	switch (st->s.kind) {
 	case S_STR:
 		return str_step(g, st, c) == R_OK && (st->ws = 0, true);
@@ -645,8 +734,8 @@ static bool state_step(const struct jgram *g, struct state *st, uint8_t c)
 	case S_LIT:
 		r = lit_step(g, &st->s, c);
 		if (r == R_END)
-			value_done(g, st, (st->s.flags & F_KEY) ? lit_complete(g, &st->s)
-								: UINT32_MAX);
+			value_done(g, st, (st->s.flags & (F_KEY | F_TAG))
+					  ? lit_complete(g, &st->s) : UINT32_MAX);
 		break;
 	}
 	if (r == R_REJECT)
@@ -658,7 +747,8 @@ static bool state_step(const struct jgram *g, struct state *st, uint8_t c)
 	return struct_step(g, st, c, g->root);
 }
 
-static bool state_complete(const struct jgram *g, const struct state *st)
+/* The JSON value is complete (a literal's check, a value in a wrap). */
+static bool value_complete(const struct jgram *g, const struct state *st)
 {
 	if (st->done)
 		return true;
@@ -667,6 +757,14 @@ static bool state_complete(const struct jgram *g, const struct state *st)
 	if (st->s.kind == S_NUM)
 		return num_complete(&st->s);
 	return st->s.kind == S_LIT && lit_complete(g, &st->s) != UINT32_MAX;
+}
+
+/* The output is complete: the value, or with a wrap a whole repetition. */
+static bool state_complete(const struct jgram *g, const struct state *st)
+{
+	if (g->post_len)
+		return st->seg == SEG_PRE && st->tpos == 0 && st->reps > 0;
+	return value_complete(g, st);
 }
 
 /* A byte that changes nothing: plain text inside a string. */
@@ -689,7 +787,7 @@ static bool lit_valid(const struct jgram *g, const struct jgram_lit *l, bool key
 			return false;
 	if (key && g->bytes[l->off] != '"')
 		return false;
-	return state_complete(g, &st) && !is_ws((uint8_t)g->bytes[l->off + l->len - 1]) &&
+	return value_complete(g, &st) && !is_ws((uint8_t)g->bytes[l->off + l->len - 1]) &&
 	       !is_ws((uint8_t)g->bytes[l->off]);
 }
 
@@ -698,6 +796,40 @@ static int seal_bad(char *msg, size_t n, const char *fmt, unsigned id)
 	if (msg && n)
 		snprintf(msg, n, fmt, id);
 	return JGRAM_E_INVALID;
+}
+
+/* Whether literal a's text is literal b's. */
+static bool lit_same(const struct jgram *g, uint32_t a, uint32_t b)
+{
+	return g->lits[a].len == g->lits[b].len &&
+	       !memcmp(g->bytes + g->lits[a].off, g->bytes + g->lits[b].off, g->lits[a].len);
+}
+
+/* A union: its tag a key, its values strings, each naming an earlier
+ * plain object node that does not take the tag's key again. Its depth
+ * is its deepest variant's (they share its frame). */
+static int union_check(const struct jgram *g, uint16_t id, const uint8_t *depth,
+		       char *msg, size_t n)
+{
+	const struct jgram_node *x = &g->nodes[id];
+	int d = 1;
+
+	if (!x->n_lit || x->tag < LIT_BUILTIN || x->tag >= g->n_lits ||
+	    !lit_valid(g, &g->lits[x->tag], true))
+		return seal_bad(msg, n, "node %u: a union without values or a tag key", id), -1;
+	for (uint32_t i = 0; i < x->n_lit; i++) {
+		const struct jgram_lit *l = &g->lits[x->lit + i];
+		const struct jgram_node *v = &g->nodes[l->node];
+
+		if (l->node >= id || !lit_valid(g, l, true) || v->is_union || v->is_enum ||
+		    v->types != JGRAM_T_OBJECT)
+			return seal_bad(msg, n, "node %u: a union's value is not a string naming an object node", id), -1;
+		for (uint32_t k = 0; k < v->n_lit; k++)
+			if (lit_same(g, v->lit + k, x->tag))
+				return seal_bad(msg, n, "node %u: a variant takes the tag's key again", id), -1;
+		d = d > depth[l->node] ? d : depth[l->node];
+	}
+	return d;
 }
 
 /* Node id's own checks, and how deep its containers nest (1 for a
@@ -714,6 +846,8 @@ static int node_check(const struct jgram *g, uint16_t id, const uint8_t *depth,
 	if (x->lit > g->n_lits || x->n_lit > JGRAM_LITS_MAX || x->lit + x->n_lit > g->n_lits ||
 	    (x->lit < LIT_BUILTIN && x->n_lit))
 		return seal_bad(msg, n, "node %u: its literals are out of range", id), -1;
+	if (x->is_union)
+		return union_check(g, id, depth, msg, n);
 	if (x->is_enum) {
 		for (uint32_t i = 0; i < x->n_lit; i++)
 			if (!lit_valid(g, &g->lits[x->lit + i], false))
@@ -741,6 +875,20 @@ static int node_check(const struct jgram *g, uint16_t id, const uint8_t *depth,
 		d = d > depth[l->node] + 1 ? d : depth[l->node] + 1;
 	}
 	return d > 1 ? d : 1;
+}
+
+int jgram_wrap(struct jgram *g, const char *pre, size_t pre_len,
+	       const char *post, size_t post_len, uint32_t max_rep)
+{
+	if (g->sealed || pre_len > JGRAM_WRAP_MAX || post_len > JGRAM_WRAP_MAX ||
+	    !post_len || !max_rep || max_rep > JGRAM_REPS_MAX || (max_rep > 1 && !pre_len))
+		return JGRAM_E_INVALID;
+	memcpy(g->pre, pre, pre_len);
+	memcpy(g->post, post, post_len);
+	g->pre_len = (uint8_t)pre_len;
+	g->post_len = (uint8_t)post_len;
+	g->max_rep = (uint16_t)max_rep;
+	return 0;
 }
 
 /* Every node is checked, in order (children first); the root's depth
@@ -982,6 +1130,7 @@ int jgram_run_new(struct jgram_run **out, const struct jgram *g,
 	}
 	r->g = g;
 	r->v = v;
+	r->st.seg = g->pre_len ? SEG_PRE : SEG_VALUE;
 	*out = r;
 	return 0;
 }

@@ -33,6 +33,20 @@
  * literals (when present they decide alone). Node 0 is ANY: every type,
  * free keys, items of ANY.
  *
+ * A tagged union (is_union; a tool call's shape): an object whose first
+ * key is forced to be the literal `tag` (e.g. "name"), whose value is one
+ * of the node's literals (compact JSON strings, e.g. "get_weather"); the
+ * literal chosen names, in its `node`, the object node (its variant) that
+ * the rest of the object follows: its properties after a `,`, its
+ * required ones before `}`. So the name comes first and decides the
+ * schema of what follows it.
+ *
+ * A wrap (jgram_wrap; a chat format's call syntax): the output is
+ * `pre VALUE post`, repeated 1 to max_rep times, with at most
+ * JGRAM_WS_MAX whitespace bytes before and after each VALUE and between
+ * repetitions; pre and post are matched byte for byte (e.g. Hermes'
+ * "<tool_call>" and "</tool_call>"). Complete only after a whole post.
+ *
  * No dead ends: from every state the recognizer reaches, some byte is
  * accepted, or the value is complete (jgram_run_complete): `,` is
  * refused when no property is left, `]` before min_items, a value past
@@ -68,6 +82,8 @@
 #define JGRAM_ITEMS_MAX 4096u    /* min_items / max_items */
 #define JGRAM_PIECE_MAX 64u      /* longer token pieces are never allowed */
 #define JGRAM_ANY 0u             /* node 0 */
+#define JGRAM_WRAP_MAX 64u       /* bytes of a wrap's pre or post text */
+#define JGRAM_REPS_MAX 64u       /* a wrap's repetitions */
 
 enum jgram_type {
 	JGRAM_T_OBJECT = 1 << 0,
@@ -88,6 +104,10 @@ struct jgram_node {
 	uint16_t items;           /* array: its items' node */
 	uint32_t lit, n_lit;
 	bool is_enum;             /* literals are the only values */
+	bool is_union;            /* a tagged union (above): literals are the
+				   * tag's values, each literal's node its
+				   * variant (an object node) */
+	uint32_t tag;             /* union: the tag key's literal ("\"name\"") */
 	bool free_keys;           /* object: any key, values ANY (no literals) */
 	uint32_t min_items, max_items;
 	uint64_t required;        /* object: bit i = literal lit + i */
@@ -118,6 +138,12 @@ struct jgram_node *jgram_node(struct jgram *g, uint16_t id);
  * JGRAM_E_INVALID past JGRAM_LIT_BYTES_MAX. */
 int jgram_lit_add(struct jgram *g, const char *text, size_t len,
 		  uint16_t node, uint32_t *idx);
+/* Wrap the root value in pre and post (at most JGRAM_WRAP_MAX bytes
+ * each; post not empty; pre not empty when max_rep > 1), repeated 1 to
+ * max_rep (<= JGRAM_REPS_MAX) times. Before jgram_seal; JGRAM_E_INVALID
+ * otherwise. */
+int jgram_wrap(struct jgram *g, const char *pre, size_t pre_len,
+	       const char *post, size_t post_len, uint32_t max_rep);
 /* Check the tree from root (nodes may refer only to nodes added before
  * them, or to ANY) and freeze it: JGRAM_E_INVALID with msg filled. */
 int jgram_seal(struct jgram *g, uint16_t root, char *msg, size_t msg_len);

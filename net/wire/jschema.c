@@ -370,6 +370,16 @@ static int jsc_node(struct jsc *c, const json_t *s, uint16_t *id)
 	return rc;
 }
 
+int jschema_add(struct jgram *g, const json_t *schema, uint16_t *id, char *msg,
+		size_t msg_len)
+{
+	struct jsc c = { .g = g, .root = schema, .msg = msg, .msg_len = msg_len };
+
+	if (json_dumpb(schema, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) > JSCHEMA_BYTES_MAX)
+		return jsc_bad(&c, "the schema is over %u bytes", JSCHEMA_BYTES_MAX);
+	return jsc_node(&c, schema, id);
+}
+
 int jschema_compile(const json_t *schema, struct jgram **out, char *msg,
 		    size_t msg_len)
 {
@@ -378,11 +388,9 @@ int jschema_compile(const json_t *schema, struct jgram **out, char *msg,
 	uint16_t root;
 	int rc;
 
-	if (json_dumpb(schema, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) > JSCHEMA_BYTES_MAX)
-		return jsc_bad(&c, "the schema is over %u bytes", JSCHEMA_BYTES_MAX);
 	rc = jgram_new(&c.g);
 	if (!rc)
-		rc = jsc_node(&c, schema, &root);
+		rc = jschema_add(c.g, schema, &root, msg, msg_len);
 	if (!rc && jgram_seal(c.g, root, seal, sizeof(seal)))
 		rc = jsc_bad(&c, "the schema cannot be generated: %s", seal);
 	if (rc) {

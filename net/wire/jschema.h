@@ -40,6 +40,11 @@
 /* A sealed grammar for the schema in *out (jgram_free it). */
 int jschema_compile(const json_t *schema, struct jgram **out, char *msg,
 		    size_t msg_len);
+/* The schema's nodes added to g (unsealed: a larger grammar, e.g. a
+ * tool call's; net/wire/openai_toolgram.c), *id its root node. The same
+ * errors; on one, g may hold nodes no root reaches (harmless). */
+int jschema_add(struct jgram *g, const json_t *schema, uint16_t *id, char *msg,
+		size_t msg_len);
 /* The same from JSON text (for tests and the fuzzer). */
 int jschema_compile_text(const char *text, size_t len, struct jgram **out,
 			 char *msg, size_t msg_len);

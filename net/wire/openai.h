@@ -73,7 +73,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "gpu/sampler.h"
+#include "gpu/text/chat.h"
 #include "gpu/text/jsongram.h"
 
 #define OPENAI_E_INVALID 1
@@ -122,6 +125,18 @@ struct openai_tool {
 	char name[OPENAI_TOOL_NAME_MAX + 1];
 	char *json;               /* owned: json.dumps's ", " and ": " */
 	char *json_indent;        /* owned: the same, indent 4 */
+	json_t *parameters;       /* a reference (strict only; else NULL) */
+	bool strict;              /* its parameters schema is enforced */
+	bool allowed;             /* tool_choice lets the model call it */
+};
+
+/* tool_choice. REQUIRED and NAMED are held by a grammar
+ * (openai_tools_grammar); AUTO may answer text or calls. */
+enum openai_tool_choice {
+	OPENAI_TC_AUTO = 0,
+	OPENAI_TC_NONE,
+	OPENAI_TC_REQUIRED,       /* one of the allowed tools */
+	OPENAI_TC_NAMED,          /* that one (its only allowed tool) */
 };
 
 /* A call of an assistant message (messages[i].tool_calls[k]). */
@@ -180,7 +195,10 @@ struct openai_req {
 	bool has_top_logprobs;          /* chat: top_logprobs given */
 	struct openai_tool *tools;   /* owned (n_tools): chat */
 	size_t n_tools;
-	bool tool_choice_none;    /* tool_choice "none" */
+	enum openai_tool_choice tool_choice;
+	char tool_named[OPENAI_TOOL_NAME_MAX + 1];  /* NAMED: its name */
+	bool tool_subset;         /* allowed_tools named a subset (tools[].allowed) */
+	json_t *allowed_names;    /* allowed_tools' list while parsing (a reference) */
 	bool no_parallel_calls;   /* parallel_tool_calls false */
 	/* response_format json_object or json_schema: the grammar the
 	 * output is held to (gpu/text/jsongram.h; owned), NULL for text */
@@ -203,3 +221,17 @@ int openai_error_set(struct openai_error *err, int status, const char *type,
 	__attribute__((format(printf, 6, 7)));
 /* Whether the model may call: tools offered and tool_choice not "none". */
 bool openai_req_calls(const struct openai_req *q);
+/* A tools request's grammar in chat format f (openai_toolgram.c): for
+ * tool_choice "required" or a named function, q->gram is set to the
+ * format's call syntax - llama3: {"name": N, "parameters": ARGS}; chatml:
+ * <tool_call>{"name": N, "arguments": ARGS}</tool_call>, repeated unless
+ * parallel_tool_calls is false - where N is an allowed tool's name and
+ * ARGS its parameters schema when the tool is strict, any JSON object
+ * otherwise. Nothing to do (0, q->gram untouched) for a format without
+ * a call syntax (the front refuses its tools) or tool_choice auto/none.
+ * OPENAI_E_INVALID (err: 400) for what cannot be held: response_format
+ * together with a forced call, strict or parallel_tool_calls false under
+ * "auto" where no grammar runs, more than JGRAM_LITS_MAX tools to choose
+ * from, the schemas past the grammar's bounds; -ENOMEM. Pure. */
+int openai_tools_grammar(struct openai_req *q, enum chat_format f,
+			 struct openai_error *err);

@@ -22,5 +22,5 @@ int openai__rd_tool_choice(struct openai_req *q, const char *k, json_t *v,
 int openai__msg_calls(struct openai_msg *m, size_t i, json_t *v,
 		      struct openai_error *err);
 /* The checks across fields, once the body is read. */
-int openai__tools_check(const struct openai_req *q, struct openai_error *err);
+int openai__tools_check(struct openai_req *q, struct openai_error *err);
 void openai__tools_free(struct openai_req *q);

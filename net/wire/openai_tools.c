@@ -16,6 +16,7 @@
  * same buffer as its stop-string hold-back) and at most
  * OPENAI_CALL_HOLD_MAX bytes of it.
  */
+#include "net/wire/jschema.h"
 #include "net/wire/openai_int.h"
 #include "net/wire/openai_tools.h"
 
@@ -46,7 +47,25 @@ static bool name_ok(json_t *v)
 
 /* ---- tools ------------------------------------------------------------------ */
 
-/* tools[i].function: name, description, parameters, strict (false). */
+/* A strict tool's parameters: a schema jschema.h serves (compiled once
+ * here to name what it does not; openai_toolgram.c compiles it again
+ * into the call grammar). */
+static int strict_schema(size_t i, json_t *params, struct openai_error *err)
+{
+	struct jgram *g = NULL;
+	char msg[160];
+	int rc;
+
+	if (!params)
+		return openai__bad(err, "tools", "'tools[%zu].function.strict' needs 'parameters'", i);
+	rc = jschema_compile(params, &g, msg, sizeof(msg));
+	jgram_free(g);
+	if (rc == JSCHEMA_E_INVALID)
+		return openai__bad(err, "tools", "'tools[%zu].function.parameters': %s", i, msg);
+	return rc;
+}
+
+/* tools[i].function: name, description, parameters, strict. */
 static int function_of(size_t i, json_t *fn, struct openai_error *err)
 {
 	json_t *name = json_object_get(fn, "name"), *x;
@@ -64,14 +83,18 @@ static int function_of(size_t i, json_t *fn, struct openai_error *err)
 			continue;
 		if (!strcmp(key, "parameters") && json_is_object(x))
 			continue;
-		if (!strcmp(key, "strict") && json_is_true(x))
-			return openai__unsupported(err, "tools",
-						   "strict schemas need constrained decoding, not served yet");
+		if (!strcmp(key, "strict") && json_is_true(x)) {
+			int rc = strict_schema(i, json_object_get(fn, "parameters"), err);
+
+			if (rc)
+				return rc;
+			continue;
+		}
 		if (!strcmp(key, "strict") && (json_is_false(x) || json_is_null(x)))
 			continue;
 		if (!strcmp(key, "description") || !strcmp(key, "parameters") ||
 		    !strcmp(key, "strict"))
-			return openai__bad(err, "tools", "'tools[%zu].function.%s' has the wrong type (description: a string, parameters: an object, strict: false)",
+			return openai__bad(err, "tools", "'tools[%zu].function.%s' has the wrong type (description: a string, parameters: an object, strict: a boolean)",
 				   i, key);
 		return openai__bad(err, "tools", "'tools[%zu].function' takes name, description, parameters and strict only", i);
 	}
@@ -82,7 +105,7 @@ static int function_of(size_t i, json_t *fn, struct openai_error *err)
 static int tool_of(struct openai_tool *t, size_t i, json_t *v, size_t *bytes,
 		   struct openai_error *err)
 {
-	json_t *type = json_object_get(v, "type");
+	json_t *type = json_object_get(v, "type"), *fn;
 	int rc;
 
 	if (!json_is_object(v) || json_object_size(v) != 2 || !json_is_string(type) ||
@@ -92,8 +115,11 @@ static int tool_of(struct openai_tool *t, size_t i, json_t *v, size_t *bytes,
 		return openai__unsupported(err, "tools", "tools of type function only");
 	if ((rc = function_of(i, json_object_get(v, "function"), err)))
 		return rc;
-	snprintf(t->name, sizeof(t->name), "%s",
-		 json_string_value(json_object_get(json_object_get(v, "function"), "name")));
+	fn = json_object_get(v, "function");
+	snprintf(t->name, sizeof(t->name), "%s", json_string_value(json_object_get(fn, "name")));
+	t->allowed = true;
+	t->strict = json_is_true(json_object_get(fn, "strict"));
+	t->parameters = t->strict ? json_incref(json_object_get(fn, "parameters")) : NULL;
 	t->json = json_dumps(v, 0);
 	t->json_indent = json_dumps(v, JSON_INDENT(4));
 	if (!t->json || !t->json_indent)
@@ -130,21 +156,69 @@ int openai__rd_tools(struct openai_req *q, const char *k, json_t *v,
 	return 0;
 }
 
+/* {"type": "function", "function": {"name": N}}: N, or NULL. */
+static const char *choice_name(json_t *v)
+{
+	json_t *type = json_object_get(v, "type"), *fn = json_object_get(v, "function");
+	json_t *name = json_object_get(fn, "name");
+
+	if (!json_is_object(v) || json_object_size(v) != 2 || !json_is_string(type) ||
+	    strcmp(json_string_value(type), "function") || !json_is_object(fn) ||
+	    json_object_size(fn) != 1 || !name_ok(name))
+		return NULL;
+	return json_string_value(name);
+}
+
+/* {"type": "allowed_tools", "allowed_tools": {"mode": "auto"|"required",
+ * "tools": [{"type": "function", "function": {"name": N}}, ...]}}: the
+ * names are kept in q->allowed_names until the tools are read. */
+static int allowed_tools_of(struct openai_req *q, const char *k, json_t *v,
+			    struct openai_error *err)
+{
+	json_t *a = json_object_get(v, "allowed_tools");
+	json_t *mode = json_object_get(a, "mode"), *tools = json_object_get(a, "tools");
+	const char *m = json_string_value(mode);
+	size_t i;
+	json_t *e;
+
+	if (json_object_size(v) != 2 || !json_is_object(a) || json_object_size(a) != 2 || !m ||
+	    (strcmp(m, "auto") && strcmp(m, "required")) || !json_is_array(tools) ||
+	    json_array_size(tools) == 0 || json_array_size(tools) > OPENAI_TOOLS_MAX)
+		return openai__bad(err, k, "'%s' of type allowed_tools must be {\"type\": \"allowed_tools\", \"allowed_tools\": {\"mode\": \"auto\" or \"required\", \"tools\": [1 to %u functions]}}",
+			   k, OPENAI_TOOLS_MAX);
+	json_array_foreach(tools, i, e)
+		if (!choice_name(e))
+			return openai__bad(err, k, "'%s.allowed_tools.tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+				   k, i);
+	q->allowed_names = json_incref(tools);
+	q->tool_choice = strcmp(m, "auto") ? OPENAI_TC_REQUIRED : OPENAI_TC_AUTO;
+	return 0;
+}
+
 int openai__rd_tool_choice(struct openai_req *q, const char *k, json_t *v,
 			   struct openai_error *err)
 {
-	const char *s = json_string_value(v);
+	const char *s = json_string_value(v), *name = choice_name(v);
+	json_t *type = json_object_get(v, "type");
 
 	if (json_is_null(v) || (s && !strcmp(s, "auto")))
 		return 0;
 	if (s && !strcmp(s, "none")) {
-		q->tool_choice_none = true;
+		q->tool_choice = OPENAI_TC_NONE;
 		return 0;
 	}
-	if ((s && !strcmp(s, "required")) || json_is_object(v))
-		return openai__unsupported(err, k,
-					   "\"required\" and a named function need constrained decoding, not served yet (\"auto\" and \"none\" are)");
-	return openai__bad(err, k, "'%s' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}", k);
+	if (s && !strcmp(s, "required")) {
+		q->tool_choice = OPENAI_TC_REQUIRED;
+		return 0;
+	}
+	if (name) {
+		q->tool_choice = OPENAI_TC_NAMED;
+		snprintf(q->tool_named, sizeof(q->tool_named), "%s", name);
+		return 0;
+	}
+	if (json_is_string(type) && !strcmp(json_string_value(type), "allowed_tools"))
+		return allowed_tools_of(q, k, v, err);
+	return openai__bad(err, k, "'%s' must be \"auto\", \"none\", \"required\", {\"type\": \"function\", \"function\": {\"name\": ...}} or {\"type\": \"allowed_tools\", ...}", k);
 }
 
 /* ---- an assistant message's calls ---------------------------------------------- */
@@ -211,12 +285,51 @@ int openai__msg_calls(struct openai_msg *m, size_t i, json_t *v,
 	return 0;
 }
 
-int openai__tools_check(const struct openai_req *q, struct openai_error *err)
+/* The tool named n, or NULL. */
+static struct openai_tool *tool_named(struct openai_req *q, const char *n)
 {
-	if (q->no_parallel_calls && openai_req_calls(q))
-		return openai__unsupported(err, "parallel_tool_calls",
-					   "false needs constrained decoding, not served yet");
+	for (size_t t = 0; t < q->n_tools; t++)
+		if (!strcmp(q->tools[t].name, n))
+			return &q->tools[t];
+	return NULL;
+}
+
+/* tool_choice's names against the tools: a named function, or the
+ * allowed_tools subset (the others' allowed cleared). */
+static int choice_check(struct openai_req *q, struct openai_error *err)
+{
+	size_t i;
+	json_t *e;
+
+	if (q->tool_choice == OPENAI_TC_NAMED) {
+		if (!tool_named(q, q->tool_named))
+			return openai__bad(err, "tool_choice", "'tool_choice' names '%s', which is not among 'tools'",
+				   q->tool_named);
+		for (size_t t = 0; t < q->n_tools; t++)
+			q->tools[t].allowed = !strcmp(q->tools[t].name, q->tool_named);
+	}
+	if (!q->allowed_names)
+		return 0;
+	for (size_t t = 0; t < q->n_tools; t++)
+		q->tools[t].allowed = false;
+	json_array_foreach(q->allowed_names, i, e) {
+		struct openai_tool *t = tool_named(q, choice_name(e));
+
+		if (!t)
+			return openai__bad(err, "tool_choice", "'tool_choice.allowed_tools.tools[%zu]' names '%s', which is not among 'tools'",
+				   i, choice_name(e));
+		t->allowed = true;
+	}
+	q->tool_subset = true;
 	return 0;
+}
+
+int openai__tools_check(struct openai_req *q, struct openai_error *err)
+{
+	if ((q->tool_choice == OPENAI_TC_REQUIRED || q->tool_choice == OPENAI_TC_NAMED) &&
+	    !q->n_tools)
+		return openai__bad(err, "tool_choice", "'tool_choice' \"required\" or a function needs 'tools'");
+	return choice_check(q, err);
 }
 
 void openai__tools_free(struct openai_req *q)
@@ -224,8 +337,10 @@ void openai__tools_free(struct openai_req *q)
 	for (size_t i = 0; i < q->n_tools; i++) {
 		free(q->tools[i].json);
 		free(q->tools[i].json_indent);
+		json_decref(q->tools[i].parameters);
 	}
 	free(q->tools);
+	json_decref(q->allowed_names);
 	for (size_t i = 0; i < q->n_msgs; i++) {
 		for (size_t j = 0; j < q->msgs[i].n_calls; j++)
 			free(q->msgs[i].calls[j].arguments);
@@ -235,7 +350,7 @@ void openai__tools_free(struct openai_req *q)
 
 bool openai_req_calls(const struct openai_req *q)
 {
-	return q->n_tools > 0 && !q->tool_choice_none;
+	return q->n_tools > 0 && q->tool_choice != OPENAI_TC_NONE;
 }
 
 /* ---- the model's calls ----------------------------------------------------------- */

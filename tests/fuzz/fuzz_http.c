@@ -61,7 +61,7 @@ static void mix(struct transcript *t, const void *p, size_t n)
 /* The body as a model's answer: scanned to the end, all in bounds. */
 static void check_scan(const struct openai_req *q, const char *p, size_t len)
 {
-	static const struct openai_tool f = { "f", NULL, NULL };
+	static const struct openai_tool f = { .name = "f" };
 	const struct openai_tool *tools = q && q->n_tools ? q->tools : &f;
 	size_t n_tools = q && q->n_tools ? q->n_tools : 1;
 	const enum chat_format fmts[] = { CHAT_CHATML, CHAT_LLAMA3 };

@@ -1,0 +1,196 @@
+/* openai_toolgram.c - tool_choice "required" or a named function as a
+ * grammar (openai.h openai_tools_grammar).
+ *
+ * Design. A forced call is sampled under a jsongram grammar in the
+ * call syntax of the model's chat format, so the answer is a call by
+ * construction (the scanner in openai_tools.c then reads it like any
+ * other). The call object is a tagged union (gpu/text/jsongram.h): its
+ * first key is "name", whose value - one of the allowed tools' names -
+ * picks the variant: an object of one required key, "parameters"
+ * (llama3, the key the Llama 3.1 template asks for) or "arguments"
+ * (chatml/Hermes), whose value is the tool's parameters schema when the
+ * tool is strict (compiled by jschema.c into the same grammar) or any
+ * JSON object when it is not. Hermes calls are wrapped in <tool_call>
+ * tags, one or (parallel_tool_calls not false) several; a llama3 answer
+ * is one call by its format. Key order is the template's, forced.
+ *
+ * What cannot be held by a grammar is refused rather than ignored:
+ * under tool_choice "auto" the answer may be text, which no grammar
+ * here describes, so strict schemas and (chatml, where several calls
+ * may follow text) parallel_tool_calls false are a 400 there.
+ */
+#include "net/wire/jschema.h"
+#include "net/wire/openai_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define HERMES_OPEN "<tool_call>"
+#define HERMES_CLOSE "</tool_call>"
+
+/* The call syntax of the formats that have one. */
+static const struct call_syntax {
+	enum chat_format fmt;
+	const char *args_key;     /* the arguments' key, quoted */
+	const char *pre, *post;   /* a wrap (NULL: the bare object) */
+	bool many;                /* several calls may follow each other */
+} syntaxes[] = {
+	{ CHAT_LLAMA3, "\"parameters\"", NULL, NULL, false },
+	{ CHAT_CHATML, "\"arguments\"", HERMES_OPEN, HERMES_CLOSE, true },
+};
+
+static const struct call_syntax *syntax_of(enum chat_format f)
+{
+	for (size_t i = 0; i < sizeof(syntaxes) / sizeof(syntaxes[0]); i++)
+		if (syntaxes[i].fmt == f)
+			return &syntaxes[i];
+	return NULL;
+}
+
+static int gram_bad(struct openai_error *err, const char *what, int rc)
+{
+	if (rc == JGRAM_E_INVALID)
+		return openai__bad(err, "tools", "the tools' schemas exceed what one call grammar holds (%s)",
+			   what);
+	return rc;
+}
+
+/* Tool t's variant: {args_key: its schema or any object}, required.
+ * any_obj: the shared "any JSON object" node. */
+static int variant_of(struct jgram *g, const struct call_syntax *cs,
+		      const struct openai_tool *t, size_t i, uint16_t any_obj,
+		      uint16_t *id, struct openai_error *err)
+{
+	uint16_t args = any_obj;
+	struct jgram_node *n;
+	uint32_t lit;
+	char msg[160];
+	int rc;
+
+	if (t->strict) {
+		rc = jschema_add(g, t->parameters, &args, msg, sizeof(msg));
+		if (rc == JSCHEMA_E_INVALID)
+			return openai__bad(err, "tools", "'tools[%zu].function.parameters': %s", i, msg);
+		if (rc)
+			return rc;
+		n = jgram_node(g, args);
+		if (n->is_enum || n->types != JGRAM_T_OBJECT)
+			return openai__bad(err, "tools", "'tools[%zu].function.parameters' must be a schema of type object",
+				   i);
+	}
+	rc = jgram_lit_add(g, cs->args_key, strlen(cs->args_key), args, &lit);
+	if (!rc)
+		rc = jgram_node_add(g, id, &n);
+	if (rc)
+		return gram_bad(err, "nodes", rc);
+	*n = (struct jgram_node){ .types = JGRAM_T_OBJECT, .lit = lit, .n_lit = 1,
+				  .required = 1, .max_items = JGRAM_ITEMS_MAX };
+	return 0;
+}
+
+/* The union: "name" first, one allowed tool's name, then its variant.
+ * The names' literals must be contiguous: the variants come first. */
+static int union_of(struct jgram *g, const struct call_syntax *cs,
+		    const struct openai_req *q, uint16_t *root,
+		    struct openai_error *err)
+{
+	uint16_t var[JGRAM_LITS_MAX], any_obj;
+	uint32_t tag, first = 0, k = 0, lit;
+	struct jgram_node *n;
+	char text[OPENAI_TOOL_NAME_MAX + 3];
+	int rc;
+
+	rc = jgram_node_add(g, &any_obj, &n);
+	if (rc)
+		return gram_bad(err, "nodes", rc);
+	*n = (struct jgram_node){ .types = JGRAM_T_OBJECT, .free_keys = true,
+				  .max_items = JGRAM_ITEMS_MAX };
+	for (size_t i = 0; i < q->n_tools; i++)
+		if (q->tools[i].allowed &&
+		    (rc = variant_of(g, cs, &q->tools[i], i, any_obj, &var[k++], err)))
+			return rc;
+	rc = jgram_lit_add(g, "\"name\"", 6, 0, &tag);
+	for (size_t i = 0, v = 0; !rc && i < q->n_tools; i++) {
+		if (!q->tools[i].allowed)
+			continue;
+		snprintf(text, sizeof(text), "\"%s\"", q->tools[i].name);   /* [A-Za-z0-9_-] */
+		rc = jgram_lit_add(g, text, strlen(text), var[v++], &lit);
+		first = v == 1 ? lit : first;
+	}
+	if (!rc)
+		rc = jgram_node_add(g, root, &n);
+	if (rc)
+		return gram_bad(err, "names", rc);
+	*n = (struct jgram_node){ .is_union = true, .tag = tag, .lit = first, .n_lit = k,
+				  .max_items = JGRAM_ITEMS_MAX };
+	return 0;
+}
+
+/* What auto cannot hold (no grammar runs under it). */
+static int auto_check(const struct openai_req *q, const struct call_syntax *cs,
+		      struct openai_error *err)
+{
+	for (size_t i = 0; i < q->n_tools; i++)
+		if (q->tools[i].strict)
+			return openai__unsupported(err, "tools",
+						   "strict: true is enforced with tool_choice \"required\" or a named function (under \"auto\" the answer may be text)");
+	if (q->no_parallel_calls && cs->many)
+		return openai__unsupported(err, "parallel_tool_calls",
+					   "false is served with tool_choice \"required\" or a named function in this model's format (under \"auto\" calls may follow text)");
+	return 0;
+}
+
+static size_t allowed_count(const struct openai_req *q)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < q->n_tools; i++)
+		k += q->tools[i].allowed;
+	return k;
+}
+
+static int tools_grammar(struct openai_req *q, const struct call_syntax *cs,
+			 struct jgram *g, struct openai_error *err)
+{
+	char msg[128];
+	uint16_t root;
+	int rc = union_of(g, cs, q, &root, err);
+
+	if (rc)
+		return rc;
+	if (cs->pre && (rc = jgram_wrap(g, cs->pre, strlen(cs->pre), cs->post,
+					strlen(cs->post),
+					q->no_parallel_calls ? 1 : JGRAM_REPS_MAX)))
+		return gram_bad(err, "wrap", rc);
+	rc = jgram_seal(g, root, msg, sizeof(msg));
+	return rc ? openai__bad(err, "tools", "the call grammar cannot be generated: %s", msg) : 0;
+}
+
+int openai_tools_grammar(struct openai_req *q, enum chat_format f,
+			 struct openai_error *err)
+{
+	const struct call_syntax *cs = syntax_of(f);
+	struct jgram *g = NULL;
+	int rc;
+
+	if (!cs || !openai_req_calls(q))
+		return 0;
+	if (q->tool_choice == OPENAI_TC_AUTO)
+		return auto_check(q, cs, err);
+	if (q->gram)
+		return openai__unsupported(err, "response_format",
+					   "a forced tool call is its own format: response_format goes with tool_choice \"auto\" or \"none\"");
+	if (allowed_count(q) > JGRAM_LITS_MAX)
+		return openai__bad(err, "tool_choice", "'tool_choice' \"required\" chooses among at most %u tools",
+			   JGRAM_LITS_MAX);
+	rc = jgram_new(&g);
+	if (!rc)
+		rc = tools_grammar(q, cs, g, err);
+	if (rc) {
+		jgram_free(g);
+		return rc;
+	}
+	q->gram = g;
+	return 0;
+}
