@@ -28,6 +28,7 @@
 #include "gpu/text/jsongram.h"
 #include "gpu/text/tokenizer.h"
 #include "net/wire/jschema.h"
+#include "net/wire/openai.h"
 
 /* bytes of text accepted one by one: the index of the first refused,
  * or -1 when all were; *complete after them */
@@ -366,6 +367,152 @@ START_TEST(schema_bounds)
 }
 END_TEST
 
+/* ---- tool calls: a tagged union and a wrap ------------------------------- */
+
+static void add_lit(struct jgram *g, const char *text, uint16_t node, uint32_t *idx)
+{
+	ck_assert_int_eq(jgram_lit_add(g, text, strlen(text), node, idx), 0);
+}
+
+/* {"op": "add" | "neg", then add: "a" and "b" integers, neg: "x" a
+ * number}, optionally wrapped in <c>...</c> up to reps times. */
+static struct jgram *tool_union(const char *pre, const char *post, uint32_t reps)
+{
+	struct jgram *g;
+	struct jgram_node *n;
+	uint16_t num, intg, add, neg, root;
+	uint32_t first, tag, l;
+
+	ck_assert_int_eq(jgram_new(&g), 0);
+	ck_assert_int_eq(jgram_node_add(g, &intg, &n), 0);
+	n->types = JGRAM_T_INTEGER;
+	ck_assert_int_eq(jgram_node_add(g, &num, &n), 0);
+	n->types = JGRAM_T_NUMBER;
+	add_lit(g, "\"a\"", intg, &first);
+	add_lit(g, "\"b\"", intg, NULL);
+	ck_assert_int_eq(jgram_node_add(g, &add, &n), 0);
+	*n = (struct jgram_node){ .types = JGRAM_T_OBJECT, .lit = first, .n_lit = 2,
+				  .required = 3, .max_items = JGRAM_ITEMS_MAX };
+	add_lit(g, "\"x\"", num, &first);
+	ck_assert_int_eq(jgram_node_add(g, &neg, &n), 0);
+	*n = (struct jgram_node){ .types = JGRAM_T_OBJECT, .lit = first, .n_lit = 1,
+				  .max_items = JGRAM_ITEMS_MAX };
+	add_lit(g, "\"op\"", 0, &tag);
+	add_lit(g, "\"add\"", add, &first);
+	add_lit(g, "\"neg\"", neg, &l);
+	ck_assert_int_eq(jgram_node_add(g, &root, &n), 0);
+	*n = (struct jgram_node){ .is_union = true, .tag = tag, .lit = first, .n_lit = 2,
+				  .max_items = JGRAM_ITEMS_MAX };
+	if (post)
+		ck_assert_int_eq(jgram_wrap(g, pre, strlen(pre), post, strlen(post), reps), 0);
+	ck_assert_int_eq(jgram_seal(g, root, NULL, 0), 0);
+	return g;
+}
+
+/* The tag first, its value picks the rest; nothing else. */
+START_TEST(union_accepts_refuses)
+{
+	static const char *const bad[][2] = {
+		{ "{", "}" },                               /* the tag is due */
+		{ "{\"", "a\":1}" },                        /* the tag first */
+		{ "{\"op\":\"", "mul\"}" },
+		{ "{\"op\":", "1}" },
+		{ "{\"op\":\"add\"", "}" },                /* add needs a and b */
+		{ "{\"op\":\"add\",\"", "x\":1}" },        /* neg's key under add */
+		{ "{\"op\":\"add\",\"", "op\":\"add\"}" },  /* the tag again */
+		{ "{\"op\":\"add\",\"a\":1,\"b\":2", ",\"a\"" },  /* all given */
+		{ "{\"op\":\"add\",\"a\":1", ".5" },       /* integer */
+		{ "{\"op\":\"neg\",\"", "a\":1}" },
+		{ "{\"op\":\"neg\"}", "{" },                 /* one value */
+	};
+	struct jgram *g = tool_union(NULL, NULL, 0);
+
+	expect_valid(g, "{\"op\":\"add\",\"b\":2,\"a\":1}");
+	expect_valid(g, " { \"op\" : \"neg\" , \"x\" : -1.5e2 } ");
+	expect_valid(g, "{\"op\":\"neg\"}");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_refused(g, bad[i][0], bad[i][1]);
+	jgram_free(g);
+}
+END_TEST
+
+/* pre VALUE post, 1..reps times, whitespace around; complete only after
+ * a whole post. */
+START_TEST(wrap_accepts_refuses)
+{
+	static const char *const bad[][2] = {
+		{ "", "{" },                                /* pre first */
+		{ "<c", "d" },
+		{ "<c>{\"op\":\"neg\"}<", "c" },
+		{ "<c>{\"op\":\"neg\"}</c><c>{\"op\":\"neg\"}</c>", "<" },   /* 2 reps */
+		{ "<c>{\"op\":\"neg\"}", "x" },
+		{ "<c>{\"op\":\"neg\"}</c>        ", " " },   /* whitespace bound */
+	};
+	struct jgram *g = tool_union("<c>", "</c>", 2);
+	bool complete;
+
+	expect_valid(g, "<c>{\"op\":\"neg\"}</c>");
+	expect_valid(g, "<c>\n{\"op\":\"add\",\"a\":1,\"b\":2}\n</c>\n<c>{\"op\":\"neg\"}</c>\n");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_refused(g, bad[i][0], bad[i][1]);
+	static const char *const open[] = { "", "<c>", "<c>{\"op\":\"neg\"}", "<c>{\"op\":\"neg\"}</",
+					    "<c>{\"op\":\"neg\"}</c><c>" };
+	for (size_t i = 0; i < sizeof(open) / sizeof(open[0]); i++) {
+		ck_assert_int_eq(feed_until(g, open[i], strlen(open[i]), &complete), -1);
+		ck_assert_msg(!complete, "'%s' complete", open[i]);
+	}
+	jgram_free(g);
+	/* no pre: the value then post, once */
+	g = tool_union("", "]", 1);
+	expect_valid(g, "{\"op\":\"neg\"} ]");
+	expect_refused(g, "{\"op\":\"neg\"}]", "[");
+	jgram_free(g);
+}
+END_TEST
+
+/* What jgram_wrap and jgram_seal refuse. */
+START_TEST(union_wrap_invalid)
+{
+	struct jgram *g;
+	struct jgram_node *n;
+	uint16_t obj, str, root;
+	uint32_t tag, v;
+	char msg[160];
+	char big[JGRAM_WRAP_MAX + 1];
+
+	memset(big, 'x', sizeof(big));
+	ck_assert_int_eq(jgram_new(&g), 0);
+	ck_assert_int_eq(jgram_wrap(g, "a", 1, "", 0, 1), JGRAM_E_INVALID);    /* no post */
+	ck_assert_int_eq(jgram_wrap(g, "", 0, "b", 1, 2), JGRAM_E_INVALID);    /* reps, no pre */
+	ck_assert_int_eq(jgram_wrap(g, big, sizeof(big), "b", 1, 1), JGRAM_E_INVALID);
+	ck_assert_int_eq(jgram_wrap(g, "a", 1, "b", 1, JGRAM_REPS_MAX + 1), JGRAM_E_INVALID);
+	ck_assert_int_eq(jgram_wrap(g, "a", 1, "b", 1, 0), JGRAM_E_INVALID);
+	ck_assert_int_eq(jgram_node_add(g, &str, &n), 0);
+	n->types = JGRAM_T_STRING;
+	add_lit(g, "\"k\"", str, &v);
+	ck_assert_int_eq(jgram_node_add(g, &obj, &n), 0);
+	*n = (struct jgram_node){ .types = JGRAM_T_OBJECT, .lit = v, .n_lit = 1 };
+	add_lit(g, "\"k\"", 0, &tag);
+	add_lit(g, "\"s\"", str, &v);       /* a variant that is no object */
+	ck_assert_int_eq(jgram_node_add(g, &root, &n), 0);
+	*n = (struct jgram_node){ .is_union = true, .tag = tag, .lit = v, .n_lit = 1 };
+	ck_assert_int_eq(jgram_seal(g, root, msg, sizeof(msg)), JGRAM_E_INVALID);
+	ck_assert_msg(strstr(msg, "object node"), "%s", msg);
+	jgram_node(g, root)->is_union = false;
+	jgram_node(g, root)->types = JGRAM_T_NULL;
+	add_lit(g, "\"t\"", obj, &v);       /* the variant takes the tag's key "k" */
+	ck_assert_int_eq(jgram_node_add(g, &root, &n), 0);
+	*n = (struct jgram_node){ .is_union = true, .tag = tag, .lit = v, .n_lit = 1 };
+	ck_assert_int_eq(jgram_seal(g, root, msg, sizeof(msg)), JGRAM_E_INVALID);
+	ck_assert_msg(strstr(msg, "tag's key again"), "%s", msg);
+	add_lit(g, "3", obj, &v);             /* a value that is no string */
+	ck_assert_int_eq(jgram_node_add(g, &root, &n), 0);
+	*n = (struct jgram_node){ .is_union = true, .tag = tag, .lit = v, .n_lit = 1 };
+	ck_assert_int_eq(jgram_seal(g, root, msg, sizeof(msg)), JGRAM_E_INVALID);
+	jgram_free(g);
+}
+END_TEST
+
 /* ---- the mask ----------------------------------------------------------- */
 
 static char tmpdir[256];
@@ -458,7 +605,7 @@ static char *walk(const struct jgram *g, const struct jgram_vocab *v,
 		}
 		if (k != cnt)
 			ck_abort_msg("mask says %u allowed, the bitmap %u", cnt, k);
-		if (brute && s % 5 == 0)
+		if (brute && s % 3 == 0)
 			check_mask(g, t, a, hist, n);
 		if (allowed(a, tokenizer_eos(t)) && (k == 1 || rand() % 10 == 0)) {
 			*eos = true;
@@ -480,26 +627,85 @@ static char *walk(const struct jgram *g, const struct jgram_vocab *v,
 	return hist;
 }
 
+/* A Hermes call grammar from an OpenAI body (net/wire/openai_toolgram.c):
+ * f strict ({"k": an integer}), g any object. */
+static struct jgram *hermes_calls(void)
+{
+	static const char body[] =
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\","
+		"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+		"\"parameters\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"integer\"}},"
+		"\"required\":[\"k\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]}";
+	struct openai_req q;
+	struct openai_error e;
+	struct jgram *g;
+
+	ck_assert_int_eq(openai_req_parse(&q, true, body, strlen(body), &e), 0);
+	ck_assert_int_eq(openai_tools_grammar(&q, CHAT_CHATML, &e), 0);
+	g = q.gram;
+	q.gram = NULL;
+	openai_req_deinit(&q);
+	return g;
+}
+
+/* text is Hermes calls of f (arguments exactly {"k": an integer}) or g
+ * (an object), read with jansson. */
+static void check_calls(const char *text, unsigned seed)
+{
+	const char *p = text, *end;
+	unsigned n = 0;
+
+	for (;;) {
+		json_t *j, *a;
+		const char *name;
+
+		while (*p && strchr(" \t\r\n", *p))
+			p++;
+		if (!*p)
+			break;
+		ck_assert_msg(!strncmp(p, "<tool_call>", 11), "seed %u: '%s'", seed, text);
+		p += 11;
+		end = strstr(p, "</tool_call>");
+		ck_assert_msg(end, "seed %u: '%s' unclosed", seed, text);
+		j = json_loadb(p, (size_t)(end - p), 0, NULL);
+		name = json_string_value(json_object_get(j, "name"));
+		a = json_object_get(j, "arguments");
+		ck_assert_msg(name && json_is_object(a) && json_object_size(j) == 2,
+			      "seed %u: '%.*s' is not a call", seed, (int)(end - p), p);
+		ck_assert_msg(!strcmp(name, "g") || (!strcmp(name, "f") && json_object_size(a) == 1 &&
+						     json_is_integer(json_object_get(a, "k"))),
+			      "seed %u: '%.*s'", seed, (int)(end - p), p);
+		json_decref(j);
+		p = end + 12;
+		n++;
+	}
+	ck_assert_msg(n >= 1, "seed %u: no call in '%s'", seed, text);
+}
+
 static void walks(enum gguf_vocab_kind kind)
 {
 	struct gguf_file *f;
 	struct tokenizer *t = gen_tok(kind, &f);
 	struct jgram_vocab *v;
-	struct jgram *gs[2];
-	unsigned ended = 0;
+	struct jgram *gs[3];
+	unsigned ended = 0, calls = 0;
 
 	ck_assert_int_eq(jgram_vocab_new(&v, t), 0);
 	ck_assert(jgram_vocab_bytes_covered(v));
 	ck_assert_int_eq(jgram_new_object(&gs[0]), 0);
 	gs[1] = compile(person);
-	for (unsigned seed = 1; seed <= 40; seed++) {
-		const struct jgram *g = gs[seed % 2];
+	gs[2] = hermes_calls();
+	for (unsigned seed = 1; seed <= 60; seed++) {
+		const struct jgram *g = gs[seed % 3];
 		bool eos;
-		char *text = walk(g, v, t, seed, 400, seed <= 4, &eos);
+		char *text = walk(g, v, t, seed, 400, seed <= 6, &eos);
 		json_error_t je;
 		json_t *j;
 
-		if (eos) {
+		if (eos && g == gs[2]) {
+			check_calls(text, seed);
+			calls++;
+		} else if (eos) {
 			ended++;
 			j = json_loads(text, JSON_DECODE_ANY, &je);
 			ck_assert_msg(j && json_is_object(j), "seed %u: '%s' does not parse: %s",
@@ -512,9 +718,11 @@ static void walks(enum gguf_vocab_kind kind)
 		}
 		free(text);
 	}
-	ck_assert_msg(ended >= 10, "only %u of 40 walks ended", ended);
+	ck_assert_msg(ended >= 10, "only %u of 40 JSON walks ended", ended);
+	ck_assert_msg(calls >= 5, "only %u of 20 call walks ended", calls);
 	jgram_free(gs[0]);
 	jgram_free(gs[1]);
+	jgram_free(gs[2]);
 	jgram_vocab_free(v);
 	tokenizer_free(t);
 	gguf_close(f);
@@ -608,6 +816,9 @@ int main(void)
 	tcase_add_test(tc, schema_refs_and_any);
 	tcase_add_test(tc, schema_errors);
 	tcase_add_test(tc, schema_bounds);
+	tcase_add_test(tc, union_accepts_refuses);
+	tcase_add_test(tc, wrap_accepts_refuses);
+	tcase_add_test(tc, union_wrap_invalid);
 	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(tm, setup, teardown);
 	tcase_set_timeout(tm, 300);

@@ -309,6 +309,15 @@ START_TEST(test_scan_chatml)
 		snprintf(t, sizeof(t), "a%sb", bad[i]);
 		expect_scan(CHAT_CHATML, s, t, "get_weather {\"city\": \"Paris\"};");
 	}
+	/* a close tag inside a string does not end the call (a call grammar
+	 * lets a string hold it); a key given twice keeps its last value */
+	expect_scan(CHAT_CHATML, "a<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"<\\\"/</tool_call>\"}}</tool_call>b",
+		    "ab", "f {\"s\": \"<\\\"/</tool_call>\"};");
+	expect_scan(CHAT_CHATML, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1, \"a\": 2}}</tool_call>",
+		    "", "f {\"a\": 2};");
+	/* ... but a block whose JSON is bad stays text up to its first close */
+	expect_scan(CHAT_CHATML, "<tool_call>{\"x</tool_call>y\"</tool_call>z",
+		    "<tool_call>{\"x</tool_call>y\"</tool_call>z", "");
 	/* never closed: text at the end */
 	expect_scan(CHAT_CHATML, "x<tool_call>{\"name\": \"f\", \"arguments\": {}}",
 		    "x<tool_call>{\"name\": \"f\", \"arguments\": {}}", "");

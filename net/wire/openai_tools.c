@@ -374,7 +374,9 @@ static unsigned typed(json_t *o)
 static int call_json(const struct openai_tool *tools, size_t n_tools,
 		     const char *p, size_t n, struct openai_found *out)
 {
-	json_t *o = json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL);
+	/* a key given twice keeps its last value (as Python's json reads it):
+	 * a free object under a call grammar cannot refuse one */
+	json_t *o = json_loadb(p, n, 0, NULL);
 	json_t *name = json_object_get(o, "name");
 	json_t *args = json_object_get(o, "arguments");
 	size_t t = 0;
@@ -405,6 +407,47 @@ static size_t tag_begun(const char *p, size_t len, const char *tag)
 	return 0;
 }
 
+/* The first close tag in p[body, len) outside a JSON string, or NULL: a
+ * call's string may hold "</tool_call>" (a grammar-held call may write
+ * one: jsongram.h), which then does not end it. */
+static const char *close_outside(const char *p, size_t body, size_t len)
+{
+	const size_t cl = strlen(TOOL_CALL_CLOSE);
+	bool in_str = false, esc = false;
+
+	for (size_t i = body; i < len; i++) {
+		if (esc)
+			esc = false;
+		else if (in_str && p[i] == '\\')
+			esc = true;
+		else if (p[i] == '"')
+			in_str = !in_str;
+		else if (!in_str && len - i >= cl && !memcmp(p + i, TOOL_CALL_CLOSE, cl))
+			return p + i;
+	}
+	return NULL;
+}
+
+/* The block [at, c + close) did not parse. When its first close lies in
+ * a string, the call may end at the next close outside strings c2:
+ * 0/-ENOMEM as call_json with out->end set; 1: not a call; 2: wait for
+ * more text (no such close yet). */
+static int call_past_string(const struct openai_tool *tools, size_t n_tools,
+			    const char *p, size_t at, size_t body, const char *c,
+			    size_t len, bool final, struct openai_found *out)
+{
+	const char *c2 = close_outside(p, body, len);
+	int rc;
+
+	if (c2 == c)
+		return 1;
+	if (!c2)
+		return final || len - at > OPENAI_CALL_HOLD_MAX ? 1 : 2;
+	rc = call_json(tools, n_tools, p + body, (size_t)(c2 - p) - body, out);
+	out->end = (size_t)(c2 - p) + strlen(TOOL_CALL_CLOSE);
+	return rc;
+}
+
 static int scan_chatml(const struct openai_tool *tools, size_t n_tools,
 		       const char *p, size_t len, bool final,
 		       struct openai_found *out)
@@ -431,9 +474,15 @@ static int scan_chatml(const struct openai_tool *tools, size_t n_tools,
 			return OPENAI_SCAN_TEXT;
 		}
 		rc = call_json(tools, n_tools, p + body, (size_t)(c - p) - body, out);
+		out->end = (size_t)(c - p) + cl;
+		if (rc == 1)
+			rc = call_past_string(tools, n_tools, p, at, body, c, len, final, out);
+		if (rc == 2) {   /* held, like an open block */
+			out->text = at;
+			return OPENAI_SCAN_TEXT;
+		}
 		if (rc <= 0) {
 			out->text = at;
-			out->end = (size_t)(c - p) + cl;
 			return rc ? rc : OPENAI_SCAN_CALL;
 		}
 		from = (size_t)(c - p) + cl;   /* not a call: text */

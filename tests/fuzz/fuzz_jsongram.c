@@ -2,7 +2,12 @@
  * recognizer (gpu/text/jsongram.h) on any bytes.
  *
  * Input: byte 0 bit 0 set: a schema follows, up to the first NUL, then
- * the document; clear: the document follows (json_object). The document
+ * the document; clear: the document follows (json_object). Bit 1 set
+ * with bit 0: the schema is a strict tool's parameters, and the grammar
+ * is a forced call (tool_choice required, net/wire/openai_toolgram.c)
+ * of that tool or a non-strict one, in the chatml format (Hermes
+ * <tool_call> tags, repeated; bit 3: parallel_tool_calls false) or,
+ * with bit 2, llama3's bare call object. The document
  * is fed byte by byte; a refused byte is skipped (the state must not
  * change) and the next is tried.
  * Properties:
@@ -14,13 +19,16 @@
  *     as without it: checked by replaying the accepted bytes alone);
  *   - when the accepted bytes form a complete value, jansson (another
  *     parser) reads them, as an object for json_object (unless a key
- *     holds \u0000, which jansson cannot store).
+ *     holds \u0000, which jansson cannot store); a complete forced call
+ *     is read by openai_calls_scan as calls of the two tools only.
  */
 #include <errno.h>
 #include <jansson.h>
 
 #include "gpu/text/jsongram.h"
 #include "net/wire/jschema.h"
+#include "net/wire/openai.h"
+#include "net/wire/openai_tools.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fuzz_target_name[] = "jsongram";
@@ -33,7 +41,57 @@ static bool some_byte(const struct jgram_run *r)
 	return false;
 }
 
-static void run_doc(const struct jgram *g, const uint8_t *d, size_t n, bool object)
+/* The forced call's grammar: q parsed and its grammar in q->gram; false
+ * when the schema is no JSON or the request is refused (a 400). */
+static bool call_req(struct openai_req *q, const uint8_t *schema, size_t n,
+		     enum chat_format f, bool one)
+{
+	json_t *params = json_loadb((const char *)schema, n, JSON_DECODE_ANY, NULL);
+	json_t *body = params ? json_pack("{s:[{s:s,s:s}],s:s,s:b,s:[{s:s,s:{s:s,s:b,s:o}},"
+					  "{s:s,s:{s:s}}]}",
+					  "messages", "role", "user", "content", "x",
+					  "tool_choice", "required", "parallel_tool_calls", !one,
+					  "tools", "type", "function", "function", "name", "f",
+					  "strict", 1, "parameters", params,
+					  "type", "function", "function", "name", "g") : NULL;
+	char *text = body ? json_dumps(body, 0) : NULL;
+	struct openai_error e;
+	bool ok = text && !openai_req_parse(q, true, text, strlen(text), &e);
+
+	if (ok && openai_tools_grammar(q, f, &e)) {
+		openai_req_deinit(q);
+		ok = false;
+	}
+	FUZZ_CHECK(!ok || q->gram, "a forced call without a grammar");
+	free(text);
+	json_decref(body);
+	return ok;
+}
+
+/* A complete forced call is calls of f or g to the scanner, nothing else. */
+static void check_calls(const struct openai_req *q, enum chat_format f,
+			const char *p, size_t n)
+{
+	struct openai_found o;
+	bool plain = false;
+	unsigned calls = 0;
+	int rc;
+
+	do {
+		rc = openai_calls_scan(f, q->tools, q->n_tools, p, n, true, &plain, &o);
+		FUZZ_CHECK(rc >= 0, "out of memory");
+		for (size_t i = 0; i < o.text; i++)
+			FUZZ_CHECK(strchr(" \t\r\n", p[i]), "text beside the calls: '%.*s'", (int)n, p);
+		free(o.arguments);
+		calls += rc == OPENAI_SCAN_CALL;
+		p += rc == OPENAI_SCAN_CALL ? o.end : o.text;
+		n -= rc == OPENAI_SCAN_CALL ? o.end : o.text;
+	} while (rc == OPENAI_SCAN_CALL);
+	FUZZ_CHECK(calls >= 1, "a complete forced call the scanner does not read");
+}
+
+static void run_doc(const struct jgram *g, const uint8_t *d, size_t n, bool object,
+		    const struct openai_req *calls, enum chat_format f)
 {
 	struct jgram_run *r, *replay;
 	char *acc = malloc(n + 1);
@@ -53,12 +111,15 @@ static void run_doc(const struct jgram *g, const uint8_t *d, size_t n, bool obje
 	}
 	FUZZ_CHECK(jgram_run_complete(r) == jgram_run_complete(replay), "replay differs");
 	if (jgram_run_complete(r)) {
-		j = json_loadb(acc, k, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+		j = calls ? NULL : json_loadb(acc, k, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
 		/* jansson holds no NUL in keys: valid JSON it cannot store */
-		FUZZ_CHECK(j || strstr(je.text, "NUL byte in object key"),
+		FUZZ_CHECK(calls || j || strstr(je.text, "NUL byte in object key"),
 			   "complete but jansson refuses '%.*s': %s", (int)k, acc, je.text);
 		FUZZ_CHECK(!j || !object || json_is_object(j), "json_object gave another value");
 		json_decref(j);
+		/* (jansson, the scanner's parser, holds no NUL in a key) */
+		if (calls && !memmem(acc, k, "\\u0000", 6))
+			check_calls(calls, f, acc, k);
 	}
 	jgram_run_free(r);
 	jgram_run_free(replay);
@@ -77,19 +138,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	if (!(data[0] & 1)) {
 		FUZZ_CHECK(!jgram_new_object(&g), "json_object grammar");
-		run_doc(g, data + 1, size - 1, true);
+		run_doc(g, data + 1, size - 1, true, NULL, CHAT_NONE);
 		jgram_free(g);
 		return 0;
 	}
 	doc = memchr(data + 1, 0, size - 1);
 	n_schema = doc ? (size_t)(doc - data - 1) : size - 1;
 	doc = doc ? doc + 1 : data + size;
+	if (data[0] & 2) {
+		enum chat_format f = (data[0] & 4) ? CHAT_LLAMA3 : CHAT_CHATML;
+		struct openai_req q;
+
+		if (call_req(&q, data + 1, n_schema, f, data[0] & 8)) {
+			run_doc(q.gram, doc, (size_t)(data + size - doc), false, &q, f);
+			openai_req_deinit(&q);
+		}
+		return 0;
+	}
 	rc = jschema_compile_text((const char *)data + 1, n_schema, &g, msg, sizeof(msg));
 	FUZZ_CHECK(rc == 0 || rc == JSCHEMA_E_INVALID || rc == -ENOMEM, "rc %d", rc);
 	FUZZ_CHECK(rc || g, "success without a grammar");
 	FUZZ_CHECK(!rc || (!g && (rc < 0 || msg[0])), "rc %d: a grammar or no message", rc);
 	if (!rc)
-		run_doc(g, doc, (size_t)(data + size - doc), false);
+		run_doc(g, doc, (size_t)(data + size - doc), false, NULL, CHAT_NONE);
 	jgram_free(g);
 	return 0;
 }
@@ -125,4 +196,9 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	seed(emit, ctx, 1, "{\"enum\":[1,12,\"s\",true]}", "12");
 	seed(emit, ctx, 1, "{}", "[{\"q\":[null]},\"s\",0.5]");
 	seed(emit, ctx, 1, "{\"type\":\"string\",\"pattern\":\"x\"}", "\"x\"");
+	seed(emit, ctx, 3, person, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"name\": \"x\"}}\n"
+	     "</tool_call>\n<tool_call>{\"name\": \"g\", \"arguments\": {\"q\": [1]}}</tool_call>");
+	seed(emit, ctx, 7, "{\"type\":\"object\"}", "{\"name\": \"g\", \"parameters\": {}}");
+	seed(emit, ctx, 11, "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[1,2]}}}",
+	     "<tool_call>{\"name\":\"f\",\"arguments\":{\"k\":2}}</tool_call><tool_call>");
 }
