@@ -4,7 +4,9 @@
  * llama-2-tiny-random: 32,000) that is present: the vocabulary trie's
  * build time, then the engine decoding 512 tokens (temperature 1, one
  * request at a time, a new one when the last ended) unconstrained, under
- * json_object and under a schema. Per token: the whole step, the mask
+ * json_object, under a schema and under a forced tool call (tool_choice
+ * required, chatml: <tool_call> tags around a union of two tools, one
+ * strict with the schema above; net/wire/openai_toolgram.c). Per token: the whole step, the mask
  * (jgram_run_mask, timed inside the constraint) and the mask's share of
  * the step; the unconstrained step is the reference. Medians of rounds.
  *
@@ -24,6 +26,7 @@
 #include "gpu/text/jsongram.h"
 #include "gpu/text/tokenizer.h"
 #include "net/wire/jschema.h"
+#include "net/wire/openai.h"
 
 #define N_TOKENS 512u
 
@@ -142,28 +145,55 @@ static double median(double *v, int n)
 	return v[n / 2];
 }
 
+/* The forced call's grammar (tool_choice required, chatml). */
+static int tool_grammar(struct jgram **out)
+{
+	char body[1024];
+	struct openai_req q;
+	struct openai_error e;
+	int rc;
+
+	snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+		 "\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\",\"function\":"
+		 "{\"name\":\"add_person\",\"strict\":true,\"parameters\":%s}},"
+		 "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}]}", schema);
+	rc = openai_req_parse(&q, true, body, strlen(body), &e);
+	if (rc)
+		return rc < 0 ? rc : -EINVAL;
+	rc = openai_tools_grammar(&q, CHAT_CHATML, &e);
+	*out = q.gram;
+	q.gram = NULL;
+	openai_req_deinit(&q);
+	return rc < 0 ? rc : rc ? -EINVAL : 0;
+}
+
+#define MODES 4
+
 static int bench_modes(const struct bench *b, int rounds)
 {
-	static const char *const names[] = { "none", "json_object", "json_schema" };
-	struct jgram *g[3] = { NULL, NULL, NULL };
-	double step[3][16], mask[3][16], base;
+	static const char *const names[MODES] = { "none", "json_object", "json_schema",
+						  "tool_call" };
+	struct jgram *g[MODES] = { NULL, NULL, NULL, NULL };
+	double step[MODES][16], mask[MODES][16], base;
 	char msg[200];
 	int rc = jgram_new_object(&g[1]);
 
 	if (!rc)
 		rc = jschema_compile_text(schema, strlen(schema), &g[2], msg, sizeof(msg));
+	if (!rc)
+		rc = tool_grammar(&g[3]);
 	for (int r = 0; r < rounds && !rc; r++)
-		for (int k = 0; k < 3 && !rc; k++)
+		for (int k = 0; k < MODES && !rc; k++)
 			rc = run_mode(b, g[k], &step[k][r], &mask[k][r]);
 	base = rc ? 0 : median(step[0], rounds);
-	for (int k = 0; k < 3 && !rc; k++) {
+	for (int k = 0; k < MODES && !rc; k++) {
 		double s = median(step[k], rounds), mk = median(mask[k], rounds);
 
 		printf("  %-12s step %8.1f us/token (x%.2f)   mask %8.1f us/token (%4.1f%% of the step)\n",
 		       names[k], s / 1e3, s / base, mk / 1e3, 100.0 * mk / s);
 	}
-	jgram_free(g[1]);
-	jgram_free(g[2]);
+	for (int k = 1; k < MODES; k++)
+		jgram_free(g[k]);
 	return rc;
 }
 
