@@ -428,6 +428,26 @@ static const char llama3_src[] =
 	"{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
 	"{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
 
+/* Llama 3.2 instruct's template, in its parts that matter here: the same
+ * headers, custom tools in the first user message by default
+ * (tools_in_user_message), calls as {"name": ..., "parameters": ...},
+ * results in the ipython role; its date comes from strftime_now, which
+ * kvd does not call (the prompt stays a function of the request). */
+static const char llama32_src[] =
+	"{{- bos_token }}{%- if not tools_in_user_message is defined %}{%- set tools_in_user_message = true %}{%- endif %}"
+	"{%- if not date_string is defined %}{%- if strftime_now is defined %}{%- set date_string = strftime_now(\"%d %b %Y\") %}"
+	"{%- else %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}{%- endif %}"
+	"{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{%- if tools is not none %}{{- \"Environment: ipython\\n\" }}{%- endif %}"
+	"{{- \"Cutting Knowledge Date: December 2023\\n\" }}{{- \"Today Date: \" + date_string + \"\\n\\n\" }}"
+	"{{- system_message }}{{- \"<|eot_id|>\" }}"
+	"{%- if tools_in_user_message and not tools is none %}{{- '<|start_header_id|>user<|end_header_id|>\\n\\n' -}}"
+	"{{- \"Given the following functions, please respond with a JSON for a function call \" }}{%- endif %}"
+	"{%- for message in messages %}{%- if 'tool_calls' in message %}{%- set tool_call = message.tool_calls[0].function %}"
+	"{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{{- '{\"name\": \"' + tool_call.name + '\", ' }}"
+	"{{- '\"parameters\": ' }}{{- tool_call.arguments | tojson }}{{- \"}\" }}{{- \"<|eot_id|>\" }}"
+	"{%- elif message.role == \"tool\" or message.role == \"ipython\" %}{{- \"<|start_header_id|>ipython<|end_header_id|>\\n\\n\" }}"
+	"{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
+
 static const char qwen2_src[] =
 	"{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
 	"{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
@@ -502,6 +522,7 @@ START_TEST(test_detect)
 {
 	static const struct { const char *src; enum chat_format want; } ok[] = {
 		{ llama2_src, CHAT_LLAMA2 }, { llama3_src, CHAT_LLAMA3 },
+		{ llama32_src, CHAT_LLAMA3 },
 		{ qwen2_src, CHAT_CHATML }, { mistral_src, CHAT_MISTRAL },
 		{ gemma_src, CHAT_GEMMA }, { phi3_src, CHAT_PHI3 },
 		{ deepseek_src, CHAT_DEEPSEEK },
