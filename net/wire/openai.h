@@ -53,12 +53,16 @@
  *
  * Tools (openai_tools.c): `tools` is up to OPENAI_TOOLS_MAX functions
  * ({"type": "function", "function": {"name": [a-zA-Z0-9_-]{1,64},
- * "description": a string, "parameters": an object, "strict": false}}),
- * each kept serialized for the chat template (gpu/text/chat.h struct
- * chat_tool); `tool_choice` "auto" or "none" (then the tools are not
- * rendered and no call is parsed: the model cannot call); "required" and
- * a named function need constrained decoding and are refused by name, as
- * are `strict: true` and `parallel_tool_calls: false` with tools. An
+ * "description": a string, "parameters": an object, "strict": a
+ * boolean}}), each kept serialized for the chat template
+ * (gpu/text/chat.h struct chat_tool), a strict one's parameters checked
+ * against jschema.h's subset (a keyword outside it is a 400 naming it);
+ * `tool_choice` "auto", "none" (then the tools are not rendered and no
+ * call is parsed: the model cannot call), "required", a named function
+ * or allowed_tools ({"mode": "auto"|"required", "tools": [names]}: the
+ * others' tools[].allowed cleared); a name not among the tools is a 400.
+ * A forced call is held by openai_tools_grammar, once the model's chat
+ * format is known (the front's). An
  * assistant message may carry `tool_calls` (its content then may be
  * null), a "tool" message its `tool_call_id`; call arguments must be a
  * JSON object's text and are kept re-serialized as json.dumps writes them.
