@@ -1938,8 +1938,9 @@ static bool api_json_refused(struct http_conn *hc, struct api_prep *ap)
 }
 
 /* n past http.max_n is the body's 400; so is n > 1 with a grammar
- * (response_format json): each choice would need its own run of it, and
- * the grammar goes with one request. true when refused. */
+ * (response_format json, a forced tool call): each choice would need its
+ * own run of it, and the grammar goes with one request. true when
+ * refused. */
 static bool api_n_refused(struct http_conn *hc, struct api_prep *ap)
 {
 	struct serve *s = hc->s;
@@ -1953,9 +1954,26 @@ static bool api_n_refused(struct http_conn *hc, struct api_prep *ap)
 		snprintf(msg, sizeof(msg), "'n' is %u; this server answers at most %u choices (http.max_n)",
 			 ap->q.n, max);
 	else
-		snprintf(msg, sizeof(msg), "%s", "'n' > 1 with response_format json_object or json_schema is not served");
+		snprintf(msg, sizeof(msg), "%s", "'n' > 1 with response_format json_object or json_schema, or a forced tool call, is not served");
 	http__error(hc, 400, "invalid_request_error", ap->q.n > max ? NULL : "unsupported_parameter",
 		    "n", msg, ap->tenant);
+	return true;
+}
+
+/* A non-streamed answer with logprobs holds them all until it is sent:
+ * its max_tokens is bounded by HTTP_LP_HELD_MAX (a larger one asked for
+ * is the body's 400; a default is clamped: api_lp_clamp). true when
+ * refused. */
+static bool api_lp_refused(struct http_conn *hc, struct api_prep *ap)
+{
+	char msg[160];
+
+	if (!ap->q.logprobs || ap->q.stream || ap->q.max_tokens <= HTTP_LP_HELD_MAX)
+		return false;
+	snprintf(msg, sizeof(msg), "a non-streamed answer with logprobs holds at most %u tokens (max_tokens %u): stream it, or ask for fewer",
+		 HTTP_LP_HELD_MAX, ap->q.max_tokens);
+	hc->s->d->counters.rejected[KVD_REJECT_INVALID]++;
+	http__error(hc, 400, "invalid_request_error", NULL, "max_tokens", msg, ap->tenant);
 	return true;
 }
 
@@ -2000,7 +2018,8 @@ static bool api_prep_refused(struct http_conn *hc, struct api_prep *ap)
 			  nomem ? "out of memory" : ap->msg, tenant);
 		return true;
 	}
-	return api_json_refused(hc, ap) || api_n_refused(hc, ap);
+	return api_lp_refused(hc, ap) || api_json_refused(hc, ap) ||
+	       api_n_refused(hc, ap);
 }
 
 /* max_tokens when the request gives none: the rest of the context - what
@@ -2033,6 +2052,13 @@ static uint32_t api_default_max_tokens(struct serve *s,
 	return (uint32_t)KVD_MIN(n, (uint64_t)PROTO_CLIENT_MAX_TOKENS);
 }
 
+/* The default max_tokens of a non-streamed answer with logprobs stops at
+ * what it may hold (api_lp_refused refused a larger one asked for). */
+static uint32_t api_lp_clamp(const struct openai_req *q, uint32_t max_tokens)
+{
+	return q->logprobs && !q->stream ? KVD_MIN(max_tokens, HTTP_LP_HELD_MAX) : max_tokens;
+}
+
 /* The request's sampling: its own, with a seed drawn when it gave none
  * (from libsodium's CSPRNG, below 2^53 so a JavaScript client can send it
  * back exactly) - so identical sampled requests differ, and the answer
@@ -2050,8 +2076,8 @@ static void api_req_params(struct http_conn *hc, struct api_prep *ap,
 		seed %= (UINT64_C(1) << 53) - HTTP_N_MAX;
 	}
 	hc->x.seed = seed;
-	r->max_tokens = q->max_tokens ? q->max_tokens
-				      : api_default_max_tokens(hc->s, &ap->lim, ap->n_ids);
+	r->max_tokens = api_lp_clamp(q, q->max_tokens ? q->max_tokens
+				      : api_default_max_tokens(hc->s, &ap->lim, ap->n_ids));
 	r->sp = (struct sampler_params){ .temperature = q->temperature,
 					 .top_k = q->top_k, .top_p = q->top_p,
 					 .seed = seed,

@@ -7,7 +7,9 @@
 #   - logprobs in both endpoints' shapes, streaming and not, aligned with
 #     the tokens (as many as completion_tokens, the same streamed or
 #     not), and in greedy mode the chosen token's logprob >= every
-#     alternative's;
+#     alternative's; a non-streamed answer holds at most 16384 tokens'
+#     logprobs (HTTP_LP_HELD_MAX: a larger max_tokens is a 400 naming
+#     max_tokens), a streamed one is not bound by that;
 #   - frequency_penalty 2 repeats fewer tokens than 0;
 #   - the same extended request on the pair and on the standalone node
 #     gives the same tokens and logprobs (decode samples the first token
@@ -70,6 +72,20 @@ check "logit_bias +100 on token $forced: every token is it" \
 	test "$st $(jq -c '[.choices[0].logprobs.tokens[]] | unique | length' "$T/body") $(jq -r '.usage.completion_tokens' "$T/body")" = "200 1 6"
 check "  ... with logprob ~ 0" \
 	jqe '[.choices[0].logprobs.token_logprobs[] | select(. < -0.001)] | length == 0' "$T/body"
+
+# ---- logprobs held: a non-streamed answer holds at most 16384 tokens' ----------------
+st=$(post $H_L completions "{$P,\"max_tokens\":16385,\"logprobs\":0}")
+check "logprobs, not streamed, max_tokens 16385: 400 naming max_tokens ($st)" \
+	test "$st $(jq -r .error.param "$T/body")" = "400 max_tokens"
+check "  ... saying why" grep -q "holds at most 16384 tokens" "$T/body"
+st=$(post $H_L chat/completions "{$CHAT,\"max_completion_tokens\":20000,\"logprobs\":true}")
+check "  ... chat too ($st)" test "$st $(jq -r .error.param "$T/body")" = "400 max_tokens"
+st=$(post $H_L completions "{$P,\"max_tokens\":16385,\"logprobs\":0,\"stream\":true}")
+check "  ... streamed, that bound does not apply (the context's does: $st)" \
+	bash -c "! grep -q 'holds at most' '$T/body'"
+st=$(post $H_L completions "{$P,\"max_tokens\":16384,\"logprobs\":0}")
+check "  ... 16384 passes that bound (the context's answers: $st)" \
+	bash -c "! grep -q 'holds at most' '$T/body'"
 
 # ---- logprobs shapes --------------------------------------------------------------
 st=$(post $H_L completions "{$P,\"max_tokens\":16,\"temperature\":0,\"logprobs\":3}")
