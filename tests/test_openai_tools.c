@@ -62,6 +62,10 @@ START_TEST(test_tools_kept)
 		"            },\n            \"required\": [\n                \"city\"\n"
 		"            ]\n        }\n    }\n}");
 	ck_assert(openai_req_calls(&q));
+	ck_assert(q.ignored & (1u << OPENAI_IGN_PARALLEL_TOOL_CALLS));   /* true: changes nothing */
+	openai_req_deinit(&q);
+	ck_assert_int_eq(parse("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false}", &q, &e), 0);
+	ck_assert(q.no_parallel_calls && !(q.ignored & (1u << OPENAI_IGN_PARALLEL_TOOL_CALLS)));
 	openai_req_deinit(&q);
 	/* "none": kept, but the model may not call */
 	ck_assert_int_eq(parse("{" MSGS ",\"tools\":[" TOOL("f") "],\"tool_choice\":\"none\","

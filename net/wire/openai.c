@@ -624,8 +624,8 @@ static int rd_ignored(struct openai_req *q, const char *k, json_t *v,
 	return 0;
 }
 
-/* parallel_tool_calls: recorded; false is refused with tools (it would
- * need constrained decoding), an ignored field otherwise. */
+/* parallel_tool_calls: recorded; false with tools is held by the call
+ * grammar (openai_tools_grammar), an ignored field otherwise. */
 static int rd_parallel(struct openai_req *q, const char *k, json_t *v,
 		       struct openai_error *err)
 {

@@ -326,6 +326,9 @@ static int choice_check(struct openai_req *q, struct openai_error *err)
 
 int openai__tools_check(struct openai_req *q, struct openai_error *err)
 {
+	/* parallel_tool_calls false with tools is honoured, not ignored */
+	if (q->no_parallel_calls && openai_req_calls(q))
+		q->ignored &= ~(1u << OPENAI_IGN_PARALLEL_TOOL_CALLS);
 	if ((q->tool_choice == OPENAI_TC_REQUIRED || q->tool_choice == OPENAI_TC_NAMED) &&
 	    !q->n_tools)
 		return openai__bad(err, "tool_choice", "'tool_choice' \"required\" or a function needs 'tools'");
