@@ -6,6 +6,7 @@
  *                  [--top-p P] [--seed S] [--id N] [--json]
  *                  [--presence-penalty X] [--frequency-penalty X]
  *                  [--repetition-penalty X] [--min-p X]
+ *                  [--logit-bias ID:BIAS,...] [--logprobs N]
  *
  * ADDR is host:port or unix:PATH. With KVD_API_KEY set in the
  * environment (a node with http.api_keys_file), the request is preceded
@@ -13,6 +14,8 @@
  * arrive; with --json one object is printed at the end:
  *   {"id":N,"output_ids":[..],"text":"..","finish_reason":"..",
  *    "prompt_tokens":N,"output_tokens":N,"ttft_us":N,"total_us":N}
+ * (with --logprobs, "logprobs":[the chosen tokens' logprobs] and
+ * "top_logprobs":[[[id, logprob], ...] per token] after output_ids)
  * or, for a typed error, {"id":N,"error":"CODE","message":"..",
  * "output_ids":[..]} (tokens received before the error, if any).
  *
@@ -47,6 +50,7 @@
 struct gen_out {
 	struct kvd_buf ids;    /* uint32_t output token ids, (len / 4) */
 	struct kvd_buf text;   /* the text, NUL-terminated */
+	struct kvd_buf lps;    /* struct sampler_logprobs per token, when sent */
 };
 
 static int gen_connect(const char *addr)
@@ -117,6 +121,7 @@ static void gen_usage(FILE *f)
 		   "       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
 		   "       [--presence-penalty X] [--frequency-penalty X]\n"
 		   "       [--repetition-penalty X] [--min-p X]\n"
+		   "       [--logit-bias ID:BIAS,...] [--logprobs N (alternatives, 0..20)]\n"
 		   "       [--seed S] [--id N] [--json]\n"
 		   "ADDR: host:port or unix:PATH. KVD_API_KEY=KEY: authenticate first (a node with keys).\n"
 		   "Values are checked with the server's bounds (a bad one: exit 2).\n"
@@ -165,7 +170,9 @@ static int gen_loop(int fd, uint64_t id, bool json, struct gen_out *o,
 				    last->id != id)
 					continue;
 				if (last->type == PROTO_EV_TOKEN) {
-					if (out_token(o, last->token, last->text, last->text_len)) {
+					if (out_token(o, last->token, last->text, last->text_len) ||
+					    (last->has_lp &&
+					     kvd_buf_add(&o->lps, &last->lp, sizeof(last->lp)))) {
 						rc = -ENOMEM;
 						goto out;
 					}
@@ -277,6 +284,8 @@ static int gen_args(int argc, char **argv, struct proto_client_request *q,
 		{ "frequency-penalty", required_argument, NULL, 'F' },
 		{ "repetition-penalty", required_argument, NULL, 'F' },
 		{ "min-p", required_argument, NULL, 'F' },
+		{ "logit-bias", required_argument, NULL, 'F' },
+		{ "logprobs", required_argument, NULL, 'F' },
 		{ "id", required_argument, NULL, 'F' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -305,6 +314,28 @@ static int gen_args(int argc, char **argv, struct proto_client_request *q,
 	return 0;
 }
 
+/* --json: the tokens' logprobs, when they came (--logprobs). */
+static void gen_json_lps(const struct gen_out *o)
+{
+	const struct sampler_logprobs *lp = (const void *)o->lps.p;
+	size_t n = o->lps.len / sizeof(*lp);
+
+	if (!n)
+		return;
+	printf(",\"logprobs\":[");
+	for (size_t i = 0; i < n; i++)
+		printf("%s%.6g", i ? "," : "", (double)lp[i].logprob);
+	printf("],\"top_logprobs\":[");
+	for (size_t i = 0; i < n; i++) {
+		printf("%s[", i ? "," : "");
+		for (uint32_t k = 0; k < lp[i].n_top; k++)
+			printf("%s[%d,%.6g]", k ? "," : "", lp[i].top[k].id,
+			       (double)lp[i].top[k].logprob);
+		printf("]");
+	}
+	printf("]");
+}
+
 /* The outcome: with --json one object (the final's figures, or the typed
  * error) unless the server was unavailable; else the closing newline
  * after streamed text, or the typed error on stderr. rc is gen_loop's. */
@@ -315,6 +346,7 @@ static void gen_report(int rc, bool json, uint64_t id, const struct gen_out *o,
 		printf("{\"id\":%llu,\"output_ids\":", (unsigned long long)id);
 		kvd_json_u32s(stdout, (const uint32_t *)o->ids.p,
 			      o->ids.len / sizeof(uint32_t));
+		gen_json_lps(o);
 		printf(",\"text\":");
 		kvd_json_str(stdout, o->text.p ? o->text.p : "", o->text.len);
 		if (rc == 0)
@@ -340,7 +372,7 @@ int kvctl_cmd_generate(int argc, char **argv)
 {
 	struct proto_client_request q = PROTO_CLIENT_REQUEST_NULL;
 	struct proto_client_event last;
-	struct gen_out o = { KVD_BUF_NULL, KVD_BUF_NULL };
+	struct gen_out o = { KVD_BUF_NULL, KVD_BUF_NULL, KVD_BUF_NULL };
 	const char *server = NULL;
 	bool json = false;
 	char *data = NULL;
@@ -351,10 +383,12 @@ int kvctl_cmd_generate(int argc, char **argv)
 	rc = gen_args(argc, argv, &q, &server, &json);
 	if (rc) {
 		free(q.tokens);
+		free(q.bias);
 		return rc > 0 ? 0 : EX_USAGE_;
 	}
 	rc = gen_frames(&q, &data, &len);
-	free(q.tokens);
+	free(q.tokens);   /* (q.prompt is argv's) */
+	free(q.bias);
 	if (rc) {
 		fprintf(stderr, "kvctl generate: the request is too large\n");
 		return EX_USAGE_;
@@ -376,5 +410,6 @@ int kvctl_cmd_generate(int argc, char **argv)
 	}
 	kvd_buf_deinit(&o.ids);
 	kvd_buf_deinit(&o.text);
+	kvd_buf_deinit(&o.lps);
 	return rc;
 }

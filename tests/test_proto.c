@@ -113,6 +113,33 @@ START_TEST(test_request_roundtrip)
 		ck_assert_int_eq(proto_client_request_set(&r, "min-p", "0.5", &err), 0);
 		ck_assert_float_eq_tol(r.min_p, 0.5f, 1e-6);
 	}
+	/* logit_bias and logprobs travel, HTTP's bounds (kvctl's forms too) */
+	{
+		static const char *const badb[] = {
+			"5:101", "5:-100.5", "x:1", "-1:2", "5", "5:1,5:2", "5:1;6:2", "4294967296:1",
+		};
+
+		ck_assert_int_eq(proto_client_request_set(&r, "logit-bias", "7:-100,3:2.5", &err), 0);
+		ck_assert_int_eq(proto_client_request_set(&r, "logprobs", "4", &err), 0);
+		buf = pack_request(&r, &len);
+		ck_assert_int_eq(proto_client_request_parse(decode(buf, len, &msg), &q, &err), 0);
+		ck_assert_uint_eq(q.n_bias, 2);
+		ck_assert_uint_eq(q.bias[0].id, 3);   /* sorted */
+		ck_assert_float_eq_tol(q.bias[0].bias, 2.5f, 1e-6);
+		ck_assert_uint_eq(q.bias[1].id, 7);
+		ck_assert_float_eq_tol(q.bias[1].bias, -100.0f, 1e-6);
+		ck_assert(q.logprobs);
+		ck_assert_uint_eq(q.top_logprobs, 4);
+		proto_client_request_deinit(&q);
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+		for (size_t i = 0; i < sizeof(badb) / sizeof(badb[0]); i++)
+			ck_assert_msg(proto_client_request_set(&r, "logit_bias", badb[i], &err) == FRAME_E_RANGE,
+				      "logit_bias '%s' taken", badb[i]);
+		ck_assert_int_eq(proto_client_request_set(&r, "logprobs", "21", &err), FRAME_E_RANGE);
+		ck_assert_int_eq(proto_client_request_set(&r, "logprobs", "-1", &err), FRAME_E_RANGE);
+		free(r.bias);   /* the array kvctl's form made */
+	}
 }
 END_TEST
 
@@ -247,9 +274,64 @@ static void fill_wrong_type(msgpack_packer *pk)
 	frame_pack_kv_str(pk, "prompt", "x");
 }
 
+/* a request with logit_bias of n entries from id 0 (value v; dup: one id twice) */
+static void fill_bias(msgpack_packer *pk, uint32_t n, double v, bool dup, bool both)
+{
+	msgpack_pack_map(pk, 4 + both);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_str(pk, "prompt", "x");
+	if (both) {
+		frame_pack_str(pk, "tokens");
+		msgpack_pack_array(pk, 1);
+		msgpack_pack_uint32(pk, 1);
+	}
+	frame_pack_str(pk, "logit_bias");
+	msgpack_pack_map(pk, n);
+	for (uint32_t i = 0; i < n; i++) {
+		msgpack_pack_uint32(pk, dup && i ? 0 : i);
+		msgpack_pack_double(pk, v);
+	}
+}
+static void fill_bias_many(msgpack_packer *pk) { fill_bias(pk, PROTO_CLIENT_BIAS_MAX + 1, 1, false, false); }
+static void fill_bias_max(msgpack_packer *pk) { fill_bias(pk, PROTO_CLIENT_BIAS_MAX, 1, false, false); }
+static void fill_bias_big(msgpack_packer *pk) { fill_bias(pk, 2, 100.5, false, false); }
+static void fill_bias_dup(msgpack_packer *pk) { fill_bias(pk, 2, 1, true, false); }
+static void fill_bias_both(msgpack_packer *pk) { fill_bias(pk, 3, 1, false, true); }
+static void fill_bias_key(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 4);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_str(pk, "prompt", "x");
+	frame_pack_str(pk, "logit_bias");
+	msgpack_pack_map(pk, 1);
+	frame_pack_str(pk, "5");   /* ids are integers here */
+	msgpack_pack_double(pk, 1);
+}
+static void fill_logprobs_21(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 4);
+	frame_pack_kv_str(pk, "type", "request");
+	frame_pack_kv_u64(pk, "id", 1);
+	frame_pack_kv_str(pk, "prompt", "x");
+	frame_pack_kv_u64(pk, "logprobs", 21);
+}
+
 START_TEST(test_request_rejects)
 {
 	struct frame_error err;
+
+	ck_assert_int_eq(parse_custom(fill_bias_many, &err), FRAME_E_RANGE);
+	ck_assert_str_eq(err.key, "logit_bias");
+	ck_assert_int_eq(parse_custom(fill_bias_max, &err), 0);
+	ck_assert_int_eq(parse_custom(fill_bias_big, &err), FRAME_E_RANGE);
+	ck_assert_int_eq(parse_custom(fill_bias_dup, &err), FRAME_E_RANGE);
+	ck_assert_msg(strstr(err.msg, "twice"), "%s", err.msg);
+	ck_assert_int_eq(parse_custom(fill_bias_key, &err), FRAME_E_RANGE);
+	ck_assert_int_eq(parse_custom(fill_bias_both, &err), FRAME_E_MISSING);   /* no leak */
+	ck_assert_int_eq(parse_custom(fill_logprobs_21, &err), FRAME_E_RANGE);
+	ck_assert_str_eq(err.key, "logprobs");
 
 	ck_assert_int_eq(parse_custom(fill_both, &err), FRAME_E_MISSING);
 	ck_assert_int_eq(parse_custom(fill_neither, &err), FRAME_E_MISSING);
@@ -283,7 +365,7 @@ START_TEST(test_events_roundtrip)
 	char *buf;
 
 	frame_writer_init(&w);
-	proto_client_pack_token(frame_writer_packer(&w), 7, 2, 300, "h\xc3\xa9", 3);
+	proto_client_pack_token(frame_writer_packer(&w), 7, 2, 300, "h\xc3\xa9", 3, NULL);
 	ck_assert_int_eq(frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &buf, &len), 0);
 	ck_assert_int_eq(proto_client_event_parse(decode(buf, len, &msg), &ev, &err), 0);
 	ck_assert_int_eq(ev.type, PROTO_EV_TOKEN);
@@ -292,8 +374,25 @@ START_TEST(test_events_roundtrip)
 	ck_assert_uint_eq(ev.token, 300);
 	ck_assert_uint_eq(ev.text_len, 3);
 	ck_assert_str_eq(ev.text, "h\xc3\xa9");
+	ck_assert(!ev.has_lp);
 	msgpack_unpacked_destroy(&msg);
 	free(buf);
+	/* with logprobs (the request asked): the chosen one's and the top */
+	{
+		struct sampler_logprobs lp = { .logprob = -0.25f, .n_top = 2,
+					       .top = { { 300, -0.25f }, { 12, -1.5f } } };
+
+		proto_client_pack_token(frame_writer_packer(&w), 7, 3, 300, "x", 1, &lp);
+		ck_assert_int_eq(frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &buf, &len), 0);
+		ck_assert_int_eq(proto_client_event_parse(decode(buf, len, &msg), &ev, &err), 0);
+		ck_assert(ev.has_lp);
+		ck_assert_float_eq_tol(ev.lp.logprob, -0.25f, 1e-6);
+		ck_assert_uint_eq(ev.lp.n_top, 2);
+		ck_assert_int_eq(ev.lp.top[1].id, 12);
+		ck_assert_float_eq_tol(ev.lp.top[1].logprob, -1.5f, 1e-6);
+		msgpack_unpacked_destroy(&msg);
+		free(buf);
+	}
 
 	proto_client_pack_final(frame_writer_packer(&w), 7, &f);
 	ck_assert_int_eq(frame_writer_finish(&w, PROTO_CLIENT_FRAME_MAX, &buf, &len), 0);

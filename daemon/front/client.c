@@ -133,11 +133,11 @@ static void client_sink_token(struct serve_sink *k, struct serve_req *r,
 {
 	struct frame_writer w;
 
-	(void)lp;   /* logprobs travel on HTTP only */
+	/* lp: only for a request that asked (its logprobs) */
 	frame_writer_init(&w);
 	proto_client_pack_token(frame_writer_packer(&w), r->client_id, index,
 				(uint32_t)token, piece,
-				(uint32_t)KVD_MIN(len, PROTO_CLIENT_PIECE_MAX));
+				(uint32_t)KVD_MIN(len, PROTO_CLIENT_PIECE_MAX), lp);
 	client_send(client_of(k), &w);
 }
 
@@ -206,6 +206,23 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 	client_error_to(c, id, code, msg);
 }
 
+/* A logit_bias id outside the vocabulary is the request's
+ * INVALID_REQUEST (the ids are sorted: the last is the largest). true
+ * when so (refused). */
+static bool client_bias_outside(struct client_conn *c,
+				const struct proto_client_request *q)
+{
+	uint32_t n_vocab = tokenizer_n_vocab(c->s->tok);
+	char msg[128];
+
+	if (!q->n_bias || q->bias[q->n_bias - 1].id < n_vocab)
+		return false;
+	snprintf(msg, sizeof(msg), "'logit_bias' names token %u; the vocabulary has %u tokens",
+		 q->bias[q->n_bias - 1].id, n_vocab);
+	client_reject(c, q->id, PROTO_ERR_INVALID_REQUEST, KVD_REJECT_INVALID, msg);
+	return true;
+}
+
 /* The prompt's ids are known: a request, to the tenant's queue. Takes
  * q (deinit here) and ids. */
 static void client_admit(struct client_conn *c, struct proto_client_request *q,
@@ -214,6 +231,11 @@ static void client_admit(struct client_conn *c, struct proto_client_request *q,
 	struct serve *s = c->s;
 	struct serve_req *r;
 
+	if (client_bias_outside(c, q)) {
+		free(ids);
+		proto_client_request_deinit(q);
+		return;
+	}
 	r = serve__req_new(s, s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
 							  : SREQ_LOCAL);
 	if (!r) {
@@ -237,7 +259,14 @@ static void client_admit(struct client_conn *c, struct proto_client_request *q,
 					 .presence_penalty = q->presence_penalty,
 					 .frequency_penalty = q->frequency_penalty,
 					 .repetition_penalty = q->repetition_penalty,
-					 .min_p = q->min_p };
+					 .min_p = q->min_p, .logprobs = q->logprobs,
+					 .top_logprobs = (uint8_t)q->top_logprobs };
+	/* the bias array moves to the request (freed with it) */
+	r->bias = q->bias;
+	r->sp.logit_bias = r->bias;
+	r->sp.n_logit_bias = q->n_bias;
+	q->bias = NULL;
+	q->n_bias = 0;
 	proto_client_request_deinit(q);
 	serve__gate_admit(r);   /* the tenant's queue, then the role's admission */
 }

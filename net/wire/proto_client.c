@@ -20,7 +20,9 @@
 #include "conf/util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A code's wire name is its enum name (PROTOCOL.md), so it is spelled
@@ -88,6 +90,9 @@ void proto_client_request_deinit(struct proto_client_request *r)
 	free(r->tokens);
 	r->tokens = NULL;
 	r->n_tokens = 0;
+	free(r->bias);
+	r->bias = NULL;
+	r->n_bias = 0;
 }
 
 /* The prompt as text: a heap copy, bounded, without NUL. */
@@ -114,6 +119,134 @@ static int read_prompt(const msgpack_object *o, const struct proto_field *f,
 	return 0;
 }
 
+/* ---- logit_bias and logprobs (HTTP's, net/wire/openai.h) ------------------- */
+
+/* A msgpack number as a double; false when o is none. */
+static bool num_of(const msgpack_object *o, double *v)
+{
+	switch (o->type) {
+	case MSGPACK_OBJECT_POSITIVE_INTEGER: *v = (double)o->via.u64; return true;
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER: *v = (double)o->via.i64; return true;
+	case MSGPACK_OBJECT_FLOAT32:
+	case MSGPACK_OBJECT_FLOAT64: *v = o->via.f64; return true;
+	default: return false;
+	}
+}
+
+static int bias_cmp(const void *a, const void *b)
+{
+	const struct sampler_bias *x = a, *y = b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* b[0, n) sorted by id and kept in r (the old array freed); a token
+ * named twice is FRAME_E_RANGE (b freed). */
+static int bias_keep(struct proto_client_request *r, struct sampler_bias *b,
+		     uint32_t n, struct frame_error *err)
+{
+	qsort(b, n, sizeof(*b), bias_cmp);
+	for (uint32_t i = 1; i < n; i++) {
+		if (b[i].id == b[i - 1].id) {
+			free(b);
+			return proto_schema_fail(err, FRAME_E_RANGE, "logit_bias",
+						 "'logit_bias' names token %u twice", b[i].id);
+		}
+	}
+	free(r->bias);
+	r->bias = b;
+	r->n_bias = n;
+	return 0;
+}
+
+/* logit_bias: a map of token ids (u32) to biases in [-100, 100]. */
+static int read_logit_bias(const msgpack_object *o, const struct proto_field *f,
+			   void *out, struct frame_error *err)
+{
+	const msgpack_object_map *m = &o->via.map;
+	struct sampler_bias *b;
+	double v;
+
+	(void)f;
+	if (o->type != MSGPACK_OBJECT_MAP || m->size > PROTO_CLIENT_BIAS_MAX)
+		return proto_schema_fail(err, o->type != MSGPACK_OBJECT_MAP ? FRAME_E_TYPE : FRAME_E_RANGE,
+					 "logit_bias", "'logit_bias' must be a map of at most %u token ids to biases",
+					 PROTO_CLIENT_BIAS_MAX);
+	if (!(b = calloc(m->size ? m->size : 1, sizeof(*b))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < m->size; i++) {
+		const msgpack_object_kv *kv = &m->ptr[i];
+
+		if (kv->key.type != MSGPACK_OBJECT_POSITIVE_INTEGER || kv->key.via.u64 > UINT32_MAX ||
+		    !num_of(&kv->val, &v) || !(v >= -100.0 && v <= 100.0)) {
+			free(b);
+			return proto_schema_fail(err, FRAME_E_RANGE, "logit_bias",
+						 "'logit_bias' maps token ids (u32) to numbers in [-100, 100]");
+		}
+		b[i] = (struct sampler_bias){ .id = (uint32_t)kv->key.via.u64, .bias = (float)v };
+	}
+	return bias_keep(out, b, m->size, err);
+}
+
+/* logprobs: the alternatives per token, 0..20 (given: on). */
+static int read_logprobs(const msgpack_object *o, const struct proto_field *f,
+			 void *out, struct frame_error *err)
+{
+	struct proto_client_request *r = out;
+
+	(void)f;
+	if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+	    o->via.u64 > PROTO_CLIENT_TOP_LOGPROBS_MAX)
+		return proto_schema_fail(err, FRAME_E_RANGE, "logprobs",
+					 "'logprobs' must be an integer in 0..%u (the alternatives per token)",
+					 PROTO_CLIENT_TOP_LOGPROBS_MAX);
+	r->logprobs = true;
+	r->top_logprobs = (uint32_t)o->via.u64;
+	return 0;
+}
+
+/* The command line's forms: logit_bias "ID:BIAS,ID:BIAS", logprobs "N".
+ * FRAME_E_UNKNOWN for another key. */
+static int set_text_extra(struct proto_client_request *r, const char *key,
+			  const char *text, struct frame_error *err)
+{
+	struct sampler_bias *b;
+	uint32_t n = 0;
+	const char *p = text;
+	char *end;
+
+	if (!strcmp(key, "logprobs")) {
+		unsigned long v = strtoul(text, &end, 10);
+
+		if (!*text || *end || text[0] == '-' || v > PROTO_CLIENT_TOP_LOGPROBS_MAX)
+			return proto_schema_fail(err, FRAME_E_RANGE, "logprobs",
+						 "'logprobs' must be an integer in 0..%u", PROTO_CLIENT_TOP_LOGPROBS_MAX);
+		r->logprobs = true;
+		r->top_logprobs = (uint32_t)v;
+		return 0;
+	}
+	if (strcmp(key, "logit_bias"))
+		return FRAME_E_UNKNOWN;
+	if (!(b = calloc(PROTO_CLIENT_BIAS_MAX, sizeof(*b))))
+		return -ENOMEM;
+	while (*p) {
+		unsigned long id = strtoul(p, &end, 10);
+		double v;
+
+		if (n == PROTO_CLIENT_BIAS_MAX || end == p || *p == '-' || *end != ':' ||
+		    id > UINT32_MAX || (v = strtod(end + 1, &end), !(v >= -100.0 && v <= 100.0)) ||
+		    (*end && *end != ',')) {
+			free(b);
+			return proto_schema_fail(err, FRAME_E_RANGE, "logit_bias",
+						 "'logit_bias' must be ID:BIAS pairs (BIAS in [-100, 100]) separated by commas, at most %u",
+						 PROTO_CLIENT_BIAS_MAX);
+		}
+		b[n++] = (struct sampler_bias){ .id = (uint32_t)id, .bias = (float)v };
+		p = *end ? end + 1 : end;
+	}
+	return bias_keep(r, b, n, err);
+}
+
 #define REQ_U32(k, m, lo, hi) \
 	PROTO_FIELD_U32(struct proto_client_request, k, false, m, lo, hi)
 #define REQ_FLOAT(k, m, lo, hi, open) \
@@ -135,6 +268,8 @@ static const struct proto_field request_fields[] = {
 	REQ_FLOAT("frequency_penalty", frequency_penalty, -2.0, 2.0, false),
 	REQ_FLOAT("repetition_penalty", repetition_penalty, 0.0, 10.0, true),
 	REQ_FLOAT("min_p", min_p, 0.0, 1.0, false),
+	{ .key = "logit_bias", .type = PROTO_F_CUSTOM, .read = read_logit_bias },
+	{ .key = "logprobs", .type = PROTO_F_CUSTOM, .read = read_logprobs },
 };
 
 /* Exactly one of these is there (checked first, so that a request with
@@ -168,11 +303,13 @@ int proto_client_request_parse(const msgpack_object *map,
 		return proto_schema_fail(err, FRAME_E_TYPE, "type",
 					 "'type' must be \"request\"");
 	ret = proto_schema_read(map, PROTO_FIELDS(request_fields), &x, err);
-	if (ret)
+	if (!ret && has_value(map, "prompt") == has_value(map, "tokens"))
+		ret = proto_schema_fail(err, FRAME_E_MISSING, "prompt",
+					"exactly one of 'prompt' and 'tokens' is required");
+	if (ret) {
+		proto_client_request_deinit(&x);   /* logit_bias may be read */
 		return ret;
-	if (has_value(map, "prompt") == has_value(map, "tokens"))
-		return proto_schema_fail(err, FRAME_E_MISSING, "prompt",
-					 "exactly one of 'prompt' and 'tokens' is required");
+	}
 	ret = proto_schema_read(map, PROTO_FIELDS(request_text_fields), &x,
 				err);
 	if (ret) {
@@ -193,8 +330,10 @@ int proto_client_request_set(struct proto_client_request *r, const char *name,
 	for (i = 0; name[i] && i + 1 < sizeof(key); i++)
 		key[i] = name[i] == '-' ? '_' : name[i];
 	key[i] = '\0';
-	ret = proto_schema_read_text(PROTO_FIELDS(request_fields), key, text,
-				     r, err);
+	ret = set_text_extra(r, key, text, err);
+	if (ret == FRAME_E_UNKNOWN)
+		ret = proto_schema_read_text(PROTO_FIELDS(request_fields), key, text,
+					     r, err);
 	if (ret == FRAME_E_UNKNOWN)
 		ret = proto_schema_read_text(PROTO_FIELDS(request_text_fields),
 					     key, text, r, err);
@@ -211,7 +350,7 @@ void proto_client_request_pack(msgpack_packer *pk,
 		{ "repetition_penalty", r->repetition_penalty },
 		{ "min_p", r->min_p },
 	};
-	uint32_t n = 8 + !!r->cache_salt[0];
+	uint32_t n = 8 + !!r->cache_salt[0] + !!r->n_bias + r->logprobs;
 
 	for (size_t i = 0; i < sizeof(proc) / sizeof(proc[0]); i++)
 		n += proc[i].v != 0.0f;
@@ -236,16 +375,27 @@ void proto_client_request_pack(msgpack_packer *pk,
 	for (size_t i = 0; i < sizeof(proc) / sizeof(proc[0]); i++)
 		if (proc[i].v != 0.0f)
 			frame_pack_kv_double(pk, proc[i].k, proc[i].v);
+	if (r->n_bias) {
+		frame_pack_str(pk, "logit_bias");
+		msgpack_pack_map(pk, r->n_bias);
+		for (uint32_t i = 0; i < r->n_bias; i++) {
+			msgpack_pack_uint32(pk, r->bias[i].id);
+			msgpack_pack_double(pk, r->bias[i].bias);
+		}
+	}
+	if (r->logprobs)
+		frame_pack_kv_u64(pk, "logprobs", r->top_logprobs);
 }
 
 /* ---- events ------------------------------------------------------------- */
 
 void proto_client_pack_token(msgpack_packer *pk, uint64_t id, uint32_t index,
-			     uint32_t token, const char *piece, uint32_t len)
+			     uint32_t token, const char *piece, uint32_t len,
+			     const struct sampler_logprobs *lp)
 {
 	if (len > PROTO_CLIENT_PIECE_MAX)
 		len = PROTO_CLIENT_PIECE_MAX;
-	msgpack_pack_map(pk, 5);
+	msgpack_pack_map(pk, lp ? 7 : 5);
 	frame_pack_kv_str(pk, "type", "token");
 	frame_pack_kv_u64(pk, "id", id);
 	frame_pack_kv_u64(pk, "index", index);
@@ -253,6 +403,16 @@ void proto_client_pack_token(msgpack_packer *pk, uint64_t id, uint32_t index,
 	frame_pack_str(pk, "text");
 	msgpack_pack_str(pk, len);
 	msgpack_pack_str_body(pk, piece, len);
+	if (!lp)
+		return;
+	frame_pack_kv_double(pk, "logprob", lp->logprob);
+	frame_pack_str(pk, "top");
+	msgpack_pack_array(pk, KVD_MIN(lp->n_top, PROTO_CLIENT_TOP_LOGPROBS_MAX));
+	for (uint32_t i = 0; i < lp->n_top && i < PROTO_CLIENT_TOP_LOGPROBS_MAX; i++) {
+		msgpack_pack_array(pk, 2);
+		msgpack_pack_uint32(pk, (uint32_t)lp->top[i].id);
+		msgpack_pack_double(pk, lp->top[i].logprob);
+	}
 }
 
 void proto_client_pack_final(msgpack_packer *pk, uint64_t id,
@@ -410,9 +570,51 @@ static const struct proto_field event_id_fields[] = {
 			0, UINT64_MAX),
 };
 
+/* A token's logprob (given: the request asked) and its alternatives. */
+static int read_ev_logprob(const msgpack_object *o, const struct proto_field *f,
+			   void *out, struct frame_error *err)
+{
+	struct proto_client_event *ev = out;
+	double v;
+
+	(void)f;
+	if (!num_of(o, &v))
+		return proto_schema_fail(err, FRAME_E_TYPE, "logprob", "'logprob' must be a number");
+	ev->has_lp = true;
+	ev->lp.logprob = (float)v;
+	return 0;
+}
+
+static int read_ev_top(const msgpack_object *o, const struct proto_field *f,
+		       void *out, struct frame_error *err)
+{
+	struct proto_client_event *ev = out;
+	const msgpack_object_array *a = &o->via.array;
+	double v;
+
+	(void)f;
+	if (o->type != MSGPACK_OBJECT_ARRAY || a->size > PROTO_CLIENT_TOP_LOGPROBS_MAX)
+		return proto_schema_fail(err, FRAME_E_RANGE, "top", "'top' must be at most %u [id, logprob] pairs",
+					 PROTO_CLIENT_TOP_LOGPROBS_MAX);
+	for (uint32_t i = 0; i < a->size; i++) {
+		const msgpack_object *p = &a->ptr[i];
+
+		if (p->type != MSGPACK_OBJECT_ARRAY || p->via.array.size != 2 ||
+		    p->via.array.ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+		    p->via.array.ptr[0].via.u64 > INT32_MAX || !num_of(&p->via.array.ptr[1], &v))
+			return proto_schema_fail(err, FRAME_E_TYPE, "top", "'top' must hold [id, logprob] pairs");
+		ev->lp.top[i].id = (int32_t)p->via.array.ptr[0].via.u64;
+		ev->lp.top[i].logprob = (float)v;
+	}
+	ev->lp.n_top = a->size;
+	return 0;
+}
+
 static const struct proto_field token_fields[] = {
 	EV_U32("index", index),
 	EV_U32("token", token),
+	{ .key = "logprob", .type = PROTO_F_CUSTOM, .read = read_ev_logprob },
+	{ .key = "top", .type = PROTO_F_CUSTOM, .read = read_ev_top },
 	{ .key = "text", .type = PROTO_F_CUSTOM, .required = true,
 	  .keep_nil = true, .read = read_piece,
 	  .max = PROTO_CLIENT_PIECE_MAX },

@@ -15,6 +15,7 @@
  */
 #pragma once
 
+#include "gpu/sampler.h"
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -48,6 +49,12 @@ const char *proto_err_name(int code);
 int proto_err_parse(const char *name);
 
 #define PROTO_CLIENT_SALT_MAX 256u
+#define PROTO_CLIENT_BIAS_MAX 300u         /* logit_bias entries (HTTP's) */
+#define PROTO_CLIENT_TOP_LOGPROBS_MAX 20u  /* logprobs' alternatives */
+
+_Static_assert(PROTO_CLIENT_BIAS_MAX == SAMPLER_BIAS_MAX &&
+	       PROTO_CLIENT_TOP_LOGPROBS_MAX == SAMPLER_TOP_LOGPROBS_MAX,
+	       "the client API's bounds are the sampler's");
 
 struct proto_client_request {
 	uint64_t id;
@@ -66,6 +73,13 @@ struct proto_client_request {
 	float frequency_penalty;   /* [-2, 2] */
 	float repetition_penalty;  /* (0, 10]; absent: off */
 	float min_p;               /* [0, 1] */
+	/* logit_bias: {id: bias in [-100, 100]}, at most PROTO_CLIENT_BIAS_MAX,
+	 * ids increasing (whether in the vocabulary: the node's check) */
+	struct sampler_bias *bias; /* (n_bias), owned */
+	uint32_t n_bias;
+	bool logprobs;             /* logprobs given: each token event
+				    * carries its logprob ... */
+	uint32_t top_logprobs;     /* ... and this many alternatives (0..20) */
 };
 
 #define PROTO_CLIENT_REQUEST_NULL \
@@ -78,7 +92,8 @@ void proto_client_request_deinit(struct proto_client_request *r);
 /* One field of r from a command line (kvctl generate, kvd generate): name
  * is the field ("max_tokens", "temperature", "top_k", "top_p", "seed",
  * "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p",
- * "id", or "tokens" as ids separated by commas) or its option's name
+ * "id", "tokens" as ids separated by commas, "logit_bias" as ID:BIAS
+ * pairs separated by commas, "logprobs" as the alternatives 0..20) or its option's name
  * ('-' for '_': "max-tokens"), text its value, read
  * with the bounds proto_client_request_parse() reads the field with, so a
  * command line takes what a node takes (proto_schema_read_text). A value
@@ -123,6 +138,8 @@ struct proto_client_event {
 	uint32_t token;
 	char text[PROTO_CLIENT_PIECE_MAX + 1];  /* NUL-terminated piece */
 	uint32_t text_len;
+	bool has_lp;                             /* the request asked: */
+	struct sampler_logprobs lp;              /* logprob, top (id, logprob) */
 	/* final */
 	struct proto_client_final fin;
 	/* error, frame_error */
@@ -134,9 +151,11 @@ int proto_client_event_parse(const msgpack_object *map,
 			     struct proto_client_event *ev,
 			     struct frame_error *err);
 
-/* piece: len bytes (len <= PROTO_CLIENT_PIECE_MAX), need not be NUL-ended. */
+/* piece: len bytes (len <= PROTO_CLIENT_PIECE_MAX), need not be NUL-ended;
+ * lp: NULL, or the token's logprobs (logprob, top: [[id, logprob], ...]). */
 void proto_client_pack_token(msgpack_packer *pk, uint64_t id, uint32_t index,
-			     uint32_t token, const char *piece, uint32_t len);
+			     uint32_t token, const char *piece, uint32_t len,
+			     const struct sampler_logprobs *lp);
 void proto_client_pack_final(msgpack_packer *pk, uint64_t id,
 			     const struct proto_client_final *f);
 void proto_client_pack_error(msgpack_packer *pk, uint64_t id, int code,

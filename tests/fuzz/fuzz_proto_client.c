@@ -138,7 +138,7 @@ static void pack_event(msgpack_packer *pk, const void *x)
 	switch (e->type) {
 	case PROTO_EV_TOKEN:
 		proto_client_pack_token(pk, e->id, e->index, e->token, e->text,
-					e->text_len);
+					e->text_len, e->has_lp ? &e->lp : NULL);
 		break;
 	case PROTO_EV_FINAL:
 		proto_client_pack_final(pk, e->id, &e->fin);

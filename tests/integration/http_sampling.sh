@@ -10,6 +10,10 @@
 #     alternative's; a non-streamed answer holds at most 16384 tokens'
 #     logprobs (HTTP_LP_HELD_MAX: a larger max_tokens is a 400 naming
 #     max_tokens), a streamed one is not bound by that;
+#   - the msgpack client API (kvctl generate) takes logit_bias and
+#     logprobs: the same text and logprobs as HTTP for the same request,
+#     +100 forces a token, an id outside the vocabulary is
+#     INVALID_REQUEST, bad values are usage errors;
 #   - frequency_penalty 2 repeats fewer tokens than 0;
 #   - the same extended request on the pair and on the standalone node
 #     gives the same tokens and logprobs (decode samples the first token
@@ -204,6 +208,30 @@ check "  ... on the pair too (recomputed)" \
 	test "$(jq -r .text <<<"$out") $(log_count "$T/di.log" "event=decode_recompute " "$MD")" = "$want 1"
 check "kvctl generate --min-p 2: usage error (exit 2)" \
 	bash -c "'$KVCTL' generate --server 127.0.0.1:$C_L --prompt x --min-p 2 2>/dev/null; test \$? = 2"
+
+# ---- the msgpack client API: logit_bias and logprobs (kvctl generate) -------------------
+post $H_L completions "{$P,\"max_tokens\":8,\"temperature\":0.8,\"seed\":5,\"logit_bias\":{\"$first\":-100,\"$forced\":3},\"logprobs\":2}" >/dev/null
+cp "$T/body" "$T/lb_http.json"
+out=$(KVD_API_KEY=$KEY gen "$C_L" --prompt "Once upon a time" --max-tokens 8 --temperature 0.8 --seed 5 \
+	--logit-bias "$first:-100,$forced:3" --logprobs 2 || true)
+check "kvctl generate --logit-bias --logprobs 2: HTTP's text" \
+	test "$(jq -r .text <<<"$out")" = "$(jq -r '.choices[0].text' "$T/lb_http.json")"
+check "  ... HTTP's logprobs, token by token (to 1e-4)" \
+	jqe --slurpfile h "$T/lb_http.json" '[.logprobs, $h[0].choices[0].logprobs.token_logprobs] | transpose |
+		(length == 8) and all(.[0] - .[1] | fabs < 1e-4)' <<<"$out"
+check "  ... two alternatives each" \
+	jqe '[.top_logprobs[] | length == 2] | all' <<<"$out"
+out=$(KVD_API_KEY=$KEY gen "$C_L" --prompt "Once upon a time" --max-tokens 6 --temperature 0.9 --seed 3 \
+	--logit-bias "$forced:100" || true)
+check "  ... logit_bias +100 on token $forced: every token is it" \
+	jqe --argjson f "$forced" '(.output_ids | length) == 6 and all(.output_ids[]; . == $f)' <<<"$out"
+check "  ... no logprobs unless asked" jq -e 'has("logprobs") | not' <<<"$out"
+out=$(KVD_API_KEY=$KEY gen "$C_L" --prompt "Once upon a time" --max-tokens 2 --logit-bias "999999:1" || true)
+check "  ... a token outside the vocabulary: INVALID_REQUEST naming logit_bias" \
+	jqe '.error == "INVALID_REQUEST" and (.message | contains("logit_bias"))' <<<"$out"
+check "kvctl generate --logprobs 21, --logit-bias 1:101: usage errors (exit 2)" \
+	bash -c "'$KVCTL' generate --server 127.0.0.1:$C_L --prompt x --logprobs 21 2>/dev/null; a=\$?;
+		'$KVCTL' generate --server 127.0.0.1:$C_L --prompt x --logit-bias 1:101 2>/dev/null; test \$a\$? = 22"
 
 # ---- bad values -----------------------------------------------------------------------
 bad() { # bad PATH PARAM BODY-FIELDS
