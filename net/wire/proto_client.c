@@ -148,9 +148,11 @@ static int bias_keep(struct proto_client_request *r, struct sampler_bias *b,
 	qsort(b, n, sizeof(*b), bias_cmp);
 	for (uint32_t i = 1; i < n; i++) {
 		if (b[i].id == b[i - 1].id) {
+			uint32_t id = b[i].id;
+
 			free(b);
 			return proto_schema_fail(err, FRAME_E_RANGE, "logit_bias",
-						 "'logit_bias' names token %u twice", b[i].id);
+						 "'logit_bias' names token %u twice", id);
 		}
 	}
 	free(r->bias);
