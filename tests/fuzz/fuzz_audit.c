@@ -103,7 +103,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   (unsigned long long)sa.lines, (unsigned long long)fed);
 	FUZZ_CHECK(sa.kvd_lines + sa.unparseable <= sa.lines &&
 		   sa.capacity_lines + sa.incomplete <= sa.kvd_lines &&
-		   sa.insufficient <= sa.nodes && sa.nodes <= sa.capacity_lines,
+		   sa.unjudged <= sa.nodes &&
+		   sa.insufficient <= sa.nodes - sa.unjudged &&
+		   sa.nodes - sa.unjudged <= sa.capacity_lines,
 		   "inconsistent summary");
 	int v1 = report(a, false, &t1), v2 = report(a, true, &t2);
 
