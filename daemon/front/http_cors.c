@@ -52,8 +52,11 @@ size_t http__cors_headers(const struct http_conn *hc, char *buf, size_t size)
 	buf[0] = 0;
 	if (!hc->cors)
 		return 0;
-	/* the origin passed cors_origin_valid: no CR, LF or quote in it */
-	n = snprintf(buf, size, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n",
+	/* the origin passed cors_origin_valid: no CR, LF or quote in it.
+	 * Retry-After is not a CORS-safelisted header: exposed, a page (or
+	 * the openai client in a browser) can read when to retry a 429/503 */
+	n = snprintf(buf, size, "Access-Control-Allow-Origin: %s\r\n"
+		     "Access-Control-Expose-Headers: Retry-After\r\nVary: Origin\r\n",
 		     hc->cors_origin);
 	return n < 0 ? 0 : KVD_MIN((size_t)n, size - 1);
 }

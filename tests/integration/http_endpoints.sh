@@ -148,6 +148,7 @@ st=$(req GET /v1/models "" "${auth[@]}" -H "Origin: $ORIGIN")
 check "allowed Origin on JSON: Access-Control-Allow-Origin echoed ($st)" \
 	test "$(hdr Access-Control-Allow-Origin)" = "$ORIGIN"
 check "  ... Vary: Origin" test "$(hdr Vary)" = Origin
+check "  ... Retry-After exposed to the page" test "$(hdr Access-Control-Expose-Headers)" = Retry-After
 st=$(req GET /v1/models "" -H "Origin: $ORIGIN")
 check "  ... on a 401 ($st)" test "$st $(hdr Access-Control-Allow-Origin)" = "401 $ORIGIN"
 st=$(req POST /v1/completions '{"prompt":"Once","logprobs":true}' "${auth[@]}" -H "Origin: http://localhost:5173")
