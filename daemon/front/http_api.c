@@ -2152,8 +2152,11 @@ static struct serve_req *api_choice_req(struct http_conn *hc,
 	size_t nb = first->sp.n_logit_bias * sizeof(*first->bias);
 	int32_t *prompt = x_nomem(hc) ? NULL : malloc(first->n_prompt * sizeof(*prompt));
 	struct sampler_bias *bias = nb ? malloc(nb) : NULL;
-	struct serve_req *r = prompt && (bias || !nb) ? serve__req_new(hc->s, first->kind)
-						      : NULL;
+	/* the role's kind, not first's: the placement may have made choice 0
+	 * local (SREQ_LOCAL) while choice i goes to a peer */
+	enum serve_req_kind kind = hc->s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
+									 : SREQ_LOCAL;
+	struct serve_req *r = prompt && (bias || !nb) ? serve__req_new(hc->s, kind) : NULL;
 
 	if (!r) {
 		free(prompt);

@@ -919,6 +919,9 @@ static void decode_run_peer(struct serve_req *r, struct link *p)
 	enum dreq_event ev;
 	int rc;
 
+	/* the placement decides the kind: peer messages find only
+	 * SREQ_DECODE requests (decode_req_of) */
+	r->kind = SREQ_DECODE;
 	decode_failover_log(r, p);
 	if (decode_too_long(r, p)) {
 		serve__dreq_event(r, DEV_REFUSE);
