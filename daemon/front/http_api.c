@@ -1960,18 +1960,25 @@ static bool api_n_refused(struct http_conn *hc, struct api_prep *ap)
 	return true;
 }
 
+/* Tokens of logprobs each of q's choices may hold: HTTP_LP_HELD_MAX is
+ * the exchange's, over its n choices. */
+static uint32_t api_lp_cap(const struct openai_req *q)
+{
+	return HTTP_LP_HELD_MAX / (q->n > 1 ? q->n : 1);
+}
+
 /* A non-streamed answer with logprobs holds them all until it is sent:
- * its max_tokens is bounded by HTTP_LP_HELD_MAX (a larger one asked for
- * is the body's 400; a default is clamped: api_lp_clamp). true when
+ * its max_tokens x n is bounded by HTTP_LP_HELD_MAX (a larger one asked
+ * for is the body's 400; a default is clamped: api_lp_clamp). true when
  * refused. */
 static bool api_lp_refused(struct http_conn *hc, struct api_prep *ap)
 {
-	char msg[160];
+	char msg[200];
 
-	if (!ap->q.logprobs || ap->q.stream || ap->q.max_tokens <= HTTP_LP_HELD_MAX)
+	if (!ap->q.logprobs || ap->q.stream || ap->q.max_tokens <= api_lp_cap(&ap->q))
 		return false;
-	snprintf(msg, sizeof(msg), "a non-streamed answer with logprobs holds at most %u tokens (max_tokens %u): stream it, or ask for fewer",
-		 HTTP_LP_HELD_MAX, ap->q.max_tokens);
+	snprintf(msg, sizeof(msg), "a non-streamed answer with logprobs holds at most %u tokens over its choices (max_tokens %u, n %u): stream it, or ask for fewer",
+		 HTTP_LP_HELD_MAX, ap->q.max_tokens, ap->q.n > 1 ? ap->q.n : 1);
 	hc->s->d->counters.rejected[KVD_REJECT_INVALID]++;
 	http__error(hc, 400, "invalid_request_error", NULL, "max_tokens", msg, ap->tenant);
 	return true;
@@ -2053,10 +2060,11 @@ static uint32_t api_default_max_tokens(struct serve *s,
 }
 
 /* The default max_tokens of a non-streamed answer with logprobs stops at
- * what it may hold (api_lp_refused refused a larger one asked for). */
+ * what each choice may hold (api_lp_refused refused a larger one asked
+ * for). */
 static uint32_t api_lp_clamp(const struct openai_req *q, uint32_t max_tokens)
 {
-	return q->logprobs && !q->stream ? KVD_MIN(max_tokens, HTTP_LP_HELD_MAX) : max_tokens;
+	return q->logprobs && !q->stream ? KVD_MIN(max_tokens, api_lp_cap(q)) : max_tokens;
 }
 
 /* The request's sampling: its own, with a seed drawn when it gave none

@@ -23,9 +23,10 @@ struct api_shape;
 /* Pipelined input held while a request is answered (bytes); reading
  * stops while it is full. */
 #define HTTP_IN_MAX 65536u
-/* Tokens of logprobs a non-streamed answer holds until it is sent
- * (struct http_lp: about 190 bytes each with 20 alternatives, so at most
- * about 3 MiB an exchange; a streamed answer sends them as it goes). */
+/* Tokens of logprobs a non-streamed answer holds until it is sent, over
+ * all its choices (struct http_lp: about 190 bytes each with 20
+ * alternatives, so at most about 3 MiB an exchange; a streamed answer
+ * sends them as it goes). */
 #define HTTP_LP_HELD_MAX 16384u
 /* After a refusal that leaves a body unread (http__drain_after), what
  * the client still sends is dropped for at most this long, and at most

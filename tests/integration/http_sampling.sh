@@ -90,6 +90,9 @@ check "  ... streamed, that bound does not apply (the context's does: $st)" \
 st=$(post $H_L completions "{$P,\"max_tokens\":16384,\"logprobs\":0}")
 check "  ... 16384 passes that bound (the context's answers: $st)" \
 	bash -c "! grep -q 'holds at most' '$T/body'"
+st=$(post $H_L completions "{$P,\"max_tokens\":8193,\"n\":2,\"logprobs\":0}")
+check "  ... over all choices: n 2 x max_tokens 8193 is a 400 naming max_tokens ($st)" \
+	bash -c "test '$st' = 400 && grep -q 'holds at most 16384 tokens over its choices' '$T/body'"
 
 # ---- logprobs shapes --------------------------------------------------------------
 st=$(post $H_L completions "{$P,\"max_tokens\":16,\"temperature\":0,\"logprobs\":3}")
