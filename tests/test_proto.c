@@ -117,6 +117,7 @@ START_TEST(test_request_roundtrip)
 	{
 		static const char *const badb[] = {
 			"5:101", "5:-100.5", "x:1", "-1:2", "5", "5:1,5:2", "5:1;6:2", "4294967296:1",
+			"5:", "5:,6:1", "5: ",
 		};
 
 		ck_assert_int_eq(proto_client_request_set(&r, "logit-bias", "7:-100,3:2.5", &err), 0);

@@ -233,11 +233,12 @@ static int set_text_extra(struct proto_client_request *r, const char *key,
 		return -ENOMEM;
 	while (*p) {
 		unsigned long id = strtoul(p, &end, 10);
+		const char *vs = end + 1;   /* the bias: at least one digit read */
 		double v;
 
 		if (n == PROTO_CLIENT_BIAS_MAX || end == p || *p == '-' || *end != ':' ||
-		    id > UINT32_MAX || (v = strtod(end + 1, &end), !(v >= -100.0 && v <= 100.0)) ||
-		    (*end && *end != ',')) {
+		    id > UINT32_MAX || (v = strtod(vs, &end), end == vs) ||
+		    !(v >= -100.0 && v <= 100.0) || (*end && *end != ',')) {
 			free(b);
 			return proto_schema_fail(err, FRAME_E_RANGE, "logit_bias",
 						 "'logit_bias' must be ID:BIAS pairs (BIAS in [-100, 100]) separated by commas, at most %u",
