@@ -1059,6 +1059,10 @@ static void dreq_retry(struct serve_req *r)
 	r->cached_tokens = 0;
 	r->t_xfer_ns = 0;
 	s->d->counters.failovers++;
+	/* its pages went back to the pool: until it reserves again (here,
+	 * or the engine's for a local prompt) the gate must not lend them */
+	serve__gate_unsettle(r, kvpool_pages_for(s->d->pool,
+			(uint64_t)r->n_prompt + r->max_tokens - 1));
 	decode_place(r, r->fo_from);
 }
 

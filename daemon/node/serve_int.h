@@ -215,6 +215,13 @@ static inline void serve__gate_kick(struct serve *s)
 	if (s->fq.queued && s->gate_open)
 		uv_timer_start(&s->gate_timer, s->gate_cb, 0, 0);
 }
+/* r will reserve `pages` again (a failover placing it anew): the gate
+ * counts them as taken until r settles (reserves, or ends). */
+static inline void serve__gate_unsettle(struct serve_req *r, uint32_t pages)
+{
+	r->gate_unsettled += pages;
+	r->s->gate_unsettled += pages;
+}
 static inline void serve__gate_settle(struct serve_req *r)
 {
 	uint32_t pages = r->gate_unsettled;
