@@ -741,6 +741,11 @@ static void dial_data_bound(struct link *l)
 		return;
 	serve__link_set_state(l, LINK_UP);
 	l->last_heard_ns = kvd_now_ns();
+	/* the peer's figures are of this connection: what the last one
+	 * reported (a killed peer's load, its drain) would steer placement
+	 * away from it until its first heartbeat */
+	l->load = 0;
+	l->refused_draining_ns = 0;
 	KVLOG_INFO(l->s->log, "peer_up",
 		   "peer=%s node=%s max_batch_bytes=%llu checksum=%s transport=%s",
 		   KVLOG_Q(l->addr), KVLOG_Q(l->hello.node),
