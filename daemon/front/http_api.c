@@ -518,6 +518,21 @@ static void stream_head(struct http_conn *hc)
 	http__head(hc, 200, "text/event-stream", -1);
 }
 
+/* The whole non-streamed answer j (consumed): 200 with its JSON. -ENOMEM
+ * (nothing sent) when j is NULL or cannot be written out. */
+static int respond_whole(struct http_conn *hc, json_t *j)
+{
+	char *body = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
+
+	json_decref(j);
+	if (!body)
+		return -ENOMEM;
+	hc->x.head_sent = true;
+	http__respond(hc, 200, "application/json", body, strlen(body));
+	free(body);
+	return 0;
+}
+
 /* Stream text[0, n) as one chunk, with the logprobs of the tokens whose
  * text it completes (all that are held, at the end), and drop them from
  * the buffers; -ENOMEM (nothing sent: the caller fails the exchange). */
@@ -864,7 +879,6 @@ static void answer_final(struct http_conn *hc, const char *finish,
 {
 	struct http_exchange *x = &hc->x;
 	json_t *j, *t, *lp;
-	char *body;
 
 	if (x->r)   /* a stop string ended it before its final */
 		x->cached_tokens = x->r->cached_tokens;
@@ -908,15 +922,10 @@ static void answer_final(struct http_conn *hc, const char *finish,
 			json_decref(j);
 			j = NULL;
 		}
-		body = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
-		json_decref(j);
-		if (!body) {
+		if (respond_whole(hc, j)) {
 			exchange_fail(hc, completion);
 			return;
 		}
-		x->head_sent = true;
-		http__respond(hc, 200, "application/json", body, strlen(body));
-		free(body);
 	}
 	exchange_end(hc, 200, completion, finish);
 }
@@ -987,7 +996,6 @@ static int choices_respond(struct http_conn *hc, json_t *usage)
 {
 	struct http_exchange *x = &hc->x;
 	json_t *all = x_nomem(hc) ? NULL : json_array(), *j;
-	char *body;
 
 	for (uint32_t i = 0; all && i < x->n_choices; i++)
 		if (json_array_append(all, x->choices[i].json)) {
@@ -1001,14 +1009,7 @@ static int choices_respond(struct http_conn *hc, json_t *usage)
 				     "seed", (json_int_t)x->seed) : NULL;
 	json_decref(all);
 	json_decref(usage);
-	body = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	if (!body)
-		return -ENOMEM;
-	x->head_sent = true;
-	http__respond(hc, 200, "application/json", body, strlen(body));
-	free(body);
-	return 0;
+	return respond_whole(hc, j);
 }
 
 /* Streamed: a last chunk without choices carrying the usage (OpenAI's
@@ -1265,15 +1266,8 @@ static int resp_answer(struct http_conn *hc, const char *status,
 	json_t *item = resp_item_done(hc, status);
 	json_t *j = item ? resp_json(x, status, json_pack("[o]", item),
 				     resp_usage_json(x, completion), json_null()) : NULL;
-	char *body = j && !x_nomem(hc) ? json_dumps(j, JSON_COMPACT) : NULL;
 
-	json_decref(j);
-	if (!body)
-		return -ENOMEM;
-	x->head_sent = true;
-	http__respond(hc, 200, "application/json", body, strlen(body));
-	free(body);
-	return 0;
+	return respond_whole(hc, j);
 }
 
 /* api_shape.final: "length" is status incomplete (max_output_tokens). */
