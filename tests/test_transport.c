@@ -7,7 +7,10 @@
  * credits hold a sender at 4 unconsumed batches, refuse lying credits and
  * let the batch through on an honest one (test_verbs_credits);
  * transfer.verbs_inline=auto uses what the device grants and posts a
- * header inline exactly when it fits (test_verbs_inline_auto).
+ * header inline exactly when it fits (test_verbs_inline_auto); pages
+ * released while their windows' invalidations are in flight stay FENCED
+ * - no other owner can reserve them - until the invalidations completed
+ * (test_verbs_release_while_revoking).
  */
 #include <check.h>
 #include <errno.h>
@@ -48,6 +51,10 @@ struct fixture {
 	/* keyed links: the data key as prefill (tx) and decode (rx) hold it */
 	bool sealed;
 	struct peer_aead seal_tx, seal_rx;
+	/* verbs windows: the scope's callbacks */
+	int scope_live, scope_dead;
+	struct proto_peer_run live_runs[VERBS_SCOPE_RUNS_MAX];
+	uint32_t n_live_runs;
 };
 
 /* A keyed link's data direction: MAC only, or encrypting. */
@@ -707,6 +714,140 @@ START_TEST(test_verbs_inline_auto)
 }
 END_TEST
 
+/* Windows' scope callbacks (verbs, memory windows). */
+static void rx_scope_live(void *arg, uint64_t id, const struct proto_peer_run *runs,
+			  uint32_t n_runs, int status)
+{
+	struct fixture *f = arg;
+
+	ck_assert_uint_eq(id, DST_OWNER);
+	ck_assert_int_eq(status, 0);
+	ck_assert_uint_le(n_runs, VERBS_SCOPE_RUNS_MAX);
+	memcpy(f->live_runs, runs, sizeof(*runs) * n_runs);
+	f->n_live_runs = n_runs;
+	f->scope_live++;
+}
+
+static void rx_scope_dead(void *arg, uint64_t id)
+{
+	struct fixture *f = arg;
+
+	ck_assert_uint_eq(id, DST_OWNER);
+	f->scope_dead++;
+}
+
+/* Every page of the request's table is in `state`. */
+static void dst_pages_are(struct fixture *f, enum kvpage_state state)
+{
+	for (int i = 0; i < NPAGES; i++) {
+		struct kvpool_page_info pi;
+
+		ck_assert_int_eq(kvpool_page_info(f->dst, f->dst_tab[i].page, &pi), 0);
+		ck_assert_msg(pi.state == state, "page %u: state %d, want %d",
+			      f->dst_tab[i].page, (int)pi.state, (int)state);
+	}
+}
+
+/* A release while the windows' invalidations are in flight (decode's
+ * failure paths: a prefill_reject, a peer abort, a timeout after the
+ * seal - release, quarantine, failover): the peer wrote the request's
+ * pages through its windows, decode revokes the scope (false: the
+ * invalidations are posted, their completions not seen) and releases the
+ * table at once. The pages must not reach the free list - no other
+ * owner can reserve them - until the invalidations completed
+ * (scope_dead); then they are free. The transport's fence holds them
+ * (net/transport.h, transport_verbs_revoke). */
+START_TEST(test_verbs_release_while_revoking)
+{
+	struct fixture fx = { .n_per_batch = 1 }, *f = &fx;
+	struct transport_cfg c = { 0 };
+	struct proto_peer_verbs_qp qtx, qrx;
+	struct proto_peer_run mbox, runs[VERBS_SCOPE_RUNS_MAX];
+	struct kvpool_ref other[NPAGES + 1];
+	struct kvpool_stats st;
+	uint32_t n_runs = 0, free_before;
+	char base[64], dev[160], why[300];
+	bool live = true;
+
+	fx_pools(f);
+	ck_assert_int_eq(uv_loop_init(&f->loop), 0);
+	snprintf(base, sizeof(base), "/tmp/kvd-trevoke-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(base));
+	snprintf(dev, sizeof(dev), "emu:%s,auto=1", base);
+	c.mem = &f->mem;
+	c.page_bytes = f->page_bytes;
+	c.max_batch_bytes = XFER_HDR_BYTES + XFER_ENTRY_BYTES + f->page_bytes;
+	c.verbs_device = dev;
+	c.verbs_port = 1;
+	c.verbs_qp_depth = 16;
+	c.verbs_inline = 256;
+	c.verbs_write_scope = 1;   /* type-2 memory windows */
+	c.pool = f->dst;
+	c.recv = (struct transport_recv){ .batch = rx_batch, .closed = rx_closed,
+					  .credit = rx_credit_fwd,
+					  .scope_live = rx_scope_live,
+					  .scope_dead = rx_scope_dead };
+	c.recv_arg = f;
+	ck_assert_int_eq(transport_verbs_new(&f->rx, &f->loop, &c, why, sizeof(why)), 0);
+	f->rx->data = f;
+	c.pool = f->src;
+	c.recv = (struct transport_recv){ 0 };
+	ck_assert_int_eq(transport_verbs_new(&f->tx, &f->loop, &c, why, sizeof(why)), 0);
+	f->tx->data = f;
+	ck_assert_int_eq(transport_verbs_describe(f->rx, &qrx, &mbox), 0);
+	ck_assert_int_eq(transport_verbs_describe(f->tx, &qtx, NULL), 0);
+	ck_assert_int_eq(transport_verbs_connect(f->rx, &qtx, why, sizeof(why)), 0);
+	ck_assert_int_eq(transport_verbs_connect(f->tx, &qrx, why, sizeof(why)), 0);
+	ck_assert_int_eq(transport_verbs_set_mailbox(f->tx, &mbox, 1, why, sizeof(why)), 0);
+	ck_assert_int_eq(transport_verbs_grant(f->rx, DST_OWNER, f->dst_tab, NPAGES, runs,
+					       &n_runs, &live), 0);
+	ck_assert(!live);   /* windows: live once the binds completed */
+	ck_assert(run_until(f, &f->scope_live, 1, 5000));
+	ck_assert_int_eq(transport_verbs_scope(f->tx, DST_OWNER, f->live_runs,
+					       f->n_live_runs), 0);
+	/* prefill writes part of the KV through the windows */
+	send_all(f);
+	ck_assert(run_until(f, &f->batches_ok, 2, 5000));
+	kvpool_get_stats(f->dst, &st);
+	free_before = st.by_state[KVPAGE_FREE];
+
+	/* the failure: revoke (invalidations posted, not completed: the
+	 * seal's, or the release's own), revoke again (a failure while
+	 * sealing: it changes nothing), then release the table at once, as
+	 * dreq_release does */
+	ck_assert(!transport_verbs_revoke(f->rx, DST_OWNER));
+	ck_assert(!transport_verbs_revoke(f->rx, DST_OWNER));
+	ck_assert_int_eq(f->scope_dead, 0);
+	ck_assert_int_eq(kvpool_release(f->dst, DST_OWNER, f->dst_tab, NPAGES), 0);
+	dst_pages_are(f, KVPAGE_FENCED);
+	kvpool_get_stats(f->dst, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_FREE], free_before);
+	/* another request cannot get them: only what was free before */
+	ck_assert_int_eq(kvpool_reserve(f->dst, DST_OWNER + 1, free_before + 1, other),
+			 KVPOOL_E_FULL);
+
+	/* the invalidations complete: the NIC refuses the peer, the pages
+	 * go free */
+	ck_assert(run_until(f, &f->scope_dead, 1, 5000));
+	dst_pages_are(f, KVPAGE_FREE);
+	kvpool_get_stats(f->dst, &st);
+	ck_assert_uint_eq(st.by_state[KVPAGE_FREE], free_before + NPAGES);
+	ck_assert_int_eq(kvpool_reserve(f->dst, DST_OWNER + 1, free_before + NPAGES, other), 0);
+	ck_assert_int_eq(f->rx_closed, 0);
+
+	transport_close(f->tx, verbs_closed_cb);
+	transport_close(f->rx, verbs_closed_cb);
+	ck_assert(run_until(f, &f->closes, 2, 5000));
+	f->tx->ops->free(f->tx);
+	f->rx->ops->free(f->rx);
+	ck_assert_int_eq(uv_run(&f->loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(uv_loop_close(&f->loop), 0);
+	kvpool_free(f->src);
+	kvpool_free(f->dst);
+	ck_assert_int_eq(rmdir(base), 0);
+}
+END_TEST
+
 static Suite *transport_suite(void)
 {
 	Suite *s = suite_create("transport");
@@ -718,6 +859,7 @@ static Suite *transport_suite(void)
 	tcase_add_test(tc, test_cut_mid_batch);
 	tcase_add_test(tc, test_bound_and_faults);
 	tcase_add_test(tc, test_verbs_terms_emu);
+	tcase_add_test(tc, test_verbs_release_while_revoking);
 	tcase_add_test(tc, test_verbs_credits);
 	tcase_add_test(tc, test_verbs_inline_auto);
 	suite_add_tcase(s, tc);
