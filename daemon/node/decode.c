@@ -72,13 +72,16 @@ static void dreq_retry(struct serve_req *r);
 #define dreq_fail(r, code, ...)                                              \
 	dreq_fail_kind(r, code, KVD_INTEGRITY_PEER, __VA_ARGS__)
 
-/* A pool call on pages this request holds failed: the pool and the
- * request disagree about who owns what, so nothing of the table may go
- * back to the free list (invariant 2). */
 /* verbs: take the request's write scope back before its pages change
- * hands (released, quarantined, marked ready): the peer's NIC writes are
- * refused from here on. Nothing to do on tcp, or once the link is gone
- * (its transport revoked everything when it closed). */
+ * hands (released, quarantined, marked ready). Registrations: the peer's
+ * NIC writes are refused from here on (true). Windows: the invalidations
+ * are posted (false until their completions came, scope_dead) and the
+ * transport holds a fence on every page of the scope until then - so a
+ * release or quarantine right after leaves them FENCED, out of the free
+ * list, and needs no wait of its own (event=release_waited_revoke says
+ * how long they waited); only a check of their bytes must wait
+ * (SEALING). Nothing to do on tcp, or once the link is gone (its
+ * transport revoked everything when it closed). */
 static bool dreq_revoke(struct serve_req *r)
 {
 	if (r->link && r->link->data && transport_is_verbs(r->link->data))
@@ -86,6 +89,9 @@ static bool dreq_revoke(struct serve_req *r)
 	return true;
 }
 
+/* A pool call on pages this request holds failed: the pool and the
+ * request disagree about who owns what, so nothing of the table may go
+ * back to the free list (invariant 2). */
 static void dreq_breach(struct serve_req *r, const char *what, int rc)
 {
 	struct sreq_decode *dp = sreq_d(r);

@@ -158,6 +158,7 @@ struct vt_scope {
 	uint32_t n_refs;
 	bool revoked;                   /* decode: the owner let go of it */
 	bool fenced;                    /* decode: we hold a fence on refs */
+	uint64_t t_revoke_ns;           /* decode, windows: invalidations posted */
 	bool live_told;                 /* decode: scope_live was called */
 	struct proto_peer_run *runs;    /* prefill (n_runs) */
 	uint32_t n_runs;
@@ -931,6 +932,7 @@ static void vt_scope_wc(struct vt *vt, const struct verbs_wc *wc);
 static void vt_scope_free(struct vt_scope *s);
 static void vt_scope_unfence(struct vt *vt, struct vt_scope *s);
 static void vt_scope_quarantine(struct vt *vt, struct vt_scope *s);
+static void vt_scope_dead_log(struct vt *vt, const struct vt_scope *s, const char *by);
 
 static void vt_one_closed(struct vt *vt)
 {
@@ -1086,6 +1088,8 @@ static void vt_release(struct vt *vt)
 			verbs_scope_qp_gone(&vt->region, &s->sc);
 		/* the flush is drained: nothing more lands through it - unless
 		 * it never came, and then the pages stay quarantined */
+		if (!vt->flush_timed_out && s->fenced)
+			vt_scope_dead_log(vt, s, "flush");
 		if (!vt->flush_timed_out)
 			vt_scope_unfence(vt, s);
 		kvd_list_del(&s->node);
@@ -1410,6 +1414,30 @@ static void vt_scope_unfence(struct vt *vt, struct vt_scope *s)
 			  (unsigned long long)s->id, rc, s->n_refs);
 }
 
+/* The NIC refuses writes through s now: its invalidations completed
+ * (by "invalidate") or the QP's flush was drained ("flush"). When the
+ * owner let its pages go meanwhile (a failed transfer releases or
+ * quarantines at once, while the revoke is in flight), it is the fence
+ * revoke took that kept them out of the free list until now: say so,
+ * with the wait. */
+static void vt_scope_dead_log(struct vt *vt, const struct vt_scope *s, const char *by)
+{
+	struct kvpool_page_info pi;
+	uint64_t ms = (kvd_now_ns() - s->t_revoke_ns) / 1000000u;
+
+	if (!s->n_refs || kvpool_page_info(vt->base.cfg.pool, s->refs[0].page, &pi) ||
+	    pi.owner != s->id || pi.gen != s->refs[0].gen ||
+	    (pi.state != KVPAGE_FENCED && pi.state != KVPAGE_QUARANTINED)) {
+		KVLOG_DEBUG(vt->base.cfg.log, "verbs_scope_dead", "id=%llu pages=%u waited_ms=%llu by=%s",
+			    (unsigned long long)s->id, s->n_refs, (unsigned long long)ms, by);
+		return;
+	}
+	KVLOG_INFO(vt->base.cfg.log, "release_waited_revoke",
+		   "id=%llu pages=%u waited_ms=%llu by=%s state=%s",
+		   (unsigned long long)s->id, s->n_refs, (unsigned long long)ms, by,
+		   pi.state == KVPAGE_FENCED ? "released" : "quarantined");
+}
+
 /* The flush never came: s's pages never go back to the free list (the
  * fence stays too). */
 static void vt_scope_quarantine(struct vt *vt, struct vt_scope *s)
@@ -1483,6 +1511,7 @@ static void vt_scope_wc(struct vt *vt, const struct verbs_wc *wc)
 		 * check of them may run now) */
 		uint64_t id = s->id;
 
+		vt_scope_dead_log(vt, s, "invalidate");
 		vt_scope_unfence(vt, s);
 		kvd_list_del(&s->node);
 		vt_scope_free(s);
@@ -1616,6 +1645,7 @@ int transport_verbs_grant(struct transport *t, uint64_t id,
 		s->revoked = true;
 		if (!kvpool_fence(vt->base.cfg.pool, id, s->refs, n))
 			s->fenced = true;
+		s->t_revoke_ns = kvd_now_ns();
 		kvd_list_add_tail(&vt->scopes, &s->node);
 		vt_scope_broken(vt, s, "bind", r);
 		return r;
@@ -1660,6 +1690,7 @@ static bool vt_scope_revoke_windows(struct vt *vt, struct vt_scope *s)
 		return false;
 	}
 	s->fenced = true;
+	s->t_revoke_ns = kvd_now_ns();
 	if (vt->closing || vt->dead || st == VERBS_SCOPE_BROKEN)
 		return false;   /* the QP is going: its drain ends the scope */
 	rc = verbs_scope_revoke(&vt->region, vt->rc.qp, &s->sc);

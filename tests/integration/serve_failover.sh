@@ -12,6 +12,8 @@
 #    B (`reason=reject`): zero failed requests;
 #  - verbs (KVD_TEST_TRANSPORT=verbs, serve_failover_verbs): the
 #    failover comes only after the lost link's QP drained its flushes;
+#    a DRAINING refusal releases the pages at once, and they stay fenced
+#    until the windows' invalidations completed (release_waited_revoke);
 #  - off: with peers.failover_retries = 0 the same kill ends A's requests
 #    with the typed error of a lost peer (INTERNAL), no token, no page
 #    held.
@@ -142,6 +144,26 @@ check "drain: every request equals its solo run (zero failed)" all_equal drain
 NR=$(failovers_since reject "$MD")
 check "drain: A refused with DRAINING and decode placed them again ($NR)" \
 	eval '[ "$NR" -ge 1 ] && log_has "$T/d.log" "event=prefill_rejected .*code=DRAINING" "$MD"'
+if [ "${KVD_TEST_TRANSPORT:-tcp}" = verbs ]; then
+	# RDMA, memory windows: a refused request's pages go back at once,
+	# while the invalidations of its windows are still in flight; the
+	# transport's fence keeps them out of the free list until those
+	# completed (event=release_waited_revoke, with the wait)
+	rejects_waited() {
+		local ids id
+		ids=$(log_since "$T/d.log" "$MD" | grep -E "event=prefill_rejected .*code=DRAINING" |
+			sed -E 's/.* id=([0-9]+) .*/\1/')
+		[ -n "$ids" ] || return 1
+		for id in $ids; do
+			log_has "$T/d.log" "event=release_waited_revoke id=$id pages=[1-9][0-9]* waited_ms=[0-9]+ by=invalidate state=released" "$MD" ||
+				return 1
+		done
+	}
+	W=$(log_since "$T/d.log" "$MD" | grep -Eo "event=release_waited_revoke .*" |
+		grep -Eo "waited_ms=[0-9]+" | tr '\n' ' ')
+	check "drain (verbs): each refused request's pages waited for its windows' invalidation ($W)" \
+		rejects_waited
+fi
 check "drain: no request failed" test "$(log_count "$T/d.log" "event=request_failed " "$MD")" = 0
 check "drain: decode holds no page" settle d
 check "drain: decode quarantined nothing" test "$(status_get d pool.quarantined)" = 0
