@@ -82,7 +82,7 @@ static const char *const backends[] = { "host", "cuda", NULL };
  * index: conf/ sits below gpu/, so test_chat checks the two agree. */
 static const char *const chat_templates[] = {
 	"auto", "llama2", "llama3", "chatml", "mistral", "gemma", "phi3",
-	"deepseek", NULL
+	"deepseek", "mistral_v3", NULL
 };
 
 #define F(field) offsetof(struct kvd_config, field), \
@@ -101,7 +101,7 @@ static const struct conf_key conf_keys[] = {
 	{ "model", "context_length", CT_U32, "0", 0, 16777216, NULL, F(context_length),
 	  "Context length served, in tokens; 0 = the model's own context_length." },
 	{ "model", "chat_template", CT_ENUM, "auto", 0, 0, chat_templates, F(chat_template),
-	  "Prompt format of chat requests: auto recognizes the GGUF's tokenizer.chat_template (a template kvd does not know leaves chat off; completions still work), or force one of llama2, llama3, chatml (Qwen), mistral, gemma, phi3, deepseek." },
+	  "Prompt format of chat requests: auto recognizes the GGUF's tokenizer.chat_template (a template kvd does not know leaves chat off; completions still work), or force one of llama2, llama3, chatml (Qwen), mistral, gemma, phi3, deepseek, mistral_v3 (Mistral 7B Instruct v0.3, with tools)." },
 	{ "model", "chat_template_unsafe", CT_BOOL, "off", 0, 0, NULL, F(chat_template_unsafe),
 	  "Serve chat with a format whose control markers are not single control tokens of the model's vocabulary (Llama 2 and Mistral v0.1's [INST], DeepSeek's User:, a generated model's vocabulary): there a message can spell out a system turn that tokenizes exactly like the template's own. Off: such a format is refused at boot (chat stays off when recognized from the GGUF; the node does not start when model.chat_template forces it)." },
 	{ "model", "fingerprint_cache", CT_STR, "", 0, 0, NULL, F(fingerprint_cache),

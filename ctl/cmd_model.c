@@ -39,7 +39,8 @@ static void model_usage(FILE *fp)
 	      "                           q3_k_m|q4_k_m|q5_k_m] [--seed S] [--tied]\n"
 	      "                  [--tokenizer llama|gpt2 | --vocab-from VOCAB.gguf]\n"
 	      "                  [--chat-template llama2|llama3|chatml|\n"
-	      "                   mistral|gemma|phi3|deepseek]\n"
+	      "                   mistral|gemma|phi3|deepseek|\n"
+	      "                   mistral_v3]\n"
 	      "       kvctl model inspect FILE [--memory BYTES] [--kv-dtype f32|f16] [--json]\n"
 	      "       kvctl model tokenize MODEL.gguf [--no-bos] [--special] [--json]\n"
 	      "                            (TEXT | --file PATH)\n"
@@ -156,7 +157,7 @@ static const char *const tok_words[] = { "llama", "gpt2", NULL };
 /* in enum llama_arch order */
 static const char *const arch_words[] = { "llama", "qwen2", "qwen3", NULL };
 static const char *const chat_words[] = { "none", "llama2", "llama3", "chatml",
-	"mistral", "gemma", "phi3", "deepseek", NULL };
+	"mistral", "gemma", "phi3", "deepseek", "mistral_v3", NULL };
 static const char *const kv_words[] = { "f32", "f16", NULL };
 
 /* The words of make's options into p: --kv-heads defaults to --heads,

@@ -271,7 +271,7 @@ static int chat_pick(const struct tok_open *o, const char *name,
 	if (name && strcmp(name, "auto")) {
 		if (chat_format_by_name(name, f) == 0 && *f != CHAT_NONE)
 			return 0;
-		fprintf(stderr, "kvctl model chat: unknown format '%s' (llama2, llama3, chatml, mistral, gemma, phi3, deepseek, auto)\n",
+		fprintf(stderr, "kvctl model chat: unknown format '%s' (llama2, llama3, chatml, mistral, gemma, phi3, deepseek, mistral_v3, auto)\n",
 			name);
 		return EXIT_USAGE;
 	}
@@ -326,7 +326,8 @@ static int chat_tools_load(const char *path, struct openai_req *q,
 	}
 	*tools = calloc(q->n_tools ? q->n_tools : 1, sizeof(**tools));
 	for (size_t i = 0; *tools && i < q->n_tools; i++)
-		(*tools)[i] = (struct chat_tool){ q->tools[i].json, q->tools[i].json_indent };
+		(*tools)[i] = (struct chat_tool){ q->tools[i].json, q->tools[i].json_indent,
+						  q->tools[i].function_json };
 	rc = *tools ? EXIT_OK : EXIT_BAD_FILE;
 out:
 	fclose(f);
@@ -420,7 +421,7 @@ static int model_chat(int argc, char **argv)
 		rc = chat_tools_load(tools_path, &q, &tools);
 	if (rc == 0)
 		rc = chat_print(f, o.t, msgs, n,
-				&(struct chat_tools){ tools, q.n_tools, NULL, NULL },
+				&(struct chat_tools){ tools, q.n_tools, NULL, NULL, NULL },
 				gen, want_ids);
 	tok_close(&o);
 	free(tools);

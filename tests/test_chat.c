@@ -7,6 +7,7 @@
  * tokenizer, see gpu/text/chat.h). Token ids are checked in test_chat_vocab.c.
  */
 #include <check.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,7 @@ END_TEST
 static const struct chat_tool weather[] = { {
 	"{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {}}}",
 	"{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n        \"parameters\": {}\n    }\n}",
+	"{\"name\": \"get_weather\", \"parameters\": {}}",
 } };
 static const struct chat_msg tconv[] = {
 	{ "system", "Be brief." },
@@ -169,8 +171,8 @@ static const struct chat_msg tconv[] = {
 	{ "tool", "18 \"C\"\n" },
 	{ "tool", "dry" },
 };
-static const struct chat_call paris[] = { { "get_weather", "{\"city\": \"Paris\"}" } };
-static const struct chat_call two[] = { { "a", "{}" }, { "b", "{\"x\": 1}" } };
+static const struct chat_call paris[] = { { "get_weather", "{\"city\": \"Paris\"}", NULL } };
+static const struct chat_call two[] = { { "a", "{}", NULL }, { "b", "{\"x\": 1}", NULL } };
 static const struct chat_call *const tcalls[] = { NULL, NULL, paris, NULL, NULL };
 static const size_t tn_calls[] = { 0, 0, 1, 0, 0 };
 
@@ -207,7 +209,7 @@ static void refuse_tools(enum chat_format f, const struct chat_msg *m, size_t n,
  * ipython turn, tojson-quoted (a Jinja string is iterable). */
 START_TEST(test_tools_llama3)
 {
-	struct chat_tools tt = { weather, 1, tcalls, tn_calls };
+	struct chat_tools tt = { weather, 1, tcalls, tn_calls, NULL };
 
 	expect_tools(CHAT_LLAMA3, tconv, 5, &tt,
 		"<|start_header_id|>system<|end_header_id|>\n\n"
@@ -228,7 +230,7 @@ START_TEST(test_tools_llama3)
 		"<|start_header_id|>assistant<|end_header_id|>\n\n");
 	/* a history with calls but no tools offered: 3.1's system turn
 	 * without "Environment", the user turn as it is */
-	expect_tools(CHAT_LLAMA3, tconv + 1, 3, &(struct chat_tools){ NULL, 0, tcalls + 1, tn_calls + 1 },
+	expect_tools(CHAT_LLAMA3, tconv + 1, 3, &(struct chat_tools){ NULL, 0, tcalls + 1, tn_calls + 1, NULL },
 		"<|start_header_id|>system<|end_header_id|>\n\n"
 		"Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
 		"<|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>"
@@ -258,7 +260,7 @@ END_TEST
 	"</tool_call><|im_end|>\n"
 START_TEST(test_tools_chatml)
 {
-	struct chat_tools tt = { weather, 1, tcalls, tn_calls };
+	struct chat_tools tt = { weather, 1, tcalls, tn_calls, NULL };
 
 	expect_tools(CHAT_CHATML, tconv, 5, &tt,
 		QWEN_TOOLS("Be brief.\n\n")
@@ -275,7 +277,7 @@ START_TEST(test_tools_chatml)
 				{ "tool", "r" } };
 	const struct chat_call *c[] = { NULL, two, NULL };
 	size_t nc[] = { 0, 2, 0 };
-	struct chat_tools t2 = { weather, 1, c, nc };
+	struct chat_tools t2 = { weather, 1, c, nc, NULL };
 	expect_tools(CHAT_CHATML, m, 3, &t2,
 		QWEN_TOOLS("")
 		"<|im_start|>user\nx<|im_end|>\n"
@@ -287,12 +289,97 @@ START_TEST(test_tools_chatml)
 }
 END_TEST
 
+/* Mistral 7B Instruct v0.3 (its tokenizer_config.json template): the
+ * tools before the last user message, the system message inside the last
+ * message when that is a user message (else not rendered), user contents
+ * as they are and "[/INST]" without a space, an assistant's " " + trimmed
+ * content + "</s>", calls as [TOOL_CALLS] [{name, arguments, id}]</s>,
+ * results as [TOOL_RESULTS] {"content": CONTENT, "call_id": ID}, ids of 9
+ * alphanumeric characters. */
+#define MISTRAL_TOOLS \
+	"[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": " \
+	"{\"name\": \"get_weather\", \"parameters\": {}}}][/AVAILABLE_TOOLS]"
+START_TEST(test_tools_mistral_v3)
+{
+	static const struct chat_call paris_id[] = {
+		{ "get_weather", "{\"city\": \"Paris\"}", "call_abc123def456" } };
+	const struct chat_call *c[] = { NULL, NULL, paris_id, NULL, NULL };
+	const char *ids[] = { NULL, NULL, NULL, "call_abc123def456", "abcDEF789" };
+	struct chat_tools tt = { weather, 1, c, tn_calls, ids };
+	char m_id[CHAT_MISTRAL_ID_LEN + 1];
+
+	expect_tools(CHAT_MISTRAL_V3, tconv, 5, &tt,
+		MISTRAL_TOOLS "[INST]  Weather in Paris? [/INST]"
+		"[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": "
+		"{\"city\": \"Paris\"}, \"id\": \"123def456\"}]</s>"
+		"[TOOL_RESULTS] {\"content\": 18 \"C\"\n, \"call_id\": \"123def456\"}[/TOOL_RESULTS]"
+		"[TOOL_RESULTS] {\"content\": dry, \"call_id\": \"abcDEF789\"}[/TOOL_RESULTS]");
+	/* the system message goes into the last user message, the tools
+	 * before it; without tools, the same turns */
+	expect_tools(CHAT_MISTRAL_V3, conv, NCONV, &(struct chat_tools){ weather, 1, NULL, NULL, NULL },
+		"[INST] Hi[/INST] Hello!</s>" MISTRAL_TOOLS "[INST] Be brief.\n\n2+2?[/INST]");
+	expect(CHAT_MISTRAL_V3, conv, NCONV, true,
+	       "[INST] Hi[/INST] Hello!</s>[INST] Be brief.\n\n2+2?[/INST]");
+	expect(CHAT_MISTRAL_V3, conv + 1, 2, false, "[INST] Hi[/INST] Hello!</s>");
+	/* two calls; ids without 9 alphanumerics hash; a user message equal
+	 * to the last one gets the tools too (the template compares values) */
+	struct chat_msg m[] = { { "user", "x" }, { "assistant", "" }, { "tool", "{\"t\": 1}" },
+				{ "tool", "r" }, { "assistant", " ok " }, { "user", "x" } };
+	static const struct chat_call two_ids[] = { { "a", "{}", "x-1" },
+						    { "b", "{\"x\": 1}", NULL } };
+	const struct chat_call *c2[] = { NULL, two_ids, NULL, NULL, NULL, NULL };
+	size_t n2[] = { 0, 2, 0, 0, 0, 0 };
+	const char *ids2[] = { NULL, NULL, "x-1", NULL, NULL, NULL };
+	struct chat_tools t2 = { weather, 1, c2, n2, ids2 };
+	char h1[CHAT_MISTRAL_ID_LEN + 1], h0[CHAT_MISTRAL_ID_LEN + 1], want[1024];
+	chat_mistral_id("x-1", h1);
+	chat_mistral_id(NULL, h0);
+	snprintf(want, sizeof(want),
+		 MISTRAL_TOOLS "[INST] x[/INST]"
+		 "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {}, \"id\": \"%s\"}, "
+		 "{\"name\": \"b\", \"arguments\": {\"x\": 1}, \"id\": \"%s\"}]</s>"
+		 "[TOOL_RESULTS] {\"content\": {\"t\": 1}, \"call_id\": \"%s\"}[/TOOL_RESULTS]"
+		 "[TOOL_RESULTS] {\"content\": r, \"call_id\": \"%s\"}[/TOOL_RESULTS]"
+		 " ok</s>" MISTRAL_TOOLS "[INST] x[/INST]", h1, h0, h1, h0);
+	expect_tools(CHAT_MISTRAL_V3, m, 6, &t2, want);
+	/* after results the answer comes before the next user turn; one
+	 * system message, first */
+	struct chat_msg m4[] = { { "user", "x" }, { "assistant", "" }, { "tool", "r" },
+				 { "user", "y" } };
+	refuse_tools(CHAT_MISTRAL_V3, m4, 4, &(struct chat_tools){ NULL, 0, c2, n2, ids2 },
+		     "alternate");
+	struct chat_msg ms[] = { { "user", "x" }, { "system", "s" } };
+	refuse_tools(CHAT_MISTRAL_V3, ms, 2, &tt, "only first");
+	/* a tool without its function JSON */
+	struct chat_tool nofn[] = { { "{}", "{}", NULL } };
+	refuse_tools(CHAT_MISTRAL_V3, conv + 1, 1,
+		     &(struct chat_tools){ nofn, 1, NULL, NULL, NULL }, "no JSON");
+
+	/* ids: 9 alphanumerics kept, else the last 9 of them, else a hash */
+	chat_mistral_id("abcDEF789", m_id);
+	ck_assert_str_eq(m_id, "abcDEF789");
+	chat_mistral_id("call_0123456789abcdef01234567", m_id);
+	ck_assert_str_eq(m_id, "f01234567");
+	chat_mistral_id("call_abc123def456", m_id);
+	ck_assert_str_eq(m_id, "123def456");
+	ck_assert_uint_eq(strlen(h1), 9);
+	ck_assert_uint_eq(strlen(h0), 9);
+	for (size_t i = 0; i < 9; i++)
+		ck_assert(isalnum((unsigned char)h1[i]) && isalnum((unsigned char)h0[i]));
+	ck_assert_str_ne(h1, h0);
+	chat_mistral_id("x-1", m_id);
+	ck_assert_str_eq(m_id, h1);
+	chat_mistral_id("x-2", m_id);
+	ck_assert_str_ne(m_id, h1);
+}
+END_TEST
+
 START_TEST(test_tools_refusals)
 {
-	struct chat_tools tt = { weather, 1, NULL, NULL };
+	struct chat_tools tt = { weather, 1, NULL, NULL, NULL };
 
 	for (int f = CHAT_LLAMA2; f < CHAT__N; f++) {
-		bool has = f == CHAT_LLAMA3 || f == CHAT_CHATML;
+		bool has = f == CHAT_LLAMA3 || f == CHAT_CHATML || f == CHAT_MISTRAL_V3;
 
 		ck_assert_int_eq(chat_format_tools((enum chat_format)f), has);
 		if (has)
@@ -300,7 +387,7 @@ START_TEST(test_tools_refusals)
 		/* no tool syntax (Mistral v0.1/v0.2 included): refused */
 		refuse_tools((enum chat_format)f, tconv + 1, 1, &tt, "no tool syntax");
 		refuse_tools((enum chat_format)f, tconv + 1, 2,
-			     &(struct chat_tools){ NULL, 0, tcalls + 1, tn_calls + 1 },
+			     &(struct chat_tools){ NULL, 0, tcalls + 1, tn_calls + 1, NULL },
 			     "no tool syntax");
 		refuse((enum chat_format)f, tconv + 3, 1, -EINVAL, "unknown role");
 	}
@@ -311,23 +398,23 @@ START_TEST(test_tools_refusals)
 	const struct chat_call *c2[] = { NULL, two };
 	size_t n2[] = { 0, 2 };
 	refuse_tools(CHAT_LLAMA3, tconv + 1, 2,
-		     &(struct chat_tools){ NULL, 0, c2, n2 }, "1 tool call");
+		     &(struct chat_tools){ NULL, 0, c2, n2, NULL }, "1 tool call");
 	refuse_tools(CHAT_LLAMA3, tconv + 2, 2, &tt, "first user message");
 	refuse_tools(CHAT_LLAMA3, tconv, 1, &tt, "first user message");
 	/* a call on a user message */
 	const struct chat_call *cu[] = { paris };
 	size_t nu[] = { 1 };
 	refuse_tools(CHAT_CHATML, tconv + 1, 1,
-		     &(struct chat_tools){ NULL, 0, cu, nu }, "only an assistant");
+		     &(struct chat_tools){ NULL, 0, cu, nu, NULL }, "only an assistant");
 	/* a tool without its JSON, a call without arguments */
-	struct chat_tool nojson[] = { { NULL, "x" } };
+	struct chat_tool nojson[] = { { NULL, "x", NULL } };
 	refuse_tools(CHAT_CHATML, tconv + 1, 1,
-		     &(struct chat_tools){ nojson, 1, NULL, NULL }, "no JSON");
-	struct chat_call noargs[] = { { "f", NULL } };
+		     &(struct chat_tools){ nojson, 1, NULL, NULL, NULL }, "no JSON");
+	struct chat_call noargs[] = { { "f", NULL, NULL } };
 	const struct chat_call *cn[] = { NULL, noargs };
 	size_t nn[] = { 0, 1 };
 	refuse_tools(CHAT_CHATML, tconv + 1, 2,
-		     &(struct chat_tools){ NULL, 0, cn, nn }, "no name or no arguments");
+		     &(struct chat_tools){ NULL, 0, cn, nn, NULL }, "no name or no arguments");
 }
 END_TEST
 
@@ -507,6 +594,20 @@ static const char deepseek_v3_src[] =
 	"{%- endif %}{%- endfor %}{% if add_generation_prompt %}{{'<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>'}}{% endif %}"
 	"{# 'User: ' 'Assistant: ' appear in a comment #}";
 
+/* Mistral 7B Instruct v0.3's, abridged (its markers as it writes them) */
+static const char mistral_v3_full_src[] =
+	"{%- if messages[0][\"role\"] == \"system\" %}{%- set system_message = messages[0][\"content\"] %}"
+	"{%- endif %}{{- bos_token }}{%- for message in loop_messages %}"
+	"{%- if message[\"role\"] == \"user\" %}{%- if tools is not none and (message == user_messages[-1]) %}"
+	"{{- \"[AVAILABLE_TOOLS] [\" }}{%- endif %}"
+	"{{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}"
+	"{%- elif message.tool_calls is defined and message.tool_calls is not none %}"
+	"{{- \"[TOOL_CALLS] [\" }}{%- elif message[\"role\"] == \"assistant\" %}"
+	"{{- \" \" + message[\"content\"]|trim + eos_token}}"
+	"{%- elif message[\"role\"] == \"tool_results\" or message[\"role\"] == \"tool\" %}"
+	"{{- '[TOOL_RESULTS] {\"content\": ' + content|string + \", \" }}"
+	"{{- '\"call_id\": \"' + message.tool_call_id + '\"}[/TOOL_RESULTS]' }}{%- endif %}{%- endfor %}";
+
 static const char zephyr_src[] =
 	"{% for message in messages %}{% if message['role'] == 'user' %}"
 	"{{ '<|user|>\n' + message['content'] + eos_token }}{% elif message['role'] == 'system' %}"
@@ -525,7 +626,7 @@ START_TEST(test_detect)
 		{ llama32_src, CHAT_LLAMA3 },
 		{ qwen2_src, CHAT_CHATML }, { mistral_src, CHAT_MISTRAL },
 		{ gemma_src, CHAT_GEMMA }, { phi3_src, CHAT_PHI3 },
-		{ deepseek_src, CHAT_DEEPSEEK },
+		{ deepseek_src, CHAT_DEEPSEEK }, { mistral_v3_full_src, CHAT_MISTRAL_V3 },
 	};
 	static const char *const no[] = {
 		mistral_v3_src, mistral_v03_plain_src, deepseek_v3_src,
@@ -622,6 +723,7 @@ int main(void)
 	tcase_add_test(tc, test_deepseek);
 	tcase_add_test(tc, test_tools_llama3);
 	tcase_add_test(tc, test_tools_chatml);
+	tcase_add_test(tc, test_tools_mistral_v3);
 	tcase_add_test(tc, test_tools_refusals);
 	tcase_add_test(tc, test_refusals);
 	tcase_add_test(tc, test_too_big);

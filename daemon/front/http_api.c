@@ -1453,6 +1453,7 @@ struct api_tools {
 	const struct chat_call **calls;  /* (n_msgs) */
 	size_t *n_calls;                 /* (n_msgs) */
 	struct chat_call *flat;          /* every call, in order */
+	const char **result_ids;         /* (n_msgs) */
 };
 
 static void api_tools_free(struct api_tools *v)
@@ -1461,6 +1462,7 @@ static void api_tools_free(struct api_tools *v)
 	free(v->calls);
 	free(v->n_calls);
 	free(v->flat);
+	free(v->result_ids);
 }
 
 static int api_tools_of(const struct openai_req *q, struct api_tools *v)
@@ -1474,18 +1476,23 @@ static int api_tools_of(const struct openai_req *q, struct api_tools *v)
 	v->calls = calloc(q->n_msgs, sizeof(*v->calls));
 	v->n_calls = calloc(q->n_msgs, sizeof(*v->n_calls));
 	v->flat = calloc(total ? total : 1, sizeof(*v->flat));
-	if (!v->tools || !v->calls || !v->n_calls || !v->flat)
+	v->result_ids = calloc(q->n_msgs, sizeof(*v->result_ids));
+	if (!v->tools || !v->calls || !v->n_calls || !v->flat || !v->result_ids)
 		return -ENOMEM;
 	for (size_t t = 0; t < n_tools; t++)
-		v->tools[t] = (struct chat_tool){ q->tools[t].json, q->tools[t].json_indent };
+		v->tools[t] = (struct chat_tool){ q->tools[t].json, q->tools[t].json_indent,
+						  q->tools[t].function_json };
 	for (size_t i = 0; i < q->n_msgs; i++) {
 		v->calls[i] = q->msgs[i].n_calls ? &v->flat[k] : NULL;
 		v->n_calls[i] = q->msgs[i].n_calls;
+		v->result_ids[i] = q->msgs[i].tool_call_id;
 		for (size_t c = 0; c < q->msgs[i].n_calls; c++)
 			v->flat[k++] = (struct chat_call){ q->msgs[i].calls[c].name,
-							   q->msgs[i].calls[c].arguments };
+							   q->msgs[i].calls[c].arguments,
+							   q->msgs[i].calls[c].id };
 	}
-	v->tt = (struct chat_tools){ v->tools, n_tools, v->calls, v->n_calls };
+	v->tt = (struct chat_tools){ v->tools, n_tools, v->calls, v->n_calls,
+				     v->result_ids };
 	return 0;
 }
 
@@ -2130,8 +2137,9 @@ static void api_admit_tools(struct http_exchange *x, struct api_prep *ap)
 	for (size_t i = 0; i < q->n_tools; i++) {
 		free(q->tools[i].json);
 		free(q->tools[i].json_indent);
+		free(q->tools[i].function_json);
 		json_decref(q->tools[i].parameters);
-		q->tools[i].json = q->tools[i].json_indent = NULL;
+		q->tools[i].json = q->tools[i].json_indent = q->tools[i].function_json = NULL;
 		q->tools[i].parameters = NULL;
 		if (q->tools[i].allowed)
 			q->tools[k++] = q->tools[i];

@@ -2,7 +2,7 @@
  *
  * Design. A GGUF carries its chat template as Jinja source
  * (tokenizer.chat_template). Running Jinja would mean a template engine
- * in the daemon fed by files from anywhere; instead kvd knows the seven
+ * in the daemon fed by files from anywhere; instead kvd knows the eight
  * formats most models use as code, one row each in `formats[]`:
  *
  *   - how to recognize the format's source: every marker of `need` must
@@ -117,6 +117,7 @@ enum role { R_SYSTEM, R_USER, R_ASSISTANT, R_TOOL };
 struct turn {
 	enum role role;
 	const char *content;
+	const char *call_id;             /* tool: the call it answers, or NULL */
 	const struct chat_call *calls;   /* assistant: (n_calls) */
 	size_t n_calls;
 };
@@ -460,9 +461,118 @@ static void r_qwen_tools(struct sb *b, const struct turn *t, size_t n,
 		sb_str(b, "<|im_start|>assistant\n");
 }
 
+/* Mistral 7B Instruct v0.3 (mistralai/Mistral-7B-Instruct-v0.3; the v3
+ * template Mixtral-8x22B-Instruct shares), tools or not:
+ *   [INST] U1[/INST] A1|trim</s>...[AVAILABLE_TOOLS] [T, T][/AVAILABLE_TOOLS]
+ *   [INST] SYSTEM\n\nUn[/INST]
+ * The tools go before the last user message (the template compares the
+ * messages by value: before any user message equal to the last one, so
+ * here too); each is {"type": "function", "function": F}. The system
+ * message goes into the last message when that is a user message, and
+ * is not rendered otherwise (the template drops it). An assistant call
+ * message is [TOOL_CALLS] [{"name": N, "arguments": ARGS, "id": ID},
+ * ...]</s> (its content is not rendered, as in the template); a result
+ * is [TOOL_RESULTS] {"content": CONTENT, "call_id": ID}[/TOOL_RESULTS]
+ * with the content as the template writes it (as is: a JSON result
+ * stays JSON). IDs are Mistral's 9 characters (chat_mistral_id). The
+ * template writes a tool's string values unescaped; kvd writes JSON
+ * (the same text unless a string holds a character JSON escapes). */
+static void mistral3_tools(struct sb *b, const struct chat_tool *tools,
+			   size_t n_tools)
+{
+	sb_str(b, "[AVAILABLE_TOOLS] [");
+	for (size_t k = 0; k < n_tools; k++) {
+		sb_str(b, "{\"type\": \"function\", \"function\": ");
+		sb_str(b, tools[k].function_json);
+		sb_str(b, k + 1 < n_tools ? "}, " : "}]");
+	}
+	sb_str(b, "[/AVAILABLE_TOOLS]");
+}
+
+static void mistral3_id(struct sb *b, const char *id)
+{
+	char m[CHAT_MISTRAL_ID_LEN + 1];
+
+	chat_mistral_id(id, m);
+	sb_str(b, m);
+}
+
+static void mistral3_calls(struct sb *b, const struct turn *t)
+{
+	sb_str(b, "[TOOL_CALLS] [");
+	for (size_t k = 0; k < t->n_calls; k++) {
+		sb_str(b, "{\"name\": \"");
+		sb_str(b, t->calls[k].name);
+		sb_str(b, "\", \"arguments\": ");
+		sb_str(b, t->calls[k].arguments);
+		sb_str(b, ", \"id\": \"");
+		mistral3_id(b, t->calls[k].id);
+		sb_str(b, k + 1 < t->n_calls ? "\"}, " : "\"}]");
+	}
+	sb_str(b, "</s>");
+}
+
+static void mistral3_turn(struct sb *b, const struct turn *t, const char *sys)
+{
+	switch (t->role) {
+	case R_USER:
+		sb_str(b, "[INST] ");
+		if (sys) {
+			sb_str(b, sys);
+			sb_str(b, "\n\n");
+		}
+		sb_str(b, t->content);
+		sb_str(b, "[/INST]");
+		break;
+	case R_ASSISTANT:
+		if (t->n_calls) {
+			mistral3_calls(b, t);
+			break;
+		}
+		sb_str(b, " ");
+		sb_trim(b, t->content);
+		sb_str(b, "</s>");
+		break;
+	case R_TOOL:
+		sb_str(b, "[TOOL_RESULTS] {\"content\": ");
+		sb_str(b, t->content);
+		sb_str(b, ", \"call_id\": \"");
+		mistral3_id(b, t->call_id);
+		sb_str(b, "\"}[/TOOL_RESULTS]");
+		break;
+	case R_SYSTEM:   /* never: only first (sys_first), taken apart */
+		break;
+	}
+}
+
+static void r_mistral3_tools(struct sb *b, const struct turn *t, size_t n,
+			     const struct chat_tool *tools, size_t n_tools,
+			     bool gen)
+{
+	const char *sys = n && t[0].role == R_SYSTEM ? t[0].content : NULL;
+	const char *last_user = NULL;
+
+	(void)gen;   /* the user turn ends with [/INST] */
+	for (size_t i = 0; i < n; i++)
+		if (t[i].role == R_USER)
+			last_user = t[i].content;
+	for (size_t i = sys ? 1 : 0; i < n; i++) {
+		if (n_tools && t[i].role == R_USER && !strcmp(t[i].content, last_user))
+			mistral3_tools(b, tools, n_tools);
+		mistral3_turn(b, &t[i], i + 1 == n ? sys : NULL);
+	}
+}
+
+static void r_mistral3(struct sb *b, const struct turn *t, size_t n, bool gen)
+{
+	r_mistral3_tools(b, t, n, NULL, 0, gen);
+}
+
 typedef void render_tools_fn(struct sb *b, const struct turn *t, size_t n,
 			     const struct chat_tool *tools, size_t n_tools,
 			     bool gen);
+
+#define CHAT_MARKERS_MAX 9u   /* a row's markers, NULL-terminated */
 
 struct chat_format_row {
 	const char *name;
@@ -475,11 +585,12 @@ struct chat_format_row {
 	/* the control markers the render writes around contents: a turn
 	 * cannot be forged only when each is one control token of the
 	 * vocabulary (chat_format_check) */
-	const char *markers[7];
+	const char *markers[CHAT_MARKERS_MAX];
 	/* the format's tool syntax (NULL: none), and its rules */
 	render_tools_fn *render_tools;
 	size_t max_calls;   /* per assistant message; 0 unbounded */
 	bool tools_in_first_user;   /* the tools go into the first user turn */
+	bool tools_function_json;   /* renders chat_tool.function_json */
 };
 
 static const struct chat_format_row formats[CHAT__N] = {
@@ -511,6 +622,18 @@ static const struct chat_format_row formats[CHAT__N] = {
 			    false, false, r_deepseek,
 			    { "User:", "Assistant:",
 			      "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence" "\xef\xbd\x9c>" } },
+	/* the spacing is v0.3's ("[TOOL_CALLS] [", "[AVAILABLE_TOOLS] ["):
+	 * Mistral Nemo's template writes them without, and renders turns
+	 * differently, so it is not recognized; alternation skips the tool
+	 * results and call messages, as the template's check does */
+	[CHAT_MISTRAL_V3] = { "mistral_v3",
+			      { "[INST] ", "[/INST]", "[AVAILABLE_TOOLS] [", "[TOOL_CALLS] [" },
+			      { "<<SYS>>", "[SYSTEM_PROMPT]" },
+			      true, true, r_mistral3,
+			      { "[INST]", "[/INST]", "</s>", "[AVAILABLE_TOOLS]",
+				"[/AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[TOOL_RESULTS]",
+				"[/TOOL_RESULTS]" },
+			      r_mistral3_tools, 0, false, true },
 };
 
 /* chat_format_template(): one short Jinja source per format, written for
@@ -531,6 +654,9 @@ static const char *const format_src[CHAT__N] = {
 		"{% for m in messages %}{% if m['role'] == 'user' %}{{ '<|user|>\\n' }}{% elif m['role'] == 'assistant' %}{{ '<|assistant|>\\n' }}{% else %}{{ '<|system|>\\n' }}{% endif %}{{ m['content'] + '<|end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}",
 	[CHAT_DEEPSEEK] =
 		"{% for m in messages %}{% if m['role'] == 'user' %}{{ 'User: ' + m['content'] + '\\n\\n' }}{% elif m['role'] == 'assistant' %}{{ 'Assistant: ' + m['content'] + eos_token }}{% else %}{{ m['content'] + '\\n\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}",
+	/* tools and ids left out: kvd renders them (r_mistral3_tools) */
+	[CHAT_MISTRAL_V3] =
+		"{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{% if tools is defined and tools %}{{ '[AVAILABLE_TOOLS] [' + tools | map('tojson') | join(', ') + '][/AVAILABLE_TOOLS]' }}{% endif %}{{ '[INST] ' + m['content'] + '[/INST]' }}{% elif m['tool_calls'] is defined %}{{ '[TOOL_CALLS] [' + m['tool_calls'] | map(attribute='function') | map('tojson') | join(', ') + ']' + eos_token }}{% elif m['role'] == 'tool' %}{{ '[TOOL_RESULTS] {\"content\": ' + m['content'] + '}[/TOOL_RESULTS]' }}{% else %}{{ ' ' + m['content'] | trim + eos_token }}{% endif %}{% endfor %}",
 };
 
 /* ---- public --------------------------------------------------------------- */
@@ -648,6 +774,8 @@ static int check_turns(const struct chat_format_row *row,
 					    i, row->name);
 			continue;
 		}
+		if (row->render_tools && (t[i].role == R_TOOL || t[i].n_calls))
+			continue;   /* outside the alternation (mistral_v3) */
 		if (row->alternate &&
 		    t[i].role != (k % 2 == 0 ? R_USER : R_ASSISTANT))
 			return fail(err, errlen, -EINVAL,
@@ -699,13 +827,15 @@ static int check_tool_turns(const struct chat_format_row *row,
 	return 0;
 }
 
-static int check_tools(const struct chat_tool *tools, size_t n_tools,
+static int check_tools(const struct chat_format_row *row,
+		       const struct chat_tool *tools, size_t n_tools,
 		       char *err, size_t errlen)
 {
 	if (n_tools && !tools)
 		return fail(err, errlen, -EINVAL, "no tools");
 	for (size_t k = 0; k < n_tools; k++)
-		if (!tools[k].json || !tools[k].json_indent)
+		if (!tools[k].json || !tools[k].json_indent ||
+		    (row->tools_function_json && !tools[k].function_json))
 			return fail(err, errlen, -EINVAL, "tool %zu has no JSON", k);
 	return 0;
 }
@@ -737,11 +867,13 @@ static int render_turns(const struct chat_format_row *row,
 
 	if (!t)
 		return fail(err, errlen, -ENOMEM, "out of memory");
-	rc = check_turns(row, msgs, n, t, err, errlen);
-	for (size_t i = 0; !rc && tt && tt->calls && i < n; i++) {
+	for (size_t i = 0; tt && tt->calls && i < n; i++) {
 		t[i].calls = tt->calls[i];
 		t[i].n_calls = tt->calls[i] ? tt->n_calls[i] : 0;
 	}
+	for (size_t i = 0; tt && tt->result_ids && i < n; i++)
+		t[i].call_id = tt->result_ids[i];
+	rc = check_turns(row, msgs, n, t, err, errlen);
 	if (!rc)
 		rc = check_tool_turns(row, t, n, n_tools, &uses, err, errlen);
 	if (!rc) {
@@ -777,7 +909,7 @@ int chat_render_tools(enum chat_format f, const struct chat_msg *msgs,
 		return fail(err, errlen, -EINVAL, "no messages");
 	if (n > CHAT_TEXT_MAX / 16 || (tt && tt->n_tools > CHAT_TEXT_MAX / 16))
 		return fail(err, errlen, -E2BIG, "%zu messages is too many", n);
-	rc = tt ? check_tools(tt->tools, tt->n_tools, err, errlen) : 0;
+	rc = tt ? check_tools(&formats[f], tt->tools, tt->n_tools, err, errlen) : 0;
 	if (!rc)
 		rc = render_turns(&formats[f], msgs, n, tt,
 				  add_generation_prompt, &b, err, errlen);
@@ -844,7 +976,9 @@ static int check_specials(const struct tokenizer *tok,
 					    i, id);
 		for (size_t k = 0; k < n_tools; k++)
 			if (holds(tt->tools[k].json, p, l) ||
-			    holds(tt->tools[k].json_indent, p, l))
+			    holds(tt->tools[k].json_indent, p, l) ||
+			    (tt->tools[k].function_json &&
+			     holds(tt->tools[k].function_json, p, l)))
 				return fail(err, errlen, -EPERM,
 					    "tool %zu contains the text of control token %u",
 					    k, id);
@@ -918,7 +1052,7 @@ int chat_format_check(enum chat_format f, const struct tokenizer *tok,
 		return -EINVAL;
 	if ((unsigned)f >= CHAT__N || !formats[f].render)
 		return fail(err, errlen, -ENOENT, "no chat format");
-	for (unsigned i = 0; i < 7 && formats[f].markers[i]; i++) {
+	for (unsigned i = 0; i < CHAT_MARKERS_MAX && formats[f].markers[i]; i++) {
 		const char *mk = formats[f].markers[i];
 
 		if (!marker_is_control(tok, mk))
@@ -927,4 +1061,33 @@ int chat_format_check(enum chat_format f, const struct tokenizer *tok,
 				    formats[f].name, mk);
 	}
 	return 0;
+}
+
+static bool is_alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9');
+}
+
+void chat_mistral_id(const char *id, char out[CHAT_MISTRAL_ID_LEN + 1])
+{
+	static const char digits[] =
+		"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+	size_t n = id ? strlen(id) : 0, k = CHAT_MISTRAL_ID_LEN;
+	uint64_t h = UINT64_C(0xcbf29ce484222325);   /* FNV-1a 64 */
+
+	out[k] = '\0';
+	for (size_t i = n; i > 0 && k > 0; i--)   /* the last 9 alphanumerics */
+		if (is_alnum(id[i - 1]))
+			out[--k] = id[i - 1];
+	if (k == 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		h ^= (uint8_t)id[i];
+		h *= UINT64_C(0x100000001b3);
+	}
+	for (k = 0; k < CHAT_MISTRAL_ID_LEN; k++) {   /* 62^9 < 2^64 */
+		out[k] = digits[h % 62];
+		h /= 62;
+	}
 }

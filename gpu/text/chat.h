@@ -1,6 +1,6 @@
 /* chat.h - built-in chat templates: messages -> prompt text.
  *
- * kvd does not run Jinja. It knows seven chat formats as code and picks
+ * kvd does not run Jinja. It knows eight chat formats as code and picks
  * one by recognizing the model's tokenizer.chat_template (distinctive
  * markers; an unknown or ambiguous template is -ENOENT, never a guess)
  * or by the config key model.chat_template.
@@ -33,6 +33,8 @@ enum chat_format {
 	CHAT_GEMMA,        /* Gemma: <start_of_turn>user|model ... <end_of_turn> */
 	CHAT_PHI3,         /* Phi-3: <|user|> ... <|end|> */
 	CHAT_DEEPSEEK,     /* DeepSeek LLM / V2 chat: User: ... Assistant: */
+	CHAT_MISTRAL_V3,   /* Mistral 7B Instruct v0.3 (tools): [INST] ...[/INST],
+			    * [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS] */
 	CHAT__N,
 };
 
@@ -42,6 +44,9 @@ struct chat_call {
 	const char *arguments; /* its arguments: a JSON object as text, as
 				* Python's json.dumps writes it (", " and
 				* ": "), rendered as given */
+	const char *id;        /* the call's id (NULL: none); mistral_v3
+				* renders it as its 9-character id
+				* (chat_mistral_id) */
 };
 
 struct chat_msg {
@@ -58,6 +63,10 @@ struct chat_msg {
 struct chat_tool {
 	const char *json;         /* ", " and ": " separators, one line */
 	const char *json_indent;  /* the same, indented by 4 (Llama 3.1) */
+	const char *function_json; /* its "function" object alone, ", " and
+				    * ": " (mistral_v3 writes {"type":
+				    * "function", "function": F}); NULL
+				    * where the format does not need it */
 };
 
 /* What a conversation with tools adds to its messages. */
@@ -67,13 +76,16 @@ struct chat_tools {
 	const struct chat_call *const *calls;  /* NULL, or (n messages):
 						* message i's calls ... */
 	const size_t *n_calls;           /* ... (n_calls[i]), assistant only */
+	const char *const *result_ids;   /* NULL, or (n messages): a "tool"
+					  * message's tool_call_id (NULL:
+					  * none); mistral_v3 renders it */
 };
 
 /* Recognize a tokenizer.chat_template source. 0 and *out set; -ENOENT
  * when no built-in format matches or more than one does (then *out is
  * CHAT_NONE); -EINVAL for a NULL source. */
 int chat_format_detect(const char *jinja_src, enum chat_format *out);
-/* A format by its config name ("llama2" .. "deepseek"; "none"); -ENOENT
+/* A format by its config name ("llama2" .. "mistral_v3"; "none"); -ENOENT
  * for any other name ("auto" included: the caller resolves it). */
 int chat_format_by_name(const char *name, enum chat_format *out);
 /* "none", "llama2", ... ; "?" out of range. */
@@ -103,7 +115,9 @@ int chat_render(enum chat_format f, const struct chat_msg *msgs, size_t n,
  * and "tool" results in the conversation): llama3 (Llama 3.1's JSON
  * calls, results in the ipython role) and chatml (Qwen2.5 / Hermes:
  * <tools> in the system turn, <tool_call> blocks, <tool_response> in a
- * user turn). The others have none: Mistral v0.1/v0.2 included. */
+ * user turn) and mistral_v3 ([AVAILABLE_TOOLS] before the last user
+ * turn, [TOOL_CALLS] [...] and [TOOL_RESULTS] {...} with 9-character call
+ * ids). The others have none: Mistral v0.1/v0.2 included. */
 bool chat_format_tools(enum chat_format f);
 
 /* chat_render with tt's tools offered to the model (tt NULL or n_tools 0:
@@ -128,6 +142,14 @@ int chat_render_tools(enum chat_format f, const struct chat_msg *msgs,
  * a template at boot unless model.chat_template_unsafe. */
 int chat_format_check(enum chat_format f, const struct tokenizer *tok,
 		      char *err, size_t errlen);
+
+/* Mistral's tool call id for an OpenAI one: id itself when it is 9 of
+ * [A-Za-z0-9]; else the last 9 of its alphanumeric characters when it
+ * has that many (what vLLM sends for "call_..." ids); else 9 characters
+ * of a hash of the whole id. Deterministic, so a call and the result
+ * that names it map alike. out: 10 bytes, NUL-terminated. NULL is "". */
+#define CHAT_MISTRAL_ID_LEN 9u
+void chat_mistral_id(const char *id, char out[CHAT_MISTRAL_ID_LEN + 1]);
 
 /* Render and tokenize as the model expects: BOS when the tokenizer adds
  * one, the template's specials as control tokens. -EPERM (err names the

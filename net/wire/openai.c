@@ -280,6 +280,9 @@ static int msg_of(struct openai_req *q, const char *k, size_t i, json_t *m,
 		return -ENOMEM;
 	if ((rc = openai__msg_calls(om, i, json_object_get(m, "tool_calls"), err)))
 		return rc;
+	if (json_object_get(m, "tool_call_id") &&
+	    !(om->tool_call_id = strdup(json_string_value(json_object_get(m, "tool_call_id")))))
+		return -ENOMEM;
 	if (om->n_calls && (!content || json_is_null(content)))
 		return (om->content = strdup("")) ? 0 : -ENOMEM;
 	return content_of(k, i, content, false, &om->content, err);

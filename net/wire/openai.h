@@ -129,6 +129,7 @@ struct openai_tool {
 	char name[OPENAI_TOOL_NAME_MAX + 1];
 	char *json;               /* owned: json.dumps's ", " and ": " */
 	char *json_indent;        /* owned: the same, indent 4 */
+	char *function_json;      /* owned: its "function" object alone */
 	json_t *parameters;       /* a reference (strict only; else NULL) */
 	bool strict;              /* its parameters schema is enforced */
 	bool allowed;             /* tool_choice lets the model call it */
@@ -147,6 +148,7 @@ enum openai_tool_choice {
 struct openai_call {
 	char name[OPENAI_TOOL_NAME_MAX + 1];
 	char *arguments;          /* owned: the object re-serialized (", ") */
+	char *id;                 /* owned: its "id", or NULL */
 };
 
 struct openai_msg {
@@ -154,6 +156,7 @@ struct openai_msg {
 	char *content;            /* owned, NUL-ended ("" for null) */
 	struct openai_call *calls;   /* owned (n_calls): assistant */
 	size_t n_calls;
+	char *tool_call_id;       /* owned: a tool result's, or NULL */
 };
 
 enum openai_ep {

@@ -122,7 +122,8 @@ static int tool_of(struct openai_tool *t, size_t i, json_t *v, size_t *bytes,
 	t->parameters = t->strict ? json_incref(json_object_get(fn, "parameters")) : NULL;
 	t->json = json_dumps(v, 0);
 	t->json_indent = json_dumps(v, JSON_INDENT(4));
-	if (!t->json || !t->json_indent)
+	t->function_json = json_dumps(fn, 0);
+	if (!t->json || !t->json_indent || !t->function_json)
 		return -ENOMEM;
 	*bytes += strlen(t->json_indent);
 	if (*bytes > OPENAI_TOOLS_BYTES)
@@ -259,6 +260,8 @@ static int call_of(struct openai_call *c, size_t i, size_t j, json_t *v,
 		return openai__bad(err, "messages", "'messages[%zu].tool_calls[%zu].function.name' must be 1 to %u of a-z, A-Z, 0-9, _ and -",
 			   i, j, OPENAI_TOOL_NAME_MAX);
 	snprintf(c->name, sizeof(c->name), "%s", json_string_value(name));
+	if (id && !(c->id = strdup(json_string_value(id))))
+		return -ENOMEM;
 	return arguments_of(c, i, j, json_object_get(fn, "arguments"), err);
 }
 
@@ -340,13 +343,17 @@ void openai__tools_free(struct openai_req *q)
 	for (size_t i = 0; i < q->n_tools; i++) {
 		free(q->tools[i].json);
 		free(q->tools[i].json_indent);
+		free(q->tools[i].function_json);
 		json_decref(q->tools[i].parameters);
 	}
 	free(q->tools);
 	json_decref(q->allowed_names);
 	for (size_t i = 0; i < q->n_msgs; i++) {
-		for (size_t j = 0; j < q->msgs[i].n_calls; j++)
+		for (size_t j = 0; j < q->msgs[i].n_calls; j++) {
 			free(q->msgs[i].calls[j].arguments);
+			free(q->msgs[i].calls[j].id);
+		}
+		free(q->msgs[i].tool_call_id);
 		free(q->msgs[i].calls);
 	}
 }
