@@ -330,6 +330,57 @@ START_TEST(test_scan_chatml)
 }
 END_TEST
 
+#define MCALL_W "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"
+START_TEST(test_scan_mistral_v3)
+{
+	ck_assert(openai_calls_format(CHAT_MISTRAL_V3));
+	ck_assert_str_eq(openai_calls_token(CHAT_MISTRAL_V3), "[TOOL_CALLS]");
+	ck_assert_ptr_null(openai_calls_token(CHAT_CHATML));
+	ck_assert_ptr_null(openai_calls_token(CHAT_LLAMA3));
+	/* text, a near miss */
+	expect_scan(CHAT_MISTRAL_V3, "Hello [TOOL] [x]", "Hello [TOOL] [x]", "");
+	/* text, then the token and a list of one call */
+	expect_scan(CHAT_MISTRAL_V3, "Let me check. [TOOL_CALLS] [" MCALL_W "]",
+		    "Let me check. ", "get_weather {\"city\": \"Paris\"};");
+	/* two calls, an id, no space, brackets in strings and arguments,
+	 * text after the list */
+	expect_scan(CHAT_MISTRAL_V3,
+		    "[TOOL_CALLS][{\"name\":\"f\",\"arguments\":{},\"id\":\"abcdefghi\"}, "
+		    "{\"name\": \"get_weather\", \"arguments\": {\"a\": [1, \"]\\\"}\"]}}]\n done",
+		    "\n done", "f {};get_weather {\"a\": [1, \"]\\\"}\"]};");
+	/* a list with one element that is not a call is text, all of it;
+	 * a later list of calls still counts */
+	const char *bad[] = {
+		"[" MCALL_W ", {\"name\": \"rm\", \"arguments\": {}}]",
+		"[{\"name\": \"f\", \"arguments\": \"{}\"}]",
+		"[{\"name\": \"f\", \"arguments\": {}, \"x\": 1}]",
+		"[{\"name\": \"f\", \"arguments\": {}, \"id\": 7}]",
+		"[{\"name\": \"f\"}]",
+		"[]",
+		"[1]",
+		"[{\"name\": \"f\", \"arguments\": {}}",
+		MCALL_W,
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char s[512], t[512];
+
+		snprintf(s, sizeof(s), "a[TOOL_CALLS] %sb", bad[i]);
+		snprintf(t, sizeof(t), "a[TOOL_CALLS] %sb", bad[i]);
+		expect_scan(CHAT_MISTRAL_V3, s, t, "");
+		snprintf(s, sizeof(s), "a[TOOL_CALLS] %s [TOOL_CALLS] [" MCALL_W "]", bad[i]);
+		snprintf(t, sizeof(t), "a[TOOL_CALLS] %s ", bad[i]);
+		expect_scan(CHAT_MISTRAL_V3, s, t, "get_weather {\"city\": \"Paris\"};");
+	}
+	/* never closed, or the token alone at the end: text */
+	expect_scan(CHAT_MISTRAL_V3, "x[TOOL_CALLS] [{\"name\": \"f\"",
+		    "x[TOOL_CALLS] [{\"name\": \"f\"", "");
+	expect_scan(CHAT_MISTRAL_V3, "x[TOOL_CALLS] ", "x[TOOL_CALLS] ", "");
+	expect_scan(CHAT_MISTRAL_V3, "x[TOOL_CA", "x[TOOL_CA", "");
+	/* Mistral v0.1 has none */
+	expect_scan(CHAT_MISTRAL, "[TOOL_CALLS] [" MCALL_W "]", "[TOOL_CALLS] [" MCALL_W "]", "");
+}
+END_TEST
+
 START_TEST(test_scan_llama3)
 {
 	/* the whole answer is the call (Llama 3.1's "parameters";
@@ -363,11 +414,13 @@ START_TEST(test_scan_bounded)
 	char *s = malloc(n + 64);
 	size_t cuts[1024];
 	struct got g;
-	enum chat_format fmts[] = { CHAT_CHATML, CHAT_LLAMA3 };
+	enum chat_format fmts[] = { CHAT_CHATML, CHAT_LLAMA3, CHAT_MISTRAL_V3 };
+	const char *open[] = { "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"",
+			       "{\"name\": \"f\", \"parameters\": {\"a\": \"",
+			       "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": \"" };
 
-	for (size_t k = 0; k < 2; k++) {
-		strcpy(s, fmts[k] == CHAT_CHATML ? "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \""
-						 : "{\"name\": \"f\", \"parameters\": {\"a\": \"");
+	for (size_t k = 0; k < 3; k++) {
+		strcpy(s, open[k]);
 		size_t l = strlen(s);
 		memset(s + l, 'x', n - l);
 		s[n] = 0;
@@ -606,6 +659,7 @@ int main(void)
 	tcase_add_test(tc, test_tool_messages);
 	tcase_add_test(tc, test_scan_chatml);
 	tcase_add_test(tc, test_scan_llama3);
+	tcase_add_test(tc, test_scan_mistral_v3);
 	tcase_add_test(tc, test_scan_bounded);
 	tcase_add_test(tc, test_grammar_llama3);
 	tcase_add_test(tc, test_grammar_chatml);

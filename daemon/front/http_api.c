@@ -1367,6 +1367,10 @@ static void api_sink_token(struct serve_sink *k, struct serve_req *r,
 
 	if (!choice_of(&hc->x, r))
 		return;   /* answered already (a stop string) */
+	if (hc->x.tool_fmt != CHAT_NONE && token == hc->x.tool_token) {
+		piece = openai_calls_token(hc->x.tool_fmt);
+		len = strlen(piece);
+	}
 	if (hc->x.lp_on && lp && lp_add(hc, token, lp, len)) {
 		exchange_fail(hc, index + 1);
 		return;
@@ -1871,6 +1875,23 @@ static bool api_bias_outside(struct api_prep *ap)
 	return true;
 }
 
+/* The id of the control token that opens fmt's calls (mistral_v3's
+ * [TOOL_CALLS]), or -1 when its calls are text or the vocabulary lacks
+ * it as one control token (then they stay text: chat_format_check
+ * refuses such a vocabulary at boot unless model.chat_template_unsafe). */
+static int32_t api_calls_token(const struct tokenizer *tok, enum chat_format fmt)
+{
+	const char *t = openai_calls_token(fmt);
+	int32_t *ids = NULL, id = -1;
+	size_t n = 0;
+
+	if (t && !tokenizer_encode_ex(tok, t, strlen(t), TOKENIZER_PARSE_SPECIAL, &ids, &n) &&
+	    n == 1 && tokenizer_token_type(tok, ids[0]) == TOKEN_TYPE_CONTROL)
+		id = ids[0];
+	free(ids);
+	return id;
+}
+
 /* tool_choice "required" or a named function: the call grammar of the
  * model's format becomes q.gram (sampled like response_format's). A
  * request it cannot serve is the body's 400. true when so (q released). */
@@ -2134,6 +2155,7 @@ static void api_admit_tools(struct http_exchange *x, struct api_prep *ap)
 
 	if (!openai_req_calls(q) || !openai_calls_format(ap->fmt))
 		return;
+	x->tool_token = api_calls_token(ap->tok, ap->fmt);
 	for (size_t i = 0; i < q->n_tools; i++) {
 		free(q->tools[i].json);
 		free(q->tools[i].json_indent);

@@ -147,6 +147,10 @@ struct http_exchange {
 	enum chat_format tool_fmt;
 	struct openai_tool *tools;       /* owned (n_tools): names only */
 	size_t n_tools;
+	int32_t tool_token;              /* the control token that opens the
+					  * format's calls (its text goes
+					  * into the answer: detok drops
+					  * it), or -1; tool_fmt set only */
 };
 
 struct http_conn {

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MISTRAL_CALLS "[TOOL_CALLS]"   /* a control token (openai_calls_token) */
 #define TOOL_CALL_OPEN "<tool_call>"
 #define TOOL_CALL_CLOSE "</tool_call>"
 #define TOOL_CALL_ID_MAX 256u   /* a tool_call_id's or a call id's bytes */
@@ -367,7 +368,12 @@ bool openai_req_calls(const struct openai_req *q)
 
 bool openai_calls_format(enum chat_format f)
 {
-	return f == CHAT_CHATML || f == CHAT_LLAMA3;
+	return f == CHAT_CHATML || f == CHAT_LLAMA3 || f == CHAT_MISTRAL_V3;
+}
+
+const char *openai_calls_token(enum chat_format f)
+{
+	return f == CHAT_MISTRAL_V3 ? MISTRAL_CALLS : NULL;
 }
 
 /* p[0, n) as a call: a JSON object of exactly a name among the tools and
@@ -531,6 +537,148 @@ static int scan_llama3(const struct openai_tool *tools, size_t n_tools,
 	return OPENAI_SCAN_CALL;
 }
 
+/* ---- Mistral v0.3: [TOOL_CALLS] [call, ...] ---------------------------------------- */
+
+static size_t skip_ws(const char *p, size_t i, size_t len)
+{
+	while (i < len && (p[i] == ' ' || p[i] == '\n' || p[i] == '\t' || p[i] == '\r'))
+		i++;
+	return i;
+}
+
+/* Where the array opened at p[i] == '[' closes: the index after its ']',
+ * or 0 while it is open (brackets in strings do not count). */
+static size_t list_close(const char *p, size_t i, size_t len)
+{
+	bool in_str = false, esc = false;
+	size_t depth = 0;
+
+	for (; i < len; i++) {
+		if (esc)
+			esc = false;
+		else if (in_str && p[i] == '\\')
+			esc = true;
+		else if (p[i] == '"')
+			in_str = !in_str;
+		else if (!in_str && (p[i] == '[' || p[i] == '{'))
+			depth++;
+		else if (!in_str && (p[i] == ']' || p[i] == '}') && --depth == 0)
+			return i + 1;
+	}
+	return 0;
+}
+
+/* o as a Mistral call: a name among the tools, an object of arguments,
+ * optionally a string id, nothing else. 0 with out's name and arguments
+ * (out may be NULL: only checked); 1 when it is not one; -ENOMEM. */
+static int mistral_call(const struct openai_tool *tools, size_t n_tools,
+			json_t *o, struct openai_found *out)
+{
+	json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
+	json_t *id = json_object_get(o, "id");
+	size_t t = 0;
+
+	while (json_is_string(name) && t < n_tools &&
+	       strcmp(tools[t].name, json_string_value(name)))
+		t++;
+	if (t == n_tools || !json_is_object(args) || (id && !json_is_string(id)) ||
+	    json_object_size(o) != 2u + (id != NULL))
+		return 1;
+	if (!out)
+		return 0;
+	snprintf(out->name, sizeof(out->name), "%s", tools[t].name);
+	out->arguments = json_dumps(args, 0);
+	return out->arguments ? 0 : -ENOMEM;
+}
+
+/* p[0, n) is a JSON array of 1 or more calls: 0; 1 when not; -ENOMEM. */
+static int mistral_list(const struct openai_tool *tools, size_t n_tools,
+			const char *p, size_t n)
+{
+	json_t *a = json_loadb(p, n, 0, NULL), *e;
+	size_t i;
+	int rc = json_array_size(a) ? 0 : 1;
+
+	json_array_foreach(a, i, e)
+		if (!rc)
+			rc = mistral_call(tools, n_tools, e, NULL);
+	json_decref(a);
+	return rc;
+}
+
+/* The next call of a list read whole (mistral_list), at p[i] (after its
+ * '[' or a call): out->end past it, and past the list's ']' when it is
+ * the last (*in_list cleared). */
+static int mistral_next(const struct openai_tool *tools, size_t n_tools,
+			const char *p, size_t i, size_t len, bool *in_list,
+			struct openai_found *out)
+{
+	json_error_t je;
+	json_t *o;
+	int rc;
+
+	i = skip_ws(p, i, len);
+	if (i < len && p[i] == ',')
+		i = skip_ws(p, i + 1, len);
+	o = json_loadb(p + i, len - i, JSON_DISABLE_EOF_CHECK, &je);
+	rc = o ? mistral_call(tools, n_tools, o, out) : 1;
+	json_decref(o);
+	if (rc) {   /* never for a list read whole: the rest is text */
+		*in_list = false;
+		return rc < 0 ? rc : OPENAI_SCAN_TEXT;
+	}
+	out->end = skip_ws(p, i + (size_t)je.position, len);
+	if (out->end < len && p[out->end] == ']') {
+		out->end++;
+		*in_list = false;
+	}
+	return OPENAI_SCAN_CALL;
+}
+
+/* Text, then [TOOL_CALLS] and a list: the list is held until its ']'
+ * comes (at most OPENAI_CALL_HOLD_MAX bytes from the token), then read
+ * whole; a list of calls gives them one per scan (*in_list between). */
+static int scan_mistral(const struct openai_tool *tools, size_t n_tools,
+			const char *p, size_t len, bool final, bool *in_list,
+			struct openai_found *out)
+{
+	const size_t ml = strlen(MISTRAL_CALLS);
+	size_t from = 0;
+
+	if (*in_list) {
+		out->text = 0;
+		return mistral_next(tools, n_tools, p, 0, len, in_list, out);
+	}
+	for (;;) {
+		const char *m = memmem(p + from, len - from, MISTRAL_CALLS, ml);
+		size_t at, i, end;
+		int rc;
+
+		if (!m) {
+			out->text = final ? len : len - tag_begun(p + from, len - from,
+								 MISTRAL_CALLS);
+			return OPENAI_SCAN_TEXT;
+		}
+		at = (size_t)(m - p);
+		i = skip_ws(p, at + ml, len);
+		end = i < len && p[i] == '[' ? list_close(p, i, len) : 0;
+		if ((i == len || (p[i] == '[' && !end)) && !final &&
+		    len - at <= OPENAI_CALL_HOLD_MAX) {
+			out->text = at;   /* held: the list may still come */
+			return OPENAI_SCAN_TEXT;
+		}
+		rc = end ? mistral_list(tools, n_tools, p + i, end - i) : 1;
+		if (rc < 0)
+			return rc;
+		if (rc == 0) {
+			*in_list = true;
+			out->text = at;
+			return mistral_next(tools, n_tools, p, i + 1, len, in_list, out);
+		}
+		from = end ? end : at + ml;   /* not a list of calls: text */
+	}
+}
+
 int openai_calls_scan(enum chat_format f, const struct openai_tool *tools,
 		      size_t n_tools, const char *p, size_t len, bool final,
 		      bool *plain, struct openai_found *out)
@@ -543,5 +691,7 @@ int openai_calls_scan(enum chat_format f, const struct openai_tool *tools,
 		return scan_chatml(tools, n_tools, p, len, final, out);
 	if (f == CHAT_LLAMA3)
 		return scan_llama3(tools, n_tools, p, len, final, plain, out);
+	if (f == CHAT_MISTRAL_V3)
+		return scan_mistral(tools, n_tools, p, len, final, plain, out);
 	return OPENAI_SCAN_TEXT;
 }

@@ -5,6 +5,12 @@
  *     <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>
  *   llama3 (Llama 3.1's JSON tool calling): the whole answer is one
  *     {"name": N, "parameters": {...}} ("arguments" taken too).
+ *   mistral_v3 (Mistral 7B Instruct v0.3): text, then the [TOOL_CALLS]
+ *     control token and a JSON array of {"name": N, "arguments": {...}}
+ *     (an "id" taken too). Detokenizing drops control tokens, so the
+ *     front writes openai_calls_token()'s text into the answer when the
+ *     model draws that token; the scanner reads that text.
+ *     A list with any element that is not a call is text, all of it.
  * openai_calls_scan finds them in the text not yet answered, for the
  * stream (as the text grows) and for the final answer alike. A call is
  * one whose JSON parses to an object with a name among the tools offered
@@ -41,12 +47,17 @@ struct openai_found {
 
 /* Whether format f has a call syntax that openai_calls_scan reads. */
 bool openai_calls_format(enum chat_format f);
+/* The text of the control token that opens format f's calls, which the
+ * front writes for that token's id ("[TOOL_CALLS]"); NULL when f's calls
+ * are ordinary text. */
+const char *openai_calls_token(enum chat_format f);
 
 /* Scan p[0, len), the answer's text not yet given out, in format f for
  * the first call of tools[0, n_tools). final: no more text will come
- * (a call still open is text). *plain: the answer is text from here on
- * (llama3: it did not open with a call), kept by the caller across
- * calls, false at first. OPENAI_SCAN_TEXT, OPENAI_SCAN_CALL (out set;
+ * (a call still open is text). *plain: the format's one bit of state
+ * across the scans of an answer, kept by the caller, false at first
+ * (llama3: the answer is text from here on, it did not open with a call;
+ * mistral_v3: the text begins inside a call list already read whole). OPENAI_SCAN_TEXT, OPENAI_SCAN_CALL (out set;
  * drop [0, end) and scan again), -ENOMEM. */
 int openai_calls_scan(enum chat_format f, const struct openai_tool *tools,
 		      size_t n_tools, const char *p, size_t len, bool final,
