@@ -782,6 +782,82 @@ START_TEST(mask_eos)
 }
 END_TEST
 
+/* Any object, after the lead token lead. */
+static struct jgram *lead_object(const char *lead)
+{
+	struct jgram_node *n;
+	struct jgram *g;
+	uint16_t id;
+
+	ck_assert_int_eq(jgram_new(&g), 0);
+	ck_assert_int_eq(jgram_node_add(g, &id, &n), 0);
+	n->types = JGRAM_T_OBJECT;
+	n->free_keys = true;
+	ck_assert_int_eq(jgram_lead(g, lead, strlen(lead)), 0);
+	ck_assert_int_eq(jgram_seal(g, id, NULL, 0), 0);
+	return g;
+}
+
+/* A lead token (Mistral's [TOOL_CALLS]; here the generated vocabulary's
+ * BOS, a control token): it alone until drawn, no EOS before it, then
+ * the byte grammar; a lead that is no control token fails the run. */
+START_TEST(mask_lead)
+{
+	struct gguf_file *f;
+	struct tokenizer *t = gen_tok(GGUF_VOCAB_LLAMA, &f);
+	uint32_t nv = tokenizer_n_vocab(t);
+	float *logits = calloc(nv, sizeof(float));
+	int32_t bos = tokenizer_bos(t), brace = -1;
+	struct jgram_vocab *v;
+	struct jgram_run *r;
+	struct jgram *g;
+	const char *p;
+	size_t len;
+
+	ck_assert_int_eq(jgram_vocab_new(&v, t), 0);
+	g = lead_object("<s>");
+	ck_assert_int_eq(jgram_lead(g, "<s>", 3), JGRAM_E_INVALID);   /* sealed */
+	ck_assert_int_eq(jgram_run_new(&r, g, v), 0);
+	ck_assert_uint_eq(jgram_run_mask(r, logits, nv), 1);
+	for (int32_t id = 0; id < (int32_t)nv; id++) {
+		ck_assert_int_eq(allowed(jgram_run_allowed(r), id), id == bos);
+		ck_assert_int_eq(isinf(logits[id]) != 0, id != bos);
+		if (brace < 0 && !tokenizer_piece(t, id, &p, &len) && len == 1 && p[0] == '{')
+			brace = id;
+	}
+	ck_assert_int_ge(brace, 0);
+	ck_assert(!jgram_run_can(r, '{'));
+	ck_assert(!jgram_run_complete(r));
+	ck_assert(!jgram_run_accept(r, brace));
+	ck_assert(!jgram_run_accept(r, tokenizer_eos(t)));
+	ck_assert(jgram_run_accept(r, bos));
+	memset(logits, 0, nv * sizeof(float));
+	ck_assert_uint_gt(jgram_run_mask(r, logits, nv), 1);
+	ck_assert(!allowed(jgram_run_allowed(r), bos));
+	ck_assert(allowed(jgram_run_allowed(r), brace));
+	ck_assert(jgram_run_accept(r, brace));
+	ck_assert(jgram_run_feed(r, "}", 1));
+	ck_assert(jgram_run_complete(r));
+	jgram_run_free(r);
+	/* bytes only: no lead */
+	ck_assert_int_eq(jgram_run_new(&r, g, NULL), 0);
+	ck_assert(jgram_run_feed(r, "{}", 2));
+	jgram_run_free(r);
+	jgram_free(g);
+	/* not one control token of the vocabulary; empty */
+	g = lead_object("ab");
+	ck_assert_int_eq(jgram_run_new(&r, g, v), -ENOENT);
+	jgram_free(g);
+	ck_assert_int_eq(jgram_new(&g), 0);
+	ck_assert_int_eq(jgram_lead(g, "", 0), JGRAM_E_INVALID);
+	jgram_free(g);
+	jgram_vocab_free(v);
+	tokenizer_free(t);
+	gguf_close(f);
+	free(logits);
+}
+END_TEST
+
 static void setup(void)
 {
 	const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -825,6 +901,7 @@ int main(void)
 	tcase_add_test(tm, mask_walks_spm);
 	tcase_add_test(tm, mask_walks_bpe);
 	tcase_add_test(tm, mask_eos);
+	tcase_add_test(tm, mask_lead);
 	suite_add_tcase(s, tm);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

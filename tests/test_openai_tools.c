@@ -647,6 +647,57 @@ START_TEST(test_grammar_refused)
 }
 END_TEST
 
+/* mistral_v3: the [TOOL_CALLS] control token (the grammar's lead: a run
+ * fed bytes, as here, starts after it), then a JSON list of calls, one
+ * under parallel_tool_calls false. */
+START_TEST(test_grammar_mistral_v3)
+{
+	static const char two[] = " [{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}, "
+				  "{\"name\":\"get_weather\",\"arguments\":{\"city\":[1]}}]";
+	struct openai_req q;
+	struct openai_found o;
+	bool in_list = false;
+	char text[256];
+
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," STRICT("count") "],"
+		"\"tool_choice\":\"required\"}", CHAT_MISTRAL_V3, &q);
+	ck_assert_ptr_nonnull(q.gram);
+	gram_ok(q.gram, two);
+	gram_ok(q.gram, "[{\"name\":\"get_weather\",\"arguments\":{}}]");
+	snprintf(text, sizeof(text), "[TOOL_CALLS]%s", two);
+	ck_assert_int_eq(openai_calls_scan(CHAT_MISTRAL_V3, q.tools, q.n_tools, text, strlen(text),
+					   true, &in_list, &o), OPENAI_SCAN_CALL);
+	ck_assert_str_eq(o.name, "count");
+	ck_assert_str_eq(o.arguments, "{\"n\": 7, \"u\": \"c\"}");
+	free(o.arguments);
+	ck_assert_int_eq(openai_calls_scan(CHAT_MISTRAL_V3, q.tools, q.n_tools, text + o.end,
+					   strlen(text) - o.end, true, &in_list, &o), OPENAI_SCAN_CALL);
+	ck_assert_str_eq(o.name, "get_weather");
+	free(o.arguments);
+	ck_assert(!in_list);
+	gram_no(q.gram, "", "{");                               /* a list */
+	gram_no(q.gram, "[", "]");                              /* of 1 or more */
+	gram_no(q.gram, "[{\"name\": \"count\", \"", "parameters\"");
+	gram_no(q.gram, "[{\"name\": \"count\", \"arguments\": {\"n\": 1", ".5");   /* strict */
+	gram_no(q.gram, "[{\"name\": \"", "other\"");
+	gram_no(q.gram, "[{\"name\": \"get_weather\", \"arguments\": {}}", "");
+	gram_no(q.gram, "[{\"name\": \"get_weather\", \"arguments\": {}}]", "[");
+	openai_req_deinit(&q);
+	/* parallel_tool_calls false: one element; a named function */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," STRICT("count") "],"
+		"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"count\"}},"
+		"\"parallel_tool_calls\":false}", CHAT_MISTRAL_V3, &q);
+	gram_ok(q.gram, "[{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}]");
+	gram_no(q.gram, "[{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}", ",");
+	gram_no(q.gram, "[{\"name\": \"", "get_weather");
+	openai_req_deinit(&q);
+	/* under auto: strict and parallel false are refused as for chatml */
+	gram_refused("{" MSGS ",\"tools\":[" STRICT("f") "]}", CHAT_MISTRAL_V3, "tools", "strict");
+	gram_refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false}",
+		     CHAT_MISTRAL_V3, "parallel_tool_calls", "false");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("openai_tools");
@@ -664,6 +715,7 @@ int main(void)
 	tcase_add_test(tc, test_grammar_llama3);
 	tcase_add_test(tc, test_grammar_chatml);
 	tcase_add_test(tc, test_grammar_refused);
+	tcase_add_test(tc, test_grammar_mistral_v3);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

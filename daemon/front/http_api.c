@@ -1955,7 +1955,12 @@ static bool api_json_refused(struct http_conn *hc, struct api_prep *ap)
 	if (!ap->jrun_rc)
 		return false;
 	s->d->counters.rejected[KVD_REJECT_INVALID]++;
-	http__error(hc, 500, "server_error", NULL, NULL, "out of memory", ap->tenant);
+	/* -ENOENT: the call grammar's lead token (mistral_v3's [TOOL_CALLS])
+	 * is not one control token of this vocabulary (a template served
+	 * with model.chat_template_unsafe) */
+	http__error(hc, 500, "server_error", NULL, NULL,
+		    ap->jrun_rc == -ENOENT ? "the model's vocabulary has no control token for its call syntax"
+					   : "out of memory", ap->tenant);
 	return true;
 }
 

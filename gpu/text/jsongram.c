@@ -32,6 +32,13 @@
  * is a segment above the JSON state: matching pre (tpos bytes so far),
  * the value, matching post; the JSON state is reset for each
  * repetition.
+ *
+ * A lead token (jgram_lead; Mistral's [TOOL_CALLS]) is a control token,
+ * which the trie never holds and which decodes to no bytes: it cannot be
+ * a byte segment. The run resolves it to its id in the vocabulary's
+ * tokenizer and, until it is drawn, masks every other token; it then
+ * feeds nothing and the byte grammar starts. A run fed bytes only (no
+ * vocabulary) has no lead: its bytes are those after it.
  */
 #include "gpu/text/jsongram.h"
 
@@ -56,6 +63,9 @@ struct jgram {
 	char pre[JGRAM_WRAP_MAX], post[JGRAM_WRAP_MAX];
 	uint8_t pre_len, post_len;
 	uint16_t max_rep;
+	/* the lead control token's text (jgram_lead): lead_len 0 when none */
+	char lead[JGRAM_WRAP_MAX];
+	uint8_t lead_len;
 };
 
 /* literals every grammar has, first: true, false, null */
@@ -891,6 +901,15 @@ int jgram_wrap(struct jgram *g, const char *pre, size_t pre_len,
 	return 0;
 }
 
+int jgram_lead(struct jgram *g, const char *text, size_t len)
+{
+	if (g->sealed || !len || len > JGRAM_WRAP_MAX)
+		return JGRAM_E_INVALID;
+	memcpy(g->lead, text, len);
+	g->lead_len = (uint8_t)len;
+	return 0;
+}
+
 /* Every node is checked, in order (children first); the root's depth
  * must fit the stack. */
 int jgram_seal(struct jgram *g, uint16_t root, char *msg, size_t msg_len)
@@ -1108,10 +1127,25 @@ struct jgram_run {
 	const struct jgram *g;
 	const struct jgram_vocab *v;
 	struct state st;
+	int32_t lead;                    /* the lead token still to come, or -1 */
 	uint64_t *allow;                 /* ((n_vocab + 63) / 64) the last mask */
 	struct state buf[JGRAM_PIECE_MAX + 1];  /* the walk's states by depth */
 	const struct state *at[JGRAM_PIECE_MAX + 1];
 };
+
+/* The grammar's lead as one control token of t: its id, or -1. */
+static int32_t lead_id(const struct tokenizer *t, const struct jgram *g)
+{
+	int32_t *ids = NULL, id = -1;
+	size_t n = 0;
+
+	if (!tokenizer_encode_ex(t, g->lead, g->lead_len, TOKENIZER_PARSE_SPECIAL,
+				 &ids, &n) &&
+	    n == 1 && tokenizer_token_type(t, ids[0]) == TOKEN_TYPE_CONTROL)
+		id = ids[0];
+	free(ids);
+	return id;
+}
 
 int jgram_run_new(struct jgram_run **out, const struct jgram *g,
 		  const struct jgram_vocab *v)
@@ -1131,6 +1165,11 @@ int jgram_run_new(struct jgram_run **out, const struct jgram *g,
 	r->g = g;
 	r->v = v;
 	r->st.seg = g->pre_len ? SEG_PRE : SEG_VALUE;
+	r->lead = -1;
+	if (v && g->lead_len && (r->lead = lead_id(v->t, g)) < 0) {
+		jgram_run_free(r);
+		return -ENOENT;
+	}
 	*out = r;
 	return 0;
 }
@@ -1147,6 +1186,8 @@ bool jgram_run_feed(struct jgram_run *r, const char *bytes, size_t len)
 {
 	struct state st;
 
+	if (r->lead >= 0)
+		return len == 0;
 	state_copy(&st, &r->st);
 	for (size_t i = 0; i < len; i++)
 		if (!state_step(r->g, &st, (uint8_t)bytes[i]))
@@ -1157,13 +1198,15 @@ bool jgram_run_feed(struct jgram_run *r, const char *bytes, size_t len)
 
 bool jgram_run_complete(const struct jgram_run *r)
 {
-	return state_complete(r->g, &r->st);
+	return r->lead < 0 && state_complete(r->g, &r->st);
 }
 
 bool jgram_run_can(const struct jgram_run *r, uint8_t c)
 {
 	struct state st;
 
+	if (r->lead >= 0)
+		return false;
 	state_copy(&st, &r->st);
 	return state_step(r->g, &st, c);
 }
@@ -1225,13 +1268,23 @@ static uint32_t run_allowed(struct jgram_run *r)
 	return n + run_walk(r, &v->special);
 }
 
+/* Before the lead token: it alone. */
+static uint32_t run_lead(struct jgram_run *r)
+{
+	memset(r->allow, 0, (r->v->n_vocab + 63) / 64 * sizeof(uint64_t));
+	if ((uint32_t)r->lead >= r->v->n_vocab)
+		return 0;
+	r->allow[(uint32_t)r->lead / 64] |= UINT64_C(1) << ((uint32_t)r->lead % 64);
+	return 1;
+}
+
 uint32_t jgram_run_mask(void *run, float *logits, uint32_t n_vocab)
 {
 	struct jgram_run *r = run;
 	const struct jgram_vocab *v = r->v;
-	uint32_t n = run_allowed(r);
+	uint32_t n = r->lead >= 0 ? run_lead(r) : run_allowed(r);
 
-	if (v->eos >= 0 && (uint32_t)v->eos < v->n_vocab && state_complete(r->g, &r->st)) {
+	if (v->eos >= 0 && (uint32_t)v->eos < v->n_vocab && jgram_run_complete(r)) {
 		r->allow[(uint32_t)v->eos / 64] |= UINT64_C(1) << ((uint32_t)v->eos % 64);
 		n++;
 	}
@@ -1253,6 +1306,12 @@ bool jgram_run_accept(void *run, int32_t token)
 	const char *p;
 	size_t len;
 
+	if (r->lead >= 0) {
+		if (token != r->lead)
+			return false;
+		r->lead = -1;   /* the byte grammar from here */
+		return true;
+	}
 	if (token == r->v->eos)
 		return state_complete(r->g, &r->st);
 	if (token < 0 || (uint32_t)token >= r->v->n_vocab ||

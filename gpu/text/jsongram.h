@@ -47,6 +47,12 @@
  * repetitions; pre and post are matched byte for byte (e.g. Hermes'
  * "<tool_call>" and "</tool_call>"). Complete only after a whole post.
  *
+ * A lead (jgram_lead; Mistral's [TOOL_CALLS]): the output opens with one
+ * control token, given by its text and resolved to its id in the run's
+ * vocabulary; the mask allows it alone until it is drawn, then the rest
+ * of the grammar follows. It feeds no bytes (control tokens decode to
+ * none), and a run fed bytes only has none.
+ *
  * No dead ends: from every state the recognizer reaches, some byte is
  * accepted, or the value is complete (jgram_run_complete): `,` is
  * refused when no property is left, `]` before min_items, a value past
@@ -144,6 +150,10 @@ int jgram_lit_add(struct jgram *g, const char *text, size_t len,
  * otherwise. */
 int jgram_wrap(struct jgram *g, const char *pre, size_t pre_len,
 	       const char *post, size_t post_len, uint32_t max_rep);
+/* The output opens with the control token whose text is text[0, len)
+ * (at most JGRAM_WRAP_MAX bytes), before any wrap. Before jgram_seal;
+ * JGRAM_E_INVALID otherwise. */
+int jgram_lead(struct jgram *g, const char *text, size_t len);
 /* Check the tree from root (nodes may refer only to nodes added before
  * them, or to ANY) and freeze it: JGRAM_E_INVALID with msg filled. */
 int jgram_seal(struct jgram *g, uint16_t root, char *msg, size_t msg_len);
@@ -163,7 +173,8 @@ uint32_t jgram_vocab_n_vocab(const struct jgram_vocab *v);
 /* ---- one request ----------------------------------------------------------- */
 
 /* g (sealed) and v must outlive the run. v may be NULL for a run fed
- * bytes only (jgram_run_feed; no mask, no tokens). */
+ * bytes only (jgram_run_feed; no mask, no tokens, no lead). -ENOENT
+ * when g has a lead that is not one control token of v's tokenizer. */
 int jgram_run_new(struct jgram_run **out, const struct jgram *g,
 		  const struct jgram_vocab *v);
 void jgram_run_free(struct jgram_run *r);

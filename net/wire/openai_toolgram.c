@@ -13,6 +13,10 @@
  * JSON object when it is not. Hermes calls are wrapped in <tool_call>
  * tags, one or (parallel_tool_calls not false) several; a llama3 answer
  * is one call by its format. Key order is the template's, forced.
+ * Mistral v0.3 answers the [TOOL_CALLS] control token, then a JSON
+ * array of call objects ("arguments", one element under
+ * parallel_tool_calls false): the token is the grammar's lead
+ * (jgram_lead: a control token is no byte text), the array its root.
  *
  * What cannot be held by a grammar is refused rather than ignored:
  * under tool_choice "auto" the answer may be text, which no grammar
@@ -28,6 +32,7 @@
 
 #define HERMES_OPEN "<tool_call>"
 #define HERMES_CLOSE "</tool_call>"
+#define MISTRAL_CALLS "[TOOL_CALLS]"
 
 /* The call syntax of the formats that have one. */
 static const struct call_syntax {
@@ -35,9 +40,12 @@ static const struct call_syntax {
 	const char *args_key;     /* the arguments' key, quoted */
 	const char *pre, *post;   /* a wrap (NULL: the bare object) */
 	bool many;                /* several calls may follow each other */
+	const char *lead;         /* a control token first (NULL: none) */
+	bool list;                /* the calls are one JSON array */
 } syntaxes[] = {
-	{ CHAT_LLAMA3, "\"parameters\"", NULL, NULL, false },
-	{ CHAT_CHATML, "\"arguments\"", HERMES_OPEN, HERMES_CLOSE, true },
+	{ CHAT_LLAMA3, "\"parameters\"", NULL, NULL, false, NULL, false },
+	{ CHAT_CHATML, "\"arguments\"", HERMES_OPEN, HERMES_CLOSE, true, NULL, false },
+	{ CHAT_MISTRAL_V3, "\"arguments\"", NULL, NULL, true, MISTRAL_CALLS, true },
 };
 
 static const struct call_syntax *syntax_of(enum chat_format f)
@@ -150,6 +158,24 @@ static size_t allowed_count(const struct openai_req *q)
 	return k;
 }
 
+/* Mistral: the lead token, then [call, ...] (one under parallel false). */
+static int list_of(struct jgram *g, const struct call_syntax *cs,
+		   const struct openai_req *q, uint16_t *root,
+		   struct openai_error *err)
+{
+	struct jgram_node *n;
+	uint16_t call = *root;
+	int rc = jgram_lead(g, cs->lead, strlen(cs->lead));
+
+	if (!rc)
+		rc = jgram_node_add(g, root, &n);
+	if (rc)
+		return gram_bad(err, "list", rc);
+	*n = (struct jgram_node){ .types = JGRAM_T_ARRAY, .items = call, .min_items = 1,
+				  .max_items = q->no_parallel_calls ? 1 : JGRAM_REPS_MAX };
+	return 0;
+}
+
 static int tools_grammar(struct openai_req *q, const struct call_syntax *cs,
 			 struct jgram *g, struct openai_error *err)
 {
@@ -157,6 +183,8 @@ static int tools_grammar(struct openai_req *q, const struct call_syntax *cs,
 	uint16_t root;
 	int rc = union_of(g, cs, q, &root, err);
 
+	if (!rc && cs->list)
+		rc = list_of(g, cs, q, &root, err);
 	if (rc)
 		return rc;
 	if (cs->pre && (rc = jgram_wrap(g, cs->pre, strlen(cs->pre), cs->post,
