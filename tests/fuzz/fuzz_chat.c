@@ -10,7 +10,8 @@
  *     -E2BIG; on error nothing is returned (*out NULL, *len 0) and err is
  *     a terminated sentence; on success *out is NUL-terminated at *len and
  *     every message's content (trimmed of ASCII whitespace) is in it
- *     (a tool result in llama3 is JSON-quoted: not checked);
+ *     (a tool result in llama3 is JSON-quoted: not checked; mistral_v3
+ *     renders the system message only into a last user message);
  *   - a role outside system/user/assistant (and tool, in the formats
  *     with a tool syntax) is always -EINVAL;
  *   - detection returns 0 with a format other than CHAT_NONE, or -ENOENT
@@ -102,6 +103,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			   "text not terminated at its length");
 		for (size_t i = 0; i < n; i++)
 			FUZZ_CHECK((f == CHAT_LLAMA3 && !strcmp(msgs[i].role, "tool")) ||
+				   (f == CHAT_MISTRAL_V3 && !strcmp(msgs[i].role, "system") &&
+				    strcmp(msgs[n - 1].role, "user")) ||
 				   holds(out, msgs[i].content),
 				   "message %zu's content is missing", i);
 		free(out);
@@ -147,4 +150,5 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	     "message['content'] + '<|im_end|>'}}");
 	seed(emit, ctx, CHAT_LLAMA3, "<|start_header_id|>x<|end_header_id|><|eot_id|>");
 	seed(emit, ctx, CHAT_MISTRAL, "'[INST] ' + m + ' [/INST]'");
+	seed(emit, ctx, CHAT_MISTRAL_V3, "\"[INST] \" + m + \"[/INST]\" \"[AVAILABLE_TOOLS] [\" \"[TOOL_CALLS] [\"");
 }

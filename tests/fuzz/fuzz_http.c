@@ -19,10 +19,10 @@
  *     in 1..PROTO_CLIENT_MAX_TOKENS, temperature in [0, 100], top_p in
  *     (0, 1], at most 4 stop strings of 1..256 bytes; no leak;
  *   - a chat body's tools: at most OPENAI_TOOLS_MAX, each with a valid
- *     name and both texts; the body, as a model's answer in the chatml and
- *     llama3 formats with those tools (or one named "f"), scans to text
- *     and calls that stay within it, each call naming a tool offered,
- *     its arguments a JSON object's text;
+ *     name and both texts; the body, as a model's answer in the chatml,
+ *     llama3 and mistral_v3 formats with those tools (or one named
+ *     "f"), scans to text and calls that stay within it, each call
+ *     naming a tool offered, its arguments a JSON object's text;
  *   - kvd_apikeys_parse: an error names the source; accepted: at least
  *     one key; a lookup of the input itself finds nothing or a valid
  *     tenant.
@@ -64,9 +64,9 @@ static void check_scan(const struct openai_req *q, const char *p, size_t len)
 	static const struct openai_tool f = { .name = "f" };
 	const struct openai_tool *tools = q && q->n_tools ? q->tools : &f;
 	size_t n_tools = q && q->n_tools ? q->n_tools : 1;
-	const enum chat_format fmts[] = { CHAT_CHATML, CHAT_LLAMA3 };
+	const enum chat_format fmts[] = { CHAT_CHATML, CHAT_LLAMA3, CHAT_MISTRAL_V3 };
 
-	for (unsigned k = 0; k < 2; k++) {
+	for (unsigned k = 0; k < 3; k++) {
 		struct openai_found o;
 		size_t pos = 0;
 		bool plain = false;
