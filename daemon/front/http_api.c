@@ -1541,7 +1541,7 @@ static int api_chat_ids(enum chat_format fmt, const struct tokenizer *tok,
 	*param = "messages";
 	if (fmt == CHAT_NONE) {
 		*code = "no_chat_template";
-		snprintf(msg, msg_size, "the model '%.64s' has no chat template kvd recognizes; set model.chat_template in the config (llama2, llama3, chatml, mistral, gemma, phi3, deepseek) or use /v1/completions",
+		snprintf(msg, msg_size, "the model '%.64s' has no chat template kvd recognizes; set model.chat_template in the config (llama2, llama3, chatml, mistral, gemma, phi3, deepseek, mistral_v3) or use /v1/completions",
 			 model_name);
 		return 1;
 	}
