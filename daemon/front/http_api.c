@@ -565,11 +565,14 @@ static int stream_text(struct http_conn *hc, size_t n, bool all)
 /* ---- tool calls in the answer (net/wire/openai_tools.h) ------------------------------- */
 
 /* One call as OpenAI writes it, with a fresh id ("call_" and 96 random
- * bits: what the client sends back as tool_call_id); index >= 0 for a
- * stream's delta. NULL: no memory. */
+ * bits: what the client sends back as tool_call_id; for mistral_v3 the
+ * 9 random alphanumerics Mistral's template renders as they are, as
+ * vLLM gives); index >= 0 for a stream's delta. NULL: no memory. */
 static json_t *call_json(struct http_conn *hc, const struct openai_found *c,
 			 int index)
 {
+	static const char alnum[] =
+		"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 	unsigned char rnd[12];
 	char hex[2 * sizeof(rnd) + 1], id[8 + sizeof(hex)];
 	json_t *j;
@@ -577,6 +580,11 @@ static json_t *call_json(struct http_conn *hc, const struct openai_found *c,
 	randombytes_buf(rnd, sizeof(rnd));
 	sodium_bin2hex(hex, sizeof(hex), rnd, sizeof(rnd));
 	snprintf(id, sizeof(id), "call_%s", hex);
+	if (hc->x.tool_fmt == CHAT_MISTRAL_V3) {
+		for (size_t i = 0; i < CHAT_MISTRAL_ID_LEN; i++)
+			id[i] = alnum[randombytes_uniform(sizeof(alnum) - 1)];
+		id[CHAT_MISTRAL_ID_LEN] = '\0';
+	}
 	j = x_nomem(hc) ? NULL
 	    : json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
 			"function", "name", c->name, "arguments", c->arguments);

@@ -20,6 +20,7 @@
 #     a list of calls; every answer is calls of the allowed tools only,
 #     strict arguments valid, content null, finish_reason tool_calls; one
 #     call under parallel false; streamed answers carry the same calls;
+#     call ids are Mistral's 9 alphanumerics;
 #   - a control token's text in a tool's description or result is
 #     refused (forged_control_token).
 # (Mistral v0.1's format still refuses tools: http_tools.sh.)
@@ -119,6 +120,8 @@ for seed in 1 2 3; do
 	cp "$T/body" "$T/req_$seed.json"
 	check "required, seed $seed: 200 ($st), calls of f or g only, arguments valid" \
 		bash -c "[ $st = 200 ] && $(declare -f calls_ok); calls_ok '$T/body' f g"
+	check "  ... ids of 9 alphanumerics (Mistral's)" \
+		jq -e '[.choices[0].message.tool_calls[].id | test("^[A-Za-z0-9]{9}$")] | all' "$T/body"
 	n_calls=$((n_calls + $(jq '.choices[0].message.tool_calls | length' "$T/body")))
 	st=$(post chat/completions "$(forced "$named_g" $seed)")
 	check "named g, seed $seed: 200 ($st), calls of g only" \
