@@ -315,6 +315,9 @@ START_TEST(test_spelled_system_turn)
 	ck_assert_int_eq(chat_format_check(CHAT_LLAMA2, v.t, err, sizeof(err)), -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(err, "[INST]"));
 	ck_assert_int_eq(chat_format_check(CHAT_MISTRAL, v.t, err, sizeof(err)), -ENOTSUP);
+	/* Mistral 7B v0.1's vocabulary has none of v0.3's control tokens */
+	ck_assert_int_eq(chat_format_check(CHAT_MISTRAL_V3, v.t, err, sizeof(err)), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(err, "[INST]"));
 	ck_assert_int_eq(chat_format_check(CHAT_NONE, v.t, err, sizeof(err)), -ENOENT);
 	vocab_close(&v);
 
