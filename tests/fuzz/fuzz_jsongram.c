@@ -7,7 +7,9 @@
  * is a forced call (tool_choice required, net/wire/openai_toolgram.c)
  * of that tool or a non-strict one, in the chatml format (Hermes
  * <tool_call> tags, repeated; bit 3: parallel_tool_calls false) or,
- * with bit 2, llama3's bare call object. The document
+ * with bit 2, llama3's bare call object, or, with bit 4 (bit 2 clear),
+ * mistral_v3's list of calls (fed the bytes after its [TOOL_CALLS]
+ * token, the grammar's lead, which the scanner reads first). The document
  * is fed byte by byte; a refused byte is skipped (the state must not
  * change) and the next is tried.
  * Properties:
@@ -68,14 +70,24 @@ static bool call_req(struct openai_req *q, const uint8_t *schema, size_t n,
 	return ok;
 }
 
-/* A complete forced call is calls of f or g to the scanner, nothing else. */
+/* A complete forced call is calls of f or g to the scanner, nothing else
+ * (after the format's lead token's text, which the front writes). */
 static void check_calls(const struct openai_req *q, enum chat_format f,
-			const char *p, size_t n)
+			const char *doc, size_t n)
 {
+	const char *lead = openai_calls_token(f);
+	size_t ll = lead ? strlen(lead) : 0;
+	char *all = malloc(ll + n + 1);
+	const char *p = all;
 	struct openai_found o;
 	bool plain = false;
 	unsigned calls = 0;
 	int rc;
+
+	FUZZ_CHECK(all, "out of memory");
+	memcpy(all, lead ? lead : "", ll);
+	memcpy(all + ll, doc, n);
+	n += ll;
 
 	do {
 		rc = openai_calls_scan(f, q->tools, q->n_tools, p, n, true, &plain, &o);
@@ -88,6 +100,7 @@ static void check_calls(const struct openai_req *q, enum chat_format f,
 		n -= rc == OPENAI_SCAN_CALL ? o.end : o.text;
 	} while (rc == OPENAI_SCAN_CALL);
 	FUZZ_CHECK(calls >= 1, "a complete forced call the scanner does not read");
+	free(all);
 }
 
 static void run_doc(const struct jgram *g, const uint8_t *d, size_t n, bool object,
@@ -146,7 +159,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	n_schema = doc ? (size_t)(doc - data - 1) : size - 1;
 	doc = doc ? doc + 1 : data + size;
 	if (data[0] & 2) {
-		enum chat_format f = (data[0] & 4) ? CHAT_LLAMA3 : CHAT_CHATML;
+		enum chat_format f = (data[0] & 4) ? CHAT_LLAMA3
+				     : (data[0] & 16) ? CHAT_MISTRAL_V3 : CHAT_CHATML;
 		struct openai_req q;
 
 		if (call_req(&q, data + 1, n_schema, f, data[0] & 8)) {
@@ -201,4 +215,7 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	seed(emit, ctx, 7, "{\"type\":\"object\"}", "{\"name\": \"g\", \"parameters\": {}}");
 	seed(emit, ctx, 11, "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[1,2]}}}",
 	     "<tool_call>{\"name\":\"f\",\"arguments\":{\"k\":2}}</tool_call><tool_call>");
+	seed(emit, ctx, 19, person, " [{\"name\": \"f\", \"arguments\": {\"name\": \"x\"}}, "
+	     "{\"name\":\"g\",\"arguments\":{\"q\":\"]\"}}] ");
+	seed(emit, ctx, 27, "{\"type\":\"object\"}", "[{\"name\": \"g\", \"arguments\": {}}, {");
 }
