@@ -136,6 +136,32 @@ START_TEST(object_accepts)
 }
 END_TEST
 
+/* The n choices of one request: runs of one grammar, each holder with
+ * its reference; each run's state is its own, and the grammar lives
+ * until the last holder lets it go (ASan: no leak, no use after free). */
+START_TEST(shared_runs)
+{
+	struct jgram *g, *h;
+	struct jgram_run *a, *b;
+
+	ck_assert_int_eq(jgram_new_object(&g), 0);
+	h = jgram_ref(g);
+	ck_assert_ptr_eq(h, g);
+	ck_assert_int_eq(jgram_run_new(&a, g, NULL), 0);
+	ck_assert_int_eq(jgram_run_new(&b, h, NULL), 0);
+	jgram_free(g);                   /* the first holder goes: b still reads h */
+	ck_assert(jgram_run_feed(a, "{\"x\":", 5));
+	ck_assert(jgram_run_feed(b, "{}", 2));
+	ck_assert(jgram_run_complete(b));
+	ck_assert(!jgram_run_complete(a));
+	ck_assert(!jgram_run_feed(b, "{", 1));
+	jgram_run_free(a);
+	jgram_run_free(b);
+	jgram_free(h);
+	jgram_free(NULL);
+}
+END_TEST
+
 START_TEST(object_refuses)
 {
 	struct jgram *g;
@@ -884,6 +910,7 @@ int main(void)
 
 	tcase_add_test(tc, object_accepts);
 	tcase_add_test(tc, object_refuses);
+	tcase_add_test(tc, shared_runs);
 	tcase_add_test(tc, object_incomplete);
 	tcase_add_test(tc, object_depth);
 	tcase_add_test(tc, schema_accepts);

@@ -1832,6 +1832,7 @@ struct api_prep {
 	enum chat_format fmt;
 	bool parse_special;              /* http.parse_special (completions) */
 	const struct jgram_vocab *jvocab;   /* as tok; NULL: json refused */
+	uint32_t max_n;                  /* http.max_n (at least 1) */
 	char model_name[128];            /* http_server.model_name's copy */
 	/* what the worker found */
 	int parse_rc;                    /* openai_req_parse's */
@@ -1844,7 +1845,10 @@ struct api_prep {
 	const char *param;               /* chat: "messages" or "tools" */
 	int32_t *ids;                    /* (n_ids), handed to the request */
 	uint32_t n_ids;
-	struct jgram_run *jrun;          /* q.gram's run, handed to the request */
+	/* q.gram's runs, one per choice (api_prep_runs), each handed to its
+	 * choice's request */
+	struct jgram_run *jruns[HTTP_N_MAX];
+	uint32_t n_jruns;
 	int jrun_rc;                     /* jgram_run_new's */
 	char msg[PROTO_CLIENT_MSG_MAX];
 };
@@ -1861,7 +1865,8 @@ static void api_prep_free(struct api_prep *ap)
 {
 	free(ap->body);
 	free(ap->ids);
-	jgram_run_free(ap->jrun);
+	for (uint32_t i = 0; i < ap->n_jruns; i++)
+		jgram_run_free(ap->jruns[i]);
 	if (ap->parse_rc == 0)
 		openai_req_deinit(&ap->q);
 	free(ap);
@@ -1914,6 +1919,27 @@ static bool api_tools_refused(struct api_prep *ap)
 	return true;
 }
 
+/* The grammar's runs: one per choice (n > 1: each choice samples under
+ * it on its own, from the start), made here, so a run that cannot be
+ * made refuses the whole request (api_json_refused) before any choice
+ * exists. None past http.max_n (refused: api_n_refused). Every kind of
+ * request grammar (response_format, a forced tool call) gets its runs
+ * here, the same way. */
+static int api_prep_runs(struct api_prep *ap)
+{
+	uint32_t n = ap->q.n > 1 ? ap->q.n : 1;
+	int rc;
+
+	if (n > ap->max_n)
+		return 0;
+	if (!ap->jvocab)
+		return -ENOMEM;
+	for (; ap->n_jruns < n; ap->n_jruns++)
+		if ((rc = jgram_run_new(&ap->jruns[ap->n_jruns], ap->q.gram, ap->jvocab)))
+			return rc;
+	return 0;
+}
+
 /* Worker thread: touches only ap, the tokenizer and the model name. */
 static void api_prep_run(struct prep_job *j)
 {
@@ -1935,8 +1961,7 @@ static void api_prep_run(struct prep_job *j)
 	if (ap->shape->chat && api_tools_refused(ap))
 		return;
 	if (q->gram)
-		ap->jrun_rc = ap->jvocab ? jgram_run_new(&ap->jrun, q->gram, ap->jvocab)
-					 : -ENOMEM;
+		ap->jrun_rc = api_prep_runs(ap);
 	ap->status = 400;
 	if (ap->shape->chat)
 		ap->prompt_rc = api_chat_ids(ap->fmt, ap->tok, ap->model_name, q,
@@ -1972,26 +1997,18 @@ static bool api_json_refused(struct http_conn *hc, struct api_prep *ap)
 	return true;
 }
 
-/* n past http.max_n is the body's 400; so is n > 1 with a grammar
- * (response_format json, a forced tool call): each choice would need its
- * own run of it, and the grammar goes with one request. true when
- * refused. */
+/* n past http.max_n is the body's 400. true when refused. */
 static bool api_n_refused(struct http_conn *hc, struct api_prep *ap)
 {
 	struct serve *s = hc->s;
-	uint32_t max = s->d->cfg.http_max_n ? s->d->cfg.http_max_n : 1;
 	char msg[160];
 
-	if (ap->q.n <= max && (ap->q.n <= 1 || !ap->q.gram))
+	if (ap->q.n <= ap->max_n)
 		return false;
 	s->d->counters.rejected[KVD_REJECT_INVALID]++;
-	if (ap->q.n > max)
-		snprintf(msg, sizeof(msg), "'n' is %u; this server answers at most %u choices (http.max_n)",
-			 ap->q.n, max);
-	else
-		snprintf(msg, sizeof(msg), "%s", "'n' > 1 with response_format json_object or json_schema, or a forced tool call, is not served");
-	http__error(hc, 400, "invalid_request_error", ap->q.n > max ? NULL : "unsupported_parameter",
-		    "n", msg, ap->tenant);
+	snprintf(msg, sizeof(msg), "'n' is %u; this server answers at most %u choices (http.max_n)",
+		 ap->q.n, ap->max_n);
+	http__error(hc, 400, "invalid_request_error", NULL, "n", msg, ap->tenant);
 	return true;
 }
 
@@ -2190,8 +2207,11 @@ static void api_admit_tools(struct http_exchange *x, struct api_prep *ap)
  * first choice's prompt and parameters and the seed + i (invariant 9:
  * each choice is what a request with that seed alone gets), the same
  * tenant, cache_salt and public id (kvctl abort of the id aborts one
- * choice, whose error ends the others). NULL without memory. */
-static struct serve_req *api_choice_req(struct http_conn *hc,
+ * choice, whose error ends the others), and with a grammar its own run
+ * of it (ap->jruns[i], taken) and a reference to it (the request frees
+ * both, req.c, whichever way it ends). NULL without memory (the run
+ * stays ap's). */
+static struct serve_req *api_choice_req(struct http_conn *hc, struct api_prep *ap,
 					const struct serve_req *first, uint32_t i)
 {
 	size_t nb = first->sp.n_logit_bias * sizeof(*first->bias);
@@ -2224,6 +2244,11 @@ static struct serve_req *api_choice_req(struct http_conn *hc,
 	r->sp.seed = first->sp.seed + i;
 	r->bias = bias;
 	r->sp.logit_bias = bias;
+	if (first->gram) {               /* api_prep_runs made n runs */
+		r->gram = jgram_ref(first->gram);
+		r->jrun = ap->jruns[i];
+		ap->jruns[i] = NULL;
+	}
 	r->shares_prompt = true;
 	return r;
 }
@@ -2238,7 +2263,8 @@ static struct serve_req *api_choice_req(struct http_conn *hc,
  * its last page into a page of its own. A choice refused (the tenant's
  * queue full, ...) ends the exchange: its error is the answer and the
  * choices admitted already are orphaned - never half an answer. */
-static void api_admit_choices(struct http_conn *hc, struct serve_req *first)
+static void api_admit_choices(struct http_conn *hc, struct api_prep *ap,
+			      struct serve_req *first)
 {
 	struct http_exchange *x = &hc->x;
 	uint64_t num = x->num;
@@ -2249,7 +2275,7 @@ static void api_admit_choices(struct http_conn *hc, struct serve_req *first)
 
 		if (!x->active || x->num != num)
 			return;   /* refused as a whole already */
-		r = api_choice_req(hc, first, i);
+		r = api_choice_req(hc, ap, first, i);
 		if (!r) {
 			exchange_fail(hc, 0);
 			return;
@@ -2319,8 +2345,8 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 	ap->ids = NULL;
 	r->gram = ap->q.gram;            /* the run reads it: they go together */
 	ap->q.gram = NULL;
-	r->jrun = ap->jrun;
-	ap->jrun = NULL;
+	r->jrun = ap->jruns[0];
+	ap->jruns[0] = NULL;
 	api_req_params(hc, ap, r);
 	x->temperature = q->temperature;
 	x->top_p = q->top_p;
@@ -2330,7 +2356,7 @@ static void api_admit(struct http_conn *hc, struct api_prep *ap)
 		    (unsigned long long)x->num,
 		    x->id, KVLOG_Q(ap->tenant), x->stream,
 		    (unsigned long long)((kvd_now_ns() - ap->t_start_ns) / 1000));
-	api_admit_choices(hc, r);   /* the tenant's queue, then the role's admission */
+	api_admit_choices(hc, ap, r);   /* the tenant's queue, then the role's admission */
 }
 
 /* Loop thread: the worker is done (or the job was cancelled). */
@@ -2400,6 +2426,7 @@ static void api_generate(struct http_conn *hc, const struct http_msg *m,
 	ap->parse_rc = -1;               /* nothing to deinit until parsed */
 	ap->tok = hs->s->tok;
 	ap->jvocab = hs->s->jvocab;
+	ap->max_n = hs->s->d->cfg.http_max_n ? hs->s->d->cfg.http_max_n : 1;
 	ap->fmt = hs->chat_format;
 	ap->parse_special = hs->s->d->cfg.http_parse_special;
 	snprintf(ap->model_name, sizeof(ap->model_name), "%s", hs->model_name);

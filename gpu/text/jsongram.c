@@ -39,11 +39,18 @@
  * tokenizer and, until it is drawn, masks every other token; it then
  * feeds nothing and the byte grammar starts. A run fed bytes only (no
  * vocabulary) has no lead: its bytes are those after it.
+ * Sharing. A sealed grammar is only read, so one may serve several
+ * runs at once (the n choices of one request: each its own run, all of
+ * one grammar). Whoever holds a run holds a reference to its grammar
+ * (jgram_ref); jgram_free drops one, and the last frees it. The count
+ * is atomic: a reference may be dropped on a worker thread (a request
+ * refused while its body was prepared) as well as on the loop.
  */
 #include "gpu/text/jsongram.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +73,7 @@ struct jgram {
 	/* the lead control token's text (jgram_lead): lead_len 0 when none */
 	char lead[JGRAM_WRAP_MAX];
 	uint8_t lead_len;
+	atomic_uint refs;                /* holders (jgram_ref); 1 when made */
 };
 
 /* literals every grammar has, first: true, false, null */
@@ -138,9 +146,16 @@ int jgram_lit_add(struct jgram *g, const char *text, size_t len, uint16_t node,
 	return 0;
 }
 
+struct jgram *jgram_ref(struct jgram *g)
+{
+	atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+	return g;
+}
+
 void jgram_free(struct jgram *g)
 {
-	if (!g)
+	/* acq_rel: the last holder sees every other holder's reads done */
+	if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	free(g->nodes);
 	free(g->lits);
@@ -158,6 +173,7 @@ int jgram_new(struct jgram **out)
 
 	if (!g)
 		return -ENOMEM;
+	atomic_init(&g->refs, 1);
 	rc = jgram_node_add(g, &id, &any);
 	for (unsigned i = 0; !rc && i < LIT_BUILTIN; i++)
 		rc = jgram_lit_add(g, builtin[i], strlen(builtin[i]), 0, NULL);

@@ -7,7 +7,8 @@
  *                       (jgram_new + jgram_node_add/jgram_lit_add, then
  *                       jgram_seal), or jgram_new_object() for
  *                       response_format json_object (any JSON object).
- *                       Immutable once sealed: any thread may read it.
+ *                       Immutable once sealed: any thread may read it,
+ *                       and several runs may share it (jgram_ref).
  *   struct jgram_vocab  a model's vocabulary as a byte trie of the
  *                       tokens' pieces (tokenizer_piece), built once per
  *                       model; immutable, shared.
@@ -134,6 +135,10 @@ struct jgram_run;
 int jgram_new(struct jgram **out);
 /* response_format json_object: the root is an object with any keys. */
 int jgram_new_object(struct jgram **out);
+/* One more holder of g (a sealed grammar another run will read): each
+ * holder calls jgram_free once; the last frees it. Any thread. */
+struct jgram *jgram_ref(struct jgram *g);
+/* Drops the caller's hold (NULL: nothing); frees g with the last. */
 void jgram_free(struct jgram *g);
 /* Append a node (zeroed; max_items = JGRAM_ITEMS_MAX); *id its index.
  * JGRAM_E_INVALID past JGRAM_NODES_MAX. The pointer is valid until the

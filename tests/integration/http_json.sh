@@ -13,8 +13,12 @@
 #   - a schema kvd cannot hold the output to (pattern), a bad name, and a
 #     bad response_format are 400 naming response_format; the node
 #     still serves afterwards;
+#   - n=3 under one bounded schema (each choice its own run): every
+#     choice stops, parses and matches, choice i is the single request
+#     with seed 1 + i, streamed the same;
 #   - a prefill+decode pair gives the standalone node's answers (the
-#     decode node draws the first token under the grammar itself).
+#     decode node draws the first token under the grammar itself), n=2
+#     too.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -68,6 +72,29 @@ answer() {
 	[ "$st" = 200 ] || { echo "# $ep seed $seed: status $st $(head -c 300 "$T/body")"; return 1; }
 }
 
+# answer_n RF SEED MAX N PREFIX: an n=N completions answer, sampled (or
+# streamed, with STREAM=true); choice i as {text, finish} in PREFIX_i.json
+answer_n() {
+	local rf=$1 seed=$2 max=$3 n=$4 pre=$5 body i st
+	body=$(jq -nc --argjson rf "$rf" --argjson s "$seed" --argjson m "$max" --argjson n "$n" \
+		--argjson st "${STREAM:-false}" \
+		'{prompt: "Once upon a time", response_format: $rf, temperature: 1, seed: $s, max_tokens: $m, n: $n, stream: $st}')
+	if [ "${STREAM:-false}" = true ]; then
+		curl -sN -d "$body" "$U/completions" | sed -n 's/^data: //p' | grep -v '^\[DONE\]' > "$T/body"
+		for i in $(seq 0 $((n - 1))); do
+			jq -s -c --argjson i "$i" '[.[] | .choices[]? | select(.index == $i)] |
+				{text: (map(.text // "") | join("")), finish: (map(.finish_reason // empty) | last)}' \
+				"$T/body" > "${pre}_$i.json"
+		done
+	else
+		st=$(post completions "$body")
+		[ "$st" = 200 ] || { echo "# n=$n seed $seed: status $st $(head -c 300 "$T/body")"; return 1; }
+		for i in $(seq 0 $((n - 1))); do
+			jq -c --argjson i "$i" '.choices[$i] | {text, finish: .finish_reason}' "$T/body" > "${pre}_$i.json"
+		done
+	fi
+}
+
 # streamed: the deltas joined, and the last chunk's finish_reason
 answer_stream() {
 	local rf=$1 seed=$2 max=$3 out=$4 body
@@ -112,6 +139,23 @@ run_model() {
 	$CHECK "$T/short.json" "${files[@]}" > "$T/check_${label}_short.out" 2>&1 || true
 	check "$label: a bounded schema always stops and matches ($(tail -1 "$T/check_${label}_short.out"))" \
 		grep -qx "stop=3 length=0 bad=0" "$T/check_${label}_short.out"
+	# n=3 under one grammar (the bounded schema): each choice its own run
+	# of it, every one stops and matches, choice i is the single request
+	# with seed 1 + i; streamed the same
+	if answer_n "$(rf schema "$T/short.json")" 1 200 3 "$T/n_${label}"; then
+		$CHECK "$T/short.json" "$T/n_${label}"_{0,1,2}.json > "$T/check_${label}_n.out" 2>&1 || true
+		check "$label: n=3 under a bounded schema: every choice stops and matches ($(tail -1 "$T/check_${label}_n.out"))" \
+			grep -qx "stop=3 length=0 bad=0" "$T/check_${label}_n.out"
+		for i in 0 1 2; do
+			check "  ... choice $i is the single request with seed $((1 + i))" \
+				cmp -s "$T/n_${label}_$i.json" "$T/a_${label}_short_$((1 + i)).json"
+		done
+	else
+		not_ok "$label: n=3 under a bounded schema: 200"
+	fi
+	STREAM=true answer_n "$(rf schema "$T/short.json")" 1 200 3 "$T/ns_${label}"
+	check "  ... streamed: the same choices" \
+		bash -c "for i in 0 1 2; do cmp -s '$T/ns_${label}_'\$i.json '$T/n_${label}_'\$i.json || exit 1; done"
 	answer cmpl "$(rf schema "$T/person.json")" 7 "$max" "$T/r1.json"
 	answer cmpl "$(rf schema "$T/person.json")" 7 "$max" "$T/r2.json"
 	check "$label: the same seed, the same answer" cmp -s "$T/r1.json" "$T/r2.json"
@@ -158,8 +202,12 @@ for s in 1 2; do
 	check "pair: json_object seed $s equals the standalone answer" \
 		cmp -s "$T/p_$s.json" "$T/a_gen_object_cmpl_$s.json"
 done
+answer_n "$(rf object)" 1 160 2 "$T/pn" || true
+check "pair: json_object n=2 seed 1: the standalone answers of seeds 1 and 2" \
+	bash -c "cmp -s '$T/pn_0.json' '$T/a_gen_object_cmpl_1.json' && cmp -s '$T/pn_1.json' '$T/a_gen_object_cmpl_2.json'"
 check "pair: the decode node drew the first tokens itself" \
 	grep -q "event=decode_recompute" "$T/dj.log"
+check "pair: nothing held" settle dj
 stop_node dj
 stop_node pj
 M=${KVD_SHARED:-}/models/stories260K.gguf

@@ -16,6 +16,10 @@
 #     the same request is computed 4 times (cached_tokens=0 four times)
 #     and gives the same texts; on a prefill+decode pair the prefill
 #     peer computes it once (its hit_tokens +128 for n=3);
+#   - n=3 under a JSON schema (each choice its own run of the grammar):
+#     each text follows it, choice i is the single request with seed
+#     s + i; bob's n=3 under it refused whole and a client leaving such
+#     a stream free everything (under ASan: every run and the grammar);
 #   - bounds: n past http.max_n and best_of other than n are 400s naming
 #     them; bob (max_active=1, max_queued=1) asking n=3 is refused whole
 #     (429 overloaded, no choice answered, nothing held after), n=2 is
@@ -144,9 +148,34 @@ check "n=7 past http.max_n=6: 400 naming n ($st)" \
 st=$(post $H completions "{$CMPL,\"n\":2,\"best_of\":3}")
 check "best_of 3 with n 2: 400 naming best_of ($st)" \
 	bash -c "test $st = 400 && jq -e '.error.param == \"best_of\"' '$T/body' >/dev/null"
-st=$(post $H completions "{$CMPL,\"n\":2,\"response_format\":{\"type\":\"json_object\"}}")
-check "n=2 with a JSON grammar: 400 naming n ($st)" \
-	bash -c "test $st = 400 && jq -e '.error.param == \"n\"' '$T/body' >/dev/null"
+
+# ---- n > 1 under a grammar: each choice its own run of it ---------------------------------------
+echo '{"type":"object","properties":{"s":{"type":"string"}},"required":["s"],"additionalProperties":false}' > "$T/s.json"
+JS="\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"t\",\"schema\":$(cat "$T/s.json")}}"
+st=$(post $H completions "{$CMPL,\"n\":3,\"seed\":5,$JS}")
+cp "$T/body" "$T/j3.json"
+for i in 0 1 2; do jq -c ".choices[$i] | {text, finish: .finish_reason}" "$T/j3.json" > "$T/j3_$i.json"; done
+python3 "$KVD_SRC/tests/integration/json_check.py" "$T/s.json" "$T"/j3_{0,1,2}.json > "$T/j3.check" 2>&1 || true
+check "n=3 with a JSON schema: 200 ($st), 3 choices, each stops matching it or is its prefix ($(tail -1 "$T/j3.check"))" \
+	bash -c "test $st = 200 && jq -e '[.choices[].index] == [0,1,2]' '$T/j3.json' >/dev/null && grep -q ' bad=0$' '$T/j3.check'"
+for i in 0 1 2; do
+	post $H completions "{$CMPL,\"seed\":$((5 + i)),$JS}" >/dev/null
+	check "  ... choice $i is the single request with seed $((5 + i))" \
+		test "$(jq -c .choices[0].text "$T/body")" = "$(jq -c ".choices[$i].text" "$T/j3.json")"
+done
+mark=$(log_mark "$T/s.log")
+st=$(post $H completions "{$CMPL,\"n\":3,$JS}" "$KEY_B")
+check "bob asking n=3 under a grammar: refused whole, 429 ($st)" \
+	bash -c "test $st = 429 && jq -e '.error.code == \"overloaded\"' '$T/body' >/dev/null"
+check "  ... nothing held after" settle s
+# at least 1000 booleans: every choice runs to its max_tokens
+JL='"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"array","items":{"type":"boolean"},"minItems":1000}}}'
+mark=$(log_mark "$T/s.log")
+curl -s -m 2 -N -H "Authorization: Bearer $KEY" -d "{\"prompt\":[$IDS],\"max_tokens\":3000,\"temperature\":0.9,\"n\":3,\"stream\":true,$JL}" \
+	"http://127.0.0.1:$H/v1/completions" > "$T/jl.sse" || true
+check "a client leaving an n=3 stream under a grammar: every choice ends" settle s
+check "  ... the three were running (client_gone x $(log_since "$T/s.log" "$mark" | grep -c "event=client_gone id="))" \
+	test "$(log_since "$T/s.log" "$mark" | grep -c 'event=client_gone id=')" = 3
 mark=$(log_mark "$T/s.log")
 st=$(post $H completions "{$CMPL,\"n\":3}" "$KEY_B")
 check "bob (max_active 1, max_queued 1) asking n=3: refused whole, 429 ($st)" \

@@ -24,6 +24,9 @@
 #     whole-call tokens); a prefill+decode pair answers as the standalone
 #     node for the same seeds (the decode node draws the first token
 #     under the grammar itself: decode_recompute);
+#   - n=3 under the grammar (each choice its own run): every choice is
+#     calls only, choice i the single request with seed 1 + i, its
+#     finish_reason tool_calls, streamed the same; on the pair too;
 #   - in fault-point builds, an allocation failing anywhere in a tools
 #     exchange ends it cleanly (KVD_HTTP_NOMEM, as http_harden.sh);
 #   - the 400s, each naming its param: tools for a format without a tool
@@ -192,6 +195,30 @@ got_s=$(jq -sc '[.[] | .choices[0].delta.tool_calls // empty | .[0].function | {
 check "required, streamed: the same calls as not streamed ($got_s)" \
 	test "$got_s" = "$(jq -c '[.choices[0].message.tool_calls[].function | {name, arguments}]' "$T/req_3.json")"
 
+# n > 1 under the grammar: each choice samples under its own run of it;
+# choice i is the single request with seed 1 + i (invariant 9), calls
+# parsed per choice, streamed or not
+# choice_calls FILE I: choice I's calls and content
+choice_calls() { jq -c ".choices[$2] | [.message.tool_calls[].function | {name, arguments}], .message.content, .finish_reason" "$1"; }
+st=$(post chat/completions "$(forced '"required"' 1 ',"n":3')")
+cp "$T/body" "$T/req_n3.json"
+check "required, n=3: 200 ($st), 3 choices, index 0..2" \
+	jq -e '[.choices[].index] == [0,1,2]' "$T/req_n3.json"
+for i in 0 1 2; do
+	check "  ... choice $i: calls only, f's arguments valid, the single request with seed $((1 + i))" \
+		bash -c "$(declare -f calls_ok choice_calls); jq '{choices: [.choices[$i]]}' '$T/req_n3.json' > '$T/req_n3_$i.json' &&
+			calls_ok '$T/req_n3_$i.json' f g &&
+			test \"\$(choice_calls '$T/req_n3.json' $i)\" = \"\$(choice_calls '$T/req_$((1 + i)).json' 0)\""
+done
+curl -sN -H "Authorization: Bearer $KEY" -d "$(forced '"required"' 1 ',"n":3,"stream":true')" \
+	"$U/chat/completions" | sed -n 's/^data: //p' | grep -v '^\[DONE\]$' > "$T/sse_n3"
+got_s=$(jq -sc '[range(3) as $i | [.[] | .choices[] | select(.index == $i) | .delta.tool_calls // empty | .[0].function | {name, arguments}]]' "$T/sse_n3")
+check "required, n=3 streamed: each choice's calls as not streamed" \
+	test "$got_s" = "$(jq -c '[.choices[] | [.message.tool_calls[].function | {name, arguments}]]' "$T/req_n3.json")"
+check "  ... each choice finishes with tool_calls" \
+	jq -se '[.[] | .choices[] | select(.finish_reason != null) | [.index, .finish_reason]] | sort == [[0,"tool_calls"],[1,"tool_calls"],[2,"tool_calls"]]' "$T/sse_n3"
+check "  ... nothing held after" settle t
+
 # a prefill+decode pair answers as the standalone node: the prefill peer
 # draws the first token without the grammar, the decode node draws it
 # again under it (decode_recompute)
@@ -208,6 +235,11 @@ for seed in 1 2; do
 	check "pair: required, seed $seed: the standalone node's calls" \
 		test "$(calls_of "$T/pair_$seed.json")" = "$(calls_of "$T/req_$seed.json")"
 done
+curl -s -o "$T/pair_n3.json" -H "Authorization: Bearer $KEY" \
+	-d "$(forced '"required"' 1 ',"n":3')" "http://127.0.0.1:$HP/v1/chat/completions"
+check "pair: required, n=3: the standalone node's choices (each drawn under its own run)" \
+	test "$(jq -c '[.choices[] | [.message.tool_calls[].function], .finish_reason]' "$T/pair_n3.json")" = \
+	     "$(jq -c '[.choices[] | [.message.tool_calls[].function], .finish_reason]' "$T/req_n3.json")"
 check "pair: the decode node drew the first tokens itself" grep -q "event=decode_recompute" "$T/dt.log"
 check "pair: nothing held" settle dt
 stop_node dt
