@@ -204,6 +204,50 @@ START_TEST(test_choices_share_prompt)
 }
 END_TEST
 
+static struct link *link_up(uint64_t serial, uint32_t load);
+
+/* On a decode node with several prefill peers the hold-back is only a
+ * choice's behind its own choice 0 (the same public id: it goes to
+ * choice 0's peer); a same-prompt request of its own, or a choice of
+ * another exchange, is not held (it may go to another peer). */
+START_TEST(test_choices_held_several_peers)
+{
+	struct serve_req *c0, *c1, *other, *own;
+	struct link *a, *b;
+
+	world_up(8, 8, 256);
+	W.d->cfg.role = KVD_ROLE_DECODE;
+	W.d->cfg.n_peers_prefill = 2;
+	a = link_up(1, 0);               /* the path's limit: the peers' */
+	b = link_up(2, 0);
+	a->hello.context = b->hello.context = 4096;
+	a->hello.pool_tokens = b->hello.pool_tokens = 4096;
+	c0 = req("alice", 40, 8);
+	snprintf(c0->public_id, sizeof(c0->public_id), "cmpl-x");
+	serve__gate_admit(c0);
+	ck_assert(was_admitted(c0) && c0->on_computing);
+	own = req_same(c0, false);
+	serve__gate_admit(own);
+	other = req_same(c0, true);
+	snprintf(other->public_id, sizeof(other->public_id), "cmpl-y");
+	serve__gate_admit(other);
+	c1 = req_same(c0, true);
+	snprintf(c1->public_id, sizeof(c1->public_id), "cmpl-x");
+	serve__gate_admit(c1);
+	uv_run(&W.d->loop, UV_RUN_NOWAIT);
+	ck_assert(was_admitted(own) && was_admitted(other));
+	ck_assert(c1->fq.waiting);       /* held behind its choice 0 */
+	serve__gate_first_token(c0);
+	uv_run(&W.d->loop, UV_RUN_NOWAIT);
+	ck_assert(was_admitted(c1));
+	kvd_list_del(&a->node);
+	kvd_list_del(&b->node);
+	free(a);
+	free(b);
+	world_down();
+}
+END_TEST
+
 START_TEST(test_queue_bound)
 {
 	struct serve_req *a1, *a2, *a3;
@@ -318,6 +362,75 @@ static struct link *link_of(enum link_side side)
 	snprintf(l->addr, sizeof(l->addr), "test");
 	return l;
 }
+
+/* A dialled link, up, in the node's list, with that serial and load. */
+static struct link *link_up(uint64_t serial, uint32_t load)
+{
+	static const enum link_state up[] = {
+		LINK_CONNECTING, LINK_CHALLENGE, LINK_PROOF, LINK_HELLO,
+		LINK_BINDING, LINK_UP,
+	};
+	struct link *l = link_of(LINK_DIAL);
+
+	for (size_t i = 0; i < sizeof(up) / sizeof(up[0]); i++)
+		serve__link_set_state(l, up[i]);
+	l->serial = serial;
+	l->load = load;
+	kvd_list_init(&l->reqs);
+	kvd_list_add_tail(&W.s->links, &l->node);
+	return l;
+}
+
+/* With several prefill peers, the later choices of an n > 1 request go
+ * to the peer choice 0 was placed on (its prefix cache holds the
+ * prompt), not by load - while that peer takes requests: draining,
+ * refused lately or the one a failover leaves, they go by load again;
+ * a choice of another exchange, or a request of its own, goes by load;
+ * with choice 0 gone, a placed sibling choice names the peer. */
+START_TEST(test_choices_follow_choice0_peer)
+{
+	struct link *a, *b;
+	struct serve_req *c0, *c1, *c2, *other;
+
+	world_up(8, 8, 256);
+	W.d->cfg.role = KVD_ROLE_DECODE;
+	a = link_up(1, 0);               /* idle: the load's choice */
+	b = link_up(2, 5);
+	c0 = req("alice", 40, 8);
+	snprintf(c0->public_id, sizeof(c0->public_id), "cmpl-x");
+	ck_assert_ptr_eq(serve__decode_pick_peer(W.s, c0, NULL), a);
+	c0->peer_serial = b->serial;     /* placed on b (b was idle then) */
+	c1 = req_same(c0, true);
+	snprintf(c1->public_id, sizeof(c1->public_id), "cmpl-x");
+	ck_assert_ptr_eq(serve__decode_pick_peer(W.s, c1, NULL), b);
+	/* not a choice of it: by load */
+	other = req_same(c0, true);
+	snprintf(other->public_id, sizeof(other->public_id), "cmpl-y");
+	ck_assert_ptr_eq(serve__decode_pick_peer(W.s, other, NULL), a);
+	c1->shares_prompt = false;
+	ck_assert_ptr_eq(serve__decode_pick_peer(W.s, c1, NULL), a);
+	c1->shares_prompt = true;
+	/* b leaves the placement: by load */
+	ck_assert_ptr_eq(serve__decode_pick_peer(W.s, c1, b), a);
+	b->draining = true;
+	ck_assert_ptr_eq(serve__decode_pick_peer(W.s, c1, NULL), a);
+	b->draining = false;
+	b->refused_draining_ns = kvd_now_ns();
+	ck_assert_ptr_eq(serve__decode_pick_peer(W.s, c1, NULL), a);
+	b->refused_draining_ns = 0;
+	/* choice 0 gone: choice 1, placed on b, names it for choice 2 */
+	c1->peer_serial = b->serial;
+	serve__req_end(c0, true);
+	c2 = req_same(c1, true);
+	snprintf(c2->public_id, sizeof(c2->public_id), "cmpl-x");
+	ck_assert_ptr_eq(serve__decode_pick_peer(W.s, c2, NULL), b);
+	kvd_list_del(&a->node);
+	kvd_list_del(&b->node);
+	free(a);
+	free(b);
+	world_down();
+}
+END_TEST
 
 /* A dialled link's whole life along the table's edges, twice. */
 START_TEST(test_link_life)
@@ -485,6 +598,8 @@ int main(void)
 	tcase_add_test(tc, test_fair_order);
 	tcase_add_test(tc, test_queue_bound);
 	tcase_add_test(tc, test_choices_share_prompt);
+	tcase_add_test(tc, test_choices_follow_choice0_peer);
+	tcase_add_test(tc, test_choices_held_several_peers);
 	tcase_add_test(tc, test_waits_for_pages);
 	tcase_add_test(tc, test_drain_refuses_waiting);
 	tcase_add_test(tc, test_teardown_with_waiting);

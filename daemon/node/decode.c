@@ -36,7 +36,9 @@
  * (hellos must match - model, KV dtype, layout - then the data
  * connection, then heartbeats) and registers struct link_ops (control
  * messages, a lost link, received batches). It picks the up peer with the
- * fewest requests in flight (its own count plus the peer's reported load).
+ * fewest requests in flight (its own count plus the peer's reported load);
+ * a later choice of an HTTP n > 1 request goes to its choice 0's peer,
+ * whose prefix cache holds the prompt (decode_sibling_peer).
  * With peers.local_prefill set it may instead compute a prompt itself,
  * when that is the shorter wait (daemon/node/place.h); such a request runs as a
  * standalone one, with no peer, transfer or lent page.
@@ -594,18 +596,71 @@ static bool peer_refused_lately(const struct serve *s, const struct link *l,
 	return l->refused_draining_ns && now - l->refused_draining_ns < window;
 }
 
-/* The up prefill peer with the fewest requests in flight: ours on it
- * plus the load it reported. A draining one (its address left its
- * name's answer, peerdns.c) takes none, nor `avoid` (the peer a failover
+/* The dialled link of that serial that takes requests now (not `avoid`,
+ * nor one that refused as DRAINING lately); NULL when none. */
+static struct link *decode_link_usable(struct serve *s, uint64_t serial,
+				       const struct link *avoid, uint64_t now)
+{
+	struct kvd_list *e;
+
+	kvd_list_for_each(e, &s->links) {
+		struct link *l = kvd_list_entry(e, struct link, node);
+
+		if (l->serial == serial)
+			return l->side == LINK_DIAL && link_takes_requests(l) && l != avoid &&
+			       !peer_refused_lately(s, l, now) ? l : NULL;
+	}
+	return NULL;
+}
+
+/* A later choice of an HTTP n > 1 request (shares_prompt) goes to the
+ * peer a choice of its exchange (the same public id and tenant) was
+ * placed on - choice 0 first: the peer that computed, or is computing,
+ * the prompt, whose prefix cache (and its own hold-back) then lends it
+ * to this choice - while that link takes requests (decode_link_usable).
+ * Without this, with several prefill peers, the choices went by load
+ * and another peer computed the whole prompt again. NULL: the normal
+ * placement. */
+static struct link *decode_sibling_peer(struct serve *s, const struct serve_req *r,
+					const struct link *avoid, uint64_t now)
+{
+	struct link *best = NULL;
+	struct kvd_list *e;
+
+	if (!r->shares_prompt || !r->public_id[0])
+		return NULL;
+	kvd_list_for_each(e, &s->reqs) {
+		const struct serve_req *q = kvd_list_entry(e, struct serve_req, node);
+		struct link *l;
+
+		if (q == r || !q->peer_serial || strcmp(q->public_id, r->public_id) ||
+		    strcmp(q->tenant, r->tenant))
+			continue;
+		l = decode_link_usable(s, q->peer_serial, avoid, now);
+		if (l && !q->shares_prompt)
+			return l;        /* choice 0's */
+		if (l && !best)
+			best = l;
+	}
+	return best;
+}
+
+/* Where r's prompt goes: a sibling choice's peer (above), else the up
+ * prefill peer with the fewest requests in flight: ours on it plus the
+ * load it reported. A draining one (its address left its name's
+ * answer, peerdns.c) takes none, nor `avoid` (the peer a failover
  * leaves); one that refused as DRAINING lately only when no other takes
  * requests (it may have been resumed). */
-static struct link *decode_pick_peer(struct serve *s, const struct link *avoid)
+struct link *serve__decode_pick_peer(struct serve *s, const struct serve_req *r,
+				     const struct link *avoid)
 {
 	struct link *best = NULL;
 	bool best_refused = false;
 	uint64_t now = kvd_now_ns();
 	struct kvd_list *e;
 
+	if ((best = decode_sibling_peer(s, r, avoid, now)))
+		return best;
 	kvd_list_for_each(e, &s->links) {
 		struct link *l = kvd_list_entry(e, struct link, node);
 		bool refused;
@@ -909,6 +964,7 @@ static void decode_run_local(struct serve_req *r, bool counted)
 {
 	decode_failover_log(r, NULL);
 	r->kind = SREQ_LOCAL;
+	r->peer_serial = 0;              /* no peer holds its prompt */
 	if (counted) {
 		r->local_prompt = true;
 		r->s->local_prompt_tokens += r->n_prompt;
@@ -928,6 +984,7 @@ static void decode_run_peer(struct serve_req *r, struct link *p)
 	/* the placement decides the kind: peer messages find only
 	 * SREQ_DECODE requests (decode_req_of) */
 	r->kind = SREQ_DECODE;
+	r->peer_serial = p->serial;
 	decode_failover_log(r, p);
 	if (decode_too_long(r, p)) {
 		serve__dreq_event(r, DEV_REFUSE);
@@ -974,7 +1031,7 @@ static void decode_run_peer(struct serve_req *r, struct link *p)
 static void decode_place(struct serve_req *r, const struct link *avoid)
 {
 	struct serve *s = r->s;
-	struct link *p = decode_pick_peer(s, avoid);
+	struct link *p = serve__decode_pick_peer(s, r, avoid);
 
 	if (!p && avoid && s->d->cfg.local_prefill) {
 		decode_run_local(r, true);

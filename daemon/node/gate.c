@@ -42,7 +42,9 @@
  * skips it), and it waits at most half of tenants.queue_timeout_ms
  * (then it computes itself; it is never refused for having been held).
  * On a decode node only with one prefill peer: with several, the held
- * request may be placed on another peer than the one that cached.
+ * request may be placed on another peer than the one that cached -
+ * except a later choice of an n > 1 request behind its own choice 0,
+ * which goes to choice 0's peer (below).
  *
  * The choices of an HTTP request with n > 1 (daemon/front/http_api.c)
  * are n requests of one tenant and salt, choice 0 first: the hold-back
@@ -50,6 +52,10 @@
  * shares_prompt and never join s->computing themselves (they compute
  * one page, and holding each behind the one before would serialize
  * them for nothing): once choice 0 has its first token, they all go.
+ * On a decode node with several prefill peers they are held too (only
+ * behind their own choice 0, the same public id), and placed on the
+ * peer choice 0 went to (decode.c decode_sibling_peer), whose prefix
+ * cache then holds the prompt.
  */
 #include "daemon/node/serve_int.h"
 #include "gpu/kv/pcache.h"
@@ -163,6 +169,7 @@ static void gate_client_gone(struct serve_req *r)
 }
 
 static bool gate_holds(const struct serve *s);
+static bool gate_holds_choices(const struct serve *s);
 
 /* Its turn: the role's admission, which reserves its pages (or refuses).
  * Until its first token (or end) it may hold same-prefix requests of its
@@ -174,7 +181,7 @@ static void gate_run(struct serve_req *r, uint32_t pages)
 	r->gate_unsettled = pages;
 	s->gate_unsettled += pages;
 	r->rops = NULL;
-	if (gate_holds(s) && r->prompt && !r->shares_prompt &&
+	if (gate_holds_choices(s) && r->prompt && !r->shares_prompt &&
 	    r->n_prompt >= kvpool_geom(s->d->pool)->page_tokens) {
 		kvd_list_add_tail(&s->computing, &r->computing);
 		r->on_computing = true;
@@ -197,6 +204,23 @@ static bool gate_holds(const struct serve *s)
 
 	return c->cache_enabled &&
 	       (c->role != KVD_ROLE_DECODE || c->n_peers_prefill == 1);
+}
+
+/* The later choices of an n > 1 request are held behind their choice 0
+ * wherever a cache is: with several prefill peers too, since they are
+ * placed on the peer choice 0 went to (decode.c decode_sibling_peer). */
+static bool gate_holds_choices(const struct serve *s)
+{
+	return s->d->cfg.cache_enabled;
+}
+
+/* q (computing) may hold r: anyone may where gate_holds; elsewhere only
+ * a later choice of q's own exchange (the same public id). */
+static bool gate_may_hold(const struct serve *s, const struct serve_req *r,
+			  const struct serve_req *q)
+{
+	return gate_holds(s) ||
+	       (r->shares_prompt && r->public_id[0] && !strcmp(q->public_id, r->public_id));
 }
 
 /* Full pages r's prompt shares with q's, of those r could map (all but
@@ -229,7 +253,8 @@ static bool gate_prefix_computing(struct serve *s, const struct serve_req *r, ui
 	kvd_list_for_each(e, &s->computing) {
 		const struct serve_req *q = kvd_list_entry(e, struct serve_req, computing);
 
-		if (q != r && 2ull * gate_shared_pages(r, q, pt) * pt >= r->n_prompt)
+		if (q != r && gate_may_hold(s, r, q) &&
+		    2ull * gate_shared_pages(r, q, pt) * pt >= r->n_prompt)
 			return true;
 	}
 	return false;
@@ -241,7 +266,7 @@ static bool gate_prefix_computing(struct serve *s, const struct serve_req *r, ui
 static void gate_mark_held(struct serve *s)
 {
 	uint64_t now = kvd_now_ns();
-	bool any = gate_holds(s) && !kvd_list_empty(&s->computing);
+	bool any = gate_holds_choices(s) && !kvd_list_empty(&s->computing);
 	struct kvd_list *e;
 
 	/* every head, so a hold that ended is cleared too */

@@ -1573,6 +1573,7 @@ static struct link *link_new(struct serve *s, enum link_side side,
 	l->s = s;
 	l->ops = ops;
 	l->side = side;
+	l->serial = ++s->next_link_serial;
 	l->retired = side == LINK_ACCEPT;
 	kvd_list_init(&l->node);
 	kvd_list_init(&l->reqs);

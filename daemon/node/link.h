@@ -130,6 +130,9 @@ struct link {
 					  * address, or an IPv6 one's /64 */
 	uint8_t src_len;                 /* 4, 8, or 0 (unreadable) */
 	uint64_t conn_id;                /* accept: local, never on the wire */
+	uint64_t serial;                 /* this node's, from 1: names the
+					  * link where a pointer could dangle
+					  * (serve_req.peer_serial) */
 	uv_tcp_t ctl;                    /* the control connection */
 	enum link_state state;           /* link_set_state only */
 	bool retired;                    /* freed when they have closed

@@ -184,6 +184,11 @@ struct serve_req {
 	 * prefill: the decode node that asked), NULL once detached */
 	struct link *link;
 	struct kvd_list link_node;       /* link->reqs */
+	uint64_t peer_serial;            /* decode: the serial of the link it
+					  * was last placed on (0: none), kept
+					  * after it is detached: where a later
+					  * choice of its exchange goes
+					  * (decode.c decode_sibling_peer) */
 	uint32_t link_pages;             /* counted in link->n_pages */
 	/* decode failover (peers.failover_retries): how often it was placed
 	 * again; while its retry step runs, the link it leaves (never

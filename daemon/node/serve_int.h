@@ -148,6 +148,7 @@ struct serve {
 	bool peer_reap_open;
 	struct peer_key key;             /* the cluster key; key.set = keyed */
 	uint64_t next_conn_id;           /* client and peer connections, for logs */
+	uint64_t next_link_serial;       /* struct link.serial */
 	uint64_t peer_refused_conns;     /* dropped at accept since the last log */
 	uint64_t peer_evicted_conns;     /* unproven handshakes closed to make
 					  * room for a new one (link.c) ... */
@@ -246,6 +247,11 @@ static inline void serve__gate_first_token(struct serve_req *r)
 /* decode.c */
 int serve__decode_start(struct serve *s);
 void serve__decode_admit(struct serve_req *r);
+/* The prefill peer r's prompt goes to (not `avoid`), NULL when none
+ * takes requests: a later choice of an n > 1 request where a choice of
+ * its exchange runs, else the least loaded. Loop thread. */
+struct link *serve__decode_pick_peer(struct serve *s, const struct serve_req *r,
+				     const struct link *avoid);
 void serve__local_admit(struct serve_req *r);
 /* The dreq machine (standalone and decode client requests): take event
  * `ev` and run its actions; entering DONE ends r. */

@@ -49,13 +49,26 @@ next_port; H_OFF=$PORT
 write_node off standalone "$M" "listen.http=127.0.0.1:$H_OFF" "${COMMON[@]}" "cache.enabled=off"
 next_port; H_D=$PORT
 pair p d "$M" "kv.pool_tokens=16384" -- "listen.http=127.0.0.1:$H_D" "${COMMON[@]}"
+# a decode node with two prefill peers
+next_port; PA=$PORT
+next_port; PB=$PORT
+next_port; H_2=$PORT
+write_node pa prefill "$M" "listen.peer=127.0.0.1:$PA" "kv.pool_tokens=16384"
+write_node pb prefill "$M" "listen.peer=127.0.0.1:$PB" "kv.pool_tokens=16384"
+write_node d2 decode "$M" "peers.prefill=127.0.0.1:$PA,127.0.0.1:$PB" \
+	"listen.http=127.0.0.1:$H_2" "${COMMON[@]}"
 start_node s
 start_node off
 start_node p
 start_node d
+start_node pa
+start_node pb
+start_node d2
 check "standalone up" wait_log "$T/s.log" "event=serve_ready"
 check "cache-off node up" wait_log "$T/off.log" "event=serve_ready"
 check "pair up" wait_up d
+two_up() { test "$(grep -c 'event=peer_capacity' "$T/d2.log")" -ge 2; }
+check "decode with two prefill peers up" wait_for 40 two_up
 
 # post PORT PATH BODY [KEY]: status on stdout, body in $T/body
 post() {
@@ -220,4 +233,25 @@ check "pair n=3: 200 ($st), the standalone node's first three choices" \
 check "  ... prefill read 2 x 64 prompt tokens from its cache" test $((h1 - h0)) = 128
 check "  ... nothing held after" settle p d
 check "  ... kvctl status on both: every page free or cached" eval "free_all p && free_all d"
+
+# ---- two prefill peers: the later choices go where choice 0 went -------------------------------
+# (both idle: by load alone choice 1 would go to the other peer, which
+# would compute the whole prompt again)
+ha0=$(hits pa); hb0=$(hits pb)
+ma=$(log_mark "$T/pa.log"); mb=$(log_mark "$T/pb.log")
+st=$(post $H_2 completions "{$CMPL,\"n\":3,\"seed\":42,\"cache_salt\":\"two\"}")
+settle pa pb d2 || true         # (the hit counts are published after)
+ha1=$(hits pa); hb1=$(hits pb)
+na=$(log_since "$T/pa.log" "$ma" | grep -c 'event=prefill_done ' || true)
+nb=$(log_since "$T/pb.log" "$mb" | grep -c 'event=prefill_done ' || true)
+n64=$(log_since "$T/pa.log" "$ma"; log_since "$T/pb.log" "$mb")
+n64=$(grep 'event=prefill_served' <<<"$n64" | grep -c 'cached_tokens=64 ' || true)
+echo "# two prefills: hit_tokens pa $ha0 -> $ha1, pb $hb0 -> $hb1; prefill_done pa $na, pb $nb"
+check "two prefills, n=3: 200 ($st), the standalone node's first three choices" \
+	test "$st $(jq -c '[.choices[].text]' "$T/body")" = "200 $(jq -c '[.choices[:3][].text]' "$T/n4.json")"
+check "  ... one prefill computed all three (prefill_done $na / $nb)" \
+	bash -c "[ '$na/$nb' = 3/0 ] || [ '$na/$nb' = 0/3 ]"
+check "  ... and read 2 x 64 prompt tokens from its cache for choices 1 and 2 (prefill_served cached_tokens=64 x $n64)" \
+	test "$((ha1 - ha0 + hb1 - hb0))/$n64" = 128/2
+check "  ... nothing held after" settle pa pb d2
 finish
