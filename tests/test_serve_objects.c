@@ -18,6 +18,7 @@
 
 #include "conf/config.h"
 #include "daemon/node/serve_int.h"
+#include "gpu/text/jsongram.h"
 #include "gpu/kv/kvmem.h"
 #include "gpu/kv/kvpool.h"
 
@@ -205,6 +206,63 @@ START_TEST(test_choices_share_prompt)
 END_TEST
 
 static struct link *link_up(uint64_t serial, uint32_t load);
+
+/* A later choice is made with the role's kind, never its choice 0's: on
+ * a decode node choice 0 may have run locally (SREQ_LOCAL: decode
+ * reuse, peers.local_prefill) while choice 1 goes to a peer, whose
+ * batches, done and abort_ack find only SREQ_DECODE requests - with
+ * choice 0's kind it timed out and its abort tore the link down. The
+ * rest of it is choice 0's, seed + i; under a grammar it shares the
+ * grammar (a reference: each frees its own, ASan sees no leak) and
+ * takes its own run. */
+START_TEST(test_choice_kind_and_fields)
+{
+	static const struct sampler_bias bias[] = { { .id = 5, .bias = -100.0f } };
+	struct serve_req *c0, *c1, *c2;
+	struct jgram_run *run;
+
+	world_up(8, 8, 256);
+	W.d->cfg.role = KVD_ROLE_DECODE;
+	c0 = req("alice", 40, 8);
+	c0->kind = SREQ_LOCAL;           /* placed here (decode_run_local) */
+	snprintf(c0->public_id, sizeof(c0->public_id), "cmpl-x");
+	snprintf(c0->cache_salt, sizeof(c0->cache_salt), "salt");
+	c0->client_id = 7;
+	c0->sp.seed = 42;
+	c0->bias = malloc(sizeof(bias));
+	ck_assert_ptr_nonnull(c0->bias);
+	memcpy(c0->bias, bias, sizeof(bias));
+	c0->sp.logit_bias = c0->bias;
+	c0->sp.n_logit_bias = 1;
+	ck_assert_int_eq(jgram_new_object(&c0->gram), 0);
+	ck_assert_int_eq(jgram_run_new(&c0->jrun, c0->gram, NULL), 0);
+	ck_assert_int_eq(jgram_run_new(&run, c0->gram, NULL), 0);
+	c1 = serve__req_choice_new(c0, 1, run);
+	ck_assert_ptr_nonnull(c1);
+	ck_assert_int_eq(c1->kind, SREQ_DECODE);
+	ck_assert(c1->shares_prompt && c1->sp.seed == 43 && c1->client_id == 7);
+	ck_assert_str_eq(c1->public_id, "cmpl-x");
+	ck_assert_str_eq(c1->cache_salt, "salt");
+	ck_assert_str_eq(c1->tenant, "alice");
+	ck_assert(c1->n_prompt == 40 && c1->prompt != c0->prompt &&
+		  !memcmp(c1->prompt, c0->prompt, 40 * sizeof(*c1->prompt)));
+	ck_assert(c1->bias != c0->bias && c1->sp.logit_bias == c1->bias &&
+		  c1->sp.n_logit_bias == 1 && c1->bias[0].id == 5);
+	ck_assert(c1->gram == c0->gram && c1->jrun == run);
+	serve__req_end(c0, false);       /* choice 0 goes first: c1's grammar stays */
+	while (W.s->closes_pending)
+		ck_assert_int_ge(uv_run(&W.d->loop, UV_RUN_ONCE), 0);
+	ck_assert(jgram_run_feed(c1->jrun, "{}", 2) && jgram_run_complete(c1->jrun));
+	/* a standalone node's choices are local; no grammar, no run */
+	W.d->cfg.role = KVD_ROLE_STANDALONE;
+	c0 = req("alice", 40, 8);
+	c2 = serve__req_choice_new(c0, 2, NULL);
+	ck_assert_ptr_nonnull(c2);
+	ck_assert_int_eq(c2->kind, SREQ_LOCAL);
+	ck_assert(c2->gram == NULL && c2->jrun == NULL && c2->sp.seed == 2 && !c2->bias);
+	world_down();
+}
+END_TEST
 
 /* On a decode node with several prefill peers the hold-back is only a
  * choice's behind its own choice 0 (the same public id: it goes to
@@ -600,6 +658,7 @@ int main(void)
 	tcase_add_test(tc, test_choices_share_prompt);
 	tcase_add_test(tc, test_choices_follow_choice0_peer);
 	tcase_add_test(tc, test_choices_held_several_peers);
+	tcase_add_test(tc, test_choice_kind_and_fields);
 	tcase_add_test(tc, test_waits_for_pages);
 	tcase_add_test(tc, test_drain_refuses_waiting);
 	tcase_add_test(tc, test_teardown_with_waiting);

@@ -2203,53 +2203,25 @@ static void api_admit_tools(struct http_exchange *x, struct api_prep *ap)
 	q->n_tools = 0;
 }
 
-/* Choice i (> 0) of an n > 1 request: a request of its own with the
- * first choice's prompt and parameters and the seed + i (invariant 9:
- * each choice is what a request with that seed alone gets), the same
- * tenant, cache_salt and public id (kvctl abort of the id aborts one
- * choice, whose error ends the others), and with a grammar its own run
- * of it (ap->jruns[i], taken) and a reference to it (the request frees
- * both, req.c, whichever way it ends). NULL without memory (the run
- * stays ap's). */
+/* Choice i (> 0) of an n > 1 request (serve__req_choice_new): a
+ * request of its own with the first choice's prompt and parameters and
+ * the seed + i (invariant 9: each choice is what a request with that
+ * seed alone gets), the same tenant, cache_salt and public id (kvctl
+ * abort of the id aborts one choice, whose error ends the others), the
+ * role's kind, and with a grammar its own run of it (ap->jruns[i],
+ * taken) and a reference to it (the request frees both, req.c,
+ * whichever way it ends). NULL without memory (the run stays ap's). */
 static struct serve_req *api_choice_req(struct http_conn *hc, struct api_prep *ap,
 					const struct serve_req *first, uint32_t i)
 {
-	size_t nb = first->sp.n_logit_bias * sizeof(*first->bias);
-	int32_t *prompt = x_nomem(hc) ? NULL : malloc(first->n_prompt * sizeof(*prompt));
-	struct sampler_bias *bias = nb ? malloc(nb) : NULL;
-	/* the role's kind, not first's: the placement may have made choice 0
-	 * local (SREQ_LOCAL) while choice i goes to a peer */
-	enum serve_req_kind kind = hc->s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
-									 : SREQ_LOCAL;
-	struct serve_req *r = prompt && (bias || !nb) ? serve__req_new(hc->s, kind) : NULL;
+	/* with a grammar, api_prep_runs made n runs */
+	struct serve_req *r = x_nomem(hc) ? NULL
+			      : serve__req_choice_new(first, i, ap->jruns[i]);
 
-	if (!r) {
-		free(prompt);
-		free(bias);
+	if (!r)
 		return NULL;
-	}
-	memcpy(prompt, first->prompt, first->n_prompt * sizeof(*prompt));
-	if (nb)
-		memcpy(bias, first->bias, nb);
+	ap->jruns[i] = NULL;             /* r's (freed with it) */
 	serve__sink_attach(r, &hc->sink);
-	r->client_id = first->client_id;
-	snprintf(r->public_id, sizeof(r->public_id), "%s", first->public_id);
-	snprintf(r->tenant, sizeof(r->tenant), "%s", first->tenant);
-	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", first->cache_salt);
-	r->lim = first->lim;
-	r->prompt = prompt;
-	r->n_prompt = first->n_prompt;
-	r->max_tokens = first->max_tokens;
-	r->sp = first->sp;
-	r->sp.seed = first->sp.seed + i;
-	r->bias = bias;
-	r->sp.logit_bias = bias;
-	if (first->gram) {               /* api_prep_runs made n runs */
-		r->gram = jgram_ref(first->gram);
-		r->jrun = ap->jruns[i];
-		ap->jruns[i] = NULL;
-	}
-	r->shares_prompt = true;
 	return r;
 }
 

@@ -70,6 +70,49 @@ struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind)
 	return r;
 }
 
+/* The kind is the role's, not first's: the placement may have made
+ * choice 0 local (SREQ_LOCAL: decode reuse, peers.local_prefill) while
+ * choice i goes to a peer, whose messages find only SREQ_DECODE requests
+ * (decode_req_of). decode_run_peer sets it again at the placement. */
+struct serve_req *serve__req_choice_new(const struct serve_req *first, uint32_t i,
+					struct jgram_run *run)
+{
+	struct serve *s = first->s;
+	size_t nb = first->sp.n_logit_bias * sizeof(*first->bias);
+	int32_t *prompt = malloc(first->n_prompt * sizeof(*prompt));
+	struct sampler_bias *bias = nb ? malloc(nb) : NULL;
+	enum serve_req_kind kind = s->d->cfg.role == KVD_ROLE_DECODE ? SREQ_DECODE
+								    : SREQ_LOCAL;
+	struct serve_req *r = prompt && (bias || !nb) ? serve__req_new(s, kind) : NULL;
+
+	if (!r) {
+		free(prompt);
+		free(bias);
+		return NULL;
+	}
+	memcpy(prompt, first->prompt, first->n_prompt * sizeof(*prompt));
+	if (nb)
+		memcpy(bias, first->bias, nb);
+	r->client_id = first->client_id;
+	snprintf(r->public_id, sizeof(r->public_id), "%s", first->public_id);
+	snprintf(r->tenant, sizeof(r->tenant), "%s", first->tenant);
+	snprintf(r->cache_salt, sizeof(r->cache_salt), "%s", first->cache_salt);
+	r->lim = first->lim;
+	r->prompt = prompt;
+	r->n_prompt = first->n_prompt;
+	r->max_tokens = first->max_tokens;
+	r->sp = first->sp;
+	r->sp.seed = first->sp.seed + i;
+	r->bias = bias;
+	r->sp.logit_bias = bias;
+	if (first->gram) {               /* each choice its own run of it */
+		r->gram = jgram_ref(first->gram);
+		r->jrun = run;
+	}
+	r->shares_prompt = true;
+	return r;
+}
+
 /* O(1): the node's registry by id. Synthetic requests (daemon/node/ops.c)
  * share it; only an entry of the serve family is a serve_req. */
 struct serve_req *serve__req_find(struct serve *s, uint64_t id)

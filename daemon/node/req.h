@@ -223,6 +223,14 @@ const struct sreq_prefill *sreq_pc(const struct serve_req *r);
 
 /* req.c */
 struct serve_req *serve__req_new(struct serve *s, enum serve_req_kind kind);
+/* Choice i (> 0) of an HTTP n > 1 request whose choice 0 is `first`: a
+ * request of its own with first's prompt, parameters (seed + i),
+ * tenant, cache_salt, public and client ids, shares_prompt, the role's
+ * kind (never first's), and with first's grammar a reference to it and
+ * `run` (taken on success; NULL without a grammar). No sink. NULL
+ * without memory (run still the caller's). Loop thread. */
+struct serve_req *serve__req_choice_new(const struct serve_req *first, uint32_t i,
+					struct jgram_run *run);
 struct serve_req *serve__req_find(struct serve *s, uint64_t id);
 /* The tenant of live request `id` for a log line that has only the id,
  * SERVE_TENANT_UNKNOWN when there is none (any more). */
