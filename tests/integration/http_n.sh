@@ -15,7 +15,11 @@
 #     request_done cached_tokens=64 three times); with cache.enabled=off
 #     the same request is computed 4 times (cached_tokens=0 four times)
 #     and gives the same texts; on a prefill+decode pair the prefill
-#     peer computes it once (its hit_tokens +128 for n=3);
+#     peer computes it once (its hit_tokens +128 for n=3); on a decode
+#     node with two idle prefill peers every choice goes to choice 0's
+#     peer (prefill_done 3 / 0; by load alone, 2 / 1) and its cache
+#     serves choices 1 and 2 (hit_tokens +128, prefill_served
+#     cached_tokens=64 twice);
 #   - n=3 under a JSON schema (each choice its own run of the grammar):
 #     each text follows it, choice i is the single request with seed
 #     s + i; bob's n=3 under it refused whole and a client leaving such
@@ -26,7 +30,9 @@
 #     served (the second choice waits its turn);
 #   - kvctl abort of the public id of a streamed n=3 request ends every
 #     choice (an error event, [DONE]); a client that leaves an n=3
-#     stream frees every choice: the pool holds nothing after either.
+#     stream frees every choice: the pool holds nothing after either;
+#   - the nodes are stopped at the end, so an ASan build's leak check
+#     runs (serve_finish: no sanitizer report in any log).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -254,4 +260,7 @@ check "  ... one prefill computed all three (prefill_done $na / $nb)" \
 check "  ... and read 2 x 64 prompt tokens from its cache for choices 1 and 2 (prefill_served cached_tokens=64 x $n64)" \
 	test "$((ha1 - ha0 + hb1 - hb0))/$n64" = 128/2
 check "  ... nothing held after" settle pa pb d2
-finish
+# stopped, not killed: an ASan build's leak check runs at their exit
+# (every choice's grammar run and reference freed)
+for n in d2 pa pb d p off s; do stop_node $n; done
+serve_finish
