@@ -615,12 +615,12 @@ static struct link *decode_link_usable(struct serve *s, uint64_t serial,
 
 /* A later choice of an HTTP n > 1 request (shares_prompt) goes to the
  * peer a choice of its exchange (the same public id and tenant) was
- * placed on - choice 0 first: the peer that computed, or is computing,
- * the prompt, whose prefix cache (and its own hold-back) then lends it
- * to this choice - while that link takes requests (decode_link_usable).
- * Without this, with several prefill peers, the choices went by load
- * and another peer computed the whole prompt again. NULL: the normal
- * placement. */
+ * placed on - choice 0 first: the peer that computed the prompt (the
+ * gate held this choice until choice 0's first token), whose prefix
+ * cache then lends it to this choice - while that link takes requests
+ * (decode_link_usable). Without this, with several prefill peers, the
+ * choices went by load and another peer computed the whole prompt
+ * again. NULL: the normal placement. */
 static struct link *decode_sibling_peer(struct serve *s, const struct serve_req *r,
 					const struct link *avoid, uint64_t now)
 {
