@@ -20,7 +20,8 @@
 #     builds): every failing allocation of an exchange, streamed or not,
 #     ends in a 500 (or an SSE error event once the head is out) and a
 #     closed connection - never a stalled one - and the request's pages
-#     go back; the same for n=2 (every choice's pages).
+#     go back; the same for n=2 (every choice's pages), with a JSON
+#     grammar too (each choice's run and the shared grammar freed).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -158,6 +159,15 @@ if grep -q "KVD_FAULT_POINTS 1" "$KVD_BUILD/kvd_build.h"; then
 		check "nomem $n, SSE n=2: a 500, an error event and [DONE], or both choices and [DONE] (got $code, curl rc $rc)" \
 			bash -c "[ $rc = 0 ] && { [ '$code' = 500 ] || { tail -n 2 '$T/nm$n.n2.sse' | grep -q '^data: \[DONE\]' &&
 				{ grep -q 'out of memory' '$T/nm$n.n2.sse' || [ \$(grep -c '\"finish_reason\":\"' '$T/nm$n.n2.sse') = 2 ]; }; }; }"
+		# n=2 under a grammar: each choice its own run, one grammar
+		# shared (freed once, whichever allocation failed: ASan)
+		rc=0
+		code=$(curl -s --max-time 20 -o "$T/nm$n.n2g.json" -w '%{http_code}' \
+			"127.0.0.1:$H/v1/completions" -H "Authorization: Bearer $KEY" \
+			-d '{"prompt":"Once upon a time","max_tokens":8,"temperature":1,"seed":3,"n":2,"response_format":{"type":"json_object"}}') || rc=$?
+		check "nomem $n, JSON n=2 under a grammar: a 500 naming the failure or both choices (got $code, curl rc $rc)" \
+			bash -c "[ $rc = 0 ] && { grep -q 'out of memory' '$T/nm$n.n2g.json' ||
+				{ [ '$code' = 200 ] && jq -e '[.choices[].index] == [0,1]' '$T/nm$n.n2g.json' >/dev/null; }; }"
 		check "nomem $n: nothing held afterwards" settle "nm$n"
 		check "nomem $n: the node is alive" kill -0 "$(eval echo "\$PID_nm$n")"
 		stop_node "nm$n"
