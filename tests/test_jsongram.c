@@ -402,7 +402,8 @@ static void add_lit(struct jgram *g, const char *text, uint16_t node, uint32_t *
 
 /* {"op": "add" | "neg", then add: "a" and "b" integers, neg: "x" a
  * number}, optionally wrapped in <c>...</c> up to reps times. */
-static struct jgram *tool_union(const char *pre, const char *post, uint32_t reps)
+static struct jgram *tool_union_how(const char *pre, const char *post, uint32_t reps,
+				    enum jgram_lazy how)
 {
 	struct jgram *g;
 	struct jgram_node *n;
@@ -431,8 +432,15 @@ static struct jgram *tool_union(const char *pre, const char *post, uint32_t reps
 				  .max_items = JGRAM_ITEMS_MAX };
 	if (post)
 		ck_assert_int_eq(jgram_wrap(g, pre, strlen(pre), post, strlen(post), reps), 0);
+	if (how)
+		ck_assert_int_eq(jgram_lazy(g, how), 0);
 	ck_assert_int_eq(jgram_seal(g, root, NULL, 0), 0);
 	return g;
+}
+
+static struct jgram *tool_union(const char *pre, const char *post, uint32_t reps)
+{
+	return tool_union_how(pre, post, reps, JGRAM_LAZY_NONE);
 }
 
 /* The tag first, its value picks the rest; nothing else. */
@@ -492,6 +500,86 @@ START_TEST(wrap_accepts_refuses)
 	g = tool_union("", "]", 1);
 	expect_valid(g, "{\"op\":\"neg\"} ]");
 	expect_refused(g, "{\"op\":\"neg\"}]", "[");
+	jgram_free(g);
+}
+END_TEST
+
+/* Lazy on pre: free text until pre, then only the wrap's calls (at
+ * most reps), whitespace and the end. */
+START_TEST(lazy_pre_accepts_refuses)
+{
+	static const char *const bad[][2] = {
+		{ "text <c>", "x" },                        /* the grammar after pre */
+		{ "a<<c>", "}" },                           /* a trigger after a false start */
+		{ "<c>{\"op\":\"neg\"}</c>", "y" },        /* no text after the calls */
+		{ "<c>{\"op\":\"neg\"}</c> ", "<" },       /* one call (reps 1) */
+		{ "t<c>{\"op\":\"add\",\"a\":1", "}" },    /* the schema holds */
+		{ "<c<c>", "x" },
+	};
+	static const char *const good[] = {
+		"", "  ", "hello <c <", "{\"op\":1} </c> < c>",
+		"a<<c>{\"op\":\"neg\"}</c>",
+		"x <c>{\"op\":\"neg\"}</c>\n ",
+		"<<<c>\n{\"op\":\"add\",\"a\":1,\"b\":2}\n</c>",
+	};
+	struct jgram *g = tool_union_how("<c>", "</c>", 1, JGRAM_LAZY_PRE);
+	struct jgram_run *r;
+	bool complete;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		expect_valid(g, good[i]);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_refused(g, bad[i][0], bad[i][1]);
+	ck_assert_int_eq(feed_until(g, "ab<c>{", 6, &complete), -1);
+	ck_assert(!complete);
+	ck_assert_int_eq(jgram_run_new(&r, g, NULL), 0);
+	ck_assert(jgram_run_feed(r, "ab<c", 4));
+	ck_assert(jgram_run_free_text(r) && !jgram_run_triggered(r) && jgram_run_complete(r));
+	ck_assert(jgram_run_feed(r, ">", 1));
+	ck_assert(!jgram_run_free_text(r) && jgram_run_triggered(r) && !jgram_run_complete(r));
+	jgram_run_free(r);
+	jgram_free(g);
+	/* several calls, and a trigger that overlaps itself (KMP) */
+	g = tool_union_how("aab", "</c>", 2, JGRAM_LAZY_PRE);
+	expect_valid(g, "aaab{\"op\":\"neg\"}</c>aab{\"op\":\"neg\"}</c>");
+	expect_valid(g, "abaa aaa");
+	expect_refused(g, "xaaab", "x");
+	jgram_free(g);
+}
+END_TEST
+
+/* Lazy at the start: a first `{` is the call's, anything else is text. */
+START_TEST(lazy_start_accepts_refuses)
+{
+	static const char *const bad[][2] = {
+		{ "  {", "x" },
+		{ "{\"op\":\"neg\"}", "x" },
+		{ "\n{\"op\":\"neg\"} ", "t" },
+		{ "{\"op\":\"add\",\"a\":1", "}" },
+	};
+	static const char *const good[] = {
+		"", "  ", "hello {", "[1]", " x{\"op\":", " \n{\"op\":\"neg\"}",
+		"{\"op\":\"add\",\"a\":1,\"b\":2} ",
+	};
+	struct jgram *g = tool_union_how(NULL, NULL, 0, JGRAM_LAZY_START);
+	bool complete;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		expect_valid(g, good[i]);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_refused(g, bad[i][0], bad[i][1]);
+	ck_assert_int_eq(feed_until(g, " {", 2, &complete), -1);
+	ck_assert(!complete);
+	jgram_free(g);
+	/* LAZY_PRE needs a pre; neither after seal */
+	g = tool_union_how(NULL, NULL, 0, JGRAM_LAZY_NONE);
+	ck_assert_int_eq(jgram_lazy(g, JGRAM_LAZY_START), JGRAM_E_INVALID);
+	jgram_free(g);
+	ck_assert_int_eq(jgram_new(&g), 0);
+	ck_assert_int_eq(jgram_lazy(g, JGRAM_LAZY_PRE), JGRAM_E_INVALID);
+	ck_assert_int_eq(jgram_wrap(g, "", 0, "]", 1, 1), 0);
+	ck_assert_int_eq(jgram_lazy(g, JGRAM_LAZY_PRE), JGRAM_E_INVALID);
+	ck_assert_int_eq(jgram_lazy(g, 7), JGRAM_E_INVALID);
 	jgram_free(g);
 }
 END_TEST
@@ -582,6 +670,10 @@ static void check_mask(const struct jgram *g, const struct tokenizer *t,
 			ck_abort_msg("token %d: cannot replay the history", id);
 		if (id == tokenizer_eos(t))
 			want = jgram_run_complete(r);
+		else if (jgram_run_free_text(r))   /* text tokens of any length */
+			want = !len || ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_UNKNOWN ||
+			       ty == TOKEN_TYPE_UNUSED || id == tokenizer_bos(t) ||
+			       jgram_run_feed(r, p, len);
 		else
 			want = len && ty != TOKEN_TYPE_CONTROL && ty != TOKEN_TYPE_UNKNOWN &&
 			       ty != TOKEN_TYPE_UNUSED && id != tokenizer_bos(t) &&
@@ -596,10 +688,37 @@ static void check_mask(const struct jgram *g, const struct tokenizer *t,
 /* A random walk: a token drawn among those allowed (EOS taken a tenth of
  * the time it is offered) until EOS or max steps. Returns the text; *eos
  * when it ended on EOS. */
+static bool text_token(const struct tokenizer *t, int32_t id)
+{
+	enum tokenizer_type ty = tokenizer_token_type(t, id);
+
+	return ty != TOKEN_TYPE_CONTROL && ty != TOKEN_TYPE_UNKNOWN && ty != TOKEN_TYPE_UNUSED &&
+	       id != tokenizer_bos(t) && id != tokenizer_eos(t);
+}
+
+static const char *walk_force;   /* a lazy walk's trigger, drawn often */
+static int32_t byte_tok[256];    /* each byte's one-byte token */
+
+/* In free text, now and then walk_force a byte at a time (mostly to
+ * its end, sometimes broken off). */
+static int32_t walk_forced(struct jgram_run *r, const uint64_t *a, size_t *fp)
+{
+	int32_t id;
+
+	if (!walk_force || !jgram_run_free_text(r) || !walk_force[*fp] ||
+	    rand() % 10 < (*fp ? 1 : 7)) {
+		*fp = 0;
+		return -1;
+	}
+	id = byte_tok[(uint8_t)walk_force[(*fp)++]];
+	return allowed(a, id) ? id : -1;
+}
+
 static char *walk(const struct jgram *g, const struct jgram_vocab *v,
 		  const struct tokenizer *t, unsigned seed, unsigned steps,
 		  bool brute, bool *eos)
 {
+	size_t fp = 0;
 	uint32_t nv = tokenizer_n_vocab(t);
 	float *logits = calloc(nv, sizeof(float));
 	char *hist = malloc(steps * JGRAM_PIECE_MAX + 1);
@@ -633,17 +752,22 @@ static char *walk(const struct jgram *g, const struct jgram_vocab *v,
 			ck_abort_msg("mask says %u allowed, the bitmap %u", cnt, k);
 		if (brute && s % 3 == 0)
 			check_mask(g, t, a, hist, n);
-		if (allowed(a, tokenizer_eos(t)) && (k == 1 || rand() % 10 == 0)) {
+		if (allowed(a, tokenizer_eos(t)) &&
+		    (k == 1 || rand() % (jgram_run_free_text(r) ? 100 : 10) == 0)) {
 			*eos = true;
 			ck_assert(jgram_run_accept(r, tokenizer_eos(t)));
 			break;
 		}
+		id = walk_forced(r, a, &fp);
 		pick = (uint32_t)rand() % (k - allowed(a, tokenizer_eos(t)));
 		for (uint32_t i = 0; i < nv && id < 0; i++)
 			if (allowed(a, (int32_t)i) && (int32_t)i != tokenizer_eos(t) && !pick--)
 				id = (int32_t)i;
 		if (!jgram_run_accept(r, id) || tokenizer_piece(t, id, &p, &len))
 			ck_abort_msg("token %d allowed but not accepted", id);
+		if (!text_token(t, id))
+			continue;   /* a control token writes nothing (free text) */
+		ck_assert_uint_le(len, JGRAM_PIECE_MAX);
 		memcpy(hist + n, p, len);
 		n += len;
 	}
@@ -753,6 +877,113 @@ static void walks(enum gguf_vocab_kind kind)
 	tokenizer_free(t);
 	gguf_close(f);
 }
+
+/* The chatml call grammar under tool_choice "auto" (lazy on
+ * "<tool_call>"), as openai_toolgram.c makes it. */
+static struct jgram *hermes_auto(void)
+{
+	static const char body[] =
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"parallel_tool_calls\":false,"
+		"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+		"\"parameters\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"integer\"}},"
+		"\"required\":[\"k\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]}";
+	struct openai_req q;
+	struct openai_error e;
+	struct jgram *g;
+
+	ck_assert_int_eq(openai_req_parse(&q, true, body, strlen(body), &e), 0);
+	ck_assert_int_eq(openai_tools_grammar(&q, CHAT_CHATML, &e), 0);
+	ck_assert_ptr_nonnull(q.gram);
+	g = q.gram;
+	q.gram = NULL;
+	openai_req_deinit(&q);
+	return g;
+}
+
+/* A trigger the vocabulary holds inside a longer token with bytes
+ * after it (tokens straddling it are common in random walks). */
+static void short_trigger(const struct tokenizer *t, char *out)
+{
+	for (int32_t id = 0; id < (int32_t)tokenizer_n_vocab(t); id++) {
+		const char *p;
+		size_t len;
+
+		if (!text_token(t, id) || tokenizer_piece(t, id, &p, &len))
+			continue;
+		for (size_t i = 0; i + 2 < len; i++) {
+			if (strchr(" \t\r\n{", p[i]) || strchr(" \t\r\n{", p[i + 1]) ||
+			    p[i] == p[i + 1] || (uint8_t)p[i] >= 0x80 || (uint8_t)p[i + 1] >= 0x80)
+				continue;
+			out[0] = p[i];
+			out[1] = p[i + 1];
+			out[2] = 0;
+			return;
+		}
+	}
+	ck_abort_msg("no token holds two bytes with one after them");
+}
+
+/* Lazy walks: free text, the trigger drawn a byte at a time (split over
+ * tokens) or inside longer tokens, then the grammar; the mask equals
+ * the brute force at every third step of the first walks. */
+static void walks_lazy(enum gguf_vocab_kind kind)
+{
+	struct gguf_file *f;
+	struct tokenizer *t = gen_tok(kind, &f);
+	struct jgram_vocab *v;
+	struct jgram *gs[2];
+	char trig[3];
+	unsigned fired[2] = { 0 };
+
+	ck_assert_int_eq(jgram_vocab_new(&v, t), 0);
+	for (int32_t id = 0; id < (int32_t)tokenizer_n_vocab(t); id++) {
+		const char *p;
+		size_t len;
+
+		if (text_token(t, id) && !tokenizer_piece(t, id, &p, &len) && len == 1)
+			byte_tok[(uint8_t)p[0]] = id;
+	}
+	short_trigger(t, trig);
+	gs[0] = hermes_auto();
+	gs[1] = tool_union_how(trig, "</c>", 2, JGRAM_LAZY_PRE);
+	for (unsigned seed = 1; seed <= 40; seed++) {
+		unsigned w = seed % 2;
+		const char *call;
+		bool eos;
+		char *text;
+
+		walk_force = w ? trig : "<tool_call>";
+		text = walk(gs[w], v, t, seed, 300, seed <= 8, &eos);
+		call = strstr(text, walk_force);
+		if (call && w == 0 && eos) {
+			check_calls(call, seed);
+			ck_assert_msg(!strstr(call + 11, "<tool_call>"), "seed %u: two calls in '%s'",
+				      seed, text);
+		}
+		fired[w] += call != NULL;
+		free(text);
+	}
+	walk_force = NULL;
+	ck_assert_msg(fired[0] >= 5 && fired[1] >= 5, "triggers fired in %u and %u of 20 walks",
+		      fired[0], fired[1]);
+	jgram_free(gs[0]);
+	jgram_free(gs[1]);
+	jgram_vocab_free(v);
+	tokenizer_free(t);
+	gguf_close(f);
+}
+
+START_TEST(mask_lazy_spm)
+{
+	walks_lazy(GGUF_VOCAB_LLAMA);
+}
+END_TEST
+
+START_TEST(mask_lazy_bpe)
+{
+	walks_lazy(GGUF_VOCAB_GPT2);
+}
+END_TEST
 
 START_TEST(mask_walks_spm)
 {
@@ -884,6 +1115,80 @@ START_TEST(mask_lead)
 }
 END_TEST
 
+/* A lazy lead (JGRAM_LAZY_LEAD; tool_choice "auto" in Mistral v0.3's
+ * format): every token is allowed and the output may end until the lead
+ * is drawn; from it the byte grammar holds (after the lead, `x` is
+ * refused and EOS only once the object is complete). The mode needs a
+ * lead and no pre; a lead after jgram_lazy is refused. */
+START_TEST(mask_lead_lazy)
+{
+	struct gguf_file *f;
+	struct tokenizer *t = gen_tok(GGUF_VOCAB_LLAMA, &f);
+	uint32_t nv = tokenizer_n_vocab(t);
+	float *logits = calloc(nv, sizeof(float));
+	int32_t bos = tokenizer_bos(t), eos = tokenizer_eos(t), brace = -1, x = -1;
+	struct jgram_vocab *v;
+	struct jgram_run *r;
+	struct jgram_node *n;
+	struct jgram *g;
+	uint16_t id;
+	const char *p;
+	size_t len;
+
+	ck_assert_int_eq(jgram_vocab_new(&v, t), 0);
+	for (int32_t i = 0; i < (int32_t)nv; i++) {
+		if (tokenizer_piece(t, i, &p, &len) || len != 1)
+			continue;
+		if (p[0] == '{' && brace < 0)
+			brace = i;
+		if (p[0] == 'x' && x < 0)
+			x = i;
+	}
+	ck_assert(brace >= 0 && x >= 0);
+	ck_assert_int_eq(jgram_new(&g), 0);
+	ck_assert_int_eq(jgram_node_add(g, &id, &n), 0);
+	n->types = JGRAM_T_OBJECT;
+	n->free_keys = true;
+	ck_assert_int_eq(jgram_lazy(g, JGRAM_LAZY_LEAD), JGRAM_E_INVALID);   /* no lead */
+	ck_assert_int_eq(jgram_lead(g, "<s>", 3), 0);
+	ck_assert_int_eq(jgram_lazy(g, JGRAM_LAZY_START), JGRAM_E_INVALID);
+	ck_assert_int_eq(jgram_lazy(g, JGRAM_LAZY_LEAD), 0);
+	ck_assert_int_eq(jgram_lead(g, "<s>", 3), JGRAM_E_INVALID);   /* lazy already */
+	ck_assert_int_eq(jgram_seal(g, id, NULL, 0), 0);
+	ck_assert_int_eq(jgram_run_new(&r, g, v), 0);
+	/* free text: everything, EOS included; text is taken */
+	ck_assert_uint_eq(jgram_run_mask(r, logits, nv), nv);
+	for (int32_t i = 0; i < (int32_t)nv; i++)
+		ck_assert(!isinf(logits[i]));
+	ck_assert(jgram_run_free_text(r));
+	ck_assert(!jgram_run_triggered(r));
+	ck_assert(jgram_run_complete(r));
+	ck_assert(jgram_run_accept(r, x));
+	ck_assert(jgram_run_accept(r, brace));
+	ck_assert(jgram_run_feed(r, "x}", 2));
+	/* the lead: the grammar from here */
+	ck_assert(jgram_run_accept(r, bos));
+	ck_assert(!jgram_run_free_text(r));
+	ck_assert(jgram_run_triggered(r));
+	ck_assert(!jgram_run_complete(r));
+	memset(logits, 0, nv * sizeof(float));
+	ck_assert_uint_lt(jgram_run_mask(r, logits, nv), nv);
+	ck_assert(!allowed(jgram_run_allowed(r), x));
+	ck_assert(!allowed(jgram_run_allowed(r), eos));
+	ck_assert(allowed(jgram_run_allowed(r), brace));
+	ck_assert(!jgram_run_accept(r, x));
+	ck_assert(jgram_run_accept(r, brace));
+	ck_assert(jgram_run_feed(r, "}", 1));
+	ck_assert(jgram_run_complete(r));
+	jgram_run_free(r);
+	jgram_free(g);
+	jgram_vocab_free(v);
+	tokenizer_free(t);
+	gguf_close(f);
+	free(logits);
+}
+END_TEST
+
 static void setup(void)
 {
 	const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -922,6 +1227,8 @@ int main(void)
 	tcase_add_test(tc, union_accepts_refuses);
 	tcase_add_test(tc, wrap_accepts_refuses);
 	tcase_add_test(tc, union_wrap_invalid);
+	tcase_add_test(tc, lazy_pre_accepts_refuses);
+	tcase_add_test(tc, lazy_start_accepts_refuses);
 	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(tm, setup, teardown);
 	tcase_set_timeout(tm, 300);
@@ -929,6 +1236,9 @@ int main(void)
 	tcase_add_test(tm, mask_walks_bpe);
 	tcase_add_test(tm, mask_eos);
 	tcase_add_test(tm, mask_lead);
+	tcase_add_test(tm, mask_lead_lazy);
+	tcase_add_test(tm, mask_lazy_spm);
+	tcase_add_test(tm, mask_lazy_bpe);
 	suite_add_tcase(s, tm);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

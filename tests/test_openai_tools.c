@@ -612,15 +612,87 @@ static void gram_refused(const char *body, enum chat_format f, const char *param
 	openai_req_deinit(&q);
 }
 
+/* tool_choice "auto" with a strict tool, or chatml's
+ * parallel_tool_calls false: a lazy grammar - free text, and from the
+ * call's trigger on only calls as "required" would hold them. */
+START_TEST(test_grammar_auto)
+{
+	static const char one[] = "<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}\n</tool_call>";
+	static const char text_one[] = "Let me count.\n<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}\n</tool_call>";
+	struct openai_req q;
+
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," STRICT("count") "]}", CHAT_CHATML, &q);
+	ck_assert_ptr_nonnull(q.gram);
+	gram_ok(q.gram, "");
+	gram_ok(q.gram, "It is sunny; <tool_ and </tool_call> are text here. {\"n\": 1.5}");
+	gram_ok(q.gram, one);
+	gram_ok(q.gram, text_one);
+	gram_ok(q.gram, "x<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":1}}</tool_call>\n"
+		"<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 1, \"u\": \"f\"}}\n</tool_call>\n");
+	scans_as(CHAT_CHATML, &q, one, "count", "{\"n\": 7, \"u\": \"c\"}");
+	gram_no(q.gram, "Sure <tool_call>", "Sure");                  /* calls only after it */
+	gram_no(q.gram, "<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 7", ".5");  /* strict */
+	gram_no(q.gram, "a <tool_call>\n{\"name\": \"", "other");  /* not a tool */
+	gram_no(q.gram, text_one, "Done.");                          /* no text after */
+	gram_no(q.gram, "<tool_call>\n{\"name\": \"count\"", "");   /* cannot end inside */
+	openai_req_deinit(&q);
+	/* parallel_tool_calls false, tools not strict: one call, then the end */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," TOOL("count") "],"
+		"\"parallel_tool_calls\":false}", CHAT_CHATML, &q);
+	ck_assert_ptr_nonnull(q.gram);
+	gram_ok(q.gram, "No call.");
+	gram_ok(q.gram, text_one);
+	gram_no(q.gram, "<tool_call>\n{\"name\": \"count\", \"arguments\": {\"n\": 7.5}}\n</tool_call>\n", "<");
+	openai_req_deinit(&q);
+	/* allowed_tools auto: the subset */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("a") "," STRICT("count") "],"
+		"\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"auto\","
+		"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"count\"}}]}}}", CHAT_CHATML, &q);
+	ck_assert_ptr_nonnull(q.gram);
+	gram_ok(q.gram, "text");
+	gram_no(q.gram, "<tool_call>{\"name\": \"", "a\"");
+	openai_req_deinit(&q);
+	/* llama3: a first `{` is the call, anything else text to the end */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," STRICT("count") "]}", CHAT_LLAMA3, &q);
+	ck_assert_ptr_nonnull(q.gram);
+	gram_ok(q.gram, "");
+	gram_ok(q.gram, "Sure: {\"name\": \"count\", \"parameters\": {\"n\": 1.5}} and more");
+	gram_ok(q.gram, " \n{\"name\": \"count\", \"parameters\": {\"n\": 2, \"u\": \"f\"}}");
+	scans_as(CHAT_LLAMA3, &q, " {\"name\": \"count\", \"parameters\": {\"n\": 2, \"u\": \"f\"}}",
+		 "count", "{\"n\": 2, \"u\": \"f\"}");
+	gram_no(q.gram, "  {", "x");
+	gram_no(q.gram, "{\"name\": \"count\", \"parameters\": {\"n\": 1", ".5");   /* strict */
+	gram_no(q.gram, "{\"name\": \"get_weather\", \"parameters\": {}} ", "x");   /* one call */
+	gram_no(q.gram, "{\"name\": \"get_weather\"", "");
+	openai_req_deinit(&q);
+	/* no strict tool, parallel calls: nothing to hold, no grammar */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":true}", CHAT_CHATML, &q);
+	ck_assert_ptr_null(q.gram);
+	openai_req_deinit(&q);
+	gram_of("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false}", CHAT_LLAMA3, &q);
+	ck_assert_ptr_null(q.gram);
+	openai_req_deinit(&q);
+	/* none: unconstrained, strict or not */
+	gram_of("{" MSGS ",\"tools\":[" STRICT("f") "],\"tool_choice\":\"none\","
+		"\"parallel_tool_calls\":false}", CHAT_CHATML, &q);
+	ck_assert_ptr_null(q.gram);
+	openai_req_deinit(&q);
+}
+END_TEST
+
 START_TEST(test_grammar_refused)
 {
 	char body[40000];
 	size_t o;
 	struct openai_req q;
 
-	gram_refused("{" MSGS ",\"tools\":[" STRICT("f") "]}", CHAT_CHATML, "tools", "strict");
-	gram_refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false}",
-		     CHAT_CHATML, "parallel_tool_calls", "required");
+	/* under auto a call grammar and response_format cannot both hold */
+	gram_refused("{" MSGS ",\"tools\":[" STRICT("f") "],"
+		     "\"response_format\":{\"type\":\"json_object\"}}", CHAT_CHATML,
+		     "response_format", "strict tools");
+	gram_refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false,"
+		     "\"response_format\":{\"type\":\"json_object\"}}", CHAT_CHATML,
+		     "response_format", "strict tools");
 	gram_refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"tool_choice\":\"required\","
 		     "\"response_format\":{\"type\":\"json_object\"}}", CHAT_LLAMA3,
 		     "response_format", "forced tool call");
@@ -643,7 +715,13 @@ START_TEST(test_grammar_refused)
 	gram_of(body, CHAT_CHATML, &q);
 	gram_ok(q.gram, "<tool_call>{\"name\": \"f63\", \"arguments\": {}}</tool_call>");
 	gram_no(q.gram, "<tool_call>{\"name\": \"f6", "4");
-	openai_req_deinit(&q);
+	openai_req_deinit(&q);	/* the same under auto with a strict tool among them */
+	o = (size_t)snprintf(body, sizeof(body), "{" MSGS ",\"tools\":[" STRICT("s"));
+	for (int i = 0; i < 64; i++)
+		o += (size_t)snprintf(body + o, sizeof(body) - o, ",{\"type\":\"function\",\"function\":{\"name\":\"f%d\"}}",
+				      i);
+	snprintf(body + o, sizeof(body) - o, "]}");
+	gram_refused(body, CHAT_CHATML, "tools", "at most 64");
 }
 END_TEST
 
@@ -691,10 +769,23 @@ START_TEST(test_grammar_mistral_v3)
 	gram_no(q.gram, "[{\"name\": \"count\", \"arguments\": {\"n\": 7, \"u\": \"c\"}}", ",");
 	gram_no(q.gram, "[{\"name\": \"", "get_weather");
 	openai_req_deinit(&q);
-	/* under auto: strict and parallel false are refused as for chatml */
-	gram_refused("{" MSGS ",\"tools\":[" STRICT("f") "]}", CHAT_MISTRAL_V3, "tools", "strict");
-	gram_refused("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false}",
-		     CHAT_MISTRAL_V3, "parallel_tool_calls", "false");
+	/* under auto, strict or parallel false: the same grammar, lazy at
+	 * the [TOOL_CALLS] token (a run fed bytes has no lead: its bytes are
+	 * those after it); without either, no grammar */
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "," STRICT("count") "]}",
+		CHAT_MISTRAL_V3, &q);
+	ck_assert_ptr_nonnull(q.gram);
+	gram_ok(q.gram, two);
+	gram_no(q.gram, "[{\"name\": \"count\", \"arguments\": {\"n\": 1", ".5");
+	openai_req_deinit(&q);
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "],\"parallel_tool_calls\":false}",
+		CHAT_MISTRAL_V3, &q);
+	ck_assert_ptr_nonnull(q.gram);
+	gram_no(q.gram, "[{\"name\": \"get_weather\", \"arguments\": {}}", ",");
+	openai_req_deinit(&q);
+	gram_of("{" MSGS ",\"tools\":[" TOOL("get_weather") "]}", CHAT_MISTRAL_V3, &q);
+	ck_assert_ptr_null(q.gram);
+	openai_req_deinit(&q);
 }
 END_TEST
 
@@ -714,6 +805,7 @@ int main(void)
 	tcase_add_test(tc, test_scan_bounded);
 	tcase_add_test(tc, test_grammar_llama3);
 	tcase_add_test(tc, test_grammar_chatml);
+	tcase_add_test(tc, test_grammar_auto);
 	tcase_add_test(tc, test_grammar_refused);
 	tcase_add_test(tc, test_grammar_mistral_v3);
 	suite_add_tcase(s, tc);

@@ -1905,7 +1905,8 @@ static int32_t api_calls_token(const struct tokenizer *tok, enum chat_format fmt
 	return id;
 }
 
-/* tool_choice "required" or a named function: the call grammar of the
+/* tool_choice "required" or a named function (or "auto" with strict
+ * tools: the same grammar, lazy): the call grammar of the
  * model's format becomes q.gram (sampled like response_format's). A
  * request it cannot serve is the body's 400. true when so (q released). */
 static bool api_tools_refused(struct api_prep *ap)

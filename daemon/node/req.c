@@ -152,6 +152,9 @@ static void serve_req_free_cb(uv_handle_t *h)
 	if (r->dt_init)
 		detok_deinit(&r->dt);
 	compute_job_free(r->free_job);
+	if (r->jrun && jgram_run_triggered(r->jrun))   /* a lazy call grammar took over */
+		KVLOG_DEBUG(s->log, "grammar_trigger", "id=%llu tenant=%s",
+			    (unsigned long long)r->reg.id, KVLOG_Q(r->tenant));
 	jgram_run_free(r->jrun);
 	jgram_free(r->gram);
 	free(r->prompt);

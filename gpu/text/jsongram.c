@@ -51,6 +51,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,10 @@ struct jgram {
 	char lead[JGRAM_WRAP_MAX];
 	uint8_t lead_len;
 	atomic_uint refs;                /* holders (jgram_ref); 1 when made */
+	/* jgram_lazy: enum jgram_lazy; fail[k] the trigger's (pre's) KMP
+	 * fallback after a mismatch with k + 1 bytes matched */
+	uint8_t lazy;
+	uint8_t fail[JGRAM_WRAP_MAX];
 };
 
 /* literals every grammar has, first: true, false, null */
@@ -232,8 +237,15 @@ enum str_flag {
 #define PROP_FREE 0xffu
 #define PROP_TAG 0xfeu    /* a union's frame: the tag's value is due */
 
-/* Where a wrapped run is (SEG_VALUE for a grammar without a wrap). */
-enum seg { SEG_VALUE = 0, SEG_PRE, SEG_POST };
+/* Where a wrapped run is (SEG_VALUE for a grammar without a wrap);
+ * a lazy run (jgram_lazy) starts in one of the free segments, the last
+ * three: the grammar holds from the segment it leaves them for. */
+enum seg {
+	SEG_VALUE = 0, SEG_PRE, SEG_POST,
+	SEG_FREE,         /* JGRAM_LAZY_PRE: free text, tpos bytes of pre matched */
+	SEG_START,        /* JGRAM_LAZY_START: only whitespace so far */
+	SEG_OFF,          /* JGRAM_LAZY_START: text, free to the end */
+};
 
 struct frame {
 	uint64_t used;                   /* object: properties given (bit i) */
@@ -743,10 +755,56 @@ static bool struct_step(const struct jgram *g, struct state *st, uint8_t c,
 	return f->kind == K_OBJ ? obj_step(g, st, f, c) : arr_step(g, st, f, c);
 }
 
+static bool state_step(const struct jgram *g, struct state *st, uint8_t c);
+
+/* The run leaves a free segment: a fresh value (after pre, or from its
+ * first byte), as wrap_step begins one. */
+static void lazy_fire(struct state *st, uint8_t seg)
+{
+	st->seg = seg;
+	st->tpos = 0;
+	st->ws = 0;
+	st->depth = 0;
+	st->done = false;
+	st->s = (struct scalar){ .kind = S_NONE };
+}
+
+/* A byte in a free segment: always accepted. SEG_FREE matches the
+ * trigger (pre) anywhere, KMP-style; SEG_START hands the first
+ * non-whitespace byte to the grammar when it takes it, or turns free
+ * for good. */
+static bool lazy_step(const struct jgram *g, struct state *st, uint8_t c)
+{
+	uint8_t k = st->tpos;
+	struct state t;
+
+	if (st->seg == SEG_OFF || (st->seg == SEG_START && is_ws(c)))
+		return true;
+	if (st->seg == SEG_START) {
+		state_copy(&t, st);
+		lazy_fire(&t, g->pre_len ? SEG_PRE : SEG_VALUE);
+		if (state_step(g, &t, c))
+			state_copy(st, &t);
+		else
+			st->seg = SEG_OFF;
+		return true;
+	}
+	while (k && c != (uint8_t)g->pre[k])
+		k = g->fail[k - 1];
+	if (c == (uint8_t)g->pre[k])
+		k++;
+	st->tpos = k;
+	if (k == g->pre_len)
+		lazy_fire(st, SEG_VALUE);
+	return true;
+}
+
 static bool state_step(const struct jgram *g, struct state *st, uint8_t c)
 {
 	int r = R_END;
 
+	if (st->seg >= SEG_FREE)
+		return lazy_step(g, st, c);
 	if (st->seg != SEG_VALUE)
 		return wrap_step(g, st, c);
 	switch (st->s.kind) {
@@ -788,17 +846,33 @@ static bool value_complete(const struct jgram *g, const struct state *st)
 /* The output is complete: the value, or with a wrap a whole repetition. */
 static bool state_complete(const struct jgram *g, const struct state *st)
 {
+	if (st->seg >= SEG_FREE)
+		return true;   /* free text may end anywhere */
 	if (g->post_len)
 		return st->seg == SEG_PRE && st->tpos == 0 && st->reps > 0;
 	return value_complete(g, st);
 }
 
-/* A byte that changes nothing: plain text inside a string. */
-static bool state_same(const struct state *st, uint8_t c)
+/* Inside plain string text: no escape or character pending. */
+static bool in_plain_string(const struct state *st)
 {
-	return st->s.kind == S_STR && !st->s.sub && !st->s.u8_need &&
-	       !(st->s.flags & F_LOW_DUE) && c >= 0x20 && c < 0x80 &&
-	       c != '"' && c != '\\';
+	return st->seg == SEG_VALUE && st->s.kind == S_STR && !st->s.sub &&
+	       !st->s.u8_need && !(st->s.flags & F_LOW_DUE);
+}
+
+/* A byte that changes nothing: plain text inside a string, or a byte
+ * of free text that starts no trigger. */
+static bool state_same(const struct jgram *g, const struct state *st, uint8_t c)
+{
+	switch (st->seg) {
+	case SEG_OFF:
+		return true;
+	case SEG_START:
+		return is_ws(c);
+	case SEG_FREE:
+		return st->tpos == 0 && c != (uint8_t)g->pre[0];
+	}
+	return in_plain_string(st) && c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
 }
 
 /* ---- sealing: the tree can be written -------------------------------------- */
@@ -919,10 +993,30 @@ int jgram_wrap(struct jgram *g, const char *pre, size_t pre_len,
 
 int jgram_lead(struct jgram *g, const char *text, size_t len)
 {
-	if (g->sealed || !len || len > JGRAM_WRAP_MAX)
+	if (g->sealed || g->lazy || !len || len > JGRAM_WRAP_MAX)
 		return JGRAM_E_INVALID;
 	memcpy(g->lead, text, len);
 	g->lead_len = (uint8_t)len;
+	return 0;
+}
+
+int jgram_lazy(struct jgram *g, enum jgram_lazy how)
+{
+	if (g->sealed || (how != JGRAM_LAZY_PRE && how != JGRAM_LAZY_START &&
+			  how != JGRAM_LAZY_LEAD) ||
+	    (how == JGRAM_LAZY_PRE && !g->pre_len) ||
+	    (how == JGRAM_LAZY_LEAD) != (g->lead_len > 0) ||
+	    (how == JGRAM_LAZY_LEAD && g->pre_len))
+		return JGRAM_E_INVALID;
+	g->lazy = (uint8_t)how;
+	g->fail[0] = 0;
+	for (uint8_t i = 1, k = 0; i < g->pre_len; i++) {
+		while (k && g->pre[i] != g->pre[k])
+			k = g->fail[k - 1];
+		if (g->pre[i] == g->pre[k])
+			k++;
+		g->fail[i] = k;
+	}
 	return 0;
 }
 
@@ -966,6 +1060,26 @@ struct trie {
 	uint32_t n_toks;
 };
 
+/* The text tokens whose piece holds a trigger (a lazy grammar's pre)
+ * whole: from a free state with nothing of the trigger pending, only
+ * these can leave it (jgram_run_mask's cheap case). */
+struct vtrig {
+	char text[JGRAM_WRAP_MAX];
+	uint8_t len;
+	int32_t *toks;                   /* (n) */
+	uint32_t n;
+};
+
+#define JGRAM_TRIG_CACHE 8u          /* triggers a vocabulary keeps */
+
+/* Built on a trigger's first use, kept until the vocabulary is freed;
+ * an entry once made is never changed (runs read it unlocked). */
+struct vtrigs {
+	pthread_mutex_t lock;
+	struct vtrig e[JGRAM_TRIG_CACHE];
+	uint32_t n;
+};
+
 struct jgram_vocab {
 	const struct tokenizer *t;
 	uint32_t n_vocab;
@@ -978,6 +1092,13 @@ struct jgram_vocab {
 					  * allowed inside a string, whatever
 					  * follows it */
 	bool covered_bytes[256];         /* the byte is a token alone */
+	/* for lazy runs' free text: */
+	uint64_t *outside;               /* ((n_vocab + 63) / 64) tokens not in
+					  * `all` (control, long, ...) */
+	int32_t *longs;                  /* (n_longs) text tokens longer than
+					  * JGRAM_PIECE_MAX bytes */
+	uint32_t n_longs;
+	struct vtrigs *trigs;            /* the one mutable part, locked */
 };
 
 struct vpiece {
@@ -997,6 +1118,18 @@ static int vpiece_cmp(const void *a, const void *b)
 	if (x->len != y->len)
 		return x->len < y->len ? -1 : 1;
 	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The token writes text (its piece): not a control token, BOS or EOS.
+ * Such a token's bytes are what a lazy run's free text reads. */
+static bool token_text(const struct tokenizer *t, int32_t id, const char **p, size_t *len)
+{
+	enum tokenizer_type ty = tokenizer_token_type(t, id);
+
+	if (id == tokenizer_eos(t) || id == tokenizer_bos(t) ||
+	    ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_UNKNOWN || ty == TOKEN_TYPE_UNUSED)
+		return false;
+	return !tokenizer_piece(t, id, p, len) && *len > 0;
 }
 
 static bool vocab_token_ok(const struct tokenizer *t, int32_t id, size_t len)
@@ -1086,7 +1219,11 @@ int jgram_vocab_new(struct jgram_vocab **out, const struct tokenizer *t)
 	struct vpiece *pc = malloc(sizeof(*pc) * (nv ? nv : 1));
 	int rc = -ENOMEM;
 
-	if (v && pc && (v->plain = calloc((nv + 63) / 64 + 1, sizeof(uint64_t)))) {
+	if (v && (v->trigs = calloc(1, sizeof(*v->trigs))))
+		pthread_mutex_init(&v->trigs->lock, NULL);
+	if (v && v->trigs && pc && (v->plain = calloc((nv + 63) / 64 + 1, sizeof(uint64_t))) &&
+	    (v->outside = calloc((nv + 63) / 64 + 1, sizeof(uint64_t))) &&
+	    (v->longs = malloc(sizeof(*v->longs) * (nv ? nv : 1)))) {
 		v->t = t;
 		v->n_vocab = nv;
 		v->eos = tokenizer_eos(t);
@@ -1095,8 +1232,12 @@ int jgram_vocab_new(struct jgram_vocab **out, const struct tokenizer *t)
 			size_t len;
 
 			if (tokenizer_piece(t, (int32_t)id, &p, &len) ||
-			    !vocab_token_ok(t, (int32_t)id, len))
+			    !vocab_token_ok(t, (int32_t)id, len)) {
+				v->outside[id / 64] |= UINT64_C(1) << (id % 64);
+				if (token_text(t, (int32_t)id, &p, &len))
+					v->longs[v->n_longs++] = (int32_t)id;
 				continue;
+			}
 			pc[n++] = (struct vpiece){ .p = (const uint8_t *)p,
 						   .len = (uint32_t)len, .id = (int32_t)id };
 		}
@@ -1121,6 +1262,14 @@ void jgram_vocab_free(struct jgram_vocab *v)
 	free(v->special.nodes);
 	free(v->special.toks);
 	free(v->plain);
+	free(v->outside);
+	free(v->longs);
+	if (v->trigs) {
+		for (uint32_t i = 0; i < v->trigs->n; i++)
+			free(v->trigs->e[i].toks);
+		pthread_mutex_destroy(&v->trigs->lock);
+		free(v->trigs);
+	}
 	free(v);
 }
 
@@ -1137,6 +1286,73 @@ uint32_t jgram_vocab_n_vocab(const struct jgram_vocab *v)
 	return v->n_vocab;
 }
 
+static bool holds(const char *p, size_t len, const char *text, size_t tlen)
+{
+	for (size_t i = 0; i + tlen <= len; i++)
+		if (p[i] == text[0] && !memcmp(p + i, text, tlen))
+			return true;
+	return false;
+}
+
+/* The text tokens whose piece holds text (tlen bytes) whole. */
+static int trig_scan(const struct jgram_vocab *v, const char *text, uint8_t tlen,
+		     struct vtrig *out)
+{
+	uint32_t cap = 0;
+
+	*out = (struct vtrig){ .len = tlen };
+	memcpy(out->text, text, tlen);
+	for (uint32_t id = 0; id < v->n_vocab; id++) {
+		const char *p;
+		size_t len;
+
+		if (!token_text(v->t, (int32_t)id, &p, &len) || !holds(p, len, text, tlen))
+			continue;
+		if (grow((void **)&out->toks, &cap, out->n + 1, sizeof(*out->toks))) {
+			free(out->toks);
+			return -ENOMEM;
+		}
+		out->toks[out->n++] = (int32_t)id;
+	}
+	return 0;
+}
+
+/* The trigger's tokens, from the vocabulary's cache (built now on a
+ * first use). *own set when the cache was full: the caller frees it. */
+static int vocab_trig(const struct jgram_vocab *v, const char *text, uint8_t tlen,
+		      const struct vtrig **out, struct vtrig **own)
+{
+	struct vtrigs *c = v->trigs;
+	int rc = 0;
+
+	*own = NULL;
+	*out = NULL;
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < c->n; i++)
+		if (c->e[i].len == tlen && !memcmp(c->e[i].text, text, tlen)) {
+			*out = &c->e[i];
+			pthread_mutex_unlock(&c->lock);
+			return 0;
+		}
+	if (c->n < JGRAM_TRIG_CACHE) {
+		rc = trig_scan(v, text, tlen, &c->e[c->n]);
+		if (!rc)
+			*out = &c->e[c->n++];
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (rc || *out)
+		return rc;
+	if (!(*own = malloc(sizeof(**own))))
+		return -ENOMEM;
+	rc = trig_scan(v, text, tlen, *own);
+	if (rc) {
+		free(*own);
+		*own = NULL;
+	}
+	*out = *own;
+	return rc;
+}
+
 /* ---- a request's run ------------------------------------------------------ */
 
 struct jgram_run {
@@ -1144,9 +1360,14 @@ struct jgram_run {
 	const struct jgram_vocab *v;
 	struct state st;
 	int32_t lead;                    /* the lead token still to come, or -1 */
+	bool lead_free;                  /* JGRAM_LAZY_LEAD: free text until it */
 	uint64_t *allow;                 /* ((n_vocab + 63) / 64) the last mask */
 	struct state buf[JGRAM_PIECE_MAX + 1];  /* the walk's states by depth */
 	const struct state *at[JGRAM_PIECE_MAX + 1];
+	/* lazy (JGRAM_LAZY_PRE): the tokens holding the trigger */
+	const struct vtrig *trig;
+	struct vtrig *trig_own;          /* when the vocabulary's cache was full */
+	bool allow_all;                  /* allow is all ones (a free mask) */
 };
 
 /* The grammar's lead as one control token of t: its id, or -1. */
@@ -1180,11 +1401,22 @@ int jgram_run_new(struct jgram_run **out, const struct jgram *g,
 	}
 	r->g = g;
 	r->v = v;
-	r->st.seg = g->pre_len ? SEG_PRE : SEG_VALUE;
+	r->st.seg = g->lazy == JGRAM_LAZY_PRE ? SEG_FREE
+		  : g->lazy == JGRAM_LAZY_START ? SEG_START
+		  : g->pre_len ? SEG_PRE : SEG_VALUE;
 	r->lead = -1;
+	r->lead_free = g->lazy == JGRAM_LAZY_LEAD;
 	if (v && g->lead_len && (r->lead = lead_id(v->t, g)) < 0) {
 		jgram_run_free(r);
 		return -ENOENT;
+	}
+	if (v && g->lazy == JGRAM_LAZY_PRE) {
+		int rc = vocab_trig(v, g->pre, g->pre_len, &r->trig, &r->trig_own);
+
+		if (rc) {
+			jgram_run_free(r);
+			return rc;
+		}
 	}
 	*out = r;
 	return 0;
@@ -1194,6 +1426,9 @@ void jgram_run_free(struct jgram_run *r)
 {
 	if (!r)
 		return;
+	if (r->trig_own)
+		free(r->trig_own->toks);
+	free(r->trig_own);
 	free(r->allow);
 	free(r);
 }
@@ -1203,7 +1438,7 @@ bool jgram_run_feed(struct jgram_run *r, const char *bytes, size_t len)
 	struct state st;
 
 	if (r->lead >= 0)
-		return len == 0;
+		return r->lead_free || len == 0;   /* free text, or nothing before it */
 	state_copy(&st, &r->st);
 	for (size_t i = 0; i < len; i++)
 		if (!state_step(r->g, &st, (uint8_t)bytes[i]))
@@ -1214,7 +1449,9 @@ bool jgram_run_feed(struct jgram_run *r, const char *bytes, size_t len)
 
 bool jgram_run_complete(const struct jgram_run *r)
 {
-	return r->lead < 0 && state_complete(r->g, &r->st);
+	if (r->lead >= 0)
+		return r->lead_free;   /* free text may end anywhere */
+	return state_complete(r->g, &r->st);
 }
 
 bool jgram_run_can(const struct jgram_run *r, uint8_t c)
@@ -1222,7 +1459,7 @@ bool jgram_run_can(const struct jgram_run *r, uint8_t c)
 	struct state st;
 
 	if (r->lead >= 0)
-		return false;
+		return r->lead_free;
 	state_copy(&st, &r->st);
 	return state_step(r->g, &st, c);
 }
@@ -1230,6 +1467,16 @@ bool jgram_run_can(const struct jgram_run *r, uint8_t c)
 const uint64_t *jgram_run_allowed(const struct jgram_run *r)
 {
 	return r->allow;
+}
+
+bool jgram_run_free_text(const struct jgram_run *r)
+{
+	return r->st.seg >= SEG_FREE || (r->lead >= 0 && r->lead_free);
+}
+
+bool jgram_run_triggered(const struct jgram_run *r)
+{
+	return r->g->lazy && r->st.seg < SEG_FREE && r->lead < 0;
 }
 
 /* One pass over trie tr from the current state: r->allow gets every
@@ -1243,7 +1490,7 @@ static uint32_t run_walk(struct jgram_run *r, const struct trie *tr)
 		const struct tnode *t = &tr->nodes[i];
 		const struct state *up = r->at[t->depth - 1];
 
-		if (state_same(up, t->byte)) {
+		if (state_same(r->g, up, t->byte)) {
 			r->at[t->depth] = up;
 		} else {
 			struct state *s = &r->buf[t->depth];
@@ -1274,7 +1521,7 @@ static uint32_t run_allowed(struct jgram_run *r)
 	size_t words = (v->n_vocab + 63) / 64;
 	uint32_t n = 0;
 
-	if (!state_same(&r->st, 'a')) {
+	if (!in_plain_string(&r->st)) {
 		memset(r->allow, 0, words * sizeof(uint64_t));
 		return run_walk(r, &v->all);
 	}
@@ -1294,11 +1541,101 @@ static uint32_t run_lead(struct jgram_run *r)
 	return 1;
 }
 
+/* A free segment: token id (a text token) is allowed when the run
+ * takes all its bytes (it may fire the trigger, and what follows it in
+ * the piece must then be the grammar's). */
+static bool free_token_ok(const struct jgram_run *r, int32_t id)
+{
+	struct state st;
+	const char *p;
+	size_t len;
+
+	if (!token_text(r->v->t, id, &p, &len))
+		return true;
+	state_copy(&st, &r->st);
+	for (size_t i = 0; i < len; i++)
+		if (!state_step(r->g, &st, (uint8_t)p[i]))
+			return false;
+	return true;
+}
+
+/* The cheap free mask: with nothing of the trigger pending (or none to
+ * wait for) only the tokens holding the whole trigger can leave free
+ * text; every other token is allowed as it is. */
+static uint32_t free_mask_cheap(struct jgram_run *r, float *logits, uint32_t n_vocab)
+{
+	size_t words = (r->v->n_vocab + 63) / 64;
+	uint32_t bad = 0;
+
+	if (!r->allow_all)
+		memset(r->allow, 0xff, words * sizeof(uint64_t));
+	r->allow_all = true;
+	for (uint32_t i = 0; r->st.seg == SEG_FREE && r->trig && i < r->trig->n; i++) {
+		int32_t id = r->trig->toks[i];
+
+		if (free_token_ok(r, id))
+			continue;
+		r->allow[(uint32_t)id / 64] &= ~(UINT64_C(1) << ((uint32_t)id % 64));
+		r->allow_all = false;
+		if ((uint32_t)id < n_vocab)
+			logits[id] = -INFINITY;
+		bad++;
+	}
+	return n_vocab - bad;
+}
+
+/* A free mask with part of the trigger pending, or before the first
+ * non-whitespace byte (SEG_START): the trie is walked from the state;
+ * the tokens outside it are allowed (no text: control tokens, EOS) or
+ * checked one by one (pieces longer than the trie's). */
+static uint32_t free_mask_walk(struct jgram_run *r, float *logits, uint32_t n_vocab)
+{
+	const struct jgram_vocab *v = r->v;
+	size_t words = (v->n_vocab + 63) / 64;
+	uint32_t bad = 0;
+
+	memset(r->allow, 0, words * sizeof(uint64_t));
+	r->allow_all = false;
+	run_walk(r, &v->all);
+	for (size_t w = 0; w < words; w++)
+		r->allow[w] |= v->outside[w];
+	for (uint32_t i = 0; i < v->n_longs; i++)
+		if (!free_token_ok(r, v->longs[i]))
+			r->allow[(uint32_t)v->longs[i] / 64] &=
+				~(UINT64_C(1) << ((uint32_t)v->longs[i] % 64));
+	for (uint32_t w = 0; w < words && w * 64 < n_vocab; w++) {
+		uint64_t a = r->allow[w];
+
+		if (a == ~UINT64_C(0))
+			continue;
+		for (uint32_t b = 0; b < 64 && w * 64 + b < n_vocab && w * 64 + b < v->n_vocab; b++)
+			if (!(a >> b & 1)) {
+				logits[w * 64 + b] = -INFINITY;
+				bad++;
+			}
+	}
+	return n_vocab - bad;
+}
+
 uint32_t jgram_run_mask(void *run, float *logits, uint32_t n_vocab)
 {
 	struct jgram_run *r = run;
 	const struct jgram_vocab *v = r->v;
-	uint32_t n = r->lead >= 0 ? run_lead(r) : run_allowed(r);
+	uint32_t n;
+
+	if (r->lead >= 0 && r->lead_free) {
+		return free_mask_cheap(r, logits, n_vocab);   /* every token */
+	} else if (r->lead >= 0) {
+		r->allow_all = false;
+		n = run_lead(r);
+	} else if (r->st.seg == SEG_OFF || (r->st.seg == SEG_FREE && r->st.tpos == 0)) {
+		return free_mask_cheap(r, logits, n_vocab);
+	} else if (r->st.seg >= SEG_FREE) {
+		return free_mask_walk(r, logits, n_vocab);
+	} else {
+		r->allow_all = false;
+		n = run_allowed(r);
+	}
 
 	if (v->eos >= 0 && (uint32_t)v->eos < v->n_vocab && jgram_run_complete(r)) {
 		r->allow[(uint32_t)v->eos / 64] |= UINT64_C(1) << ((uint32_t)v->eos % 64);
@@ -1324,12 +1661,18 @@ bool jgram_run_accept(void *run, int32_t token)
 
 	if (r->lead >= 0) {
 		if (token != r->lead)
-			return false;
+			return r->lead_free;   /* free text goes on */
 		r->lead = -1;   /* the byte grammar from here */
 		return true;
 	}
 	if (token == r->v->eos)
 		return state_complete(r->g, &r->st);
+	if (r->st.seg >= SEG_FREE) {   /* free text: any token its bytes allow */
+		if (token < 0 || (uint32_t)token >= r->v->n_vocab ||
+		    !token_text(r->v->t, token, &p, &len))
+			return true;
+		return jgram_run_feed(r, p, len);
+	}
 	if (token < 0 || (uint32_t)token >= r->v->n_vocab ||
 	    !(r->allow[(uint32_t)token / 64] >> ((uint32_t)token % 64) & 1) ||
 	    tokenizer_piece(r->v->t, token, &p, &len))

@@ -54,6 +54,32 @@
  * of the grammar follows. It feeds no bytes (control tokens decode to
  * none), and a run fed bytes only has none.
  *
+ * A lazy grammar (jgram_lazy; tool_choice "auto", where the answer may
+ * be text): the run starts FREE - every token allowed, as without a
+ * grammar - and the grammar takes over at a trigger:
+ *   JGRAM_LAZY_PRE    the wrap's pre, anywhere in the output (Hermes'
+ *                     "<tool_call>"): from the byte right after it the
+ *                     output is the wrap's (the value, post, further
+ *                     repetitions up to max_rep, whitespace, EOS) and
+ *                     nothing else - no text after the calls;
+ *   JGRAM_LAZY_START  the output's first non-whitespace byte, when the
+ *                     grammar accepts it (Llama 3.1's bare call object:
+ *                     `{`); any other first byte makes the whole output
+ *                     free text;
+ *   JGRAM_LAZY_LEAD   the lead token (Mistral's [TOOL_CALLS]), when it
+ *                     is drawn: until then every token is allowed and
+ *                     no byte is fed; from it the grammar holds.
+ * A token that straddles the trigger (text, the trigger, bytes after
+ * it) is allowed only when the grammar takes the bytes after it; a
+ * trigger split over tokens is matched across them (KMP over pre: the
+ * run keeps how much of it is pending). Cost: with nothing of the
+ * trigger pending the free mask touches only the tokens whose piece
+ * holds the whole trigger (a list built once per vocabulary and
+ * trigger) - near zero; with a part pending, and before the first byte
+ * under LAZY_START, it walks the trie once like a grammar mask.
+ * Control tokens (no text) and EOS are allowed in free text; EOS once
+ * the grammar has taken over only when complete, as always.
+ *
  * No dead ends: from every state the recognizer reaches, some byte is
  * accepted, or the value is complete (jgram_run_complete): `,` is
  * refused when no property is left, `]` before min_items, a value past
@@ -156,9 +182,21 @@ int jgram_lit_add(struct jgram *g, const char *text, size_t len,
 int jgram_wrap(struct jgram *g, const char *pre, size_t pre_len,
 	       const char *post, size_t post_len, uint32_t max_rep);
 /* The output opens with the control token whose text is text[0, len)
- * (at most JGRAM_WRAP_MAX bytes), before any wrap. Before jgram_seal;
- * JGRAM_E_INVALID otherwise. */
+ * (at most JGRAM_WRAP_MAX bytes), before any wrap. Before jgram_seal
+ * and jgram_lazy; JGRAM_E_INVALID otherwise. */
 int jgram_lead(struct jgram *g, const char *text, size_t len);
+enum jgram_lazy {
+	JGRAM_LAZY_NONE = 0,     /* the grammar holds from the first byte */
+	JGRAM_LAZY_PRE,          /* from after the wrap's pre, found anywhere */
+	JGRAM_LAZY_START,        /* from the first non-whitespace byte, if
+				  * the grammar takes it */
+	JGRAM_LAZY_LEAD,         /* from the lead token, when it is drawn
+				  * (Mistral's [TOOL_CALLS]; a lead, no pre) */
+};
+/* Make g lazy (above). After jgram_wrap, before jgram_seal; LAZY_PRE
+ * needs a wrap with a pre and no lead, LAZY_START no lead, LAZY_LEAD a
+ * lead and no pre. JGRAM_E_INVALID otherwise. */
+int jgram_lazy(struct jgram *g, enum jgram_lazy how);
 /* Check the tree from root (nodes may refer only to nodes added before
  * them, or to ANY) and freeze it: JGRAM_E_INVALID with msg filled. */
 int jgram_seal(struct jgram *g, uint16_t root, char *msg, size_t msg_len);
@@ -201,3 +239,7 @@ bool jgram_run_accept(void *run, int32_t token);
 /* The allowed set as a bitmap of (n_vocab + 63) / 64 words, as the last
  * jgram_run_mask computed it (for tests). */
 const uint64_t *jgram_run_allowed(const struct jgram_run *r);
+/* A lazy run still in free text (every byte accepted). */
+bool jgram_run_free_text(const struct jgram_run *r);
+/* A lazy run whose trigger came: the grammar holds the rest. */
+bool jgram_run_triggered(const struct jgram_run *r);

@@ -61,8 +61,9 @@
  * call is parsed: the model cannot call), "required", a named function
  * or allowed_tools ({"mode": "auto"|"required", "tools": [names]}: the
  * others' tools[].allowed cleared); a name not among the tools is a 400.
- * A forced call is held by openai_tools_grammar, once the model's chat
- * format is known (the front's). An
+ * A forced call (and under "auto" a strict tool) is held by
+ * openai_tools_grammar, once the model's chat format is known (the
+ * front's). An
  * assistant message may carry `tool_calls` (its content then may be
  * null), a "tool" message its `tool_call_id`; call arguments must be a
  * JSON object's text and are kept re-serialized as json.dumps writes them.
@@ -234,11 +235,14 @@ bool openai_req_calls(const struct openai_req *q);
  * <tool_call>{"name": N, "arguments": ARGS}</tool_call>, repeated unless
  * parallel_tool_calls is false - where N is an allowed tool's name and
  * ARGS its parameters schema when the tool is strict, any JSON object
- * otherwise. Nothing to do (0, q->gram untouched) for a format without
- * a call syntax (the front refuses its tools) or tool_choice auto/none.
- * OPENAI_E_INVALID (err: 400) for what cannot be held: response_format
- * together with a forced call, strict or parallel_tool_calls false under
- * "auto" where no grammar runs, more than JGRAM_LITS_MAX tools to choose
- * from, the schemas past the grammar's bounds; -ENOMEM. Pure. */
+ * otherwise. Under "auto" with a strict tool, or parallel_tool_calls
+ * false where several calls may follow each other (chatml), the same
+ * grammar made lazy (jgram_lazy: free text until "<tool_call>", or for
+ * llama3 a first `{`). Nothing to do (0, q->gram untouched) for a
+ * format without a call syntax (the front refuses its tools), "none",
+ * or "auto" with neither. OPENAI_E_INVALID (err: 400) for what cannot
+ * be held: response_format together with a call grammar, more than
+ * JGRAM_LITS_MAX tools to choose from, the schemas past the grammar's
+ * bounds; -ENOMEM. Pure. */
 int openai_tools_grammar(struct openai_req *q, enum chat_format f,
 			 struct openai_error *err);

@@ -1,5 +1,6 @@
-/* openai_toolgram.c - tool_choice "required" or a named function as a
- * grammar (openai.h openai_tools_grammar).
+/* openai_toolgram.c - tool_choice "required" or a named function, and
+ * strict tools under "auto", as a grammar (openai.h
+ * openai_tools_grammar).
  *
  * Design. A forced call is sampled under a jsongram grammar in the
  * call syntax of the model's chat format, so the answer is a call by
@@ -18,10 +19,25 @@
  * parallel_tool_calls false): the token is the grammar's lead
  * (jgram_lead: a control token is no byte text), the array its root.
  *
- * What cannot be held by a grammar is refused rather than ignored:
- * under tool_choice "auto" the answer may be text, which no grammar
- * here describes, so strict schemas and (chatml, where several calls
- * may follow text) parallel_tool_calls false are a 400 there.
+ * Under tool_choice "auto" the answer may be text, so the same grammar
+ * is made lazy (jsongram.h jgram_lazy): sampling starts free and the
+ * grammar takes over at the call's trigger. chatml: "<tool_call>"
+ * anywhere in the answer (the wrap's pre); from the byte after it the
+ * answer is calls only - the arguments of a strict tool its schema's,
+ * with parallel_tool_calls false exactly one call and then only the
+ * end. llama3: Llama 3.1's template makes a call the whole answer (the
+ * scanner reads one only from a first `{`), so the trigger is `{` as the
+ * answer's first non-whitespace byte, and any other first byte leaves
+ * the answer free text. mistral_v3: the [TOOL_CALLS] token, when drawn
+ * (JGRAM_LAZY_LEAD); the list of calls follows it. This runs only when
+ * it buys something: a strict tool, or parallel_tool_calls false where
+ * several calls may come (chatml, mistral_v3); non-strict tools
+ * under "auto" with parallel calls sample unconstrained, at no cost.
+ * The SDKs' helpers (zodFunction, pydantic_function_tool) send strict
+ * tools with the default tool_choice: they are served, not refused.
+ *
+ * What cannot be held is refused rather than ignored: response_format
+ * together with a call grammar (a forced call, or auto's lazy one).
  */
 #include "net/wire/jschema.h"
 #include "net/wire/openai_int.h"
@@ -135,18 +151,15 @@ static int union_of(struct jgram *g, const struct call_syntax *cs,
 	return 0;
 }
 
-/* What auto cannot hold (no grammar runs under it). */
-static int auto_check(const struct openai_req *q, const struct call_syntax *cs,
-		      struct openai_error *err)
+/* Whether "auto" needs its lazy grammar: a strict tool, or several
+ * calls possible in the format (wraps repeated, a list) and
+ * parallel_tool_calls false. */
+static bool auto_lazy(const struct openai_req *q, const struct call_syntax *cs)
 {
 	for (size_t i = 0; i < q->n_tools; i++)
 		if (q->tools[i].strict)
-			return openai__unsupported(err, "tools",
-						   "strict: true is enforced with tool_choice \"required\" or a named function (under \"auto\" the answer may be text)");
-	if (q->no_parallel_calls && cs->many)
-		return openai__unsupported(err, "parallel_tool_calls",
-					   "false is served with tool_choice \"required\" or a named function in this model's format (under \"auto\" calls may follow text)");
-	return 0;
+			return true;
+	return q->no_parallel_calls && (cs->many || cs->list);
 }
 
 static size_t allowed_count(const struct openai_req *q)
@@ -177,7 +190,7 @@ static int list_of(struct jgram *g, const struct call_syntax *cs,
 }
 
 static int tools_grammar(struct openai_req *q, const struct call_syntax *cs,
-			 struct jgram *g, struct openai_error *err)
+			 bool lazy, struct jgram *g, struct openai_error *err)
 {
 	char msg[128];
 	uint16_t root;
@@ -191,6 +204,9 @@ static int tools_grammar(struct openai_req *q, const struct call_syntax *cs,
 					strlen(cs->post),
 					q->no_parallel_calls ? 1 : JGRAM_REPS_MAX)))
 		return gram_bad(err, "wrap", rc);
+	if (lazy && (rc = jgram_lazy(g, cs->lead ? JGRAM_LAZY_LEAD
+				     : cs->pre ? JGRAM_LAZY_PRE : JGRAM_LAZY_START)))
+		return gram_bad(err, "trigger", rc);
 	rc = jgram_seal(g, root, msg, sizeof(msg));
 	return rc ? openai__bad(err, "tools", "the call grammar cannot be generated: %s", msg) : 0;
 }
@@ -200,21 +216,28 @@ int openai_tools_grammar(struct openai_req *q, enum chat_format f,
 {
 	const struct call_syntax *cs = syntax_of(f);
 	struct jgram *g = NULL;
+	bool lazy;
 	int rc;
 
 	if (!cs || !openai_req_calls(q))
 		return 0;
-	if (q->tool_choice == OPENAI_TC_AUTO)
-		return auto_check(q, cs, err);
+	lazy = q->tool_choice == OPENAI_TC_AUTO;
+	if (lazy && !auto_lazy(q, cs))
+		return 0;
+	if (q->gram && lazy)
+		return openai__unsupported(err, "response_format",
+					   "under tool_choice \"auto\", strict tools (or parallel_tool_calls false in this model's format) are held by a call grammar: response_format goes with non-strict tools or tool_choice \"none\"");
 	if (q->gram)
 		return openai__unsupported(err, "response_format",
 					   "a forced tool call is its own format: response_format goes with tool_choice \"auto\" or \"none\"");
 	if (allowed_count(q) > JGRAM_LITS_MAX)
-		return openai__bad(err, "tool_choice", "'tool_choice' \"required\" chooses among at most %u tools",
-			   JGRAM_LITS_MAX);
+		return openai__bad(err, lazy ? "tools" : "tool_choice",
+				   "%s chooses among at most %u tools",
+				   lazy ? "a call grammar (strict tools or parallel_tool_calls false)"
+					: "'tool_choice' \"required\"", JGRAM_LITS_MAX);
 	rc = jgram_new(&g);
 	if (!rc)
-		rc = tools_grammar(q, cs, g, err);
+		rc = tools_grammar(q, cs, lazy, g, err);
 	if (rc) {
 		jgram_free(g);
 		return rc;
