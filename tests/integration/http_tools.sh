@@ -27,11 +27,21 @@
 #   - n=3 under the grammar (each choice its own run): every choice is
 #     calls only, choice i the single request with seed 1 + i, its
 #     finish_reason tool_calls, streamed the same; on the pair too;
+#   - tool_choice "auto" with strict tools (the SDKs' strict helpers send
+#     them with the default tool_choice): a lazy grammar - free text, and
+#     from "<tool_call>" on only calls of the tools with valid arguments
+#     (f's k one of 1, 2, 3: most of the model's whole-call tokens are
+#     not, so without the grammar the check fails); over several seeds
+#     at temperature 1.5 every answer is text or such calls, at least one
+#     answer went through the trigger (event=grammar_trigger), with
+#     parallel_tool_calls false at most one call; streamed = not
+#     streamed; the pair's decode node draws the same; llama3 too (a
+#     first `{` is the call);
 #   - in fault-point builds, an allocation failing anywhere in a tools
 #     exchange ends it cleanly (KVD_HTTP_NOMEM, as http_harden.sh);
 #   - the 400s, each naming its param: tools for a format without a tool
-#     syntax (mistral), a forced call with response_format, strict under
-#     tool_choice auto, a strict schema keyword outside the subset, a
+#     syntax (mistral), a forced call with response_format, auto's lazy
+#     grammar with response_format, a strict schema keyword outside the subset, a
 #     named function that is not offered, a bad tool name, a control
 #     token's text in a tool's description (forged_control_token, tools)
 #     or in a tool result (messages).
@@ -218,6 +228,46 @@ check "required, n=3 streamed: each choice's calls as not streamed" \
 check "  ... each choice finishes with tool_calls" \
 	jq -se '[.[] | .choices[] | select(.finish_reason != null) | [.index, .finish_reason]] | sort == [[0,"tool_calls"],[1,"tool_calls"],[2,"tool_calls"]]' "$T/sse_n3"
 check "  ... nothing held after" settle t
+# ---- tool_choice auto with strict tools: a lazy grammar ------------------------------------------
+# f's k must be 1, 2 or 3: the model's whole-call tokens mostly say
+# another k, and a token that holds "<tool_call>" is allowed only when
+# the grammar takes what follows it
+TOOLS_AUTO='[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object","properties":{"k":{"enum":[1,2,3]}},"required":["k"],"additionalProperties":false}}},{"type":"function","function":{"name":"g","strict":true,"parameters":{"type":"object","properties":{"b":{"type":"boolean"}},"required":["b"]}}}]'
+# auto_ok FILE MAX: a 200 answer of text and at most MAX calls, each of f
+# (k 1..3, nothing else) or g (b a boolean)
+auto_ok() {
+	jq -e --argjson max "$2" '.choices[0] as $c | (($c.message.tool_calls // []) | length) <= $max and
+		([($c.message.tool_calls // [])[] | .function as $fn | ($fn.name == "f" or $fn.name == "g") and
+		  ($fn.arguments | fromjson) as $a |
+		  ($fn.name != "f" or (($a | keys) == ["k"] and ([1, 2, 3] | index($a.k)) != null)) and
+		  ($fn.name != "g" or (($a | keys) == ["b"] and ($a.b | type == "boolean")))] | all)' "$1" >/dev/null
+}
+auto_body() { # SEED [EXTRA]
+	echo "{\"messages\":$MSGS,\"tools\":$TOOLS_AUTO,\"max_tokens\":60,\"temperature\":1.5,\"seed\":$1${2:-}}"
+}
+MA=$(log_mark "$T/t.log")
+auto_calls=0
+for seed in 1 2 3 4 5 6; do
+	st=$(post chat/completions "$(auto_body $seed)")
+	cp "$T/body" "$T/auto_$seed.json"
+	check "auto with strict tools, seed $seed: 200 ($st), text or valid calls of f and g" \
+		bash -c "[ $st = 200 ] && $(declare -f auto_ok); auto_ok '$T/body' 1000"
+	auto_calls=$((auto_calls + $(jq '.choices[0].message.tool_calls // [] | length' "$T/body")))
+	st=$(post chat/completions "$(auto_body $seed ',"parallel_tool_calls":false')")
+	check "  ... parallel_tool_calls false: 200 ($st), at most one call, valid" \
+		bash -c "[ $st = 200 ] && $(declare -f auto_ok); auto_ok '$T/body' 1"
+	auto_calls=$((auto_calls + $(jq '.choices[0].message.tool_calls // [] | length' "$T/body")))
+done
+echo "# auto: $auto_calls calls over 12 answers"
+check "auto: some answers called ($auto_calls calls)" test "$auto_calls" -ge 1
+check "  ... through the grammar's trigger (event=grammar_trigger)" \
+	wait_log "$T/t.log" "event=grammar_trigger" 10 "$MA"
+curl -sN -H "Authorization: Bearer $KEY" -d "$(auto_body 3 ',"stream":true')" \
+	"$U/chat/completions" | sed -n 's/^data: //p' | grep -v '^\[DONE\]$' > "$T/sse_auto"
+got_s=$(jq -sc '[.[] | .choices[0].delta.tool_calls // empty | .[0].function | {name, arguments}],
+	([.[] | .choices[0].delta.content // empty] | join("") | if . == "" then null else . end)' "$T/sse_auto")
+check "auto, streamed: the same calls and text as not streamed" \
+	test "$got_s" = "$(jq -c '[.choices[0].message.tool_calls // [] | .[].function | {name, arguments}], .choices[0].message.content' "$T/auto_3.json")"
 
 # a prefill+decode pair answers as the standalone node: the prefill peer
 # draws the first token without the grammar, the decode node draws it
@@ -240,6 +290,13 @@ curl -s -o "$T/pair_n3.json" -H "Authorization: Bearer $KEY" \
 check "pair: required, n=3: the standalone node's choices (each drawn under its own run)" \
 	test "$(jq -c '[.choices[] | [.message.tool_calls[].function], .finish_reason]' "$T/pair_n3.json")" = \
 	     "$(jq -c '[.choices[] | [.message.tool_calls[].function], .finish_reason]' "$T/req_n3.json")"
+for seed in 1 2; do
+	curl -s -o "$T/pair_auto_$seed.json" -H "Authorization: Bearer $KEY" \
+		-d "$(auto_body $seed)" "http://127.0.0.1:$HP/v1/chat/completions"
+	check "pair: auto with strict tools, seed $seed: the standalone node's answer" \
+		test "$(jq -c '.choices[0].message | [.tool_calls // [] | .[].function], .content' "$T/pair_auto_$seed.json")" = \
+		     "$(jq -c '.choices[0].message | [.tool_calls // [] | .[].function], .content' "$T/auto_$seed.json")"
+done
 check "pair: the decode node drew the first tokens itself" grep -q "event=decode_recompute" "$T/dt.log"
 check "pair: nothing held" settle dt
 stop_node dt
@@ -292,8 +349,7 @@ refuse() { # DESCRIPTION BODY PARAM [CODE]
 	[ -z "${4:-}" ] || check "  ... code $4" test "$(jq -r .error.code "$T/body")" = "$4"
 }
 refuse "a forced call with response_format" "{\"messages\":$MSGS,\"tools\":$TOOLS,\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}" response_format unsupported_parameter
-refuse "strict under tool_choice auto" "{\"messages\":$MSGS,\"tools\":$TOOLS2}" tools unsupported_parameter
-refuse "parallel_tool_calls false under auto (chatml)" "{\"messages\":$MSGS,\"tools\":$TOOLS,\"parallel_tool_calls\":false}" parallel_tool_calls unsupported_parameter
+refuse "strict tools under auto with response_format" "{\"messages\":$MSGS,\"tools\":$TOOLS2,\"response_format\":{\"type\":\"json_object\"}}" response_format unsupported_parameter
 refuse "a strict schema with pattern" "{\"messages\":$MSGS,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"pattern\":\"^a\"}}}}}],\"tool_choice\":\"required\"}" tools
 check "  ... the message names the keyword" grep -q "pattern" "$T/body"
 refuse "a named function not offered" "{\"messages\":$MSGS,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"h\"}}}" tool_choice
@@ -350,6 +406,12 @@ for seed in 1 2 3 4; do
 	st=$(post chat/completions "{\"messages\":$MSGS,\"tools\":$TOOLS3,\"tool_choice\":$named_g,\"max_tokens\":200,\"temperature\":1,\"seed\":$seed}")
 	check "llama3 named g, seed $seed: 200 ($st), one call of g, valid" \
 		bash -c "[ $st = 200 ] && $(declare -f one_call); one_call '$T/body' g"
+done
+# auto: text, or one call whose first byte is its `{` (g's arguments valid)
+for seed in 1 2 3; do
+	st=$(post chat/completions "{\"messages\":$MSGS,\"tools\":$TOOLS3,\"max_tokens\":60,\"temperature\":1,\"seed\":$seed}")
+	check "llama3 auto with a strict tool, seed $seed: 200 ($st), text or one valid call" \
+		bash -c "[ $st = 200 ] && $(declare -f one_call); jq -e '.choices[0].message.tool_calls == null' '$T/body' >/dev/null || one_call '$T/body' f g"
 done
 check "llama3: nothing held" settle l
 stop_node l
