@@ -9,7 +9,11 @@
  * <tool_call> tags, repeated; bit 3: parallel_tool_calls false) or,
  * with bit 2, llama3's bare call object, or, with bit 4 (bit 2 clear),
  * mistral_v3's list of calls (fed the bytes after its [TOOL_CALLS]
- * token, the grammar's lead, which the scanner reads first). The document
+ * token, the grammar's lead, which the scanner reads first); bit 5:
+ * tool_choice "auto" instead, the same grammar made lazy (free text
+ * until "<tool_call>", or llama3's first `{`; mistral_v3's lazy run
+ * waits for its lead token, which a run fed bytes has not: its bytes
+ * are the grammar's from the first). The document
  * is fed byte by byte; a refused byte is skipped (the state must not
  * change) and the next is tried.
  * Properties:
@@ -22,7 +26,11 @@
  *   - when the accepted bytes form a complete value, jansson (another
  *     parser) reads them, as an object for json_object (unless a key
  *     holds \u0000, which jansson cannot store); a complete forced call
- *     is read by openai_calls_scan as calls of the two tools only.
+ *     is read by openai_calls_scan as calls of the two tools only;
+ *   - lazy: every byte of free text is accepted; the run has left free
+ *     text exactly when the accepted bytes hold "<tool_call>" (chatml)
+ *     or start with `{` after whitespace (llama3), and once complete
+ *     what follows the trigger is calls of the two tools only.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -46,13 +54,14 @@ static bool some_byte(const struct jgram_run *r)
 /* The forced call's grammar: q parsed and its grammar in q->gram; false
  * when the schema is no JSON or the request is refused (a 400). */
 static bool call_req(struct openai_req *q, const uint8_t *schema, size_t n,
-		     enum chat_format f, bool one)
+		     enum chat_format f, bool one, bool lazy)
 {
 	json_t *params = json_loadb((const char *)schema, n, JSON_DECODE_ANY, NULL);
 	json_t *body = params ? json_pack("{s:[{s:s,s:s}],s:s,s:b,s:[{s:s,s:{s:s,s:b,s:o}},"
 					  "{s:s,s:{s:s}}]}",
 					  "messages", "role", "user", "content", "x",
-					  "tool_choice", "required", "parallel_tool_calls", !one,
+					  "tool_choice", lazy ? "auto" : "required",
+					  "parallel_tool_calls", !one,
 					  "tools", "type", "function", "function", "name", "f",
 					  "strict", 1, "parameters", params,
 					  "type", "function", "function", "name", "g") : NULL;
@@ -103,9 +112,27 @@ static void check_calls(const struct openai_req *q, enum chat_format f,
 	free(all);
 }
 
-static void run_doc(const struct jgram *g, const uint8_t *d, size_t n, bool object,
-		    const struct openai_req *calls, enum chat_format f)
+/* Where a lazy run's grammar begins in acc (k bytes), or NULL when it
+ * stays free text: after the first "<tool_call>" (chatml; the call's
+ * pre is checked from its start), at a first `{` (llama3), at once
+ * (mistral_v3, whose trigger is its lead token, absent here). */
+static const char *lazy_start(enum chat_format f, const char *acc, size_t k)
 {
+	size_t i = 0;
+
+	if (f == CHAT_CHATML)
+		return memmem(acc, k, "<tool_call>", 11);
+	if (f == CHAT_MISTRAL_V3)
+		return acc;   /* no lead in a run fed bytes: the grammar's at once */
+	while (i < k && (acc[i] == ' ' || acc[i] == '\t' || acc[i] == '\r' || acc[i] == '\n'))
+		i++;
+	return i < k && acc[i] == '{' ? acc + i : NULL;
+}
+
+static void run_doc(const struct jgram *g, const uint8_t *d, size_t n, bool object,
+		    const struct openai_req *calls, enum chat_format f, bool lazy)
+{
+	const char *from;
 	struct jgram_run *r, *replay;
 	char *acc = malloc(n + 1);
 	size_t k = 0;
@@ -115,12 +142,19 @@ static void run_doc(const struct jgram *g, const uint8_t *d, size_t n, bool obje
 	FUZZ_CHECK(acc && !jgram_run_new(&r, g, NULL) && !jgram_run_new(&replay, g, NULL),
 		   "out of memory");
 	for (size_t i = 0; i < n; i++) {
-		if (!jgram_run_feed(r, (const char *)d + i, 1))
+		bool free_text = jgram_run_free_text(r);
+
+		FUZZ_CHECK(lazy || !free_text, "free text in a grammar that is not lazy");
+		if (!jgram_run_feed(r, (const char *)d + i, 1)) {
+			FUZZ_CHECK(!free_text, "free text refused byte %zu", i);
 			continue;
+		}
 		acc[k++] = (char)d[i];
 		FUZZ_CHECK(jgram_run_feed(replay, (const char *)d + i, 1),
 			   "byte %zu accepted after refused bytes, refused without them", i);
 		FUZZ_CHECK(jgram_run_complete(r) || some_byte(r), "a dead end after %zu bytes", k);
+		FUZZ_CHECK(!lazy || jgram_run_triggered(r) == !!lazy_start(f, acc, k),
+			   "triggered %d after '%.*s'", jgram_run_triggered(r), (int)k, acc);
 	}
 	FUZZ_CHECK(jgram_run_complete(r) == jgram_run_complete(replay), "replay differs");
 	if (jgram_run_complete(r)) {
@@ -131,8 +165,9 @@ static void run_doc(const struct jgram *g, const uint8_t *d, size_t n, bool obje
 		FUZZ_CHECK(!j || !object || json_is_object(j), "json_object gave another value");
 		json_decref(j);
 		/* (jansson, the scanner's parser, holds no NUL in a key) */
-		if (calls && !memmem(acc, k, "\\u0000", 6))
-			check_calls(calls, f, acc, k);
+		from = lazy ? lazy_start(f, acc, k) : acc;
+		if (calls && from && !memmem(acc, k, "\\u0000", 6))
+			check_calls(calls, f, from, k - (size_t)(from - acc));
 	}
 	jgram_run_free(r);
 	jgram_run_free(replay);
@@ -151,7 +186,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	if (!(data[0] & 1)) {
 		FUZZ_CHECK(!jgram_new_object(&g), "json_object grammar");
-		run_doc(g, data + 1, size - 1, true, NULL, CHAT_NONE);
+		run_doc(g, data + 1, size - 1, true, NULL, CHAT_NONE, false);
 		jgram_free(g);
 		return 0;
 	}
@@ -163,8 +198,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				     : (data[0] & 16) ? CHAT_MISTRAL_V3 : CHAT_CHATML;
 		struct openai_req q;
 
-		if (call_req(&q, data + 1, n_schema, f, data[0] & 8)) {
-			run_doc(q.gram, doc, (size_t)(data + size - doc), false, &q, f);
+		if (call_req(&q, data + 1, n_schema, f, data[0] & 8, data[0] & 32)) {
+			run_doc(q.gram, doc, (size_t)(data + size - doc), false, &q, f, data[0] & 32);
 			openai_req_deinit(&q);
 		}
 		return 0;
@@ -174,7 +209,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(rc || g, "success without a grammar");
 	FUZZ_CHECK(!rc || (!g && (rc < 0 || msg[0])), "rc %d: a grammar or no message", rc);
 	if (!rc)
-		run_doc(g, doc, (size_t)(data + size - doc), false, NULL, CHAT_NONE);
+		run_doc(g, doc, (size_t)(data + size - doc), false, NULL, CHAT_NONE, false);
 	jgram_free(g);
 	return 0;
 }
@@ -218,4 +253,12 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	seed(emit, ctx, 19, person, " [{\"name\": \"f\", \"arguments\": {\"name\": \"x\"}}, "
 	     "{\"name\":\"g\",\"arguments\":{\"q\":\"]\"}}] ");
 	seed(emit, ctx, 27, "{\"type\":\"object\"}", "[{\"name\": \"g\", \"arguments\": {}}, {");
+	/* tool_choice auto: lazy */
+	seed(emit, ctx, 35, "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[1,2]}}}",
+	     "Let me see <tool <<tool_call>\n{\"name\":\"f\",\"arguments\":{\"k\":3}}</tool_call> x");
+	seed(emit, ctx, 43, "{\"type\":\"object\"}",
+	     "text<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>\n<tool_call>");
+	seed(emit, ctx, 39, "{\"type\":\"object\"}", " \n{\"name\": \"f\", \"parameters\": {}} x");
+	seed(emit, ctx, 39, "{\"type\":\"object\"}", "Sure: {\"name\": \"f\"}");
+	seed(emit, ctx, 51, "{\"type\":\"object\"}", "[{\"name\": \"g\", \"arguments\": {}}] x");
 }
