@@ -39,12 +39,26 @@
  * tokenizer and, until it is drawn, masks every other token; it then
  * feeds nothing and the byte grammar starts. A run fed bytes only (no
  * vocabulary) has no lead: its bytes are those after it.
+ *
  * Sharing. A sealed grammar is only read, so one may serve several
  * runs at once (the n choices of one request: each its own run, all of
  * one grammar). Whoever holds a run holds a reference to its grammar
  * (jgram_ref); jgram_free drops one, and the last frees it. The count
  * is atomic: a reference may be dropped on a worker thread (a request
  * refused while its body was prepared) as well as on the loop.
+ *
+ * Lazy grammars (tool_choice "auto"). Free text is three more segments
+ * of the same state (SEG_FREE: KMP over pre, tpos its bytes pending;
+ * SEG_START; SEG_OFF), so a token straddling the trigger is judged by
+ * the one state_step: its bytes after the trigger run in the value
+ * segment. Its mask starts from all allowed and clears what fails:
+ * with nothing pending only the vocabulary's tokens holding the whole
+ * trigger can fail (struct vtrig, listed on a trigger's first use and
+ * kept; the vocabulary's one mutable part, under a lock); with a part
+ * pending the trie walk stops at every prefix that drops the match
+ * (free text again, nothing pending: the same list covers the rest).
+ * A lazy lead (JGRAM_LAZY_LEAD, Mistral v0.3) needs none of that: until
+ * the lead token is drawn every token is allowed and no byte is fed.
  */
 #include "gpu/text/jsongram.h"
 
@@ -1584,25 +1598,78 @@ static uint32_t free_mask_cheap(struct jgram_run *r, float *logits, uint32_t n_v
 	return n_vocab - bad;
 }
 
+/* The tokens of trie node i's subtree: toks[nodes[i].tok, that). The
+ * pieces are sorted, so a subtree's are contiguous. */
+static uint32_t subtree_toks_end(const struct trie *tr, uint32_t i)
+{
+	uint32_t e = tr->nodes[i].end;
+
+	return e < tr->n_nodes ? tr->nodes[e].tok : tr->n_toks;
+}
+
+static void disallow(uint64_t *allow, int32_t id)
+{
+	allow[(uint32_t)id / 64] &= ~(UINT64_C(1) << ((uint32_t)id % 64));
+}
+
+/* From a free state, clear in r->allow (all ones) the trie's tokens the
+ * run refuses. A subtree is skipped, left allowed, where its prefix
+ * leaves the run free with nothing pending (SEG_FREE at tpos 0, SEG_OFF):
+ * only a token holding the whole trigger could still fail in it, and
+ * those are checked apart (free_mask_walk). So from "<tool_" only the
+ * prefixes that go on matching are walked, not the trie. */
+static void free_walk(struct jgram_run *r, const struct trie *tr)
+{
+	uint32_t i = 0;
+
+	r->at[0] = &r->st;
+	while (i < tr->n_nodes) {
+		const struct tnode *t = &tr->nodes[i];
+		const struct state *up = r->at[t->depth - 1];
+		struct state *s = &r->buf[t->depth];
+
+		if (state_same(r->g, up, t->byte)) {
+			r->at[t->depth] = up;
+			i++;
+			continue;
+		}
+		state_copy(s, up);
+		if (!state_step(r->g, s, t->byte)) {
+			for (uint32_t k = t->tok, e = subtree_toks_end(tr, i); k < e; k++)
+				disallow(r->allow, tr->toks[k]);
+			i = t->end;
+			continue;
+		}
+		if (s->seg == SEG_OFF || (s->seg == SEG_FREE && s->tpos == 0)) {
+			i = t->end;
+			continue;
+		}
+		r->at[t->depth] = s;
+		i++;
+	}
+}
+
 /* A free mask with part of the trigger pending, or before the first
- * non-whitespace byte (SEG_START): the trie is walked from the state;
- * the tokens outside it are allowed (no text: control tokens, EOS) or
- * checked one by one (pieces longer than the trie's). */
+ * non-whitespace byte (SEG_START): the trie is walked from the state,
+ * pruned where free text goes on (free_walk); the tokens holding the
+ * whole trigger, and those outside the trie with text (pieces longer
+ * than its), are checked one by one; the rest (control tokens, EOS)
+ * write nothing and are allowed. */
 static uint32_t free_mask_walk(struct jgram_run *r, float *logits, uint32_t n_vocab)
 {
 	const struct jgram_vocab *v = r->v;
 	size_t words = (v->n_vocab + 63) / 64;
 	uint32_t bad = 0;
 
-	memset(r->allow, 0, words * sizeof(uint64_t));
+	memset(r->allow, 0xff, words * sizeof(uint64_t));
 	r->allow_all = false;
-	run_walk(r, &v->all);
-	for (size_t w = 0; w < words; w++)
-		r->allow[w] |= v->outside[w];
+	free_walk(r, &v->all);
+	for (uint32_t i = 0; r->st.seg == SEG_FREE && r->trig && i < r->trig->n; i++)
+		if (!free_token_ok(r, r->trig->toks[i]))
+			disallow(r->allow, r->trig->toks[i]);
 	for (uint32_t i = 0; i < v->n_longs; i++)
 		if (!free_token_ok(r, v->longs[i]))
-			r->allow[(uint32_t)v->longs[i] / 64] &=
-				~(UINT64_C(1) << ((uint32_t)v->longs[i] % 64));
+			disallow(r->allow, v->longs[i]);
 	for (uint32_t w = 0; w < words && w * 64 < n_vocab; w++) {
 		uint64_t a = r->allow[w];
 

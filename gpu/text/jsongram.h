@@ -76,7 +76,8 @@
  * trigger pending the free mask touches only the tokens whose piece
  * holds the whole trigger (a list built once per vocabulary and
  * trigger) - near zero; with a part pending, and before the first byte
- * under LAZY_START, it walks the trie once like a grammar mask.
+ * under LAZY_START, it walks only the trie's prefixes that go on
+ * matching (or that the grammar took), not the whole trie.
  * Control tokens (no text) and EOS are allowed in free text; EOS once
  * the grammar has taken over only when complete, as always.
  *

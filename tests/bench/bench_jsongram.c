@@ -6,9 +6,17 @@
  * request at a time, a new one when the last ended) unconstrained, under
  * json_object, under a schema and under a forced tool call (tool_choice
  * required, chatml: <tool_call> tags around a union of two tools, one
- * strict with the schema above; net/wire/openai_toolgram.c). Per token: the whole step, the mask
+ * strict with the schema above; net/wire/openai_toolgram.c), and the same
+ * under tool_choice auto (tool_auto: the lazy grammar; these models
+ * never write "<tool_call>", so it is the free-text mask). Per token: the whole step, the mask
  * (jgram_run_mask, timed inside the constraint) and the mask's share of
  * the step; the unconstrained step is the reference. Medians of rounds.
+ *
+ * Then the lazy grammar's mask alone on the vocabularies of
+ * $KVD_SHARED/vocab (llama-spm 32,000 tokens; qwen2 151,936, whose
+ * "<tool_call>" is one token): in free text (the cheap case), with
+ * "<tool_" pending (a trie walk), and after the trigger inside the
+ * call (the grammar's mask, as a forced call's), us per mask.
  *
  *   bench_jsongram [ROUNDS]         (default 5)
  */
@@ -145,8 +153,9 @@ static double median(double *v, int n)
 	return v[n / 2];
 }
 
-/* The forced call's grammar (tool_choice required, chatml). */
-static int tool_grammar(struct jgram **out)
+/* The call's grammar (chatml): forced (tool_choice required) or lazy
+ * (auto). */
+static int tool_grammar_choice(struct jgram **out, const char *choice)
 {
 	char body[1024];
 	struct openai_req q;
@@ -154,9 +163,9 @@ static int tool_grammar(struct jgram **out)
 	int rc;
 
 	snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-		 "\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\",\"function\":"
+		 "\"tool_choice\":\"%s\",\"tools\":[{\"type\":\"function\",\"function\":"
 		 "{\"name\":\"add_person\",\"strict\":true,\"parameters\":%s}},"
-		 "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}]}", schema);
+		 "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}]}", choice, schema);
 	rc = openai_req_parse(&q, true, body, strlen(body), &e);
 	if (rc)
 		return rc < 0 ? rc : -EINVAL;
@@ -167,13 +176,18 @@ static int tool_grammar(struct jgram **out)
 	return rc < 0 ? rc : rc ? -EINVAL : 0;
 }
 
-#define MODES 4
+static int tool_grammar(struct jgram **out)
+{
+	return tool_grammar_choice(out, "required");
+}
+
+#define MODES 5
 
 static int bench_modes(const struct bench *b, int rounds)
 {
 	static const char *const names[MODES] = { "none", "json_object", "json_schema",
-						  "tool_call" };
-	struct jgram *g[MODES] = { NULL, NULL, NULL, NULL };
+						  "tool_call", "tool_auto" };
+	struct jgram *g[MODES] = { NULL, NULL, NULL, NULL, NULL };
 	double step[MODES][16], mask[MODES][16], base;
 	char msg[200];
 	int rc = jgram_new_object(&g[1]);
@@ -182,6 +196,8 @@ static int bench_modes(const struct bench *b, int rounds)
 		rc = jschema_compile_text(schema, strlen(schema), &g[2], msg, sizeof(msg));
 	if (!rc)
 		rc = tool_grammar(&g[3]);
+	if (!rc)
+		rc = tool_grammar_choice(&g[4], "auto");
 	for (int r = 0; r < rounds && !rc; r++)
 		for (int k = 0; k < MODES && !rc; k++)
 			rc = run_mode(b, g[k], &step[k][r], &mask[k][r]);
@@ -236,6 +252,80 @@ static int bench_file(const char *path, int rounds)
 	return rc;
 }
 
+/* us per jgram_run_mask of g's run after text, over n masks */
+static double mask_us(const struct jgram *g, const struct jgram_vocab *v, const char *text,
+		      unsigned n, float *logits)
+{
+	struct jgram_run *r;
+	uint64_t t0, ns = 0;
+
+	if (jgram_run_new(&r, g, v) || !jgram_run_feed(r, text, strlen(text))) {
+		jgram_run_free(r);
+		return -1;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		t0 = kvd_now_ns();
+		jgram_run_mask(r, logits, jgram_vocab_n_vocab(v));
+		ns += kvd_now_ns() - t0;
+	}
+	jgram_run_free(r);
+	return (double)ns / n / 1e3;
+}
+
+static int bench_lazy_vocab(const char *path)
+{
+	static const char inside[] = "Sure.<tool_call>\n{\"name\": \"add_person\", \"arguments\": {\"name\": \"Jo";
+	struct gguf_error err = { 0 };
+	struct gguf_file *f;
+	struct tokenizer *t = NULL;
+	struct jgram_vocab *v = NULL;
+	struct jgram *lazy = NULL, *forced = NULL;
+	struct jgram_run *r = NULL;
+	float *logits = NULL;
+	uint64_t t0;
+	double trig_ms = 0;
+	int rc;
+
+	if (gguf_open(&f, path, &err)) {
+		printf("%s: absent, skipped\n", path);
+		return 0;
+	}
+	rc = tokenizer_new(&t, f, &err);
+	if (!rc)
+		rc = jgram_vocab_new(&v, t);
+	if (!rc)
+		rc = tool_grammar_choice(&lazy, "auto");
+	if (!rc)
+		rc = tool_grammar(&forced);
+	if (!rc && !(logits = calloc(tokenizer_n_vocab(t), sizeof(float))))
+		rc = -ENOMEM;
+	if (!rc) {
+		t0 = kvd_now_ns();   /* the first run lists the trigger's tokens */
+		rc = jgram_run_new(&r, lazy, v);
+		trig_ms = (double)(kvd_now_ns() - t0) / 1e6;
+		jgram_run_free(r);
+	}
+	if (!rc) {
+		printf("%s: %u tokens; the trigger's tokens listed in %.2f ms (once per vocabulary)\n",
+		       path, tokenizer_n_vocab(t), trig_ms);
+		printf("  lazy, free text            mask %8.2f us\n",
+		       mask_us(lazy, v, "Hello there", 2000, logits));
+		printf("  lazy, \"<tool_\" pending     mask %8.2f us\n",
+		       mask_us(lazy, v, "Hello <tool_", 20, logits));
+		printf("  lazy, after the trigger    mask %8.2f us (in a string)   %8.2f us (before a key)\n",
+		       mask_us(lazy, v, inside, 200, logits), mask_us(lazy, v, "<tool_call>{", 20, logits));
+		printf("  forced, the same places    mask %8.2f us (in a string)   %8.2f us (before a key)\n",
+		       mask_us(forced, v, inside + 5, 200, logits), mask_us(forced, v, "<tool_call>{", 20, logits));
+	}
+	free(logits);
+	jgram_free(lazy);
+	jgram_free(forced);
+	jgram_vocab_free(v);
+	tokenizer_free(t);
+	gguf_close(f);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const files[] = { "stories260K.gguf", "llama-2-tiny-random.gguf" };
@@ -251,6 +341,11 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]) && !rc; i++) {
 		snprintf(path, sizeof(path), "%s/models/%s", shared, files[i]);
 		rc = bench_file(path, rounds);
+	}
+	for (size_t i = 0; i < 2 && !rc; i++) {
+		snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-%s.gguf", shared,
+			 i ? "qwen2" : "llama-spm");
+		rc = bench_lazy_vocab(path);
 	}
 	if (rc)
 		fprintf(stderr, "bench_jsongram: failed (%d)\n", rc);
