@@ -12,7 +12,14 @@
  *     BPE): never empty along random walks, equal to a brute-force check
  *     of every token's piece, EOS only once the value is complete, and
  *     every walk that ends with EOS parses with jansson (an independent
- *     parser) and holds the schema's required fields.
+ *     parser) and holds the schema's required fields;
+ *   - lazy grammars (tool_choice "auto"): free text takes every byte, the
+ *     grammar holds from the trigger (a wrap's pre anywhere, KMP across
+ *     false starts; or the first non-whitespace byte); random walks that
+ *     draw the trigger a byte at a time (split over tokens) or inside
+ *     longer tokens with bytes after it, the mask equal to a brute-force
+ *     replay (control and long tokens allowed in free text), every
+ *     Hermes walk that ends holding one valid call after its trigger.
  */
 #include <check.h>
 #include <errno.h>
