@@ -188,7 +188,7 @@ static const struct conf_key conf_keys[] = {
 	  "Serve the built-in chat page at / (with /chat.js and /chat.css; daemon/front/README.md): static files compiled into kvd that hold no data and call the API with the key the user types. Off: / is 404." },
 
 	{ "http", "cors_origins", CT_STR, "", 0, 0, NULL, F(http_cors_origins),
-	  "Browser origins allowed to call the HTTP API (CORS), comma-separated (`https://app.example.com,http://localhost:5173`), or `*` for any; empty = off. A request whose Origin is listed gets Access-Control-Allow-Origin (its origin echoed) and Vary: Origin on every answer, and an OPTIONS preflight 204 without a key; another origin gets no CORS headers and 403 on preflight. The API key is still required: CORS only lets a browser page read the answers." },
+	  "Browser origins allowed to call the HTTP API (CORS), comma-separated (`https://app.example.com,http://localhost:5173`), or `*` for any; empty = off. A request whose Origin is listed gets Access-Control-Allow-Origin (its origin echoed) and Vary: Origin on every answer, and an OPTIONS preflight 204 without a key; another origin gets no CORS headers and 403 on preflight. The API key is still required: CORS only lets a browser page read the answers. `kill -HUP` reads the INI again for this key (the whole file through the start's checks: one that fails them keeps the list in use, logged)." },
 	{ "http", "parse_special", CT_BOOL, "on", 0, 0, NULL, F(http_parse_special),
 	  "A /v1/completions prompt's text naming a control token (`<|im_start|>`, `<s>`) becomes that token, as llama-server does; off = it is ordinary text. Chat message content never becomes a control token (refused: forged_control_token)." },
 	{ "http", "metrics_vllm_names", CT_BOOL, "on", 0, 0, NULL, F(http_metrics_vllm_names),
@@ -310,15 +310,24 @@ static int conf_fail(struct conf_ctx *x, int line, const char *key,
 	return -1;
 }
 
+void kvd_config_error_format(const struct kvd_config_error *err, char *buf, size_t size)
+{
+	char line[16] = "";
+
+	if (!size)
+		return;
+	if (err->line > 0)
+		snprintf(line, sizeof(line), ":%d", err->line);
+	snprintf(buf, size, "%s%s: %s%s%s", err->file, line, err->key,
+		 err->key[0] ? ": " : "", err->msg);
+}
+
 void kvd_config_error_print(FILE *out, const struct kvd_config_error *err)
 {
-	if (err->line > 0)
-		fprintf(out, "%s:%d: ", err->file, err->line);
-	else
-		fprintf(out, "%s: ", err->file);
-	if (err->key[0])
-		fprintf(out, "%s: ", err->key);
-	fprintf(out, "%s\n", err->msg);
+	char buf[sizeof(err->file) + sizeof(err->key) + sizeof(err->msg) + 32];
+
+	kvd_config_error_format(err, buf, sizeof(buf));
+	fprintf(out, "%s\n", buf);
 }
 
 /* ---- value parsers ------------------------------------------------------ */
@@ -1316,8 +1325,10 @@ int kvd_config_load(struct kvd_config *c, const char *path,
 	}
 	r = conf_parse(c, &x);
 	fclose(x.file);
-	if (r == 0)
+	if (r == 0) {
 		snprintf(c->path, sizeof(c->path), "%s", path);
+		c->path_is_file = true;
+	}
 	return r;
 }
 

@@ -139,6 +139,8 @@ struct kvd_config {
 	int log_level;                /* enum kvlog_level */
 	/* where the file came from */
 	char path[1024];
+	bool path_is_file;            /* path names the INI read (kvd_config_load);
+				       * false for a string or kvd serve's flags */
 };
 
 /* A parse or validation problem. */
@@ -181,6 +183,8 @@ int kvd_config_validate(struct kvd_config *c, struct kvd_config_error *err);
 
 /* Print "FILE:LINE: key: message". */
 void kvd_config_error_print(FILE *out, const struct kvd_config_error *err);
+/* The same line, without the newline, into buf (NUL-ended, cut to fit). */
+void kvd_config_error_format(const struct kvd_config_error *err, char *buf, size_t size);
 /* Print the documented reference (every key, type, default, range, help). */
 void kvd_config_reference(FILE *out);
 /* Print an example INI (every key at its default, commented). */

@@ -401,6 +401,13 @@ int kvd_origins_parse(struct kvd_origins *o, const char *spec, const char **why,
 	return 0;
 }
 
+void kvd_origins_copy(struct kvd_origins *dst, const struct kvd_origins *src)
+{
+	memcpy(dst, src, sizeof(*dst));
+	for (uint32_t i = 0; i < src->n; i++)
+		dst->origin[i] = dst->buf + (src->origin[i] - src->buf);
+}
+
 bool kvd_origins_allow(const struct kvd_origins *o, const char *origin)
 {
 	if (!origin_valid(origin))

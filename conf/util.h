@@ -127,6 +127,8 @@ struct kvd_origins {
  * the bad entry in bad[bad_size]. */
 int kvd_origins_parse(struct kvd_origins *o, const char *spec, const char **why,
 		      char *bad, size_t bad_size);
+/* dst = src, dst's pointers into its own buf. */
+void kvd_origins_copy(struct kvd_origins *dst, const struct kvd_origins *src);
 /* Whether `origin` (a request's Origin value) is allowed: well formed,
  * and listed (case-insensitively) or any. */
 bool kvd_origins_allow(const struct kvd_origins *o, const char *origin);

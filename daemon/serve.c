@@ -302,7 +302,7 @@ static int serve_client_keys(struct serve *s)
  * limits apply once it has nothing running (daemon/node/fairq.c); the
  * prefix cache keeps the split it made at boot. kvd logs to stderr only
  * (journald keeps the file), so there is no log file to reopen. */
-static void serve_reload(struct serve *s)
+static void serve_reload_keys(struct serve *s)
 {
 	const char *path = s->d->cfg.http_api_keys_file;
 	struct kvd_apikeys *k = NULL;
@@ -328,6 +328,74 @@ static void serve_reload(struct serve *s)
 	KVLOG_INFO(s->log, "reload",
 		   "signal=HUP api_keys=loaded file=%s keys=%zu tenants=%zu log=stderr",
 		   KVLOG_Q(path), kvd_apikeys_count(k), kvd_apikeys_tenants(k));
+}
+
+/* The INI read again (path_is_file) for http.cors_origins, the one key
+ * of it a SIGHUP applies: through every check of the boot, so an INI
+ * that fails any of them (not only this key) changes nothing, and says
+ * why as the boot would (FILE:LINE: key: message). The other keys are
+ * read and dropped: they take a restart. The new list is parsed into a
+ * scratch list first, then into place: the list in use is never left
+ * half written. */
+static int serve_reload_cors_read(struct serve *s, char *spec, size_t size,
+				  char *why, size_t why_size)
+{
+	struct kvd_config *c = malloc(sizeof(*c));
+	struct kvd_config_error err;
+	int r;
+
+	if (!c) {
+		snprintf(why, why_size, "out of memory");
+		return -ENOMEM;
+	}
+	r = kvd_config_load(c, s->d->cfg.path, &err);
+	if (r)
+		kvd_config_error_format(&err, why, why_size);
+	else
+		snprintf(spec, size, "%s", c->http_cors_origins);
+	free(c);
+	return r ? -EINVAL : 0;
+}
+
+static void serve_reload_cors(struct serve *s)
+{
+	struct kvd_origins *cur = serve__http_cors(s), next;
+	struct kvd_config *cfg = &s->d->cfg;
+	char spec[sizeof(cfg->http_cors_origins)], why[1800], bad[KVD_ORIGIN_MAX + 1];
+	const char *bwhy = NULL;
+	int r;
+
+	if (!cur)      /* no HTTP front: no answer carries CORS headers */
+		return;
+	if (!cfg->path_is_file) {
+		KVLOG_INFO(s->log, "reload", "signal=HUP cors_origins=kept origins=%u any=%s msg=%s",
+			   cur->n, cur->any ? "yes" : "no",
+			   KVLOG_Q("no config file to read again (kvd serve)"));
+		return;
+	}
+	r = serve_reload_cors_read(s, spec, sizeof(spec), why, sizeof(why));
+	/* the load checked the list already: kept for a check that drifts */
+	if (!r && kvd_origins_parse(&next, spec, &bwhy, bad, sizeof(bad))) {
+		snprintf(why, sizeof(why), "%s: http.cors_origins: '%s': %s", cfg->path, bad, bwhy);
+		r = -EINVAL;
+	}
+	if (r) {
+		KVLOG_ERR(s->log, "reload",
+			  "signal=HUP cors_origins=kept file=%s origins=%u any=%s msg=%s",
+			  KVLOG_Q(cfg->path), cur->n, cur->any ? "yes" : "no", KVLOG_Q(why));
+		return;
+	}
+	kvd_origins_copy(cur, &next);
+	snprintf(cfg->http_cors_origins, sizeof(cfg->http_cors_origins), "%s", spec);
+	KVLOG_INFO(s->log, "reload", "signal=HUP cors_origins=loaded file=%s origins=%u any=%s",
+		   KVLOG_Q(cfg->path), cur->n, cur->any ? "yes" : "no");
+}
+
+/* SIGHUP: each reloadable part, each with its own line. */
+static void serve_reload(struct serve *s)
+{
+	serve_reload_keys(s);
+	serve_reload_cors(s);
 }
 
 static void serve_reload_hook(struct kvd_daemon *d, void *arg)

@@ -179,6 +179,20 @@ START_TEST(test_origins)
 	ck_assert(!kvd_origins_allow(&o, "http://localhost:5174"));   /* port */
 	ck_assert(!kvd_origins_allow(&o, "null"));
 	ck_assert(!kvd_origins_allow(&o, ""));
+	/* a copy (SIGHUP's swap) points into its own buffer: it outlives
+	 * the scratch list it came from, which the next parse rewrites */
+	{
+		struct kvd_origins c;
+
+		kvd_origins_copy(&c, &o);
+		ck_assert_int_eq(kvd_origins_parse(&o, "https://b.example", &why, bad, sizeof(bad)), 0);
+		ck_assert_uint_eq(c.n, 3);
+		for (uint32_t i = 0; i < c.n; i++)
+			ck_assert(c.origin[i] >= c.buf && c.origin[i] < c.buf + sizeof(c.buf));
+		ck_assert(kvd_origins_allow(&c, "http://[::1]:8080"));
+		ck_assert(kvd_origins_allow(&c, "https://a.example"));
+		ck_assert(!kvd_origins_allow(&c, "https://b.example"));
+	}
 	/* any: still only well-formed origins */
 	ck_assert_int_eq(kvd_origins_parse(&o, "*", &why, bad, sizeof(bad)), 0);
 	ck_assert(o.any);

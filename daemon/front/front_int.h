@@ -132,4 +132,9 @@ int serve__http_listen(struct serve *s);
 void serve__http_close_all(struct serve *s);
 /* From the sweep timer: timeouts and write bounds of HTTP connections. */
 void serve__http_sweep(struct serve *s);
+/* http_cors.c: the HTTP front's origin allow-list (http.cors_origins),
+ * NULL without an HTTP front. Loop thread: SIGHUP's reload (serve.c)
+ * parses a new list into it; each request's head is judged by the list
+ * of the moment (a request already judged keeps its answer). */
+struct kvd_origins *serve__http_cors(struct serve *s);
 

@@ -22,6 +22,10 @@
  * fails the boot (exit 78) instead of silently allowing nothing. The
  * parser refuses an Origin longer than its buffer (431) and a repeated
  * one (400): never a cut prefix.
+ *
+ * SIGHUP reads the list again from the INI (serve.c): the list lives
+ * here, and the next request's head meets the new one; a request whose
+ * head was judged keeps its answer (a stream its headers).
  */
 #include "daemon/front/http_int.h"
 #include "conf/util.h"
@@ -33,6 +37,11 @@
 
 _Static_assert(HTTP_WIRE_ORIGIN_MAX == KVD_ORIGIN_MAX,
 	       "the parser keeps every origin the allow-list can hold");
+
+struct kvd_origins *serve__http_cors(struct serve *s)
+{
+	return s->front->http ? &s->front->http->cors : NULL;
+}
 
 void http__cors_judge(struct http_conn *hc, const struct http_msg *m)
 {

@@ -6,6 +6,9 @@
 # checks (another's permissions, a bad line) keeps the keys in use and
 # logs why; a node without keys, and a prefill node, log that there is
 # nothing to reload and serve on. kvd logs to stderr only: there is no log file to reopen.
+# SIGHUP also reads the INI again for http.cors_origins: a new origin is
+# allowed and a dropped one refused at once; an INI that fails its checks
+# (a path-shaped origin) keeps the list in use and logs FILE:LINE and why.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v curl >/dev/null || skip "curl absent"
@@ -25,7 +28,7 @@ alive() { kill -0 "$PID_n" 2>/dev/null; }
 
 next_port; H=$PORT; next_port; CL=$PORT
 write_node n standalone "$M" "listen.http=127.0.0.1:$H" "listen.client=127.0.0.1:$CL" \
-	"http.api_keys_file=$T/keys" "log.level=info"
+	"http.api_keys_file=$T/keys" "log.level=info" "http.cors_origins=https://a.example"
 start_node n
 check "node up" wait_log "$T/n.log" "event=serve_ready" 60
 U=http://127.0.0.1:$H
@@ -65,6 +68,42 @@ check "a bad line: api_keys=kept, naming FILE:LINE" \
 	wait_log "$T/n.log" "event=reload signal=HUP api_keys=kept .*msg=\".*keys:1" 10 "$MK"
 check "  ... bob's key still works: 200" test "$(models "$KEY_B")" = 200
 
+# ---- http.cors_origins from the INI ------------------------------------------------------
+# the INI goes through every boot check, the keys file's among them: a
+# good one again (a bad one keeps the origins too, naming the keys file)
+printf '%s bob\n%s carol\n' "$KEY_B" "$KEY_C" > "$T/keys"
+# acao ORIGIN: the Access-Control-Allow-Origin GET /v1/models answers to ORIGIN (bob's key)
+acao() {
+	curl -s -o /dev/null -D - -H "Authorization: Bearer $KEY_B" -H "Origin: $1" "$U/v1/models" |
+		tr -d '\r' | sed -n 's/^[Aa]ccess-[Cc]ontrol-[Aa]llow-[Oo]rigin: //p'
+}
+# origins LIST: the INI's http.cors_origins is LIST
+origins() { sed -i "s|^cors_origins = .*|cors_origins = $1|" "$T/n.ini"; }
+check "a.example allowed at boot" test "$(acao https://a.example)" = https://a.example
+check "b.example refused at boot" test -z "$(acao https://b.example)"
+origins "https://b.example, http://localhost:5173"
+MK=$(log_mark "$T/n.log")
+kill -HUP "$PID_n"
+check "SIGHUP with new origins: event=reload cors_origins=loaded origins=2" \
+	wait_log "$T/n.log" 'event=reload signal=HUP cors_origins=loaded file=.* origins=2 any=no' 10 "$MK"
+check "  ... b.example, added: allowed" test "$(acao https://b.example)" = https://b.example
+check "  ... localhost:5173, added: allowed" test "$(acao http://localhost:5173)" = http://localhost:5173
+check "  ... a.example, dropped: refused" test -z "$(acao https://a.example)"
+origins "https://c.example, app.example.com/x"
+MK=$(log_mark "$T/n.log")
+kill -HUP "$PID_n"
+check "a path-shaped origin: cors_origins=kept, naming FILE:LINE, the key and the entry" \
+	wait_log "$T/n.log" "level=error .*event=reload signal=HUP cors_origins=kept file=.* origins=2 any=no msg=\".*n.ini:[0-9]+: http.cors_origins: .*app.example.com/x" 10 "$MK"
+check "  ... the node lives" alive
+check "  ... b.example still allowed" test "$(acao https://b.example)" = https://b.example
+check "  ... c.example not taken: refused" test -z "$(acao https://c.example)"
+origins ""
+MK=$(log_mark "$T/n.log")
+kill -HUP "$PID_n"
+check "an empty list: cors_origins=loaded origins=0 (CORS off)" \
+	wait_log "$T/n.log" 'event=reload signal=HUP cors_origins=loaded file=.* origins=0 any=no' 10 "$MK"
+check "  ... b.example now refused" test -z "$(acao https://b.example)"
+
 # ---- a node without keys ------------------------------------------------------------------
 next_port; H2=$PORT
 write_node k standalone "$M" "listen.http=127.0.0.1:$H2" "log.level=info"
@@ -86,6 +125,7 @@ MK=$(log_mark "$T/p.log")
 kill -HUP "$PID_p"
 check "prefill: event=reload api_keys=none" \
 	wait_log "$T/p.log" 'event=reload signal=HUP api_keys=none log=stderr' 10 "$MK"
+check "  ... no HTTP front: no cors_origins line" bash -c "sleep 0.5; ! tail -c +$((MK + 1)) '$T/p.log' | grep -q cors_origins"
 check "  ... the node lives" kill -0 "$PID_p"
 
 stop_node n
