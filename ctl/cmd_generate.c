@@ -314,28 +314,6 @@ static int gen_args(int argc, char **argv, struct proto_client_request *q,
 	return 0;
 }
 
-/* --json: the tokens' logprobs, when they came (--logprobs). */
-static void gen_json_lps(const struct gen_out *o)
-{
-	const struct sampler_logprobs *lp = (const void *)o->lps.p;
-	size_t n = o->lps.len / sizeof(*lp);
-
-	if (!n)
-		return;
-	printf(",\"logprobs\":[");
-	for (size_t i = 0; i < n; i++)
-		printf("%s%.6g", i ? "," : "", (double)lp[i].logprob);
-	printf("],\"top_logprobs\":[");
-	for (size_t i = 0; i < n; i++) {
-		printf("%s[", i ? "," : "");
-		for (uint32_t k = 0; k < lp[i].n_top; k++)
-			printf("%s[%d,%.6g]", k ? "," : "", lp[i].top[k].id,
-			       (double)lp[i].top[k].logprob);
-		printf("]");
-	}
-	printf("]");
-}
-
 /* The outcome: with --json one object (the final's figures, or the typed
  * error) unless the server was unavailable; else the closing newline
  * after streamed text, or the typed error on stderr. rc is gen_loop's. */
@@ -346,7 +324,8 @@ static void gen_report(int rc, bool json, uint64_t id, const struct gen_out *o,
 		printf("{\"id\":%llu,\"output_ids\":", (unsigned long long)id);
 		kvd_json_u32s(stdout, (const uint32_t *)o->ids.p,
 			      o->ids.len / sizeof(uint32_t));
-		gen_json_lps(o);
+		proto_client_logprobs_json(stdout, (const void *)o->lps.p,
+					   o->lps.len / sizeof(struct sampler_logprobs));
 		printf(",\"text\":");
 		kvd_json_str(stdout, o->text.p ? o->text.p : "", o->text.len);
 		if (rc == 0)

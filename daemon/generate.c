@@ -11,6 +11,11 @@
  * are flushed per token; --json collects them and prints one object at
  * the end. JSON strings escape quotes, backslashes and control bytes; the
  * detokenizer guarantees valid UTF-8, which passes through as is.
+ * With --logprobs, --json carries the tokens' logprobs after output_ids
+ * in kvctl generate's form (proto_client_logprobs_json). The sampling
+ * options are a client request's fields, read by the parser kvctl
+ * generate and the node use (proto_client_request_set) and handed to the
+ * engine as the node hands them (proto_client_request_sampling).
  *
  * Timings (--json's "timings" object), on the monotonic clock:
  *   ttft_ms            engine_submit() to the first token event: the whole
@@ -58,8 +63,11 @@
 struct gen_opts {
 	const char *model;
 	const char *prompt;
+	/* the request fields, as a node reads them (set_field): owns
+	 * req.bias; max_tokens and sp are taken from it after the options */
+	struct proto_client_request req;
 	uint32_t max_tokens;
-	struct sampler_params sp;
+	struct sampler_params sp;   /* sp.logit_bias borrows req.bias */
 	uint32_t threads;
 	uint32_t page_tokens;
 	enum kv_dtype kv_dtype;
@@ -75,11 +83,16 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: kvd generate --model FILE --prompt TEXT [--max-tokens N]\n"
 		"                    [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+		"                    [--presence-penalty X] [--frequency-penalty X]\n"
+		"                    [--repetition-penalty X] [--min-p X]\n"
+		"                    [--logit-bias ID:BIAS,...] [--logprobs N (alternatives, 0..20)]\n"
 		"                    [--threads N] [--page-tokens N] [--kv-dtype f32|f16]\n"
 		"                    [--json] [--ignore-eos] [--warmup] [--cache-dir DIR]\n"
 		"       kvd generate --model FILE --prompt-ids ID,ID,... [options]\n"
 		"Offline generation with the kvd engine; greedy unless --temperature > 0.\n"
-		"--json adds a timings object (ttft, prompt and generation tok/s, kernels).\n"
+		"--json adds a timings object (ttft, prompt and generation tok/s, kernels),\n"
+		"and with --logprobs the tokens' logprobs as kvctl generate --json prints them.\n"
+		"Sampling values are checked with a node's bounds (a bad one: exit 64).\n"
 		"--cache-dir keeps the model's fingerprint and repacked weights in DIR\n"
 		"(as the daemon's model.fingerprint_cache), so later runs do not repack.\n");
 }
@@ -94,26 +107,19 @@ static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 	return 0;
 }
 
-/* A request field's option (--max-tokens --temperature --top-k --top-p
- * --seed): read as a node reads that field from a client
- * (proto_client_request_set), so kvd generate takes the values a node
- * takes, no more, no fewer. 0, or 1 with err->msg saying why. */
+/* A request field's option (--max-tokens --temperature ... --logit-bias
+ * --logprobs): read into o->req as a node reads that field from a client
+ * and kvctl generate from its command line (proto_client_request_set),
+ * so kvd generate takes the values a node takes, no more, no fewer. 0,
+ * or 1 with err->msg saying why. */
 static int set_field(struct gen_opts *o, const char *name, const char *arg,
 		     struct frame_error *err)
 {
-	struct proto_client_request q = {
-		.max_tokens = o->max_tokens, .temperature = o->sp.temperature,
-		.top_k = o->sp.top_k, .top_p = o->sp.top_p, .seed = o->sp.seed };
-	int rc = proto_client_request_set(&q, name, arg, err);
+	int rc = proto_client_request_set(&o->req, name, arg, err);
 
 	if (rc < 0)
 		snprintf(err->msg, sizeof(err->msg), "%s", strerror(-rc));
-	if (rc)
-		return 1;
-	o->max_tokens = q.max_tokens;
-	o->sp = (struct sampler_params){ .temperature = q.temperature,
-		.top_k = q.top_k, .top_p = q.top_p, .seed = q.seed };
-	return 0;
+	return rc ? 1 : 0;
 }
 
 /* One option's value into o (c: getopt_long's code, name: the option's
@@ -160,7 +166,8 @@ static int set_opt(struct gen_opts *o, int c, const char *name,
 }
 
 /* The command line into o, defaults first. 0, 1 after --help (usage on
- * stdout), or -1 after saying what is wrong on stderr. */
+ * stdout), or -1 after saying what is wrong on stderr; o->req.bias may
+ * be set either way (gen_opts_deinit frees it). */
 static int parse_opts(int argc, char **argv, struct gen_opts *o)
 {
 	static const struct option longopts[] = {
@@ -172,6 +179,12 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		{ "top-k", required_argument, NULL, 'F' },
 		{ "top-p", required_argument, NULL, 'F' },
 		{ "seed", required_argument, NULL, 'F' },
+		{ "presence-penalty", required_argument, NULL, 'F' },
+		{ "frequency-penalty", required_argument, NULL, 'F' },
+		{ "repetition-penalty", required_argument, NULL, 'F' },
+		{ "min-p", required_argument, NULL, 'F' },
+		{ "logit-bias", required_argument, NULL, 'F' },
+		{ "logprobs", required_argument, NULL, 'F' },
 		{ "threads", required_argument, NULL, 'T' },
 		{ "page-tokens", required_argument, NULL, 'g' },
 		{ "kv-dtype", required_argument, NULL, 'd' },
@@ -187,9 +200,10 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 	struct frame_error err;
 	int c, li = 0;
 
-	*o = (struct gen_opts){ .max_tokens = 128, .sp = SAMPLER_PARAMS_GREEDY,
+	*o = (struct gen_opts){ .req = PROTO_CLIENT_REQUEST_NULL,
 				.threads = ncpu > 0 ? (uint32_t)KVD_MIN(ncpu, 8) : 1,
 				.page_tokens = 16, .kv_dtype = KV_DTYPE_F32 };
+	o->req.max_tokens = 128;
 	optind = 0; /* glibc: full rescan, argv[0] is the command name */
 	while ((c = getopt_long(argc, argv, "", longopts, &li)) != -1) {
 		if (c == 'h') {
@@ -214,7 +228,16 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		usage(stderr);
 		return -1;
 	}
+	o->max_tokens = o->req.max_tokens;
+	o->sp = proto_client_request_sampling(&o->req);
 	return 0;
+}
+
+static void gen_opts_deinit(struct gen_opts *o)
+{
+	proto_client_request_deinit(&o->req);
+	o->sp.logit_bias = NULL;
+	o->sp.n_logit_bias = 0;
 }
 
 /* Everything the run holds; generate_cleanup() frees what is set. */
@@ -233,6 +256,7 @@ struct gen_run {
 	int32_t *prompt;
 	size_t n_prompt;
 	struct kvd_buf text;    /* --json's text */
+	struct kvd_buf lps;     /* --json --logprobs: struct sampler_logprobs per token */
 	uint64_t t_submit, t_first, t_last; /* kvd_now_ns() */
 	uint32_t n_gen;
 };
@@ -251,6 +275,7 @@ static void gen_cleanup(struct gen_run *g)
 	model_free(g->model);
 	free(g->prompt);
 	kvd_buf_deinit(&g->text);
+	kvd_buf_deinit(&g->lps);
 }
 
 static int emit(struct gen_run *g, const struct gen_opts *o, const char *s,
@@ -320,6 +345,18 @@ static int gen_open_model(struct gen_run *g, const struct gen_opts *o)
 	return 0;
 }
 
+/* --logit-bias against the model's vocabulary, as a node checks it (the
+ * same message). 0, or 1 after saying why on stderr. */
+static int gen_bias_check(const struct gen_run *g, const struct gen_opts *o)
+{
+	char msg[128];
+
+	if (!proto_client_bias_outside(&o->req, tokenizer_n_vocab(g->tok), msg, sizeof(msg)))
+		return 0;
+	fprintf(stderr, "kvd generate: --logit-bias: %s\n", msg);
+	return 1;
+}
+
 /* The prompt's ids, from --prompt-ids or the tokenizer: not empty, and
  * with max_tokens inside the model's context (never truncated). 0, or 1
  * after saying why on stderr. */
@@ -356,7 +393,7 @@ static int gen_prompt(struct gen_run *g, const struct gen_opts *o)
 			g->n_prompt, o->max_tokens, g->model->hp.n_ctx_train);
 		return 1;
 	}
-	return 0;
+	return gen_bias_check(g, o);
 }
 
 /* The detokenizer, and the KV pool on host memory with exactly
@@ -484,6 +521,8 @@ static int gen_steps(struct gen_run *g, const struct gen_opts *o,
 			rc = detok_push(&g->dt, ev[i].token, &chunk, &len);
 			if (!rc)
 				rc = emit(g, o, chunk, len);
+			if (!rc && o->json && ev[i].lp)
+				rc = kvd_buf_add(&g->lps, ev[i].lp, sizeof(*ev[i].lp));
 			if (rc) {
 				fprintf(stderr, "kvd generate: output: %s\n", strerror(-rc));
 				return 1;
@@ -526,6 +565,8 @@ static void gen_json(const struct gen_run *g, const struct gen_opts *o,
 	kvd_json_u32s(stdout, (const uint32_t *)ids, g->n_prompt);
 	fputs(",\"output_ids\":", stdout);
 	kvd_json_u32s(stdout, (const uint32_t *)ids + g->n_prompt, n - g->n_prompt);
+	proto_client_logprobs_json(stdout, (const void *)g->lps.p,
+				   g->lps.len / sizeof(struct sampler_logprobs));
 	fputs(",\"text\":", stdout);
 	kvd_json_str(stdout, g->text.p ? g->text.p : "", g->text.len);
 	fprintf(stdout, ",\"finish_reason\":\"%s\",\"timings\":",
@@ -579,10 +620,13 @@ int kvd_cmd_generate(int argc, char **argv)
 	int rc;
 
 	rc = parse_opts(argc, argv, &o);
-	if (rc)
+	if (rc) {
+		gen_opts_deinit(&o);
 		return rc > 0 ? 0 : 64;
+	}
 	rc = gen_run(&g, &o);
 	gen_cleanup(&g);
+	gen_opts_deinit(&o);
 	return rc;
 }
 

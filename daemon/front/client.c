@@ -207,18 +207,14 @@ static void client_reject(struct client_conn *c, uint64_t id, int code,
 }
 
 /* A logit_bias id outside the vocabulary is the request's
- * INVALID_REQUEST (the ids are sorted: the last is the largest). true
- * when so (refused). */
+ * INVALID_REQUEST. true when so (refused). */
 static bool client_bias_outside(struct client_conn *c,
 				const struct proto_client_request *q)
 {
-	uint32_t n_vocab = tokenizer_n_vocab(c->s->tok);
 	char msg[128];
 
-	if (!q->n_bias || q->bias[q->n_bias - 1].id < n_vocab)
+	if (!proto_client_bias_outside(q, tokenizer_n_vocab(c->s->tok), msg, sizeof(msg)))
 		return false;
-	snprintf(msg, sizeof(msg), "'logit_bias' names token %u; the vocabulary has %u tokens",
-		 q->bias[q->n_bias - 1].id, n_vocab);
 	client_reject(c, q->id, PROTO_ERR_INVALID_REQUEST, KVD_REJECT_INVALID, msg);
 	return true;
 }
@@ -253,18 +249,9 @@ static void client_admit(struct client_conn *c, struct proto_client_request *q,
 	r->prompt = ids;
 	r->n_prompt = n_ids;
 	r->max_tokens = q->max_tokens;
-	r->sp = (struct sampler_params){ .temperature = q->temperature,
-					 .top_k = q->top_k, .top_p = q->top_p,
-					 .seed = q->seed,
-					 .presence_penalty = q->presence_penalty,
-					 .frequency_penalty = q->frequency_penalty,
-					 .repetition_penalty = q->repetition_penalty,
-					 .min_p = q->min_p, .logprobs = q->logprobs,
-					 .top_logprobs = (uint8_t)q->top_logprobs };
 	/* the bias array moves to the request (freed with it) */
+	r->sp = proto_client_request_sampling(q);
 	r->bias = q->bias;
-	r->sp.logit_bias = r->bias;
-	r->sp.n_logit_bias = q->n_bias;
 	q->bias = NULL;
 	q->n_bias = 0;
 	proto_client_request_deinit(q);

@@ -343,6 +343,45 @@ int proto_client_request_set(struct proto_client_request *r, const char *name,
 	return ret;
 }
 
+struct sampler_params proto_client_request_sampling(const struct proto_client_request *r)
+{
+	return (struct sampler_params){
+		.temperature = r->temperature, .top_k = r->top_k, .top_p = r->top_p,
+		.seed = r->seed, .presence_penalty = r->presence_penalty,
+		.frequency_penalty = r->frequency_penalty,
+		.repetition_penalty = r->repetition_penalty, .min_p = r->min_p,
+		.logit_bias = r->bias, .n_logit_bias = r->n_bias,
+		.logprobs = r->logprobs, .top_logprobs = (uint8_t)r->top_logprobs };
+}
+
+bool proto_client_bias_outside(const struct proto_client_request *r, uint32_t n_vocab,
+			       char *msg, size_t size)
+{
+	if (!r->n_bias || r->bias[r->n_bias - 1].id < n_vocab)
+		return false;
+	snprintf(msg, size, "'logit_bias' names token %u; the vocabulary has %u tokens",
+		 r->bias[r->n_bias - 1].id, n_vocab);
+	return true;
+}
+
+void proto_client_logprobs_json(FILE *out, const struct sampler_logprobs *lp, size_t n)
+{
+	if (!n)
+		return;
+	fputs(",\"logprobs\":[", out);
+	for (size_t i = 0; i < n; i++)
+		fprintf(out, "%s%.6g", i ? "," : "", (double)lp[i].logprob);
+	fputs("],\"top_logprobs\":[", out);
+	for (size_t i = 0; i < n; i++) {
+		fputs(i ? ",[" : "[", out);
+		for (uint32_t k = 0; k < lp[i].n_top; k++)
+			fprintf(out, "%s[%d,%.6g]", k ? "," : "", lp[i].top[k].id,
+				(double)lp[i].top[k].logprob);
+		fputc(']', out);
+	}
+	fputc(']', out);
+}
+
 void proto_client_request_pack(msgpack_packer *pk,
 			       const struct proto_client_request *r)
 {

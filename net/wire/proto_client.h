@@ -18,6 +18,7 @@
 #include "gpu/sampler.h"
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "net/wire/frame.h"
 #include "net/wire/proto_schema.h"
@@ -102,6 +103,19 @@ void proto_client_request_deinit(struct proto_client_request *r);
  * FRAME_E_TYPE for a key that is not such a field; -ENOMEM. */
 int proto_client_request_set(struct proto_client_request *r, const char *name,
 			     const char *text, struct frame_error *err);
+/* r's sampling fields as the engine takes them; logit_bias borrows
+ * r->bias (keep r's array alive until engine_submit, which copies it). */
+struct sampler_params proto_client_request_sampling(const struct proto_client_request *r);
+/* Whether r's logit_bias names a token outside a vocabulary of n_vocab
+ * (the ids are sorted: the last is the largest): true with msg[size]
+ * saying so, the request's INVALID_REQUEST (the node and kvd generate
+ * say the same). */
+bool proto_client_bias_outside(const struct proto_client_request *r, uint32_t n_vocab,
+			       char *msg, size_t size);
+/* The command lines' --json form (kvctl generate, kvd generate) of n
+ * tokens' logprobs, after "output_ids": ,"logprobs":[the chosen tokens'],
+ * "top_logprobs":[[[id, logprob], ...] per token]; nothing when n is 0. */
+void proto_client_logprobs_json(FILE *out, const struct sampler_logprobs *lp, size_t n);
 /* Pack r as one request map into w's packer (exactly one of prompt or
  * tokens must be set). */
 void proto_client_request_pack(msgpack_packer *pk,

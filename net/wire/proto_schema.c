@@ -226,11 +226,16 @@ static int text_number(const struct proto_field *f, const char *text,
 	float v;
 
 	if (f->type == PROTO_F_FLOAT) {
-		if (kvd_parse_double(text, &x) || !float_in_range(f, x))
+		/* kvd_parse_double takes no sign: a field whose range goes
+		 * below zero (the penalties) takes a leading '-' here, so a
+		 * command line can give what a msgpack request can */
+		bool neg = f->lo < 0 && text[0] == '-';
+
+		if (kvd_parse_double(text + neg, &x) || !float_in_range(f, neg ? -x : x))
 			return proto_schema_fail(err, FRAME_E_RANGE, f->key,
 						 "not a number in %c%g, %g]",
 						 f->lo_open ? '(' : '[', f->lo, f->hi);
-		v = (float)x;
+		v = (float)(neg ? -x : x);
 		memcpy(dst, &v, sizeof(v));
 		return 0;
 	}

@@ -38,12 +38,23 @@ for v in 0 -0.5 1.5 1e-50 x; do refused --top-p "$v"; done
 for v in abc -1 4294967296 1.5; do refused --top-k "$v"; done
 for v in abc -1 18446744073709551616 0x10; do refused --seed "$v"; done
 for v in abc -1 18446744073709551616; do refused --id "$v" kvctl; done
+for v in 21 -1 x "" 1.5; do refused --logprobs "$v"; done
+for v in 1:101 "5:" "5:,6:1" x 1 -1:2 "1:2;3:4" 4294967296:1; do refused --logit-bias "$v"; done
+for o in --presence-penalty --frequency-penalty; do
+	for v in 2.5 -2.5 x - --1 -x "- 1"; do refused $o "$v"; done
+done
+for v in 0 11 x -1; do refused --repetition-penalty "$v"; done
+for v in 2 -0.1 -0 x; do refused --min-p "$v"; done
 # the bounds themselves are kvd generate's too: past the options, the
 # model (absent) is what fails
 rc=0
 "$KVD" generate --model "$T/none.gguf" --prompt hi --max-tokens 1048576 --temperature 100 \
 	--top-p 1 --top-k 4294967295 --seed 18446744073709551615 >/dev/null 2>&1 || rc=$?
 check "kvd generate: the bounds pass (exit $rc: the model)" test "$rc" -eq 66
+rc=0
+"$KVD" generate --model "$T/none.gguf" --prompt hi --logprobs 20 --logit-bias "0:-100,4294967295:100" \
+	--presence-penalty -2 --frequency-penalty 2 --repetition-penalty 10 --min-p 1 >/dev/null 2>&1 || rc=$?
+check "kvd generate: logprobs, logit_bias and the penalties' bounds pass (exit $rc: the model)" test "$rc" -eq 66
 for v in x "" 1,2, ,1 1,,2 4294967296 1,-2 "1, 2"; do
 	rc=0
 	"$KVCTL" generate --server "$NONE" --tokens "$v" >"$T/out" 2>"$T/err" || rc=$?

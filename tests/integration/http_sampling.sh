@@ -14,6 +14,9 @@
 #     logprobs: the same text and logprobs as HTTP for the same request,
 #     +100 forces a token, an id outside the vocabulary is
 #     INVALID_REQUEST, bad values are usage errors;
+#   - kvd generate (offline) takes the same options: kvctl generate's
+#     tokens and logprobs as printed, HTTP's text, the node's message for
+#     an id outside the vocabulary;
 #   - frequency_penalty 2 repeats fewer tokens than 0;
 #   - the same extended request on the pair and on the standalone node
 #     gives the same tokens and logprobs (decode samples the first token
@@ -235,6 +238,27 @@ check "  ... a token outside the vocabulary: INVALID_REQUEST naming logit_bias" 
 check "kvctl generate --logprobs 21, --logit-bias 1:101: usage errors (exit 2)" \
 	bash -c "'$KVCTL' generate --server 127.0.0.1:$C_L --prompt x --logprobs 21 2>/dev/null; a=\$?;
 		'$KVCTL' generate --server 127.0.0.1:$C_L --prompt x --logit-bias 1:101 2>/dev/null; test \$a\$? = 22"
+
+# ---- kvd generate (offline): the same options, the same answer ----------------------------
+out=$(KVD_API_KEY=$KEY gen "$C_L" --prompt "Once upon a time" --max-tokens 8 --temperature 0.8 --seed 5 \
+	--logit-bias "$first:-100,$forced:3" --logprobs 2 || true)
+off=$(offline --model "$M" --prompt "Once upon a time" --max-tokens 8 --temperature 0.8 --seed 5 \
+	--logit-bias "$first:-100,$forced:3" --logprobs 2 || true)
+check "kvd generate --logit-bias --logprobs 2: kvctl generate's tokens" \
+	test "$(jq -c .output_ids <<<"$off")" = "$(jq -c .output_ids <<<"$out")"
+check "  ... kvctl generate's logprobs and alternatives, as printed" \
+	test "$(jq -c '[.logprobs, .top_logprobs]' <<<"$off")" = "$(jq -c '[.logprobs, .top_logprobs]' <<<"$out")"
+check "  ... HTTP's text" test "$(jq -r .text <<<"$off")" = "$(jq -r '.choices[0].text' "$T/lb_http.json")"
+off=$(offline --model "$M" --prompt "Once upon a time" --max-tokens 40 --temperature 0.7 --seed 11 "${PEN[@]}" || true)
+check "kvd generate with the penalties and min_p = HTTP's text" test "$(jq -r .text <<<"$off")" = "$want"
+off=$(offline --model "$M" --prompt "Once upon a time" --max-tokens 6 --temperature 0.9 --seed 3 \
+	--logit-bias "$forced:100" || true)
+check "  ... logit_bias +100 on token $forced: every token is it, no logprobs unless asked" \
+	jqe --argjson f "$forced" '(.output_ids | length) == 6 and all(.output_ids[]; . == $f) and (has("logprobs") | not)' <<<"$off"
+rc=0
+"$KVD" generate --model "$M" --prompt x --max-tokens 2 --logit-bias "999999:1" >"$T/out" 2>"$T/err" || rc=$?
+check "  ... a token outside the vocabulary: exit 1, the node's message ($rc)" \
+	bash -c "test $rc = 1 && grep -q \"names token 999999; the vocabulary has\" '$T/err' && test ! -s '$T/out'"
 
 # ---- bad values -----------------------------------------------------------------------
 bad() { # bad PATH PARAM BODY-FIELDS
