@@ -462,6 +462,12 @@ static bool audit_failed(const struct audit *a)
 	       a->sum.dtype_mismatch;
 }
 
+/* After audit_judge: a finding first, then an unjudged node. */
+static enum audit_verdict audit_verdict(const struct audit *a)
+{
+	return audit_failed(a) ? AUDIT_FAIL : a->sum.unjudged ? AUDIT_UNJUDGED : AUDIT_OK;
+}
+
 /* Keys whose change is noise. */
 static bool audit_key_volatile(const char *k)
 {
@@ -575,7 +581,7 @@ static void audit_findings(const struct audit_node *n, FILE *out)
 			" to %" PRIu64 "\n", n->name, e.context, e.served);
 }
 
-int audit_report(struct audit *a, FILE *out)
+enum audit_verdict audit_report(struct audit *a, FILE *out)
 {
 	int ma, mb, da, db;
 
@@ -606,8 +612,12 @@ int audit_report(struct audit *a, FILE *out)
 	fprintf(out, "requests: %" PRIu64 " done, %" PRIu64 " failed, on %u"
 		" nodes (%u not judged)\n", a->sum.done, a->sum.failed,
 		a->sum.nodes, a->sum.unjudged);
-	fprintf(out, "audit: %s\n", audit_failed(a) ? "FAIL" : "ok");
-	return audit_failed(a) ? 1 : 0;
+	if (audit_verdict(a) == AUDIT_UNJUDGED)
+		fprintf(out, "audit: UNJUDGED (no finding, but %u of %u nodes not judged)\n",
+			a->sum.unjudged, a->sum.nodes);
+	else
+		fprintf(out, "audit: %s\n", audit_failed(a) ? "FAIL" : "ok");
+	return audit_verdict(a);
 }
 
 /* a NUL-ended string (NULL: "") as JSON */
@@ -655,12 +665,13 @@ static void audit_node_json(const struct audit_node *n, FILE *out)
 	fprintf(out, ",\"line\":%" PRIu64 "}", n->latest->lineno);
 }
 
-int audit_report_json(struct audit *a, FILE *out)
+enum audit_verdict audit_report_json(struct audit *a, FILE *out)
 {
 	int ma, mb, da, db;
 
 	audit_judge(a, &ma, &mb, &da, &db);
-	fprintf(out, "{\"ok\":%s,\"nodes\":[", audit_failed(a) ? "false" : "true");
+	fprintf(out, "{\"ok\":%s,\"all_judged\":%s,\"nodes\":[", audit_failed(a) ? "false" : "true",
+		a->sum.unjudged ? "false" : "true");
 	for (uint32_t i = 0; i < a->n_nodes; i++) {
 		fprintf(out, "%s", i ? "," : "");
 		audit_node_json(&a->nodes[i], out);
@@ -675,5 +686,5 @@ int audit_report_json(struct audit *a, FILE *out)
 		a->sum.unjudged, a->sum.done, a->sum.failed,
 		a->sum.lines, a->sum.kvd_lines, a->sum.capacity_lines,
 		a->sum.unparseable, a->sum.incomplete);
-	return audit_failed(a) ? 1 : 0;
+	return audit_verdict(a);
 }

@@ -13,7 +13,9 @@
  * (request_done on decode and standalone nodes, prefill_served on
  * prefill ones) and failed (request_failed, prefill_aborted). A node
  * that logged requests but no kv_capacity line (a journal window that
- * starts after its boot) is listed unjudged: a warning, not a failure.
+ * starts after its boot) is listed unjudged: a warning, not a failure,
+ * but not a clean pass either (AUDIT_UNJUDGED: kvctl exits 3), so a
+ * script cannot take an unjudged pool for a judged one.
  *
  * Errors: negative errno (ENOMEM, read errors). Thread: one owner.
  */
@@ -52,11 +54,18 @@ int audit_feed_file(struct audit *a, FILE *f);
 
 void audit_get_summary(struct audit *a, struct audit_summary *s);
 
-/* Print the table and the findings; returns 1 when any node is
- * insufficient or the fleet disagrees, else 0. */
-int audit_report(struct audit *a, FILE *out);
-/* Same verdict; one JSON object. */
-int audit_report_json(struct audit *a, FILE *out);
+/* The verdict: a finding (a node insufficient, the fleet disagreeing)
+ * outranks an unjudged node. */
+enum audit_verdict {
+	AUDIT_OK = 0,            /* every node judged, none failed */
+	AUDIT_FAIL = 1,          /* a finding */
+	AUDIT_UNJUDGED = 2,      /* no finding, but a node could not be judged */
+};
+
+/* Print the table and the findings; the verdict. */
+enum audit_verdict audit_report(struct audit *a, FILE *out);
+/* Same verdict; one JSON object ("ok": no finding, "all_judged"). */
+enum audit_verdict audit_report_json(struct audit *a, FILE *out);
 
 /* Split one log line into key=value pairs (values unquoted as
  * kvlog_quote() writes them). Leading words without '=' (a syslog or

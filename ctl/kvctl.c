@@ -22,8 +22,10 @@
  *                                      synthetic requests (test builds)
  *
  * Exit codes: 0 ok; 1 a check failed (capacity insufficient, an audit
- * finding) or the daemon answered with an error; 2 usage; 69 the daemon
- * is unavailable (no socket, connection refused or dropped).
+ * finding) or the daemon answered with an error; 2 usage; 3 audit: no
+ * finding, but some node could not be judged (request lines, no
+ * kv_capacity line); 69 the daemon is unavailable (no socket, connection
+ * refused or dropped).
  *
  * Design: one table of subcommands; each builds one request map, sends it
  * as a frame (net/wire/frame.h) over a blocking Unix socket, reads one reply
@@ -57,6 +59,7 @@
 
 #define EXIT_CHECK 1
 #define EXIT_USAGE 2
+#define EXIT_UNJUDGED 3   /* audit: no finding, but a node not judged */
 #define EXIT_UNAVAILABLE 69
 #define KVCTL_RUNDIR "/run/kvd"
 
@@ -828,6 +831,7 @@ static int sub_fault(struct kvctl *k, int argc, char **argv)
 static int sub_audit(struct kvctl *k, int argc, char **argv)
 {
 	struct audit *a = NULL;
+	enum audit_verdict v;
 	int r = audit_new(&a);
 
 	if (r < 0) {
@@ -853,9 +857,9 @@ static int sub_audit(struct kvctl *k, int argc, char **argv)
 			return EXIT_CHECK;
 		}
 	}
-	r = k->json ? audit_report_json(a, stdout) : audit_report(a, stdout);
+	v = k->json ? audit_report_json(a, stdout) : audit_report(a, stdout);
 	audit_free(a);
-	return r ? EXIT_CHECK : 0;
+	return v == AUDIT_FAIL ? EXIT_CHECK : v == AUDIT_UNJUDGED ? EXIT_UNJUDGED : 0;
 }
 
 /* kvctl keygen FILE [--force]: a new cluster secret - 32 random bytes
@@ -945,7 +949,7 @@ static const struct kvctl_cmd kvctl_cmds[] = {
 	{ "abort", sub_abort, true, true, "abort ID|cmpl-...|chatcmpl-..." },
 	{ "queue", sub_queue, true, true, "queue   (requests waiting at the tenant gate)" },
 	{ "cache", sub_cache, true, true, "cache status | cache flush [--tenant T]   (the prefix cache)" },
-	{ "audit", sub_audit, false, true, "audit [FILE...]" },
+	{ "audit", sub_audit, false, true, "audit [FILE...]  (exit 1 a finding, 3 a node not judged)" },
 	{ "keygen", sub_keygen, false, false, "keygen FILE [--force]   (a new cluster secret for peers.key_file)" },
 	{ "model", sub_model, false, false, "model make|inspect ... (kvctl model --help)" },
 	{ "generate", sub_generate, false, false,
@@ -963,6 +967,7 @@ static void usage(FILE *out)
 	fprintf(out, "kvctl's options may also follow a command that talks to"
 		     " the daemon, or audit (kvctl status --json)\n"
 		     "exit: 0 ok, 1 check failed or daemon error, 2 usage,"
+		     " 3 audit: some nodes could not be judged (no finding),"
 		     " 69 daemon unavailable\n");
 }
 

@@ -121,6 +121,10 @@ START_TEST(test_incident_fixed)
 	ck_assert_ptr_nonnull(strstr(out, "first line"));
 	ck_assert_ptr_nonnull(strstr(out, "audit: ok"));
 	free(out);
+	/* every node judged, none failed: the only clean verdict */
+	ck_assert_int_eq(report(a, &out, 1), AUDIT_OK);
+	ck_assert_ptr_nonnull(strstr(out, "{\"ok\":true,\"all_judged\":true,"));
+	free(out);
 	audit_free(a);
 }
 END_TEST
@@ -307,7 +311,7 @@ START_TEST(test_per_node_requests)
 	ck_assert_uint_eq(s.done, 3 + 3 + 1 + 1);
 	ck_assert_uint_eq(s.failed, 1 + 1 + 1);
 	ck_assert_uint_eq(s.unparseable, 1);
-	ck_assert_int_eq(report(a, &out, 0), 0);
+	ck_assert_int_eq(report(a, &out, 0), AUDIT_UNJUDGED);
 	/* NODE ROLE ... VERDICT MODEL DTYPE DONE FAILED */
 	ck_assert_ptr_nonnull(strstr(out, " DONE   FAILED "));
 	ck_assert_ptr_nonnull(strstr(out, "prefill-0        prefill"));
@@ -317,9 +321,12 @@ START_TEST(test_per_node_requests)
 	ck_assert_ptr_nonnull(strstr(out, "a897fb5d458f   f16           1        2 "));
 	ck_assert_ptr_nonnull(strstr(out, "WARN decode-2: no event=kv_capacity line"));
 	ck_assert_ptr_nonnull(strstr(out, "requests: 8 done, 3 failed, on 4 nodes (1 not judged)"));
-	ck_assert_ptr_nonnull(strstr(out, "audit: ok"));
+	/* no finding, but not a clean pass: kvctl exits 3 */
+	ck_assert_ptr_nonnull(strstr(out, "audit: UNJUDGED (no finding, but 1 of 4 nodes not judged)"));
+	ck_assert_ptr_null(strstr(out, "audit: ok"));
 	free(out);
-	ck_assert_int_eq(report(a, &out, 1), 0);
+	ck_assert_int_eq(report(a, &out, 1), AUDIT_UNJUDGED);
+	ck_assert_ptr_nonnull(strstr(out, "{\"ok\":true,\"all_judged\":false,"));
 	ck_assert_ptr_nonnull(strstr(out, "{\"node\":\"prefill-0\",\"requests\":{\"done\":3,\"failed\":1},\"judged\":true,\"role\":\"prefill\""));
 	ck_assert_ptr_nonnull(strstr(out, "{\"node\":\"decode-1\",\"requests\":{\"done\":1,\"failed\":2},\"judged\":true,\"role\":\"decode\""));
 	ck_assert_ptr_nonnull(strstr(out, "{\"node\":\"decode-2\",\"requests\":{\"done\":1,\"failed\":0},\"judged\":false}"));
@@ -327,10 +334,11 @@ START_TEST(test_per_node_requests)
 	free(out);
 	audit_free(a);
 
-	/* the same fleet with an undersized prefill: exit 1, counts kept */
+	/* the same fleet with an undersized prefill: a finding outranks
+	 * the unjudged node (exit 1), counts kept */
 	ck_assert_int_eq(audit_new(&a), 0);
 	feed_three(a, 2048);
-	ck_assert_int_eq(report(a, &out, 0), 1);
+	ck_assert_int_eq(report(a, &out, 0), AUDIT_FAIL);
 	ck_assert_ptr_nonnull(strstr(out, "FAIL prefill-0: pool of 2048 tokens"));
 	ck_assert_ptr_null(strstr(out, "FAIL decode-"));
 	ck_assert_ptr_nonnull(strstr(out, "INSUFFICIENT  a897fb5d458f   f16           3        1 "));

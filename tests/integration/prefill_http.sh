@@ -11,7 +11,9 @@
 #     decode's request_done names prefill's id (prefill_id=) and node,
 #     prefill's prefill_served names decode's (remote_id=) and node, so one
 #     grep of decode's id finds the request on both nodes;
-#   - kvctl audit of both logs: per node its role, verdict and requests
+#   - kvctl audit of both logs: per node its role, verdict and requests;
+#     without decode's kv_capacity line (a later journal window) decode is
+#     UNJUDGED and the exit 3, not 0
 #     done (exit 0);
 #   - kvctl drain on prefill: /readyz 503 draining at once, /livez 200, and
 #     a decode's request already on it still completes (fault-point builds:
@@ -145,6 +147,17 @@ check "  ... JSON: prefill served 1 request, decode answered 1, none failed" \
 	jq -e '[.nodes[] | {node, role, done: .requests.done, failed: .requests.failed}] |
 	       sort_by(.node) == [{node: "di", role: "decode", done: 1, failed: 0},
 				  {node: "pi", role: "prefill", done: 1, failed: 0}]' "$T/audit.json"
+# a journal window that starts after decode's boot: di's requests, no
+# kv_capacity line of di's - not judged, and not a clean pass (exit 3)
+grep -v "event=kv_capacity" "$T/di.log" > "$T/di_window.log"
+rc=0; "$KVCTL" audit "$T/pi.log" "$T/di_window.log" > "$T/audit.out" 2>&1 || rc=$?
+check "kvctl audit, decode's capacity line outside the window: exit 3 ($rc)" test "$rc" = 3
+check "  ... di UNJUDGED, pi ok, the verdict line says why" \
+	eval 'grep -qE "^di .* UNJUDGED " "$T/audit.out" && grep -qE "^pi +prefill .* ok " "$T/audit.out" &&
+	      grep -q "^audit: UNJUDGED (no finding, but 1 of 2 nodes not judged)" "$T/audit.out"'
+rc=0; "$KVCTL" audit --json "$T/pi.log" "$T/di_window.log" > "$T/audit.json" || rc=$?
+check "  ... --json: exit 3, ok true, all_judged false ($rc)" \
+	eval 'test $rc = 3 && jq -e ".ok == true and .all_judged == false and .unjudged == 1" "$T/audit.json" >/dev/null'
 
 # ---- kvctl drain on prefill: readyz 503 at once, the request it holds served ---------
 if [ $FAULT = 1 ]; then
