@@ -25,7 +25,6 @@
 command -v curl >/dev/null || skip "curl absent"
 command -v jq >/dev/null || skip "jq absent"
 command -v node >/dev/null || skip "node absent"
-command -v npm >/dev/null || skip "npm absent"
 CHROMIUM=${KVD_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 [ -n "$CHROMIUM" ] || skip "chromium absent (Debian: apt-get install chromium)"
 # /usr/bin/chromium is a wrapper script; puppeteer wants the binary
@@ -34,15 +33,8 @@ CHROMIUM=${KVD_CHROMIUM:-$(command -v chromium || command -v chromium-browser ||
 timeout 30 "$CHROMIUM" --headless --no-sandbox --disable-gpu --version >/dev/null 2>&1 ||
 	skip "$CHROMIUM does not run here"
 
-NPM_DIR=$KVD_BUILD/npm-puppeteer
-if [ ! -f "$NPM_DIR/node_modules/puppeteer-core/package.json" ]; then
-	mkdir -p "$NPM_DIR"
-	timeout 180 npm install --prefix "$NPM_DIR" --cache "$NPM_DIR/.npm" \
-		--no-audit --no-fund --loglevel=error puppeteer-core@25 >"$T/npm.log" 2>&1 ||
-		{ cat "$T/npm.log"; skip "npm install puppeteer-core failed (registry unreachable?)"; }
-fi
-MOD=$NPM_DIR/node_modules
-echo "# puppeteer-core $(jq -r .version "$MOD/puppeteer-core/package.json"), $("$CHROMIUM" --version 2>/dev/null)"
+npm_packages puppeteer puppeteer-core@25
+echo "# $("$CHROMIUM" --version 2>/dev/null)"
 
 M=${KVD_SHARED:-}/models/stories260K.gguf
 [ -f "$M" ] || { gen_model "$T/m.gguf"; M=$T/m.gguf; }

@@ -25,27 +25,12 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v node >/dev/null || skip "node absent"
-command -v npm >/dev/null || skip "npm absent"
-command -v jq >/dev/null || skip "jq absent"
 # these majors declare node >= 22 (ai, openai) or >= 20 (LangChain); they
 # pass here on node 20, not known on Debian 12's node 18
 NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
 [ "$NODE_MAJOR" -ge 20 ] || skip "node $(node --version): the current npm clients need node >= 20 (22 by their engines)"
 
-PKGS="openai@7 ai@7 @ai-sdk/openai@4 @langchain/openai@1 @langchain/core@1"
-NPM_DIR=$KVD_BUILD/npm-clients
-if [ "$(cat "$NPM_DIR/.pkgs" 2>/dev/null)" != "$PKGS" ]; then
-	mkdir -p "$NPM_DIR"
-	# shellcheck disable=SC2086 # one word per package
-	timeout 180 npm install --prefix "$NPM_DIR" --cache "$NPM_DIR/.npm" \
-		--no-audit --no-fund --loglevel=error $PKGS >"$T/npm.log" 2>&1 ||
-		{ cat "$T/npm.log"; skip "npm install $PKGS failed (registry unreachable?)"; }
-	echo "$PKGS" > "$NPM_DIR/.pkgs"
-fi
-MOD=$NPM_DIR/node_modules
-for p in openai ai @ai-sdk/openai @langchain/openai @langchain/core; do
-	echo "# $p $(jq -r .version "$MOD/$p/package.json")"
-done
+npm_packages clients openai@7 ai@7 @ai-sdk/openai@4 @langchain/openai@1 @langchain/core@1
 
 M=${KVD_SHARED:-}/models/stories260K.gguf
 [ -f "$M" ] || { gen_model "$T/m.gguf"; M=$T/m.gguf; }

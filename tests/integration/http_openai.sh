@@ -12,18 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 command -v node >/dev/null || skip "node absent"
-command -v npm >/dev/null || skip "npm absent"
-command -v jq >/dev/null || skip "jq absent"
-
-NPM_DIR=$KVD_BUILD/npm-openai
-if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ]; then
-	mkdir -p "$NPM_DIR"
-	timeout 180 npm install --prefix "$NPM_DIR" --cache "$NPM_DIR/.npm" \
-		--no-audit --no-fund --loglevel=error openai@4 >"$T/npm.log" 2>&1 ||
-		{ cat "$T/npm.log"; skip "npm install openai failed (registry unreachable?)"; }
-fi
-MOD=$NPM_DIR/node_modules
-echo "# openai $(jq -r .version "$MOD/openai/package.json")"
+npm_packages openai openai@4
 
 # stories260K when shared/ has it (real text), else the generated model
 M=${KVD_SHARED:-}/models/stories260K.gguf

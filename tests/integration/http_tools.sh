@@ -52,14 +52,21 @@ command -v jq >/dev/null || skip "jq absent"
 command -v python3 >/dev/null || skip "python3 absent"
 
 # ---- the vocabulary and the model -------------------------------------------------
-# a GGUF of tokenizer keys only (kvctl model make --vocab-from copies them)
-python3 - "$T/v.gguf" <<'PY'
+# calls_model OUT SEED TEMPLATE CALL SPECIAL*4: a generated model (chat
+# template TEMPLATE) whose vocabulary holds <unk>, the four SPECIALs
+# (bos, eos, then two more), the 256 byte tokens and 2000 tokens that are
+# each one whole call (CALL with %d for k = id - 261), from a GGUF of
+# tokenizer keys only (kvctl model make --vocab-from copies them)
+calls_model() {
+	local out=$1 seed=$2 tmpl=$3; shift 3
+	python3 - "$out.vocab" "$@" <<'PY'
 import struct, sys
 def s(b): b = b.encode(); return struct.pack('<Q', len(b)) + b
 def arr(key, ty, items): return s(key) + struct.pack('<IIQ', 9, ty, len(items)) + b''.join(items)
-toks = [('<unk>', 2), ('<s>', 3), ('</s>', 3), ('<|im_start|>', 3), ('<|im_end|>', 3)]
+call, specials = sys.argv[2], sys.argv[3:]
+toks = [('<unk>', 2)] + [(t, 3) for t in specials]
 toks += [('<0x%02X>' % i, 6) for i in range(256)]
-toks += [('<tool_call>{"name":"f","arguments":{"k":%d}}</tool_call>' % k, 1) for k in range(2000)]
+toks += [(call % k, 1) for k in range(2000)]
 kv = [s('general.architecture') + struct.pack('<I', 8) + s('llama'),
       s('tokenizer.ggml.model') + struct.pack('<I', 8) + s('llama'),
       arr('tokenizer.ggml.tokens', 8, [s(t) for t, _ in toks]),
@@ -71,9 +78,12 @@ kv.append(s('tokenizer.ggml.add_bos_token') + struct.pack('<IB', 7, 1))
 data = b'GGUF' + struct.pack('<IQQ', 3, 0, len(kv)) + b''.join(kv)
 open(sys.argv[1], 'wb').write(data + b'\0' * (-len(data) % 32))
 PY
+	"$KVCTL" model make "$out" --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 128 \
+		--vocab 2261 --ctx 2048 --seed "$seed" --vocab-from "$out.vocab" --chat-template "$tmpl" >/dev/null
+}
 M=$T/calls.gguf
-"$KVCTL" model make "$M" --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 128 \
-	--vocab 2261 --ctx 2048 --seed 1 --vocab-from "$T/v.gguf" --chat-template chatml >/dev/null
+calls_model "$M" 1 chatml '<tool_call>{"name":"f","arguments":{"k":%d}}</tool_call>' \
+	'<s>' '</s>' '<|im_start|>' '<|im_end|>'
 cat > "$T/tools.json" <<'J'
 [{"type":"function","function":{"name":"f","description":"Look up k.","parameters":{"type":"object","properties":{"k":{"type":"integer"}},"required":["k"]}}}]
 J
@@ -361,27 +371,9 @@ stop_node t
 
 # ---- llama3: one {"name", "parameters"} answer ------------------------------------------------------
 # llama3's control tokens, the bytes, and 2000 whole calls of f
-python3 - "$T/v3.gguf" <<'PY'
-import struct, sys
-def s(b): b = b.encode(); return struct.pack('<Q', len(b)) + b
-def arr(key, ty, items): return s(key) + struct.pack('<IIQ', 9, ty, len(items)) + b''.join(items)
-toks = [('<unk>', 2), ('<|begin_of_text|>', 3), ('<|eot_id|>', 3), ('<|start_header_id|>', 3), ('<|end_header_id|>', 3)]
-toks += [('<0x%02X>' % i, 6) for i in range(256)]
-toks += [('{"name":"f","parameters":{"k":%d}}' % k, 1) for k in range(2000)]
-kv = [s('general.architecture') + struct.pack('<I', 8) + s('llama'),
-      s('tokenizer.ggml.model') + struct.pack('<I', 8) + s('llama'),
-      arr('tokenizer.ggml.tokens', 8, [s(t) for t, _ in toks]),
-      arr('tokenizer.ggml.scores', 6, [struct.pack('<f', -1.0) for _ in toks]),
-      arr('tokenizer.ggml.token_type', 5, [struct.pack('<i', ty) for _, ty in toks])]
-kv += [s('tokenizer.ggml.%s_token_id' % k) + struct.pack('<II', 4, v)
-       for k, v in (('bos', 1), ('eos', 2), ('unknown', 0))]
-kv.append(s('tokenizer.ggml.add_bos_token') + struct.pack('<IB', 7, 1))
-data = b'GGUF' + struct.pack('<IQQ', 3, 0, len(kv)) + b''.join(kv)
-open(sys.argv[1], 'wb').write(data + b'\0' * (-len(data) % 32))
-PY
 M3=$T/calls3.gguf
-"$KVCTL" model make "$M3" --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 128 \
-	--vocab 2261 --ctx 2048 --seed 2 --vocab-from "$T/v3.gguf" --chat-template llama3 >/dev/null
+calls_model "$M3" 2 llama3 '{"name":"f","parameters":{"k":%d}}' \
+	'<|begin_of_text|>' '<|eot_id|>' '<|start_header_id|>' '<|end_header_id|>'
 next_port; H=$PORT
 U=http://127.0.0.1:$H/v1
 write_node l standalone "$M3" "listen.http=127.0.0.1:$H" "http.api_keys_file=$T/keys" \

@@ -26,25 +26,10 @@
 . "$(dirname "$0")/serve_lib.sh"
 command -v kubectl >/dev/null || skip "kubectl absent (kubectl kustomize renders deploy/k8s)"
 command -v node >/dev/null || skip "node absent"
-command -v npm >/dev/null || skip "npm absent"
-command -v jq >/dev/null || skip "jq absent"
 SRC=$KVD_SRC/deploy/k8s
 
-PKGS="kubernetes-models@4 @kubernetes/client-node@1 yaml@2"
-NPM_DIR=$KVD_BUILD/npm-k8s
-if [ "$(cat "$NPM_DIR/.pkgs" 2>/dev/null)" != "$PKGS" ]; then
-	mkdir -p "$NPM_DIR"
-	# shellcheck disable=SC2086 # one word per package
-	timeout 180 npm install --prefix "$NPM_DIR" --cache "$NPM_DIR/.npm" \
-		--no-audit --no-fund --loglevel=error $PKGS >"$T/npm.log" 2>&1 ||
-		{ cat "$T/npm.log"; skip "npm install $PKGS failed (registry unreachable?)"; }
-	echo "$PKGS" > "$NPM_DIR/.pkgs"
-fi
-MOD=$NPM_DIR/node_modules
+npm_packages k8s kubernetes-models@4 @kubernetes/client-node@1 yaml@2
 echo "# $(kubectl version --client 2>/dev/null | tr '\n' ' ')"
-for p in kubernetes-models @kubernetes/client-node; do
-	echo "# $p $(jq -r .version "$MOD/$p/package.json")"
-done
 VALIDATE=$KVD_SRC/tests/integration/k8s_validate.mjs
 jqe() { jq -e "$@" >/dev/null; }
 

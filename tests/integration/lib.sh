@@ -51,6 +51,36 @@ skip() {
 	exit 77
 }
 
+# npm_packages NAME PKG...: the npm packages PKG... (name@range) in
+# $KVD_BUILD/npm-NAME, installed once (again when the list changes; its
+# .pkgs holds it) with npm's cache beside them and a timeout; MOD is set
+# to its node_modules, and each package's version printed as a comment.
+# Skips (77) without npm or jq, or when the install fails (the registry
+# unreachable). A directory that holds every package but no .pkgs (made
+# before this helper) counts as installed.
+npm_packages() {
+	local dir=$KVD_BUILD/npm-$1 p name have=1; shift
+	command -v npm >/dev/null || skip "npm absent"
+	command -v jq >/dev/null || skip "jq absent"
+	for p; do
+		name=${p%@*}; [ -n "$name" ] || name=$p
+		[ -f "$dir/node_modules/$name/package.json" ] || have=0
+	done
+	[ -f "$dir/.pkgs" ] || [ $have = 0 ] || echo "$*" > "$dir/.pkgs"
+	if [ "$(cat "$dir/.pkgs" 2>/dev/null)" != "$*" ]; then
+		mkdir -p "$dir"
+		timeout 180 npm install --prefix "$dir" --cache "$dir/.npm" \
+			--no-audit --no-fund --loglevel=error "$@" >"$T/npm.log" 2>&1 ||
+			{ cat "$T/npm.log"; skip "npm install $* failed (registry unreachable?)"; }
+		echo "$*" > "$dir/.pkgs"
+	fi
+	MOD=$dir/node_modules
+	for p; do
+		name=${p%@*}; [ -n "$name" ] || name=$p
+		echo "# $name $(jq -r .version "$MOD/$name/package.json")"
+	done
+}
+
 # need_verbs_emu WHAT: skip unless kvd carries the emulated RDMA device
 # (-Dverbs_emu=true, a test build: tests/run builds so).
 need_verbs_emu() {
