@@ -173,18 +173,9 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "prompt", required_argument, NULL, 'p' },
-		/* 'F': named after a request field (set_field) */
-		{ "max-tokens", required_argument, NULL, 'F' },
-		{ "temperature", required_argument, NULL, 'F' },
-		{ "top-k", required_argument, NULL, 'F' },
-		{ "top-p", required_argument, NULL, 'F' },
-		{ "seed", required_argument, NULL, 'F' },
-		{ "presence-penalty", required_argument, NULL, 'F' },
-		{ "frequency-penalty", required_argument, NULL, 'F' },
-		{ "repetition-penalty", required_argument, NULL, 'F' },
-		{ "min-p", required_argument, NULL, 'F' },
-		{ "logit-bias", required_argument, NULL, 'F' },
-		{ "logprobs", required_argument, NULL, 'F' },
+		/* 'F': named after a request field (set_field), as
+		 * kvctl generate's */
+		PROTO_CLIENT_OPTIONS('F'),
 		{ "threads", required_argument, NULL, 'T' },
 		{ "page-tokens", required_argument, NULL, 'g' },
 		{ "kv-dtype", required_argument, NULL, 'd' },

@@ -103,6 +103,21 @@ void proto_client_request_deinit(struct proto_client_request *r);
  * FRAME_E_TYPE for a key that is not such a field; -ENOMEM. */
 int proto_client_request_set(struct proto_client_request *r, const char *name,
 			     const char *text, struct frame_error *err);
+/* The getopt_long entries (<getopt.h>) of the request fields both
+ * command lines take (kvctl generate, kvd generate), each with `code`:
+ * the option's name is the field's (proto_client_request_set). */
+#define PROTO_CLIENT_OPTIONS(code) \
+	{ "max-tokens", required_argument, NULL, code }, \
+	{ "temperature", required_argument, NULL, code }, \
+	{ "top-k", required_argument, NULL, code }, \
+	{ "top-p", required_argument, NULL, code }, \
+	{ "seed", required_argument, NULL, code }, \
+	{ "presence-penalty", required_argument, NULL, code }, \
+	{ "frequency-penalty", required_argument, NULL, code }, \
+	{ "repetition-penalty", required_argument, NULL, code }, \
+	{ "min-p", required_argument, NULL, code }, \
+	{ "logit-bias", required_argument, NULL, code }, \
+	{ "logprobs", required_argument, NULL, code }
 /* r's sampling fields as the engine takes them; logit_bias borrows
  * r->bias (keep r's array alive until engine_submit, which copies it). */
 struct sampler_params proto_client_request_sampling(const struct proto_client_request *r);

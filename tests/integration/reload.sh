@@ -77,31 +77,31 @@ acao() {
 	curl -s -o /dev/null -D - -H "Authorization: Bearer $KEY_B" -H "Origin: $1" "$U/v1/models" |
 		tr -d '\r' | sed -n 's/^[Aa]ccess-[Cc]ontrol-[Aa]llow-[Oo]rigin: //p'
 }
-# origins LIST: the INI's http.cors_origins is LIST
-origins() { sed -i "s|^cors_origins = .*|cors_origins = $1|" "$T/n.ini"; }
+# hup_origins LIST DESCRIPTION PATTERN: the INI's http.cors_origins is
+# LIST, then SIGHUP; the reload's line matches PATTERN
+hup_origins() {
+	local mk
+	sed -i "s|^cors_origins = .*|cors_origins = $1|" "$T/n.ini"
+	mk=$(log_mark "$T/n.log")
+	kill -HUP "$PID_n"
+	check "$2" wait_log "$T/n.log" "$3" 10 "$mk"
+}
 check "a.example allowed at boot" test "$(acao https://a.example)" = https://a.example
 check "b.example refused at boot" test -z "$(acao https://b.example)"
-origins "https://b.example, http://localhost:5173"
-MK=$(log_mark "$T/n.log")
-kill -HUP "$PID_n"
-check "SIGHUP with new origins: event=reload cors_origins=loaded origins=2" \
-	wait_log "$T/n.log" 'event=reload signal=HUP cors_origins=loaded file=.* origins=2 any=no' 10 "$MK"
+hup_origins "https://b.example, http://localhost:5173" \
+	"SIGHUP with new origins: event=reload cors_origins=loaded origins=2" \
+	'event=reload signal=HUP cors_origins=loaded file=.* origins=2 any=no'
 check "  ... b.example, added: allowed" test "$(acao https://b.example)" = https://b.example
 check "  ... localhost:5173, added: allowed" test "$(acao http://localhost:5173)" = http://localhost:5173
 check "  ... a.example, dropped: refused" test -z "$(acao https://a.example)"
-origins "https://c.example, app.example.com/x"
-MK=$(log_mark "$T/n.log")
-kill -HUP "$PID_n"
-check "a path-shaped origin: cors_origins=kept, naming FILE:LINE, the key and the entry" \
-	wait_log "$T/n.log" "level=error .*event=reload signal=HUP cors_origins=kept file=.* origins=2 any=no msg=\".*n.ini:[0-9]+: http.cors_origins: .*app.example.com/x" 10 "$MK"
+hup_origins "https://c.example, app.example.com/x" \
+	"a path-shaped origin: cors_origins=kept, naming FILE:LINE, the key and the entry" \
+	"level=error .*event=reload signal=HUP cors_origins=kept file=.* origins=2 any=no msg=\".*n.ini:[0-9]+: http.cors_origins: .*app.example.com/x"
 check "  ... the node lives" alive
 check "  ... b.example still allowed" test "$(acao https://b.example)" = https://b.example
 check "  ... c.example not taken: refused" test -z "$(acao https://c.example)"
-origins ""
-MK=$(log_mark "$T/n.log")
-kill -HUP "$PID_n"
-check "an empty list: cors_origins=loaded origins=0 (CORS off)" \
-	wait_log "$T/n.log" 'event=reload signal=HUP cors_origins=loaded file=.* origins=0 any=no' 10 "$MK"
+hup_origins "" "an empty list: cors_origins=loaded origins=0 (CORS off)" \
+	'event=reload signal=HUP cors_origins=loaded file=.* origins=0 any=no'
 check "  ... b.example now refused" test -z "$(acao https://b.example)"
 
 # ---- a node without keys ------------------------------------------------------------------
