@@ -104,7 +104,10 @@ START_TEST(test_request_roundtrip)
 		static const char *const badv[][2] = {
 			{ "presence-penalty", "2.5" }, { "frequency_penalty", "-3" },
 			{ "repetition-penalty", "0" }, { "repetition_penalty", "11" },
-			{ "min-p", "1.1" },
+			{ "min-p", "1.1" }, { "min-p", "-0.1" }, { "min-p", "-0" },
+			{ "presence-penalty", "-" }, { "presence-penalty", "--1" },
+			{ "presence-penalty", "-x" }, { "presence-penalty", "- 1" },
+			{ "presence-penalty", "+1" }, { "temperature", "-1" },
 		};
 
 		for (size_t i = 0; i < sizeof(badv) / sizeof(badv[0]); i++)
@@ -112,12 +115,18 @@ START_TEST(test_request_roundtrip)
 					 FRAME_E_RANGE);
 		ck_assert_int_eq(proto_client_request_set(&r, "min-p", "0.5", &err), 0);
 		ck_assert_float_eq_tol(r.min_p, 0.5f, 1e-6);
+		/* a field whose range goes below zero takes a sign from text */
+		ck_assert_int_eq(proto_client_request_set(&r, "presence-penalty", "-1.5", &err), 0);
+		ck_assert_float_eq_tol(r.presence_penalty, -1.5f, 1e-6);
+		ck_assert_int_eq(proto_client_request_set(&r, "frequency_penalty", "-2", &err), 0);
+		ck_assert_float_eq_tol(r.frequency_penalty, -2.0f, 1e-6);
+		r.presence_penalty = r.frequency_penalty = 0;
 	}
 	/* logit_bias and logprobs travel, HTTP's bounds (kvctl's forms too) */
 	{
 		static const char *const badb[] = {
 			"5:101", "5:-100.5", "x:1", "-1:2", "5", "5:1,5:2", "5:1;6:2", "4294967296:1",
-			"5:", "5:,6:1", "5: ",
+			"5:", "5:,6:1", "5: ", "5:1,", "5:1,,6:2", ",5:1",
 		};
 
 		ck_assert_int_eq(proto_client_request_set(&r, "logit-bias", "7:-100,3:2.5", &err), 0);

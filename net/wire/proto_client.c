@@ -238,7 +238,8 @@ static int set_text_extra(struct proto_client_request *r, const char *key,
 
 		if (n == PROTO_CLIENT_BIAS_MAX || end == p || *p == '-' || *end != ':' ||
 		    id > UINT32_MAX || (v = strtod(vs, &end), end == vs) ||
-		    !(v >= -100.0 && v <= 100.0) || (*end && *end != ',')) {
+		    !(v >= -100.0 && v <= 100.0) || (*end && *end != ',') ||
+		    (*end == ',' && !end[1])) {   /* "5:1,": a pair cut off */
 			free(b);
 			return proto_schema_fail(err, FRAME_E_RANGE, "logit_bias",
 						 "'logit_bias' must be ID:BIAS pairs (BIAS in [-100, 100]) separated by commas, at most %u",

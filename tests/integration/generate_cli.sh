@@ -39,7 +39,7 @@ for v in abc -1 4294967296 1.5; do refused --top-k "$v"; done
 for v in abc -1 18446744073709551616 0x10; do refused --seed "$v"; done
 for v in abc -1 18446744073709551616; do refused --id "$v" kvctl; done
 for v in 21 -1 x "" 1.5; do refused --logprobs "$v"; done
-for v in 1:101 "5:" "5:,6:1" x 1 -1:2 "1:2;3:4" 4294967296:1; do refused --logit-bias "$v"; done
+for v in 1:101 "5:" "5:,6:1" x 1 -1:2 1:2, "1:2;3:4" 4294967296:1; do refused --logit-bias "$v"; done
 for o in --presence-penalty --frequency-penalty; do
 	for v in 2.5 -2.5 x - --1 -x "- 1"; do refused $o "$v"; done
 done
