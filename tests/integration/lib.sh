@@ -92,16 +92,18 @@ need_verbs_emu() {
 # shim_ok: it can be preloaded into this build's binaries (not into an
 # ASan build's, whose runtime must be the first library).
 SHIM=$KVD_BUILD/tests/libkvd_shim.so
-# The fault library preloads only into a build without ASan. ldd, which
-# runs the loader, once printed nothing for the ASan kvctl on a loaded
-# machine (the shim was then preloaded and kvctl aborted): a failed ldd
-# is a no, and the ELF's NEEDED entries are read as well.
-shim_ok() {
+# The fault library preloads only into a build without ASan, and
+# valgrind runs only there too (plain_build). ldd, which runs the loader,
+# once printed nothing for the ASan kvctl on a loaded machine (the shim
+# was then preloaded and kvctl aborted; valgrind was run on it): a failed
+# ldd is a no, and the ELF's NEEDED entries are read as well.
+plain_build() {
 	local libs
-	[ -f "$SHIM" ] && libs=$(ldd "$KVCTL" 2>/dev/null) || return 1
+	libs=$(ldd "$KVCTL" 2>/dev/null) || return 1
 	! grep -q libasan <<<"$libs" &&
 		! readelf -d "$KVCTL" 2>/dev/null | grep -q 'NEEDED.*libasan'
 }
+shim_ok() { [ -f "$SHIM" ] && plain_build; }
 
 # The test model: stories260K from shared/, or skip. Call it as
 # M=$(shared_model) || exit: the skip's exit status is the subshell's.
