@@ -10,8 +10,9 @@
  *     summary (when it holds no NUL); the summary's counts are
  *     consistent (lines fed, kvd <= lines, capacity <= kvd,
  *     insufficient <= nodes); both reports return the same verdict,
- *     and it is 1 exactly when a node is insufficient or the fleet
- *     disagrees;
+ *     and it is AUDIT_FAIL exactly when a node is insufficient or the
+ *     fleet disagrees, else AUDIT_UNJUDGED exactly when a node could
+ *     not be judged, else AUDIT_OK;
  *   - any string (up to its first NUL) that kvlog_quote() writes as a
  *     value comes back byte for byte from audit_split.
  */
@@ -110,10 +111,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int v1 = report(a, false, &t1), v2 = report(a, true, &t2);
 
 	FUZZ_CHECK(v1 == v2, "text verdict %d, json verdict %d", v1, v2);
-	FUZZ_CHECK(v1 == (sa.insufficient || sa.model_mismatch ||
-			  sa.dtype_mismatch),
-		   "verdict %d, insufficient %u, mismatch %d/%d", v1,
-		   sa.insufficient, sa.model_mismatch, sa.dtype_mismatch);
+	FUZZ_CHECK(v1 == (sa.insufficient || sa.model_mismatch || sa.dtype_mismatch ? AUDIT_FAIL
+			  : sa.unjudged ? AUDIT_UNJUDGED : AUDIT_OK),
+		   "verdict %d, insufficient %u, mismatch %d/%d, unjudged %u", v1,
+		   sa.insufficient, sa.model_mismatch, sa.dtype_mismatch, sa.unjudged);
 	free(t1);
 	free(t2);
 
