@@ -330,6 +330,45 @@ START_TEST(schema_refs_and_any)
 }
 END_TEST
 
+/* anyOf / oneOf: branches of different kinds, enum branches merged,
+ * pydantic's Optional[X]; the first byte picks the branch. */
+START_TEST(schema_anyof)
+{
+	struct jgram *g = compile(
+		"{\"$defs\":{\"P\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+		"\"required\":[\"a\"]}},\"type\":\"object\",\"properties\":{"
+		"\"o\":{\"anyOf\":[{\"$ref\":\"#/$defs/P\"},{\"type\":\"null\"}],\"default\":null},"
+		"\"e\":{\"anyOf\":[{\"enum\":[\"x\",\"y\"]},{\"const\":3},{\"type\":\"null\"}]},"
+		"\"m\":{\"oneOf\":[{\"type\":\"array\",\"items\":{\"type\":\"boolean\"}},"
+		"{\"type\":\"string\"},{\"type\":\"integer\"}]},"
+		"\"t\":{\"type\":[\"string\",\"null\"],\"description\":\"nullable\"}}}");
+
+	expect_valid(g, "{\"o\":{\"a\":1},\"e\":\"x\",\"m\":[true],\"t\":null}");
+	expect_valid(g, "{\"o\":null,\"e\":3,\"m\":\"s\",\"t\":\"q\"}");
+	expect_valid(g, "{\"e\":null,\"m\":-4}");
+	expect_refused(g, "{\"o\":", "1}");
+	expect_refused(g, "{\"o\":{", "}");                 /* a required */
+	expect_refused(g, "{\"o\":{\"a\":", "\"1\"}");
+	expect_refused(g, "{\"e\":\"", "z\"}");
+	expect_refused(g, "{\"e\":", "4}");
+	expect_refused(g, "{\"e\":", "true}");
+	expect_refused(g, "{\"m\":", "null}");
+	expect_refused(g, "{\"m\":1", ".5}");               /* integer */
+	expect_refused(g, "{\"m\":[", "1]}");
+	expect_refused(g, "{\"t\":", "1}");
+	jgram_free(g);
+	g = compile("{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"boolean\"}]}");
+	expect_valid(g, "1.5");
+	expect_valid(g, "false");
+	expect_refused(g, "", "\"");
+	jgram_free(g);
+	g = compile("{\"oneOf\":[{\"const\":\"a\"},{\"const\":\"b\"}]}");
+	expect_valid(g, "\"b\"");
+	expect_refused(g, "\"", "c\"");
+	jgram_free(g);
+}
+END_TEST
+
 /* Refused by name, with JSCHEMA_E_INVALID. */
 START_TEST(schema_errors)
 {
@@ -349,6 +388,15 @@ START_TEST(schema_errors)
 		{ "{\"type\":\"string\",\"enum\":[1]}", "type" },
 		{ "{\"type\":\"object\",\"additionalProperties\":{}}", "additionalProperties" },
 		{ "{\"anyOf\":[]}", "anyOf" },
+		{ "{\"anyOf\":[{\"type\":\"string\"},{\"type\":[\"string\",\"null\"]}]}", "anyOf" },
+		{ "{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\"}]}", "object" },
+		{ "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "anyOf" },
+		{ "{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"a\"]}]}", "anyOf" },
+		{ "{\"oneOf\":[{\"enum\":[\"a\",\"b\"]},{\"const\":\"a\"}]}", "oneOf" },
+		{ "{\"oneOf\":[{\"type\":\"null\"}],\"anyOf\":[{\"type\":\"null\"}]}", "oneOf" },
+		{ "{\"type\":\"object\",\"anyOf\":[{\"type\":\"null\"}]}", "type" },
+		{ "{\"anyOf\":{}}", "anyOf" },
+		{ "{\"anyOf\":[{\"type\":\"string\",\"enum\":[1]}]}", "anyOf" },
 		{ "false", "object" },
 		{ "{\"type\":\"string\",\"enum\":[1],\"const\":1}", "const" },
 	};
@@ -1229,6 +1277,7 @@ int main(void)
 	tcase_add_test(tc, schema_refuses);
 	tcase_add_test(tc, schema_no_dead_end);
 	tcase_add_test(tc, schema_refs_and_any);
+	tcase_add_test(tc, schema_anyof);
 	tcase_add_test(tc, schema_errors);
 	tcase_add_test(tc, schema_bounds);
 	tcase_add_test(tc, union_accepts_refuses);

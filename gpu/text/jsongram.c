@@ -587,8 +587,8 @@ static bool lit_begin(struct state *st, uint32_t first, uint64_t cand, uint8_t f
 	return true;
 }
 
-static bool value_begin(const struct jgram *g, struct state *st, uint16_t id,
-			uint8_t c)
+static bool node_begin(const struct jgram *g, struct state *st, uint16_t id,
+		       uint8_t c)
 {
 	const struct jgram_node *n = &g->nodes[id];
 	unsigned t = n->types;
@@ -614,6 +614,20 @@ static bool value_begin(const struct jgram *g, struct state *st, uint16_t id,
 	uint64_t allow = ((t & JGRAM_T_BOOLEAN) ? 3u : 0u) | ((t & JGRAM_T_NULL) ? 4u : 0u);
 
 	return lit_begin(st, LIT_TRUE, lit_start(g, LIT_TRUE, LIT_BUILTIN, allow, c), 0);
+}
+
+/* A value of node id or of its alternatives (they start on disjoint
+ * bytes; a refused start changes nothing; alt is always earlier). */
+static bool value_begin(const struct jgram *g, struct state *st, uint16_t id,
+			uint8_t c)
+{
+	for (;;) {
+		if (node_begin(g, st, id, c))
+			return true;
+		if (!g->nodes[id].alt)
+			return false;
+		id = g->nodes[id].alt;
+	}
 }
 
 static uint64_t props_left(const struct jgram_node *n, const struct frame *f)
@@ -912,6 +926,48 @@ static int seal_bad(char *msg, size_t n, const char *fmt, unsigned id)
 	return JGRAM_E_INVALID;
 }
 
+/* A first byte's kind (JGRAM_T_*, integer as number), 0 for none. */
+static unsigned first_kind(uint8_t c)
+{
+	switch (c) {
+	case '{': return JGRAM_T_OBJECT;
+	case '[': return JGRAM_T_ARRAY;
+	case '"': return JGRAM_T_STRING;
+	case 'n': return JGRAM_T_NULL;
+	case 't':
+	case 'f': return JGRAM_T_BOOLEAN;
+	default: return c == '-' || is_digit(c) ? JGRAM_T_NUMBER : 0;
+	}
+}
+
+/* One node's kinds, its alternatives left out. */
+static unsigned node_firsts(const struct jgram *g, const struct jgram_node *x)
+{
+	unsigned k = 0;
+
+	if (x->is_union)
+		return JGRAM_T_OBJECT;
+	if (x->is_enum) {
+		for (uint32_t i = 0; i < x->n_lit && x->lit + i < g->n_lits; i++)
+			k |= first_kind((uint8_t)g->bytes[g->lits[x->lit + i].off]);
+		return k;
+	}
+	k = x->types & ~(unsigned)JGRAM_T_INTEGER;
+	return (x->types & JGRAM_T_INTEGER) ? k | JGRAM_T_NUMBER : k;
+}
+
+unsigned jgram_node_firsts(const struct jgram *g, uint16_t id)
+{
+	unsigned k = 0;
+
+	for (; id < g->n_nodes; id = g->nodes[id].alt) {
+		k |= node_firsts(g, &g->nodes[id]);
+		if (!g->nodes[id].alt || g->nodes[id].alt >= id)
+			break;
+	}
+	return k;
+}
+
 /* Whether literal a's text is literal b's. */
 static bool lit_same(const struct jgram *g, uint32_t a, uint32_t b)
 {
@@ -936,7 +992,7 @@ static int union_check(const struct jgram *g, uint16_t id, const uint8_t *depth,
 		const struct jgram_node *v = &g->nodes[l->node];
 
 		if (l->node >= id || !lit_valid(g, l, true) || v->is_union || v->is_enum ||
-		    v->types != JGRAM_T_OBJECT)
+		    v->types != JGRAM_T_OBJECT || v->alt)
 			return seal_bad(msg, n, "node %u: a union's value is not a string naming an object node", id), -1;
 		for (uint32_t k = 0; k < v->n_lit; k++)
 			if (lit_same(g, v->lit + k, x->tag))
@@ -1036,15 +1092,35 @@ int jgram_lazy(struct jgram *g, enum jgram_lazy how)
 
 /* Every node is checked, in order (children first); the root's depth
  * must fit the stack. */
+/* A node's alternative: earlier, and starting on other bytes. Its depth
+ * counts with the node's. */
+static int alt_check(const struct jgram *g, uint16_t id, const uint8_t *depth, int d,
+		     char *msg, size_t n)
+{
+	const struct jgram_node *x = &g->nodes[id];
+
+	if (!x->alt)
+		return d;
+	if (x->alt >= id)
+		return seal_bad(msg, n, "node %u: its alternative refers forward", id), -1;
+	if (node_firsts(g, x) & jgram_node_firsts(g, x->alt))
+		return seal_bad(msg, n, "node %u: its alternatives start alike", id), -1;
+	return d > depth[x->alt] ? d : depth[x->alt];
+}
+
 int jgram_seal(struct jgram *g, uint16_t root, char *msg, size_t msg_len)
 {
 	uint8_t depth[JGRAM_NODES_MAX] = { 0 };
 
 	if (g->sealed || root >= g->n_nodes || root == JGRAM_ANY)
 		return seal_bad(msg, msg_len, "root node %u is not a schema node", root);
+	if (g->nodes[JGRAM_ANY].alt)
+		return seal_bad(msg, msg_len, "node %u: ANY has an alternative", JGRAM_ANY);
 	for (uint16_t id = 1; id < g->n_nodes; id++) {
 		int d = node_check(g, id, depth, msg, msg_len);
 
+		if (d >= 0)
+			d = alt_check(g, id, depth, d, msg, msg_len);
 		if (d < 0)
 			return JGRAM_E_INVALID;
 		depth[id] = (uint8_t)(d > (int)JGRAM_DEPTH_MAX ? (int)JGRAM_DEPTH_MAX + 1 : d);

@@ -34,6 +34,13 @@
  * literals (when present they decide alone). Node 0 is ANY: every type,
  * free keys, items of ANY.
  *
+ * Alternatives (alt; JSON Schema's anyOf): a node may name an earlier
+ * node tried when a value cannot start on it with the byte; the nodes
+ * of a chain start on disjoint first bytes (an object '{', an array
+ * '[', a string '"', a number '-' or a digit, true, false, null:
+ * jgram_node_firsts), so the first byte picks one branch and the value
+ * follows it alone. jgram_seal refuses overlapping chains.
+ *
  * A tagged union (is_union; a tool call's shape): an object whose first
  * key is forced to be the literal `tag` (e.g. "name"), whose value is one
  * of the node's literals (compact JSON strings, e.g. "get_weather"); the
@@ -145,6 +152,10 @@ struct jgram_node {
 	bool free_keys;           /* object: any key, values ANY (no literals) */
 	uint32_t min_items, max_items;
 	uint64_t required;        /* object: bit i = literal lit + i */
+	uint16_t alt;             /* anyOf: the node tried when this one
+				   * cannot start with the byte (0: none;
+				   * an earlier node; first bytes disjoint,
+				   * jgram_node_firsts) */
 };
 
 struct jgram_lit {
@@ -202,6 +213,10 @@ int jgram_lazy(struct jgram *g, enum jgram_lazy how);
  * them, or to ANY) and freeze it: JGRAM_E_INVALID with msg filled. */
 int jgram_seal(struct jgram *g, uint16_t root, char *msg, size_t msg_len);
 uint32_t jgram_n_nodes(const struct jgram *g);
+/* The kinds of value node id and its alternatives (alt) may start as:
+ * JGRAM_T_* bits by first byte, integer counted as number (both start
+ * with '-' or a digit), enum literals by their own first bytes. */
+unsigned jgram_node_firsts(const struct jgram *g, uint16_t id);
 
 /* ---- a model's vocabulary -------------------------------------------------- */
 

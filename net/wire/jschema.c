@@ -5,7 +5,9 @@
  * before it (what jgram_seal asks), then the node itself and its
  * literals (enum values or property names, contiguous). Each keyword has
  * a row in a table (what it is for); a key without a row is refused by
- * name. $ref is inlined, so a recursive schema runs into the depth bound
+ * name. anyOf/oneOf compile each branch (enum-only ones merged into one
+ * enum) and chain them as alternatives, refused when two may start
+ * alike. $ref is inlined, so a recursive schema runs into the depth bound
  * and is refused; the node bound caps a schema that refers to one
  * definition many times.
  */
@@ -62,7 +64,8 @@ static const struct kw {
 	{ "type", KW_READ }, { "properties", KW_READ }, { "required", KW_READ },
 	{ "additionalProperties", KW_READ }, { "items", KW_READ },
 	{ "minItems", KW_READ }, { "maxItems", KW_READ }, { "enum", KW_READ },
-	{ "const", KW_READ }, { "$ref", KW_READ },
+	{ "const", KW_READ }, { "$ref", KW_READ }, { "anyOf", KW_READ },
+	{ "oneOf", KW_READ },
 	{ "title", KW_ANNOTATION }, { "description", KW_ANNOTATION },
 	{ "$comment", KW_ANNOTATION }, { "examples", KW_ANNOTATION },
 	{ "default", KW_ANNOTATION }, { "$schema", KW_ANNOTATION },
@@ -96,6 +99,15 @@ static const struct type_name {
 	{ "integer", JGRAM_T_INTEGER }, { "boolean", JGRAM_T_BOOLEAN },
 	{ "null", JGRAM_T_NULL },
 };
+
+/* The name of a kind in bits (the lowest). */
+static const char *type_of(unsigned bits)
+{
+	for (size_t i = 0; i < sizeof(type_names) / sizeof(type_names[0]); i++)
+		if (bits & type_names[i].bit)
+			return type_names[i].name;
+	return "values";
+}
 
 static int type_bit(struct jsc *c, const json_t *v, unsigned *bits)
 {
@@ -344,6 +356,138 @@ static int jsc_typed(struct jsc *c, const json_t *s, unsigned types, uint16_t *i
 	return jsc_add_props(c, n, &p);
 }
 
+/* ---- anyOf / oneOf -------------------------------------------------------- */
+
+/* A branch that is only enum or const (and its type, annotations): its
+ * values are merged with the other such branches' into one enum. */
+static bool enum_only(const json_t *b)
+{
+	const char *k;
+	json_t *v;
+
+	if (!json_is_object(b) || (!json_object_get(b, "enum") && !json_object_get(b, "const")))
+		return false;
+	json_object_foreach((json_t *)b, k, v) {
+		size_t i = 0;
+
+		while (i < sizeof(keywords) / sizeof(keywords[0]) && strcmp(keywords[i].name, k))
+			i++;
+		if (i == sizeof(keywords) / sizeof(keywords[0]) ||
+		    (keywords[i].use == KW_READ && strcmp(k, "enum") && strcmp(k, "const") &&
+		     strcmp(k, "type")))
+			return false;
+	}
+	return true;
+}
+
+/* The enum-only branch b's values of its type, appended to all; oneOf:
+ * a value twice would match two branches. */
+static int branch_values(struct jsc *c, const json_t *b, json_t *all, bool one, const char *kw)
+{
+	const json_t *e = json_object_get(b, "enum"), *k = json_object_get(b, "const");
+	size_t before = json_array_size(all), i, j;
+	json_t *list = k ? json_pack("[O]", k) : json_incref((json_t *)e), *v;
+	unsigned types;
+	int rc = list ? 0 : -ENOMEM;
+
+	if (!rc && e && k)
+		rc = jsc_bad(c, "'enum' and 'const' together are not supported");
+	if (!rc && !json_is_array(list))
+		rc = jsc_bad(c, "'enum' must be a list of 1..%u values", JGRAM_LITS_MAX);
+	if (!rc)
+		rc = jsc_types(c, b, &types);
+	json_array_foreach(list, i, v) {
+		for (j = 0; !rc && one && j < before; j++)
+			if (json_equal(v, json_array_get(all, j)))
+				rc = jsc_bad(c, "'%s' branches both allow one value", kw);
+		if (rc)
+			break;
+		if (value_fits(v, types) && json_array_append(all, v))
+			rc = -ENOMEM;
+	}
+	json_decref(list);
+	return rc;
+}
+
+/* The last node of id's chain of alternatives. */
+static struct jgram_node *chain_end(struct jsc *c, uint16_t id)
+{
+	struct jgram_node *n = jgram_node(c->g, id);
+
+	while (n->alt)
+		n = jgram_node(c->g, n->alt);
+	return n;
+}
+
+/* Each branch compiled (the enum-only ones as one enum), then chained
+ * by alt, last first: branch i's chain ends in branch i - 1's node. */
+static int jsc_branches(struct jsc *c, const json_t *list, const char *kw,
+			uint16_t *ids, size_t *n)
+{
+	json_t *vals = json_array(), *b;
+	size_t i;
+	int rc = vals ? 0 : -ENOMEM;
+
+	json_array_foreach(list, i, b) {
+		if (rc)
+			break;
+		if (enum_only(b))
+			rc = branch_values(c, b, vals, !strcmp(kw, "oneOf"), kw);
+		else
+			rc = jsc_node(c, b, &ids[(*n)++]);
+	}
+	if (!rc && json_array_size(vals)) {
+		json_t *e = json_pack("{s:O}", "enum", vals);
+
+		rc = e ? jsc_node(c, e, &ids[(*n)++]) : -ENOMEM;
+		json_decref(e);
+	}
+	json_decref(vals);
+	return rc;
+}
+
+static int jsc_anyof(struct jsc *c, const json_t *s, uint16_t *id)
+{
+	const char *kw = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
+	const json_t *list = json_object_get(s, kw);
+	uint16_t ids[JGRAM_LITS_MAX];
+	unsigned seen = 0;
+	size_t n = 0;
+	const char *k;
+	json_t *v;
+	int rc;
+
+	json_object_foreach((json_t *)s, k, v) {
+		char nb[40];
+
+		for (size_t i = 0; i < sizeof(keywords) / sizeof(keywords[0]); i++)
+			if (!strcmp(keywords[i].name, k) && keywords[i].use == KW_READ &&
+			    strcmp(k, kw))
+				return jsc_bad(c, "'%s' together with '%s' is not supported", kw,
+					       jsc_name(k, nb, sizeof(nb)));
+	}
+	if (!json_is_array(list) || !json_array_size(list) ||
+	    json_array_size(list) > JGRAM_LITS_MAX)
+		return jsc_bad(c, "'%s' must be a list of 1..%u schemas", kw, JGRAM_LITS_MAX);
+	if ((rc = jsc_branches(c, list, kw, ids, &n)))
+		return rc;
+	if (!n)
+		return jsc_bad(c, "'%s' has no value of its branches' types", kw);
+	for (size_t i = 0; i < n; i++) {
+		unsigned f = jgram_node_firsts(c->g, ids[i]);
+
+		if (f & seen)
+			return jsc_bad(c, "'%s' branches overlap: two of them may be %s (only "
+				       "branches of different types, or enum/const values, "
+				       "are supported)", kw, type_of(f & seen));
+		seen |= f;
+		if (i)
+			chain_end(c, ids[i])->alt = ids[i - 1];
+	}
+	*id = ids[n - 1];
+	return 0;
+}
+
 static int jsc_node(struct jsc *c, const json_t *s, uint16_t *id)
 {
 	unsigned types;
@@ -360,7 +504,12 @@ static int jsc_node(struct jsc *c, const json_t *s, uint16_t *id)
 			     JSCHEMA_DEPTH_MAX);
 	else if (!json_is_object(s))
 		rc = jsc_bad(c, "a schema must be an object");
-	else if (!(rc = jsc_keywords(c, s)) && json_object_get(s, "$ref"))
+	else if (!(rc = jsc_keywords(c, s)) &&
+		 (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")))
+		rc = json_object_get(s, "anyOf") && json_object_get(s, "oneOf")
+			? jsc_bad(c, "'anyOf' and 'oneOf' together are not supported")
+			: jsc_anyof(c, s, id);
+	else if (!rc && json_object_get(s, "$ref"))
 		rc = jsc_ref(c, json_object_get(s, "$ref"), id);
 	else if (!rc && !(rc = jsc_types(c, s, &types)))
 		rc = json_object_get(s, "enum") || json_object_get(s, "const")

@@ -7,7 +7,7 @@
  * generated), items, minItems, maxItems, enum and const (of strings,
  * numbers, booleans and null), $ref to "#/$defs/NAME" or
  * "#/definitions/NAME" (inlined; a recursive one is refused by the
- * depth bound), and the annotations title, description, $comment,
+ * depth bound), anyOf and oneOf (below), and the annotations title, description, $comment,
  * examples, default, $schema, $id, $defs, definitions (read as nothing).
  * Every other keyword is refused by name: a schema kvd cannot hold the
  * output to is never served as if it could. The schema `true` or `{}`
@@ -18,6 +18,16 @@
  * else - so additionalProperties is false in effect, as strict mode
  * asks. Enum/const values and keys are written as jansson writes them
  * (compact, UTF-8 as is).
+ *
+ * anyOf / oneOf (alone beside annotations): the branches that are only
+ * enum/const are merged into one enum (oneOf: no value in two of them);
+ * the others, and that enum, must start on different first bytes - an
+ * object, an array, a string, a number or integer, a boolean, null
+ * (pydantic's Optional[X] is X or null) - and are chained as the
+ * grammar's alternatives (jsongram.h), so the first byte picks the one
+ * branch the value follows; oneOf's branches then cannot overlap. Two
+ * branches of one kind (two objects, string and string-or-null) are
+ * refused naming the keyword.
  *
  * Bounds: JSCHEMA_BYTES_MAX bytes of schema (compact), JSCHEMA_DEPTH_MAX
  * schema objects nested (through properties, items and $ref), the
