@@ -369,11 +369,109 @@ START_TEST(schema_anyof)
 }
 END_TEST
 
+/* minLength/maxLength count code points (an escape one, a surrogate
+ * pair one); `"` waits for minLength, a character past maxLength is
+ * refused at its first byte. */
+START_TEST(schema_lengths)
+{
+	struct jgram *g = compile("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}");
+
+	expect_valid(g, "\"ab\"");
+	expect_valid(g, "\"abc\"");
+	expect_valid(g, "\"\xc3\xa9\\n\"");
+	expect_valid(g, "\"ab\\ud83d\\ude00\"");
+	expect_valid(g, "\"\xf0\x9f\x98\x80\\u00e9\"");
+	expect_refused(g, "\"a", "\"");
+	expect_refused(g, "\"", "\"");
+	expect_refused(g, "\"abc", "d\"");
+	expect_refused(g, "\"abc", "\xc3\xa9\"");
+	expect_refused(g, "\"abc", "\\n\"");
+	expect_refused(g, "\"ab\\ud83d\\ude00", "x\"");
+	jgram_free(g);
+	g = compile("{\"type\":[\"string\",\"null\"],\"maxLength\":0}");
+	expect_valid(g, "\"\"");
+	expect_valid(g, "null");
+	expect_refused(g, "\"", "a\"");
+	jgram_free(g);
+}
+END_TEST
+
+/* pattern and format: the string matches as it comes; no dead end with
+ * lengths; escapes step the pattern by their character, \u is refused. */
+START_TEST(schema_patterns)
+{
+	struct jgram *g = compile("{\"type\":\"string\",\"pattern\":\"^[a-z]{2}\\\\d+$\"}");
+
+	expect_valid(g, "\"ab12\"");
+	expect_refused(g, "\"a", "1\"");
+	expect_refused(g, "\"ab", "\"");
+	expect_refused(g, "\"ab1", "x\"");
+	expect_refused(g, "\"ab", "\\u0031\"");
+	jgram_free(g);
+	g = compile("{\"type\":\"string\",\"pattern\":\"a(b|\\\"c)\"}");   /* a search */
+	expect_valid(g, "\"xxaby y\"");
+	expect_valid(g, "\"\\\\a\\\"c\"");
+	expect_valid(g, "\"\xc3\xa9" "ab\"");
+	expect_refused(g, "\"", "\"");
+	expect_refused(g, "\"xa", "\"");
+	jgram_free(g);
+	g = compile("{\"type\":\"string\",\"pattern\":\"^(ab)+$\",\"minLength\":3,\"maxLength\":5}");
+	expect_valid(g, "\"abab\"");
+	expect_refused(g, "\"ab", "\"");
+	expect_refused(g, "\"abab", "a");
+	jgram_free(g);
+	g = compile("{\"type\":\"string\",\"pattern\":\"^.[^a-c]\\\\s?\\\\w{2,}$\"}");
+	expect_valid(g, "\"zz\\t_9\"");
+	expect_valid(g, "\"z\xc3\xa9_9\"");
+	expect_refused(g, "\"z", "b");
+	expect_refused(g, "\"", "\xc3\xa9");          /* '.': ASCII only */
+	jgram_free(g);
+	g = compile("{\"type\":\"string\",\"format\":\"date\"}");
+	expect_valid(g, "\"2024-02-28\"");
+	expect_refused(g, "\"2024-02-2", "9\"");
+	expect_refused(g, "\"2024-1", "3-01\"");
+	jgram_free(g);
+	g = compile("{\"type\":\"string\",\"format\":\"date-time\"}");
+	expect_valid(g, "\"2024-02-28T23:59:09.123Z\"");
+	expect_valid(g, "\"1999-12-01T00:00:00+05:30\"");
+	expect_refused(g, "\"2024-02-28T2", "4:00:00Z\"");
+	jgram_free(g);
+	g = compile("{\"type\":\"string\",\"format\":\"uuid\"}");
+	expect_valid(g, "\"123e4567-e89b-12d3-a456-426614174000\"");
+	expect_refused(g, "\"123e4567", "e");
+	jgram_free(g);
+	g = compile("{\"type\":\"string\",\"format\":\"email\"}");
+	expect_valid(g, "\"a.b@c-d.io\"");
+	expect_refused(g, "\"a@", "\"");
+	expect_refused(g, "\"a", "A");
+	jgram_free(g);
+	g = compile("{\"type\":\"string\",\"format\":\"ipv4\"}");
+	expect_valid(g, "\"255.0.10.199\"");
+	expect_refused(g, "\"25", "6");
+	jgram_free(g);
+}
+END_TEST
+
 /* Refused by name, with JSCHEMA_E_INVALID. */
 START_TEST(schema_errors)
 {
 	static const char *const bad[][2] = {
-		{ "{\"type\":\"string\",\"pattern\":\"x\"}", "pattern" },
+		{ "{\"type\":\"string\",\"pattern\":\"(x\"}", "pattern" },
+		{ "{\"pattern\":\"a(?=b)\"}", "pattern" },
+		{ "{\"pattern\":\"(a)\\\\1\"}", "pattern" },
+		{ "{\"pattern\":\"\\\\p{L}\"}", "pattern" },
+		{ "{\"pattern\":\"\\\\bx\"}", "pattern" },
+		{ "{\"pattern\":\"\xc3\xa9\"}", "pattern" },
+		{ "{\"pattern\":\"^a|b$\"}", "pattern" },
+		{ "{\"pattern\":\"a{1,100}\"}", "pattern" },
+		{ "{\"pattern\":\"a**\"}", "pattern" },
+		{ "{\"pattern\":\"[a-z]{40}[0-9]{40}\"}", "pattern" },
+		{ "{\"pattern\":\"^a{4}$\",\"maxLength\":3}", "pattern" },
+		{ "{\"pattern\":\"a\",\"format\":\"date\"}", "format" },
+		{ "{\"format\":\"hostname\"}", "hostname" },
+		{ "{\"type\":\"string\",\"maxLength\":70000}", "maxLength" },
+		{ "{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "minLength" },
+		{ "{\"enum\":[\"a\"],\"minLength\":1}", "minLength" },
 		{ "{\"type\":\"strin\"}", "strin" },
 		{ "{\"type\":[]}", "type" },
 		{ "{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems" },
@@ -887,21 +985,65 @@ static void check_calls(const char *text, unsigned seed)
 	ck_assert_msg(n >= 1, "seed %u: no call in '%s'", seed, text);
 }
 
+/* Strings under checks, anyOf, integer bounds: walked, then checked by
+ * hand (check_rich). */
+static const char rich[] =
+	"{\"type\":\"object\",\"properties\":{"
+	"\"id\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"},"
+	"\"name\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":5},"
+	"\"when\":{\"type\":\"string\",\"format\":\"date\"},"
+	"\"opt\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"},{\"enum\":[\"x\"]}]},"
+	"\"q\":{\"type\":\"string\",\"pattern\":\"x\\\"|\\\\\\\\\",\"maxLength\":8}},"
+	"\"required\":[\"id\",\"name\",\"when\",\"opt\"]}";
+
+static unsigned code_points(const char *p)
+{
+	unsigned n = 0;
+
+	for (; *p; p++)
+		n += ((uint8_t)*p & 0xc0) != 0x80;
+	return n;
+}
+
+static void check_rich(const json_t *j, unsigned seed, const char *text)
+{
+	const char *id = json_string_value(json_object_get(j, "id"));
+	const char *name = json_string_value(json_object_get(j, "name"));
+	const char *when = json_string_value(json_object_get(j, "when"));
+	const json_t *opt = json_object_get(j, "opt"), *q = json_object_get(j, "q");
+	int y, m, d;
+
+	ck_assert_msg(id && strlen(id) == 6 && id[0] >= 'A' && id[0] <= 'Z' && id[1] >= 'A' &&
+		      id[1] <= 'Z' && id[2] == '-' && strspn(id + 3, "0123456789") == 3,
+		      "seed %u: id in '%s'", seed, text);
+	ck_assert_msg(name && code_points(name) >= 2 && code_points(name) <= 5,
+		      "seed %u: name in '%s'", seed, text);
+	ck_assert_msg(when && strlen(when) == 10 && sscanf(when, "%4d-%2d-%2d", &y, &m, &d) == 3 &&
+		      m >= 1 && m <= 12 && d >= 1 && d <= 28, "seed %u: when in '%s'", seed, text);
+	ck_assert_msg(opt && (json_is_integer(opt) || json_is_null(opt) ||
+			      !strcmp(json_string_value(opt) ? json_string_value(opt) : "", "x")),
+		      "seed %u: opt in '%s'", seed, text);
+	ck_assert_msg(!q || (json_is_string(q) && (strstr(json_string_value(q), "x\"") ||
+						   strchr(json_string_value(q), '\\'))),
+		      "seed %u: q in '%s'", seed, text);
+}
+
 static void walks(enum gguf_vocab_kind kind)
 {
 	struct gguf_file *f;
 	struct tokenizer *t = gen_tok(kind, &f);
 	struct jgram_vocab *v;
-	struct jgram *gs[3];
-	unsigned ended = 0, calls = 0;
+	struct jgram *gs[4];
+	unsigned ended = 0, calls = 0, riches = 0;
 
 	ck_assert_int_eq(jgram_vocab_new(&v, t), 0);
 	ck_assert(jgram_vocab_bytes_covered(v));
 	ck_assert_int_eq(jgram_new_object(&gs[0]), 0);
 	gs[1] = compile(person);
 	gs[2] = hermes_calls();
-	for (unsigned seed = 1; seed <= 60; seed++) {
-		const struct jgram *g = gs[seed % 3];
+	gs[3] = compile(rich);
+	for (unsigned seed = 1; seed <= 80; seed++) {
+		const struct jgram *g = gs[seed % 4];
 		bool eos;
 		char *text = walk(g, v, t, seed, 400, seed <= 6, &eos);
 		json_error_t je;
@@ -919,12 +1061,18 @@ static void walks(enum gguf_vocab_kind kind)
 				ck_assert_msg(json_is_string(json_object_get(j, "name")) &&
 					      json_is_integer(json_object_get(j, "age")),
 					      "seed %u: '%s' lacks its required fields", seed, text);
+			if (g == gs[3]) {
+				check_rich(j, seed, text);
+				riches++;
+			}
 			json_decref(j);
 		}
 		free(text);
 	}
 	ck_assert_msg(ended >= 10, "only %u of 40 JSON walks ended", ended);
 	ck_assert_msg(calls >= 5, "only %u of 20 call walks ended", calls);
+	ck_assert_msg(riches >= 5, "only %u of 20 checked walks ended", riches);
+	jgram_free(gs[3]);
 	jgram_free(gs[0]);
 	jgram_free(gs[1]);
 	jgram_free(gs[2]);
@@ -1278,6 +1426,8 @@ int main(void)
 	tcase_add_test(tc, schema_no_dead_end);
 	tcase_add_test(tc, schema_refs_and_any);
 	tcase_add_test(tc, schema_anyof);
+	tcase_add_test(tc, schema_lengths);
+	tcase_add_test(tc, schema_patterns);
 	tcase_add_test(tc, schema_errors);
 	tcase_add_test(tc, schema_bounds);
 	tcase_add_test(tc, union_accepts_refuses);

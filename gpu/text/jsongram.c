@@ -61,6 +61,7 @@
  * the lead token is drawn every token is allowed and no byte is fed.
  */
 #include "gpu/text/jsongram.h"
+#include "gpu/text/jsonpat.h"
 
 #include <errno.h>
 #include <math.h>
@@ -72,8 +73,16 @@
 
 /* ---- grammar -------------------------------------------------------------- */
 
+/* A string's checks (jgram_str_add). */
+struct gstr {
+	uint32_t min_len, max_len;       /* code points */
+	struct jpat *pat;                /* NULL: none */
+};
+
 struct jgram {
 	struct jgram_node *nodes;        /* (n_nodes) */
+	struct gstr *strs;               /* (n_strs) [0] unused */
+	uint32_t n_strs, cap_strs;
 	uint32_t n_nodes, cap_nodes;
 	struct jgram_lit *lits;          /* (n_lits) */
 	uint32_t n_lits, cap_lits;
@@ -171,11 +180,72 @@ struct jgram *jgram_ref(struct jgram *g)
 	return g;
 }
 
+static int str_bad(char *msg, size_t n, const char *what)
+{
+	if (msg && n)
+		snprintf(msg, n, "%s", what);
+	return JGRAM_E_INVALID;
+}
+
+/* The pattern compiled into k (k->pat NULL without one). */
+static int str_pattern(struct gstr *k, const char *pattern, size_t len, char *msg,
+		       size_t msg_len)
+{
+	int rc;
+
+	if (!pattern)
+		return 0;
+	if (!(k->pat = calloc(1, sizeof(*k->pat))))
+		return -ENOMEM;
+	rc = jpat_compile(k->pat, pattern, len, msg, msg_len);
+	if (rc) {
+		jpat_free(k->pat);
+		free(k->pat);
+		k->pat = NULL;
+	}
+	return rc == JPAT_E_INVALID ? JGRAM_E_INVALID : rc;
+}
+
+static bool str_fits(const struct gstr *k, uint64_t set, uint32_t n);
+
+int jgram_str_add(struct jgram *g, uint32_t min_len, uint32_t max_len,
+		  const char *pattern, size_t pattern_len, uint16_t *idx,
+		  char *msg, size_t msg_len)
+{
+	struct gstr k = { .min_len = min_len, .max_len = max_len };
+	uint32_t at = g->n_strs ? g->n_strs : 1;
+	int rc;
+
+	if (g->sealed || at >= JGRAM_STRS_MAX)
+		return str_bad(msg, msg_len, "too many string checks");
+	if (min_len > max_len || (max_len != UINT32_MAX && max_len > JGRAM_LEN_MAX) ||
+	    min_len > JGRAM_LEN_MAX)
+		return str_bad(msg, msg_len, "string lengths out of order or too large");
+	if ((rc = grow((void **)&g->strs, &g->cap_strs, at + 1, sizeof(*g->strs))) ||
+	    (rc = str_pattern(&k, pattern, pattern_len, msg, msg_len)))
+		return rc;
+	if (!str_fits(&k, 1, 0)) {
+		jpat_free(k.pat);
+		free(k.pat);
+		return str_bad(msg, msg_len, "no string of the lengths matches the pattern");
+	}
+	g->strs[0] = (struct gstr){ .max_len = UINT32_MAX };
+	g->strs[at] = k;
+	g->n_strs = at + 1;
+	*idx = (uint16_t)at;
+	return 0;
+}
+
 void jgram_free(struct jgram *g)
 {
 	/* acq_rel: the last holder sees every other holder's reads done */
 	if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
 		return;
+	for (uint32_t i = 1; i < g->n_strs; i++) {
+		jpat_free(g->strs[i].pat);
+		free(g->strs[i].pat);
+	}
+	free(g->strs);
 	free(g->nodes);
 	free(g->lits);
 	free(g->bytes);
@@ -271,6 +341,9 @@ struct frame {
 
 struct scalar {
 	uint64_t cand;                   /* literal: candidates still matching */
+	uint64_t nfa;                    /* string with a pattern: its state */
+	uint32_t cps;                    /* string with checks: code points so far */
+	uint16_t str;                    /* string: its checks, 0 none */
 	uint32_t first;                  /* literal: cand bit 0's literal */
 	uint16_t pos;                    /* literal, number: bytes so far */
 	uint8_t kind;                    /* enum scalar_kind */
@@ -508,6 +581,72 @@ static bool str_hex(struct scalar *s, uint8_t c)
 	return true;
 }
 
+/* ---- string checks (jgram_str_add) ---- */
+
+/* n code points written, the pattern in state set: some string of the
+ * lengths can still follow. */
+static bool str_fits(const struct gstr *k, uint64_t set, uint32_t n)
+{
+	if (n > k->max_len)
+		return false;
+	if (!k->pat)
+		return true;
+	return jpat_can_end(k->pat, set, n < k->min_len ? k->min_len - n : 0, k->max_len - n);
+}
+
+/* The escapes a patterned string may use and the characters they write. */
+static const char esc_letter[] = "\"\\/bfnrt";
+static const uint8_t esc_char[] = { '"', '\\', '/', 8, 12, 10, 13, 9 };
+
+/* A character starts: symbol sym (JPAT_OTHER for non-ASCII), or -1 for
+ * a '\' whose character comes next (one of esc_letter must fit). */
+static bool str_char(const struct jgram *g, struct scalar *s, int sym)
+{
+	const struct gstr *k = s->str ? &g->strs[s->str] : NULL;
+	uint64_t set = s->nfa;
+	bool ok = false;
+
+	if (!k)
+		return true;
+	if (!k->pat) {
+		ok = s->cps < k->max_len;
+	} else if (sym >= 0) {
+		set = jpat_step(k->pat, s->nfa, (unsigned)sym);
+		ok = str_fits(k, set, s->cps + 1);
+	} else {
+		for (size_t i = 0; i < sizeof(esc_char) && !ok; i++)
+			ok = str_fits(k, jpat_step(k->pat, s->nfa, esc_char[i]), s->cps + 1);
+	}
+	if (!ok)
+		return false;
+	s->nfa = set;
+	s->cps++;
+	return true;
+}
+
+/* An escape's letter c (not 'u'): the pattern reads its character. */
+static bool str_esc(const struct jgram *g, struct scalar *s, uint8_t c)
+{
+	const struct gstr *k = s->str ? &g->strs[s->str] : NULL;
+	uint64_t set;
+
+	if (!k || !k->pat)
+		return true;
+	set = jpat_step(k->pat, s->nfa, esc_char[strchr(esc_letter, c) - esc_letter]);
+	if (!str_fits(k, set, s->cps))
+		return false;
+	s->nfa = set;
+	return true;
+}
+
+/* '"' may end the string now. */
+static bool str_end(const struct jgram *g, const struct scalar *s)
+{
+	const struct gstr *k = s->str ? &g->strs[s->str] : NULL;
+
+	return !k || (s->cps >= k->min_len && (!k->pat || (s->nfa & k->pat->final)));
+}
+
 static int str_step(const struct jgram *g, struct state *st, uint8_t c)
 {
 	struct scalar *s = &st->s;
@@ -521,11 +660,11 @@ static int str_step(const struct jgram *g, struct state *st, uint8_t c)
 		return R_OK;
 	}
 	if (s->sub == 1) {
-		if (c == 'u') {
+		if (c == 'u' && (!s->str || !g->strs[s->str].pat)) {
 			s->sub = 2;
 			return R_OK;
 		}
-		if ((s->flags & F_LOW_DUE) || !strchr("\"\\/bfnrt", c) || !c)
+		if ((s->flags & F_LOW_DUE) || !c || !strchr(esc_letter, c) || !str_esc(g, s, c))
 			return R_REJECT;
 		s->sub = 0;
 		return R_OK;
@@ -535,16 +674,20 @@ static int str_step(const struct jgram *g, struct state *st, uint8_t c)
 	if (s->flags & F_LOW_DUE)
 		return c == '\\' ? (s->sub = 1, R_OK) : R_REJECT;
 	if (c == '"') {
+		if (!str_end(g, s))
+			return R_REJECT;
 		value_done(g, st, UINT32_MAX);
 		return R_OK;
 	}
 	if (c == '\\') {
 		s->sub = 1;
-		return R_OK;
+		return str_char(g, s, -1) ? R_OK : R_REJECT;
 	}
 	if (c < 0x20)
 		return R_REJECT;
-	return c < 0x80 || utf8_lead(s, c) ? R_OK : R_REJECT;
+	if (c < 0x80)
+		return str_char(g, s, c) ? R_OK : R_REJECT;
+	return utf8_lead(s, c) && str_char(g, s, JPAT_OTHER) ? R_OK : R_REJECT;
 }
 
 /* ---- containers -------------------------------------------------------- */
@@ -602,7 +745,7 @@ static bool node_begin(const struct jgram *g, struct state *st, uint16_t id,
 	if (c == '[' && (t & JGRAM_T_ARRAY))
 		return push(st, id, K_ARR, P_FIRST);
 	if (c == '"' && (t & JGRAM_T_STRING)) {
-		st->s = (struct scalar){ .kind = S_STR };
+		st->s = (struct scalar){ .kind = S_STR, .str = n->str, .nfa = 1 };
 		return true;
 	}
 	if ((c == '-' || is_digit(c)) && (t & (JGRAM_T_NUMBER | JGRAM_T_INTEGER))) {
@@ -885,7 +1028,7 @@ static bool state_complete(const struct jgram *g, const struct state *st)
 static bool in_plain_string(const struct state *st)
 {
 	return st->seg == SEG_VALUE && st->s.kind == S_STR && !st->s.sub &&
-	       !st->s.u8_need && !(st->s.flags & F_LOW_DUE);
+	       !st->s.u8_need && !st->s.str && !(st->s.flags & F_LOW_DUE);
 }
 
 /* A byte that changes nothing: plain text inside a string, or a byte
@@ -1016,6 +1159,8 @@ static int node_check(const struct jgram *g, uint16_t id, const uint8_t *depth,
 	if (x->lit > g->n_lits || x->n_lit > JGRAM_LITS_MAX || x->lit + x->n_lit > g->n_lits ||
 	    (x->lit < LIT_BUILTIN && x->n_lit))
 		return seal_bad(msg, n, "node %u: its literals are out of range", id), -1;
+	if (x->str && x->str >= g->n_strs)
+		return seal_bad(msg, n, "node %u: its string checks are out of range", id), -1;
 	if (x->is_union)
 		return union_check(g, id, depth, msg, n);
 	if (x->is_enum) {

@@ -21,7 +21,8 @@
  * and after tokens: a model cannot loop on whitespace), containers
  * nested at most JGRAM_DEPTH_MAX deep, numbers of at most
  * JGRAM_NUM_INT_MAX, _FRAC_MAX and _EXP_MAX digits in their parts (so
- * every parser reads them as a finite double or an int64), strings of any length with escapes checked
+ * every parser reads them as a finite double or an int64), strings of
+ * any length (or as their checks say, below) with escapes checked
  * (surrogate pairs paired) and UTF-8 checked (no overlongs, surrogates,
  * or code points above U+10FFFF). Enum and const values, and property
  * names, are matched byte for byte against their compact JSON text (as
@@ -33,6 +34,17 @@
  * (free_keys); for arrays the items' node and min/max items; enum
  * literals (when present they decide alone). Node 0 is ANY: every type,
  * free keys, items of ANY.
+ *
+ * String checks (a node's str; minLength, maxLength, pattern): lengths
+ * count code points (an escape is the one character it denotes, a
+ * surrogate pair one); a character is refused when no string of the
+ * lengths could follow, `"` before min_len or before the pattern can
+ * end. With a pattern (jsonpat.h: an automaton over characters, its
+ * state a position bitset) the string's text is matched as it comes,
+ * a \u escape is refused (the characters it alone can write match
+ * nothing) and the other escapes step the automaton by the character
+ * they denote. Such a string's bytes are walked in the mask one by one
+ * (no plain-text shortcut).
  *
  * Alternatives (alt; JSON Schema's anyOf): a node may name an earlier
  * node tried when a value cannot start on it with the byte; the nodes
@@ -125,6 +137,8 @@
 #define JGRAM_ANY 0u             /* node 0 */
 #define JGRAM_WRAP_MAX 64u       /* bytes of a wrap's pre or post text */
 #define JGRAM_REPS_MAX 64u       /* a wrap's repetitions */
+#define JGRAM_LEN_MAX 65536u     /* a string's minLength / maxLength */
+#define JGRAM_STRS_MAX 256u      /* string checks (jgram_str_add) */
 
 enum jgram_type {
 	JGRAM_T_OBJECT = 1 << 0,
@@ -156,6 +170,7 @@ struct jgram_node {
 				   * cannot start with the byte (0: none;
 				   * an earlier node; first bytes disjoint,
 				   * jgram_node_firsts) */
+	uint16_t str;             /* string: its checks (jgram_str_add), 0 none */
 };
 
 struct jgram_lit {
@@ -187,6 +202,15 @@ struct jgram_node *jgram_node(struct jgram *g, uint16_t id);
  * JGRAM_E_INVALID past JGRAM_LIT_BYTES_MAX. */
 int jgram_lit_add(struct jgram *g, const char *text, size_t len,
 		  uint16_t node, uint32_t *idx);
+/* String checks for a node's str: min_len..max_len code points
+ * (max_len UINT32_MAX: none; else <= JGRAM_LEN_MAX) and, when pattern
+ * is not NULL, a regular expression (gpu/text/jsonpat.h's subset) the
+ * string must match; *idx (>= 1) for jgram_node.str. JGRAM_E_INVALID
+ * with msg filled: bad lengths, a pattern outside the subset, no string
+ * of the lengths matching, past JGRAM_STRS_MAX. */
+int jgram_str_add(struct jgram *g, uint32_t min_len, uint32_t max_len,
+		  const char *pattern, size_t pattern_len, uint16_t *idx,
+		  char *msg, size_t msg_len);
 /* Wrap the root value in pre and post (at most JGRAM_WRAP_MAX bytes
  * each; post not empty; pre not empty when max_rep > 1), repeated 1 to
  * max_rep (<= JGRAM_REPS_MAX) times. Before jgram_seal; JGRAM_E_INVALID

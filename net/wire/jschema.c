@@ -65,7 +65,8 @@ static const struct kw {
 	{ "additionalProperties", KW_READ }, { "items", KW_READ },
 	{ "minItems", KW_READ }, { "maxItems", KW_READ }, { "enum", KW_READ },
 	{ "const", KW_READ }, { "$ref", KW_READ }, { "anyOf", KW_READ },
-	{ "oneOf", KW_READ },
+	{ "oneOf", KW_READ }, { "minLength", KW_READ }, { "maxLength", KW_READ },
+	{ "pattern", KW_READ }, { "format", KW_READ },
 	{ "title", KW_ANNOTATION }, { "description", KW_ANNOTATION },
 	{ "$comment", KW_ANNOTATION }, { "examples", KW_ANNOTATION },
 	{ "default", KW_ANNOTATION }, { "$schema", KW_ANNOTATION },
@@ -213,6 +214,9 @@ static int jsc_lit(struct jsc *c, const json_t *v, uint16_t node, uint32_t *idx)
 	return rc;
 }
 
+/* Keywords a enum/const would have to be checked against: refused. */
+static const char *const str_kws[] = { "minLength", "maxLength", "pattern", "format" };
+
 /* enum / const: the values of the node's types, as its literals. */
 static int jsc_enum(struct jsc *c, const json_t *s, unsigned types, uint16_t *id)
 {
@@ -226,6 +230,9 @@ static int jsc_enum(struct jsc *c, const json_t *s, unsigned types, uint16_t *id
 
 	if (e && k)
 		return jsc_bad(c, "'enum' and 'const' together are not supported");
+	for (size_t w = 0; w < sizeof(str_kws) / sizeof(str_kws[0]); w++)
+		if (json_object_get(s, str_kws[w]))
+			return jsc_bad(c, "'%s' with 'enum' or 'const' is not supported", str_kws[w]);
 	if (k)
 		e = one = json_pack("[O]", k);
 	if (!e)
@@ -329,6 +336,83 @@ static int jsc_add_props(struct jsc *c, struct jgram_node *n, const struct props
 	return 0;
 }
 
+/* ---- strings -------------------------------------------------------------- */
+
+/* format: a pattern every string of which the format's checkers take
+ * (days 01-28 only, so every date exists; years 1000-2999). */
+static const struct fmt {
+	const char *name, *re;
+} formats[] = {
+	{ "date-time", "^[12]\\d{3}-(0[1-9]|1[0-2])-(0[1-9]|1\\d|2[0-8])T([01]\\d|2[0-3]):[0-5]\\d:"
+		       "[0-5]\\d(\\.\\d{1,6})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)$" },
+	{ "date", "^[12]\\d{3}-(0[1-9]|1[0-2])-(0[1-9]|1\\d|2[0-8])$" },
+	{ "time", "^([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,6})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)$" },
+	{ "uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$" },
+	{ "email", "^[a-z0-9]+([._-][a-z0-9]+)*@[a-z0-9]+(-[a-z0-9]+)*(\\.[a-z0-9]+)*\\.[a-z]{2,6}$" },
+	{ "ipv4", "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$" },
+};
+
+static int jsc_len(struct jsc *c, const json_t *s, const char *k, uint32_t *out)
+{
+	const json_t *v = json_object_get(s, k);
+
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) > JGRAM_LEN_MAX)
+		return jsc_bad(c, "'%s' must be an integer in 0..%u", k, JGRAM_LEN_MAX);
+	*out = (uint32_t)json_integer_value(v);
+	return 0;
+}
+
+/* pattern or format: the regular expression, *kw the keyword. */
+static int jsc_regex(struct jsc *c, const json_t *s, const char **re, const char **kw)
+{
+	const json_t *p = json_object_get(s, "pattern"), *f = json_object_get(s, "format");
+	char nb[40];
+
+	*re = NULL;
+	*kw = p ? "pattern" : f ? "format" : "maxLength";
+	if (p && f)
+		return jsc_bad(c, "'pattern' and 'format' together are not supported");
+	if ((p && !json_is_string(p)) || (f && !json_is_string(f)))
+		return jsc_bad(c, "'%s' must be a string", *kw);
+	if (p) {
+		*re = json_string_value(p);
+		return 0;
+	}
+	for (size_t i = 0; f && i < sizeof(formats) / sizeof(formats[0]); i++)
+		if (!strcmp(formats[i].name, json_string_value(f)))
+			*re = formats[i].re;
+	if (f && !*re)
+		return jsc_bad(c, "the format '%s' is not supported (date-time, date, time, uuid, "
+			       "email, ipv4 are)", jsc_name(json_string_value(f), nb, sizeof(nb)));
+	return 0;
+}
+
+/* minLength, maxLength, pattern, format: the node's string checks. */
+static int jsc_string(struct jsc *c, const json_t *s, uint16_t *str)
+{
+	uint32_t lo = 0, hi = UINT32_MAX;
+	const char *re, *kw;
+	char m[160];
+	int rc;
+
+	if (!json_object_get(s, "minLength") && !json_object_get(s, "maxLength") &&
+	    !json_object_get(s, "pattern") && !json_object_get(s, "format"))
+		return 0;
+	if ((rc = jsc_len(c, s, "minLength", &lo)) || (rc = jsc_len(c, s, "maxLength", &hi)) ||
+	    (rc = jsc_regex(c, s, &re, &kw)))
+		return rc;
+	if (lo > hi)
+		return jsc_bad(c, "'minLength' is above 'maxLength'");
+	m[0] = 0;
+	rc = jgram_str_add(c->g, lo, hi, re, re ? strlen(re) : 0, str, m, sizeof(m));
+	if (rc == JGRAM_E_INVALID)
+		return jsc_bad(c, "'%s' cannot be served: %s", kw, m);
+	return rc;
+}
+
 /* A schema of types (no enum): its children, then the node. */
 static int jsc_typed(struct jsc *c, const json_t *s, unsigned types, uint16_t *id)
 {
@@ -345,7 +429,7 @@ static int jsc_typed(struct jsc *c, const json_t *s, unsigned types, uint16_t *i
 		return rc;
 	if (node.min_items > node.max_items)
 		return jsc_bad(c, "'minItems' is above 'maxItems'");
-	if ((rc = jsc_props(c, s, &p, &node.free_keys)))
+	if ((rc = jsc_props(c, s, &p, &node.free_keys)) || (rc = jsc_string(c, s, &node.str)))
 		return rc;
 	rc = jgram_node_add(c->g, id, &n);
 	if (rc == JGRAM_E_INVALID)

@@ -7,7 +7,12 @@
  * generated), items, minItems, maxItems, enum and const (of strings,
  * numbers, booleans and null), $ref to "#/$defs/NAME" or
  * "#/definitions/NAME" (inlined; a recursive one is refused by the
- * depth bound), anyOf and oneOf (below), and the annotations title, description, $comment,
+ * depth bound), anyOf and oneOf (below), minLength and maxLength (code
+ * points, at most JGRAM_LEN_MAX), pattern (gpu/text/jsonpat.h's subset
+ * of ECMA-262; a search unless anchored), format date-time, date, time,
+ * uuid, email, ipv4 (built-in patterns, each a subset of what the
+ * format's checkers take: dates use days 01-28 only, so every one
+ * exists), and the annotations title, description, $comment,
  * examples, default, $schema, $id, $defs, definitions (read as nothing).
  * Every other keyword is refused by name: a schema kvd cannot hold the
  * output to is never served as if it could. The schema `true` or `{}`

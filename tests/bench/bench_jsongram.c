@@ -44,6 +44,13 @@ static const char schema[] =
 	"{\"enum\":[\"a\",\"b\",\"c\"]}},\"ok\":{\"type\":\"boolean\"}},"
 	"\"required\":[\"name\",\"age\",\"ok\"]}";
 
+/* strings under checks: a pattern, lengths with a pattern, a format */
+static const char pattern_schema[] =
+	"{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\","
+	"\"pattern\":\"^[a-z]{3}-\\\\d{4}$\"},\"name\":{\"type\":\"string\",\"minLength\":1,"
+	"\"maxLength\":40,\"pattern\":\"^[A-Za-z ]+$\"},\"when\":{\"type\":\"string\","
+	"\"format\":\"date-time\"}},\"required\":[\"id\",\"name\",\"when\"]}";
+
 /* the constraint, timed */
 struct timed {
 	struct jgram_run *run;
@@ -181,13 +188,62 @@ static int tool_grammar(struct jgram **out)
 	return tool_grammar_choice(out, "required");
 }
 
-#define MODES 5
+/* One mask's cost after prefix (ns, median of 101 calls). */
+static int mask_at(const struct bench *b, const struct jgram *g, const char *prefix,
+		   double *ns)
+{
+	uint32_t nv = tokenizer_n_vocab(b->tok);
+	float *logits = calloc(nv, sizeof(float));
+	struct jgram_run *r = NULL;
+	double v[101];
+	int rc = logits ? jgram_run_new(&r, g, b->v) : -ENOMEM;
+
+	if (!rc && !jgram_run_feed(r, prefix, strlen(prefix)))
+		rc = -EINVAL;
+	for (int i = 0; i < 101 && !rc; i++) {
+		uint64_t t0 = kvd_now_ns();
+
+		jgram_run_mask(r, logits, nv);
+		v[i] = (double)(kvd_now_ns() - t0);
+	}
+	if (!rc)
+		*ns = median(v, 101);
+	jgram_run_free(r);
+	free(logits);
+	return rc;
+}
+
+/* The mask inside a string: plain (the precomputed set), with lengths
+ * and a pattern, with a format. */
+static int bench_in_string(const struct bench *b, const struct jgram *pg)
+{
+	static const char *const where[][2] = {
+		{ "plain string", "{\"id\":\"abc-1234\",\"name\":\"Ab" },
+		{ "pattern+lengths", "{\"name\":\"Ab" },
+		{ "pattern", "{\"id\":\"ab" },
+		{ "format date-time", "{\"when\":\"2024-0" },
+	};
+	struct jgram *obj = NULL;
+	int rc = jgram_new_object(&obj);
+
+	for (size_t i = 0; i < sizeof(where) / sizeof(where[0]) && !rc; i++) {
+		double ns = 0;
+
+		rc = mask_at(b, i ? pg : obj, where[i][1], &ns);
+		if (!rc)
+			printf("  mask in a %-17s %8.1f us\n", where[i][0], ns / 1e3);
+	}
+	jgram_free(obj);
+	return rc;
+}
+
+#define MODES 6
 
 static int bench_modes(const struct bench *b, int rounds)
 {
 	static const char *const names[MODES] = { "none", "json_object", "json_schema",
-						  "tool_call", "tool_auto" };
-	struct jgram *g[MODES] = { NULL, NULL, NULL, NULL, NULL };
+						  "tool_call", "tool_auto", "pattern" };
+	struct jgram *g[MODES] = { NULL };
 	double step[MODES][16], mask[MODES][16], base;
 	char msg[200];
 	int rc = jgram_new_object(&g[1]);
@@ -198,6 +254,9 @@ static int bench_modes(const struct bench *b, int rounds)
 		rc = tool_grammar(&g[3]);
 	if (!rc)
 		rc = tool_grammar_choice(&g[4], "auto");
+	if (!rc)
+		rc = jschema_compile_text(pattern_schema, strlen(pattern_schema), &g[5], msg,
+					  sizeof(msg));
 	for (int r = 0; r < rounds && !rc; r++)
 		for (int k = 0; k < MODES && !rc; k++)
 			rc = run_mode(b, g[k], &step[k][r], &mask[k][r]);
@@ -208,6 +267,8 @@ static int bench_modes(const struct bench *b, int rounds)
 		printf("  %-12s step %8.1f us/token (x%.2f)   mask %8.1f us/token (%4.1f%% of the step)\n",
 		       names[k], s / 1e3, s / base, mk / 1e3, 100.0 * mk / s);
 	}
+	if (!rc)
+		rc = bench_in_string(b, g[5]);
 	for (int k = 1; k < MODES; k++)
 		jgram_free(g[k]);
 	return rc;

@@ -245,6 +245,18 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	seed(emit, ctx, 1, "{\"enum\":[1,12,\"s\",true]}", "12");
 	seed(emit, ctx, 1, "{}", "[{\"q\":[null]},\"s\",0.5]");
 	seed(emit, ctx, 1, "{\"type\":\"string\",\"pattern\":\"x\"}", "\"x\"");
+	seed(emit, ctx, 1, "{\"type\":\"string\",\"pattern\":\"^(a|\\\\\\\"b)[^x-z]{1,3}\\\\d*\\\\.?$\","
+	     "\"minLength\":2,\"maxLength\":6}", "\"\\\"b\\u00e9\xc3\xa9q\\\\7.\"");
+	seed(emit, ctx, 1, "{\"type\":\"string\",\"minLength\":1,\"maxLength\":2}",
+	     "\"\\ud83d\\ude00\xc3\xa9x\"");
+	seed(emit, ctx, 1, "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"format\":\"date-time\"}}",
+	     "[\"2024-02-28T23:59:09.5+01:00\",\"1999-13\"]");
+	seed(emit, ctx, 1, "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}}},"
+	     "{\"type\":[\"string\",\"null\"],\"format\":\"uuid\"},{\"enum\":[1,true]}]}",
+	     "{\"a\":null}");
+	seed(emit, ctx, 3, "{\"type\":\"object\",\"properties\":{\"e\":{\"oneOf\":[{\"type\":\"integer\"},"
+	     "{\"type\":\"string\",\"format\":\"email\",\"maxLength\":9}]}}}",
+	     "<tool_call>{\"name\": \"f\", \"arguments\": {\"e\": \"a.b@cd.io\"}}</tool_call>");
 	seed(emit, ctx, 3, person, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"name\": \"x\"}}\n"
 	     "</tool_call>\n<tool_call>{\"name\": \"g\", \"arguments\": {\"q\": [1]}}</tool_call>");
 	seed(emit, ctx, 7, "{\"type\":\"object\"}", "{\"name\": \"g\", \"parameters\": {}}");
