@@ -452,6 +452,59 @@ START_TEST(schema_patterns)
 }
 END_TEST
 
+/* minimum/maximum (exclusive too): a digit is taken only when some
+ * completion lies in range; no exponent; numbers with integer bounds. */
+START_TEST(schema_ranges)
+{
+	struct jgram *g = compile("{\"type\":\"integer\",\"minimum\":-5,\"maximum\":150}");
+
+	expect_valid(g, "150");
+	expect_valid(g, "-5");
+	expect_valid(g, "0");
+	expect_valid(g, "-0");
+	expect_valid(g, "99");
+	expect_refused(g, "15", "1");
+	expect_refused(g, "16", "0");                 /* 160 > 150 */
+	expect_refused(g, "-", "6");
+	expect_refused(g, "-1", "0");                 /* -10 < -5 */
+	expect_refused(g, "-0", "1");
+	expect_refused(g, "1", "e2");
+	jgram_free(g);
+	g = compile("{\"type\":\"integer\",\"exclusiveMinimum\":10,\"exclusiveMaximum\":12.5}");
+	expect_valid(g, "11");
+	expect_valid(g, "12");
+	expect_refused(g, "1", "0");
+	expect_refused(g, "", "-");
+	expect_refused(g, "", "9");
+	expect_refused(g, "1", " ");                  /* 1 alone is out */
+	jgram_free(g);
+	g = compile("{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1}");
+	expect_valid(g, "0.5");
+	expect_valid(g, "1");
+	expect_valid(g, "1.000");
+	expect_valid(g, "0.00000000000000001");
+	expect_refused(g, "", "-");
+	expect_refused(g, "0", " ");
+	expect_refused(g, "0.0", " ");
+	expect_refused(g, "0.0000000000000000", " ");  /* 17 digits: nothing left */
+	expect_refused(g, "1.0", "1");
+	expect_refused(g, "1", "0");
+	expect_refused(g, "0.5", "e1");
+	jgram_free(g);
+	g = compile("{\"type\":[\"number\",\"null\"],\"maximum\":-3,\"exclusiveMaximum\":-3}");
+	expect_valid(g, "-3.5");
+	expect_valid(g, "null");
+	expect_refused(g, "", "3");
+	expect_refused(g, "-3", " ");
+	expect_refused(g, "-2", ".");
+	jgram_free(g);
+	g = compile("{\"anyOf\":[{\"type\":\"integer\",\"minimum\":1,\"maximum\":3},{\"type\":\"string\"}]}");
+	expect_valid(g, "2");
+	expect_refused(g, "", "0");
+	jgram_free(g);
+}
+END_TEST
+
 /* Refused by name, with JSCHEMA_E_INVALID. */
 START_TEST(schema_errors)
 {
@@ -472,6 +525,13 @@ START_TEST(schema_errors)
 		{ "{\"type\":\"string\",\"maxLength\":70000}", "maxLength" },
 		{ "{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "minLength" },
 		{ "{\"enum\":[\"a\"],\"minLength\":1}", "minLength" },
+		{ "{\"type\":\"number\",\"minimum\":0.5}", "minimum" },
+		{ "{\"type\":\"integer\",\"minimum\":3,\"maximum\":2}", "maximum" },
+		{ "{\"type\":\"integer\",\"exclusiveMinimum\":2,\"exclusiveMaximum\":3}", "minimum" },
+		{ "{\"type\":\"number\",\"exclusiveMinimum\":2,\"maximum\":2}", "minimum" },
+		{ "{\"type\":\"integer\",\"minimum\":1e19}", "minimum" },
+		{ "{\"type\":\"integer\",\"exclusiveMinimum\":true}", "exclusiveMinimum" },
+		{ "{\"const\":3,\"maximum\":2}", "maximum" },
 		{ "{\"type\":\"strin\"}", "strin" },
 		{ "{\"type\":[]}", "type" },
 		{ "{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems" },
@@ -992,7 +1052,9 @@ static const char rich[] =
 	"\"id\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"},"
 	"\"name\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":5},"
 	"\"when\":{\"type\":\"string\",\"format\":\"date\"},"
-	"\"opt\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"},{\"enum\":[\"x\"]}]},"
+	"\"opt\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":-20,\"exclusiveMaximum\":300},"
+	"{\"type\":\"null\"},{\"enum\":[\"x\"]}]},"
+	"\"r\":{\"type\":\"number\",\"exclusiveMinimum\":-1,\"maximum\":2},"
 	"\"q\":{\"type\":\"string\",\"pattern\":\"x\\\"|\\\\\\\\\",\"maxLength\":8}},"
 	"\"required\":[\"id\",\"name\",\"when\",\"opt\"]}";
 
@@ -1020,6 +1082,12 @@ static void check_rich(const json_t *j, unsigned seed, const char *text)
 		      "seed %u: name in '%s'", seed, text);
 	ck_assert_msg(when && strlen(when) == 10 && sscanf(when, "%4d-%2d-%2d", &y, &m, &d) == 3 &&
 		      m >= 1 && m <= 12 && d >= 1 && d <= 28, "seed %u: when in '%s'", seed, text);
+	ck_assert_msg(!json_object_get(j, "r") || (json_number_value(json_object_get(j, "r")) > -1 &&
+						    json_number_value(json_object_get(j, "r")) <= 2),
+		      "seed %u: r in '%s'", seed, text);
+	ck_assert_msg(!json_is_integer(opt) || (json_integer_value(opt) >= -20 &&
+						json_integer_value(opt) < 300),
+		      "seed %u: opt in '%s'", seed, text);
 	ck_assert_msg(opt && (json_is_integer(opt) || json_is_null(opt) ||
 			      !strcmp(json_string_value(opt) ? json_string_value(opt) : "", "x")),
 		      "seed %u: opt in '%s'", seed, text);
@@ -1428,6 +1496,7 @@ int main(void)
 	tcase_add_test(tc, schema_anyof);
 	tcase_add_test(tc, schema_lengths);
 	tcase_add_test(tc, schema_patterns);
+	tcase_add_test(tc, schema_ranges);
 	tcase_add_test(tc, schema_errors);
 	tcase_add_test(tc, schema_bounds);
 	tcase_add_test(tc, union_accepts_refuses);

@@ -79,8 +79,16 @@ struct gstr {
 	struct jpat *pat;                /* NULL: none */
 };
 
+/* A number's range (jgram_range_add). */
+struct grange {
+	int64_t lo, hi;
+	bool lo_excl, hi_excl;
+};
+
 struct jgram {
 	struct jgram_node *nodes;        /* (n_nodes) */
+	struct grange *ranges;           /* (n_ranges) [0] unused */
+	uint32_t n_ranges, cap_ranges;
 	struct gstr *strs;               /* (n_strs) [0] unused */
 	uint32_t n_strs, cap_strs;
 	uint32_t n_nodes, cap_nodes;
@@ -236,6 +244,27 @@ int jgram_str_add(struct jgram *g, uint32_t min_len, uint32_t max_len,
 	return 0;
 }
 
+int jgram_range_add(struct jgram *g, int64_t lo, bool lo_excl, int64_t hi, bool hi_excl,
+		    bool integer, uint16_t *idx)
+{
+	uint32_t at = g->n_ranges ? g->n_ranges : 1;
+	bool empty = integer ? lo + lo_excl > hi - hi_excl
+			     : lo > hi || (lo == hi && (lo_excl || hi_excl));
+	int rc;
+
+	if (g->sealed || at >= JGRAM_RANGES_MAX || empty || lo < -JGRAM_RANGE_ABS ||
+	    hi > JGRAM_RANGE_ABS || lo > JGRAM_RANGE_ABS || hi < -JGRAM_RANGE_ABS)
+		return JGRAM_E_INVALID;
+	if ((rc = grow((void **)&g->ranges, &g->cap_ranges, at + 1, sizeof(*g->ranges))))
+		return rc;
+	g->ranges[0] = (struct grange){ 0 };
+	g->ranges[at] = (struct grange){ .lo = lo, .hi = hi, .lo_excl = lo_excl,
+					 .hi_excl = hi_excl };
+	g->n_ranges = at + 1;
+	*idx = (uint16_t)at;
+	return 0;
+}
+
 void jgram_free(struct jgram *g)
 {
 	/* acq_rel: the last holder sees every other holder's reads done */
@@ -246,6 +275,7 @@ void jgram_free(struct jgram *g)
 		free(g->strs[i].pat);
 	}
 	free(g->strs);
+	free(g->ranges);
 	free(g->nodes);
 	free(g->lits);
 	free(g->bytes);
@@ -344,6 +374,10 @@ struct scalar {
 	uint64_t nfa;                    /* string with a pattern: its state */
 	uint32_t cps;                    /* string with checks: code points so far */
 	uint16_t str;                    /* string: its checks, 0 none */
+	uint16_t rng;                    /* number: its range, 0 none */
+	bool neg;                        /* number with a range: '-' came */
+	uint64_t mag, frac;              /* number with a range: the digits
+					  * before '.', after it */
 	uint32_t first;                  /* literal: cand bit 0's literal */
 	uint16_t pos;                    /* literal, number: bytes so far */
 	uint8_t kind;                    /* enum scalar_kind */
@@ -474,7 +508,7 @@ static uint8_t num_next(const struct scalar *s, uint8_t c, bool lax)
 {
 	bool more = lax || s->u8_need < num_part_max(s->sub);
 	bool real = !(s->flags & F_INT);
-	bool e = c == 'e' || c == 'E';
+	bool e = (c == 'e' || c == 'E') && !s->rng;
 
 	switch (s->sub) {
 	case N_MINUS:
@@ -504,17 +538,110 @@ static uint8_t num_next(const struct scalar *s, uint8_t c, bool lax)
 	return 0;
 }
 
-static int num_step(struct scalar *s, uint8_t c, bool lax)
+/* ---- number ranges (jgram_range_add) ---- */
+
+typedef __int128 i128;
+
+static i128 pow10i(unsigned n)
+{
+	i128 p = 1;
+
+	while (n--)
+		p *= 10;
+	return p;
+}
+
+/* Some value whose magnitude lies in [a, b) (units of 1/scale) is in
+ * range r (its sign neg). Integers: the bounds made inclusive. */
+static bool rng_fits(const struct grange *r, bool integer, bool neg, i128 a, i128 b,
+		     i128 scale)
+{
+	i128 lo = r->lo * scale, hi = r->hi * scale, t;
+	bool lx = r->lo_excl, hx = r->hi_excl, tx;
+
+	if (integer) {
+		lo += lx;
+		hi -= hx;
+		lx = hx = false;
+	}
+	if (neg) {
+		t = lo, lo = -hi, hi = -t;
+		tx = lx, lx = hx, hx = tx;
+	}
+	(void)lx;
+	return b > lo && (hx ? a < hi : a <= hi);
+}
+
+/* The number is complete and in its range. */
+static bool num_done(const struct jgram *g, const struct scalar *s)
+{
+	const struct grange *r = s->rng ? &g->ranges[s->rng] : NULL;
+	unsigned n = s->sub == N_FRAC ? s->u8_need : 0;
+	i128 v = (i128)s->mag * pow10i(n) + (i128)(n ? s->frac : 0), sc = pow10i(n);
+	i128 lo, hi;
+
+	if (!num_complete(s) || !r)
+		return num_complete(s);
+	lo = r->lo * sc;
+	hi = r->hi * sc;
+	if (s->neg)
+		v = -v;
+	return (r->lo_excl ? v > lo : v >= lo) && (r->hi_excl ? v < hi : v <= hi);
+}
+
+/* The number so far can still end in its range. */
+static bool num_feasible(const struct jgram *g, const struct scalar *s)
+{
+	const struct grange *r = &g->ranges[s->rng];
+	bool in = s->flags & F_INT;
+	i128 m = (i128)s->mag;
+
+	switch (s->sub) {
+	case N_MINUS:
+		return rng_fits(r, in, true, 0, pow10i(JGRAM_NUM_INT_MAX), 1);
+	case N_ZERO:
+	case N_DOT:
+		return rng_fits(r, in, s->neg, m, m + 1, 1);
+	case N_INT:
+		for (unsigned j = 0; j + s->u8_need <= JGRAM_NUM_INT_MAX; j++)
+			if (rng_fits(r, in, s->neg, m * pow10i(j), (m + 1) * pow10i(j), 1))
+				return true;
+		return false;
+	case N_FRAC:
+		if (s->u8_need >= JGRAM_NUM_FRAC_MAX)   /* no digit may follow */
+			return num_done(g, s);
+		m = m * pow10i(s->u8_need) + (i128)s->frac;
+		return rng_fits(r, in, s->neg, m, m + 1, pow10i(s->u8_need));
+	}
+	return false;
+}
+
+/* Phase n after byte c: the digits counted, a range's value read. */
+static void num_apply(struct scalar *s, uint8_t n, uint8_t c)
+{
+	s->u8_need = n == s->sub ? (uint8_t)(s->u8_need + 1) : 1;
+	s->sub = n;
+	s->pos++;
+	if (is_digit(c) && (n == N_INT || n == N_ZERO))
+		s->mag = s->mag * 10 + (uint64_t)(c - '0');
+	else if (is_digit(c) && n == N_FRAC)
+		s->frac = s->frac * 10 + (uint64_t)(c - '0');
+}
+
+static int num_step(const struct jgram *g, struct scalar *s, uint8_t c, bool lax)
 {
 	uint8_t n = num_next(s, c, lax);
 
 	if (n) {
-		s->u8_need = n == s->sub ? (uint8_t)(s->u8_need + 1) : 1;
-		s->sub = n;
-		s->pos++;
-		return R_OK;
+		struct scalar t = *s;
+
+		num_apply(&t, n, c);
+		if (!t.rng || num_feasible(g, &t)) {
+			*s = t;
+			return R_OK;
+		}
 	}
-	return num_complete(s) ? R_END : R_REJECT;
+	return num_done(g, s) ? R_END : R_REJECT;
 }
 
 /* A UTF-8 lead byte: continuation bytes due and the first one's range
@@ -749,9 +876,15 @@ static bool node_begin(const struct jgram *g, struct state *st, uint16_t id,
 		return true;
 	}
 	if ((c == '-' || is_digit(c)) && (t & (JGRAM_T_NUMBER | JGRAM_T_INTEGER))) {
-		st->s = (struct scalar){ .kind = S_NUM, .pos = 1,
+		struct scalar num = { .kind = S_NUM, .pos = 1,
 			.sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT,
-			.flags = (t & JGRAM_T_NUMBER) ? 0 : F_INT, .u8_need = 1 };
+			.flags = (t & JGRAM_T_NUMBER) ? 0 : F_INT, .u8_need = 1,
+			.rng = n->range, .neg = c == '-',
+			.mag = is_digit(c) ? (uint64_t)(c - '0') : 0 };
+
+		if (num.rng && !num_feasible(g, &num))
+			return false;
+		st->s = num;
 		return true;
 	}
 	uint64_t allow = ((t & JGRAM_T_BOOLEAN) ? 3u : 0u) | ((t & JGRAM_T_NULL) ? 4u : 0u);
@@ -982,7 +1115,7 @@ static bool state_step(const struct jgram *g, struct state *st, uint8_t c)
 	case S_STR:
 		return str_step(g, st, c) == R_OK && (st->ws = 0, true);
 	case S_NUM:
-		r = num_step(&st->s, c, st->lax);
+		r = num_step(g, &st->s, c, st->lax);
 		if (r == R_END)
 			value_done(g, st, UINT32_MAX);
 		break;
@@ -1010,7 +1143,7 @@ static bool value_complete(const struct jgram *g, const struct state *st)
 	if (st->depth)
 		return false;
 	if (st->s.kind == S_NUM)
-		return num_complete(&st->s);
+		return num_done(g, &st->s);
 	return st->s.kind == S_LIT && lit_complete(g, &st->s) != UINT32_MAX;
 }
 
@@ -1159,6 +1292,8 @@ static int node_check(const struct jgram *g, uint16_t id, const uint8_t *depth,
 	if (x->lit > g->n_lits || x->n_lit > JGRAM_LITS_MAX || x->lit + x->n_lit > g->n_lits ||
 	    (x->lit < LIT_BUILTIN && x->n_lit))
 		return seal_bad(msg, n, "node %u: its literals are out of range", id), -1;
+	if (x->range && x->range >= g->n_ranges)
+		return seal_bad(msg, n, "node %u: its range is out of range", id), -1;
 	if (x->str && x->str >= g->n_strs)
 		return seal_bad(msg, n, "node %u: its string checks are out of range", id), -1;
 	if (x->is_union)

@@ -46,6 +46,13 @@
  * they denote. Such a string's bytes are walked in the mask one by one
  * (no plain-text shortcut).
  *
+ * Number ranges (a node's range; minimum, maximum, exclusiveMinimum,
+ * exclusiveMaximum with integer bounds): such a number is written
+ * without an exponent, and a byte is taken only when some completion of
+ * the digits so far lies in the range (so `-` needs a negative value
+ * in it, `1` under maximum 150 may go on to `15` but not `16`), the
+ * number ends only in it.
+ *
  * Alternatives (alt; JSON Schema's anyOf): a node may name an earlier
  * node tried when a value cannot start on it with the byte; the nodes
  * of a chain start on disjoint first bytes (an object '{', an array
@@ -139,6 +146,8 @@
 #define JGRAM_REPS_MAX 64u       /* a wrap's repetitions */
 #define JGRAM_LEN_MAX 65536u     /* a string's minLength / maxLength */
 #define JGRAM_STRS_MAX 256u      /* string checks (jgram_str_add) */
+#define JGRAM_RANGES_MAX 256u    /* number ranges (jgram_range_add) */
+#define JGRAM_RANGE_ABS 999999999999999999LL  /* |bound| (18 digits) */
 
 enum jgram_type {
 	JGRAM_T_OBJECT = 1 << 0,
@@ -171,6 +180,8 @@ struct jgram_node {
 				   * an earlier node; first bytes disjoint,
 				   * jgram_node_firsts) */
 	uint16_t str;             /* string: its checks (jgram_str_add), 0 none */
+	uint16_t range;           /* number, integer: its range (jgram_range_add),
+				   * 0 none */
 };
 
 struct jgram_lit {
@@ -211,6 +222,13 @@ int jgram_lit_add(struct jgram *g, const char *text, size_t len,
 int jgram_str_add(struct jgram *g, uint32_t min_len, uint32_t max_len,
 		  const char *pattern, size_t pattern_len, uint16_t *idx,
 		  char *msg, size_t msg_len);
+/* A range for a node's numbers: lo <= x (lo < x when lo_excl) and
+ * x <= hi (x < hi when hi_excl); integer bounds of at most
+ * JGRAM_RANGE_ABS; *idx (>= 1) for jgram_node.range. JGRAM_E_INVALID:
+ * out of bounds, empty (for integers: no integer in it), past
+ * JGRAM_RANGES_MAX. */
+int jgram_range_add(struct jgram *g, int64_t lo, bool lo_excl, int64_t hi, bool hi_excl,
+		    bool integer, uint16_t *idx);
 /* Wrap the root value in pre and post (at most JGRAM_WRAP_MAX bytes
  * each; post not empty; pre not empty when max_rep > 1), repeated 1 to
  * max_rep (<= JGRAM_REPS_MAX) times. Before jgram_seal; JGRAM_E_INVALID

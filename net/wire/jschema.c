@@ -7,13 +7,15 @@
  * a row in a table (what it is for); a key without a row is refused by
  * name. anyOf/oneOf compile each branch (enum-only ones merged into one
  * enum) and chain them as alternatives, refused when two may start
- * alike. $ref is inlined, so a recursive schema runs into the depth bound
+ * alike. String checks and number ranges go to the grammar's tables
+ * (jgram_str_add, jgram_range_add). $ref is inlined, so a recursive schema runs into the depth bound
  * and is refused; the node bound caps a schema that refers to one
  * definition many times.
  */
 #include "net/wire/jschema.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +68,9 @@ static const struct kw {
 	{ "minItems", KW_READ }, { "maxItems", KW_READ }, { "enum", KW_READ },
 	{ "const", KW_READ }, { "$ref", KW_READ }, { "anyOf", KW_READ },
 	{ "oneOf", KW_READ }, { "minLength", KW_READ }, { "maxLength", KW_READ },
-	{ "pattern", KW_READ }, { "format", KW_READ },
+	{ "pattern", KW_READ }, { "format", KW_READ }, { "minimum", KW_READ },
+	{ "maximum", KW_READ }, { "exclusiveMinimum", KW_READ },
+	{ "exclusiveMaximum", KW_READ },
 	{ "title", KW_ANNOTATION }, { "description", KW_ANNOTATION },
 	{ "$comment", KW_ANNOTATION }, { "examples", KW_ANNOTATION },
 	{ "default", KW_ANNOTATION }, { "$schema", KW_ANNOTATION },
@@ -215,7 +219,9 @@ static int jsc_lit(struct jsc *c, const json_t *v, uint16_t node, uint32_t *idx)
 }
 
 /* Keywords a enum/const would have to be checked against: refused. */
-static const char *const str_kws[] = { "minLength", "maxLength", "pattern", "format" };
+static const char *const str_kws[] = { "minLength", "maxLength", "pattern", "format",
+				       "minimum", "maximum", "exclusiveMinimum",
+				       "exclusiveMaximum" };
 
 /* enum / const: the values of the node's types, as its literals. */
 static int jsc_enum(struct jsc *c, const json_t *s, unsigned types, uint16_t *id)
@@ -413,6 +419,92 @@ static int jsc_string(struct jsc *c, const json_t *s, uint16_t *str)
 	return rc;
 }
 
+/* ---- number ranges -------------------------------------------------------- */
+
+/* A bound as an int64 (reals rounded inward, saturated). */
+static int64_t bound_int(const json_t *b, bool upper, bool *exact)
+{
+	double d = json_number_value(b), r = upper ? floor(d) : ceil(d);
+
+	*exact = json_is_integer(b) || r == d;
+	if (json_is_integer(b))
+		return (int64_t)json_integer_value(b);
+	if (r >= 9e18 || r <= -9e18)
+		return r > 0 ? INT64_MAX / 2 : INT64_MIN / 2;
+	return (int64_t)r;
+}
+
+/* One bound (integers: made inclusive); *present false when absent. */
+static int jsc_bound(struct jsc *c, const json_t *s, const char *k, bool integer,
+		     bool upper, int64_t *v, bool *excl, bool *present)
+{
+	const json_t *b = json_object_get(s, k);
+	bool ex = !strncmp(k, "exclusive", 9), exact;
+
+	*present = b != NULL;
+	*v = 0;
+	*excl = false;
+	if (!b)
+		return 0;
+	if (!json_is_number(b))
+		return jsc_bad(c, "'%s' must be a number", k);
+	*v = bound_int(b, upper, &exact);
+	if (!integer && !exact)
+		return jsc_bad(c, "'%s' must be an integer for a number (only integer bounds "
+			       "are supported)", k);
+	if (integer && ex && exact && *v > INT64_MIN / 2 && *v < INT64_MAX / 2)
+		*v += upper ? -1 : 1;
+	*excl = ex && !integer;
+	return 0;
+}
+
+/* The tighter of minimum / exclusiveMinimum (or the maxima), clamped
+ * to what 18 digits can write. */
+static int jsc_side(struct jsc *c, const json_t *s, bool integer, bool upper, int64_t *v,
+		    bool *excl)
+{
+	int64_t a, b;
+	bool ax, bx, ap, bp;
+	int rc;
+
+	if ((rc = jsc_bound(c, s, upper ? "maximum" : "minimum", integer, upper, &a, &ax, &ap)) ||
+	    (rc = jsc_bound(c, s, upper ? "exclusiveMaximum" : "exclusiveMinimum", integer,
+			    upper, &b, &bx, &bp)))
+		return rc;
+	*v = upper ? JGRAM_RANGE_ABS : -JGRAM_RANGE_ABS;
+	*excl = false;
+	if (ap)
+		*v = a, *excl = ax;
+	if (bp && (!ap || (upper ? b <= a : b >= a)))
+		*v = b, *excl = bx;
+	if (upper ? *v > JGRAM_RANGE_ABS : *v < -JGRAM_RANGE_ABS)
+		*v = upper ? JGRAM_RANGE_ABS : -JGRAM_RANGE_ABS, *excl = false;
+	return 0;
+}
+
+/* minimum, maximum, exclusiveMinimum, exclusiveMaximum: the node's range. */
+static int jsc_range(struct jsc *c, const json_t *s, unsigned types, uint16_t *range)
+{
+	bool integer = !(types & JGRAM_T_NUMBER), lx, hx;
+	int64_t lo, hi;
+	int rc;
+
+	if (!json_object_get(s, "minimum") && !json_object_get(s, "maximum") &&
+	    !json_object_get(s, "exclusiveMinimum") && !json_object_get(s, "exclusiveMaximum"))
+		return 0;
+	if ((rc = jsc_side(c, s, integer, false, &lo, &lx)) ||
+	    (rc = jsc_side(c, s, integer, true, &hi, &hx)))
+		return rc;
+	if (!(types & (JGRAM_T_NUMBER | JGRAM_T_INTEGER)))
+		return 0;
+	if (lo > JGRAM_RANGE_ABS || hi < -JGRAM_RANGE_ABS)
+		return jsc_bad(c, "'minimum' or 'maximum' is beyond %lld in size", JGRAM_RANGE_ABS);
+	rc = jgram_range_add(c->g, lo, lx, hi, hx, integer, range);
+	if (rc == JGRAM_E_INVALID)
+		return jsc_bad(c, "'minimum' and 'maximum' leave no %s", integer ? "integer" : "number");
+	return rc;
+}
+
 /* A schema of types (no enum): its children, then the node. */
 static int jsc_typed(struct jsc *c, const json_t *s, unsigned types, uint16_t *id)
 {
@@ -429,7 +521,8 @@ static int jsc_typed(struct jsc *c, const json_t *s, unsigned types, uint16_t *i
 		return rc;
 	if (node.min_items > node.max_items)
 		return jsc_bad(c, "'minItems' is above 'maxItems'");
-	if ((rc = jsc_props(c, s, &p, &node.free_keys)) || (rc = jsc_string(c, s, &node.str)))
+	if ((rc = jsc_props(c, s, &p, &node.free_keys)) || (rc = jsc_string(c, s, &node.str)) ||
+	    (rc = jsc_range(c, s, types, &node.range)))
 		return rc;
 	rc = jgram_node_add(c->g, id, &n);
 	if (rc == JGRAM_E_INVALID)

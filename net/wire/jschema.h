@@ -12,7 +12,9 @@
  * of ECMA-262; a search unless anchored), format date-time, date, time,
  * uuid, email, ipv4 (built-in patterns, each a subset of what the
  * format's checkers take: dates use days 01-28 only, so every one
- * exists), and the annotations title, description, $comment,
+ * exists), minimum, maximum, exclusiveMinimum, exclusiveMaximum (for an
+ * integer any bounds, rounded inward; for a number integer bounds only;
+ * such numbers are written without an exponent), and the annotations title, description, $comment,
  * examples, default, $schema, $id, $defs, definitions (read as nothing).
  * Every other keyword is refused by name: a schema kvd cannot hold the
  * output to is never served as if it could. The schema `true` or `{}`

@@ -254,6 +254,10 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	seed(emit, ctx, 1, "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}}},"
 	     "{\"type\":[\"string\",\"null\"],\"format\":\"uuid\"},{\"enum\":[1,true]}]}",
 	     "{\"a\":null}");
+	seed(emit, ctx, 1, "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":-7,"
+	     "\"exclusiveMaximum\":1200},{\"type\":\"string\",\"maxLength\":2}]}}",
+	     "[-7,1199,0,\"ab\",15]");
+	seed(emit, ctx, 1, "{\"type\":\"number\",\"exclusiveMinimum\":-1,\"maximum\":0}", "-0.5");
 	seed(emit, ctx, 3, "{\"type\":\"object\",\"properties\":{\"e\":{\"oneOf\":[{\"type\":\"integer\"},"
 	     "{\"type\":\"string\",\"format\":\"email\",\"maxLength\":9}]}}}",
 	     "<tool_call>{\"name\": \"f\", \"arguments\": {\"e\": \"a.b@cd.io\"}}</tool_call>");
