@@ -7,10 +7,16 @@
 #     streamed: every answer that finished with "stop" parses and matches
 #     its schema, every answer cut by "length" is a JSON prefix
 #     (json_check.py: its own reader and validator, not kvd's);
-#   - a schema whose values are bounded (enums, an integer) always
+#   - the same under a schema with anyOf (pydantic's Optional), a
+#     nullable type, string lengths, a pattern, formats and number
+#     bounds (json_check.py's validator is tested first on a wrong value
+#     for each keyword: --selftest);
+#   - a schema whose values are bounded (enums, an integer; patterns,
+#     formats, ranges, anyOf) always
 #     finishes with "stop" within its max_tokens;
 #   - the same seed gives the same answer (invariant 9);
-#   - a schema kvd cannot hold the output to (pattern), a bad name, and a
+#   - a schema kvd cannot hold the output to (a lookahead pattern, `not`,
+#     overlapping anyOf branches), a bad name, and a
 #     bad response_format are 400 naming response_format; the node
 #     still serves afterwards;
 #   - n=3 under one bounded schema (each choice its own run): every
@@ -40,6 +46,31 @@ cat > "$T/short.json" <<'EOF'
   "on": {"const": true}},
  "required": ["color", "n", "on"], "additionalProperties": false}
 EOF
+
+cat > "$T/rich.json" <<'EOF'
+{"type": "object", "properties": {
+  "id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+  "name": {"type": "string", "minLength": 2, "maxLength": 12},
+  "born": {"anyOf": [{"type": "string", "format": "date"}, {"type": "null"}]},
+  "seen": {"type": "string", "format": "date-time"},
+  "key": {"type": ["string", "null"], "format": "uuid"},
+  "age": {"type": "integer", "minimum": 0, "exclusiveMaximum": 130},
+  "score": {"type": "number", "exclusiveMinimum": -1, "maximum": 1},
+  "pet": {"oneOf": [{"enum": ["cat", "dog"]}, {"type": "integer", "maximum": -1}]},
+  "note": {"type": "string", "pattern": "ok", "maxLength": 6}},
+ "required": ["id", "name", "born", "age", "pet"], "additionalProperties": false}
+EOF
+cat > "$T/richshort.json" <<'EOF'
+{"type": "object", "properties": {
+  "id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+  "day": {"type": "string", "format": "date"},
+  "n": {"type": "integer", "minimum": -9, "maximum": 99},
+  "o": {"anyOf": [{"type": "integer", "exclusiveMinimum": 0, "maximum": 3}, {"type": "null"}]},
+  "s": {"type": ["string", "null"], "minLength": 1, "maxLength": 4, "pattern": "^[a-z]+$"},
+  "x": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+ "required": ["id", "day", "n", "o", "s", "x"], "additionalProperties": false}
+EOF
+check "json_check.py's validator refuses a wrong value for each keyword" $CHECK --selftest
 
 # rf KIND [SCHEMA_FILE]: the response_format object
 rf() {
@@ -114,7 +145,7 @@ run_model() {
 		"model.chat_template=chatml" "model.chat_template_unsafe=true"
 	start_node "$label"
 	check "$label: node up" wait_log "$T/$label.log" "event=serve_ready"
-	for kind in object person; do
+	for kind in object person rich; do
 		files=()
 		for s in $(seq 1 "$SEEDS"); do
 			for ep in cmpl chat; do
@@ -156,6 +187,15 @@ run_model() {
 	STREAM=true answer_n "$(rf schema "$T/short.json")" 1 200 3 "$T/ns_${label}"
 	check "  ... streamed: the same choices" \
 		bash -c "for i in 0 1 2; do cmp -s '$T/ns_${label}_'\$i.json '$T/n_${label}_'\$i.json || exit 1; done"
+	files=()
+	for s in 1 2 3; do
+		answer cmpl "$(rf schema "$T/richshort.json")" "$s" 400 "$T/a_${label}_richshort_$s.json" &&
+			files+=("$T/a_${label}_richshort_$s.json")
+	done
+	$CHECK "$T/richshort.json" "${files[@]}" > "$T/check_${label}_richshort.out" 2>&1 || true
+	check "$label: a bounded schema with patterns, formats, ranges, anyOf always stops and matches ($(tail -1 "$T/check_${label}_richshort.out"))" \
+		grep -qx "stop=3 length=0 bad=0" "$T/check_${label}_richshort.out"
+	grep -h "^ok stop" "$T/check_${label}_richshort.out" | head -1 | cut -c1-200 | sed 's/^/# /' || true
 	answer cmpl "$(rf schema "$T/person.json")" 7 "$max" "$T/r1.json"
 	answer cmpl "$(rf schema "$T/person.json")" 7 "$max" "$T/r2.json"
 	check "$label: the same seed, the same answer" cmp -s "$T/r1.json" "$T/r2.json"
@@ -175,8 +215,12 @@ refused() { # refused DESCRIPTION RESPONSE_FORMAT
 	check "$1: 400 naming response_format ($st $(jq -c .error "$T/body" | head -c 200))" \
 		test "$st $(jq -r .error.param "$T/body")" = "400 response_format"
 }
-refused "a schema with pattern" '{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"string","pattern":"^a"}}}'
+refused "a schema with a lookahead pattern" '{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"string","pattern":"^a(?=b)"}}}'
 check "  ... the message names the keyword" grep -q "'pattern'" "$T/body"
+refused "a schema with not" '{"type":"json_schema","json_schema":{"name":"t","schema":{"not":{"type":"string"}}}}'
+check "  ... the message names the keyword" grep -q "'not'" "$T/body"
+refused "overlapping anyOf branches" '{"type":"json_schema","json_schema":{"name":"t","schema":{"anyOf":[{"type":"string"},{"type":"string","maxLength":3}]}}}'
+check "  ... the message names the keyword" grep -q "'anyOf'" "$T/body"
 refused "a recursive \$ref" '{"type":"json_schema","json_schema":{"name":"t","schema":{"$defs":{"n":{"type":"array","items":{"$ref":"#/$defs/n"}}},"$ref":"#/$defs/n"}}}'
 refused "a json_schema name with a space" '{"type":"json_schema","json_schema":{"name":"a b","schema":{}}}'
 refused "an unknown type" '{"type":"xml"}'
