@@ -100,8 +100,11 @@ START_TEST(test_tools_refused)
 		"tools", "needs 'parameters'");
 	/* strict: the schema's keywords outside jschema's subset, by name */
 	refused("{" MSGS ",\"tools\":[" TOOL("g") ",{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
-		"\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}}}]}",
-		"tools", "tools[1].function.parameters': the schema keyword 'pattern'");
+		"\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"not\":{}}}}}}]}",
+		"tools", "tools[1].function.parameters': the schema keyword 'not'");
+	refused("{" MSGS ",\"tools\":[" TOOL("g") ",{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+		"\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(?!x)\"}}}}}]}",
+		"tools", "tools[1].function.parameters': 'pattern' cannot be served: lookaround");
 	refused("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":1}}]}",
 		"tools", "wrong type");
 	refused("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"code\":1}}]}",

@@ -166,12 +166,12 @@ st=$(post chat/completions "{\"messages\":$HIST,\"tools\":$TOOLS,\"max_tokens\":
 check "a conversation with an assistant's call and its result: 200 ($st)" test "$st" = 200
 
 # ---- forced calls: tool_choice by grammar ---------------------------------------------------------
-# both strict: f {"k": an integer}, g {"b": a boolean} (nothing else; a
+# both strict: f {"k": an integer in -50..500}, g {"b": a boolean} (nothing else; a
 # free object's keys, spelled byte by byte by a random model, could
 # outlast max_tokens - the unit tests cover them)
-TOOLS2='[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object","properties":{"k":{"type":"integer"}},"required":["k"],"additionalProperties":false}}},{"type":"function","function":{"name":"g","strict":true,"parameters":{"type":"object","properties":{"b":{"type":"boolean"}},"required":["b"]}}}]'
+TOOLS2='[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object","properties":{"k":{"type":"integer","minimum":-50,"maximum":500}},"required":["k"],"additionalProperties":false}}},{"type":"function","function":{"name":"g","strict":true,"parameters":{"type":"object","properties":{"b":{"type":"boolean"}},"required":["b"]}}}]'
 # calls_ok FILE NAMES...: a non-streamed answer of calls only, each of
-# one of NAMES; f's arguments exactly {"k": an integer}, g's {"b": a
+# one of NAMES; f's arguments exactly {"k": an integer in -50..500}, g's {"b": a
 # boolean}; content null (or, cut by max_tokens, a last call's start)
 calls_ok() {
 	local f=$1; shift
@@ -181,7 +181,8 @@ calls_ok() {
 		($c.message.content == null or ($c.message.content | test("^\\s*<tool_call>"))) and
 		([$c.message.tool_calls[] | .function as $fn | ($names | index($fn.name)) != null and
 		  ($fn.arguments | fromjson) as $a | ($a | type == "object") and
-		  ($fn.name != "f" or (($a | keys) == ["k"] and ($a.k | type == "number") and $a.k == ($a.k | floor))) and
+		  ($fn.name != "f" or (($a | keys) == ["k"] and ($a.k | type == "number") and $a.k == ($a.k | floor) and
+		   $a.k >= -50 and $a.k <= 500)) and
 		  ($fn.name != "g" or (($a | keys) == ["b"] and ($a.b | type == "boolean")))]
 		 | all)' "$f" >/dev/null
 }
@@ -360,7 +361,7 @@ refuse() { # DESCRIPTION BODY PARAM [CODE]
 }
 refuse "a forced call with response_format" "{\"messages\":$MSGS,\"tools\":$TOOLS,\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}" response_format unsupported_parameter
 refuse "strict tools under auto with response_format" "{\"messages\":$MSGS,\"tools\":$TOOLS2,\"response_format\":{\"type\":\"json_object\"}}" response_format unsupported_parameter
-refuse "a strict schema with pattern" "{\"messages\":$MSGS,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"pattern\":\"^a\"}}}}}],\"tool_choice\":\"required\"}" tools
+refuse "a strict schema with a lookahead pattern" "{\"messages\":$MSGS,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"pattern\":\"^a(?=b)\"}}}}}],\"tool_choice\":\"required\"}" tools
 check "  ... the message names the keyword" grep -q "pattern" "$T/body"
 refuse "a named function not offered" "{\"messages\":$MSGS,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"h\"}}}" tool_choice
 refuse "a tool named 'a b'" "{\"messages\":$MSGS,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}" tools
