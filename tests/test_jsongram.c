@@ -357,6 +357,24 @@ START_TEST(schema_anyof)
 	expect_refused(g, "{\"m\":[", "1]}");
 	expect_refused(g, "{\"t\":", "1}");
 	jgram_free(g);
+	/* object branches told apart by a const (pydantic's discriminated
+	 * union): a tagged union, the tag's key first */
+	g = compile("{\"$defs\":{\"Cat\":{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"cat\"},"
+		    "\"lives\":{\"type\":\"integer\"}},\"required\":[\"kind\",\"lives\"]},"
+		    "\"Dog\":{\"type\":\"object\",\"properties\":{\"good\":{\"type\":\"boolean\"},"
+		    "\"kind\":{\"enum\":[\"dog\"],\"type\":\"string\"}},\"required\":[\"kind\"],"
+		    "\"additionalProperties\":false}},\"type\":\"object\",\"properties\":{\"pet\":{\"oneOf\":["
+		    "{\"$ref\":\"#/$defs/Cat\"},{\"$ref\":\"#/$defs/Dog\"},{\"type\":\"null\"}]}},"
+		    "\"required\":[\"pet\"]}");
+	expect_valid(g, "{\"pet\":{\"kind\":\"cat\",\"lives\":9}}");
+	expect_valid(g, "{\"pet\":{\"kind\":\"dog\"}}");
+	expect_valid(g, "{\"pet\": { \"kind\" : \"dog\" , \"good\":true}}");
+	expect_valid(g, "{\"pet\":null}");
+	expect_refused(g, "{\"pet\":{\"", "lives\":1,\"kind\":\"cat\"}");
+	expect_refused(g, "{\"pet\":{\"kind\":\"cat\"", "}}");
+	expect_refused(g, "{\"pet\":{\"kind\":\"dog\",\"", "lives\":1}}");
+	expect_refused(g, "{\"pet\":{\"kind\":\"c", "o\"}}");
+	jgram_free(g);
 	g = compile("{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"boolean\"}]}");
 	expect_valid(g, "1.5");
 	expect_valid(g, "false");
@@ -1055,6 +1073,9 @@ static const char rich[] =
 	"\"opt\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":-20,\"exclusiveMaximum\":300},"
 	"{\"type\":\"null\"},{\"enum\":[\"x\"]}]},"
 	"\"r\":{\"type\":\"number\",\"exclusiveMinimum\":-1,\"maximum\":2},"
+	"\"u\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"a\"},"
+	"\"v\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}},\"required\":[\"t\",\"v\"]},"
+	"{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"b\"}},\"required\":[\"t\"]}]},"
 	"\"q\":{\"type\":\"string\",\"pattern\":\"x\\\"|\\\\\\\\\",\"maxLength\":8}},"
 	"\"required\":[\"id\",\"name\",\"when\",\"opt\"]}";
 
@@ -1073,6 +1094,8 @@ static void check_rich(const json_t *j, unsigned seed, const char *text)
 	const char *name = json_string_value(json_object_get(j, "name"));
 	const char *when = json_string_value(json_object_get(j, "when"));
 	const json_t *opt = json_object_get(j, "opt"), *q = json_object_get(j, "q");
+	const json_t *u = json_object_get(j, "u");
+	const char *t = json_string_value(json_object_get(u, "t"));
 	int y, m, d;
 
 	ck_assert_msg(id && strlen(id) == 6 && id[0] >= 'A' && id[0] <= 'Z' && id[1] >= 'A' &&
@@ -1085,6 +1108,11 @@ static void check_rich(const json_t *j, unsigned seed, const char *text)
 	ck_assert_msg(!json_object_get(j, "r") || (json_number_value(json_object_get(j, "r")) > -1 &&
 						    json_number_value(json_object_get(j, "r")) <= 2),
 		      "seed %u: r in '%s'", seed, text);
+	ck_assert_msg(!u || (json_object_size(u) == 2 && !strcmp(t ? t : "", "a") &&
+			     json_integer_value(json_object_get(u, "v")) >= 0 &&
+			     json_integer_value(json_object_get(u, "v")) <= 9) ||
+		      (json_object_size(u) == 1 && !strcmp(t ? t : "", "b")),
+		      "seed %u: u in '%s'", seed, text);
 	ck_assert_msg(!json_is_integer(opt) || (json_integer_value(opt) >= -20 &&
 						json_integer_value(opt) < 300),
 		      "seed %u: opt in '%s'", seed, text);

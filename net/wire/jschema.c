@@ -6,8 +6,9 @@
  * literals (enum values or property names, contiguous). Each keyword has
  * a row in a table (what it is for); a key without a row is refused by
  * name. anyOf/oneOf compile each branch (enum-only ones merged into one
- * enum) and chain them as alternatives, refused when two may start
- * alike. String checks and number ranges go to the grammar's tables
+ * enum; object branches with a const tag property into one tagged
+ * union of their untagged copies) and chain them as alternatives,
+ * refused when two may start alike. String checks and number ranges go to the grammar's tables
  * (jgram_str_add, jgram_range_add). $ref is inlined, so a recursive schema runs into the depth bound
  * and is refused; the node bound caps a schema that refers to one
  * definition many times.
@@ -586,6 +587,136 @@ static int branch_values(struct jsc *c, const json_t *b, json_t *all, bool one, 
 	return rc;
 }
 
+/* ---- object branches told apart by a tag -------------------------------- */
+
+/* A branch through its $refs (at most JSCHEMA_DEPTH_MAX of them; NULL
+ * when one is not found: the branch's own compile says why). */
+static const json_t *resolved(struct jsc *c, const json_t *b)
+{
+	for (unsigned k = 0; k < JSCHEMA_DEPTH_MAX && json_is_object(b) &&
+			     json_is_string(json_object_get(b, "$ref")); k++) {
+		const char *r = json_string_value(json_object_get(b, "$ref"));
+		const char *where = !strncmp(r, "#/$defs/", 8) ? "$defs"
+				    : !strncmp(r, "#/definitions/", 14) ? "definitions" : NULL;
+
+		if (!where)
+			return NULL;
+		b = json_object_get(json_object_get(c->root, where), r + strlen(where) + 3);
+	}
+	return b;
+}
+
+/* An object branch: "type": "object" and no alternatives of its own. */
+static bool object_branch(const json_t *b)
+{
+	const json_t *t = json_is_object(b) ? json_object_get(b, "type") : NULL;
+
+	return json_is_string(t) && !strcmp(json_string_value(t), "object") &&
+	       !json_object_get(b, "anyOf") && !json_object_get(b, "oneOf") &&
+	       !json_object_get(b, "enum") && !json_object_get(b, "const");
+}
+
+/* Branch b's tag value: property k required, a const (or one-value
+ * enum) string. NULL when it has none. */
+static const json_t *tag_value(const json_t *b, const char *k)
+{
+	const json_t *p = json_object_get(json_object_get(b, "properties"), k), *v, *e, *r;
+	size_t i;
+	bool req = false;
+
+	json_array_foreach(json_object_get(b, "required"), i, r)
+		req |= json_is_string(r) && !strcmp(json_string_value(r), k);
+	if (!req || !json_is_object(p))
+		return NULL;
+	e = json_object_get(p, "enum");
+	v = json_object_get(p, "const");
+	if (!v && json_is_array(e) && json_array_size(e) == 1)
+		v = json_array_get(e, 0);
+	return json_is_string(v) ? v : NULL;
+}
+
+/* The tag of the object branches obj[0..n): a property of the first
+ * whose value is a distinct const string in every one; NULL if none. */
+static const char *find_tag(const json_t *const *obj, size_t n)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(json_object_get(obj[0], "properties"), k, v) {
+		size_t i = 0;
+
+		while (i < n && tag_value(obj[i], k)) {
+			size_t j = 0;
+
+			while (j < i && !json_equal(tag_value(obj[j], k), tag_value(obj[i], k)))
+				j++;
+			if (j < i)
+				break;
+			i++;
+		}
+		if (i == n)
+			return k;
+	}
+	return NULL;
+}
+
+/* Branch b without its tag property: the variant's schema. */
+static json_t *untagged(const json_t *b, const char *tag)
+{
+	json_t *v = json_copy((json_t *)b), *props, *req = json_array(), *r;
+	size_t i;
+
+	props = v ? json_copy(json_object_get(b, "properties")) : NULL;
+	if (!props || !req || json_object_del(props, tag) ||
+	    json_object_set_new(v, "properties", props)) {
+		json_decref(v);
+		json_decref(req);
+		return NULL;
+	}
+	json_array_foreach(json_object_get(b, "required"), i, r)
+		if ((!json_is_string(r) || strcmp(json_string_value(r), tag)) &&
+		    json_array_append(req, r))
+			break;
+	if (i < json_array_size(json_object_get(b, "required")) ||
+	    json_object_set_new(v, "required", req)) {
+		json_decref(v);
+		return NULL;
+	}
+	return v;
+}
+
+/* The object branches as a tagged union (jsongram.h): the tag's key
+ * first, its value naming the variant the rest follows. */
+static int jsc_tagged(struct jsc *c, const json_t *const *obj, size_t n, const char *tag,
+		      uint16_t *id)
+{
+	uint16_t var[JGRAM_LITS_MAX];
+	uint32_t key, first = 0, idx;
+	json_t *name = json_string(tag);
+	struct jgram_node *u;
+	int rc = name ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < n && !rc; i++) {
+		json_t *v = untagged(obj[i], tag);
+
+		rc = v ? jsc_node(c, v, &var[i]) : -ENOMEM;
+		json_decref(v);
+	}
+	if (!rc)
+		rc = jsc_lit(c, name, 0, &key);
+	json_decref(name);
+	for (size_t i = 0; i < n && !rc; i++) {
+		rc = jsc_lit(c, tag_value(obj[i], tag), var[i], &idx);
+		first = i ? first : idx;
+	}
+	if (!rc && (rc = jgram_node_add(c->g, id, &u)) == JGRAM_E_INVALID)
+		rc = jsc_bad(c, "the schema has more than %u nodes", JGRAM_NODES_MAX);
+	if (!rc)
+		*u = (struct jgram_node){ .is_union = true, .tag = key, .lit = first,
+					  .n_lit = (uint32_t)n, .max_items = JGRAM_ITEMS_MAX };
+	return rc;
+}
+
 /* The last node of id's chain of alternatives. */
 static struct jgram_node *chain_end(struct jsc *c, uint16_t id)
 {
@@ -601,13 +732,25 @@ static struct jgram_node *chain_end(struct jsc *c, uint16_t id)
 static int jsc_branches(struct jsc *c, const json_t *list, const char *kw,
 			uint16_t *ids, size_t *n)
 {
+	const json_t *obj[JGRAM_LITS_MAX];
 	json_t *vals = json_array(), *b;
-	size_t i;
+	const char *tag = NULL;
+	size_t i, n_obj = 0;
 	int rc = vals ? 0 : -ENOMEM;
 
+	json_array_foreach(list, i, b)
+		if (object_branch(resolved(c, b)))
+			obj[n_obj++] = resolved(c, b);
+	if (n_obj > 1 && !(tag = find_tag(obj, n_obj)))
+		rc = jsc_bad(c, "'%s' has %zu object branches and no property that tells them "
+			     "apart (one required in each, a different const string)", kw, n_obj);
+	if (tag && !rc)
+		rc = jsc_tagged(c, obj, n_obj, tag, &ids[(*n)++]);
 	json_array_foreach(list, i, b) {
 		if (rc)
 			break;
+		if (tag && object_branch(resolved(c, b)))
+			continue;
 		if (enum_only(b))
 			rc = branch_values(c, b, vals, !strcmp(kw, "oneOf"), kw);
 		else

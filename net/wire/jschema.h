@@ -32,9 +32,13 @@
  * object, an array, a string, a number or integer, a boolean, null
  * (pydantic's Optional[X] is X or null) - and are chained as the
  * grammar's alternatives (jsongram.h), so the first byte picks the one
- * branch the value follows; oneOf's branches then cannot overlap. Two
- * branches of one kind (two objects, string and string-or-null) are
- * refused naming the keyword.
+ * branch the value follows; oneOf's branches then cannot overlap.
+ * Object branches (through $ref too) are one tagged union when a
+ * property is required in each with a different const (or one-value
+ * enum) string - pydantic's discriminated union: that key is written
+ * first and its value picks the branch the rest of the object follows.
+ * Other branches of one kind (objects without such a tag, string and
+ * string-or-null) are refused naming the keyword.
  *
  * Bounds: JSCHEMA_BYTES_MAX bytes of schema (compact), JSCHEMA_DEPTH_MAX
  * schema objects nested (through properties, items and $ref), the

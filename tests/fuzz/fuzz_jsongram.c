@@ -258,6 +258,10 @@ void fuzz_target_seeds(fuzz_emit_fn emit, void *ctx)
 	     "\"exclusiveMaximum\":1200},{\"type\":\"string\",\"maxLength\":2}]}}",
 	     "[-7,1199,0,\"ab\",15]");
 	seed(emit, ctx, 1, "{\"type\":\"number\",\"exclusiveMinimum\":-1,\"maximum\":0}", "-0.5");
+	seed(emit, ctx, 1, "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"a\"},"
+	     "\"v\":{\"type\":\"integer\"}},\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":"
+	     "{\"k\":{\"enum\":[\"b\"]}},\"required\":[\"k\"]},{\"type\":\"array\"}]}",
+	     "{\"k\":\"a\",\"v\":3}");
 	seed(emit, ctx, 3, "{\"type\":\"object\",\"properties\":{\"e\":{\"oneOf\":[{\"type\":\"integer\"},"
 	     "{\"type\":\"string\",\"format\":\"email\",\"maxLength\":9}]}}}",
 	     "<tool_call>{\"name\": \"f\", \"arguments\": {\"e\": \"a.b@cd.io\"}}</tool_call>");
