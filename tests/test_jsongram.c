@@ -33,6 +33,7 @@
 #include "gpu/gguf/gguf.h"
 #include "gpu/model/gguf_gen.h"
 #include "gpu/text/jsongram.h"
+#include "gpu/text/jsonpat.h"
 #include "gpu/text/tokenizer.h"
 #include "net/wire/jschema.h"
 #include "net/wire/openai.h"
@@ -520,6 +521,57 @@ START_TEST(schema_ranges)
 	expect_valid(g, "2");
 	expect_refused(g, "", "0");
 	jgram_free(g);
+}
+END_TEST
+
+/* jpat_can_end (reach tables, one lookup or a scan) against stepping
+ * the automaton length by length from random states and windows. */
+static bool can_end_slow(const struct jpat *p, uint64_t set, uint32_t lo, uint32_t hi)
+{
+	uint64_t enter = 0;
+
+	for (unsigned s = 0; s < JPAT_SYMS; s++)
+		enter |= p->match[s];
+	for (uint32_t l = 0; l <= hi && l <= lo + 600; l++) {
+		uint64_t next = 0;
+
+		if (l >= lo && (set & p->final))
+			return true;
+		for (uint64_t m = set; m; m &= m - 1)
+			next |= p->follow[__builtin_ctzll(m)];
+		set = next & enter;
+	}
+	return false;
+}
+
+START_TEST(pattern_windows)
+{
+	static const char *const res[] = { "^(a{15}|b{17})*$", "^(ab|c)+d?$", "x(yz){2,5}",
+					   "^[0-9]{4}-\\d\\d$", "^(a|bcd)*$" };
+	char msg[160];
+
+	srand(7);
+	for (size_t i = 0; i < sizeof(res) / sizeof(res[0]); i++) {
+		struct jpat p;
+
+		ck_assert_msg(!jpat_compile(&p, res[i], strlen(res[i]), msg, sizeof(msg)), "%s", msg);
+		for (int k = 0; k < 3000; k++) {
+			uint64_t set = 1;
+			uint32_t lo = (uint32_t)rand() % 300, hi;
+
+			for (int n = rand() % 40; n > 0; n--) {
+				uint64_t t = jpat_step(&p, set, "abcdxyz0123-"[rand() % 12]);
+
+				set = t ? t : set;
+			}
+			hi = rand() % 4 ? lo + (uint32_t)rand() % 300 : UINT32_MAX;
+			ck_assert_msg(jpat_can_end(&p, set, lo, hi) == can_end_slow(&p, set, lo, hi),
+				      "%s: set %llx [%u, %u]", res[i], (unsigned long long)set, lo, hi);
+		}
+		jpat_free(&p);
+	}
+	ck_assert_int_eq(jpat_compile(&(struct jpat){ 0 }, "^(a{19}|b{23})*$", 16, msg, sizeof(msg)),
+			 JPAT_E_INVALID);
 }
 END_TEST
 
@@ -1525,6 +1577,7 @@ int main(void)
 	tcase_add_test(tc, schema_lengths);
 	tcase_add_test(tc, schema_patterns);
 	tcase_add_test(tc, schema_ranges);
+	tcase_add_test(tc, pattern_windows);
 	tcase_add_test(tc, schema_errors);
 	tcase_add_test(tc, schema_bounds);
 	tcase_add_test(tc, union_accepts_refuses);

@@ -423,9 +423,21 @@ static struct frag parse_alt(struct pp *x)
 
 /* ---- reach and the whole ------------------------------------------------ */
 
+/* reach_ge: from the end of the period (which repeats) back. */
+static void reach_ge_build(struct jpat *p)
+{
+	uint32_t n = p->pre + p->period;
+	uint64_t cyc = 0;
+
+	for (uint32_t k = p->pre; k < n; k++)
+		cyc |= p->reach[k];
+	for (uint32_t k = n; k-- > 0;)
+		p->reach_ge[k] = k >= p->pre ? cyc : p->reach[k] | p->reach_ge[k + 1];
+}
+
 static int reach_build(struct jpat *p)
 {
-	uint64_t enter = 0, *r = malloc(sizeof(uint64_t) * JPAT_REACH_MAX);
+	uint64_t enter = 0, *r = malloc(sizeof(uint64_t) * JPAT_REACH_MAX * 2);
 
 	if (!r)
 		return -ENOMEM;
@@ -442,6 +454,8 @@ static int reach_build(struct jpat *p)
 				p->pre = k;
 				p->period = l - k;
 				p->reach = r;
+				p->reach_ge = r + JPAT_REACH_MAX;
+				reach_ge_build(p);
 				return 0;
 			}
 		}
@@ -514,6 +528,10 @@ uint64_t jpat_step(const struct jpat *p, uint64_t set, unsigned sym)
 
 bool jpat_can_end(const struct jpat *p, uint64_t set, uint32_t lo, uint32_t hi)
 {
+	uint64_t from = lo < p->pre ? lo : p->pre;
+
+	if (lo <= hi && (uint64_t)hi + 1 >= (lo > p->pre ? lo : p->pre) + (uint64_t)p->period)
+		return set & p->reach_ge[from];
 	for (uint64_t l = lo; l <= hi && l - lo < (uint64_t)p->pre + p->period; l++) {
 		uint64_t k = l < p->pre ? l : p->pre + (l - p->pre) % p->period;
 

@@ -28,7 +28,9 @@
  * most JPAT_POS_MAX positions). reach[L] holds the positions from which
  * the pattern can end after exactly L more symbols; the sequence is
  * periodic after `pre` entries with period `period`, so whether a state
- * can end within a length window is a bounded scan (jpat_can_end), which
+ * can end within a length window is one lookup when the window reaches
+ * a whole period past lo (reach_ge), else a scan of at most the
+ * window's lengths (jpat_can_end), which
  * is how jsongram combines a pattern with minLength/maxLength and keeps
  * every accepted prefix completable.
  */
@@ -41,7 +43,7 @@
 #define JPAT_E_INVALID 1
 #define JPAT_POS_MAX 64u      /* positions, the start included */
 #define JPAT_REP_MAX 64u      /* m and n of {m,n} */
-#define JPAT_REACH_MAX 1024u  /* reach[] entries (pre + period) */
+#define JPAT_REACH_MAX 256u   /* reach[] entries (pre + period) */
 #define JPAT_BYTES_MAX 1024u  /* a pattern's length */
 #define JPAT_OTHER 128u       /* the symbol of any non-ASCII code point */
 #define JPAT_SYMS 129u
@@ -53,6 +55,8 @@ struct jpat {
 	uint64_t final;                  /* positions the pattern may end at */
 	uint32_t pre, period;
 	uint64_t *reach;                 /* (pre + period) */
+	uint64_t *reach_ge;              /* (pre + period) [k]: reach[k] or
+					  * any later entry's positions */
 };
 
 /* Compile re (len bytes); msg says why on JPAT_E_INVALID; -ENOMEM. */
