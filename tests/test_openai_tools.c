@@ -702,6 +702,9 @@ START_TEST(test_grammar_refused)
 	gram_refused("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
 		     "\"parameters\":{\"type\":\"string\"}}}],\"tool_choice\":\"required\"}", CHAT_LLAMA3,
 		     "tools", "type object");
+	gram_refused("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+		     "\"parameters\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"object\"}]}}}],"
+		     "\"tool_choice\":\"required\"}", CHAT_CHATML, "tools", "type object");
 	/* llama3 answers one call anyway: parallel_tool_calls false is kept */
 	gram_of("{" MSGS ",\"tools\":[" TOOL("f") "],\"parallel_tool_calls\":false}", CHAT_LLAMA3, &q);
 	ck_assert_ptr_null(q.gram);

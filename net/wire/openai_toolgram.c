@@ -99,7 +99,7 @@ static int variant_of(struct jgram *g, const struct call_syntax *cs,
 		if (rc)
 			return rc;
 		n = jgram_node(g, args);
-		if (n->is_enum || n->types != JGRAM_T_OBJECT)
+		if (n->is_enum || n->types != JGRAM_T_OBJECT || n->alt)   /* (anyOf) */
 			return openai__bad(err, "tools", "'tools[%zu].function.parameters' must be a schema of type object",
 				   i);
 	}

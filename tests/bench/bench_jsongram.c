@@ -6,11 +6,15 @@
  * request at a time, a new one when the last ended) unconstrained, under
  * json_object, under a schema and under a forced tool call (tool_choice
  * required, chatml: <tool_call> tags around a union of two tools, one
- * strict with the schema above; net/wire/openai_toolgram.c), and the same
+ * strict with the schema above; net/wire/openai_toolgram.c), the same
  * under tool_choice auto (tool_auto: the lazy grammar; these models
- * never write "<tool_call>", so it is the free-text mask). Per token: the whole step, the mask
+ * never write "<tool_call>", so it is the free-text mask), and under a
+ * schema of checked strings (pattern, lengths, a format). Per token: the whole step, the mask
  * (jgram_run_mask, timed inside the constraint) and the mask's share of
  * the step; the unconstrained step is the reference. Medians of rounds.
+ * Then one mask's cost inside a string: plain text (the precomputed
+ * set), and strings with a pattern, lengths and a pattern, a format
+ * (each byte walked).
  *
  * Then the lazy grammar's mask alone on the vocabularies of
  * $KVD_SHARED/vocab (llama-spm 32,000 tokens; qwen2 151,936, whose
