@@ -1121,6 +1121,7 @@ static const char rich[] =
 	"{\"type\":\"object\",\"properties\":{"
 	"\"id\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"},"
 	"\"name\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":5},"
+	"\"long\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":70},"
 	"\"when\":{\"type\":\"string\",\"format\":\"date\"},"
 	"\"opt\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":-20,\"exclusiveMaximum\":300},"
 	"{\"type\":\"null\"},{\"enum\":[\"x\"]}]},"
@@ -1147,6 +1148,7 @@ static void check_rich(const json_t *j, unsigned seed, const char *text)
 	const char *when = json_string_value(json_object_get(j, "when"));
 	const json_t *opt = json_object_get(j, "opt"), *q = json_object_get(j, "q");
 	const json_t *u = json_object_get(j, "u");
+	const json_t *lng = json_object_get(j, "long");
 	const char *t = json_string_value(json_object_get(u, "t"));
 	int y, m, d;
 
@@ -1155,6 +1157,9 @@ static void check_rich(const json_t *j, unsigned seed, const char *text)
 		      "seed %u: id in '%s'", seed, text);
 	ck_assert_msg(name && code_points(name) >= 2 && code_points(name) <= 5,
 		      "seed %u: name in '%s'", seed, text);
+	ck_assert_msg(!lng || (json_is_string(lng) && code_points(json_string_value(lng)) >= 1 &&
+			       code_points(json_string_value(lng)) <= 70),
+		      "seed %u: long in '%s'", seed, text);
 	ck_assert_msg(when && strlen(when) == 10 && sscanf(when, "%4d-%2d-%2d", &y, &m, &d) == 3 &&
 		      m >= 1 && m <= 12 && d >= 1 && d <= 28, "seed %u: when in '%s'", seed, text);
 	ck_assert_msg(!json_object_get(j, "r") || (json_number_value(json_object_get(j, "r")) > -1 &&

@@ -23,7 +23,9 @@
  * text, where most of a JSON answer's tokens fall, the tokens made only
  * of plain text bytes are allowed as one precomputed set and only the
  * others (quotes, backslashes, control and non-ASCII bytes: a second,
- * smaller trie) are walked.
+ * smaller trie) are walked - also in a string with lengths only while
+ * any piece fits, not in one with a pattern (its state moves with every
+ * character).
  *
  * Tool calls. A tagged union is one object frame whose node changes
  * under it: it starts on the union node (only the tag key, then one of
@@ -1883,15 +1885,29 @@ static uint32_t run_walk(struct jgram_run *r, const struct trie *tr)
 	return n;
 }
 
-/* Inside plain string text (no escape or character pending) every plain
- * token is allowed as it is: only the others are walked. */
+/* Every plain token may come now: plain string text (no escape or
+ * character pending), in a string without checks or with lengths only
+ * and room for a whole piece before max_len. */
+static bool plain_all(const struct jgram *g, const struct state *st)
+{
+	const struct scalar *s = &st->s;
+	const struct gstr *k = s->str ? &g->strs[s->str] : NULL;
+
+	if (s->kind != S_STR || s->sub || s->u8_need || (s->flags & F_LOW_DUE))
+		return false;
+	return !k || (!k->pat && k->max_len >= JGRAM_PIECE_MAX &&
+		      s->cps <= k->max_len - JGRAM_PIECE_MAX);
+}
+
+/* Inside plain string text (plain_all) every plain token is allowed as
+ * it is: only the others are walked. */
 static uint32_t run_allowed(struct jgram_run *r)
 {
 	const struct jgram_vocab *v = r->v;
 	size_t words = (v->n_vocab + 63) / 64;
 	uint32_t n = 0;
 
-	if (!in_plain_string(&r->st)) {
+	if (r->st.seg != SEG_VALUE || !plain_all(r->g, &r->st)) {
 		memset(r->allow, 0, words * sizeof(uint64_t));
 		return run_walk(r, &v->all);
 	}

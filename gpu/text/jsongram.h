@@ -43,8 +43,9 @@
  * state a position bitset) the string's text is matched as it comes,
  * a \u escape is refused (the characters it alone can write match
  * nothing) and the other escapes step the automaton by the character
- * they denote. Such a string's bytes are walked in the mask one by one
- * (no plain-text shortcut).
+ * they denote. A patterned string's bytes are walked in the mask one by
+ * one; a string with lengths only keeps the plain-text shortcut while a
+ * whole piece (JGRAM_PIECE_MAX) fits under max_len.
  *
  * Number ranges (a node's range; minimum, maximum, exclusiveMinimum,
  * exclusiveMaximum with integer bounds): such a number is written
