@@ -504,7 +504,7 @@ START_TEST(test_openai_bodies)
 	ck_assert_ptr_nonnull(q.gram);
 	openai_req_deinit(&q);
 	static const char *const bad_rf[] = {
-		"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}",
+		"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"type\":\"string\",\"pattern\":\"(?<=a)\"}}}",
 		"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a b\",\"schema\":{}}}",
 		"{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}",
 		"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"strict\":1}}",
