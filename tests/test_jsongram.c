@@ -461,6 +461,9 @@ START_TEST(schema_patterns)
 	jgram_free(g);
 	g = compile("{\"type\":\"string\",\"format\":\"email\"}");
 	expect_valid(g, "\"a.b@c-d.io\"");
+	expect_valid(g, "\"a@b.com\"");
+	expect_refused(g, "\"a@b.alt", "\"");
+	expect_refused(g, "\"a@b.local", "\"");
 	expect_refused(g, "\"a@", "\"");
 	expect_refused(g, "\"a", "A");
 	jgram_free(g);
