@@ -972,7 +972,8 @@ static void check_mask(const struct jgram *g, const struct tokenizer *t,
 }
 
 /* A random walk: a token drawn among those allowed (EOS taken a tenth of
- * the time it is offered) until EOS or max steps. Returns the text; *eos
+ * the time it is offered) until EOS or max steps, the mask checked by
+ * brute force every brute steps (0: never). Returns the text; *eos
  * when it ended on EOS. */
 static bool text_token(const struct tokenizer *t, int32_t id)
 {
@@ -1002,7 +1003,7 @@ static int32_t walk_forced(struct jgram_run *r, const uint64_t *a, size_t *fp)
 
 static char *walk(const struct jgram *g, const struct jgram_vocab *v,
 		  const struct tokenizer *t, unsigned seed, unsigned steps,
-		  bool brute, bool *eos)
+		  unsigned brute, bool *eos)
 {
 	size_t fp = 0;
 	uint32_t nv = tokenizer_n_vocab(t);
@@ -1036,7 +1037,7 @@ static char *walk(const struct jgram *g, const struct jgram_vocab *v,
 		}
 		if (k != cnt)
 			ck_abort_msg("mask says %u allowed, the bitmap %u", cnt, k);
-		if (brute && s % 3 == 0)
+		if (brute && s % brute == 0)
 			check_mask(g, t, a, hist, n);
 		if (allowed(a, tokenizer_eos(t)) &&
 		    (k == 1 || rand() % (jgram_run_free_text(r) ? 100 : 10) == 0)) {
@@ -1201,7 +1202,7 @@ static void walks(enum gguf_vocab_kind kind)
 	for (unsigned seed = 1; seed <= 80; seed++) {
 		const struct jgram *g = gs[seed % 4];
 		bool eos;
-		char *text = walk(g, v, t, seed, 400, seed <= 6, &eos);
+		char *text = walk(g, v, t, seed, 400, seed <= 6 ? 3 : 0, &eos);
 		json_error_t je;
 		json_t *j;
 
@@ -1312,7 +1313,7 @@ static void walks_lazy(enum gguf_vocab_kind kind)
 		char *text;
 
 		walk_force = w ? trig : "<tool_call>";
-		text = walk(gs[w], v, t, seed, 300, seed <= 8, &eos);
+		text = walk(gs[w], v, t, seed, 300, seed <= 8 ? 3 : 0, &eos);
 		call = strstr(text, walk_force);
 		if (call && w == 0 && eos) {
 			check_calls(call, seed);
@@ -1341,6 +1342,46 @@ END_TEST
 START_TEST(mask_lazy_bpe)
 {
 	walks_lazy(GGUF_VOCAB_GPT2);
+}
+END_TEST
+
+/* A broad pattern in an unbounded string: the plain tokens allowed kept
+ * for the pattern's state (run_pat) agree with the brute-force replay at
+ * every step, in a class repeated and after a state change. */
+static void pattern_walks(enum gguf_vocab_kind kind)
+{
+	struct gguf_file *f;
+	struct tokenizer *t = gen_tok(kind, &f);
+	struct jgram_vocab *v;
+	struct jgram *g = compile("{\"type\":\"object\",\"properties\":{\"w\":{\"type\":\"string\","
+				  "\"pattern\":\"^[a-z ,.]*[0-9]?[A-Z]*$\",\"minLength\":3}},"
+				  "\"required\":[\"w\"]}");
+	unsigned inside = 0;
+
+	ck_assert_int_eq(jgram_vocab_new(&v, t), 0);
+	for (unsigned seed = 1; seed <= 4; seed++) {
+		bool eos;
+		char *text = walk(g, v, t, seed, 60, 1, &eos);
+
+		inside += strlen(text) > 12;
+		free(text);
+	}
+	ck_assert_msg(inside >= 2, "the walks did not go into the string");
+	jgram_free(g);
+	jgram_vocab_free(v);
+	tokenizer_free(t);
+	gguf_close(f);
+}
+
+START_TEST(mask_pattern_spm)
+{
+	pattern_walks(GGUF_VOCAB_LLAMA);
+}
+END_TEST
+
+START_TEST(mask_pattern_bpe)
+{
+	pattern_walks(GGUF_VOCAB_GPT2);
 }
 END_TEST
 
@@ -1598,6 +1639,8 @@ int main(void)
 	tcase_set_timeout(tm, 300);
 	tcase_add_test(tm, mask_walks_spm);
 	tcase_add_test(tm, mask_walks_bpe);
+	tcase_add_test(tm, mask_pattern_spm);
+	tcase_add_test(tm, mask_pattern_bpe);
 	tcase_add_test(tm, mask_eos);
 	tcase_add_test(tm, mask_lead);
 	tcase_add_test(tm, mask_lead_lazy);

@@ -24,8 +24,10 @@
  * of plain text bytes are allowed as one precomputed set and only the
  * others (quotes, backslashes, control and non-ASCII bytes: a second,
  * smaller trie) are walked - also in a string with lengths only while
- * any piece fits, not in one with a pattern (its state moves with every
- * character).
+ * any piece fits. In a string with a pattern the plain tokens allowed
+ * depend on the pattern's state (and, near its length bounds, on the
+ * length): far from the bounds they are kept for the last state seen
+ * (run_pat; a repeated class stays in one state), else all is walked.
  *
  * Tool calls. A tagged union is one object frame whose node changes
  * under it: it starts on the union node (only the tag key, then one of
@@ -1740,6 +1742,11 @@ struct jgram_run {
 	const struct vtrig *trig;
 	struct vtrig *trig_own;          /* when the vocabulary's cache was full */
 	bool allow_all;                  /* allow is all ones (a free mask) */
+	uint64_t *pat_plain;             /* ((n_vocab + 63) / 64) the plain tokens
+					  * allowed in string pat_str from
+					  * pattern state pat_set (pat_stable) */
+	uint64_t pat_set;
+	uint16_t pat_str;                /* 0: none kept */
 };
 
 /* The grammar's lead as one control token of t: its id, or -1. */
@@ -1802,6 +1809,7 @@ void jgram_run_free(struct jgram_run *r)
 		free(r->trig_own->toks);
 	free(r->trig_own);
 	free(r->allow);
+	free(r->pat_plain);
 	free(r);
 }
 
@@ -1899,6 +1907,50 @@ static bool plain_all(const struct jgram *g, const struct state *st)
 		      s->cps <= k->max_len - JGRAM_PIECE_MAX);
 }
 
+/* In a patterned string past min_len and far enough from max_len that
+ * every check of a piece's characters is jpat_can_end's one lookup,
+ * whether a plain token (no quote, backslash, control or non-ASCII
+ * byte: it stays in the string) is allowed depends on the pattern's
+ * state alone. */
+static bool pat_stable(const struct jgram *g, const struct state *st)
+{
+	const struct scalar *s = &st->s;
+	const struct gstr *k = s->str ? &g->strs[s->str] : NULL;
+
+	if (!k || !k->pat || st->seg != SEG_VALUE || s->kind != S_STR || s->sub ||
+	    s->u8_need || (s->flags & F_LOW_DUE))
+		return false;
+	return s->cps >= k->min_len &&
+	       (uint64_t)k->max_len >= (uint64_t)s->cps + JGRAM_PIECE_MAX + k->pat->pre +
+					  k->pat->period;
+}
+
+/* pat_stable: the plain tokens allowed are kept for the last pattern
+ * state (a repeated class stays in one), so a step in the same state
+ * walks only the special trie. */
+static uint32_t run_pat(struct jgram_run *r)
+{
+	const struct jgram_vocab *v = r->v;
+	size_t words = (v->n_vocab + 63) / 64;
+	uint32_t n = 0;
+
+	if (r->pat_str != r->st.s.str || r->pat_set != r->st.s.nfa) {
+		memset(r->allow, 0, words * sizeof(uint64_t));
+		n = run_walk(r, &v->all);
+		if (!r->pat_plain && !(r->pat_plain = malloc(words * sizeof(uint64_t))))
+			return n;   /* nothing kept: walked whole again next time */
+		for (size_t w = 0; w < words; w++)
+			r->pat_plain[w] = r->allow[w] & v->plain[w];
+		r->pat_str = r->st.s.str;
+		r->pat_set = r->st.s.nfa;
+		return n;
+	}
+	memcpy(r->allow, r->pat_plain, words * sizeof(uint64_t));
+	for (size_t w = 0; w < words; w++)
+		n += (uint32_t)__builtin_popcountll(r->pat_plain[w]);
+	return n + run_walk(r, &v->special);
+}
+
 /* Inside plain string text (plain_all) every plain token is allowed as
  * it is: only the others are walked. */
 static uint32_t run_allowed(struct jgram_run *r)
@@ -1907,6 +1959,8 @@ static uint32_t run_allowed(struct jgram_run *r)
 	size_t words = (v->n_vocab + 63) / 64;
 	uint32_t n = 0;
 
+	if (pat_stable(r->g, &r->st))
+		return run_pat(r);
 	if (r->st.seg != SEG_VALUE || !plain_all(r->g, &r->st)) {
 		memset(r->allow, 0, words * sizeof(uint64_t));
 		return run_walk(r, &v->all);

@@ -43,9 +43,11 @@
  * state a position bitset) the string's text is matched as it comes,
  * a \u escape is refused (the characters it alone can write match
  * nothing) and the other escapes step the automaton by the character
- * they denote. A patterned string's bytes are walked in the mask one by
- * one; a string with lengths only keeps the plain-text shortcut while a
- * whole piece (JGRAM_PIECE_MAX) fits under max_len.
+ * they denote. In the mask, a string with lengths only keeps the
+ * plain-text shortcut while a whole piece (JGRAM_PIECE_MAX) fits under
+ * max_len; a patterned one keeps the plain tokens allowed for its last
+ * pattern state while far from its bounds, and is walked byte by byte
+ * near them.
  *
  * Number ranges (a node's range; minimum, maximum, exclusiveMinimum,
  * exclusiveMaximum with integer bounds): such a number is written
