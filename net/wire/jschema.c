@@ -8,9 +8,11 @@
  * name. anyOf/oneOf compile each branch (enum-only ones merged into one
  * enum; object branches with a const tag property into one tagged
  * union of their untagged copies) and chain them as alternatives,
- * refused when two may start alike. String checks and number ranges go to the grammar's tables
- * (jgram_str_add, jgram_range_add). $ref is inlined, so a recursive schema runs into the depth bound
- * and is refused; the node bound caps a schema that refers to one
+ * refused when two may start alike. String checks (minLength,
+ * maxLength, pattern, format as a built-in pattern) and number ranges go
+ * to the grammar's tables (jgram_str_add, jgram_range_add). $ref is
+ * inlined, so a recursive schema runs into the depth bound and is
+ * refused; the node bound caps a schema that refers to one
  * definition many times.
  */
 #include "net/wire/jschema.h"
@@ -219,7 +221,7 @@ static int jsc_lit(struct jsc *c, const json_t *v, uint16_t node, uint32_t *idx)
 	return rc;
 }
 
-/* Keywords a enum/const would have to be checked against: refused. */
+/* Keywords an enum/const would have to be checked against: refused. */
 static const char *const str_kws[] = { "minLength", "maxLength", "pattern", "format",
 				       "minimum", "maximum", "exclusiveMinimum",
 				       "exclusiveMaximum" };
