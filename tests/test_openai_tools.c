@@ -184,6 +184,38 @@ START_TEST(test_tool_messages)
 }
 END_TEST
 
+/* The assistant message the openai SDK's chat.completions.parse()
+ * answers, sent back as it is (its docs' round trip): its "parsed" and
+ * each function's "parsed_arguments" (the SDK's own parses) are ignored,
+ * the content and the arguments string count; elsewhere they stay
+ * refused. */
+START_TEST(test_sdk_parsed_echo)
+{
+	struct openai_req q;
+	struct openai_error e;
+
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},"
+			       "{\"role\":\"assistant\",\"content\":null,\"parsed\":null,\"tool_calls\":["
+			       "{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+			       "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\",\"parsed_arguments\":{\"city\":\"Rome\"}}}]},"
+			       "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"18C\"},"
+			       "{\"role\":\"assistant\",\"content\":\"{\\\"a\\\":1}\",\"parsed\":{\"a\":1}}]}",
+			       &q, &e), 0);
+	ck_assert_uint_eq(q.n_msgs, 4);
+	ck_assert_uint_eq(q.msgs[1].n_calls, 1);
+	ck_assert_str_eq(q.msgs[1].calls[0].arguments, "{\"city\": \"Paris\"}");
+	ck_assert_str_eq(q.msgs[3].content, "{\"a\":1}");
+	openai_req_deinit(&q);
+
+	refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"parsed\":null}]}",
+		"parsed", "not supported");
+	refused("{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\","
+		"\"function\":{\"name\":\"f\",\"arguments\":\"{}\",\"extra\":1}}]}]}", "messages", "function");
+	refused("{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\","
+		"\"function\":{\"name\":\"f\",\"parsed_arguments\":{}}}]}]}", "messages", "function");
+}
+END_TEST
+
 /* ---- the output ------------------------------------------------------------------ */
 
 static const struct openai_tool tools[] = { { .name = "get_weather" },
@@ -805,6 +837,7 @@ int main(void)
 	tcase_add_test(tc, test_tools_kept);
 	tcase_add_test(tc, test_tools_refused);
 	tcase_add_test(tc, test_tool_messages);
+	tcase_add_test(tc, test_sdk_parsed_echo);
 	tcase_add_test(tc, test_scan_chatml);
 	tcase_add_test(tc, test_scan_llama3);
 	tcase_add_test(tc, test_scan_mistral_v3);

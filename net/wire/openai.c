@@ -230,7 +230,10 @@ static int content_of(const char *k, size_t i, json_t *c, bool resp, char **out,
 }
 
 /* Its keys: role, content and name; an assistant's tool_calls, a tool
- * result's tool_call_id. */
+ * result's tool_call_id. An assistant's "parsed" is ignored: the openai
+ * SDK's chat.completions.parse() adds it to the message it answers (its
+ * own parse of the content), and its docs send that message back as it
+ * is in the next request's history; the content stays what counts. */
 static int msg_keys(const char *k, size_t i, json_t *m, const char *role,
 		    struct openai_error *err)
 {
@@ -240,7 +243,8 @@ static int msg_keys(const char *k, size_t i, json_t *m, const char *role,
 	json_object_foreach(m, key, x) {
 		if (!strcmp(key, "role") || !strcmp(key, "content") || !strcmp(key, "name"))
 			continue;
-		if (!strcmp(key, "tool_calls") && !strcmp(role, "assistant"))
+		if ((!strcmp(key, "tool_calls") || !strcmp(key, "parsed")) &&
+		    !strcmp(role, "assistant"))
 			continue;
 		if (!strcmp(key, "tool_call_id") && !strcmp(role, "tool")) {
 			if (!json_is_string(x) || json_string_length(x) > 256)

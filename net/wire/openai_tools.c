@@ -243,6 +243,10 @@ static int arguments_of(struct openai_call *c, size_t i, size_t j, json_t *a,
 	return c->arguments ? 0 : -ENOMEM;
 }
 
+/* An assistant's call: {id?, type "function", function: {name,
+ * arguments}}. The function's "parsed_arguments" is ignored: the openai
+ * SDK's parse() adds it (its parse of arguments) to the calls it
+ * answers, and the message goes back as it is; arguments counts. */
 static int call_of(struct openai_call *c, size_t i, size_t j, json_t *v,
 		   struct openai_error *err)
 {
@@ -254,7 +258,7 @@ static int call_of(struct openai_call *c, size_t i, size_t j, json_t *v,
 	    json_object_size(v) != 2u + (id != NULL) ||
 	    (id && (!json_is_string(id) || json_string_length(id) > TOOL_CALL_ID_MAX)) ||
 	    !json_is_string(type) || strcmp(json_string_value(type), "function") ||
-	    json_object_size(fn) != 2)
+	    json_object_size(fn) != 2u + (json_object_get(fn, "parsed_arguments") != NULL))
 		return openai__bad(err, "messages", "'messages[%zu].tool_calls[%zu]' must be {\"id\": a string, \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
 			   i, j);
 	if (!name_ok(name))
