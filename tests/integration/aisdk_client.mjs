@@ -7,13 +7,28 @@
 //   plain, stream               openai.completion(model)
 //   responsesabort              a /v1/responses stream aborted after
 //                               its second piece
+//   chatlogprobs                openai.chat with providerOptions
+//                               {openai: {logprobs: 2}}: "logprobs" from
+//                               providerMetadata.openai.logprobs
+//   chatparse                   generateObject with a zod schema (the
+//                               chat model's json_schema response_format):
+//                               "parsed" (the object) and "valid"
+//   chattools                   generateText with a tool (inputSchema
+//                               zod, strict, execute), toolChoice "required",
+//                               stopWhen stepCountIs(2) and prepareStep
+//                               making step 2 toolChoice "none": "calls"
+//                               (what execute got), "tool_result_sent"
+//                               (step 2's request carries the result),
+//                               the final text and finish_reason
 // A refusal is {status, code, class}: APICallError with its statusCode.
-import { args, load, run, readThenAbort } from "./clients_run.mjs";
+import { args, load, run, readThenAbort, lpList, Story, Weather, weather } from "./clients_run.mjs";
 
 globalThis.AI_SDK_LOG_WARNINGS = false;   // stderr stays the test's
 const { moduleDir, jobs } = args();
-const { generateText, streamText, APICallError } = await load(moduleDir, "ai");
+const { generateText, streamText, generateObject, tool, stepCountIs, APICallError } =
+	await load(moduleDir, "ai");
 const { createOpenAI } = await load(moduleDir, "@ai-sdk/openai");
+const { z } = await load(moduleDir, "zod");
 const models = {
 	responses: (p, a) => p(a.model),
 	chat: (p, a) => p.chat(a.model),
@@ -62,6 +77,42 @@ const cases = {
 	chatstream: (a) => streamed(a, "chat"),
 	plain: (a) => once(a, "plain"),
 	stream: (a) => streamed(a, "plain"),
+	async chatlogprobs(a) {
+		const r = await generateText(call(a, "chat", { providerOptions: { openai: { logprobs: 2 } } }));
+		return { text: r.text, finish_reason: finish(r.finishReason),
+			 completion_tokens: r.usage.outputTokens,
+			 logprobs: lpList(r.providerMetadata?.openai?.logprobs, (t) => t.top_logprobs) };
+	},
+	async chatparse(a) {
+		const schema = Story(z);
+		const { prompt, messages, ...rest } = call(a, "chat");
+		const r = await generateObject({ ...rest, messages: messages ?? [{ role: "user", content: prompt }],
+						 schema, schemaName: "story" });
+		return { parsed: r.object, valid: schema.safeParse(r.object).success,
+			 finish_reason: finish(r.finishReason), completion_tokens: r.usage.outputTokens };
+	},
+	async chattools(a) {
+		const calls = [];
+		const params = Weather(z);
+		const r = await generateText(call(a, "chat", {
+			tools: { get_weather: tool({ description: "The weather in a city", inputSchema: params, strict: true,
+						     execute: async (input) => {
+							     calls.push({ name: "get_weather", arguments: input,
+									  valid: params.safeParse(input).success });
+							     return weather(input);
+						     } }) },
+			toolChoice: "required", stopWhen: stepCountIs(2),
+			include: { requestBody: true },   // v7 keeps it only when asked
+			prepareStep: ({ stepNumber }) => stepNumber === 1 ? { toolChoice: "none" } : undefined,
+		}));
+		const body2 = r.steps[1]?.request?.body;
+		const sent = (typeof body2 === "string" ? JSON.parse(body2) : body2)?.messages ?? [];
+		return { calls, steps: r.steps.length,
+			 finish_reason_1: finish(r.steps[0]?.finishReason),
+			 tool_result_sent: sent.some((m) => m.role === "tool" &&
+				JSON.stringify(JSON.parse(m.content)) === JSON.stringify(weather(calls[0]?.arguments))),
+			 text: r.text, finish_reason: finish(r.finishReason) };
+	},
 	async responsesabort(a) {
 		const ac = new AbortController();
 		const r = streamText(call(a, "responses", { abortSignal: ac.signal, onError: () => {} }));

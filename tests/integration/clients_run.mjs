@@ -93,3 +93,26 @@ export async function readThenAbort(pieces, after, abort) {
 	}
 	return { aborted: true, chunks, text };
 }
+
+// A logprobs list as every client script answers it: [{token, logprob,
+// top: [[token, logprob], ...]}], from the OpenAI chat shape ({token,
+// logprob, top_logprobs: [{token, logprob}]}); topOf(entry) is where the
+// client keeps the alternatives.
+export function lpList(content, topOf) {
+	if (!Array.isArray(content))
+		return null;
+	return content.map((t) => ({ token: t.token, logprob: t.logprob,
+				     top: (topOf(t) ?? []).map((x) => [x.token, x.logprob]) }));
+}
+
+// The schemas the structured-output and tool cases share (z: the zod
+// module of the test's npm cache): small and bounded (enums, a boolean,
+// every key required, no other keys), so that an answer the grammar
+// shapes ends well within max_tokens on the test model. No integer:
+// zod's .int() writes the safe-integer minimum/maximum, keywords kvd's
+// response_format does not serve.
+export const Story = (z) => z.object({ mood: z.enum(["happy", "sad"]), ending: z.boolean() });
+export const Weather = (z) => z.object({ city: z.enum(["Paris", "Rome"]),
+					unit: z.enum(["c", "f"]) });
+// the tool itself: what get_weather answers for its arguments
+export const weather = (args) => ({ city: args?.city, temperature: 21, unit: args?.unit });

@@ -15,6 +15,19 @@
 #   - a stop string ends the text before it (finish_reason stop);
 #   - a client that aborts mid-stream: the node logs the client gone
 #     (event=client_gone, at info) and serves the next request;
+#   - logprobs through each client's option (openai logprobs/top_logprobs,
+#     the AI SDK's providerOptions.openai.logprobs, ChatOpenAI's
+#     logprobs/topLogprobs): one per completion token, 2 alternatives,
+#     at temperature 0 the chosen token the likeliest;
+#   - JSON mode: openai json_object; a zod schema through each client's
+#     structured output (openai zodResponseFormat + parse, the AI SDK's
+#     generateObject, LangChain's withStructuredOutput jsonSchema): valid;
+#   - a tool call round trip: openai zodFunction (strict) with tool_choice
+#     required (parse's parsed_arguments, the message sent back as parse
+#     answered it, then the tool's result) and with the default "auto";
+#     the AI SDK's generateText with a strict tool, toolChoice required
+#     then none (prepareStep), stepCountIs(2); LangChain's bindTools with
+#     tool_choice any, a ToolMessage back; each call valid by its schema;
 #   - refusals as each client's own exception: 401 (AuthenticationError,
 #     APICallError statusCode 401, LangChain's with MODEL_AUTHENTICATION),
 #     400 context_length_exceeded, 429 when the tenant's queue is full.
@@ -30,7 +43,7 @@ command -v node >/dev/null || skip "node absent"
 NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
 [ "$NODE_MAJOR" -ge 20 ] || skip "node $(node --version): the current npm clients need node >= 20 (22 by their engines)"
 
-npm_packages clients openai@7 ai@7 @ai-sdk/openai@4 @langchain/openai@1 @langchain/core@1
+npm_packages clients openai@7 ai@7 @ai-sdk/openai@4 @langchain/openai@1 @langchain/core@1 zod@4
 
 M=${KVD_SHARED:-}/models/stories260K.gguf
 [ -f "$M" ] || { gen_model "$T/m.gguf"; M=$T/m.gguf; }
@@ -141,6 +154,57 @@ for cm in openai:chat openai:chatstream aisdk:chat aisdk:chatstream langchain:ch
 	same "${cm%%:*} ${cm#*:} with stop \".\": the text before it, finish stop" \
 		"$(jq -c '{text, finish_reason}' <<<"$got")" "$(jq -nc --arg t "${full%%.*}" '{text: $t, finish_reason: "stop"}')"
 done
+
+# ---- logprobs -----------------------------------------------------------------------------
+# each client's own logprobs option; at temperature 0 the chosen token is
+# the likeliest: its logprob is top[0]'s and no alternative's is above
+# it; one entry per completion token, their text the answer's
+want=$(chat_ref "$P" 24 0 0)
+for c in openai aisdk langchain; do
+	got=$(client $c chatlogprobs "$(msgs "$P")" 24 0 0)
+	same "$c chat with logprobs (2 alternatives): the greedy text, finish and usage" \
+		"$(fields "$got" | jq -c 'del(.prompt_tokens)')" "$(jq -c 'del(.prompt_tokens)' <<<"$want")"
+	check "  ... a logprob per completion token, 2 alternatives each, the chosen the likeliest" \
+		jqe '(.logprobs | length) == .completion_tokens and (.logprobs | map(.token) | add) == .text and
+		     all(.logprobs[]; . as $e | (.top | length) == 2 and .top[0][0] == .token and
+		         .logprob <= 0 and all(.top[]; .[1] <= $e.logprob + 1e-6))' <<<"$got"
+done
+
+# ---- JSON mode and structured output --------------------------------------------------------
+# json_object: the answer is an object from its first token (free text
+# without the grammar: a story); a zod schema (two enums and a boolean,
+# strict) through each client's structured output: valid by the schema.
+# The model writes whitespace between JSON tokens, hence 200 tokens.
+got=$(client openai chatjson "$(msgs "$P")" 200 0 0)
+check "openai json_object: the answer is a JSON object (or, cut at max_tokens, starts as one) ($(jq -c '{text: .text[:40], finish_reason}' <<<"$got" 2>/dev/null || echo "$got"))" \
+	jqe '(.text | test("^\\s*[{]")) and (.finish_reason == "length" or (.json | type) == "object")' <<<"$got"
+for c in openai aisdk langchain; do
+	got=$(client $c chatparse "$(msgs "$P")" 200 0 0)
+	check "$c structured output (zod schema, json_schema strict): valid ($(jq -c .parsed <<<"$got" 2>/dev/null || echo "$got"))" \
+		jqe '.valid and (.parsed | keys) == ["ending", "mood"] and (.finish_reason // "stop") == "stop"' <<<"$got"
+done
+
+# ---- a tool call round trip -----------------------------------------------------------------
+# a strict tool (enums only) called as the client asks, its arguments
+# valid by the zod schema, the tool's result sent back and answered
+got=$(client openai chattools "$(msgs "$P")" 200 0 0)
+check "openai zodFunction tool, tool_choice required: a valid call, then the result sent back and answered ($(jq -c '{calls, finish_reason_1, finish_reason}' <<<"$got" 2>/dev/null || echo "$got"))" \
+	jqe '(.calls | length) >= 1 and all(.calls[]; .valid and .name == "get_weather") and
+	     .finish_reason_1 == "tool_calls" and (.finish_reason == "stop" or .finish_reason == "length") and
+	     .prompt_tokens_2 > .prompt_tokens_1' <<<"$got"
+got=$(client openai chattoolsauto "$(msgs "$P")" 200 0 0)
+check "openai zodFunction tool, tool_choice auto: served, text or valid calls ($(jq -c '{calls, finish_reason_1}' <<<"$got" 2>/dev/null || echo "$got"))" \
+	jqe '((.calls | length) > 0 and all(.calls[]; .valid)) or ((.calls | length) == 0 and (.text_1 | length) > 0)' <<<"$got"
+got=$(client aisdk chattools "$(msgs "$P")" 200 0 0)
+check "aisdk tool (strict), toolChoice required then none: execute got valid input, step 2 sent its result, a final text ($(jq -c '{calls, steps, tool_result_sent, finish_reason}' <<<"$got" 2>/dev/null || echo "$got"))" \
+	jqe '(.calls | length) >= 1 and all(.calls[]; .valid) and .steps == 2 and .tool_result_sent and
+	     .finish_reason_1 == "tool-calls" and (.text | length) > 0 and
+	     (.finish_reason == "stop" or .finish_reason == "length")' <<<"$got"
+got=$(client langchain chattools "$(msgs "$P")" 200 0 0)
+check "langchain bindTools, tool_choice any: valid tool_calls, the ToolMessage back, a final answer ($(jq -c '{calls, finish_reason}' <<<"$got" 2>/dev/null || echo "$got"))" \
+	jqe '(.calls | length) >= 1 and all(.calls[]; .valid) and .executed == (.calls | length) and
+	     .finish_reason_1 == "tool_calls" and (.text | length) > 0 and
+	     (.finish_reason == "stop" or .finish_reason == "length")' <<<"$got"
 
 # ---- aborts ----------------------------------------------------------------------------
 # 1900 tokens take a second or more here: the client aborts after two pieces

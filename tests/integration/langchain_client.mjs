@@ -7,14 +7,29 @@
 //   plain                       the OpenAI LLM (completions)
 //   chatabort                   a chat stream aborted after its second
 //                               chunk (an AbortSignal)
+//   chatlogprobs                ChatOpenAI with logprobs: true,
+//                               topLogprobs: 2: "logprobs" from
+//                               response_metadata.logprobs.content
+//   chatparse                   withStructuredOutput(zod schema, {method:
+//                               "jsonSchema", strict: true}): "parsed",
+//                               "valid"
+//   chattools                   bindTools([a tool], {tool_choice: "any",
+//                               strict: true}):
+//                               AIMessage.tool_calls ("calls"), the tool
+//                               run on them and its ToolMessage sent back
+//                               (the model bound without tool_choice):
+//                               the final text and finish_reason
 // A refusal is {status, code, lc_error_code, class}: LangChain's error
 // (it wraps the openai client's, keeping its status).
-import { args, load, run, readThenAbort } from "./clients_run.mjs";
+import { args, load, run, readThenAbort, lpList, Story, Weather, weather } from "./clients_run.mjs";
 
 const { moduleDir, jobs } = args();
 const lc = await load(moduleDir, "@langchain/openai");
 const ChatOpenAI = lc.ChatOpenAI ?? lc.default?.ChatOpenAI;
 const OpenAI = lc.OpenAI ?? lc.default?.OpenAI;
+const { z } = await load(moduleDir, "zod");
+const { tool } = await load(moduleDir, "@langchain/core/tools");
+const { ToolMessage } = await load(moduleDir, "@langchain/core/messages");
 const common = (a) => ({
 	model: a.model, apiKey: a.apiKey, configuration: { baseURL: a.baseURL },
 	temperature: a.temperature, maxRetries: 0, timeout: 60000,
@@ -61,6 +76,42 @@ const cases = {
 		return { text: g.text, finish_reason: g.generationInfo?.finishReason,
 			 completion_tokens: r.llmOutput?.tokenUsage?.completionTokens,
 			 prompt_tokens: r.llmOutput?.tokenUsage?.promptTokens };
+	},
+	async chatlogprobs(a) {
+		const m = await new ChatOpenAI({ ...common(a), maxTokens: a.maxTokens,
+						 modelKwargs: { seed: a.seed }, logprobs: true, topLogprobs: 2 })
+			.invoke(messages(a));
+		return { text: m.text, finish_reason: finish(m), ...usage(m),
+			 logprobs: lpList(m.response_metadata?.logprobs?.content, (t) => t.top_logprobs) };
+	},
+	async chatparse(a) {
+		const schema = Story(z);
+		const o = await chatModel(a, false)
+			.withStructuredOutput(schema, { name: "story", method: "jsonSchema", strict: true })
+			.invoke(messages(a));
+		return { parsed: o, valid: schema.safeParse(o).success };
+	},
+	async chattools(a) {
+		const params = Weather(z);
+		const got = [];
+		const getWeather = tool(async (input) => {
+			got.push(input);
+			return JSON.stringify(weather(input));
+		}, { name: "get_weather", description: "The weather in a city", schema: params });
+		const model = chatModel(a, false);
+		const m1 = await model.bindTools([getWeather], { tool_choice: "any", strict: true }).invoke(messages(a));
+		const calls = (m1.tool_calls ?? []).map((c) => ({
+			name: c.name, arguments: c.args, valid: params.safeParse(c.args).success }));
+		const out = { calls, finish_reason_1: finish(m1) };
+		if (!calls.length)
+			return out;
+		const results = [];
+		for (const c of m1.tool_calls)
+			results.push(new ToolMessage({ tool_call_id: c.id,
+						       content: await getWeather.invoke(c.args) }));
+		const m2 = await model.bindTools([getWeather]).invoke([...messages(a), m1, ...results]);
+		return { ...out, executed: got.length, text: m2.text, finish_reason: finish(m2),
+			 calls_2: m2.tool_calls?.length ?? 0 };
 	},
 	async chatabort(a) {
 		const ac = new AbortController();

@@ -12,12 +12,31 @@
 //                            second chunk
 //   chatn, chatnstream       chat completions with n: 3: "texts" and
 //                            "finish_reasons" by choice index
+//   chatlogprobs             chat with logprobs: true, top_logprobs: 2:
+//                            also "logprobs" (clients_run.mjs' lpList)
+//   chatjson                 response_format json_object: also "json",
+//                            the content parsed (null when it is not JSON)
+//   chatparse                chat.completions.parse with zodResponseFormat
+//                            (json_schema, strict): "parsed", and "valid"
+//                            (the zod schema's safeParse of it)
+//   chattools, chattoolsauto a tool call round trip with a zodFunction
+//                            tool (strict): tool_choice "required" (or the
+//                            default, "auto": create, as parse throws on a
+//                            text answer cut at max_tokens), parse's
+//                            parsed_arguments, then the tool's result as a role "tool"
+//                            message and the final answer: "calls" (name,
+//                            arguments, valid by the zod schema), then
+//                            text and finish_reason of the second request
 // A refusal is {status, code, type, class}: class is the client's
 // exception (AuthenticationError for 401, BadRequestError, ...).
-import { args, load, run, readThenAbort } from "./clients_run.mjs";
+import { args, load, run, readThenAbort, lpList, Story, Weather, weather } from "./clients_run.mjs";
 
 const { moduleDir, jobs } = args();
 const mod = await load(moduleDir, "openai");
+// zod and the SDK's zod helpers, loaded by the cases that use them
+// (http_openai.sh's openai@4 cache has no zod)
+const zod = async () => ({ ...await load(moduleDir, "zod"),
+			   ...await load(moduleDir, "openai/helpers/zod") });
 const OpenAI = mod.default?.OpenAI ?? mod.OpenAI ?? mod.default;
 const client = (a) => new OpenAI({ baseURL: a.baseURL, apiKey: a.apiKey, maxRetries: 0,
 				     timeout: 60000 });
@@ -124,7 +143,69 @@ const cases = {
 				yield c.choices[0]?.delta?.content;
 		})(), 2, () => s.controller.abort());
 	},
+	async chatlogprobs(a) {
+		const r = await client(a).chat.completions.create({ ...chat(a), logprobs: true,
+								    top_logprobs: 2 });
+		const c = r.choices[0];
+		return { text: c.message.content, finish_reason: c.finish_reason,
+			 completion_tokens: r.usage.completion_tokens,
+			 logprobs: lpList(c.logprobs?.content, (t) => t.top_logprobs) };
+	},
+	async chatjson(a) {
+		const r = await client(a).chat.completions.create({
+			...chat(a), response_format: { type: "json_object" } });
+		const c = r.choices[0];
+		let json = null;
+		try {
+			json = JSON.parse(c.message.content);
+		} catch { /* null: not JSON */ }
+		return { text: c.message.content, finish_reason: c.finish_reason, json,
+			 completion_tokens: r.usage.completion_tokens };
+	},
+	async chatparse(a) {
+		const { z, zodResponseFormat } = await zod();
+		const schema = Story(z);
+		const r = await client(a).chat.completions.parse({
+			...chat(a), response_format: zodResponseFormat(schema, "story") });
+		const c = r.choices[0];
+		return { text: c.message.content, finish_reason: c.finish_reason,
+			 parsed: c.message.parsed ?? null,
+			 valid: schema.safeParse(c.message.parsed).success,
+			 completion_tokens: r.usage.completion_tokens };
+	},
+	chattools: (a) => toolTrip(a, "required"),
+	chattoolsauto: (a) => toolTrip(a, undefined),
 };
+
+// The round trip: a call with zodFunction's tool (parse gives each call's
+// parsed_arguments), the tool run on them, its result sent back.
+async function toolTrip(a, toolChoice) {
+	const { z, zodFunction } = await zod();
+	const c = client(a);
+	const params = Weather(z);
+	const tools = [zodFunction({ name: "get_weather", parameters: params,
+				     description: "The weather in a city" })];
+	// parse() throws when the answer ran into max_tokens: "auto" may
+	// well be text that long, so it is asked with create()
+	const r1 = toolChoice ? await c.chat.completions.parse({ ...chat(a), tools, tool_choice: toolChoice })
+			      : await c.chat.completions.create({ ...chat(a), tools });
+	const m = r1.choices[0].message;
+	const argsOf = (t) => t.function.parsed_arguments ?? JSON.parse(t.function.arguments);
+	const calls = (m.tool_calls ?? []).map((t) => ({
+		name: t.function.name, arguments: argsOf(t), valid: params.safeParse(argsOf(t)).success }));
+	const out = { finish_reason_1: r1.choices[0].finish_reason, text_1: m.content, calls };
+	if (!calls.length)
+		return out;
+	const r2 = await c.chat.completions.create({
+		...chat(a), tools,
+		messages: [...a.prompt, m, ...m.tool_calls.map((t) => ({
+			role: "tool", tool_call_id: t.id,
+			content: JSON.stringify(weather(argsOf(t))) }))] });
+	return { ...out, text: r2.choices[0].message.content,
+		 finish_reason: r2.choices[0].finish_reason,
+		 calls_2: r2.choices[0].message.tool_calls?.length ?? 0,
+		 prompt_tokens_2: r2.usage.prompt_tokens, prompt_tokens_1: r1.usage.prompt_tokens };
+}
 
 await run(jobs, cases, (e) => e instanceof OpenAI.APIError
 	? { status: e.status, code: e.code ?? e.error?.code, type: e.type ?? e.error?.type }
