@@ -107,11 +107,12 @@ export function lpList(content, topOf) {
 
 // The schemas the structured-output and tool cases share (z: the zod
 // module of the test's npm cache): small and bounded (enums, a boolean,
-// every key required, no other keys), so that an answer the grammar
-// shapes ends well within max_tokens on the test model. No integer:
-// zod's .int() writes the safe-integer minimum/maximum, keywords kvd's
-// response_format does not serve.
-export const Story = (z) => z.object({ mood: z.enum(["happy", "sad"]), ending: z.boolean() });
+// an integer, every key required, no other keys), so that an answer the
+// grammar shapes ends well within max_tokens on the test model. zod's
+// .int() writes the safe-integer minimum and maximum (kvd holds them by
+// a digit bound).
+export const Story = (z) => z.object({ mood: z.enum(["happy", "sad"]), ending: z.boolean(),
+				       stars: z.number().int() });
 export const Weather = (z) => z.object({ city: z.enum(["Paris", "Rome"]),
 					unit: z.enum(["c", "f"]) });
 // the tool itself: what get_weather answers for its arguments

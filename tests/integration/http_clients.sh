@@ -172,8 +172,9 @@ done
 
 # ---- JSON mode and structured output --------------------------------------------------------
 # json_object: the answer is an object from its first token (free text
-# without the grammar: a story); a zod schema (two enums and a boolean,
-# strict) through each client's structured output: valid by the schema.
+# without the grammar: a story); a zod schema (an enum, a boolean and an
+# integer - zod's .int() sends minimum and maximum -, strict) through each
+# client's structured output: valid by the schema.
 # The model writes whitespace between JSON tokens, hence 200 tokens.
 got=$(client openai chatjson "$(msgs "$P")" 200 0 0)
 check "openai json_object: the answer is a JSON object (or, cut at max_tokens, starts as one) ($(jq -c '{text: .text[:40], finish_reason}' <<<"$got" 2>/dev/null || echo "$got"))" \
@@ -181,7 +182,7 @@ check "openai json_object: the answer is a JSON object (or, cut at max_tokens, s
 for c in openai aisdk langchain; do
 	got=$(client $c chatparse "$(msgs "$P")" 200 0 0)
 	check "$c structured output (zod schema, json_schema strict): valid ($(jq -c .parsed <<<"$got" 2>/dev/null || echo "$got"))" \
-		jqe '.valid and (.parsed | keys) == ["ending", "mood"] and (.finish_reason // "stop") == "stop"' <<<"$got"
+		jqe '.valid and (.parsed | keys) == ["ending", "mood", "stars"] and (.finish_reason // "stop") == "stop"' <<<"$got"
 done
 
 # ---- a tool call round trip -----------------------------------------------------------------
