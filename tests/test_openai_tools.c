@@ -339,6 +339,8 @@ START_TEST(test_scan_chatml)
 		"<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
 		"<tool_call>{\"name\": \"f\", \"arguments\": {}, \"x\": 1}</tool_call>",
 		"<tool_call>{\"name\": \"f\"}</tool_call>",
+		"<tool_call>{\"name\": 5, \"arguments\": {}}</tool_call>",
+		"<tool_call>{\"foo\": \"f\", \"arguments\": {}}</tool_call>",
 		"<tool_call></tool_call>",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -391,6 +393,9 @@ START_TEST(test_scan_mistral_v3)
 		"[{\"name\": \"f\", \"arguments\": {}, \"x\": 1}]",
 		"[{\"name\": \"f\", \"arguments\": {}, \"id\": 7}]",
 		"[{\"name\": \"f\"}]",
+		"[{\"name\": 5, \"arguments\": {\"x\": 1}}]",      /* not a name: not tools[0] */
+		"[{\"foo\": \"get_weather\", \"arguments\": {}}]",
+		"[{\"arguments\": {}, \"id\": \"abcdefghi\"}]",
 		"[]",
 		"[1]",
 		"[{\"name\": \"f\", \"arguments\": {}}",
@@ -435,6 +440,9 @@ START_TEST(test_scan_llama3)
 	expect_scan(CHAT_LLAMA3, "{\"name\": \"g\", \"parameters\": {}}", "{\"name\": \"g\", \"parameters\": {}}", "");
 	expect_scan(CHAT_LLAMA3, "{\"name\": \"f\", \"parameters\": {}} ok", "{\"name\": \"f\", \"parameters\": {}} ok", "");
 	expect_scan(CHAT_LLAMA3, "{} {}", "{} {}", "");
+	/* a name that is not a string, or none: not a call of tools[0] */
+	expect_scan(CHAT_LLAMA3, "{\"name\": 5, \"parameters\": {}}", "{\"name\": 5, \"parameters\": {}}", "");
+	expect_scan(CHAT_LLAMA3, "{\"foo\": \"f\", \"parameters\": {}}", "{\"foo\": \"f\", \"parameters\": {}}", "");
 	expect_scan(CHAT_LLAMA3, "  ", "  ", "");
 	/* a format without a call syntax: all text */
 	expect_scan(CHAT_MISTRAL, CALL_W, CALL_W, "");

@@ -407,7 +407,8 @@ static int call_json(const struct openai_tool *tools, size_t n_tools,
 	while (json_is_string(name) && t < n_tools &&
 	       strcmp(tools[t].name, json_string_value(name)))
 		t++;
-	if (json_object_size(o) == 2u + typed(o) && json_is_object(args) && t < n_tools) {
+	if (json_is_string(name) && json_object_size(o) == 2u + typed(o) &&
+	    json_is_object(args) && t < n_tools) {
 		snprintf(out->name, sizeof(out->name), "%s", tools[t].name);
 		out->arguments = json_dumps(args, 0);
 		rc = out->arguments ? 0 : -ENOMEM;
@@ -582,8 +583,9 @@ static int mistral_call(const struct openai_tool *tools, size_t n_tools,
 	json_t *id = json_object_get(o, "id");
 	size_t t = 0;
 
-	while (json_is_string(name) && t < n_tools &&
-	       strcmp(tools[t].name, json_string_value(name)))
+	if (!json_is_string(name))
+		return 1;   /* else t stayed 0: a call of tools[0] */
+	while (t < n_tools && strcmp(tools[t].name, json_string_value(name)))
 		t++;
 	if (t == n_tools || !json_is_object(args) || (id && !json_is_string(id)) ||
 	    json_object_size(o) != 2u + (id != NULL))
