@@ -533,6 +533,23 @@ static int respond_whole(struct http_conn *hc, json_t *j)
 	return 0;
 }
 
+/* A JSON string of p[0, n) without the calls mark the sink wrote for
+ * the token that opens calls (OPENAI_CALLS_MARK: when it opened none, the
+ * answer's content holds nothing of it). NULL: no memory. */
+static json_t *text_unmarked_json(const char *p, size_t n)
+{
+	char *u;
+	json_t *t;
+
+	if (!memchr(p, OPENAI_CALLS_MARK, n))
+		return json_text(p, n);
+	if (!(u = malloc(n)))
+		return NULL;
+	t = json_text(u, openai_calls_unmark(u, p, n));
+	free(u);
+	return t;
+}
+
 /* Stream text[0, n) as one chunk, with the logprobs of the tokens whose
  * text it completes (all that are held, at the end), and drop them from
  * the buffers; -ENOMEM (nothing sent: the caller fails the exchange). */
@@ -547,7 +564,7 @@ static int stream_text(struct http_conn *hc, size_t n, bool all)
 	stream_head(hc);
 	if (x->lp_on && !(lp = x_nomem(hc) ? NULL : lp_json(hc, k)))
 		return -ENOMEM;
-	t = x_nomem(hc) ? NULL : json_text(x->text, n);
+	t = x_nomem(hc) ? NULL : text_unmarked_json(x->text, n);
 	if (!t) {
 		json_decref(lp);
 		return -ENOMEM;
@@ -658,8 +675,8 @@ static int stream_ready(struct http_conn *hc, bool final)
 	}
 }
 
-/* Not streamed: the answer's text split into its text (content) and its
- * calls (x->calls). -ENOMEM. */
+/* Not streamed: the answer's text split into its text (content, less
+ * the calls marks) and its calls (x->calls). -ENOMEM. */
 static int final_calls(struct http_conn *hc, struct kvd_buf *content)
 {
 	struct http_exchange *x = &hc->x;
@@ -682,6 +699,8 @@ static int final_calls(struct http_conn *hc, struct kvd_buf *content)
 		pos += rc == OPENAI_SCAN_CALL ? f.end : f.text;
 		x->n_calls += rc == OPENAI_SCAN_CALL;
 	} while (rc == OPENAI_SCAN_CALL);
+	if (content->p)   /* a mark that opened no calls is not content */
+		content->len = openai_calls_unmark(content->p, content->p, content->len);
 	return 0;
 }
 
@@ -1376,8 +1395,13 @@ static void api_sink_token(struct serve_sink *k, struct serve_req *r,
 	if (!choice_of(&hc->x, r))
 		return;   /* answered already (a stop string) */
 	if (hc->x.tool_fmt != CHAT_NONE && token == hc->x.tool_token) {
-		piece = openai_calls_token(hc->x.tool_fmt);
-		len = strlen(piece);
+		/* its mark, not its text: no piece spells it, so only the
+		 * token drawn opens calls (the lazy grammar's lead), and no
+		 * stop string matches it */
+		static const char mark[] = { OPENAI_CALLS_MARK };
+
+		piece = mark;
+		len = sizeof(mark);
 	}
 	if (hc->x.lp_on && lp && lp_add(hc, token, lp, len)) {
 		exchange_fail(hc, index + 1);

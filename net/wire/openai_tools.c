@@ -380,6 +380,16 @@ const char *openai_calls_token(enum chat_format f)
 	return f == CHAT_MISTRAL_V3 ? MISTRAL_CALLS : NULL;
 }
 
+size_t openai_calls_unmark(char *out, const char *p, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != OPENAI_CALLS_MARK)
+			out[k++] = p[i];
+	return k;
+}
+
 /* p[0, n) as a call: a JSON object of exactly a name among the tools and
  * an object of arguments (under "arguments" or, Llama 3.1's word,
  * "parameters"), and optionally "type": "function" (Llama 3.2 writes
@@ -641,14 +651,17 @@ static int mistral_next(const struct openai_tool *tools, size_t n_tools,
 	return OPENAI_SCAN_CALL;
 }
 
-/* Text, then [TOOL_CALLS] and a list: the list is held until its ']'
- * comes (at most OPENAI_CALL_HOLD_MAX bytes from the token), then read
- * whole; a list of calls gives them one per scan (*in_list between). */
+/* Text, then the [TOOL_CALLS] token (its mark: the text "[TOOL_CALLS]"
+ * spelled out of ordinary pieces is text) and a list: the list is held
+ * until its ']' comes (at most OPENAI_CALL_HOLD_MAX bytes from the
+ * token), then read whole; a list of calls gives them one per scan
+ * (*in_list between). A mark that opens no list of calls is text (the
+ * front gives none out: openai_calls_unmark). */
 static int scan_mistral(const struct openai_tool *tools, size_t n_tools,
 			const char *p, size_t len, bool final, bool *in_list,
 			struct openai_found *out)
 {
-	const size_t ml = strlen(MISTRAL_CALLS);
+	const size_t ml = 1;   /* OPENAI_CALLS_MARK */
 	size_t from = 0;
 
 	if (*in_list) {
@@ -656,13 +669,12 @@ static int scan_mistral(const struct openai_tool *tools, size_t n_tools,
 		return mistral_next(tools, n_tools, p, 0, len, in_list, out);
 	}
 	for (;;) {
-		const char *m = memmem(p + from, len - from, MISTRAL_CALLS, ml);
+		const char *m = memchr(p + from, OPENAI_CALLS_MARK, len - from);
 		size_t at, i, end;
 		int rc;
 
 		if (!m) {
-			out->text = final ? len : len - tag_begun(p + from, len - from,
-								 MISTRAL_CALLS);
+			out->text = len;
 			return OPENAI_SCAN_TEXT;
 		}
 		at = (size_t)(m - p);

@@ -8,8 +8,11 @@
  *   mistral_v3 (Mistral 7B Instruct v0.3): text, then the [TOOL_CALLS]
  *     control token and a JSON array of {"name": N, "arguments": {...}}
  *     (an "id" taken too). Detokenizing drops control tokens, so the
- *     front writes openai_calls_token()'s text into the answer when the
- *     model draws that token; the scanner reads that text.
+ *     front writes OPENAI_CALLS_MARK into the answer's text when the
+ *     model draws that token; the scanner reads that byte, never the
+ *     token's text spelled out of ordinary pieces (such a list would
+ *     skip the call grammar), and the front drops it from the text it
+ *     gives out (openai_calls_unmark).
  *     A list with any element that is not a call is text, all of it.
  * openai_calls_scan finds them in the text not yet answered, for the
  * stream (as the text grows) and for the final answer alike. A call is
@@ -45,12 +48,24 @@ struct openai_found {
 					      * text (compact); the caller's */
 };
 
+/* The byte the front writes into the answer's text for the control
+ * token that opens calls (openai_calls_token): 0xFF is in no UTF-8
+ * text, and detokenized text is UTF-8 only (gpu/text/detok.c turns an
+ * impossible byte into U+FFFD), so only the token drawn makes it; nor
+ * is it in any stop string (valid UTF-8 from JSON). */
+#define OPENAI_CALLS_MARK '\xff'
+
 /* Whether format f has a call syntax that openai_calls_scan reads. */
 bool openai_calls_format(enum chat_format f);
-/* The text of the control token that opens format f's calls, which the
- * front writes for that token's id ("[TOOL_CALLS]"); NULL when f's calls
- * are ordinary text. */
+/* The text of the control token that opens format f's calls
+ * ("[TOOL_CALLS]": the front looks its id up by it, and writes
+ * OPENAI_CALLS_MARK for that id); NULL when f's calls are ordinary
+ * text. */
 const char *openai_calls_token(enum chat_format f);
+
+/* p[0, n) without its marks (OPENAI_CALLS_MARK) into out (room for n
+ * bytes; out == p is fine): the bytes written. */
+size_t openai_calls_unmark(char *out, const char *p, size_t n);
 
 /* Scan p[0, len), the answer's text not yet given out, in format f for
  * the first call of tools[0, n_tools). final: no more text will come

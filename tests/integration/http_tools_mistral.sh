@@ -26,7 +26,10 @@
 #     here), then the call grammar: every call made keeps the schema (an
 #     enum most whole-call tokens break), and calls were made;
 #   - a control token's text in a tool's description or result is
-#     refused (forged_control_token).
+#     refused (forged_control_token);
+#   - [TOOL_CALLS] drawn and no list after it: nothing of it is content
+#     (echoed back it is no forged token), a stop string "[TOOL" does not
+#     match it, streamed or not.
 # (Mistral v0.1's format still refuses tools: http_tools.sh.)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
@@ -177,6 +180,28 @@ for seed in 1 2 3 4; do
 done
 check "auto + strict: the model called ($n_auto calls over 4 answers), so the grammar held them" \
 	test "$n_auto" -gt 0
+# ---- [TOOL_CALLS] drawn, then no list: nothing of it is content ----------------------------
+# (every token is the token here, biased by 100; TOOLS is not strict: no
+# grammar) Its text in content would be echoed back as a forged control
+# token (400), and a stop string "[TOOL" would match it.
+NOLIST="{\"messages\":$MSGS,\"tools\":$TOOLS,\"max_tokens\":3,\"temperature\":0,\"logit_bias\":{\"5\":100}"
+st=$(post chat/completions "$NOLIST}")
+check "[TOOL_CALLS] and no list: 200 ($st), content \"\" ($(jq -c .choices[0].message.content "$T/body")), no calls, finish length" \
+	jq -e '.choices[0] | .message.content == "" and .message.tool_calls == null and
+		.finish_reason == "length"' "$T/body"
+ECHO=$(jq -c --argjson m "$MSGS" '$m + [.choices[0].message, {"role": "user", "content": "Again."}]' "$T/body")
+st=$(post chat/completions "{\"messages\":$ECHO,\"tools\":$TOOLS,\"max_tokens\":1}")
+check "  ... that message echoed back: 200 ($st)" test "$st" = 200
+NOLIST="$NOLIST,\"stop\":[\"[TOOL\"]"
+st=$(post chat/completions "$NOLIST}")
+check "  ... stop \"[TOOL\": 200 ($st), not matched (finish $(jq .choices[0].finish_reason "$T/body"))" \
+	jq -e '.choices[0] | .message.content == "" and .finish_reason == "length"' "$T/body"
+curl -sN -H "Authorization: Bearer $KEY" -d "$NOLIST,\"stream\":true}" "$U/chat/completions" |
+	sed -n 's/^data: //p' | grep -v '^\[DONE\]$' > "$T/sse"
+check "  ... streamed, the same" \
+	jq -se '([.[] | .choices[0].delta.content // empty] | join("")) == "" and
+		([.[] | .choices[0].delta.tool_calls // empty] | length) == 0 and
+		.[-1].choices[0].finish_reason == "length"' "$T/sse"
 check "nothing held after the tools requests" settle t
 stop_node t
 serve_finish
