@@ -321,8 +321,11 @@ START_TEST(test_tools_mistral_v3)
 	expect(CHAT_MISTRAL_V3, conv, NCONV, true,
 	       "[INST] Hi[/INST] Hello!</s>[INST] Be brief.\n\n2+2?[/INST]");
 	expect(CHAT_MISTRAL_V3, conv + 1, 2, false, "[INST] Hi[/INST] Hello!</s>");
-	/* two calls; ids without 9 alphanumerics hash; a user message equal
-	 * to the last one gets the tools too (the template compares values) */
+	/* two calls; ids without 9 alphanumerics hash; the tools before the
+	 * last user message only, not before one equal to it (the template
+	 * compares values; mistral_common and vLLM take the last by index:
+	 * every equal one would render the tools again, a body's tools times
+	 * its messages) */
 	struct chat_msg m[] = { { "user", "x" }, { "assistant", "" }, { "tool", "{\"t\": 1}" },
 				{ "tool", "r" }, { "assistant", " ok " }, { "user", "x" } };
 	static const struct chat_call two_ids[] = { { "a", "{}", "x-1" },
@@ -335,13 +338,29 @@ START_TEST(test_tools_mistral_v3)
 	chat_mistral_id("x-1", h1);
 	chat_mistral_id(NULL, h0);
 	snprintf(want, sizeof(want),
-		 MISTRAL_TOOLS "[INST] x[/INST]"
+		 "[INST] x[/INST]"
 		 "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {}, \"id\": \"%s\"}, "
 		 "{\"name\": \"b\", \"arguments\": {\"x\": 1}, \"id\": \"%s\"}]</s>"
 		 "[TOOL_RESULTS] {\"content\": {\"t\": 1}, \"call_id\": \"%s\"}[/TOOL_RESULTS]"
 		 "[TOOL_RESULTS] {\"content\": r, \"call_id\": \"%s\"}[/TOOL_RESULTS]"
 		 " ok</s>" MISTRAL_TOOLS "[INST] x[/INST]", h1, h0, h1, h0);
 	expect_tools(CHAT_MISTRAL_V3, m, 6, &t2, want);
+	/* many equal user messages: the tools once */
+	struct chat_msg hi[63];
+	char *out = NULL, err[200];
+	size_t len = 0, k = 0;
+
+	for (size_t i = 0; i < 63; i++)
+		hi[i] = (struct chat_msg){ i % 2 ? "assistant" : "user", i % 2 ? "ok" : "hi" };
+	ck_assert_int_eq(chat_render_tools(CHAT_MISTRAL_V3, hi, 63,
+					   &(struct chat_tools){ weather, 1, NULL, NULL, NULL },
+					   true, &out, &len, err, sizeof(err)), 0);
+	for (const char *q = out; (q = strstr(q, "[AVAILABLE_TOOLS]")); q++)
+		k++;
+	ck_assert_uint_eq(k, 1);
+	ck_assert_ptr_nonnull(strstr(out, "ok</s>" MISTRAL_TOOLS "[INST] hi[/INST]"));
+	ck_assert_uint_eq(len, strlen(out));
+	free(out);
 	/* after results the answer comes before the next user turn; one
 	 * system message, first */
 	struct chat_msg m4[] = { { "user", "x" }, { "assistant", "" }, { "tool", "r" },

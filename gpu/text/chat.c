@@ -465,9 +465,11 @@ static void r_qwen_tools(struct sb *b, const struct turn *t, size_t n,
  * template Mixtral-8x22B-Instruct shares), tools or not:
  *   [INST] U1[/INST] A1|trim</s>...[AVAILABLE_TOOLS] [T, T][/AVAILABLE_TOOLS]
  *   [INST] SYSTEM\n\nUn[/INST]
- * The tools go before the last user message (the template compares the
- * messages by value: before any user message equal to the last one, so
- * here too); each is {"type": "function", "function": F}. The system
+ * The tools go once, before the last user message by index (as
+ * mistral_common and vLLM; the template compares the messages by value
+ * and renders them before any user message equal to the last one too,
+ * which repeats a body's tools for each: not here); each is
+ * {"type": "function", "function": F}. The system
  * message goes into the last message when that is a user message, and
  * is not rendered otherwise (the template drops it). An assistant call
  * message is [TOOL_CALLS] [{"name": N, "arguments": ARGS, "id": ID},
@@ -550,14 +552,18 @@ static void r_mistral3_tools(struct sb *b, const struct turn *t, size_t n,
 			     bool gen)
 {
 	const char *sys = n && t[0].role == R_SYSTEM ? t[0].content : NULL;
-	const char *last_user = NULL;
+	size_t last_user = n;
 
 	(void)gen;   /* the user turn ends with [/INST] */
+	/* the tools before the last user message by index, as mistral_common
+	 * and vLLM render them (the template's `message == user_messages[-1]`
+	 * also matches every user message equal to the last: the tools
+	 * again before each, a body's tools times its messages) */
 	for (size_t i = 0; i < n; i++)
 		if (t[i].role == R_USER)
-			last_user = t[i].content;
+			last_user = i;
 	for (size_t i = sys ? 1 : 0; i < n; i++) {
-		if (n_tools && t[i].role == R_USER && !strcmp(t[i].content, last_user))
+		if (n_tools && i == last_user)
 			mistral3_tools(b, tools, n_tools);
 		mistral3_turn(b, &t[i], i + 1 == n ? sys : NULL);
 	}
