@@ -331,9 +331,13 @@ static void serve_reload_keys(struct serve *s)
 }
 
 /* The INI read again (path_is_file) for http.cors_origins, the one key
- * of it a SIGHUP applies: through every check of the boot, so an INI
- * that fails any of them (not only this key) changes nothing, and says
- * why as the boot would (FILE:LINE: key: message). The other keys are
+ * of it a SIGHUP applies: through every check of the file the boot runs
+ * (kvd_config_load: each key's parse, resolve, validate), so an INI that
+ * fails any of them (not only this key) changes nothing, and says why as
+ * the boot would (FILE:LINE: key: message). Not kvd_config_check_host
+ * (admin.socket's directory on this machine): the socket is bound
+ * already and the key takes a restart, so that check is the next
+ * start's. The other keys are
  * read and dropped: they take a restart. The new list is parsed into a
  * scratch list first, then into place: the list in use is never left
  * half written. */
