@@ -9,7 +9,7 @@
  * <tool_call> tags, repeated; bit 3: parallel_tool_calls false) or,
  * with bit 2, llama3's bare call object, or, with bit 4 (bit 2 clear),
  * mistral_v3's list of calls (fed the bytes after its [TOOL_CALLS]
- * token, the grammar's lead, which the scanner reads first); bit 5:
+ * token, the grammar's lead, whose mark the scanner reads first); bit 5:
  * tool_choice "auto" instead, the same grammar made lazy (free text
  * until "<tool_call>", or llama3's first `{`; mistral_v3's lazy run
  * waits for its lead token, which a run fed bytes has not: its bytes
@@ -80,12 +80,12 @@ static bool call_req(struct openai_req *q, const uint8_t *schema, size_t n,
 }
 
 /* A complete forced call is calls of f or g to the scanner, nothing else
- * (after the format's lead token's text, which the front writes). */
+ * (after the format's lead token's mark, which the front writes). */
 static void check_calls(const struct openai_req *q, enum chat_format f,
 			const char *doc, size_t n)
 {
-	const char *lead = openai_calls_token(f);
-	size_t ll = lead ? strlen(lead) : 0;
+	static const char mark[] = { OPENAI_CALLS_MARK };
+	size_t ll = openai_calls_token(f) ? sizeof(mark) : 0;
 	char *all = malloc(ll + n + 1);
 	const char *p = all;
 	struct openai_found o;
@@ -94,7 +94,7 @@ static void check_calls(const struct openai_req *q, enum chat_format f,
 	int rc;
 
 	FUZZ_CHECK(all, "out of memory");
-	memcpy(all, lead ? lead : "", ll);
+	memcpy(all, mark, ll);
 	memcpy(all + ll, doc, n);
 	n += ll;
 
