@@ -867,6 +867,12 @@ START_TEST(lazy_start_accepts_refuses)
 	ck_assert_int_eq(jgram_lazy(g, JGRAM_LAZY_PRE), JGRAM_E_INVALID);
 	ck_assert_int_eq(jgram_lazy(g, 7), JGRAM_E_INVALID);
 	jgram_free(g);
+	/* no wrap after jgram_lazy: its trigger's KMP table is the old pre's */
+	ck_assert_int_eq(jgram_new(&g), 0);
+	ck_assert_int_eq(jgram_wrap(g, "<a>", 3, "</a>", 4, 1), 0);
+	ck_assert_int_eq(jgram_lazy(g, JGRAM_LAZY_PRE), 0);
+	ck_assert_int_eq(jgram_wrap(g, "<bb>", 4, "</bb>", 5, 1), JGRAM_E_INVALID);
+	jgram_free(g);
 }
 END_TEST
 

@@ -1334,7 +1334,8 @@ static int node_check(const struct jgram *g, uint16_t id, const uint8_t *depth,
 int jgram_wrap(struct jgram *g, const char *pre, size_t pre_len,
 	       const char *post, size_t post_len, uint32_t max_rep)
 {
-	if (g->sealed || pre_len > JGRAM_WRAP_MAX || post_len > JGRAM_WRAP_MAX ||
+	/* not after jgram_lazy: its KMP table (fail) is the pre's */
+	if (g->sealed || g->lazy || pre_len > JGRAM_WRAP_MAX || post_len > JGRAM_WRAP_MAX ||
 	    !post_len || !max_rep || max_rep > JGRAM_REPS_MAX || (max_rep > 1 && !pre_len))
 		return JGRAM_E_INVALID;
 	memcpy(g->pre, pre, pre_len);
@@ -1467,8 +1468,6 @@ struct jgram_vocab {
 					  * follows it */
 	bool covered_bytes[256];         /* the byte is a token alone */
 	/* for lazy runs' free text: */
-	uint64_t *outside;               /* ((n_vocab + 63) / 64) tokens not in
-					  * `all` (control, long, ...) */
 	int32_t *longs;                  /* (n_longs) text tokens longer than
 					  * JGRAM_PIECE_MAX bytes */
 	uint32_t n_longs;
@@ -1596,7 +1595,6 @@ int jgram_vocab_new(struct jgram_vocab **out, const struct tokenizer *t)
 	if (v && (v->trigs = calloc(1, sizeof(*v->trigs))))
 		pthread_mutex_init(&v->trigs->lock, NULL);
 	if (v && v->trigs && pc && (v->plain = calloc((nv + 63) / 64 + 1, sizeof(uint64_t))) &&
-	    (v->outside = calloc((nv + 63) / 64 + 1, sizeof(uint64_t))) &&
 	    (v->longs = malloc(sizeof(*v->longs) * (nv ? nv : 1)))) {
 		v->t = t;
 		v->n_vocab = nv;
@@ -1607,7 +1605,6 @@ int jgram_vocab_new(struct jgram_vocab **out, const struct tokenizer *t)
 
 			if (tokenizer_piece(t, (int32_t)id, &p, &len) ||
 			    !vocab_token_ok(t, (int32_t)id, len)) {
-				v->outside[id / 64] |= UINT64_C(1) << (id % 64);
 				if (token_text(t, (int32_t)id, &p, &len))
 					v->longs[v->n_longs++] = (int32_t)id;
 				continue;
@@ -1636,7 +1633,6 @@ void jgram_vocab_free(struct jgram_vocab *v)
 	free(v->special.nodes);
 	free(v->special.toks);
 	free(v->plain);
-	free(v->outside);
 	free(v->longs);
 	if (v->trigs) {
 		for (uint32_t i = 0; i < v->trigs->n; i++)

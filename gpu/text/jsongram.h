@@ -234,8 +234,8 @@ int jgram_range_add(struct jgram *g, int64_t lo, bool lo_excl, int64_t hi, bool 
 		    bool integer, uint16_t *idx);
 /* Wrap the root value in pre and post (at most JGRAM_WRAP_MAX bytes
  * each; post not empty; pre not empty when max_rep > 1), repeated 1 to
- * max_rep (<= JGRAM_REPS_MAX) times. Before jgram_seal; JGRAM_E_INVALID
- * otherwise. */
+ * max_rep (<= JGRAM_REPS_MAX) times. Before jgram_lazy and jgram_seal;
+ * JGRAM_E_INVALID otherwise. */
 int jgram_wrap(struct jgram *g, const char *pre, size_t pre_len,
 	       const char *post, size_t post_len, uint32_t max_rep);
 /* The output opens with the control token whose text is text[0, len)
@@ -302,5 +302,7 @@ bool jgram_run_accept(void *run, int32_t token);
 const uint64_t *jgram_run_allowed(const struct jgram_run *r);
 /* A lazy run still in free text (every byte accepted). */
 bool jgram_run_free_text(const struct jgram_run *r);
-/* A lazy run whose trigger came: the grammar holds the rest. */
+/* A lazy run whose trigger came: the grammar holds the rest. A
+ * JGRAM_LAZY_LEAD run made without a vocabulary has no lead (its bytes
+ * are those after it, above): triggered from the start. */
 bool jgram_run_triggered(const struct jgram_run *r);
