@@ -1580,7 +1580,7 @@ static int api_chat_ids(enum chat_format fmt, const struct tokenizer *tok,
 	if (q->n_tools && !chat_format_tools(fmt)) {
 		*code = "unsupported_parameter";
 		*param = "tools";
-		snprintf(msg, msg_size, "the model's chat format (%s) has no tool syntax: tools are served for llama3 (Llama 3.1) and chatml (Qwen2.5, Hermes)",
+		snprintf(msg, msg_size, "the model's chat format (%s) has no tool syntax: tools are served for llama3 (Llama 3.1), chatml (Qwen2.5, Hermes) and mistral_v3 (Mistral 7B Instruct v0.3)",
 			 chat_format_name(fmt));
 		return 1;
 	}
