@@ -550,7 +550,18 @@ static json_t *text_unmarked_json(const char *p, size_t n)
 	return t;
 }
 
-/* Stream text[0, n) as one chunk, with the logprobs of the tokens whose
+/* Whether p[0, n) holds only calls marks (a [TOOL_CALLS] token that
+ * opened no calls: no content). */
+static bool marks_only(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != OPENAI_CALLS_MARK)
+			return false;
+	return true;
+}
+
+/* Stream text[0, n) as one chunk (none when it is only calls marks and
+ * no logprobs go with it), with the logprobs of the tokens whose
  * text it completes (all that are held, at the end), and drop them from
  * the buffers; -ENOMEM (nothing sent: the caller fails the exchange). */
 static int stream_text(struct http_conn *hc, size_t n, bool all)
@@ -561,6 +572,12 @@ static int stream_text(struct http_conn *hc, size_t n, bool all)
 
 	if (!n && (!all || !k))
 		return 0;
+	if (!k && marks_only(x->text, n)) {   /* nothing to say: no chunk */
+		memmove(x->text, x->text + n, x->len - n);
+		x->len -= n;
+		x->base += n;
+		return 0;
+	}
 	stream_head(hc);
 	if (x->lp_on && !(lp = x_nomem(hc) ? NULL : lp_json(hc, k)))
 		return -ENOMEM;

@@ -198,9 +198,10 @@ check "  ... stop \"[TOOL\": 200 ($st), not matched (finish $(jq .choices[0].fin
 	jq -e '.choices[0] | .message.content == "" and .finish_reason == "length"' "$T/body"
 curl -sN -H "Authorization: Bearer $KEY" -d "$NOLIST,\"stream\":true}" "$U/chat/completions" |
 	sed -n 's/^data: //p' | grep -v '^\[DONE\]$' > "$T/sse"
-check "  ... streamed, the same" \
-	jq -se '([.[] | .choices[0].delta.content // empty] | join("")) == "" and
+check "  ... streamed, the same (no content delta, not even \"\")" \
+	jq -se '([.[] | .choices[0].delta | select(has("content"))] | length) == 0 and
 		([.[] | .choices[0].delta.tool_calls // empty] | length) == 0 and
+		.[0].choices[0].delta.role == "assistant" and
 		.[-1].choices[0].finish_reason == "length"' "$T/sse"
 check "nothing held after the tools requests" settle t
 stop_node t
