@@ -462,6 +462,24 @@ START_TEST(test_scan_llama3)
 }
 END_TEST
 
+/* An empty answer's text is NULL (the front's buffer, never grown):
+ * text, nothing read from it (UBSan: no NULL to memmem or memchr). */
+START_TEST(test_scan_empty)
+{
+	enum chat_format fmts[] = { CHAT_CHATML, CHAT_LLAMA3, CHAT_MISTRAL_V3 };
+	struct openai_found o;
+
+	for (size_t k = 0; k < 3; k++)
+		for (int final = 0; final < 2; final++) {
+			bool plain = false;
+
+			ck_assert_int_eq(openai_calls_scan(fmts[k], tools, 2, NULL, 0, final, &plain, &o),
+					 OPENAI_SCAN_TEXT);
+			ck_assert_uint_eq(o.text, 0);
+		}
+}
+END_TEST
+
 /* What is held back is bounded: a call that never closes goes out as
  * text once it passes OPENAI_CALL_HOLD_MAX. */
 START_TEST(test_scan_bounded)
@@ -862,6 +880,7 @@ int main(void)
 	tcase_add_test(tc, test_scan_chatml);
 	tcase_add_test(tc, test_scan_llama3);
 	tcase_add_test(tc, test_scan_mistral_v3);
+	tcase_add_test(tc, test_scan_empty);
 	tcase_add_test(tc, test_scan_bounded);
 	tcase_add_test(tc, test_grammar_llama3);
 	tcase_add_test(tc, test_grammar_chatml);

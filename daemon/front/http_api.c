@@ -541,7 +541,7 @@ static json_t *text_unmarked_json(const char *p, size_t n)
 	char *u;
 	json_t *t;
 
-	if (!memchr(p, OPENAI_CALLS_MARK, n))
+	if (!n || !memchr(p, OPENAI_CALLS_MARK, n))
 		return json_text(p, n);
 	if (!(u = malloc(n)))
 		return NULL;

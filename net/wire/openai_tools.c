@@ -705,6 +705,8 @@ int openai_calls_scan(enum chat_format f, const struct openai_tool *tools,
 	out->end = len;
 	out->arguments = NULL;
 	out->name[0] = '\0';
+	if (!p)
+		p = "";   /* an empty answer's (len 0): memmem and memchr take no NULL */
 	if (f == CHAT_CHATML)
 		return scan_chatml(tools, n_tools, p, len, final, out);
 	if (f == CHAT_LLAMA3)
