@@ -148,9 +148,10 @@ struct http_exchange {
 	struct openai_tool *tools;       /* owned (n_tools): names only */
 	size_t n_tools;
 	int32_t tool_token;              /* the control token that opens the
-					  * format's calls (its text goes
-					  * into the answer: detok drops
-					  * it), or -1; tool_fmt set only */
+					  * format's calls (its mark,
+					  * OPENAI_CALLS_MARK, goes into the
+					  * answer: detok drops it), or -1;
+					  * tool_fmt set only */
 };
 
 struct http_conn {
