@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpu/gguf/gguf.h"
@@ -575,6 +576,37 @@ START_TEST(pattern_windows)
 	}
 	ck_assert_int_eq(jpat_compile(&(struct jpat){ 0 }, "^(a{19}|b{23})*$", 16, msg, sizeof(msg)),
 			 JPAT_E_INVALID);
+}
+END_TEST
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A counted repetition of an empty group is not copied, and a compile's
+ * parse work is capped: nested {64}s of nothing compile (or are refused)
+ * at once, not in 64^depth steps. */
+START_TEST(pattern_nesting)
+{
+	static const char *const res[] = { "((((){64}){64}){64}){64}",
+					   "(((((){64}){64}){64}){64}){9}",
+					   "((((((?:){64}){64}){64}){64}){64}){64}x",
+					   "^((((((|){64}){64}){64}){64}){64}){64}a{3}$" };
+	char msg[160];
+
+	for (size_t i = 0; i < sizeof(res) / sizeof(res[0]); i++) {
+		struct jpat p;
+		double t0 = now_s();
+		int rc = jpat_compile(&p, res[i], strlen(res[i]), msg, sizeof(msg));
+
+		ck_assert_msg(now_s() - t0 < 0.1, "%s: %.3f s", res[i], now_s() - t0);
+		ck_assert_msg(!rc, "%s: %s", res[i], msg);
+		jpat_free(&p);
+	}
 }
 END_TEST
 
@@ -1633,6 +1665,7 @@ int main(void)
 	tcase_add_test(tc, schema_patterns);
 	tcase_add_test(tc, schema_ranges);
 	tcase_add_test(tc, pattern_windows);
+	tcase_add_test(tc, pattern_nesting);
 	tcase_add_test(tc, schema_errors);
 	tcase_add_test(tc, schema_bounds);
 	tcase_add_test(tc, union_accepts_refuses);

@@ -33,6 +33,7 @@ struct pp {
 	const char *re;
 	size_t len, i;
 	unsigned depth;
+	uint32_t atoms;                  /* parse_atom calls (JPAT_ATOMS_MAX) */
 	bool top_alt;                    /* a | outside any group */
 	int err;
 	char *msg;
@@ -291,6 +292,10 @@ static struct frag parse_atom(struct pp *x)
 	struct cls k = { .w = { 0, 0 } };
 	int ch = c;
 
+	if (++x->atoms > JPAT_ATOMS_MAX) {
+		pp_bad(x, "the pattern takes more than %u steps to expand", JPAT_ATOMS_MAX);
+		return (struct frag){ .nullable = true };
+	}
 	if (c == '(')
 		return parse_group(x);
 	if (c == '[')
@@ -371,9 +376,13 @@ static struct frag repeat(struct pp *x, struct frag a, size_t start, uint32_t m,
 	return f;
 }
 
+/* An atom that added no position (an empty group: `()`, `(?:)`, `(|)`)
+ * matches only the empty string, so its repetitions are the atom once,
+ * not copies (which would multiply a nesting's work by n per level). */
 static struct frag parse_piece(struct pp *x)
 {
 	size_t start = x->i;
+	uint32_t n0 = x->p->n;
 	struct frag a = parse_atom(x);
 	uint32_t m, n;
 	char q = x->i < x->len ? x->re[x->i] : 0;
@@ -387,6 +396,8 @@ static struct frag parse_piece(struct pp *x)
 		a = frag_star(x->p, a, q == '+');
 	else if (!parse_count(x, &m, &n))
 		pp_bad(x, "a {m,n} is malformed or above %u", JPAT_REP_MAX);
+	else if (x->p->n == n0)
+		a.nullable = true;
 	else
 		a = repeat(x, a, start, m, n);
 	if (x->i < x->len && x->re[x->i] == '?')

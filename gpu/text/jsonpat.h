@@ -12,7 +12,9 @@
  * before and after the match; with a top-level | the anchors are
  * refused: write ^(a|b)$). Everything else (backreferences, lookaround,
  * \b, named groups, \p{..}, a raw '{' or non-ASCII in the pattern) is
- * refused: JPAT_E_INVALID with a message.
+ * refused: JPAT_E_INVALID with a message, as is a pattern whose
+ * expansion parses more than JPAT_ATOMS_MAX atoms (copies included: a
+ * bound on a compile's time, which the 63 positions alone are not).
  *
  * Characters. The automaton reads symbols: an ASCII code (0..127) or
  * JPAT_OTHER, any non-ASCII code point. Only what both ECMA-262 and
@@ -23,7 +25,8 @@
  * nothing: the grammar forbids \u in a patterned string.
  *
  * The automaton is Glushkov's: one position per character class in the
- * pattern (a counted repetition is expanded into copies), position 0
+ * pattern (a counted repetition is expanded into copies; an empty group
+ * is not copied: it matches only ""), position 0
  * the start; a state is a set of positions (a uint64_t bitset, so at
  * most JPAT_POS_MAX positions). reach[L] holds the positions from which
  * the pattern can end after exactly L more symbols; the sequence is
@@ -45,6 +48,7 @@
 #define JPAT_REP_MAX 64u      /* m and n of {m,n} */
 #define JPAT_REACH_MAX 256u   /* reach[] entries (pre + period) */
 #define JPAT_BYTES_MAX 1024u  /* a pattern's length */
+#define JPAT_ATOMS_MAX (64u * JPAT_BYTES_MAX) /* atoms parsed, copies included */
 #define JPAT_OTHER 128u       /* the symbol of any non-ASCII code point */
 #define JPAT_SYMS 129u
 
