@@ -435,6 +435,15 @@ START_TEST(schema_patterns)
 	expect_refused(g, "\"", "\"");
 	expect_refused(g, "\"xa", "\"");
 	jgram_free(g);
+	/* ^a\\$ is a, a backslash, the end; ^a\\\$ ends with a literal '$' */
+	g = compile("{\"type\":\"string\",\"pattern\":\"^a\\\\\\\\$\"}");
+	expect_valid(g, "\"a\\\\\"");
+	expect_refused(g, "\"a\\\\", "x");
+	jgram_free(g);
+	g = compile("{\"type\":\"string\",\"pattern\":\"^a\\\\\\\\\\\\$\"}");
+	expect_valid(g, "\"a\\\\$x\"");
+	expect_refused(g, "\"a\\\\", "x");
+	jgram_free(g);
 	g = compile("{\"type\":\"string\",\"pattern\":\"^(ab)+$\",\"minLength\":3,\"maxLength\":5}");
 	expect_valid(g, "\"abab\"");
 	expect_refused(g, "\"ab", "\"");

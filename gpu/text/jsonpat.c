@@ -475,13 +475,25 @@ static int reach_build(struct jpat *p)
 	return JPAT_E_INVALID;
 }
 
+/* A last '$' is the end anchor unless an odd run of backslashes
+ * escapes it (a\\$ is a backslash, then the end). */
+static bool end_anchor(const struct pp *x, bool head)
+{
+	size_t k;
+
+	if (x->len <= (size_t)head || x->re[x->len - 1] != '$')
+		return false;
+	for (k = x->len - 1; k > 0 && x->re[k - 1] == '\\'; k--)
+		;
+	return (x->len - 1 - k) % 2 == 0;
+}
+
 /* The pattern proper, its anchors and the any-character ends. */
 static struct frag parse_whole(struct pp *x)
 {
 	struct cls any = { .w = { ~UINT64_C(0), ~UINT64_C(0) }, .other = true };
 	bool head = x->len && x->re[0] == '^';
-	bool tail = x->len > (size_t)head && x->re[x->len - 1] == '$' &&
-		    (x->len < 2 || x->re[x->len - 2] != '\\');
+	bool tail = end_anchor(x, head);
 	struct frag f;
 
 	x->i = head;
