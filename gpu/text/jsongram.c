@@ -252,12 +252,13 @@ int jgram_range_add(struct jgram *g, int64_t lo, bool lo_excl, int64_t hi, bool 
 		    bool integer, uint16_t *idx)
 {
 	uint32_t at = g->n_ranges ? g->n_ranges : 1;
-	bool empty = integer ? lo + lo_excl > hi - hi_excl
-			     : lo > hi || (lo == hi && (lo_excl || hi_excl));
 	int rc;
 
-	if (g->sealed || at >= JGRAM_RANGES_MAX || empty || lo < -JGRAM_RANGE_ABS ||
+	if (g->sealed || at >= JGRAM_RANGES_MAX || lo < -JGRAM_RANGE_ABS ||
 	    hi > JGRAM_RANGE_ABS || lo > JGRAM_RANGE_ABS || hi < -JGRAM_RANGE_ABS)
+		return JGRAM_E_INVALID;
+	/* empty: after the bounds check, so lo + 1 and hi - 1 cannot overflow */
+	if (integer ? lo + lo_excl > hi - hi_excl : lo > hi || (lo == hi && (lo_excl || hi_excl)))
 		return JGRAM_E_INVALID;
 	if ((rc = grow((void **)&g->ranges, &g->cap_ranges, at + 1, sizeof(*g->ranges))))
 		return rc;
