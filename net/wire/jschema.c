@@ -6,7 +6,7 @@
  * literals (enum values or property names, contiguous). Each keyword has
  * a row in a table (what it is for); a key without a row is refused by
  * name. anyOf/oneOf compile each branch (enum-only ones merged into one
- * enum; object branches with a const tag property into one tagged
+ * enum, refused once past JGRAM_LITS_MAX values; object branches with a const tag property into one tagged
  * union of their untagged copies) and chain them as alternatives,
  * refused when two may start alike. String checks (minLength,
  * maxLength, pattern, format as a built-in pattern) and number ranges go
@@ -564,7 +564,9 @@ static bool enum_only(const json_t *b)
 }
 
 /* The enum-only branch b's values of its type, appended to all; oneOf:
- * a value twice would match two branches. */
+ * a value twice would match two branches. Each list and the merged one
+ * hold at most JGRAM_LITS_MAX values, refused as soon as one is past it,
+ * so the comparisons are at most JGRAM_LITS_MAX^2. */
 static int branch_values(struct jsc *c, const json_t *b, json_t *all, bool one, const char *kw)
 {
 	const json_t *e = json_object_get(b, "enum"), *k = json_object_get(b, "const");
@@ -575,7 +577,7 @@ static int branch_values(struct jsc *c, const json_t *b, json_t *all, bool one, 
 
 	if (!rc && e && k)
 		rc = jsc_bad(c, "'enum' and 'const' together are not supported");
-	if (!rc && !json_is_array(list))
+	if (!rc && (!json_is_array(list) || json_array_size(list) > JGRAM_LITS_MAX))
 		rc = jsc_bad(c, "'enum' must be a list of 1..%u values", JGRAM_LITS_MAX);
 	if (!rc)
 		rc = jsc_types(c, b, &types);
@@ -587,6 +589,9 @@ static int branch_values(struct jsc *c, const json_t *b, json_t *all, bool one, 
 			break;
 		if (value_fits(v, types) && json_array_append(all, v))
 			rc = -ENOMEM;
+		else if (json_array_size(all) > JGRAM_LITS_MAX)
+			rc = jsc_bad(c, "'%s' branches' enums hold more than %u values together",
+				     kw, JGRAM_LITS_MAX);
 	}
 	json_decref(list);
 	return rc;
