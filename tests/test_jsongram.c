@@ -530,6 +530,28 @@ START_TEST(schema_ranges)
 	expect_refused(g, "-3", " ");
 	expect_refused(g, "-2", ".");
 	jgram_free(g);
+	/* exclusive bounds as a double parser reads the number: 17 nines
+	 * read as the bound itself (round to nearest), 16 do not */
+	g = compile("{\"type\":\"number\",\"exclusiveMinimum\":-1,\"exclusiveMaximum\":1}");
+	expect_valid(g, "0.9999999999999999");
+	expect_valid(g, "-0.9999999999999999");
+	expect_valid(g, "0.99999999999999994");       /* 1 - 6e-17: below 1 - 2^-54 */
+	expect_refused(g, "0.9999999999999999", "9");
+	expect_refused(g, "0.9999999999999999", "5");  /* 1 - 5e-17 rounds to 1 */
+	expect_refused(g, "-0.9999999999999999", "9");
+	jgram_free(g);
+	g = compile("{\"type\":\"number\",\"exclusiveMinimum\":100}");
+	expect_valid(g, "100.0000000000001");
+	expect_valid(g, "100.00000000000000711");      /* past 100 + 2^-47 */
+	expect_refused(g, "100.00000000000000", "0");    /* 15 zeros: <= 100 + 1e-15 */
+	expect_refused(g, "100.000000000000007", "0");  /* <= 100 + 7.1e-15: 100 */
+	expect_refused(g, "100", " ");
+	jgram_free(g);
+	g = compile("{\"type\":\"number\",\"exclusiveMaximum\":0}");
+	expect_valid(g, "-0.00000000000000001");
+	expect_refused(g, "-0", " ");
+	expect_refused(g, "", "0");
+	jgram_free(g);
 	g = compile("{\"anyOf\":[{\"type\":\"integer\",\"minimum\":1,\"maximum\":3},{\"type\":\"string\"}]}");
 	expect_valid(g, "2");
 	expect_refused(g, "", "0");
@@ -645,6 +667,8 @@ START_TEST(schema_errors)
 		{ "{\"type\":\"number\",\"exclusiveMinimum\":2,\"maximum\":2}", "minimum" },
 		{ "{\"type\":\"integer\",\"minimum\":1e19}", "minimum" },
 		{ "{\"type\":\"integer\",\"exclusiveMinimum\":true}", "exclusiveMinimum" },
+		{ "{\"type\":\"number\",\"exclusiveMaximum\":9007199254740993}", "exclusiveMaximum" },
+		{ "{\"exclusiveMinimum\":-9007199254740993,\"maximum\":0}", "exclusiveMinimum" },
 		{ "{\"const\":3,\"maximum\":2}", "maximum" },
 		{ "{\"type\":\"strin\"}", "strin" },
 		{ "{\"type\":[]}", "type" },

@@ -83,10 +83,15 @@ struct gstr {
 	struct jpat *pat;                /* NULL: none */
 };
 
-/* A number's range (jgram_range_add). */
+/* A number's range (jgram_range_add). A real's (not an integer-only
+ * number's) bounds are glo <= v <= ghi on v in units of 10^-17 (every
+ * real the grammar writes is a whole number of them): an exclusive
+ * bound moved past the reals a double parser reads as the bound itself
+ * (bound_pad), so the exact test is the double one. */
 struct grange {
 	int64_t lo, hi;
 	bool lo_excl, hi_excl;
+	__int128 glo, ghi;
 };
 
 struct jgram {
@@ -248,6 +253,25 @@ int jgram_str_add(struct jgram *g, uint32_t min_len, uint32_t max_len,
 	return 0;
 }
 
+#define NUM_UNIT ((__int128)100000000000000000)   /* 10^JGRAM_NUM_FRAC_MAX */
+_Static_assert(JGRAM_NUM_FRAC_MAX == 17, "NUM_UNIT is 10^JGRAM_NUM_FRAC_MAX");
+
+/* Half the gap from b to the next double above it (up) or below, in
+ * units of 10^-17, rounded down (|b| <= 2^53: b is a double): a real
+ * between b and b +- that is read as b by a parser that rounds to
+ * nearest (an exact tie too, for half-even). */
+static __int128 bound_pad(int64_t b, bool up)
+{
+	uint64_t m = b < 0 ? -(uint64_t)b : (uint64_t)b;
+	bool inward = b > 0 ? !up : up;   /* toward 0: a power of two's gap is half */
+	int k;
+
+	if (!m)
+		return 0;   /* the subnormals' gap: under 10^-17 */
+	k = 63 - __builtin_clzll(m) - 53 - (inward && !(m & (m - 1)));
+	return k >= 0 ? NUM_UNIT << k : NUM_UNIT >> -k;
+}
+
 int jgram_range_add(struct jgram *g, int64_t lo, bool lo_excl, int64_t hi, bool hi_excl,
 		    bool integer, uint16_t *idx)
 {
@@ -260,11 +284,16 @@ int jgram_range_add(struct jgram *g, int64_t lo, bool lo_excl, int64_t hi, bool 
 	/* empty: after the bounds check, so lo + 1 and hi - 1 cannot overflow */
 	if (integer ? lo + lo_excl > hi - hi_excl : lo > hi || (lo == hi && (lo_excl || hi_excl)))
 		return JGRAM_E_INVALID;
+	if (!integer && ((lo_excl && (lo > JGRAM_EXCL_ABS || lo < -JGRAM_EXCL_ABS)) ||
+			 (hi_excl && (hi > JGRAM_EXCL_ABS || hi < -JGRAM_EXCL_ABS))))
+		return JGRAM_E_INVALID;
 	if ((rc = grow((void **)&g->ranges, &g->cap_ranges, at + 1, sizeof(*g->ranges))))
 		return rc;
 	g->ranges[0] = (struct grange){ 0 };
-	g->ranges[at] = (struct grange){ .lo = lo, .hi = hi, .lo_excl = lo_excl,
-					 .hi_excl = hi_excl };
+	g->ranges[at] = (struct grange){
+		.lo = lo, .hi = hi, .lo_excl = lo_excl, .hi_excl = hi_excl,
+		.glo = (__int128)lo * NUM_UNIT + (lo_excl ? bound_pad(lo, true) + 1 : 0),
+		.ghi = (__int128)hi * NUM_UNIT - (hi_excl ? bound_pad(hi, false) + 1 : 0) };
 	g->n_ranges = at + 1;
 	*idx = (uint16_t)at;
 	return 0;
@@ -556,25 +585,24 @@ static i128 pow10i(unsigned n)
 	return p;
 }
 
-/* Some value whose magnitude lies in [a, b) (units of 1/scale) is in
- * range r (its sign neg). Integers: the bounds made inclusive. */
+/* Some value whose magnitude lies in [a, b) (units of 1/scale, a power
+ * of ten) is in range r (its sign neg): integers (scale 1) against the
+ * bounds made inclusive, reals on the 10^-17 grid against glo, ghi. */
 static bool rng_fits(const struct grange *r, bool integer, bool neg, i128 a, i128 b,
 		     i128 scale)
 {
-	i128 lo = r->lo * scale, hi = r->hi * scale, t;
-	bool lx = r->lo_excl, hx = r->hi_excl, tx;
+	i128 lo = r->lo * scale + r->lo_excl, hi = r->hi * scale - r->hi_excl, t;
 
-	if (integer) {
-		lo += lx;
-		hi -= hx;
-		lx = hx = false;
+	if (!integer) {
+		lo = r->glo;
+		hi = r->ghi;
+		a *= NUM_UNIT / scale;
+		b *= NUM_UNIT / scale;
 	}
-	if (neg) {
-		t = lo, lo = -hi, hi = -t;
-		tx = lx, lx = hx, hx = tx;
-	}
-	(void)lx;
-	return b > lo && (hx ? a < hi : a <= hi);
+	b--;   /* [a, b] on the grid */
+	if (neg)
+		t = a, a = -b, b = -t;
+	return a <= hi && b >= lo;
 }
 
 /* The number is complete and in its range. */
@@ -587,10 +615,12 @@ static bool num_done(const struct jgram *g, const struct scalar *s)
 
 	if (!num_complete(s) || !r)
 		return num_complete(s);
-	lo = r->lo * sc;
-	hi = r->hi * sc;
 	if (s->neg)
 		v = -v;
+	if (!(s->flags & F_INT))
+		return v * (NUM_UNIT / sc) >= r->glo && v * (NUM_UNIT / sc) <= r->ghi;
+	lo = r->lo * sc;
+	hi = r->hi * sc;
 	return (r->lo_excl ? v > lo : v >= lo) && (r->hi_excl ? v < hi : v <= hi);
 }
 

@@ -151,6 +151,7 @@
 #define JGRAM_STRS_MAX 256u      /* string checks (jgram_str_add) */
 #define JGRAM_RANGES_MAX 256u    /* number ranges (jgram_range_add) */
 #define JGRAM_RANGE_ABS 999999999999999999LL  /* |bound| (18 digits) */
+#define JGRAM_EXCL_ABS 9007199254740992LL   /* |exclusive bound| of a real (2^53) */
 
 enum jgram_type {
 	JGRAM_T_OBJECT = 1 << 0,
@@ -227,7 +228,11 @@ int jgram_str_add(struct jgram *g, uint32_t min_len, uint32_t max_len,
 		  char *msg, size_t msg_len);
 /* A range for a node's numbers: lo <= x (lo < x when lo_excl) and
  * x <= hi (x < hi when hi_excl); integer bounds of at most
- * JGRAM_RANGE_ABS; *idx (>= 1) for jgram_node.range. JGRAM_E_INVALID:
+ * JGRAM_RANGE_ABS; *idx (>= 1) for jgram_node.range. A real x (not
+ * integer) is compared as a double parser reads it (rounding to
+ * nearest): 0.99999999999999999 is refused under an exclusive 1, which
+ * it reads as 1; so an exclusive bound of a real is at most
+ * JGRAM_EXCL_ABS in size (a double holds it exactly). JGRAM_E_INVALID:
  * out of bounds, empty (for integers: no integer in it), past
  * JGRAM_RANGES_MAX. */
 int jgram_range_add(struct jgram *g, int64_t lo, bool lo_excl, int64_t hi, bool hi_excl,

@@ -465,7 +465,8 @@ static int jsc_bound(struct jsc *c, const json_t *s, const char *k, bool integer
 }
 
 /* The tighter of minimum / exclusiveMinimum (or the maxima), clamped
- * to what 18 digits can write. */
+ * to what 18 digits can write; an exclusive one of a real at most
+ * JGRAM_EXCL_ABS (jgram_range_add compares as a double parser reads). */
 static int jsc_side(struct jsc *c, const json_t *s, bool integer, bool upper, int64_t *v,
 		    bool *excl)
 {
@@ -485,6 +486,9 @@ static int jsc_side(struct jsc *c, const json_t *s, bool integer, bool upper, in
 		*v = b, *excl = bx;
 	if (upper ? *v > JGRAM_RANGE_ABS : *v < -JGRAM_RANGE_ABS)
 		*v = upper ? JGRAM_RANGE_ABS : -JGRAM_RANGE_ABS, *excl = false;
+	if (*excl && (*v > JGRAM_EXCL_ABS || *v < -JGRAM_EXCL_ABS))
+		return jsc_bad(c, "'%s' for a number must be at most 2^53 in size (a double's "
+			       "whole numbers)", upper ? "exclusiveMaximum" : "exclusiveMinimum");
 	return 0;
 }
 
