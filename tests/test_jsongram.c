@@ -582,7 +582,8 @@ static bool can_end_slow(const struct jpat *p, uint64_t set, uint32_t lo, uint32
 START_TEST(pattern_windows)
 {
 	static const char *const res[] = { "^(a{15}|b{17})*$", "^(ab|c)+d?$", "x(yz){2,5}",
-					   "^[0-9]{4}-\\d\\d$", "^(a|bcd)*$" };
+					   "^[0-9]{4}-\\d\\d$", "^(a|bcd)*$",
+					   "^(?:(?:.{7})*|(?:.{9})*|(?:.{4})*)$" };
 	char msg[160];
 
 	srand(7);
@@ -638,6 +639,32 @@ START_TEST(pattern_nesting)
 		ck_assert_msg(!rc, "%s: %s", res[i], msg);
 		jpat_free(&p);
 	}
+}
+END_TEST
+
+/* jpat_can_end is a few lookups whatever the window: a long period
+ * (lcm(7, 9, 4) = 252) and narrow windows (a scan of up to 255 lengths
+ * each before: 0.77 s) at 2M calls. */
+START_TEST(pattern_window_speed)
+{
+	static const char re[] = "^(?:(?:.{7})*|(?:.{9})*|(?:.{4})*)$";
+	struct jpat p;
+	char msg[160];
+	unsigned hits = 0;
+	double t0;
+
+	ck_assert_msg(!jpat_compile(&p, re, strlen(re), msg, sizeof(msg)), "%s", msg);
+	ck_assert_uint_ge(p.pre + p.period, 250);
+	t0 = now_s();
+	for (uint32_t k = 0; k < 2000000; k++) {
+		uint32_t lo = 60000 + k % 256;
+
+		/* 0: a character the pattern refuses (a scan of every length) */
+		hits += jpat_can_end(&p, k % 4 ? 0 : 1u << 1, lo, lo + 240 + k % 8);
+	}
+	ck_assert_msg(now_s() - t0 < 0.15, "%.3f s", now_s() - t0);
+	ck_assert_uint_gt(hits, 0);
+	jpat_free(&p);
 }
 END_TEST
 
@@ -1723,6 +1750,7 @@ int main(void)
 	tcase_add_test(tc, schema_ranges);
 	tcase_add_test(tc, pattern_windows);
 	tcase_add_test(tc, pattern_nesting);
+	tcase_add_test(tc, pattern_window_speed);
 	tcase_add_test(tc, schema_errors);
 	tcase_add_test(tc, schema_bounds);
 	tcase_add_test(tc, union_accepts_refuses);

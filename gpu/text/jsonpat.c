@@ -8,7 +8,8 @@
  * follow edges. A counted repetition X{m,n} parses X again for each copy
  * (fresh positions), so there is no syntax tree. An unanchored end is a
  * position of any character repeated, before or after the pattern. Then
- * reach[] (jsonpat.h) is iterated until an entry repeats.
+ * reach[] (jsonpat.h) is iterated until an entry repeats, and kept as
+ * a sparse table of ORs so that a length window is a few lookups.
  */
 #include "gpu/text/jsonpat.h"
 
@@ -434,24 +435,28 @@ static struct frag parse_alt(struct pp *x)
 
 /* ---- reach and the whole ------------------------------------------------ */
 
-/* reach_ge: from the end of the period (which repeats) back. */
-static void reach_ge_build(struct jpat *p)
+/* reach_or[j]: the ORs of 2^j entries of reach[] from each index (a
+ * sparse table: any run of entries is two lookups). */
+static int reach_or_build(struct jpat *p, const uint64_t *r)
 {
-	uint32_t n = p->pre + p->period;
-	uint64_t cyc = 0;
+	uint32_t n = p->pre + p->period, levels = 32 - (uint32_t)__builtin_clz(n);
+	uint64_t *t = malloc(sizeof(uint64_t) * n * levels);
 
-	for (uint32_t k = p->pre; k < n; k++)
-		cyc |= p->reach[k];
-	for (uint32_t k = n; k-- > 0;)
-		p->reach_ge[k] = k >= p->pre ? cyc : p->reach[k] | p->reach_ge[k + 1];
+	if (!t)
+		return -ENOMEM;
+	memcpy(t, r, sizeof(uint64_t) * n);
+	for (uint32_t j = 1; j < levels; j++)
+		for (uint32_t k = 0; k + (1u << j) <= n; k++)
+			t[j * n + k] = t[(j - 1) * n + k] | t[(j - 1) * n + k + (1u << (j - 1))];
+	p->reach_or = t;
+	p->levels = levels;
+	return 0;
 }
 
 static int reach_build(struct jpat *p)
 {
-	uint64_t enter = 0, *r = malloc(sizeof(uint64_t) * JPAT_REACH_MAX * 2);
+	uint64_t enter = 0, r[JPAT_REACH_MAX];
 
-	if (!r)
-		return -ENOMEM;
 	for (unsigned s = 0; s < JPAT_SYMS; s++)
 		enter |= p->match[s];
 	r[0] = p->final;
@@ -464,14 +469,10 @@ static int reach_build(struct jpat *p)
 			if (r[k] == r[l]) {
 				p->pre = k;
 				p->period = l - k;
-				p->reach = r;
-				p->reach_ge = r + JPAT_REACH_MAX;
-				reach_ge_build(p);
-				return 0;
+				return reach_or_build(p, r);
 			}
 		}
 	}
-	free(r);
 	return JPAT_E_INVALID;
 }
 
@@ -535,8 +536,8 @@ int jpat_compile(struct jpat *p, const char *re, size_t len, char *msg, size_t m
 void jpat_free(struct jpat *p)
 {
 	if (p) {
-		free(p->reach);
-		p->reach = NULL;
+		free(p->reach_or);
+		p->reach_or = NULL;
 	}
 }
 
@@ -549,17 +550,32 @@ uint64_t jpat_step(const struct jpat *p, uint64_t set, unsigned sym)
 	return next & p->match[sym];
 }
 
+/* The OR of reach[a..b] (a <= b < pre + period): two lookups. */
+static uint64_t reach_run(const struct jpat *p, uint32_t a, uint32_t b)
+{
+	uint32_t n = p->pre + p->period, j = 31 - (uint32_t)__builtin_clz(b - a + 1);
+	const uint64_t *t = p->reach_or + (size_t)j * n;
+
+	return t[a] | t[b + 1 - (1u << j)];
+}
+
 bool jpat_can_end(const struct jpat *p, uint64_t set, uint32_t lo, uint32_t hi)
 {
-	uint64_t from = lo < p->pre ? lo : p->pre;
+	uint32_t pre = p->pre, per = p->period, end = pre + per - 1, a, b;
+	uint64_t ok = 0;
 
-	if (lo <= hi && (uint64_t)hi + 1 >= (lo > p->pre ? lo : p->pre) + (uint64_t)p->period)
-		return set & p->reach_ge[from];
-	for (uint64_t l = lo; l <= hi && l - lo < (uint64_t)p->pre + p->period; l++) {
-		uint64_t k = l < p->pre ? l : p->pre + (l - p->pre) % p->period;
-
-		if (set & p->reach[k])
-			return true;
-	}
-	return false;
+	if (!set || lo > hi)
+		return false;
+	if (lo < pre)   /* the lengths before the period: their own entries */
+		ok |= reach_run(p, lo, hi < pre ? hi : pre - 1);
+	if (hi < pre)
+		return set & ok;
+	lo = lo > pre ? lo : pre;
+	if ((uint64_t)hi - lo + 1 >= per)   /* a whole period */
+		return set & (ok | reach_run(p, pre, end));
+	a = pre + (lo - pre) % per;
+	b = a + (hi - lo);   /* < a + per: wraps at most once */
+	if (b <= end)
+		return set & (ok | reach_run(p, a, b));
+	return set & (ok | reach_run(p, a, end) | reach_run(p, pre, b - per));
 }

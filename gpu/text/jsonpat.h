@@ -30,12 +30,13 @@
  * the start; a state is a set of positions (a uint64_t bitset, so at
  * most JPAT_POS_MAX positions). reach[L] holds the positions from which
  * the pattern can end after exactly L more symbols; the sequence is
- * periodic after `pre` entries with period `period`, so whether a state
- * can end within a length window is one lookup when the window reaches
- * a whole period past lo (reach_ge), else a scan of at most the
- * window's lengths (jpat_can_end), which
- * is how jsongram combines a pattern with minLength/maxLength and keeps
- * every accepted prefix completable.
+ * periodic after `pre` entries with period `period` (pre + period <=
+ * JPAT_REACH_MAX), and kept as a sparse table of ORs (reach_or: the
+ * ORs of every run of 2^j entries, at most 9 x 256 words), so whether
+ * a state can end within any length window is at most three runs of
+ * two lookups each (jpat_can_end), whatever the window: this is how
+ * jsongram combines a pattern with minLength/maxLength and keeps every
+ * accepted prefix completable.
  */
 #pragma once
 
@@ -57,10 +58,10 @@ struct jpat {
 	uint64_t follow[JPAT_POS_MAX];   /* may come after position i */
 	uint64_t match[JPAT_SYMS];       /* positions whose class holds the symbol */
 	uint64_t final;                  /* positions the pattern may end at */
-	uint32_t pre, period;
-	uint64_t *reach;                 /* (pre + period) */
-	uint64_t *reach_ge;              /* (pre + period) [k]: reach[k] or
-					  * any later entry's positions */
+	uint32_t pre, period, levels;
+	uint64_t *reach_or;              /* (levels x (pre + period)) [j][k]:
+					  * the positions of reach[k] ..
+					  * reach[k + 2^j - 1]; [0] is reach */
 };
 
 /* Compile re (len bytes); msg says why on JPAT_E_INVALID; -ENOMEM. */
