@@ -1936,9 +1936,9 @@ static bool plain_all(const struct jgram *g, const struct state *st)
 
 /* In a patterned string past min_len and far enough from max_len that
  * every check of a piece's characters sees a whole period of lengths
- * (jpat_can_end's answer does not depend on the length), whether a plain token (no quote, backslash, control or non-ASCII
- * byte: it stays in the string) is allowed depends on the pattern's
- * state alone. */
+ * (jpat_can_end's answer does not depend on the length), whether a
+ * plain token (no quote, backslash, control or non-ASCII byte: it stays
+ * in the string) is allowed depends on the pattern's state alone. */
 static bool pat_stable(const struct jgram *g, const struct state *st)
 {
 	const struct scalar *s = &st->s;
