@@ -6,9 +6,9 @@
  * literals (enum values or property names, contiguous). Each keyword has
  * a row in a table (what it is for); a key without a row is refused by
  * name. anyOf/oneOf compile each branch (enum-only ones merged into one
- * enum, refused once past JGRAM_LITS_MAX values; object branches with a const tag property into one tagged
- * union of their untagged copies) and chain them as alternatives,
- * refused when two may start alike. String checks (minLength,
+ * enum, refused once past JGRAM_LITS_MAX values; object branches with a
+ * const tag property into one tagged union of their untagged copies)
+ * and chain them as alternatives, refused when two may start alike. String checks (minLength,
  * maxLength, pattern, format as a built-in pattern) and number ranges go
  * to the grammar's tables (jgram_str_add, jgram_range_add). $ref is
  * inlined, so a recursive schema runs into the depth bound and is
