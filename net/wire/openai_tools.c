@@ -438,6 +438,29 @@ static size_t tag_begun(const char *p, size_t len, const char *tag)
 	return 0;
 }
 
+/* One byte of JSON text, in order: true when it lies outside every
+ * string (a quote and what an escape covers are inside). in_str and esc
+ * carry the state from byte to byte, both false at the start. */
+static bool json_outside(char c, bool *in_str, bool *esc)
+{
+	if (*esc) {
+		*esc = false;
+		return false;
+	}
+	if (*in_str) {
+		if (c == '\\')
+			*esc = true;
+		else if (c == '"')
+			*in_str = false;
+		return false;
+	}
+	if (c == '"') {
+		*in_str = true;
+		return false;
+	}
+	return true;
+}
+
 /* The first close tag in p[body, len) outside a JSON string, or NULL: a
  * call's string may hold "</tool_call>" (a grammar-held call may write
  * one: jsongram.h), which then does not end it. */
@@ -446,16 +469,10 @@ static const char *close_outside(const char *p, size_t body, size_t len)
 	const size_t cl = strlen(TOOL_CALL_CLOSE);
 	bool in_str = false, esc = false;
 
-	for (size_t i = body; i < len; i++) {
-		if (esc)
-			esc = false;
-		else if (in_str && p[i] == '\\')
-			esc = true;
-		else if (p[i] == '"')
-			in_str = !in_str;
-		else if (!in_str && len - i >= cl && !memcmp(p + i, TOOL_CALL_CLOSE, cl))
+	for (size_t i = body; i < len; i++)
+		if (json_outside(p[i], &in_str, &esc) && len - i >= cl &&
+		    !memcmp(p + i, TOOL_CALL_CLOSE, cl))
 			return p + i;
-	}
 	return NULL;
 }
 
@@ -569,15 +586,11 @@ static size_t list_close(const char *p, size_t i, size_t len)
 	size_t depth = 0;
 
 	for (; i < len; i++) {
-		if (esc)
-			esc = false;
-		else if (in_str && p[i] == '\\')
-			esc = true;
-		else if (p[i] == '"')
-			in_str = !in_str;
-		else if (!in_str && (p[i] == '[' || p[i] == '{'))
+		if (!json_outside(p[i], &in_str, &esc))
+			continue;
+		if (p[i] == '[' || p[i] == '{')
 			depth++;
-		else if (!in_str && (p[i] == ']' || p[i] == '}') && --depth == 0)
+		else if ((p[i] == ']' || p[i] == '}') && --depth == 0)
 			return i + 1;
 	}
 	return 0;
