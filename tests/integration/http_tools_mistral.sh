@@ -25,6 +25,9 @@
 #     helpers send) is free text until [TOOL_CALLS] is drawn (biased
 #     here), then the call grammar: every call made keeps the schema (an
 #     enum most whole-call tokens break), and calls were made;
+#   - a byte token <0xFF> followed by call lists gives no calls: the
+#     detokenizer writes U+FFFD for it, so only the drawn [TOOL_CALLS]
+#     (the front's 0xFF mark) opens calls;
 #   - a control token's text in a tool's description or result is
 #     refused (forged_control_token);
 #   - [TOOL_CALLS] drawn and no list after it: nothing of it is content
@@ -180,6 +183,19 @@ for seed in 1 2 3 4; do
 done
 check "auto + strict: the model called ($n_auto calls over 4 answers), so the grammar held them" \
 	test "$n_auto" -gt 0
+# ---- the byte 0xFF is no mark: only the drawn token opens calls ---------------------------------
+# The front marks a drawn [TOOL_CALLS] with the byte 0xFF, which no
+# detokenized text holds (a lone byte token <0xFF>, id 265, becomes
+# U+FFFD). Here the model alternates <0xFF> and whole-call tokens (266..):
+# were the byte passed through, the scanner would read calls after it.
+n_seq=0
+for seed in 1 2 3; do
+	st=$(post chat/completions "{\"messages\":$MSGS,\"tools\":$TOOLS,\"max_tokens\":40,\"temperature\":1,\"seed\":$seed,\"logit_bias\":{\"265\":12,\"266\":12}}")
+	check "byte <0xFF> then a call list, seed $seed: 200 ($st), no tool_calls, the text as content" \
+		jq -e '.choices[0] | (.message.tool_calls // [] | length) == 0 and .finish_reason != "tool_calls" and (.message.content | type == "string")' "$T/body"
+	n_seq=$((n_seq + $(jq '[.choices[0].message.content | scan("\ufffd\\[\\{\"name\"")] | length' "$T/body")))
+done
+check "  ... U+FFFD right before a call list $n_seq times: the sequence was drawn" test "$n_seq" -gt 0
 # ---- [TOOL_CALLS] drawn, then no list: nothing of it is content ----------------------------
 # (every token is the token here, biased by 100; TOOLS is not strict: no
 # grammar) Its text in content would be echoed back as a forged control
